@@ -1,0 +1,120 @@
+"""The pod annotation contract: keys, allowed values, and the assignment wire format.
+
+Users write `numatopo.io/policy` (opt-in) and the optional knobs below; the operator
+writes `numatopo.io/assignment` and `numatopo.io/state`. See DESIGN.md, "Pod annotations".
+"""
+
+from __future__ import annotations
+
+import enum
+from typing import Annotated, Literal
+
+from pydantic import Field
+
+from numatopo_engine.cpuset import CPUSet
+from numatopo_engine.model import WireModel
+
+__all__ = [
+    "ASSIGNMENT",
+    "CPU",
+    "GPU_LINKS",
+    "MAX_NUMA_NODES",
+    "POLICY",
+    "PREFIX",
+    "SCOPE",
+    "SMT",
+    "STATE",
+    "USER_ANNOTATIONS",
+    "Assignment",
+    "ContainerAssignment",
+    "CpuMode",
+    "GpuLinksMode",
+    "PolicyName",
+    "Scope",
+    "SmtMode",
+    "State",
+]
+
+PREFIX = "numatopo.io/"
+POLICY = PREFIX + "policy"
+SCOPE = PREFIX + "scope"
+CPU = PREFIX + "cpu"
+SMT = PREFIX + "smt"
+GPU_LINKS = PREFIX + "gpu-links"
+MAX_NUMA_NODES = PREFIX + "max-numa-nodes"
+ASSIGNMENT = PREFIX + "assignment"
+STATE = PREFIX + "state"
+
+USER_ANNOTATIONS = (POLICY, SCOPE, CPU, SMT, GPU_LINKS, MAX_NUMA_NODES)
+
+
+class PolicyName(enum.StrEnum):
+    """Topology policies, with the kubelet Topology Manager's semantics."""
+
+    NONE = "none"
+    BEST_EFFORT = "best-effort"
+    RESTRICTED = "restricted"
+    SINGLE_NUMA_NODE = "single-numa-node"
+
+
+class Scope(enum.StrEnum):
+    POD = "pod"
+    CONTAINER = "container"
+
+
+class CpuMode(enum.StrEnum):
+    EXCLUSIVE = "exclusive"  # whole CPUs for this container only
+    NUMA = "numa"  # the shared CPUs of the chosen NUMA node(s)
+    NONE = "none"  # CPUs are not placed (devices and memory still are)
+
+
+class SmtMode(enum.StrEnum):
+    FULL_CORES = "full-cores"
+    ANY = "any"
+
+
+class GpuLinksMode(enum.StrEnum):
+    REQUIRED = "required"
+    PREFERRED = "preferred"
+    IGNORE = "ignore"
+
+
+class State(enum.StrEnum):
+    ASSIGNED = "Assigned"
+    UNSATISFIABLE = "Unsatisfiable"
+    INVALID = "Invalid"
+    ENFORCED = "Enforced"
+    ENFORCEMENT_FAILED = "EnforcementFailed"
+
+
+NumaKey = Annotated[str, Field(pattern=r"^\d+$")]
+
+
+class ContainerAssignment(WireModel):
+    """What one container was given. `cpus` is exclusive unless `exclusive` is false."""
+
+    cpus: CPUSet = Field(default_factory=CPUSet)
+    exclusive: bool = True
+    mems: CPUSet = Field(default_factory=CPUSet, description="NUMA node ids, cpulist format.")
+    gpus: list[str] = Field(default_factory=list, description="GPU UUIDs (or PCI bus ids).")
+    gpu_indices: list[int] = Field(default_factory=list)
+    nics: list[str] = Field(default_factory=list)
+    memory: dict[NumaKey, int] = Field(
+        default_factory=dict, description="Bytes of memory booked per NUMA node id."
+    )
+    hugepages: dict[NumaKey, dict[str, int]] = Field(
+        default_factory=dict, description="Bytes of huge pages booked per NUMA node and size."
+    )
+
+
+class Assignment(WireModel):
+    """The `numatopo.io/assignment` annotation (JSON), version 1."""
+
+    v: Literal[1] = 1
+    node: str
+    numa_nodes: list[int] = Field(default_factory=list)
+    policy: PolicyName = PolicyName.NONE
+    containers: dict[str, ContainerAssignment] = Field(default_factory=dict)
+
+    def to_annotation(self) -> str:
+        return self.model_dump_json(by_alias=True, exclude_none=True)

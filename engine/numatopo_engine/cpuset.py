@@ -1,0 +1,174 @@
+"""`CPUSet`: a set of logical CPU ids that reads and prints the kernel's list format.
+
+The kernel writes CPU and NUMA-node sets as comma-separated ranges (`0-3,8-11`), in
+sysfs (`cpulist`, `local_cpulist`, `online`), in cgroup `cpuset.cpus`, and in kubelet
+state files. Every set that crosses a wire in numatopo uses that format.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Iterator
+from typing import Any
+
+from pydantic import GetCoreSchemaHandler, GetJsonSchemaHandler
+from pydantic.json_schema import JsonSchemaValue
+from pydantic_core import core_schema
+
+__all__ = ["CPUSet", "CPUSetParseError"]
+
+# Far above any real machine (Linux NR_CPUS tops out at 8192), low enough that a typo
+# such as "0-40000000" is refused instead of allocating a huge set.
+MAX_CPU_ID = 65535
+
+CPULIST_PATTERN = r"^\s*(\d+(-\d+)?(,\d+(-\d+)?)*)?\s*$"
+
+
+class CPUSetParseError(ValueError):
+    """A string is not a valid kernel cpulist; the message quotes it and says why."""
+
+
+class CPUSet:
+    """An immutable set of logical CPU ids. `str()` gives the kernel cpulist, e.g. `0-3,8`."""
+
+    __slots__ = ("_ids",)
+    _ids: frozenset[int]
+
+    def __init__(self, ids: Iterable[int] = ()) -> None:
+        frozen = frozenset(ids)
+        for cpu in frozen:
+            if not 0 <= cpu <= MAX_CPU_ID:
+                raise CPUSetParseError(f"CPU id {cpu} is outside 0..{MAX_CPU_ID}")
+        object.__setattr__(self, "_ids", frozen)
+
+    def __setattr__(self, name: str, value: object) -> None:
+        raise AttributeError("CPUSet is immutable")
+
+    @classmethod
+    def parse(cls, cpulist: str) -> CPUSet:
+        """Parse `0-3,8,10-11`; an empty or blank string is the empty set.
+
+        Tolerates what sysfs writes (a trailing newline); rejects anything else with a
+        message naming the bad part.
+        """
+        text = cpulist.strip()
+        if not text:
+            return cls()
+        ids: set[int] = set()
+        for chunk in text.split(","):
+            part = chunk.strip()
+            lo_text, dash, hi_text = part.partition("-")
+            if not lo_text.isdigit() or (dash and not hi_text.isdigit()):
+                raise CPUSetParseError(
+                    f"invalid cpulist {cpulist!r}: {part!r} is not N or N-M "
+                    "(expected the kernel list format, e.g. '0-3,8-11')"
+                )
+            lo, hi = int(lo_text), int(hi_text) if dash else int(lo_text)
+            if hi < lo:
+                raise CPUSetParseError(f"invalid cpulist {cpulist!r}: range {part!r} is reversed")
+            if hi > MAX_CPU_ID:
+                raise CPUSetParseError(
+                    f"invalid cpulist {cpulist!r}: CPU id {hi} is above {MAX_CPU_ID}"
+                )
+            ids.update(range(lo, hi + 1))
+        return cls(ids)
+
+    @classmethod
+    def parse_mask(cls, mask: str) -> CPUSet:
+        """Parse the kernel's hex bitmap format (`cpumap`, `local_cpus`): `ff,00000001`."""
+        text = mask.strip().replace(",", "")
+        if not text:
+            return cls()
+        try:
+            value = int(text, 16)
+        except ValueError:
+            raise CPUSetParseError(f"invalid CPU mask {mask!r}: not hexadecimal") from None
+        return cls(i for i in range(value.bit_length()) if value >> i & 1)
+
+    @property
+    def ids(self) -> frozenset[int]:
+        return self._ids
+
+    def sorted(self) -> list[int]:
+        return sorted(self._ids)
+
+    def __str__(self) -> str:
+        ranges: list[str] = []
+        ordered = sorted(self._ids)
+        i = 0
+        while i < len(ordered):
+            j = i
+            while j + 1 < len(ordered) and ordered[j + 1] == ordered[j] + 1:
+                j += 1
+            ranges.append(str(ordered[i]) if i == j else f"{ordered[i]}-{ordered[j]}")
+            i = j + 1
+        return ",".join(ranges)
+
+    def __repr__(self) -> str:
+        return f"CPUSet('{self}')"
+
+    def __iter__(self) -> Iterator[int]:
+        return iter(sorted(self._ids))
+
+    def __len__(self) -> int:
+        return len(self._ids)
+
+    def __contains__(self, cpu: object) -> bool:
+        return cpu in self._ids
+
+    def __bool__(self) -> bool:
+        return bool(self._ids)
+
+    def __eq__(self, other: object) -> bool:
+        return isinstance(other, CPUSet) and self._ids == other._ids
+
+    def __hash__(self) -> int:
+        return hash(self._ids)
+
+    def __or__(self, other: CPUSet) -> CPUSet:
+        return CPUSet(self._ids | other._ids)
+
+    def __and__(self, other: CPUSet) -> CPUSet:
+        return CPUSet(self._ids & other._ids)
+
+    def __sub__(self, other: CPUSet) -> CPUSet:
+        return CPUSet(self._ids - other._ids)
+
+    def __le__(self, other: CPUSet) -> bool:
+        return self._ids <= other._ids
+
+    def isdisjoint(self, other: CPUSet) -> bool:
+        return self._ids.isdisjoint(other._ids)
+
+    # pydantic integration: a CPUSet field accepts a cpulist string (or a CPUSet or a
+    # list of ints from Python) and always serialises as the cpulist string.
+    @classmethod
+    def __get_pydantic_core_schema__(
+        cls, source: type[Any], handler: GetCoreSchemaHandler
+    ) -> core_schema.CoreSchema:
+        def from_any(value: Any) -> CPUSet:
+            if isinstance(value, CPUSet):
+                return value
+            if isinstance(value, str):
+                return cls.parse(value)
+            if isinstance(value, list | tuple | set | frozenset) and all(
+                isinstance(v, int) and not isinstance(v, bool) for v in value
+            ):
+                return cls(value)
+            raise CPUSetParseError(
+                f"expected a cpulist string such as '0-3,8-11', got {type(value).__name__}"
+            )
+
+        return core_schema.no_info_plain_validator_function(
+            from_any,
+            serialization=core_schema.plain_serializer_function_ser_schema(str),
+        )
+
+    @classmethod
+    def __get_pydantic_json_schema__(
+        cls, schema: core_schema.CoreSchema, handler: GetJsonSchemaHandler
+    ) -> JsonSchemaValue:
+        return {
+            "type": "string",
+            "pattern": CPULIST_PATTERN,
+            "description": "Kernel cpulist format, e.g. '0-3,8-11'.",
+        }

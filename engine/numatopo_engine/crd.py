@@ -1,0 +1,143 @@
+"""Build the `Numatopology` CustomResourceDefinition from the pydantic model.
+
+The CRD's OpenAPI schema must be *structural* (Kubernetes rejects `$ref`, `anyOf` with
+types, `const`, `title`...), so the pydantic JSON schema is rewritten here: references
+inlined, `Optional[X]` turned into `nullable: true`, literals into one-value enums.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from numatopo_engine.model import GROUP, KIND, VERSION, Numatopology
+
+__all__ = ["crd_manifest", "structural_schema"]
+
+PLURAL = "numatopologies"
+SINGULAR = "numatopology"
+SHORT_NAMES = ["numatopo", "ntp"]
+
+# Keys of the JSON Schema dialect that a structural OpenAPI v3 schema keeps.
+_KEPT = {
+    "type",
+    "description",
+    "properties",
+    "required",
+    "items",
+    "additionalProperties",
+    "enum",
+    "minimum",
+    "maximum",
+    "pattern",
+    "format",
+    "nullable",
+    "default",
+}
+
+
+def _resolve(node: Any, defs: dict[str, Any]) -> Any:
+    if isinstance(node, list):
+        return [_resolve(n, defs) for n in node]
+    if not isinstance(node, dict):
+        return node
+    if "$ref" in node:
+        target = defs[node["$ref"].rsplit("/", 1)[-1]]
+        merged = {**target, **{k: v for k, v in node.items() if k != "$ref"}}
+        return _resolve(merged, defs)
+    if "anyOf" in node:
+        options = [o for o in node["anyOf"] if o.get("type") != "null"]
+        nullable = len(options) != len(node["anyOf"])
+        if len(options) != 1:
+            raise ValueError(f"cannot express anyOf {node['anyOf']} structurally")
+        rest = {k: v for k, v in node.items() if k != "anyOf"}
+        inner: dict[str, Any] = _resolve({**options[0], **rest}, defs)
+        if nullable:
+            inner["nullable"] = True
+        return inner
+    if "allOf" in node and len(node["allOf"]) == 1:
+        rest = {k: v for k, v in node.items() if k != "allOf"}
+        return _resolve({**node["allOf"][0], **rest}, defs)
+    out: dict[str, Any] = {}
+    for key, value in node.items():
+        if key == "const":
+            out["enum"] = [value]
+            out.setdefault("type", "string")
+        elif key == "properties":
+            out[key] = {name: _resolve(sub, defs) for name, sub in value.items()}
+        elif key in ("items", "additionalProperties"):
+            # `additionalProperties: false` is not allowed next to `properties`; the API
+            # server prunes unknown fields of a structural schema anyway.
+            if isinstance(value, dict):
+                out[key] = _resolve(value, defs)
+        elif key in _KEPT:
+            out[key] = value
+    if out.get("type") == "number" and isinstance(out.get("default"), int):
+        out["default"] = float(out["default"])
+    # Kubernetes applies defaults server-side; we let the model own defaults instead,
+    # so stored objects look exactly like what the exporter wrote.
+    out.pop("default", None)
+    return out
+
+
+def structural_schema() -> dict[str, Any]:
+    """The openAPIV3Schema of the CRD: spec and status from the model, metadata left to the API."""
+    raw = Numatopology.model_json_schema(by_alias=True, mode="serialization")
+    defs = raw.get("$defs", {})
+    schema = _resolve(raw, defs)
+    schema["properties"]["metadata"] = {"type": "object"}
+    schema["description"] = (
+        "Hardware topology of one node (spec, written by the numatopo exporter) and "
+        "what is free on it (status, written by the numatopo operator)."
+    )
+    schema["required"] = ["spec"]
+    return dict(schema)
+
+
+def _printer_columns() -> list[dict[str, Any]]:
+    return [
+        {"name": "NUMA", "type": "integer", "jsonPath": ".spec.capacity.numaNodes"},
+        {"name": "CPUS", "type": "integer", "jsonPath": ".spec.capacity.cpus"},
+        {"name": "GPUS", "type": "integer", "jsonPath": ".spec.capacity.gpus"},
+        {"name": "FREE-CPUS", "type": "integer", "jsonPath": ".status.freeCPUs"},
+        {"name": "FREE-GPUS", "type": "integer", "jsonPath": ".status.freeGPUs"},
+        {
+            "name": "POLICY",
+            "type": "string",
+            "jsonPath": ".spec.policies.topologyManagerPolicy",
+        },
+        {"name": "AGE", "type": "date", "jsonPath": ".metadata.creationTimestamp"},
+    ]
+
+
+def crd_manifest() -> dict[str, Any]:
+    """The CustomResourceDefinition object, ready to be dumped as YAML."""
+    return {
+        "apiVersion": "apiextensions.k8s.io/v1",
+        "kind": "CustomResourceDefinition",
+        "metadata": {
+            "name": f"{PLURAL}.{GROUP}",
+            "labels": {"app.kubernetes.io/name": "numatopo"},
+        },
+        "spec": {
+            "group": GROUP,
+            "scope": "Cluster",
+            "names": {
+                "kind": KIND,
+                "listKind": f"{KIND}List",
+                "plural": PLURAL,
+                "singular": SINGULAR,
+                "shortNames": SHORT_NAMES,
+                "categories": ["numatopo"],
+            },
+            "versions": [
+                {
+                    "name": VERSION,
+                    "served": True,
+                    "storage": True,
+                    "subresources": {"status": {}},
+                    "additionalPrinterColumns": _printer_columns(),
+                    "schema": {"openAPIV3Schema": structural_schema()},
+                }
+            ],
+        },
+    }

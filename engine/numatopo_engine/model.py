@@ -1,0 +1,289 @@
+"""The `Numatopology` object: one node's hardware topology (spec) and what is free (status).
+
+This module is the one definition of the wire format: the CRD schema
+(`numatopo crd`, `crds/numatopology.yaml`), `numatopo inspect -o json|yaml` and the
+`NODE.json` read by `numatopo assign` are all generated from or validated by it.
+
+Glossary (as in the kubelet's CPU manager):
+  CPU     a logical CPU (hardware thread), the unit of `cpuset.cpus`
+  core    a physical core; its `core` id is the lowest logical CPU id among its
+          threads, so it is unique across the whole node (sysfs core_id is only
+          unique within a package)
+  socket  a physical package (`physical_package_id`)
+  NUMA    a NUMA node as the kernel numbers it (ids need not be 0..N-1; a node may
+          have memory and no CPUs)
+"""
+
+from __future__ import annotations
+
+import enum
+from typing import Annotated, Any, ClassVar, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, model_validator
+from pydantic.alias_generators import to_camel
+
+from numatopo_engine.cpuset import CPUSet
+
+__all__ = [
+    "API_VERSION",
+    "GROUP",
+    "KIND",
+    "Capacity",
+    "Condition",
+    "Cpu",
+    "FreeNuma",
+    "Gpu",
+    "GpuLink",
+    "GpuPath",
+    "LinkType",
+    "Nic",
+    "NumaNode",
+    "Numatopology",
+    "NumatopologySpec",
+    "NumatopologyStatus",
+    "ObjectMeta",
+    "PathType",
+    "PciPath",
+    "Policies",
+    "WireModel",
+]
+
+GROUP = "numatopo.io"
+VERSION = "v1alpha1"
+API_VERSION = f"{GROUP}/{VERSION}"
+KIND = "Numatopology"
+
+NonNegInt = Annotated[int, Field(ge=0)]
+
+
+class WireModel(BaseModel):
+    """Base of every wire type: camelCase on the wire, snake_case in Python, no unknown keys."""
+
+    model_config = ConfigDict(
+        alias_generator=to_camel,
+        populate_by_name=True,
+        extra="forbid",
+        frozen=True,
+    )
+
+    def to_wire(self) -> dict[str, Any]:
+        """The JSON-ready dict as Kubernetes stores it (aliases, no unset optionals)."""
+        return self.model_dump(mode="json", by_alias=True, exclude_none=True)
+
+
+class PathType(enum.StrEnum):
+    """PCIe path between two devices, narrowest first, as `nvidia-smi topo -m` names it."""
+
+    PIX = "PIX"  # at most one PCIe bridge between them
+    PXB = "PXB"  # several PCIe bridges, no host bridge
+    PHB = "PHB"  # through a PCIe host bridge (the CPU's root complex)
+    NODE = "NODE"  # across host bridges within one NUMA node
+    SYS = "SYS"  # across the inter-socket link (QPI/UPI/Infinity Fabric)
+
+    @property
+    def rank(self) -> int:
+        """0 for PIX (closest) .. 4 for SYS (farthest)."""
+        return list(PathType).index(self)
+
+
+class LinkType(enum.StrEnum):
+    """A direct GPU-to-GPU link."""
+
+    NVLINK = "NVLINK"
+    XGMI = "XGMI"
+
+
+class Policies(WireModel):
+    """The kubelet's CPU and Topology Manager settings on this node."""
+
+    cpu_manager_policy: str = "none"
+    topology_manager_policy: str = "none"
+    topology_manager_scope: str = "container"
+    topology_manager_policy_options: dict[str, str] = Field(default_factory=dict)
+
+
+class NumaNode(WireModel):
+    id: NonNegInt
+    cpus: CPUSet = Field(default_factory=CPUSet, description="Online CPUs of this node.")
+    memory_bytes: NonNegInt = 0
+    hugepages: dict[str, NonNegInt] = Field(
+        default_factory=dict,
+        description="Total huge pages per page size ('2Mi', '1Gi'), as page counts.",
+    )
+    distances: dict[str, NonNegInt] = Field(
+        default_factory=dict,
+        description="SLIT distance to every NUMA node, keyed by node id (10 = local).",
+    )
+
+
+class Cpu(WireModel):
+    id: NonNegInt
+    core: NonNegInt = Field(description="Lowest logical CPU id of the physical core.")
+    socket: NonNegInt
+    numa: NonNegInt
+    online: bool = True
+
+
+class Gpu(WireModel):
+    index: NonNegInt
+    uuid: str = ""
+    pci_bus_id: str = ""
+    numa: int | None = Field(default=None, description="NUMA node; absent when unknown.")
+    vendor: str = "nvidia"
+    model: str = ""
+    memory_bytes: NonNegInt = 0
+    resource: str = "nvidia.com/gpu"
+    mig_mode: bool | None = None
+
+
+class GpuLink(WireModel):
+    """A direct link between GPUs `a` < `b`; a pair that is absent has none."""
+
+    a: NonNegInt
+    b: NonNegInt
+    type: LinkType = LinkType.NVLINK
+    links: NonNegInt = 0
+    bandwidth_g_bps: float = Field(default=0.0, ge=0, alias="bandwidthGBps")
+
+
+class GpuPath(WireModel):
+    """The PCIe path class between GPUs `a` < `b` (what traffic takes without a direct link)."""
+
+    a: NonNegInt
+    b: NonNegInt
+    path: PathType
+
+
+class Nic(WireModel):
+    name: str
+    pci_bus_id: str = ""
+    numa: int | None = None
+    resource: str = "rdma/ib"
+    link_layer: str = ""
+    netdevs: list[str] = Field(default_factory=list)
+
+
+class PciPath(WireModel):
+    gpu: NonNegInt
+    nic: str
+    path: PathType
+
+
+class Capacity(WireModel):
+    """Counts derived from the spec, so `kubectl get` columns can show them."""
+
+    numa_nodes: NonNegInt = 0
+    cpus: NonNegInt = 0
+    gpus: NonNegInt = 0
+    nics: NonNegInt = 0
+    memory_bytes: NonNegInt = 0
+
+
+class NumatopologySpec(WireModel):
+    policies: Policies = Field(default_factory=Policies)
+    reserved_cpus: CPUSet = Field(default_factory=CPUSet, alias="reservedCPUs")
+    numa_nodes: list[NumaNode] = Field(default_factory=list)
+    cpus: list[Cpu] = Field(default_factory=list)
+    gpus: list[Gpu] = Field(default_factory=list)
+    gpu_links: list[GpuLink] = Field(default_factory=list)
+    gpu_paths: list[GpuPath] = Field(default_factory=list)
+    nics: list[Nic] = Field(default_factory=list)
+    pci_paths: list[PciPath] = Field(default_factory=list)
+    sources: list[str] = Field(
+        default_factory=list, description="Readers that produced this spec, e.g. sysfs, nvml."
+    )
+    capacity: Capacity = Field(default_factory=Capacity)
+
+    @model_validator(mode="after")
+    def _check_and_count(self) -> NumatopologySpec:
+        numa_ids = [n.id for n in self.numa_nodes]
+        if len(set(numa_ids)) != len(numa_ids):
+            raise ValueError(f"duplicate NUMA node ids in {numa_ids}")
+        cpu_ids = [c.id for c in self.cpus]
+        if len(set(cpu_ids)) != len(cpu_ids):
+            raise ValueError("duplicate CPU ids in spec.cpus")
+        gpu_ids = [g.index for g in self.gpus]
+        if len(set(gpu_ids)) != len(gpu_ids):
+            raise ValueError(f"duplicate GPU indices in {gpu_ids}")
+        known_numa = set(numa_ids)
+        for cpu in self.cpus:
+            if known_numa and cpu.numa not in known_numa:
+                raise ValueError(f"CPU {cpu.id} is on NUMA node {cpu.numa}, which is not listed")
+        pairs = [(x.a, x.b) for x in self.gpu_links] + [(x.a, x.b) for x in self.gpu_paths]
+        for a, b in pairs:
+            if a >= b or not {a, b} <= set(gpu_ids):
+                raise ValueError(f"GPU link {a}-{b} must name two listed GPUs with a < b")
+        nic_names = {n.name for n in self.nics}
+        for path in self.pci_paths:
+            if path.gpu not in gpu_ids or path.nic not in nic_names:
+                raise ValueError(f"pciPath {path.gpu}->{path.nic} names an unknown GPU or NIC")
+        counted = Capacity(
+            numa_nodes=len(self.numa_nodes),
+            cpus=sum(1 for c in self.cpus if c.online) or sum(len(n.cpus) for n in self.numa_nodes),
+            gpus=len(self.gpus),
+            nics=len(self.nics),
+            memory_bytes=sum(n.memory_bytes for n in self.numa_nodes),
+        )
+        # Derived, never trusted from input: recomputed on every validation.
+        object.__setattr__(self, "capacity", counted)
+        return self
+
+    def numa_node(self, numa_id: int) -> NumaNode:
+        for node in self.numa_nodes:
+            if node.id == numa_id:
+                return node
+        raise KeyError(f"no NUMA node {numa_id}")
+
+    def online_cpus(self) -> CPUSet:
+        out = CPUSet()
+        for node in self.numa_nodes:
+            out = out | node.cpus
+        return out
+
+
+class Condition(WireModel):
+    type: str
+    status: Literal["True", "False", "Unknown"]
+    reason: str = ""
+    message: str = ""
+    last_transition_time: str = ""
+
+
+class FreeNuma(WireModel):
+    numa: NonNegInt
+    cpus: CPUSet = Field(default_factory=CPUSet)
+    gpus: list[NonNegInt] = Field(default_factory=list)
+    nics: list[str] = Field(default_factory=list)
+    memory_bytes: NonNegInt = 0
+
+
+class NumatopologyStatus(WireModel):
+    conditions: list[Condition] = Field(default_factory=list)
+    free: list[FreeNuma] = Field(default_factory=list)
+    free_cpus: NonNegInt = Field(default=0, alias="freeCPUs")
+    free_gpus: NonNegInt = Field(default=0, alias="freeGPUs")
+    pods: NonNegInt = 0
+
+
+class ObjectMeta(WireModel):
+    """The part of Kubernetes ObjectMeta numatopo reads; everything else is kept as is."""
+
+    model_config = ConfigDict(extra="allow")
+
+    name: str
+    labels: dict[str, str] = Field(default_factory=dict)
+    annotations: dict[str, str] = Field(default_factory=dict)
+
+
+class Numatopology(WireModel):
+    """The whole custom resource, cluster-scoped, named after its node."""
+
+    plural: ClassVar[str] = "numatopologies"
+
+    api_version: Literal["numatopo.io/v1alpha1"] = Field(
+        default="numatopo.io/v1alpha1", alias="apiVersion"
+    )
+    kind: Literal["Numatopology"] = "Numatopology"
+    metadata: ObjectMeta
+    spec: NumatopologySpec
+    status: NumatopologyStatus | None = None

@@ -1,0 +1,1 @@
+"""numatopo's node side: topology discovery, the exporter daemon, the cpuset agent, the CLI."""

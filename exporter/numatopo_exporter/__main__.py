@@ -1,0 +1,5 @@
+import sys
+
+from numatopo_exporter.cli import main
+
+sys.exit(main())

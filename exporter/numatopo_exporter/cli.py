@@ -1,0 +1,43 @@
+"""The `numatopo` console script: one entry point, one module per subcommand.
+
+Exit codes: 0 success, 1 a negative answer (e.g. the pod does not fit), 2 invalid input
+or a failure the user can act on (message on stderr, never a traceback).
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib
+import sys
+from collections.abc import Sequence
+
+# Subcommand modules, imported lazily so `numatopo crd` does not pay for kopf or pynvml.
+COMMANDS = ("crd", "inspect", "assign")
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="numatopo",
+        description="Topology-aware placement of CPUs, memory, GPUs and NICs for Kubernetes.",
+    )
+    subparsers = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
+    for name in COMMANDS:
+        module = importlib.import_module(f"numatopo_exporter.commands.{name}")
+        module.register(subparsers)
+    return parser
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    try:
+        code: int = args.func(args)
+    except BrokenPipeError:
+        return 0
+    except KeyboardInterrupt:
+        return 130
+    return code
+
+
+if __name__ == "__main__":
+    sys.exit(main())

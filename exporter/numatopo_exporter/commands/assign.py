@@ -1,0 +1,14 @@
+"""`numatopo assign` (being built)."""
+
+from __future__ import annotations
+
+import argparse
+
+
+def run(args: argparse.Namespace) -> int:
+    raise SystemExit("numatopo assign: not implemented yet")
+
+
+def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+    parser = subparsers.add_parser("assign", help="(being built)")
+    parser.set_defaults(func=run)

@@ -1,0 +1,1 @@
+"""numatopo's cluster operator (kopf): assigner, ledger, scheduler extender, status writer."""

@@ -1,0 +1,69 @@
+from __future__ import annotations
+
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+
+from numatopo_engine.cpuset import CPUSet, CPUSetParseError
+
+
+@pytest.mark.parametrize(
+    ("text", "ids"),
+    [
+        pytest.param("", set(), id="empty"),
+        pytest.param("0-3,8-11\n", {0, 1, 2, 3, 8, 9, 10, 11}, id="sysfs-with-newline"),
+        pytest.param("5", {5}, id="single"),
+        pytest.param("0,2,4", {0, 2, 4}, id="list"),
+        pytest.param(
+            "0-2,5-6,10-12,15-16,40-42",
+            {0, 1, 2, 5, 6, 10, 11, 12, 15, 16, 40, 41, 42},
+            id="non-contiguous-nfd-local-cpulist",
+        ),
+    ],
+)
+def test_parse(text: str, ids: set[int]) -> None:
+    assert frozenset(ids) == CPUSet.parse(text).ids
+
+
+@pytest.mark.parametrize(
+    ("text", "why"),
+    [
+        pytest.param("0-", "is not N or N-M", id="open-range"),
+        pytest.param("a-b", "is not N or N-M", id="letters"),
+        pytest.param("3-1", "reversed", id="reversed"),
+        pytest.param("0,,1", "is not N or N-M", id="empty-element"),
+        pytest.param("-1", "is not N or N-M", id="negative"),
+        pytest.param("0-99999999", "above", id="absurd"),
+        pytest.param("0x3", "is not N or N-M", id="hex"),
+    ],
+)
+def test_parse_rejects_malformed_with_clear_message(text: str, why: str) -> None:
+    with pytest.raises(CPUSetParseError, match=why) as info:
+        CPUSet.parse(text)
+
+    assert repr(text) in str(info.value)
+
+
+def test_format_is_kernel_list() -> None:
+    assert "0-3,8-11,13" == str(CPUSet([0, 1, 2, 3, 8, 9, 10, 11, 13]))
+
+
+def test_parse_mask() -> None:
+    """The hex bitmap sysfs writes in `local_cpus` (comma-separated 32-bit words)."""
+    assert CPUSet.parse("0-2,5-6,10-12,15-16,40-42,45-46,50-52,55-56") == CPUSet.parse_mask(
+        "0000,019c6700,00019c67"
+    )
+
+
+@given(st.frozensets(st.integers(min_value=0, max_value=512)))
+def test_roundtrip(ids: frozenset[int]) -> None:
+    assert CPUSet(ids) == CPUSet.parse(str(CPUSet(ids)))
+
+
+def test_set_algebra() -> None:
+    a, b = CPUSet.parse("0-7"), CPUSet.parse("4-11")
+
+    assert "0-11" == str(a | b)
+    assert "4-7" == str(a & b)
+    assert "0-3" == str(a - b)
+    assert CPUSet.parse("4-5") <= a

@@ -1,0 +1,47 @@
+"""The checked-in CRD is exactly what the model generates, and it is structural."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from numatopo_exporter.commands.crd import render
+
+REPO = Path(__file__).resolve().parents[2]
+
+
+def test_checked_in_crd_matches_generator() -> None:
+    """Regenerate with `numatopo crd > crds/numatopology.yaml` when the model changes."""
+    assert render() == (REPO / "crds" / "numatopology.yaml").read_text()
+
+
+def _walk(schema: dict[str, Any], path: str = "") -> list[str]:
+    problems = []
+    for banned in ("$ref", "anyOf", "oneOf", "allOf", "const", "$defs", "title"):
+        if banned in schema:
+            problems.append(f"{path}: {banned}")
+    if "properties" in schema and "additionalProperties" in schema:
+        problems.append(f"{path}: properties and additionalProperties together")
+    if "type" not in schema and path:
+        problems.append(f"{path}: no type")
+    for name, sub in schema.get("properties", {}).items():
+        problems += _walk(sub, f"{path}.{name}")
+    for key in ("items", "additionalProperties"):
+        if isinstance(schema.get(key), dict):
+            problems += _walk(schema[key], f"{path}[{key}]")
+    return problems
+
+
+def test_crd_contract() -> None:
+    crd = yaml.safe_load(render())
+    version = crd["spec"]["versions"][0]
+    columns = [c["name"] for c in version["additionalPrinterColumns"]]
+
+    assert [] == _walk(version["schema"]["openAPIV3Schema"])
+    assert ["NUMA", "CPUS", "GPUS", "FREE-CPUS", "FREE-GPUS", "POLICY", "AGE"] == columns
+    assert {"status": {}} == version["subresources"]
+    assert ["numatopo", "ntp"] == crd["spec"]["names"]["shortNames"]
+    assert "numatopology" == crd["spec"]["names"]["singular"]
+    assert "Cluster" == crd["spec"]["scope"]
