@@ -12,9 +12,12 @@ _SUFFIX: dict[str, int | Decimal] = {
     "n": Decimal("1e-9"), "u": Decimal("1e-6"), "m": Decimal("1e-3"), "": 1,
     "k": 10**3, "M": 10**6, "G": 10**9, "T": 10**12, "P": 10**15, "E": 10**18,
 }  # fmt: skip
+# The mantissa's optional fraction is one group so long inputs cannot backtrack.
 _QUANTITY = re.compile(
-    r"^([+-]?(?:\d+\.?\d*|\.\d+)(?:[eE][+-]?\d+)?)(Ki|Mi|Gi|Ti|Pi|Ei|n|u|m|k|M|G|T|P|E)?$"
+    r"^([+-]?(?:\d+(?:\.\d*)?|\.\d+)(?:[eE][+-]?\d{1,4})?)(Ki|Mi|Gi|Ti|Pi|Ei|n|u|m|k|M|G|T|P|E)?$"
 )
+# Longer than any real quantity ("9223372036854775807" is 19 characters).
+_MAX_LENGTH = 64
 # 2**63: the Kubernetes API itself caps quantities around int64.
 _LIMIT = Decimal(2**63)
 
@@ -23,19 +26,27 @@ class QuantityError(ValueError):
     """Not a Kubernetes quantity."""
 
 
+def _shown(raw: str) -> str:
+    return repr(raw if len(raw) <= 40 else raw[:37] + "...")
+
+
 def _parse(text: str | int | float) -> Decimal:
     raw = str(text).strip()
+    if len(raw) > _MAX_LENGTH:
+        raise QuantityError(f"{_shown(raw)} is too long to be a Kubernetes quantity")
     match = _QUANTITY.match(raw)
     if match is None:
-        raise QuantityError(f"{raw!r} is not a Kubernetes quantity (e.g. '4', '500m', '16Gi')")
+        raise QuantityError(
+            f"{_shown(raw)} is not a Kubernetes quantity (e.g. '4', '500m', '16Gi')"
+        )
     try:
         value = Decimal(match.group(1)) * Decimal(_SUFFIX[match.group(2) or ""])
-    except InvalidOperation:
-        raise QuantityError(f"{raw!r} is not a Kubernetes quantity") from None
+    except (InvalidOperation, ArithmeticError):
+        raise QuantityError(f"{_shown(raw)} is not a Kubernetes quantity") from None
     if value < 0:
-        raise QuantityError(f"{raw!r} is negative")
+        raise QuantityError(f"{_shown(raw)} is negative")
     if value >= _LIMIT:
-        raise QuantityError(f"{raw!r} is too large")
+        raise QuantityError(f"{_shown(raw)} is too large")
     return value
 
 

@@ -25,6 +25,9 @@ class ContainerRequest:
     gpu_resource: str | None = None
     nics: int = 0
     nic_resource: str | None = None
+    # An init container with `restartPolicy: Always` (a "sidecar", KEP-753): it keeps
+    # running beside the app containers, so it counts towards the app containers' sum.
+    restartable: bool = False
 
     @property
     def integer_cpus(self) -> int | None:

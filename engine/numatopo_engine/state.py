@@ -15,7 +15,7 @@ from numatopo_engine.annotations import Assignment
 from numatopo_engine.cpuset import CPUSet
 from numatopo_engine.errors import OverlapError
 from numatopo_engine.model import NumatopologySpec
-from numatopo_engine.quantity import parse_bytes
+from numatopo_engine.quantity import QuantityError, parse_bytes
 
 __all__ = ["NodeState"]
 
@@ -157,9 +157,14 @@ class NodeState:
                     problems.append(f"container {cname}: NIC {nic} is given twice")
                 nics_seen.add(nic)
             for numa_text, amount in container.memory.items():
+                if amount < 0:
+                    # A negative booking would hand memory back to everyone else.
+                    problems.append(f"container {cname}: memory {amount} bytes is negative")
                 memory[int(numa_text)] = memory.get(int(numa_text), 0) + amount
             for numa_text, sizes in container.hugepages.items():
                 for size, amount in sizes.items():
+                    if amount < 0:
+                        problems.append(f"container {cname}: hugepages {amount} bytes is negative")
                     slot = (int(numa_text), size)
                     hugepages[slot] = hugepages.get(slot, 0) + amount
         for numa, amount in sorted(memory.items()):
@@ -172,6 +177,8 @@ class NodeState:
         for (numa, size), amount in sorted(hugepages.items()):
             if numa not in numa_ids:
                 problems.append(f"hugepages-{size} booked on unknown NUMA node {numa}")
+            elif not _is_page_size(size):
+                problems.append(f"hugepages-{size[:16]}: not a page size (expected e.g. 2Mi, 1Gi)")
             elif amount > self.free_hugepages(numa, size):
                 problems.append(
                     f"hugepages-{size} on NUMA {numa}: {amount} bytes booked, "
@@ -196,3 +203,11 @@ class NodeState:
                 for size, amount in sizes.items():
                     slot = (int(numa), size)
                     self._hugepages[slot] = self._hugepages.get(slot, 0) + amount
+
+
+def _is_page_size(size: str) -> bool:
+    # The length bound keeps hostile keys away from the quantity regex's slow backtracking.
+    try:
+        return len(size) <= 16 and parse_bytes(size) > 0
+    except QuantityError:
+        return False

@@ -12,7 +12,7 @@ import sys
 from collections.abc import Sequence
 
 # Subcommand modules, imported lazily so `numatopo crd` does not pay for kopf or pynvml.
-COMMANDS = ("crd", "inspect", "assign")
+COMMANDS = ("inspect", "assign", "simulate", "crd")
 
 
 def build_parser() -> argparse.ArgumentParser:

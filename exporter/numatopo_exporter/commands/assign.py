@@ -1,14 +1,285 @@
-"""`numatopo assign` (being built)."""
+"""`numatopo assign`: run the allocation engine once, offline, for one pod on one node.
+
+Inputs (JSON or YAML; a file ending in `.json` must be JSON):
+  --topology NODE   the node: the `Numatopology` object `numatopo inspect -o json`
+                    prints, or just its `spec`
+  --pod POD         a Pod manifest with `numatopo.io/*` annotations
+  --allocated A     optional: what is already placed on the node, a list of
+                    `numatopo.io/assignment` objects (or their JSON strings), or of
+                    `{"pod": "ns/name", "assignment": ...}`; an entry for POD itself is
+                    dropped, so the pod is placed afresh
+
+Output on stdout, `-o json` (the default):
+  {"fits": true, "assignment": {...}, "score": N}   exit 0
+  {"fits": false, "reason": "..."}                  exit 1
+`-o text` prints the same as a short summary. Invalid input (an unreadable or
+malformed file, a node that does not validate, a pod with invalid annotations or
+resources, allocations that double-book the node) prints nothing on stdout and
+`numatopo assign: error: <what and where>` on stderr, exit 2: such a pod must be
+fixed, it would not fit on any node.
+"""
 
 from __future__ import annotations
 
 import argparse
+import importlib
+import json
+import sys
+from collections.abc import Callable, Mapping
+from pathlib import Path
+from typing import Any, Protocol
+
+import pydantic
+import yaml
+
+from numatopo_engine.annotations import Assignment
+from numatopo_engine.errors import InvalidRequestError, UnsatisfiableError
+from numatopo_engine.model import Numatopology, NumatopologySpec
+from numatopo_engine.pod_request import request_from_pod, wants_topology
+from numatopo_engine.request import PodRequest
+from numatopo_engine.resources import DEFAULT_RESOURCES, ResourceNames
+from numatopo_engine.state import NodeState
+
+PROG = "numatopo assign"
+# Used when the node file is a bare spec and no --node-name is given.
+DEFAULT_NODE_NAME = "node"
+# Enough pydantic errors to locate a problem without burying it.
+MAX_VALIDATION_ERRORS = 5
+
+
+class InputError(Exception):
+    """A problem with what the user passed; the message names the file and the place."""
+
+
+class Decision(Protocol):
+    """What `numatopo_engine.allocation.allocate` returns."""
+
+    @property
+    def assignment(self) -> Assignment: ...
+
+    @property
+    def score(self) -> int: ...
+
+
+Allocate = Callable[..., Decision]
+
+
+# -- reading ------------------------------------------------------------------------
+
+
+def load_document(path: Path) -> Any:
+    """One JSON or YAML document from `path`."""
+    try:
+        text = path.read_text(encoding="utf-8")
+    except (OSError, UnicodeDecodeError) as exc:
+        raise InputError(f"{path}: cannot read: {_os_reason(exc)}") from None
+    if path.suffix == ".json":
+        try:
+            return json.loads(text)
+        except json.JSONDecodeError as exc:
+            raise InputError(f"{path}: invalid JSON: {exc}") from None
+    try:
+        documents = [d for d in yaml.safe_load_all(text) if d is not None]
+    except yaml.YAMLError as exc:
+        raise InputError(f"{path}: invalid YAML: {_one_line(str(exc))}") from None
+    if len(documents) != 1:
+        raise InputError(f"{path}: expected one document, found {len(documents)}")
+    return documents[0]
+
+
+def read_topology(path: Path) -> tuple[NumatopologySpec, str | None]:
+    """The node's spec and, for a whole `Numatopology` object, its name."""
+    document = load_document(path)
+    if not isinstance(document, Mapping):
+        raise InputError(
+            f"{path}: expected a Numatopology object or its spec, got {_kind(document)}"
+        )
+    try:
+        if "spec" in document or "kind" in document:
+            node = Numatopology.model_validate(document)
+            return node.spec, node.metadata.name
+        return NumatopologySpec.model_validate(document), None
+    except pydantic.ValidationError as exc:
+        raise InputError(f"{path}: not a valid Numatopology: {_validation_summary(exc)}") from None
+
+
+def read_allocated(path: Path) -> list[tuple[str, Assignment]]:
+    """(pod key, assignment) pairs; an entry without a pod is keyed `allocated[i]`."""
+    document = load_document(path)
+    if not isinstance(document, list):
+        raise InputError(f"{path}: expected a list of assignments, got {_kind(document)}")
+    entries: list[tuple[str, Assignment]] = []
+    for index, item in enumerate(document):
+        where = f"{path}: [{index}]"
+        key, raw = f"allocated[{index}]", item
+        if isinstance(item, Mapping) and "assignment" in item:
+            pod, raw = item.get("pod"), item["assignment"]
+            if not isinstance(pod, str) or not pod:
+                raise InputError(f"{where}: 'pod' must be a 'namespace/name' string")
+            key = pod
+        if isinstance(raw, str):
+            # The annotation's value as it sits on a pod: JSON in a string.
+            try:
+                raw = json.loads(raw)
+            except json.JSONDecodeError as exc:
+                raise InputError(f"{where}: assignment is not JSON: {exc}") from None
+        try:
+            entries.append((key, Assignment.model_validate(raw)))
+        except pydantic.ValidationError as exc:
+            raise InputError(
+                f"{where}: not a valid assignment: {_validation_summary(exc)}"
+            ) from None
+    return entries
+
+
+def read_pod(path: Path, resources: ResourceNames) -> PodRequest:
+    document = load_document(path)
+    if not isinstance(document, Mapping):
+        raise InputError(f"{path}: expected a Pod manifest, got {_kind(document)}")
+    if not wants_topology(document):
+        print(
+            f"{PROG}: note: {path} has no numatopo.io/policy annotation; deciding with policy none",
+            file=sys.stderr,
+        )
+    try:
+        return request_from_pod(document, resources)
+    except InvalidRequestError as exc:
+        raise InputError(f"{path}: invalid pod: {exc}") from None
+
+
+def build_state(
+    topology: NumatopologySpec, entries: list[tuple[str, Assignment]], *, path: Path | None
+) -> NodeState:
+    state, rejected = NodeState.rebuild(topology, entries)
+    if rejected:
+        raise InputError(f"{path}: allocations overlap: " + "; ".join(map(str, rejected)))
+    return state
+
+
+def _validation_summary(exc: pydantic.ValidationError) -> str:
+    errors = exc.errors(include_url=False, include_input=False)
+    parts = [
+        f"{'.'.join(str(p) for p in error['loc']) or '(top level)'}: {error['msg']}"
+        for error in errors[:MAX_VALIDATION_ERRORS]
+    ]
+    more = len(errors) - MAX_VALIDATION_ERRORS
+    return "; ".join(parts) + (f"; and {more} more" if more > 0 else "")
+
+
+def _kind(document: object) -> str:
+    return "nothing" if document is None else type(document).__name__
+
+
+def _os_reason(exc: OSError | UnicodeDecodeError) -> str:
+    if isinstance(exc, UnicodeDecodeError):
+        return "not UTF-8 text"
+    return exc.strerror or str(exc)
+
+
+def _one_line(text: str) -> str:
+    return " ".join(text.split())
+
+
+# -- deciding -----------------------------------------------------------------------
+
+
+def load_allocate() -> Allocate:
+    """The engine's `allocate`, looked up at call time (tests may put a fake in sys.modules)."""
+    module = importlib.import_module("numatopo_engine.allocation")
+    allocate: Allocate = module.allocate
+    return allocate
+
+
+def decide(
+    topology: NumatopologySpec, state: NodeState, request: PodRequest, node_name: str
+) -> dict[str, Any]:
+    """The JSON answer: fits with assignment and score, or does not fit with the reason."""
+    try:
+        decision = load_allocate()(
+            topology=topology, state=state, request=request, node_name=node_name
+        )
+    except UnsatisfiableError as exc:
+        return {"fits": False, "reason": exc.reason}
+    except InvalidRequestError as exc:
+        raise InputError(f"invalid pod: {exc}") from None
+    return {"fits": True, "assignment": decision.assignment.to_wire(), "score": decision.score}
+
+
+def render_text(answer: Mapping[str, Any], request: PodRequest, node_name: str) -> str:
+    if not answer["fits"]:
+        return f"{request.key} does not fit on {node_name}: {answer['reason']}\n"
+    assignment = Assignment.model_validate(answer["assignment"])
+    numa = ",".join(map(str, assignment.numa_nodes)) or "-"
+    lines = [
+        f"{request.key} fits on {assignment.node} (score {answer['score']}): "
+        f"policy {assignment.policy.value}, NUMA nodes {numa}"
+    ]
+    for name, container in assignment.containers.items():
+        cpus = f"{container.cpus or '-'}" + ("" if container.exclusive else " (shared)")
+        gpus = ",".join(map(str, container.gpu_indices)) or "-"
+        nics = ",".join(container.nics) or "-"
+        lines.append(
+            f"  {name}: cpus {cpus}, mems {container.mems or '-'}, gpus {gpus}, nics {nics}"
+        )
+    return "\n".join(lines) + "\n"
+
+
+# -- command ------------------------------------------------------------------------
 
 
 def run(args: argparse.Namespace) -> int:
-    raise SystemExit("numatopo assign: not implemented yet")
+    resources = ResourceNames(
+        gpu=tuple(args.gpu_resource or DEFAULT_RESOURCES.gpu),
+        nic=tuple(args.nic_resource or DEFAULT_RESOURCES.nic),
+    )
+    try:
+        topology, topology_name = read_topology(args.topology)
+        request = read_pod(args.pod, resources)
+        entries = read_allocated(args.allocated) if args.allocated else []
+        state = build_state(topology, entries, path=args.allocated)
+        state.release(request.key)
+        node_name = args.node_name or topology_name or DEFAULT_NODE_NAME
+        answer = decide(topology, state, request, node_name)
+    except InputError as exc:
+        print(f"{PROG}: error: {exc}", file=sys.stderr)
+        return 2
+    if args.output == "text":
+        sys.stdout.write(render_text(answer, request, node_name))
+    else:
+        sys.stdout.write(json.dumps(answer, indent=2) + "\n")
+    return 0 if answer["fits"] else 1
 
 
 def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
-    parser = subparsers.add_parser("assign", help="(being built)")
+    parser = subparsers.add_parser(
+        "assign",
+        help="place one pod on one node with the allocation engine (offline)",
+        description=__doc__,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    parser.add_argument(
+        "--topology", type=Path, required=True, metavar="NODE", help="node file (JSON or YAML)"
+    )
+    parser.add_argument("--pod", type=Path, required=True, metavar="POD", help="Pod manifest")
+    parser.add_argument(
+        "--allocated", type=Path, metavar="A", help="assignments already on the node"
+    )
+    parser.add_argument("-o", "--output", choices=("json", "text"), default="json")
+    parser.add_argument(
+        "--node-name", help=f"node name (default: the object's name, else {DEFAULT_NODE_NAME!r})"
+    )
+    parser.add_argument(
+        "--gpu-resource",
+        action="append",
+        metavar="PATTERN",
+        help="resource name (fnmatch pattern) counted as GPUs; repeatable "
+        f"(default: {' '.join(DEFAULT_RESOURCES.gpu)})",
+    )
+    parser.add_argument(
+        "--nic-resource",
+        action="append",
+        metavar="PATTERN",
+        help="resource name (fnmatch pattern) counted as RDMA NICs; repeatable "
+        f"(default: {' '.join(DEFAULT_RESOURCES.nic)})",
+    )
     parser.set_defaults(func=run)

@@ -1,14 +1,189 @@
-"""`numatopo inspect` (being built)."""
+"""`numatopo inspect`: discover a node (or read saved topology files) and print it.
+
+Output is a readable summary (`-o table`), or the `Numatopology` object itself
+(`-o json|yaml`), which is the `NODE.json` that `numatopo assign` reads. `--svg` also
+draws the node. `--sample NAME` reads one of the real machines shipped with numatopo,
+for trying it without a cluster or a GPU.
+"""
 
 from __future__ import annotations
 
 import argparse
+import json
+import os
+import socket
+import sys
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass
+from importlib import resources
+from pathlib import Path
+from typing import TextIO
+
+import yaml
+
+from numatopo_engine.model import Numatopology, ObjectMeta
+from numatopo_exporter.discovery import discover
+from numatopo_exporter.discovery.errors import DiscoveryError
+from numatopo_exporter.render import svg, table
+
+PROG = "numatopo inspect"
+SAMPLE_SUFFIX = ".txt"
+
+
+@dataclass(frozen=True)
+class Sample:
+    """A saved `nvidia-smi topo -m` of a real machine, shipped as package data."""
+
+    name: str
+    summary: str
+
+
+def list_samples() -> list[Sample]:
+    """The embedded samples, by name; `summary` is the file's `# system:` line."""
+    found = []
+    for entry in resources.files("numatopo_exporter").joinpath("samples").iterdir():
+        if not entry.name.endswith(SAMPLE_SUFFIX):
+            continue
+        summary = ""
+        for line in entry.read_text(encoding="utf-8").splitlines():
+            if line.startswith("# system:"):
+                summary = line.removeprefix("# system:").strip()
+                break
+        found.append(Sample(name=entry.name.removesuffix(SAMPLE_SUFFIX), summary=summary))
+    return sorted(found, key=lambda sample: sample.name)
+
+
+@contextmanager
+def sample_path(name: str) -> Iterator[Path]:
+    """A file system path to the sample `name` (unpacked if numatopo runs from a zip)."""
+    names = [sample.name for sample in list_samples()]
+    if name not in names:
+        raise DiscoveryError(
+            f"unknown sample {name!r}; available: {', '.join(names)} (see --sample list)"
+        )
+    resource = resources.files("numatopo_exporter").joinpath("samples", name + SAMPLE_SUFFIX)
+    with resources.as_file(resource) as path:
+        yield path
+
+
+def _format_sample_list() -> str:
+    samples = list_samples()
+    width = max(len(sample.name) for sample in samples)
+    lines = ["Samples (real machines; try `numatopo inspect --sample NAME`):"]
+    lines += [f"  {sample.name.ljust(width)}  {sample.summary}" for sample in samples]
+    return "\n".join(lines) + "\n"
+
+
+def _options(args: argparse.Namespace, sample_file: Path | None) -> discover.DiscoverOptions:
+    return discover.DiscoverOptions(
+        sysfs_root=args.sysfs_root,
+        hwloc_xml=args.hwloc_xml,
+        nvidia_smi_topo=sample_file or args.nvidia_smi_topo,
+        use_nvml=not args.no_nvml,
+        kubelet_config=args.kubelet_config,
+        kubelet_state=args.kubelet_state,
+        node_name=args.node_name,
+    )
+
+
+def _use_color(stream: TextIO) -> bool:
+    # https://no-color.org: any non-empty NO_COLOR turns colour off.
+    return stream.isatty() and not os.environ.get("NO_COLOR")
+
+
+def _inspect(args: argparse.Namespace) -> tuple[Numatopology, list[str]]:
+    if args.sample is not None:
+        with sample_path(args.sample) as path:
+            found = discover.discover(_options(args, path))
+        default_name = args.sample
+    else:
+        found = discover.discover(_options(args, None))
+        default_name = socket.gethostname()
+    topology = Numatopology(
+        metadata=ObjectMeta(name=args.node_name or default_name), spec=found.spec
+    )
+    return topology, found.notices
 
 
 def run(args: argparse.Namespace) -> int:
-    raise SystemExit("numatopo inspect: not implemented yet")
+    if args.sample == "list":
+        sys.stdout.write(_format_sample_list())
+        return 0
+    try:
+        topology, notices = _inspect(args)
+        if args.svg is not None:
+            _write_svg(args.svg, topology)
+    except DiscoveryError as error:
+        print(f"{PROG}: error: {error}", file=sys.stderr)
+        return 2
+
+    if args.output == "table":
+        sys.stdout.write(
+            table.render_table(topology, notices=notices, color=_use_color(sys.stdout))
+        )
+        return 0
+    # Machine-readable output stays clean on stdout; the notices go to stderr.
+    for notice in notices:
+        print(f"{PROG}: notice: {notice}", file=sys.stderr)
+    wire = topology.to_wire()
+    if args.output == "json":
+        sys.stdout.write(json.dumps(wire, indent=2) + "\n")
+    else:
+        sys.stdout.write(yaml.safe_dump(wire, sort_keys=False, width=100))
+    return 0
+
+
+def _write_svg(path: Path, topology: Numatopology) -> None:
+    try:
+        path.write_text(svg.render_svg(topology), encoding="utf-8")
+    except OSError as error:
+        raise DiscoveryError(f"cannot write the diagram: {error.strerror}", path) from None
+    print(f"{PROG}: wrote the diagram to {path}", file=sys.stderr)
 
 
 def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
-    parser = subparsers.add_parser("inspect", help="(being built)")
+    parser = subparsers.add_parser(
+        "inspect",
+        help="discover a node's NUMA/GPU/NIC topology and print it",
+        description=__doc__,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    live = parser.add_argument_group("live node (default)")
+    live.add_argument(
+        "--sysfs-root",
+        type=Path,
+        default=Path("/"),
+        metavar="DIR",
+        help="where the node's / is mounted (default: /)",
+    )
+    live.add_argument(
+        "--no-nvml", action="store_true", help="do not ask the NVIDIA driver (NVML) for GPUs"
+    )
+    live.add_argument("--kubelet-config", type=Path, metavar="FILE", help="kubelet config file")
+    live.add_argument(
+        "--kubelet-state", type=Path, metavar="FILE", help="kubelet cpu_manager_state file"
+    )
+    offline = parser.add_argument_group("saved files instead of a live node")
+    offline.add_argument(
+        "--hwloc-xml", type=Path, metavar="FILE", help="`lstopo --of xml` output of the node"
+    )
+    sources = offline.add_mutually_exclusive_group()
+    sources.add_argument(
+        "--nvidia-smi-topo", type=Path, metavar="FILE", help="`nvidia-smi topo -m` output"
+    )
+    sources.add_argument(
+        "--sample",
+        metavar="NAME",
+        help="a real machine shipped with numatopo; `--sample list` lists them",
+    )
+    parser.add_argument("--node-name", metavar="NAME", help="node name (default: the hostname)")
+    parser.add_argument(
+        "-o",
+        "--output",
+        choices=("table", "yaml", "json"),
+        default="table",
+        help="table (default), or the Numatopology object as yaml or json",
+    )
+    parser.add_argument("--svg", type=Path, metavar="FILE", help="also draw the node as SVG")
     parser.set_defaults(func=run)

@@ -1,0 +1,592 @@
+"""The allocation engine's entry point: a pod request and a node's state in, a decision out.
+
+`allocate` runs, per placement unit (the pod under scope `pod`; each app container in
+turn under scope `container`, each seeing what the earlier ones took):
+
+1. hint providers per resource (`hints`), merged per policy into one NUMA mask by a
+   bounded search (`merging`, `policies`);
+2. the concrete choice inside the mask: GPUs by link bandwidth (`gpu_assignment`), NICs
+   by PCIe path to those GPUs (`nic_assignment`), exclusive CPUs packed by core, NUMA
+   node and socket (`cpu_assignment`), memory and huge pages per NUMA node
+   (`memory_assignment`);
+3. the node score (`scoring`).
+
+`evaluate` is the same decision without building the wire model (and, under scope
+`pod`, without picking CPU ids, which the score does not need): what a scheduler
+extender's filter+prioritize calls for every node. `allocate` is called once, for the
+node that wins.
+
+Init containers run one at a time before the app containers, so the pod needs, per
+resource, max(largest init container, sum of app containers) (kubelet). Sidecars
+(restartable init containers) keep running: they are placed like app containers and
+add to every later init container's need. The pod-level
+hint is sized for that; init containers then reuse what the app containers got: each
+init container's entry lists CPUs taken from the app containers' exclusive CPUs
+(topped up from the mask's shared CPUs when it needs more) with `exclusive: false`, so
+nothing is booked twice; memory, huge pages, GPUs and NICs that the largest init
+container needs beyond the app containers' sum are booked on its entry. Under scope
+`container` the init excess is placed as one more unit after the app containers.
+
+Nothing here mutates the caller's `NodeState`; the caller applies
+`decision.assignment` with `state.apply(key, assignment)`.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+
+from numatopo_engine.annotations import (
+    Assignment,
+    ContainerAssignment,
+    CpuMode,
+    GpuLinksMode,
+    PolicyName,
+    Scope,
+    SmtMode,
+)
+from numatopo_engine.cpu_assignment import take_cpus
+from numatopo_engine.cpuset import CPUSet
+from numatopo_engine.errors import InvalidRequestError, UnsatisfiableError
+from numatopo_engine.gpu_assignment import choose_gpus, first_unlinked_pair, set_bandwidth
+from numatopo_engine.hints import FreeView, Need, Resource, build_resources
+from numatopo_engine.memory_assignment import book_bytes
+from numatopo_engine.merging import MaskChoice, choose_mask
+from numatopo_engine.model import NumatopologySpec
+from numatopo_engine.nic_assignment import choose_nics
+from numatopo_engine.numamask import bits, format_mask
+from numatopo_engine.policies import rules_for
+from numatopo_engine.request import ContainerRequest, PodRequest, TopologyOptions
+from numatopo_engine.scoring import node_score, placement_score
+from numatopo_engine.state import NodeState
+from numatopo_engine.topology_tables import Tables, tables_for
+
+__all__ = ["Decision", "allocate", "evaluate", "node_score"]
+
+
+@dataclass(frozen=True)
+class Decision:
+    assignment: Assignment
+    score: int  # 0..100, higher is better; see `numatopo_engine.scoring`
+
+
+def allocate(
+    topology: NumatopologySpec, state: NodeState, request: PodRequest, node_name: str
+) -> Decision:
+    """Place `request` on the node; raises UnsatisfiableError naming what did not fit where."""
+    plan = _decide(topology, state, request, build=True)
+    containers = {name: _wire(entry) for name, entry in plan.entries.items()}
+    assignment = Assignment(
+        node=node_name,
+        numa_nodes=bits(plan.mask),
+        policy=request.options.policy,
+        containers=containers,
+    )
+    return Decision(assignment=assignment, score=plan.score)
+
+
+def evaluate(topology: NumatopologySpec, state: NodeState, request: PodRequest) -> int:
+    """The score `allocate` would give, faster; raises UnsatisfiableError like it."""
+    return _decide(topology, state, request, build=False).score
+
+
+# -- internals -------------------------------------------------------------------
+
+
+@dataclass(slots=True)
+class _Entry:
+    cpus: list[int] = field(default_factory=list)
+    exclusive: bool = True
+    mask: int = 0
+    gpus: list[int] = field(default_factory=list)
+    nics: list[str] = field(default_factory=list)
+    memory: dict[int, int] = field(default_factory=dict)
+    hugepages: dict[int, dict[str, int]] = field(default_factory=dict)
+    gpu_names: list[str] = field(default_factory=list)
+
+
+@dataclass(slots=True)
+class _Plan:
+    mask: int
+    score: int
+    entries: dict[str, _Entry]
+
+
+def _wire(entry: _Entry) -> ContainerAssignment:
+    return ContainerAssignment(
+        cpus=CPUSet(entry.cpus),
+        exclusive=entry.exclusive,
+        mems=CPUSet(bits(entry.mask)),
+        gpus=entry.gpu_names,
+        gpu_indices=entry.gpus,
+        nics=entry.nics,
+        memory={str(n): v for n, v in sorted(entry.memory.items())},
+        hugepages={str(n): dict(sorted(s.items())) for n, s in sorted(entry.hugepages.items())},
+    )
+
+
+def _decide(
+    topology: NumatopologySpec, state: NodeState, request: PodRequest, *, build: bool
+) -> _Plan:
+    tables = tables_for(topology)
+    options = request.options
+    apps, inits, needs, init_needs, excess, sized = _sized(request, tables)
+    free = FreeView.from_state(tables, state, hugepages=bool(sized.hugepages))
+    initial = free.copy() if build or options.scope is Scope.CONTAINER else free
+    entries: dict[str, _Entry] = {}
+    if options.scope is Scope.POD:
+        choice, resources = _choose(tables, free, sized, options)
+        gpus = _gpu_set(tables, free, sized, options, choice.mask)
+        score = placement_score(
+            tables,
+            free,
+            mask=choice.mask,
+            min_width=_min_width(resources),
+            cpus=sized.cpus if sized.cpu_mode is CpuMode.EXCLUSIVE else 0,
+            gpus=gpus,
+            gpu_resource=sized.gpu_resource,
+        )
+        if not build:
+            return _Plan(choice.mask, score, entries)
+        pool = list(gpus)
+        for container in apps:
+            entries[container.name] = _fill(
+                tables, free, needs[container.name], options, choice.mask, gpu_pool=pool
+            )
+        union = choice.mask
+    else:
+        union = 0
+        for container in apps:
+            choice, _ = _choose(tables, free, needs[container.name], options)
+            gpus = _gpu_set(tables, free, needs[container.name], options, choice.mask)
+            entries[container.name] = _fill(
+                tables, free, needs[container.name], options, choice.mask, gpu_pool=list(gpus)
+            )
+            union |= choice.mask
+        if _has_any(excess):
+            choice, _ = _choose(tables, free, excess, options)
+            union |= choice.mask
+        score = placement_score(
+            tables,
+            initial,
+            mask=union,
+            min_width=_min_width(build_resources(tables, initial, sized)),
+            cpus=sum(len(e.cpus) for e in entries.values() if e.exclusive),
+            gpus=sorted(g for e in entries.values() for g in e.gpus),
+            gpu_resource=sized.gpu_resource,
+        )
+        if not build:
+            return _Plan(union, score, entries)
+    _add_init_entries(
+        tables,
+        free,
+        inits=inits,
+        init_needs=init_needs,
+        excess=excess,
+        entries=entries,
+        union=union,
+        options=options,
+    )
+    return _Plan(union, score, entries)
+
+
+_Sizing = tuple[
+    tuple[ContainerRequest, ...],  # app containers and sidecars
+    tuple[ContainerRequest, ...],  # regular init containers
+    dict[str, Need],  # per app container
+    list[Need],  # per regular init container, with the sidecars running beside it
+    Need,  # what the largest init container needs beyond the app containers
+    Need,  # the pod's total: app containers + that excess
+]
+# One scheduling pass evaluates the same request object on every node; its sizing
+# depends only on the request and the threads per core. Keyed by identity, holding the
+# request so its id is not reused while cached.
+_sizing_memo: dict[tuple[int, int], tuple[PodRequest, _Sizing]] = {}
+_SIZING_MEMO_SIZE = 64
+
+
+def _sized(request: PodRequest, tables: Tables) -> _Sizing:
+    key = (id(request), tables.threads_per_core)
+    hit = _sizing_memo.get(key)
+    if hit is not None and hit[0] is request:
+        return hit[1]
+    options = request.options
+    sidecars = tuple(c for c in request.init_containers if c.restartable)
+    apps = request.containers + sidecars
+    inits = tuple(c for c in request.init_containers if not c.restartable)
+    needs = {c.name: _container_need(c, options, tables) for c in apps}
+    init_needs = _init_totals(request, options, tables)
+    pod_need = _sum_needs(list(needs.values()), options)
+    excess = _excess(init_needs, pod_need, options)
+    sizing = (apps, inits, needs, init_needs, excess, _add_needs(pod_need, excess))
+    if len(_sizing_memo) >= _SIZING_MEMO_SIZE:
+        del _sizing_memo[next(iter(_sizing_memo))]
+    _sizing_memo[key] = (request, sizing)
+    return sizing
+
+
+def _init_totals(request: PodRequest, options: TopologyOptions, tables: Tables) -> list[Need]:
+    """Each regular init container's need plus the sidecars already running beside it."""
+    running = _sum_needs([], options)
+    totals: list[Need] = []
+    for container in request.init_containers:
+        need = _container_need(container, options, tables)
+        if container.restartable:
+            running = _add_needs(running, need)
+        else:
+            totals.append(_add_needs(running, need))
+    return totals
+
+
+def _container_need(c: ContainerRequest, options: TopologyOptions, tables: Tables) -> Need:
+    mode = options.cpu
+    if mode is CpuMode.EXCLUSIVE:
+        if c.cpu_milli and c.integer_cpus is None:
+            raise InvalidRequestError(
+                "numatopo.io/cpu",
+                f"exclusive CPUs need whole CPU requests; container {c.name} asks "
+                f"{c.cpu_milli}m (use numatopo.io/cpu: numa for fractional CPUs)",
+            )
+        cpus = c.integer_cpus or 0
+    elif mode is CpuMode.NUMA:
+        cpus = -(-c.cpu_milli // 1000)
+    else:
+        cpus = 0
+    full_cores = options.smt is SmtMode.FULL_CORES and mode is CpuMode.EXCLUSIVE
+    if full_cores and cpus % tables.threads_per_core:
+        raise UnsatisfiableError(
+            f"smt full-cores: container {c.name} asks {cpus} CPUs, which is not a multiple "
+            f"of the {tables.threads_per_core} threads per physical core on this node"
+        )
+    return Need(
+        cpus=cpus,
+        cpu_mode=mode,
+        full_cores=full_cores,
+        memory_bytes=c.memory_bytes,
+        hugepages=tuple(sorted((s, b) for s, b in c.hugepages.items() if b)),
+        gpus=c.gpus,
+        gpu_resource=c.gpu_resource if c.gpus else None,
+        nics=c.nics,
+        nic_resource=c.nic_resource if c.nics else None,
+    )
+
+
+def _sum_needs(needs: Sequence[Need], options: TopologyOptions) -> Need:
+    total = Need(
+        cpu_mode=options.cpu,
+        full_cores=options.smt is SmtMode.FULL_CORES and options.cpu is CpuMode.EXCLUSIVE,
+    )
+    for need in needs:
+        total = _add_needs(total, need)
+    return total
+
+
+def _add_needs(a: Need, b: Need) -> Need:
+    pages = dict(a.hugepages)
+    for size, amount in b.hugepages:
+        pages[size] = pages.get(size, 0) + amount
+    return Need(
+        cpus=a.cpus + b.cpus,
+        cpu_mode=a.cpu_mode,
+        full_cores=a.full_cores,
+        memory_bytes=a.memory_bytes + b.memory_bytes,
+        hugepages=tuple(sorted((s, v) for s, v in pages.items() if v)),
+        gpus=a.gpus + b.gpus,
+        gpu_resource=a.gpu_resource or b.gpu_resource,
+        nics=a.nics + b.nics,
+        nic_resource=a.nic_resource or b.nic_resource,
+    )
+
+
+def _excess(init_needs: Sequence[Need], apps: Need, options: TopologyOptions) -> Need:
+    """What the largest init container needs beyond the app containers' sum, per resource."""
+    if not init_needs:
+        return Need(cpu_mode=apps.cpu_mode, full_cores=apps.full_cores)
+    app_pages = dict(apps.hugepages)
+    pages: dict[str, int] = {}
+    for need in init_needs:
+        for size, amount in need.hugepages:
+            pages[size] = max(pages.get(size, 0), amount - app_pages.get(size, 0))
+    return Need(
+        cpus=max(0, max(n.cpus for n in init_needs) - apps.cpus),
+        cpu_mode=apps.cpu_mode,
+        full_cores=apps.full_cores,
+        memory_bytes=max(0, max(n.memory_bytes for n in init_needs) - apps.memory_bytes),
+        hugepages=tuple(sorted((s, v) for s, v in pages.items() if v > 0)),
+        gpus=max(0, max(n.gpus for n in init_needs) - apps.gpus),
+        gpu_resource=next((n.gpu_resource for n in init_needs if n.gpu_resource), None),
+        nics=max(0, max(n.nics for n in init_needs) - apps.nics),
+        nic_resource=next((n.nic_resource for n in init_needs if n.nic_resource), None),
+    )
+
+
+def _has_any(need: Need) -> bool:
+    return bool(need.cpus or need.memory_bytes or need.hugepages or need.gpus or need.nics)
+
+
+def _min_width(resources: Sequence[Resource]) -> int:
+    return max((r.min_width or 1 for r in resources), default=1)
+
+
+def _gpu_candidates(tables: Tables, free: FreeView, need: Need, mask: int) -> frozenset[int]:
+    return frozenset(
+        g
+        for g in free.gpus
+        if (need.gpu_resource is None or tables.gpu_resource[g] == need.gpu_resource)
+        and ((n := tables.gpu_numa[g]) is None or mask >> n & 1)
+    )
+
+
+def _gpu_set(
+    tables: Tables, free: FreeView, need: Need, options: TopologyOptions, mask: int
+) -> tuple[int, ...]:
+    if not need.gpus:
+        return ()
+    candidates = _gpu_candidates(tables, free, need, mask)
+    chosen = choose_gpus(tables, candidates, need.gpus, options.gpu_links)
+    if chosen is None:  # only `required` can refuse a mask the search accepted
+        raise UnsatisfiableError(_unlinked_message(tables, candidates, need.gpus, mask))
+    return chosen
+
+
+def _choose(
+    tables: Tables, free: FreeView, need: Need, options: TopologyOptions
+) -> tuple[MaskChoice, list[Resource]]:
+    resources = build_resources(tables, free, need)
+    rules = rules_for(options.policy)
+
+    def tie_break(mask: int) -> tuple[float, ...]:
+        gpu_left = cpu_left = 0
+        bandwidth = 0.0
+        ids = bits(mask)
+        if need.gpus:
+            candidates = _gpu_candidates(tables, free, need, mask)
+            chosen = choose_gpus(tables, candidates, need.gpus, options.gpu_links)
+            bandwidth = set_bandwidth(tables, chosen) if chosen else 0.0
+            gpu_left = len(candidates) - need.gpus
+        for resource in resources:
+            if resource.name == "CPUs":
+                cpu_left = resource.free_in(ids) - need.cpus
+        return (-bandwidth, gpu_left, cpu_left)
+
+    accept = None
+    if need.gpus and options.gpu_links is GpuLinksMode.REQUIRED:
+
+        def accept(mask: int) -> bool:
+            candidates = _gpu_candidates(tables, free, need, mask)
+            return choose_gpus(tables, candidates, need.gpus, GpuLinksMode.REQUIRED) is not None
+
+    choice = choose_mask(
+        resources,
+        rules=rules,
+        max_numa_nodes=options.max_numa_nodes,
+        distances=tables.distances,
+        tie_break=tie_break,
+        accept=accept,
+    )
+    if choice is None and accept is not None:
+        # Name the unlinked pair when the counts alone would have fitted.
+        by_count = choose_mask(
+            resources, rules=rules, max_numa_nodes=options.max_numa_nodes,
+            distances=tables.distances,
+        )  # fmt: skip
+        if by_count is not None:
+            candidates = _gpu_candidates(tables, free, need, by_count.mask)
+            raise UnsatisfiableError(
+                _unlinked_message(tables, candidates, need.gpus, by_count.mask)
+            )
+    if choice is None:
+        raise UnsatisfiableError(_explain(tables, free, need, resources, options))
+    return choice, resources
+
+
+def _fill(
+    tables: Tables,
+    free: FreeView,
+    need: Need,
+    options: TopologyOptions,
+    mask: int,
+    *,
+    gpu_pool: list[int],
+) -> _Entry:
+    """Concrete resources for one container inside `mask`, taken out of `free`."""
+    numa_ids = bits(mask)
+    entry = _Entry(mask=mask, exclusive=need.cpu_mode is CpuMode.EXCLUSIVE)
+    if need.gpus:
+        picked = choose_gpus(tables, frozenset(gpu_pool), need.gpus, options.gpu_links)
+        if picked is None:
+            raise UnsatisfiableError(
+                _unlinked_message(tables, frozenset(gpu_pool), need.gpus, mask)
+            )
+        entry.gpus = list(picked)
+        entry.gpu_names = [tables.gpu_name[g] for g in picked]
+        for gpu in picked:
+            gpu_pool.remove(gpu)
+            free.gpus.discard(gpu)
+    if need.nics:
+        candidates = [
+            n
+            for n in free.nics
+            if (need.nic_resource is None or tables.nic_resource[n] == need.nic_resource)
+            and ((numa := tables.nic_numa[n]) is None or numa in numa_ids)
+        ]
+        nics = choose_nics(tables, candidates, need.nics, gpus=entry.gpus, numa_ids=set(numa_ids))
+        if nics is None:
+            raise UnsatisfiableError(
+                f"{need.nics} NICs requested, {len(candidates)} free on NUMA {format_mask(mask)}"
+            )
+        entry.nics = nics
+        free.nics.difference_update(nics)
+    if need.cpu_mode is CpuMode.EXCLUSIVE and need.cpus:
+        cpus = take_cpus(tables, free.cpus, numa_ids, need.cpus, full_cores=need.full_cores)
+        if cpus is None:
+            raise UnsatisfiableError(
+                f"{need.cpus} exclusive CPUs requested, fewer free on NUMA {format_mask(mask)}"
+            )
+        entry.cpus = cpus
+        free.cpus.difference_update(cpus)
+    elif need.cpu_mode is CpuMode.NUMA:
+        entry.cpus = sorted(c for c in free.cpus if tables.cpu_numa[c] in numa_ids)
+    _book_memory(tables, free, need, entry, numa_ids)
+    return entry
+
+
+def _book_memory(
+    tables: Tables, free: FreeView, need: Need, entry: _Entry, numa_ids: list[int]
+) -> None:
+    if need.memory_bytes:
+        memory_ids = [n for n in numa_ids if n in tables.memory_numa_ids] or numa_ids
+        booked = book_bytes(free.memory, memory_ids, need.memory_bytes)
+        if booked is None:
+            raise UnsatisfiableError(
+                f"memory: {_bytes(need.memory_bytes)} requested, less free on NUMA "
+                + ",".join(map(str, numa_ids))
+            )
+        entry.memory = booked
+    for size, amount in need.hugepages:
+        view = {n: free.hugepages.get((n, size), 0) for n in numa_ids}
+        booked = book_bytes(view, numa_ids, amount)
+        if booked is None:
+            raise UnsatisfiableError(
+                f"hugepages-{size}: {_bytes(amount)} requested, less free on NUMA "
+                + ",".join(map(str, numa_ids))
+            )
+        for numa_id, taken in booked.items():
+            free.hugepages[(numa_id, size)] -= taken
+            entry.hugepages.setdefault(numa_id, {})[size] = taken
+
+
+def _add_init_entries(
+    tables: Tables,
+    free: FreeView,
+    *,
+    inits: Sequence[ContainerRequest],
+    init_needs: Sequence[Need],
+    excess: Need,
+    entries: dict[str, _Entry],
+    union: int,
+    options: TopologyOptions,
+) -> None:
+    if not inits:
+        return
+    app_cpus = [c for e in entries.values() if e.exclusive for c in e.cpus]
+    app_gpus = [g for e in entries.values() for g in e.gpus]
+    numa_ids = bits(union)
+    largest = max(
+        range(len(init_needs)),
+        key=lambda i: (init_needs[i].gpus, init_needs[i].cpus, init_needs[i].memory_bytes, -i),
+    )
+    shared = sorted(c for c in free.cpus if tables.cpu_numa[c] in numa_ids)
+    for index, (container, need) in enumerate(zip(inits, init_needs, strict=True)):
+        entry = _Entry(mask=union, exclusive=False)
+        if need.cpu_mode is not CpuMode.NONE and need.cpus:
+            entry.cpus = sorted((app_cpus + shared)[: need.cpus])
+        if index == largest and _has_any(excess):
+            if excess.gpus:
+                pool = _gpu_candidates(tables, free, excess, union) - set(app_gpus)
+                extra = _fill(
+                    tables,
+                    free,
+                    Need(gpus=excess.gpus, gpu_resource=excess.gpu_resource, cpu_mode=CpuMode.NONE),
+                    options,
+                    union,
+                    gpu_pool=sorted(pool),
+                )
+                entry.gpus, entry.gpu_names = extra.gpus, extra.gpu_names
+            if excess.nics:
+                extra = _fill(
+                    tables,
+                    free,
+                    Need(nics=excess.nics, nic_resource=excess.nic_resource, cpu_mode=CpuMode.NONE),
+                    options,
+                    union,
+                    gpu_pool=[],
+                )
+                entry.nics = extra.nics
+            _book_memory(tables, free, excess, entry, numa_ids)
+        entries[container.name] = entry
+
+
+def _explain(
+    tables: Tables,
+    free: FreeView,
+    need: Need,
+    resources: Sequence[Resource],
+    options: TopologyOptions,
+) -> str:
+    wanted = " and ".join(_amount(r, r.need) for r in resources) or "nothing"
+    for resource in resources:
+        if resource.min_width is None:
+            total = resource.floating_capacity + sum(resource.capacity.values())
+            return (
+                f"{options.policy.value}: {resource.name}: {_amount(resource, resource.need)} "
+                f"requested, the node has {_amount(resource, total)} in all"
+            )
+    ids = sorted({n for r in resources for n in r.capacity})
+    per_numa = "; ".join(
+        f"NUMA {n}: " + ", ".join(_amount(r, r.free.get(n, 0)) for r in resources) + " free"
+        for n in ids
+    )
+    floating = [r for r in resources if r.floating_capacity]
+    if floating:
+        per_numa += (
+            "; not NUMA-local: "
+            + ", ".join(_amount(r, r.floating_free) for r in floating)
+            + " free"
+        )
+    policy = options.policy
+    if policy is PolicyName.SINGLE_NUMA_NODE:
+        where = "no NUMA node has"
+    elif policy is PolicyName.RESTRICTED:
+        bound = rules_for(policy).max_width(options.max_numa_nodes)
+        where = f"no preferred placement within {bound} NUMA node(s) has"
+    elif options.max_numa_nodes is not None:
+        where = f"no {options.max_numa_nodes} NUMA node(s) have"
+    else:
+        where = "the node does not have"
+    if need.gpus and options.gpu_links is GpuLinksMode.REQUIRED:
+        wanted += " (all pairs directly linked)"
+    return f"{policy.value}: {where} {wanted} free ({per_numa})"
+
+
+def _unlinked_message(tables: Tables, candidates: frozenset[int], count: int, mask: int) -> str:
+    best = choose_gpus(tables, candidates, count, GpuLinksMode.PREFERRED)
+    pair = first_unlinked_pair(tables, best or ())
+    detail = f": GPU {pair[0]} and GPU {pair[1]} have no direct link" if pair else ""
+    return (
+        f"gpu-links required: no {count} free GPUs on NUMA {format_mask(mask)} are all "
+        f"directly linked{detail}"
+    )
+
+
+def _amount(resource: Resource, value: int) -> str:
+    if resource.name == "memory" or resource.name.startswith("hugepages-"):
+        return f"{_bytes(value)} {resource.name}"
+    return f"{value} {resource.name}"
+
+
+def _bytes(value: int) -> str:
+    for unit, factor in (("Ti", 2**40), ("Gi", 2**30), ("Mi", 2**20), ("Ki", 2**10)):
+        if value >= factor and value % factor == 0:
+            return f"{value // factor}{unit}"
+    return f"{value}B"

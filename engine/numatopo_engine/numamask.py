@@ -1,0 +1,83 @@
+"""NUMA affinity masks as plain ints: bit `n` set = NUMA node `n` is in the mask.
+
+The order is the kubelet's (`bitmask.IsNarrowerThan`): a mask is narrower than another
+when it has fewer bits set, and among masks of equal width the one with the lower
+integer value comes first. `sort_key` gives that total order.
+
+With `prefer-closest-numa-nodes` the kubelet breaks ties between equally wide masks by
+the mean SLIT distance between their nodes; `mean_distance` computes it from the
+spec's `numaNodes[].distances` (missing entries count as local, 10).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Iterator, Mapping
+from itertools import combinations
+
+__all__ = [
+    "LOCAL_DISTANCE",
+    "bits",
+    "combinations_of_width",
+    "format_mask",
+    "make_mask",
+    "mean_distance",
+    "sort_key",
+    "width",
+]
+
+# ACPI SLIT defines 10 as the distance of a node to itself.
+LOCAL_DISTANCE = 10
+
+
+def make_mask(numa_ids: Iterable[int]) -> int:
+    mask = 0
+    for numa_id in numa_ids:
+        mask |= 1 << numa_id
+    return mask
+
+
+def bits(mask: int) -> list[int]:
+    """The NUMA ids in `mask`, ascending."""
+    out: list[int] = []
+    numa_id = 0
+    while mask:
+        if mask & 1:
+            out.append(numa_id)
+        mask >>= 1
+        numa_id += 1
+    return out
+
+
+def width(mask: int) -> int:
+    return mask.bit_count()
+
+
+def sort_key(mask: int) -> tuple[int, int]:
+    """Narrower first, then lower bits (kubelet `IsNarrowerThan`)."""
+    return (mask.bit_count(), mask)
+
+
+def combinations_of_width(numa_ids: Iterable[int], size: int) -> Iterator[int]:
+    """Every mask of exactly `size` nodes drawn from `numa_ids`, in lexicographic order."""
+    for combo in combinations(sorted(numa_ids), size):
+        yield make_mask(combo)
+
+
+def mean_distance(mask: int, distances: Mapping[tuple[int, int], int]) -> float:
+    """Mean SLIT distance over ordered pairs of distinct nodes in `mask`; 10 for one node."""
+    ids = bits(mask)
+    if len(ids) < 2:
+        return float(LOCAL_DISTANCE)
+    total = 0
+    pairs = 0
+    for a in ids:
+        for b in ids:
+            if a != b:
+                total += distances.get((a, b), LOCAL_DISTANCE)
+                pairs += 1
+    return total / pairs
+
+
+def format_mask(mask: int) -> str:
+    """`NUMA 0,1` style text for messages."""
+    return ",".join(str(n) for n in bits(mask)) or "-"

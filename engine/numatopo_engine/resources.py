@@ -1,0 +1,37 @@
+"""Which Kubernetes resource names count as GPUs and as RDMA NICs (pure).
+
+Device plugins advertise devices as extended resources (`nvidia.com/gpu`,
+`amd.com/gpu`, `rdma/ib`, `rdma/hca_shared_devices_a`, ...). The names differ per
+cluster, so they are configuration: fnmatch-style patterns, matched case-sensitively
+because Kubernetes resource names are.
+"""
+
+from __future__ import annotations
+
+import fnmatch
+from dataclasses import dataclass
+
+__all__ = ["DEFAULT_RESOURCES", "ResourceNames"]
+
+
+@dataclass(frozen=True, slots=True)
+class ResourceNames:
+    """Resource-name patterns for devices the engine places."""
+
+    gpu: tuple[str, ...] = ("nvidia.com/gpu", "amd.com/gpu")
+    """Patterns of GPU resources; a container may ask for GPUs under one of them only."""
+
+    nic: tuple[str, ...] = ("rdma/*",)
+    """Patterns of RDMA NIC resources; the RDMA shared-device plugin names them `rdma/<pool>`."""
+
+    def is_gpu(self, resource: str) -> bool:
+        return any(fnmatch.fnmatchcase(resource, pattern) for pattern in self.gpu)
+
+    def is_nic(self, resource: str) -> bool:
+        """True for a NIC resource that is not also a GPU resource (GPU patterns win)."""
+        return not self.is_gpu(resource) and any(
+            fnmatch.fnmatchcase(resource, pattern) for pattern in self.nic
+        )
+
+
+DEFAULT_RESOURCES = ResourceNames()

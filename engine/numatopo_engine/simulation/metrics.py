@@ -1,0 +1,160 @@
+"""Per-strategy metrics of one replay (the keys of `numatopo simulate -o json`).
+
+  strategy                          name of the strategy
+  pods                              pods that arrived
+  placed / failed                   pods placed; pods not placed (no node fits, or rejected)
+  admission_failures                of `failed`: rejected by the kubelet's Topology Manager
+                                    after the scheduler had chosen a node
+  first_failure_arrived_pct         arrived GPU workload (% of cluster GPUs) when the first
+                                    pod failed; null if none failed
+  alloc_pct_at_first_failure        GPUs allocated (% of cluster GPUs) at that moment
+                                    (the final value if none failed)
+  alloc_pct_final                   GPUs allocated (%) after the last pod
+  whole_gpu_pods / multi_gpu_pods   placed pods holding >= 1 / >= 2 whole GPUs
+  fractional_gpu_pods               placed pods sharing one GPU (modelled on counts only)
+  single_numa_share                 of multi-GPU pods: GPUs on one NUMA node
+  alignable_multi_gpu_pods          multi-GPU pods placed on a node whose hardware has a NUMA
+                                    node with that many GPUs (a 2-GPU pod on a 2-GPU PCIe
+                                    box with one GPU per socket is not alignable there)
+  alignable_single_numa_share       of those: GPUs on one NUMA node
+  best_bandwidth_share              of multi-GPU pods: GPU set's aggregate direct-link
+                                    bandwidth equals the best any such set on that node's
+                                    hardware reaches
+  mean_link_gbps                    mean over multi-GPU pods of the mean direct-link GB/s
+                                    per GPU pair (0 for pairs without NVLink)
+  cpu_gpu_colocated_share           of whole-GPU pods: CPUs only on NUMA nodes of its GPUs
+  decision_ms_mean / decision_ms_p99  time to decide one pod (filter + choice), ms
+  curve                             [[arrived %, allocated %], ...], one point per integer
+                                    arrived %, averaged as the FGD simulator's analysis does
+
+Shares are fractions in [0, 1], null when there is nothing to divide.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from math import comb
+from typing import Any
+
+from numatopo_engine.simulation.cluster import Cluster
+from numatopo_engine.simulation.strategies import Outcome, Placement
+from numatopo_engine.simulation.trace import PodRow
+
+__all__ = ["Recorder", "StrategyResult"]
+
+
+def _share(part: int, whole: int) -> float | None:
+    return part / whole if whole else None
+
+
+@dataclass
+class StrategyResult:
+    strategy: str
+    pods: int = 0
+    placed: int = 0
+    failed: int = 0
+    admission_failures: int = 0
+    first_failure_arrived_pct: float | None = None
+    alloc_pct_at_first_failure: float = 0.0
+    alloc_pct_final: float = 0.0
+    whole_gpu_pods: int = 0
+    multi_gpu_pods: int = 0
+    fractional_gpu_pods: int = 0
+    single_numa_share: float | None = None
+    alignable_multi_gpu_pods: int = 0
+    alignable_single_numa_share: float | None = None
+    best_bandwidth_share: float | None = None
+    mean_link_gbps: float | None = None
+    cpu_gpu_colocated_share: float | None = None
+    decision_ms_mean: float = 0.0
+    decision_ms_p99: float = 0.0
+    curve: list[list[float]] = field(default_factory=list)
+
+    def to_dict(self) -> dict[str, Any]:
+        out = dict(self.__dict__)
+        for key, value in out.items():
+            if isinstance(value, float):
+                out[key] = round(value, 4)
+        return out
+
+
+class Recorder:
+    """Accumulates one strategy's outcomes pod by pod."""
+
+    def __init__(self, strategy: str, cluster: Cluster) -> None:
+        self.result = StrategyResult(strategy)
+        self.cluster = cluster
+        self.arrived_milli = 0
+        self.points: list[tuple[int, int]] = []
+        self.times: list[float] = []
+        self.single = 0
+        self.alignable_single = 0
+        self.best_bw = 0
+        self.link_gbps = 0.0
+        self.colocated = 0
+
+    def record(self, pod: PodRow, outcome: Outcome, seconds: float) -> None:
+        r = self.result
+        total = self.cluster.total_gpu_milli or 1
+        r.pods += 1
+        self.arrived_milli += pod.total_gpu_milli
+        self.times.append(seconds)
+        if isinstance(outcome, Placement):
+            r.placed += 1
+            self._alignment(pod, outcome)
+        else:
+            r.failed += 1
+            r.admission_failures += outcome.admission
+            if r.first_failure_arrived_pct is None:
+                r.first_failure_arrived_pct = 100 * self.arrived_milli / total
+                r.alloc_pct_at_first_failure = 100 * self.cluster.used_gpu_milli / total
+        self.points.append((self.arrived_milli, self.cluster.used_gpu_milli))
+
+    def _alignment(self, pod: PodRow, placed: Placement) -> None:
+        r = self.result
+        if pod.fractional:
+            r.fractional_gpu_pods += 1
+            return
+        k = pod.whole_gpus
+        if not k:
+            return
+        links = self.cluster.nodes[placed.node].shape.links
+        numas = {links.gpu_numa[g] for g in placed.gpus}
+        r.whole_gpu_pods += 1
+        self.colocated += placed.cpu_numas <= numas
+        if k < 2:
+            return
+        r.multi_gpu_pods += 1
+        self.single += len(numas) == 1
+        if k <= links.max_gpus_per_numa:
+            r.alignable_multi_gpu_pods += 1
+            self.alignable_single += len(numas) == 1
+        aggregate = links.aggregate(placed.gpus)
+        self.best_bw += aggregate >= links.best_aggregate(k) - 1e-9
+        self.link_gbps += aggregate / comb(k, 2)
+
+    def finish(self) -> StrategyResult:
+        r = self.result
+        total = self.cluster.total_gpu_milli or 1
+        r.alloc_pct_final = 100 * self.cluster.used_gpu_milli / total
+        if r.first_failure_arrived_pct is None:
+            r.alloc_pct_at_first_failure = r.alloc_pct_final
+        r.single_numa_share = _share(self.single, r.multi_gpu_pods)
+        r.alignable_single_numa_share = _share(self.alignable_single, r.alignable_multi_gpu_pods)
+        r.best_bandwidth_share = _share(self.best_bw, r.multi_gpu_pods)
+        r.mean_link_gbps = self.link_gbps / r.multi_gpu_pods if r.multi_gpu_pods else None
+        r.cpu_gpu_colocated_share = _share(self.colocated, r.whole_gpu_pods)
+        if self.times:
+            ordered = sorted(self.times)
+            r.decision_ms_mean = 1000 * sum(ordered) / len(ordered)
+            r.decision_ms_p99 = 1000 * ordered[min(len(ordered) - 1, int(0.99 * len(ordered)))]
+        r.curve = _curve(self.points, total)
+        return r
+
+
+def _curve(points: list[tuple[int, int]], total: int) -> list[list[float]]:
+    """Allocated % per integer arrived %: mean over the pods that round to it (FGD's analysis)."""
+    buckets: dict[int, list[float]] = {}
+    for arrived, used in points:
+        buckets.setdefault(round(100 * arrived / total), []).append(100 * used / total)
+    return [[float(pct), round(sum(v) / len(v), 3)] for pct, v in sorted(buckets.items())]

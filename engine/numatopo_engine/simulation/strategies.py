@@ -1,0 +1,391 @@
+"""Placement strategies compared by `numatopo simulate`.
+
+Count-only (what a default cluster does: kube-scheduler on counts, kubelet policy
+`none`, so the device plugin hands out any free GPUs and CPUs come from the shared
+pool spanning every NUMA node):
+  random        a random node that fits (FGD's Random)
+  first-fit     the first node, in node-list order, that fits
+  best-fit      FGD's BestFit score (free CPU and GPU left after placing, 50/50),
+                ties broken at random as kube-scheduler does
+Topology-aware:
+  volcano-numa  Volcano numaaware-style: the node where CPUs + GPUs fit in the fewest
+                NUMA nodes (then best-fit); GPUs taken in that NUMA set, no link choice
+  kubelet-restricted / kubelet-single-numa
+                best-fit node choice, then the kubelet Topology Manager's admission on
+                that node (hint merge as the kubelet does it); a pod it cannot align
+                is rejected after placement and counts as an admission failure
+  numatopo      the engine (`allocation.allocate`) on the best candidates that pass
+                the count filter; the node with the highest engine score wins
+
+Whole CPUs are exclusive only for pods whose CPU request is an integer (the static
+CPU manager's rule); other pods run on the shared pool. Fractional-GPU pods share a
+GPU (best fit on the GPU's free share) in every strategy; no topology is claimed for
+them. In `numatopo`, pods without whole GPUs take the best-fit path too: the engine
+does not model GPU sharing.
+"""
+
+from __future__ import annotations
+
+import random
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from itertools import product
+
+from numatopo_engine.allocation import allocate, evaluate
+from numatopo_engine.annotations import (
+    Assignment,
+    ContainerAssignment,
+    CpuMode,
+    GpuLinksMode,
+    PolicyName,
+)
+from numatopo_engine.errors import UnsatisfiableError
+from numatopo_engine.numamask import bits, sort_key, width
+from numatopo_engine.request import ContainerRequest, PodRequest, TopologyOptions
+from numatopo_engine.simulation.cluster import Cluster, SimNode
+from numatopo_engine.simulation.trace import PodRow
+
+__all__ = ["STRATEGIES", "Placement", "Rejection", "Strategy", "make_strategy"]
+
+MIB = 1 << 20
+
+
+@dataclass(frozen=True, slots=True)
+class Placement:
+    node: int
+    gpus: tuple[int, ...]
+    cpu_numas: frozenset[int]  # NUMA nodes the pod's CPUs run on
+    exclusive_cpus: Mapping[int, int] = field(default_factory=dict)
+    assignment: Assignment | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class Rejection:
+    admission: bool  # True: the node was chosen, then the kubelet refused the pod
+    reason: str
+
+
+Outcome = Placement | Rejection
+
+
+def exclusive_need(pod: PodRow) -> int:
+    return pod.cpu_milli // 1000 if pod.cpu_milli > 0 and pod.cpu_milli % 1000 == 0 else 0
+
+
+def _all_numas(node: SimNode) -> frozenset[int]:
+    return frozenset(range(len(node.numa_free_cpus)))
+
+
+def _blind(node_index: int, node: SimNode, pod: PodRow, rng: random.Random) -> Placement:
+    """What the kubelet with policy `none` does on the chosen node."""
+    if pod.fractional:
+        gpus: tuple[int, ...] = (node.pick_shared_gpu(pod.gpu_milli),)
+    else:
+        gpus = tuple(sorted(rng.sample(node.free_whole_gpus(), pod.whole_gpus)))
+    return Placement(node_index, gpus, _all_numas(node))
+
+
+def _take_cpus(node: SimNode, mask: int, need: int) -> dict[int, int]:
+    """`need` exclusive CPUs: from the NUMA nodes of `mask` first (fullest first), then others.
+
+    The kubelet's CPU manager does the same when the merged hint is narrower than what
+    the pod needs: alignment is a preference for the allocator, not a limit.
+    """
+    inside = sorted(bits(mask), key=lambda n: -node.numa_free_cpus[n])
+    outside = sorted(
+        (n for n in range(len(node.numa_free_cpus)) if not mask >> n & 1),
+        key=lambda n: -node.numa_free_cpus[n],
+    )
+    taken: dict[int, int] = {}
+    for numa in inside + outside:
+        take = min(need, node.numa_free_cpus[numa])
+        if take:
+            taken[numa] = take
+            need -= take
+    return taken
+
+
+def _aligned(
+    node_index: int, node: SimNode, pod: PodRow, mask: int, rng: random.Random
+) -> Placement:
+    """GPUs (any, no link choice) and exclusive CPUs taken inside `mask`."""
+    numas = set(bits(mask))
+    if pod.fractional:
+        gpus: tuple[int, ...] = (node.pick_shared_gpu(pod.gpu_milli),)
+    else:
+        free = node.free_whole_gpus()
+        inside = [g for g in free if node.shape.links.gpu_numa[g] in numas]
+        outside = [g for g in free if node.shape.links.gpu_numa[g] not in numas]
+        k = pod.whole_gpus
+        picked = rng.sample(inside, min(k, len(inside)))
+        picked += rng.sample(outside, k - len(picked))
+        gpus = tuple(sorted(picked))
+    need = exclusive_need(pod)
+    if not need:
+        return Placement(node_index, gpus, _all_numas(node))
+    taken = _take_cpus(node, mask, need)
+    return Placement(node_index, gpus, frozenset(taken), taken)
+
+
+def _masks(node: SimNode) -> list[int]:
+    count = len(node.numa_free_cpus)
+    return sorted(range(1, 1 << count), key=sort_key)
+
+
+def _fits_in(node: SimNode, pod: PodRow, mask: int) -> bool:
+    numas = set(bits(mask))
+    if pod.whole_gpus:
+        free = sum(1 for g in node.free_whole_gpus() if node.shape.links.gpu_numa[g] in numas)
+        if free < pod.whole_gpus:
+            return False
+    need = exclusive_need(pod)
+    return not need or sum(node.numa_free_cpus[n] for n in numas) >= need
+
+
+def _provider_hints(node: SimNode, pod: PodRow) -> list[list[tuple[int, bool]]]:
+    """The kubelet's per-resource hints: (mask, preferred) for GPUs and exclusive CPUs."""
+    links = node.shape.links
+    providers: list[list[tuple[int, bool]]] = []
+    masks = _masks(node)
+    k = pod.whole_gpus
+    if k:
+        free = node.free_whole_gpus()
+
+        def gpus_in(mask: int, pool: list[int]) -> int:
+            return sum(1 for g in pool if mask >> links.gpu_numa[g] & 1)
+
+        hardware = list(range(links.gpu_count))
+        narrowest = min((width(m) for m in masks if gpus_in(m, hardware) >= k), default=0)
+        providers.append([(m, width(m) == narrowest) for m in masks if gpus_in(m, free) >= k])
+    need = exclusive_need(pod)
+    if need:
+        total = node.shape.numa_cpus
+
+        def cpus_in(mask: int, counts: list[int] | tuple[int, ...]) -> int:
+            return sum(counts[n] for n in bits(mask))
+
+        narrowest = min((width(m) for m in masks if cpus_in(m, total) >= need), default=0)
+        providers.append(
+            [(m, width(m) == narrowest) for m in masks if cpus_in(m, node.numa_free_cpus) >= need]
+        )
+    return providers
+
+
+def merge_hints(
+    providers: list[list[tuple[int, bool]]], all_mask: int, *, single_numa: bool
+) -> tuple[int, bool] | None:
+    """The kubelet's hint merge: best AND of one hint per provider; None if nothing aligns."""
+    if single_numa:
+        providers = [[h for h in hints if h[1] and width(h[0]) == 1] for hints in providers]
+    if not providers:
+        return (all_mask, True)
+    best: tuple[int, bool] | None = None
+    for combo in product(*providers):
+        mask = all_mask
+        for hint_mask, _ in combo:
+            mask &= hint_mask
+        if not mask:
+            continue
+        preferred = all(p for _, p in combo)
+        if best is None or (not preferred, *sort_key(mask)) < (not best[1], *sort_key(best[0])):
+            best = (mask, preferred)
+    return best
+
+
+class Strategy:
+    """Chooses a node (and the devices on it) for one pod, or says why not."""
+
+    name = ""
+
+    def __init__(self, seed: int) -> None:
+        self.rng = random.Random(seed)
+
+    def place(self, cluster: Cluster, pod: PodRow, candidates: list[int]) -> Outcome:
+        raise NotImplementedError
+
+    def best_fit_node(self, cluster: Cluster, pod: PodRow, candidates: list[int]) -> int:
+        scores = [cluster.best_fit_score(i, pod) for i in candidates]
+        top = max(scores)
+        return self.rng.choice([i for i, s in zip(candidates, scores, strict=True) if s == top])
+
+
+class RandomFit(Strategy):
+    name = "random"
+
+    def place(self, cluster: Cluster, pod: PodRow, candidates: list[int]) -> Outcome:
+        index = self.rng.choice(candidates)
+        return _blind(index, cluster.nodes[index], pod, self.rng)
+
+
+class FirstFit(Strategy):
+    name = "first-fit"
+
+    def place(self, cluster: Cluster, pod: PodRow, candidates: list[int]) -> Outcome:
+        return _blind(candidates[0], cluster.nodes[candidates[0]], pod, self.rng)
+
+
+class BestFit(Strategy):
+    name = "best-fit"
+
+    def place(self, cluster: Cluster, pod: PodRow, candidates: list[int]) -> Outcome:
+        index = self.best_fit_node(cluster, pod, candidates)
+        return _blind(index, cluster.nodes[index], pod, self.rng)
+
+
+class VolcanoNuma(Strategy):
+    name = "volcano-numa"
+
+    def place(self, cluster: Cluster, pod: PodRow, candidates: list[int]) -> Outcome:
+        ranked: list[tuple[int, int, int]] = []  # (NUMA nodes spanned, -best-fit, index)
+        for index in candidates:
+            node = cluster.nodes[index]
+            mask = next((m for m in _masks(node) if _fits_in(node, pod, m)), None)
+            if mask is not None:
+                ranked.append((width(mask), -cluster.best_fit_score(index, pod), index))
+        if not ranked:
+            return Rejection(False, "no node has the GPUs and exclusive CPUs free")
+        top = min(r[:2] for r in ranked)
+        index = self.rng.choice([r[2] for r in ranked if r[:2] == top])
+        node = cluster.nodes[index]
+        mask = next(m for m in _masks(node) if _fits_in(node, pod, m))
+        return _aligned(index, node, pod, mask, self.rng)
+
+
+class KubeletAdmission(Strategy):
+    """Topology-blind best-fit, then the kubelet's Topology Manager admission."""
+
+    def __init__(self, seed: int, *, single_numa: bool) -> None:
+        super().__init__(seed)
+        self.single_numa = single_numa
+        self.name = "kubelet-single-numa" if single_numa else "kubelet-restricted"
+
+    def place(self, cluster: Cluster, pod: PodRow, candidates: list[int]) -> Outcome:
+        index = self.best_fit_node(cluster, pod, candidates)
+        node = cluster.nodes[index]
+        all_mask = (1 << len(node.numa_free_cpus)) - 1
+        merged = merge_hints(_provider_hints(node, pod), all_mask, single_numa=self.single_numa)
+        if merged is None or not merged[1]:
+            return Rejection(True, f"TopologyAffinityError on {node.name}")
+        return _aligned(index, node, pod, merged[0], self.rng)
+
+
+class Numatopo(Strategy):
+    """The engine's node score over the best count-level candidates, then its allocation."""
+
+    name = "numatopo"
+
+    def __init__(self, seed: int, *, policy: PolicyName, candidates: int) -> None:
+        super().__init__(seed)
+        self.policy = policy
+        self.max_candidates = candidates
+
+    def _request(self, pod: PodRow) -> PodRequest:
+        container = ContainerRequest(
+            name="main",
+            cpu_milli=pod.cpu_milli,
+            memory_bytes=pod.memory_mib * MIB,
+            gpus=pod.whole_gpus,
+            gpu_resource="nvidia.com/gpu",
+        )
+        # The annotation default: whole CPUs for integer requests, else the NUMA node's pool.
+        cpu = CpuMode.EXCLUSIVE if exclusive_need(pod) else CpuMode.NUMA
+        options = TopologyOptions(policy=self.policy, cpu=cpu, gpu_links=GpuLinksMode.PREFERRED)
+        return PodRequest(
+            namespace="simulate", name=pod.name, containers=(container,), options=options
+        )
+
+    def place(self, cluster: Cluster, pod: PodRow, candidates: list[int]) -> Outcome:
+        if not pod.whole_gpus:
+            index = self.best_fit_node(cluster, pod, candidates)
+            return self._share(index, cluster.nodes[index], pod)
+        request = self._request(pod)
+        # Count-level best fit orders the candidates, as kube-scheduler's sampling of
+        # nodes to score would; the engine then scores the first `max_candidates`
+        # distinct (hardware, free devices) states among them.
+        ranked = sorted(candidates, key=lambda i: -cluster.best_fit_score(i, pod))
+        seen: set[tuple[int, tuple[int, ...], tuple[int, ...]]] = set()
+        best: tuple[tuple[int, int, int], int] | None = None
+        reasons: list[str] = []
+        for index in ranked:
+            node = cluster.nodes[index]
+            signature = (id(node.shape), tuple(node.gpu_free), tuple(node.numa_free_cpus))
+            if signature in seen:
+                continue  # same hardware in the same state: the engine would answer the same
+            seen.add(signature)
+            assert node.state is not None
+            try:
+                score = evaluate(node.shape.spec, node.state, request)
+            except UnsatisfiableError as exc:
+                reasons.append(f"{node.name}: {exc.reason}")
+            else:
+                key = (score, cluster.best_fit_score(index, pod), -index)
+                if best is None or key > best[0]:
+                    best = (key, index)
+            if len(seen) >= self.max_candidates:
+                break
+        if best is None:
+            return Rejection(False, reasons[0] if reasons else "no node fits")
+        node = cluster.nodes[best[1]]
+        assert node.state is not None
+        decision = allocate(node.shape.spec, node.state, request, node.name)
+        return self._from_assignment(best[1], node, decision.assignment)
+
+    def _from_assignment(self, index: int, node: SimNode, assignment: Assignment) -> Placement:
+        spec = node.shape.spec
+        cpu_numa = {c.id: c.numa for c in spec.cpus}
+        gpus: list[int] = []
+        exclusive: dict[int, int] = {}
+        cpu_numas: set[int] = set()
+        for container in assignment.containers.values():
+            gpus.extend(container.gpu_indices)
+            if container.exclusive and len(container.cpus):
+                for cpu in container.cpus:
+                    numa = cpu_numa[cpu]
+                    exclusive[numa] = exclusive.get(numa, 0) + 1
+                    cpu_numas.add(numa)
+            else:
+                cpu_numas.update(bits(_mems_mask(container)) or assignment.numa_nodes)
+        return Placement(index, tuple(sorted(gpus)), frozenset(cpu_numas), exclusive, assignment)
+
+    def _share(self, index: int, node: SimNode, pod: PodRow) -> Placement:
+        if not pod.fractional:
+            return Placement(index, (), _all_numas(node))
+        gpu = node.pick_shared_gpu(pod.gpu_milli)
+        return Placement(index, (gpu,), _all_numas(node))
+
+
+def _mems_mask(container: ContainerAssignment) -> int:
+    mask = 0
+    for numa in container.mems:
+        mask |= 1 << numa
+    return mask
+
+
+STRATEGIES = (
+    "numatopo",
+    "random",
+    "first-fit",
+    "best-fit",
+    "volcano-numa",
+    "kubelet-restricted",
+    "kubelet-single-numa",
+)
+
+
+def make_strategy(
+    name: str, *, seed: int, policy: PolicyName = PolicyName.BEST_EFFORT, candidates: int = 16
+) -> Strategy:
+    """A fresh strategy with its own random stream, so each strategy replays the same way alone."""
+    if name == "random":
+        return RandomFit(seed)
+    if name == "first-fit":
+        return FirstFit(seed)
+    if name == "best-fit":
+        return BestFit(seed)
+    if name == "volcano-numa":
+        return VolcanoNuma(seed)
+    if name in ("kubelet-restricted", "kubelet-single-numa"):
+        return KubeletAdmission(seed, single_numa=name == "kubelet-single-numa")
+    if name == "numatopo":
+        return Numatopo(seed, policy=policy, candidates=candidates)
+    raise ValueError(f"unknown strategy {name!r}; choose from {', '.join(STRATEGIES)}")

@@ -1,0 +1,148 @@
+"""Per-topology lookup tables the allocation hot path reads instead of the pydantic spec.
+
+A scheduler extender evaluates one pod against thousands of nodes that mostly share a
+handful of hardware shapes, so the tables are built once per spec object and memoised
+by `id(spec)` (the spec is kept alive beside its tables, so an id is never reused while
+cached). The cache is a transparent memo: results never depend on whether it was hit.
+
+Pools, in the kubelet's words: *allocatable* CPUs are online and not reserved; only
+they are ever handed out or counted as capacity.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from numatopo_engine.model import NumatopologySpec, PathType
+from numatopo_engine.numamask import LOCAL_DISTANCE
+from numatopo_engine.quantity import parse_bytes
+
+__all__ = ["Tables", "tables_for"]
+
+# Enough for every distinct hardware shape of a large cluster; oldest entries go first.
+_CACHE_SIZE = 256
+# Rank used for a GPU-NIC pair with no known PCIe path: farther than SYS.
+NO_PATH_RANK = len(PathType)
+
+
+@dataclass(frozen=True, slots=True)
+class Tables:
+    numa_ids: tuple[int, ...]
+    cpu_numa: dict[int, int]
+    cpu_core: dict[int, int]
+    cpu_socket: dict[int, int]
+    core_threads: dict[int, tuple[int, ...]]  # allocatable threads of each core, ascending
+    whole_cores: frozenset[int]  # cores with every online thread allocatable
+    numa_allocatable: dict[int, frozenset[int]]  # allocatable CPUs per NUMA node
+    socket_allocatable: dict[int, frozenset[int]]
+    threads_per_core: int
+    memory_numa_ids: tuple[int, ...]  # NUMA nodes that serve pod memory
+    memory_capacity: dict[int, int]  # bytes, over memory_numa_ids
+    cpu_capacity: dict[int, int]  # allocatable CPUs per NUMA node that has any
+    numa_memory: dict[int, int]
+    numa_hugepages: dict[tuple[int, str], int]  # bytes
+    gpu_numa: dict[int, int | None]  # None: not NUMA-local (or on an unknown node)
+    gpu_resource: dict[int, str]
+    gpu_name: dict[int, str]  # uuid, else PCI bus id, else GPU-<index>
+    gpu_bandwidth: dict[tuple[int, int], float]  # both orders
+    nic_numa: dict[str, int | None]
+    nic_resource: dict[str, str]
+    pci_rank: dict[tuple[int, str], int]
+    distances: dict[tuple[int, int], int]
+    # Memo of GPU set choices: (candidates, count, mode) -> chosen indices (or None).
+    gpu_memo: dict[tuple[frozenset[int], int, str], tuple[int, ...] | None] = field(
+        default_factory=dict
+    )
+
+
+_cache: dict[int, tuple[NumatopologySpec, Tables]] = {}
+
+
+def tables_for(spec: NumatopologySpec) -> Tables:
+    hit = _cache.get(id(spec))
+    if hit is not None and hit[0] is spec:
+        return hit[1]
+    tables = _build(spec)
+    if len(_cache) >= _CACHE_SIZE:
+        del _cache[next(iter(_cache))]
+    _cache[id(spec)] = (spec, tables)
+    return tables
+
+
+def _build(spec: NumatopologySpec) -> Tables:
+    numa_ids = tuple(sorted(n.id for n in spec.numa_nodes))
+    known = set(numa_ids)
+    reserved = spec.reserved_cpus.ids
+    online_by_numa = {n.id: n.cpus.ids for n in spec.numa_nodes}
+    cpu_numa: dict[int, int] = {}
+    cpu_core: dict[int, int] = {}
+    cpu_socket: dict[int, int] = {}
+    for cpu in spec.cpus:
+        if cpu.online:
+            cpu_numa[cpu.id], cpu_core[cpu.id], cpu_socket[cpu.id] = cpu.numa, cpu.core, cpu.socket
+    # A NUMA node's cpulist is authoritative for what is online; rows in spec.cpus add
+    # core/socket detail. CPUs without a row are their own core on socket = NUMA id.
+    for numa_id, cpus in online_by_numa.items():
+        for cpu_id in cpus:
+            cpu_numa.setdefault(cpu_id, numa_id)
+            cpu_core.setdefault(cpu_id, cpu_id)
+            cpu_socket.setdefault(cpu_id, numa_id)
+    online = frozenset().union(*online_by_numa.values()) if online_by_numa else frozenset()
+    allocatable = {c for c in online if c not in reserved}
+    core_threads_sets: dict[int, list[int]] = {}
+    for cpu_id in sorted(allocatable):
+        core_threads_sets.setdefault(cpu_core[cpu_id], []).append(cpu_id)
+    all_threads: dict[int, int] = {}
+    for cpu_id in online:
+        all_threads[cpu_core[cpu_id]] = all_threads.get(cpu_core[cpu_id], 0) + 1
+    threads_per_core = max(all_threads.values(), default=1)
+    numa_allocatable = {
+        n: frozenset(c for c in online_by_numa[n] if c in allocatable) for n in numa_ids
+    }
+    socket_allocatable: dict[int, set[int]] = {}
+    for cpu_id in allocatable:
+        socket_allocatable.setdefault(cpu_socket[cpu_id], set()).add(cpu_id)
+    cpu_bearing = tuple(n for n in numa_ids if numa_allocatable[n])
+    # Memory-only NUMA nodes (CXL expanders, GPU HBM on Grace systems, HBM flat mode)
+    # are not where a pod's ordinary memory should be bound; they serve pod memory only
+    # on a machine that has no CPU-bearing node at all.
+    memory_numa_ids = cpu_bearing or numa_ids
+    numa_hugepages: dict[tuple[int, str], int] = {}
+    for node in spec.numa_nodes:
+        for size, pages in node.hugepages.items():
+            numa_hugepages[(node.id, size)] = pages * parse_bytes(size)
+    gpu_bandwidth: dict[tuple[int, int], float] = {}
+    for link in spec.gpu_links:
+        bandwidth = link.bandwidth_g_bps or float(link.links)
+        gpu_bandwidth[(link.a, link.b)] = bandwidth
+        gpu_bandwidth[(link.b, link.a)] = bandwidth
+    distances: dict[tuple[int, int], int] = {}
+    for node in spec.numa_nodes:
+        for other, distance in node.distances.items():
+            distances[(node.id, int(other))] = distance or LOCAL_DISTANCE
+    return Tables(
+        numa_ids=numa_ids,
+        cpu_numa=cpu_numa,
+        cpu_core=cpu_core,
+        cpu_socket=cpu_socket,
+        core_threads={core: tuple(threads) for core, threads in core_threads_sets.items()},
+        whole_cores=frozenset(
+            core for core, threads in core_threads_sets.items() if len(threads) == all_threads[core]
+        ),
+        numa_allocatable=numa_allocatable,
+        socket_allocatable={s: frozenset(c) for s, c in socket_allocatable.items()},
+        threads_per_core=threads_per_core,
+        memory_numa_ids=memory_numa_ids,
+        memory_capacity={n.id: n.memory_bytes for n in spec.numa_nodes if n.id in memory_numa_ids},
+        cpu_capacity={n: len(c) for n, c in numa_allocatable.items() if c},
+        numa_memory={n.id: n.memory_bytes for n in spec.numa_nodes},
+        numa_hugepages=numa_hugepages,
+        gpu_numa={g.index: g.numa if g.numa in known else None for g in spec.gpus},
+        gpu_resource={g.index: g.resource for g in spec.gpus},
+        gpu_name={g.index: g.uuid or g.pci_bus_id or f"GPU-{g.index}" for g in spec.gpus},
+        gpu_bandwidth=gpu_bandwidth,
+        nic_numa={n.name: n.numa if n.numa in known else None for n in spec.nics},
+        nic_resource={n.name: n.resource for n in spec.nics},
+        pci_rank={(p.gpu, p.nic): p.path.rank for p in spec.pci_paths},
+        distances=distances,
+    )

@@ -1,0 +1,266 @@
+"""Choose the topology sources for one node, read them, and combine them into one spec.
+
+Does I/O through the readers it calls. Two modes:
+
+  offline  `--hwloc-xml` and/or `--nvidia-smi-topo` name saved files: the spec comes
+           from them alone (hwloc for CPUs, NUMA nodes and PCI devices; nvidia-smi topo
+           for GPU links and GPU-NIC paths; with both, the second is merged into the
+           first by GPU index).
+  live     sysfs under `--sysfs-root`, then NVML (unless switched off), then the
+           kubelet's config and CPU manager state under the same root.
+
+Optional sources that are absent (no NVIDIA driver, no kubelet) become notices, not
+errors: the CPU and PCI topology is still worth printing and publishing.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+from pydantic import ValidationError
+
+from numatopo_engine.model import NumatopologySpec
+from numatopo_exporter.discovery.errors import DiscoveryError, SourceUnavailableError
+from numatopo_exporter.discovery.hostroot import HostRoot
+
+if TYPE_CHECKING:
+    from numatopo_exporter.discovery.kubelet import KubeletReading
+    from numatopo_exporter.discovery.nvml import GpuReading
+
+__all__ = ["DiscoverOptions", "Discovery", "Readers", "discover", "merge_offline"]
+
+
+@dataclass(frozen=True)
+class DiscoverOptions:
+    """What `numatopo inspect` (or the exporter) was asked to read."""
+
+    sysfs_root: Path = Path("/")
+    """Where the node's `/` is mounted: `/` on the node, `/host` in the DaemonSet."""
+    hwloc_xml: Path | None = None
+    """An `lstopo --of xml` file: offline analysis instead of the live node."""
+    nvidia_smi_topo: Path | None = None
+    """A saved `nvidia-smi topo -m` output: offline analysis instead of the live node."""
+    use_nvml: bool = True
+    """Ask the NVIDIA driver for GPUs and NVLinks (live mode only)."""
+    kubelet_config: Path | None = None
+    """The kubelet config file; None = the usual places under `sysfs_root`."""
+    kubelet_state: Path | None = None
+    """The CPU manager state file; None = the usual place under `sysfs_root`."""
+    node_name: str | None = None
+    """The Kubernetes node name; None = let the caller decide (hostname, sample name)."""
+
+    @property
+    def offline(self) -> bool:
+        return self.hwloc_xml is not None or self.nvidia_smi_topo is not None
+
+
+@dataclass(frozen=True)
+class Discovery:
+    """A node's spec plus what the user should know about how it was obtained."""
+
+    spec: NumatopologySpec
+    notices: list[str] = field(default_factory=list)
+
+
+# The readers are imported when called, so that `numatopo inspect --sample` does not pay
+# for pynvml, and so that tests can swap any of them for a fake.
+
+
+def _read_sysfs(root: HostRoot) -> NumatopologySpec:
+    from numatopo_exporter.discovery import sysfs
+
+    return sysfs.read_sysfs(root)
+
+
+def _read_nvml() -> GpuReading:
+    from numatopo_exporter.discovery import nvml
+
+    return nvml.read_nvml()
+
+
+def _read_hwloc_xml(path: Path) -> NumatopologySpec:
+    from numatopo_exporter.discovery import hwloc_xml
+
+    return hwloc_xml.read_hwloc_xml(path)
+
+
+def _read_nvidia_smi_topo(path: Path) -> NumatopologySpec:
+    from numatopo_exporter.discovery import nvidia_smi_topo
+
+    return nvidia_smi_topo.read_nvidia_smi_topo(path)
+
+
+def _read_kubelet(root: HostRoot, config: Path | None, state: Path | None) -> KubeletReading:
+    from numatopo_exporter.discovery import kubelet
+
+    return kubelet.read_kubelet(root, config=config, state=state)
+
+
+def _merge_gpu_reading(base: NumatopologySpec, reading: GpuReading) -> NumatopologySpec:
+    from numatopo_exporter.discovery import merge
+
+    return merge.merge_gpu_reading(base, reading)
+
+
+def _merge_kubelet(base: NumatopologySpec, reading: KubeletReading) -> NumatopologySpec:
+    from numatopo_exporter.discovery import merge
+
+    return merge.merge_kubelet(base, reading)
+
+
+@dataclass(frozen=True)
+class Readers:
+    """The sources `discover` calls; tests replace some with fakes."""
+
+    sysfs: Callable[[HostRoot], NumatopologySpec] = _read_sysfs
+    nvml: Callable[[], GpuReading] = _read_nvml
+    hwloc_xml: Callable[[Path], NumatopologySpec] = _read_hwloc_xml
+    nvidia_smi_topo: Callable[[Path], NumatopologySpec] = _read_nvidia_smi_topo
+    kubelet: Callable[[HostRoot, Path | None, Path | None], KubeletReading] = _read_kubelet
+    merge_gpu_reading: Callable[[NumatopologySpec, GpuReading], NumatopologySpec] = (
+        _merge_gpu_reading
+    )
+    merge_kubelet: Callable[[NumatopologySpec, KubeletReading], NumatopologySpec] = _merge_kubelet
+
+
+def discover(options: DiscoverOptions, *, readers: Readers | None = None) -> Discovery:
+    """Read the node (or the saved files) that `options` names.
+
+    Raises `DiscoveryError` (message names the file) when a required input is missing or
+    unreadable; optional sources that are absent are reported in `Discovery.notices`.
+    """
+    readers = readers or Readers()
+    notices: list[str] = []
+    try:
+        if options.offline:
+            spec = _discover_offline(options, readers, notices)
+        else:
+            spec = _discover_live(options, readers, notices)
+        spec = _apply_kubelet(spec, options, readers, notices)
+    except ValidationError as error:
+        # A reader or merge produced an inconsistent spec: the input contradicts itself.
+        first = error.errors()[0]
+        raise DiscoveryError(f"inconsistent topology: {first['msg']}") from None
+    return Discovery(spec=spec, notices=notices)
+
+
+def _require_file(path: Path, what: str) -> None:
+    if not path.exists():
+        raise DiscoveryError(f"no such {what} file", path)
+    if not path.is_file():
+        raise DiscoveryError(f"not a file (expected a {what} file)", path)
+
+
+def _discover_offline(
+    options: DiscoverOptions, readers: Readers, notices: list[str]
+) -> NumatopologySpec:
+    hwloc_spec = topo_spec = None
+    if options.hwloc_xml is not None:
+        _require_file(options.hwloc_xml, "hwloc XML")
+        hwloc_spec = readers.hwloc_xml(options.hwloc_xml)
+    if options.nvidia_smi_topo is not None:
+        _require_file(options.nvidia_smi_topo, "nvidia-smi topo")
+        topo_spec = readers.nvidia_smi_topo(options.nvidia_smi_topo)
+    if hwloc_spec is not None and topo_spec is not None:
+        notices.append(
+            "offline analysis: CPUs, NUMA nodes and PCI devices from the hwloc XML; "
+            "GPU links and GPU-NIC paths from nvidia-smi topo, matched by GPU index"
+        )
+        merged, mismatch = merge_offline(hwloc_spec, topo_spec)
+        notices.extend(mismatch)
+        return merged
+    spec = hwloc_spec or topo_spec
+    assert spec is not None  # offline means at least one file was given
+    return spec
+
+
+def _discover_live(
+    options: DiscoverOptions, readers: Readers, notices: list[str]
+) -> NumatopologySpec:
+    root = options.sysfs_root
+    if not root.is_dir():
+        raise DiscoveryError("no such directory (expected the root of a node's file system)", root)
+    spec = readers.sysfs(HostRoot(root))
+    if options.use_nvml:
+        try:
+            reading = readers.nvml()
+        except SourceUnavailableError as unavailable:
+            notices.append(str(unavailable))
+        else:
+            notices.extend(reading.notices)
+            spec = readers.merge_gpu_reading(spec, reading)
+    return spec
+
+
+def _apply_kubelet(
+    spec: NumatopologySpec, options: DiscoverOptions, readers: Readers, notices: list[str]
+) -> NumatopologySpec:
+    explicit = options.kubelet_config is not None or options.kubelet_state is not None
+    # A saved file says nothing about a kubelet; only read one when asked or live.
+    if options.offline and not explicit:
+        return spec
+    try:
+        reading = readers.kubelet(
+            HostRoot(options.sysfs_root), options.kubelet_config, options.kubelet_state
+        )
+    except SourceUnavailableError as unavailable:
+        if explicit:
+            raise
+        notices.append(f"{unavailable}; kubelet policies shown as defaults")
+        return spec
+    notices.extend(reading.notices)
+    return readers.merge_kubelet(spec, reading)
+
+
+def merge_offline(
+    hwloc: NumatopologySpec, topo: NumatopologySpec
+) -> tuple[NumatopologySpec, list[str]]:
+    """Merge a spec read from `nvidia-smi topo -m` into one read from hwloc XML.
+
+    hwloc is trusted for CPUs, NUMA nodes, GPUs' PCI identity and NICs; nvidia-smi topo
+    for GPU links, GPU-GPU paths and GPU-NIC paths. GPUs are matched by index; a GPU or
+    NIC only one side knows is kept. Returns the spec and notices about mismatches.
+    """
+    notices: list[str] = []
+    hwloc_gpus = {gpu.index: gpu for gpu in hwloc.gpus}
+    topo_gpus = {gpu.index: gpu for gpu in topo.gpus}
+    if hwloc.gpus and set(hwloc_gpus) != set(topo_gpus):
+        notices.append(
+            f"the hwloc XML lists {len(hwloc_gpus)} GPUs and nvidia-smi topo "
+            f"{len(topo_gpus)}; GPUs only one of them knows are kept as they are"
+        )
+    gpus = []
+    for index in sorted(set(hwloc_gpus) | set(topo_gpus)):
+        base, extra = hwloc_gpus.get(index), topo_gpus.get(index)
+        if base is None:
+            assert extra is not None
+            gpus.append(extra)
+            continue
+        if extra is not None and base.numa is None and extra.numa is not None:
+            base = base.model_copy(update={"numa": extra.numa})
+        gpus.append(base)
+    nic_names = {nic.name for nic in hwloc.nics}
+    nics = list(hwloc.nics) + [nic for nic in topo.nics if nic.name not in nic_names]
+    known_numa = {node.id for node in hwloc.numa_nodes}
+    gpus = [
+        gpu
+        if gpu.numa is None or not known_numa or gpu.numa in known_numa
+        # nvidia-smi topo's NUMA ids must not invent nodes hwloc does not have.
+        else gpu.model_copy(update={"numa": None})
+        for gpu in gpus
+    ]
+    merged = NumatopologySpec.model_validate(
+        {
+            **hwloc.model_dump(by_alias=False),
+            "gpus": [gpu.model_dump() for gpu in gpus],
+            "nics": [nic.model_dump() for nic in nics],
+            "gpu_links": [link.model_dump() for link in topo.gpu_links],
+            "gpu_paths": [path.model_dump() for path in topo.gpu_paths] or hwloc.gpu_paths,
+            "pci_paths": [path.model_dump() for path in topo.pci_paths] or hwloc.pci_paths,
+            "sources": list(dict.fromkeys([*hwloc.sources, *topo.sources])),
+        }
+    )
+    return merged, notices

@@ -1,0 +1,156 @@
+"""The kubelet's CPU / Topology Manager settings, from its files on the node.
+
+    /var/lib/kubelet/config.yaml        KubeletConfiguration (kubelet.config.k8s.io/v1beta1)
+    /var/lib/kubelet/cpu_manager_state  the CPU manager's checkpoint (JSON)
+
+Reserved CPUs are `reservedSystemCPUs` when set. With the static CPU manager and no
+explicit list the kubelet reserves ceil(kubeReserved.cpu + systemReserved.cpu) CPUs,
+chosen by topology when it starts; which ones is written nowhere, so the set stays
+empty and a notice gives the count. When the checkpoint exists, its `policyName` is
+the policy the kubelet actually runs (flags can override the file), so it wins.
+
+A missing file is normal (a kubelet configured by flags, a node without the static
+CPU manager): defaults plus a notice. A file that exists but does not parse is an
+error naming the file.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from numatopo_engine.cpuset import CPUSet, CPUSetParseError
+from numatopo_engine.model import Policies
+from numatopo_engine.quantity import QuantityError, parse_milli
+from numatopo_exporter.discovery.errors import DiscoveryError
+from numatopo_exporter.discovery.hostroot import HostRoot
+
+__all__ = ["CONFIG_PATH", "SOURCE", "STATE_PATH", "KubeletReading", "read_kubelet"]
+
+SOURCE = "kubelet"
+CONFIG_PATH = Path("/var/lib/kubelet/config.yaml")
+STATE_PATH = Path("/var/lib/kubelet/cpu_manager_state")
+
+
+@dataclass(frozen=True)
+class KubeletReading:
+    """Policies and reserved CPUs as the kubelet on this node sees them."""
+
+    policies: Policies = field(default_factory=Policies)
+    reserved_cpus: CPUSet = field(default_factory=CPUSet)
+    notices: list[str] = field(default_factory=list)
+
+
+def read_kubelet(
+    root: HostRoot, config: Path | None = None, state: Path | None = None
+) -> KubeletReading:
+    """Read both files under `root`; `config`/`state` are host paths overriding the defaults."""
+    config_file = root.join(config or CONFIG_PATH)
+    state_file = root.join(state or STATE_PATH)
+    notices: list[str] = []
+
+    settings = _load_config(config_file, notices)
+    policies = Policies(
+        cpu_manager_policy=_string(settings, "cpuManagerPolicy", "none", config_file),
+        topology_manager_policy=_string(settings, "topologyManagerPolicy", "none", config_file),
+        topology_manager_scope=_string(settings, "topologyManagerScope", "container", config_file),
+        topology_manager_policy_options=_options(settings, config_file),
+    )
+    reserved = _reserved(settings, config_file, policies.cpu_manager_policy, notices)
+
+    checkpoint = _load_state(state_file, notices)
+    if checkpoint is not None:
+        running = checkpoint.get("policyName")
+        if not isinstance(running, str) or not running:
+            raise DiscoveryError("CPU manager checkpoint has no policyName", state_file)
+        if running != policies.cpu_manager_policy:
+            notices.append(
+                f"{state_file}: the kubelet runs cpuManagerPolicy {running!r} "
+                f"(its config file says {policies.cpu_manager_policy!r}); using {running!r}"
+            )
+            policies = policies.model_copy(update={"cpu_manager_policy": running})
+    return KubeletReading(policies=policies, reserved_cpus=reserved, notices=notices)
+
+
+def _load_config(path: Path, notices: list[str]) -> dict[str, Any]:
+    try:
+        text = path.read_text(encoding="utf-8")
+    except FileNotFoundError:
+        notices.append(f"{path}: no kubelet config file; assuming the default policies (none)")
+        return {}
+    except OSError as exc:
+        raise DiscoveryError(f"cannot read kubelet config: {exc.strerror}", path) from exc
+    try:
+        data = yaml.safe_load(text)
+    except yaml.YAMLError as exc:
+        raise DiscoveryError(f"kubelet config is not valid YAML: {exc}", path) from exc
+    if data is None:
+        return {}
+    if not isinstance(data, dict):
+        raise DiscoveryError("kubelet config is not a YAML mapping", path)
+    kind = data.get("kind", "KubeletConfiguration")
+    if kind != "KubeletConfiguration":
+        raise DiscoveryError(f"expected kind KubeletConfiguration, found {kind!r}", path)
+    return data
+
+
+def _load_state(path: Path, notices: list[str]) -> dict[str, Any] | None:
+    try:
+        text = path.read_text(encoding="utf-8")
+    except FileNotFoundError:
+        notices.append(f"{path}: no CPU manager checkpoint; the config file's policy is used")
+        return None
+    except OSError as exc:
+        raise DiscoveryError(f"cannot read CPU manager checkpoint: {exc.strerror}", path) from exc
+    try:
+        data = json.loads(text)
+    except json.JSONDecodeError as exc:
+        raise DiscoveryError(f"CPU manager checkpoint is not valid JSON: {exc}", path) from exc
+    if not isinstance(data, dict):
+        raise DiscoveryError("CPU manager checkpoint is not a JSON object", path)
+    return data
+
+
+def _string(settings: dict[str, Any], key: str, default: str, path: Path) -> str:
+    value = settings.get(key, default)
+    if not isinstance(value, str):
+        raise DiscoveryError(f"{key} must be a string, found {value!r}", path)
+    return value
+
+
+def _options(settings: dict[str, Any], path: Path) -> dict[str, str]:
+    options = settings.get("topologyManagerPolicyOptions") or {}
+    if not isinstance(options, dict):
+        raise DiscoveryError("topologyManagerPolicyOptions must be a mapping", path)
+    # The kubelet takes these as strings ("true"); YAML may have typed them as booleans.
+    return {str(k): str(v).lower() if isinstance(v, bool) else str(v) for k, v in options.items()}
+
+
+def _reserved(settings: dict[str, Any], path: Path, cpu_policy: str, notices: list[str]) -> CPUSet:
+    explicit = settings.get("reservedSystemCPUs")
+    if explicit not in (None, ""):
+        try:
+            return CPUSet.parse(str(explicit))
+        except CPUSetParseError as exc:
+            raise DiscoveryError(f"reservedSystemCPUs: {exc}", path) from exc
+    if cpu_policy == "static":
+        milli = 0
+        for block in ("kubeReserved", "systemReserved"):
+            value = (settings.get(block) or {}).get("cpu")
+            if value is not None:
+                try:
+                    milli += parse_milli(value)
+                except QuantityError as exc:
+                    raise DiscoveryError(f"{block}.cpu: {exc}", path) from exc
+        count = math.ceil(milli / 1000)
+        notices.append(
+            f"{path}: static CPU manager without reservedSystemCPUs: the kubelet reserves "
+            f"{count} CPU(s) (ceil of kubeReserved.cpu + systemReserved.cpu) chosen at its "
+            "start; which ones is not recorded, so reservedCPUs is left empty"
+        )
+    return CPUSet()

@@ -1,0 +1,53 @@
+"""How many GB/s one NVLink carries, by GPU generation.
+
+Convention used everywhere in numatopo: `bandwidthGBps` is the *unidirectional*
+bandwidth of the bonded links, in GB/s (10^9 bytes), i.e. `links x per-link GB/s per
+direction`. NVIDIA's marketing figures are bidirectional (H100: "900 GB/s" = 18 links
+x 25 GB/s x 2 directions); ours are half of those.
+
+Per-link, per-direction rates (NVIDIA architecture whitepapers):
+
+    NVLink 1  Pascal P100          20 GB/s
+    NVLink 2  Volta V100           25 GB/s
+    NVLink 3  Ampere A100, A40     25 GB/s  (A100: 12 links = 300 GB/s)
+    NVLink 4  Hopper H100/H200/GH  25 GB/s  (H100: 18 links = 450 GB/s)
+    NVLink 5  Blackwell B100/B200  50 GB/s  (B200: 18 links = 900 GB/s)
+
+When the model is unknown (`nvidia-smi topo -m` prints no model names), 25 GB/s is
+assumed: it is right for every generation from Volta to Hopper.
+"""
+
+from __future__ import annotations
+
+__all__ = ["DEFAULT_LINK_GBPS", "link_gbps", "nvlink_bandwidth"]
+
+DEFAULT_LINK_GBPS = 25.0
+
+# Checked in order: the first marker found in the upper-cased model name wins.
+_GENERATIONS: tuple[tuple[str, float], ...] = (
+    ("GB200", 50.0),
+    ("B200", 50.0),
+    ("B100", 50.0),
+    ("P100", 20.0),
+    ("V100", 25.0),
+    ("A100", 25.0),
+    ("A800", 25.0),
+    ("H100", 25.0),
+    ("H800", 25.0),
+    ("H200", 25.0),
+    ("GH200", 25.0),
+)
+
+
+def link_gbps(model: str = "") -> float:
+    """Per-link, per-direction GB/s for a GPU model name such as `NVIDIA H100 80GB HBM3`."""
+    upper = model.upper()
+    for marker, rate in _GENERATIONS:
+        if marker in upper:
+            return rate
+    return DEFAULT_LINK_GBPS
+
+
+def nvlink_bandwidth(links: int, model: str = "") -> float:
+    """Unidirectional GB/s of `links` bonded NVLinks: `links x link_gbps(model)`."""
+    return links * link_gbps(model)

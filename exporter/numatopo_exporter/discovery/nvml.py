@@ -1,0 +1,279 @@
+"""NVIDIA GPUs, NVLinks and PCIe path classes from the driver, through NVML (pynvml).
+
+Tested by replaying recorded data (`nvml_recording`); not yet proven on a real GPU.
+Record a real machine with `python -m numatopo_exporter.discovery.nvml --record OUT.json`
+and drop the file into `tests/fixtures/nvml/` to make it part of the suite.
+
+What is read, per GPU (NVML index order = PCI bus order):
+  uuid, PCI bus id (normalised to `0000:18:00.0`), name, total memory, MIG mode,
+  NUMA node (`nvmlDeviceGetNumaNodeId`: only coherent platforms such as Grace
+  answer it; elsewhere None and the merge takes the node from sysfs),
+  every NVLink that is up and the PCI device at its other end, and
+  `nvmlDeviceGetTopologyCommonAncestor` for every GPU pair (-> `gpuPaths`).
+
+NVLinks that end at another GPU of this node are direct links. NVLinks that end at
+an NVIDIA device that is not one of our GPUs end at an NVSwitch; GPUs reaching
+switches are joined all-to-all (`nvlink_fabric.pair_links`). NVLinks to other
+vendors' devices (IBM POWER9 NPUs: a CPU link) are not GPU pairs and are skipped.
+
+A GPU whose calls fail is still listed with what could be read, plus a notice: one
+sick GPU (Xid 79, "GPU has fallen off the bus") must not hide the other seven.
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import sys
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from numatopo_engine.model import Gpu, GpuLink, GpuPath, LinkType, PathType
+from numatopo_exporter.discovery.errors import SourceUnavailableError
+from numatopo_exporter.discovery.nvlink_fabric import pair_links
+from numatopo_exporter.discovery.nvlink_speed import link_gbps
+from numatopo_exporter.discovery.pci_address import normalize_bus_id
+
+__all__ = ["NO_DRIVER", "SOURCE", "GpuReading", "main", "read_nvml"]
+
+SOURCE = "nvml"
+NO_DRIVER = "no NVIDIA driver (libnvidia-ml.so not loadable): GPU topology from NVML skipped"
+
+NVIDIA_VENDOR_ID = 0x10DE
+NVLINK_MAX_LINKS = 18  # used when the module does not say (pynvml >= 12.560 says 36)
+_FEATURE_ENABLED = 1
+_NO_DRIVER_ERRORS = ("NVMLError_LibraryNotFound", "NVMLError_DriverNotLoaded")
+_NOT_THERE_ERRORS = (
+    "NVMLError_NotSupported",
+    "NVMLError_InvalidArgument",
+    "NVMLError_FunctionNotFound",
+)
+# nvmlGpuTopologyLevel_t -> nvidia-smi's path class. INTERNAL is two GPUs on one board
+# (K80, Tesla M60): they share the board's PCIe switch.
+_TOPOLOGY_LEVELS = {
+    0: PathType.PIX,
+    10: PathType.PIX,
+    20: PathType.PXB,
+    30: PathType.PHB,
+    40: PathType.NODE,
+    50: PathType.SYS,
+}
+
+
+@dataclass(frozen=True)
+class GpuReading:
+    """What NVML says about this node's GPUs; `merge.merge_gpu_reading` folds it in."""
+
+    gpus: list[Gpu] = field(default_factory=list)
+    gpu_links: list[GpuLink] = field(default_factory=list)
+    gpu_paths: list[GpuPath] = field(default_factory=list)
+    driver_version: str = ""
+    notices: list[str] = field(default_factory=list)
+
+
+class _Session:
+    """One NVML session: calls that turn NVML errors into notices."""
+
+    def __init__(self, nvml: Any) -> None:
+        self.nvml = nvml
+        self.notices: list[str] = []
+
+    def _is(self, exc: BaseException, names: tuple[str, ...]) -> bool:
+        classes = tuple(c for n in names if isinstance(c := getattr(self.nvml, n, None), type))
+        return bool(classes) and isinstance(exc, classes)
+
+    def call(self, what: str, fn: Callable[..., Any], *args: Any, quiet: bool = False) -> Any:
+        """`fn(*args)`, or None when NVML fails; a notice unless the feature is simply absent."""
+        try:
+            return fn(*args)
+        except self.nvml.NVMLError as exc:
+            if not (quiet and self._is(exc, _NOT_THERE_ERRORS)):
+                self.notices.append(f"{what}: {_error_text(exc)}")
+            return None
+
+
+def read_nvml(nvml: Any | None = None) -> GpuReading:
+    """Read every GPU through `nvml` (the pynvml module, or a replay of a recording)."""
+    module = _import_pynvml() if nvml is None else nvml
+    try:
+        module.nvmlInit()
+    except module.NVMLError as exc:
+        if any(
+            isinstance(exc, c)
+            for n in _NO_DRIVER_ERRORS
+            if isinstance(c := getattr(module, n, None), type)
+        ):
+            raise SourceUnavailableError(NO_DRIVER) from exc
+        raise SourceUnavailableError(
+            f"NVML did not start ({_error_text(exc)}): GPU topology from NVML skipped"
+        ) from exc
+    try:
+        return _read(_Session(module))
+    finally:
+        with contextlib.suppress(module.NVMLError):
+            module.nvmlShutdown()
+
+
+def _import_pynvml() -> Any:
+    try:
+        import pynvml
+    except ImportError as exc:
+        raise SourceUnavailableError(NO_DRIVER + " (the pynvml package is not installed)") from exc
+    return pynvml
+
+
+def _error_text(exc: BaseException) -> str:
+    return str(exc) or type(exc).__name__
+
+
+def _text(value: str | bytes | None) -> str:
+    if isinstance(value, bytes):
+        return value.decode("utf-8", errors="replace")
+    return value or ""
+
+
+def _bus_id(info: Any) -> str:
+    raw = _text(getattr(info, "busId", ""))
+    try:
+        return normalize_bus_id(raw)
+    except ValueError:
+        return raw
+
+
+def _read(s: _Session) -> GpuReading:
+    nvml = s.nvml
+    driver = _text(s.call("nvmlSystemGetDriverVersion", nvml.nvmlSystemGetDriverVersion))
+    count = s.call("nvmlDeviceGetCount", nvml.nvmlDeviceGetCount) or 0
+    handles: dict[int, Any] = {}
+    gpus: list[Gpu] = []
+    for index in range(count):
+        handle = s.call(
+            f"GPU {index}: nvmlDeviceGetHandleByIndex",
+            nvml.nvmlDeviceGetHandleByIndex,
+            index,
+        )
+        if handle is None:
+            gpus.append(Gpu(index=index))
+            continue
+        handles[index] = handle
+        gpus.append(_read_gpu(s, index, handle))
+
+    by_bus = {g.pci_bus_id: g.index for g in gpus if g.pci_bus_id}
+    max_links = int(getattr(nvml, "NVML_NVLINK_MAX_LINKS", NVLINK_MAX_LINKS))
+    direct: dict[tuple[int, int], int] = {}
+    via_switch: dict[int, int] = {}
+    for index, handle in handles.items():
+        for remote in _active_link_ends(s, index, handle, max_links):
+            if remote.bus in by_bus:
+                key = (index, by_bus[remote.bus])
+                direct[key] = direct.get(key, 0) + 1
+            elif remote.vendor == NVIDIA_VENDOR_ID:
+                via_switch[index] = via_switch.get(index, 0) + 1
+    model = {g.index: g.model for g in gpus}
+    links = [
+        GpuLink(a=a, b=b, type=LinkType.NVLINK, links=n, bandwidth_g_bps=n * link_gbps(model[a]))
+        for (a, b), n in pair_links(direct, via_switch).items()
+    ]
+
+    paths: list[GpuPath] = []
+    ordered = sorted(handles)
+    for i, a in enumerate(ordered):
+        for b in ordered[i + 1 :]:
+            level = s.call(
+                f"GPUs {a}-{b}: nvmlDeviceGetTopologyCommonAncestor",
+                nvml.nvmlDeviceGetTopologyCommonAncestor,
+                handles[a],
+                handles[b],
+                quiet=True,
+            )
+            if level in _TOPOLOGY_LEVELS:
+                paths.append(GpuPath(a=a, b=b, path=_TOPOLOGY_LEVELS[level]))
+    return GpuReading(
+        gpus=gpus, gpu_links=links, gpu_paths=paths, driver_version=driver, notices=s.notices
+    )
+
+
+def _read_gpu(s: _Session, index: int, handle: Any) -> Gpu:
+    nvml = s.nvml
+    where = f"GPU {index}"
+    uuid = _text(s.call(f"{where}: nvmlDeviceGetUUID", nvml.nvmlDeviceGetUUID, handle))
+    pci = s.call(f"{where}: nvmlDeviceGetPciInfo", nvml.nvmlDeviceGetPciInfo, handle)
+    name = _text(s.call(f"{where}: nvmlDeviceGetName", nvml.nvmlDeviceGetName, handle))
+    memory = s.call(f"{where}: nvmlDeviceGetMemoryInfo", nvml.nvmlDeviceGetMemoryInfo, handle)
+    numa = s.call(
+        f"{where}: nvmlDeviceGetNumaNodeId",
+        nvml.nvmlDeviceGetNumaNodeId,
+        handle,
+        quiet=True,
+    )
+    mig = s.call(f"{where}: nvmlDeviceGetMigMode", nvml.nvmlDeviceGetMigMode, handle, quiet=True)
+    return Gpu(
+        index=index,
+        uuid=uuid,
+        pci_bus_id=_bus_id(pci) if pci is not None else "",
+        numa=numa if isinstance(numa, int) and numa >= 0 else None,
+        vendor="nvidia",
+        model=name,
+        memory_bytes=int(getattr(memory, "total", 0) or 0),
+        resource="nvidia.com/gpu",
+        mig_mode=None if mig is None else bool(mig[0] == _FEATURE_ENABLED),
+    )
+
+
+@dataclass(frozen=True)
+class _LinkEnd:
+    bus: str
+    vendor: int
+
+
+def _active_link_ends(s: _Session, index: int, handle: Any, max_links: int) -> list[_LinkEnd]:
+    nvml = s.nvml
+    ends: list[_LinkEnd] = []
+    for link in range(max_links):
+        state = s.call(
+            f"GPU {index} link {link}: nvmlDeviceGetNvLinkState",
+            nvml.nvmlDeviceGetNvLinkState,
+            handle,
+            link,
+            quiet=True,
+        )
+        if state != _FEATURE_ENABLED:
+            continue
+        remote = s.call(
+            f"GPU {index} link {link}: nvmlDeviceGetNvLinkRemotePciInfo",
+            nvml.nvmlDeviceGetNvLinkRemotePciInfo,
+            handle,
+            link,
+        )
+        if remote is not None:
+            device_id = int(getattr(remote, "pciDeviceId", 0) or 0)
+            ends.append(_LinkEnd(bus=_bus_id(remote), vendor=device_id & 0xFFFF))
+    return ends
+
+
+def main(argv: list[str] | None = None) -> int:
+    """`python -m numatopo_exporter.discovery.nvml --record OUT.json` on a GPU machine."""
+    parser = argparse.ArgumentParser(
+        prog="python -m numatopo_exporter.discovery.nvml",
+        description="Record every NVML call the numatopo NVML reader makes, for replay in tests.",
+    )
+    parser.add_argument("--record", type=Path, required=True, metavar="OUT.json")
+    parser.add_argument("--about", default="", help="what machine this is (kept in the file)")
+    args = parser.parse_args(argv)
+    from numatopo_exporter.discovery.nvml_recording import record
+
+    try:
+        reading = record(_import_pynvml(), args.record, about=args.about)
+    except SourceUnavailableError as exc:
+        print(f"numatopo: {exc}", file=sys.stderr)
+        return 1
+    print(f"recorded {len(reading.gpus)} GPUs, {len(reading.gpu_links)} GPU links -> {args.record}")
+    for notice in reading.notices:
+        print(f"notice: {notice}", file=sys.stderr)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

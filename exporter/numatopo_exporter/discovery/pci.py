@@ -1,0 +1,225 @@
+"""PCI devices from sysfs: which ones are GPUs, where they sit, and how far apart two are.
+
+Where a device sits
+-------------------
+`/sys/bus/pci/devices/<bus id>` is a symlink into the device tree, e.g.
+
+    /sys/devices/pci0000:00/0000:00:01.0/0000:01:00.0/0000:02:00.0/0000:03:00.0
+                 ^host bridge ^root port  ^switch up   ^switch down ^the device
+
+so the path itself is the chain of bridges from the host bridge (the CPU's PCIe root
+complex, `pci<domain>:<bus>`) down to the device. Nothing else is read to place it.
+
+NUMA locality of a device (first answer wins)
+---------------------------------------------
+1. its `numa_node`, when >= 0 and a NUMA node we know;
+2. its `local_cpulist` (or the `local_cpus` mask), when those CPUs all lie in one NUMA node;
+3. the same two steps for each bridge above it, walking up, then the host bridge's
+   `pci_bus/<domain:bus>/cpulistaffinity`;
+4. the only NUMA node, on a machine that has one; otherwise unknown (None).
+
+PCIe path class between two devices (`nvidia-smi topo -m` names, narrowest first)
+--------------------------------------------------------------------------------
+Let C be the deepest bridge both chains pass through, and hops(X) the number of
+bridges strictly between C and device X.
+
+    PIX   C exists and hops <= 1 for both: the two hang off the same bridge, or off two
+          downstream ports of the same PCIe switch (sysfs shows a switch as an upstream
+          port bridge with one downstream port bridge per slot; `nvidia-smi` and NVML's
+          NVML_TOPOLOGY_SINGLE call that "a single PCIe switch")
+    PXB   C exists but one device is deeper below it (nested switches), so the traffic
+          crosses several bridges without reaching the host bridge
+    PHB   no common bridge but the same host bridge `pci<domain>:<bus>`: the traffic
+          turns around in the CPU's root complex
+    NODE  different host bridges, both devices on the same (known) NUMA node
+    SYS   different host bridges on different NUMA nodes, or a locality is unknown
+"""
+
+from __future__ import annotations
+
+import os
+import re
+from collections.abc import Mapping
+from dataclasses import dataclass
+
+from numatopo_engine.cpuset import CPUSet
+from numatopo_engine.model import PathType
+from numatopo_exporter.discovery.errors import DiscoveryError
+from numatopo_exporter.discovery.sysfs_files import (
+    list_dir,
+    read_cpus,
+    read_optional,
+    read_text,
+)
+
+__all__ = [
+    "GPU_VENDORS",
+    "PciDevice",
+    "PciTree",
+    "gpu_vendor",
+    "path_class",
+]
+
+_BUS_ID = re.compile(r"^[0-9a-f]{4,}:[0-9a-f]{2}:[0-9a-f]{2}\.[0-7]$")
+_HOST_BRIDGE = re.compile(r"^pci[0-9a-f]{4,}:[0-9a-f]{2}$")
+
+NVIDIA = 0x10DE
+AMD = 0x1002
+
+#: PCI vendor id -> (vendor name in the spec, extended resource, accepted class codes
+#: without the programming-interface byte). Anything else with a display class (BMC
+#: VGA such as ASPEED or Matrox, virtio-gpu, Intel iGPUs) is not a GPU we schedule.
+GPU_VENDORS: Mapping[int, tuple[str, str, frozenset[int]]] = {
+    NVIDIA: ("nvidia", "nvidia.com/gpu", frozenset({0x0300, 0x0302})),
+    AMD: ("amd", "amd.com/gpu", frozenset({0x0300, 0x0380})),
+}
+
+
+def gpu_vendor(vendor: int, class_code: int) -> str | None:
+    """'nvidia' or 'amd' when (vendor, 24-bit class code) is a schedulable GPU, else None."""
+    known = GPU_VENDORS.get(vendor)
+    if known is None or class_code >> 8 not in known[2]:
+        return None
+    return known[0]
+
+
+@dataclass(frozen=True, slots=True)
+class PciDevice:
+    """One PCI function and where it sits in the device tree."""
+
+    bus_id: str
+    """`0000:18:00.0`, as the kernel names it (lower case)."""
+    path: str
+    """Absolute path of its directory under `<root>/sys/devices`."""
+    host_bridge: str
+    """The path of its host bridge directory (`.../pci0000:17`): one per root complex."""
+    bridges: tuple[str, ...]
+    """Bus ids of the bridges above it, host bridge side first (not the device itself)."""
+
+
+def path_class(a: PciDevice, b: PciDevice, numa_a: int | None, numa_b: int | None) -> PathType:
+    """The PCIe path class between two devices (rule in the module docstring)."""
+    if a.host_bridge != b.host_bridge:
+        if numa_a is not None and numa_a == numa_b:
+            return PathType.NODE
+        return PathType.SYS
+    chain_a = (*a.bridges, a.bus_id)
+    chain_b = (*b.bridges, b.bus_id)
+    common = 0
+    for x, y in zip(chain_a, chain_b, strict=False):
+        if x != y:
+            break
+        common += 1
+    if common == 0:
+        return PathType.PHB
+    # Bridges strictly between the common bridge and each device.
+    hops_a = len(chain_a) - common - 1
+    hops_b = len(chain_b) - common - 1
+    if max(hops_a, hops_b) <= 1:
+        return PathType.PIX
+    return PathType.PXB
+
+
+class PciTree:
+    """The PCI devices of one sysfs tree; attributes are read on demand and cached.
+
+    Only the directory listing and the symlinks are read up front: the sysfs reader
+    needs the class code of every device but the locality of only a few (GPUs, NICs).
+    """
+
+    def __init__(self, sys_dir: str) -> None:
+        self._sys_dir = sys_dir
+        self._devices_dir = os.path.join(sys_dir, "devices")
+        self.devices: dict[str, PciDevice] = {}
+        self.skipped: dict[str, str] = {}
+        """Bus id -> why it was left out (unresolvable link, outside the device tree)."""
+        self._locality: dict[str, int | None] = {}
+        listing = os.path.join(sys_dir, "bus", "pci", "devices")
+        for name in sorted(list_dir(listing)):
+            try:
+                self.devices[name] = self._resolve(os.path.join(listing, name), name)
+            except DiscoveryError as exc:
+                self.skipped[name] = str(exc)
+
+    def _resolve(self, link: str, bus_id: str) -> PciDevice:
+        try:
+            target = os.readlink(link)
+        except OSError:
+            # Not a symlink (a copied tree): the parent chain is unknown.
+            return PciDevice(bus_id, link, link, ())
+        real = os.path.normpath(os.path.join(os.path.dirname(link), target))
+        if not real.startswith(self._devices_dir + os.sep):
+            raise DiscoveryError(f"links outside {self._devices_dir} (to {target!r})", link)
+        if not os.path.isdir(real):
+            raise DiscoveryError(f"dangling symlink (to {target!r})", link)
+        parts = real[len(self._devices_dir) + 1 :].split(os.sep)
+        for index, part in enumerate(parts):
+            if _HOST_BRIDGE.match(part):
+                host_bridge = os.path.join(self._devices_dir, *parts[: index + 1])
+                bridges = tuple(p for p in parts[index + 1 : -1] if _BUS_ID.match(p))
+                return PciDevice(bus_id, real, host_bridge, bridges)
+        raise DiscoveryError(f"is not below a PCI host bridge (links to {target!r})", link)
+
+    def read_hex(self, bus_id: str, attribute: str) -> int:
+        """`vendor`, `device` or `class` of a device as an integer."""
+        path = os.path.join(self.devices[bus_id].path, attribute)
+        text = read_text(path)
+        try:
+            return int(text, 16)
+        except ValueError:
+            raise DiscoveryError(f"expected a hex number, found {text[:40]!r}", path) from None
+
+    def numa_of(self, bus_id: str, numa_cpus: Mapping[int, CPUSet]) -> int | None:
+        """The NUMA node of a device (rule in the module docstring), cached per device."""
+        if bus_id not in self._locality:
+            self._locality[bus_id] = self._find_numa(self.devices[bus_id], numa_cpus)
+        return self._locality[bus_id]
+
+    def _find_numa(self, device: PciDevice, numa_cpus: Mapping[int, CPUSet]) -> int | None:
+        # The device first, then each bridge above it, nearest first.
+        directories = [device.path]
+        parent = os.path.dirname(device.path)
+        for _ in device.bridges:
+            directories.append(parent)
+            parent = os.path.dirname(parent)
+        for directory in directories:
+            found = _numa_of_directory(directory, numa_cpus)
+            if found is not None:
+                return found
+        bus = os.path.basename(device.host_bridge)[3:]
+        affinity = os.path.join(device.host_bridge, "pci_bus", bus, "cpulistaffinity")
+        local = read_cpus(affinity, os.path.join(os.path.dirname(affinity), "cpuaffinity"))
+        if local is not None:
+            found = _node_holding(local, numa_cpus)
+            if found is not None:
+                return found
+        if len(numa_cpus) == 1:
+            return next(iter(numa_cpus))
+        return None
+
+
+def _numa_of_directory(directory: str, numa_cpus: Mapping[int, CPUSet]) -> int | None:
+    numa_path = os.path.join(directory, "numa_node")
+    numa_text = read_optional(numa_path)
+    if numa_text is not None:
+        try:
+            numa = int(numa_text)
+        except ValueError:
+            raise DiscoveryError(
+                f"expected a NUMA node id or -1, found {numa_text[:40]!r}", numa_path
+            ) from None
+        if numa >= 0 and numa in numa_cpus:
+            return numa
+    local = read_cpus(
+        os.path.join(directory, "local_cpulist"), os.path.join(directory, "local_cpus")
+    )
+    return None if local is None else _node_holding(local, numa_cpus)
+
+
+def _node_holding(cpus: CPUSet, numa_cpus: Mapping[int, CPUSet]) -> int | None:
+    """The one NUMA node whose CPUs include all of `cpus`, if there is exactly one."""
+    if not cpus:
+        return None
+    wanted = cpus.ids
+    holders = [numa for numa, node_cpus in numa_cpus.items() if wanted <= node_cpus.ids]
+    return holders[0] if len(holders) == 1 else None

@@ -1,0 +1,396 @@
+"""The sysfs reader: NUMA nodes, CPUs, GPUs and RDMA NICs of a node from `/sys` (+ `/proc`).
+
+`read_sysfs(root)` reads the tree under `root` (`/` on bare metal, `/host` in the
+DaemonSet, a gathered tree in tests) and returns a `NumatopologySpec` with
+`sources=["sysfs"]`. It needs no driver: GPU models, UUIDs and NVLinks come from NVML.
+
+What is read
+------------
+    devices/system/node/nodeN/{cpulist|cpumap, cpuM links, meminfo, distance,
+                               hugepages/hugepages-<size>kB/nr_hugepages}
+    devices/system/cpu/{online|cpuN/online}, cpuN/topology/{physical_package_id,
+                               thread_siblings_list|thread_siblings, core_siblings_list}
+    bus/pci/devices/*          -> class, vendor, numa_node, local_cpulist (see pci.py)
+    class/infiniband/<name>/{device, ports/1/link_layer, device/net/*}
+    /proc/meminfo, kernel/mm/hugepages/*   only on a machine without NUMA directories
+
+Rules
+-----
+* NUMA node ids are the kernel's (they need not be 0..N-1); a node may have memory and
+  no CPUs. Without `devices/system/node/node*` (older kernels, some arches) the machine
+  is one NUMA node 0 holding every CPU and /proc/meminfo's memory.
+* `NumaNode.cpus` holds online CPUs only. An offline CPU is still listed in `cpus` with
+  `online: false`; its NUMA node comes from the `nodeN/cpuM` link, its socket is that
+  of the node's online CPUs when they share one (else 0), and it is its own core.
+* `Cpu.core` is the lowest CPU id among the thread siblings, unique node-wide. A CPU's
+  siblings get their core and socket from the first sibling read, so each core's files
+  are read once. `physical_package_id` -1 (POWER, some ARM) numbers sockets by the
+  distinct `core_siblings` groups, lowest CPU first, as hwloc does.
+* `distances` are keyed by node id; the kernel writes the row in increasing node id order.
+* Huge pages are keyed by size with the largest binary unit that divides it:
+  2048 kB -> "2Mi", 1048576 kB -> "1Gi", 64 kB -> "64Ki".
+* GPUs are NVIDIA (0x10de, class 0x0300/0x0302) and AMD (0x1002, class 0x0300/0x0380)
+  functions; `index` is the position in PCI bus-id order within the vendor (what
+  CUDA_DEVICE_ORDER=PCI_BUS_ID and nvidia-smi use). The model wants unique indices, so
+  on a mixed node AMD GPUs are numbered after the NVIDIA ones.
+* `gpu_paths` (every GPU pair) and `pci_paths` (every GPU x NIC) use the PCIe path
+  class defined in pci.py.
+
+Broken input
+------------
+CPU and NUMA files are the core of the spec; guessing there would place pods on the
+wrong cores, so an unreadable or unparsable file (garbage in a cpulist, a directory
+where a file should be, a dangling symlink, a truncated number) raises a
+`DiscoveryError` naming the file. A missing optional file (`distance`, `hugepages`,
+`meminfo` on old kernels) leaves that field empty. A PCI or RDMA device that cannot
+be read is skipped with a logged warning: one bad device must not hide the node.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import re
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from itertools import combinations
+
+from numatopo_engine.cpuset import CPUSet
+from numatopo_engine.model import (
+    Cpu,
+    Gpu,
+    GpuPath,
+    Nic,
+    NumaNode,
+    NumatopologySpec,
+    PciPath,
+)
+from numatopo_exporter.discovery.errors import DiscoveryError
+from numatopo_exporter.discovery.hostroot import HostRoot
+from numatopo_exporter.discovery.pci import GPU_VENDORS, PciDevice, PciTree, gpu_vendor, path_class
+from numatopo_exporter.discovery.sysfs_files import (
+    list_dir,
+    read_cpulist,
+    read_cpus,
+    read_int,
+    read_optional,
+    read_text,
+)
+
+__all__ = ["hugepage_size_key", "read_sysfs"]
+
+logger = logging.getLogger(__name__)
+
+_NODE = re.compile(r"^node(\d+)$")
+_CPU = re.compile(r"^cpu(\d+)$")
+_HUGEPAGES = re.compile(r"^hugepages-(\d+)kB$")
+_MEMTOTAL = re.compile(r"MemTotal:\s*(\d+)\s*kB")
+
+
+def read_sysfs(root: HostRoot) -> NumatopologySpec:
+    """Read the node's topology from `root/sys` (and `root/proc`); see the module docstring."""
+    sys_dir = str(root.sys())
+    cpu_dir = os.path.join(sys_dir, "devices", "system", "cpu")
+    cpu_ids = sorted(int(m.group(1)) for m in map(_CPU.match, list_dir(cpu_dir)) if m)
+    if not cpu_ids:
+        raise DiscoveryError("no cpuN directories: not a sysfs tree?", cpu_dir)
+    online = _online_cpus(cpu_dir, cpu_ids)
+    nodes = _read_numa_nodes(sys_dir, str(root.proc()), cpu_ids)
+    cpus = _read_cpus(cpu_dir, cpu_ids, online, nodes)
+    numa_nodes = [
+        NumaNode(
+            id=node.id,
+            cpus=CPUSet(node.cpus & online),
+            memory_bytes=node.memory_bytes,
+            hugepages=node.hugepages,
+            distances=node.distances,
+        )
+        for node in nodes
+    ]
+    online_by_node = {node.id: node.cpus for node in numa_nodes}
+    pci = PciTree(sys_dir)
+    for bus_id, why in pci.skipped.items():
+        logger.warning("PCI device %s skipped: %s", bus_id, why)
+    gpus, gpu_devices = _read_gpus(pci, online_by_node)
+    nics, nic_devices = _read_nics(sys_dir, pci, online_by_node)
+    gpu_paths = [
+        GpuPath(
+            a=a.index,
+            b=b.index,
+            path=path_class(gpu_devices[a.index], gpu_devices[b.index], a.numa, b.numa),
+        )
+        for a, b in combinations(gpus, 2)
+    ]
+    pci_paths = [
+        PciPath(
+            gpu=gpu.index,
+            nic=nic.name,
+            path=path_class(gpu_devices[gpu.index], nic_devices[nic.name], gpu.numa, nic.numa),
+        )
+        for gpu in gpus
+        for nic in nics
+    ]
+    return NumatopologySpec(
+        numa_nodes=numa_nodes,
+        cpus=cpus,
+        gpus=gpus,
+        gpu_paths=gpu_paths,
+        nics=nics,
+        pci_paths=pci_paths,
+        sources=["sysfs"],
+    )
+
+
+def hugepage_size_key(size_kib: int) -> str:
+    """`2048` -> "2Mi", `1048576` -> "1Gi": the largest binary unit dividing the size."""
+    for unit, suffix in ((1 << 30, "Ti"), (1 << 20, "Gi"), (1 << 10, "Mi")):
+        if size_kib % unit == 0:
+            return f"{size_kib // unit}{suffix}"
+    return f"{size_kib}Ki"
+
+
+# -- CPUs -----------------------------------------------------------------------------
+
+
+def _online_cpus(cpu_dir: str, cpu_ids: list[int]) -> frozenset[int]:
+    """`cpu/online` when the kernel has it, else each `cpuN/online` (absent = online)."""
+    listed = os.path.join(cpu_dir, "online")
+    if os.path.lexists(listed):
+        return read_cpulist(listed).ids
+    online: set[int] = set()
+    for cpu in cpu_ids:
+        text = read_optional(os.path.join(cpu_dir, f"cpu{cpu}", "online"))
+        if text is None or text == "1":
+            online.add(cpu)
+        elif text != "0":
+            raise DiscoveryError(
+                f"expected 0 or 1, found {text[:40]!r}",
+                os.path.join(cpu_dir, f"cpu{cpu}", "online"),
+            )
+    return frozenset(online)
+
+
+def _read_cpus(
+    cpu_dir: str, cpu_ids: list[int], online: frozenset[int], nodes: list[_RawNode]
+) -> list[Cpu]:
+    numa_of = {cpu: node.id for node in nodes for cpu in node.cpus}
+    known = set(cpu_ids)
+    core_of: dict[int, int] = {}
+    socket_of: dict[int, int] = {}
+    # Sockets numbered by core_siblings groups, for kernels that say -1.
+    group_socket: dict[int, int] = {}
+    for cpu in cpu_ids:
+        if cpu not in online or cpu in core_of:
+            continue
+        topology = os.path.join(cpu_dir, f"cpu{cpu}", "topology")
+        if not os.path.isdir(topology):
+            # Some VMs and arches publish no topology: each CPU is its own core.
+            core_of[cpu], socket_of[cpu] = cpu, 0
+            continue
+        siblings = _siblings(topology, "thread_siblings") & known & online
+        siblings |= {cpu}
+        socket = read_int(os.path.join(topology, "physical_package_id"))
+        if socket < 0:
+            package = _siblings(topology, "core_siblings") | {cpu}
+            socket = group_socket.setdefault(min(package), len(group_socket))
+        core = min(siblings)
+        for sibling in siblings:
+            core_of[sibling], socket_of[sibling] = core, socket
+    rows: list[Cpu] = []
+    for cpu in cpu_ids:
+        numa = numa_of[cpu]
+        if cpu in online:
+            rows.append(Cpu(id=cpu, core=core_of[cpu], socket=socket_of[cpu], numa=numa))
+        else:
+            rows.append(
+                Cpu(
+                    id=cpu,
+                    core=cpu,
+                    socket=_socket_of_node(numa, numa_of, socket_of),
+                    numa=numa,
+                    online=False,
+                )
+            )
+    return rows
+
+
+def _siblings(topology: str, name: str) -> set[int]:
+    """`<name>_list` (kernel list) or, on older kernels, `<name>` (hex mask)."""
+    found = read_cpus(os.path.join(topology, f"{name}_list"), os.path.join(topology, name))
+    return set() if found is None else set(found.ids)
+
+
+def _socket_of_node(numa: int, numa_of: Mapping[int, int], socket_of: Mapping[int, int]) -> int:
+    """The socket an offline CPU most likely sits in: the one socket of its NUMA node."""
+    sockets = {socket for cpu, socket in socket_of.items() if numa_of.get(cpu) == numa}
+    return sockets.pop() if len(sockets) == 1 else 0
+
+
+# -- NUMA nodes -----------------------------------------------------------------------
+
+
+@dataclass
+class _RawNode:
+    id: int
+    cpus: frozenset[int]
+    """Every CPU of the node, online or not."""
+    memory_bytes: int = 0
+    hugepages: dict[str, int] = field(default_factory=dict)
+    distances: dict[str, int] = field(default_factory=dict)
+
+
+def _read_numa_nodes(sys_dir: str, proc_dir: str, cpu_ids: list[int]) -> list[_RawNode]:
+    node_dir = os.path.join(sys_dir, "devices", "system", "node")
+    entries = list_dir(node_dir)
+    ids = sorted(int(m.group(1)) for m in map(_NODE.match, entries) if m)
+    if not ids:
+        return [_single_node(sys_dir, proc_dir, cpu_ids)]
+    known = frozenset(cpu_ids)
+    nodes: list[_RawNode] = []
+    for numa in ids:
+        directory = os.path.join(node_dir, f"node{numa}")
+        names = list_dir(directory)
+        linked = {int(m.group(1)) for m in map(_CPU.match, names) if m}
+        found = read_cpus(os.path.join(directory, "cpulist"), os.path.join(directory, "cpumap"))
+        if found is None:
+            raise DiscoveryError(
+                "is missing (and so is cpumap)", os.path.join(directory, "cpulist")
+            )
+        listed = found.ids
+        node = _RawNode(id=numa, cpus=frozenset((listed | linked) & known))
+        if "meminfo" in names:
+            node.memory_bytes = _memtotal(os.path.join(directory, "meminfo"))
+        elif len(ids) == 1:
+            # Some kernels publish no per-node meminfo; on one node it is all the memory.
+            node.memory_bytes = _proc_memtotal(proc_dir)
+        if "hugepages" in names:
+            node.hugepages = _hugepages(os.path.join(directory, "hugepages"))
+        if "distance" in names:
+            node.distances = _distances(os.path.join(directory, "distance"), ids)
+        nodes.append(node)
+    orphans = known.difference(*(node.cpus for node in nodes))
+    if orphans:
+        # A CPU must sit on some node for the spec to be usable; the kernel always
+        # lists every CPU, so this is a damaged tree and the first CPU node a guess.
+        home = next((node for node in nodes if node.cpus), nodes[0])
+        home.cpus |= orphans
+        logger.warning(
+            "CPUs %s are in no NUMA node's cpulist; placing them on node %d",
+            CPUSet(orphans),
+            home.id,
+        )
+    return nodes
+
+
+def _single_node(sys_dir: str, proc_dir: str, cpu_ids: list[int]) -> _RawNode:
+    memory = _proc_memtotal(proc_dir)
+    hugepages = _hugepages(os.path.join(sys_dir, "kernel", "mm", "hugepages"))
+    return _RawNode(
+        id=0, cpus=frozenset(cpu_ids), memory_bytes=memory, hugepages=hugepages, distances={"0": 10}
+    )
+
+
+def _proc_memtotal(proc_dir: str) -> int:
+    meminfo = os.path.join(proc_dir, "meminfo")
+    return _memtotal(meminfo) if os.path.lexists(meminfo) else 0
+
+
+def _memtotal(path: str) -> int:
+    match = _MEMTOTAL.search(read_text(path))
+    if match is None:
+        raise DiscoveryError("has no 'MemTotal: <n> kB' line", path)
+    return int(match.group(1)) * 1024
+
+
+def _hugepages(directory: str) -> dict[str, int]:
+    counts: dict[str, int] = {}
+    for name in list_dir(directory):
+        match = _HUGEPAGES.match(name)
+        if match is None:
+            continue
+        count = read_int(os.path.join(directory, name, "nr_hugepages"))
+        if count < 0:
+            raise DiscoveryError(
+                f"negative page count {count}", os.path.join(directory, name, "nr_hugepages")
+            )
+        counts[hugepage_size_key(int(match.group(1)))] = count
+    return dict(sorted(counts.items(), key=lambda item: _size_order(item[0])))
+
+
+def _size_order(key: str) -> int:
+    scale = {"Ki": 1, "Mi": 1 << 10, "Gi": 1 << 20, "Ti": 1 << 30}[key[-2:]]
+    return int(key[:-2]) * scale
+
+
+def _distances(path: str, ids: list[int]) -> dict[str, int]:
+    text = read_text(path)
+    fields = text.split()
+    if not all(f.isdigit() for f in fields) or len(fields) != len(ids):
+        raise DiscoveryError(
+            f"expected {len(ids)} distances (one per NUMA node {ids}), found {text[:80]!r}", path
+        )
+    return {str(numa): int(value) for numa, value in zip(ids, fields, strict=True)}
+
+
+# -- GPUs and NICs --------------------------------------------------------------------
+
+
+def _read_gpus(
+    pci: PciTree, numa_cpus: Mapping[int, CPUSet]
+) -> tuple[list[Gpu], dict[int, PciDevice]]:
+    by_vendor: dict[str, list[str]] = {}
+    for bus_id in pci.devices:
+        try:
+            class_code = pci.read_hex(bus_id, "class")
+            if class_code >> 16 != 0x03:
+                continue
+            vendor = gpu_vendor(pci.read_hex(bus_id, "vendor"), class_code)
+        except DiscoveryError as exc:
+            logger.warning("PCI device %s skipped: %s", bus_id, exc)
+            continue
+        if vendor is not None:
+            by_vendor.setdefault(vendor, []).append(bus_id)
+    gpus: list[Gpu] = []
+    devices: dict[int, PciDevice] = {}
+    for vendor_name, resource, _ in GPU_VENDORS.values():
+        for bus_id in by_vendor.get(vendor_name, []):  # already in bus-id order
+            try:
+                numa = pci.numa_of(bus_id, numa_cpus)
+            except DiscoveryError as exc:
+                logger.warning("GPU %s: NUMA locality unknown: %s", bus_id, exc)
+                numa = None
+            index = len(gpus)
+            gpus.append(
+                Gpu(
+                    index=index, pci_bus_id=bus_id, numa=numa, vendor=vendor_name, resource=resource
+                )
+            )
+            devices[index] = pci.devices[bus_id]
+    return gpus, devices
+
+
+def _read_nics(
+    sys_dir: str, pci: PciTree, numa_cpus: Mapping[int, CPUSet]
+) -> tuple[list[Nic], dict[str, PciDevice]]:
+    class_dir = os.path.join(sys_dir, "class", "infiniband")
+    nics: list[Nic] = []
+    devices: dict[str, PciDevice] = {}
+    for name in sorted(list_dir(class_dir)):
+        link = os.path.join(class_dir, name, "device")
+        bus_id = os.path.basename(os.path.realpath(link)) if os.path.lexists(link) else ""
+        if bus_id not in pci.devices:
+            # Software RDMA (rxe, siw) and non-PCI adapters (scif) have no PCI locality.
+            logger.info("RDMA device %s skipped: not a PCI device", name)
+            continue
+        try:
+            numa = pci.numa_of(bus_id, numa_cpus)
+            layer = read_optional(os.path.join(class_dir, name, "ports", "1", "link_layer"))
+            netdevs = sorted(list_dir(os.path.join(link, "net")))
+        except DiscoveryError as exc:
+            logger.warning("RDMA device %s skipped: %s", name, exc)
+            continue
+        nics.append(
+            Nic(name=name, pci_bus_id=bus_id, numa=numa, link_layer=layer or "", netdevs=netdevs)
+        )
+        devices[name] = pci.devices[bus_id]
+    return nics, devices

@@ -1,0 +1,109 @@
+"""Reading single sysfs/procfs files, with every failure turned into a `DiscoveryError`.
+
+The sysfs reader runs on every resync of every node, so these helpers work on plain
+`str` paths and `os` calls (no `pathlib` objects in the hot loops), read each file
+once, and never raise anything but `DiscoveryError` for bad input: an `OSError`
+(missing file, a directory where a file should be, a dangling symlink, EIO from a
+driver) or unparsable content both come out as a message that names the file.
+"""
+
+from __future__ import annotations
+
+import os
+
+from numatopo_engine.cpuset import CPUSet, CPUSetParseError
+from numatopo_exporter.discovery.errors import DiscoveryError
+
+__all__ = [
+    "list_dir",
+    "read_cpulist",
+    "read_cpumask",
+    "read_cpus",
+    "read_int",
+    "read_optional",
+    "read_text",
+]
+
+
+def read_text(path: str) -> str:
+    """The whole file, stripped; a `DiscoveryError` naming the file if it cannot be read."""
+    try:
+        return _read(path)
+    except OSError as exc:
+        raise DiscoveryError(f"cannot read: {exc.strerror or exc}", path) from None
+
+
+def read_optional(path: str) -> str | None:
+    """The file's text, or None when it does not exist (an older kernel, another arch).
+
+    A path that exists but cannot be read (a directory, a dangling symlink, EIO) is
+    still an error.
+    """
+    try:
+        return _read(path)
+    except FileNotFoundError:
+        if os.path.lexists(path):
+            raise DiscoveryError("dangling symlink", path) from None
+        return None
+    except OSError as exc:
+        raise DiscoveryError(f"cannot read: {exc.strerror or exc}", path) from None
+
+
+def _read(path: str) -> str:
+    with open(path, "rb") as handle:
+        data = handle.read()
+    try:
+        return data.decode("ascii").strip()
+    except UnicodeDecodeError:
+        raise DiscoveryError("is not text (non-ASCII bytes)", path) from None
+
+
+def read_int(path: str, *, base: int = 10) -> int:
+    """A file holding one integer (`core_id`, `numa_node`; base 16 for `0x10de`)."""
+    text = read_text(path)
+    try:
+        return int(text, base)
+    except ValueError:
+        raise DiscoveryError(f"expected an integer, found {text[:40]!r}", path) from None
+
+
+def read_cpulist(path: str) -> CPUSet:
+    """A file in the kernel list format (`0-3,8`)."""
+    return _parse_cpus(read_text(path), path, mask=False)
+
+
+def read_cpumask(path: str) -> CPUSet:
+    """A file in the kernel hex bitmap format (`ff,00000001`), as older kernels write."""
+    return _parse_cpus(read_text(path), path, mask=True)
+
+
+def read_cpus(list_path: str, mask_path: str) -> CPUSet | None:
+    """The list-format file if it exists, else the mask-format one, else None.
+
+    Newer kernels write both (`cpulist` and `cpumap`, `thread_siblings_list` and
+    `thread_siblings`); older ones only the mask.
+    """
+    text = read_optional(list_path)
+    if text is not None:
+        return _parse_cpus(text, list_path, mask=False)
+    text = read_optional(mask_path)
+    if text is not None:
+        return _parse_cpus(text, mask_path, mask=True)
+    return None
+
+
+def _parse_cpus(text: str, path: str, *, mask: bool) -> CPUSet:
+    try:
+        return CPUSet.parse_mask(text) if mask else CPUSet.parse(text)
+    except CPUSetParseError as exc:
+        raise DiscoveryError(str(exc), path) from None
+
+
+def list_dir(path: str) -> list[str]:
+    """Entry names of a directory, or [] when it does not exist."""
+    try:
+        return os.listdir(path)
+    except FileNotFoundError:
+        return []
+    except OSError as exc:
+        raise DiscoveryError(f"cannot list directory: {exc.strerror or exc}", path) from None

@@ -1,0 +1,119 @@
+"""The GPU/NIC connection matrix, laid out like `nvidia-smi topo -m`. Pure.
+
+Cells, closest first: `X` (self), `NV#` (# bonded NVLinks) or `XGMI`, then the PCIe
+path classes PIX < PXB < PHB < NODE < SYS. A pair the spec says nothing about is `SYS`
+when the two devices sit on different known NUMA nodes (that is what SYS means) and
+`-` otherwise.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from numatopo_engine.model import NumatopologySpec, PathType
+from numatopo_exporter.render import text
+
+__all__ = ["Matrix", "build_matrix", "render_matrix"]
+
+SELF = "X"
+
+# Colours: direct links green, same PCIe switch cyan, through the CPU yellow, across
+# sockets red; the eye finds the good pairs before reading a single label.
+_CELL_COLORS = {"PIX": "36", "PXB": "36", "PHB": "33", "NODE": "33", "SYS": "31"}
+
+
+@dataclass(frozen=True)
+class Matrix:
+    """Row/column labels (`GPU0`.., `NIC0`..), the square of cells, and per-row affinity."""
+
+    labels: list[str]
+    cells: list[list[str]]
+    cpu_affinity: list[str]
+    numa_affinity: list[str]
+    nic_names: list[str]
+
+
+def build_matrix(spec: NumatopologySpec) -> Matrix:
+    """The matrix for the spec's GPUs (by index) then NICs (in spec order)."""
+    gpus = sorted(spec.gpus, key=lambda gpu: gpu.index)
+    links = {(link.a, link.b): text.link_label(link) for link in spec.gpu_links}
+    gpu_paths = {(path.a, path.b): path.path.value for path in spec.gpu_paths}
+    nic_paths = {(path.gpu, path.nic): path.path.value for path in spec.pci_paths}
+    numa_cpus = {node.id: str(node.cpus) or text.UNKNOWN for node in spec.numa_nodes}
+
+    # (kind, key, numa): key is the GPU index or the NIC name.
+    devices: list[tuple[str, int | str, int | None]] = [
+        ("GPU", gpu.index, gpu.numa) for gpu in gpus
+    ] + [("NIC", nic.name, nic.numa) for nic in spec.nics]
+    labels = [f"GPU{gpu.index}" for gpu in gpus] + [f"NIC{i}" for i in range(len(spec.nics))]
+
+    def cell(a: tuple[str, int | str, int | None], b: tuple[str, int | str, int | None]) -> str:
+        if a is b:
+            return SELF
+        found: str | None = None
+        if a[0] == "GPU" and b[0] == "GPU":
+            pair = (min(int(a[1]), int(b[1])), max(int(a[1]), int(b[1])))
+            found = links.get(pair) or gpu_paths.get(pair)
+        elif a[0] == "GPU" and b[0] == "NIC":
+            found = nic_paths.get((int(a[1]), str(b[1])))
+        elif a[0] == "NIC" and b[0] == "GPU":
+            found = nic_paths.get((int(b[1]), str(a[1])))
+        if found is not None:
+            return found
+        if a[2] is not None and b[2] is not None and a[2] != b[2]:
+            return PathType.SYS.value
+        return text.UNKNOWN
+
+    cells = [[cell(a, b) for b in devices] for a in devices]
+    return Matrix(
+        labels=labels,
+        cells=cells,
+        cpu_affinity=[
+            numa_cpus.get(numa, text.UNKNOWN) if numa is not None else text.UNKNOWN
+            for _, _, numa in devices
+        ],
+        numa_affinity=[text.UNKNOWN if numa is None else str(numa) for _, _, numa in devices],
+        nic_names=[nic.name for nic in spec.nics],
+    )
+
+
+def render_matrix(spec: NumatopologySpec, *, color: bool = False) -> list[str]:
+    """The matrix as lines of text, a legend and the NIC names; empty without GPUs/NICs."""
+    matrix = build_matrix(spec)
+    if not matrix.labels:
+        return []
+    header = ["", *matrix.labels, "CPU Affinity", "NUMA Affinity"]
+    rows = [header] + [
+        [label, *row, cpus, numa]
+        for label, row, cpus, numa in zip(
+            matrix.labels, matrix.cells, matrix.cpu_affinity, matrix.numa_affinity, strict=True
+        )
+    ]
+    size = len(matrix.labels)
+
+    def style(row: int, column: int, cell: str) -> str:
+        if row == 0 or column == 0:
+            return text.paint(cell, "1", color=color)
+        if column > size:
+            return cell
+        if cell == SELF:
+            return text.paint(cell, "2", color=color)
+        if cell.startswith(("NV", "XGMI")):
+            return text.paint(cell, "32", color=color)
+        return text.paint(cell, _CELL_COLORS.get(cell, "0"), color=color)
+
+    lines = text.align_rows(rows, style=style)
+    lines += [
+        "",
+        "Legend:",
+        "  X    = self",
+        "  NV#  = a bonded set of # NVLinks       XGMI = AMD Infinity Fabric link",
+        "  PIX  = at most one PCIe bridge         PXB  = several PCIe bridges, no host bridge",
+        "  PHB  = through a PCIe host bridge      NODE = across host bridges in one NUMA node",
+        "  SYS  = across the link between NUMA nodes (QPI/UPI)",
+        f"  {text.UNKNOWN}    = not reported by the sources",
+    ]
+    if matrix.nic_names:
+        lines += ["", "NIC Legend:", ""]
+        lines += [f"  NIC{i}: {name}" for i, name in enumerate(matrix.nic_names)]
+    return lines

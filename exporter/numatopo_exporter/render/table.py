@@ -1,0 +1,125 @@
+"""The `numatopo inspect` summary a person reads: node, kubelet policies, one row per
+NUMA node, SLIT distances, the GPU/NIC matrix and the notices. Pure."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+from numatopo_engine.model import Numatopology, NumatopologySpec, Policies
+from numatopo_exporter.render import matrix, text
+
+__all__ = ["render_table"]
+
+# The name the kubelet reader gives itself in `spec.sources`.
+KUBELET_SOURCE = "kubelet"
+
+
+def render_table(
+    topology: Numatopology, *, notices: Sequence[str] = (), color: bool = False
+) -> str:
+    """Everything `inspect` knows about the node, as aligned plain text ending in a newline."""
+    spec = topology.spec
+
+    def bold(words: str) -> str:
+        return text.paint(words, "1", color=color)
+
+    lines = [
+        f"{bold('Node ' + topology.metadata.name)}   sources: {text.format_ids(spec.sources)}",
+        *_summary(spec),
+        "",
+        *_numa_rows(spec, color=color),
+    ]
+    distances = _distance_rows(spec, color=color)
+    if distances:
+        lines += ["", bold("NUMA distances"), *distances]
+    topo_lines = matrix.render_matrix(spec, color=color)
+    if topo_lines:
+        lines += ["", bold("GPU/NIC topology"), *topo_lines]
+    if notices:
+        lines.append("")
+        lines += [text.paint("notice:", "33", color=color) + " " + notice for notice in notices]
+    return "\n".join(lines) + "\n"
+
+
+def _summary(spec: NumatopologySpec) -> list[str]:
+    capacity = spec.capacity
+    sockets = {cpu.socket for cpu in spec.cpus}
+    counts = [
+        text.count(len(sockets), "socket") if sockets else "",
+        text.count(capacity.numa_nodes, "NUMA node"),
+        text.count(capacity.cpus, "CPU"),
+        text.count(capacity.gpus, "GPU"),
+        text.count(capacity.nics, "NIC"),
+        f"{text.format_bytes(capacity.memory_bytes)} memory" if capacity.memory_bytes else "",
+    ]
+    return text.align_rows(
+        [
+            ["Capacity", ", ".join(c for c in counts if c)],
+            ["Kubelet", _policies(spec)],
+            ["Reserved CPUs", str(spec.reserved_cpus) or text.UNKNOWN],
+        ]
+    )
+
+
+def _policies(spec: NumatopologySpec) -> str:
+    policies = spec.policies
+    if KUBELET_SOURCE not in spec.sources and policies == Policies():
+        # Saved files and nodes without a kubelet say nothing about its policies.
+        return "not read (no kubelet config among the sources)"
+    options = ",".join(
+        f"{key}={value}" for key, value in sorted(policies.topology_manager_policy_options.items())
+    )
+    scope = f"scope {policies.topology_manager_scope}" + (f", {options}" if options else "")
+    return (
+        f"cpuManagerPolicy {policies.cpu_manager_policy}, "
+        f"topologyManagerPolicy {policies.topology_manager_policy} ({scope})"
+    )
+
+
+def _numa_rows(spec: NumatopologySpec, *, color: bool) -> list[str]:
+    nodes = {node.id: node for node in spec.numa_nodes}
+    has_cpu_rows = bool(spec.cpus)
+    rows = [["NUMA", "CPUS", "CORES", "MEMORY", "HUGEPAGES", "GPUS", "NICS"]]
+    numa_keys: list[int | None] = list(text.numa_ids(spec))
+    if any(gpu.numa is None for gpu in spec.gpus) or any(nic.numa is None for nic in spec.nics):
+        numa_keys.append(None)
+    for numa in numa_keys:
+        node = nodes.get(numa) if numa is not None else None
+        gpus = sorted(gpu.index for gpu in spec.gpus if gpu.numa == numa)
+        nics = [nic.name for nic in spec.nics if nic.numa == numa]
+        cores = {cpu.core for cpu in spec.cpus if cpu.numa == numa and cpu.online}
+        rows.append(
+            [
+                text.UNKNOWN if numa is None else str(numa),
+                str(node.cpus) or text.UNKNOWN if node else text.UNKNOWN,
+                str(len(cores)) if has_cpu_rows and numa is not None else text.UNKNOWN,
+                text.format_bytes(node.memory_bytes) if node else text.UNKNOWN,
+                text.format_hugepages(node.hugepages) if node else text.UNKNOWN,
+                text.format_ids(gpus),
+                text.format_ids(nics),
+            ]
+        )
+    return text.align_rows(
+        rows,
+        right=(2,),
+        style=lambda row, _column, cell: text.paint(cell, "1", color=color) if row == 0 else cell,
+    )
+
+
+def _distance_rows(spec: NumatopologySpec, *, color: bool) -> list[str]:
+    """The SLIT matrix, only when there is more than one node and the source reports it."""
+    nodes = sorted(spec.numa_nodes, key=lambda node: node.id)
+    if len(nodes) < 2 or not any(node.distances for node in nodes):
+        return []
+    ids = [str(node.id) for node in nodes]
+    rows = [["", *ids]] + [
+        [str(node.id), *(str(node.distances.get(other, text.UNKNOWN)) for other in ids)]
+        for node in nodes
+    ]
+    return text.align_rows(
+        rows,
+        right=range(len(ids) + 1),
+        style=lambda row, column, cell: (
+            text.paint(cell, "1", color=color) if row == 0 or column == 0 else cell
+        ),
+    )

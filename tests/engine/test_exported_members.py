@@ -1,0 +1,16 @@
+"""The engine's facade exports exactly its public names (httpx style)."""
+
+from __future__ import annotations
+
+import numatopo_engine
+
+
+def test_all_lists_every_public_name() -> None:
+    public = sorted(
+        name
+        for name in vars(numatopo_engine)
+        if not name.startswith("_") and name not in {"annotations"}
+        and not isinstance(getattr(numatopo_engine, name), type(numatopo_engine))
+    )
+
+    assert sorted(numatopo_engine.__all__) == public
