@@ -82,6 +82,16 @@ def empty_directory(relative: str) -> Callable[[Path], None]:
     return mutate
 
 
+def forget_cpus_4_to_7(tree: Path) -> None:
+    """node0 lists only CPUs 0-3 (cpulist, cpumap and cpuN links) of the 8 the tree has."""
+    node = tree / NODE0
+    for cpu in range(4, 8):
+        (node / f"cpu{cpu}").unlink()
+    for name, content in (("cpulist", "0-3\n"), ("cpumap", "0f\n")):
+        (node / name).unlink()
+        (node / name).write_text(content)
+
+
 @pytest.mark.parametrize(
     ("tree", "mutate", "names", "why"),
     [
@@ -231,6 +241,13 @@ def gpu_numa(spec: NumatopologySpec) -> list[tuple[str, int | None]]:
             [("mlx4_0", 1)],
             "",
             id="numa-node-minus-one-falls-back-to-local-cpulist",
+        ),
+        pytest.param(
+            (GPU_TREE, forget_cpus_4_to_7),
+            lambda s: (str(s.numa_node(0).cpus), {c.numa for c in s.cpus}),
+            ("0-7", {0}),
+            "CPUs 4-7 are in no NUMA node's cpulist",
+            id="cpus-in-no-node-go-to-the-first-cpu-node",
         ),
         pytest.param(
             (GPU_TREE, remove(f"{NODE0}/distance")),

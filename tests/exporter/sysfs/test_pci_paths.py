@@ -203,3 +203,27 @@ def test_gpu_to_gpu_paths(dgx: NumatopologySpec) -> None:
 def test_round_trips_through_the_wire_format(dgx: NumatopologySpec) -> None:
     """The spec with GPUs, NICs and paths validates when read back from its JSON."""
     assert dgx == NumatopologySpec.model_validate(dgx.to_wire())
+
+
+def test_mixed_vendors_number_amd_after_nvidia(make_tree: MakeTree) -> None:
+    """Indices follow bus order per vendor; AMD GPUs continue after NVIDIA's so they stay unique."""
+    files: dict[str, str] = {}
+    links: dict[str, str] = {}
+    two_socket_host(files)
+    devices = [
+        ("pci0000:00/0000:00:01.0/0000:01:00.0", ("0x1002", "0x038000"), 0),
+        ("pci0000:00/0000:00:02.0/0000:02:00.0", ("0x10de", "0x030000"), 0),
+        ("pci0000:80/0000:80:01.0/0000:81:00.0", ("0x10de", "0x030200"), 1),
+    ]
+    for path, (vendor, class_code), numa in devices:
+        files[f"sys/devices/{path}/vendor"] = vendor
+        files[f"sys/devices/{path}/class"] = class_code
+        files[f"sys/devices/{path}/numa_node"] = str(numa)
+        links[f"sys/bus/pci/devices/{path.rsplit('/', 1)[1]}"] = f"../../../devices/{path}"
+    spec = read_sysfs(HostRoot(make_tree(files, links)))
+
+    assert [
+        (0, "0000:02:00.0", "nvidia", 0),
+        (1, "0000:81:00.0", "nvidia", 1),
+        (2, "0000:01:00.0", "amd", 0),
+    ] == [(g.index, g.pci_bus_id, g.vendor, g.numa) for g in spec.gpus]
