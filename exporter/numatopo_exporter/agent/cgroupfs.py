@@ -1,0 +1,171 @@
+"""The cpuset hierarchy on disk (I/O): detect it, find container cgroups, read and write.
+
+`--cgroup-root` is where cgroups are mounted (`/sys/fs/cgroup`). Detection, in order:
+  1. `<root>/cgroup.controllers` exists          -> cgroup v2, hierarchy at <root>
+  2. `<root>/cpuset/cpuset.cpus` exists           -> cgroup v1, hierarchy at <root>/cpuset
+  3. `<root>/cpuset.cpus` exists                  -> cgroup v1, hierarchy at <root>
+     (a cpuset mount point itself, or a test cgroup inside one)
+The driver is systemd when `kubepods.slice` exists under the hierarchy, else cgroupfs.
+
+On v2 an empty `cpuset.cpus` means "inherit from the parent", so what a cgroup
+effectively has is read from `cpuset.cpus.effective` in that case.
+"""
+
+from __future__ import annotations
+
+import errno
+import os
+from dataclasses import dataclass
+from pathlib import Path, PurePosixPath
+
+from numatopo_engine.cpuset import CPUSet, CPUSetParseError
+from numatopo_exporter.agent import cgroups
+from numatopo_exporter.agent.planning import Cpuset, CpusetWrite
+
+__all__ = [
+    "CgroupError",
+    "ContainerCgroup",
+    "Hierarchy",
+    "detect_hierarchy",
+]
+
+CPUS = "cpuset.cpus"
+MEMS = "cpuset.mems"
+
+
+class CgroupError(Exception):
+    """A cgroup file could not be read or written; the message names the file."""
+
+
+@dataclass(frozen=True)
+class ContainerCgroup:
+    path: PurePosixPath
+    pod_uid: str
+
+
+@dataclass(frozen=True)
+class Hierarchy:
+    root: Path
+    """The cpuset hierarchy's root directory."""
+    version: int
+    driver: cgroups.Driver
+
+    def dir(self, path: PurePosixPath) -> Path:
+        return self.root / path
+
+    # -- finding cgroups -------------------------------------------------------------
+
+    def find_pod(self, pod_uid: str, qos: cgroups.QosClass | None) -> PurePosixPath | None:
+        """The pod's cgroup; every tier is tried when the QoS class is unknown or wrong."""
+        order = list(cgroups.QosClass)
+        if qos is not None:
+            order.remove(qos)
+            order.insert(0, qos)
+        for tier in order:
+            path = cgroups.pod_dir(self.driver, tier, pod_uid)
+            if self.dir(path).is_dir():
+                return path
+        return None
+
+    def find_container(
+        self, pod_uid: str, qos: cgroups.QosClass | None, container: cgroups.ContainerId
+    ) -> PurePosixPath | None:
+        pod = self.find_pod(pod_uid, qos)
+        if pod is None:
+            return None
+        for name in cgroups.container_dir_names(container, self.driver):
+            if self.dir(pod / name).is_dir():
+                return pod / name
+        return None
+
+    def list_containers(self) -> list[ContainerCgroup]:
+        """Every container (and sandbox) cgroup of every pod, sorted by path."""
+        found: list[ContainerCgroup] = []
+        for tier in cgroups.tier_dirs(self.driver):
+            for pod_name in _subdirs(self.dir(tier)):
+                uid = cgroups.parse_pod_dir(pod_name, self.driver)
+                if uid is None:
+                    continue
+                for name in _subdirs(self.dir(tier / pod_name)):
+                    if "conmon" not in name:
+                        found.append(ContainerCgroup(tier / pod_name / name, uid))
+        return sorted(found, key=lambda c: str(c.path))
+
+    def ancestors(self, path: PurePosixPath) -> list[PurePosixPath]:
+        """The cgroups between the hierarchy root (excluded) and `path` (excluded), top first."""
+        parents = [p for p in path.parents if str(p) != "."]
+        return list(reversed(parents))
+
+    # -- cpusets ---------------------------------------------------------------------
+
+    def online(self) -> Cpuset:
+        """What the hierarchy's root may use: the node's online CPUs and memory nodes."""
+        return self.read(PurePosixPath("."))
+
+    def read(self, path: PurePosixPath) -> Cpuset:
+        return Cpuset(cpus=self._read_set(path, CPUS), mems=self._read_set(path, MEMS))
+
+    def _read_set(self, path: PurePosixPath, name: str) -> CPUSet:
+        directory = self.dir(path)
+        configured = _read_file(directory / name) if (directory / name).exists() else ""
+        if self.version == 2 and not configured.strip():
+            configured = _read_file(directory / f"{name}.effective")
+        try:
+            return CPUSet.parse(configured)
+        except CPUSetParseError as exc:
+            raise CgroupError(f"{directory / name}: {exc}") from None
+
+    def write(self, write: CpusetWrite) -> None:
+        target = self.dir(write.path) / write.file
+        try:
+            # One write(2) per value: a buffered write could split it. O_TRUNC is what
+            # `echo >` does; cgroupfs ignores it, a plain file (tests) needs it.
+            fd = os.open(target, os.O_WRONLY | os.O_TRUNC)
+            try:
+                os.write(fd, str(write.value).encode())
+            finally:
+                os.close(fd)
+        except OSError as exc:
+            hint = {
+                errno.EINVAL: "not a subset of the parent's cpuset, or offline CPUs",
+                errno.EBUSY: "a child cgroup still uses CPUs being removed",
+                errno.ENOENT: "no such cgroup (container gone, or cpuset controller off)",
+                errno.EACCES: "permission denied (the agent needs root and /sys/fs/cgroup rw)",
+            }.get(exc.errno or 0, exc.strerror or str(exc))
+            raise CgroupError(f"writing {write.value} to {target}: {hint}") from None
+
+
+def detect_hierarchy(cgroup_root: Path) -> Hierarchy:
+    if (cgroup_root / "cgroup.controllers").exists():
+        root, version = cgroup_root, 2
+    elif (cgroup_root / "cpuset" / CPUS).exists():
+        root, version = cgroup_root / "cpuset", 1
+    elif (cgroup_root / CPUS).exists():
+        root, version = cgroup_root, 1
+    else:
+        raise CgroupError(
+            f"{cgroup_root}: no cpuset hierarchy found (expected cgroup.controllers for v2, "
+            "or cpuset/cpuset.cpus for v1); check --cgroup-root"
+        )
+    systemd = (root / "kubepods.slice").is_dir()
+    return Hierarchy(
+        root=root,
+        version=version,
+        driver=cgroups.Driver.SYSTEMD if systemd else cgroups.Driver.CGROUPFS,
+    )
+
+
+def _subdirs(directory: Path) -> list[str]:
+    try:
+        return sorted(e.name for e in os.scandir(directory) if e.is_dir(follow_symlinks=False))
+    except FileNotFoundError:
+        return []
+    except OSError as exc:
+        raise CgroupError(f"{directory}: cannot list: {exc.strerror or exc}") from None
+
+
+def _read_file(path: Path) -> str:
+    try:
+        return path.read_text()
+    except OSError as exc:
+        raise CgroupError(f"{path}: cannot read: {exc.strerror or exc}") from None

@@ -1,0 +1,124 @@
+"""Where the kubelet puts pod and container cgroups (pure: names and paths only).
+
+Paths are relative to the root of the cpuset hierarchy (`/sys/fs/cgroup/cpuset` on
+cgroup v1, `/sys/fs/cgroup` on v2). The kubelet's two cgroup drivers name them:
+
+  tier        cgroupfs driver                  systemd driver
+  Guaranteed  kubepods/pod<uid>                kubepods.slice/kubepods-pod<uid_>.slice
+  Burstable   kubepods/burstable/pod<uid>      kubepods.slice/kubepods-burstable.slice/
+                                                 kubepods-burstable-pod<uid_>.slice
+  BestEffort  kubepods/besteffort/pod<uid>     (same with besteffort)
+
+where <uid_> is the pod UID with dashes turned into underscores (systemd reserves `-`
+for nesting). Below the pod, one cgroup per container (and one for the sandbox):
+
+  runtime      cgroupfs driver   systemd driver
+  containerd   <id>              cri-containerd-<id>.scope
+  CRI-O        crio-<id>         crio-<id>.scope
+  docker       <id>              docker-<id>.scope
+
+CRI-O also creates `crio-conmon-<id>.scope` for its monitor process: never a container.
+"""
+
+from __future__ import annotations
+
+import enum
+from dataclasses import dataclass
+from pathlib import PurePosixPath
+
+__all__ = [
+    "ContainerId",
+    "Driver",
+    "QosClass",
+    "container_dir_names",
+    "kubepods_dir",
+    "parse_container_id",
+    "parse_pod_dir",
+    "pod_dir",
+    "tier_dirs",
+]
+
+
+class Driver(enum.StrEnum):
+    CGROUPFS = "cgroupfs"
+    SYSTEMD = "systemd"
+
+
+class QosClass(enum.StrEnum):
+    """`status.qosClass` of a pod."""
+
+    GUARANTEED = "Guaranteed"
+    BURSTABLE = "Burstable"
+    BEST_EFFORT = "BestEffort"
+
+
+@dataclass(frozen=True)
+class ContainerId:
+    runtime: str
+    id: str
+
+    def __str__(self) -> str:
+        return f"{self.runtime}://{self.id}"
+
+
+def parse_container_id(text: str) -> ContainerId | None:
+    """`containerd://abc…` / `cri-o://abc…` from `status.containerStatuses[].containerID`;
+    None when the container has not started yet (empty) or the id is malformed."""
+    runtime, sep, ident = text.partition("://")
+    if not sep or not runtime or not ident or not ident.isalnum():
+        return None
+    return ContainerId(runtime=runtime, id=ident)
+
+
+def kubepods_dir(driver: Driver) -> PurePosixPath:
+    return PurePosixPath("kubepods.slice" if driver is Driver.SYSTEMD else "kubepods")
+
+
+def _tier_dir(driver: Driver, qos: QosClass) -> PurePosixPath:
+    top = kubepods_dir(driver)
+    if qos is QosClass.GUARANTEED:
+        return top
+    tier = qos.value.lower()
+    return top / (f"kubepods-{tier}.slice" if driver is Driver.SYSTEMD else tier)
+
+
+def tier_dirs(driver: Driver) -> list[PurePosixPath]:
+    """The directories that hold pod cgroups: kubepods itself (Guaranteed), then the tiers."""
+    return [_tier_dir(driver, qos) for qos in QosClass]
+
+
+def pod_dir(driver: Driver, qos: QosClass, pod_uid: str) -> PurePosixPath:
+    if driver is Driver.CGROUPFS:
+        return _tier_dir(driver, qos) / f"pod{pod_uid}"
+    prefix = "kubepods" if qos is QosClass.GUARANTEED else f"kubepods-{qos.value.lower()}"
+    return _tier_dir(driver, qos) / f"{prefix}-pod{pod_uid.replace('-', '_')}.slice"
+
+
+def parse_pod_dir(name: str, driver: Driver) -> str | None:
+    """The pod UID (with dashes) from a pod cgroup's directory name, else None."""
+    if driver is Driver.CGROUPFS:
+        return name[3:] if name.startswith("pod") and len(name) > 3 else None
+    if not name.endswith(".slice") or "-pod" not in name:
+        return None
+    uid = name[: -len(".slice")].rsplit("-pod", 1)[1]
+    return uid.replace("_", "-") or None
+
+
+def container_dir_names(container: ContainerId, driver: Driver) -> list[str]:
+    """Directory names the container's cgroup may have, most likely first.
+
+    The runtime in the id (`containerd://`) usually tells the naming, but every known
+    form is listed: the match is on the exact name, so a wrong guess costs nothing.
+    """
+    ident = container.id
+    if driver is Driver.SYSTEMD:
+        names = {
+            "containerd": f"cri-containerd-{ident}.scope",
+            "cri-o": f"crio-{ident}.scope",
+            "docker": f"docker-{ident}.scope",
+        }
+    else:
+        names = {"containerd": ident, "cri-o": f"crio-{ident}", "docker": ident}
+    first = names.get(container.runtime)
+    rest = sorted(set(names.values()) - {first} if first else set(names.values()))
+    return ([first] if first else []) + rest

@@ -1,0 +1,199 @@
+"""From assignments to ordered cpuset writes (pure).
+
+The kernel (cgroup v1) refuses a cpuset that is not a subset of its parent's (EINVAL)
+and a parent cpuset that no longer covers a child's (EBUSY). So the writes go in two
+phases:
+
+  1. widen, parents before children: every cgroup that needs something it lacks gets
+     `observed | desired` (it keeps what its children still use);
+  2. narrow, children before parents: every cgroup whose value is not yet the
+     desired one gets `desired`.
+
+After each single write every child is still a subset of its parent, and once both
+phases ran every cgroup holds its desired value. Planning again then yields no writes.
+
+Pools (the kubelet's words): EXCLUSIVE CPUs belong to one container with an exclusive
+assignment; the SHARED pool is every online CPU that is not exclusive, and every
+other container on the node (including the pod sandboxes) runs on it.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass
+from pathlib import PurePosixPath
+from typing import Literal
+
+from numatopo_engine.cpuset import CPUSet
+
+__all__ = [
+    "Cpuset",
+    "CpusetWrite",
+    "PlanError",
+    "Target",
+    "desire_cpusets",
+    "plan_writes",
+]
+
+CpusetFile = Literal["cpuset.cpus", "cpuset.mems"]
+
+
+class PlanError(ValueError):
+    """The desired state cannot be reached safely; the message says which cgroup and why."""
+
+
+@dataclass(frozen=True)
+class Cpuset:
+    """What a cgroup has: CPUs and memory (NUMA) nodes."""
+
+    cpus: CPUSet
+    mems: CPUSet
+
+
+@dataclass(frozen=True)
+class Target:
+    """What a cgroup should have; None leaves that file as it is."""
+
+    cpus: CPUSet | None = None
+    mems: CPUSet | None = None
+
+
+@dataclass(frozen=True)
+class CpusetWrite:
+    path: PurePosixPath
+    file: CpusetFile
+    value: CPUSet
+
+    def __str__(self) -> str:
+        return f"{self.path}/{self.file} = {self.value or '(empty)'}"
+
+
+def _select(
+    desired: Mapping[PurePosixPath, Target], file: CpusetFile
+) -> dict[PurePosixPath, CPUSet]:
+    if file == "cpuset.cpus":
+        return {p: t.cpus for p, t in desired.items() if t.cpus is not None}
+    return {p: t.mems for p, t in desired.items() if t.mems is not None}
+
+
+def _observed(
+    observed: Mapping[PurePosixPath, Cpuset], file: CpusetFile
+) -> dict[PurePosixPath, CPUSet]:
+    return {p: (c.cpus if file == "cpuset.cpus" else c.mems) for p, c in observed.items()}
+
+
+def _nearest_ancestor(
+    path: PurePosixPath, known: Mapping[PurePosixPath, object]
+) -> PurePosixPath | None:
+    for parent in path.parents:
+        if parent in known:
+            return parent
+    return None
+
+
+def _check(
+    file: CpusetFile, want: dict[PurePosixPath, CPUSet], have: dict[PurePosixPath, CPUSet]
+) -> None:
+    # 1. Only existing cgroups can be written.
+    # 2. A cgroup with tasks needs at least one CPU and one memory node.
+    # 3. Once done, every cgroup must be a subset of its nearest known ancestor
+    #    (what the kernel would otherwise refuse mid-way, or leave inconsistent).
+    for path, value in sorted(want.items()):
+        if path not in have:
+            raise PlanError(f"cgroup {path} does not exist")
+        if not value:
+            raise PlanError(f"{path}/{file} would be empty")
+    final = {**have, **want}
+    for path in sorted(final):
+        parent = _nearest_ancestor(path, final)
+        # Pairs the plan does not touch are the kernel's business (v2 does not enforce it).
+        if parent is None or (path not in want and parent not in want):
+            continue
+        missing = final[path] - final[parent]
+        if missing:
+            raise PlanError(
+                f"{path}/{file} would need {missing}, which its parent {parent} "
+                f"would not have ({final[parent] or 'empty'})"
+            )
+
+
+def plan_writes(
+    desired: Mapping[PurePosixPath, Target], observed: Mapping[PurePosixPath, Cpuset]
+) -> list[CpusetWrite]:
+    """The writes that take `observed` to `desired`, in a safe order; [] when converged.
+
+    `observed` must hold every cgroup named in `desired` and their ancestors and other
+    children that constrain them. Sorted by: phase (widen, then narrow), depth (top
+    first when widening, bottom first when narrowing), path, file (cpus before mems).
+    Raises `PlanError` when the end state would break the subset rule.
+    """
+    widen: list[CpusetWrite] = []
+    narrow: list[CpusetWrite] = []
+    files: tuple[CpusetFile, ...] = ("cpuset.cpus", "cpuset.mems")
+    for file in files:
+        want = _select(desired, file)
+        have = _observed(observed, file)
+        _check(file, want, have)
+        for path, value in want.items():
+            current = have[path]
+            if not value <= current:
+                current = current | value
+                widen.append(CpusetWrite(path, file, current))
+            if current != value:
+                narrow.append(CpusetWrite(path, file, value))
+    widen.sort(key=lambda w: (len(w.path.parts), str(w.path), w.file))
+    narrow.sort(key=lambda w: (-len(w.path.parts), str(w.path), w.file))
+    return widen + narrow
+
+
+def desire_cpusets(
+    *,
+    online: Cpuset,
+    containers: Iterable[PurePosixPath],
+    exclusive_targets: Mapping[PurePosixPath, Target],
+    numa_targets: Mapping[PurePosixPath, Target],
+    exclusive: CPUSet,
+    observed: Mapping[PurePosixPath, Cpuset],
+) -> dict[PurePosixPath, Target]:
+    """Targets for every container cgroup on the node, plus the ancestors to widen.
+
+    `exclusive_targets` are containers with exclusive CPUs; `numa_targets` containers
+    with `exclusive: false` (a NUMA node's CPUs), which are cut to the shared pool so
+    that they never run on another container's exclusive CPUs. `exclusive` is the union
+    of every exclusive assignment on the node, running or not. Every other container
+    gets the SHARED pool (its memory nodes are left alone). Ancestors (pod,
+    QoS tier, kubepods) are only ever widened, never narrowed: the kubelet owns them.
+    """
+    shared = online.cpus - exclusive
+    if not shared:
+        raise PlanError(
+            f"exclusive assignments take every online CPU ({online.cpus}); "
+            "nothing would be left for the shared pool"
+        )
+    targets: dict[PurePosixPath, Target] = {}
+    for path in containers:
+        if path in exclusive_targets:
+            targets[path] = exclusive_targets[path]
+        elif path in numa_targets:
+            target = numa_targets[path]
+            cpus = None if target.cpus is None else (target.cpus & shared) or shared
+            targets[path] = Target(cpus=cpus, mems=target.mems)
+        else:
+            targets[path] = Target(cpus=shared)
+    needs: dict[PurePosixPath, Cpuset] = {}
+    for path, target in targets.items():
+        for parent in path.parents:
+            if str(parent) == "." or parent not in observed:
+                continue
+            before = needs.get(parent, Cpuset(CPUSet(), CPUSet()))
+            needs[parent] = Cpuset(
+                cpus=before.cpus | (target.cpus or CPUSet()),
+                mems=before.mems | (target.mems or CPUSet()),
+            )
+    for parent, need in needs.items():
+        have = observed[parent]
+        cpus = None if need.cpus <= have.cpus else have.cpus | need.cpus
+        mems = None if need.mems <= have.mems else have.mems | need.mems
+        if cpus is not None or mems is not None:
+            targets[parent] = Target(cpus=cpus, mems=mems)
+    return targets

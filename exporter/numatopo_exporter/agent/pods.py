@@ -1,0 +1,152 @@
+"""Which assignments on this node to enforce (pure: pod bodies in, decisions out).
+
+The `numatopo.io/assignment` annotation is normally written by the operator, which
+never double-books. A hand-written (or stale) one may claim CPUs another pod already
+holds; the agent then enforces the older pod (by creation time, then namespace/name)
+and refuses the newer one, as the kubelet would refuse a conflicting CPU request.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from dataclasses import dataclass, field
+from typing import Any
+
+from pydantic import ValidationError
+
+from numatopo_engine.annotations import ASSIGNMENT, Assignment, ContainerAssignment
+from numatopo_engine.cpuset import CPUSet
+from numatopo_engine.errors import OverlapError
+from numatopo_engine.model import NumaNode, NumatopologySpec
+from numatopo_engine.state import NodeState
+from numatopo_exporter.agent import cgroups
+
+__all__ = ["PodAssignment", "Refusal", "RunningContainer", "select_assignments"]
+
+TERMINAL_PHASES = frozenset({"Succeeded", "Failed"})
+
+
+@dataclass(frozen=True)
+class RunningContainer:
+    name: str
+    container_id: cgroups.ContainerId
+
+
+@dataclass(frozen=True)
+class PodAssignment:
+    """A pod on this node whose assignment the agent enforces."""
+
+    uid: str
+    key: str
+    """`namespace/name`, as NodeState keys pods."""
+    qos: cgroups.QosClass | None
+    assignment: Assignment
+    annotation: str
+    """The raw annotation, to notice a changed assignment."""
+    running: list[RunningContainer] = field(default_factory=list)
+    body: dict[str, Any] = field(default_factory=dict, compare=False, repr=False)
+
+
+@dataclass(frozen=True)
+class Refusal:
+    """A pod whose assignment is not enforced, and why (for its Event)."""
+
+    uid: str
+    key: str
+    reason: str
+    message: str
+    annotation: str
+    body: dict[str, Any] = field(default_factory=dict, compare=False, repr=False)
+
+
+def _key(pod: dict[str, Any]) -> str:
+    meta = pod.get("metadata", {})
+    return f"{meta.get('namespace', '')}/{meta.get('name', '')}"
+
+
+def _running(pod: dict[str, Any]) -> list[RunningContainer]:
+    out: list[RunningContainer] = []
+    for status in (pod.get("status") or {}).get("containerStatuses") or []:
+        parsed = cgroups.parse_container_id(str(status.get("containerID") or ""))
+        if parsed is not None and "running" in (status.get("state") or {}):
+            out.append(RunningContainer(name=str(status.get("name")), container_id=parsed))
+    return sorted(out, key=lambda c: c.name)
+
+
+def _qos(pod: dict[str, Any]) -> cgroups.QosClass | None:
+    try:
+        return cgroups.QosClass((pod.get("status") or {}).get("qosClass", ""))
+    except ValueError:
+        return None
+
+
+def _cpu_only(assignment: Assignment) -> Assignment:
+    # The agent enforces CPUs and memory nodes only, so only CPU double-booking
+    # concerns it; GPUs and memory bytes are the operator's to check.
+    return assignment.model_copy(
+        update={
+            "containers": {
+                name: ContainerAssignment(cpus=c.cpus, exclusive=c.exclusive, mems=c.mems)
+                for name, c in assignment.containers.items()
+            }
+        }
+    )
+
+
+def select_assignments(
+    pods: Iterable[dict[str, Any]], *, node_name: str, online: CPUSet
+) -> tuple[list[PodAssignment], list[Refusal]]:
+    """The pods of `node_name` to enforce, and the ones refused (invalid or overlapping).
+
+    Pods without the annotation and finished pods are in neither list. Both lists are
+    sorted by creation time, then `namespace/name`.
+    """
+    candidates: list[tuple[str, PodAssignment]] = []
+    refused: list[Refusal] = []
+    for pod in pods:
+        meta = pod.get("metadata", {})
+        text = (meta.get("annotations") or {}).get(ASSIGNMENT)
+        if text is None or (pod.get("status") or {}).get("phase") in TERMINAL_PHASES:
+            continue
+        if (pod.get("spec") or {}).get("nodeName") != node_name:
+            continue
+        uid, key = str(meta.get("uid", "")), _key(pod)
+        try:
+            assignment = Assignment.model_validate_json(text)
+        except ValidationError as exc:
+            problem = exc.errors()[0]
+            where = ".".join(str(p) for p in problem["loc"]) or "annotation"
+            refused.append(
+                Refusal(uid, key, "InvalidAssignment", f"{where}: {problem['msg']}", text, pod)
+            )
+            continue
+        if assignment.node != node_name:
+            message = (
+                f"the assignment is for node {assignment.node!r}, the pod runs on {node_name!r}"
+            )
+            refused.append(Refusal(uid, key, "WrongNode", message, text, pod))
+            continue
+        entry = PodAssignment(uid, key, _qos(pod), assignment, text, _running(pod), pod)
+        candidates.append((str(meta.get("creationTimestamp", "")), entry))
+    candidates.sort(key=lambda c: (c[0], c[1].key))
+
+    topology = NumatopologySpec(numa_nodes=[NumaNode(id=0, cpus=online)])
+    state = NodeState(topology)
+    accepted: list[PodAssignment] = []
+    for _, entry in candidates:
+        try:
+            state.apply(entry.key, _cpu_only(entry.assignment))
+        except OverlapError as exc:
+            refused.append(
+                Refusal(
+                    entry.uid,
+                    entry.key,
+                    "AssignmentOverlaps",
+                    str(exc),
+                    entry.annotation,
+                    entry.body,
+                )
+            )
+            continue
+        accepted.append(entry)
+    return accepted, refused

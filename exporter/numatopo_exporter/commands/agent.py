@@ -1,0 +1,93 @@
+"""`numatopo agent`: write the cpusets of this node's assigned pods (DaemonSet, root)."""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import logging
+import os
+import sys
+from pathlib import Path
+
+from numatopo_exporter import kube
+from numatopo_exporter.agent import kubelet
+from numatopo_exporter.agent.loop import AgentLoop
+from numatopo_exporter.agent.metrics import AgentMetrics
+from numatopo_exporter.daemon import metrics
+
+
+async def _serve(args: argparse.Namespace) -> int:
+    client = kube.KubeClient(args.api_url) if args.api_url else kube.KubeClient.from_cluster()
+    agent_metrics = AgentMetrics()
+    async with client:
+        loop = AgentLoop(
+            client,
+            node_name=args.node_name,
+            cgroup_root=args.cgroup_root,
+            kubelet_state=args.kubelet_state,
+            metrics=agent_metrics,
+            resync_seconds=args.resync_seconds,
+        )
+        runner = None
+        if args.metrics_port:
+            runner = await metrics.start_metrics_server(
+                agent_metrics.registry, port=args.metrics_port
+            )
+        try:
+            await loop.run()
+        finally:
+            if runner is not None:
+                await runner.cleanup()
+    return 0
+
+
+def run(args: argparse.Namespace) -> int:
+    logging.basicConfig(
+        level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s"
+    )
+    if not args.node_name:
+        print("numatopo agent: no node name: pass --node-name or set NODE_NAME", file=sys.stderr)
+        return 2
+    try:
+        return asyncio.run(_serve(args))
+    except kube.ApiError as exc:
+        print(f"numatopo agent: {exc}", file=sys.stderr)
+        return 2
+
+
+def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+    parser = subparsers.add_parser(
+        "agent", help="enforce CPU assignments in cgroup cpusets (DaemonSet)", description=__doc__
+    )
+    parser.add_argument(
+        "--cgroup-root",
+        type=Path,
+        default=Path("/sys/fs/cgroup"),
+        help="where cgroups are mounted (default /sys/fs/cgroup)",
+    )
+    parser.add_argument(
+        "--node-name",
+        default=os.environ.get("NODE_NAME", ""),
+        help="this node's name (default $NODE_NAME)",
+    )
+    parser.add_argument(
+        "--kubelet-state",
+        type=Path,
+        default=kubelet.DEFAULT_STATE_FILE,
+        help="the kubelet's cpu_manager_state (default %(default)s)",
+    )
+    parser.add_argument(
+        "--resync-seconds", type=float, default=10.0, help="drift check period (default 10)"
+    )
+    parser.add_argument(
+        "--api-url",
+        default="",
+        help="API server URL without auth (e.g. kubectl proxy); default: in-cluster",
+    )
+    parser.add_argument(
+        "--metrics-port",
+        type=int,
+        default=9102,
+        help="Prometheus /metrics port, 0 = off (default 9102)",
+    )
+    parser.set_defaults(func=run)

@@ -1,0 +1,206 @@
+"""Publishing `Numatopology/<node>`: the object to write (pure) and the publisher (API I/O).
+
+How the exporter writes (and why):
+  1. GET the object on every publish; compare the hash of the spec *found there* with
+     the hash of the spec just scanned. Hashing what is stored, rather than remembering
+     what was sent, also catches a hand edit (`kubectl edit`) or a deletion, so a resync
+     repairs both without a watch; the watch only makes the repair prompt.
+  2. Only when the hashes differ: server-side apply (field manager `numatopo-exporter`,
+     forced: this process owns the spec) of the whole object, with an ownerReference to
+     the Node so the object is garbage-collected with its node.
+  3. Only when the `Exported` condition would change (it names the hash and the scan
+     time of the published spec): a merge patch of the status subresource. A resync
+     that finds nothing new makes no write at all, which matters on large clusters.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import datetime
+import hashlib
+import json
+import logging
+import sys
+from collections.abc import Callable
+from typing import Any, Protocol, TextIO
+
+from pydantic import ValidationError
+
+from numatopo_engine.model import API_VERSION, KIND, NumatopologySpec
+from numatopo_exporter import kube
+from numatopo_exporter.daemon.backoff import Backoff
+
+__all__ = [
+    "EXPORTED",
+    "FIELD_MANAGER",
+    "HASH_ANNOTATION",
+    "PrintingSink",
+    "Publisher",
+    "Sink",
+    "build_object",
+    "plan_exported_condition",
+    "published_hash",
+    "spec_hash",
+]
+
+FIELD_MANAGER = "numatopo-exporter"
+HASH_ANNOTATION = "numatopo.io/spec-hash"
+EXPORTED = "Exported"
+
+logger = logging.getLogger("numatopo.exporter")
+
+
+def spec_hash(spec: NumatopologySpec) -> str:
+    """A short, stable content hash of the spec's wire form (key order does not matter)."""
+    canonical = json.dumps(spec.to_wire(), sort_keys=True, separators=(",", ":"))
+    return hashlib.sha256(canonical.encode()).hexdigest()[:16]
+
+
+def build_object(*, node_name: str, node_uid: str | None, spec: NumatopologySpec) -> dict[str, Any]:
+    """The whole object to apply; `node_uid` None leaves out the ownerReference (dry runs)."""
+    metadata: dict[str, Any] = {
+        "name": node_name,
+        "annotations": {HASH_ANNOTATION: spec_hash(spec)},
+    }
+    if node_uid is not None:
+        metadata["ownerReferences"] = [
+            {"apiVersion": "v1", "kind": "Node", "name": node_name, "uid": node_uid}
+        ]
+    return {"apiVersion": API_VERSION, "kind": KIND, "metadata": metadata, "spec": spec.to_wire()}
+
+
+def published_hash(obj: dict[str, Any], *, node_uid: str | None) -> str | None:
+    """The hash of the spec stored in `obj`; None if it is not a valid spec or not owned
+    by the node (both mean: publish again)."""
+    if node_uid is not None:
+        owners = obj.get("metadata", {}).get("ownerReferences") or []
+        if not any(o.get("kind") == "Node" and o.get("uid") == node_uid for o in owners):
+            return None
+    try:
+        return spec_hash(NumatopologySpec.model_validate(obj.get("spec") or {}))
+    except ValidationError:
+        return None
+
+
+def _rfc3339(timestamp: float) -> str:
+    moment = datetime.datetime.fromtimestamp(timestamp, datetime.UTC)
+    return moment.strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
+def plan_exported_condition(
+    conditions: list[dict[str, Any]], *, digest: str, scanned_at: float, now: float
+) -> list[dict[str, Any]] | None:
+    """The new `status.conditions` with `Exported` set for spec `digest`, or None when the
+    stored condition already says exactly that. Other conditions are kept as they are."""
+    message = f"spec {digest} published from the scan at {_rfc3339(scanned_at)}"
+    old = next((c for c in conditions if c.get("type") == EXPORTED), None)
+    if old is not None and old.get("status") == "True" and digest in str(old.get("message")):
+        return None
+    transition = (
+        old["lastTransitionTime"]
+        if old is not None and old.get("status") == "True" and old.get("lastTransitionTime")
+        else _rfc3339(now)
+    )
+    updated = {
+        "type": EXPORTED,
+        "status": "True",
+        "reason": "Published",
+        "message": message,
+        "lastTransitionTime": transition,
+    }
+    return [c for c in conditions if c.get("type") != EXPORTED] + [updated]
+
+
+class Sink(Protocol):
+    """Where a scanned spec goes: the API (`Publisher`) or stdout (`PrintingSink`)."""
+
+    async def publish(self, spec: NumatopologySpec, *, scanned_at: float) -> bool:
+        """Make the published spec equal `spec`; True if something was written."""
+        ...
+
+
+class PrintingSink:
+    """`--no-publish`: print the object that would be applied, once per distinct spec."""
+
+    def __init__(self, *, node_name: str, out: TextIO = sys.stdout) -> None:
+        self.node_name = node_name
+        self.out = out
+        self._last: str | None = None
+
+    async def publish(self, spec: NumatopologySpec, *, scanned_at: float) -> bool:
+        digest = spec_hash(spec)
+        if digest == self._last:
+            return False
+        self._last = digest
+        obj = build_object(node_name=self.node_name, node_uid=None, spec=spec)
+        self.out.write(json.dumps(obj, indent=2) + "\n")
+        self.out.flush()
+        return True
+
+
+class Publisher:
+    """Keeps `Numatopology/<node_name>` equal to the last scan, through `client`."""
+
+    def __init__(
+        self,
+        client: kube.KubeClient,
+        *,
+        node_name: str,
+        clock: Callable[[], float],
+    ) -> None:
+        self.client = client
+        self.node_name = node_name
+        self.clock = clock
+        self._node_uid: str | None = None
+        self.path = kube.numatopology_path(node_name)
+
+    async def node_uid(self) -> str:
+        if self._node_uid is None:
+            try:
+                node = await self.client.get(f"/api/v1/nodes/{self.node_name}")
+            except kube.ApiError as exc:
+                if exc.not_found:
+                    raise kube.ApiError(
+                        404, f"node {self.node_name!r} does not exist (check --node-name)"
+                    ) from None
+                raise
+            self._node_uid = str(node["metadata"]["uid"])
+        return self._node_uid
+
+    async def publish(self, spec: NumatopologySpec, *, scanned_at: float) -> bool:
+        uid = await self.node_uid()
+        digest = spec_hash(spec)
+        current = await self.client.get_optional(self.path)
+        wrote = False
+        if current is None or published_hash(current, node_uid=uid) != digest:
+            wanted = build_object(node_name=self.node_name, node_uid=uid, spec=spec)
+            current = await self.client.apply(self.path, wanted, field_manager=FIELD_MANAGER)
+            wrote = True
+            logger.info("published %s spec %s", self.path, digest)
+        conditions = (current.get("status") or {}).get("conditions") or []
+        planned = plan_exported_condition(
+            conditions, digest=digest, scanned_at=scanned_at, now=self.clock()
+        )
+        if planned is not None:
+            await self.client.patch(
+                kube.numatopology_path(self.node_name, subresource="status"),
+                {"status": {"conditions": planned}},
+            )
+            wrote = True
+        return wrote
+
+    async def watch(self, on_change: Callable[[], None], *, backoff: Backoff) -> None:
+        """Call `on_change` whenever our object is modified or deleted; runs until cancelled."""
+        params = {"fieldSelector": f"metadata.name={self.node_name}"}
+        while True:
+            try:
+                async for event in self.client.watch(kube.numatopology_path(), params=params):
+                    # Servers that ignore the field selector send every node's object.
+                    if event.object.get("metadata", {}).get("name") != self.node_name:
+                        continue
+                    backoff.reset()
+                    if event.type in ("MODIFIED", "DELETED"):
+                        on_change()
+            except kube.ApiError as exc:
+                logger.warning("watching %s: %s", self.path, exc)
+            await asyncio.sleep(backoff.next_delay())

@@ -1,0 +1,110 @@
+{{/* Chart name, shortened to what a label value can hold. */}}
+{{- define "numatopo.name" -}}
+{{- default .Chart.Name .Values.nameOverride | trunc 63 | trimSuffix "-" }}
+{{- end }}
+
+{{/* Resource name prefix; components append "-operator", "-node", "-scheduler". */}}
+{{- define "numatopo.fullname" -}}
+{{- if .Values.fullnameOverride }}
+{{- .Values.fullnameOverride | trunc 52 | trimSuffix "-" }}
+{{- else }}
+{{- $name := default .Chart.Name .Values.nameOverride }}
+{{- if contains $name .Release.Name }}
+{{- .Release.Name | trunc 52 | trimSuffix "-" }}
+{{- else }}
+{{- printf "%s-%s" .Release.Name $name | trunc 52 | trimSuffix "-" }}
+{{- end }}
+{{- end }}
+{{- end }}
+
+{{- define "numatopo.labels" -}}
+helm.sh/chart: {{ printf "%s-%s" .Chart.Name .Chart.Version | replace "+" "_" }}
+{{ include "numatopo.selectorLabels" . }}
+app.kubernetes.io/version: {{ .Chart.AppVersion | quote }}
+app.kubernetes.io/managed-by: {{ .Release.Service }}
+{{- end }}
+
+{{- define "numatopo.selectorLabels" -}}
+app.kubernetes.io/name: {{ include "numatopo.name" . }}
+app.kubernetes.io/instance: {{ .Release.Name }}
+{{- end }}
+
+{{- define "numatopo.image" -}}
+{{ .Values.image.repository }}:{{ .Values.image.tag | default .Chart.AppVersion }}
+{{- end }}
+
+{{- define "numatopo.operator.serviceAccountName" -}}
+{{- if .Values.operator.serviceAccount.create }}
+{{- default (printf "%s-operator" (include "numatopo.fullname" .)) .Values.operator.serviceAccount.name }}
+{{- else }}
+{{- required "operator.serviceAccount.name is required when operator.serviceAccount.create is false" .Values.operator.serviceAccount.name }}
+{{- end }}
+{{- end }}
+
+{{- define "numatopo.node.serviceAccountName" -}}
+{{- if .Values.node.serviceAccount.create }}
+{{- default (printf "%s-node" (include "numatopo.fullname" .)) .Values.node.serviceAccount.name }}
+{{- else }}
+{{- required "node.serviceAccount.name is required when node.serviceAccount.create is false" .Values.node.serviceAccount.name }}
+{{- end }}
+{{- end }}
+
+{{- define "numatopo.scheduler.serviceAccountName" -}}
+{{- if .Values.scheduler.serviceAccount.create }}
+{{- default (printf "%s-scheduler" (include "numatopo.fullname" .)) .Values.scheduler.serviceAccount.name }}
+{{- else }}
+{{- required "scheduler.serviceAccount.name is required when scheduler.serviceAccount.create is false" .Values.scheduler.serviceAccount.name }}
+{{- end }}
+{{- end }}
+
+{{/* The name of the kopf peering object the operator replicas share. */}}
+{{- define "numatopo.operator.peeringName" -}}
+{{- default (include "numatopo.fullname" .) .Values.operator.peering.name }}
+{{- end }}
+
+{{/* Where the scheduler reaches the extender: the operator Service (Ready = active replica). */}}
+{{- define "numatopo.operator.extenderURL" -}}
+http://{{ include "numatopo.fullname" . }}-operator.{{ .Release.Namespace }}.svc:{{ .Values.operator.extenderPort }}
+{{- end }}
+
+{{/* Value combinations that cannot work: fail the install with a message saying what to change. */}}
+{{- define "numatopo.validate" -}}
+{{- if and .Values.scheduler.enabled (not .Values.operator.enabled) }}
+{{- fail "scheduler.enabled needs operator.enabled: the scheduler profile calls the operator's extender" }}
+{{- end }}
+{{- if and (has "Deny" .Values.admission.validationActions) (has "Warn" .Values.admission.validationActions) }}
+{{- fail "admission.validationActions: Deny and Warn cannot be combined" }}
+{{- end }}
+{{- if and .Values.scheduler.enabled (ne .Values.scheduler.name .Values.operator.schedulerName) }}
+{{- fail (printf "scheduler.name (%s) and operator.schedulerName (%s) must be equal" .Values.scheduler.name .Values.operator.schedulerName) }}
+{{- end }}
+{{- if eq .Values.operator.extenderPort .Values.operator.metricsPort }}
+{{- fail "operator.extenderPort and operator.metricsPort must differ" }}
+{{- end }}
+{{- if and .Values.agent.enabled (eq (int .Values.exporter.metricsPort) (int .Values.agent.metricsPort)) }}
+{{- fail "exporter.metricsPort and agent.metricsPort must differ: both containers share the pod's network" }}
+{{- end }}
+{{- end }}
+
+{{/* The operator's rules on pods and Events (and namespaced kopf peering), shared by the
+cluster-wide ClusterRole and the per-namespace one. */}}
+{{- define "numatopo.operator.podRules" -}}
+# kopf lists and watches pods; kube.py reads one pod before deciding (get).
+- apiGroups: [""]
+  resources: [pods]
+  verbs: [get, list, watch, patch]
+# kube.py create_binding: the extender's bind verb binds the pod it placed.
+- apiGroups: [""]
+  resources: [pods/binding]
+  verbs: [create]
+# kube.py post_event: Assigned / Unsatisfiable / Invalid Events on pods.
+- apiGroups: [""]
+  resources: [events]
+  verbs: [create]
+{{- if .peering }}
+# kopf peering and leadership.py, one KopfPeering per watched namespace.
+- apiGroups: [kopf.dev]
+  resources: [kopfpeerings]
+  verbs: [get, list, watch, patch]
+{{- end }}
+{{- end }}

@@ -1,0 +1,390 @@
+"""Least privilege: the chart grants each ServiceAccount exactly the API calls its code makes.
+
+Two halves meet here. `collect_code_calls` reads the source of the operator and of the
+node processes (AST, no import side effects) and derives, for every call site of the
+Kubernetes client, the (API group, resource, verb) that call needs. `CODE_CALLS` is the
+same list written down by hand, so that a new call site, or a changed path or method,
+fails the test until it is declared (and then the RBAC test shows what to grant).
+`FRAMEWORK_CALLS` lists what kopf does on the operator's behalf, which no line of our
+code shows. The rendered Roles must allow all of it, and nothing else.
+"""
+
+from __future__ import annotations
+
+import ast
+import importlib
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+REPO = Path(__file__).resolve().parents[2]
+NAMESPACE = "numatopo-system"
+
+Permission = tuple[str, str, str]  # (API group, resource[/subresource], verb)
+
+HTTP_VERBS = {"POST": "create", "PATCH": "patch", "PUT": "update", "DELETE": "delete"}
+# numatopo_exporter.kube.KubeClient methods -> verb (None: from the HTTP method / path).
+NODE_CLIENT_METHODS = {
+    "get": None,
+    "get_optional": "get",
+    "create": "create",
+    "patch": "patch",
+    "apply": "apply",
+    "watch": "watch",
+    "post_event": "create",
+}
+
+# -- what the code calls, written down ---------------------------------------------------
+
+CODE_CALLS: dict[str, dict[str, set[Permission]]] = {
+    "operator": {
+        "numatopo_operator.kube:KubeClient.get_pod": {("", "pods", "get")},
+        "numatopo_operator.kube:KubeClient.patch_pod_annotations": {("", "pods", "patch")},
+        "numatopo_operator.kube:KubeClient.create_binding": {("", "pods/binding", "create")},
+        "numatopo_operator.kube:KubeClient.post_event": {("", "events", "create")},
+        "numatopo_operator.kube:KubeClient.get_peering": {
+            ("kopf.dev", "clusterkopfpeerings", "get"),
+            ("kopf.dev", "kopfpeerings", "get"),
+        },
+        "numatopo_operator.kube:KubeClient.patch_numatopology_status": {
+            ("numatopo.io", "numatopologies/status", "patch")
+        },
+    },
+    "node": {
+        "numatopo_exporter.daemon.publishing:Publisher.node_uid": {("", "nodes", "get")},
+        "numatopo_exporter.daemon.publishing:Publisher.publish": {
+            ("numatopo.io", "numatopologies", "get"),
+            # server-side apply: patch, and create when the object does not exist yet
+            ("numatopo.io", "numatopologies", "patch"),
+            ("numatopo.io", "numatopologies", "create"),
+            ("numatopo.io", "numatopologies/status", "patch"),
+        },
+        "numatopo_exporter.daemon.publishing:Publisher.watch": {
+            ("numatopo.io", "numatopologies", "watch")
+        },
+        "numatopo_exporter.agent.loop:AgentLoop.watch_pods": {
+            ("", "pods", "list"),
+            ("", "pods", "watch"),
+        },
+        "numatopo_exporter.agent.loop:AgentLoop._feedback": {
+            ("", "pods/status", "patch"),
+            ("", "pods", "patch"),
+        },
+        "numatopo_exporter.agent.loop:AgentLoop._event": {("", "events", "create")},
+        "numatopo_exporter.agent.loop:AgentLoop._kubelet_is_static": {
+            ("numatopo.io", "numatopologies", "get"),
+            ("numatopo.io", "numatopologies/status", "patch"),
+            ("", "events", "create"),
+        },
+    },
+}
+
+# kopf's own calls for the operator's handlers, indexes and peering.
+FRAMEWORK_CALLS: dict[str, set[Permission]] = {
+    "kopf: on.event and index handlers on pods": {("", "pods", "list"), ("", "pods", "watch")},
+    "kopf: on.event and index handlers on Numatopologies": {
+        ("numatopo.io", "numatopologies", "list"),
+        ("numatopo.io", "numatopologies", "watch"),
+    },
+    "kopf: resource observer (CRDs added later)": {
+        ("apiextensions.k8s.io", "customresourcedefinitions", "list"),
+        ("apiextensions.k8s.io", "customresourcedefinitions", "watch"),
+    },
+    "kopf: peering keep-alives, cluster-wide": {
+        ("kopf.dev", "clusterkopfpeerings", "list"),
+        ("kopf.dev", "clusterkopfpeerings", "watch"),
+        ("kopf.dev", "clusterkopfpeerings", "patch"),
+    },
+    "kopf: peering keep-alives, per namespace": {
+        ("kopf.dev", "kopfpeerings", "list"),
+        ("kopf.dev", "kopfpeerings", "watch"),
+        ("kopf.dev", "kopfpeerings", "patch"),
+    },
+}
+
+# Which node-side modules hold API calls of the node pods' account.
+NODE_PACKAGES = (
+    "numatopo_exporter.daemon",
+    "numatopo_exporter.agent",
+    "numatopo_exporter.commands",
+)
+NAMESPACED_RESOURCES = {"pods", "pods/binding", "pods/status", "events", "kopfpeerings"}
+
+# -- reading the code -------------------------------------------------------------------
+
+
+def parse_path(path: str) -> tuple[str, str, bool]:
+    """(group, resource[/subresource], names one object) of an API path like
+    `/api/v1/namespaces/{}/pods/{}/binding`."""
+    parts = [p for p in path.split("?", maxsplit=1)[0].split("/") if p]
+    if parts[0] == "api":
+        group, rest = "", parts[2:]
+    else:
+        group, rest = parts[1], parts[3:]
+    if rest[0] == "namespaces" and len(rest) > 2:
+        rest = rest[2:]
+    resource = rest[0] + (f"/{rest[2]}" if len(rest) > 2 else "")
+    return group, resource, len(rest) > 1
+
+
+class PathResolver:
+    """Turns the path argument of a client call into API paths (`{}` for runtime values)."""
+
+    def __init__(self, module: Any, tree: ast.Module) -> None:
+        self.module = module
+        self.tree = tree
+
+    def constant(self, node: ast.expr) -> str:
+        """A module-level name or attribute chain (e.g. `Numatopology.plural`), else `{}`."""
+        chain: list[str] = []
+        while isinstance(node, ast.Attribute):
+            chain.insert(0, node.attr)
+            node = node.value
+        if not isinstance(node, ast.Name) or node.id not in vars(self.module):
+            return "{}"
+        value: Any = vars(self.module)[node.id]
+        for attr in chain:
+            value = getattr(value, attr)
+        return str(value)
+
+    def paths(self, node: ast.expr, scope: list[ast.AST]) -> set[str]:
+        if isinstance(node, ast.Constant) and isinstance(node.value, str):
+            return {node.value}
+        if isinstance(node, ast.JoinedStr):
+            text = ""
+            for part in node.values:
+                if isinstance(part, ast.Constant):
+                    text += str(part.value)
+                elif isinstance(part, ast.FormattedValue):
+                    text += self.constant(part.value)
+            return {text}
+        if isinstance(node, ast.Call):
+            return {self.helper_path(node)}
+        if isinstance(node, ast.Name | ast.Attribute):
+            # A local name is looked up in the function; `self.x` in the whole class.
+            target = ast.unparse(node)
+            found = set()
+            for outer in scope[:1] if isinstance(node, ast.Name) else scope[1:]:
+                for assign in ast.walk(outer):
+                    if isinstance(assign, ast.Assign) and any(
+                        ast.unparse(t) == target for t in assign.targets
+                    ):
+                        found |= self.paths(assign.value, scope)
+            if found:
+                return found
+        raise AssertionError(f"cannot tell the API path of `{ast.unparse(node)}`")
+
+    def helper_path(self, call: ast.Call) -> str:
+        """Paths built by `numatopo_exporter.kube.numatopology_path` / `pod_path`."""
+        name = ast.unparse(call.func).rsplit(".", 1)[-1]
+        kube = importlib.import_module("numatopo_exporter.kube")
+        subresource = next(
+            (
+                str(k.value.value)
+                for k in call.keywords
+                if k.arg == "subresource" and isinstance(k.value, ast.Constant)
+            ),
+            "",
+        )
+        if name == "numatopology_path":
+            return str(kube.numatopology_path("{}" if call.args else None, subresource=subresource))
+        if name == "pod_path":
+            return str(kube.pod_path("{}", "{}", subresource=subresource))
+        raise AssertionError(f"unknown path helper `{name}`")
+
+
+def _functions(tree: ast.Module) -> Iterator[tuple[str, ast.ClassDef | None, ast.AST]]:
+    for node in tree.body:
+        if isinstance(node, ast.ClassDef):
+            for item in node.body:
+                if isinstance(item, ast.FunctionDef | ast.AsyncFunctionDef):
+                    yield f"{node.name}.{item.name}", node, item
+        elif isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef):
+            yield node.name, None, node
+
+
+def _permissions(verb: str | None, http: str, paths: set[str]) -> set[Permission]:
+    found: set[Permission] = set()
+    for path in paths:
+        group, resource, named = parse_path(path)
+        if verb == "apply":
+            found |= {(group, resource, "patch"), (group, resource, "create")}
+        elif verb is not None:
+            found.add((group, resource, verb))
+        elif http == "GET":
+            found.add((group, resource, "get" if named else "list"))
+        else:
+            found.add((group, resource, HTTP_VERBS[http]))
+    return found
+
+
+def collect_code_calls(account: str) -> dict[str, set[Permission]]:
+    """Call site ("module:Class.method") -> permissions, read from the source."""
+    if account == "operator":
+        modules = ["numatopo_operator.kube"]
+    else:
+        root = REPO / "exporter"
+        modules = sorted(
+            ".".join(p.relative_to(root).with_suffix("").parts)
+            for package in NODE_PACKAGES
+            for p in (root / package.replace(".", "/")).rglob("*.py")
+        )
+    calls: dict[str, set[Permission]] = {}
+    for module_name in modules:
+        module = importlib.import_module(module_name)
+        tree = ast.parse(Path(module.__file__ or "").read_text())
+        resolver = PathResolver(module, tree)
+        for qualname, cls, function in _functions(tree):
+            scope: list[ast.AST] = [function] + ([cls] if cls is not None else [])
+            found: set[Permission] = set()
+            for call in ast.walk(function):
+                if not isinstance(call, ast.Call) or not isinstance(call.func, ast.Attribute):
+                    continue
+                receiver, method = ast.unparse(call.func.value), call.func.attr
+                if account == "operator" and receiver == "self" and method == "_call":
+                    http = ast.literal_eval(call.args[0])
+                    found |= _permissions(None, http, resolver.paths(call.args[1], scope))
+                elif (
+                    account == "node"
+                    and receiver.rsplit(".", 1)[-1] == "client"
+                    and method in NODE_CLIENT_METHODS
+                ):
+                    verb = NODE_CLIENT_METHODS[method]
+                    if method == "post_event":
+                        found.add(("", "events", "create"))
+                        continue
+                    paths = resolver.paths(call.args[0], scope)
+                    found |= _permissions(verb, "GET" if method == "get" else "", paths)
+            if found:
+                calls[f"{module_name}:{qualname}"] = found
+    return calls
+
+
+@pytest.mark.parametrize("account", ["operator", "node"])
+def test_declared_calls_match_the_code(account: str) -> None:
+    """Fails when a call site is added, removed or changed without updating CODE_CALLS."""
+    actual = collect_code_calls(account)
+
+    assert CODE_CALLS[account] == actual
+
+
+# -- reading the rendered RBAC ----------------------------------------------------------
+
+Grant = tuple[str, str, str, str]  # (scope: "cluster" or a namespace, group, resource, verb)
+
+
+def granted(manifests: list[dict[str, Any]], account: str) -> set[Grant]:
+    """Everything the ServiceAccount `account` may do through the rendered bindings."""
+    roles = {
+        (m["kind"], m["metadata"].get("namespace"), m["metadata"]["name"]): m
+        for m in manifests
+        if m["kind"] in ("Role", "ClusterRole")
+    }
+    grants: set[Grant] = set()
+    for binding in (m for m in manifests if m["kind"] in ("RoleBinding", "ClusterRoleBinding")):
+        subjects = binding.get("subjects") or []
+        if not any(
+            s["kind"] == "ServiceAccount" and s["name"] == account and s["namespace"] == NAMESPACE
+            for s in subjects
+        ):
+            continue
+        ref = binding["roleRef"]
+        namespace = binding["metadata"].get("namespace")
+        key = (ref["kind"], namespace if ref["kind"] == "Role" else None, ref["name"])
+        role = roles[key]
+        scope = namespace if binding["kind"] == "RoleBinding" else "cluster"
+        for rule in role["rules"]:
+            assert not rule.get("resourceNames"), "name-restricted rules are not expected here"
+            grants |= {
+                (scope, group, resource, verb)
+                for group in rule["apiGroups"]
+                for resource in rule["resources"]
+                for verb in rule["verbs"]
+            }
+    return grants
+
+
+def required(account: str, *, peering: str | None, namespaces: list[str]) -> set[Grant]:
+    """What `account` needs: its code's calls, plus kopf's for the operator; `peering` is
+    the peering resource in use (None for a single replica)."""
+    permissions = set().union(*CODE_CALLS[account].values())
+    if account == "operator":
+        permissions |= set().union(*FRAMEWORK_CALLS.values())
+        unused = {"clusterkopfpeerings", "kopfpeerings"} - {peering}
+        permissions = {p for p in permissions if p[1] not in unused}
+    scopes = namespaces or ["cluster"]
+    return {
+        (scope, *permission)
+        for permission in permissions
+        for scope in (scopes if permission[1] in NAMESPACED_RESOURCES else ["cluster"])
+    }
+
+
+@pytest.mark.parametrize(
+    ("values", "account", "peering", "namespaces"),
+    [
+        pytest.param(None, "numatopo-operator", "clusterkopfpeerings", [], id="operator"),
+        pytest.param(
+            {"operator": {"replicas": 1}}, "numatopo-operator", None, [], id="operator-standalone"
+        ),
+        pytest.param(
+            {"operator": {"watchNamespaces": ["ml", "research"]}},
+            "numatopo-operator",
+            "kopfpeerings",
+            ["ml", "research"],
+            id="operator-namespaced",
+        ),
+        pytest.param(None, "numatopo-node", None, [], id="node"),
+    ],
+)
+def test_rbac_grants_exactly_what_the_code_calls(
+    render: Any, values: Any, account: str, peering: str | None, namespaces: list[str]
+) -> None:
+    component = account.removeprefix("numatopo-")
+    expected = required(component, peering=peering, namespaces=namespaces)
+
+    assert sorted(expected) == sorted(granted(render(values), account))
+
+
+def test_observe_only_node_pods_cannot_touch_pods(render: Any) -> None:
+    """With the agent off, the node account keeps only the exporter's rights."""
+    actual = {g[2] for g in granted(render({"agent": {"enabled": False}}), "numatopo-node")}
+
+    assert {"nodes", "numatopologies", "numatopologies/status"} == actual
+
+
+def test_no_role_uses_wildcards(render: Any) -> None:
+    """No rendered rule says `*` for groups, resources or verbs, in any value set."""
+    manifests = render(
+        {"scheduler": {"enabled": True, "replicas": 2}, "operator": {"watchNamespaces": ["ml"]}}
+    )
+    wildcards = [
+        f"{m['kind']}/{m['metadata']['name']}"
+        for m in manifests
+        if m["kind"] in ("Role", "ClusterRole")
+        for rule in m["rules"]
+        if "*" in rule["apiGroups"] + rule["resources"] + rule["verbs"]
+    ]
+
+    assert [] == wildcards
+
+
+def test_scheduler_gets_the_builtin_scheduler_roles_only(render: Any) -> None:
+    """The stock kube-scheduler is bound to the roles Kubernetes defines for it, and to a
+    Lease of its own name for leader election."""
+    manifests = render({"scheduler": {"enabled": True, "replicas": 2}})
+    bindings = sorted(
+        (m["kind"], m["metadata"].get("namespace", ""), m["roleRef"]["name"])
+        for m in manifests
+        if m["kind"] in ("RoleBinding", "ClusterRoleBinding")
+        and any(s["name"] == "numatopo-scheduler" for s in m["subjects"])
+    )
+
+    assert [
+        ("ClusterRoleBinding", "", "system:kube-scheduler"),
+        ("ClusterRoleBinding", "", "system:volume-scheduler"),
+        ("RoleBinding", "kube-system", "extension-apiserver-authentication-reader"),
+        ("RoleBinding", NAMESPACE, "numatopo-scheduler-lease"),
+    ] == bindings

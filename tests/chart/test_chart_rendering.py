@@ -1,0 +1,406 @@
+"""The chart lints, renders with every value set, and the API's schemas accept the result."""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+
+jsonschema = pytest.importorskip("jsonschema")
+kubernetes_validate = pytest.importorskip("kubernetes_validate")
+helm = pytest.importorskip("helm_python")
+
+from packaging.version import Version  # noqa: E402  (only after the skips above)
+
+CHART_DIR = Path(__file__).resolve().parents[2] / "helm" / "numatopo"
+VALUES_DIR = Path(__file__).resolve().parent / "values"
+NAMESPACE = "numatopo-system"
+
+# Rendered kinds that no Kubernetes release defines; their shape is checked below.
+NOT_IN_KUBERNETES = {("monitoring.coreos.com/v1", "ServiceMonitor")}
+
+# Fields of k8s.io/kube-scheduler/config/v1 Extender, as KubeSchedulerConfiguration
+# decodes them strictly: a misspelt key would stop the scheduler at start.
+EXTENDER_FIELDS = {
+    "urlPrefix",
+    "filterVerb",
+    "preemptVerb",
+    "prioritizeVerb",
+    "weight",
+    "bindVerb",
+    "enableHTTPS",
+    "tlsConfig",
+    "httpTimeout",
+    "nodeCacheCapable",
+    "managedResources",
+    "ignorable",
+}
+
+
+def newest_minor_versions(count: int) -> list[str]:
+    """The `count` newest Kubernetes minor versions kubernetes-validate has schemas for."""
+    minors = {re.sub(r"^(\d+\.\d+).*", r"\1", v) for v in kubernetes_validate.utils.all_versions()}
+    return sorted(minors, key=Version)[-count:]
+
+
+KUBE_VERSIONS = newest_minor_versions(2)
+
+
+def load_values(name: str | None) -> dict[str, Any] | None:
+    return None if name is None else yaml.safe_load((VALUES_DIR / f"{name}.yaml").read_text())
+
+
+VALUE_SETS = [pytest.param(None, id="defaults")] + [
+    pytest.param(path.stem, id=path.stem) for path in sorted(VALUES_DIR.glob("*.yaml"))
+]
+
+
+def chart_crds(chart: Any) -> list[dict[str, Any]]:
+    """The CRDs in the chart's own crds/ folder (kopf peering), which Helm applies first."""
+    return [d for crd in chart.crds for d in yaml.safe_load_all(crd["data"]) if d]
+
+
+def custom_resource_schemas(crds: list[dict[str, Any]]) -> dict[tuple[str, str], Any]:
+    """(apiVersion, kind) -> the openAPIV3Schema a CRD declares for it."""
+    return {
+        (f"{crd['spec']['group']}/{version['name']}", crd["spec"]["names"]["kind"]): version[
+            "schema"
+        ]["openAPIV3Schema"]
+        for crd in crds
+        if crd["kind"] == "CustomResourceDefinition"
+        for version in crd["spec"]["versions"]
+    }
+
+
+def validation_problems(manifest: dict[str, Any], kube_version: str, custom: Any) -> list[str]:
+    """What the API server would refuse in `manifest`: its Kubernetes schema, or for a
+    custom resource the schema of its CRD."""
+    label = f"{manifest['kind']}/{manifest['metadata']['name']}"
+    schema = custom.get((manifest["apiVersion"], manifest["kind"]))
+    if schema is not None:
+        errors = jsonschema.Draft7Validator(schema).iter_errors(manifest)
+        return [f"{label} {'/'.join(map(str, e.path))}: {e.message}" for e in errors]
+    try:
+        kubernetes_validate.validate(manifest, kube_version, strict=True)
+    except kubernetes_validate.ValidationError as exc:
+        return [f"{label} {'/'.join(map(str, exc.path))}: {exc.message}"]
+    except kubernetes_validate.SchemaNotFoundError as exc:
+        return [exc.message]
+    return []
+
+
+@pytest.mark.parametrize("values_name", VALUE_SETS)
+def test_chart_lints_without_findings(values_name: str | None) -> None:
+    """`helm lint --strict` (warnings count as errors) finds nothing."""
+    report = helm.lint(
+        str(CHART_DIR),
+        load_values(values_name),
+        strict=True,
+        namespace=NAMESPACE,
+        kube_version=f"v{KUBE_VERSIONS[-1]}.0",
+    )
+    findings = [m for m in report["messages"] if m["severity"] >= 2] + report["errors"]
+
+    assert [] == findings
+
+
+@pytest.mark.parametrize("kube_version", KUBE_VERSIONS)
+@pytest.mark.parametrize("values_name", VALUE_SETS)
+def test_every_manifest_is_valid_for_kubernetes(
+    chart: Any, render: Any, values_name: str | None, kube_version: str
+) -> None:
+    """Each rendered object (and each CRD of crds/) passes the strict OpenAPI schema of
+    its kind, custom resources the schema of their CRD."""
+    manifests = render(load_values(values_name)) + chart_crds(chart)
+    custom = custom_resource_schemas(manifests)
+    problems = [
+        problem
+        for manifest in manifests
+        if (manifest["apiVersion"], manifest["kind"]) not in NOT_IN_KUBERNETES
+        for problem in validation_problems(manifest, kube_version, custom)
+    ]
+
+    assert [] == problems
+
+
+@pytest.mark.parametrize(
+    ("values_name", "expected"),
+    [
+        pytest.param(
+            None,
+            {
+                "ClusterKopfPeering",
+                "ClusterRole",
+                "ClusterRoleBinding",
+                "CustomResourceDefinition",
+                "DaemonSet",
+                "Deployment",
+                "Service",
+                "ServiceAccount",
+                "ValidatingAdmissionPolicy",
+                "ValidatingAdmissionPolicyBinding",
+            },
+            id="defaults-have-no-scheduler-and-no-servicemonitor",
+        ),
+        pytest.param(
+            "everything-on",
+            {
+                "ClusterKopfPeering",
+                "ClusterRole",
+                "ClusterRoleBinding",
+                "ConfigMap",
+                "CustomResourceDefinition",
+                "DaemonSet",
+                "Deployment",
+                "Role",
+                "RoleBinding",
+                "Service",
+                "ServiceAccount",
+                "ServiceMonitor",
+                "ValidatingAdmissionPolicy",
+                "ValidatingAdmissionPolicyBinding",
+            },
+            id="everything-on-adds-scheduler-lease-role-and-servicemonitors",
+        ),
+        pytest.param(
+            "namespaced-operator",
+            {
+                "ClusterRole",
+                "ClusterRoleBinding",
+                "CustomResourceDefinition",
+                "DaemonSet",
+                "Deployment",
+                "KopfPeering",
+                "RoleBinding",
+                "Service",
+                "ServiceAccount",
+                "ValidatingAdmissionPolicy",
+                "ValidatingAdmissionPolicyBinding",
+            },
+            id="namespaced-operator-peers-per-namespace",
+        ),
+    ],
+)
+def test_rendered_kinds(render: Any, values_name: str | None, expected: set[str]) -> None:
+    actual = {m["kind"] for m in render(load_values(values_name))}
+
+    assert expected == actual
+
+
+def _services_by_labels(manifests: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    return [m for m in manifests if m["kind"] == "Service"]
+
+
+def test_servicemonitors_scrape_named_service_ports(render: Any) -> None:
+    """Each ServiceMonitor endpoint names a port of a Service its selector matches."""
+    manifests = render(load_values("everything-on"))
+    missing = []
+    for monitor in (m for m in manifests if m["kind"] == "ServiceMonitor"):
+        wanted = monitor["spec"]["selector"]["matchLabels"]
+        services = [
+            s
+            for s in _services_by_labels(manifests)
+            if wanted.items() <= s["metadata"]["labels"].items()
+        ]
+        ports = {p["name"] for s in services for p in s["spec"]["ports"]}
+        missing += [
+            f"{monitor['metadata']['name']}:{e['port']}"
+            for e in monitor["spec"]["endpoints"]
+            if e["port"] not in ports
+        ]
+
+    assert [] == missing
+
+
+def test_scheduler_profile_calls_the_operator_extender(render: Any, find: Any) -> None:
+    """The second scheduler's profile reaches the operator Service's extender port."""
+    manifests = render({"scheduler": {"enabled": True}})
+    config = yaml.safe_load(
+        find(manifests, "ConfigMap", "numatopo-scheduler")["data"]["config.yaml"]
+    )
+    service = find(manifests, "Service", "numatopo-operator")
+    port = next(p["port"] for p in service["spec"]["ports"] if p["name"] == "extender")
+    (extender,) = config["extenders"]
+
+    assert {
+        "apiVersion": "kubescheduler.config.k8s.io/v1",
+        "profiles": [{"schedulerName": "numatopo-scheduler"}],
+        "leaderElect": False,
+        "urlPrefix": f"http://numatopo-operator.{NAMESPACE}.svc:{port}",
+        "verbs": ("filter", "prioritize", "bind"),
+        "nodeCacheCapable": True,
+        "ignorable": False,
+        "unknown fields": set(),
+    } == {
+        "apiVersion": config["apiVersion"],
+        "profiles": config["profiles"],
+        "leaderElect": config["leaderElection"]["leaderElect"],
+        "urlPrefix": extender["urlPrefix"],
+        "verbs": (extender["filterVerb"], extender["prioritizeVerb"], extender["bindVerb"]),
+        "nodeCacheCapable": extender["nodeCacheCapable"],
+        "ignorable": extender["ignorable"],
+        "unknown fields": set(extender) - EXTENDER_FIELDS,
+    }
+
+
+def test_scheduler_image_follows_the_cluster_minor_version(render: Any, find: Any) -> None:
+    """Without a tag, the scheduler image is `v<major>.<minor>.0` of the target cluster."""
+    manifests = render({"scheduler": {"enabled": True}})
+    deployment = find(manifests, "Deployment", "numatopo-scheduler")
+    image = deployment["spec"]["template"]["spec"]["containers"][0]["image"]
+
+    assert re.fullmatch(r"registry\.k8s\.io/kube-scheduler:v1\.\d+\.0", image), image
+
+
+def _host_mounts(manifests: list[dict[str, Any]], find: Any) -> dict[tuple[str, str], bool]:
+    """(container, hostPath volume) -> read-only, in the node DaemonSet."""
+    pod = find(manifests, "DaemonSet", "numatopo-node")["spec"]["template"]["spec"]
+    host_volumes = {v["name"] for v in pod["volumes"] if "hostPath" in v}
+    return {
+        (c["name"], m["name"]): bool(m.get("readOnly"))
+        for c in pod["containers"]
+        for m in c["volumeMounts"]
+        if m["name"] in host_volumes
+    }
+
+
+@pytest.mark.parametrize(
+    ("values_name", "expected"),
+    [
+        pytest.param(None, {("agent", "host-cgroup")}, id="defaults-only-the-cgroup-tree"),
+        pytest.param(
+            "everything-on",
+            {("agent", "host-cgroup"), ("exporter", "host-dev")},
+            id="driver-mounts-add-dev-for-nvml",
+        ),
+        pytest.param("namespaced-operator", set(), id="observe-only-writes-nothing"),
+    ],
+)
+def test_writable_host_mounts(
+    render: Any, find: Any, values_name: str | None, expected: set[tuple[str, str]]
+) -> None:
+    mounts = _host_mounts(render(load_values(values_name)), find)
+
+    assert expected == {key for key, read_only in mounts.items() if not read_only}
+
+
+@pytest.mark.parametrize(
+    ("values", "expected"),
+    [
+        pytest.param({"operator": {"replicas": 1}}, (set(), False), id="one-replica-standalone"),
+        pytest.param(
+            None, ({"ClusterKopfPeering/numatopo"}, True), id="two-replicas-peer-cluster-wide"
+        ),
+        pytest.param(
+            {"operator": {"peering": {"name": "ntp-peers"}, "watchNamespaces": ["ml"]}},
+            ({"KopfPeering/ntp-peers"}, True),
+            id="namespaced-peering-object-per-namespace",
+        ),
+    ],
+)
+def test_peering_object_exists_when_replicas_peer(
+    render: Any, find: Any, values: dict[str, Any] | None, expected: tuple[set[str], bool]
+) -> None:
+    """kopf does not create its peering object; the chart does whenever replicas peer."""
+    manifests = render(values)
+    peerings = {
+        f"{m['kind']}/{m['metadata']['name']}"
+        for m in manifests
+        if m["apiVersion"] == "kopf.dev/v1"
+    }
+    container = find(manifests, "Deployment", "numatopo-operator")["spec"]["template"]["spec"][
+        "containers"
+    ][0]
+    peering_env = any(e["name"] == "NUMATOPO_PEERING_NAME" for e in container["env"])
+
+    assert expected == (peerings, peering_env)
+
+
+def test_operator_probes_and_rollout(render: Any, find: Any) -> None:
+    """Readiness is the active-replica check, so the rollout must not wait for standbys."""
+    deployment = find(render(None), "Deployment", "numatopo-operator")
+    container = deployment["spec"]["template"]["spec"]["containers"][0]
+
+    assert ("/healthz", "/readyz", "Recreate", 2) == (
+        container["livenessProbe"]["httpGet"]["path"],
+        container["readinessProbe"]["httpGet"]["path"],
+        deployment["spec"]["strategy"]["type"],
+        deployment["spec"]["replicas"],
+    )
+
+
+@pytest.mark.parametrize(
+    ("values", "expected"),
+    [
+        pytest.param({"operator": {"replicas": "2"}}, "/operator/replicas", id="replicas-string"),
+        pytest.param({"operator": {"replicas": 0}}, "/operator/replicas", id="replicas-zero"),
+        pytest.param({"operator": {"extenderPort": 70000}}, "/operator/extenderPort", id="port"),
+        pytest.param({"operator": {"replica": 2}}, "replica", id="misspelt-key"),
+        pytest.param({"node": {"gpu": {"mode": "cuda"}}}, "/node/gpu/mode", id="gpu-mode-enum"),
+        pytest.param({"crds": {"enabled": "yes"}}, "/crds/enabled", id="bool-as-string"),
+        pytest.param({"resourceNames": {"gpu": []}}, "/resourceNames/gpu", id="no-gpu-resource"),
+        pytest.param(
+            {"resourceNames": {"nic": ["rdma"]}}, "/resourceNames/nic/0", id="resource-no-domain"
+        ),
+        pytest.param(
+            {"node": {"hostPaths": {"sys": "sys"}}}, "/node/hostPaths/sys", id="relative-host-path"
+        ),
+        pytest.param(
+            {"scheduler": {"extender": {"httpTimeout": "10"}}},
+            "/scheduler/extender/httpTimeout",
+            id="duration-without-unit",
+        ),
+        pytest.param(
+            {"admission": {"validationActions": ["Block"]}},
+            "/admission/validationActions/0",
+            id="unknown-validation-action",
+        ),
+    ],
+)
+def test_schema_rejects_wrong_values(chart: Any, values: dict[str, Any], expected: str) -> None:
+    with pytest.raises(helm.HelmValuesError) as caught:
+        chart.render(values, name="numatopo", namespace=NAMESPACE)
+
+    assert expected in str(caught.value)
+
+
+@pytest.mark.parametrize(
+    ("values", "expected"),
+    [
+        pytest.param(
+            {"scheduler": {"enabled": True}, "operator": {"enabled": False}},
+            "scheduler.enabled needs operator.enabled",
+            id="scheduler-without-operator",
+        ),
+        pytest.param(
+            {"admission": {"validationActions": ["Deny", "Warn"]}},
+            "Deny and Warn cannot be combined",
+            id="deny-with-warn",
+        ),
+        pytest.param(
+            {"scheduler": {"enabled": True, "name": "gpu-scheduler"}},
+            "must be equal",
+            id="scheduler-name-mismatch",
+        ),
+        pytest.param(
+            {"exporter": {"metricsPort": 9000}, "agent": {"metricsPort": 9000}},
+            "must differ",
+            id="node-ports-clash",
+        ),
+        pytest.param(
+            {"operator": {"serviceAccount": {"create": False}}},
+            "operator.serviceAccount.name is required",
+            id="external-account-without-name",
+        ),
+    ],
+)
+def test_impossible_combinations_fail_with_a_message(
+    chart: Any, values: dict[str, Any], expected: str
+) -> None:
+    with pytest.raises(helm.HelmRenderError) as caught:
+        chart.render(values, name="numatopo", namespace=NAMESPACE)
+
+    assert expected in str(caught.value)

@@ -1,0 +1,130 @@
+"""Cgroup trees for the agent's tests: a real throw-away cgroup v1 cpuset hierarchy
+(root only; skipped with the reason otherwise) or plain files shaped like one."""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import secrets
+import subprocess
+from collections.abc import AsyncIterator, Iterator
+from pathlib import Path
+
+import kmock
+import pytest
+
+from numatopo_exporter.kube import KubeClient
+
+from ..daemon.conftest import register_cluster
+
+CPUSET_MOUNT = Path("/sys/fs/cgroup/cpuset")
+
+
+class CgroupTree:
+    """Builds cgroups in the kubelet's layout under `root`, and removes them afterwards."""
+
+    def __init__(self, root: Path, *, real: bool) -> None:
+        self.root = root
+        self.real = real
+        self.made: list[Path] = []
+        self.processes: list[subprocess.Popen[bytes]] = []
+
+    def make(self, relative: str) -> Path:
+        """Create each missing cgroup on the way, with its parent's CPUs and memory nodes."""
+        path = self.root
+        for part in Path(relative).parts:
+            parent, path = path, path / part
+            if path.exists():
+                continue
+            path.mkdir()
+            self.made.append(path)
+            for name in ("cpuset.mems", "cpuset.cpus"):  # v1 needs mems before tasks
+                (path / name).write_text((parent / name).read_text().strip())
+        return path
+
+    def spawn_in(self, relative: str) -> int:
+        """A real `sleep` moved into the cgroup; returns its pid."""
+        process = subprocess.Popen(["sleep", "60"])
+        self.processes.append(process)
+        (self.root / relative / "cgroup.procs").write_text(str(process.pid))
+        return process.pid
+
+    def cleanup(self) -> None:
+        for process in self.processes:
+            process.kill()
+            process.wait()
+        for path in reversed(self.made):  # children before parents
+            with contextlib.suppress(OSError):
+                path.rmdir()
+
+
+def _remove_stale_roots() -> None:
+    """Roots left by a killed run (no finalizer ran); only those without any task."""
+    for stale in CPUSET_MOUNT.glob("numatopo-test-*"):
+        cgroups = sorted((p for p in stale.rglob("*") if p.is_dir()), key=lambda p: -len(p.parts))
+        if any((c / "tasks").read_text().strip() for c in [*cgroups, stale]):
+            continue
+        with contextlib.suppress(OSError):
+            for cgroup in [*cgroups, stale]:
+                cgroup.rmdir()
+
+
+def _real_root_or_reason() -> tuple[Path | None, str]:
+    if os.geteuid() != 0:
+        return None, "creating cgroups needs root"
+    if not (CPUSET_MOUNT / "cpuset.cpus").exists():
+        return None, f"no cgroup v1 cpuset controller mounted at {CPUSET_MOUNT}"
+    _remove_stale_roots()
+    root = CPUSET_MOUNT / f"numatopo-test-{secrets.token_hex(4)}"
+    try:
+        root.mkdir()
+    except OSError as exc:
+        return None, f"cannot create a cgroup under {CPUSET_MOUNT}: {exc.strerror}"
+    try:
+        for name in ("cpuset.mems", "cpuset.cpus"):
+            (root / name).write_text((CPUSET_MOUNT / name).read_text().strip())
+    except OSError as exc:
+        root.rmdir()
+        return None, f"cannot configure a cpuset cgroup: {exc.strerror}"
+    return root, ""
+
+
+@pytest.fixture
+def real_cgroups() -> Iterator[CgroupTree]:
+    root, reason = _real_root_or_reason()
+    if root is None:
+        pytest.skip(reason)
+    tree = CgroupTree(root, real=True)
+    try:
+        yield tree
+    finally:
+        tree.cleanup()
+        with contextlib.suppress(OSError):
+            root.rmdir()
+
+
+@pytest.fixture
+def file_cgroups(tmp_path: Path) -> CgroupTree:
+    """Plain files shaped like a cgroup v1 cpuset hierarchy of a 4-CPU, 1-node machine."""
+    (tmp_path / "cpuset.cpus").write_text("0-3\n")
+    (tmp_path / "cpuset.mems").write_text("0\n")
+    return CgroupTree(tmp_path, real=False)
+
+
+@pytest.fixture(params=["real-cgroup-v1", "files"])
+def cgroup_tree(request: pytest.FixtureRequest) -> CgroupTree:
+    name = "real_cgroups" if request.param == "real-cgroup-v1" else "file_cgroups"
+    tree: CgroupTree = request.getfixturevalue(name)
+    return tree
+
+
+@pytest.fixture
+async def cluster(kmock: kmock.KubernetesEmulator) -> kmock.KubernetesEmulator:
+    register_cluster(kmock)
+    return kmock
+
+
+@pytest.fixture
+async def client(cluster: kmock.KubernetesEmulator) -> AsyncIterator[KubeClient]:
+    async with KubeClient(str(cluster.url), request_timeout_seconds=5) as kube_client:
+        yield kube_client

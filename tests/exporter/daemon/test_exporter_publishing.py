@@ -1,0 +1,189 @@
+"""The exporter against the API emulator over HTTP: publish, keep, repair, recover."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import io
+import json
+
+import kmock
+import pytest
+
+from numatopo_engine.model import Gpu, NumaNode, NumatopologySpec
+from numatopo_exporter import kube
+from numatopo_exporter.daemon.backoff import Backoff
+from numatopo_exporter.daemon.loop import ExporterLoop
+from numatopo_exporter.daemon.metrics import ExporterMetrics
+from numatopo_exporter.daemon.publishing import (
+    HASH_ANNOTATION,
+    PrintingSink,
+    Publisher,
+    plan_exported_condition,
+    spec_hash,
+)
+
+from .conftest import NODE, NODE_UID, Outage, writes
+
+NTP = "numatopo.io/v1alpha1/numatopologies"
+
+
+def two_gpu_node(gpus: int = 2) -> NumatopologySpec:
+    return NumatopologySpec(
+        numa_nodes=[NumaNode(id=0, cpus="0-7", memory_bytes=1 << 34)],
+        gpus=[
+            Gpu(index=i, uuid=f"GPU-{i}", pci_bus_id=f"0000:1{i}:00.0", numa=0) for i in range(gpus)
+        ],
+    )
+
+
+class Scanner:
+    """A scan function whose result a test can change (a simulated hot-unplug)."""
+
+    def __init__(self) -> None:
+        self.spec = two_gpu_node()
+
+    def __call__(self) -> NumatopologySpec:
+        return self.spec
+
+
+def make_loop(client: kube.KubeClient, scanner: Scanner) -> ExporterLoop:
+    publisher = Publisher(client, node_name=NODE, clock=lambda: 1_700_000_000.0)
+    return ExporterLoop(
+        scan=scanner, sink=publisher, metrics=ExporterMetrics(), backoff=Backoff(0.01, 0.05)
+    )
+
+
+def stored(cluster: kmock.KubernetesEmulator) -> dict:
+    return dict(cluster.objects[NTP, None, NODE].raw)
+
+
+async def test_first_publish_creates_the_object_owned_by_the_node(
+    cluster: kmock.KubernetesEmulator, client: kube.KubeClient
+) -> None:
+    loop = make_loop(client, Scanner())
+
+    ok = await loop.step()
+
+    obj = stored(cluster)
+    assert ok
+    assert two_gpu_node().to_wire() == obj["spec"]
+    assert [{"apiVersion": "v1", "kind": "Node", "name": NODE, "uid": NODE_UID}] == obj["metadata"][
+        "ownerReferences"
+    ]
+    assert spec_hash(two_gpu_node()) == obj["metadata"]["annotations"][HASH_ANNOTATION]
+    assert [("Exported", "True")] == [(c["type"], c["status"]) for c in obj["status"]["conditions"]]
+
+
+async def test_nothing_changed_means_no_write(
+    cluster: kmock.KubernetesEmulator, client: kube.KubeClient
+) -> None:
+    loop = make_loop(client, Scanner())
+    await loop.step()
+    before = writes(cluster)
+
+    loop.request_rescan()
+    await loop.step()
+    await loop.step()
+
+    assert before == writes(cluster)
+    assert 2 == loop.metrics.value("numatopo_exporter_scans_total", {"outcome": "ok"})
+
+
+async def test_hot_unplug_publishes_one_gpu_fewer(
+    cluster: kmock.KubernetesEmulator, client: kube.KubeClient
+) -> None:
+    scanner = Scanner()
+    loop = make_loop(client, scanner)
+    await loop.step()
+
+    scanner.spec = two_gpu_node(gpus=1)
+    loop.request_rescan()
+    await loop.step()
+
+    obj = stored(cluster)
+    assert ["GPU-0"] == [g["uuid"] for g in obj["spec"]["gpus"]]
+    assert 1 == loop.metrics.value("numatopo_exporter_gpus")
+    assert spec_hash(scanner.spec) in obj["status"]["conditions"][-1]["message"]
+
+
+@pytest.mark.parametrize(
+    "damage",
+    [
+        pytest.param("delete", id="deleted-object-is-recreated"),
+        pytest.param("edit", id="edited-spec-is-restored"),
+    ],
+)
+async def test_repairs_what_someone_else_changed(
+    cluster: kmock.KubernetesEmulator, client: kube.KubeClient, damage: str
+) -> None:
+    loop = make_loop(client, Scanner())
+    await loop.step()
+    path = kube.numatopology_path(NODE)
+    if damage == "delete":
+        await client.request("DELETE", path)
+    else:
+        await client.patch(path, {"spec": {"gpus": []}})
+
+    await loop.step()
+
+    assert two_gpu_node().to_wire() == stored(cluster)["spec"]
+
+
+async def test_recovers_after_the_api_fails_for_a_while(
+    cluster: kmock.KubernetesEmulator, client: kube.KubeClient
+) -> None:
+    """Five 500s in a row: the loop backs off, keeps going, and publishes in the end."""
+    cluster[Outage(5)] << 500
+    loop = make_loop(client, Scanner())
+
+    task = asyncio.create_task(loop.run())
+    try:
+        for _ in range(200):
+            await asyncio.sleep(0.02)
+            with contextlib.suppress(KeyError):
+                if "status" in stored(cluster):
+                    break
+        alive = not task.done()
+    finally:
+        task.cancel()
+        await asyncio.gather(task, return_exceptions=True)
+
+    assert alive
+    assert two_gpu_node().to_wire() == stored(cluster)["spec"]
+    assert 1 <= loop.metrics.value("numatopo_exporter_publish_errors_total")
+
+
+async def test_no_publish_prints_each_distinct_spec_once() -> None:
+    out = io.StringIO()
+    sink = PrintingSink(node_name=NODE, out=out)
+
+    first = await sink.publish(two_gpu_node(), scanned_at=0)
+    again = await sink.publish(two_gpu_node(), scanned_at=1)
+
+    assert (True, False) == (first, again)
+    assert NODE == json.loads(out.getvalue())["metadata"]["name"]
+
+
+@pytest.mark.parametrize(
+    ("old", "expected_changed"),
+    [
+        pytest.param([], True, id="no-condition-yet"),
+        pytest.param(
+            [{"type": "Exported", "status": "True", "message": "spec abc published"}],
+            False,
+            id="same-spec-no-write",
+        ),
+        pytest.param(
+            [{"type": "Exported", "status": "True", "message": "spec old published"}],
+            True,
+            id="new-spec",
+        ),
+    ],
+)
+def test_plan_exported_condition_only_changes_for_a_new_spec(
+    old: list[dict], expected_changed: bool
+) -> None:
+    actual = plan_exported_condition(old, digest="abc", scanned_at=0, now=0)
+
+    assert expected_changed == (actual is not None)
