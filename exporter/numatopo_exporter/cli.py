@@ -12,7 +12,7 @@ import sys
 from collections.abc import Sequence
 
 # Subcommand modules, imported lazily so `numatopo crd` does not pay for kopf or pynvml.
-COMMANDS = ("inspect", "assign", "simulate", "exporter", "agent", "crd")
+COMMANDS = ("inspect", "assign", "simulate", "operator", "exporter", "agent", "crd")
 
 
 def build_parser() -> argparse.ArgumentParser:

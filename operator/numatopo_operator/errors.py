@@ -1,0 +1,92 @@
+"""Errors of the operator, and the one boundary where unexpected ones stop.
+
+OperatorError
+├── KubeError                   the API answered with an error (status, reason, message)
+│   ├── KubeNotFoundError       404: the object is gone
+│   ├── KubeConflictError       409
+│   └── KubeForbiddenError      403: RBAC is missing a rule
+├── BookingError (ValueError)   a pod's `numatopo.io/assignment` cannot be read
+└── NotActiveError              this replica is not the one that decides (kopf peering)
+
+Engine errors (`InvalidRequestError`, `UnsatisfiableError`) are outcomes, not failures:
+they become `numatopo.io/state` values and Events, never exceptions past `assigning`.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+from collections.abc import Iterator
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from numatopo_operator.metrics import Metrics
+
+__all__ = [
+    "BookingError",
+    "KubeConflictError",
+    "KubeError",
+    "KubeForbiddenError",
+    "KubeNotFoundError",
+    "NotActiveError",
+    "OperatorError",
+    "kept_serving",
+]
+
+
+class OperatorError(Exception):
+    """Base of every error the operator raises on purpose."""
+
+
+class KubeError(OperatorError):
+    """The Kubernetes API refused a call."""
+
+    def __init__(self, status: int, reason: str, message: str) -> None:
+        super().__init__(f"HTTP {status} {reason}: {message}")
+        self.status = status
+        self.reason = reason
+        self.message = message
+
+
+class KubeNotFoundError(KubeError):
+    """The object (or the resource) does not exist."""
+
+
+class KubeConflictError(KubeError):
+    """The object changed or already exists."""
+
+
+class KubeForbiddenError(KubeError):
+    """The operator's service account may not do this; the chart's RBAC needs a rule."""
+
+
+class BookingError(OperatorError, ValueError):
+    """A `numatopo.io/assignment` annotation that is not a valid assignment."""
+
+
+class NotActiveError(OperatorError):
+    """Another replica is the active one; this one must not decide."""
+
+
+@contextlib.contextmanager
+def kept_serving(
+    logger: logging.Logger | logging.LoggerAdapter[logging.Logger],
+    what: str,
+    metrics: Metrics | None = None,
+) -> Iterator[None]:
+    """The outermost boundary of a handler: log any error with context and carry on.
+
+    API errors are expected now and then (a pod deleted while we patch it); anything
+    else is a bug, logged with its traceback. Either way the handler loop keeps serving
+    other pods, and the next event for this pod gets a fresh try.
+    """
+    try:
+        yield
+    except KubeNotFoundError as exc:
+        logger.info("%s: the object is gone (%s)", what, exc.message)
+    except KubeError as exc:
+        logger.warning("%s: the API refused: %s", what, exc)
+    except Exception:
+        logger.exception("%s: unexpected error; continuing with other objects", what)
+        if metrics is not None:
+            metrics.handler_errors.inc()

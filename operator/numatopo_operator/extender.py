@@ -1,0 +1,309 @@
+"""The kube-scheduler extender: `POST /filter`, `/prioritize`, `/bind` (aiohttp, I/O).
+
+The JSON is exactly kube-scheduler's (k8s.io/kube-scheduler/extender/v1, Go field
+names, no JSON tags): ExtenderArgs {Pod, Nodes, NodeNames} in; ExtenderFilterResult
+{Nodes, NodeNames, FailedNodes, FailedAndUnresolvableNodes, Error}, HostPriorityList
+[{Host, Score}] and, for ExtenderBindingArgs {PodName, PodNamespace, PodUID, Node},
+ExtenderBindingResult {Error} out. Keys are read case-insensitively, as Go does.
+
+A scheduler profile uses it like this (node-cache-capable: node names, not objects):
+
+    extenders:
+      - urlPrefix: http://numatopo-operator.numatopo.svc:8888
+        filterVerb: filter
+        prioritizeVerb: prioritize
+        bindVerb: bind
+        weight: 1
+        nodeCacheCapable: true
+
+Per node, `filter` says why it cannot take the pod: Unsatisfiable (preemption may help)
+goes to FailedNodes; no Numatopology, a stale one, or an invalid pod goes to
+FailedAndUnresolvableNodes. Only the active replica answers (the others are not Ready,
+so the Service does not send them traffic, and answer with an Error if reached).
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import time
+from collections import OrderedDict
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+from aiohttp import web
+
+from numatopo_engine import allocation, pod_request
+from numatopo_engine.errors import InvalidRequestError, UnsatisfiableError
+from numatopo_engine.request import PodRequest
+from numatopo_engine.state import NodeState
+from numatopo_operator import assigning, translate
+from numatopo_operator.errors import KubeError
+from numatopo_operator.runtime import Runtime
+
+__all__ = ["MAX_EXTENDER_PRIORITY", "build_app", "extender_score"]
+
+logger = logging.getLogger(__name__)
+
+# k8s.io/kube-scheduler/extender/v1.MaxExtenderPriority: extender scores are 0..10.
+MAX_EXTENDER_PRIORITY = 10
+# The engine scores 0..100.
+MAX_ENGINE_SCORE = 100
+# Filter's per-node scores are kept for the prioritize call that follows it (same pod);
+# a few hundred pods in flight at once is far above a scheduler's parallelism.
+SCORE_CACHE_PODS = 256
+
+RUNTIME_KEY: web.AppKey[Runtime] = web.AppKey("runtime", Runtime)
+SCORES_KEY: web.AppKey[OrderedDict[str, dict[str, int]]] = web.AppKey("scores")
+
+
+class BadArgsError(ValueError):
+    """The request body is not the JSON kube-scheduler sends."""
+
+
+def extender_score(engine_score: int) -> int:
+    """The engine's 0..100 mapped onto the extender's 0..10, rounding half up."""
+    clamped = min(max(engine_score, 0), MAX_ENGINE_SCORE)
+    return (clamped * MAX_EXTENDER_PRIORITY + MAX_ENGINE_SCORE // 2) // MAX_ENGINE_SCORE
+
+
+def _field(args: Mapping[str, Any], name: str) -> Any:
+    """Go's json decoding: an exact key first, else one that matches ignoring case."""
+    if name in args:
+        return args[name]
+    lowered = name.lower()
+    return next((value for key, value in args.items() if key.lower() == lowered), None)
+
+
+def _node_names(args: Mapping[str, Any]) -> tuple[list[str], list[Any] | None]:
+    """Candidate node names, and the Node objects when the scheduler sent objects."""
+    names = _field(args, "NodeNames")
+    if isinstance(names, list):
+        return [str(n) for n in names], None
+    nodes = _field(args, "Nodes")
+    items = nodes.get("items") if isinstance(nodes, Mapping) else None
+    if isinstance(items, list):
+        return [str((item.get("metadata") or {}).get("name", "")) for item in items], items
+    return [], None
+
+
+def _pod(args: Mapping[str, Any]) -> Mapping[str, Any]:
+    pod = _field(args, "Pod")
+    if not isinstance(pod, Mapping):
+        raise BadArgsError("ExtenderArgs has no Pod object")
+    return pod
+
+
+def _state_without(runtime: Runtime, node: str, key: str) -> NodeState | None:
+    """The node's bookings, minus the pod's own (an earlier attempt must not count)."""
+    state = runtime.ledger.state(node)
+    if state is not None and key in state.assignments:
+        state = state.copy()
+        state.release(key)
+    return state
+
+
+def _judge(runtime: Runtime, request: PodRequest, node: str) -> tuple[int | None, str, bool]:
+    """(engine score or None, why not, resolvable) of the pod on one node."""
+    topology = runtime.ledger.topology(node)
+    state = _state_without(runtime, node, request.key)
+    if topology is None or state is None:
+        return (
+            None,
+            f"no Numatopology for node {node} (is the numatopo exporter running there?)",
+            False,
+        )
+    stale = runtime.stale.get(node)
+    if stale is not None:
+        return None, stale, False
+    try:
+        score = allocation.evaluate(topology, state, request)
+    except InvalidRequestError as exc:
+        return None, translate.invalid_message(exc), False
+    except UnsatisfiableError as exc:
+        return None, translate.unsatisfiable_message(node, exc.reason), True
+    return score, "", True
+
+
+ScoreCache = OrderedDict[str, dict[str, int]]
+
+
+def filter_result(runtime: Runtime, args: Mapping[str, Any], cache: ScoreCache) -> dict[str, Any]:
+    """ExtenderFilterResult for ExtenderArgs (no I/O); remembers scores in `cache`."""
+    pod = _pod(args)
+    names, objects = _node_names(args)
+    passed: list[str] = []
+    failed: dict[str, str] = {}
+    unresolvable: dict[str, str] = {}
+    scores: dict[str, int] = {}
+    if not pod_request.wants_topology(pod):
+        passed = list(names)
+    else:
+        try:
+            request = pod_request.request_from_pod(pod, runtime.settings.resources)
+        except InvalidRequestError as exc:
+            unresolvable = dict.fromkeys(names, translate.invalid_message(exc))
+        else:
+            started = time.perf_counter()
+            for node in names:
+                score, why, resolvable = _judge(runtime, request, node)
+                if score is not None:
+                    passed.append(node)
+                    scores[node] = score
+                elif resolvable:
+                    failed[node] = why
+                else:
+                    unresolvable[node] = why
+            runtime.metrics.latency.labels("filter").observe(time.perf_counter() - started)
+    result: dict[str, Any] = {
+        "Nodes": None,
+        "NodeNames": None,
+        "FailedNodes": failed,
+        "FailedAndUnresolvableNodes": unresolvable,
+        "Error": "",
+    }
+    if objects is None:
+        result["NodeNames"] = passed
+    else:
+        keep = set(passed)
+        result["Nodes"] = {
+            "metadata": {},
+            "items": [o for o in objects if (o.get("metadata") or {}).get("name") in keep],
+        }
+    if scores:
+        cache[_pod_uid(pod)] = scores
+        while len(cache) > SCORE_CACHE_PODS:
+            cache.popitem(last=False)
+    return result
+
+
+def _pod_uid(pod: Mapping[str, Any]) -> str:
+    metadata = pod.get("metadata") or {}
+    return str(metadata.get("uid") or translate.pod_key(pod))
+
+
+def priorities(
+    runtime: Runtime, args: Mapping[str, Any], cache: ScoreCache
+) -> list[dict[str, Any]]:
+    """HostPriorityList: the engine's node score (0..10) per candidate, 0 where it does not fit.
+
+    Scores from the filter call for the same pod are reused: a score is advice (bind
+    decides again), so the few milliseconds between the two calls cannot make it wrong.
+    """
+    pod = _pod(args)
+    names, _ = _node_names(args)
+    if not pod_request.wants_topology(pod):
+        return [{"Host": node, "Score": 0} for node in names]
+    known = cache.pop(_pod_uid(pod), {})
+    missing = [node for node in names if node not in known]
+    if missing:
+        try:
+            request = pod_request.request_from_pod(pod, runtime.settings.resources)
+        except InvalidRequestError:
+            return [{"Host": node, "Score": 0} for node in names]
+        started = time.perf_counter()
+        for node in missing:
+            score, _, _ = _judge(runtime, request, node)
+            if score is not None:
+                known[node] = score
+        runtime.metrics.latency.labels("prioritize").observe(time.perf_counter() - started)
+    return [{"Host": node, "Score": extender_score(known.get(node, 0))} for node in names]
+
+
+async def _read(request: web.Request) -> Mapping[str, Any]:
+    try:
+        body = await request.json(loads=json.loads)
+    except ValueError as exc:
+        raise BadArgsError(f"request body is not JSON: {exc}") from None
+    if not isinstance(body, Mapping):
+        raise BadArgsError("request body is not a JSON object")
+    return body
+
+
+def _not_deciding(runtime: Runtime) -> str:
+    if not runtime.indexed.is_set():
+        return "numatopo operator is starting: pods and Numatopologies are not listed yet"
+    if not runtime.active.is_set():
+        return "this numatopo operator replica is not the active one"
+    return ""
+
+
+async def _filter(request: web.Request) -> web.Response:
+    runtime = request.app[RUNTIME_KEY]
+    error = _not_deciding(runtime)
+    try:
+        args = await _read(request)
+        if error:
+            raise BadArgsError(error)
+        return web.json_response(filter_result(runtime, args, request.app[SCORES_KEY]))
+    except BadArgsError as exc:
+        return web.json_response(
+            {
+                "Nodes": None,
+                "NodeNames": None,
+                "FailedNodes": {},
+                "FailedAndUnresolvableNodes": {},
+                "Error": str(exc),
+            }
+        )
+
+
+async def _prioritize(request: web.Request) -> web.Response:
+    runtime = request.app[RUNTIME_KEY]
+    error = _not_deciding(runtime)
+    if error:
+        return web.Response(status=503, text=error)
+    try:
+        args = await _read(request)
+        return web.json_response(priorities(runtime, args, request.app[SCORES_KEY]))
+    except BadArgsError as exc:
+        return web.Response(status=400, text=str(exc))
+
+
+def _binding_args(body: Mapping[str, Any]) -> tuple[str, str, str, str]:
+    values = [_field(body, name) for name in ("PodNamespace", "PodName", "PodUID", "Node")]
+    namespace, name, uid, node = (v if isinstance(v, str) else "" for v in values)
+    if not name or not node:
+        raise BadArgsError("ExtenderBindingArgs needs PodName and Node")
+    return namespace or "default", name, uid, node
+
+
+async def _bind_error(runtime: Runtime, body: Mapping[str, Any]) -> str:
+    """'' once the pod is bound with its assignment, else why not."""
+    error = _not_deciding(runtime)
+    if error:
+        return error
+    namespace, name, uid, node = _binding_args(body)
+    try:
+        pod = await runtime.kube.get_pod(namespace, name)
+        found_uid = str((pod.get("metadata") or {}).get("uid") or "")
+        if uid and found_uid and uid != found_uid:
+            return f"pod {namespace}/{name} is now uid {found_uid}, not {uid}"
+        return await assigning.bind_pod(runtime, pod, node)
+    except KubeError as exc:
+        return f"binding {namespace}/{name} to {node}: {exc}"
+
+
+async def _bind(request: web.Request) -> web.Response:
+    try:
+        error = await _bind_error(request.app[RUNTIME_KEY], await _read(request))
+    except BadArgsError as exc:
+        error = str(exc)
+    if error:
+        logger.warning("bind failed: %s", error)
+    return web.json_response({"Error": error})
+
+
+def build_app(runtime: Runtime) -> web.Application:
+    app = web.Application()
+    app[RUNTIME_KEY] = runtime
+    app[SCORES_KEY] = OrderedDict()
+    app.router.add_post("/filter", _filter)
+    app.router.add_post("/prioritize", _prioritize)
+    app.router.add_post("/bind", _bind)
+    return app
+
+
+def candidate_nodes(args: Mapping[str, Any]) -> Sequence[str]:
+    """The node names of ExtenderArgs, whichever way they came (for logs and tests)."""
+    return _node_names(args)[0]

@@ -1,0 +1,122 @@
+"""kopf handlers, registered on a registry of their own (`build_registry`); each is thin.
+
+Pods are handled with `@kopf.on.event`, not `on.create`/`on.update`: the pod's own
+`numatopo.io/state` annotation says whether it was decided, so handling is idempotent
+and kopf needs to write nothing of its own onto users' pods. Retries are driven by the
+events that can change an answer, not by timers: a pod waiting for a Numatopology is
+retried when that Numatopology appears, and an Unsatisfiable pod when a pod on its
+node releases CPUs or GPUs.
+"""
+
+from __future__ import annotations
+
+import logging
+from typing import Any
+
+import kopf
+
+from numatopo_operator import assigning, indexes, translate
+from numatopo_operator.errors import kept_serving
+from numatopo_operator.runtime import Runtime
+
+__all__ = ["build_registry"]
+
+Logger = logging.Logger | logging.LoggerAdapter[Any]
+
+
+async def login(*, memo: Runtime, logger: Logger, **kwargs: Any) -> kopf.ConnectionInfo:
+    """Fixed credentials if given, else the pod's service account, else `KUBECONFIG`."""
+    info = (
+        memo.connection
+        or kopf.login_with_service_account(logger=logger, **kwargs)
+        or kopf.login_with_kubeconfig(logger=logger, **kwargs)
+    )
+    if info is None:
+        raise kopf.LoginError(
+            "no Kubernetes credentials: run in a pod with a service account, or set KUBECONFIG"
+        )
+    await memo.kube.use(info)
+    return info
+
+
+async def _redrive(memo: Runtime, node: str, waiting: kopf.Index[str, Any], logger: Logger) -> None:
+    """Retry the pods waiting on `node`, oldest first."""
+    if node not in waiting:
+        return
+    pods = sorted(waiting[node], key=lambda pod: pod["metadata"].get("creationTimestamp", ""))
+    for pod in pods:
+        with kept_serving(logger, f"retrying pod {translate.pod_key(pod)}", memo.metrics):
+            await assigning.assign_bound_pod(memo, pod)
+
+
+async def _report(memo: Runtime, body: kopf.Body, logger: Logger) -> None:
+    """Mark a pod with an unreadable assignment Invalid; post, once each, the bookings on
+    this pod's node that overlap older ones."""
+    key = translate.pod_key(body)
+    problems: dict[str, str] = {}
+    if key in memo.unreadable:
+        await assigning.mark_invalid(memo, body, memo.unreadable[key])
+    node = memo.ledger.node_of(key) or translate.pod_node(body)
+    if node is not None:
+        problems.update(memo.ledger.untrusted(node))
+    for other, why in sorted(problems.items()):
+        if f"{other} {why}" in memo.reported:
+            continue
+        memo.reported.add(f"{other} {why}")
+        namespace, _, name = other.partition("/")
+        ref = assigning.pod_ref(body) if other == key else {"namespace": namespace, "name": name}
+        logger.warning("not trusting the assignment of %s: %s", other, why)
+        await memo.kube.post_event(ref, warning=True, reason=translate.UNTRUSTED, message=why)
+
+
+async def pod_changed(
+    *, type: str, body: kopf.Body, memo: Runtime, logger: Logger, **kwargs: Any
+) -> None:
+    waiting_pods: kopf.Index[str, Any] = kwargs["waiting_pods"]
+    memo.indexed.set()
+    key = translate.pod_key(body)
+    with kept_serving(logger, f"pod {key}", memo.metrics):
+        if type == "DELETED" or translate.is_finished(body):
+            memo.reported.difference_update({r for r in memo.reported if r.startswith(key + " ")})
+            memo.written.pop(key, None)
+            node = memo.ledger.forget(key) or translate.pod_node(body)
+            memo.metrics.ledger_pods.set(len(memo.ledger))
+            if node is not None and memo.active.is_set():
+                await _redrive(memo, node, waiting_pods, logger)
+            return
+        if not memo.active.is_set():
+            return
+        await _report(memo, body, logger)
+        await assigning.assign_bound_pod(memo, body)
+
+
+async def numatopology_changed(
+    *, type: str, body: kopf.Body, memo: Runtime, logger: Logger, **kwargs: Any
+) -> None:
+    waiting_pods: kopf.Index[str, Any] = kwargs["waiting_pods"]
+    memo.indexed.set()
+    node = body.metadata.name
+    with kept_serving(logger, f"Numatopology/{node}", memo.metrics):
+        if type == "DELETED":
+            memo.ledger.drop_topology(node)
+            memo.stale.pop(node, None)
+            memo.redriven.pop(node, None)
+            return
+        topology = memo.ledger.topology(node)
+        # Our own status writes change the object too; only a new spec can change answers.
+        if topology is None or memo.redriven.get(node) is topology or not memo.active.is_set():
+            return
+        memo.redriven[node] = topology
+        await _redrive(memo, node, waiting_pods, logger)
+
+
+def build_registry() -> kopf.OperatorRegistry:
+    """A registry with every handler of the operator (none on kopf's global one)."""
+    registry = kopf.OperatorRegistry()
+    indexes.register(registry)
+    kopf.on.login(registry=registry)(login)
+    kopf.on.event("pods", registry=registry)(pod_changed)
+    kopf.on.event("numatopo.io", "v1alpha1", "numatopologies", registry=registry)(
+        numatopology_changed
+    )
+    return registry

@@ -1,0 +1,195 @@
+"""The only module of the operator that calls the Kubernetes API (I/O).
+
+kopf does the watching; the writes kopf's `patch` cannot express (patching a pod we
+are not handling right now, Bindings, Events with names, Numatopology status) go
+through `KubeClient`, an aiohttp session built from the `kopf.ConnectionInfo` that our
+login handler resolved. So both use the same credentials, and on a re-login (an
+expired service-account token) `KubeClient.use` gets the new ones too.
+
+Client-library exceptions never leave this module: API errors become
+`numatopo_operator.errors.KubeError` and its subclasses.
+"""
+
+from __future__ import annotations
+
+import datetime
+import json
+import logging
+import time
+from collections.abc import Mapping
+from typing import Any
+
+import aiohttp
+import kopf
+
+from numatopo_engine.model import API_VERSION, Numatopology
+from numatopo_operator import errors
+
+__all__ = ["COMPONENT", "KubeClient", "PodRef"]
+
+MERGE_PATCH = "application/merge-patch+json"
+COMPONENT = "numatopo-operator"
+# The API server rejects Event messages above 1 KiB on some versions; cut ours below that.
+EVENT_MESSAGE_CHARS = 1000
+REQUEST_TIMEOUT_SECONDS = 30
+
+logger = logging.getLogger(__name__)
+
+PodRef = Mapping[str, str]  # namespace, name, uid
+
+
+class KubeClient:
+    """A few typed calls over one aiohttp session; `use()` before the first call."""
+
+    def __init__(self) -> None:
+        self._info: kopf.ConnectionInfo | None = None
+        self._session: aiohttp.ClientSession | None = None
+
+    async def use(self, info: kopf.ConnectionInfo) -> None:
+        """Talk to the server and with the credentials of `info` from now on."""
+        old, self._session, self._info = self._session, None, info
+        if old is not None:
+            await old.close()
+
+    async def close(self) -> None:
+        if self._session is not None:
+            await self._session.close()
+            self._session = None
+
+    def _open(self) -> tuple[aiohttp.ClientSession, str]:
+        info = self._info
+        if info is None:
+            raise errors.KubeError(0, "NotLoggedIn", "no credentials yet (login pending)")
+        if self._session is None or self._session.closed:
+            self._session = aiohttp.ClientSession(
+                connector=aiohttp.TCPConnector(ssl=info.as_ssl_context()),
+                headers=info.as_http_headers(),
+                timeout=aiohttp.ClientTimeout(total=REQUEST_TIMEOUT_SECONDS),
+            )
+        return self._session, info.server.rstrip("/")
+
+    async def _call(
+        self, method: str, path: str, body: object, *, content_type: str = "application/json"
+    ) -> Any:
+        session, server = self._open()
+        try:
+            async with session.request(
+                method,
+                server + path,
+                data=None if body is None else json.dumps(body),
+                headers={"Content-Type": content_type},
+            ) as response:
+                text = await response.text()
+                if response.status >= 400:
+                    raise _api_error(response.status, text)
+                return json.loads(text) if text else None
+        except aiohttp.ClientError as exc:
+            raise errors.KubeError(0, type(exc).__name__, f"{method} {path}: {exc}") from exc
+
+    # -- pods ----------------------------------------------------------------------
+
+    async def get_pod(self, namespace: str, name: str) -> dict[str, Any]:
+        found = await self._call("GET", f"/api/v1/namespaces/{namespace}/pods/{name}", None)
+        if not isinstance(found, dict):
+            raise errors.KubeError(200, "BadResponse", f"pod {namespace}/{name}: not an object")
+        return found
+
+    async def patch_pod_annotations(
+        self, namespace: str, name: str, annotations: Mapping[str, str | None]
+    ) -> None:
+        """Merge `annotations` into the pod's; a None value removes that key."""
+        await self._call(
+            "PATCH",
+            f"/api/v1/namespaces/{namespace}/pods/{name}",
+            {"metadata": {"annotations": dict(annotations)}},
+            content_type=MERGE_PATCH,
+        )
+
+    async def create_binding(self, namespace: str, name: str, uid: str, node: str) -> None:
+        """Bind the pod to `node`, as kube-scheduler does (the uid guards against a new pod
+        of the same name)."""
+        metadata: dict[str, str] = {"name": name, "namespace": namespace}
+        if uid:
+            metadata["uid"] = uid
+        await self._call(
+            "POST",
+            f"/api/v1/namespaces/{namespace}/pods/{name}/binding",
+            {
+                "apiVersion": "v1",
+                "kind": "Binding",
+                "metadata": metadata,
+                "target": {"apiVersion": "v1", "kind": "Node", "name": node},
+            },
+        )
+
+    async def post_event(self, pod: PodRef, *, warning: bool, reason: str, message: str) -> None:
+        """A core/v1 Event about the pod, named as client-go names them (`<pod>.<hex time>`)."""
+        now = datetime.datetime.now(datetime.UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+        namespace, name = pod["namespace"], pod["name"]
+        if len(message) > EVENT_MESSAGE_CHARS:
+            message = message[: EVENT_MESSAGE_CHARS - 3] + "..."
+        await self._call(
+            "POST",
+            f"/api/v1/namespaces/{namespace}/events",
+            {
+                "apiVersion": "v1",
+                "kind": "Event",
+                "metadata": {"name": f"{name}.{time.time_ns():x}", "namespace": namespace},
+                "involvedObject": {
+                    "apiVersion": "v1",
+                    "kind": "Pod",
+                    "namespace": namespace,
+                    "name": name,
+                    "uid": pod.get("uid", ""),
+                },
+                "type": "Warning" if warning else "Normal",
+                "reason": reason,
+                "message": message,
+                "source": {"component": COMPONENT},
+                "reportingComponent": COMPONENT,
+                "firstTimestamp": now,
+                "lastTimestamp": now,
+                "count": 1,
+            },
+        )
+
+    # -- kopf peering ----------------------------------------------------------------
+
+    async def get_peering(self, name: str, *, namespace: str | None) -> dict[str, Any]:
+        """The peers in kopf's peering object: identity -> {priority, lastseen, lifetime}."""
+        if namespace is None:
+            path = f"/apis/kopf.dev/v1/clusterkopfpeerings/{name}"
+        else:
+            path = f"/apis/kopf.dev/v1/namespaces/{namespace}/kopfpeerings/{name}"
+        found = await self._call("GET", path, None)
+        status = found.get("status") if isinstance(found, dict) else None
+        return status if isinstance(status, dict) else {}
+
+    # -- numatopologies ----------------------------------------------------------------
+
+    async def patch_numatopology_status(self, node: str, status: Mapping[str, object]) -> None:
+        """Merge `status` into `Numatopology/<node>.status` (the exporter's conditions stay)."""
+        await self._call(
+            "PATCH",
+            f"/apis/{API_VERSION}/{Numatopology.plural}/{node}/status",
+            {"status": dict(status)},
+            content_type=MERGE_PATCH,
+        )
+
+
+def _api_error(status: int, text: str) -> errors.KubeError:
+    """Our error for an API failure, from the `Status` object it sends (or the raw text)."""
+    reason, message = "", text[:256]
+    try:
+        body = json.loads(text)
+    except ValueError:
+        body = None
+    if isinstance(body, dict):
+        reason = str(body.get("reason", ""))
+        message = str(body.get("message", message))[:256]
+    kind: type[errors.KubeError] = {
+        403: errors.KubeForbiddenError,
+        404: errors.KubeNotFoundError,
+        409: errors.KubeConflictError,
+    }.get(status, errors.KubeError)
+    return kind(status, reason, message)

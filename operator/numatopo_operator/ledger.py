@@ -1,0 +1,219 @@
+"""The ledger: what is booked on every node, derived from pod annotations only (pure).
+
+Glossary:
+  observed   a booking read from a pod's `numatopo.io/assignment` on the watch stream
+  in-flight  an assignment this operator decided and is writing (or has written) but
+             has not yet seen on the watch stream; it stays reserved until the pod's
+             annotation is observed, the write fails, or the pod goes away, so two quick
+             decisions on one node can never hand out the same CPU or GPU
+  untrusted  an observed booking that overlaps an older pod's (hand-written or
+             stale); it books nothing and is reported once
+
+Nothing here survives a restart, by design: the operator lists every pod before its
+first decision (kopf indexes) and this ledger is rebuilt from them.
+
+Decisions for one node are serialised by `lock(node)`: the engine call and the
+reservation form one critical section, so it stays correct even if the engine call
+is moved to a thread.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Iterator, Mapping
+
+from numatopo_engine.annotations import Assignment
+from numatopo_engine.errors import OverlapError
+from numatopo_engine.model import NumatopologySpec
+from numatopo_engine.state import NodeState
+from numatopo_operator.translate import Booking
+
+__all__ = ["Ledger"]
+
+
+class Ledger:
+    """Per-node `NodeState`s, kept in step with observed bookings and in-flight ones."""
+
+    def __init__(self) -> None:
+        self._topologies: dict[str, NumatopologySpec] = {}
+        self._observed: dict[str, dict[str, Booking]] = {}
+        self._inflight: dict[str, dict[str, Assignment]] = {}
+        self._node_of: dict[str, str] = {}
+        self._untrusted: dict[str, dict[str, str]] = {}
+        self._states: dict[str, NodeState] = {}
+        self._locks: dict[str, asyncio.Lock] = {}
+        self._dirty: set[str] = set()
+
+    # -- queries -----------------------------------------------------------------
+
+    def topology(self, node: str) -> NumatopologySpec | None:
+        return self._topologies.get(node)
+
+    def state(self, node: str) -> NodeState | None:
+        """What is booked on `node` (observed and in-flight), or None without a topology."""
+        return self._states.get(node)
+
+    def holds(self, key: str) -> bool:
+        """True when pod `key` has a booking (observed, in-flight or untrusted)."""
+        return key in self._node_of
+
+    def node_of(self, key: str) -> str | None:
+        return self._node_of.get(key)
+
+    def untrusted(self, node: str) -> Mapping[str, str]:
+        """Pods on `node` whose bookings overlap older ones: key -> why."""
+        return self._untrusted.get(node, {})
+
+    def nodes(self) -> Iterator[str]:
+        """Nodes with a topology, in name order."""
+        return iter(sorted(self._topologies))
+
+    def pods_on(self, node: str) -> int:
+        """Pods booked on `node` (observed or in-flight, untrusted ones excluded)."""
+        state = self._states.get(node)
+        return len(state.assignments) if state is not None else 0
+
+    def __len__(self) -> int:
+        """Pods holding a booking anywhere, untrusted ones included."""
+        return len(self._node_of)
+
+    def lock(self, node: str) -> asyncio.Lock:
+        return self._locks.setdefault(node, asyncio.Lock())
+
+    def take_dirty(self) -> set[str]:
+        """Nodes whose bookings or topology changed since the last call (for status)."""
+        dirty, self._dirty = self._dirty, set()
+        return dirty
+
+    def mark_dirty(self, node: str) -> None:
+        self._dirty.add(node)
+
+    # -- topologies ---------------------------------------------------------------
+
+    def set_topology(self, node: str, topology: NumatopologySpec) -> list[str]:
+        """Use `topology` for `node` (new or changed); returns keys that became untrusted."""
+        if self._topologies.get(node) == topology:
+            return []
+        self._topologies[node] = topology
+        return self._rebuild(node)
+
+    def drop_topology(self, node: str) -> None:
+        """The node's Numatopology is gone: keep the bookings, decide nothing there."""
+        self._topologies.pop(node, None)
+        self._states.pop(node, None)
+        self._untrusted.pop(node, None)
+        self._dirty.discard(node)
+
+    # -- bookings -------------------------------------------------------------------
+
+    def observe(self, booking: Booking) -> list[str]:
+        """Book what a pod's annotation says; returns keys that became untrusted.
+
+        The older pod (creationTimestamp, then key) keeps an overlapping CPU or GPU; the
+        newer one is untrusted until the older one goes.
+        """
+        key, node = booking.key, booking.node
+        previous_node = self._node_of.get(key)
+        if previous_node is not None and previous_node != node:
+            self.forget(key)
+        known = self._observed.get(node, {}).get(key)
+        if known == booking and key not in self._inflight.get(node, {}):
+            return []
+        self._observed.setdefault(node, {})[key] = booking
+        self._inflight.get(node, {}).pop(key, None)
+        self._node_of[key] = node
+        state = self._states.get(node)
+        if state is None:
+            return []
+        self._dirty.add(node)
+        if key not in self._untrusted.get(node, {}):
+            try:
+                state.apply(key, booking.assignment)
+            except OverlapError:
+                pass
+            else:
+                return []
+        return self._rebuild(node)
+
+    def observe_absent(self, key: str) -> None:
+        """The pod shows no assignment (any more); an in-flight one stays reserved.
+
+        An event that predates our own write carries no annotation yet: that must not
+        free what we just reserved. Only `forget` and `cancel` drop in-flight bookings.
+        """
+        node = self._node_of.get(key)
+        if node is None or key not in self._observed.get(node, {}):
+            return
+        if key in self._inflight.get(node, {}):
+            self._observed[node].pop(key)
+            return
+        self.forget(key)
+
+    def reserve(self, node: str, key: str, assignment: Assignment) -> None:
+        """Book a decision before it is written. Call under `lock(node)`.
+
+        Raises `OverlapError` if it clashes with a booking (the engine would be wrong).
+        """
+        state = self._states.get(node)
+        if state is None:
+            raise KeyError(f"no Numatopology for node {node!r}")
+        state.apply(key, assignment)
+        self._inflight.setdefault(node, {})[key] = assignment
+        self._node_of[key] = node
+        self._dirty.add(node)
+
+    def cancel(self, key: str) -> None:
+        """Drop an in-flight booking whose write failed (or was taken back)."""
+        node = self._node_of.get(key)
+        if node is None or key not in self._inflight.get(node, {}):
+            return
+        self._inflight[node].pop(key)
+        if key in self._observed.get(node, {}):
+            self._rebuild(node)
+            return
+        del self._node_of[key]
+        self._release(node, key)
+
+    def forget(self, key: str) -> str | None:
+        """The pod ended or was deleted: free all it held at once. Returns its node."""
+        node = self._node_of.pop(key, None)
+        if node is None:
+            return None
+        self._observed.get(node, {}).pop(key, None)
+        self._inflight.get(node, {}).pop(key, None)
+        self._release(node, key)
+        return node
+
+    # -- internals --------------------------------------------------------------------
+
+    def _release(self, node: str, key: str) -> None:
+        state = self._states.get(node)
+        if state is None:
+            return
+        self._dirty.add(node)
+        if self._untrusted.get(node, {}).pop(key, None) is None:
+            state.release(key)
+        if self._untrusted.get(node):
+            # What the pod held may be exactly what an untrusted booking overlapped.
+            self._rebuild(node)
+
+    def _rebuild(self, node: str) -> list[str]:
+        """Book the node from scratch, oldest pod first, then in-flight decisions."""
+        topology = self._topologies.get(node)
+        if topology is None:
+            return []
+        before = set(self._untrusted.get(node, {}))
+        observed = sorted(self._observed.get(node, {}).values(), key=lambda b: (b.created, b.key))
+        pairs = [(b.key, b.assignment) for b in observed]
+        pairs += [(k, a) for k, a in self._inflight.get(node, {}).items()]
+        state = NodeState(topology)
+        untrusted: dict[str, str] = {}
+        for key, assignment in pairs:
+            try:
+                state.apply(key, assignment)
+            except OverlapError as exc:
+                untrusted[key] = str(exc)
+        self._states[node] = state
+        self._untrusted[node] = untrusted
+        self._dirty.add(node)
+        return sorted(set(untrusted) - before)

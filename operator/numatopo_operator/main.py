@@ -1,0 +1,140 @@
+"""Running the operator: kopf, the extender, probes/metrics and the status writer (I/O).
+
+`serve()` runs everything in the current event loop until `stop_flag` is set (tests
+run it in a task); `run()` is the process entry point used by `numatopo operator`.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import random
+import socket
+import threading
+from collections.abc import AsyncIterator
+
+import kopf
+from aiohttp import web
+
+# kopf takes the peering identity as this NewType but does not export it; we choose the
+# identity ourselves because `leadership` must find this replica among the peers.
+from kopf._core.engines.peering import Identity
+
+from numatopo_operator import extender, handlers, health, leadership, status
+from numatopo_operator.runtime import Runtime
+from numatopo_operator.settings import OperatorSettings
+
+__all__ = ["Servers", "run", "serve"]
+
+logger = logging.getLogger(__name__)
+
+# kopf peering priorities are drawn from this range when none is configured; wide
+# enough that two replicas practically never draw the same (which pauses both).
+PRIORITY_RANGE = (1, 1_000_000)
+
+
+class Servers:
+    """The two HTTP servers; the ports are known once `start()` returned (0 = any)."""
+
+    def __init__(self, runtime: Runtime) -> None:
+        self.runtime = runtime
+        self.extender_port = 0
+        self.metrics_port = 0
+        self._runners: list[web.AppRunner] = []
+
+    async def _start(self, app: web.Application, port: int) -> int:
+        runner = web.AppRunner(app, access_log=None)
+        await runner.setup()
+        site = web.TCPSite(runner, self.runtime.settings.listen_host, port)
+        await site.start()
+        self._runners.append(runner)
+        server = site._server
+        sockets = getattr(server, "sockets", None) or []
+        return int(sockets[0].getsockname()[1]) if sockets else port
+
+    async def start(self) -> None:
+        settings = self.runtime.settings
+        self.metrics_port = await self._start(health.build_app(self.runtime), settings.metrics_port)
+        self.extender_port = await self._start(
+            extender.build_app(self.runtime), settings.extender_port
+        )
+
+    async def stop(self) -> None:
+        for runner in reversed(self._runners):
+            await runner.cleanup()
+        self._runners.clear()
+
+
+@contextlib.asynccontextmanager
+async def _background(runtime: Runtime, *, identity: str, priority: int) -> AsyncIterator[None]:
+    tasks = [asyncio.create_task(status.write_statuses(runtime), name="numatopo status writer")]
+    if runtime.settings.standalone:
+        runtime.active.set()
+    else:
+        tasks.append(
+            asyncio.create_task(
+                leadership.watch_leadership(runtime, identity=identity, priority=priority),
+                name="numatopo leadership",
+            )
+        )
+    try:
+        yield
+    finally:
+        for task in tasks:
+            task.cancel()
+        await asyncio.gather(*tasks, return_exceptions=True)
+
+
+async def serve(
+    runtime: Runtime,
+    *,
+    servers: Servers | None = None,
+    kopf_settings: kopf.OperatorSettings | None = None,
+    stop_flag: asyncio.Event | threading.Event | None = None,
+) -> None:
+    """Run the operator until `stop_flag` is set (or the task is cancelled)."""
+    settings = runtime.settings
+    servers = servers or Servers(runtime)
+    kopf_settings = kopf_settings or kopf.OperatorSettings()
+    # We post our own Events (named, one per outcome); kopf's would repeat our log lines.
+    kopf_settings.posting.enabled = False
+    priority = (
+        settings.priority if settings.priority is not None else random.randint(*PRIORITY_RANGE)
+    )
+    identity = f"{socket.gethostname()}@{random.getrandbits(32):08x}"
+    await servers.start()
+    logger.info(
+        "numatopo operator: extender on :%d, metrics and probes on :%d, %s",
+        servers.extender_port,
+        servers.metrics_port,
+        "standalone"
+        if settings.standalone
+        else f"peering {settings.peering_name!r} priority {priority}",
+    )
+    try:
+        async with _background(runtime, identity=identity, priority=priority):
+            await kopf.operator(
+                registry=handlers.build_registry(),
+                settings=kopf_settings,
+                memo=runtime,
+                standalone=settings.standalone,
+                peering_name=settings.peering_name,
+                priority=priority,
+                identity=Identity(identity),
+                clusterwide=not settings.namespaces,
+                namespaces=list(settings.namespaces),
+                stop_flag=stop_flag,
+            )
+    finally:
+        await servers.stop()
+        await runtime.kube.close()
+
+
+def run(settings: OperatorSettings) -> int:
+    """The process: log to stderr, serve until SIGTERM/SIGINT (kopf handles both)."""
+    logging.basicConfig(
+        level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s"
+    )
+    asyncio.run(serve(Runtime(settings)))
+    return 0

@@ -1,0 +1,71 @@
+"""`Numatopology.status`: what is free per NUMA node, written debounced.
+
+`free_status` is pure; `write_statuses` is the loop that writes it. A burst of
+decisions on one node marks it dirty many times and costs one write per debounce
+period; a status equal to the last one written is not written again. Only the fields
+below are patched (a merge patch), so the exporter's `conditions` are left alone.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+
+from numatopo_engine.model import FreeNuma, NumatopologySpec
+from numatopo_engine.state import NodeState
+from numatopo_operator.errors import KubeError, KubeNotFoundError
+from numatopo_operator.runtime import Runtime
+
+__all__ = ["free_status", "write_statuses"]
+
+logger = logging.getLogger(__name__)
+
+
+def free_status(topology: NumatopologySpec, state: NodeState, pods: int) -> dict[str, object]:
+    """The status fields numatopo owns: `free` per NUMA node, `freeCPUs`, `freeGPUs`, `pods`."""
+    free_cpus = state.free_cpus()
+    free_gpus = state.free_gpus()
+    free_nics = state.free_nics()
+    per_numa = [
+        FreeNuma(
+            numa=node.id,
+            cpus=free_cpus & node.cpus,
+            gpus=sorted(
+                g.index for g in topology.gpus if g.numa == node.id and g.index in free_gpus
+            ),
+            nics=sorted(n.name for n in topology.nics if n.numa == node.id and n.name in free_nics),
+            memory_bytes=max(state.free_memory(node.id), 0),
+        ).to_wire()
+        for node in sorted(topology.numa_nodes, key=lambda n: n.id)
+    ]
+    return {
+        "free": per_numa,
+        "freeCPUs": len(free_cpus),
+        "freeGPUs": len(free_gpus),
+        "pods": pods,
+    }
+
+
+async def write_statuses(runtime: Runtime) -> None:
+    """Forever: every debounce period, write the status of each node that changed."""
+    written: dict[str, dict[str, object]] = {}
+    while True:
+        await asyncio.sleep(runtime.settings.status_debounce_seconds)
+        if not runtime.deciding:
+            continue
+        for node in sorted(runtime.ledger.take_dirty()):
+            topology, state = runtime.ledger.topology(node), runtime.ledger.state(node)
+            if topology is None or state is None:
+                continue
+            status = free_status(topology, state, runtime.ledger.pods_on(node))
+            if written.get(node) == status:
+                continue
+            try:
+                await runtime.kube.patch_numatopology_status(node, status)
+            except KubeNotFoundError:
+                continue  # deleted meanwhile; its DELETED event drops the node
+            except KubeError as exc:
+                logger.warning("status of Numatopology/%s not written (retrying): %s", node, exc)
+                runtime.ledger.mark_dirty(node)
+            else:
+                written[node] = status

@@ -1,0 +1,197 @@
+"""Pod manifests <-> engine values, annotation patches and Event texts (pure, no I/O).
+
+Everything that reads a raw Kubernetes object lives here, so the rest of the
+operator handles typed values only. A `RawPod` is the JSON of a Pod as the API (or
+kopf's `Body`) gives it.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any
+
+import pydantic
+
+from numatopo_engine import annotations as keys
+from numatopo_engine.annotations import Assignment, State
+from numatopo_engine.errors import InvalidRequestError
+from numatopo_engine.pod_options import shorten
+from numatopo_operator.errors import BookingError
+
+__all__ = [
+    "ASSIGNED",
+    "BIND_FAILED",
+    "INVALID",
+    "UNSATISFIABLE",
+    "UNTRUSTED",
+    "Booking",
+    "RawPod",
+    "assigned_message",
+    "booking_from_pod",
+    "invalid_message",
+    "is_finished",
+    "is_waiting",
+    "outcome_annotations",
+    "pod_key",
+    "pod_node",
+    "removal_annotations",
+    "unsatisfiable_message",
+]
+
+RawPod = Mapping[str, Any]
+
+# Event reasons, one per outcome a person may need to act on.
+ASSIGNED = "NumatopoAssigned"
+UNSATISFIABLE = "NumatopoUnsatisfiable"
+INVALID = "NumatopoInvalid"
+UNTRUSTED = "NumatopoUntrusted"
+BIND_FAILED = "NumatopoBindFailed"
+
+FINISHED_PHASES = frozenset({"Succeeded", "Failed"})
+
+
+@dataclass(frozen=True, slots=True)
+class Booking:
+    """A pod's assignment as observed on the pod: what the ledger books on `node`."""
+
+    key: str
+    node: str
+    assignment: Assignment
+    created: str = ""  # creationTimestamp (RFC 3339 sorts as text): older pods win overlaps
+
+
+def _metadata(pod: RawPod) -> Mapping[str, Any]:
+    metadata = pod.get("metadata")
+    return metadata if isinstance(metadata, Mapping) else {}
+
+
+def _annotations(pod: RawPod) -> Mapping[str, Any]:
+    found = _metadata(pod).get("annotations")
+    return found if isinstance(found, Mapping) else {}
+
+
+def pod_key(pod: RawPod) -> str:
+    """`namespace/name`, the key of a pod in the ledger and in `NodeState`."""
+    metadata = _metadata(pod)
+    return f"{metadata.get('namespace') or 'default'}/{metadata.get('name', '')}"
+
+
+def pod_node(pod: RawPod) -> str | None:
+    """The node the pod is bound to, or None while it is pending."""
+    spec = pod.get("spec")
+    node = spec.get("nodeName") if isinstance(spec, Mapping) else None
+    return node if isinstance(node, str) and node else None
+
+
+def is_finished(pod: RawPod) -> bool:
+    """True once every container has stopped for good: its CPUs and GPUs are free again."""
+    status = pod.get("status")
+    return isinstance(status, Mapping) and status.get("phase") in FINISHED_PHASES
+
+
+def is_waiting(pod: RawPod) -> bool:
+    """A running pod that asks for a policy and has no assignment yet (none, or it did not fit).
+
+    `Invalid` pods are not waiting: only a person can fix them, and the Event says how
+    (fix the annotation, then remove `numatopo.io/state` for a fresh decision).
+    """
+    annotations = _annotations(pod)
+    return (
+        keys.POLICY in annotations
+        and keys.ASSIGNMENT not in annotations
+        and annotations.get(keys.STATE) != State.INVALID
+        and pod_node(pod) is not None
+        and not is_finished(pod)
+        and not _metadata(pod).get("deletionTimestamp")
+    )
+
+
+def needs_decision(pod: RawPod) -> bool:
+    """A waiting pod that was never decided (no `numatopo.io/state` yet)."""
+    return is_waiting(pod) and keys.STATE not in _annotations(pod)
+
+
+def booking_from_pod(pod: RawPod) -> Booking | None:
+    """The pod's booking, or None if it holds nothing (no assignment, or it has finished).
+
+    Raises `BookingError` when the annotation is not a valid assignment, or names
+    another node than the one the pod runs on.
+    """
+    text = _annotations(pod).get(keys.ASSIGNMENT)
+    if text is None or is_finished(pod):
+        return None
+    key = pod_key(pod)
+    if not isinstance(text, str):
+        raise BookingError(f"{key}: {keys.ASSIGNMENT} is not a string")
+    try:
+        assignment = Assignment.model_validate_json(text)
+    except pydantic.ValidationError as exc:
+        problem = exc.errors()[0]
+        where = ".".join(str(part) for part in problem["loc"]) or "the value"
+        raise BookingError(
+            f"{key}: {keys.ASSIGNMENT} is not a valid assignment ({where}: {problem['msg']}): "
+            f"{shorten(text)!r}"
+        ) from None
+    node = pod_node(pod)
+    if node is not None and node != assignment.node:
+        raise BookingError(
+            f"{key}: {keys.ASSIGNMENT} is for node {assignment.node!r}, "
+            f"but the pod runs on {node!r}"
+        )
+    created = _metadata(pod).get("creationTimestamp")
+    return Booking(
+        key=key,
+        node=assignment.node,
+        assignment=assignment,
+        created=created if isinstance(created, str) else "",
+    )
+
+
+def outcome_annotations(
+    state: State, assignment: Assignment | None = None
+) -> dict[str, str | None]:
+    """The merge-patch of annotations for a decision; None removes a stale assignment."""
+    return {
+        keys.STATE: state.value,
+        keys.ASSIGNMENT: assignment.to_annotation() if assignment is not None else None,
+    }
+
+
+def removal_annotations() -> dict[str, str | None]:
+    """The merge-patch that takes a decision back (a Binding that failed after it)."""
+    return {keys.STATE: None, keys.ASSIGNMENT: None}
+
+
+def _ids(values: list[int] | list[str]) -> str:
+    return ",".join(str(v) for v in values)
+
+
+def assigned_message(assignment: Assignment) -> str:
+    """One line per container: what it got, where. Example:
+    `NUMA 0 on node-a (single-numa-node): train: CPUs 2-17, GPUs 0,1, NICs mlx5_0`."""
+    numa = ",".join(str(n) for n in assignment.numa_nodes) or "-"
+    parts = []
+    for name, container in sorted(assignment.containers.items()):
+        got = []
+        if len(container.cpus):
+            got.append(f"CPUs {container.cpus}" + ("" if container.exclusive else " (shared)"))
+        if container.gpu_indices:
+            got.append(f"GPUs {_ids(container.gpu_indices)}")
+        if container.nics:
+            got.append(f"NICs {_ids(container.nics)}")
+        if len(container.mems):
+            got.append(f"memory NUMA {container.mems}")
+        parts.append(f"{name}: " + (", ".join(got) or "nothing placed"))
+    return f"NUMA {numa} on {assignment.node} ({assignment.policy}): " + "; ".join(parts)
+
+
+def unsatisfiable_message(node: str, reason: str) -> str:
+    return f"does not fit on {node}: {reason}"
+
+
+def invalid_message(error: InvalidRequestError) -> str:
+    return (
+        f"invalid topology request: {error} "
+        f"(fix it, then remove the {keys.STATE} annotation for a fresh decision)"
+    )

@@ -1,0 +1,196 @@
+"""The scheduler extender over real HTTP, with the JSON kube-scheduler sends and expects."""
+
+from __future__ import annotations
+
+import json
+
+import kmock
+import pytest
+
+from numatopo_engine import annotations as keys
+from numatopo_operator.extender import extender_score
+
+FRESH, STALE, MISSING = "h100-a", "h100-stale", "h100-missing"
+
+
+@pytest.fixture
+async def extender(cluster, start_operator, h100, topology_object, wait):
+    await cluster.create_numatopology(topology_object(FRESH, h100))
+    await cluster.create_numatopology(topology_object(STALE, h100, exported="False"))
+    running = await start_operator()
+    await wait(running.runtime.indexed.is_set, what="operator listed everything")
+    await wait(lambda: STALE in running.runtime.stale, what="stale node seen")
+    return running
+
+
+def args(pod: dict, names: list[str]) -> dict:
+    """ExtenderArgs as a node-cache-capable kube-scheduler marshals it."""
+    return {"Pod": pod, "Nodes": None, "NodeNames": names}
+
+
+async def test_filter_keeps_fitting_nodes_and_says_why_per_node(extender, pod):
+    status, result = await extender.post(
+        "/filter", args(pod("job", node=None, gpus=4), [FRESH, STALE, MISSING])
+    )
+
+    assert 200 == status
+    assert ["Error", "FailedAndUnresolvableNodes", "FailedNodes", "NodeNames", "Nodes"] == sorted(
+        result
+    )
+    assert [FRESH] == result["NodeNames"]
+    assert None is result["Nodes"]
+    assert {} == result["FailedNodes"]
+    assert [MISSING, STALE] == sorted(result["FailedAndUnresolvableNodes"])
+    assert "no Numatopology for node h100-missing" in result["FailedAndUnresolvableNodes"][MISSING]
+    assert "stale (Exported=False" in result["FailedAndUnresolvableNodes"][STALE]
+    assert "" == result["Error"]
+
+
+async def test_filter_reports_what_did_not_fit(extender, pod):
+    status, result = await extender.post("/filter", args(pod("huge", node=None, gpus=6), [FRESH]))
+
+    assert 200 == status
+    assert [] == result["NodeNames"]
+    assert [FRESH] == list(result["FailedNodes"])
+    assert "GPUs" in result["FailedNodes"][FRESH]
+
+
+async def test_filter_with_node_objects_answers_with_node_objects(extender, pod):
+    """A scheduler that is not node-cache-capable sends Node objects and gets the kept ones back."""
+    nodes = {"items": [{"metadata": {"name": FRESH}}, {"metadata": {"name": MISSING}}]}
+    status, result = await extender.post(
+        "/filter", {"Pod": pod("job", node=None, gpus=1), "Nodes": nodes}
+    )
+
+    assert 200 == status
+    assert [{"metadata": {"name": FRESH}}] == result["Nodes"]["items"]
+    assert None is result["NodeNames"]
+
+
+@pytest.mark.parametrize(
+    ("annotations", "passed"),
+    [
+        pytest.param(None, [FRESH, MISSING], id="pod-without-policy-passes-everywhere"),
+        pytest.param({keys.POLICY: "sometimes"}, [], id="invalid-policy-passes-nowhere"),
+    ],
+)
+async def test_filter_without_a_valid_policy(extender, pod, annotations, passed):
+    manifest = pod("job", node=None, policy=None, annotations=annotations)
+
+    _, result = await extender.post("/filter", args(manifest, [FRESH, MISSING]))
+
+    assert passed == result["NodeNames"]
+
+
+async def test_filter_rejects_a_body_that_is_not_extender_args(extender):
+    status, result = await extender.post("/filter", {"NodeNames": [FRESH]})
+
+    assert 200 == status
+    assert "ExtenderArgs has no Pod object" == result["Error"]
+
+
+async def test_prioritize_gives_every_candidate_a_score_out_of_ten(extender, pod):
+    status, result = await extender.post(
+        "/prioritize", args(pod("job", node=None, gpus=2), [FRESH, MISSING])
+    )
+
+    assert 200 == status
+    assert [FRESH, MISSING] == [entry["Host"] for entry in result]
+    assert ["Host", "Score"] == sorted(result[0])
+    assert 0 < result[0]["Score"] <= 10
+    assert 0 == result[1]["Score"]
+
+
+@pytest.mark.parametrize(
+    ("engine", "extender"),
+    [
+        pytest.param(0, 0, id="zero-stays-zero"),
+        pytest.param(100, 10, id="best-is-max-extender-priority"),
+        pytest.param(45, 5, id="half-rounds-up"),
+        pytest.param(44, 4, id="below-half-rounds-down"),
+        pytest.param(250, 10, id="clamped-above"),
+    ],
+)
+def test_extender_score(engine, extender):
+    assert extender == extender_score(engine)
+
+
+def emulate_binding(cluster, *, fail: bool = False) -> list[dict]:
+    """Serve POST pods/<name>/binding as the API server does: set spec.nodeName (or refuse)."""
+    seen: list[dict] = []
+
+    async def bind(request: kmock.Request) -> object:
+        seen.append(dict(request.data))
+        if fail:
+            raise kmock.KubernetesError(
+                status=409, reason="Conflict", message="pod is already bound"
+            )
+        name = request.data["metadata"]["name"]
+        await cluster.patch_pod(name, {"spec": {"nodeName": request.data["target"]["name"]}})
+        return {"kind": "Status", "apiVersion": "v1", "status": "Success", "code": 201}
+
+    cluster.api["post", kmock.subresource("binding")] << bind
+    return seen
+
+
+async def test_bind_writes_the_assignment_then_the_binding(extender, cluster, pod, wait):
+    bindings = emulate_binding(cluster)
+    manifest = pod("job", node=None, gpus=2)
+    await cluster.create_pod(manifest)
+    body = {
+        "PodName": "job",
+        "PodNamespace": "default",
+        "PodUID": manifest["metadata"]["uid"],
+        "Node": FRESH,
+    }
+
+    status, result = await extender.post("/bind", body)
+
+    assert (200, {"Error": ""}) == (status, result)
+    assert [
+        {
+            "apiVersion": "v1",
+            "kind": "Binding",
+            "metadata": {"name": "job", "namespace": "default", "uid": manifest["metadata"]["uid"]},
+            "target": {"apiVersion": "v1", "kind": "Node", "name": FRESH},
+        }
+    ] == bindings
+    annotations = cluster.annotations("job")
+    assert "Assigned" == annotations[keys.STATE]
+    assert FRESH == json.loads(annotations[keys.ASSIGNMENT])["node"]
+    assert FRESH == cluster.pods()["job"]["spec"]["nodeName"]
+
+
+async def test_failed_binding_takes_the_assignment_back(extender, cluster, pod, wait):
+    emulate_binding(cluster, fail=True)
+    await cluster.create_pod(pod("job", node=None, gpus=4))
+    body = {"PodName": "job", "PodNamespace": "default", "PodUID": "", "Node": FRESH}
+
+    status, result = await extender.post("/bind", body)
+
+    assert 200 == status
+    assert "pod is already bound" in result["Error"]
+    assert {keys.POLICY: "single-numa-node"} == cluster.annotations("job")
+    assert not extender.runtime.ledger.holds("default/job")
+    assert 8 == len(extender.runtime.ledger.state(FRESH).free_gpus())
+
+
+async def test_probes_and_metrics(extender, cluster, pod, wait):
+    await cluster.create_pod(pod("placed", gpus=1))
+    await cluster.create_pod(pod("invalid", annotations={keys.SMT: "half"}))
+    await wait(lambda: len(cluster.events()) == 2, what="two decisions")
+
+    healthz, readyz, (status, metrics) = (
+        await extender.get("/healthz"),
+        await extender.get("/readyz"),
+        await extender.get("/metrics"),
+    )
+
+    assert (200, "ok\n") == healthz
+    assert (200, "ok\n") == readyz
+    assert 200 == status
+    assert 'numatopo_decisions_total{result="assigned"} 1.0' in metrics
+    assert 'numatopo_decisions_total{result="invalid"} 1.0' in metrics
+    assert "numatopo_invalid_total 1.0" in metrics
+    assert "numatopo_ledger_pods 1.0" in metrics
+    assert 'numatopo_decision_seconds_count{path="assigner"} 1.0' in metrics
