@@ -33,6 +33,7 @@ Nothing here mutates the caller's `NodeState`; the caller applies
 
 from __future__ import annotations
 
+import itertools
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 
@@ -86,8 +87,29 @@ def allocate(
 
 
 def evaluate(topology: NumatopologySpec, state: NodeState, request: PodRequest) -> int:
-    """The score `allocate` would give, faster; raises UnsatisfiableError like it."""
-    return _decide(topology, state, request, build=False).score
+    """The score `allocate` would give, faster; raises UnsatisfiableError like it.
+
+    Answers are memoised per topology, keyed by the request's sizing and the node's
+    `free_state_id` (its `FreeSignature`): `_decide` reads the node only through
+    `FreeView.from_state`, a function of that signature, so a hit returns exactly what
+    a miss computes (score, or the same UnsatisfiableError reason).
+    """
+    tables = tables_for(topology)
+    token = _sized(request, tables)[1]
+    key = (token, state.free_state_id())
+    memo = tables.decision_memo
+    outcome = memo.get(key)
+    if outcome is None:
+        try:
+            outcome = _decide(topology, state, request, build=False).score
+        except UnsatisfiableError as exc:
+            outcome = exc.reason
+        if len(memo) >= _DECISION_MEMO_SIZE:
+            memo.clear()  # a new scheduling epoch; cheaper than tracking recency per hit
+        memo[key] = outcome
+    if isinstance(outcome, str):
+        raise UnsatisfiableError(outcome)
+    return outcome
 
 
 # -- internals -------------------------------------------------------------------
@@ -130,7 +152,7 @@ def _decide(
 ) -> _Plan:
     tables = tables_for(topology)
     options = request.options
-    apps, inits, needs, init_needs, excess, sized = _sized(request, tables)
+    apps, inits, needs, init_needs, excess, sized = _sized(request, tables)[0]
     free = FreeView.from_state(tables, state, hugepages=bool(sized.hugepages))
     initial = free.copy() if build or options.scope is Scope.CONTAINER else free
     entries: dict[str, _Entry] = {}
@@ -201,15 +223,25 @@ _Sizing = tuple[
 # One scheduling pass evaluates the same request object on every node; its sizing
 # depends only on the request and the threads per core. Keyed by identity, holding the
 # request so its id is not reused while cached.
-_sizing_memo: dict[tuple[int, int], tuple[PodRequest, _Sizing]] = {}
+_sizing_memo: dict[tuple[int, int], tuple[PodRequest, _Sizing, int]] = {}
 _SIZING_MEMO_SIZE = 64
+# Equal sizings (replicas of one job, the same pod retried) share one small int token,
+# so the decision memo hashes an int per node instead of the needs; tokens only grow,
+# so a token dropped from `_tokens` is never handed to a different sizing.
+_tokens: dict[tuple[object, ...], int] = {}
+_TOKENS_SIZE = 4096
+_next_token = itertools.count()
+# Decisions per topology (see `evaluate`); enough for every node state of a large
+# cluster times a handful of pod shapes.
+_DECISION_MEMO_SIZE = 65536
 
 
-def _sized(request: PodRequest, tables: Tables) -> _Sizing:
+def _sized(request: PodRequest, tables: Tables) -> tuple[_Sizing, int]:
+    """The request's sizing, and a token equal for requests `_decide` cannot tell apart."""
     key = (id(request), tables.threads_per_core)
     hit = _sizing_memo.get(key)
     if hit is not None and hit[0] is request:
-        return hit[1]
+        return hit[1], hit[2]
     options = request.options
     sidecars = tuple(c for c in request.init_containers if c.restartable)
     apps = request.containers + sidecars
@@ -219,10 +251,17 @@ def _sized(request: PodRequest, tables: Tables) -> _Sizing:
     pod_need = _sum_needs(list(needs.values()), options)
     excess = _excess(init_needs, pod_need, options)
     sizing = (apps, inits, needs, init_needs, excess, _add_needs(pod_need, excess))
+    # Container names only label entries; what `_decide` decides depends on the rest.
+    signature = (options, tuple(needs.values()), tuple(init_needs), excess, sizing[5])
+    token = _tokens.get(signature)
+    if token is None:
+        if len(_tokens) >= _TOKENS_SIZE:
+            del _tokens[next(iter(_tokens))]
+        token = _tokens[signature] = next(_next_token)
     if len(_sizing_memo) >= _SIZING_MEMO_SIZE:
         del _sizing_memo[next(iter(_sizing_memo))]
-    _sizing_memo[key] = (request, sizing)
-    return sizing
+    _sizing_memo[key] = (request, sizing, token)
+    return sizing, token
 
 
 def _init_totals(request: PodRequest, options: TopologyOptions, tables: Tables) -> list[Need]:
@@ -353,6 +392,10 @@ def _choose(
     tables: Tables, free: FreeView, need: Need, options: TopologyOptions
 ) -> tuple[MaskChoice, list[Resource]]:
     resources = build_resources(tables, free, need)
+    if _short_on_node(resources):
+        # No mask, not even every node, can hold it: the search would end in exactly
+        # this message, so skip it.
+        raise UnsatisfiableError(_explain(tables, free, need, resources, options))
     rules = rules_for(options.policy)
 
     def tie_break(mask: int) -> tuple[float, ...]:
@@ -398,6 +441,11 @@ def _choose(
     if choice is None:
         raise UnsatisfiableError(_explain(tables, free, need, resources, options))
     return choice, resources
+
+
+def _short_on_node(resources: Sequence[Resource]) -> bool:
+    """Some resource has less free on the whole node (every NUMA node, floating) than asked."""
+    return any(r.floating_free + sum(r.free.values()) < r.need for r in resources)
 
 
 def _fill(

@@ -75,15 +75,17 @@ class FreeView:
     @classmethod
     def from_state(cls, tables: Tables, state: NodeState, *, hugepages: bool = True) -> FreeView:
         """Read `state`; huge pages only when asked (most requests have none)."""
+        signature = state.free_signature()
+        free_memory = dict(signature.memory)
         return cls(
-            cpus=set(state.free_cpus().ids),
+            cpus=set(state.free_cpu_ids()),
             gpus=set(state.free_gpus()),
-            nics=set(state.free_nics()),
-            memory={n: state.free_memory(n) for n in tables.memory_numa_ids},
+            nics=set(signature.nics),
+            memory={n: free_memory[n] for n in tables.memory_numa_ids},
             hugepages={
-                (n, size): state.free_hugepages(n, size)
-                for (n, size), total in tables.numa_hugepages.items()
-                if hugepages and total
+                (n, size): amount
+                for n, size, amount in signature.hugepages
+                if hugepages and tables.numa_hugepages.get((n, size))
             },
         )
 

@@ -9,7 +9,9 @@ A container with `exclusive: false` (cpu mode `numa`) runs on SHARED CPUs and bo
 
 from __future__ import annotations
 
+import itertools
 from collections.abc import Iterable
+from typing import NamedTuple
 
 from numatopo_engine.annotations import Assignment
 from numatopo_engine.cpuset import CPUSet
@@ -17,7 +19,36 @@ from numatopo_engine.errors import OverlapError
 from numatopo_engine.model import NumatopologySpec
 from numatopo_engine.quantity import QuantityError, parse_bytes
 
-__all__ = ["NodeState"]
+__all__ = ["FreeSignature", "NodeState"]
+
+
+class FreeSignature(NamedTuple):
+    """Everything free on a node, as plain values: equal signatures on the same topology
+    give equal answers from every `free_*` query. A tuple, so memos hash it in C.
+    """
+
+    cpu_mask: int  # bit c set: CPU c is allocatable and held exclusively by no one
+    gpu_mask: int  # bit i set: GPU index i is free
+    nics: frozenset[str]  # free NIC names
+    memory: tuple[tuple[int, int], ...]  # (NUMA id, free bytes), every NUMA node, by id
+    hugepages: tuple[tuple[int, str, int], ...]  # (NUMA id, size, free bytes) with capacity
+
+
+# Equal signatures get one small int (`NodeState.free_state_id`), so memos keyed on it
+# hash and compare an int. Ids only grow: a signature evicted here and seen again gets a
+# new id, never one another signature had.
+_signature_ids: dict[FreeSignature, int] = {}
+_SIGNATURE_IDS_SIZE = 1 << 17
+_next_signature_id = itertools.count()
+
+
+def _signature_id(signature: FreeSignature) -> int:
+    found = _signature_ids.get(signature)
+    if found is None:
+        if len(_signature_ids) >= _SIGNATURE_IDS_SIZE:
+            del _signature_ids[next(iter(_signature_ids))]
+        found = _signature_ids[signature] = next(_next_signature_id)
+    return found
 
 
 class NodeState:
@@ -34,6 +65,13 @@ class NodeState:
         self._online = topology.online_cpus()
         self._gpu_ids = frozenset(g.index for g in topology.gpus)
         self._nic_ids = frozenset(n.name for n in topology.nics)
+        # O(1) counters for count-level filters, and a change counter that lets callers
+        # (and `_summary`) cache anything derived from what is free.
+        self._version = 0
+        self._allocatable_count = len(self._online.ids - topology.reserved_cpus.ids)
+        self._memory_capacity = sum(n.memory_bytes for n in topology.numa_nodes)
+        self._memory_booked = 0
+        self._summary: tuple[int, frozenset[int], FreeSignature, int] | None = None
 
     @classmethod
     def rebuild(
@@ -83,6 +121,68 @@ class NodeState:
     def owner_of_cpu(self, cpu: int) -> str | None:
         return self._cpu_owner.get(cpu)
 
+    @property
+    def version(self) -> int:
+        """Bumped by every booking and release: equal versions of one state, equal answers."""
+        return self._version
+
+    def free_cpu_count(self) -> int:
+        """`len(free_cpus())` in O(1)."""
+        return self._allocatable_count - len(self._cpu_owner)
+
+    def free_gpu_count(self) -> int:
+        """`len(free_gpus())` in O(1)."""
+        return len(self._gpu_ids) - len(self._gpu_owner)
+
+    def free_memory_total(self) -> int:
+        """The sum of `free_memory` over every NUMA node, in O(1)."""
+        return self._memory_capacity - self._memory_booked
+
+    def free_cpu_ids(self) -> frozenset[int]:
+        """The ids of `free_cpus()` without building a CPUSet; cached until the next change."""
+        return self._summarise()[1]
+
+    def free_signature(self) -> FreeSignature:
+        """What is free, as one hashable value; cached until the next change."""
+        return self._summarise()[2]
+
+    def free_state_id(self) -> int:
+        """An int equal for nodes (of one topology) whose `free_signature()`s are equal.
+
+        Two ids being different does not mean the signatures differ (ids of long-unseen
+        signatures are recycled into new ones), so it is a memo key, not an identity.
+        """
+        return self._summarise()[3]
+
+    def _summarise(self) -> tuple[int, frozenset[int], FreeSignature, int]:
+        summary = self._summary
+        if summary is not None and summary[0] == self._version:
+            return summary
+        topology = self.topology
+        cpus = self._online.ids - topology.reserved_cpus.ids - self._cpu_owner.keys()
+        cpu_mask = 0
+        for cpu in cpus:
+            cpu_mask |= 1 << cpu
+        gpu_mask = 0
+        for gpu in self._gpu_ids - self._gpu_owner.keys():
+            gpu_mask |= 1 << gpu
+        nodes = sorted(topology.numa_nodes, key=lambda n: n.id)
+        signature = FreeSignature(
+            cpu_mask=cpu_mask,
+            gpu_mask=gpu_mask,
+            nics=frozenset(self._nic_ids - self._nic_owner.keys()),
+            memory=tuple((n.id, self.free_memory(n.id)) for n in nodes),
+            hugepages=tuple(
+                (n.id, size, self.free_hugepages(n.id, size))
+                for n in nodes
+                for size, pages in sorted(n.hugepages.items())
+                if pages
+            ),
+        )
+        summary = (self._version, frozenset(cpus), signature, _signature_id(signature))
+        self._summary = summary
+        return summary
+
     # -- changes ---------------------------------------------------------------
 
     def apply(self, key: str, assignment: Assignment) -> None:
@@ -103,6 +203,7 @@ class NodeState:
         assignment = self.assignments.pop(key, None)
         if assignment is None:
             return None
+        self._version += 1
         for cpu in [c for c, owner in self._cpu_owner.items() if owner == key]:
             del self._cpu_owner[cpu]
         for gpu in [g for g, owner in self._gpu_owner.items() if owner == key]:
@@ -112,6 +213,7 @@ class NodeState:
         for container in assignment.containers.values():
             for numa, amount in container.memory.items():
                 self._memory[int(numa)] -= amount
+                self._memory_booked -= amount
             for numa, sizes in container.hugepages.items():
                 for size, amount in sizes.items():
                     self._hugepages[(int(numa), size)] -= amount
@@ -189,6 +291,7 @@ class NodeState:
 
     def _book(self, key: str, assignment: Assignment) -> None:
         self.assignments[key] = assignment
+        self._version += 1
         for container in assignment.containers.values():
             if container.exclusive:
                 for cpu in container.cpus:
@@ -199,6 +302,7 @@ class NodeState:
                 self._nic_owner[nic] = key
             for numa, amount in container.memory.items():
                 self._memory[int(numa)] = self._memory.get(int(numa), 0) + amount
+                self._memory_booked += amount
             for numa, sizes in container.hugepages.items():
                 for size, amount in sizes.items():
                     slot = (int(numa), size)

@@ -1,9 +1,9 @@
 """Per-topology lookup tables the allocation hot path reads instead of the pydantic spec.
 
 A scheduler extender evaluates one pod against thousands of nodes that mostly share a
-handful of hardware shapes, so the tables are built once per spec object and memoised
-by `id(spec)` (the spec is kept alive beside its tables, so an id is never reused while
-cached). The cache is a transparent memo: results never depend on whether it was hit.
+handful of hardware shapes, so the tables are built once per distinct spec content and
+shared by every spec object with that content (found by `id(spec)` while the spec
+lives). The cache is a transparent memo: results never depend on whether it was hit.
 
 Pools, in the kubelet's words: *allocatable* CPUs are online and not reserved; only
 they are ever handed out or counted as capacity.
@@ -11,6 +11,7 @@ they are ever handed out or counted as capacity.
 
 from __future__ import annotations
 
+import weakref
 from dataclasses import dataclass, field
 
 from numatopo_engine.model import NumatopologySpec, PathType
@@ -19,7 +20,7 @@ from numatopo_engine.quantity import parse_bytes
 
 __all__ = ["Tables", "tables_for"]
 
-# Enough for every distinct hardware shape of a large cluster; oldest entries go first.
+# Distinct hardware shapes kept; enough for a large cluster; oldest entries go first.
 _CACHE_SIZE = 256
 # Rank used for a GPU-NIC pair with no known PCIe path: farther than SYS.
 NO_PATH_RANK = len(PathType)
@@ -53,20 +54,39 @@ class Tables:
     gpu_memo: dict[tuple[frozenset[int], int, str], tuple[int, ...] | None] = field(
         default_factory=dict
     )
+    # Memo of `allocation.evaluate`: (request token, NodeState.free_state_id) -> score
+    # or the UnsatisfiableError reason.
+    decision_memo: dict[tuple[int, int], int | str] = field(default_factory=dict)
 
 
-_cache: dict[int, tuple[NumatopologySpec, Tables]] = {}
+# Per spec object (the operator's ledger holds one per node, parsed from its own CRD):
+# a weak reference, so an entry lives exactly as long as its spec.
+_by_spec: dict[int, tuple[weakref.ref[NumatopologySpec], Tables]] = {}
+# Per distinct content, shared by every node of one hardware shape (and with it the
+# GPU-set and decision memos).
+_by_content: dict[str, Tables] = {}
 
 
 def tables_for(spec: NumatopologySpec) -> Tables:
-    hit = _cache.get(id(spec))
-    if hit is not None and hit[0] is spec:
+    hit = _by_spec.get(id(spec))
+    if hit is not None and hit[0]() is spec:
         return hit[1]
-    tables = _build(spec)
-    if len(_cache) >= _CACHE_SIZE:
-        del _cache[next(iter(_cache))]
-    _cache[id(spec)] = (spec, tables)
+    content = spec.model_dump_json()
+    tables = _by_content.get(content)
+    if tables is None:
+        tables = _build(spec)
+        if len(_by_content) >= _CACHE_SIZE:
+            del _by_content[next(iter(_by_content))]
+        _by_content[content] = tables
+    key = id(spec)
+    _by_spec[key] = (weakref.ref(spec, lambda ref: _forget(key, ref)), tables)
     return tables
+
+
+def _forget(key: int, ref: weakref.ref[NumatopologySpec]) -> None:
+    entry = _by_spec.get(key)
+    if entry is not None and entry[0] is ref:
+        del _by_spec[key]
 
 
 def _build(spec: NumatopologySpec) -> Tables:

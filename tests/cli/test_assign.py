@@ -1,8 +1,8 @@
 """`numatopo assign`: reading the node, pod and allocations, the answer, and exit codes.
 
-Most tests replace `numatopo_engine.allocation` with a recording fake (installed in
-`sys.modules`), so they check the command alone; `TestRealEngine` runs the real
-allocator on a real machine's topology.
+Most tests replace `numatopo_engine.allocation.allocate` with a recording fake, so they
+check the command alone; `TestRealEngine` runs the real allocator on a real machine's
+topology.
 """
 
 from __future__ import annotations
@@ -10,7 +10,6 @@ from __future__ import annotations
 import json
 import subprocess
 import sys
-import types
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -18,6 +17,7 @@ from typing import Any
 import pytest
 import yaml
 
+from numatopo_engine import allocation
 from numatopo_engine.annotations import Assignment, PolicyName
 from numatopo_engine.errors import InvalidRequestError, UnsatisfiableError
 from numatopo_engine.model import NumatopologySpec
@@ -67,10 +67,10 @@ class FakeAllocator:
 
 @pytest.fixture
 def fake(monkeypatch: pytest.MonkeyPatch) -> FakeAllocator:
+    # Patch the attribute, not sys.modules: replacing the module would make later imports
+    # load a second copy of allocation.py beside the first one's caches.
     allocator = FakeAllocator()
-    module = types.ModuleType("numatopo_engine.allocation")
-    module.allocate = allocator.allocate  # type: ignore[attr-defined]
-    monkeypatch.setitem(sys.modules, "numatopo_engine.allocation", module)
+    monkeypatch.setattr(allocation, "allocate", allocator.allocate)
     return allocator
 
 

@@ -1,7 +1,10 @@
-"""`NodeState` under random apply/release sequences: never double-books, release undoes apply."""
+"""`NodeState` under random apply/release sequences: never double-books, release undoes apply,
+and its O(1) counters, change counter and free-state signature agree with its queries.
+"""
 
 from __future__ import annotations
 
+import contextlib
 from typing import Any
 
 from hypothesis import given, settings
@@ -109,3 +112,72 @@ def test_release_restores_what_apply_took(
     state.release("ns/new")
 
     assert before == snapshot(state, node)
+
+
+def _play(node: NumatopologySpec, steps: Any) -> list[NodeState]:
+    """Run the steps on one state; returns a copy of it after every step."""
+    state = NodeState(node)
+    seen = [state.copy()]
+    for action, pod, assignment in steps:
+        if action == "release":
+            state.release(pod)
+        else:
+            with contextlib.suppress(OverlapError):
+                state.apply(pod, assignment)
+        seen.append(state.copy())
+    return seen
+
+
+def _counts(state: NodeState, node: NumatopologySpec) -> tuple[int, int, int, frozenset[int]]:
+    return (
+        len(state.free_cpus()),
+        len(state.free_gpus()),
+        sum(state.free_memory(n.id) for n in node.numa_nodes),
+        state.free_cpus().ids,
+    )
+
+
+@settings(max_examples=100, deadline=None)
+@given(steps=steps)
+def test_counters_equal_the_queries_they_shortcut(node: NumatopologySpec, steps: Any) -> None:
+    for state in _play(node, steps):
+        expected = _counts(state, node)
+
+        actual = (
+            state.free_cpu_count(),
+            state.free_gpu_count(),
+            state.free_memory_total(),
+            state.free_cpu_ids(),
+        )
+
+        assert expected == actual
+
+
+@settings(max_examples=100, deadline=None)
+@given(steps=steps)
+def test_equal_signatures_mean_equal_free_resources(node: NumatopologySpec, steps: Any) -> None:
+    """Signature and state id are equal exactly when every `free_*` query answers the same."""
+    states = _play(node, steps)
+    for a in states:
+        for b in states:
+            expected = snapshot(a, node)[:5] == snapshot(b, node)[:5]
+
+            actual = a.free_signature() == b.free_signature()
+
+            assert expected == actual
+            assert actual == (a.free_state_id() == b.free_state_id())
+
+
+def test_version_moves_on_every_change_and_only_then(node: NumatopologySpec) -> None:
+    state = NodeState(node)
+    versions = [state.version]
+    held = {"x": {"cpus": "1", "gpuIndices": [0]}}
+    state.apply("ns/a", Assignment.model_validate({"node": "n", "containers": held}))
+    versions.append(state.version)
+    state.free_signature()
+    state.release("ns/missing")
+    versions.append(state.version)
+    state.release("ns/a")
+    versions.append(state.version)
+
+    assert [0, 1, 1, 2] == versions
