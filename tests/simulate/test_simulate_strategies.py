@@ -118,6 +118,14 @@ def test_numatopo_meets_the_alignment_goal_on_a_trace_sample(sampled):
     assert (1.0, 1.0) == (numatopo.alignable_single_numa_share, numatopo.best_bandwidth_share)
 
 
+def test_numatopo_packs_no_worse_than_count_only_baselines_on_a_trace_sample(sampled):
+    """Issue 7's packing goal on the 100-node sample: GPUs allocated at the first failure."""
+    by_name, _ = sampled
+    baseline = max(by_name[s].alloc_pct_at_first_failure for s in ("best-fit", "first-fit"))
+
+    assert by_name["numatopo"].alloc_pct_at_first_failure >= baseline
+
+
 def test_replay_is_deterministic_for_a_seed(sampled, trace_nodes, trace_pods, topology_map):
     from numatopo_engine.simulation import build_workload, sample_nodes
 

@@ -21,7 +21,7 @@ from numatopo_engine.simulation.layouts import (
 from numatopo_engine.simulation.trace import GPU_MILLI, NodeRow, PodRow
 from numatopo_engine.state import NodeState
 
-__all__ = ["Cluster", "NodeShape", "SimNode", "build_cluster"]
+__all__ = ["Cluster", "NodeShape", "SimNode", "build_cluster", "tightest_share"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -43,6 +43,8 @@ class SimNode:
     free_memory_mib: int
     gpu_free: list[int]
     numa_free_cpus: list[int]
+    cpu_milli: int = 0  # capacity, what `free_cpu_milli` starts at
+    memory_mib: int = 0  # capacity, what `free_memory_mib` starts at
     full_free: int = 0
     max_gpu_free: int = 0
     state: NodeState | None = None
@@ -50,6 +52,14 @@ class SimNode:
     def refresh_gpu_counters(self) -> None:
         self.full_free = sum(1 for milli in self.gpu_free if milli == GPU_MILLI)
         self.max_gpu_free = max(self.gpu_free, default=0)
+
+    def untouched(self) -> bool:
+        """Nothing placed here yet (the node could still be drained or host the largest pod)."""
+        return (
+            self.free_cpu_milli == self.cpu_milli
+            and self.free_memory_mib == self.memory_mib
+            and self.full_free == len(self.gpu_free)
+        )
 
     def free_whole_gpus(self) -> list[int]:
         return [i for i, milli in enumerate(self.gpu_free) if milli == GPU_MILLI]
@@ -66,9 +76,12 @@ class SimNode:
         return self.full_free >= pod.whole_gpus
 
     def pick_shared_gpu(self, milli: int) -> int:
-        """Best fit for a GPU share: the GPU with the least free share that still holds it."""
-        fitting = [(free, i) for i, free in enumerate(self.gpu_free) if free >= milli]
-        return min(fitting)[1]
+        return tightest_share(self.gpu_free, milli)
+
+
+def tightest_share(gpu_free: Sequence[int], milli: int) -> int:
+    """Best fit for a GPU share: the GPU with the least free share that still holds it."""
+    return min((free, i) for i, free in enumerate(gpu_free) if free >= milli)[1]
 
 
 @dataclass(slots=True)
@@ -179,6 +192,8 @@ def build_cluster(
             free_memory_mib=row.memory_mib,
             gpu_free=[GPU_MILLI] * row.gpus,
             numa_free_cpus=list(shape.numa_cpus),
+            cpu_milli=row.cpu_milli,
+            memory_mib=row.memory_mib,
             state=NodeState(shape.spec) if with_engine_state else None,
         )
         node.refresh_gpu_counters()

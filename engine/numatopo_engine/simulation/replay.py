@@ -95,6 +95,7 @@ def simulate(
             nodes, topology_map, specs=specs, with_engine_state=name == "numatopo"
         )
         recorder = Recorder(name, cluster)
+        strategy.start(cluster, workload)
         for pod in workload:
             started = now()
             found = cluster.candidates(pod)
@@ -103,6 +104,7 @@ def simulate(
             )
             if isinstance(outcome, Placement):
                 _book(cluster, pod, outcome)
+                strategy.booked(cluster, outcome)
             recorder.record(pod, outcome, now() - started)
             done += 1
             if progress is not None and done % 256 == 0:

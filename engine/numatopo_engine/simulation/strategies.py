@@ -14,20 +14,32 @@ Topology-aware:
                 best-fit node choice, then the kubelet Topology Manager's admission on
                 that node (hint merge as the kubelet does it); a pod it cannot align
                 is rejected after placement and counts as an admission failure
-  numatopo      the engine (`allocation.allocate`) on the best candidates that pass
-                the count filter; the node with the highest engine score wins
+  numatopo      whole-GPU pods: the engine (`allocation.evaluate`) scores the nodes
+                that pass the count filter, visited by least growth of GPU
+                fragmentation (`fragmentation`) and capped at `candidates` distinct
+                node states; the highest engine score wins, then the least
+                fragmentation growth, then node-list order. Other pods (GPU shares,
+                CPU-only): a partly used node before an untouched one, then the least
+                fragmentation growth, then node-list order
+
+Why numatopo ranks that way: the engine score settles alignment (NUMA span, link
+bandwidth) and packs GPUs inside NUMA nodes, which keeps whole NUMA nodes and NVLink
+sets free; fragmentation then decides between equally good nodes with what the rest
+of the workload will need (CPUs and memory next to free GPUs, whole GPUs, GPU shares),
+which is what strands GPUs on a full cluster. Untouched nodes stay untouched as long
+as pods that share GPUs or need none can go elsewhere: they are what the largest
+requests need.
 
 Whole CPUs are exclusive only for pods whose CPU request is an integer (the static
 CPU manager's rule); other pods run on the shared pool. Fractional-GPU pods share a
 GPU (best fit on the GPU's free share) in every strategy; no topology is claimed for
-them. In `numatopo`, pods without whole GPUs take the best-fit path too: the engine
-does not model GPU sharing.
+them: the engine does not model GPU sharing.
 """
 
 from __future__ import annotations
 
 import random
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from itertools import product
 
@@ -43,6 +55,7 @@ from numatopo_engine.errors import UnsatisfiableError
 from numatopo_engine.numamask import bits, sort_key, width
 from numatopo_engine.request import ContainerRequest, PodRequest, TopologyOptions
 from numatopo_engine.simulation.cluster import Cluster, SimNode
+from numatopo_engine.simulation.fragmentation import Fragmentation
 from numatopo_engine.simulation.trace import PodRow
 
 __all__ = ["STRATEGIES", "Placement", "Rejection", "Strategy", "make_strategy"]
@@ -200,8 +213,14 @@ class Strategy:
     def __init__(self, seed: int) -> None:
         self.rng = random.Random(seed)
 
+    def start(self, cluster: Cluster, workload: Sequence[PodRow]) -> None:
+        """Called once before the replay, with the fresh cluster and the whole workload."""
+
     def place(self, cluster: Cluster, pod: PodRow, candidates: list[int]) -> Outcome:
         raise NotImplementedError
+
+    def booked(self, cluster: Cluster, placed: Placement) -> None:
+        """Called after `placed` has been booked into `cluster`."""
 
     def best_fit_node(self, cluster: Cluster, pod: PodRow, candidates: list[int]) -> int:
         scores = [cluster.best_fit_score(i, pod) for i in candidates]
@@ -270,7 +289,7 @@ class KubeletAdmission(Strategy):
 
 
 class Numatopo(Strategy):
-    """The engine's node score over the best count-level candidates, then its allocation."""
+    """The engine's node score, then GPU fragmentation (see the module docstring)."""
 
     name = "numatopo"
 
@@ -278,6 +297,16 @@ class Numatopo(Strategy):
         super().__init__(seed)
         self.policy = policy
         self.max_candidates = candidates
+        self.fragmentation: Fragmentation | None = None
+
+    def start(self, cluster: Cluster, workload: Sequence[PodRow]) -> None:
+        # FGD's premise: the mix of requests is known from the cluster's history; the
+        # replayed workload stands for it.
+        self.fragmentation = Fragmentation(workload, cluster)
+
+    def booked(self, cluster: Cluster, placed: Placement) -> None:
+        if self.fragmentation is not None:
+            self.fragmentation.booked(cluster, placed.node)
 
     def _request(self, pod: PodRow) -> PodRequest:
         container = ContainerRequest(
@@ -294,20 +323,24 @@ class Numatopo(Strategy):
             namespace="simulate", name=pod.name, containers=(container,), options=options
         )
 
+    def _growth(self, pod: PodRow, candidates: list[int]) -> dict[int, float]:
+        if self.fragmentation is None:
+            return dict.fromkeys(candidates, 0.0)
+        return self.fragmentation.growth(candidates, pod)
+
     def place(self, cluster: Cluster, pod: PodRow, candidates: list[int]) -> Outcome:
+        nodes = cluster.nodes
+        growth = self._growth(pod, candidates)
         if not pod.whole_gpus:
-            index = self.best_fit_node(cluster, pod, candidates)
-            return self._share(index, cluster.nodes[index], pod)
+            index = min(candidates, key=lambda i: (nodes[i].untouched(), growth[i], i))
+            return self._share(index, nodes[index], pod)
         request = self._request(pod)
-        # Count-level best fit orders the candidates, as kube-scheduler's sampling of
-        # nodes to score would; the engine then scores the first `max_candidates`
-        # distinct (hardware, free devices) states among them.
-        ranked = sorted(candidates, key=lambda i: -cluster.best_fit_score(i, pod))
+        ranked = sorted(candidates, key=lambda i: (growth[i], i))
         seen: set[tuple[int, tuple[int, ...], tuple[int, ...]]] = set()
-        best: tuple[tuple[int, int, int], int] | None = None
+        best: tuple[tuple[int, float, int], int] | None = None
         reasons: list[str] = []
         for index in ranked:
-            node = cluster.nodes[index]
+            node = nodes[index]
             signature = (id(node.shape), tuple(node.gpu_free), tuple(node.numa_free_cpus))
             if signature in seen:
                 continue  # same hardware in the same state: the engine would answer the same
@@ -318,14 +351,14 @@ class Numatopo(Strategy):
             except UnsatisfiableError as exc:
                 reasons.append(f"{node.name}: {exc.reason}")
             else:
-                key = (score, cluster.best_fit_score(index, pod), -index)
+                key = (score, -growth[index], -index)
                 if best is None or key > best[0]:
                     best = (key, index)
             if len(seen) >= self.max_candidates:
                 break
         if best is None:
             return Rejection(False, reasons[0] if reasons else "no node fits")
-        node = cluster.nodes[best[1]]
+        node = nodes[best[1]]
         assert node.state is not None
         decision = allocate(node.shape.spec, node.state, request, node.name)
         return self._from_assignment(best[1], node, decision.assignment)
