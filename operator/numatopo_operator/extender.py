@@ -18,17 +18,20 @@ A scheduler profile uses it like this (node-cache-capable: node names, not objec
 
 Per node, `filter` says why it cannot take the pod: Unsatisfiable (preemption may help)
 goes to FailedNodes; no Numatopology, a stale one, or an invalid pod goes to
-FailedAndUnresolvableNodes. Only the active replica answers (the others are not Ready,
-so the Service does not send them traffic, and answer with an Error if reached).
+FailedAndUnresolvableNodes. Only the active replica answers: the Service selects the
+pod it labels (`leadership.ACTIVE_LABEL`), and any other replica reached during a
+handover answers with an Error (the scheduler retries the pod) and never binds.
 """
 
 from __future__ import annotations
 
+import functools
 import json
 import logging
 import time
 from collections import OrderedDict
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
 from typing import Any
 
 from aiohttp import web
@@ -36,7 +39,6 @@ from aiohttp import web
 from numatopo_engine import allocation, pod_request
 from numatopo_engine.errors import InvalidRequestError, UnsatisfiableError
 from numatopo_engine.request import PodRequest
-from numatopo_engine.state import NodeState
 from numatopo_operator import assigning, translate
 from numatopo_operator.errors import KubeError
 from numatopo_operator.runtime import Runtime
@@ -54,6 +56,8 @@ MAX_ENGINE_SCORE = 100
 SCORE_CACHE_PODS = 256
 
 RUNTIME_KEY: web.AppKey[Runtime] = web.AppKey("runtime", Runtime)
+# A filter answer for 5,000 nodes holds thousands of entries: no spaces after separators.
+_dumps = functools.partial(json.dumps, separators=(",", ":"))
 SCORES_KEY: web.AppKey[OrderedDict[str, dict[str, int]]] = web.AppKey("scores")
 
 
@@ -65,6 +69,10 @@ def extender_score(engine_score: int) -> int:
     """The engine's 0..100 mapped onto the extender's 0..10, rounding half up."""
     clamped = min(max(engine_score, 0), MAX_ENGINE_SCORE)
     return (clamped * MAX_EXTENDER_PRIORITY + MAX_ENGINE_SCORE // 2) // MAX_ENGINE_SCORE
+
+
+# extender_score of every engine score, looked up once per node instead of computed.
+EXTENDER_SCORES = tuple(extender_score(score) for score in range(MAX_ENGINE_SCORE + 1))
 
 
 def _field(args: Mapping[str, Any], name: str) -> Any:
@@ -94,72 +102,83 @@ def _pod(args: Mapping[str, Any]) -> Mapping[str, Any]:
     return pod
 
 
-def _state_without(runtime: Runtime, node: str, key: str) -> NodeState | None:
-    """The node's bookings, minus the pod's own (an earlier attempt must not count)."""
-    state = runtime.ledger.state(node)
-    if state is not None and key in state.assignments:
-        state = state.copy()
-        state.release(key)
-    return state
+# Per-node messages do not repeat the node's name (it is the key): kube-scheduler's
+# "0/N nodes are available: ..." counts nodes per distinct message, so a name in each
+# would make every message unique and the pod's Event list thousands of them.
+NO_NUMATOPOLOGY = "no Numatopology for the node (is the numatopo exporter running there?)"
 
 
-def _judge(runtime: Runtime, request: PodRequest, node: str) -> tuple[int | None, str, bool]:
-    """(engine score or None, why not, resolvable) of the pod on one node."""
-    topology = runtime.ledger.topology(node)
-    state = _state_without(runtime, node, request.key)
-    if topology is None or state is None:
-        return (
-            None,
-            f"no Numatopology for node {node} (is the numatopo exporter running there?)",
-            False,
-        )
-    stale = runtime.stale.get(node)
-    if stale is not None:
-        return None, stale, False
-    try:
-        score = allocation.evaluate(topology, state, request)
-    except InvalidRequestError as exc:
-        return None, translate.invalid_message(exc), False
-    except UnsatisfiableError as exc:
-        return None, translate.unsatisfiable_message(node, exc.reason), True
-    return score, "", True
+@dataclass
+class Verdicts:
+    """The pod judged on many nodes: an extender score (0..10) where it fits, else why not."""
+
+    scores: dict[str, int] = field(default_factory=dict)
+    failed: dict[str, str] = field(default_factory=dict)
+    """Nodes where it does not fit now (preemption may help): node -> what did not fit."""
+    unresolvable: dict[str, str] = field(default_factory=dict)
+    """Nodes that cannot take it whatever is evicted: no or a stale Numatopology."""
+
+
+def judge(runtime: Runtime, request: PodRequest, nodes: Iterable[str]) -> Verdicts:
+    """The pod on each of `nodes` (no I/O).
+
+    One tight loop, because a scheduling cycle runs it over every candidate node and
+    the engine's answer for an unchanged node is a memo hit of a microsecond or two:
+    per-node calls and lookups here would cost more than the engine itself.
+    """
+    verdicts = Verdicts()
+    scores, failed, unresolvable = verdicts.scores, verdicts.failed, verdicts.unresolvable
+    key, stale, evaluate = request.key, runtime.stale, allocation.evaluate
+    for node, topology, booked in runtime.ledger.candidates(nodes):
+        if topology is None or booked is None:
+            unresolvable[node] = NO_NUMATOPOLOGY
+            continue
+        if stale and node in stale:
+            unresolvable[node] = stale[node]
+            continue
+        state = booked
+        if key in booked.assignments:
+            # The node's bookings minus the pod's own: an earlier attempt must not count.
+            state = booked.copy()
+            state.release(key)
+        try:
+            score = evaluate(topology, state, request)
+        except UnsatisfiableError as exc:
+            failed[node] = exc.reason
+        except InvalidRequestError as exc:
+            unresolvable[node] = translate.invalid_message(exc)
+        else:
+            scores[node] = EXTENDER_SCORES[min(max(score, 0), MAX_ENGINE_SCORE)]
+    return verdicts
 
 
 ScoreCache = OrderedDict[str, dict[str, int]]
+"""pod uid -> extender score (0..10) per node that passed filter."""
 
 
 def filter_result(runtime: Runtime, args: Mapping[str, Any], cache: ScoreCache) -> dict[str, Any]:
     """ExtenderFilterResult for ExtenderArgs (no I/O); remembers scores in `cache`."""
     pod = _pod(args)
     names, objects = _node_names(args)
-    passed: list[str] = []
-    failed: dict[str, str] = {}
-    unresolvable: dict[str, str] = {}
-    scores: dict[str, int] = {}
+    verdicts = Verdicts()
     if not pod_request.wants_topology(pod):
         passed = list(names)
     else:
+        passed = []
         try:
             request = pod_request.request_from_pod(pod, runtime.settings.resources)
         except InvalidRequestError as exc:
-            unresolvable = dict.fromkeys(names, translate.invalid_message(exc))
+            verdicts.unresolvable = dict.fromkeys(names, translate.invalid_message(exc))
         else:
             started = time.perf_counter()
-            for node in names:
-                score, why, resolvable = _judge(runtime, request, node)
-                if score is not None:
-                    passed.append(node)
-                    scores[node] = score
-                elif resolvable:
-                    failed[node] = why
-                else:
-                    unresolvable[node] = why
+            verdicts = judge(runtime, request, names)
+            passed = [node for node in names if node in verdicts.scores]
             runtime.metrics.latency.labels("filter").observe(time.perf_counter() - started)
     result: dict[str, Any] = {
         "Nodes": None,
         "NodeNames": None,
-        "FailedNodes": failed,
-        "FailedAndUnresolvableNodes": unresolvable,
+        "FailedNodes": verdicts.failed,
+        "FailedAndUnresolvableNodes": verdicts.unresolvable,
         "Error": "",
     }
     if objects is None:
@@ -170,8 +189,8 @@ def filter_result(runtime: Runtime, args: Mapping[str, Any], cache: ScoreCache) 
             "metadata": {},
             "items": [o for o in objects if (o.get("metadata") or {}).get("name") in keep],
         }
-    if scores:
-        cache[_pod_uid(pod)] = scores
+    if verdicts.scores:
+        cache[_pod_uid(pod)] = verdicts.scores
         while len(cache) > SCORE_CACHE_PODS:
             cache.popitem(last=False)
     return result
@@ -185,7 +204,7 @@ def _pod_uid(pod: Mapping[str, Any]) -> str:
 def priorities(
     runtime: Runtime, args: Mapping[str, Any], cache: ScoreCache
 ) -> list[dict[str, Any]]:
-    """HostPriorityList: the engine's node score (0..10) per candidate, 0 where it does not fit.
+    """HostPriorityList: the node score (0..10) per candidate, 0 where it does not fit.
 
     Scores from the filter call for the same pod are reused: a score is advice (bind
     decides again), so the few milliseconds between the two calls cannot make it wrong.
@@ -202,12 +221,9 @@ def priorities(
         except InvalidRequestError:
             return [{"Host": node, "Score": 0} for node in names]
         started = time.perf_counter()
-        for node in missing:
-            score, _, _ = _judge(runtime, request, node)
-            if score is not None:
-                known[node] = score
+        known.update(judge(runtime, request, missing).scores)
         runtime.metrics.latency.labels("prioritize").observe(time.perf_counter() - started)
-    return [{"Host": node, "Score": extender_score(known.get(node, 0))} for node in names]
+    return [{"Host": node, "Score": known.get(node, 0)} for node in names]
 
 
 async def _read(request: web.Request) -> Mapping[str, Any]:
@@ -221,10 +237,16 @@ async def _read(request: web.Request) -> Mapping[str, Any]:
 
 
 def _not_deciding(runtime: Runtime) -> str:
+    """'' when this replica may decide, else the Error the scheduler gets (and retries)."""
+    if not runtime.role_known.is_set():
+        return "numatopo operator is starting: it does not know yet whether it is the active one"
+    if not runtime.active.is_set():
+        return (
+            "this numatopo operator replica is not the active one (a handover is in "
+            "progress); the scheduler retries"
+        )
     if not runtime.indexed.is_set():
         return "numatopo operator is starting: pods and Numatopologies are not listed yet"
-    if not runtime.active.is_set():
-        return "this numatopo operator replica is not the active one"
     return ""
 
 
@@ -235,16 +257,19 @@ async def _filter(request: web.Request) -> web.Response:
         args = await _read(request)
         if error:
             raise BadArgsError(error)
-        return web.json_response(filter_result(runtime, args, request.app[SCORES_KEY]))
+        return web.json_response(
+            dumps=_dumps, data=filter_result(runtime, args, request.app[SCORES_KEY])
+        )
     except BadArgsError as exc:
         return web.json_response(
-            {
+            dumps=_dumps,
+            data={
                 "Nodes": None,
                 "NodeNames": None,
                 "FailedNodes": {},
                 "FailedAndUnresolvableNodes": {},
                 "Error": str(exc),
-            }
+            },
         )
 
 
@@ -255,7 +280,9 @@ async def _prioritize(request: web.Request) -> web.Response:
         return web.Response(status=503, text=error)
     try:
         args = await _read(request)
-        return web.json_response(priorities(runtime, args, request.app[SCORES_KEY]))
+        return web.json_response(
+            dumps=_dumps, data=priorities(runtime, args, request.app[SCORES_KEY])
+        )
     except BadArgsError as exc:
         return web.Response(status=400, text=str(exc))
 
@@ -291,7 +318,7 @@ async def _bind(request: web.Request) -> web.Response:
         error = str(exc)
     if error:
         logger.warning("bind failed: %s", error)
-    return web.json_response({"Error": error})
+    return web.json_response(dumps=_dumps, data={"Error": error})
 
 
 def build_app(runtime: Runtime) -> web.Application:

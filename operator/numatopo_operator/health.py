@@ -1,8 +1,11 @@
 """Probes and metrics over HTTP: `/healthz`, `/readyz`, `/metrics` (aiohttp, I/O).
 
 /healthz  200 while the process serves (liveness: restart only a hung process)
-/readyz   200 only on the replica that decides with a complete ledger; the others
-          answer 503, so the extender Service sends the scheduler to the active one
+/readyz   200 once the replica knows its role and, if it is the active one, its ledger
+          is complete; a standby is Ready too (kopf pauses its watches, so it has no
+          cache to sync and takes over by listing). Every replica being Ready is what
+          lets a rolling update and a PodDisruptionBudget make progress; the extender
+          Service finds the active replica by its label (see `leadership`)
 /metrics  Prometheus text format
 """
 
@@ -12,7 +15,7 @@ from aiohttp import web
 
 from numatopo_operator.runtime import Runtime
 
-__all__ = ["build_app"]
+__all__ = ["build_app", "readiness"]
 
 RUNTIME_KEY: web.AppKey[Runtime] = web.AppKey("runtime", Runtime)
 
@@ -21,13 +24,20 @@ async def _healthz(request: web.Request) -> web.Response:
     return web.Response(text="ok\n")
 
 
-async def _readyz(request: web.Request) -> web.Response:
-    runtime = request.app[RUNTIME_KEY]
-    if not runtime.indexed.is_set():
-        return web.Response(status=503, text="listing pods and Numatopologies\n")
+def readiness(runtime: Runtime) -> tuple[bool, str]:
+    """(ready, what to say): the `/readyz` answer."""
+    if not runtime.role_known.is_set():
+        return False, "reading the peering object: active or standby is not known yet"
     if not runtime.active.is_set():
-        return web.Response(status=503, text="standing by: another replica is active\n")
-    return web.Response(text="ok\n")
+        return True, "ok: standing by, another replica is active"
+    if not runtime.indexed.is_set():
+        return False, "active: listing pods and Numatopologies"
+    return True, "ok: active"
+
+
+async def _readyz(request: web.Request) -> web.Response:
+    ready, text = readiness(request.app[RUNTIME_KEY])
+    return web.Response(status=200 if ready else 503, text=text + "\n")
 
 
 async def _metrics(request: web.Request) -> web.Response:

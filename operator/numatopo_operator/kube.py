@@ -8,15 +8,22 @@ expired service-account token) `KubeClient.use` gets the new ones too.
 
 Client-library exceptions never leave this module: API errors become
 `numatopo_operator.errors.KubeError` and its subclasses.
+
+Idempotent calls (GETs and merge patches: sending one twice leaves the object as sending
+it once) are retried a few times, with growing pauses, when the API server is briefly
+unable to answer (429, 5xx, a dropped connection). Creating a Binding is not retried:
+after a lost answer a second POST would fail as "already bound" although the first one
+bound the pod. Events are best-effort: a failed Event is logged, never raised.
 """
 
 from __future__ import annotations
 
+import asyncio
 import datetime
 import json
 import logging
 import time
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 import aiohttp
@@ -32,6 +39,12 @@ COMPONENT = "numatopo-operator"
 # The API server rejects Event messages above 1 KiB on some versions; cut ours below that.
 EVENT_MESSAGE_CHARS = 1000
 REQUEST_TIMEOUT_SECONDS = 30
+# Pauses before each retry of an idempotent call. Short on purpose: the extender's bind
+# runs within the scheduler's extender timeout (10 s by default), so all retries of one
+# call must stay well below it.
+RETRY_DELAYS_SECONDS = (0.2, 0.5, 1.0)
+# Statuses that say "try again": throttled, or the server (or a proxy before it) failing.
+RETRIED_STATUSES = frozenset({429, 500, 502, 503, 504})
 
 logger = logging.getLogger(__name__)
 
@@ -41,9 +54,10 @@ PodRef = Mapping[str, str]  # namespace, name, uid
 class KubeClient:
     """A few typed calls over one aiohttp session; `use()` before the first call."""
 
-    def __init__(self) -> None:
+    def __init__(self, *, retry_delays: Sequence[float] = RETRY_DELAYS_SECONDS) -> None:
         self._info: kopf.ConnectionInfo | None = None
         self._session: aiohttp.ClientSession | None = None
+        self._retry_delays = tuple(retry_delays)
 
     async def use(self, info: kopf.ConnectionInfo) -> None:
         """Talk to the server and with the credentials of `info` from now on."""
@@ -69,8 +83,27 @@ class KubeClient:
         return self._session, info.server.rstrip("/")
 
     async def _call(
-        self, method: str, path: str, body: object, *, content_type: str = "application/json"
+        self,
+        method: str,
+        path: str,
+        body: object,
+        *,
+        content_type: str = "application/json",
+        idempotent: bool = False,
     ) -> Any:
+        """One API call; an idempotent one is retried on transient failures."""
+        delays = self._retry_delays if idempotent else ()
+        for attempt in range(len(delays) + 1):
+            try:
+                return await self._call_once(method, path, body, content_type=content_type)
+            except errors.KubeError as exc:
+                if attempt == len(delays) or not _transient(exc):
+                    raise
+                logger.info("%s %s: %s; retrying in %.1f s", method, path, exc, delays[attempt])
+                await asyncio.sleep(delays[attempt])
+        raise AssertionError("unreachable: the last attempt returns or raises")
+
+    async def _call_once(self, method: str, path: str, body: object, *, content_type: str) -> Any:
         session, server = self._open()
         try:
             async with session.request(
@@ -89,7 +122,9 @@ class KubeClient:
     # -- pods ----------------------------------------------------------------------
 
     async def get_pod(self, namespace: str, name: str) -> dict[str, Any]:
-        found = await self._call("GET", f"/api/v1/namespaces/{namespace}/pods/{name}", None)
+        found = await self._call(
+            "GET", f"/api/v1/namespaces/{namespace}/pods/{name}", None, idempotent=True
+        )
         if not isinstance(found, dict):
             raise errors.KubeError(200, "BadResponse", f"pod {namespace}/{name}: not an object")
         return found
@@ -103,6 +138,20 @@ class KubeClient:
             f"/api/v1/namespaces/{namespace}/pods/{name}",
             {"metadata": {"annotations": dict(annotations)}},
             content_type=MERGE_PATCH,
+            idempotent=True,
+        )
+
+    async def patch_pod_labels(
+        self, namespace: str, name: str, labels: Mapping[str, str | None]
+    ) -> None:
+        """Merge `labels` into the pod's; a None value removes that key (the operator
+        labels its own pod while it is the active replica)."""
+        await self._call(
+            "PATCH",
+            f"/api/v1/namespaces/{namespace}/pods/{name}",
+            {"metadata": {"labels": dict(labels)}},
+            content_type=MERGE_PATCH,
+            idempotent=True,
         )
 
     async def create_binding(self, namespace: str, name: str, uid: str, node: str) -> None:
@@ -122,36 +171,45 @@ class KubeClient:
             },
         )
 
-    async def post_event(self, pod: PodRef, *, warning: bool, reason: str, message: str) -> None:
-        """A core/v1 Event about the pod, named as client-go names them (`<pod>.<hex time>`)."""
+    async def post_event(self, pod: PodRef, *, warning: bool, reason: str, message: str) -> bool:
+        """A core/v1 Event about the pod, named as client-go names them (`<pod>.<hex time>`).
+
+        Best-effort: False (and a log line) when the API refuses it. An Event only tells
+        a person what happened; the pod's annotations already hold the outcome.
+        """
         now = datetime.datetime.now(datetime.UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
         namespace, name = pod["namespace"], pod["name"]
         if len(message) > EVENT_MESSAGE_CHARS:
             message = message[: EVENT_MESSAGE_CHARS - 3] + "..."
-        await self._call(
-            "POST",
-            f"/api/v1/namespaces/{namespace}/events",
-            {
-                "apiVersion": "v1",
-                "kind": "Event",
-                "metadata": {"name": f"{name}.{time.time_ns():x}", "namespace": namespace},
-                "involvedObject": {
+        try:
+            await self._call(
+                "POST",
+                f"/api/v1/namespaces/{namespace}/events",
+                {
                     "apiVersion": "v1",
-                    "kind": "Pod",
-                    "namespace": namespace,
-                    "name": name,
-                    "uid": pod.get("uid", ""),
+                    "kind": "Event",
+                    "metadata": {"name": f"{name}.{time.time_ns():x}", "namespace": namespace},
+                    "involvedObject": {
+                        "apiVersion": "v1",
+                        "kind": "Pod",
+                        "namespace": namespace,
+                        "name": name,
+                        "uid": pod.get("uid", ""),
+                    },
+                    "type": "Warning" if warning else "Normal",
+                    "reason": reason,
+                    "message": message,
+                    "source": {"component": COMPONENT},
+                    "reportingComponent": COMPONENT,
+                    "firstTimestamp": now,
+                    "lastTimestamp": now,
+                    "count": 1,
                 },
-                "type": "Warning" if warning else "Normal",
-                "reason": reason,
-                "message": message,
-                "source": {"component": COMPONENT},
-                "reportingComponent": COMPONENT,
-                "firstTimestamp": now,
-                "lastTimestamp": now,
-                "count": 1,
-            },
-        )
+            )
+        except errors.KubeError as exc:
+            logger.warning("Event %s about pod %s/%s not posted: %s", reason, namespace, name, exc)
+            return False
+        return True
 
     # -- kopf peering ----------------------------------------------------------------
 
@@ -161,7 +219,7 @@ class KubeClient:
             path = f"/apis/kopf.dev/v1/clusterkopfpeerings/{name}"
         else:
             path = f"/apis/kopf.dev/v1/namespaces/{namespace}/kopfpeerings/{name}"
-        found = await self._call("GET", path, None)
+        found = await self._call("GET", path, None, idempotent=True)
         status = found.get("status") if isinstance(found, dict) else None
         return status if isinstance(status, dict) else {}
 
@@ -174,7 +232,16 @@ class KubeClient:
             f"/apis/{API_VERSION}/{Numatopology.plural}/{node}/status",
             {"status": dict(status)},
             content_type=MERGE_PATCH,
+            idempotent=True,
         )
+
+
+def _transient(exc: errors.KubeError) -> bool:
+    """True for failures that a later identical call may not meet: throttling, a failing
+    server, no connection (status 0). A login still pending is not one of them."""
+    if exc.status == 0:
+        return exc.reason != "NotLoggedIn"
+    return exc.status in RETRIED_STATUSES
 
 
 def _api_error(status: int, text: str) -> errors.KubeError:

@@ -20,7 +20,7 @@ is moved to a thread.
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Iterator, Mapping
+from collections.abc import Iterable, Iterator, Mapping
 
 from numatopo_engine.annotations import Assignment
 from numatopo_engine.errors import OverlapError
@@ -52,6 +52,15 @@ class Ledger:
     def state(self, node: str) -> NodeState | None:
         """What is booked on `node` (observed and in-flight), or None without a topology."""
         return self._states.get(node)
+
+    def candidates(
+        self, nodes: Iterable[str]
+    ) -> Iterator[tuple[str, NumatopologySpec | None, NodeState | None]]:
+        """(node, topology, state) for each of `nodes`: one pass for the extender, which
+        asks this for thousands of nodes per scheduling cycle."""
+        topologies, states = self._topologies, self._states
+        for node in nodes:
+            yield node, topologies.get(node), states.get(node)
 
     def holds(self, key: str) -> bool:
         """True when pod `key` has a booking (observed, in-flight or untrusted)."""

@@ -68,22 +68,27 @@ class Servers:
 
 @contextlib.asynccontextmanager
 async def _background(runtime: Runtime, *, identity: str, priority: int) -> AsyncIterator[None]:
-    tasks = [asyncio.create_task(status.write_statuses(runtime), name="numatopo status writer")]
-    if runtime.settings.standalone:
-        runtime.active.set()
-    else:
-        tasks.append(
-            asyncio.create_task(
-                leadership.watch_leadership(runtime, identity=identity, priority=priority),
-                name="numatopo leadership",
-            )
+    label = leadership.own_pod(runtime)
+    if label is None:
+        logger.warning(
+            "NUMATOPO_POD_NAME/NUMATOPO_POD_NAMESPACE are not set: this replica cannot label "
+            "its pod %s, so an extender Service selecting on that label finds no endpoint",
+            leadership.ACTIVE_LABEL,
         )
+    tasks = [
+        asyncio.create_task(status.write_statuses(runtime), name="numatopo status writer"),
+        asyncio.create_task(
+            leadership.watch_leadership(runtime, identity=identity, priority=priority, label=label),
+            name="numatopo leadership",
+        ),
+    ]
     try:
         yield
     finally:
         for task in tasks:
             task.cancel()
         await asyncio.gather(*tasks, return_exceptions=True)
+        await leadership.stand_down(runtime, label)
 
 
 async def serve(

@@ -50,6 +50,10 @@ class Runtime:
     active: asyncio.Event = field(default_factory=asyncio.Event)
     """Set while this replica is the one that decides (always, when standalone)."""
 
+    role_known: asyncio.Event = field(default_factory=asyncio.Event)
+    """Set once this replica knows whether it is the active one (the peering object was
+    read once; at once when standalone): until then it is not Ready."""
+
     @property
     def deciding(self) -> bool:
         """True when this replica may decide: the ledger is complete and it is active."""

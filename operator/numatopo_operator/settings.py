@@ -49,7 +49,7 @@ class OperatorSettings:
     """Port of the scheduler extender (`/filter`, `/prioritize`, `/bind`); 0 picks a free one."""
 
     metrics_port: int = 8080
-    """Port of `/metrics`, `/healthz` (liveness) and `/readyz` (active replica); 0 = free one."""
+    """Port of `/metrics`, `/healthz` (liveness) and `/readyz` (readiness); 0 = a free one."""
 
     peering_name: str | None = None
     """kopf peering object shared by the replicas; None runs standalone (one replica)."""
@@ -60,6 +60,13 @@ class OperatorSettings:
 
     namespaces: tuple[str, ...] = ()
     """Namespaces whose pods are placed; empty means cluster-wide."""
+
+    pod_name: str | None = None
+    """This replica's own pod (set from the downward API): the active replica labels it
+    so that the extender Service reaches only that pod. None (outside a pod): no label."""
+
+    pod_namespace: str | None = None
+    """The namespace of `pod_name`."""
 
     status_debounce_seconds: float = 2.0
     """Numatopology status is written at most once per this many seconds per node, so a
@@ -125,7 +132,7 @@ def _apply(
             changes[name] = _seconds(label, text)
         elif name == "priority":
             changes[name] = _integer(label, text)
-        elif name == "peering_name":
+        elif name in ("peering_name", "pod_name", "pod_namespace"):
             changes[name] = text or None
         else:
             changes[name] = text
@@ -145,6 +152,8 @@ _FIELDS = (
     "peering_name",
     "priority",
     "namespaces",
+    "pod_name",
+    "pod_namespace",
     "status_debounce_seconds",
 )
 
@@ -168,6 +177,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     )
     parser.add_argument("--priority", help="kopf peering priority of this replica")
     parser.add_argument("--namespaces", help="comma list of namespaces; omit for cluster-wide")
+    parser.add_argument("--pod-name", help="this replica's pod, labelled while it is active")
+    parser.add_argument("--pod-namespace", help="namespace of --pod-name")
     parser.add_argument(
         "--status-debounce-seconds", help="at most one status write per node per this period"
     )

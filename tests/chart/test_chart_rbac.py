@@ -42,6 +42,7 @@ CODE_CALLS: dict[str, dict[str, set[Permission]]] = {
     "operator": {
         "numatopo_operator.kube:KubeClient.get_pod": {("", "pods", "get")},
         "numatopo_operator.kube:KubeClient.patch_pod_annotations": {("", "pods", "patch")},
+        "numatopo_operator.kube:KubeClient.patch_pod_labels": {("", "pods", "patch")},
         "numatopo_operator.kube:KubeClient.create_binding": {("", "pods/binding", "create")},
         "numatopo_operator.kube:KubeClient.post_event": {("", "events", "create")},
         "numatopo_operator.kube:KubeClient.get_peering": {
@@ -80,6 +81,10 @@ CODE_CALLS: dict[str, dict[str, set[Permission]]] = {
         },
     },
 }
+
+# Call sites that act on the operator's own pod, in the release namespace wherever the
+# operator watches pods (the active replica labels itself for the extender Service).
+OWN_POD_CALLS = {"numatopo_operator.kube:KubeClient.patch_pod_labels"}
 
 # kopf's own calls for the operator's handlers, indexes and peering.
 FRAMEWORK_CALLS: dict[str, set[Permission]] = {
@@ -309,17 +314,20 @@ def granted(manifests: list[dict[str, Any]], account: str) -> set[Grant]:
 def required(account: str, *, peering: str | None, namespaces: list[str]) -> set[Grant]:
     """What `account` needs: its code's calls, plus kopf's for the operator; `peering` is
     the peering resource in use (None for a single replica)."""
-    permissions = set().union(*CODE_CALLS[account].values())
+    calls = CODE_CALLS[account]
+    permissions = set().union(*(p for site, p in calls.items() if site not in OWN_POD_CALLS))
     if account == "operator":
         permissions |= set().union(*FRAMEWORK_CALLS.values())
         unused = {"clusterkopfpeerings", "kopfpeerings"} - {peering}
         permissions = {p for p in permissions if p[1] not in unused}
     scopes = namespaces or ["cluster"]
-    return {
+    grants = {
         (scope, *permission)
         for permission in permissions
         for scope in (scopes if permission[1] in NAMESPACED_RESOURCES else ["cluster"])
     }
+    own = set().union(*(p for site, p in calls.items() if site in OWN_POD_CALLS))
+    return grants | {(NAMESPACE if namespaces else "cluster", *p) for p in own}
 
 
 @pytest.mark.parametrize(
@@ -335,6 +343,13 @@ def required(account: str, *, peering: str | None, namespaces: list[str]) -> set
             "kopfpeerings",
             ["ml", "research"],
             id="operator-namespaced",
+        ),
+        pytest.param(
+            {"operator": {"watchNamespaces": ["ml", NAMESPACE]}},
+            "numatopo-operator",
+            "kopfpeerings",
+            ["ml", NAMESPACE],
+            id="operator-namespaced-including-its-own-namespace",
         ),
         pytest.param(None, "numatopo-node", None, [], id="node"),
     ],

@@ -15,6 +15,8 @@ helm = pytest.importorskip("helm_python")
 
 from packaging.version import Version  # noqa: E402  (only after the skips above)
 
+from numatopo_operator.leadership import ACTIVE_LABEL, ACTIVE_VALUE  # noqa: E402
+
 CHART_DIR = Path(__file__).resolve().parents[2] / "helm" / "numatopo"
 VALUES_DIR = Path(__file__).resolve().parent / "values"
 NAMESPACE = "numatopo-system"
@@ -155,6 +157,7 @@ def test_every_manifest_is_valid_for_kubernetes(
                 "CustomResourceDefinition",
                 "DaemonSet",
                 "Deployment",
+                "PodDisruptionBudget",
                 "Role",
                 "RoleBinding",
                 "Service",
@@ -163,7 +166,7 @@ def test_every_manifest_is_valid_for_kubernetes(
                 "ValidatingAdmissionPolicy",
                 "ValidatingAdmissionPolicyBinding",
             },
-            id="everything-on-adds-scheduler-lease-role-and-servicemonitors",
+            id="everything-on-adds-scheduler-lease-role-servicemonitors-and-pdb",
         ),
         pytest.param(
             "namespaced-operator",
@@ -174,13 +177,14 @@ def test_every_manifest_is_valid_for_kubernetes(
                 "DaemonSet",
                 "Deployment",
                 "KopfPeering",
+                "Role",
                 "RoleBinding",
                 "Service",
                 "ServiceAccount",
                 "ValidatingAdmissionPolicy",
                 "ValidatingAdmissionPolicyBinding",
             },
-            id="namespaced-operator-peers-per-namespace",
+            id="namespaced-operator-peers-per-namespace-and-may-label-its-own-pod",
         ),
     ],
 )
@@ -320,16 +324,75 @@ def test_peering_object_exists_when_replicas_peer(
 
 
 def test_operator_probes_and_rollout(render: Any, find: Any) -> None:
-    """Readiness is the active-replica check, so the rollout must not wait for standbys."""
+    """Every replica turns Ready, so the Deployment rolls one replica at a time."""
     deployment = find(render(None), "Deployment", "numatopo-operator")
     container = deployment["spec"]["template"]["spec"]["containers"][0]
 
-    assert ("/healthz", "/readyz", "Recreate", 2) == (
+    assert (
+        "/healthz",
+        "/readyz",
+        {"type": "RollingUpdate", "rollingUpdate": {"maxUnavailable": 1, "maxSurge": 0}},
+        2,
+    ) == (
         container["livenessProbe"]["httpGet"]["path"],
         container["readinessProbe"]["httpGet"]["path"],
-        deployment["spec"]["strategy"]["type"],
+        deployment["spec"]["strategy"],
         deployment["spec"]["replicas"],
     )
+
+
+def test_extender_service_selects_the_active_replica_metrics_service_all(
+    render: Any, find: Any
+) -> None:
+    """The extender Service asks for the label the active replica sets on its own pod (the
+    operator's constant, the pod found through the downward API); metrics come from all."""
+    manifests = render(None)
+    pod_template = find(manifests, "Deployment", "numatopo-operator")["spec"]["template"]
+    env = {e["name"]: e.get("valueFrom") for e in pod_template["spec"]["containers"][0]["env"]}
+    extender = find(manifests, "Service", "numatopo-operator")["spec"]
+    metrics = find(manifests, "Service", "numatopo-operator-metrics")["spec"]
+
+    assert {**pod_template["metadata"]["labels"], ACTIVE_LABEL: ACTIVE_VALUE} == extender[
+        "selector"
+    ]
+    assert pod_template["metadata"]["labels"] == metrics["selector"]
+    assert (["extender"], ["metrics"]) == (
+        [p["name"] for p in extender["ports"]],
+        [p["name"] for p in metrics["ports"]],
+    )
+    assert (
+        {"fieldRef": {"fieldPath": "metadata.name"}},
+        {"fieldRef": {"fieldPath": "metadata.namespace"}},
+    ) == (env["NUMATOPO_POD_NAME"], env["NUMATOPO_POD_NAMESPACE"])
+
+
+@pytest.mark.parametrize(
+    ("values", "expected"),
+    [
+        pytest.param(None, [], id="off-by-default"),
+        pytest.param(
+            {"operator": {"podDisruptionBudget": {"enabled": True}}},
+            [(1, True)],
+            id="drains-keep-one-replica",
+        ),
+    ],
+)
+def test_operator_pod_disruption_budget(
+    render: Any, find: Any, values: dict[str, Any] | None, expected: list[tuple[int, bool]]
+) -> None:
+    """Optional; when on, it covers exactly the operator pods."""
+    manifests = render(values)
+    pod_labels = find(manifests, "Deployment", "numatopo-operator")["spec"]["template"]["metadata"][
+        "labels"
+    ]
+
+    actual = [
+        (m["spec"]["minAvailable"], m["spec"]["selector"]["matchLabels"] == pod_labels)
+        for m in manifests
+        if m["kind"] == "PodDisruptionBudget"
+    ]
+
+    assert expected == actual
 
 
 @pytest.mark.parametrize(
@@ -339,6 +402,16 @@ def test_operator_probes_and_rollout(render: Any, find: Any) -> None:
         pytest.param({"operator": {"replicas": 0}}, "/operator/replicas", id="replicas-zero"),
         pytest.param({"operator": {"extenderPort": 70000}}, "/operator/extenderPort", id="port"),
         pytest.param({"operator": {"replica": 2}}, "replica", id="misspelt-key"),
+        pytest.param(
+            {"operator": {"rollingUpdate": {"maxUnavailable": 0, "maxSurge": 0}}},
+            "/operator/rollingUpdate/maxUnavailable",
+            id="rollout-that-can-never-progress",
+        ),
+        pytest.param(
+            {"operator": {"podDisruptionBudget": {"enabled": "yes"}}},
+            "/operator/podDisruptionBudget/enabled",
+            id="pdb-enabled-as-string",
+        ),
         pytest.param({"node": {"gpu": {"mode": "cuda"}}}, "/node/gpu/mode", id="gpu-mode-enum"),
         pytest.param({"crds": {"enabled": "yes"}}, "/crds/enabled", id="bool-as-string"),
         pytest.param({"resourceNames": {"gpu": []}}, "/resourceNames/gpu", id="no-gpu-resource"),
@@ -389,6 +462,11 @@ def test_schema_rejects_wrong_values(chart: Any, values: dict[str, Any], expecte
             {"exporter": {"metricsPort": 9000}, "agent": {"metricsPort": 9000}},
             "must differ",
             id="node-ports-clash",
+        ),
+        pytest.param(
+            {"operator": {"replicas": 1, "podDisruptionBudget": {"enabled": True}}},
+            "no node drain could ever evict an operator pod",
+            id="budget-as-large-as-the-replicas",
         ),
         pytest.param(
             {"operator": {"serviceAccount": {"create": False}}},

@@ -36,6 +36,7 @@ TIB = 1 << 40
 
 PODS = "v1/pods"
 NUMATOPOLOGIES = "numatopo.io/v1alpha1/numatopologies"
+PEERINGS = "kopf.dev/v1/clusterkopfpeerings"
 
 
 def h100_spec() -> NumatopologySpec:
@@ -148,6 +149,16 @@ class Cluster:
     def annotations(self, name: str) -> dict[str, str]:
         return dict(self.pods()[name]["metadata"].get("annotations", {}))
 
+    def labels(self, name: str, namespace: str = "default") -> dict[str, str]:
+        for (resource, found_namespace, found), obj in list(self.api.objects.items()):
+            if (
+                str(resource.plural) == "pods"
+                and (found_namespace, found) == (namespace, name)
+                and not obj.deleted
+            ):
+                return dict(obj.raw["metadata"].get("labels") or {})
+        raise KeyError(f"{namespace}/{name}")
+
     def events(self) -> list[dict[str, Any]]:
         found = []
         for (resource, _, _), obj in list(self.api.objects.items()):
@@ -182,6 +193,9 @@ def _register(api: kmock.KubernetesEmulator) -> None:
     api.resources["v1/events"] = kmock.ResourceInfo(kind="Event", namespaced=True, verbs=verbs)
     api.resources[NUMATOPOLOGIES] = kmock.ResourceInfo(
         kind="Numatopology", namespaced=False, verbs=verbs, subresources={"status"}
+    )
+    api.resources[PEERINGS] = kmock.ResourceInfo(
+        kind="ClusterKopfPeering", namespaced=False, verbs=verbs
     )
 
 
@@ -251,9 +265,16 @@ async def start_operator(cluster: Cluster) -> AsyncIterator[Callable[[], Any]]:
     """Starts the real operator (kopf + extender + status) against the emulator."""
     running: list[RunningOperator] = []
 
-    async def start() -> RunningOperator:
+    async def start(**overrides: Any) -> RunningOperator:
+        """`overrides`: `OperatorSettings` fields (peering, pod name...) for this replica."""
         settings = OperatorSettings(
-            listen_host="127.0.0.1", extender_port=0, metrics_port=0, status_debounce_seconds=0.1
+            **{
+                "listen_host": "127.0.0.1",
+                "extender_port": 0,
+                "metrics_port": 0,
+                "status_debounce_seconds": 0.1,
+                **overrides,
+            }
         )
         runtime = Runtime(settings, connection=kopf.ConnectionInfo(server=str(cluster.api.url)))
         servers = main.Servers(runtime)

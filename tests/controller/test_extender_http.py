@@ -41,18 +41,24 @@ async def test_filter_keeps_fitting_nodes_and_says_why_per_node(extender, pod):
     assert None is result["Nodes"]
     assert {} == result["FailedNodes"]
     assert [MISSING, STALE] == sorted(result["FailedAndUnresolvableNodes"])
-    assert "no Numatopology for node h100-missing" in result["FailedAndUnresolvableNodes"][MISSING]
+    assert (
+        "no Numatopology for the node (is the numatopo exporter running there?)"
+        == result["FailedAndUnresolvableNodes"][MISSING]
+    )
     assert "stale (Exported=False" in result["FailedAndUnresolvableNodes"][STALE]
     assert "" == result["Error"]
 
 
 async def test_filter_reports_what_did_not_fit(extender, pod):
+    """The message leaves the node's name out (it is the key), so kube-scheduler can count
+    nodes per identical reason instead of listing one reason per node."""
     status, result = await extender.post("/filter", args(pod("huge", node=None, gpus=6), [FRESH]))
 
     assert 200 == status
     assert [] == result["NodeNames"]
     assert [FRESH] == list(result["FailedNodes"])
     assert "GPUs" in result["FailedNodes"][FRESH]
+    assert FRESH not in result["FailedNodes"][FRESH]
 
 
 async def test_filter_with_node_objects_answers_with_node_objects(extender, pod):
@@ -187,7 +193,7 @@ async def test_probes_and_metrics(extender, cluster, pod, wait):
     )
 
     assert (200, "ok\n") == healthz
-    assert (200, "ok\n") == readyz
+    assert (200, "ok: active\n") == readyz
     assert 200 == status
     assert 'numatopo_decisions_total{result="assigned"} 1.0' in metrics
     assert 'numatopo_decisions_total{result="invalid"} 1.0' in metrics

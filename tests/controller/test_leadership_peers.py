@@ -1,4 +1,5 @@
-"""Which replica decides under kopf peering: kopf's own pause rule, read from its peering object."""
+"""Which replica decides under kopf peering (kopf's own pause rule, read from its peering
+object), how its pod label follows, and what a standby answers."""
 
 from __future__ import annotations
 
@@ -6,8 +7,18 @@ import datetime
 
 import pytest
 
-from numatopo_operator.leadership import is_active
+from numatopo_engine import annotations as keys
+from numatopo_operator import leadership
+from numatopo_operator.health import readiness
+from numatopo_operator.leadership import ACTIVE_LABEL, is_active, label_patch
+from numatopo_operator.runtime import Runtime
+from numatopo_operator.settings import OperatorSettings
 
+NODE = "h100-a"
+NOT_ACTIVE = (
+    "this numatopo operator replica is not the active one (a handover is in progress); "
+    "the scheduler retries"
+)
 NOW = datetime.datetime(2024, 5, 1, 10, 0, 0, tzinfo=datetime.UTC)
 
 
@@ -39,3 +50,141 @@ def peer(priority: int, seconds_ago: int = 5, lifetime: int = 60) -> dict:
 )
 def test_is_active(peers, expected):
     assert expected == is_active(peers, identity="me", priority=50, now=NOW)
+
+
+@pytest.mark.parametrize(
+    ("active", "labelled", "expected"),
+    [
+        pytest.param(True, None, {ACTIVE_LABEL: "true"}, id="active-at-start-labels"),
+        pytest.param(False, None, {ACTIVE_LABEL: None}, id="standby-at-start-clears-a-leftover"),
+        pytest.param(True, False, {ACTIVE_LABEL: "true"}, id="taking-over-labels"),
+        pytest.param(False, True, {ACTIVE_LABEL: None}, id="standing-down-unlabels"),
+        pytest.param(True, True, None, id="still-active-sends-nothing"),
+        pytest.param(False, False, None, id="still-standby-sends-nothing"),
+    ],
+)
+def test_label_patch(active, labelled, expected):
+    """The pod label follows leadership, and is rewritten whenever what it says is unknown."""
+    assert expected == label_patch(active=active, labelled=labelled)
+
+
+def runtime_in(role_known: bool, active: bool, indexed: bool) -> Runtime:
+    runtime = Runtime(OperatorSettings())
+    for event, on in ((runtime.role_known, role_known), (runtime.active, active)):
+        if on:
+            event.set()
+    if indexed:
+        runtime.indexed.set()
+    return runtime
+
+
+@pytest.mark.parametrize(
+    ("role_known", "active", "indexed", "expected"),
+    [
+        pytest.param(False, False, False, False, id="role-unknown-is-not-ready"),
+        pytest.param(True, False, False, True, id="standby-is-ready-without-a-cache"),
+        pytest.param(True, True, False, False, id="active-still-listing-is-not-ready"),
+        pytest.param(True, True, True, True, id="active-with-its-ledger-is-ready"),
+    ],
+)
+def test_readiness(role_known, active, indexed, expected):
+    """Every replica turns Ready (so rollouts and disruption budgets progress), the active
+    one only with a complete ledger."""
+    ready, _ = readiness(runtime_in(role_known, active, indexed))
+
+    assert expected == ready
+
+
+# -- two replicas against the emulated API -------------------------------------------------
+
+OPERATOR_NAMESPACE = "numatopo-system"
+PEERING = "numatopo"
+
+
+def operator_pod(name: str, labels: dict[str, str] | None = None) -> dict:
+    return {
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "metadata": {"name": name, "namespace": OPERATOR_NAMESPACE, "labels": labels or {}},
+        "spec": {"containers": [{"name": "operator", "image": "numatopo"}]},
+    }
+
+
+def replica(name: str, priority: int) -> dict:
+    """Settings of one peering replica running in pod `name`."""
+    return {
+        "peering_name": PEERING,
+        "priority": priority,
+        "pod_name": name,
+        "pod_namespace": OPERATOR_NAMESPACE,
+    }
+
+
+def active_pods(cluster) -> list[str]:
+    return [
+        name
+        for name in ("op-a", "op-b")
+        if cluster.labels(name, OPERATOR_NAMESPACE).get(ACTIVE_LABEL) == "true"
+    ]
+
+
+@pytest.fixture
+async def two_replicas(env, monkeypatch):
+    """Replica A (priority 100) and B (priority 50); B's pod still carries the label from a
+    container that ran before it."""
+    monkeypatch.setattr(leadership, "POLL_SECONDS", 0.05)
+    cluster, start_operator, h100, _, topology_object, wait = env.parts()
+    await cluster.create("/apis/kopf.dev/v1/clusterkopfpeerings", {"metadata": {"name": PEERING}})
+    await cluster.create(f"/api/v1/namespaces/{OPERATOR_NAMESPACE}/pods", operator_pod("op-a"))
+    await cluster.create(
+        f"/api/v1/namespaces/{OPERATOR_NAMESPACE}/pods",
+        operator_pod("op-b", {ACTIVE_LABEL: "true", "app": "numatopo"}),
+    )
+    await cluster.create_numatopology(topology_object(NODE, h100))
+    a = await start_operator(**replica("op-a", 100))
+    await wait(lambda: active_pods(cluster) == ["op-a", "op-b"], what="A labels its pod")
+    b = await start_operator(**replica("op-b", 50))
+    await wait(lambda: active_pods(cluster) == ["op-a"], what="B removes the leftover label")
+    await wait(a.runtime.indexed.is_set, what="A listed everything")
+    return a, b
+
+
+async def test_the_label_follows_leadership_and_both_replicas_are_ready(two_replicas, env):
+    a, b = two_replicas
+    cluster = env.cluster
+
+    ready = [await a.get("/readyz"), await b.get("/readyz")]
+    labels_of_b = cluster.labels("op-b", OPERATOR_NAMESPACE)
+
+    assert [(200, "ok: active\n"), (200, "ok: standing by, another replica is active\n")] == ready
+    assert {"app": "numatopo"} == labels_of_b
+
+
+async def test_a_standby_refuses_to_bind_or_filter(two_replicas, env):
+    """A call the Service sends to the standby during a handover gets an Error, never a binding."""
+    _, b = two_replicas
+    cluster, pod = env.cluster, env.pod
+    await cluster.create_pod(pod("job", node=None, gpus=1))
+    bind = {"PodName": "job", "PodNamespace": "default", "PodUID": "", "Node": NODE}
+    extender_args = {"Pod": pod("job", node=None, gpus=1), "NodeNames": [NODE]}
+
+    (bind_status, bound), (_, filtered) = (
+        await b.post("/bind", bind),
+        await b.post("/filter", extender_args),
+    )
+
+    assert (200, NOT_ACTIVE) == (bind_status, bound["Error"])
+    assert (NOT_ACTIVE, None) == (filtered["Error"], filtered["NodeNames"])
+    assert {keys.POLICY: "single-numa-node"} == cluster.annotations("job")
+
+
+async def test_the_standby_takes_over_the_label_when_the_active_one_stops(two_replicas, env):
+    a, b = two_replicas
+    cluster, wait = env.cluster, env.wait
+
+    await a.stop()
+    await wait(lambda: active_pods(cluster) == ["op-b"], what="B labels its pod", timeout=15)
+    await wait(b.runtime.indexed.is_set, what="B listed everything")
+    ready = await b.get("/readyz")
+
+    assert (200, "ok: active\n") == ready

@@ -62,7 +62,12 @@ app.kubernetes.io/instance: {{ .Release.Name }}
 {{- default (include "numatopo.fullname" .) .Values.operator.peering.name }}
 {{- end }}
 
-{{/* Where the scheduler reaches the extender: the operator Service (Ready = active replica). */}}
+{{/* The pod label the active operator replica sets on itself (numatopo_operator.leadership.ACTIVE_LABEL). */}}
+{{- define "numatopo.operator.activeLabel" -}}
+numatopo.io/extender-active
+{{- end }}
+
+{{/* Where the scheduler reaches the extender: the operator Service (selects the active replica). */}}
 {{- define "numatopo.operator.extenderURL" -}}
 http://{{ include "numatopo.fullname" . }}-operator.{{ .Release.Namespace }}.svc:{{ .Values.operator.extenderPort }}
 {{- end }}
@@ -78,6 +83,9 @@ http://{{ include "numatopo.fullname" . }}-operator.{{ .Release.Namespace }}.svc
 {{- if and .Values.scheduler.enabled (ne .Values.scheduler.name .Values.operator.schedulerName) }}
 {{- fail (printf "scheduler.name (%s) and operator.schedulerName (%s) must be equal" .Values.scheduler.name .Values.operator.schedulerName) }}
 {{- end }}
+{{- if and .Values.operator.enabled .Values.operator.podDisruptionBudget.enabled (le (int .Values.operator.replicas) (int .Values.operator.podDisruptionBudget.minAvailable)) }}
+{{- fail (printf "operator.podDisruptionBudget.minAvailable (%d) must be below operator.replicas (%d), or no node drain could ever evict an operator pod" (int .Values.operator.podDisruptionBudget.minAvailable) (int .Values.operator.replicas)) }}
+{{- end }}
 {{- if eq .Values.operator.extenderPort .Values.operator.metricsPort }}
 {{- fail "operator.extenderPort and operator.metricsPort must differ" }}
 {{- end }}
@@ -89,7 +97,8 @@ http://{{ include "numatopo.fullname" . }}-operator.{{ .Release.Namespace }}.svc
 {{/* The operator's rules on pods and Events (and namespaced kopf peering), shared by the
 cluster-wide ClusterRole and the per-namespace one. */}}
 {{- define "numatopo.operator.podRules" -}}
-# kopf lists and watches pods; kube.py reads one pod before deciding (get).
+# kopf lists and watches pods; kube.py reads one pod before deciding (get) and patches
+# annotations (assignments) and, cluster-wide, its own pod's label (patch_pod_labels).
 - apiGroups: [""]
   resources: [pods]
   verbs: [get, list, watch, patch]

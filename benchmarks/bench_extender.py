@@ -1,0 +1,206 @@
+"""Extender latency: filter + prioritize over real HTTP vs the bare engine, same nodes.
+
+One scheduling cycle of a node-cache-capable kube-scheduler is one `POST /filter` with
+ExtenderArgs {Pod, NodeNames} and one `POST /prioritize` with the nodes that passed.
+This runs the operator's own extender app (aiohttp, on a loopback port) over a ledger
+holding the nodes of `bench_engine.build_cluster` (8-GPU 2-socket shapes, seeded mixed
+occupancy), and on the same nodes the bare engine: `allocation.evaluate` per node, as
+filter+prioritize need it. The ratio is the HTTP/JSON layer's cost (goal: at most 2x).
+
+`cold` empties the engine's decision memos before each cycle (first pod of its shape);
+`warm` repeats the cycle over unchanged nodes (the next replicas of the same job).
+
+    .venv/bin/python benchmarks/bench_extender.py [--nodes 1000 5000] [--seed 7] [--repeat 3]
+    .venv/bin/python benchmarks/bench_extender.py --nodes 5000 --profile   # where time goes
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import cProfile
+import gc
+import pstats
+import sys
+import time
+from collections.abc import Awaitable, Callable
+from pathlib import Path
+from typing import Any
+
+REPO = Path(__file__).resolve().parent.parent
+sys.path[:0] = [str(REPO / "engine"), str(REPO / "operator"), str(REPO / "benchmarks")]
+
+import aiohttp  # noqa: E402
+from aiohttp import web  # noqa: E402
+
+from bench_engine import MIX, build_cluster  # noqa: E402
+from numatopo_engine import annotations as keys  # noqa: E402
+from numatopo_engine.allocation import evaluate  # noqa: E402
+from numatopo_engine.errors import UnsatisfiableError  # noqa: E402
+from numatopo_engine.model import NumatopologySpec  # noqa: E402
+from numatopo_engine.request import PodRequest  # noqa: E402
+from numatopo_engine.state import NodeState  # noqa: E402
+from numatopo_engine.topology_tables import tables_for  # noqa: E402
+from numatopo_operator import extender  # noqa: E402
+from numatopo_operator.runtime import Runtime  # noqa: E402
+from numatopo_operator.settings import OperatorSettings  # noqa: E402
+
+Nodes = list[tuple[NumatopologySpec, NodeState]]
+
+
+def pod_manifest(request: PodRequest, uid: str) -> dict[str, Any]:
+    """The Pod kube-scheduler would send for `request` (one container, limits = requests)."""
+    containers = []
+    for container in request.containers:
+        resources: dict[str, str] = {
+            "cpu": f"{container.cpu_milli}m",
+            "memory": str(container.memory_bytes),
+        }
+        if container.gpus:
+            resources["nvidia.com/gpu"] = str(container.gpus)
+        containers.append(
+            {
+                "name": container.name,
+                "image": "registry.example.com/train:1",
+                "resources": {"requests": resources, "limits": resources},
+            }
+        )
+    return {
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "metadata": {
+            "name": request.name,
+            "namespace": request.namespace,
+            "uid": uid,
+            "annotations": {keys.POLICY: request.options.policy.value},
+        },
+        "spec": {"schedulerName": "numatopo-scheduler", "containers": containers},
+    }
+
+
+def runtime_over(nodes: Nodes) -> tuple[Runtime, list[str]]:
+    """An operator runtime whose ledger books exactly what `nodes` book, ready to decide."""
+    runtime = Runtime(OperatorSettings())
+    names = []
+    for index, (spec, state) in enumerate(nodes):
+        name = f"node-{index}"
+        runtime.ledger.set_topology(name, spec)
+        for key, assignment in state.assignments.items():
+            runtime.ledger.reserve(name, key, assignment)
+        names.append(name)
+    for event in (runtime.role_known, runtime.active, runtime.indexed):
+        event.set()
+    return runtime, names
+
+
+def engine_cycle(nodes: Nodes, request: PodRequest) -> int:
+    """What filter+prioritize need from the engine: a score or a refusal per node."""
+    feasible = 0
+    for spec, state in nodes:
+        try:
+            evaluate(spec, state, request)
+        except UnsatisfiableError:
+            continue
+        feasible += 1
+    return feasible
+
+
+async def extender_cycle(
+    session: aiohttp.ClientSession, url: str, pod: dict[str, Any], names: list[str]
+) -> int:
+    async with session.post(f"{url}/filter", json={"Pod": pod, "NodeNames": names}) as response:
+        filtered = await response.json()
+    passed = filtered["NodeNames"]
+    async with session.post(
+        f"{url}/prioritize", json={"Pod": pod, "NodeNames": passed}
+    ) as response:
+        await response.json()
+    return len(passed)
+
+
+def forget_decisions(nodes: Nodes) -> None:
+    for spec in {id(spec): spec for spec, _ in nodes}.values():
+        tables_for(spec).decision_memo.clear()
+
+
+async def best_of(
+    repeat: int, run: Callable[[], Awaitable[object]], before: Callable[[], object]
+) -> float:
+    """Best wall time of `repeat` runs, with the collector paused as `timeit` does."""
+    times = []
+    for _ in range(repeat):
+        before()
+        gc.collect()
+        gc.disable()
+        try:
+            started = time.perf_counter()
+            await run()
+            times.append(time.perf_counter() - started)
+        finally:
+            gc.enable()
+    return min(times)
+
+
+async def measure(count: int, seed: int, repeat: int, profile: bool) -> None:
+    nodes = build_cluster(count, seed)
+    runtime, names = runtime_over(nodes)
+    pods = [pod_manifest(request, f"uid-{i}") for i, request in enumerate(MIX)]
+    app_runner = web.AppRunner(extender.build_app(runtime), access_log=None)
+    await app_runner.setup()
+    site = web.TCPSite(app_runner, "127.0.0.1", 0)
+    await site.start()
+    port = app_runner.addresses[0][1]
+    url = f"http://127.0.0.1:{port}"
+    try:
+        async with aiohttp.ClientSession() as session:
+            # Both sides must agree on which nodes fit, or the comparison means nothing.
+            for pod, request in zip(pods, MIX, strict=True):
+                http_passed = await extender_cycle(session, url, pod, names)
+                assert http_passed == engine_cycle(nodes, request), request.name
+
+            async def http_mix() -> None:
+                for pod in pods:
+                    await extender_cycle(session, url, pod, names)
+
+            async def engine_mix() -> None:
+                for request in MIX:
+                    engine_cycle(nodes, request)
+
+            if profile:
+                profiler = cProfile.Profile()
+                profiler.enable()
+                await http_mix()
+                profiler.disable()
+                pstats.Stats(profiler).sort_stats("tottime").print_stats(18)
+                return
+            forget = lambda: forget_decisions(nodes)  # noqa: E731
+            cold_http = await best_of(repeat, http_mix, forget)
+            cold_engine = await best_of(repeat, engine_mix, forget)
+            warm_http = await best_of(repeat, http_mix, lambda: None)
+            warm_engine = await best_of(repeat, engine_mix, lambda: None)
+    finally:
+        await app_runner.cleanup()
+    cycles = len(MIX)
+    print(
+        f"{count:>6} {1e3 * cold_http / cycles:>13.1f} {1e3 * cold_engine / cycles:>15.1f} "
+        f"{cold_http / cold_engine:>6.2f} {1e3 * warm_http / cycles:>13.1f} "
+        f"{1e3 * warm_engine / cycles:>15.1f} {warm_http / warm_engine:>6.2f}"
+    )
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--nodes", type=int, nargs="+", default=[1000, 5000])
+    parser.add_argument("--seed", type=int, default=7)
+    parser.add_argument("--repeat", type=int, default=3, help="best of this many runs")
+    parser.add_argument("--profile", action="store_true", help="cProfile one warm HTTP mix")
+    args = parser.parse_args()
+    print(f"pod mix: {', '.join(p.name for p in MIX)}; ms per scheduling cycle (one pod)")
+    print(f"{'nodes':>6} {'cold http ms':>13} {'cold engine ms':>15} {'ratio':>6} "
+          f"{'warm http ms':>13} {'warm engine ms':>15} {'ratio':>6}")  # fmt: skip
+    for count in args.nodes:
+        asyncio.run(measure(count, args.seed, args.repeat, args.profile))
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,96 @@
+"""`KubeClient` against the emulated API failing now and then: idempotent calls are retried
+a bounded number of times, a Binding never, and an Event is best-effort."""
+
+from __future__ import annotations
+
+import kopf
+import pytest
+
+from numatopo_operator.errors import KubeError
+from numatopo_operator.kube import KubeClient
+
+POD_PATH = "/api/v1/namespaces/default/pods/job"
+DELAYS = (0.01, 0.01, 0.01)  # three retries, quickly
+
+
+@pytest.fixture
+async def client(cluster, pod):
+    await cluster.create_pod(pod("job", node=None))
+    kube = KubeClient(retry_delays=DELAYS)
+    await kube.use(kopf.ConnectionInfo(server=str(cluster.api.url)))
+    yield kube
+    await kube.close()
+
+
+async def get_pod(kube: KubeClient) -> object:
+    return (await kube.get_pod("default", "job"))["metadata"]["name"]
+
+
+async def patch_annotations(kube: KubeClient) -> object:
+    await kube.patch_pod_annotations("default", "job", {"numatopo.io/state": "Assigned"})
+    return "patched"
+
+
+async def patch_labels(kube: KubeClient) -> object:
+    await kube.patch_pod_labels("default", "job", {"numatopo.io/extender-active": "true"})
+    return "patched"
+
+
+async def bind(kube: KubeClient) -> object:
+    await kube.create_binding("default", "job", "", "h100-a")
+    return "bound"
+
+
+# The requests each call sends, in kmock's criteria syntax.
+REQUESTS = {
+    get_pod: f"get {POD_PATH}",
+    patch_annotations: f"patch {POD_PATH}",
+    patch_labels: f"patch {POD_PATH}",
+    bind: f"post {POD_PATH}/binding",
+}
+
+
+@pytest.mark.parametrize(
+    ("call", "failures", "expected"),
+    [
+        pytest.param(get_pod, [500, 500], ("job", 3), id="get-after-two-500s"),
+        pytest.param(
+            patch_annotations,
+            [429, 503],
+            ("patched", 3),
+            id="annotation-patch-after-throttling-and-503",
+        ),
+        pytest.param(patch_labels, [502], ("patched", 2), id="label-patch-after-502"),
+        pytest.param(get_pod, [500] * 4, ("HTTP 500", 4), id="gives-up-after-3-retries"),
+        pytest.param(get_pod, [403], ("HTTP 403", 1), id="403-is-not-retried"),
+        pytest.param(
+            bind,
+            [500],
+            ("HTTP 500", 1),
+            id="binding-is-not-retried-a-second-post-would-conflict",
+        ),
+    ],
+)
+async def test_transient_errors_are_retried_for_idempotent_calls(
+    cluster, client, call, failures, expected
+):
+    criteria = REQUESTS[call]
+    for position, status in enumerate(failures):
+        cluster.api[criteria][position : position + 1] << status
+
+    try:
+        outcome = await call(client)
+    except KubeError as exc:
+        outcome = f"HTTP {exc.status}"
+
+    assert expected == (outcome, len(cluster.api[criteria]))
+
+
+async def test_an_event_the_api_refuses_is_logged_not_raised(cluster, client, caplog):
+    cluster.api["post /api/v1/namespaces/default/events"] << 500
+    ref = {"namespace": "default", "name": "job", "uid": ""}
+
+    posted = await client.post_event(ref, warning=False, reason="NumatopoAssigned", message="ok")
+
+    assert (False, 1) == (posted, len(cluster.api["post /api/v1/namespaces/default/events"]))
+    assert "Event NumatopoAssigned about pod default/job not posted" in caplog.text
