@@ -2,8 +2,10 @@
 
 A small asyncio client over aiohttp: the exporter and the agent make a dozen kinds of
 calls, and the official `kubernetes` client would cost more resident memory than the
-whole process is allowed (DaemonSet budget: 80 MiB). Credentials come from the pod's
-service account (`from_cluster`) or from an explicit URL (`kubectl proxy`, tests).
+whole process is allowed (DaemonSet budget: 80 MiB). `KubeClient.connect` picks the
+credentials: an explicit URL without auth (`kubectl proxy`, tests), else the pod's
+service account (`from_cluster`), else the file `$KUBECONFIG` names (`from_kubeconfig`:
+a developer's machine; bearer token or client certificate, no credential plugins).
 
 Writes use these content types:
   apply     `application/apply-patch+yaml` (server-side apply, field manager per process)
@@ -14,18 +16,22 @@ Writes use these content types:
 from __future__ import annotations
 
 import asyncio
+import base64
+import binascii
 import contextlib
 import datetime
 import json
 import os
 import secrets
 import ssl
+import tempfile
 from collections.abc import AsyncIterator, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Self
 
 import aiohttp
+import yaml
 
 from numatopo_engine.model import API_VERSION, Numatopology
 
@@ -126,6 +132,27 @@ class KubeClient:
         if ":" in host:  # an IPv6 address
             host = f"[{host}]"
         return cls(f"https://{host}:{port}", token=token, ssl_context=context)
+
+    @classmethod
+    def from_kubeconfig(cls, path: Path) -> KubeClient:
+        """The client for the current context of the kubeconfig file at `path`."""
+        return _client_from_kubeconfig(cls, path)
+
+    @classmethod
+    def connect(cls, api_url: str = "", *, environ: Mapping[str, str] = os.environ) -> KubeClient:
+        """`api_url` if given, else in-cluster, else `$KUBECONFIG` (its first file)."""
+        if api_url:
+            return cls(api_url)
+        if environ.get("KUBERNETES_SERVICE_HOST"):
+            return cls.from_cluster()
+        kubeconfig = environ.get("KUBECONFIG", "").split(os.pathsep)[0]
+        if kubeconfig:
+            return cls.from_kubeconfig(Path(kubeconfig))
+        raise ApiError(
+            0,
+            "no Kubernetes credentials: pass --api-url (e.g. the address of "
+            "`kubectl proxy`), run in a pod with a service account, or set KUBECONFIG",
+        )
 
     async def __aenter__(self) -> Self:
         self._session = aiohttp.ClientSession(headers=self._headers)
@@ -234,6 +261,22 @@ class KubeClient:
         except (aiohttp.ClientError, json.JSONDecodeError) as exc:
             raise ApiError(0, f"{type(exc).__name__}: {exc}", method="WATCH", path=path) from None
 
+    async def check_node(self, node_name: str) -> Body:
+        """The Node `node_name`, read once at start so that a wrong URL, missing
+        credentials or a wrong node name end the process with a clear message."""
+        try:
+            return await self.get(f"/api/v1/nodes/{node_name}")
+        except ApiError as exc:
+            if exc.not_found:
+                raise ApiError(
+                    404, f"no node named {node_name!r} (check --node-name or NODE_NAME)"
+                ) from None
+            if exc.status == 0:
+                raise ApiError(
+                    0, f"cannot reach the API server at {self.base_url}: {exc.message}"
+                ) from None
+            raise
+
     # -- events ------------------------------------------------------------------------
 
     async def post_event(
@@ -278,6 +321,95 @@ class KubeClient:
         # Events are best effort: losing one must never stop enforcement or publishing.
         with contextlib.suppress(ApiError, asyncio.TimeoutError):
             await self.create(f"/api/v1/namespaces/{namespace}/events", event)
+
+
+# -- kubeconfig files ---------------------------------------------------------------------
+
+
+def _named(config: Body, section: str, name: str, where: Path) -> Body:
+    """The `section` entry (clusters, users, contexts) called `name`, unwrapped."""
+    for entry in config.get(section) or []:
+        if isinstance(entry, dict) and entry.get("name") == name:
+            inner = entry.get(section[:-1])
+            return inner if isinstance(inner, dict) else {}
+    raise ApiError(0, f"{where}: no {section[:-1]} named {name!r}")
+
+
+def _pem(entry: Body, key: str, base: Path, where: Path) -> tuple[Path | None, str | None]:
+    """`<key>` (a file, relative to the kubeconfig) or `<key>-data` (base64 PEM)."""
+    data = entry.get(f"{key}-data")
+    if data:
+        try:
+            return None, base64.b64decode(str(data), validate=True).decode()
+        except (binascii.Error, UnicodeDecodeError):
+            raise ApiError(0, f"{where}: {key}-data is not base64-encoded PEM") from None
+    name = entry.get(key)
+    return (base / str(name), None) if name else (None, None)
+
+
+def _client_from_kubeconfig(cls: type[KubeClient], path: Path) -> KubeClient:
+    try:
+        config = yaml.safe_load(path.read_text())
+    except OSError as exc:
+        raise ApiError(0, f"cannot read the kubeconfig {path}: {exc.strerror or exc}") from None
+    except yaml.YAMLError as exc:
+        problem = " ".join(str(exc).split())  # PyYAML's message spans lines
+        raise ApiError(0, f"{path}: not a kubeconfig (invalid YAML: {problem})") from None
+    if not isinstance(config, dict) or not config.get("current-context"):
+        raise ApiError(0, f"{path}: no current-context (try `kubectl config use-context`)")
+    context = _named(config, "contexts", str(config["current-context"]), path)
+    cluster = _named(config, "clusters", str(context.get("cluster")), path)
+    user = _named(config, "users", str(context.get("user")), path) if context.get("user") else {}
+    server = str(cluster.get("server") or "")
+    if not server.startswith(("http://", "https://")):
+        raise ApiError(0, f"{path}: the cluster's server {server!r} is not an http(s) URL")
+    for plugin in ("exec", "auth-provider"):
+        if plugin in user:
+            raise ApiError(
+                0,
+                f"{path}: the user logs in through `{plugin}`, which numatopo does not run; "
+                "use a kubeconfig with a token or a client certificate",
+            )
+    base = path.parent
+    token = user.get("token")
+    if not token and user.get("tokenFile"):
+        try:
+            token = (base / str(user["tokenFile"])).read_text().strip()
+        except OSError as exc:
+            raise ApiError(0, f"{path}: cannot read tokenFile: {exc}") from None
+    context_ssl = None
+    if server.startswith("https://"):
+        context_ssl = _ssl_context(cluster, user, base, path)
+    return cls(server, token=str(token) if token else None, ssl_context=context_ssl)
+
+
+def _ssl_context(cluster: Body, user: Body, base: Path, where: Path) -> ssl.SSLContext:
+    ca_file, ca_data = _pem(cluster, "certificate-authority", base, where)
+    cert_file, cert_data = _pem(user, "client-certificate", base, where)
+    key_file, key_data = _pem(user, "client-key", base, where)
+    try:
+        context = ssl.create_default_context(
+            cafile=None if ca_file is None else str(ca_file), cadata=ca_data
+        )
+        if cluster.get("insecure-skip-tls-verify"):
+            context.check_hostname = False
+            context.verify_mode = ssl.CERT_NONE
+        if (cert_file or cert_data) and (key_file or key_data):
+            # The ssl module loads a certificate chain from files only: PEM data goes
+            # through a private temporary directory that is gone once loaded.
+            with tempfile.TemporaryDirectory() as private:
+                if cert_data is not None:
+                    cert_file = Path(private, "client.crt")
+                    cert_file.write_text(cert_data)
+                if key_data is not None:
+                    key_file = Path(private, "client.key")
+                    key_file.write_text(key_data)
+                context.load_cert_chain(str(cert_file), str(key_file))
+        elif cert_file or cert_data or key_file or key_data:
+            raise ApiError(0, f"{where}: a client certificate needs both its cert and its key")
+    except (OSError, ssl.SSLError) as exc:
+        raise ApiError(0, f"{where}: cannot load the TLS credentials: {exc}") from None
+    return context
 
 
 def _status_message(text: str) -> str:

@@ -10,16 +10,18 @@ import sys
 from pathlib import Path
 
 from numatopo_exporter import kube
-from numatopo_exporter.agent import kubelet
+from numatopo_exporter.agent import cgroupfs, kubelet
 from numatopo_exporter.agent.loop import AgentLoop
 from numatopo_exporter.agent.metrics import AgentMetrics
 from numatopo_exporter.daemon import metrics
 
 
-async def _serve(args: argparse.Namespace) -> int:
-    client = kube.KubeClient(args.api_url) if args.api_url else kube.KubeClient.from_cluster()
+async def serve(args: argparse.Namespace) -> int:
+    """Run the agent that `args` describe until cancelled."""
+    client = kube.KubeClient.connect(args.api_url)
     agent_metrics = AgentMetrics()
     async with client:
+        await client.check_node(args.node_name)
         loop = AgentLoop(
             client,
             node_name=args.node_name,
@@ -49,8 +51,10 @@ def run(args: argparse.Namespace) -> int:
         print("numatopo agent: no node name: pass --node-name or set NODE_NAME", file=sys.stderr)
         return 2
     try:
-        return asyncio.run(_serve(args))
-    except kube.ApiError as exc:
+        # Checked once at start: a wrong mount is a configuration error, not drift.
+        cgroupfs.detect_hierarchy(args.cgroup_root)
+        return asyncio.run(serve(args))
+    except (kube.ApiError, cgroupfs.CgroupError) as exc:
         print(f"numatopo agent: {exc}", file=sys.stderr)
         return 2
 
@@ -82,7 +86,8 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
     parser.add_argument(
         "--api-url",
         default="",
-        help="API server URL without auth (e.g. kubectl proxy); default: in-cluster",
+        help="API server URL without auth (e.g. kubectl proxy); "
+        "default: in-cluster, else $KUBECONFIG",
     )
     parser.add_argument(
         "--metrics-port",

@@ -11,22 +11,20 @@ import sys
 import time
 from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 from numatopo_engine.model import NumatopologySpec
 from numatopo_exporter import kube
 from numatopo_exporter.daemon import metrics, publishing, udev
 from numatopo_exporter.daemon.backoff import Backoff
-from numatopo_exporter.daemon.loop import ExporterLoop
+from numatopo_exporter.daemon.loop import ExporterLoop, ScanError
 from numatopo_exporter.discovery.discover import DiscoverOptions, discover
-from numatopo_exporter.discovery.errors import DiscoveryError
 
 logger = logging.getLogger("numatopo.exporter")
 
 
-def make_scan(args: argparse.Namespace) -> Callable[[], NumatopologySpec]:
-    options = DiscoverOptions(
-        sysfs_root=args.sysfs_root, use_nvml=not args.no_nvml, node_name=args.node_name
-    )
+def make_scan(options: DiscoverOptions) -> Callable[[], NumatopologySpec]:
+    """The exporter's scan: live discovery (sysfs, NVML, kubelet) of `options`."""
 
     def scan() -> NumatopologySpec:
         found = discover(options)
@@ -37,8 +35,24 @@ def make_scan(args: argparse.Namespace) -> Callable[[], NumatopologySpec]:
     return scan
 
 
-async def _serve(args: argparse.Namespace) -> int:
-    scan = make_scan(args)
+def scan_options(args: argparse.Namespace) -> DiscoverOptions:
+    return DiscoverOptions(
+        sysfs_root=args.sysfs_root, use_nvml=not args.no_nvml, node_name=args.node_name
+    )
+
+
+async def serve(
+    args: argparse.Namespace,
+    *,
+    scan: Callable[[], NumatopologySpec] | None = None,
+    udev_monitor: Any = None,
+) -> int:
+    """Run the exporter that `args` describe until cancelled (or once, with --oneshot).
+
+    `scan` and `udev_monitor` replace live discovery and the kernel's netlink socket
+    (tests); None means the real ones.
+    """
+    scan = scan or make_scan(scan_options(args))
     exporter_metrics = metrics.ExporterMetrics()
     async with contextlib.AsyncExitStack() as stack:
         sink: publishing.Sink
@@ -46,10 +60,9 @@ async def _serve(args: argparse.Namespace) -> int:
         if args.no_publish:
             sink = publishing.PrintingSink(node_name=args.node_name)
         else:
-            client = (
-                kube.KubeClient(args.api_url) if args.api_url else kube.KubeClient.from_cluster()
-            )
+            client = kube.KubeClient.connect(args.api_url)
             await stack.enter_async_context(client)
+            await client.check_node(args.node_name)
             publisher = publishing.Publisher(client, node_name=args.node_name, clock=time.time)
             sink = publisher
         loop = ExporterLoop(
@@ -60,14 +73,18 @@ async def _serve(args: argparse.Namespace) -> int:
             backoff=Backoff(1.0, 60.0),
         )
         if args.oneshot:
-            return 0 if await loop.step() else 2
+            # Not loop.step(): a single run reports its failure instead of retrying.
+            spec = await loop.scan_once()
+            await sink.publish(spec, scanned_at=loop.scanned_at)
+            return 0
         if args.metrics_port:
             runner = await metrics.start_metrics_server(
                 exporter_metrics.registry, port=args.metrics_port
             )
             stack.push_async_callback(runner.cleanup)
         debouncer = udev.Debouncer(loop.request_rescan, delay_seconds=args.debounce_seconds)
-        watch = udev.UdevWatch(debouncer.trigger)
+        stack.callback(debouncer.cancel)
+        watch = udev.UdevWatch(debouncer.trigger, monitor=udev_monitor)
         try:
             watch.start()
             stack.callback(watch.stop)
@@ -95,12 +112,17 @@ def run(args: argparse.Namespace) -> int:
     logging.basicConfig(
         level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s"
     )
+    problem = ""
     if not args.node_name:
-        print("numatopo exporter: no node name: pass --node-name or set NODE_NAME", file=sys.stderr)
+        problem = "no node name: pass --node-name or set NODE_NAME"
+    elif not args.sysfs_root.is_dir():
+        problem = f"--sysfs-root {args.sysfs_root}: no such directory"
+    if problem:
+        print(f"numatopo exporter: {problem}", file=sys.stderr)
         return 2
     try:
-        return asyncio.run(_serve(args))
-    except (kube.ApiError, DiscoveryError) as exc:
+        return asyncio.run(serve(args))
+    except (kube.ApiError, ScanError) as exc:
         print(f"numatopo exporter: {exc}", file=sys.stderr)
         return 2
 
@@ -140,7 +162,8 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
     parser.add_argument(
         "--api-url",
         default="",
-        help="API server URL without auth (e.g. kubectl proxy); default: in-cluster",
+        help="API server URL without auth (e.g. kubectl proxy); "
+        "default: in-cluster, else $KUBECONFIG",
     )
     parser.add_argument(
         "--metrics-port",

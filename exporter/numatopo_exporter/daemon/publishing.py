@@ -122,9 +122,10 @@ class Sink(Protocol):
 class PrintingSink:
     """`--no-publish`: print the object that would be applied, once per distinct spec."""
 
-    def __init__(self, *, node_name: str, out: TextIO = sys.stdout) -> None:
+    def __init__(self, *, node_name: str, out: TextIO | None = None) -> None:
         self.node_name = node_name
-        self.out = out
+        # sys.stdout as it is now, not at import: callers (and tests) may redirect it.
+        self.out = sys.stdout if out is None else out
         self._last: str | None = None
 
     async def publish(self, spec: NumatopologySpec, *, scanned_at: float) -> bool:

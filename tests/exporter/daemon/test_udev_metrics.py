@@ -3,9 +3,7 @@
 from __future__ import annotations
 
 import asyncio
-import os
 import socket
-from dataclasses import dataclass
 
 import aiohttp
 import pytest
@@ -13,36 +11,7 @@ import pytest
 from numatopo_exporter.daemon import udev
 from numatopo_exporter.daemon.metrics import ExporterMetrics, start_metrics_server
 
-
-@dataclass
-class FakeDevice:
-    subsystem: str
-    action: str
-    sys_path: str = "/sys/devices/x"
-
-
-class FakeMonitor:
-    """A pyudev Monitor stand-in: a pipe the event loop can watch, and queued devices."""
-
-    def __init__(self) -> None:
-        self.read_fd, self.write_fd = os.pipe()
-        self.queue: list[FakeDevice] = []
-
-    def start(self) -> None:
-        pass
-
-    def fileno(self) -> int:
-        return self.read_fd
-
-    def send(self, *devices: FakeDevice) -> None:
-        self.queue.extend(devices)
-        os.write(self.write_fd, b"x")
-
-    def poll(self, timeout: float = 0) -> FakeDevice | None:
-        if not self.queue:
-            os.read(self.read_fd, 4096)
-            return None
-        return self.queue.pop(0)
+from .conftest import FakeDevice, FakeMonitor
 
 
 @pytest.mark.parametrize(
@@ -72,8 +41,7 @@ async def test_a_burst_of_uevents_is_one_rescan() -> None:
         await asyncio.sleep(0.2)
     finally:
         watch.stop()
-        os.close(monitor.read_fd)
-        os.close(monitor.write_fd)
+        monitor.close()
 
     assert [1.0] == rescans
 
