@@ -11,7 +11,10 @@ Nodes are 8-GPU 2-socket machines (DGX-1 V100, 8x H100 NVSwitch, 8x L40S PCIe, f
 tests/fixtures/topologies/) with mixed occupancy from a seeded RNG. Each node has its
 own spec object, parsed from its own JSON, as the operator's ledger holds them.
 
-`topology s` is one cold pass per pod (the engine's decision memos emptied first);
+`topology s` is one cold pass per pod (the engine's decision memos emptied first, so
+every distinct node state is decided again; what depends only on the hardware shape and
+the pod, `fast_evaluate`'s plans and GPU tables, stays built, as it is after the first
+few nodes of any pass);
 `repeat s` runs the same pod mix again over the unchanged nodes, as the next replicas
 of the same jobs would be scheduled (memos warm).
 

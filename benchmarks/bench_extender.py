@@ -88,7 +88,7 @@ def runtime_over(nodes: Nodes) -> tuple[Runtime, list[str]]:
         for key, assignment in state.assignments.items():
             runtime.ledger.reserve(name, key, assignment)
         names.append(name)
-    for event in (runtime.role_known, runtime.active, runtime.indexed):
+    for event in (runtime.role_known, runtime.active, runtime.indexed, runtime.ledger_current):
         event.set()
     return runtime, names
 

@@ -33,7 +33,6 @@ Nothing here mutates the caller's `NodeState`; the caller applies
 
 from __future__ import annotations
 
-import itertools
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 
@@ -42,13 +41,13 @@ from numatopo_engine.annotations import (
     ContainerAssignment,
     CpuMode,
     GpuLinksMode,
-    PolicyName,
     Scope,
     SmtMode,
 )
 from numatopo_engine.cpu_assignment import take_cpus
 from numatopo_engine.cpuset import CPUSet
 from numatopo_engine.errors import InvalidRequestError, UnsatisfiableError
+from numatopo_engine.fast_evaluate import Plan, decide, plan_for
 from numatopo_engine.gpu_assignment import choose_gpus, first_unlinked_pair, set_bandwidth
 from numatopo_engine.hints import FreeView, Need, Resource, build_resources
 from numatopo_engine.memory_assignment import book_bytes
@@ -57,6 +56,7 @@ from numatopo_engine.model import NumatopologySpec
 from numatopo_engine.nic_assignment import choose_nics
 from numatopo_engine.numamask import bits, format_mask
 from numatopo_engine.policies import rules_for
+from numatopo_engine.refusals import explain, format_bytes
 from numatopo_engine.request import ContainerRequest, PodRequest, TopologyOptions
 from numatopo_engine.scoring import node_score, placement_score
 from numatopo_engine.state import NodeState
@@ -89,27 +89,53 @@ def allocate(
 def evaluate(topology: NumatopologySpec, state: NodeState, request: PodRequest) -> int:
     """The score `allocate` would give, faster; raises UnsatisfiableError like it.
 
-    Answers are memoised per topology, keyed by the request's sizing and the node's
-    `free_state_id` (its `FreeSignature`): `_decide` reads the node only through
-    `FreeView.from_state`, a function of that signature, so a hit returns exactly what
-    a miss computes (score, or the same UnsatisfiableError reason).
+    Scope `pod` requests on nodes with few NUMA nodes are decided by table look-ups
+    (`fast_evaluate`, exact: same score, same reason); the rest by `_decide`. Answers
+    are memoised per topology, keyed by the request's sizing and the node's
+    `free_state_id` (its `FreeSignature`): both paths read the node only through that
+    signature, so a hit returns exactly what a miss computes.
     """
     tables = tables_for(topology)
-    token = _sized(request, tables)[1]
-    key = (token, state.free_state_id())
+    sizing, token = _sized(request, tables)
+    key = (token, type(state), state.free_state_id())
     memo = tables.decision_memo
     outcome = memo.get(key)
     if outcome is None:
-        try:
-            outcome = _decide(topology, state, request, build=False).score
-        except UnsatisfiableError as exc:
-            outcome = exc.reason
+        outcome = _outcome(
+            topology, tables=tables, state=state, request=request, need=sizing[5], token=token
+        )
         if len(memo) >= _DECISION_MEMO_SIZE:
             memo.clear()  # a new scheduling epoch; cheaper than tracking recency per hit
         memo[key] = outcome
     if isinstance(outcome, str):
         raise UnsatisfiableError(outcome)
     return outcome
+
+
+def _outcome(
+    topology: NumatopologySpec,
+    *,
+    tables: Tables,
+    state: NodeState,
+    request: PodRequest,
+    need: Need,
+    token: object,
+) -> int | str:
+    """Score or refusal reason: the fast path where it answers, else the general one."""
+    plans = tables.evaluate_plans
+    plan = plans.get(token, _NO_PLAN)
+    if plan is _NO_PLAN:
+        if len(plans) >= _TOKENS_SIZE:
+            plans.clear()
+        plan = plans[token] = plan_for(tables, need, request.options)
+    if isinstance(plan, Plan):
+        fast = decide(tables, plan, state.free_signature())
+        if fast is not None:
+            return fast
+    try:
+        return _decide(topology, state, request, build=False).score
+    except UnsatisfiableError as exc:
+        return exc.reason
 
 
 # -- internals -------------------------------------------------------------------
@@ -223,20 +249,29 @@ _Sizing = tuple[
 # One scheduling pass evaluates the same request object on every node; its sizing
 # depends only on the request and the threads per core. Keyed by identity, holding the
 # request so its id is not reused while cached.
-_sizing_memo: dict[tuple[int, int], tuple[PodRequest, _Sizing, int]] = {}
+_sizing_memo: dict[tuple[int, int], tuple[PodRequest, _Sizing, object]] = {}
 _SIZING_MEMO_SIZE = 64
-# Equal sizings (replicas of one job, the same pod retried) share one small int token,
-# so the decision memo hashes an int per node instead of the needs; tokens only grow,
-# so a token dropped from `_tokens` is never handed to a different sizing.
-_tokens: dict[tuple[object, ...], int] = {}
+
+
+class _Token:
+    """Names one sizing in memos on `Tables`: hashed by identity, so cheaply, and owned by
+    this module instance (a re-imported module makes new tokens, never equal to these)."""
+
+    __slots__ = ("__weakref__",)
+
+
+# Equal sizings (replicas of one job, the same pod retried) share one token, so the
+# decision memo hashes a token per node instead of the needs. A token dropped from
+# `_tokens` lives on in memo keys, so no later token can compare equal to it.
+_tokens: dict[tuple[object, ...], _Token] = {}
 _TOKENS_SIZE = 4096
-_next_token = itertools.count()
+_NO_PLAN = object()
 # Decisions per topology (see `evaluate`); enough for every node state of a large
 # cluster times a handful of pod shapes.
 _DECISION_MEMO_SIZE = 65536
 
 
-def _sized(request: PodRequest, tables: Tables) -> tuple[_Sizing, int]:
+def _sized(request: PodRequest, tables: Tables) -> tuple[_Sizing, object]:
     """The request's sizing, and a token equal for requests `_decide` cannot tell apart."""
     key = (id(request), tables.threads_per_core)
     hit = _sizing_memo.get(key)
@@ -257,7 +292,7 @@ def _sized(request: PodRequest, tables: Tables) -> tuple[_Sizing, int]:
     if token is None:
         if len(_tokens) >= _TOKENS_SIZE:
             del _tokens[next(iter(_tokens))]
-        token = _tokens[signature] = next(_next_token)
+        token = _tokens[signature] = _Token()
     if len(_sizing_memo) >= _SIZING_MEMO_SIZE:
         del _sizing_memo[next(iter(_sizing_memo))]
     _sizing_memo[key] = (request, sizing, token)
@@ -395,7 +430,7 @@ def _choose(
     if _short_on_node(resources):
         # No mask, not even every node, can hold it: the search would end in exactly
         # this message, so skip it.
-        raise UnsatisfiableError(_explain(tables, free, need, resources, options))
+        raise UnsatisfiableError(explain(need, resources, options))
     rules = rules_for(options.policy)
 
     def tie_break(mask: int) -> tuple[float, ...]:
@@ -439,7 +474,7 @@ def _choose(
                 _unlinked_message(tables, candidates, need.gpus, by_count.mask)
             )
     if choice is None:
-        raise UnsatisfiableError(_explain(tables, free, need, resources, options))
+        raise UnsatisfiableError(explain(need, resources, options))
     return choice, resources
 
 
@@ -507,7 +542,7 @@ def _book_memory(
         booked = book_bytes(free.memory, memory_ids, need.memory_bytes)
         if booked is None:
             raise UnsatisfiableError(
-                f"memory: {_bytes(need.memory_bytes)} requested, less free on NUMA "
+                f"memory: {format_bytes(need.memory_bytes)} requested, less free on NUMA "
                 + ",".join(map(str, numa_ids))
             )
         entry.memory = booked
@@ -516,7 +551,7 @@ def _book_memory(
         booked = book_bytes(view, numa_ids, amount)
         if booked is None:
             raise UnsatisfiableError(
-                f"hugepages-{size}: {_bytes(amount)} requested, less free on NUMA "
+                f"hugepages-{size}: {format_bytes(amount)} requested, less free on NUMA "
                 + ",".join(map(str, numa_ids))
             )
         for numa_id, taken in booked.items():
@@ -575,48 +610,6 @@ def _add_init_entries(
         entries[container.name] = entry
 
 
-def _explain(
-    tables: Tables,
-    free: FreeView,
-    need: Need,
-    resources: Sequence[Resource],
-    options: TopologyOptions,
-) -> str:
-    wanted = " and ".join(_amount(r, r.need) for r in resources) or "nothing"
-    for resource in resources:
-        if resource.min_width is None:
-            total = resource.floating_capacity + sum(resource.capacity.values())
-            return (
-                f"{options.policy.value}: {resource.name}: {_amount(resource, resource.need)} "
-                f"requested, the node has {_amount(resource, total)} in all"
-            )
-    ids = sorted({n for r in resources for n in r.capacity})
-    per_numa = "; ".join(
-        f"NUMA {n}: " + ", ".join(_amount(r, r.free.get(n, 0)) for r in resources) + " free"
-        for n in ids
-    )
-    floating = [r for r in resources if r.floating_capacity]
-    if floating:
-        per_numa += (
-            "; not NUMA-local: "
-            + ", ".join(_amount(r, r.floating_free) for r in floating)
-            + " free"
-        )
-    policy = options.policy
-    if policy is PolicyName.SINGLE_NUMA_NODE:
-        where = "no NUMA node has"
-    elif policy is PolicyName.RESTRICTED:
-        bound = rules_for(policy).max_width(options.max_numa_nodes)
-        where = f"no preferred placement within {bound} NUMA node(s) has"
-    elif options.max_numa_nodes is not None:
-        where = f"no {options.max_numa_nodes} NUMA node(s) have"
-    else:
-        where = "the node does not have"
-    if need.gpus and options.gpu_links is GpuLinksMode.REQUIRED:
-        wanted += " (all pairs directly linked)"
-    return f"{policy.value}: {where} {wanted} free ({per_numa})"
-
-
 def _unlinked_message(tables: Tables, candidates: frozenset[int], count: int, mask: int) -> str:
     best = choose_gpus(tables, candidates, count, GpuLinksMode.PREFERRED)
     pair = first_unlinked_pair(tables, best or ())
@@ -625,16 +618,3 @@ def _unlinked_message(tables: Tables, candidates: frozenset[int], count: int, ma
         f"gpu-links required: no {count} free GPUs on NUMA {format_mask(mask)} are all "
         f"directly linked{detail}"
     )
-
-
-def _amount(resource: Resource, value: int) -> str:
-    if resource.name == "memory" or resource.name.startswith("hugepages-"):
-        return f"{_bytes(value)} {resource.name}"
-    return f"{value} {resource.name}"
-
-
-def _bytes(value: int) -> str:
-    for unit, factor in (("Ti", 2**40), ("Gi", 2**30), ("Mi", 2**20), ("Ki", 2**10)):
-        if value >= factor and value % factor == 0:
-            return f"{value // factor}{unit}"
-    return f"{value}B"

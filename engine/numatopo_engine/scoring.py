@@ -31,7 +31,7 @@ from numatopo_engine.numamask import bits, make_mask
 from numatopo_engine.state import NodeState
 from numatopo_engine.topology_tables import Tables, tables_for
 
-__all__ = ["best_bandwidth", "node_score", "placement_score"]
+__all__ = ["best_bandwidth", "compose_score", "node_score", "placement_score"]
 
 _GPU_WEIGHTS = (30, 40, 30)
 _CPU_WEIGHTS = (60, 0, 40)
@@ -75,8 +75,13 @@ def placement_score(
         if capacity:
             free_in_mask = sum(len(free.cpus & tables.numa_allocatable[n]) for n in numa_ids)
             fills.append(min(1.0, (capacity - free_in_mask + cpus) / capacity))
+    return compose_score(span, links, fills, with_gpus=bool(gpus))
+
+
+def compose_score(span: float, links: float, fills: list[float], *, with_gpus: bool) -> int:
+    """The weighted sum of the formula's terms; `fills` are the pack terms (GPUs first)."""
     pack = sum(fills) / len(fills) if fills else 1.0
-    w_span, w_links, w_pack = _GPU_WEIGHTS if gpus else _CPU_WEIGHTS
+    w_span, w_links, w_pack = _GPU_WEIGHTS if with_gpus else _CPU_WEIGHTS
     total = w_span * span + w_links * links + w_pack * pack
     return max(0, min(100, round(100 * total / (w_span + w_links + w_pack))))
 

@@ -54,9 +54,17 @@ class Tables:
     gpu_memo: dict[tuple[frozenset[int], int, str], tuple[int, ...] | None] = field(
         default_factory=dict
     )
-    # Memo of `allocation.evaluate`: (request token, NodeState.free_state_id) -> score
-    # or the UnsatisfiableError reason.
-    decision_memo: dict[tuple[int, int], int | str] = field(default_factory=dict)
+    # Memo of `allocation.evaluate`: (request token, NodeState class, free_state_id) ->
+    # score or the UnsatisfiableError reason. Tokens are objects of the allocation module
+    # instance that made them, so a re-imported module never reads another's entries.
+    decision_memo: dict[tuple[object, type, int], int | str] = field(default_factory=dict)
+    # `fast_evaluate`'s per-request plans (keyed like the decision memo's tokens) and its
+    # GPU tables: (resource, count, links mode) -> {free candidate bitmask: bandwidth of
+    # the set `choose_gpus` picks, or None when it picks none}. Hardware facts only.
+    evaluate_plans: dict[object, object] = field(default_factory=dict)
+    gpu_set_bandwidth: dict[tuple[str | None, int, str], dict[int, float | None]] = field(
+        default_factory=dict
+    )
 
 
 # Per spec object (the operator's ledger holds one per node, parsed from its own CRD):

@@ -41,11 +41,15 @@ class OperatorError(Exception):
 class KubeError(OperatorError):
     """The Kubernetes API refused a call."""
 
-    def __init__(self, status: int, reason: str, message: str) -> None:
+    def __init__(
+        self, status: int, reason: str, message: str, *, retry_after: float | None = None
+    ) -> None:
         super().__init__(f"HTTP {status} {reason}: {message}")
         self.status = status
         self.reason = reason
         self.message = message
+        self.retry_after = retry_after
+        """Seconds the server asked us to wait (its `Retry-After` header), if it said."""
 
 
 class KubeNotFoundError(KubeError):

@@ -247,6 +247,11 @@ def _not_deciding(runtime: Runtime) -> str:
         )
     if not runtime.indexed.is_set():
         return "numatopo operator is starting: pods and Numatopologies are not listed yet"
+    if not runtime.ledger_current.is_set():
+        return (
+            "this numatopo operator replica is taking over: it is rebuilding its ledger "
+            "from a fresh list of pods; the scheduler retries"
+        )
     return ""
 
 

@@ -79,12 +79,15 @@ async def pod_changed(
         if type == "DELETED" or translate.is_finished(body):
             memo.reported.difference_update({r for r in memo.reported if r.startswith(key + " ")})
             memo.written.pop(key, None)
-            node = memo.ledger.forget(key) or translate.pod_node(body)
+            memo.deferred.pop(key, None)
+            node = memo.ledger.forget(key, uid=translate.pod_uid(body)) or translate.pod_node(body)
             memo.metrics.ledger_pods.set(len(memo.ledger))
-            if node is not None and memo.active.is_set():
+            if node is not None and memo.deciding:
                 await _redrive(memo, node, waiting_pods, logger)
             return
-        if not memo.active.is_set():
+        if not memo.deciding:
+            if memo.active.is_set():
+                memo.deferred[key] = dict(body)  # retried once the ledger is current
             return
         await _report(memo, body, logger)
         await assigning.assign_bound_pod(memo, body)
@@ -104,7 +107,7 @@ async def numatopology_changed(
             return
         topology = memo.ledger.topology(node)
         # Our own status writes change the object too; only a new spec can change answers.
-        if topology is None or memo.redriven.get(node) is topology or not memo.active.is_set():
+        if topology is None or memo.redriven.get(node) is topology or not memo.deciding:
             return
         memo.redriven[node] = topology
         await _redrive(memo, node, waiting_pods, logger)

@@ -2,8 +2,9 @@
 
 /healthz  200 while the process serves (liveness: restart only a hung process)
 /readyz   200 once the replica knows its role and, if it is the active one, its ledger
-          is complete; a standby is Ready too (kopf pauses its watches, so it has no
-          cache to sync and takes over by listing). Every replica being Ready is what
+          is complete and was rebuilt since it became active (`handover`); a standby
+          is Ready too (kopf pauses its watches, so it has no cache to sync and takes
+          over by listing). Every replica being Ready is what
           lets a rolling update and a PodDisruptionBudget make progress; the extender
           Service finds the active replica by its label (see `leadership`)
 /metrics  Prometheus text format
@@ -32,6 +33,8 @@ def readiness(runtime: Runtime) -> tuple[bool, str]:
         return True, "ok: standing by, another replica is active"
     if not runtime.indexed.is_set():
         return False, "active: listing pods and Numatopologies"
+    if not runtime.ledger_current.is_set():
+        return False, "active: rebuilding the ledger from a fresh list of pods"
     return True, "ok: active"
 
 

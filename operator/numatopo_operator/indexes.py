@@ -75,7 +75,7 @@ def booked_pods(*, body: kopf.Body, memo: Runtime, **_: Any) -> dict[str, str]:
     memo.unreadable.pop(key, None)
     if booking is None:
         if translate.is_finished(body):
-            memo.ledger.forget(key)
+            memo.ledger.forget(key, uid=translate.pod_uid(body))
         else:
             memo.ledger.observe_absent(key)
         return {}

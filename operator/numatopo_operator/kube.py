@@ -11,7 +11,10 @@ Client-library exceptions never leave this module: API errors become
 
 Idempotent calls (GETs and merge patches: sending one twice leaves the object as sending
 it once) are retried a few times, with growing pauses, when the API server is briefly
-unable to answer (429, 5xx, a dropped connection). Creating a Binding is not retried:
+unable to answer (429, 5xx, a dropped connection); when the answer carries `Retry-After`
+(API Priority and Fairness sends it with 429), the pause is at least that long, capped
+so that a bind still answers within the scheduler's extender timeout. Creating a
+Binding is not retried:
 after a lost answer a second POST would fail as "already bound" although the first one
 bound the pod. Events are best-effort: a failed Event is logged, never raised.
 """
@@ -20,10 +23,12 @@ from __future__ import annotations
 
 import asyncio
 import datetime
+import email.utils
 import json
 import logging
+import math
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Awaitable, Callable, Mapping, Sequence
 from typing import Any
 
 import aiohttp
@@ -45,6 +50,13 @@ REQUEST_TIMEOUT_SECONDS = 30
 RETRY_DELAYS_SECONDS = (0.2, 0.5, 1.0)
 # Statuses that say "try again": throttled, or the server (or a proxy before it) failing.
 RETRIED_STATUSES = frozenset({429, 500, 502, 503, 504})
+# The most we wait for one `Retry-After`: three of these still fit in the scheduler's
+# 10 s extender timeout, and a server asking for minutes is better failed fast.
+RETRY_AFTER_CAP_SECONDS = 2.0
+# Pods per page when listing: bounded memory per answer on large clusters.
+LIST_PAGE_SIZE = 500
+# How often a list restarts from its first page when its continue token expired (410).
+LIST_RESTARTS = 3
 
 logger = logging.getLogger(__name__)
 
@@ -54,10 +66,18 @@ PodRef = Mapping[str, str]  # namespace, name, uid
 class KubeClient:
     """A few typed calls over one aiohttp session; `use()` before the first call."""
 
-    def __init__(self, *, retry_delays: Sequence[float] = RETRY_DELAYS_SECONDS) -> None:
+    def __init__(
+        self,
+        *,
+        retry_delays: Sequence[float] = RETRY_DELAYS_SECONDS,
+        retry_after_cap: float = RETRY_AFTER_CAP_SECONDS,
+        sleep: Callable[[float], Awaitable[object]] = asyncio.sleep,
+    ) -> None:
         self._info: kopf.ConnectionInfo | None = None
         self._session: aiohttp.ClientSession | None = None
         self._retry_delays = tuple(retry_delays)
+        self._retry_after_cap = retry_after_cap
+        self._sleep = sleep
 
     async def use(self, info: kopf.ConnectionInfo) -> None:
         """Talk to the server and with the credentials of `info` from now on."""
@@ -90,31 +110,48 @@ class KubeClient:
         *,
         content_type: str = "application/json",
         idempotent: bool = False,
+        params: Mapping[str, str] | None = None,
     ) -> Any:
         """One API call; an idempotent one is retried on transient failures."""
         delays = self._retry_delays if idempotent else ()
         for attempt in range(len(delays) + 1):
             try:
-                return await self._call_once(method, path, body, content_type=content_type)
+                return await self._call_once(
+                    method, path, body, content_type=content_type, params=params
+                )
             except errors.KubeError as exc:
                 if attempt == len(delays) or not _transient(exc):
                     raise
-                logger.info("%s %s: %s; retrying in %.1f s", method, path, exc, delays[attempt])
-                await asyncio.sleep(delays[attempt])
+                pause = delays[attempt]
+                if exc.retry_after is not None:
+                    pause = max(pause, min(exc.retry_after, self._retry_after_cap))
+                logger.info("%s %s: %s; retrying in %.1f s", method, path, exc, pause)
+                await self._sleep(pause)
         raise AssertionError("unreachable: the last attempt returns or raises")
 
-    async def _call_once(self, method: str, path: str, body: object, *, content_type: str) -> Any:
+    async def _call_once(
+        self,
+        method: str,
+        path: str,
+        body: object,
+        *,
+        content_type: str,
+        params: Mapping[str, str] | None,
+    ) -> Any:
         session, server = self._open()
         try:
             async with session.request(
                 method,
                 server + path,
+                params=None if params is None else dict(params),
                 data=None if body is None else json.dumps(body),
                 headers={"Content-Type": content_type},
             ) as response:
                 text = await response.text()
                 if response.status >= 400:
-                    raise _api_error(response.status, text)
+                    error = _api_error(response.status, text)
+                    error.retry_after = _retry_after(response.headers.get("Retry-After"))
+                    raise error
                 return json.loads(text) if text else None
         except aiohttp.ClientError as exc:
             raise errors.KubeError(0, type(exc).__name__, f"{method} {path}: {exc}") from exc
@@ -127,6 +164,39 @@ class KubeClient:
         )
         if not isinstance(found, dict):
             raise errors.KubeError(200, "BadResponse", f"pod {namespace}/{name}: not an object")
+        return found
+
+    async def list_pods(self, *, namespaces: Sequence[str] = ()) -> list[dict[str, Any]]:
+        """Every pod in `namespaces` (all namespaces when empty), page by page.
+
+        A continue token that expired between pages (410) restarts that namespace's list
+        from its first page, so the answer never mixes two snapshots of one namespace.
+        """
+        found: list[dict[str, Any]] = []
+        for namespace in namespaces or (None,):
+            path = "/api/v1/pods"
+            if namespace is not None:
+                path = f"/api/v1/namespaces/{namespace}/pods"
+            for restart in range(LIST_RESTARTS + 1):
+                items: list[dict[str, Any]] = []
+                params = {"limit": str(LIST_PAGE_SIZE)}
+                try:
+                    while True:
+                        page = await self._call("GET", path, None, idempotent=True, params=params)
+                        if not isinstance(page, dict) or not isinstance(page.get("items"), list):
+                            raise errors.KubeError(200, "BadResponse", f"GET {path}: not a list")
+                        items += [item for item in page["items"] if isinstance(item, dict)]
+                        token = (page.get("metadata") or {}).get("continue")
+                        if not token:
+                            break
+                        params["continue"] = str(token)
+                except errors.KubeError as exc:
+                    if exc.status != 410 or "continue" not in params or restart == LIST_RESTARTS:
+                        raise
+                    logger.info("GET %s: the continue token expired; listing again", path)
+                    continue
+                found += items
+                break
         return found
 
     async def patch_pod_annotations(
@@ -242,6 +312,27 @@ def _transient(exc: errors.KubeError) -> bool:
     if exc.status == 0:
         return exc.reason != "NotLoggedIn"
     return exc.status in RETRIED_STATUSES
+
+
+def _retry_after(header: str | None) -> float | None:
+    """Seconds from a `Retry-After` header (delta-seconds or an HTTP date); None if absent
+    or unreadable."""
+    if header is None:
+        return None
+    text = header.strip()
+    try:
+        seconds = float(text)
+    except ValueError:
+        pass
+    else:
+        return max(seconds, 0.0) if math.isfinite(seconds) else None
+    try:
+        moment = email.utils.parsedate_to_datetime(text)
+    except (TypeError, ValueError):
+        return None
+    if moment.tzinfo is None:
+        moment = moment.replace(tzinfo=datetime.UTC)
+    return max((moment - datetime.datetime.now(datetime.UTC)).total_seconds(), 0.0)
 
 
 def _api_error(status: int, text: str) -> errors.KubeError:

@@ -12,7 +12,10 @@ the extender Service selects on `ACTIVE_LABEL` instead, so it reaches the active
 The order of the two steps keeps a handover safe: a replica that becomes active sets
 `Runtime.active` before it labels its pod (traffic never reaches a replica that would
 refuse it for that reason), and one that stands down clears `Runtime.active` before it
-removes the label. While two pods carry the label (a handover, a label write that
+removes the label. Becoming active also clears `Runtime.ledger_current` and starts
+`handover.take_over`, which rebuilds the ledger from a fresh list of pods before this
+replica decides again (kopf's paused watches missed what the peer booked meanwhile);
+standing down cancels it. While two pods carry the label (a handover, a label write that
 failed), the Service may send a call to the one that is not active: it answers with an
 Error, which the scheduler treats as a failed attempt and retries, and it never binds.
 """
@@ -26,6 +29,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
+from numatopo_operator import handover
 from numatopo_operator.errors import KubeError
 from numatopo_operator.runtime import Runtime
 
@@ -35,6 +39,7 @@ __all__ = [
     "PodLabel",
     "is_active",
     "label_patch",
+    "live_peers",
     "own_pod",
     "stand_down",
     "watch_leadership",
@@ -59,10 +64,11 @@ def _parse_time(text: object) -> datetime.datetime | None:
     return moment if moment.tzinfo else moment.replace(tzinfo=datetime.UTC)
 
 
-def is_active(
-    peers: Mapping[str, Any], *, identity: str, priority: int, now: datetime.datetime
-) -> bool:
-    """True unless another live peer has a priority at least ours (kopf's pause rule)."""
+def live_peers(
+    peers: Mapping[str, Any], *, identity: str, now: datetime.datetime
+) -> dict[str, int]:
+    """Other peers that kopf counts as alive: identity -> priority."""
+    alive: dict[str, int] = {}
     for peer_id, info in peers.items():
         if peer_id == identity or not isinstance(info, Mapping):
             continue
@@ -72,9 +78,22 @@ def is_active(
             continue
         if lastseen + datetime.timedelta(seconds=lifetime) < now:
             continue  # dead: kopf cleans it up
-        if int(info.get("priority", 0)) >= priority:
-            return False
-    return True
+        alive[peer_id] = int(info.get("priority", 0))
+    return alive
+
+
+def is_active(
+    peers: Mapping[str, Any], *, identity: str, priority: int, now: datetime.datetime
+) -> bool:
+    """True unless another live peer has a priority at least ours (kopf's pause rule)."""
+    alive = live_peers(peers, identity=identity, now=now)
+    return all(other < priority for other in alive.values())
+
+
+def handover_grace() -> float:
+    """How long a replica that becomes active waits while a live peer may still decide:
+    that peer stops at its next poll of the peering object, two polls at the latest."""
+    return 2 * POLL_SECONDS
 
 
 def label_patch(*, active: bool, labelled: bool | None) -> dict[str, str | None] | None:
@@ -126,11 +145,14 @@ def own_pod(runtime: Runtime) -> PodLabel | None:
     return PodLabel(settings.pod_namespace, settings.pod_name)
 
 
-async def _poll_active(runtime: Runtime, *, identity: str, priority: int) -> bool | None:
-    """Whether kopf keeps us active now; None when the peering object cannot be read."""
+async def _poll_active(
+    runtime: Runtime, *, identity: str, priority: int
+) -> tuple[bool, bool] | None:
+    """(whether kopf keeps us active now, whether another live peer exists); None when
+    the peering object cannot be read."""
     settings = runtime.settings
     if settings.peering_name is None:
-        return True
+        return True, False
     namespace = settings.namespaces[0] if settings.namespaces else None
     try:
         peers = await runtime.kube.get_peering(settings.peering_name, namespace=namespace)
@@ -140,7 +162,8 @@ async def _poll_active(runtime: Runtime, *, identity: str, priority: int) -> boo
         logger.log(level, "cannot read peering %s: %s", settings.peering_name, exc)
         return None
     now = datetime.datetime.now(datetime.UTC)
-    return is_active(peers, identity=identity, priority=priority, now=now)
+    alive = live_peers(peers, identity=identity, now=now)
+    return all(other < priority for other in alive.values()), bool(alive)
 
 
 async def watch_leadership(
@@ -151,26 +174,45 @@ async def watch_leadership(
     label: PodLabel | None,
 ) -> None:
     """Forever: keep `runtime.active` equal to "kopf would not pause us" (always, when
-    standalone), and our pod's label equal to `runtime.active`."""
-    while True:
-        active = await _poll_active(runtime, identity=identity, priority=priority)
-        if active is not None:
-            if active and not runtime.active.is_set():
-                logger.info("this replica (%s) is now the active one", identity)
-                runtime.active.set()
-            elif not active and runtime.active.is_set():
-                logger.info("this replica (%s) stands by: a peer has priority", identity)
-                runtime.active.clear()
-            runtime.role_known.set()
-        if label is not None and runtime.role_known.is_set():
-            await label.sync(runtime, active=runtime.active.is_set())
-        await asyncio.sleep(POLL_SECONDS)
+    standalone), and our pod's label equal to `runtime.active`; rebuild the ledger on
+    every transition to active (`handover`)."""
+    taking_over: asyncio.Task[None] | None = None
+    try:
+        while True:
+            polled = await _poll_active(runtime, identity=identity, priority=priority)
+            if polled is not None:
+                active, others_alive = polled
+                if active and not runtime.active.is_set():
+                    logger.info("this replica (%s) is now the active one", identity)
+                    runtime.ledger_current.clear()
+                    runtime.active.set()
+                    taking_over = asyncio.create_task(
+                        handover.take_over(
+                            runtime, grace=handover_grace() if others_alive else 0.0
+                        ),
+                        name="numatopo take-over",
+                    )
+                elif not active and runtime.active.is_set():
+                    logger.info("this replica (%s) stands by: a peer has priority", identity)
+                    runtime.active.clear()
+                    runtime.ledger_current.clear()
+                    if taking_over is not None:
+                        taking_over.cancel()
+                runtime.role_known.set()
+            if label is not None and runtime.role_known.is_set():
+                await label.sync(runtime, active=runtime.active.is_set())
+            await asyncio.sleep(POLL_SECONDS)
+    finally:
+        if taking_over is not None:
+            taking_over.cancel()
+            await asyncio.gather(taking_over, return_exceptions=True)
 
 
 async def stand_down(runtime: Runtime, label: PodLabel | None) -> None:
     """On shutdown: stop answering as the active replica, then take the label away, so
     the Service stops sending calls here before the process is gone."""
     runtime.active.clear()
+    runtime.ledger_current.clear()
     if label is None:
         return
     label.labelled = None  # whatever we last wrote, remove it

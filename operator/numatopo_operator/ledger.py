@@ -12,6 +12,16 @@ Glossary:
 Nothing here survives a restart, by design: the operator lists every pod before its
 first decision (kopf indexes) and this ledger is rebuilt from them.
 
+A resync (`begin_resync` ... `end_resync`) replaces the observed bookings with those of
+a fresh list of pods, for a replica that takes over after standing by (see `handover`,
+which argues why no booking is lost). While the list is on its way, the watch stream
+keeps feeding this ledger, and what it says per pod is also journaled; at the end each
+pod's booking is the list's, except that a booking seen on the stream during the list
+wins (it may be newer), and so does an end seen on the stream (a pod that ended never
+books again). A "no assignment" seen on the stream does not undo a listed booking: of
+two answers in unknown order, the one that books is the one that cannot double-book.
+In-flight bookings are kept as they are.
+
 Decisions for one node are serialised by `lock(node)`: the engine call and the
 reservation form one critical section, so it stays correct even if the engine call
 is moved to a thread.
@@ -21,6 +31,7 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import Iterable, Iterator, Mapping
+from dataclasses import dataclass
 
 from numatopo_engine.annotations import Assignment
 from numatopo_engine.errors import OverlapError
@@ -29,6 +40,19 @@ from numatopo_engine.state import NodeState
 from numatopo_operator.translate import Booking
 
 __all__ = ["Ledger"]
+
+
+@dataclass(frozen=True, slots=True)
+class _Ended:
+    """Journaled: the pod with this uid ('' if unknown) ended or was deleted."""
+
+    uid: str
+
+
+_ABSENT = "absent"
+"""Journaled: the pod showed no assignment (a listed booking still stands)."""
+
+_Journaled = Booking | _Ended | str
 
 
 class Ledger:
@@ -43,6 +67,7 @@ class Ledger:
         self._states: dict[str, NodeState] = {}
         self._locks: dict[str, asyncio.Lock] = {}
         self._dirty: set[str] = set()
+        self._journal: dict[str, _Journaled] | None = None
 
     # -- queries -----------------------------------------------------------------
 
@@ -125,6 +150,7 @@ class Ledger:
         previous_node = self._node_of.get(key)
         if previous_node is not None and previous_node != node:
             self.forget(key)
+        self._note(key, booking)
         known = self._observed.get(node, {}).get(key)
         if known == booking and key not in self._inflight.get(node, {}):
             return []
@@ -150,6 +176,7 @@ class Ledger:
         An event that predates our own write carries no annotation yet: that must not
         free what we just reserved. Only `forget` and `cancel` drop in-flight bookings.
         """
+        self._note(key, _ABSENT)
         node = self._node_of.get(key)
         if node is None or key not in self._observed.get(node, {}):
             return
@@ -183,8 +210,12 @@ class Ledger:
         del self._node_of[key]
         self._release(node, key)
 
-    def forget(self, key: str) -> str | None:
-        """The pod ended or was deleted: free all it held at once. Returns its node."""
+    def forget(self, key: str, *, uid: str = "") -> str | None:
+        """The pod ended or was deleted: free all it held at once. Returns its node.
+
+        `uid` says which pod of that name ended, so a resync does not drop a newer one.
+        """
+        self._note(key, _Ended(uid))
         node = self._node_of.pop(key, None)
         if node is None:
             return None
@@ -193,7 +224,46 @@ class Ledger:
         self._release(node, key)
         return node
 
+    # -- resync ------------------------------------------------------------------------
+
+    def begin_resync(self) -> None:
+        """Start journaling the watch stream; call just before requesting the list."""
+        self._journal = {}
+
+    def abort_resync(self) -> None:
+        """The list failed or was given up: stop journaling, keep the ledger as it is."""
+        self._journal = None
+
+    def end_resync(self, listed: Iterable[Booking]) -> list[str]:
+        """Make the observed bookings those of `listed` (every booked pod of a list that
+        was requested after `begin_resync`), corrected by the journal; returns keys that
+        became untrusted."""
+        journal, self._journal = self._journal or {}, None
+        bookings = {booking.key: booking for booking in listed}
+        for key, seen in journal.items():
+            if isinstance(seen, Booking):
+                bookings[key] = seen
+            elif isinstance(seen, _Ended):
+                kept = bookings.get(key)
+                if kept is not None and not (seen.uid and kept.uid and seen.uid != kept.uid):
+                    del bookings[key]
+        self._observed = {}
+        for booking in bookings.values():
+            self._observed.setdefault(booking.node, {})[booking.key] = booking
+            self._inflight.get(booking.node, {}).pop(booking.key, None)
+        self._node_of = {key: booking.node for key, booking in bookings.items()}
+        for node, flights in self._inflight.items():
+            self._node_of.update(dict.fromkeys(flights, node))
+        untrusted: list[str] = []
+        for node in self._topologies:
+            untrusted += self._rebuild(node)
+        return sorted(untrusted)
+
     # -- internals --------------------------------------------------------------------
+
+    def _note(self, key: str, seen: _Journaled) -> None:
+        if self._journal is not None:
+            self._journal[key] = seen
 
     def _release(self, node: str, key: str) -> None:
         state = self._states.get(node)

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import asyncio
 from dataclasses import dataclass, field
+from typing import Any
 
 import kopf
 
@@ -41,11 +42,21 @@ class Runtime:
     reported: set[str] = field(default_factory=set)
     """Problems already posted as Events (`<pod key> <problem>`), so each is posted once."""
 
+    deferred: dict[str, dict[str, Any]] = field(default_factory=dict)
+    """Pods (key -> body) whose events came while this replica was active but its ledger
+    not yet current: `handover` retries them once it is."""
+
     redriven: dict[str, object] = field(default_factory=dict)
     """node -> the topology its waiting pods were last retried against."""
 
     indexed: asyncio.Event = field(default_factory=asyncio.Event)
-    """Set once kopf has listed every pod and Numatopology, i.e. the ledger is complete."""
+    """Set once kopf has listed every pod and Numatopology (its indexes are complete)."""
+
+    ledger_current: asyncio.Event = field(default_factory=asyncio.Event)
+    """Set once the ledger was rebuilt from a fresh list of pods since this replica last
+    became active; cleared on every change of role (see `handover`). kopf does not gate
+    its indexes again when it resumes a paused replica, so `indexed` alone would let a
+    replica decide against the bookings it had before it stood by."""
 
     active: asyncio.Event = field(default_factory=asyncio.Event)
     """Set while this replica is the one that decides (always, when standalone)."""
@@ -56,5 +67,6 @@ class Runtime:
 
     @property
     def deciding(self) -> bool:
-        """True when this replica may decide: the ledger is complete and it is active."""
-        return self.indexed.is_set() and self.active.is_set()
+        """True when this replica may decide: it is active and its ledger is complete and
+        current."""
+        return self.indexed.is_set() and self.active.is_set() and self.ledger_current.is_set()

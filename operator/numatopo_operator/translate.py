@@ -35,6 +35,7 @@ __all__ = [
     "outcome_annotations",
     "pod_key",
     "pod_node",
+    "pod_uid",
     "removal_annotations",
     "unsatisfiable_message",
 ]
@@ -59,6 +60,7 @@ class Booking:
     node: str
     assignment: Assignment
     created: str = ""  # creationTimestamp (RFC 3339 sorts as text): older pods win overlaps
+    uid: str = ""  # tells a pod from a later one of the same name (ledger resyncs)
 
 
 def _metadata(pod: RawPod) -> Mapping[str, Any]:
@@ -75,6 +77,12 @@ def pod_key(pod: RawPod) -> str:
     """`namespace/name`, the key of a pod in the ledger and in `NodeState`."""
     metadata = _metadata(pod)
     return f"{metadata.get('namespace') or 'default'}/{metadata.get('name', '')}"
+
+
+def pod_uid(pod: RawPod) -> str:
+    """The pod's uid ('' when the manifest has none)."""
+    uid = _metadata(pod).get("uid")
+    return uid if isinstance(uid, str) else ""
 
 
 def pod_node(pod: RawPod) -> str | None:
@@ -145,6 +153,7 @@ def booking_from_pod(pod: RawPod) -> Booking | None:
         node=assignment.node,
         assignment=assignment,
         created=created if isinstance(created, str) else "",
+        uid=pod_uid(pod),
     )
 
 

@@ -41,6 +41,7 @@ NODE_CLIENT_METHODS = {
 CODE_CALLS: dict[str, dict[str, set[Permission]]] = {
     "operator": {
         "numatopo_operator.kube:KubeClient.get_pod": {("", "pods", "get")},
+        "numatopo_operator.kube:KubeClient.list_pods": {("", "pods", "list")},
         "numatopo_operator.kube:KubeClient.patch_pod_annotations": {("", "pods", "patch")},
         "numatopo_operator.kube:KubeClient.patch_pod_labels": {("", "pods", "patch")},
         "numatopo_operator.kube:KubeClient.create_binding": {("", "pods/binding", "create")},

@@ -138,6 +138,24 @@ class Cluster:
         async with self.api.delete(f"/api/v1/namespaces/default/pods/{name}") as response:
             assert response.status < 300, await response.text()
 
+    def emulate_binding(self, *, fail: bool = False) -> list[dict[str, Any]]:
+        """Serve POST pods/<name>/binding as the API server does: set spec.nodeName (or
+        refuse); returns the Bindings received, as they come."""
+        seen: list[dict[str, Any]] = []
+
+        async def bind(request: kmock.Request) -> object:
+            seen.append(dict(request.data))
+            if fail:
+                raise kmock.KubernetesError(
+                    status=409, reason="Conflict", message="pod is already bound"
+                )
+            name = request.data["metadata"]["name"]
+            await self.patch_pod(name, {"spec": {"nodeName": request.data["target"]["name"]}})
+            return {"kind": "Status", "apiVersion": "v1", "status": "Success", "code": 201}
+
+        self.api["post", kmock.subresource("binding")] << bind
+        return seen
+
     def pods(self) -> dict[str, dict[str, Any]]:
         """Live pods by name, as stored."""
         found = {}

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import json
 
-import kmock
 import pytest
 
 from numatopo_engine import annotations as keys
@@ -121,26 +120,8 @@ def test_extender_score(engine, extender):
     assert extender == extender_score(engine)
 
 
-def emulate_binding(cluster, *, fail: bool = False) -> list[dict]:
-    """Serve POST pods/<name>/binding as the API server does: set spec.nodeName (or refuse)."""
-    seen: list[dict] = []
-
-    async def bind(request: kmock.Request) -> object:
-        seen.append(dict(request.data))
-        if fail:
-            raise kmock.KubernetesError(
-                status=409, reason="Conflict", message="pod is already bound"
-            )
-        name = request.data["metadata"]["name"]
-        await cluster.patch_pod(name, {"spec": {"nodeName": request.data["target"]["name"]}})
-        return {"kind": "Status", "apiVersion": "v1", "status": "Success", "code": 201}
-
-    cluster.api["post", kmock.subresource("binding")] << bind
-    return seen
-
-
 async def test_bind_writes_the_assignment_then_the_binding(extender, cluster, pod, wait):
-    bindings = emulate_binding(cluster)
+    bindings = cluster.emulate_binding()
     manifest = pod("job", node=None, gpus=2)
     await cluster.create_pod(manifest)
     body = {
@@ -168,7 +149,7 @@ async def test_bind_writes_the_assignment_then_the_binding(extender, cluster, po
 
 
 async def test_failed_binding_takes_the_assignment_back(extender, cluster, pod, wait):
-    emulate_binding(cluster, fail=True)
+    cluster.emulate_binding(fail=True)
     await cluster.create_pod(pod("job", node=None, gpus=4))
     body = {"PodName": "job", "PodNamespace": "default", "PodUID": "", "Node": FRESH}
 

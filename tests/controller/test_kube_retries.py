@@ -3,6 +3,7 @@ a bounded number of times, a Binding never, and an Event is best-effort."""
 
 from __future__ import annotations
 
+import kmock
 import kopf
 import pytest
 
@@ -94,3 +95,64 @@ async def test_an_event_the_api_refuses_is_logged_not_raised(cluster, client, ca
 
     assert (False, 1) == (posted, len(cluster.api["post /api/v1/namespaces/default/events"]))
     assert "Event NumatopoAssigned about pod default/job not posted" in caplog.text
+
+
+@pytest.mark.parametrize(
+    ("retry_after", "expected"),
+    [
+        pytest.param(None, [0.01], id="no-header-uses-the-backoff"),
+        pytest.param("1", [1.0], id="seconds-are-waited"),
+        pytest.param("0", [0.01], id="zero-still-waits-the-backoff"),
+        pytest.param("3600", [2.0], id="a-long-ask-is-capped"),
+        pytest.param("Wed, 21 Oct 2015 07:28:00 GMT", [0.01], id="a-date-in-the-past-is-now"),
+        pytest.param("soon", [0.01], id="unreadable-is-ignored"),
+    ],
+)
+async def test_throttling_honours_retry_after(cluster, pod, retry_after, expected):
+    """A 429 with `Retry-After` pauses that long before the retry, up to a cap."""
+    await cluster.create_pod(pod("job", node=None))
+    slept: list[float] = []
+
+    async def sleep(seconds: float) -> None:
+        slept.append(seconds)
+
+    kube = KubeClient(retry_delays=DELAYS, retry_after_cap=2.0, sleep=sleep)
+    await kube.use(kopf.ConnectionInfo(server=str(cluster.api.url)))
+    throttled = cluster.api[REQUESTS[get_pod]][0:1] << 429
+    if retry_after is not None:
+        throttled << kmock.headers({"Retry-After": retry_after})
+    try:
+        name = await get_pod(kube)
+    finally:
+        await kube.close()
+
+    assert ("job", expected) == (name, slept)
+
+
+def page(*names: str, token: str = "") -> dict:
+    return {
+        "kind": "PodList",
+        "metadata": {"continue": token} if token else {},
+        "items": [{"metadata": {"name": name}} for name in names],
+    }
+
+
+@pytest.mark.parametrize(
+    ("answers", "expected"),
+    [
+        pytest.param([page("a", token="t1"), page("b")], (["a", "b"], 2), id="pages-are-joined"),
+        pytest.param(
+            [page("a", token="t1"), 410, page("a", token="t2"), page("b")],
+            (["a", "b"], 4),
+            id="an-expired-token-lists-again-from-the-first-page",
+        ),
+    ],
+)
+async def test_list_pods_reads_every_page(cluster, client, answers, expected):
+    criteria = "list v1/pods"
+    for position, answer in enumerate(answers):
+        cluster.api[criteria][position : position + 1] << answer
+
+    pods = await client.list_pods()
+
+    assert expected == ([p["metadata"]["name"] for p in pods], len(cluster.api[criteria]))

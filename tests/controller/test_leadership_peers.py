@@ -3,11 +3,14 @@ object), how its pod label follows, and what a standby answers."""
 
 from __future__ import annotations
 
+import asyncio
 import datetime
+from collections import defaultdict
 
 import pytest
 
 from numatopo_engine import annotations as keys
+from numatopo_engine.annotations import Assignment
 from numatopo_operator import leadership
 from numatopo_operator.health import readiness
 from numatopo_operator.leadership import ACTIVE_LABEL, is_active, label_patch
@@ -68,29 +71,36 @@ def test_label_patch(active, labelled, expected):
     assert expected == label_patch(active=active, labelled=labelled)
 
 
-def runtime_in(role_known: bool, active: bool, indexed: bool) -> Runtime:
+def runtime_in(role_known: bool, active: bool, indexed: bool, current: bool = True) -> Runtime:
     runtime = Runtime(OperatorSettings())
-    for event, on in ((runtime.role_known, role_known), (runtime.active, active)):
+    events = (
+        (runtime.role_known, role_known),
+        (runtime.active, active),
+        (runtime.indexed, indexed),
+        (runtime.ledger_current, current),
+    )
+    for event, on in events:
         if on:
             event.set()
-    if indexed:
-        runtime.indexed.set()
     return runtime
 
 
 @pytest.mark.parametrize(
-    ("role_known", "active", "indexed", "expected"),
+    ("role_known", "active", "indexed", "current", "expected"),
     [
-        pytest.param(False, False, False, False, id="role-unknown-is-not-ready"),
-        pytest.param(True, False, False, True, id="standby-is-ready-without-a-cache"),
-        pytest.param(True, True, False, False, id="active-still-listing-is-not-ready"),
-        pytest.param(True, True, True, True, id="active-with-its-ledger-is-ready"),
+        pytest.param(False, False, False, False, False, id="role-unknown-is-not-ready"),
+        pytest.param(True, False, False, False, True, id="standby-is-ready-without-a-cache"),
+        pytest.param(True, True, False, False, False, id="active-still-listing-is-not-ready"),
+        pytest.param(
+            True, True, True, False, False, id="active-rebuilding-its-ledger-is-not-ready"
+        ),
+        pytest.param(True, True, True, True, True, id="active-with-its-ledger-is-ready"),
     ],
 )
-def test_readiness(role_known, active, indexed, expected):
+def test_readiness(role_known, active, indexed, current, expected):
     """Every replica turns Ready (so rollouts and disruption budgets progress), the active
-    one only with a complete ledger."""
-    ready, _ = readiness(runtime_in(role_known, active, indexed))
+    one only with a complete ledger rebuilt since it became active."""
+    ready, _ = readiness(runtime_in(role_known, active, indexed, current))
 
     assert expected == ready
 
@@ -188,3 +198,87 @@ async def test_the_standby_takes_over_the_label_when_the_active_one_stops(two_re
     ready = await b.get("/readyz")
 
     assert (200, "ok: active\n") == ready
+
+
+# -- taking over again after standing by ----------------------------------------------
+
+TAKING_OVER = (
+    "this numatopo operator replica is taking over: it is rebuilding its ledger from a "
+    "fresh list of pods; the scheduler retries"
+)
+# How long the emulated API takes to answer a list of pods: a large cluster's re-list,
+# during which a resumed replica's kopf has not re-indexed anything yet.
+SLOW_LIST_SECONDS = 1.5
+
+
+def shared_devices(assignments: dict[str, Assignment]) -> dict[str, list[str]]:
+    """CPUs and GPUs that more than one pod holds: `cpu 12` / `gpu 3` -> pods."""
+    holders: dict[str, list[str]] = defaultdict(list)
+    for pod, assignment in sorted(assignments.items()):
+        for container in assignment.containers.values():
+            for cpu in container.cpus:
+                holders[f"cpu {cpu}"].append(pod)
+            for gpu in container.gpu_indices:
+                holders[f"gpu {gpu}"].append(pod)
+    return {device: pods for device, pods in holders.items() if len(pods) > 1}
+
+
+async def bind_until_accepted(operator, pod: str) -> list[str]:
+    """POST /bind until the replica takes it; returns the distinct refusals met first."""
+    refusals: list[str] = []
+    deadline = asyncio.get_running_loop().time() + 10
+    body = {"PodName": pod, "PodNamespace": "default", "PodUID": "", "Node": NODE}
+    while True:
+        _, answer = await operator.post("/bind", body)
+        if not answer["Error"]:
+            return refusals
+        if answer["Error"] not in refusals:
+            refusals.append(answer["Error"])
+        assert asyncio.get_running_loop().time() < deadline, refusals
+        await asyncio.sleep(0.02)
+
+
+async def test_a_replica_active_again_books_around_what_its_peer_assigned(env, monkeypatch):
+    """A assigns, stands by while B (higher priority) assigns on the same node, and takes
+    over again when B stops; its binds must avoid every CPU and GPU that B handed out,
+    although its kopf has not re-listed the pods yet when it becomes active."""
+    monkeypatch.setattr(leadership, "POLL_SECONDS", 0.05)
+    cluster, start_operator, h100, pod, topology_object, wait = env.parts()
+    await cluster.create("/apis/kopf.dev/v1/clusterkopfpeerings", {"metadata": {"name": PEERING}})
+    for name in ("op-a", "op-b"):
+        await cluster.create(f"/api/v1/namespaces/{OPERATOR_NAMESPACE}/pods", operator_pod(name))
+    await cluster.create_numatopology(topology_object(NODE, h100))
+
+    def assigned(*names: str):
+        return lambda: all(
+            keys.ASSIGNMENT in cluster.pods()[name]["metadata"].get("annotations", {})
+            for name in names
+        )
+
+    a = await start_operator(**replica("op-a", 100))
+    await wait(lambda: a.runtime.deciding, what="A decides")
+    await cluster.create_pod(pod("by-a", gpus=1, cpu="8"))
+    await wait(assigned("by-a"), what="A assigns by-a")
+
+    b = await start_operator(**replica("op-b", 200))
+    await wait(lambda: b.runtime.deciding and not a.runtime.active.is_set(), what="B takes over")
+    for name in ("by-b-1", "by-b-2"):
+        await cluster.create_pod(pod(name, gpus=1, cpu="8"))
+    await wait(assigned("by-b-1", "by-b-2"), what="B assigns its pods")
+
+    cluster.emulate_binding()
+    cluster.api["list v1/pods"] << (lambda: asyncio.sleep(SLOW_LIST_SECONDS))
+    for name in ("late-1", "late-2"):
+        await cluster.create_pod(pod(name, node=None, gpus=1, cpu="8"))
+    await b.stop()
+    await wait(a.runtime.active.is_set, what="A is active again", timeout=15)
+    refusals = [await bind_until_accepted(a, name) for name in ("late-1", "late-2")]
+    assignments = {
+        name: Assignment.model_validate_json(found["metadata"]["annotations"][keys.ASSIGNMENT])
+        for name, found in cluster.pods().items()
+        if keys.ASSIGNMENT in found["metadata"].get("annotations", {})
+    }
+
+    assert ["by-a", "by-b-1", "by-b-2", "late-1", "late-2"] == sorted(assignments)
+    assert {} == shared_devices(assignments)
+    assert TAKING_OVER in refusals[0]

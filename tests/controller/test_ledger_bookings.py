@@ -138,3 +138,76 @@ def test_no_topology_no_state():
         ledger.reserve("x", "ns/a", gpus(0))
 
     assert None is ledger.state("x")
+
+
+# -- resync: a fresh list of pods, with the watch stream going on meanwhile ---------------
+
+
+def listed(key: str, *indices: int, uid: str = "") -> Booking:
+    """A booking as a listed pod shows it, one GPU per index."""
+    return Booking(key=key, node=NODE, assignment=gpus(*indices), uid=uid)
+
+
+@pytest.mark.parametrize(
+    ("before", "during", "pods", "expected"),
+    [
+        pytest.param(
+            [lambda ledger: ledger.observe(listed("ns/gone", 0))],
+            [],
+            [listed("ns/b", 1)],
+            {"ns/b": [1]},
+            id="the-list-replaces-what-a-standby-saw-before",
+        ),
+        pytest.param(
+            [],
+            [lambda ledger: ledger.observe(listed("ns/new", 2))],
+            [listed("ns/b", 1)],
+            {"ns/b": [1], "ns/new": [2]},
+            id="a-booking-seen-during-the-list-is-kept",
+        ),
+        pytest.param(
+            [],
+            [lambda ledger: ledger.forget("ns/b", uid="u-1")],
+            [listed("ns/b", 1, uid="u-1")],
+            {},
+            id="a-release-during-the-list-is-not-lost",
+        ),
+        pytest.param(
+            [],
+            [lambda ledger: ledger.forget("ns/b", uid="u-old")],
+            [listed("ns/b", 1, uid="u-new")],
+            {"ns/b": [1]},
+            id="the-end-of-an-older-pod-of-that-name-keeps-the-new-one",
+        ),
+        pytest.param(
+            [],
+            [lambda ledger: ledger.observe_absent("ns/b")],
+            [listed("ns/b", 1)],
+            {"ns/b": [1]},
+            id="no-assignment-seen-meanwhile-keeps-the-listed-booking",
+        ),
+        pytest.param(
+            [lambda ledger: ledger.reserve(NODE, "ns/mine", gpus(3))],
+            [],
+            [],
+            {"ns/mine": [3]},
+            id="an-in-flight-reservation-survives",
+        ),
+    ],
+)
+def test_resync(ledger, before, during, pods, expected):
+    """After a resync the ledger books what the list shows, corrected by what the watch
+    stream said while the list was on its way."""
+    for step in before:
+        step(ledger)
+    ledger.begin_resync()
+    for step in during:
+        step(ledger)
+    ledger.end_resync(pods)
+
+    actual = {
+        key: sorted(i for c in assignment.containers.values() for i in c.gpu_indices)
+        for key, assignment in ledger.state(NODE).assignments.items()
+    }
+
+    assert expected == actual

@@ -9,7 +9,8 @@ def test_all_lists_every_public_name() -> None:
     public = sorted(
         name
         for name in vars(numatopo_engine)
-        if not name.startswith("_") and name not in {"annotations"}
+        if not name.startswith("_")
+        and name not in {"annotations"}
         and not isinstance(getattr(numatopo_engine, name), type(numatopo_engine))
     )
 

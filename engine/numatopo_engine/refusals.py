@@ -1,0 +1,63 @@
+"""The text of "does not fit" answers, shared by the general search and the fast path.
+
+Both paths must refuse a node with the same words, so the wording lives here once.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+from numatopo_engine.annotations import GpuLinksMode, PolicyName
+from numatopo_engine.hints import Need, Resource
+from numatopo_engine.policies import rules_for
+from numatopo_engine.request import TopologyOptions
+
+__all__ = ["amount", "explain", "format_bytes"]
+
+
+def explain(need: Need, resources: Sequence[Resource], options: TopologyOptions) -> str:
+    """Why no NUMA mask the policy admits holds `need`, with what is free per NUMA node."""
+    wanted = " and ".join(amount(r, r.need) for r in resources) or "nothing"
+    for resource in resources:
+        if resource.min_width is None:
+            total = resource.floating_capacity + sum(resource.capacity.values())
+            return (
+                f"{options.policy.value}: {resource.name}: {amount(resource, resource.need)} "
+                f"requested, the node has {amount(resource, total)} in all"
+            )
+    ids = sorted({n for r in resources for n in r.capacity})
+    per_numa = "; ".join(
+        f"NUMA {n}: " + ", ".join(amount(r, r.free.get(n, 0)) for r in resources) + " free"
+        for n in ids
+    )
+    floating = [r for r in resources if r.floating_capacity]
+    if floating:
+        per_numa += (
+            "; not NUMA-local: " + ", ".join(amount(r, r.floating_free) for r in floating) + " free"
+        )
+    policy = options.policy
+    if policy is PolicyName.SINGLE_NUMA_NODE:
+        where = "no NUMA node has"
+    elif policy is PolicyName.RESTRICTED:
+        bound = rules_for(policy).max_width(options.max_numa_nodes)
+        where = f"no preferred placement within {bound} NUMA node(s) has"
+    elif options.max_numa_nodes is not None:
+        where = f"no {options.max_numa_nodes} NUMA node(s) have"
+    else:
+        where = "the node does not have"
+    if need.gpus and options.gpu_links is GpuLinksMode.REQUIRED:
+        wanted += " (all pairs directly linked)"
+    return f"{policy.value}: {where} {wanted} free ({per_numa})"
+
+
+def amount(resource: Resource, value: int) -> str:
+    if resource.name == "memory" or resource.name.startswith("hugepages-"):
+        return f"{format_bytes(value)} {resource.name}"
+    return f"{value} {resource.name}"
+
+
+def format_bytes(value: int) -> str:
+    for unit, factor in (("Ti", 2**40), ("Gi", 2**30), ("Mi", 2**20), ("Ki", 2**10)):
+        if value >= factor and value % factor == 0:
+            return f"{value // factor}{unit}"
+    return f"{value}B"
