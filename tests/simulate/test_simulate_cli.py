@@ -93,3 +93,22 @@ def test_topology_dir_nodes_replace_the_node_list(tmp_path: Path, capsys, topolo
     out = json.loads(capsys.readouterr().out)
 
     assert (0, 1, 8) == (code, out["nodes"], out["gpus"])
+
+
+def test_plot_into_a_missing_directory_fails_before_the_replay(tmp_path: Path, capsys):
+    code = run([*SMALL, "--plot", str(tmp_path / "no" / "sim.png")])
+
+    assert (2, "") == (code, capsys.readouterr().out)
+
+
+def test_plot_without_matplotlib_says_how_to_install_it(monkeypatch, capsys):
+    """Without the `plot` extra the error comes at once, with the install command."""
+    real = command.importlib.util.find_spec
+    monkeypatch.setattr(
+        command.importlib.util,
+        "find_spec",
+        lambda name, *a: None if name == "matplotlib" else real(name, *a),
+    )
+    code = run([*SMALL, "--plot", "sim.png"])
+
+    assert (2, True) == (code, "pip install 'numatopo[plot]'" in capsys.readouterr().err)

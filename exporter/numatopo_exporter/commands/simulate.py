@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import argparse
 import csv
+import importlib.util
 import json
 import sys
 import time
@@ -281,8 +282,18 @@ def _run(args: argparse.Namespace) -> SimulationResult:
     )
 
 
+def _check_plot_target(path: Path) -> None:
+    """Fail before a minute of replay, not after it, when the plot cannot be written."""
+    if importlib.util.find_spec("matplotlib") is None:
+        raise InputError("--plot needs matplotlib: pip install 'numatopo[plot]' (or drop --plot)")
+    if not path.parent.is_dir():
+        raise InputError(f"--plot: directory {path.parent} does not exist")
+
+
 def run(args: argparse.Namespace) -> int:
     try:
+        if args.plot is not None:
+            _check_plot_target(args.plot)
         result = _run(args)
         if args.plot is not None:
             write_plot(result, args.plot)
