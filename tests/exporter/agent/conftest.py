@@ -7,15 +7,10 @@ import contextlib
 import os
 import secrets
 import subprocess
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import Iterator
 from pathlib import Path
 
-import kmock
 import pytest
-
-from numatopo_exporter.kube import KubeClient
-
-from ..daemon.conftest import register_cluster
 
 CPUSET_MOUNT = Path("/sys/fs/cgroup/cpuset")
 
@@ -116,15 +111,3 @@ def cgroup_tree(request: pytest.FixtureRequest) -> CgroupTree:
     name = "real_cgroups" if request.param == "real-cgroup-v1" else "file_cgroups"
     tree: CgroupTree = request.getfixturevalue(name)
     return tree
-
-
-@pytest.fixture
-async def cluster(kmock: kmock.KubernetesEmulator) -> kmock.KubernetesEmulator:
-    register_cluster(kmock)
-    return kmock
-
-
-@pytest.fixture
-async def client(cluster: kmock.KubernetesEmulator) -> AsyncIterator[KubeClient]:
-    async with KubeClient(str(cluster.url), request_timeout_seconds=5) as kube_client:
-        yield kube_client

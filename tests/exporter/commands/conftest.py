@@ -8,23 +8,14 @@ import socket
 from collections.abc import Callable, Sequence
 from pathlib import Path
 
-import kmock
 import pytest
 
 from numatopo_exporter.cli import main
-
-from ..daemon.conftest import register_cluster
 
 # The real sysfs trees' fixtures, shared with this folder's tests.
 from ..sysfs.conftest import sysfs_tree, tree_copy  # noqa: F401
 
 TREE = "linux-amd64-accel-nvidia"
-
-
-@pytest.fixture
-async def cluster(kmock: kmock.KubernetesEmulator) -> kmock.KubernetesEmulator:
-    register_cluster(kmock)
-    return kmock
 
 
 @pytest.fixture
