@@ -5,7 +5,6 @@ from __future__ import annotations
 import argparse
 import asyncio
 import logging
-import os
 import sys
 from pathlib import Path
 
@@ -13,6 +12,7 @@ from numatopo_exporter import kube
 from numatopo_exporter.agent import cgroupfs, kubelet
 from numatopo_exporter.agent.loop import AgentLoop
 from numatopo_exporter.agent.metrics import AgentMetrics
+from numatopo_exporter.commands.node_flags import add_node_flags
 from numatopo_exporter.daemon import metrics
 
 
@@ -70,11 +70,6 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
         help="where cgroups are mounted (default /sys/fs/cgroup)",
     )
     parser.add_argument(
-        "--node-name",
-        default=os.environ.get("NODE_NAME", ""),
-        help="this node's name (default $NODE_NAME)",
-    )
-    parser.add_argument(
         "--kubelet-state",
         type=Path,
         default=kubelet.DEFAULT_STATE_FILE,
@@ -83,16 +78,5 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
     parser.add_argument(
         "--resync-seconds", type=float, default=10.0, help="drift check period (default 10)"
     )
-    parser.add_argument(
-        "--api-url",
-        default="",
-        help="API server URL without auth (e.g. kubectl proxy); "
-        "default: in-cluster, else $KUBECONFIG",
-    )
-    parser.add_argument(
-        "--metrics-port",
-        type=int,
-        default=9102,
-        help="Prometheus /metrics port, 0 = off (default 9102)",
-    )
+    add_node_flags(parser, metrics_port=9102)
     parser.set_defaults(func=run)

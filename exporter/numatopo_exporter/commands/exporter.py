@@ -6,7 +6,6 @@ import argparse
 import asyncio
 import contextlib
 import logging
-import os
 import sys
 import time
 from collections.abc import Callable
@@ -15,6 +14,7 @@ from typing import Any
 
 from numatopo_engine.model import NumatopologySpec
 from numatopo_exporter import kube
+from numatopo_exporter.commands.node_flags import add_node_flags
 from numatopo_exporter.daemon import metrics, publishing, udev
 from numatopo_exporter.daemon.backoff import Backoff
 from numatopo_exporter.daemon.loop import ExporterLoop, ScanError
@@ -138,11 +138,6 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
         help="where the host's / is mounted (default /)",
     )
     parser.add_argument(
-        "--node-name",
-        default=os.environ.get("NODE_NAME", ""),
-        help="this node's name (default $NODE_NAME)",
-    )
-    parser.add_argument(
         "--resync-seconds",
         type=float,
         default=300.0,
@@ -159,16 +154,5 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
         "--no-publish", action="store_true", help="print the object instead of writing it"
     )
     parser.add_argument("--no-nvml", action="store_true", help="do not ask the NVIDIA driver")
-    parser.add_argument(
-        "--api-url",
-        default="",
-        help="API server URL without auth (e.g. kubectl proxy); "
-        "default: in-cluster, else $KUBECONFIG",
-    )
-    parser.add_argument(
-        "--metrics-port",
-        type=int,
-        default=9101,
-        help="Prometheus /metrics port, 0 = off (default 9101)",
-    )
+    add_node_flags(parser, metrics_port=9101)
     parser.set_defaults(func=run)
