@@ -12,7 +12,7 @@ from numatopo_engine.hints import Need, Resource
 from numatopo_engine.policies import rules_for
 from numatopo_engine.request import TopologyOptions
 
-__all__ = ["amount", "explain", "format_bytes"]
+__all__ = ["amount", "explain", "format_bytes", "summary"]
 
 
 def explain(need: Need, resources: Sequence[Resource], options: TopologyOptions) -> str:
@@ -48,6 +48,17 @@ def explain(need: Need, resources: Sequence[Resource], options: TopologyOptions)
     if need.gpus and options.gpu_links is GpuLinksMode.REQUIRED:
         wanted += " (all pairs directly linked)"
     return f"{policy.value}: {where} {wanted} free ({per_numa})"
+
+
+def summary(reason: str) -> str:
+    """`reason` without the per-NUMA free amounts at its end.
+
+    What a scheduler shows across many nodes: kube-scheduler counts nodes per identical
+    reason ("3000 node(s) single-numa-node: no NUMA node has 4 nvidia.com/gpu free"), which
+    only works when the text does not carry each node's own numbers.
+    """
+    head, marker, _ = reason.rpartition(" free (")
+    return f"{head} free" if marker and reason.endswith(")") else reason
 
 
 def amount(resource: Resource, value: int) -> str:

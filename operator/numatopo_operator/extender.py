@@ -36,7 +36,7 @@ from typing import Any
 
 from aiohttp import web
 
-from numatopo_engine import allocation, pod_request
+from numatopo_engine import allocation, pod_request, refusals
 from numatopo_engine.errors import InvalidRequestError, UnsatisfiableError
 from numatopo_engine.request import PodRequest
 from numatopo_operator import assigning, translate
@@ -144,7 +144,10 @@ def judge(runtime: Runtime, request: PodRequest, nodes: Iterable[str]) -> Verdic
         try:
             score = evaluate(topology, state, request)
         except UnsatisfiableError as exc:
-            failed[node] = exc.reason
+            # The same words for every node that lacks the same thing, so kube-scheduler can
+            # count them; the per-NUMA detail is in the log and in `numatopo assign`.
+            failed[node] = refusals.summary(exc.reason)
+            logger.debug("node %s refuses %s: %s", node, key, exc.reason)
         except InvalidRequestError as exc:
             unresolvable[node] = translate.invalid_message(exc)
         else:
