@@ -4,8 +4,9 @@ One scheduling cycle of a node-cache-capable kube-scheduler is one `POST /filter
 ExtenderArgs {Pod, NodeNames} and one `POST /prioritize` with the nodes that passed.
 This runs the operator's own extender app (aiohttp, on a loopback port) over a ledger
 holding the nodes of `bench_engine.build_cluster` (8-GPU 2-socket shapes, seeded mixed
-occupancy), and on the same nodes the bare engine: `allocation.evaluate` per node, as
-filter+prioritize need it. The ratio is the HTTP/JSON layer's cost (goal: at most 2x).
+occupancy), and on the same nodes the bare engine: `allocation.evaluate_many` per
+hardware shape, as filter+prioritize need it. The ratio is the HTTP/JSON layer's cost
+(goal: at most 2x).
 
 `cold` empties the engine's decision memos before each cycle (first pod of its shape);
 `warm` repeats the cycle over unchanged nodes (the next replicas of the same job).
@@ -35,8 +36,7 @@ from aiohttp import web  # noqa: E402
 
 from bench_engine import MIX, build_cluster  # noqa: E402
 from numatopo_engine import annotations as keys  # noqa: E402
-from numatopo_engine.allocation import evaluate  # noqa: E402
-from numatopo_engine.errors import UnsatisfiableError  # noqa: E402
+from numatopo_engine.allocation import evaluate_many, group_by_shape  # noqa: E402
 from numatopo_engine.model import NumatopologySpec  # noqa: E402
 from numatopo_engine.request import PodRequest  # noqa: E402
 from numatopo_engine.state import NodeState  # noqa: E402
@@ -94,14 +94,12 @@ def runtime_over(nodes: Nodes) -> tuple[Runtime, list[str]]:
 
 
 def engine_cycle(nodes: Nodes, request: PodRequest) -> int:
-    """What filter+prioritize need from the engine: a score or a refusal per node."""
+    """What filter+prioritize need from the engine: a score or a refusal per node, the
+    nodes grouped by hardware shape and decided in bulk as the extender does."""
     feasible = 0
-    for spec, state in nodes:
-        try:
-            evaluate(spec, state, request)
-        except UnsatisfiableError:
-            continue
-        feasible += 1
+    for group in group_by_shape(nodes):
+        outcomes = evaluate_many(group.topology, group.states, request, checked=False)
+        feasible += sum(1 for outcome in outcomes if isinstance(outcome, int))
     return feasible
 
 

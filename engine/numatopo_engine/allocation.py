@@ -33,8 +33,13 @@ Nothing here mutates the caller's `NodeState`; the caller applies
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
+from functools import partial
+from operator import methodcaller
+from typing import NamedTuple
+
+import numpy as np
 
 from numatopo_engine.annotations import (
     Assignment,
@@ -44,6 +49,7 @@ from numatopo_engine.annotations import (
     Scope,
     SmtMode,
 )
+from numatopo_engine.batch_evaluate import REFUSED, bulk_plan, decide_many, refusal_reason, stack
 from numatopo_engine.cpu_assignment import take_cpus
 from numatopo_engine.cpuset import CPUSet
 from numatopo_engine.errors import InvalidRequestError, UnsatisfiableError
@@ -56,13 +62,22 @@ from numatopo_engine.model import NumatopologySpec
 from numatopo_engine.nic_assignment import choose_nics
 from numatopo_engine.numamask import bits, format_mask
 from numatopo_engine.policies import rules_for
-from numatopo_engine.refusals import explain, format_bytes
+from numatopo_engine.refusals import Refusal, explain, format_bytes, summary
 from numatopo_engine.request import ContainerRequest, PodRequest, TopologyOptions
 from numatopo_engine.scoring import node_score, placement_score
 from numatopo_engine.state import NodeState
 from numatopo_engine.topology_tables import Tables, tables_for
 
-__all__ = ["Decision", "allocate", "evaluate", "node_score"]
+__all__ = [
+    "Decision",
+    "Refusal",
+    "ShapeGroup",
+    "allocate",
+    "evaluate",
+    "evaluate_many",
+    "group_by_shape",
+    "node_score",
+]
 
 
 @dataclass(frozen=True)
@@ -112,6 +127,107 @@ def evaluate(topology: NumatopologySpec, state: NodeState, request: PodRequest) 
     return outcome
 
 
+def evaluate_many(
+    topology: NumatopologySpec,
+    states: Sequence[NodeState],
+    request: PodRequest,
+    *,
+    checked: bool = True,
+) -> list[int | Refusal]:
+    """`evaluate` on each of `states`, nodes of `topology`'s hardware shape, in bulk.
+
+    Per node: the score `evaluate` returns, or a `Refusal` whose `reason` is the text
+    its UnsatisfiableError carries (`summary` of it at once, the text when read). What
+    depends on the hardware and the request is worked out once; the nodes are decided
+    together (`batch_evaluate`), and those the bulk path does not model go through
+    `evaluate` one by one. Raises InvalidRequestError where `evaluate` would on every
+    node, and ValueError when a state is of another hardware shape (`checked=False`
+    skips that check, for states grouped by `group_by_shape`).
+    """
+    tables = tables_for(topology)
+    for state in states if checked else ():
+        if state.topology is not topology and tables_for(state.topology) is not tables:
+            raise ValueError("evaluate_many: every state must be of the topology's hardware")
+    return _evaluate_shape(topology, tables, states, request)
+
+
+class ShapeGroup(NamedTuple):
+    """Nodes of one hardware shape among many: where they were, and their states."""
+
+    topology: NumatopologySpec  # one of theirs (equal content)
+    positions: list[int]
+    states: list[NodeState]
+
+
+def group_by_shape(nodes: Iterable[tuple[NumatopologySpec, NodeState]]) -> list[ShapeGroup]:
+    """`nodes` (topology, state) per hardware shape (equal content), in first-seen order:
+    what `evaluate_many(group.topology, group.states, request, checked=False)` takes."""
+    groups: dict[int, ShapeGroup] = {}
+    for position, (topology, state) in enumerate(nodes):
+        tables = tables_for(topology)
+        group = groups.get(id(tables))
+        if group is None:
+            group = groups[id(tables)] = ShapeGroup(topology, [], [])
+        group.positions.append(position)
+        group.states.append(state)
+    return list(groups.values())
+
+
+def _evaluate_shape(
+    topology: NumatopologySpec, tables: Tables, states: Sequence[NodeState], request: PodRequest
+) -> list[int | Refusal]:
+    try:
+        sizing, token = _sized(request, tables)
+    except UnsatisfiableError as exc:
+        return [Refusal.of(exc.reason)] * len(states)
+    plan = _plan(tables, token, sizing[5], request.options)
+    bulk = None
+    if isinstance(plan, Plan):
+        if plan.refusal is not None:
+            return [Refusal.of(plan.refusal)] * len(states)
+        bulk = bulk_plan(tables, token, plan, topology)
+    if bulk is None or not states:
+        return [_one(topology, state, request) for state in states]
+    rows = list(map(_free_row, states))
+    joined = b"".join(rows)
+    if len(joined) != len(rows) * bulk.width * 8:  # some row is empty: see `free_row`
+        return [_one(topology, state, request) for state in states]
+    codes = decide_many(tables, bulk, stack(joined, bulk.width))
+    outcomes: list[int | Refusal] = codes.tolist()
+    word = partial(refusal_reason, bulk)
+    short = ""
+    for index in np.flatnonzero(codes < 0).tolist():
+        if outcomes[index] == REFUSED:
+            row = rows[index]
+            if not short:
+                short = summary(word(row))
+            outcomes[index] = Refusal(short, None, word, row)
+        else:
+            outcomes[index] = _one(topology, states[index], request)
+    return outcomes
+
+
+_free_row = methodcaller("free_row")
+
+
+def _one(topology: NumatopologySpec, state: NodeState, request: PodRequest) -> int | Refusal:
+    try:
+        return evaluate(topology, state, request)
+    except UnsatisfiableError as exc:
+        return Refusal.of(exc.reason)
+
+
+def _plan(tables: Tables, token: object, need: Need, options: TopologyOptions) -> Plan | None:
+    """`fast_evaluate`'s plan for the request, cached on `tables` under its token."""
+    plans = tables.evaluate_plans
+    plan = plans.get(token, _NO_PLAN)
+    if plan is _NO_PLAN:
+        if len(plans) >= _TOKENS_SIZE:
+            plans.clear()
+        plan = plans[token] = plan_for(tables, need, options)
+    return plan if isinstance(plan, Plan) else None
+
+
 def _outcome(
     topology: NumatopologySpec,
     *,
@@ -122,13 +238,8 @@ def _outcome(
     token: object,
 ) -> int | str:
     """Score or refusal reason: the fast path where it answers, else the general one."""
-    plans = tables.evaluate_plans
-    plan = plans.get(token, _NO_PLAN)
-    if plan is _NO_PLAN:
-        if len(plans) >= _TOKENS_SIZE:
-            plans.clear()
-        plan = plans[token] = plan_for(tables, need, request.options)
-    if isinstance(plan, Plan):
+    plan = _plan(tables, token, need, request.options)
+    if plan is not None:
         fast = decide(tables, plan, state.free_signature())
         if fast is not None:
             return fast

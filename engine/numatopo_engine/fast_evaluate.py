@@ -47,7 +47,7 @@ from numatopo_engine.scoring import best_bandwidth, compose_score
 from numatopo_engine.state import FreeSignature
 from numatopo_engine.topology_tables import Tables
 
-__all__ = ["MAX_CANDIDATES", "Plan", "decide", "plan_for"]
+__all__ = ["MAX_CANDIDATES", "CandidateMask", "Plan", "decide", "explain_amounts", "plan_for"]
 
 # Up to 8 candidate NUMA nodes (the kubelet's own limit) a plan lists every mask of
 # every width (at most 255), and `merging` never trims its pool (C(8, 4) = 70 masks).
@@ -70,7 +70,7 @@ class _Provider:
 
 
 @dataclass(frozen=True, slots=True)
-class _Mask:
+class CandidateMask:
     mask: int
     positions: tuple[int, ...]  # candidate positions of its NUMA nodes
     distance: float
@@ -101,8 +101,8 @@ class Plan:
     options: TopologyOptions
     providers: tuple[_Provider, ...]
     candidate_bits: tuple[int, ...]  # 1 << NUMA id, by candidate position
-    by_width: tuple[tuple[int, tuple[_Mask, ...]], ...]  # widths lowest..highest
-    every: _Mask | None  # all candidates: the non-restrictive policies' last resort
+    by_width: tuple[tuple[int, tuple[CandidateMask, ...]], ...]  # widths lowest..highest
+    every: CandidateMask | None  # all candidates: the non-restrictive policies' last resort
     preferred_bound: int
     admits_non_preferred: bool
     min_width: int  # for the score's span term
@@ -171,11 +171,11 @@ def plan_for(tables: Tables, need: Need, options: TopologyOptions) -> Plan | Non
     )
     gpu_of_resource = {g for g, r in tables.gpu_resource.items() if need.gpu_resource in (None, r)}
 
-    def describe(positions: tuple[int, ...]) -> _Mask:
+    def describe(positions: tuple[int, ...]) -> CandidateMask:
         numa_ids = [candidates[i] for i in positions]
         mask = make_mask(numa_ids)
         local = [g for g, n in tables.gpu_numa.items() if n is None or n in numa_ids]
-        return _Mask(
+        return CandidateMask(
             mask=mask,
             positions=positions,
             distance=mean_distance(mask, tables.distances),
@@ -252,7 +252,7 @@ def decide(tables: Tables, plan: Plan, free: FreeSignature) -> int | str | None:
     amounts = [p.read(free) for p in providers]
     for provider, (vector, floating) in zip(providers, amounts, strict=True):
         if floating + sum(vector) < provider.resource.need:
-            return _explain(plan, amounts)
+            return explain_amounts(plan, amounts)
     needs = [p.resource.need for p in providers]
     checks = list(zip(needs, amounts, strict=True))
     candidate_bits = plan.candidate_bits
@@ -263,7 +263,7 @@ def decide(tables: Tables, plan: Plan, free: FreeSignature) -> int | str | None:
     cpu_need = needs[cpu_at] if cpu_at >= 0 else 0
     required = plan.required
 
-    def bandwidth_in(entry: _Mask) -> float | None:
+    def bandwidth_in(entry: CandidateMask) -> float | None:
         candidates = gpu_free & entry.gpu_bits
         if candidates in gpu_table:
             return gpu_table[candidates]
@@ -271,7 +271,7 @@ def decide(tables: Tables, plan: Plan, free: FreeSignature) -> int | str | None:
         found = gpu_table[candidates] = None if chosen is None else set_bandwidth(tables, chosen)
         return found
 
-    def fits(entry: _Mask) -> bool:
+    def fits(entry: CandidateMask) -> bool:
         positions = entry.positions
         for need, (vector, floating) in checks:
             total = floating
@@ -281,10 +281,10 @@ def decide(tables: Tables, plan: Plan, free: FreeSignature) -> int | str | None:
                 return False
         return not (required and bandwidth_in(entry) is None)
 
-    fallback: tuple[tuple[float, ...], int, _Mask] | None = None
-    chosen: _Mask | None = None
+    fallback: tuple[tuple[float, ...], int, CandidateMask] | None = None
+    chosen: CandidateMask | None = None
     for size, masks in plan.by_width:
-        best: tuple[tuple[float, ...], int, _Mask] | None = None
+        best: tuple[tuple[float, ...], int, CandidateMask] | None = None
         for entry in masks:
             if not fits(entry):
                 continue
@@ -339,11 +339,13 @@ def decide(tables: Tables, plan: Plan, free: FreeSignature) -> int | str | None:
         chosen = plan.every
     if chosen is None:
         # `gpu-links: required` names the unlinked pair when counts alone would fit.
-        return None if required else _explain(plan, amounts)
+        return None if required else explain_amounts(plan, amounts)
     return _score(plan, chosen, free, bandwidth_in(chosen) if gpus else 0.0)
 
 
-def _score(plan: Plan, chosen: _Mask, free: FreeSignature, bandwidth: float | None) -> int | None:
+def _score(
+    plan: Plan, chosen: CandidateMask, free: FreeSignature, bandwidth: float | None
+) -> int | None:
     """`scoring.placement_score` from the plan's integers (same terms, same order)."""
     if bandwidth is None:
         return None  # only `required` finds no set; the general path words why
@@ -364,7 +366,7 @@ def _score(plan: Plan, chosen: _Mask, free: FreeSignature, bandwidth: float | No
     return compose_score(span, links, fills, with_gpus=bool(gpus))
 
 
-def _explain(plan: Plan, amounts: Sequence[tuple[list[int], int]]) -> str:
+def explain_amounts(plan: Plan, amounts: Sequence[tuple[list[int], int]]) -> str:
     """`refusals.explain`'s text from the providers' free amounts, by the plan's template."""
     text = plan.refusal_text
     per_numa = "; ".join(

@@ -5,14 +5,15 @@ Both paths must refuse a node with the same words, so the wording lives here onc
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
+from typing import Any
 
 from numatopo_engine.annotations import GpuLinksMode, PolicyName
 from numatopo_engine.hints import Need, Resource
 from numatopo_engine.policies import rules_for
 from numatopo_engine.request import TopologyOptions
 
-__all__ = ["amount", "explain", "format_bytes", "summary"]
+__all__ = ["Refusal", "amount", "explain", "format_bytes", "summary"]
 
 
 def explain(need: Need, resources: Sequence[Resource], options: TopologyOptions) -> str:
@@ -59,6 +60,55 @@ def summary(reason: str) -> str:
     """
     head, marker, _ = reason.rpartition(" free (")
     return f"{head} free" if marker and reason.endswith(")") else reason
+
+
+class Refusal:
+    """One node's "does not fit": the `summary` at once, the detailed `reason` when read.
+
+    A bulk decision refuses thousands of nodes whose detailed texts (free amounts per
+    NUMA node) nobody may read; building each costs more than deciding the node. The
+    detail is kept as a formatter and its immutable input, run on first read.
+    """
+
+    __slots__ = ("_format", "_input", "_reason", "summary")
+
+    def __init__(
+        self,
+        summary: str,
+        reason: str | None = None,
+        format_reason: Callable[[Any], str] | None = None,
+        reason_input: object = None,
+    ) -> None:
+        self.summary = summary
+        self._reason = reason
+        self._format = format_reason
+        self._input = reason_input
+
+    @classmethod
+    def of(cls, reason: str) -> Refusal:
+        return cls(summary(reason), reason)
+
+    @property
+    def reason(self) -> str:
+        """The detailed text, exactly the `UnsatisfiableError` reason `evaluate` raises."""
+        reason = self._reason
+        if reason is None:
+            assert self._format is not None, "a Refusal has a reason or a way to word it"
+            reason = self._reason = self._format(self._input)
+            self._format = self._input = None
+        return reason
+
+    def __str__(self) -> str:
+        return self.reason
+
+    def __repr__(self) -> str:
+        return f"Refusal({self.reason!r})"
+
+    def __eq__(self, other: object) -> bool:
+        return isinstance(other, Refusal) and self.reason == other.reason
+
+    def __hash__(self) -> int:
+        return hash(self.reason)
 
 
 def amount(resource: Resource, value: int) -> str:

@@ -10,6 +10,7 @@ A container with `exclusive: false` (cpu mode `numa`) runs on SHARED CPUs and bo
 from __future__ import annotations
 
 import itertools
+from array import array
 from collections.abc import Iterable
 from typing import NamedTuple
 
@@ -19,7 +20,7 @@ from numatopo_engine.errors import OverlapError
 from numatopo_engine.model import NumatopologySpec
 from numatopo_engine.quantity import QuantityError, parse_bytes
 
-__all__ = ["FreeSignature", "NodeState"]
+__all__ = ["FreeSignature", "NodeState", "RowLayout", "row_layout"]
 
 
 class FreeSignature(NamedTuple):
@@ -32,6 +33,31 @@ class FreeSignature(NamedTuple):
     nics: frozenset[str]  # free NIC names
     memory: tuple[tuple[int, int], ...]  # (NUMA id, free bytes), every NUMA node, by id
     hugepages: tuple[tuple[int, str, int], ...]  # (NUMA id, size, free bytes) with capacity
+
+
+class RowLayout(NamedTuple):
+    """The columns of `NodeState.free_row`, in order: free allocatable CPUs per NUMA node,
+    free memory bytes per NUMA node (both by `numa_ids`), free huge page bytes per
+    `hugepages` (NUMA id, size), then the free GPU bitmask (-1 when a GPU index is 63 or
+    more, which a signed 64-bit column cannot hold)."""
+
+    numa_ids: tuple[int, ...]
+    hugepages: tuple[tuple[int, str], ...]
+
+    @property
+    def width(self) -> int:
+        return 2 * len(self.numa_ids) + len(self.hugepages) + 1
+
+
+def row_layout(topology: NumatopologySpec) -> RowLayout:
+    nodes = sorted(topology.numa_nodes, key=lambda n: n.id)
+    return RowLayout(
+        numa_ids=tuple(n.id for n in nodes),
+        # The same (NUMA id, size) pairs, in the same order, as `FreeSignature.hugepages`.
+        hugepages=tuple(
+            (n.id, size) for n in nodes for size, pages in sorted(n.hugepages.items()) if pages
+        ),
+    )
 
 
 # Equal signatures get one small int (`NodeState.free_state_id`), so memos keyed on it
@@ -72,6 +98,7 @@ class NodeState:
         self._memory_capacity = sum(n.memory_bytes for n in topology.numa_nodes)
         self._memory_booked = 0
         self._summary: tuple[int, frozenset[int], FreeSignature, int] | None = None
+        self._row: tuple[int, bytes] | None = None
 
     @classmethod
     def rebuild(
@@ -153,6 +180,28 @@ class NodeState:
         signatures are recycled into new ones), so it is a memo key, not an identity.
         """
         return self._summarise()[3]
+
+    def free_row(self) -> bytes:
+        """What is free as packed signed 64-bit integers laid out by `row_layout` (empty
+        when an amount does not fit in 64 bits); cached until the next change. Rows of
+        many nodes join into one array for bulk decisions."""
+        row = self._row
+        if row is not None and row[0] == self._version:
+            return row[1]
+        signature = self.free_signature()
+        free_cpus = self.free_cpu_ids()
+        nodes = sorted(self.topology.numa_nodes, key=lambda n: n.id)
+        gpu_mask = signature.gpu_mask
+        values = [len(n.cpus.ids & free_cpus) for n in nodes]
+        values += [free for _, free in signature.memory]
+        values += [free for _, _, free in signature.hugepages]
+        values.append(gpu_mask if gpu_mask < 1 << 63 else -1)
+        try:
+            packed = array("q", values).tobytes()
+        except OverflowError:
+            packed = b""  # amounts beyond 64 bits: bulk deciders take this node one by one
+        self._row = (self._version, packed)
+        return packed
 
     def _summarise(self) -> tuple[int, frozenset[int], FreeSignature, int]:
         summary = self._summary

@@ -65,6 +65,8 @@ class Tables:
     gpu_set_bandwidth: dict[tuple[str | None, int, str], dict[int, float | None]] = field(
         default_factory=dict
     )
+    # `batch_evaluate`'s per-plan arrays, keyed by the plan object (hardware facts only).
+    bulk_plans: dict[object, object] = field(default_factory=dict)
 
 
 # Per spec object (the operator's ledger holds one per node, parsed from its own CRD):

@@ -37,8 +37,10 @@ from typing import Any
 from aiohttp import web
 
 from numatopo_engine import allocation, pod_request, refusals
-from numatopo_engine.errors import InvalidRequestError, UnsatisfiableError
+from numatopo_engine.errors import InvalidRequestError
+from numatopo_engine.model import NumatopologySpec
 from numatopo_engine.request import PodRequest
+from numatopo_engine.state import NodeState
 from numatopo_operator import assigning, translate
 from numatopo_operator.errors import KubeError
 from numatopo_operator.runtime import Runtime
@@ -122,13 +124,15 @@ class Verdicts:
 def judge(runtime: Runtime, request: PodRequest, nodes: Iterable[str]) -> Verdicts:
     """The pod on each of `nodes` (no I/O).
 
-    One tight loop, because a scheduling cycle runs it over every candidate node and
-    the engine's answer for an unchanged node is a memo hit of a microsecond or two:
-    per-node calls and lookups here would cost more than the engine itself.
+    A scheduling cycle runs this over every candidate node, so the nodes are grouped by
+    hardware shape and each group is decided in bulk (`allocation.evaluate_many`):
+    per-node work here is a few dict and list operations.
     """
     verdicts = Verdicts()
     scores, failed, unresolvable = verdicts.scores, verdicts.failed, verdicts.unresolvable
-    key, stale, evaluate = request.key, runtime.stale, allocation.evaluate
+    key, stale = request.key, runtime.stale
+    names: list[str] = []
+    pending: list[tuple[NumatopologySpec, NodeState]] = []
     for node, topology, booked in runtime.ledger.candidates(nodes):
         if topology is None or booked is None:
             unresolvable[node] = NO_NUMATOPOLOGY
@@ -141,17 +145,28 @@ def judge(runtime: Runtime, request: PodRequest, nodes: Iterable[str]) -> Verdic
             # The node's bookings minus the pod's own: an earlier attempt must not count.
             state = booked.copy()
             state.release(key)
+        names.append(node)
+        pending.append((topology, state))
+    outcomes: list[int | refusals.Refusal | str] = [""] * len(names)
+    for group in allocation.group_by_shape(pending):
         try:
-            score = evaluate(topology, state, request)
-        except UnsatisfiableError as exc:
+            decided: Sequence[int | refusals.Refusal | str] = allocation.evaluate_many(
+                group.topology, group.states, request, checked=False
+            )
+        except InvalidRequestError as exc:
+            decided = [translate.invalid_message(exc)] * len(group.positions)
+        for position, outcome in zip(group.positions, decided, strict=True):
+            outcomes[position] = outcome
+    for node, outcome in zip(names, outcomes, strict=True):
+        if isinstance(outcome, int):
+            scores[node] = EXTENDER_SCORES[min(max(outcome, 0), MAX_ENGINE_SCORE)]
+        elif isinstance(outcome, str):
+            unresolvable[node] = outcome  # the pod itself is invalid
+        else:
             # The same words for every node that lacks the same thing, so kube-scheduler can
             # count them; the per-NUMA detail is in the log and in `numatopo assign`.
-            failed[node] = refusals.summary(exc.reason)
-            logger.debug("node %s refuses %s: %s", node, key, exc.reason)
-        except InvalidRequestError as exc:
-            unresolvable[node] = translate.invalid_message(exc)
-        else:
-            scores[node] = EXTENDER_SCORES[min(max(score, 0), MAX_ENGINE_SCORE)]
+            failed[node] = outcome.summary
+            logger.debug("node %s refuses %s: %s", node, key, outcome)
     return verdicts
 
 

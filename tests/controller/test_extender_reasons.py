@@ -7,13 +7,13 @@ from pathlib import Path
 import pytest
 
 from numatopo_engine import refusals
-from numatopo_engine.allocation import allocate
+from numatopo_engine.allocation import allocate, evaluate
 from numatopo_engine.annotations import PolicyName
 from numatopo_engine.errors import UnsatisfiableError
 from numatopo_engine.model import Numatopology
 from numatopo_engine.request import ContainerRequest, PodRequest, TopologyOptions
 from numatopo_engine.state import NodeState
-from numatopo_operator.extender import judge
+from numatopo_operator.extender import extender_score, judge
 from numatopo_operator.runtime import Runtime
 from numatopo_operator.settings import OperatorSettings
 
@@ -78,3 +78,37 @@ def test_nodes_short_of_the_same_thing_get_the_same_reason() -> None:
 )
 def test_summary(reason: str, expected: str) -> None:
     assert expected == refusals.summary(reason)
+
+
+def test_judging_nodes_in_bulk_answers_what_evaluate_answers_per_node() -> None:
+    """Nodes of three shapes, each with its own spec object, interleaved: every score and
+    every refusal summary is the one `evaluate` gives that node alone, in node order."""
+    fixtures = NODE_JSON.parent
+    runtime = Runtime(OperatorSettings())
+    states: dict[str, NodeState] = {}
+    for number in range(9):
+        shape = ("h100-nvswitch", "dgx1-v100", "pcie-8gpu")[number % 3]
+        spec = Numatopology.model_validate_json((fixtures / f"{shape}.json").read_text()).spec
+        node, state = f"n{number}", NodeState(spec)
+        runtime.ledger.set_topology(node, spec)
+        for filler_number in range(number % 4):
+            filler = pod(f"f{number}-{filler_number}", 4, 2, PolicyName.BEST_EFFORT)
+            booked = allocate(spec, state, filler, node).assignment
+            state.apply(filler.key, booked)
+            runtime.ledger.reserve(node, filler.key, booked)
+        states[node] = state
+    request = pod("probe", 8, 4, PolicyName.SINGLE_NUMA_NODE)
+    expected: tuple[dict[str, int], dict[str, str]] = ({}, {})
+    for node, state in states.items():
+        try:
+            score = evaluate(state.topology, state, request)
+        except UnsatisfiableError as exc:
+            expected[1][node] = refusals.summary(exc.reason)
+        else:
+            expected[0][node] = extender_score(score)
+
+    verdicts = judge(runtime, request, list(states))
+
+    actual = (verdicts.scores, verdicts.failed)
+    assert expected == actual
+    assert list(expected[1]) == list(verdicts.failed)

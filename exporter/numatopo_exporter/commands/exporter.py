@@ -37,7 +37,11 @@ def make_scan(options: DiscoverOptions) -> Callable[[], NumatopologySpec]:
 
 def scan_options(args: argparse.Namespace) -> DiscoverOptions:
     return DiscoverOptions(
-        sysfs_root=args.sysfs_root, use_nvml=not args.no_nvml, node_name=args.node_name
+        sysfs_root=args.sysfs_root,
+        use_nvml=not args.no_nvml,
+        node_name=args.node_name,
+        kubelet_config=args.kubelet_config,
+        kubelet_state=args.kubelet_state,
     )
 
 
@@ -154,5 +158,19 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
         "--no-publish", action="store_true", help="print the object instead of writing it"
     )
     parser.add_argument("--no-nvml", action="store_true", help="do not ask the NVIDIA driver")
+    parser.add_argument(
+        "--kubelet-config",
+        type=Path,
+        metavar="FILE",
+        help="the kubelet's config file as a path on the host, read under --sysfs-root "
+        "(default /var/lib/kubelet/config.yaml)",
+    )
+    parser.add_argument(
+        "--kubelet-state",
+        type=Path,
+        metavar="FILE",
+        help="the kubelet's cpu_manager_state as a path on the host "
+        "(default /var/lib/kubelet/cpu_manager_state)",
+    )
     add_node_flags(parser, metrics_port=9101)
     parser.set_defaults(func=run)

@@ -9,9 +9,12 @@ chosen by topology when it starts; which ones is written nowhere, so the set sta
 empty and a notice gives the count. When the checkpoint exists, its `policyName` is
 the policy the kubelet actually runs (flags can override the file), so it wins.
 
-A missing file is normal (a kubelet configured by flags, a node without the static
-CPU manager): defaults plus a notice. A file that exists but does not parse is an
-error naming the file.
+A missing file at the usual place is normal (a kubelet configured by flags, a node
+without the static CPU manager): defaults plus a notice. A file the caller named that
+is missing, or any file that exists but does not parse, is an error naming the file.
+A named absolute path is a host path (under the root); a relative one is a file on
+the machine running numatopo, relative to its working directory (`numatopo inspect
+--hwloc-xml node.xml --kubelet-config config.yaml`).
 """
 
 from __future__ import annotations
@@ -49,11 +52,13 @@ class KubeletReading:
 def read_kubelet(
     root: HostRoot, config: Path | None = None, state: Path | None = None
 ) -> KubeletReading:
-    """Read both files under `root`; `config`/`state` are host paths overriding the defaults."""
-    config_file = root.join(config or CONFIG_PATH)
-    state_file = root.join(state or STATE_PATH)
+    """Read both files under `root`; `config`/`state` name files overriding the defaults."""
+    config_file = _locate(root, config, CONFIG_PATH)
+    state_file = _locate(root, state, STATE_PATH)
     notices: list[str] = []
 
+    _require(config_file, config, "kubelet config")
+    _require(state_file, state, "CPU manager checkpoint")
     settings = _load_config(config_file, notices)
     policies = Policies(
         cpu_manager_policy=_string(settings, "cpuManagerPolicy", "none", config_file),
@@ -75,6 +80,18 @@ def read_kubelet(
             )
             policies = policies.model_copy(update={"cpu_manager_policy": running})
     return KubeletReading(policies=policies, reserved_cpus=reserved, notices=notices)
+
+
+def _locate(root: HostRoot, named: Path | None, default: Path) -> Path:
+    if named is not None and not named.is_absolute():
+        return named
+    return root.join(named or default)
+
+
+def _require(path: Path, named: Path | None, what: str) -> None:
+    """A file the user named must exist: a typo must not read as "no kubelet here"."""
+    if named is not None and not path.exists():
+        raise DiscoveryError(f"no such {what} file", path)
 
 
 def _load_config(path: Path, notices: list[str]) -> dict[str, Any]:
