@@ -33,13 +33,14 @@ Nothing here mutates the caller's `NodeState`; the caller applies
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 from functools import partial
 from operator import methodcaller
 from typing import NamedTuple
 
 import numpy as np
+import numpy.typing as npt
 
 from numatopo_engine.annotations import (
     Assignment,
@@ -49,7 +50,14 @@ from numatopo_engine.annotations import (
     Scope,
     SmtMode,
 )
-from numatopo_engine.batch_evaluate import REFUSED, bulk_plan, decide_many, refusal_reason, stack
+from numatopo_engine.batch_evaluate import (
+    GENERAL,
+    REFUSED,
+    bulk_plan,
+    decide_many,
+    refusal_reason,
+    stack,
+)
 from numatopo_engine.cpu_assignment import take_cpus
 from numatopo_engine.cpuset import CPUSet
 from numatopo_engine.errors import InvalidRequestError, UnsatisfiableError
@@ -72,11 +80,13 @@ __all__ = [
     "Decision",
     "Refusal",
     "ShapeGroup",
+    "ShapeScores",
     "allocate",
     "evaluate",
     "evaluate_many",
     "group_by_shape",
     "node_score",
+    "score_many",
 ]
 
 
@@ -144,6 +154,32 @@ def evaluate_many(
     node, and ValueError when a state is of another hardware shape (`checked=False`
     skips that check, for states grouped by `group_by_shape`).
     """
+    scored = score_many(topology, states, request, checked=checked)
+    outcomes: list[int | Refusal] = scored.scores.tolist()
+    for refused, _ in scored.refused:
+        for index in refused.tolist():
+            outcomes[index] = scored.refusal(index)
+    return outcomes
+
+
+class ShapeScores(NamedTuple):
+    """`evaluate_many`'s answers as arrays, for callers that read only some refusals."""
+
+    scores: npt.NDArray[np.int64]  # per state: its score, or -1 where it is refused
+    # The refused states (indices into `states`) with the summary they share.
+    refused: list[tuple[npt.NDArray[np.intp], str]]
+    refusal: Callable[[int], Refusal]  # a refused state's full `Refusal`, by index
+
+
+def score_many(
+    topology: NumatopologySpec,
+    states: Sequence[NodeState],
+    request: PodRequest,
+    *,
+    checked: bool = True,
+) -> ShapeScores:
+    """`evaluate_many` without a Python object per node: scores in an array, refusals
+    as (indices, summary) pairs, each `Refusal` made only when asked for."""
     tables = tables_for(topology)
     for state in states if checked else ():
         if state.topology is not topology and tables_for(state.topology) is not tables:
@@ -161,7 +197,10 @@ class ShapeGroup(NamedTuple):
 
 def group_by_shape(nodes: Iterable[tuple[NumatopologySpec, NodeState]]) -> list[ShapeGroup]:
     """`nodes` (topology, state) per hardware shape (equal content), in first-seen order:
-    what `evaluate_many(group.topology, group.states, request, checked=False)` takes."""
+    what `evaluate_many(group.topology, group.states, request, checked=False)` takes.
+
+    Grouping depends on topologies only: a caller whose nodes keep their topologies
+    (and `NodeState` objects) may keep the groups from one pod to the next."""
     groups: dict[int, ShapeGroup] = {}
     for position, (topology, state) in enumerate(nodes):
         tables = tables_for(topology)
@@ -175,36 +214,66 @@ def group_by_shape(nodes: Iterable[tuple[NumatopologySpec, NodeState]]) -> list[
 
 def _evaluate_shape(
     topology: NumatopologySpec, tables: Tables, states: Sequence[NodeState], request: PodRequest
-) -> list[int | Refusal]:
+) -> ShapeScores:
     try:
         sizing, token = _sized(request, tables)
     except UnsatisfiableError as exc:
-        return [Refusal.of(exc.reason)] * len(states)
+        return _everywhere(Refusal.of(exc.reason), len(states))
     plan = _plan(tables, token, sizing[5], request.options)
     bulk = None
     if isinstance(plan, Plan):
         if plan.refusal is not None:
-            return [Refusal.of(plan.refusal)] * len(states)
+            return _everywhere(Refusal.of(plan.refusal), len(states))
         bulk = bulk_plan(tables, token, plan, topology)
     if bulk is None or not states:
-        return [_one(topology, state, request) for state in states]
+        return _one_by_one(topology, states, request)
     rows = list(map(_free_row, states))
     joined = b"".join(rows)
     if len(joined) != len(rows) * bulk.width * 8:  # some row is empty: see `free_row`
-        return [_one(topology, state, request) for state in states]
+        return _one_by_one(topology, states, request)
     codes = decide_many(tables, bulk, stack(joined, bulk.width))
-    outcomes: list[int | Refusal] = codes.tolist()
+    refused: list[tuple[npt.NDArray[np.intp], str]] = []
+    singles: dict[int, Refusal] = {}
+    in_bulk = np.flatnonzero(codes == REFUSED)
     word = partial(refusal_reason, bulk)
-    short = ""
-    for index in np.flatnonzero(codes < 0).tolist():
-        if outcomes[index] == REFUSED:
-            row = rows[index]
-            if not short:
-                short = summary(word(row))
-            outcomes[index] = Refusal(short, None, word, row)
-        else:
-            outcomes[index] = _one(topology, states[index], request)
-    return outcomes
+    if in_bulk.size:
+        # Every bulk refusal of one plan words the same summary (what is short, not by
+        # how much); the detailed text waits for a reader.
+        refused.append((in_bulk, summary(word(rows[int(in_bulk[0])]))))
+    general = np.flatnonzero(codes == GENERAL)
+    if general.size:
+        for index in general.tolist():
+            outcome = _one(topology, states[index], request)
+            if isinstance(outcome, Refusal):
+                singles[index] = outcome
+                codes[index] = REFUSED
+                refused.append((np.array([index], dtype=np.intp), outcome.summary))
+            else:
+                codes[index] = outcome
+    short = refused[0][1] if in_bulk.size else ""
+
+    def refusal(index: int) -> Refusal:
+        return singles.get(index) or Refusal(short, None, word, rows[index])
+
+    return ShapeScores(codes, refused, refusal)
+
+
+def _everywhere(refusal: Refusal, count: int) -> ShapeScores:
+    return ShapeScores(
+        np.full(count, REFUSED, dtype=np.int64),
+        [(np.arange(count), refusal.summary)] if count else [],
+        lambda _: refusal,
+    )
+
+
+def _one_by_one(
+    topology: NumatopologySpec, states: Sequence[NodeState], request: PodRequest
+) -> ShapeScores:
+    outcomes = [_one(topology, state, request) for state in states]
+    refusals = {i: o for i, o in enumerate(outcomes) if isinstance(o, Refusal)}
+    scores = np.array([REFUSED if isinstance(o, Refusal) else o for o in outcomes], dtype=np.int64)
+    refused = [(np.array([i], dtype=np.intp), o.summary) for i, o in refusals.items()]
+    return ShapeScores(scores, refused, refusals.__getitem__)
 
 
 _free_row = methodcaller("free_row")

@@ -2,10 +2,10 @@
 
 A scheduler asks one pod of thousands of nodes that share a handful of hardware shapes.
 Per shape, each node's free amounts are one row of integers (`NodeState.free_row`),
-so the rows stack into a matrix and `decide`'s search runs column-wise: for every
-candidate NUMA mask, in `decide`'s order, feasibility, the preferred cover and the
-tie-break key are array expressions over all nodes, and the running best (and
-fallback) per node is updated where the new key compares lower. The score is
+so the rows stack into a matrix and `decide`'s search runs column-wise: per width, every
+candidate NUMA mask of that width at once, feasibility, the preferred cover and the
+tie-break key are (masks, nodes) array expressions, and per node the best (and
+fallback) mask is the one whose key is lowest, term by term. The score is
 `scoring.compose_score`'s arithmetic on arrays, term by term in the same order, so
 every float is the same IEEE double (`rint` rounds half to even, as `round` does).
 
@@ -18,8 +18,9 @@ NUMA ids of 62 or more (masks are 64-bit columns).
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
+from itertools import pairwise
 
 import numpy as np
 import numpy.typing as npt
@@ -46,8 +47,9 @@ __all__ = [
 Ints = npt.NDArray[np.int64]
 Floats = npt.NDArray[np.float64]
 Bools = npt.NDArray[np.bool_]
-# One provider's free amount per candidate position, and off-NUMA, for every node.
-Reader = Callable[[Ints], tuple[list[Ints], Ints]]
+# One provider's free amounts for every node: a (candidate positions, nodes) matrix, and
+# the amount off-NUMA (None: nothing is).
+Reader = Callable[[Ints], tuple[Ints, Ints | None]]
 
 REFUSED = -1  # `decide` refuses the node for want of room (`fast_evaluate.refusal_reason`)
 GENERAL = -2  # `decide` hands the node to the general path
@@ -75,6 +77,25 @@ class _Entry:
 
 
 @dataclass(frozen=True, slots=True)
+class _Width:
+    """The candidate masks of one width as arrays, one row per mask, in `decide`'s order."""
+
+    size: int
+    entries: tuple[_Entry, ...]
+    indices: Ints  # entry index per row
+    membership: Ints  # (masks, candidate positions) 0/1
+    masks: Ints  # (masks, 1)
+    distances: Floats  # (masks, 1)
+    gpu_bits: Ints  # (masks, 1)
+    # Providers whose preferred cover is checked per candidate position (min width 1),
+    # and those checked per sub-mask (1 < min width < size).
+    single_narrow: tuple[int, ...]
+    subset_narrow: tuple[int, ...]
+    distinct_distances: bool  # some masks differ in mean distance
+    masks_ascending: bool  # row order is mask order
+
+
+@dataclass(frozen=True, slots=True)
 class BulkPlan:
     """A `Plan` made column-wise: readers over the row matrix and per-entry arrays."""
 
@@ -82,16 +103,21 @@ class BulkPlan:
     width: int  # of a row
     readers: tuple[Reader, ...]
     needs: tuple[int, ...]
-    by_width: tuple[tuple[int, tuple[_Entry, ...]], ...]
+    candidate_bits: Ints  # 1 << NUMA id, by candidate position
+    by_width: tuple[_Width, ...]
     every: _Entry | None
     bandwidths: Floats  # by free candidate GPU bitmask; empty when no GPUs are asked
     # Per entry index, for the score of the chosen one.
-    entry_widths: Ints
+    entry_span: Floats  # the score's span term
     entry_gpu_bits: Ints
     entry_any_gpu_bits: Ints
     entry_any_gpu_count: Ints
     entry_cpu_capacity: Ints
     entry_numa: Ints  # (entries, NUMA nodes) 0/1: which CPU columns the mask holds
+    # Whether the score's GPU and CPU fill terms count on every entry (1), on none (0),
+    # or only where the entry's capacity is not zero (-1).
+    gpu_fill: int
+    cpu_fill: int
 
 
 def bulk_plan(
@@ -145,27 +171,59 @@ def _build(tables: Tables, plan: Plan, layout: RowLayout) -> BulkPlan | None:
         entries.append(made)
         return made
 
-    by_width = tuple((size, tuple(entry(m) for m in masks)) for size, masks in plan.by_width)
+    by_width = tuple(
+        _width(plan, size, tuple(entry(m) for m in masks), len(candidates))
+        for size, masks in plan.by_width
+    )
     every = entry(plan.every) if plan.every is not None else None
     membership = np.zeros((len(entries), len(layout.numa_ids)), dtype=np.int64)
     for made in entries:
         membership[made.index, list(made.numa_columns)] = 1
     size = 1 << (max(tables.gpu_numa, default=-1) + 1) if plan.gpus else 0
+    widths = np.array([len(e.positions) for e in entries], dtype=np.int64)
     bandwidths = np.full(size, _UNKNOWN)
     return BulkPlan(
         plan=plan,
         width=layout.width,
         readers=tuple(readers),
         needs=tuple(p.resource.need for p in plan.providers),
+        candidate_bits=np.array(plan.candidate_bits, dtype=np.int64),
         by_width=by_width,
         every=every,
         bandwidths=bandwidths,
-        entry_widths=np.array([len(e.positions) for e in entries], dtype=np.int64),
+        entry_span=np.minimum(1.0, plan.min_width / widths),
         entry_gpu_bits=np.array([e.gpu_bits for e in entries], dtype=np.int64),
         entry_any_gpu_bits=np.array([e.any_gpu_bits for e in entries], dtype=np.int64),
         entry_any_gpu_count=np.array([e.any_gpu_count for e in entries], dtype=np.int64),
         entry_cpu_capacity=np.array([e.cpu_capacity for e in entries], dtype=np.int64),
         entry_numa=membership,
+        gpu_fill=_uniform(bool(plan.gpus and e.any_gpu_count) for e in entries),
+        cpu_fill=_uniform(bool(plan.exclusive_cpus and e.cpu_capacity) for e in entries),
+    )
+
+
+def _uniform(flags: Iterable[bool]) -> int:
+    seen = set(flags)
+    return int(seen.pop()) if len(seen) == 1 else -1
+
+
+def _width(plan: Plan, size: int, entries: tuple[_Entry, ...], positions: int) -> _Width:
+    membership = np.zeros((len(entries), positions), dtype=np.int64)
+    for row, made in enumerate(entries):
+        membership[row, list(made.positions)] = 1
+    narrow = [i for i, p in enumerate(plan.providers) if p.narrow and p.min_width < size]
+    return _Width(
+        size=size,
+        entries=entries,
+        indices=np.array([e.index for e in entries], dtype=np.int64),
+        membership=membership,
+        masks=np.array([[e.mask] for e in entries], dtype=np.int64),
+        distances=np.array([[e.distance] for e in entries], dtype=np.float64),
+        gpu_bits=np.array([[e.gpu_bits] for e in entries], dtype=np.int64),
+        single_narrow=tuple(i for i in narrow if plan.providers[i].min_width == 1),
+        subset_narrow=tuple(i for i in narrow if plan.providers[i].min_width > 1),
+        distinct_distances=len({e.distance for e in entries}) > 1,
+        masks_ascending=all(a.mask < b.mask for a, b in pairwise(entries)),
     )
 
 
@@ -201,26 +259,36 @@ def _reader(
         return _columns_reader(columns, clip=True)
     if name == "GPUs":
         ours = [g for g, r in tables.gpu_resource.items() if need.gpu_resource in (None, r)]
-        per_numa = [make_mask(g for g in ours if tables.gpu_numa[g] == n) for n in candidates]
+        per_numa = np.array(
+            [[make_mask(g for g in ours if tables.gpu_numa[g] == n)] for n in candidates],
+            dtype=np.int64,
+        )
         floating = make_mask(g for g in ours if tables.gpu_numa[g] is None)
 
-        def gpus(rows: Ints) -> tuple[list[Ints], Ints]:
+        def gpus(rows: Ints) -> tuple[Ints, Ints | None]:
             free = rows[:, -1]
-            return [_popcount(free & b) for b in per_numa], _popcount(free & floating)
+            return _popcount(free & per_numa), _popcount(free & floating) if floating else None
 
         return gpus
     return None  # NICs
 
 
 def _columns_reader(columns: list[int], *, clip: bool) -> Reader:
-    def read(rows: Ints) -> tuple[list[Ints], Ints]:
-        zero = np.zeros(rows.shape[0], dtype=np.int64)
-        vectors = [rows[:, c] if c >= 0 else zero for c in columns]
-        if clip:
-            vectors = [np.maximum(v, 0) for v in vectors]
-        return vectors, zero
+    take = [max(c, 0) for c in columns]
+    present = np.array([[c >= 0] for c in columns], dtype=np.int64)
+    missing = min(columns) < 0
+
+    def read(rows: Ints) -> tuple[Ints, Ints | None]:
+        matrix = rows[:, take].T
+        if missing:
+            matrix = matrix * present
+        return (np.maximum(matrix, 0) if clip else matrix), None
 
     return read
+
+
+def _plus(amounts: Ints, floating: Ints | None) -> Ints:
+    return amounts if floating is None else amounts + floating
 
 
 def _popcount(values: Ints) -> Ints:
@@ -228,129 +296,126 @@ def _popcount(values: Ints) -> Ints:
 
 
 def decide_many(tables: Tables, bulk: BulkPlan, rows: Ints) -> Ints:
-    """Per row: `decide`'s score, or REFUSED, or GENERAL (ask the general path)."""
+    """Per row: `decide`'s score, or REFUSED, or GENERAL (ask the general path).
+
+    Every mask of one width is weighed at once, as a (masks, nodes) matrix; per node the
+    mask with the lowest key wins, the key's terms compared one after the other as
+    `decide` compares its tuples (masks differ, so exactly one mask is lowest).
+    """
     plan = bulk.plan
     count = rows.shape[0]
     amounts = [read(rows) for read in bulk.readers]
+    matrices = [matrix for matrix, _ in amounts]
+    floats = [floating for _, floating in amounts]
     needs = bulk.needs
-    short = np.zeros(count, dtype=bool)
-    for (vector, floating), need in zip(amounts, needs, strict=True):
-        total = floating.copy()
-        for column in vector:
-            total += column
-        short |= total < need
     gpu_free = rows[:, -1]
-    gpus = plan.gpus
-    cpu_at = plan.cpu_provider
-    cpu_need = needs[cpu_at] if cpu_at >= 0 else 0
+    singles: dict[tuple[int, ...], Ints] = {}
 
-    def fits(entry: _Entry) -> Bools:
-        ok = np.ones(count, dtype=bool)
-        for (vector, floating), need in zip(amounts, needs, strict=True):
-            total = floating.copy()
-            for i in entry.positions:
-                total += vector[i]
-            ok &= total >= need
-        return ok
+    def single_cover(providers: tuple[int, ...]) -> Ints:
+        """Per node, the candidate bits where each of `providers` fits on that NUMA node
+        alone: the preferred cover of a min-width-1 provider, for any mask."""
+        cover = singles.get(providers)
+        if cover is None:
+            fit = np.ones(matrices[0].shape, dtype=bool)
+            for i in providers:
+                fit &= _plus(matrices[i], floats[i]) >= needs[i]
+            cover = singles[providers] = bulk.candidate_bits @ fit.astype(np.int64)
+        return cover
 
-    active = ~short
+    # Amounts are never negative, so a node short of some resource over all candidates
+    # fits no mask: it stays unchosen without a test of its own.
+    active = np.ones(count, dtype=bool)
     chosen = np.full(count, -1, dtype=np.int64)
-    fallback = _Best(count)
-    for size, entries in bulk.by_width:
+    fallback = np.full(count, -1, dtype=np.int64)
+    for width in bulk.by_width:
         if not active.any():
             break
-        best = _Best(count)
-        for entry in entries:
-            ok = active & fits(entry)
-            if not ok.any():
-                continue
-            cover = np.full(count, entry.mask, dtype=np.int64)
-            for provider, (vector, floating), subsets in zip(
-                plan.providers, amounts, entry.subsets, strict=True
-            ):
-                if not provider.narrow or provider.min_width >= size:
-                    continue
-                need = provider.resource.need
-                part = np.zeros(count, dtype=np.int64)
-                if provider.min_width == 1:
-                    for i in entry.positions:
-                        part |= np.where(floating + vector[i] >= need, plan.candidate_bits[i], 0)
-                else:
-                    for sub_mask, sub in subsets:
-                        total = floating.copy()
-                        for i in sub:
-                            total += vector[i]
-                        part |= np.where(total >= need, sub_mask, 0)
-                cover &= part
-            covered = cover != 0
-            bandwidth = np.zeros(count)
-            gpu_left = np.zeros(count, dtype=np.int64)
-            if gpus:
-                candidates = gpu_free & entry.gpu_bits
-                found = _bandwidths(tables, bulk, candidates)
-                bandwidth = np.where(found == _NO_SET, 0.0, found)
-                gpu_left = _popcount(candidates) - gpus
-            cpu_left = np.zeros(count, dtype=np.int64)
-            if cpu_at >= 0:
-                vector, _ = amounts[cpu_at]
-                for i in entry.positions:
-                    cpu_left += vector[i]
-                cpu_left -= cpu_need
-            key = (entry.distance, -bandwidth, gpu_left, cpu_left, entry.mask)
-            best.offer(ok & covered, key, entry.index)
-            if plan.admits_non_preferred:
-                # A fallback found at a narrower width keeps wider non-preferred masks out.
-                open_ = (fallback.width == 0) | (fallback.width == size)
-                fallback.offer(ok & ~covered & open_, key, entry.index, width=size)
-        found_best = best.index >= 0
-        chosen = np.where(found_best, best.index, chosen)
+        ok = np.broadcast_to(active, (len(width.entries), count))
+        for matrix, floating, need in zip(matrices, floats, needs, strict=True):
+            ok = ok & (_plus(width.membership @ matrix, floating) >= need)
+        cover: Ints = width.masks
+        if width.single_narrow:
+            cover = cover & single_cover(width.single_narrow)
+        if width.subset_narrow:
+            cover = np.array(np.broadcast_to(cover, ok.shape))
+            for row, entry in enumerate(width.entries):
+                cover[row] &= _subset_cover(plan, entry, width, matrices, floats)
+        covered = cover != 0
+        terms = _terms(tables, bulk, width, gpu_free, matrices) if len(width.entries) > 1 else []
+        found_best, pick = _lowest(ok & covered, terms)
+        chosen = np.where(found_best, width.indices[pick], chosen)
+        if plan.admits_non_preferred:
+            # A fallback found at a narrower width keeps wider non-preferred masks out.
+            found_fallback, pick = _lowest(ok & ~covered & (fallback < 0), terms)
+            fallback = np.where(found_fallback, width.indices[pick], fallback)
         active &= ~found_best
-        if size >= plan.preferred_bound:
-            active &= fallback.index < 0
-    chosen = np.where((chosen < 0) & ~short, fallback.index, chosen)
+        if width.size >= plan.preferred_bound:
+            active &= fallback < 0
+    chosen = np.where(chosen < 0, fallback, chosen)
     every = bulk.every
     if every is not None:
-        chosen = np.where((chosen < 0) & ~short & fits(every), every.index, chosen)
+        fits = np.ones(count, dtype=bool)
+        for matrix, floating, need in zip(matrices, floats, needs, strict=True):
+            fits &= _plus(matrix[list(every.positions)].sum(axis=0), floating) >= need
+        chosen = np.where((chosen < 0) & fits, every.index, chosen)
     return _scores(tables, bulk, rows, chosen)
 
 
-class _Best:
-    """Per node, the lowest (key, mask) offered so far and its entry index (-1: none)."""
+def _terms(
+    tables: Tables, bulk: BulkPlan, width: _Width, gpu_free: Ints, matrices: list[Ints]
+) -> list[Ints | Floats]:
+    """`decide`'s tie-break key per (mask, node), less what cannot change the winner:
+    terms equal on every mask, constants subtracted from every mask, and the mask itself
+    when rows are already in mask order."""
+    plan = bulk.plan
+    terms: list[Ints | Floats] = [width.distances] if width.distinct_distances else []
+    if plan.gpus:
+        candidates = gpu_free & width.gpu_bits
+        found = _bandwidths(tables, bulk, candidates)
+        terms.append(-np.where(found == _NO_SET, 0.0, found))
+        terms.append(np.bitwise_count(candidates))  # GPUs left: less the pod's GPUs
+    if plan.cpu_provider >= 0:
+        terms.append(width.membership @ matrices[plan.cpu_provider])  # less the pod's CPUs
+    if not width.masks_ascending:
+        terms.append(width.masks)
+    return terms
 
-    def __init__(self, count: int) -> None:
-        self.index = np.full(count, -1, dtype=np.int64)
-        self.width = np.zeros(count, dtype=np.int64)
-        self.distance = np.zeros(count)
-        self.bandwidth = np.zeros(count)  # negated, as in the key
-        self.gpu_left = np.zeros(count, dtype=np.int64)
-        self.cpu_left = np.zeros(count, dtype=np.int64)
-        self.mask = np.zeros(count, dtype=np.int64)
 
-    def offer(
-        self,
-        where: Bools,
-        key: tuple[float, Floats, Ints, Ints, int],
-        index: int,
-        *,
-        width: int = 0,
-    ) -> None:
-        if not where.any():
-            return
-        distance, bandwidth, gpu_left, cpu_left, mask = key
-        # Tuple order: the first term that differs decides.
-        lower = mask < self.mask
-        lower = (cpu_left < self.cpu_left) | ((cpu_left == self.cpu_left) & lower)
-        lower = (gpu_left < self.gpu_left) | ((gpu_left == self.gpu_left) & lower)
-        lower = (bandwidth < self.bandwidth) | ((bandwidth == self.bandwidth) & lower)
-        lower = (distance < self.distance) | ((distance == self.distance) & lower)
-        take = where & ((self.index < 0) | lower)
-        self.index[take] = index
-        self.width[take] = width
-        self.distance[take] = distance
-        self.bandwidth[take] = bandwidth[take]
-        self.gpu_left[take] = gpu_left[take]
-        self.cpu_left[take] = cpu_left[take]
-        self.mask[take] = mask
+def _subset_cover(
+    plan: Plan,
+    entry: _Entry,
+    width: _Width,
+    matrices: list[Ints],
+    floats: list[Ints | None],
+) -> Ints:
+    """The bits of `entry`'s preferred sub-masks where each min-width-2+ provider fits."""
+    cover = np.full(matrices[0].shape[1], entry.mask, dtype=np.int64)
+    for i in width.subset_narrow:
+        need = plan.providers[i].resource.need
+        part = np.zeros_like(cover)
+        for sub_mask, sub in entry.subsets[i]:
+            total = _plus(matrices[i][list(sub)].sum(axis=0), floats[i])
+            part |= np.where(total >= need, sub_mask, 0)
+        cover &= part
+    return cover
+
+
+def _lowest(valid: Bools, terms: list[Ints | Floats]) -> tuple[Bools, Ints]:
+    """Per node (column): whether any row is valid, and the first valid row among those
+    whose terms are lowest, compared in order (the first term that differs decides).
+    Overwrites `valid`, which callers build for it."""
+    if valid.shape[0] == 1:
+        return valid[0], np.zeros(valid.shape[1], dtype=np.int64)
+    for term in terms:
+        low = np.where(valid, term, _FLOAT_TOP if term.dtype.kind == "f" else _INT_TOP)
+        valid &= term == low.min(axis=0)
+    found: Bools = np.logical_or.reduce(valid, axis=0)
+    row: Ints = valid.argmax(axis=0)
+    return found, row
+
+
+_FLOAT_TOP = np.inf
+_INT_TOP = np.int64(np.iinfo(np.int64).max)
 
 
 def _bandwidths(tables: Tables, bulk: BulkPlan, candidates: Ints) -> Floats:
@@ -382,36 +447,53 @@ def _scores(tables: Tables, bulk: BulkPlan, rows: Ints, chosen: Ints) -> Ints:
         return np.full(rows.shape[0], REFUSED, dtype=np.int64)  # also: a plan with no masks
     at = np.where(decided, chosen, 0)
     gpus = plan.gpus
-    span = np.minimum(1.0, plan.min_width / bulk.entry_widths[at])
+    span = bulk.entry_span[at]
     links = np.ones(rows.shape[0])
     gpu_free = rows[:, -1]
-    general = np.zeros(rows.shape[0], dtype=bool)
+    general = None
+    fill_sum: Floats | float = 0.0
+    fill_count: Ints | int = 0
     if gpus:
         found = _bandwidths(tables, bulk, gpu_free & bulk.entry_gpu_bits[at])
         general = decided & (found == _NO_SET)  # only `required` finds none; not here
         if gpus >= 2 and plan.best_bandwidth > 0:
             links = found / plan.best_bandwidth
-    fill_sum = np.zeros(rows.shape[0])
-    fill_count = np.zeros(rows.shape[0], dtype=np.int64)
-    if gpus:
         capacity = bulk.entry_any_gpu_count[at]
-        has = capacity > 0
         used = _popcount(bulk.entry_any_gpu_bits[at] & ~gpu_free) + gpus
-        fill = np.minimum(1.0, used / np.where(has, capacity, 1))
-        fill_sum = np.where(has, fill_sum + fill, fill_sum)
-        fill_count += has
+        fill_sum, fill_count = _add_fill(fill_sum, fill_count, used, capacity, bulk.gpu_fill)
     cpus = plan.exclusive_cpus
     if cpus:
         capacity = bulk.entry_cpu_capacity[at]
-        has = capacity > 0
         numa_count = bulk.entry_numa.shape[1]
         free_in_mask = (rows[:, :numa_count] * bulk.entry_numa[at]).sum(axis=1)
-        fill = np.minimum(1.0, (capacity - free_in_mask + cpus) / np.where(has, capacity, 1))
-        fill_sum = np.where(has, fill_sum + fill, fill_sum)
-        fill_count += has
-    pack = np.where(fill_count > 0, fill_sum / np.maximum(fill_count, 1), 1.0)
-    score = _compose(span, links, pack, with_gpus=bool(gpus))
-    return np.where(general, GENERAL, np.where(decided, score, REFUSED))
+        used = capacity - free_in_mask + cpus
+        fill_sum, fill_count = _add_fill(fill_sum, fill_count, used, capacity, bulk.cpu_fill)
+    if isinstance(fill_count, int):
+        # The same count of fills on every mask: none leaves the pack term at 1.
+        pack = fill_sum / fill_count if fill_count else np.ones(rows.shape[0])
+    else:
+        pack = np.where(fill_count > 0, fill_sum / np.maximum(fill_count, 1), 1.0)
+    score = _compose(span, links, np.asarray(pack, dtype=np.float64), with_gpus=bool(gpus))
+    if general is not None:
+        score = np.where(general, GENERAL, score)
+    return np.where(decided, score, REFUSED)
+
+
+def _add_fill(
+    fill_sum: Floats | float,
+    fill_count: Ints | int,
+    used: Ints,
+    capacity: Ints,
+    counted: int,
+) -> tuple[Floats | float, Ints | int]:
+    """`scoring`'s fill term added where the mask has capacity (`counted`: as `gpu_fill`)."""
+    if counted == 0:
+        return fill_sum, fill_count
+    if counted == 1:
+        return fill_sum + np.minimum(1.0, used / capacity), fill_count + 1
+    has = capacity > 0
+    fill = np.minimum(1.0, used / np.where(has, capacity, 1))
+    return np.where(has, fill_sum + fill, fill_sum), fill_count + has
 
 
 def _compose(span: Floats, links: Floats, pack: Floats, *, with_gpus: bool) -> Ints:
@@ -433,5 +515,5 @@ def refusal_reason(bulk: BulkPlan, row: bytes) -> str:
     amounts = []
     for read in bulk.readers:
         vector, floating = read(matrix)
-        amounts.append(([int(v[0]) for v in vector], int(floating[0])))
+        amounts.append(([int(v[0]) for v in vector], 0 if floating is None else int(floating[0])))
     return explain_amounts(bulk.plan, amounts)

@@ -12,7 +12,7 @@ from test_fast_evaluate import BENCH_MIX, _filled, fills, requests, varied_nodes
 from topologies import load
 
 from numatopo_engine import allocation, batch_evaluate
-from numatopo_engine.allocation import evaluate, evaluate_many, group_by_shape
+from numatopo_engine.allocation import evaluate, evaluate_many, group_by_shape, score_many
 from numatopo_engine.annotations import PolicyName
 from numatopo_engine.errors import InvalidRequestError, UnsatisfiableError
 from numatopo_engine.model import NumatopologySpec
@@ -94,6 +94,45 @@ def test_common_requests_are_decided_in_bulk(
 
     monkeypatch.setattr(allocation, "_one", one_by_one)
     actual = _in_bulk(states[0].topology, states, request_)
+
+    assert expected == actual
+
+
+def _from_arrays(
+    spec: NumatopologySpec, states: list[NodeState], probe: PodRequest
+) -> list[Answer]:
+    scored = score_many(spec, states, probe)
+    answers: list[Answer] = [int(score) for score in scored.scores]
+    for where, text in scored.refused:
+        for index in where.tolist():
+            refusal = scored.refusal(index)
+            answers[index] = (text, refusal.reason)
+    return answers
+
+
+@pytest.mark.parametrize("shape", ["dgx1-v100", "h100-nvswitch", "pcie-8gpu", "cpu-2socket-ht"])
+@pytest.mark.parametrize("request_", BENCH_MIX)
+def test_scores_as_arrays_answer_what_evaluate_answers(shape: str, request_: PodRequest) -> None:
+    """`score_many`'s scores, refused pairs and refusals, in bulk or node by node."""
+    states = _cluster(shape)
+    expected = _one_by_one(states[0].topology, states, request_)
+
+    actual = _from_arrays(states[0].topology, states, request_)
+
+    assert expected == actual
+
+
+def test_bulk_refusals_come_as_one_pair_and_are_worded_only_when_read() -> None:
+    """A scheduler sends the summary of thousands of refused nodes without a Refusal each."""
+    states = _cluster("h100-nvswitch")
+    scored = score_many(states[0].topology, states, BENCH_MIX[2].values[0])  # 8 GPUs
+    summary = "best-effort: the node does not have 32 CPUs and 128Gi memory and 8 GPUs free"
+    expected = ([([1, 2, 3, 4, 6, 7, 8, 9, 11], summary)], True)
+
+    actual = (
+        [(where.tolist(), text) for where, text in scored.refused],
+        scored.refusal(11)._reason is None,
+    )
 
     assert expected == actual
 
