@@ -22,13 +22,12 @@ if HERE not in sys.path:
 
 from real_sources import (  # noqa: E402 (importable only once HERE is on sys.path)
     SOURCES,
-    SYSFS_ARCHIVES,
     discover_source,
-    extract_tree,
     through_json,
 )
 
 from numatopo_engine.model import Numatopology  # noqa: E402
+from sysfs_trees import ARCHIVES, extract_tree  # noqa: E402
 
 _COMMON = {
     "deadline": None,
@@ -51,7 +50,7 @@ def tree_root(tmp_path_factory: pytest.TempPathFactory) -> Callable[[str | None]
         if tree is None:
             return None
         if tree not in extracted:
-            extracted[tree] = extract_tree(SYSFS_ARCHIVES[tree], base / tree)
+            extracted[tree] = extract_tree(ARCHIVES[tree], base / tree)
         return extracted[tree]
 
     return root

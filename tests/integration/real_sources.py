@@ -21,7 +21,6 @@ from __future__ import annotations
 
 import json
 import os
-import tarfile
 from collections.abc import Callable
 from dataclasses import dataclass, replace
 from pathlib import Path
@@ -30,9 +29,9 @@ from numatopo_engine.model import Numatopology, NumatopologySpec, ObjectMeta
 from numatopo_exporter.discovery.discover import DiscoverOptions, Readers, discover
 from numatopo_exporter.discovery.nvml import GpuReading, read_nvml
 from numatopo_exporter.discovery.nvml_recording import ReplayNvml
+from sysfs_trees import ARCHIVES
 
 FIXTURES = Path(__file__).resolve().parents[1] / "fixtures"
-SYSFS = FIXTURES / "sysfs"
 HWLOC_XML = FIXTURES / "hwloc-xml"
 TOPO = FIXTURES / "topo"
 NVML = FIXTURES / "nvml"
@@ -46,19 +45,12 @@ NVML_HOST_TREE = "32em64t-2n8c+dax+nvme+mic+dimms"
 RESERVING_KUBELET = KUBELET / "static-single-numa" / "var" / "lib" / "kubelet"
 
 
-def archive_stem(archive: Path) -> str:
-    return archive.name.split(".tar.")[0]
-
-
-SYSFS_ARCHIVES = {archive_stem(path): path for path in sorted(SYSFS.glob("*/*.tar.*"))}
-
-
 @dataclass(frozen=True)
 class Source:
     """One node's worth of saved topology files, and how `inspect` is told to read them."""
 
     id: str
-    tree: str | None = None  # a SYSFS_ARCHIVES key: read live from that tree
+    tree: str | None = None  # an ARCHIVES key (tests/sysfs_trees.py): read live from that tree
     hwloc_xml: str | None = None  # a file name under HWLOC_XML
     topo: str | None = None  # a file name under TOPO
     nvml: str | None = None  # a recording under NVML, replayed onto `tree`
@@ -105,7 +97,7 @@ class Source:
 
 
 def _catalogue() -> dict[str, Source]:
-    sources = [Source(id=f"sysfs:{stem}", tree=stem) for stem in SYSFS_ARCHIVES]
+    sources = [Source(id=f"sysfs:{stem}", tree=stem) for stem in ARCHIVES]
     sources += [
         Source(id=f"hwloc-xml:{path.name}", hwloc_xml=path.name)
         for path in sorted(HWLOC_XML.iterdir())
@@ -137,25 +129,6 @@ def _catalogue() -> dict[str, Source]:
 
 SOURCES = _catalogue()
 SOURCE_IDS = sorted(SOURCES)
-
-
-def extract_tree(archive: Path, dest: Path) -> Path:
-    """Unpack a gathered tree into `dest`; the folder that holds `sys/`."""
-
-    def stay_inside(member: tarfile.TarInfo, path: str) -> tarfile.TarInfo | None:
-        try:
-            return tarfile.data_filter(member, path)
-        except (tarfile.AbsoluteLinkError, tarfile.LinkOutsideDestinationError):
-            # ghw's etc/mtab -> /proc/self/mounts points at the gathering host, not sysfs.
-            return None
-
-    dest.mkdir(parents=True)
-    with tarfile.open(archive) as tar:
-        tar.extractall(dest, filter=stay_inside)
-    if (dest / "sys").is_dir():
-        return dest
-    (top,) = (p for p in dest.iterdir() if (p / "sys").is_dir())
-    return top
 
 
 def _replay(recording: Path) -> Callable[[], GpuReading]:

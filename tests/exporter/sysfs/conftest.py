@@ -14,14 +14,14 @@ import gzip
 import os
 import shutil
 import subprocess
-import tarfile
 from collections.abc import Callable, Mapping
 from pathlib import Path
 
 import pytest
 
+from sysfs_trees import ARCHIVES, extract_tree
+
 FIXTURES = Path(__file__).resolve().parents[2] / "fixtures"
-SYSFS_ARCHIVES = FIXTURES / "sysfs"
 LSTOPO_REFERENCES = FIXTURES / "lstopo"
 LSTOPO = "lstopo-no-graphics"
 
@@ -31,34 +31,7 @@ HOST_INFOS = frozenset(
 )
 
 
-def archive_stem(archive: Path) -> str:
-    return archive.name.split(".tar.")[0]
-
-
-ARCHIVES: dict[str, Path] = {
-    archive_stem(path): path for path in sorted(SYSFS_ARCHIVES.glob("*/*.tar.*"))
-}
 TREE_IDS = sorted(ARCHIVES)
-
-
-def extract_tree(archive: Path, dest: Path) -> Path:
-    """Unpack an archive safely into `dest`; the folder that holds `sys/`."""
-
-    def stay_inside(member: tarfile.TarInfo, path: str) -> tarfile.TarInfo | None:
-        try:
-            return tarfile.data_filter(member, path)
-        except (tarfile.AbsoluteLinkError, tarfile.LinkOutsideDestinationError):
-            # A gathered tree can hold links to the gathering host (ghw's etc/mtab ->
-            # /proc/self/mounts); they are not sysfs. Names escaping `dest` still raise.
-            return None
-
-    dest.mkdir(parents=True)
-    with tarfile.open(archive) as tar:
-        tar.extractall(dest, filter=stay_inside)
-    if (dest / "sys").is_dir():
-        return dest
-    (top,) = (p for p in dest.iterdir() if (p / "sys").is_dir())
-    return top
 
 
 @pytest.fixture(scope="session")
