@@ -3,16 +3,13 @@
 from __future__ import annotations
 
 import argparse
-import asyncio
-import logging
-import sys
 from pathlib import Path
 
 from numatopo_exporter import kube
 from numatopo_exporter.agent import cgroupfs, kubelet
 from numatopo_exporter.agent.loop import AgentLoop
 from numatopo_exporter.agent.metrics import AgentMetrics
-from numatopo_exporter.commands.node_flags import add_node_flags
+from numatopo_exporter.commands.node_flags import add_node_flags, start
 from numatopo_exporter.daemon import metrics
 
 
@@ -44,19 +41,14 @@ async def serve(args: argparse.Namespace) -> int:
 
 
 def run(args: argparse.Namespace) -> int:
-    logging.basicConfig(
-        level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s"
-    )
-    if not args.node_name:
-        print("numatopo agent: no node name: pass --node-name or set NODE_NAME", file=sys.stderr)
-        return 2
-    try:
+    return start(
+        "agent",
+        args,
+        serve,
+        errors=(kube.ApiError, cgroupfs.CgroupError),
         # Checked once at start: a wrong mount is a configuration error, not drift.
-        cgroupfs.detect_hierarchy(args.cgroup_root)
-        return asyncio.run(serve(args))
-    except (kube.ApiError, cgroupfs.CgroupError) as exc:
-        print(f"numatopo agent: {exc}", file=sys.stderr)
-        return 2
+        check=lambda: cgroupfs.detect_hierarchy(args.cgroup_root),
+    )
 
 
 def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:

@@ -6,7 +6,6 @@ import argparse
 import asyncio
 import contextlib
 import logging
-import sys
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -14,7 +13,7 @@ from typing import Any
 
 from numatopo_engine.model import NumatopologySpec
 from numatopo_exporter import kube
-from numatopo_exporter.commands.node_flags import add_node_flags
+from numatopo_exporter.commands.node_flags import add_node_flags, start
 from numatopo_exporter.daemon import metrics, publishing, udev
 from numatopo_exporter.daemon.backoff import Backoff
 from numatopo_exporter.daemon.loop import ExporterLoop, ScanError
@@ -113,22 +112,10 @@ async def serve(
 
 
 def run(args: argparse.Namespace) -> int:
-    logging.basicConfig(
-        level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s"
-    )
     problem = ""
-    if not args.node_name:
-        problem = "no node name: pass --node-name or set NODE_NAME"
-    elif not args.sysfs_root.is_dir():
+    if not args.sysfs_root.is_dir():
         problem = f"--sysfs-root {args.sysfs_root}: no such directory"
-    if problem:
-        print(f"numatopo exporter: {problem}", file=sys.stderr)
-        return 2
-    try:
-        return asyncio.run(serve(args))
-    except (kube.ApiError, ScanError) as exc:
-        print(f"numatopo exporter: {exc}", file=sys.stderr)
-        return 2
+    return start("exporter", args, serve, errors=(kube.ApiError, ScanError), problem=problem)
 
 
 def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
