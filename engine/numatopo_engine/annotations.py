@@ -9,7 +9,7 @@ from __future__ import annotations
 import enum
 from typing import Annotated, Literal
 
-from pydantic import Field
+from pydantic import Field, NonNegativeInt
 
 from numatopo_engine.cpuset import CPUSet
 from numatopo_engine.model import WireModel
@@ -21,6 +21,7 @@ __all__ = [
     "MAX_NUMA_NODES",
     "POLICY",
     "PREFIX",
+    "REASON",
     "SCOPE",
     "SMT",
     "STATE",
@@ -44,6 +45,9 @@ GPU_LINKS = PREFIX + "gpu-links"
 MAX_NUMA_NODES = PREFIX + "max-numa-nodes"
 ASSIGNMENT = PREFIX + "assignment"
 STATE = PREFIX + "state"
+# Why a pod is `Unsatisfiable` or `Invalid`. Written in the same patch as `STATE`, so no
+# crash can leave a pod with a verdict and no reason; Events are posted from it.
+REASON = PREFIX + "reason"
 
 USER_ANNOTATIONS = (POLICY, SCOPE, CPU, SMT, GPU_LINKS, MAX_NUMA_NODES)
 
@@ -115,6 +119,15 @@ class Assignment(WireModel):
     numa_nodes: list[int] = Field(default_factory=list)
     policy: PolicyName = PolicyName.NONE
     containers: dict[str, ContainerAssignment] = Field(default_factory=dict)
+    seq: NonNegativeInt = Field(
+        default=0,
+        description=(
+            "Decision sequence on the node: the operator writes one more than the highest "
+            "sequence booked there. The agent orders exclusive claims by it, so what is "
+            "already enforced is never displaced by a later claim. 0: decided before "
+            "sequences existed (oldest)."
+        ),
+    )
 
     def to_annotation(self) -> str:
         return self.model_dump_json(by_alias=True, exclude_none=True)

@@ -32,6 +32,9 @@ _KEPT = {
     "format",
     "nullable",
     "default",
+    # Kubernetes' own extensions: how server-side apply merges lists and maps.
+    "x-kubernetes-list-type",
+    "x-kubernetes-list-map-keys",
 }
 
 

@@ -258,11 +258,30 @@ class FreeNuma(WireModel):
 
 
 class NumatopologyStatus(WireModel):
-    conditions: list[Condition] = Field(default_factory=list)
+    conditions: list[Condition] = Field(
+        default_factory=list,
+        description=(
+            "Keyed by type: each node-side writer (exporter, agent) server-side applies "
+            "only its own conditions under its own field manager, so none removes another's."
+        ),
+        # A map list lets the API server merge applied entries by `type` and track an
+        # owner per entry; an atomic list would make the last writer drop the others'.
+        json_schema_extra={
+            "x-kubernetes-list-type": "map",
+            "x-kubernetes-list-map-keys": ["type"],
+        },
+    )
     free: list[FreeNuma] = Field(default_factory=list)
     free_cpus: NonNegInt = Field(default=0, alias="freeCPUs")
     free_gpus: NonNegInt = Field(default=0, alias="freeGPUs")
     pods: NonNegInt = 0
+    heartbeat: str = Field(
+        default="",
+        description=(
+            "RFC 3339 time of the exporter's last successful resync; the operator stops "
+            "placing on a node whose heartbeat is older than its staleness bound."
+        ),
+    )
 
 
 class ObjectMeta(WireModel):

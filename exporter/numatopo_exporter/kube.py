@@ -33,7 +33,7 @@ from typing import Any, Self
 import aiohttp
 import yaml
 
-from numatopo_engine.model import API_VERSION, Numatopology
+from numatopo_engine.model import API_VERSION, KIND, Numatopology
 
 __all__ = [
     "APPLY",
@@ -41,6 +41,7 @@ __all__ = [
     "STRATEGIC",
     "ApiError",
     "KubeClient",
+    "apply_numatopology_status",
     "numatopology_path",
     "pod_path",
 ]
@@ -63,6 +64,38 @@ def numatopology_path(name: str | None = None, *, subresource: str = "") -> str:
     if name is None:
         return base
     return f"{base}/{name}" + (f"/{subresource}" if subresource else "")
+
+
+async def apply_numatopology_status(
+    client: KubeClient, node_name: str, status: Body, *, field_manager: str
+) -> Body:
+    """Server-side apply `status` (only the fields `field_manager` owns) to the status
+    subresource of `Numatopology/<node_name>`; returns the stored object.
+
+    The exporter and the agent write conditions of the same object. `conditions` is a
+    map list keyed by `type` in the CRD, so the API server merges each applied entry by
+    its type and keeps the entries other managers own: no GET, no resourceVersion
+    check, no read-modify-write race in which one writer's list replaces the other's.
+    An entry this manager applied before and leaves out now is removed by the server.
+
+    `force`: each condition type has exactly one writer, so a conflict can only be an
+    older version of the same process (or a hand edit) holding the field. Unlike
+    `KubeClient.apply` this never creates the object: a status subresource cannot, and
+    the exporter creates the object with its spec; an absent object is `ApiError` 404.
+    """
+    body = {
+        "apiVersion": API_VERSION,
+        "kind": KIND,
+        "metadata": {"name": node_name},
+        "status": status,
+    }
+    return await client.request(
+        "PATCH",
+        numatopology_path(node_name, subresource="status"),
+        body=body,
+        params={"fieldManager": field_manager, "force": "true"},
+        content_type=APPLY,
+    )
 
 
 def pod_path(namespace: str, name: str, *, subresource: str = "") -> str:

@@ -45,3 +45,20 @@ def test_crd_contract() -> None:
     assert ["numatopo", "ntp"] == crd["spec"]["names"]["shortNames"]
     assert "numatopology" == crd["spec"]["names"]["singular"]
     assert "Cluster" == crd["spec"]["scope"]
+
+
+def test_conditions_merge_by_type_under_server_side_apply() -> None:
+    """The exporter and the agent each apply only their own conditions; the API server
+    keeps both only when the list is a map keyed by `type` (an atomic list is replaced
+    whole by each apply, so the last writer would drop the other's conditions)."""
+    crd = yaml.safe_load(render())
+    status = crd["spec"]["versions"][0]["schema"]["openAPIV3Schema"]["properties"]["status"]
+    conditions = status["properties"]["conditions"]
+
+    assert ("map", ["type"]) == (
+        conditions.get("x-kubernetes-list-type"),
+        conditions.get("x-kubernetes-list-map-keys"),
+    )
+    # A map key must be required, or the API server refuses the CRD.
+    assert "type" in conditions["items"]["required"]
+    assert "string" == status["properties"]["heartbeat"]["type"]

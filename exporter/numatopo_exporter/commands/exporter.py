@@ -17,19 +17,28 @@ from numatopo_exporter.commands.node_flags import add_node_flags, start
 from numatopo_exporter.daemon import metrics, publishing, udev
 from numatopo_exporter.daemon.backoff import Backoff
 from numatopo_exporter.daemon.loop import ExporterLoop, ScanError
-from numatopo_exporter.discovery.discover import DiscoverOptions, discover
+from numatopo_exporter.discovery.discover import DiscoverOptions, Discovery, discover
 
 logger = logging.getLogger("numatopo.exporter")
 
 
 def make_scan(options: DiscoverOptions) -> Callable[[], NumatopologySpec]:
     """The exporter's scan: live discovery (sysfs, NVML, kubelet) of `options`."""
+    scan = make_discovery_scan(options)
+    return lambda: scan().spec
 
-    def scan() -> NumatopologySpec:
+
+def make_discovery_scan(options: DiscoverOptions) -> Callable[[], Discovery]:
+    """`make_scan`, keeping what discovery ignored (the exporter's `Degraded` condition)."""
+
+    def scan() -> Discovery:
         found = discover(options)
         for notice in found.notices:
-            logger.info("%s", notice)
-        return found.spec
+            if notice in found.ignored:
+                logger.warning("%s", notice)
+            else:
+                logger.info("%s", notice)
+        return found
 
     return scan
 
@@ -47,7 +56,7 @@ def scan_options(args: argparse.Namespace) -> DiscoverOptions:
 async def serve(
     args: argparse.Namespace,
     *,
-    scan: Callable[[], NumatopologySpec] | None = None,
+    scan: Callable[[], NumatopologySpec | Discovery] | None = None,
     udev_monitor: Any = None,
 ) -> int:
     """Run the exporter that `args` describe until cancelled (or once, with --oneshot).
@@ -55,7 +64,7 @@ async def serve(
     `scan` and `udev_monitor` replace live discovery and the kernel's netlink socket
     (tests); None means the real ones.
     """
-    scan = scan or make_scan(scan_options(args))
+    scan = scan or make_discovery_scan(scan_options(args))
     exporter_metrics = metrics.ExporterMetrics()
     async with contextlib.AsyncExitStack() as stack:
         sink: publishing.Sink
@@ -78,7 +87,7 @@ async def serve(
         if args.oneshot:
             # Not loop.step(): a single run reports its failure instead of retrying.
             spec = await loop.scan_once()
-            await sink.publish(spec, scanned_at=loop.scanned_at)
+            await sink.publish(spec, scanned_at=loop.scanned_at, ignored=loop.ignored)
             return 0
         if args.metrics_port:
             runner = await metrics.start_metrics_server(

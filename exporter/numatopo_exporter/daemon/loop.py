@@ -19,6 +19,7 @@ from numatopo_exporter import kube
 from numatopo_exporter.daemon.backoff import Backoff
 from numatopo_exporter.daemon.metrics import ExporterMetrics
 from numatopo_exporter.daemon.publishing import Sink
+from numatopo_exporter.discovery.discover import Discovery
 from numatopo_exporter.discovery.errors import DiscoveryError
 
 __all__ = ["ExporterLoop", "ScanError"]
@@ -32,8 +33,9 @@ class ScanError(Exception):
 
 @dataclass
 class ExporterLoop:
-    scan: Callable[[], NumatopologySpec]
-    """Reads the node's topology (blocking; run in a thread)."""
+    scan: Callable[[], NumatopologySpec | Discovery]
+    """Reads the node's topology (blocking; run in a thread). A `Discovery` also says
+    what input was ignored, which is published as the `Degraded` condition."""
     sink: Sink
     metrics: ExporterMetrics = field(default_factory=ExporterMetrics)
     resync_seconds: float = 300.0
@@ -42,6 +44,7 @@ class ExporterLoop:
     clock: Callable[[], float] = time.time
 
     spec: NumatopologySpec | None = field(default=None, init=False)
+    ignored: list[str] = field(default_factory=list, init=False)
     scanned_at: float = field(default=0.0, init=False)
     _wake: asyncio.Event = field(default_factory=asyncio.Event, init=False)
     _rescan: bool = field(default=True, init=False)
@@ -58,10 +61,12 @@ class ExporterLoop:
     async def scan_once(self) -> NumatopologySpec:
         started = time.perf_counter()
         try:
-            spec = await asyncio.to_thread(self.scan)
+            found = await asyncio.to_thread(self.scan)
         except (DiscoveryError, OSError, ValueError) as exc:
             self.metrics.scans.labels(outcome="error").inc()
             raise ScanError(f"scan failed: {exc}") from exc
+        spec = found.spec if isinstance(found, Discovery) else found
+        self.ignored = list(found.ignored) if isinstance(found, Discovery) else []
         self.metrics.scan_duration.observe(time.perf_counter() - started)
         self.metrics.scans.labels(outcome="ok").inc()
         self.metrics.gpus.set(len(spec.gpus))
@@ -77,7 +82,7 @@ class ExporterLoop:
                 self._rescan = False
                 await self.scan_once()
             assert self.spec is not None
-            if await self.sink.publish(self.spec, scanned_at=self.scanned_at):
+            if await self.sink.publish(self.spec, scanned_at=self.scanned_at, ignored=self.ignored):
                 self.metrics.publishes.inc()
         except ScanError as exc:
             self._rescan = True

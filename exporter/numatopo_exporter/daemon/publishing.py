@@ -8,9 +8,13 @@ How the exporter writes (and why):
   2. Only when the hashes differ: server-side apply (field manager `numatopo-exporter`,
      forced: this process owns the spec) of the whole object, with an ownerReference to
      the Node so the object is garbage-collected with its node.
-  3. Only when the `Exported` condition would change (it names the hash and the scan
-     time of the published spec): a merge patch of the status subresource. A resync
-     that finds nothing new makes no write at all, which matters on large clusters.
+  3. Server-side apply of the status subresource with only what the exporter owns: its
+     conditions (`Exported`, `Degraded`) and `heartbeat`, same field manager. The agent
+     applies its own condition under `numatopo-agent`; `conditions` is a map list keyed
+     by type, so neither write removes the other's (no read-modify-write of the list).
+     Written when a condition would change, or after a new scan (the heartbeat: every
+     resync). A republish that finds nothing new (the watch saw our own write, or the
+     operator's) makes no write at all, which matters on large clusters.
 """
 
 from __future__ import annotations
@@ -21,7 +25,7 @@ import hashlib
 import json
 import logging
 import sys
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from typing import Any, Protocol, TextIO
 
 from pydantic import ValidationError
@@ -31,6 +35,7 @@ from numatopo_exporter import kube
 from numatopo_exporter.daemon.backoff import Backoff
 
 __all__ = [
+    "DEGRADED",
     "EXPORTED",
     "FIELD_MANAGER",
     "HASH_ANNOTATION",
@@ -39,6 +44,7 @@ __all__ = [
     "Sink",
     "build_object",
     "plan_exported_condition",
+    "plan_status",
     "published_hash",
     "spec_hash",
 ]
@@ -46,6 +52,9 @@ __all__ = [
 FIELD_MANAGER = "numatopo-exporter"
 HASH_ANNOTATION = "numatopo.io/spec-hash"
 EXPORTED = "Exported"
+DEGRADED = "Degraded"
+# Condition messages are for people; the API server takes more, `kubectl` shows less.
+_MESSAGE_LIMIT = 1000
 
 logger = logging.getLogger("numatopo.exporter")
 
@@ -87,35 +96,99 @@ def _rfc3339(timestamp: float) -> str:
     return moment.strftime("%Y-%m-%dT%H:%M:%SZ")
 
 
+def _condition(
+    old: dict[str, Any] | None, *, type_: str, status: str, reason: str, message: str, now: float
+) -> dict[str, Any]:
+    """A condition, keeping the stored transition time while the status stays the same."""
+    kept = old is not None and old.get("status") == status and old.get("lastTransitionTime")
+    return {
+        "type": type_,
+        "status": status,
+        "reason": reason,
+        "message": message,
+        "lastTransitionTime": old["lastTransitionTime"] if kept and old else _rfc3339(now),
+    }
+
+
 def plan_exported_condition(
     conditions: list[dict[str, Any]], *, digest: str, scanned_at: float, now: float
-) -> list[dict[str, Any]] | None:
-    """The new `status.conditions` with `Exported` set for spec `digest`, or None when the
-    stored condition already says exactly that. Other conditions are kept as they are."""
-    message = f"spec {digest} published from the scan at {_rfc3339(scanned_at)}"
+) -> dict[str, Any] | None:
+    """The `Exported` condition for spec `digest`, or None when the stored condition
+    already says exactly that."""
     old = next((c for c in conditions if c.get("type") == EXPORTED), None)
     if old is not None and old.get("status") == "True" and digest in str(old.get("message")):
         return None
-    transition = (
-        old["lastTransitionTime"]
-        if old is not None and old.get("status") == "True" and old.get("lastTransitionTime")
-        else _rfc3339(now)
+    message = f"spec {digest} published from the scan at {_rfc3339(scanned_at)}"
+    return _condition(
+        old, type_=EXPORTED, status="True", reason="Published", message=message, now=now
     )
-    updated = {
-        "type": EXPORTED,
-        "status": "True",
-        "reason": "Published",
-        "message": message,
-        "lastTransitionTime": transition,
+
+
+def degraded_condition(
+    conditions: list[dict[str, Any]], *, ignored: Sequence[str], now: float
+) -> dict[str, Any]:
+    """`Degraded`: True naming what discovery ignored to publish the rest, else False.
+
+    Always present (False when all input was read), so that `kubectl wait` and alerts
+    can tell "read cleanly" from "not reported yet".
+    """
+    old = next((c for c in conditions if c.get("type") == DEGRADED), None)
+    if not ignored:
+        return _condition(
+            old,
+            type_=DEGRADED,
+            status="False",
+            reason="AllInputRead",
+            message="discovery used every topology input it found",
+            now=now,
+        )
+    message = "published what could be read; ignored: " + "; ".join(ignored)
+    if len(message) > _MESSAGE_LIMIT:
+        message = message[: _MESSAGE_LIMIT - 25] + " ... (see exporter log)"
+    return _condition(
+        old, type_=DEGRADED, status="True", reason="IgnoredInput", message=message, now=now
+    )
+
+
+def plan_status(
+    stored: dict[str, Any],
+    *,
+    digest: str,
+    scanned_at: float,
+    ignored: Sequence[str],
+    heartbeat: str | None,
+    now: float,
+) -> dict[str, Any] | None:
+    """The status fields the exporter owns, to apply; None when nothing would change.
+
+    `heartbeat` is the new beat after a scan, or None (a republish: no beat due). Every
+    apply carries all the exporter's fields, beat included: with server-side apply a
+    field the manager owned and leaves out is removed.
+    """
+    conditions = [c for c in stored.get("conditions") or [] if isinstance(c, dict)]
+    exported = plan_exported_condition(conditions, digest=digest, scanned_at=scanned_at, now=now)
+    degraded = degraded_condition(conditions, ignored=ignored, now=now)
+    old_degraded = next((c for c in conditions if c.get("type") == DEGRADED), None)
+    stored_beat = str(stored.get("heartbeat") or "")
+    if exported is None and degraded == old_degraded and heartbeat is None:
+        return None
+    if exported is None:
+        exported = next(c for c in conditions if c.get("type") == EXPORTED)
+    return {
+        "conditions": [exported, degraded],
+        "heartbeat": heartbeat or stored_beat or _rfc3339(now),
     }
-    return [c for c in conditions if c.get("type") != EXPORTED] + [updated]
 
 
 class Sink(Protocol):
     """Where a scanned spec goes: the API (`Publisher`) or stdout (`PrintingSink`)."""
 
-    async def publish(self, spec: NumatopologySpec, *, scanned_at: float) -> bool:
-        """Make the published spec equal `spec`; True if something was written."""
+    async def publish(
+        self, spec: NumatopologySpec, *, scanned_at: float, ignored: Sequence[str] = ()
+    ) -> bool:
+        """Make the published spec equal `spec`; True if something was written.
+
+        `ignored` names the input discovery left out to publish the rest (Degraded)."""
         ...
 
 
@@ -128,7 +201,9 @@ class PrintingSink:
         self.out = sys.stdout if out is None else out
         self._last: str | None = None
 
-    async def publish(self, spec: NumatopologySpec, *, scanned_at: float) -> bool:
+    async def publish(
+        self, spec: NumatopologySpec, *, scanned_at: float, ignored: Sequence[str] = ()
+    ) -> bool:
         digest = spec_hash(spec)
         if digest == self._last:
             return False
@@ -153,6 +228,7 @@ class Publisher:
         self.node_name = node_name
         self.clock = clock
         self._node_uid: str | None = None
+        self._beat_scanned_at: float | None = None
         self.path = kube.numatopology_path(node_name)
 
     async def node_uid(self) -> str:
@@ -168,7 +244,9 @@ class Publisher:
             self._node_uid = str(node["metadata"]["uid"])
         return self._node_uid
 
-    async def publish(self, spec: NumatopologySpec, *, scanned_at: float) -> bool:
+    async def publish(
+        self, spec: NumatopologySpec, *, scanned_at: float, ignored: Sequence[str] = ()
+    ) -> bool:
         uid = await self.node_uid()
         digest = spec_hash(spec)
         current = await self.client.get_optional(self.path)
@@ -178,15 +256,23 @@ class Publisher:
             current = await self.client.apply(self.path, wanted, field_manager=FIELD_MANAGER)
             wrote = True
             logger.info("published %s spec %s", self.path, digest)
-        conditions = (current.get("status") or {}).get("conditions") or []
-        planned = plan_exported_condition(
-            conditions, digest=digest, scanned_at=scanned_at, now=self.clock()
+        now = self.clock()
+        # A beat per scan, not per publish: the watch's republish after our own write
+        # must not write again (that would be a write loop).
+        beat = _rfc3339(now) if scanned_at != self._beat_scanned_at else None
+        planned = plan_status(
+            current.get("status") or {},
+            digest=digest,
+            scanned_at=scanned_at,
+            ignored=ignored,
+            heartbeat=beat,
+            now=now,
         )
         if planned is not None:
-            await self.client.patch(
-                kube.numatopology_path(self.node_name, subresource="status"),
-                {"status": {"conditions": planned}},
+            await kube.apply_numatopology_status(
+                self.client, self.node_name, planned, field_manager=FIELD_MANAGER
             )
+            self._beat_scanned_at = scanned_at
             wrote = True
         return wrote
 

@@ -29,6 +29,7 @@ from numatopo_exporter.discovery.hostroot import HostRoot
 if TYPE_CHECKING:
     from numatopo_exporter.discovery.kubelet import KubeletReading
     from numatopo_exporter.discovery.nvml import GpuReading
+    from numatopo_exporter.discovery.sysfs import SysfsReading
 
 __all__ = ["DiscoverOptions", "Discovery", "Readers", "discover", "merge_offline"]
 
@@ -63,16 +64,19 @@ class Discovery:
 
     spec: NumatopologySpec
     notices: list[str] = field(default_factory=list)
+    ignored: list[str] = field(default_factory=list)
+    """Input the readers left out to publish the rest (broken firmware tables, files
+    that make no sense); also in `notices`. The exporter publishes it as `Degraded`."""
 
 
 # The readers are imported when called, so that `numatopo inspect --sample` does not pay
 # for pynvml, and so that tests can swap any of them for a fake.
 
 
-def _read_sysfs(root: HostRoot) -> NumatopologySpec:
+def _read_sysfs(root: HostRoot) -> SysfsReading:
     from numatopo_exporter.discovery import sysfs
 
-    return sysfs.read_sysfs(root)
+    return sysfs.read_sysfs_checked(root)
 
 
 def _read_nvml() -> GpuReading:
@@ -115,7 +119,7 @@ def _merge_kubelet(base: NumatopologySpec, reading: KubeletReading) -> Numatopol
 class Readers:
     """The sources `discover` calls; tests replace some with fakes."""
 
-    sysfs: Callable[[HostRoot], NumatopologySpec] = _read_sysfs
+    sysfs: Callable[[HostRoot], NumatopologySpec | SysfsReading] = _read_sysfs
     nvml: Callable[[], GpuReading] = _read_nvml
     hwloc_xml: Callable[[Path], NumatopologySpec] = _read_hwloc_xml
     nvidia_smi_topo: Callable[[Path], NumatopologySpec] = _read_nvidia_smi_topo
@@ -134,17 +138,18 @@ def discover(options: DiscoverOptions, *, readers: Readers | None = None) -> Dis
     """
     readers = readers or Readers()
     notices: list[str] = []
+    ignored: list[str] = []
     try:
         if options.offline:
             spec = _discover_offline(options, readers, notices)
         else:
-            spec = _discover_live(options, readers, notices)
+            spec = _discover_live(options, readers, notices, ignored)
         spec = _apply_kubelet(spec, options, readers, notices)
     except ValidationError as error:
         # A reader or merge produced an inconsistent spec: the input contradicts itself.
         first = error.errors()[0]
         raise DiscoveryError(f"inconsistent topology: {first['msg']}") from None
-    return Discovery(spec=spec, notices=notices)
+    return Discovery(spec=spec, notices=[*ignored, *notices], ignored=ignored)
 
 
 def _require_file(path: Path, what: str) -> None:
@@ -178,12 +183,17 @@ def _discover_offline(
 
 
 def _discover_live(
-    options: DiscoverOptions, readers: Readers, notices: list[str]
+    options: DiscoverOptions, readers: Readers, notices: list[str], ignored: list[str]
 ) -> NumatopologySpec:
     root = options.sysfs_root
     if not root.is_dir():
         raise DiscoveryError("no such directory (expected the root of a node's file system)", root)
-    spec = readers.sysfs(HostRoot(root))
+    read = readers.sysfs(HostRoot(root))
+    if isinstance(read, NumatopologySpec):
+        spec = read
+    else:
+        spec = read.spec
+        ignored.extend(read.ignored)
     if options.use_nvml:
         try:
             reading = readers.nvml()

@@ -70,14 +70,14 @@ from numatopo_exporter.discovery.hostroot import HostRoot
 from numatopo_exporter.discovery.pci import GPU_VENDORS, PciDevice, PciTree, gpu_vendor, path_class
 from numatopo_exporter.discovery.sysfs_files import (
     list_dir,
-    read_cpulist,
+    parse_cpulist,
     read_cpus,
     read_int,
     read_optional,
     read_text,
 )
 
-__all__ = ["hugepage_size_key", "read_sysfs"]
+__all__ = ["SysfsReading", "hugepage_size_key", "read_sysfs", "read_sysfs_checked"]
 
 logger = logging.getLogger(__name__)
 
@@ -87,16 +87,36 @@ _HUGEPAGES = re.compile(r"^hugepages-(\d+)kB$")
 _MEMTOTAL = re.compile(r"MemTotal:\s*(\d+)\s*kB")
 
 
+@dataclass(frozen=True)
+class SysfsReading:
+    spec: NumatopologySpec
+    ignored: list[str] = field(default_factory=list)
+    """What was left out or worked around to publish the rest (see "Broken input")."""
+
+
 def read_sysfs(root: HostRoot) -> NumatopologySpec:
     """Read the node's topology from `root/sys` (and `root/proc`); see the module docstring."""
+    return read_sysfs_checked(root).spec
+
+
+def read_sysfs_checked(root: HostRoot) -> SysfsReading:
+    """`read_sysfs`, also saying what it ignored (each item is logged as a warning too)."""
+    ignored: list[str] = []
+    spec = _read(root, ignored)
+    for item in ignored:
+        logger.warning("%s", item)
+    return SysfsReading(spec=spec, ignored=ignored)
+
+
+def _read(root: HostRoot, ignored: list[str]) -> NumatopologySpec:
     sys_dir = str(root.sys())
     cpu_dir = os.path.join(sys_dir, "devices", "system", "cpu")
     cpu_ids = sorted(int(m.group(1)) for m in map(_CPU.match, list_dir(cpu_dir)) if m)
     if not cpu_ids:
         raise DiscoveryError("no cpuN directories: not a sysfs tree?", cpu_dir)
-    online = _online_cpus(cpu_dir, cpu_ids)
-    nodes = _read_numa_nodes(sys_dir, str(root.proc()), cpu_ids)
-    cpus = _read_cpus(cpu_dir, cpu_ids, online, nodes)
+    online = _online_cpus(cpu_dir, cpu_ids, ignored)
+    nodes = _read_numa_nodes(sys_dir, str(root.proc()), cpu_ids, ignored)
+    cpus = _read_cpus(cpu_dir, cpu_ids, online, nodes, ignored)
     numa_nodes = [
         NumaNode(
             id=node.id,
@@ -152,26 +172,46 @@ def hugepage_size_key(size_kib: int) -> str:
 # -- CPUs -----------------------------------------------------------------------------
 
 
-def _online_cpus(cpu_dir: str, cpu_ids: list[int]) -> frozenset[int]:
-    """`cpu/online` when the kernel has it, else each `cpuN/online` (absent = online)."""
+def _online_cpus(cpu_dir: str, cpu_ids: list[int], ignored: list[str]) -> frozenset[int]:
+    """`cpu/online` when the kernel has it, else each `cpuN/online` (absent = online).
+
+    An empty file says nothing: an empty `cpu/online` falls back to the per-CPU files,
+    an empty `cpuN/online` counts as online, as hwloc counts a CPU it cannot read as
+    offline as online (only an explicit 0 takes a CPU away).
+    """
     listed = os.path.join(cpu_dir, "online")
     if os.path.lexists(listed):
-        return read_cpulist(listed).ids
+        whole = read_text(listed)
+        if whole:
+            return parse_cpulist(whole, listed).ids
+        ignored.append(f"{listed} is empty; read each cpuN/online instead")
     online: set[int] = set()
+    unknown: set[int] = set()
     for cpu in cpu_ids:
         text = read_optional(os.path.join(cpu_dir, f"cpu{cpu}", "online"))
         if text is None or text == "1":
             online.add(cpu)
+        elif text == "":
+            online.add(cpu)
+            unknown.add(cpu)
         elif text != "0":
             raise DiscoveryError(
                 f"expected 0 or 1, found {text[:40]!r}",
                 os.path.join(cpu_dir, f"cpu{cpu}", "online"),
             )
+    if unknown:
+        ignored.append(
+            f"cpuN/online is empty for CPUs {CPUSet(unknown)} under {cpu_dir}; counted online"
+        )
     return frozenset(online)
 
 
 def _read_cpus(
-    cpu_dir: str, cpu_ids: list[int], online: frozenset[int], nodes: list[_RawNode]
+    cpu_dir: str,
+    cpu_ids: list[int],
+    online: frozenset[int],
+    nodes: list[_RawNode],
+    ignored: list[str],
 ) -> list[Cpu]:
     numa_of = {cpu: node.id for node in nodes for cpu in node.cpus}
     known = set(cpu_ids)
@@ -179,6 +219,7 @@ def _read_cpus(
     socket_of: dict[int, int] = {}
     # Sockets numbered by core_siblings groups, for kernels that say -1.
     group_socket: dict[int, int] = {}
+    unknown_package: set[int] = set()
     for cpu in cpu_ids:
         if cpu not in online or cpu in core_of:
             continue
@@ -189,13 +230,21 @@ def _read_cpus(
             continue
         siblings = _siblings(topology, "thread_siblings") & known & online
         siblings |= {cpu}
-        socket = read_int(os.path.join(topology, "physical_package_id"))
+        socket = _package_id(os.path.join(topology, "physical_package_id"))
+        if socket is None:
+            unknown_package.add(cpu)
+            socket = -1
         if socket < 0:
             package = _siblings(topology, "core_siblings") | {cpu}
             socket = group_socket.setdefault(min(package), len(group_socket))
         core = min(siblings)
         for sibling in siblings:
             core_of[sibling], socket_of[sibling] = core, socket
+    if unknown_package:
+        ignored.append(
+            f"physical_package_id is empty for CPUs {CPUSet(unknown_package)} under "
+            f"{cpu_dir}; sockets numbered by core_siblings groups, as for -1"
+        )
     rows: list[Cpu] = []
     for cpu in cpu_ids:
         numa = numa_of[cpu]
@@ -212,6 +261,17 @@ def _read_cpus(
                 )
             )
     return rows
+
+
+def _package_id(path: str) -> int | None:
+    """`physical_package_id`; None when the file is empty (unknown, like -1)."""
+    text = read_text(path)
+    if not text:
+        return None
+    try:
+        return int(text)
+    except ValueError:
+        raise DiscoveryError(f"expected an integer, found {text[:40]!r}", path) from None
 
 
 def _siblings(topology: str, name: str) -> set[int]:
@@ -239,14 +299,18 @@ class _RawNode:
     distances: dict[str, int] = field(default_factory=dict)
 
 
-def _read_numa_nodes(sys_dir: str, proc_dir: str, cpu_ids: list[int]) -> list[_RawNode]:
+def _read_numa_nodes(
+    sys_dir: str, proc_dir: str, cpu_ids: list[int], ignored: list[str]
+) -> list[_RawNode]:
     node_dir = os.path.join(sys_dir, "devices", "system", "node")
     entries = list_dir(node_dir)
     ids = sorted(int(m.group(1)) for m in map(_NODE.match, entries) if m)
     if not ids:
         return [_single_node(sys_dir, proc_dir, cpu_ids)]
     known = frozenset(cpu_ids)
+    columns = _distance_columns(node_dir, ids)
     nodes: list[_RawNode] = []
+    unusable_distances: list[str] = []
     for numa in ids:
         directory = os.path.join(node_dir, f"node{numa}")
         names = list_dir(directory)
@@ -266,20 +330,70 @@ def _read_numa_nodes(sys_dir: str, proc_dir: str, cpu_ids: list[int]) -> list[_R
         if "hugepages" in names:
             node.hugepages = _hugepages(os.path.join(directory, "hugepages"))
         if "distance" in names:
-            node.distances = _distances(os.path.join(directory, "distance"), ids)
+            path = os.path.join(directory, "distance")
+            row = _distances(path, ids, columns)
+            if row is None:
+                unusable_distances.append(path)
+            else:
+                node.distances = row
         nodes.append(node)
+    if unusable_distances:
+        # Half a distance matrix would rank nodes by what happens to be known: none.
+        for node in nodes:
+            node.distances = {}
+        ignored.append(
+            f"NUMA distances left out: {', '.join(unusable_distances)} "
+            f"{'is' if len(unusable_distances) == 1 else 'are'} empty or "
+            f"{'has' if len(unusable_distances) == 1 else 'have'} no entry per node of {ids}"
+        )
+    elif columns != ids and any(node.distances for node in nodes):
+        ignored.append(
+            f"NUMA distance rows under {node_dir} list the nodes {CPUSet(columns)}; "
+            f"kept the columns of the present nodes {ids}"
+        )
+    nodes = _unless_overlapping(nodes, ignored)
     orphans = known.difference(*(node.cpus for node in nodes))
     if orphans:
         # A CPU must sit on some node for the spec to be usable; the kernel always
         # lists every CPU, so this is a damaged tree and the first CPU node a guess.
         home = next((node for node in nodes if node.cpus), nodes[0])
         home.cpus |= orphans
-        logger.warning(
-            "CPUs %s are in no NUMA node's cpulist; placing them on node %d",
-            CPUSet(orphans),
-            home.id,
+        ignored.append(
+            f"CPUs {CPUSet(orphans)} are in no NUMA node's cpulist; placing them on node {home.id}"
         )
     return nodes
+
+
+def _unless_overlapping(nodes: list[_RawNode], ignored: list[str]) -> list[_RawNode]:
+    """`nodes`, or one node holding them all when some CPU is claimed by two of them.
+
+    The kernel puts each CPU on exactly one node; a CPU in two cpulists comes from
+    broken firmware tables (SRAT/SLIT), and then no node's CPU list can be trusted.
+    Like lstopo, publish the machine as one NUMA node with every CPU and all memory:
+    less to align with, but nothing wrong to place on.
+    """
+    owner: dict[int, int] = {}
+    shared: set[int] = set()
+    for node in nodes:
+        for cpu in node.cpus:
+            if cpu in owner:
+                shared.add(cpu)
+            else:
+                owner[cpu] = node.id
+    if not shared:
+        return nodes
+    merged = _RawNode(id=nodes[0].id, cpus=frozenset(owner))
+    for node in nodes:
+        merged.memory_bytes += node.memory_bytes
+        for size, count in node.hugepages.items():
+            merged.hugepages[size] = merged.hugepages.get(size, 0) + count
+    merged.hugepages = dict(sorted(merged.hugepages.items(), key=lambda i: _size_order(i[0])))
+    merged.distances = {str(merged.id): 10}
+    ignored.append(
+        f"NUMA nodes {[node.id for node in nodes]} claim the same CPUs {CPUSet(shared)} "
+        f"(a firmware bug); published as one NUMA node {merged.id} with all CPUs and memory"
+    )
+    return [merged]
 
 
 def _single_node(sys_dir: str, proc_dir: str, cpu_ids: list[int]) -> _RawNode:
@@ -322,14 +436,39 @@ def _size_order(key: str) -> int:
     return int(key[:-2]) * scale
 
 
-def _distances(path: str, ids: list[int]) -> dict[str, int]:
+def _distance_columns(node_dir: str, ids: list[int]) -> list[int]:
+    """The node ids a `distance` row has one entry for.
+
+    The present `nodeN` directories, normally. Some kernels and firmware write one
+    entry per *possible* node, offline and absent ones included: a row longer than the
+    directories then matches `node/online` or `node/possible`.
+    """
+    for name in ("online", "possible"):
+        path = os.path.join(node_dir, name)
+        text = read_optional(path)
+        if not text:
+            continue
+        try:
+            listed = sorted(parse_cpulist(text, path).ids)
+        except DiscoveryError:
+            continue
+        if len(listed) > len(ids) and set(ids) <= set(listed):
+            return listed
+    return ids
+
+
+def _distances(path: str, ids: list[int], columns: list[int]) -> dict[str, int] | None:
+    """The row of `path` keyed by node id; None when it is empty or its length matches
+    neither the present nodes nor `columns`."""
     text = read_text(path)
     fields = text.split()
-    if not all(f.isdigit() for f in fields) or len(fields) != len(ids):
-        raise DiscoveryError(
-            f"expected {len(ids)} distances (one per NUMA node {ids}), found {text[:80]!r}", path
-        )
-    return {str(numa): int(value) for numa, value in zip(ids, fields, strict=True)}
+    if not all(f.isdigit() for f in fields):
+        raise DiscoveryError(f"expected distances (numbers), found {text[:80]!r}", path)
+    for names in (ids, columns):
+        if fields and len(fields) == len(names):
+            row = dict(zip(names, fields, strict=True))
+            return {str(numa): int(row[numa]) for numa in ids}
+    return None
 
 
 # -- GPUs and NICs --------------------------------------------------------------------

@@ -16,6 +16,7 @@ from numatopo_exporter.discovery.errors import DiscoveryError
 
 __all__ = [
     "list_dir",
+    "parse_cpulist",
     "read_cpulist",
     "read_cpumask",
     "read_cpus",
@@ -52,6 +53,9 @@ def read_optional(path: str) -> str | None:
 def _read(path: str) -> str:
     with open(path, "rb") as handle:
         data = handle.read()
+    # Some drivers and firmware-backed attributes end their value with a NUL byte (a C
+    # string copied whole); it is padding, not content.
+    data = data.rstrip(b"\x00 \t\n")
     try:
         return data.decode("ascii").strip()
     except UnicodeDecodeError:
@@ -70,6 +74,11 @@ def read_int(path: str, *, base: int = 10) -> int:
 def read_cpulist(path: str) -> CPUSet:
     """A file in the kernel list format (`0-3,8`)."""
     return _parse_cpus(read_text(path), path, mask=False)
+
+
+def parse_cpulist(text: str, path: str) -> CPUSet:
+    """`text`, already read from `path`, in the kernel list format."""
+    return _parse_cpus(text, path, mask=False)
 
 
 def read_cpumask(path: str) -> CPUSet:

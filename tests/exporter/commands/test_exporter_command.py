@@ -92,7 +92,7 @@ async def test_oneshot_publishes_once_through_api_url(
     stored = dict(cluster.objects[NTP, None, NODE].raw)
     assert (0, EXPECTED) == (code, gpus_and_cpus(stored))
     assert [NODE_UID] == [o["uid"] for o in stored["metadata"]["ownerReferences"]]
-    assert ["Exported"] == [c["type"] for c in stored["status"]["conditions"]]
+    assert ["Exported", "Degraded"] == [c["type"] for c in stored["status"]["conditions"]]
 
 
 def json_documents(text: str) -> list[dict]:

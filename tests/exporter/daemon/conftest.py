@@ -4,12 +4,20 @@ hardware, so tests feed the loop through the monitor's interface instead)."""
 
 from __future__ import annotations
 
+import asyncio
+import copy
 import os
 import shutil
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
+import attrs
 import kmock
+import yaml
+from aiohttp import web
+
+from numatopo_exporter.kube import APPLY
 
 # The cluster set-up lives one folder up (the agent and command tests share it).
 from ..conftest import NODE, NODE_UID, register_cluster  # noqa: F401
@@ -99,3 +107,96 @@ def take_offline(root: Path, cpu: int) -> None:
         # Replace, never write through: the tree's files may be hard links (tree_copy).
         path.unlink(missing_ok=True)
         path.write_text(text + "\n")
+
+
+# -- server-side apply of map lists ------------------------------------------------------
+
+CRD = Path(__file__).resolve().parents[3] / "crds" / "numatopology.yaml"
+ListPath = tuple[str, ...]
+
+
+def list_maps(schema: dict[str, Any], path: ListPath = ()) -> dict[ListPath, list[str]]:
+    """Where `schema` declares `x-kubernetes-list-type: map`, with the key fields."""
+    found: dict[ListPath, list[str]] = {}
+    if schema.get("x-kubernetes-list-type") == "map":
+        found[path] = list(schema["x-kubernetes-list-map-keys"])
+    for name, sub in (schema.get("properties") or {}).items():
+        found.update(list_maps(sub, (*path, name)))
+    return found
+
+
+def _at(body: Any, path: ListPath) -> Any:
+    for name in path:
+        if not isinstance(body, dict):
+            return None
+        body = body.get(name)
+    return body
+
+
+@attrs.define(kw_only=True)
+class ApplyingEmulator(kmock.KubernetesEmulator):
+    """kmock's emulator, plus what a real API server does with server-side apply
+    (`application/apply-patch+yaml`) of a list the CRD marks as a map list.
+
+    kmock merges every PATCH as a JSON merge patch, so a list in the body replaces the
+    stored list whole: under that rule no writer can keep another's condition without
+    a read-modify-write. A real API server merges an applied map list by its keys:
+    entries of other managers stay, an entry the same manager applied before and now
+    leaves out is removed. This class does that for the map lists declared in the
+    checked-in CRD (read from crds/, so a CRD that loses the markers fails the tests),
+    and nothing more: other lists stay atomic, as they are on a real server.
+    """
+
+    _owners: dict[tuple[Any, ListPath, str], set[tuple[Any, ...]]] = attrs.field(
+        factory=dict, init=False
+    )
+    _applying: asyncio.Lock = attrs.field(factory=asyncio.Lock, init=False)
+
+    async def _handle(self, request: kmock.Request) -> web.StreamResponse:
+        content_type = {k.lower(): v for k, v in request.headers.items()}.get("content-type", "")
+        if request.action != kmock.action.UPDATE or not content_type.startswith(APPLY):
+            return await super()._handle(request)
+        # One apply at a time, from reading the stored lists to storing the merge.
+        async with self._applying:
+            key = (request.resource, request.namespace, request.name)
+            stored = self._objects[key].raw if key in self._objects else {}
+            manager = request.params.get("fieldManager", "")
+            # The request is frozen, its parsed body is not: the merge goes in there, and
+            # kmock's own merge-patch then stores the merged lists.
+            self._merge(key, manager, stored, request.data)
+            return await super()._handle(request)
+
+    def _merge(self, key: Any, manager: str, stored: Any, merged: Any) -> None:
+        applied = copy.deepcopy(merged)
+        schema = yaml.safe_load(CRD.read_text())["spec"]["versions"][0]["schema"]
+        for path, keys in list_maps(schema["openAPIV3Schema"]).items():
+            entries = _at(applied, path)
+            if not isinstance(entries, list):
+                continue  # this apply does not speak about the list
+
+            def ident(entry: dict[str, Any], keys: list[str] = keys) -> tuple[Any, ...]:
+                return tuple(entry.get(name) for name in keys)
+
+            new = {ident(entry): entry for entry in entries}
+            before = self._owners.get((key, path, manager), set())
+            others = set().union(
+                *(
+                    ids
+                    for (k, p, m), ids in self._owners.items()
+                    if (k, p) == (key, path) and m != manager
+                )
+            )
+            old = _at(stored, path) or []
+            result = []
+            for entry in old:
+                entry_id = ident(entry)
+                if entry_id in new:
+                    result.append(new.pop(entry_id))
+                elif entry_id not in before or entry_id in others:
+                    result.append(entry)
+            result.extend(new.values())
+            self._owners[(key, path, manager)] = {ident(entry) for entry in entries}
+            parent = merged
+            for name in path[:-1]:
+                parent = parent.setdefault(name, {})
+            parent[path[-1]] = result

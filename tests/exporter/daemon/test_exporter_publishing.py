@@ -20,6 +20,7 @@ from numatopo_exporter.daemon.publishing import (
     PrintingSink,
     Publisher,
     plan_exported_condition,
+    plan_status,
     spec_hash,
 )
 
@@ -72,21 +73,52 @@ async def test_first_publish_creates_the_object_owned_by_the_node(
         "ownerReferences"
     ]
     assert spec_hash(two_gpu_node()) == obj["metadata"]["annotations"][HASH_ANNOTATION]
-    assert [("Exported", "True")] == [(c["type"], c["status"]) for c in obj["status"]["conditions"]]
+    assert [("Exported", "True"), ("Degraded", "False")] == [
+        (c["type"], c["status"]) for c in obj["status"]["conditions"]
+    ]
+    assert "2023-11-14T22:13:20Z" == obj["status"]["heartbeat"]
 
 
-async def test_nothing_changed_means_no_write(
+async def test_a_republish_with_nothing_new_writes_nothing(
     cluster: kmock.KubernetesEmulator, client: kube.KubeClient
 ) -> None:
+    """What the watch triggers after our own write (or the operator's) must not write
+    again, or the exporter would loop on its own events."""
     loop = make_loop(client, Scanner())
     await loop.step()
     before = writes(cluster)
 
-    loop.request_rescan()
+    loop.request_republish()
     await loop.step()
     await loop.step()
 
     assert before == writes(cluster)
+
+
+async def test_every_rescan_beats_the_heartbeat_and_only_that(
+    cluster: kmock.KubernetesEmulator, client: kube.KubeClient
+) -> None:
+    now = [1_700_000_000.0]
+    publisher = Publisher(client, node_name=NODE, clock=lambda: now[0])
+    loop = ExporterLoop(scan=Scanner(), sink=publisher, clock=lambda: now[0])
+    await loop.step()
+    first = stored(cluster)
+    before = writes(cluster)
+
+    now[0] += 300
+    loop.request_rescan()
+    await loop.step()
+
+    second = stored(cluster)
+    assert ("2023-11-14T22:13:20Z", "2023-11-14T22:18:20Z") == (
+        first["status"]["heartbeat"],
+        second["status"]["heartbeat"],
+    )
+    assert (before + 1, first["spec"], first["status"]["conditions"]) == (
+        writes(cluster),
+        second["spec"],
+        second["status"]["conditions"],
+    )
     assert 2 == loop.metrics.value("numatopo_exporter_scans_total", {"outcome": "ok"})
 
 
@@ -170,3 +202,22 @@ def test_plan_exported_condition_only_changes_for_a_new_spec(
     actual = plan_exported_condition(old, digest="abc", scanned_at=0, now=0)
 
     assert expected_changed == (actual is not None)
+
+
+def test_a_new_spec_keeps_the_degraded_transition_time() -> None:
+    degraded = {
+        "type": "Degraded",
+        "status": "True",
+        "reason": "IgnoredInput",
+        "message": "published what could be read; ignored: x",
+        "lastTransitionTime": "2020-01-01T00:00:00Z",
+    }
+    stored_status = {"conditions": [degraded], "heartbeat": "2020-01-01T00:00:00Z"}
+
+    planned = plan_status(
+        stored_status, digest="abc", scanned_at=0, ignored=["x"], heartbeat=None, now=99
+    )
+
+    assert planned is not None
+    assert [degraded] == [c for c in planned["conditions"] if c["type"] == "Degraded"]
+    assert "2020-01-01T00:00:00Z" == planned["heartbeat"]

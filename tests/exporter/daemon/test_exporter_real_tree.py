@@ -9,7 +9,7 @@ and the `cpu/online` and `cpu/offline` lists change.
 from __future__ import annotations
 
 import asyncio
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator, Callable, Sequence
 from pathlib import Path
 
 import kmock
@@ -57,8 +57,10 @@ class RecordingPublisher(Publisher):
         super().__init__(client, node_name=NODE, clock=lambda: 1_700_000_000.0)
         self.wrote: list[bool] = []
 
-    async def publish(self, spec: NumatopologySpec, *, scanned_at: float) -> bool:
-        wrote = await super().publish(spec, scanned_at=scanned_at)
+    async def publish(
+        self, spec: NumatopologySpec, *, scanned_at: float, ignored: Sequence[str] = ()
+    ) -> bool:
+        wrote = await super().publish(spec, scanned_at=scanned_at, ignored=ignored)
         self.wrote.append(wrote)
         return wrote
 
@@ -100,7 +102,7 @@ def published(cluster: kmock.KubernetesEmulator) -> tuple[list[str], list[int], 
     )
 
 
-async def test_a_rescan_of_an_unchanged_tree_writes_nothing(
+async def test_a_rescan_of_an_unchanged_tree_writes_only_the_heartbeat(
     cluster: kmock.KubernetesEmulator, running: tuple[ExporterLoop, RecordingPublisher]
 ) -> None:
     loop, publisher = running
@@ -110,9 +112,16 @@ async def test_a_rescan_of_an_unchanged_tree_writes_nothing(
     loop.request_rescan()
     await publisher.rounds(2)
 
-    assert ([True, False], before) == (publisher.wrote, writes(cluster))
+    last = [r for r in cluster if r.method != kmock.method.GET][-1]
+    assert ([True, True], before + 1) == (publisher.wrote, writes(cluster))
+    assert str(last.url.path).endswith(f"/{NODE}/status")
+    assert "2023-11-14T22:13:20Z" == stored_status(cluster)["heartbeat"]
     assert ([GPU], [], "0-7") == published(cluster)
     assert 2 == loop.metrics.value("numatopo_exporter_scans_total", {"outcome": "ok"})
+
+
+def stored_status(cluster: kmock.KubernetesEmulator) -> dict[str, object]:
+    return dict(dict(cluster.objects[NTP, None, NODE].raw)["status"])
 
 
 @pytest.mark.parametrize(

@@ -118,10 +118,10 @@ def forget_cpus_4_to_7(tree: Path) -> None:
         ),
         pytest.param(
             GPU_TREE,
-            write(f"{CPU0}/topology/physical_package_id", ""),
+            write(f"{CPU0}/topology/physical_package_id", "0x\n"),
             f"{CPU0}/topology/physical_package_id",
             "expected an integer",
-            id="truncated-package-id",
+            id="garbage-package-id",
         ),
         pytest.param(
             GPU_TREE,
@@ -146,10 +146,10 @@ def forget_cpus_4_to_7(tree: Path) -> None:
         ),
         pytest.param(
             GPU_TREE,
-            write(f"{NODE0}/distance", "10 20\n"),
+            write(f"{NODE0}/distance", "10 2O\n"),
             f"{NODE0}/distance",
-            "expected 1 distances",
-            id="distance-row-longer-than-node-count",
+            "expected distances (numbers)",
+            id="garbage-in-distance",
         ),
         pytest.param(
             GPU_TREE,
@@ -255,6 +255,20 @@ def gpu_numa(spec: NumatopologySpec) -> list[tuple[str, int | None]]:
             {},
             "",
             id="missing-distance-leaves-distances-empty",
+        ),
+        pytest.param(
+            (GPU_TREE, write(f"{NODE0}/distance", "10 20\n")),
+            lambda s: s.numa_node(0).distances,
+            {},
+            f"{NODE0}/distance is empty or has no entry per node of [0]",
+            id="distance-row-matching-no-node-list-is-left-out",
+        ),
+        pytest.param(
+            (GPU_TREE, write(f"{CPU0}/topology/physical_package_id", "")),
+            lambda s: sorted({c.socket for c in s.cpus}),
+            [0],
+            "physical_package_id is empty for CPUs 0",
+            id="empty-package-id-numbers-sockets-by-core-siblings",
         ),
         pytest.param(
             (GPU_TREE, remove(f"{NODE0}/hugepages")),
