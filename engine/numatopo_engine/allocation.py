@@ -52,6 +52,7 @@ from numatopo_engine.annotations import (
 )
 from numatopo_engine.batch_evaluate import (
     GENERAL,
+    NO_SHARED_CPU,
     REFUSED,
     bulk_plan,
     decide_many,
@@ -70,10 +71,10 @@ from numatopo_engine.model import NumatopologySpec
 from numatopo_engine.nic_assignment import choose_nics
 from numatopo_engine.numamask import bits, format_mask
 from numatopo_engine.policies import rules_for
-from numatopo_engine.refusals import Refusal, explain, format_bytes, summary
+from numatopo_engine.refusals import Refusal, explain, format_bytes, shared_pool, summary
 from numatopo_engine.request import ContainerRequest, PodRequest, TopologyOptions
 from numatopo_engine.scoring import node_score, placement_score
-from numatopo_engine.state import NodeState
+from numatopo_engine.state import NodeState, shared_floor
 from numatopo_engine.topology_tables import Tables, tables_for
 
 __all__ = [
@@ -219,7 +220,7 @@ def _evaluate_shape(
         sizing, token = _sized(request, tables)
     except UnsatisfiableError as exc:
         return _everywhere(Refusal.of(exc.reason), len(states))
-    plan = _plan(tables, token, sizing[5], request.options)
+    plan = _plan(topology, tables, token, sizing[5], request.options)
     bulk = None
     if isinstance(plan, Plan):
         if plan.refusal is not None:
@@ -240,6 +241,15 @@ def _evaluate_shape(
         # Every bulk refusal of one plan words the same summary (what is short, not by
         # how much); the detailed text waits for a reader.
         refused.append((in_bulk, summary(word(rows[int(in_bulk[0])]))))
+    short = refused[0][1] if in_bulk.size else ""
+    # Nodes refused for their last shared CPU share another summary (`refusals.shared_pool`).
+    no_shared = codes == NO_SHARED_CPU
+    no_shared_at = np.flatnonzero(no_shared)
+    no_shared_summary = ""
+    if no_shared_at.size:
+        no_shared_summary = summary(word(rows[int(no_shared_at[0])]))
+        refused.append((no_shared_at, no_shared_summary))
+        codes[no_shared_at] = REFUSED
     general = np.flatnonzero(codes == GENERAL)
     if general.size:
         for index in general.tolist():
@@ -250,10 +260,12 @@ def _evaluate_shape(
                 refused.append((np.array([index], dtype=np.intp), outcome.summary))
             else:
                 codes[index] = outcome
-    short = refused[0][1] if in_bulk.size else ""
 
     def refusal(index: int) -> Refusal:
-        return singles.get(index) or Refusal(short, None, word, rows[index])
+        found = singles.get(index)
+        if found is not None:
+            return found
+        return Refusal(no_shared_summary if no_shared[index] else short, None, word, rows[index])
 
     return ShapeScores(codes, refused, refusal)
 
@@ -286,14 +298,17 @@ def _one(topology: NumatopologySpec, state: NodeState, request: PodRequest) -> i
         return Refusal.of(exc.reason)
 
 
-def _plan(tables: Tables, token: object, need: Need, options: TopologyOptions) -> Plan | None:
+def _plan(
+    topology: NumatopologySpec, tables: Tables, token: object, need: Need, options: TopologyOptions
+) -> Plan | None:
     """`fast_evaluate`'s plan for the request, cached on `tables` under its token."""
     plans = tables.evaluate_plans
     plan = plans.get(token, _NO_PLAN)
     if plan is _NO_PLAN:
         if len(plans) >= _TOKENS_SIZE:
             plans.clear()
-        plan = plans[token] = plan_for(tables, need, options)
+        # `tables` stand for every spec of equal content, so the floor is theirs too.
+        plan = plans[token] = plan_for(tables, need, options, shared_floor(topology))
     return plan if isinstance(plan, Plan) else None
 
 
@@ -307,7 +322,7 @@ def _outcome(
     token: object,
 ) -> int | str:
     """Score or refusal reason: the fast path where it answers, else the general one."""
-    plan = _plan(tables, token, need, request.options)
+    plan = _plan(topology, tables, token, need, request.options)
     if plan is not None:
         fast = decide(tables, plan, state.free_signature())
         if fast is not None:
@@ -359,11 +374,12 @@ def _decide(
     tables = tables_for(topology)
     options = request.options
     apps, inits, needs, init_needs, excess, sized = _sized(request, tables)[0]
+    floor = state.shared_floor
     free = FreeView.from_state(tables, state, hugepages=bool(sized.hugepages))
     initial = free.copy() if build or options.scope is Scope.CONTAINER else free
     entries: dict[str, _Entry] = {}
     if options.scope is Scope.POD:
-        choice, resources = _choose(tables, free, sized, options)
+        choice, resources = _choose(tables, free, sized, options, floor)
         gpus = _gpu_set(tables, free, sized, options, choice.mask)
         score = placement_score(
             tables,
@@ -385,14 +401,14 @@ def _decide(
     else:
         union = 0
         for container in apps:
-            choice, _ = _choose(tables, free, needs[container.name], options)
+            choice, _ = _choose(tables, free, needs[container.name], options, floor)
             gpus = _gpu_set(tables, free, needs[container.name], options, choice.mask)
             entries[container.name] = _fill(
                 tables, free, needs[container.name], options, choice.mask, gpu_pool=list(gpus)
             )
             union |= choice.mask
         if _has_any(excess):
-            choice, _ = _choose(tables, free, excess, options)
+            choice, _ = _choose(tables, free, excess, options, floor)
             union |= choice.mask
         score = placement_score(
             tables,
@@ -604,13 +620,19 @@ def _gpu_set(
 
 
 def _choose(
-    tables: Tables, free: FreeView, need: Need, options: TopologyOptions
+    tables: Tables, free: FreeView, need: Need, options: TopologyOptions, floor: int
 ) -> tuple[MaskChoice, list[Resource]]:
     resources = build_resources(tables, free, need)
     if _short_on_node(resources):
         # No mask, not even every node, can hold it: the search would end in exactly
         # this message, so skip it.
         raise UnsatisfiableError(explain(need, resources, options))
+    exclusive = need.cpus if need.cpu_mode is CpuMode.EXCLUSIVE else 0
+    if exclusive and len(free.cpus) - exclusive < floor:
+        # Node-wide, whatever the mask: the kubelet never empties its shared pool
+        # (`state.shared_floor`). `free` already lacks what earlier units took, and an
+        # init excess counts, as the kubelet pins init containers to exclusive CPUs too.
+        raise UnsatisfiableError(shared_pool(need.cpus, len(free.cpus)))
     rules = rules_for(options.policy)
 
     def tie_break(mask: int) -> tuple[float, ...]:

@@ -30,12 +30,14 @@ from numatopo_engine.gpu_assignment import choose_gpus, set_bandwidth
 from numatopo_engine.hints import Resource
 from numatopo_engine.model import NumatopologySpec
 from numatopo_engine.numamask import bits, make_mask
+from numatopo_engine.refusals import shared_pool
 from numatopo_engine.scoring import _CPU_WEIGHTS, _GPU_WEIGHTS
 from numatopo_engine.state import RowLayout, row_layout
 from numatopo_engine.topology_tables import Tables
 
 __all__ = [
     "GENERAL",
+    "NO_SHARED_CPU",
     "REFUSED",
     "BulkPlan",
     "bulk_plan",
@@ -53,6 +55,9 @@ Reader = Callable[[Ints], tuple[Ints, Ints | None]]
 
 REFUSED = -1  # `decide` refuses the node for want of room (`fast_evaluate.refusal_reason`)
 GENERAL = -2  # `decide` hands the node to the general path
+# `decide` refuses the node because the pod's exclusive CPUs would leave no shared CPU
+# (`refusals.shared_pool`): a reason, and a summary, of its own.
+NO_SHARED_CPU = -3
 _PLANS_SIZE = 4096
 _MAX_GPU_BITS = 16
 _MAX_NUMA_ID = 61
@@ -296,7 +301,7 @@ def _popcount(values: Ints) -> Ints:
 
 
 def decide_many(tables: Tables, bulk: BulkPlan, rows: Ints) -> Ints:
-    """Per row: `decide`'s score, or REFUSED, or GENERAL (ask the general path).
+    """Per row: `decide`'s score, or REFUSED, NO_SHARED_CPU, or GENERAL (ask the general path).
 
     Every mask of one width is weighed at once, as a (masks, nodes) matrix; per node the
     mask with the lowest key wins, the key's terms compared one after the other as
@@ -325,6 +330,9 @@ def decide_many(tables: Tables, bulk: BulkPlan, rows: Ints) -> Ints:
     # Amounts are never negative, so a node short of some resource over all candidates
     # fits no mask: it stays unchosen without a test of its own.
     active = np.ones(count, dtype=bool)
+    no_shared = _no_shared_cpu(bulk, rows, matrices, floats)
+    if no_shared is not None:
+        active &= ~no_shared
     chosen = np.full(count, -1, dtype=np.int64)
     fallback = np.full(count, -1, dtype=np.int64)
     for width in bulk.by_width:
@@ -358,7 +366,25 @@ def decide_many(tables: Tables, bulk: BulkPlan, rows: Ints) -> Ints:
         for matrix, floating, need in zip(matrices, floats, needs, strict=True):
             fits &= _plus(matrix[list(every.positions)].sum(axis=0), floating) >= need
         chosen = np.where((chosen < 0) & fits, every.index, chosen)
-    return _scores(tables, bulk, rows, chosen)
+    scores = _scores(tables, bulk, rows, chosen)
+    return scores if no_shared is None else np.where(no_shared, NO_SHARED_CPU, scores)
+
+
+def _no_shared_cpu(
+    bulk: BulkPlan, rows: Ints, matrices: list[Ints], floats: list[Ints | None]
+) -> Bools | None:
+    """Per row, whether `decide` refuses it for its last shared CPU: no provider is short
+    over every candidate (that refusal comes first), yet the pod's exclusive CPUs would
+    take every free allocatable CPU of a node that must keep one. None: no row can be."""
+    plan = bulk.plan
+    if not (plan.exclusive_cpus and plan.shared_floor):
+        return None
+    # The row's first columns are the free allocatable CPUs of every NUMA node.
+    free_cpus = rows[:, : bulk.entry_numa.shape[1]].sum(axis=1)
+    refused: Bools = free_cpus - plan.exclusive_cpus < plan.shared_floor
+    for matrix, floating, need in zip(matrices, floats, bulk.needs, strict=True):
+        refused &= _plus(matrix.sum(axis=0), floating) >= need
+    return refused
 
 
 def _terms(
@@ -510,10 +536,19 @@ def stack(joined: bytes, width: int) -> Ints:
 
 
 def refusal_reason(bulk: BulkPlan, row: bytes) -> str:
-    """The reason `decide` gives a node with free `row` that `decide_many` refuses."""
+    """The reason `decide` gives a node with free `row` that `decide_many` refuses
+    (REFUSED or NO_SHARED_CPU)."""
     matrix = stack(row, bulk.width)
     amounts = []
     for read in bulk.readers:
         vector, floating = read(matrix)
         amounts.append(([int(v[0]) for v in vector], 0 if floating is None else int(floating[0])))
-    return explain_amounts(bulk.plan, amounts)
+    plan = bulk.plan
+    short = any(
+        sum(v) + f < p.resource.need for (v, f), p in zip(amounts, plan.providers, strict=True)
+    )
+    if not short and plan.exclusive_cpus and plan.shared_floor:
+        free_cpus = int(matrix[0, : bulk.entry_numa.shape[1]].sum())
+        if free_cpus - plan.exclusive_cpus < plan.shared_floor:
+            return shared_pool(plan.exclusive_cpus, free_cpus)
+    return explain_amounts(plan, amounts)

@@ -41,7 +41,7 @@ from numatopo_engine.hints import FreeView, Need, Resource, build_resources
 from numatopo_engine.merging import candidate_numa_ids
 from numatopo_engine.numamask import bits, make_mask, mean_distance
 from numatopo_engine.policies import rules_for
-from numatopo_engine.refusals import explain, format_bytes
+from numatopo_engine.refusals import explain, format_bytes, shared_pool
 from numatopo_engine.request import TopologyOptions
 from numatopo_engine.scoring import best_bandwidth, compose_score
 from numatopo_engine.state import FreeSignature
@@ -111,13 +111,19 @@ class Plan:
     gpu_table: dict[int, float | None]
     best_bandwidth: float
     exclusive_cpus: int
+    # 1: the node has no online reserved CPU, so exclusive CPUs must leave one allocatable
+    # CPU free (`state.shared_floor`); 0: reserved CPUs keep the shared pool non-empty.
+    shared_floor: int
     required: bool
     refusal: str | None  # the answer on every node, when the hardware cannot hold it
     refusal_text: _RefusalText
 
 
-def plan_for(tables: Tables, need: Need, options: TopologyOptions) -> Plan | None:
-    """The plan for `need` (the pod's total) on this hardware, or None for the general path."""
+def plan_for(
+    tables: Tables, need: Need, options: TopologyOptions, shared_floor: int
+) -> Plan | None:
+    """The plan for `need` (the pod's total) on this hardware, or None for the general
+    path; `shared_floor` is the hardware's `state.shared_floor`."""
     if options.scope is not Scope.POD:
         return None
     every_free = FreeView(
@@ -151,6 +157,7 @@ def plan_for(tables: Tables, need: Need, options: TopologyOptions) -> Plan | Non
         if need.gpus >= 2
         else 0.0,
         exclusive_cpus=need.cpus if need.cpu_mode is CpuMode.EXCLUSIVE else 0,
+        shared_floor=shared_floor,
         required=bool(need.gpus) and options.gpu_links is GpuLinksMode.REQUIRED,
         refusal=None,
         refusal_text=_RefusalText("", (), ()),
@@ -253,6 +260,12 @@ def decide(tables: Tables, plan: Plan, free: FreeSignature) -> int | str | None:
     for provider, (vector, floating) in zip(providers, amounts, strict=True):
         if floating + sum(vector) < provider.resource.need:
             return explain_amounts(plan, amounts)
+    exclusive = plan.exclusive_cpus
+    if exclusive and plan.shared_floor:
+        # `allocation._choose`'s node-wide check, after the same shortness test.
+        free_cpus = free.cpu_mask.bit_count()
+        if free_cpus - exclusive < plan.shared_floor:
+            return shared_pool(exclusive, free_cpus)
     needs = [p.resource.need for p in providers]
     checks = list(zip(needs, amounts, strict=True))
     candidate_bits = plan.candidate_bits

@@ -13,7 +13,7 @@ from numatopo_engine.hints import Need, Resource
 from numatopo_engine.policies import rules_for
 from numatopo_engine.request import TopologyOptions
 
-__all__ = ["Refusal", "amount", "explain", "format_bytes", "summary"]
+__all__ = ["Refusal", "amount", "explain", "format_bytes", "shared_pool", "summary"]
 
 
 def explain(need: Need, resources: Sequence[Resource], options: TopologyOptions) -> str:
@@ -49,6 +49,15 @@ def explain(need: Need, resources: Sequence[Resource], options: TopologyOptions)
     if need.gpus and options.gpu_links is GpuLinksMode.REQUIRED:
         wanted += " (all pairs directly linked)"
     return f"{policy.value}: {where} {wanted} free ({per_numa})"
+
+
+def shared_pool(cpus: int, free: int) -> str:
+    """Why `cpus` exclusive CPUs are refused on a node without reserved CPUs where only
+    `free` allocatable CPUs are free and `cpus` >= `free` (see `state.shared_floor`)."""
+    return (
+        f"shared pool: {cpus} exclusive CPUs would leave no CPU shared, and a node without "
+        f"reserved CPUs must keep at least 1 CPU free ({free} CPUs free)"
+    )
 
 
 def summary(reason: str) -> str:

@@ -5,6 +5,10 @@ The pools, as the kubelet's static CPU policy names them:
   EXCLUSIVE   CPUs held by containers with `exclusive: true`
   SHARED      online - RESERVED - EXCLUSIVE: where everything else runs
 A container with `exclusive: false` (cpu mode `numa`) runs on SHARED CPUs and books none.
+
+The kubelet's pool of non-exclusive CPUs (its "default cpuset") is RESERVED + SHARED, and
+it never hands out the last CPU of it: a node whose reserved CPUs are all offline or
+absent must keep one allocatable CPU unassigned (`shared_floor`).
 """
 
 from __future__ import annotations
@@ -20,7 +24,7 @@ from numatopo_engine.errors import OverlapError
 from numatopo_engine.model import NumatopologySpec
 from numatopo_engine.quantity import QuantityError, parse_bytes
 
-__all__ = ["FreeSignature", "NodeState", "RowLayout", "row_layout"]
+__all__ = ["FreeSignature", "NodeState", "RowLayout", "row_layout", "shared_floor"]
 
 
 class FreeSignature(NamedTuple):
@@ -60,6 +64,17 @@ def row_layout(topology: NumatopologySpec) -> RowLayout:
     )
 
 
+def shared_floor(topology: NumatopologySpec) -> int:
+    """How many allocatable CPUs no exclusive assignment may take on this node: 0 or 1.
+
+    The kubelet's static policy keeps at least one CPU in the pool that every
+    non-exclusive container runs on (online CPUs minus exclusive ones). Reserved CPUs
+    are never given exclusively, so an online reserved CPU keeps that pool non-empty on
+    its own; without one, the last free allocatable CPU must stay shared.
+    """
+    return 0 if topology.reserved_cpus.ids & topology.online_cpus().ids else 1
+
+
 # Equal signatures get one small int (`NodeState.free_state_id`), so memos keyed on it
 # hash and compare an int. Ids only grow: a signature evicted here and seen again gets a
 # new id, never one another signature had.
@@ -95,6 +110,7 @@ class NodeState:
         # (and `_summary`) cache anything derived from what is free.
         self._version = 0
         self._allocatable_count = len(self._online.ids - topology.reserved_cpus.ids)
+        self.shared_floor = shared_floor(topology)
         self._memory_capacity = sum(n.memory_bytes for n in topology.numa_nodes)
         self._memory_booked = 0
         self._summary: tuple[int, frozenset[int], FreeSignature, int] | None = None
@@ -156,6 +172,11 @@ class NodeState:
     def free_cpu_count(self) -> int:
         """`len(free_cpus())` in O(1)."""
         return self._allocatable_count - len(self._cpu_owner)
+
+    def exclusive_cpu_room(self) -> int:
+        """How many more CPUs exclusive requests may take: `free_cpu_count()` less the
+        `shared_floor`, in O(1). Every engine path refuses an exclusive request above it."""
+        return max(0, self.free_cpu_count() - self.shared_floor)
 
     def free_gpu_count(self) -> int:
         """`len(free_gpus())` in O(1)."""

@@ -21,6 +21,7 @@ from numatopo_engine import allocation
 from numatopo_engine.annotations import Assignment, PolicyName
 from numatopo_engine.errors import InvalidRequestError, UnsatisfiableError
 from numatopo_engine.model import NumatopologySpec
+from numatopo_engine.refusals import shared_pool
 from numatopo_engine.request import PodRequest
 from numatopo_engine.state import NodeState
 from numatopo_exporter.cli import main
@@ -479,6 +480,72 @@ class TestRealEngine:
 
         assert (1, False) == (code, json.loads(out)["fits"])
         assert json.loads(out)["reason"]
+
+    @pytest.mark.parametrize(
+        ("reserved", "cpus", "expected"),
+        [
+            pytest.param("", 2, None, id="both-cpus-would-empty-the-shared-pool"),
+            pytest.param("", 1, "cpus 0 or 1", id="one-cpu-leaves-one-shared"),
+            pytest.param("0", 1, "1", id="the-reserved-cpu-stays-shared"),
+        ],
+    )
+    def test_a_two_cpu_node_keeps_a_shared_cpu(
+        self,
+        *,
+        capsys: pytest.CaptureFixture[str],
+        tmp_path: Path,
+        reserved: str,
+        cpus: int,
+        expected: str | None,
+    ) -> None:
+        """Issue 10: the kubelet never empties its shared pool, so neither may numatopo."""
+        node = {
+            "apiVersion": "numatopo.io/v1alpha1",
+            "kind": "Numatopology",
+            "metadata": {"name": "tiny"},
+            "spec": {
+                "reservedCPUs": reserved,
+                "numaNodes": [
+                    {"id": 0, "cpus": "0-1", "memoryBytes": 2**32, "distances": {"0": 10}}
+                ],
+                "cpus": [{"id": c, "core": c, "socket": 0, "numa": 0} for c in (0, 1)],
+            },
+        }
+        guaranteed = {"cpu": str(cpus), "memory": "1Gi"}
+        pod = {
+            "apiVersion": "v1",
+            "kind": "Pod",
+            "metadata": {
+                "name": "pinned",
+                "namespace": "default",
+                "annotations": {"numatopo.io/policy": "single-numa-node"},
+            },
+            "spec": {
+                "containers": [
+                    {
+                        "name": "app",
+                        "image": "busybox",
+                        "resources": {"requests": guaranteed, "limits": guaranteed},
+                    }
+                ]
+            },
+        }
+
+        code, out, err = assign(
+            capsys,
+            "--topology",
+            write(tmp_path / "node.json", node),
+            "--pod",
+            write(tmp_path / "pod.yaml", pod),
+        )
+        answer = json.loads(out)
+
+        if expected is None:
+            assert (1, False, shared_pool(2, 2)) == (code, answer["fits"], answer.get("reason"))
+        else:
+            given = str(Assignment.model_validate(answer["assignment"]).containers["app"].cpus)
+            assert 0 == code, err
+            assert given in expected.removeprefix("cpus ").split(" or ")
 
     def test_console_script_places_a_pod(self) -> None:
         script = Path(sys.executable).parent / "numatopo"

@@ -60,6 +60,11 @@ def brute_force(
         (gpus, {n: len(v) for n, v in free_gpus.items()}, all_gpus),
     ]
     wanted = [w for w in wanted if w[0]]
+    # The kubelet never empties its shared pool: without an online reserved CPU, exclusive
+    # CPUs must leave one allocatable CPU free on the node, whatever the subset.
+    keeps_pool = bool(spec.reserved_cpus.ids & spec.online_cpus().ids)
+    if cpus and not keeps_pool and sum(free_cpus.values()) - cpus < 1:
+        return None
     subsets = [s for k in range(1, len(ids) + 1) for s in combinations(ids, k)]
 
     def fits(subset: tuple[int, ...], need: int, amounts: dict[int, int]) -> bool:

@@ -21,7 +21,7 @@ from numatopo_engine.errors import InvalidRequestError, UnsatisfiableError
 from numatopo_engine.fast_evaluate import decide, plan_for
 from numatopo_engine.model import Gpu, Nic, NumatopologySpec
 from numatopo_engine.request import ContainerRequest, PodRequest, TopologyOptions
-from numatopo_engine.state import NodeState
+from numatopo_engine.state import NodeState, shared_floor
 from numatopo_engine.topology_tables import tables_for
 
 Outcome = int | str | None
@@ -123,7 +123,7 @@ def _fast(spec: NumatopologySpec, state: NodeState, request: PodRequest) -> Outc
     """The fast path's own answer; None where it hands over to the general path."""
     tables = tables_for(spec)
     need = allocation._sized(request, tables)[0][5]
-    plan = plan_for(tables, need, request.options)
+    plan = plan_for(tables, need, request.options, shared_floor(spec))
     return None if plan is None else decide(tables, plan, state.free_signature())
 
 
