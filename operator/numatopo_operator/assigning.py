@@ -3,31 +3,55 @@
 Two callers share it: the assigner (a pod some scheduler already bound) and the
 extender's bind (a pod our scheduler profile is binding now). Engine errors stop here
 and become outcomes:
-  InvalidRequestError  -> `numatopo.io/state: Invalid` + Warning Event with the message
-  UnsatisfiableError   -> `numatopo.io/state: Unsatisfiable` + Warning Event with the
-                          engine's reason (what did not fit on which NUMA node)
-  a Decision           -> `numatopo.io/assignment` + `state: Assigned` + Normal Event
-An outcome equal to the pod's current state is not written again (no Event storms when
-a waiting pod is retried after a release).
+  InvalidRequestError  -> `numatopo.io/state: Invalid` + `numatopo.io/reason` (the
+                          message), then a Warning Event with it
+  UnsatisfiableError   -> `state: Unsatisfiable` + `reason`: the engine's reason (what
+                          did not fit on which NUMA node), then a Warning Event
+  a Decision           -> `numatopo.io/assignment` (with the node's next decision
+                          sequence) + `state: Assigned`, then a Normal Event
+State and reason go in one patch, so a replica killed after it leaves nothing half-said;
+a refusal found without a reason (killed mid-way by an older version) is judged again.
+An outcome equal to the pod's current state (with its reason) is not written again (no
+Event storms when a waiting pod is retried after a release).
+
+`judge_pod` is the one entry for "look at this pod": an unreadable or overlapping
+assignment becomes `Invalid` with its reason (the assignment is left as written and
+books nothing), a waiting pod is decided. `settle` wraps it with the retry queue: a pod
+whose write failed, or that still waits, is judged again later (`run_retries`).
+
+Fencing: every write first checks that this replica still holds a fresh Lease
+(`Runtime.check_may_write`); a replica that could not renew stops writing before a
+standby may take over.
 """
 
 from __future__ import annotations
 
+import asyncio
 import logging
 import time
 from dataclasses import dataclass
+from typing import Any
 
 from numatopo_engine import allocation, pod_request
-from numatopo_engine import annotations as keys
 from numatopo_engine.annotations import Assignment, State
 from numatopo_engine.errors import InvalidRequestError, UnsatisfiableError
 from numatopo_engine.request import PodRequest
 from numatopo_operator import translate
-from numatopo_operator.errors import KubeError
+from numatopo_operator.errors import KubeError, KubeNotFoundError, NotActiveError
 from numatopo_operator.runtime import Runtime
 from numatopo_operator.translate import RawPod
 
-__all__ = ["Outcome", "assign_bound_pod", "bind_pod", "decide", "mark_invalid", "pod_ref"]
+__all__ = [
+    "Outcome",
+    "assign_bound_pod",
+    "bind_pod",
+    "decide",
+    "judge_pod",
+    "mark_invalid",
+    "pod_ref",
+    "run_retries",
+    "settle",
+]
 
 logger = logging.getLogger(__name__)
 
@@ -49,11 +73,6 @@ class Outcome:
         }[self.state]
 
 
-def _current_state(pod: RawPod) -> str | None:
-    found = ((pod.get("metadata") or {}).get("annotations") or {}).get(keys.STATE)
-    return found if isinstance(found, str) else None
-
-
 def pod_ref(pod: RawPod) -> dict[str, str]:
     metadata = pod.get("metadata") or {}
     return {
@@ -71,13 +90,14 @@ def read_request(runtime: Runtime, pod: RawPod) -> PodRequest:
 async def decide(runtime: Runtime, request: PodRequest, node: str, *, path: str) -> Outcome | None:
     """Run the engine for `request` on `node` and reserve the result in the ledger.
 
-    None when `node` has no Numatopology (nothing can be decided there yet). Serialised
-    per node; an `Assigned` outcome is booked in-flight until its annotation is seen.
+    None when `node` has no Numatopology, or a stale one (nothing can be decided there
+    now). Serialised per node; an `Assigned` outcome is booked in-flight until its
+    annotation is seen, and carries the node's next decision sequence.
     """
     ledger = runtime.ledger
     async with ledger.lock(node):
         topology, state = ledger.topology(node), ledger.state(node)
-        if topology is None or state is None:
+        if topology is None or state is None or runtime.stale_reason(node) is not None:
             return None
         started = time.perf_counter()
         try:
@@ -89,16 +109,16 @@ async def decide(runtime: Runtime, request: PodRequest, node: str, *, path: str)
                 State.UNSATISFIABLE, translate.unsatisfiable_message(node, exc.reason)
             )
         else:
-            ledger.reserve(node, request.key, decision.assignment)
-            outcome = Outcome(
-                State.ASSIGNED, translate.assigned_message(decision.assignment), decision.assignment
-            )
+            assignment = decision.assignment.model_copy(update={"seq": ledger.next_seq(node)})
+            ledger.reserve(node, request.key, assignment)
+            outcome = Outcome(State.ASSIGNED, translate.assigned_message(assignment), assignment)
         runtime.metrics.latency.labels(path).observe(time.perf_counter() - started)
     return outcome
 
 
 async def _write(runtime: Runtime, pod: RawPod, outcome: Outcome, *, key: str) -> None:
-    """Patch the pod's annotations, then post the Event. A failed patch frees the booking.
+    """Patch the pod's annotations (state and reason together), then post the Event. A
+    failed or fenced patch frees the booking.
 
     Two retries of one pod may decide concurrently; only the first writes a state.
     """
@@ -106,13 +126,15 @@ async def _write(runtime: Runtime, pod: RawPod, outcome: Outcome, *, key: str) -
         return
     runtime.written[key] = outcome.state
     ref = pod_ref(pod)
+    reason = "" if outcome.state == State.ASSIGNED else outcome.message
     try:
+        runtime.check_may_write()
         await runtime.kube.patch_pod_annotations(
             ref["namespace"],
             ref["name"],
-            translate.outcome_annotations(outcome.state, outcome.assignment),
+            translate.outcome_annotations(outcome.state, outcome.assignment, reason),
         )
-    except KubeError:
+    except (KubeError, NotActiveError):
         runtime.written.pop(key, None)
         runtime.ledger.cancel(key)
         raise
@@ -131,16 +153,26 @@ def _count(runtime: Runtime, outcome: Outcome) -> None:
     runtime.metrics.ledger_pods.set(len(runtime.ledger))
 
 
-async def assign_bound_pod(runtime: Runtime, pod: RawPod) -> State | None:
-    """Decide for a pod already bound to its node; returns the state written (None: nothing).
+def _said(runtime: Runtime, pod: RawPod, key: str) -> tuple[str | None, bool]:
+    """(the pod's state as far as we know, whether a reason goes with it): what we wrote
+    and have not seen back yet wins over the (maybe older) body."""
+    written = runtime.written.get(key)
+    if written is not None:
+        return written, True
+    return translate.state_of(pod), bool(translate.reason_of(pod))
 
-    Skips pods the ledger already books (a decision in flight) and nodes without a
-    Numatopology (logged; the pod is retried when the Numatopology appears).
+
+async def assign_bound_pod(runtime: Runtime, pod: RawPod) -> State | None:
+    """Decide for a pod already bound to its node; returns the state it is in now (None:
+    nothing could be decided, it waits).
+
+    Skips pods the ledger already books (a decision in flight), and nodes without a
+    current Numatopology (logged; the pod is retried when it appears, or later).
     """
     key, node = translate.pod_key(pod), translate.pod_node(pod)
     if node is None or not translate.is_waiting(pod) or runtime.ledger.holds(key):
         return None
-    current = runtime.written.get(key) or _current_state(pod)
+    current, has_reason = _said(runtime, pod, key)
     try:
         request = read_request(runtime, pod)
     except InvalidRequestError as exc:
@@ -149,32 +181,123 @@ async def assign_bound_pod(runtime: Runtime, pod: RawPod) -> State | None:
         outcome = await decide(runtime, request, node, path="assigner")
     if outcome is None:
         logger.info(
-            "pod %s waits: no Numatopology for node %s yet (is the numatopo exporter running "
-            "there?); it is retried when one appears",
+            "pod %s waits: %s; it is retried when that changes",
             key,
-            node,
+            runtime.stale_reason(node)
+            or f"no Numatopology for node {node} yet (is the numatopo exporter running there?)",
         )
         return None
-    if outcome.state == current:
-        return None
+    if outcome.state == current and (outcome.state == State.ASSIGNED or has_reason):
+        return outcome.state
     logger.info("pod %s on %s: %s: %s", key, node, outcome.state, outcome.message)
     await _write(runtime, pod, outcome, key=key)
     return outcome.state
 
 
-async def mark_invalid(runtime: Runtime, pod: RawPod, why: str) -> None:
-    """`state: Invalid` for a pod whose own assignment annotation cannot be used (kept as
-    the user wrote it, booked nowhere); written once."""
+async def mark_invalid(
+    runtime: Runtime, pod: RawPod, why: str, *, event_reason: str = translate.INVALID
+) -> None:
+    """`state: Invalid` with `why` as its reason, for a pod whose own assignment cannot
+    be used (kept as the user wrote it, booked nowhere); written once."""
     key = translate.pod_key(pod)
-    if (runtime.written.get(key) or _current_state(pod)) == State.INVALID:
+    current, has_reason = _said(runtime, pod, key)
+    if current == State.INVALID and has_reason:
         return
+    runtime.check_may_write()
     runtime.written[key] = State.INVALID
     ref = pod_ref(pod)
-    await runtime.kube.patch_pod_annotations(
-        ref["namespace"], ref["name"], {keys.STATE: State.INVALID.value}
-    )
+    try:
+        await runtime.kube.patch_pod_annotations(
+            ref["namespace"], ref["name"], translate.invalid_annotations(why)
+        )
+    except KubeError:
+        runtime.written.pop(key, None)
+        raise
     _count(runtime, Outcome(State.INVALID, why))
-    await runtime.kube.post_event(ref, warning=True, reason=translate.INVALID, message=why)
+    await runtime.kube.post_event(ref, warning=True, reason=event_reason, message=why)
+
+
+def _problem(runtime: Runtime, pod: RawPod, key: str) -> tuple[str, str] | None:
+    """(why, Event reason) when the pod's own assignment cannot be trusted."""
+    unreadable = runtime.unreadable.get(key)
+    if unreadable is not None:
+        return unreadable, translate.INVALID
+    node = runtime.ledger.node_of(key)
+    overlap = runtime.ledger.untrusted(node).get(key) if node is not None else None
+    if overlap is not None:
+        return overlap, translate.UNTRUSTED
+    return None
+
+
+async def judge_pod(runtime: Runtime, pod: RawPod) -> bool:
+    """Bring one pod to its answer; True when it must be looked at again later (it still
+    waits for room, for its node's Numatopology, or for a decision in flight)."""
+    if translate.is_finished(pod) or (pod.get("metadata") or {}).get("deletionTimestamp"):
+        return False
+    key = translate.pod_key(pod)
+    problem = _problem(runtime, pod, key)
+    if problem is not None:
+        why, event_reason = problem
+        logger.warning("not trusting the assignment of %s: %s", key, why)
+        await mark_invalid(runtime, pod, why, event_reason=event_reason)
+        return False
+    if not translate.is_waiting(pod):
+        return False
+    state = await assign_bound_pod(runtime, pod)
+    return state not in (State.ASSIGNED, State.INVALID)
+
+
+async def settle(runtime: Runtime, pod: RawPod) -> None:
+    """`judge_pod`, keeping the pod in the retry queue while it needs another look: after a
+    write that failed (past the client's quick retries) or was fenced, or while it waits.
+    Never raises: this is a handler boundary."""
+    key = translate.pod_key(pod)
+    retries = runtime.retries
+    again = True
+    try:
+        again = await judge_pod(runtime, pod)
+    except KubeNotFoundError:
+        again = False  # the pod is gone; its deletion frees what it held
+    except (KubeError, NotActiveError) as exc:
+        pause = retries.schedule(key, dict(pod), time.monotonic())
+        logger.warning("pod %s: %s; judged again in %.1f s", key, exc, pause)
+        runtime.metrics.retry_queue.set(len(retries))
+        return
+    except Exception:
+        logger.exception("pod %s: unexpected error; it is judged again later", key)
+        runtime.metrics.handler_errors.inc()
+    if again:
+        retries.schedule(key, dict(pod), time.monotonic())
+    else:
+        retries.discard(key)
+    runtime.metrics.retry_queue.set(len(retries))
+
+
+# How often the retry loop looks for due pods at most (it sleeps until the next is due).
+RETRY_TICK_SECONDS = 0.25
+
+
+async def run_retries(runtime: Runtime) -> None:
+    """Forever: judge each queued pod again when it is due (only while deciding)."""
+    retries = runtime.retries
+    while True:
+        due = retries.next_due()
+        now = time.monotonic()
+        pause = RETRY_TICK_SECONDS if due is None else min(max(due - now, 0.0), RETRY_TICK_SECONDS)
+        await asyncio.sleep(pause)
+        if not runtime.deciding:
+            continue
+        for key, pod in retries.pop_due(time.monotonic()):
+            if not runtime.deciding:
+                # Leave it due: the replica that decides next judges every pod anyway.
+                retries.schedule(key, pod, time.monotonic())
+                break
+            runtime.metrics.retries.inc()
+            await settle(runtime, pod)
+
+
+def _with_node(pod: RawPod, node: str) -> dict[str, Any]:
+    return {**pod, "spec": {**(pod.get("spec") or {}), "nodeName": node}}
 
 
 async def bind_pod(runtime: Runtime, pod: RawPod, node: str) -> str:
@@ -189,9 +312,7 @@ async def bind_pod(runtime: Runtime, pod: RawPod, node: str) -> str:
     if held_on is not None and held_on != node:
         runtime.ledger.forget(key)  # a stale attempt for another node: never ran there
     outcome: Outcome | None = None
-    if translate.is_waiting({**pod, "spec": {**(pod.get("spec") or {}), "nodeName": node}}) and (
-        held_on != node
-    ):
+    if translate.is_waiting(_with_node(pod, node)) and held_on != node:
         try:
             request = read_request(runtime, pod)
         except InvalidRequestError as exc:
@@ -199,14 +320,18 @@ async def bind_pod(runtime: Runtime, pod: RawPod, node: str) -> str:
             return translate.invalid_message(exc)
         outcome = await decide(runtime, request, node, path="bind")
         if outcome is None:
-            return f"no Numatopology for node {node}"
+            return runtime.stale_reason(node) or f"no Numatopology for node {node}"
         if outcome.state != State.ASSIGNED:
             _count(runtime, outcome)
             return outcome.message
-        await _write(runtime, pod, outcome, key=key)
+        try:
+            await _write(runtime, pod, outcome, key=key)
+        except NotActiveError as exc:
+            return str(exc)
     try:
+        runtime.check_may_write()
         await runtime.kube.create_binding(ref["namespace"], ref["name"], ref["uid"], node)
-    except KubeError as exc:
+    except (KubeError, NotActiveError) as exc:
         runtime.metrics.decisions.labels("bind_failed").inc()
         if outcome is not None:
             runtime.ledger.cancel(key)

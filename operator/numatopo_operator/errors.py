@@ -6,7 +6,7 @@ OperatorError
 │   ├── KubeConflictError       409
 │   └── KubeForbiddenError      403: RBAC is missing a rule
 ├── BookingError (ValueError)   a pod's `numatopo.io/assignment` cannot be read
-└── NotActiveError              this replica is not the one that decides (kopf peering)
+└── NotActiveError              this replica does not hold a fresh Lease (`leadership`)
 
 Engine errors (`InvalidRequestError`, `UnsatisfiableError`) are outcomes, not failures:
 they become `numatopo.io/state` values and Events, never exceptions past `assigning`.
@@ -69,7 +69,7 @@ class BookingError(OperatorError, ValueError):
 
 
 class NotActiveError(OperatorError):
-    """Another replica is the active one; this one must not decide."""
+    """This replica does not hold a fresh Lease; it must not decide or write."""
 
 
 @contextlib.contextmanager

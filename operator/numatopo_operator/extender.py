@@ -42,7 +42,7 @@ from numatopo_engine.model import NumatopologySpec
 from numatopo_engine.request import PodRequest
 from numatopo_engine.state import NodeState
 from numatopo_operator import assigning, translate
-from numatopo_operator.errors import KubeError
+from numatopo_operator.errors import KubeError, NotActiveError
 from numatopo_operator.runtime import Runtime
 
 __all__ = ["MAX_EXTENDER_PRIORITY", "build_app", "extender_score"]
@@ -118,7 +118,8 @@ class Verdicts:
     failed: dict[str, str] = field(default_factory=dict)
     """Nodes where it does not fit now (preemption may help): node -> what did not fit."""
     unresolvable: dict[str, str] = field(default_factory=dict)
-    """Nodes that cannot take it whatever is evicted: no or a stale Numatopology."""
+    """Nodes that cannot take it whatever is evicted: no or a stale Numatopology (the
+    exporter says so, or its heartbeat is too old)."""
 
 
 def judge(runtime: Runtime, request: PodRequest, nodes: Iterable[str]) -> Verdicts:
@@ -130,7 +131,7 @@ def judge(runtime: Runtime, request: PodRequest, nodes: Iterable[str]) -> Verdic
     """
     verdicts = Verdicts()
     scores, failed, unresolvable = verdicts.scores, verdicts.failed, verdicts.unresolvable
-    key, stale = request.key, runtime.stale
+    key, stale = request.key, runtime.stale_nodes()
     names: list[str] = []
     pending: list[tuple[NumatopologySpec, NodeState]] = []
     for node, topology, booked in runtime.ledger.candidates(nodes):
@@ -330,7 +331,7 @@ async def _bind_error(runtime: Runtime, body: Mapping[str, Any]) -> str:
         if uid and found_uid and uid != found_uid:
             return f"pod {namespace}/{name} is now uid {found_uid}, not {uid}"
         return await assigning.bind_pod(runtime, pod, node)
-    except KubeError as exc:
+    except (KubeError, NotActiveError) as exc:
         return f"binding {namespace}/{name} to {node}: {exc}"
 
 

@@ -5,7 +5,8 @@ Pods are handled with `@kopf.on.event`, not `on.create`/`on.update`: the pod's o
 and kopf needs to write nothing of its own onto users' pods. Retries are driven by the
 events that can change an answer, not by timers: a pod waiting for a Numatopology is
 retried when that Numatopology appears, and an Unsatisfiable pod when a pod on its
-node releases CPUs or GPUs.
+node releases CPUs or GPUs. What no event re-drives (a write that failed, a pod still
+waiting) is kept in the retry queue (`assigning.settle`).
 """
 
 from __future__ import annotations
@@ -45,28 +46,28 @@ async def _redrive(memo: Runtime, node: str, waiting: kopf.Index[str, Any], logg
         return
     pods = sorted(waiting[node], key=lambda pod: pod["metadata"].get("creationTimestamp", ""))
     for pod in pods:
-        with kept_serving(logger, f"retrying pod {translate.pod_key(pod)}", memo.metrics):
-            await assigning.assign_bound_pod(memo, pod)
+        await assigning.settle(memo, pod)
 
 
-async def _report(memo: Runtime, body: kopf.Body, logger: Logger) -> None:
-    """Mark a pod with an unreadable assignment Invalid; post, once each, the bookings on
-    this pod's node that overlap older ones."""
+async def _report_others(memo: Runtime, body: kopf.Body, logger: Logger) -> None:
+    """Mark Invalid, once each, the other bookings on this pod's node that now overlap
+    older ones (their own events may never come again)."""
     key = translate.pod_key(body)
-    problems: dict[str, str] = {}
-    if key in memo.unreadable:
-        await assigning.mark_invalid(memo, body, memo.unreadable[key])
     node = memo.ledger.node_of(key) or translate.pod_node(body)
-    if node is not None:
-        problems.update(memo.ledger.untrusted(node))
-    for other, why in sorted(problems.items()):
-        if f"{other} {why}" in memo.reported:
+    if node is None:
+        return
+    for other, why in sorted(memo.ledger.untrusted(node).items()):
+        if other == key or f"{other} {why}" in memo.reported:
             continue
-        memo.reported.add(f"{other} {why}")
         namespace, _, name = other.partition("/")
-        ref = assigning.pod_ref(body) if other == key else {"namespace": namespace, "name": name}
-        logger.warning("not trusting the assignment of %s: %s", other, why)
-        await memo.kube.post_event(ref, warning=True, reason=translate.UNTRUSTED, message=why)
+        with kept_serving(logger, f"pod {other}", memo.metrics):
+            await assigning.mark_invalid(
+                memo,
+                {"metadata": {"namespace": namespace, "name": name}},
+                why,
+                event_reason=translate.UNTRUSTED,
+            )
+            memo.reported.add(f"{other} {why}")
 
 
 async def pod_changed(
@@ -80,17 +81,20 @@ async def pod_changed(
             memo.reported.difference_update({r for r in memo.reported if r.startswith(key + " ")})
             memo.written.pop(key, None)
             memo.deferred.pop(key, None)
+            memo.retries.discard(key)
+            memo.metrics.retry_queue.set(len(memo.retries))
             node = memo.ledger.forget(key, uid=translate.pod_uid(body)) or translate.pod_node(body)
             memo.metrics.ledger_pods.set(len(memo.ledger))
             if node is not None and memo.deciding:
                 await _redrive(memo, node, waiting_pods, logger)
             return
+        memo.retries.refresh(key, dict(body))
         if not memo.deciding:
             if memo.active.is_set():
                 memo.deferred[key] = dict(body)  # retried once the ledger is current
             return
-        await _report(memo, body, logger)
-        await assigning.assign_bound_pod(memo, body)
+        await _report_others(memo, body, logger)
+        await assigning.settle(memo, body)
 
 
 async def numatopology_changed(
@@ -103,6 +107,7 @@ async def numatopology_changed(
         if type == "DELETED":
             memo.ledger.drop_topology(node)
             memo.stale.pop(node, None)
+            memo.heartbeats.pop(node, None)
             memo.redriven.pop(node, None)
             return
         topology = memo.ledger.topology(node)

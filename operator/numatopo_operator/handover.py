@@ -1,22 +1,23 @@
-"""Taking over as the active replica: rebuild the ledger from a fresh list, then decide (I/O).
+"""Taking over as the active replica: rebuild the ledger from a fresh list, then judge (I/O).
 
-A standby replica's kopf is paused: it watches nothing, so its ledger stops at what it
-saw before it stood by, while the active peer goes on booking CPUs and GPUs. When it
-becomes active again, kopf resumes and re-lists, but it does not gate its indexes a
-second time, so handlers and the extender would decide against the old bookings until
-that re-list has been processed, and could hand out what the peer booked meanwhile.
-Hence, on every transition to active (`leadership` clears `Runtime.ledger_current`
-first, and clears it again when standing by):
+A standby's kopf watches as the holder's does (kopf peering is off: the Lease decides),
+but its watch stream may lag behind the writes of the holder it replaces. Hence, on
+every acquisition of the Lease (`leadership` clears `Runtime.ledger_current` first, and
+clears it again when the Lease is lost):
 
-1. Wait `grace` seconds if a live peer may still be deciding (it stops at its next poll
-   of the peering object), so that its last writes land before our list.
+1. No grace period is needed: the previous holder stopped writing `renew_deadline`
+   after its last renewal, at least `lease_duration - renew_deadline` before we could
+   acquire the Lease (fencing by expiry, see `leadership`), so its writes have landed.
 2. `Ledger.begin_resync`, then LIST every pod (`KubeClient.list_pods`), then
    `Ledger.end_resync` with the bookings of that list. The list is retried until it
-   succeeds; a replica that stands down meanwhile cancels it.
+   succeeds; a replica that loses the Lease meanwhile cancels it.
 3. Set `Runtime.ledger_current`: decisions resume (until then the assigner skips pods and
    the extender answers "not ready, retry", and `/readyz` says so).
-4. Retry the pods that wait for an assignment: those of the list, and those whose events
-   arrived while the gate was closed (`Runtime.deferred`), oldest first.
+4. Judge every pod that carries a numatopo annotation, oldest first (those of the list,
+   and those whose events arrived while the gate was closed, `Runtime.deferred`): a
+   pod that changed while no replica decided (a hand-written, unreadable or
+   overlapping assignment; a refusal without its reason) gets its answer, a waiting pod
+   is decided, and a valid assignment is left as it is (`assigning.judge_pod`).
 
 Why no booking is lost or double-booked. Take any pod P whose assignment exists when
 step 3 opens the gate. Either its annotation was written before the list was served:
@@ -24,8 +25,9 @@ then the list has it, and only a journaled end of that very pod (same uid) remov
 which is right, since P is gone. Or it was written after: then the watch stream delivers
 it, and if that event is processed during the list, the journal keeps it over the list's
 older answer; if after, the ledger observes it as usual. The only writes that can reach
-us after the gate opened are those of a peer still deciding after our list, which is
-what the grace of step 1 is for (and in-flight writes slower than it remain a window).
+us after the gate opened are those of a previous holder still writing after our list,
+which fencing forbids (a write already on the wire for longer than
+`lease_duration - renew_deadline` remains a window, as with any lease).
 A release is not lost either: one processed before `begin_resync` is older than the list,
 which no longer shows the pod (or shows it finished, which books nothing); one processed
 during the list is journaled as an end and wins over the list; one processed after is
@@ -41,8 +43,9 @@ import logging
 from collections.abc import Iterable
 from typing import Any
 
+from numatopo_engine import annotations as keys
 from numatopo_operator import assigning, translate
-from numatopo_operator.errors import BookingError, KubeError, kept_serving
+from numatopo_operator.errors import BookingError, KubeError
 from numatopo_operator.runtime import Runtime
 from numatopo_operator.translate import Booking, RawPod
 
@@ -92,14 +95,16 @@ async def _resync(runtime: Runtime) -> list[dict[str, Any]]:
         return pods
 
 
-async def take_over(runtime: Runtime, *, grace: float = 0.0) -> None:
-    """Steps 1-4 of the module docstring; cancelled when this replica stands down."""
-    if grace > 0:
-        logger.info("waiting %.1f s for the previous active replica to stop deciding", grace)
-        await asyncio.sleep(grace)
+def _annotated(pod: RawPod) -> bool:
+    found = (pod.get("metadata") or {}).get("annotations") or {}
+    return any(key in found for key in (keys.POLICY, keys.ASSIGNMENT, keys.STATE))
+
+
+async def take_over(runtime: Runtime) -> None:
+    """Steps 2-4 of the module docstring; cancelled when this replica loses the Lease."""
     pods = await _resync(runtime)
     runtime.metrics.ledger_pods.set(len(runtime.ledger))
-    waiting = {translate.pod_key(pod): pod for pod in pods}
+    waiting: dict[str, RawPod] = {translate.pod_key(pod): pod for pod in pods}
     waiting.update(runtime.deferred)
     runtime.deferred.clear()
     runtime.ledger_current.set()
@@ -108,8 +113,6 @@ async def take_over(runtime: Runtime, *, grace: float = 0.0) -> None:
         waiting.values(), key=lambda pod: (pod.get("metadata") or {}).get("creationTimestamp", "")
     ):
         if not runtime.deciding:
-            return  # kopf's first pass (or a later activation) handles them instead
-        if not translate.is_waiting(pod):
-            continue
-        with kept_serving(logger, f"pod {translate.pod_key(pod)}", runtime.metrics):
-            await assigning.assign_bound_pod(runtime, pod)
+            return  # kopf's first pass (or a later acquisition) judges them instead
+        if _annotated(pod):
+            await assigning.settle(runtime, pod)

@@ -3,10 +3,9 @@
 /healthz  200 while the process serves (liveness: restart only a hung process)
 /readyz   200 once the replica knows its role and, if it is the active one, its ledger
           is complete and was rebuilt since it became active (`handover`); a standby
-          is Ready too (kopf pauses its watches, so it has no cache to sync and takes
-          over by listing). Every replica being Ready is what
+          is Ready too (it takes over by listing). Every replica being Ready is what
           lets a rolling update and a PodDisruptionBudget make progress; the extender
-          Service finds the active replica by its label (see `leadership`)
+          Service finds the Lease holder by its label (see `leadership`)
 /metrics  Prometheus text format
 """
 
@@ -28,7 +27,7 @@ async def _healthz(request: web.Request) -> web.Response:
 def readiness(runtime: Runtime) -> tuple[bool, str]:
     """(ready, what to say): the `/readyz` answer."""
     if not runtime.role_known.is_set():
-        return False, "reading the peering object: active or standby is not known yet"
+        return False, "reading the Lease: holder or standby is not known yet"
     if not runtime.active.is_set():
         return True, "ok: standing by, another replica is active"
     if not runtime.indexed.is_set():

@@ -11,6 +11,7 @@ function returns None.
 
 from __future__ import annotations
 
+import datetime
 import logging
 from typing import Any
 
@@ -23,7 +24,22 @@ from numatopo_operator import translate
 from numatopo_operator.errors import BookingError
 from numatopo_operator.runtime import Runtime
 
-__all__ = ["booked_pods", "numatopologies", "stale_reason", "waiting_pods"]
+__all__ = ["booked_pods", "heartbeat_of", "numatopologies", "stale_reason", "waiting_pods"]
+
+
+def heartbeat_of(body: kopf.Body) -> float | None:
+    """`status.heartbeat` as Unix seconds; None when absent or unreadable (an exporter
+    older than the field writes none: such a node is never called stale for it)."""
+    text = (body.get("status") or {}).get("heartbeat")
+    if not isinstance(text, str) or not text:
+        return None
+    try:
+        moment = datetime.datetime.fromisoformat(text.replace("Z", "+00:00"))
+    except ValueError:
+        return None
+    if moment.tzinfo is None:
+        moment = moment.replace(tzinfo=datetime.UTC)
+    return moment.timestamp()
 
 
 def stale_reason(body: kopf.Body) -> str | None:
@@ -57,6 +73,11 @@ def numatopologies(
         memo.stale.pop(node, None)
     else:
         memo.stale[node] = reason
+    beat = heartbeat_of(body)
+    if beat is None:
+        memo.heartbeats.pop(node, None)
+    else:
+        memo.heartbeats[node] = beat
     memo.ledger.set_topology(node, spec)
     return {node: spec}
 

@@ -281,17 +281,52 @@ class KubeClient:
             return False
         return True
 
-    # -- kopf peering ----------------------------------------------------------------
+    # -- leases (leadership) -----------------------------------------------------------
 
-    async def get_peering(self, name: str, *, namespace: str | None) -> dict[str, Any]:
-        """The peers in kopf's peering object: identity -> {priority, lastseen, lifetime}."""
-        if namespace is None:
-            path = f"/apis/kopf.dev/v1/clusterkopfpeerings/{name}"
-        else:
-            path = f"/apis/kopf.dev/v1/namespaces/{namespace}/kopfpeerings/{name}"
-        found = await self._call("GET", path, None, idempotent=True)
-        status = found.get("status") if isinstance(found, dict) else None
-        return status if isinstance(status, dict) else {}
+    async def get_lease(self, namespace: str, name: str) -> dict[str, Any]:
+        """The Lease object; `KubeNotFoundError` when it does not exist yet."""
+        found = await self._call(
+            "GET", f"/apis/coordination.k8s.io/v1/namespaces/{namespace}/leases/{name}", None
+        )
+        if not isinstance(found, dict):
+            raise errors.KubeError(200, "BadResponse", f"lease {namespace}/{name}: not an object")
+        return found
+
+    async def create_lease(
+        self, namespace: str, name: str, spec: Mapping[str, object]
+    ) -> dict[str, Any]:
+        """Create the Lease held as `spec` says; `KubeConflictError` if another replica
+        created it first. Not retried here: the leadership loop tries again anyway."""
+        body = {
+            "apiVersion": "coordination.k8s.io/v1",
+            "kind": "Lease",
+            "metadata": {"name": name, "namespace": namespace},
+            "spec": dict(spec),
+        }
+        found = await self._call(
+            "POST", f"/apis/coordination.k8s.io/v1/namespaces/{namespace}/leases", body
+        )
+        return found if isinstance(found, dict) else {}
+
+    async def patch_lease(
+        self,
+        namespace: str,
+        name: str,
+        spec: Mapping[str, object],
+        *,
+        resource_version: str | None,
+    ) -> dict[str, Any]:
+        """Merge `spec` into the Lease's. With `resource_version`, the API server applies it
+        only to that version of the object (409 otherwise): the compare-and-swap that
+        makes two replicas unable to acquire one Lease at once."""
+        metadata = {"resourceVersion": resource_version} if resource_version else {}
+        found = await self._call(
+            "PATCH",
+            f"/apis/coordination.k8s.io/v1/namespaces/{namespace}/leases/{name}",
+            {"metadata": metadata, "spec": dict(spec)},
+            content_type=MERGE_PATCH,
+        )
+        return found if isinstance(found, dict) else {}
 
     # -- numatopologies ----------------------------------------------------------------
 

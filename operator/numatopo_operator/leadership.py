@@ -1,23 +1,34 @@
-"""Which replica decides, with kopf peering, and how the scheduler finds it (pure + loop).
+"""Which replica decides: a `coordination.k8s.io/v1` Lease, as client-go's leaderelection.
 
-kopf peering keeps every replica's `{priority, lastseen, lifetime}` in the status of a
-`ClusterKopfPeering` (cluster-wide) or `KopfPeering` (namespaced) object, and pauses
-a replica while a live peer has a higher priority, or the same one. kopf does not tell
-its handlers whether it is paused, so `watch_leadership` reads the same object and
-applies the same rule to set `Runtime.active`, which decides whether the extender
-answers and which replica carries the `ACTIVE_LABEL` on its own pod.
+Three durations (settings; defaults 4 s / 3 s / 1 s) with
+`retry_period < renew_deadline < lease_duration`:
 
-Every replica is Ready (see `health`), so rolling updates and PodDisruptionBudgets work;
-the extender Service selects on `ACTIVE_LABEL` instead, so it reaches the active one.
-The order of the two steps keeps a handover safe: a replica that becomes active sets
-`Runtime.active` before it labels its pod (traffic never reaches a replica that would
-refuse it for that reason), and one that stands down clears `Runtime.active` before it
-removes the label. Becoming active also clears `Runtime.ledger_current` and starts
-`handover.take_over`, which rebuilds the ledger from a fresh list of pods before this
-replica decides again (kopf's paused watches missed what the peer booked meanwhile);
-standing down cancels it. While two pods carry the label (a handover, a label write that
-failed), the Service may send a call to the one that is not active: it answers with an
-Error, which the scheduler treats as a failed attempt and retries, and it never binds.
+- A standby reads the Lease every `retry_period`. It counts the lease duration from the
+  moment *it saw* the record change (its own monotonic clock, never the holder's
+  `renewTime`, so clock skew between nodes does not matter), and acquires the Lease
+  once that much time passed without a renewal, or at once when the Lease is free
+  (no holder: a holder that shut down released it). Acquiring is a patch conditioned
+  on the `resourceVersion` it read, then read back: of two standbys only one wins.
+- The holder renews every `retry_period`. `Runtime.renewed_at` is when the last
+  successful renewal was *sent*; the holder decides and writes only while that is less
+  than `renew_deadline` ago (`Runtime.lease_fresh`, checked before every write), and
+  stands down when it is not. Fencing by expiry: a standby saw that renewal no earlier
+  than it was sent and waits `lease_duration` from then, so a holder cut off from the
+  API is silent for `lease_duration - renew_deadline` (1 s by default) before anyone may
+  take over.
+
+Failover after `kill -9` of the holder: the standby acquires `lease_duration` after it
+last saw a renewal (between `lease_duration - retry_period` and `lease_duration +
+retry_period` after the kill), then rebuilds its ledger from one list of pods
+(`handover`) and decides again; `docs/operations.md` has the measured numbers.
+
+The extender Service selects on `ACTIVE_LABEL`; the holder labels its own pod after it
+acquired the Lease and removes the label from the previous holder's pod (a replica
+killed with -9 cannot remove its own); a replica that loses the Lease removes its label
+after it stopped deciding. A call that reaches a non-holder anyway (a handover, a label
+write that failed) is answered with an Error the scheduler retries; it never binds.
+Every replica is Ready (rolling updates and disruption budgets progress); a dead one
+also leaves the Service's endpoints by failing its readiness probe.
 """
 
 from __future__ import annotations
@@ -25,75 +36,52 @@ from __future__ import annotations
 import asyncio
 import datetime
 import logging
-from collections.abc import Mapping
+import math
+import random
+import socket
+import time
 from dataclasses import dataclass
 from typing import Any
 
 from numatopo_operator import handover
-from numatopo_operator.errors import KubeError
+from numatopo_operator.errors import KubeConflictError, KubeError, KubeNotFoundError
 from numatopo_operator.runtime import Runtime
 
 __all__ = [
     "ACTIVE_LABEL",
     "ACTIVE_VALUE",
+    "Elector",
     "PodLabel",
-    "is_active",
     "label_patch",
-    "live_peers",
+    "lease_identity",
     "own_pod",
+    "pod_of_identity",
     "stand_down",
-    "watch_leadership",
 ]
 
 logger = logging.getLogger(__name__)
 
-POLL_SECONDS = 5.0
 ACTIVE_LABEL = "numatopo.io/extender-active"
 ACTIVE_VALUE = "true"
-# Removing the label on shutdown must not hold up the pod's termination for long.
-SHUTDOWN_LABEL_SECONDS = 5.0
+# Removing the label and releasing the Lease on shutdown must not hold up termination.
+SHUTDOWN_SECONDS = 5.0
 
 
-def _parse_time(text: object) -> datetime.datetime | None:
-    if not isinstance(text, str):
-        return None
-    try:
-        moment = datetime.datetime.fromisoformat(text.replace("Z", "+00:00"))
-    except ValueError:
-        return None
-    return moment if moment.tzinfo else moment.replace(tzinfo=datetime.UTC)
+def _now_text() -> str:
+    """A MicroTime, as the Lease's `acquireTime`/`renewTime` hold it."""
+    return datetime.datetime.now(datetime.UTC).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
 
 
-def live_peers(
-    peers: Mapping[str, Any], *, identity: str, now: datetime.datetime
-) -> dict[str, int]:
-    """Other peers that kopf counts as alive: identity -> priority."""
-    alive: dict[str, int] = {}
-    for peer_id, info in peers.items():
-        if peer_id == identity or not isinstance(info, Mapping):
-            continue
-        lastseen = _parse_time(info.get("lastseen"))
-        lifetime = info.get("lifetime", 60)
-        if lastseen is None or not isinstance(lifetime, int | float):
-            continue
-        if lastseen + datetime.timedelta(seconds=lifetime) < now:
-            continue  # dead: kopf cleans it up
-        alive[peer_id] = int(info.get("priority", 0))
-    return alive
+def lease_identity(pod_name: str | None) -> str:
+    """`<pod>_<random>`: unique per process (a restarted container never mistakes the
+    Lease its predecessor held for its own), and it names the pod to unlabel."""
+    return f"{pod_name or socket.gethostname()}_{random.getrandbits(32):08x}"
 
 
-def is_active(
-    peers: Mapping[str, Any], *, identity: str, priority: int, now: datetime.datetime
-) -> bool:
-    """True unless another live peer has a priority at least ours (kopf's pause rule)."""
-    alive = live_peers(peers, identity=identity, now=now)
-    return all(other < priority for other in alive.values())
-
-
-def handover_grace() -> float:
-    """How long a replica that becomes active waits while a live peer may still decide:
-    that peer stops at its next poll of the peering object, two polls at the latest."""
-    return 2 * POLL_SECONDS
+def pod_of_identity(identity: str) -> str | None:
+    """The pod name in a `lease_identity` (pod names never contain `_`)."""
+    pod, separator, _ = identity.rpartition("_")
+    return pod if separator and pod else None
 
 
 def label_patch(*, active: bool, labelled: bool | None) -> dict[str, str | None] | None:
@@ -145,78 +133,249 @@ def own_pod(runtime: Runtime) -> PodLabel | None:
     return PodLabel(settings.pod_namespace, settings.pod_name)
 
 
-async def _poll_active(
-    runtime: Runtime, *, identity: str, priority: int
-) -> tuple[bool, bool] | None:
-    """(whether kopf keeps us active now, whether another live peer exists); None when
-    the peering object cannot be read."""
-    settings = runtime.settings
-    if settings.peering_name is None:
-        return True, False
-    namespace = settings.namespaces[0] if settings.namespaces else None
-    try:
-        peers = await runtime.kube.get_peering(settings.peering_name, namespace=namespace)
-    except KubeError as exc:
-        # Right after start kopf has not logged in yet: expected, and retried next poll.
-        level = logging.DEBUG if exc.reason == "NotLoggedIn" else logging.WARNING
-        logger.log(level, "cannot read peering %s: %s", settings.peering_name, exc)
-        return None
-    now = datetime.datetime.now(datetime.UTC)
-    alive = live_peers(peers, identity=identity, now=now)
-    return all(other < priority for other in alive.values()), bool(alive)
+def _record(lease: dict[str, Any]) -> tuple[str, str, int]:
+    """What changes with every renewal or acquisition: (holder, renewTime, transitions)."""
+    spec = lease.get("spec") or {}
+    transitions = spec.get("leaseTransitions")
+    return (
+        str(spec.get("holderIdentity") or ""),
+        str(spec.get("renewTime") or ""),
+        transitions if isinstance(transitions, int) else 0,
+    )
 
 
-async def watch_leadership(
-    runtime: Runtime,
-    *,
-    identity: str,
-    priority: int,
-    label: PodLabel | None,
-) -> None:
-    """Forever: keep `runtime.active` equal to "kopf would not pause us" (always, when
-    standalone), and our pod's label equal to `runtime.active`; rebuild the ledger on
-    every transition to active (`handover`)."""
-    taking_over: asyncio.Task[None] | None = None
-    try:
-        while True:
-            polled = await _poll_active(runtime, identity=identity, priority=priority)
-            if polled is not None:
-                active, others_alive = polled
-                if active and not runtime.active.is_set():
-                    logger.info("this replica (%s) is now the active one", identity)
-                    runtime.ledger_current.clear()
-                    runtime.active.set()
-                    taking_over = asyncio.create_task(
-                        handover.take_over(
-                            runtime, grace=handover_grace() if others_alive else 0.0
-                        ),
-                        name="numatopo take-over",
-                    )
-                elif not active and runtime.active.is_set():
-                    logger.info("this replica (%s) stands by: a peer has priority", identity)
-                    runtime.active.clear()
-                    runtime.ledger_current.clear()
-                    if taking_over is not None:
-                        taking_over.cancel()
-                runtime.role_known.set()
-            if label is not None and runtime.role_known.is_set():
-                await label.sync(runtime, active=runtime.active.is_set())
-            await asyncio.sleep(POLL_SECONDS)
-    finally:
-        if taking_over is not None:
-            taking_over.cancel()
-            await asyncio.gather(taking_over, return_exceptions=True)
+def _version(lease: dict[str, Any]) -> str | None:
+    found = (lease.get("metadata") or {}).get("resourceVersion")
+    return found if isinstance(found, str) and found else None
 
 
-async def stand_down(runtime: Runtime, label: PodLabel | None) -> None:
-    """On shutdown: stop answering as the active replica, then take the label away, so
-    the Service stops sending calls here before the process is gone."""
+class Elector:
+    """The leadership loop of one replica (see the module docstring)."""
+
+    def __init__(self, runtime: Runtime, *, identity: str, label: PodLabel | None) -> None:
+        self.runtime = runtime
+        self.identity = identity
+        self.label = label
+        settings = runtime.settings
+        self.name = settings.lease_name
+        self.namespace = settings.lease_namespace_or_default
+        self.duration = settings.lease_duration_seconds
+        self.deadline = settings.renew_deadline_seconds
+        self.period = settings.retry_period_seconds
+        self._seen: tuple[str, str, int] | None = None
+        self._seen_at = 0.0
+        self._version: str | None = None
+        self._taking_over: asyncio.Task[None] | None = None
+
+    @property
+    def holding(self) -> bool:
+        return self.runtime.active.is_set()
+
+    def _spec(self, *, acquire: bool, transitions: int) -> dict[str, object]:
+        now = _now_text()
+        spec: dict[str, object] = {
+            "holderIdentity": self.identity,
+            "leaseDurationSeconds": max(1, math.ceil(self.duration)),
+            "renewTime": now,
+        }
+        if acquire:
+            spec["acquireTime"] = now
+            spec["leaseTransitions"] = transitions
+        return spec
+
+    async def run(self) -> None:
+        """Forever; standalone (no Lease name): decide from the start."""
+        try:
+            if self.name is None:
+                await self._become_holder(previous="")
+                self.runtime.role_known.set()
+                while True:
+                    await asyncio.sleep(3600)
+            while True:
+                started = time.monotonic()
+                try:
+                    await asyncio.wait_for(self._step(), self.deadline)
+                except TimeoutError:
+                    logger.warning("the Lease call took over %.1f s", self.deadline)
+                except KubeError as exc:
+                    # Right after start kopf has not logged in yet: expected, retried.
+                    level = logging.DEBUG if exc.reason == "NotLoggedIn" else logging.WARNING
+                    logger.log(level, "Lease %s/%s: %s", self.namespace, self.name, exc)
+                if self.holding and not self.runtime.lease_fresh():
+                    await self._lose("could not renew the Lease within the renew deadline")
+                await asyncio.sleep(self._pause(started))
+        finally:
+            if self._taking_over is not None:
+                self._taking_over.cancel()
+                await asyncio.gather(self._taking_over, return_exceptions=True)
+
+    def _pause(self, started: float) -> float:
+        """Until the next attempt: one retry period, or less when the Lease we watch
+        expires sooner (a standby takes over as soon as it may)."""
+        now = time.monotonic()
+        pause = started + self.period - now
+        if not self.holding and self._seen is not None and self._seen[0]:
+            pause = min(pause, self._seen_at + self.duration - now)
+        return max(pause, 0.01)
+
+    async def _step(self) -> None:
+        assert self.name is not None
+        kube = self.runtime.kube
+        if self.holding:
+            await self._renew()
+            return
+        try:
+            lease = await kube.get_lease(self.namespace, self.name)
+        except KubeNotFoundError:
+            sent = time.monotonic()
+            try:
+                created = await kube.create_lease(
+                    self.namespace, self.name, self._spec(acquire=True, transitions=0)
+                )
+            except KubeConflictError:
+                return  # another replica created it first: watch it from the next try
+            self._observe(created)
+            await self._acquired(sent, previous="")
+            return
+        self._observe(lease)
+        self.runtime.role_known.set()
+        holder, _, transitions = _record(lease)
+        expired = time.monotonic() >= self._seen_at + self.duration
+        if holder and holder != self.identity and not expired:
+            if self.label is not None:
+                # A restarted container finds its pod still labelled by its predecessor.
+                await self.label.sync(self.runtime, active=False)
+            return
+        sent = time.monotonic()
+        await kube.patch_lease(
+            self.namespace,
+            self.name,
+            self._spec(acquire=True, transitions=transitions + 1),
+            resource_version=self._version,
+        )
+        # Read back: an API server without the resourceVersion precondition (or a
+        # racing standby) must not leave two replicas believing they hold it.
+        check = await kube.get_lease(self.namespace, self.name)
+        self._observe(check)
+        if _record(check)[0] == self.identity:
+            await self._acquired(sent, previous=holder)
+
+    def _observe(self, lease: dict[str, Any]) -> None:
+        record = _record(lease)
+        self._version = _version(lease)
+        if record != self._seen:
+            self._seen, self._seen_at = record, time.monotonic()
+
+    async def _renew(self) -> None:
+        assert self.name is not None
+        sent = time.monotonic()
+        try:
+            renewed = await self.runtime.kube.patch_lease(
+                self.namespace,
+                self.name,
+                self._spec(acquire=False, transitions=0),
+                resource_version=self._version,
+            )
+        except KubeConflictError:
+            lease = await self.runtime.kube.get_lease(self.namespace, self.name)
+            self._observe(lease)
+            if _record(lease)[0] != self.identity:
+                await self._lose(f"the Lease is held by {_record(lease)[0]!r} now")
+            return
+        self._observe(renewed)
+        holder = _record(renewed)[0]
+        if holder != self.identity:
+            await self._lose(f"the Lease is held by {holder!r} now")
+            return
+        self.runtime.renewed_at = sent
+
+    async def _acquired(self, sent: float, *, previous: str) -> None:
+        self.runtime.renewed_at = sent
+        logger.info(
+            "this replica (%s) holds Lease %s/%s now%s",
+            self.identity,
+            self.namespace,
+            self.name,
+            f", after {previous}" if previous else "",
+        )
+        self.runtime.role_known.set()
+        await self._become_holder(previous=previous)
+
+    async def _become_holder(self, *, previous: str) -> None:
+        runtime = self.runtime
+        runtime.ledger_current.clear()
+        runtime.active.set()
+        runtime.metrics.lease_holder.set(1)
+        self._taking_over = asyncio.create_task(
+            handover.take_over(runtime), name="numatopo take-over"
+        )
+        if self.label is not None:
+            await self.label.sync(runtime, active=True)
+            stale = pod_of_identity(previous)
+            if stale is not None and stale != self.label.name:
+                await self._unlabel(stale)
+
+    async def _unlabel(self, pod: str) -> None:
+        """Take the label from the previous holder's pod: a replica killed with -9 never
+        removed it, and the Service would keep sending it calls."""
+        assert self.label is not None
+        try:
+            await self.runtime.kube.patch_pod_labels(
+                self.label.namespace, pod, {ACTIVE_LABEL: None}
+            )
+        except KubeNotFoundError:
+            pass
+        except KubeError as exc:
+            logger.warning("cannot remove label %s from pod %s: %s", ACTIVE_LABEL, pod, exc)
+
+    async def _lose(self, why: str) -> None:
+        runtime = self.runtime
+        logger.warning("this replica (%s) stops deciding: %s", self.identity, why)
+        runtime.active.clear()
+        runtime.ledger_current.clear()
+        runtime.renewed_at = None
+        runtime.metrics.lease_holder.set(0)
+        if self._taking_over is not None:
+            self._taking_over.cancel()
+            self._taking_over = None
+        if self.label is not None:
+            await self.label.sync(runtime, active=False)
+
+    async def release(self) -> None:
+        """On shutdown: stop deciding, then hand the Lease back (no holder, 1 s), so a
+        standby takes over at its next try instead of after the lease duration."""
+        was_holding = self.holding and self.name is not None
+        self.runtime.active.clear()
+        self.runtime.ledger_current.clear()
+        self.runtime.renewed_at = None
+        if not was_holding:
+            return
+        assert self.name is not None
+        try:
+            await asyncio.wait_for(
+                self.runtime.kube.patch_lease(
+                    self.namespace,
+                    self.name,
+                    {"holderIdentity": None, "leaseDurationSeconds": 1, "renewTime": _now_text()},
+                    resource_version=self._version,
+                ),
+                SHUTDOWN_SECONDS,
+            )
+        except (KubeError, TimeoutError) as exc:
+            logger.warning("could not release Lease %s/%s: %s", self.namespace, self.name, exc)
+
+
+async def stand_down(runtime: Runtime, elector: Elector | None, label: PodLabel | None) -> None:
+    """On shutdown: stop answering as the holder, release the Lease, then take the label
+    away, so the Service stops sending calls here before the process is gone."""
+    if elector is not None:
+        await elector.release()
     runtime.active.clear()
     runtime.ledger_current.clear()
     if label is None:
         return
     label.labelled = None  # whatever we last wrote, remove it
     try:
-        await asyncio.wait_for(label.sync(runtime, active=False), SHUTDOWN_LABEL_SECONDS)
+        await asyncio.wait_for(label.sync(runtime, active=False), SHUTDOWN_SECONDS)
     except TimeoutError:
         logger.warning("gave up removing label %s on shutdown", ACTIVE_LABEL)

@@ -22,6 +22,12 @@ books again). A "no assignment" seen on the stream does not undo a listed bookin
 two answers in unknown order, the one that books is the one that cannot double-book.
 In-flight bookings are kept as they are.
 
+Decision sequence: `next_seq(node)` is one more than the highest `Assignment.seq` this
+ledger has seen booked on the node (observed, listed or reserved). The mark never goes
+down, not even when that pod ends, so one replica never hands out a sequence twice; a
+replica taking over starts from the highest sequence still on a live pod, which is all
+the node agent compares (it orders the claims of live pods).
+
 Decisions for one node are serialised by `lock(node)`: the engine call and the
 reservation form one critical section, so it stays correct even if the engine call
 is moved to a thread.
@@ -68,6 +74,7 @@ class Ledger:
         self._locks: dict[str, asyncio.Lock] = {}
         self._dirty: set[str] = set()
         self._journal: dict[str, _Journaled] | None = None
+        self._seq: dict[str, int] = {}
 
     # -- queries -----------------------------------------------------------------
 
@@ -86,6 +93,14 @@ class Ledger:
         topologies, states = self._topologies, self._states
         for node in nodes:
             yield node, topologies.get(node), states.get(node)
+
+    def next_seq(self, node: str) -> int:
+        """The sequence number of the next decision on `node` (1 on a node never booked)."""
+        return self._seq.get(node, 0) + 1
+
+    def _saw_seq(self, node: str, seq: int) -> None:
+        if seq > self._seq.get(node, 0):
+            self._seq[node] = seq
 
     def holds(self, key: str) -> bool:
         """True when pod `key` has a booking (observed, in-flight or untrusted)."""
@@ -151,6 +166,7 @@ class Ledger:
         if previous_node is not None and previous_node != node:
             self.forget(key)
         self._note(key, booking)
+        self._saw_seq(node, booking.assignment.seq)
         known = self._observed.get(node, {}).get(key)
         if known == booking and key not in self._inflight.get(node, {}):
             return []
@@ -194,6 +210,7 @@ class Ledger:
         if state is None:
             raise KeyError(f"no Numatopology for node {node!r}")
         state.apply(key, assignment)
+        self._saw_seq(node, assignment.seq)
         self._inflight.setdefault(node, {})[key] = assignment
         self._node_of[key] = node
         self._dirty.add(node)
@@ -249,6 +266,7 @@ class Ledger:
                     del bookings[key]
         self._observed = {}
         for booking in bookings.values():
+            self._saw_seq(booking.node, booking.assignment.seq)
             self._observed.setdefault(booking.node, {})[booking.key] = booking
             self._inflight.get(booking.node, {}).pop(booking.key, None)
         self._node_of = {key: booking.node for key, booking in bookings.items()}

@@ -9,29 +9,19 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-import random
-import socket
 import threading
 from collections.abc import AsyncIterator
 
 import kopf
 from aiohttp import web
 
-# kopf takes the peering identity as this NewType but does not export it; we choose the
-# identity ourselves because `leadership` must find this replica among the peers.
-from kopf._core.engines.peering import Identity
-
-from numatopo_operator import extender, handlers, health, leadership, status
+from numatopo_operator import assigning, extender, handlers, health, leadership, status
 from numatopo_operator.runtime import Runtime
 from numatopo_operator.settings import OperatorSettings
 
 __all__ = ["Servers", "run", "serve"]
 
 logger = logging.getLogger(__name__)
-
-# kopf peering priorities are drawn from this range when none is configured; wide
-# enough that two replicas practically never draw the same (which pauses both).
-PRIORITY_RANGE = (1, 1_000_000)
 
 
 class Servers:
@@ -67,7 +57,7 @@ class Servers:
 
 
 @contextlib.asynccontextmanager
-async def _background(runtime: Runtime, *, identity: str, priority: int) -> AsyncIterator[None]:
+async def _background(runtime: Runtime, *, identity: str) -> AsyncIterator[None]:
     label = leadership.own_pod(runtime)
     if label is None:
         logger.warning(
@@ -75,12 +65,11 @@ async def _background(runtime: Runtime, *, identity: str, priority: int) -> Asyn
             "its pod %s, so an extender Service selecting on that label finds no endpoint",
             leadership.ACTIVE_LABEL,
         )
+    elector = leadership.Elector(runtime, identity=identity, label=label)
     tasks = [
         asyncio.create_task(status.write_statuses(runtime), name="numatopo status writer"),
-        asyncio.create_task(
-            leadership.watch_leadership(runtime, identity=identity, priority=priority, label=label),
-            name="numatopo leadership",
-        ),
+        asyncio.create_task(assigning.run_retries(runtime), name="numatopo retries"),
+        asyncio.create_task(elector.run(), name="numatopo leadership"),
     ]
     try:
         yield
@@ -88,7 +77,7 @@ async def _background(runtime: Runtime, *, identity: str, priority: int) -> Asyn
         for task in tasks:
             task.cancel()
         await asyncio.gather(*tasks, return_exceptions=True)
-        await leadership.stand_down(runtime, label)
+        await leadership.stand_down(runtime, elector, label)
 
 
 async def serve(
@@ -104,10 +93,7 @@ async def serve(
     kopf_settings = kopf_settings or kopf.OperatorSettings()
     # We post our own Events (named, one per outcome); kopf's would repeat our log lines.
     kopf_settings.posting.enabled = False
-    priority = (
-        settings.priority if settings.priority is not None else random.randint(*PRIORITY_RANGE)
-    )
-    identity = f"{socket.gethostname()}@{random.getrandbits(32):08x}"
+    identity = leadership.lease_identity(settings.pod_name)
     await servers.start()
     logger.info(
         "numatopo operator: extender on :%d, metrics and probes on :%d, %s",
@@ -115,18 +101,17 @@ async def serve(
         servers.metrics_port,
         "standalone"
         if settings.standalone
-        else f"peering {settings.peering_name!r} priority {priority}",
+        else f"Lease {settings.lease_namespace_or_default}/{settings.lease_name} as {identity}",
     )
     try:
-        async with _background(runtime, identity=identity, priority=priority):
+        async with _background(runtime, identity=identity):
+            # kopf peering stays off: every replica watches (a standby's ledger stays
+            # warm) and the Lease alone says which one decides (`leadership`).
             await kopf.operator(
                 registry=handlers.build_registry(),
                 settings=kopf_settings,
                 memo=runtime,
-                standalone=settings.standalone,
-                peering_name=settings.peering_name,
-                priority=priority,
-                identity=Identity(identity),
+                standalone=True,
                 clusterwide=not settings.namespaces,
                 namespaces=list(settings.namespaces),
                 stop_flag=stop_flag,

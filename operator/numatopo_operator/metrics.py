@@ -8,6 +8,10 @@ numatopo_unsatisfiable_total            pods that did not fit on their node
 numatopo_invalid_total                  pods with invalid topology annotations
 numatopo_ledger_pods                    pods holding a booking in the ledger
 numatopo_handler_errors_total           unexpected errors caught at the handler boundary
+numatopo_retry_queue_pods               pods waiting in the retry queue (failed writes,
+                                        pods still waiting for an answer that fits)
+numatopo_retries_total                  pods judged again from the retry queue
+numatopo_lease_holder                   1 while this replica holds the Lease and decides
 """
 
 from __future__ import annotations
@@ -68,6 +72,20 @@ class Metrics:
         self.handler_errors = prometheus_client.Counter(
             "numatopo_handler_errors",
             "Unexpected errors caught at the handler boundary.",
+            registry=self.registry,
+        )
+
+        self.retry_queue = prometheus_client.Gauge(
+            "numatopo_retry_queue_pods",
+            "Pods waiting in the retry queue.",
+            registry=self.registry,
+        )
+        self.retries = prometheus_client.Counter(
+            "numatopo_retries", "Pods judged again from the retry queue.", registry=self.registry
+        )
+        self.lease_holder = prometheus_client.Gauge(
+            "numatopo_lease_holder",
+            "1 while this replica holds the Lease and decides.",
             registry=self.registry,
         )
 

@@ -7,14 +7,17 @@ object (never a plain flag that a copy could diverge on).
 from __future__ import annotations
 
 import asyncio
+import time
 from dataclasses import dataclass, field
 from typing import Any
 
 import kopf
 
+from numatopo_operator.errors import NotActiveError
 from numatopo_operator.kube import KubeClient
 from numatopo_operator.ledger import Ledger
 from numatopo_operator.metrics import Metrics
+from numatopo_operator.retrying import RetryQueue
 from numatopo_operator.settings import OperatorSettings
 
 __all__ = ["Runtime"]
@@ -31,6 +34,16 @@ class Runtime:
 
     stale: dict[str, str] = field(default_factory=dict)
     """Nodes whose Numatopology its exporter marks as not current: node -> why."""
+
+    heartbeats: dict[str, float] = field(default_factory=dict)
+    """node -> its Numatopology's `status.heartbeat` (Unix seconds); absent: none written."""
+
+    retries: RetryQueue = field(init=False)
+    """Pods to judge again later (a failed write, a pod still waiting)."""
+
+    renewed_at: float | None = None
+    """`time.monotonic()` when the last successful renewal of our Lease was sent; None
+    while we hold none. Fencing: writes stop `renew_deadline_seconds` after it."""
 
     unreadable: dict[str, str] = field(default_factory=dict)
     """Pods whose `numatopo.io/assignment` cannot be read: pod key -> why."""
@@ -62,11 +75,68 @@ class Runtime:
     """Set while this replica is the one that decides (always, when standalone)."""
 
     role_known: asyncio.Event = field(default_factory=asyncio.Event)
-    """Set once this replica knows whether it is the active one (the peering object was
-    read once; at once when standalone): until then it is not Ready."""
+    """Set once this replica knows whether it is the holder (the Lease was read once; at
+    once when standalone): until then it is not Ready."""
+
+    def __post_init__(self) -> None:
+        self.retries = RetryQueue(self.settings.retry_base_seconds, self.settings.retry_max_seconds)
+
+    def lease_fresh(self) -> bool:
+        """True while our Lease was renewed within the renew deadline (always, standalone).
+
+        Measured from when the renewal was *sent*: the API server stored it later, and a
+        standby counts the lease duration from when it saw it, later still; so we fall
+        silent at least `lease_duration - renew_deadline` before anyone may take over.
+        """
+        if self.settings.standalone:
+            return True
+        renewed = self.renewed_at
+        return (
+            renewed is not None
+            and time.monotonic() < renewed + self.settings.renew_deadline_seconds
+        )
+
+    def check_may_write(self) -> None:
+        """Raise `NotActiveError` unless this replica may write a decision now."""
+        if not self.active.is_set() or not self.lease_fresh():
+            raise NotActiveError("this replica does not hold a fresh lease; not writing")
+
+    def stale_reason(self, node: str, now: float | None = None) -> str | None:
+        """Why nothing may be placed on `node` now: its exporter says so, or its heartbeat is
+        older than the bound; None when it is current (or has no heartbeat at all)."""
+        why = self.stale.get(node)
+        if why is not None:
+            return why
+        beat = self.heartbeats.get(node)
+        limit = self.settings.heartbeat_max_age_seconds
+        if beat is None or limit <= 0:
+            return None
+        age = (time.time() if now is None else now) - beat
+        if age <= limit:
+            return None
+        return (
+            f"Numatopology/{node} is stale: its exporter's last heartbeat is {age:.0f} s old "
+            f"(more than {limit:.0f} s; is the numatopo exporter running there?)"
+        )
+
+    def stale_nodes(self) -> dict[str, str]:
+        """Every node `stale_reason` refuses now: node -> why (one pass, for the extender)."""
+        found = dict(self.stale)
+        limit = self.settings.heartbeat_max_age_seconds
+        if limit > 0:
+            now = time.time()
+            for node, beat in self.heartbeats.items():
+                if now - beat > limit and node not in found:
+                    found[node] = self.stale_reason(node, now) or ""
+        return found
 
     @property
     def deciding(self) -> bool:
-        """True when this replica may decide: it is active and its ledger is complete and
-        current."""
-        return self.indexed.is_set() and self.active.is_set() and self.ledger_current.is_set()
+        """True when this replica may decide: it is active with a fresh lease and its ledger
+        is complete and current."""
+        return (
+            self.indexed.is_set()
+            and self.active.is_set()
+            and self.ledger_current.is_set()
+            and self.lease_fresh()
+        )

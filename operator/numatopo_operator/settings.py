@@ -51,12 +51,34 @@ class OperatorSettings:
     metrics_port: int = 8080
     """Port of `/metrics`, `/healthz` (liveness) and `/readyz` (readiness); 0 = a free one."""
 
-    peering_name: str | None = None
-    """kopf peering object shared by the replicas; None runs standalone (one replica)."""
+    lease_name: str | None = None
+    """`coordination.k8s.io/v1` Lease the replicas compete for; only its holder decides.
+    None runs standalone (one replica, always deciding)."""
 
-    priority: int | None = None
-    """This replica's kopf peering priority; None picks a random one, so that exactly one
-    of several replicas is the highest and the others pause (equal priorities pause all)."""
+    lease_namespace: str | None = None
+    """Namespace of the Lease; None means `pod_namespace` (else `default`)."""
+
+    lease_duration_seconds: float = 4.0
+    """How long a standby waits, after it last saw the Lease renewed, before taking it."""
+
+    renew_deadline_seconds: float = 3.0
+    """The holder stops deciding and writing when it could not renew for this long. Below
+    `lease_duration_seconds`, so a holder cut off is silent before anyone may take over."""
+
+    retry_period_seconds: float = 1.0
+    """Pause between attempts to renew (the holder) or to acquire (a standby)."""
+
+    heartbeat_max_age_seconds: float = 900.0
+    """A Numatopology whose `status.heartbeat` is older than this is stale: nothing is placed
+    on it. Default: three of the exporter's 300 s resyncs. 0 turns the check off; a
+    Numatopology without a heartbeat (an exporter older than the field) is never stale."""
+
+    retry_base_seconds: float = 0.5
+    """First pause before a pod whose write failed, or that waits, is judged again; it
+    doubles per attempt."""
+
+    retry_max_seconds: float = 30.0
+    """The longest pause between two attempts for one pod."""
 
     namespaces: tuple[str, ...] = ()
     """Namespaces whose pods are placed; empty means cluster-wide."""
@@ -81,7 +103,11 @@ class OperatorSettings:
 
     @property
     def standalone(self) -> bool:
-        return self.peering_name is None
+        return self.lease_name is None
+
+    @property
+    def lease_namespace_or_default(self) -> str:
+        return self.lease_namespace or self.pod_namespace or "default"
 
 
 def _split(text: str) -> tuple[str, ...]:
@@ -108,13 +134,6 @@ def _seconds(name: str, text: str) -> float:
     return seconds
 
 
-def _integer(name: str, text: str) -> int:
-    try:
-        return int(text)
-    except ValueError:
-        raise SettingsError(f"{name}: {text!r} is not an integer") from None
-
-
 def _apply(
     settings: OperatorSettings, values: Mapping[str, str | None], source: str
 ) -> OperatorSettings:
@@ -128,17 +147,32 @@ def _apply(
             changes[name] = _split(text)
         elif name in ("extender_port", "metrics_port"):
             changes[name] = _port(label, text)
-        elif name == "status_debounce_seconds":
+        elif name.endswith("_seconds"):
             changes[name] = _seconds(label, text)
-        elif name == "priority":
-            changes[name] = _integer(label, text)
-        elif name in ("peering_name", "pod_name", "pod_namespace"):
+        elif name in ("lease_name", "lease_namespace", "pod_name", "pod_namespace"):
             changes[name] = text or None
         else:
             changes[name] = text
     updated = replace(settings, **changes)  # type: ignore[arg-type]
     if not updated.gpu_resources:
         raise SettingsError(f"{source} gpu_resources: at least one pattern is needed")
+    if not (
+        0
+        < updated.retry_period_seconds
+        < updated.renew_deadline_seconds
+        < updated.lease_duration_seconds
+    ):
+        # client-go's rule: the holder must give up before a standby may take over.
+        raise SettingsError(
+            f"{source}: need 0 < retry period ({updated.retry_period_seconds}) < renew "
+            f"deadline ({updated.renew_deadline_seconds}) < lease duration "
+            f"({updated.lease_duration_seconds})"
+        )
+    if not 0 < updated.retry_base_seconds <= updated.retry_max_seconds:
+        raise SettingsError(
+            f"{source}: need 0 < retry base ({updated.retry_base_seconds}) <= retry max "
+            f"({updated.retry_max_seconds})"
+        )
     return updated
 
 
@@ -149,12 +183,18 @@ _FIELDS = (
     "listen_host",
     "extender_port",
     "metrics_port",
-    "peering_name",
-    "priority",
+    "lease_name",
+    "lease_namespace",
+    "lease_duration_seconds",
+    "renew_deadline_seconds",
+    "retry_period_seconds",
     "namespaces",
     "pod_name",
     "pod_namespace",
     "status_debounce_seconds",
+    "heartbeat_max_age_seconds",
+    "retry_base_seconds",
+    "retry_max_seconds",
 )
 
 
@@ -173,15 +213,26 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--extender-port", help="scheduler extender port (default 8888)")
     parser.add_argument("--metrics-port", help="/metrics, /healthz, /readyz port (default 8080)")
     parser.add_argument(
-        "--peering-name", help="kopf peering object for several replicas; omit for standalone"
+        "--lease-name", help="Lease the replicas compete for; omit for one standalone replica"
     )
-    parser.add_argument("--priority", help="kopf peering priority of this replica")
+    parser.add_argument("--lease-namespace", help="namespace of the Lease (default: own pod's)")
+    parser.add_argument("--lease-duration-seconds", help="lease duration (default 4)")
+    parser.add_argument(
+        "--renew-deadline-seconds", help="holder stops writing after this long unrenewed (3)"
+    )
+    parser.add_argument("--retry-period-seconds", help="renew/acquire attempt period (1)")
     parser.add_argument("--namespaces", help="comma list of namespaces; omit for cluster-wide")
     parser.add_argument("--pod-name", help="this replica's pod, labelled while it is active")
     parser.add_argument("--pod-namespace", help="namespace of --pod-name")
     parser.add_argument(
         "--status-debounce-seconds", help="at most one status write per node per this period"
     )
+    parser.add_argument(
+        "--heartbeat-max-age-seconds",
+        help="Numatopology heartbeat older than this is stale (default 900; 0: no check)",
+    )
+    parser.add_argument("--retry-base-seconds", help="first retry pause for a pod (0.5)")
+    parser.add_argument("--retry-max-seconds", help="longest retry pause for a pod (30)")
 
 
 def from_args(args: argparse.Namespace, environ: Mapping[str, str]) -> OperatorSettings:

@@ -60,6 +60,9 @@ async def write_statuses(runtime: Runtime) -> None:
             status = free_status(topology, state, runtime.ledger.pods_on(node))
             if written.get(node) == status:
                 continue
+            if not runtime.lease_fresh():
+                runtime.ledger.mark_dirty(node)
+                break  # fenced: the next holder writes it
             try:
                 await runtime.kube.patch_numatopology_status(node, status)
             except KubeNotFoundError:

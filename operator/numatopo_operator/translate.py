@@ -29,14 +29,18 @@ __all__ = [
     "RawPod",
     "assigned_message",
     "booking_from_pod",
+    "invalid_annotations",
     "invalid_message",
     "is_finished",
     "is_waiting",
+    "needs_rejudging",
     "outcome_annotations",
     "pod_key",
     "pod_node",
     "pod_uid",
+    "reason_of",
     "removal_annotations",
+    "state_of",
     "unsatisfiable_message",
 ]
 
@@ -98,17 +102,36 @@ def is_finished(pod: RawPod) -> bool:
     return isinstance(status, Mapping) and status.get("phase") in FINISHED_PHASES
 
 
+def state_of(pod: RawPod) -> str | None:
+    """The pod's `numatopo.io/state`, None when it has none."""
+    found = _annotations(pod).get(keys.STATE)
+    return found if isinstance(found, str) else None
+
+
+def reason_of(pod: RawPod) -> str:
+    """The pod's `numatopo.io/reason` ('' when it has none)."""
+    found = _annotations(pod).get(keys.REASON)
+    return found if isinstance(found, str) else ""
+
+
+def needs_rejudging(pod: RawPod) -> bool:
+    """A refusal without its reason: a replica died between the two, or an older version
+    (which posted the reason only as an Event) decided it. Judged again to get one."""
+    return state_of(pod) in (State.UNSATISFIABLE, State.INVALID) and not reason_of(pod)
+
+
 def is_waiting(pod: RawPod) -> bool:
     """A running pod that asks for a policy and has no assignment yet (none, or it did not fit).
 
     `Invalid` pods are not waiting: only a person can fix them, and the Event says how
-    (fix the annotation, then remove `numatopo.io/state` for a fresh decision).
+    (fix the annotation, then remove `numatopo.io/state` for a fresh decision). One
+    without a reason is, until it has one (`needs_rejudging`).
     """
     annotations = _annotations(pod)
     return (
         keys.POLICY in annotations
         and keys.ASSIGNMENT not in annotations
-        and annotations.get(keys.STATE) != State.INVALID
+        and (annotations.get(keys.STATE) != State.INVALID or needs_rejudging(pod))
         and pod_node(pod) is not None
         and not is_finished(pod)
         and not _metadata(pod).get("deletionTimestamp")
@@ -158,18 +181,29 @@ def booking_from_pod(pod: RawPod) -> Booking | None:
 
 
 def outcome_annotations(
-    state: State, assignment: Assignment | None = None
+    state: State, assignment: Assignment | None = None, reason: str = ""
 ) -> dict[str, str | None]:
-    """The merge-patch of annotations for a decision; None removes a stale assignment."""
+    """The merge-patch of annotations for a decision; None removes a stale assignment.
+
+    The state and its reason travel in one patch: a replica that dies after it leaves
+    nothing half-said, and Events are posted from the reason afterwards.
+    """
     return {
         keys.STATE: state.value,
         keys.ASSIGNMENT: assignment.to_annotation() if assignment is not None else None,
+        keys.REASON: reason or None,
     }
+
+
+def invalid_annotations(reason: str) -> dict[str, str | None]:
+    """`Invalid` with its reason, leaving the pod's own assignment annotation as written
+    (it books nothing; a person fixes or removes it)."""
+    return {keys.STATE: State.INVALID.value, keys.REASON: reason}
 
 
 def removal_annotations() -> dict[str, str | None]:
     """The merge-patch that takes a decision back (a Binding that failed after it)."""
-    return {keys.STATE: None, keys.ASSIGNMENT: None}
+    return {keys.STATE: None, keys.ASSIGNMENT: None, keys.REASON: None}
 
 
 def _ids(values: list[int] | list[str]) -> str:

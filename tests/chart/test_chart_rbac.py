@@ -46,9 +46,12 @@ CODE_CALLS: dict[str, dict[str, set[Permission]]] = {
         "numatopo_operator.kube:KubeClient.patch_pod_labels": {("", "pods", "patch")},
         "numatopo_operator.kube:KubeClient.create_binding": {("", "pods/binding", "create")},
         "numatopo_operator.kube:KubeClient.post_event": {("", "events", "create")},
-        "numatopo_operator.kube:KubeClient.get_peering": {
-            ("kopf.dev", "clusterkopfpeerings", "get"),
-            ("kopf.dev", "kopfpeerings", "get"),
+        "numatopo_operator.kube:KubeClient.get_lease": {("coordination.k8s.io", "leases", "get")},
+        "numatopo_operator.kube:KubeClient.create_lease": {
+            ("coordination.k8s.io", "leases", "create")
+        },
+        "numatopo_operator.kube:KubeClient.patch_lease": {
+            ("coordination.k8s.io", "leases", "patch")
         },
         "numatopo_operator.kube:KubeClient.patch_numatopology_status": {
             ("numatopo.io", "numatopologies/status", "patch")
@@ -86,8 +89,15 @@ CODE_CALLS: dict[str, dict[str, set[Permission]]] = {
 # Call sites that act on the operator's own pod, in the release namespace wherever the
 # operator watches pods (the active replica labels itself for the extender Service).
 OWN_POD_CALLS = {"numatopo_operator.kube:KubeClient.patch_pod_labels"}
+# The Lease the replicas compete for lives in the release namespace; a single replica
+# runs standalone and never calls these.
+LEASE_CALLS = {
+    "numatopo_operator.kube:KubeClient.get_lease",
+    "numatopo_operator.kube:KubeClient.create_lease",
+    "numatopo_operator.kube:KubeClient.patch_lease",
+}
 
-# kopf's own calls for the operator's handlers, indexes and peering.
+# kopf's own calls for the operator's handlers and indexes (peering is off).
 FRAMEWORK_CALLS: dict[str, set[Permission]] = {
     "kopf: on.event and index handlers on pods": {("", "pods", "list"), ("", "pods", "watch")},
     "kopf: on.event and index handlers on Numatopologies": {
@@ -98,16 +108,6 @@ FRAMEWORK_CALLS: dict[str, set[Permission]] = {
         ("apiextensions.k8s.io", "customresourcedefinitions", "list"),
         ("apiextensions.k8s.io", "customresourcedefinitions", "watch"),
     },
-    "kopf: peering keep-alives, cluster-wide": {
-        ("kopf.dev", "clusterkopfpeerings", "list"),
-        ("kopf.dev", "clusterkopfpeerings", "watch"),
-        ("kopf.dev", "clusterkopfpeerings", "patch"),
-    },
-    "kopf: peering keep-alives, per namespace": {
-        ("kopf.dev", "kopfpeerings", "list"),
-        ("kopf.dev", "kopfpeerings", "watch"),
-        ("kopf.dev", "kopfpeerings", "patch"),
-    },
 }
 
 # Which node-side modules hold API calls of the node pods' account.
@@ -116,7 +116,7 @@ NODE_PACKAGES = (
     "numatopo_exporter.agent",
     "numatopo_exporter.commands",
 )
-NAMESPACED_RESOURCES = {"pods", "pods/binding", "pods/status", "events", "kopfpeerings"}
+NAMESPACED_RESOURCES = {"pods", "pods/binding", "pods/status", "events"}
 
 # -- reading the code -------------------------------------------------------------------
 
@@ -312,15 +312,14 @@ def granted(manifests: list[dict[str, Any]], account: str) -> set[Grant]:
     return grants
 
 
-def required(account: str, *, peering: str | None, namespaces: list[str]) -> set[Grant]:
-    """What `account` needs: its code's calls, plus kopf's for the operator; `peering` is
-    the peering resource in use (None for a single replica)."""
+def required(account: str, *, lease: bool, namespaces: list[str]) -> set[Grant]:
+    """What `account` needs: its code's calls, plus kopf's for the operator; `lease`: the
+    replicas compete for a Lease (more than one replica)."""
     calls = CODE_CALLS[account]
-    permissions = set().union(*(p for site, p in calls.items() if site not in OWN_POD_CALLS))
+    special = OWN_POD_CALLS | LEASE_CALLS
+    permissions = set().union(*(p for site, p in calls.items() if site not in special))
     if account == "operator":
         permissions |= set().union(*FRAMEWORK_CALLS.values())
-        unused = {"clusterkopfpeerings", "kopfpeerings"} - {peering}
-        permissions = {p for p in permissions if p[1] not in unused}
     scopes = namespaces or ["cluster"]
     grants = {
         (scope, *permission)
@@ -328,38 +327,40 @@ def required(account: str, *, peering: str | None, namespaces: list[str]) -> set
         for scope in (scopes if permission[1] in NAMESPACED_RESOURCES else ["cluster"])
     }
     own = set().union(*(p for site, p in calls.items() if site in OWN_POD_CALLS))
+    leases = set().union(*(p for site, p in calls.items() if site in LEASE_CALLS))
+    grants |= {(NAMESPACE, *p) for p in leases} if lease else set()
     return grants | {(NAMESPACE if namespaces else "cluster", *p) for p in own}
 
 
 @pytest.mark.parametrize(
-    ("values", "account", "peering", "namespaces"),
+    ("values", "account", "lease", "namespaces"),
     [
-        pytest.param(None, "numatopo-operator", "clusterkopfpeerings", [], id="operator"),
+        pytest.param(None, "numatopo-operator", True, [], id="operator"),
         pytest.param(
-            {"operator": {"replicas": 1}}, "numatopo-operator", None, [], id="operator-standalone"
+            {"operator": {"replicas": 1}}, "numatopo-operator", False, [], id="operator-standalone"
         ),
         pytest.param(
             {"operator": {"watchNamespaces": ["ml", "research"]}},
             "numatopo-operator",
-            "kopfpeerings",
+            True,
             ["ml", "research"],
             id="operator-namespaced",
         ),
         pytest.param(
             {"operator": {"watchNamespaces": ["ml", NAMESPACE]}},
             "numatopo-operator",
-            "kopfpeerings",
+            True,
             ["ml", NAMESPACE],
             id="operator-namespaced-including-its-own-namespace",
         ),
-        pytest.param(None, "numatopo-node", None, [], id="node"),
+        pytest.param(None, "numatopo-node", False, [], id="node"),
     ],
 )
 def test_rbac_grants_exactly_what_the_code_calls(
-    render: Any, values: Any, account: str, peering: str | None, namespaces: list[str]
+    render: Any, values: Any, account: str, lease: bool, namespaces: list[str]
 ) -> None:
     component = account.removeprefix("numatopo-")
-    expected = required(component, peering=peering, namespaces=namespaces)
+    expected = required(component, lease=lease, namespaces=namespaces)
 
     assert sorted(expected) == sorted(granted(render(values), account))
 

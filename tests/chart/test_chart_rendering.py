@@ -134,12 +134,13 @@ def test_every_manifest_is_valid_for_kubernetes(
         pytest.param(
             None,
             {
-                "ClusterKopfPeering",
                 "ClusterRole",
                 "ClusterRoleBinding",
                 "CustomResourceDefinition",
                 "DaemonSet",
                 "Deployment",
+                "Role",
+                "RoleBinding",
                 "Service",
                 "ServiceAccount",
                 "ValidatingAdmissionPolicy",
@@ -150,7 +151,6 @@ def test_every_manifest_is_valid_for_kubernetes(
         pytest.param(
             "everything-on",
             {
-                "ClusterKopfPeering",
                 "ClusterRole",
                 "ClusterRoleBinding",
                 "ConfigMap",
@@ -176,7 +176,6 @@ def test_every_manifest_is_valid_for_kubernetes(
                 "CustomResourceDefinition",
                 "DaemonSet",
                 "Deployment",
-                "KopfPeering",
                 "Role",
                 "RoleBinding",
                 "Service",
@@ -184,7 +183,7 @@ def test_every_manifest_is_valid_for_kubernetes(
                 "ValidatingAdmissionPolicy",
                 "ValidatingAdmissionPolicyBinding",
             },
-            id="namespaced-operator-peers-per-namespace-and-may-label-its-own-pod",
+            id="namespaced-operator-has-its-lease-role-and-may-label-its-own-pod",
         ),
     ],
 )
@@ -294,33 +293,47 @@ def test_writable_host_mounts(
 @pytest.mark.parametrize(
     ("values", "expected"),
     [
-        pytest.param({"operator": {"replicas": 1}}, (set(), False), id="one-replica-standalone"),
+        pytest.param({"operator": {"replicas": 1}}, {}, id="one-replica-standalone"),
         pytest.param(
-            None, ({"ClusterKopfPeering/numatopo"}, True), id="two-replicas-peer-cluster-wide"
+            None,
+            {
+                "NUMATOPO_LEASE_NAME": "numatopo-operator",
+                "NUMATOPO_LEASE_DURATION_SECONDS": "4",
+                "NUMATOPO_RENEW_DEADLINE_SECONDS": "3",
+                "NUMATOPO_RETRY_PERIOD_SECONDS": "1",
+            },
+            id="two-replicas-compete-for-a-lease",
         ),
         pytest.param(
-            {"operator": {"peering": {"name": "ntp-peers"}, "watchNamespaces": ["ml"]}},
-            ({"KopfPeering/ntp-peers"}, True),
-            id="namespaced-peering-object-per-namespace",
+            {"operator": {"lease": {"name": "ntp", "durationSeconds": 10}}},
+            {
+                "NUMATOPO_LEASE_NAME": "ntp",
+                "NUMATOPO_LEASE_DURATION_SECONDS": "10",
+                "NUMATOPO_RENEW_DEADLINE_SECONDS": "3",
+                "NUMATOPO_RETRY_PERIOD_SECONDS": "1",
+            },
+            id="lease-values-reach-the-operator",
         ),
     ],
 )
-def test_peering_object_exists_when_replicas_peer(
-    render: Any, find: Any, values: dict[str, Any] | None, expected: tuple[set[str], bool]
+def test_lease_settings_reach_the_operator_when_replicas_compete(
+    render: Any, find: Any, values: dict[str, Any] | None, expected: dict[str, str]
 ) -> None:
-    """kopf does not create its peering object; the chart does whenever replicas peer."""
+    """More than one replica: each is told the Lease and its durations; none renders a
+    kopf peering object any more (the Lease decides)."""
     manifests = render(values)
-    peerings = {
-        f"{m['kind']}/{m['metadata']['name']}"
-        for m in manifests
-        if m["apiVersion"] == "kopf.dev/v1"
-    }
     container = find(manifests, "Deployment", "numatopo-operator")["spec"]["template"]["spec"][
         "containers"
     ][0]
-    peering_env = any(e["name"] == "NUMATOPO_PEERING_NAME" for e in container["env"])
+    lease_env = {
+        e["name"]: e["value"]
+        for e in container["env"]
+        if e["name"].startswith("NUMATOPO_LEASE")
+        or e["name"] in ("NUMATOPO_RENEW_DEADLINE_SECONDS", "NUMATOPO_RETRY_PERIOD_SECONDS")
+    }
 
-    assert expected == (peerings, peering_env)
+    assert expected == lease_env
+    assert [] == [m for m in manifests if m["apiVersion"] == "kopf.dev/v1"]
 
 
 def test_operator_probes_and_rollout(render: Any, find: Any) -> None:

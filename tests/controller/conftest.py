@@ -36,7 +36,7 @@ TIB = 1 << 40
 
 PODS = "v1/pods"
 NUMATOPOLOGIES = "numatopo.io/v1alpha1/numatopologies"
-PEERINGS = "kopf.dev/v1/clusterkopfpeerings"
+LEASES = "coordination.k8s.io/v1/leases"
 
 
 def h100_spec() -> NumatopologySpec:
@@ -212,9 +212,7 @@ def _register(api: kmock.KubernetesEmulator) -> None:
     api.resources[NUMATOPOLOGIES] = kmock.ResourceInfo(
         kind="Numatopology", namespaced=False, verbs=verbs, subresources={"status"}
     )
-    api.resources[PEERINGS] = kmock.ResourceInfo(
-        kind="ClusterKopfPeering", namespaced=False, verbs=verbs
-    )
+    api.resources[LEASES] = kmock.ResourceInfo(kind="Lease", namespaced=True, verbs=verbs)
 
 
 @pytest.fixture
@@ -278,13 +276,14 @@ class RunningOperator:
         assert not self.thread.is_alive(), "the operator did not stop within 15 s"
 
 
-@pytest.fixture
-async def start_operator(cluster: Cluster) -> AsyncIterator[Callable[[], Any]]:
-    """Starts the real operator (kopf + extender + status) against the emulator."""
-    running: list[RunningOperator] = []
+class OperatorStarter:
+    """Starts real operators (kopf + extender + status) against an emulator; stops them."""
 
-    async def start(**overrides: Any) -> RunningOperator:
-        """`overrides`: `OperatorSettings` fields (peering, pod name...) for this replica."""
+    def __init__(self) -> None:
+        self.running: list[RunningOperator] = []
+
+    async def start(self, cluster: Cluster, **overrides: Any) -> RunningOperator:
+        """`overrides`: `OperatorSettings` fields (Lease, pod name...) for this replica."""
         settings = OperatorSettings(
             **{
                 "listen_host": "127.0.0.1",
@@ -306,14 +305,34 @@ async def start_operator(cluster: Cluster) -> AsyncIterator[Callable[[], Any]]:
         thread = threading.Thread(target=serve, name="numatopo-operator", daemon=True)
         thread.start()
         operator = RunningOperator(runtime, servers, thread, stop_flag)
-        running.append(operator)
+        self.running.append(operator)
         await eventually(lambda: servers.extender_port != 0, what="extender listening")
         return operator
 
+    async def stop_all(self) -> None:
+        for operator in self.running:
+            if operator.thread.is_alive():
+                await operator.stop()
+
+
+@pytest.fixture
+async def start_operator_on() -> AsyncIterator[Callable[..., Any]]:
+    """`await start_operator_on(cluster, **settings)`: an operator against any emulator."""
+    starter = OperatorStarter()
+    yield starter.start
+    await starter.stop_all()
+
+
+@pytest.fixture
+async def start_operator(cluster: Cluster) -> AsyncIterator[Callable[..., Any]]:
+    """Starts the real operator (kopf + extender + status) against the emulator."""
+    starter = OperatorStarter()
+
+    async def start(**overrides: Any) -> RunningOperator:
+        return await starter.start(cluster, **overrides)
+
     yield start
-    for operator in running:
-        if operator.thread.is_alive():
-            await operator.stop()
+    await starter.stop_all()
 
 
 async def eventually(check: Callable[[], bool], *, what: str, timeout: float = 10.0) -> None:

@@ -1,10 +1,11 @@
-"""Which replica decides under kopf peering (kopf's own pause rule, read from its peering
-object), how its pod label follows, and what a standby answers."""
+"""Which replica decides: the holder of a coordination.k8s.io Lease; how its pod label
+follows, what a standby answers, and that a new holder books around its predecessor."""
 
 from __future__ import annotations
 
 import asyncio
-import datetime
+import json
+import time
 from collections import defaultdict
 
 import pytest
@@ -12,8 +13,9 @@ import pytest
 from numatopo_engine import annotations as keys
 from numatopo_engine.annotations import Assignment
 from numatopo_operator import leadership
+from numatopo_operator.errors import KubeError, NotActiveError
 from numatopo_operator.health import readiness
-from numatopo_operator.leadership import ACTIVE_LABEL, is_active, label_patch
+from numatopo_operator.leadership import ACTIVE_LABEL, label_patch, pod_of_identity
 from numatopo_operator.runtime import Runtime
 from numatopo_operator.settings import OperatorSettings
 
@@ -22,37 +24,35 @@ NOT_ACTIVE = (
     "this numatopo operator replica is not the active one (a handover is in progress); "
     "the scheduler retries"
 )
-NOW = datetime.datetime(2024, 5, 1, 10, 0, 0, tzinfo=datetime.UTC)
 
 
-def peer(priority: int, seconds_ago: int = 5, lifetime: int = 60) -> dict:
-    seen = NOW - datetime.timedelta(seconds=seconds_ago)
-    return {"priority": priority, "lastseen": seen.isoformat(), "lifetime": lifetime}
+def test_identity_names_the_pod_to_unlabel():
+    """The next holder finds the previous holder's pod in its Lease identity."""
+    identity = leadership.lease_identity("numatopo-operator-7d9f-abcde")
+
+    assert "numatopo-operator-7d9f-abcde" == pod_of_identity(identity)
+    assert identity != leadership.lease_identity("numatopo-operator-7d9f-abcde")
 
 
-@pytest.mark.parametrize(
-    ("peers", "expected"),
-    [
-        pytest.param({"me": peer(50)}, True, id="alone"),
-        pytest.param({"me": peer(50), "other": peer(10)}, True, id="highest-priority-decides"),
-        pytest.param({"me": peer(50), "other": peer(90)}, False, id="a-higher-peer-decides"),
-        pytest.param(
-            {"me": peer(50), "other": peer(50)},
-            False,
-            id="equal-priorities-pause-both-as-kopf-does",
-        ),
-        pytest.param(
-            {"me": peer(50), "other": peer(90, seconds_ago=120)},
-            True,
-            id="a-dead-higher-peer-is-ignored",
-        ),
-        pytest.param(
-            {"me": peer(50), "other": {"priority": 90}}, True, id="a-peer-never-seen-is-ignored"
-        ),
-    ],
-)
-def test_is_active(peers, expected):
-    assert expected == is_active(peers, identity="me", priority=50, now=NOW)
+def test_a_holder_that_cannot_renew_stops_writing_at_the_renew_deadline(monkeypatch):
+    """Fencing: writes stop `renew_deadline` after the last renewal was sent, a full
+    `lease_duration - renew_deadline` before a standby may take the Lease."""
+    clock = [100.0]
+    monkeypatch.setattr(time, "monotonic", lambda: clock[0])
+    runtime = Runtime(OperatorSettings(lease_name="numatopo"))
+    runtime.active.set()
+    runtime.renewed_at = 100.0
+    writable = []
+    for now in (100.0, 102.9, 103.0, 104.0):
+        clock[0] = now
+        try:
+            runtime.check_may_write()
+        except NotActiveError:
+            writable.append(False)
+        else:
+            writable.append(True)
+
+    assert [True, True, False, False] == writable
 
 
 @pytest.mark.parametrize(
@@ -108,7 +108,13 @@ def test_readiness(role_known, active, indexed, current, expected):
 # -- two replicas against the emulated API -------------------------------------------------
 
 OPERATOR_NAMESPACE = "numatopo-system"
-PEERING = "numatopo"
+LEASE = "numatopo"
+# Short durations keep the test quick; their ratios are the defaults' (4 s / 3 s / 1 s).
+FAST_LEASE = {
+    "lease_duration_seconds": 1.2,
+    "renew_deadline_seconds": 0.9,
+    "retry_period_seconds": 0.1,
+}
 
 
 def operator_pod(name: str, labels: dict[str, str] | None = None) -> dict:
@@ -120,13 +126,13 @@ def operator_pod(name: str, labels: dict[str, str] | None = None) -> dict:
     }
 
 
-def replica(name: str, priority: int) -> dict:
-    """Settings of one peering replica running in pod `name`."""
+def replica(name: str) -> dict:
+    """Settings of one replica running in pod `name`, competing for the Lease."""
     return {
-        "peering_name": PEERING,
-        "priority": priority,
+        "lease_name": LEASE,
         "pod_name": name,
         "pod_namespace": OPERATOR_NAMESPACE,
+        **FAST_LEASE,
     }
 
 
@@ -139,21 +145,19 @@ def active_pods(cluster) -> list[str]:
 
 
 @pytest.fixture
-async def two_replicas(env, monkeypatch):
-    """Replica A (priority 100) and B (priority 50); B's pod still carries the label from a
-    container that ran before it."""
-    monkeypatch.setattr(leadership, "POLL_SECONDS", 0.05)
+async def two_replicas(env):
+    """Replica A (started first, takes the Lease) and B; B's pod still carries the label
+    from a container that ran before it."""
     cluster, start_operator, h100, _, topology_object, wait = env.parts()
-    await cluster.create("/apis/kopf.dev/v1/clusterkopfpeerings", {"metadata": {"name": PEERING}})
     await cluster.create(f"/api/v1/namespaces/{OPERATOR_NAMESPACE}/pods", operator_pod("op-a"))
     await cluster.create(
         f"/api/v1/namespaces/{OPERATOR_NAMESPACE}/pods",
         operator_pod("op-b", {ACTIVE_LABEL: "true", "app": "numatopo"}),
     )
     await cluster.create_numatopology(topology_object(NODE, h100))
-    a = await start_operator(**replica("op-a", 100))
+    a = await start_operator(**replica("op-a"))
     await wait(lambda: active_pods(cluster) == ["op-a", "op-b"], what="A labels its pod")
-    b = await start_operator(**replica("op-b", 50))
+    b = await start_operator(**replica("op-b"))
     await wait(lambda: active_pods(cluster) == ["op-a"], what="B removes the leftover label")
     await wait(a.runtime.indexed.is_set, what="A listed everything")
     return a, b
@@ -188,16 +192,38 @@ async def test_a_standby_refuses_to_bind_or_filter(two_replicas, env):
     assert {keys.POLICY: "single-numa-node"} == cluster.annotations("job")
 
 
-async def test_the_standby_takes_over_the_label_when_the_active_one_stops(two_replicas, env):
+async def test_the_standby_takes_over_the_label_when_the_holder_stops(two_replicas, env):
+    """A stopping holder releases the Lease: the standby takes it at its next try."""
     a, b = two_replicas
     cluster, wait = env.cluster, env.wait
 
     await a.stop()
-    await wait(lambda: active_pods(cluster) == ["op-b"], what="B labels its pod", timeout=15)
-    await wait(b.runtime.indexed.is_set, what="B listed everything")
+    await wait(lambda: active_pods(cluster) == ["op-b"], what="B labels its pod", timeout=5)
+    await wait(lambda: b.runtime.deciding, what="B decides")
     ready = await b.get("/readyz")
 
     assert (200, "ok: active\n") == ready
+
+
+async def test_a_holder_that_vanishes_loses_its_label_to_the_next_one(two_replicas, env):
+    """kill -9 leaves the Lease held and the label on the dead pod: the standby waits out
+    the lease duration, takes the Lease and removes the dead replica's label."""
+    a, b = two_replicas
+    cluster, wait = env.cluster, env.wait
+    # As kill -9 would: nothing renews the Lease or unlabels the pod any more.
+    a.runtime.kube.patch_lease = _unreachable  # type: ignore[method-assign]
+    a.runtime.kube.patch_pod_labels = _unreachable  # type: ignore[method-assign]
+    a.runtime.kube.get_lease = _unreachable  # type: ignore[method-assign]
+    a.runtime.kube.patch_pod_annotations = _unreachable  # type: ignore[method-assign]
+
+    await wait(lambda: active_pods(cluster) == ["op-b"], what="only B labelled", timeout=5)
+    await wait(lambda: b.runtime.deciding, what="B decides")
+
+    assert not a.runtime.deciding
+
+
+async def _unreachable(*args: object, **kwargs: object) -> dict:
+    raise KubeError(0, "ClientConnectorError", "the API server is unreachable")
 
 
 # -- taking over again after standing by ----------------------------------------------
@@ -239,12 +265,10 @@ async def bind_until_accepted(operator, pod: str) -> list[str]:
 
 
 async def test_a_replica_active_again_books_around_what_its_peer_assigned(env, monkeypatch):
-    """A assigns, stands by while B (higher priority) assigns on the same node, and takes
-    over again when B stops; its binds must avoid every CPU and GPU that B handed out,
-    although its kopf has not re-listed the pods yet when it becomes active."""
-    monkeypatch.setattr(leadership, "POLL_SECONDS", 0.05)
+    """A assigns, loses the Lease to B which assigns on the same node, and takes it again
+    when B stops; its binds must avoid every CPU and GPU that B handed out, and wait
+    until its ledger was rebuilt from a fresh list."""
     cluster, start_operator, h100, pod, topology_object, wait = env.parts()
-    await cluster.create("/apis/kopf.dev/v1/clusterkopfpeerings", {"metadata": {"name": PEERING}})
     for name in ("op-a", "op-b"):
         await cluster.create(f"/api/v1/namespaces/{OPERATOR_NAMESPACE}/pods", operator_pod(name))
     await cluster.create_numatopology(topology_object(NODE, h100))
@@ -255,13 +279,15 @@ async def test_a_replica_active_again_books_around_what_its_peer_assigned(env, m
             for name in names
         )
 
-    a = await start_operator(**replica("op-a", 100))
+    a = await start_operator(**replica("op-a"))
     await wait(lambda: a.runtime.deciding, what="A decides")
     await cluster.create_pod(pod("by-a", gpus=1, cpu="8"))
     await wait(assigned("by-a"), what="A assigns by-a")
 
-    b = await start_operator(**replica("op-b", 200))
-    await wait(lambda: b.runtime.deciding and not a.runtime.active.is_set(), what="B takes over")
+    b = await start_operator(**replica("op-b"))
+    await a.stop()
+    await wait(lambda: b.runtime.deciding, what="B takes over")
+    a = await start_operator(**replica("op-a"))
     for name in ("by-b-1", "by-b-2"):
         await cluster.create_pod(pod(name, gpus=1, cpu="8"))
     await wait(assigned("by-b-1", "by-b-2"), what="B assigns its pods")
@@ -271,7 +297,7 @@ async def test_a_replica_active_again_books_around_what_its_peer_assigned(env, m
     for name in ("late-1", "late-2"):
         await cluster.create_pod(pod(name, node=None, gpus=1, cpu="8"))
     await b.stop()
-    await wait(a.runtime.active.is_set, what="A is active again", timeout=15)
+    await wait(a.runtime.active.is_set, what="A is active again", timeout=5)
     refusals = [await bind_until_accepted(a, name) for name in ("late-1", "late-2")]
     assignments = {
         name: Assignment.model_validate_json(found["metadata"]["annotations"][keys.ASSIGNMENT])
@@ -282,3 +308,44 @@ async def test_a_replica_active_again_books_around_what_its_peer_assigned(env, m
     assert ["by-a", "by-b-1", "by-b-2", "late-1", "late-2"] == sorted(assignments)
     assert {} == shared_devices(assignments)
     assert TAKING_OVER in refusals[0]
+
+
+async def test_pods_written_while_no_replica_decides_are_judged_by_the_next_holder(
+    two_replicas, env
+):
+    """Between the holder's death and the standby's take-over nobody decides: what was
+    written meanwhile (unreadable or overlapping assignments, a refusal that lost its
+    reason, a new pod) is judged by the new holder; valid assignments stay as they are."""
+    a, b = two_replicas
+    cluster, pod, wait = env.cluster, env.pod, env.wait
+    a.runtime.kube.patch_lease = _unreachable  # type: ignore[method-assign]
+    a.runtime.kube.get_lease = _unreachable  # type: ignore[method-assign]
+    a.runtime.kube.patch_pod_annotations = _unreachable  # type: ignore[method-assign]
+    a.runtime.kube.patch_pod_labels = _unreachable  # type: ignore[method-assign]
+    await wait(lambda: not a.runtime.deciding, what="A stops deciding")
+    claim = json.dumps(
+        {"v": 1, "node": NODE, "numaNodes": [0], "containers": {"main": {"gpuIndices": [0]}}}
+    )
+    early = "2024-05-01T09:00:00Z"
+    await cluster.create_pod(pod("older", created=early, annotations={keys.ASSIGNMENT: claim}))
+    await cluster.create_pod(pod("overlapping", annotations={keys.ASSIGNMENT: claim}))
+    await cluster.create_pod(pod("unreadable", annotations={keys.ASSIGNMENT: "[]"}))
+    await cluster.create_pod(pod("no-reason", gpus=8, annotations={keys.STATE: "Unsatisfiable"}))
+    await cluster.create_pod(pod("new", gpus=2))
+    older = cluster.annotations("older")
+
+    await wait(lambda: b.runtime.deciding, what="B takes over", timeout=5)
+    await wait(
+        lambda: (
+            keys.REASON in cluster.annotations("no-reason")
+            and cluster.annotations("new").get(keys.STATE) == "Assigned"
+            and cluster.annotations("overlapping").get(keys.STATE) == "Invalid"
+            and cluster.annotations("unreadable").get(keys.STATE) == "Invalid"
+        ),
+        what="B judged every pod",
+    )
+    new = Assignment.model_validate_json(cluster.annotations("new")[keys.ASSIGNMENT])
+
+    assert older == cluster.annotations("older")
+    assert "GPU 0 is held by default/older" in cluster.annotations("overlapping")[keys.REASON]
+    assert 0 not in new.containers["main"].gpu_indices

@@ -28,7 +28,14 @@ ASSIGNMENT = json.dumps(
             {"annotations": {keys.STATE: "Unsatisfiable"}}, True, id="unsatisfiable-waits-for-room"
         ),
         pytest.param(
-            {"annotations": {keys.STATE: "Invalid"}}, False, id="invalid-waits-for-a-person"
+            {"annotations": {keys.STATE: "Invalid", keys.REASON: "bad cpu"}},
+            False,
+            id="invalid-waits-for-a-person",
+        ),
+        pytest.param(
+            {"annotations": {keys.STATE: "Invalid"}},
+            True,
+            id="invalid-without-a-reason-is-judged-again",
         ),
         pytest.param({"annotations": {keys.ASSIGNMENT: ASSIGNMENT}}, False, id="assigned-is-done"),
     ],
@@ -78,10 +85,14 @@ def test_unreadable_assignment(pod, value, node, message):
     assert len(str(caught.value)) < 300
 
 
-def test_outcome_annotations_remove_a_stale_assignment():
-    assert {keys.STATE: "Unsatisfiable", keys.ASSIGNMENT: None} == translate.outcome_annotations(
-        State.UNSATISFIABLE
-    )
+def test_outcome_annotations_remove_a_stale_assignment_and_carry_the_reason():
+    """The state and its reason go in one patch (a crash between two writes would leave a
+    refusal nobody can explain)."""
+    assert {
+        keys.STATE: "Unsatisfiable",
+        keys.ASSIGNMENT: None,
+        keys.REASON: "does not fit",
+    } == translate.outcome_annotations(State.UNSATISFIABLE, reason="does not fit")
 
 
 def test_assigned_message_names_what_each_container_got():
@@ -106,19 +117,24 @@ def test_settings_from_env_then_flags():
     """Flags override the environment; comma lists become tuples."""
     parser = argparse.ArgumentParser()
     settings.add_arguments(parser)
-    args = parser.parse_args(["--extender-port", "9999"])
+    args = parser.parse_args(["--extender-port", "9999", "--lease-duration-seconds", "6"])
     environ = {
         "NUMATOPO_EXTENDER_PORT": "7777",
         "NUMATOPO_GPU_RESOURCES": "nvidia.com/gpu, amd.com/gpu",
-        "NUMATOPO_PEERING_NAME": "numatopo",
+        "NUMATOPO_LEASE_NAME": "numatopo",
+        "NUMATOPO_POD_NAMESPACE": "numatopo-system",
+        "NUMATOPO_HEARTBEAT_MAX_AGE_SECONDS": "120",
     }
 
     found = settings.from_args(args, environ)
 
-    assert (9999, ("nvidia.com/gpu", "amd.com/gpu"), False) == (
+    assert (9999, ("nvidia.com/gpu", "amd.com/gpu"), False, 6.0, "numatopo-system", 120.0) == (
         found.extender_port,
         found.gpu_resources,
         found.standalone,
+        found.lease_duration_seconds,
+        found.lease_namespace_or_default,
+        found.heartbeat_max_age_seconds,
     )
 
 
@@ -138,6 +154,14 @@ def test_settings_from_env_then_flags():
         ),
         pytest.param(
             {"NUMATOPO_GPU_RESOURCES": " , "}, "at least one pattern", id="no-gpu-patterns"
+        ),
+        pytest.param(
+            {"NUMATOPO_RENEW_DEADLINE_SECONDS": "5"},
+            "renew deadline .5.0. < lease duration",
+            id="renew-deadline-must-end-before-the-lease-does",
+        ),
+        pytest.param(
+            {"NUMATOPO_RETRY_BASE_SECONDS": "60"}, "retry base", id="retry-base-above-max"
         ),
     ],
 )

@@ -57,9 +57,9 @@ app.kubernetes.io/instance: {{ .Release.Name }}
 {{- end }}
 {{- end }}
 
-{{/* The name of the kopf peering object the operator replicas share. */}}
-{{- define "numatopo.operator.peeringName" -}}
-{{- default (include "numatopo.fullname" .) .Values.operator.peering.name }}
+{{/* The name of the Lease the operator replicas compete for. */}}
+{{- define "numatopo.operator.leaseName" -}}
+{{- default (printf "%s-operator" (include "numatopo.fullname" .)) .Values.operator.lease.name }}
 {{- end }}
 
 {{/* The pod label the active operator replica sets on itself (numatopo_operator.leadership.ACTIVE_LABEL). */}}
@@ -94,8 +94,8 @@ http://{{ include "numatopo.fullname" . }}-operator.{{ .Release.Namespace }}.svc
 {{- end }}
 {{- end }}
 
-{{/* The operator's rules on pods and Events (and namespaced kopf peering), shared by the
-cluster-wide ClusterRole and the per-namespace one. */}}
+{{/* The operator's rules on pods and Events, shared by the cluster-wide ClusterRole and
+the per-namespace one. */}}
 {{- define "numatopo.operator.podRules" -}}
 # kopf lists and watches pods; kube.py reads one pod before deciding (get) and patches
 # annotations (assignments) and, cluster-wide, its own pod's label (patch_pod_labels).
@@ -110,10 +110,4 @@ cluster-wide ClusterRole and the per-namespace one. */}}
 - apiGroups: [""]
   resources: [events]
   verbs: [create]
-{{- if .peering }}
-# kopf peering and leadership.py, one KopfPeering per watched namespace.
-- apiGroups: [kopf.dev]
-  resources: [kopfpeerings]
-  verbs: [get, list, watch, patch]
-{{- end }}
 {{- end }}

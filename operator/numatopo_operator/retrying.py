@@ -1,0 +1,79 @@
+"""The retry queue: pods to judge again, each at its own time, with bounded backoff (pure).
+
+Events re-drive most pods (a release on the node, a new Numatopology), but not all: a
+write refused after the client's quick retries, a pod on a node whose exporter went
+quiet, a refusal that nothing else will revisit. Such a pod is kept here with the last
+body seen for it and judged again after `base * 2**attempts` seconds, capped at `cap`,
+until it has an answer that needs nothing more (then `discard`). So a pod always gets
+its answer once the API or the node recovers, even when no other event comes.
+"""
+
+from __future__ import annotations
+
+import heapq
+import math
+from dataclasses import dataclass, field
+from typing import Any
+
+__all__ = ["RetryQueue"]
+
+
+@dataclass
+class _Entry:
+    due: float
+    attempts: int
+    pod: dict[str, Any]
+
+
+@dataclass
+class RetryQueue:
+    base: float
+    cap: float
+    _entries: dict[str, _Entry] = field(default_factory=dict)
+    # (due, key) per scheduling; entries whose due changed since are skipped when popped.
+    _heap: list[tuple[float, str]] = field(default_factory=list)
+
+    def __len__(self) -> int:
+        return len(self._entries)
+
+    def __contains__(self, key: object) -> bool:
+        return key in self._entries
+
+    def schedule(self, key: str, pod: dict[str, Any], now: float) -> float:
+        """Judge `key` again later: the pause doubles with each consecutive attempt.
+        Returns the pause chosen."""
+        entry = self._entries.get(key)
+        attempts = entry.attempts + 1 if entry is not None else 0
+        pause = min(math.ldexp(self.base, min(attempts, 32)), self.cap)
+        self._entries[key] = _Entry(now + pause, attempts, pod)
+        heapq.heappush(self._heap, (now + pause, key))
+        return pause
+
+    def refresh(self, key: str, pod: dict[str, Any]) -> None:
+        """A newer body of a queued pod: the retry uses it, at the time already chosen."""
+        entry = self._entries.get(key)
+        if entry is not None:
+            entry.pod = pod
+
+    def discard(self, key: str) -> None:
+        """The pod has its answer, or is gone: no more retries (and the backoff resets)."""
+        self._entries.pop(key, None)
+
+    def next_due(self) -> float | None:
+        """When the earliest entry is due; None when the queue is empty."""
+        while self._heap:
+            due, key = self._heap[0]
+            entry = self._entries.get(key)
+            if entry is not None and entry.due == due:
+                return due
+            heapq.heappop(self._heap)
+        return None
+
+    def pop_due(self, now: float) -> list[tuple[str, dict[str, Any]]]:
+        """The pods due at `now`, earliest first; they stay queued (with their attempt
+        count) until `schedule` or `discard` says what comes next."""
+        found: list[tuple[str, dict[str, Any]]] = []
+        while (due := self.next_due()) is not None and due <= now:
+            _, key = heapq.heappop(self._heap)
+            found.append((key, self._entries[key].pod))
+        return found
