@@ -444,6 +444,13 @@ def test_operator_pod_disruption_budget(
             "/admission/validationActions/0",
             id="unknown-validation-action",
         ),
+        pytest.param(
+            # The agent has no dry-run mode: the value once rendered `--dry-run`, which the
+            # agent refused, and the DaemonSet crash-looped. Now install refuses it.
+            {"agent": {"dryRun": True}},
+            "dryRun",
+            id="agent-dry-run-does-not-exist",
+        ),
     ],
 )
 def test_schema_rejects_wrong_values(chart: Any, values: dict[str, Any], expected: str) -> None:

@@ -9,6 +9,11 @@ The driver is systemd when `kubepods.slice` exists under the hierarchy, else cgr
 
 On v2 an empty `cpuset.cpus` means "inherit from the parent", so what a cgroup
 effectively has is read from `cpuset.cpus.effective` in that case.
+
+A cgroup removed while the agent works on it (the container exited) raises
+`CgroupGoneError`, never reads as an empty cpuset: the directory is gone (ENOENT,
+or ENODEV from a file of a removed cgroup), or an empty read turns out to come from a
+directory that no longer exists. Callers skip it; there is nothing left to enforce.
 """
 
 from __future__ import annotations
@@ -24,6 +29,7 @@ from numatopo_exporter.agent.planning import Cpuset, CpusetWrite
 
 __all__ = [
     "CgroupError",
+    "CgroupGoneError",
     "ContainerCgroup",
     "Hierarchy",
     "detect_hierarchy",
@@ -35,6 +41,14 @@ MEMS = "cpuset.mems"
 
 class CgroupError(Exception):
     """A cgroup file could not be read or written; the message names the file."""
+
+
+class CgroupGoneError(CgroupError):
+    """The cgroup no longer exists (its container exited); nothing to read or write."""
+
+    def __init__(self, path: Path) -> None:
+        super().__init__(f"{path}: the cgroup is gone")
+        self.path = path
 
 
 @dataclass(frozen=True)
@@ -91,6 +105,17 @@ class Hierarchy:
                         found.append(ContainerCgroup(tier / pod_name / name, uid))
         return sorted(found, key=lambda c: str(c.path))
 
+    def descendants(self, path: PurePosixPath) -> list[PurePosixPath]:
+        """Every cgroup nested below `path` (excluded), parents before children."""
+        found: list[PurePosixPath] = []
+        pending = [path]
+        while pending:
+            current = pending.pop()
+            for name in reversed(_subdirs(self.dir(current))):
+                pending.append(current / name)
+                found.append(current / name)
+        return sorted(found, key=lambda p: (len(p.parts), str(p)))
+
     def ancestors(self, path: PurePosixPath) -> list[PurePosixPath]:
         """The cgroups between the hierarchy root (excluded) and `path` (excluded), top first."""
         parents = [p for p in path.parents if str(p) != "."]
@@ -107,9 +132,15 @@ class Hierarchy:
 
     def _read_set(self, path: PurePosixPath, name: str) -> CPUSet:
         directory = self.dir(path)
-        configured = _read_file(directory / name) if (directory / name).exists() else ""
-        if self.version == 2 and not configured.strip():
-            configured = _read_file(directory / f"{name}.effective")
+        if self.version == 1:
+            # Every v1 cpuset cgroup has both files: a missing one means a removed cgroup.
+            configured = _read_file(directory / name)
+        else:
+            configured = _read_file(directory / name) if (directory / name).exists() else ""
+            if not configured.strip():
+                configured = _read_file(directory / f"{name}.effective")
+        if not configured.strip() and not directory.is_dir():
+            raise CgroupGoneError(directory)
         try:
             return CPUSet.parse(configured)
         except CPUSetParseError as exc:
@@ -126,6 +157,8 @@ class Hierarchy:
             finally:
                 os.close(fd)
         except OSError as exc:
+            if _gone(exc, self.dir(write.path)):
+                raise CgroupGoneError(self.dir(write.path)) from None
             hint = {
                 errno.EINVAL: "not a subset of the parent's cpuset, or offline CPUs",
                 errno.EBUSY: "a child cgroup still uses CPUs being removed",
@@ -155,9 +188,17 @@ def detect_hierarchy(cgroup_root: Path) -> Hierarchy:
     )
 
 
+def _gone(exc: OSError, directory: Path) -> bool:
+    # ENODEV: a file of a cgroup removed while open. ENOENT only counts when the
+    # directory itself went away: a missing file in a live cgroup (v2 with the cpuset
+    # controller off) is a real error.
+    return exc.errno == errno.ENODEV or (exc.errno == errno.ENOENT and not directory.is_dir())
+
+
 def _subdirs(directory: Path) -> list[str]:
     try:
-        return sorted(e.name for e in os.scandir(directory) if e.is_dir(follow_symlinks=False))
+        with os.scandir(directory) as entries:
+            return sorted(e.name for e in entries if e.is_dir(follow_symlinks=False))
     except FileNotFoundError:
         return []
     except OSError as exc:
@@ -168,4 +209,6 @@ def _read_file(path: Path) -> str:
     try:
         return path.read_text()
     except OSError as exc:
+        if _gone(exc, path.parent):
+            raise CgroupGoneError(path.parent) from None
         raise CgroupError(f"{path}: cannot read: {exc.strerror or exc}") from None

@@ -3,56 +3,143 @@
 `numatopo.io/Aligned` is True once every container of the pod runs on exactly its
 assigned cpuset, so it can serve as a readiness gate
 (`spec.readinessGates: [{conditionType: numatopo.io/Aligned}]`).
+
+The agent writes its own condition and nothing else of `status.conditions`: the
+kubelet writes `Ready` & co. into the same list, and the agent's copy of the pod may be
+older than the kubelet's last write. So the patch never carries another condition:
+
+  * the condition exists (at index i in the agent's copy): a JSON patch that first
+    tests `/status/conditions/i/type` is still ours, then replaces entry i. If the
+    list was reordered meanwhile, the test fails and the caller retries on a fresh copy.
+  * the list exists without it: a JSON patch appending to the list (`/-`).
+  * there is no list: a strategic-merge patch holding only our condition; the API
+    server merges `conditions` by its merge key `type`.
+
+Why not a strategic-merge patch (or server-side apply) always: both are right on a real
+API server, but the API emulator the tests run against (kmock) merges lists by
+replacing them, which would hide the very overwrite this avoids. A JSON patch
+(RFC 6902) means the same on both.
 """
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import Any
 
 from numatopo_engine.annotations import ASSIGNMENT, STATE, State
 
-__all__ = ["ALIGNED", "ASSIGNMENT_KEY", "plan_pod_patches"]
+__all__ = [
+    "ALIGNED",
+    "ASSIGNMENT_KEY",
+    "JSON_PATCH",
+    "STRATEGIC_MERGE_PATCH",
+    "StatusPatch",
+    "current_condition",
+    "plan_pod_patches",
+]
 
 ALIGNED = "numatopo.io/Aligned"
 ASSIGNMENT_KEY = ASSIGNMENT
+JSON_PATCH = "application/json-patch+json"
+STRATEGIC_MERGE_PATCH = "application/strategic-merge-patch+json"
+
+# The API server refuses condition messages over 32 KiB; Events cut at 1 KiB. Keep the
+# condition readable in `kubectl describe` as well.
+MESSAGE_LIMIT = 1000
+
+
+@dataclass(frozen=True)
+class StatusPatch:
+    """A PATCH body for `pods/<name>/status` and its content type."""
+
+    body: Any
+    content_type: str
+
+
+def _conditions(pod: dict[str, Any]) -> list[dict[str, Any]] | None:
+    conditions = (pod.get("status") or {}).get("conditions")
+    return conditions if isinstance(conditions, list) else None
 
 
 def current_condition(pod: dict[str, Any]) -> dict[str, Any] | None:
-    for condition in (pod.get("status") or {}).get("conditions") or []:
+    for condition in _conditions(pod) or []:
         if condition.get("type") == ALIGNED:
             return dict(condition)
     return None
 
 
-def plan_pod_patches(
-    pod: dict[str, Any], *, aligned: bool, reason: str, message: str, now: str
-) -> tuple[dict[str, Any] | None, dict[str, Any] | None]:
-    """(status patch, metadata patch) to report the outcome; None where nothing changes.
+def plan_status_patch(condition: dict[str, Any], pod: dict[str, Any]) -> StatusPatch:
+    """The patch that writes `condition` and only it, given the pod as last seen."""
+    conditions = _conditions(pod)
+    if conditions is None:
+        return StatusPatch({"status": {"conditions": [condition]}}, STRATEGIC_MERGE_PATCH)
+    for index, existing in enumerate(conditions):
+        if existing.get("type") == ALIGNED:
+            where = f"/status/conditions/{index}"
+            ops = [
+                {"op": "test", "path": f"{where}/type", "value": ALIGNED},
+                {"op": "replace", "path": where, "value": condition},
+            ]
+            return StatusPatch(ops, JSON_PATCH)
+    return StatusPatch(
+        [{"op": "add", "path": "/status/conditions/-", "value": condition}], JSON_PATCH
+    )
 
-    The condition changes when its status or reason does (the message alone does not
-    cause a write); the state annotation becomes `Enforced` or `EnforcementFailed`.
+
+def plan_condition(
+    pod: dict[str, Any], *, aligned: bool, reason: str, message: str, now: str
+) -> dict[str, Any] | None:
+    """The `Aligned` condition to write; None when nothing a reader relies on changed.
+
+    A failure's message alone does not cause a write (its details vary from pass to
+    pass); a success's does, since it names the cpusets applied.
     """
     old = current_condition(pod)
     status = "True" if aligned else "False"
-    status_patch = None
-    if old is None or old.get("status") != status or old.get("reason") != reason:
-        condition = {
-            "type": ALIGNED,
-            "status": status,
-            "reason": reason,
-            "message": message[:1000],
-            "lastProbeTime": None,
-            "lastTransitionTime": now
-            if old is None or old.get("status") != status
-            else old.get("lastTransitionTime", now),
-        }
-        others = [
-            c for c in (pod.get("status") or {}).get("conditions") or [] if c.get("type") != ALIGNED
-        ]
-        status_patch = {"status": {"conditions": [*others, condition]}}
+    if (
+        old is not None
+        and old.get("status") == status
+        and old.get("reason") == reason
+        and (not aligned or old.get("message") == message[:MESSAGE_LIMIT])
+    ):
+        return None
+    return {
+        "type": ALIGNED,
+        "status": status,
+        "reason": reason,
+        "message": message[:MESSAGE_LIMIT],
+        "lastProbeTime": None,
+        "lastTransitionTime": now
+        if old is None or old.get("status") != status
+        else old.get("lastTransitionTime", now),
+    }
+
+
+def plan_pod_patches(
+    pod: dict[str, Any], *, aligned: bool, reason: str, message: str, now: str
+) -> tuple[StatusPatch | None, dict[str, Any] | None]:
+    """(status patch, metadata patch) to report the outcome; None where nothing changes.
+
+    The state annotation becomes `Enforced` or `EnforcementFailed`.
+    """
+    condition = plan_condition(pod, aligned=aligned, reason=reason, message=message, now=now)
+    status_patch = None if condition is None else plan_status_patch(condition, pod)
     state = State.ENFORCED if aligned else State.ENFORCEMENT_FAILED
     annotations = (pod.get("metadata") or {}).get("annotations") or {}
     meta_patch = None
     if annotations.get(STATE) != state.value:
         meta_patch = {"metadata": {"annotations": {STATE: state.value}}}
     return status_patch, meta_patch
+
+
+def already_enforced(pod: dict[str, Any], *, message: str) -> bool:
+    """Whether the pod already says it is enforced with exactly these cpusets (`message`
+    is the summary of what is applied): then a restarted agent has nothing new to tell."""
+    condition = current_condition(pod)
+    annotations = (pod.get("metadata") or {}).get("annotations") or {}
+    return (
+        annotations.get(STATE) == State.ENFORCED.value
+        and condition is not None
+        and condition.get("status") == "True"
+        and condition.get("message") == message[:MESSAGE_LIMIT]
+    )

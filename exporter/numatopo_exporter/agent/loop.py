@@ -27,6 +27,7 @@ __all__ = ["COMPONENT", "ENFORCING", "AgentLoop"]
 
 COMPONENT = "numatopo-agent"
 ENFORCING = "Enforcing"
+AGENT_ENFORCING = "AgentEnforcing"
 
 logger = logging.getLogger("numatopo.agent")
 
@@ -59,6 +60,8 @@ class AgentLoop:
     resync_seconds: float = 10.0
     """Drift check period; the kubelet reconciles its own cpusets every 10 s too."""
     backoff: Backoff = field(default_factory=Backoff)
+    probe_seconds: float = 2.0
+    """While backing off after an API error, probe this often, to be back promptly."""
     clock: Callable[[], float] = time.time
 
     pod_cache: dict[str, dict[str, Any]] = field(default_factory=dict, init=False)
@@ -68,7 +71,8 @@ class AgentLoop:
     _first_seen: dict[tuple[str, str], float] = field(default_factory=dict, init=False)
     _enforced: dict[str, _Enforced] = field(default_factory=dict, init=False)
     _reported: dict[str, tuple[str, str]] = field(default_factory=dict, init=False)
-    _standing_aside: bool | None = field(default=None, init=False)
+    _standing_aside: tuple[str, str] | None = field(default=None, init=False)
+    """The last (reason, message) reported in the `Enforcing` condition."""
 
     # -- the pod cache -----------------------------------------------------------------
 
@@ -83,12 +87,38 @@ class AgentLoop:
         if annotation is not None:
             self._first_seen.setdefault((str(meta.get("uid")), annotation), self.clock())
 
+    def handle_event(self, event_type: str, pod: dict[str, Any]) -> bool:
+        """Take one watch event into the pod cache; whether it changed anything."""
+        if event_type == "DELETED":
+            self.pod_cache.pop(str(pod.get("metadata", {}).get("uid")), None)
+        elif event_type in ("ADDED", "MODIFIED"):
+            self._remember(pod)
+        else:
+            return False
+        return True
+
+    def forget_departed(self) -> None:
+        """Drop what is remembered about pods that left, and about assignments a pod no
+        longer has: every map below is bounded by the pods on this node."""
+        live = self.pod_cache
+        for memo in (self._enforced, self._reported):
+            for uid in [u for u in memo if u not in live]:
+                del memo[uid]
+        current = {
+            (uid, annotation)
+            for uid, pod in live.items()
+            if (annotation := _annotations(pod).get(feedback.ASSIGNMENT_KEY)) is not None
+        }
+        for key in [k for k in self._first_seen if k not in current]:
+            del self._first_seen[key]
+
     async def watch_pods(self) -> None:
         """List, then watch, this node's pods; relist after any error. Runs until cancelled."""
         params = {"fieldSelector": f"spec.nodeName={self.node_name}"}
         while True:
             try:
                 listing = await self.client.get("/api/v1/pods", params=params)
+                self.backoff.reset()
                 self.pod_cache.clear()
                 for pod in listing.get("items") or []:
                     self._remember(pod)
@@ -98,16 +128,25 @@ class AgentLoop:
                 watch_params = {**params, "resourceVersion": version} if version else params
                 async for event in self.client.watch("/api/v1/pods", params=watch_params):
                     self.backoff.reset()
-                    if event.type == "DELETED":
-                        self.pod_cache.pop(str(event.object.get("metadata", {}).get("uid")), None)
-                    elif event.type in ("ADDED", "MODIFIED"):
-                        self._remember(event.object)
-                    else:
-                        continue
-                    self._wake.set()
+                    if self.handle_event(event.type, event.object):
+                        self._wake.set()
             except kube.ApiError as exc:
                 logger.warning("watching pods on %s: %s", self.node_name, exc)
-            await asyncio.sleep(self.backoff.next_delay())
+            await self._wait_for_api(self.backoff.next_delay(), params=params)
+
+    async def _wait_for_api(self, seconds: float, *, params: dict[str, str]) -> None:
+        """Sleep up to `seconds` (the backoff), but end as soon as a cheap probe (a list
+        of at most one of this node's pods) succeeds: after an outage the agent is back
+        within `probe_seconds`, not after the next backoff step (up to a minute)."""
+        deadline = asyncio.get_running_loop().time() + seconds
+        while (left := deadline - asyncio.get_running_loop().time()) > 0:
+            await asyncio.sleep(min(self.probe_seconds, left))
+            try:
+                await self.client.get("/api/v1/pods", params={**params, "limit": "1"})
+            except kube.ApiError:
+                continue
+            self.backoff.reset()
+            return
 
     async def run(self) -> None:
         watcher = asyncio.create_task(self.watch_pods())
@@ -129,7 +168,14 @@ class AgentLoop:
     # -- reconciling ---------------------------------------------------------------------
 
     async def reconcile(self) -> None:
-        """One pass: stand aside for a static kubelet, else plan, write, verify, report."""
+        """One pass: stand aside for a static (or unknown) kubelet, else plan, write,
+        verify, report."""
+        try:
+            await self._reconcile()
+        finally:
+            self.forget_departed()
+
+    async def _reconcile(self) -> None:
         if await self._kubelet_is_static():
             return
         try:
@@ -140,7 +186,7 @@ class AgentLoop:
             self.metrics.failures.labels(reason="NoCgroupHierarchy").inc()
             return
         accepted, refused = pods.select_assignments(
-            list(self.pod_cache.values()), node_name=self.node_name, online=online.cpus
+            list(self.pod_cache.values()), node_name=self.node_name, online=online
         )
         outcomes = {entry.uid: self._locate(hierarchy, entry) for entry in accepted}
         exclusive_targets: dict[PurePosixPath, planning.Target] = {}
@@ -159,7 +205,7 @@ class AgentLoop:
         desired: dict[PurePosixPath, planning.Target] = {}
         try:
             containers = [c.path for c in hierarchy.list_containers()]
-            observed = self._observe(hierarchy, containers)
+            observed = self._observe(hierarchy, containers, write_errors)
             containers = [c for c in containers if c in observed]
             desired = planning.desire_cpusets(
                 online=online,
@@ -176,11 +222,18 @@ class AgentLoop:
             for outcome in outcomes.values():
                 outcome.problems.append(str(exc))
                 outcome.reason = outcome.reason or "PlanRefused"
+        gone: set[PurePosixPath] = set()
         for write in writes:
+            if any(g == write.path or g in write.path.parents for g in gone):
+                continue
             try:
                 hierarchy.write(write)
                 self.metrics.writes.inc()
                 logger.info("wrote %s", write)
+            except cgroupfs.CgroupGoneError:
+                # The container exited mid-pass: nothing to enforce, nothing to report.
+                logger.debug("%s: gone before the write", write.path)
+                gone.add(write.path)
             except cgroupfs.CgroupError as exc:
                 logger.error("%s", exc)
                 write_errors[write.path] = str(exc)
@@ -197,10 +250,6 @@ class AgentLoop:
             )
         for refusal in refused:
             await self._report_refusal(refusal)
-        live = set(self.pod_cache)
-        for memo in (self._enforced, self._reported):
-            for uid in [u for u in memo if u not in live]:
-                del memo[uid]
 
     def _locate(self, hierarchy: cgroupfs.Hierarchy, entry: pods.PodAssignment) -> _PodOutcome:
         outcome = _PodOutcome()
@@ -224,19 +273,36 @@ class AgentLoop:
         return outcome
 
     def _observe(
-        self, hierarchy: cgroupfs.Hierarchy, containers: list[PurePosixPath]
+        self,
+        hierarchy: cgroupfs.Hierarchy,
+        containers: list[PurePosixPath],
+        errors: dict[PurePosixPath, str],
     ) -> dict[PurePosixPath, planning.Cpuset]:
+        """What each container cgroup, its ancestors and the cgroups nested in it have.
+
+        A container whose cgroup (or a nested one) vanished while being read is left
+        out: it exited, and its replacement comes with a pod event. One that cannot be
+        read is left out too, with the error in `errors` for its pod's report; an
+        unreadable ancestor raises (nothing under it can be planned).
+        """
         observed: dict[PurePosixPath, planning.Cpuset] = {}
         for path in containers:
-            for cgroup in [*hierarchy.ancestors(path), path]:
-                if cgroup in observed:
-                    continue
+            found: dict[PurePosixPath, planning.Cpuset] = {}
+            try:
+                for cgroup in hierarchy.ancestors(path):
+                    if cgroup not in observed:
+                        found[cgroup] = hierarchy.read(cgroup)
                 try:
-                    observed[cgroup] = hierarchy.read(cgroup)
-                except cgroupfs.CgroupError:
-                    if cgroup != path:
-                        raise
-                    # The container exited between listing and reading: nothing to do.
+                    for cgroup in [path, *hierarchy.descendants(path)]:
+                        found[cgroup] = hierarchy.read(cgroup)
+                except cgroupfs.CgroupGoneError:
+                    raise
+                except cgroupfs.CgroupError as exc:
+                    errors[path] = str(exc)
+                    continue
+            except cgroupfs.CgroupGoneError:
+                continue
+            observed.update(found)
         return observed
 
     async def _report(
@@ -251,11 +317,15 @@ class AgentLoop:
     ) -> None:
         problems = list(outcome.problems)
         reason = outcome.reason
+        # A failed write belongs to the pod whose container (or a cgroup nested in it)
+        # it was for. A failed widening of a shared ancestor (kubepods, a QoS tier) is
+        # nobody's in particular: the pods that needed it fail their own writes next.
         for path in outcome.paths:
-            for failed, message in write_errors.items():
-                if failed == path or failed in path.parents:
+            for failed, message in sorted(write_errors.items()):
+                if failed == path or path in failed.parents:
                     problems.append(message)
                     reason = reason or "CpusetWriteFailed"
+        applied: dict[PurePosixPath, planning.Cpuset] = {}
         if not problems:
             # Verify against what was planned (a NUMA-pool container is cut to the
             # shared pool), reading the files back rather than trusting the writes.
@@ -263,9 +333,13 @@ class AgentLoop:
                 target = desired.get(path, outcome.paths[path])
                 try:
                     now_has = hierarchy.read(path)
+                except cgroupfs.CgroupGoneError:
+                    outcome.pending = True  # exited mid-pass; its restart is an event
+                    continue
                 except cgroupfs.CgroupError as exc:
                     problems.append(str(exc))
                     continue
+                applied[path] = now_has
                 if (target.cpus is not None and now_has.cpus != target.cpus) or (
                     target.mems is not None and now_has.mems != target.mems
                 ):
@@ -285,16 +359,25 @@ class AgentLoop:
             self._enforced.pop(entry.uid, None)
             return
 
+        # A recovered pod's next failure is news again, even for the same reason.
+        self._reported.pop(entry.uid, None)
         ids = frozenset(str(c.container_id) for c in entry.running)
         previous = self._enforced.get(entry.uid)
         self._enforced[entry.uid] = _Enforced(entry.annotation, ids)
+        # What the kernel now has (read back), not what the assignment says: a
+        # NUMA-pool container runs on that node's shared CPUs only.
         summary = ", ".join(
-            f"{_container_of(entry, p)}: cpus {t.cpus or '-'} mems {t.mems or '-'}"
-            for p, t in sorted(outcome.paths.items())
+            f"{_container_of(entry, p)}: cpus {c.cpus or '-'} mems {c.mems or '-'}"
+            for p, c in sorted(applied.items())
         )
         touched = any(p in written for p in outcome.paths)
         event: tuple[str, str] | None = None
-        if previous is None or previous.annotation != entry.annotation:
+        if previous is None and feedback.already_enforced(entry.body, message=summary):
+            # Enforced and reported before this agent (re)started: only a drift is news.
+            if touched:
+                self.metrics.drift_corrections.inc()
+                event = ("DriftCorrected", f"cpusets had been changed; restored ({summary})")
+        elif previous is None or previous.annotation != entry.annotation:
             if touched or previous is None:
                 self.metrics.enforcements.inc()
                 seen = self._first_seen.get((entry.uid, entry.annotation), now)
@@ -311,6 +394,7 @@ class AgentLoop:
         await self._feedback(entry.body, aligned=True, reason="CpusetsApplied", message=summary)
 
     async def _report_refusal(self, refusal: pods.Refusal) -> None:
+        self._enforced.pop(refusal.uid, None)
         if self._reported.get(refusal.uid) != (refusal.reason, refusal.annotation):
             self._reported[refusal.uid] = (refusal.reason, refusal.annotation)
             self.metrics.failures.labels(reason=refusal.reason).inc()
@@ -322,8 +406,9 @@ class AgentLoop:
     async def _feedback(
         self, pod: dict[str, Any], *, aligned: bool, reason: str, message: str
     ) -> None:
+        now = _now_text(self.clock())
         status_patch, meta_patch = feedback.plan_pod_patches(
-            pod, aligned=aligned, reason=reason, message=message, now=_now_text(self.clock())
+            pod, aligned=aligned, reason=reason, message=message, now=now
         )
         meta = pod.get("metadata", {})
         namespace, name = str(meta.get("namespace")), str(meta.get("name"))
@@ -334,15 +419,45 @@ class AgentLoop:
                 await self._event(pod, "EnforcementFailed", message, warning=True)
         try:
             if status_patch is not None:
-                await self.client.patch(
-                    kube.pod_path(namespace, name, subresource="status"),
-                    status_patch,
-                    content_type=kube.STRATEGIC,
+                await self._patch_condition(
+                    pod, status_patch, aligned=aligned, reason=reason, message=message, now=now
                 )
             if meta_patch is not None:
                 await self.client.patch(kube.pod_path(namespace, name), meta_patch)
         except kube.ApiError as exc:
             logger.warning("reporting to pod %s/%s: %s", namespace, name, exc)
+
+    async def _patch_condition(
+        self,
+        pod: dict[str, Any],
+        patch: feedback.StatusPatch,
+        *,
+        aligned: bool,
+        reason: str,
+        message: str,
+        now: str,
+    ) -> None:
+        """Write the `Aligned` condition; when the patch no longer fits the pod (its
+        conditions moved since the cached copy), plan it again on a fresh copy, once."""
+        meta = pod.get("metadata", {})
+        path = kube.pod_path(
+            str(meta.get("namespace")), str(meta.get("name")), subresource="status"
+        )
+        try:
+            await self.client.patch(path, patch.body, content_type=patch.content_type)
+            return
+        except kube.ApiError as exc:
+            # A failed `test` is 422 on a real API server and 500 on the emulator; either
+            # way a fresh copy settles it. Unreachable or gone: nothing to retry on.
+            if exc.not_found or exc.status == 0:
+                raise
+        fresh = await self.client.get(path)
+        condition = feedback.plan_condition(
+            fresh, aligned=aligned, reason=reason, message=message, now=now
+        )
+        if condition is not None:
+            again = feedback.plan_status_patch(condition, fresh)
+            await self.client.patch(path, again.body, content_type=again.content_type)
 
     async def _event(
         self, regarding: dict[str, Any], reason: str, message: str, *, warning: bool = False
@@ -359,50 +474,72 @@ class AgentLoop:
 
     # -- the kubelet's CPU manager --------------------------------------------------------
 
-    async def _kubelet_is_static(self) -> bool:
-        policy = None
-        if self.kubelet_state is not None:
+    def _kubelet_verdict(self) -> tuple[str, str]:
+        """(reason, message) of the `Enforcing` condition, from the kubelet's checkpoint."""
+        if self.kubelet_state is None:
+            return AGENT_ENFORCING, "numatopo-agent writes the cpusets of assigned pods"
+        try:
             policy = kubelet.read_cpu_manager_policy(self.kubelet_state)
-        static = policy == "static"
-        if static == self._standing_aside:
+        except kubelet.KubeletStateError as exc:
+            # Unknown is not `none`: the kubelet may be static, and writing would fight it.
+            return (
+                "KubeletCPUManagerStateUnknown",
+                f"cannot tell the kubelet's CPU manager policy, so numatopo does not write "
+                f"cpusets on this node until it can (checked again every resync): {exc}",
+            )
+        if policy == kubelet.STATIC:
+            return (
+                "KubeletCPUManagerStatic",
+                "the kubelet's CPU manager policy is static: it owns the cpusets, "
+                "numatopo does not write them on this node",
+            )
+        return AGENT_ENFORCING, "numatopo-agent writes the cpusets of assigned pods"
+
+    async def _kubelet_is_static(self) -> bool:
+        """Whether to stand aside this pass: the kubelet's CPU manager is static, or its
+        state cannot be read. Reported (condition + Node Event) when the verdict changes."""
+        verdict = self._kubelet_verdict()
+        static = verdict[0] != AGENT_ENFORCING
+        if verdict == self._standing_aside:
             return static
-        self._standing_aside = static
-        path = kube.numatopology_path(self.node_name)
+        self._standing_aside = verdict
         condition = {
             "type": ENFORCING,
             "status": "False" if static else "True",
-            "reason": "KubeletCPUManagerStatic" if static else "AgentEnforcing",
-            "message": (
-                "the kubelet's CPU manager policy is static: it owns the cpusets, "
-                "numatopo does not write them on this node"
-                if static
-                else "numatopo-agent writes the cpusets of assigned pods"
-            ),
+            "reason": verdict[0],
+            "message": verdict[1],
             "lastTransitionTime": _now_text(self.clock()),
         }
         try:
-            current = await self.client.get_optional(path)
-            if current is not None:
-                conditions = (current.get("status") or {}).get("conditions") or []
-                kept = [c for c in conditions if c.get("type") != ENFORCING]
-                await self.client.patch(
-                    kube.numatopology_path(self.node_name, subresource="status"),
-                    {"status": {"conditions": [*kept, condition]}},
-                )
+            # Only our own condition, under our own field manager: the exporter's
+            # conditions in the same list are merged by type, never overwritten.
+            await kube.apply_numatopology_status(
+                self.client,
+                self.node_name,
+                {"conditions": [condition]},
+                field_manager=COMPONENT,
+            )
         except kube.ApiError as exc:
-            logger.warning("reporting the %s condition: %s", ENFORCING, exc)
-            self._standing_aside = None  # try again next time
+            # Absent (the exporter has not created it yet): nothing to report on, as before.
+            if not exc.not_found:
+                logger.warning("reporting the %s condition: %s", ENFORCING, exc)
+                self._standing_aside = None  # try again next time
         if static:
             node = {"apiVersion": "v1", "kind": "Node", "metadata": {"name": self.node_name}}
             await self.client.post_event(
                 regarding=node,
-                reason="KubeletCPUManagerStatic",
-                message=str(condition["message"]),
+                reason=verdict[0],
+                message=verdict[1],
                 warning=True,
                 component=COMPONENT,
                 host=self.node_name,
             )
         return static
+
+
+def _annotations(pod: dict[str, Any]) -> dict[str, str]:
+    annotations = (pod.get("metadata") or {}).get("annotations") or {}
+    return annotations if isinstance(annotations, dict) else {}
 
 
 def _container_of(entry: pods.PodAssignment, path: PurePosixPath) -> str:

@@ -163,6 +163,8 @@ def desire_cpusets(
     of every exclusive assignment on the node, running or not. Every other container
     gets the SHARED pool (its memory nodes are left alone). Ancestors (pod,
     QoS tier, kubepods) are only ever widened, never narrowed: the kubelet owns them.
+    Cgroups nested inside a container (found in `observed`) are narrowed into their
+    container's new cpuset first, or the kernel would refuse to narrow the container.
     """
     shared = online.cpus - exclusive
     if not shared:
@@ -171,7 +173,8 @@ def desire_cpusets(
             "nothing would be left for the shared pool"
         )
     targets: dict[PurePosixPath, Target] = {}
-    for path in containers:
+    container_set = set(containers)
+    for path in sorted(container_set):
         if path in exclusive_targets:
             targets[path] = exclusive_targets[path]
         elif path in numa_targets:
@@ -181,7 +184,7 @@ def desire_cpusets(
         else:
             targets[path] = Target(cpus=shared)
     needs: dict[PurePosixPath, Cpuset] = {}
-    for path, target in targets.items():
+    for path, target in list(targets.items()):
         for parent in path.parents:
             if str(parent) == "." or parent not in observed:
                 continue
@@ -196,4 +199,42 @@ def desire_cpusets(
         mems = None if need.mems <= have.mems else have.mems | need.mems
         if cpus is not None or mems is not None:
             targets[parent] = Target(cpus=cpus, mems=mems)
+    container_targets = {p: t for p, t in targets.items() if p in container_set}
+    targets.update(_narrow_descendants(container_targets, observed))
     return targets
+
+
+def _narrow_descendants(
+    containers: Mapping[PurePosixPath, Target], observed: Mapping[PurePosixPath, Cpuset]
+) -> dict[PurePosixPath, Target]:
+    """Targets for cgroups nested inside container cgroups (a process manager's).
+
+    The kernel refuses to narrow a cgroup below what a child still uses (EBUSY), so each
+    nested cgroup that has something its container will lose is narrowed too: it keeps
+    what it has inside the new bound, or gets the whole bound when nothing is left.
+    Worked top-down, so each level is bounded by its parent's new value.
+    """
+    bounds: dict[PurePosixPath, Target] = dict(containers)
+    nested: dict[PurePosixPath, Target] = {}
+    for path in sorted(observed, key=lambda p: (len(p.parts), str(p))):
+        if path in containers:
+            continue
+        parent = _nearest_ancestor(path, bounds)
+        if parent is None:
+            continue
+        bound, have = bounds[parent], observed[path]
+        cpus = _within(have.cpus, bound.cpus)
+        mems = _within(have.mems, bound.mems)
+        bounds[path] = Target(
+            cpus=bound.cpus if cpus is None else cpus, mems=bound.mems if mems is None else mems
+        )
+        if cpus is not None or mems is not None:
+            nested[path] = Target(cpus=cpus, mems=mems)
+    return nested
+
+
+def _within(have: CPUSet, bound: CPUSet | None) -> CPUSet | None:
+    """What a nested cgroup should hold under `bound`; None when it already fits."""
+    if bound is None or have <= bound:
+        return None
+    return (have & bound) or bound

@@ -2,8 +2,16 @@
 
 The `numatopo.io/assignment` annotation is normally written by the operator, which
 never double-books. A hand-written (or stale) one may claim CPUs another pod already
-holds; the agent then enforces the older pod (by creation time, then namespace/name)
-and refuses the newer one, as the kubelet would refuse a conflicting CPU request.
+holds. Claims are then ordered by the operator's decision sequence (`seq`, 0 for
+assignments decided before sequences existed), then pod UID: the earlier decision is
+enforced and the later one refused, as the kubelet would refuse a conflicting CPU
+request. Creation time is deliberately not the order: a pod created earlier but
+assigned later would otherwise take CPUs away from a pod that already runs on them.
+
+Each assignment is also checked against this machine before anything is written
+(its CPUs online, its memory nodes present with memory), and claims that would leave
+no CPU at all for the shared pool are refused, latest decision first, so that one bad
+assignment costs only its own pod.
 """
 
 from __future__ import annotations
@@ -19,7 +27,7 @@ from numatopo_engine.cpuset import CPUSet
 from numatopo_engine.errors import OverlapError
 from numatopo_engine.model import NumaNode, NumatopologySpec
 from numatopo_engine.state import NodeState
-from numatopo_exporter.agent import cgroups
+from numatopo_exporter.agent import cgroups, planning
 
 __all__ = ["PodAssignment", "Refusal", "RunningContainer", "select_assignments"]
 
@@ -93,15 +101,42 @@ def _cpu_only(assignment: Assignment) -> Assignment:
     )
 
 
-def select_assignments(
-    pods: Iterable[dict[str, Any]], *, node_name: str, online: CPUSet
-) -> tuple[list[PodAssignment], list[Refusal]]:
-    """The pods of `node_name` to enforce, and the ones refused (invalid or overlapping).
+def _check_on_node(assignment: Assignment, online: planning.Cpuset) -> str:
+    """What in `assignment` this machine does not have ('' if nothing)."""
+    problems: list[str] = []
+    for name, container in sorted(assignment.containers.items()):
+        missing_cpus = container.cpus - online.cpus
+        if missing_cpus:
+            problems.append(
+                f"container {name}: CPUs {missing_cpus} are not online here (online: {online.cpus})"
+            )
+        missing_mems = container.mems - online.mems
+        if missing_mems:
+            problems.append(
+                f"container {name}: memory nodes {missing_mems} do not exist or have no "
+                f"memory here (nodes with memory: {online.mems})"
+            )
+    return "; ".join(problems)
 
-    Pods without the annotation and finished pods are in neither list. Both lists are
-    sorted by creation time, then `namespace/name`.
+
+def _exclusive_cpus(assignment: Assignment) -> CPUSet:
+    cpus = CPUSet()
+    for container in assignment.containers.values():
+        if container.exclusive:
+            cpus = cpus | container.cpus
+    return cpus
+
+
+def select_assignments(
+    pods: Iterable[dict[str, Any]], *, node_name: str, online: planning.Cpuset
+) -> tuple[list[PodAssignment], list[Refusal]]:
+    """The pods of `node_name` to enforce, and the ones refused (invalid, not possible on
+    this machine, overlapping, or taking the last shared CPU).
+
+    Pods without the annotation and finished pods are in neither list. Accepted pods are
+    sorted by decision sequence (`seq`), then pod UID; refusals come in the order found.
     """
-    candidates: list[tuple[str, PodAssignment]] = []
+    candidates: list[PodAssignment] = []
     refused: list[Refusal] = []
     for pod in pods:
         meta = pod.get("metadata", {})
@@ -126,14 +161,19 @@ def select_assignments(
             )
             refused.append(Refusal(uid, key, "WrongNode", message, text, pod))
             continue
-        entry = PodAssignment(uid, key, _qos(pod), assignment, text, _running(pod), pod)
-        candidates.append((str(meta.get("creationTimestamp", "")), entry))
-    candidates.sort(key=lambda c: (c[0], c[1].key))
+        # Checked per pod before planning: a CPU or memory node this machine lacks would
+        # otherwise make the planner widen kubepods, fail, and fail every pod with it.
+        problem_text = _check_on_node(assignment, online)
+        if problem_text:
+            refused.append(Refusal(uid, key, "AssignmentNotOnNode", problem_text, text, pod))
+            continue
+        candidates.append(PodAssignment(uid, key, _qos(pod), assignment, text, _running(pod), pod))
+    candidates.sort(key=lambda c: (c.assignment.seq, c.uid))
 
-    topology = NumatopologySpec(numa_nodes=[NumaNode(id=0, cpus=online)])
+    topology = NumatopologySpec(numa_nodes=[NumaNode(id=0, cpus=online.cpus)])
     state = NodeState(topology)
     accepted: list[PodAssignment] = []
-    for _, entry in candidates:
+    for entry in candidates:
         try:
             state.apply(entry.key, _cpu_only(entry.assignment))
         except OverlapError as exc:
@@ -149,4 +189,34 @@ def select_assignments(
             )
             continue
         accepted.append(entry)
+
+    # The shared pool (sandboxes, every container without exclusive CPUs) needs at least
+    # one CPU. Giving up the latest decisions first keeps what already runs enforced.
+    exclusive = CPUSet()
+    for entry in accepted:
+        exclusive = exclusive | _exclusive_cpus(entry.assignment)
+    while accepted and exclusive and not (online.cpus - exclusive):
+        latest = max(
+            (e for e in accepted if _exclusive_cpus(e.assignment)),
+            key=lambda e: (e.assignment.seq, e.uid),
+        )
+        accepted.remove(latest)
+        message = (
+            f"exclusive CPUs of this pod ({_exclusive_cpus(latest.assignment)}) together with "
+            f"those of earlier pods would take every online CPU ({online.cpus}); "
+            "nothing would be left for the shared pool"
+        )
+        refused.append(
+            Refusal(
+                latest.uid,
+                latest.key,
+                "SharedPoolExhausted",
+                message,
+                latest.annotation,
+                latest.body,
+            )
+        )
+        exclusive = CPUSet()
+        for entry in accepted:
+            exclusive = exclusive | _exclusive_cpus(entry.assignment)
     return accepted, refused

@@ -30,7 +30,7 @@ async def serve(args: argparse.Namespace) -> int:
         runner = None
         if args.metrics_port:
             runner = await metrics.start_metrics_server(
-                agent_metrics.registry, port=args.metrics_port
+                agent_metrics.registry, host=args.metrics_address, port=args.metrics_port
             )
         try:
             await loop.run()
@@ -71,4 +71,13 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
         "--resync-seconds", type=float, default=10.0, help="drift check period (default 10)"
     )
     add_node_flags(parser, metrics_port=9102)
+    # A separate address flag (not `host:port`) so that `--metrics-port` keeps its
+    # meaning, shared with `numatopo exporter`.
+    parser.add_argument(
+        "--metrics-address",
+        default="0.0.0.0",
+        help="address /metrics and /healthz listen on (default %(default)s: every interface, "
+        "for in-cluster scraping and the liveness probe; 127.0.0.1 keeps them on the node "
+        "but then the kubelet's HTTP probe, which dials the pod IP, cannot reach them)",
+    )
     parser.set_defaults(func=run)

@@ -1,0 +1,152 @@
+"""Which claims the agent enforces when they conflict with each other or with the machine:
+earlier decisions (by `seq`) win, and one impossible claim costs only its own pod."""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+import kmock
+
+from numatopo_engine.cpuset import CPUSet
+from numatopo_exporter import kube
+from numatopo_exporter.agent import pods
+from numatopo_exporter.agent.feedback import ALIGNED
+from numatopo_exporter.agent.loop import AgentLoop
+from numatopo_exporter.agent.planning import Cpuset
+
+from ..daemon.conftest import NODE
+from .conftest import CgroupTree
+from .test_agent_loop import CID_A, CID_B, PODS, UID_A, UID_B, pod
+
+CID_C = "c0c0c0c0c0c0"
+UID_C = "cccccccc-0000-4000-8000-000000000003"
+
+
+def claim(cpus: str, *, seq: int, mems: str = "0", exclusive: bool = True) -> str:
+    container = {"cpus": cpus, "mems": mems, "exclusive": exclusive}
+    return json.dumps({"v": 1, "node": NODE, "seq": seq, "containers": {"main": container}})
+
+
+def cgroup(uid: str, cid: str) -> str:
+    return f"kubepods/burstable/pod{uid}/{cid}"
+
+
+def condition(cluster: kmock.KubernetesEmulator, name: str) -> tuple[str, str]:
+    body = cluster.objects[PODS, "default", name].raw
+    for found in body.get("status", {}).get("conditions", []):
+        if found["type"] == ALIGNED:
+            return str(found["status"]), str(found["reason"])
+    return "", ""
+
+
+class Pods:
+    """Pods on the emulated API, and an agent that reconciles them on `tree`."""
+
+    def __init__(self, client: kube.KubeClient, tree: CgroupTree) -> None:
+        self.client, self.tree = client, tree
+        self.bodies: dict[str, dict[str, Any]] = {}
+        self.agent = AgentLoop(
+            client, node_name=NODE, cgroup_root=tree.root, kubelet_state=tree.root / "absent"
+        )
+
+    async def add(self, name: str, uid: str, cid: str, annotation: str, *, created: str) -> None:
+        self.tree.make(cgroup(uid, cid))
+        if self.tree.real:
+            self.tree.spawn_in(cgroup(uid, cid))
+        body = pod(name, uid, cid=cid, annotation=annotation, created=created)
+        await self.client.create("/api/v1/namespaces/default/pods", body)
+        self.bodies[uid] = body
+
+    async def reconcile(self) -> None:
+        self.agent.pod_cache = {
+            uid: await self.client.get(kube.pod_path("default", body["metadata"]["name"]))
+            for uid, body in self.bodies.items()
+        }
+        await self.agent.reconcile()
+
+    def cpus(self, relative: str) -> str:
+        return (self.tree.root / relative / "cpuset.cpus").read_text().strip()
+
+
+async def test_an_older_pod_assigned_later_does_not_displace_an_enforced_one(
+    cluster: kmock.KubernetesEmulator, client: kube.KubeClient, cgroup_tree: CgroupTree
+) -> None:
+    """Pod b (decision 1) runs on CPU 1. Pod a, created before b but decided after it
+    (decision 2, a stale or hand-made claim on the same CPU), must not take it."""
+    node = Pods(client, cgroup_tree)
+    await node.add("b", UID_B, CID_B, claim("1", seq=1), created="2024-01-02T00:00:00Z")
+    await node.reconcile()
+    assert "1" == node.cpus(cgroup(UID_B, CID_B))
+
+    await node.add("a", UID_A, CID_A, claim("1", seq=2), created="2024-01-01T00:00:00Z")
+    await node.reconcile()
+
+    assert "1" == node.cpus(cgroup(UID_B, CID_B))
+    assert ("True", "CpusetsApplied") == condition(cluster, "b")
+    assert ("False", "AssignmentOverlaps") == condition(cluster, "a")
+
+
+def test_equal_sequences_are_ordered_by_pod_uid() -> None:
+    """Two legacy claims (seq 0) on one CPU: the lower UID wins, whatever the listing
+    order or creation times."""
+    bodies = [
+        pod("z", UID_B, cid=CID_B, annotation=claim("1", seq=0), created="2024-01-01T00:00:00Z"),
+        pod("y", UID_A, cid=CID_A, annotation=claim("1", seq=0), created="2024-01-09T00:00:00Z"),
+    ]
+    online = Cpuset(CPUSet.parse("0-3"), CPUSet([0]))
+
+    for order in (bodies, bodies[::-1]):
+        accepted, refused = pods.select_assignments(order, node_name=NODE, online=online)
+        assert ([UID_A], [UID_B]) == ([a.uid for a in accepted], [r.uid for r in refused])
+
+
+async def test_a_memory_node_the_machine_lacks_refuses_only_that_pod(
+    cluster: kmock.KubernetesEmulator, client: kube.KubeClient, cgroup_tree: CgroupTree
+) -> None:
+    """mems 5 does not exist here: kubepods must not be widened (the kernel would refuse
+    and every pod would fail with it); pod c alone is refused, and says why."""
+    node = Pods(client, cgroup_tree)
+    await node.add("a", UID_A, CID_A, claim("1", seq=1), created="x")
+    await node.add("c", UID_C, CID_C, claim("0", seq=2, mems="5", exclusive=False), created="x")
+
+    await node.reconcile()
+
+    assert "0" == (cgroup_tree.root / "kubepods" / "cpuset.mems").read_text().strip()
+    assert ("True", "CpusetsApplied") == condition(cluster, "a")
+    assert ("False", "AssignmentNotOnNode") == condition(cluster, "c")
+    message = cluster.objects[PODS, "default", "c"].raw["status"]["conditions"][-1]["message"]
+    assert "memory nodes 5" in message
+
+
+def test_cpus_that_are_not_online_refuse_the_pod_with_a_reason() -> None:
+    body = pod("a", UID_A, cid=CID_A, annotation=claim("2-9", seq=1, exclusive=False), created="")
+    online = Cpuset(CPUSet.parse("0-3"), CPUSet([0]))
+
+    accepted, refused = pods.select_assignments([body], node_name=NODE, online=online)
+
+    assert [] == accepted
+    assert [("AssignmentNotOnNode", "container main: CPUs 4-9 are not online here")] == [
+        (r.reason, r.message.split(" (")[0]) for r in refused
+    ]
+
+
+async def test_claims_on_every_cpu_refuse_the_latest_and_enforce_the_rest(
+    cluster: kmock.KubernetesEmulator, client: kube.KubeClient, cgroup_tree: CgroupTree
+) -> None:
+    """Pod a holds CPU 1; pod c (a later decision) claims every other CPU. The shared
+    pool would be empty: c is refused, a stays enforced, and drift is still corrected."""
+    node = Pods(client, cgroup_tree)
+    online = CPUSet.parse(node.cpus("."))
+    rest = str(online - CPUSet([1]))
+    await node.add("a", UID_A, CID_A, claim("1", seq=1), created="x")
+    await node.add("c", UID_C, CID_C, claim(rest, seq=2), created="x")
+
+    await node.reconcile()
+    (cgroup_tree.root / cgroup(UID_A, CID_A) / "cpuset.cpus").write_text(str(online))
+    await node.reconcile()
+
+    assert "1" == node.cpus(cgroup(UID_A, CID_A))
+    assert ("True", "CpusetsApplied") == condition(cluster, "a")
+    assert ("False", "SharedPoolExhausted") == condition(cluster, "c")
+    assert 1 == node.agent.metrics.value("numatopo_agent_drift_corrections_total")
