@@ -73,13 +73,16 @@ CODE_CALLS: dict[str, dict[str, set[Permission]]] = {
             ("", "pods", "list"),
             ("", "pods", "watch"),
         },
-        "numatopo_exporter.agent.loop:AgentLoop._feedback": {
+        "numatopo_exporter.agent.loop:AgentLoop._feedback": {("", "pods", "patch")},
+        # Only its own condition: a JSON patch guarded by a test of the entry, re-read
+        # once when the guard fails.
+        "numatopo_exporter.agent.loop:AgentLoop._patch_condition": {
+            ("", "pods/status", "get"),
             ("", "pods/status", "patch"),
-            ("", "pods", "patch"),
         },
+        "numatopo_exporter.agent.loop:AgentLoop._wait_for_api": {("", "pods", "list")},
         "numatopo_exporter.agent.loop:AgentLoop._event": {("", "events", "create")},
         "numatopo_exporter.agent.loop:AgentLoop._kubelet_is_static": {
-            ("numatopo.io", "numatopologies", "get"),
             ("numatopo.io", "numatopologies/status", "patch"),
             ("", "events", "create"),
         },
@@ -249,7 +252,10 @@ def collect_code_calls(account: str) -> dict[str, set[Permission]]:
                 if not isinstance(call, ast.Call) or not isinstance(call.func, ast.Attribute):
                     continue
                 receiver, method = ast.unparse(call.func.value), call.func.attr
-                if account == "operator" and receiver == "self" and method == "_call":
+                if account == "node" and method == "apply_numatopology_status":
+                    # The exporter and the agent apply their own status conditions.
+                    found.add(("numatopo.io", "numatopologies/status", "patch"))
+                elif account == "operator" and receiver == "self" and method == "_call":
                     http = ast.literal_eval(call.args[0])
                     found |= _permissions(None, http, resolver.paths(call.args[1], scope))
                 elif (
