@@ -136,7 +136,8 @@ def _cpu_pod(cpus: int, policy: PolicyName, gpus: int = 0) -> PodRequest:
 def test_a_node_full_of_pods_never_holds_an_offline_cpu(
     real_topology: Callable[[str], Numatopology], source_id: str
 ) -> None:
-    """One-CPU pods until nothing fits: they hold exactly the online CPUs, never an offline one."""
+    """One-CPU pods until nothing fits: they hold every online CPU but the one the shared
+    pool keeps (the nodes reserve none), never an offline one."""
     spec = real_topology(source_id).spec
     state = NodeState(spec)
     number = 0
@@ -147,7 +148,10 @@ def test_a_node_full_of_pods_never_holds_an_offline_cpu(
         *(c.cpus.ids for a in state.assignments.values() for c in a.containers.values())
     )
 
-    assert (set(spec.online_cpus().ids), set()) == (held, held & offline_cpus(spec))
+    shared = set(spec.online_cpus().ids) - held
+
+    assert not spec.reserved_cpus
+    assert (1, set()) == (len(shared), held & offline_cpus(spec))
     assert offline_cpus(spec)
 
 
