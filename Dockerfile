@@ -20,6 +20,7 @@ COPY pyproject.toml README.md ./
 COPY engine/ engine/
 COPY operator/ operator/
 COPY exporter/ exporter/
+COPY cli/ cli/
 RUN pip wheel --no-cache-dir --wheel-dir /wheels .
 
 FROM ${BASE}

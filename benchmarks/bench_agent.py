@@ -33,8 +33,8 @@ import psutil
 
 from numatopo_exporter import kube
 from numatopo_exporter.agent import cgroups
+from numatopo_exporter.agent import serve as agent_serve  # noqa: F401 (its imports count)
 from numatopo_exporter.agent.loop import AgentLoop
-from numatopo_exporter.commands import agent as agent_command  # noqa: F401 (its imports count)
 
 NODE = "bench-node"
 CPUS = 256

@@ -23,7 +23,7 @@ from numatopo_engine.simulation import (
     simulate,
 )
 
-SAMPLES = resources.files("numatopo_exporter.samples.simulate")
+SAMPLES = resources.files("numatopo_cli.samples.simulate")
 
 
 def main() -> None:

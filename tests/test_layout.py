@@ -11,7 +11,7 @@ REPO = Path(__file__).resolve().parent.parent
 
 
 def test_no_package_named_operator() -> None:
-    for root in ("engine", "operator", "exporter"):
+    for root in ("engine", "operator", "exporter", "cli"):
         assert not (REPO / root / "__init__.py").exists()
 
     assert hasattr(operator, "itemgetter")

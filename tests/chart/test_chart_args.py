@@ -22,7 +22,7 @@ from typing import Any
 import pytest
 import yaml
 
-from numatopo_exporter.cli import build_parser
+from numatopo_cli.main import build_parser
 
 jsonschema = pytest.importorskip("jsonschema")
 

@@ -117,7 +117,7 @@ FRAMEWORK_CALLS: dict[str, set[Permission]] = {
 NODE_PACKAGES = (
     "numatopo_exporter.daemon",
     "numatopo_exporter.agent",
-    "numatopo_exporter.commands",
+    "numatopo_cli.commands",
 )
 NAMESPACED_RESOURCES = {"pods", "pods/binding", "pods/status", "events"}
 

@@ -9,7 +9,7 @@ from typing import Any
 import pytest
 import yaml
 
-from numatopo_exporter import cli
+from numatopo_cli import main as cli
 
 kubernetes_validate = pytest.importorskip("kubernetes_validate")
 

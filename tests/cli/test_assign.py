@@ -17,6 +17,7 @@ from typing import Any
 import pytest
 import yaml
 
+from numatopo_cli.main import main
 from numatopo_engine import allocation
 from numatopo_engine.annotations import Assignment, PolicyName
 from numatopo_engine.errors import InvalidRequestError, UnsatisfiableError
@@ -24,7 +25,6 @@ from numatopo_engine.model import NumatopologySpec
 from numatopo_engine.refusals import shared_pool
 from numatopo_engine.request import PodRequest
 from numatopo_engine.state import NodeState
-from numatopo_exporter.cli import main
 
 REPO = Path(__file__).resolve().parents[2]
 PODS = REPO / "tests" / "fixtures" / "pods"

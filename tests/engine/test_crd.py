@@ -7,7 +7,7 @@ from typing import Any
 
 import yaml
 
-from numatopo_exporter.commands.crd import render
+from numatopo_cli.commands.crd import render
 
 REPO = Path(__file__).resolve().parents[2]
 

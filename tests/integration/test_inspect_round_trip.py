@@ -9,8 +9,8 @@ from pathlib import Path
 import pytest
 from real_sources import AMD_TEXTS, SOURCE_IDS, SOURCES, TOPO, through_json
 
+from numatopo_cli import main as cli
 from numatopo_engine.model import Numatopology
-from numatopo_exporter import cli
 
 
 def inspect(capsys: pytest.CaptureFixture[str], args: list[str]) -> tuple[int, str, str]:

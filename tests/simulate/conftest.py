@@ -35,5 +35,5 @@ def trace_pods() -> list[PodRow]:
 
 @pytest.fixture(scope="session")
 def topology_map() -> TopologyMap:
-    text = resources.files("numatopo_exporter.samples.simulate").joinpath("topology-map.json")
+    text = resources.files("numatopo_cli.samples.simulate").joinpath("topology-map.json")
     return parse_topology_map(json.loads(text.read_text()))

@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from numatopo_exporter.commands import simulate as command
+from numatopo_cli.commands import simulate as command
 
 SMALL = ["--sample-nodes", "20", "--limit", "150", "--scorer", "numatopo,best-fit"]
 

@@ -12,10 +12,10 @@ from pathlib import Path
 import aiohttp
 import kmock
 
+from numatopo_cli.main import build_parser
 from numatopo_exporter import kube
+from numatopo_exporter.agent import serve as agent_command
 from numatopo_exporter.agent.loop import AgentLoop
-from numatopo_exporter.cli import build_parser
-from numatopo_exporter.commands import agent as agent_command
 from numatopo_exporter.daemon.backoff import Backoff
 
 from ..daemon.conftest import NODE

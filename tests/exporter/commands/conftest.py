@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from numatopo_exporter.cli import main
+from numatopo_cli.main import main
 
 # The real sysfs trees' fixtures, shared with this folder's tests.
 from ..sysfs.conftest import sysfs_tree, tree_copy  # noqa: F401

@@ -7,7 +7,7 @@ from pathlib import Path
 import kmock
 import pytest
 
-from numatopo_exporter.cli import build_parser, main
+from numatopo_cli.main import build_parser, main
 
 from .conftest import main_in_thread
 

@@ -12,9 +12,9 @@ from pathlib import Path
 import kmock
 import pytest
 
+from numatopo_cli.main import build_parser, main
 from numatopo_engine.model import NumatopologySpec
-from numatopo_exporter.cli import build_parser, main
-from numatopo_exporter.commands.exporter import make_scan, scan_options, serve
+from numatopo_exporter.daemon.serve import make_scan, scan_options, serve
 
 from ..daemon.conftest import NODE, NODE_UID, FakeDevice, FakeMonitor, unplug_pci
 from .conftest import TREE, main_in_thread

@@ -8,10 +8,10 @@ from pathlib import Path
 import kmock
 
 from numatopo_exporter import kube
-from numatopo_exporter.commands.exporter import make_discovery_scan
 from numatopo_exporter.daemon.backoff import Backoff
 from numatopo_exporter.daemon.loop import ExporterLoop
 from numatopo_exporter.daemon.publishing import Publisher
+from numatopo_exporter.daemon.serve import make_discovery_scan
 from numatopo_exporter.discovery.discover import DiscoverOptions
 
 from ..sysfs.conftest import write_tree

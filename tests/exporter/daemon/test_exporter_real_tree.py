@@ -17,10 +17,10 @@ import pytest
 
 from numatopo_engine.model import NumatopologySpec
 from numatopo_exporter import kube
-from numatopo_exporter.commands.exporter import make_scan
 from numatopo_exporter.daemon.backoff import Backoff
 from numatopo_exporter.daemon.loop import ExporterLoop
 from numatopo_exporter.daemon.publishing import Publisher
+from numatopo_exporter.daemon.serve import make_scan
 from numatopo_exporter.discovery.discover import DiscoverOptions
 
 from .conftest import NODE, take_offline, unplug_pci, writes

@@ -7,7 +7,7 @@ from dataclasses import dataclass
 
 import pytest
 
-from numatopo_exporter import cli
+from numatopo_cli import main as cli
 
 
 @dataclass(frozen=True)

@@ -7,6 +7,7 @@ from pathlib import Path
 
 import pytest
 
+from numatopo_cli.render import matrix, table, text
 from numatopo_engine.cpuset import CPUSet
 from numatopo_engine.model import (
     Cpu,
@@ -22,7 +23,6 @@ from numatopo_engine.model import (
     Policies,
 )
 from numatopo_exporter.discovery import hwloc_xml, nvidia_smi_topo
-from numatopo_exporter.render import matrix, table, text
 
 FIXTURES = Path(__file__).resolve().parents[2] / "fixtures"
 ANSI = re.compile(r"\x1b\[[0-9;]*m")

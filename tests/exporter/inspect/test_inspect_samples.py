@@ -147,7 +147,7 @@ def test_samples_keep_their_source_attribution(sample: str) -> None:
     """The shipped files are others' published output: their source line must stay."""
     from importlib import resources
 
-    shipped = resources.files("numatopo_exporter").joinpath("samples", f"{sample}.txt")
+    shipped = resources.files("numatopo_cli").joinpath("samples", f"{sample}.txt")
 
     first = shipped.read_text(encoding="utf-8").splitlines()[0]
 
@@ -174,7 +174,7 @@ class FakeTerminal:
 def test_colour_only_on_a_terminal_without_no_color(
     monkeypatch: pytest.MonkeyPatch, tty: bool, no_color: str | None, expected: bool
 ) -> None:
-    from numatopo_exporter.commands import inspect
+    from numatopo_cli.commands import inspect
 
     if no_color is None:
         monkeypatch.delenv("NO_COLOR", raising=False)

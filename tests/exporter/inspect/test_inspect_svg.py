@@ -10,9 +10,9 @@ from typing import Any
 
 import pytest
 
+from numatopo_cli.render import svg
 from numatopo_engine.model import Numatopology, ObjectMeta
 from numatopo_exporter.discovery import hwloc_xml
-from numatopo_exporter.render import svg
 
 FIXTURES = Path(__file__).resolve().parents[2] / "fixtures"
 SVG = "{http://www.w3.org/2000/svg}"

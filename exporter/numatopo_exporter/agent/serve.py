@@ -1,4 +1,5 @@
-"""`numatopo agent`: write the cpusets of this node's assigned pods (DaemonSet, root)."""
+"""The agent process (`numatopo agent`): write the cpusets of this node's assigned pods
+(DaemonSet, root). Its flags, its start-up and `serve()`."""
 
 from __future__ import annotations
 
@@ -9,8 +10,8 @@ from numatopo_exporter import kube
 from numatopo_exporter.agent import cgroupfs, kubelet
 from numatopo_exporter.agent.loop import AgentLoop
 from numatopo_exporter.agent.metrics import AgentMetrics
-from numatopo_exporter.commands.node_flags import add_node_flags, start
 from numatopo_exporter.daemon import metrics
+from numatopo_exporter.node_process import add_node_flags, start
 
 
 async def serve(args: argparse.Namespace) -> int:
@@ -51,10 +52,10 @@ def run(args: argparse.Namespace) -> int:
     )
 
 
-def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
-    parser = subparsers.add_parser(
-        "agent", help="enforce CPU assignments in cgroup cpusets (DaemonSet)", description=__doc__
-    )
+HELP = "enforce CPU assignments in cgroup cpusets (DaemonSet)"
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--cgroup-root",
         type=Path,
@@ -80,4 +81,3 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
         "for in-cluster scraping and the liveness probe; 127.0.0.1 keeps them on the node "
         "but then the kubelet's HTTP probe, which dials the pod IP, cannot reach them)",
     )
-    parser.set_defaults(func=run)

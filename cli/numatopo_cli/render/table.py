@@ -5,8 +5,8 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
+from numatopo_cli.render import matrix, text
 from numatopo_engine.model import Numatopology, NumatopologySpec, Policies
-from numatopo_exporter.render import matrix, text
 
 __all__ = ["render_table"]
 

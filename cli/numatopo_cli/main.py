@@ -22,7 +22,7 @@ def build_parser() -> argparse.ArgumentParser:
     )
     subparsers = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
     for name in COMMANDS:
-        module = importlib.import_module(f"numatopo_exporter.commands.{name}")
+        module = importlib.import_module(f"numatopo_cli.commands.{name}")
         module.register(subparsers)
     return parser
 

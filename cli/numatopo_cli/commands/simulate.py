@@ -39,7 +39,7 @@ from numatopo_engine.simulation import (
 )
 from numatopo_engine.simulation.trace import GPU_MILLI
 
-SAMPLES = "numatopo_exporter.samples.simulate"
+SAMPLES = "numatopo_cli.samples.simulate"
 DEFAULT_NODES = "openb_node_list_gpu_node.csv"
 DEFAULT_TRACE = "openb_pod_list_default.csv"
 DEFAULT_MAP = "topology-map.json"

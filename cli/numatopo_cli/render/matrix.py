@@ -10,8 +10,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from numatopo_cli.render import text
 from numatopo_engine.model import NumatopologySpec, PathType
-from numatopo_exporter.render import text
 
 __all__ = ["Matrix", "build_matrix", "render_matrix"]
 

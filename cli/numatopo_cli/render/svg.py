@@ -19,6 +19,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from xml.sax.saxutils import escape
 
+from numatopo_cli.render import text
 from numatopo_engine.model import (
     Gpu,
     GpuLink,
@@ -29,7 +30,6 @@ from numatopo_engine.model import (
     NumatopologySpec,
     PathType,
 )
-from numatopo_exporter.render import text
 
 __all__ = ["render_svg"]
 

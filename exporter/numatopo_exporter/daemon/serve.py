@@ -1,4 +1,5 @@
-"""`numatopo exporter`: publish this node's topology as `Numatopology/<node>` and keep it fresh."""
+"""The exporter process (`numatopo exporter`): publish this node's topology as
+`Numatopology/<node>` and keep it fresh. Its flags, its start-up and `serve()`."""
 
 from __future__ import annotations
 
@@ -13,11 +14,11 @@ from typing import Any
 
 from numatopo_engine.model import NumatopologySpec
 from numatopo_exporter import kube
-from numatopo_exporter.commands.node_flags import add_node_flags, start
 from numatopo_exporter.daemon import metrics, publishing, udev
 from numatopo_exporter.daemon.backoff import Backoff
 from numatopo_exporter.daemon.loop import ExporterLoop, ScanError
 from numatopo_exporter.discovery.discover import DiscoverOptions, Discovery, discover
+from numatopo_exporter.node_process import add_node_flags, start
 
 logger = logging.getLogger("numatopo.exporter")
 
@@ -127,10 +128,10 @@ def run(args: argparse.Namespace) -> int:
     return start("exporter", args, serve, errors=(kube.ApiError, ScanError), problem=problem)
 
 
-def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
-    parser = subparsers.add_parser(
-        "exporter", help="publish this node's Numatopology (DaemonSet)", description=__doc__
-    )
+HELP = "publish this node's Numatopology (DaemonSet)"
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--sysfs-root",
         type=Path,
@@ -169,4 +170,3 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
         "(default /var/lib/kubelet/cpu_manager_state)",
     )
     add_node_flags(parser, metrics_port=9101)
-    parser.set_defaults(func=run)

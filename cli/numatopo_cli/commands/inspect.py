@@ -22,10 +22,10 @@ from typing import TextIO
 
 import yaml
 
+from numatopo_cli.render import svg, table
 from numatopo_engine.model import Numatopology, ObjectMeta
 from numatopo_exporter.discovery import discover
 from numatopo_exporter.discovery.errors import DiscoveryError
-from numatopo_exporter.render import svg, table
 
 PROG = "numatopo inspect"
 SAMPLE_SUFFIX = ".txt"
@@ -42,7 +42,7 @@ class Sample:
 def list_samples() -> list[Sample]:
     """The embedded samples, by name; `summary` is the file's `# system:` line."""
     found = []
-    for entry in resources.files("numatopo_exporter").joinpath("samples").iterdir():
+    for entry in resources.files("numatopo_cli").joinpath("samples").iterdir():
         if not entry.name.endswith(SAMPLE_SUFFIX):
             continue
         summary = ""
@@ -62,7 +62,7 @@ def sample_path(name: str) -> Iterator[Path]:
         raise DiscoveryError(
             f"unknown sample {name!r}; available: {', '.join(names)} (see --sample list)"
         )
-    resource = resources.files("numatopo_exporter").joinpath("samples", name + SAMPLE_SUFFIX)
+    resource = resources.files("numatopo_cli").joinpath("samples", name + SAMPLE_SUFFIX)
     with resources.as_file(resource) as path:
         yield path
 

@@ -1,0 +1,1 @@
+"""The `numatopo` command line: thin commands over the engine, the operator and the node side."""

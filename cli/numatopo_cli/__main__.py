@@ -1,0 +1,5 @@
+import sys
+
+from numatopo_cli.main import main
+
+sys.exit(main())

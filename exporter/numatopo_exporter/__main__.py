@@ -1,5 +1,0 @@
-import sys
-
-from numatopo_exporter.cli import main
-
-sys.exit(main())
