@@ -34,10 +34,11 @@ from typing import Any
 
 from numatopo_engine import allocation, pod_request
 from numatopo_engine.annotations import Assignment, State
-from numatopo_engine.errors import InvalidRequestError, UnsatisfiableError
+from numatopo_engine.errors import InvalidRequestError, OverlapError, UnsatisfiableError
 from numatopo_engine.request import PodRequest
+from numatopo_engine.state import NodeState
 from numatopo_operator import translate
-from numatopo_operator.errors import KubeError, KubeNotFoundError, NotActiveError
+from numatopo_operator.errors import KubeError, KubeNotFoundError, NodeBusyError, NotActiveError
 from numatopo_operator.runtime import Runtime
 from numatopo_operator.translate import RawPod
 
@@ -87,30 +88,113 @@ def read_request(runtime: Runtime, pod: RawPod) -> PodRequest:
     return pod_request.request_from_pod(pod, runtime.settings.resources)
 
 
+# A decision takes up to half a second on a 64-NUMA node; the node's free resources
+# changing under each of this many in a row would take a storm of pods ending there.
+DECIDE_ATTEMPTS = 3
+
+
+def _free_view(state: NodeState) -> tuple[object, ...]:
+    """Everything free on the node, through the state's public queries (the engine's own
+    signature would touch its memos, which only the engine thread may)."""
+    numa_ids = sorted(n.id for n in state.topology.numa_nodes)
+    return (
+        state.free_cpus(),
+        state.free_gpus(),
+        state.free_nics(),
+        tuple(state.free_memory(numa) for numa in numa_ids),
+        tuple(
+            state.free_hugepages(n.id, size)
+            for n in state.topology.numa_nodes
+            for size in sorted(n.hugepages)
+        ),
+    )
+
+
+def _held(runtime: Runtime, node: str, key: str) -> Outcome | None:
+    """The pod's own booking on `node`, as an outcome; None when it holds none there."""
+    state = runtime.ledger.state(node)
+    if state is None or runtime.ledger.node_of(key) != node:
+        return None
+    held = state.assignments.get(key)
+    if held is None:
+        return None
+    return Outcome(State.ASSIGNED, translate.assigned_message(held), held)
+
+
 async def decide(runtime: Runtime, request: PodRequest, node: str, *, path: str) -> Outcome | None:
     """Run the engine for `request` on `node` and reserve the result in the ledger.
 
     None when `node` has no Numatopology, or a stale one (nothing can be decided there
     now). Serialised per node; an `Assigned` outcome is booked in-flight until its
     annotation is seen, and carries the node's next decision sequence.
+
+    The engine runs in its thread on a frozen copy of the node's bookings, so the loop
+    (watches, the Lease) keeps turning meanwhile. The watch stream may change the live
+    bookings in that time (a pod ends, another's annotation is seen): if what is free
+    changed, the decision is made again on what is free now, and `reserve` checks the
+    result against the live state whatever happened, so nothing is ever booked twice.
+
+    A pod booked on the node by the time the lock is ours, or the engine is done (the
+    same pod judged twice at once: its event and its retry), keeps that booking: the
+    first decision is the one being written, and a second would book other CPUs or
+    GPUs under the same key, freeing the written ones in the ledger only.
     """
     ledger = runtime.ledger
     async with ledger.lock(node):
-        topology, state = ledger.topology(node), ledger.state(node)
-        if topology is None or state is None or runtime.stale_reason(node) is not None:
-            return None
+        held = _held(runtime, node, request.key)
+        if held is not None:
+            return held
         started = time.perf_counter()
-        try:
-            decision = allocation.allocate(topology, state, request, node)
-        except InvalidRequestError as exc:
-            outcome = Outcome(State.INVALID, translate.invalid_message(exc))
-        except UnsatisfiableError as exc:
-            outcome = Outcome(
-                State.UNSATISFIABLE, translate.unsatisfiable_message(node, exc.reason)
+        outcome: Outcome | None = None
+        for attempt in range(1, DECIDE_ATTEMPTS + 1):
+            topology, live = ledger.topology(node), ledger.state(node)
+            frozen = ledger.frozen_state(node)
+            if topology is None or live is None or frozen is None:
+                return None
+            if runtime.stale_reason(node) is not None:
+                return None
+            before = _free_view(live)
+            try:
+                decision = await runtime.in_engine_thread(
+                    allocation.allocate, topology, frozen, request, node
+                )
+            except InvalidRequestError as exc:
+                outcome = Outcome(State.INVALID, translate.invalid_message(exc))
+                break
+            except UnsatisfiableError as exc:
+                outcome = Outcome(
+                    State.UNSATISFIABLE, translate.unsatisfiable_message(node, exc.reason)
+                )
+            else:
+                outcome = Outcome(State.ASSIGNED, "", decision.assignment)
+            changed = (
+                ledger.topology(node) is not topology
+                or ledger.state(node) is not live
+                or _free_view(live) != before
+            )
+            if not changed:
+                break
+            logger.info(
+                "node %s changed while deciding for %s (attempt %d); deciding again",
+                node,
+                request.key,
+                attempt,
             )
         else:
-            assignment = decision.assignment.model_copy(update={"seq": ledger.next_seq(node)})
-            ledger.reserve(node, request.key, assignment)
+            if ledger.topology(node) is not topology:
+                return None  # a new spec every time: let the next event for it decide
+        assert outcome is not None
+        held = _held(runtime, node, request.key)
+        if held is not None:
+            return held
+        if outcome.assignment is not None:
+            try:
+                assignment = outcome.assignment.model_copy(update={"seq": ledger.next_seq(node)})
+                ledger.reserve(node, request.key, assignment)
+            except (KeyError, OverlapError) as exc:
+                raise NodeBusyError(
+                    f"node {node} kept changing while deciding for {request.key}: {exc}"
+                ) from None
             outcome = Outcome(State.ASSIGNED, translate.assigned_message(assignment), assignment)
         runtime.metrics.latency.labels(path).observe(time.perf_counter() - started)
     return outcome
@@ -258,7 +342,7 @@ async def settle(runtime: Runtime, pod: RawPod) -> None:
         again = await judge_pod(runtime, pod)
     except KubeNotFoundError:
         again = False  # the pod is gone; its deletion frees what it held
-    except (KubeError, NotActiveError) as exc:
+    except (KubeError, NotActiveError, NodeBusyError) as exc:
         pause = retries.schedule(key, dict(pod), time.monotonic())
         logger.warning("pod %s: %s; judged again in %.1f s", key, exc, pause)
         runtime.metrics.retry_queue.set(len(retries))

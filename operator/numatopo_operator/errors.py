@@ -28,6 +28,7 @@ __all__ = [
     "KubeError",
     "KubeForbiddenError",
     "KubeNotFoundError",
+    "NodeBusyError",
     "NotActiveError",
     "OperatorError",
     "kept_serving",
@@ -70,6 +71,11 @@ class BookingError(OperatorError, ValueError):
 
 class NotActiveError(OperatorError):
     """This replica does not hold a fresh Lease; it must not decide or write."""
+
+
+class NodeBusyError(OperatorError):
+    """The node's bookings kept changing while the engine decided, and the last decision
+    no longer fits them: nothing was booked; decide again later."""
 
 
 @contextlib.contextmanager

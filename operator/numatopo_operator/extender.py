@@ -42,7 +42,7 @@ from numatopo_engine.model import NumatopologySpec
 from numatopo_engine.request import PodRequest
 from numatopo_engine.state import NodeState
 from numatopo_operator import assigning, translate
-from numatopo_operator.errors import KubeError, NotActiveError
+from numatopo_operator.errors import KubeError, NodeBusyError, NotActiveError
 from numatopo_operator.runtime import Runtime
 
 __all__ = ["MAX_EXTENDER_PRIORITY", "build_app", "extender_score"]
@@ -122,8 +122,37 @@ class Verdicts:
     exporter says so, or its heartbeat is too old)."""
 
 
+@dataclass(frozen=True, slots=True)
+class Candidates:
+    """What `judge_candidates` reads of the operator: taken on the event loop, then read
+    in the engine thread while the loop goes on changing the ledger."""
+
+    nodes: list[tuple[str, NumatopologySpec | None, NodeState | None]]
+    """(node, topology, a `Ledger.frozen_state` copy) per candidate, in request order."""
+    stale: dict[str, str]
+
+
+def candidates(runtime: Runtime, nodes: Iterable[str]) -> Candidates:
+    """The candidates' topologies and bookings as they are now (on the loop, no I/O)."""
+    return Candidates(list(runtime.ledger.frozen_candidates(nodes)), runtime.stale_nodes())
+
+
 def judge(runtime: Runtime, request: PodRequest, nodes: Iterable[str]) -> Verdicts:
-    """The pod on each of `nodes` (no I/O).
+    """The pod on each of `nodes`, here and now (no I/O); see `judge_candidates`."""
+    return judge_candidates(request, candidates(runtime, nodes))
+
+
+async def judge_off_loop(runtime: Runtime, request: PodRequest, nodes: Iterable[str]) -> Verdicts:
+    """`judge` with the engine's part in the engine thread: a cold cycle over 5,000 nodes
+    builds per-shape tables for hundreds of milliseconds, which on the loop would hold
+    up every watch. A verdict is advice (bind decides again on the live ledger), so the
+    bookings it was judged on may change meanwhile."""
+    taken = candidates(runtime, nodes)
+    return await runtime.in_engine_thread(judge_candidates, request, taken)
+
+
+def judge_candidates(request: PodRequest, taken: Candidates) -> Verdicts:
+    """The pod on each candidate (no I/O; reads only `taken`).
 
     A scheduling cycle runs this over every candidate node, so the nodes are grouped by
     hardware shape and each group is decided in bulk (`allocation.evaluate_many`):
@@ -131,10 +160,10 @@ def judge(runtime: Runtime, request: PodRequest, nodes: Iterable[str]) -> Verdic
     """
     verdicts = Verdicts()
     scores, failed, unresolvable = verdicts.scores, verdicts.failed, verdicts.unresolvable
-    key, stale = request.key, runtime.stale_nodes()
+    key, stale = request.key, taken.stale
     names: list[str] = []
     pending: list[tuple[NumatopologySpec, NodeState]] = []
-    for node, topology, booked in runtime.ledger.candidates(nodes):
+    for node, topology, booked in taken.nodes:
         if topology is None or booked is None:
             unresolvable[node] = NO_NUMATOPOLOGY
             continue
@@ -175,7 +204,9 @@ ScoreCache = OrderedDict[str, dict[str, int]]
 """pod uid -> extender score (0..10) per node that passed filter."""
 
 
-def filter_result(runtime: Runtime, args: Mapping[str, Any], cache: ScoreCache) -> dict[str, Any]:
+async def filter_result(
+    runtime: Runtime, args: Mapping[str, Any], cache: ScoreCache
+) -> dict[str, Any]:
     """ExtenderFilterResult for ExtenderArgs (no I/O); remembers scores in `cache`."""
     pod = _pod(args)
     names, objects = _node_names(args)
@@ -190,7 +221,7 @@ def filter_result(runtime: Runtime, args: Mapping[str, Any], cache: ScoreCache) 
             verdicts.unresolvable = dict.fromkeys(names, translate.invalid_message(exc))
         else:
             started = time.perf_counter()
-            verdicts = judge(runtime, request, names)
+            verdicts = await judge_off_loop(runtime, request, names)
             passed = [node for node in names if node in verdicts.scores]
             runtime.metrics.latency.labels("filter").observe(time.perf_counter() - started)
     result: dict[str, Any] = {
@@ -220,7 +251,7 @@ def _pod_uid(pod: Mapping[str, Any]) -> str:
     return str(metadata.get("uid") or translate.pod_key(pod))
 
 
-def priorities(
+async def priorities(
     runtime: Runtime, args: Mapping[str, Any], cache: ScoreCache
 ) -> list[dict[str, Any]]:
     """HostPriorityList: the node score (0..10) per candidate, 0 where it does not fit.
@@ -240,7 +271,7 @@ def priorities(
         except InvalidRequestError:
             return [{"Host": node, "Score": 0} for node in names]
         started = time.perf_counter()
-        known.update(judge(runtime, request, missing).scores)
+        known.update((await judge_off_loop(runtime, request, missing)).scores)
         runtime.metrics.latency.labels("prioritize").observe(time.perf_counter() - started)
     return [{"Host": node, "Score": known.get(node, 0)} for node in names]
 
@@ -282,7 +313,7 @@ async def _filter(request: web.Request) -> web.Response:
         if error:
             raise BadArgsError(error)
         return web.json_response(
-            dumps=_dumps, data=filter_result(runtime, args, request.app[SCORES_KEY])
+            dumps=_dumps, data=await filter_result(runtime, args, request.app[SCORES_KEY])
         )
     except BadArgsError as exc:
         return web.json_response(
@@ -305,7 +336,7 @@ async def _prioritize(request: web.Request) -> web.Response:
     try:
         args = await _read(request)
         return web.json_response(
-            dumps=_dumps, data=priorities(runtime, args, request.app[SCORES_KEY])
+            dumps=_dumps, data=await priorities(runtime, args, request.app[SCORES_KEY])
         )
     except BadArgsError as exc:
         return web.Response(status=400, text=str(exc))
@@ -331,7 +362,7 @@ async def _bind_error(runtime: Runtime, body: Mapping[str, Any]) -> str:
         if uid and found_uid and uid != found_uid:
             return f"pod {namespace}/{name} is now uid {found_uid}, not {uid}"
         return await assigning.bind_pod(runtime, pod, node)
-    except (KubeError, NotActiveError) as exc:
+    except (KubeError, NotActiveError, NodeBusyError) as exc:
         return f"binding {namespace}/{name} to {node}: {exc}"
 
 

@@ -29,8 +29,9 @@ replica taking over starts from the highest sequence still on a live pod, which 
 the node agent compares (it orders the claims of live pods).
 
 Decisions for one node are serialised by `lock(node)`: the engine call and the
-reservation form one critical section, so it stays correct even if the engine call
-is moved to a thread.
+reservation form one critical section. The engine runs in a thread of its own, never
+on this ledger's live states (the event loop changes them meanwhile): it gets
+`frozen_state` copies, and only `reserve`, on the loop, books against the live state.
 """
 
 from __future__ import annotations
@@ -75,6 +76,8 @@ class Ledger:
         self._dirty: set[str] = set()
         self._journal: dict[str, _Journaled] | None = None
         self._seq: dict[str, int] = {}
+        # node -> (live state, its version, the copy handed out for it)
+        self._frozen: dict[str, tuple[NodeState, int, NodeState]] = {}
 
     # -- queries -----------------------------------------------------------------
 
@@ -93,6 +96,33 @@ class Ledger:
         topologies, states = self._topologies, self._states
         for node in nodes:
             yield node, topologies.get(node), states.get(node)
+
+    def frozen_state(self, node: str) -> NodeState | None:
+        """A copy of `state(node)` that no later booking changes, for the engine thread.
+
+        The same copy is handed out while the node's bookings stay as they are, so a
+        scheduling cycle over thousands of nodes copies only those that changed since
+        the last one (and what the engine cached on a copy stays warm). Holders must not
+        change it.
+        """
+        live = self._states.get(node)
+        if live is None:
+            return None
+        frozen = self._frozen.get(node)
+        if frozen is not None and frozen[0] is live and frozen[1] == live.version:
+            return frozen[2]
+        copy = live.copy()
+        self._frozen[node] = (live, live.version, copy)
+        return copy
+
+    def frozen_candidates(
+        self, nodes: Iterable[str]
+    ) -> Iterator[tuple[str, NumatopologySpec | None, NodeState | None]]:
+        """`candidates`, with `frozen_state` copies instead of the live states."""
+        topologies, frozen_state = self._topologies, self.frozen_state
+        for node in nodes:
+            topology = topologies.get(node)
+            yield node, topology, frozen_state(node) if topology is not None else None
 
     def next_seq(self, node: str) -> int:
         """The sequence number of the next decision on `node` (1 on a node never booked)."""
@@ -150,6 +180,7 @@ class Ledger:
         """The node's Numatopology is gone: keep the bookings, decide nothing there."""
         self._topologies.pop(node, None)
         self._states.pop(node, None)
+        self._frozen.pop(node, None)
         self._untrusted.pop(node, None)
         self._dirty.discard(node)
 

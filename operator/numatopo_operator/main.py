@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import gc
 import logging
 import threading
 from collections.abc import AsyncIterator
@@ -56,6 +57,24 @@ class Servers:
         self._runners.clear()
 
 
+async def freeze_listed_heap(runtime: Runtime) -> None:
+    """Once everything is listed, keep the collector from scanning it again.
+
+    A cluster's Numatopologies parse into millions of small objects (5,000 specs of 208
+    CPU rows each). Python's full collection walks every one of them while holding the
+    GIL: measured 235 ms for 1,000 such nodes, a stall of the loop (watches, Lease
+    renewals, the extender) each time one is triggered, as a cold scheduling cycle
+    does. What is listed at start-up lives as long as the process; `gc.freeze` leaves it
+    out of every later collection (anything of it dropped later is still freed by
+    reference counting, which is all these acyclic objects need).
+    """
+    await runtime.indexed.wait()
+    gc.freeze()
+    logger.info(
+        "start-up lists are in: %d objects left out of garbage collection", gc.get_freeze_count()
+    )
+
+
 @contextlib.asynccontextmanager
 async def _background(runtime: Runtime, *, identity: str) -> AsyncIterator[None]:
     label = leadership.own_pod(runtime)
@@ -70,6 +89,7 @@ async def _background(runtime: Runtime, *, identity: str) -> AsyncIterator[None]
         asyncio.create_task(status.write_statuses(runtime), name="numatopo status writer"),
         asyncio.create_task(assigning.run_retries(runtime), name="numatopo retries"),
         asyncio.create_task(elector.run(), name="numatopo leadership"),
+        asyncio.create_task(freeze_listed_heap(runtime), name="numatopo heap freeze"),
     ]
     try:
         yield

@@ -7,9 +7,12 @@ object (never a plain flag that a copy could diverge on).
 from __future__ import annotations
 
 import asyncio
+import functools
 import time
+from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, ParamSpec, TypeVar
 
 import kopf
 
@@ -21,6 +24,15 @@ from numatopo_operator.retrying import RetryQueue
 from numatopo_operator.settings import OperatorSettings
 
 __all__ = ["Runtime"]
+
+P = ParamSpec("P")
+T = TypeVar("T")
+
+
+# One thread for the whole process: the engine's memos and per-shape tables are plain
+# module-level dicts, safe only while one thread at a time decides (as on the loop
+# before), whichever `Runtime` asks; and decisions queue in arrival order, as there.
+ENGINE_THREAD = ThreadPoolExecutor(max_workers=1, thread_name_prefix="numatopo-engine")
 
 
 @dataclass
@@ -78,8 +90,23 @@ class Runtime:
     """Set once this replica knows whether it is the holder (the Lease was read once; at
     once when standalone): until then it is not Ready."""
 
+    engine: ThreadPoolExecutor = ENGINE_THREAD
+    """Where engine calls run (`in_engine_thread`), so that a 64-NUMA decision or a
+    5,000-node filter does not hold up kopf's watches and the Lease renewals."""
+
     def __post_init__(self) -> None:
         self.retries = RetryQueue(self.settings.retry_base_seconds, self.settings.retry_max_seconds)
+
+    async def in_engine_thread(self, work: Callable[P, T], *args: P.args, **kwargs: P.kwargs) -> T:
+        """`work(*args, **kwargs)` in the engine thread. Give it only values the event loop
+        will not change meanwhile (`Ledger.frozen_state` copies, never live states).
+
+        The thread still takes the GIL from the loop, but CPython hands it back every
+        switch interval (5 ms), so the loop keeps turning: measured in
+        `benchmarks/bench_loop_lag.py` and `tests/controller/test_event_loop_lag.py`.
+        """
+        loop = asyncio.get_running_loop()
+        return await loop.run_in_executor(self.engine, functools.partial(work, *args, **kwargs))
 
     def lease_fresh(self) -> bool:
         """True while our Lease was renewed within the renew deadline (always, standalone).

@@ -247,6 +247,12 @@ class RunningOperator:
     servers: main.Servers
     thread: threading.Thread
     stop_flag: threading.Event
+    loop_holder: list[asyncio.AbstractEventLoop]
+
+    @property
+    def loop(self) -> asyncio.AbstractEventLoop:
+        """The operator's own event loop (kopf's, the extender's): for probes run inside it."""
+        return self.loop_holder[0]
 
     def url(self, path: str, *, metrics: bool = False) -> str:
         port = self.servers.metrics_port if metrics else self.servers.extender_port
@@ -296,15 +302,19 @@ class OperatorStarter:
         runtime = Runtime(settings, connection=kopf.ConnectionInfo(server=str(cluster.api.url)))
         servers = main.Servers(runtime)
         stop_flag = threading.Event()
+        loop_holder: list[asyncio.AbstractEventLoop] = []
 
-        def serve() -> None:
-            asyncio.run(
-                main.serve(runtime, servers=servers, kopf_settings=fast_kopf(), stop_flag=stop_flag)
+        async def serving() -> None:
+            loop_holder.append(asyncio.get_running_loop())
+            await main.serve(
+                runtime, servers=servers, kopf_settings=fast_kopf(), stop_flag=stop_flag
             )
 
-        thread = threading.Thread(target=serve, name="numatopo-operator", daemon=True)
+        thread = threading.Thread(
+            target=lambda: asyncio.run(serving()), name="numatopo-operator", daemon=True
+        )
         thread.start()
-        operator = RunningOperator(runtime, servers, thread, stop_flag)
+        operator = RunningOperator(runtime, servers, thread, stop_flag, loop_holder)
         self.running.append(operator)
         await eventually(lambda: servers.extender_port != 0, what="extender listening")
         return operator
