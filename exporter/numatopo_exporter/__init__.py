@@ -1,1 +1,1 @@
-"""numatopo's node side: topology discovery, the exporter daemon, the cpuset agent, the CLI."""
+"""numatopo's node side: topology discovery, the exporter daemon and the cpuset agent."""

@@ -28,10 +28,12 @@ from numatopo_engine.model import NumatopologySpec
 NODES = 1000
 NUMATOPOLOGIES = "numatopo.io/v1alpha1/numatopologies"
 TICK = 0.01
-# The goal is 100 ms; idle, the worst lag measured here is 20-60 ms. A loaded 2-core
-# machine (another test run beside this one) measured up to 102 ms, so the bound leaves
-# room for that, and is still a third of what one engine call on the loop costs.
+# The goal is 100 ms; idle, the worst lag measured here is 20-60 ms (absolute figures:
+# benchmarks/bench_loop_lag.py). A loaded 2-core machine stretches every wait, the engine
+# thread's GIL hand-offs included, so the bound also scales with the window: a stall
+# may take at most a third of it. Work on the loop stalls it for the whole window.
 LAG_BOUND = 0.15
+SHARE_OF_WINDOW = 1 / 3
 NUMA64 = Path(__file__).resolve().parents[1] / "fixtures" / "topologies" / "numa64-synthetic.json"
 
 pytestmark = pytest.mark.timeout(240)
@@ -41,6 +43,10 @@ pytestmark = pytest.mark.timeout(240)
 class Lag:
     ticks: int = 0
     worst: float = 0.0
+    window: float = 0.0
+
+    def bound(self) -> float:
+        return max(LAG_BOUND, SHARE_OF_WINDOW * self.window)
 
 
 async def _probe(stop: threading.Event, lag: Lag) -> None:
@@ -64,9 +70,11 @@ class LagProbe:
         future = asyncio.run_coroutine_threadsafe(_probe(self._stop, self.lag), self.loop)
         self._future = asyncio.wrap_future(future)
         await asyncio.sleep(3 * TICK)  # the probe is ticking before the work starts
+        self._started = time.monotonic()
         return self.lag
 
     async def __aexit__(self, *exc: object) -> None:
+        self.lag.window = time.monotonic() - self._started
         await asyncio.sleep(3 * TICK)  # a stall at the very end is still seen
         self._stop.set()
         await self._future
@@ -115,7 +123,10 @@ async def test_a_big_filter_does_not_stall_the_loop(env):
             assert 200 == status
             assert NODES == len(ranked)
         assert lag.ticks >= 3, f"{phase}: the probe never ran"
-        assert lag.worst < LAG_BOUND, f"{phase} filter stalled the loop {lag.worst * 1e3:.0f} ms"
+        assert lag.worst < lag.bound(), (
+            f"{phase} filter stalled the loop {lag.worst * 1e3:.0f} ms "
+            f"of a {lag.window * 1e3:.0f} ms call"
+        )
 
 
 async def test_64_numa_decisions_do_not_stall_the_loop(env):
@@ -154,4 +165,7 @@ async def test_64_numa_decisions_do_not_stall_the_loop(env):
 
     for what, lag in (("bind", bind_lag), ("assigner", assign_lag)):
         assert lag.ticks >= 3, f"{what}: the probe never ran"
-        assert lag.worst < LAG_BOUND, f"{what} decision stalled the loop {lag.worst * 1e3:.0f} ms"
+        assert lag.worst < lag.bound(), (
+            f"{what} decision stalled the loop {lag.worst * 1e3:.0f} ms "
+            f"of a {lag.window * 1e3:.0f} ms window"
+        )

@@ -280,7 +280,11 @@ def _search(spec_name: str, need: Need, policy: PolicyName) -> tuple[int, int, f
 def test_mask_search_is_bounded(
     topology: str, need: Need, policy: PolicyName, mask: int, most_evaluated: int
 ) -> None:
-    """Never 2^N: candidates are the relevant nodes, widths start at the hardware minimum."""
+    """Never 2^N: candidates are the relevant nodes, widths start at the hardware minimum.
+
+    The count of evaluated masks is the bound; the time is only a guard against a
+    blow-up (2^64 masks would never finish), loose enough for a loaded 2-core machine.
+    """
     chosen, evaluated, seconds = _search(topology, need, policy)
 
-    assert (mask, True, True) == (chosen, evaluated <= most_evaluated, seconds < 0.5)
+    assert (mask, True, True) == (chosen, evaluated <= most_evaluated, seconds < 5)
