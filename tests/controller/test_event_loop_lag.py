@@ -34,7 +34,7 @@ TICK = 0.01
 LAG_BOUND = 0.15
 NUMA64 = Path(__file__).resolve().parents[1] / "fixtures" / "topologies" / "numa64-synthetic.json"
 
-pytestmark = pytest.mark.timeout(240)
+pytestmark = [pytest.mark.timeout(240), pytest.mark.alone]
 
 
 @dataclass
