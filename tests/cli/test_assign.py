@@ -1,8 +1,9 @@
 """`numatopo assign`: reading the node, pod and allocations, the answer, and exit codes.
 
-Most tests replace `numatopo_engine.allocation.allocate` with a recording fake, so they
-check the command alone; `TestRealEngine` runs the real allocator on a real machine's
-topology.
+Every test runs the real engine (pure, milliseconds) on real machines' topologies
+(`tests/fixtures/pods/nodes/`), with pods and allocations chosen so that the answer
+shows what the command read: which GPUs are left, which name the node has, which
+resource counts as a GPU.
 """
 
 from __future__ import annotations
@@ -10,69 +11,26 @@ from __future__ import annotations
 import json
 import subprocess
 import sys
-from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 import pytest
 import yaml
 
+from numatopo_cli.commands import assign as assign_command
 from numatopo_cli.main import main
-from numatopo_engine import allocation
-from numatopo_engine.annotations import Assignment, PolicyName
-from numatopo_engine.errors import InvalidRequestError, UnsatisfiableError
-from numatopo_engine.model import NumatopologySpec
+from numatopo_engine import DEFAULT_RESOURCES, NodeState, allocate, request_from_pod
+from numatopo_engine.annotations import Assignment, CpuMode
+from numatopo_engine.model import Numatopology
 from numatopo_engine.refusals import shared_pool
-from numatopo_engine.request import PodRequest
-from numatopo_engine.state import NodeState
+from numatopo_engine.request import ContainerRequest, PodRequest, TopologyOptions
 
 REPO = Path(__file__).resolve().parents[2]
 PODS = REPO / "tests" / "fixtures" / "pods"
+# DGX-1V: 48 CPUs (24 per NUMA node, CPUs 0 and 24 reserved), GPUs 0-3 on NUMA 0 and
+# 4-7 on NUMA 1, one InfiniBand NIC (rdma/ib) on NUMA 0.
 NODE = PODS / "nodes" / "dgx1v-v100.json"
-
-GRANTED = Assignment.model_validate(
-    {
-        "node": "dgx1v-01",
-        "numaNodes": [0],
-        "policy": "best-effort",
-        "containers": {
-            "jupyter": {"cpus": "1-2,25-26", "mems": "0", "gpus": ["GPU-x"], "gpuIndices": [2]}
-        },
-    }
-)
-
-
-@dataclass
-class Decision:
-    assignment: Assignment
-    score: int
-
-
-@dataclass
-class FakeAllocator:
-    """Stands in for `numatopo_engine.allocation`: records each call, answers as told."""
-
-    answer: Decision | Exception = field(default_factory=lambda: Decision(GRANTED, 87))
-    calls: list[dict[str, Any]] = field(default_factory=list)
-
-    def allocate(
-        self, topology: NumatopologySpec, state: NodeState, request: PodRequest, node_name: str
-    ) -> Decision:
-        self.calls.append(
-            {"topology": topology, "state": state, "request": request, "node_name": node_name}
-        )
-        if isinstance(self.answer, Exception):
-            raise self.answer
-        return self.answer
-
-
-@pytest.fixture
-def fake(monkeypatch: pytest.MonkeyPatch) -> FakeAllocator:
-    # Patch the attribute, not sys.modules: replacing the module would make later imports
-    # load a second copy of allocation.py beside the first one's caches.
-    allocator = FakeAllocator()
-    monkeypatch.setattr(allocation, "allocate", allocator.allocate)
-    return allocator
+NODE_NAME = "dgx1v-01"
 
 
 def assign(capsys: pytest.CaptureFixture[str], *args: str | Path) -> tuple[int, str, str]:
@@ -89,80 +47,154 @@ def write(path: Path, document: Any) -> Path:
     return path
 
 
+def manifest(
+    limits: dict[str, Any],
+    *,
+    name: str = "job",
+    annotations: dict[str, str] | None = None,
+) -> dict[str, Any]:
+    """A one-container Guaranteed pod in namespace `ml` (requests equal limits)."""
+    return {
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "metadata": {
+            "name": name,
+            "namespace": "ml",
+            "annotations": {"numatopo.io/policy": "best-effort"}
+            if annotations is None
+            else annotations,
+        },
+        "spec": {
+            "containers": [
+                {
+                    "name": "main",
+                    "image": "busybox",
+                    "resources": {"requests": limits, "limits": limits},
+                }
+            ]
+        },
+    }
+
+
+def booked(*gpus: int, pod: str = "ml/other", nics: tuple[str, ...] = ()) -> dict[str, Any]:
+    """An `--allocated` entry: `pod` holds `gpus` and `nics` on the DGX."""
+    held = {"x": {"gpuIndices": list(gpus), "nics": list(nics)}}
+    return {"pod": pod, "assignment": {"node": NODE_NAME, "containers": held}}
+
+
+def engine_answer(pod: Path, *, node_name: str = NODE_NAME) -> dict[str, Any]:
+    """What the engine itself decides for `pod` on the empty DGX, in the command's JSON."""
+    spec = Numatopology.model_validate(json.loads(NODE.read_text())).spec
+    request = request_from_pod(yaml.safe_load(pod.read_text()), DEFAULT_RESOURCES)
+    decision = allocate(spec, NodeState(spec), request, node_name)
+    return {"fits": True, "assignment": decision.assignment.to_wire(), "score": decision.score}
+
+
 class TestAnswer:
-    def test_fits_prints_assignment_and_score(
-        self, capsys: pytest.CaptureFixture[str], fake: FakeAllocator
+    def test_fits_prints_the_engines_assignment_and_score(
+        self, capsys: pytest.CaptureFixture[str]
     ) -> None:
+        """The pod, the node and its name reach the engine unchanged: the command prints
+        exactly the decision the engine makes on them."""
         code, out, err = assign(capsys, "--topology", NODE, "--pod", PODS / "single-gpu.yaml")
+        answer = json.loads(out)
+        jupyter = Assignment.model_validate(answer["assignment"]).containers["jupyter"]
 
         assert (0, "") == (code, err)
-        assert {"fits": True, "assignment": GRANTED.to_wire(), "score": 87} == json.loads(out)
-        assert "dgx1v-01" == fake.calls[0]["node_name"]
-        assert "research/notebook" == fake.calls[0]["request"].key
-        assert 8 == fake.calls[0]["topology"].capacity.gpus
+        assert engine_answer(PODS / "single-gpu.yaml") == answer
+        assert (NODE_NAME, 1, 4, "0") == (
+            answer["assignment"]["node"],
+            len(jupyter.gpu_indices),
+            len(jupyter.cpus),
+            str(jupyter.mems),
+        )
 
-    def test_does_not_fit_prints_the_reason(
-        self, capsys: pytest.CaptureFixture[str], fake: FakeAllocator
+    def test_does_not_fit_prints_the_engines_reason(
+        self, capsys: pytest.CaptureFixture[str], tmp_path: Path
     ) -> None:
-        fake.answer = UnsatisfiableError("gpu: 4 GPUs asked, 3 free on NUMA 0")
+        """Every GPU held by another pod: exit 1 and the reason, free amounts per NUMA node."""
+        allocated = write(tmp_path / "allocated.json", [booked(*range(8))])
 
-        code, out, _ = assign(capsys, "--topology", NODE, "--pod", PODS / "single-gpu.yaml")
+        code, out, err = assign(
+            capsys, "--topology", NODE, "--pod", PODS / "single-gpu.yaml", "--allocated", allocated
+        )
 
-        assert 1 == code
-        assert {"fits": False, "reason": "gpu: 4 GPUs asked, 3 free on NUMA 0"} == json.loads(out)
+        assert (1, "") == (code, err)
+        assert {
+            "fits": False,
+            "reason": "best-effort: the node does not have 4 CPUs and 16Gi memory and 1 GPUs "
+            "free (NUMA 0: 22 CPUs, 188Gi memory, 0 GPUs free; "
+            "NUMA 1: 24 CPUs, 188Gi memory, 0 GPUs free)",
+        } == json.loads(out)
 
-    def test_engine_rejecting_the_request_is_invalid_input(
-        self, capsys: pytest.CaptureFixture[str], fake: FakeAllocator
-    ) -> None:
-        """A request the engine itself refuses is the pod's fault: exit 2, not "does not fit"."""
-        fake.answer = InvalidRequestError("numatopo.io/cpu", "exclusive CPUs need whole CPUs")
+    def test_a_request_the_engine_rejects_is_invalid_input(self) -> None:
+        """The engine refusing the request itself (fractional exclusive CPUs, which pod
+        parsing already stops, here built by hand) is the pod's fault, not "does not fit"."""
+        spec = Numatopology.model_validate(json.loads(NODE.read_text())).spec
+        half = ContainerRequest(name="worker", cpu_milli=1500)
+        request = PodRequest("ml", "job", (half,), (), TopologyOptions(cpu=CpuMode.EXCLUSIVE))
 
-        code, out, err = assign(capsys, "--topology", NODE, "--pod", PODS / "single-gpu.yaml")
+        with pytest.raises(assign_command.InputError) as raised:
+            assign_command.decide(spec, NodeState(spec), request, NODE_NAME)
 
-        assert (2, "") == (code, out)
-        assert (
-            "numatopo assign: error: invalid pod: numatopo.io/cpu: exclusive CPUs need whole CPUs\n"
-            == err
+        assert str(raised.value).startswith(
+            "invalid pod: numatopo.io/cpu: exclusive CPUs need whole CPU requests; "
+            "container worker asks 1500m"
         )
 
     @pytest.mark.parametrize(
-        ("answer", "expected"),
+        ("pod", "allocated", "expected"),
         [
             pytest.param(
-                Decision(GRANTED, 87),
-                "research/notebook fits on dgx1v-01 (score 87): policy best-effort, NUMA nodes 0\n"
-                "  jupyter: cpus 1-2,25-26, mems 0, gpus 2, nics -\n",
+                manifest({"cpu": "4", "memory": "16Gi", "nvidia.com/gpu": 1}),
+                [booked(0)],
+                "ml/job fits on dgx1v-01 (score 80): policy best-effort, NUMA nodes 0\n"
+                "  main: cpus 1-2,25-26, mems 0, gpus 1, nics -\n",
                 id="fits",
             ),
             pytest.param(
-                Decision(
-                    Assignment.model_validate(
-                        {"node": "n", "containers": {"a": {"cpus": "1-3", "exclusive": False}}}
-                    ),
-                    3,
+                manifest(
+                    {"cpu": "1500m", "memory": "1Gi"},
+                    annotations={"numatopo.io/policy": "single-numa-node"},
                 ),
-                "research/notebook fits on n (score 3): policy none, NUMA nodes -\n"
-                "  a: cpus 1-3 (shared), mems -, gpus -, nics -\n",
+                [],
+                "ml/job fits on dgx1v-01 (score 100): policy single-numa-node, NUMA nodes 0\n"
+                "  main: cpus 1-11,25-35 (shared), mems 0, gpus -, nics -\n",
                 id="fits-on-shared-cpus",
             ),
             pytest.param(
-                UnsatisfiableError("no NUMA node has 1 free GPU"),
-                "research/notebook does not fit on dgx1v-01: no NUMA node has 1 free GPU\n",
+                manifest(
+                    {"cpu": "2", "memory": "1Gi", "nvidia.com/gpu": 4, "rdma/ib": 1},
+                    annotations={"numatopo.io/policy": "single-numa-node"},
+                ),
+                [booked(0)],
+                "ml/job does not fit on dgx1v-01: single-numa-node: no NUMA node has "
+                "2 CPUs and 1Gi memory and 4 GPUs and 1 NICs free (NUMA 0: 22 CPUs, "
+                "188Gi memory, 3 GPUs, 1 NICs free; NUMA 1: 24 CPUs, 188Gi memory, "
+                "4 GPUs, 0 NICs free)\n",
                 id="does-not-fit",
             ),
         ],
     )
     def test_text_output(
         self,
+        *,
         capsys: pytest.CaptureFixture[str],
-        fake: FakeAllocator,
-        answer: Decision | UnsatisfiableError,
+        tmp_path: Path,
+        pod: dict[str, Any],
+        allocated: list[dict[str, Any]],
         expected: str,
     ) -> None:
-        fake.answer = answer
-
         _, out, _ = assign(
-            capsys, "--topology", NODE, "--pod", PODS / "single-gpu.yaml", "-o", "text"
+            capsys,
+            "--topology",
+            NODE,
+            "--pod",
+            write(tmp_path / "pod.yaml", pod),
+            "--allocated",
+            write(tmp_path / "allocated.json", allocated),
+            "-o",
+            "text",
         )
 
         assert expected == out
@@ -172,7 +204,7 @@ class TestInputs:
     @pytest.mark.parametrize(
         ("make_node", "extra", "expected"),
         [
-            pytest.param(lambda tmp: NODE, [], "dgx1v-01", id="object-name"),
+            pytest.param(lambda tmp: NODE, [], NODE_NAME, id="object-name"),
             pytest.param(
                 lambda tmp: NODE, ["--node-name", "gpu-07"], "gpu-07", id="flag-overrides"
             ),
@@ -188,80 +220,151 @@ class TestInputs:
         self,
         *,
         capsys: pytest.CaptureFixture[str],
-        fake: FakeAllocator,
         tmp_path: Path,
         make_node: Any,
         extra: list[str],
         expected: str,
     ) -> None:
-        code, _, _ = assign(
+        """Each form of the node file is the same DGX: the same placement, under the name
+        from the flag, else the object, else the default."""
+        code, out, err = assign(
             capsys, "--topology", make_node(tmp_path), "--pod", PODS / "cpu-pinned.yaml", *extra
         )
 
-        assert 0 == code
-        assert expected == fake.calls[0]["node_name"]
-        assert 48 == fake.calls[0]["topology"].capacity.cpus
+        assert 0 == code, err
+        assert engine_answer(PODS / "cpu-pinned.yaml", node_name=expected) == json.loads(out)
 
+    @pytest.mark.parametrize(
+        ("limits", "expected"),
+        [
+            pytest.param(
+                {"cpu": "2", "memory": "1Gi", "nvidia.com/gpu": 5},
+                {"fits": True, "gpus": [2, 3, 4, 5, 6]},
+                id="the-five-gpus-left-are-given",
+            ),
+            pytest.param(
+                {"cpu": "2", "memory": "1Gi", "nvidia.com/gpu": 6},
+                {"fits": False, "gpus": []},
+                id="six-gpus-do-not-fit",
+            ),
+            pytest.param(
+                {"cpu": "2", "memory": "1Gi", "rdma/ib": 1},
+                {"fits": False, "gpus": []},
+                id="the-only-nic-is-taken",
+            ),
+        ],
+    )
     def test_allocated_forms_are_booked(
-        self, capsys: pytest.CaptureFixture[str], fake: FakeAllocator, tmp_path: Path
+        self,
+        *,
+        capsys: pytest.CaptureFixture[str],
+        tmp_path: Path,
+        limits: dict[str, Any],
+        expected: dict[str, Any],
     ) -> None:
-        """Bare assignments, `{pod, assignment}` objects and annotation strings all count."""
-        bare = {"node": "dgx1v-01", "containers": {"a": {"cpus": "1-2", "gpuIndices": [0]}}}
-        b = {"gpuIndices": [1], "nics": ["mlx5_0"]}
-        wrapped = {"pod": "ml/b", "assignment": {"node": "dgx1v-01", "containers": {"b": b}}}
+        """Bare assignments, `{pod, assignment}` objects and annotation strings all count:
+        between them GPUs 0, 1 and 7 and the NIC are held."""
+        bare = {"node": NODE_NAME, "containers": {"a": {"cpus": "1-2", "gpuIndices": [0]}}}
+        wrapped = booked(1, pod="ml/b", nics=("mlx5_0",))
         as_string = {
             "pod": "ml/c",
             "assignment": json.dumps({"node": "x", "containers": {"c": {"gpuIndices": [7]}}}),
         }
         allocated = write(tmp_path / "allocated.json", [bare, wrapped, as_string])
+        pod = write(tmp_path / "pod.yaml", manifest(limits))
 
-        code, _, _ = assign(
-            capsys, "--topology", NODE, "--pod", PODS / "single-gpu.yaml", "--allocated", allocated
-        )
-        state: NodeState = fake.calls[0]["state"]
+        code, out, _ = assign(capsys, "--topology", NODE, "--pod", pod, "--allocated", allocated)
+        answer = json.loads(out)
+        containers = answer.get("assignment", {}).get("containers", {})
+        gpus = sorted(containers.get("main", {}).get("gpuIndices", []))
 
-        assert 0 == code
-        assert ["allocated[0]", "ml/b", "ml/c"] == sorted(state.assignments)
-        assert [2, 3, 4, 5, 6] == sorted(state.free_gpus())
-        assert frozenset() == state.free_nics()
+        assert (0 if expected["fits"] else 1) == code
+        assert expected == {"fits": answer["fits"], "gpus": gpus}
 
+    @pytest.mark.parametrize(
+        ("owner", "expected_gpu"),
+        [
+            pytest.param("research/notebook", 0, id="own-entry-dropped"),
+            pytest.param("research/other", 1, id="another-pods-entry-kept"),
+        ],
+    )
     def test_the_pods_own_entry_is_dropped(
-        self, capsys: pytest.CaptureFixture[str], fake: FakeAllocator, tmp_path: Path
+        self,
+        *,
+        capsys: pytest.CaptureFixture[str],
+        tmp_path: Path,
+        owner: str,
+        expected_gpu: int,
     ) -> None:
-        """Re-running for a placed pod places it afresh instead of against itself."""
-        own = {"pod": "research/notebook", "assignment": GRANTED.to_wire()}
-        allocated = write(tmp_path / "allocated.yaml", [own])
+        """Re-running for a placed pod places it afresh instead of against itself: GPU 0,
+        the one it held, is free for it again; held by another pod, it is not."""
+        allocated = write(tmp_path / "allocated.yaml", [booked(0, pod=owner)])
 
-        assign(
+        code, out, err = assign(
             capsys, "--topology", NODE, "--pod", PODS / "single-gpu.yaml", "--allocated", allocated
         )
+        jupyter = json.loads(out)["assignment"]["containers"]["jupyter"]
 
-        assert 8 == len(fake.calls[0]["state"].free_gpus())
+        assert 0 == code, err
+        assert [expected_gpu] == jupyter["gpuIndices"]
 
+    @pytest.mark.parametrize(
+        ("flags", "node_gpus", "expected"),
+        [
+            pytest.param(
+                ["--gpu-resource", "example.com/*"], "example.com/accel", 2, id="pattern-matches"
+            ),
+            pytest.param(
+                ["--gpu-resource", "example.com/*"],
+                "nvidia.com/gpu",
+                "best-effort: GPUs: 2 GPUs requested, the node has 0 GPUs in all",
+                id="counted-as-gpus-of-its-own-kind",
+            ),
+            pytest.param([], "example.com/accel", 0, id="without-the-flag-not-a-gpu"),
+        ],
+    )
     def test_configured_resource_names(
-        self, capsys: pytest.CaptureFixture[str], fake: FakeAllocator, tmp_path: Path
+        self,
+        *,
+        capsys: pytest.CaptureFixture[str],
+        tmp_path: Path,
+        flags: list[str],
+        node_gpus: str,
+        expected: int | str,
     ) -> None:
-        pod = yaml.safe_load((PODS / "single-gpu.yaml").read_text())
-        pod["spec"]["containers"][0]["resources"]["limits"] = {"example.com/accel": 2}
-        path = write(tmp_path / "pod.json", pod)
+        """`--gpu-resource` makes a pod's `example.com/accel` a GPU request, which only
+        GPUs the node lists under that resource can meet."""
+        node = json.loads(NODE.read_text())
+        for gpu in node["spec"]["gpus"]:
+            gpu["resource"] = node_gpus
+        pod = manifest({"cpu": "2", "memory": "1Gi", "example.com/accel": 2})
 
-        assign(capsys, "--topology", NODE, "--pod", path, "--gpu-resource", "example.com/*")
-        container = fake.calls[0]["request"].containers[0]
+        _, out, _ = assign(
+            capsys,
+            "--topology",
+            write(tmp_path / "node.json", node),
+            "--pod",
+            write(tmp_path / "pod.json", pod),
+            *flags,
+        )
+        answer = json.loads(out)
+        main_container = answer.get("assignment", {}).get("containers", {}).get("main", {})
+        actual = len(main_container.get("gpuIndices", [])) if answer["fits"] else answer["reason"]
 
-        assert (2, "example.com/accel") == (container.gpus, container.gpu_resource)
+        assert expected == actual
 
     def test_pod_without_policy_is_decided_with_a_note(
-        self, capsys: pytest.CaptureFixture[str], fake: FakeAllocator, tmp_path: Path
+        self, capsys: pytest.CaptureFixture[str], tmp_path: Path
     ) -> None:
         pod = yaml.safe_load((PODS / "single-gpu.yaml").read_text())
         del pod["metadata"]["annotations"]
         path = write(tmp_path / "plain.yaml", pod)
 
-        code, _, err = assign(capsys, "--topology", NODE, "--pod", path)
+        code, out, err = assign(capsys, "--topology", NODE, "--pod", path)
 
         assert 0 == code
         assert "has no numatopo.io/policy annotation; deciding with policy none" in err
-        assert PolicyName.NONE == fake.calls[0]["request"].options.policy
+        assert "none" == json.loads(out)["assignment"]["policy"]
 
 
 def invalid_inputs() -> list[Any]:
@@ -383,13 +486,13 @@ def invalid_inputs() -> list[Any]:
 def test_invalid_input_exits_2_with_a_message(
     *,
     capsys: pytest.CaptureFixture[str],
-    fake: FakeAllocator,
     tmp_path: Path,
     monkeypatch: pytest.MonkeyPatch,
     files: dict[str, str | bytes],
     args: list[str],
     message: str,
 ) -> None:
+    """Nothing on stdout (no answer is given), one line naming the problem on stderr."""
     for name, content in files.items():
         target = tmp_path / name
         target.write_bytes(content if isinstance(content, bytes) else content.encode())
@@ -401,7 +504,6 @@ def test_invalid_input_exits_2_with_a_message(
     assert err.startswith("numatopo assign: error: ")
     assert message in err
     assert "Traceback" not in err
-    assert [] == fake.calls
 
 
 def test_console_script_reports_invalid_pods() -> None:

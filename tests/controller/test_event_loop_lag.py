@@ -36,7 +36,7 @@ LAG_BOUND = 0.15
 SHARE_OF_WINDOW = 1 / 3
 NUMA64 = Path(__file__).resolve().parents[1] / "fixtures" / "topologies" / "numa64-synthetic.json"
 
-pytestmark = pytest.mark.timeout(240)
+pytestmark = [pytest.mark.timeout(240), pytest.mark.alone]
 
 
 @dataclass

@@ -24,6 +24,8 @@ LEASE_PATH = f"/apis/coordination.k8s.io/v1/namespaces/{NAMESPACE}/leases/numato
 # The goal is a decision within 5 s of the kill; the bound leaves room for a busy machine.
 FAILOVER_BOUND_SECONDS = 7.0
 
+pytestmark = pytest.mark.alone
+
 
 def kubeconfig(path: Path, server: str) -> Path:
     path.write_text(

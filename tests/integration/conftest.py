@@ -27,7 +27,7 @@ from real_sources import (  # noqa: E402 (importable only once HERE is on sys.pa
 )
 
 from numatopo_engine.model import Numatopology  # noqa: E402
-from sysfs_trees import ARCHIVES, extract_tree  # noqa: E402
+from sysfs_trees import extract_shared, shared_trees  # noqa: E402
 
 _COMMON = {
     "deadline": None,
@@ -42,18 +42,9 @@ PROFILE = os.environ.get("NUMATOPO_INTEGRATION_PROFILE", "integration")
 
 @pytest.fixture(scope="session")
 def tree_root(tmp_path_factory: pytest.TempPathFactory) -> Callable[[str | None], Path | None]:
-    """`tree_root("16amd64-8n2c")` -> the extracted tree (once per session); None -> None."""
-    base = tmp_path_factory.mktemp("trees")
-    extracted: dict[str, Path] = {}
-
-    def root(tree: str | None) -> Path | None:
-        if tree is None:
-            return None
-        if tree not in extracted:
-            extracted[tree] = extract_tree(ARCHIVES[tree], base / tree)
-        return extracted[tree]
-
-    return root
+    """`tree_root("16amd64-8n2c")` -> the extracted tree (once per run); None -> None."""
+    shared = shared_trees(tmp_path_factory)
+    return lambda tree: None if tree is None else extract_shared(tree, shared)
 
 
 @pytest.fixture(scope="session")

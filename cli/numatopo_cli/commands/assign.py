@@ -22,16 +22,16 @@ fixed, it would not fit on any node.
 from __future__ import annotations
 
 import argparse
-import importlib
 import json
 import sys
-from collections.abc import Callable, Mapping
+from collections.abc import Mapping
 from pathlib import Path
-from typing import Any, Protocol
+from typing import Any
 
 import pydantic
 import yaml
 
+from numatopo_engine import allocation
 from numatopo_engine.annotations import Assignment
 from numatopo_engine.errors import InvalidRequestError, UnsatisfiableError
 from numatopo_engine.model import Numatopology, NumatopologySpec
@@ -49,19 +49,6 @@ MAX_VALIDATION_ERRORS = 5
 
 class InputError(Exception):
     """A problem with what the user passed; the message names the file and the place."""
-
-
-class Decision(Protocol):
-    """What `numatopo_engine.allocation.allocate` returns."""
-
-    @property
-    def assignment(self) -> Assignment: ...
-
-    @property
-    def score(self) -> int: ...
-
-
-Allocate = Callable[..., Decision]
 
 
 # -- reading ------------------------------------------------------------------------
@@ -183,21 +170,12 @@ def _one_line(text: str) -> str:
 # -- deciding -----------------------------------------------------------------------
 
 
-def load_allocate() -> Allocate:
-    """The engine's `allocate`, looked up at call time (tests may put a fake in sys.modules)."""
-    module = importlib.import_module("numatopo_engine.allocation")
-    allocate: Allocate = module.allocate
-    return allocate
-
-
 def decide(
     topology: NumatopologySpec, state: NodeState, request: PodRequest, node_name: str
 ) -> dict[str, Any]:
     """The JSON answer: fits with assignment and score, or does not fit with the reason."""
     try:
-        decision = load_allocate()(
-            topology=topology, state=state, request=request, node_name=node_name
-        )
+        decision = allocation.allocate(topology, state, request, node_name)
     except UnsatisfiableError as exc:
         return {"fits": False, "reason": exc.reason}
     except InvalidRequestError as exc:

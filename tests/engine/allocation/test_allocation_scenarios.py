@@ -277,6 +277,7 @@ def _search(spec_name: str, need: Need, policy: PolicyName) -> tuple[int, int, f
                      id="gb200-two-grace-nodes-only"),
     ],
 )  # fmt: skip
+@pytest.mark.alone
 def test_mask_search_is_bounded(
     topology: str, need: Need, policy: PolicyName, mask: int, most_evaluated: int
 ) -> None:

@@ -2,18 +2,23 @@
 
 from __future__ import annotations
 
-import numpy as np
 import pytest
-from helpers import GiB, app, busy, pod
+from helpers import GiB, app, busy, pod, small_node
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from test_allocation_properties import NAMED
-from test_fast_evaluate import BENCH_MIX, _filled, fills, requests, varied_nodes
+from test_fast_evaluate import BENCH_MIX, filled_states, fills, requests, varied_nodes
 from topologies import load
 
-from numatopo_engine import allocation, batch_evaluate
-from numatopo_engine.allocation import evaluate, evaluate_many, group_by_shape, score_many
+from numatopo_engine.allocation import (
+    allocate,
+    evaluate,
+    evaluate_many,
+    group_by_shape,
+    score_many,
+)
 from numatopo_engine.annotations import PolicyName
+from numatopo_engine.cpuset import CPUSet
 from numatopo_engine.errors import InvalidRequestError, UnsatisfiableError
 from numatopo_engine.model import NumatopologySpec
 from numatopo_engine.refusals import Refusal, summary
@@ -56,7 +61,7 @@ def test_bulk_answers_what_evaluate_answers_node_by_node(
     probes: list[PodRequest],
 ) -> None:
     """Score, or refusal summary and detailed text, over every state nodes pass through."""
-    states = [state for held in helds for state in _filled(spec, held, placed)]
+    states = [state for held in helds for state in filled_states(spec, held, placed)]
     for probe in probes:
         try:
             expected = _one_by_one(spec, states, probe)
@@ -80,22 +85,32 @@ def _cluster(shape: str) -> list[NodeState]:
     return states
 
 
-@pytest.mark.parametrize("shape", ["dgx1-v100", "h100-nvswitch", "pcie-8gpu", "cpu-2socket-ht"])
 @pytest.mark.parametrize("request_", BENCH_MIX[:4])
-def test_common_requests_are_decided_in_bulk(
-    shape: str, request_: PodRequest, monkeypatch: pytest.MonkeyPatch
+def test_a_cluster_grouped_by_shape_is_answered_as_evaluate_answers(
+    request_: PodRequest,
 ) -> None:
-    """The scheduler's usual pods never fall back to `evaluate` node by node."""
-    states = _cluster(shape)
-    expected = _one_by_one(states[0].topology, states, request_)
+    """The scheduler's usual pods over a mixed cluster, as the extender asks: nodes
+    grouped by hardware shape once, each group decided in bulk without the shape check,
+    the answers put back in node order."""
+    nodes = [(state.topology, state) for shape in SHAPES for state in _cluster(shape)[::3]]
+    expected = [_one_by_one(spec, [state], request_)[0] for spec, state in nodes]
+    actual: list[Answer | None] = [None] * len(nodes)
 
-    def one_by_one(*_: object) -> None:
-        raise AssertionError("fell back to evaluate")
-
-    monkeypatch.setattr(allocation, "_one", one_by_one)
-    actual = _in_bulk(states[0].topology, states, request_)
+    for group in group_by_shape(nodes):
+        answers = _in_bulk_unchecked(group.topology, group.states, request_)
+        for position, answer in zip(group.positions, answers, strict=True):
+            actual[position] = answer
 
     assert expected == actual
+
+
+def _in_bulk_unchecked(
+    spec: NumatopologySpec, states: list[NodeState], probe: PodRequest
+) -> list[Answer]:
+    return [
+        (o.summary, o.reason) if isinstance(o, Refusal) else o
+        for o in evaluate_many(spec, states, probe, checked=False)
+    ]
 
 
 def _from_arrays(
@@ -122,23 +137,31 @@ def test_scores_as_arrays_answer_what_evaluate_answers(shape: str, request_: Pod
     assert expected == actual
 
 
-def test_bulk_refusals_come_as_one_pair_and_are_worded_only_when_read() -> None:
-    """A scheduler sends the summary of thousands of refused nodes without a Refusal each."""
+def test_bulk_refusals_come_as_one_pair_with_each_nodes_detail_on_request() -> None:
+    """A scheduler sends the summary of thousands of refused nodes as one (indices,
+    summary) pair; a node's detailed text is there when asked for, as `evaluate` words it."""
     states = _cluster("h100-nvswitch")
-    scored = score_many(states[0].topology, states, BENCH_MIX[2].values[0])  # 8 GPUs
+    request = BENCH_MIX[2].values[0]  # 8 GPUs
+    assert isinstance(request, PodRequest)
+    scored = score_many(states[0].topology, states, request)
     summary = "best-effort: the node does not have 32 CPUs and 128Gi memory and 8 GPUs free"
-    expected = ([([1, 2, 3, 4, 6, 7, 8, 9, 11], summary)], True)
+    refused = [1, 2, 3, 4, 6, 7, 8, 9, 11]
+    expected = ([(refused, summary)], _one_by_one(states[0].topology, states, request))
 
     actual = (
         [(where.tolist(), text) for where, text in scored.refused],
-        scored.refusal(11)._reason is None,
+        [
+            (summary, scored.refusal(i).reason) if i in refused else int(score)
+            for i, score in enumerate(scored.scores.tolist())
+        ],
     )
 
     assert expected == actual
 
 
-def test_a_refusal_words_its_detail_only_when_read() -> None:
-    """The summary is there at once; the per-NUMA text is built on first read."""
+def test_a_refusal_read_after_the_node_changed_words_the_node_as_it_was() -> None:
+    """The summary is there at once; the per-NUMA text, worded when first read, describes
+    the free amounts the node had when it was decided, not what it has by then."""
     spec = NAMED["h100-nvswitch"]
     state = busy(spec, gpus=(0, 5))
     big = pod(app(4, 4), policy=PolicyName.SINGLE_NUMA_NODE)
@@ -148,11 +171,12 @@ def test_a_refusal_words_its_detail_only_when_read() -> None:
         "single-numa-node: no NUMA node has 4 CPUs and 4 GPUs free",
         "single-numa-node: no NUMA node has 4 CPUs and 4 GPUs free "
         "(NUMA 0: 104 CPUs, 3 GPUs free; NUMA 1: 104 CPUs, 3 GPUs free)",
-        True,
+        86,  # the same pod fits the node once it is free
     )
-    unread = refusal._reason is None
+    summary_at_once = refusal.summary
+    state.release("ns/busy")
 
-    actual = (refusal.summary, str(refusal), unread)
+    actual = (summary_at_once, str(refusal), evaluate(spec, state, big))
 
     assert expected == actual
 
@@ -175,53 +199,91 @@ def test_a_state_of_another_shape_is_refused_with_a_message() -> None:
         evaluate_many(load("dgx1-v100"), [NodeState(load("pcie-8gpu"))], pod(app(1)))
 
 
-# Terms whose weighted sum lands on .5 exactly, and near it, with and without GPUs.
-COMPOSE_CASES = [
-    pytest.param(1.0, 1.0, [0.0125], False, id="cpu-pack-of-sixty-point-five-rounds-to-even"),
-    pytest.param(1.0, 1.0, [0.0375], False, id="cpu-pack-of-sixty-one-point-five-rounds-up"),
-    pytest.param(0.5, 1.0, [1 / 60], True, id="gpu-thirds-and-sixtieths"),
-    pytest.param(1 / 3, 0.7, [0.45, 0.55], True, id="two-fills-averaged"),
-    pytest.param(0.25, 0.0, [], True, id="no-fills-pack-is-one"),
-    pytest.param(1.0, 2.0, [1.0], True, id="over-100-clamped"),
-]
+def _row_node(*, numa: int, cores: int, gpus_per_numa: int) -> NumatopologySpec:
+    return small_node(numa=numa, cores=cores, threads=1, gpus_per_numa=gpus_per_numa, links=[])
 
 
-@pytest.mark.parametrize(("span", "links", "fills", "with_gpus"), COMPOSE_CASES)
-def test_the_array_score_rounds_as_compose_score(
-    span: float, links: float, fills: list[float], with_gpus: bool
-) -> None:
-    """Same float operations in the same order, and half to even like `round`."""
-    expected = compose_score(span, links, fills, with_gpus=with_gpus)
-    pack = sum(fills) / len(fills) if fills else 1.0
+# Nodes whose score's weighted sum lands on .5 exactly or near it, with and without GPUs:
+# (node, CPUs held, GPUs held, CPUs asked, GPUs asked, the score's terms).
+ROUNDING_CASES = [
+    pytest.param(
+        _row_node(numa=1, cores=80, gpus_per_numa=0), "", (), 1, 0, (1.0, 1.0, [1 / 80], False),
+        id="cpu-pack-of-sixty-point-five-rounds-to-even",
+    ),
+    pytest.param(
+        _row_node(numa=1, cores=80, gpus_per_numa=0), "", (), 3, 0, (1.0, 1.0, [3 / 80], False),
+        id="cpu-pack-of-sixty-one-point-five-rounds-up",
+    ),
+    pytest.param(
+        _row_node(numa=2, cores=5, gpus_per_numa=2), "", (0, 2), 7, 2,
+        (1.0, 1.0, [1.0, 7 / 10], True),
+        id="gpus-and-cpus-over-two-numa-nodes-ninety-five-point-five-rounds-to-even",
+    ),
+    pytest.param(
+        _row_node(numa=2, cores=3, gpus_per_numa=3), "0", (0,), 2, 1,
+        (1.0, 1.0, [2 / 3, 3 / 3], True),
+        id="gpu-and-cpu-thirds-averaged",
+    ),
+]  # fmt: skip
 
-    actual = int(
-        batch_evaluate._compose(
-            np.array([span]), np.array([links]), np.array([pack]), with_gpus=with_gpus
-        )[0]
-    )
 
-    assert expected == actual
-
-
-@given(
-    st.floats(0, 1),
-    st.floats(0, 1),
-    st.lists(st.floats(0, 1), max_size=2),
-    st.booleans(),
+@pytest.mark.parametrize(
+    ("spec", "cpus_held", "gpus_held", "cpus", "gpus", "terms"), ROUNDING_CASES
 )
-def test_the_array_score_equals_compose_score_for_any_terms(
-    span: float, links: float, fills: list[float], with_gpus: bool
+def test_scores_round_alike_in_bulk_and_one_by_one(
+    *,
+    spec: NumatopologySpec,
+    cpus_held: str,
+    gpus_held: tuple[int, ...],
+    cpus: int,
+    gpus: int,
+    terms: tuple[float, float, list[float], bool],
 ) -> None:
+    """Same float operations in the same order, and half to even like `round`: the
+    score `scoring.compose_score` gives these terms, whichever way the node is decided."""
+    state = busy(spec, gpus=gpus_held, cpus=cpus_held)
+    request = pod(app(cpus, gpus))
+    span, links, fills, with_gpus = terms
     expected = compose_score(span, links, fills, with_gpus=with_gpus)
-    pack = sum(fills) / len(fills) if fills else 1.0
 
-    actual = int(
-        batch_evaluate._compose(
-            np.array([span]), np.array([links]), np.array([pack]), with_gpus=with_gpus
-        )[0]
-    )
+    actual = [
+        allocate(spec, state, request, "n").score,
+        evaluate(spec, state, request),
+        *evaluate_many(spec, [state, state.copy()], request),
+    ]
 
-    assert expected == actual
+    assert [expected] * 4 == actual
+
+
+@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(
+    numa=st.integers(1, 2),
+    cores=st.integers(1, 96),
+    gpus_per_numa=st.integers(0, 4),
+    held=st.data(),
+    cpus=st.integers(0, 12),
+    gpus=st.integers(0, 4),
+)
+def test_bulk_scores_equal_evaluate_for_any_fill(
+    *, numa: int, cores: int, gpus_per_numa: int, held: st.DataObject, cpus: int, gpus: int
+) -> None:
+    """Fills of every fraction a node of up to 192 CPUs and 8 GPUs allows: the array
+    arithmetic of the bulk path rounds each score as `evaluate` does."""
+    spec = _row_node(numa=numa, cores=cores, gpus_per_numa=gpus_per_numa)
+    every_cpu = sorted(spec.online_cpus().ids)
+    held_cpus = held.draw(st.sets(st.sampled_from(every_cpu), max_size=len(every_cpu) // 2))
+    held_gpus = held.draw(st.sets(st.sampled_from(range(numa * gpus_per_numa or 1))))
+    states = [
+        busy(
+            spec,
+            cpus=str(CPUSet(held_cpus)),
+            gpus=tuple(g for g in held_gpus if g < len(spec.gpus)),
+        ),
+        NodeState(spec),
+    ]
+    request = pod(app(cpus, gpus))
+
+    assert _one_by_one(spec, states, request) == _in_bulk(spec, states, request)
 
 
 def test_one_gpu_pod_on_a_busy_dgx_scores_as_evaluate() -> None:

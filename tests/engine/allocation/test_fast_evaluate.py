@@ -1,9 +1,11 @@
-"""The table-driven fast path answers exactly what the general search answers."""
+"""`evaluate` (table look-ups where it can, the general search where it cannot) answers
+exactly what `allocate` (the general search, building the assignment) answers."""
 
 from __future__ import annotations
 
 import importlib.util
 import sys
+from collections.abc import Callable
 from dataclasses import replace
 from itertools import combinations
 
@@ -18,13 +20,12 @@ from numatopo_engine.allocation import allocate, evaluate
 from numatopo_engine.annotations import CpuMode, GpuLinksMode, PolicyName, Scope, SmtMode
 from numatopo_engine.cpuset import CPUSet
 from numatopo_engine.errors import InvalidRequestError, UnsatisfiableError
-from numatopo_engine.fast_evaluate import decide, plan_for
 from numatopo_engine.model import Gpu, Nic, NumatopologySpec
 from numatopo_engine.request import ContainerRequest, PodRequest, TopologyOptions
-from numatopo_engine.state import NodeState, shared_floor
-from numatopo_engine.topology_tables import tables_for
+from numatopo_engine.state import NodeState
 
-Outcome = int | str | None
+# A score, a refusal reason, or the InvalidRequestError text (raised before any search).
+Outcome = int | str | tuple[str, str]
 
 
 @st.composite
@@ -112,22 +113,26 @@ requests = st.builds(
 )
 
 
-def _general(spec: NumatopologySpec, state: NodeState, request: PodRequest) -> Outcome:
+def _outcome(decide: Callable[[], int]) -> Outcome:
     try:
-        return allocation._decide(spec, state, request, build=False).score
+        return decide()
     except UnsatisfiableError as exc:
         return exc.reason
+    except InvalidRequestError as exc:
+        return ("invalid", str(exc))
 
 
-def _fast(spec: NumatopologySpec, state: NodeState, request: PodRequest) -> Outcome:
-    """The fast path's own answer; None where it hands over to the general path."""
-    tables = tables_for(spec)
-    need = allocation._sized(request, tables)[0][5]
-    plan = plan_for(tables, need, request.options, shared_floor(spec))
-    return None if plan is None else decide(tables, plan, state.free_signature())
+def _allocated(spec: NumatopologySpec, state: NodeState, request: PodRequest) -> Outcome:
+    return _outcome(lambda: allocate(spec, state, request, "n").score)
 
 
-def _filled(spec: NumatopologySpec, held: set[int], fills: list[PodRequest]) -> list[NodeState]:
+def _evaluated(spec: NumatopologySpec, state: NodeState, request: PodRequest) -> Outcome:
+    return _outcome(lambda: evaluate(spec, state, request))
+
+
+def filled_states(
+    spec: NumatopologySpec, held: set[int], fills: list[PodRequest]
+) -> list[NodeState]:
     """Every state a node passes through while `fills` are placed on it in turn, after
     CPUs `held` (any thread of a core, as the engine itself rarely leaves them) are taken."""
     allocatable = spec.online_cpus().ids - spec.reserved_cpus.ids
@@ -163,20 +168,18 @@ fills = st.lists(
     placed=fills,
     probes=st.lists(requests, min_size=1, max_size=4),
 )
-def test_fast_path_answers_what_the_general_path_answers(
+def test_evaluate_answers_what_allocate_answers(
     spec: NumatopologySpec, held: set[int], placed: list[PodRequest], probes: list[PodRequest]
 ) -> None:
-    """Score or refusal text, on every state a node passes through, for any request."""
-    for state in _filled(spec, held, placed):
+    """Score, refusal text or invalid request, on every state a node passes through, for
+    any request: pod-scope requests on these nodes are the ones the tables answer."""
+    for state in filled_states(spec, held, placed):
         for probe in probes:
-            try:
-                fast = _fast(spec, state, probe)
-            except (UnsatisfiableError, InvalidRequestError):
-                continue  # the sizing itself refuses: before either path
+            expected = _allocated(spec, state, probe)
 
-            general = _general(spec, state, probe)
+            actual = _evaluated(spec, state, probe)
 
-            assert fast is None or general == fast
+            assert expected == actual
 
 
 BENCH_MIX = [
@@ -194,13 +197,16 @@ BENCH_MIX = [
 
 @pytest.mark.parametrize("shape", ["dgx1-v100", "h100-nvswitch", "cpu-2socket-ht"])
 @pytest.mark.parametrize("request_", BENCH_MIX)
-def test_common_requests_take_the_fast_path(shape: str, request_: PodRequest) -> None:
-    """The requests a scheduler sees most are answered by the tables, not handed over."""
+def test_common_requests_are_scored_as_allocate_scores_them(
+    shape: str, request_: PodRequest
+) -> None:
+    """The requests a scheduler sees most (those the tables answer, and the GPU-link and
+    full-core ones they hand over), on named hardware with some of it busy."""
     spec = NAMED[shape]
     state = busy(spec, gpus=(0, 5) if spec.gpus else (), cpus="0-5")
-    expected = _general(spec, state, request_)
+    expected = _allocated(spec, state, request_)
 
-    actual = _fast(spec, state, request_)
+    actual = _evaluated(spec, state, request_)
 
     assert expected == actual
 
@@ -212,14 +218,16 @@ def test_common_requests_take_the_fast_path(shape: str, request_: PodRequest) ->
         pytest.param(pod(app(2)), id="nothing-numa-bound-but-cpus-on-a-64-numa-node"),
     ],
 )
-def test_rare_requests_take_the_general_path(request_: PodRequest) -> None:
-    """Scope container, and nodes with more candidate NUMA nodes than the plan lists."""
+def test_rare_requests_are_scored_as_allocate_scores_them(request_: PodRequest) -> None:
+    """Scope container, and nodes with more candidate NUMA nodes than the tables list:
+    `evaluate` searches as `allocate` does, and scores the placement alike."""
     spec = small_node(numa=12, cores=1, threads=1, gpus_per_numa=0, links=[])
     spec = spec if request_.options.scope is Scope.POD else NAMED["dgx1-v100"]
+    expected = allocate(spec, NodeState(spec), request_, "n").score
 
-    actual = _fast(spec, NodeState(spec), request_)
+    actual = evaluate(spec, NodeState(spec), request_)
 
-    assert actual is None
+    assert expected == actual
 
 
 def test_a_second_import_of_the_module_never_reads_the_first_ones_decisions(
@@ -265,7 +273,8 @@ def test_full_cores_counts_only_cores_with_every_thread_free(
     """A core whose first thread is free but whose sibling is held does not count."""
     spec = NAMED["cpu-2socket-ht"]
     request = pod(app(12), smt=SmtMode.FULL_CORES, policy=PolicyName.SINGLE_NUMA_NODE)
+    state = busy(spec, cpus=held)
 
-    actual = _fast(spec, busy(spec, cpus=held), request)
+    actual = [_evaluated(spec, state, request), _allocated(spec, state, request)]
 
-    assert expected == actual
+    assert [expected, expected] == actual

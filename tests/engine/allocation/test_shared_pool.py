@@ -4,8 +4,9 @@ The kubelet's static policy runs every non-exclusive container on one pool, the 
 CPUs no container holds exclusively, and never empties it; reserved CPUs are never
 given exclusively, so they keep that pool non-empty on their own. On a node without an
 online reserved CPU, an exclusive request must therefore leave one allocatable CPU free.
-Each path is called directly here, so one that forgets the rule cannot hide behind
-another that answers first.
+Every public entry point is asked, since each reaches its answer its own way (`allocate`
+by the general search, `evaluate` by table look-ups, `evaluate_many` and `score_many` by
+arrays over many nodes), and each must give the same answer, reason included.
 """
 
 from __future__ import annotations
@@ -16,33 +17,24 @@ import pytest
 from helpers import app, busy, pod, small_node
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
-from test_fast_evaluate import _filled, fills, requests, varied_nodes
+from test_fast_evaluate import filled_states, fills, requests, varied_nodes
 
-from numatopo_engine import allocation, batch_evaluate
-from numatopo_engine.allocation import allocate, evaluate, evaluate_many
+from numatopo_engine import batch_evaluate
+from numatopo_engine.allocation import allocate, evaluate, evaluate_many, score_many
 from numatopo_engine.annotations import CpuMode, Scope
 from numatopo_engine.errors import InvalidRequestError, UnsatisfiableError
-from numatopo_engine.fast_evaluate import decide, plan_for
 from numatopo_engine.model import NumatopologySpec
 from numatopo_engine.refusals import Refusal, shared_pool, summary
 from numatopo_engine.request import PodRequest
 from numatopo_engine.state import NodeState, row_layout, shared_floor
-from numatopo_engine.topology_tables import tables_for
 
-Answer = int | str | None  # a score, a refusal reason, or None: this path does not decide
+Answer = int | str  # a score, or a refusal reason
 
 
 def two_cpu_node(reserved: str = "") -> NumatopologySpec:
     """One NUMA node, two single-thread cores (CPUs 0 and 1)."""
     spec = small_node(numa=1, cores=2, threads=1, gpus_per_numa=0, links=[])
     return NumatopologySpec.model_validate({**spec.to_wire(), "reservedCPUs": reserved})
-
-
-def _general(spec: NumatopologySpec, state: NodeState, request: PodRequest) -> Answer:
-    try:
-        return allocation._decide(spec, state, request, build=False).score
-    except UnsatisfiableError as exc:
-        return exc.reason
 
 
 def _allocate(spec: NumatopologySpec, state: NodeState, request: PodRequest) -> Answer:
@@ -59,40 +51,22 @@ def _evaluate(spec: NumatopologySpec, state: NodeState, request: PodRequest) -> 
         return exc.reason
 
 
-def _fast(spec: NumatopologySpec, state: NodeState, request: PodRequest) -> Answer:
-    tables = tables_for(spec)
-    need = allocation._sized(request, tables)[0][5]
-    plan = plan_for(tables, need, request.options, shared_floor(spec))
-    return None if plan is None else decide(tables, plan, state.free_signature())
-
-
-def _bulk(spec: NumatopologySpec, state: NodeState, request: PodRequest) -> Answer:
-    """`batch_evaluate.decide_many` itself, not `evaluate_many` (which may hand over)."""
-    tables = tables_for(spec)
-    sizing, token = allocation._sized(request, tables)
-    plan = plan_for(tables, sizing[5], request.options, shared_floor(spec))
-    bulk = None if plan is None else batch_evaluate.bulk_plan(tables, token, plan, spec)
-    if bulk is None:
-        return None
-    row = state.free_row()
-    [code] = batch_evaluate.decide_many(tables, bulk, batch_evaluate.stack(row, bulk.width))
-    if code in (batch_evaluate.REFUSED, batch_evaluate.NO_SHARED_CPU):
-        return batch_evaluate.refusal_reason(bulk, row)
-    return None if code == batch_evaluate.GENERAL else int(code)
-
-
 def _many(spec: NumatopologySpec, state: NodeState, request: PodRequest) -> Answer:
     [answer] = evaluate_many(spec, [state], request)
     return answer.reason if isinstance(answer, Refusal) else answer
 
 
+def _scored(spec: NumatopologySpec, state: NodeState, request: PodRequest) -> Answer:
+    scored = score_many(spec, [state], request)
+    [score] = scored.scores.tolist()
+    return scored.refusal(0).reason if score < 0 else int(score)
+
+
 PATHS: dict[str, Callable[[NumatopologySpec, NodeState, PodRequest], Answer]] = {
-    "general": _general,
     "allocate": _allocate,
     "evaluate": _evaluate,
-    "fast": _fast,
-    "bulk": _bulk,
     "evaluate_many": _many,
+    "score_many": _scored,
 }
 by_path = pytest.mark.parametrize("path", sorted(PATHS))
 
@@ -187,7 +161,7 @@ def test_bulk_refusals_for_the_shared_pool_get_their_own_summary() -> None:
     request = pod(app(1))
     expected = [_evaluate(spec, s, request) for s in states]
 
-    scored = allocation.score_many(spec, states, request)
+    scored = score_many(spec, states, request)
     actual = [
         scored.refusal(i).reason if score < 0 else score
         for i, score in enumerate(scored.scores.tolist())
@@ -237,9 +211,10 @@ def _shared_left(spec: NumatopologySpec, state: NodeState) -> int:
 def test_no_path_accepts_a_pod_that_would_empty_the_shared_pool(
     spec: NumatopologySpec, held: set[int], placed: list[PodRequest], probes: list[PodRequest]
 ) -> None:
-    """Whatever a path accepts, booking the pod leaves the shared pool non-empty; a path
-    accepts exactly where `allocate` does, which names the pool when that is the reason."""
-    for state in _filled(spec, held, placed):
+    """Whatever a path accepts, booking the pod leaves the shared pool non-empty; every
+    path answers what `allocate` does, the same score or the same reason (which names the
+    pool when that is why)."""
+    for state in filled_states(spec, held, placed):
         pool_before = _shared_left(spec, state)
         # The boundary itself, every time: exactly every free CPU, exclusively.
         every_free = pod(app(state.free_cpu_count()), name="every-free")
@@ -249,16 +224,13 @@ def test_no_path_accepts_a_pod_that_would_empty_the_shared_pool(
             except InvalidRequestError:
                 continue
             except UnsatisfiableError as exc:
-                decision, reason = None, exc.reason
-            for name, path in PATHS.items():
-                try:
-                    answer = path(spec, state, probe)
-                except UnsatisfiableError as exc:  # the sizing refuses, before any path
-                    answer = exc.reason
-                if decision is None:
-                    assert answer is None or answer == reason, name
-                else:
-                    assert answer is None or isinstance(answer, int), name
+                decision, expected = None, exc.reason
+            else:
+                expected = decision.score
+
+            actual = {name: path(spec, state, probe) for name, path in PATHS.items()}
+
+            assert dict.fromkeys(PATHS, expected) == actual
             if decision is not None:
                 after = state.copy()
                 after.apply("ns/probe", decision.assignment)

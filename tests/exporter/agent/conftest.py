@@ -53,9 +53,26 @@ class CgroupTree:
                 path.rmdir()
 
 
+def _owner_alive(root: Path) -> bool:
+    """Whether the pytest process that made `root` (`numatopo-test-<pid>-<hex>`) still runs:
+    another run on this machine may be using its root right now."""
+    pid = root.name.removeprefix("numatopo-test-").partition("-")[0]
+    if not pid.isdigit():
+        return False  # named before roots carried their owner
+    try:
+        os.kill(int(pid), 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
+
+
 def _remove_stale_roots() -> None:
     """Roots left by a killed run (no finalizer ran); only those without any task."""
     for stale in CPUSET_MOUNT.glob("numatopo-test-*"):
+        if _owner_alive(stale):
+            continue
         cgroups = sorted((p for p in stale.rglob("*") if p.is_dir()), key=lambda p: -len(p.parts))
         if any((c / "tasks").read_text().strip() for c in [*cgroups, stale]):
             continue
@@ -70,7 +87,7 @@ def _real_root_or_reason() -> tuple[Path | None, str]:
     if not (CPUSET_MOUNT / "cpuset.cpus").exists():
         return None, f"no cgroup v1 cpuset controller mounted at {CPUSET_MOUNT}"
     _remove_stale_roots()
-    root = CPUSET_MOUNT / f"numatopo-test-{secrets.token_hex(4)}"
+    root = CPUSET_MOUNT / f"numatopo-test-{os.getpid()}-{secrets.token_hex(4)}"
     try:
         root.mkdir()
     except OSError as exc:
@@ -82,6 +99,16 @@ def _real_root_or_reason() -> tuple[Path | None, str]:
         root.rmdir()
         return None, f"cannot configure a cpuset cgroup: {exc.strerror}"
     return root, ""
+
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    """Tests on the real cpuset hierarchy run one at a time, on one xdist worker: they
+    share the machine's cgroup tree (its CPUs, and each other's stale roots)."""
+    for item in items:
+        params = getattr(item, "callspec", None)
+        real = params is not None and params.params.get("cgroup_tree") == "real-cgroup-v1"
+        if real or "real_cgroups" in getattr(item, "fixturenames", ()):
+            item.add_marker(pytest.mark.xdist_group("real-cgroup-v1"))
 
 
 @pytest.fixture

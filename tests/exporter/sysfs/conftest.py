@@ -19,7 +19,7 @@ from pathlib import Path
 
 import pytest
 
-from sysfs_trees import ARCHIVES, extract_tree
+from sysfs_trees import ARCHIVES, extract_shared, shared_trees
 
 FIXTURES = Path(__file__).resolve().parents[2] / "fixtures"
 LSTOPO_REFERENCES = FIXTURES / "lstopo"
@@ -36,16 +36,10 @@ TREE_IDS = sorted(ARCHIVES)
 
 @pytest.fixture(scope="session")
 def sysfs_tree(tmp_path_factory: pytest.TempPathFactory) -> Callable[[str], Path]:
-    """`sysfs_tree("16amd64-8n2c")` -> the extracted tree, unpacked on first use."""
-    base = tmp_path_factory.mktemp("sysfs")
-    extracted: dict[str, Path] = {}
-
-    def tree(tree_id: str) -> Path:
-        if tree_id not in extracted:
-            extracted[tree_id] = extract_tree(ARCHIVES[tree_id], base / tree_id)
-        return extracted[tree_id]
-
-    return tree
+    """`sysfs_tree("16amd64-8n2c")` -> the extracted tree, unpacked on first use (once per
+    run, shared with the integration tests and other xdist workers)."""
+    shared = shared_trees(tmp_path_factory)
+    return lambda tree_id: extract_shared(tree_id, shared)
 
 
 @pytest.fixture
