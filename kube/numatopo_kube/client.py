@@ -38,10 +38,12 @@ import lightkube
 import yaml
 from lightkube.config.kubeconfig import KubeConfig, SingleConfig
 from lightkube.config.models import Cluster, User
-from lightkube.generic_resource import create_global_resource, create_namespaced_resource
-from lightkube.models.core_v1 import ObjectReference
-from lightkube.models.meta_v1 import ObjectMeta
-from lightkube.resources.core_v1 import Pod as TypedPod
+from lightkube.core.resource import ApiInfo, ResourceDef
+from lightkube.generic_resource import (
+    GenericNamespacedStatus,
+    create_global_resource,
+    create_namespaced_resource,
+)
 from lightkube.types import PatchType
 
 from numatopo_engine.model import API_VERSION, GROUP, KIND, VERSION, Numatopology
@@ -100,6 +102,20 @@ _Node: Any = create_global_resource("", "v1", "Node", "nodes")
 _Event: Any = create_namespaced_resource("", "v1", "Event", "events")
 _Lease: Any = create_namespaced_resource("coordination.k8s.io", "v1", "Lease", "leases")
 _Numatopology: Any = create_global_resource(GROUP, VERSION, KIND, Numatopology.plural)
+
+
+class _PodBinding(GenericNamespacedStatus):
+    """POST pods/<name>/binding with a plain-dict answer: the API server answers a
+    `Status`, which lightkube's typed `PodBinding` would fail to read as a Binding."""
+
+    _api_info = ApiInfo(
+        resource=ResourceDef("", "v1", "Binding"),
+        parent=ResourceDef("", "v1", "Pod"),
+        plural="pods",
+        verbs=["post"],
+        action="binding",
+    )
+
 
 API_CALLS: dict[str, frozenset[Permission]] = {}
 """`KubeClient` helper name -> the RBAC permissions one call of it needs."""
@@ -266,7 +282,7 @@ class KubeClient:
     @property
     def lightkube(self) -> lightkube.AsyncClient:
         if self._client is None:
-            raise KubeConfigError("not connected yet (login pending)")
+            raise KubeError(0, "NotLoggedIn", "not connected yet (login pending)")
         return self._client
 
     async def close(self) -> None:
@@ -461,9 +477,14 @@ class KubeClient:
     async def create_binding(self, namespace: str, name: str, uid: str, node: str) -> None:
         """Bind the pod to `node`, as kube-scheduler does (the uid guards against a new pod
         of the same name)."""
-        binding = TypedPod.Binding(
-            metadata=ObjectMeta(name=name, namespace=namespace, uid=uid or None),
-            target=ObjectReference(apiVersion="v1", kind="Node", name=node),
+        metadata = {"name": name, "namespace": namespace, **({"uid": uid} if uid else {})}
+        binding = _PodBinding(  # type: ignore[call-overload]
+            {
+                "apiVersion": "v1",
+                "kind": "Binding",
+                "metadata": metadata,
+                "target": {"apiVersion": "v1", "kind": "Node", "name": node},
+            }
         )
         await self._call(
             f"bind pod {namespace}/{name} to {node}",
