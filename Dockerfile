@@ -18,6 +18,7 @@ WORKDIR /src
 # Only what the wheel needs (see .dockerignore): a change to tests or docs keeps the cache.
 COPY pyproject.toml README.md ./
 COPY engine/ engine/
+COPY kube/ kube/
 COPY operator/ operator/
 COPY exporter/ exporter/
 COPY cli/ cli/

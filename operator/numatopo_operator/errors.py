@@ -1,12 +1,11 @@
 """Errors of the operator, and the one boundary where unexpected ones stop.
 
 OperatorError
-├── KubeError                   the API answered with an error (status, reason, message)
-│   ├── KubeNotFoundError       404: the object is gone
-│   ├── KubeConflictError       409
-│   └── KubeForbiddenError      403: RBAC is missing a rule
 ├── BookingError (ValueError)   a pod's `numatopo.io/assignment` cannot be read
 └── NotActiveError              this replica does not hold a fresh Lease (`leadership`)
+
+Kubernetes API errors are `numatopo_kube`'s (`KubeError` and its subclasses, re-exported
+here): one hierarchy for the operator and the node side.
 
 Engine errors (`InvalidRequestError`, `UnsatisfiableError`) are outcomes, not failures:
 they become `numatopo.io/state` values and Events, never exceptions past `assigning`.
@@ -18,6 +17,13 @@ import contextlib
 import logging
 from collections.abc import Iterator
 from typing import TYPE_CHECKING
+
+from numatopo_kube import (
+    KubeConflictError,
+    KubeError,
+    KubeForbiddenError,
+    KubeNotFoundError,
+)
 
 if TYPE_CHECKING:
     from numatopo_operator.metrics import Metrics
@@ -37,32 +43,6 @@ __all__ = [
 
 class OperatorError(Exception):
     """Base of every error the operator raises on purpose."""
-
-
-class KubeError(OperatorError):
-    """The Kubernetes API refused a call."""
-
-    def __init__(
-        self, status: int, reason: str, message: str, *, retry_after: float | None = None
-    ) -> None:
-        super().__init__(f"HTTP {status} {reason}: {message}")
-        self.status = status
-        self.reason = reason
-        self.message = message
-        self.retry_after = retry_after
-        """Seconds the server asked us to wait (its `Retry-After` header), if it said."""
-
-
-class KubeNotFoundError(KubeError):
-    """The object (or the resource) does not exist."""
-
-
-class KubeConflictError(KubeError):
-    """The object changed or already exists."""
-
-
-class KubeForbiddenError(KubeError):
-    """The operator's service account may not do this; the chart's RBAC needs a rule."""
 
 
 class BookingError(OperatorError, ValueError):

@@ -26,7 +26,11 @@ Logger = logging.Logger | logging.LoggerAdapter[Any]
 
 
 async def login(*, memo: Runtime, logger: Logger, **kwargs: Any) -> kopf.ConnectionInfo:
-    """Fixed credentials if given, else the pod's service account, else `KUBECONFIG`."""
+    """Fixed credentials if given, else the pod's service account, else `KUBECONFIG`.
+
+    kopf logs in for its watches; our own client (`memo.kube`) connects from the same
+    sources by itself (it re-reads a rotated service-account token on its own), and
+    connects again at each re-login."""
     info = (
         memo.connection
         or kopf.login_with_service_account(logger=logger, **kwargs)
@@ -36,7 +40,7 @@ async def login(*, memo: Runtime, logger: Logger, **kwargs: Any) -> kopf.Connect
         raise kopf.LoginError(
             "no Kubernetes credentials: run in a pod with a service account, or set KUBECONFIG"
         )
-    await memo.kube.use(info)
+    await memo.kube.reconnect(memo.connection.server if memo.connection else "")
     return info
 
 

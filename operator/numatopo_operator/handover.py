@@ -8,7 +8,7 @@ clears it again when the Lease is lost):
 1. No grace period is needed: the previous holder stopped writing `renew_deadline`
    after its last renewal, at least `lease_duration - renew_deadline` before we could
    acquire the Lease (fencing by expiry, see `leadership`), so its writes have landed.
-2. `Ledger.begin_resync`, then LIST every pod (`KubeClient.list_pods`), then
+2. `Ledger.begin_resync`, then LIST every pod (`numatopo_kube.KubeClient.list_pods`), then
    `Ledger.end_resync` with the bookings of that list. The list is retried until it
    succeeds; a replica that loses the Lease meanwhile cancels it.
 3. Set `Runtime.ledger_current`: decisions resume (until then the assigner skips pods and
@@ -79,7 +79,7 @@ async def _resync(runtime: Runtime) -> list[dict[str, Any]]:
     while True:
         ledger.begin_resync()
         try:
-            pods = await runtime.kube.list_pods(namespaces=runtime.settings.namespaces)
+            pods = (await runtime.kube.list_pods(namespaces=runtime.settings.namespaces)).items
         except KubeError as exc:
             ledger.abort_resync()
             level = logging.DEBUG if exc.reason == "NotLoggedIn" else logging.WARNING

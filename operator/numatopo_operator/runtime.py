@@ -16,14 +16,17 @@ from typing import Any, ParamSpec, TypeVar
 
 import kopf
 
+from numatopo_kube import KubeClient
 from numatopo_operator.errors import NotActiveError
-from numatopo_operator.kube import KubeClient
 from numatopo_operator.ledger import Ledger
 from numatopo_operator.metrics import Metrics
 from numatopo_operator.retrying import RetryQueue
 from numatopo_operator.settings import OperatorSettings
 
-__all__ = ["Runtime"]
+__all__ = ["COMPONENT", "Runtime"]
+
+# The source of the operator's Events.
+COMPONENT = "numatopo-operator"
 
 P = ParamSpec("P")
 T = TypeVar("T")
@@ -39,7 +42,7 @@ ENGINE_THREAD = ThreadPoolExecutor(max_workers=1, thread_name_prefix="numatopo-e
 class Runtime:
     settings: OperatorSettings
     ledger: Ledger = field(default_factory=Ledger)
-    kube: KubeClient = field(default_factory=KubeClient)
+    kube: KubeClient = field(default_factory=lambda: KubeClient(component=COMPONENT))
     metrics: Metrics = field(default_factory=Metrics)
     connection: kopf.ConnectionInfo | None = None
     """Fixed credentials (an explicit API URL, tests); None logs in from the environment."""

@@ -1,8 +1,9 @@
 """Least privilege: the chart grants each ServiceAccount exactly the API calls its code makes.
 
-Two halves meet here. `collect_code_calls` reads the source of the operator and of the
-node processes (AST, no import side effects) and derives, for every call site of the
-Kubernetes client, the (API group, resource, verb) that call needs. `CODE_CALLS` is the
+Two halves meet here. Each helper of the one client layer (`numatopo_kube.KubeClient`)
+declares the (API group, resource, verb) it needs (`numatopo_kube.API_CALLS`), and
+`collect_code_calls` reads the source of each component (AST, no import side effects)
+for the helpers it calls. `CODE_CALLS` is the
 same list written down by hand, so that a new call site, or a changed path or method,
 fails the test until it is declared (and then the RBAC test shows what to grant).
 `FRAMEWORK_CALLS` lists what kopf does on the operator's behalf, which no line of our
@@ -18,6 +19,8 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+
+from numatopo_kube import API_CALLS
 
 REPO = Path(__file__).resolve().parents[2]
 NAMESPACE = "numatopo-system"
@@ -38,24 +41,21 @@ NODE_CLIENT_METHODS = {
 
 # -- what the code calls, written down ---------------------------------------------------
 
+HELPER = "numatopo_kube:KubeClient"
+
 CODE_CALLS: dict[str, dict[str, set[Permission]]] = {
+    # The `numatopo_kube.KubeClient` helpers the operator's modules call.
     "operator": {
-        "numatopo_operator.kube:KubeClient.get_pod": {("", "pods", "get")},
-        "numatopo_operator.kube:KubeClient.list_pods": {("", "pods", "list")},
-        "numatopo_operator.kube:KubeClient.patch_pod_annotations": {("", "pods", "patch")},
-        "numatopo_operator.kube:KubeClient.patch_pod_labels": {("", "pods", "patch")},
-        "numatopo_operator.kube:KubeClient.create_binding": {("", "pods/binding", "create")},
-        "numatopo_operator.kube:KubeClient.post_event": {("", "events", "create")},
-        "numatopo_operator.kube:KubeClient.get_lease": {("coordination.k8s.io", "leases", "get")},
-        "numatopo_operator.kube:KubeClient.create_lease": {
-            ("coordination.k8s.io", "leases", "create")
-        },
-        "numatopo_operator.kube:KubeClient.patch_lease": {
-            ("coordination.k8s.io", "leases", "patch")
-        },
-        "numatopo_operator.kube:KubeClient.patch_numatopology_status": {
-            ("numatopo.io", "numatopologies/status", "patch")
-        },
+        f"{HELPER}.get_pod": {("", "pods", "get")},
+        f"{HELPER}.list_pods": {("", "pods", "list")},
+        f"{HELPER}.patch_pod_annotations": {("", "pods", "patch")},
+        f"{HELPER}.patch_pod_labels": {("", "pods", "patch")},
+        f"{HELPER}.create_binding": {("", "pods/binding", "create")},
+        f"{HELPER}.post_event": {("", "events", "create")},
+        f"{HELPER}.get_lease": {("coordination.k8s.io", "leases", "get")},
+        f"{HELPER}.create_lease": {("coordination.k8s.io", "leases", "create")},
+        f"{HELPER}.patch_lease": {("coordination.k8s.io", "leases", "patch")},
+        f"{HELPER}.patch_numatopology_status": {("numatopo.io", "numatopologies/status", "patch")},
     },
     "node": {
         "numatopo_exporter.daemon.publishing:Publisher.node_uid": {("", "nodes", "get")},
@@ -91,14 +91,10 @@ CODE_CALLS: dict[str, dict[str, set[Permission]]] = {
 
 # Call sites that act on the operator's own pod, in the release namespace wherever the
 # operator watches pods (the active replica labels itself for the extender Service).
-OWN_POD_CALLS = {"numatopo_operator.kube:KubeClient.patch_pod_labels"}
+OWN_POD_CALLS = {f"{HELPER}.patch_pod_labels"}
 # The Lease the replicas compete for lives in the release namespace; a single replica
 # runs standalone and never calls these.
-LEASE_CALLS = {
-    "numatopo_operator.kube:KubeClient.get_lease",
-    "numatopo_operator.kube:KubeClient.create_lease",
-    "numatopo_operator.kube:KubeClient.patch_lease",
-}
+LEASE_CALLS = {f"{HELPER}.get_lease", f"{HELPER}.create_lease", f"{HELPER}.patch_lease"}
 
 # kopf's own calls for the operator's handlers and indexes (peering is off).
 FRAMEWORK_CALLS: dict[str, set[Permission]] = {
@@ -229,17 +225,31 @@ def _permissions(verb: str | None, http: str, paths: set[str]) -> set[Permission
     return found
 
 
+def collect_helper_calls(root: Path, package: str) -> dict[str, set[Permission]]:
+    """`numatopo_kube.KubeClient` helper ("numatopo_kube:KubeClient.name") -> the
+    permissions it declares (`numatopo_kube.API_CALLS`), for every helper that some
+    module of `package` calls (any `<something>.kube.<helper>(...)` or `kube.<helper>`)."""
+    calls: dict[str, set[Permission]] = {}
+    for path in sorted((root / package).rglob("*.py")):
+        for call in ast.walk(ast.parse(path.read_text())):
+            if not isinstance(call, ast.Call) or not isinstance(call.func, ast.Attribute):
+                continue
+            receiver, method = ast.unparse(call.func.value), call.func.attr
+            if receiver.rsplit(".", 1)[-1] in ("kube", "client") and method in API_CALLS:
+                calls[f"{HELPER}.{method}"] = set(API_CALLS[method])
+    return calls
+
+
 def collect_code_calls(account: str) -> dict[str, set[Permission]]:
     """Call site ("module:Class.method") -> permissions, read from the source."""
     if account == "operator":
-        modules = ["numatopo_operator.kube"]
-    else:
-        root = REPO / "exporter"
-        modules = sorted(
-            ".".join(p.relative_to(root).with_suffix("").parts)
-            for package in NODE_PACKAGES
-            for p in (root / package.replace(".", "/")).rglob("*.py")
-        )
+        return collect_helper_calls(REPO / "operator", "numatopo_operator")
+    root = REPO / "exporter"
+    modules = sorted(
+        ".".join(p.relative_to(root).with_suffix("").parts)
+        for package in NODE_PACKAGES
+        for p in (root / package.replace(".", "/")).rglob("*.py")
+    )
     calls: dict[str, set[Permission]] = {}
     for module_name in modules:
         module = importlib.import_module(module_name)
@@ -255,9 +265,6 @@ def collect_code_calls(account: str) -> dict[str, set[Permission]]:
                 if account == "node" and method == "apply_numatopology_status":
                     # The exporter and the agent apply their own status conditions.
                     found.add(("numatopo.io", "numatopologies/status", "patch"))
-                elif account == "operator" and receiver == "self" and method == "_call":
-                    http = ast.literal_eval(call.args[0])
-                    found |= _permissions(None, http, resolver.paths(call.args[1], scope))
                 elif (
                     account == "node"
                     and receiver.rsplit(".", 1)[-1] == "client"

@@ -1,14 +1,23 @@
-"""`KubeClient` against the emulated API failing now and then: idempotent calls are retried
-a bounded number of times, a Binding never, and an Event is best-effort."""
+"""`numatopo_kube.KubeClient` (the one client layer) against the emulated API failing now
+and then: idempotent calls are retried a bounded number of times, a Binding never, and an
+Event is best-effort; and each kind of write goes out with the content type a real API
+server needs for it."""
 
 from __future__ import annotations
 
+import contextlib
+
 import kmock
-import kopf
 import pytest
 
-from numatopo_operator.errors import KubeError
-from numatopo_operator.kube import KubeClient
+from numatopo_kube import (
+    APPLY,
+    JSON_PATCH,
+    MERGE_PATCH,
+    STRATEGIC_MERGE_PATCH,
+    KubeClient,
+    KubeError,
+)
 
 POD_PATH = "/api/v1/namespaces/default/pods/job"
 DELAYS = (0.01, 0.01, 0.01)  # three retries, quickly
@@ -17,8 +26,7 @@ DELAYS = (0.01, 0.01, 0.01)  # three retries, quickly
 @pytest.fixture
 async def client(cluster, pod):
     await cluster.create_pod(pod("job", node=None))
-    kube = KubeClient(retry_delays=DELAYS)
-    await kube.use(kopf.ConnectionInfo(server=str(cluster.api.url)))
+    kube = KubeClient.connect(str(cluster.api.url), retry_delays=DELAYS)
     yield kube
     await kube.close()
 
@@ -94,7 +102,7 @@ async def test_an_event_the_api_refuses_is_logged_not_raised(cluster, client, ca
     posted = await client.post_event(ref, warning=False, reason="NumatopoAssigned", message="ok")
 
     assert (False, 1) == (posted, len(cluster.api["post /api/v1/namespaces/default/events"]))
-    assert "Event NumatopoAssigned about pod default/job not posted" in caplog.text
+    assert "Event NumatopoAssigned about default/job not posted" in caplog.text
 
 
 @pytest.mark.parametrize(
@@ -116,8 +124,9 @@ async def test_throttling_honours_retry_after(cluster, pod, retry_after, expecte
     async def sleep(seconds: float) -> None:
         slept.append(seconds)
 
-    kube = KubeClient(retry_delays=DELAYS, retry_after_cap=2.0, sleep=sleep)
-    await kube.use(kopf.ConnectionInfo(server=str(cluster.api.url)))
+    kube = KubeClient.connect(
+        str(cluster.api.url), retry_delays=DELAYS, retry_after_cap=2.0, sleep=sleep
+    )
     throttled = cluster.api[REQUESTS[get_pod]][0:1] << 429
     if retry_after is not None:
         throttled << kmock.headers({"Retry-After": retry_after})
@@ -155,4 +164,35 @@ async def test_list_pods_reads_every_page(cluster, client, answers, expected):
 
     pods = await client.list_pods()
 
-    assert expected == ([p["metadata"]["name"] for p in pods], len(cluster.api[criteria]))
+    assert expected == ([p["metadata"]["name"] for p in pods.items], len(cluster.api[criteria]))
+
+
+async def test_each_write_sends_the_content_type_a_real_server_needs(cluster, client):
+    """The emulator merges every PATCH alike; a real API server reads the content type:
+    server-side apply with its field manager, JSON patch, merge patch, strategic merge."""
+    await client.patch_pod_annotations("default", "job", {"numatopo.io/state": "Assigned"})
+    for patch, content_type in [
+        ([{"op": "test", "path": "/status/conditions", "value": []}], JSON_PATCH),
+        ({"status": {"conditions": []}}, STRATEGIC_MERGE_PATCH),
+    ]:
+        with contextlib.suppress(KubeError):  # the emulator cannot apply a JSON patch
+            await client.patch_pod_status("default", "job", patch, content_type=content_type)
+    body = {"metadata": {"name": "h100-a"}, "spec": {}}
+    await client.apply_numatopology(body, field_manager="numatopo-exporter")
+    await client.apply_numatopology_status("h100-a", {"conditions": []}, field_manager="agent")
+
+    sent = [
+        (r.method.upper(), r.url.path, r.headers.get("Content-Type"), dict(r.params))
+        for r in cluster.api
+        if r.method.upper() == "PATCH"
+    ]
+
+    job, ntp = "/api/v1/namespaces/default/pods/job", "/apis/numatopo.io/v1alpha1/numatopologies"
+    assert [
+        ("PATCH", job, MERGE_PATCH, {}),
+        ("PATCH", f"{job}/status", JSON_PATCH, {}),
+        ("PATCH", f"{job}/status", STRATEGIC_MERGE_PATCH, {}),
+        ("PATCH", f"{ntp}/h100-a", APPLY, {"fieldManager": "numatopo-exporter", "force": "true"}),
+        ("PATCH", f"{ntp}/h100-a/status", APPLY, {"fieldManager": "agent", "force": "true"}),
+    ] == sent
+    assert "application/apply-patch+yaml" == APPLY

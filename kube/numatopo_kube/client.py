@@ -1,0 +1,684 @@
+"""`KubeClient`: the typed calls numatopo makes to the Kubernetes API, over lightkube.
+
+Connecting (`KubeClient.connect`): an explicit API URL without auth (`kubectl proxy`,
+tests), else the pod's service account (lightkube re-reads the projected token when the
+server answers 401, so a rotated token is picked up), else the first file `$KUBECONFIG`
+names (tokens, client certificates and `exec` credential plugins).
+
+Every object is a plain dict: lightkube's generic resources skip its typed models, so a
+list of a few thousand pods costs no model parsing and no unknown field is dropped.
+
+Retries, one policy for every caller: idempotent calls (GETs, merge patches, server-side
+apply: sending one twice leaves the object as sending it once) are retried a few times,
+with growing pauses, when the server is briefly unable to answer (429, 5xx, no
+connection); a `Retry-After` (API Priority and Fairness sends it with 429) stretches the
+pause, capped so that a bind still answers within the scheduler's extender timeout.
+Creates are never retried: after a lost answer a second POST fails as "already exists"
+although the first one worked (a Binding would read as "already bound").
+
+Each helper declares the RBAC permissions it needs (`@api_call`); the chart's RBAC test
+reads `API_CALLS` and the call sites in the components.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import datetime
+import logging
+import os
+import time
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterator, Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, ParamSpec, Self, TypeVar
+
+import httpx2
+import lightkube
+import yaml
+from lightkube.config.kubeconfig import KubeConfig, SingleConfig
+from lightkube.config.models import Cluster, User
+from lightkube.core.resource import ApiInfo, ResourceDef
+from lightkube.generic_resource import (
+    GenericNamespacedStatus,
+    create_global_resource,
+    create_namespaced_resource,
+)
+from lightkube.types import PatchType
+
+from numatopo_engine.model import API_VERSION, GROUP, KIND, VERSION, Numatopology
+from numatopo_kube.errors import KubeConfigError, KubeError, error_for, parse_retry_after
+
+__all__ = [
+    "API_CALLS",
+    "APPLY",
+    "JSON_PATCH",
+    "MERGE_PATCH",
+    "STRATEGIC_MERGE_PATCH",
+    "KubeClient",
+    "Listing",
+    "Permission",
+    "PodRef",
+    "WatchEvent",
+]
+
+APPLY = PatchType.APPLY.value
+JSON_PATCH = PatchType.JSON.value
+MERGE_PATCH = PatchType.MERGE.value
+STRATEGIC_MERGE_PATCH = PatchType.STRATEGIC.value
+_PATCH_TYPES = {kind.value: kind for kind in PatchType}
+
+SERVICE_ACCOUNT = Path("/var/run/secrets/kubernetes.io/serviceaccount")
+REQUEST_TIMEOUT_SECONDS = 30.0
+# Pauses before each retry of an idempotent call. Short on purpose: the extender's bind
+# runs within the scheduler's extender timeout (10 s by default), so all retries of one
+# call must stay well below it.
+RETRY_DELAYS_SECONDS = (0.2, 0.5, 1.0)
+# The most we wait for one `Retry-After`: three of these still fit in the scheduler's
+# 10 s extender timeout, and a server asking for minutes is better failed fast.
+RETRY_AFTER_CAP_SECONDS = 2.0
+# Objects per page when listing: bounded memory per answer on large clusters.
+LIST_PAGE_SIZE = 500
+# How often a list restarts from its first page when its continue token expired (410).
+LIST_RESTARTS = 3
+# The API server ends a watch after this many seconds and lightkube resumes it from the
+# last version seen: a silently dead connection is noticed within this time.
+WATCH_TIMEOUT_SECONDS = 300
+# The API server rejects Event messages above 1 KiB on some versions; cut ours below that.
+EVENT_MESSAGE_CHARS = 1000
+
+Body = dict[str, Any]
+PodRef = Mapping[str, str]  # namespace, name, uid
+Permission = tuple[str, str, str]  # (API group, resource[/subresource], verb)
+
+P = ParamSpec("P")
+T = TypeVar("T")
+
+logger = logging.getLogger(__name__)
+
+# Generic resources: plain dicts in and out (see the module docstring).
+_Pod: Any = create_namespaced_resource("", "v1", "Pod", "pods")
+_Node: Any = create_global_resource("", "v1", "Node", "nodes")
+_Event: Any = create_namespaced_resource("", "v1", "Event", "events")
+_Lease: Any = create_namespaced_resource("coordination.k8s.io", "v1", "Lease", "leases")
+_Numatopology: Any = create_global_resource(GROUP, VERSION, KIND, Numatopology.plural)
+
+
+class _PodBinding(GenericNamespacedStatus):
+    """POST pods/<name>/binding with a plain-dict answer: the API server answers a
+    `Status`, which lightkube's typed `PodBinding` would fail to read as a Binding."""
+
+    _api_info = ApiInfo(
+        resource=ResourceDef("", "v1", "Binding"),
+        parent=ResourceDef("", "v1", "Pod"),
+        plural="pods",
+        verbs=["post"],
+        action="binding",
+    )
+
+
+API_CALLS: dict[str, frozenset[Permission]] = {}
+"""`KubeClient` helper name -> the RBAC permissions one call of it needs."""
+
+
+def api_call(*permissions: Permission) -> Callable[[Callable[P, T]], Callable[P, T]]:
+    """Declare what a helper asks of the API server, for the chart's RBAC test."""
+
+    def register(function: Callable[P, T]) -> Callable[P, T]:
+        API_CALLS[function.__name__] = frozenset(permissions)
+        return function
+
+    return register
+
+
+@dataclass(frozen=True)
+class WatchEvent:
+    type: str
+    object: Body
+
+
+@dataclass
+class Listing:
+    """The objects of a list, and the version to watch from so that nothing is missed."""
+
+    items: list[Body] = field(default_factory=list)
+    resource_version: str | None = None
+
+
+@contextlib.contextmanager
+def _translated(what: str) -> Iterator[None]:
+    """lightkube's and httpx's exceptions as our `KubeError`s, named after the call."""
+    try:
+        yield
+    except lightkube.ApiError as exc:
+        status = exc.status
+        raise error_for(
+            int(status.code or exc.response.status_code),
+            str(status.reason or ""),
+            f"{what}: {status.message or exc}",
+            retry_after=parse_retry_after(exc.response.headers.get("Retry-After")),
+        ) from None
+    except (httpx2.HTTPStatusError, KeyError) as raised:
+        # An answer that is not a JSON `Status`. lightkube reads its Content-Type header
+        # unguarded, so an error answer without one (a proxy's, an emulator's) surfaces
+        # as a KeyError raised while handling the status error: translate that one.
+        failed = raised if isinstance(raised, httpx2.HTTPStatusError) else raised.__context__
+        if not isinstance(failed, httpx2.HTTPStatusError):
+            raise
+        response = failed.response
+        raise error_for(
+            response.status_code,
+            response.reason_phrase,
+            f"{what}: {response.text[:200]}",
+            retry_after=parse_retry_after(response.headers.get("Retry-After")),
+        ) from None
+    except (httpx2.TransportError, httpx2.StreamError) as exc:
+        raise error_for(0, type(exc).__name__, f"{what}: {exc}") from None
+    except lightkube.ConfigError as exc:
+        raise KubeConfigError(f"{what}: {exc}") from None
+
+
+def _load_config(api_url: str, environ: Mapping[str, str], service_account: Path) -> SingleConfig:
+    """`api_url` if given, else in-cluster, else `$KUBECONFIG` (its first file)."""
+    if api_url:
+        if not api_url.startswith(("http://", "https://")):
+            raise KubeConfigError(f"the API URL {api_url!r} is not an http(s) URL")
+        return _single(KubeConfig.from_one(cluster=Cluster(server=api_url), user=User()), api_url)
+    if environ.get("KUBERNETES_SERVICE_HOST"):
+        try:
+            return _single(KubeConfig.from_service_account(service_account), service_account)
+        except (lightkube.ConfigError, OSError) as exc:
+            raise KubeConfigError(
+                f"cannot read the service account in {service_account}: {exc}"
+            ) from None
+    kubeconfig = environ.get("KUBECONFIG", "").split(os.pathsep)[0]
+    if not kubeconfig:
+        raise KubeConfigError(
+            "no Kubernetes credentials: pass --api-url (e.g. the address of "
+            "`kubectl proxy`), run in a pod with a service account, or set KUBECONFIG"
+        )
+    path = Path(kubeconfig)
+    try:
+        config = KubeConfig.from_file(path).get()
+    except yaml.YAMLError as exc:
+        problem = " ".join(str(exc).split())  # PyYAML's message spans lines
+        raise KubeConfigError(f"{path}: not a kubeconfig (invalid YAML: {problem})") from None
+    except (lightkube.ConfigError, OSError, TypeError, KeyError, AttributeError) as exc:
+        raise KubeConfigError(f"{path}: not a usable kubeconfig: {exc}") from None
+    if config is None:
+        raise KubeConfigError(f"{path}: no current-context (try `kubectl config use-context`)")
+    if not config.cluster.server.startswith(("http://", "https://")):
+        raise KubeConfigError(
+            f"{path}: the cluster's server {config.cluster.server!r} is not an http(s) URL"
+        )
+    return config
+
+
+def _single(config: KubeConfig, where: object) -> SingleConfig:
+    found = config.get()
+    if found is None:
+        raise KubeConfigError(f"{where}: no current context")
+    return found
+
+
+class KubeClient:
+    """One connection to the API server; `connect()` (or `reconnect()`) before a call."""
+
+    def __init__(
+        self,
+        *,
+        component: str = "numatopo",
+        host: str = "",
+        timeout_seconds: float = REQUEST_TIMEOUT_SECONDS,
+        retry_delays: Sequence[float] = RETRY_DELAYS_SECONDS,
+        retry_after_cap: float = RETRY_AFTER_CAP_SECONDS,
+        sleep: Callable[[float], Awaitable[object]] = asyncio.sleep,
+    ) -> None:
+        self.component = component
+        """Named as the source of our Events."""
+        self.host = host
+        self._timeout = timeout_seconds
+        self._retry_delays = tuple(retry_delays)
+        self._retry_after_cap = retry_after_cap
+        self._sleep = sleep
+        self._client: lightkube.AsyncClient | None = None
+        self.server = ""
+
+    # -- connecting --------------------------------------------------------------------
+
+    @classmethod
+    def connect(
+        cls,
+        api_url: str = "",
+        *,
+        environ: Mapping[str, str] = os.environ,
+        service_account: Path = SERVICE_ACCOUNT,
+        **options: Any,
+    ) -> KubeClient:
+        """A client for `api_url` if given, else in-cluster, else `$KUBECONFIG`."""
+        client = cls(**options)
+        client._open(_load_config(api_url, environ, service_account))
+        return client
+
+    async def reconnect(
+        self,
+        api_url: str = "",
+        *,
+        environ: Mapping[str, str] = os.environ,
+        service_account: Path = SERVICE_ACCOUNT,
+    ) -> None:
+        """Talk to the server `connect` would choose from now on."""
+        config = _load_config(api_url, environ, service_account)
+        await self.close()
+        self._open(config)
+
+    def _open(self, config: SingleConfig) -> None:
+        self.server = config.cluster.server.rstrip("/")
+        with _translated(f"connecting to {self.server}"):
+            self._client = lightkube.AsyncClient(
+                config, timeout=httpx2.Timeout(self._timeout), trust_env=False
+            )
+
+    @property
+    def lightkube(self) -> lightkube.AsyncClient:
+        if self._client is None:
+            raise KubeError(0, "NotLoggedIn", "not connected yet (login pending)")
+        return self._client
+
+    async def close(self) -> None:
+        if self._client is not None:
+            await self._client.close()
+            self._client = None
+
+    async def __aenter__(self) -> Self:
+        return self
+
+    async def __aexit__(self, *exc_info: object) -> None:
+        await self.close()
+
+    # -- the one retry policy ----------------------------------------------------------
+
+    async def _call(
+        self, what: str, call: Callable[[], Awaitable[T]], *, idempotent: bool = False
+    ) -> T:
+        """`call()`; an idempotent one is retried on transient failures."""
+        delays = self._retry_delays if idempotent else ()
+        for attempt in range(len(delays) + 1):
+            try:
+                with _translated(what):
+                    return await call()
+            except KubeError as exc:
+                if attempt == len(delays) or not exc.transient:
+                    raise
+                pause = delays[attempt]
+                if exc.retry_after is not None:
+                    pause = max(pause, min(exc.retry_after, self._retry_after_cap))
+                logger.info("%s: %s; retrying in %.1f s", what, exc, pause)
+                await self._sleep(pause)
+        raise AssertionError("unreachable: the last attempt returns or raises")
+
+    async def _list(
+        self, what: str, resource: Any, *, namespace: str | None, **options: Any
+    ) -> Listing:
+        """Every object, page by page. A continue token that expired between pages (410)
+        restarts the list from its first page, so the answer never mixes two snapshots."""
+        for restart in range(LIST_RESTARTS + 1):
+
+            async def pages() -> Listing:
+                iterable = self.lightkube.list(resource, namespace=namespace, **options)
+                items = [dict(item) async for item in iterable]
+                try:
+                    version: str | None = iterable.resourceVersion
+                except lightkube.NotReadyError:  # a list answer without a version
+                    version = None
+                return Listing(items, version)
+
+            try:
+                return await self._call(what, pages, idempotent=True)
+            except KubeError as exc:
+                if exc.status != 410 or restart == LIST_RESTARTS:
+                    raise
+                logger.info("%s: the continue token expired; listing again", what)
+        raise AssertionError("unreachable: the last restart returns or raises")
+
+    async def _watch(self, what: str, resource: Any, **options: Any) -> AsyncIterator[WatchEvent]:
+        with _translated(what):
+            async for kind, item in self.lightkube.watch(
+                resource, server_timeout=WATCH_TIMEOUT_SECONDS, **options
+            ):
+                yield WatchEvent(type=str(kind), object=dict(item))
+
+    # -- nodes -------------------------------------------------------------------------
+
+    @api_call(("", "nodes", "get"))
+    async def get_node(self, name: str) -> Body:
+        return dict(
+            await self._call(
+                f"get node {name}", lambda: self.lightkube.get(_Node, name), idempotent=True
+            )
+        )
+
+    # -- pods --------------------------------------------------------------------------
+
+    @api_call(("", "pods", "get"))
+    async def get_pod(self, namespace: str, name: str) -> Body:
+        return dict(
+            await self._call(
+                f"get pod {namespace}/{name}",
+                lambda: self.lightkube.get(_Pod, name, namespace=namespace),
+                idempotent=True,
+            )
+        )
+
+    @api_call(("", "pods", "list"))
+    async def list_pods(
+        self,
+        *,
+        namespaces: Sequence[str] = (),
+        field_selector: Mapping[str, str] | None = None,
+        page_size: int = LIST_PAGE_SIZE,
+    ) -> Listing:
+        """Every pod in `namespaces` (all namespaces when empty) matching `field_selector`
+        (e.g. `{"spec.nodeName": node}`). The version to watch from is that of the last
+        namespace's list: give none when watching after a list of several."""
+        found = Listing()
+        for namespace in namespaces or ("*",):
+            listing = await self._list(
+                f"list pods in {namespace}",
+                _Pod,
+                namespace=namespace,
+                chunk_size=page_size,
+                fields=dict(field_selector) if field_selector else None,
+            )
+            found.items += listing.items
+            found.resource_version = listing.resource_version
+        return found
+
+    @api_call(("", "pods", "list"))
+    async def probe_pods(self, *, field_selector: Mapping[str, str] | None = None) -> None:
+        """A list of at most one pod: the cheapest way to ask whether the API answers."""
+        iterable = self.lightkube.list(
+            _Pod, namespace="*", chunk_size=1, fields=dict(field_selector or {}) or None
+        )
+        with _translated("list one pod"):
+            async for _ in iterable:
+                break
+
+    @api_call(("", "pods", "watch"))
+    def watch_pods(
+        self,
+        *,
+        field_selector: Mapping[str, str] | None = None,
+        resource_version: str | None = None,
+    ) -> AsyncIterator[WatchEvent]:
+        """Pod events from `resource_version` on, until an error (raised) ends them."""
+        return self._watch(
+            "watch pods",
+            _Pod,
+            namespace="*",
+            fields=dict(field_selector) if field_selector else None,
+            resource_version=resource_version,
+        )
+
+    async def _merge_pod_metadata(self, namespace: str, name: str, metadata: Body) -> None:
+        await self._call(
+            f"patch pod {namespace}/{name}",
+            lambda: self.lightkube.patch(
+                _Pod, name, {"metadata": metadata}, namespace=namespace, patch_type=PatchType.MERGE
+            ),
+            idempotent=True,
+        )
+
+    @api_call(("", "pods", "patch"))
+    async def patch_pod_annotations(
+        self, namespace: str, name: str, annotations: Mapping[str, str | None]
+    ) -> None:
+        """Merge `annotations` into the pod's; a None value removes that key."""
+        await self._merge_pod_metadata(namespace, name, {"annotations": dict(annotations)})
+
+    @api_call(("", "pods", "patch"))
+    async def patch_pod_labels(
+        self, namespace: str, name: str, labels: Mapping[str, str | None]
+    ) -> None:
+        """Merge `labels` into the pod's; a None value removes that key."""
+        await self._merge_pod_metadata(namespace, name, {"labels": dict(labels)})
+
+    @api_call(("", "pods/status", "get"))
+    async def get_pod_status(self, namespace: str, name: str) -> Body:
+        return dict(
+            await self._call(
+                f"get pod {namespace}/{name} status",
+                lambda: self.lightkube.get(_Pod.Status, name, namespace=namespace),
+                idempotent=True,
+            )
+        )
+
+    @api_call(("", "pods/status", "patch"))
+    async def patch_pod_status(
+        self, namespace: str, name: str, patch: Body | list[Body], *, content_type: str
+    ) -> None:
+        """A JSON patch (a list of operations, guarded by `test` ones) or a strategic
+        merge patch of the pod's status. Not retried: a JSON patch that adds to a list
+        would add twice after a lost answer."""
+        if content_type not in (JSON_PATCH, STRATEGIC_MERGE_PATCH):
+            raise ValueError(f"pod status patches are JSON or strategic, not {content_type}")
+        await self._call(
+            f"patch pod {namespace}/{name} status",
+            lambda: self.lightkube.patch(
+                _Pod.Status,
+                name,
+                patch,
+                namespace=namespace,
+                patch_type=_PATCH_TYPES[content_type],
+            ),
+        )
+
+    @api_call(("", "pods/binding", "create"))
+    async def create_binding(self, namespace: str, name: str, uid: str, node: str) -> None:
+        """Bind the pod to `node`, as kube-scheduler does (the uid guards against a new pod
+        of the same name)."""
+        metadata = {"name": name, "namespace": namespace, **({"uid": uid} if uid else {})}
+        binding = _PodBinding(  # type: ignore[call-overload]
+            {
+                "apiVersion": "v1",
+                "kind": "Binding",
+                "metadata": metadata,
+                "target": {"apiVersion": "v1", "kind": "Node", "name": node},
+            }
+        )
+        await self._call(
+            f"bind pod {namespace}/{name} to {node}",
+            lambda: self.lightkube.create(binding, name, namespace=namespace),
+        )
+
+    # -- events ------------------------------------------------------------------------
+
+    @api_call(("", "events", "create"))
+    async def post_event(
+        self, about: Mapping[str, str], *, warning: bool, reason: str, message: str
+    ) -> bool:
+        """A core/v1 Event about `about` (namespace, name, uid; kind and apiVersion default
+        to a Pod's), named as client-go names them (`<name>.<hex time>`).
+
+        Best-effort: False (and a log line) when the API refuses it. An Event only tells
+        a person what happened; annotations and conditions already hold the outcome.
+        """
+        now = datetime.datetime.now(datetime.UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+        name, namespace = about.get("name", ""), about.get("namespace") or "default"
+        if len(message) > EVENT_MESSAGE_CHARS:
+            message = message[: EVENT_MESSAGE_CHARS - 3] + "..."
+        source = {"component": self.component, **({"host": self.host} if self.host else {})}
+        event = _Event(
+            {
+                "metadata": {"name": f"{name}.{time.time_ns():x}", "namespace": namespace},
+                "involvedObject": {
+                    "apiVersion": about.get("apiVersion", "v1"),
+                    "kind": about.get("kind", "Pod"),
+                    "namespace": about.get("namespace", ""),
+                    "name": name,
+                    "uid": about.get("uid", ""),
+                },
+                "type": "Warning" if warning else "Normal",
+                "reason": reason,
+                "message": message,
+                "source": source,
+                "reportingComponent": self.component,
+                "reportingInstance": self.host,
+                "firstTimestamp": now,
+                "lastTimestamp": now,
+                "count": 1,
+            }
+        )
+        try:
+            await self._call(f"post Event {reason}", lambda: self.lightkube.create(event))
+        except KubeError as exc:
+            logger.warning("Event %s about %s/%s not posted: %s", reason, namespace, name, exc)
+            return False
+        return True
+
+    # -- leases (leadership) -----------------------------------------------------------
+
+    @api_call(("coordination.k8s.io", "leases", "get"))
+    async def get_lease(self, namespace: str, name: str) -> Body:
+        """The Lease object; `KubeNotFoundError` when it does not exist yet. Not retried:
+        the leadership loop asks again on its own clock."""
+        return dict(
+            await self._call(
+                f"get lease {namespace}/{name}",
+                lambda: self.lightkube.get(_Lease, name, namespace=namespace),
+            )
+        )
+
+    @api_call(("coordination.k8s.io", "leases", "create"))
+    async def create_lease(self, namespace: str, name: str, spec: Mapping[str, object]) -> Body:
+        """Create the Lease held as `spec` says; `KubeConflictError` if another replica
+        created it first."""
+        lease = _Lease({"metadata": {"name": name, "namespace": namespace}, "spec": dict(spec)})
+        return dict(
+            await self._call(
+                f"create lease {namespace}/{name}",
+                lambda: self.lightkube.create(lease),
+            )
+        )
+
+    @api_call(("coordination.k8s.io", "leases", "patch"))
+    async def patch_lease(
+        self,
+        namespace: str,
+        name: str,
+        spec: Mapping[str, object],
+        *,
+        resource_version: str | None,
+    ) -> Body:
+        """Merge `spec` into the Lease's. With `resource_version`, the API server applies it
+        only to that version of the object (409 otherwise): the compare-and-swap that
+        makes two replicas unable to acquire one Lease at once."""
+        metadata = {"resourceVersion": resource_version} if resource_version else {}
+        body = {"metadata": metadata, "spec": dict(spec)}
+        return dict(
+            await self._call(
+                f"patch lease {namespace}/{name}",
+                lambda: self.lightkube.patch(
+                    _Lease, name, body, namespace=namespace, patch_type=PatchType.MERGE
+                ),
+            )
+        )
+
+    # -- numatopologies ----------------------------------------------------------------
+
+    @api_call(("numatopo.io", "numatopologies", "get"))
+    async def get_numatopology(self, name: str) -> Body | None:
+        """`Numatopology/<name>`, or None when there is none."""
+        try:
+            found = await self._call(
+                f"get {KIND}/{name}",
+                lambda: self.lightkube.get(_Numatopology, name),
+                idempotent=True,
+            )
+        except KubeError as exc:
+            if exc.not_found:
+                return None
+            raise
+        return dict(found)
+
+    @api_call(
+        # server-side apply: patch, and create when the object does not exist yet
+        ("numatopo.io", "numatopologies", "patch"),
+        ("numatopo.io", "numatopologies", "create"),
+    )
+    async def apply_numatopology(self, body: Body, *, field_manager: str) -> Body:
+        """Server-side apply of a whole Numatopology (the fields `field_manager` owns)."""
+        name = str(body["metadata"]["name"])
+        wanted = {"apiVersion": API_VERSION, "kind": KIND, **body}
+        try:
+            applied = await self._call(
+                f"apply {KIND}/{name}",
+                lambda: self.lightkube.patch(
+                    _Numatopology,
+                    name,
+                    wanted,
+                    patch_type=PatchType.APPLY,
+                    field_manager=field_manager,
+                    force=True,
+                ),
+                idempotent=True,
+            )
+        except KubeError as exc:
+            # A real API server creates on apply; simpler servers (and emulators) answer
+            # 404 for a PATCH of an absent object, so create it the classic way.
+            if not exc.not_found:
+                raise
+            applied = await self._call(
+                f"create {KIND}/{name}",
+                lambda: self.lightkube.create(_Numatopology(wanted), field_manager=field_manager),
+            )
+        return dict(applied)
+
+    @api_call(("numatopo.io", "numatopologies/status", "patch"))
+    async def apply_numatopology_status(
+        self, name: str, status: Body, *, field_manager: str
+    ) -> Body:
+        """Server-side apply `status` (only the fields `field_manager` owns) to the status
+        subresource of `Numatopology/<name>`; returns the stored object.
+
+        The exporter and the agent write conditions of the same object. `conditions` is a
+        map list keyed by `type` in the CRD, so the API server merges each applied entry
+        by its type and keeps the entries other managers own: no GET, no resourceVersion
+        check, no read-modify-write race. `force`: each condition type has one writer,
+        so a conflict can only be an older version of the same process (or a hand edit).
+        A status subresource cannot create the object: an absent one is a 404.
+        """
+        body = {"apiVersion": API_VERSION, "kind": KIND, "metadata": {"name": name}}
+        body["status"] = status
+        return dict(
+            await self._call(
+                f"apply {KIND}/{name} status",
+                lambda: self.lightkube.patch(
+                    _Numatopology.Status,
+                    name,
+                    body,
+                    patch_type=PatchType.APPLY,
+                    field_manager=field_manager,
+                    force=True,
+                ),
+                idempotent=True,
+            )
+        )
+
+    @api_call(("numatopo.io", "numatopologies/status", "patch"))
+    async def patch_numatopology_status(self, name: str, status: Mapping[str, object]) -> None:
+        """Merge `status` into `Numatopology/<name>.status` (others' fields stay)."""
+        await self._call(
+            f"patch {KIND}/{name} status",
+            lambda: self.lightkube.patch(
+                _Numatopology.Status, name, {"status": dict(status)}, patch_type=PatchType.MERGE
+            ),
+            idempotent=True,
+        )
+
+    @api_call(("numatopo.io", "numatopologies", "watch"))
+    def watch_numatopologies(self, *, name: str | None = None) -> AsyncIterator[WatchEvent]:
+        """Numatopology events (only `name`'s where the server honours field selectors)."""
+        return self._watch(
+            f"watch {KIND}", _Numatopology, fields={"metadata.name": name} if name else None
+        )
