@@ -15,8 +15,8 @@ from __future__ import annotations
 
 import itertools
 from array import array
-from collections.abc import Iterable
-from typing import NamedTuple
+from collections.abc import Callable, Iterable
+from typing import NamedTuple, Protocol, TypeVar
 
 from numatopo_engine.annotations import Assignment
 from numatopo_engine.cpuset import CPUSet
@@ -24,7 +24,16 @@ from numatopo_engine.errors import OverlapError
 from numatopo_engine.model import NumatopologySpec
 from numatopo_engine.quantity import QuantityError, parse_bytes
 
-__all__ = ["FreeSignature", "NodeState", "RowLayout", "row_layout", "shared_floor"]
+__all__ = [
+    "Claim",
+    "FreeSignature",
+    "NodeState",
+    "RowLayout",
+    "book_in_claim_order",
+    "claim_order",
+    "row_layout",
+    "shared_floor",
+]
 
 
 class FreeSignature(NamedTuple):
@@ -385,3 +394,55 @@ def _is_page_size(size: str) -> bool:
         return len(size) <= 16 and parse_bytes(size) > 0
     except QuantityError:
         return False
+
+
+class Claim(Protocol):
+    """A pod's assignment, as read from the pod, that may overlap another pod's."""
+
+    @property
+    def key(self) -> str: ...  # `namespace/name`, as `NodeState` keys pods
+    @property
+    def uid(self) -> str: ...  # '' when unknown
+    @property
+    def assignment(self) -> Assignment: ...
+
+
+C = TypeVar("C", bound=Claim)
+
+
+def claim_order(claim: Claim) -> tuple[int, str, str]:
+    """Which of several pods claiming the same CPU or GPU keeps it: the earlier decision
+    (`Assignment.seq`; 0, the earliest, for one decided before sequences existed), then
+    the lower pod uid, then the key (for claims read without a uid).
+
+    Creation time is deliberately not the order: a pod created earlier but assigned
+    later would otherwise take CPUs away from a pod that already runs on them. The
+    operator's ledger and the node agent both decide by this, so the pod the operator
+    books is the pod the agent enforces.
+    """
+    return claim.assignment.seq, claim.uid, claim.key
+
+
+def book_in_claim_order(
+    state: NodeState,
+    claims: Iterable[C],
+    *,
+    booked: Callable[[C], Assignment] = lambda claim: claim.assignment,
+) -> tuple[list[C], list[tuple[C, str]]]:
+    """Apply `claims` to `state`, earliest first (`claim_order`); `booked(claim)` is what
+    is applied (the claim's assignment, or the part the caller enforces).
+
+    Returns (the claims booked, then the claims that overlap one booked before them,
+    each with the `OverlapError` text naming the holder), both in claim order. An
+    overlapping claim books nothing.
+    """
+    kept: list[C] = []
+    overlapping: list[tuple[C, str]] = []
+    for claim in sorted(claims, key=claim_order):
+        try:
+            state.apply(claim.key, booked(claim))
+        except OverlapError as exc:
+            overlapping.append((claim, str(exc)))
+        else:
+            kept.append(claim)
+    return kept, overlapping
