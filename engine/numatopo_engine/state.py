@@ -170,9 +170,6 @@ class NodeState:
         pages = self.topology.numa_node(numa).hugepages.get(size, 0)
         return pages * parse_bytes(size) - self._hugepages.get((numa, size), 0)
 
-    def owner_of_cpu(self, cpu: int) -> str | None:
-        return self._cpu_owner.get(cpu)
-
     @property
     def version(self) -> int:
         """Bumped by every booking and release: equal versions of one state, equal answers."""
@@ -181,11 +178,6 @@ class NodeState:
     def free_cpu_count(self) -> int:
         """`len(free_cpus())` in O(1)."""
         return self._allocatable_count - len(self._cpu_owner)
-
-    def exclusive_cpu_room(self) -> int:
-        """How many more CPUs exclusive requests may take: `free_cpu_count()` less the
-        `shared_floor`, in O(1). Every engine path refuses an exclusive request above it."""
-        return max(0, self.free_cpu_count() - self.shared_floor)
 
     def free_gpu_count(self) -> int:
         """`len(free_gpus())` in O(1)."""

@@ -137,11 +137,6 @@ def is_waiting(pod: RawPod) -> bool:
     )
 
 
-def needs_decision(pod: RawPod) -> bool:
-    """A waiting pod that was never decided (no `numatopo.io/state` yet)."""
-    return is_waiting(pod) and keys.STATE not in _annotations(pod)
-
-
 def booking_from_pod(pod: RawPod) -> Booking | None:
     """The pod's booking, or None if it holds nothing (no assignment, or it has finished).
 
