@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import itertools
 from array import array
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Container, Iterable, Mapping
 from typing import NamedTuple, Protocol, TypeVar
 
 from numatopo_engine.annotations import Assignment
@@ -311,24 +311,13 @@ class NodeState:
                     elif cpu in cpus_seen:
                         problems.append(f"container {cname}: CPU {cpu} is given twice")
                     cpus_seen.add(cpu)
-            for gpu in container.gpu_indices:
-                owner = self._gpu_owner.get(gpu)
-                if gpu not in self._gpu_ids:
-                    problems.append(f"container {cname}: GPU {gpu} does not exist")
-                elif owner is not None:
-                    problems.append(f"container {cname}: GPU {gpu} is held by {owner}")
-                elif gpu in gpus_seen:
-                    problems.append(f"container {cname}: GPU {gpu} is given twice")
-                gpus_seen.add(gpu)
-            for nic in container.nics:
-                owner = self._nic_owner.get(nic)
-                if nic not in self._nic_ids:
-                    problems.append(f"container {cname}: NIC {nic} does not exist")
-                elif owner is not None:
-                    problems.append(f"container {cname}: NIC {nic} is held by {owner}")
-                elif nic in nics_seen:
-                    problems.append(f"container {cname}: NIC {nic} is given twice")
-                nics_seen.add(nic)
+            where = f"container {cname}: "
+            problems += _device_problems(
+                where + "GPU", container.gpu_indices, self._gpu_ids, self._gpu_owner, gpus_seen
+            )
+            problems += _device_problems(
+                where + "NIC", container.nics, self._nic_ids, self._nic_owner, nics_seen
+            )
             for numa_text, amount in container.memory.items():
                 if amount < 0:
                     # A negative booking would hand memory back to everyone else.
@@ -386,6 +375,31 @@ def _is_page_size(size: str) -> bool:
         return len(size) <= 16 and parse_bytes(size) > 0
     except QuantityError:
         return False
+
+
+K = TypeVar("K", int, str)  # a GPU index or a NIC name
+
+
+def _device_problems(
+    what: str,
+    asked: Iterable[K],
+    known: Container[K],
+    owners: Mapping[K, str],
+    seen: set[K],
+) -> list[str]:
+    """Why devices of one kind cannot go to a container: absent, held, or given twice
+    (`seen`, the ones this assignment gave already, grows by `asked`)."""
+    problems: list[str] = []
+    for device in asked:
+        owner = owners.get(device)
+        if device not in known:
+            problems.append(f"{what} {device} does not exist")
+        elif owner is not None:
+            problems.append(f"{what} {device} is held by {owner}")
+        elif device in seen:
+            problems.append(f"{what} {device} is given twice")
+        seen.add(device)
+    return problems
 
 
 class Claim(Protocol):
