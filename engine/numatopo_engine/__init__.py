@@ -15,7 +15,7 @@ from numatopo_engine.errors import (
     UnsatisfiableError,
 )
 from numatopo_engine.model import Numatopology, NumatopologySpec
-from numatopo_engine.pod_request import effective_pod_totals, request_from_pod, wants_topology
+from numatopo_engine.pod_request import request_from_pod, wants_topology
 from numatopo_engine.request import ContainerRequest, PodRequest, TopologyOptions
 from numatopo_engine.resources import DEFAULT_RESOURCES, ResourceNames
 from numatopo_engine.state import NodeState
@@ -41,7 +41,6 @@ __all__ = [
     "TopologyOptions",
     "UnsatisfiableError",
     "allocate",
-    "effective_pod_totals",
     "evaluate",
     "node_score",
     "request_from_pod",

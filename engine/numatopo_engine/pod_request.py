@@ -15,7 +15,7 @@ needs, per resource, the larger of
     (`restartPolicy: Always`, which keep running beside the app containers), and
   - for each regular init container: its request plus the restartable init
     containers started before it.
-`effective_pod_totals` computes that; scope `pod` allocates it once for the whole pod.
+The engine sizes pods by it (`allocation`); this module only reads the containers.
 
 Everything the manifest gets wrong raises `InvalidRequestError` with a `field` such
 as `containers[train].resources.limits.nvidia.com/gpu`; nothing else escapes.
@@ -38,7 +38,6 @@ __all__ = [
     "DEFAULT_RESOURCES",
     "MAX_DEVICES",
     "ResourceNames",
-    "effective_pod_totals",
     "request_from_pod",
     "wants_topology",
 ]
@@ -97,59 +96,6 @@ def request_from_pod(
         options=options,
         uid=uid if isinstance(uid, str) else "",
         node_name=node_name if isinstance(node_name, str) and node_name else None,
-    )
-
-
-def effective_pod_totals(request: PodRequest) -> ContainerRequest:
-    """The whole pod as one container named "pod", sized by the kubelet's rule above."""
-    running = _sum([*request.containers, *(c for c in request.init_containers if c.restartable)])
-    peak = running
-    sidecars_so_far = _sum([])
-    for container in request.init_containers:
-        if container.restartable:
-            sidecars_so_far = _sum([sidecars_so_far, container])
-        else:
-            peak = _max(peak, _sum([sidecars_so_far, container]))
-    every = [*request.init_containers, *request.containers]
-    return ContainerRequest(
-        name="pod",
-        cpu_milli=peak.cpu_milli,
-        memory_bytes=peak.memory_bytes,
-        hugepages=peak.hugepages,
-        gpus=peak.gpus,
-        gpu_resource=next((c.gpu_resource for c in every if c.gpu_resource), None),
-        nics=peak.nics,
-        nic_resource=next((c.nic_resource for c in every if c.nic_resource), None),
-    )
-
-
-# -- totals -------------------------------------------------------------------------
-
-
-def _sum(containers: Sequence[ContainerRequest]) -> ContainerRequest:
-    hugepages: dict[str, int] = {}
-    for container in containers:
-        for size, amount in container.hugepages.items():
-            hugepages[size] = hugepages.get(size, 0) + amount
-    return ContainerRequest(
-        name="sum",
-        cpu_milli=sum(c.cpu_milli for c in containers),
-        memory_bytes=sum(c.memory_bytes for c in containers),
-        hugepages=hugepages,
-        gpus=sum(c.gpus for c in containers),
-        nics=sum(c.nics for c in containers),
-    )
-
-
-def _max(a: ContainerRequest, b: ContainerRequest) -> ContainerRequest:
-    sizes = sorted({*a.hugepages, *b.hugepages})
-    return ContainerRequest(
-        name="max",
-        cpu_milli=max(a.cpu_milli, b.cpu_milli),
-        memory_bytes=max(a.memory_bytes, b.memory_bytes),
-        hugepages={s: max(a.hugepages.get(s, 0), b.hugepages.get(s, 0)) for s in sizes},
-        gpus=max(a.gpus, b.gpus),
-        nics=max(a.nics, b.nics),
     )
 
 

@@ -15,8 +15,8 @@ from __future__ import annotations
 
 import itertools
 from array import array
-from collections.abc import Iterable
-from typing import NamedTuple
+from collections.abc import Callable, Container, Iterable, Mapping
+from typing import NamedTuple, Protocol, TypeVar
 
 from numatopo_engine.annotations import Assignment
 from numatopo_engine.cpuset import CPUSet
@@ -24,7 +24,16 @@ from numatopo_engine.errors import OverlapError
 from numatopo_engine.model import NumatopologySpec
 from numatopo_engine.quantity import QuantityError, parse_bytes
 
-__all__ = ["FreeSignature", "NodeState", "RowLayout", "row_layout", "shared_floor"]
+__all__ = [
+    "Claim",
+    "FreeSignature",
+    "NodeState",
+    "RowLayout",
+    "book_in_claim_order",
+    "claim_order",
+    "row_layout",
+    "shared_floor",
+]
 
 
 class FreeSignature(NamedTuple):
@@ -161,9 +170,6 @@ class NodeState:
         pages = self.topology.numa_node(numa).hugepages.get(size, 0)
         return pages * parse_bytes(size) - self._hugepages.get((numa, size), 0)
 
-    def owner_of_cpu(self, cpu: int) -> str | None:
-        return self._cpu_owner.get(cpu)
-
     @property
     def version(self) -> int:
         """Bumped by every booking and release: equal versions of one state, equal answers."""
@@ -172,11 +178,6 @@ class NodeState:
     def free_cpu_count(self) -> int:
         """`len(free_cpus())` in O(1)."""
         return self._allocatable_count - len(self._cpu_owner)
-
-    def exclusive_cpu_room(self) -> int:
-        """How many more CPUs exclusive requests may take: `free_cpu_count()` less the
-        `shared_floor`, in O(1). Every engine path refuses an exclusive request above it."""
-        return max(0, self.free_cpu_count() - self.shared_floor)
 
     def free_gpu_count(self) -> int:
         """`len(free_gpus())` in O(1)."""
@@ -310,24 +311,13 @@ class NodeState:
                     elif cpu in cpus_seen:
                         problems.append(f"container {cname}: CPU {cpu} is given twice")
                     cpus_seen.add(cpu)
-            for gpu in container.gpu_indices:
-                owner = self._gpu_owner.get(gpu)
-                if gpu not in self._gpu_ids:
-                    problems.append(f"container {cname}: GPU {gpu} does not exist")
-                elif owner is not None:
-                    problems.append(f"container {cname}: GPU {gpu} is held by {owner}")
-                elif gpu in gpus_seen:
-                    problems.append(f"container {cname}: GPU {gpu} is given twice")
-                gpus_seen.add(gpu)
-            for nic in container.nics:
-                owner = self._nic_owner.get(nic)
-                if nic not in self._nic_ids:
-                    problems.append(f"container {cname}: NIC {nic} does not exist")
-                elif owner is not None:
-                    problems.append(f"container {cname}: NIC {nic} is held by {owner}")
-                elif nic in nics_seen:
-                    problems.append(f"container {cname}: NIC {nic} is given twice")
-                nics_seen.add(nic)
+            where = f"container {cname}: "
+            problems += _device_problems(
+                where + "GPU", container.gpu_indices, self._gpu_ids, self._gpu_owner, gpus_seen
+            )
+            problems += _device_problems(
+                where + "NIC", container.nics, self._nic_ids, self._nic_owner, nics_seen
+            )
             for numa_text, amount in container.memory.items():
                 if amount < 0:
                     # A negative booking would hand memory back to everyone else.
@@ -385,3 +375,80 @@ def _is_page_size(size: str) -> bool:
         return len(size) <= 16 and parse_bytes(size) > 0
     except QuantityError:
         return False
+
+
+K = TypeVar("K", int, str)  # a GPU index or a NIC name
+
+
+def _device_problems(
+    what: str,
+    asked: Iterable[K],
+    known: Container[K],
+    owners: Mapping[K, str],
+    seen: set[K],
+) -> list[str]:
+    """Why devices of one kind cannot go to a container: absent, held, or given twice
+    (`seen`, the ones this assignment gave already, grows by `asked`)."""
+    problems: list[str] = []
+    for device in asked:
+        owner = owners.get(device)
+        if device not in known:
+            problems.append(f"{what} {device} does not exist")
+        elif owner is not None:
+            problems.append(f"{what} {device} is held by {owner}")
+        elif device in seen:
+            problems.append(f"{what} {device} is given twice")
+        seen.add(device)
+    return problems
+
+
+class Claim(Protocol):
+    """A pod's assignment, as read from the pod, that may overlap another pod's."""
+
+    @property
+    def key(self) -> str: ...  # `namespace/name`, as `NodeState` keys pods
+    @property
+    def uid(self) -> str: ...  # '' when unknown
+    @property
+    def assignment(self) -> Assignment: ...
+
+
+C = TypeVar("C", bound=Claim)
+
+
+def claim_order(claim: Claim) -> tuple[int, str, str]:
+    """Which of several pods claiming the same CPU or GPU keeps it: the earlier decision
+    (`Assignment.seq`; 0, the earliest, for one decided before sequences existed), then
+    the lower pod uid, then the key (for claims read without a uid).
+
+    Creation time is deliberately not the order: a pod created earlier but assigned
+    later would otherwise take CPUs away from a pod that already runs on them. The
+    operator's ledger and the node agent both decide by this, so the pod the operator
+    books is the pod the agent enforces.
+    """
+    return claim.assignment.seq, claim.uid, claim.key
+
+
+def book_in_claim_order(
+    state: NodeState,
+    claims: Iterable[C],
+    *,
+    booked: Callable[[C], Assignment] = lambda claim: claim.assignment,
+) -> tuple[list[C], list[tuple[C, str]]]:
+    """Apply `claims` to `state`, earliest first (`claim_order`); `booked(claim)` is what
+    is applied (the claim's assignment, or the part the caller enforces).
+
+    Returns (the claims booked, then the claims that overlap one booked before them,
+    each with the `OverlapError` text naming the holder), both in claim order. An
+    overlapping claim books nothing.
+    """
+    kept: list[C] = []
+    overlapping: list[tuple[C, str]] = []
+    for claim in sorted(claims, key=claim_order):
+        try:
+            state.apply(claim.key, booked(claim))
+        except OverlapError as exc:
+            overlapping.append((claim, str(exc)))
+        else:
+            kept.append(claim)
+    return kept, overlapping

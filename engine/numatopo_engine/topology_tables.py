@@ -40,7 +40,6 @@ class Tables:
     memory_numa_ids: tuple[int, ...]  # NUMA nodes that serve pod memory
     memory_capacity: dict[int, int]  # bytes, over memory_numa_ids
     cpu_capacity: dict[int, int]  # allocatable CPUs per NUMA node that has any
-    numa_memory: dict[int, int]
     numa_hugepages: dict[tuple[int, str], int]  # bytes
     gpu_numa: dict[int, int | None]  # None: not NUMA-local (or on an unknown node)
     gpu_resource: dict[int, str]
@@ -165,7 +164,6 @@ def _build(spec: NumatopologySpec) -> Tables:
         memory_numa_ids=memory_numa_ids,
         memory_capacity={n.id: n.memory_bytes for n in spec.numa_nodes if n.id in memory_numa_ids},
         cpu_capacity={n: len(c) for n, c in numa_allocatable.items() if c},
-        numa_memory={n.id: n.memory_bytes for n in spec.numa_nodes},
         numa_hugepages=numa_hugepages,
         gpu_numa={g.index: g.numa if g.numa in known else None for g in spec.gpus},
         gpu_resource={g.index: g.resource for g in spec.gpus},

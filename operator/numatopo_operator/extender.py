@@ -137,16 +137,11 @@ def candidates(runtime: Runtime, nodes: Iterable[str]) -> Candidates:
     return Candidates(list(runtime.ledger.frozen_candidates(nodes)), runtime.stale_nodes())
 
 
-def judge(runtime: Runtime, request: PodRequest, nodes: Iterable[str]) -> Verdicts:
-    """The pod on each of `nodes`, here and now (no I/O); see `judge_candidates`."""
-    return judge_candidates(request, candidates(runtime, nodes))
-
-
 async def judge_off_loop(runtime: Runtime, request: PodRequest, nodes: Iterable[str]) -> Verdicts:
-    """`judge` with the engine's part in the engine thread: a cold cycle over 5,000 nodes
-    builds per-shape tables for hundreds of milliseconds, which on the loop would hold
-    up every watch. A verdict is advice (bind decides again on the live ledger), so the
-    bookings it was judged on may change meanwhile."""
+    """The pod on each of `nodes` (`judge_candidates`), in the engine thread: a cold
+    cycle over 5,000 nodes builds per-shape tables for hundreds of milliseconds, which
+    on the loop would hold up every watch. A verdict is advice (bind decides again on
+    the live ledger), so the bookings it was judged on may change meanwhile."""
     taken = candidates(runtime, nodes)
     return await runtime.in_engine_thread(judge_candidates, request, taken)
 
@@ -384,8 +379,3 @@ def build_app(runtime: Runtime) -> web.Application:
     app.router.add_post("/prioritize", _prioritize)
     app.router.add_post("/bind", _bind)
     return app
-
-
-def candidate_nodes(args: Mapping[str, Any]) -> Sequence[str]:
-    """The node names of ExtenderArgs, whichever way they came (for logs and tests)."""
-    return _node_names(args)[0]

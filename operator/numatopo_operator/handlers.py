@@ -7,6 +7,11 @@ events that can change an answer, not by timers: a pod waiting for a Numatopolog
 retried when that Numatopology appears, and an Unsatisfiable pod when a pod on its
 node releases CPUs or GPUs. What no event re-drives (a write that failed, a pod still
 waiting) is kept in the retry queue (`assigning.settle`).
+
+The ledger is fed here and nowhere else on the watch side: `_observe_pod` and
+`_observe_topology` on every event (deleted objects included), `_take_listed_topologies`
+once, on the first handler call, with every Numatopology kopf listed into its index
+before it called any handler (see `indexes`).
 """
 
 from __future__ import annotations
@@ -16,8 +21,9 @@ from typing import Any
 
 import kopf
 
+from numatopo_engine import annotations as keys
 from numatopo_operator import assigning, indexes, translate
-from numatopo_operator.errors import kept_serving
+from numatopo_operator.errors import BookingError, kept_serving
 from numatopo_operator.runtime import Runtime
 
 __all__ = ["build_registry"]
@@ -44,6 +50,62 @@ async def login(*, memo: Runtime, logger: Logger, **kwargs: Any) -> kopf.Connect
     return info
 
 
+Readings = kopf.Index[str, indexes.TopologyReading]
+
+
+def _observe_topology(memo: Runtime, node: str, reading: indexes.TopologyReading | None) -> None:
+    """Give the ledger the node's Numatopology as read now; None: deleted or invalid."""
+    if reading is None:
+        memo.ledger.drop_topology(node)
+        memo.stale.pop(node, None)
+        memo.heartbeats.pop(node, None)
+        return
+    if reading.stale is None:
+        memo.stale.pop(node, None)
+    else:
+        memo.stale[node] = reading.stale
+    if reading.heartbeat is None:
+        memo.heartbeats.pop(node, None)
+    else:
+        memo.heartbeats[node] = reading.heartbeat
+    memo.ledger.set_topology(node, reading.spec)
+
+
+def _reading(readings: Readings, node: str) -> indexes.TopologyReading | None:
+    return next(iter(readings.get(node, ())), None)
+
+
+def _take_listed_topologies(memo: Runtime, readings: Readings) -> None:
+    """On the first handler call, every listed Numatopology at once, then `indexed`.
+
+    kopf calls handlers only once every indexed object is in its index, but then calls
+    them for many objects at a time: fed one event at a time, the ledger would know
+    only some nodes when the first pod is judged or the extender first answers.
+    """
+    if memo.indexed.is_set():
+        return
+    for node in readings:
+        _observe_topology(memo, node, _reading(readings, node))
+    memo.indexed.set()
+
+
+def _observe_pod(memo: Runtime, key: str, body: kopf.Body) -> None:
+    """Give the ledger what a live pod's annotation books now (perhaps nothing)."""
+    if memo.written.get(key) == body.metadata.annotations.get(keys.STATE):
+        memo.written.pop(key, None)
+    try:
+        booking = translate.booking_from_pod(body)
+    except BookingError as exc:
+        memo.unreadable[key] = str(exc)
+        memo.ledger.observe_absent(key)
+        return
+    memo.unreadable.pop(key, None)
+    if booking is None:
+        memo.ledger.observe_absent(key)
+    else:
+        memo.ledger.observe(booking)
+
+
 async def _redrive(memo: Runtime, node: str, waiting: kopf.Index[str, Any], logger: Logger) -> None:
     """Retry the pods waiting on `node`, oldest first."""
     if node not in waiting:
@@ -55,7 +117,7 @@ async def _redrive(memo: Runtime, node: str, waiting: kopf.Index[str, Any], logg
 
 async def _report_others(memo: Runtime, body: kopf.Body, logger: Logger) -> None:
     """Mark Invalid, once each, the other bookings on this pod's node that now overlap
-    older ones (their own events may never come again)."""
+    earlier claims (their own events may never come again)."""
     key = translate.pod_key(body)
     node = memo.ledger.node_of(key) or translate.pod_node(body)
     if node is None:
@@ -78,12 +140,13 @@ async def pod_changed(
     *, type: str, body: kopf.Body, memo: Runtime, logger: Logger, **kwargs: Any
 ) -> None:
     waiting_pods: kopf.Index[str, Any] = kwargs["waiting_pods"]
-    memo.indexed.set()
+    _take_listed_topologies(memo, kwargs["numatopologies"])
     key = translate.pod_key(body)
     with kept_serving(logger, f"pod {key}", memo.metrics):
         if type == "DELETED" or translate.is_finished(body):
             memo.reported.difference_update({r for r in memo.reported if r.startswith(key + " ")})
             memo.written.pop(key, None)
+            memo.unreadable.pop(key, None)
             memo.deferred.pop(key, None)
             memo.retries.discard(key)
             memo.metrics.retry_queue.set(len(memo.retries))
@@ -92,6 +155,7 @@ async def pod_changed(
             if node is not None and memo.deciding:
                 await _redrive(memo, node, waiting_pods, logger)
             return
+        _observe_pod(memo, key, body)
         memo.retries.refresh(key, dict(body))
         if not memo.deciding:
             if memo.active.is_set():
@@ -105,13 +169,14 @@ async def numatopology_changed(
     *, type: str, body: kopf.Body, memo: Runtime, logger: Logger, **kwargs: Any
 ) -> None:
     waiting_pods: kopf.Index[str, Any] = kwargs["waiting_pods"]
-    memo.indexed.set()
+    readings: Readings = kwargs["numatopologies"]
+    _take_listed_topologies(memo, readings)
     node = body.metadata.name
     with kept_serving(logger, f"Numatopology/{node}", memo.metrics):
-        if type == "DELETED":
-            memo.ledger.drop_topology(node)
-            memo.stale.pop(node, None)
-            memo.heartbeats.pop(node, None)
+        # kopf has already dropped a deleted object from its index: no reading then.
+        reading = _reading(readings, node)
+        _observe_topology(memo, node, reading)
+        if reading is None:
             memo.redriven.pop(node, None)
             return
         topology = memo.ledger.topology(node)

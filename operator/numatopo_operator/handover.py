@@ -91,7 +91,7 @@ async def _resync(runtime: Runtime) -> list[dict[str, Any]]:
             raise
         untrusted = ledger.end_resync(listed_bookings(runtime, pods))
         if untrusted:
-            logger.warning("bookings that overlap older ones after the resync: %s", untrusted)
+            logger.warning("bookings that overlap earlier claims after the resync: %s", untrusted)
         return pods
 
 

@@ -1,30 +1,38 @@
-"""kopf indexes: Numatopology specs by node, booked pods by node, waiting pods by node.
+"""kopf indexes: Numatopology readings by node, waiting pods by node (pure).
 
-kopf lists every pod and every Numatopology into its indexes before it calls any
-other handler. That is what makes a restart safe: these index functions are also the
-ledger's feed, so the ledger holds every existing assignment before the first decision.
-They run for every event except deletions (kopf drops deleted objects from indexes on
-its own; `handlers` then frees their bookings). They return `{}`, never None, for an
-object that no longer belongs in the index: kopf keeps an object's old entries when a
-function returns None.
+Both are read by `handlers`. They are also kopf's start-up gate: kopf lists every
+object of an indexed resource into its indexes before it calls any handler, so the
+first handler finds every Numatopology already parsed here and gives them all to the
+ledger at once (`handlers._seed_topologies`): no decision or extender answer ever sees
+a half-listed cluster. Pods need no such gate for their bookings, since every replica
+rebuilds the ledger from a list of its own before it decides (`handover`).
+
+Index functions only parse; they never touch the ledger (the handlers feed it, where
+its inputs can be read in one place). They return `{}`, never None, for an object that
+no longer belongs in the index: kopf keeps an object's old entries when a function
+returns None.
 """
 
 from __future__ import annotations
 
 import datetime
 import logging
+from dataclasses import dataclass
 from typing import Any
 
 import kopf
 import pydantic
 
-from numatopo_engine import annotations as keys
 from numatopo_engine.model import NumatopologySpec
 from numatopo_operator import translate
-from numatopo_operator.errors import BookingError
-from numatopo_operator.runtime import Runtime
 
-__all__ = ["booked_pods", "heartbeat_of", "numatopologies", "stale_reason", "waiting_pods"]
+__all__ = [
+    "TopologyReading",
+    "heartbeat_of",
+    "numatopologies",
+    "stale_reason",
+    "waiting_pods",
+]
 
 
 def heartbeat_of(body: kopf.Body) -> float | None:
@@ -57,51 +65,28 @@ def stale_reason(body: kopf.Body) -> str | None:
     return None
 
 
+@dataclass(frozen=True, slots=True)
+class TopologyReading:
+    """What the operator takes from one Numatopology: its spec, and whether it is current."""
+
+    spec: NumatopologySpec
+    stale: str | None
+    """`stale_reason` of the object; None while its exporter calls it current."""
+    heartbeat: float | None
+    """`heartbeat_of` the object."""
+
+
 def numatopologies(
-    *, body: kopf.Body, memo: Runtime, logger: logging.Logger | logging.LoggerAdapter[Any], **_: Any
-) -> dict[str, NumatopologySpec]:
-    """node name -> its validated spec; an invalid spec is logged and the node left out."""
+    *, body: kopf.Body, logger: logging.Logger | logging.LoggerAdapter[Any], **_: Any
+) -> dict[str, TopologyReading]:
+    """node name -> its reading; an invalid spec is logged and the node left out."""
     node = body.metadata.name
     try:
         spec = NumatopologySpec.model_validate(body.get("spec") or {})
     except pydantic.ValidationError as exc:
         logger.error("Numatopology/%s has an invalid spec, ignoring the node: %s", node, exc)
-        memo.ledger.drop_topology(node)
         return {}
-    reason = stale_reason(body)
-    if reason is None:
-        memo.stale.pop(node, None)
-    else:
-        memo.stale[node] = reason
-    beat = heartbeat_of(body)
-    if beat is None:
-        memo.heartbeats.pop(node, None)
-    else:
-        memo.heartbeats[node] = beat
-    memo.ledger.set_topology(node, spec)
-    return {node: spec}
-
-
-def booked_pods(*, body: kopf.Body, memo: Runtime, **_: Any) -> dict[str, str]:
-    """node name -> keys of pods whose assignment is booked there."""
-    key = translate.pod_key(body)
-    if memo.written.get(key) == body.metadata.annotations.get(keys.STATE):
-        memo.written.pop(key, None)
-    try:
-        booking = translate.booking_from_pod(body)
-    except BookingError as exc:
-        memo.unreadable[key] = str(exc)
-        memo.ledger.observe_absent(key)
-        return {}
-    memo.unreadable.pop(key, None)
-    if booking is None:
-        if translate.is_finished(body):
-            memo.ledger.forget(key, uid=translate.pod_uid(body))
-        else:
-            memo.ledger.observe_absent(key)
-        return {}
-    memo.ledger.observe(booking)
-    return {booking.node: key}
+    return {node: TopologyReading(spec, stale_reason(body), heartbeat_of(body))}
 
 
 def waiting_pods(*, body: kopf.Body, **_: Any) -> dict[str, dict[str, Any]]:
@@ -114,5 +99,4 @@ def waiting_pods(*, body: kopf.Body, **_: Any) -> dict[str, dict[str, Any]]:
 
 def register(registry: kopf.OperatorRegistry) -> None:
     kopf.index("numatopo.io", "v1alpha1", "numatopologies", registry=registry)(numatopologies)
-    kopf.index("pods", registry=registry)(booked_pods)
     kopf.index("pods", registry=registry)(waiting_pods)

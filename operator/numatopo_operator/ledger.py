@@ -6,11 +6,13 @@ Glossary:
              has not yet seen on the watch stream; it stays reserved until the pod's
              annotation is observed, the write fails, or the pod goes away, so two quick
              decisions on one node can never hand out the same CPU or GPU
-  untrusted  an observed booking that overlaps an older pod's (hand-written or
-             stale); it books nothing and is reported once
+  untrusted  an observed booking that overlaps one earlier in `claim_order` (the
+             engine's rule, the node agent's too); it books nothing and is reported once
 
-Nothing here survives a restart, by design: the operator lists every pod before its
-first decision (kopf indexes) and this ledger is rebuilt from them.
+Its inputs: `handlers` on every watch event (topologies, observed bookings and ends),
+`handover` with a fresh list of pods, and `assigning` (reservations). Nothing here
+survives a restart, by design: the operator lists every pod before its first decision
+(`handover`) and this ledger is rebuilt from them.
 
 A resync (`begin_resync` ... `end_resync`) replaces the observed bookings with those of
 a fresh list of pods, for a replica that takes over after standing by (see `handover`,
@@ -43,7 +45,7 @@ from dataclasses import dataclass
 from numatopo_engine.annotations import Assignment
 from numatopo_engine.errors import OverlapError
 from numatopo_engine.model import NumatopologySpec
-from numatopo_engine.state import NodeState
+from numatopo_engine.state import NodeState, book_in_claim_order
 from numatopo_operator.translate import Booking
 
 __all__ = ["Ledger"]
@@ -140,7 +142,7 @@ class Ledger:
         return self._node_of.get(key)
 
     def untrusted(self, node: str) -> Mapping[str, str]:
-        """Pods on `node` whose bookings overlap older ones: key -> why."""
+        """Pods on `node` whose bookings overlap earlier claims: key -> why."""
         return self._untrusted.get(node, {})
 
     def nodes(self) -> Iterator[str]:
@@ -189,8 +191,8 @@ class Ledger:
     def observe(self, booking: Booking) -> list[str]:
         """Book what a pod's annotation says; returns keys that became untrusted.
 
-        The older pod (creationTimestamp, then key) keeps an overlapping CPU or GPU; the
-        newer one is untrusted until the older one goes.
+        Of two pods claiming one CPU or GPU, the earlier in `claim_order` (decision
+        sequence, then uid) keeps it; the other is untrusted until the first one goes.
         """
         key, node = booking.key, booking.node
         previous_node = self._node_of.get(key)
@@ -326,17 +328,15 @@ class Ledger:
             self._rebuild(node)
 
     def _rebuild(self, node: str) -> list[str]:
-        """Book the node from scratch, oldest pod first, then in-flight decisions."""
+        """Book the node from scratch: observed pods in claim order, then in-flight decisions."""
         topology = self._topologies.get(node)
         if topology is None:
             return []
         before = set(self._untrusted.get(node, {}))
-        observed = sorted(self._observed.get(node, {}).values(), key=lambda b: (b.created, b.key))
-        pairs = [(b.key, b.assignment) for b in observed]
-        pairs += [(k, a) for k, a in self._inflight.get(node, {}).items()]
         state = NodeState(topology)
-        untrusted: dict[str, str] = {}
-        for key, assignment in pairs:
+        _, overlapping = book_in_claim_order(state, self._observed.get(node, {}).values())
+        untrusted = {booking.key: why for booking, why in overlapping}
+        for key, assignment in self._inflight.get(node, {}).items():
             try:
                 state.apply(key, assignment)
             except OverlapError as exc:

@@ -63,8 +63,7 @@ class Booking:
     key: str
     node: str
     assignment: Assignment
-    created: str = ""  # creationTimestamp (RFC 3339 sorts as text): older pods win overlaps
-    uid: str = ""  # tells a pod from a later one of the same name (ledger resyncs)
+    uid: str = ""  # tells a pod from a later one of the same name (ledger resyncs, overlaps)
 
 
 def _metadata(pod: RawPod) -> Mapping[str, Any]:
@@ -138,11 +137,6 @@ def is_waiting(pod: RawPod) -> bool:
     )
 
 
-def needs_decision(pod: RawPod) -> bool:
-    """A waiting pod that was never decided (no `numatopo.io/state` yet)."""
-    return is_waiting(pod) and keys.STATE not in _annotations(pod)
-
-
 def booking_from_pod(pod: RawPod) -> Booking | None:
     """The pod's booking, or None if it holds nothing (no assignment, or it has finished).
 
@@ -170,14 +164,7 @@ def booking_from_pod(pod: RawPod) -> Booking | None:
             f"{key}: {keys.ASSIGNMENT} is for node {assignment.node!r}, "
             f"but the pod runs on {node!r}"
         )
-    created = _metadata(pod).get("creationTimestamp")
-    return Booking(
-        key=key,
-        node=assignment.node,
-        assignment=assignment,
-        created=created if isinstance(created, str) else "",
-        uid=pod_uid(pod),
-    )
+    return Booking(key=key, node=assignment.node, assignment=assignment, uid=pod_uid(pod))
 
 
 def outcome_annotations(

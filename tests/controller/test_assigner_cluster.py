@@ -219,17 +219,22 @@ async def test_pod_waits_for_its_numatopology(env):
 
 
 async def test_overlapping_hand_written_assignment_is_not_trusted(env):
-    """Two pods claiming GPU 0: the older keeps it, the newer is reported and books nothing."""
+    """Two pods claiming GPU 0: the earlier decision keeps it, though its pod was created
+    later; the other is reported and books nothing."""
     cluster, start_operator, h100, pod, topology_object, wait = env.parts()
     await cluster.create_numatopology(topology_object(NODE, h100))
-    claim = json.dumps(
-        {"v": 1, "node": NODE, "numaNodes": [0], "containers": {"main": {"gpuIndices": [0]}}}
+
+    def claim(seq: int) -> str:
+        container = {"gpuIndices": [0]}
+        return json.dumps(
+            {"v": 1, "node": NODE, "seq": seq, "numaNodes": [0], "containers": {"main": container}}
+        )
+
+    await cluster.create_pod(
+        pod("newer", annotations={keys.ASSIGNMENT: claim(2)}, created="2024-05-01T09:00:00Z")
     )
     await cluster.create_pod(
-        pod("older", annotations={keys.ASSIGNMENT: claim}, created="2024-05-01T09:00:00Z")
-    )
-    await cluster.create_pod(
-        pod("newer", annotations={keys.ASSIGNMENT: claim}, created="2024-05-01T09:30:00Z")
+        pod("older", annotations={keys.ASSIGNMENT: claim(1)}, created="2024-05-01T09:30:00Z")
     )
     running = await start_operator()
 

@@ -13,7 +13,7 @@ from numatopo_engine.errors import UnsatisfiableError
 from numatopo_engine.model import Numatopology
 from numatopo_engine.request import ContainerRequest, PodRequest, TopologyOptions
 from numatopo_engine.state import NodeState
-from numatopo_operator.extender import extender_score, judge
+from numatopo_operator.extender import extender_score, judge_off_loop
 from numatopo_operator.runtime import Runtime
 from numatopo_operator.settings import OperatorSettings
 
@@ -25,7 +25,7 @@ def pod(name: str, cpus: int, gpus: int, policy: PolicyName) -> PodRequest:
     return PodRequest("ml", name, (container,), options=TopologyOptions(policy=policy))
 
 
-def test_nodes_short_of_the_same_thing_get_the_same_reason() -> None:
+async def test_nodes_short_of_the_same_thing_get_the_same_reason() -> None:
     """Two nodes with different free amounts refuse a 5-GPU single-NUMA pod in one text
     (kube-scheduler then counts them), while the engine's own reasons differ per node."""
     spec = Numatopology.model_validate_json(NODE_JSON.read_text()).spec
@@ -39,7 +39,7 @@ def test_nodes_short_of_the_same_thing_get_the_same_reason() -> None:
     runtime.ledger.reserve("b", filler.key, booked)
     big = pod("big", 4, 5, PolicyName.SINGLE_NUMA_NODE)
 
-    verdicts = judge(runtime, big, ["a", "b"])
+    verdicts = await judge_off_loop(runtime, big, ["a", "b"])
 
     detailed = []
     for node in ("a", "b"):
@@ -80,7 +80,7 @@ def test_summary(reason: str, expected: str) -> None:
     assert expected == refusals.summary(reason)
 
 
-def test_judging_nodes_in_bulk_answers_what_evaluate_answers_per_node() -> None:
+async def test_judging_nodes_in_bulk_answers_what_evaluate_answers_per_node() -> None:
     """Nodes of three shapes, each with its own spec object, interleaved: every score and
     every refusal summary is the one `evaluate` gives that node alone, in node order."""
     fixtures = NODE_JSON.parent
@@ -107,7 +107,7 @@ def test_judging_nodes_in_bulk_answers_what_evaluate_answers_per_node() -> None:
         else:
             expected[0][node] = extender_score(score)
 
-    verdicts = judge(runtime, request, list(states))
+    verdicts = await judge_off_loop(runtime, request, list(states))
 
     actual = (verdicts.scores, verdicts.failed)
     assert expected == actual

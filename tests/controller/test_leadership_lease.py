@@ -323,12 +323,14 @@ async def test_pods_written_while_no_replica_decides_are_judged_by_the_next_hold
     a.runtime.kube.patch_pod_annotations = _unreachable  # type: ignore[method-assign]
     a.runtime.kube.patch_pod_labels = _unreachable  # type: ignore[method-assign]
     await wait(lambda: not a.runtime.deciding, what="A stops deciding")
-    claim = json.dumps(
-        {"v": 1, "node": NODE, "numaNodes": [0], "containers": {"main": {"gpuIndices": [0]}}}
-    )
-    early = "2024-05-01T09:00:00Z"
-    await cluster.create_pod(pod("older", created=early, annotations={keys.ASSIGNMENT: claim}))
-    await cluster.create_pod(pod("overlapping", annotations={keys.ASSIGNMENT: claim}))
+    def claim(seq: int) -> str:
+        container = {"gpuIndices": [0]}
+        return json.dumps(
+            {"v": 1, "node": NODE, "seq": seq, "numaNodes": [0], "containers": {"main": container}}
+        )
+
+    await cluster.create_pod(pod("older", annotations={keys.ASSIGNMENT: claim(1)}))
+    await cluster.create_pod(pod("overlapping", annotations={keys.ASSIGNMENT: claim(2)}))
     await cluster.create_pod(pod("unreadable", annotations={keys.ASSIGNMENT: "[]"}))
     await cluster.create_pod(pod("no-reason", gpus=8, annotations={keys.STATE: "Unsatisfiable"}))
     await cluster.create_pod(pod("new", gpus=2))

@@ -13,9 +13,10 @@ from numatopo_operator.translate import Booking
 NODE = "h100-a"
 
 
-def gpus(*indices: int, cpus: str = "") -> Assignment:
+def gpus(*indices: int, cpus: str = "", seq: int = 0) -> Assignment:
     return Assignment(
         node=NODE,
+        seq=seq,
         numa_nodes=[0],
         containers={
             "main": ContainerAssignment(cpus=CPUSet.parse(cpus), gpu_indices=list(indices))
@@ -23,8 +24,8 @@ def gpus(*indices: int, cpus: str = "") -> Assignment:
     )
 
 
-def booking(key: str, assignment: Assignment, created: str = "2024-05-01T10:00:00Z") -> Booking:
-    return Booking(key=key, node=NODE, assignment=assignment, created=created)
+def booking(key: str, assignment: Assignment) -> Booking:
+    return Booking(key=key, node=NODE, assignment=assignment)
 
 
 @pytest.fixture
@@ -53,23 +54,24 @@ def test_bookings_seen_before_the_topology_count_once_it_arrives(h100):
 @pytest.mark.parametrize(
     ("first", "second"),
     [
-        pytest.param("ns/older", "ns/newer", id="older-listed-first"),
-        pytest.param("ns/newer", "ns/older", id="newer-listed-first-is-evicted"),
+        pytest.param("ns/z-earlier", "ns/a-later", id="earlier-listed-first"),
+        pytest.param("ns/a-later", "ns/z-earlier", id="later-listed-first-is-evicted"),
     ],
 )
-def test_the_older_pod_keeps_an_overlapping_gpu(ledger, first, second):
-    """Whatever order the list comes in, the pod created first keeps GPU 0."""
-    created = {"ns/older": "2024-05-01T09:00:00Z", "ns/newer": "2024-05-01T09:30:00Z"}
-    ledger.observe(booking(first, gpus(0), created[first]))
-    ledger.observe(booking(second, gpus(0), created[second]))
+def test_the_earlier_decision_keeps_an_overlapping_gpu(ledger, first, second):
+    """Whatever order the list comes in, the pod decided first keeps GPU 0 (the node
+    agent's rule: `claim_order`), whatever its name."""
+    seq = {"ns/z-earlier": 3, "ns/a-later": 4}
+    ledger.observe(booking(first, gpus(0, seq=seq[first])))
+    ledger.observe(booking(second, gpus(0, seq=seq[second])))
 
-    assert ["ns/newer"] == list(ledger.untrusted(NODE))
-    assert ["ns/older"] == list(ledger.state(NODE).assignments)
+    assert ["ns/a-later"] == list(ledger.untrusted(NODE))
+    assert ["ns/z-earlier"] == list(ledger.state(NODE).assignments)
 
 
 def test_an_untrusted_booking_is_trusted_once_the_holder_goes(ledger):
-    ledger.observe(booking("ns/older", gpus(0), "2024-05-01T09:00:00Z"))
-    ledger.observe(booking("ns/newer", gpus(0, 1), "2024-05-01T09:30:00Z"))
+    ledger.observe(booking("ns/older", gpus(0, seq=1)))
+    ledger.observe(booking("ns/newer", gpus(0, 1, seq=2)))
 
     ledger.forget("ns/older")
 

@@ -77,22 +77,23 @@ async def test_a_refusal_left_without_its_reason_is_judged_again_on_start(env):
 # -- 2. pods that changed while no replica decided are judged on take-over -----------------
 
 
-def claim(*gpus: int, cpus: str = "") -> str:
+def claim(*gpus: int, cpus: str = "", seq: int = 0) -> str:
     container: dict[str, Any] = {"gpuIndices": list(gpus)}
     if cpus:
         container["cpus"] = cpus
-    return json.dumps({"v": 1, "node": NODE, "numaNodes": [0], "containers": {"main": container}})
+    return json.dumps(
+        {"v": 1, "node": NODE, "seq": seq, "numaNodes": [0], "containers": {"main": container}}
+    )
 
 
 async def test_hand_written_assignments_are_judged_when_a_replica_takes_over(env):
-    """Written while no replica decided: an unreadable one and one overlapping an older
+    """Written while no replica decided: an unreadable one and one overlapping an earlier
     claim become Invalid with the reason; valid ones are kept exactly as they are."""
     cluster, start_operator, h100, pod, topology_object, wait = env.parts()
     await cluster.create_numatopology(topology_object(NODE, h100))
-    early = "2024-05-01T09:00:00Z"
-    await cluster.create_pod(pod("older", created=early, annotations={keys.ASSIGNMENT: claim(0)}))
-    await cluster.create_pod(pod("valid", created=early, annotations={keys.ASSIGNMENT: claim(3)}))
-    await cluster.create_pod(pod("overlapping", annotations={keys.ASSIGNMENT: claim(0, 1)}))
+    await cluster.create_pod(pod("older", annotations={keys.ASSIGNMENT: claim(0, seq=1)}))
+    await cluster.create_pod(pod("valid", annotations={keys.ASSIGNMENT: claim(3, seq=2)}))
+    await cluster.create_pod(pod("overlapping", annotations={keys.ASSIGNMENT: claim(0, 1, seq=3)}))
     await cluster.create_pod(pod("off-node", annotations={keys.ASSIGNMENT: claim(9)}))
     await cluster.create_pod(pod("unreadable", annotations={keys.ASSIGNMENT: "{not json"}))
     kept = {name: annotations_of(cluster, name) for name in ("older", "valid")}
@@ -248,3 +249,53 @@ async def test_a_node_whose_heartbeat_is_too_old_gets_nothing_until_it_beats_aga
     assert ["h100-old-exporter"] == filtered["NodeNames"]
     assert "last heartbeat is 36" in filtered["FailedAndUnresolvableNodes"][NODE]
     assert None is waited
+
+
+# -- 6. Numatopologies: all listed ones known at once, changes and deletions seen ----
+
+
+async def test_the_first_answer_after_a_start_sees_every_listed_numatopology(env):
+    """Every Numatopology there before the start is placed on, or refused as stale, as
+    soon as the operator decides (`test_handlers_ledger_feed` pins the ordering)."""
+    cluster, start_operator, h100, pod, topology_object, wait = env.parts()
+    nodes = [f"h100-{i:03d}" for i in range(60)]
+    for node in nodes:
+        await cluster.create_numatopology(topology_object(node, h100))
+    await cluster.create_numatopology(topology_object("h100-stale", h100, exported="False"))
+    running = await start_operator()
+    await wait(lambda: running.runtime.deciding, what="the operator decides")
+
+    _, filtered = await running.post(
+        "/filter", {"Pod": pod("job", node=None, gpus=1), "NodeNames": [*nodes, "h100-stale"]}
+    )
+
+    assert nodes == filtered["NodeNames"]
+    assert "is stale (Exported=False" in filtered["FailedAndUnresolvableNodes"]["h100-stale"]
+
+
+async def test_a_changed_numatopology_is_decided_on_and_a_deleted_one_is_not(env):
+    """A new spec replaces the old one for the next decision; a deleted Numatopology
+    leaves its node's pods waiting."""
+    cluster, start_operator, h100, pod, topology_object, wait = env.parts()
+    await cluster.create_numatopology(topology_object(NODE, h100))
+    running = await start_operator(**FAST_RETRIES)
+    await wait(lambda: running.runtime.deciding, what="the operator decides")
+    path = f"/apis/numatopo.io/v1alpha1/numatopologies/{NODE}"
+
+    # The kubelet now reserves every thread but 1-4: four are left to give.
+    async with cluster.api.patch(path, json={"spec": {"reservedCPUs": "0,5-207"}}) as response:
+        assert response.status < 300
+    await wait(
+        lambda: str(running.runtime.ledger.topology(NODE).reserved_cpus) == "0,5-207",
+        what="the new spec seen",
+    )
+    await cluster.create_pod(pod("eight", cpu="8"))
+    await wait(lambda: state(cluster, "eight") is not None, what="eight decided")
+    async with cluster.api.delete(path) as response:
+        assert response.status < 300
+    await wait(lambda: running.runtime.ledger.topology(NODE) is None, what="the node dropped")
+    await cluster.create_pod(pod("two", cpu="2"))
+    await asyncio.sleep(0.5)
+
+    assert "Unsatisfiable" == state(cluster, "eight")
+    assert None is state(cluster, "two")

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from numatopo_engine.simulation import NodeRow, PodRow
+from numatopo_engine.simulation import NodeRow, PodRow, fragmentation
 from numatopo_engine.simulation.cluster import build_cluster
 from numatopo_engine.simulation.fragmentation import Fragmentation, RequestType
 from numatopo_engine.simulation.strategies import Placement, make_strategy
@@ -54,7 +54,8 @@ EIGHT_GPU_LARGE = PodRow("eight", 120000, 737280, 8, 1000)
     ],
 )
 def test_unusable_gpu_share_per_request_type(request_type, state, expected):
-    assert expected == request_type.unusable(state)
+    """What `Fragmentation.of_state` weighs per type: the GPU milli it cannot use."""
+    assert expected == round(fragmentation._unusable((request_type,), (1.0,), state))
 
 
 def test_a_request_few_nodes_can_host_weighs_more(topology_map):

@@ -55,10 +55,6 @@ class RequestType:
             return any(free >= self.shared_milli for free in gpus)
         return sum(1 for free in gpus if free == GPU_MILLI) >= self.whole_gpus
 
-    def unusable(self, state: State) -> int:
-        """GPU milli on a node in `state` that a pod of this type could not use."""
-        return round(_unusable((self,), (1.0,), state))
-
 
 def _unusable(types: Sequence[RequestType], weights: Sequence[float], state: State) -> float:
     """Sum of weight x unusable GPU milli over `types` (one pass over the node's GPUs)."""

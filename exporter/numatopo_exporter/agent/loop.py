@@ -19,9 +19,11 @@ from typing import Any
 
 from numatopo_engine.cpuset import CPUSet
 from numatopo_exporter import kube
-from numatopo_exporter.agent import cgroupfs, feedback, kubelet, planning, pods
+from numatopo_exporter.agent import cgroupfs, feedback, planning, pods
 from numatopo_exporter.agent.metrics import AgentMetrics
 from numatopo_exporter.daemon.backoff import Backoff
+from numatopo_exporter.discovery import kubelet
+from numatopo_exporter.discovery.errors import DiscoveryError
 
 __all__ = ["COMPONENT", "ENFORCING", "AgentLoop"]
 
@@ -55,7 +57,7 @@ class AgentLoop:
     client: kube.KubeClient
     node_name: str
     cgroup_root: Path
-    kubelet_state: Path | None = kubelet.DEFAULT_STATE_FILE
+    kubelet_state: Path | None = kubelet.STATE_PATH
     metrics: AgentMetrics = field(default_factory=AgentMetrics)
     resync_seconds: float = 10.0
     """Drift check period; the kubelet reconciles its own cpusets every 10 s too."""
@@ -475,19 +477,23 @@ class AgentLoop:
     # -- the kubelet's CPU manager --------------------------------------------------------
 
     def _kubelet_verdict(self) -> tuple[str, str]:
-        """(reason, message) of the `Enforcing` condition, from the kubelet's checkpoint."""
+        """(reason, message) of the `Enforcing` condition, from the kubelet's checkpoint.
+
+        A static kubelet writes exclusive cpusets itself and rewrites them on every
+        reconcile (10 s): two writers would fight forever, so the agent stands aside.
+        """
         if self.kubelet_state is None:
             return AGENT_ENFORCING, "numatopo-agent writes the cpusets of assigned pods"
         try:
             policy = kubelet.read_cpu_manager_policy(self.kubelet_state)
-        except kubelet.KubeletStateError as exc:
+        except DiscoveryError as exc:
             # Unknown is not `none`: the kubelet may be static, and writing would fight it.
             return (
                 "KubeletCPUManagerStateUnknown",
                 f"cannot tell the kubelet's CPU manager policy, so numatopo does not write "
                 f"cpusets on this node until it can (checked again every resync): {exc}",
             )
-        if policy == kubelet.STATIC:
+        if policy == "static":
             return (
                 "KubeletCPUManagerStatic",
                 "the kubelet's CPU manager policy is static: it owns the cpusets, "

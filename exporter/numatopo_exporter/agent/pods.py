@@ -2,11 +2,10 @@
 
 The `numatopo.io/assignment` annotation is normally written by the operator, which
 never double-books. A hand-written (or stale) one may claim CPUs another pod already
-holds. Claims are then ordered by the operator's decision sequence (`seq`, 0 for
-assignments decided before sequences existed), then pod UID: the earlier decision is
-enforced and the later one refused, as the kubelet would refuse a conflicting CPU
-request. Creation time is deliberately not the order: a pod created earlier but
-assigned later would otherwise take CPUs away from a pod that already runs on them.
+holds. Claims are then ordered by the engine's `state.claim_order` (decision
+sequence, then pod UID), as the operator's ledger orders them: the earlier decision
+is enforced and the later one refused, as the kubelet would refuse a conflicting CPU
+request.
 
 Each assignment is also checked against this machine before anything is written
 (its CPUs online, its memory nodes present with memory), and claims that would leave
@@ -22,11 +21,10 @@ from typing import Any
 
 from pydantic import ValidationError
 
+from numatopo_engine import state
 from numatopo_engine.annotations import ASSIGNMENT, Assignment, ContainerAssignment
 from numatopo_engine.cpuset import CPUSet
-from numatopo_engine.errors import OverlapError
 from numatopo_engine.model import NumaNode, NumatopologySpec
-from numatopo_engine.state import NodeState
 from numatopo_exporter.agent import cgroups, planning
 
 __all__ = ["PodAssignment", "Refusal", "RunningContainer", "select_assignments"]
@@ -134,7 +132,7 @@ def select_assignments(
     this machine, overlapping, or taking the last shared CPU).
 
     Pods without the annotation and finished pods are in neither list. Accepted pods are
-    sorted by decision sequence (`seq`), then pod UID; refusals come in the order found.
+    in `state.claim_order`; refusals come in the order found.
     """
     candidates: list[PodAssignment] = []
     refused: list[Refusal] = []
@@ -168,27 +166,14 @@ def select_assignments(
             refused.append(Refusal(uid, key, "AssignmentNotOnNode", problem_text, text, pod))
             continue
         candidates.append(PodAssignment(uid, key, _qos(pod), assignment, text, _running(pod), pod))
-    candidates.sort(key=lambda c: (c.assignment.seq, c.uid))
-
     topology = NumatopologySpec(numa_nodes=[NumaNode(id=0, cpus=online.cpus)])
-    state = NodeState(topology)
-    accepted: list[PodAssignment] = []
-    for entry in candidates:
-        try:
-            state.apply(entry.key, _cpu_only(entry.assignment))
-        except OverlapError as exc:
-            refused.append(
-                Refusal(
-                    entry.uid,
-                    entry.key,
-                    "AssignmentOverlaps",
-                    str(exc),
-                    entry.annotation,
-                    entry.body,
-                )
-            )
-            continue
-        accepted.append(entry)
+    accepted, overlapping = state.book_in_claim_order(
+        state.NodeState(topology), candidates, booked=lambda entry: _cpu_only(entry.assignment)
+    )
+    for entry, why in overlapping:
+        refused.append(
+            Refusal(entry.uid, entry.key, "AssignmentOverlaps", why, entry.annotation, entry.body)
+        )
 
     # The shared pool (sandboxes, every container without exclusive CPUs) needs at least
     # one CPU. Giving up the latest decisions first keeps what already runs enforced.
@@ -198,7 +183,7 @@ def select_assignments(
     while accepted and exclusive and not (online.cpus - exclusive):
         latest = max(
             (e for e in accepted if _exclusive_cpus(e.assignment)),
-            key=lambda e: (e.assignment.seq, e.uid),
+            key=state.claim_order,
         )
         accepted.remove(latest)
         message = (

@@ -7,10 +7,11 @@ import argparse
 from pathlib import Path
 
 from numatopo_exporter import kube
-from numatopo_exporter.agent import cgroupfs, kubelet
+from numatopo_exporter.agent import cgroupfs
 from numatopo_exporter.agent.loop import AgentLoop
 from numatopo_exporter.agent.metrics import AgentMetrics
 from numatopo_exporter.daemon import metrics
+from numatopo_exporter.discovery import kubelet
 from numatopo_exporter.node_process import add_node_flags, start
 
 
@@ -65,7 +66,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--kubelet-state",
         type=Path,
-        default=kubelet.DEFAULT_STATE_FILE,
+        default=kubelet.STATE_PATH,
         help="the kubelet's cpu_manager_state (default %(default)s)",
     )
     parser.add_argument(

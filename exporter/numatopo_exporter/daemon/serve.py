@@ -23,14 +23,9 @@ from numatopo_exporter.node_process import add_node_flags, start
 logger = logging.getLogger("numatopo.exporter")
 
 
-def make_scan(options: DiscoverOptions) -> Callable[[], NumatopologySpec]:
-    """The exporter's scan: live discovery (sysfs, NVML, kubelet) of `options`."""
-    scan = make_discovery_scan(options)
-    return lambda: scan().spec
-
-
 def make_discovery_scan(options: DiscoverOptions) -> Callable[[], Discovery]:
-    """`make_scan`, keeping what discovery ignored (the exporter's `Degraded` condition)."""
+    """The exporter's scan: live discovery (sysfs, NVML, kubelet) of `options`, with what
+    it ignored (the exporter's `Degraded` condition)."""
 
     def scan() -> Discovery:
         found = discover(options)

@@ -33,7 +33,14 @@ from numatopo_engine.quantity import QuantityError, parse_milli
 from numatopo_exporter.discovery.errors import DiscoveryError
 from numatopo_exporter.discovery.hostroot import HostRoot
 
-__all__ = ["CONFIG_PATH", "SOURCE", "STATE_PATH", "KubeletReading", "read_kubelet"]
+__all__ = [
+    "CONFIG_PATH",
+    "SOURCE",
+    "STATE_PATH",
+    "KubeletReading",
+    "read_cpu_manager_policy",
+    "read_kubelet",
+]
 
 SOURCE = "kubelet"
 CONFIG_PATH = Path("/var/lib/kubelet/config.yaml")
@@ -68,17 +75,15 @@ def read_kubelet(
     )
     reserved = _reserved(settings, config_file, policies.cpu_manager_policy, notices)
 
-    checkpoint = _load_state(state_file, notices)
-    if checkpoint is not None:
-        running = checkpoint.get("policyName")
-        if not isinstance(running, str) or not running:
-            raise DiscoveryError("CPU manager checkpoint has no policyName", state_file)
-        if running != policies.cpu_manager_policy:
-            notices.append(
-                f"{state_file}: the kubelet runs cpuManagerPolicy {running!r} "
-                f"(its config file says {policies.cpu_manager_policy!r}); using {running!r}"
-            )
-            policies = policies.model_copy(update={"cpu_manager_policy": running})
+    running = read_cpu_manager_policy(state_file)
+    if running is None:
+        notices.append(f"{state_file}: no CPU manager checkpoint; the config file's policy is used")
+    elif running != policies.cpu_manager_policy:
+        notices.append(
+            f"{state_file}: the kubelet runs cpuManagerPolicy {running!r} "
+            f"(its config file says {policies.cpu_manager_policy!r}); using {running!r}"
+        )
+        policies = policies.model_copy(update={"cpu_manager_policy": running})
     return KubeletReading(policies=policies, reserved_cpus=reserved, notices=notices)
 
 
@@ -116,21 +121,31 @@ def _load_config(path: Path, notices: list[str]) -> dict[str, Any]:
     return data
 
 
-def _load_state(path: Path, notices: list[str]) -> dict[str, Any] | None:
+def read_cpu_manager_policy(path: Path) -> str | None:
+    """`policyName` of the CPU manager checkpoint at `path`; None when there is none.
+
+    Only a missing file means "no checkpoint". One that cannot be read, does not parse
+    (garbage, or cut short by a kubelet killed mid-write), is not an object or names no
+    policy raises `DiscoveryError`: the kubelet may well run `static` then, and the agent
+    must not write cpusets until it knows.
+    """
     try:
         text = path.read_text(encoding="utf-8")
     except FileNotFoundError:
-        notices.append(f"{path}: no CPU manager checkpoint; the config file's policy is used")
         return None
-    except OSError as exc:
-        raise DiscoveryError(f"cannot read CPU manager checkpoint: {exc.strerror}", path) from exc
+    except (OSError, UnicodeDecodeError) as exc:
+        why = exc.strerror if isinstance(exc, OSError) and exc.strerror else str(exc)
+        raise DiscoveryError(f"cannot read the CPU manager checkpoint: {why}", path) from None
     try:
         data = json.loads(text)
-    except json.JSONDecodeError as exc:
-        raise DiscoveryError(f"CPU manager checkpoint is not valid JSON: {exc}", path) from exc
-    if not isinstance(data, dict):
-        raise DiscoveryError("CPU manager checkpoint is not a JSON object", path)
-    return data
+    except ValueError as exc:
+        raise DiscoveryError(
+            f"the CPU manager checkpoint is not valid JSON (garbage or cut short): {exc}", path
+        ) from None
+    policy = data.get("policyName") if isinstance(data, dict) else None
+    if not isinstance(policy, str) or not policy:
+        raise DiscoveryError("the CPU manager checkpoint names no policyName", path)
+    return policy
 
 
 def _string(settings: dict[str, Any], key: str, default: str, path: Path) -> str:

@@ -69,7 +69,6 @@ class GpuReading:
     gpus: list[Gpu] = field(default_factory=list)
     gpu_links: list[GpuLink] = field(default_factory=list)
     gpu_paths: list[GpuPath] = field(default_factory=list)
-    driver_version: str = ""
     notices: list[str] = field(default_factory=list)
 
 
@@ -144,7 +143,6 @@ def _bus_id(info: Any) -> str:
 
 def _read(s: _Session) -> GpuReading:
     nvml = s.nvml
-    driver = _text(s.call("nvmlSystemGetDriverVersion", nvml.nvmlSystemGetDriverVersion))
     count = s.call("nvmlDeviceGetCount", nvml.nvmlDeviceGetCount) or 0
     handles: dict[int, Any] = {}
     gpus: list[Gpu] = []
@@ -190,9 +188,7 @@ def _read(s: _Session) -> GpuReading:
             )
             if level in _TOPOLOGY_LEVELS:
                 paths.append(GpuPath(a=a, b=b, path=_TOPOLOGY_LEVELS[level]))
-    return GpuReading(
-        gpus=gpus, gpu_links=links, gpu_paths=paths, driver_version=driver, notices=s.notices
-    )
+    return GpuReading(gpus=gpus, gpu_links=links, gpu_paths=paths, notices=s.notices)
 
 
 def _read_gpu(s: _Session, index: int, handle: Any) -> Gpu:

@@ -35,7 +35,6 @@ FORMAT = "numatopo-nvml-recording/v1"
 RECORDED_CALLS = (
     "nvmlInit",
     "nvmlShutdown",
-    "nvmlSystemGetDriverVersion",
     "nvmlDeviceGetCount",
     "nvmlDeviceGetHandleByIndex",
     "nvmlDeviceGetUUID",

@@ -128,7 +128,6 @@ class PciTree:
     """
 
     def __init__(self, sys_dir: str) -> None:
-        self._sys_dir = sys_dir
         self._devices_dir = os.path.join(sys_dir, "devices")
         self.devices: dict[str, PciDevice] = {}
         self.skipped: dict[str, str] = {}

@@ -176,12 +176,8 @@ def test_bulk_refusals_for_the_shared_pool_get_their_own_summary() -> None:
     ) == sorted((indices.tolist(), text) for indices, text in scored.refused)
 
 
-def test_free_counters_leave_the_floor_out() -> None:
-    spec, reserved = two_cpu_node(), two_cpu_node(reserved="0")
-
-    assert (1, 1) == (shared_floor(spec), NodeState(spec).exclusive_cpu_room())
-    assert (0, 1) == (shared_floor(reserved), NodeState(reserved).exclusive_cpu_room())
-    assert 0 == busy(spec, cpus="0").exclusive_cpu_room()
+def test_the_floor_is_one_cpu_only_without_a_reserved_one() -> None:
+    assert (1, 0) == (shared_floor(two_cpu_node()), shared_floor(two_cpu_node(reserved="0")))
 
 
 def test_the_row_layout_starts_with_free_cpus_per_numa_node() -> None:
@@ -198,7 +194,14 @@ def test_the_row_layout_starts_with_free_cpus_per_numa_node() -> None:
 def _shared_left(spec: NumatopologySpec, state: NodeState) -> int:
     """CPUs in the kubelet's shared pool: online, held exclusively by no one."""
     online = spec.online_cpus().ids
-    return len(online - {c for c in online if state.owner_of_cpu(c) is not None})
+    held = {
+        cpu
+        for assignment in state.assignments.values()
+        for container in assignment.containers.values()
+        if container.exclusive
+        for cpu in container.cpus.ids
+    }
+    return len(online - held)
 
 
 @settings(max_examples=200, deadline=None, suppress_health_check=[HealthCheck.too_slow])

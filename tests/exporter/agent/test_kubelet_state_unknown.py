@@ -11,8 +11,9 @@ import pytest
 
 from numatopo_engine.model import API_VERSION, KIND
 from numatopo_exporter import kube
-from numatopo_exporter.agent import kubelet
 from numatopo_exporter.agent.loop import ENFORCING, AgentLoop
+from numatopo_exporter.discovery import kubelet
+from numatopo_exporter.discovery.errors import DiscoveryError
 
 from ..daemon.conftest import NODE
 from .conftest import CgroupTree
@@ -35,7 +36,7 @@ def test_an_unreadable_checkpoint_is_an_error_not_none(tmp_path: Path, text: str
     state = tmp_path / "cpu_manager_state"
     state.write_text(text)
 
-    with pytest.raises(kubelet.KubeletStateError, match=str(state)):
+    with pytest.raises(DiscoveryError, match=str(state)):
         kubelet.read_cpu_manager_policy(state)
 
 
@@ -46,7 +47,7 @@ def test_a_checkpoint_without_read_permission_is_an_error(tmp_path: Path) -> Non
     if os.access(state, os.R_OK):
         pytest.skip("running as root: file modes do not stop reads (a directory stands in below)")
 
-    with pytest.raises(kubelet.KubeletStateError, match="cannot read"):
+    with pytest.raises(DiscoveryError, match="cannot read"):
         kubelet.read_cpu_manager_policy(state)
 
 
@@ -55,12 +56,13 @@ def test_a_checkpoint_that_cannot_be_opened_is_an_error(tmp_path: Path) -> None:
     state = tmp_path / "cpu_manager_state"
     state.mkdir()
 
-    with pytest.raises(kubelet.KubeletStateError, match="cannot read"):
+    with pytest.raises(DiscoveryError, match="cannot read"):
         kubelet.read_cpu_manager_policy(state)
 
 
-def test_a_missing_checkpoint_is_the_kubelets_default(tmp_path: Path) -> None:
-    assert "none" == kubelet.read_cpu_manager_policy(tmp_path / "cpu_manager_state")
+def test_a_missing_checkpoint_is_no_policy(tmp_path: Path) -> None:
+    """The kubelet writes none under its default policy (`none`): the agent goes ahead."""
+    assert None is kubelet.read_cpu_manager_policy(tmp_path / "cpu_manager_state")
 
 
 def test_the_named_policy_is_returned(tmp_path: Path) -> None:

@@ -14,7 +14,7 @@ import pytest
 
 from numatopo_cli.main import build_parser, main
 from numatopo_engine.model import NumatopologySpec
-from numatopo_exporter.daemon.serve import make_scan, scan_options, serve
+from numatopo_exporter.daemon.serve import make_discovery_scan, scan_options, serve
 
 from ..daemon.conftest import NODE, NODE_UID, FakeDevice, FakeMonitor, unplug_pci
 from .conftest import TREE, main_in_thread
@@ -134,11 +134,11 @@ async def test_a_burst_of_uevents_is_one_rescan_of_the_running_exporter(
             "--resync-seconds=3600",
         ]
     )
-    real_scan = make_scan(scan_options(args))
+    real_scan = make_discovery_scan(scan_options(args))
     scans: list[NumatopologySpec] = []
 
     def scan() -> NumatopologySpec:
-        scans.append(real_scan())
+        scans.append(real_scan().spec)
         return scans[-1]
 
     monitor = FakeMonitor()

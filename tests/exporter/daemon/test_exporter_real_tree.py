@@ -20,7 +20,7 @@ from numatopo_exporter import kube
 from numatopo_exporter.daemon.backoff import Backoff
 from numatopo_exporter.daemon.loop import ExporterLoop
 from numatopo_exporter.daemon.publishing import Publisher
-from numatopo_exporter.daemon.serve import make_scan
+from numatopo_exporter.daemon.serve import make_discovery_scan
 from numatopo_exporter.discovery.discover import DiscoverOptions
 
 from .conftest import NODE, take_offline, unplug_pci, writes
@@ -79,7 +79,9 @@ async def running(
     """The exporter loop over the real scan of `node_root`, running as a task."""
     publisher = RecordingPublisher(client)
     loop = ExporterLoop(
-        scan=make_scan(DiscoverOptions(sysfs_root=node_root, use_nvml=False, node_name=NODE)),
+        scan=make_discovery_scan(
+            DiscoverOptions(sysfs_root=node_root, use_nvml=False, node_name=NODE)
+        ),
         sink=publisher,
         resync_seconds=3600,  # only the test's request_rescan() scans again
         backoff=Backoff(0.01, 0.05),

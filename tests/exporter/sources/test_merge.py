@@ -71,10 +71,7 @@ def test_paths_follow_the_renumbering_and_links_come_from_nvml() -> None:
 def test_nvml_numa_wins_when_it_has_one() -> None:
     """Replays recorded data; not yet proven on a real GPU."""
     reading = _h100_reading()
-    grace = GpuReading(
-        gpus=[g.model_copy(update={"numa": 1}) for g in reading.gpus],
-        driver_version=reading.driver_version,
-    )
+    grace = GpuReading(gpus=[g.model_copy(update={"numa": 1}) for g in reading.gpus])
 
     merged = merge_gpu_reading(_sysfs_like_h100(), grace)
 

@@ -96,7 +96,6 @@ def test_gpu_fields() -> None:
         gpu.numa,
         gpu.mig_mode,
     )
-    assert "535.129.03" == reading.driver_version
     assert gpu.uuid.startswith("GPU-")
 
 
