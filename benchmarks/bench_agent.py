@@ -12,8 +12,8 @@ read every cgroup, plan, write, read back to verify, build the pod reports.
 Rows: the first reconcile (every cpuset written), a reconcile with nothing to do (the
 periodic drift check), and a reconcile after one container's cpuset was rewritten
 (one drift correction); best and median of N. Memory: this process's RSS after the
-runs (it holds what `numatopo agent` holds: the agent, aiohttp, prometheus_client,
-the pod cache) and its peak (ru_maxrss).
+runs (it holds what `numatopo agent` holds: the agent, lightkube and httpx, aiohttp for
+/metrics, prometheus_client, the pod cache) and its peak (ru_maxrss).
 """
 
 from __future__ import annotations
@@ -31,27 +31,40 @@ from typing import Any
 
 import psutil
 
-from numatopo_exporter import kube
 from numatopo_exporter.agent import cgroups
 from numatopo_exporter.agent import serve as agent_serve  # noqa: F401 (its imports count)
 from numatopo_exporter.agent.loop import AgentLoop
+from numatopo_kube import KubeClient
 
 NODE = "bench-node"
 CPUS = 256
 MEMS = "0-7"
 
 
-class LocalApi(kube.KubeClient):
-    """Answers every API call with `{}` without a network round trip."""
+class LocalApi(KubeClient):
+    """Answers every API call the agent's reconcile makes without a network round trip
+    (never connected: a call it does not answer fails as "not connected")."""
 
-    async def request(
-        self,
-        method: str,
-        path: str,
-        *,
-        body: Any = None,
-        params: Mapping[str, str] | None = None,
-        content_type: str = "application/json",
+    async def patch_pod_status(
+        self, namespace: str, name: str, patch: Any, *, content_type: str
+    ) -> None:
+        return None
+
+    async def patch_pod_annotations(
+        self, namespace: str, name: str, annotations: Mapping[str, str | None]
+    ) -> None:
+        return None
+
+    async def get_pod_status(self, namespace: str, name: str) -> dict[str, Any]:
+        return {}
+
+    async def post_event(
+        self, about: Mapping[str, str], *, warning: bool, reason: str, message: str
+    ) -> bool:
+        return True
+
+    async def apply_numatopology_status(
+        self, name: str, status: dict[str, Any], *, field_manager: str
     ) -> dict[str, Any]:
         return {}
 
@@ -114,7 +127,7 @@ async def bench(pods: int, repeat: int) -> None:
     with tempfile.TemporaryDirectory() as tmp:
         root = Path(tmp)
         containers = build_tree(root, bodies)
-        async with LocalApi("http://unused") as client:
+        async with LocalApi(component="numatopo-agent", host=NODE) as client:
             loop = AgentLoop(client, node_name=NODE, cgroup_root=root, kubelet_state=None)
             for body in bodies:
                 loop.pod_cache[body["metadata"]["uid"]] = body

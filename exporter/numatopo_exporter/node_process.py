@@ -1,5 +1,6 @@
 """What the two DaemonSet processes, `numatopo exporter` and `numatopo agent`, share:
-their common flags and how they start (exit 2 with one line on a bad start)."""
+their common flags, the client they connect with, and how they start (exit 2 with one
+line on a bad start)."""
 
 from __future__ import annotations
 
@@ -10,6 +11,14 @@ import os
 import sys
 from collections.abc import Callable, Coroutine
 from typing import Any
+
+from numatopo_kube import (
+    KubeClient,
+    KubeConfigError,
+    KubeError,
+    KubeNotFoundError,
+    KubeUnavailableError,
+)
 
 
 def add_node_flags(parser: argparse.ArgumentParser, *, metrics_port: int) -> None:
@@ -31,6 +40,29 @@ def add_node_flags(parser: argparse.ArgumentParser, *, metrics_port: int) -> Non
         default=metrics_port,
         help=f"Prometheus /metrics port, 0 = off (default {metrics_port})",
     )
+
+
+def connect(api_url: str, *, component: str, node_name: str) -> KubeClient:
+    """The client of a node process: `--api-url` if given, else in-cluster, else
+    `$KUBECONFIG`; its Events name `component` on `node_name` as their source."""
+    return KubeClient.connect(api_url, component=component, host=node_name)
+
+
+async def check_node(client: KubeClient, node_name: str) -> dict[str, Any]:
+    """The Node `node_name`, read once at start so that a wrong URL, missing
+    credentials or a wrong node name end the process with a clear message."""
+    try:
+        return await client.get_node(node_name)
+    except KubeError as exc:
+        if exc.not_found:
+            raise KubeNotFoundError(
+                404, "NotFound", f"no node named {node_name!r} (check --node-name or NODE_NAME)"
+            ) from None
+        if exc.status == 0:
+            raise KubeUnavailableError(
+                0, f"cannot reach the API server at {client.server}", exc.message
+            ) from None
+        raise
 
 
 def start(
@@ -57,5 +89,7 @@ def start(
             check()
         return asyncio.run(serve(args))
     except errors as exc:
-        print(f"numatopo {command}: {exc}", file=sys.stderr)
+        # A login problem reads as the problem, without its status-less reason.
+        text = exc.message if isinstance(exc, KubeConfigError) else str(exc)
+        print(f"numatopo {command}: {text}", file=sys.stderr)
         return 2

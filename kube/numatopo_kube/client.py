@@ -274,10 +274,17 @@ class KubeClient:
 
     def _open(self, config: SingleConfig) -> None:
         self.server = config.cluster.server.rstrip("/")
-        with _translated(f"connecting to {self.server}"):
-            self._client = lightkube.AsyncClient(
-                config, timeout=httpx2.Timeout(self._timeout), trust_env=False
-            )
+        try:
+            with _translated(f"connecting to {self.server}"):
+                self._client = lightkube.AsyncClient(
+                    config, timeout=httpx2.Timeout(self._timeout), trust_env=False
+                )
+        except (OSError, TypeError, ValueError) as exc:
+            # lightkube loads the TLS credentials here: a certificate without its key, PEM
+            # that is not PEM, a missing file (ssl.SSLError is an OSError).
+            raise KubeConfigError(
+                f"{self.server}: cannot load the TLS credentials: {type(exc).__name__}: {exc}"
+            ) from None
 
     @property
     def lightkube(self) -> lightkube.AsyncClient:

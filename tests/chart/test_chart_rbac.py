@@ -2,19 +2,17 @@
 
 Two halves meet here. Each helper of the one client layer (`numatopo_kube.KubeClient`)
 declares the (API group, resource, verb) it needs (`numatopo_kube.API_CALLS`), and
-`collect_code_calls` reads the source of each component (AST, no import side effects)
-for the helpers it calls. `CODE_CALLS` is the
-same list written down by hand, so that a new call site, or a changed path or method,
-fails the test until it is declared (and then the RBAC test shows what to grant).
-`FRAMEWORK_CALLS` lists what kopf does on the operator's behalf, which no line of our
-code shows. The rendered Roles must allow all of it, and nothing else.
+`collect_helper_calls` reads the source of each component (AST, no import side effects)
+for the helpers it calls: the operator's for its account, the node processes' (exporter
+and agent) for the node pods' account. `CODE_CALLS` is the same list written down by
+hand, so that a new helper call fails the test until it is declared (and then the RBAC
+test shows what to grant). `FRAMEWORK_CALLS` lists what kopf does on the operator's
+behalf, which no line of our code shows. The rendered Roles must allow all of it, and nothing else.
 """
 
 from __future__ import annotations
 
 import ast
-import importlib
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -26,18 +24,6 @@ REPO = Path(__file__).resolve().parents[2]
 NAMESPACE = "numatopo-system"
 
 Permission = tuple[str, str, str]  # (API group, resource[/subresource], verb)
-
-HTTP_VERBS = {"POST": "create", "PATCH": "patch", "PUT": "update", "DELETE": "delete"}
-# numatopo_exporter.kube.KubeClient methods -> verb (None: from the HTTP method / path).
-NODE_CLIENT_METHODS = {
-    "get": None,
-    "get_optional": "get",
-    "create": "create",
-    "patch": "patch",
-    "apply": "apply",
-    "watch": "watch",
-    "post_event": "create",
-}
 
 # -- what the code calls, written down ---------------------------------------------------
 
@@ -57,35 +43,28 @@ CODE_CALLS: dict[str, dict[str, set[Permission]]] = {
         f"{HELPER}.patch_lease": {("coordination.k8s.io", "leases", "patch")},
         f"{HELPER}.patch_numatopology_status": {("numatopo.io", "numatopologies/status", "patch")},
     },
+    # The helpers the node processes call: the exporter (`Publisher`, and the Node read
+    # at start) and the agent (`AgentLoop`).
     "node": {
-        "numatopo_exporter.daemon.publishing:Publisher.node_uid": {("", "nodes", "get")},
-        "numatopo_exporter.daemon.publishing:Publisher.publish": {
-            ("numatopo.io", "numatopologies", "get"),
-            # server-side apply: patch, and create when the object does not exist yet
+        f"{HELPER}.get_node": {("", "nodes", "get")},
+        f"{HELPER}.get_numatopology": {("numatopo.io", "numatopologies", "get")},
+        # server-side apply: patch, and create when the object does not exist yet
+        f"{HELPER}.apply_numatopology": {
             ("numatopo.io", "numatopologies", "patch"),
             ("numatopo.io", "numatopologies", "create"),
-            ("numatopo.io", "numatopologies/status", "patch"),
         },
-        "numatopo_exporter.daemon.publishing:Publisher.watch": {
-            ("numatopo.io", "numatopologies", "watch")
-        },
-        "numatopo_exporter.agent.loop:AgentLoop.watch_pods": {
-            ("", "pods", "list"),
-            ("", "pods", "watch"),
-        },
-        "numatopo_exporter.agent.loop:AgentLoop._feedback": {("", "pods", "patch")},
+        # The exporter and the agent apply their own status conditions.
+        f"{HELPER}.apply_numatopology_status": {("numatopo.io", "numatopologies/status", "patch")},
+        f"{HELPER}.watch_numatopologies": {("numatopo.io", "numatopologies", "watch")},
+        f"{HELPER}.list_pods": {("", "pods", "list")},
+        f"{HELPER}.probe_pods": {("", "pods", "list")},
+        f"{HELPER}.watch_pods": {("", "pods", "watch")},
+        f"{HELPER}.patch_pod_annotations": {("", "pods", "patch")},
         # Only its own condition: a JSON patch guarded by a test of the entry, re-read
-        # once when the guard fails.
-        "numatopo_exporter.agent.loop:AgentLoop._patch_condition": {
-            ("", "pods/status", "get"),
-            ("", "pods/status", "patch"),
-        },
-        "numatopo_exporter.agent.loop:AgentLoop._wait_for_api": {("", "pods", "list")},
-        "numatopo_exporter.agent.loop:AgentLoop._event": {("", "events", "create")},
-        "numatopo_exporter.agent.loop:AgentLoop._kubelet_is_static": {
-            ("numatopo.io", "numatopologies/status", "patch"),
-            ("", "events", "create"),
-        },
+        # once when the guard fails; a strategic merge patch when there is no list.
+        f"{HELPER}.patch_pod_status": {("", "pods/status", "patch")},
+        f"{HELPER}.get_pod_status": {("", "pods/status", "get")},
+        f"{HELPER}.post_event": {("", "events", "create")},
     },
 }
 
@@ -109,120 +88,14 @@ FRAMEWORK_CALLS: dict[str, set[Permission]] = {
     },
 }
 
-# Which node-side modules hold API calls of the node pods' account.
-NODE_PACKAGES = (
-    "numatopo_exporter.daemon",
-    "numatopo_exporter.agent",
-    "numatopo_cli.commands",
+# Where the code of the node pods' account lives: (source root, package folder).
+NODE_SOURCES = (
+    (REPO / "exporter", "numatopo_exporter"),
+    (REPO / "cli", "numatopo_cli/commands"),
 )
 NAMESPACED_RESOURCES = {"pods", "pods/binding", "pods/status", "events"}
 
 # -- reading the code -------------------------------------------------------------------
-
-
-def parse_path(path: str) -> tuple[str, str, bool]:
-    """(group, resource[/subresource], names one object) of an API path like
-    `/api/v1/namespaces/{}/pods/{}/binding`."""
-    parts = [p for p in path.split("?", maxsplit=1)[0].split("/") if p]
-    if parts[0] == "api":
-        group, rest = "", parts[2:]
-    else:
-        group, rest = parts[1], parts[3:]
-    if rest[0] == "namespaces" and len(rest) > 2:
-        rest = rest[2:]
-    resource = rest[0] + (f"/{rest[2]}" if len(rest) > 2 else "")
-    return group, resource, len(rest) > 1
-
-
-class PathResolver:
-    """Turns the path argument of a client call into API paths (`{}` for runtime values)."""
-
-    def __init__(self, module: Any, tree: ast.Module) -> None:
-        self.module = module
-        self.tree = tree
-
-    def constant(self, node: ast.expr) -> str:
-        """A module-level name or attribute chain (e.g. `Numatopology.plural`), else `{}`."""
-        chain: list[str] = []
-        while isinstance(node, ast.Attribute):
-            chain.insert(0, node.attr)
-            node = node.value
-        if not isinstance(node, ast.Name) or node.id not in vars(self.module):
-            return "{}"
-        value: Any = vars(self.module)[node.id]
-        for attr in chain:
-            value = getattr(value, attr)
-        return str(value)
-
-    def paths(self, node: ast.expr, scope: list[ast.AST]) -> set[str]:
-        if isinstance(node, ast.Constant) and isinstance(node.value, str):
-            return {node.value}
-        if isinstance(node, ast.JoinedStr):
-            text = ""
-            for part in node.values:
-                if isinstance(part, ast.Constant):
-                    text += str(part.value)
-                elif isinstance(part, ast.FormattedValue):
-                    text += self.constant(part.value)
-            return {text}
-        if isinstance(node, ast.Call):
-            return {self.helper_path(node)}
-        if isinstance(node, ast.Name | ast.Attribute):
-            # A local name is looked up in the function; `self.x` in the whole class.
-            target = ast.unparse(node)
-            found = set()
-            for outer in scope[:1] if isinstance(node, ast.Name) else scope[1:]:
-                for assign in ast.walk(outer):
-                    if isinstance(assign, ast.Assign) and any(
-                        ast.unparse(t) == target for t in assign.targets
-                    ):
-                        found |= self.paths(assign.value, scope)
-            if found:
-                return found
-        raise AssertionError(f"cannot tell the API path of `{ast.unparse(node)}`")
-
-    def helper_path(self, call: ast.Call) -> str:
-        """Paths built by `numatopo_exporter.kube.numatopology_path` / `pod_path`."""
-        name = ast.unparse(call.func).rsplit(".", 1)[-1]
-        kube = importlib.import_module("numatopo_exporter.kube")
-        subresource = next(
-            (
-                str(k.value.value)
-                for k in call.keywords
-                if k.arg == "subresource" and isinstance(k.value, ast.Constant)
-            ),
-            "",
-        )
-        if name == "numatopology_path":
-            return str(kube.numatopology_path("{}" if call.args else None, subresource=subresource))
-        if name == "pod_path":
-            return str(kube.pod_path("{}", "{}", subresource=subresource))
-        raise AssertionError(f"unknown path helper `{name}`")
-
-
-def _functions(tree: ast.Module) -> Iterator[tuple[str, ast.ClassDef | None, ast.AST]]:
-    for node in tree.body:
-        if isinstance(node, ast.ClassDef):
-            for item in node.body:
-                if isinstance(item, ast.FunctionDef | ast.AsyncFunctionDef):
-                    yield f"{node.name}.{item.name}", node, item
-        elif isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef):
-            yield node.name, None, node
-
-
-def _permissions(verb: str | None, http: str, paths: set[str]) -> set[Permission]:
-    found: set[Permission] = set()
-    for path in paths:
-        group, resource, named = parse_path(path)
-        if verb == "apply":
-            found |= {(group, resource, "patch"), (group, resource, "create")}
-        elif verb is not None:
-            found.add((group, resource, verb))
-        elif http == "GET":
-            found.add((group, resource, "get" if named else "list"))
-        else:
-            found.add((group, resource, HTTP_VERBS[http]))
-    return found
 
 
 def collect_helper_calls(root: Path, package: str) -> dict[str, set[Permission]]:
@@ -241,43 +114,13 @@ def collect_helper_calls(root: Path, package: str) -> dict[str, set[Permission]]
 
 
 def collect_code_calls(account: str) -> dict[str, set[Permission]]:
-    """Call site ("module:Class.method") -> permissions, read from the source."""
+    """Helper ("numatopo_kube:KubeClient.name") -> permissions, for the helpers the
+    account's code calls, read from the source."""
     if account == "operator":
         return collect_helper_calls(REPO / "operator", "numatopo_operator")
-    root = REPO / "exporter"
-    modules = sorted(
-        ".".join(p.relative_to(root).with_suffix("").parts)
-        for package in NODE_PACKAGES
-        for p in (root / package.replace(".", "/")).rglob("*.py")
-    )
     calls: dict[str, set[Permission]] = {}
-    for module_name in modules:
-        module = importlib.import_module(module_name)
-        tree = ast.parse(Path(module.__file__ or "").read_text())
-        resolver = PathResolver(module, tree)
-        for qualname, cls, function in _functions(tree):
-            scope: list[ast.AST] = [function] + ([cls] if cls is not None else [])
-            found: set[Permission] = set()
-            for call in ast.walk(function):
-                if not isinstance(call, ast.Call) or not isinstance(call.func, ast.Attribute):
-                    continue
-                receiver, method = ast.unparse(call.func.value), call.func.attr
-                if account == "node" and method == "apply_numatopology_status":
-                    # The exporter and the agent apply their own status conditions.
-                    found.add(("numatopo.io", "numatopologies/status", "patch"))
-                elif (
-                    account == "node"
-                    and receiver.rsplit(".", 1)[-1] == "client"
-                    and method in NODE_CLIENT_METHODS
-                ):
-                    verb = NODE_CLIENT_METHODS[method]
-                    if method == "post_event":
-                        found.add(("", "events", "create"))
-                        continue
-                    paths = resolver.paths(call.args[0], scope)
-                    found |= _permissions(verb, "GET" if method == "get" else "", paths)
-            if found:
-                calls[f"{module_name}:{qualname}"] = found
+    for root, package in NODE_SOURCES:
+        calls |= collect_helper_calls(root, package)
     return calls
 
 

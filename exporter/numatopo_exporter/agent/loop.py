@@ -18,12 +18,12 @@ from pathlib import Path, PurePosixPath
 from typing import Any
 
 from numatopo_engine.cpuset import CPUSet
-from numatopo_exporter import kube
 from numatopo_exporter.agent import cgroupfs, feedback, planning, pods
 from numatopo_exporter.agent.metrics import AgentMetrics
 from numatopo_exporter.daemon.backoff import Backoff
 from numatopo_exporter.discovery import kubelet
 from numatopo_exporter.discovery.errors import DiscoveryError
+from numatopo_kube import KubeClient, KubeError
 
 __all__ = ["COMPONENT", "ENFORCING", "AgentLoop"]
 
@@ -54,7 +54,7 @@ def _now_text(now: float) -> str:
 
 @dataclass
 class AgentLoop:
-    client: kube.KubeClient
+    client: KubeClient
     node_name: str
     cgroup_root: Path
     kubelet_state: Path | None = kubelet.STATE_PATH
@@ -116,27 +116,27 @@ class AgentLoop:
 
     async def watch_pods(self) -> None:
         """List, then watch, this node's pods; relist after any error. Runs until cancelled."""
-        params = {"fieldSelector": f"spec.nodeName={self.node_name}"}
+        selector = {"spec.nodeName": self.node_name}
         while True:
             try:
-                listing = await self.client.get("/api/v1/pods", params=params)
+                listing = await self.client.list_pods(field_selector=selector)
                 self.backoff.reset()
                 self.pod_cache.clear()
-                for pod in listing.get("items") or []:
+                for pod in listing.items:
                     self._remember(pod)
                 self.synced.set()
                 self._wake.set()
-                version = (listing.get("metadata") or {}).get("resourceVersion")
-                watch_params = {**params, "resourceVersion": version} if version else params
-                async for event in self.client.watch("/api/v1/pods", params=watch_params):
+                async for event in self.client.watch_pods(
+                    field_selector=selector, resource_version=listing.resource_version
+                ):
                     self.backoff.reset()
                     if self.handle_event(event.type, event.object):
                         self._wake.set()
-            except kube.ApiError as exc:
+            except KubeError as exc:
                 logger.warning("watching pods on %s: %s", self.node_name, exc)
-            await self._wait_for_api(self.backoff.next_delay(), params=params)
+            await self._wait_for_api(self.backoff.next_delay(), selector=selector)
 
-    async def _wait_for_api(self, seconds: float, *, params: dict[str, str]) -> None:
+    async def _wait_for_api(self, seconds: float, *, selector: dict[str, str]) -> None:
         """Sleep up to `seconds` (the backoff), but end as soon as a cheap probe (a list
         of at most one of this node's pods) succeeds: after an outage the agent is back
         within `probe_seconds`, not after the next backoff step (up to a minute)."""
@@ -144,8 +144,8 @@ class AgentLoop:
         while (left := deadline - asyncio.get_running_loop().time()) > 0:
             await asyncio.sleep(min(self.probe_seconds, left))
             try:
-                await self.client.get("/api/v1/pods", params={**params, "limit": "1"})
-            except kube.ApiError:
+                await self.client.probe_pods(field_selector=selector)
+            except KubeError:
                 continue
             self.backoff.reset()
             return
@@ -425,8 +425,10 @@ class AgentLoop:
                     pod, status_patch, aligned=aligned, reason=reason, message=message, now=now
                 )
             if meta_patch is not None:
-                await self.client.patch(kube.pod_path(namespace, name), meta_patch)
-        except kube.ApiError as exc:
+                await self.client.patch_pod_annotations(
+                    namespace, name, meta_patch["metadata"]["annotations"]
+                )
+        except KubeError as exc:
             logger.warning("reporting to pod %s/%s: %s", namespace, name, exc)
 
     async def _patch_condition(
@@ -442,36 +444,32 @@ class AgentLoop:
         """Write the `Aligned` condition; when the patch no longer fits the pod (its
         conditions moved since the cached copy), plan it again on a fresh copy, once."""
         meta = pod.get("metadata", {})
-        path = kube.pod_path(
-            str(meta.get("namespace")), str(meta.get("name")), subresource="status"
-        )
+        namespace, name = str(meta.get("namespace")), str(meta.get("name"))
         try:
-            await self.client.patch(path, patch.body, content_type=patch.content_type)
+            await self.client.patch_pod_status(
+                namespace, name, patch.body, content_type=patch.content_type
+            )
             return
-        except kube.ApiError as exc:
+        except KubeError as exc:
             # A failed `test` is 422 on a real API server and 500 on the emulator; either
             # way a fresh copy settles it. Unreachable or gone: nothing to retry on.
             if exc.not_found or exc.status == 0:
                 raise
-        fresh = await self.client.get(path)
+        fresh = await self.client.get_pod_status(namespace, name)
         condition = feedback.plan_condition(
             fresh, aligned=aligned, reason=reason, message=message, now=now
         )
         if condition is not None:
             again = feedback.plan_status_patch(condition, fresh)
-            await self.client.patch(path, again.body, content_type=again.content_type)
+            await self.client.patch_pod_status(
+                namespace, name, again.body, content_type=again.content_type
+            )
 
     async def _event(
         self, regarding: dict[str, Any], reason: str, message: str, *, warning: bool = False
     ) -> None:
-        body = {"apiVersion": "v1", "kind": "Pod", **regarding}
         await self.client.post_event(
-            regarding=body,
-            reason=reason,
-            message=message,
-            warning=warning,
-            component=COMPONENT,
-            host=self.node_name,
+            _about(regarding, kind="Pod"), reason=reason, message=message, warning=warning
         )
 
     # -- the kubelet's CPU manager --------------------------------------------------------
@@ -519,28 +517,32 @@ class AgentLoop:
         try:
             # Only our own condition, under our own field manager: the exporter's
             # conditions in the same list are merged by type, never overwritten.
-            await kube.apply_numatopology_status(
-                self.client,
+            await self.client.apply_numatopology_status(
                 self.node_name,
                 {"conditions": [condition]},
                 field_manager=COMPONENT,
             )
-        except kube.ApiError as exc:
+        except KubeError as exc:
             # Absent (the exporter has not created it yet): nothing to report on, as before.
             if not exc.not_found:
                 logger.warning("reporting the %s condition: %s", ENFORCING, exc)
                 self._standing_aside = None  # try again next time
         if static:
-            node = {"apiVersion": "v1", "kind": "Node", "metadata": {"name": self.node_name}}
-            await self.client.post_event(
-                regarding=node,
-                reason=verdict[0],
-                message=verdict[1],
-                warning=True,
-                component=COMPONENT,
-                host=self.node_name,
-            )
+            node = {"apiVersion": "v1", "kind": "Node", "name": self.node_name}
+            await self.client.post_event(node, reason=verdict[0], message=verdict[1], warning=True)
         return static
+
+
+def _about(regarding: dict[str, Any], *, kind: str) -> dict[str, str]:
+    """What an Event is about (`KubeClient.post_event`), from the object's body."""
+    meta = regarding.get("metadata") or {}
+    return {
+        "apiVersion": str(regarding.get("apiVersion") or "v1"),
+        "kind": str(regarding.get("kind") or kind),
+        "namespace": str(meta.get("namespace") or ""),
+        "name": str(meta.get("name") or ""),
+        "uid": str(meta.get("uid") or ""),
+    }
 
 
 def _annotations(pod: dict[str, Any]) -> dict[str, str]:

@@ -6,21 +6,21 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
-from numatopo_exporter import kube
 from numatopo_exporter.agent import cgroupfs
-from numatopo_exporter.agent.loop import AgentLoop
+from numatopo_exporter.agent.loop import COMPONENT, AgentLoop
 from numatopo_exporter.agent.metrics import AgentMetrics
 from numatopo_exporter.daemon import metrics
 from numatopo_exporter.discovery import kubelet
-from numatopo_exporter.node_process import add_node_flags, start
+from numatopo_exporter.node_process import add_node_flags, check_node, connect, start
+from numatopo_kube import KubeError
 
 
 async def serve(args: argparse.Namespace) -> int:
     """Run the agent that `args` describe until cancelled."""
-    client = kube.KubeClient.connect(args.api_url)
+    client = connect(args.api_url, component=COMPONENT, node_name=args.node_name)
     agent_metrics = AgentMetrics()
     async with client:
-        await client.check_node(args.node_name)
+        await check_node(client, args.node_name)
         loop = AgentLoop(
             client,
             node_name=args.node_name,
@@ -47,7 +47,7 @@ def run(args: argparse.Namespace) -> int:
         "agent",
         args,
         serve,
-        errors=(kube.ApiError, cgroupfs.CgroupError),
+        errors=(KubeError, cgroupfs.CgroupError),
         # Checked once at start: a wrong mount is a configuration error, not drift.
         check=lambda: cgroupfs.detect_hierarchy(args.cgroup_root),
     )

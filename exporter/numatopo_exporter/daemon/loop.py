@@ -15,12 +15,12 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from numatopo_engine.model import NumatopologySpec
-from numatopo_exporter import kube
 from numatopo_exporter.daemon.backoff import Backoff
 from numatopo_exporter.daemon.metrics import ExporterMetrics
 from numatopo_exporter.daemon.publishing import Sink
 from numatopo_exporter.discovery.discover import Discovery
 from numatopo_exporter.discovery.errors import DiscoveryError
+from numatopo_kube import KubeError
 
 __all__ = ["ExporterLoop", "ScanError"]
 
@@ -88,7 +88,7 @@ class ExporterLoop:
             self._rescan = True
             logger.error("%s", exc)
             return False
-        except kube.ApiError as exc:
+        except KubeError as exc:
             self.metrics.publish_errors.inc()
             logger.warning("publishing failed, will retry: %s", exc)
             return False

@@ -31,8 +31,8 @@ from typing import Any, Protocol, TextIO
 from pydantic import ValidationError
 
 from numatopo_engine.model import API_VERSION, KIND, NumatopologySpec
-from numatopo_exporter import kube
 from numatopo_exporter.daemon.backoff import Backoff
+from numatopo_kube import KubeClient, KubeError, KubeNotFoundError
 
 __all__ = [
     "DEGRADED",
@@ -219,7 +219,7 @@ class Publisher:
 
     def __init__(
         self,
-        client: kube.KubeClient,
+        client: KubeClient,
         *,
         node_name: str,
         clock: Callable[[], float],
@@ -229,16 +229,18 @@ class Publisher:
         self.clock = clock
         self._node_uid: str | None = None
         self._beat_scanned_at: float | None = None
-        self.path = kube.numatopology_path(node_name)
+        self.path = f"{KIND}/{node_name}"
 
     async def node_uid(self) -> str:
         if self._node_uid is None:
             try:
-                node = await self.client.get(f"/api/v1/nodes/{self.node_name}")
-            except kube.ApiError as exc:
+                node = await self.client.get_node(self.node_name)
+            except KubeError as exc:
                 if exc.not_found:
-                    raise kube.ApiError(
-                        404, f"node {self.node_name!r} does not exist (check --node-name)"
+                    raise KubeNotFoundError(
+                        404,
+                        "NotFound",
+                        f"node {self.node_name!r} does not exist (check --node-name)",
                     ) from None
                 raise
             self._node_uid = str(node["metadata"]["uid"])
@@ -249,11 +251,11 @@ class Publisher:
     ) -> bool:
         uid = await self.node_uid()
         digest = spec_hash(spec)
-        current = await self.client.get_optional(self.path)
+        current = await self.client.get_numatopology(self.node_name)
         wrote = False
         if current is None or published_hash(current, node_uid=uid) != digest:
             wanted = build_object(node_name=self.node_name, node_uid=uid, spec=spec)
-            current = await self.client.apply(self.path, wanted, field_manager=FIELD_MANAGER)
+            current = await self.client.apply_numatopology(wanted, field_manager=FIELD_MANAGER)
             wrote = True
             logger.info("published %s spec %s", self.path, digest)
         now = self.clock()
@@ -269,8 +271,8 @@ class Publisher:
             now=now,
         )
         if planned is not None:
-            await kube.apply_numatopology_status(
-                self.client, self.node_name, planned, field_manager=FIELD_MANAGER
+            await self.client.apply_numatopology_status(
+                self.node_name, planned, field_manager=FIELD_MANAGER
             )
             self._beat_scanned_at = scanned_at
             wrote = True
@@ -278,16 +280,15 @@ class Publisher:
 
     async def watch(self, on_change: Callable[[], None], *, backoff: Backoff) -> None:
         """Call `on_change` whenever our object is modified or deleted; runs until cancelled."""
-        params = {"fieldSelector": f"metadata.name={self.node_name}"}
         while True:
             try:
-                async for event in self.client.watch(kube.numatopology_path(), params=params):
+                async for event in self.client.watch_numatopologies(name=self.node_name):
                     # Servers that ignore the field selector send every node's object.
                     if event.object.get("metadata", {}).get("name") != self.node_name:
                         continue
                     backoff.reset()
                     if event.type in ("MODIFIED", "DELETED"):
                         on_change()
-            except kube.ApiError as exc:
+            except KubeError as exc:
                 logger.warning("watching %s: %s", self.path, exc)
             await asyncio.sleep(backoff.next_delay())

@@ -13,12 +13,12 @@ from pathlib import Path
 from typing import Any
 
 from numatopo_engine.model import NumatopologySpec
-from numatopo_exporter import kube
 from numatopo_exporter.daemon import metrics, publishing, udev
 from numatopo_exporter.daemon.backoff import Backoff
 from numatopo_exporter.daemon.loop import ExporterLoop, ScanError
 from numatopo_exporter.discovery.discover import DiscoverOptions, Discovery, discover
-from numatopo_exporter.node_process import add_node_flags, start
+from numatopo_exporter.node_process import add_node_flags, check_node, connect, start
+from numatopo_kube import KubeError
 
 logger = logging.getLogger("numatopo.exporter")
 
@@ -68,9 +68,11 @@ async def serve(
         if args.no_publish:
             sink = publishing.PrintingSink(node_name=args.node_name)
         else:
-            client = kube.KubeClient.connect(args.api_url)
+            client = connect(
+                args.api_url, component=publishing.FIELD_MANAGER, node_name=args.node_name
+            )
             await stack.enter_async_context(client)
-            await client.check_node(args.node_name)
+            await check_node(client, args.node_name)
             publisher = publishing.Publisher(client, node_name=args.node_name, clock=time.time)
             sink = publisher
         loop = ExporterLoop(
@@ -120,7 +122,7 @@ def run(args: argparse.Namespace) -> int:
     problem = ""
     if not args.sysfs_root.is_dir():
         problem = f"--sysfs-root {args.sysfs_root}: no such directory"
-    return start("exporter", args, serve, errors=(kube.ApiError, ScanError), problem=problem)
+    return start("exporter", args, serve, errors=(KubeError, ScanError), problem=problem)
 
 
 HELP = "publish this node's Numatopology (DaemonSet)"

@@ -13,11 +13,11 @@ import aiohttp
 import kmock
 
 from numatopo_cli.main import build_parser
-from numatopo_exporter import kube
 from numatopo_exporter.agent import serve as agent_command
 from numatopo_exporter.agent.loop import AgentLoop
 from numatopo_exporter.daemon.backoff import Backoff
 
+from ..conftest import NodeClient
 from ..daemon.conftest import NODE
 from .conftest import CgroupTree
 from .test_agent_loop import wait_for
@@ -34,7 +34,7 @@ class Down:
 
 
 async def test_the_agent_is_back_promptly_after_an_outage(
-    cluster: kmock.KubernetesEmulator, client: kube.KubeClient, file_cgroups: CgroupTree
+    cluster: kmock.KubernetesEmulator, client: NodeClient, file_cgroups: CgroupTree
 ) -> None:
     """The first list fails and the backoff says 30 s; the API is back at once, and so
     must the agent be (within a couple of probes), not half a minute later."""

@@ -10,9 +10,9 @@ import tracemalloc
 
 import kmock
 
-from numatopo_exporter import kube
 from numatopo_exporter.agent.loop import AgentLoop
 
+from ..conftest import NodeClient, pod_path
 from ..daemon.conftest import NODE
 from .conftest import CgroupTree
 from .test_agent_loop import CID_A, UID_A, assignment, pod, wait_for
@@ -41,7 +41,7 @@ def internal_sizes(agent: AgentLoop) -> dict[str, int]:
 
 
 async def test_pod_lifecycles_leave_nothing_behind(
-    client: kube.KubeClient, file_cgroups: CgroupTree
+    client: NodeClient, file_cgroups: CgroupTree
 ) -> None:
     agent = AgentLoop(client, node_name=NODE, cgroup_root=file_cgroups.root, kubelet_state=None)
     await agent.reconcile()  # the one-off Enforcing report, before measuring
@@ -102,13 +102,13 @@ async def test_pod_lifecycles_leave_nothing_behind(
 
 
 async def test_an_enforced_pod_that_leaves_is_forgotten(
-    cluster: kmock.KubernetesEmulator, client: kube.KubeClient, file_cgroups: CgroupTree
+    cluster: kmock.KubernetesEmulator, client: NodeClient, file_cgroups: CgroupTree
 ) -> None:
     """Through the running loop (watch + reconcile): enforced, deleted, nothing left."""
     file_cgroups.make(f"kubepods/burstable/pod{UID_A}/{CID_A}")
     await client.create(
         "/api/v1/namespaces/default/pods",
-        pod("a", UID_A, cid=CID_A, annotation=assignment("1"), created="x"),
+        pod("a", UID_A, cid=CID_A, annotation=assignment("1"), created="2024-01-01T00:00:00Z"),
     )
     agent = AgentLoop(
         client,
@@ -121,7 +121,7 @@ async def test_an_enforced_pod_that_leaves_is_forgotten(
     try:
         await wait_for(lambda: UID_A in agent._enforced, "pod a enforced")
         assert 1 == len(agent._first_seen)
-        await client.request("DELETE", kube.pod_path("default", "a"))
+        await client.request("DELETE", pod_path("default", "a"))
         await wait_for(lambda: not any(internal_sizes(agent).values()), "pod a forgotten")
     finally:
         task.cancel()

@@ -9,12 +9,12 @@ from typing import Any
 import kmock
 
 from numatopo_engine.cpuset import CPUSet
-from numatopo_exporter import kube
 from numatopo_exporter.agent import pods
 from numatopo_exporter.agent.feedback import ALIGNED
 from numatopo_exporter.agent.loop import AgentLoop
 from numatopo_exporter.agent.planning import Cpuset
 
+from ..conftest import NodeClient, pod_path
 from ..daemon.conftest import NODE
 from .conftest import CgroupTree
 from .test_agent_loop import CID_A, CID_B, PODS, UID_A, UID_B, pod
@@ -43,7 +43,7 @@ def condition(cluster: kmock.KubernetesEmulator, name: str) -> tuple[str, str]:
 class Pods:
     """Pods on the emulated API, and an agent that reconciles them on `tree`."""
 
-    def __init__(self, client: kube.KubeClient, tree: CgroupTree) -> None:
+    def __init__(self, client: NodeClient, tree: CgroupTree) -> None:
         self.client, self.tree = client, tree
         self.bodies: dict[str, dict[str, Any]] = {}
         self.agent = AgentLoop(
@@ -60,7 +60,7 @@ class Pods:
 
     async def reconcile(self) -> None:
         self.agent.pod_cache = {
-            uid: await self.client.get(kube.pod_path("default", body["metadata"]["name"]))
+            uid: await self.client.get(pod_path("default", body["metadata"]["name"]))
             for uid, body in self.bodies.items()
         }
         await self.agent.reconcile()
@@ -70,7 +70,7 @@ class Pods:
 
 
 async def test_an_older_pod_assigned_later_does_not_displace_an_enforced_one(
-    cluster: kmock.KubernetesEmulator, client: kube.KubeClient, cgroup_tree: CgroupTree
+    cluster: kmock.KubernetesEmulator, client: NodeClient, cgroup_tree: CgroupTree
 ) -> None:
     """Pod b (decision 1) runs on CPU 1. Pod a, created before b but decided after it
     (decision 2, a stale or hand-made claim on the same CPU), must not take it."""
@@ -102,13 +102,19 @@ def test_equal_sequences_are_ordered_by_pod_uid() -> None:
 
 
 async def test_a_memory_node_the_machine_lacks_refuses_only_that_pod(
-    cluster: kmock.KubernetesEmulator, client: kube.KubeClient, cgroup_tree: CgroupTree
+    cluster: kmock.KubernetesEmulator, client: NodeClient, cgroup_tree: CgroupTree
 ) -> None:
     """mems 5 does not exist here: kubepods must not be widened (the kernel would refuse
     and every pod would fail with it); pod c alone is refused, and says why."""
     node = Pods(client, cgroup_tree)
-    await node.add("a", UID_A, CID_A, claim("1", seq=1), created="x")
-    await node.add("c", UID_C, CID_C, claim("0", seq=2, mems="5", exclusive=False), created="x")
+    await node.add("a", UID_A, CID_A, claim("1", seq=1), created="2024-01-01T00:00:00Z")
+    await node.add(
+        "c",
+        UID_C,
+        CID_C,
+        claim("0", seq=2, mems="5", exclusive=False),
+        created="2024-01-02T00:00:00Z",
+    )
 
     await node.reconcile()
 
@@ -132,7 +138,7 @@ def test_cpus_that_are_not_online_refuse_the_pod_with_a_reason() -> None:
 
 
 async def test_claims_on_every_cpu_refuse_the_latest_and_enforce_the_rest(
-    cluster: kmock.KubernetesEmulator, client: kube.KubeClient, cgroup_tree: CgroupTree
+    cluster: kmock.KubernetesEmulator, client: NodeClient, cgroup_tree: CgroupTree
 ) -> None:
     """Pod a holds CPU 1; pod c (a later decision) claims every other CPU. The shared
     pool would be empty: c is refused, a stays enforced, and drift is still corrected."""

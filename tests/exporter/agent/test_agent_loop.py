@@ -11,11 +11,11 @@ from typing import Any
 import kmock
 import pytest
 
-from numatopo_exporter import kube
 from numatopo_exporter.agent.feedback import ALIGNED
 from numatopo_exporter.agent.loop import AgentLoop
 from numatopo_exporter.daemon.backoff import Backoff
 
+from ..conftest import NodeClient, pod_path
 from ..daemon.conftest import NODE
 from .conftest import CgroupTree
 
@@ -66,7 +66,7 @@ class Node:
     """One node: its cgroups (real or files), the emulated API, and a running agent."""
 
     def __init__(
-        self, tree: CgroupTree, cluster: kmock.KubernetesEmulator, client: kube.KubeClient
+        self, tree: CgroupTree, cluster: kmock.KubernetesEmulator, client: NodeClient
     ) -> None:
         self.tree, self.cluster, self.client = tree, cluster, client
         self.online = (tree.root / "cpuset.cpus").read_text().strip()
@@ -116,7 +116,7 @@ class Node:
 
 @pytest.fixture
 async def node(
-    cgroup_tree: CgroupTree, cluster: kmock.KubernetesEmulator, client: kube.KubeClient
+    cgroup_tree: CgroupTree, cluster: kmock.KubernetesEmulator, client: NodeClient
 ) -> AsyncIterator[Node]:
     """A node whose pod `a` holds CPU 1 exclusively while pod `b` runs in the shared pool."""
     the_node = Node(cgroup_tree, cluster, client)
@@ -158,9 +158,7 @@ async def test_container_restart_is_re_applied(node: Node) -> None:
     fresh = node.container(UID_A, CID_A2)
     status = [{"name": "main", "containerID": f"containerd://{CID_A2}", "state": {"running": {}}}]
 
-    await node.client.patch(
-        kube.pod_path("default", "a"), {"status": {"containerStatuses": status}}
-    )
+    await node.client.patch(pod_path("default", "a"), {"status": {"containerStatuses": status}})
     await wait_for(lambda: ("a", "Reenforced") in node.events(), "the restart reported")
 
     assert "1" == node.cpus(fresh)
@@ -179,7 +177,7 @@ async def test_drift_is_corrected(node: Node) -> None:
 async def test_deleted_pod_gives_its_cpus_back(node: Node) -> None:
     b = f"kubepods/burstable/pod{UID_B}/{CID_B}"
 
-    await node.client.request("DELETE", kube.pod_path("default", "a"))
+    await node.client.request("DELETE", pod_path("default", "a"))
     await wait_for(lambda: node.cpus(b) == node.online, "the shared pool widened")
 
     if node.tree.real:
@@ -202,7 +200,7 @@ async def test_overlapping_assignment_is_refused(node: Node) -> None:
 
 
 async def test_static_kubelet_is_left_alone(
-    cluster: kmock.KubernetesEmulator, client: kube.KubeClient, file_cgroups: CgroupTree
+    cluster: kmock.KubernetesEmulator, client: NodeClient, file_cgroups: CgroupTree
 ) -> None:
     state = file_cgroups.root / "cpu_manager_state"
     state.write_text('{"policyName": "static", "defaultCpuSet": "0-3"}')

@@ -12,12 +12,12 @@ import kmock
 import pytest
 
 from numatopo_engine.cpuset import CPUSet
-from numatopo_exporter import kube
 from numatopo_exporter.agent import cgroupfs
 from numatopo_exporter.agent.feedback import ALIGNED
 from numatopo_exporter.agent.loop import AgentLoop
 from numatopo_exporter.agent.planning import CpusetWrite
 
+from ..conftest import NodeClient, pod_path
 from ..daemon.conftest import NODE
 from .conftest import CgroupTree
 from .test_agent_loop import CID_A, CID_B, PODS, UID_A, UID_B, assignment, pod
@@ -43,18 +43,18 @@ def events(cluster: kmock.KubernetesEmulator) -> list[tuple[str, str, str]]:
     return found
 
 
-def make_agent(client: kube.KubeClient, tree: CgroupTree) -> AgentLoop:
+def make_agent(client: NodeClient, tree: CgroupTree) -> AgentLoop:
     return AgentLoop(
         client, node_name=NODE, cgroup_root=tree.root, kubelet_state=tree.root / "absent"
     )
 
 
-async def fresh_copy(client: kube.KubeClient, name: str) -> dict[str, Any]:
-    return await client.get(kube.pod_path("default", name))
+async def fresh_copy(client: NodeClient, name: str) -> dict[str, Any]:
+    return await client.get(pod_path("default", name))
 
 
 async def test_the_kubelets_newer_ready_survives_the_agents_write(
-    cluster: kmock.KubernetesEmulator, client: kube.KubeClient, file_cgroups: CgroupTree
+    cluster: kmock.KubernetesEmulator, client: NodeClient, file_cgroups: CgroupTree
 ) -> None:
     """The agent read the pod while Ready was False; the kubelet then wrote Ready=True.
     Writing Aligned from the stale copy must not bring the old Ready back."""
@@ -66,7 +66,7 @@ async def test_the_kubelets_newer_ready_survives_the_agents_write(
     agent.pod_cache = {UID_A: copy.deepcopy(await fresh_copy(client, "a"))}
     newer = [ready("True", "2024-01-01T00:00:05Z")]
     await client.patch(
-        kube.pod_path("default", "a", subresource="status"), {"status": {"conditions": newer}}
+        pod_path("default", "a", subresource="status"), {"status": {"conditions": newer}}
     )
 
     await agent.reconcile()
@@ -77,7 +77,7 @@ async def test_the_kubelets_newer_ready_survives_the_agents_write(
 
 
 async def test_a_moved_aligned_condition_is_rewritten_in_place(
-    cluster: kmock.KubernetesEmulator, client: kube.KubeClient, file_cgroups: CgroupTree
+    cluster: kmock.KubernetesEmulator, client: NodeClient, file_cgroups: CgroupTree
 ) -> None:
     """The agent's copy has Aligned first; the kubelet has since rewritten the list with
     Ready first. The guarded patch misses, the agent re-reads, and nothing else changes."""
@@ -90,7 +90,7 @@ async def test_a_moved_aligned_condition_is_rewritten_in_place(
     agent.pod_cache = {UID_A: copy.deepcopy(await fresh_copy(client, "a"))}
     reordered = [ready("True", "2024-01-01T00:00:05Z"), old_aligned]
     await client.patch(
-        kube.pod_path("default", "a", subresource="status"), {"status": {"conditions": reordered}}
+        pod_path("default", "a", subresource="status"), {"status": {"conditions": reordered}}
     )
 
     await agent.reconcile()
@@ -101,7 +101,7 @@ async def test_a_moved_aligned_condition_is_rewritten_in_place(
 
 
 async def test_a_second_failure_after_recovery_posts_an_event_again(
-    cluster: kmock.KubernetesEmulator, client: kube.KubeClient, file_cgroups: CgroupTree
+    cluster: kmock.KubernetesEmulator, client: NodeClient, file_cgroups: CgroupTree
 ) -> None:
     """Fail (cgroup missing), recover, fail again for the same reason: two Events."""
     body = pod("a", UID_A, cid=CID_A, annotation=assignment("1"), created="x")
@@ -127,7 +127,7 @@ async def test_a_second_failure_after_recovery_posts_an_event_again(
 
 
 async def test_a_restarted_agent_does_not_announce_enforcement_again(
-    cluster: kmock.KubernetesEmulator, client: kube.KubeClient, file_cgroups: CgroupTree
+    cluster: kmock.KubernetesEmulator, client: NodeClient, file_cgroups: CgroupTree
 ) -> None:
     file_cgroups.make(CONTAINER_A)
     await client.create(
@@ -147,7 +147,7 @@ async def test_a_restarted_agent_does_not_announce_enforcement_again(
 
 
 async def test_messages_name_the_cpus_applied_not_the_assignment(
-    cluster: kmock.KubernetesEmulator, client: kube.KubeClient, file_cgroups: CgroupTree
+    cluster: kmock.KubernetesEmulator, client: NodeClient, file_cgroups: CgroupTree
 ) -> None:
     """A NUMA-pool container assigned 0-3 while pod a holds CPU 1 exclusively runs on
     0,2-3: that is what the Event and the condition must say."""

@@ -10,11 +10,11 @@ import kmock
 import pytest
 
 from numatopo_engine.model import API_VERSION, KIND
-from numatopo_exporter import kube
 from numatopo_exporter.agent.loop import ENFORCING, AgentLoop
 from numatopo_exporter.discovery import kubelet
 from numatopo_exporter.discovery.errors import DiscoveryError
 
+from ..conftest import NodeClient
 from ..daemon.conftest import NODE
 from .conftest import CgroupTree
 from .test_agent_loop import CID_A, UID_A, assignment, pod
@@ -88,7 +88,7 @@ def node_events(cluster: kmock.KubernetesEmulator) -> list[str]:
 
 
 async def test_an_unknown_kubelet_policy_stops_writes_until_it_is_known(
-    cluster: kmock.KubernetesEmulator, client: kube.KubeClient, file_cgroups: CgroupTree
+    cluster: kmock.KubernetesEmulator, client: NodeClient, file_cgroups: CgroupTree
 ) -> None:
     state = file_cgroups.root / "cpu_manager_state"
     state.write_text('{"policyName": "sta')  # the kubelet was killed mid-write

@@ -9,11 +9,11 @@ from pathlib import PurePosixPath
 import kmock
 
 from numatopo_engine.cpuset import CPUSet
-from numatopo_exporter import kube
 from numatopo_exporter.agent.feedback import ALIGNED
 from numatopo_exporter.agent.loop import AgentLoop
 from numatopo_exporter.agent.planning import Cpuset, Target, desire_cpusets, plan_writes
 
+from ..conftest import NodeClient
 from ..daemon.conftest import NODE
 from .conftest import CgroupTree
 from .test_agent_loop import CID_A, PODS, UID_A, assignment, pod
@@ -27,7 +27,7 @@ def aligned(cluster: kmock.KubernetesEmulator) -> dict[str, str]:
     return dict(found)
 
 
-async def start(client: kube.KubeClient, tree: CgroupTree) -> AgentLoop:
+async def start(client: NodeClient, tree: CgroupTree) -> AgentLoop:
     body = pod("a", UID_A, cid=CID_A, annotation=assignment("1"), created="x")
     await client.create("/api/v1/namespaces/default/pods", body)
     agent = AgentLoop(
@@ -38,7 +38,7 @@ async def start(client: kube.KubeClient, tree: CgroupTree) -> AgentLoop:
 
 
 async def test_a_container_with_nested_cgroups_is_narrowed(
-    cluster: kmock.KubernetesEmulator, client: kube.KubeClient, real_cgroups: CgroupTree
+    cluster: kmock.KubernetesEmulator, client: NodeClient, real_cgroups: CgroupTree
 ) -> None:
     """The kernel answers EBUSY to narrowing the container while a nested cgroup (here
     two levels deep, with a real process) still has the CPUs being removed."""
@@ -56,7 +56,7 @@ async def test_a_container_with_nested_cgroups_is_narrowed(
 
 
 async def test_a_nested_cgroup_that_cannot_be_read_is_reported_on_the_pod(
-    cluster: kmock.KubernetesEmulator, client: kube.KubeClient, file_cgroups: CgroupTree
+    cluster: kmock.KubernetesEmulator, client: NodeClient, file_cgroups: CgroupTree
 ) -> None:
     """Reported as the pod's condition and one Event, not logged and forgotten each pass."""
     file_cgroups.make(CONTAINER)

@@ -164,12 +164,14 @@ def test_bad_input_is_one_line_and_exit_2(
     [
         pytest.param(
             ["exporter", "--sysfs-root={tree}", "--no-nvml"],
-            "numatopo exporter: HTTP 404: no node named 'ghost' (check --node-name or NODE_NAME)",
+            "numatopo exporter: HTTP 404 NotFound: "
+            "no node named 'ghost' (check --node-name or NODE_NAME)",
             id="exporter",
         ),
         pytest.param(
             ["agent", "--cgroup-root={cgroups}"],
-            "numatopo agent: HTTP 404: no node named 'ghost' (check --node-name or NODE_NAME)",
+            "numatopo agent: HTTP 404 NotFound: "
+            "no node named 'ghost' (check --node-name or NODE_NAME)",
             id="agent",
         ),
     ],

@@ -17,7 +17,7 @@ import kmock
 import yaml
 from aiohttp import web
 
-from numatopo_exporter.kube import APPLY
+from numatopo_kube import APPLY
 
 # The cluster set-up lives one folder up (the agent and command tests share it).
 from ..conftest import NODE, NODE_UID, register_cluster  # noqa: F401

@@ -7,13 +7,13 @@ from pathlib import Path
 
 import kmock
 
-from numatopo_exporter import kube
 from numatopo_exporter.daemon.backoff import Backoff
 from numatopo_exporter.daemon.loop import ExporterLoop
 from numatopo_exporter.daemon.publishing import Publisher
 from numatopo_exporter.daemon.serve import make_discovery_scan
 from numatopo_exporter.discovery.discover import DiscoverOptions
 
+from ..conftest import NodeClient
 from ..sysfs.conftest import write_tree
 from ..sysfs.test_real_world_quirks import NODE as NODE_DIR
 from ..sysfs.test_real_world_quirks import machine
@@ -23,7 +23,7 @@ NTP = "numatopo.io/v1alpha1/numatopologies"
 
 
 async def test_overlapping_numa_nodes_are_published_as_one_and_flagged_degraded(
-    cluster: kmock.KubernetesEmulator, client: kube.KubeClient, tmp_path: Path
+    cluster: kmock.KubernetesEmulator, client: NodeClient, tmp_path: Path
 ) -> None:
     files, links = machine({0: "0-7", 1: "0-7"}, **{f"{NODE_DIR}/node1/distance": "20 10 30 30\n"})
     root = write_tree(tmp_path / "host", files, links)

@@ -16,13 +16,13 @@ import kmock
 import pytest
 
 from numatopo_engine.model import NumatopologySpec
-from numatopo_exporter import kube
 from numatopo_exporter.daemon.backoff import Backoff
 from numatopo_exporter.daemon.loop import ExporterLoop
 from numatopo_exporter.daemon.publishing import Publisher
 from numatopo_exporter.daemon.serve import make_discovery_scan
 from numatopo_exporter.discovery.discover import DiscoverOptions
 
+from ..conftest import NodeClient
 from .conftest import NODE, take_offline, unplug_pci, writes
 
 NTP = "numatopo.io/v1alpha1/numatopologies"
@@ -53,7 +53,7 @@ def unplug_gpu_and_offline_cpu(root: Path) -> None:
 class RecordingPublisher(Publisher):
     """The real publisher, noting whether each publish wrote, so a test can wait for it."""
 
-    def __init__(self, client: kube.KubeClient) -> None:
+    def __init__(self, client: NodeClient) -> None:
         super().__init__(client, node_name=NODE, clock=lambda: 1_700_000_000.0)
         self.wrote: list[bool] = []
 
@@ -74,7 +74,7 @@ class RecordingPublisher(Publisher):
 
 @pytest.fixture
 async def running(
-    client: kube.KubeClient, node_root: Path
+    client: NodeClient, node_root: Path
 ) -> AsyncIterator[tuple[ExporterLoop, RecordingPublisher]]:
     """The exporter loop over the real scan of `node_root`, running as a task."""
     publisher = RecordingPublisher(client)

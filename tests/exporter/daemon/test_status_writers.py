@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import asyncio
 import json
-from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
@@ -20,35 +19,28 @@ import kmock
 import pytest
 
 from numatopo_engine.model import NumaNode, NumatopologySpec
-from numatopo_exporter import kube
 from numatopo_exporter.agent.loop import AgentLoop
 from numatopo_exporter.daemon.publishing import Publisher, spec_hash
+from numatopo_kube import KubeClient
 
+from ..conftest import NodeClient, numatopology_path
 from .conftest import NODE, ApplyingEmulator
 
 NTP = "numatopo.io/v1alpha1/numatopologies"
 
 
-class RacingClient(kube.KubeClient):
+class RacingClient(KubeClient):
     """A real client whose status writes wait at `barrier` (when set) for the other
     writer's, so that both have read the object before either writes."""
 
     barrier: asyncio.Barrier | None = None
 
-    async def request(
-        self,
-        method: str,
-        path: str,
-        *,
-        body: Any = None,
-        params: Mapping[str, str] | None = None,
-        content_type: str = "application/json",
+    async def apply_numatopology_status(
+        self, name: str, status: dict[str, Any], *, field_manager: str
     ) -> dict[str, Any]:
-        if self.barrier is not None and method == "PATCH" and path.endswith("/status"):
+        if self.barrier is not None:
             await self.barrier.wait()
-        return await super().request(
-            method, path, body=body, params=params, content_type=content_type
-        )
+        return await super().apply_numatopology_status(name, status, field_manager=field_manager)
 
 
 def spec(cpus: str) -> NumatopologySpec:
@@ -71,7 +63,10 @@ async def test_exporter_and_agent_racing_keep_both_conditions(
 ) -> None:
     state = tmp_path / "cpu_manager_state"
     url = str(cluster.url)
-    async with RacingClient(url) as exporter_client, RacingClient(url) as agent_client:
+    async with (
+        RacingClient.connect(url) as exporter_client,
+        RacingClient.connect(url) as agent_client,
+    ):
         publisher = Publisher(exporter_client, node_name=NODE, clock=lambda: 1_700_000_000.0)
         agent = AgentLoop(
             client=agent_client, node_name=NODE, cgroup_root=tmp_path, kubelet_state=state
@@ -101,22 +96,18 @@ async def test_exporter_and_agent_racing_keep_both_conditions(
 
 @pytest.mark.kmock(cls=ApplyingEmulator)
 async def test_an_apply_removes_only_what_the_same_manager_left_out(
-    cluster: kmock.KubernetesEmulator, client: kube.KubeClient
+    cluster: kmock.KubernetesEmulator, client: NodeClient
 ) -> None:
     """The emulator's merge itself, so the racing test above can be trusted."""
-    await client.create(kube.numatopology_path(), {"metadata": {"name": NODE}, "spec": {}})
+    await client.create(numatopology_path(), {"metadata": {"name": NODE}, "spec": {}})
 
     def cond(kind: str) -> dict[str, str]:
         return {"type": kind, "status": "True"}
 
-    await kube.apply_numatopology_status(
-        client, NODE, {"conditions": [cond("A"), cond("B")]}, field_manager="one"
+    await client.apply_numatopology_status(
+        NODE, {"conditions": [cond("A"), cond("B")]}, field_manager="one"
     )
-    await kube.apply_numatopology_status(
-        client, NODE, {"conditions": [cond("C")]}, field_manager="two"
-    )
-    await kube.apply_numatopology_status(
-        client, NODE, {"conditions": [cond("B")]}, field_manager="one"
-    )
+    await client.apply_numatopology_status(NODE, {"conditions": [cond("C")]}, field_manager="two")
+    await client.apply_numatopology_status(NODE, {"conditions": [cond("B")]}, field_manager="one")
 
     assert {"B": "True", "C": "True"} == conditions(cluster)
