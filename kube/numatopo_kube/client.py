@@ -176,6 +176,12 @@ def _translated(what: str) -> Iterator[None]:
         raise error_for(0, type(exc).__name__, f"{what}: {exc}") from None
     except lightkube.ConfigError as exc:
         raise KubeConfigError(f"{what}: {exc}") from None
+    except (ValueError, TypeError) as exc:
+        # lightkube parses every object it returns (metadata timestamps among them): one
+        # it cannot read must end the call as a named, retriable error that the caller's
+        # loop logs and backs off from, never as a bare exception that silently kills a
+        # watcher task while the rest of the process runs on a stale cache.
+        raise error_for(0, "UnreadableObject", f"{what}: unreadable object: {exc}") from None
 
 
 def _load_config(api_url: str, environ: Mapping[str, str], service_account: Path) -> SingleConfig:
@@ -300,7 +306,7 @@ class KubeClient:
     async def __aenter__(self) -> Self:
         return self
 
-    async def __aexit__(self, *exc_info: object) -> None:
+    async def __aexit__(self, *_: object) -> None:
         await self.close()
 
     # -- the one retry policy ----------------------------------------------------------

@@ -196,3 +196,21 @@ async def test_each_write_sends_the_content_type_a_real_server_needs(cluster, cl
         ("PATCH", f"{ntp}/h100-a/status", APPLY, {"fieldManager": "agent", "force": "true"}),
     ] == sent
     assert "application/apply-patch+yaml" == APPLY
+
+
+async def test_an_unreadable_object_in_a_watch_is_a_named_retriable_error(cluster, pod):
+    """A watched object lightkube cannot parse ends the watch as a `KubeError` the
+    caller's loop handles (logs, backs off, lists again), not a bare exception that ends
+    the watcher task in silence."""
+    broken = pod("broken", node="n1")
+    broken["metadata"]["creationTimestamp"] = "not a time"
+    await cluster.create_pod(broken)
+    kube = KubeClient.connect(str(cluster.api.url), retry_delays=DELAYS)
+    try:
+        with pytest.raises(KubeError, match="unreadable object") as caught:
+            async for _ in kube.watch_pods(field_selector={"spec.nodeName": "n1"}):
+                pass
+    finally:
+        await kube.close()
+
+    assert caught.value.transient
