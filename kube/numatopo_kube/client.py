@@ -176,12 +176,6 @@ def _translated(what: str) -> Iterator[None]:
         raise error_for(0, type(exc).__name__, f"{what}: {exc}") from None
     except lightkube.ConfigError as exc:
         raise KubeConfigError(f"{what}: {exc}") from None
-    except (ValueError, TypeError) as exc:
-        # lightkube parses every object it returns (metadata timestamps among them): one
-        # it cannot read must end the call as a named, retriable error that the caller's
-        # loop logs and backs off from, never as a bare exception that silently kills a
-        # watcher task while the rest of the process runs on a stale cache.
-        raise error_for(0, "UnreadableObject", f"{what}: unreadable object: {exc}") from None
 
 
 def _load_config(api_url: str, environ: Mapping[str, str], service_account: Path) -> SingleConfig:
@@ -356,10 +350,19 @@ class KubeClient:
 
     async def _watch(self, what: str, resource: Any, **options: Any) -> AsyncIterator[WatchEvent]:
         with _translated(what):
-            async for kind, item in self.lightkube.watch(
-                resource, server_timeout=WATCH_TIMEOUT_SECONDS, **options
-            ):
-                yield WatchEvent(type=str(kind), object=dict(item))
+            try:
+                async for kind, item in self.lightkube.watch(
+                    resource, server_timeout=WATCH_TIMEOUT_SECONDS, **options
+                ):
+                    yield WatchEvent(type=str(kind), object=dict(item))
+            except (ValueError, TypeError) as exc:
+                # lightkube parses every watched object (metadata timestamps among them):
+                # one it cannot read ends the watch as a named, retriable error that the
+                # watcher's loop logs and backs off from, never as a bare exception that
+                # silently ends a watcher task while the process runs on a stale cache.
+                raise error_for(
+                    0, "UnreadableObject", f"{what}: unreadable object: {exc}"
+                ) from None
 
     # -- nodes -------------------------------------------------------------------------
 
