@@ -27,7 +27,6 @@ from placement_checks import (
 from pod_manifests import pod_manifests
 from real_sources import SOURCE_IDS, SOURCES, offline_cpus
 
-from conftest import PROFILE
 from numatopo_engine.allocation import allocate, evaluate
 from numatopo_engine.annotations import PolicyName
 from numatopo_engine.errors import UnsatisfiableError
@@ -35,6 +34,8 @@ from numatopo_engine.model import Numatopology, NumatopologySpec
 from numatopo_engine.pod_request import request_from_pod
 from numatopo_engine.request import ContainerRequest, PodRequest, TopologyOptions
 from numatopo_engine.state import NodeState
+
+from .conftest import PROFILE
 
 MAX_PODS = 24
 REFUSALS_TO_CALL_FULL = 3
