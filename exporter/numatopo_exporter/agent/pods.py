@@ -186,8 +186,9 @@ def select_assignments(
             key=state.claim_order,
         )
         accepted.remove(latest)
+        taken = _exclusive_cpus(latest.assignment)
         message = (
-            f"exclusive CPUs of this pod ({_exclusive_cpus(latest.assignment)}) together with "
+            f"exclusive CPUs of this pod ({taken}) together with "
             f"those of earlier pods would take every online CPU ({online.cpus}); "
             "nothing would be left for the shared pool"
         )
@@ -201,7 +202,7 @@ def select_assignments(
                 latest.body,
             )
         )
-        exclusive = CPUSet()
-        for entry in accepted:
-            exclusive = exclusive | _exclusive_cpus(entry.assignment)
+        # Accepted claims never share an exclusive CPU (overlaps were refused above), so
+        # the pool gets back exactly what the refused claim held.
+        exclusive = exclusive - taken
     return accepted, refused
