@@ -27,12 +27,11 @@ from dataclasses import dataclass
 from typing import Any
 
 from numatopo_engine.annotations import ASSIGNMENT, STATE, State
+from numatopo_kube import JSON_PATCH, STRATEGIC_MERGE_PATCH
 
 __all__ = [
     "ALIGNED",
     "ASSIGNMENT_KEY",
-    "JSON_PATCH",
-    "STRATEGIC_MERGE_PATCH",
     "StatusPatch",
     "current_condition",
     "plan_pod_patches",
@@ -40,8 +39,6 @@ __all__ = [
 
 ALIGNED = "numatopo.io/Aligned"
 ASSIGNMENT_KEY = ASSIGNMENT
-JSON_PATCH = "application/json-patch+json"
-STRATEGIC_MERGE_PATCH = "application/strategic-merge-patch+json"
 
 # The API server refuses condition messages over 32 KiB; Events cut at 1 KiB. Keep the
 # condition readable in `kubectl describe` as well.
