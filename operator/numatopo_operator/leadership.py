@@ -37,7 +37,7 @@ import asyncio
 import datetime
 import logging
 import math
-import random
+import secrets
 import socket
 import time
 from dataclasses import dataclass
@@ -75,7 +75,7 @@ def _now_text() -> str:
 def lease_identity(pod_name: str | None) -> str:
     """`<pod>_<random>`: unique per process (a restarted container never mistakes the
     Lease its predecessor held for its own), and it names the pod to unlabel."""
-    return f"{pod_name or socket.gethostname()}_{random.getrandbits(32):08x}"
+    return f"{pod_name or socket.gethostname()}_{secrets.token_hex(4)}"
 
 
 def pod_of_identity(identity: str) -> str | None:
@@ -194,7 +194,11 @@ class Elector:
             while True:
                 started = time.monotonic()
                 try:
-                    await asyncio.wait_for(self._step(), self.deadline)
+                    # asyncio.timeout, never wait_for: on 3.11 wait_for swallows a
+                    # cancellation that arrives as the call finishes, and this loop would
+                    # then outlive shutdown (seen as a replica that never stops).
+                    async with asyncio.timeout(self.deadline):
+                        await self._step()
                 except TimeoutError:
                     logger.warning("the Lease call took over %.1f s", self.deadline)
                 except KubeError as exc:
@@ -352,15 +356,13 @@ class Elector:
             return
         assert self.name is not None
         try:
-            await asyncio.wait_for(
-                self.runtime.kube.patch_lease(
+            async with asyncio.timeout(SHUTDOWN_SECONDS):
+                await self.runtime.kube.patch_lease(
                     self.namespace,
                     self.name,
                     {"holderIdentity": None, "leaseDurationSeconds": 1, "renewTime": _now_text()},
                     resource_version=self._version,
-                ),
-                SHUTDOWN_SECONDS,
-            )
+                )
         except (KubeError, TimeoutError) as exc:
             logger.warning("could not release Lease %s/%s: %s", self.namespace, self.name, exc)
 
@@ -376,6 +378,7 @@ async def stand_down(runtime: Runtime, elector: Elector | None, label: PodLabel 
         return
     label.labelled = None  # whatever we last wrote, remove it
     try:
-        await asyncio.wait_for(label.sync(runtime, active=False), SHUTDOWN_SECONDS)
+        async with asyncio.timeout(SHUTDOWN_SECONDS):
+            await label.sync(runtime, active=False)
     except TimeoutError:
         logger.warning("gave up removing label %s on shutdown", ACTIVE_LABEL)

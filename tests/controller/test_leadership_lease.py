@@ -55,6 +55,33 @@ def test_a_holder_that_cannot_renew_stops_writing_at_the_renew_deadline(monkeypa
     assert [True, True, False, False] == writable
 
 
+async def test_the_election_loop_stops_whenever_it_is_cancelled():
+    """Shutdown cancels the loop at any moment, also as a failing Lease call returns.
+
+    `asyncio.wait_for` on Python 3.11 swallows a cancellation that arrives as the
+    awaited call finishes: with an API that fails at once the loop then ran on after
+    shutdown and the replica never stopped (CI: "the operator did not stop within 15 s").
+    """
+    runtime = Runtime(OperatorSettings(lease_name="numatopo", retry_period_seconds=0.001))
+    runtime.kube.get_lease = _unreachable  # type: ignore[method-assign]
+    runtime.kube.patch_lease = _unreachable  # type: ignore[method-assign]
+    still_running = 0
+    for moment in range(200):
+        elector = leadership.Elector(runtime, identity="a_1", label=None)
+        task = asyncio.create_task(elector.run())
+        for _ in range(moment % 9):
+            await asyncio.sleep(0)
+        task.cancel()
+        done, _ = await asyncio.wait([task], timeout=1)
+        if not done:
+            still_running += 1
+            while not task.done():  # do not leave it running past this test
+                task.cancel()
+                await asyncio.sleep(0)
+
+    assert 0 == still_running
+
+
 @pytest.mark.parametrize(
     ("active", "labelled", "expected"),
     [
@@ -323,6 +350,7 @@ async def test_pods_written_while_no_replica_decides_are_judged_by_the_next_hold
     a.runtime.kube.patch_pod_annotations = _unreachable  # type: ignore[method-assign]
     a.runtime.kube.patch_pod_labels = _unreachable  # type: ignore[method-assign]
     await wait(lambda: not a.runtime.deciding, what="A stops deciding")
+
     def claim(seq: int) -> str:
         container = {"gpuIndices": [0]}
         return json.dumps(
