@@ -48,10 +48,10 @@ from numatopo_engine.annotations import (
 )
 from numatopo_engine.cpu_assignment import take_cpus
 from numatopo_engine.cpuset import CPUSet
-from numatopo_engine.decision import Choice, Space, decide, narrowest_on_hardware
+from numatopo_engine.decision import Plan, decide_rows, make_plan, shortfall
 from numatopo_engine.errors import InvalidRequestError, UnsatisfiableError
 from numatopo_engine.gpu_assignment import GpuMemo, choose_gpus
-from numatopo_engine.hints import FreeView, Need
+from numatopo_engine.hints import FreeView, Need, RowLayout, row_layout, row_of
 from numatopo_engine.model import NumatopologySpec
 from numatopo_engine.nic_assignment import choose_nics
 from numatopo_engine.numamask import bits, format_mask, make_mask
@@ -80,18 +80,54 @@ REFUSED = -1
 
 class Engine:
     """The memo tables of one caller (an extender, a simulation): hardware tables per
-    shape, mask spaces, GPU set choices. Answers never depend on what is cached; one
-    Engine per thread (the operator decides on one engine thread)."""
+    shape, row layouts, decision plans per request, GPU set choices. Answers never
+    depend on what is cached; one Engine per thread (the operator decides on one
+    engine thread)."""
 
     def __init__(self) -> None:
         self.tables = TableCache()
-        self.spaces: dict[tuple[object, ...], Space] = {}
+        self.layouts: dict[int, RowLayout] = {}
+        self.plans: dict[tuple[object, ...], Plan] = {}
         self.gpu_memo: GpuMemo = {}
 
     def tables_of(self, topology: NumatopologySpec) -> Tables:
-        if len(self.gpu_memo) > 1 << 16:
-            self.gpu_memo.clear()  # a new scheduling epoch; cheaper than tracking recency
         return self.tables.get(topology)
+
+    def layout_of(self, tables: Tables) -> RowLayout:
+        layout = self.layouts.get(id(tables))
+        if layout is None:
+            layout = self.layouts[id(tables)] = row_layout(tables)
+        return layout
+
+    def plan(
+        self, tables: Tables, need: Need, options: TopologyOptions, *, floor: int, closest: bool
+    ) -> Plan:
+        key = (id(tables), need, options, floor, closest)
+        plan = self.plans.get(key)
+        if plan is None:
+            if len(self.plans) >= 4096 or len(self.gpu_memo) >= 1 << 16:
+                # A new scheduling epoch; cheaper than tracking recency per hit.
+                self.plans.clear()
+                self.gpu_memo.clear()
+            layout = self.layout_of(tables)
+            plan = self.plans[key] = make_plan(
+                tables, layout, need, options, floor=floor, prefer_closest=closest
+            )
+        return plan
+
+    def row(self, tables: Tables, state: NodeState) -> bytes:
+        """The state's row (cached on the state until it changes)."""
+        layout = self.layout_of(tables)
+        cached = state.row_cache
+        if cached is not None and cached[0] == state.version and cached[1] == layout:
+            return cached[2]
+        values = row_of(tables, layout, FreeView.from_state(tables, state))
+        try:
+            packed = np.array(values, dtype=np.int64).tobytes()
+        except OverflowError:
+            packed = b""  # amounts beyond 64 bits: such a node is refused as unreadable
+        state.row_cache = (state.version, layout, packed)
+        return packed
 
 
 @dataclass(frozen=True)
@@ -181,27 +217,87 @@ def score_many(
     for state in states if checked else ():
         if state.topology is not topology and engine.tables_of(state.topology) is not tables:
             raise ValueError("evaluate_many: every state must be of the topology's hardware")
-    scores = np.full(len(states), REFUSED, dtype=np.int64)
-    refusals: dict[int, Refusal] = {}
+    options = request.options
+    count = len(states)
+    try:
+        sizing = _sized(request, tables)
+    except UnsatisfiableError as exc:
+        return _everywhere(Refusal.text(exc.reason), count)
+    if options.scope is Scope.CONTAINER or not states:
+        return _one_by_one(engine, topology, states, request)
+    plan = engine.plan(
+        tables, sizing.total, options, floor=states[0].shared_floor,
+        closest=_prefers_closest(topology),
+    )  # fmt: skip
+    rows_bytes = [engine.row(tables, state) for state in states]
+    joined = b"".join(rows_bytes)
+    width = plan.layout.width
+    if len(joined) != count * width * 8:
+        return _one_by_one(engine, topology, states, request)
+    rows = np.frombuffer(joined, dtype=np.int64).reshape(count, width)
+    decided = decide_rows(plan, rows, engine.gpu_memo)
+    scores = decided.score
     by_summary: dict[str, list[int]] = {}
-    # One answer per distinct free state: nodes of a shape that are equally free are
-    # many in a large cluster, and the decision reads nothing else.
-    answers: dict[object, int | Refusal] = {}
-    for index, state in enumerate(states):
-        signature = (state.free_signature(), tuple(sorted(state.memory_groups().items())))
-        outcome = answers.get(signature)
-        if outcome is None:
-            decided = _decide(engine, topology, state, request, build=False)
-            outcome = answers[signature] = (
-                Refusal.of(decided) if isinstance(decided, Shortfall) else decided.score
-            )
-        if isinstance(outcome, Refusal):
-            refusals[index] = outcome
-            by_summary.setdefault(outcome.summary, []).append(index)
-        else:
-            scores[index] = outcome
+    summaries: dict[object, str] = {}
+    for index in np.flatnonzero(scores < 0).tolist():
+        why = decided.kind[index]
+        key: object = why
+        if why is Kind.SHORT:
+            key = _first_short(plan, rows[index])
+        text = summaries.get(key)
+        if text is None:
+            text = summaries[key] = word(shortfall(plan, decided, index, rows[index]), detail=False)
+        by_summary.setdefault(text, []).append(index)
+
+    def refusal(index: int) -> Refusal:
+        text = next(t for t, ix in by_summary.items() if index in ix)
+        return Refusal(text, lambda: shortfall(plan, decided, index, rows[index]))
+
     refused = [(np.array(ix, dtype=np.intp), text) for text, ix in by_summary.items()]
-    return ShapeScores(scores, refused, refusals.__getitem__)
+    return ShapeScores(scores, refused, refusal)
+
+
+def _first_short(plan: Plan, row: npt.NDArray[np.int64]) -> str:
+    for resource, asked, columns in plan.totals:
+        if int(row[columns].sum()) < asked:
+            return resource
+    return ""
+
+
+def _everywhere(refusal: Refusal, count: int) -> ShapeScores:
+    return ShapeScores(
+        np.full(count, REFUSED, dtype=np.int64),
+        [(np.arange(count), refusal.summary)] if count else [],
+        lambda _: refusal,
+    )
+
+
+def _one_by_one(
+    engine: Engine, topology: NumatopologySpec, states: Sequence[NodeState], request: PodRequest
+) -> ShapeScores:
+    """Scope `container` (and unreadable rows): each node decided unit by unit."""
+    outcomes: list[int | Refusal] = []
+    for state in states:
+        plan = _decide(engine, topology, state, request, build=False)
+        outcomes.append(Refusal.of(plan) if isinstance(plan, Shortfall) else plan.score)
+    scores = np.array([REFUSED if isinstance(o, Refusal) else o for o in outcomes], dtype=np.int64)
+    by_summary: dict[str, list[int]] = {}
+    for index, outcome in enumerate(outcomes):
+        if isinstance(outcome, Refusal):
+            by_summary.setdefault(outcome.summary, []).append(index)
+    refused = [(np.array(ix, dtype=np.intp), text) for text, ix in by_summary.items()]
+
+    def refusal(index: int) -> Refusal:
+        found = outcomes[index]
+        assert isinstance(found, Refusal)
+        return found
+
+    return ShapeScores(scores, refused, refusal)
+
+
+def _prefers_closest(topology: NumatopologySpec) -> bool:
+    options = topology.policies.topology_manager_policy_options
+    return options.get("prefer-closest-numa-nodes", "").lower() == "true"
 
 
 class ShapeGroup(NamedTuple):
@@ -250,10 +346,10 @@ def node_score(
         gpus=len(gpus),
         gpu_resource=gpu_resource,
     )
+    narrowest = engine.plan(tables, need, TopologyOptions(), floor=0, closest=False).narrowest
     return placement_score(
-        tables, free, mask=make_mask(assignment.numa_nodes),
-        min_width=narrowest_on_hardware(tables, need), cpus=cpus, gpus=gpus,
-        gpu_resource=gpu_resource, memo=engine.gpu_memo,
+        tables, free, mask=make_mask(assignment.numa_nodes), min_width=narrowest, cpus=cpus,
+        gpus=gpus, gpu_resource=gpu_resource, memo=engine.gpu_memo,
     )  # fmt: skip
 
 
@@ -292,6 +388,13 @@ def _wire(entry: _Entry) -> ContainerAssignment:
     )
 
 
+class _Choice(NamedTuple):
+    mask: int  # bit n = NUMA id n
+    memory_mask: int
+    score: int
+    gpus: tuple[int, ...]
+
+
 class _Sizing(NamedTuple):
     apps: tuple[ContainerRequest, ...]  # app containers and sidecars
     inits: tuple[ContainerRequest, ...]  # regular init containers
@@ -317,16 +420,16 @@ def _decide(
         return Shortfall(Kind.REQUEST, options.policy.value, (), note=exc.reason)
     free = FreeView.from_state(tables, state)
     floor = state.shared_floor
-    prefer_closest = (
-        topology.policies.topology_manager_policy_options.get("prefer-closest-numa-nodes", "")
-        .lower() == "true"
-    )  # fmt: skip
+    closest = _prefers_closest(topology)
 
-    def choose(working: FreeView, need: Need) -> Choice | Shortfall:
-        return decide(
-            tables, working, need, options, floor=floor, prefer_closest=prefer_closest,
-            spaces=engine.spaces, gpu_memo=engine.gpu_memo,
-        )  # fmt: skip
+    def choose(working: FreeView, need: Need) -> _Choice | Shortfall:
+        plan = engine.plan(tables, need, options, floor=floor, closest=closest)
+        row = np.array([row_of(tables, plan.layout, working)], dtype=np.int64)
+        decided = decide_rows(plan, row, engine.gpu_memo)
+        if decided.score[0] < 0:
+            return shortfall(plan, decided, 0, row[0])
+        return _Choice(decided.mask[0], decided.memory_mask[0], int(decided.score[0]),
+                       decided.gpus[0])  # fmt: skip
 
     entries: dict[str, _Entry] = {}
     if options.scope is Scope.POD:
@@ -508,7 +611,7 @@ def _fill(
     need: Need,
     *,
     options: TopologyOptions,
-    choice: Choice,
+    choice: _Choice,
     gpu_pool: list[int],
 ) -> _Entry | Shortfall:
     """Concrete resources for one container: inside `choice.mask` first, the rest (of a
@@ -664,7 +767,7 @@ def _add_init_entries(
                 g for g in free.gpus
                 if excess.gpu_resource is None or tables.gpu_resource[g] == excess.gpu_resource
             )  # fmt: skip
-            place = Choice(union, True, memory_mask or union, 0)
+            place = _Choice(union, memory_mask or union, 0, ())
             extra = _fill(
                 engine, tables, free, extra_need, options=options, choice=place, gpu_pool=pool
             )

@@ -1,8 +1,7 @@
-"""One placement unit on one node: the kubelet's decision, then numatopo's own checks.
+"""The one decision path: where a placement unit goes on each of many nodes of one shape.
 
-This is the only place a NUMA placement is decided; `allocate`, `evaluate` and
-`evaluate_many` (extender filter/prioritize/bind, the assigner, `numatopo assign`,
-`numatopo simulate`) all call `decide`.
+Every caller (the extender's filter, prioritize and bind, the assigner, `numatopo
+assign`, `numatopo simulate`) reaches `decide_rows`; one node is one row. Per node:
 
 1. Hint providers, as the kubelet's (`hints` for the inputs):
    * CPUs (static CPU manager, exclusive integer CPUs): a mask is a hint when its free
@@ -12,204 +11,181 @@ This is the only place a NUMA placement is decided; `allocate`, `evaluate` and
    * devices (device manager), per resource name: a device counts in a mask when its
      NUMA node is in it; devices on no NUMA node count in none; a resource none of
      whose devices has a NUMA node gives no preference.
-   * memory and huge pages (static memory manager), one hint list for all of them: a
-     mask is a hint when it holds every requested size free and its nodes may serve
-     it together (memory groups: `hints.FreeView.join_group`).
+   * memory and huge pages (static memory manager), one hint list for all sizes: a
+     mask is a hint when its capacity and free amounts hold every size and its nodes
+     may serve it together (memory groups, `hints.FreeView.join_group`). With no hint
+     at all it states no preference, and refuses when it allocates.
    `cpu: numa` (fractional CPUs) gives no CPU hint, as the kubelet gives none for a
    container without integer CPUs.
-2. The merge and admission (`topology_manager`). Under `none` numatopo still places
-   aligned where it can, as `best-effort` would, and admits what the kubelet admits.
-3. The memory manager's own affinity: the merged mask if its free memory holds the
-   request, else its best hint containing the mask (refused when there is none, or
-   when that hint is not preferred while the merged one is).
+2. The merge and admission (`topology_manager`, same answers): a mask every provider
+   lists as preferred (the narrowest, or closest with `prefer-closest-numa-nodes`),
+   else, under `best-effort` and `none`, the non-preferred winner. Under `none`
+   numatopo still places aligned where it can, and admits what the kubelet admits.
+3. The memory manager's own nodes: the merged mask if its free memory holds the
+   request, else its best hint containing the mask (under `none`: its best hint);
+   refused when there is none, when that hint is not preferred while the merged one
+   is, or when a multi-node mask mixes memory groups.
 4. numatopo's checks beyond the kubelet: `max-numa-nodes`, `gpu-links: required`, the
-   last shared CPU.
+   last shared CPU; then the node score (`scoring`).
 
-Masks are searched over every NUMA node of the machine (all 2^N - 1 of them, as the
-kubelet does, for N up to `FULL_SEARCH`); on larger machines, which the kubelet's
-Topology Manager refuses to run on, only over the NUMA nodes that hold something the
-request asks for, by increasing width within a fixed budget.
+Steps 1-3 are (nodes x masks) array expressions; the GPU set and the non-preferred
+merge run per node, for the nodes that need them. Masks cover every NUMA node of the
+machine (all 2^N - 1 of them, as the kubelet's, for N up to `FULL_SEARCH`). Larger
+machines, which the kubelet's Topology Manager refuses to run on, are searched over
+the NUMA nodes that hold something the request asks for, by increasing width within a
+budget, and there a non-preferred placement is the narrowest mask that holds it all.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field
+from collections.abc import Sequence
+from dataclasses import dataclass
 from itertools import combinations
 from math import comb
 
+import numpy as np
+import numpy.typing as npt
+
 from numatopo_engine.annotations import CpuMode, GpuLinksMode, PolicyName
-from numatopo_engine.gpu_assignment import GpuMemo, choose_gpus, first_unlinked_pair
-from numatopo_engine.hints import FreeView, Need
-from numatopo_engine.numamask import bits, make_mask
+from numatopo_engine.gpu_assignment import GpuMemo, choose_gpus, first_unlinked_pair, set_bandwidth
+from numatopo_engine.hints import Need, RowLayout
+from numatopo_engine.numamask import LOCAL_DISTANCE, make_mask
 from numatopo_engine.refusals import Kind, Shortfall, Wanted
 from numatopo_engine.request import TopologyOptions
-from numatopo_engine.scoring import placement_score
-from numatopo_engine.topology_manager import best_non_preferred, mask_order
+from numatopo_engine.scoring import compose_score
 from numatopo_engine.topology_tables import Tables
 
-__all__ = ["FULL_SEARCH", "Choice", "Space", "decide", "narrowest_on_hardware"]
+__all__ = ["FULL_SEARCH", "Decided", "Plan", "decide_rows", "make_plan"]
+
+Ints = npt.NDArray[np.int64]
+Bools = npt.NDArray[np.bool_]
 
 FULL_SEARCH = 10  # NUMA nodes up to which every mask is a candidate (1023 masks)
-MASK_BUDGET = 16384  # masks per width on larger machines, best-stocked nodes first
+MASK_BUDGET = 4096  # masks per width on larger machines, best-equipped nodes first
 DEFAULT_MAX_WIDTH = 8  # widest mask searched on larger machines (the kubelet's node cap)
-
-
-@dataclass(frozen=True, slots=True)
-class Space:
-    """Candidate masks (bit n = NUMA id n) and how each was built from a smaller one, so
-    a per-NUMA amount sums over every mask in one pass."""
-
-    ids: tuple[int, ...]
-    masks: tuple[int, ...]
-    counts: tuple[int, ...]
-    # Full subset spaces: mask k = mask prev[k] plus node ids[low[k]]; prev -1 = empty.
-    prev: tuple[int, ...] = ()
-    low: tuple[int, ...] = ()
-    index: dict[int, int] = field(default_factory=dict)
-
-    def sums(self, amounts: dict[int, int]) -> list[int]:
-        if self.prev:
-            values = [amounts.get(n, 0) for n in self.ids]
-            out: list[int] = []
-            for prev, low in zip(self.prev, self.low, strict=True):
-                out.append((out[prev] if prev >= 0 else 0) + values[low])
-            return out
-        return [sum(amounts.get(n, 0) for n in bits(m)) for m in self.masks]
-
-
-def full_space(ids: tuple[int, ...]) -> Space:
-    masks: list[int] = []
-    prev: list[int] = []
-    low: list[int] = []
-    counts: list[int] = []
-    for k in range(1, 1 << len(ids)):
-        lowest = k & -k
-        position = lowest.bit_length() - 1
-        rest = k ^ lowest
-        prev.append(rest - 1)  # space index of `rest` (k - 1 for every k >= 1)
-        low.append(position)
-        masks.append((masks[rest - 1] if rest else 0) | 1 << ids[position])
-        counts.append(k.bit_count())
-    return Space(
-        ids,
-        tuple(masks),
-        tuple(counts),
-        tuple(prev),
-        tuple(low),
-        {m: i for i, m in enumerate(masks)},
-    )
-
-
-def bounded_space(ids: list[int], stock: Callable[[int], float], max_width: int) -> Space:
-    """Masks of up to `max_width` of `ids` (trimmed to the best-stocked nodes when a width
-    has more than `MASK_BUDGET`), and every one of `ids` together."""
-    masks: list[int] = []
-    for size in range(1, min(max_width, len(ids)) + 1):
-        pool = ids
-        if comb(len(ids), size) > MASK_BUDGET:
-            keep = size
-            while comb(keep + 1, size) <= MASK_BUDGET:
-                keep += 1
-            pool = sorted(sorted(ids, key=lambda n: (-stock(n), n))[:keep])
-        masks.extend(make_mask(c) for c in combinations(pool, size))
-    every = make_mask(ids)
-    if every not in masks:
-        masks.append(every)
-    return Space(
-        tuple(ids),
-        tuple(masks),
-        tuple(m.bit_count() for m in masks),
-        index={m: i for i, m in enumerate(masks)},
-    )
+ADMITTED = 0
+_BIG = np.iinfo(np.int64).max // 4
 
 
 @dataclass(frozen=True, slots=True)
 class _Provider:
-    """One resource's hints over a space: per mask, whether it holds the request now
-    (`sat`) and whether it is preferred (`pref`)."""
-
     wanted: tuple[Wanted, ...]
-    sat: list[bool]
-    pref: list[bool]
-    narrowest: int  # the fewest NUMA nodes the hardware needs (the kubelet's minAffinitySize)
-    free: tuple[dict[int, int], ...]  # per wanted: free per NUMA id
+    columns: tuple[Ints, ...]  # per wanted: (NUMA positions, k) row columns, summed
     needs: tuple[int, ...]
-    memory: bool = False
+    narrowest: int  # the kubelet's minAffinitySize
+    pref: Bools  # per mask: preferred (width == narrowest)
+    holds: Bools  # per mask: the hardware holds it (memory: every size; else all True)
+    memory: bool
 
 
 @dataclass(frozen=True, slots=True)
-class Choice:
-    """The decision for one unit: where (`mask`; None when the pod is admitted with no
-    NUMA affinity), the memory manager's nodes, and the node score."""
+class Plan:
+    """Everything about one unit's request on one hardware shape that no node changes."""
 
-    mask: int
-    preferred: bool
-    memory_mask: int
-    score: int
-    gpus: tuple[int, ...] = ()
+    tables: Tables
+    layout: RowLayout
+    need: Need
+    options: TopologyOptions
+    wanted: tuple[Wanted, ...]
+    ids: tuple[int, ...]  # NUMA id per position
+    masks: tuple[int, ...]  # candidate masks, bit p = NUMA position p
+    full: bool  # masks are every subset of the positions
+    counts: Ints
+    member: Ints  # (masks, positions) 0/1
+    rank: Ints  # the kubelet's order of masks (narrowest, or closest), 0 = best
+    narrow_rank: Ints  # by width, then value (the memory manager's order)
+    every: int  # the default mask (all positions of the space)
+    providers: tuple[_Provider, ...]
+    totals: tuple[tuple[str, int, Ints], ...]  # (resource, need, row columns) node-wide
+    exclusive_cpu_columns: Ints
+    plain_cpu_columns: Ints
+    floor: int
+    narrowest: int  # the score's span numerator
+    cpu_capacity: Ints  # per mask: allocatable CPUs
+    gpu_in_mask: tuple[int, ...]  # per mask: bitmask of GPUs of the resource in it
+    gpu_all_in_mask: Ints  # per mask: GPUs (any resource) in it or on no NUMA node
+    gpu_matching: int  # bitmask of the GPUs of the requested resource
+    position_of: dict[int, int]
 
 
-def decide(
+def make_plan(
     tables: Tables,
-    free: FreeView,
+    layout: RowLayout,
     need: Need,
     options: TopologyOptions,
     *,
     floor: int,
     prefer_closest: bool,
-    spaces: dict[tuple[object, ...], Space],
-    gpu_memo: GpuMemo,
-) -> Choice | Shortfall:
-    """Where `need` goes on a node whose free resources are `free`, or why it does not."""
-    policy = options.policy
-    wanted = _wanted(need)
-    short = _short(tables, free, need, policy, wanted)
-    if short is not None:
-        return short
-    exclusive = need.exclusive_cpus
-    if exclusive and len(free.cpus) - exclusive < floor:
-        # The kubelet never empties the pool non-exclusive containers run on
-        # (`state.shared_floor`); `free` already lacks what earlier units took.
-        return Shortfall(Kind.SHARED_POOL, policy.value, wanted, bound=len(free.cpus))
-    space = _space(tables, free, need, options, spaces)
-    providers = _providers(tables, free, need, space)
-    single = policy is PolicyName.SINGLE_NUMA_NODE
-    key = mask_order(tables.distances, closest=prefer_closest and not single)
-    everything = make_mask(tables.numa_ids)
-    mask, preferred = _merge(space, providers, key, everything, single=single)
-    if mask is None or (not preferred and policy in _ALIGNED_ONLY):
-        return _refusal(Kind.ALIGNMENT, tables, policy, wanted, providers)
-    if options.max_numa_nodes is not None and mask.bit_count() > options.max_numa_nodes:
-        return _refusal(
-            Kind.MAX_NUMA_NODES, tables, policy, wanted, providers,
-            bound=options.max_numa_nodes, width=mask.bit_count(),
-        )  # fmt: skip
-    memory = next((p for p in providers if p.memory), None)
-    memory_mask = mask
-    if memory is not None:
-        found = _memory_affinity(space, memory, mask, preferred, policy=policy, groups=free.groups)
-        if found is None:
-            return _refusal(Kind.MEMORY, tables, policy, wanted, providers)
-        memory_mask = found
-    gpus: tuple[int, ...] = ()
-    if need.gpus:
-        gpus = _gpu_choice(tables, free, need, options=options, mask=mask, memo=gpu_memo)
-        if len(gpus) < need.gpus:
-            candidates = _gpus_in(tables, free, need, mask)
-            best = choose_gpus(tables, candidates, need.gpus, GpuLinksMode.PREFERRED, gpu_memo)
-            return Shortfall(
-                Kind.GPU_LINKS, policy.value, wanted, pair=first_unlinked_pair(tables, best or ())
-            )
-    narrowest = max((p.narrowest for p in providers), default=1)
-    score = placement_score(
-        tables, free, mask=mask, min_width=narrowest, cpus=need.exclusive_cpus, gpus=gpus,
-        gpu_resource=need.gpu_resource, memo=gpu_memo,
-    )  # fmt: skip
-    return Choice(mask, preferred, memory_mask, score, gpus)
-
-
-_ALIGNED_ONLY = (PolicyName.RESTRICTED, PolicyName.SINGLE_NUMA_NODE)
+) -> Plan:
+    ids = layout.numa_ids
+    position_of = {n: p for p, n in enumerate(ids)}
+    positions = _candidate_positions(tables, need, position_of)
+    full = len(ids) <= FULL_SEARCH
+    if full:
+        masks = list(range(1, 1 << len(ids)))
+    else:
+        masks = _bounded_masks(tables, need, options, positions, position_of)
+    mask_arr = np.array(masks, dtype=np.int64) if len(ids) < 63 else np.zeros(len(masks), np.int64)
+    member = np.array(
+        [[m >> p & 1 for p in range(len(ids))] for m in masks], dtype=np.int64
+    ).reshape(len(masks), len(ids))
+    counts = member.sum(axis=1)
+    single = options.policy is PolicyName.SINGLE_NUMA_NODE
+    closest = prefer_closest and not single
+    distance = _mean_distances(tables, ids, member) if closest else np.zeros(len(masks))
+    order = np.lexsort((mask_arr if len(ids) < 63 else np.arange(len(masks)), distance, counts))
+    rank = np.empty(len(masks), dtype=np.int64)
+    rank[order] = np.arange(len(masks))
+    narrow_order = np.lexsort((np.arange(len(masks)), counts))
+    narrow_rank = np.empty(len(masks), dtype=np.int64)
+    narrow_rank[narrow_order] = np.arange(len(masks))
+    providers = _providers(tables, layout, need, member, counts)
+    gpu_matching = 0
+    for gpu, resource in tables.gpu_resource.items():
+        if need.gpu_resource in (None, resource):
+            gpu_matching |= 1 << gpu
+    gpu_in_mask = []
+    gpu_all = []
+    for m in masks:
+        inside = {ids[p] for p in range(len(ids)) if m >> p & 1}
+        bits_in = 0
+        total = 0
+        for gpu, numa in tables.gpu_numa.items():
+            if numa is None or numa in inside:
+                total += 1
+                if gpu_matching >> gpu & 1:
+                    bits_in |= 1 << gpu
+        gpu_in_mask.append(bits_in)
+        gpu_all.append(total)
+    allocatable = np.array([len(tables.numa_allocatable[n]) for n in ids], dtype=np.int64)
+    cpu_cols = np.array([layout.cpu(p) for p in range(len(ids))], dtype=np.int64)
+    whole_cols = np.array([layout.whole(p) for p in range(len(ids))], dtype=np.int64)
+    return Plan(
+        tables=tables,
+        layout=layout,
+        need=need,
+        options=options,
+        wanted=_wanted(need),
+        ids=ids,
+        masks=tuple(masks),
+        full=full,
+        counts=counts,
+        member=member,
+        rank=rank,
+        narrow_rank=narrow_rank,
+        every=masks[-1] if full else make_mask(positions),
+        providers=providers,
+        totals=_totals(tables, layout, need, cpu_cols, whole_cols),
+        exclusive_cpu_columns=whole_cols if need.full_cores else cpu_cols,
+        plain_cpu_columns=cpu_cols,
+        floor=floor,
+        narrowest=max((p.narrowest for p in providers), default=1),
+        cpu_capacity=member @ allocatable,
+        gpu_in_mask=tuple(gpu_in_mask),
+        gpu_all_in_mask=np.array(gpu_all, dtype=np.int64),
+        gpu_matching=gpu_matching,
+        position_of=position_of,
+    )
 
 
 def _wanted(need: Need) -> tuple[Wanted, ...]:
@@ -226,90 +202,41 @@ def _wanted(need: Need) -> tuple[Wanted, ...]:
     return tuple(out)
 
 
-def _matches(resource: str, wanted: str | None) -> bool:
-    return wanted is None or resource == wanted
+def _matching_keys(
+    keys: tuple[tuple[int | None, str], ...], resource: str | None
+) -> list[tuple[int, int | None]]:
+    return [(i, n) for i, (n, r) in enumerate(keys) if resource in (None, r)]
 
 
-def _short(
-    tables: Tables, free: FreeView, need: Need, policy: PolicyName, wanted: tuple[Wanted, ...]
-) -> Shortfall | None:
-    """The first resource the whole node has too little of, free."""
-    totals: list[tuple[str, int, int]] = []
-    if need.cpus and need.cpu_mode is CpuMode.EXCLUSIVE:
-        pool = free.cpus
-        if need.full_cores:
-            pool = _whole_core_cpus(tables, free.cpus)
-        totals.append(("CPUs", need.cpus, len(pool)))
-    elif need.cpus and need.cpu_mode is CpuMode.NUMA:
-        totals.append(("CPUs", need.cpus, len(free.cpus)))
+def _totals(
+    tables: Tables, layout: RowLayout, need: Need, cpu_cols: Ints, whole_cols: Ints
+) -> tuple[tuple[str, int, Ints], ...]:
+    out: list[tuple[str, int, Ints]] = []
+    if need.cpus and need.cpu_mode is not CpuMode.NONE:
+        columns = whole_cols if need.full_cores else cpu_cols
+        out.append(("CPUs", need.cpus, columns))
+
+    def array(values: list[int]) -> Ints:
+        return np.array(values, dtype=np.int64)
+
     if need.memory_bytes:
-        totals.append(("memory", need.memory_bytes, sum(max(v, 0) for v in free.memory.values())))
+        memory = array([layout.memory(p) for p in range(layout.n)])
+        out.append(("memory", need.memory_bytes, memory))
     for size, amount in need.hugepages:
-        have = sum(max(v, 0) for (n, s), v in free.hugepages.items() if s == size)
-        totals.append((f"hugepages-{size}", amount, have))
+        if amount:
+            picked = [layout.hugepage(i) for i, (_, s) in enumerate(layout.hugepages) if s == size]
+            out.append((f"hugepages-{size}", amount, array(picked)))
     if need.gpus:
-        have = sum(1 for g in free.gpus if _matches(tables.gpu_resource[g], need.gpu_resource))
-        totals.append((need.gpu_resource or "GPUs", need.gpus, have))
+        picked = [layout.gpu(i) for i, _ in _matching_keys(layout.gpu_keys, need.gpu_resource)]
+        out.append((need.gpu_resource or "GPUs", need.gpus, array(picked)))
     if need.nics:
-        have = sum(1 for n in free.nics if _matches(tables.nic_resource[n], need.nic_resource))
-        totals.append((need.nic_resource or "NICs", need.nics, have))
-    for resource, asked, have in totals:
-        if have < asked:
-            return Shortfall(Kind.SHORT, policy.value, wanted, resource=resource, total=have)
-    return None
+        picked = [layout.nic(i) for i, _ in _matching_keys(layout.nic_keys, need.nic_resource)]
+        out.append((need.nic_resource or "NICs", need.nics, array(picked)))
+    del tables
+    return tuple(out)
 
 
-def _whole_core_cpus(tables: Tables, cpus: set[int]) -> set[int]:
-    out: set[int] = set()
-    tpc = tables.threads_per_core
-    for core in tables.whole_cores:
-        threads = tables.core_threads[core]
-        if len(threads) == tpc and all(t in cpus for t in threads):
-            out.update(threads)
-    return out
-
-
-def _per_numa_cpus(
-    tables: Tables, free: FreeView, need: Need
-) -> tuple[dict[int, int], dict[int, int]]:
-    """Free and hardware CPUs per NUMA id, as the CPU manager counts them."""
-    if need.full_cores:
-        tpc = tables.threads_per_core
-        free_count: dict[int, int] = {}
-        capacity: dict[int, int] = {}
-        for core in tables.whole_cores:
-            threads = tables.core_threads[core]
-            if len(threads) != tpc:
-                continue
-            numa_id = tables.cpu_numa[threads[0]]
-            capacity[numa_id] = capacity.get(numa_id, 0) + tpc
-            if all(t in free.cpus for t in threads):
-                free_count[numa_id] = free_count.get(numa_id, 0) + tpc
-        return free_count, capacity
-    free_count = {n: len(free.cpus & tables.numa_allocatable[n]) for n in tables.numa_ids}
-    return free_count, dict(tables.numa_online)
-
-
-def _devices(
-    numa_of: dict[int, int | None] | dict[str, int | None],
-    resource_of: dict[int, str] | dict[str, str],
-    free_devices: set[int] | set[str],
-    resource: str | None,
-) -> tuple[dict[int, int], dict[int, int], bool]:
-    free_count: dict[int, int] = {}
-    capacity: dict[int, int] = {}
-    located = False
-    for device, numa_id in numa_of.items():
-        if not _matches(resource_of[device], resource) or numa_id is None:  # type: ignore[index]
-            continue
-        located = True
-        capacity[numa_id] = capacity.get(numa_id, 0) + 1
-        if device in free_devices:
-            free_count[numa_id] = free_count.get(numa_id, 0) + 1
-    return free_count, capacity, located
-
-
-def _candidate_ids(tables: Tables, free: FreeView, need: Need) -> list[int]:
+def _candidate_positions(tables: Tables, need: Need, position_of: dict[int, int]) -> list[int]:
     ids: set[int] = set()
     if need.exclusive_cpus:
         ids.update(n for n, c in tables.cpu_capacity.items() if c)
@@ -320,264 +247,486 @@ def _candidate_ids(tables: Tables, free: FreeView, need: Need) -> list[int]:
         ids.update(n for n in tables.gpu_numa.values() if n is not None)
     if need.nics:
         ids.update(n for n in tables.nic_numa.values() if n is not None)
-    return sorted(ids)
+    return sorted(position_of[n] for n in ids)
 
 
-def _space(
+def _bounded_masks(
     tables: Tables,
-    free: FreeView,
     need: Need,
     options: TopologyOptions,
-    spaces: dict[tuple[object, ...], Space],
-) -> Space:
-    ids = tables.numa_ids
-    if len(ids) <= FULL_SEARCH:
-        key: tuple[object, ...] = (ids,)
-        space = spaces.get(key)
-        if space is None:
-            space = spaces[key] = full_space(ids)
-        return space
-    candidates = _candidate_ids(tables, free, need)
-    if len(candidates) <= FULL_SEARCH:
-        key = (tuple(candidates),)
-        space = spaces.get(key)
-        if space is None:
-            space = spaces[key] = full_space(tuple(candidates))
-        return space
-    width = 1 if options.policy is PolicyName.SINGLE_NUMA_NODE else (
-        options.max_numa_nodes or DEFAULT_MAX_WIDTH)  # fmt: skip
-    cpus, _ = _per_numa_cpus(tables, free, need)
+    positions: list[int],
+    position_of: dict[int, int],
+) -> list[int]:
+    """Masks of up to the width bound over `positions` (trimmed to the best-equipped
+    ones when a width has more than `MASK_BUDGET`), and all of `positions` together."""
+    if options.policy is PolicyName.SINGLE_NUMA_NODE:
+        width = 1
+    else:
+        width = options.max_numa_nodes or DEFAULT_MAX_WIDTH
+    id_of = {p: n for n, p in position_of.items()}
 
-    def stock(numa_id: int) -> float:
-        return float(cpus.get(numa_id, 0) + free.memory.get(numa_id, 0) // 2**30)
+    def equipped(position: int) -> tuple[float, int]:
+        numa = id_of[position]
+        gpus = sum(1 for n in tables.gpu_numa.values() if n == numa)
+        cpus = tables.cpu_capacity.get(numa, 0)
+        return (-(gpus * 1000 + cpus + tables.memory_capacity.get(numa, 0) / 2**40), position)
 
-    return bounded_space(candidates, stock, width)
+    masks: list[int] = []
+    for size in range(1, min(width, len(positions)) + 1):
+        pool = positions
+        if comb(len(positions), size) > MASK_BUDGET:
+            keep = size
+            while comb(keep + 1, size) <= MASK_BUDGET:
+                keep += 1
+            pool = sorted(sorted(positions, key=equipped)[:keep])
+        masks.extend(sum(1 << p for p in c) for c in combinations(pool, size))
+    every = sum(1 << p for p in positions) if positions else 1
+    if every not in masks:
+        masks.append(every)
+    return masks
 
 
-def _providers(tables: Tables, free: FreeView, need: Need, space: Space) -> list[_Provider]:
-    providers: list[_Provider] = []
-    counts = space.counts
-    n_all = len(space.ids)
+def _mean_distances(tables: Tables, ids: tuple[int, ...], member: Ints) -> npt.NDArray[np.float64]:
+    """Mean SLIT distance over every ordered pair of a mask's nodes, the diagonal too
+    (`NUMADistances.CalculateAverageFor`)."""
+    matrix = np.array(
+        [[tables.distances.get((a, b), LOCAL_DISTANCE) for b in ids] for a in ids], dtype=np.float64
+    ).reshape(len(ids), len(ids))
+    weights = member.astype(np.float64)
+    totals = np.einsum("ma,ab,mb->m", weights, matrix, weights)
+    counts = weights.sum(axis=1)
+    return np.asarray(totals / (counts * counts), dtype=np.float64)
 
-    def device_like(
-        wanted: Wanted, asked: int, free_count: dict[int, int], capacity: dict[int, int]
+
+def _providers(
+    tables: Tables, layout: RowLayout, need: Need, member: Ints, counts: Ints
+) -> tuple[_Provider, ...]:
+    ids = layout.numa_ids
+    n_all = len(ids)
+    everything = np.ones(len(counts), dtype=bool)
+
+    def make(
+        wanted: tuple[Wanted, ...],
+        columns: list[Ints],
+        capacities: list[Ints],
+        *,
+        memory: bool = False,
     ) -> _Provider:
-        have = space.sums(free_count)
-        hardware = space.sums(capacity)
-        widths = [c for c, h in zip(counts, hardware, strict=True) if h >= asked]
-        narrowest = min(widths, default=n_all)
-        sat = [h >= asked for h in have]
-        pref = [c == narrowest for c in counts]
-        return _Provider((wanted,), sat, pref, narrowest, (free_count,), (asked,))
+        holds = everything.copy()
+        for w, capacity in zip(wanted, capacities, strict=True):
+            holds &= (member @ capacity) >= w.amount
+        narrowest = int(counts[holds].min()) if holds.any() else n_all
+        return _Provider(
+            wanted, tuple(columns), tuple(w.amount for w in wanted), narrowest,
+            counts == narrowest, holds if memory else everything, memory,
+        )  # fmt: skip
 
+    def per_position(values: dict[int, int]) -> Ints:
+        return np.array([values.get(n, 0) for n in ids], dtype=np.int64)
+
+    providers: list[_Provider] = []
     if need.exclusive_cpus:
-        free_count, capacity = _per_numa_cpus(tables, free, need)
-        providers.append(device_like(Wanted("CPUs", need.cpus), need.cpus, free_count, capacity))
+        if need.full_cores:
+            capacity: dict[int, int] = {}
+            tpc = tables.threads_per_core
+            for core in tables.whole_cores:
+                threads = tables.core_threads[core]
+                if len(threads) == tpc:
+                    numa = tables.cpu_numa[threads[0]]
+                    capacity[numa] = capacity.get(numa, 0) + tpc
+            columns = np.array([layout.whole(p) for p in range(n_all)], dtype=np.int64)
+        else:
+            capacity = dict(tables.numa_online)
+            columns = np.array([layout.cpu(p) for p in range(n_all)], dtype=np.int64)
+        providers.append(make((Wanted("CPUs", need.cpus),), [columns], [per_position(capacity)]))
     if need.has_memory:
-        providers.append(_memory_provider(tables, free, need, space))
-    if need.gpus:
-        free_count, capacity, located = _devices(
-            tables.gpu_numa, tables.gpu_resource, free.gpus, need.gpu_resource
-        )
-        if located:
-            name = need.gpu_resource or "GPUs"
-            providers.append(device_like(Wanted(name, need.gpus), need.gpus, free_count, capacity))
-    if need.nics:
-        free_count, capacity, located = _devices(
-            tables.nic_numa, tables.nic_resource, free.nics, need.nic_resource
-        )
-        if located:
-            name = need.nic_resource or "NICs"
-            providers.append(device_like(Wanted(name, need.nics), need.nics, free_count, capacity))
-    return providers
-
-
-def _memory_provider(tables: Tables, free: FreeView, need: Need, space: Space) -> _Provider:
-    kinds: list[tuple[Wanted, dict[int, int], dict[int, int]]] = []
-    if need.memory_bytes:
-        kinds.append((
-            Wanted("memory", need.memory_bytes, in_bytes=True),
-            {n: max(v, 0) for n, v in free.memory.items()},
-            dict(tables.memory_capacity),
-        ))  # fmt: skip
-    for size, amount in need.hugepages:
-        if amount:
-            kinds.append((
-                Wanted(f"hugepages-{size}", amount, in_bytes=True),
-                {n: max(v, 0) for (n, s), v in free.hugepages.items() if s == size},
-                {n: v for (n, s), v in tables.numa_hugepages.items() if s == size},
+        wanted: list[Wanted] = []
+        columns_list: list[Ints] = []
+        capacities: list[Ints] = []
+        if need.memory_bytes:
+            wanted.append(Wanted("memory", need.memory_bytes, in_bytes=True))
+            columns_list.append(np.array([layout.memory(p) for p in range(n_all)], dtype=np.int64))
+            capacities.append(per_position(dict(tables.memory_capacity)))
+        for size, amount in need.hugepages:
+            if not amount:
+                continue
+            wanted.append(Wanted(f"hugepages-{size}", amount, in_bytes=True))
+            index = {n: i for i, (n, s) in enumerate(layout.hugepages) if s == size}
+            columns_list.append(np.array(
+                [layout.hugepage(index[n]) if n in index else layout.zero for n in ids],
+                dtype=np.int64,
             ))  # fmt: skip
-    masks = space.masks
-    holds = [True] * len(masks)
-    fits = [True] * len(masks)
-    for wanted, free_amounts, capacity in kinds:
-        for k, (h, f) in enumerate(
-            zip(space.sums(capacity), space.sums(free_amounts), strict=True)
-        ):
-            holds[k] = holds[k] and h >= wanted.amount
-            fits[k] = fits[k] and f >= wanted.amount
-    narrowest = min(
-        (c for c, h in zip(space.counts, holds, strict=True) if h), default=len(space.ids)
-    )
-    groups = free.groups
-    sat = [h and f and _group_allows(groups, m) for h, f, m in zip(holds, fits, masks, strict=True)]
-    pref = [c == narrowest for c in space.counts]
-    return _Provider(
-        tuple(w for w, _, _ in kinds), sat, pref, narrowest,
-        tuple(f for _, f, _ in kinds), tuple(w.amount for w, _, _ in kinds), memory=True,
+            capacities.append(per_position(
+                {n: v for (n, s), v in tables.numa_hugepages.items() if s == size}))  # fmt: skip
+        providers.append(make(tuple(wanted), columns_list, capacities, memory=True))
+    gpu_places = [(n, tables.gpu_resource[g]) for g, n in tables.gpu_numa.items()]
+    nic_places = [(n, tables.nic_resource[x]) for x, n in tables.nic_numa.items()]
+    for count, resource, keys, places, column in (
+        (need.gpus, need.gpu_resource, layout.gpu_keys, gpu_places, layout.gpu),
+        (need.nics, need.nic_resource, layout.nic_keys, nic_places, layout.nic),
+    ):
+        if not count:
+            continue
+        located: dict[int, int] = {}
+        for place, kind in places:
+            if place is not None and resource in (None, kind):
+                located[place] = located.get(place, 0) + 1
+        if not located:
+            continue  # no device of it has a NUMA node: no preference
+        by_numa: dict[int, list[int]] = {}
+        for i, key_numa in _matching_keys(keys, resource):
+            if key_numa is not None:
+                by_numa.setdefault(key_numa, []).append(column(i))
+        # A request naming no resource counts every resource name of the kind: one
+        # column per name, summed per NUMA node.
+        depth = max(len(c) for c in by_numa.values())
+        columns = np.array(
+            [by_numa.get(n, []) + [layout.zero] * (depth - len(by_numa.get(n, []))) for n in ids],
+            dtype=np.int64,
+        ).reshape(n_all, depth)
+        name = resource or ("GPUs" if column == layout.gpu else "NICs")
+        providers.append(make((Wanted(name, count),), [columns], [per_position(located)]))
+    return tuple(providers)
+
+
+@dataclass(slots=True)
+class Decided:
+    """`decide_rows`' answers, per row: `score` (-1 refused), `kind` of refusal (None
+    when admitted), and for admitted rows the merged mask, whether it is preferred, the
+    memory manager's mask (bit n = NUMA id n) and the GPUs."""
+
+    score: Ints
+    kind: list[Kind | None]
+    mask: list[int]
+    preferred: list[bool]
+    memory_mask: list[int]
+    gpus: list[tuple[int, ...]]
+    pair: list[tuple[int, int] | None]
+
+
+def decide_rows(plan: Plan, rows: Ints, memo: GpuMemo) -> Decided:
+    """Decide `plan`'s unit on every row (node) of `rows` (see the module docstring)."""
+    count = rows.shape[0]
+    kind: list[Kind | None] = [None] * count
+    refused = np.zeros(count, dtype=bool)
+
+    def refuse(where: Bools, why: Kind) -> None:
+        for i in np.flatnonzero(where & ~refused).tolist():
+            kind[i] = why
+        refused[where] = True
+
+    for _, asked, columns in plan.totals:
+        refuse(rows[:, columns].sum(axis=1) < asked, Kind.SHORT)
+    exclusive = plan.need.exclusive_cpus
+    if exclusive:
+        free_cpus = rows[:, plan.plain_cpu_columns].sum(axis=1)
+        refuse(free_cpus - exclusive < plan.floor, Kind.SHARED_POOL)
+    member_t = plan.member.T
+    sat: list[Bools] = []
+    memory_sat: Bools | None = None
+    memory_free_ok: list[Bools] = []
+    for provider in plan.providers:
+        ok = np.broadcast_to(provider.holds, (count, len(plan.masks))).copy()
+        for columns, asked in zip(provider.columns, provider.needs, strict=True):
+            fits = (_per_position(rows, columns) @ member_t) >= asked
+            ok &= fits
+            if provider.memory:
+                memory_free_ok.append(fits)
+        if provider.memory:
+            ok &= _groups_allow(plan, rows)
+            memory_sat = ok
+        sat.append(ok)
+    single = plan.options.policy is PolicyName.SINGLE_NUMA_NODE
+    preferred_any: Bools = np.ones((count, len(plan.masks)), dtype=bool)
+    if single:
+        preferred_any &= plan.counts == 1
+    for provider, ok in zip(plan.providers, sat, strict=True):
+        both = ok & provider.pref
+        if provider.memory:
+            # No memory hint at all is "no preference" to the Topology Manager.
+            any_hint: Bools = np.asarray(ok.any(axis=1), dtype=bool)
+            both = np.where(any_hint[:, None], both, True)
+        preferred_any &= both
+    if not plan.providers:
+        preferred_any[:] = False
+        preferred_any[:, len(plan.masks) - 1 if plan.full else plan.masks.index(plan.every)] = True
+    has_preferred: Bools = np.asarray(preferred_any.any(axis=1), dtype=bool)
+    best = np.argmin(np.where(preferred_any, plan.rank, _BIG), axis=1)
+    chosen = best.copy()
+    aligned_only = plan.options.policy in (PolicyName.RESTRICTED, PolicyName.SINGLE_NUMA_NODE)
+    if aligned_only:
+        refuse(~has_preferred, Kind.ALIGNMENT)
+    else:
+        for i in np.flatnonzero(~has_preferred & ~refused).tolist():
+            index = _non_preferred(plan, [ok[i] for ok in sat], plan.providers)
+            if index is None:
+                refuse(np.arange(count) == i, Kind.ALIGNMENT)
+            else:
+                chosen[i] = index
+    bound = plan.options.max_numa_nodes
+    if bound is not None:
+        refuse(plan.counts[chosen] > bound, Kind.MAX_NUMA_NODES)
+    memory_index = chosen.copy()
+    if memory_sat is not None:
+        memory_index, memory_refused = _memory_choice(
+            plan, rows, chosen=chosen, preferred=has_preferred, memory_sat=memory_sat,
+            free_ok=memory_free_ok,
+        )  # fmt: skip
+        refuse(memory_refused, Kind.MEMORY)
+    return _finish(
+        plan, rows, memo, chosen=chosen, preferred=has_preferred, memory_index=memory_index,
+        refused=refused, kind=kind,
     )  # fmt: skip
 
 
-def _group_allows(groups: dict[int, int], mask: int) -> bool:
-    """The memory manager lets `mask` serve memory: each of its nodes holds no pod
-    memory, or holds it for exactly this group (a single node: its own)."""
-    if not groups:
-        return True
-    for numa_id in bits(mask):
-        held = groups.get(numa_id, 0)
-        if held and held != mask:
-            return False
-    return True
+def _per_position(rows: Ints, columns: Ints) -> Ints:
+    picked = rows[:, columns]
+    return picked.sum(axis=2) if picked.ndim == 3 else picked
 
 
-def _merge(
-    space: Space,
-    providers: Sequence[_Provider],
-    key: Callable[[int], tuple[float, ...]],
-    everything: int,
-    *,
-    single: bool,
-) -> tuple[int | None, bool]:
-    """`topology_manager.merge` on hints given as per-mask flags (same answers)."""
-    masks, counts = space.masks, space.counts
-    # A memory manager without any hint returns none at all, which the Topology Manager
-    # reads as "no preference"; it refuses later, when it allocates (`_memory_affinity`).
-    providers = [p for p in providers if not p.memory or any(p.sat)]
-    if not providers:
-        return everything, True
-    preferred = [
-        k
-        for k in range(len(masks))
-        if (not single or counts[k] == 1) and all(p.sat[k] and p.pref[k] for p in providers)
-    ]
-    if preferred:
-        return min((masks[k] for k in preferred), key=key), True
-    if single:
-        return None, False
-    lists: list[set[int]] = []
+def _groups_allow(plan: Plan, rows: Ints) -> Bools:
+    """Per (row, mask): each node of the mask holds no pod memory, or holds it for
+    exactly this group (a single node: its own)."""
+    groups = rows[:, [plan.layout.group(p) for p in range(len(plan.ids))]]
+    count = rows.shape[0]
+    if not groups.any():
+        return np.ones((count, len(plan.masks)), dtype=bool)
+    masks = np.array(plan.masks, dtype=np.int64)
+    held = groups[:, None, :]
+    fine = (held == 0) | (held == masks[None, :, None])
+    return np.asarray(np.all(fine | (plan.member[None, :, :] == 0), axis=2))
+
+
+def _non_preferred(plan: Plan, sat: Sequence[Bools], providers: Sequence[_Provider]) -> int | None:
+    """The non-preferred winner for one node (`topology_manager.best_non_preferred` on
+    the masks the per-resource hints AND to), as an index into the plan's masks."""
+    listed: list[Ints] = []
     narrowest: list[int] = []
-    for provider in providers:
-        listed = {masks[k] for k, ok in enumerate(provider.sat) if ok}
-        if listed:
-            narrowest.append(min(m.bit_count() for m in listed))
-        lists.append(listed or {everything})
-    produced = {everything}
-    for listed in lists:
-        produced = _ands(produced, listed)
-    return best_non_preferred(produced, max(narrowest, default=0), key), False
-
-
-def _ands(left: set[int], right: set[int]) -> set[int]:
-    return {a & b for a in left for b in right}
-
-
-def _memory_affinity(
-    space: Space,
-    memory: _Provider,
-    mask: int,
-    preferred: bool,
-    *,
-    policy: PolicyName,
-    groups: dict[int, int],
-) -> int | None:
-    """The memory manager's NUMA nodes for the unit, or None when it refuses."""
-    masks = space.masks
-    if policy is not PolicyName.NONE:
-        holds = all(
-            sum(free.get(n, 0) for n in bits(mask)) >= asked
-            for free, asked in zip(memory.free, memory.needs, strict=True)
-        )
-        if holds:
-            return None if _violates_groups(groups, mask) else mask
-        candidates = [k for k, ok in enumerate(memory.sat) if ok and masks[k] & mask == mask]
+    masks = np.array(plan.masks, dtype=np.int64)
+    for ok, provider in zip(sat, providers, strict=True):
+        if not ok.any():
+            if provider.memory:
+                continue  # no memory hint: no preference
+            listed.append(np.array([plan.every], dtype=np.int64))
+            continue
+        listed.append(masks[ok])
+        narrowest.append(int(plan.counts[ok].min()))
+    if not plan.full:
+        # Beyond the kubelet's reach: the narrowest mask every resource fits.
+        fits = np.ones(len(plan.masks), dtype=bool)
+        for ok in sat:
+            fits &= ok
+        found = np.flatnonzero(fits)
+        return int(found[np.argmin(plan.rank[found])]) if found.size else None
+    produced = np.zeros(1 << len(plan.ids), dtype=bool)
+    produced[plan.every] = True
+    for values in listed:
+        current = np.flatnonzero(produced)
+        produced = np.zeros_like(produced)
+        produced[np.bitwise_and.outer(current, values).ravel()] = True
+    produced[0] = False
+    candidates = np.flatnonzero(produced)  # mask values; index = value - 1 (full space)
+    if candidates.size == 0:
+        return None
+    widths = plan.counts[candidates - 1]
+    target = max(narrowest, default=0)
+    if (widths == target).any():
+        width = target
+    elif (widths < target).any():
+        width = int(widths[widths < target].max())
     else:
-        candidates = [k for k, ok in enumerate(memory.sat) if ok]
-    if not candidates:
-        return None
-    best = min(candidates, key=lambda k: (not memory.pref[k], masks[k].bit_count(), masks[k]))
-    if preferred and policy is not PolicyName.NONE and not memory.pref[best]:
-        return None
-    return masks[best]
+        width = int(widths.min())
+    pick = candidates[widths == width] - 1
+    return int(pick[np.argmin(plan.rank[pick])])
 
 
-def _violates_groups(groups: dict[int, int], mask: int) -> bool:
-    """A multi-node memory placement over nodes that already serve another group (or
-    single-node memory); the memory manager's last check before it books."""
-    return mask.bit_count() > 1 and not _group_allows(groups, mask)
-
-
-def _gpus_in(tables: Tables, free: FreeView, need: Need, mask: int) -> frozenset[int]:
-    return frozenset(
-        g
-        for g in free.gpus
-        if _matches(tables.gpu_resource[g], need.gpu_resource)
-        and ((n := tables.gpu_numa[g]) is None or mask >> n & 1)
-    )
-
-
-def _gpu_choice(
-    tables: Tables,
-    free: FreeView,
-    need: Need,
+def _memory_choice(
+    plan: Plan,
+    rows: Ints,
     *,
-    options: TopologyOptions,
-    mask: int,
+    chosen: Ints,
+    preferred: Bools,
+    memory_sat: Bools,
+    free_ok: list[Bools],
+) -> tuple[Ints, Bools]:
+    """The memory manager's mask per row (an index), and where it refuses."""
+    count = rows.shape[0]
+    provider = next(p for p in plan.providers if p.memory)
+    order = np.where(provider.pref, 0, _BIG // 2) + plan.narrow_rank
+    refused = np.zeros(count, dtype=bool)
+    result = chosen.copy()
+    if plan.options.policy is PolicyName.NONE:
+        has: Bools = np.asarray(memory_sat.any(axis=1), dtype=bool)
+        result = np.argmin(np.where(memory_sat, order, _BIG), axis=1)
+        return result, ~has
+    rows_index = np.arange(count)
+    holds = np.ones(count, dtype=bool)
+    for fits in free_ok:
+        holds &= fits[rows_index, chosen]
+    multi = plan.counts[chosen] > 1
+    allowed = _groups_allow(plan, rows)[rows_index, chosen]
+    refused |= holds & multi & ~allowed
+    masks = np.array(plan.masks, dtype=np.int64)
+    for i in np.flatnonzero(~holds).tolist():
+        mask = plan.masks[int(chosen[i])]
+        inside = ((masks & mask) == mask) & memory_sat[i]
+        if not inside.any():
+            refused[i] = True
+            continue
+        pick = int(np.argmin(np.where(inside, order, _BIG)))
+        if preferred[i] and not provider.pref[pick]:
+            refused[i] = True
+        result[i] = pick
+    return result, refused
+
+
+def _finish(
+    plan: Plan,
+    rows: Ints,
     memo: GpuMemo,
-) -> tuple[int, ...]:
-    """The GPUs the unit gets: the best set inside the mask (devices on no NUMA node
-    count as inside); when the mask has too few, all of them and the rest from outside,
-    as the device manager tops up an unaligned allocation."""
-    inside = _gpus_in(tables, free, need, mask)
-    mode = options.gpu_links
-    if len(inside) >= need.gpus:
-        return choose_gpus(tables, inside, need.gpus, mode, memo) or ()
-    rest = (
-        frozenset(g for g in free.gpus if _matches(tables.gpu_resource[g], need.gpu_resource))
-        - inside
+    *,
+    chosen: Ints,
+    preferred: Bools,
+    memory_index: Ints,
+    refused: Bools,
+    kind: list[Kind | None],
+) -> Decided:
+    count = rows.shape[0]
+    need = plan.need
+    gpus: list[tuple[int, ...]] = [()] * count
+    pairs: list[tuple[int, int] | None] = [None] * count
+    links = np.ones(count)
+    gpu_fill = np.zeros(count)
+    tables = plan.tables
+    if need.gpus:
+        best_bandwidth = _best_bandwidth(plan, memo)
+        bits_column = plan.layout.gpu_bits
+        for i in np.flatnonzero(~refused).tolist():
+            free_bits = int(rows[i, bits_column])
+            index = int(chosen[i])
+            chosen_gpus = _gpu_choice(plan, free_bits, plan.gpu_in_mask[index], memo)
+            if chosen_gpus is None:
+                refused[i] = True
+                kind[i] = Kind.GPU_LINKS
+                inside = _bit_list(free_bits & plan.gpu_in_mask[index])
+                best = choose_gpus(tables, frozenset(inside), need.gpus,
+                                   GpuLinksMode.PREFERRED, memo)  # fmt: skip
+                pairs[i] = first_unlinked_pair(tables, best or ())
+                continue
+            gpus[i] = chosen_gpus
+            if len(chosen_gpus) >= 2 and best_bandwidth > 0:
+                links[i] = set_bandwidth(tables, chosen_gpus) / best_bandwidth
+            total = int(plan.gpu_all_in_mask[index])
+            if total:
+                free_in = (free_bits & plan.gpu_in_mask[index]).bit_count()
+                gpu_fill[i] = min(1.0, (total - free_in + len(chosen_gpus)) / total)
+    span = np.minimum(1.0, plan.narrowest / plan.counts[chosen])
+    fills: list[npt.NDArray[np.float64]] = []
+    if need.gpus:
+        fills.append(gpu_fill)
+    exclusive = need.exclusive_cpus
+    if exclusive:
+        capacity = plan.cpu_capacity[chosen]
+        free_in = (rows[:, plan.plain_cpu_columns] * plan.member[chosen]).sum(axis=1)
+        cpu_fill = np.where(
+            capacity > 0,
+            np.minimum(1.0, (capacity - free_in + exclusive) / np.maximum(capacity, 1)),
+            -1.0,
+        )
+        fills.append(cpu_fill)
+    scores = np.full(count, -1, dtype=np.int64)
+    for i in np.flatnonzero(~refused).tolist():
+        terms = [float(f[i]) for f in fills if f[i] >= 0]
+        scores[i] = compose_score(float(span[i]), float(links[i]), terms, with_gpus=bool(need.gpus))
+    ids = plan.ids
+    to_ids = [_to_ids(plan.masks[int(chosen[i])], ids) for i in range(count)]
+    memory_masks = [_to_ids(plan.masks[int(memory_index[i])], ids) for i in range(count)]
+    return Decided(scores, kind, to_ids, [bool(p) for p in preferred], memory_masks, gpus, pairs)
+
+
+def _to_ids(mask: int, ids: tuple[int, ...]) -> int:
+    out = 0
+    for p, numa in enumerate(ids):
+        if mask >> p & 1:
+            out |= 1 << numa
+    return out
+
+
+def _bit_list(value: int) -> list[int]:
+    out = []
+    while value:
+        low = value & -value
+        out.append(low.bit_length() - 1)
+        value ^= low
+    return out
+
+
+def _best_bandwidth(plan: Plan, memo: GpuMemo) -> float:
+    every = frozenset(_bit_list(plan.gpu_matching))
+    best = choose_gpus(plan.tables, every, plan.need.gpus, GpuLinksMode.PREFERRED, memo)
+    return set_bandwidth(plan.tables, best) if best else 0.0
+
+
+def _gpu_choice(plan: Plan, free_bits: int, in_mask: int, memo: GpuMemo) -> tuple[int, ...] | None:
+    """The unit's GPUs: the best set inside the mask (devices on no NUMA node count as
+    inside); when the mask has too few, all of them and the rest from outside, as the
+    device manager tops up an unaligned allocation. None: `gpu-links: required` finds
+    no set."""
+    need = plan.need
+    tables = plan.tables
+    mode = plan.options.gpu_links
+    inside = free_bits & in_mask
+    if inside.bit_count() >= need.gpus:
+        return choose_gpus(tables, frozenset(_bit_list(inside)), need.gpus, mode, memo)
+    rest = frozenset(_bit_list(free_bits & plan.gpu_matching & ~inside))
+    extra = (
+        choose_gpus(tables, rest, need.gpus - inside.bit_count(), GpuLinksMode.PREFERRED, memo)
+        or ()
     )
-    extra = choose_gpus(tables, rest, need.gpus - len(inside), GpuLinksMode.PREFERRED, memo)
-    chosen = tuple(sorted(inside | set(extra or ())))
+    chosen = tuple(sorted(set(_bit_list(inside)) | set(extra)))
     if mode is GpuLinksMode.REQUIRED and first_unlinked_pair(tables, chosen):
-        return ()
+        return None
     return chosen
 
 
-def _refusal(
-    kind: Kind,
-    tables: Tables,
-    policy: PolicyName,
-    wanted: tuple[Wanted, ...],
-    providers: Sequence[_Provider],
-    *,
-    bound: int | None = None,
-    width: int | None = None,
-) -> Shortfall:
-    """A refusal that shows, per NUMA node, what is free of each NUMA-bound resource."""
+def shortfall(plan: Plan, decided: Decided, index: int, row: Ints) -> Shortfall:
+    """The structured refusal of row `index` (read only when someone asks)."""
+    why = decided.kind[index]
+    assert why is not None, "only refused rows have a shortfall"
+    policy = plan.options.policy.value
+    if why is Kind.SHORT:
+        for resource, asked, columns in plan.totals:
+            have = int(row[columns].sum())
+            if have < asked:
+                return Shortfall(why, policy, plan.wanted, resource=resource, total=have)
+    if why is Kind.SHARED_POOL:
+        return Shortfall(why, policy, plan.wanted, bound=int(row[plan.plain_cpu_columns].sum()))
+    if why is Kind.GPU_LINKS:
+        return Shortfall(why, policy, plan.wanted, pair=decided.pair[index])
     shown: list[Wanted] = []
-    amounts: list[dict[int, int]] = []
-    for provider in providers:
+    amounts: list[Ints] = []
+    for provider in plan.providers:
         shown.extend(provider.wanted)
-        amounts.extend(provider.free)
-    ids = sorted({n for free in amounts for n in free} & set(tables.numa_ids))
-    free = tuple((n, tuple(a.get(n, 0) for a in amounts)) for n in ids)
-    return Shortfall(
-        kind, policy.value, tuple(shown) or wanted, free=free, bound=bound, width=width
+        amounts.extend(_per_position(row[None, :], c)[0] for c in provider.columns)
+    free = tuple(
+        (numa, tuple(int(a[p]) for a in amounts))
+        for p, numa in enumerate(plan.ids)
+        if any(int(a[p]) for a in amounts) or _has_capacity(plan, p)
     )
+    width = None
+    if why is Kind.MAX_NUMA_NODES:
+        width = decided.mask[index].bit_count()
+    return Shortfall(
+        why, policy, tuple(shown) or plan.wanted, free=free,
+        bound=plan.options.max_numa_nodes, width=width,
+    )  # fmt: skip
 
 
-def narrowest_on_hardware(tables: Tables, need: Need) -> int:
-    """The fewest NUMA nodes whose hardware could hold `need` (the score's span term)."""
-    nothing = FreeView(set(), set(), set(), {}, {})
-    space = full_space(tables.numa_ids) if len(tables.numa_ids) <= FULL_SEARCH else (
-        bounded_space(list(tables.numa_ids), lambda _: 0.0, DEFAULT_MAX_WIDTH))  # fmt: skip
-    return max((p.narrowest for p in _providers(tables, nothing, need, space)), default=1)
+def _has_capacity(plan: Plan, position: int) -> bool:
+    numa = plan.ids[position]
+    tables = plan.tables
+    return bool(
+        tables.cpu_capacity.get(numa)
+        or tables.memory_capacity.get(numa)
+        or any(n == numa for n in tables.gpu_numa.values())
+    )

@@ -123,7 +123,6 @@ def scenarios(draw: st.DrawFn) -> tuple[NumatopologySpec, NodeState, tuple[int, 
     return spec, state, last
 
 
-@pytest.mark.xfail(strict=False, reason="engine rewrite lands on main")
 @settings(max_examples=300, deadline=None)
 @given(scenarios())
 def test_engine_decision_matches_reference(

@@ -51,7 +51,11 @@ def test_engine_merge(row: MergeRow) -> None:
         None if p is None else [tm.Hint(x.mask, x.preferred) for x in p] for p in row.providers
     ]
     got = tm.merge(
-        providers, list(row.numa_ids), PolicyName(row.policy), row.distances, row.prefer_closest
+        providers,
+        list(row.numa_ids),
+        PolicyName(row.policy),
+        distances=row.distances,
+        prefer_closest=row.prefer_closest,
     )
     assert (got.mask, got.preferred, got.admit) == (row.mask, row.preferred, row.admit)
 

@@ -74,5 +74,7 @@ def test_engine_merge_matches_reference(
     engine_providers = [
         None if p is None else [tm.Hint(h.mask, h.preferred) for h in p] for p in providers
     ]
-    got = tm.merge(engine_providers, numa_ids, PolicyName(policy), distances, closest)
+    got = tm.merge(
+        engine_providers, numa_ids, PolicyName(policy), distances=distances, prefer_closest=closest
+    )
     assert (got.mask, got.preferred, got.admit) == expected
