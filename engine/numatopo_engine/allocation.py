@@ -148,7 +148,7 @@ def allocate(
     engine = engine or Engine()
     outcome = _decide(engine, topology, state, request, build=True)
     if isinstance(outcome, Shortfall):
-        raise UnsatisfiableError(word(outcome))
+        raise UnsatisfiableError(word(outcome), word(outcome, detail=False))
     containers = {name: _wire(entry) for name, entry in outcome.entries.items()}
     assignment = Assignment(
         node=node_name,
@@ -169,7 +169,7 @@ def evaluate(
     """The score `allocate` would give; raises UnsatisfiableError like it."""
     outcome = _decide(engine or Engine(), topology, state, request, build=False)
     if isinstance(outcome, Shortfall):
-        raise UnsatisfiableError(word(outcome))
+        raise UnsatisfiableError(word(outcome), word(outcome, detail=False))
     return outcome.score
 
 

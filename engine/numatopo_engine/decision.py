@@ -49,7 +49,7 @@ import numpy.typing as npt
 from numatopo_engine.annotations import CpuMode, GpuLinksMode, PolicyName
 from numatopo_engine.gpu_assignment import GpuMemo, choose_gpus, first_unlinked_pair, set_bandwidth
 from numatopo_engine.hints import Need, RowLayout
-from numatopo_engine.numamask import LOCAL_DISTANCE, make_mask
+from numatopo_engine.numamask import LOCAL_DISTANCE
 from numatopo_engine.refusals import Kind, Shortfall, Wanted
 from numatopo_engine.request import TopologyOptions
 from numatopo_engine.scoring import compose_score
@@ -123,8 +123,9 @@ def make_plan(
     full = len(ids) <= FULL_SEARCH
     if full:
         masks = list(range(1, 1 << len(ids)))
+        every = masks[-1]
     else:
-        masks = _bounded_masks(tables, need, options, positions, position_of)
+        masks, every = _bounded_masks(tables, need, options, positions, position_of)
     mask_arr = np.array(masks, dtype=np.int64) if len(ids) < 63 else np.zeros(len(masks), np.int64)
     member = np.array(
         [[m >> p & 1 for p in range(len(ids))] for m in masks], dtype=np.int64
@@ -173,7 +174,7 @@ def make_plan(
         member=member,
         rank=rank,
         narrow_rank=narrow_rank,
-        every=masks[-1] if full else make_mask(positions),
+        every=every,
         providers=providers,
         totals=_totals(tables, layout, need, cpu_cols, whole_cols),
         exclusive_cpu_columns=whole_cols if need.full_cores else cpu_cols,
@@ -196,9 +197,9 @@ def _wanted(need: Need) -> tuple[Wanted, ...]:
         out.append(Wanted("memory", need.memory_bytes, in_bytes=True))
     out.extend(Wanted(f"hugepages-{s}", a, in_bytes=True) for s, a in need.hugepages if a)
     if need.gpus:
-        out.append(Wanted(need.gpu_resource or "GPUs", need.gpus))
+        out.append(Wanted("GPUs", need.gpus))
     if need.nics:
-        out.append(Wanted(need.nic_resource or "NICs", need.nics))
+        out.append(Wanted("NICs", need.nics))
     return tuple(out)
 
 
@@ -228,17 +229,17 @@ def _totals(
             out.append((f"hugepages-{size}", amount, array(picked)))
     if need.gpus:
         picked = [layout.gpu(i) for i, _ in _matching_keys(layout.gpu_keys, need.gpu_resource)]
-        out.append((need.gpu_resource or "GPUs", need.gpus, array(picked)))
+        out.append(("GPUs", need.gpus, array(picked)))
     if need.nics:
         picked = [layout.nic(i) for i, _ in _matching_keys(layout.nic_keys, need.nic_resource)]
-        out.append((need.nic_resource or "NICs", need.nics, array(picked)))
+        out.append(("NICs", need.nics, array(picked)))
     del tables
     return tuple(out)
 
 
 def _candidate_positions(tables: Tables, need: Need, position_of: dict[int, int]) -> list[int]:
     ids: set[int] = set()
-    if need.exclusive_cpus:
+    if need.cpus and need.cpu_mode is not CpuMode.NONE:
         ids.update(n for n, c in tables.cpu_capacity.items() if c)
     if need.has_memory:
         ids.update(n for n, c in tables.memory_capacity.items() if c)
@@ -256,7 +257,7 @@ def _bounded_masks(
     options: TopologyOptions,
     positions: list[int],
     position_of: dict[int, int],
-) -> list[int]:
+) -> tuple[list[int], int]:
     """Masks of up to the width bound over `positions` (trimmed to the best-equipped
     ones when a width has more than `MASK_BUDGET`), and all of `positions` together."""
     if options.policy is PolicyName.SINGLE_NUMA_NODE:
@@ -271,6 +272,17 @@ def _bounded_masks(
         cpus = tables.cpu_capacity.get(numa, 0)
         return (-(gpus * 1000 + cpus + tables.memory_capacity.get(numa, 0) / 2**40), position)
 
+    # No mask narrower than a resource's hardware minimum can hold it, and a placement
+    # wider than one past the widest minimum is never worth searching here.
+    widest = 1
+    for asked, amounts in _hardware_amounts(tables, need, id_of, positions):
+        held, used = 0, 0
+        for amount in sorted(amounts, reverse=True):
+            if held >= asked:
+                break
+            held, used = held + amount, used + 1
+        widest = max(widest, used)
+    width = min(width, widest + 1)
     masks: list[int] = []
     for size in range(1, min(width, len(positions)) + 1):
         pool = positions
@@ -283,7 +295,24 @@ def _bounded_masks(
     every = sum(1 << p for p in positions) if positions else 1
     if every not in masks:
         masks.append(every)
-    return masks
+    return masks, every
+
+
+def _hardware_amounts(
+    tables: Tables, need: Need, id_of: dict[int, int], positions: list[int]
+) -> list[tuple[int, list[int]]]:
+    """(asked, capacity per candidate position) for each NUMA-bound resource."""
+    out: list[tuple[int, list[int]]] = []
+    numa = [id_of[p] for p in positions]
+    if need.cpus and need.cpu_mode is not CpuMode.NONE:
+        out.append((need.cpus, [tables.numa_online.get(n, 0) for n in numa]))
+    if need.memory_bytes:
+        out.append((need.memory_bytes, [tables.memory_capacity.get(n, 0) for n in numa]))
+    if need.gpus:
+        out.append((need.gpus, [sum(1 for g in tables.gpu_numa.values() if g == n) for n in numa]))
+    if need.nics:
+        out.append((need.nics, [sum(1 for x in tables.nic_numa.values() if x == n) for n in numa]))
+    return out
 
 
 def _mean_distances(tables: Tables, ids: tuple[int, ...], member: Ints) -> npt.NDArray[np.float64]:
@@ -339,6 +368,12 @@ def _providers(
             capacity = dict(tables.numa_online)
             columns = np.array([layout.cpu(p) for p in range(n_all)], dtype=np.int64)
         providers.append(make((Wanted("CPUs", need.cpus),), [columns], [per_position(capacity)]))
+    elif need.cpus and need.cpu_mode is CpuMode.NUMA:
+        # numatopo's own: fractional CPUs on the shared CPUs of the chosen NUMA nodes
+        # (the kubelet gives no CPU hint for them, and pins them nowhere).
+        capacity = {n: len(c) for n, c in tables.numa_allocatable.items()}
+        columns = np.array([layout.cpu(p) for p in range(n_all)], dtype=np.int64)
+        providers.append(make((Wanted("CPUs", need.cpus),), [columns], [per_position(capacity)]))
     if need.has_memory:
         wanted: list[Wanted] = []
         columns_list: list[Ints] = []
@@ -384,7 +419,7 @@ def _providers(
             [by_numa.get(n, []) + [layout.zero] * (depth - len(by_numa.get(n, []))) for n in ids],
             dtype=np.int64,
         ).reshape(n_all, depth)
-        name = resource or ("GPUs" if column == layout.gpu else "NICs")
+        name = "GPUs" if column == layout.gpu else "NICs"
         providers.append(make((Wanted(name, count),), [columns], [per_position(located)]))
     return tuple(providers)
 
@@ -449,7 +484,7 @@ def decide_rows(plan: Plan, rows: Ints, memo: GpuMemo) -> Decided:
         preferred_any &= both
     if not plan.providers:
         preferred_any[:] = False
-        preferred_any[:, len(plan.masks) - 1 if plan.full else plan.masks.index(plan.every)] = True
+        preferred_any[:, plan.masks.index(plan.every)] = True
     has_preferred: Bools = np.asarray(preferred_any.any(axis=1), dtype=bool)
     best = np.argmin(np.where(preferred_any, plan.rank, _BIG), axis=1)
     chosen = best.copy()
@@ -698,28 +733,42 @@ def shortfall(plan: Plan, decided: Decided, index: int, row: Ints) -> Shortfall:
         for resource, asked, columns in plan.totals:
             have = int(row[columns].sum())
             if have < asked:
-                return Shortfall(why, policy, plan.wanted, resource=resource, total=have)
+                shown, free = _per_numa(plan, row)
+                return Shortfall(
+                    why, policy, plan.wanted, resource=resource, total=have, free=free,
+                    free_of=shown,
+                )  # fmt: skip
     if why is Kind.SHARED_POOL:
         return Shortfall(why, policy, plan.wanted, bound=int(row[plan.plain_cpu_columns].sum()))
     if why is Kind.GPU_LINKS:
         return Shortfall(why, policy, plan.wanted, pair=decided.pair[index])
+    shown, free = _per_numa(plan, row)
+    width = None
+    if why is Kind.MAX_NUMA_NODES:
+        width = decided.mask[index].bit_count()
+    return Shortfall(
+        why, policy, tuple(shown) or plan.wanted, free=free, free_of=shown,
+        bound=plan.options.max_numa_nodes, width=width,
+    )  # fmt: skip
+
+
+def _per_numa(
+    plan: Plan, row: Ints
+) -> tuple[tuple[Wanted, ...], tuple[tuple[int | None, tuple[int, ...]], ...]]:
+    """The NUMA-bound resources asked, and what each NUMA node has free of them."""
     shown: list[Wanted] = []
     amounts: list[Ints] = []
     for provider in plan.providers:
         shown.extend(provider.wanted)
         amounts.extend(_per_position(row[None, :], c)[0] for c in provider.columns)
+    if not shown:
+        return (), ()
     free = tuple(
         (numa, tuple(int(a[p]) for a in amounts))
         for p, numa in enumerate(plan.ids)
         if any(int(a[p]) for a in amounts) or _has_capacity(plan, p)
     )
-    width = None
-    if why is Kind.MAX_NUMA_NODES:
-        width = decided.mask[index].bit_count()
-    return Shortfall(
-        why, policy, tuple(shown) or plan.wanted, free=free,
-        bound=plan.options.max_numa_nodes, width=width,
-    )  # fmt: skip
+    return tuple(shown), free
 
 
 def _has_capacity(plan: Plan, position: int) -> bool:

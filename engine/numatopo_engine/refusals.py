@@ -13,7 +13,7 @@ import enum
 from collections.abc import Callable
 from dataclasses import dataclass
 
-__all__ = ["Kind", "Refusal", "Shortfall", "Wanted", "format_bytes", "word"]
+__all__ = ["Kind", "Refusal", "Shortfall", "Wanted", "format_bytes", "summary", "word"]
 
 
 class Kind(enum.StrEnum):
@@ -43,8 +43,9 @@ class Shortfall:
     policy: str
     wanted: tuple[Wanted, ...]  # what the unit asks, NUMA-bound resources first
     resource: str | None = None  # the one that does not fit (SHORT, MEMORY)
-    # Free amounts in `wanted` order per NUMA id (None: devices on no NUMA node).
+    # Free amounts of `free_of` per NUMA id (None: devices on no NUMA node).
     free: tuple[tuple[int | None, tuple[int, ...]], ...] = ()
+    free_of: tuple[Wanted, ...] = ()
     total: int | None = None  # SHORT: what the node has free of `resource` in all
     bound: int | None = None  # MAX_NUMA_NODES: the bound; SHARED_POOL: free CPUs
     width: int | None = None  # MAX_NUMA_NODES: the merged hint's width
@@ -53,58 +54,64 @@ class Shortfall:
 
 
 def word(s: Shortfall, *, detail: bool = True) -> str:
-    """The text of `s`; without `detail`, no amount that is this node's own."""
+    """The text of `s`; without `detail`, the same text without its closing part in
+    parentheses, which holds every amount that is this node's own (`summary`)."""
     asked = " and ".join(w.text() for w in s.wanted) or "nothing"
+    if s.kind is Kind.REQUEST:
+        return s.note
     if s.kind is Kind.SHORT:
         found = next((w for w in s.wanted if w.resource == s.resource), None)
-        head = f"{s.policy}: {found.text() if found else s.resource} requested"
-        if not detail or s.total is None or found is None:
-            return f"{head}, the node has less free"
-        return f"{head}, the node has {found.text(s.total)} free in all"
-    if s.kind is Kind.SHARED_POOL:
+        asked_here = found.text() if found else s.resource
+        text = f"{s.policy}: {asked_here} requested, more than the node has free"
+        own = [f"{found.text(s.total)} free in all"] if found and s.total is not None else []
+    elif s.kind is Kind.SHARED_POOL:
         cpus = next((w.amount for w in s.wanted if w.resource == "CPUs"), 0)
         text = (
             f"shared pool: {cpus} exclusive CPUs would leave no CPU shared, and a node "
             f"without reserved CPUs must keep at least 1 CPU free"
         )
-        return f"{text} ({s.bound} CPUs free)" if detail else text
-    if s.kind is Kind.REQUEST:
-        return s.note
-    if s.kind is Kind.GPU_LINKS:
+        own = [f"{s.bound} CPUs free"]
+    elif s.kind is Kind.GPU_LINKS:
         text = (
             f"gpu-links required: the free GPUs of the chosen NUMA nodes for {asked} "
             "are not all directly linked"
         )
-        if detail and s.pair:
-            text += f": GPU {s.pair[0]} and GPU {s.pair[1]} have no direct link"
-        return text
-    if s.kind is Kind.MAX_NUMA_NODES:
-        head = f"{s.policy}: max-numa-nodes {s.bound}: the kubelet's placement of {asked} spans"
-        text = f"{head} more NUMA nodes"
-        if detail:
-            text = f"{head} {s.width} NUMA nodes"
-        return _with_free(text, s) if detail else text
-    if s.kind is Kind.MEMORY:
+        own = [f"GPU {s.pair[0]} and GPU {s.pair[1]} have no direct link"] if s.pair else []
+    elif s.kind is Kind.MAX_NUMA_NODES:
+        text = (
+            f"{s.policy}: max-numa-nodes {s.bound}: the kubelet's placement of {asked} "
+            "spans more NUMA nodes"
+        )
+        own = [f"{s.width} NUMA nodes"]
+    elif s.kind is Kind.MEMORY:
         memory = " and ".join(w.text() for w in s.wanted if w.in_bytes) or "memory"
         text = f"{s.policy}: memory manager: no NUMA nodes it may use hold {memory} free"
-        return _with_free(text, s) if detail else text
-    # ALIGNMENT
-    if s.policy == "single-numa-node":
+        own = []
+    elif s.policy == "single-numa-node":
         text = f"single-numa-node: no NUMA node has {asked} free"
+        own = []
     else:
         text = f"{s.policy}: no NUMA placement is preferred for every resource of {asked} free"
-    return _with_free(text, s) if detail else text
-
-
-def _with_free(text: str, s: Shortfall) -> str:
-    if not s.free:
+        own = []
+    own += _free_text(s)
+    if not detail or not own:
         return text
+    return f"{text} ({'; '.join(own)})"
+
+
+def summary(reason: str) -> str:
+    """`reason` without its node's own amounts: what `word(..., detail=False)` says."""
+    head, marker, _ = reason.rpartition(" (")
+    return head if marker and reason.endswith(")") else reason
+
+
+def _free_text(s: Shortfall) -> list[str]:
     parts = []
     for numa, amounts in s.free:
         where = "not NUMA-local" if numa is None else f"NUMA {numa}"
-        shown = ", ".join(w.text(v) for w, v in zip(s.wanted, amounts, strict=True))
+        shown = ", ".join(w.text(v) for w, v in zip(s.free_of, amounts, strict=True))
         parts.append(f"{where}: {shown} free")
-    return f"{text} ({'; '.join(parts)})"
+    return parts
 
 
 class Refusal:

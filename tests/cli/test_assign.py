@@ -22,7 +22,7 @@ from numatopo_cli.main import main
 from numatopo_engine import DEFAULT_RESOURCES, NodeState, allocate, request_from_pod
 from numatopo_engine.annotations import Assignment, CpuMode
 from numatopo_engine.model import Numatopology
-from numatopo_engine.refusals import shared_pool
+from numatopo_engine.refusals import Kind, Shortfall, Wanted, word
 from numatopo_engine.request import ContainerRequest, PodRequest, TopologyOptions
 
 REPO = Path(__file__).resolve().parents[2]
@@ -643,7 +643,8 @@ class TestRealEngine:
         answer = json.loads(out)
 
         if expected is None:
-            assert (1, False, shared_pool(2, 2)) == (code, answer["fits"], answer.get("reason"))
+            shortfall = Shortfall(Kind.SHARED_POOL, "best-effort", (Wanted("CPUs", 2),), bound=2)
+            assert (1, False, word(shortfall)) == (code, answer["fits"], answer.get("reason"))
         else:
             given = str(Assignment.model_validate(answer["assignment"]).containers["app"].cpus)
             assert 0 == code, err

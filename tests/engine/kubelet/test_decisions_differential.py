@@ -10,7 +10,6 @@ more pod: admission must agree, and so must the NUMA nodes of an admitted placem
 
 from __future__ import annotations
 
-import pytest
 from helpers import app, pod
 from hypothesis import given, settings
 from hypothesis import strategies as st
