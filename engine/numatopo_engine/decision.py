@@ -524,7 +524,8 @@ def _groups_allow(plan: Plan, rows: Ints) -> Bools:
     exactly this group (a single node: its own)."""
     groups = rows[:, [plan.layout.group(p) for p in range(len(plan.ids))]]
     count = rows.shape[0]
-    if not groups.any():
+    if not groups.any() or len(plan.ids) >= 63:
+        # Groups are masks of NUMA positions in 64 bits: not tracked on larger machines.
         return np.ones((count, len(plan.masks)), dtype=bool)
     masks = np.array(plan.masks, dtype=np.int64)
     held = groups[:, None, :]
@@ -535,6 +536,13 @@ def _groups_allow(plan: Plan, rows: Ints) -> Bools:
 def _non_preferred(plan: Plan, sat: Sequence[Bools], providers: Sequence[_Provider]) -> int | None:
     """The non-preferred winner for one node (`topology_manager.best_non_preferred` on
     the masks the per-resource hints AND to), as an index into the plan's masks."""
+    if not plan.full:
+        # Beyond the kubelet's reach: the narrowest mask every resource fits.
+        fits = np.ones(len(plan.masks), dtype=bool)
+        for ok in sat:
+            fits &= ok
+        found = np.flatnonzero(fits)
+        return int(found[np.argmin(plan.rank[found])]) if found.size else None
     listed: list[Ints] = []
     narrowest: list[int] = []
     masks = np.array(plan.masks, dtype=np.int64)
@@ -546,13 +554,6 @@ def _non_preferred(plan: Plan, sat: Sequence[Bools], providers: Sequence[_Provid
             continue
         listed.append(masks[ok])
         narrowest.append(int(plan.counts[ok].min()))
-    if not plan.full:
-        # Beyond the kubelet's reach: the narrowest mask every resource fits.
-        fits = np.ones(len(plan.masks), dtype=bool)
-        for ok in sat:
-            fits &= ok
-        found = np.flatnonzero(fits)
-        return int(found[np.argmin(plan.rank[found])]) if found.size else None
     produced = np.zeros(1 << len(plan.ids), dtype=bool)
     produced[plan.every] = True
     for values in listed:
@@ -601,10 +602,9 @@ def _memory_choice(
     multi = plan.counts[chosen] > 1
     allowed = _groups_allow(plan, rows)[rows_index, chosen]
     refused |= holds & multi & ~allowed
-    masks = np.array(plan.masks, dtype=np.int64)
     for i in np.flatnonzero(~holds).tolist():
-        mask = plan.masks[int(chosen[i])]
-        inside = ((masks & mask) == mask) & memory_sat[i]
+        within = plan.member[int(chosen[i])]
+        inside = (plan.member >= within).all(axis=1) & memory_sat[i]
         if not inside.any():
             refused[i] = True
             continue

@@ -122,8 +122,8 @@ class TestAnswer:
         assert (1, "") == (code, err)
         assert {
             "fits": False,
-            "reason": "best-effort: the node does not have 4 CPUs and 16Gi memory and 1 GPUs "
-            "free (NUMA 0: 22 CPUs, 188Gi memory, 0 GPUs free; "
+            "reason": "best-effort: 1 GPUs requested, more than the node has free "
+            "(0 GPUs free in all; NUMA 0: 22 CPUs, 188Gi memory, 0 GPUs free; "
             "NUMA 1: 24 CPUs, 188Gi memory, 0 GPUs free)",
         } == json.loads(out)
 
@@ -317,7 +317,8 @@ class TestInputs:
             pytest.param(
                 ["--gpu-resource", "example.com/*"],
                 "nvidia.com/gpu",
-                "best-effort: GPUs: 2 GPUs requested, the node has 0 GPUs in all",
+                "best-effort: 2 GPUs requested, more than the node has free (0 GPUs free in "
+                "all; NUMA 0: 22 CPUs, 188Gi memory free; NUMA 1: 24 CPUs, 188Gi memory free)",
                 id="counted-as-gpus-of-its-own-kind",
             ),
             pytest.param([], "example.com/accel", 0, id="without-the-flag-not-a-gpu"),

@@ -118,12 +118,13 @@ def test_p4d_nic_follows_the_gpus_to_the_next_switch() -> None:
             id="full-cores-needs-a-multiple-of-threads",
         ),
         pytest.param(
-            "dgx1-v100", (), pod(app(0, 9)), r"9 GPUs requested, the node has 8 GPUs free in all",
+            "dgx1-v100", (), pod(app(0, 9)), r"9 GPUs requested, more than the node has free \(8 GPUs free in all;",
             id="more-gpus-than-the-hardware",
         ),
         pytest.param(
             "cpu-2socket-ht", (), pod(app(14), policy=RESTRICTED, max_numa_nodes=1),
-            r"^restricted: max-numa-nodes 1: the kubelet's placement of 14 CPUs spans 2 NUMA",
+            r"^restricted: max-numa-nodes 1: the kubelet's placement of 14 CPUs spans more NUMA "
+            r"nodes \(2 NUMA nodes;",
             id="max-numa-nodes-bounds-restricted",
         ),
         pytest.param(

@@ -144,7 +144,7 @@ def test_bulk_refusals_come_as_one_pair_with_each_nodes_detail_on_request() -> N
     request = BENCH_MIX[2].values[0]  # 8 GPUs
     assert isinstance(request, PodRequest)
     scored = score_many(states[0].topology, states, request)
-    summary = "best-effort: 8 GPUs requested, the node has less free"
+    summary = "best-effort: 8 GPUs requested, more than the node has free"
     refused = [1, 2, 3, 4, 6, 7, 8, 9, 11]
     expected = ([(refused, summary)], _one_by_one(states[0].topology, states, request))
 
