@@ -428,7 +428,7 @@ def _decide(
         decided = decide_rows(plan, row, engine.gpu_memo)
         if decided.score[0] < 0:
             return shortfall(plan, decided, 0, row[0])
-        return _Choice(decided.mask[0], decided.memory_mask[0], int(decided.score[0]),
+        return _Choice(decided.mask(0), decided.memory_mask(0), int(decided.score[0]),
                        decided.gpus[0])  # fmt: skip
 
     entries: dict[str, _Entry] = {}

@@ -52,7 +52,7 @@ from numatopo_engine.hints import Need, RowLayout
 from numatopo_engine.numamask import LOCAL_DISTANCE
 from numatopo_engine.refusals import Kind, Shortfall, Wanted
 from numatopo_engine.request import TopologyOptions
-from numatopo_engine.scoring import compose_score
+from numatopo_engine.scoring import CPU_WEIGHTS, GPU_WEIGHTS
 from numatopo_engine.topology_tables import Tables
 
 __all__ = ["FULL_SEARCH", "Decided", "Plan", "decide_rows", "make_plan"]
@@ -63,7 +63,6 @@ Bools = npt.NDArray[np.bool_]
 FULL_SEARCH = 10  # NUMA nodes up to which every mask is a candidate (1023 masks)
 MASK_BUDGET = 4096  # masks per width on larger machines, best-equipped nodes first
 DEFAULT_MAX_WIDTH = 8  # widest mask searched on larger machines (the kubelet's node cap)
-ADMITTED = 0
 _BIG = np.iinfo(np.int64).max // 4
 
 
@@ -97,7 +96,6 @@ class Plan:
     every: int  # the default mask (all positions of the space)
     providers: tuple[_Provider, ...]
     totals: tuple[tuple[str, int, Ints], ...]  # (resource, need, row columns) node-wide
-    exclusive_cpu_columns: Ints
     plain_cpu_columns: Ints
     floor: int
     narrowest: int  # the score's span numerator
@@ -177,7 +175,6 @@ def make_plan(
         every=every,
         providers=providers,
         totals=_totals(tables, layout, need, cpu_cols, whole_cols),
-        exclusive_cpu_columns=whole_cols if need.full_cores else cpu_cols,
         plain_cpu_columns=cpu_cols,
         floor=floor,
         narrowest=max((p.narrowest for p in providers), default=1),
@@ -427,16 +424,23 @@ def _providers(
 @dataclass(slots=True)
 class Decided:
     """`decide_rows`' answers, per row: `score` (-1 refused), `kind` of refusal (None
-    when admitted), and for admitted rows the merged mask, whether it is preferred, the
-    memory manager's mask (bit n = NUMA id n) and the GPUs."""
+    when admitted), and for admitted rows the merged mask, the memory manager's mask
+    (as indices into the plan's masks: `mask(i)` / `memory_mask(i)` give bit n = NUMA
+    id n) and the GPUs."""
 
+    plan: Plan
     score: Ints
     kind: list[Kind | None]
-    mask: list[int]
-    preferred: list[bool]
-    memory_mask: list[int]
+    chosen: Ints
+    memory_index: Ints
     gpus: list[tuple[int, ...]]
     pair: list[tuple[int, int] | None]
+
+    def mask(self, row: int) -> int:
+        return _to_ids(self.plan.masks[int(self.chosen[row])], self.plan.ids)
+
+    def memory_mask(self, row: int) -> int:
+        return _to_ids(self.plan.masks[int(self.memory_index[row])], self.plan.ids)
 
 
 def decide_rows(plan: Plan, rows: Ints, memo: GpuMemo) -> Decided:
@@ -663,20 +667,33 @@ def _finish(
     if exclusive:
         capacity = plan.cpu_capacity[chosen]
         free_in = (rows[:, plan.plain_cpu_columns] * plan.member[chosen]).sum(axis=1)
-        cpu_fill = np.where(
-            capacity > 0,
-            np.minimum(1.0, (capacity - free_in + exclusive) / np.maximum(capacity, 1)),
-            -1.0,
-        )
-        fills.append(cpu_fill)
-    scores = np.full(count, -1, dtype=np.int64)
-    for i in np.flatnonzero(~refused).tolist():
-        terms = [float(f[i]) for f in fills if f[i] >= 0]
-        scores[i] = compose_score(float(span[i]), float(links[i]), terms, with_gpus=bool(need.gpus))
-    ids = plan.ids
-    to_ids = [_to_ids(plan.masks[int(chosen[i])], ids) for i in range(count)]
-    memory_masks = [_to_ids(plan.masks[int(memory_index[i])], ids) for i in range(count)]
-    return Decided(scores, kind, to_ids, [bool(p) for p in preferred], memory_masks, gpus, pairs)
+        used = (capacity - free_in + exclusive) / np.maximum(capacity, 1)
+        fills.append(np.where(capacity > 0, np.minimum(1.0, used), np.nan))
+    scores = _compose(span, links, fills, with_gpus=bool(need.gpus))
+    scores[refused] = -1
+    return Decided(plan, scores, kind, chosen, memory_index, gpus, pairs)
+
+
+def _compose(
+    span: npt.NDArray[np.float64],
+    links: npt.NDArray[np.float64],
+    fills: list[npt.NDArray[np.float64]],
+    *,
+    with_gpus: bool,
+) -> Ints:
+    """`scoring.compose_score` over arrays, term by term in its order (so every float is
+    the same IEEE double; `rint` rounds half to even, as `round` does). NaN: no fill."""
+    total_fill = np.zeros_like(span)
+    count = np.zeros_like(span)
+    for fill in fills:
+        present = ~np.isnan(fill)
+        total_fill = total_fill + np.where(present, fill, 0.0)
+        count = count + present
+    pack = np.where(count > 0, total_fill / np.maximum(count, 1), 1.0)
+    w_span, w_links, w_pack = GPU_WEIGHTS if with_gpus else CPU_WEIGHTS
+    total = w_span * span + w_links * links + w_pack * pack
+    rounded = np.clip(np.rint(100 * total / (w_span + w_links + w_pack)), 0, 100)
+    return np.asarray(rounded, dtype=np.int64)
 
 
 def _to_ids(mask: int, ids: tuple[int, ...]) -> int:
@@ -745,7 +762,7 @@ def shortfall(plan: Plan, decided: Decided, index: int, row: Ints) -> Shortfall:
     shown, free = _per_numa(plan, row)
     width = None
     if why is Kind.MAX_NUMA_NODES:
-        width = decided.mask[index].bit_count()
+        width = decided.mask(index).bit_count()
     return Shortfall(
         why, policy, tuple(shown) or plan.wanted, free=free, free_of=shown,
         bound=plan.options.max_numa_nodes, width=width,

@@ -29,10 +29,10 @@ from numatopo_engine.hints import FreeView
 from numatopo_engine.numamask import bits
 from numatopo_engine.topology_tables import Tables
 
-__all__ = ["best_bandwidth", "compose_score", "placement_score"]
+__all__ = ["CPU_WEIGHTS", "GPU_WEIGHTS", "best_bandwidth", "compose_score", "placement_score"]
 
-_GPU_WEIGHTS = (30, 40, 30)
-_CPU_WEIGHTS = (60, 0, 40)
+GPU_WEIGHTS = (30, 40, 30)
+CPU_WEIGHTS = (60, 0, 40)
 
 
 def best_bandwidth(
@@ -82,6 +82,6 @@ def placement_score(
 def compose_score(span: float, links: float, fills: list[float], *, with_gpus: bool) -> int:
     """The weighted sum of the formula's terms; `fills` are the pack terms (GPUs first)."""
     pack = sum(fills) / len(fills) if fills else 1.0
-    w_span, w_links, w_pack = _GPU_WEIGHTS if with_gpus else _CPU_WEIGHTS
+    w_span, w_links, w_pack = GPU_WEIGHTS if with_gpus else CPU_WEIGHTS
     total = w_span * span + w_links * links + w_pack * pack
     return max(0, min(100, round(100 * total / (w_span + w_links + w_pack))))

@@ -118,7 +118,10 @@ def test_p4d_nic_follows_the_gpus_to_the_next_switch() -> None:
             id="full-cores-needs-a-multiple-of-threads",
         ),
         pytest.param(
-            "dgx1-v100", (), pod(app(0, 9)), r"9 GPUs requested, more than the node has free \(8 GPUs free in all;",
+            "dgx1-v100",
+            (),
+            pod(app(0, 9)),
+            r"9 GPUs requested, more than the node has free \(8 GPUs free in all;",
             id="more-gpus-than-the-hardware",
         ),
         pytest.param(
