@@ -243,7 +243,7 @@ def score_many(
         why = decided.kind[index]
         key: object = why
         if why is Kind.SHORT:
-            key = _first_short(plan, rows[index])
+            key = int(decided.short[index])
         text = summaries.get(key)
         if text is None:
             text = summaries[key] = word(shortfall(plan, decided, index, rows[index]), detail=False)
@@ -255,13 +255,6 @@ def score_many(
 
     refused = [(np.array(ix, dtype=np.intp), text) for text, ix in by_summary.items()]
     return ShapeScores(scores, refused, refusal)
-
-
-def _first_short(plan: Plan, row: npt.NDArray[np.int64]) -> str:
-    for resource, asked, columns in plan.totals:
-        if int(row[columns].sum()) < asked:
-            return resource
-    return ""
 
 
 def _everywhere(refusal: Refusal, count: int) -> ShapeScores:

@@ -435,6 +435,7 @@ class Decided:
     memory_index: Ints
     gpus: list[tuple[int, ...]]
     pair: list[tuple[int, int] | None]
+    short: Ints  # SHORT rows: the index of the first resource short in `plan.totals`
 
     def mask(self, row: int) -> int:
         return _to_ids(self.plan.masks[int(self.chosen[row])], self.plan.ids)
@@ -454,8 +455,11 @@ def decide_rows(plan: Plan, rows: Ints, memo: GpuMemo) -> Decided:
             kind[i] = why
         refused[where] = True
 
-    for _, asked, columns in plan.totals:
-        refuse(rows[:, columns].sum(axis=1) < asked, Kind.SHORT)
+    short = np.full(count, -1, dtype=np.int64)  # the first resource short, by index
+    for position, (_, asked, columns) in enumerate(plan.totals):
+        lacking = (rows[:, columns].sum(axis=1) < asked) & ~refused
+        short[lacking] = position
+        refuse(lacking, Kind.SHORT)
     exclusive = plan.need.exclusive_cpus
     if exclusive:
         free_cpus = rows[:, plan.plain_cpu_columns].sum(axis=1)
@@ -496,8 +500,14 @@ def decide_rows(plan: Plan, rows: Ints, memo: GpuMemo) -> Decided:
     if aligned_only:
         refuse(~has_preferred, Kind.ALIGNMENT)
     else:
+        # Nodes with the same hints have the same winner: decide each pattern once.
+        winners: dict[bytes, int | None] = {}
         for i in np.flatnonzero(~has_preferred & ~refused).tolist():
-            index = _non_preferred(plan, [ok[i] for ok in sat], plan.providers)
+            hints = [ok[i] for ok in sat]
+            pattern = b"".join(h.tobytes() for h in hints)
+            if pattern not in winners:
+                winners[pattern] = _non_preferred(plan, hints, plan.providers)
+            index = winners[pattern]
             if index is None:
                 refuse(np.arange(count) == i, Kind.ALIGNMENT)
             else:
@@ -513,8 +523,8 @@ def decide_rows(plan: Plan, rows: Ints, memo: GpuMemo) -> Decided:
         )  # fmt: skip
         refuse(memory_refused, Kind.MEMORY)
     return _finish(
-        plan, rows, memo, chosen=chosen, preferred=has_preferred, memory_index=memory_index,
-        refused=refused, kind=kind,
+        plan, rows, memo, chosen=chosen, memory_index=memory_index, refused=refused,
+        kind=kind, short=short,
     )  # fmt: skip
 
 
@@ -625,10 +635,10 @@ def _finish(
     memo: GpuMemo,
     *,
     chosen: Ints,
-    preferred: Bools,
     memory_index: Ints,
     refused: Bools,
     kind: list[Kind | None],
+    short: Ints,
 ) -> Decided:
     count = rows.shape[0]
     need = plan.need
@@ -640,10 +650,14 @@ def _finish(
     if need.gpus:
         best_bandwidth = _best_bandwidth(plan, memo)
         bits_column = plan.layout.gpu_bits
+        seen: dict[tuple[int, int], tuple[int, ...] | None] = {}
         for i in np.flatnonzero(~refused).tolist():
             free_bits = int(rows[i, bits_column])
             index = int(chosen[i])
-            chosen_gpus = _gpu_choice(plan, free_bits, plan.gpu_in_mask[index], memo)
+            key = (free_bits & plan.gpu_matching, index)
+            if key not in seen:
+                seen[key] = _gpu_choice(plan, free_bits, plan.gpu_in_mask[index], memo)
+            chosen_gpus = seen[key]
             if chosen_gpus is None:
                 refused[i] = True
                 kind[i] = Kind.GPU_LINKS
@@ -671,7 +685,7 @@ def _finish(
         fills.append(np.where(capacity > 0, np.minimum(1.0, used), np.nan))
     scores = _compose(span, links, fills, with_gpus=bool(need.gpus))
     scores[refused] = -1
-    return Decided(plan, scores, kind, chosen, memory_index, gpus, pairs)
+    return Decided(plan, scores, kind, chosen, memory_index, gpus, pairs, short)
 
 
 def _compose(
