@@ -474,6 +474,8 @@ def _decide(
             if isinstance(choice, Shortfall):
                 return choice
             union |= choice.mask
+            # The init excess is booked where the memory manager puts the excess.
+            memory_mask = choice.memory_mask
         score = min(scores, default=100)
         if not build:
             return _Plan(union, score, entries)

@@ -272,7 +272,7 @@ def _search(spec_name: str, need: Need, policy: PolicyName) -> tuple[int, int, f
     row = np.frombuffer(engine.row(tables, NodeState(spec)), dtype=np.int64)[None, :]
     decided = decide_rows(plan, row, engine.gpu_memo)
     assert decided.score[0] >= 0
-    return decided.mask[0], len(plan.masks), time.perf_counter() - started
+    return decided.mask(0), len(plan.masks), time.perf_counter() - started
 
 
 @pytest.mark.parametrize(
