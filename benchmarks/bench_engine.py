@@ -49,6 +49,7 @@ REPO = Path(__file__).resolve().parent.parent
 sys.path[:0] = [str(REPO / "engine")]
 
 from numatopo_engine.allocation import (  # noqa: E402
+    Engine,
     ShapeGroup,
     allocate,
     group_by_shape,
@@ -59,7 +60,6 @@ from numatopo_engine.errors import UnsatisfiableError  # noqa: E402
 from numatopo_engine.model import Numatopology, NumatopologySpec  # noqa: E402
 from numatopo_engine.request import ContainerRequest, PodRequest, TopologyOptions  # noqa: E402
 from numatopo_engine.state import NodeState  # noqa: E402
-from numatopo_engine.topology_tables import tables_for  # noqa: E402
 
 SHAPES = ("dgx1-v100", "h100-nvswitch", "pcie-8gpu")
 GiB = 2**30
@@ -115,18 +115,22 @@ class Cluster(NamedTuple):
 
     nodes: list[tuple[NumatopologySpec, NodeState]]
     groups: list[tuple[ShapeGroup, npt.NDArray[np.intp]]]  # with positions as an array
+    engine: list[Engine]  # the memo tables a caller owns (one slot: replaced when cold)
 
 
 def clustered(nodes: list[tuple[NumatopologySpec, NodeState]]) -> Cluster:
-    groups = group_by_shape(nodes)
-    return Cluster(nodes, [(g, np.array(g.positions, dtype=np.intp)) for g in groups])
+    engine = Engine()
+    groups = group_by_shape(nodes, engine=engine)
+    return Cluster(nodes, [(g, np.array(g.positions, dtype=np.intp)) for g in groups], [engine])
 
 
 def topology_pass(cluster: Cluster, request: PodRequest) -> int:
     best = (-1, 0)
     refused: dict[int, str] = {}
     for group, positions in cluster.groups:
-        scored = score_many(group.topology, group.states, request, checked=False)
+        scored = score_many(
+            group.topology, group.states, request, checked=False, engine=cluster.engine[0]
+        )
         at = int(scored.scores.argmax())  # the first best: the lowest position
         score = int(scored.scores[at])
         if score >= 0 and (score, -int(positions[at])) > best:
@@ -135,7 +139,7 @@ def topology_pass(cluster: Cluster, request: PodRequest) -> int:
             refused.update(dict.fromkeys(positions[where].tolist(), text))  # what is sent
     if best[0] >= 0:
         spec, state = cluster.nodes[-best[1]]
-        allocate(spec, state, request, f"node-{-best[1]}")
+        allocate(spec, state, request, f"node-{-best[1]}", engine=cluster.engine[0])
     return best[0]
 
 
@@ -156,9 +160,9 @@ def count_only_pass(nodes: list[tuple[NumatopologySpec, NodeState]], request: Po
     return first
 
 
-def _forget_decisions(nodes: list[tuple[NumatopologySpec, NodeState]]) -> None:
-    for spec in {id(spec): spec for spec, _ in nodes}.values():
-        tables_for(spec).decision_memo.clear()
+def _forget_decisions(cluster: Cluster) -> None:
+    """A new scheduling epoch: fresh memo tables (rows stay with their nodes)."""
+    cluster.engine[0] = Engine()
 
 
 def _best_of(repeat: int, run: Callable[[], object], before: Callable[[], object]) -> float:
@@ -201,7 +205,7 @@ def main() -> None:
             for request in MIX:
                 count_only_pass(nodes, request)
 
-        forget = partial(_forget_decisions, nodes)
+        forget = partial(_forget_decisions, cluster)
         topology = _best_of(args.repeat, topology_mix, forget)
         repeated = _best_of(args.repeat, topology_mix, lambda: None)
         counting = _best_of(args.repeat, count_mix, lambda: None)

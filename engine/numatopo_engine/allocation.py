@@ -1,32 +1,30 @@
-"""The allocation engine's entry point: a pod request and a node's state in, a decision out.
+"""The allocation engine's entry points: a pod request and a node's state in, a decision out.
 
-`allocate` runs, per placement unit (the pod under scope `pod`; each app container in
-turn under scope `container`, each seeing what the earlier ones took):
+Every caller (the extender's filter, prioritize and bind, the assigner, `numatopo
+assign`, `numatopo simulate`) goes through `decision.decide`, per placement unit: the
+pod under scope `pod`; each app container in turn under scope `container`, each seeing
+what the earlier ones took, as the kubelet's Topology Manager scopes do.
 
-1. hint providers per resource (`hints`), merged per policy into one NUMA mask by a
-   bounded search (`merging`, `policies`);
-2. the concrete choice inside the mask: GPUs by link bandwidth (`gpu_assignment`), NICs
-   by PCIe path to those GPUs (`nic_assignment`), exclusive CPUs packed by core, NUMA
-   node and socket (`cpu_assignment`), memory and huge pages per NUMA node
-   (`memory_assignment`);
-3. the node score (`scoring`).
-
-`evaluate` is the same decision without building the wire model (and, under scope
-`pod`, without picking CPU ids, which the score does not need): what a scheduler
-extender's filter+prioritize calls for every node. `allocate` is called once, for the
-node that wins.
+`allocate` then fills the chosen mask with concrete resources: GPUs by link bandwidth
+(`gpu_assignment`), NICs by PCIe path to those GPUs (`nic_assignment`), exclusive CPUs
+packed by core, NUMA node and socket (`cpu_assignment`), memory and huge pages on the
+memory manager's NUMA nodes in id order (as it books them). Where a `best-effort` or
+`none` placement does not hold everything, the rest comes from outside the mask, as the
+kubelet's managers top up an unaligned allocation. `evaluate` is the same decision
+without the fill (the score needs only the mask and the GPU set).
 
 Init containers run one at a time before the app containers, so the pod needs, per
 resource, max(largest init container, sum of app containers) (kubelet). Sidecars
 (restartable init containers) keep running: they are placed like app containers and
-add to every later init container's need. The pod-level
-hint is sized for that; init containers then reuse what the app containers got: each
-init container's entry lists CPUs taken from the app containers' exclusive CPUs
-(topped up from the mask's shared CPUs when it needs more) with `exclusive: false`, so
-nothing is booked twice; memory, huge pages, GPUs and NICs that the largest init
-container needs beyond the app containers' sum are booked on its entry. Under scope
-`container` the init excess is placed as one more unit after the app containers.
+add to every later init container's need. Init containers reuse what the app
+containers got: each init container's entry lists CPUs taken from the app containers'
+exclusive CPUs (topped up from the mask's shared CPUs) with `exclusive: false`, so
+nothing is booked twice; what the largest init container needs beyond the app
+containers' sum is booked on its entry. Under scope `container` that excess is placed
+as one more unit after the app containers.
 
+Memo tables (hardware tables per shape, mask spaces, GPU set choices) live in an
+`Engine` the caller owns and passes; without one, a call builds what it needs afresh.
 Nothing here mutates the caller's `NodeState`; the caller applies
 `decision.assignment` with `state.apply(key, assignment)`.
 """
@@ -35,8 +33,6 @@ from __future__ import annotations
 
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
-from functools import partial
-from operator import methodcaller
 from typing import NamedTuple
 
 import numpy as np
@@ -50,35 +46,24 @@ from numatopo_engine.annotations import (
     Scope,
     SmtMode,
 )
-from numatopo_engine.batch_evaluate import (
-    GENERAL,
-    NO_SHARED_CPU,
-    REFUSED,
-    bulk_plan,
-    decide_many,
-    refusal_reason,
-    stack,
-)
 from numatopo_engine.cpu_assignment import take_cpus
 from numatopo_engine.cpuset import CPUSet
+from numatopo_engine.decision import Plan, decide_rows, make_plan, shortfall
 from numatopo_engine.errors import InvalidRequestError, UnsatisfiableError
-from numatopo_engine.fast_evaluate import Plan, decide, plan_for
-from numatopo_engine.gpu_assignment import choose_gpus, first_unlinked_pair, set_bandwidth
-from numatopo_engine.hints import FreeView, Need, Resource, build_resources
-from numatopo_engine.memory_assignment import book_bytes
-from numatopo_engine.merging import MaskChoice, choose_mask
+from numatopo_engine.gpu_assignment import GpuMemo, choose_gpus
+from numatopo_engine.hints import FreeView, Need, RowLayout, row_layout, row_of
 from numatopo_engine.model import NumatopologySpec
 from numatopo_engine.nic_assignment import choose_nics
-from numatopo_engine.numamask import bits, format_mask
-from numatopo_engine.policies import rules_for
-from numatopo_engine.refusals import Refusal, explain, format_bytes, shared_pool, summary
+from numatopo_engine.numamask import bits, format_mask, make_mask
+from numatopo_engine.refusals import Kind, Refusal, Shortfall, format_bytes, word
 from numatopo_engine.request import ContainerRequest, PodRequest, TopologyOptions
-from numatopo_engine.scoring import node_score, placement_score
-from numatopo_engine.state import NodeState, shared_floor
-from numatopo_engine.topology_tables import Tables, tables_for
+from numatopo_engine.scoring import placement_score
+from numatopo_engine.state import NodeState
+from numatopo_engine.topology_tables import TableCache, Tables
 
 __all__ = [
     "Decision",
+    "Engine",
     "Refusal",
     "ShapeGroup",
     "ShapeScores",
@@ -90,6 +75,60 @@ __all__ = [
     "score_many",
 ]
 
+REFUSED = -1
+
+
+class Engine:
+    """The memo tables of one caller (an extender, a simulation): hardware tables per
+    shape, row layouts, decision plans per request, GPU set choices. Answers never
+    depend on what is cached; one Engine per thread (the operator decides on one
+    engine thread)."""
+
+    def __init__(self) -> None:
+        self.tables = TableCache()
+        self.layouts: dict[int, RowLayout] = {}
+        self.plans: dict[tuple[object, ...], Plan] = {}
+        self.gpu_memo: GpuMemo = {}
+
+    def tables_of(self, topology: NumatopologySpec) -> Tables:
+        return self.tables.get(topology)
+
+    def layout_of(self, tables: Tables) -> RowLayout:
+        layout = self.layouts.get(id(tables))
+        if layout is None:
+            layout = self.layouts[id(tables)] = row_layout(tables)
+        return layout
+
+    def plan(
+        self, tables: Tables, need: Need, options: TopologyOptions, *, floor: int, closest: bool
+    ) -> Plan:
+        key = (id(tables), need, options, floor, closest)
+        plan = self.plans.get(key)
+        if plan is None:
+            if len(self.plans) >= 4096 or len(self.gpu_memo) >= 1 << 16:
+                # A new scheduling epoch; cheaper than tracking recency per hit.
+                self.plans.clear()
+                self.gpu_memo.clear()
+            layout = self.layout_of(tables)
+            plan = self.plans[key] = make_plan(
+                tables, layout, need, options, floor=floor, prefer_closest=closest
+            )
+        return plan
+
+    def row(self, tables: Tables, state: NodeState) -> bytes:
+        """The state's row (cached on the state until it changes)."""
+        layout = self.layout_of(tables)
+        cached = state.row_cache
+        if cached is not None and cached[0] == state.version and cached[1] == layout:
+            return cached[2]
+        values = row_of(tables, layout, FreeView.from_state(tables, state))
+        try:
+            packed = np.array(values, dtype=np.int64).tobytes()
+        except OverflowError:
+            packed = b""  # amounts beyond 64 bits: such a node is refused as unreadable
+        state.row_cache = (state.version, layout, packed)
+        return packed
+
 
 @dataclass(frozen=True)
 class Decision:
@@ -98,44 +137,40 @@ class Decision:
 
 
 def allocate(
-    topology: NumatopologySpec, state: NodeState, request: PodRequest, node_name: str
+    topology: NumatopologySpec,
+    state: NodeState,
+    request: PodRequest,
+    node_name: str,
+    *,
+    engine: Engine | None = None,
 ) -> Decision:
     """Place `request` on the node; raises UnsatisfiableError naming what did not fit where."""
-    plan = _decide(topology, state, request, build=True)
-    containers = {name: _wire(entry) for name, entry in plan.entries.items()}
+    engine = engine or Engine()
+    outcome = _decide(engine, topology, state, request, build=True)
+    if isinstance(outcome, Shortfall):
+        raise UnsatisfiableError(word(outcome), word(outcome, detail=False))
+    containers = {name: _wire(entry) for name, entry in outcome.entries.items()}
     assignment = Assignment(
         node=node_name,
-        numa_nodes=bits(plan.mask),
+        numa_nodes=bits(outcome.mask),
         policy=request.options.policy,
         containers=containers,
     )
-    return Decision(assignment=assignment, score=plan.score)
+    return Decision(assignment=assignment, score=outcome.score)
 
 
-def evaluate(topology: NumatopologySpec, state: NodeState, request: PodRequest) -> int:
-    """The score `allocate` would give, faster; raises UnsatisfiableError like it.
-
-    Scope `pod` requests on nodes with few NUMA nodes are decided by table look-ups
-    (`fast_evaluate`, exact: same score, same reason); the rest by `_decide`. Answers
-    are memoised per topology, keyed by the request's sizing and the node's
-    `free_state_id` (its `FreeSignature`): both paths read the node only through that
-    signature, so a hit returns exactly what a miss computes.
-    """
-    tables = tables_for(topology)
-    sizing, token = _sized(request, tables)
-    key = (token, type(state), state.free_state_id())
-    memo = tables.decision_memo
-    outcome = memo.get(key)
-    if outcome is None:
-        outcome = _outcome(
-            topology, tables=tables, state=state, request=request, need=sizing[5], token=token
-        )
-        if len(memo) >= _DECISION_MEMO_SIZE:
-            memo.clear()  # a new scheduling epoch; cheaper than tracking recency per hit
-        memo[key] = outcome
-    if isinstance(outcome, str):
-        raise UnsatisfiableError(outcome)
-    return outcome
+def evaluate(
+    topology: NumatopologySpec,
+    state: NodeState,
+    request: PodRequest,
+    *,
+    engine: Engine | None = None,
+) -> int:
+    """The score `allocate` would give; raises UnsatisfiableError like it."""
+    outcome = _decide(engine or Engine(), topology, state, request, build=False)
+    if isinstance(outcome, Shortfall):
+        raise UnsatisfiableError(word(outcome), word(outcome, detail=False))
+    return outcome.score
 
 
 def evaluate_many(
@@ -144,18 +179,14 @@ def evaluate_many(
     request: PodRequest,
     *,
     checked: bool = True,
+    engine: Engine | None = None,
 ) -> list[int | Refusal]:
-    """`evaluate` on each of `states`, nodes of `topology`'s hardware shape, in bulk.
-
-    Per node: the score `evaluate` returns, or a `Refusal` whose `reason` is the text
-    its UnsatisfiableError carries (`summary` of it at once, the text when read). What
-    depends on the hardware and the request is worked out once; the nodes are decided
-    together (`batch_evaluate`), and those the bulk path does not model go through
-    `evaluate` one by one. Raises InvalidRequestError where `evaluate` would on every
-    node, and ValueError when a state is of another hardware shape (`checked=False`
-    skips that check, for states grouped by `group_by_shape`).
-    """
-    scored = score_many(topology, states, request, checked=checked)
+    """`evaluate` on each of `states` (nodes of `topology`'s hardware shape): the score,
+    or a `Refusal` whose `reason` is the text `evaluate`'s UnsatisfiableError carries.
+    Raises InvalidRequestError where `evaluate` would, and ValueError when a state is
+    of another hardware shape (`checked=False` skips that check, for states grouped by
+    `group_by_shape`)."""
+    scored = score_many(topology, states, request, checked=checked, engine=engine)
     outcomes: list[int | Refusal] = scored.scores.tolist()
     for refused, _ in scored.refused:
         for index in refused.tolist():
@@ -178,96 +209,52 @@ def score_many(
     request: PodRequest,
     *,
     checked: bool = True,
+    engine: Engine | None = None,
 ) -> ShapeScores:
-    """`evaluate_many` without a Python object per node: scores in an array, refusals
-    as (indices, summary) pairs, each `Refusal` made only when asked for."""
-    tables = tables_for(topology)
+    """`evaluate_many` as arrays: refusals grouped by their summary."""
+    engine = engine or Engine()
+    tables = engine.tables_of(topology)
     for state in states if checked else ():
-        if state.topology is not topology and tables_for(state.topology) is not tables:
+        if state.topology is not topology and engine.tables_of(state.topology) is not tables:
             raise ValueError("evaluate_many: every state must be of the topology's hardware")
-    return _evaluate_shape(topology, tables, states, request)
-
-
-class ShapeGroup(NamedTuple):
-    """Nodes of one hardware shape among many: where they were, and their states."""
-
-    topology: NumatopologySpec  # one of theirs (equal content)
-    positions: list[int]
-    states: list[NodeState]
-
-
-def group_by_shape(nodes: Iterable[tuple[NumatopologySpec, NodeState]]) -> list[ShapeGroup]:
-    """`nodes` (topology, state) per hardware shape (equal content), in first-seen order:
-    what `evaluate_many(group.topology, group.states, request, checked=False)` takes.
-
-    Grouping depends on topologies only: a caller whose nodes keep their topologies
-    (and `NodeState` objects) may keep the groups from one pod to the next."""
-    groups: dict[int, ShapeGroup] = {}
-    for position, (topology, state) in enumerate(nodes):
-        tables = tables_for(topology)
-        group = groups.get(id(tables))
-        if group is None:
-            group = groups[id(tables)] = ShapeGroup(topology, [], [])
-        group.positions.append(position)
-        group.states.append(state)
-    return list(groups.values())
-
-
-def _evaluate_shape(
-    topology: NumatopologySpec, tables: Tables, states: Sequence[NodeState], request: PodRequest
-) -> ShapeScores:
+    options = request.options
+    count = len(states)
     try:
-        sizing, token = _sized(request, tables)
+        sizing = _sized(request, tables)
     except UnsatisfiableError as exc:
-        return _everywhere(Refusal.of(exc.reason), len(states))
-    plan = _plan(topology, tables, token, sizing[5], request.options)
-    bulk = None
-    if isinstance(plan, Plan):
-        if plan.refusal is not None:
-            return _everywhere(Refusal.of(plan.refusal), len(states))
-        bulk = bulk_plan(tables, token, plan, topology)
-    if bulk is None or not states:
-        return _one_by_one(topology, states, request)
-    rows = list(map(_free_row, states))
-    joined = b"".join(rows)
-    if len(joined) != len(rows) * bulk.width * 8:  # some row is empty: see `free_row`
-        return _one_by_one(topology, states, request)
-    codes = decide_many(tables, bulk, stack(joined, bulk.width))
-    refused: list[tuple[npt.NDArray[np.intp], str]] = []
-    singles: dict[int, Refusal] = {}
-    in_bulk = np.flatnonzero(codes == REFUSED)
-    word = partial(refusal_reason, bulk)
-    if in_bulk.size:
-        # Every bulk refusal of one plan words the same summary (what is short, not by
-        # how much); the detailed text waits for a reader.
-        refused.append((in_bulk, summary(word(rows[int(in_bulk[0])]))))
-    short = refused[0][1] if in_bulk.size else ""
-    # Nodes refused for their last shared CPU share another summary (`refusals.shared_pool`).
-    no_shared = codes == NO_SHARED_CPU
-    no_shared_at = np.flatnonzero(no_shared)
-    no_shared_summary = ""
-    if no_shared_at.size:
-        no_shared_summary = summary(word(rows[int(no_shared_at[0])]))
-        refused.append((no_shared_at, no_shared_summary))
-        codes[no_shared_at] = REFUSED
-    general = np.flatnonzero(codes == GENERAL)
-    if general.size:
-        for index in general.tolist():
-            outcome = _one(topology, states[index], request)
-            if isinstance(outcome, Refusal):
-                singles[index] = outcome
-                codes[index] = REFUSED
-                refused.append((np.array([index], dtype=np.intp), outcome.summary))
-            else:
-                codes[index] = outcome
+        return _everywhere(Refusal.text(exc.reason), count)
+    if options.scope is Scope.CONTAINER or not states:
+        return _one_by_one(engine, topology, states, request)
+    plan = engine.plan(
+        tables, sizing.total, options, floor=states[0].shared_floor,
+        closest=_prefers_closest(topology),
+    )  # fmt: skip
+    rows_bytes = [engine.row(tables, state) for state in states]
+    joined = b"".join(rows_bytes)
+    width = plan.layout.width
+    if len(joined) != count * width * 8:
+        return _one_by_one(engine, topology, states, request)
+    rows = np.frombuffer(joined, dtype=np.int64).reshape(count, width)
+    decided = decide_rows(plan, rows, engine.gpu_memo)
+    scores = decided.score
+    by_summary: dict[str, list[int]] = {}
+    summaries: dict[object, str] = {}
+    for index in np.flatnonzero(scores < 0).tolist():
+        why = decided.kind[index]
+        key: object = why
+        if why is Kind.SHORT:
+            key = int(decided.short[index])
+        text = summaries.get(key)
+        if text is None:
+            text = summaries[key] = word(shortfall(plan, decided, index, rows[index]), detail=False)
+        by_summary.setdefault(text, []).append(index)
 
     def refusal(index: int) -> Refusal:
-        found = singles.get(index)
-        if found is not None:
-            return found
-        return Refusal(no_shared_summary if no_shared[index] else short, None, word, rows[index])
+        text = next(t for t, ix in by_summary.items() if index in ix)
+        return Refusal(text, lambda: shortfall(plan, decided, index, rows[index]))
 
-    return ShapeScores(codes, refused, refusal)
+    refused = [(np.array(ix, dtype=np.intp), text) for text, ix in by_summary.items()]
+    return ShapeScores(scores, refused, refusal)
 
 
 def _everywhere(refusal: Refusal, count: int) -> ShapeScores:
@@ -279,58 +266,84 @@ def _everywhere(refusal: Refusal, count: int) -> ShapeScores:
 
 
 def _one_by_one(
-    topology: NumatopologySpec, states: Sequence[NodeState], request: PodRequest
+    engine: Engine, topology: NumatopologySpec, states: Sequence[NodeState], request: PodRequest
 ) -> ShapeScores:
-    outcomes = [_one(topology, state, request) for state in states]
-    refusals = {i: o for i, o in enumerate(outcomes) if isinstance(o, Refusal)}
+    """Scope `container` (and unreadable rows): each node decided unit by unit."""
+    outcomes: list[int | Refusal] = []
+    for state in states:
+        plan = _decide(engine, topology, state, request, build=False)
+        outcomes.append(Refusal.of(plan) if isinstance(plan, Shortfall) else plan.score)
     scores = np.array([REFUSED if isinstance(o, Refusal) else o for o in outcomes], dtype=np.int64)
-    refused = [(np.array([i], dtype=np.intp), o.summary) for i, o in refusals.items()]
-    return ShapeScores(scores, refused, refusals.__getitem__)
+    by_summary: dict[str, list[int]] = {}
+    for index, outcome in enumerate(outcomes):
+        if isinstance(outcome, Refusal):
+            by_summary.setdefault(outcome.summary, []).append(index)
+    refused = [(np.array(ix, dtype=np.intp), text) for text, ix in by_summary.items()]
+
+    def refusal(index: int) -> Refusal:
+        found = outcomes[index]
+        assert isinstance(found, Refusal)
+        return found
+
+    return ShapeScores(scores, refused, refusal)
 
 
-_free_row = methodcaller("free_row")
+def _prefers_closest(topology: NumatopologySpec) -> bool:
+    options = topology.policies.topology_manager_policy_options
+    return options.get("prefer-closest-numa-nodes", "").lower() == "true"
 
 
-def _one(topology: NumatopologySpec, state: NodeState, request: PodRequest) -> int | Refusal:
-    try:
-        return evaluate(topology, state, request)
-    except UnsatisfiableError as exc:
-        return Refusal.of(exc.reason)
+class ShapeGroup(NamedTuple):
+    """Nodes of one hardware shape among many: where they were, and their states."""
+
+    topology: NumatopologySpec  # one of theirs (equal content)
+    positions: list[int]
+    states: list[NodeState]
 
 
-def _plan(
-    topology: NumatopologySpec, tables: Tables, token: object, need: Need, options: TopologyOptions
-) -> Plan | None:
-    """`fast_evaluate`'s plan for the request, cached on `tables` under its token."""
-    plans = tables.evaluate_plans
-    plan = plans.get(token, _NO_PLAN)
-    if plan is _NO_PLAN:
-        if len(plans) >= _TOKENS_SIZE:
-            plans.clear()
-        # `tables` stand for every spec of equal content, so the floor is theirs too.
-        plan = plans[token] = plan_for(tables, need, options, shared_floor(topology))
-    return plan if isinstance(plan, Plan) else None
+def group_by_shape(
+    nodes: Iterable[tuple[NumatopologySpec, NodeState]], *, engine: Engine | None = None
+) -> list[ShapeGroup]:
+    """`nodes` (topology, state) per hardware shape (equal content), in first-seen order:
+    what `evaluate_many(group.topology, group.states, request, checked=False)` takes."""
+    engine = engine or Engine()
+    groups: dict[int, ShapeGroup] = {}
+    for position, (topology, state) in enumerate(nodes):
+        tables = engine.tables_of(topology)
+        group = groups.get(id(tables))
+        if group is None:
+            group = groups[id(tables)] = ShapeGroup(topology, [], [])
+        group.positions.append(position)
+        group.states.append(state)
+    return list(groups.values())
 
 
-def _outcome(
+def node_score(
     topology: NumatopologySpec,
-    *,
-    tables: Tables,
     state: NodeState,
-    request: PodRequest,
-    need: Need,
-    token: object,
-) -> int | str:
-    """Score or refusal reason: the fast path where it answers, else the general one."""
-    plan = _plan(topology, tables, token, need, request.options)
-    if plan is not None:
-        fast = decide(tables, plan, state.free_signature())
-        if fast is not None:
-            return fast
-    try:
-        return _decide(topology, state, request, build=False).score
-    except UnsatisfiableError as exc:
-        return exc.reason
+    assignment: Assignment,
+    *,
+    engine: Engine | None = None,
+) -> int:
+    """Score `assignment` on a node whose allocations (without it) are `state`."""
+    engine = engine or Engine()
+    tables = engine.tables_of(topology)
+    free = FreeView.from_state(tables, state)
+    gpus = sorted({g for c in assignment.containers.values() for g in c.gpu_indices})
+    cpus = len({cpu for c in assignment.containers.values() if c.exclusive for cpu in c.cpus})
+    resources = {tables.gpu_resource[g] for g in gpus if g in tables.gpu_resource}
+    gpu_resource = resources.pop() if len(resources) == 1 else None
+    need = Need(
+        cpus=cpus,
+        memory_bytes=sum(sum(c.memory.values()) for c in assignment.containers.values()),
+        gpus=len(gpus),
+        gpu_resource=gpu_resource,
+    )
+    narrowest = engine.plan(tables, need, TopologyOptions(), floor=0, closest=False).narrowest
+    return placement_score(
+        tables, free, mask=make_mask(assignment.numa_nodes), min_width=narrowest, cpus=cpus,
+        gpus=gpus, gpu_resource=gpu_resource, memo=engine.gpu_memo,
+    )  # fmt: skip
 
 
 # -- internals -------------------------------------------------------------------
@@ -368,111 +381,114 @@ def _wire(entry: _Entry) -> ContainerAssignment:
     )
 
 
+class _Choice(NamedTuple):
+    mask: int  # bit n = NUMA id n
+    memory_mask: int
+    score: int
+    gpus: tuple[int, ...]
+
+
+class _Sizing(NamedTuple):
+    apps: tuple[ContainerRequest, ...]  # app containers and sidecars
+    inits: tuple[ContainerRequest, ...]  # regular init containers
+    needs: dict[str, Need]  # per app container
+    init_needs: list[Need]  # per regular init container, with the sidecars beside it
+    excess: Need  # what the largest init container needs beyond the app containers
+    total: Need  # the pod's total: app containers + that excess
+
+
 def _decide(
-    topology: NumatopologySpec, state: NodeState, request: PodRequest, *, build: bool
-) -> _Plan:
-    tables = tables_for(topology)
+    engine: Engine,
+    topology: NumatopologySpec,
+    state: NodeState,
+    request: PodRequest,
+    *,
+    build: bool,
+) -> _Plan | Shortfall:
+    tables = engine.tables_of(topology)
     options = request.options
-    apps, inits, needs, init_needs, excess, sized = _sized(request, tables)[0]
+    try:
+        sizing = _sized(request, tables)
+    except UnsatisfiableError as exc:
+        return Shortfall(Kind.REQUEST, options.policy.value, (), note=exc.reason)
+    free = FreeView.from_state(tables, state)
     floor = state.shared_floor
-    free = FreeView.from_state(tables, state, hugepages=bool(sized.hugepages))
-    initial = free.copy() if build or options.scope is Scope.CONTAINER else free
+    closest = _prefers_closest(topology)
+
+    def choose(working: FreeView, need: Need) -> _Choice | Shortfall:
+        plan = engine.plan(tables, need, options, floor=floor, closest=closest)
+        row = np.array([row_of(tables, plan.layout, working)], dtype=np.int64)
+        decided = decide_rows(plan, row, engine.gpu_memo)
+        if decided.score[0] < 0:
+            return shortfall(plan, decided, 0, row[0])
+        return _Choice(decided.mask(0), decided.memory_mask(0), int(decided.score[0]),
+                       decided.gpus[0])  # fmt: skip
+
     entries: dict[str, _Entry] = {}
     if options.scope is Scope.POD:
-        choice, resources = _choose(tables, free, sized, options, floor)
-        gpus = _gpu_set(tables, free, sized, options, choice.mask)
-        score = placement_score(
-            tables,
-            free,
-            mask=choice.mask,
-            min_width=_min_width(resources),
-            cpus=sized.cpus if sized.cpu_mode is CpuMode.EXCLUSIVE else 0,
-            gpus=gpus,
-            gpu_resource=sized.gpu_resource,
-        )
+        choice = choose(free, sizing.total)
+        if isinstance(choice, Shortfall):
+            return choice
         if not build:
-            return _Plan(choice.mask, score, entries)
-        pool = list(gpus)
-        for container in apps:
-            entries[container.name] = _fill(
-                tables, free, needs[container.name], options, choice.mask, gpu_pool=pool
+            return _Plan(choice.mask, choice.score, entries)
+        pool = list(choice.gpus)
+        for container in sizing.apps:
+            filled = _fill(
+                engine,
+                tables,
+                free,
+                sizing.needs[container.name],
+                options=options,
+                choice=choice,
+                gpu_pool=pool,
             )
-        union = choice.mask
+            if isinstance(filled, Shortfall):
+                return filled
+            entries[container.name] = filled
+        union, score, memory_mask = choice.mask, choice.score, choice.memory_mask
     else:
-        union = 0
-        for container in apps:
-            choice, _ = _choose(tables, free, needs[container.name], options, floor)
-            gpus = _gpu_set(tables, free, needs[container.name], options, choice.mask)
-            entries[container.name] = _fill(
-                tables, free, needs[container.name], options, choice.mask, gpu_pool=list(gpus)
+        union = memory_mask = 0
+        scores: list[int] = []
+        for container in sizing.apps:
+            need = sizing.needs[container.name]
+            choice = choose(free, need)
+            if isinstance(choice, Shortfall):
+                return choice
+            filled = _fill(
+                engine,
+                tables,
+                free,
+                need,
+                options=options,
+                choice=choice,
+                gpu_pool=list(choice.gpus),
             )
+            if isinstance(filled, Shortfall):
+                return filled
+            entries[container.name] = filled
             union |= choice.mask
-        if _has_any(excess):
-            choice, _ = _choose(tables, free, excess, options, floor)
+            memory_mask |= choice.memory_mask
+            scores.append(choice.score)
+        if _has_any(sizing.excess):
+            choice = choose(free, sizing.excess)
+            if isinstance(choice, Shortfall):
+                return choice
             union |= choice.mask
-        score = placement_score(
-            tables,
-            initial,
-            mask=union,
-            min_width=_min_width(build_resources(tables, initial, sized)),
-            cpus=sum(len(e.cpus) for e in entries.values() if e.exclusive),
-            gpus=sorted(g for e in entries.values() for g in e.gpus),
-            gpu_resource=sized.gpu_resource,
-        )
+            # The init excess is booked where the memory manager puts the excess.
+            memory_mask = choice.memory_mask
+        score = min(scores, default=100)
         if not build:
             return _Plan(union, score, entries)
-    _add_init_entries(
-        tables,
-        free,
-        inits=inits,
-        init_needs=init_needs,
-        excess=excess,
-        entries=entries,
-        union=union,
-        options=options,
-    )
+    filled_inits = _add_init_entries(
+        engine, tables, free, sizing=sizing, entries=entries, union=union,
+        memory_mask=memory_mask, options=options,
+    )  # fmt: skip
+    if isinstance(filled_inits, Shortfall):
+        return filled_inits
     return _Plan(union, score, entries)
 
 
-_Sizing = tuple[
-    tuple[ContainerRequest, ...],  # app containers and sidecars
-    tuple[ContainerRequest, ...],  # regular init containers
-    dict[str, Need],  # per app container
-    list[Need],  # per regular init container, with the sidecars running beside it
-    Need,  # what the largest init container needs beyond the app containers
-    Need,  # the pod's total: app containers + that excess
-]
-# One scheduling pass evaluates the same request object on every node; its sizing
-# depends only on the request and the threads per core. Keyed by identity, holding the
-# request so its id is not reused while cached.
-_sizing_memo: dict[tuple[int, int], tuple[PodRequest, _Sizing, object]] = {}
-_SIZING_MEMO_SIZE = 64
-
-
-class _Token:
-    """Names one sizing in memos on `Tables`: hashed by identity, so cheaply, and owned by
-    this module instance (a re-imported module makes new tokens, never equal to these)."""
-
-    __slots__ = ("__weakref__",)
-
-
-# Equal sizings (replicas of one job, the same pod retried) share one token, so the
-# decision memo hashes a token per node instead of the needs. A token dropped from
-# `_tokens` lives on in memo keys, so no later token can compare equal to it.
-_tokens: dict[tuple[object, ...], _Token] = {}
-_TOKENS_SIZE = 4096
-_NO_PLAN = object()
-# Decisions per topology (see `evaluate`); enough for every node state of a large
-# cluster times a handful of pod shapes.
-_DECISION_MEMO_SIZE = 65536
-
-
-def _sized(request: PodRequest, tables: Tables) -> tuple[_Sizing, object]:
-    """The request's sizing, and a token equal for requests `_decide` cannot tell apart."""
-    key = (id(request), tables.threads_per_core)
-    hit = _sizing_memo.get(key)
-    if hit is not None and hit[0] is request:
-        return hit[1], hit[2]
+def _sized(request: PodRequest, tables: Tables) -> _Sizing:
     options = request.options
     sidecars = tuple(c for c in request.init_containers if c.restartable)
     apps = request.containers + sidecars
@@ -481,18 +497,7 @@ def _sized(request: PodRequest, tables: Tables) -> tuple[_Sizing, object]:
     init_needs = _init_totals(request, options, tables)
     pod_need = _sum_needs(list(needs.values()), options)
     excess = _excess(init_needs, pod_need, options)
-    sizing = (apps, inits, needs, init_needs, excess, _add_needs(pod_need, excess))
-    # Container names only label entries; what `_decide` decides depends on the rest.
-    signature = (options, tuple(needs.values()), tuple(init_needs), excess, sizing[5])
-    token = _tokens.get(signature)
-    if token is None:
-        if len(_tokens) >= _TOKENS_SIZE:
-            del _tokens[next(iter(_tokens))]
-        token = _tokens[signature] = _Token()
-    if len(_sizing_memo) >= _SIZING_MEMO_SIZE:
-        del _sizing_memo[next(iter(_sizing_memo))]
-    _sizing_memo[key] = (request, sizing, token)
-    return sizing, token
+    return _Sizing(apps, inits, needs, init_needs, excess, _add_needs(pod_need, excess))
 
 
 def _init_totals(request: PodRequest, options: TopologyOptions, tables: Tables) -> list[Need]:
@@ -594,188 +599,149 @@ def _has_any(need: Need) -> bool:
     return bool(need.cpus or need.memory_bytes or need.hugepages or need.gpus or need.nics)
 
 
-def _min_width(resources: Sequence[Resource]) -> int:
-    return max((r.min_width or 1 for r in resources), default=1)
-
-
-def _gpu_candidates(tables: Tables, free: FreeView, need: Need, mask: int) -> frozenset[int]:
-    return frozenset(
-        g
-        for g in free.gpus
-        if (need.gpu_resource is None or tables.gpu_resource[g] == need.gpu_resource)
-        and ((n := tables.gpu_numa[g]) is None or mask >> n & 1)
-    )
-
-
-def _gpu_set(
-    tables: Tables, free: FreeView, need: Need, options: TopologyOptions, mask: int
-) -> tuple[int, ...]:
-    if not need.gpus:
-        return ()
-    candidates = _gpu_candidates(tables, free, need, mask)
-    chosen = choose_gpus(tables, candidates, need.gpus, options.gpu_links)
-    if chosen is None:  # only `required` can refuse a mask the search accepted
-        raise UnsatisfiableError(_unlinked_message(tables, candidates, need.gpus, mask))
-    return chosen
-
-
-def _choose(
-    tables: Tables, free: FreeView, need: Need, options: TopologyOptions, floor: int
-) -> tuple[MaskChoice, list[Resource]]:
-    resources = build_resources(tables, free, need)
-    if _short_on_node(resources):
-        # No mask, not even every node, can hold it: the search would end in exactly
-        # this message, so skip it.
-        raise UnsatisfiableError(explain(need, resources, options))
-    exclusive = need.cpus if need.cpu_mode is CpuMode.EXCLUSIVE else 0
-    if exclusive and len(free.cpus) - exclusive < floor:
-        # Node-wide, whatever the mask: the kubelet never empties its shared pool
-        # (`state.shared_floor`). `free` already lacks what earlier units took, and an
-        # init excess counts, as the kubelet pins init containers to exclusive CPUs too.
-        raise UnsatisfiableError(shared_pool(need.cpus, len(free.cpus)))
-    rules = rules_for(options.policy)
-
-    def tie_break(mask: int) -> tuple[float, ...]:
-        gpu_left = cpu_left = 0
-        bandwidth = 0.0
-        ids = bits(mask)
-        if need.gpus:
-            candidates = _gpu_candidates(tables, free, need, mask)
-            chosen = choose_gpus(tables, candidates, need.gpus, options.gpu_links)
-            bandwidth = set_bandwidth(tables, chosen) if chosen else 0.0
-            gpu_left = len(candidates) - need.gpus
-        for resource in resources:
-            if resource.name == "CPUs":
-                cpu_left = resource.free_in(ids) - need.cpus
-        return (-bandwidth, gpu_left, cpu_left)
-
-    accept = None
-    if need.gpus and options.gpu_links is GpuLinksMode.REQUIRED:
-
-        def accept(mask: int) -> bool:
-            candidates = _gpu_candidates(tables, free, need, mask)
-            return choose_gpus(tables, candidates, need.gpus, GpuLinksMode.REQUIRED) is not None
-
-    choice = choose_mask(
-        resources,
-        rules=rules,
-        max_numa_nodes=options.max_numa_nodes,
-        distances=tables.distances,
-        tie_break=tie_break,
-        accept=accept,
-    )
-    if choice is None and accept is not None:
-        # Name the unlinked pair when the counts alone would have fitted.
-        by_count = choose_mask(
-            resources, rules=rules, max_numa_nodes=options.max_numa_nodes,
-            distances=tables.distances,
-        )  # fmt: skip
-        if by_count is not None:
-            candidates = _gpu_candidates(tables, free, need, by_count.mask)
-            raise UnsatisfiableError(
-                _unlinked_message(tables, candidates, need.gpus, by_count.mask)
-            )
-    if choice is None:
-        raise UnsatisfiableError(explain(need, resources, options))
-    return choice, resources
-
-
-def _short_on_node(resources: Sequence[Resource]) -> bool:
-    """Some resource has less free on the whole node (every NUMA node, floating) than asked."""
-    return any(r.floating_free + sum(r.free.values()) < r.need for r in resources)
-
-
 def _fill(
+    engine: Engine,
     tables: Tables,
     free: FreeView,
     need: Need,
-    options: TopologyOptions,
-    mask: int,
     *,
+    options: TopologyOptions,
+    choice: _Choice,
     gpu_pool: list[int],
-) -> _Entry:
-    """Concrete resources for one container inside `mask`, taken out of `free`."""
+) -> _Entry | Shortfall:
+    """Concrete resources for one container: inside `choice.mask` first, the rest (of a
+    placement the policy admits unaligned) from outside it; taken out of `free`."""
+    mask = choice.mask
     numa_ids = bits(mask)
     entry = _Entry(mask=mask, exclusive=need.cpu_mode is CpuMode.EXCLUSIVE)
+    policy = options.policy.value
     if need.gpus:
-        picked = choose_gpus(tables, frozenset(gpu_pool), need.gpus, options.gpu_links)
+        picked = choose_gpus(
+            tables, frozenset(gpu_pool), need.gpus, options.gpu_links, engine.gpu_memo
+        ) or choose_gpus(tables, frozenset(gpu_pool), need.gpus, GpuLinksMode.IGNORE)
         if picked is None:
-            raise UnsatisfiableError(
-                _unlinked_message(tables, frozenset(gpu_pool), need.gpus, mask)
-            )
+            return Shortfall(Kind.REQUEST, policy, (), note=f"{need.gpus} GPUs requested, "
+                             f"{len(gpu_pool)} left of the pod's set")  # fmt: skip
         entry.gpus = list(picked)
         entry.gpu_names = [tables.gpu_name[g] for g in picked]
         for gpu in picked:
             gpu_pool.remove(gpu)
             free.gpus.discard(gpu)
     if need.nics:
-        candidates = [
+        matching = [
             n
             for n in free.nics
-            if (need.nic_resource is None or tables.nic_resource[n] == need.nic_resource)
-            and ((numa := tables.nic_numa[n]) is None or numa in numa_ids)
+            if need.nic_resource is None or tables.nic_resource[n] == need.nic_resource
         ]
-        nics = choose_nics(tables, candidates, need.nics, gpus=entry.gpus, numa_ids=set(numa_ids))
-        if nics is None:
-            raise UnsatisfiableError(
-                f"{need.nics} NICs requested, {len(candidates)} free on NUMA {format_mask(mask)}"
-            )
-        entry.nics = nics
+        inside = [n for n in matching if (numa := tables.nic_numa[n]) is None or numa in numa_ids]
+        nics = choose_nics(tables, inside, min(need.nics, len(inside)), gpus=entry.gpus,
+                           numa_ids=set(numa_ids)) or []  # fmt: skip
+        if len(nics) < need.nics:
+            outside = [n for n in matching if n not in nics]
+            nics += choose_nics(tables, outside, need.nics - len(nics), gpus=entry.gpus,
+                                numa_ids=set(numa_ids)) or []  # fmt: skip
+        if len(nics) < need.nics:
+            return Shortfall(Kind.REQUEST, policy, (), note=f"{need.nics} NICs requested, "
+                             f"{len(matching)} free")  # fmt: skip
+        entry.nics = sorted(nics)
         free.nics.difference_update(nics)
     if need.cpu_mode is CpuMode.EXCLUSIVE and need.cpus:
-        cpus = take_cpus(tables, free.cpus, numa_ids, need.cpus, full_cores=need.full_cores)
+        cpus = _take_cpus(tables, free.cpus, numa_ids, need.cpus, full_cores=need.full_cores)
         if cpus is None:
-            raise UnsatisfiableError(
-                f"{need.cpus} exclusive CPUs requested, fewer free on NUMA {format_mask(mask)}"
-            )
+            return Shortfall(Kind.REQUEST, policy, (), note=f"{need.cpus} exclusive CPUs "
+                             f"requested, fewer free on NUMA {format_mask(mask)}")  # fmt: skip
         entry.cpus = cpus
         free.cpus.difference_update(cpus)
     elif need.cpu_mode is CpuMode.NUMA:
         entry.cpus = sorted(c for c in free.cpus if tables.cpu_numa[c] in numa_ids)
-    _book_memory(tables, free, need, entry, numa_ids)
+    memory_ids = bits(choice.memory_mask)
+    if need.has_memory:
+        entry.mask = choice.memory_mask
+        booked = _book_memory(free, need, entry, memory_ids)
+        if booked is not None:
+            return Shortfall(Kind.REQUEST, policy, (), note=booked)
+        free.join_group(memory_ids)
     return entry
 
 
-def _book_memory(
-    tables: Tables, free: FreeView, need: Need, entry: _Entry, numa_ids: list[int]
-) -> None:
+def _take_cpus(
+    tables: Tables, free: set[int], numa_ids: list[int], count: int, *, full_cores: bool
+) -> list[int] | None:
+    """`count` CPUs, as many as fit inside `numa_ids` first (the CPU manager's aligned
+    CPUs), the rest from the other NUMA nodes."""
+    inside = take_cpus(tables, free, numa_ids, count, full_cores=full_cores)
+    if inside is not None:
+        return inside
+    others = [n for n in tables.numa_ids if n not in numa_ids]
+    for taken in range(count - 1, -1, -1):
+        first = take_cpus(tables, free, numa_ids, taken, full_cores=full_cores)
+        if first is None:
+            continue
+        rest = take_cpus(tables, free - set(first), others, count - taken, full_cores=full_cores)
+        if rest is not None:
+            return sorted(first + rest)
+        return None
+    return None
+
+
+def _book_memory(free: FreeView, need: Need, entry: _Entry, numa_ids: list[int]) -> str | None:
+    """Book memory and huge pages over `numa_ids` in id order, as the memory manager
+    does; the reason when they do not fit (the decision checked they do)."""
     if need.memory_bytes:
-        memory_ids = [n for n in numa_ids if n in tables.memory_numa_ids] or numa_ids
-        booked = book_bytes(free.memory, memory_ids, need.memory_bytes)
+        booked = _book_in_order(free.memory, numa_ids, need.memory_bytes)
         if booked is None:
-            raise UnsatisfiableError(
+            return (
                 f"memory: {format_bytes(need.memory_bytes)} requested, less free on NUMA "
                 + ",".join(map(str, numa_ids))
             )
         entry.memory = booked
     for size, amount in need.hugepages:
         view = {n: free.hugepages.get((n, size), 0) for n in numa_ids}
-        booked = book_bytes(view, numa_ids, amount)
+        booked = _book_in_order(view, numa_ids, amount)
         if booked is None:
-            raise UnsatisfiableError(
+            return (
                 f"hugepages-{size}: {format_bytes(amount)} requested, less free on NUMA "
                 + ",".join(map(str, numa_ids))
             )
         for numa_id, taken in booked.items():
             free.hugepages[(numa_id, size)] -= taken
             entry.hugepages.setdefault(numa_id, {})[size] = taken
+    return None
+
+
+def _book_in_order(free: dict[int, int], numa_ids: list[int], amount: int) -> dict[int, int] | None:
+    if amount <= 0:
+        return {}
+    if sum(max(free.get(n, 0), 0) for n in numa_ids) < amount:
+        return None
+    booked: dict[int, int] = {}
+    remaining = amount
+    for numa_id in sorted(numa_ids):
+        take = min(remaining, max(free.get(numa_id, 0), 0))
+        if take:
+            booked[numa_id] = take
+            free[numa_id] = free.get(numa_id, 0) - take
+            remaining -= take
+        if not remaining:
+            break
+    return booked
 
 
 def _add_init_entries(
+    engine: Engine,
     tables: Tables,
     free: FreeView,
     *,
-    inits: Sequence[ContainerRequest],
-    init_needs: Sequence[Need],
-    excess: Need,
+    sizing: _Sizing,
     entries: dict[str, _Entry],
     union: int,
+    memory_mask: int,
     options: TopologyOptions,
-) -> None:
+) -> Shortfall | None:
+    inits, init_needs, excess = sizing.inits, sizing.init_needs, sizing.excess
     if not inits:
-        return
+        return None
     app_cpus = [c for e in entries.values() if e.exclusive for c in e.cpus]
-    app_gpus = [g for e in entries.values() for g in e.gpus]
     numa_ids = bits(union)
     largest = max(
         range(len(init_needs)),
@@ -787,36 +753,22 @@ def _add_init_entries(
         if need.cpu_mode is not CpuMode.NONE and need.cpus:
             entry.cpus = sorted((app_cpus + shared)[: need.cpus])
         if index == largest and _has_any(excess):
-            if excess.gpus:
-                pool = _gpu_candidates(tables, free, excess, union) - set(app_gpus)
-                extra = _fill(
-                    tables,
-                    free,
-                    Need(gpus=excess.gpus, gpu_resource=excess.gpu_resource, cpu_mode=CpuMode.NONE),
-                    options,
-                    union,
-                    gpu_pool=sorted(pool),
-                )
-                entry.gpus, entry.gpu_names = extra.gpus, extra.gpu_names
-            if excess.nics:
-                extra = _fill(
-                    tables,
-                    free,
-                    Need(nics=excess.nics, nic_resource=excess.nic_resource, cpu_mode=CpuMode.NONE),
-                    options,
-                    union,
-                    gpu_pool=[],
-                )
-                entry.nics = extra.nics
-            _book_memory(tables, free, excess, entry, numa_ids)
+            extra_need = Need(
+                gpus=excess.gpus, gpu_resource=excess.gpu_resource, nics=excess.nics,
+                nic_resource=excess.nic_resource, memory_bytes=excess.memory_bytes,
+                hugepages=excess.hugepages, cpu_mode=CpuMode.NONE,
+            )  # fmt: skip
+            pool = sorted(
+                g for g in free.gpus
+                if excess.gpu_resource is None or tables.gpu_resource[g] == excess.gpu_resource
+            )  # fmt: skip
+            place = _Choice(union, memory_mask or union, 0, ())
+            extra = _fill(
+                engine, tables, free, extra_need, options=options, choice=place, gpu_pool=pool
+            )
+            if isinstance(extra, Shortfall):
+                return extra
+            entry.gpus, entry.gpu_names, entry.nics = extra.gpus, extra.gpu_names, extra.nics
+            entry.memory, entry.hugepages = extra.memory, extra.hugepages
         entries[container.name] = entry
-
-
-def _unlinked_message(tables: Tables, candidates: frozenset[int], count: int, mask: int) -> str:
-    best = choose_gpus(tables, candidates, count, GpuLinksMode.PREFERRED)
-    pair = first_unlinked_pair(tables, best or ())
-    detail = f": GPU {pair[0]} and GPU {pair[1]} have no direct link" if pair else ""
-    return (
-        f"gpu-links required: no {count} free GPUs on NUMA {format_mask(mask)} are all "
-        f"directly linked{detail}"
-    )
+    return None

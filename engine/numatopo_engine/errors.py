@@ -27,9 +27,11 @@ class InvalidRequestError(NumatopoError, ValueError):
 class UnsatisfiableError(NumatopoError):
     """The request is valid but cannot be placed on this node under its policy."""
 
-    def __init__(self, reason: str) -> None:
+    def __init__(self, reason: str, summary: str | None = None) -> None:
         super().__init__(reason)
         self.reason = reason
+        # The reason without this node's own amounts (what a scheduler counts nodes by).
+        self.summary = reason if summary is None else summary
 
 
 class OverlapError(NumatopoError, ValueError):

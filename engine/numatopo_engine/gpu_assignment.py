@@ -43,15 +43,24 @@ def first_unlinked_pair(tables: Tables, gpus: Iterable[int]) -> tuple[int, int] 
     return None
 
 
+GpuMemo = dict[tuple[frozenset[int], int, str], tuple[int, ...] | None]
+
+
 def choose_gpus(
-    tables: Tables, candidates: frozenset[int], count: int, mode: GpuLinksMode
+    tables: Tables,
+    candidates: frozenset[int],
+    count: int,
+    mode: GpuLinksMode,
+    memo: GpuMemo | None = None,
 ) -> tuple[int, ...] | None:
-    """The best `count` GPUs among `candidates`, or None when no set qualifies."""
+    """The best `count` GPUs among `candidates`, or None when no set qualifies; `memo`,
+    when given, is the caller's (the choice depends on the hardware and arguments only)."""
+    if memo is None:
+        return _search(tables, sorted(candidates), count, mode)
     key = (candidates, count, mode.value)
-    if key in tables.gpu_memo:
-        return tables.gpu_memo[key]
-    chosen = _search(tables, sorted(candidates), count, mode)
-    tables.gpu_memo[key] = chosen
+    if key in memo:
+        return memo[key]
+    chosen = memo[key] = _search(tables, sorted(candidates), count, mode)
     return chosen
 
 

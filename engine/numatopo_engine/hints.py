@@ -1,50 +1,30 @@
-"""Hint providers: per resource, which NUMA masks can satisfy a request, and which are preferred.
+"""What a request needs and what a node has free, in the shapes the decision reads.
 
-A `Resource` is one hint provider's view of one request: CPUs, memory, huge pages of
-one size, GPUs or NICs. For a NUMA mask it answers, like the kubelet's providers:
+`Need` is one placement unit's request in engine units; `FreeView` is what is free on
+a node as plain sets (a working copy the fill step takes from); a node's *row* is the
+same as integers per NUMA node (`row_of`), laid out by `RowLayout` so that the rows of
+many nodes of one hardware shape stack into one matrix for the vectorised decision.
 
-* `satisfiable(mask)`: the mask holds enough of it *from what is free now*;
-* a mask is a *preferred* hint when its width equals `min_width`, the fewest NUMA nodes
-  that could hold the request on the node's hardware, ignoring every allocation
-  (allocatable capacity: reserved CPUs never count).
-
-Devices whose NUMA node is unknown (`numa: null`) are not NUMA-local: they count
-towards every mask (`floating_*`). CPUs in `cpu: numa` mode run on the shared pool, so
-that provider has no preference of its own (`narrow=False`): any mask whose shared pool
-is large enough is as good as any other, as a kubelet provider returning no hint.
-
-`preferred_cover(mask)` is what merging needs: the union of this resource's preferred
-hints that fit inside `mask`. The kubelet merges the cross product of every provider's
-hints by AND-ing masks; a merged hint is preferred when each chosen hint is. The pod
-then really spans the union of those hints, so the engine searches that union
-directly: `mask` is a preferred placement iff every resource has a preferred hint
-inside it and those hints share a NUMA node (the AND is not empty), i.e. iff the AND
-of every resource's `preferred_cover(mask)` is not empty.
+Memory groups are the kubelet memory manager's bookkeeping (`machineState[n].Cells`):
+a NUMA node holding memory of a container that spans NUMA nodes `G` is in group `G`;
+one holding single-node memory is in its own group. The manager never lets a node of
+one group serve a placement of another (`memorymanager/policy_static.go`).
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
-from itertools import combinations
-from typing import TypeVar
+from typing import NamedTuple
 
 from numatopo_engine.annotations import CpuMode
-from numatopo_engine.numamask import make_mask
 from numatopo_engine.state import NodeState
 from numatopo_engine.topology_tables import Tables
 
-__all__ = ["FreeView", "Hint", "Need", "Resource", "build_resources"]
+__all__ = ["CONFLICT", "FreeView", "Need", "RowLayout", "row_layout", "row_of"]
 
-DeviceT = TypeVar("DeviceT", int, str)
-
-
-@dataclass(frozen=True, slots=True)
-class Hint:
-    """A kubelet TopologyHint: a NUMA mask and whether it is as narrow as the hardware allows."""
-
-    mask: int
-    preferred: bool
+# A NUMA node whose memory belongs to two different groups (only assignments written by
+# something else can do that): no placement may add to it.
+CONFLICT = -1
 
 
 @dataclass(frozen=True, slots=True)
@@ -61,20 +41,28 @@ class Need:
     nics: int = 0
     nic_resource: str | None = None
 
+    @property
+    def exclusive_cpus(self) -> int:
+        return self.cpus if self.cpu_mode is CpuMode.EXCLUSIVE else 0
+
+    @property
+    def has_memory(self) -> bool:
+        return bool(self.memory_bytes or any(amount for _, amount in self.hugepages))
+
 
 @dataclass(slots=True)
 class FreeView:
     """What is free on a node, in plain sets and dicts; a working copy the engine may change."""
 
-    cpus: set[int]  # allocatable CPUs held exclusively by no one (the SHARED pool)
+    cpus: set[int]  # allocatable CPUs held exclusively by no one (the shared pool)
     gpus: set[int]
     nics: set[str]
     memory: dict[int, int]
     hugepages: dict[tuple[int, str], int]
+    groups: dict[int, int] = field(default_factory=dict)  # NUMA id -> group mask, CONFLICT
 
     @classmethod
-    def from_state(cls, tables: Tables, state: NodeState, *, hugepages: bool = True) -> FreeView:
-        """Read `state`; huge pages only when asked (most requests have none)."""
+    def from_state(cls, tables: Tables, state: NodeState) -> FreeView:
         signature = state.free_signature()
         free_memory = dict(signature.memory)
         return cls(
@@ -85,8 +73,9 @@ class FreeView:
             hugepages={
                 (n, size): amount
                 for n, size, amount in signature.hugepages
-                if hugepages and tables.numa_hugepages.get((n, size))
+                if tables.numa_hugepages.get((n, size))
             },
+            groups=dict(state.memory_groups()),
         )
 
     def copy(self) -> FreeView:
@@ -96,155 +85,117 @@ class FreeView:
             nics=set(self.nics),
             memory=dict(self.memory),
             hugepages=dict(self.hugepages),
+            groups=dict(self.groups),
         )
 
-
-@dataclass(frozen=True, slots=True)
-class Resource:
-    """One hint provider for one request."""
-
-    name: str  # "CPUs", "memory", "hugepages-2Mi", "GPUs", "NICs": used in messages
-    need: int
-    free: Mapping[int, int]  # per NUMA id, only nodes that have any capacity
-    floating_free: int
-    capacity: Mapping[int, int]
-    floating_capacity: int
-    narrow: bool = True
-    # Fewest NUMA nodes whose hardware could hold the request; None if none could.
-    min_width: int | None = field(default=None, init=False)
-
-    def __post_init__(self) -> None:
-        object.__setattr__(self, "min_width", _narrowest(self))
-
-    def free_in(self, numa_ids: Iterable[int]) -> int:
-        return self.floating_free + sum(self.free.get(n, 0) for n in numa_ids)
-
-    def satisfiable(self, numa_ids: Iterable[int]) -> bool:
-        return self.free_in(numa_ids) >= self.need
-
-    def hint(self, numa_ids: list[int]) -> Hint | None:
-        """The hint this provider gives for a mask, or None when the mask cannot hold it."""
-        if not self.satisfiable(numa_ids):
-            return None
-        preferred = not self.narrow or len(numa_ids) == self.min_width
-        return Hint(make_mask(numa_ids), preferred)
-
-    def preferred_cover(self, numa_ids: list[int], min_width: int) -> int:
-        """Union of the preferred hints inside `numa_ids` (0 when there is none)."""
-        if not self.narrow or min_width >= len(numa_ids):
-            return make_mask(numa_ids) if self.satisfiable(numa_ids) else 0
-        cover = 0
-        if min_width == 1:
-            for numa_id in numa_ids:
-                if self.floating_free + self.free.get(numa_id, 0) >= self.need:
-                    cover |= 1 << numa_id
-            return cover
-        for combo in combinations(numa_ids, min_width):
-            if self.satisfiable(combo):
-                cover |= make_mask(combo)
-        return cover
+    def join_group(self, numa_ids: list[int]) -> None:
+        """Record that memory was placed over `numa_ids` (as the memory manager does)."""
+        group = 0
+        for numa_id in numa_ids:
+            group |= 1 << numa_id
+        for numa_id in numa_ids:
+            held = self.groups.get(numa_id, 0)
+            self.groups[numa_id] = group if held in (0, group) else CONFLICT
 
 
-def build_resources(tables: Tables, free: FreeView, need: Need) -> list[Resource]:
-    """The hint providers that have something to place for `need`."""
-    resources: list[Resource] = []
-    if need.cpus and need.cpu_mode is not CpuMode.NONE:
-        resources.append(_cpu_resource(tables, free, need))
-    if need.memory_bytes:
-        resources.append(
-            Resource(
-                name="memory",
-                need=need.memory_bytes,
-                free={n: max(free.memory.get(n, 0), 0) for n in tables.memory_numa_ids},
-                floating_free=0,
-                capacity=tables.memory_capacity,
-                floating_capacity=0,
-            )
-        )
-    for size, amount in need.hugepages:
-        if amount:
-            ids = [n for n in tables.numa_ids if tables.numa_hugepages.get((n, size), 0)]
-            resources.append(
-                Resource(
-                    name=f"hugepages-{size}",
-                    need=amount,
-                    free={n: max(free.hugepages.get((n, size), 0), 0) for n in ids},
-                    floating_free=0,
-                    capacity={n: tables.numa_hugepages[(n, size)] for n in ids},
-                    floating_capacity=0,
-                )
-            )
-    if need.gpus:
-        gpus = [g for g in tables.gpu_numa if _matches(tables.gpu_resource[g], need.gpu_resource)]
-        resources.append(_device_resource("GPUs", need.gpus, gpus, tables.gpu_numa, free.gpus))
-    if need.nics:
-        nics = [n for n in tables.nic_numa if _matches(tables.nic_resource[n], need.nic_resource)]
-        resources.append(_device_resource("NICs", need.nics, nics, tables.nic_numa, free.nics))
-    return resources
+class RowLayout(NamedTuple):
+    """Columns of a node's row, for one hardware shape. Per NUMA node (`numa_ids` order):
+    free allocatable CPUs, free CPUs of wholly free whole cores, free memory bytes, the
+    memory group (as a mask of NUMA *positions*); then free huge page bytes per
+    `hugepages` key; free devices per `gpu_keys` / `nic_keys` key (NUMA id or None,
+    resource); the free GPU bitmask (-1 when an index is 63 or more); a zero column."""
+
+    numa_ids: tuple[int, ...]
+    hugepages: tuple[tuple[int, str], ...]
+    gpu_keys: tuple[tuple[int | None, str], ...]
+    nic_keys: tuple[tuple[int | None, str], ...]
+
+    @property
+    def n(self) -> int:
+        return len(self.numa_ids)
+
+    def cpu(self, position: int) -> int:
+        return position
+
+    def whole(self, position: int) -> int:
+        return self.n + position
+
+    def memory(self, position: int) -> int:
+        return 2 * self.n + position
+
+    def group(self, position: int) -> int:
+        return 3 * self.n + position
+
+    def hugepage(self, index: int) -> int:
+        return 4 * self.n + index
+
+    def gpu(self, index: int) -> int:
+        return 4 * self.n + len(self.hugepages) + index
+
+    def nic(self, index: int) -> int:
+        return self.gpu(len(self.gpu_keys)) + index
+
+    @property
+    def gpu_bits(self) -> int:
+        return self.nic(len(self.nic_keys))
+
+    @property
+    def zero(self) -> int:
+        return self.gpu_bits + 1
+
+    @property
+    def width(self) -> int:
+        return self.zero + 1
 
 
-def _narrowest(resource: Resource) -> int | None:
-    if resource.floating_capacity >= resource.need:
-        return 1
-    total = resource.floating_capacity
-    for count, amount in enumerate(sorted(resource.capacity.values(), reverse=True), start=1):
-        total += amount
-        if total >= resource.need:
-            return count
-    return None
+def row_layout(tables: Tables) -> RowLayout:
+    return RowLayout(
+        numa_ids=tables.numa_ids,
+        hugepages=tuple(sorted(k for k, v in tables.numa_hugepages.items() if v)),
+        gpu_keys=tuple(sorted({(n, tables.gpu_resource[g]) for g, n in tables.gpu_numa.items()},
+                              key=_key_order)),
+        nic_keys=tuple(sorted({(n, tables.nic_resource[x]) for x, n in tables.nic_numa.items()},
+                              key=_key_order)),
+    )  # fmt: skip
 
 
-def _matches(resource: str, wanted: str | None) -> bool:
-    return wanted is None or resource == wanted
+def _key_order(key: tuple[int | None, str]) -> tuple[int, str]:
+    return (-1 if key[0] is None else key[0], key[1])
 
 
-def _device_resource(
-    name: str,
-    need: int,
-    devices: list[DeviceT],
-    numa_of: Mapping[DeviceT, int | None],
-    free_devices: set[DeviceT],
-) -> Resource:
-    capacity: dict[int, int] = {}
-    free: dict[int, int] = {}
-    floating_capacity = floating_free = 0
-    for device in devices:
-        numa_id = numa_of[device]
-        is_free = device in free_devices
-        if numa_id is None:
-            floating_capacity += 1
-            floating_free += is_free
-        else:
-            capacity[numa_id] = capacity.get(numa_id, 0) + 1
-            free[numa_id] = free.get(numa_id, 0) + is_free
-    return Resource(name, need, free, floating_free, capacity, floating_capacity)
-
-
-def _cpu_resource(tables: Tables, free: FreeView, need: Need) -> Resource:
-    capacity: Mapping[int, int] = {}
-    free_count: dict[int, int] = {}
-    if need.full_cores and need.cpu_mode is CpuMode.EXCLUSIVE:
-        # Only cores with every thread allocatable and free count, a whole core at a time.
-        tpc = tables.threads_per_core
-        whole: dict[int, int] = {}
-        capacity = whole
-        for threads in tables.core_threads.values():
-            if len(threads) != tpc:
-                continue
-            numa_id = tables.cpu_numa[threads[0]]
-            whole[numa_id] = whole.get(numa_id, 0) + tpc
-            if all(t in free.cpus for t in threads):
-                free_count[numa_id] = free_count.get(numa_id, 0) + tpc
-    else:
-        capacity = tables.cpu_capacity
-        for numa_id in capacity:
-            free_count[numa_id] = len(free.cpus & tables.numa_allocatable[numa_id])
-    return Resource(
-        name="CPUs",
-        need=need.cpus,
-        free={n: free_count.get(n, 0) for n in capacity},
-        floating_free=0,
-        capacity=capacity,
-        floating_capacity=0,
-        narrow=need.cpu_mode is CpuMode.EXCLUSIVE,
-    )
+def row_of(tables: Tables, layout: RowLayout, free: FreeView) -> list[int]:
+    """`free` as the integers `layout` names (see `RowLayout`)."""
+    numa_ids = layout.numa_ids
+    position = {n: i for i, n in enumerate(numa_ids)}
+    cpus = [len(free.cpus & tables.numa_allocatable[n]) for n in numa_ids]
+    whole = dict.fromkeys(numa_ids, 0)
+    tpc = tables.threads_per_core
+    for core in tables.whole_cores:
+        threads = tables.core_threads[core]
+        if len(threads) == tpc and all(t in free.cpus for t in threads):
+            whole[tables.cpu_numa[threads[0]]] += tpc
+    groups = []
+    for n in numa_ids:
+        group = free.groups.get(n, 0)
+        if group > 0:
+            group = sum(1 << position[m] for m in range(group.bit_length()) if group >> m & 1)
+        groups.append(group)
+    gpu_counts = dict.fromkeys(layout.gpu_keys, 0)
+    gpu_bits = 0
+    for gpu in free.gpus:
+        gpu_counts[(tables.gpu_numa[gpu], tables.gpu_resource[gpu])] += 1
+        gpu_bits |= 1 << gpu
+    nic_counts = dict.fromkeys(layout.nic_keys, 0)
+    for nic in free.nics:
+        nic_counts[(tables.nic_numa[nic], tables.nic_resource[nic])] += 1
+    return [
+        *cpus,
+        *(whole[n] for n in numa_ids),
+        *(free.memory.get(n, 0) for n in numa_ids),
+        *groups,
+        *(free.hugepages.get(key, 0) for key in layout.hugepages),
+        *gpu_counts.values(),
+        *nic_counts.values(),
+        gpu_bits if gpu_bits < 1 << 63 else -1,
+        0,
+    ]

@@ -1,111 +1,160 @@
-"""The text of "does not fit" answers, shared by the general search and the fast path.
+"""Why a pod does not fit a node: structured data, worded in one function.
 
-Both paths must refuse a node with the same words, so the wording lives here once.
+A `Shortfall` says what kind of refusal it is, which resource, and the amounts per NUMA
+node; `word` is the only place that turns one into text. kube-scheduler counts nodes
+per identical reason ("3000 node(s) single-numa-node: no NUMA node has 4 nvidia.com/gpu
+free"), so every text has a `summary` without any node's own numbers, and the detailed
+`reason` (with per-NUMA free amounts) for Events and `numatopo assign`.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
-from typing import Any
+import enum
+from collections.abc import Callable
+from dataclasses import dataclass
 
-from numatopo_engine.annotations import GpuLinksMode, PolicyName
-from numatopo_engine.hints import Need, Resource
-from numatopo_engine.policies import rules_for
-from numatopo_engine.request import TopologyOptions
-
-__all__ = ["Refusal", "amount", "explain", "format_bytes", "shared_pool", "summary"]
+__all__ = ["Kind", "Refusal", "Shortfall", "Wanted", "format_bytes", "summary", "word"]
 
 
-def explain(need: Need, resources: Sequence[Resource], options: TopologyOptions) -> str:
-    """Why no NUMA mask the policy admits holds `need`, with what is free per NUMA node."""
-    wanted = " and ".join(amount(r, r.need) for r in resources) or "nothing"
-    for resource in resources:
-        if resource.min_width is None:
-            total = resource.floating_capacity + sum(resource.capacity.values())
-            return (
-                f"{options.policy.value}: {resource.name}: {amount(resource, resource.need)} "
-                f"requested, the node has {amount(resource, total)} in all"
-            )
-    ids = sorted({n for r in resources for n in r.capacity})
-    per_numa = "; ".join(
-        f"NUMA {n}: " + ", ".join(amount(r, r.free.get(n, 0)) for r in resources) + " free"
-        for n in ids
-    )
-    floating = [r for r in resources if r.floating_capacity]
-    if floating:
-        per_numa += (
-            "; not NUMA-local: " + ", ".join(amount(r, r.floating_free) for r in floating) + " free"
+class Kind(enum.StrEnum):
+    SHORT = "short"  # the whole node has less free than asked
+    SHARED_POOL = "shared-pool"  # the exclusive CPUs would leave no shared CPU
+    ALIGNMENT = "alignment"  # the policy admits no merged hint (TopologyAffinityError)
+    MAX_NUMA_NODES = "max-numa-nodes"  # the merged hint is wider than the user allows
+    MEMORY = "memory"  # the memory manager finds no NUMA nodes for the memory
+    GPU_LINKS = "gpu-links"  # the GPUs of the mask are not all directly linked
+    REQUEST = "request"  # the request cannot be placed on this hardware as written
+
+
+@dataclass(frozen=True, slots=True)
+class Wanted:
+    resource: str  # "CPUs", "memory", "hugepages-2Mi", or a device resource name
+    amount: int
+    in_bytes: bool = False
+
+    def text(self, value: int | None = None) -> str:
+        value = self.amount if value is None else value
+        return f"{format_bytes(value) if self.in_bytes else value} {self.resource}"
+
+
+@dataclass(frozen=True, slots=True)
+class Shortfall:
+    kind: Kind
+    policy: str
+    wanted: tuple[Wanted, ...]  # what the unit asks, NUMA-bound resources first
+    resource: str | None = None  # the one that does not fit (SHORT, MEMORY)
+    # Free amounts of `free_of` per NUMA id (None: devices on no NUMA node).
+    free: tuple[tuple[int | None, tuple[int, ...]], ...] = ()
+    free_of: tuple[Wanted, ...] = ()
+    total: int | None = None  # SHORT: what the node has free of `resource` in all
+    bound: int | None = None  # MAX_NUMA_NODES: the bound; SHARED_POOL: free CPUs
+    width: int | None = None  # MAX_NUMA_NODES: the merged hint's width
+    pair: tuple[int, int] | None = None  # GPU_LINKS: two chosen GPUs without a link
+    note: str = ""  # REQUEST: what is wrong with it
+
+
+def word(s: Shortfall, *, detail: bool = True) -> str:
+    """The text of `s`; without `detail`, the same text without its closing part in
+    parentheses, which holds every amount that is this node's own (`summary`)."""
+    asked = " and ".join(w.text() for w in s.wanted) or "nothing"
+    if s.kind is Kind.REQUEST:
+        return s.note
+    if s.kind is Kind.SHORT:
+        found = next((w for w in s.wanted if w.resource == s.resource), None)
+        asked_here = found.text() if found else s.resource
+        text = f"{s.policy}: {asked_here} requested, more than the node has free"
+        own = [f"{found.text(s.total)} free in all"] if found and s.total is not None else []
+    elif s.kind is Kind.SHARED_POOL:
+        cpus = next((w.amount for w in s.wanted if w.resource == "CPUs"), 0)
+        text = (
+            f"shared pool: {cpus} exclusive CPUs would leave no CPU shared, and a node "
+            f"without reserved CPUs must keep at least 1 CPU free"
         )
-    policy = options.policy
-    if policy is PolicyName.SINGLE_NUMA_NODE:
-        where = "no NUMA node has"
-    elif policy is PolicyName.RESTRICTED:
-        bound = rules_for(policy).max_width(options.max_numa_nodes)
-        where = f"no preferred placement within {bound} NUMA node(s) has"
-    elif options.max_numa_nodes is not None:
-        where = f"no {options.max_numa_nodes} NUMA node(s) have"
+        own = [f"{s.bound} CPUs free"]
+    elif s.kind is Kind.GPU_LINKS:
+        text = (
+            f"gpu-links required: the free GPUs of the chosen NUMA nodes for {asked} "
+            "are not all directly linked"
+        )
+        own = [f"GPU {s.pair[0]} and GPU {s.pair[1]} have no direct link"] if s.pair else []
+    elif s.kind is Kind.MAX_NUMA_NODES:
+        text = (
+            f"{s.policy}: max-numa-nodes {s.bound}: the kubelet's placement of {asked} "
+            "spans more NUMA nodes"
+        )
+        own = [f"{s.width} NUMA nodes"]
+    elif s.kind is Kind.MEMORY:
+        memory = " and ".join(w.text() for w in s.wanted if w.in_bytes) or "memory"
+        text = f"{s.policy}: memory manager: no NUMA nodes it may use hold {memory} free"
+        own = []
+    elif s.policy == "single-numa-node":
+        text = f"single-numa-node: no NUMA node has {asked} free"
+        own = []
     else:
-        where = "the node does not have"
-    if need.gpus and options.gpu_links is GpuLinksMode.REQUIRED:
-        wanted += " (all pairs directly linked)"
-    return f"{policy.value}: {where} {wanted} free ({per_numa})"
-
-
-def shared_pool(cpus: int, free: int) -> str:
-    """Why `cpus` exclusive CPUs are refused on a node without reserved CPUs where only
-    `free` allocatable CPUs are free and `cpus` >= `free` (see `state.shared_floor`)."""
-    return (
-        f"shared pool: {cpus} exclusive CPUs would leave no CPU shared, and a node without "
-        f"reserved CPUs must keep at least 1 CPU free ({free} CPUs free)"
-    )
+        text = f"{s.policy}: no NUMA placement is preferred for every resource of {asked} free"
+        own = []
+    own += _free_text(s)
+    if not detail or not own:
+        return text
+    return f"{text} ({'; '.join(own)})"
 
 
 def summary(reason: str) -> str:
-    """`reason` without the per-NUMA free amounts at its end.
+    """`reason` without its node's own amounts: what `word(..., detail=False)` says."""
+    head, marker, _ = reason.rpartition(" (")
+    return head if marker and reason.endswith(")") else reason
 
-    What a scheduler shows across many nodes: kube-scheduler counts nodes per identical
-    reason ("3000 node(s) single-numa-node: no NUMA node has 4 nvidia.com/gpu free"), which
-    only works when the text does not carry each node's own numbers.
-    """
-    head, marker, _ = reason.rpartition(" free (")
-    return f"{head} free" if marker and reason.endswith(")") else reason
+
+def _free_text(s: Shortfall) -> list[str]:
+    parts = []
+    for numa, amounts in s.free:
+        where = "not NUMA-local" if numa is None else f"NUMA {numa}"
+        shown = ", ".join(w.text(v) for w, v in zip(s.free_of, amounts, strict=True))
+        parts.append(f"{where}: {shown} free")
+    return parts
 
 
 class Refusal:
-    """One node's "does not fit": the `summary` at once, the detailed `reason` when read.
+    """One node's "does not fit": the `summary` at once, the detailed `reason` and the
+    structured `shortfall` when read (a bulk decision refuses thousands of nodes whose
+    details nobody reads)."""
 
-    A bulk decision refuses thousands of nodes whose detailed texts (free amounts per
-    NUMA node) nobody may read; building each costs more than deciding the node. The
-    detail is kept as a formatter and its immutable input, run on first read.
-    """
+    __slots__ = ("_make", "_reason", "_shortfall", "summary")
 
-    __slots__ = ("_format", "_input", "_reason", "summary")
-
-    def __init__(
-        self,
-        summary: str,
-        reason: str | None = None,
-        format_reason: Callable[[Any], str] | None = None,
-        reason_input: object = None,
-    ) -> None:
+    def __init__(self, summary: str, make: Callable[[], Shortfall] | None = None) -> None:
         self.summary = summary
-        self._reason = reason
-        self._format = format_reason
-        self._input = reason_input
+        self._make = make
+        self._shortfall: Shortfall | None = None
+        self._reason: str | None = None
 
     @classmethod
-    def of(cls, reason: str) -> Refusal:
-        return cls(summary(reason), reason)
+    def of(cls, shortfall: Shortfall) -> Refusal:
+        refusal = cls(word(shortfall, detail=False))
+        refusal._shortfall = shortfall
+        return refusal
+
+    @classmethod
+    def text(cls, reason: str) -> Refusal:
+        """A refusal known only by its words (an error raised by a filler)."""
+        return cls.of(Shortfall(Kind.REQUEST, "", (), note=reason))
+
+    @property
+    def shortfall(self) -> Shortfall:
+        if self._shortfall is None:
+            assert self._make is not None, "a Refusal has a shortfall or a way to make it"
+            self._shortfall = self._make()
+            self._make = None
+        return self._shortfall
+
+    @property
+    def kind(self) -> Kind:
+        return self.shortfall.kind
 
     @property
     def reason(self) -> str:
-        """The detailed text, exactly the `UnsatisfiableError` reason `evaluate` raises."""
-        reason = self._reason
-        if reason is None:
-            assert self._format is not None, "a Refusal has a reason or a way to word it"
-            reason = self._reason = self._format(self._input)
-            self._format = self._input = None
-        return reason
+        if self._reason is None:
+            self._reason = word(self.shortfall)
+        return self._reason
 
     def __str__(self) -> str:
         return self.reason
@@ -118,12 +167,6 @@ class Refusal:
 
     def __hash__(self) -> int:
         return hash(self.reason)
-
-
-def amount(resource: Resource, value: int) -> str:
-    if resource.name == "memory" or resource.name.startswith("hugepages-"):
-        return f"{format_bytes(value)} {resource.name}"
-    return f"{value} {resource.name}"
 
 
 def format_bytes(value: int) -> str:

@@ -23,26 +23,26 @@ from __future__ import annotations
 
 from collections.abc import Collection
 
-from numatopo_engine.annotations import Assignment, CpuMode, GpuLinksMode
-from numatopo_engine.gpu_assignment import choose_gpus, set_bandwidth
-from numatopo_engine.hints import FreeView, Need, build_resources
-from numatopo_engine.model import NumatopologySpec
-from numatopo_engine.numamask import bits, make_mask
-from numatopo_engine.state import NodeState
-from numatopo_engine.topology_tables import Tables, tables_for
+from numatopo_engine.annotations import GpuLinksMode
+from numatopo_engine.gpu_assignment import GpuMemo, choose_gpus, set_bandwidth
+from numatopo_engine.hints import FreeView
+from numatopo_engine.numamask import bits
+from numatopo_engine.topology_tables import Tables
 
-__all__ = ["best_bandwidth", "compose_score", "node_score", "placement_score"]
+__all__ = ["CPU_WEIGHTS", "GPU_WEIGHTS", "best_bandwidth", "compose_score", "placement_score"]
 
-_GPU_WEIGHTS = (30, 40, 30)
-_CPU_WEIGHTS = (60, 0, 40)
+GPU_WEIGHTS = (30, 40, 30)
+CPU_WEIGHTS = (60, 0, 40)
 
 
-def best_bandwidth(tables: Tables, gpu_resource: str | None, count: int) -> float:
+def best_bandwidth(
+    tables: Tables, gpu_resource: str | None, count: int, memo: GpuMemo | None = None
+) -> float:
     """The highest aggregate link bandwidth any `count` GPUs of the hardware reach."""
     every = frozenset(
         g for g, r in tables.gpu_resource.items() if gpu_resource is None or r == gpu_resource
     )
-    chosen = choose_gpus(tables, every, count, GpuLinksMode.PREFERRED)
+    chosen = choose_gpus(tables, every, count, GpuLinksMode.PREFERRED, memo)
     return set_bandwidth(tables, chosen) if chosen else 0.0
 
 
@@ -55,13 +55,14 @@ def placement_score(
     cpus: int,
     gpus: Collection[int],
     gpu_resource: str | None,
+    memo: GpuMemo | None = None,
 ) -> int:
     """The score of placing `cpus` exclusive CPUs and `gpus` in `mask`, given what is `free`."""
     numa_ids = bits(mask)
     span = min(1.0, min_width / len(numa_ids)) if numa_ids else 1.0
     links = 1.0
     if len(gpus) >= 2:
-        best = best_bandwidth(tables, gpu_resource, len(gpus))
+        best = best_bandwidth(tables, gpu_resource, len(gpus), memo)
         if best > 0:
             links = set_bandwidth(tables, gpus) / best
     fills: list[float] = []
@@ -81,36 +82,6 @@ def placement_score(
 def compose_score(span: float, links: float, fills: list[float], *, with_gpus: bool) -> int:
     """The weighted sum of the formula's terms; `fills` are the pack terms (GPUs first)."""
     pack = sum(fills) / len(fills) if fills else 1.0
-    w_span, w_links, w_pack = _GPU_WEIGHTS if with_gpus else _CPU_WEIGHTS
+    w_span, w_links, w_pack = GPU_WEIGHTS if with_gpus else CPU_WEIGHTS
     total = w_span * span + w_links * links + w_pack * pack
     return max(0, min(100, round(100 * total / (w_span + w_links + w_pack))))
-
-
-def node_score(topology: NumatopologySpec, state: NodeState, assignment: Assignment) -> int:
-    """Score `assignment` on a node whose allocations (without it) are `state`."""
-    tables = tables_for(topology)
-    free = FreeView.from_state(tables, state)
-    gpus = sorted({g for c in assignment.containers.values() for g in c.gpu_indices})
-    cpus = len({cpu for c in assignment.containers.values() if c.exclusive for cpu in c.cpus})
-    resources = {tables.gpu_resource[g] for g in gpus if g in tables.gpu_resource}
-    gpu_resource = resources.pop() if len(resources) == 1 else None
-    need = Need(
-        cpus=cpus,
-        cpu_mode=CpuMode.EXCLUSIVE,
-        memory_bytes=sum(sum(c.memory.values()) for c in assignment.containers.values()),
-        gpus=len(gpus),
-        gpu_resource=gpu_resource,
-    )
-    widths = [
-        r.min_width or 1
-        for r in build_resources(tables, FreeView(set(), set(), set(), {}, {}), need)
-    ]
-    return placement_score(
-        tables,
-        free,
-        mask=make_mask(assignment.numa_nodes),
-        min_width=max(widths, default=1),
-        cpus=cpus,
-        gpus=gpus,
-        gpu_resource=gpu_resource,
-    )

@@ -13,8 +13,6 @@ absent must keep one allocatable CPU unassigned (`shared_floor`).
 
 from __future__ import annotations
 
-import itertools
-from array import array
 from collections.abc import Callable, Container, Iterable, Mapping
 from typing import NamedTuple, Protocol, TypeVar
 
@@ -28,10 +26,8 @@ __all__ = [
     "Claim",
     "FreeSignature",
     "NodeState",
-    "RowLayout",
     "book_in_claim_order",
     "claim_order",
-    "row_layout",
     "shared_floor",
 ]
 
@@ -48,31 +44,6 @@ class FreeSignature(NamedTuple):
     hugepages: tuple[tuple[int, str, int], ...]  # (NUMA id, size, free bytes) with capacity
 
 
-class RowLayout(NamedTuple):
-    """The columns of `NodeState.free_row`, in order: free allocatable CPUs per NUMA node,
-    free memory bytes per NUMA node (both by `numa_ids`), free huge page bytes per
-    `hugepages` (NUMA id, size), then the free GPU bitmask (-1 when a GPU index is 63 or
-    more, which a signed 64-bit column cannot hold)."""
-
-    numa_ids: tuple[int, ...]
-    hugepages: tuple[tuple[int, str], ...]
-
-    @property
-    def width(self) -> int:
-        return 2 * len(self.numa_ids) + len(self.hugepages) + 1
-
-
-def row_layout(topology: NumatopologySpec) -> RowLayout:
-    nodes = sorted(topology.numa_nodes, key=lambda n: n.id)
-    return RowLayout(
-        numa_ids=tuple(n.id for n in nodes),
-        # The same (NUMA id, size) pairs, in the same order, as `FreeSignature.hugepages`.
-        hugepages=tuple(
-            (n.id, size) for n in nodes for size, pages in sorted(n.hugepages.items()) if pages
-        ),
-    )
-
-
 def shared_floor(topology: NumatopologySpec) -> int:
     """How many allocatable CPUs no exclusive assignment may take on this node: 0 or 1.
 
@@ -82,23 +53,6 @@ def shared_floor(topology: NumatopologySpec) -> int:
     its own; without one, the last free allocatable CPU must stay shared.
     """
     return 0 if topology.reserved_cpus.ids & topology.online_cpus().ids else 1
-
-
-# Equal signatures get one small int (`NodeState.free_state_id`), so memos keyed on it
-# hash and compare an int. Ids only grow: a signature evicted here and seen again gets a
-# new id, never one another signature had.
-_signature_ids: dict[FreeSignature, int] = {}
-_SIGNATURE_IDS_SIZE = 1 << 17
-_next_signature_id = itertools.count()
-
-
-def _signature_id(signature: FreeSignature) -> int:
-    found = _signature_ids.get(signature)
-    if found is None:
-        if len(_signature_ids) >= _SIGNATURE_IDS_SIZE:
-            del _signature_ids[next(iter(_signature_ids))]
-        found = _signature_ids[signature] = next(_next_signature_id)
-    return found
 
 
 class NodeState:
@@ -122,8 +76,10 @@ class NodeState:
         self.shared_floor = shared_floor(topology)
         self._memory_capacity = sum(n.memory_bytes for n in topology.numa_nodes)
         self._memory_booked = 0
-        self._summary: tuple[int, frozenset[int], FreeSignature, int] | None = None
-        self._row: tuple[int, bytes] | None = None
+        self._summary: tuple[int, frozenset[int], FreeSignature] | None = None
+        self._groups: tuple[int, dict[int, int]] | None = None
+        # The decision's row of this state (`decision`), kept with the version it reads.
+        self.row_cache: tuple[int, object, bytes] | None = None
 
     @classmethod
     def rebuild(
@@ -195,37 +151,31 @@ class NodeState:
         """What is free, as one hashable value; cached until the next change."""
         return self._summarise()[2]
 
-    def free_state_id(self) -> int:
-        """An int equal for nodes (of one topology) whose `free_signature()`s are equal.
+    def memory_groups(self) -> dict[int, int]:
+        """Per NUMA id holding pod memory, its memory-manager group: the mask (bit n = NUMA
+        id n) of the `mems` of the containers whose memory it holds; -1 where two
+        containers disagree. Cached until the next change."""
+        cached = self._groups
+        if cached is not None and cached[0] == self._version:
+            return cached[1]
+        groups: dict[int, int] = {}
+        for assignment in self.assignments.values():
+            for container in assignment.containers.values():
+                held = any(container.memory.values()) or any(
+                    any(sizes.values()) for sizes in container.hugepages.values()
+                )
+                if not held:
+                    continue
+                group = 0
+                for numa in container.mems.ids:
+                    group |= 1 << numa
+                for numa in container.mems.ids:
+                    known = groups.get(numa, 0)
+                    groups[numa] = group if known in (0, group) else -1
+        self._groups = (self._version, groups)
+        return groups
 
-        Two ids being different does not mean the signatures differ (ids of long-unseen
-        signatures are recycled into new ones), so it is a memo key, not an identity.
-        """
-        return self._summarise()[3]
-
-    def free_row(self) -> bytes:
-        """What is free as packed signed 64-bit integers laid out by `row_layout` (empty
-        when an amount does not fit in 64 bits); cached until the next change. Rows of
-        many nodes join into one array for bulk decisions."""
-        row = self._row
-        if row is not None and row[0] == self._version:
-            return row[1]
-        signature = self.free_signature()
-        free_cpus = self.free_cpu_ids()
-        nodes = sorted(self.topology.numa_nodes, key=lambda n: n.id)
-        gpu_mask = signature.gpu_mask
-        values = [len(n.cpus.ids & free_cpus) for n in nodes]
-        values += [free for _, free in signature.memory]
-        values += [free for _, _, free in signature.hugepages]
-        values.append(gpu_mask if gpu_mask < 1 << 63 else -1)
-        try:
-            packed = array("q", values).tobytes()
-        except OverflowError:
-            packed = b""  # amounts beyond 64 bits: bulk deciders take this node one by one
-        self._row = (self._version, packed)
-        return packed
-
-    def _summarise(self) -> tuple[int, frozenset[int], FreeSignature, int]:
+    def _summarise(self) -> tuple[int, frozenset[int], FreeSignature]:
         summary = self._summary
         if summary is not None and summary[0] == self._version:
             return summary
@@ -250,7 +200,7 @@ class NodeState:
                 if pages
             ),
         )
-        summary = (self._version, frozenset(cpus), signature, _signature_id(signature))
+        summary = (self._version, frozenset(cpus), signature)
         self._summary = summary
         return summary
 

@@ -1,9 +1,9 @@
 """Per-topology lookup tables the allocation hot path reads instead of the pydantic spec.
 
 A scheduler extender evaluates one pod against thousands of nodes that mostly share a
-handful of hardware shapes, so the tables are built once per distinct spec content and
-shared by every spec object with that content (found by `id(spec)` while the spec
-lives). The cache is a transparent memo: results never depend on whether it was hit.
+handful of hardware shapes, so a caller's `TableCache` builds them once per distinct
+spec content and shares them by every spec object with that content (found by
+`id(spec)` while the spec lives). Tables hold hardware facts only, never memos.
 
 Pools, in the kubelet's words: *allocatable* CPUs are online and not reserved; only
 they are ever handed out or counted as capacity.
@@ -18,10 +18,7 @@ from numatopo_engine.model import NumatopologySpec, PathType
 from numatopo_engine.numamask import LOCAL_DISTANCE
 from numatopo_engine.quantity import parse_bytes
 
-__all__ = ["Tables", "tables_for"]
-
-# Distinct hardware shapes kept; enough for a large cluster; oldest entries go first.
-_CACHE_SIZE = 256
+__all__ = ["TableCache", "Tables", "build_tables", "tables_for"]
 # Rank used for a GPU-NIC pair with no known PCIe path: farther than SYS.
 NO_PATH_RANK = len(PathType)
 
@@ -49,56 +46,55 @@ class Tables:
     nic_resource: dict[str, str]
     pci_rank: dict[tuple[int, str], int]
     distances: dict[tuple[int, int], int]
-    # Memo of GPU set choices: (candidates, count, mode) -> chosen indices (or None).
-    gpu_memo: dict[tuple[frozenset[int], int, str], tuple[int, ...] | None] = field(
-        default_factory=dict
-    )
-    # Memo of `allocation.evaluate`: (request token, NodeState class, free_state_id) ->
-    # score or the UnsatisfiableError reason. Tokens are objects of the allocation module
-    # instance that made them, so a re-imported module never reads another's entries.
-    decision_memo: dict[tuple[object, type, int], int | str] = field(default_factory=dict)
-    # `fast_evaluate`'s per-request plans (keyed like the decision memo's tokens) and its
-    # GPU tables: (resource, count, links mode) -> {free candidate bitmask: bandwidth of
-    # the set `choose_gpus` picks, or None when it picks none}. Hardware facts only.
-    evaluate_plans: dict[object, object] = field(default_factory=dict)
-    gpu_set_bandwidth: dict[tuple[str | None, int, str], dict[int, float | None]] = field(
-        default_factory=dict
-    )
-    # `batch_evaluate`'s per-plan arrays, keyed by the plan object (hardware facts only).
-    bulk_plans: dict[object, object] = field(default_factory=dict)
+    numa_online: dict[int, int] = field(default_factory=dict)  # online CPUs, reserved too
 
 
-# Per spec object (the operator's ledger holds one per node, parsed from its own CRD):
-# a weak reference, so an entry lives exactly as long as its spec.
-_by_spec: dict[int, tuple[weakref.ref[NumatopologySpec], Tables]] = {}
-# Per distinct content, shared by every node of one hardware shape (and with it the
-# GPU-set and decision memos).
-_by_content: dict[str, Tables] = {}
+class TableCache:
+    """Tables per spec, owned by the caller (an `Engine`): one build per hardware shape.
+
+    Per spec object (the operator's ledger holds one per node, parsed from its own CRD)
+    a weak reference, so an entry lives exactly as long as its spec; per distinct
+    content, shared by every node of one hardware shape.
+    """
+
+    def __init__(self, size: int = 256) -> None:
+        self._size = size
+        self._by_spec: dict[int, tuple[weakref.ref[NumatopologySpec], Tables]] = {}
+        self._by_content: dict[str, Tables] = {}
+
+    def get(self, spec: NumatopologySpec) -> Tables:
+        hit = self._by_spec.get(id(spec))
+        if hit is not None and hit[0]() is spec:
+            return hit[1]
+        content = spec.model_dump_json()
+        tables = self._by_content.get(content)
+        if tables is None:
+            tables = build_tables(spec)
+            if len(self._by_content) >= self._size:
+                del self._by_content[next(iter(self._by_content))]
+            self._by_content[content] = tables
+        key = id(spec)
+        by_spec = self._by_spec
+        by_spec[key] = (weakref.ref(spec, lambda ref: _forget(by_spec, key, ref)), tables)
+        return tables
+
+
+def _forget(
+    by_spec: dict[int, tuple[weakref.ref[NumatopologySpec], Tables]],
+    key: int,
+    ref: weakref.ref[NumatopologySpec],
+) -> None:
+    entry = by_spec.get(key)
+    if entry is not None and entry[0] is ref:
+        del by_spec[key]
 
 
 def tables_for(spec: NumatopologySpec) -> Tables:
-    hit = _by_spec.get(id(spec))
-    if hit is not None and hit[0]() is spec:
-        return hit[1]
-    content = spec.model_dump_json()
-    tables = _by_content.get(content)
-    if tables is None:
-        tables = _build(spec)
-        if len(_by_content) >= _CACHE_SIZE:
-            del _by_content[next(iter(_by_content))]
-        _by_content[content] = tables
-    key = id(spec)
-    _by_spec[key] = (weakref.ref(spec, lambda ref: _forget(key, ref)), tables)
-    return tables
+    """Tables built afresh (no cache): for one-off callers; `TableCache` for many."""
+    return build_tables(spec)
 
 
-def _forget(key: int, ref: weakref.ref[NumatopologySpec]) -> None:
-    entry = _by_spec.get(key)
-    if entry is not None and entry[0] is ref:
-        del _by_spec[key]
-
-
-def _build(spec: NumatopologySpec) -> Tables:
+def build_tables(spec: NumatopologySpec) -> Tables:
     numa_ids = tuple(sorted(n.id for n in spec.numa_nodes))
     known = set(numa_ids)
     reserved = spec.reserved_cpus.ids
@@ -173,4 +169,5 @@ def _build(spec: NumatopologySpec) -> Tables:
         nic_resource={n.name: n.resource for n in spec.nics},
         pci_rank={(p.gpu, p.nic): p.path.rank for p in spec.pci_paths},
         distances=distances,
+        numa_online={n: len(c) for n, c in online_by_numa.items()},
     )

@@ -156,7 +156,12 @@ async def decide(runtime: Runtime, request: PodRequest, node: str, *, path: str)
             before = _free_view(live)
             try:
                 decision = await runtime.in_engine_thread(
-                    allocation.allocate, topology, frozen, request, node
+                    allocation.allocate,
+                    topology,
+                    frozen,
+                    request,
+                    node,
+                    engine=runtime.decisions,
                 )
             except InvalidRequestError as exc:
                 outcome = Outcome(State.INVALID, translate.invalid_message(exc))

@@ -143,10 +143,12 @@ async def judge_off_loop(runtime: Runtime, request: PodRequest, nodes: Iterable[
     on the loop would hold up every watch. A verdict is advice (bind decides again on
     the live ledger), so the bookings it was judged on may change meanwhile."""
     taken = candidates(runtime, nodes)
-    return await runtime.in_engine_thread(judge_candidates, request, taken)
+    return await runtime.in_engine_thread(judge_candidates, request, taken, runtime.decisions)
 
 
-def judge_candidates(request: PodRequest, taken: Candidates) -> Verdicts:
+def judge_candidates(
+    request: PodRequest, taken: Candidates, engine: allocation.Engine | None = None
+) -> Verdicts:
     """The pod on each candidate (no I/O; reads only `taken`).
 
     A scheduling cycle runs this over every candidate node, so the nodes are grouped by
@@ -173,10 +175,11 @@ def judge_candidates(request: PodRequest, taken: Candidates) -> Verdicts:
         names.append(node)
         pending.append((topology, state))
     outcomes: list[int | refusals.Refusal | str] = [""] * len(names)
-    for group in allocation.group_by_shape(pending):
+    engine = engine or allocation.Engine()
+    for group in allocation.group_by_shape(pending, engine=engine):
         try:
             decided: Sequence[int | refusals.Refusal | str] = allocation.evaluate_many(
-                group.topology, group.states, request, checked=False
+                group.topology, group.states, request, checked=False, engine=engine
             )
         except InvalidRequestError as exc:
             decided = [translate.invalid_message(exc)] * len(group.positions)

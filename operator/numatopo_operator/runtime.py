@@ -16,6 +16,7 @@ from typing import Any, ParamSpec, TypeVar
 
 import kopf
 
+from numatopo_engine import allocation
 from numatopo_kube import KubeClient
 from numatopo_operator.errors import NotActiveError
 from numatopo_operator.ledger import Ledger
@@ -96,6 +97,9 @@ class Runtime:
     engine: ThreadPoolExecutor = ENGINE_THREAD
     """Where engine calls run (`in_engine_thread`), so that a 64-NUMA decision or a
     5,000-node filter does not hold up kopf's watches and the Lease renewals."""
+
+    decisions: allocation.Engine = field(default_factory=allocation.Engine)
+    """The engine's memo tables; read and written only in the engine thread."""
 
     def __post_init__(self) -> None:
         self.retries = RetryQueue(self.settings.retry_base_seconds, self.settings.retry_max_seconds)

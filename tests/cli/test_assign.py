@@ -22,7 +22,7 @@ from numatopo_cli.main import main
 from numatopo_engine import DEFAULT_RESOURCES, NodeState, allocate, request_from_pod
 from numatopo_engine.annotations import Assignment, CpuMode
 from numatopo_engine.model import Numatopology
-from numatopo_engine.refusals import shared_pool
+from numatopo_engine.refusals import Kind, Shortfall, Wanted, word
 from numatopo_engine.request import ContainerRequest, PodRequest, TopologyOptions
 
 REPO = Path(__file__).resolve().parents[2]
@@ -122,8 +122,8 @@ class TestAnswer:
         assert (1, "") == (code, err)
         assert {
             "fits": False,
-            "reason": "best-effort: the node does not have 4 CPUs and 16Gi memory and 1 GPUs "
-            "free (NUMA 0: 22 CPUs, 188Gi memory, 0 GPUs free; "
+            "reason": "best-effort: 1 GPUs requested, more than the node has free "
+            "(0 GPUs free in all; NUMA 0: 22 CPUs, 188Gi memory, 0 GPUs free; "
             "NUMA 1: 24 CPUs, 188Gi memory, 0 GPUs free)",
         } == json.loads(out)
 
@@ -317,7 +317,8 @@ class TestInputs:
             pytest.param(
                 ["--gpu-resource", "example.com/*"],
                 "nvidia.com/gpu",
-                "best-effort: GPUs: 2 GPUs requested, the node has 0 GPUs in all",
+                "best-effort: 2 GPUs requested, more than the node has free (0 GPUs free in "
+                "all; NUMA 0: 22 CPUs, 188Gi memory free; NUMA 1: 24 CPUs, 188Gi memory free)",
                 id="counted-as-gpus-of-its-own-kind",
             ),
             pytest.param([], "example.com/accel", 0, id="without-the-flag-not-a-gpu"),
@@ -643,7 +644,8 @@ class TestRealEngine:
         answer = json.loads(out)
 
         if expected is None:
-            assert (1, False, shared_pool(2, 2)) == (code, answer["fits"], answer.get("reason"))
+            shortfall = Shortfall(Kind.SHARED_POOL, "best-effort", (Wanted("CPUs", 2),), bound=2)
+            assert (1, False, word(shortfall)) == (code, answer["fits"], answer.get("reason"))
         else:
             given = str(Assignment.model_validate(answer["assignment"]).containers["app"].cpus)
             assert 0 == code, err

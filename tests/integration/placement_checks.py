@@ -43,8 +43,12 @@ def check_within_node(spec: NumatopologySpec, assignment: Assignment) -> None:
         assert booked_on <= container.mems.ids, f"{name}: memory booked outside its mems"
 
 
-def check_local(spec: NumatopologySpec, assignment: Assignment) -> None:
-    """Every exclusive CPU and every GPU of known NUMA lies on the container's `mems`."""
+def check_local(spec: NumatopologySpec, request: PodRequest, assignment: Assignment) -> None:
+    """Under `restricted` and `single-numa-node` (preferred placements only), every
+    exclusive CPU and every GPU of known NUMA lies on the container's `mems`. Under
+    `best-effort` and `none` the kubelet tops an unaligned placement up from anywhere."""
+    if request.options.policy not in (PolicyName.RESTRICTED, PolicyName.SINGLE_NUMA_NODE):
+        return
     cpu_numa = _cpu_numa(spec)
     gpu_numa = {gpu.index: gpu.numa for gpu in spec.gpus}
     for name, container in assignment.containers.items():
@@ -118,9 +122,11 @@ def check_single_numa(request: PodRequest, assignment: Assignment) -> None:
     """`single-numa-node`: one NUMA node per pod (scope pod) or per container."""
     if request.options.policy is not PolicyName.SINGLE_NUMA_NODE:
         return
-    if request.options.scope is Scope.POD:
+    bound = [c.name for c in request.containers if _needs([c], request.options.cpu)]
+    if request.options.scope is Scope.POD and bound:
         assert len(assignment.numa_nodes) <= 1, f"spans NUMA {assignment.numa_nodes}"
-    for name, container in assignment.containers.items():
+    for name in bound:
+        container = assignment.containers[name]
         assert len(container.mems) <= 1, f"{name}: spans NUMA {container.mems}"
 
 
@@ -214,6 +220,17 @@ def _min_width(capacity: Free, resource: str, amount: int, numa_ids: Sequence[in
     return None
 
 
+def hardware(spec: NumatopologySpec) -> Free:
+    """What the kubelet's hint providers count as capacity: every online CPU (reserved
+    ones too), memory of the pod-memory nodes, devices that have a NUMA node."""
+    cpus = Counter(node.id for node in spec.numa_nodes for _ in node.cpus)
+    everything = free_before(spec, [])
+    gpus: Counter[int | None] = Counter(g.numa for g in spec.gpus if g.numa is not None)
+    nics: Counter[int | None] = Counter(n.numa for n in spec.nics if n.numa is not None)
+    return Free(cpus=cpus, memory=everything.memory, hugepages=everything.hugepages,
+                gpus=gpus, nics=nics)  # fmt: skip
+
+
 def check_restricted_unit(
     spec: NumatopologySpec,
     free: Free,
@@ -221,31 +238,37 @@ def check_restricted_unit(
     cpu_mode: CpuMode,
     mems: frozenset[int],
 ) -> None:
-    """`mems` is a preferred placement in the kubelet's sense.
-
-    For each resource, a preferred hint is a mask as narrow as the node's hardware
-    allows for the request (ignoring every allocation) that holds it from what is free
-    now. The merged placement is preferred when each resource has a preferred hint
-    inside it and those hints share a NUMA node.
-    """
+    """`mems` is a preferred placement in the kubelet's sense (1.24+): for every resource
+    it is itself a preferred hint, as narrow as the hardware allows for the request,
+    and it holds the request from what is free (devices on no NUMA node count nowhere;
+    a device kind none of which has a NUMA node has no preference)."""
     numa_ids = sorted(node.id for node in spec.numa_nodes)
-    capacity = free_before(spec, [])
+    capacity = hardware(spec)
+    if cpu_mode is not CpuMode.EXCLUSIVE:
+        capacity = Free(
+            cpus=free_before(spec, []).cpus,
+            memory=capacity.memory,
+            hugepages=capacity.hugepages,
+            gpus=capacity.gpus,
+            nics=capacity.nics,
+        )
+    located = Free(
+        cpus=free.cpus,
+        memory=free.memory,
+        hugepages=free.hugepages,
+        gpus=Counter({n: v for n, v in free.gpus.items() if n is not None}),
+        nics=Counter({n: v for n, v in free.nics.items() if n is not None}),
+    )
     inside = sorted(mems)
-    needs = _needs(containers, cpu_mode)
-    if not needs:
-        return
-    shared = set(inside)
-    for resource, amount in needs:
+    for resource, amount in _needs(containers, cpu_mode):
+        if resource in ("gpu", "nic") and not sum(
+            (capacity.gpus if resource == "gpu" else capacity.nics).values()
+        ):
+            continue
         width = _min_width(capacity, resource, amount, numa_ids)
         assert width is not None, f"{resource}: {amount} more than the node has"
-        hints = [
-            set(mask)
-            for mask in combinations(inside, width)
-            if _amount(free, resource, mask) >= amount
-        ]
-        assert hints, f"{resource}: no preferred {width}-wide hint inside NUMA {inside}"
-        shared &= set().union(*hints)
-    assert shared, f"preferred hints inside NUMA {inside} share no NUMA node"
+        assert len(inside) == width, f"{resource}: NUMA {inside} is not {width} wide"
+        assert _amount(located, resource, inside) >= amount, f"{resource}: NUMA {inside} short"
 
 
 def check_restricted(

@@ -74,7 +74,7 @@ def place_checked(spec: NumatopologySpec, state: NodeState, request: PodRequest,
     assert decision.score == evaluate(spec, state, request)
     assert decision == allocate(spec, state.copy(), request, node), "not deterministic"
     check_within_node(spec, assignment)
-    check_local(spec, assignment)
+    check_local(spec, request, assignment)
     check_gets_what_it_asked(request, assignment)
     check_shared_cpus_free(assignment, _held_cpus(state))
     check_single_numa(request, assignment)

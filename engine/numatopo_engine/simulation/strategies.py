@@ -43,7 +43,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from itertools import product
 
-from numatopo_engine.allocation import allocate, evaluate
+from numatopo_engine.allocation import Engine, allocate, evaluate
 from numatopo_engine.annotations import (
     Assignment,
     ContainerAssignment,
@@ -212,6 +212,7 @@ class Strategy:
 
     def __init__(self, seed: int) -> None:
         self.rng = random.Random(seed)
+        self.engine = Engine()
 
     def start(self, cluster: Cluster, workload: Sequence[PodRow]) -> None:
         """Called once before the replay, with the fresh cluster and the whole workload."""
@@ -347,7 +348,7 @@ class Numatopo(Strategy):
             seen.add(signature)
             assert node.state is not None
             try:
-                score = evaluate(node.shape.spec, node.state, request)
+                score = evaluate(node.shape.spec, node.state, request, engine=self.engine)
             except UnsatisfiableError as exc:
                 reasons.append(f"{node.name}: {exc.reason}")
             else:
@@ -360,7 +361,7 @@ class Numatopo(Strategy):
             return Rejection(False, reasons[0] if reasons else "no node fits")
         node = nodes[best[1]]
         assert node.state is not None
-        decision = allocate(node.shape.spec, node.state, request, node.name)
+        decision = allocate(node.shape.spec, node.state, request, node.name, engine=self.engine)
         return self._from_assignment(best[1], node, decision.assignment)
 
     def _from_assignment(self, index: int, node: SimNode, assignment: Assignment) -> Placement:

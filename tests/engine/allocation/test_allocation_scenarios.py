@@ -6,20 +6,19 @@ import json
 import time
 from itertools import combinations
 
+import numpy as np
 import pytest
 from helpers import GiB, app, busy, pod
 from topologies import BUILDERS, FIXTURES, load
 
-from numatopo_engine.allocation import allocate, evaluate, node_score
+from numatopo_engine.allocation import Engine, allocate, evaluate, node_score
 from numatopo_engine.annotations import CpuMode, GpuLinksMode, PolicyName, Scope, SmtMode
+from numatopo_engine.decision import decide_rows
 from numatopo_engine.errors import InvalidRequestError, UnsatisfiableError
-from numatopo_engine.hints import FreeView, Need, build_resources
-from numatopo_engine.merging import choose_mask
+from numatopo_engine.hints import Need
 from numatopo_engine.model import Numatopology
-from numatopo_engine.policies import rules_for
-from numatopo_engine.request import ContainerRequest
+from numatopo_engine.request import ContainerRequest, TopologyOptions
 from numatopo_engine.state import NodeState
-from numatopo_engine.topology_tables import tables_for
 
 BE = PolicyName.BEST_EFFORT
 SINGLE = PolicyName.SINGLE_NUMA_NODE
@@ -60,8 +59,8 @@ def test_fixture_json_matches_its_builder(name: str) -> None:
                      "2,14", id="ht-full-cores-skips-the-broken-core"),
         pytest.param("cpu-2socket-ht", (), "", pod(app(16)), [0, 1], [],
                      "0-4,6,8,10,12-16,18,20,22", id="ht-whole-numa-node-then-cores"),
-        pytest.param("dgx1-v100", (), "", pod(app(30, 1), policy=RESTRICTED), [0, 1], [0],
-                     "0-14,24-38", id="restricted-admits-cpus-over-two-nodes-with-a-local-gpu"),
+        pytest.param("dgx1-v100", (), "", pod(app(30, 1)), [0, 1], [0],
+                     "0-14,24-38", id="best-effort-spans-two-nodes-for-cpus-with-a-local-gpu"),
         pytest.param("gb200-like", (), "", pod(app(64, 2, memory=64 * GiB), policy=SINGLE), [0],
                      [0, 1], "0-63", id="gb200-grace-node-not-gpu-memory-nodes"),
     ],
@@ -119,13 +118,25 @@ def test_p4d_nic_follows_the_gpus_to_the_next_switch() -> None:
             id="full-cores-needs-a-multiple-of-threads",
         ),
         pytest.param(
-            "dgx1-v100", (), pod(app(0, 9)), r"GPUs: 9 GPUs requested, the node has 8 GPUs in all",
+            "dgx1-v100",
+            (),
+            pod(app(0, 9)),
+            r"9 GPUs requested, more than the node has free \(8 GPUs free in all;",
             id="more-gpus-than-the-hardware",
         ),
         pytest.param(
             "cpu-2socket-ht", (), pod(app(14), policy=RESTRICTED, max_numa_nodes=1),
-            r"^restricted: no preferred placement within 1 NUMA node\(s\) has 14 CPUs",
+            r"^restricted: max-numa-nodes 1: the kubelet's placement of 14 CPUs spans more NUMA "
+            r"nodes \(2 NUMA nodes;",
             id="max-numa-nodes-bounds-restricted",
+        ),
+        pytest.param(
+            # Kubernetes 1.24+: CPUs need both NUMA nodes, the GPU one; no mask is preferred
+            # by both, so the kubelet would refuse the pod (TopologyAffinityError).
+            "dgx1-v100", (), pod(app(30, 1), policy=RESTRICTED),
+            r"^restricted: no NUMA placement is preferred for every resource of 30 CPUs and "
+            r"1 GPUs free \(NUMA 0: 24 CPUs, 4 GPUs free; NUMA 1: 24 CPUs, 4 GPUs free\)$",
+            id="restricted-refuses-cpus-over-two-nodes-with-a-one-node-gpu",
         ),
     ],
 )  # fmt: skip
@@ -254,26 +265,24 @@ def test_allocate_does_not_mutate_the_state() -> None:
 
 def _search(spec_name: str, need: Need, policy: PolicyName) -> tuple[int, int, float]:
     spec = load(spec_name)
-    tables = tables_for(spec)
-    free = FreeView.from_state(tables, NodeState(spec))
+    engine = Engine()
+    tables = engine.tables_of(spec)
     started = time.perf_counter()
-    choice = choose_mask(
-        build_resources(tables, free, need),
-        rules=rules_for(policy),
-        max_numa_nodes=None,
-        distances=tables.distances,
-    )
-    assert choice is not None
-    return choice.mask, choice.evaluated, time.perf_counter() - started
+    plan = engine.plan(tables, need, TopologyOptions(policy=policy), floor=1, closest=False)
+    row = np.frombuffer(engine.row(tables, NodeState(spec)), dtype=np.int64)[None, :]
+    decided = decide_rows(plan, row, engine.gpu_memo)
+    assert decided.score[0] >= 0
+    return decided.mask(0), len(plan.masks), time.perf_counter() - started
 
 
 @pytest.mark.parametrize(
     ("topology", "need", "policy", "mask", "most_evaluated"),
     [
-        pytest.param("numa64-synthetic", Need(cpus=4), SINGLE, 0b1, 64, id="64-numa-one-node"),
-        pytest.param("numa64-synthetic", Need(cpus=12), BE, 0b11, 2016, id="64-numa-two-nodes"),
-        pytest.param("numa64-synthetic", Need(cpus=20), BE, 0b111, 16384, id="64-numa-budgeted"),
-        pytest.param("gb200-like", Need(cpus=100, gpus=4, memory_bytes=GiB), BE, 0b11, 1,
+        pytest.param("numa64-synthetic", Need(cpus=4), SINGLE, 0b1, 65, id="64-numa-one-node"),
+        pytest.param("numa64-synthetic", Need(cpus=12), BE, 0b11, 6177, id="64-numa-two-nodes"),
+        pytest.param("numa64-synthetic", Need(cpus=20), BE, 0b111, 10273,
+                     id="64-numa-budgeted"),
+        pytest.param("gb200-like", Need(cpus=100, gpus=4, memory_bytes=GiB), BE, 0b11, 3,
                      id="gb200-two-grace-nodes-only"),
     ],
 )  # fmt: skip
@@ -281,9 +290,10 @@ def _search(spec_name: str, need: Need, policy: PolicyName) -> tuple[int, int, f
 def test_mask_search_is_bounded(
     topology: str, need: Need, policy: PolicyName, mask: int, most_evaluated: int
 ) -> None:
-    """Never 2^N: candidates are the relevant nodes, widths start at the hardware minimum.
+    """Never 2^N: candidates are the relevant nodes, widths end one past the widest
+    hardware minimum, each width within a budget.
 
-    The count of evaluated masks is the bound; the time is only a guard against a
+    The count of candidate masks is the bound; the time is only a guard against a
     blow-up (2^64 masks would never finish), loose enough for a loaded 2-core machine.
     """
     chosen, evaluated, seconds = _search(topology, need, policy)

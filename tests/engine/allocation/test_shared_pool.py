@@ -13,22 +13,28 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
+import numpy as np
 import pytest
 from helpers import app, busy, pod, small_node
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
-from test_fast_evaluate import filled_states, fills, requests, varied_nodes
+from test_evaluate_matches_allocate import filled_states, fills, requests, varied_nodes
 
-from numatopo_engine import batch_evaluate
-from numatopo_engine.allocation import allocate, evaluate, evaluate_many, score_many
+from numatopo_engine.allocation import Engine, allocate, evaluate, evaluate_many, score_many
 from numatopo_engine.annotations import CpuMode, Scope
 from numatopo_engine.errors import InvalidRequestError, UnsatisfiableError
 from numatopo_engine.model import NumatopologySpec
-from numatopo_engine.refusals import Refusal, shared_pool, summary
+from numatopo_engine.refusals import Kind, Refusal, Shortfall, Wanted, word
 from numatopo_engine.request import PodRequest
-from numatopo_engine.state import NodeState, row_layout, shared_floor
+from numatopo_engine.state import NodeState, shared_floor
 
 Answer = int | str  # a score, or a refusal reason
+
+
+def shared_pool(cpus: int, free: int, *, detail: bool = True) -> str:
+    """The words of a last-shared-CPU refusal of a best-effort pod."""
+    refusal = Shortfall(Kind.SHARED_POOL, "best-effort", (Wanted("CPUs", cpus),), bound=free)
+    return word(refusal, detail=detail)
 
 
 def two_cpu_node(reserved: str = "") -> NumatopologySpec:
@@ -170,10 +176,16 @@ def test_bulk_refusals_for_the_shared_pool_get_their_own_summary() -> None:
     assert expected == actual
     assert sorted(
         [
-            ([1], summary(shared_pool(1, 1))),
-            ([2], summary(str(expected[2]))),
+            ([1], shared_pool(1, 1, detail=False)),
+            ([2], _summary(spec, states[2], request)),
         ]
     ) == sorted((indices.tolist(), text) for indices, text in scored.refused)
+
+
+def _summary(spec: NumatopologySpec, state: NodeState, request: PodRequest) -> str:
+    with pytest.raises(UnsatisfiableError) as raised:
+        evaluate(spec, state, request)
+    return raised.value.summary
 
 
 def test_the_floor_is_one_cpu_only_without_a_reserved_one() -> None:
@@ -184,11 +196,13 @@ def test_the_row_layout_starts_with_free_cpus_per_numa_node() -> None:
     """The bulk check sums a row's first columns as the node's free CPUs."""
     spec = small_node(numa=2, cores=2, threads=1, gpus_per_numa=0, links=[])
     state = busy(spec, cpus="0")
-    columns = len(row_layout(spec).numa_ids)
+    engine = Engine()
+    tables = engine.tables_of(spec)
+    columns = len(engine.layout_of(tables).numa_ids)
 
-    row = batch_evaluate.stack(state.free_row(), row_layout(spec).width)
+    row = np.frombuffer(engine.row(tables, state), dtype=np.int64)
 
-    assert state.free_cpu_count() == int(row[0, :columns].sum())
+    assert state.free_cpu_count() == int(row[:columns].sum())
 
 
 def _shared_left(spec: NumatopologySpec, state: NodeState) -> int:

@@ -1,10 +1,8 @@
-"""`evaluate` (table look-ups where it can, the general search where it cannot) answers
-exactly what `allocate` (the general search, building the assignment) answers."""
+"""`evaluate` (the decision without the fill) answers exactly what `allocate` (the same
+decision, then the concrete resources) answers; shared builders of varied nodes."""
 
 from __future__ import annotations
 
-import importlib.util
-import sys
 from collections.abc import Callable
 from dataclasses import replace
 from itertools import combinations
@@ -15,7 +13,6 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from test_allocation_properties import NAMED
 
-from numatopo_engine import allocation
 from numatopo_engine.allocation import allocate, evaluate
 from numatopo_engine.annotations import CpuMode, GpuLinksMode, PolicyName, Scope, SmtMode
 from numatopo_engine.cpuset import CPUSet
@@ -226,31 +223,6 @@ def test_rare_requests_are_scored_as_allocate_scores_them(request_: PodRequest) 
     expected = allocate(spec, NodeState(spec), request_, "n").score
 
     actual = evaluate(spec, NodeState(spec), request_)
-
-    assert expected == actual
-
-
-def test_a_second_import_of_the_module_never_reads_the_first_ones_decisions(
-    monkeypatch: pytest.MonkeyPatch,
-) -> None:
-    """Both copies start their token counters afresh; tokens are objects of the copy that
-    made them, so the memos they share on `Tables` cannot mix their answers."""
-    second = importlib.util.spec_from_file_location("allocation_again", allocation.__file__)
-    assert second is not None
-    assert second.loader is not None
-    again = importlib.util.module_from_spec(second)
-    monkeypatch.setitem(sys.modules, "allocation_again", again)
-    second.loader.exec_module(again)
-    spec = NAMED["dgx1-v100"]
-    state = NodeState(spec)
-    fits, too_large = pod(app(2, 1), name="fits"), pod(app(2, 9), name="too-large")
-    expected = [evaluate(spec, state, fits), "refused"]
-
-    try:
-        refused = again.evaluate(spec, state, too_large)
-    except UnsatisfiableError:
-        refused = "refused"
-    actual = [again.evaluate(spec, state, fits), refused]
 
     assert expected == actual
 

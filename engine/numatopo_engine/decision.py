@@ -1,0 +1,812 @@
+"""The one decision path: where a placement unit goes on each of many nodes of one shape.
+
+Every caller (the extender's filter, prioritize and bind, the assigner, `numatopo
+assign`, `numatopo simulate`) reaches `decide_rows`; one node is one row. Per node:
+
+1. Hint providers, as the kubelet's (`hints` for the inputs):
+   * CPUs (static CPU manager, exclusive integer CPUs): a mask is a hint when its free
+     allocatable CPUs hold the request; preferred when its width is the fewest NUMA
+     nodes whose CPUs (all of them, reserved ones too) could hold it. With
+     `smt: full-cores` only wholly free whole cores count (numatopo's own rule).
+   * devices (device manager), per resource name: a device counts in a mask when its
+     NUMA node is in it; devices on no NUMA node count in none; a resource none of
+     whose devices has a NUMA node gives no preference.
+   * memory and huge pages (static memory manager), one hint list for all sizes: a
+     mask is a hint when its capacity and free amounts hold every size and its nodes
+     may serve it together (memory groups, `hints.FreeView.join_group`). With no hint
+     at all it states no preference, and refuses when it allocates.
+   `cpu: numa` (fractional CPUs) gives no CPU hint, as the kubelet gives none for a
+   container without integer CPUs.
+2. The merge and admission (`topology_manager`, same answers): a mask every provider
+   lists as preferred (the narrowest, or closest with `prefer-closest-numa-nodes`),
+   else, under `best-effort` and `none`, the non-preferred winner. Under `none`
+   numatopo still places aligned where it can, and admits what the kubelet admits.
+3. The memory manager's own nodes: the merged mask if its free memory holds the
+   request, else its best hint containing the mask (under `none`: its best hint);
+   refused when there is none, when that hint is not preferred while the merged one
+   is, or when a multi-node mask mixes memory groups.
+4. numatopo's checks beyond the kubelet: `max-numa-nodes`, `gpu-links: required`, the
+   last shared CPU; then the node score (`scoring`).
+
+Steps 1-3 are (nodes x masks) array expressions; the GPU set and the non-preferred
+merge run per node, for the nodes that need them. Masks cover every NUMA node of the
+machine (all 2^N - 1 of them, as the kubelet's, for N up to `FULL_SEARCH`). Larger
+machines, which the kubelet's Topology Manager refuses to run on, are searched over
+the NUMA nodes that hold something the request asks for, by increasing width within a
+budget, and there a non-preferred placement is the narrowest mask that holds it all.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from itertools import combinations
+from math import comb
+
+import numpy as np
+import numpy.typing as npt
+
+from numatopo_engine.annotations import CpuMode, GpuLinksMode, PolicyName
+from numatopo_engine.gpu_assignment import GpuMemo, choose_gpus, first_unlinked_pair, set_bandwidth
+from numatopo_engine.hints import Need, RowLayout
+from numatopo_engine.numamask import LOCAL_DISTANCE
+from numatopo_engine.refusals import Kind, Shortfall, Wanted
+from numatopo_engine.request import TopologyOptions
+from numatopo_engine.scoring import CPU_WEIGHTS, GPU_WEIGHTS
+from numatopo_engine.topology_tables import Tables
+
+__all__ = ["FULL_SEARCH", "Decided", "Plan", "decide_rows", "make_plan"]
+
+Ints = npt.NDArray[np.int64]
+Bools = npt.NDArray[np.bool_]
+
+FULL_SEARCH = 10  # NUMA nodes up to which every mask is a candidate (1023 masks)
+MASK_BUDGET = 4096  # masks per width on larger machines, best-equipped nodes first
+DEFAULT_MAX_WIDTH = 8  # widest mask searched on larger machines (the kubelet's node cap)
+_BIG = np.iinfo(np.int64).max // 4
+
+
+@dataclass(frozen=True, slots=True)
+class _Provider:
+    wanted: tuple[Wanted, ...]
+    columns: tuple[Ints, ...]  # per wanted: (NUMA positions, k) row columns, summed
+    needs: tuple[int, ...]
+    narrowest: int  # the kubelet's minAffinitySize
+    pref: Bools  # per mask: preferred (width == narrowest)
+    holds: Bools  # per mask: the hardware holds it (memory: every size; else all True)
+    memory: bool
+
+
+@dataclass(frozen=True, slots=True)
+class Plan:
+    """Everything about one unit's request on one hardware shape that no node changes."""
+
+    tables: Tables
+    layout: RowLayout
+    need: Need
+    options: TopologyOptions
+    wanted: tuple[Wanted, ...]
+    ids: tuple[int, ...]  # NUMA id per position
+    masks: tuple[int, ...]  # candidate masks, bit p = NUMA position p
+    full: bool  # masks are every subset of the positions
+    counts: Ints
+    member: Ints  # (masks, positions) 0/1
+    rank: Ints  # the kubelet's order of masks (narrowest, or closest), 0 = best
+    narrow_rank: Ints  # by width, then value (the memory manager's order)
+    every: int  # the default mask (all positions of the space)
+    providers: tuple[_Provider, ...]
+    totals: tuple[tuple[str, int, Ints], ...]  # (resource, need, row columns) node-wide
+    plain_cpu_columns: Ints
+    floor: int
+    narrowest: int  # the score's span numerator
+    cpu_capacity: Ints  # per mask: allocatable CPUs
+    gpu_in_mask: tuple[int, ...]  # per mask: bitmask of GPUs of the resource in it
+    gpu_all_in_mask: Ints  # per mask: GPUs (any resource) in it or on no NUMA node
+    gpu_matching: int  # bitmask of the GPUs of the requested resource
+    position_of: dict[int, int]
+
+
+def make_plan(
+    tables: Tables,
+    layout: RowLayout,
+    need: Need,
+    options: TopologyOptions,
+    *,
+    floor: int,
+    prefer_closest: bool,
+) -> Plan:
+    ids = layout.numa_ids
+    position_of = {n: p for p, n in enumerate(ids)}
+    positions = _candidate_positions(tables, need, position_of)
+    full = len(ids) <= FULL_SEARCH
+    if full:
+        masks = list(range(1, 1 << len(ids)))
+        every = masks[-1]
+    else:
+        masks, every = _bounded_masks(tables, need, options, positions, position_of)
+    mask_arr = np.array(masks, dtype=np.int64) if len(ids) < 63 else np.zeros(len(masks), np.int64)
+    member = np.array(
+        [[m >> p & 1 for p in range(len(ids))] for m in masks], dtype=np.int64
+    ).reshape(len(masks), len(ids))
+    counts = member.sum(axis=1)
+    single = options.policy is PolicyName.SINGLE_NUMA_NODE
+    closest = prefer_closest and not single
+    distance = _mean_distances(tables, ids, member) if closest else np.zeros(len(masks))
+    order = np.lexsort((mask_arr if len(ids) < 63 else np.arange(len(masks)), distance, counts))
+    rank = np.empty(len(masks), dtype=np.int64)
+    rank[order] = np.arange(len(masks))
+    narrow_order = np.lexsort((np.arange(len(masks)), counts))
+    narrow_rank = np.empty(len(masks), dtype=np.int64)
+    narrow_rank[narrow_order] = np.arange(len(masks))
+    providers = _providers(tables, layout, need, member, counts)
+    gpu_matching = 0
+    for gpu, resource in tables.gpu_resource.items():
+        if need.gpu_resource in (None, resource):
+            gpu_matching |= 1 << gpu
+    gpu_in_mask = []
+    gpu_all = []
+    for m in masks:
+        inside = {ids[p] for p in range(len(ids)) if m >> p & 1}
+        bits_in = 0
+        total = 0
+        for gpu, numa in tables.gpu_numa.items():
+            if numa is None or numa in inside:
+                total += 1
+                if gpu_matching >> gpu & 1:
+                    bits_in |= 1 << gpu
+        gpu_in_mask.append(bits_in)
+        gpu_all.append(total)
+    allocatable = np.array([len(tables.numa_allocatable[n]) for n in ids], dtype=np.int64)
+    cpu_cols = np.array([layout.cpu(p) for p in range(len(ids))], dtype=np.int64)
+    whole_cols = np.array([layout.whole(p) for p in range(len(ids))], dtype=np.int64)
+    return Plan(
+        tables=tables,
+        layout=layout,
+        need=need,
+        options=options,
+        wanted=_wanted(need),
+        ids=ids,
+        masks=tuple(masks),
+        full=full,
+        counts=counts,
+        member=member,
+        rank=rank,
+        narrow_rank=narrow_rank,
+        every=every,
+        providers=providers,
+        totals=_totals(tables, layout, need, cpu_cols, whole_cols),
+        plain_cpu_columns=cpu_cols,
+        floor=floor,
+        narrowest=max((p.narrowest for p in providers), default=1),
+        cpu_capacity=member @ allocatable,
+        gpu_in_mask=tuple(gpu_in_mask),
+        gpu_all_in_mask=np.array(gpu_all, dtype=np.int64),
+        gpu_matching=gpu_matching,
+        position_of=position_of,
+    )
+
+
+def _wanted(need: Need) -> tuple[Wanted, ...]:
+    out: list[Wanted] = []
+    if need.cpus and need.cpu_mode is not CpuMode.NONE:
+        out.append(Wanted("CPUs", need.cpus))
+    if need.memory_bytes:
+        out.append(Wanted("memory", need.memory_bytes, in_bytes=True))
+    out.extend(Wanted(f"hugepages-{s}", a, in_bytes=True) for s, a in need.hugepages if a)
+    if need.gpus:
+        out.append(Wanted("GPUs", need.gpus))
+    if need.nics:
+        out.append(Wanted("NICs", need.nics))
+    return tuple(out)
+
+
+def _matching_keys(
+    keys: tuple[tuple[int | None, str], ...], resource: str | None
+) -> list[tuple[int, int | None]]:
+    return [(i, n) for i, (n, r) in enumerate(keys) if resource in (None, r)]
+
+
+def _totals(
+    tables: Tables, layout: RowLayout, need: Need, cpu_cols: Ints, whole_cols: Ints
+) -> tuple[tuple[str, int, Ints], ...]:
+    out: list[tuple[str, int, Ints]] = []
+    if need.cpus and need.cpu_mode is not CpuMode.NONE:
+        columns = whole_cols if need.full_cores else cpu_cols
+        out.append(("CPUs", need.cpus, columns))
+
+    def array(values: list[int]) -> Ints:
+        return np.array(values, dtype=np.int64)
+
+    if need.memory_bytes:
+        memory = array([layout.memory(p) for p in range(layout.n)])
+        out.append(("memory", need.memory_bytes, memory))
+    for size, amount in need.hugepages:
+        if amount:
+            picked = [layout.hugepage(i) for i, (_, s) in enumerate(layout.hugepages) if s == size]
+            out.append((f"hugepages-{size}", amount, array(picked)))
+    if need.gpus:
+        picked = [layout.gpu(i) for i, _ in _matching_keys(layout.gpu_keys, need.gpu_resource)]
+        out.append(("GPUs", need.gpus, array(picked)))
+    if need.nics:
+        picked = [layout.nic(i) for i, _ in _matching_keys(layout.nic_keys, need.nic_resource)]
+        out.append(("NICs", need.nics, array(picked)))
+    del tables
+    return tuple(out)
+
+
+def _candidate_positions(tables: Tables, need: Need, position_of: dict[int, int]) -> list[int]:
+    ids: set[int] = set()
+    if need.cpus and need.cpu_mode is not CpuMode.NONE:
+        ids.update(n for n, c in tables.cpu_capacity.items() if c)
+    if need.has_memory:
+        ids.update(n for n, c in tables.memory_capacity.items() if c)
+        ids.update(n for (n, _), c in tables.numa_hugepages.items() if c)
+    if need.gpus:
+        ids.update(n for n in tables.gpu_numa.values() if n is not None)
+    if need.nics:
+        ids.update(n for n in tables.nic_numa.values() if n is not None)
+    return sorted(position_of[n] for n in ids)
+
+
+def _bounded_masks(
+    tables: Tables,
+    need: Need,
+    options: TopologyOptions,
+    positions: list[int],
+    position_of: dict[int, int],
+) -> tuple[list[int], int]:
+    """Masks of up to the width bound over `positions` (trimmed to the best-equipped
+    ones when a width has more than `MASK_BUDGET`), and all of `positions` together."""
+    if options.policy is PolicyName.SINGLE_NUMA_NODE:
+        width = 1
+    else:
+        width = options.max_numa_nodes or DEFAULT_MAX_WIDTH
+    id_of = {p: n for n, p in position_of.items()}
+
+    def equipped(position: int) -> tuple[float, int]:
+        numa = id_of[position]
+        gpus = sum(1 for n in tables.gpu_numa.values() if n == numa)
+        cpus = tables.cpu_capacity.get(numa, 0)
+        return (-(gpus * 1000 + cpus + tables.memory_capacity.get(numa, 0) / 2**40), position)
+
+    # No mask narrower than a resource's hardware minimum can hold it, and a placement
+    # wider than one past the widest minimum is never worth searching here.
+    widest = 1
+    for asked, amounts in _hardware_amounts(tables, need, id_of, positions):
+        held, used = 0, 0
+        for amount in sorted(amounts, reverse=True):
+            if held >= asked:
+                break
+            held, used = held + amount, used + 1
+        widest = max(widest, used)
+    width = min(width, widest + 1)
+    masks: list[int] = []
+    for size in range(1, min(width, len(positions)) + 1):
+        pool = positions
+        if comb(len(positions), size) > MASK_BUDGET:
+            keep = size
+            while comb(keep + 1, size) <= MASK_BUDGET:
+                keep += 1
+            pool = sorted(sorted(positions, key=equipped)[:keep])
+        masks.extend(sum(1 << p for p in c) for c in combinations(pool, size))
+    every = sum(1 << p for p in positions) if positions else 1
+    if every not in masks:
+        masks.append(every)
+    return masks, every
+
+
+def _hardware_amounts(
+    tables: Tables, need: Need, id_of: dict[int, int], positions: list[int]
+) -> list[tuple[int, list[int]]]:
+    """(asked, capacity per candidate position) for each NUMA-bound resource."""
+    out: list[tuple[int, list[int]]] = []
+    numa = [id_of[p] for p in positions]
+    if need.cpus and need.cpu_mode is not CpuMode.NONE:
+        out.append((need.cpus, [tables.numa_online.get(n, 0) for n in numa]))
+    if need.memory_bytes:
+        out.append((need.memory_bytes, [tables.memory_capacity.get(n, 0) for n in numa]))
+    if need.gpus:
+        out.append((need.gpus, [sum(1 for g in tables.gpu_numa.values() if g == n) for n in numa]))
+    if need.nics:
+        out.append((need.nics, [sum(1 for x in tables.nic_numa.values() if x == n) for n in numa]))
+    return out
+
+
+def _mean_distances(tables: Tables, ids: tuple[int, ...], member: Ints) -> npt.NDArray[np.float64]:
+    """Mean SLIT distance over every ordered pair of a mask's nodes, the diagonal too
+    (`NUMADistances.CalculateAverageFor`)."""
+    matrix = np.array(
+        [[tables.distances.get((a, b), LOCAL_DISTANCE) for b in ids] for a in ids], dtype=np.float64
+    ).reshape(len(ids), len(ids))
+    weights = member.astype(np.float64)
+    totals = np.einsum("ma,ab,mb->m", weights, matrix, weights)
+    counts = weights.sum(axis=1)
+    return np.asarray(totals / (counts * counts), dtype=np.float64)
+
+
+def _providers(
+    tables: Tables, layout: RowLayout, need: Need, member: Ints, counts: Ints
+) -> tuple[_Provider, ...]:
+    ids = layout.numa_ids
+    n_all = len(ids)
+    everything = np.ones(len(counts), dtype=bool)
+
+    def make(
+        wanted: tuple[Wanted, ...],
+        columns: list[Ints],
+        capacities: list[Ints],
+        *,
+        memory: bool = False,
+    ) -> _Provider:
+        holds = everything.copy()
+        for w, capacity in zip(wanted, capacities, strict=True):
+            holds &= (member @ capacity) >= w.amount
+        narrowest = int(counts[holds].min()) if holds.any() else n_all
+        return _Provider(
+            wanted, tuple(columns), tuple(w.amount for w in wanted), narrowest,
+            counts == narrowest, holds if memory else everything, memory,
+        )  # fmt: skip
+
+    def per_position(values: dict[int, int]) -> Ints:
+        return np.array([values.get(n, 0) for n in ids], dtype=np.int64)
+
+    providers: list[_Provider] = []
+    if need.exclusive_cpus:
+        if need.full_cores:
+            capacity: dict[int, int] = {}
+            tpc = tables.threads_per_core
+            for core in tables.whole_cores:
+                threads = tables.core_threads[core]
+                if len(threads) == tpc:
+                    numa = tables.cpu_numa[threads[0]]
+                    capacity[numa] = capacity.get(numa, 0) + tpc
+            columns = np.array([layout.whole(p) for p in range(n_all)], dtype=np.int64)
+        else:
+            capacity = dict(tables.numa_online)
+            columns = np.array([layout.cpu(p) for p in range(n_all)], dtype=np.int64)
+        providers.append(make((Wanted("CPUs", need.cpus),), [columns], [per_position(capacity)]))
+    elif need.cpus and need.cpu_mode is CpuMode.NUMA:
+        # numatopo's own: fractional CPUs on the shared CPUs of the chosen NUMA nodes
+        # (the kubelet gives no CPU hint for them, and pins them nowhere).
+        capacity = {n: len(c) for n, c in tables.numa_allocatable.items()}
+        columns = np.array([layout.cpu(p) for p in range(n_all)], dtype=np.int64)
+        providers.append(make((Wanted("CPUs", need.cpus),), [columns], [per_position(capacity)]))
+    if need.has_memory:
+        wanted: list[Wanted] = []
+        columns_list: list[Ints] = []
+        capacities: list[Ints] = []
+        if need.memory_bytes:
+            wanted.append(Wanted("memory", need.memory_bytes, in_bytes=True))
+            columns_list.append(np.array([layout.memory(p) for p in range(n_all)], dtype=np.int64))
+            capacities.append(per_position(dict(tables.memory_capacity)))
+        for size, amount in need.hugepages:
+            if not amount:
+                continue
+            wanted.append(Wanted(f"hugepages-{size}", amount, in_bytes=True))
+            index = {n: i for i, (n, s) in enumerate(layout.hugepages) if s == size}
+            columns_list.append(np.array(
+                [layout.hugepage(index[n]) if n in index else layout.zero for n in ids],
+                dtype=np.int64,
+            ))  # fmt: skip
+            capacities.append(per_position(
+                {n: v for (n, s), v in tables.numa_hugepages.items() if s == size}))  # fmt: skip
+        providers.append(make(tuple(wanted), columns_list, capacities, memory=True))
+    gpu_places = [(n, tables.gpu_resource[g]) for g, n in tables.gpu_numa.items()]
+    nic_places = [(n, tables.nic_resource[x]) for x, n in tables.nic_numa.items()]
+    for count, resource, keys, places, column in (
+        (need.gpus, need.gpu_resource, layout.gpu_keys, gpu_places, layout.gpu),
+        (need.nics, need.nic_resource, layout.nic_keys, nic_places, layout.nic),
+    ):
+        if not count:
+            continue
+        located: dict[int, int] = {}
+        for place, kind in places:
+            if place is not None and resource in (None, kind):
+                located[place] = located.get(place, 0) + 1
+        if not located:
+            continue  # no device of it has a NUMA node: no preference
+        by_numa: dict[int, list[int]] = {}
+        for i, key_numa in _matching_keys(keys, resource):
+            if key_numa is not None:
+                by_numa.setdefault(key_numa, []).append(column(i))
+        # A request naming no resource counts every resource name of the kind: one
+        # column per name, summed per NUMA node.
+        depth = max(len(c) for c in by_numa.values())
+        columns = np.array(
+            [by_numa.get(n, []) + [layout.zero] * (depth - len(by_numa.get(n, []))) for n in ids],
+            dtype=np.int64,
+        ).reshape(n_all, depth)
+        name = "GPUs" if column == layout.gpu else "NICs"
+        providers.append(make((Wanted(name, count),), [columns], [per_position(located)]))
+    return tuple(providers)
+
+
+@dataclass(slots=True)
+class Decided:
+    """`decide_rows`' answers, per row: `score` (-1 refused), `kind` of refusal (None
+    when admitted), and for admitted rows the merged mask, the memory manager's mask
+    (as indices into the plan's masks: `mask(i)` / `memory_mask(i)` give bit n = NUMA
+    id n) and the GPUs."""
+
+    plan: Plan
+    score: Ints
+    kind: list[Kind | None]
+    chosen: Ints
+    memory_index: Ints
+    gpus: list[tuple[int, ...]]
+    pair: list[tuple[int, int] | None]
+    short: Ints  # SHORT rows: the index of the first resource short in `plan.totals`
+
+    def mask(self, row: int) -> int:
+        return _to_ids(self.plan.masks[int(self.chosen[row])], self.plan.ids)
+
+    def memory_mask(self, row: int) -> int:
+        return _to_ids(self.plan.masks[int(self.memory_index[row])], self.plan.ids)
+
+
+def decide_rows(plan: Plan, rows: Ints, memo: GpuMemo) -> Decided:
+    """Decide `plan`'s unit on every row (node) of `rows` (see the module docstring)."""
+    count = rows.shape[0]
+    kind: list[Kind | None] = [None] * count
+    refused = np.zeros(count, dtype=bool)
+
+    def refuse(where: Bools, why: Kind) -> None:
+        for i in np.flatnonzero(where & ~refused).tolist():
+            kind[i] = why
+        refused[where] = True
+
+    short = np.full(count, -1, dtype=np.int64)  # the first resource short, by index
+    for position, (_, asked, columns) in enumerate(plan.totals):
+        lacking = (rows[:, columns].sum(axis=1) < asked) & ~refused
+        short[lacking] = position
+        refuse(lacking, Kind.SHORT)
+    exclusive = plan.need.exclusive_cpus
+    if exclusive:
+        free_cpus = rows[:, plan.plain_cpu_columns].sum(axis=1)
+        refuse(free_cpus - exclusive < plan.floor, Kind.SHARED_POOL)
+    member_t = plan.member.T
+    sat: list[Bools] = []
+    memory_sat: Bools | None = None
+    memory_free_ok: list[Bools] = []
+    for provider in plan.providers:
+        ok = np.broadcast_to(provider.holds, (count, len(plan.masks))).copy()
+        for columns, asked in zip(provider.columns, provider.needs, strict=True):
+            fits = (_per_position(rows, columns) @ member_t) >= asked
+            ok &= fits
+            if provider.memory:
+                memory_free_ok.append(fits)
+        if provider.memory:
+            ok &= _groups_allow(plan, rows)
+            memory_sat = ok
+        sat.append(ok)
+    single = plan.options.policy is PolicyName.SINGLE_NUMA_NODE
+    preferred_any: Bools = np.ones((count, len(plan.masks)), dtype=bool)
+    if single:
+        preferred_any &= plan.counts == 1
+    for provider, ok in zip(plan.providers, sat, strict=True):
+        both = ok & provider.pref
+        if provider.memory:
+            # No memory hint at all is "no preference" to the Topology Manager.
+            any_hint: Bools = np.asarray(ok.any(axis=1), dtype=bool)
+            both = np.where(any_hint[:, None], both, True)
+        preferred_any &= both
+    if not plan.providers:
+        preferred_any[:] = False
+        preferred_any[:, plan.masks.index(plan.every)] = True
+    has_preferred: Bools = np.asarray(preferred_any.any(axis=1), dtype=bool)
+    best = np.argmin(np.where(preferred_any, plan.rank, _BIG), axis=1)
+    chosen = best.copy()
+    aligned_only = plan.options.policy in (PolicyName.RESTRICTED, PolicyName.SINGLE_NUMA_NODE)
+    if aligned_only:
+        refuse(~has_preferred, Kind.ALIGNMENT)
+    else:
+        # Nodes with the same hints have the same winner: decide each pattern once.
+        winners: dict[bytes, int | None] = {}
+        for i in np.flatnonzero(~has_preferred & ~refused).tolist():
+            hints = [ok[i] for ok in sat]
+            pattern = b"".join(h.tobytes() for h in hints)
+            if pattern not in winners:
+                winners[pattern] = _non_preferred(plan, hints, plan.providers)
+            index = winners[pattern]
+            if index is None:
+                refuse(np.arange(count) == i, Kind.ALIGNMENT)
+            else:
+                chosen[i] = index
+    bound = plan.options.max_numa_nodes
+    if bound is not None:
+        refuse(plan.counts[chosen] > bound, Kind.MAX_NUMA_NODES)
+    memory_index = chosen.copy()
+    if memory_sat is not None:
+        memory_index, memory_refused = _memory_choice(
+            plan, rows, chosen=chosen, preferred=has_preferred, memory_sat=memory_sat,
+            free_ok=memory_free_ok,
+        )  # fmt: skip
+        refuse(memory_refused, Kind.MEMORY)
+    return _finish(
+        plan, rows, memo, chosen=chosen, memory_index=memory_index, refused=refused,
+        kind=kind, short=short,
+    )  # fmt: skip
+
+
+def _per_position(rows: Ints, columns: Ints) -> Ints:
+    picked = rows[:, columns]
+    return picked.sum(axis=2) if picked.ndim == 3 else picked
+
+
+def _groups_allow(plan: Plan, rows: Ints) -> Bools:
+    """Per (row, mask): each node of the mask holds no pod memory, or holds it for
+    exactly this group (a single node: its own)."""
+    groups = rows[:, [plan.layout.group(p) for p in range(len(plan.ids))]]
+    count = rows.shape[0]
+    if not groups.any() or len(plan.ids) >= 63:
+        # Groups are masks of NUMA positions in 64 bits: not tracked on larger machines.
+        return np.ones((count, len(plan.masks)), dtype=bool)
+    masks = np.array(plan.masks, dtype=np.int64)
+    held = groups[:, None, :]
+    fine = (held == 0) | (held == masks[None, :, None])
+    return np.asarray(np.all(fine | (plan.member[None, :, :] == 0), axis=2))
+
+
+def _non_preferred(plan: Plan, sat: Sequence[Bools], providers: Sequence[_Provider]) -> int | None:
+    """The non-preferred winner for one node (`topology_manager.best_non_preferred` on
+    the masks the per-resource hints AND to), as an index into the plan's masks."""
+    if not plan.full:
+        # Beyond the kubelet's reach: the narrowest mask every resource fits.
+        fits = np.ones(len(plan.masks), dtype=bool)
+        for ok in sat:
+            fits &= ok
+        found = np.flatnonzero(fits)
+        return int(found[np.argmin(plan.rank[found])]) if found.size else None
+    listed: list[Ints] = []
+    narrowest: list[int] = []
+    masks = np.array(plan.masks, dtype=np.int64)
+    for ok, provider in zip(sat, providers, strict=True):
+        if not ok.any():
+            if provider.memory:
+                continue  # no memory hint: no preference
+            listed.append(np.array([plan.every], dtype=np.int64))
+            continue
+        listed.append(masks[ok])
+        narrowest.append(int(plan.counts[ok].min()))
+    produced = np.zeros(1 << len(plan.ids), dtype=bool)
+    produced[plan.every] = True
+    for values in listed:
+        current = np.flatnonzero(produced)
+        produced = np.zeros_like(produced)
+        produced[np.bitwise_and.outer(current, values).ravel()] = True
+    produced[0] = False
+    candidates = np.flatnonzero(produced)  # mask values; index = value - 1 (full space)
+    if candidates.size == 0:
+        return None
+    widths = plan.counts[candidates - 1]
+    target = max(narrowest, default=0)
+    if (widths == target).any():
+        width = target
+    elif (widths < target).any():
+        width = int(widths[widths < target].max())
+    else:
+        width = int(widths.min())
+    pick = candidates[widths == width] - 1
+    return int(pick[np.argmin(plan.rank[pick])])
+
+
+def _memory_choice(
+    plan: Plan,
+    rows: Ints,
+    *,
+    chosen: Ints,
+    preferred: Bools,
+    memory_sat: Bools,
+    free_ok: list[Bools],
+) -> tuple[Ints, Bools]:
+    """The memory manager's mask per row (an index), and where it refuses."""
+    count = rows.shape[0]
+    provider = next(p for p in plan.providers if p.memory)
+    order = np.where(provider.pref, 0, _BIG // 2) + plan.narrow_rank
+    refused = np.zeros(count, dtype=bool)
+    result = chosen.copy()
+    if plan.options.policy is PolicyName.NONE:
+        has: Bools = np.asarray(memory_sat.any(axis=1), dtype=bool)
+        result = np.argmin(np.where(memory_sat, order, _BIG), axis=1)
+        return result, ~has
+    rows_index = np.arange(count)
+    holds = np.ones(count, dtype=bool)
+    for fits in free_ok:
+        holds &= fits[rows_index, chosen]
+    multi = plan.counts[chosen] > 1
+    allowed = _groups_allow(plan, rows)[rows_index, chosen]
+    refused |= holds & multi & ~allowed
+    for i in np.flatnonzero(~holds).tolist():
+        within = plan.member[int(chosen[i])]
+        inside = (plan.member >= within).all(axis=1) & memory_sat[i]
+        if not inside.any():
+            refused[i] = True
+            continue
+        pick = int(np.argmin(np.where(inside, order, _BIG)))
+        if preferred[i] and not provider.pref[pick]:
+            refused[i] = True
+        result[i] = pick
+    return result, refused
+
+
+def _finish(
+    plan: Plan,
+    rows: Ints,
+    memo: GpuMemo,
+    *,
+    chosen: Ints,
+    memory_index: Ints,
+    refused: Bools,
+    kind: list[Kind | None],
+    short: Ints,
+) -> Decided:
+    count = rows.shape[0]
+    need = plan.need
+    gpus: list[tuple[int, ...]] = [()] * count
+    pairs: list[tuple[int, int] | None] = [None] * count
+    links = np.ones(count)
+    gpu_fill = np.zeros(count)
+    tables = plan.tables
+    if need.gpus:
+        best_bandwidth = _best_bandwidth(plan, memo)
+        bits_column = plan.layout.gpu_bits
+        seen: dict[tuple[int, int], tuple[int, ...] | None] = {}
+        for i in np.flatnonzero(~refused).tolist():
+            free_bits = int(rows[i, bits_column])
+            index = int(chosen[i])
+            key = (free_bits & plan.gpu_matching, index)
+            if key not in seen:
+                seen[key] = _gpu_choice(plan, free_bits, plan.gpu_in_mask[index], memo)
+            chosen_gpus = seen[key]
+            if chosen_gpus is None:
+                refused[i] = True
+                kind[i] = Kind.GPU_LINKS
+                inside = _bit_list(free_bits & plan.gpu_in_mask[index])
+                best = choose_gpus(tables, frozenset(inside), need.gpus,
+                                   GpuLinksMode.PREFERRED, memo)  # fmt: skip
+                pairs[i] = first_unlinked_pair(tables, best or ())
+                continue
+            gpus[i] = chosen_gpus
+            if len(chosen_gpus) >= 2 and best_bandwidth > 0:
+                links[i] = set_bandwidth(tables, chosen_gpus) / best_bandwidth
+            total = int(plan.gpu_all_in_mask[index])
+            if total:
+                free_in = (free_bits & plan.gpu_in_mask[index]).bit_count()
+                gpu_fill[i] = min(1.0, (total - free_in + len(chosen_gpus)) / total)
+    span = np.minimum(1.0, plan.narrowest / plan.counts[chosen])
+    fills: list[npt.NDArray[np.float64]] = []
+    if need.gpus:
+        fills.append(gpu_fill)
+    exclusive = need.exclusive_cpus
+    if exclusive:
+        capacity = plan.cpu_capacity[chosen]
+        free_in = (rows[:, plan.plain_cpu_columns] * plan.member[chosen]).sum(axis=1)
+        used = (capacity - free_in + exclusive) / np.maximum(capacity, 1)
+        fills.append(np.where(capacity > 0, np.minimum(1.0, used), np.nan))
+    scores = _compose(span, links, fills, with_gpus=bool(need.gpus))
+    scores[refused] = -1
+    return Decided(plan, scores, kind, chosen, memory_index, gpus, pairs, short)
+
+
+def _compose(
+    span: npt.NDArray[np.float64],
+    links: npt.NDArray[np.float64],
+    fills: list[npt.NDArray[np.float64]],
+    *,
+    with_gpus: bool,
+) -> Ints:
+    """`scoring.compose_score` over arrays, term by term in its order (so every float is
+    the same IEEE double; `rint` rounds half to even, as `round` does). NaN: no fill."""
+    total_fill = np.zeros_like(span)
+    count = np.zeros_like(span)
+    for fill in fills:
+        present = ~np.isnan(fill)
+        total_fill = total_fill + np.where(present, fill, 0.0)
+        count = count + present
+    pack = np.where(count > 0, total_fill / np.maximum(count, 1), 1.0)
+    w_span, w_links, w_pack = GPU_WEIGHTS if with_gpus else CPU_WEIGHTS
+    total = w_span * span + w_links * links + w_pack * pack
+    rounded = np.clip(np.rint(100 * total / (w_span + w_links + w_pack)), 0, 100)
+    return np.asarray(rounded, dtype=np.int64)
+
+
+def _to_ids(mask: int, ids: tuple[int, ...]) -> int:
+    out = 0
+    for p, numa in enumerate(ids):
+        if mask >> p & 1:
+            out |= 1 << numa
+    return out
+
+
+def _bit_list(value: int) -> list[int]:
+    out = []
+    while value:
+        low = value & -value
+        out.append(low.bit_length() - 1)
+        value ^= low
+    return out
+
+
+def _best_bandwidth(plan: Plan, memo: GpuMemo) -> float:
+    every = frozenset(_bit_list(plan.gpu_matching))
+    best = choose_gpus(plan.tables, every, plan.need.gpus, GpuLinksMode.PREFERRED, memo)
+    return set_bandwidth(plan.tables, best) if best else 0.0
+
+
+def _gpu_choice(plan: Plan, free_bits: int, in_mask: int, memo: GpuMemo) -> tuple[int, ...] | None:
+    """The unit's GPUs: the best set inside the mask (devices on no NUMA node count as
+    inside); when the mask has too few, all of them and the rest from outside, as the
+    device manager tops up an unaligned allocation. None: `gpu-links: required` finds
+    no set."""
+    need = plan.need
+    tables = plan.tables
+    mode = plan.options.gpu_links
+    inside = free_bits & in_mask
+    if inside.bit_count() >= need.gpus:
+        return choose_gpus(tables, frozenset(_bit_list(inside)), need.gpus, mode, memo)
+    rest = frozenset(_bit_list(free_bits & plan.gpu_matching & ~inside))
+    extra = (
+        choose_gpus(tables, rest, need.gpus - inside.bit_count(), GpuLinksMode.PREFERRED, memo)
+        or ()
+    )
+    chosen = tuple(sorted(set(_bit_list(inside)) | set(extra)))
+    if mode is GpuLinksMode.REQUIRED and first_unlinked_pair(tables, chosen):
+        return None
+    return chosen
+
+
+def shortfall(plan: Plan, decided: Decided, index: int, row: Ints) -> Shortfall:
+    """The structured refusal of row `index` (read only when someone asks)."""
+    why = decided.kind[index]
+    assert why is not None, "only refused rows have a shortfall"
+    policy = plan.options.policy.value
+    if why is Kind.SHORT:
+        for resource, asked, columns in plan.totals:
+            have = int(row[columns].sum())
+            if have < asked:
+                shown, free = _per_numa(plan, row)
+                return Shortfall(
+                    why, policy, plan.wanted, resource=resource, total=have, free=free,
+                    free_of=shown,
+                )  # fmt: skip
+    if why is Kind.SHARED_POOL:
+        return Shortfall(why, policy, plan.wanted, bound=int(row[plan.plain_cpu_columns].sum()))
+    if why is Kind.GPU_LINKS:
+        return Shortfall(why, policy, plan.wanted, pair=decided.pair[index])
+    shown, free = _per_numa(plan, row)
+    width = None
+    if why is Kind.MAX_NUMA_NODES:
+        width = decided.mask(index).bit_count()
+    return Shortfall(
+        why, policy, tuple(shown) or plan.wanted, free=free, free_of=shown,
+        bound=plan.options.max_numa_nodes, width=width,
+    )  # fmt: skip
+
+
+def _per_numa(
+    plan: Plan, row: Ints
+) -> tuple[tuple[Wanted, ...], tuple[tuple[int | None, tuple[int, ...]], ...]]:
+    """The NUMA-bound resources asked, and what each NUMA node has free of them."""
+    shown: list[Wanted] = []
+    amounts: list[Ints] = []
+    for provider in plan.providers:
+        shown.extend(provider.wanted)
+        amounts.extend(_per_position(row[None, :], c)[0] for c in provider.columns)
+    if not shown:
+        return (), ()
+    free = tuple(
+        (numa, tuple(int(a[p]) for a in amounts))
+        for p, numa in enumerate(plan.ids)
+        if any(int(a[p]) for a in amounts) or _has_capacity(plan, p)
+    )
+    return tuple(shown), free
+
+
+def _has_capacity(plan: Plan, position: int) -> bool:
+    numa = plan.ids[position]
+    tables = plan.tables
+    return bool(
+        tables.cpu_capacity.get(numa)
+        or tables.memory_capacity.get(numa)
+        or any(n == numa for n in tables.gpu_numa.values())
+    )

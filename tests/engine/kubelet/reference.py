@@ -1,0 +1,543 @@
+"""A brute-force reference of the kubelet's Topology Manager and its hint providers.
+
+Written from the Kubernetes sources (1.26+ semantics), independently of numatopo's engine:
+
+- pkg/kubelet/cm/topologymanager/policy.go: the cross product of the providers' hint
+  lists, merged by AND; a merged hint is preferred only when every hint in the
+  permutation is preferred and all its non-nil masks are equal; `HintMerger.compare`
+  chooses among the merged hints (with `BestNonPreferredAffinityCount`).
+- pkg/kubelet/cm/topologymanager/numa_info.go: `Narrowest` and `Closest`.
+- pkg/kubelet/cm/topologymanager/bitmask/bitmask.go: `IsNarrowerThan`, `IsLessThan`.
+- policy_best_effort.go, policy_restricted.go, policy_single_numa_node.go, policy_none.go.
+- pkg/kubelet/cm/cpumanager/policy_static.go: `generateCPUTopologyHints`.
+- pkg/kubelet/cm/devicemanager/topology_hints.go: `generateDeviceTopologyHints`.
+- pkg/kubelet/cm/memorymanager/policy_static.go: `calculateHints`, `Allocate` with
+  `getDefaultHint`, `extendTopologyManagerHint`, `findBestHint` and
+  `isAffinityViolatingNUMAAllocations`.
+
+Masks are plain ints, bit i = NUMA node i; `None` is the kubelet's nil mask.
+Nothing here is tuned for speed: every function enumerates what the kubelet enumerates.
+"""
+
+from __future__ import annotations
+
+import itertools
+from collections.abc import Iterator, Mapping, Sequence
+from dataclasses import dataclass, field
+
+POLICIES = ("none", "best-effort", "restricted", "single-numa-node")
+
+Distances = Mapping[tuple[int, int], int]
+
+
+@dataclass(frozen=True)
+class Hint:
+    """The kubelet's `TopologyHint`: a NUMA mask (None = any node) and a preferred flag."""
+
+    mask: int | None
+    preferred: bool
+
+
+# --- bitmask.go ----------------------------------------------------------------------
+
+
+def mask_of(ids: Sequence[int]) -> int:
+    """The mask with the bits of `ids` set (`bitmask.NewBitMask`)."""
+    out = 0
+    for i in ids:
+        out |= 1 << i
+    return out
+
+
+def bits_of(mask: int) -> list[int]:
+    """The set bits, lowest first (`BitMask.GetBits`)."""
+    return [i for i in range(mask.bit_length()) if mask >> i & 1]
+
+
+def is_narrower(a: int, b: int) -> bool:
+    """`IsNarrowerThan`: fewer bits; on equal counts the numerically lower mask."""
+    ca, cb = a.bit_count(), b.bit_count()
+    if ca == cb:
+        return a < b
+    return ca < cb
+
+
+def iterate_masks(numa_ids: Sequence[int]) -> Iterator[int]:
+    """`bitmask.IterateBitMasks`: every non-empty subset, by size, then in combination order."""
+    ids = list(numa_ids)
+    for size in range(1, len(ids) + 1):
+        for combo in itertools.combinations(ids, size):
+            yield mask_of(combo)
+
+
+# --- numa_info.go --------------------------------------------------------------------
+
+
+def narrowest(m1: int, m2: int) -> int:
+    """`NUMAInfo.Narrowest`: m1 when it is narrower than m2, else m2."""
+    return m1 if is_narrower(m1, m2) else m2
+
+
+def average_distance(mask: int, distances: Distances) -> float:
+    """`NUMADistances.CalculateAverageFor`: the mean over all ordered pairs, diagonal included."""
+    nodes = bits_of(mask)
+    if not nodes:
+        return 0.0
+    total = 0.0
+    count = 0.0
+    for a in nodes:
+        for b in nodes:
+            total += float(distances[(a, b)])
+            count += 1
+    return total / count
+
+
+def closest(m1: int, m2: int, distances: Distances) -> int:
+    """`NUMAInfo.Closest`: narrowest on different counts, else the lower average distance.
+
+    Equal averages fall back to `IsLessThan`, a numeric comparison of the masks.
+    """
+    if m1.bit_count() != m2.bit_count():
+        return narrowest(m1, m2)
+    d1 = average_distance(m1, distances)
+    d2 = average_distance(m2, distances)
+    if d1 == d2:
+        return m1 if m1 < m2 else m2
+    return m1 if d1 < d2 else m2
+
+
+# --- policy.go -----------------------------------------------------------------------
+
+
+def filter_providers(providers: Sequence[Sequence[Hint] | None]) -> list[list[Hint]]:
+    """`filterProvidersHints`: nil -> [{nil, preferred}], empty -> [{nil, not preferred}]."""
+    out: list[list[Hint]] = []
+    for hints in providers:
+        if hints is None:
+            out.append([Hint(None, True)])
+        elif len(hints) == 0:
+            out.append([Hint(None, False)])
+        else:
+            out.append(list(hints))
+    return out
+
+
+def filter_single_numa(lists: list[list[Hint]]) -> list[list[Hint]]:
+    """`filterSingleNumaHints`: keep preferred hints whose mask is nil or one node."""
+    return [
+        [h for h in hints if h.preferred and (h.mask is None or h.mask.bit_count() == 1)]
+        for hints in lists
+    ]
+
+
+def merge_permutation(default: int, permutation: Sequence[Hint]) -> Hint:
+    """`mergePermutation`: AND of the non-nil masks with the default mask.
+
+    Preferred only when every hint is preferred and every non-nil mask equals the
+    first non-nil mask (the rule since Kubernetes 1.24).
+    """
+    preferred = True
+    first: int | None = None
+    merged = default
+    for hint in permutation:
+        if hint.mask is not None:
+            if first is None:
+                first = hint.mask
+            elif hint.mask != first:
+                preferred = False
+            merged &= hint.mask
+        if not hint.preferred:
+            preferred = False
+    return Hint(merged, preferred)
+
+
+def max_of_min_affinity_counts(lists: Sequence[Sequence[Hint]]) -> int:
+    """`maxOfMinAffinityCounts`: over the lists, the largest count of a list's narrowest mask."""
+    best = 0
+    for hints in lists:
+        masks = [h.mask for h in hints if h.mask is not None]
+        if not masks:
+            continue
+        narrow = masks[0]
+        for m in masks[1:]:
+            if is_narrower(m, narrow):
+                narrow = m
+        best = max(best, narrow.bit_count())
+    return best
+
+
+@dataclass(frozen=True)
+class _Merger:
+    """`HintMerger` with its `compare` and `CompareNUMAAffinityMasks`."""
+
+    best_non_preferred: int
+    use_closest: bool
+    distances: Distances | None
+
+    def fitter(self, current: Hint, candidate: Hint) -> Hint:
+        assert current.mask is not None
+        assert candidate.mask is not None
+        if candidate.mask == current.mask:
+            return current
+        if self.use_closest:
+            assert self.distances is not None
+            best = closest(current.mask, candidate.mask, self.distances)
+        else:
+            best = narrowest(current.mask, candidate.mask)
+        return current if best == current.mask else candidate
+
+    def compare(self, current: Hint | None, candidate: Hint) -> Hint | None:
+        assert candidate.mask is not None
+        if candidate.mask == 0:
+            return current
+        if current is None:
+            return candidate
+        assert current.mask is not None
+        if candidate.preferred and not current.preferred:
+            return candidate
+        if current.preferred and not candidate.preferred:
+            return current
+        if current.preferred and candidate.preferred:
+            return self.fitter(current, candidate)
+        # Both non-preferred: approach BestNonPreferredAffinityCount from below.
+        best = self.best_non_preferred
+        cur_n, cand_n = current.mask.bit_count(), candidate.mask.bit_count()
+        if cur_n > best:
+            return self.fitter(current, candidate)
+        if cur_n == best:
+            return self.fitter(current, candidate) if cand_n == best else current
+        if cand_n > best:
+            return current
+        if cand_n == best:
+            return candidate
+        if cand_n > cur_n:
+            return candidate
+        if cand_n < cur_n:
+            return current
+        return self.fitter(current, candidate)
+
+
+def merge(
+    providers: list[list[Hint] | None],
+    numa_ids: list[int],
+    policy: str,
+    distances: dict[tuple[int, int], int] | None = None,
+    prefer_closest: bool = False,
+) -> tuple[int | None, bool, bool]:
+    """The policy's `Merge`: (merged mask, preferred, admit).
+
+    `providers` holds one entry per resource: None = no preference, [] = no possible
+    alignment. "none" admits with no hint; "best-effort" always admits; "restricted"
+    and "single-numa-node" admit only a preferred hint. single-numa-node first keeps
+    only preferred nil/single-node hints and turns a result equal to the default mask
+    into nil. prefer-closest-numa-nodes applies to every policy but single-numa-node.
+    """
+    if policy not in POLICIES:
+        raise ValueError(f"unknown policy {policy!r}")
+    if policy == "none":
+        return None, False, True
+    default = mask_of(numa_ids)
+    lists = filter_providers(providers)
+    single = policy == "single-numa-node"
+    if single:
+        lists = filter_single_numa(lists)
+    use_closest = prefer_closest and not single
+    if use_closest and distances is None:
+        raise ValueError("prefer_closest needs distances")
+    merger = _Merger(max_of_min_affinity_counts(lists), use_closest, distances)
+    best: Hint | None = None
+    for permutation in itertools.product(*lists):
+        best = merger.compare(best, merge_permutation(default, permutation))
+    if best is None:
+        best = Hint(default, False)
+    mask: int | None = best.mask
+    if single and mask == default:
+        mask = None
+    admit = True if policy == "best-effort" else best.preferred
+    return mask, best.preferred, admit
+
+
+# --- hint providers ------------------------------------------------------------------
+
+
+def cpu_hints(
+    cpus_per_numa: Mapping[int, int],
+    available_per_numa: Mapping[int, int],
+    request: int,
+    numa_ids: Sequence[int],
+) -> list[Hint] | None:
+    """The static CPU manager's hints (cpumanager/policy_static.go).
+
+    No exclusive request -> None. minAffinitySize starts at the number of NUMA nodes and
+    drops to the smallest mask whose CPUs (all of them, reserved included) cover the
+    request; a hint is made for every mask whose available CPUs (allocatable, not
+    exclusively assigned) cover it, preferred iff its count equals minAffinitySize.
+    Not enough anywhere gives an empty list.
+    """
+    if request <= 0:
+        return None
+    min_affinity = len(numa_ids)
+    found: list[int] = []
+    for mask in iterate_masks(numa_ids):
+        nodes = bits_of(mask)
+        if sum(cpus_per_numa.get(n, 0) for n in nodes) >= request:
+            min_affinity = min(min_affinity, mask.bit_count())
+        if sum(available_per_numa.get(n, 0) for n in nodes) >= request:
+            found.append(mask)
+    return [Hint(m, m.bit_count() == min_affinity) for m in found]
+
+
+def device_hints(
+    devices: Sequence[int | None],
+    available: Sequence[bool],
+    request: int,
+    numa_ids: Sequence[int],
+) -> list[Hint] | None:
+    """The device manager's hints for one resource (devicemanager/topology_hints.go).
+
+    Not requested, or no device of the resource reports a NUMA node -> None (no
+    preference). Fewer devices available than requested -> []. Otherwise a device counts
+    in a mask iff its NUMA node is in the mask (one without a node counts in none);
+    minAffinitySize comes from all devices, availability from the free ones.
+    """
+    if request <= 0:
+        return None
+    if all(n is None for n in devices):
+        return None
+    if sum(1 for a in available if a) < request:
+        return []
+    min_affinity = len(numa_ids)
+    found: list[int] = []
+    for mask in iterate_masks(numa_ids):
+        in_mask = [n is not None and mask >> n & 1 == 1 for n in devices]
+        if sum(in_mask) >= request:
+            min_affinity = min(min_affinity, mask.bit_count())
+        if sum(1 for inside, free in zip(in_mask, available, strict=True) if inside and free) >= (
+            request
+        ):
+            found.append(mask)
+    return [Hint(m, m.bit_count() == min_affinity) for m in found]
+
+
+MemoryTable = Mapping[str, Mapping[int, int]]
+
+
+def _group(groups: Mapping[int, Sequence[int]], n: int) -> tuple[int, ...]:
+    return tuple(sorted(groups.get(n, (n,))))
+
+
+def _total(table: MemoryTable, kind: str, nodes: Sequence[int]) -> int:
+    return sum(table.get(kind, {}).get(n, 0) for n in nodes)
+
+
+def memory_hints(  # noqa: PLR0917 (the brief's positional API)
+    allocatable: MemoryTable,
+    free: MemoryTable,
+    groups: Mapping[int, Sequence[int]],
+    assignments: Mapping[int, int],
+    request: Mapping[str, int],
+    numa_ids: Sequence[int],
+) -> list[Hint]:
+    """The static memory manager's `calculateHints` (memorymanager/policy_static.go).
+
+    One list, which the kubelet hands to the Topology Manager once per requested memory
+    type. For each mask: skip it unless the allocatable of every type suffices (such a
+    mask lowers minAffinitySize); a single-node mask whose node's group (Cells) has more
+    than one node is refused; a multi-node mask is refused when any node in it with
+    NumberOfAssignments > 0 is in a single-node group or in a group other than the mask;
+    then the free amounts must suffice. Preferred iff count == minAffinitySize. An empty
+    result is returned as [] here; the kubelet returns an empty map, which the Topology
+    Manager reads as "no preference" (see `decide`).
+    """
+    kinds = [k for k, v in request.items() if v > 0]
+    min_affinity = len(numa_ids)
+    found: list[int] = []
+    for mask in iterate_masks(numa_ids):
+        nodes = bits_of(mask)
+        if any(_total(allocatable, k, nodes) < request[k] for k in kinds):
+            continue
+        min_affinity = min(min_affinity, mask.bit_count())
+        if len(nodes) == 1:
+            if len(_group(groups, nodes[0])) > 1:
+                continue
+        else:
+            refused = False
+            for n in nodes:
+                if assignments.get(n, 0) > 0:
+                    group = _group(groups, n)
+                    if len(group) == 1 or group != tuple(nodes):
+                        refused = True
+                        break
+            if refused:
+                continue
+        if any(_total(free, k, nodes) < request[k] for k in kinds):
+            continue
+        found.append(mask)
+    return [Hint(m, m.bit_count() == min_affinity) for m in found]
+
+
+def find_best_hint(hints: Sequence[Hint]) -> Hint | None:
+    """`findBestHint`: the first preferred hint beats non-preferred ones, then the narrowest."""
+    best: Hint | None = None
+    for hint in hints:
+        assert hint.mask is not None
+        if best is None:
+            best = hint
+            continue
+        assert best.mask is not None
+        if hint.preferred and not best.preferred:
+            best = hint
+            continue
+        if hint.preferred == best.preferred and is_narrower(hint.mask, best.mask):
+            best = hint
+    return best
+
+
+def memory_affinity(  # noqa: PLR0917 (the brief's positional API)
+    tm_hint_mask: int | None,
+    tm_preferred: bool,
+    allocatable: MemoryTable,
+    free: MemoryTable,
+    groups: Mapping[int, Sequence[int]],
+    assignments: Mapping[int, int],
+    request: Mapping[str, int],
+    numa_ids: Sequence[int],
+) -> int | None:
+    """The static memory manager's `Allocate` choice of NUMA nodes; None = it refuses.
+
+    A nil Topology Manager hint is replaced by the best of the manager's own hints (an
+    error when it has none, or when the TM hint was preferred and that one is not). A
+    hint whose nodes lack the free amounts is extended to the best own hint containing
+    it (an error when none does, or when the preference would be lost). Finally the
+    result is refused when it mixes single- and multi-node groups
+    (`isAffinityViolatingNUMAAllocations`).
+    """
+    kinds = [k for k, v in request.items() if v > 0]
+    own = memory_hints(allocatable, free, groups, assignments, request, numa_ids)
+    mask = tm_hint_mask
+    preferred = tm_preferred
+    if mask is None:
+        if not own:
+            return None
+        default = find_best_hint(own)
+        assert default is not None
+        assert default.mask is not None
+        if not default.preferred and preferred:
+            return None
+        mask, preferred = default.mask, default.preferred
+    nodes = bits_of(mask)
+    if any(_total(free, k, nodes) < request[k] for k in kinds):
+        containing = [h for h in own if h.mask is not None and h.mask & mask == mask]
+        extended = find_best_hint(containing)
+        if extended is None:
+            return None
+        assert extended.mask is not None
+        if not extended.preferred and preferred:
+            return None
+        mask = extended.mask
+        nodes = bits_of(mask)
+    if len(nodes) > 1:
+        for n in nodes:
+            if assignments.get(n, 0) == 0:
+                continue
+            group = _group(groups, n)
+            if len(group) == 1 or group != tuple(nodes):
+                return None
+    return mask
+
+
+# --- a whole request -----------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Node:
+    """A node as the kubelet's managers see it (all maps keyed by NUMA id)."""
+
+    numa_ids: tuple[int, ...]
+    cpus_per_numa: dict[int, int]  # every CPU, reserved ones included
+    available_cpus_per_numa: dict[int, int]  # allocatable and not exclusively assigned
+    gpus: tuple[int | None, ...] = ()  # NUMA node per GPU, None = no topology
+    gpu_available: tuple[bool, ...] = ()
+    allocatable: dict[str, dict[int, int]] = field(default_factory=dict)  # type -> numa -> B
+    free: dict[str, dict[int, int]] = field(default_factory=dict)
+    groups: dict[int, tuple[int, ...]] = field(default_factory=dict)  # memory Cells
+    assignments: dict[int, int] = field(default_factory=dict)  # NumberOfAssignments
+    distances: dict[tuple[int, int], int] | None = None
+
+
+@dataclass(frozen=True)
+class Pod:
+    """One Guaranteed container (or a pod of one container)."""
+
+    policy: str
+    cpus: int = 0  # exclusive, integer
+    memory: int = 0  # bytes
+    hugepages: dict[str, int] = field(default_factory=dict)  # "hugepages-2Mi" -> bytes
+    gpus: int = 0
+    prefer_closest: bool = False
+
+
+def pod_providers(node: Node, pod: Pod) -> list[list[Hint] | None]:
+    """The per-resource hint lists the kubelet's providers hand the Topology Manager.
+
+    CPU manager: nothing without exclusive CPUs. Device manager: one list for the GPUs.
+    Memory manager: its one list once per requested memory type; when it has no hint
+    at all it returns an empty map, which the Topology Manager treats as no preference.
+    """
+    providers: list[list[Hint] | None] = []
+    providers.append(
+        cpu_hints(node.cpus_per_numa, node.available_cpus_per_numa, pod.cpus, node.numa_ids)
+    )
+    providers.append(device_hints(node.gpus, node.gpu_available, pod.gpus, node.numa_ids))
+    request = memory_request(pod)
+    if request:
+        hints = memory_hints(
+            node.allocatable, node.free, node.groups, node.assignments, request, node.numa_ids
+        )
+        if hints:
+            providers.extend(list(hints) for _ in request)
+        else:
+            providers.append(None)
+    return providers
+
+
+def memory_request(pod: Pod) -> dict[str, int]:
+    """The memory types the container asks for (memory first, then hugepages)."""
+    out = {"memory": pod.memory} if pod.memory > 0 else {}
+    out.update({k: v for k, v in sorted(pod.hugepages.items()) if v > 0})
+    return out
+
+
+def decide(node: Node, pod: Pod) -> tuple[bool, int | None]:
+    """Admission and the Topology Manager's mask for `pod` on `node`.
+
+    Admitted when the policy admits the merged hint, the CPU and device managers find
+    enough free CPUs/GPUs on the node at all (they take aligned ones first, then any),
+    and the memory manager finds an affinity. The mask is the merged hint's (None for
+    the "none" policy, and for single-numa-node when the best mask is every node).
+    """
+    providers = pod_providers(node, pod)
+    mask, preferred, admit = merge(
+        providers, list(node.numa_ids), pod.policy, node.distances, pod.prefer_closest
+    )
+    if not admit:
+        return False, mask
+    if pod.cpus > sum(node.available_cpus_per_numa.values()):
+        return False, mask
+    if pod.gpus > sum(1 for a in node.gpu_available if a):
+        return False, mask
+    request = memory_request(pod)
+    if request:
+        chosen = memory_affinity(
+            mask,
+            preferred,
+            node.allocatable,
+            node.free,
+            node.groups,
+            node.assignments,
+            request,
+            node.numa_ids,
+        )
+        if chosen is None:
+            return False, mask
+    return True, mask
