@@ -52,6 +52,7 @@ from numatopo_engine.decision import Plan, decide_rows, make_plan, shortfall
 from numatopo_engine.errors import InvalidRequestError, UnsatisfiableError
 from numatopo_engine.gpu_assignment import GpuMemo, choose_gpus
 from numatopo_engine.hints import FreeView, Need, RowLayout, row_layout, row_of
+from numatopo_engine.memory_assignment import book_bytes
 from numatopo_engine.model import NumatopologySpec
 from numatopo_engine.nic_assignment import choose_nics
 from numatopo_engine.numamask import bits, format_mask, make_mask
@@ -688,7 +689,7 @@ def _book_memory(free: FreeView, need: Need, entry: _Entry, numa_ids: list[int])
     """Book memory and huge pages over `numa_ids` in id order, as the memory manager
     does; the reason when they do not fit (the decision checked they do)."""
     if need.memory_bytes:
-        booked = _book_in_order(free.memory, numa_ids, need.memory_bytes)
+        booked = book_bytes(free.memory, numa_ids, need.memory_bytes)
         if booked is None:
             return (
                 f"memory: {format_bytes(need.memory_bytes)} requested, less free on NUMA "
@@ -697,7 +698,7 @@ def _book_memory(free: FreeView, need: Need, entry: _Entry, numa_ids: list[int])
         entry.memory = booked
     for size, amount in need.hugepages:
         view = {n: free.hugepages.get((n, size), 0) for n in numa_ids}
-        booked = _book_in_order(view, numa_ids, amount)
+        booked = book_bytes(view, numa_ids, amount)
         if booked is None:
             return (
                 f"hugepages-{size}: {format_bytes(amount)} requested, less free on NUMA "
@@ -707,24 +708,6 @@ def _book_memory(free: FreeView, need: Need, entry: _Entry, numa_ids: list[int])
             free.hugepages[(numa_id, size)] -= taken
             entry.hugepages.setdefault(numa_id, {})[size] = taken
     return None
-
-
-def _book_in_order(free: dict[int, int], numa_ids: list[int], amount: int) -> dict[int, int] | None:
-    if amount <= 0:
-        return {}
-    if sum(max(free.get(n, 0), 0) for n in numa_ids) < amount:
-        return None
-    booked: dict[int, int] = {}
-    remaining = amount
-    for numa_id in sorted(numa_ids):
-        take = min(remaining, max(free.get(numa_id, 0), 0))
-        if take:
-            booked[numa_id] = take
-            free[numa_id] = free.get(numa_id, 0) - take
-            remaining -= take
-        if not remaining:
-            break
-    return booked
 
 
 def _add_init_entries(

@@ -1,10 +1,8 @@
-"""Booking memory and huge pages on the NUMA nodes of the chosen mask.
+"""Booking memory and huge pages on the memory manager's NUMA nodes.
 
-The request is booked on the mask's node with the most free bytes first (ties: lower
-id), spilling to the next only when that node cannot hold the rest. A pod whose memory
-fits one node so stays on one node even when its CPUs or GPUs span two; `cpuset.mems`
-still lists every node of the mask, as the kubelet's memory manager does, so the kernel
-may spill there under pressure.
+The request is booked in NUMA id order, each node filled before the next, as the
+kubelet's static memory manager books it; `cpuset.mems` lists every node of the
+placement (its memory group), so the kernel may spill there under pressure.
 """
 
 from __future__ import annotations
@@ -15,10 +13,13 @@ __all__ = ["book_bytes"]
 
 
 def book_bytes(free: dict[int, int], numa_ids: Iterable[int], amount: int) -> dict[int, int] | None:
-    """Bytes to book per NUMA node (and take them from `free`), or None if they do not fit."""
+    """Bytes to book per NUMA node (and take them from `free`), or None if they do not fit.
+
+    In NUMA id order, each node filled before the next, as the kubelet's static memory
+    manager books a multi-node placement (`updateMachineState`)."""
     if amount <= 0:
         return {}
-    order = sorted(numa_ids, key=lambda n: (-free.get(n, 0), n))
+    order = sorted(numa_ids)
     if sum(max(free.get(n, 0), 0) for n in order) < amount:
         return None
     booked: dict[int, int] = {}
