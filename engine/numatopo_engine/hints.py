@@ -17,14 +17,10 @@ from dataclasses import dataclass, field
 from typing import NamedTuple
 
 from numatopo_engine.annotations import CpuMode
-from numatopo_engine.state import NodeState
+from numatopo_engine.state import NodeState, join_group
 from numatopo_engine.topology_tables import Tables
 
-__all__ = ["CONFLICT", "FreeView", "Need", "RowLayout", "row_layout", "row_of"]
-
-# A NUMA node whose memory belongs to two different groups (only assignments written by
-# something else can do that): no placement may add to it.
-CONFLICT = -1
+__all__ = ["FreeView", "Need", "RowLayout", "row_layout", "row_of"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -59,7 +55,9 @@ class FreeView:
     nics: set[str]
     memory: dict[int, int]
     hugepages: dict[tuple[int, str], int]
-    groups: dict[int, int] = field(default_factory=dict)  # NUMA id -> group mask, CONFLICT
+    groups: dict[int, int] = field(
+        default_factory=dict
+    )  # NUMA id -> group mask, -1: two groups (`state.join_group`)
 
     @classmethod
     def from_state(cls, tables: Tables, state: NodeState) -> FreeView:
@@ -90,12 +88,7 @@ class FreeView:
 
     def join_group(self, numa_ids: list[int]) -> None:
         """Record that memory was placed over `numa_ids` (as the memory manager does)."""
-        group = 0
-        for numa_id in numa_ids:
-            group |= 1 << numa_id
-        for numa_id in numa_ids:
-            held = self.groups.get(numa_id, 0)
-            self.groups[numa_id] = group if held in (0, group) else CONFLICT
+        join_group(self.groups, numa_ids)
 
 
 class RowLayout(NamedTuple):

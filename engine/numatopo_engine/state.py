@@ -28,6 +28,7 @@ __all__ = [
     "NodeState",
     "book_in_claim_order",
     "claim_order",
+    "join_group",
     "shared_floor",
 ]
 
@@ -42,6 +43,18 @@ class FreeSignature(NamedTuple):
     nics: frozenset[str]  # free NIC names
     memory: tuple[tuple[int, int], ...]  # (NUMA id, free bytes), every NUMA node, by id
     hugepages: tuple[tuple[int, str, int], ...]  # (NUMA id, size, free bytes) with capacity
+
+
+def join_group(groups: dict[int, int], numa_ids: Iterable[int]) -> None:
+    """Record in `groups` (NUMA id -> group mask, -1 on a conflict) that memory was
+    placed over `numa_ids` together, as the kubelet's memory manager records Cells."""
+    ids = list(numa_ids)
+    group = 0
+    for numa_id in ids:
+        group |= 1 << numa_id
+    for numa_id in ids:
+        held = groups.get(numa_id, 0)
+        groups[numa_id] = group if held in (0, group) else -1
 
 
 def shared_floor(topology: NumatopologySpec) -> int:
@@ -164,14 +177,8 @@ class NodeState:
                 held = any(container.memory.values()) or any(
                     any(sizes.values()) for sizes in container.hugepages.values()
                 )
-                if not held:
-                    continue
-                group = 0
-                for numa in container.mems.ids:
-                    group |= 1 << numa
-                for numa in container.mems.ids:
-                    known = groups.get(numa, 0)
-                    groups[numa] = group if known in (0, group) else -1
+                if held:
+                    join_group(groups, container.mems.ids)
         self._groups = (self._version, groups)
         return groups
 
