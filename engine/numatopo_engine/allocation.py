@@ -250,9 +250,10 @@ def score_many(
             text = summaries[key] = word(shortfall(plan, decided, index, rows[index]), detail=False)
         by_summary.setdefault(text, []).append(index)
 
+    summary_of = {index: text for text, ix in by_summary.items() for index in ix}
+
     def refusal(index: int) -> Refusal:
-        text = next(t for t, ix in by_summary.items() if index in ix)
-        return Refusal(text, lambda: shortfall(plan, decided, index, rows[index]))
+        return Refusal(summary_of[index], lambda: shortfall(plan, decided, index, rows[index]))
 
     refused = [(np.array(ix, dtype=np.intp), text) for text, ix in by_summary.items()]
     return ShapeScores(scores, refused, refusal)

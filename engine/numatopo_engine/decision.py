@@ -53,6 +53,7 @@ from numatopo_engine.numamask import LOCAL_DISTANCE
 from numatopo_engine.refusals import Kind, Shortfall, Wanted
 from numatopo_engine.request import TopologyOptions
 from numatopo_engine.scoring import CPU_WEIGHTS, GPU_WEIGHTS
+from numatopo_engine.topology_manager import best_non_preferred
 from numatopo_engine.topology_tables import Tables
 
 __all__ = ["FULL_SEARCH", "Decided", "Plan", "decide_rows", "make_plan"]
@@ -476,7 +477,8 @@ def decide_rows(plan: Plan, rows: Ints, memo: GpuMemo) -> Decided:
             if provider.memory:
                 memory_free_ok.append(fits)
         if provider.memory:
-            ok &= _groups_allow(plan, rows)
+            groups_allow = _groups_allow(plan, rows)
+            ok &= groups_allow
             memory_sat = ok
         sat.append(ok)
     single = plan.options.policy is PolicyName.SINGLE_NUMA_NODE
@@ -518,8 +520,8 @@ def decide_rows(plan: Plan, rows: Ints, memo: GpuMemo) -> Decided:
     memory_index = chosen.copy()
     if memory_sat is not None:
         memory_index, memory_refused = _memory_choice(
-            plan, rows, chosen=chosen, preferred=has_preferred, memory_sat=memory_sat,
-            free_ok=memory_free_ok,
+            plan, chosen=chosen, preferred=has_preferred, memory_sat=memory_sat,
+            free_ok=memory_free_ok, groups_allow=groups_allow,
         )  # fmt: skip
         refuse(memory_refused, Kind.MEMORY)
     return _finish(
@@ -575,32 +577,24 @@ def _non_preferred(plan: Plan, sat: Sequence[Bools], providers: Sequence[_Provid
         produced = np.zeros_like(produced)
         produced[np.bitwise_and.outer(current, values).ravel()] = True
     produced[0] = False
-    candidates = np.flatnonzero(produced)  # mask values; index = value - 1 (full space)
-    if candidates.size == 0:
-        return None
-    widths = plan.counts[candidates - 1]
-    target = max(narrowest, default=0)
-    if (widths == target).any():
-        width = target
-    elif (widths < target).any():
-        width = int(widths[widths < target].max())
-    else:
-        width = int(widths.min())
-    pick = candidates[widths == width] - 1
-    return int(pick[np.argmin(plan.rank[pick])])
+    rank = plan.rank  # mask value v is the full space's mask v - 1
+    winner = best_non_preferred(
+        np.flatnonzero(produced).tolist(), max(narrowest, default=0), lambda m: (rank[m - 1],)
+    )
+    return None if winner is None else winner - 1
 
 
 def _memory_choice(
     plan: Plan,
-    rows: Ints,
     *,
     chosen: Ints,
     preferred: Bools,
     memory_sat: Bools,
     free_ok: list[Bools],
+    groups_allow: Bools,
 ) -> tuple[Ints, Bools]:
     """The memory manager's mask per row (an index), and where it refuses."""
-    count = rows.shape[0]
+    count = chosen.shape[0]
     provider = next(p for p in plan.providers if p.memory)
     order = np.where(provider.pref, 0, _BIG // 2) + plan.narrow_rank
     refused = np.zeros(count, dtype=bool)
@@ -614,7 +608,7 @@ def _memory_choice(
     for fits in free_ok:
         holds &= fits[rows_index, chosen]
     multi = plan.counts[chosen] > 1
-    allowed = _groups_allow(plan, rows)[rows_index, chosen]
+    allowed = groups_allow[rows_index, chosen]
     refused |= holds & multi & ~allowed
     for i in np.flatnonzero(~holds).tolist():
         within = plan.member[int(chosen[i])]

@@ -18,7 +18,7 @@ from numatopo_engine.model import NumatopologySpec, PathType
 from numatopo_engine.numamask import LOCAL_DISTANCE
 from numatopo_engine.quantity import parse_bytes
 
-__all__ = ["TableCache", "Tables", "build_tables", "tables_for"]
+__all__ = ["TableCache", "Tables", "build_tables"]
 # Rank used for a GPU-NIC pair with no known PCIe path: farther than SYS.
 NO_PATH_RANK = len(PathType)
 
@@ -87,11 +87,6 @@ def _forget(
     entry = by_spec.get(key)
     if entry is not None and entry[0] is ref:
         del by_spec[key]
-
-
-def tables_for(spec: NumatopologySpec) -> Tables:
-    """Tables built afresh (no cache): for one-off callers; `TableCache` for many."""
-    return build_tables(spec)
 
 
 def build_tables(spec: NumatopologySpec) -> Tables:
