@@ -16,7 +16,7 @@ from __future__ import annotations
 from collections.abc import Callable, Container, Iterable, Mapping
 from typing import NamedTuple, Protocol, TypeVar
 
-from numatopo_engine.annotations import Assignment
+from numatopo_engine.annotations import Assignment, ContainerAssignment
 from numatopo_engine.cpuset import CPUSet
 from numatopo_engine.errors import OverlapError
 from numatopo_engine.model import NumatopologySpec
@@ -239,12 +239,7 @@ class NodeState:
         for nic in [n for n, owner in self._nic_owner.items() if owner == key]:
             del self._nic_owner[nic]
         for container in assignment.containers.values():
-            for numa, amount in container.memory.items():
-                self._memory[int(numa)] -= amount
-                self._memory_booked -= amount
-            for numa, sizes in container.hugepages.items():
-                for size, amount in sizes.items():
-                    self._hugepages[(int(numa), size)] -= amount
+            self._count_memory(container, -1)
         return assignment
 
     def _check(self, key: str, assignment: Assignment) -> None:
@@ -317,13 +312,17 @@ class NodeState:
                 self._gpu_owner[gpu] = key
             for nic in container.nics:
                 self._nic_owner[nic] = key
-            for numa, amount in container.memory.items():
-                self._memory[int(numa)] = self._memory.get(int(numa), 0) + amount
-                self._memory_booked += amount
-            for numa, sizes in container.hugepages.items():
-                for size, amount in sizes.items():
-                    slot = (int(numa), size)
-                    self._hugepages[slot] = self._hugepages.get(slot, 0) + amount
+            self._count_memory(container, 1)
+
+    def _count_memory(self, container: ContainerAssignment, sign: int) -> None:
+        """Book (`sign` 1) or release (-1) a container's memory and huge pages."""
+        for numa, amount in container.memory.items():
+            self._memory[int(numa)] = self._memory.get(int(numa), 0) + sign * amount
+            self._memory_booked += sign * amount
+        for numa, sizes in container.hugepages.items():
+            for size, amount in sizes.items():
+                slot = (int(numa), size)
+                self._hugepages[slot] = self._hugepages.get(slot, 0) + sign * amount
 
 
 def _is_page_size(size: str) -> bool:
