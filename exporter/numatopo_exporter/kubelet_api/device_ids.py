@@ -1,0 +1,55 @@
+"""Device plugin IDs <-> the GPUs of an assignment (pure).
+
+A device plugin names each device with an opaque ID. NVIDIA's plugin uses the GPU UUID
+(`--device-id-strategy=uuid`, the default), or the GPU's index (`index`), and with
+time-slicing it adds a replica suffix (`GPU-...::3`). An assignment names its GPUs by
+UUID (or PCI bus id) and by numatopo index, so either strategy maps back. One rule,
+used by the steering answer (assigned -> device IDs) and by Follow (held IDs ->
+assigned or not).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Sequence
+
+__all__ = ["base_id", "device_ids_for", "same_gpu"]
+
+REPLICA_SEPARATOR = "::"
+
+
+def base_id(device_id: str) -> str:
+    """The device ID without a time-slicing replica suffix."""
+    return device_id.split(REPLICA_SEPARATOR, 1)[0]
+
+
+def _key(name: str) -> str:
+    # UUIDs are compared without case; a PCI bus id also without NVML's 8-digit domain.
+    text = base_id(name).strip().lower()
+    if text.startswith("0000") and text.count(":") == 2 and len(text.split(":")[0]) == 8:
+        text = text[4:]
+    return text
+
+
+def same_gpu(device_id: str, gpu_name: str, gpu_index: int | None) -> bool:
+    """Whether the plugin's `device_id` is the GPU an assignment names (`gpu_name`, a
+    UUID or PCI bus id, and its index)."""
+    key = _key(device_id)
+    if gpu_name and key == _key(gpu_name):
+        return True
+    return gpu_index is not None and key == str(gpu_index)
+
+
+def device_ids_for(
+    gpu_names: Sequence[str], gpu_indices: Sequence[int], available: Iterable[str]
+) -> list[str] | None:
+    """The IDs in `available` that are the assigned GPUs, one per GPU in assignment
+    order; None when one of them is not in `available`."""
+    pool = list(available)
+    chosen: list[str] = []
+    for position, name in enumerate(gpu_names):
+        index = gpu_indices[position] if position < len(gpu_indices) else None
+        found = next((d for d in pool if d not in chosen and same_gpu(d, name, index)), None)
+        if found is None:
+            return None
+        chosen.append(found)
+    return chosen
