@@ -23,6 +23,13 @@ nothing is booked twice; what the largest init container needs beyond the app
 containers' sum is booked on its entry. Under scope `container` that excess is placed
 as one more unit after the app containers.
 
+Pinned GPUs: when the kubelet's device manager gave a running container other GPUs
+than its assignment named (Follow, `numatopo.io/observed`), the operator decides again
+with `pinned={container: gpu indices}`: those containers get exactly those GPUs, and
+the decision places CPUs, memory and NICs around them. The pinned GPUs are the only
+GPUs free for the decision, so every GPU container of the pod must be pinned (the
+kubelet allocates every container's devices at admission, so Follow sees them all).
+
 Memo tables (hardware tables per shape, mask spaces, GPU set choices) live in an
 `Engine` the caller owns and passes; without one, a call builds what it needs afresh.
 Nothing here mutates the caller's `NodeState`; the caller applies
@@ -31,7 +38,7 @@ Nothing here mutates the caller's `NodeState`; the caller applies
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import NamedTuple
 
@@ -137,6 +144,10 @@ class Decision:
     score: int  # 0..100, higher is better; see `numatopo_engine.scoring`
 
 
+Pinned = Mapping[str, Sequence[int]]
+"""Container name -> the GPU indices it holds for real (app containers and sidecars)."""
+
+
 def allocate(
     topology: NumatopologySpec,
     state: NodeState,
@@ -144,10 +155,16 @@ def allocate(
     node_name: str,
     *,
     engine: Engine | None = None,
+    pinned: Pinned | None = None,
 ) -> Decision:
-    """Place `request` on the node; raises UnsatisfiableError naming what did not fit where."""
+    """Place `request` on the node; raises UnsatisfiableError naming what did not fit where.
+
+    `pinned` fixes the GPUs of the containers it names (see the module docstring); a
+    pinned GPU that is not free, or a count unlike the container's request, is
+    UnsatisfiableError too.
+    """
     engine = engine or Engine()
-    outcome = _decide(engine, topology, state, request, build=True)
+    outcome = _decide(engine, topology, state, request, build=True, pinned=pinned or {})
     if isinstance(outcome, Shortfall):
         raise UnsatisfiableError(word(outcome), word(outcome, detail=False))
     containers = {name: _wire(entry) for name, entry in outcome.entries.items()}
@@ -406,18 +423,28 @@ def _decide(
     request: PodRequest,
     *,
     build: bool,
+    pinned: Pinned | None = None,
 ) -> _Plan | Shortfall:
     tables = engine.tables_of(topology)
     options = request.options
+    pins = pinned or {}
     try:
         sizing = _sized(request, tables)
+        _check_pins(pins, sizing, tables, state)
     except UnsatisfiableError as exc:
         return Shortfall(Kind.REQUEST, options.policy.value, (), note=exc.reason)
     free = FreeView.from_state(tables, state)
+    if pins:
+        free.gpus &= {g for gpus in pins.values() for g in gpus}
     floor = state.shared_floor
     closest = _prefers_closest(topology)
 
-    def choose(working: FreeView, need: Need) -> _Choice | Shortfall:
+    def choose(
+        working: FreeView, need: Need, only_gpus: Sequence[int] | None = None
+    ) -> _Choice | Shortfall:
+        if only_gpus is not None:
+            working = working.copy()
+            working.gpus &= set(only_gpus)
         plan = engine.plan(tables, need, options, floor=floor, closest=closest)
         row = np.array([row_of(tables, plan.layout, working)], dtype=np.int64)
         decided = decide_rows(plan, row, engine.gpu_memo)
@@ -443,6 +470,7 @@ def _decide(
                 options=options,
                 choice=choice,
                 gpu_pool=pool,
+                pinned=pins.get(container.name),
             )
             if isinstance(filled, Shortfall):
                 return filled
@@ -453,7 +481,7 @@ def _decide(
         scores: list[int] = []
         for container in sizing.apps:
             need = sizing.needs[container.name]
-            choice = choose(free, need)
+            choice = choose(free, need, pins.get(container.name))
             if isinstance(choice, Shortfall):
                 return choice
             filled = _fill(
@@ -464,6 +492,7 @@ def _decide(
                 options=options,
                 choice=choice,
                 gpu_pool=list(choice.gpus),
+                pinned=pins.get(container.name),
             )
             if isinstance(filled, Shortfall):
                 return filled
@@ -488,6 +517,37 @@ def _decide(
     if isinstance(filled_inits, Shortfall):
         return filled_inits
     return _Plan(union, score, entries)
+
+
+def _check_pins(pins: Pinned, sizing: _Sizing, tables: Tables, state: NodeState) -> None:
+    """Pinned GPUs must be what the pinned containers ask for, and free (the caller
+    released the pod's own booking and settled anyone else's)."""
+    if not pins:
+        return
+    containers = {c.name: c for c in sizing.apps}
+    free = state.free_gpus()
+    seen: set[int] = set()
+    for name, gpus in pins.items():
+        container = containers.get(name)
+        if container is None:
+            raise UnsatisfiableError(f"pinned GPUs for {name}, which is no app container")
+        if len(gpus) != container.gpus or len(set(gpus)) != len(gpus):
+            raise UnsatisfiableError(
+                f"container {name} holds GPUs {list(gpus)} but asks for {container.gpus}"
+            )
+        for gpu in gpus:
+            if gpu not in tables.gpu_name:
+                raise UnsatisfiableError(f"container {name} holds GPU {gpu}, unknown here")
+            if gpu not in free or gpu in seen:
+                raise UnsatisfiableError(
+                    f"container {name} holds GPU {gpu}, which is booked by another pod"
+                )
+            seen.add(gpu)
+    unpinned = [c.name for c in sizing.apps if c.gpus and c.name not in pins]
+    if unpinned:
+        raise UnsatisfiableError(
+            f"GPUs pinned for some containers but not for {', '.join(unpinned)}"
+        )
 
 
 def _sized(request: PodRequest, tables: Tables) -> _Sizing:
@@ -610,6 +670,7 @@ def _fill(
     options: TopologyOptions,
     choice: _Choice,
     gpu_pool: list[int],
+    pinned: Sequence[int] | None = None,
 ) -> _Entry | Shortfall:
     """Concrete resources for one container: inside `choice.mask` first, the rest (of a
     placement the policy admits unaligned) from outside it; taken out of `free`."""
@@ -617,7 +678,16 @@ def _fill(
     numa_ids = bits(mask)
     entry = _Entry(mask=mask, exclusive=need.cpu_mode is CpuMode.EXCLUSIVE)
     policy = options.policy.value
-    if need.gpus:
+    if pinned:
+        if not set(pinned) <= set(gpu_pool):
+            return Shortfall(Kind.REQUEST, policy, (), note=f"pinned GPUs {list(pinned)} "
+                             f"are not all in the pod's set {sorted(gpu_pool)}")  # fmt: skip
+        entry.gpus = list(pinned)
+        entry.gpu_names = [tables.gpu_name[g] for g in pinned]
+        for gpu in pinned:
+            gpu_pool.remove(gpu)
+            free.gpus.discard(gpu)
+    elif need.gpus:
         picked = choose_gpus(
             tables, frozenset(gpu_pool), need.gpus, options.gpu_links, engine.gpu_memo
         ) or choose_gpus(tables, frozenset(gpu_pool), need.gpus, GpuLinksMode.IGNORE)

@@ -3,7 +3,7 @@ plugin has (uuid, index, time-slicing replicas) and never to another GPU."""
 
 from __future__ import annotations
 
-from numatopo_exporter.kubelet_api.device_ids import base_id, device_ids_for, same_gpu
+from numatopo_engine.device_ids import base_id, device_ids_for, same_gpu
 
 UUID_A = "GPU-0c6c9a1d-8f5e-4b1e-9d0e-1a2b3c4d5e6f"
 UUID_B = "GPU-7f1e2d3c-4b5a-6978-8a9b-0c1d2e3f4a5b"

@@ -1,4 +1,4 @@
-"""Device plugin IDs <-> the GPUs of an assignment (pure).
+"""Device plugin IDs <-> the GPUs of an assignment and of a topology (pure).
 
 A device plugin names each device with an opaque ID. NVIDIA's plugin uses the GPU UUID
 (`--device-id-strategy=uuid`, the default), or the GPU's index (`index`), and with
