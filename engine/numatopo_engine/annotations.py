@@ -19,6 +19,7 @@ __all__ = [
     "CPU",
     "GPU_LINKS",
     "MAX_NUMA_NODES",
+    "OBSERVED",
     "POLICY",
     "PREFIX",
     "REASON",
@@ -30,6 +31,8 @@ __all__ = [
     "ContainerAssignment",
     "CpuMode",
     "GpuLinksMode",
+    "Observed",
+    "ObservedContainer",
     "PolicyName",
     "Scope",
     "SmtMode",
@@ -48,6 +51,9 @@ STATE = PREFIX + "state"
 # Why a pod is `Unsatisfiable` or `Invalid`. Written in the same patch as `STATE`, so no
 # crash can leave a pod with a verdict and no reason; Events are posted from it.
 REASON = PREFIX + "reason"
+# What the node agent saw the kubelet give each container (PodResources): the devices
+# it really holds, compared with the assignment of sequence `seq`.
+OBSERVED = PREFIX + "observed"
 
 USER_ANNOTATIONS = (POLICY, SCOPE, CPU, SMT, GPU_LINKS, MAX_NUMA_NODES)
 
@@ -128,6 +134,35 @@ class Assignment(WireModel):
             "sequences existed (oldest)."
         ),
     )
+
+    def to_annotation(self) -> str:
+        return self.model_dump_json(by_alias=True, exclude_none=True)
+
+
+class ObservedContainer(WireModel):
+    """The devices one container holds, as the kubelet's PodResources API lists them."""
+
+    devices: dict[str, list[str]] = Field(
+        default_factory=dict, description="Resource name -> device plugin IDs."
+    )
+    matches: bool = Field(
+        default=True, description="Whether its GPUs are the ones its assignment names."
+    )
+
+
+class Observed(WireModel):
+    """The `numatopo.io/observed` annotation (JSON), version 1, written by the node agent
+    once the kubelet has allocated the pod's devices."""
+
+    v: Literal[1] = 1
+    seq: NonNegativeInt = Field(
+        description="The `Assignment.seq` these devices were compared with."
+    )
+    containers: dict[str, ObservedContainer] = Field(default_factory=dict)
+
+    @property
+    def mismatched(self) -> list[str]:
+        return sorted(name for name, c in self.containers.items() if not c.matches)
 
     def to_annotation(self) -> str:
         return self.model_dump_json(by_alias=True, exclude_none=True)

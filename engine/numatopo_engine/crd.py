@@ -103,6 +103,7 @@ def _printer_columns() -> list[dict[str, Any]]:
         {"name": "GPUS", "type": "integer", "jsonPath": ".spec.capacity.gpus"},
         {"name": "FREE-CPUS", "type": "integer", "jsonPath": ".status.freeCPUs"},
         {"name": "FREE-GPUS", "type": "integer", "jsonPath": ".status.freeGPUs"},
+        {"name": "GPU-MODE", "type": "string", "jsonPath": ".status.gpuMode"},
         {
             "name": "POLICY",
             "type": "string",

@@ -12,7 +12,9 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Sequence
 
-__all__ = ["base_id", "device_ids_for", "same_gpu"]
+from numatopo_engine.model import Gpu
+
+__all__ = ["base_id", "device_ids_for", "gpu_indices", "same_gpu"]
 
 REPLICA_SEPARATOR = "::"
 
@@ -53,3 +55,16 @@ def device_ids_for(
             return None
         chosen.append(found)
     return chosen
+
+
+def gpu_indices(device_ids: Iterable[str], gpus: Iterable[Gpu]) -> list[int] | None:
+    """The node's GPU indices the plugin's `device_ids` name, in their order; None when
+    one names no GPU of the node (another resource, or a topology out of date)."""
+    known = list(gpus)
+    found: list[int] = []
+    for device_id in device_ids:
+        gpu = next((g for g in known if same_gpu(device_id, g.uuid or g.pci_bus_id, g.index)), None)
+        if gpu is None:
+            return None
+        found.append(gpu.index)
+    return found

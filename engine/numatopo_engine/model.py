@@ -34,6 +34,7 @@ __all__ = [
     "FreeNuma",
     "Gpu",
     "GpuLink",
+    "GpuMode",
     "GpuPath",
     "LinkType",
     "Nic",
@@ -257,6 +258,14 @@ class FreeNuma(WireModel):
     memory_bytes: NonNegInt = 0
 
 
+class GpuMode(enum.StrEnum):
+    """What numatopo guarantees about the GPUs of an assignment on a node (agent)."""
+
+    STEERED = "Steered"  # the kubelet takes numatopo's GPUs (steering device plugin)
+    FOLLOWED = "Followed"  # the kubelet picks; numatopo reads what it gave and re-aligns
+    NONE = "None"  # neither: GPUs in an assignment are unverified
+
+
 class NumatopologyStatus(WireModel):
     conditions: list[Condition] = Field(
         default_factory=list,
@@ -280,6 +289,15 @@ class NumatopologyStatus(WireModel):
         description=(
             "RFC 3339 time of the exporter's last successful resync; the operator stops "
             "placing on a node whose heartbeat is older than its staleness bound."
+        ),
+    )
+    gpu_mode: GpuMode | None = Field(
+        default=None,
+        alias="gpuMode",
+        description=(
+            "Written by the node agent: Steered (the kubelet is given numatopo's GPUs), "
+            "Followed (the kubelet's choice is read back and CPUs and memory re-aligned "
+            "to it) or None (GPUs unverified). Absent: no agent has reported."
         ),
     )
 

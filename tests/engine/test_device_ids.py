@@ -27,3 +27,13 @@ def test_device_ids_follow_assignment_order_and_need_every_gpu() -> None:
     # Two replicas of one GPU are two devices: each is used once.
     replicas = [UUID_A + "::0", UUID_A + "::1"]
     assert device_ids_for([UUID_A, UUID_A], [0, 0], replicas) == replicas
+
+
+def test_device_ids_map_to_the_nodes_gpu_indices() -> None:
+    from numatopo_engine.device_ids import gpu_indices
+    from numatopo_engine.model import Gpu
+
+    gpus = [Gpu(index=0, uuid=UUID_A), Gpu(index=1, uuid=UUID_B), Gpu(index=2)]
+    assert gpu_indices([UUID_B, UUID_A + "::1"], gpus) == [1, 0]
+    assert gpu_indices(["2", "0"], gpus) == [2, 0]
+    assert gpu_indices(["mlx5_0"], gpus) is None
