@@ -17,9 +17,14 @@ from dataclasses import dataclass, field
 from pathlib import Path, PurePosixPath
 from typing import Any
 
+from pydantic import ValidationError
+
+from numatopo_engine.annotations import OBSERVED, Observed
 from numatopo_engine.cpuset import CPUSet
-from numatopo_exporter.agent import cgroupfs, feedback, planning, pods
+from numatopo_engine.model import GpuMode
+from numatopo_exporter.agent import cgroupfs, feedback, follow, planning, pods
 from numatopo_exporter.agent.metrics import AgentMetrics
+from numatopo_exporter.agent.pod_resources import Holdings, PodResourcesError, list_holdings
 from numatopo_exporter.daemon.backoff import Backoff
 from numatopo_exporter.discovery import kubelet
 from numatopo_exporter.discovery.errors import DiscoveryError
@@ -30,6 +35,11 @@ __all__ = ["COMPONENT", "ENFORCING", "AgentLoop"]
 COMPONENT = "numatopo-agent"
 ENFORCING = "Enforcing"
 AGENT_ENFORCING = "AgentEnforcing"
+GPU_ASSIGNMENT = "GPUAssignment"
+GPU_MISMATCH = "GPUMismatch"
+GPUS_UNVERIFIED = "GPUsUnverified"
+# Reasons that are their own Event reason (others are announced as EnforcementFailed).
+_EVENT_REASONS = frozenset({GPU_MISMATCH, GPUS_UNVERIFIED})
 
 logger = logging.getLogger("numatopo.agent")
 
@@ -65,6 +75,12 @@ class AgentLoop:
     probe_seconds: float = 2.0
     """While backing off after an API error, probe this often, to be back promptly."""
     clock: Callable[[], float] = time.time
+    pod_resources_socket: Path | None = None
+    """The kubelet's PodResources socket (Follow); None: GPUs are not checked, and
+    pods holding GPUs are never reported `Aligned`."""
+    gpu_resources: tuple[str, ...] = ("nvidia.com/gpu",)
+    steered: Callable[[], bool] | None = None
+    """Whether the steering device plugin is registered with the kubelet (Steer)."""
 
     pod_cache: dict[str, dict[str, Any]] = field(default_factory=dict, init=False)
     """This node's pods by UID, as the watch last showed them."""
@@ -75,6 +91,11 @@ class AgentLoop:
     _reported: dict[str, tuple[str, str]] = field(default_factory=dict, init=False)
     _standing_aside: tuple[str, str] | None = field(default=None, init=False)
     """The last (reason, message) reported in the `Enforcing` condition."""
+    _published: tuple[object, ...] | None = field(default=None, init=False)
+    """The last node status applied (Enforcing verdict, GPU mode and its message)."""
+    _holdings_error: str | None = field(default=None, init=False)
+    _mismatches: dict[str, int] = field(default_factory=dict, init=False)
+    """Pod uid -> the assignment sequence whose GPU mismatch was counted."""
 
     # -- the pod cache -----------------------------------------------------------------
 
@@ -103,7 +124,7 @@ class AgentLoop:
         """Drop what is remembered about pods that left, and about assignments a pod no
         longer has: every map below is bounded by the pods on this node."""
         live = self.pod_cache
-        for memo in (self._enforced, self._reported):
+        for memo in (self._enforced, self._reported, self._mismatches):
             for uid in [u for u in memo if u not in live]:
                 del memo[uid]
         current = {
@@ -178,7 +199,8 @@ class AgentLoop:
             self.forget_departed()
 
     async def _reconcile(self) -> None:
-        if await self._kubelet_is_static():
+        holdings = await self._read_holdings()
+        if await self._kubelet_is_static(holdings is not None):
             return
         try:
             hierarchy = cgroupfs.detect_hierarchy(self.cgroup_root)
@@ -191,6 +213,8 @@ class AgentLoop:
             list(self.pod_cache.values()), node_name=self.node_name, online=online
         )
         outcomes = {entry.uid: self._locate(hierarchy, entry) for entry in accepted}
+        for entry in accepted:
+            await self._follow(entry, holdings, outcomes[entry.uid])
         exclusive_targets: dict[PurePosixPath, planning.Target] = {}
         numa_targets: dict[PurePosixPath, planning.Target] = {}
         exclusive = CPUSet()
@@ -252,6 +276,71 @@ class AgentLoop:
             )
         for refusal in refused:
             await self._report_refusal(refusal)
+
+    # -- Follow: the GPUs the kubelet really gave -------------------------------------
+
+    async def _read_holdings(self) -> Holdings | None:
+        """What PodResources lists now; None when Follow is off or the API unreadable
+        (logged when that changes)."""
+        if self.pod_resources_socket is None:
+            return None
+        try:
+            holdings = await list_holdings(self.pod_resources_socket)
+        except PodResourcesError as exc:
+            if self._holdings_error != str(exc):
+                logger.warning("cannot verify GPUs: %s", exc)
+            self._holdings_error = str(exc)
+            return None
+        if self._holdings_error is not None:
+            logger.info("PodResources readable again at %s", self.pod_resources_socket)
+        self._holdings_error = None
+        return holdings
+
+    async def _follow(
+        self, entry: pods.PodAssignment, holdings: Holdings | None, outcome: _PodOutcome
+    ) -> None:
+        """Record what the pod's containers hold (`numatopo.io/observed`) and hold back
+        `Aligned` while its GPUs are not the assigned ones, or cannot be known."""
+        assignment = entry.assignment
+        if not any(c.gpus or c.gpu_indices for c in assignment.containers.values()):
+            return
+        if holdings is None:
+            outcome.problems.append(
+                "the GPUs this pod holds cannot be verified: "
+                + (self._holdings_error or "Follow is off (no PodResources socket)")
+            )
+            outcome.reason = outcome.reason or GPUS_UNVERIFIED
+            return
+        meta = entry.body.get("metadata") or {}
+        held = holdings.get((str(meta.get("namespace", "")), str(meta.get("name", ""))))
+        observed = follow.observe(
+            assignment,
+            held,
+            containers=follow.running_container_names(entry.body),
+            gpu_resources=self.gpu_resources,
+        )
+        if observed is None:
+            outcome.pending = True  # not admitted yet: reported once the kubelet has chosen
+            return
+        if _observed_of(entry.body) != observed:
+            try:
+                await self.client.patch_pod_annotations(
+                    str(meta.get("namespace")),
+                    str(meta.get("name")),
+                    {OBSERVED: observed.to_annotation()},
+                )
+            except KubeError as exc:
+                logger.warning("writing %s of %s: %s", OBSERVED, entry.key, exc)
+        if observed.mismatched:
+            words = follow.gpu_words(observed, assignment, self.gpu_resources)
+            if self._mismatches.get(entry.uid) != assignment.seq:
+                self._mismatches[entry.uid] = assignment.seq
+                self.metrics.gpu_mismatches.inc()
+                logger.warning("%s: %s", entry.key, words)
+            outcome.problems.append(
+                f"{words}; the operator re-aligns CPUs and memory to the GPUs held"
+            )
+            outcome.reason = GPU_MISMATCH
 
     def _locate(self, hierarchy: cgroupfs.Hierarchy, entry: pods.PodAssignment) -> _PodOutcome:
         outcome = _PodOutcome()
@@ -418,7 +507,8 @@ class AgentLoop:
             uid = str(meta.get("uid"))
             if self._reported.get(uid, ("", ""))[0] != reason:
                 self._reported[uid] = (reason, "")
-                await self._event(pod, "EnforcementFailed", message, warning=True)
+                event = reason if reason in _EVENT_REASONS else "EnforcementFailed"
+                await self._event(pod, event, message, warning=True)
         try:
             if status_patch is not None:
                 await self._patch_condition(
@@ -499,27 +589,66 @@ class AgentLoop:
             )
         return AGENT_ENFORCING, "numatopo-agent writes the cpusets of assigned pods"
 
-    async def _kubelet_is_static(self) -> bool:
+    def _gpu_mode(self, follows: bool) -> tuple[GpuMode, str, str]:
+        """(mode, reason, message) of the node's GPU guarantee this pass."""
+        if self.steered is not None and self.steered():
+            return (
+                GpuMode.STEERED,
+                "Steered",
+                "the kubelet is given numatopo's GPUs (steering device plugin registered); "
+                "what it gave is still read back and followed",
+            )
+        if follows:
+            return (
+                GpuMode.FOLLOWED,
+                "Followed",
+                "the kubelet picks GPUs; numatopo reads what it gave (PodResources) and "
+                "re-aligns CPUs and memory to them",
+            )
+        return (
+            GpuMode.NONE,
+            "Unverified",
+            "GPUs in assignments are not verified: "
+            + (self._holdings_error or "Follow is off (no PodResources socket)"),
+        )
+
+    async def _kubelet_is_static(self, follows: bool = False) -> bool:
         """Whether to stand aside this pass: the kubelet's CPU manager is static, or its
-        state cannot be read. Reported (condition + Node Event) when the verdict changes."""
+        state cannot be read. Reported with the node's GPU mode (conditions, `gpuMode`)
+        when either changes; a Node Event when the agent stands aside."""
         verdict = self._kubelet_verdict()
         static = verdict[0] != AGENT_ENFORCING
-        if verdict == self._standing_aside:
+        mode = self._gpu_mode(follows)
+        published = (verdict, mode)
+        if published == self._published:
             return static
+        announce = verdict != self._standing_aside
         self._standing_aside = verdict
-        condition = {
-            "type": ENFORCING,
-            "status": "False" if static else "True",
-            "reason": verdict[0],
-            "message": verdict[1],
-            "lastTransitionTime": _now_text(self.clock()),
-        }
+        self._published = published
+        now = _now_text(self.clock())
+        conditions = [
+            {
+                "type": ENFORCING,
+                "status": "False" if static else "True",
+                "reason": verdict[0],
+                "message": verdict[1],
+                "lastTransitionTime": now,
+            },
+            {
+                "type": GPU_ASSIGNMENT,
+                "status": "False" if mode[0] is GpuMode.NONE else "True",
+                "reason": mode[1],
+                "message": mode[2],
+                "lastTransitionTime": now,
+            },
+        ]
         try:
-            # Only our own condition, under our own field manager: the exporter's
-            # conditions in the same list are merged by type, never overwritten.
+            # Only our own fields, under our own field manager, all in one apply (an
+            # apply drops what the same manager applied before and left out): the
+            # exporter's conditions in the same list are merged by type, never touched.
             await self.client.apply_numatopology_status(
                 self.node_name,
-                {"conditions": [condition]},
+                {"conditions": conditions, "gpuMode": mode[0].value},
                 field_manager=COMPONENT,
             )
         except KubeError as exc:
@@ -527,7 +656,8 @@ class AgentLoop:
             if not exc.not_found:
                 logger.warning("reporting the %s condition: %s", ENFORCING, exc)
                 self._standing_aside = None  # try again next time
-        if static:
+                self._published = None
+        if static and announce:
             node = {"apiVersion": "v1", "kind": "Node", "name": self.node_name}
             await self.client.post_event(node, reason=verdict[0], message=verdict[1], warning=True)
         return static
@@ -543,6 +673,16 @@ def _about(regarding: dict[str, Any], *, kind: str) -> dict[str, str]:
         "name": str(meta.get("name") or ""),
         "uid": str(meta.get("uid") or ""),
     }
+
+
+def _observed_of(pod: dict[str, Any]) -> Observed | None:
+    text = _annotations(pod).get(OBSERVED)
+    if text is None:
+        return None
+    try:
+        return Observed.model_validate_json(text)
+    except ValidationError:
+        return None  # rewritten with what is held now
 
 
 def _annotations(pod: dict[str, Any]) -> dict[str, str]:

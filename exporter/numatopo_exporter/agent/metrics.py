@@ -35,6 +35,12 @@ class AgentMetrics:
             "Single cpuset.cpus / cpuset.mems writes.",
             registry=self.registry,
         )
+        self.gpu_mismatches = Counter(
+            "numatopo_agent_gpu_mismatches_total",
+            "Assignments whose containers were given other GPUs by the kubelet than "
+            "assigned (Follow); the operator re-aligns each.",
+            registry=self.registry,
+        )
         self.latency = Histogram(
             "numatopo_agent_assignment_to_enforced_seconds",
             "From the assignment first seen on the watch stream to its cpusets written.",

@@ -9,6 +9,7 @@ from pathlib import Path
 from numatopo_exporter.agent import cgroupfs
 from numatopo_exporter.agent.loop import COMPONENT, AgentLoop
 from numatopo_exporter.agent.metrics import AgentMetrics
+from numatopo_exporter.agent.pod_resources import DEFAULT_SOCKET
 from numatopo_exporter.daemon import metrics
 from numatopo_exporter.discovery import kubelet
 from numatopo_exporter.node_process import add_node_flags, check_node, connect, start
@@ -28,6 +29,8 @@ async def serve(args: argparse.Namespace) -> int:
             kubelet_state=args.kubelet_state,
             metrics=agent_metrics,
             resync_seconds=args.resync_seconds,
+            pod_resources_socket=args.pod_resources_socket,
+            gpu_resources=tuple(args.gpu_resource or DEFAULT_GPU_RESOURCES),
         )
         runner = None
         if args.metrics_port:
@@ -53,7 +56,12 @@ def run(args: argparse.Namespace) -> int:
     )
 
 
+def _optional_path(text: str) -> Path | None:
+    return Path(text) if text else None
+
+
 HELP = "enforce CPU assignments in cgroup cpusets (DaemonSet)"
+DEFAULT_GPU_RESOURCES = ("nvidia.com/gpu",)
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -71,6 +79,22 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     )
     parser.add_argument(
         "--resync-seconds", type=float, default=10.0, help="drift check period (default 10)"
+    )
+    parser.add_argument(
+        "--pod-resources-socket",
+        type=_optional_path,
+        default=DEFAULT_SOCKET,
+        help="the kubelet's PodResources socket, read to follow the GPUs the kubelet really "
+        "gives (default %(default)s; an empty value turns Follow off: GPU pods are then "
+        "never reported Aligned)",
+    )
+    parser.add_argument(
+        "--gpu-resource",
+        action="append",
+        metavar="NAME",
+        help="an extended resource whose devices are GPUs, for Follow (repeatable; default "
+        + ", ".join(DEFAULT_GPU_RESOURCES)
+        + ")",
     )
     add_node_flags(parser, metrics_port=9102)
     # A separate address flag (not `host:port`) so that `--metrics-port` keeps its

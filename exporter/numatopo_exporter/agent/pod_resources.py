@@ -1,0 +1,49 @@
+"""The kubelet's PodResources API: which devices each container really holds (I/O).
+
+The kubelet serves it on a unix socket (`/var/lib/kubelet/pod-resources/kubelet.sock`).
+Mount the directory, not the socket: a kubelet restart replaces the socket file, and a
+mount of the old file would point at nothing. One `List` per agent pass; a fresh
+channel each time, so a restarted kubelet is simply dialled again.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from pathlib import Path
+
+import grpc
+
+from numatopo_exporter.kubelet_api import podresources_pb2, podresources_pb2_grpc
+
+__all__ = ["DEFAULT_SOCKET", "Holdings", "PodResourcesError", "list_holdings"]
+
+DEFAULT_SOCKET = Path("/var/lib/kubelet/pod-resources/kubelet.sock")
+
+Holdings = Mapping[tuple[str, str], Mapping[str, Mapping[str, list[str]]]]
+"""(namespace, pod name) -> container -> resource name -> device plugin IDs."""
+
+
+class PodResourcesError(Exception):
+    """The PodResources API could not be read (no socket, kubelet down, timeout)."""
+
+
+async def list_holdings(socket: Path, *, timeout: float = 2.0) -> Holdings:
+    """Every pod's devices, per container and resource, as the kubelet lists them."""
+    if not socket.exists():
+        raise PodResourcesError(f"no PodResources socket at {socket}")
+    async with grpc.aio.insecure_channel(f"unix://{socket}") as channel:
+        stub = podresources_pb2_grpc.PodResourcesListerStub(channel)  # type: ignore[no-untyped-call]
+        try:
+            response = await stub.List(podresources_pb2.ListPodResourcesRequest(), timeout=timeout)
+        except grpc.aio.AioRpcError as exc:
+            raise PodResourcesError(
+                f"PodResources List at {socket}: {exc.code().name}: {exc.details()}"
+            ) from None
+    holdings: dict[tuple[str, str], dict[str, dict[str, list[str]]]] = {}
+    for pod in response.pod_resources:
+        containers = holdings.setdefault((pod.namespace, pod.name), {})
+        for container in pod.containers:
+            held = containers.setdefault(container.name, {})
+            for devices in container.devices:
+                held.setdefault(devices.resource_name, []).extend(devices.device_ids)
+    return holdings
