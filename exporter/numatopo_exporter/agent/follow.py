@@ -14,7 +14,7 @@ before they run, and when an app container reuses some of an init container's GP
 
 from __future__ import annotations
 
-from collections.abc import Collection, Iterable, Mapping
+from collections.abc import Callable, Collection, Mapping
 from typing import Any
 
 from numatopo_engine.annotations import Assignment, Observed, ObservedContainer
@@ -40,7 +40,7 @@ def observe(
     held: Mapping[str, Mapping[str, list[str]]] | None,
     *,
     containers: Collection[str],
-    gpu_resources: Collection[str],
+    is_gpu: Callable[[str], bool],
 ) -> Observed | None:
     """What the pod's `containers` hold, compared with `assignment`; None while the
     kubelet has not allocated them yet (the pod unlisted, or a container assigned GPUs
@@ -51,7 +51,7 @@ def observe(
     for name in sorted(containers):
         assigned = assignment.containers.get(name)
         devices = {r: list(ids) for r, ids in sorted((held.get(name) or {}).items()) if ids}
-        gpu_ids = [d for r in gpu_resources for d in devices.get(r, [])]
+        gpu_ids = [d for r, ids in devices.items() if is_gpu(r) for d in ids]
         wants_gpus = assigned is not None and bool(assigned.gpus or assigned.gpu_indices)
         if wants_gpus and not gpu_ids:
             return None
@@ -66,12 +66,12 @@ def observe(
     return Observed(seq=assignment.seq, containers=observed)
 
 
-def gpu_words(observed: Observed, assignment: Assignment, gpu_resources: Iterable[str]) -> str:
+def gpu_words(observed: Observed, assignment: Assignment, is_gpu: Callable[[str], bool]) -> str:
     """`container x holds GPUs [...] but was assigned [...]` for each mismatch."""
-    resources = list(gpu_resources)
     parts = []
     for name in observed.mismatched:
-        held = [d for r in resources for d in observed.containers[name].devices.get(r, [])]
+        devices = observed.containers[name].devices
+        held = [d for r, ids in devices.items() if is_gpu(r) for d in ids]
         assigned = assignment.containers.get(name)
         named = (assigned.gpus or [str(i) for i in assigned.gpu_indices]) if assigned else []
         parts.append(f"container {name} holds GPUs {held} but was assigned {named}")

@@ -22,6 +22,7 @@ from pydantic import ValidationError
 from numatopo_engine.annotations import OBSERVED, Observed
 from numatopo_engine.cpuset import CPUSet
 from numatopo_engine.model import GpuMode
+from numatopo_engine.resources import ResourceNames
 from numatopo_exporter.agent import cgroupfs, feedback, follow, planning, pods
 from numatopo_exporter.agent.metrics import AgentMetrics
 from numatopo_exporter.agent.pod_resources import Holdings, PodResourcesError, list_holdings
@@ -78,7 +79,8 @@ class AgentLoop:
     pod_resources_socket: Path | None = None
     """The kubelet's PodResources socket (Follow); None: GPUs are not checked, and
     pods holding GPUs are never reported `Aligned`."""
-    gpu_resources: tuple[str, ...] = ("nvidia.com/gpu",)
+    resources: ResourceNames = field(default_factory=ResourceNames)
+    """Which extended resources are GPUs (patterns, as the operator's `--gpu-resource`)."""
     steered: Callable[[], bool] | None = None
     """Whether the steering device plugin is registered with the kubelet (Steer)."""
 
@@ -317,7 +319,7 @@ class AgentLoop:
             assignment,
             held,
             containers=follow.running_container_names(entry.body),
-            gpu_resources=self.gpu_resources,
+            is_gpu=self.resources.is_gpu,
         )
         if observed is None:
             outcome.pending = True  # not admitted yet: reported once the kubelet has chosen
@@ -332,7 +334,7 @@ class AgentLoop:
             except KubeError as exc:
                 logger.warning("writing %s of %s: %s", OBSERVED, entry.key, exc)
         if observed.mismatched:
-            words = follow.gpu_words(observed, assignment, self.gpu_resources)
+            words = follow.gpu_words(observed, assignment, self.resources.is_gpu)
             if self._mismatches.get(entry.uid) != assignment.seq:
                 self._mismatches[entry.uid] = assignment.seq
                 self.metrics.gpu_mismatches.inc()

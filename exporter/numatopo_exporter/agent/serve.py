@@ -6,6 +6,7 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
+from numatopo_engine.resources import ResourceNames
 from numatopo_exporter.agent import cgroupfs
 from numatopo_exporter.agent.loop import COMPONENT, AgentLoop
 from numatopo_exporter.agent.metrics import AgentMetrics
@@ -30,7 +31,7 @@ async def serve(args: argparse.Namespace) -> int:
             metrics=agent_metrics,
             resync_seconds=args.resync_seconds,
             pod_resources_socket=args.pod_resources_socket,
-            gpu_resources=tuple(args.gpu_resource or DEFAULT_GPU_RESOURCES),
+            resources=ResourceNames(gpu=_patterns(args.gpu_resources) or ResourceNames().gpu),
         )
         runner = None
         if args.metrics_port:
@@ -56,12 +57,15 @@ def run(args: argparse.Namespace) -> int:
     )
 
 
+def _patterns(text: str) -> tuple[str, ...]:
+    return tuple(p.strip() for p in text.split(",") if p.strip())
+
+
 def _optional_path(text: str) -> Path | None:
     return Path(text) if text else None
 
 
 HELP = "enforce CPU assignments in cgroup cpusets (DaemonSet)"
-DEFAULT_GPU_RESOURCES = ("nvidia.com/gpu",)
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -89,12 +93,10 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         "never reported Aligned)",
     )
     parser.add_argument(
-        "--gpu-resource",
-        action="append",
-        metavar="NAME",
-        help="an extended resource whose devices are GPUs, for Follow (repeatable; default "
-        + ", ".join(DEFAULT_GPU_RESOURCES)
-        + ")",
+        "--gpu-resources",
+        default="",
+        help="comma list of the patterns of extended resources whose devices are GPUs, for "
+        "Follow (default " + ",".join(ResourceNames().gpu) + ", as the operator's flag)",
     )
     add_node_flags(parser, metrics_port=9102)
     # A separate address flag (not `host:port`) so that `--metrics-port` keeps its
