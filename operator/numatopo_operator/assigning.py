@@ -37,7 +37,7 @@ from numatopo_engine.annotations import Assignment, State
 from numatopo_engine.errors import InvalidRequestError, OverlapError, UnsatisfiableError
 from numatopo_engine.request import PodRequest
 from numatopo_engine.state import NodeState
-from numatopo_operator import translate
+from numatopo_operator import realigning, translate
 from numatopo_operator.errors import KubeError, KubeNotFoundError, NodeBusyError, NotActiveError
 from numatopo_operator.runtime import Runtime
 from numatopo_operator.translate import RawPod
@@ -329,6 +329,10 @@ async def judge_pod(runtime: Runtime, pod: RawPod) -> bool:
         why, event_reason = problem
         logger.warning("not trusting the assignment of %s: %s", key, why)
         await mark_invalid(runtime, pod, why, event_reason=event_reason)
+        return False
+    followed = realigning.mismatch(pod)
+    if followed is not None:
+        await realigning.realign(runtime, pod, *followed)
         return False
     if not translate.is_waiting(pod):
         return False

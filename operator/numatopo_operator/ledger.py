@@ -78,6 +78,8 @@ class Ledger:
         self._dirty: set[str] = set()
         self._journal: dict[str, _Journaled] | None = None
         self._seq: dict[str, int] = {}
+        # key -> the highest decision sequence taken back from it (`displace`)
+        self._void: dict[str, int] = {}
         # node -> (live state, its version, the copy handed out for it)
         self._frozen: dict[str, tuple[NodeState, int, NodeState]] = {}
 
@@ -195,11 +197,20 @@ class Ledger:
         sequence, then uid) keeps it; the other is untrusted until the first one goes.
         """
         key, node = booking.key, booking.node
+        if booking.assignment.seq <= self._void.get(key, -1):
+            return []  # taken back (`displace`); an event from before that write
         previous_node = self._node_of.get(key)
         if previous_node is not None and previous_node != node:
             self.forget(key)
         self._note(key, booking)
         self._saw_seq(node, booking.assignment.seq)
+        flight = self._inflight.get(node, {}).get(key)
+        if flight is not None and booking.assignment.seq < flight.seq:
+            # An event older than our own write of a newer decision for this pod (a
+            # realignment): the write is what stands; the old booking is what stands
+            # again only if the write fails (`cancel`).
+            self._observed.setdefault(node, {})[key] = booking
+            return []
         known = self._observed.get(node, {}).get(key)
         if known == booking and key not in self._inflight.get(node, {}):
             return []
@@ -248,6 +259,38 @@ class Ledger:
         self._node_of[key] = node
         self._dirty.add(node)
 
+    def reserve_all(self, node: str, decisions: Mapping[str, Assignment]) -> None:
+        """Book several decisions at once, each replacing what its pod holds now (a
+        realignment and the pods it displaces). All or nothing: raises `OverlapError`
+        and books none when they clash with each other or with anyone else."""
+        state = self._states.get(node)
+        if state is None:
+            raise KeyError(f"no Numatopology for node {node!r}")
+        trial = state.copy()
+        for key in decisions:
+            trial.release(key)
+        for key, assignment in decisions.items():
+            trial.apply(key, assignment)
+        for key, assignment in decisions.items():
+            self._saw_seq(node, assignment.seq)
+            self._inflight.setdefault(node, {})[key] = assignment
+            self._node_of[key] = node
+        self._states[node] = trial
+        self._dirty.add(node)
+
+    def displace(self, key: str) -> None:
+        """Free what pod `key` holds because its assignment was taken back (another pod
+        holds its GPUs for real). Events still showing that assignment, or an older
+        one, book nothing: they predate the write that removed it."""
+        node = self._node_of.get(key)
+        seqs = [self._void.get(key, -1)]
+        if node is not None:
+            flight = self._inflight.get(node, {}).get(key)
+            seen = self._observed.get(node, {}).get(key)
+            seqs += [a.seq for a in (flight, seen.assignment if seen else None) if a is not None]
+        self._void[key] = max(seqs)
+        self.forget(key)
+
     def cancel(self, key: str) -> None:
         """Drop an in-flight booking whose write failed (or was taken back)."""
         node = self._node_of.get(key)
@@ -266,6 +309,8 @@ class Ledger:
         `uid` says which pod of that name ended, so a resync does not drop a newer one.
         """
         self._note(key, _Ended(uid))
+        if uid:
+            self._void.pop(key, None)  # the pod itself ended: nothing of it can come back
         node = self._node_of.pop(key, None)
         if node is None:
             return None
@@ -336,7 +381,13 @@ class Ledger:
         state = NodeState(topology)
         _, overlapping = book_in_claim_order(state, self._observed.get(node, {}).values())
         untrusted = {booking.key: why for booking, why in overlapping}
-        for key, assignment in self._inflight.get(node, {}).items():
+        flights = self._inflight.get(node, {})
+        # In-flight decisions replace what their pods held (a realigned pod's old GPUs
+        # may be what another in-flight decision took): release all of them first.
+        for key in flights:
+            state.release(key)
+            untrusted.pop(key, None)
+        for key, assignment in flights.items():
             try:
                 state.apply(key, assignment)
             except OverlapError as exc:

@@ -83,6 +83,14 @@ class Metrics:
         self.retries = prometheus_client.Counter(
             "numatopo_retries", "Pods judged again from the retry queue.", registry=self.registry
         )
+        self.realignments = prometheus_client.Counter(
+            "numatopo_realignments",
+            "Pods decided again around the GPUs the kubelet really gave them (Follow), by "
+            "result: realigned, relaxed (the policy could not hold with those GPUs; placed "
+            "best-effort), failed.",
+            ["result"],
+            registry=self.registry,
+        )
         self.lease_holder = prometheus_client.Gauge(
             "numatopo_lease_holder",
             "1 while this replica holds the Lease and decides.",

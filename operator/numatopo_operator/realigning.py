@@ -1,0 +1,215 @@
+"""Follow, the operator's half: decide a pod again around the GPUs it really holds (I/O).
+
+The node agent writes `numatopo.io/observed` once the kubelet has given the pod's
+containers their devices. When a container holds other GPUs than its assignment
+names, the pod's CPUs, memory and NICs sit next to the wrong GPUs. Here the pod is
+decided again with each GPU container's GPUs pinned to the real ones
+(`allocation.allocate(pinned=...)`), booked under a new decision sequence, and written;
+the agent enforces the new cpusets and reports `Aligned` once all agree.
+
+The real GPUs win over any claim on paper: a pod whose assignment names one of them
+(it has not been admitted yet, or the kubelet gave it others too) is displaced: its
+assignment is taken back, so it is decided afresh (and followed in turn). No GPU is
+ever booked twice: the displaced booking is released before the realigned one is
+reserved, all under the node's lock.
+
+When the pod's policy cannot hold with those GPUs (`single-numa-node`, GPUs on two
+NUMA nodes), the pod already runs: it is placed `best-effort` around them, the reason
+says why, and a Warning Event tells the user.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import logging
+
+import pydantic
+
+from numatopo_engine import allocation, pod_request
+from numatopo_engine import annotations as keys
+from numatopo_engine.annotations import Assignment, Observed, PolicyName, State
+from numatopo_engine.device_ids import gpu_indices
+from numatopo_engine.errors import InvalidRequestError, OverlapError, UnsatisfiableError
+from numatopo_engine.model import NumatopologySpec
+from numatopo_engine.request import PodRequest
+from numatopo_engine.resources import ResourceNames
+from numatopo_engine.state import NodeState
+from numatopo_operator import translate
+from numatopo_operator.errors import NodeBusyError
+from numatopo_operator.runtime import Runtime
+from numatopo_operator.translate import RawPod
+
+__all__ = ["REALIGNED", "mismatch", "pins", "realign"]
+
+logger = logging.getLogger(__name__)
+
+REALIGNED = "NumatopoRealigned"
+DISPLACED = "NumatopoDisplaced"
+GPUS_NOT_ALIGNABLE = "NumatopoGPUsNotAlignable"
+
+
+def mismatch(pod: RawPod) -> tuple[Assignment, Observed] | None:
+    """(assignment, observation) when the agent saw the pod's current assignment and
+    some of its containers hold other GPUs; None otherwise (also when unreadable: the
+    agent rewrites a broken observation)."""
+    found = (pod.get("metadata") or {}).get("annotations") or {}
+    text, seen = found.get(keys.ASSIGNMENT), found.get(keys.OBSERVED)
+    if not isinstance(text, str) or not isinstance(seen, str) or translate.is_finished(pod):
+        return None
+    try:
+        assignment = Assignment.model_validate_json(text)
+        observed = Observed.model_validate_json(seen)
+    except pydantic.ValidationError:
+        return None
+    if observed.seq != assignment.seq or not observed.mismatched:
+        return None
+    return assignment, observed
+
+
+def pins(
+    observed: Observed, topology: NumatopologySpec, resources: ResourceNames
+) -> dict[str, list[int]]:
+    """Container -> the node's GPU indices it holds; raises ValueError when a held
+    device names no GPU of the node."""
+    pinned: dict[str, list[int]] = {}
+    for name, container in sorted(observed.containers.items()):
+        ids = [d for r, found in container.devices.items() if resources.is_gpu(r) for d in found]
+        if not ids:
+            continue
+        indices = gpu_indices(ids, topology.gpus)
+        if indices is None:
+            raise ValueError(
+                f"container {name} holds devices {ids} that name no GPU of this node's "
+                "Numatopology (is the exporter's GPU list current?)"
+            )
+        pinned[name] = indices
+    return pinned
+
+
+async def realign(
+    runtime: Runtime, pod: RawPod, assignment: Assignment, observed: Observed
+) -> None:
+    """Decide `pod` again with its GPUs pinned to those it holds, and write it.
+
+    Raises KubeError / NotActiveError / NodeBusyError for the retry queue; a pod that
+    cannot be realigned (its GPUs unknown here, or no room next to them) is logged, told
+    in an Event, counted, and left as it is.
+    """
+    key, node = translate.pod_key(pod), assignment.node
+    ref = {"namespace": key.split("/", 1)[0], "name": key.split("/", 1)[1],
+           "uid": translate.pod_uid(pod)}  # fmt: skip
+    ledger = runtime.ledger
+    async with ledger.lock(node):
+        topology, live = ledger.topology(node), ledger.state(node)
+        if topology is None or live is None:
+            return  # no Numatopology: retried when it comes
+        current = live.assignments.get(key)
+        if current is None or current.seq != assignment.seq:
+            return  # already decided again (in flight), or booked nowhere yet
+        try:
+            request = pod_request.request_from_pod(pod, runtime.settings.resources)
+            pinned = pins(observed, topology, runtime.settings.resources)
+        except (InvalidRequestError, ValueError) as exc:
+            await _refuse(runtime, ref, f"cannot realign {key}: {exc}")
+            return
+        displaced = _holders(live.assignments, key, pinned)
+        for other in displaced:
+            await _displace(runtime, other, node, key)
+        live = ledger.state(node)
+        if live is None:
+            return
+        frozen = live.copy()
+        frozen.release(key)
+        decision, relaxed = await _decide(runtime, topology, frozen, request, node, pinned=pinned)
+        if decision is None:
+            await _refuse(runtime, ref, f"cannot realign {key} around GPUs {pinned}: {relaxed}")
+            return
+        realigned = decision.model_copy(update={"seq": ledger.next_seq(node)})
+        try:
+            ledger.reserve_all(node, {key: realigned})
+        except (KeyError, OverlapError) as exc:
+            raise NodeBusyError(f"node {node} changed while realigning {key}: {exc}") from None
+    reason = relaxed and (
+        f"policy {request.options.policy.value} cannot hold with the GPUs the kubelet gave "
+        f"({pinned}): {relaxed}; placed best-effort around them"
+    )
+    try:
+        runtime.check_may_write()
+        await runtime.kube.patch_pod_annotations(
+            ref["namespace"], ref["name"],
+            translate.outcome_annotations(State.ASSIGNED, realigned, reason),
+        )  # fmt: skip
+    except Exception:
+        ledger.cancel(key)
+        raise
+    runtime.metrics.realignments.labels("relaxed" if relaxed else "realigned").inc()
+    message = (
+        f"the kubelet gave GPUs {pinned}, not those assigned; re-aligned to them: "
+        + translate.assigned_message(realigned)
+    )
+    logger.info("%s: %s", key, message)
+    await runtime.kube.post_event(ref, warning=False, reason=REALIGNED, message=message)
+    if reason:
+        await runtime.kube.post_event(ref, warning=True, reason=GPUS_NOT_ALIGNABLE, message=reason)
+
+
+def _holders(booked: dict[str, Assignment], key: str, pinned: dict[str, list[int]]) -> list[str]:
+    """Other pods whose bookings name one of the pinned GPUs."""
+    wanted = {g for gpus in pinned.values() for g in gpus}
+    return sorted(
+        other
+        for other, assignment in booked.items()
+        if other != key
+        and any(wanted.intersection(c.gpu_indices) for c in assignment.containers.values())
+    )
+
+
+async def _displace(runtime: Runtime, other: str, node: str, by: str) -> None:
+    """Take `other`'s assignment back (the GPUs it names are held by `by` for real): it
+    waits again and is decided afresh on its next event."""
+    namespace, name = other.split("/", 1)
+    runtime.check_may_write()
+    await runtime.kube.patch_pod_annotations(namespace, name, translate.removal_annotations())
+    runtime.ledger.displace(other)
+    runtime.written.pop(other, None)
+    message = f"its assignment named GPUs that {by} holds on {node}; it is decided again"
+    logger.warning("%s: %s", other, message)
+    await runtime.kube.post_event(
+        {"namespace": namespace, "name": name, "uid": ""},
+        warning=True, reason=DISPLACED, message=message,
+    )  # fmt: skip
+
+
+async def _decide(
+    runtime: Runtime,
+    topology: NumatopologySpec,
+    frozen: NodeState,
+    request: PodRequest,
+    node: str,
+    *,
+    pinned: dict[str, list[int]],
+) -> tuple[Assignment | None, str]:
+    """(decision, '') under the pod's policy, else (decision, why not) best-effort, else
+    (None, why not)."""
+    why = ""
+    attempts = [request]
+    if request.options.policy not in (PolicyName.BEST_EFFORT, PolicyName.NONE):
+        relaxed_options = dataclasses.replace(request.options, policy=PolicyName.BEST_EFFORT)
+        attempts.append(dataclasses.replace(request, options=relaxed_options))
+    for attempt in attempts:
+        try:
+            decision = await runtime.in_engine_thread(
+                allocation.allocate, topology, frozen, attempt, node,
+                engine=runtime.decisions, pinned=pinned,
+            )  # fmt: skip
+        except UnsatisfiableError as exc:
+            why = why or exc.reason
+            continue
+        return decision.assignment, why
+    return None, why
+
+
+async def _refuse(runtime: Runtime, ref: dict[str, str], message: str) -> None:
+    logger.warning("%s", message)
+    runtime.metrics.realignments.labels("failed").inc()
+    await runtime.kube.post_event(ref, warning=True, reason=GPUS_NOT_ALIGNABLE, message=message)
