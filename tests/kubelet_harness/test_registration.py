@@ -100,3 +100,13 @@ async def test_the_replaced_plugins_stream_still_feeds_the_resource() -> None:
         old.set_health(old_gpu.id, healthy=False)
 
         await h.wait_for_devices(GPU, {old_gpu.id})
+
+
+async def test_the_plugin_registers_with_any_registration_socket() -> None:
+    """Pointed elsewhere (a steering proxy's socket), the plugin serves beside it."""
+    async with Harness(rng=random.Random(7)) as h, Harness(rng=random.Random(8)) as other:
+        plugin = await h.start_plugin(gpus(2), kubelet_socket=other.registration_socket)
+
+        await other.wait_for_devices(GPU, set(plugin.devices))
+        assert plugin.socket_path.parent == other.plugin_dir
+        assert GPU not in h.kubelet.device_manager.all_devices
