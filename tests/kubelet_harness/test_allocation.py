@@ -201,3 +201,18 @@ async def test_allocate_envs_name_exactly_the_allocated_devices() -> None:
         (call,) = plugin.calls_of("Allocate")
         assert sorted(call.device_ids) == result.ids("c")
         assert result.envs("c") == {"NVIDIA_VISIBLE_DEVICES": ",".join(call.device_ids)}
+
+
+@pytest.mark.parametrize("seed", range(5))
+async def test_fallback_order_is_aligned_then_unaligned_then_no_affinity(seed: int) -> None:
+    on0 = [FakeGpu.numbered(i, 0) for i in range(2)]
+    on1 = [FakeGpu.numbered(i, 1) for i in range(2, 4)]
+    loose = [FakeGpu.numbered(i, None) for i in range(4, 6)]
+    async with Harness(rng=random.Random(seed)) as h:
+        await h.start_plugin([*on0, *on1, *loose], preferred_allocation=False)
+
+        result = await h.admit(pod("a", gpu("c", 4, {0})))
+        assert set(result.ids("c")) == {g.id for g in on0 + on1}
+
+        rest = await h.admit(pod("b", gpu("c", 2, {1})))
+        assert set(rest.ids("c")) == {g.id for g in loose}
