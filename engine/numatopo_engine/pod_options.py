@@ -38,7 +38,7 @@ ECHO_CHARS = 60
 # Linux's largest NODES_SHIFT (10), so no real machine needs more.
 MAX_NUMA_NODES_LIMIT = 1024
 # Written by the operator, not the user: present on every placed pod, never validated here.
-OPERATOR_ANNOTATIONS = (keys.ASSIGNMENT, keys.STATE, keys.REASON)
+OPERATOR_ANNOTATIONS = (keys.ASSIGNMENT, keys.STATE, keys.REASON, keys.OBSERVED)
 
 _E = TypeVar("_E", bound=enum.StrEnum)
 _DIGITS = re.compile(r"^[0-9]{1,7}$")

@@ -110,7 +110,7 @@ async def realign(
             request = pod_request.request_from_pod(pod, runtime.settings.resources)
             pinned = pins(observed, topology, runtime.settings.resources)
         except (InvalidRequestError, ValueError) as exc:
-            await _refuse(runtime, ref, f"cannot realign {key}: {exc}")
+            await _refuse(runtime, ref, assignment.seq, f"cannot realign {key}: {exc}")
             return
         displaced = _holders(live.assignments, key, pinned)
         for other in displaced:
@@ -122,7 +122,12 @@ async def realign(
         frozen.release(key)
         decision, relaxed = await _decide(runtime, topology, frozen, request, node, pinned=pinned)
         if decision is None:
-            await _refuse(runtime, ref, f"cannot realign {key} around GPUs {pinned}: {relaxed}")
+            await _refuse(
+                runtime,
+                ref,
+                assignment.seq,
+                f"cannot realign {key} around GPUs {pinned}: {relaxed}",
+            )
             return
         realigned = decision.model_copy(update={"seq": ledger.next_seq(node)})
         try:
@@ -209,7 +214,12 @@ async def _decide(
     return None, why
 
 
-async def _refuse(runtime: Runtime, ref: dict[str, str], message: str) -> None:
+async def _refuse(runtime: Runtime, ref: dict[str, str], seq: int, message: str) -> None:
+    """Told once per pod and decision: every later event of the pod finds it unchanged."""
+    said = f"{ref['namespace']}/{ref['name']} realign {seq} {message}"
+    if said in runtime.reported:
+        return
+    runtime.reported.add(said)
     logger.warning("%s", message)
     runtime.metrics.realignments.labels("failed").inc()
     await runtime.kube.post_event(ref, warning=True, reason=GPUS_NOT_ALIGNABLE, message=message)

@@ -1,0 +1,206 @@
+"""Follow, end to end: the real operator (kopf over HTTP, kmock's emulator), the real
+agent loop, and the kubelet harness (device manager port, PodResources over gRPC) with
+an NVIDIA-shaped plugin that prefers its own GPUs. Nothing steers the kubelet here
+(Topology Manager `none`), so it gives other GPUs than assigned; the agent reports
+them, the operator re-decides around them, and the agent enforces the new cpusets.
+
+Mocked: only the node's cgroup tree (plain files shaped like cgroup v1; the real
+cgroup writes are covered in tests/exporter/agent)."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import random
+from pathlib import Path
+from typing import Any
+
+import pytest
+from kubelet_harness import GPU, Container, FakeGpu, Harness, Pod
+
+from numatopo_engine import annotations as keys
+from numatopo_engine.cpuset import CPUSet
+from numatopo_engine.model import NumatopologySpec
+from numatopo_exporter.agent.feedback import ALIGNED
+from numatopo_exporter.agent.loop import AgentLoop
+from numatopo_exporter.daemon.backoff import Backoff
+from numatopo_kube import KubeClient
+
+NODE = "h100-a"
+CID = "c0ffee00c0ffee00"
+
+
+def uuid_of(index: int) -> str:
+    # Sorted by ID, the NVIDIA stand-in prefers GPU 7, 6, ... (NUMA 1) first.
+    return f"GPU-{7 - index:08x}-0000-4000-8000-{index:012x}"
+
+
+def with_uuids(spec: NumatopologySpec) -> NumatopologySpec:
+    gpus = [g.model_copy(update={"uuid": uuid_of(g.index)}) for g in spec.gpus]
+    return spec.model_copy(update={"gpus": gpus})
+
+
+def cgroup_tree(root: Path, uid: str) -> None:
+    """kubepods/pod<uid>/<container id> as plain files (a Guaranteed pod, cgroupfs)."""
+    (root / "cpuset.cpus").write_text("0-207\n")
+    (root / "cpuset.mems").write_text("0-1\n")
+    for relative in ("kubepods", f"kubepods/pod{uid}", f"kubepods/pod{uid}/{CID}"):
+        path = root / relative
+        path.mkdir(parents=True, exist_ok=True)
+        (path / "cpuset.cpus").write_text("0-207\n")
+        (path / "cpuset.mems").write_text("0-1\n")
+
+
+def assignment_of(cluster: Any, name: str) -> dict[str, Any] | None:
+    text = cluster.annotations(name).get(keys.ASSIGNMENT)
+    return json.loads(text) if text else None
+
+
+def aligned(cluster: Any, name: str) -> tuple[str, str] | None:
+    for condition in cluster.pods()[name].get("status", {}).get("conditions", []):
+        if condition["type"] == ALIGNED:
+            return condition["status"], condition.get("reason", "")
+    return None
+
+
+@pytest.mark.timeout(60)
+async def test_a_followed_node_realigns_cpus_and_memory_to_the_gpus_the_kubelet_gave(
+    env: Any, tmp_path: Path
+) -> None:
+    cluster, start_operator, h100, pod, topology_object, wait = env.parts()
+    spec = with_uuids(h100)
+    await cluster.create_numatopology(topology_object(NODE, spec))
+    operator = await start_operator()
+    body = pod("train", gpus=2, cpu="8")
+    uid = body["metadata"]["uid"]
+    await cluster.create_pod(body)
+    await wait(lambda: assignment_of(cluster, "train") is not None, what="first assignment")
+    first = assignment_of(cluster, "train")
+    assert first is not None
+    assigned = set(first["containers"]["main"]["gpuIndices"])
+    numa_of = {g.index: g.numa for g in spec.gpus}
+
+    async with Harness(rng=random.Random(3)) as kubelet:
+        await kubelet.start_plugin([FakeGpu(uuid_of(g.index), g.numa) for g in spec.gpus])
+        admission = await kubelet.admit(
+            Pod(uid, "train", containers=(Container("main", {GPU: 2}),))
+        )
+        assert admission.ok, admission.error
+        real = {next(g.index for g in spec.gpus if g.uuid == d) for d in admission.ids("main")}
+        assert real != assigned, "the stand-in plugin happened to pick numatopo's GPUs"
+        real_numa = {numa_of[g] for g in real}
+
+        # The pod runs: its container has an id and a cgroup.
+        cgroup_tree(tmp_path, uid)
+        status = {
+            "phase": "Running",
+            "qosClass": "Guaranteed",
+            "containerStatuses": [
+                {"name": "main", "containerID": f"containerd://{CID}", "state": {"running": {}}}
+            ],
+        }
+        await cluster.patch_pod("train", {"status": status})
+
+        client = KubeClient(component="numatopo-agent", host=NODE, timeout_seconds=5)
+        await client.reconnect(str(cluster.api.url))
+        agent = AgentLoop(
+            client,
+            node_name=NODE,
+            cgroup_root=tmp_path,
+            kubelet_state=tmp_path / "no-kubelet-state",
+            pod_resources_socket=kubelet.pod_resources_socket,
+            resync_seconds=0.3,
+            backoff=Backoff(0.01, 0.05),
+        )
+        async with client:
+            task = asyncio.create_task(agent.run())
+            try:
+                await wait(lambda: keys.OBSERVED in cluster.annotations("train"), what="observed")
+                observed = json.loads(cluster.annotations("train")[keys.OBSERVED])
+                assert observed["seq"] == first["seq"]
+                assert observed["containers"]["main"]["matches"] is False
+
+                def realigned() -> bool:
+                    now = assignment_of(cluster, "train")
+                    return now is not None and set(now["containers"]["main"]["gpuIndices"]) == real
+
+                await wait(realigned, what="the assignment names the GPUs held", timeout=15)
+                await wait(
+                    lambda: aligned(cluster, "train") == ("True", "CpusetsApplied"),
+                    what="Aligned once CPUs, memory and real GPUs agree",
+                    timeout=15,
+                )
+            finally:
+                task.cancel()
+                await asyncio.gather(task, return_exceptions=True)
+
+    final = assignment_of(cluster, "train")
+    assert final is not None
+    container = final["containers"]["main"]
+    assert final["seq"] > first["seq"]
+    cpus = CPUSet.parse(container["cpus"])
+    cpu_numa = {c.numa for c in spec.cpus if c.id in cpus}
+    assert cpu_numa == real_numa, "CPUs moved next to the GPUs the container holds"
+    assert set(CPUSet.parse(container["mems"])) == real_numa
+    written = (tmp_path / "kubepods" / f"pod{uid}" / CID / "cpuset.cpus").read_text().strip()
+    assert CPUSet.parse(written) == cpus
+    final_observed = json.loads(cluster.annotations("train")[keys.OBSERVED])
+    assert final_observed["seq"] == final["seq"]
+    assert final_observed["containers"]["main"]["matches"] is True
+    reasons = [reason for reason, _ in cluster.events_for("train")]
+    assert "GPUMismatch" in reasons
+    assert "NumatopoRealigned" in reasons
+    assert agent.metrics.value("numatopo_agent_gpu_mismatches_total") == 1
+    assert (
+        operator.runtime.metrics.registry.get_sample_value(
+            "numatopo_realignments_total", {"result": "realigned"}
+        )
+        == 1
+    )
+    # The node says which GPU guarantee it gives.
+    assert cluster.numatopology_status(NODE).get("gpuMode") == "Followed"
+
+
+@pytest.mark.timeout(60)
+async def test_real_gpus_displace_a_claim_on_paper_and_nothing_is_double_booked(env: Any) -> None:
+    """Pod a was given (by the kubelet) the GPUs pod b's assignment names, b not yet
+    admitted: a is realigned onto them, b's assignment is taken back and b is decided
+    afresh on other GPUs. (The agent's part, writing `observed`, is played by the test.)"""
+    cluster, start_operator, h100, pod, topology_object, wait = env.parts()
+    spec = with_uuids(h100)
+    await cluster.create_numatopology(topology_object(NODE, spec))
+    await start_operator()
+    await cluster.create_pod(pod("a", gpus=2, cpu="4", created="2024-05-01T10:00:00Z"))
+    await wait(lambda: assignment_of(cluster, "a") is not None, what="a assigned")
+    await cluster.create_pod(pod("b", gpus=2, cpu="4", created="2024-05-01T10:00:01Z"))
+    await wait(lambda: assignment_of(cluster, "b") is not None, what="b assigned")
+    a, b = assignment_of(cluster, "a"), assignment_of(cluster, "b")
+    assert a is not None and b is not None
+    b_gpus = b["containers"]["main"]["gpuIndices"]
+    observed = {
+        "v": 1,
+        "seq": a["seq"],
+        "containers": {"main": {"devices": {GPU: [uuid_of(g) for g in b_gpus]}, "matches": False}},
+    }
+    await cluster.patch_pod(
+        "a", {"metadata": {"annotations": {keys.OBSERVED: json.dumps(observed)}}}
+    )
+
+    def settled() -> bool:
+        now_a, now_b = assignment_of(cluster, "a"), assignment_of(cluster, "b")
+        return (
+            now_a is not None
+            and now_b is not None
+            and now_a["containers"]["main"]["gpuIndices"] == b_gpus
+            and now_b["seq"] > now_a["seq"]  # decided afresh after a's realignment
+        )
+
+    await wait(settled, what="a on b's old GPUs, b decided again", timeout=15)
+    now_a, now_b = assignment_of(cluster, "a"), assignment_of(cluster, "b")
+    assert now_a is not None and now_b is not None
+    a_gpus = set(now_a["containers"]["main"]["gpuIndices"])
+    assert a_gpus.isdisjoint(now_b["containers"]["main"]["gpuIndices"])
+    a_cpus = CPUSet.parse(now_a["containers"]["main"]["cpus"])
+    assert not set(a_cpus) & set(CPUSet.parse(now_b["containers"]["main"]["cpus"]))
+    assert "NumatopoDisplaced" in [reason for reason, _ in cluster.events_for("b")]
+    assert cluster.annotations("b").get(keys.STATE) == "Assigned"
