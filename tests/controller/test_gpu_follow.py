@@ -16,8 +16,8 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from kubelet_harness import GPU, Container, FakeGpu, Harness, Pod
 
+from kubelet_harness import GPU, Container, FakeGpu, Harness, Pod
 from numatopo_engine import annotations as keys
 from numatopo_engine.cpuset import CPUSet
 from numatopo_engine.model import NumatopologySpec
@@ -175,7 +175,8 @@ async def test_real_gpus_displace_a_claim_on_paper_and_nothing_is_double_booked(
     await cluster.create_pod(pod("b", gpus=2, cpu="4", created="2024-05-01T10:00:01Z"))
     await wait(lambda: assignment_of(cluster, "b") is not None, what="b assigned")
     a, b = assignment_of(cluster, "a"), assignment_of(cluster, "b")
-    assert a is not None and b is not None
+    assert a is not None
+    assert b is not None
     b_gpus = b["containers"]["main"]["gpuIndices"]
     observed = {
         "v": 1,
@@ -197,7 +198,8 @@ async def test_real_gpus_displace_a_claim_on_paper_and_nothing_is_double_booked(
 
     await wait(settled, what="a on b's old GPUs, b decided again", timeout=15)
     now_a, now_b = assignment_of(cluster, "a"), assignment_of(cluster, "b")
-    assert now_a is not None and now_b is not None
+    assert now_a is not None
+    assert now_b is not None
     a_gpus = set(now_a["containers"]["main"]["gpuIndices"])
     assert a_gpus.isdisjoint(now_b["containers"]["main"]["gpuIndices"])
     a_cpus = CPUSet.parse(now_a["containers"]["main"]["cpus"])

@@ -40,7 +40,16 @@ def test_crd_contract() -> None:
     columns = [c["name"] for c in version["additionalPrinterColumns"]]
 
     assert [] == _walk(version["schema"]["openAPIV3Schema"])
-    assert ["NUMA", "CPUS", "GPUS", "FREE-CPUS", "FREE-GPUS", "GPU-MODE", "POLICY", "AGE"] == columns
+    assert [
+        "NUMA",
+        "CPUS",
+        "GPUS",
+        "FREE-CPUS",
+        "FREE-GPUS",
+        "GPU-MODE",
+        "POLICY",
+        "AGE",
+    ] == columns
     assert {"status": {}} == version["subresources"]
     assert ["numatopo", "ntp"] == crd["spec"]["names"]["shortNames"]
     assert "numatopology" == crd["spec"]["names"]["singular"]
