@@ -59,7 +59,12 @@ def _observe_topology(memo: Runtime, node: str, reading: indexes.TopologyReading
         memo.ledger.drop_topology(node)
         memo.stale.pop(node, None)
         memo.heartbeats.pop(node, None)
+        memo.gpu_modes.pop(node, None)
         return
+    if reading.gpu_mode is None:
+        memo.gpu_modes.pop(node, None)
+    else:
+        memo.gpu_modes[node] = reading.gpu_mode
     if reading.stale is None:
         memo.stale.pop(node, None)
     else:
@@ -149,6 +154,7 @@ async def pod_changed(
             memo.unreadable.pop(key, None)
             memo.deferred.pop(key, None)
             memo.retries.discard(key)
+            memo.gpu_admissions.admitted(key)
             memo.metrics.retry_queue.set(len(memo.retries))
             node = memo.ledger.forget(key, uid=translate.pod_uid(body)) or translate.pod_node(body)
             memo.metrics.ledger_pods.set(len(memo.ledger))
@@ -156,6 +162,8 @@ async def pod_changed(
                 await _redrive(memo, node, waiting_pods, logger)
             return
         _observe_pod(memo, key, body)
+        if translate.is_admitted(body):
+            memo.gpu_admissions.admitted(key)
         memo.retries.refresh(key, dict(body))
         if not memo.deciding:
             if memo.active.is_set():

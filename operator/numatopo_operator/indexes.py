@@ -74,6 +74,8 @@ class TopologyReading:
     """`stale_reason` of the object; None while its exporter calls it current."""
     heartbeat: float | None
     """`heartbeat_of` the object."""
+    gpu_mode: str | None = None
+    """`status.gpuMode`, as the node agent reports it."""
 
 
 def numatopologies(
@@ -86,7 +88,12 @@ def numatopologies(
     except pydantic.ValidationError as exc:
         logger.error("Numatopology/%s has an invalid spec, ignoring the node: %s", node, exc)
         return {}
-    return {node: TopologyReading(spec, stale_reason(body), heartbeat_of(body))}
+    mode = (body.get("status") or {}).get("gpuMode")
+    return {
+        node: TopologyReading(
+            spec, stale_reason(body), heartbeat_of(body), mode if isinstance(mode, str) else None
+        )
+    }
 
 
 def waiting_pods(*, body: kopf.Body, **_: Any) -> dict[str, dict[str, Any]]:

@@ -17,8 +17,10 @@ from typing import Any, ParamSpec, TypeVar
 import kopf
 
 from numatopo_engine import allocation
+from numatopo_engine.model import GpuMode
 from numatopo_kube import KubeClient
 from numatopo_operator.errors import NotActiveError
+from numatopo_operator.gpu_admissions import GpuAdmissions
 from numatopo_operator.ledger import Ledger
 from numatopo_operator.metrics import Metrics
 from numatopo_operator.retrying import RetryQueue
@@ -53,6 +55,12 @@ class Runtime:
 
     heartbeats: dict[str, float] = field(default_factory=dict)
     """node -> its Numatopology's `status.heartbeat` (Unix seconds); absent: none written."""
+
+    gpu_modes: dict[str, str] = field(default_factory=dict)
+    """node -> its Numatopology's `status.gpuMode` (the node agent's GPU guarantee)."""
+
+    gpu_admissions: GpuAdmissions = field(init=False)
+    """One GPU pod in flight per steered node (`gpu_admissions`)."""
 
     retries: RetryQueue = field(init=False)
     """Pods to judge again later (a failed write, a pod still waiting)."""
@@ -101,8 +109,13 @@ class Runtime:
     decisions: allocation.Engine = field(default_factory=allocation.Engine)
     """The engine's memo tables; read and written only in the engine thread."""
 
+    def steered(self, node: str) -> bool:
+        """Whether the kubelet on `node` takes numatopo's GPUs (its agent says Steered)."""
+        return self.gpu_modes.get(node) == GpuMode.STEERED.value
+
     def __post_init__(self) -> None:
         self.retries = RetryQueue(self.settings.retry_base_seconds, self.settings.retry_max_seconds)
+        self.gpu_admissions = GpuAdmissions(self.settings.gpu_admission_timeout_seconds)
 
     async def in_engine_thread(self, work: Callable[P, T], *args: P.args, **kwargs: P.kwargs) -> T:
         """`work(*args, **kwargs)` in the engine thread. Give it only values the event loop

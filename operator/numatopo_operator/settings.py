@@ -90,6 +90,11 @@ class OperatorSettings:
     pod_namespace: str | None = None
     """The namespace of `pod_name`."""
 
+    gpu_admission_timeout_seconds: float = 8.0
+    """On a node whose GPUs are steered, a second GPU pod waits until the first is seen
+    admitted, at most this long (`gpu_admissions`). Below the scheduler's extender
+    `httpTimeout` (10 s in the chart), so a waiting bind still answers in time."""
+
     status_debounce_seconds: float = 2.0
     """Numatopology status is written at most once per this many seconds per node, so a
     burst of 50 pods costs one status write, not 50."""
@@ -193,6 +198,7 @@ _FIELDS = (
     "pod_namespace",
     "status_debounce_seconds",
     "heartbeat_max_age_seconds",
+    "gpu_admission_timeout_seconds",
     "retry_base_seconds",
     "retry_max_seconds",
 )
@@ -230,6 +236,10 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--heartbeat-max-age-seconds",
         help="Numatopology heartbeat older than this is stale (default 900; 0: no check)",
+    )
+    parser.add_argument(
+        "--gpu-admission-timeout-seconds",
+        help="longest wait for a steered node's previous GPU pod to be admitted (default 8)",
     )
     parser.add_argument("--retry-base-seconds", help="first retry pause for a pod (0.5)")
     parser.add_argument("--retry-max-seconds", help="longest retry pause for a pod (30)")

@@ -31,6 +31,7 @@ __all__ = [
     "booking_from_pod",
     "invalid_annotations",
     "invalid_message",
+    "is_admitted",
     "is_finished",
     "is_waiting",
     "needs_rejudging",
@@ -99,6 +100,31 @@ def is_finished(pod: RawPod) -> bool:
     """True once every container has stopped for good: its CPUs and GPUs are free again."""
     status = pod.get("status")
     return isinstance(status, Mapping) and status.get("phase") in FINISHED_PHASES
+
+
+def is_admitted(pod: RawPod) -> bool:
+    """Whether the kubelet has admitted the pod, so its devices are given: the node agent
+    observed them for the current assignment, or the kubelet has reported on the pod
+    (it does only after admission: start time, container statuses, a phase past
+    Pending). A pod taken back (no assignment) holds nothing in flight either."""
+    annotations = _annotations(pod)
+    text, seen = annotations.get(keys.ASSIGNMENT), annotations.get(keys.OBSERVED)
+    if not isinstance(text, str):
+        return True
+    status = pod.get("status")
+    status = status if isinstance(status, Mapping) else {}
+    if status.get("startTime") or status.get("containerStatuses"):
+        return True
+    if status.get("phase") not in (None, "Pending"):
+        return True
+    if not isinstance(seen, str):
+        return False
+    try:
+        return bool(
+            keys.Observed.model_validate_json(seen).seq == Assignment.model_validate_json(text).seq
+        )
+    except pydantic.ValidationError:
+        return False
 
 
 def state_of(pod: RawPod) -> str | None:

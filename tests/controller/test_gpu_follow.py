@@ -206,3 +206,80 @@ async def test_real_gpus_displace_a_claim_on_paper_and_nothing_is_double_booked(
     assert not set(a_cpus) & set(CPUSet.parse(now_b["containers"]["main"]["cpus"]))
     assert "NumatopoDisplaced" in [reason for reason, _ in cluster.events_for("b")]
     assert cluster.annotations("b").get(keys.STATE) == "Assigned"
+
+
+def steered_topology(spec: NumatopologySpec, topology_object: Any) -> dict[str, Any]:
+    body = topology_object(NODE, spec)
+    body["status"]["gpuMode"] = "Steered"
+    return body
+
+
+def pending(body: dict[str, Any]) -> dict[str, Any]:
+    """Unbound and not yet seen by any kubelet (the extender binds it)."""
+    body["spec"].pop("nodeName", None)
+    body["status"] = {"phase": "Pending"}
+    return body
+
+
+@pytest.mark.timeout(60)
+async def test_a_steered_node_admits_one_gpu_pod_at_a_time(env: Any) -> None:
+    """The second GPU pod's bind waits until the first is seen admitted, so steering can
+    tell which container the kubelet is admitting."""
+    cluster, start_operator, h100, pod, topology_object, wait = env.parts()
+    await cluster.create_numatopology(steered_topology(with_uuids(h100), topology_object))
+    bindings = cluster.emulate_binding()
+    operator = await start_operator(gpu_admission_timeout_seconds=20)
+    await wait(lambda: operator.runtime.steered(NODE), what="the node seen Steered")
+    for name in ("first", "second"):
+        await cluster.create_pod(pending(pod(name, node=None, gpus=2)))
+
+    def bind(name: str) -> Any:
+        body = {"PodName": name, "PodNamespace": "default", "PodUID": "", "Node": NODE}
+        return asyncio.create_task(operator.post("/bind", body))
+
+    first = bind("first")
+    assert (await first)[1] == {"Error": ""}
+    second = bind("second")
+    await asyncio.sleep(1.0)
+    assert not second.done(), "the second GPU pod was bound before the first was admitted"
+    assert [b["metadata"]["name"] for b in bindings] == ["first"]
+    # The kubelet admits the first pod: it reports on it.
+    await cluster.patch_pod("first", {"status": {"startTime": "2024-05-01T10:00:05Z"}})
+    async with asyncio.timeout(10):
+        assert (await second)[1] == {"Error": ""}
+    assert [b["metadata"]["name"] for b in bindings] == ["first", "second"]
+
+
+@pytest.mark.timeout(60)
+async def test_a_pod_never_admitted_holds_a_steered_node_only_until_the_timeout(env: Any) -> None:
+    cluster, start_operator, h100, pod, topology_object, wait = env.parts()
+    await cluster.create_numatopology(steered_topology(with_uuids(h100), topology_object))
+    cluster.emulate_binding()
+    operator = await start_operator(gpu_admission_timeout_seconds=1.5)
+    await wait(lambda: operator.runtime.steered(NODE), what="the node seen Steered")
+    for name in ("first", "second"):
+        await cluster.create_pod(pending(pod(name, node=None, gpus=2)))
+    body = {"PodNamespace": "default", "PodUID": "", "Node": NODE}
+    assert (await operator.post("/bind", {**body, "PodName": "first"}))[1] == {"Error": ""}
+    started = asyncio.get_running_loop().time()
+    assert (await operator.post("/bind", {**body, "PodName": "second"}))[1] == {"Error": ""}
+    waited = asyncio.get_running_loop().time() - started
+    assert 0.8 < waited < 5.0
+    assert cluster.annotations("second").get(keys.STATE) == "Assigned"
+
+
+@pytest.mark.timeout(60)
+async def test_a_followed_node_does_not_hold_gpu_pods_back(env: Any) -> None:
+    cluster, start_operator, h100, pod, topology_object, wait = env.parts()
+    body = topology_object(NODE, with_uuids(h100))
+    body["status"]["gpuMode"] = "Followed"
+    await cluster.create_numatopology(body)
+    cluster.emulate_binding()
+    operator = await start_operator(gpu_admission_timeout_seconds=20)
+    await wait(lambda: operator.runtime.gpu_modes.get(NODE) == "Followed", what="node seen")
+    for name in ("first", "second"):
+        await cluster.create_pod(pending(pod(name, node=None, gpus=2)))
+    request = {"PodNamespace": "default", "PodUID": "", "Node": NODE}
+    async with asyncio.timeout(5):
+        for name in ("first", "second"):
+            assert (await operator.post("/bind", {**request, "PodName": name}))[1] == {"Error": ""}

@@ -1,0 +1,72 @@
+"""One GPU pod in flight per steered node (pure state, asyncio waits).
+
+No device-plugin RPC names the pod being admitted: numatopo's steering plugin answers
+the kubelet's `GetPreferredAllocation(available, mustInclude, size)` by picking the
+in-flight container of that size whose assigned GPUs are available. That guess is
+certain only while at most one GPU pod is in flight on the node (bound and assigned,
+its GPUs not yet given). So on a `Steered` node the operator lets a second GPU pod
+wait (in the extender's bind, or in the assigner's retry queue) until the first one is
+seen admitted (the agent's `numatopo.io/observed`, or the kubelet's status for it) or
+gone, or a bounded timeout passes: a kubelet that never admits the first pod must not
+stop the node forever. After a timeout steering may guess wrong; Follow then heals.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+
+__all__ = ["GpuAdmissions"]
+
+
+@dataclass
+class GpuAdmissions:
+    timeout_seconds: float = 8.0
+    """How long one pod holds its node's slot at most."""
+    clock: Callable[[], float] = time.monotonic
+    _held: dict[str, tuple[str, float]] = field(default_factory=dict, init=False)
+    _freed: dict[str, asyncio.Event] = field(default_factory=dict, init=False)
+
+    def holder(self, node: str) -> str | None:
+        """The pod in flight on `node` (None: none, or its time is up)."""
+        held = self._held.get(node)
+        if held is None or held[1] <= self.clock():
+            return None
+        return held[0]
+
+    def take(self, node: str, key: str) -> bool:
+        """Take `node`'s slot for pod `key` unless another pod holds it now."""
+        holder = self.holder(node)
+        if holder is not None and holder != key:
+            return False
+        self._held[node] = (key, self.clock() + self.timeout_seconds)
+        return True
+
+    async def wait_and_take(self, node: str, key: str) -> bool:
+        """Take the slot, waiting while another pod holds it; False when that pod's time
+        ran out first (taken all the same: the node is not stopped forever)."""
+        while not self.take(node, key):
+            held = self._held[node]
+            event = self._freed.setdefault(node, asyncio.Event())
+            try:
+                async with asyncio.timeout(max(held[1] - self.clock(), 0.0)):
+                    await event.wait()
+            except TimeoutError:
+                self._held.pop(node, None)
+                self.take(node, key)
+                return False
+        return True
+
+    def admitted(self, key: str) -> None:
+        """Pod `key` was seen admitted (or ended, or lost its assignment): free its slot."""
+        for node, (holder, _) in list(self._held.items()):
+            if holder == key:
+                del self._held[node]
+                event = self._freed.pop(node, None)
+                if event is not None:
+                    event.set()
+
+    def __len__(self) -> int:
+        return sum(1 for node in self._held if self.holder(node) is not None)
