@@ -108,6 +108,7 @@ from numatopo_exporter.steering.rpc import (
     KUBELET_SOCKET,
     Context,
     VendorClient,
+    VendorGoneError,
     abort,
     register,
     serve_device_plugin,
@@ -115,6 +116,8 @@ from numatopo_exporter.steering.rpc import (
 )
 
 __all__ = ["Steerer", "SteeringConfig", "SteeringStatus"]
+
+CALL_FAILED = (grpc.aio.AioRpcError, VendorGoneError)
 
 logger = logging.getLogger("numatopo.steering")
 
@@ -327,6 +330,16 @@ class Steerer:
                 "steering: %s deleted or replaced; serving it again", self.registration_socket
             )
             await self._serve_registration()
+        vendor = self._vendor
+        if vendor is not None:
+            seen = _identity(vendor.socket)
+            if seen != self._identities.get(vendor.socket):
+                self._identities[vendor.socket] = seen
+                if self._vendor_healthy:
+                    # A plugin stopping removes its socket; its stream to us need not
+                    # end at once (nor ever, if it hangs): stop waiting on it.
+                    logger.info("steering: %s deleted or replaced; reconnecting", vendor.socket)
+                    await vendor.reconnect()
         kubelet = _identity(self.kubelet_socket)
         if kubelet != self._identities.get(self.kubelet_socket):
             self._identities[self.kubelet_socket] = kubelet
@@ -371,7 +384,7 @@ class Steerer:
             )
             try:
                 await register(self.kubelet_socket, request, self.config.register_timeout_seconds)
-            except (grpc.aio.AioRpcError, OSError) as error:
+            except Exception as error:  # refused, unreachable, or anything else: retry
                 self._registered = False
                 self.metrics.registrations.labels(result="failed").inc()
                 self._error(f"registering with the kubelet at {self.kubelet_socket}: {error!r}")
@@ -420,6 +433,7 @@ class Steerer:
                 context, grpc.StatusCode.NOT_FOUND, f"endpoint {name!r} found in none of {where}"
             )
         previous, self._vendor = self._vendor, VendorClient(socket)
+        self._identities[socket] = _identity(socket)
         self._vendor_options = request.options
         self._vendor_generation += 1
         self._vendor_changed.set()
@@ -434,7 +448,10 @@ class Steerer:
             self._vendor_changed.clear()
             vendor, generation = self._vendor, self._vendor_generation
             if vendor is not None:
-                await self._watch_vendor(vendor, generation, backoff)
+                try:
+                    await self._watch_vendor(vendor, generation, backoff)
+                except Exception as error:  # the loop outlives any one vendor connection
+                    self._error(f"watching the vendor at {vendor.socket}: {error!r}")
             if vendor is None or not self._vendor_changed.is_set():
                 with contextlib.suppress(TimeoutError):
                     async with asyncio.timeout(None if vendor is None else backoff.next_delay()):
@@ -443,10 +460,8 @@ class Steerer:
     async def _watch_vendor(self, vendor: VendorClient, generation: int, backoff: Backoff) -> None:
         try:
             self._vendor_options = await vendor.options(self.config.register_timeout_seconds)
-        except grpc.aio.AioRpcError as error:
-            logger.info(
-                "steering: vendor options unread (%s); keeping its registration's", error.code()
-            )
+        except CALL_FAILED as error:
+            logger.info("steering: vendor options unread (%s); keeping its registration's", error)
         if generation != self._vendor_announced:
             # A vendor (re-)registering usually ends its earlier stream to the kubelet
             # after we registered, which makes the kubelet drop our endpoint.
@@ -517,6 +532,8 @@ class Steerer:
             return await vendor.allocate(request, self.config.forward_timeout_seconds)
         except grpc.aio.AioRpcError as error:
             await abort(context, error.code(), error.details() or "")
+        except VendorGoneError as error:
+            await abort(context, grpc.StatusCode.UNAVAILABLE, str(error))
 
     async def pre_start(self, request: bytes, context: Context) -> bytes:
         vendor = await self._vendor_for(context)
@@ -524,6 +541,8 @@ class Steerer:
             return await vendor.pre_start(request, self.config.forward_timeout_seconds)
         except grpc.aio.AioRpcError as error:
             await abort(context, error.code(), error.details() or "")
+        except VendorGoneError as error:
+            await abort(context, grpc.StatusCode.UNAVAILABLE, str(error))
 
     async def _vendor_for(self, context: Context) -> VendorClient:
         if self._vendor is None:
@@ -610,8 +629,8 @@ class Steerer:
                 return await asked
         except TimeoutError:
             logger.info("steering: the vendor's preferred allocation came too late")
-        except grpc.aio.AioRpcError as error:
-            logger.info("steering: the vendor's preferred allocation failed: %s", error.code())
+        except CALL_FAILED as error:
+            logger.info("steering: the vendor's preferred allocation failed: %s", error)
         return None
 
     async def _steer(self, request: pb.PreferredAllocationRequest, deadline: float) -> list[Answer]:

@@ -10,9 +10,10 @@ decides on (`GetDevicePluginOptions`, `GetPreferredAllocation`, `Register`) are 
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import AsyncIterator, Awaitable, Callable
 from pathlib import Path
-from typing import Any, NoReturn, Protocol
+from typing import Any, NoReturn, Protocol, TypeVar
 
 import grpc
 
@@ -23,6 +24,7 @@ __all__ = [
     "KUBELET_SOCKET",
     "DevicePluginHandlers",
     "VendorClient",
+    "VendorGoneError",
     "abort",
     "register",
     "serve_device_plugin",
@@ -36,6 +38,8 @@ KUBELET_SOCKET = "kubelet.sock"
 
 Context = Any
 """`grpc.aio.ServicerContext`; grpc ships no type information."""
+
+T = TypeVar("T")
 
 _REGISTRATION = pb.DESCRIPTOR.services_by_name["Registration"].full_name
 _PLUGIN = pb.DESCRIPTOR.services_by_name["DevicePlugin"].full_name
@@ -135,16 +139,34 @@ async def register(socket: Path, request: pb.RegisterRequest, timeout: float) ->
         await call(request, timeout=timeout, wait_for_ready=True)
 
 
+class VendorGoneError(Exception):
+    """The connection to the vendor was closed under a call, or before it (the vendor
+    re-registered, or its socket went): the call ended without an answer."""
+
+
+def _closed_under_us() -> bool:
+    # grpc raises CancelledError into a call whose channel is closed locally; only a
+    # cancellation of the task itself should travel on as one.
+    task = asyncio.current_task()
+    return task is None or task.cancelling() == 0
+
+
 class VendorClient:
     """The vendor plugin's endpoint, as the proxy calls it. Methods raise
-    `grpc.aio.AioRpcError` as grpc does."""
+    `grpc.aio.AioRpcError` as grpc does, and `VendorGoneError`."""
 
     def __init__(self, socket: Path) -> None:
         self.socket = socket
         self._channel = grpc.aio.insecure_channel(unix_target(socket))
 
+    async def reconnect(self) -> None:
+        """Drop the connection (its calls end) and dial anew on the next call: a
+        vendor whose socket was replaced is reached at the new one."""
+        old, self._channel = self._channel, grpc.aio.insecure_channel(unix_target(self.socket))
+        await old.close()
+
     async def close(self) -> None:
-        """Ends every call in progress on this client (their streams raise CANCELLED)."""
+        """Ends every call in progress on this client."""
         await self._channel.close()
 
     async def options(self, timeout: float) -> pb.DevicePluginOptions:
@@ -153,15 +175,24 @@ class VendorClient:
             request_serializer=pb.Empty.SerializeToString,
             response_deserializer=pb.DevicePluginOptions.FromString,
         )
-        found: pb.DevicePluginOptions = await call(pb.Empty(), timeout=timeout)
-        return found
+        return await self._answer(lambda: call(pb.Empty(), timeout=timeout))
 
     async def list_and_watch(self) -> AsyncIterator[bytes]:
+        """The vendor's device lists as it sends them; ends when its stream does, or
+        when this client's connection is closed under it."""
         call = self._channel.unary_stream(_method(_PLUGIN, "ListAndWatch"))
-        stream = call(pb.Empty().SerializeToString())
+        try:
+            stream = call(pb.Empty().SerializeToString())
+        except grpc.aio.UsageError:
+            return  # closed already
         try:
             async for raw in stream:
                 yield raw
+        except asyncio.CancelledError:
+            if not _closed_under_us():
+                raise
+        except grpc.aio.UsageError:
+            return
         finally:
             stream.cancel()
 
@@ -173,8 +204,7 @@ class VendorClient:
             request_serializer=pb.PreferredAllocationRequest.SerializeToString,
             response_deserializer=pb.PreferredAllocationResponse.FromString,
         )
-        found: pb.PreferredAllocationResponse = await call(request, timeout=timeout)
-        return found
+        return await self._answer(lambda: call(request, timeout=timeout))
 
     async def allocate(self, request: bytes, timeout: float) -> bytes:
         return await self._raw("Allocate", request, timeout)
@@ -184,5 +214,14 @@ class VendorClient:
 
     async def _raw(self, name: str, request: bytes, timeout: float) -> bytes:
         call = self._channel.unary_unary(_method(_PLUGIN, name))
-        found: bytes = await call(request, timeout=timeout)
-        return found
+        return await self._answer(lambda: call(request, timeout=timeout))
+
+    async def _answer(self, call: Callable[[], Awaitable[T]]) -> T:
+        try:
+            return await call()
+        except grpc.aio.UsageError:
+            raise VendorGoneError(f"the connection to {self.socket} is closed") from None
+        except asyncio.CancelledError:
+            if not _closed_under_us():
+                raise
+            raise VendorGoneError(f"the connection to {self.socket} was closed") from None
