@@ -76,6 +76,8 @@ What ends and what numatopo does
   dropped the endpoint; register again.
 * numatopo's socket or the kubelet's `kubelet.sock` is deleted or replaced (checked
   every `poll_seconds`; inode and ctime): serve the socket again, register again.
+* The vendor's socket is deleted or replaced (same poll): its connection is dropped
+  and dialled again, so a stream that does not end by itself is not waited on.
 * The vendor's stream ends: the last devices it listed are reported Unhealthy
   until it is back (so the kubelet admits no pod onto GPUs nobody can allocate),
   then its own list again.
