@@ -1,0 +1,41 @@
+"""Prometheus counters of the steering proxy, on the registry the caller passes (the
+agent's, so they are served beside its own)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from prometheus_client import CollectorRegistry, Counter
+
+__all__ = ["SteeringMetrics"]
+
+
+@dataclass
+class SteeringMetrics:
+    registry: CollectorRegistry = field(default_factory=CollectorRegistry)
+
+    def __post_init__(self) -> None:
+        self.answers = Counter(
+            "numatopo_steering_answers_total",
+            "Preferred allocations answered, per container request, by whose choice: "
+            "steered (the assignment's GPUs), vendor (its own preference), kubelet "
+            "(empty answer: the kubelet chooses).",
+            ["outcome"],
+            registry=self.registry,
+        )
+        self.registrations = Counter(
+            "numatopo_steering_registrations_total",
+            "Registrations with the kubelet, by result.",
+            ["result"],
+            registry=self.registry,
+        )
+        self.vendor_missing = Counter(
+            "numatopo_steering_vendor_missing_total",
+            "Times the vendor plugin's device stream ended (devices reported Unhealthy "
+            "until it is back).",
+            registry=self.registry,
+        )
+
+    def value(self, name: str, labels: dict[str, str] | None = None) -> float:
+        found = self.registry.get_sample_value(name, labels or {})
+        return 0.0 if found is None else found
