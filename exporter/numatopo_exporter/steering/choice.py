@@ -30,7 +30,7 @@ from dataclasses import dataclass
 from datetime import datetime
 
 from numatopo_engine.annotations import Assignment
-from numatopo_exporter.kubelet_api.device_ids import device_ids_for
+from numatopo_engine.device_ids import device_ids_for
 
 __all__ = ["Answer", "InFlight", "answer", "containers_in_flight"]
 
