@@ -14,13 +14,16 @@ before they run, and when an app container reuses some of an init container's GP
 
 from __future__ import annotations
 
-from collections.abc import Callable, Collection, Mapping
+from collections.abc import Callable, Collection, Iterable, Mapping
 from typing import Any
 
-from numatopo_engine.annotations import Assignment, Observed, ObservedContainer
-from numatopo_engine.device_ids import device_ids_for
+from pydantic import ValidationError
 
-__all__ = ["gpu_words", "observe", "running_container_names"]
+from numatopo_engine.annotations import ASSIGNMENT, Assignment, Observed, ObservedContainer
+from numatopo_engine.device_ids import device_ids_for
+from numatopo_exporter.steering.choice import InFlight, containers_in_flight
+
+__all__ = ["gpu_words", "in_flight", "observe", "running_container_names"]
 
 
 def running_container_names(pod: Mapping[str, Any]) -> set[str]:
@@ -76,3 +79,44 @@ def gpu_words(observed: Observed, assignment: Assignment, is_gpu: Callable[[str]
         named = (assigned.gpus or [str(i) for i in assigned.gpu_indices]) if assigned else []
         parts.append(f"container {name} holds GPUs {held} but was assigned {named}")
     return "; ".join(parts)
+
+
+_DONE = frozenset({"Succeeded", "Failed"})
+
+
+def in_flight(
+    pods: Iterable[Mapping[str, Any]],
+    holdings: Mapping[tuple[str, str], Mapping[str, Mapping[str, list[str]]]],
+    node_name: str,
+) -> list[InFlight]:
+    """The containers of this node's pods that were assigned GPUs and hold none yet (as
+    PodResources last listed them): the candidates of the steering plugin's answer, in
+    the kubelet's admission order (`steering.choice`)."""
+    found: list[InFlight] = []
+    for pod in pods:
+        meta = pod.get("metadata") or {}
+        spec = pod.get("spec") or {}
+        text = (meta.get("annotations") or {}).get(ASSIGNMENT)
+        if not isinstance(text, str) or spec.get("nodeName") != node_name:
+            continue
+        if (pod.get("status") or {}).get("phase") in _DONE or meta.get("deletionTimestamp"):
+            continue
+        try:
+            assignment = Assignment.model_validate_json(text)
+        except ValidationError:
+            continue
+        held = holdings.get((str(meta.get("namespace", "")), str(meta.get("name", "")))) or {}
+        names = [str(c.get("name")) for c in spec.get("initContainers") or []]
+        names += [str(c.get("name")) for c in spec.get("containers") or []]
+        found += [
+            candidate
+            for candidate in containers_in_flight(
+                str(meta.get("uid", "")),
+                f"{meta.get('namespace', '')}/{meta.get('name', '')}",
+                str(meta.get("creationTimestamp", "")),
+                names,
+                assignment,
+            )
+            if not any(held.get(candidate.container, {}).values())
+        ]
+    return found

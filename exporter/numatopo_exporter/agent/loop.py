@@ -29,6 +29,7 @@ from numatopo_exporter.agent.pod_resources import Holdings, PodResourcesError, l
 from numatopo_exporter.daemon.backoff import Backoff
 from numatopo_exporter.discovery import kubelet
 from numatopo_exporter.discovery.errors import DiscoveryError
+from numatopo_exporter.steering.choice import InFlight
 from numatopo_kube import KubeClient, KubeError
 
 __all__ = ["COMPONENT", "ENFORCING", "AgentLoop"]
@@ -84,6 +85,11 @@ class AgentLoop:
     steered: Callable[[], bool] | None = None
     """Whether the steering device plugin is registered with the kubelet (Steer)."""
 
+    in_flight: tuple[InFlight, ...] = field(default=(), init=False)
+    """Containers assigned GPUs the kubelet has not given yet, for the steering plugin's
+    answer: replaced whole (never changed in place) on every pod event and pass, since
+    the steering plugin reads it from another thread."""
+
     pod_cache: dict[str, dict[str, Any]] = field(default_factory=dict, init=False)
     """This node's pods by UID, as the watch last showed them."""
     synced: asyncio.Event = field(default_factory=asyncio.Event, init=False)
@@ -96,6 +102,11 @@ class AgentLoop:
     _published: tuple[object, ...] | None = field(default=None, init=False)
     """The last node status applied (Enforcing verdict, GPU mode and its message)."""
     _holdings_error: str | None = field(default=None, init=False)
+    _last_holdings: Holdings = field(default_factory=dict, init=False)
+    _gpu_claims: dict[str, tuple[str, str, tuple[InFlight, ...]]] = field(
+        default_factory=dict, init=False
+    )
+    """Pod uid -> (its assignment annotation, phase, its GPU containers)."""
     _mismatches: dict[str, int] = field(default_factory=dict, init=False)
     """Pod uid -> the assignment sequence whose GPU mismatch was counted."""
 
@@ -120,13 +131,47 @@ class AgentLoop:
             self._remember(pod)
         else:
             return False
+        uid = str(pod.get("metadata", {}).get("uid"))
+        if self._update_claims(uid, self.pod_cache.get(uid)):
+            self._refresh_in_flight()
         return True
+
+    def _update_claims(self, uid: str, pod: dict[str, Any] | None) -> bool:
+        """Keep `_gpu_claims` (the pod's GPU containers) in step with the cache; whether
+        they changed. An assignment is parsed once per distinct annotation."""
+        annotation = _annotations(pod).get(feedback.ASSIGNMENT_KEY) if pod is not None else None
+        known = self._gpu_claims.get(uid)
+        if pod is None or annotation is None:
+            return self._gpu_claims.pop(uid, None) is not None
+        if known is not None and known[0] == annotation and known[1] == _phase(pod):
+            return False
+        claims = follow.in_flight([pod], {}, self.node_name)
+        self._gpu_claims[uid] = (annotation, _phase(pod), tuple(claims))
+        return bool(claims) or bool(known and known[2])
+
+    def _refresh_in_flight(self, holdings: Holdings | None = None) -> None:
+        """Publish `in_flight`: the GPU containers of the cache that PodResources did not
+        list with devices yet."""
+        if holdings is not None:
+            self._last_holdings = holdings
+        held = self._last_holdings
+
+        def holds_devices(claim: InFlight) -> bool:
+            namespace, _, name = claim.pod_key.partition("/")
+            return any((held.get((namespace, name)) or {}).get(claim.container, {}).values())
+
+        self.in_flight = tuple(
+            claim
+            for _, _, claims in self._gpu_claims.values()
+            for claim in claims
+            if not holds_devices(claim)
+        )
 
     def forget_departed(self) -> None:
         """Drop what is remembered about pods that left, and about assignments a pod no
         longer has: every map below is bounded by the pods on this node."""
         live = self.pod_cache
-        for memo in (self._enforced, self._reported, self._mismatches):
+        for memo in (self._enforced, self._reported, self._mismatches, self._gpu_claims):
             for uid in [u for u in memo if u not in live]:
                 del memo[uid]
         current = {
@@ -147,6 +192,12 @@ class AgentLoop:
                 self.pod_cache.clear()
                 for pod in listing.items:
                     self._remember(pod)
+                self._gpu_claims = {
+                    uid: claim for uid, claim in self._gpu_claims.items() if uid in self.pod_cache
+                }
+                for uid, cached in self.pod_cache.items():
+                    self._update_claims(uid, cached)
+                self._refresh_in_flight()
                 self.synced.set()
                 self._wake.set()
                 async for event in self.client.watch_pods(
@@ -202,6 +253,7 @@ class AgentLoop:
 
     async def _reconcile(self) -> None:
         holdings = await self._read_holdings()
+        self._refresh_in_flight(holdings)
         if await self._kubelet_is_static(holdings is not None):
             return
         try:
@@ -685,6 +737,10 @@ def _observed_of(pod: dict[str, Any]) -> Observed | None:
         return Observed.model_validate_json(text)
     except ValidationError:
         return None  # rewritten with what is held now
+
+
+def _phase(pod: dict[str, Any]) -> str:
+    return str((pod.get("status") or {}).get("phase") or "")
 
 
 def _annotations(pod: dict[str, Any]) -> dict[str, str]:

@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 import argparse
+import contextlib
 from pathlib import Path
 
 from numatopo_engine.resources import ResourceNames
@@ -14,6 +15,8 @@ from numatopo_exporter.agent.pod_resources import DEFAULT_SOCKET
 from numatopo_exporter.daemon import metrics
 from numatopo_exporter.discovery import kubelet
 from numatopo_exporter.node_process import add_node_flags, check_node, connect, start
+from numatopo_exporter.steering.metrics import SteeringMetrics
+from numatopo_exporter.steering.proxy import Steerer, SteeringConfig
 from numatopo_kube import KubeError
 
 
@@ -21,7 +24,7 @@ async def serve(args: argparse.Namespace) -> int:
     """Run the agent that `args` describe until cancelled."""
     client = connect(args.api_url, component=COMPONENT, node_name=args.node_name)
     agent_metrics = AgentMetrics()
-    async with client:
+    async with client, contextlib.AsyncExitStack() as stack:
         await check_node(client, args.node_name)
         loop = AgentLoop(
             client,
@@ -33,6 +36,19 @@ async def serve(args: argparse.Namespace) -> int:
             pod_resources_socket=args.pod_resources_socket,
             resources=ResourceNames(gpu=_patterns(args.gpu_resources) or ResourceNames().gpu),
         )
+        if args.steer_resource:
+            steerer = Steerer(
+                candidates=lambda: loop.in_flight,
+                config=SteeringConfig(
+                    resource_name=args.steer_resource,
+                    kubelet_dir=args.steer_kubelet_dir,
+                    steering_dir=args.steer_socket_dir,
+                    answer_deadline_seconds=args.steer_answer_deadline_seconds,
+                ),
+                metrics=SteeringMetrics(agent_metrics.registry),
+            )
+            await stack.enter_async_context(steerer)
+            loop.steered = lambda: steerer.status().steering
         runner = None
         if args.metrics_port:
             runner = await metrics.start_metrics_server(
@@ -97,6 +113,38 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         default="",
         help="comma list of the patterns of extended resources whose devices are GPUs, for "
         "Follow (default " + ",".join(ResourceNames().gpu) + ", as the operator's flag)",
+    )
+    steer = parser.add_argument_group(
+        "steering (opt-in): make the kubelet give each container its assigned GPUs"
+    )
+    steer.add_argument(
+        "--steer-resource",
+        default="",
+        metavar="NAME",
+        help="register this GPU resource (e.g. nvidia.com/gpu) with the kubelet and put the "
+        "vendor's device plugin behind numatopo (default: off). Needs Topology Manager and "
+        "CPU manager policy none on the node, and the vendor plugin's kubelet socket pointed "
+        "at --steer-socket-dir/kubelet.sock",
+    )
+    steer.add_argument(
+        "--steer-kubelet-dir",
+        type=Path,
+        default=SteeringConfig().kubelet_dir,
+        help="the kubelet's device-plugins directory (default %(default)s)",
+    )
+    steer.add_argument(
+        "--steer-socket-dir",
+        type=Path,
+        default=SteeringConfig().steering_dir,
+        help="where numatopo serves the Registration socket the vendor plugin registers with "
+        "(default %(default)s)",
+    )
+    steer.add_argument(
+        "--steer-answer-deadline-seconds",
+        type=float,
+        default=SteeringConfig().answer_deadline_seconds,
+        help="longest time to answer the kubelet's GetPreferredAllocation; past it the "
+        "kubelet's own choice stands (default %(default)s)",
     )
     add_node_flags(parser, metrics_port=9102)
     # A separate address flag (not `host:port`) so that `--metrics-port` keeps its
