@@ -718,7 +718,15 @@ def _fill(
         entry.nics = sorted(nics)
         free.nics.difference_update(nics)
     if need.cpu_mode is CpuMode.EXCLUSIVE and need.cpus:
-        cpus = _take_cpus(tables, free.cpus, numa_ids, need.cpus, full_cores=need.full_cores)
+        # Within a mask wider than the GPUs' NUMA nodes (best-effort, or memory spread
+        # by the memory manager), the CPUs next to the container's GPUs come first.
+        near = sorted({n for g in entry.gpus if (n := tables.gpu_numa.get(g)) is not None}
+                      & set(numa_ids))  # fmt: skip
+        cpus = None
+        if near and len(near) < len(numa_ids):
+            cpus = take_cpus(tables, free.cpus, near, need.cpus, full_cores=need.full_cores)
+        if cpus is None:
+            cpus = _take_cpus(tables, free.cpus, numa_ids, need.cpus, full_cores=need.full_cores)
         if cpus is None:
             return Shortfall(Kind.REQUEST, policy, (), note=f"{need.cpus} exclusive CPUs "
                              f"requested, fewer free on NUMA {format_mask(mask)}")  # fmt: skip

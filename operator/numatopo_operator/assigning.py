@@ -127,7 +127,14 @@ def _held(runtime: Runtime, node: str, key: str) -> Outcome | None:
     return Outcome(State.ASSIGNED, translate.assigned_message(held), held)
 
 
-async def decide(runtime: Runtime, request: PodRequest, node: str, *, path: str) -> Outcome | None:
+async def decide(
+    runtime: Runtime,
+    request: PodRequest,
+    node: str,
+    *,
+    path: str,
+    pinned: dict[str, list[int]] | None = None,
+) -> Outcome | None:
     """Run the engine for `request` on `node` and reserve the result in the ledger.
 
     None when `node` has no Numatopology, or a stale one (nothing can be decided there
@@ -161,14 +168,20 @@ async def decide(runtime: Runtime, request: PodRequest, node: str, *, path: str)
                 return None
             before = _free_view(live)
             try:
-                decision = await runtime.in_engine_thread(
-                    allocation.allocate,
-                    topology,
-                    frozen,
-                    request,
-                    node,
-                    engine=runtime.decisions,
-                )
+                if pinned:
+                    assignment, relaxed = await runtime.in_engine_thread(
+                        realigning.decide_around, topology, frozen, request, node,
+                        engine=runtime.decisions, pinned=pinned,
+                    )  # fmt: skip
+                    if relaxed:
+                        logger.warning("%s holds GPUs %s; placed best-effort around them: %s",
+                                       request.key, pinned, relaxed)  # fmt: skip
+                else:
+                    decision = await runtime.in_engine_thread(
+                        allocation.allocate, topology, frozen, request, node,
+                        engine=runtime.decisions,
+                    )  # fmt: skip
+                    assignment = decision.assignment
             except InvalidRequestError as exc:
                 outcome = Outcome(State.INVALID, translate.invalid_message(exc))
                 break
@@ -177,7 +190,7 @@ async def decide(runtime: Runtime, request: PodRequest, node: str, *, path: str)
                     State.UNSATISFIABLE, translate.unsatisfiable_message(node, exc.reason)
                 )
             else:
-                outcome = Outcome(State.ASSIGNED, "", decision.assignment)
+                outcome = Outcome(State.ASSIGNED, "", assignment)
             changed = (
                 ledger.topology(node) is not topology
                 or ledger.state(node) is not live
@@ -279,7 +292,17 @@ async def assign_bound_pod(runtime: Runtime, pod: RawPod) -> State | None:
                 key, runtime.gpu_admissions.holder(node), node,
             )  # fmt: skip
             return None
-        outcome = await decide(runtime, request, node, path="assigner")
+        topology = runtime.ledger.topology(node)
+        pins = (
+            realigning.pins_of_pod(pod, topology, runtime.settings.resources)
+            if topology is not None
+            else {}
+        )
+        # A pod that already holds GPUs (it ran, then lost its assignment) is decided
+        # around them; if that cannot be, as any other pod.
+        outcome = await decide(runtime, request, node, path="assigner", pinned=pins)
+        if pins and outcome is not None and outcome.state == State.UNSATISFIABLE:
+            outcome = await decide(runtime, request, node, path="assigner")
         if outcome is None or outcome.state != State.ASSIGNED:
             runtime.gpu_admissions.admitted(key)
     if outcome is None:

@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import dataclasses
 import logging
+from collections.abc import Mapping, Sequence
 
 import pydantic
 
@@ -39,7 +40,7 @@ from numatopo_operator.errors import NodeBusyError
 from numatopo_operator.runtime import Runtime
 from numatopo_operator.translate import RawPod
 
-__all__ = ["REALIGNED", "mismatch", "pins", "realign"]
+__all__ = ["REALIGNED", "decide_around", "mismatch", "pins", "pins_of_pod", "realign"]
 
 logger = logging.getLogger(__name__)
 
@@ -120,7 +121,13 @@ async def realign(
             return
         frozen = live.copy()
         frozen.release(key)
-        decision, relaxed = await _decide(runtime, topology, frozen, request, node, pinned=pinned)
+        try:
+            decision, relaxed = await runtime.in_engine_thread(
+                decide_around, topology, frozen, request, node,
+                engine=runtime.decisions, pinned=pinned,
+            )  # fmt: skip
+        except UnsatisfiableError as exc:
+            decision, relaxed = None, exc.reason
         if decision is None:
             await _refuse(
                 runtime,
@@ -185,33 +192,47 @@ async def _displace(runtime: Runtime, other: str, node: str, by: str) -> None:
     )  # fmt: skip
 
 
-async def _decide(
-    runtime: Runtime,
+def decide_around(
     topology: NumatopologySpec,
-    frozen: NodeState,
+    state: NodeState,
     request: PodRequest,
     node: str,
     *,
-    pinned: dict[str, list[int]],
-) -> tuple[Assignment | None, str]:
-    """(decision, '') under the pod's policy, else (decision, why not) best-effort, else
-    (None, why not)."""
-    why = ""
-    attempts = [request]
-    if request.options.policy not in (PolicyName.BEST_EFFORT, PolicyName.NONE):
-        relaxed_options = dataclasses.replace(request.options, policy=PolicyName.BEST_EFFORT)
-        attempts.append(dataclasses.replace(request, options=relaxed_options))
-    for attempt in attempts:
-        try:
-            decision = await runtime.in_engine_thread(
-                allocation.allocate, topology, frozen, attempt, node,
-                engine=runtime.decisions, pinned=pinned,
-            )  # fmt: skip
-        except UnsatisfiableError as exc:
-            why = why or exc.reason
-            continue
-        return decision.assignment, why
-    return None, why
+    engine: allocation.Engine,
+    pinned: Mapping[str, Sequence[int]],
+) -> tuple[Assignment, str]:
+    """The pod's decision with its GPUs pinned (engine thread): under its own policy, or,
+    when that cannot hold with those GPUs, best-effort around them with the reason it
+    could not (''). Raises UnsatisfiableError when neither fits."""
+    try:
+        return allocation.allocate(
+            topology, state, request, node, engine=engine, pinned=pinned
+        ).assignment, ""
+    except UnsatisfiableError as exc:
+        if not pinned or request.options.policy in (PolicyName.BEST_EFFORT, PolicyName.NONE):
+            raise
+        why = exc.reason
+    relaxed = dataclasses.replace(
+        request, options=dataclasses.replace(request.options, policy=PolicyName.BEST_EFFORT)
+    )
+    decision = allocation.allocate(topology, state, relaxed, node, engine=engine, pinned=pinned)
+    return decision.assignment, why
+
+
+def pins_of_pod(
+    pod: RawPod, topology: NumatopologySpec, resources: ResourceNames
+) -> dict[str, list[int]]:
+    """The GPUs the pod's containers hold for real, as its `observed` annotation says
+    (whatever assignment it was compared with); {} when there is none or it names GPUs
+    the node does not have."""
+    found = (pod.get("metadata") or {}).get("annotations") or {}
+    seen = found.get(keys.OBSERVED)
+    if not isinstance(seen, str) or translate.is_finished(pod):
+        return {}
+    try:
+        return pins(Observed.model_validate_json(seen), topology, resources)
+    except (pydantic.ValidationError, ValueError):
+        return {}
 
 
 async def _refuse(runtime: Runtime, ref: dict[str, str], seq: int, message: str) -> None:

@@ -12,10 +12,14 @@ from __future__ import annotations
 import asyncio
 import json
 import random
+import shutil
+import tempfile
 from pathlib import Path
 from typing import Any
 
 import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 
 from kubelet_harness import GPU, Container, FakeGpu, Harness, Pod
 from numatopo_engine import annotations as keys
@@ -25,6 +29,8 @@ from numatopo_exporter.agent.feedback import ALIGNED
 from numatopo_exporter.agent.loop import AgentLoop
 from numatopo_exporter.daemon.backoff import Backoff
 from numatopo_kube import KubeClient
+
+from .conftest import eventually, h100_spec, make_pod, numatopology
 
 NODE = "h100-a"
 CID = "c0ffee00c0ffee00"
@@ -283,3 +289,115 @@ async def test_a_followed_node_does_not_hold_gpu_pods_back(env: Any) -> None:
     async with asyncio.timeout(5):
         for name in ("first", "second"):
             assert (await operator.post("/bind", {**request, "PodName": name}))[1] == {"Error": ""}
+
+
+async def _followed_node(plans: list[int], seed: int, tmp: Path) -> list[str]:
+    """Pods asking `plans[i]` GPUs, assigned by the real operator, admitted one by one by
+    the kubelet harness with an NVIDIA-shaped plugin choosing for itself, followed by
+    the real agent. Returns what is wrong once everything has settled."""
+    import kmock
+
+    from .conftest import Cluster, OperatorStarter, _register
+
+    problems: list[str] = []
+    spec = with_uuids(h100_spec())
+    async with kmock.KubernetesEmulator() as api, kmock.Server(api):
+        _register(api)
+        cluster = Cluster(api)
+        await cluster.create_numatopology(numatopology(NODE, spec))
+        starter = OperatorStarter()
+        await starter.start(cluster)
+        names = [f"p{i}" for i in range(len(plans))]
+        try:
+            for i, (name, gpus) in enumerate(zip(names, plans, strict=True)):
+                await cluster.create_pod(
+                    make_pod(name, gpus=gpus, cpu="4", created=f"2024-05-01T10:00:{i:02d}Z")
+                )
+            await eventually(
+                lambda: all(assignment_of(cluster, n) for n in names), what="all assigned"
+            )
+            async with Harness(rng=random.Random(seed)) as kubelet:
+                await kubelet.start_plugin([FakeGpu(uuid_of(g.index), g.numa) for g in spec.gpus])
+                real: dict[str, set[int]] = {}
+                for name, gpus in zip(names, plans, strict=True):
+                    uid = cluster.pods()[name]["metadata"]["uid"]
+                    result = await kubelet.admit(
+                        Pod(uid, name, containers=(Container("main", {GPU: gpus}),))
+                    )
+                    assert result.ok, result.error
+                    real[name] = {
+                        next(g.index for g in spec.gpus if g.uuid == d) for d in result.ids("main")
+                    }
+                    cid = f"{uid[-4:]}c0ffee"
+                    for relative in ("kubepods", f"kubepods/pod{uid}", f"kubepods/pod{uid}/{cid}"):
+                        path = tmp / relative
+                        path.mkdir(parents=True, exist_ok=True)
+                        (path / "cpuset.cpus").write_text("0-207\n")
+                        (path / "cpuset.mems").write_text("0-1\n")
+                    status = {"phase": "Running", "qosClass": "Guaranteed", "containerStatuses": [
+                        {"name": "main", "containerID": f"containerd://{cid}",
+                         "state": {"running": {}}}]}  # fmt: skip
+                    await cluster.patch_pod(name, {"status": status})
+                (tmp / "cpuset.cpus").write_text("0-207\n")
+                (tmp / "cpuset.mems").write_text("0-1\n")
+                client = KubeClient(component="numatopo-agent", host=NODE, timeout_seconds=5)
+                await client.reconnect(str(api.url))
+                agent = AgentLoop(
+                    client, node_name=NODE, cgroup_root=tmp, kubelet_state=tmp / "none",
+                    pod_resources_socket=kubelet.pod_resources_socket, resync_seconds=0.3,
+                    backoff=Backoff(0.01, 0.05),
+                )  # fmt: skip
+                async with client:
+                    task = asyncio.create_task(agent.run())
+                    try:
+                        await eventually(
+                            lambda: all(
+                                aligned(cluster, n) == ("True", "CpusetsApplied") for n in names
+                            ),
+                            what="every pod Aligned to the GPUs it holds",
+                            timeout=30,
+                        )
+                    finally:
+                        task.cancel()
+                        await asyncio.gather(task, return_exceptions=True)
+            owners: dict[str, str] = {}
+            for name in names:
+                final = assignment_of(cluster, name)
+                assert final is not None
+                container = final["containers"]["main"]
+                if set(container["gpuIndices"]) != real[name]:
+                    problems.append(
+                        f"{name}: assigned {container['gpuIndices']}, holds {real[name]}"
+                    )
+                cpus = CPUSet.parse(container["cpus"])
+                numa = {c.numa for c in spec.cpus if c.id in cpus}
+                # GPUs on two NUMA nodes (single-numa-node cannot hold): best-effort around
+                # them, so the CPUs sit on some of their NUMA nodes, never elsewhere.
+                if not numa or not numa <= {g.numa for g in spec.gpus if g.index in real[name]}:
+                    problems.append(f"{name}: CPUs on NUMA {numa}, GPUs {real[name]}")
+                for item in [f"cpu{c}" for c in cpus] + [
+                    f"gpu{g}" for g in container["gpuIndices"]
+                ]:
+                    if item in owners:
+                        problems.append(f"{item} booked by {owners[item]} and {name}")
+                    owners[item] = name
+        finally:
+            await starter.stop_all()
+    return problems
+
+
+@pytest.mark.timeout(300)
+@settings(max_examples=10, deadline=None, suppress_health_check=list(HealthCheck))
+@given(
+    plans=st.lists(st.sampled_from([1, 2, 4]), min_size=2, max_size=3),
+    seed=st.integers(0, 1000),
+)
+def test_followed_nodes_realign_every_pod_and_never_double_book(
+    plans: list[int], seed: int
+) -> None:
+    tmp = Path(tempfile.mkdtemp(prefix="follow-"))
+    try:
+        problems = asyncio.run(_followed_node(plans, seed, tmp))
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
+    assert not problems, problems

@@ -88,10 +88,20 @@ def in_flight(
     pods: Iterable[Mapping[str, Any]],
     holdings: Mapping[tuple[str, str], Mapping[str, Mapping[str, list[str]]]],
     node_name: str,
+    is_gpu: Callable[[str], bool] = lambda _: True,
 ) -> list[InFlight]:
     """The containers of this node's pods that were assigned GPUs and hold none yet (as
     PodResources last listed them): the candidates of the steering plugin's answer, in
-    the kubelet's admission order (`steering.choice`)."""
+    the kubelet's admission order (`steering.choice`).
+
+    A regular init container runs before the containers after it and hands its GPUs
+    on: the kubelet gives the next container asking for GPUs (a sidecar, an app
+    container, another init container) the init container's GPUs first and asks the
+    plugin only for the rest, naming those as must-include. So an init container
+    asking `k` GPUs is steered to the first `k` GPUs that next container will hold;
+    that container then ends up with exactly its own. When it asks fewer than `k`, the
+    kubelet hands it a random part of them: unsteerable, left to Follow.
+    """
     found: list[InFlight] = []
     for pod in pods:
         meta = pod.get("metadata") or {}
@@ -106,17 +116,52 @@ def in_flight(
         except ValidationError:
             continue
         held = holdings.get((str(meta.get("namespace", "")), str(meta.get("name", "")))) or {}
-        names = [str(c.get("name")) for c in spec.get("initContainers") or []]
+        uid, created = str(meta.get("uid", "")), str(meta.get("creationTimestamp", ""))
+        key = f"{meta.get('namespace', '')}/{meta.get('name', '')}"
+        inits = list(spec.get("initContainers") or [])
+        names = [str(c.get("name")) for c in inits]
         names += [str(c.get("name")) for c in spec.get("containers") or []]
-        found += [
-            candidate
-            for candidate in containers_in_flight(
-                str(meta.get("uid", "")),
-                f"{meta.get('namespace', '')}/{meta.get('name', '')}",
-                str(meta.get("creationTimestamp", "")),
-                names,
-                assignment,
-            )
-            if not any(held.get(candidate.container, {}).values())
-        ]
+        claims = {
+            c.container: c for c in containers_in_flight(uid, key, created, names, assignment)
+        }
+        regular = {str(c.get("name")) for c in inits if c.get("restartPolicy") != "Always"}
+        # Back to front: each regular init container is steered to what the next GPU
+        # container after it (in admission order) will hold.
+        following: InFlight | None = None
+        for order in range(len(names) - 1, -1, -1):
+            name = names[order]
+            if name not in regular:
+                following = claims.get(name) or following
+                continue
+            claims.pop(name, None)  # its own entry books only the excess: not what it gets
+            wanted = _gpu_count(inits[order], is_gpu)
+            if not wanted:
+                continue
+            host = following if following is not None and len(following.gpus) >= wanted else None
+            steered = None if host is None else InFlight(
+                uid, key, created, name, order, host.gpus[:wanted], host.gpu_indices[:wanted],
+                assignment.seq,
+            )  # fmt: skip
+            if steered is not None:
+                claims[name] = steered
+            following = steered
+        found += sorted(
+            (c for c in claims.values() if not any(held.get(c.container, {}).values())),
+            key=lambda c: c.container_order,
+        )
     return found
+
+
+def _gpu_count(container: Mapping[str, Any] | None, is_gpu: Callable[[str], bool]) -> int:
+    if container is None:
+        return 0
+    resources = container.get("resources") or {}
+    asked = resources.get("limits") or resources.get("requests") or {}
+    total = 0
+    for name, value in asked.items():
+        if is_gpu(str(name)):
+            try:
+                total += int(str(value))
+            except ValueError:
+                continue
+    return total
