@@ -277,8 +277,13 @@ def _host_mounts(manifests: list[dict[str, Any]], find: Any) -> dict[tuple[str, 
         pytest.param(None, {("agent", "host-cgroup")}, id="defaults-only-the-cgroup-tree"),
         pytest.param(
             "everything-on",
-            {("agent", "host-cgroup"), ("exporter", "host-dev")},
-            id="driver-mounts-add-dev-for-nvml",
+            {
+                ("agent", "host-cgroup"),
+                ("exporter", "host-dev"),
+                ("agent", "host-device-plugins"),
+                ("agent", "host-steering"),
+            },
+            id="driver-mounts-add-dev-for-nvml-steering-its-sockets",
         ),
         pytest.param("namespaced-operator", set(), id="observe-only-writes-nothing"),
     ],
@@ -503,3 +508,47 @@ def test_impossible_combinations_fail_with_a_message(
         chart.render(values, name="numatopo", namespace=NAMESPACE)
 
     assert expected in str(caught.value)
+
+
+def _agent_args(manifests: list[dict[str, Any]], find: Any) -> list[str]:
+    pod = find(manifests, "DaemonSet", "numatopo-node")["spec"]["template"]["spec"]
+    return next(c["args"] for c in pod["containers"] if c["name"] == "agent")
+
+
+def test_steering_turns_on_with_its_sockets_and_flags(render: Any, find: Any) -> None:
+    """Steering is off by default; on, the agent gets the kubelet's device-plugin folder
+    and numatopo's Registration folder writable, and flags the agent's parser accepts."""
+    import argparse
+
+    from numatopo_exporter.agent.serve import add_arguments
+
+    default = render(None)
+    assert not any(a.startswith("--steer-") for a in _agent_args(default, find))
+    assert ("agent", "host-device-plugins") not in _host_mounts(default, find)
+
+    steered = render({"agent": {"steer": {"enabled": True, "answerDeadlineSeconds": 0.3}}})
+    mounts = _host_mounts(steered, find)
+    assert mounts[("agent", "host-device-plugins")] is False
+    assert mounts[("agent", "host-steering")] is False
+    parser = argparse.ArgumentParser()
+    add_arguments(parser)
+    args = parser.parse_args(
+        [a.replace("$(NODE_NAME)", "n") for a in _agent_args(steered, find)[1:]]
+    )
+    assert args.steer_resource == "nvidia.com/gpu"
+    assert str(args.steer_kubelet_dir) == "/host/var/lib/kubelet/device-plugins"
+    assert str(args.steer_socket_dir) == "/host/var/lib/numatopo/device-plugins"
+    assert args.steer_answer_deadline_seconds == 0.3
+    assert str(args.pod_resources_socket) == "/host/var/lib/kubelet/pod-resources/kubelet.sock"
+
+
+def test_follow_off_leaves_gpus_unverified(render: Any, find: Any) -> None:
+    import argparse
+
+    from numatopo_exporter.agent.serve import add_arguments
+
+    parser = argparse.ArgumentParser()
+    add_arguments(parser)
+    args = _agent_args(render({"agent": {"follow": {"enabled": False}}}), find)
+    parsed = parser.parse_args([a.replace("$(NODE_NAME)", "n") for a in args[1:]])
+    assert parsed.pod_resources_socket is None
