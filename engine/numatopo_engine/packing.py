@@ -1,0 +1,168 @@
+"""Packing: the expected GPU fragmentation of a node under a workload mix (FGD-style,
+topology-aware), and the node rank that chooses between nodes.
+
+After the idea of Weng et al., "Beware of Fragmentation" (USENIX ATC '23): a node's
+fragmentation is the free GPU capacity a pod drawn from the workload could not use;
+a scheduler puts each pod where that grows least. Here, per request shape of the mix
+(`Shape`: whole GPUs and CPUs), the usable GPUs are those that copies of the shape can
+take *aligned*, counted the way the engine places them:
+
+  * a shape whose GPUs fit in one NUMA node of the hardware (k <= the most GPUs any
+    NUMA node holds) is counted per NUMA node: sum over NUMA nodes of
+    min(free GPUs // k, free CPUs // c) copies, each taking k GPUs. Four free GPUs
+    split 2 + 2 over two NUMA nodes host no aligned 4-GPU copy; four on one do.
+    NUMA nodes are where NVLink cliques sit on the hardware modelled (DGX-1's quads,
+    PCIe switches); on an NVSwitch machine every set has the best bandwidth anyway.
+  * a larger shape is counted node-wide: min(free GPUs // k, free CPUs // c).
+
+fragmentation(node) = sum over shapes of weight x (free GPUs - k x copies), in GPUs:
+the expected number of free GPUs stranded for the next pod. Counting copies, not
+just "fits or not", also sees 3 free GPUs left for a 2-GPU mix as one GPU stranded.
+Shapes no NUMA node or node of this hardware can ever host count all free GPUs as
+stranded, as in FGD: putting small pods where the big ones cannot go anyway is cheap.
+
+What the engine does not see is not counted: shared-pool CPUs (`cpu: numa`) and
+memory are left out, GPU shares (fractional GPUs) are not modelled. Only exclusive
+CPUs (integer requests) are booked per NUMA node.
+
+The rank (`node_rank`) is what every node choice reads — kube-scheduler's prioritize
+through the extender, `numatopo simulate`'s numatopo strategy — and is lexicographic:
+alignment first (the score's span and link terms, 0..100 rounded), then packing in
+[0, 1): the logistic of minus the fragmentation growth when a mix is known, else the
+best-fit fill of the touched NUMA nodes (the score's pack term).
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass
+
+import numpy as np
+import numpy.typing as npt
+
+__all__ = [
+    "MixError",
+    "Shape",
+    "WorkloadMix",
+    "fragmentation",
+    "node_rank",
+    "pack_of_growth",
+]
+
+Ints = npt.NDArray[np.int64]
+Floats = npt.NDArray[np.float64]
+
+# The fill term breaks ties between nodes whose fragmentation grows alike.
+FILL_TIEBREAK = 1e-3
+# Packing stays below one rank step, so it never outweighs alignment.
+PACK_SPAN = 0.999
+
+
+class MixError(ValueError):
+    """A workload mix text is not `GPUSxCPUS:WEIGHT[,...]`."""
+
+
+def cpu_bucket(cpus: int) -> int:
+    """CPUs rounded up to a power of two (0 stays 0): few shapes, a conservative need."""
+    return 0 if cpus <= 0 else 1 << (cpus - 1).bit_length()
+
+
+@dataclass(frozen=True, slots=True, order=True)
+class Shape:
+    """One kind of request: whole GPUs and CPUs (CPUs as `cpu_bucket` rounds them)."""
+
+    gpus: int
+    cpus: int
+
+    @classmethod
+    def of(cls, gpus: int, cpus: int) -> Shape:
+        return cls(max(0, gpus), cpu_bucket(cpus))
+
+
+@dataclass(frozen=True, slots=True)
+class WorkloadMix:
+    """Request shapes with weights summing to 1 (only shapes with GPUs are kept)."""
+
+    shapes: tuple[Shape, ...] = ()
+    weights: tuple[float, ...] = ()
+
+    @classmethod
+    def of(cls, counts: Mapping[Shape, float]) -> WorkloadMix:
+        kept = sorted((s, w) for s, w in counts.items() if s.gpus > 0 and w > 0)
+        total = sum(w for _, w in kept)
+        if not kept or total <= 0:
+            return cls()
+        return cls(tuple(s for s, _ in kept), tuple(w / total for _, w in kept))
+
+    @classmethod
+    def of_requests(cls, requests: Iterable[tuple[int, int]]) -> WorkloadMix:
+        """The mix of (GPUs, CPUs) requests, each counted once."""
+        counts: dict[Shape, float] = {}
+        for gpus, cpus in requests:
+            shape = Shape.of(gpus, cpus)
+            counts[shape] = counts.get(shape, 0.0) + 1.0
+        return cls.of(counts)
+
+    @classmethod
+    def parse(cls, text: str) -> WorkloadMix:
+        """`GPUSxCPUS:WEIGHT` items, comma-separated (`1x8:60,8x64:40`); '' is no mix."""
+        counts: dict[Shape, float] = {}
+        for item in (part.strip() for part in text.split(",")):
+            if not item:
+                continue
+            shape_text, _, weight_text = item.partition(":")
+            gpus_text, _, cpus_text = shape_text.partition("x")
+            try:
+                gpus, cpus = int(gpus_text), int(cpus_text or "0")
+                weight = float(weight_text or "1")
+            except ValueError:
+                raise MixError(f"workload mix item {item!r}: expected GPUSxCPUS:WEIGHT") from None
+            if gpus < 0 or cpus < 0 or not weight >= 0 or math.isinf(weight):
+                raise MixError(f"workload mix item {item!r}: negative or infinite value")
+            shape = Shape.of(gpus, cpus)
+            counts[shape] = counts.get(shape, 0.0) + weight
+        return cls.of(counts)
+
+    def format(self) -> str:
+        return ",".join(
+            f"{s.gpus}x{s.cpus}:{w:.4g}" for s, w in zip(self.shapes, self.weights, strict=True)
+        )
+
+    def __bool__(self) -> bool:
+        return bool(self.shapes)
+
+
+def fragmentation(gpus: Ints, cpus: Ints, numa_gpu_capacity: int, mix: WorkloadMix) -> Floats:
+    """Expected stranded free GPUs per row (see the module docstring).
+
+    `gpus`, `cpus`: (rows x NUMA positions) free whole GPUs and free exclusive CPUs;
+    `numa_gpu_capacity`: the most GPUs one NUMA node of this hardware holds.
+    """
+    total = gpus.sum(axis=1)
+    cpu_total = cpus.sum(axis=1)
+    out = np.zeros(gpus.shape[0], dtype=np.float64)
+    for shape, weight in zip(mix.shapes, mix.weights, strict=True):
+        k, c = shape.gpus, shape.cpus
+        if k <= numa_gpu_capacity:
+            copies_at = gpus // k
+            if c:
+                copies_at = np.minimum(copies_at, cpus // c)
+            copies = copies_at.sum(axis=1)
+        else:
+            copies = total // k
+            if c:
+                copies = np.minimum(copies, cpu_total // c)
+        out += weight * (total - k * copies)
+    return out
+
+
+def pack_of_growth(growth: Floats, fill: Floats) -> Floats:
+    """Packing in [0, 1): less fragmentation growth is better; fill breaks ties."""
+    logistic = 0.5 * (1.0 - np.tanh(0.5 * growth))  # 1 / (1 + e^growth), without overflow
+    return (logistic + FILL_TIEBREAK * fill) / (1.0 + FILL_TIEBREAK)
+
+
+def node_rank(alignment: Floats, pack: Floats) -> Floats:
+    """The rank: alignment (0..1) in whole steps of 1/100, then packing (0..1) below a step."""
+    return np.rint(100.0 * alignment) + PACK_SPAN * np.clip(pack, 0.0, 1.0)
