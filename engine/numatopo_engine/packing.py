@@ -34,6 +34,7 @@ best-fit fill of the touched NUMA nodes (the score's pack term).
 
 from __future__ import annotations
 
+import functools
 import math
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
@@ -52,6 +53,9 @@ __all__ = [
 
 Ints = npt.NDArray[np.int64]
 Floats = npt.NDArray[np.float64]
+Bools = npt.NDArray[np.bool_]
+
+_BIG = 1 << 40
 
 # The fill term breaks ties between nodes whose fragmentation grows alike.
 FILL_TIEBREAK = 1e-3
@@ -64,20 +68,28 @@ class MixError(ValueError):
 
 
 def cpu_bucket(cpus: int) -> int:
-    """CPUs rounded up to a power of two (0 stays 0): few shapes, a conservative need."""
-    return 0 if cpus <= 0 else 1 << (cpus - 1).bit_length()
+    """CPUs rounded up to 1, 2, 4, 8, then a multiple of 8: few shapes, a need never
+    understated."""
+    if cpus <= 0:
+        return 0
+    if cpus <= 8:
+        return 1 << (cpus - 1).bit_length()
+    return -(-cpus // 8) * 8
 
 
 @dataclass(frozen=True, slots=True, order=True)
 class Shape:
-    """One kind of request: whole GPUs and CPUs (CPUs as `cpu_bucket` rounds them)."""
+    """One kind of request: whole GPUs and CPUs (CPUs as `cpu_bucket` rounds them),
+    exclusive (each copy books its CPUs) or from the NUMA node's shared pool (a copy
+    needs that many free there, and books none)."""
 
     gpus: int
     cpus: int
+    exclusive: bool = True
 
     @classmethod
-    def of(cls, gpus: int, cpus: int) -> Shape:
-        return cls(max(0, gpus), cpu_bucket(cpus))
+    def of(cls, gpus: int, cpus: int, *, exclusive: bool = True) -> Shape:
+        return cls(max(0, gpus), cpu_bucket(cpus), exclusive and cpus > 0)
 
 
 @dataclass(frozen=True, slots=True)
@@ -96,65 +108,84 @@ class WorkloadMix:
         return cls(tuple(s for s, _ in kept), tuple(w / total for _, w in kept))
 
     @classmethod
-    def of_requests(cls, requests: Iterable[tuple[int, int]]) -> WorkloadMix:
-        """The mix of (GPUs, CPUs) requests, each counted once."""
+    def of_requests(cls, requests: Iterable[tuple[int, int, bool]]) -> WorkloadMix:
+        """The mix of (GPUs, CPUs, exclusive) requests, each weighed by its GPUs."""
         counts: dict[Shape, float] = {}
-        for gpus, cpus in requests:
-            shape = Shape.of(gpus, cpus)
-            counts[shape] = counts.get(shape, 0.0) + 1.0
+        for gpus, cpus, exclusive in requests:
+            shape = Shape.of(gpus, cpus, exclusive=exclusive)
+            counts[shape] = counts.get(shape, 0.0) + weigh(shape)
         return cls.of(counts)
 
     @classmethod
     def parse(cls, text: str) -> WorkloadMix:
-        """`GPUSxCPUS:WEIGHT` items, comma-separated (`1x8:60,8x64:40`); '' is no mix."""
+        """`GPUSxCPUS[p]:WEIGHT` items, comma-separated (`1x8:60,8x64p:40`; `p`: CPUs
+        from the shared pool, not exclusive); '' is no mix. Weights as given."""
         counts: dict[Shape, float] = {}
         for item in (part.strip() for part in text.split(",")):
             if not item:
                 continue
             shape_text, _, weight_text = item.partition(":")
-            gpus_text, _, cpus_text = shape_text.partition("x")
+            gpus_text, _, cpus_text = shape_text.strip().partition("x")
+            pool = cpus_text.endswith("p")
             try:
-                gpus, cpus = int(gpus_text), int(cpus_text or "0")
+                gpus, cpus = int(gpus_text), int(cpus_text.removesuffix("p") or "0")
                 weight = float(weight_text or "1")
             except ValueError:
                 raise MixError(f"workload mix item {item!r}: expected GPUSxCPUS:WEIGHT") from None
             if gpus < 0 or cpus < 0 or not weight >= 0 or math.isinf(weight):
                 raise MixError(f"workload mix item {item!r}: negative or infinite value")
-            shape = Shape.of(gpus, cpus)
+            shape = Shape.of(gpus, cpus, exclusive=not pool)
             counts[shape] = counts.get(shape, 0.0) + weight
         return cls.of(counts)
 
     def format(self) -> str:
         return ",".join(
-            f"{s.gpus}x{s.cpus}:{w:.4g}" for s, w in zip(self.shapes, self.weights, strict=True)
+            f"{s.gpus}x{s.cpus}{'' if s.exclusive or not s.cpus else 'p'}:{w:.4g}"
+            for s, w in zip(self.shapes, self.weights, strict=True)
         )
 
     def __bool__(self) -> bool:
         return bool(self.shapes)
 
 
+def weigh(shape: Shape) -> float:
+    """A request's weight in a learned mix: its GPUs (the mix is where GPUs go)."""
+    return float(shape.gpus)
+
+
 def fragmentation(gpus: Ints, cpus: Ints, numa_gpu_capacity: int, mix: WorkloadMix) -> Floats:
     """Expected stranded free GPUs per row (see the module docstring).
 
     `gpus`, `cpus`: (rows x NUMA positions) free whole GPUs and free exclusive CPUs;
-    `numa_gpu_capacity`: the most GPUs one NUMA node of this hardware holds.
+    `numa_gpu_capacity`: the most GPUs one NUMA node of this hardware holds. One array
+    expression over (rows x positions x shapes).
     """
+    k, c, exclusive, weights = _arrays(mix)
     total = gpus.sum(axis=1)
-    cpu_total = cpus.sum(axis=1)
-    out = np.zeros(gpus.shape[0], dtype=np.float64)
-    for shape, weight in zip(mix.shapes, mix.weights, strict=True):
-        k, c = shape.gpus, shape.cpus
-        if k <= numa_gpu_capacity:
-            copies_at = gpus // k
-            if c:
-                copies_at = np.minimum(copies_at, cpus // c)
-            copies = copies_at.sum(axis=1)
-        else:
-            copies = total // k
-            if c:
-                copies = np.minimum(copies, cpu_total // c)
-        out += weight * (total - k * copies)
-    return out
+    if not k.size:
+        return np.zeros(gpus.shape[0], dtype=np.float64)
+    aligned = k <= numa_gpu_capacity
+    per_numa = _copies(gpus[:, :, None], cpus[:, :, None], k, c, exclusive).sum(axis=1)
+    per_node = _copies(total[:, None], cpus.sum(axis=1)[:, None], k, c, exclusive)
+    copies = np.where(aligned, per_numa, per_node)
+    return np.asarray(total * weights.sum() - (copies * k) @ weights, dtype=np.float64)
+
+
+def _copies(gpus: Ints, cpus: Ints, k: Ints, c: Ints, exclusive: Bools) -> Ints:
+    """Copies of each shape the free GPUs and CPUs hold (broadcast over the last axis)."""
+    copies = gpus // k
+    by_cpus = np.where(exclusive, cpus // np.maximum(c, 1), np.where(cpus >= c, _BIG, 0))
+    return np.minimum(copies, np.where(c > 0, by_cpus, _BIG))
+
+
+@functools.lru_cache(maxsize=64)
+def _arrays(mix: WorkloadMix) -> tuple[Ints, Ints, Bools, Floats]:
+    return (
+        np.array([s.gpus for s in mix.shapes], dtype=np.int64),
+        np.array([s.cpus for s in mix.shapes], dtype=np.int64),
+        np.array([s.exclusive for s in mix.shapes], dtype=bool),
+        np.array(mix.weights, dtype=np.float64),
+    )
 
 
 def pack_of_growth(growth: Floats, fill: Floats) -> Floats:
