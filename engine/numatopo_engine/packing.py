@@ -58,7 +58,7 @@ Bools = npt.NDArray[np.bool_]
 _BIG = 1 << 40
 
 # The fill term breaks ties between nodes whose fragmentation grows alike.
-FILL_TIEBREAK = 1e-3
+FILL_TIEBREAK = 1.0
 # Packing stays below one rank step, so it never outweighs alignment.
 PACK_SPAN = 0.999
 
