@@ -10,7 +10,8 @@ arrived, and at the first failure; FGD's published means at the same arrived poi
 (10 seeds, `analysis_allo_discrete.csv`) and, from its curve, the allocation where it
 first falls 1 point behind the arrived workload (its first failure is not published).
 
-    .venv/bin/python benchmarks/bench_packing.py --jobs 2 --out docs/packing.md --plot docs/img/packing.png
+    .venv/bin/python benchmarks/bench_packing.py --jobs 2 --out docs/packing.md \
+        --plot docs/img/packing.png
     .venv/bin/python benchmarks/bench_packing.py --traces default multigpu40 --sample-nodes 200
 
 Not a timed test: a full run is ~30 replays per trace.
@@ -47,7 +48,11 @@ from numatopo_engine.simulation import (  # noqa: E402
 
 DATA = REPO.parent / "shared" / "data" / "alibaba-gpu-v2023"
 STRATEGIES = ("numatopo", "best-fit", "volcano-numa")
-HEAVY = {"heavy-multi50": ("multi", 0.5), "heavy-multi70": ("multi", 0.7), "heavy-8gpu30": ("8gpu", 0.3)}
+HEAVY = {
+    "heavy-multi50": ("multi", 0.5),
+    "heavy-multi70": ("multi", 0.7),
+    "heavy-8gpu30": ("8gpu", 0.3),
+}
 FGD_POLICY = "06-FGD"
 BESTFIT_POLICY = "05-BestFit"
 
@@ -66,7 +71,9 @@ def heavier(pods: list[PodRow], kind: str, share: float, seed: int = 0) -> list[
     small = [p for p in gpu if p not in set(big)]
     count = len(gpu)
     n_big = round(share * count)
-    chosen = [rng.choice(big) for _ in range(n_big)] + [rng.choice(small) for _ in range(count - n_big)]
+    chosen = [rng.choice(big) for _ in range(n_big)] + [
+        rng.choice(small) for _ in range(count - n_big)
+    ]
     out = [p for p in pods if not p.num_gpu]
     out += [replace(p, name=f"{p.name}-r{i}") for i, p in enumerate(chosen)]
     return out
@@ -142,9 +149,13 @@ def load(trace: str, sample: int) -> tuple[list[NodeRow], list[PodRow], Any]:
 
 
 def all_traces() -> list[str]:
-    names = sorted(p.stem.removeprefix("openb_pod_list_") for p in (DATA / "csv").glob("openb_pod_list_*.csv"))
+    names = sorted(
+        p.stem.removeprefix("openb_pod_list_") for p in (DATA / "csv").glob("openb_pod_list_*.csv")
+    )
     order = ("default", "cpu", "gpushare", "gpuspec", "multigpu")
-    return sorted(names, key=lambda n: (next(i for i, o in enumerate(order) if n.startswith(o)), n)) + list(HEAVY)
+    return sorted(
+        names, key=lambda n: (next(i for i, o in enumerate(order) if n.startswith(o)), n)
+    ) + list(HEAVY)
 
 
 def table(results: list[dict[str, Any]], fgd: dict[tuple[str, str], dict[str, float]]) -> str:
@@ -153,9 +164,10 @@ def table(results: list[dict[str, Any]], fgd: dict[tuple[str, str], dict[str, fl
         by.setdefault((r["trace"], r["strategy"]), []).append(r)
     traces = list(dict.fromkeys(r["trace"] for r in results))
     lines = [
-        "| trace | FGD @100 | numatopo @100 | best-fit @100 | volcano @100 | FGD @130 | numatopo @130 "
-        "| best-fit @130 | volcano @130 | FGD 1pt-behind | numatopo @1st fail | best-fit @1st fail "
-        "| volcano @1st fail | numatopo 1-NUMA / best links | ms/pod numatopo |",
+        "| trace | FGD @100 | numatopo @100 | best-fit @100 | volcano @100 | FGD @130 "
+        "| numatopo @130 | best-fit @130 | volcano @130 | FGD 1pt-behind "
+        "| numatopo @1st fail | best-fit @1st fail | volcano @1st fail "
+        "| numatopo 1-NUMA / best links % | ms/pod numatopo |",
         "|" + "---|" * 15,
     ]
 
@@ -164,30 +176,45 @@ def table(results: list[dict[str, Any]], fgd: dict[tuple[str, str], dict[str, fl
         return statistics.mean(found) if found else None
 
     def cell(value: float | None, digits: int = 2) -> str:
-        return "–" if value is None else f"{value:.{digits}f}"
+        return "-" if value is None else f"{value:.{digits}f}"
 
     for trace in traces:
         f = fgd.get((f"openb_pod_list_{trace}", FGD_POLICY), {})
         n100, n130 = mean(trace, "numatopo", "alloc_100"), mean(trace, "numatopo", "alloc_130")
         mark100 = "" if n100 is None or not f else (" ✓" if n100 >= f["100"] else " ✗")
         mark130 = "" if n130 is None or not f else (" ✓" if n130 >= f["130"] else " ✗")
-        nff, bff = mean(trace, "numatopo", "alloc_first_failure"), mean(trace, "best-fit", "alloc_first_failure")
+        nff, bff = (
+            mean(trace, "numatopo", "alloc_first_failure"),
+            mean(trace, "best-fit", "alloc_first_failure"),
+        )
         markff = "" if nff is None or bff is None else (" ✓" if nff >= bff else " ✗")
         align = mean(trace, "numatopo", "alignable_single_numa")
         links = mean(trace, "numatopo", "best_bandwidth")
-        lines.append(
-            f"| {trace} | {cell(f.get('100'))} | {cell(n100)}{mark100} | {cell(mean(trace, 'best-fit', 'alloc_100'))} "
-            f"| {cell(mean(trace, 'volcano-numa', 'alloc_100'))} | {cell(f.get('130'))} | {cell(n130)}{mark130} "
-            f"| {cell(mean(trace, 'best-fit', 'alloc_130'))} | {cell(mean(trace, 'volcano-numa', 'alloc_130'))} "
-            f"| {cell(f.get('behind'))} | {cell(nff)}{markff} | {cell(bff)} "
-            f"| {cell(mean(trace, 'volcano-numa', 'alloc_first_failure'))} "
-            f"| {cell(None if align is None else 100 * align, 1)} / {cell(None if links is None else 100 * links, 1)} "
-            f"| {cell(mean(trace, 'numatopo', 'ms_per_pod'))} |"
-        )
+        row = [
+            trace,
+            cell(f.get("100")),
+            cell(n100) + mark100,
+            cell(mean(trace, "best-fit", "alloc_100")),
+            cell(mean(trace, "volcano-numa", "alloc_100")),
+            cell(f.get("130")),
+            cell(n130) + mark130,
+            cell(mean(trace, "best-fit", "alloc_130")),
+            cell(mean(trace, "volcano-numa", "alloc_130")),
+            cell(f.get("behind")),
+            cell(nff) + markff,
+            cell(bff),
+            cell(mean(trace, "volcano-numa", "alloc_first_failure")),
+            f"{cell(None if align is None else 100 * align, 1)} / "
+            f"{cell(None if links is None else 100 * links, 1)}",
+            cell(mean(trace, "numatopo", "ms_per_pod")),
+        ]
+        lines.append("| " + " | ".join(row) + " |")
     return "\n".join(lines) + "\n"
 
 
-def plot(results: list[dict[str, Any]], fgd: dict[tuple[str, str], dict[str, float]], path: Path) -> None:
+def plot(
+    results: list[dict[str, Any]], fgd: dict[tuple[str, str], dict[str, float]], path: Path
+) -> None:
     import matplotlib
 
     matplotlib.use("Agg")
@@ -195,12 +222,24 @@ def plot(results: list[dict[str, Any]], fgd: dict[tuple[str, str], dict[str, flo
 
     traces = list(dict.fromkeys(r["trace"] for r in results))
     fig, axes = plt.subplots(2, 1, figsize=(max(8, len(traces) * 0.55), 7), sharex=True)
-    for ax, key, label in ((axes[0], "alloc_130", "@130 % arrived"), (axes[1], "alloc_first_failure", "at first failure")):
+    for ax, key, label in (
+        (axes[0], "alloc_130", "@130 % arrived"),
+        (axes[1], "alloc_first_failure", "at first failure"),
+    ):
         for offset, strategy in zip((-0.2, 0.0, 0.2), STRATEGIES, strict=True):
-            ys = [statistics.mean([r[key] for r in results if r["trace"] == t and r["strategy"] == strategy] or [0]) for t in traces]
+            ys = [
+                statistics.mean(
+                    [r[key] for r in results if r["trace"] == t and r["strategy"] == strategy]
+                    or [0]
+                )
+                for t in traces
+            ]
             ax.bar([i + offset for i in range(len(traces))], ys, width=0.2, label=strategy)
         if key == "alloc_130":
-            ys = [fgd.get((f"openb_pod_list_{t}", FGD_POLICY), {}).get("130", float("nan")) for t in traces]
+            ys = [
+                fgd.get((f"openb_pod_list_{t}", FGD_POLICY), {}).get("130", float("nan"))
+                for t in traces
+            ]
             ax.plot(range(len(traces)), ys, "k_", markersize=14, label="FGD (published mean)")
         ax.set_ylim(60, 100)
         ax.set_ylabel(f"GPUs allocated %\n{label}")
@@ -211,8 +250,12 @@ def plot(results: list[dict[str, Any]], fgd: dict[tuple[str, str], dict[str, flo
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--traces", nargs="*", help="trace names (default: all, and the heavier mixes)")
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
+    parser.add_argument(
+        "--traces", nargs="*", help="trace names (default: all, and the heavier mixes)"
+    )
     parser.add_argument("--seeds", nargs="*", type=int, default=[42, 43, 44])
     parser.add_argument("--strategies", nargs="*", default=list(STRATEGIES))
     parser.add_argument("--sample-nodes", type=int, default=0, help="N random nodes (development)")
@@ -225,7 +268,12 @@ def main() -> None:
     global DATA  # noqa: PLW0603 (read by the worker processes, forked after this)
     DATA = args.data or DATA
     traces = args.traces or all_traces()
-    jobs = [(t, seed, s, args.sample_nodes) for t in traces for seed in args.seeds for s in args.strategies]
+    jobs = [
+        (t, seed, s, args.sample_nodes)
+        for t in traces
+        for seed in args.seeds
+        for s in args.strategies
+    ]
     results: list[dict[str, Any]] = []
     with ProcessPoolExecutor(max_workers=args.jobs) as pool:
         for r in pool.map(run_one, jobs):
