@@ -54,7 +54,6 @@ HEAVY = {
     "heavy-8gpu30": ("8gpu", 0.3),
 }
 FGD_POLICY = "06-FGD"
-BESTFIT_POLICY = "05-BestFit"
 
 
 def read_pods(path: Path) -> list[PodRow]:

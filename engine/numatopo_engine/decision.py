@@ -109,7 +109,7 @@ class Plan:
     position_of: dict[int, int]
     gpu_count_columns: Ints  # row columns of free GPU counts (any resource, on a NUMA node)
     gpu_count_onehot: Ints  # (those columns x positions) 0/1: the column's NUMA position
-    gpu_position: dict[int, int]  # GPU index -> NUMA position (GPUs on a NUMA node)
+    position_gpu_bits: Ints  # per NUMA position: bitmask of its GPUs (0 past 63 GPUs)
     numa_gpu_capacity: int  # the most GPUs one NUMA node of the hardware holds
 
 
@@ -200,7 +200,13 @@ def make_plan(
         position_of=position_of,
         gpu_count_columns=np.array([layout.gpu(i) for i, _ in located], dtype=np.int64),
         gpu_count_onehot=onehot,
-        gpu_position={g: position_of[n] for g, n in tables.gpu_numa.items() if n is not None},
+        position_gpu_bits=np.array(
+            [
+                sum(1 << g for g, n in tables.gpu_numa.items() if n == numa and g < 63)
+                for numa in ids
+            ],
+            dtype=np.int64,
+        ),
         numa_gpu_capacity=max(per_numa.values(), default=0),
     )
 
@@ -727,11 +733,18 @@ def _rank(
     free_gpus = rows[:, plan.gpu_count_columns] @ plan.gpu_count_onehot
     free_cpus = rows[:, plan.plain_cpu_columns]
     taken_gpus = np.zeros_like(free_gpus)
-    for i, chosen_gpus in enumerate(gpus):
-        for gpu in chosen_gpus:
-            position = plan.gpu_position.get(gpu)
-            if position is not None:
-                taken_gpus[i, position] += 1
+    if need.gpus:
+        bits_of: dict[tuple[int, ...], int] = {}
+        taken = np.zeros(len(gpus), dtype=np.int64)
+        for i, chosen_gpus in enumerate(gpus):
+            if chosen_gpus:
+                found = bits_of.get(chosen_gpus)
+                if found is None:
+                    found = bits_of[chosen_gpus] = sum(1 << g for g in chosen_gpus)
+                taken[i] = found
+        taken_gpus = np.bitwise_count(taken[:, None] & plan.position_gpu_bits[None, :]).astype(
+            np.int64
+        )
     taken_cpus = np.zeros_like(free_cpus)
     exclusive = need.exclusive_cpus
     if exclusive:

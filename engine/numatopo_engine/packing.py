@@ -175,7 +175,7 @@ def _copies(gpus: Ints, cpus: Ints, k: Ints, c: Ints, exclusive: Bools) -> Ints:
     """Copies of each shape the free GPUs and CPUs hold (broadcast over the last axis)."""
     copies = gpus // k
     by_cpus = np.where(exclusive, cpus // np.maximum(c, 1), np.where(cpus >= c, _BIG, 0))
-    return np.minimum(copies, np.where(c > 0, by_cpus, _BIG))
+    return np.asarray(np.minimum(copies, np.where(c > 0, by_cpus, _BIG)), dtype=np.int64)
 
 
 @functools.lru_cache(maxsize=64)

@@ -9,7 +9,6 @@ running now. `NUMATOPO_WORKLOAD_MIX` pins the mix instead (`packing.WorkloadMix.
 
 from __future__ import annotations
 
-import math
 import time
 from collections.abc import Callable
 
@@ -98,8 +97,3 @@ class MixLearner:
         if self._mix is None:
             self._mix = WorkloadMix.of(self.weights)
         return self._mix
-
-    def shares(self) -> dict[Shape, float]:
-        """Shape -> share now (for logs and tests)."""
-        mix = self.mix()
-        return {s: w for s, w in zip(mix.shapes, mix.weights, strict=True) if not math.isnan(w)}
