@@ -15,6 +15,7 @@ percentageOfNodesToScore sends about 500 of 5,000).
 
     .venv/bin/python benchmarks/bench_extender.py [--nodes 1000 5000] [--send 500] [--repeat 3]
     .venv/bin/python benchmarks/bench_extender.py --nodes 5000 --profile   # where time goes
+    NUMATOPO_WORKLOAD_MIX=1x4:4,2x8:2,4x16:2,8x32:2 .venv/bin/python benchmarks/bench_extender.py
 """
 
 from __future__ import annotations
@@ -23,6 +24,7 @@ import argparse
 import asyncio
 import cProfile
 import gc
+import os
 import pstats
 import sys
 import time
@@ -81,7 +83,8 @@ def pod_manifest(request: PodRequest, uid: str) -> dict[str, Any]:
 
 def runtime_over(nodes: Nodes) -> tuple[Runtime, list[str]]:
     """An operator runtime whose ledger books exactly what `nodes` book, ready to decide."""
-    runtime = Runtime(OperatorSettings())
+    # NUMATOPO_WORKLOAD_MIX pins the mix the rank packs for (else none is learned here).
+    runtime = Runtime(OperatorSettings(workload_mix=os.environ.get("NUMATOPO_WORKLOAD_MIX", "")))
     names = []
     for index, (spec, state) in enumerate(nodes):
         name = f"node-{index}"

@@ -63,6 +63,7 @@ from numatopo_engine.memory_assignment import book_bytes
 from numatopo_engine.model import NumatopologySpec
 from numatopo_engine.nic_assignment import choose_nics
 from numatopo_engine.numamask import bits, format_mask, make_mask
+from numatopo_engine.packing import WorkloadMix
 from numatopo_engine.refusals import Kind, Refusal, Shortfall, format_bytes, word
 from numatopo_engine.request import ContainerRequest, PodRequest, TopologyOptions
 from numatopo_engine.scoring import placement_score
@@ -219,6 +220,8 @@ class ShapeScores(NamedTuple):
     # The refused states (indices into `states`) with the summary they share.
     refused: list[tuple[npt.NDArray[np.intp], str]]
     refusal: Callable[[int], Refusal]  # a refused state's full `Refusal`, by index
+    # Per state: the node rank every choice between nodes reads (`packing`), -1 refused.
+    rank: npt.NDArray[np.float64]
 
 
 def score_many(
@@ -228,8 +231,12 @@ def score_many(
     *,
     checked: bool = True,
     engine: Engine | None = None,
+    mix: WorkloadMix | None = None,
 ) -> ShapeScores:
-    """`evaluate_many` as arrays: refusals grouped by their summary."""
+    """`evaluate_many` as arrays: refusals grouped by their summary, and the node rank
+    (`packing`: alignment, then fragmentation growth under `mix`, the workload's request
+    shapes; without a mix, the best-fit fill). This is the one node score the extender's
+    prioritize and `numatopo simulate` choose nodes by."""
     engine = engine or Engine()
     tables = engine.tables_of(topology)
     for state in states if checked else ():
@@ -253,7 +260,7 @@ def score_many(
     if len(joined) != count * width * 8:
         return _one_by_one(engine, topology, states, request)
     rows = np.frombuffer(joined, dtype=np.int64).reshape(count, width)
-    decided = decide_rows(plan, rows, engine.gpu_memo)
+    decided = decide_rows(plan, rows, engine.gpu_memo, mix)
     scores = decided.score
     by_summary: dict[str, list[int]] = {}
     summaries: dict[object, str] = {}
@@ -273,7 +280,7 @@ def score_many(
         return Refusal(summary_of[index], lambda: shortfall(plan, decided, index, rows[index]))
 
     refused = [(np.array(ix, dtype=np.intp), text) for text, ix in by_summary.items()]
-    return ShapeScores(scores, refused, refusal)
+    return ShapeScores(scores, refused, refusal, decided.rank)
 
 
 def _everywhere(refusal: Refusal, count: int) -> ShapeScores:
@@ -281,13 +288,15 @@ def _everywhere(refusal: Refusal, count: int) -> ShapeScores:
         np.full(count, REFUSED, dtype=np.int64),
         [(np.arange(count), refusal.summary)] if count else [],
         lambda _: refusal,
+        np.full(count, float(REFUSED)),
     )
 
 
 def _one_by_one(
     engine: Engine, topology: NumatopologySpec, states: Sequence[NodeState], request: PodRequest
 ) -> ShapeScores:
-    """Scope `container` (and unreadable rows): each node decided unit by unit."""
+    """Scope `container` (and unreadable rows): each node decided unit by unit; the
+    rank is the score (no packing term)."""
     outcomes: list[int | Refusal] = []
     for state in states:
         plan = _decide(engine, topology, state, request, build=False)
@@ -304,7 +313,7 @@ def _one_by_one(
         assert isinstance(found, Refusal)
         return found
 
-    return ShapeScores(scores, refused, refusal)
+    return ShapeScores(scores, refused, refusal, scores.astype(np.float64))
 
 
 def _prefers_closest(topology: NumatopologySpec) -> bool:

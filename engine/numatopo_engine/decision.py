@@ -50,6 +50,7 @@ from numatopo_engine.annotations import CpuMode, GpuLinksMode, PolicyName
 from numatopo_engine.gpu_assignment import GpuMemo, choose_gpus, first_unlinked_pair, set_bandwidth
 from numatopo_engine.hints import Need, RowLayout
 from numatopo_engine.numamask import LOCAL_DISTANCE
+from numatopo_engine.packing import WorkloadMix, fragmentation, node_rank, pack_of_growth
 from numatopo_engine.refusals import Kind, Shortfall, Wanted
 from numatopo_engine.request import TopologyOptions
 from numatopo_engine.scoring import CPU_WEIGHTS, GPU_WEIGHTS
@@ -59,6 +60,7 @@ from numatopo_engine.topology_tables import Tables
 __all__ = ["FULL_SEARCH", "Decided", "Plan", "decide_rows", "make_plan"]
 
 Ints = npt.NDArray[np.int64]
+Floats = npt.NDArray[np.float64]
 Bools = npt.NDArray[np.bool_]
 
 FULL_SEARCH = 10  # NUMA nodes up to which every mask is a candidate (1023 masks)
@@ -105,6 +107,10 @@ class Plan:
     gpu_all_in_mask: Ints  # per mask: GPUs (any resource) in it or on no NUMA node
     gpu_matching: int  # bitmask of the GPUs of the requested resource
     position_of: dict[int, int]
+    gpu_count_columns: Ints  # row columns of free GPU counts (any resource, on a NUMA node)
+    gpu_count_onehot: Ints  # (those columns x positions) 0/1: the column's NUMA position
+    position_gpu_bits: Ints  # per NUMA position: bitmask of its GPUs (0 past 63 GPUs)
+    numa_gpu_capacity: int  # the most GPUs one NUMA node of the hardware holds
 
 
 def make_plan(
@@ -160,6 +166,14 @@ def make_plan(
     allocatable = np.array([len(tables.numa_allocatable[n]) for n in ids], dtype=np.int64)
     cpu_cols = np.array([layout.cpu(p) for p in range(len(ids))], dtype=np.int64)
     whole_cols = np.array([layout.whole(p) for p in range(len(ids))], dtype=np.int64)
+    located = [(i, position_of[n]) for i, (n, _) in enumerate(layout.gpu_keys) if n is not None]
+    onehot = np.zeros((len(located), len(ids)), dtype=np.int64)
+    for row, (_, position) in enumerate(located):
+        onehot[row, position] = 1
+    per_numa: dict[int, int] = {}
+    for numa in tables.gpu_numa.values():
+        if numa is not None:
+            per_numa[numa] = per_numa.get(numa, 0) + 1
     return Plan(
         tables=tables,
         layout=layout,
@@ -184,6 +198,16 @@ def make_plan(
         gpu_all_in_mask=np.array(gpu_all, dtype=np.int64),
         gpu_matching=gpu_matching,
         position_of=position_of,
+        gpu_count_columns=np.array([layout.gpu(i) for i, _ in located], dtype=np.int64),
+        gpu_count_onehot=onehot,
+        position_gpu_bits=np.array(
+            [
+                sum(1 << g for g, n in tables.gpu_numa.items() if n == numa and g < 63)
+                for numa in ids
+            ],
+            dtype=np.int64,
+        ),
+        numa_gpu_capacity=max(per_numa.values(), default=0),
     )
 
 
@@ -437,6 +461,7 @@ class Decided:
     gpus: list[tuple[int, ...]]
     pair: list[tuple[int, int] | None]
     short: Ints  # SHORT rows: the index of the first resource short in `plan.totals`
+    rank: Floats  # the node rank (`packing.node_rank`), -1 where refused
 
     def mask(self, row: int) -> int:
         return _to_ids(self.plan.masks[int(self.chosen[row])], self.plan.ids)
@@ -445,8 +470,9 @@ class Decided:
         return _to_ids(self.plan.masks[int(self.memory_index[row])], self.plan.ids)
 
 
-def decide_rows(plan: Plan, rows: Ints, memo: GpuMemo) -> Decided:
-    """Decide `plan`'s unit on every row (node) of `rows` (see the module docstring)."""
+def decide_rows(plan: Plan, rows: Ints, memo: GpuMemo, mix: WorkloadMix | None = None) -> Decided:
+    """Decide `plan`'s unit on every row (node) of `rows` (see the module docstring);
+    `mix` is the workload the rank's packing term measures fragmentation against."""
     count = rows.shape[0]
     kind: list[Kind | None] = [None] * count
     refused = np.zeros(count, dtype=bool)
@@ -526,7 +552,7 @@ def decide_rows(plan: Plan, rows: Ints, memo: GpuMemo) -> Decided:
         refuse(memory_refused, Kind.MEMORY)
     return _finish(
         plan, rows, memo, chosen=chosen, memory_index=memory_index, refused=refused,
-        kind=kind, short=short,
+        kind=kind, short=short, mix=mix,
     )  # fmt: skip
 
 
@@ -633,6 +659,7 @@ def _finish(
     refused: Bools,
     kind: list[Kind | None],
     short: Ints,
+    mix: WorkloadMix | None,
 ) -> Decided:
     count = rows.shape[0]
     need = plan.need
@@ -679,7 +706,77 @@ def _finish(
         fills.append(np.where(capacity > 0, np.minimum(1.0, used), np.nan))
     scores = _compose(span, links, fills, with_gpus=bool(need.gpus))
     scores[refused] = -1
-    return Decided(plan, scores, kind, chosen, memory_index, gpus, pairs, short)
+    rank = _rank(plan, rows, span, links, fills, chosen=chosen, gpus=gpus, mix=mix)
+    rank[refused] = -1.0
+    return Decided(plan, scores, kind, chosen, memory_index, gpus, pairs, short, rank)
+
+
+def _rank(
+    plan: Plan,
+    rows: Ints,
+    span: Floats,
+    links: Floats,
+    fills: list[Floats],
+    *,
+    chosen: Ints,
+    gpus: list[tuple[int, ...]],
+    mix: WorkloadMix | None,
+) -> Floats:
+    """The node rank (`packing`): alignment, then fragmentation growth under `mix`
+    (the best-fit fill without one)."""
+    need = plan.need
+    w_span, w_links, _ = GPU_WEIGHTS if need.gpus else CPU_WEIGHTS
+    alignment = (w_span * span + w_links * links) / (w_span + w_links)
+    fill = _mean_fill(fills, span)
+    if not mix:
+        return node_rank(alignment, fill)
+    free_gpus = rows[:, plan.gpu_count_columns] @ plan.gpu_count_onehot
+    free_cpus = rows[:, plan.plain_cpu_columns]
+    taken_gpus = np.zeros_like(free_gpus)
+    if need.gpus:
+        bits_of: dict[tuple[int, ...], int] = {}
+        taken = np.zeros(len(gpus), dtype=np.int64)
+        for i, chosen_gpus in enumerate(gpus):
+            if chosen_gpus:
+                found = bits_of.get(chosen_gpus)
+                if found is None:
+                    found = bits_of[chosen_gpus] = sum(1 << g for g in chosen_gpus)
+                taken[i] = found
+        taken_gpus = np.bitwise_count(taken[:, None] & plan.position_gpu_bits[None, :]).astype(
+            np.int64
+        )
+    taken_cpus = np.zeros_like(free_cpus)
+    exclusive = need.exclusive_cpus
+    if exclusive:
+        member = plan.member[chosen]
+        single = plan.counts[chosen] == 1
+        taken_cpus[single] = member[single] * exclusive
+        for i in np.flatnonzero(~single).tolist():
+            # Spread over the mask's NUMA nodes, fullest (most free) first.
+            left = exclusive
+            for position in sorted(
+                np.flatnonzero(member[i]).tolist(), key=lambda p: -free_cpus[i, p]
+            ):
+                take = min(left, int(free_cpus[i, position]))
+                taken_cpus[i, position] = take
+                left -= take
+    capacity = plan.numa_gpu_capacity
+    before = fragmentation(free_gpus, free_cpus, capacity, mix)
+    after = fragmentation(
+        np.maximum(free_gpus - taken_gpus, 0), np.maximum(free_cpus - taken_cpus, 0), capacity, mix
+    )
+    return node_rank(alignment, pack_of_growth(after - before, fill))
+
+
+def _mean_fill(fills: list[Floats], like: Floats) -> Floats:
+    """The score's pack term as an array (1.0 where there is no fill)."""
+    total = np.zeros_like(like)
+    count = np.zeros_like(like)
+    for fill in fills:
+        present = ~np.isnan(fill)
+        total = total + np.where(present, fill, 0.0)
+        count = count + present
+    return np.where(count > 0, total / np.maximum(count, 1), 1.0)
 
 
 def _compose(
@@ -691,13 +788,7 @@ def _compose(
 ) -> Ints:
     """`scoring.compose_score` over arrays, term by term in its order (so every float is
     the same IEEE double; `rint` rounds half to even, as `round` does). NaN: no fill."""
-    total_fill = np.zeros_like(span)
-    count = np.zeros_like(span)
-    for fill in fills:
-        present = ~np.isnan(fill)
-        total_fill = total_fill + np.where(present, fill, 0.0)
-        count = count + present
-    pack = np.where(count > 0, total_fill / np.maximum(count, 1), 1.0)
+    pack = _mean_fill(fills, span)
     w_span, w_links, w_pack = GPU_WEIGHTS if with_gpus else CPU_WEIGHTS
     total = w_span * span + w_links * links + w_pack * pack
     rounded = np.clip(np.rint(100 * total / (w_span + w_links + w_pack)), 0, 100)

@@ -39,20 +39,19 @@ from aiohttp import web
 from numatopo_engine import allocation, pod_request, refusals
 from numatopo_engine.errors import InvalidRequestError
 from numatopo_engine.model import NumatopologySpec
+from numatopo_engine.packing import WorkloadMix
 from numatopo_engine.request import PodRequest
 from numatopo_engine.state import NodeState
 from numatopo_operator import assigning, translate
 from numatopo_operator.errors import KubeError, NodeBusyError, NotActiveError
 from numatopo_operator.runtime import Runtime
 
-__all__ = ["MAX_EXTENDER_PRIORITY", "build_app", "extender_score"]
+__all__ = ["MAX_EXTENDER_PRIORITY", "build_app", "extender_scores"]
 
 logger = logging.getLogger(__name__)
 
 # k8s.io/kube-scheduler/extender/v1.MaxExtenderPriority: extender scores are 0..10.
 MAX_EXTENDER_PRIORITY = 10
-# The engine scores 0..100.
-MAX_ENGINE_SCORE = 100
 # Filter's per-node scores are kept for the prioritize call that follows it (same pod);
 # a few hundred pods in flight at once is far above a scheduler's parallelism.
 SCORE_CACHE_PODS = 256
@@ -60,21 +59,20 @@ SCORE_CACHE_PODS = 256
 RUNTIME_KEY: web.AppKey[Runtime] = web.AppKey("runtime", Runtime)
 # A filter answer for 5,000 nodes holds thousands of entries: no spaces after separators.
 _dumps = functools.partial(json.dumps, separators=(",", ":"))
-SCORES_KEY: web.AppKey[OrderedDict[str, dict[str, int]]] = web.AppKey("scores")
+SCORES_KEY: web.AppKey[OrderedDict[str, dict[str, float]]] = web.AppKey("scores")
 
 
 class BadArgsError(ValueError):
     """The request body is not the JSON kube-scheduler sends."""
 
 
-def extender_score(engine_score: int) -> int:
-    """The engine's 0..100 mapped onto the extender's 0..10, rounding half up."""
-    clamped = min(max(engine_score, 0), MAX_ENGINE_SCORE)
-    return (clamped * MAX_EXTENDER_PRIORITY + MAX_ENGINE_SCORE // 2) // MAX_ENGINE_SCORE
-
-
-# extender_score of every engine score, looked up once per node instead of computed.
-EXTENDER_SCORES = tuple(extender_score(score) for score in range(MAX_ENGINE_SCORE + 1))
+def extender_scores(ranks: Mapping[str, float]) -> dict[str, int]:
+    """Node ranks as extender scores (0..10) by their order: the best rank gets 10, each
+    lower distinct rank one less, down to 1 (0 is left for nodes that do not fit). The
+    scale has 11 steps, fewer than the rank's distinctions, so it carries the order of
+    the best nodes, which is what kube-scheduler's choice needs."""
+    order = {r: i for i, r in enumerate(sorted(set(ranks.values()), reverse=True))}
+    return {node: max(1, MAX_EXTENDER_PRIORITY - order[r]) for node, r in ranks.items()}
 
 
 def _field(args: Mapping[str, Any], name: str) -> Any:
@@ -115,6 +113,8 @@ class Verdicts:
     """The pod judged on many nodes: an extender score (0..10) where it fits, else why not."""
 
     scores: dict[str, int] = field(default_factory=dict)
+    ranks: dict[str, float] = field(default_factory=dict)
+    """The node rank (`numatopo_engine.packing`) where it fits; `scores` are its order."""
     failed: dict[str, str] = field(default_factory=dict)
     """Nodes where it does not fit now (preemption may help): node -> what did not fit."""
     unresolvable: dict[str, str] = field(default_factory=dict)
@@ -130,11 +130,17 @@ class Candidates:
     nodes: list[tuple[str, NumatopologySpec | None, NodeState | None]]
     """(node, topology, a `Ledger.frozen_state` copy) per candidate, in request order."""
     stale: dict[str, str]
+    mix: WorkloadMix = field(default_factory=WorkloadMix)
+    """The workload mix the rank packs for (learned or pinned, `workload_mix`)."""
 
 
 def candidates(runtime: Runtime, nodes: Iterable[str]) -> Candidates:
     """The candidates' topologies and bookings as they are now (on the loop, no I/O)."""
-    return Candidates(list(runtime.ledger.frozen_candidates(nodes)), runtime.stale_nodes())
+    return Candidates(
+        list(runtime.ledger.frozen_candidates(nodes)),
+        runtime.stale_nodes(),
+        runtime.workload.mix(),
+    )
 
 
 async def judge_off_loop(runtime: Runtime, request: PodRequest, nodes: Iterable[str]) -> Verdicts:
@@ -174,20 +180,29 @@ def judge_candidates(
             state.release(key)
         names.append(node)
         pending.append((topology, state))
-    outcomes: list[int | refusals.Refusal | str] = [""] * len(names)
+    outcomes: list[float | refusals.Refusal | str] = [""] * len(names)
     engine = engine or allocation.Engine()
     for group in allocation.group_by_shape(pending, engine=engine):
+        decided: Sequence[float | refusals.Refusal | str]
         try:
-            decided: Sequence[int | refusals.Refusal | str] = allocation.evaluate_many(
-                group.topology, group.states, request, checked=False, engine=engine
-            )
+            scored = allocation.score_many(
+                group.topology, group.states, request, checked=False, engine=engine,
+                mix=taken.mix,
+            )  # fmt: skip
         except InvalidRequestError as exc:
             decided = [translate.invalid_message(exc)] * len(group.positions)
+        else:
+            ranked: list[float | refusals.Refusal | str] = list(scored.rank.tolist())
+            for refused, _ in scored.refused:
+                for index in refused.tolist():
+                    ranked[index] = scored.refusal(index)
+            decided = ranked
         for position, outcome in zip(group.positions, decided, strict=True):
             outcomes[position] = outcome
+    ranks = verdicts.ranks
     for node, outcome in zip(names, outcomes, strict=True):
-        if isinstance(outcome, int):
-            scores[node] = EXTENDER_SCORES[min(max(outcome, 0), MAX_ENGINE_SCORE)]
+        if isinstance(outcome, float):
+            ranks[node] = outcome
         elif isinstance(outcome, str):
             unresolvable[node] = outcome  # the pod itself is invalid
         else:
@@ -195,11 +210,12 @@ def judge_candidates(
             # count them; the per-NUMA detail is in the log and in `numatopo assign`.
             failed[node] = outcome.summary
             logger.debug("node %s refuses %s: %s", node, key, outcome)
+    scores.update(extender_scores(ranks))
     return verdicts
 
 
-ScoreCache = OrderedDict[str, dict[str, int]]
-"""pod uid -> extender score (0..10) per node that passed filter."""
+ScoreCache = OrderedDict[str, dict[str, float]]
+"""pod uid -> node rank per node that passed filter."""
 
 
 async def filter_result(
@@ -237,8 +253,8 @@ async def filter_result(
             "metadata": {},
             "items": [o for o in objects if (o.get("metadata") or {}).get("name") in keep],
         }
-    if verdicts.scores:
-        cache[_pod_uid(pod)] = verdicts.scores
+    if verdicts.ranks:
+        cache[_pod_uid(pod)] = verdicts.ranks
         while len(cache) > SCORE_CACHE_PODS:
             cache.popitem(last=False)
     return result
@@ -252,9 +268,10 @@ def _pod_uid(pod: Mapping[str, Any]) -> str:
 async def priorities(
     runtime: Runtime, args: Mapping[str, Any], cache: ScoreCache
 ) -> list[dict[str, Any]]:
-    """HostPriorityList: the node score (0..10) per candidate, 0 where it does not fit.
+    """HostPriorityList: the node score (0..10) per candidate, 0 where it does not fit:
+    the order of the node ranks (`extender_scores`) over the nodes of this call.
 
-    Scores from the filter call for the same pod are reused: a score is advice (bind
+    Ranks from the filter call for the same pod are reused: a rank is advice (bind
     decides again), so the few milliseconds between the two calls cannot make it wrong.
     """
     pod = _pod(args)
@@ -269,9 +286,10 @@ async def priorities(
         except InvalidRequestError:
             return [{"Host": node, "Score": 0} for node in names]
         started = time.perf_counter()
-        known.update((await judge_off_loop(runtime, request, missing)).scores)
+        known.update((await judge_off_loop(runtime, request, missing)).ranks)
         runtime.metrics.latency.labels("prioritize").observe(time.perf_counter() - started)
-    return [{"Host": node, "Score": known.get(node, 0)} for node in names]
+    scores = extender_scores({node: known[node] for node in names if node in known})
+    return [{"Host": node, "Score": scores.get(node, 0)} for node in names]
 
 
 async def _read(request: web.Request) -> Mapping[str, Any]:

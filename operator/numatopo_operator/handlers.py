@@ -155,6 +155,7 @@ async def pod_changed(
             memo.deferred.pop(key, None)
             memo.retries.discard(key)
             memo.gpu_admissions.admitted(key)
+            memo.workload.forget(key)
             memo.metrics.retry_queue.set(len(memo.retries))
             node = memo.ledger.forget(key, uid=translate.pod_uid(body)) or translate.pod_node(body)
             memo.metrics.ledger_pods.set(len(memo.ledger))
@@ -162,6 +163,7 @@ async def pod_changed(
                 await _redrive(memo, node, waiting_pods, logger)
             return
         _observe_pod(memo, key, body)
+        memo.workload.observe_pod(key, body, memo.settings.resources)
         if translate.is_admitted(body):
             memo.gpu_admissions.admitted(key)
         memo.retries.refresh(key, dict(body))

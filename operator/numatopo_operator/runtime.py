@@ -25,6 +25,7 @@ from numatopo_operator.ledger import Ledger
 from numatopo_operator.metrics import Metrics
 from numatopo_operator.retrying import RetryQueue
 from numatopo_operator.settings import OperatorSettings
+from numatopo_operator.workload_mix import MixLearner
 
 __all__ = ["COMPONENT", "Runtime"]
 
@@ -61,6 +62,9 @@ class Runtime:
 
     gpu_admissions: GpuAdmissions = field(init=False)
     """One GPU pod in flight per steered node (`gpu_admissions`)."""
+
+    workload: MixLearner = field(init=False)
+    """The request shapes of the GPU pods seen (`workload_mix`): what the node rank packs for."""
 
     retries: RetryQueue = field(init=False)
     """Pods to judge again later (a failed write, a pod still waiting)."""
@@ -114,6 +118,9 @@ class Runtime:
         return self.gpu_modes.get(node) == GpuMode.STEERED.value
 
     def __post_init__(self) -> None:
+        self.workload = MixLearner(
+            self.settings.workload_mix_half_life_seconds, pinned=self.settings.pinned_mix
+        )
         self.retries = RetryQueue(self.settings.retry_base_seconds, self.settings.retry_max_seconds)
         self.gpu_admissions = GpuAdmissions(self.settings.gpu_admission_timeout_seconds)
 

@@ -11,6 +11,7 @@ import argparse
 from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
 
+from numatopo_engine.packing import MixError, WorkloadMix
 from numatopo_engine.resources import ResourceNames
 
 __all__ = [
@@ -23,6 +24,7 @@ __all__ = [
 ]
 
 ENV_PREFIX = "NUMATOPO_"
+MAX_HALF_LIFE_SECONDS = 30 * 86400.0
 
 
 class SettingsError(ValueError):
@@ -99,12 +101,25 @@ class OperatorSettings:
     """Numatopology status is written at most once per this many seconds per node, so a
     burst of 50 pods costs one status write, not 50."""
 
+    workload_mix: str = ""
+    """Pins the workload mix the node rank packs for (`NUMATOPO_WORKLOAD_MIX`, e.g.
+    `1x8:60,8x64:40`: GPUSxCPUS:WEIGHT, `p` after the CPUs for shared-pool CPUs); empty:
+    learned from the GPU pods seen (`workload_mix`)."""
+
+    workload_mix_half_life_seconds: float = 21600.0
+    """Half-life of a pod's weight in the learned mix (6 h); at most 30 days."""
+
     resources: ResourceNames = field(init=False)
 
     def __post_init__(self) -> None:
         object.__setattr__(
             self, "resources", ResourceNames(gpu=self.gpu_resources, nic=self.nic_resources)
         )
+
+    @property
+    def pinned_mix(self) -> WorkloadMix | None:
+        """The mix `workload_mix` pins, or None (learn it)."""
+        return WorkloadMix.parse(self.workload_mix) if self.workload_mix else None
 
     @property
     def standalone(self) -> bool:
@@ -129,13 +144,13 @@ def _port(name: str, text: str) -> int:
     return port
 
 
-def _seconds(name: str, text: str) -> float:
+def _seconds(name: str, text: str, *, most: float = 3600.0) -> float:
     try:
         seconds = float(text)
     except ValueError:
         raise SettingsError(f"{name}: {text!r} is not a number of seconds") from None
-    if not 0 <= seconds <= 3600:
-        raise SettingsError(f"{name}: {seconds} is outside 0..3600 seconds")
+    if not 0 <= seconds <= most:
+        raise SettingsError(f"{name}: {seconds} is outside 0..{most:g} seconds")
     return seconds
 
 
@@ -152,8 +167,18 @@ def _apply(
             changes[name] = _split(text)
         elif name in ("extender_port", "metrics_port"):
             changes[name] = _port(label, text)
+        elif name == "workload_mix_half_life_seconds":
+            changes[name] = _seconds(label, text, most=MAX_HALF_LIFE_SECONDS)
+            if not changes[name]:
+                raise SettingsError(f"{label}: must be more than 0")
         elif name.endswith("_seconds"):
             changes[name] = _seconds(label, text)
+        elif name == "workload_mix":
+            try:
+                WorkloadMix.parse(text)
+            except MixError as exc:
+                raise SettingsError(f"{label}: {exc}") from None
+            changes[name] = text
         elif name in ("lease_name", "lease_namespace", "pod_name", "pod_namespace"):
             changes[name] = text or None
         else:
@@ -201,6 +226,8 @@ _FIELDS = (
     "gpu_admission_timeout_seconds",
     "retry_base_seconds",
     "retry_max_seconds",
+    "workload_mix",
+    "workload_mix_half_life_seconds",
 )
 
 
@@ -243,6 +270,14 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     )
     parser.add_argument("--retry-base-seconds", help="first retry pause for a pod (0.5)")
     parser.add_argument("--retry-max-seconds", help="longest retry pause for a pod (30)")
+    parser.add_argument(
+        "--workload-mix",
+        help="pin the mix the node rank packs for, e.g. 1x8:60,8x64:40 (default: learned)",
+    )
+    parser.add_argument(
+        "--workload-mix-half-life-seconds",
+        help="half-life of a pod's weight in the learned mix (default 21600)",
+    )
 
 
 def from_args(args: argparse.Namespace, environ: Mapping[str, str]) -> OperatorSettings:

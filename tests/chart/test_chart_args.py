@@ -174,6 +174,7 @@ def candidates(current: Any, schema: dict[str, Any]) -> list[Any]:
     """Non-default settings to try, most plausible first; the schema then keeps the
     valid ones. Values that may take several types try each type's."""
     found: list[Any] = [e for e in schema.get("enum", []) if e != current]
+    found += [e for e in schema.get("examples", []) if e != current]
     if isinstance(current, bool):
         found.append(not current)
     elif isinstance(current, int):

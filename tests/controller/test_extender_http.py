@@ -7,7 +7,7 @@ import json
 import pytest
 
 from numatopo_engine import annotations as keys
-from numatopo_operator.extender import extender_score
+from numatopo_operator.extender import extender_scores
 
 FRESH, STALE, MISSING = "h100-a", "h100-stale", "h100-missing"
 
@@ -107,17 +107,20 @@ async def test_prioritize_gives_every_candidate_a_score_out_of_ten(extender, pod
 
 
 @pytest.mark.parametrize(
-    ("engine", "extender"),
+    ("ranks", "scores"),
     [
-        pytest.param(0, 0, id="zero-stays-zero"),
-        pytest.param(100, 10, id="best-is-max-extender-priority"),
-        pytest.param(45, 5, id="half-rounds-up"),
-        pytest.param(44, 4, id="below-half-rounds-down"),
-        pytest.param(250, 10, id="clamped-above"),
+        pytest.param({}, {}, id="nothing-fits"),
+        pytest.param({"a": 100.7, "b": 100.2}, {"a": 10, "b": 9}, id="best-is-max-priority"),
+        pytest.param({"a": 50.0, "b": 50.0}, {"a": 10, "b": 10}, id="equal-ranks-equal-scores"),
+        pytest.param(
+            {f"n{i}": float(i) for i in range(12)},
+            {f"n{i}": max(1, i - 1) for i in range(12)},
+            id="order-floors-at-one",
+        ),
     ],
 )
-def test_extender_score(engine, extender):
-    assert extender == extender_score(engine)
+def test_extender_scores_are_the_order_of_the_ranks(ranks, scores):
+    assert scores == extender_scores(ranks)
 
 
 async def test_bind_writes_the_assignment_then_the_binding(extender, cluster, pod, wait):

@@ -7,13 +7,13 @@ from pathlib import Path
 import pytest
 
 from numatopo_engine import refusals
-from numatopo_engine.allocation import allocate, evaluate
+from numatopo_engine.allocation import allocate, evaluate, score_many
 from numatopo_engine.annotations import PolicyName
 from numatopo_engine.errors import UnsatisfiableError
 from numatopo_engine.model import Numatopology
 from numatopo_engine.request import ContainerRequest, PodRequest, TopologyOptions
 from numatopo_engine.state import NodeState
-from numatopo_operator.extender import extender_score, judge_off_loop
+from numatopo_operator.extender import extender_scores, judge_off_loop
 from numatopo_operator.runtime import Runtime
 from numatopo_operator.settings import OperatorSettings
 
@@ -99,13 +99,15 @@ async def test_judging_nodes_in_bulk_answers_what_evaluate_answers_per_node() ->
         states[node] = state
     request = pod("probe", 8, 4, PolicyName.SINGLE_NUMA_NODE)
     expected: tuple[dict[str, int], dict[str, str]] = ({}, {})
+    ranks: dict[str, float] = {}
     for node, state in states.items():
         try:
-            score = evaluate(state.topology, state, request)
+            evaluate(state.topology, state, request)
         except UnsatisfiableError as exc:
             expected[1][node] = refusals.summary(exc.reason)
         else:
-            expected[0][node] = extender_score(score)
+            ranks[node] = float(score_many(state.topology, [state], request).rank[0])
+    expected[0].update(extender_scores(ranks))
 
     verdicts = await judge_off_loop(runtime, request, list(states))
 

@@ -276,7 +276,6 @@ def _run(args: argparse.Namespace) -> SimulationResult:
         strategies=strategies,
         seed=args.seed,
         policy=PolicyName(args.policy),
-        candidates=args.candidates,
         clock=time.perf_counter,
         progress=ProgressBar(sys.stderr) if show else None,
     )
@@ -367,13 +366,6 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
     )
     parser.add_argument(
         "--limit", type=_positive, default=0, metavar="N", help="replay only the first N pods"
-    )
-    parser.add_argument(
-        "--candidates",
-        type=_positive,
-        default=16,
-        metavar="N",
-        help="distinct node states numatopo's engine scores per pod (default 16)",
     )
     parser.add_argument("-o", "--output", default="table", choices=["table", "json"])
     parser.add_argument(

@@ -69,7 +69,6 @@ def simulate(
     strategies: Sequence[str],
     seed: int,
     policy: PolicyName = PolicyName.BEST_EFFORT,
-    candidates: int = 16,
     clock: Callable[[], float] | None = None,
     progress: Progress | None = None,
 ) -> SimulationResult:
@@ -90,7 +89,7 @@ def simulate(
     now = clock or (lambda: 0.0)
     done, total = 0, len(workload) * len(strategies)
     for name in strategies:
-        strategy = make_strategy(name, seed=seed, policy=policy, candidates=candidates)
+        strategy = make_strategy(name, seed=seed, policy=policy)
         cluster = build_cluster(
             nodes, topology_map, specs=specs, with_engine_state=name == "numatopo"
         )

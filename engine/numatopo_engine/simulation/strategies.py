@@ -43,7 +43,10 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from itertools import product
 
-from numatopo_engine.allocation import Engine, allocate, evaluate
+import numpy as np
+import numpy.typing as npt
+
+from numatopo_engine.allocation import Engine, allocate, score_many
 from numatopo_engine.annotations import (
     Assignment,
     ContainerAssignment,
@@ -51,8 +54,8 @@ from numatopo_engine.annotations import (
     GpuLinksMode,
     PolicyName,
 )
-from numatopo_engine.errors import UnsatisfiableError
 from numatopo_engine.numamask import bits, sort_key, width
+from numatopo_engine.packing import WorkloadMix
 from numatopo_engine.request import ContainerRequest, PodRequest, TopologyOptions
 from numatopo_engine.simulation.cluster import Cluster, SimNode
 from numatopo_engine.simulation.fragmentation import Fragmentation
@@ -205,6 +208,64 @@ def merge_hints(
     return best
 
 
+def engine_request(pod: PodRow, policy: PolicyName) -> PodRequest:
+    """The pod as numatopo's annotations would ask for it."""
+    container = ContainerRequest(
+        name="main",
+        cpu_milli=pod.cpu_milli,
+        memory_bytes=pod.memory_mib * MIB,
+        gpus=pod.whole_gpus,
+        gpu_resource="nvidia.com/gpu",
+    )
+    # The annotation default: whole CPUs for integer requests, else the NUMA node's pool.
+    cpu = CpuMode.EXCLUSIVE if exclusive_need(pod) else CpuMode.NUMA
+    options = TopologyOptions(policy=policy, cpu=cpu, gpu_links=GpuLinksMode.PREFERRED)
+    return PodRequest(namespace="simulate", name=pod.name, containers=(container,), options=options)
+
+
+def trace_mix(workload: Sequence[PodRow]) -> WorkloadMix:
+    """The workload's own mix of whole-GPU request shapes (GPUs, CPUs rounded up)."""
+    return WorkloadMix.of_requests(
+        (p.whole_gpus, -(-p.cpu_milli // 1000), bool(exclusive_need(p)))
+        for p in workload
+        if p.whole_gpus
+    )
+
+
+def rank_nodes(
+    engine: Engine,
+    cluster: Cluster,
+    candidates: Sequence[int],
+    request: PodRequest,
+    mix: WorkloadMix,
+) -> tuple[npt.NDArray[np.float64], str]:
+    """The production node rank (`allocation.score_many(...).rank`) of each candidate, -1
+    where the engine refuses it, and one refusal's reason. Nodes of one hardware shape in
+    the same state are ranked once: the rank is a function of the node's row."""
+    nodes = cluster.nodes
+    ranks = np.full(len(candidates), -1.0)
+    groups: dict[int, tuple[SimNode, dict[bytes, list[int]]]] = {}
+    for position, index in enumerate(candidates):
+        node = nodes[index]
+        assert node.state is not None
+        tables = engine.tables_of(node.shape.spec)
+        group = groups.setdefault(id(node.shape), (node, {}))
+        group[1].setdefault(engine.row(tables, node.state), []).append(position)
+    reason = ""
+    for first, by_row in groups.values():
+        positions = list(by_row.values())
+        states = [nodes[candidates[p[0]]].state for p in positions]
+        scored = score_many(
+            first.shape.spec, [s for s in states if s is not None], request,
+            checked=False, engine=engine, mix=mix,
+        )  # fmt: skip
+        for same, rank in zip(positions, scored.rank.tolist(), strict=True):
+            ranks[same] = rank
+        if scored.refused and not reason:
+            reason = f"{first.name}: {scored.refused[0][1]}"
+    return ranks, reason
+
+
 class Strategy:
     """Chooses a node (and the devices on it) for one pod, or says why not."""
 
@@ -290,39 +351,29 @@ class KubeletAdmission(Strategy):
 
 
 class Numatopo(Strategy):
-    """The engine's node score, then GPU fragmentation (see the module docstring)."""
+    """The production node rank for whole-GPU pods, FGD on counts for the rest (see the
+    module docstring)."""
 
     name = "numatopo"
 
-    def __init__(self, seed: int, *, policy: PolicyName, candidates: int) -> None:
+    def __init__(self, seed: int, *, policy: PolicyName) -> None:
         super().__init__(seed)
         self.policy = policy
-        self.max_candidates = candidates
         self.fragmentation: Fragmentation | None = None
+        self.mix = WorkloadMix()
 
     def start(self, cluster: Cluster, workload: Sequence[PodRow]) -> None:
         # FGD's premise: the mix of requests is known from the cluster's history; the
-        # replayed workload stands for it.
+        # replayed workload stands for it (in production the operator learns it).
         self.fragmentation = Fragmentation(workload, cluster)
+        self.mix = trace_mix(workload)
 
     def booked(self, cluster: Cluster, placed: Placement) -> None:
         if self.fragmentation is not None:
             self.fragmentation.booked(cluster, placed.node)
 
     def _request(self, pod: PodRow) -> PodRequest:
-        container = ContainerRequest(
-            name="main",
-            cpu_milli=pod.cpu_milli,
-            memory_bytes=pod.memory_mib * MIB,
-            gpus=pod.whole_gpus,
-            gpu_resource="nvidia.com/gpu",
-        )
-        # The annotation default: whole CPUs for integer requests, else the NUMA node's pool.
-        cpu = CpuMode.EXCLUSIVE if exclusive_need(pod) else CpuMode.NUMA
-        options = TopologyOptions(policy=self.policy, cpu=cpu, gpu_links=GpuLinksMode.PREFERRED)
-        return PodRequest(
-            namespace="simulate", name=pod.name, containers=(container,), options=options
-        )
+        return engine_request(pod, self.policy)
 
     def _growth(self, pod: PodRow, candidates: list[int]) -> dict[int, float]:
         if self.fragmentation is None:
@@ -331,38 +382,20 @@ class Numatopo(Strategy):
 
     def place(self, cluster: Cluster, pod: PodRow, candidates: list[int]) -> Outcome:
         nodes = cluster.nodes
-        growth = self._growth(pod, candidates)
         if not pod.whole_gpus:
+            growth = self._growth(pod, candidates)
             index = min(candidates, key=lambda i: (nodes[i].untouched(), growth[i], i))
             return self._share(index, nodes[index], pod)
         request = self._request(pod)
-        ranked = sorted(candidates, key=lambda i: (growth[i], i))
-        seen: set[tuple[int, tuple[int, ...], tuple[int, ...]]] = set()
-        best: tuple[tuple[int, float, int], int] | None = None
-        reasons: list[str] = []
-        for index in ranked:
-            node = nodes[index]
-            signature = (id(node.shape), tuple(node.gpu_free), tuple(node.numa_free_cpus))
-            if signature in seen:
-                continue  # same hardware in the same state: the engine would answer the same
-            seen.add(signature)
-            assert node.state is not None
-            try:
-                score = evaluate(node.shape.spec, node.state, request, engine=self.engine)
-            except UnsatisfiableError as exc:
-                reasons.append(f"{node.name}: {exc.reason}")
-            else:
-                key = (score, -growth[index], -index)
-                if best is None or key > best[0]:
-                    best = (key, index)
-            if len(seen) >= self.max_candidates:
-                break
-        if best is None:
-            return Rejection(False, reasons[0] if reasons else "no node fits")
-        node = nodes[best[1]]
+        ranks, reason = rank_nodes(self.engine, cluster, candidates, request, self.mix)
+        best = int(np.argmax(ranks))
+        if ranks[best] < 0:
+            return Rejection(False, reason or "no node fits")
+        index = candidates[best]
+        node = nodes[index]
         assert node.state is not None
         decision = allocate(node.shape.spec, node.state, request, node.name, engine=self.engine)
-        return self._from_assignment(best[1], node, decision.assignment)
+        return self._from_assignment(index, node, decision.assignment)
 
     def _from_assignment(self, index: int, node: SimNode, assignment: Assignment) -> Placement:
         spec = node.shape.spec
@@ -406,9 +439,7 @@ STRATEGIES = (
 )
 
 
-def make_strategy(
-    name: str, *, seed: int, policy: PolicyName = PolicyName.BEST_EFFORT, candidates: int = 16
-) -> Strategy:
+def make_strategy(name: str, *, seed: int, policy: PolicyName = PolicyName.BEST_EFFORT) -> Strategy:
     """A fresh strategy with its own random stream, so each strategy replays the same way alone."""
     if name == "random":
         return RandomFit(seed)
@@ -421,5 +452,5 @@ def make_strategy(
     if name in ("kubelet-restricted", "kubelet-single-numa"):
         return KubeletAdmission(seed, single_numa=name == "kubelet-single-numa")
     if name == "numatopo":
-        return Numatopo(seed, policy=policy, candidates=candidates)
+        return Numatopo(seed, policy=policy)
     raise ValueError(f"unknown strategy {name!r}; choose from {', '.join(STRATEGIES)}")
