@@ -687,15 +687,12 @@ def _fill(
     numa_ids = bits(mask)
     entry = _Entry(mask=mask, exclusive=need.cpu_mode is CpuMode.EXCLUSIVE)
     policy = options.policy.value
+    picked: Sequence[int] | None = None
     if pinned:
         if not set(pinned) <= set(gpu_pool):
             return Shortfall(Kind.REQUEST, policy, (), note=f"pinned GPUs {list(pinned)} "
                              f"are not all in the pod's set {sorted(gpu_pool)}")  # fmt: skip
-        entry.gpus = list(pinned)
-        entry.gpu_names = [tables.gpu_name[g] for g in pinned]
-        for gpu in pinned:
-            gpu_pool.remove(gpu)
-            free.gpus.discard(gpu)
+        picked = pinned
     elif need.gpus:
         picked = choose_gpus(
             tables, frozenset(gpu_pool), need.gpus, options.gpu_links, engine.gpu_memo
@@ -703,6 +700,7 @@ def _fill(
         if picked is None:
             return Shortfall(Kind.REQUEST, policy, (), note=f"{need.gpus} GPUs requested, "
                              f"{len(gpu_pool)} left of the pod's set")  # fmt: skip
+    if picked:
         entry.gpus = list(picked)
         entry.gpu_names = [tables.gpu_name[g] for g in picked]
         for gpu in picked:
