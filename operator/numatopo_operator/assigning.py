@@ -455,7 +455,11 @@ async def bind_pod(runtime: Runtime, pod: RawPod, node: str) -> str:
                 "binding %s: the previous GPU pod on steered node %s was not seen admitted "
                 "in time; steering may not tell them apart (Follow heals it)", key, node,
             )  # fmt: skip
-        outcome = await decide(runtime, request, node, path="bind")
+        try:
+            outcome = await decide(runtime, request, node, path="bind")
+        except BaseException:
+            runtime.gpu_admissions.admitted(key)  # nothing of it is in flight
+            raise
         if outcome is None or outcome.state != State.ASSIGNED:
             runtime.gpu_admissions.admitted(key)
         if outcome is None:

@@ -106,18 +106,17 @@ def is_admitted(pod: RawPod) -> bool:
     """Whether the kubelet has admitted the pod, so its devices are given: the node agent
     observed them for the current assignment, or the kubelet has reported on the pod
     (it does only after admission: start time, container statuses, a phase past
-    Pending). A pod taken back (no assignment) holds nothing in flight either."""
+    Pending). An event without an assignment says nothing: it may predate our own
+    write (a pod whose decision is taken back frees its slot where that happens)."""
     annotations = _annotations(pod)
     text, seen = annotations.get(keys.ASSIGNMENT), annotations.get(keys.OBSERVED)
-    if not isinstance(text, str):
-        return True
     status = pod.get("status")
     status = status if isinstance(status, Mapping) else {}
     if status.get("startTime") or status.get("containerStatuses"):
         return True
     if status.get("phase") not in (None, "Pending"):
         return True
-    if not isinstance(seen, str):
+    if not isinstance(text, str) or not isinstance(seen, str):
         return False
     try:
         return bool(

@@ -168,3 +168,32 @@ def test_settings_from_env_then_flags():
 def test_bad_settings_say_what_is_wrong(environ, message):
     with pytest.raises(settings.SettingsError, match=message):
         settings.from_env(environ)
+
+
+def _gpu_pod(annotations: dict[str, str], status: dict[str, object]) -> dict[str, object]:
+    return {"metadata": {"name": "p", "namespace": "d", "annotations": annotations},
+            "status": status}  # fmt: skip
+
+
+@pytest.mark.parametrize(
+    ("annotations", "status", "admitted"),
+    [
+        pytest.param({"numatopo.io/assignment": '{"v":1,"node":"n","seq":3}'},
+                     {"phase": "Pending"}, False, id="assigned-not-yet-seen-by-the-kubelet"),
+        pytest.param({"numatopo.io/assignment": '{"v":1,"node":"n","seq":3}'},
+                     {"phase": "Pending", "startTime": "2024-01-01T00:00:00Z"}, True,
+                     id="the-kubelet-reported-on-it"),
+        pytest.param({"numatopo.io/assignment": '{"v":1,"node":"n","seq":3}',
+                      "numatopo.io/observed": '{"v":1,"seq":3}'}, {"phase": "Pending"}, True,
+                     id="the-agent-saw-its-devices"),
+        pytest.param({"numatopo.io/assignment": '{"v":1,"node":"n","seq":3}',
+                      "numatopo.io/observed": '{"v":1,"seq":2}'}, {"phase": "Pending"}, False,
+                     id="devices-seen-for-an-older-decision"),
+        pytest.param({}, {"phase": "Pending"}, False, id="no-assignment-says-nothing"),
+        pytest.param({}, {"phase": "Running"}, True, id="running"),
+    ],
+)  # fmt: skip
+def test_is_admitted(
+    annotations: dict[str, str], status: dict[str, object], admitted: bool
+) -> None:
+    assert translate.is_admitted(_gpu_pod(annotations, status)) is admitted
