@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import os
 import random
 import shutil
 import tempfile
@@ -387,7 +388,11 @@ async def _followed_node(plans: list[int], seed: int, tmp: Path) -> list[str]:
 
 
 @pytest.mark.timeout(300)
-@settings(max_examples=10, deadline=None, suppress_health_check=list(HealthCheck))
+@settings(
+    max_examples=int(os.environ.get("NUMATOPO_FOLLOW_EXAMPLES", "10")),
+    deadline=None,
+    suppress_health_check=list(HealthCheck),
+)
 @given(
     # Room for every pod on the 8 GPUs: each one is assigned before the kubelet runs.
     plans=st.lists(st.sampled_from([1, 2, 4]), min_size=2, max_size=3).filter(
