@@ -7,6 +7,7 @@ writes `numatopo.io/assignment` and `numatopo.io/state`. See DESIGN.md, "Pod ann
 from __future__ import annotations
 
 import enum
+from collections.abc import Callable
 from typing import Annotated, Literal
 
 from pydantic import Field, NonNegativeInt
@@ -148,6 +149,10 @@ class ObservedContainer(WireModel):
     matches: bool = Field(
         default=True, description="Whether its GPUs are the ones its assignment names."
     )
+
+    def gpu_ids(self, is_gpu: Callable[[str], bool]) -> list[str]:
+        """The IDs of the devices held under GPU resources (`is_gpu` tells which)."""
+        return [d for resource, ids in self.devices.items() if is_gpu(resource) for d in ids]
 
 
 class Observed(WireModel):

@@ -32,7 +32,7 @@ import time
 from dataclasses import dataclass
 from typing import Any
 
-from numatopo_engine import allocation, pod_request
+from numatopo_engine import pod_request
 from numatopo_engine.annotations import Assignment, State
 from numatopo_engine.errors import InvalidRequestError, OverlapError, UnsatisfiableError
 from numatopo_engine.request import PodRequest
@@ -168,20 +168,15 @@ async def decide(
                 return None
             before = _free_view(live)
             try:
-                if pinned:
-                    assignment, relaxed = await runtime.in_engine_thread(
-                        realigning.decide_around, topology, frozen, request, node,
-                        engine=runtime.decisions, pinned=pinned,
-                    )  # fmt: skip
-                    if relaxed:
-                        logger.warning("%s holds GPUs %s; placed best-effort around them: %s",
-                                       request.key, pinned, relaxed)  # fmt: skip
-                else:
-                    decision = await runtime.in_engine_thread(
-                        allocation.allocate, topology, frozen, request, node,
-                        engine=runtime.decisions,
-                    )  # fmt: skip
-                    assignment = decision.assignment
+                # Without pins this is `allocate` itself; with them, `relaxed` may say why
+                # the policy could not hold around the GPUs the pod holds.
+                assignment, relaxed = await runtime.in_engine_thread(
+                    realigning.decide_around, topology, frozen, request, node,
+                    engine=runtime.decisions, pinned=pinned or {},
+                )  # fmt: skip
+                if relaxed:
+                    logger.warning("%s holds GPUs %s; placed best-effort around them: %s",
+                                   request.key, pinned, relaxed)  # fmt: skip
             except InvalidRequestError as exc:
                 outcome = Outcome(State.INVALID, translate.invalid_message(exc))
                 break

@@ -74,7 +74,7 @@ def pins(
     device names no GPU of the node."""
     pinned: dict[str, list[int]] = {}
     for name, container in sorted(observed.containers.items()):
-        ids = [d for r, found in container.devices.items() if resources.is_gpu(r) for d in found]
+        ids = container.gpu_ids(resources.is_gpu)
         if not ids:
             continue
         indices = gpu_indices(ids, topology.gpus)

@@ -47,11 +47,11 @@ def with_uuids(spec: NumatopologySpec) -> NumatopologySpec:
     return spec.model_copy(update={"gpus": gpus})
 
 
-def cgroup_tree(root: Path, uid: str) -> None:
+def cgroup_tree(root: Path, uid: str, cid: str = CID) -> None:
     """kubepods/pod<uid>/<container id> as plain files (a Guaranteed pod, cgroupfs)."""
     (root / "cpuset.cpus").write_text("0-207\n")
     (root / "cpuset.mems").write_text("0-1\n")
-    for relative in ("kubepods", f"kubepods/pod{uid}", f"kubepods/pod{uid}/{CID}"):
+    for relative in ("kubepods", f"kubepods/pod{uid}", f"kubepods/pod{uid}/{cid}"):
         path = root / relative
         path.mkdir(parents=True, exist_ok=True)
         (path / "cpuset.cpus").write_text("0-207\n")
@@ -330,17 +330,11 @@ async def _followed_node(plans: list[int], seed: int, tmp: Path) -> list[str]:
                         next(g.index for g in spec.gpus if g.uuid == d) for d in result.ids("main")
                     }
                     cid = f"{uid[-4:]}c0ffee"
-                    for relative in ("kubepods", f"kubepods/pod{uid}", f"kubepods/pod{uid}/{cid}"):
-                        path = tmp / relative
-                        path.mkdir(parents=True, exist_ok=True)
-                        (path / "cpuset.cpus").write_text("0-207\n")
-                        (path / "cpuset.mems").write_text("0-1\n")
+                    cgroup_tree(tmp, uid, cid)
                     status = {"phase": "Running", "qosClass": "Guaranteed", "containerStatuses": [
                         {"name": "main", "containerID": f"containerd://{cid}",
                          "state": {"running": {}}}]}  # fmt: skip
                     await cluster.patch_pod(name, {"status": status})
-                (tmp / "cpuset.cpus").write_text("0-207\n")
-                (tmp / "cpuset.mems").write_text("0-1\n")
                 client = KubeClient(component="numatopo-agent", host=NODE, timeout_seconds=5)
                 await client.reconnect(str(api.url))
                 agent = AgentLoop(

@@ -228,7 +228,7 @@ async def run(s: Scenario) -> tuple[list[str], int]:
                     admitted.append((harness_pod(uid, name, plan), assignment, f"default/{name}"))
                 # Back to back: every pod of the batch is in flight before the first is
                 # admitted; the agent's view lags (it learns from PodResources later).
-                snapshot[0] = tuple(follow.in_flight(bodies, {}, NODE))
+                snapshot[0] = tuple(follow.in_flight(bodies, NODE))
                 for pod, assignment, key in admitted:
                     result = await kubelet.admit(pod)
                     if not result.ok:

@@ -21,6 +21,7 @@ from pydantic import ValidationError
 
 from numatopo_engine.annotations import ASSIGNMENT, Assignment, Observed, ObservedContainer
 from numatopo_engine.device_ids import device_ids_for
+from numatopo_engine.quantity import QuantityError, parse_milli
 from numatopo_exporter.steering.choice import InFlight, containers_in_flight
 
 __all__ = ["gpu_words", "in_flight", "observe", "running_container_names"]
@@ -54,7 +55,7 @@ def observe(
     for name in sorted(containers):
         assigned = assignment.containers.get(name)
         devices = {r: list(ids) for r, ids in sorted((held.get(name) or {}).items()) if ids}
-        gpu_ids = [d for r, ids in devices.items() if is_gpu(r) for d in ids]
+        gpu_ids = ObservedContainer(devices=devices).gpu_ids(is_gpu)
         wants_gpus = assigned is not None and bool(assigned.gpus or assigned.gpu_indices)
         if wants_gpus and not gpu_ids:
             return None
@@ -73,8 +74,7 @@ def gpu_words(observed: Observed, assignment: Assignment, is_gpu: Callable[[str]
     """`container x holds GPUs [...] but was assigned [...]` for each mismatch."""
     parts = []
     for name in observed.mismatched:
-        devices = observed.containers[name].devices
-        held = [d for r, ids in devices.items() if is_gpu(r) for d in ids]
+        held = observed.containers[name].gpu_ids(is_gpu)
         assigned = assignment.containers.get(name)
         named = (assigned.gpus or [str(i) for i in assigned.gpu_indices]) if assigned else []
         parts.append(f"container {name} holds GPUs {held} but was assigned {named}")
@@ -86,13 +86,12 @@ _DONE = frozenset({"Succeeded", "Failed"})
 
 def in_flight(
     pods: Iterable[Mapping[str, Any]],
-    holdings: Mapping[tuple[str, str], Mapping[str, Mapping[str, list[str]]]],
     node_name: str,
     is_gpu: Callable[[str], bool] = lambda _: True,
 ) -> list[InFlight]:
-    """The containers of this node's pods that were assigned GPUs and hold none yet (as
-    PodResources last listed them): the candidates of the steering plugin's answer, in
-    the kubelet's admission order (`steering.choice`).
+    """The containers of this node's pods that were assigned GPUs: the candidates of the
+    steering plugin's answer, in the kubelet's admission order (`steering.choice`). The
+    agent leaves out those PodResources already lists with devices.
 
     A regular init container runs before the containers after it and hands its GPUs
     on: the kubelet gives the next container asking for GPUs (a sidecar, an app
@@ -115,7 +114,6 @@ def in_flight(
             assignment = Assignment.model_validate_json(text)
         except ValidationError:
             continue
-        held = holdings.get((str(meta.get("namespace", "")), str(meta.get("name", "")))) or {}
         uid, created = str(meta.get("uid", "")), str(meta.get("creationTimestamp", ""))
         key = f"{meta.get('namespace', '')}/{meta.get('name', '')}"
         inits = list(spec.get("initContainers") or [])
@@ -145,10 +143,7 @@ def in_flight(
             if steered is not None:
                 claims[name] = steered
             following = steered
-        found += sorted(
-            (c for c in claims.values() if not any(held.get(c.container, {}).values())),
-            key=lambda c: c.container_order,
-        )
+        found += sorted(claims.values(), key=lambda c: c.container_order)
     return found
 
 
@@ -161,7 +156,7 @@ def _gpu_count(container: Mapping[str, Any] | None, is_gpu: Callable[[str], bool
     for name, value in asked.items():
         if is_gpu(str(name)):
             try:
-                total += int(str(value))
-            except ValueError:
+                total += parse_milli(value) // 1000
+            except QuantityError:
                 continue
     return total

@@ -145,7 +145,7 @@ class AgentLoop:
             return self._gpu_claims.pop(uid, None) is not None
         if known is not None and known[0] == annotation and known[1] == _phase(pod):
             return False
-        claims = follow.in_flight([pod], {}, self.node_name, self.resources.is_gpu)
+        claims = follow.in_flight([pod], self.node_name, self.resources.is_gpu)
         self._gpu_claims[uid] = (annotation, _phase(pod), tuple(claims))
         return bool(claims) or bool(known and known[2])
 
