@@ -1,0 +1,26 @@
+"""Other schedulers' views of a node, translated from numatopo's (pure).
+
+`nrt`      the NodeResourceTopology (`topology.node.k8s.io/v1alpha2`) that NFD's
+           topology-updater writes and scheduler-plugins' NodeResourceTopologyMatch reads
+`volcano`  the Numatopology (`nodeinfo.volcano.sh/v1alpha1`) that Volcano's numaaware
+           plugin reads
+`zones`    what both are made of: per NUMA node, what exists, what may be allocated and
+           what numatopo's ledger has not booked
+
+Each takes a node's `NumatopologySpec` and its `NodeState` (the operator's ledger) and
+returns a pydantic model, the one definition of that wire format here.
+"""
+
+from numatopo_engine.exports.nrt import NodeResourceTopology, node_resource_topology
+from numatopo_engine.exports.volcano import VolcanoNumatopology, volcano_numatopology
+from numatopo_engine.exports.zones import MANAGED_BY, NumaZone, numa_zones
+
+__all__ = [
+    "MANAGED_BY",
+    "NodeResourceTopology",
+    "NumaZone",
+    "VolcanoNumatopology",
+    "node_resource_topology",
+    "numa_zones",
+    "volcano_numatopology",
+]

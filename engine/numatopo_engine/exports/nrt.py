@@ -1,0 +1,157 @@
+"""`NodeResourceTopology` (`topology.node.k8s.io/v1alpha2`), as NFD's topology-updater
+writes it and scheduler-plugins' NodeResourceTopologyMatch reads it.
+
+One zone per NUMA node, named `node-<id>`, of type `Node`; its costs are the SLIT
+distances to every NUMA node, named by zone. Amounts are quantities (strings), as the
+API server stores them. The kubelet's Topology Manager policy and scope are the
+object's attributes; `topologyPolicies` (deprecated upstream, still read by older
+scheduler-plugins) says the same in one word.
+"""
+
+from __future__ import annotations
+
+from typing import ClassVar, Literal
+
+from pydantic import BaseModel, ConfigDict, Field
+
+from numatopo_engine.exports.zones import MANAGED_BY, numa_zones
+from numatopo_engine.model import NumatopologySpec, ObjectMeta
+from numatopo_engine.state import NodeState
+
+__all__ = [
+    "API_VERSION",
+    "GROUP",
+    "KIND",
+    "VERSION",
+    "AttributeInfo",
+    "CostInfo",
+    "NodeResourceTopology",
+    "ResourceInfo",
+    "Zone",
+    "node_resource_topology",
+    "topology_policy",
+    "zone_name",
+]
+
+GROUP = "topology.node.k8s.io"
+VERSION = "v1alpha2"
+API_VERSION = f"{GROUP}/{VERSION}"
+KIND = "NodeResourceTopology"
+
+# Their attribute names (NFD's topology-updater), read by NodeResourceTopologyMatch.
+POLICY_ATTRIBUTE = "topologyManagerPolicy"
+SCOPE_ATTRIBUTE = "topologyManagerScope"
+ZONE_TYPE = "Node"
+
+_POLICY_WORDS = {
+    "single-numa-node": "SingleNUMANode",
+    "restricted": "Restricted",
+    "best-effort": "BestEffort",
+}
+_SCOPE_WORDS = {"container": "ContainerLevel", "pod": "PodLevel"}
+
+
+class _Wire(BaseModel):
+    """Their field names as they are (already camelCase); no unknown keys."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True, populate_by_name=True)
+
+
+class AttributeInfo(_Wire):
+    name: str
+    value: str
+
+
+class CostInfo(_Wire):
+    name: str
+    value: int
+
+
+class ResourceInfo(_Wire):
+    """Amounts of one resource in a zone, as quantity strings (int-or-string upstream)."""
+
+    name: str
+    capacity: str
+    allocatable: str
+    available: str
+
+
+class Zone(_Wire):
+    name: str
+    type: str
+    parent: str | None = None
+    costs: list[CostInfo] = Field(default_factory=list)
+    attributes: list[AttributeInfo] | None = None
+    resources: list[ResourceInfo] = Field(default_factory=list)
+
+
+class NodeResourceTopology(_Wire):
+    """The whole object, cluster-scoped, named after its node."""
+
+    plural: ClassVar[str] = "noderesourcetopologies"
+
+    api_version: Literal["topology.node.k8s.io/v1alpha2"] = Field(
+        default="topology.node.k8s.io/v1alpha2", alias="apiVersion"
+    )
+    kind: Literal["NodeResourceTopology"] = "NodeResourceTopology"
+    metadata: ObjectMeta
+    topology_policies: list[str] = Field(default_factory=list, alias="topologyPolicies")
+    attributes: list[AttributeInfo] = Field(default_factory=list)
+    zones: list[Zone]
+
+    def to_wire(self) -> dict[str, object]:
+        """The JSON-ready dict to apply (aliases; no empty metadata maps, no unset optionals)."""
+        wire = self.model_dump(mode="json", by_alias=True, exclude_none=True)
+        wire["metadata"] = {k: v for k, v in wire["metadata"].items() if v not in ({}, None)}
+        return wire
+
+
+def zone_name(numa: int) -> str:
+    """The zone of NUMA node `numa`, named as NFD names it."""
+    return f"node-{numa}"
+
+
+def topology_policy(policy: str, scope: str) -> str:
+    """The one-word policy of `topologyPolicies` (e.g. `SingleNUMANodeContainerLevel`);
+    `None` for the none policy and for anything it has no word for, as NFD does."""
+    word, level = _POLICY_WORDS.get(policy), _SCOPE_WORDS.get(scope)
+    return word + level if word and level else "None"
+
+
+def node_resource_topology(
+    node: str, spec: NumatopologySpec, state: NodeState
+) -> NodeResourceTopology:
+    """The NodeResourceTopology of `node`: `spec`'s NUMA nodes, with what `state` (the
+    ledger's bookings) leaves available."""
+    zones = [
+        Zone(
+            name=zone_name(zone.numa),
+            type=ZONE_TYPE,
+            costs=[
+                CostInfo(name=zone_name(other), value=distance)
+                for other, distance in sorted(zone.distances.items())
+            ],
+            resources=[
+                ResourceInfo(
+                    name=name,
+                    capacity=str(amounts.capacity),
+                    allocatable=str(amounts.allocatable),
+                    available=str(amounts.available),
+                )
+                for name, amounts in zone.resources.items()
+            ],
+        )
+        for zone in numa_zones(spec, state)
+    ]
+    policies = spec.policies
+    return NodeResourceTopology(
+        metadata=ObjectMeta(name=node, labels={"app.kubernetes.io/managed-by": MANAGED_BY}),
+        topology_policies=[
+            topology_policy(policies.topology_manager_policy, policies.topology_manager_scope)
+        ],
+        attributes=[
+            AttributeInfo(name=POLICY_ATTRIBUTE, value=policies.topology_manager_policy),
+            AttributeInfo(name=SCOPE_ATTRIBUTE, value=policies.topology_manager_scope),
+        ],
+        zones=zones,
+    )

@@ -1,0 +1,189 @@
+"""Volcano's `Numatopology` (`nodeinfo.volcano.sh/v1alpha1`), as its numaaware plugin
+reads it (the object Volcano's resource-exporter writes otherwise).
+
+What numaaware takes from it:
+  policies        `CPUManagerPolicy` and `TopologyManagerPolicy`: it places only on
+                  nodes with the static CPU manager, and a pod only where the node's
+                  Topology Manager policy is the one the pod asks for
+  numares         per resource, `capacity` (a count) and `allocatable`, parsed as a
+                  cpuset: the CPUs it may still hand out. Only `cpu` is written: it is
+                  the one resource numaaware places, and any other key would have to
+                  be a CPU list too
+  cpuDetail       CPU id -> NUMA node, socket and core: how it maps CPUs to NUMA nodes
+  resReserved     `cpu`: how many CPUs the kubelet reserves. numaaware takes that many
+                  CPUs off `allocatable` by topology (as the kubelet picks reserved CPUs
+                  from a count); `allocatable` here already leaves out exactly
+                  `spec.reservedCPUs`, so that cut removes CPUs that are not there
+                  (or, when reservedSystemCPUs are elsewhere, a few more than needed:
+                  never one that is taken)
+  podAllocations  the pods numatopo has placed on the node, so that numaaware stops
+                  holding CPUs for a pod it scheduled once the pod shows up here
+
+`allocatable` is the CPUs that are online, not reserved and not held exclusively by a
+pod numatopo placed: what the ledger sees (see `zones`).
+"""
+
+from __future__ import annotations
+
+from typing import ClassVar, Literal
+
+from pydantic import BaseModel, ConfigDict, Field
+
+from numatopo_engine.annotations import Assignment
+from numatopo_engine.exports.zones import MANAGED_BY
+from numatopo_engine.model import NumatopologySpec, ObjectMeta
+from numatopo_engine.state import NodeState
+
+__all__ = [
+    "API_VERSION",
+    "GROUP",
+    "KIND",
+    "VERSION",
+    "ContainerAllocation",
+    "CpuInfo",
+    "NumaResource",
+    "PodAllocation",
+    "VolcanoNumatopology",
+    "VolcanoSpec",
+    "volcano_numatopology",
+]
+
+GROUP = "nodeinfo.volcano.sh"
+VERSION = "v1alpha1"
+API_VERSION = f"{GROUP}/{VERSION}"
+KIND = "Numatopology"
+
+# Their policy keys (nodeinfo/v1alpha1 PolicyName).
+CPU_MANAGER_POLICY = "CPUManagerPolicy"
+TOPOLOGY_MANAGER_POLICY = "TopologyManagerPolicy"
+
+
+class _Wire(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True, populate_by_name=True)
+
+
+class NumaResource(_Wire):
+    """`numares` entry: `allocatable` is a cpulist ("0-3,8"), `capacity` a count."""
+
+    allocatable: str
+    capacity: int = Field(ge=0)
+
+
+class CpuInfo(_Wire):
+    numa: int = Field(ge=0)
+    socket: int = Field(ge=0)
+    core: int = Field(ge=0)
+
+
+class ContainerAllocation(_Wire):
+    """What one container holds: `cpu` a cpulist, anything else a quantity."""
+
+    name: str
+    allocations: dict[str, str] = Field(default_factory=dict)
+
+
+class PodAllocation(_Wire):
+    uid: str | None = None
+    name: str
+    namespace: str
+    container_allocations: list[ContainerAllocation] = Field(
+        default_factory=list, alias="containerAllocations"
+    )
+
+
+class VolcanoSpec(_Wire):
+    policies: dict[str, str]
+    res_reserved: dict[str, str] = Field(default_factory=dict, alias="resReserved")
+    numares: dict[str, NumaResource]
+    cpu_detail: dict[str, CpuInfo] = Field(alias="cpuDetail")
+    pod_allocations: list[PodAllocation] = Field(default_factory=list, alias="podAllocations")
+
+
+class VolcanoNumatopology(_Wire):
+    """The whole object, cluster-scoped, named after its node."""
+
+    plural: ClassVar[str] = "numatopologies"
+
+    api_version: Literal["nodeinfo.volcano.sh/v1alpha1"] = Field(
+        default="nodeinfo.volcano.sh/v1alpha1", alias="apiVersion"
+    )
+    kind: Literal["Numatopology"] = "Numatopology"
+    metadata: ObjectMeta
+    spec: VolcanoSpec
+
+    def to_wire(self) -> dict[str, object]:
+        """The JSON-ready dict to apply (aliases; no empty metadata maps, no unset optionals)."""
+        wire = self.model_dump(mode="json", by_alias=True, exclude_none=True)
+        wire["metadata"] = {k: v for k, v in wire["metadata"].items() if v not in ({}, None)}
+        return wire
+
+
+def _cpu_detail(spec: NumatopologySpec) -> dict[str, CpuInfo]:
+    """Every online CPU's NUMA node, socket and core. A spec without per-CPU rows (a
+    reader that sees NUMA nodes only) gives each CPU a core of its own on a socket
+    numbered as its NUMA node: numaaware then counts no SMT siblings."""
+    online = spec.online_cpus()
+    rows = {cpu.id: cpu for cpu in spec.cpus if cpu.online and cpu.id in online}
+    detail: dict[str, CpuInfo] = {}
+    for node in sorted(spec.numa_nodes, key=lambda n: n.id):
+        for cpu_id in node.cpus:
+            row = rows.get(cpu_id)
+            detail[str(cpu_id)] = (
+                CpuInfo(numa=node.id, socket=row.socket, core=row.core)
+                if row is not None
+                else CpuInfo(numa=node.id, socket=node.id, core=cpu_id)
+            )
+    return dict(sorted(detail.items(), key=lambda item: int(item[0])))
+
+
+def _pod_allocation(key: str, assignment: Assignment, spec: NumatopologySpec) -> PodAllocation:
+    namespace, _, name = key.partition("/")
+    gpu_resource = {g.index: g.resource for g in spec.gpus}
+    nic_resource = {n.name: n.resource for n in spec.nics}
+    containers = []
+    for cname, container in sorted(assignment.containers.items()):
+        held: dict[str, int] = {}
+        for resource in [gpu_resource.get(i, "") for i in container.gpu_indices] + [
+            nic_resource.get(n, "") for n in container.nics
+        ]:
+            if resource:
+                held[resource] = held.get(resource, 0) + 1
+        allocations = {resource: str(count) for resource, count in sorted(held.items())}
+        if container.exclusive and container.cpus:
+            allocations["cpu"] = str(container.cpus)
+        memory = sum(container.memory.values())
+        if memory:
+            allocations["memory"] = str(memory)
+        pages: dict[str, int] = {}
+        for sizes in container.hugepages.values():
+            for size, amount in sizes.items():
+                pages[size] = pages.get(size, 0) + amount
+        allocations.update({f"hugepages-{s}": str(n) for s, n in sorted(pages.items()) if n})
+        containers.append(ContainerAllocation(name=cname, allocations=allocations))
+    return PodAllocation(name=name, namespace=namespace, container_allocations=containers)
+
+
+def volcano_numatopology(
+    node: str, spec: NumatopologySpec, state: NodeState
+) -> VolcanoNumatopology:
+    """Volcano's Numatopology of `node`: `spec`'s CPUs, with what `state` (the ledger's
+    bookings) leaves allocatable."""
+    online = spec.online_cpus()
+    reserved = spec.reserved_cpus & online
+    policies = {
+        CPU_MANAGER_POLICY: spec.policies.cpu_manager_policy,
+        TOPOLOGY_MANAGER_POLICY: spec.policies.topology_manager_policy,
+    }
+    return VolcanoNumatopology(
+        metadata=ObjectMeta(name=node, labels={"app.kubernetes.io/managed-by": MANAGED_BY}),
+        spec=VolcanoSpec(
+            policies=policies,
+            res_reserved={"cpu": str(len(reserved))} if reserved else {},
+            numares={"cpu": NumaResource(allocatable=str(state.free_cpus()), capacity=len(online))},
+            cpu_detail=_cpu_detail(spec),
+            pod_allocations=[
+                _pod_allocation(key, assignment, spec)
+                for key, assignment in sorted(state.assignments.items())
+            ],
+        ),
+    )

@@ -1,0 +1,95 @@
+"""Per NUMA node: what exists, what may be allocated, and what numatopo has not booked.
+
+Three amounts per resource, as the kubelet and NFD name them:
+  capacity     what the hardware has (every online CPU, all memory, every device)
+  allocatable  what pods may be given: CPUs minus `spec.reservedCPUs`; memory, huge
+               pages and devices as capacity (the spec does not carry the kubelet's
+               per-NUMA memory reservation)
+  available    allocatable minus what numatopo's ledger books there: exclusive CPUs,
+               memory and huge pages per NUMA node, devices by resource name
+
+What the ledger does not see is not subtracted: pods placed without numatopo (no
+`numatopo.io/policy`), shared-pool CPU use, and devices of a resource numatopo does not
+assign. Devices without a NUMA node belong to no zone.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from numatopo_engine.model import NumatopologySpec
+from numatopo_engine.quantity import QuantityError, parse_bytes
+from numatopo_engine.state import NodeState
+
+__all__ = ["MANAGED_BY", "Amounts", "NumaZone", "numa_zones"]
+
+MANAGED_BY = "numatopo"
+"""`app.kubernetes.io/managed-by` on every exported object: how numatopo finds its own."""
+
+
+@dataclass(frozen=True, slots=True)
+class Amounts:
+    capacity: int
+    allocatable: int
+    available: int
+
+
+@dataclass(frozen=True, slots=True)
+class NumaZone:
+    """One NUMA node's resources; `resources` maps a Kubernetes resource name to amounts."""
+
+    numa: int
+    distances: dict[int, int]
+    resources: dict[str, Amounts] = field(default_factory=dict)
+
+
+def _page_bytes(size: str) -> int:
+    """Bytes per page of `size` ("2Mi"); 0 for a key that is no page size (left out)."""
+    try:
+        return parse_bytes(size) if len(size) <= 16 else 0
+    except QuantityError:
+        return 0
+
+
+def _device_counts(spec: NumatopologySpec, state: NodeState) -> dict[tuple[int, str], list[int]]:
+    """(NUMA id, resource) -> [devices, free devices], for GPUs and NICs with a NUMA node."""
+    counts: dict[tuple[int, str], list[int]] = {}
+    free_gpus, free_nics = state.free_gpus(), state.free_nics()
+    devices = [(g.numa, g.resource, g.index in free_gpus) for g in spec.gpus]
+    devices += [(n.numa, n.resource, n.name in free_nics) for n in spec.nics]
+    for numa, resource, free in devices:
+        if numa is None:
+            continue
+        slot = counts.setdefault((numa, resource), [0, 0])
+        slot[0] += 1
+        slot[1] += int(free)
+    return counts
+
+
+def numa_zones(spec: NumatopologySpec, state: NodeState) -> list[NumaZone]:
+    """Every NUMA node of `spec`, by id, with what `state` leaves available."""
+    free = state.free_cpus()
+    devices = _device_counts(spec, state)
+    zones = []
+    for node in sorted(spec.numa_nodes, key=lambda n: n.id):
+        allocatable = node.cpus - spec.reserved_cpus
+        resources = {"cpu": Amounts(len(node.cpus), len(allocatable), len(free & node.cpus))}
+        resources["memory"] = Amounts(
+            node.memory_bytes, node.memory_bytes, max(state.free_memory(node.id), 0)
+        )
+        sizes = [(_page_bytes(size), size, pages) for size, pages in node.hugepages.items()]
+        for page, size, pages in sorted(sizes):
+            if page and pages:
+                left = max(state.free_hugepages(node.id, size), 0)
+                resources[f"hugepages-{size}"] = Amounts(page * pages, page * pages, left)
+        for (numa, resource), (count, unbooked) in sorted(devices.items()):
+            if numa == node.id:
+                resources[resource] = Amounts(count, count, unbooked)
+        zones.append(
+            NumaZone(
+                numa=node.id,
+                distances={int(k): v for k, v in node.distances.items()},
+                resources=resources,
+            )
+        )
+    return zones

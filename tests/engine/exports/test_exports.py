@@ -1,0 +1,293 @@
+"""NodeResourceTopology and Volcano Numatopology from real topologies and real bookings.
+
+Topologies: the fixtures of tests/fixtures/topologies (an 8x H100 NVSwitch node, an
+AWS p4d with EFA NICs, a GB200-like node whose GPU memory is 32 NUMA nodes of their
+own...) and the IBM x3950 M2's hwloc XML (4 NUMA nodes, SLIT 10/26). Every object is
+validated against the published CRD (tests/fixtures/schemas).
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from foreign_schemas import nrt_errors, volcano_errors
+from numatopo_engine.annotations import Assignment, ContainerAssignment
+from numatopo_engine.cpuset import CPUSet
+from numatopo_engine.exports import node_resource_topology, volcano_numatopology
+from numatopo_engine.exports.nrt import topology_policy
+from numatopo_engine.model import Numatopology, NumatopologySpec
+from numatopo_engine.state import NodeState
+from numatopo_exporter.discovery.hwloc_xml import read_hwloc_xml
+
+FIXTURES = Path(__file__).resolve().parents[2] / "fixtures"
+TOPOLOGIES = sorted((FIXTURES / "topologies").glob("*.json"))
+GIB = 1 << 30
+
+
+def load(name: str) -> NumatopologySpec:
+    return Numatopology.model_validate_json((FIXTURES / "topologies" / name).read_text()).spec
+
+
+def x3950() -> NumatopologySpec:
+    return read_hwloc_xml(FIXTURES / "hwloc-xml" / "96em64t-4n4d3ca2co-pci.xml")
+
+
+def with_policies(spec: NumatopologySpec, **changes: object) -> NumatopologySpec:
+    wire = spec.to_wire()
+    for key, value in changes.items():
+        if key == "reservedCPUs":
+            wire[key] = value
+        else:
+            wire["policies"][key] = value
+    return NumatopologySpec.model_validate(wire)
+
+
+def resources(nrt: dict[str, object], zone: str) -> dict[str, tuple[str, str, str]]:
+    """Resource -> (capacity, allocatable, available) of one zone of an NRT wire dict."""
+    found = next(z for z in nrt["zones"] if z["name"] == zone)  # type: ignore[union-attr,index]
+    return {
+        r["name"]: (r["capacity"], r["allocatable"], r["available"]) for r in found["resources"]
+    }
+
+
+def booked(spec: NumatopologySpec, pods: dict[str, ContainerAssignment]) -> NodeState:
+    state = NodeState(spec)
+    for key, container in pods.items():
+        state.apply(key, Assignment(node="n", containers={"main": container}))
+    return state
+
+
+@pytest.mark.parametrize(
+    "spec",
+    [pytest.param(load(p.name), id=p.stem) for p in TOPOLOGIES]
+    + [pytest.param(x3950(), id="x3950-4numa")],
+)
+def test_one_zone_per_numa_node_costed_by_slit_distance(spec: NumatopologySpec) -> None:
+    nrt = node_resource_topology("node-a", spec, NodeState(spec)).to_wire()
+
+    expected = [
+        {
+            "name": f"node-{n.id}",
+            "type": "Node",
+            "costs": [
+                {"name": f"node-{other}", "value": d}
+                for other, d in sorted((int(k), v) for k, v in n.distances.items())
+            ],
+        }
+        for n in sorted(spec.numa_nodes, key=lambda n: n.id)
+    ]
+    assert expected == [{k: z[k] for k in ("name", "type", "costs")} for z in nrt["zones"]]
+    assert [] == nrt_errors(nrt)
+
+
+def test_four_numa_machine_costs_are_its_slit_matrix() -> None:
+    nrt = node_resource_topology("x3950", x3950(), NodeState(x3950())).to_wire()
+
+    matrix = [[c["value"] for c in z["costs"]] for z in nrt["zones"]]
+    assert [
+        [10, 26, 26, 26],
+        [26, 10, 26, 26],
+        [26, 26, 10, 26],
+        [26, 26, 26, 10],
+    ] == matrix
+    assert ("24", "24", "24") == resources(nrt, "node-2")["cpu"]
+
+
+def test_h100_capacity_allocatable_and_available_follow_reserved_cpus_and_bookings() -> None:
+    spec = with_policies(load("h100-nvswitch.json"), reservedCPUs="0,104")
+    state = booked(
+        spec,
+        {
+            "ml/train": ContainerAssignment(
+                cpus=CPUSet.parse("52-59"),
+                mems=CPUSet([1]),
+                gpu_indices=[4, 5],
+                memory={"1": 64 * GIB},
+                hugepages={"1": {"2Mi": GIB}},
+            ),
+            # Shared-pool CPUs are not exclusive: they leave `available` as it is.
+            "ml/notebook": ContainerAssignment(
+                cpus=CPUSet.parse("0-51"), exclusive=False, mems=CPUSet([0]), gpu_indices=[0]
+            ),
+        },
+    )
+
+    nrt = node_resource_topology("h100-a", spec, state).to_wire()
+
+    tib, two_gib = str(1 << 40), str(2 * GIB)
+    assert {
+        "cpu": ("104", "102", "102"),
+        "memory": (tib, tib, tib),
+        "hugepages-2Mi": (two_gib, two_gib, two_gib),
+        "nvidia.com/gpu": ("4", "4", "3"),
+    } == resources(nrt, "node-0")
+    assert {
+        "cpu": ("104", "104", "96"),
+        "memory": (tib, tib, str((1 << 40) - 64 * GIB)),
+        "hugepages-2Mi": (two_gib, two_gib, str(GIB)),
+        "nvidia.com/gpu": ("4", "4", "2"),
+    } == resources(nrt, "node-1")
+    assert [] == nrt_errors(nrt)
+
+
+def test_every_device_resource_is_counted_under_its_own_name() -> None:
+    """NICs (rdma/...) and GPUs of any vendor: a zone lists each resource name it holds."""
+    wire = load("aws-p4d.json").to_wire()
+    wire["gpus"][0]["resource"] = "amd.com/gpu"
+    spec = NumatopologySpec.model_validate(wire)
+    nic = next(n for n in spec.nics if n.numa is not None)
+    state = booked(spec, {"a/b": ContainerAssignment(nics=[nic.name], mems=CPUSet([nic.numa]))})
+
+    nrt = node_resource_topology("p4d", spec, state).to_wire()
+
+    names = {
+        r["name"]: (r["capacity"], r["available"]) for z in nrt["zones"] for r in z["resources"]
+    }
+    gpu_zone = f"node-{spec.gpus[0].numa}"
+    assert ("1", "1") == resources(nrt, gpu_zone)["amd.com/gpu"][::2]
+    per_resource: dict[str, int] = {}
+    for n in spec.nics:
+        if n.numa == nic.numa:
+            per_resource[n.resource] = per_resource.get(n.resource, 0) + 1
+    count = per_resource[nic.resource]
+    zone = resources(nrt, f"node-{nic.numa}")
+    assert (str(count), str(count), str(count - 1)) == zone[nic.resource]
+    assert nic.resource in names
+    assert [] == nrt_errors(nrt)
+
+
+@pytest.mark.parametrize(
+    ("policy", "scope", "word"),
+    [
+        ("single-numa-node", "container", "SingleNUMANodeContainerLevel"),
+        ("single-numa-node", "pod", "SingleNUMANodePodLevel"),
+        ("restricted", "pod", "RestrictedPodLevel"),
+        ("best-effort", "container", "BestEffortContainerLevel"),
+        ("none", "container", "None"),
+        ("prefer-closest-numa", "pod", "None"),
+    ],
+)
+def test_kubelet_policy_and_scope_are_attributes(policy: str, scope: str, word: str) -> None:
+    spec = with_policies(
+        load("dgx1-v100.json"), topologyManagerPolicy=policy, topologyManagerScope=scope
+    )
+
+    nrt = node_resource_topology("dgx", spec, NodeState(spec)).to_wire()
+
+    assert [
+        {"name": "topologyManagerPolicy", "value": policy},
+        {"name": "topologyManagerScope", "value": scope},
+    ] == nrt["attributes"]
+    assert [word] == nrt["topologyPolicies"] == [topology_policy(policy, scope)]
+    assert {"name": "dgx", "labels": {"app.kubernetes.io/managed-by": "numatopo"}} == nrt[
+        "metadata"
+    ]
+
+
+def test_a_key_that_is_no_page_size_is_left_out() -> None:
+    wire = load("pcie-8gpu.json").to_wire()
+    wire["numaNodes"][0]["hugepages"]["huge"] = 3
+    spec = NumatopologySpec.model_validate(wire)
+
+    nrt = node_resource_topology("n", spec, NodeState(spec)).to_wire()
+
+    assert not any(r.startswith("hugepages-huge") for r in resources(nrt, "node-0"))
+    assert "hugepages-2Mi" in resources(nrt, "node-0")
+
+
+# -- Volcano -----------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    "spec",
+    [pytest.param(load(p.name), id=p.stem) for p in TOPOLOGIES]
+    + [pytest.param(x3950(), id="x3950-4numa")],
+)
+def test_volcano_cpu_detail_maps_every_online_cpu_to_its_numa_node(
+    spec: NumatopologySpec,
+) -> None:
+    volcano = volcano_numatopology("n", spec, NodeState(spec)).to_wire()
+
+    detail = volcano["spec"]["cpuDetail"]
+    rows = {c.id: c for c in spec.cpus}
+    for node in spec.numa_nodes:
+        for cpu in node.cpus:
+            assert node.id == detail[str(cpu)]["numa"]
+            if cpu in rows:
+                assert (rows[cpu].socket, rows[cpu].core) == (
+                    detail[str(cpu)]["socket"],
+                    detail[str(cpu)]["core"],
+                )
+    assert len(spec.online_cpus()) == len(detail)
+    assert [] == volcano_errors(volcano)
+
+
+def test_volcano_allocatable_is_the_cpus_numaaware_may_still_hand_out() -> None:
+    spec = with_policies(
+        load("h100-nvswitch.json"),
+        reservedCPUs="0,104",
+        cpuManagerPolicy="static",
+        topologyManagerPolicy="single-numa-node",
+    )
+    state = booked(
+        spec,
+        {
+            "ml/train": ContainerAssignment(
+                cpus=CPUSet.parse("2-5,106-109"),
+                mems=CPUSet([0]),
+                gpu_indices=[1],
+                memory={"0": 8 * GIB},
+                hugepages={"0": {"2Mi": 4 << 20}},
+            ),
+            "ml/shared": ContainerAssignment(cpus=CPUSet.parse("1"), exclusive=False),
+        },
+    )
+
+    volcano = volcano_numatopology("h100-a", spec, state).to_wire()
+
+    assert {
+        "CPUManagerPolicy": "static",
+        "TopologyManagerPolicy": "single-numa-node",
+    } == volcano["spec"]["policies"]
+    assert {"cpu": "2"} == volcano["spec"]["resReserved"]
+    cpu = volcano["spec"]["numares"]["cpu"]
+    assert 208 == cpu["capacity"]
+    assert CPUSet.parse("0-207") - CPUSet.parse("0,104,2-5,106-109") == CPUSet.parse(
+        cpu["allocatable"]
+    )
+    assert [
+        {
+            "name": "shared",
+            "namespace": "ml",
+            "containerAllocations": [{"name": "main", "allocations": {}}],
+        },
+        {
+            "name": "train",
+            "namespace": "ml",
+            "containerAllocations": [
+                {
+                    "name": "main",
+                    "allocations": {
+                        "nvidia.com/gpu": "1",
+                        "cpu": "2-5,106-109",
+                        "memory": str(8 * GIB),
+                        "hugepages-2Mi": str(4 << 20),
+                    },
+                }
+            ],
+        },
+    ] == volcano["spec"]["podAllocations"]
+    assert [] == volcano_errors(volcano)
+
+
+def test_volcano_without_per_cpu_rows_still_maps_cpus_to_numa_nodes() -> None:
+    wire = load("cpu-2socket-ht.json").to_wire()
+    wire["cpus"] = []
+    spec = NumatopologySpec.model_validate(wire)
+
+    detail = volcano_numatopology("n", spec, NodeState(spec)).to_wire()["spec"]["cpuDetail"]
+
+    for node in spec.numa_nodes:
+        assert {node.id} == {detail[str(c)]["numa"] for c in node.cpus}
