@@ -46,6 +46,7 @@ from lightkube.generic_resource import (
 )
 from lightkube.types import PatchType
 
+from numatopo_engine.exports import nrt, volcano
 from numatopo_engine.model import API_VERSION, GROUP, KIND, VERSION, Numatopology
 from numatopo_kube.errors import KubeConfigError, KubeError, error_for, parse_retry_after
 
@@ -102,6 +103,13 @@ _Node: Any = create_global_resource("", "v1", "Node", "nodes")
 _Event: Any = create_namespaced_resource("", "v1", "Event", "events")
 _Lease: Any = create_namespaced_resource("coordination.k8s.io", "v1", "Lease", "leases")
 _Numatopology: Any = create_global_resource(GROUP, VERSION, KIND, Numatopology.plural)
+# The formats numatopo exports for other schedulers (numatopo_engine.exports).
+_NodeResourceTopology: Any = create_global_resource(
+    nrt.GROUP, nrt.VERSION, nrt.KIND, nrt.NodeResourceTopology.plural
+)
+_VolcanoNumatopology: Any = create_global_resource(
+    volcano.GROUP, volcano.VERSION, volcano.KIND, volcano.VolcanoNumatopology.plural
+)
 
 
 class _PodBinding(GenericNamespacedStatus):
@@ -624,18 +632,25 @@ class KubeClient:
     )
     async def apply_numatopology(self, body: Body, *, field_manager: str) -> Body:
         """Server-side apply of a whole Numatopology (the fields `field_manager` owns)."""
-        name = str(body["metadata"]["name"])
         wanted = {"apiVersion": API_VERSION, "kind": KIND, **body}
+        return await self._apply_global(_Numatopology, wanted, field_manager, force=True)
+
+    async def _apply_global(
+        self, resource: Any, wanted: Body, field_manager: str, *, force: bool
+    ) -> Body:
+        """Server-side apply of the whole cluster-scoped object `wanted`; `force` takes over
+        fields another manager owns (else that is a 409 conflict)."""
+        kind, name = str(wanted["kind"]), str(wanted["metadata"]["name"])
         try:
             applied = await self._call(
-                f"apply {KIND}/{name}",
+                f"apply {kind}/{name}",
                 lambda: self.lightkube.patch(
-                    _Numatopology,
+                    resource,
                     name,
                     wanted,
                     patch_type=PatchType.APPLY,
                     field_manager=field_manager,
-                    force=True,
+                    force=force,
                 ),
                 idempotent=True,
             )
@@ -645,10 +660,24 @@ class KubeClient:
             if not exc.not_found:
                 raise
             applied = await self._call(
-                f"create {KIND}/{name}",
-                lambda: self.lightkube.create(_Numatopology(wanted), field_manager=field_manager),
+                f"create {kind}/{name}",
+                lambda: self.lightkube.create(resource(wanted), field_manager=field_manager),
             )
         return dict(applied)
+
+    async def _delete_global(self, resource: Any, kind: str, name: str) -> bool:
+        """Delete `kind/name`; False when there was none (a retried delete may find it gone)."""
+        try:
+            await self._call(
+                f"delete {kind}/{name}",
+                lambda: self.lightkube.delete(resource, name),
+                idempotent=True,
+            )
+        except KubeError as exc:
+            if exc.not_found:
+                return False
+            raise
+        return True
 
     @api_call(("numatopo.io", "numatopologies/status", "patch"))
     async def apply_numatopology_status(
@@ -697,4 +726,53 @@ class KubeClient:
         """Numatopology events (only `name`'s where the server honours field selectors)."""
         return self._watch(
             f"watch {KIND}", _Numatopology, fields={"metadata.name": name} if name else None
+        )
+
+    # -- exported formats (operator, when turned on) -----------------------------------
+
+    @api_call(
+        # server-side apply: patch, and create when the object does not exist yet
+        (nrt.GROUP, "noderesourcetopologies", "patch"),
+        (nrt.GROUP, "noderesourcetopologies", "create"),
+    )
+    async def apply_node_resource_topology(self, body: Body, *, field_manager: str) -> Body:
+        """Server-side apply of a NodeResourceTopology, not forced: fields another writer
+        (NFD's topology-updater) owns are a 409 conflict, never silently taken over."""
+        return await self._apply_global(_NodeResourceTopology, body, field_manager, force=False)
+
+    @api_call((nrt.GROUP, "noderesourcetopologies", "delete"))
+    async def delete_node_resource_topology(self, name: str) -> bool:
+        return await self._delete_global(_NodeResourceTopology, nrt.KIND, name)
+
+    @api_call((nrt.GROUP, "noderesourcetopologies", "list"))
+    async def list_node_resource_topologies(self, *, label_selector: Mapping[str, str]) -> Listing:
+        return await self._list(
+            f"list {nrt.KIND}",
+            _NodeResourceTopology,
+            namespace=None,
+            chunk_size=LIST_PAGE_SIZE,
+            labels=dict(label_selector),
+        )
+
+    @api_call(
+        (volcano.GROUP, "numatopologies", "patch"),
+        (volcano.GROUP, "numatopologies", "create"),
+    )
+    async def apply_volcano_numatopology(self, body: Body, *, field_manager: str) -> Body:
+        """Server-side apply of a Volcano Numatopology, not forced (Volcano's own
+        resource-exporter writing the same object is a 409 conflict)."""
+        return await self._apply_global(_VolcanoNumatopology, body, field_manager, force=False)
+
+    @api_call((volcano.GROUP, "numatopologies", "delete"))
+    async def delete_volcano_numatopology(self, name: str) -> bool:
+        return await self._delete_global(_VolcanoNumatopology, f"{volcano.GROUP} {KIND}", name)
+
+    @api_call((volcano.GROUP, "numatopologies", "list"))
+    async def list_volcano_numatopologies(self, *, label_selector: Mapping[str, str]) -> Listing:
+        return await self._list(
+            f"list {volcano.GROUP} {KIND}",
+            _VolcanoNumatopology,
+            namespace=None,
+            chunk_size=LIST_PAGE_SIZE,
+            labels=dict(label_selector),
         )

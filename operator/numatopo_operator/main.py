@@ -16,7 +16,7 @@ from collections.abc import AsyncIterator
 import kopf
 from aiohttp import web
 
-from numatopo_operator import assigning, extender, handlers, health, leadership, status
+from numatopo_operator import assigning, exports, extender, handlers, health, leadership, status
 from numatopo_operator.runtime import Runtime
 from numatopo_operator.settings import OperatorSettings
 
@@ -87,6 +87,7 @@ async def _background(runtime: Runtime, *, identity: str) -> AsyncIterator[None]
     elector = leadership.Elector(runtime, identity=identity, label=label)
     tasks = [
         asyncio.create_task(status.write_statuses(runtime), name="numatopo status writer"),
+        asyncio.create_task(exports.write_exports(runtime), name="numatopo exports writer"),
         asyncio.create_task(assigning.run_retries(runtime), name="numatopo retries"),
         asyncio.create_task(elector.run(), name="numatopo leadership"),
         asyncio.create_task(freeze_listed_heap(runtime), name="numatopo heap freeze"),

@@ -12,6 +12,12 @@ numatopo_retry_queue_pods               pods waiting in the retry queue (failed 
                                         pods still waiting for an answer that fits)
 numatopo_retries_total                  pods judged again from the retry queue
 numatopo_lease_holder                   1 while this replica holds the Lease and decides
+numatopo_exports_written_total{format}  exported objects written (nrt, volcano)
+numatopo_exports_deleted_total{format}  exported objects deleted (their node went away)
+numatopo_export_errors_total{format,reason}
+                                        failed export calls: not_found (CRD missing),
+                                        conflict (another writer), forbidden,
+                                        unavailable, refused
 """
 
 from __future__ import annotations
@@ -94,6 +100,26 @@ class Metrics:
         self.lease_holder = prometheus_client.Gauge(
             "numatopo_lease_holder",
             "1 while this replica holds the Lease and decides.",
+            registry=self.registry,
+        )
+
+        self.exports_written = prometheus_client.Counter(
+            "numatopo_exports_written",
+            "Exported objects written, by format (nrt, volcano).",
+            ["format"],
+            registry=self.registry,
+        )
+        self.exports_deleted = prometheus_client.Counter(
+            "numatopo_exports_deleted",
+            "Exported objects deleted because their node's Numatopology went away.",
+            ["format"],
+            registry=self.registry,
+        )
+        self.export_errors = prometheus_client.Counter(
+            "numatopo_export_errors",
+            "Failed export calls, by format and reason (not_found: CRD missing; conflict: "
+            "another writer owns the object; forbidden; unavailable; refused).",
+            ["format", "reason"],
             registry=self.registry,
         )
 

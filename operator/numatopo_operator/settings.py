@@ -109,6 +109,14 @@ class OperatorSettings:
     workload_mix_half_life_seconds: float = 21600.0
     """Half-life of a pod's weight in the learned mix (6 h); at most 30 days."""
 
+    export_nrt: bool = False
+    """Write each node's NodeResourceTopology (`topology.node.k8s.io/v1alpha2`, read by
+    scheduler-plugins' NodeResourceTopologyMatch) from the ledger (`exports`)."""
+
+    export_volcano: bool = False
+    """Write each node's Volcano Numatopology (`nodeinfo.volcano.sh/v1alpha1`, read by
+    Volcano's numaaware plugin) from the ledger (`exports`)."""
+
     resources: ResourceNames = field(init=False)
 
     def __post_init__(self) -> None:
@@ -154,8 +162,20 @@ def _seconds(name: str, text: str, *, most: float = 3600.0) -> float:
     return seconds
 
 
+_TRUE = ("true", "1", "yes", "on")
+_FALSE = ("false", "0", "no", "off", "")
+
+
+def _switch(name: str, value: str | bool) -> bool:
+    if isinstance(value, bool):
+        return value
+    if value.strip().lower() in _TRUE + _FALSE:
+        return value.strip().lower() in _TRUE
+    raise SettingsError(f"{name}: {value!r} is not true or false")
+
+
 def _apply(
-    settings: OperatorSettings, values: Mapping[str, str | None], source: str
+    settings: OperatorSettings, values: Mapping[str, str | bool | None], source: str
 ) -> OperatorSettings:
     """Overrides from `values` (field name -> text; None = not given), checked."""
     changes: dict[str, object] = {}
@@ -163,6 +183,11 @@ def _apply(
         if text is None:
             continue
         label = f"{source} {name}"
+        if name in ("export_nrt", "export_volcano"):
+            changes[name] = _switch(label, text)
+            continue
+        if isinstance(text, bool):
+            raise SettingsError(f"{label}: expects a value, not a switch")
         if name in ("gpu_resources", "nic_resources", "namespaces"):
             changes[name] = _split(text)
         elif name in ("extender_port", "metrics_port"):
@@ -228,12 +253,16 @@ _FIELDS = (
     "retry_max_seconds",
     "workload_mix",
     "workload_mix_half_life_seconds",
+    "export_nrt",
+    "export_volcano",
 )
 
 
 def from_env(environ: Mapping[str, str]) -> OperatorSettings:
     """Settings from `NUMATOPO_<FIELD>` variables (e.g. `NUMATOPO_EXTENDER_PORT`)."""
-    values = {name: environ.get(ENV_PREFIX + name.upper()) for name in _FIELDS}
+    values: dict[str, str | bool | None] = {
+        name: environ.get(ENV_PREFIX + name.upper()) for name in _FIELDS
+    }
     return _apply(OperatorSettings(), values, "environment")
 
 
@@ -278,9 +307,19 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         "--workload-mix-half-life-seconds",
         help="half-life of a pod's weight in the learned mix (default 21600)",
     )
+    parser.add_argument(
+        "--export-nrt",
+        action=argparse.BooleanOptionalAction,
+        help="write each node's NodeResourceTopology (topology.node.k8s.io/v1alpha2)",
+    )
+    parser.add_argument(
+        "--export-volcano",
+        action=argparse.BooleanOptionalAction,
+        help="write each node's Volcano Numatopology (nodeinfo.volcano.sh/v1alpha1)",
+    )
 
 
 def from_args(args: argparse.Namespace, environ: Mapping[str, str]) -> OperatorSettings:
     """The environment first, then the flags given on the command line."""
-    values = {name: getattr(args, name, None) for name in _FIELDS}
+    values: dict[str, str | bool | None] = {name: getattr(args, name, None) for name in _FIELDS}
     return _apply(from_env(environ), values, "flag")

@@ -1,0 +1,260 @@
+"""Exports: each node's NodeResourceTopology and Volcano Numatopology, kept current (I/O).
+
+Turned on per format (`export_nrt`, `export_volcano`; both off by default). Only the
+replica that decides writes, and only while its Lease is fresh: what it writes is its
+ledger's view (observed and in-flight bookings), the same one the extender answers
+from. The objects are built by the pure translations of `numatopo_engine.exports`.
+
+Coalesced, like `status`: every period the writer looks at each node, and a node whose
+topology and bookings are as they were at its last write costs nothing; a node that
+changed many times in the period costs one write, and none when the object comes out
+as last written. A node whose Numatopology is gone has its objects deleted. At the
+start of each term (a replica that becomes the decider, or a restart) the writer
+lists the objects numatopo wrote (label `app.kubernetes.io/managed-by: numatopo`) and
+deletes those of nodes it does not know, so a node deleted while no replica wrote
+leaves nothing behind.
+
+A failed write (API down, 409 because another writer owns the object, 404 because the
+CRD is not installed) is logged with what to do, counted, and tried again for that
+node after a growing pause (`retry_base_seconds` .. `retry_max_seconds`); the loop and
+the other nodes carry on. Applies are not forced: an object NFD's topology-updater or
+Volcano's resource-exporter writes stays theirs, and the conflict says so.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import enum
+import logging
+import time
+from dataclasses import dataclass, field
+from typing import Any
+
+from numatopo_engine.exports import MANAGED_BY, node_resource_topology, volcano_numatopology
+from numatopo_engine.model import NumatopologySpec
+from numatopo_engine.state import NodeState
+from numatopo_operator.errors import (
+    KubeConflictError,
+    KubeError,
+    KubeForbiddenError,
+    KubeNotFoundError,
+)
+from numatopo_operator.runtime import COMPONENT, Runtime
+
+__all__ = ["ExportFormat", "ExportWriter", "write_exports"]
+
+logger = logging.getLogger(__name__)
+
+MANAGED_LABEL = {"app.kubernetes.io/managed-by": MANAGED_BY}
+
+
+class ExportFormat(enum.StrEnum):
+    """An exported format; the value is its `format` label in the metrics."""
+
+    NRT = "nrt"
+    VOLCANO = "volcano"
+
+    @property
+    def kind(self) -> str:
+        return (
+            "NodeResourceTopology"
+            if self is ExportFormat.NRT
+            else "Numatopology.nodeinfo.volcano.sh"
+        )
+
+    def build(self, node: str, spec: NumatopologySpec, state: NodeState) -> dict[str, Any]:
+        if self is ExportFormat.NRT:
+            return node_resource_topology(node, spec, state).to_wire()
+        return volcano_numatopology(node, spec, state).to_wire()
+
+
+_HINTS = {
+    KubeNotFoundError: "is its CRD installed?",
+    KubeConflictError: "another writer owns it (NFD's topology-updater, Volcano's "
+    "resource-exporter?): run one of them for this format",
+    KubeForbiddenError: "the operator's account may not write it (chart value exports.*)",
+}
+
+
+def _reason(exc: KubeError) -> str:
+    """The `reason` label of a failed call."""
+    for kind, label in (
+        (KubeNotFoundError, "not_found"),
+        (KubeConflictError, "conflict"),
+        (KubeForbiddenError, "forbidden"),
+    ):
+        if isinstance(exc, kind):
+            return label
+    return "unavailable" if exc.transient else "refused"
+
+
+_SWEEP = ""
+"""The `failing` key of the list at the start of a term (no node has an empty name)."""
+
+
+@dataclass
+class _Backoff:
+    attempts: int = 0
+    not_before: float = 0.0
+
+
+@dataclass
+class ExportWriter:
+    """One format's writer: what it last wrote per node, and which nodes to try later."""
+
+    runtime: Runtime
+    format: ExportFormat
+    written: dict[str, dict[str, Any]] = field(default_factory=dict)
+    """node -> the object last written (so an unchanged object is not written again)."""
+    seen: dict[str, tuple[NumatopologySpec, NodeState, int]] = field(default_factory=dict)
+    """node -> (topology, state, version) of its last write: unchanged ones are skipped."""
+    failing: dict[str, _Backoff] = field(default_factory=dict)
+    swept: bool = False
+
+    def forget(self) -> None:
+        """This replica stopped deciding: the next term starts from a fresh sweep (another
+        replica may have written meanwhile)."""
+        self.written.clear()
+        self.seen.clear()
+        self.failing.clear()
+        self.swept = False
+
+    def _failed(self, node: str, exc: KubeError, doing: str) -> None:
+        settings = self.runtime.settings
+        backoff = self.failing.setdefault(node, _Backoff())
+        pause = min(settings.retry_base_seconds * 2**backoff.attempts, settings.retry_max_seconds)
+        backoff.attempts += 1
+        backoff.not_before = time.monotonic() + pause
+        hint = next((h for kind, h in _HINTS.items() if isinstance(exc, kind)), "")
+        self.runtime.metrics.export_errors.labels(self.format.value, _reason(exc)).inc()
+        logger.warning(
+            "%s %s%s failed (again in %.1f s)%s: %s",
+            doing,
+            self.format.kind,
+            f"/{node}" if node else "",
+            pause,
+            f"; {hint}" if hint else "",
+            exc,
+        )
+
+    def _due(self, node: str) -> bool:
+        backoff = self.failing.get(node)
+        return backoff is None or time.monotonic() >= backoff.not_before
+
+    async def _apply(self, body: dict[str, Any]) -> None:
+        kube = self.runtime.kube
+        if self.format is ExportFormat.NRT:
+            await kube.apply_node_resource_topology(body, field_manager=COMPONENT)
+        else:
+            await kube.apply_volcano_numatopology(body, field_manager=COMPONENT)
+
+    async def _delete(self, node: str) -> None:
+        kube = self.runtime.kube
+        if self.format is ExportFormat.NRT:
+            await kube.delete_node_resource_topology(node)
+        else:
+            await kube.delete_volcano_numatopology(node)
+
+    async def _listed(self) -> list[str]:
+        """Names of the objects of this format that numatopo wrote."""
+        kube = self.runtime.kube
+        if self.format is ExportFormat.NRT:
+            listing = await kube.list_node_resource_topologies(label_selector=MANAGED_LABEL)
+        else:
+            listing = await kube.list_volcano_numatopologies(label_selector=MANAGED_LABEL)
+        # Checked here too: a server that ignores the selector must not make us delete
+        # objects someone else wrote.
+        return sorted(
+            str(item["metadata"]["name"])
+            for item in listing.items
+            if (item["metadata"].get("labels") or {}).get("app.kubernetes.io/managed-by")
+            == MANAGED_BY
+        )
+
+    async def _sweep(self, known: set[str]) -> None:
+        """Delete the objects numatopo wrote for nodes without a Numatopology now."""
+        if not self._due(_SWEEP):
+            return
+        try:
+            names = await self._listed()
+        except KubeError as exc:
+            self._failed(_SWEEP, exc, "listing")
+            return
+        self.failing.pop(_SWEEP, None)
+        for name in names:
+            if name not in known and name not in self.written:
+                self.written[name] = {}  # deleted below, as a node that went away
+        self.swept = True
+
+    async def sync(self) -> None:
+        """Write every node that changed since its last write; delete the ones gone."""
+        ledger, runtime = self.runtime.ledger, self.runtime
+        nodes = set(ledger.nodes())
+        if not self.swept:
+            await self._sweep(nodes)
+        for node in sorted(nodes):
+            topology, state = ledger.topology(node), ledger.state(node)
+            if topology is None or state is None:
+                continue
+            last = self.seen.get(node)
+            if last and last[0] is topology and last[1] is state and last[2] == state.version:
+                continue
+            if not self._due(node):
+                continue
+            mark = (topology, state, state.version)
+            body = self.format.build(node, topology, state)
+            if self.written.get(node) == body:
+                self.seen[node] = mark
+                continue
+            if not runtime.lease_fresh():
+                return  # fenced: the next holder writes it
+            try:
+                await self._apply(body)
+            except KubeError as exc:
+                self._failed(node, exc, "writing")
+                continue
+            self.written[node] = body
+            self.seen[node] = mark
+            self.failing.pop(node, None)
+            runtime.metrics.exports_written.labels(self.format.value).inc()
+        for node in sorted(set(self.written) - nodes):
+            if not self._due(node):
+                continue
+            if not runtime.lease_fresh():
+                return
+            try:
+                await self._delete(node)
+            except KubeError as exc:
+                self._failed(node, exc, "deleting")
+                continue
+            del self.written[node]
+            self.seen.pop(node, None)
+            self.failing.pop(node, None)
+            runtime.metrics.exports_deleted.labels(self.format.value).inc()
+
+
+def enabled_formats(runtime: Runtime) -> list[ExportFormat]:
+    settings = runtime.settings
+    wanted = {ExportFormat.NRT: settings.export_nrt, ExportFormat.VOLCANO: settings.export_volcano}
+    return [fmt for fmt, on in wanted.items() if on]
+
+
+async def write_exports(runtime: Runtime) -> None:
+    """Forever, when a format is on: every period, bring each node's objects up to date."""
+    writers = [ExportWriter(runtime, fmt) for fmt in enabled_formats(runtime)]
+    if not writers:
+        return
+    logger.info("exporting %s", ", ".join(w.format.kind for w in writers))
+    while True:
+        await asyncio.sleep(runtime.settings.status_debounce_seconds)
+        if not runtime.deciding:
+            for writer in writers:
+                writer.forget()
+            continue
+        for writer in writers:
+            try:
+                await writer.sync()
+            except Exception:
+                # A bug in one pass must not end the writer: log it, count it, go on.
+                runtime.metrics.handler_errors.inc()
+                logger.exception("%s export pass failed", writer.format.kind)
