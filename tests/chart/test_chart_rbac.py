@@ -42,6 +42,27 @@ CODE_CALLS: dict[str, dict[str, set[Permission]]] = {
         f"{HELPER}.create_lease": {("coordination.k8s.io", "leases", "create")},
         f"{HELPER}.patch_lease": {("coordination.k8s.io", "leases", "patch")},
         f"{HELPER}.patch_numatopology_status": {("numatopo.io", "numatopologies/status", "patch")},
+        # exports.py, one format each (server-side apply; delete; list at a term's start).
+        f"{HELPER}.apply_node_resource_topology": {
+            ("topology.node.k8s.io", "noderesourcetopologies", "patch"),
+            ("topology.node.k8s.io", "noderesourcetopologies", "create"),
+        },
+        f"{HELPER}.delete_node_resource_topology": {
+            ("topology.node.k8s.io", "noderesourcetopologies", "delete")
+        },
+        f"{HELPER}.list_node_resource_topologies": {
+            ("topology.node.k8s.io", "noderesourcetopologies", "list")
+        },
+        f"{HELPER}.apply_volcano_numatopology": {
+            ("nodeinfo.volcano.sh", "numatopologies", "patch"),
+            ("nodeinfo.volcano.sh", "numatopologies", "create"),
+        },
+        f"{HELPER}.delete_volcano_numatopology": {
+            ("nodeinfo.volcano.sh", "numatopologies", "delete")
+        },
+        f"{HELPER}.list_volcano_numatopologies": {
+            ("nodeinfo.volcano.sh", "numatopologies", "list")
+        },
     },
     # The helpers the node processes call: the exporter (`Publisher`, and the Node read
     # at start) and the agent (`AgentLoop`).
@@ -74,6 +95,20 @@ OWN_POD_CALLS = {f"{HELPER}.patch_pod_labels"}
 # The Lease the replicas compete for lives in the release namespace; a single replica
 # runs standalone and never calls these.
 LEASE_CALLS = {f"{HELPER}.get_lease", f"{HELPER}.create_lease", f"{HELPER}.patch_lease"}
+
+# The exports the operator writes only while their chart value is on (`exports.*`).
+EXPORT_CALLS = {
+    "nodeResourceTopology": {
+        f"{HELPER}.apply_node_resource_topology",
+        f"{HELPER}.delete_node_resource_topology",
+        f"{HELPER}.list_node_resource_topologies",
+    },
+    "volcano": {
+        f"{HELPER}.apply_volcano_numatopology",
+        f"{HELPER}.delete_volcano_numatopology",
+        f"{HELPER}.list_volcano_numatopologies",
+    },
+}
 
 # kopf's own calls for the operator's handlers and indexes (peering is off).
 FRAMEWORK_CALLS: dict[str, set[Permission]] = {
@@ -168,11 +203,14 @@ def granted(manifests: list[dict[str, Any]], account: str) -> set[Grant]:
     return grants
 
 
-def required(account: str, *, lease: bool, namespaces: list[str]) -> set[Grant]:
+def required(
+    account: str, *, lease: bool, namespaces: list[str], exports: tuple[str, ...] = ()
+) -> set[Grant]:
     """What `account` needs: its code's calls, plus kopf's for the operator; `lease`: the
-    replicas compete for a Lease (more than one replica)."""
+    replicas compete for a Lease (more than one replica); `exports`: the formats on."""
     calls = CODE_CALLS[account]
-    special = OWN_POD_CALLS | LEASE_CALLS
+    off = set().union(*(c for name, c in EXPORT_CALLS.items() if name not in exports))
+    special = OWN_POD_CALLS | LEASE_CALLS | off
     permissions = set().union(*(p for site, p in calls.items() if site not in special))
     if account == "operator":
         permissions |= set().union(*FRAMEWORK_CALLS.values())
@@ -188,18 +226,46 @@ def required(account: str, *, lease: bool, namespaces: list[str]) -> set[Grant]:
     return grants | {(NAMESPACE if namespaces else "cluster", *p) for p in own}
 
 
+BOTH_EXPORTS = {
+    "exports": {"nodeResourceTopology": {"enabled": True}, "volcano": {"enabled": True}}
+}
+
+
 @pytest.mark.parametrize(
-    ("values", "account", "lease", "namespaces"),
+    ("values", "account", "lease", "namespaces", "exports"),
     [
-        pytest.param(None, "numatopo-operator", True, [], id="operator"),
+        pytest.param(None, "numatopo-operator", True, [], (), id="operator"),
         pytest.param(
-            {"operator": {"replicas": 1}}, "numatopo-operator", False, [], id="operator-standalone"
+            BOTH_EXPORTS,
+            "numatopo-operator",
+            True,
+            [],
+            ("nodeResourceTopology", "volcano"),
+            id="operator-exporting-both",
+        ),
+        pytest.param(
+            {"exports": {"nodeResourceTopology": {"enabled": False}, "volcano": {"enabled": True}}},
+            "numatopo-operator",
+            True,
+            [],
+            ("volcano",),
+            id="operator-exporting-volcano",
+        ),
+        pytest.param(BOTH_EXPORTS, "numatopo-node", False, [], (), id="node-with-exports-on"),
+        pytest.param(
+            {"operator": {"replicas": 1}},
+            "numatopo-operator",
+            False,
+            [],
+            (),
+            id="operator-standalone",
         ),
         pytest.param(
             {"operator": {"watchNamespaces": ["ml", "research"]}},
             "numatopo-operator",
             True,
             ["ml", "research"],
+            (),
             id="operator-namespaced",
         ),
         pytest.param(
@@ -207,16 +273,23 @@ def required(account: str, *, lease: bool, namespaces: list[str]) -> set[Grant]:
             "numatopo-operator",
             True,
             ["ml", NAMESPACE],
+            (),
             id="operator-namespaced-including-its-own-namespace",
         ),
-        pytest.param(None, "numatopo-node", False, [], id="node"),
+        pytest.param(None, "numatopo-node", False, [], (), id="node"),
     ],
 )
 def test_rbac_grants_exactly_what_the_code_calls(
-    render: Any, values: Any, account: str, lease: bool, namespaces: list[str]
+    render: Any,
+    values: Any,
+    account: str,
+    *,
+    lease: bool,
+    namespaces: list[str],
+    exports: tuple[str, ...],
 ) -> None:
     component = account.removeprefix("numatopo-")
-    expected = required(component, lease=lease, namespaces=namespaces)
+    expected = required(component, lease=lease, namespaces=namespaces, exports=exports)
 
     assert sorted(expected) == sorted(granted(render(values), account))
 
