@@ -25,6 +25,8 @@ from __future__ import annotations
 
 import asyncio
 import enum
+import hashlib
+import json
 import logging
 import time
 from dataclasses import dataclass, field
@@ -98,14 +100,20 @@ class _Backoff:
     not_before: float = 0.0
 
 
+def _digest(body: dict[str, Any]) -> bytes:
+    return hashlib.blake2b(json.dumps(body, sort_keys=True).encode(), digest_size=16).digest()
+
+
 @dataclass
 class ExportWriter:
     """One format's writer: what it last wrote per node, and which nodes to try later."""
 
     runtime: Runtime
     format: ExportFormat
-    written: dict[str, dict[str, Any]] = field(default_factory=dict)
-    """node -> the object last written (so an unchanged object is not written again)."""
+    written: dict[str, bytes] = field(default_factory=dict)
+    """node -> digest of the object last written (so an unchanged object is not written
+    again). A digest, not the object: a Volcano object of a 208-CPU node is ~60 KB of
+    Python dicts, too much to keep for thousands of nodes."""
     seen: dict[str, tuple[NumatopologySpec, NodeState, int]] = field(default_factory=dict)
     """node -> (topology, state, version) of its last write: unchanged ones are skipped."""
     failing: dict[str, _Backoff] = field(default_factory=dict)
@@ -183,7 +191,7 @@ class ExportWriter:
         self.failing.pop(_SWEEP, None)
         for name in names:
             if name not in known and name not in self.written:
-                self.written[name] = {}  # deleted below, as a node that went away
+                self.written[name] = b""  # deleted below, as a node that went away
         self.swept = True
 
     async def sync(self) -> None:
@@ -203,7 +211,8 @@ class ExportWriter:
                 continue
             mark = (topology, state, state.version)
             body = self.format.build(node, topology, state)
-            if self.written.get(node) == body:
+            digest = _digest(body)
+            if self.written.get(node) == digest:
                 self.seen[node] = mark
                 continue
             if not runtime.lease_fresh():
@@ -213,7 +222,7 @@ class ExportWriter:
             except KubeError as exc:
                 self._failed(node, exc, "writing")
                 continue
-            self.written[node] = body
+            self.written[node] = digest
             self.seen[node] = mark
             self.failing.pop(node, None)
             runtime.metrics.exports_written.labels(self.format.value).inc()

@@ -123,35 +123,38 @@ def node_resource_topology(
 ) -> NodeResourceTopology:
     """The NodeResourceTopology of `node`: `spec`'s NUMA nodes, with what `state` (the
     ledger's bookings) leaves available."""
+    # Plain dicts, validated by the model in one pass (a 64-NUMA node has 4,096 costs).
     zones = [
-        Zone(
-            name=zone_name(zone.numa),
-            type=ZONE_TYPE,
-            costs=[
-                CostInfo(name=zone_name(other), value=distance)
+        {
+            "name": zone_name(zone.numa),
+            "type": ZONE_TYPE,
+            "costs": [
+                {"name": zone_name(other), "value": distance}
                 for other, distance in sorted(zone.distances.items())
             ],
-            resources=[
-                ResourceInfo(
-                    name=name,
-                    capacity=str(amounts.capacity),
-                    allocatable=str(amounts.allocatable),
-                    available=str(amounts.available),
-                )
+            "resources": [
+                {
+                    "name": name,
+                    "capacity": str(amounts.capacity),
+                    "allocatable": str(amounts.allocatable),
+                    "available": str(amounts.available),
+                }
                 for name, amounts in zone.resources.items()
             ],
-        )
+        }
         for zone in numa_zones(spec, state)
     ]
     policies = spec.policies
-    return NodeResourceTopology(
-        metadata=ObjectMeta(name=node, labels={"app.kubernetes.io/managed-by": MANAGED_BY}),
-        topology_policies=[
-            topology_policy(policies.topology_manager_policy, policies.topology_manager_scope)
-        ],
-        attributes=[
-            AttributeInfo(name=POLICY_ATTRIBUTE, value=policies.topology_manager_policy),
-            AttributeInfo(name=SCOPE_ATTRIBUTE, value=policies.topology_manager_scope),
-        ],
-        zones=zones,
+    return NodeResourceTopology.model_validate(
+        {
+            "metadata": {"name": node, "labels": {"app.kubernetes.io/managed-by": MANAGED_BY}},
+            "topologyPolicies": [
+                topology_policy(policies.topology_manager_policy, policies.topology_manager_scope)
+            ],
+            "attributes": [
+                {"name": POLICY_ATTRIBUTE, "value": policies.topology_manager_policy},
+                {"name": SCOPE_ATTRIBUTE, "value": policies.topology_manager_scope},
+            ],
+            "zones": zones,
+        }
     )
