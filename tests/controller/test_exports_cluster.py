@@ -266,3 +266,69 @@ async def test_a_new_term_deletes_what_numatopo_wrote_for_nodes_that_are_gone(
         lambda: sorted(nrts(cluster)) == ["foreign", NODE] and sorted(volcanos(cluster)) == [NODE],
         what="the orphans deleted, someone else's object kept",
     )
+
+
+OPERATOR_NAMESPACE = "numatopo-system"
+
+
+def replica(name: str) -> dict[str, Any]:
+    """One of two replicas competing for a Lease (durations in the defaults' ratios)."""
+    return {
+        "lease_name": "numatopo",
+        "pod_name": name,
+        "pod_namespace": OPERATOR_NAMESPACE,
+        "lease_duration_seconds": 1.2,
+        "renew_deadline_seconds": 0.9,
+        "retry_period_seconds": 0.1,
+        **BOTH,
+    }
+
+
+def written(running: Any) -> float:
+    """The exports one replica wrote (its own metrics)."""
+    total = 0.0
+    for line in running.runtime.metrics.render().decode().splitlines():
+        if line.startswith("numatopo_exports_written_total{"):
+            total += float(line.rsplit(" ", 1)[1])
+    return total
+
+
+async def test_only_the_lease_holder_writes_and_a_new_holder_takes_over(
+    foreign_cluster, start_operator_on, h100
+):
+    cluster = foreign_cluster
+    for name in ("op-a", "op-b"):
+        pod = {
+            "apiVersion": "v1",
+            "kind": "Pod",
+            "metadata": {"name": name, "namespace": OPERATOR_NAMESPACE},
+            "spec": {"containers": [{"name": "operator", "image": "numatopo"}]},
+        }
+        await cluster.create(f"/api/v1/namespaces/{OPERATOR_NAMESPACE}/pods", pod)
+    await cluster.create_numatopology(numatopology(NODE, h100))
+    a = await start_operator_on(cluster, **replica("op-a"))
+    await eventually(lambda: a.runtime.deciding, what="A decides")
+    b = await start_operator_on(cluster, **replica("op-b"))
+    await eventually(lambda: NODE in nrts(cluster) and NODE in volcanos(cluster), what="exports")
+    await eventually(b.runtime.indexed.is_set, what="B listed everything")
+    await cluster.create_pod(make_pod("train", gpus=1, cpu="4"))
+    await eventually(
+        lambda: (
+            sum(available(nrts(cluster)[NODE], f"node-{n}", "nvidia.com/gpu") for n in (0, 1)) == 7
+        ),
+        what="A's exports show the pod",
+    )
+
+    await eventually(lambda: written(a) >= 2.0, what="A counted both writes")
+    assert written(b) == 0.0
+
+    await a.stop()
+    await eventually(lambda: b.runtime.deciding, what="B takes over", timeout=15)
+    await cluster.delete_pod("train")
+    await eventually(
+        lambda: (
+            sum(available(nrts(cluster)[NODE], f"node-{n}", "nvidia.com/gpu") for n in (0, 1)) == 8
+        ),
+        what="B's exports show the pod gone",
+    )
+    await eventually(lambda: written(b) >= 2.0, what="B counted both writes")
