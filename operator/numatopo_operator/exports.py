@@ -26,13 +26,18 @@ from __future__ import annotations
 import asyncio
 import enum
 import hashlib
-import json
 import logging
 import time
 from dataclasses import dataclass, field
 from typing import Any
 
-from numatopo_engine.exports import MANAGED_BY, node_resource_topology, volcano_numatopology
+from numatopo_engine.exports import (
+    MANAGED_BY,
+    NodeResourceTopology,
+    VolcanoNumatopology,
+    node_resource_topology,
+    volcano_numatopology,
+)
 from numatopo_engine.model import NumatopologySpec
 from numatopo_engine.state import NodeState
 from numatopo_operator.errors import (
@@ -64,10 +69,12 @@ class ExportFormat(enum.StrEnum):
             else "Numatopology.nodeinfo.volcano.sh"
         )
 
-    def build(self, node: str, spec: NumatopologySpec, state: NodeState) -> dict[str, Any]:
+    def build(
+        self, node: str, spec: NumatopologySpec, state: NodeState
+    ) -> NodeResourceTopology | VolcanoNumatopology:
         if self is ExportFormat.NRT:
-            return node_resource_topology(node, spec, state).to_wire()
-        return volcano_numatopology(node, spec, state).to_wire()
+            return node_resource_topology(node, spec, state)
+        return volcano_numatopology(node, spec, state)
 
 
 _HINTS = {
@@ -100,8 +107,11 @@ class _Backoff:
     not_before: float = 0.0
 
 
-def _digest(body: dict[str, Any]) -> bytes:
-    return hashlib.blake2b(json.dumps(body, sort_keys=True).encode(), digest_size=16).digest()
+def _digest(built: NodeResourceTopology | VolcanoNumatopology) -> bytes:
+    """What identifies an object's content: its JSON (pydantic's serializer, in field
+    order, so equal objects give equal digests) hashed to 16 bytes."""
+    wire = built.model_dump_json(by_alias=True, exclude_none=True).encode()
+    return hashlib.blake2b(wire, digest_size=16).digest()
 
 
 @dataclass
@@ -210,15 +220,18 @@ class ExportWriter:
             if not self._due(node):
                 continue
             mark = (topology, state, state.version)
-            body = self.format.build(node, topology, state)
-            digest = _digest(body)
+            built = self.format.build(node, topology, state)
+            digest = _digest(built)
+            # One node's translation at a time between turns of the loop (a 64-NUMA
+            # node takes tens of ms): Lease renewals and watches never wait for a pass.
+            await asyncio.sleep(0)
             if self.written.get(node) == digest:
                 self.seen[node] = mark
                 continue
             if not runtime.lease_fresh():
                 return  # fenced: the next holder writes it
             try:
-                await self._apply(body)
+                await self._apply(built.to_wire())
             except KubeError as exc:
                 self._failed(node, exc, "writing")
                 continue

@@ -1,0 +1,83 @@
+"""What one export write costs the operator's event loop, against the status write it
+already makes for the same node (the baseline, measured in the same run).
+
+Per fixture topology (tests/fixtures/topologies), half-booked by real assignments: the
+time to build the NodeResourceTopology and the Volcano Numatopology and their digests
+(`ExportFormat.build` + `_digest`, what `ExportWriter.sync` runs per changed node; the
+wire dict is made only for a write), and the time of `status.free_status` (the
+Numatopology status of the same node). Median of `--repeat` runs.
+
+    .venv/bin/python benchmarks/bench_exports.py --repeat 50
+"""
+
+from __future__ import annotations
+
+import argparse
+import statistics
+import sys
+import time
+from collections.abc import Callable
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parent.parent
+sys.path[:0] = [str(REPO / p) for p in ("engine", "kube", "operator")]
+
+from numatopo_engine.annotations import Assignment, ContainerAssignment  # noqa: E402
+from numatopo_engine.cpuset import CPUSet  # noqa: E402
+from numatopo_engine.model import Numatopology, NumatopologySpec  # noqa: E402
+from numatopo_engine.state import NodeState  # noqa: E402
+from numatopo_operator.exports import ExportFormat, _digest  # noqa: E402
+from numatopo_operator.status import free_status  # noqa: E402
+
+TOPOLOGIES = REPO / "tests" / "fixtures" / "topologies"
+
+
+def half_booked(spec: NumatopologySpec) -> NodeState:
+    """Every NUMA node gives half its CPUs, half its GPUs and a GiB to one pod each."""
+    state = NodeState(spec)
+    for node in spec.numa_nodes:
+        free = sorted(set(node.cpus) - set(spec.reserved_cpus))
+        gpus = [g.index for g in spec.gpus if g.numa == node.id]
+        container = ContainerAssignment(
+            cpus=CPUSet(free[: len(free) // 2]),
+            mems=CPUSet([node.id]),
+            gpu_indices=gpus[: len(gpus) // 2],
+            memory={str(node.id): min(1 << 30, node.memory_bytes)},
+        )
+        state.apply(f"bench/pod-{node.id}", Assignment(node="n", containers={"main": container}))
+    return state
+
+
+def median_ms(work: Callable[[], object], repeat: int) -> float:
+    times = []
+    for _ in range(repeat):
+        start = time.perf_counter()
+        work()
+        times.append(time.perf_counter() - start)
+    return statistics.median(times) * 1000
+
+
+def row(path: Path, repeat: int) -> str:
+    spec = Numatopology.model_validate_json(path.read_text()).spec
+    state = half_booked(spec)
+    base = median_ms(lambda: free_status(spec, state, len(state.assignments)), repeat)
+    nrt = median_ms(lambda: _digest(ExportFormat.NRT.build("n", spec, state)), repeat)
+    vol = median_ms(lambda: _digest(ExportFormat.VOLCANO.build("n", spec, state)), repeat)
+    return (
+        f"| {path.stem} | {len(spec.numa_nodes)} | {len(spec.online_cpus())} | {base:.2f} "
+        f"| {nrt:.2f} | {vol:.2f} | {nrt / base:.1f}x | {vol / base:.1f}x |"
+    )
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--repeat", type=int, default=50)
+    args = parser.parse_args()
+    print("| topology | NUMA | CPUs | status ms (baseline) | NRT ms | Volcano ms | NRT | Volcano |")
+    print("|---|---|---|---|---|---|---|---|")
+    for path in sorted(TOPOLOGIES.glob("*.json")):
+        print(row(path, args.repeat))
+
+
+if __name__ == "__main__":
+    main()
