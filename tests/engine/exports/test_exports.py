@@ -8,16 +8,20 @@ validated against the published CRD (tests/fixtures/schemas).
 
 from __future__ import annotations
 
+import random
 from pathlib import Path
 
 import pytest
 
 from foreign_schemas import nrt_errors, volcano_errors
-from numatopo_engine.annotations import Assignment, ContainerAssignment
+from numatopo_engine.allocation import allocate
+from numatopo_engine.annotations import Assignment, ContainerAssignment, PolicyName
 from numatopo_engine.cpuset import CPUSet
+from numatopo_engine.errors import UnsatisfiableError
 from numatopo_engine.exports import node_resource_topology, volcano_numatopology
 from numatopo_engine.exports.nrt import topology_policy
 from numatopo_engine.model import Numatopology, NumatopologySpec
+from numatopo_engine.request import ContainerRequest, PodRequest, TopologyOptions
 from numatopo_engine.state import NodeState
 from numatopo_exporter.discovery.hwloc_xml import read_hwloc_xml
 
@@ -291,3 +295,85 @@ def test_volcano_without_per_cpu_rows_still_maps_cpus_to_numa_nodes() -> None:
 
     for node in spec.numa_nodes:
         assert {node.id} == {detail[str(c)]["numa"] for c in node.cpus}
+
+
+# -- filled by the engine, emptied again ------------------------------------------------
+
+
+def _fill_requests(spec: NumatopologySpec, seed: int) -> list[PodRequest]:
+    rng = random.Random(seed)
+    gpu_resources = sorted({g.resource for g in spec.gpus})
+    pods = []
+    for i in range(12):
+        gpus = rng.choice([0, 1, 2]) if gpu_resources else 0
+        container = ContainerRequest(
+            name="main",
+            cpu_milli=1000 * rng.choice([1, 2, 4, 8]),
+            memory_bytes=GIB * rng.choice([1, 4]),
+            gpus=gpus,
+            gpu_resource=gpu_resources[0] if gpus else None,
+        )
+        pods.append(
+            PodRequest(
+                namespace="fill",
+                name=f"p{i}",
+                containers=(container,),
+                options=TopologyOptions(policy=PolicyName.BEST_EFFORT),
+            )
+        )
+    return pods
+
+
+def _check_agrees_with_state(spec: NumatopologySpec, state: NodeState) -> None:
+    """Every amount of both exports is what the ledger's state says is free."""
+    nrt = node_resource_topology("n", spec, state).to_wire()
+    free = state.free_cpus()
+    free_gpus = state.free_gpus()
+    for node in spec.numa_nodes:
+        zone = resources(nrt, f"node-{node.id}")
+        assert str(len(free & node.cpus)) == zone["cpu"][2]
+        assert str(state.free_memory(node.id)) == zone["memory"][2]
+        for resource in {g.resource for g in spec.gpus if g.numa == node.id}:
+            unbooked = [g for g in spec.gpus if g.numa == node.id and g.resource == resource]
+            assert str(sum(g.index in free_gpus for g in unbooked)) == zone[resource][2]
+    volcano = volcano_numatopology("n", spec, state).to_wire()
+    assert free == CPUSet.parse(volcano["spec"]["numares"]["cpu"]["allocatable"])
+    assert sorted(k.partition("/")[2] for k in state.assignments) == [
+        p["name"] for p in volcano["spec"]["podAllocations"]
+    ]
+
+
+@pytest.mark.parametrize(
+    "spec",
+    [pytest.param(load(p.name), id=p.stem) for p in TOPOLOGIES]
+    + [pytest.param(x3950(), id="x3950-4numa")],
+)
+def test_exports_follow_the_engine_filling_and_emptying_a_node(spec: NumatopologySpec) -> None:
+    state = NodeState(spec)
+    empty = (
+        node_resource_topology("n", spec, state).to_wire(),
+        volcano_numatopology("n", spec, state).to_wire(),
+    )
+    placed = []
+    for request in _fill_requests(spec, seed=len(spec.numa_nodes)):
+        try:
+            decision = allocate(spec, state, request, "n")
+        except UnsatisfiableError:
+            continue
+        key = f"{request.namespace}/{request.name}"
+        state.apply(key, decision.assignment)
+        placed.append(key)
+        _check_agrees_with_state(spec, state)
+    assert placed, "the engine placed nothing: the check above never ran"
+    full = node_resource_topology("n", spec, state).to_wire()
+    assert [] == nrt_errors(full)
+    assert [] == volcano_errors(volcano_numatopology("n", spec, state).to_wire())
+
+    for key in placed:
+        state.release(key)
+        _check_agrees_with_state(spec, state)
+
+    assert empty == (
+        node_resource_topology("n", spec, state).to_wire(),
+        volcano_numatopology("n", spec, state).to_wire(),
+    )
