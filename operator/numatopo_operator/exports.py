@@ -17,8 +17,10 @@ leaves nothing behind.
 A failed write (API down, 409 because another writer owns the object, 404 because the
 CRD is not installed) is logged with what to do, counted, and tried again for that
 node after a growing pause (`retry_base_seconds` .. `retry_max_seconds`); the loop and
-the other nodes carry on. Applies are not forced: an object NFD's topology-updater or
-Volcano's resource-exporter writes stays theirs, and the conflict says so.
+the other nodes carry on. A term writes nothing of a format until its list has worked
+(a missing CRD costs one list per back-off, not one failed write per node). Applies are
+not forced: an object NFD's topology-updater or Volcano's resource-exporter writes stays
+theirs, and the conflict says so.
 """
 
 from __future__ import annotations
@@ -145,7 +147,10 @@ class ExportWriter:
         backoff.not_before = time.monotonic() + pause
         hint = next((h for kind, h in _HINTS.items() if isinstance(exc, kind)), "")
         self.runtime.metrics.export_errors.labels(self.format.value, _reason(exc)).inc()
-        logger.warning(
+        # The first failure of a node is a warning; its repeats (every retry of a node
+        # another writer owns, say) are counted, and logged at debug level only.
+        logger.log(
+            logging.WARNING if backoff.attempts == 1 else logging.DEBUG,
             "%s %s%s failed (again in %.1f s)%s: %s",
             doing,
             self.format.kind,
@@ -210,6 +215,10 @@ class ExportWriter:
         nodes = set(ledger.nodes())
         if not self.swept:
             await self._sweep(nodes)
+            if not self.swept:
+                # Without the list, nothing of this format can be written either (no
+                # CRD, no RBAC, no API): one call per back-off, not one per node.
+                return
         for node in sorted(nodes):
             topology, state = ledger.topology(node), ledger.state(node)
             if topology is None or state is None:
@@ -234,6 +243,9 @@ class ExportWriter:
                 await self._apply(built.to_wire())
             except KubeError as exc:
                 self._failed(node, exc, "writing")
+                if isinstance(exc, KubeNotFoundError):
+                    self.swept = False  # the CRD went away: back to one list per back-off
+                    return
                 continue
             self.written[node] = digest
             self.seen[node] = mark
