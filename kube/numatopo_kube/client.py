@@ -765,12 +765,14 @@ class KubeClient:
 
     @api_call((volcano.GROUP, "numatopologies", "delete"))
     async def delete_volcano_numatopology(self, name: str) -> bool:
-        return await self._delete_global(_VolcanoNumatopology, f"{volcano.GROUP} {KIND}", name)
+        return await self._delete_global(
+            _VolcanoNumatopology, f"{volcano.GROUP} {volcano.KIND}", name
+        )
 
     @api_call((volcano.GROUP, "numatopologies", "list"))
     async def list_volcano_numatopologies(self, *, label_selector: Mapping[str, str]) -> Listing:
         return await self._list(
-            f"list {volcano.GROUP} {KIND}",
+            f"list {volcano.GROUP} {volcano.KIND}",
             _VolcanoNumatopology,
             namespace=None,
             chunk_size=LIST_PAGE_SIZE,
