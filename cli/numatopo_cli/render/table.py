@@ -32,6 +32,9 @@ def render_table(
     distances = _distance_rows(spec, color=color)
     if distances:
         lines += ["", bold("NUMA distances"), *distances]
+    accelerators = _accelerator_rows(spec, color=color)
+    if accelerators:
+        lines += ["", bold("Accelerators"), *accelerators]
     topo_lines = matrix.render_matrix(spec, color=color)
     if topo_lines:
         lines += ["", bold("GPU/NIC topology"), *topo_lines]
@@ -102,6 +105,29 @@ def _numa_rows(spec: NumatopologySpec, *, color: bool) -> list[str]:
     return text.align_rows(
         rows,
         right=(2,),
+        style=lambda row, _column, cell: text.paint(cell, "1", color=color) if row == 0 else cell,
+    )
+
+
+def _accelerator_rows(spec: NumatopologySpec, *, color: bool) -> list[str]:
+    """One row per accelerator, when the node has any besides whole NVIDIA GPUs (the
+    NUMA rows and the GPU matrix already say all there is about those)."""
+    if all(gpu.resource == "nvidia.com/gpu" and not gpu.mig_mode for gpu in spec.gpus):
+        return []
+    rows = [["ID", "RESOURCE", "VENDOR", "MODEL", "PCI", "NUMA"]]
+    for gpu in spec.gpus:
+        rows.append(
+            [
+                str(gpu.index),
+                gpu.resource,
+                gpu.vendor,
+                text.short_model(gpu) or text.UNKNOWN,
+                text.short_pci(gpu) or text.UNKNOWN,
+                text.UNKNOWN if gpu.numa is None else str(gpu.numa),
+            ]
+        )
+    return text.align_rows(
+        rows,
         style=lambda row, _column, cell: text.paint(cell, "1", color=color) if row == 0 else cell,
     )
 
