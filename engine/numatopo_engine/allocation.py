@@ -168,7 +168,8 @@ def allocate(
     outcome = _decide(engine, topology, state, request, build=True, pinned=pinned or {})
     if isinstance(outcome, Shortfall):
         raise UnsatisfiableError(word(outcome), word(outcome, detail=False))
-    containers = {name: _wire(entry) for name, entry in outcome.entries.items()}
+    tables = engine.tables_of(topology)
+    containers = {name: _wire(entry, tables) for name, entry in outcome.entries.items()}
     assignment = Assignment(
         node=node_name,
         numa_nodes=bits(outcome.mask),
@@ -357,7 +358,9 @@ def node_score(
     engine = engine or Engine()
     tables = engine.tables_of(topology)
     free = FreeView.from_state(tables, state)
-    gpus = sorted({g for c in assignment.containers.values() for g in c.gpu_indices})
+    gpus = sorted(
+        {g for c in assignment.containers.values() for g in (*c.gpu_indices, *c.mig_indices)}
+    )
     cpus = len({cpu for c in assignment.containers.values() if c.exclusive for cpu in c.cpus})
     resources = {tables.gpu_resource[g] for g in gpus if g in tables.gpu_resource}
     gpu_resource = resources.pop() if len(resources) == 1 else None
@@ -396,13 +399,18 @@ class _Plan:
     entries: dict[str, _Entry]
 
 
-def _wire(entry: _Entry) -> ContainerAssignment:
+def _wire(entry: _Entry, tables: Tables) -> ContainerAssignment:
+    # Whole GPUs and MIG devices are one index space in the engine, two lists on the wire.
+    whole = [i for i, g in enumerate(entry.gpus) if g not in tables.mig_parent]
+    mig = [i for i, g in enumerate(entry.gpus) if g in tables.mig_parent]
     return ContainerAssignment(
         cpus=CPUSet(entry.cpus),
         exclusive=entry.exclusive,
         mems=CPUSet(bits(entry.mask)),
-        gpus=entry.gpu_names,
-        gpu_indices=entry.gpus,
+        gpus=[entry.gpu_names[i] for i in whole],
+        gpu_indices=[entry.gpus[i] for i in whole],
+        mig=[entry.gpu_names[i] for i in mig],
+        mig_indices=[entry.gpus[i] for i in mig],
         nics=entry.nics,
         memory={str(n): v for n, v in sorted(entry.memory.items())},
         hugepages={str(n): dict(sorted(s.items())) for n, s in sorted(entry.hugepages.items())},
