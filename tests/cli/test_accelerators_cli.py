@@ -56,10 +56,10 @@ def test_inspect_shows_accelerators_of_every_vendor(
     assert code == 0, err
     section = out.split("Accelerators", 1)[1].split("\n\n", 1)[0]
     rows = [line.split() for line in section.strip().splitlines()]
-    assert ["ID", "RESOURCE", "VENDOR", "MODEL", "PCI", "NUMA"] == rows[0]
-    assert ["2", "habana.ai/gaudi", "habana", "1da3:1020", "04:00.0", "0"] in rows
-    assert ["3", "huawei.com/Ascend910", "huawei", "19e5:d802", "05:00.0", "1"] in rows
-    assert ["5", "gpu.intel.com/i915", "intel", "8086:0bd5", "44:00.0", "2"] in rows
+    assert ["ID", "RESOURCE", "VENDOR", "MODEL", "PCI", "NUMA", "MIG"] == rows[0]
+    assert ["2", "habana.ai/gaudi", "habana", "1da3:1020", "04:00.0", "0", "-"] in rows
+    assert ["3", "huawei.com/Ascend910", "huawei", "19e5:d802", "05:00.0", "1", "-"] in rows
+    assert ["5", "gpu.intel.com/i915", "intel", "8086:0bd5", "44:00.0", "2", "-"] in rows
     assert len(rows) == 7
 
 
