@@ -66,6 +66,7 @@ from numatopo_engine.numamask import bits, format_mask, make_mask
 from numatopo_engine.packing import WorkloadMix
 from numatopo_engine.refusals import Kind, Refusal, Shortfall, format_bytes, word
 from numatopo_engine.request import ContainerRequest, PodRequest, TopologyOptions
+from numatopo_engine.resources import accelerator_word
 from numatopo_engine.scoring import placement_score
 from numatopo_engine.state import NodeState
 from numatopo_engine.topology_tables import TableCache, Tables
@@ -706,7 +707,8 @@ def _fill(
             tables, frozenset(gpu_pool), need.gpus, options.gpu_links, engine.gpu_memo
         ) or choose_gpus(tables, frozenset(gpu_pool), need.gpus, GpuLinksMode.IGNORE)
         if picked is None:
-            return Shortfall(Kind.REQUEST, policy, (), note=f"{need.gpus} GPUs requested, "
+            asked = accelerator_word(need.gpu_resource)
+            return Shortfall(Kind.REQUEST, policy, (), note=f"{need.gpus} {asked} requested, "
                              f"{len(gpu_pool)} left of the pod's set")  # fmt: skip
     if picked:
         entry.gpus = list(picked)

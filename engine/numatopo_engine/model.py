@@ -314,7 +314,10 @@ class Condition(WireModel):
 class FreeNuma(WireModel):
     numa: NonNegInt
     cpus: CPUSet = Field(default_factory=CPUSet)
-    gpus: list[NonNegInt] = Field(default_factory=list)
+    gpus: list[NonNegInt] = Field(
+        default_factory=list,
+        description="Free device indices: whole GPUs and MIG devices (gpus[].migDevices[].index).",
+    )
     nics: list[str] = Field(default_factory=list)
     memory_bytes: NonNegInt = 0
 

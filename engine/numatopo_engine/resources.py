@@ -13,7 +13,13 @@ from dataclasses import dataclass
 
 from numatopo_engine.accelerators import DEFAULT_ACCELERATORS, resource_patterns
 
-__all__ = ["DEFAULT_GPU_PATTERNS", "DEFAULT_RESOURCES", "MIG_PATTERN", "ResourceNames"]
+__all__ = [
+    "DEFAULT_GPU_PATTERNS",
+    "DEFAULT_RESOURCES",
+    "MIG_PATTERN",
+    "ResourceNames",
+    "accelerator_word",
+]
 
 MIG_PATTERN = "nvidia.com/mig-*"
 """NVIDIA's device plugin with `--mig-strategy=mixed` names each MIG profile
@@ -45,3 +51,11 @@ class ResourceNames:
 
 
 DEFAULT_RESOURCES = ResourceNames()
+
+
+def accelerator_word(resource: str | None) -> str:
+    """How refusals name what a pod asked for: "GPUs" for GPU resources (or none named),
+    else the resource itself (`nvidia.com/mig-3g.40gb`, `habana.ai/gaudi`)."""
+    if resource is None or resource in ("nvidia.com/gpu", "amd.com/gpu"):
+        return "GPUs"
+    return resource

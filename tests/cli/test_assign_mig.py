@@ -102,3 +102,14 @@ def test_text_output_lists_mig_devices(capsys: pytest.CaptureFixture[str], tmp_p
     path.write_text(json.dumps(pod("nvidia.com/mig-3g.40gb", 2)))
     assert 0 == main(["assign", "--topology", str(NODE), "--pod", str(path), "-o", "text"])
     assert "gpus -, mig 8,9," in capsys.readouterr().out
+
+
+def test_a_profile_the_node_lacks_is_refused_naming_the_resource(
+    capsys: pytest.CaptureFixture[str], tmp_path: Path
+) -> None:
+    code, answer = assign(capsys, tmp_path, pod("nvidia.com/mig-2g.20gb", 1))
+    assert code == 1
+    assert "1 nvidia.com/mig-2g.20gb requested, more than the node has free" in answer["reason"]
+    code, answer = assign(capsys, tmp_path, pod("nvidia.com/mig-3g.40gb", 3))
+    assert code == 1
+    assert "2 nvidia.com/mig-3g.40gb free" in answer["reason"]

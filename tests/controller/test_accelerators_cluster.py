@@ -104,6 +104,15 @@ async def test_mig_pods_get_mig_devices_of_their_numa_node_and_whole_gpus_skip_m
     assert sorted(held) == [8, 9, 17, 18]  # the 3g.40gb devices of GPUs 0 and 4
     whole = assignment(cluster, "whole")["containers"]["main"]
     assert [5, 6, 7] == whole["gpuIndices"]  # GPU 4 is in MIG mode, never handed out whole
+    # The node's status lists free devices: whole GPUs and MIG devices, never GPU 0/1/4.
+    expected_free = [2, 3, *range(10, 17)]
+
+    def free_listed() -> bool:
+        status = cluster.numatopology_status("a100-mig")
+        free = {entry["numa"]: entry.get("gpus", []) for entry in status.get("free", [])}
+        return status.get("freeGPUs") == 9 and free == {0: expected_free, 1: []}
+
+    await wait(free_listed, what="status.free listing the free GPUs and MIG devices")
     events = dict(cluster.events_for("mig-a"))
     assert (
         "MIG devices 8,9" in events["NumatopoAssigned"]
