@@ -7,10 +7,12 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from numatopo_engine import NodeState, allocate, request_from_pod
+from numatopo_engine import NodeState, allocate, evaluate, request_from_pod
+from numatopo_engine.allocation import evaluate_many
 from numatopo_engine.annotations import GpuLinksMode
 from numatopo_engine.errors import UnsatisfiableError
 from numatopo_engine.gpu_assignment import choose_gpus
@@ -74,10 +76,16 @@ def test_mig_devices_are_placed_like_gpus_and_never_twice(
     taken: set[int] = set()
     for number, (resource, count, links) in enumerate(pods):
         request = request_from_pod(pod(f"p{number}", resource, count, links))
-        try:
-            decision = allocate(spec, state, request, "n")
-        except UnsatisfiableError:
+        # The extender's paths (one node, many nodes at once) agree with the decision.
+        batch = evaluate_many(spec, [state, state.copy()], request)
+        if not isinstance(batch[0], int):
+            with pytest.raises(UnsatisfiableError) as refused:
+                allocate(spec, state, request, "n")
+            assert refused.value.reason == batch[0].reason
+            assert not isinstance(batch[1], int)
             continue
+        decision = allocate(spec, state, request, "n")
+        assert decision.score == evaluate(spec, state, request) == batch[0] == batch[1]
         state.apply(request.key, decision.assignment)  # raises on any double booking
         container = decision.assignment.containers["main"]
         given_ = [*container.gpu_indices, *container.mig_indices]
