@@ -66,6 +66,7 @@ from numatopo_engine.numamask import bits, format_mask, make_mask
 from numatopo_engine.packing import WorkloadMix
 from numatopo_engine.refusals import Kind, Refusal, Shortfall, format_bytes, word
 from numatopo_engine.request import ContainerRequest, PodRequest, TopologyOptions
+from numatopo_engine.resources import accelerator_word
 from numatopo_engine.scoring import placement_score
 from numatopo_engine.state import NodeState
 from numatopo_engine.topology_tables import TableCache, Tables
@@ -168,7 +169,8 @@ def allocate(
     outcome = _decide(engine, topology, state, request, build=True, pinned=pinned or {})
     if isinstance(outcome, Shortfall):
         raise UnsatisfiableError(word(outcome), word(outcome, detail=False))
-    containers = {name: _wire(entry) for name, entry in outcome.entries.items()}
+    tables = engine.tables_of(topology)
+    containers = {name: _wire(entry, tables) for name, entry in outcome.entries.items()}
     assignment = Assignment(
         node=node_name,
         numa_nodes=bits(outcome.mask),
@@ -357,7 +359,9 @@ def node_score(
     engine = engine or Engine()
     tables = engine.tables_of(topology)
     free = FreeView.from_state(tables, state)
-    gpus = sorted({g for c in assignment.containers.values() for g in c.gpu_indices})
+    gpus = sorted(
+        {g for c in assignment.containers.values() for g in (*c.gpu_indices, *c.mig_indices)}
+    )
     cpus = len({cpu for c in assignment.containers.values() if c.exclusive for cpu in c.cpus})
     resources = {tables.gpu_resource[g] for g in gpus if g in tables.gpu_resource}
     gpu_resource = resources.pop() if len(resources) == 1 else None
@@ -396,13 +400,18 @@ class _Plan:
     entries: dict[str, _Entry]
 
 
-def _wire(entry: _Entry) -> ContainerAssignment:
+def _wire(entry: _Entry, tables: Tables) -> ContainerAssignment:
+    # Whole GPUs and MIG devices are one index space in the engine, two lists on the wire.
+    whole = [i for i, g in enumerate(entry.gpus) if g not in tables.mig_parent]
+    mig = [i for i, g in enumerate(entry.gpus) if g in tables.mig_parent]
     return ContainerAssignment(
         cpus=CPUSet(entry.cpus),
         exclusive=entry.exclusive,
         mems=CPUSet(bits(entry.mask)),
-        gpus=entry.gpu_names,
-        gpu_indices=entry.gpus,
+        gpus=[entry.gpu_names[i] for i in whole],
+        gpu_indices=[entry.gpus[i] for i in whole],
+        mig=[entry.gpu_names[i] for i in mig],
+        mig_indices=[entry.gpus[i] for i in mig],
         nics=entry.nics,
         memory={str(n): v for n, v in sorted(entry.memory.items())},
         hugepages={str(n): dict(sorted(s.items())) for n, s in sorted(entry.hugepages.items())},
@@ -698,7 +707,8 @@ def _fill(
             tables, frozenset(gpu_pool), need.gpus, options.gpu_links, engine.gpu_memo
         ) or choose_gpus(tables, frozenset(gpu_pool), need.gpus, GpuLinksMode.IGNORE)
         if picked is None:
-            return Shortfall(Kind.REQUEST, policy, (), note=f"{need.gpus} GPUs requested, "
+            asked = accelerator_word(need.gpu_resource)
+            return Shortfall(Kind.REQUEST, policy, (), note=f"{need.gpus} {asked} requested, "
                              f"{len(gpu_pool)} left of the pod's set")  # fmt: skip
     if picked:
         entry.gpus = list(picked)

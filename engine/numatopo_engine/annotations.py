@@ -109,6 +109,13 @@ class ContainerAssignment(WireModel):
     mems: CPUSet = Field(default_factory=CPUSet, description="NUMA node ids, cpulist format.")
     gpus: list[str] = Field(default_factory=list, description="GPU UUIDs (or PCI bus ids).")
     gpu_indices: list[int] = Field(default_factory=list)
+    mig: list[str] = Field(
+        default_factory=list,
+        description="MIG device UUIDs (MIG-...), else <GPU name>/mig-<index>; never whole GPUs.",
+    )
+    mig_indices: list[int] = Field(
+        default_factory=list, description="MigDevice.index of each entry of `mig`."
+    )
     nics: list[str] = Field(default_factory=list)
     memory: dict[NumaKey, int] = Field(
         default_factory=dict, description="Bytes of memory booked per NUMA node id."

@@ -53,6 +53,7 @@ from numatopo_engine.numamask import LOCAL_DISTANCE
 from numatopo_engine.packing import WorkloadMix, fragmentation, node_rank, pack_of_growth
 from numatopo_engine.refusals import Kind, Shortfall, Wanted
 from numatopo_engine.request import TopologyOptions
+from numatopo_engine.resources import accelerator_word
 from numatopo_engine.scoring import CPU_WEIGHTS, GPU_WEIGHTS
 from numatopo_engine.topology_manager import best_non_preferred
 from numatopo_engine.topology_tables import Tables
@@ -219,7 +220,7 @@ def _wanted(need: Need) -> tuple[Wanted, ...]:
         out.append(Wanted("memory", need.memory_bytes, in_bytes=True))
     out.extend(Wanted(f"hugepages-{s}", a, in_bytes=True) for s, a in need.hugepages if a)
     if need.gpus:
-        out.append(Wanted("GPUs", need.gpus))
+        out.append(Wanted(accelerator_word(need.gpu_resource), need.gpus))
     if need.nics:
         out.append(Wanted("NICs", need.nics))
     return tuple(out)
@@ -251,7 +252,7 @@ def _totals(
             out.append((f"hugepages-{size}", amount, array(picked)))
     if need.gpus:
         picked = [layout.gpu(i) for i, _ in _matching_keys(layout.gpu_keys, need.gpu_resource)]
-        out.append(("GPUs", need.gpus, array(picked)))
+        out.append((accelerator_word(need.gpu_resource), need.gpus, array(picked)))
     if need.nics:
         picked = [layout.nic(i) for i, _ in _matching_keys(layout.nic_keys, need.nic_resource)]
         out.append(("NICs", need.nics, array(picked)))
@@ -441,7 +442,7 @@ def _providers(
             [by_numa.get(n, []) + [layout.zero] * (depth - len(by_numa.get(n, []))) for n in ids],
             dtype=np.int64,
         ).reshape(n_all, depth)
-        name = "GPUs" if column == layout.gpu else "NICs"
+        name = accelerator_word(resource) if column == layout.gpu else "NICs"
         providers.append(make((Wanted(name, count),), [columns], [per_position(located)]))
     return tuple(providers)
 

@@ -58,13 +58,20 @@ def device_ids_for(
 
 
 def gpu_indices(device_ids: Iterable[str], gpus: Iterable[Gpu]) -> list[int] | None:
-    """The node's GPU indices the plugin's `device_ids` name, in their order; None when
-    one names no GPU of the node (another resource, or a topology out of date)."""
+    """The node's device indices the plugin's `device_ids` name, in their order: a whole
+    GPU's index, or a MIG device's (matched by its `MIG-...` UUID, the ID NVIDIA's
+    plugin gives MIG devices); None when one names neither (another resource, or a
+    topology out of date)."""
     known = list(gpus)
+    mig = [(m.uuid, m.index) for g in known for m in g.mig_devices or () if m.uuid]
     found: list[int] = []
     for device_id in device_ids:
         gpu = next((g for g in known if same_gpu(device_id, g.uuid or g.pci_bus_id, g.index)), None)
-        if gpu is None:
+        if gpu is not None:
+            found.append(gpu.index)
+            continue
+        index = next((i for uuid, i in mig if same_gpu(device_id, uuid, None)), None)
+        if index is None:
             return None
-        found.append(gpu.index)
+        found.append(index)
     return found

@@ -37,6 +37,7 @@ __all__ = [
     "GpuMode",
     "GpuPath",
     "LinkType",
+    "MigDevice",
     "Nic",
     "NumaNode",
     "Numatopology",
@@ -125,6 +126,45 @@ class Cpu(WireModel):
     online: bool = True
 
 
+MIG_RESOURCE_PREFIX = "nvidia.com/mig-"
+
+
+# A MIG device sits on its GPU's NUMA node and PCIe position and has no NVLink (MIG turns
+# peer-to-peer off); NVIDIA's device plugin (`--mig-strategy=mixed`) advertises it as
+# `nvidia.com/mig-<profile>`.
+class MigDevice(WireModel):
+    """One MIG device (GPU instance + compute instance) of a GPU in MIG mode."""
+
+    index: NonNegInt = Field(
+        description=(
+            "numatopo's device index: unique among gpus[].index and every MIG device of the "
+            "node. Assignments name it in migIndices."
+        )
+    )
+    profile: str = Field(
+        min_length=1, max_length=40, pattern=r"^[0-9a-z][0-9a-z.+]*$",
+        description="GPU instance profile as nvidia-smi names it, e.g. 3g.40gb, 1g.10gb+me.",
+    )  # fmt: skip
+    uuid: str = Field(default="", description="MIG-<uuid>: the device plugin's device ID.")
+    resource: str = Field(
+        default="",
+        description=(
+            "Extended resource; when not given, nvidia.com/mig-<profile> ('+' written as '.', "
+            "which resource names allow)."
+        ),
+    )
+    gpu_instance: NonNegInt | None = None
+    compute_instance: NonNegInt | None = None
+    memory_bytes: NonNegInt = 0
+
+    @model_validator(mode="after")
+    def _default_resource(self) -> MigDevice:
+        if not self.resource:
+            resource = MIG_RESOURCE_PREFIX + self.profile.replace("+", ".")
+            object.__setattr__(self, "resource", resource)
+        return self
+
+
 class Gpu(WireModel):
     index: NonNegInt
     uuid: str = ""
@@ -134,7 +174,22 @@ class Gpu(WireModel):
     model: str = ""
     memory_bytes: NonNegInt = 0
     resource: str = "nvidia.com/gpu"
-    mig_mode: bool | None = None
+    mig_mode: bool | None = Field(
+        default=None,
+        description=(
+            "MIG enabled: the GPU is never handed out whole and has no NVLink peers; its "
+            "migDevices are. Absent: unknown (no NVML)."
+        ),
+    )
+    mig_devices: list[MigDevice] | None = Field(
+        default=None, description="The MIG devices of a GPU in MIG mode; absent: none known."
+    )
+
+    @model_validator(mode="after")
+    def _mig_only_in_mig_mode(self) -> Gpu:
+        if self.mig_devices and self.mig_mode is not True:
+            raise ValueError(f"GPU {self.index} lists migDevices but migMode is not true")
+        return self
 
 
 class GpuLink(WireModel):
@@ -206,6 +261,12 @@ class NumatopologySpec(WireModel):
         gpu_ids = [g.index for g in self.gpus]
         if len(set(gpu_ids)) != len(gpu_ids):
             raise ValueError(f"duplicate GPU indices in {gpu_ids}")
+        device_ids = gpu_ids + [m.index for g in self.gpus for m in g.mig_devices or ()]
+        if len(set(device_ids)) != len(device_ids):
+            raise ValueError(
+                f"device indices {sorted(device_ids)} repeat: a MIG device needs an index "
+                "no GPU or other MIG device has"
+            )
         known_numa = set(numa_ids)
         for cpu in self.cpus:
             if known_numa and cpu.numa not in known_numa:
@@ -253,7 +314,10 @@ class Condition(WireModel):
 class FreeNuma(WireModel):
     numa: NonNegInt
     cpus: CPUSet = Field(default_factory=CPUSet)
-    gpus: list[NonNegInt] = Field(default_factory=list)
+    gpus: list[NonNegInt] = Field(
+        default_factory=list,
+        description="Free device indices: whole GPUs and MIG devices (gpus[].migDevices[].index).",
+    )
     nics: list[str] = Field(default_factory=list)
     memory_bytes: NonNegInt = 0
 

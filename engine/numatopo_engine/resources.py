@@ -11,15 +11,31 @@ from __future__ import annotations
 import fnmatch
 from dataclasses import dataclass
 
-__all__ = ["DEFAULT_RESOURCES", "ResourceNames"]
+from numatopo_engine.accelerators import DEFAULT_ACCELERATORS, resource_patterns
+
+__all__ = [
+    "DEFAULT_GPU_PATTERNS",
+    "DEFAULT_RESOURCES",
+    "MIG_PATTERN",
+    "ResourceNames",
+    "accelerator_word",
+]
+
+MIG_PATTERN = "nvidia.com/mig-*"
+"""NVIDIA's device plugin with `--mig-strategy=mixed` names each MIG profile
+`nvidia.com/mig-<profile>` (`nvidia.com/mig-3g.40gb`)."""
+
+DEFAULT_GPU_PATTERNS = (*resource_patterns(DEFAULT_ACCELERATORS), MIG_PATTERN)
+"""Every default accelerator's resource (one table: `accelerators`) and the MIG profiles."""
 
 
 @dataclass(frozen=True, slots=True)
 class ResourceNames:
     """Resource-name patterns for devices the engine places."""
 
-    gpu: tuple[str, ...] = ("nvidia.com/gpu", "amd.com/gpu")
-    """Patterns of GPU resources; a container may ask for GPUs under one of them only."""
+    gpu: tuple[str, ...] = DEFAULT_GPU_PATTERNS
+    """Patterns of accelerator resources (GPUs, NPUs, MIG devices); a container may ask
+    for accelerators under one of them only."""
 
     nic: tuple[str, ...] = ("rdma/*",)
     """Patterns of RDMA NIC resources; the RDMA shared-device plugin names them `rdma/<pool>`."""
@@ -35,3 +51,11 @@ class ResourceNames:
 
 
 DEFAULT_RESOURCES = ResourceNames()
+
+
+def accelerator_word(resource: str | None) -> str:
+    """How refusals name what a pod asked for: "GPUs" for GPU resources (or none named),
+    else the resource itself (`nvidia.com/mig-3g.40gb`, `habana.ai/gaudi`)."""
+    if resource is None or resource in ("nvidia.com/gpu", "amd.com/gpu"):
+        return "GPUs"
+    return resource

@@ -18,6 +18,7 @@ from typing import NamedTuple, Protocol, TypeVar
 
 from numatopo_engine.annotations import Assignment, ContainerAssignment
 from numatopo_engine.cpuset import CPUSet
+from numatopo_engine.devices import schedulable_devices
 from numatopo_engine.errors import OverlapError
 from numatopo_engine.model import NumatopologySpec
 from numatopo_engine.quantity import QuantityError, parse_bytes
@@ -39,7 +40,7 @@ class FreeSignature(NamedTuple):
     """
 
     cpu_mask: int  # bit c set: CPU c is allocatable and held exclusively by no one
-    gpu_mask: int  # bit i set: GPU index i is free
+    gpu_mask: int  # bit i set: device index i (whole GPU or MIG device) is free
     nics: frozenset[str]  # free NIC names
     memory: tuple[tuple[int, int], ...]  # (NUMA id, free bytes), every NUMA node, by id
     hugepages: tuple[tuple[int, str, int], ...]  # (NUMA id, size, free bytes) with capacity
@@ -80,7 +81,12 @@ class NodeState:
         self._memory: dict[int, int] = {}
         self._hugepages: dict[tuple[int, str], int] = {}
         self._online = topology.online_cpus()
-        self._gpu_ids = frozenset(g.index for g in topology.gpus)
+        devices = schedulable_devices(topology)
+        # Whole GPUs and MIG devices share one index space and one owner table.
+        self._whole_gpu_ids = frozenset(d.index for d in devices if d.parent is None)
+        self._mig_ids = frozenset(d.index for d in devices if d.parent is not None)
+        self._in_mig_mode = frozenset(g.index for g in topology.gpus if g.mig_mode)
+        self._gpu_ids = self._whole_gpu_ids | self._mig_ids
         self._nic_ids = frozenset(n.name for n in topology.nics)
         # O(1) counters for count-level filters, and a change counter that lets callers
         # (and `_summary`) cache anything derived from what is free.
@@ -264,8 +270,24 @@ class NodeState:
                         problems.append(f"container {cname}: CPU {cpu} is given twice")
                     cpus_seen.add(cpu)
             where = f"container {cname}: "
+            split = [g for g in container.gpu_indices if g in self._in_mig_mode]
+            problems += [
+                f"{where}GPU {g} is in MIG mode (only its MIG devices are handed out)"
+                for g in split
+            ]
             problems += _device_problems(
-                where + "GPU", container.gpu_indices, self._gpu_ids, self._gpu_owner, gpus_seen
+                where + "GPU",
+                [g for g in container.gpu_indices if g not in self._in_mig_mode],
+                self._whole_gpu_ids,
+                self._gpu_owner,
+                gpus_seen,
+            )
+            problems += _device_problems(
+                where + "MIG device",
+                container.mig_indices,
+                self._mig_ids,
+                self._gpu_owner,
+                gpus_seen,
             )
             problems += _device_problems(
                 where + "NIC", container.nics, self._nic_ids, self._nic_owner, nics_seen
@@ -308,7 +330,7 @@ class NodeState:
             if container.exclusive:
                 for cpu in container.cpus:
                     self._cpu_owner[cpu] = key
-            for gpu in container.gpu_indices:
+            for gpu in (*container.gpu_indices, *container.mig_indices):
                 self._gpu_owner[gpu] = key
             for nic in container.nics:
                 self._nic_owner[nic] = key

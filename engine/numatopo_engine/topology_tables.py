@@ -14,6 +14,7 @@ from __future__ import annotations
 import weakref
 from dataclasses import dataclass, field
 
+from numatopo_engine.devices import schedulable_devices
 from numatopo_engine.model import NumatopologySpec, PathType
 from numatopo_engine.numamask import LOCAL_DISTANCE
 from numatopo_engine.quantity import parse_bytes
@@ -38,10 +39,12 @@ class Tables:
     memory_capacity: dict[int, int]  # bytes, over memory_numa_ids
     cpu_capacity: dict[int, int]  # allocatable CPUs per NUMA node that has any
     numa_hugepages: dict[tuple[int, str], int]  # bytes
+    # "GPUs" below are the devices handed out (`devices`): whole GPUs and MIG devices.
     gpu_numa: dict[int, int | None]  # None: not NUMA-local (or on an unknown node)
     gpu_resource: dict[int, str]
     gpu_name: dict[int, str]  # uuid, else PCI bus id, else GPU-<index>
-    gpu_bandwidth: dict[tuple[int, int], float]  # both orders
+    gpu_bandwidth: dict[tuple[int, int], float]  # both orders; never a GPU in MIG mode
+    mig_parent: dict[int, int]  # MIG device index -> its GPU's index
     nic_numa: dict[str, int | None]
     nic_resource: dict[str, str]
     pci_rank: dict[tuple[int, str], int]
@@ -89,6 +92,16 @@ def _forget(
         del by_spec[key]
 
 
+def _pci_rank(spec: NumatopologySpec, mig_parent: dict[int, int]) -> dict[tuple[int, str], int]:
+    """PCIe path rank per (device, NIC); a MIG device sits where its GPU does."""
+    rank = {(p.gpu, p.nic): p.path.rank for p in spec.pci_paths}
+    for device, parent in mig_parent.items():
+        for nic in spec.nics:
+            if (parent, nic.name) in rank:
+                rank[(device, nic.name)] = rank[(parent, nic.name)]
+    return rank
+
+
 def build_tables(spec: NumatopologySpec) -> Tables:
     numa_ids = tuple(sorted(n.id for n in spec.numa_nodes))
     known = set(numa_ids)
@@ -131,8 +144,14 @@ def build_tables(spec: NumatopologySpec) -> Tables:
     for node in spec.numa_nodes:
         for size, pages in node.hugepages.items():
             numa_hugepages[(node.id, size)] = pages * parse_bytes(size)
+    devices = schedulable_devices(spec)
+    mig_parent = {d.index: d.parent for d in devices if d.parent is not None}
+    # MIG turns NVLink peer-to-peer off: a GPU in MIG mode has no link partner.
+    in_mig_mode = {g.index for g in spec.gpus if g.mig_mode}
     gpu_bandwidth: dict[tuple[int, int], float] = {}
     for link in spec.gpu_links:
+        if link.a in in_mig_mode or link.b in in_mig_mode:
+            continue
         bandwidth = link.bandwidth_g_bps or float(link.links)
         gpu_bandwidth[(link.a, link.b)] = bandwidth
         gpu_bandwidth[(link.b, link.a)] = bandwidth
@@ -156,13 +175,14 @@ def build_tables(spec: NumatopologySpec) -> Tables:
         memory_capacity={n.id: n.memory_bytes for n in spec.numa_nodes if n.id in memory_numa_ids},
         cpu_capacity={n: len(c) for n, c in numa_allocatable.items() if c},
         numa_hugepages=numa_hugepages,
-        gpu_numa={g.index: g.numa if g.numa in known else None for g in spec.gpus},
-        gpu_resource={g.index: g.resource for g in spec.gpus},
-        gpu_name={g.index: g.uuid or g.pci_bus_id or f"GPU-{g.index}" for g in spec.gpus},
+        gpu_numa={d.index: d.numa if d.numa in known else None for d in devices},
+        gpu_resource={d.index: d.resource for d in devices},
+        gpu_name={d.index: d.name for d in devices},
         gpu_bandwidth=gpu_bandwidth,
+        mig_parent=mig_parent,
         nic_numa={n.name: n.numa if n.numa in known else None for n in spec.nics},
         nic_resource={n.name: n.resource for n in spec.nics},
-        pci_rank={(p.gpu, p.nic): p.path.rank for p in spec.pci_paths},
+        pci_rank=_pci_rank(spec, mig_parent),
         distances=distances,
         numa_online={n: len(c) for n, c in online_by_numa.items()},
     )

@@ -166,13 +166,16 @@ async def realign(
 
 
 def _holders(booked: dict[str, Assignment], key: str, pinned: dict[str, list[int]]) -> list[str]:
-    """Other pods whose bookings name one of the pinned GPUs."""
+    """Other pods whose bookings name one of the pinned GPUs or MIG devices."""
     wanted = {g for gpus in pinned.values() for g in gpus}
     return sorted(
         other
         for other, assignment in booked.items()
         if other != key
-        and any(wanted.intersection(c.gpu_indices) for c in assignment.containers.values())
+        and any(
+            wanted.intersection((*c.gpu_indices, *c.mig_indices))
+            for c in assignment.containers.values()
+        )
     )
 
 

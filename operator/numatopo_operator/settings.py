@@ -12,7 +12,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
 
 from numatopo_engine.packing import MixError, WorkloadMix
-from numatopo_engine.resources import ResourceNames
+from numatopo_engine.resources import DEFAULT_GPU_PATTERNS, ResourceNames
 
 __all__ = [
     "ENV_PREFIX",
@@ -35,7 +35,7 @@ class SettingsError(ValueError):
 class OperatorSettings:
     """The operator's configuration. Every field maps to one flag and one variable."""
 
-    gpu_resources: tuple[str, ...] = ("nvidia.com/gpu", "amd.com/gpu")
+    gpu_resources: tuple[str, ...] = DEFAULT_GPU_PATTERNS
     """Patterns of extended resources counted as GPUs (`NUMATOPO_GPU_RESOURCES`, comma list)."""
 
     nic_resources: tuple[str, ...] = ("rdma/*",)

@@ -11,6 +11,7 @@ from __future__ import annotations
 import asyncio
 import logging
 
+from numatopo_engine.devices import schedulable_devices
 from numatopo_engine.model import FreeNuma, NumatopologySpec
 from numatopo_engine.state import NodeState
 from numatopo_operator.errors import KubeError, KubeNotFoundError
@@ -26,13 +27,13 @@ def free_status(topology: NumatopologySpec, state: NodeState, pods: int) -> dict
     free_cpus = state.free_cpus()
     free_gpus = state.free_gpus()
     free_nics = state.free_nics()
+    devices = schedulable_devices(topology)
     per_numa = [
         FreeNuma(
             numa=node.id,
             cpus=free_cpus & node.cpus,
-            gpus=sorted(
-                g.index for g in topology.gpus if g.numa == node.id and g.index in free_gpus
-            ),
+            # Device indices: whole GPUs and MIG devices (a GPU in MIG mode is not free).
+            gpus=sorted(d.index for d in devices if d.numa == node.id and d.index in free_gpus),
             nics=sorted(n.name for n in topology.nics if n.numa == node.id and n.name in free_nics),
             memory_bytes=max(state.free_memory(node.id), 0),
         ).to_wire()

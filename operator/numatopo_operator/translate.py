@@ -233,6 +233,8 @@ def assigned_message(assignment: Assignment) -> str:
             got.append(f"CPUs {container.cpus}" + ("" if container.exclusive else " (shared)"))
         if container.gpu_indices:
             got.append(f"GPUs {_ids(container.gpu_indices)}")
+        if container.mig_indices:
+            got.append(f"MIG devices {_ids(container.mig_indices)}")
         if container.nics:
             got.append(f"NICs {_ids(container.nics)}")
         if len(container.mems):

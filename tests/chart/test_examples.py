@@ -16,6 +16,7 @@ kubernetes_validate = pytest.importorskip("kubernetes_validate")
 REPO = Path(__file__).resolve().parents[2]
 EXAMPLES = sorted((REPO / "examples").glob("*.yaml"))
 DGX1 = REPO / "tests" / "fixtures" / "pods" / "nodes" / "dgx1v-v100.json"
+DGX_A100_MIG = REPO / "tests" / "fixtures" / "pods" / "nodes" / "dgx-a100-mig.json"
 NEWEST = sorted(
     kubernetes_validate.utils.all_versions(), key=lambda v: tuple(map(int, v.split(".")))
 )
@@ -72,10 +73,28 @@ def test_example_fits_a_dgx1_node(
     )
 
 
+def test_mig_example_fits_a_dgx_a100_with_mig_devices(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """The MIG example gets two 3g.40gb MIG devices on one NUMA node of the DGX A100 whose
+    GPUs 0 and 4 are split into 3g.40gb devices (and none of a DGX-1, which has no MIG)."""
+    pod = tmp_path / "pod.yaml"
+    pod.write_text((REPO / "examples" / "mig-inference.yaml").read_text())
+
+    code = cli.main(["assign", "--topology", str(DGX_A100_MIG), "--pod", str(pod)])
+    answer = json.loads(capsys.readouterr().out)
+    assert 0 == code
+    assert 2 == len(answer["assignment"]["containers"]["server"]["migIndices"])
+    assert 1 == len(answer["assignment"]["numaNodes"])
+    assert 1 == cli.main(["assign", "--topology", str(DGX1), "--pod", str(pod)])
+    assert "nvidia.com/mig-3g.40gb" in json.loads(capsys.readouterr().out)["reason"]
+
+
 def test_every_example_is_covered() -> None:
     assert {p.stem for p in EXAMPLES} == {
         "single-gpu-notebook",
         "nvlink-4gpu-training-job",
         "cpu-pinned-service",
         "multi-container-pod-scope",
+        "mig-inference",
     }

@@ -317,8 +317,10 @@ class TestInputs:
             pytest.param(
                 ["--gpu-resource", "example.com/*"],
                 "nvidia.com/gpu",
-                "best-effort: 2 GPUs requested, more than the node has free (0 GPUs free in "
-                "all; NUMA 0: 22 CPUs, 188Gi memory free; NUMA 1: 24 CPUs, 188Gi memory free)",
+                # Refusals name the accelerator resource the pod asked for.
+                "best-effort: 2 example.com/accel requested, more than the node has free "
+                "(0 example.com/accel free in all; NUMA 0: 22 CPUs, 188Gi memory free; "
+                "NUMA 1: 24 CPUs, 188Gi memory free)",
                 id="counted-as-gpus-of-its-own-kind",
             ),
             pytest.param([], "example.com/accel", 0, id="without-the-flag-not-a-gpu"),

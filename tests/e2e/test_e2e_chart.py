@@ -50,25 +50,30 @@ def as_test_pod(manifest: dict[str, Any]) -> dict[str, Any]:
     return {"apiVersion": "v1", "kind": "Pod", **pod}
 
 
-def cluster_capacity(kube: Any) -> tuple[int, int]:
-    """(most GPUs, most CPUs) one Numatopology reports."""
+def cluster_capacity(kube: Any) -> tuple[int, int, int]:
+    """(most GPUs, most CPUs, most MIG devices) one Numatopology reports."""
     objects = kube.CustomObjectsApi().list_cluster_custom_object(
         "numatopo.io", "v1alpha1", "numatopologies"
     )["items"]
     gpus = max((len(o["spec"].get("gpus") or []) for o in objects), default=0)
     cpus = max((len(o["spec"].get("cpus") or []) for o in objects), default=0)
-    return gpus, cpus
+    mig = max(
+        (sum(len(g.get("migDevices") or []) for g in o["spec"].get("gpus") or []) for o in objects),
+        default=0,
+    )
+    return gpus, cpus, mig
 
 
-def needs(pod: dict[str, Any]) -> tuple[int, int]:
-    """(GPUs, whole CPUs) the pod's containers ask for (millicores rounded up)."""
-    gpus = millicores = 0
+def needs(pod: dict[str, Any]) -> tuple[int, int, int]:
+    """(GPUs, whole CPUs, MIG devices) the pod's containers ask for (millicores rounded up)."""
+    gpus = millicores = mig = 0
     for container in pod["spec"]["containers"]:
         limits = container["resources"].get("limits", {})
         gpus += int(limits.get("nvidia.com/gpu", 0))
+        mig += sum(int(v) for k, v in limits.items() if k.startswith("nvidia.com/mig-"))
         cpu = str(limits.get("cpu", "0"))
         millicores += int(cpu[:-1]) if cpu.endswith("m") else int(float(cpu) * 1000)
-    return gpus, -(-millicores // 1000)
+    return gpus, -(-millicores // 1000), mig
 
 
 def test_every_node_publishes_its_topology(
@@ -105,12 +110,12 @@ def test_example_is_assigned_enforced_and_aligned(
     kube: Any, workload_namespace: str, example: Path, wait: Callable[..., Any]
 ) -> None:
     pod = as_test_pod(yaml.safe_load(example.read_text()))
-    gpus, cpus = needs(pod)
-    have_gpus, have_cpus = cluster_capacity(kube)
-    if gpus > have_gpus or cpus > have_cpus:
+    gpus, cpus, mig = needs(pod)
+    have_gpus, have_cpus, have_mig = cluster_capacity(kube)
+    if gpus > have_gpus or cpus > have_cpus or mig > have_mig:
         pytest.skip(
-            f"needs {gpus} GPUs and {cpus} CPUs on one node; the largest node has "
-            f"{have_gpus} GPUs and {have_cpus} CPUs"
+            f"needs {gpus} GPUs, {mig} MIG devices and {cpus} CPUs on one node; the largest "
+            f"node has {have_gpus} GPUs, {have_mig} MIG devices and {have_cpus} CPUs"
         )
     core = kube.CoreV1Api()
     name = pod["metadata"]["name"]

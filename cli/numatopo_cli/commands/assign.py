@@ -196,8 +196,9 @@ def render_text(answer: Mapping[str, Any], request: PodRequest, node_name: str) 
         cpus = f"{container.cpus or '-'}" + ("" if container.exclusive else " (shared)")
         gpus = ",".join(map(str, container.gpu_indices)) or "-"
         nics = ",".join(container.nics) or "-"
+        mig = f", mig {','.join(map(str, container.mig_indices))}" if container.mig_indices else ""
         lines.append(
-            f"  {name}: cpus {cpus}, mems {container.mems or '-'}, gpus {gpus}, nics {nics}"
+            f"  {name}: cpus {cpus}, mems {container.mems or '-'}, gpus {gpus}{mig}, nics {nics}"
         )
     return "\n".join(lines) + "\n"
 

@@ -25,6 +25,7 @@ import yaml
 from numatopo_cli.render import svg, table
 from numatopo_engine.model import Numatopology, ObjectMeta
 from numatopo_exporter.discovery import discover
+from numatopo_exporter.discovery.accelerator_flag import accelerator_rules, add_accelerator_flag
 from numatopo_exporter.discovery.errors import DiscoveryError
 
 PROG = "numatopo inspect"
@@ -84,6 +85,7 @@ def _options(args: argparse.Namespace, sample_file: Path | None) -> discover.Dis
         kubelet_config=args.kubelet_config,
         kubelet_state=args.kubelet_state,
         node_name=args.node_name,
+        accelerators=accelerator_rules(args),
     )
 
 
@@ -161,6 +163,7 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
         "--no-nvml", action="store_true", help="do not ask the NVIDIA driver (NVML) for GPUs"
     )
     live.add_argument("--kubelet-config", type=Path, metavar="FILE", help="kubelet config file")
+    add_accelerator_flag(live)
     live.add_argument(
         "--kubelet-state", type=Path, metavar="FILE", help="kubelet cpu_manager_state file"
     )

@@ -37,6 +37,12 @@ from numatopo_engine.simulation import (
     sample_nodes,
     simulate,
 )
+from numatopo_engine.simulation.mig_pool import (
+    MigPool,
+    MigPoolError,
+    apply_mig_pool,
+    parse_mig_pool,
+)
 from numatopo_engine.simulation.trace import GPU_MILLI
 
 SAMPLES = "numatopo_cli.samples.simulate"
@@ -267,6 +273,15 @@ def _run(args: argparse.Namespace) -> SimulationResult:
     )
     if args.limit:
         workload = workload[: args.limit]
+    if args.mig_pool is not None:
+        if topology_map is None:
+            raise InputError("--mig-pool splits nodes of the topology map, not --topology-dir")
+        try:
+            plan = apply_mig_pool(nodes, workload, topology_map, args.mig_pool, seed=args.seed)
+        except MigPoolError as exc:
+            raise InputError(str(exc)) from None
+        nodes, workload, topology_map = plan.nodes, plan.workload, plan.topology_map
+        args.mig_summary = plan.summary()
     show = args.progress or sys.stderr.isatty()
     return simulate(
         nodes,
@@ -299,10 +314,19 @@ def run(args: argparse.Namespace) -> int:
     except (InputError, TraceError, TopologyMapError) as exc:
         print(f"numatopo simulate: {exc}", file=sys.stderr)
         return 2
+    mig = getattr(args, "mig_summary", None)
     if args.output == "json":
-        json.dump(result.to_dict(), sys.stdout, indent=2)
+        document = result.to_dict()
+        if mig is not None:
+            document["migPool"] = mig
+        json.dump(document, sys.stdout, indent=2)
         sys.stdout.write("\n")
     else:
+        if mig is not None:
+            sys.stdout.write(
+                f"MIG pool: {mig['nodes']} nodes split into {mig['devices']} {mig['resource']} "
+                f"devices (counted as GPUs below); {mig['pods']} fractional pods ask for one\n"
+            )
         sys.stdout.write(render_table(result))
     return 0
 
@@ -315,6 +339,13 @@ def _positive(text: str) -> int:
     if value < 0:
         raise argparse.ArgumentTypeError(f"{value} is negative")
     return value
+
+
+def _mig_pool(text: str) -> MigPool:
+    try:
+        return parse_mig_pool(text)
+    except MigPoolError as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from None
 
 
 def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
@@ -366,6 +397,14 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
     )
     parser.add_argument(
         "--limit", type=_positive, default=0, metavar="N", help="replay only the first N pods"
+    )
+    parser.add_argument(
+        "--mig-pool",
+        type=_mig_pool,
+        metavar="SHARE:PROFILE[:MODELS]",
+        help="split SHARE of the nodes of MODELS (default G3, A100 NVSwitch) into MIG devices "
+        "of PROFILE (1g.10gb .. 7g.80gb); fractional pods that fit one ask for one "
+        "(numatopo_engine.simulation.mig_pool)",
     )
     parser.add_argument("-o", "--output", default="table", choices=["table", "json"])
     parser.add_argument(

@@ -6,7 +6,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 from numatopo_cli.render import matrix, text
-from numatopo_engine.model import Numatopology, NumatopologySpec, Policies
+from numatopo_engine.model import Gpu, Numatopology, NumatopologySpec, Policies
 
 __all__ = ["render_table"]
 
@@ -32,6 +32,9 @@ def render_table(
     distances = _distance_rows(spec, color=color)
     if distances:
         lines += ["", bold("NUMA distances"), *distances]
+    accelerators = _accelerator_rows(spec, color=color)
+    if accelerators:
+        lines += ["", bold("Accelerators"), *accelerators]
     topo_lines = matrix.render_matrix(spec, color=color)
     if topo_lines:
         lines += ["", bold("GPU/NIC topology"), *topo_lines]
@@ -103,6 +106,43 @@ def _numa_rows(spec: NumatopologySpec, *, color: bool) -> list[str]:
         rows,
         right=(2,),
         style=lambda row, _column, cell: text.paint(cell, "1", color=color) if row == 0 else cell,
+    )
+
+
+def _accelerator_rows(spec: NumatopologySpec, *, color: bool) -> list[str]:
+    """One row per accelerator, when the node has any besides whole NVIDIA GPUs (the
+    NUMA rows and the GPU matrix already say all there is about those)."""
+    if all(gpu.resource == "nvidia.com/gpu" and not gpu.mig_mode for gpu in spec.gpus):
+        return []
+    rows = [["ID", "RESOURCE", "VENDOR", "MODEL", "PCI", "NUMA", "MIG"]]
+    for gpu in spec.gpus:
+        rows.append(
+            [
+                str(gpu.index),
+                "(MIG)" if gpu.mig_mode else gpu.resource,
+                gpu.vendor,
+                text.short_model(gpu) or text.UNKNOWN,
+                text.short_pci(gpu) or text.UNKNOWN,
+                text.UNKNOWN if gpu.numa is None else str(gpu.numa),
+                _mig_summary(gpu),
+            ]
+        )
+    return text.align_rows(
+        rows,
+        style=lambda row, _column, cell: text.paint(cell, "1", color=color) if row == 0 else cell,
+    )
+
+
+def _mig_summary(gpu: Gpu) -> str:
+    """`2x 3g.40gb (8,9)` per profile, in the order NVML lists them; `-` for none."""
+    by_profile: dict[str, list[int]] = {}
+    for device in gpu.mig_devices or ():
+        by_profile.setdefault(device.profile, []).append(device.index)
+    return (
+        " ".join(
+            f"{len(ids)}x {profile} ({text.format_ids(ids)})" for profile, ids in by_profile.items()
+        )
+        or text.UNKNOWN
     )
 
 

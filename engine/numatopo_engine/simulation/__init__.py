@@ -9,6 +9,7 @@ Pure: the CLI reads the files and passes rows in. Modules:
   strategies  the strategies compared (see that module's docstring)
   metrics     what is measured; the JSON keys are documented there
   replay      `simulate()`: one fresh cluster per strategy
+  mig_pool    `--mig-pool`: some nodes split into MIG devices, small shared pods mapped to them
 """
 
 from numatopo_engine.simulation.layouts import (

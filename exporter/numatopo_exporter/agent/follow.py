@@ -15,11 +15,18 @@ before they run, and when an app container reuses some of an init container's GP
 from __future__ import annotations
 
 from collections.abc import Callable, Collection, Iterable, Mapping
+from itertools import zip_longest
 from typing import Any
 
 from pydantic import ValidationError
 
-from numatopo_engine.annotations import ASSIGNMENT, Assignment, Observed, ObservedContainer
+from numatopo_engine.annotations import (
+    ASSIGNMENT,
+    Assignment,
+    ContainerAssignment,
+    Observed,
+    ObservedContainer,
+)
 from numatopo_engine.device_ids import device_ids_for
 from numatopo_engine.quantity import QuantityError, parse_milli
 from numatopo_exporter.steering.choice import InFlight, containers_in_flight
@@ -56,18 +63,28 @@ def observe(
         assigned = assignment.containers.get(name)
         devices = {r: list(ids) for r, ids in sorted((held.get(name) or {}).items()) if ids}
         gpu_ids = ObservedContainer(devices=devices).gpu_ids(is_gpu)
-        wants_gpus = assigned is not None and bool(assigned.gpus or assigned.gpu_indices)
+        names, indices = _assigned_devices(assigned)
+        wants_gpus = bool(indices or names)
         if wants_gpus and not gpu_ids:
             return None
         if not devices and not wants_gpus:
             continue
         matches = True
         if assigned is not None and (wants_gpus or gpu_ids):
-            names = assigned.gpus or [""] * len(assigned.gpu_indices)
-            mapped = device_ids_for(names, assigned.gpu_indices, gpu_ids)
+            mapped = device_ids_for(names, indices, gpu_ids)
             matches = mapped is not None and len(gpu_ids) == len(names)
         observed[name] = ObservedContainer(devices=devices, matches=matches)
     return Observed(seq=assignment.seq, containers=observed)
+
+
+def _assigned_devices(assigned: ContainerAssignment | None) -> tuple[list[str], list[int]]:
+    """The names and indices of the devices a container was assigned: whole GPUs, then
+    MIG devices (the plugin names those by their MIG UUID)."""
+    if assigned is None:
+        return [], []
+    whole = assigned.gpus or [""] * len(assigned.gpu_indices)
+    mig = assigned.mig or [""] * len(assigned.mig_indices)
+    return [*whole, *mig], [*assigned.gpu_indices, *assigned.mig_indices]
 
 
 def gpu_words(observed: Observed, assignment: Assignment, is_gpu: Callable[[str], bool]) -> str:
@@ -76,7 +93,8 @@ def gpu_words(observed: Observed, assignment: Assignment, is_gpu: Callable[[str]
     for name in observed.mismatched:
         held = observed.containers[name].gpu_ids(is_gpu)
         assigned = assignment.containers.get(name)
-        named = (assigned.gpus or [str(i) for i in assigned.gpu_indices]) if assigned else []
+        names, indices = _assigned_devices(assigned)
+        named = [name or str(index) for name, index in zip_longest(names, indices, fillvalue="")]
         parts.append(f"container {name} holds GPUs {held} but was assigned {named}")
     return "; ".join(parts)
 

@@ -356,7 +356,10 @@ class AgentLoop:
         """Record what the pod's containers hold (`numatopo.io/observed`) and hold back
         `Aligned` while its GPUs are not the assigned ones, or cannot be known."""
         assignment = entry.assignment
-        if not any(c.gpus or c.gpu_indices for c in assignment.containers.values()):
+        if not any(
+            c.gpus or c.gpu_indices or c.mig or c.mig_indices
+            for c in assignment.containers.values()
+        ):
             return
         if holdings is None:
             outcome.problems.append(

@@ -16,6 +16,7 @@ from numatopo_engine.model import NumatopologySpec
 from numatopo_exporter.daemon import metrics, publishing, udev
 from numatopo_exporter.daemon.backoff import Backoff
 from numatopo_exporter.daemon.loop import ExporterLoop, ScanError
+from numatopo_exporter.discovery.accelerator_flag import accelerator_rules, add_accelerator_flag
 from numatopo_exporter.discovery.discover import DiscoverOptions, Discovery, discover
 from numatopo_exporter.node_process import add_node_flags, check_node, connect, start
 from numatopo_kube import KubeError
@@ -46,6 +47,7 @@ def scan_options(args: argparse.Namespace) -> DiscoverOptions:
         node_name=args.node_name,
         kubelet_config=args.kubelet_config,
         kubelet_state=args.kubelet_state,
+        accelerators=accelerator_rules(args),
     )
 
 
@@ -152,6 +154,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         "--no-publish", action="store_true", help="print the object instead of writing it"
     )
     parser.add_argument("--no-nvml", action="store_true", help="do not ask the NVIDIA driver")
+    add_accelerator_flag(parser)
     parser.add_argument(
         "--kubelet-config",
         type=Path,

@@ -15,13 +15,14 @@ errors: the CPU and PCI topology is still worth printing and publishing.
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING
 
 from pydantic import ValidationError
 
+from numatopo_engine.accelerators import DEFAULT_ACCELERATORS, AcceleratorRule
 from numatopo_engine.model import NumatopologySpec
 from numatopo_exporter.discovery.errors import DiscoveryError, SourceUnavailableError
 from numatopo_exporter.discovery.hostroot import HostRoot
@@ -52,6 +53,9 @@ class DiscoverOptions:
     """The CPU manager state file; None = the usual place under `sysfs_root`."""
     node_name: str | None = None
     """The Kubernetes node name; None = let the caller decide (hostname, sample name)."""
+    accelerators: tuple[AcceleratorRule, ...] = DEFAULT_ACCELERATORS
+    """Which PCI functions are accelerators, and their resource names (`--accelerator`
+    rules first, then the defaults)."""
 
     @property
     def offline(self) -> bool:
@@ -73,10 +77,10 @@ class Discovery:
 # for pynvml, and so that tests can swap any of them for a fake.
 
 
-def _read_sysfs(root: HostRoot) -> SysfsReading:
+def _read_sysfs(root: HostRoot, accelerators: Sequence[AcceleratorRule]) -> SysfsReading:
     from numatopo_exporter.discovery import sysfs
 
-    return sysfs.read_sysfs_checked(root)
+    return sysfs.read_sysfs_checked(root, accelerators)
 
 
 def _read_nvml() -> GpuReading:
@@ -119,7 +123,9 @@ def _merge_kubelet(base: NumatopologySpec, reading: KubeletReading) -> Numatopol
 class Readers:
     """The sources `discover` calls; tests replace some with fakes."""
 
-    sysfs: Callable[[HostRoot], NumatopologySpec | SysfsReading] = _read_sysfs
+    sysfs: Callable[[HostRoot, Sequence[AcceleratorRule]], NumatopologySpec | SysfsReading] = (
+        _read_sysfs
+    )
     nvml: Callable[[], GpuReading] = _read_nvml
     hwloc_xml: Callable[[Path], NumatopologySpec] = _read_hwloc_xml
     nvidia_smi_topo: Callable[[Path], NumatopologySpec] = _read_nvidia_smi_topo
@@ -188,7 +194,7 @@ def _discover_live(
     root = options.sysfs_root
     if not root.is_dir():
         raise DiscoveryError("no such directory (expected the root of a node's file system)", root)
-    read = readers.sysfs(HostRoot(root))
+    read = readers.sysfs(HostRoot(root), options.accelerators)
     if isinstance(read, NumatopologySpec):
         spec = read
     else:

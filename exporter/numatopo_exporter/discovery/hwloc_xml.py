@@ -33,6 +33,7 @@ import xml.etree.ElementTree as ET
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from numatopo_engine.accelerators import DEFAULT_ACCELERATORS, AcceleratorRule, match_accelerator
 from numatopo_engine.cpuset import CPUSet
 from numatopo_engine.model import (
     Cpu,
@@ -60,7 +61,7 @@ _GZIP_MAGIC = b"\x1f\x8b"
 _UNSAFE_PROLOG = re.compile(rb"<!ENTITY|<!DOCTYPE[^>\[]*\[", re.IGNORECASE)
 _PCI_TYPE = re.compile(r"^(?P<cls>[0-9a-f]{4}) \[(?P<vendor>[0-9a-f]{4}):(?P<device>[0-9a-f]{4})\]")
 _COMPUTE_OSDEV = re.compile(r"^(cuda|opencl|nvml|rsmi|ze)\d", re.IGNORECASE)
-_GPU_VENDORS = {"10de": ("nvidia", "nvidia.com/gpu"), "1002": ("amd", "amd.com/gpu")}
+_AMD = 0x1002
 _OSDEV_NETWORK, _OSDEV_OPENFABRICS = "2", "3"  # hwloc 2.x hwloc_obj_osdev_type_t values
 
 
@@ -183,7 +184,9 @@ def _build(root: ET.Element, objects: list[_Obj]) -> NumatopologySpec:
     if not numa_nodes and cpus:  # a 1.x export of a non-NUMA machine: one implicit node
         numa_nodes = [NumaNode(id=0, cpus=CPUSet(c.id for c in cpus))]
 
-    gpu_objs = sorted((o for o in objects if _is_gpu(o)), key=lambda o: o.attrib["pci_busid"])
+    gpu_objs = sorted(
+        (o for o in objects if _accelerator(o) is not None), key=lambda o: o.attrib["pci_busid"]
+    )
     gpu_index = {id(o): i for i, o in enumerate(gpu_objs)}
     gpus = [_gpu(i, o) for i, o in enumerate(gpu_objs)]
     nic_objs = [o for o in objects if _is_openfabrics(o)]
@@ -277,16 +280,22 @@ def _pci_ids(obj: _Obj) -> tuple[str, str, str] | None:
     return (match["cls"], match["vendor"], match["device"]) if match else None
 
 
-def _is_gpu(obj: _Obj) -> bool:
+def _accelerator(obj: _Obj) -> AcceleratorRule | None:
+    """The accelerator rule `obj` matches, or None (not a PCI accelerator)."""
     ids = _pci_ids(obj)
     if obj.type != "PCIDev" or ids is None or obj.attrib.get("subtype") == "NVSwitch":
-        return False
-    cls, vendor, _ = ids
-    # Display (03xx) or processing accelerator (1200); a BMC's VGA chip has no compute device.
-    if not (cls.startswith("03") or cls == "1200"):
-        return False
+        return None
+    cls, vendor, device = ids
+    # hwloc writes the class without its programming-interface byte; the rules take 24 bits.
+    rule = match_accelerator(
+        DEFAULT_ACCELERATORS, int(vendor, 16), int(cls, 16) << 8, int(device, 16)
+    )
+    if rule is None or rule.vendor_id != _AMD or not cls.startswith("03"):
+        return rule
+    # An AMD display function counts only with a compute device under it (rsmi, opencl):
+    # Radeon display chips without a driver loaded are not schedulable GPUs.
     has_compute = any(_COMPUTE_OSDEV.match(c.attrib.get("name", "")) for c in obj.children)
-    return vendor == "10de" or has_compute
+    return rule if has_compute else None
 
 
 def _is_openfabrics(obj: _Obj) -> bool:
@@ -298,8 +307,8 @@ def _is_openfabrics(obj: _Obj) -> bool:
 
 def _gpu(index: int, obj: _Obj) -> Gpu:
     ids = _pci_ids(obj)
-    vendor_id = ids[1] if ids else ""
-    vendor, resource = _GPU_VENDORS.get(vendor_id, (vendor_id, "gpu"))
+    rule = _accelerator(obj)
+    assert rule is not None  # only accelerators are passed in
     info: dict[str, str] = {}
     for child in obj.children:
         info.update(child.info)
@@ -309,9 +318,9 @@ def _gpu(index: int, obj: _Obj) -> Gpu:
         uuid=info.get("NVIDIAUUID", ""),
         pci_bus_id=obj.attrib["pci_busid"],
         numa=_locality(obj),
-        vendor=vendor,
+        vendor=rule.vendor,
         model=model,
-        resource=resource,
+        resource=rule.resource,
     )
 
 

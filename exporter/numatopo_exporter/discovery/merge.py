@@ -48,7 +48,11 @@ def merge_gpu_reading(base: NumatopologySpec, reading: GpuReading) -> Numatopolo
                 update["numa"] = known.numa
         gpus.append(gpu.model_copy(update=update))
 
-    next_index = max((g.index for g in reading.gpus), default=-1) + 1
+    # After every NVML index, MIG devices' included: one index space (`devices`).
+    taken = [g.index for g in reading.gpus] + [
+        m.index for g in reading.gpus for m in g.mig_devices or ()
+    ]
+    next_index = max(taken, default=-1) + 1
     for gpu in base.gpus:
         if gpu.index not in renumber:
             renumber[gpu.index] = next_index

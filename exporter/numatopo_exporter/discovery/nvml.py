@@ -34,6 +34,7 @@ from numatopo_engine.model import Gpu, GpuLink, GpuPath, LinkType, PathType
 from numatopo_exporter.discovery.errors import SourceUnavailableError
 from numatopo_exporter.discovery.nvlink_fabric import pair_links
 from numatopo_exporter.discovery.nvlink_speed import link_gbps
+from numatopo_exporter.discovery.nvml_mig import read_mig_devices
 from numatopo_exporter.discovery.pci_address import normalize_bus_id
 
 __all__ = ["NO_DRIVER", "SOURCE", "GpuReading", "main", "read_nvml"]
@@ -157,6 +158,13 @@ def _read(s: _Session) -> GpuReading:
             continue
         handles[index] = handle
         gpus.append(_read_gpu(s, index, handle))
+    # MIG devices take the device indices after the GPUs', in GPU then slot order.
+    next_index = count
+    for position, gpu in enumerate(gpus):
+        if gpu.mig_mode and gpu.index in handles:
+            devices = read_mig_devices(s, gpu.index, handles[gpu.index], next_index)
+            next_index += len(devices)
+            gpus[position] = gpu.model_copy(update={"mig_devices": devices})
 
     by_bus = {g.pci_bus_id: g.index for g in gpus if g.pci_bus_id}
     max_links = int(getattr(nvml, "NVML_NVLINK_MAX_LINKS", NVLINK_MAX_LINKS))

@@ -8,7 +8,8 @@ A recording is a JSON file:
                "nvmlDeviceGetNvLinkState": {"0,17": 1},
                "nvmlDeviceGetNumaNodeId": {"3": {"nvmlError": "NotSupported"}}}}
 
-Each call is keyed by its arguments, with a device handle written as its index. A
+Each call is keyed by its arguments, with a device handle written as its index (a MIG
+device's as `<GPU index>:mig<slot>`, what nvmlDeviceGetMigDeviceHandleByIndex answers). A
 struct is stored as a dict of its fields, bytes as text, an NVML error by its
 pynvml class name without the `NVMLError_` prefix. The replay answers a call it
 has no record of with NVMLError_NotSupported, which is what NVML says for a link
@@ -46,6 +47,11 @@ RECORDED_CALLS = (
     "nvmlDeviceGetNvLinkState",
     "nvmlDeviceGetNvLinkRemotePciInfo",
     "nvmlDeviceGetTopologyCommonAncestor",
+    "nvmlDeviceGetMaxMigDeviceCount",
+    "nvmlDeviceGetMigDeviceHandleByIndex",
+    "nvmlDeviceGetAttributes",
+    "nvmlDeviceGetGpuInstanceId",
+    "nvmlDeviceGetComputeInstanceId",
 )
 
 
@@ -56,9 +62,10 @@ def _pynvml() -> Any:
 
 
 class _Handle:
-    """A replayed device handle: only its index matters."""
+    """A replayed device handle: only its index matters (`"0:mig1"` for a MIG device:
+    its GPU's index and its slot)."""
 
-    def __init__(self, index: int) -> None:
+    def __init__(self, index: int | str) -> None:
         self.index = index
 
     def __repr__(self) -> str:
@@ -102,6 +109,8 @@ class ReplayNvml:
             raise error_class()
         if name == "nvmlDeviceGetHandleByIndex":
             return _Handle(int(value))
+        if name == "nvmlDeviceGetMigDeviceHandleByIndex":
+            return _Handle(str(value))
         if isinstance(value, dict):
             return SimpleNamespace(**value)
         return value
@@ -112,7 +121,7 @@ class Recorder:
 
     def __init__(self, nvml: Any) -> None:
         self._nvml = nvml
-        self._handles: dict[int, int] = {}
+        self._handles: dict[int, int | str] = {}
         self._keep: list[Any] = []  # handles stay alive, so their id() stays unique
         self.calls: dict[str, dict[str, Any]] = {}
 
@@ -133,6 +142,10 @@ class Recorder:
                 self._handles[id(value)] = int(args[0])
                 self._keep.append(value)
                 stored: Any = int(args[0])
+            elif name == "nvmlDeviceGetMigDeviceHandleByIndex":
+                stored = f"{self._handles.get(id(args[0]))}:mig{args[1]}"
+                self._handles[id(value)] = stored
+                self._keep.append(value)
             else:
                 stored = _plain(value)
             self.calls.setdefault(name, {})[key] = stored
@@ -152,7 +165,7 @@ def record(nvml: Any, out: Path, *, about: str = "") -> Any:
     return reading
 
 
-def _key(args: tuple[Any, ...], handle_index: Callable[[Any], int | None]) -> str:
+def _key(args: tuple[Any, ...], handle_index: Callable[[Any], int | str | None]) -> str:
     parts = []
     for arg in args:
         index = handle_index(arg)

@@ -1,4 +1,4 @@
-"""PCI devices from sysfs: which ones are GPUs, where they sit, and how far apart two are.
+"""PCI devices from sysfs: where they sit, and how far apart two are.
 
 Where a device sits
 -------------------
@@ -53,34 +53,13 @@ from numatopo_exporter.discovery.sysfs_files import (
 )
 
 __all__ = [
-    "GPU_VENDORS",
     "PciDevice",
     "PciTree",
-    "gpu_vendor",
     "path_class",
 ]
 
 _BUS_ID = re.compile(r"^[0-9a-f]{4,}:[0-9a-f]{2}:[0-9a-f]{2}\.[0-7]$")
 _HOST_BRIDGE = re.compile(r"^pci[0-9a-f]{4,}:[0-9a-f]{2}$")
-
-NVIDIA = 0x10DE
-AMD = 0x1002
-
-#: PCI vendor id -> (vendor name in the spec, extended resource, accepted class codes
-#: without the programming-interface byte). Anything else with a display class (BMC
-#: VGA such as ASPEED or Matrox, virtio-gpu, Intel iGPUs) is not a GPU we schedule.
-GPU_VENDORS: Mapping[int, tuple[str, str, frozenset[int]]] = {
-    NVIDIA: ("nvidia", "nvidia.com/gpu", frozenset({0x0300, 0x0302})),
-    AMD: ("amd", "amd.com/gpu", frozenset({0x0300, 0x0380})),
-}
-
-
-def gpu_vendor(vendor: int, class_code: int) -> str | None:
-    """'nvidia' or 'amd' when (vendor, 24-bit class code) is a schedulable GPU, else None."""
-    known = GPU_VENDORS.get(vendor)
-    if known is None or class_code >> 8 not in known[2]:
-        return None
-    return known[0]
 
 
 @dataclass(frozen=True, slots=True)

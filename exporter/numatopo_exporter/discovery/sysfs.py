@@ -10,7 +10,7 @@ What is read
                                hugepages/hugepages-<size>kB/nr_hugepages}
     devices/system/cpu/{online|cpuN/online}, cpuN/topology/{physical_package_id,
                                thread_siblings_list|thread_siblings, core_siblings_list}
-    bus/pci/devices/*          -> class, vendor, numa_node, local_cpulist (see pci.py)
+    bus/pci/devices/*          -> class, vendor, device, numa_node, local_cpulist (pci.py)
     class/infiniband/<name>/{device, ports/1/link_layer, device/net/*}
     /proc/meminfo, kernel/mm/hugepages/*   only on a machine without NUMA directories
 
@@ -29,10 +29,13 @@ Rules
 * `distances` are keyed by node id; the kernel writes the row in increasing node id order.
 * Huge pages are keyed by size with the largest binary unit that divides it:
   2048 kB -> "2Mi", 1048576 kB -> "1Gi", 64 kB -> "64Ki".
-* GPUs are NVIDIA (0x10de, class 0x0300/0x0302) and AMD (0x1002, class 0x0300/0x0380)
-  functions; `index` is the position in PCI bus-id order within the vendor (what
+* Accelerators (`gpus[]`) are the PCI functions an accelerator rule matches by vendor,
+  class and device id (`numatopo_engine.accelerators`: NVIDIA, AMD, Intel GPUs, Habana
+  Gaudi, Huawei Ascend by default, more by configuration); each gets its rule's vendor
+  name and resource, and `model` "vendor:device" (NVML names NVIDIA GPUs better).
+  `index` is the position in PCI bus-id order within the vendor (what
   CUDA_DEVICE_ORDER=PCI_BUS_ID and nvidia-smi use). The model wants unique indices, so
-  on a mixed node AMD GPUs are numbered after the NVIDIA ones.
+  on a mixed node vendors are numbered one after another in rule order.
 * `gpu_paths` (every GPU pair) and `pci_paths` (every GPU x NIC) use the PCIe path
   class defined in pci.py.
 
@@ -51,10 +54,11 @@ from __future__ import annotations
 import logging
 import os
 import re
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from itertools import combinations
 
+from numatopo_engine.accelerators import DEFAULT_ACCELERATORS, AcceleratorRule, match_accelerator
 from numatopo_engine.cpuset import CPUSet
 from numatopo_engine.model import (
     Cpu,
@@ -67,7 +71,7 @@ from numatopo_engine.model import (
 )
 from numatopo_exporter.discovery.errors import DiscoveryError
 from numatopo_exporter.discovery.hostroot import HostRoot
-from numatopo_exporter.discovery.pci import GPU_VENDORS, PciDevice, PciTree, gpu_vendor, path_class
+from numatopo_exporter.discovery.pci import PciDevice, PciTree, path_class
 from numatopo_exporter.discovery.sysfs_files import (
     list_dir,
     parse_cpulist,
@@ -94,21 +98,27 @@ class SysfsReading:
     """What was left out or worked around to publish the rest (see "Broken input")."""
 
 
-def read_sysfs(root: HostRoot) -> NumatopologySpec:
+def read_sysfs(
+    root: HostRoot, accelerators: Sequence[AcceleratorRule] = DEFAULT_ACCELERATORS
+) -> NumatopologySpec:
     """Read the node's topology from `root/sys` (and `root/proc`); see the module docstring."""
-    return read_sysfs_checked(root).spec
+    return read_sysfs_checked(root, accelerators).spec
 
 
-def read_sysfs_checked(root: HostRoot) -> SysfsReading:
+def read_sysfs_checked(
+    root: HostRoot, accelerators: Sequence[AcceleratorRule] = DEFAULT_ACCELERATORS
+) -> SysfsReading:
     """`read_sysfs`, also saying what it ignored (each item is logged as a warning too)."""
     ignored: list[str] = []
-    spec = _read(root, ignored)
+    spec = _read(root, ignored, accelerators)
     for item in ignored:
         logger.warning("%s", item)
     return SysfsReading(spec=spec, ignored=ignored)
 
 
-def _read(root: HostRoot, ignored: list[str]) -> NumatopologySpec:
+def _read(
+    root: HostRoot, ignored: list[str], accelerators: Sequence[AcceleratorRule]
+) -> NumatopologySpec:
     sys_dir = str(root.sys())
     cpu_dir = os.path.join(sys_dir, "devices", "system", "cpu")
     cpu_ids = sorted(int(m.group(1)) for m in map(_CPU.match, list_dir(cpu_dir)) if m)
@@ -131,7 +141,7 @@ def _read(root: HostRoot, ignored: list[str]) -> NumatopologySpec:
     pci = PciTree(sys_dir)
     for bus_id, why in pci.skipped.items():
         logger.warning("PCI device %s skipped: %s", bus_id, why)
-    gpus, gpu_devices = _read_gpus(pci, online_by_node)
+    gpus, gpu_devices = _read_gpus(pci, online_by_node, accelerators)
     nics, nic_devices = _read_nics(sys_dir, pci, online_by_node)
     gpu_paths = [
         GpuPath(
@@ -475,37 +485,54 @@ def _distances(path: str, ids: list[int], columns: list[int]) -> dict[str, int] 
 
 
 def _read_gpus(
-    pci: PciTree, numa_cpus: Mapping[int, CPUSet]
+    pci: PciTree, numa_cpus: Mapping[int, CPUSet], rules: Sequence[AcceleratorRule]
 ) -> tuple[list[Gpu], dict[int, PciDevice]]:
-    by_vendor: dict[str, list[str]] = {}
+    by_vendor: dict[str, list[tuple[str, AcceleratorRule, int | None]]] = {}
+    # Bridges, NICs and storage are most functions: their vendor files need no reading.
+    base_classes = {c >> 8 for rule in rules for c in rule.classes}
     for bus_id in pci.devices:
         try:
             class_code = pci.read_hex(bus_id, "class")
-            if class_code >> 16 != 0x03:
+            if class_code >> 16 not in base_classes:
                 continue
-            vendor = gpu_vendor(pci.read_hex(bus_id, "vendor"), class_code)
+            device_id = _device_id(pci, bus_id)
+            rule = match_accelerator(rules, pci.read_hex(bus_id, "vendor"), class_code, device_id)
         except DiscoveryError as exc:
             logger.warning("PCI device %s skipped: %s", bus_id, exc)
             continue
-        if vendor is not None:
-            by_vendor.setdefault(vendor, []).append(bus_id)
+        if rule is not None:
+            by_vendor.setdefault(rule.vendor, []).append((bus_id, rule, device_id))
     gpus: list[Gpu] = []
     devices: dict[int, PciDevice] = {}
-    for vendor_name, resource, _ in GPU_VENDORS.values():
-        for bus_id in by_vendor.get(vendor_name, []):  # already in bus-id order
+    # Vendors in rule order (NVIDIA first with the defaults), bus-id order within one.
+    for vendor_name in dict.fromkeys(r.vendor for r in rules):
+        for bus_id, rule, device_id in by_vendor.get(vendor_name, []):
             try:
                 numa = pci.numa_of(bus_id, numa_cpus)
             except DiscoveryError as exc:
-                logger.warning("GPU %s: NUMA locality unknown: %s", bus_id, exc)
+                logger.warning("accelerator %s: NUMA locality unknown: %s", bus_id, exc)
                 numa = None
             index = len(gpus)
             gpus.append(
                 Gpu(
-                    index=index, pci_bus_id=bus_id, numa=numa, vendor=vendor_name, resource=resource
+                    index=index,
+                    pci_bus_id=bus_id,
+                    numa=numa,
+                    vendor=vendor_name,
+                    model="" if device_id is None else f"{rule.vendor_id:04x}:{device_id:04x}",
+                    resource=rule.resource,
                 )
             )
             devices[index] = pci.devices[bus_id]
     return gpus, devices
+
+
+def _device_id(pci: PciTree, bus_id: str) -> int | None:
+    """The function's device id; None when `device` is absent (rules naming device ids
+    then do not match it)."""
+    if not os.path.lexists(os.path.join(pci.devices[bus_id].path, "device")):
+        return None
+    return pci.read_hex(bus_id, "device")
 
 
 def _read_nics(

@@ -50,7 +50,7 @@ class Recorder:
         self.calls.append(call)
         return NumatopologySpec(sources=[source])
 
-    def sysfs(self, root: HostRoot) -> NumatopologySpec:
+    def sysfs(self, root: HostRoot, _accelerators: object) -> NumatopologySpec:
         return self.log(f"sysfs:{root.path}", source="sysfs")
 
     def nvml(self) -> GpuReading:
