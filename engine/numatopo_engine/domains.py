@@ -45,6 +45,7 @@ from numatopo_engine.request import PodRequest
 from numatopo_engine.state import NodeState
 
 __all__ = [
+    "ANYWHERE",
     "DomainTree",
     "GroupPlacement",
     "Member",
