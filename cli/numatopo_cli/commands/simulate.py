@@ -299,6 +299,10 @@ def _check_plot_target(path: Path) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
+    if args.multi_node:
+        from numatopo_cli.commands import simulate_gangs  # it imports this module
+
+        return simulate_gangs.run(args)
     try:
         if args.plot is not None:
             _check_plot_target(args.plot)
@@ -383,4 +387,7 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
     parser.add_argument(
         "--progress", action="store_true", help="progress bar on stderr even when not a TTY"
     )
+    from numatopo_cli.commands import simulate_gangs
+
+    simulate_gangs.add_arguments(parser)
     parser.set_defaults(func=run)
