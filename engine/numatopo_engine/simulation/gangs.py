@@ -51,6 +51,7 @@ from numatopo_engine.annotations import Assignment, PolicyName
 from numatopo_engine.domains import (
     DomainTree,
     Member,
+    NodeCandidate,
     domain_fragmentation,
     place_group,
 )
@@ -67,6 +68,7 @@ __all__ = [
     "GangResult",
     "GangStrategyResult",
     "draw_jobs",
+    "first_fit",
     "simulate_gangs",
 ]
 
@@ -253,37 +255,7 @@ class _Run:
     def first_fit(
         self, order: Iterable[str], members: Sequence[Member]
     ) -> dict[str, Assignment] | None:
-        """Members in rank order, each on the first node (in `order`) that takes it."""
-        states: dict[str, NodeState] = {}
-        found: dict[str, Assignment] = {}
-        names = list(order)
-        position = 0
-        for member in members:
-            gpus = sum(c.gpus for c in member.request.containers)
-            while position < len(names):
-                node = names[position]
-                state = states.get(node) or self.nodes[node].state
-                if state.free_gpu_count() >= gpus:
-                    try:
-                        decision = allocate(
-                            self.nodes[node].topology,
-                            state,
-                            member.request,
-                            node,
-                            engine=self.engine,
-                        )
-                    except UnsatisfiableError:
-                        decision = None
-                    if decision is not None:
-                        if node not in states:
-                            state = states[node] = state.copy()
-                        state.apply(member.key, decision.assignment)
-                        found[member.key] = decision.assignment
-                        break
-                position += 1
-            else:
-                return None
-        return found
+        return first_fit(self.nodes, order, members, self.engine)
 
 
 def _numatopo(run: _Run, job: GangJob, members: list[Member]) -> dict[str, Assignment] | None:
@@ -311,6 +283,42 @@ def _required_only(run: _Run, job: GangJob, members: list[Member]) -> dict[str, 
 
 def _blind(run: _Run, job: GangJob, members: list[Member]) -> dict[str, Assignment] | None:
     return run.first_fit(run.by_name, members)
+
+
+def first_fit(
+    nodes: Mapping[str, NodeCandidate],
+    order: Iterable[str],
+    members: Sequence[Member],
+    engine: Engine,
+) -> dict[str, Assignment] | None:
+    """A topology-blind gang: members in rank order, each on the first node (in `order`)
+    whose engine `allocate` takes it; all or nothing (states are copied, not changed)."""
+    states: dict[str, NodeState] = {}
+    found: dict[str, Assignment] = {}
+    names = list(order)
+    position = 0
+    for member in members:
+        gpus = sum(c.gpus for c in member.request.containers)
+        while position < len(names):
+            node = names[position]
+            state = states.get(node) or nodes[node].state
+            if state.free_gpu_count() >= gpus:
+                try:
+                    decision = allocate(
+                        nodes[node].topology, state, member.request, node, engine=engine
+                    )
+                except UnsatisfiableError:
+                    decision = None
+                if decision is not None:
+                    if node not in states:
+                        state = states[node] = state.copy()
+                    state.apply(member.key, decision.assignment)
+                    found[member.key] = decision.assignment
+                    break
+            position += 1
+        else:
+            return None
+    return found
 
 
 PLACERS: Mapping[str, Placer] = {
