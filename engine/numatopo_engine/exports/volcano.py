@@ -30,6 +30,7 @@ from typing import ClassVar, Literal
 from pydantic import BaseModel, ConfigDict, Field
 
 from numatopo_engine.annotations import Assignment
+from numatopo_engine.devices import schedulable_devices
 from numatopo_engine.exports.zones import MANAGED_BY
 from numatopo_engine.model import NumatopologySpec, ObjectMeta
 from numatopo_engine.state import NodeState
@@ -138,12 +139,13 @@ def _cpu_detail(spec: NumatopologySpec) -> dict[str, CpuInfo]:
 
 def _pod_allocation(key: str, assignment: Assignment, spec: NumatopologySpec) -> PodAllocation:
     namespace, _, name = key.partition("/")
-    gpu_resource = {g.index: g.resource for g in spec.gpus}
+    gpu_resource = {d.index: d.resource for d in schedulable_devices(spec)}
     nic_resource = {n.name: n.resource for n in spec.nics}
     containers = []
     for cname, container in sorted(assignment.containers.items()):
         held: dict[str, int] = {}
-        for resource in [gpu_resource.get(i, "") for i in container.gpu_indices] + [
+        devices = [*container.gpu_indices, *container.mig_indices]
+        for resource in [gpu_resource.get(i, "") for i in devices] + [
             nic_resource.get(n, "") for n in container.nics
         ]:
             if resource:

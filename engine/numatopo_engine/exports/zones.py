@@ -17,6 +17,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+from numatopo_engine.devices import schedulable_devices
 from numatopo_engine.model import NumatopologySpec
 from numatopo_engine.quantity import QuantityError, parse_bytes
 from numatopo_engine.state import NodeState
@@ -52,10 +53,12 @@ def _page_bytes(size: str) -> int:
 
 
 def _device_counts(spec: NumatopologySpec, state: NodeState) -> dict[tuple[int, str], list[int]]:
-    """(NUMA id, resource) -> [devices, free devices], for GPUs and NICs with a NUMA node."""
+    """(NUMA id, resource) -> [devices, free devices], for the devices numatopo hands out
+    (whole GPUs, MIG devices under their own resource, NICs) that have a NUMA node. A GPU
+    in MIG mode counts only as its MIG devices, as the device plugin advertises it."""
     counts: dict[tuple[int, str], list[int]] = {}
     free_gpus, free_nics = state.free_gpus(), state.free_nics()
-    devices = [(g.numa, g.resource, g.index in free_gpus) for g in spec.gpus]
+    devices = [(d.numa, d.resource, d.index in free_gpus) for d in schedulable_devices(spec)]
     devices += [(n.numa, n.resource, n.name in free_nics) for n in spec.nics]
     for numa, resource, free in devices:
         if numa is None:

@@ -17,6 +17,7 @@ from foreign_schemas import nrt_errors, volcano_errors
 from numatopo_engine.allocation import allocate
 from numatopo_engine.annotations import Assignment, ContainerAssignment, PolicyName
 from numatopo_engine.cpuset import CPUSet
+from numatopo_engine.devices import schedulable_devices
 from numatopo_engine.errors import UnsatisfiableError
 from numatopo_engine.exports import node_resource_topology, volcano_numatopology
 from numatopo_engine.exports.nrt import topology_policy
@@ -36,6 +37,12 @@ def load(name: str) -> NumatopologySpec:
 
 def x3950() -> NumatopologySpec:
     return read_hwloc_xml(FIXTURES / "hwloc-xml" / "96em64t-4n4d3ca2co-pci.xml")
+
+
+def dgx_a100_mig() -> NumatopologySpec:
+    """The DGX A100 with GPUs 0, 1 and 4 in MIG mode (tests/fixtures/pods/nodes)."""
+    path = FIXTURES / "pods" / "nodes" / "dgx-a100-mig.json"
+    return Numatopology.model_validate_json(path.read_text()).spec
 
 
 def with_policies(spec: NumatopologySpec, **changes: object) -> NumatopologySpec:
@@ -302,7 +309,7 @@ def test_volcano_without_per_cpu_rows_still_maps_cpus_to_numa_nodes() -> None:
 
 def _fill_requests(spec: NumatopologySpec, seed: int) -> list[PodRequest]:
     rng = random.Random(seed)
-    gpu_resources = sorted({g.resource for g in spec.gpus})
+    gpu_resources = sorted({d.resource for d in schedulable_devices(spec)})
     pods = []
     for i in range(12):
         gpus = rng.choice([0, 1, 2]) if gpu_resources else 0
@@ -311,7 +318,7 @@ def _fill_requests(spec: NumatopologySpec, seed: int) -> list[PodRequest]:
             cpu_milli=1000 * rng.choice([1, 2, 4, 8]),
             memory_bytes=GIB * rng.choice([1, 4]),
             gpus=gpus,
-            gpu_resource=gpu_resources[0] if gpus else None,
+            gpu_resource=rng.choice(gpu_resources) if gpus else None,
         )
         pods.append(
             PodRequest(
@@ -329,13 +336,14 @@ def _check_agrees_with_state(spec: NumatopologySpec, state: NodeState) -> None:
     nrt = node_resource_topology("n", spec, state).to_wire()
     free = state.free_cpus()
     free_gpus = state.free_gpus()
+    devices = schedulable_devices(spec)
     for node in spec.numa_nodes:
         zone = resources(nrt, f"node-{node.id}")
         assert str(len(free & node.cpus)) == zone["cpu"][2]
         assert str(state.free_memory(node.id)) == zone["memory"][2]
-        for resource in {g.resource for g in spec.gpus if g.numa == node.id}:
-            unbooked = [g for g in spec.gpus if g.numa == node.id and g.resource == resource]
-            assert str(sum(g.index in free_gpus for g in unbooked)) == zone[resource][2]
+        for resource in {d.resource for d in devices if d.numa == node.id}:
+            unbooked = [d for d in devices if d.numa == node.id and d.resource == resource]
+            assert str(sum(d.index in free_gpus for d in unbooked)) == zone[resource][2]
     volcano = volcano_numatopology("n", spec, state).to_wire()
     assert free == CPUSet.parse(volcano["spec"]["numares"]["cpu"]["allocatable"])
     assert sorted(k.partition("/")[2] for k in state.assignments) == [
@@ -346,7 +354,7 @@ def _check_agrees_with_state(spec: NumatopologySpec, state: NodeState) -> None:
 @pytest.mark.parametrize(
     "spec",
     [pytest.param(load(p.name), id=p.stem) for p in TOPOLOGIES]
-    + [pytest.param(x3950(), id="x3950-4numa")],
+    + [pytest.param(x3950(), id="x3950-4numa"), pytest.param(dgx_a100_mig(), id="dgx-a100-mig")],
 )
 def test_exports_follow_the_engine_filling_and_emptying_a_node(spec: NumatopologySpec) -> None:
     state = NodeState(spec)
@@ -377,3 +385,41 @@ def test_exports_follow_the_engine_filling_and_emptying_a_node(spec: Numatopolog
         node_resource_topology("n", spec, state).to_wire(),
         volcano_numatopology("n", spec, state).to_wire(),
     )
+
+
+# -- MIG ---------------------------------------------------------------------------------
+
+
+def test_mig_devices_are_counted_under_their_own_resource_and_the_gpu_is_not() -> None:
+    """The DGX A100 with GPUs 0, 1 (NUMA 0) and 4 (NUMA 1) in MIG mode: a GPU in MIG mode
+    is advertised as its MIG devices only, as NVIDIA's device plugin (mixed strategy) does."""
+    spec = dgx_a100_mig()
+    state = booked(
+        spec,
+        {
+            "ml/small": ContainerAssignment(
+                cpus=CPUSet.parse("8-9"), mems=CPUSet([0]), mig_indices=[8, 10, 11]
+            ),
+            "ml/whole": ContainerAssignment(
+                cpus=CPUSet.parse("10-11"), mems=CPUSet([0]), gpu_indices=[2]
+            ),
+        },
+    )
+
+    nrt = node_resource_topology("dgx", spec, state).to_wire()
+    volcano = volcano_numatopology("dgx", spec, state).to_wire()
+
+    zone0, zone1 = resources(nrt, "node-0"), resources(nrt, "node-1")
+    assert ("2", "2", "1") == zone0["nvidia.com/gpu"]  # GPUs 2, 3; 2 is booked
+    assert ("2", "2", "1") == zone0["nvidia.com/mig-3g.40gb"]
+    assert ("7", "7", "5") == zone0["nvidia.com/mig-1g.10gb"]
+    assert ("3", "3", "3") == zone1["nvidia.com/gpu"]
+    assert ("2", "2", "2") == zone1["nvidia.com/mig-3g.40gb"]
+    assert "nvidia.com/mig-1g.10gb" not in zone1
+    small = next(p for p in volcano["spec"]["podAllocations"] if p["name"] == "small")
+    allocations = small["containerAllocations"][0]["allocations"]
+    assert ("1", "2") == (
+        allocations["nvidia.com/mig-3g.40gb"],
+        allocations["nvidia.com/mig-1g.10gb"],
+    )
+    assert ([], []) == (nrt_errors(nrt), volcano_errors(volcano))
