@@ -19,8 +19,9 @@ first failure is not published).
 Resumable: each replay's numbers are kept in the `--results` JSON under (trace, seed,
 strategy, node sample, code fingerprint); a rerun replays only what is missing, so an
 interrupted run goes on where it stopped. The fingerprint of numatopo's replays hashes
-the engine's sources (the rank), that of the other strategies only the simulator's and
-this script's. Progress (replays done / total, elapsed, estimate) goes to stderr.
+the engine's sources (the rank), that of the other strategies only the simulator's;
+both hash the heavier mixes' generator. Progress (replays done / total, elapsed,
+estimate) goes to stderr.
 
 Not a timed test: a full run is 3 strategies x 3 seeds x 27 traces.
 """
@@ -30,6 +31,7 @@ from __future__ import annotations
 import argparse
 import csv
 import hashlib
+import inspect
 import json
 import random
 import statistics
@@ -316,14 +318,15 @@ def plot(
 
 def fingerprint(strategy: str) -> str:
     """What a replay's numbers depend on: the engine's sources for numatopo (its rank),
-    the simulator's and this script's for the others."""
+    the simulator's for the others, and the heavier mixes' generator for all."""
     engine = REPO / "engine" / "numatopo_engine"
     files = sorted(engine.rglob("*.py")) if strategy == "numatopo" else []
-    files += [*sorted((engine / "simulation").glob("*.py")), Path(__file__).resolve()]
+    files += sorted((engine / "simulation").glob("*.py"))
     digest = hashlib.sha256()
     for path in dict.fromkeys(files):
         digest.update(path.relative_to(REPO).as_posix().encode())
         digest.update(path.read_bytes())
+    digest.update(f"{inspect.getsource(heavier)}{HEAVY}{HOSTABLE}".encode())
     return digest.hexdigest()[:16]
 
 
@@ -345,6 +348,20 @@ def save_results(path: Path | None, replays: dict[str, dict[str, Any]]) -> None:
     partial = path.with_suffix(path.suffix + ".tmp")
     partial.write_text(json.dumps({"replays": replays}, indent=1, sort_keys=True))
     partial.replace(path)
+
+
+BEGIN, END = "<!-- bench_packing: begin -->", "<!-- bench_packing: end -->"
+
+
+def write_between_markers(path: Path, text: str) -> None:
+    """`text` between the BEGIN / END markers of `path` (the prose around them kept), or
+    as the whole file when it has none."""
+    old = path.read_text() if path.exists() else ""
+    if BEGIN in old and END in old:
+        head, _, rest = old.partition(BEGIN)
+        _, _, tail = rest.partition(END)
+        text = f"{head}{BEGIN}\n{text}{END}{tail}"
+    path.write_text(text)
 
 
 def main() -> None:
@@ -410,7 +427,7 @@ def main() -> None:
     text = header + table(results, fgd)
     print(text)
     if args.out:
-        args.out.write_text(text)
+        write_between_markers(args.out, text)
     if args.plot and results:
         plot(results, fgd, args.plot)
 
