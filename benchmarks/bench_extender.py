@@ -16,6 +16,12 @@ percentageOfNodesToScore sends about 500 of 5,000).
     .venv/bin/python benchmarks/bench_extender.py [--nodes 1000 5000] [--send 500] [--repeat 3]
     .venv/bin/python benchmarks/bench_extender.py --nodes 5000 --profile   # where time goes
     NUMATOPO_WORKLOAD_MIX=1x4:4,2x8:2,4x16:2,8x32:2 .venv/bin/python benchmarks/bench_extender.py
+    NUMATOPO_WORKLOAD_MIX=... .venv/bin/python benchmarks/bench_extender.py --judge --nodes 1000 \
+        --send 500 --repeat 7   # CPU time of the decision alone (rank and host counts included)
+
+`--judge` reads CPU time, not wall time, so that a shared machine's other load counts
+less; run it from two checkouts back to back (PYTHONPATH at each one's source roots)
+to compare the decision time of two versions of the rank.
 """
 
 from __future__ import annotations
@@ -201,6 +207,53 @@ async def measure(count: int, seed: int, repeat: int, profile: bool, send: int |
     )
 
 
+Judge = Callable[[PodRequest, extender.Candidates], object]
+
+
+def judge_cpu(count: int, seed: int, repeat: int, send: int | None) -> None:
+    """Decision time per pod on CPU time (`time.process_time`, so that other processes on
+    a shared machine count less than in wall time): the extender's engine-thread work
+    (`extender.judge_candidates`: evaluation, node rank, host counts) against the bare
+    evaluation (`engine_cycle`) over the same nodes, best of `repeat`, cold and warm."""
+    nodes = build_cluster(count, seed)
+    runtime, names = runtime_over(nodes)
+    if send is not None:
+        step = max(1, count // send)
+        nodes, names = nodes[::step][:send], names[::step][:send]
+
+    def best(run: Callable[[Engine], Judge], cold: bool) -> float:
+        total = 0.0
+        for request in MIX:
+            times = []
+            engine = Engine()
+            for _ in range(repeat):
+                engine = Engine() if cold else engine
+                taken = extender.candidates(runtime, names)
+                gc.collect()
+                gc.disable()
+                try:
+                    started = time.process_time()
+                    run(engine)(request, taken)
+                    times.append(time.process_time() - started)
+                finally:
+                    gc.enable()
+            total += min(times)
+        return 1e3 * total / len(MIX)
+
+    def judge(engine: Engine) -> Judge:
+        return lambda request, taken: extender.judge_candidates(request, taken, engine)
+
+    def bare(engine: Engine) -> Judge:
+        return lambda request, _: engine_cycle(nodes, request, engine)
+
+    cold = best(judge, True), best(bare, True)
+    warm = best(judge, False), best(bare, False)
+    print(
+        f"{count:>6} {len(names):>5} {cold[0]:>13.2f} {cold[1]:>15.2f} {cold[0] / cold[1]:>6.2f} "
+        f"{warm[0]:>13.2f} {warm[1]:>15.2f} {warm[0] / warm[1]:>6.2f}"
+    )
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--nodes", type=int, nargs="+", default=[1000, 5000])
@@ -208,7 +261,20 @@ def main() -> None:
     parser.add_argument("--repeat", type=int, default=3, help="best of this many runs")
     parser.add_argument("--profile", action="store_true", help="cProfile one warm HTTP mix")
     parser.add_argument("--send", type=int, default=None, help="nodes per cycle (default all)")
+    parser.add_argument(
+        "--judge",
+        action="store_true",
+        help="CPU ms per pod of the extender's judging (rank included) vs the bare engine",
+    )
     args = parser.parse_args()
+    if args.judge:
+        print(f"pod mix: {', '.join(p.name for p in MIX)}; CPU ms per pod (judging, no HTTP)")
+        columns = ("cold judge ms", "cold engine ms", "ratio")
+        columns += ("warm judge ms", "warm engine ms", "ratio")
+        print(f"{'nodes':>6} {'sent':>5} " + " ".join(f"{c:>{max(6, len(c))}}" for c in columns))
+        for count in args.nodes:
+            judge_cpu(count, args.seed, args.repeat, args.send)
+        return
     print(f"pod mix: {', '.join(p.name for p in MIX)}; ms per scheduling cycle (one pod)")
     print(f"{'nodes':>6} {'sent':>5} {'cold http ms':>13} {'cold engine ms':>15} {'ratio':>6} "
           f"{'warm http ms':>13} {'warm engine ms':>15} {'ratio':>6}")  # fmt: skip

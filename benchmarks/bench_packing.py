@@ -2,25 +2,36 @@
 NUMA scoring and the FGD simulator's published means.
 
 Every pod list of `cluster-trace-gpu-v2023` (default, cpu*, gpushare*, gpuspec*,
-multigpu*) and three heavier mixes built from the default trace (GPU pods resampled
-so that 50 % or 70 % of them ask for 2+ whole GPUs, or 30 % for 8 GPUs) replayed on the
-1,213 GPU nodes, workload scaled to 130 % of the cluster's GPUs (FGD's method), per seed.
-Reported per trace (mean over seeds): GPUs allocated (% of cluster) at 100 % and 130 %
-arrived, and at the first failure; FGD's published means at the same arrived points
-(10 seeds, `analysis_allo_discrete.csv`) and, from its curve, the allocation where it
-first falls 1 point behind the arrived workload (its first failure is not published).
+multigpu*) and heavier mixes resampled from the default trace (`heavier`: the GPU pods
+drawn again, with replacement and seeded by the replay's seed, so that 50 % or 70 % of
+them ask for 2+ whole GPUs, or 30 % / 50 % for 8 GPUs; CPU-only pods kept) replayed on
+the GPU nodes, workload scaled to 130 % of the cluster's GPUs (FGD's method), per seed.
+Reported per trace (mean and spread, max - min, over seeds): GPUs allocated (% of
+cluster) at 100 % and 130 % arrived, and at the first failure; FGD's published means at
+the same arrived points (10 seeds, full cluster, `analysis_allo_discrete.csv`) and, from
+its curve, the allocation where it first falls 1 point behind the arrived workload (its
+first failure is not published).
 
-    .venv/bin/python benchmarks/bench_packing.py --jobs 2 --out docs/packing.md \
-        --plot docs/img/packing.png
+    .venv/bin/python benchmarks/bench_packing.py --jobs 2 --results docs/packing-results.json \
+        --out docs/packing.md --plot docs/img/packing.png
     .venv/bin/python benchmarks/bench_packing.py --traces default multigpu40 --sample-nodes 200
 
-Not a timed test: a full run is ~30 replays per trace.
+Resumable: each replay's numbers are kept in the `--results` JSON under (trace, seed,
+strategy, node sample, code fingerprint); a rerun replays only what is missing, so an
+interrupted run goes on where it stopped. The fingerprint of numatopo's replays hashes
+the engine's sources (the rank), that of the other strategies only the simulator's;
+both hash the heavier mixes' generator. Progress (replays done / total, elapsed,
+estimate) goes to stderr.
+
+Not a timed test: a full run is 3 strategies x 3 seeds x 27 traces.
 """
 
 from __future__ import annotations
 
 import argparse
 import csv
+import hashlib
+import inspect
 import json
 import random
 import statistics
@@ -52,8 +63,11 @@ HEAVY = {
     "heavy-multi50": ("multi", 0.5),
     "heavy-multi70": ("multi", 0.7),
     "heavy-8gpu30": ("8gpu", 0.3),
+    "heavy-8gpu50": ("8gpu", 0.5),
 }
 FGD_POLICY = "06-FGD"
+# A big pod is resampled only if at least this share of the GPU nodes could host it.
+HOSTABLE = 0.1
 
 
 def read_pods(path: Path) -> list[PodRow]:
@@ -61,13 +75,38 @@ def read_pods(path: Path) -> list[PodRow]:
         return parse_pod_rows(csv.DictReader(f))
 
 
-def heavier(pods: list[PodRow], kind: str, share: float, seed: int = 0) -> list[PodRow]:
+def heavier(
+    pods: list[PodRow], nodes: list[NodeRow], kind: str, share: float, seed: int
+) -> list[PodRow]:
     """GPU pods resampled (with replacement, seeded) so that `share` of them are multi-GPU
-    (`multi`: 2+ whole GPUs) or 8-GPU (`8gpu`); CPU-only pods kept as they are."""
+    (`multi`: 2+ whole GPUs) or 8-GPU (`8gpu`), as many GPU pods as before; CPU-only
+    pods kept as they are. Big and small pods keep their own request shapes (CPUs,
+    memory, GPU model), so the heavier trace is of the same family.
+
+    Big pods are drawn only among those that at least `HOSTABLE` of the GPU nodes could
+    take when empty: an 8-GPU pod with 120 CPUs fits only the 39 G3 boxes of 1,213, and
+    drawn 50 times more often it fails, for every strategy at the same point, once there
+    are more of them than G3s (measured: numatopo, best-fit and volcano-numa first fail
+    at the same allocation on every seed); that measures the cluster, not the scheduler.
+    """
     rng = random.Random(seed)
     gpu = [p for p in pods if p.num_gpu]
-    big = [p for p in gpu if (p.whole_gpus >= 2 if kind == "multi" else p.whole_gpus >= 8)]
-    small = [p for p in gpu if p not in set(big)]
+    enough = HOSTABLE * sum(1 for n in nodes if n.gpus)
+
+    def hostable(pod: PodRow) -> bool:
+        hosts = sum(
+            1
+            for n in nodes
+            if n.gpus >= pod.whole_gpus
+            and n.cpu_milli >= pod.cpu_milli
+            and n.memory_mib >= pod.memory_mib
+        )
+        return hosts >= enough
+
+    wanted = 2 if kind == "multi" else 8
+    big = [p for p in gpu if p.whole_gpus >= wanted and hostable(p)]
+    chosen_big = {id(p) for p in gpu if p.whole_gpus >= wanted}
+    small = [p for p in gpu if id(p) not in chosen_big]
     count = len(gpu)
     n_big = round(share * count)
     chosen = [rng.choice(big) for _ in range(n_big)] + [
@@ -101,7 +140,7 @@ def fgd_means(csv_path: Path) -> dict[tuple[str, str], dict[str, float]]:
 
 def run_one(job: tuple[str, int, str, int]) -> dict[str, Any]:
     trace, seed, strategy, sample = job
-    nodes, pods, topology_map = load(trace, sample)
+    nodes, pods, topology_map = load(trace, sample, seed)
     workload = build_workload(
         pods, capacity_gpu_milli=sum(n.gpus for n in nodes) * 1000, tune=1.3, seed=seed
     )
@@ -122,24 +161,27 @@ def run_one(job: tuple[str, int, str, int]) -> dict[str, Any]:
         "best_bandwidth": s.best_bandwidth_share,
         "ms_per_pod": s.decision_ms_mean,
         "seconds": time.perf_counter() - started,
+        "sample": sample,
         "multi_gpu_pods": result.multi_gpu_pods,
         "pods": result.pods,
     }
 
 
-_CACHE: dict[tuple[str, int], tuple[list[NodeRow], list[PodRow], Any]] = {}
+_CACHE: dict[tuple[str, int, int], tuple[list[NodeRow], list[PodRow], Any]] = {}
 
 
-def load(trace: str, sample: int) -> tuple[list[NodeRow], list[PodRow], Any]:
-    key = (trace, sample)
+def load(trace: str, sample: int, seed: int) -> tuple[list[NodeRow], list[PodRow], Any]:
+    key = (trace, sample, seed if trace in HEAVY else 0)
     if key not in _CACHE:
         with (DATA / "csv" / "openb_node_list_gpu_node.csv").open() as f:
             nodes = parse_node_rows(csv.DictReader(f))
+        every = nodes
         if sample:
             nodes = sample_nodes(nodes, sample, seed=42)
         if trace in HEAVY:
             kind, share = HEAVY[trace]
-            pods = heavier(read_pods(DATA / "csv" / "openb_pod_list_default.csv"), kind, share)
+            default = read_pods(DATA / "csv" / "openb_pod_list_default.csv")
+            pods = heavier(default, every, kind, share, seed)
         else:
             pods = read_pods(DATA / "csv" / f"openb_pod_list_{trace}.csv")
         text = resources.files("numatopo_cli.samples.simulate").joinpath("topology-map.json")
@@ -157,10 +199,18 @@ def all_traces() -> list[str]:
     ) + list(HEAVY)
 
 
-def table(results: list[dict[str, Any]], fgd: dict[tuple[str, str], dict[str, float]]) -> str:
+def _by(results: list[dict[str, Any]]) -> dict[tuple[str, str], list[dict[str, Any]]]:
     by: dict[tuple[str, str], list[dict[str, Any]]] = {}
     for r in results:
         by.setdefault((r["trace"], r["strategy"]), []).append(r)
+    return by
+
+
+def table(results: list[dict[str, Any]], fgd: dict[tuple[str, str], dict[str, float]]) -> str:
+    """Markdown: per trace, mean ± spread (max - min) over seeds; ✓/✗ numatopo's mean
+    against FGD's (@100, @130) and best-fit's (first failure, with the seeds where
+    numatopo's first failure came no earlier than best-fit's on the same seed)."""
+    by = _by(results)
     traces = list(dict.fromkeys(r["trace"] for r in results))
     lines = [
         "| trace | FGD @100 | numatopo @100 | best-fit @100 | volcano @100 | FGD @130 "
@@ -170,39 +220,57 @@ def table(results: list[dict[str, Any]], fgd: dict[tuple[str, str], dict[str, fl
         "|" + "---|" * 15,
     ]
 
+    def values(trace: str, strategy: str, key: str) -> list[float]:
+        return [r[key] for r in by.get((trace, strategy), []) if r[key] is not None]
+
     def mean(trace: str, strategy: str, key: str) -> float | None:
-        found = [r[key] for r in by.get((trace, strategy), []) if r[key] is not None]
+        found = values(trace, strategy, key)
         return statistics.mean(found) if found else None
 
     def cell(value: float | None, digits: int = 2) -> str:
         return "-" if value is None else f"{value:.{digits}f}"
 
+    def spread(trace: str, strategy: str, key: str) -> str:
+        found = values(trace, strategy, key)
+        if not found:
+            return "-"
+        text = f"{statistics.mean(found):.2f}"
+        return text + (f" ±{max(found) - min(found):.2f}" if len(found) > 1 else "")
+
+    def mark(ours: float | None, theirs: float | None) -> str:
+        return "" if ours is None or theirs is None else (" ✓" if ours >= theirs else " ✗")
+
+    def seeds_no_earlier(trace: str) -> str:
+        ours = {r["seed"]: r["alloc_first_failure"] for r in by.get((trace, "numatopo"), [])}
+        base = {r["seed"]: r["alloc_first_failure"] for r in by.get((trace, "best-fit"), [])}
+        both = sorted(set(ours) & set(base))
+        if not both:
+            return ""
+        return f" {sum(ours[s] >= base[s] - 1e-9 for s in both)}/{len(both)}"
+
     for trace in traces:
         f = fgd.get((f"openb_pod_list_{trace}", FGD_POLICY), {})
         n100, n130 = mean(trace, "numatopo", "alloc_100"), mean(trace, "numatopo", "alloc_130")
-        mark100 = "" if n100 is None or not f else (" ✓" if n100 >= f["100"] else " ✗")
-        mark130 = "" if n130 is None or not f else (" ✓" if n130 >= f["130"] else " ✗")
-        nff, bff = (
-            mean(trace, "numatopo", "alloc_first_failure"),
-            mean(trace, "best-fit", "alloc_first_failure"),
-        )
-        markff = "" if nff is None or bff is None else (" ✓" if nff >= bff else " ✗")
+        nff = mean(trace, "numatopo", "alloc_first_failure")
+        bff = mean(trace, "best-fit", "alloc_first_failure")
         align = mean(trace, "numatopo", "alignable_single_numa")
         links = mean(trace, "numatopo", "best_bandwidth")
         row = [
             trace,
             cell(f.get("100")),
-            cell(n100) + mark100,
-            cell(mean(trace, "best-fit", "alloc_100")),
-            cell(mean(trace, "volcano-numa", "alloc_100")),
+            spread(trace, "numatopo", "alloc_100") + mark(n100, f.get("100")),
+            spread(trace, "best-fit", "alloc_100"),
+            spread(trace, "volcano-numa", "alloc_100"),
             cell(f.get("130")),
-            cell(n130) + mark130,
-            cell(mean(trace, "best-fit", "alloc_130")),
-            cell(mean(trace, "volcano-numa", "alloc_130")),
+            spread(trace, "numatopo", "alloc_130") + mark(n130, f.get("130")),
+            spread(trace, "best-fit", "alloc_130"),
+            spread(trace, "volcano-numa", "alloc_130"),
             cell(f.get("behind")),
-            cell(nff) + markff,
-            cell(bff),
-            cell(mean(trace, "volcano-numa", "alloc_first_failure")),
+            spread(trace, "numatopo", "alloc_first_failure")
+            + mark(nff, bff)
+            + seeds_no_earlier(trace),
+            spread(trace, "best-fit", "alloc_first_failure"),
+            spread(trace, "volcano-numa", "alloc_first_failure"),
             f"{cell(None if align is None else 100 * align, 1)} / "
             f"{cell(None if links is None else 100 * links, 1)}",
             cell(mean(trace, "numatopo", "ms_per_pod")),
@@ -248,6 +316,54 @@ def plot(
     fig.savefig(path, dpi=110)
 
 
+def fingerprint(strategy: str) -> str:
+    """What a replay's numbers depend on: the engine's sources for numatopo (its rank),
+    the simulator's for the others, and the heavier mixes' generator for all."""
+    engine = REPO / "engine" / "numatopo_engine"
+    files = sorted(engine.rglob("*.py")) if strategy == "numatopo" else []
+    files += sorted((engine / "simulation").glob("*.py"))
+    digest = hashlib.sha256()
+    for path in dict.fromkeys(files):
+        digest.update(path.relative_to(REPO).as_posix().encode())
+        digest.update(path.read_bytes())
+    digest.update(f"{inspect.getsource(heavier)}{HEAVY}{HOSTABLE}".encode())
+    return digest.hexdigest()[:16]
+
+
+def job_key(job: tuple[str, int, str, int], prints: dict[str, str]) -> str:
+    trace, seed, strategy, sample = job
+    return f"{trace}|{seed}|{strategy}|{sample or 'all'}|{prints[strategy]}"
+
+
+def load_results(path: Path | None) -> dict[str, dict[str, Any]]:
+    if path is None or not path.exists():
+        return {}
+    found = json.loads(path.read_text())
+    return dict(found.get("replays", {})) if isinstance(found, dict) else {}
+
+
+def save_results(path: Path | None, replays: dict[str, dict[str, Any]]) -> None:
+    if path is None:
+        return
+    partial = path.with_suffix(path.suffix + ".tmp")
+    partial.write_text(json.dumps({"replays": replays}, indent=1, sort_keys=True))
+    partial.replace(path)
+
+
+BEGIN, END = "<!-- bench_packing: begin -->", "<!-- bench_packing: end -->"
+
+
+def write_between_markers(path: Path, text: str) -> None:
+    """`text` between the BEGIN / END markers of `path` (the prose around them kept), or
+    as the whole file when it has none."""
+    old = path.read_text() if path.exists() else ""
+    if BEGIN in old and END in old:
+        head, _, rest = old.partition(BEGIN)
+        _, _, tail = rest.partition(END)
+        text = f"{head}{BEGIN}\n{text}{END}{tail}"
+    path.write_text(text)
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
@@ -257,40 +373,62 @@ def main() -> None:
     )
     parser.add_argument("--seeds", nargs="*", type=int, default=[42, 43, 44])
     parser.add_argument("--strategies", nargs="*", default=list(STRATEGIES))
-    parser.add_argument("--sample-nodes", type=int, default=0, help="N random nodes (development)")
+    parser.add_argument("--sample-nodes", type=int, default=0, help="N random nodes (seed 42)")
     parser.add_argument("--jobs", type=int, default=1)
     parser.add_argument("--data", type=Path, help="the alibaba-gpu-v2023 folder")
+    parser.add_argument("--results", type=Path, help="the resumable results JSON (read, extended)")
     parser.add_argument("--out", type=Path, help="write the markdown table here")
-    parser.add_argument("--json", type=Path, help="write every replay's numbers here")
     parser.add_argument("--plot", type=Path)
+    parser.add_argument(
+        "--report-only", action="store_true", help="replay nothing: table and plot of --results"
+    )
     args = parser.parse_args()
     global DATA  # noqa: PLW0603 (read by the worker processes, forked after this)
     DATA = args.data or DATA
     traces = args.traces or all_traces()
+    prints = {s: fingerprint(s) for s in args.strategies}
     jobs = [
         (t, seed, s, args.sample_nodes)
         for t in traces
         for seed in args.seeds
         for s in args.strategies
     ]
-    results: list[dict[str, Any]] = []
-    with ProcessPoolExecutor(max_workers=args.jobs) as pool:
-        for r in pool.map(run_one, jobs):
-            results.append(r)
-            print(
-                f"{r['trace']:16s} {r['seed']} {r['strategy']:14s} @100 {r['alloc_100']:6.2f} "
-                f"@130 {r['alloc_130']:6.2f} 1st-fail {r['alloc_first_failure']:6.2f} "
-                f"{r['ms_per_pod']:.3f} ms/pod {r['seconds']:.0f} s",
-                flush=True,
-            )
+    replays = load_results(args.results)
+    wanted = {job_key(job, prints): job for job in jobs}
+    missing = [job for key, job in wanted.items() if key not in replays]
+    total, started = len(missing), time.perf_counter()
+    print(f"{len(jobs) - total} of {len(jobs)} replays cached; {total} to run", file=sys.stderr)
+    if missing and not args.report_only:
+        # The slowest first (numatopo, the largest traces), so the pool drains evenly.
+        missing.sort(key=lambda j: (j[2] != "numatopo", j[0].startswith("heavy")))
+        with ProcessPoolExecutor(max_workers=args.jobs) as pool:
+            for done, r in enumerate(pool.map(run_one, missing), start=1):
+                replays[job_key((r["trace"], r["seed"], r["strategy"], r["sample"]), prints)] = r
+                save_results(args.results, replays)
+                elapsed = time.perf_counter() - started
+                left = elapsed / done * (total - done) / 60
+                print(
+                    f"[{done}/{total} {elapsed / 60:.1f} min, ~{left:.0f} min left] "
+                    f"{r['trace']:14s} {r['seed']} {r['strategy']:13s} "
+                    f"@100 {r['alloc_100']:6.2f} @130 {r['alloc_130']:6.2f} "
+                    f"1st-fail {r['alloc_first_failure']:6.2f} {r['ms_per_pod']:.2f} ms/pod "
+                    f"{r['seconds']:.0f} s",
+                    file=sys.stderr,
+                    flush=True,
+                )
+    results = [replays[key] for key in wanted if key in replays]
     fgd = fgd_means(DATA / "fgd-simulator-expected-results" / "analysis_allo_discrete.csv")
-    text = table(results, fgd)
+    ran = len(results)
+    header = (
+        f"{ran} of {len(jobs)} replays ({', '.join(args.strategies)}; seeds "
+        f"{', '.join(map(str, args.seeds))}; "
+        f"{args.sample_nodes or 'all'} nodes){'' if ran == len(jobs) else ' — PARTIAL'}\n\n"
+    )
+    text = header + table(results, fgd)
     print(text)
     if args.out:
-        args.out.write_text(text)
-    if args.json:
-        args.json.write_text(json.dumps(results, indent=1))
-    if args.plot:
+        write_between_markers(args.out, text)
+    if args.plot and results:
         plot(results, fgd, args.plot)
 
 

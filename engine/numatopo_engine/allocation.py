@@ -55,7 +55,14 @@ from numatopo_engine.annotations import (
 )
 from numatopo_engine.cpu_assignment import take_cpus
 from numatopo_engine.cpuset import CPUSet
-from numatopo_engine.decision import Plan, decide_rows, make_plan, shortfall
+from numatopo_engine.decision import (
+    FreeColumns,
+    Plan,
+    decide_rows,
+    free_columns,
+    make_plan,
+    shortfall,
+)
 from numatopo_engine.errors import InvalidRequestError, UnsatisfiableError
 from numatopo_engine.gpu_assignment import GpuMemo, choose_gpus
 from numatopo_engine.hints import FreeView, Need, RowLayout, row_layout, row_of
@@ -63,7 +70,7 @@ from numatopo_engine.memory_assignment import book_bytes
 from numatopo_engine.model import NumatopologySpec
 from numatopo_engine.nic_assignment import choose_nics
 from numatopo_engine.numamask import bits, format_mask, make_mask
-from numatopo_engine.packing import WorkloadMix
+from numatopo_engine.packing import Hosts, WorkloadMix, shape_copies
 from numatopo_engine.refusals import Kind, Refusal, Shortfall, format_bytes, word
 from numatopo_engine.request import ContainerRequest, PodRequest, TopologyOptions
 from numatopo_engine.resources import accelerator_word
@@ -81,6 +88,7 @@ __all__ = [
     "evaluate",
     "evaluate_many",
     "group_by_shape",
+    "mix_hosts",
     "node_score",
     "score_many",
 ]
@@ -99,6 +107,7 @@ class Engine:
         self.layouts: dict[int, RowLayout] = {}
         self.plans: dict[tuple[object, ...], Plan] = {}
         self.gpu_memo: GpuMemo = {}
+        self.free_columns: dict[int, FreeColumns] = {}
 
     def tables_of(self, topology: NumatopologySpec) -> Tables:
         return self.tables.get(topology)
@@ -124,6 +133,12 @@ class Engine:
                 tables, layout, need, options, floor=floor, prefer_closest=closest
             )
         return plan
+
+    def free_columns_of(self, tables: Tables) -> FreeColumns:
+        found = self.free_columns.get(id(tables))
+        if found is None:
+            found = self.free_columns[id(tables)] = free_columns(tables, self.layout_of(tables))
+        return found
 
     def row(self, tables: Tables, state: NodeState) -> bytes:
         """The state's row (cached on the state until it changes)."""
@@ -234,11 +249,13 @@ def score_many(
     checked: bool = True,
     engine: Engine | None = None,
     mix: WorkloadMix | None = None,
+    hosts: Hosts | None = None,
 ) -> ShapeScores:
     """`evaluate_many` as arrays: refusals grouped by their summary, and the node rank
     (`packing`: alignment, then fragmentation growth under `mix`, the workload's request
-    shapes; without a mix, the best-fit fill). This is the one node score the extender's
-    prioritize and `numatopo simulate` choose nodes by."""
+    shapes, each weighed by how scarce its hosts are among the nodes judged together,
+    `hosts` from `mix_hosts`; without a mix, the best-fit fill). This is the one node
+    score the extender's prioritize and `numatopo simulate` choose nodes by."""
     engine = engine or Engine()
     tables = engine.tables_of(topology)
     for state in states if checked else ():
@@ -262,7 +279,7 @@ def score_many(
     if len(joined) != count * width * 8:
         return _one_by_one(engine, topology, states, request)
     rows = np.frombuffer(joined, dtype=np.int64).reshape(count, width)
-    decided = decide_rows(plan, rows, engine.gpu_memo, mix)
+    decided = decide_rows(plan, rows, engine.gpu_memo, mix, hosts)
     scores = decided.score
     by_summary: dict[str, list[int]] = {}
     summaries: dict[object, str] = {}
@@ -346,6 +363,38 @@ def group_by_shape(
         group.positions.append(position)
         group.states.append(state)
     return list(groups.values())
+
+
+def mix_hosts(
+    groups: Iterable[tuple[NumatopologySpec, Sequence[NodeState]]],
+    mix: WorkloadMix,
+    *,
+    engine: Engine | None = None,
+) -> Hosts:
+    """How many of the nodes in `groups` ((topology, states) per hardware shape: the
+    nodes one scheduling decision judges) can host each shape of `mix` now: the
+    rank's cluster-level input (`score_many(..., hosts=)`). Unreadable rows host none."""
+    engine = engine or Engine()
+    counts = np.zeros(len(mix.shapes), dtype=np.int64)
+    nodes = 0
+    for topology, states in groups:
+        nodes += len(states)
+        if not mix or not states:
+            continue
+        tables = engine.tables_of(topology)
+        width = engine.layout_of(tables).width
+        packed = [engine.row(tables, state) for state in states]
+        rows_bytes = [b for b in packed if len(b) == width * 8]
+        if not rows_bytes:
+            continue
+        rows = np.frombuffer(b"".join(rows_bytes), dtype=np.int64).reshape(len(rows_bytes), width)
+        columns = engine.free_columns_of(tables)
+        gpus, cpus = columns.per_numa(rows)
+        copies = shape_copies(
+            gpus, cpus, columns.numa_gpu_capacity, mix, numa_cpu_capacity=columns.numa_cpu_capacity
+        )
+        counts += (copies > 0).sum(axis=0)
+    return Hosts(mix, nodes, tuple(counts.tolist()))
 
 
 def node_score(

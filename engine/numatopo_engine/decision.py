@@ -50,7 +50,7 @@ from numatopo_engine.annotations import CpuMode, GpuLinksMode, PolicyName
 from numatopo_engine.gpu_assignment import GpuMemo, choose_gpus, first_unlinked_pair, set_bandwidth
 from numatopo_engine.hints import Need, RowLayout
 from numatopo_engine.numamask import LOCAL_DISTANCE
-from numatopo_engine.packing import WorkloadMix, fragmentation, node_rank, pack_of_growth
+from numatopo_engine.packing import Hosts, WorkloadMix, fragmentation, node_rank, pack_of_growth
 from numatopo_engine.refusals import Kind, Shortfall, Wanted
 from numatopo_engine.request import TopologyOptions
 from numatopo_engine.resources import accelerator_word
@@ -112,6 +112,7 @@ class Plan:
     gpu_count_onehot: Ints  # (those columns x positions) 0/1: the column's NUMA position
     position_gpu_bits: Ints  # per NUMA position: bitmask of its GPUs (0 past 63 GPUs)
     numa_gpu_capacity: int  # the most GPUs one NUMA node of the hardware holds
+    numa_cpu_capacity: int  # the most allocatable CPUs one NUMA node holds
 
 
 def make_plan(
@@ -165,16 +166,9 @@ def make_plan(
         gpu_in_mask.append(bits_in)
         gpu_all.append(total)
     allocatable = np.array([len(tables.numa_allocatable[n]) for n in ids], dtype=np.int64)
-    cpu_cols = np.array([layout.cpu(p) for p in range(len(ids))], dtype=np.int64)
+    free = free_columns(tables, layout)
+    cpu_cols = free.cpu
     whole_cols = np.array([layout.whole(p) for p in range(len(ids))], dtype=np.int64)
-    located = [(i, position_of[n]) for i, (n, _) in enumerate(layout.gpu_keys) if n is not None]
-    onehot = np.zeros((len(located), len(ids)), dtype=np.int64)
-    for row, (_, position) in enumerate(located):
-        onehot[row, position] = 1
-    per_numa: dict[int, int] = {}
-    for numa in tables.gpu_numa.values():
-        if numa is not None:
-            per_numa[numa] = per_numa.get(numa, 0) + 1
     return Plan(
         tables=tables,
         layout=layout,
@@ -199,8 +193,8 @@ def make_plan(
         gpu_all_in_mask=np.array(gpu_all, dtype=np.int64),
         gpu_matching=gpu_matching,
         position_of=position_of,
-        gpu_count_columns=np.array([layout.gpu(i) for i, _ in located], dtype=np.int64),
-        gpu_count_onehot=onehot,
+        gpu_count_columns=free.gpu_count,
+        gpu_count_onehot=free.gpu_onehot,
         position_gpu_bits=np.array(
             [
                 sum(1 << g for g, n in tables.gpu_numa.items() if n == numa and g < 63)
@@ -208,7 +202,44 @@ def make_plan(
             ],
             dtype=np.int64,
         ),
+        numa_gpu_capacity=free.numa_gpu_capacity,
+        numa_cpu_capacity=free.numa_cpu_capacity,
+    )
+
+
+@dataclass(frozen=True, slots=True)
+class FreeColumns:
+    """Where a row holds the free exclusive CPUs and whole GPUs of each NUMA position
+    (what the rank's fragmentation reads; request-independent)."""
+
+    cpu: Ints  # per position: the row column of its free plain CPUs
+    gpu_count: Ints  # row columns of free GPU counts (any resource, on a NUMA node)
+    gpu_onehot: Ints  # (those columns x positions) 0/1: the column's NUMA position
+    numa_gpu_capacity: int  # the most GPUs one NUMA node of the hardware holds
+    numa_cpu_capacity: int  # the most allocatable CPUs one NUMA node holds
+
+    def per_numa(self, rows: Ints) -> tuple[Ints, Ints]:
+        """(rows x positions) free whole GPUs and free plain CPUs."""
+        return rows[:, self.gpu_count] @ self.gpu_onehot, rows[:, self.cpu]
+
+
+def free_columns(tables: Tables, layout: RowLayout) -> FreeColumns:
+    ids = layout.numa_ids
+    position_of = {n: p for p, n in enumerate(ids)}
+    located = [(i, position_of[n]) for i, (n, _) in enumerate(layout.gpu_keys) if n is not None]
+    onehot = np.zeros((len(located), len(ids)), dtype=np.int64)
+    for row, (_, position) in enumerate(located):
+        onehot[row, position] = 1
+    per_numa: dict[int, int] = {}
+    for numa in tables.gpu_numa.values():
+        if numa is not None:
+            per_numa[numa] = per_numa.get(numa, 0) + 1
+    return FreeColumns(
+        cpu=np.array([layout.cpu(p) for p in range(len(ids))], dtype=np.int64),
+        gpu_count=np.array([layout.gpu(i) for i, _ in located], dtype=np.int64),
+        gpu_onehot=onehot,
         numa_gpu_capacity=max(per_numa.values(), default=0),
+        numa_cpu_capacity=max((len(tables.numa_allocatable[n]) for n in ids), default=0),
     )
 
 
@@ -471,9 +502,16 @@ class Decided:
         return _to_ids(self.plan.masks[int(self.memory_index[row])], self.plan.ids)
 
 
-def decide_rows(plan: Plan, rows: Ints, memo: GpuMemo, mix: WorkloadMix | None = None) -> Decided:
+def decide_rows(
+    plan: Plan,
+    rows: Ints,
+    memo: GpuMemo,
+    mix: WorkloadMix | None = None,
+    hosts: Hosts | None = None,
+) -> Decided:
     """Decide `plan`'s unit on every row (node) of `rows` (see the module docstring);
-    `mix` is the workload the rank's packing term measures fragmentation against."""
+    `mix` is the workload the rank's packing term measures fragmentation against,
+    `hosts` how many of the nodes judged with these can host each of its shapes."""
     count = rows.shape[0]
     kind: list[Kind | None] = [None] * count
     refused = np.zeros(count, dtype=bool)
@@ -553,7 +591,7 @@ def decide_rows(plan: Plan, rows: Ints, memo: GpuMemo, mix: WorkloadMix | None =
         refuse(memory_refused, Kind.MEMORY)
     return _finish(
         plan, rows, memo, chosen=chosen, memory_index=memory_index, refused=refused,
-        kind=kind, short=short, mix=mix,
+        kind=kind, short=short, mix=mix, hosts=hosts,
     )  # fmt: skip
 
 
@@ -661,6 +699,7 @@ def _finish(
     kind: list[Kind | None],
     short: Ints,
     mix: WorkloadMix | None,
+    hosts: Hosts | None,
 ) -> Decided:
     count = rows.shape[0]
     need = plan.need
@@ -707,7 +746,7 @@ def _finish(
         fills.append(np.where(capacity > 0, np.minimum(1.0, used), np.nan))
     scores = _compose(span, links, fills, with_gpus=bool(need.gpus))
     scores[refused] = -1
-    rank = _rank(plan, rows, span, links, fills, chosen=chosen, gpus=gpus, mix=mix)
+    rank = _rank(plan, rows, span, links, fills, chosen=chosen, gpus=gpus, mix=mix, hosts=hosts)
     rank[refused] = -1.0
     return Decided(plan, scores, kind, chosen, memory_index, gpus, pairs, short, rank)
 
@@ -722,6 +761,7 @@ def _rank(
     chosen: Ints,
     gpus: list[tuple[int, ...]],
     mix: WorkloadMix | None,
+    hosts: Hosts | None,
 ) -> Floats:
     """The node rank (`packing`): alignment, then fragmentation growth under `mix`
     (the best-fit fill without one)."""
@@ -762,9 +802,18 @@ def _rank(
                 taken_cpus[i, position] = take
                 left -= take
     capacity = plan.numa_gpu_capacity
-    before = fragmentation(free_gpus, free_cpus, capacity, mix)
+    weights = hosts.weights() if hosts is not None and hosts.mix == mix else None
+    cpu_capacity = plan.numa_cpu_capacity
+    before = fragmentation(
+        free_gpus, free_cpus, capacity, mix, weights, numa_cpu_capacity=cpu_capacity
+    )
     after = fragmentation(
-        np.maximum(free_gpus - taken_gpus, 0), np.maximum(free_cpus - taken_cpus, 0), capacity, mix
+        np.maximum(free_gpus - taken_gpus, 0),
+        np.maximum(free_cpus - taken_cpus, 0),
+        capacity,
+        mix,
+        weights,
+        numa_cpu_capacity=cpu_capacity,
     )
     return node_rank(alignment, pack_of_growth(after - before, fill))
 

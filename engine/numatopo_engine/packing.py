@@ -7,12 +7,12 @@ a scheduler puts each pod where that grows least. Here, per request shape of the
 (`Shape`: whole GPUs and CPUs), the usable GPUs are those that copies of the shape can
 take *aligned*, counted the way the engine places them:
 
-  * a shape whose GPUs fit in one NUMA node of the hardware (k <= the most GPUs any
-    NUMA node holds) is counted per NUMA node: sum over NUMA nodes of
-    min(free GPUs // k, free CPUs // c) copies, each taking k GPUs. Four free GPUs
-    split 2 + 2 over two NUMA nodes host no aligned 4-GPU copy; four on one do.
-    NUMA nodes are where NVLink cliques sit on the hardware modelled (DGX-1's quads,
-    PCIe switches); on an NVSwitch machine every set has the best bandwidth anyway.
+  * a shape whose GPUs and CPUs fit in one NUMA node of the hardware (k <= the most
+    GPUs, c <= the most CPUs any NUMA node holds) is counted per NUMA node: sum over
+    NUMA nodes of min(free GPUs // k, free CPUs // c) copies, each taking k GPUs. Four
+    free GPUs split 2 + 2 over two NUMA nodes host no aligned 4-GPU copy; four on one
+    do. NUMA nodes are where NVLink cliques sit on the hardware modelled (DGX-1's
+    quads, PCIe switches); on an NVSwitch machine every set has the best bandwidth.
   * a larger shape is counted node-wide: min(free GPUs // k, free CPUs // c).
 
 fragmentation(node) = sum over shapes of weight x (free GPUs - k x copies), in GPUs:
@@ -21,17 +21,27 @@ just "fits or not", also sees 3 free GPUs left for a 2-GPU mix as one GPU strand
 Shapes no NUMA node or node of this hardware can ever host count all free GPUs as
 stranded, as in FGD: putting small pods where the big ones cannot go anyway is cheap.
 
-What the engine does not see is not counted: shared-pool CPUs (`cpu: numa`) and
-memory are left out, GPU shares (fractional GPUs) are not modelled. Only exclusive
-CPUs (integer requests) are booked per NUMA node.
+Scarcity (`Hosts`, the rank's one cluster-level input): FGD weighs a shape by its
+share of the workload. Here the share is multiplied by N / h, N the nodes judged
+together (one scheduling cycle's candidates) and h how many of them can host a copy
+of the shape now: taking one of the last 15 hosts of an 8-GPU 120-CPU shape costs
+what taking one of 500 hosts of a 1-GPU shape does x 33 at equal shares. Without it,
+every node of a shape looks alike to its own growth, and the last hosts of a rare
+big shape went to pods that fit anywhere (measured: a 50 % multi-GPU mix first
+failed at 33 % of GPUs allocated, best-fit at 44 %). The extender's prioritize and
+the simulator compute it the same way (`allocation.mix_hosts`) over the nodes they
+judge.
+
+What the engine does not see is not counted: memory is left out, GPU shares
+(fractional GPUs) are not modelled; shared-pool CPUs (`cpu: numa`) bound a copy's
+fit per NUMA node but book nothing.
 
 The rank (`node_rank`) is what every node choice reads — kube-scheduler's prioritize
-through the extender, `numatopo simulate`'s numatopo strategy — and is lexicographic:
-alignment first (the score's span and link terms, 0..100 rounded), then packing in
-[0, 1): the fill of the touched NUMA nodes (best fit, the score's pack term), and
-between equal fills the logistic of minus the fragmentation growth under the mix
-(`FILL_WEIGHT`). Weighing growth and fill alike was measured worse on a 100-node
-sample of the default trace (first failure at 93.2 % of GPUs against first-fit's 94.2 %).
+through the extender, `numatopo simulate`'s numatopo strategy: alignment first (the
+score's span and link terms, 0..100 rounded, so alignable multi-GPU pods stay on one
+NUMA node and a best-bandwidth GPU set), then packing in (0, 1): less scarcity-weighed
+fragmentation growth under the mix and a fuller touched NUMA node (best fit, the
+score's pack term), the growth weighing 3x the fill (`GROWTH_WEIGHT`).
 """
 
 from __future__ import annotations
@@ -45,12 +55,14 @@ import numpy as np
 import numpy.typing as npt
 
 __all__ = [
+    "Hosts",
     "MixError",
     "Shape",
     "WorkloadMix",
     "fragmentation",
     "node_rank",
     "pack_of_growth",
+    "shape_copies",
 ]
 
 Ints = npt.NDArray[np.int64]
@@ -59,9 +71,11 @@ Bools = npt.NDArray[np.bool_]
 
 _BIG = 1 << 40
 
-# The NUMA fill leads; fragmentation growth decides between equal fills (measured: with
-# the two weighed alike, a 100-node trace sample first failed at 93.2 % vs first-fit's 94.2 %).
-FILL_WEIGHT = 100.0
+# Fragmentation growth weighs 3x the fill. Measured on node samples of the default
+# trace (seeds 42, 43): at 100x the fill, 0.2-0.3 points fewer GPUs at 100 % arrived
+# (400 nodes); at 1x or 0.5x, the first failure 1 point earlier on 100 nodes; the fill
+# first (the rank before) broke up the last hosts of 8-GPU 120-CPU pods.
+GROWTH_WEIGHT = 3.0
 # Packing stays below one rank step, so it never outweighs alignment.
 PACK_SPAN = 0.999
 
@@ -156,22 +170,68 @@ def weigh(shape: Shape) -> float:
     return float(shape.gpus)
 
 
-def fragmentation(gpus: Ints, cpus: Ints, numa_gpu_capacity: int, mix: WorkloadMix) -> Floats:
+@dataclass(frozen=True, slots=True)
+class Hosts:
+    """The rank's cluster-level input: of the `nodes` judged together (one scheduling
+    cycle's candidates), how many can host each shape of `mix` now (`counts`, aligned
+    as `shape_copies` counts). Taking one of the last hosts of a shape costs more."""
+
+    mix: WorkloadMix
+    nodes: int
+    counts: tuple[int, ...]
+
+    def weights(self) -> Floats:
+        """Per shape: its share of the mix times nodes / hosts (its share where no node
+        hosts it: every node strands it alike)."""
+        share = _arrays(self.mix)[3]
+        hosts = np.array(self.counts, dtype=np.float64)
+        scale = np.where(hosts > 0, self.nodes / np.maximum(hosts, 1.0), 1.0)
+        return np.asarray(share * scale, dtype=np.float64)
+
+
+def fragmentation(
+    gpus: Ints,
+    cpus: Ints,
+    numa_gpu_capacity: int,
+    mix: WorkloadMix,
+    weights: Floats | None = None,
+    *,
+    numa_cpu_capacity: int | None = None,
+) -> Floats:
     """Expected stranded free GPUs per row (see the module docstring).
 
     `gpus`, `cpus`: (rows x NUMA positions) free whole GPUs and free exclusive CPUs;
-    `numa_gpu_capacity`: the most GPUs one NUMA node of this hardware holds. One array
-    expression over (rows x positions x shapes).
+    `numa_gpu_capacity` / `numa_cpu_capacity`: the most GPUs / CPUs one NUMA node of
+    this hardware holds; `weights`: per shape of the mix, instead of its share
+    (`Hosts.weights`). One array expression over (rows x positions x shapes).
     """
-    k, c, exclusive, weights = _arrays(mix)
-    total = gpus.sum(axis=1)
+    k = _arrays(mix)[0]
     if not k.size:
         return np.zeros(gpus.shape[0], dtype=np.float64)
-    aligned = k <= numa_gpu_capacity
-    per_numa = _copies(gpus[:, :, None], cpus[:, :, None], k, c, exclusive).sum(axis=1)
-    per_node = _copies(total[:, None], cpus.sum(axis=1)[:, None], k, c, exclusive)
-    copies = np.where(aligned, per_numa, per_node)
+    weights = _arrays(mix)[3] if weights is None else weights
+    total = gpus.sum(axis=1)
+    copies = shape_copies(gpus, cpus, numa_gpu_capacity, mix, numa_cpu_capacity=numa_cpu_capacity)
     return np.asarray(total * weights.sum() - (copies * k) @ weights, dtype=np.float64)
+
+
+def shape_copies(
+    gpus: Ints,
+    cpus: Ints,
+    numa_gpu_capacity: int,
+    mix: WorkloadMix,
+    *,
+    numa_cpu_capacity: int | None = None,
+) -> Ints:
+    """(rows x shapes) copies of each shape of `mix` the free GPUs and CPUs hold aligned:
+    per NUMA node where one NUMA node of this hardware holds the shape's GPUs (and CPUs,
+    when `numa_cpu_capacity` is given), else node-wide."""
+    k, c, exclusive, _ = _arrays(mix)
+    aligned = k <= numa_gpu_capacity
+    if numa_cpu_capacity is not None:
+        aligned &= c <= numa_cpu_capacity
+    per_numa = _copies(gpus[:, :, None], cpus[:, :, None], k, c, exclusive).sum(axis=1)
+    per_node = _copies(gpus.sum(axis=1)[:, None], cpus.sum(axis=1)[:, None], k, c, exclusive)
+    return np.asarray(np.where(aligned, per_numa, per_node), dtype=np.int64)
 
 
 def _copies(gpus: Ints, cpus: Ints, k: Ints, c: Ints, exclusive: Bools) -> Ints:
@@ -192,9 +252,11 @@ def _arrays(mix: WorkloadMix) -> tuple[Ints, Ints, Bools, Floats]:
 
 
 def pack_of_growth(growth: Floats, fill: Floats) -> Floats:
-    """Packing in [0, 1): a fuller touched NUMA node first, then less fragmentation growth."""
-    logistic = 0.5 * (1.0 - np.tanh(0.5 * growth))  # 1 / (1 + e^growth), without overflow
-    return (logistic + FILL_WEIGHT * fill) / (1.0 + FILL_WEIGHT)
+    """Packing in (0, 1): less fragmentation growth and a fuller touched NUMA node
+    (weighed by `GROWTH_WEIGHT`). The growth, in (scarcity-weighed) GPUs, goes through a falling
+    arctangent, which separates large growths too (a logistic would round them all to 0)."""
+    less = 0.5 - np.arctan(growth) / np.pi
+    return np.asarray((GROWTH_WEIGHT * less + fill) / (1.0 + GROWTH_WEIGHT), dtype=np.float64)
 
 
 def node_rank(alignment: Floats, pack: Floats) -> Floats:

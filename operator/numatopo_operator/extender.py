@@ -182,12 +182,14 @@ def judge_candidates(
         pending.append((topology, state))
     outcomes: list[float | refusals.Refusal | str] = [""] * len(names)
     engine = engine or allocation.Engine()
-    for group in allocation.group_by_shape(pending, engine=engine):
+    groups = allocation.group_by_shape(pending, engine=engine)
+    hosts = allocation.mix_hosts(((g.topology, g.states) for g in groups), taken.mix, engine=engine)
+    for group in groups:
         decided: Sequence[float | refusals.Refusal | str]
         try:
             scored = allocation.score_many(
                 group.topology, group.states, request, checked=False, engine=engine,
-                mix=taken.mix,
+                mix=taken.mix, hosts=hosts,
             )  # fmt: skip
         except InvalidRequestError as exc:
             decided = [translate.invalid_message(exc)] * len(group.positions)

@@ -7,7 +7,7 @@ import random
 import numpy as np
 import pytest
 
-from numatopo_engine.allocation import Engine, allocate, score_many
+from numatopo_engine.allocation import Engine, allocate, mix_hosts, score_many
 from numatopo_engine.annotations import PolicyName
 from numatopo_engine.packing import Shape, WorkloadMix, fragmentation, node_rank
 from numatopo_engine.simulation import NodeRow, PodRow
@@ -58,11 +58,16 @@ def test_the_strategy_picks_the_node_the_production_rank_ranks_first(topology_ma
         if not candidates:
             continue
         request = engine_request(pod, PolicyName.BEST_EFFORT)
+        # The cluster-level input over the same candidates, one node at a time.
+        alone = [(cluster.nodes[i].shape.spec, [cluster.nodes[i].state]) for i in candidates]
+        hosts = mix_hosts(((t, s) for t, s in alone if s[0] is not None), mix)
         ranks = []
         for index in candidates:
             node = cluster.nodes[index]
             assert node.state is not None
-            scored = score_many(node.shape.spec, [node.state], request, engine=engine, mix=mix)
+            scored = score_many(
+                node.shape.spec, [node.state], request, engine=engine, mix=mix, hosts=hosts
+            )
             ranks.append(float(scored.rank[0]))
         outcome = strategy.place(cluster, pod, candidates)
         if max(ranks) < 0:
@@ -142,3 +147,73 @@ def test_a_one_gpu_pod_goes_to_the_node_it_fragments_least(topology_map):
 )
 def test_mix_text_round_trips(text, expected):
     assert expected == WorkloadMix.parse(text).format()
+
+
+G2 = NodeRow("g2", 96000, 393216, 8, "G2")  # 48 CPUs per NUMA node
+G3 = NodeRow("g3", 128000, 786432, 8, "G3")  # 64 CPUs per NUMA node: the only 8x120 host
+HALF = PodRow("half", 60200, 65536, 4, 1000)  # 4 GPUs, 60.2 CPUs from the shared pool
+WHOLE = PodRow("whole", 120000, 655360, 8, 1000)  # 8 GPUs, 120 exclusive CPUs
+
+
+def test_hosts_count_the_nodes_that_can_take_each_shape(topology_map):
+    rows = [NodeRow(f"g2-{i}", *_of(G2)) for i in range(3)] + [NodeRow("g3", *_of(G3))]
+    cluster = build_cluster(rows, topology_map, with_engine_state=True)
+    mix = trace_mix([HALF, WHOLE])
+    hosts = mix_hosts(((n.shape.spec, [n.state]) for n in cluster.nodes if n.state), mix)
+
+    counts = dict(zip(mix.shapes, hosts.counts, strict=True))
+    # The 4-GPU shape's 61 CPUs fit no G2 NUMA node: it counts node-wide there.
+    assert (4, 4, 1) == (
+        hosts.nodes,
+        counts[Shape.of(4, 61, exclusive=False)],
+        counts[Shape.of(8, 120)],
+    )
+    weights = dict(zip(mix.shapes, hosts.weights().tolist(), strict=True))
+    shares = dict(zip(mix.shapes, mix.weights, strict=True))
+    # Weighed by nodes / hosts: the shape one node of four hosts, four times its share.
+    assert weights[Shape.of(8, 120)] == pytest.approx(4 * shares[Shape.of(8, 120)])
+    assert weights[Shape.of(4, 61, exclusive=False)] == pytest.approx(
+        shares[Shape.of(4, 61, exclusive=False)]
+    )
+
+
+def _of(row: NodeRow) -> tuple[int, int, int, str]:
+    return row.cpu_milli, row.memory_mib, row.gpus, row.model
+
+
+def test_a_pod_that_fits_elsewhere_keeps_off_the_last_host_of_a_big_shape(topology_map):
+    """A 4-GPU pod fits a NUMA node of the G3 exactly (the fullest fill) and spreads its
+    CPUs over a G2; the G3 is the only node an 8-GPU 120-CPU pod can run on. The rank
+    must send the 4-GPU pod to a G2, and a replay must then place the 8-GPU pod."""
+    rows = [NodeRow(f"g2-{i}", *_of(G2)) for i in range(2)] + [NodeRow("g3", *_of(G3))]
+    cluster = build_cluster(rows, topology_map, with_engine_state=True)
+    workload = [replace_name(HALF, i) for i in range(2)] + [WHOLE]
+    strategy = make_strategy("numatopo", seed=1)
+    strategy.start(cluster, workload)
+    for pod in workload:
+        placed = strategy.place(cluster, pod, cluster.candidates(pod))
+        assert isinstance(placed, Placement), pod.name
+        assert (cluster.nodes[placed.node].model == "G3") == (pod is WHOLE), pod.name
+        _book(cluster, pod, placed)
+        strategy.booked(cluster, placed)
+
+
+def replace_name(pod: PodRow, number: int) -> PodRow:
+    return PodRow(f"{pod.name}-{number}", pod.cpu_milli, pod.memory_mib, pod.num_gpu, pod.gpu_milli)
+
+
+def test_the_last_host_of_a_shape_costs_more_than_one_of_many(topology_map):
+    """The same 1-GPU choice between a fresh G2 and a fresh G3: with the G3 the last
+    node an 8x120 pod fits, the rank keeps off it; the scarcity weight is what decides
+    (without hosts, both nodes are equally good GPU-wise but for the 8x120 copy)."""
+    rows = [NodeRow("g2", *_of(G2)), NodeRow("g3", *_of(G3))]
+    cluster = build_cluster(rows, topology_map, with_engine_state=True)
+    mix = trace_mix([PodRow("one", 8000, 4096, 1, 1000)] * 40 + [WHOLE])
+    request = engine_request(PodRow("one", 8000, 4096, 1, 1000), PolicyName.BEST_EFFORT)
+    groups = [(n.shape.spec, [n.state]) for n in cluster.nodes if n.state is not None]
+    hosts = mix_hosts(groups, mix)
+    plain = [float(score_many(t, s, request, mix=mix).rank[0]) for t, s in groups]
+    scarce = [float(score_many(t, s, request, mix=mix, hosts=hosts).rank[0]) for t, s in groups]
+
+    assert scarce[0] > scarce[1]
+    assert scarce[0] - scarce[1] > plain[0] - plain[1]

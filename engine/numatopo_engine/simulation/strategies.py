@@ -46,7 +46,7 @@ from itertools import product
 import numpy as np
 import numpy.typing as npt
 
-from numatopo_engine.allocation import Engine, allocate, score_many
+from numatopo_engine.allocation import Engine, allocate, mix_hosts, score_many
 from numatopo_engine.annotations import (
     Assignment,
     ContainerAssignment,
@@ -60,6 +60,7 @@ from numatopo_engine.request import ContainerRequest, PodRequest, TopologyOption
 from numatopo_engine.simulation.cluster import Cluster, SimNode
 from numatopo_engine.simulation.fragmentation import Fragmentation
 from numatopo_engine.simulation.trace import PodRow
+from numatopo_engine.state import NodeState
 
 __all__ = ["STRATEGIES", "Placement", "Rejection", "Strategy", "make_strategy"]
 
@@ -240,8 +241,10 @@ def rank_nodes(
     mix: WorkloadMix,
 ) -> tuple[npt.NDArray[np.float64], str]:
     """The production node rank (`allocation.score_many(...).rank`) of each candidate, -1
-    where the engine refuses it, and one refusal's reason. Nodes of one hardware shape in
-    the same state are ranked once: the rank is a function of the node's row."""
+    where the engine refuses it, and one refusal's reason; the candidates are the nodes
+    judged together (`allocation.mix_hosts`), as the extender's are. Nodes of one
+    hardware shape in the same state are ranked once: the rank is a function of the
+    node's row."""
     nodes = cluster.nodes
     ranks = np.full(len(candidates), -1.0)
     groups: dict[int, tuple[SimNode, dict[bytes, list[int]]]] = {}
@@ -251,13 +254,21 @@ def rank_nodes(
         tables = engine.tables_of(node.shape.spec)
         group = groups.setdefault(id(node.shape), (node, {}))
         group[1].setdefault(engine.row(tables, node.state), []).append(position)
+    by_shape: dict[int, tuple[SimNode, list[NodeState]]] = {}
+    for index in candidates:
+        node = nodes[index]
+        assert node.state is not None
+        by_shape.setdefault(id(node.shape), (node, []))[1].append(node.state)
+    hosts = mix_hosts(
+        ((first.shape.spec, states) for first, states in by_shape.values()), mix, engine=engine
+    )
     reason = ""
     for first, by_row in groups.values():
         positions = list(by_row.values())
         states = [nodes[candidates[p[0]]].state for p in positions]
         scored = score_many(
             first.shape.spec, [s for s in states if s is not None], request,
-            checked=False, engine=engine, mix=mix,
+            checked=False, engine=engine, mix=mix, hosts=hosts,
         )  # fmt: skip
         for same, rank in zip(positions, scored.rank.tolist(), strict=True):
             ranks[same] = rank
