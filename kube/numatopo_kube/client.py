@@ -102,6 +102,9 @@ _Node: Any = create_global_resource("", "v1", "Node", "nodes")
 _Event: Any = create_namespaced_resource("", "v1", "Event", "events")
 _Lease: Any = create_namespaced_resource("coordination.k8s.io", "v1", "Lease", "leases")
 _Numatopology: Any = create_global_resource(GROUP, VERSION, KIND, Numatopology.plural)
+_NetworkTopology: Any = create_global_resource(
+    GROUP, VERSION, "NetworkTopology", "networktopologies"
+)
 
 
 class _PodBinding(GenericNamespacedStatus):
@@ -459,6 +462,19 @@ class KubeClient:
         """Merge `labels` into the pod's; a None value removes that key."""
         await self._merge_pod_metadata(namespace, name, {"labels": dict(labels)})
 
+    @api_call(("", "pods", "patch"))
+    async def patch_pod_spec(self, namespace: str, name: str, operations: list[Body]) -> None:
+        """A JSON patch of the pod (a list of operations, guarded by `test` ones): what a
+        merge patch cannot say, such as removing one scheduling gate of several. Not
+        retried: after a lost answer the guard no longer holds and the second attempt
+        fails; the caller reads the pod again and decides."""
+        await self._call(
+            f"patch pod {namespace}/{name} spec",
+            lambda: self.lightkube.patch(
+                _Pod, name, operations, namespace=namespace, patch_type=PatchType.JSON
+            ),
+        )
+
     @api_call(("", "pods/status", "get"))
     async def get_pod_status(self, namespace: str, name: str) -> Body:
         return dict(
@@ -688,6 +704,17 @@ class KubeClient:
             f"patch {KIND}/{name} status",
             lambda: self.lightkube.patch(
                 _Numatopology.Status, name, {"status": dict(status)}, patch_type=PatchType.MERGE
+            ),
+            idempotent=True,
+        )
+
+    @api_call(("numatopo.io", "networktopologies/status", "patch"))
+    async def patch_networktopology_status(self, name: str, status: Mapping[str, object]) -> None:
+        """Merge `status` into `NetworkTopology/<name>.status` (others' fields stay)."""
+        await self._call(
+            f"patch NetworkTopology/{name} status",
+            lambda: self.lightkube.patch(
+                _NetworkTopology.Status, name, {"status": dict(status)}, patch_type=PatchType.MERGE
             ),
             idempotent=True,
         )

@@ -109,6 +109,11 @@ class OperatorSettings:
     workload_mix_half_life_seconds: float = 21600.0
     """Half-life of a pod's weight in the learned mix (6 h); at most 30 days."""
 
+    groups: bool = True
+    """Place groups of gated pods all-or-nothing across nodes (`gangs`): watches Nodes
+    (their labels) and NetworkTopologies. Off: pods with the `numatopo.io/group`
+    scheduling gate are left gated (and no Node is watched)."""
+
     resources: ResourceNames = field(init=False)
 
     def __post_init__(self) -> None:
@@ -144,6 +149,15 @@ def _port(name: str, text: str) -> int:
     return port
 
 
+def _flag(name: str, text: str) -> bool:
+    lowered = text.strip().lower()
+    if lowered in ("true", "1", "yes", "on"):
+        return True
+    if lowered in ("false", "0", "no", "off"):
+        return False
+    raise SettingsError(f"{name}: {text!r} is not a boolean (true or false)")
+
+
 def _seconds(name: str, text: str, *, most: float = 3600.0) -> float:
     try:
         seconds = float(text)
@@ -167,6 +181,8 @@ def _apply(
             changes[name] = _split(text)
         elif name in ("extender_port", "metrics_port"):
             changes[name] = _port(label, text)
+        elif name == "groups":
+            changes[name] = _flag(label, text)
         elif name == "workload_mix_half_life_seconds":
             changes[name] = _seconds(label, text, most=MAX_HALF_LIFE_SECONDS)
             if not changes[name]:
@@ -228,6 +244,7 @@ _FIELDS = (
     "retry_max_seconds",
     "workload_mix",
     "workload_mix_half_life_seconds",
+    "groups",
 )
 
 
@@ -277,6 +294,10 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--workload-mix-half-life-seconds",
         help="half-life of a pod's weight in the learned mix (default 21600)",
+    )
+    parser.add_argument(
+        "--groups",
+        help="place gated pod groups across nodes, watching Nodes (true, the default, or false)",
     )
 
 
