@@ -19,14 +19,23 @@ __all__ = [
     "ASSIGNMENT",
     "CPU",
     "GPU_LINKS",
+    "GROUP",
+    "GROUP_ANNOTATIONS",
+    "GROUP_PLACEMENT",
+    "GROUP_SIZE",
     "MAX_NUMA_NODES",
     "OBSERVED",
+    "PLACEMENT_STRATEGY",
     "POLICY",
     "PREFIX",
+    "RANK",
     "REASON",
     "SCOPE",
     "SMT",
     "STATE",
+    "TOPOLOGY",
+    "TOPOLOGY_PREFERRED",
+    "TOPOLOGY_REQUIRED",
     "USER_ANNOTATIONS",
     "Assignment",
     "ContainerAssignment",
@@ -57,6 +66,20 @@ REASON = PREFIX + "reason"
 OBSERVED = PREFIX + "observed"
 
 USER_ANNOTATIONS = (POLICY, SCOPE, CPU, SMT, GPU_LINKS, MAX_NUMA_NODES)
+
+# Multi-node groups (`numatopo_engine.groups` validates them; DESIGN.md, "Groups").
+GROUP = PREFIX + "group"
+GROUP_SIZE = PREFIX + "group-size"
+TOPOLOGY_REQUIRED = PREFIX + "topology-required"
+TOPOLOGY_PREFERRED = PREFIX + "topology-preferred"
+PLACEMENT_STRATEGY = PREFIX + "placement-strategy"
+TOPOLOGY = PREFIX + "topology"
+RANK = PREFIX + "rank"
+# Written by the operator on every planned member: group, level, domain, rank, plan time.
+GROUP_PLACEMENT = PREFIX + "group-placement"
+GROUP_ANNOTATIONS = (
+    GROUP, GROUP_SIZE, TOPOLOGY_REQUIRED, TOPOLOGY_PREFERRED, PLACEMENT_STRATEGY, TOPOLOGY, RANK,
+)  # fmt: skip
 
 
 class PolicyName(enum.StrEnum):

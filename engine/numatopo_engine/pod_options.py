@@ -26,6 +26,7 @@ from numatopo_engine.request import ContainerRequest, TopologyOptions
 __all__ = [
     "ECHO_CHARS",
     "MAX_NUMA_NODES_LIMIT",
+    "choice",
     "echo",
     "exclusive_cpu_problem",
     "options_from_annotations",
@@ -38,7 +39,9 @@ ECHO_CHARS = 60
 # Linux's largest NODES_SHIFT (10), so no real machine needs more.
 MAX_NUMA_NODES_LIMIT = 1024
 # Written by the operator, not the user: present on every placed pod, never validated here.
-OPERATOR_ANNOTATIONS = (keys.ASSIGNMENT, keys.STATE, keys.REASON, keys.OBSERVED)
+OPERATOR_ANNOTATIONS = (
+    keys.ASSIGNMENT, keys.STATE, keys.REASON, keys.OBSERVED, keys.GROUP_PLACEMENT,
+)  # fmt: skip
 
 _E = TypeVar("_E", bound=enum.StrEnum)
 _DIGITS = re.compile(r"^[0-9]{1,7}$")
@@ -64,7 +67,9 @@ def _closest(word: str, allowed: Sequence[str]) -> str:
     return f" (did you mean {matches[0]!r}?)" if matches else ""
 
 
-def _choice(values: Mapping[str, str], key: str, kind: type[_E], default: _E) -> _E:
+def choice(values: Mapping[str, str], key: str, kind: type[_E], default: _E) -> _E:
+    """`values[key]` as a member of `kind` (`default` when absent); raises
+    InvalidRequestError naming the allowed words and the closest one."""
     if key not in values:
         return default
     text = values[key]
@@ -99,12 +104,13 @@ def _max_numa_nodes(values: Mapping[str, str], policy: PolicyName) -> int | None
 def _user_values(raw: Mapping[object, object]) -> dict[str, str]:
     """The user-written `numatopo.io/*` annotations, stripped; unknown or non-string ones raise."""
     values: dict[str, str] = {}
-    known = list(keys.USER_ANNOTATIONS)
+    known = [*keys.USER_ANNOTATIONS, *keys.GROUP_ANNOTATIONS]
     for key, value in raw.items():
         # Keys that are not ours are other tools' business, whatever they hold.
         if not isinstance(key, str) or not key.startswith(keys.PREFIX):
             continue
-        if key in OPERATOR_ANNOTATIONS:
+        # Group annotations are validated by `groups.group_of`, where they are read.
+        if key in OPERATOR_ANNOTATIONS or key in keys.GROUP_ANNOTATIONS:
             continue
         if key not in known:
             raise InvalidRequestError(
@@ -159,22 +165,22 @@ def options_from_annotations(
     CPUs, `max-numa-nodes` above 1 with `single-numa-node`).
     """
     values = _user_values(raw)
-    policy = _choice(values, keys.POLICY, PolicyName, PolicyName.NONE)
-    scope = _choice(values, keys.SCOPE, Scope, Scope.POD)
+    policy = choice(values, keys.POLICY, PolicyName, PolicyName.NONE)
+    scope = choice(values, keys.SCOPE, Scope, Scope.POD)
     problem = exclusive_cpu_problem(containers, init_containers)
     default_cpu = CpuMode.NUMA if problem else CpuMode.EXCLUSIVE
-    cpu = _choice(values, keys.CPU, CpuMode, default_cpu)
+    cpu = choice(values, keys.CPU, CpuMode, default_cpu)
     if cpu is CpuMode.EXCLUSIVE and problem:
         raise InvalidRequestError(
             keys.CPU, f"'exclusive' is not possible: {problem} (or use 'numa')"
         )
-    smt = _choice(values, keys.SMT, SmtMode, SmtMode.ANY)
+    smt = choice(values, keys.SMT, SmtMode, SmtMode.ANY)
     if smt is SmtMode.FULL_CORES and cpu is not CpuMode.EXCLUSIVE:
         raise InvalidRequestError(
             keys.SMT,
             f"'full-cores' places exclusive CPUs only, but cpu is {cpu.value!r}",
         )
-    gpu_links = _choice(values, keys.GPU_LINKS, GpuLinksMode, GpuLinksMode.PREFERRED)
+    gpu_links = choice(values, keys.GPU_LINKS, GpuLinksMode, GpuLinksMode.PREFERRED)
     return TopologyOptions(
         policy=policy,
         scope=scope,

@@ -1,0 +1,243 @@
+"""Read a pod's group membership and rank from its metadata (pure).
+
+A group is a set of pods placed all or nothing across nodes (a multi-node training
+job): `numatopo.io/group` names it within the namespace, `numatopo.io/group-size`
+says how many members must exist before any is placed. The scheduler-plugins
+coscheduling label `scheduling.x-k8s.io/pod-group` is read as the group name too; its
+size then comes from `numatopo.io/group-size`, else from the annotation
+`scheduling.x-k8s.io/min-available`.
+
+Where the members go (DESIGN.md, "Groups and network domains"):
+  topology-required   a node label key, one level of a NetworkTopology: every member
+                      lands in one domain (one value of that label)
+  topology-preferred  the same, but wider levels (then anywhere) are accepted when no
+                      domain of that level fits
+  placement-strategy  consolidated (fewest nodes, tightest domain; default),
+                      distributed (one member per node where possible), balanced
+                      (equal members per node over the fewest nodes for that count)
+  topology            the NetworkTopology's name (default: the only one, or `default`)
+
+A member's rank (first found): annotation `numatopo.io/rank`; annotation, then label,
+`batch.kubernetes.io/job-completion-index` (Indexed Jobs); label
+`apps.kubernetes.io/pod-index` (StatefulSets, Kubernetes 1.28+); the `-<n>` suffix of
+the name of a pod owned by a StatefulSet. Members without any are ordered by name
+after the ranked ones.
+
+Every bad value raises `InvalidRequestError` whose `field` is the key.
+"""
+
+from __future__ import annotations
+
+import enum
+import re
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from numatopo_engine import annotations as keys
+from numatopo_engine.errors import InvalidRequestError
+from numatopo_engine.pod_options import choice, echo
+
+__all__ = [
+    "JOB_COMPLETION_INDEX",
+    "MAX_GROUP_SIZE",
+    "MIN_AVAILABLE",
+    "POD_GROUP_LABEL",
+    "POD_INDEX_LABEL",
+    "GroupSpec",
+    "Strategy",
+    "group_of",
+    "is_label_key",
+    "rank_of",
+]
+
+POD_GROUP_LABEL = "scheduling.x-k8s.io/pod-group"
+MIN_AVAILABLE = "scheduling.x-k8s.io/min-available"
+JOB_COMPLETION_INDEX = "batch.kubernetes.io/job-completion-index"
+POD_INDEX_LABEL = "apps.kubernetes.io/pod-index"
+
+# Far above any training job (the largest run tens of thousands of GPUs, 8 per pod),
+# small enough that a typo is refused instead of waited for forever.
+MAX_GROUP_SIZE = 100_000
+_SIZE = re.compile(r"^[0-9]{1,6}$")
+_RANK = re.compile(r"^[0-9]{1,9}$")
+# A Kubernetes label key: optional DNS-subdomain prefix and '/', then a name of up to
+# 63 alphanumerics, '-', '_', '.' starting and ending alphanumeric.
+_LABEL_NAME = re.compile(r"^[A-Za-z0-9]([-A-Za-z0-9_.]{0,61}[A-Za-z0-9])?$")
+_DNS_SUBDOMAIN = re.compile(r"^[a-z0-9]([-a-z0-9.]{0,251}[a-z0-9])?$")
+_STATEFUL_ORDINAL = re.compile(r"-([0-9]{1,9})$")
+_MAX_NAME = 253
+
+
+class Strategy(enum.StrEnum):
+    """How members spread over the nodes of the chosen domain."""
+
+    CONSOLIDATED = "consolidated"
+    DISTRIBUTED = "distributed"
+    BALANCED = "balanced"
+
+
+@dataclass(frozen=True)
+class GroupSpec:
+    namespace: str
+    name: str
+    size: int
+    required: str | None  # a level's node label key every member shares one domain of
+    preferred: str | None  # tried first, wider levels accepted
+    strategy: Strategy
+    topology: str | None  # NetworkTopology name; None: the only one, or `default`
+
+    @property
+    def key(self) -> str:
+        """`namespace/name`, as groups are told apart."""
+        return f"{self.namespace}/{self.name}"
+
+
+def is_label_key(text: str) -> bool:
+    """Whether `text` is a valid Kubernetes label key (`prefix/name` or `name`)."""
+    prefix, slash, name = text.rpartition("/")
+    if slash and not _DNS_SUBDOMAIN.match(prefix):
+        return False
+    return bool(_LABEL_NAME.match(name))
+
+
+def group_of(metadata: Mapping[str, Any]) -> GroupSpec | None:
+    """The group a pod belongs to, or None when it names none.
+
+    Raises `InvalidRequestError` for a bad value, for group settings without a group
+    name, for a group without a size, and for both required and preferred levels.
+    """
+    annotations = _strings(metadata, "annotations")
+    labels = _strings(metadata, "labels")
+    name = annotations.get(keys.GROUP)
+    field = keys.GROUP
+    if name is None and POD_GROUP_LABEL in labels:
+        name, field = labels[POD_GROUP_LABEL], POD_GROUP_LABEL
+    if name is None:
+        stray = [k for k in keys.GROUP_ANNOTATIONS if k in annotations and k != keys.RANK]
+        if stray:
+            raise InvalidRequestError(
+                stray[0], f"set without {keys.GROUP} (or the label {POD_GROUP_LABEL})"
+            )
+        return None
+    if not name or len(name) > _MAX_NAME or any(c.isspace() for c in name):
+        raise InvalidRequestError(
+            field, f"{echo(name)} is not a group name (1-{_MAX_NAME} characters, no spaces)"
+        )
+    size = _size(annotations)
+    required = _level(annotations, keys.TOPOLOGY_REQUIRED)
+    preferred = _level(annotations, keys.TOPOLOGY_PREFERRED)
+    if required is not None and preferred is not None:
+        raise InvalidRequestError(
+            keys.TOPOLOGY_PREFERRED,
+            f"set together with {keys.TOPOLOGY_REQUIRED}; give one of the two",
+        )
+    strategy = choice(annotations, keys.PLACEMENT_STRATEGY, Strategy, Strategy.CONSOLIDATED)
+    topology = annotations.get(keys.TOPOLOGY)
+    if topology is not None and (not topology or len(topology) > _MAX_NAME):
+        raise InvalidRequestError(keys.TOPOLOGY, f"{echo(topology)} is not a NetworkTopology name")
+    namespace = metadata.get("namespace")
+    return GroupSpec(
+        namespace=namespace if isinstance(namespace, str) and namespace else "default",
+        name=name,
+        size=size,
+        required=required,
+        preferred=preferred,
+        strategy=strategy,
+        topology=topology,
+    )
+
+
+def rank_of(metadata: Mapping[str, Any]) -> int | None:
+    """The member's rank (see the module docstring), or None when nothing gives one.
+
+    A rank annotation or label that is present but not a whole number raises
+    `InvalidRequestError`: guessing would put the member out of order silently.
+    """
+    annotations = _strings(metadata, "annotations")
+    labels = _strings(metadata, "labels")
+    for source, key in (
+        (annotations, keys.RANK),
+        (annotations, JOB_COMPLETION_INDEX),
+        (labels, JOB_COMPLETION_INDEX),
+        (labels, POD_INDEX_LABEL),
+    ):
+        if key in source:
+            return _rank(source[key], key)
+    name = metadata.get("name")
+    if isinstance(name, str) and _owned_by_statefulset(metadata):
+        found = _STATEFUL_ORDINAL.search(name)
+        if found:
+            return int(found.group(1))
+    return None
+
+
+# -- reading ------------------------------------------------------------------------
+
+
+def _strings(metadata: Mapping[str, Any], where: str) -> dict[str, str]:
+    raw = metadata.get(where)
+    if raw is None:
+        return {}
+    if not isinstance(raw, Mapping):
+        raise InvalidRequestError(
+            f"metadata.{where}", f"expected a mapping, got {type(raw).__name__}"
+        )
+    values: dict[str, str] = {}
+    for key, value in raw.items():
+        if not isinstance(key, str):
+            continue
+        if not isinstance(value, str):
+            if key in keys.GROUP_ANNOTATIONS or key in (
+                POD_GROUP_LABEL, MIN_AVAILABLE, JOB_COMPLETION_INDEX, POD_INDEX_LABEL,
+            ):  # fmt: skip
+                raise InvalidRequestError(
+                    key, f"values must be strings, got {type(value).__name__} (quote it in YAML)"
+                )
+            continue
+        values[key] = value.strip()
+    return values
+
+
+def _size(annotations: Mapping[str, str]) -> int:
+    key = keys.GROUP_SIZE if keys.GROUP_SIZE in annotations else MIN_AVAILABLE
+    if key not in annotations:
+        raise InvalidRequestError(
+            keys.GROUP_SIZE,
+            f"a group needs a size: set {keys.GROUP_SIZE} (or {MIN_AVAILABLE}) "
+            f"to a whole number from 1 to {MAX_GROUP_SIZE}",
+        )
+    text = annotations[key]
+    allowed = f"a whole number from 1 to {MAX_GROUP_SIZE}"
+    if not _SIZE.match(text):
+        raise InvalidRequestError(key, f"{echo(text)} is not {allowed}")
+    size = int(text)
+    if not 1 <= size <= MAX_GROUP_SIZE:
+        raise InvalidRequestError(key, f"{size} is out of range; expected {allowed}")
+    return size
+
+
+def _level(annotations: Mapping[str, str], key: str) -> str | None:
+    text = annotations.get(key)
+    if text is None:
+        return None
+    if not is_label_key(text):
+        raise InvalidRequestError(
+            key,
+            f"{echo(text)} is not a node label key (such as "
+            "topology.k8s.aws/network-node-layer-3 or nvidia.com/gpu.clique)",
+        )
+    return text
+
+
+def _rank(text: str, key: str) -> int:
+    if not _RANK.match(text):
+        raise InvalidRequestError(key, f"{echo(text)} is not a whole number from 0")
+    return int(text)
+
+
+def _owned_by_statefulset(metadata: Mapping[str, Any]) -> bool:
+    owners = metadata.get("ownerReferences")
+    if not isinstance(owners, list):
+        return False
+    return any(isinstance(o, Mapping) and o.get("kind") == "StatefulSet" for o in owners)
