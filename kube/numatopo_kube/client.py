@@ -47,6 +47,7 @@ from lightkube.generic_resource import (
 from lightkube.types import PatchType
 
 from numatopo_engine.model import API_VERSION, GROUP, KIND, VERSION, Numatopology
+from numatopo_engine.network_topology import NETWORK_TOPOLOGY_KIND, NETWORK_TOPOLOGY_PLURAL
 from numatopo_kube.errors import KubeConfigError, KubeError, error_for, parse_retry_after
 
 __all__ = [
@@ -103,7 +104,7 @@ _Event: Any = create_namespaced_resource("", "v1", "Event", "events")
 _Lease: Any = create_namespaced_resource("coordination.k8s.io", "v1", "Lease", "leases")
 _Numatopology: Any = create_global_resource(GROUP, VERSION, KIND, Numatopology.plural)
 _NetworkTopology: Any = create_global_resource(
-    GROUP, VERSION, "NetworkTopology", "networktopologies"
+    GROUP, VERSION, NETWORK_TOPOLOGY_KIND, NETWORK_TOPOLOGY_PLURAL
 )
 
 
@@ -712,7 +713,7 @@ class KubeClient:
     async def patch_networktopology_status(self, name: str, status: Mapping[str, object]) -> None:
         """Merge `status` into `NetworkTopology/<name>.status` (others' fields stay)."""
         await self._call(
-            f"patch NetworkTopology/{name} status",
+            f"patch {NETWORK_TOPOLOGY_KIND}/{name} status",
             lambda: self.lightkube.patch(
                 _NetworkTopology.Status, name, {"status": dict(status)}, patch_type=PatchType.MERGE
             ),

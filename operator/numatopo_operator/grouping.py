@@ -35,12 +35,12 @@ from numatopo_engine.annotations import Assignment
 from numatopo_engine.errors import InvalidRequestError
 from numatopo_engine.groups import GroupSpec, group_of, rank_of
 from numatopo_engine.model import WireModel
+from numatopo_engine.network_topology import HOSTNAME_LABEL
 from numatopo_operator import translate
 from numatopo_operator.translate import RawPod
 
 __all__ = [
     "GATE",
-    "HOSTNAME_LABEL",
     "Expectation",
     "GroupBook",
     "MemberView",
@@ -56,7 +56,6 @@ __all__ = [
 
 # The scheduling gate group members are created with (users put it in the pod template).
 GATE = keys.GROUP
-HOSTNAME_LABEL = "kubernetes.io/hostname"
 
 
 class PlacementRecord(WireModel):
@@ -106,7 +105,9 @@ def read_placement(text: str | None) -> PlacementRecord | None:
     try:
         return PlacementRecord.model_validate_json(text)
     except pydantic.ValidationError as exc:
-        raise ValueError(f"{keys.GROUP_PLACEMENT} is unreadable: {exc.errors()[0]['msg']}") from None
+        raise ValueError(
+            f"{keys.GROUP_PLACEMENT} is unreadable: {exc.errors()[0]['msg']}"
+        ) from None
 
 
 def _assigned_node(pod: RawPod) -> str | None:
@@ -244,9 +245,6 @@ class GroupBook:
     def groups(self) -> list[str]:
         return sorted(self._members)
 
-    def group_of_pod(self, key: str) -> str | None:
-        return self._group_of.get(key)
-
     def specs(self, group: str) -> dict[str, GroupSpec]:
         """Member key -> the group settings that member declares."""
         return {key: self._specs[key] for key in self._members.get(group, {})}
@@ -343,7 +341,9 @@ def next_step(specs: Mapping[str, GroupSpec], members: Iterable[MemberView]) -> 
         broken = [v for v in planned if v.problem is not None]
         if broken or len(plans) > 1 or len(planned) < len(gated) or len(planned) < spec.size:
             return Step(StepKind.VOID, tuple(v.key for v in planned), spec=spec)
-        return Step(StepKind.RELEASE, tuple(v.key for v in planned), spec=spec, members=tuple(gated))
+        return Step(
+            StepKind.RELEASE, tuple(v.key for v in planned), spec=spec, members=tuple(gated)
+        )
     if len(gated) < spec.size:
         return Step(StepKind.WAIT, tuple(v.key for v in gated), seen=len(gated), spec=spec)
     return Step(StepKind.PLAN, tuple(v.key for v in gated), spec=spec, members=tuple(gated))
@@ -365,23 +365,25 @@ def release_operations(pod: RawPod, node: str) -> list[dict[str, Any]]:
     operations: list[dict[str, Any]] = []
     selector = _spec(pod).get("nodeSelector")
     if not isinstance(selector, Mapping) or not selector:
-        operations.append({"op": "add", "path": "/spec/nodeSelector", "value": {HOSTNAME_LABEL: node}})
+        operations.append(
+            {"op": "add", "path": "/spec/nodeSelector", "value": {HOSTNAME_LABEL: node}}
+        )
     elif selector.get(HOSTNAME_LABEL) != node:
         if HOSTNAME_LABEL in selector:
             raise ReleaseError(
                 f"{translate.pod_key(pod)} selects node {selector[HOSTNAME_LABEL]!r} itself, "
                 f"but its group's plan put it on {node!r}"
             )
-        operations.append(
-            {"op": "test", "path": "/spec/nodeSelector", "value": dict(selector)}
-        )
+        operations.append({"op": "test", "path": "/spec/nodeSelector", "value": dict(selector)})
         operations.append(
             {"op": "add", "path": "/spec/nodeSelector/" + _pointer(HOSTNAME_LABEL), "value": node}
         )
     gates = _gates(pod)
     for index, gate in enumerate(gates):
         if isinstance(gate, Mapping) and gate.get("name") == GATE:
-            operations.append({"op": "test", "path": f"/spec/schedulingGates/{index}", "value": dict(gate)})
+            operations.append(
+                {"op": "test", "path": f"/spec/schedulingGates/{index}", "value": dict(gate)}
+            )
             operations.append({"op": "remove", "path": f"/spec/schedulingGates/{index}"})
             break
     return operations
@@ -390,4 +392,3 @@ def release_operations(pod: RawPod, node: str) -> list[dict[str, Any]]:
 def _pointer(key: str) -> str:
     """A key as one JSON Pointer segment (RFC 6901)."""
     return key.replace("~", "~0").replace("/", "~1")
-
