@@ -92,7 +92,7 @@ def reasons(cluster: Cluster, name: str) -> list[str]:
 
 
 def pod_patches(cluster: Cluster) -> list[tuple[str, str]]:
-    """(pod name, "plan" | "release" | "other") of every PATCH of a pod, in order."""
+    """(pod name, "plan" | "void" | "release" | "other") of every PATCH of a pod, in order."""
     found = []
     for request in cluster.api:
         if request.method.value != "PATCH" or request.resource is None:
@@ -102,8 +102,10 @@ def pod_patches(cluster: Cluster) -> list[tuple[str, str]]:
         data = request.data
         if isinstance(data, list):
             kind = "release"
-        elif keys.GROUP_PLACEMENT in ((data.get("metadata") or {}).get("annotations") or {}):
-            kind = "plan"
+        elif keys.GROUP_PLACEMENT in (
+            written := (data.get("metadata") or {}).get("annotations") or {}
+        ):
+            kind = "plan" if written[keys.GROUP_PLACEMENT] is not None else "void"
         else:
             kind = "other"
         found.append((str(request.name), kind))
@@ -138,7 +140,7 @@ async def test_group_is_planned_in_one_domain_then_released_in_rank_order(env):
     first_release = next(i for i, (_, kind) in enumerate(patches) if kind == "release")
     await wait(
         lambda: cluster.status_of("networktopologies", "default").get("freeGPUs") == 64 - 1 - 32,
-        what=f"NetworkTopology status counts the group GPUs: {cluster.status_of('networktopologies', 'default')}",
+        what="NetworkTopology status counts the group's GPUs",
     )
     status = cluster.status_of("networktopologies", "default")
     await wait(
