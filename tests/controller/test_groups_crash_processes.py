@@ -87,7 +87,8 @@ async def test_operator_killed_mid_group(env, tmp_path, crash_after, same_plan):
         with (tmp_path / "first.log").open("wb") as log:
             first = await start(config, log, crash_after)
             processes.append(first)
-            code = await asyncio.wait_for(first.wait(), 60)
+            async with asyncio.timeout(60):
+                code = await first.wait()
         crashed = plans(cluster, names)
 
         assert 70 == code, (tmp_path / "first.log").read_text()[-3000:]
