@@ -1,23 +1,41 @@
-"""Network domains and all-or-nothing placement of pod groups across nodes (pure).
+"""Network domains, their fragmentation, and all-or-nothing placement of pod groups.
 
 A `DomainTree` groups nodes by the labels of a NetworkTopology's levels, widest level
 first. A node's domain at level k is the path of its label values at levels 0..k, so
-the tree is always a tree even where two leaves under different spines reuse a value;
-callers see a domain as its label value at that level. A node lacking a level's label
-belongs to no domain of that level or of any narrower one (it is still a node of the
-cluster, reachable only by groups that may spread anywhere).
+the tree is a tree even where leaves under two spines reuse a value; callers see a
+domain as its label value at that level. A node lacking a level's label belongs to no
+domain of that level or of any narrower one: it is reachable only by groups that may
+spread anywhere.
 
-`place_group` places every member of a group or none (raises UnsatisfiableError):
-see its docstring.
+Hops between two nodes: 0 on the same node, else the levels climbed to their lowest
+common domain (1 for two nodes of one narrowest domain, len(levels) + 1 for nodes
+that share no domain at all).
+
+Domain fragmentation of a level (GPUs; `domain_fragmentation`):
+
+    frag(level) = sum over its domains d of  (F_d / F) * (1 - F_d / G_d)
+
+with F_d the free and G_d the total GPUs of the domain, F the free GPUs of all the
+level's domains: the free-GPU-weighted mean of how much of its domain is already taken,
+seen from a free GPU. 0 when every free GPU lies in a wholly free domain (a big group
+can have it), towards 1 when free GPUs are leftovers in busy domains. Taking `a` GPUs
+from domain d changes the sum's numerator by (2·a·F_d - a²) / G_d - a, so among domains
+that fit, the one that leaves the least fragmentation is the one with the smallest
+(2·a·F_d - a²) / G_d: a busy domain before an empty one, and an exact fit first.
+
+`place_group` is documented where it is defined.
 """
 
 from __future__ import annotations
 
-import itertools
+import enum
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
+from itertools import pairwise
 
-from numatopo_engine.allocation import Engine, allocate
+import numpy as np
+
+from numatopo_engine.allocation import Engine, allocate, group_by_shape, score_many
 from numatopo_engine.annotations import Assignment
 from numatopo_engine.errors import UnsatisfiableError
 from numatopo_engine.groups import GroupSpec, Strategy
@@ -31,10 +49,14 @@ __all__ = [
     "GroupPlacement",
     "Member",
     "NodeCandidate",
+    "domain_fragmentation",
+    "domain_utilization",
+    "member_order",
     "place_group",
 ]
 
 Path = tuple[str, ...]
+ANYWHERE: Path = ()
 
 
 class DomainTree:
@@ -44,17 +66,31 @@ class DomainTree:
         self.levels = tuple(levels)
         self.paths = dict(paths)
         self.depth = {label: index for index, label in enumerate(self.levels)}
-        # Per level: domain path -> its nodes, in node order (path, then name).
+        self.order = sorted(self.paths, key=lambda n: (self.paths[n], n))
+        self.position = {node: index for index, node in enumerate(self.order)}
+        # Per level: domain path -> its nodes, in tree order.
         self.members: list[dict[Path, list[str]]] = [{} for _ in self.levels]
-        for node in sorted(self.paths, key=lambda n: (self.paths[n], n)):
+        # Per domain (the root `()` included): its child domains and the nodes whose
+        # path ends at it (no label of the next level), both in tree order.
+        self.children: dict[Path, list[Path]] = {ANYWHERE: []}
+        self.direct: dict[Path, list[str]] = {ANYWHERE: []}
+        for node in self.order:
             path = self.paths[node]
             for index in range(len(path)):
-                self.members[index].setdefault(path[: index + 1], []).append(node)
+                domain = path[: index + 1]
+                inside = self.members[index].setdefault(domain, [])
+                if not inside:
+                    self.children[domain[:-1]].append(domain)
+                    self.children[domain] = []
+                    self.direct[domain] = []
+                inside.append(node)
+            self.direct[path].append(node)
 
     @classmethod
     def build(
         cls, levels: Sequence[str], node_labels: Mapping[str, Mapping[str, str]]
     ) -> DomainTree:
+        """The tree of `node_labels` (node -> its labels) under `levels`, widest first."""
         if len(set(levels)) != len(levels):
             raise ValueError("levels must be unique")
         paths: dict[str, Path] = {}
@@ -67,11 +103,6 @@ class DomainTree:
                 path.append(value)
             paths[node] = tuple(path)
         return cls(levels, paths)
-
-    @property
-    def nodes(self) -> list[str]:
-        """Every node, in tree order (nodes of one leaf next to each other)."""
-        return sorted(self.paths, key=lambda n: (self.paths[n], n))
 
     def domain_of(self, node: str, level: str) -> str | None:
         """The node's domain (label value) at `level`, or None when it has none there."""
@@ -86,14 +117,11 @@ class DomainTree:
         return self.members[self.depth[level]]
 
     def hops(self, a: str, b: str) -> int:
-        """0 for the same node; else the levels climbed from the nodes to their lowest
-        common domain: 1 for nodes in one domain of the narrowest level, len(levels)
-        for nodes sharing only the widest, len(levels) + 1 for nodes sharing nothing."""
+        """See the module docstring."""
         if a == b:
             return 0
-        pa, pb = self.paths.get(a, ()), self.paths.get(b, ())
         common = 0
-        for x, y in zip(pa, pb, strict=False):
+        for x, y in zip(self.paths.get(a, ()), self.paths.get(b, ()), strict=False):
             if x != y:
                 break
             common += 1
@@ -119,12 +147,62 @@ class GroupPlacement:
     domain: str | None  # its label value
     assignments: dict[str, Assignment]  # member key -> assignment (node inside)
     order: list[str]  # member keys by rank
-    neighbour_hops: float  # mean hops between ranks i and i+1
+    neighbour_hops: float  # mean hops between ranks i and i+1 (0 for one member)
 
 
 def member_order(members: Sequence[Member]) -> list[Member]:
     """Ranked members by rank, then the unranked by key."""
     return sorted(members, key=lambda m: (m.rank is None, m.rank or 0, m.key))
+
+
+# -- metrics ------------------------------------------------------------------------
+
+
+def _gpu_totals(
+    tree: DomainTree, nodes: Mapping[str, NodeCandidate]
+) -> dict[tuple[int, Path], tuple[int, int]]:
+    """(level index, domain path) -> (free GPUs, GPUs) over the domain's known nodes."""
+    totals: dict[tuple[int, Path], tuple[int, int]] = {}
+    for node, path in tree.paths.items():
+        candidate = nodes.get(node)
+        if candidate is None:
+            continue
+        free, size = candidate.state.free_gpu_count(), len(candidate.topology.gpus)
+        for index in range(len(path)):
+            key = (index, path[: index + 1])
+            held = totals.get(key, (0, 0))
+            totals[key] = (held[0] + free, held[1] + size)
+    return totals
+
+
+def domain_utilization(
+    tree: DomainTree, nodes: Mapping[str, NodeCandidate]
+) -> dict[tuple[str, str], float]:
+    """(level, domain value) -> the share of its GPUs in use (domains without GPUs left
+    out; domains of one level sharing a value under different parents are summed)."""
+    merged: dict[tuple[str, str], tuple[int, int]] = {}
+    for (index, path), (free, size) in _gpu_totals(tree, nodes).items():
+        key = (tree.levels[index], path[-1])
+        held = merged.get(key, (0, 0))
+        merged[key] = (held[0] + free, held[1] + size)
+    return {key: 1.0 - free / size for key, (free, size) in merged.items() if size}
+
+
+def domain_fragmentation(tree: DomainTree, nodes: Mapping[str, NodeCandidate]) -> dict[str, float]:
+    """Per level, its domain fragmentation (module docstring); 0.0 with no free GPU."""
+    weighted = dict.fromkeys(tree.levels, 0.0)
+    free_of = dict.fromkeys(tree.levels, 0)
+    for (index, _), (free, size) in _gpu_totals(tree, nodes).items():
+        if size:
+            level = tree.levels[index]
+            weighted[level] += free * (1.0 - free / size)
+            free_of[level] += free
+    return {
+        level: weighted[level] / free_of[level] if free_of[level] else 0.0 for level in weighted
+    }
+
+
+# -- placement ------------------------------------------------------------------------
 
 
 def place_group(
@@ -137,90 +215,500 @@ def place_group(
     mix: WorkloadMix | None = None,
     engine: Engine | None = None,
 ) -> GroupPlacement:
-    """Place every member inside one domain, or raise UnsatisfiableError.
+    """Place every member inside one domain, or raise UnsatisfiableError (nothing placed).
 
-    Levels tried: the narrowest first, up to the required level (or, with a preferred
-    level or none, up to the widest and then anywhere). The first level with a domain
-    that holds every member wins; among its domains, the one with the fewest free GPUs
-    that still fits (best fit: whole empty domains stay free for big groups).
+    Levels are tried narrowest first: up to the required level; with a preferred level
+    or none, up to the widest and then anywhere (the whole cluster, unlabelled nodes
+    included). `anchor` (level -> domain value) keeps the group inside those domains
+    (recovery: a lost member goes back where its group runs). The first level where a
+    domain fits wins; among its domains, the one leaving the least domain
+    fragmentation (module docstring), then the one breaking the fewest wholly free
+    nodes, then tree order.
+
+    How many members a node holds is counted with the production engine: nodes that
+    cannot hold one are filtered by `score_many` per hardware shape, the others are
+    counted by allocating copies one after another on a copied state, once per
+    hardware shape and free state. Strategies choose nodes inside the domain:
+      consolidated  fewest nodes: fullest first, the rest on the best-fitting node
+      distributed   one member per node (at the narrowest level that has enough
+                    nodes); where no allowed domain has, as many nodes as possible
+      balanced      the fewest nodes that hold equal shares (sizes differ by one)
+    Nodes are taken in tree order (leaf by leaf) and ranks in order along them, so
+    ranks i and i+1 share a node or the narrowest domain the choice allows. Each
+    member's assignment is then `allocate`d on its node, members of one node one after
+    another on a copy of its state: nothing is double-booked, `nodes` are not changed.
+
+    Members may be fewer than `spec.size` (re-placing lost members). Members whose
+    requests differ are counted as the largest of them, then allocated for real; if
+    that fails everywhere, every allowed domain is tried member by member.
     """
-    del mix  # used by the production version
-    engine = engine or Engine()
-    ordered = member_order(members)
-    for level, domain, candidates in _candidates(tree, nodes, spec, anchor or {}):
-        found = _fill(ordered, candidates, nodes, spec.strategy, engine)
-        if found is not None:
-            order = [m.key for m in ordered]
-            where = [found[k].node for k in order]
-            pairs = list(itertools.pairwise(where))
-            hops = sum(tree.hops(a, b) for a, b in pairs) / len(pairs) if pairs else 0.0
-            return GroupPlacement(level, domain, found, order, hops)
-    raise UnsatisfiableError(f"group {spec.key}: {len(members)} members fit in no allowed domain")
+    if not members:
+        raise ValueError("place_group: no members")
+    if len({m.key for m in members}) != len(members):
+        raise ValueError("place_group: member keys must be unique")
+    return _Placer(
+        tree, member_order(members), nodes, spec=spec, anchor=anchor or {}, mix=mix, engine=engine
+    ).run()
 
 
-def _candidates(
-    tree: DomainTree,
-    nodes: Mapping[str, NodeCandidate],
-    spec: GroupSpec,
-    anchor: Mapping[str, str],
-) -> list[tuple[str | None, str | None, list[str]]]:
-    top = 0
-    if spec.required is not None:
-        if spec.required not in tree.depth:
-            raise UnsatisfiableError(f"level {spec.required!r} is not a level of the topology")
-        top = tree.depth[spec.required]
-    out: list[tuple[str | None, str | None, list[str]]] = []
-    for index in range(len(tree.levels) - 1, top - 1, -1):
-        level = tree.levels[index]
-        found: list[tuple[int, Path, list[str]]] = []
-        for path, inside in tree.domains(level).items():
-            if not all(tree.domain_of(inside[0], lv) == v for lv, v in anchor.items()):
-                continue
-            usable = [n for n in inside if n in nodes]
-            free = sum(nodes[n].state.free_gpu_count() for n in usable)
-            found.append((free, path, usable))
-        found.sort(key=lambda f: (f[0], f[1]))
-        out.extend((level, path[-1], usable) for _, path, usable in found)
-    if spec.required is None and not anchor:
-        out.append(
-            (
-                None,
-                None,
-                [n for n in tree.nodes if n in nodes] + sorted(set(nodes) - set(tree.paths)),
-            )
+class _Mode(enum.Enum):
+    """How nodes are chosen inside a domain: the strategies, and distributed's fallback."""
+
+    CONSOLIDATED = "consolidated"
+    DISTRIBUTED = "distributed"
+    BALANCED = "balanced"
+    SPREAD = "spread"  # every node of the domain, members as even as the nodes allow
+
+
+@dataclass(frozen=True)
+class _Choice:
+    level: int | None  # level index of the domain, None: anywhere
+    path: Path
+    nodes: list[tuple[str, int]]  # (node, members) in tree order
+
+
+class _Placer:
+    def __init__(
+        self,
+        tree: DomainTree,
+        ordered: list[Member],
+        nodes: Mapping[str, NodeCandidate],
+        *,
+        spec: GroupSpec,
+        anchor: Mapping[str, str],
+        mix: WorkloadMix | None,
+        engine: Engine | None,
+    ) -> None:
+        self.tree = tree
+        self.ordered = ordered
+        self.nodes = nodes
+        self.spec = spec
+        self.anchor = anchor
+        self.mix = mix
+        self.engine = engine or Engine()
+        self.need = len(ordered)
+        self.largest = max(ordered, key=lambda m: _size_key(m.request)).request
+        self.uniform = len({_request_key(m.request) for m in ordered}) == 1
+        self.copies: dict[str, int] = {}
+        self.rank: dict[str, float] = {}
+        self.refusals: dict[str, int] = {}
+        self.tried: list[str] = []
+        self._totals: dict[tuple[int, Path], tuple[int, int]] | None = None
+
+    # -- the search ----------------------------------------------------------------
+
+    def run(self) -> GroupPlacement:
+        levels, anywhere = self._levels()
+        self._count()
+        passes = [_Mode(self.spec.strategy.value)]
+        if self.spec.strategy is Strategy.DISTRIBUTED:
+            passes.append(_Mode.SPREAD)  # no domain has a node per member
+        for strategy in passes:
+            self.tried = []
+            for index in levels:
+                found = self._at_level(index, strategy)
+                if found is not None:
+                    return found
+            if anywhere:
+                found = self._try(None, ANYWHERE, strategy)
+                if found is not None:
+                    return found
+        if not self.uniform:
+            found = self._member_by_member(levels, anywhere)
+            if found is not None:
+                return found
+        raise UnsatisfiableError(self._why(levels, anywhere))
+
+    def _levels(self) -> tuple[list[int], bool]:
+        """Level indices to try, narrowest first, and whether anywhere is allowed."""
+        tree, spec = self.tree, self.spec
+        top = 0
+        for label in [spec.required, *self.anchor]:
+            if label is not None and label not in tree.depth:
+                raise UnsatisfiableError(
+                    f"group {spec.key}: {label!r} is not a level of the network topology "
+                    f"(levels: {', '.join(tree.levels) or 'none'})"
+                )
+        if spec.required is not None:
+            top = tree.depth[spec.required]
+        for label in self.anchor:
+            top = max(top, tree.depth[label])
+        anywhere = spec.required is None and not self.anchor
+        return list(range(len(tree.levels) - 1, top - 1, -1)), anywhere
+
+    def _count(self) -> None:
+        """Members each candidate node holds (`copies`, capped at the group's size)."""
+        engine, request = self.engine, self.largest
+        names = list(self.nodes)
+        shapes = group_by_shape(
+            ((self.nodes[n].topology, self.nodes[n].state) for n in names), engine=engine
         )
-    return out
+        memo: dict[object, int] = {}
+        for shape in shapes:
+            scored = score_many(
+                shape.topology, shape.states, request, checked=False, engine=engine, mix=self.mix
+            )
+            for indices, summary in scored.refused:
+                self.refusals[summary] = self.refusals.get(summary, 0) + len(indices)
+            tables = engine.tables_of(shape.topology)
+            for index in np.flatnonzero(scored.scores >= 0).tolist():
+                node = names[shape.positions[index]]
+                state = shape.states[index]
+                key = (
+                    id(tables),
+                    state.free_signature(),
+                    tuple(sorted(state.memory_groups().items())),
+                )
+                copies = memo.get(key)
+                if copies is None:
+                    copies = memo[key] = self._copies_on(node, request)
+                self.copies[node] = copies
+                self.rank[node] = float(scored.rank[index])
 
+    def _copies_on(self, node: str, request: PodRequest) -> int:
+        candidate = self.nodes[node]
+        state = candidate.state.copy()
+        for count in range(self.need):
+            try:
+                decision = allocate(candidate.topology, state, request, node, engine=self.engine)
+            except UnsatisfiableError:
+                return count
+            state.apply(f"{request.key}#{count}", decision.assignment)
+        return self.need
 
-def _fill(
-    ordered: Sequence[Member],
-    candidates: Sequence[str],
-    nodes: Mapping[str, NodeCandidate],
-    strategy: Strategy,
-    engine: Engine,
-) -> dict[str, Assignment] | None:
-    states = {n: nodes[n].state.copy() for n in candidates}
-    found: dict[str, Assignment] = {}
-    pending = list(ordered)
-    spread = strategy in (Strategy.DISTRIBUTED, Strategy.BALANCED)
-    per_node = 1 if spread else len(ordered)
-    while pending:
-        progressed = False
-        for node in candidates:
-            taken = 0
-            while pending and taken < per_node:
-                member = pending[0]
+    def _at_level(self, index: int, strategy: _Mode) -> GroupPlacement | None:
+        tree = self.tree
+        fitting: list[tuple[tuple[float, int, int], Path, list[tuple[str, int]]]] = []
+        tried = 0
+        best = (0, "")
+        totals = self._gpu_totals()
+        for path in tree.members[index]:
+            if not self._inside_anchor(path):
+                continue
+            tried += 1
+            chosen = self._select(path, strategy)
+            if chosen is None:
+                held = self._capacity(path)
+                best = max(best, (held, path[-1]))
+                continue
+            key = (
+                self._growth(index, path, totals),
+                self._broken(chosen),
+                tree.position[chosen[0][0]],
+            )
+            fitting.append((key, path, chosen))
+        self.tried.append(
+            f"{tried} domain{'' if tried == 1 else 's'} of {tree.levels[index]}"
+            + (f" (the best, {best[1]}, holds {best[0]} of {self.need})" if best[1] else "")
+        )
+        fitting.sort(key=lambda f: f[0])
+        for _, path, chosen in fitting:
+            found = self._realise(_Choice(index, path, chosen))
+            if found is not None:
+                return found
+        return None
+
+    def _try(self, index: int | None, path: Path, strategy: _Mode) -> GroupPlacement | None:
+        chosen = self._select(path, strategy)
+        if chosen is None:
+            self.tried.append(f"anywhere (the cluster holds {self._capacity(path)} of {self.need})")
+            return None
+        return self._realise(_Choice(index, path, chosen))
+
+    def _inside_anchor(self, path: Path) -> bool:
+        for label, value in self.anchor.items():
+            index = self.tree.depth[label]
+            if index >= len(path) or path[index] != value:
+                return False
+        return True
+
+    # -- choosing nodes inside a domain -----------------------------------------------
+
+    def _nodes_of(self, path: Path) -> list[str]:
+        if path == ANYWHERE:
+            unlabelled = sorted(n for n in self.copies if n not in self.tree.paths)
+            return [n for n in self.tree.order if n in self.copies] + unlabelled
+        return [n for n in self.tree.members[len(path) - 1][path] if n in self.copies]
+
+    def _capacity(self, path: Path) -> int:
+        return sum(self.copies[n] for n in self._nodes_of(path))
+
+    def _select(self, path: Path, mode: _Mode) -> list[tuple[str, int]] | None:
+        """The nodes (tree order) and members per node inside domain `path`, or None."""
+        inside = self._nodes_of(path)
+        need = self.need
+        copies = {n: self.copies[n] for n in inside}
+        if sum(copies.values()) < need:
+            return None
+        if mode is _Mode.CONSOLIDATED:
+            return self._pick(path, copies, need)
+        if mode is _Mode.DISTRIBUTED:
+            if len(copies) < need:
+                return None
+            return self._pick(path, dict.fromkeys(copies, 1), need)
+        counts = sorted(copies.values(), reverse=True)
+        if mode is _Mode.BALANCED:
+            # The fewest nodes that hold the group, then the lowest cap per node.
+            width, held = 0, 0
+            while held < need:
+                held += counts[width]
+                width += 1
+            top = counts[:width]
+        else:  # SPREAD, distributed's fallback: every node, the lowest cap per node
+            top = counts
+        cap = next(
+            q for q in range(-(-need // len(top)), need + 1) if sum(min(c, q) for c in top) >= need
+        )
+        units = {n: min(c, cap) for n, c in copies.items()}
+        if mode is _Mode.SPREAD:
+            picked: list[tuple[str, int]] | None = [(n, u) for n, u in units.items() if u]
+        else:
+            picked = self._pick(path, units, need)
+        if picked is None:
+            return None
+        return _even([n for n, _ in picked], units, need)
+
+    def _pick(
+        self, path: Path, units: Mapping[str, int], need: int
+    ) -> list[tuple[str, int]] | None:
+        """Nodes under `path` whose units sum to `need` or more: the fewest sub-domains
+        and nodes (largest first, then the best fit for the rest), in tree order."""
+        tree = self.tree
+        sub: dict[Path, int] = {}
+
+        def held(domain: Path) -> int:
+            found = sub.get(domain)
+            if found is None:
+                nodes = self._nodes_of(domain) if domain else list(units)
+                found = sub[domain] = sum(units.get(n, 0) for n in nodes)
+            return found
+
+        def descend(domain: Path, want: int) -> list[tuple[str, int]]:
+            items: list[tuple[int, int, object]] = []
+            for child in tree.children.get(domain, []):
+                amount = held(child)
+                if amount:
+                    items.append((amount, 0, child))
+            direct = tree.direct.get(domain, [])
+            if domain == ANYWHERE:
+                direct = direct + sorted(n for n in units if n not in tree.paths)
+            for node in direct:
+                amount = units.get(node, 0)
+                if amount:
+                    items.append((amount, 1, node))
+            chosen: list[tuple[int, int, object]] = []
+            left = want
+            items.sort(key=lambda i: (-i[0], -self._item_rank(i), self._item_position(i)))
+            while left > 0:
+                fits = [i for i in items if i[0] >= left]
+                if fits:
+                    last = min(
+                        fits, key=lambda i: (i[0], -self._item_rank(i), self._item_position(i))
+                    )
+                    chosen.append(last)
+                    break
+                head = items.pop(0)
+                chosen.append(head)
+                left -= head[0]
+            last = chosen[-1]
+            rest = want - sum(item[0] for item in chosen[:-1])
+            out: list[tuple[str, int]] = []
+            for item in sorted(chosen, key=self._item_position):
+                amount, _, what = item
+                take = rest if item is last else amount
+                if isinstance(what, str):
+                    out.append((what, take))
+                else:
+                    assert isinstance(what, tuple)
+                    out += descend(what, take)
+            return out
+
+        if held(path) < need:
+            return None
+        return descend(path, need)
+
+    def _item_rank(self, item: tuple[int, int, object]) -> float:
+        if item[1]:
+            assert isinstance(item[2], str)
+            return self.rank.get(item[2], 0.0)
+        return 0.0
+
+    def _item_position(self, item: tuple[int, int, object]) -> int:
+        what = item[2]
+        if isinstance(what, str):
+            return self.tree.position.get(what, len(self.tree.order))
+        assert isinstance(what, tuple)
+        return self.tree.position[self.tree.members[len(what) - 1][what][0]]
+
+    # -- ranking domains ------------------------------------------------------------
+
+    def _gpu_totals(self) -> dict[tuple[int, Path], tuple[int, int]]:
+        if self._totals is None:
+            self._totals = _gpu_totals(self.tree, self.nodes)
+        return self._totals
+
+    def _growth(
+        self, index: int, path: Path, totals: Mapping[tuple[int, Path], tuple[int, int]]
+    ) -> float:
+        """How much the group taken from `path` grows the fragmentation of its level
+        and every wider one (the module docstring's (2aF - a²)/G, summed)."""
+        taken = self.need * _gpus_of(self.largest)
+        growth = 0.0
+        for level in range(index, -1, -1):
+            free, size = totals.get((level, path[: level + 1]), (0, 0))
+            if size:
+                growth += (2 * taken * free - taken * taken) / size
+        return growth
+
+    def _broken(self, chosen: Sequence[tuple[str, int]]) -> int:
+        """Wholly free nodes the choice would take from."""
+        out = 0
+        for node, _ in chosen:
+            state = self.nodes[node].state
+            if (
+                state.free_gpu_count() == len(self.nodes[node].topology.gpus)
+                and not state.assignments
+            ):
+                out += 1
+        return out
+
+    # -- allocating -------------------------------------------------------------------
+
+    def _realise(self, choice: _Choice) -> GroupPlacement | None:
+        """Allocate every member on its chosen node; None when one does not fit."""
+        found: dict[str, Assignment] = {}
+        members = iter(self.ordered)
+        for node, count in choice.nodes:
+            candidate = self.nodes[node]
+            state = candidate.state.copy()
+            for _ in range(count):
+                member = next(members)
                 try:
                     decision = allocate(
-                        nodes[node].topology, states[node], member.request, node, engine=engine
+                        candidate.topology, state, member.request, node, engine=self.engine
                     )
                 except UnsatisfiableError:
-                    break
-                states[node].apply(member.key, decision.assignment)
+                    return None
+                state.apply(member.key, decision.assignment)
                 found[member.key] = decision.assignment
-                pending.pop(0)
-                taken += 1
-                progressed = True
-        if not progressed:
+        return self._placement(choice.level, choice.path, found)
+
+    def _placement(
+        self, index: int | None, path: Path, found: dict[str, Assignment]
+    ) -> GroupPlacement:
+        order = [m.key for m in self.ordered]
+        where = [found[k].node for k in order]
+        pairs = list(pairwise(where))
+        hops = sum(self.tree.hops(a, b) for a, b in pairs) / len(pairs) if pairs else 0.0
+        level = None if index is None else self.tree.levels[index]
+        return GroupPlacement(level, path[-1] if path else None, found, order, hops)
+
+    def _member_by_member(self, levels: Sequence[int], anywhere: bool) -> GroupPlacement | None:
+        """Mixed requests: each allowed domain, members allocated in turn on its nodes."""
+        domains: list[tuple[int | None, Path]] = [
+            (index, path)
+            for index in levels
+            for path in self.tree.members[index]
+            if self._inside_anchor(path)
+        ]
+        if anywhere:
+            domains.append((None, ANYWHERE))
+        for index, path in domains:
+            inside = [
+                n
+                for n in (self.tree.order if not path else self.tree.members[len(path) - 1][path])
+                if n in self.nodes
+            ]
+            if not path:
+                inside += sorted(n for n in self.nodes if n not in self.tree.paths)
+            found = _fill_in_turn(self.ordered, inside, self.nodes, self.engine)
+            if found is not None:
+                return self._placement(index, path, found)
+        return None
+
+    def _why(self, levels: Sequence[int], anywhere: bool) -> str:
+        request = self.largest
+        what = f"{self.need} member{'s' if self.need != 1 else ''} of {_describe(request)}"
+        where = "no allowed domain"
+        if self.spec.required is not None:
+            where = f"no domain of {self.spec.required} (required)"
+        if self.anchor:
+            where += " inside " + ", ".join(f"{k}={v}" for k, v in self.anchor.items())
+        text = f"group {self.spec.key}: {what} fit in {where}; tried " + "; ".join(
+            self.tried[: len(levels) + int(anywhere)] or ["nothing: no domain of an allowed level"]
+        )
+        if self.refusals:
+            summary = max(self.refusals.items(), key=lambda kv: kv[1])[0]
+            text += f"; {sum(self.refusals.values())} node(s) hold none (most: {summary})"
+        return text
+
+
+def _fill_in_turn(
+    ordered: Sequence[Member],
+    inside: Sequence[str],
+    nodes: Mapping[str, NodeCandidate],
+    engine: Engine,
+) -> dict[str, Assignment] | None:
+    states: dict[str, NodeState] = {}
+    found: dict[str, Assignment] = {}
+    position = 0
+    for member in ordered:
+        while position < len(inside):
+            node = inside[position]
+            state = states.get(node)
+            if state is None:
+                state = states[node] = nodes[node].state.copy()
+            try:
+                decision = allocate(
+                    nodes[node].topology, state, member.request, node, engine=engine
+                )
+            except UnsatisfiableError:
+                position += 1
+                continue
+            state.apply(member.key, decision.assignment)
+            found[member.key] = decision.assignment
+            break
+        else:
             return None
     return found
+
+
+def _even(nodes: Sequence[str], caps: Mapping[str, int], need: int) -> list[tuple[str, int]]:
+    """`need` members over `nodes` (each at most its cap) as evenly as the caps allow, in
+    the order of `nodes`; nodes left with none are dropped."""
+    given: dict[str, int] = {}
+    left = need
+    for count, node in enumerate(sorted(nodes, key=lambda n: caps[n])):
+        share = min(caps[node], -(-left // (len(nodes) - count)))
+        given[node] = share
+        left -= share
+    return [(n, given[n]) for n in nodes if given[n]]
+
+
+def _gpus_of(request: PodRequest) -> int:
+    return sum(c.gpus for c in request.containers) + sum(
+        c.gpus for c in request.init_containers if c.restartable
+    )
+
+
+def _size_key(request: PodRequest) -> tuple[int, int, int]:
+    cpu = sum(c.cpu_milli for c in request.containers)
+    memory = sum(c.memory_bytes for c in request.containers)
+    return (_gpus_of(request), cpu, memory)
+
+
+def _request_key(request: PodRequest) -> str:
+    return repr((request.containers, request.init_containers, request.options))
+
+
+def _describe(request: PodRequest) -> str:
+    gpus = _gpus_of(request)
+    cpus = sum(c.cpu_milli for c in request.containers) / 1000
+    parts = []
+    if gpus:
+        names = {c.gpu_resource for c in request.containers if c.gpus}
+        resource = names.pop() if len(names) == 1 and None not in names else "GPUs"
+        parts.append(f"{gpus} {resource}")
+    if cpus:
+        parts.append(f"{cpus:g} CPUs")
+    return ", ".join(parts) or "no CPUs or GPUs"

@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+from numatopo_engine.allocation import Engine, allocate
 from numatopo_engine.annotations import PolicyName
 from numatopo_engine.domains import DomainTree, Member, NodeCandidate
 from numatopo_engine.groups import GroupSpec, Strategy
@@ -16,6 +17,7 @@ TOPOLOGIES = Path(__file__).resolve().parents[2] / "fixtures" / "topologies"
 SPINE = "example.com/spine"
 LEAF = "example.com/leaf"
 LEVELS = (SPINE, LEAF)
+_ENGINE = Engine()
 
 
 def shape(name: str = "h100-nvswitch") -> NumatopologySpec:
@@ -57,3 +59,13 @@ def group(
     name: str = "g",
 ) -> GroupSpec:
     return GroupSpec("ml", name, size, required, preferred, strategy, None)
+
+
+def occupy(nodes: dict[str, NodeCandidate], node: str, gpus: int, *, key: str = "") -> None:
+    """Book `gpus` GPUs (and one CPU each) of `node` for another pod, in place."""
+    candidate = nodes[node]
+    request = members(1, gpus, gpus, name=key or f"busy-{node}-{len(candidate.state.assignments)}")[
+        0
+    ]
+    decision = allocate(candidate.topology, candidate.state, request.request, node, engine=_ENGINE)
+    candidate.state.apply(request.key, decision.assignment)
