@@ -155,20 +155,23 @@ async def _place(
     views: Sequence[MemberView],
     tree: DomainTree,
     anchors: Sequence[Mapping[str, str]] = ({},),
-) -> GroupPlacement:
-    """The engine's placement of `views` (in its thread), trying `anchors` in order;
-    raises GroupUnplaceableError with the engine's reason when none fits."""
+) -> tuple[GroupPlacement, Mapping[str, str]]:
+    """The engine's placement of `views` (in its thread) and the anchor it kept to,
+    trying `anchors` in order; raises GroupUnplaceableError with the engine's reason
+    when none fits."""
     members = _members(runtime, views)
     nodes = _candidates(runtime, views)
     reason = ""
     for anchor in anchors:
         try:
-            return await runtime.in_engine_thread(
+            placement = await runtime.in_engine_thread(
                 place_group, tree, members, nodes, spec=spec, anchor=anchor or None,
                 mix=runtime.workload.mix(), engine=runtime.decisions,
             )  # fmt: skip
         except UnsatisfiableError as exc:
             reason = exc.reason
+        else:
+            return placement, anchor
     raise GroupUnplaceableError(f"{reason} ({len(nodes)} usable nodes)")
 
 
@@ -270,7 +273,7 @@ async def _write_all(
 async def plan(runtime: Runtime, spec: GroupSpec, views: Sequence[MemberView]) -> Placed:
     """Phase 1 for the whole group; raises GroupUnplaceableError when it does not fit."""
     topology, tree = setting(runtime, spec)
-    placement = await _place(runtime, spec, views, tree)
+    placement, _ = await _place(runtime, spec, views, tree)
     nodes = await _write_all(
         runtime, spec, views, placement, level=placement.level, domain=placement.domain
     )
@@ -371,15 +374,12 @@ async def recover(
 ) -> Recovered:
     """Plan replacement members of a running group, in its domain when they fit there."""
     _, tree = setting(runtime, spec)
-    placement = await _place(runtime, spec, views, tree, _anchors(tree, spec, anchor, running_node))
-    nodes = {key: a.node for key, a in placement.assignments.items()}
-    stayed = (
-        anchor is None
-        or anchor.level is None
-        or all(tree.domain_of(node, anchor.level) == anchor.domain for node in nodes.values())
-    )
-    level = anchor.level if anchor is not None and stayed else placement.level
-    domain = anchor.domain if anchor is not None and stayed else placement.domain
+    anchors = _anchors(tree, spec, anchor, running_node)
+    placement, kept = await _place(runtime, spec, views, tree, anchors)
+    stayed = anchor is None or anchor.level is None or kept == anchors[0]
+    # The domain the replacements share with their group: the recorded one, else the
+    # wider one they were kept in, else the engine's own choice.
+    level, domain = next(iter(kept.items())) if kept else (placement.level, placement.domain)
     written = await _write_all(runtime, spec, views, placement, level=level, domain=domain)
     return Recovered(written, stayed, level, domain)
 

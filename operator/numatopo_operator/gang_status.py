@@ -5,7 +5,8 @@ the free GPUs of every node in the tree (booked ones, planned group members incl
 are not free), and the largest free domain: the domain of the narrowest level with the
 most free GPUs (what the next big group can count on). `write_network_statuses` is the
 loop: every status debounce period it computes each topology's status and writes the
-ones that changed (a merge patch of the status subresource: conditions stay).
+ones that changed (a merge patch of the status subresource: conditions stay), and sets
+the domain gauges from the engine's `domain_utilization` and `domain_fragmentation`.
 """
 
 from __future__ import annotations
@@ -14,7 +15,12 @@ import asyncio
 import logging
 from collections.abc import Mapping
 
-from numatopo_engine.domains import DomainTree
+from numatopo_engine.domains import (
+    DomainTree,
+    NodeCandidate,
+    domain_fragmentation,
+    domain_utilization,
+)
 from numatopo_engine.network_topology import (
     DomainCount,
     FreeDomain,
@@ -30,36 +36,27 @@ __all__ = ["network_status", "write_network_statuses"]
 logger = logging.getLogger(__name__)
 
 
-def network_status(
-    tree: DomainTree, free: Mapping[str, int], capacity: Mapping[str, int]
-) -> tuple[NetworkTopologyStatus, dict[tuple[str, str], float]]:
-    """The status fields the operator owns, and GPU utilization per (level, domain)
-    (booked / all GPUs of the domain's nodes with a Numatopology; domains without GPUs
-    are left out). `free` and `capacity`: GPUs per node with a Numatopology."""
+def network_status(tree: DomainTree, nodes: Mapping[str, NodeCandidate]) -> NetworkTopologyStatus:
+    """The status fields the operator owns, over the tree's nodes with a Numatopology."""
+    free = {node: c.state.free_gpu_count() for node, c in nodes.items()}
     domains = []
     largest: FreeDomain | None = None
-    utilization: dict[tuple[str, str], float] = {}
     for level in tree.levels:
         found = tree.domains(level)
         domains.append(DomainCount(level=level, count=len(found)))
-        for path, nodes in found.items():
-            total = sum(capacity.get(n, 0) for n in nodes)
-            idle = sum(free.get(n, 0) for n in nodes)
-            if total:
-                utilization[(level, path[-1])] = (total - idle) / total
+        for path, members in found.items():
+            idle = sum(free.get(n, 0) for n in members)
             if (
                 largest is None
                 or tree.depth[level] > tree.depth[largest.level]
                 or (level == largest.level and idle > largest.free_gpus)
             ):
                 largest = FreeDomain(level=level, value=path[-1], free_gpus=idle)
-    in_tree = {node for node, path in tree.paths.items() if path}
-    status = NetworkTopologyStatus(
+    return NetworkTopologyStatus(
         domains=domains,
-        free_gpus=sum(free.get(n, 0) for n in in_tree),
+        free_gpus=sum(free.get(node, 0) for node, path in tree.paths.items() if path),
         largest_free_domain=largest,
     )
-    return status, utilization
 
 
 def _status_patch(status: NetworkTopologyStatus) -> dict[str, object]:
@@ -83,21 +80,23 @@ async def write_network_statuses(runtime: Runtime) -> None:
         await asyncio.sleep(max(runtime.settings.status_debounce_seconds, 0.1))
         if not runtime.deciding or runtime.gangs.topologies is None:
             continue
-        free: dict[str, int] = {}
-        capacity: dict[str, int] = {}
         ledger = runtime.ledger
-        for node in ledger.nodes():
-            topology, state = ledger.topology(node), ledger.state(node)
-            if topology is not None and state is not None:
-                free[node] = state.free_gpu_count()
-                capacity[node] = len(topology.gpus)
-        gauge = runtime.metrics.domain_utilization
-        gauge.clear()
+        nodes = {
+            node: NodeCandidate(topology, state)
+            for node, topology, state in ledger.candidates(ledger.nodes())
+            if topology is not None and state is not None
+        }
+        utilization = runtime.metrics.domain_utilization
+        fragmentation = runtime.metrics.domain_fragmentation
+        utilization.clear()
+        fragmentation.clear()
         for name, spec in sorted(_topologies(runtime).items()):
             tree = gang_release.domain_tree(runtime, spec.labels)
-            status, utilization = network_status(tree, free, capacity)
-            for (level, domain), ratio in utilization.items():
-                gauge.labels(name, level, domain).set(ratio)
+            for (level, domain), ratio in domain_utilization(tree, nodes).items():
+                utilization.labels(name, level, domain).set(ratio)
+            for level, ratio in domain_fragmentation(tree, nodes).items():
+                fragmentation.labels(name, level).set(ratio)
+            status = network_status(tree, nodes)
             patch = _status_patch(status)
             if written.get(name) == patch:
                 continue

@@ -11,7 +11,7 @@ Events, on every member concerned (each text posted once per pod):
   GroupWaiting        n of size members seen (once per member)
   GroupPlaced         the group's domain and its nodes, after phase 2
   GroupUnsatisfiable  why the group does not fit now (retried when capacity changes)
-  GroupInvalidError        members disagree on the group's settings, or one is unreadable
+  GroupInvalid        members disagree on the group's settings, or one is unreadable
   GroupRecovered      a replacement member placed next to its running group
 """
 
@@ -37,7 +37,7 @@ logger = logging.getLogger(__name__)
 WAITING = "GroupWaiting"
 PLACED = "GroupPlaced"
 UNSATISFIABLE = "GroupUnsatisfiable"
-INVALID = "GroupInvalidError"
+INVALID = "GroupInvalid"
 RECOVERED = "GroupRecovered"
 
 # Steps one pass may take for a group (void, plan, release, and a recovery): more means

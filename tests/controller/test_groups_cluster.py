@@ -200,3 +200,180 @@ async def test_a_group_that_cannot_fit_plans_nothing_until_room_appears(env):
     await wait(lambda: all(released(cluster, n) for n in names), what="placed once room appeared")
 
     assert {"n1", "n2", "n3", "n4", "n9"} == {assigned_node(cluster, n) for n in names}
+
+
+def domain(node: str, level: str = L2) -> str:
+    return LAYOUT[node][[L1, L2, L3].index(level)]
+
+
+async def test_members_wait_for_the_whole_group_then_are_placed(env):
+    cluster, start_operator, _, _, _, wait = env.parts()
+    await build_cluster(env)
+    await start_operator(**FAST)
+    names = [f"w-{i}" for i in range(3)]
+    for i, name in enumerate(names[:2]):
+        await cluster.create_pod(member(env, name, "w", 3, gpus=4, rank=i))
+
+    await wait(
+        lambda: all("GroupWaiting" in reasons(cluster, n) for n in names[:2]),
+        what="GroupWaiting on the first two members",
+    )
+    [(_, message)] = [e for e in cluster.events_for("w-1") if e[0] == "GroupWaiting"]
+    assert "2 of 3 members seen" in message
+    assert not any(keys.ASSIGNMENT in cluster.annotations(n) for n in names[:2])
+
+    await cluster.create_pod(member(env, names[2], "w", 3, gpus=4, rank=2))
+    await wait(lambda: all(released(cluster, n) for n in names), what="placed once complete")
+    nodes = [assigned_node(cluster, n) for n in names]
+
+    # Consolidated (the default): 4-GPU members two to a node, ranks 0 and 1 together.
+    assert nodes[0] == nodes[1] != nodes[2]
+    assert domain(nodes[0], L3) == domain(nodes[2], L3)
+
+
+async def test_a_preferred_level_falls_back_to_a_wider_domain(env):
+    cluster, start_operator, _, _, _, wait = env.parts()
+    await build_cluster(env)
+    await start_operator(**FAST)
+    names = [f"p-{i}" for i in range(3)]
+    for i, name in enumerate(names):
+        await cluster.create_pod(
+            member(env, name, "p", 3, rank=i, annotations={keys.TOPOLOGY_PREFERRED: L3})
+        )
+
+    await wait(lambda: all(released(cluster, n) for n in names), what="every member released")
+    nodes = [assigned_node(cluster, n) for n in names]
+    records = [placement(cluster, n) for n in names]
+
+    # A leaf has two nodes: three whole-node members share a block instead.
+    assert {(L2, domain(nodes[0]))} == {(r["level"], r["domain"]) for r in records}
+    assert 1 == len({domain(n) for n in nodes})
+    assert 3 == len(set(nodes))
+
+
+async def test_the_coscheduling_pod_group_label_declares_a_group(env):
+    cluster, start_operator, _, _, _, wait = env.parts()
+    await build_cluster(env)
+    await start_operator(**FAST)
+    names = ["cs-0", "cs-1"]
+    for name in names:
+        pod = member(env, name, "unused", 2, labels={"scheduling.x-k8s.io/pod-group": "cs"})
+        found = pod["metadata"]["annotations"]
+        del found[keys.GROUP], found[keys.GROUP_SIZE]
+        found["scheduling.x-k8s.io/min-available"] = "2"
+        await cluster.create_pod(pod)
+
+    await wait(lambda: all(released(cluster, n) for n in names), what="both members released")
+
+    assert {"cs"} == {placement(cluster, n)["group"] for n in names}
+    assert 2 == len({assigned_node(cluster, n) for n in names})
+
+
+async def test_members_that_disagree_on_the_group_are_not_placed(env):
+    cluster, start_operator, _, _, _, wait = env.parts()
+    await build_cluster(env)
+    await start_operator(**FAST)
+    await cluster.create_pod(member(env, "d-0", "d", 2, gpus=1, rank=0))
+    await cluster.create_pod(member(env, "d-1", "d", 3, gpus=1, rank=1))
+    await cluster.create_pod(member(env, "d-2", "d", 3, gpus=1, rank=2))
+
+    await wait(
+        lambda: all("GroupInvalid" in reasons(cluster, n) for n in ("d-0", "d-1", "d-2")),
+        what="GroupInvalid on every member",
+    )
+    [(_, message)] = [e for e in cluster.events_for("d-0") if e[0] == "GroupInvalid"]
+
+    assert "disagree" in message and keys.GROUP_SIZE in message
+    assert not any(keys.ASSIGNMENT in cluster.annotations(n) for n in ("d-0", "d-1", "d-2"))
+
+
+async def test_the_extender_passes_a_released_member_on_its_planned_node_only(env):
+    cluster, start_operator, _, _, _, wait = env.parts()
+    await build_cluster(env)
+    operator = await start_operator(**FAST)
+    for i in range(2):
+        await cluster.create_pod(member(env, f"x-{i}", "x", 2, rank=i))
+    await wait(lambda: released(cluster, "x-0") and released(cluster, "x-1"), what="released")
+    pod = cluster.pods()["x-1"]
+    planned = assigned_node(cluster, "x-1")
+
+    _, filtered = await operator.post("/filter", {"Pod": pod, "NodeNames": sorted(LAYOUT)})
+    _, scores = await operator.post("/prioritize", {"Pod": pod, "NodeNames": sorted(LAYOUT)})
+
+    assert [planned] == filtered["NodeNames"]
+    assert set(LAYOUT) - {planned} == set(filtered["FailedAndUnresolvableNodes"])
+    assert {planned: 10} == {s["Host"]: s["Score"] for s in scores if s["Score"]}
+
+
+async def fail_and_replace(env: Any, victim: str, replacement: dict[str, Any]) -> str:
+    """Mark the victim's node NotReady, delete the victim, create its replacement; returns
+    the failed node."""
+    cluster = env.cluster
+    node = assigned_node(cluster, victim)
+    await cluster.patch_node(
+        node, {"status": {"conditions": [{"type": "Ready", "status": "Unknown"}]}}
+    )
+    await cluster.delete_pod(victim)
+    await cluster.create_pod(replacement)
+    return node
+
+
+async def test_a_replacement_member_is_placed_in_its_groups_domain(env):
+    cluster, start_operator, _, _, _, wait = env.parts()
+    await build_cluster(env)
+    operator = await start_operator(**FAST)
+    names = [f"r-{i}" for i in range(3)]
+    required = {keys.TOPOLOGY_REQUIRED: L2}
+    for i, name in enumerate(names):
+        await cluster.create_pod(member(env, name, "r", 3, rank=i, annotations=required))
+    await wait(lambda: all(released(cluster, n) for n in names), what="group placed")
+    block = placement(cluster, "r-0")["domain"]
+
+    failed = await fail_and_replace(
+        env, "r-1", member(env, "r-1-again", "r", 3, rank=1, annotations=required)
+    )
+    await wait(lambda: released(cluster, "r-1-again"), what="the replacement released")
+    node = assigned_node(cluster, "r-1-again")
+    await wait(
+        lambda: "GroupRecovered" in reasons(cluster, "r-1-again"), what="GroupRecovered Event"
+    )
+    [(_, message)] = [e for e in cluster.events_for("r-1-again") if e[0] == "GroupRecovered"]
+
+    assert node != failed
+    assert block == domain(node)
+    assert {"level": L2, "domain": block, "rank": 1} == {
+        k: placement(cluster, "r-1-again")[k] for k in ("level", "domain", "rank")
+    }
+    assert f"in its group's domain {L2}={block}" in message
+    assert 1 == await metric(operator, "numatopo_group_recovery_duration_seconds_count")
+    assert 1 == await metric(
+        operator, 'numatopo_group_placement_decisions_total{outcome="recovered"}'
+    )
+
+
+async def test_a_replacement_with_no_room_in_its_domain_goes_to_the_next_wider_one(env):
+    cluster, start_operator, _, _, _, wait = env.parts()
+    await build_cluster(env)
+    await start_operator(**FAST)
+    names = [f"f-{i}" for i in range(4)]
+    preferred = {keys.TOPOLOGY_PREFERRED: L2}
+    for i, name in enumerate(names):
+        await cluster.create_pod(member(env, name, "f", 4, rank=i, annotations=preferred))
+    await wait(lambda: all(released(cluster, n) for n in names), what="group placed")
+    block = placement(cluster, "f-0")["domain"]
+
+    await fail_and_replace(
+        env, "f-2", member(env, "f-2-again", "f", 4, rank=2, annotations=preferred)
+    )
+    await wait(lambda: released(cluster, "f-2-again"), what="the replacement released")
+    await wait(
+        lambda: "GroupRecovered" in reasons(cluster, "f-2-again"), what="GroupRecovered Event"
+    )
+    [event] = [e for e in cluster.events() if e["reason"] == "GroupRecovered"]
+
+    assert block != domain(assigned_node(cluster, "f-2-again"))
+    assert "Warning" == event["type"]
+    assert (
+        f"outside its group's domain {L2}={block} (no room there), in {L1}=spine-1"
+        in (event["message"])
+    )
