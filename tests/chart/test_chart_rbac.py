@@ -42,6 +42,11 @@ CODE_CALLS: dict[str, dict[str, set[Permission]]] = {
         f"{HELPER}.create_lease": {("coordination.k8s.io", "leases", "create")},
         f"{HELPER}.patch_lease": {("coordination.k8s.io", "leases", "patch")},
         f"{HELPER}.patch_numatopology_status": {("numatopo.io", "numatopologies/status", "patch")},
+        # Groups: phase 2 of a group placement (nodeSelector added, gate removed).
+        f"{HELPER}.patch_pod_spec": {("", "pods", "patch")},
+        f"{HELPER}.patch_networktopology_status": {
+            ("numatopo.io", "networktopologies/status", "patch")
+        },
     },
     # The helpers the node processes call: the exporter (`Publisher`, and the Node read
     # at start) and the agent (`AgentLoop`).
@@ -74,6 +79,8 @@ OWN_POD_CALLS = {f"{HELPER}.patch_pod_labels"}
 # The Lease the replicas compete for lives in the release namespace; a single replica
 # runs standalone and never calls these.
 LEASE_CALLS = {f"{HELPER}.get_lease", f"{HELPER}.create_lease", f"{HELPER}.patch_lease"}
+# Only with `operator.groups.enabled` (the default).
+GROUP_CALLS = {f"{HELPER}.patch_networktopology_status"}
 
 # kopf's own calls for the operator's handlers and indexes (peering is off).
 FRAMEWORK_CALLS: dict[str, set[Permission]] = {
@@ -81,6 +88,12 @@ FRAMEWORK_CALLS: dict[str, set[Permission]] = {
     "kopf: on.event and index handlers on Numatopologies": {
         ("numatopo.io", "numatopologies", "list"),
         ("numatopo.io", "numatopologies", "watch"),
+    },
+    "kopf: index handlers on Nodes and NetworkTopologies (groups)": {
+        ("", "nodes", "list"),
+        ("", "nodes", "watch"),
+        ("numatopo.io", "networktopologies", "list"),
+        ("numatopo.io", "networktopologies", "watch"),
     },
     "kopf: resource observer (CRDs added later)": {
         ("apiextensions.k8s.io", "customresourcedefinitions", "list"),
@@ -168,14 +181,21 @@ def granted(manifests: list[dict[str, Any]], account: str) -> set[Grant]:
     return grants
 
 
-def required(account: str, *, lease: bool, namespaces: list[str]) -> set[Grant]:
+GROUP_FRAMEWORK = "kopf: index handlers on Nodes and NetworkTopologies (groups)"
+
+
+def required(
+    account: str, *, lease: bool, namespaces: list[str], groups: bool = True
+) -> set[Grant]:
     """What `account` needs: its code's calls, plus kopf's for the operator; `lease`: the
-    replicas compete for a Lease (more than one replica)."""
+    replicas compete for a Lease (more than one replica); `groups`: group placement is on."""
     calls = CODE_CALLS[account]
-    special = OWN_POD_CALLS | LEASE_CALLS
+    special = OWN_POD_CALLS | LEASE_CALLS | (set() if groups else GROUP_CALLS)
     permissions = set().union(*(p for site, p in calls.items() if site not in special))
     if account == "operator":
-        permissions |= set().union(*FRAMEWORK_CALLS.values())
+        permissions |= set().union(
+            *(p for what, p in FRAMEWORK_CALLS.items() if groups or what != GROUP_FRAMEWORK)
+        )
     scopes = namespaces or ["cluster"]
     grants = {
         (scope, *permission)
@@ -192,6 +212,13 @@ def required(account: str, *, lease: bool, namespaces: list[str]) -> set[Grant]:
     ("values", "account", "lease", "namespaces"),
     [
         pytest.param(None, "numatopo-operator", True, [], id="operator"),
+        pytest.param(
+            {"operator": {"groups": {"enabled": False}}},
+            "numatopo-operator",
+            True,
+            [],
+            id="operator-without-groups",
+        ),
         pytest.param(
             {"operator": {"replicas": 1}}, "numatopo-operator", False, [], id="operator-standalone"
         ),
@@ -216,7 +243,8 @@ def test_rbac_grants_exactly_what_the_code_calls(
     render: Any, values: Any, account: str, lease: bool, namespaces: list[str]
 ) -> None:
     component = account.removeprefix("numatopo-")
-    expected = required(component, lease=lease, namespaces=namespaces)
+    groups = ((values or {}).get("operator") or {}).get("groups", {}).get("enabled", True)
+    expected = required(component, lease=lease, namespaces=namespaces, groups=groups)
 
     assert sorted(expected) == sorted(granted(render(values), account))
 
