@@ -33,7 +33,7 @@ from pydantic import Field
 from numatopo_engine import annotations as keys
 from numatopo_engine.annotations import Assignment
 from numatopo_engine.errors import InvalidRequestError
-from numatopo_engine.groups import GroupSpec, group_of, rank_of
+from numatopo_engine.groups import POD_GROUP_LABEL, GroupSpec, group_of, rank_of
 from numatopo_engine.model import WireModel
 from numatopo_engine.network_topology import HOSTNAME_LABEL
 from numatopo_operator import translate
@@ -204,6 +204,12 @@ class GroupBook:
             except InvalidRequestError as exc:
                 self.invalid[key] = str(exc)
                 spec = None
+            else:
+                if spec is None and is_gated(body):
+                    self.invalid[key] = (
+                        f"carries the scheduling gate {GATE} but names no group (annotation "
+                        f"{keys.GROUP} or label {POD_GROUP_LABEL}): it stays gated"
+                    )
         if previous is not None and (spec is None or spec.key != previous):
             self._drop(key)
             touched.add(previous)
@@ -335,7 +341,7 @@ def next_step(specs: Mapping[str, GroupSpec], members: Iterable[MemberView]) -> 
             spec=spec,
             members=tuple(gated),
         )
-    planned = [v for v in gated if v.record is not None]
+    planned = [v for v in gated if v.record is not None or v.problem is not None]
     if planned:
         plans = {v.record.planned for v in planned if v.record is not None}
         broken = [v for v in planned if v.problem is not None]

@@ -288,6 +288,22 @@ async def test_members_that_disagree_on_the_group_are_not_placed(env):
     assert not any(keys.ASSIGNMENT in cluster.annotations(n) for n in ("d-0", "d-1", "d-2"))
 
 
+async def test_a_gated_pod_without_a_group_is_reported(env):
+    cluster, start_operator, _, _, _, wait = env.parts()
+    await build_cluster(env)
+    await start_operator(**FAST)
+    pod = member(env, "lost", "unused", 1)
+    found = pod["metadata"]["annotations"]
+    del found[keys.GROUP], found[keys.GROUP_SIZE]
+    await cluster.create_pod(pod)
+
+    await wait(lambda: "GroupInvalid" in reasons(cluster, "lost"), what="GroupInvalid Event")
+    [(_, message)] = cluster.events_for("lost")
+
+    assert f"carries the scheduling gate {GATE} but names no group" in message
+    assert not released(cluster, "lost")
+
+
 async def test_the_extender_passes_a_released_member_on_its_planned_node_only(env):
     cluster, start_operator, _, _, _, wait = env.parts()
     await build_cluster(env)
