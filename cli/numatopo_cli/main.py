@@ -12,7 +12,9 @@ import sys
 from collections.abc import Sequence
 
 # Subcommand modules, imported lazily so `numatopo crd` does not pay for kopf or pynvml.
-COMMANDS = ("inspect", "assign", "simulate", "operator", "exporter", "agent", "crd")
+COMMANDS = (
+    "inspect", "assign", "simulate", "domains", "operator", "exporter", "agent", "crd",
+)  # fmt: skip
 
 
 def build_parser() -> argparse.ArgumentParser:

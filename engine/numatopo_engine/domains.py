@@ -36,7 +36,7 @@ from itertools import pairwise
 import numpy as np
 
 from numatopo_engine.allocation import Engine, allocate, group_by_shape, score_many
-from numatopo_engine.annotations import Assignment
+from numatopo_engine.annotations import Assignment, CpuMode
 from numatopo_engine.errors import UnsatisfiableError
 from numatopo_engine.groups import GroupSpec, Strategy
 from numatopo_engine.model import NumatopologySpec
@@ -45,6 +45,7 @@ from numatopo_engine.request import PodRequest
 from numatopo_engine.state import NodeState
 
 __all__ = [
+    "ANYWHERE",
     "DomainTree",
     "GroupPlacement",
     "Member",
@@ -289,7 +290,9 @@ class _Placer:
         self.need = len(ordered)
         self.largest = max(ordered, key=lambda m: _size_key(m.request)).request
         self.uniform = len({_request_key(m.request) for m in ordered}) == 1
-        self.copies: dict[str, int] = {}
+        self.bound: dict[str, int] = {}  # nodes that hold a member: at most how many
+        self.copies: dict[str, int] = {}  # exact counts, filled per domain looked at
+        self.memo: dict[object, int] = {}
         self.rank: dict[str, float] = {}
         self.refusals: dict[str, int] = {}
         self.tried: list[str] = []
@@ -337,75 +340,111 @@ class _Placer:
         return list(range(len(tree.levels) - 1, top - 1, -1)), anywhere
 
     def _count(self) -> None:
-        """Members each candidate node holds (`copies`, capped at the group's size)."""
+        """Which nodes hold a member (`score_many`), and at most how many (`bound`, from
+        free counts); exact counts come later, per domain looked at (`_copies`)."""
         engine, request = self.engine, self.largest
         names = list(self.nodes)
         shapes = group_by_shape(
             ((self.nodes[n].topology, self.nodes[n].state) for n in names), engine=engine
         )
-        memo: dict[object, int] = {}
+        gpus, cpus, memory = _amounts(request)
         for shape in shapes:
             scored = score_many(
                 shape.topology, shape.states, request, checked=False, engine=engine, mix=self.mix
             )
             for indices, summary in scored.refused:
                 self.refusals[summary] = self.refusals.get(summary, 0) + len(indices)
-            tables = engine.tables_of(shape.topology)
             for index in np.flatnonzero(scored.scores >= 0).tolist():
                 node = names[shape.positions[index]]
                 state = shape.states[index]
-                key = (
-                    id(tables),
-                    state.free_signature(),
-                    tuple(sorted(state.memory_groups().items())),
-                )
-                copies = memo.get(key)
-                if copies is None:
-                    copies = memo[key] = self._copies_on(node, request)
-                self.copies[node] = copies
+                bound = self.need
+                if gpus:
+                    bound = min(bound, state.free_gpu_count() // gpus)
+                if cpus:
+                    bound = min(bound, state.free_cpu_count() // cpus)
+                if memory:
+                    bound = min(bound, state.free_memory_total() // memory)
+                self.bound[node] = max(1, bound)
                 self.rank[node] = float(scored.rank[index])
 
-    def _copies_on(self, node: str, request: PodRequest) -> int:
+    def _copies(self, node: str) -> int:
+        """Members the node holds, allocated one after another on a copy of its state
+        (once per hardware shape and free state)."""
+        found = self.copies.get(node)
+        if found is not None:
+            return found
+        candidate = self.nodes[node]
+        state = candidate.state
+        key = (
+            id(self.engine.tables_of(candidate.topology)),
+            state.free_signature(),
+            tuple(sorted(state.memory_groups().items())),
+        )
+        found = self.memo.get(key)
+        if found is None:
+            found = self.memo[key] = self._copies_on(node, self.largest, self.bound[node])
+        self.copies[node] = found
+        return found
+
+    def _copies_on(self, node: str, request: PodRequest, most: int) -> int:
         candidate = self.nodes[node]
         state = candidate.state.copy()
-        for count in range(self.need):
+        for count in range(most):
             try:
                 decision = allocate(candidate.topology, state, request, node, engine=self.engine)
             except UnsatisfiableError:
                 return count
             state.apply(f"{request.key}#{count}", decision.assignment)
-        return self.need
+        return most
 
     def _at_level(self, index: int, strategy: _Mode) -> GroupPlacement | None:
+        """The best domain of level `index` that holds the group, placed; None if none.
+
+        Domains are ranked by fragmentation growth first, which needs no node counts;
+        nodes are counted exactly only in the domains of the best growth still left,
+        so one fitting domain is usually all that is counted."""
         tree = self.tree
-        fitting: list[tuple[tuple[float, int, int], Path, list[tuple[str, int]]]] = []
-        tried = 0
-        best = (0, "")
         totals = self._gpu_totals()
+        ranked: list[tuple[float, int, Path]] = []
+        short: list[tuple[int, Path]] = []  # domains whose upper bound is already short
         for path in tree.members[index]:
             if not self._inside_anchor(path):
                 continue
-            tried += 1
-            chosen = self._select(path, strategy)
-            if chosen is None:
-                held = self._capacity(path)
-                best = max(best, (held, path[-1]))
+            inside = self._nodes_of(path)
+            if sum(self.bound[n] for n in inside) < self.need:
+                short.append((sum(self.bound[n] for n in inside), path))
                 continue
-            key = (
-                self._growth(index, path, totals),
-                self._broken(chosen),
-                tree.position[chosen[0][0]],
-            )
-            fitting.append((key, path, chosen))
+            position = tree.position[inside[0]]
+            ranked.append((self._growth(index, path, totals), position, path))
+        ranked.sort()
+        best = (0, "")
+        start = 0
+        while start < len(ranked):
+            end = start
+            while end < len(ranked) and ranked[end][0] == ranked[start][0]:
+                end += 1
+            fitting: list[tuple[int, int, Path, list[tuple[str, int]]]] = []
+            for _, position, path in ranked[start:end]:
+                chosen = self._select(path, strategy)
+                if chosen is None:
+                    best = max(best, (self._capacity(path), path[-1]))
+                    continue
+                fitting.append((self._broken(chosen), position, path, chosen))
+            fitting.sort(key=lambda f: f[:2])
+            for _, _, path, chosen in fitting:
+                found = self._realise(_Choice(index, path, chosen))
+                if found is not None:
+                    return found
+            start = end
+        if short:
+            bound, path = max(short)
+            if bound > best[0]:
+                best = max(best, (self._capacity(path), path[-1]))
+        tried = len(ranked) + len(short)
         self.tried.append(
             f"{tried} domain{'' if tried == 1 else 's'} of {tree.levels[index]}"
             + (f" (the best, {best[1]}, holds {best[0]} of {self.need})" if best[1] else "")
         )
-        fitting.sort(key=lambda f: f[0])
-        for _, path, chosen in fitting:
-            found = self._realise(_Choice(index, path, chosen))
-            if found is not None:
-                return found
         return None
 
     def _try(self, index: int | None, path: Path, strategy: _Mode) -> GroupPlacement | None:
@@ -426,18 +465,20 @@ class _Placer:
 
     def _nodes_of(self, path: Path) -> list[str]:
         if path == ANYWHERE:
-            unlabelled = sorted(n for n in self.copies if n not in self.tree.paths)
-            return [n for n in self.tree.order if n in self.copies] + unlabelled
-        return [n for n in self.tree.members[len(path) - 1][path] if n in self.copies]
+            unlabelled = sorted(n for n in self.bound if n not in self.tree.paths)
+            return [n for n in self.tree.order if n in self.bound] + unlabelled
+        return [n for n in self.tree.members[len(path) - 1][path] if n in self.bound]
 
     def _capacity(self, path: Path) -> int:
-        return sum(self.copies[n] for n in self._nodes_of(path))
+        return sum(self._copies(n) for n in self._nodes_of(path))
 
     def _select(self, path: Path, mode: _Mode) -> list[tuple[str, int]] | None:
         """The nodes (tree order) and members per node inside domain `path`, or None."""
         inside = self._nodes_of(path)
         need = self.need
-        copies = {n: self.copies[n] for n in inside}
+        if sum(self.bound[n] for n in inside) < need:
+            return None
+        copies = {n: self._copies(n) for n in inside}
         if sum(copies.values()) < need:
             return None
         if mode is _Mode.CONSOLIDATED:
@@ -628,7 +669,7 @@ class _Placer:
 
     def _why(self, levels: Sequence[int], anywhere: bool) -> str:
         request = self.largest
-        what = f"{self.need} member{'s' if self.need != 1 else ''} of {_describe(request)}"
+        what = f"{self.need} member{'s' if self.need != 1 else ''} ({_describe(request)} each)"
         where = "no allowed domain"
         if self.spec.required is not None:
             where = f"no domain of {self.spec.required} (required)"
@@ -683,6 +724,17 @@ def _even(nodes: Sequence[str], caps: Mapping[str, int], need: int) -> list[tupl
         given[node] = share
         left -= share
     return [(n, given[n]) for n in nodes if given[n]]
+
+
+def _amounts(request: PodRequest) -> tuple[int, int, int]:
+    """GPUs, exclusive CPUs and memory bytes the app containers ask for: no more than
+    the pod takes, so free amounts divided by them bound how many copies fit."""
+    gpus = _gpus_of(request)
+    whole = [c.integer_cpus for c in request.containers]
+    exclusive = request.options.cpu is CpuMode.EXCLUSIVE and all(w is not None for w in whole)
+    cpus = sum(w or 0 for w in whole) if exclusive else 0
+    memory = sum(c.memory_bytes for c in request.containers)
+    return gpus, cpus, memory
 
 
 def _gpus_of(request: PodRequest) -> int:

@@ -37,6 +37,7 @@ from numatopo_engine.simulation import (
     sample_nodes,
     simulate,
 )
+from numatopo_engine.simulation.leafspine import NodeShapeWeight, shapes_from_rows
 from numatopo_engine.simulation.trace import GPU_MILLI
 
 SAMPLES = "numatopo_cli.samples.simulate"
@@ -60,6 +61,14 @@ def _open_text(path: Path | None, sample: str) -> str:
 
 def _csv_rows(text: str) -> list[dict[str, str]]:
     return list(csv.DictReader(text.splitlines()))
+
+
+def default_shapes(gpus: int = 8) -> list[NodeShapeWeight]:
+    """The node shapes with `gpus` GPUs of the shipped node list, laid out by the
+    shipped topology map, weighed by their node counts (multi-node clusters)."""
+    rows = parse_node_rows(_csv_rows(_open_text(None, DEFAULT_NODES)))
+    topology_map = parse_topology_map(json.loads(_open_text(None, DEFAULT_MAP)))
+    return shapes_from_rows(rows, topology_map, gpus=gpus)
 
 
 def _read_topology_dir(directory: Path) -> tuple[list[NodeRow], dict[str, NumatopologySpec]]:
@@ -290,6 +299,10 @@ def _check_plot_target(path: Path) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
+    if args.multi_node:
+        from numatopo_cli.commands import simulate_gangs  # it imports this module
+
+        return simulate_gangs.run(args)
     try:
         if args.plot is not None:
             _check_plot_target(args.plot)
@@ -374,4 +387,7 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
     parser.add_argument(
         "--progress", action="store_true", help="progress bar on stderr even when not a TTY"
     )
+    from numatopo_cli.commands import simulate_gangs
+
+    simulate_gangs.add_arguments(parser)
     parser.set_defaults(func=run)

@@ -1,0 +1,184 @@
+"""`numatopo domains`: the network domains of a cluster, their nodes and free GPUs.
+
+Input: a cluster file (`--cluster F.json`: node shapes, node labels, what each node's
+pods hold; format in `numatopo_engine.simulation.leafspine`, and `numatopo simulate
+--multi-node --write-cluster F.json` writes one), or `--generate BxSxLxN` for an empty
+leaf/spine cluster of the Alibaba node list's 8-GPU shapes. Levels come from a
+NetworkTopology object (`--network-topology F.yaml`) or `--levels a,b,c` (widest
+first); a generated cluster defaults to its own three levels.
+
+`--place N` asks numatopo's engine where a group of N pods (`--gpus` and `--cpus`
+each) would go, under `--required`/`--preferred` LEVEL and `--strategy`, and marks its
+ranks on the nodes. `--svg F` draws the tree.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from pathlib import Path
+from typing import Any
+
+import yaml
+from pydantic import ValidationError
+
+from numatopo_cli.commands.simulate import InputError, default_shapes
+from numatopo_cli.render import domains as view
+from numatopo_engine.annotations import PolicyName
+from numatopo_engine.domains import GroupPlacement, Member, place_group
+from numatopo_engine.errors import UnsatisfiableError
+from numatopo_engine.groups import GroupSpec, Strategy, is_label_key
+from numatopo_engine.network_topology import NetworkTopology
+from numatopo_engine.request import ContainerRequest, PodRequest, TopologyOptions
+from numatopo_engine.simulation.leafspine import LEVELS, ClusterFile, LeafSpine, generate
+
+PROG = "numatopo domains"
+
+
+def _read_cluster(path: Path) -> ClusterFile:
+    try:
+        raw: Any = json.loads(path.read_text(encoding="utf-8"))
+        return ClusterFile.model_validate(raw)
+    except OSError as exc:
+        raise InputError(f"--cluster {path}: {exc.strerror or exc}") from None
+    except ValidationError as exc:
+        raise InputError(f"--cluster {path}: not a cluster file ({_first(exc)})") from None
+    except ValueError as exc:
+        raise InputError(f"--cluster {path}: not JSON ({exc})") from None
+
+
+def _first(exc: ValidationError) -> str:
+    """The first validation error: where, and what is wrong."""
+    error = exc.errors()[0]
+    where = ".".join(str(part) for part in error["loc"])
+    return f"{where}: {error['msg']}" if where else str(error["msg"])
+
+
+def _levels(args: argparse.Namespace) -> list[str]:
+    if args.network_topology is not None:
+        try:
+            raw: Any = yaml.safe_load(args.network_topology.read_text(encoding="utf-8"))
+            return NetworkTopology.model_validate(raw).spec.labels
+        except OSError as exc:
+            raise InputError(f"--network-topology: {exc.strerror or exc}") from None
+        except yaml.YAMLError as exc:
+            raise InputError(f"--network-topology: not YAML ({exc})") from None
+        except ValidationError as exc:
+            raise InputError(f"--network-topology: not a NetworkTopology ({_first(exc)})") from None
+    if args.levels:
+        levels = [part.strip() for part in args.levels.split(",") if part.strip()]
+        bad = [level for level in levels if not is_label_key(level)]
+        if bad or not levels or len(set(levels)) != len(levels):
+            raise InputError(f"--levels {args.levels!r}: unique node label keys, widest first")
+        return levels
+    if args.generate:
+        return list(LEVELS)
+    raise InputError("give --network-topology F.yaml or --levels a,b,c (widest first)")
+
+
+def _cluster(args: argparse.Namespace) -> ClusterFile:
+    if args.cluster is not None:
+        return _read_cluster(args.cluster)
+    if args.generate:
+        try:
+            layout = LeafSpine.parse(args.generate)
+        except ValueError as exc:
+            raise InputError(f"--generate: {exc}") from None
+        return generate(layout, default_shapes(), seed=args.seed)
+    raise InputError("give --cluster F.json or --generate BLOCKSxSPINESxLEAVESxNODES")
+
+
+def _place(args: argparse.Namespace, cluster: ClusterFile, levels: list[str]) -> GroupPlacement:
+    for flag, level in (("--required", args.required), ("--preferred", args.preferred)):
+        if level is not None and level not in levels:
+            raise InputError(f"{flag} {level!r} is not one of the levels: {', '.join(levels)}")
+    options = TopologyOptions(policy=PolicyName(args.policy))
+    container = ContainerRequest(name="main", cpu_milli=args.cpus * 1000, gpus=args.gpus)
+    members = []
+    for rank in range(args.place):
+        request = PodRequest("default", f"worker-{rank}", (container,), options=options)
+        members.append(Member(request.key, rank, request))
+    spec = GroupSpec(
+        "default", "what-if", args.place, args.required, args.preferred,
+        Strategy(args.strategy), None,
+    )  # fmt: skip
+    return place_group(cluster.tree(levels), members, cluster.candidates(), spec=spec)
+
+
+def run(args: argparse.Namespace) -> int:
+    try:
+        levels = _levels(args)
+        cluster = _cluster(args)
+        try:
+            candidates = cluster.candidates()
+        except ValueError as exc:
+            raise InputError(f"--cluster: {exc}") from None
+        tree = cluster.tree(levels)
+        placement = _place(args, cluster, levels) if args.place else None
+        if args.svg is not None:
+            try:
+                args.svg.write_text(
+                    view.render_svg(tree, candidates, placement=placement), encoding="utf-8"
+                )
+            except OSError as exc:
+                raise InputError(f"--svg {args.svg}: {exc.strerror or exc}") from None
+    except InputError as exc:
+        print(f"{PROG}: {exc}", file=sys.stderr)
+        return 2
+    except UnsatisfiableError as exc:
+        print(f"{PROG}: the group does not fit: {exc.reason}", file=sys.stderr)
+        return 1
+    if args.output == "json":
+        rows = view.domain_rows(tree, candidates, nodes=args.nodes, placement=placement)
+        json.dump([row.__dict__ for row in rows], sys.stdout, indent=2, default=list)
+        sys.stdout.write("\n")
+    else:
+        sys.stdout.write(view.render_table(tree, candidates, nodes=args.nodes, placement=placement))
+    return 0
+
+
+def _count(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a whole number") from None
+    if value < 0:
+        raise argparse.ArgumentTypeError(f"{value} is negative")
+    return value
+
+
+def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+    parser = subparsers.add_parser(
+        "domains",
+        help="show network domains (leaf/spine, NVLink cliques) with nodes and free GPUs",
+        description=__doc__,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    parser.add_argument("--cluster", type=Path, metavar="F.json", help="cluster file")
+    parser.add_argument(
+        "--generate", metavar="BxSxLxN", help="an empty leaf/spine cluster instead (e.g. 1x2x4x4)"
+    )
+    parser.add_argument("--seed", type=int, default=42, help="seed of --generate (default 42)")
+    parser.add_argument(
+        "--network-topology", type=Path, metavar="F.yaml", help="NetworkTopology object"
+    )
+    parser.add_argument("--levels", metavar="A,B,C", help="level label keys, widest first")
+    parser.add_argument("--nodes", action="store_true", help="list every node too")
+    parser.add_argument("--place", type=_count, default=0, metavar="N", help="place N pods")
+    parser.add_argument("--gpus", type=_count, default=8, help="GPUs per pod (default 8)")
+    parser.add_argument("--cpus", type=_count, default=8, help="CPUs per pod (default 8)")
+    parser.add_argument("--required", metavar="LEVEL", help="level the group must share")
+    parser.add_argument("--preferred", metavar="LEVEL", help="level the group should share")
+    parser.add_argument(
+        "--strategy", default=Strategy.CONSOLIDATED.value, choices=[s.value for s in Strategy]
+    )
+    parser.add_argument(
+        "--policy",
+        default=PolicyName.BEST_EFFORT.value,
+        choices=[p.value for p in PolicyName],
+        help="topology policy of the pods (default best-effort)",
+    )
+    parser.add_argument("-o", "--output", default="table", choices=["table", "json"])
+    parser.add_argument("--svg", type=Path, metavar="F.svg", help="also draw the tree as SVG")
+    parser.set_defaults(func=run)

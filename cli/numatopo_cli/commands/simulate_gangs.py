@@ -1,0 +1,229 @@
+"""`numatopo simulate --multi-node`: multi-node jobs on a synthetic leaf/spine cluster.
+
+The cluster (`--layout BLOCKSxSPINESxLEAVESxNODES`) is built from the 8-GPU node shapes
+of the node list (`--nodes`, default the shipped Alibaba list, laid out by
+`--topology-map`) or from Numatopology JSON files (`--topology-dir`, one shape each).
+Job sizes follow a Helios cluster's GPU-demand CDF (`--sizes`); see
+`numatopo_engine.simulation.gangs` for the model, the strategies and the metrics.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import time
+from pathlib import Path
+
+from numatopo_cli.commands.simulate import (
+    DEFAULT_MAP,
+    DEFAULT_NODES,
+    InputError,
+    _check_plot_target,
+    _csv_rows,
+    _open_text,
+    _read_topology_dir,
+)
+from numatopo_engine.annotations import PolicyName
+from numatopo_engine.simulation import (
+    TopologyMapError,
+    TraceError,
+    parse_node_rows,
+    parse_topology_map,
+)
+from numatopo_engine.simulation.gangs import (
+    GANG_STRATEGIES,
+    HELIOS_GPU_CDF,
+    GangResult,
+    draw_jobs,
+    simulate_gangs,
+)
+from numatopo_engine.simulation.leafspine import (
+    LEVELS,
+    LeafSpine,
+    NodeShapeWeight,
+    generate,
+    shapes_from_rows,
+)
+
+NODE_GPUS = 8
+LEVEL_NAMES = {"block": LEVELS[0], "spine": LEVELS[1], "leaf": LEVELS[2]}
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    group = parser.add_argument_group("multi-node jobs (--multi-node)")
+    group.add_argument(
+        "--multi-node", action="store_true", help="simulate multi-node jobs on a leaf/spine cluster"
+    )
+    group.add_argument(
+        "--layout", default="2x2x4x8", metavar="BxSxLxN",
+        help="blocks x spines per block x leaves per spine x nodes per leaf (default 2x2x4x8)",
+    )  # fmt: skip
+    group.add_argument("--jobs", type=int, default=1000, help="jobs that arrive (default 1000)")
+    group.add_argument(
+        "--load", type=float, default=0.9, help="offered load, share of the GPUs (default 0.9)"
+    )
+    group.add_argument(
+        "--sizes", default="venus", choices=sorted(HELIOS_GPU_CDF),
+        help="the Helios cluster whose job GPU-demand CDF sizes the jobs (default venus)",
+    )  # fmt: skip
+    group.add_argument(
+        "--required", default="spine", choices=sorted(LEVEL_NAMES),
+        help="the level a multi-node job must share one domain of (default spine)",
+    )  # fmt: skip
+    group.add_argument(
+        "--write-cluster", type=Path, metavar="F.json",
+        help="write the generated (empty) cluster file, for `numatopo domains --cluster`",
+    )  # fmt: skip
+
+
+def _shapes(args: argparse.Namespace) -> list[NodeShapeWeight]:
+    if args.topology_dir is not None:
+        _, specs = _read_topology_dir(args.topology_dir)
+        chosen = [(name, spec) for name, spec in sorted(specs.items()) if spec.gpus]
+        if not chosen:
+            raise InputError(f"--topology-dir {args.topology_dir}: no node with GPUs")
+        return [NodeShapeWeight(name, spec, 1.0) for name, spec in chosen]
+    rows = parse_node_rows(_csv_rows(_open_text(args.nodes, DEFAULT_NODES)))
+    try:
+        raw_map = json.loads(_open_text(args.topology_map, DEFAULT_MAP))
+    except json.JSONDecodeError as exc:
+        raise InputError(f"--topology-map: not JSON ({exc})") from None
+    try:
+        return shapes_from_rows(rows, parse_topology_map(raw_map), gpus=NODE_GPUS)
+    except ValueError as exc:
+        raise InputError(f"--nodes: {exc}") from None
+
+
+def _strategies(values: list[str] | None) -> list[str]:
+    if not values:
+        return list(GANG_STRATEGIES)
+    names = [part.strip() for value in values for part in value.split(",") if part.strip()]
+    for name in names:
+        if name not in GANG_STRATEGIES:
+            raise InputError(
+                f"--scorer {name!r}: with --multi-node choose from {', '.join(GANG_STRATEGIES)}"
+            )
+    return list(dict.fromkeys(names))
+
+
+def simulate_from_args(args: argparse.Namespace) -> GangResult:
+    try:
+        layout = LeafSpine.parse(args.layout)
+    except ValueError as exc:
+        raise InputError(f"--layout: {exc}") from None
+    if args.jobs <= 0 or not 0 < args.load <= 10:
+        raise InputError("--jobs must be positive and --load in (0, 10]")
+    strategies = _strategies(args.scorer)
+    cluster = generate(layout, _shapes(args), seed=args.seed)
+    if args.write_cluster is not None:
+        try:
+            args.write_cluster.write_text(json.dumps(cluster.to_wire()), encoding="utf-8")
+        except OSError as exc:
+            raise InputError(f"--write-cluster: {exc.strerror or exc}") from None
+    gpus = sum(len(cluster.shapes[n.shape].gpus) for n in cluster.nodes)
+    node_gpus = max(len(spec.gpus) for spec in cluster.shapes.values())
+    jobs = draw_jobs(
+        args.jobs, cdf=HELIOS_GPU_CDF[args.sizes], node_gpus=node_gpus, cluster_gpus=gpus,
+        load=args.load, seed=args.seed,
+    )  # fmt: skip
+    return simulate_gangs(
+        cluster, LEVELS, jobs, required=LEVEL_NAMES[args.required], strategies=strategies,
+        policy=PolicyName(args.policy), sizes=f"helios-{args.sizes}", load=args.load,
+        seed=args.seed, clock=time.perf_counter,
+    )  # fmt: skip
+
+
+def _share(value: float | None) -> str:
+    return "-" if value is None else f"{100 * value:.1f}%"
+
+
+def render_table(result: GangResult) -> str:
+    header = (
+        "STRATEGY", "PLACED", "MULTI-NODE", "ONE-LEAF", "IN-REQUIRED", "HOPS", "LEAF-FRAG",
+        "WAIT", "MULTI-WAIT", "MS/JOB", "P99-MS",
+    )  # fmt: skip
+    rows = [header]
+    for s in result.strategies:
+        rows.append(
+            (
+                s.strategy,
+                f"{s.placed}/{s.jobs}",
+                f"{s.multi_node_placed}/{s.multi_node_jobs}",
+                _share(s.one_leaf_share),
+                _share(s.required_domain_share),
+                "-" if s.mean_neighbour_hops is None else f"{s.mean_neighbour_hops:.2f}",
+                f"{s.leaf_fragmentation:.3f}",
+                f"{s.mean_wait:.3f}",
+                f"{s.multi_node_mean_wait:.3f}",
+                f"{s.place_ms_mean:.1f}",
+                f"{s.place_ms_p99:.1f}",
+            )
+        )
+    widths = [max(len(r[i]) for r in rows) for i in range(len(header))]
+    lines = ["  ".join(c.ljust(w) for c, w in zip(r, widths, strict=True)).rstrip() for r in rows]
+    summary = (
+        f"{result.nodes} nodes, {result.gpus} GPUs, levels {' > '.join(result.levels)}; "
+        f"{result.jobs} jobs sized by {result.sizes} (GPUs: jobs "
+        + ", ".join(f"{g}:{n}" for g, n in result.size_histogram.items())
+        + f"), load {result.load}, seed {result.seed}"
+        + (f"; {result.too_big} larger than any required domain left out" if result.too_big else "")
+    )
+    return "\n".join([summary, *lines]) + "\n"
+
+
+def write_plot(result: GangResult, path: Path) -> None:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    panels = (
+        (
+            "multi-node jobs in one leaf (%)\n(of jobs no larger than a leaf)",
+            "one_leaf_share",
+            100.0,
+        ),
+        ("mean hops between\nneighbouring ranks", "mean_neighbour_hops", 1.0),
+        ("leaf-level domain\nfragmentation", "leaf_fragmentation", 1.0),
+        ("mean wait of multi-node jobs\n(mean run times)", "multi_node_mean_wait", 1.0),
+    )
+    fig, axes = plt.subplots(1, len(panels), figsize=(15, 4.2))
+    names = [s.strategy for s in result.strategies]
+    for ax, (title, key, scale) in zip(axes, panels, strict=True):
+        values = [scale * (getattr(s, key) or 0.0) for s in result.strategies]
+        colours = ["black" if n == "numatopo" else "#8fa8c8" for n in names]
+        bars = ax.bar(names, values, color=colours)
+        ax.bar_label(bars, fmt="%.2f" if scale == 1.0 else "%.1f", fontsize=9)
+        ax.set_title(title, fontsize=10)
+        ax.grid(axis="y", alpha=0.3)
+        ax.tick_params(axis="x", labelsize=9)
+    fig.suptitle(
+        f"numatopo simulate --multi-node: {result.jobs} jobs ({result.sizes}) on "
+        f"{result.nodes} nodes / {result.gpus} GPUs, load {result.load}, seed {result.seed}"
+    )
+    fig.tight_layout()
+    try:
+        fig.savefig(path, dpi=110)
+    except OSError as exc:
+        raise InputError(f"--plot {path}: {exc.strerror or exc}") from None
+    finally:
+        plt.close(fig)
+
+
+def run(args: argparse.Namespace) -> int:
+    try:
+        if args.plot is not None:
+            _check_plot_target(args.plot)
+        result = simulate_from_args(args)
+        if args.plot is not None:
+            write_plot(result, args.plot)
+    except (InputError, TraceError, TopologyMapError, ValueError) as exc:
+        print(f"numatopo simulate: {exc}", file=sys.stderr)
+        return 2
+    if args.output == "json":
+        json.dump(result.to_dict(), sys.stdout, indent=2)
+        sys.stdout.write("\n")
+    else:
+        sys.stdout.write(render_table(result))
+    return 0

@@ -1,0 +1,430 @@
+"""Multi-node jobs (gangs) arriving and leaving on a leaf/spine cluster, placed three ways.
+
+Job sizes (GPUs per job) follow the GPU-demand CDF of SenseTime's Helios clusters:
+Hu et al., "Characterization and Prediction of Deep Learning Workloads in Large-Scale
+GPU Datacenters", SC '21, the job GPU-demand CDF ("Fraction of Jobs (%)" over "GPU
+Number", one curve per cluster). The points below were read off the vector paths of
+that figure as the authors' artifact draws it (S-Lab-System-Group/HeliosArtifact,
+`analysis/3_job characterization/job_cdf_gpunum.pdf`, commit bdaae10), at the x
+positions the artifact evaluates: 1, 2, 4, 8, 12, 16, 24, 32, 40, 48, 56, 64 GPUs and
+"> 64" (read as 128 GPUs here). A job's GPU count is the upper edge of the bucket its
+draw falls in. GPU jobs only (the CDF counts jobs with at least one GPU).
+
+A job of at most one node's GPUs is one pod; a larger one is ceil(GPUs / node GPUs)
+pods of a whole node's GPUs each (multi-node training takes whole nodes), a group
+that must share one domain of `required` (default: the spine level). Arrivals are a
+Poisson process, run times exponential with mean 1; the arrival rate makes the
+offered load `load` x the cluster's GPUs. Jobs wait in one queue in strict FIFO order
+(a gang scheduler's head-of-line: a big job is not starved by small ones behind it);
+after every arrival and departure the head of the queue is placed while it fits.
+
+Strategies (each on a fresh copy of the cluster, all with the production engine's
+`allocate` for every pod's NUMA-aligned assignment):
+  numatopo        `place_group`: the narrowest domain that fits, the least domain
+                  fragmentation, ranks along the tree
+  required-only   the first domain of the required level (tree order) whose nodes
+                  hold the group, nodes taken first-fit by name inside it: honours the
+                  constraint, nothing more
+  blind           a topology-blind gang: all or nothing, nodes first-fit by name over
+                  the whole cluster (node names do not follow the network)
+
+Measured (multi-node jobs unless said otherwise): jobs placed and still waiting;
+mean wait (time units of mean run time, every job); the share of the jobs no larger
+than a leaf that were placed inside one leaf; the share placed inside one domain of
+the required level; the mean hops between neighbouring ranks; the leaf level's domain
+fragmentation averaged over scheduling events; mean and 99th-percentile time to place
+a job (ms, every placement attempt that succeeded).
+"""
+
+from __future__ import annotations
+
+import heapq
+import math
+import random
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
+from itertools import pairwise
+from typing import Any
+
+from numatopo_engine.allocation import Engine, allocate
+from numatopo_engine.annotations import Assignment, PolicyName
+from numatopo_engine.domains import (
+    DomainTree,
+    Member,
+    NodeCandidate,
+    domain_fragmentation,
+    place_group,
+)
+from numatopo_engine.errors import UnsatisfiableError
+from numatopo_engine.groups import GroupSpec, Strategy
+from numatopo_engine.request import ContainerRequest, PodRequest, TopologyOptions
+from numatopo_engine.simulation.leafspine import ClusterFile
+from numatopo_engine.state import NodeState
+
+__all__ = [
+    "GANG_STRATEGIES",
+    "HELIOS_GPU_CDF",
+    "GangJob",
+    "GangResult",
+    "GangStrategyResult",
+    "draw_jobs",
+    "first_fit",
+    "simulate_gangs",
+]
+
+# Cumulative % of GPU jobs with at most this many GPUs (see the module docstring);
+# 128 stands for "> 64".
+HELIOS_GPU_CDF: Mapping[str, tuple[tuple[int, float], ...]] = {
+    "venus": (
+        (1, 51.8), (2, 57.4), (4, 64.8), (8, 90.0), (12, 90.0), (16, 94.1), (24, 95.0),
+        (32, 97.8), (40, 98.0), (48, 98.3), (56, 98.5), (64, 98.7), (128, 100.0),
+    ),
+    "earth": (
+        (1, 89.2), (2, 90.0), (4, 92.1), (8, 97.5), (12, 97.5), (16, 99.1), (24, 99.3),
+        (32, 99.7), (40, 99.8), (48, 99.8), (56, 99.8), (64, 99.9), (128, 100.0),
+    ),
+    "saturn": (
+        (1, 68.3), (2, 71.0), (4, 79.4), (8, 94.9), (12, 94.9), (16, 97.5), (24, 97.9),
+        (32, 99.3), (40, 99.4), (48, 99.5), (56, 99.6), (64, 99.7), (128, 100.0),
+    ),
+    "uranus": (
+        (1, 66.3), (2, 69.4), (4, 73.7), (8, 92.3), (12, 92.3), (16, 97.9), (24, 98.1),
+        (32, 99.6), (40, 99.6), (48, 99.7), (56, 99.7), (64, 100.0), (128, 100.0),
+    ),
+}  # fmt: skip
+
+GANG_STRATEGIES = ("numatopo", "required-only", "blind")
+NAMESPACE = "sim"
+
+Clock = Callable[[], float]
+
+
+@dataclass(frozen=True)
+class GangJob:
+    index: int
+    gpus: int  # the job's GPUs
+    pods: int
+    gpus_per_pod: int
+    arrival: float
+    duration: float
+
+    @property
+    def name(self) -> str:
+        return f"job-{self.index}"
+
+
+def draw_jobs(
+    count: int,
+    *,
+    cdf: Sequence[tuple[int, float]],
+    node_gpus: int,
+    cluster_gpus: int,
+    load: float,
+    seed: int,
+) -> list[GangJob]:
+    """`count` jobs (module docstring): sizes from `cdf`, Poisson arrivals, exponential
+    run times of mean 1, arrival rate giving `load` x `cluster_gpus` of offered load."""
+    if not cdf or cdf[-1][1] < 100.0:
+        raise ValueError("the size CDF must end at 100 %")
+    if node_gpus <= 0 or cluster_gpus <= 0 or not load > 0:
+        raise ValueError("node GPUs, cluster GPUs and load must be positive")
+    rng = random.Random(seed)
+    previous = 0.0
+    buckets: list[tuple[int, float]] = []
+    for gpus, cumulative in cdf:
+        if cumulative > previous:
+            buckets.append((gpus, (cumulative - previous) / 100.0))
+        previous = cumulative
+    mean_gpus = sum(g * p for g, p in buckets)
+    rate = load * cluster_gpus / mean_gpus  # jobs per unit time, run times of mean 1
+    sizes = rng.choices([g for g, _ in buckets], [p for _, p in buckets], k=count)
+    jobs = []
+    now = 0.0
+    for index, gpus in enumerate(sizes):
+        now += rng.expovariate(rate)
+        pods = 1 if gpus <= node_gpus else math.ceil(gpus / node_gpus)
+        per_pod = gpus if pods == 1 else node_gpus
+        jobs.append(GangJob(index, gpus, pods, per_pod, now, rng.expovariate(1.0)))
+    return jobs
+
+
+@dataclass
+class GangStrategyResult:
+    strategy: str
+    jobs: int
+    placed: int
+    waiting: int  # still queued when the last job arrived and the queue drained
+    multi_node_jobs: int
+    multi_node_placed: int
+    mean_wait: float  # every placed job, in mean run times
+    multi_node_mean_wait: float
+    one_leaf_share: float | None  # of placed multi-node jobs no larger than a leaf
+    required_domain_share: float | None  # of placed multi-node jobs
+    mean_neighbour_hops: float | None  # of placed multi-node jobs
+    leaf_fragmentation: float  # mean over scheduling events
+    place_ms_mean: float
+    place_ms_p99: float
+
+    def to_dict(self) -> dict[str, Any]:
+        return dict(self.__dict__)
+
+
+@dataclass
+class GangResult:
+    nodes: int
+    gpus: int
+    levels: list[str]
+    jobs: int
+    sizes: str
+    load: float
+    seed: int
+    size_histogram: dict[int, int] = field(default_factory=dict)
+    too_big: int = 0  # jobs larger than any domain of the required level, left out
+    strategies: list[GangStrategyResult] = field(default_factory=list)
+
+    def to_dict(self) -> dict[str, Any]:
+        out = {k: v for k, v in self.__dict__.items() if k != "strategies"}
+        out["strategies"] = [s.to_dict() for s in self.strategies]
+        return out
+
+
+Placer = Callable[["_Run", GangJob, list[Member]], dict[str, Assignment] | None]
+
+
+class _Run:
+    """One strategy's replay: its own node states, queue and measurements."""
+
+    def __init__(self, cluster: ClusterFile, tree: DomainTree, required: str, clock: Clock) -> None:
+        self.tree = tree
+        self.nodes = cluster.candidates()
+        self.by_name = sorted(self.nodes)
+        self.required = required
+        self.clock = clock
+        self.engine = Engine()
+        self.leaf = tree.levels[-1]
+        self.leaf_size = max((len(n) for n in tree.members[-1].values()), default=0)
+        self.hops: list[float] = []
+        self.waits: list[float] = []
+        self.multi_waits: list[float] = []
+        self.one_leaf: list[bool] = []
+        self.in_required: list[bool] = []
+        self.fragmentation: list[float] = []
+        self.times: list[float] = []
+
+    def node_gpus(self) -> int:
+        return max(len(c.topology.gpus) for c in self.nodes.values())
+
+    def members(self, job: GangJob, policy: PolicyName) -> list[Member]:
+        options = TopologyOptions(policy=policy)
+        cpus = self._cpus_per_pod(job)
+        container = ContainerRequest(name="main", cpu_milli=cpus * 1000, gpus=job.gpus_per_pod)
+        out = []
+        for rank in range(job.pods):
+            request = PodRequest(NAMESPACE, f"{job.name}-{rank}", (container,), options=options)
+            out.append(Member(request.key, rank, request))
+        return out
+
+    def _cpus_per_pod(self, job: GangJob) -> int:
+        """CPUs in proportion to GPUs: the node's CPUs per GPU, rounded down, at least 1."""
+        sample = next(iter(self.nodes.values())).topology
+        per_gpu = max(1, len(sample.online_cpus()) // max(1, len(sample.gpus)) // 2)
+        return max(1, per_gpu * job.gpus_per_pod)
+
+    def book(self, found: Mapping[str, Assignment]) -> None:
+        for key, assignment in found.items():
+            self.nodes[assignment.node].state.apply(key, assignment)
+
+    def release(self, found: Mapping[str, Assignment]) -> None:
+        for key, assignment in found.items():
+            self.nodes[assignment.node].state.release(key)
+
+    def record(self, job: GangJob, found: Mapping[str, Assignment], now: float) -> None:
+        wait = now - job.arrival
+        self.waits.append(wait)
+        if job.pods < 2:
+            return
+        self.multi_waits.append(wait)
+        where = [found[f"{NAMESPACE}/{job.name}-{rank}"].node for rank in range(job.pods)]
+        hops = [self.tree.hops(a, b) for a, b in pairwise(where)]
+        self.hops.append(sum(hops) / len(hops))
+        if job.pods <= self.leaf_size:
+            self.one_leaf.append(len({self.tree.paths.get(n, ()) for n in where}) == 1)
+        shared = {self.tree.domain_of(n, self.required) for n in where}
+        self.in_required.append(len(shared) == 1 and None not in shared)
+
+    def first_fit(
+        self, order: Iterable[str], members: Sequence[Member]
+    ) -> dict[str, Assignment] | None:
+        return first_fit(self.nodes, order, members, self.engine)
+
+
+def _numatopo(run: _Run, job: GangJob, members: list[Member]) -> dict[str, Assignment] | None:
+    required = run.required if job.pods > 1 else None
+    spec = GroupSpec(NAMESPACE, job.name, job.pods, required, None, Strategy.CONSOLIDATED, None)
+    try:
+        return place_group(run.tree, members, run.nodes, spec=spec, engine=run.engine).assignments
+    except UnsatisfiableError:
+        return None
+
+
+def _required_only(run: _Run, job: GangJob, members: list[Member]) -> dict[str, Assignment] | None:
+    if job.pods == 1:
+        return run.first_fit(run.by_name, members)
+    gpus = job.gpus_per_pod
+    for inside in run.tree.domains(run.required).values():
+        free = sum(run.nodes[n].state.free_gpu_count() // gpus for n in inside if n in run.nodes)
+        if free < job.pods:
+            continue
+        found = run.first_fit(sorted(n for n in inside if n in run.nodes), members)
+        if found is not None:
+            return found
+    return None
+
+
+def _blind(run: _Run, job: GangJob, members: list[Member]) -> dict[str, Assignment] | None:
+    return run.first_fit(run.by_name, members)
+
+
+def first_fit(
+    nodes: Mapping[str, NodeCandidate],
+    order: Iterable[str],
+    members: Sequence[Member],
+    engine: Engine,
+) -> dict[str, Assignment] | None:
+    """A topology-blind gang: members in rank order, each on the first node (in `order`)
+    whose engine `allocate` takes it; all or nothing (states are copied, not changed)."""
+    states: dict[str, NodeState] = {}
+    found: dict[str, Assignment] = {}
+    names = list(order)
+    position = 0
+    for member in members:
+        gpus = sum(c.gpus for c in member.request.containers)
+        while position < len(names):
+            node = names[position]
+            state = states.get(node) or nodes[node].state
+            if state.free_gpu_count() >= gpus:
+                try:
+                    decision = allocate(
+                        nodes[node].topology, state, member.request, node, engine=engine
+                    )
+                except UnsatisfiableError:
+                    decision = None
+                if decision is not None:
+                    if node not in states:
+                        state = states[node] = state.copy()
+                    state.apply(member.key, decision.assignment)
+                    found[member.key] = decision.assignment
+                    break
+            position += 1
+        else:
+            return None
+    return found
+
+
+PLACERS: Mapping[str, Placer] = {
+    "numatopo": _numatopo,
+    "required-only": _required_only,
+    "blind": _blind,
+}
+
+
+def simulate_gangs(
+    cluster: ClusterFile,
+    levels: Sequence[str],
+    jobs: Sequence[GangJob],
+    *,
+    required: str,
+    strategies: Sequence[str] = GANG_STRATEGIES,
+    policy: PolicyName = PolicyName.BEST_EFFORT,
+    sizes: str = "",
+    load: float = 0.0,
+    seed: int = 0,
+    clock: Clock | None = None,
+) -> GangResult:
+    """Replay `jobs` (by arrival) on `cluster` under each strategy (module docstring)."""
+    tree = cluster.tree(levels)
+    if required not in tree.depth:
+        raise ValueError(f"required level {required!r} is not one of {', '.join(levels)}")
+    for name in strategies:
+        if name not in PLACERS:
+            raise ValueError(f"unknown strategy {name!r}; choose from {', '.join(GANG_STRATEGIES)}")
+    candidates = cluster.candidates()
+    # A job larger than every domain of the required level never fits: left out for all.
+    largest = max(len(inside) for inside in tree.domains(required).values())
+    too_big = [job for job in jobs if job.pods > largest]
+    jobs = [job for job in jobs if job.pods <= largest]
+    histogram: dict[int, int] = {}
+    for job in jobs:
+        histogram[job.gpus] = histogram.get(job.gpus, 0) + 1
+    result = GangResult(
+        nodes=len(candidates),
+        gpus=sum(len(c.topology.gpus) for c in candidates.values()),
+        levels=list(levels),
+        jobs=len(jobs),
+        sizes=sizes,
+        load=load,
+        seed=seed,
+        size_histogram=dict(sorted(histogram.items())),
+        too_big=len(too_big),
+    )
+    for name in strategies:
+        run = _Run(cluster, tree, required, clock or (lambda: 0.0))
+        result.strategies.append(_replay(run, name, jobs, policy))
+    return result
+
+
+def _replay(
+    run: _Run, name: str, jobs: Sequence[GangJob], policy: PolicyName
+) -> GangStrategyResult:
+    placer = PLACERS[name]
+    events: list[tuple[float, int, int]] = [(job.arrival, 1, job.index) for job in jobs]
+    heapq.heapify(events)
+    by_index = {job.index: job for job in jobs}
+    queue: list[GangJob] = []
+    running: dict[int, dict[str, Assignment]] = {}
+    placed = 0
+    blocked: int | None = None  # the head that did not fit; nothing was freed since
+    while events:
+        now, kind, index = heapq.heappop(events)
+        if kind == 0:  # departure
+            run.release(running.pop(index))
+            blocked = None
+        else:
+            queue.append(by_index[index])
+        while queue and queue[0].index != blocked:
+            job = queue[0]
+            started = run.clock()
+            found = placer(run, job, run.members(job, policy))
+            if found is None:
+                blocked = job.index
+                break
+            run.times.append(run.clock() - started)
+            queue.pop(0)
+            run.book(found)
+            running[job.index] = found
+            run.record(job, found, now)
+            placed += 1
+            heapq.heappush(events, (now + job.duration, 0, job.index))
+        run.fragmentation.append(domain_fragmentation(run.tree, run.nodes)[run.leaf])
+    multi = [job for job in jobs if job.pods > 1]
+    times = sorted(run.times)
+    return GangStrategyResult(
+        strategy=name,
+        jobs=len(jobs),
+        placed=placed,
+        waiting=len(queue),
+        multi_node_jobs=len(multi),
+        multi_node_placed=len(run.multi_waits),
+        mean_wait=_mean(run.waits) or 0.0,
+        multi_node_mean_wait=_mean(run.multi_waits) or 0.0,
+        one_leaf_share=_mean([float(x) for x in run.one_leaf]),
+        required_domain_share=_mean([float(x) for x in run.in_required]),
+        mean_neighbour_hops=_mean(run.hops),
+        leaf_fragmentation=_mean(run.fragmentation) or 0.0,
+        place_ms_mean=1000 * (_mean(times) or 0.0),
+        place_ms_p99=1000 * (times[min(len(times) - 1, int(0.99 * len(times)))] if times else 0.0),
+    )
+
+
+def _mean(values: Sequence[float]) -> float | None:
+    return sum(values) / len(values) if values else None
