@@ -143,10 +143,10 @@ def _members(runtime: Runtime, views: Sequence[MemberView]) -> list[Member]:
     return members
 
 
-def setting(runtime: Runtime, spec: GroupSpec) -> tuple[str | None, DomainTree]:
-    """The NetworkTopology the group is placed with (`choose_topology`) and its tree."""
-    name, topology = choose_topology(runtime, spec)
-    return name, domain_tree(runtime, topology.labels if topology is not None else [])
+def setting(runtime: Runtime, spec: GroupSpec) -> DomainTree:
+    """The domain tree of the NetworkTopology the group is placed with (`choose_topology`)."""
+    _, topology = choose_topology(runtime, spec)
+    return domain_tree(runtime, topology.labels if topology is not None else [])
 
 
 async def _place(
@@ -231,7 +231,6 @@ class Placed:
     """A plan written: where, and in which order."""
 
     placement: GroupPlacement
-    topology: str | None
     nodes: dict[str, str]
     """member key -> node."""
 
@@ -272,12 +271,12 @@ async def _write_all(
 
 async def plan(runtime: Runtime, spec: GroupSpec, views: Sequence[MemberView]) -> Placed:
     """Phase 1 for the whole group; raises GroupUnplaceableError when it does not fit."""
-    topology, tree = setting(runtime, spec)
+    tree = setting(runtime, spec)
     placement, _ = await _place(runtime, spec, views, tree)
     nodes = await _write_all(
         runtime, spec, views, placement, level=placement.level, domain=placement.domain
     )
-    return Placed(placement, topology, nodes)
+    return Placed(placement, nodes)
 
 
 async def void(runtime: Runtime, views: Sequence[MemberView]) -> None:
@@ -373,7 +372,7 @@ async def recover(
     running_node: str | None,
 ) -> Recovered:
     """Plan replacement members of a running group, in its domain when they fit there."""
-    _, tree = setting(runtime, spec)
+    tree = setting(runtime, spec)
     anchors = _anchors(tree, spec, anchor, running_node)
     placement, kept = await _place(runtime, spec, views, tree, anchors)
     stayed = anchor is None or anchor.level is None or kept == anchors[0]

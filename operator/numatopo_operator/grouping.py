@@ -24,7 +24,7 @@ from __future__ import annotations
 
 import enum
 from collections.abc import Iterable, Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any, Literal
 
 import pydantic
@@ -283,7 +283,6 @@ class Step:
     anchor: PlacementRecord | None = None
     """RECOVER: where the running members' group is."""
     spec: GroupSpec | None = None
-    members: tuple[MemberView, ...] = field(default=())
 
 
 def _agreed(specs: Mapping[str, GroupSpec]) -> tuple[GroupSpec | None, str]:
@@ -333,13 +332,12 @@ def next_step(specs: Mapping[str, GroupSpec], members: Iterable[MemberView]) -> 
     if released:
         ready = tuple(v.key for v in gated if v.planned)
         if ready:
-            return Step(StepKind.RELEASE, ready, spec=spec, members=tuple(gated))
+            return Step(StepKind.RELEASE, ready, spec=spec)
         return Step(
             StepKind.RECOVER,
             tuple(v.key for v in gated),
             anchor=released[0].record,
             spec=spec,
-            members=tuple(gated),
         )
     planned = [v for v in gated if v.record is not None or v.problem is not None]
     if planned:
@@ -347,12 +345,10 @@ def next_step(specs: Mapping[str, GroupSpec], members: Iterable[MemberView]) -> 
         broken = [v for v in planned if v.problem is not None]
         if broken or len(plans) > 1 or len(planned) < len(gated) or len(planned) < spec.size:
             return Step(StepKind.VOID, tuple(v.key for v in planned), spec=spec)
-        return Step(
-            StepKind.RELEASE, tuple(v.key for v in planned), spec=spec, members=tuple(gated)
-        )
+        return Step(StepKind.RELEASE, tuple(v.key for v in planned), spec=spec)
     if len(gated) < spec.size:
         return Step(StepKind.WAIT, tuple(v.key for v in gated), seen=len(gated), spec=spec)
-    return Step(StepKind.PLAN, tuple(v.key for v in gated), spec=spec, members=tuple(gated))
+    return Step(StepKind.PLAN, tuple(v.key for v in gated), spec=spec)
 
 
 def void_annotations() -> dict[str, str | None]:
