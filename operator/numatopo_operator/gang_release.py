@@ -13,12 +13,13 @@ Every write first checks that this replica may write (`Runtime.check_may_write`)
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import datetime
 import logging
 import os
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass
 
 from numatopo_engine import annotations as keys
@@ -206,24 +207,43 @@ def _book(runtime: Runtime, assignments: Mapping[str, Assignment]) -> dict[str, 
     return booked
 
 
+# Member writes in flight at once: a 512-member group is written in a few API round
+# trips' time, without a burst the API server's priority and fairness would throttle.
+WRITE_CONCURRENCY = 16
+
+
+async def _each(
+    views: Sequence[MemberView], write: Callable[[MemberView], Awaitable[None]]
+) -> tuple[list[MemberView], BaseException | None]:
+    """`write(view)` for every view, `WRITE_CONCURRENCY` at a time; returns the views
+    written and the first error (the others are still awaited: nothing is left in flight)."""
+    gate = asyncio.Semaphore(WRITE_CONCURRENCY)
+
+    async def one(view: MemberView) -> None:
+        async with gate:
+            await write(view)
+
+    outcomes = await asyncio.gather(*(one(v) for v in views), return_exceptions=True)
+    done = [v for v, outcome in zip(views, outcomes, strict=True) if outcome is None]
+    errors = [o for o in outcomes if isinstance(o, BaseException)]
+    return done, errors[0] if errors else None
+
+
 async def _write_plan(
     runtime: Runtime, view: MemberView, assignment: Assignment, record: PlacementRecord
 ) -> None:
-    ref = translate.pod_key(view.body).partition("/")
+    namespace, _, name = view.key.partition("/")
     text = record.to_annotation()
     patch = {
         **translate.outcome_annotations(State.ASSIGNED, assignment),
         keys.GROUP_PLACEMENT: text,
     }
     runtime.check_may_write()
-    await runtime.kube.patch_pod_annotations(ref[0], ref[2], patch)
+    await runtime.kube.patch_pod_annotations(namespace, name, patch)
     gangs = runtime.gangs
     gangs.plans[view.key] = (assignment.node, text)
     gangs.book.expect(view.key, Expectation(placement=text, gated=True))
     gangs.planned_writes += 1
-    if gangs.crash_after_planned is not None and gangs.planned_writes >= gangs.crash_after_planned:
-        logger.critical("test crash point reached after %d planned members", gangs.planned_writes)
-        os._exit(70)
 
 
 @dataclass(frozen=True, slots=True)
@@ -248,24 +268,33 @@ async def _write_all(
     what was written and re-raise. Returns member key -> node."""
     booked = _book(runtime, placement.assignments)
     planned = _now()
-    written: list[MemberView] = []
-    try:
-        for view in views:
-            record = PlacementRecord(
-                group=spec.name, level=level, domain=domain, rank=view.rank, planned=planned
-            )
-            await _write_plan(runtime, view, booked[view.key], record)
-            written.append(view)
-    except BaseException:
+    todo = list(views)
+    gangs = runtime.gangs
+    crash = gangs.crash_after_planned
+    if crash is not None:
+        todo = todo[: max(crash - gangs.planned_writes, 0)]
+
+    async def write(view: MemberView) -> None:
+        record = PlacementRecord(
+            group=spec.name, level=level, domain=domain, rank=view.rank, planned=planned
+        )
+        await _write_plan(runtime, view, booked[view.key], record)
+
+    written, error = await _each(todo, write)
+    if crash is not None and gangs.planned_writes >= crash:
+        logger.critical("test crash point: exiting after %d planned members", crash)
+        os._exit(70)
+    if error is not None:
+        done = {v.key for v in written}
         for key in booked:
-            if key not in {v.key for v in written}:
+            if key not in done:
                 runtime.ledger.cancel(key)
         runtime.metrics.group_decisions.labels("write_failed").inc()
         try:
             await void(runtime, written)
-        except (KubeError, Exception) as exc:  # the next pass voids what is left
+        except Exception as exc:  # the next pass voids what is left
             logger.warning("taking back a failed plan of %s: %s", spec.key, exc)
-        raise
+        raise error
     return {key: assignment.node for key, assignment in booked.items()}
 
 
@@ -281,7 +310,8 @@ async def plan(runtime: Runtime, spec: GroupSpec, views: Sequence[MemberView]) -
 
 async def void(runtime: Runtime, views: Sequence[MemberView]) -> None:
     """Take the plans of still-gated `views` back: annotations removed, ledger freed."""
-    for view in views:
+
+    async def write(view: MemberView) -> None:
         namespace, _, name = view.key.partition("/")
         runtime.check_may_write()
         with contextlib.suppress(KubeNotFoundError):  # gone: its deletion frees it
@@ -290,7 +320,11 @@ async def void(runtime: Runtime, views: Sequence[MemberView]) -> None:
         runtime.gangs.book.expect(view.key, Expectation(placement=None, gated=True))
         runtime.ledger.cancel(view.key)
         runtime.ledger.forget(view.key)
+
+    _, error = await _each(views, write)
     runtime.metrics.ledger_pods.set(len(runtime.ledger))
+    if error is not None:
+        raise error
 
 
 def _plan_of(runtime: Runtime, view: MemberView) -> str | None:
@@ -305,7 +339,8 @@ async def release(runtime: Runtime, views: Sequence[MemberView]) -> dict[str, st
     """Phase 2 for `views`: nodeSelector and gate in one guarded JSON patch each (read
     again and retried once when the guard fails). Returns member key -> node."""
     released: dict[str, str] = {}
-    for view in views:
+
+    async def write(view: MemberView) -> None:
         node = _plan_of(runtime, view)
         if node is None:
             raise GroupUnplaceableError(f"member {view.key} has no planned node to release onto")
@@ -329,6 +364,10 @@ async def release(runtime: Runtime, views: Sequence[MemberView]) -> dict[str, st
         runtime.gangs.book.expect(view.key, Expectation(placement=text or None, gated=False))
         runtime.gangs.plans.pop(view.key, None)
         released[view.key] = node
+
+    _, error = await _each(views, write)
+    if error is not None:
+        raise error
     return released
 
 

@@ -21,8 +21,8 @@ from numatopo_operator.retrying import RetryQueue
 __all__ = ["CRASH_AFTER_PLANNED_ENV", "GangState"]
 
 # Fault injection for tests only (documented in DESIGN.md, "Groups across nodes"): the
-# process exits at once, as if killed, after writing this many member plans. The
-# chart never sets it.
+# process writes exactly this many member plans, starts no other write, and exits at
+# once, as if killed. The chart never sets it.
 CRASH_AFTER_PLANNED_ENV = "NUMATOPO_TEST_CRASH_AFTER_PLANNED"
 
 

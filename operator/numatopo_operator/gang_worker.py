@@ -72,19 +72,28 @@ async def _tell(
     warning: bool = False,
     once_per_pod: bool = False,
 ) -> None:
-    """Post the Event on each member that has not had this one yet."""
+    """Post the Event on each member that has not had this one yet (all at once: Events
+    are best-effort and independent)."""
+    refs = []
     for view in views:
         said = f"{view.key} {reason}" + ("" if once_per_pod else f" {message}")
         if said in runtime.gangs.said:
             continue
         runtime.gangs.said.add(said)
         metadata = view.body.get("metadata") or {}
-        ref = {
-            "namespace": str(metadata.get("namespace") or "default"),
-            "name": str(metadata.get("name", "")),
-            "uid": str(metadata.get("uid", "")),
-        }
-        await runtime.kube.post_event(ref, warning=warning, reason=reason, message=message)
+        refs.append(
+            {
+                "namespace": str(metadata.get("namespace") or "default"),
+                "name": str(metadata.get("name", "")),
+                "uid": str(metadata.get("uid", "")),
+            }
+        )
+    await asyncio.gather(
+        *(
+            runtime.kube.post_event(ref, warning=warning, reason=reason, message=message)
+            for ref in refs
+        )
+    )
 
 
 def _where(level: str | None, domain: str | None) -> str:
