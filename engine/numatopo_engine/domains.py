@@ -233,7 +233,8 @@ def place_group(
       consolidated  fewest nodes: fullest first, the rest on the best-fitting node
       distributed   one member per node (at the narrowest level that has enough
                     nodes); where no allowed domain has, as many nodes as possible
-      balanced      the fewest nodes that hold equal shares (sizes differ by one)
+      balanced      the fewest nodes that hold the group, members as even over them as
+                    the nodes allow (shares differ by at most one where they can)
     Nodes are taken in tree order (leaf by leaf) and ranks in order along them, so
     ranks i and i+1 share a node or the narrowest domain the choice allows. Each
     member's assignment is then `allocate`d on its node, members of one node one after

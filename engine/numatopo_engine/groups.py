@@ -14,7 +14,8 @@ Where the members go (DESIGN.md, "Groups and network domains"):
                       domain of that level fits
   placement-strategy  consolidated (fewest nodes, tightest domain; default),
                       distributed (one member per node where possible), balanced
-                      (equal members per node over the fewest nodes for that count)
+                      (the fewest nodes that hold the group, members as even over
+                      them as the nodes allow)
   topology            the NetworkTopology's name (default: the only one, or `default`)
 
 A member's rank (first found): annotation `numatopo.io/rank`; annotation, then label,

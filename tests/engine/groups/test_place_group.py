@@ -247,3 +247,29 @@ def test_metrics() -> None:
     # leaf: 8 free GPUs half-taken domain, 16 in a free one -> 8/24 * 0.5
     assert frag[LEAF] == pytest.approx(8 / 24 * 0.5)
     assert frag[SPINE] == pytest.approx(0.25)
+
+
+def test_clique_and_hostname_levels() -> None:
+    """NVLink cliques (nvidia.com/gpu.clique) over hostnames: one member stays on one
+    node (the hostname level), two share a clique, five cannot share one of four nodes."""
+    clique, host = "nvidia.com/gpu.clique", "kubernetes.io/hostname"
+    _, nodes = leaf_spine(1, 2, 4)
+    labels = {name: {clique: f"c{i // 4}", host: name} for i, name in enumerate(sorted(nodes))}
+    tree = DomainTree.build((clique, host), labels)
+    assert tree.hops(*sorted(nodes)[:2]) == 2  # one clique, two hostnames
+    one = place_group(tree, members(1), nodes, spec=group(1, required=clique))
+    assert one.level == host
+    two = place_group(tree, members(2), nodes, spec=group(2, required=clique))
+    assert two.level == clique
+    with pytest.raises(UnsatisfiableError, match=r"2 domains of nvidia\.com/gpu\.clique"):
+        place_group(tree, members(5), nodes, spec=group(5, required=clique))
+
+
+def test_preferred_level_falls_back_to_wider_then_anywhere() -> None:
+    tree, nodes = leaf_spine(2, 2, 2)
+    in_leaf = place(tree, nodes, 2, preferred=LEAF)
+    assert in_leaf.level == LEAF
+    in_spine = place(tree, nodes, 3, preferred=LEAF)
+    assert in_spine.level == SPINE
+    anywhere = place(tree, nodes, 6, preferred=LEAF)
+    assert anywhere.level is None
