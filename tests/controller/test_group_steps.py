@@ -9,6 +9,7 @@ import pytest
 
 from numatopo_engine import annotations as keys
 from numatopo_engine.annotations import Assignment
+from numatopo_operator import settings
 from numatopo_operator.grouping import (
     GATE,
     GroupBook,
@@ -175,3 +176,13 @@ def test_release_guards_fail_on_a_pod_changed_since_it_was_read() -> None:
 
     with pytest.raises(jsonpatch.JsonPatchTestFailed):
         jsonpatch.apply_patch(now, release_operations(read, "n7"))
+
+
+@pytest.mark.parametrize(("text", "expected"), [("false", False), ("True", True), ("0", False)])
+def test_groups_setting_reads_booleans(text: str, expected: bool) -> None:
+    assert expected is settings.from_env({"NUMATOPO_GROUPS": text}).groups
+
+
+def test_groups_setting_refuses_other_words() -> None:
+    with pytest.raises(settings.SettingsError, match="is not a boolean"):
+        settings.from_env({"NUMATOPO_GROUPS": "maybe"})

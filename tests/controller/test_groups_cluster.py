@@ -394,3 +394,19 @@ async def test_a_replacement_with_no_room_in_its_domain_goes_to_the_next_wider_o
         f"outside its group's domain {L2}={block} (no room there), in {L1}=spine-1"
         in (event["message"])
     )
+
+
+async def test_with_groups_off_gated_members_stay_gated(env):
+    cluster, start_operator, _, _, _, wait = env.parts()
+    await build_cluster(env)
+    operator = await start_operator(groups=False, **FAST)
+    await wait(lambda: operator.runtime.deciding, what="the operator decides")
+    for i in range(2):
+        await cluster.create_pod(member(env, f"off-{i}", "off", 2, rank=i))
+    await cluster.create_pod(env.pod("plain", node="n1", gpus=1))
+    # An ordinary pod created after the members is decided: the members had their turn.
+    await wait(lambda: keys.ASSIGNMENT in cluster.annotations("plain"), what="plain assigned")
+
+    assert not any(keys.ASSIGNMENT in cluster.annotations(f"off-{i}") for i in range(2))
+    assert not any(released(cluster, f"off-{i}") for i in range(2))
+    assert [] == cluster.events_for("off-0")
