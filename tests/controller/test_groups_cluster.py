@@ -10,6 +10,7 @@ The cluster: one spine; two blocks (layer 2) of two leaves (layer 3) of two node
 
 from __future__ import annotations
 
+import asyncio
 import json
 from collections.abc import Mapping
 from typing import Any
@@ -17,6 +18,7 @@ from typing import Any
 from numatopo_engine import annotations as keys
 
 from .conftest import Cluster
+from .test_leadership_lease import OPERATOR_NAMESPACE, operator_pod, replica
 
 L1 = "topology.k8s.aws/network-node-layer-1"
 L2 = "topology.k8s.aws/network-node-layer-2"
@@ -410,3 +412,31 @@ async def test_with_groups_off_gated_members_stay_gated(env):
     assert not any(keys.ASSIGNMENT in cluster.annotations(f"off-{i}") for i in range(2))
     assert not any(released(cluster, f"off-{i}") for i in range(2))
     assert [] == cluster.events_for("off-0")
+
+
+async def test_only_the_lease_holder_plans_and_its_successor_finishes(env):
+    """Two replicas watch the same group: the holder plans it once; when the holder
+    stops with the group waiting for a member, the other one completes it."""
+    cluster, start_operator, _, _, _, wait = env.parts()
+    await build_cluster(env)
+    for name in ("op-a", "op-b"):
+        await cluster.create(f"/api/v1/namespaces/{OPERATOR_NAMESPACE}/pods", operator_pod(name))
+    a = await start_operator(**replica("op-a"), **FAST)
+    await wait(lambda: a.runtime.deciding, what="A decides")
+    b = await start_operator(**replica("op-b"), **FAST)
+    names = [f"ha-{i}" for i in range(3)]
+    for i, name in enumerate(names[:2]):
+        await cluster.create_pod(member(env, name, "ha", 3, rank=i))
+    await wait(lambda: all("GroupWaiting" in reasons(cluster, n) for n in names[:2]), what="wait")
+    await asyncio.sleep(0.5)  # time for a standby that wrongly decided to post its own
+    before = [reasons(cluster, n).count("GroupWaiting") for n in names[:2]]
+
+    await a.stop()
+    await wait(lambda: b.runtime.deciding, what="B takes over")
+    await cluster.create_pod(member(env, names[2], "ha", 3, rank=2))
+    await wait(lambda: all(released(cluster, n) for n in names), what="B places the group")
+    plans = [name for name, kind in pod_patches(cluster) if kind == "plan"]
+
+    assert sorted(plans) == names  # one plan write per member, by one replica
+    assert 1 == len({placement(cluster, n)["planned"] for n in names})
+    assert [1, 1] == before  # the standby said nothing
