@@ -38,12 +38,15 @@ LAYOUT = {
 FAST = {"retry_base_seconds": 0.2, "retry_max_seconds": 1.0}
 
 
-async def build_cluster(env: Any, layout: Mapping[str, tuple[str, ...]] = LAYOUT) -> None:
+async def build_cluster(
+    env: Any, layout: Mapping[str, tuple[str, ...]] = LAYOUT, *, topology: bool = True
+) -> None:
     cluster, _, h100, _, topology_object, _ = env.parts()
     for node, (spine, block, leaf) in layout.items():
         await cluster.create_node(node, {L1: spine, L2: block, L3: leaf})
         await cluster.create_numatopology(topology_object(node, h100))
-    await cluster.create_network_topology("default", [L1, L2, L3, HOSTNAME])
+    if topology:
+        await cluster.create_network_topology("default", [L1, L2, L3, HOSTNAME])
 
 
 def member(
@@ -440,3 +443,23 @@ async def test_only_the_lease_holder_plans_and_its_successor_finishes(env):
     assert sorted(plans) == names  # one plan write per member, by one replica
     assert 1 == len({placement(cluster, n)["planned"] for n in names})
     assert [1, 1] == before  # the standby said nothing
+
+
+async def test_a_group_naming_a_level_waits_for_its_network_topology(env):
+    cluster, start_operator, _, _, _, wait = env.parts()
+    await build_cluster(env, topology=False)
+    await start_operator(**FAST)
+    names = ["t-0", "t-1"]
+    for i, name in enumerate(names):
+        await cluster.create_pod(
+            member(env, name, "t", 2, rank=i, annotations={keys.TOPOLOGY_REQUIRED: L3})
+        )
+    await wait(lambda: "GroupUnsatisfiable" in reasons(cluster, "t-0"), what="no topology yet")
+    [(_, message)] = cluster.events_for("t-0")[-1:]
+
+    assert "no NetworkTopology exists" in message
+
+    await cluster.create_network_topology("default", [L1, L2, L3])
+    await wait(lambda: all(released(cluster, n) for n in names), what="placed once it exists")
+
+    assert 1 == len({domain(assigned_node(cluster, n), L3) for n in names})
