@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import time
 from collections.abc import Mapping
 
 from numatopo_engine.domains import (
@@ -34,6 +35,9 @@ from numatopo_operator.runtime import Runtime
 __all__ = ["network_status", "write_network_statuses"]
 
 logger = logging.getLogger(__name__)
+
+# Every NetworkTopology's status and gauges are computed again at least this often.
+FULL_SECONDS = 30.0
 
 
 def network_status(tree: DomainTree, nodes: Mapping[str, NodeCandidate]) -> NetworkTopologyStatus:
@@ -76,9 +80,12 @@ async def write_network_statuses(runtime: Runtime) -> None:
     """Forever: every debounce period, the status of each NetworkTopology that changed,
     and the utilization gauges."""
     written: dict[str, dict[str, object]] = {}
+    seen: tuple[object, ...] = ()
+    computed_at = 0.0
     while True:
         await asyncio.sleep(max(runtime.settings.status_debounce_seconds, 0.1))
-        if not runtime.deciding or runtime.gangs.topologies is None:
+        topologies = _topologies(runtime) if runtime.deciding else {}
+        if not topologies:
             continue
         ledger = runtime.ledger
         nodes = {
@@ -86,11 +93,22 @@ async def write_network_statuses(runtime: Runtime) -> None:
             for node, topology, state in ledger.candidates(ledger.nodes())
             if topology is not None and state is not None
         }
+        # Bookings, nodes and topologies as they are: nothing to do when unchanged (Node
+        # labels change rarely and are not versioned: looked at every FULL_SECONDS).
+        now = time.monotonic()
+        signature = (
+            tuple((n, id(c.state), c.state.version) for n, c in nodes.items()),
+            tuple(sorted((name, tuple(spec.labels)) for name, spec in topologies.items())),
+            len(runtime.gangs.nodes or {}),
+        )
+        if signature == seen and now - computed_at < FULL_SECONDS:
+            continue
+        seen, computed_at = signature, now
         utilization = runtime.metrics.domain_utilization
         fragmentation = runtime.metrics.domain_fragmentation
         utilization.clear()
         fragmentation.clear()
-        for name, spec in sorted(_topologies(runtime).items()):
+        for name, spec in sorted(topologies.items()):
             tree = gang_release.domain_tree(runtime, spec.labels)
             for (level, domain), ratio in domain_utilization(tree, nodes).items():
                 utilization.labels(name, level, domain).set(ratio)
@@ -101,6 +119,7 @@ async def write_network_statuses(runtime: Runtime) -> None:
             if written.get(name) == patch:
                 continue
             if not runtime.lease_fresh():
+                seen = ()  # fenced: write it once the lease is fresh again
                 break
             try:
                 await runtime.kube.patch_networktopology_status(name, patch)
@@ -108,5 +127,6 @@ async def write_network_statuses(runtime: Runtime) -> None:
                 continue
             except KubeError as exc:
                 logger.warning("status of NetworkTopology/%s not written (retrying): %s", name, exc)
+                seen = ()
             else:
                 written[name] = patch
