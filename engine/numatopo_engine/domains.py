@@ -676,12 +676,15 @@ class _Placer:
             where = f"no domain of {self.spec.required} (required)"
         if self.anchor:
             where += " inside " + ", ".join(f"{k}={v}" for k, v in self.anchor.items())
-        text = f"group {self.spec.key}: {what} fit in {where}; tried " + "; ".join(
+        verb = "fits" if self.need == 1 else "fit"
+        text = f"group {self.spec.key}: {what} {verb} in {where}; tried " + "; ".join(
             self.tried[: len(levels) + int(anywhere)] or ["nothing: no domain of an allowed level"]
         )
         if self.refusals:
             summary = max(self.refusals.items(), key=lambda kv: kv[1])[0]
             text += f"; {sum(self.refusals.values())} node(s) hold none (most: {summary})"
+        if not self.nodes:
+            text += "; no node is a candidate"
         return text
 
 

@@ -10,16 +10,20 @@ from pathlib import Path
 import pytest
 
 from numatopo_cli.main import main
+from numatopo_engine.model import Numatopology
 from numatopo_engine.simulation.gangs import HELIOS_GPU_CDF, draw_jobs, simulate_gangs
 from numatopo_engine.simulation.layouts import TopologyMap
 from numatopo_engine.simulation.leafspine import (
     LEVELS,
     ClusterFile,
     LeafSpine,
+    NodeShapeWeight,
     generate,
     shapes_from_rows,
 )
 from numatopo_engine.simulation.trace import NodeRow
+
+GB200 = Path(__file__).resolve().parents[1] / "fixtures" / "topologies" / "gb200-like.json"
 
 
 @pytest.fixture(scope="module")
@@ -147,3 +151,19 @@ def test_cli_bad_input(capsys: pytest.CaptureFixture[str], extra: list[str], wor
     code = main(["simulate", "--multi-node", "--layout", "1x1x1x2", *extra])
     assert code == 2
     assert words in capsys.readouterr().err
+
+
+def test_jobs_that_never_fit_do_not_stall_the_queue() -> None:
+    """On 4-GPU nodes, 8-GPU pods fit nowhere: those jobs are left out, the rest run."""
+    spec = Numatopology.model_validate(json.loads(GB200.read_text())).spec
+    cluster = generate(LeafSpine(1, 1, 2, 2), [NodeShapeWeight("gb200", spec, 1.0)], seed=1)
+    jobs = draw_jobs(
+        60, cdf=HELIOS_GPU_CDF["venus"], node_gpus=8, cluster_gpus=16, load=0.5, seed=4
+    )
+    result = simulate_gangs(cluster, LEVELS, jobs, required=LEVELS[1], strategies=["numatopo"])
+    never = [j for j in jobs if j.gpus_per_pod > 4 or j.pods > 4]
+    assert never
+    assert result.too_big == len(never)
+    (only,) = result.strategies
+    assert only.placed == only.jobs == len(jobs) - len(never)
+    assert only.waiting == 0

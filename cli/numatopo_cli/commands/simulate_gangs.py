@@ -167,7 +167,11 @@ def render_table(result: GangResult) -> str:
         f"{result.jobs} jobs sized by {result.sizes} (GPUs: jobs "
         + ", ".join(f"{g}:{n}" for g, n in result.size_histogram.items())
         + f"), load {result.load}, seed {result.seed}"
-        + (f"; {result.too_big} larger than any required domain left out" if result.too_big else "")
+        + (
+            f"; {result.too_big} that fit no required domain of the empty cluster left out"
+            if result.too_big
+            else ""
+        )
     )
     return "\n".join([summary, *lines]) + "\n"
 

@@ -179,7 +179,7 @@ class GangResult:
     load: float
     seed: int
     size_histogram: dict[int, int] = field(default_factory=dict)
-    too_big: int = 0  # jobs larger than any domain of the required level, left out
+    too_big: int = 0  # jobs that do not fit the empty cluster under the constraint, left out
     strategies: list[GangStrategyResult] = field(default_factory=list)
 
     def to_dict(self) -> dict[str, Any]:
@@ -349,10 +349,16 @@ def simulate_gangs(
         if name not in PLACERS:
             raise ValueError(f"unknown strategy {name!r}; choose from {', '.join(GANG_STRATEGIES)}")
     candidates = cluster.candidates()
-    # A job larger than every domain of the required level never fits: left out for all.
-    largest = max(len(inside) for inside in tree.domains(required).values())
-    too_big = [job for job in jobs if job.pods > largest]
-    jobs = [job for job in jobs if job.pods <= largest]
+    # A job that does not fit the empty cluster would stop the FIFO queue for good: it is
+    # left out for every strategy (asked once per job shape, with the engine).
+    probe = _Run(cluster, tree, required, lambda: 0.0)
+    fits: dict[tuple[int, int], bool] = {}
+    for job in jobs:
+        shape = (job.pods, job.gpus_per_pod)
+        if shape not in fits:
+            fits[shape] = _numatopo(probe, job, probe.members(job, policy)) is not None
+    too_big = [job for job in jobs if not fits[(job.pods, job.gpus_per_pod)]]
+    jobs = [job for job in jobs if fits[(job.pods, job.gpus_per_pod)]]
     histogram: dict[int, int] = {}
     for job in jobs:
         histogram[job.gpus] = histogram.get(job.gpus, 0) + 1

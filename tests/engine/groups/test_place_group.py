@@ -273,3 +273,9 @@ def test_preferred_level_falls_back_to_wider_then_anywhere() -> None:
     assert in_spine.level == SPINE
     anywhere = place(tree, nodes, 6, preferred=LEAF)
     assert anywhere.level is None
+
+
+def test_no_candidate_nodes_says_so() -> None:
+    tree, _ = leaf_spine(1, 2, 2)
+    with pytest.raises(UnsatisfiableError, match="no node is a candidate"):
+        place_group(tree, members(1), {}, spec=group(1, required=SPINE))
