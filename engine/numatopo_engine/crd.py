@@ -1,4 +1,5 @@
-"""Build the `Numatopology` CustomResourceDefinition from the pydantic model.
+"""Build the `Numatopology` and `NetworkTopology` CustomResourceDefinitions from the
+pydantic models.
 
 The CRD's OpenAPI schema must be *structural* (Kubernetes rejects `$ref`, `anyOf` with
 types, `const`, `title`...), so the pydantic JSON schema is rewritten here: references
@@ -9,9 +10,14 @@ from __future__ import annotations
 
 from typing import Any
 
-from numatopo_engine.model import GROUP, KIND, VERSION, Numatopology
+from numatopo_engine.model import GROUP, KIND, VERSION, Numatopology, WireModel
+from numatopo_engine.network_topology import (
+    NETWORK_TOPOLOGY_KIND,
+    NETWORK_TOPOLOGY_PLURAL,
+    NetworkTopology,
+)
 
-__all__ = ["crd_manifest", "structural_schema"]
+__all__ = ["CRDS", "crd_manifest", "network_topology_crd_manifest", "structural_schema"]
 
 PLURAL = "numatopologies"
 SINGULAR = "numatopology"
@@ -30,6 +36,10 @@ _KEPT = {
     "maximum",
     "pattern",
     "format",
+    "minItems",
+    "maxItems",
+    "minLength",
+    "maxLength",
     "nullable",
     "default",
     # Kubernetes' own extensions: how server-side apply merges lists and maps.
@@ -82,16 +92,26 @@ def _resolve(node: Any, defs: dict[str, Any]) -> Any:
     return out
 
 
-def structural_schema() -> dict[str, Any]:
+NUMATOPOLOGY_DESCRIPTION = (
+    "Hardware topology of one node (spec, written by the numatopo exporter) and "
+    "what is free on it (status, written by the numatopo operator)."
+)
+NETWORK_TOPOLOGY_DESCRIPTION = (
+    "How nodes group into network domains, widest level first, each level a node "
+    "label (spec, written by the cluster admin), and what is free per domain (status, "
+    "written by the numatopo operator)."
+)
+
+
+def structural_schema(
+    model: type[WireModel] = Numatopology, description: str = NUMATOPOLOGY_DESCRIPTION
+) -> dict[str, Any]:
     """The openAPIV3Schema of the CRD: spec and status from the model, metadata left to the API."""
-    raw = Numatopology.model_json_schema(by_alias=True, mode="serialization")
+    raw = model.model_json_schema(by_alias=True, mode="serialization")
     defs = raw.get("$defs", {})
     schema = _resolve(raw, defs)
     schema["properties"]["metadata"] = {"type": "object"}
-    schema["description"] = (
-        "Hardware topology of one node (spec, written by the numatopo exporter) and "
-        "what is free on it (status, written by the numatopo operator)."
-    )
+    schema["description"] = description
     schema["required"] = ["spec"]
     return dict(schema)
 
@@ -113,24 +133,31 @@ def _printer_columns() -> list[dict[str, Any]]:
     ]
 
 
-def crd_manifest() -> dict[str, Any]:
-    """The CustomResourceDefinition object, ready to be dumped as YAML."""
+def _manifest(
+    *,
+    kind: str,
+    plural: str,
+    singular: str,
+    short_names: list[str],
+    columns: list[dict[str, Any]],
+    schema: dict[str, Any],
+) -> dict[str, Any]:
     return {
         "apiVersion": "apiextensions.k8s.io/v1",
         "kind": "CustomResourceDefinition",
         "metadata": {
-            "name": f"{PLURAL}.{GROUP}",
+            "name": f"{plural}.{GROUP}",
             "labels": {"app.kubernetes.io/name": "numatopo"},
         },
         "spec": {
             "group": GROUP,
             "scope": "Cluster",
             "names": {
-                "kind": KIND,
-                "listKind": f"{KIND}List",
-                "plural": PLURAL,
-                "singular": SINGULAR,
-                "shortNames": SHORT_NAMES,
+                "kind": kind,
+                "listKind": f"{kind}List",
+                "plural": plural,
+                "singular": singular,
+                "shortNames": short_names,
                 "categories": ["numatopo"],
             },
             "versions": [
@@ -139,9 +166,46 @@ def crd_manifest() -> dict[str, Any]:
                     "served": True,
                     "storage": True,
                     "subresources": {"status": {}},
-                    "additionalPrinterColumns": _printer_columns(),
-                    "schema": {"openAPIV3Schema": structural_schema()},
+                    "additionalPrinterColumns": columns,
+                    "schema": {"openAPIV3Schema": schema},
                 }
             ],
         },
     }
+
+
+def crd_manifest() -> dict[str, Any]:
+    """The Numatopology CustomResourceDefinition object, ready to be dumped as YAML."""
+    return _manifest(
+        kind=KIND,
+        plural=PLURAL,
+        singular=SINGULAR,
+        short_names=SHORT_NAMES,
+        columns=_printer_columns(),
+        schema=structural_schema(),
+    )
+
+
+def network_topology_crd_manifest() -> dict[str, Any]:
+    """The NetworkTopology CustomResourceDefinition object (DOMAINS: those of the
+    narrowest level)."""
+    return _manifest(
+        kind=NETWORK_TOPOLOGY_KIND,
+        plural=NETWORK_TOPOLOGY_PLURAL,
+        singular=NETWORK_TOPOLOGY_KIND.lower(),
+        short_names=["nettopo"],
+        columns=[
+            {"name": "LEVELS", "type": "string", "jsonPath": ".spec.levels[*].nodeLabel"},
+            {"name": "DOMAINS", "type": "integer", "jsonPath": ".status.domains[-1:].count"},
+            {"name": "FREE-GPUS", "type": "integer", "jsonPath": ".status.freeGPUs"},
+            {"name": "AGE", "type": "date", "jsonPath": ".metadata.creationTimestamp"},
+        ],
+        schema=structural_schema(NetworkTopology, NETWORK_TOPOLOGY_DESCRIPTION),
+    )
+
+
+CRDS = {
+    "numatopology": crd_manifest,
+    "networktopology": network_topology_crd_manifest,
+}
+"""`numatopo crd <name>` -> its manifest; `crds/<name>.yaml` holds each."""

@@ -48,6 +48,7 @@ from lightkube.types import PatchType
 
 from numatopo_engine.exports import nrt, volcano
 from numatopo_engine.model import API_VERSION, GROUP, KIND, VERSION, Numatopology
+from numatopo_engine.network_topology import NETWORK_TOPOLOGY_KIND, NETWORK_TOPOLOGY_PLURAL
 from numatopo_kube.errors import KubeConfigError, KubeError, error_for, parse_retry_after
 
 __all__ = [
@@ -109,6 +110,9 @@ _NodeResourceTopology: Any = create_global_resource(
 )
 _VolcanoNumatopology: Any = create_global_resource(
     volcano.GROUP, volcano.VERSION, volcano.KIND, volcano.VolcanoNumatopology.plural
+)
+_NetworkTopology: Any = create_global_resource(
+    GROUP, VERSION, NETWORK_TOPOLOGY_KIND, NETWORK_TOPOLOGY_PLURAL
 )
 
 
@@ -467,6 +471,19 @@ class KubeClient:
         """Merge `labels` into the pod's; a None value removes that key."""
         await self._merge_pod_metadata(namespace, name, {"labels": dict(labels)})
 
+    @api_call(("", "pods", "patch"))
+    async def patch_pod_spec(self, namespace: str, name: str, operations: list[Body]) -> None:
+        """A JSON patch of the pod (a list of operations, guarded by `test` ones): what a
+        merge patch cannot say, such as removing one scheduling gate of several. Not
+        retried: after a lost answer the guard no longer holds and the second attempt
+        fails; the caller reads the pod again and decides."""
+        await self._call(
+            f"patch pod {namespace}/{name} spec",
+            lambda: self.lightkube.patch(
+                _Pod, name, operations, namespace=namespace, patch_type=PatchType.JSON
+            ),
+        )
+
     @api_call(("", "pods/status", "get"))
     async def get_pod_status(self, namespace: str, name: str) -> Body:
         return dict(
@@ -717,6 +734,17 @@ class KubeClient:
             f"patch {KIND}/{name} status",
             lambda: self.lightkube.patch(
                 _Numatopology.Status, name, {"status": dict(status)}, patch_type=PatchType.MERGE
+            ),
+            idempotent=True,
+        )
+
+    @api_call(("numatopo.io", "networktopologies/status", "patch"))
+    async def patch_networktopology_status(self, name: str, status: Mapping[str, object]) -> None:
+        """Merge `status` into `NetworkTopology/<name>.status` (others' fields stay)."""
+        await self._call(
+            f"patch {NETWORK_TOPOLOGY_KIND}/{name} status",
+            lambda: self.lightkube.patch(
+                _NetworkTopology.Status, name, {"status": dict(status)}, patch_type=PatchType.MERGE
             ),
             idempotent=True,
         )

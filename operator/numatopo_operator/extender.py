@@ -42,7 +42,7 @@ from numatopo_engine.model import NumatopologySpec
 from numatopo_engine.packing import WorkloadMix
 from numatopo_engine.request import PodRequest
 from numatopo_engine.state import NodeState
-from numatopo_operator import assigning, translate
+from numatopo_operator import assigning, grouping, translate
 from numatopo_operator.errors import KubeError, NodeBusyError, NotActiveError
 from numatopo_operator.runtime import Runtime
 
@@ -227,7 +227,16 @@ async def filter_result(
     pod = _pod(args)
     names, objects = _node_names(args)
     verdicts = Verdicts()
-    if not pod_request.wants_topology(pod):
+    planned = grouping.planned_node(pod)
+    if planned is not None:
+        # A released group member: its node is part of its group's plan.
+        passed = [node for node in names if node == planned]
+        verdicts.unresolvable = {
+            node: f"planned for another node with its group ({planned})"
+            for node in names
+            if node != planned
+        }
+    elif not pod_request.wants_topology(pod):
         passed = list(names)
     else:
         passed = []
@@ -278,6 +287,9 @@ async def priorities(
     """
     pod = _pod(args)
     names, _ = _node_names(args)
+    planned = grouping.planned_node(pod)
+    if planned is not None:
+        return [{"Host": n, "Score": MAX_EXTENDER_PRIORITY * (n == planned)} for n in names]
     if not pod_request.wants_topology(pod):
         return [{"Host": node, "Score": 0} for node in names]
     known = cache.pop(_pod_uid(pod), {})

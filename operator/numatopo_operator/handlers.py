@@ -22,7 +22,9 @@ from typing import Any
 import kopf
 
 from numatopo_engine import annotations as keys
-from numatopo_operator import assigning, indexes, translate
+from numatopo_engine.model import GROUP, VERSION
+from numatopo_engine.network_topology import NETWORK_TOPOLOGY_PLURAL
+from numatopo_operator import assigning, gang_indexes, gang_worker, indexes, translate
 from numatopo_operator.errors import BookingError, kept_serving
 from numatopo_operator.runtime import Runtime
 
@@ -145,9 +147,12 @@ async def pod_changed(
     *, type: str, body: kopf.Body, memo: Runtime, logger: Logger, **kwargs: Any
 ) -> None:
     waiting_pods: kopf.Index[str, Any] = kwargs["waiting_pods"]
+    memo.gangs.attach(kwargs)
     _take_listed_topologies(memo, kwargs["numatopologies"])
     key = translate.pod_key(body)
     with kept_serving(logger, f"pod {key}", memo.metrics):
+        if memo.settings.groups:
+            gang_worker.observe_pod(memo, type, body)
         if type == "DELETED" or translate.is_finished(body):
             memo.reported.difference_update({r for r in memo.reported if r.startswith(key + " ")})
             memo.written.pop(key, None)
@@ -180,6 +185,7 @@ async def numatopology_changed(
 ) -> None:
     waiting_pods: kopf.Index[str, Any] = kwargs["waiting_pods"]
     readings: Readings = kwargs["numatopologies"]
+    memo.gangs.attach(kwargs)
     _take_listed_topologies(memo, readings)
     node = body.metadata.name
     with kept_serving(logger, f"Numatopology/{node}", memo.metrics):
@@ -194,13 +200,27 @@ async def numatopology_changed(
         if topology is None or memo.redriven.get(node) is topology or not memo.deciding:
             return
         memo.redriven[node] = topology
+        memo.gangs.capacity_changed()
         await _redrive(memo, node, waiting_pods, logger)
 
 
-def build_registry() -> kopf.OperatorRegistry:
-    """A registry with every handler of the operator (none on kopf's global one)."""
+async def network_topology_changed(*, memo: Runtime, **kwargs: Any) -> None:
+    """New levels, or a topology that groups name appeared: every group looks again."""
+    memo.gangs.attach(kwargs)
+    _take_listed_topologies(memo, kwargs["numatopologies"])
+    memo.gangs.touch(memo.gangs.book.groups())
+
+
+def build_registry(*, groups: bool = True) -> kopf.OperatorRegistry:
+    """A registry with every handler of the operator (none on kopf's global one);
+    `groups`: also the Node and NetworkTopology indexes group placement reads."""
     registry = kopf.OperatorRegistry()
     indexes.register(registry)
+    if groups:
+        gang_indexes.register(registry)
+        kopf.on.event(GROUP, VERSION, NETWORK_TOPOLOGY_PLURAL, registry=registry)(
+            network_topology_changed
+        )
     kopf.on.login(registry=registry)(login)
     kopf.on.event("pods", registry=registry)(pod_changed)
     kopf.on.event("numatopo.io", "v1alpha1", "numatopologies", registry=registry)(

@@ -16,7 +16,17 @@ from collections.abc import AsyncIterator
 import kopf
 from aiohttp import web
 
-from numatopo_operator import assigning, exports, extender, handlers, health, leadership, status
+from numatopo_operator import (
+    assigning,
+    exports,
+    extender,
+    gang_status,
+    gang_worker,
+    handlers,
+    health,
+    leadership,
+    status,
+)
 from numatopo_operator.runtime import Runtime
 from numatopo_operator.settings import OperatorSettings
 
@@ -92,6 +102,13 @@ async def _background(runtime: Runtime, *, identity: str) -> AsyncIterator[None]
         asyncio.create_task(elector.run(), name="numatopo leadership"),
         asyncio.create_task(freeze_listed_heap(runtime), name="numatopo heap freeze"),
     ]
+    if runtime.settings.groups:
+        tasks += [
+            asyncio.create_task(gang_worker.run_gangs(runtime), name="numatopo groups"),
+            asyncio.create_task(
+                gang_status.write_network_statuses(runtime), name="numatopo network status"
+            ),
+        ]
     try:
         yield
     finally:
@@ -129,7 +146,7 @@ async def serve(
             # kopf peering stays off: every replica watches (a standby's ledger stays
             # warm) and the Lease alone says which one decides (`leadership`).
             await kopf.operator(
-                registry=handlers.build_registry(),
+                registry=handlers.build_registry(groups=settings.groups),
                 settings=kopf_settings,
                 memo=runtime,
                 standalone=True,

@@ -18,6 +18,15 @@ numatopo_export_errors_total{format,reason}
                                         failed export calls: not_found (CRD missing),
                                         conflict (another writer), forbidden,
                                         unavailable, refused
+numatopo_group_placement_duration_seconds  a group's complete membership seen -> every
+                                        member released (plan, writes, release)
+numatopo_group_placement_decisions_total{outcome}  group decisions: placed,
+                                        unsatisfiable, invalid, voided, recovered,
+                                        write_failed
+numatopo_group_recovery_duration_seconds   a replacement member first seen -> released
+numatopo_domain_utilization_ratio{topology,level,domain}  GPUs booked / GPUs, per domain
+numatopo_domain_fragmentation_ratio{topology,level}       the engine's fragmentation
+                                        of the level's free GPUs (`domains`)
 """
 
 from __future__ import annotations
@@ -44,6 +53,9 @@ LATENCY_BUCKETS = (
     1.0,
     2.5,
 )
+
+# Group placements wait for API writes of every member: from 10 ms to 2 minutes.
+GROUP_BUCKETS = (0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0, 120.0)
 
 
 @dataclass
@@ -120,6 +132,37 @@ class Metrics:
             "Failed export calls, by format and reason (not_found: CRD missing; conflict: "
             "another writer owns the object; forbidden; unavailable; refused).",
             ["format", "reason"],
+            registry=self.registry,
+        )
+        self.group_placement = prometheus_client.Histogram(
+            "numatopo_group_placement_duration_seconds",
+            "Seconds from a group's whole membership seen to every member released.",
+            buckets=GROUP_BUCKETS,
+            registry=self.registry,
+        )
+        self.group_decisions = prometheus_client.Counter(
+            "numatopo_group_placement_decisions",
+            "Group placement decisions by outcome: placed, unsatisfiable, invalid, voided "
+            "(a partial plan taken back), recovered (a replacement member), write_failed.",
+            ["outcome"],
+            registry=self.registry,
+        )
+        self.group_recovery = prometheus_client.Histogram(
+            "numatopo_group_recovery_duration_seconds",
+            "Seconds from a replacement member of a running group first seen to released.",
+            buckets=GROUP_BUCKETS,
+            registry=self.registry,
+        )
+        self.domain_utilization = prometheus_client.Gauge(
+            "numatopo_domain_utilization_ratio",
+            "Booked GPUs / GPUs of each domain of a NetworkTopology.",
+            ["topology", "level", "domain"],
+            registry=self.registry,
+        )
+        self.domain_fragmentation = prometheus_client.Gauge(
+            "numatopo_domain_fragmentation_ratio",
+            "Fragmentation of the free GPUs at each level of a NetworkTopology.",
+            ["topology", "level"],
             registry=self.registry,
         )
 

@@ -20,6 +20,7 @@ from numatopo_engine import allocation
 from numatopo_engine.model import GpuMode
 from numatopo_kube import KubeClient
 from numatopo_operator.errors import NotActiveError
+from numatopo_operator.gang_state import GangState
 from numatopo_operator.gpu_admissions import GpuAdmissions
 from numatopo_operator.ledger import Ledger
 from numatopo_operator.metrics import Metrics
@@ -68,6 +69,9 @@ class Runtime:
 
     retries: RetryQueue = field(init=False)
     """Pods to judge again later (a failed write, a pod still waiting)."""
+
+    gangs: GangState = field(init=False)
+    """Groups placed across nodes (`gang_worker`): their members, plans and retries."""
 
     renewed_at: float | None = None
     """`time.monotonic()` when the last successful renewal of our Lease was sent; None
@@ -123,6 +127,7 @@ class Runtime:
         )
         self.retries = RetryQueue(self.settings.retry_base_seconds, self.settings.retry_max_seconds)
         self.gpu_admissions = GpuAdmissions(self.settings.gpu_admission_timeout_seconds)
+        self.gangs = GangState(self.settings.retry_base_seconds, self.settings.retry_max_seconds)
 
     async def in_engine_thread(self, work: Callable[P, T], *args: P.args, **kwargs: P.kwargs) -> T:
         """`work(*args, **kwargs)` in the engine thread. Give it only values the event loop

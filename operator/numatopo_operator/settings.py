@@ -117,6 +117,11 @@ class OperatorSettings:
     """Write each node's Volcano Numatopology (`nodeinfo.volcano.sh/v1alpha1`, read by
     Volcano's numaaware plugin) from the ledger (`exports`)."""
 
+    groups: bool = True
+    """Place groups of gated pods all-or-nothing across nodes (`gangs`): watches Nodes
+    (their labels) and NetworkTopologies. Off: pods with the `numatopo.io/group`
+    scheduling gate are left gated (and no Node is watched)."""
+
     resources: ResourceNames = field(init=False)
 
     def __post_init__(self) -> None:
@@ -150,6 +155,15 @@ def _port(name: str, text: str) -> int:
     if not 0 <= port <= 65535:
         raise SettingsError(f"{name}: {port} is outside 0..65535")
     return port
+
+
+def _flag(name: str, text: str) -> bool:
+    lowered = text.strip().lower()
+    if lowered in ("true", "1", "yes", "on"):
+        return True
+    if lowered in ("false", "0", "no", "off"):
+        return False
+    raise SettingsError(f"{name}: {text!r} is not a boolean (true or false)")
 
 
 def _seconds(name: str, text: str, *, most: float = 3600.0) -> float:
@@ -192,6 +206,8 @@ def _apply(
             changes[name] = _split(text)
         elif name in ("extender_port", "metrics_port"):
             changes[name] = _port(label, text)
+        elif name == "groups":
+            changes[name] = _flag(label, text)
         elif name == "workload_mix_half_life_seconds":
             changes[name] = _seconds(label, text, most=MAX_HALF_LIFE_SECONDS)
             if not changes[name]:
@@ -255,6 +271,7 @@ _FIELDS = (
     "workload_mix_half_life_seconds",
     "export_nrt",
     "export_volcano",
+    "groups",
 )
 
 
@@ -316,6 +333,10 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         "--export-volcano",
         action=argparse.BooleanOptionalAction,
         help="write each node's Volcano Numatopology (nodeinfo.volcano.sh/v1alpha1)",
+    )
+    parser.add_argument(
+        "--groups",
+        help="place gated pod groups across nodes, watching Nodes (true, the default, or false)",
     )
 
 

@@ -1,4 +1,4 @@
-"""The chart's CRD template is `crds/numatopology.yaml`, kept identical by scripts/sync_crd.py."""
+"""The chart's CRD templates are `crds/*.yaml`, kept identical by scripts/sync_crd.py."""
 
 from __future__ import annotations
 
@@ -25,19 +25,41 @@ def load_sync_script() -> ModuleType:
     return module
 
 
-def test_template_is_what_the_sync_script_writes() -> None:
+NETWORK_SOURCE = REPO / "crds" / "networktopology.yaml"
+NETWORK_TEMPLATE = (
+    REPO / "helm" / "numatopo" / "templates" / "crd-numatopo.io_networktopologies.yaml"
+)
+PAIRS = [
+    pytest.param(SOURCE, TEMPLATE, CRD_NAME, id="numatopology"),
+    pytest.param(
+        NETWORK_SOURCE, NETWORK_TEMPLATE, "networktopologies.numatopo.io", id="networktopology"
+    ),
+]
+
+
+@pytest.mark.parametrize(("source", "template", "name"), PAIRS)
+def test_template_is_what_the_sync_script_writes(source: Path, template: Path, name: str) -> None:
     """Fails when crds/ changed and `python scripts/sync_crd.py` was not run."""
     sync_crd = load_sync_script()
 
-    assert sync_crd.build_template(SOURCE.read_text()) == TEMPLATE.read_text()
+    assert sync_crd.build_template(source.read_text(), source.name) == template.read_text()
 
 
-def test_rendered_crd_equals_the_source(render: Any, find: Any) -> None:
+def test_every_crd_source_is_synced() -> None:
+    """A CRD added to crds/ is copied into the chart too."""
+    sync_crd = load_sync_script()
+
+    assert sorted((REPO / "crds").glob("*.yaml")) == sorted(s for s, _ in sync_crd.PAIRS)
+
+
+@pytest.mark.parametrize(("source", "template", "name"), PAIRS)
+def test_rendered_crd_equals_the_source(
+    render: Any, find: Any, source: Path, template: Path, name: str
+) -> None:
     """Helm's output carries the source's spec unchanged, under the same name."""
-    source = yaml.safe_load(SOURCE.read_text())
-    rendered = find(render(None), "CustomResourceDefinition", CRD_NAME)
+    rendered = find(render(None), "CustomResourceDefinition", name)
 
-    assert source["spec"] == rendered["spec"]
+    assert yaml.safe_load(source.read_text())["spec"] == rendered["spec"]
 
 
 @pytest.mark.parametrize(
@@ -52,14 +74,14 @@ def test_crd_gating_and_resource_policy(
     render: Any, crds: dict[str, bool], expected: set[str] | None
 ) -> None:
     manifests = render({"crds": crds})
-    found = [m for m in manifests if m["metadata"]["name"] == CRD_NAME]
-    actual = (
-        {found[0]["metadata"].get("annotations", {}).get("helm.sh/resource-policy")} - {None}
-        if found
-        else None
-    )
+    names = (CRD_NAME, "networktopologies.numatopo.io")
+    found = [m for m in manifests if m["metadata"]["name"] in names]
+    actual = [
+        {m["metadata"].get("annotations", {}).get("helm.sh/resource-policy")} - {None}
+        for m in found
+    ]
 
-    assert expected == actual
+    assert ([expected] * 2 if expected is not None else []) == actual
 
 
 @pytest.mark.parametrize(

@@ -63,6 +63,11 @@ CODE_CALLS: dict[str, dict[str, set[Permission]]] = {
         f"{HELPER}.list_volcano_numatopologies": {
             ("nodeinfo.volcano.sh", "numatopologies", "list")
         },
+        # Groups: phase 2 of a group placement (nodeSelector added, gate removed).
+        f"{HELPER}.patch_pod_spec": {("", "pods", "patch")},
+        f"{HELPER}.patch_networktopology_status": {
+            ("numatopo.io", "networktopologies/status", "patch")
+        },
     },
     # The helpers the node processes call: the exporter (`Publisher`, and the Node read
     # at start) and the agent (`AgentLoop`).
@@ -95,6 +100,8 @@ OWN_POD_CALLS = {f"{HELPER}.patch_pod_labels"}
 # The Lease the replicas compete for lives in the release namespace; a single replica
 # runs standalone and never calls these.
 LEASE_CALLS = {f"{HELPER}.get_lease", f"{HELPER}.create_lease", f"{HELPER}.patch_lease"}
+# Only with `operator.groups.enabled` (the default).
+GROUP_CALLS = {f"{HELPER}.patch_networktopology_status"}
 
 # The exports the operator writes only while their chart value is on (`exports.*`).
 EXPORT_CALLS = {
@@ -116,6 +123,12 @@ FRAMEWORK_CALLS: dict[str, set[Permission]] = {
     "kopf: on.event and index handlers on Numatopologies": {
         ("numatopo.io", "numatopologies", "list"),
         ("numatopo.io", "numatopologies", "watch"),
+    },
+    "kopf: index handlers on Nodes and NetworkTopologies (groups)": {
+        ("", "nodes", "list"),
+        ("", "nodes", "watch"),
+        ("numatopo.io", "networktopologies", "list"),
+        ("numatopo.io", "networktopologies", "watch"),
     },
     "kopf: resource observer (CRDs added later)": {
         ("apiextensions.k8s.io", "customresourcedefinitions", "list"),
@@ -203,17 +216,28 @@ def granted(manifests: list[dict[str, Any]], account: str) -> set[Grant]:
     return grants
 
 
+GROUP_FRAMEWORK = "kopf: index handlers on Nodes and NetworkTopologies (groups)"
+
+
 def required(
-    account: str, *, lease: bool, namespaces: list[str], exports: tuple[str, ...] = ()
+    account: str,
+    *,
+    lease: bool,
+    namespaces: list[str],
+    exports: tuple[str, ...] = (),
+    groups: bool = True,
 ) -> set[Grant]:
     """What `account` needs: its code's calls, plus kopf's for the operator; `lease`: the
-    replicas compete for a Lease (more than one replica); `exports`: the formats on."""
+    replicas compete for a Lease (more than one replica); `exports`: the formats on;
+    `groups`: group placement is on."""
     calls = CODE_CALLS[account]
     off = set().union(*(c for name, c in EXPORT_CALLS.items() if name not in exports))
-    special = OWN_POD_CALLS | LEASE_CALLS | off
+    special = OWN_POD_CALLS | LEASE_CALLS | off | (set() if groups else GROUP_CALLS)
     permissions = set().union(*(p for site, p in calls.items() if site not in special))
     if account == "operator":
-        permissions |= set().union(*FRAMEWORK_CALLS.values())
+        permissions |= set().union(
+            *(p for what, p in FRAMEWORK_CALLS.items() if groups or what != GROUP_FRAMEWORK)
+        )
     scopes = namespaces or ["cluster"]
     grants = {
         (scope, *permission)
@@ -261,6 +285,14 @@ BOTH_EXPORTS = {
             id="operator-standalone",
         ),
         pytest.param(
+            {"operator": {"groups": {"enabled": False}}},
+            "numatopo-operator",
+            True,
+            [],
+            (),
+            id="operator-without-groups",
+        ),
+        pytest.param(
             {"operator": {"watchNamespaces": ["ml", "research"]}},
             "numatopo-operator",
             True,
@@ -289,7 +321,10 @@ def test_rbac_grants_exactly_what_the_code_calls(
     exports: tuple[str, ...],
 ) -> None:
     component = account.removeprefix("numatopo-")
-    expected = required(component, lease=lease, namespaces=namespaces, exports=exports)
+    groups = ((values or {}).get("operator") or {}).get("groups", {}).get("enabled", True)
+    expected = required(
+        component, lease=lease, namespaces=namespaces, exports=exports, groups=groups
+    )
 
     assert sorted(expected) == sorted(granted(render(values), account))
 

@@ -10,6 +10,10 @@ import pytest
 import yaml
 
 from numatopo_cli import main as cli
+from numatopo_engine.groups import group_of
+from numatopo_engine.model import GROUP
+from numatopo_engine.network_topology import NetworkTopology
+from numatopo_operator.grouping import GATE
 
 kubernetes_validate = pytest.importorskip("kubernetes_validate")
 
@@ -35,13 +39,44 @@ def as_pod(manifest: dict[str, Any]) -> dict[str, Any]:
     }
 
 
-@pytest.mark.parametrize("example", [pytest.param(p, id=p.stem) for p in EXAMPLES])
+WORKLOADS = [
+    p for p in EXAMPLES if not yaml.safe_load(p.read_text())["apiVersion"].startswith(GROUP)
+]
+
+
+@pytest.mark.parametrize("example", [pytest.param(p, id=p.stem) for p in WORKLOADS])
 def test_example_is_valid_for_kubernetes(example: Path) -> None:
     manifest = yaml.safe_load(example.read_text())
 
     assert NEWEST[-1].rsplit(".", 1)[0] == kubernetes_validate.validate(
         manifest, NEWEST[-1], strict=True
     )
+
+
+def test_the_network_topology_example_is_a_valid_object() -> None:
+    """numatopo's own kinds are checked against their model (the CRD's source)."""
+    manifest = yaml.safe_load((REPO / "examples" / "network-topology.yaml").read_text())
+
+    topology = NetworkTopology.model_validate(manifest)
+
+    assert "default" == topology.metadata.name
+
+
+def test_the_group_example_declares_a_group_the_topology_can_place() -> None:
+    """Every pod of the Job is a gated member of one group of `parallelism` members, at a
+    level of the example NetworkTopology, ranked by its completion index."""
+    job = yaml.safe_load((REPO / "examples" / "multi-node-training-group.yaml").read_text())
+    topology = NetworkTopology.model_validate(
+        yaml.safe_load((REPO / "examples" / "network-topology.yaml").read_text())
+    )
+    pod = as_pod(job)
+    spec = group_of(pod["metadata"])
+
+    assert spec is not None
+    assert (job["spec"]["parallelism"], job["spec"]["completions"]) == (spec.size, spec.size)
+    assert spec.required in topology.spec.labels
+    assert "Indexed" == job["spec"]["completionMode"]
+    assert [{"name": GATE}] == pod["spec"]["schedulingGates"]
 
 
 @pytest.mark.parametrize(
@@ -53,6 +88,7 @@ def test_example_is_valid_for_kubernetes(example: Path) -> None:
         pytest.param(
             "multi-container-pod-scope", ({"server", "metrics"}, 1), id="multi-container-pod-scope"
         ),
+        pytest.param("multi-node-training-group", ({"train"}, 2), id="multi-node-training-group"),
     ],
 )
 def test_example_fits_a_dgx1_node(
@@ -97,4 +133,6 @@ def test_every_example_is_covered() -> None:
         "cpu-pinned-service",
         "multi-container-pod-scope",
         "mig-inference",
+        "network-topology",
+        "multi-node-training-group",
     }

@@ -37,6 +37,8 @@ TIB = 1 << 40
 PODS = "v1/pods"
 NUMATOPOLOGIES = "numatopo.io/v1alpha1/numatopologies"
 LEASES = "coordination.k8s.io/v1/leases"
+NODES = "v1/nodes"
+NETWORK_TOPOLOGIES = "numatopo.io/v1alpha1/networktopologies"
 
 
 def h100_spec() -> NumatopologySpec:
@@ -191,10 +193,49 @@ class Cluster:
         ]
 
     def numatopology_status(self, name: str) -> dict[str, Any]:
+        return self.status_of("numatopologies", name)
+
+    def status_of(self, plural: str, name: str) -> dict[str, Any]:
         for (resource, _, found), obj in list(self.api.objects.items()):
-            if str(resource.plural) == "numatopologies" and found == name and not obj.deleted:
+            if str(resource.plural) == plural and found == name and not obj.deleted:
                 return dict(obj.raw.get("status") or {})
         raise KeyError(name)
+
+    async def create_node(
+        self, name: str, labels: Mapping[str, str] | None = None, *, ready: bool = True
+    ) -> None:
+        """A Node with `labels` (and its hostname label), Ready or not."""
+        await self.create(
+            "/api/v1/nodes",
+            {
+                "apiVersion": "v1",
+                "kind": "Node",
+                "metadata": {
+                    "name": name,
+                    # kopf tells objects of its indexes apart by (namespace, name, uid): a
+                    # Node and the Numatopology of the same name need their own uids, as
+                    # a real API server gives them.
+                    "uid": f"node-uid-{next(_uids):04d}",
+                    "labels": {"kubernetes.io/hostname": name, **(labels or {})},
+                },
+                "status": {"conditions": [{"type": "Ready", "status": str(ready)}]},
+            },
+        )
+
+    async def patch_node(self, name: str, patch: Mapping[str, Any]) -> None:
+        async with self.api.patch(f"/api/v1/nodes/{name}", json=patch) as response:
+            assert response.status < 300, await response.text()
+
+    async def create_network_topology(self, name: str, levels: list[str]) -> None:
+        await self.create(
+            "/apis/numatopo.io/v1alpha1/networktopologies",
+            {
+                "apiVersion": "numatopo.io/v1alpha1",
+                "kind": "NetworkTopology",
+                "metadata": {"name": name, "uid": f"nettopo-uid-{next(_uids):04d}"},
+                "spec": {"levels": [{"nodeLabel": level} for level in levels]},
+            },
+        )
 
 
 def _register(api: kmock.KubernetesEmulator) -> None:
@@ -213,6 +254,10 @@ def _register(api: kmock.KubernetesEmulator) -> None:
         kind="Numatopology", namespaced=False, verbs=verbs, subresources={"status"}
     )
     api.resources[LEASES] = kmock.ResourceInfo(kind="Lease", namespaced=True, verbs=verbs)
+    api.resources[NODES] = kmock.ResourceInfo(kind="Node", namespaced=False, verbs=verbs)
+    api.resources[NETWORK_TOPOLOGIES] = kmock.ResourceInfo(
+        kind="NetworkTopology", namespaced=False, verbs=verbs, subresources={"status"}
+    )
 
 
 @pytest.fixture

@@ -21,7 +21,19 @@ from numatopo_engine.cpuset import CPUSet
 pytestmark = pytest.mark.e2e
 
 REPO = Path(__file__).resolve().parents[2]
-EXAMPLES = sorted((REPO / "examples").glob("*.yaml"))
+
+
+def _single_pod_workload(path: Path) -> bool:
+    """Examples this test runs one pod of: not numatopo's own objects (a NetworkTopology),
+    not group members (a group waits for all its members on labelled nodes;
+    tests/controller/test_groups_cluster.py places them)."""
+    manifest = yaml.safe_load(path.read_text())
+    template = manifest.get("spec", {}).get("template", manifest)
+    annotations = (template.get("metadata") or {}).get("annotations") or {}
+    return manifest["kind"] in ("Pod", "Job") and "numatopo.io/group" not in annotations
+
+
+EXAMPLES = [p for p in sorted((REPO / "examples").glob("*.yaml")) if _single_pod_workload(p)]
 ASSIGNMENT = "numatopo.io/assignment"
 STATE = "numatopo.io/state"
 FINAL_STATES = {"Enforced", "EnforcementFailed", "Unsatisfiable", "Invalid"}

@@ -71,3 +71,31 @@ def test_conditions_merge_by_type_under_server_side_apply() -> None:
     # A map key must be required, or the API server refuses the CRD.
     assert "type" in conditions["items"]["required"]
     assert "string" == status["properties"]["heartbeat"]["type"]
+
+
+def test_checked_in_network_topology_crd_matches_generator() -> None:
+    """Regenerate with `numatopo crd networktopology > crds/networktopology.yaml`."""
+    assert render("networktopology") == (REPO / "crds" / "networktopology.yaml").read_text()
+
+
+def test_network_topology_crd_contract() -> None:
+    crd = yaml.safe_load(render("networktopology"))
+    version = crd["spec"]["versions"][0]
+    schema = version["schema"]["openAPIV3Schema"]
+    levels = schema["properties"]["spec"]["properties"]["levels"]
+
+    assert [] == _walk(schema)
+    assert ["LEVELS", "DOMAINS", "FREE-GPUS", "AGE"] == [
+        c["name"] for c in version["additionalPrinterColumns"]
+    ]
+    assert {"status": {}} == version["subresources"]
+    assert (["nettopo"], "Cluster", "networktopologies.numatopo.io") == (
+        crd["spec"]["names"]["shortNames"],
+        crd["spec"]["scope"],
+        crd["metadata"]["name"],
+    )
+    # The API server refuses a topology without levels, as the model does.
+    assert (1, 16) == (levels["minItems"], levels["maxItems"])
+    assert {"domains", "freeGPUs", "largestFreeDomain", "conditions"} == set(
+        schema["properties"]["status"]["properties"]
+    )

@@ -1,0 +1,132 @@
+"""`NetworkTopology.status` and the domain metrics, written by the deciding replica.
+
+`network_status` is pure: per level the number of domains among the labelled nodes,
+the free GPUs of every node in the tree (booked ones, planned group members included,
+are not free), and the largest free domain: the domain of the narrowest level with the
+most free GPUs (what the next big group can count on). `write_network_statuses` is the
+loop: every status debounce period it computes each topology's status and writes the
+ones that changed (a merge patch of the status subresource: conditions stay), and sets
+the domain gauges from the engine's `domain_utilization` and `domain_fragmentation`.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+from collections.abc import Mapping
+
+from numatopo_engine.domains import (
+    DomainTree,
+    NodeCandidate,
+    domain_fragmentation,
+    domain_utilization,
+)
+from numatopo_engine.network_topology import (
+    DomainCount,
+    FreeDomain,
+    NetworkTopologySpec,
+    NetworkTopologyStatus,
+)
+from numatopo_operator import gang_release
+from numatopo_operator.errors import KubeError, KubeNotFoundError
+from numatopo_operator.runtime import Runtime
+
+__all__ = ["network_status", "write_network_statuses"]
+
+logger = logging.getLogger(__name__)
+
+# Every NetworkTopology's status and gauges are computed again at least this often.
+FULL_SECONDS = 30.0
+
+
+def network_status(tree: DomainTree, nodes: Mapping[str, NodeCandidate]) -> NetworkTopologyStatus:
+    """The status fields the operator owns, over the tree's nodes with a Numatopology."""
+    free = {node: c.state.free_gpu_count() for node, c in nodes.items()}
+    domains = []
+    largest: FreeDomain | None = None
+    for level in tree.levels:
+        found = tree.domains(level)
+        domains.append(DomainCount(level=level, count=len(found)))
+        for path, members in found.items():
+            idle = sum(free.get(n, 0) for n in members)
+            if (
+                largest is None
+                or tree.depth[level] > tree.depth[largest.level]
+                or (level == largest.level and idle > largest.free_gpus)
+            ):
+                largest = FreeDomain(level=level, value=path[-1], free_gpus=idle)
+    return NetworkTopologyStatus(
+        domains=domains,
+        free_gpus=sum(free.get(node, 0) for node, path in tree.paths.items() if path),
+        largest_free_domain=largest,
+    )
+
+
+def _status_patch(status: NetworkTopologyStatus) -> dict[str, object]:
+    wire = status.to_wire()
+    wire.pop("conditions", None)
+    wire.setdefault("largestFreeDomain", None)
+    return wire
+
+
+def _topologies(runtime: Runtime) -> dict[str, NetworkTopologySpec]:
+    index = runtime.gangs.topologies or {}
+    found = {name: next(iter(specs), None) for name, specs in index.items()}
+    return {name: spec for name, spec in found.items() if spec is not None}
+
+
+async def write_network_statuses(runtime: Runtime) -> None:
+    """Forever: every debounce period, the status of each NetworkTopology that changed,
+    and the utilization gauges."""
+    written: dict[str, dict[str, object]] = {}
+    seen: tuple[object, ...] = ()
+    computed_at = 0.0
+    while True:
+        await asyncio.sleep(max(runtime.settings.status_debounce_seconds, 0.1))
+        topologies = _topologies(runtime) if runtime.deciding else {}
+        if not topologies:
+            continue
+        ledger = runtime.ledger
+        nodes = {
+            node: NodeCandidate(topology, state)
+            for node, topology, state in ledger.candidates(ledger.nodes())
+            if topology is not None and state is not None
+        }
+        # Bookings, nodes and topologies as they are: nothing to do when unchanged (Node
+        # labels change rarely and are not versioned: looked at every FULL_SECONDS).
+        now = time.monotonic()
+        signature = (
+            tuple((n, id(c.state), c.state.version) for n, c in nodes.items()),
+            tuple(sorted((name, tuple(spec.labels)) for name, spec in topologies.items())),
+            len(runtime.gangs.nodes or {}),
+        )
+        if signature == seen and now - computed_at < FULL_SECONDS:
+            continue
+        seen, computed_at = signature, now
+        utilization = runtime.metrics.domain_utilization
+        fragmentation = runtime.metrics.domain_fragmentation
+        utilization.clear()
+        fragmentation.clear()
+        for name, spec in sorted(topologies.items()):
+            tree = gang_release.domain_tree(runtime, spec.labels)
+            for (level, domain), ratio in domain_utilization(tree, nodes).items():
+                utilization.labels(name, level, domain).set(ratio)
+            for level, ratio in domain_fragmentation(tree, nodes).items():
+                fragmentation.labels(name, level).set(ratio)
+            status = network_status(tree, nodes)
+            patch = _status_patch(status)
+            if written.get(name) == patch:
+                continue
+            if not runtime.lease_fresh():
+                seen = ()  # fenced: write it once the lease is fresh again
+                break
+            try:
+                await runtime.kube.patch_networktopology_status(name, patch)
+            except KubeNotFoundError:
+                continue
+            except KubeError as exc:
+                logger.warning("status of NetworkTopology/%s not written (retrying): %s", name, exc)
+                seen = ()
+            else:
+                written[name] = patch

@@ -1,0 +1,306 @@
+"""The group worker: one task that brings every group to its next state (I/O).
+
+Handlers feed `GangState` (`observe_pod`, `capacity_changed`) and kick the worker; the
+worker takes each changed or due group in turn and calls `advance`, which runs
+`grouping.next_step` and carries the step out (`gang_release`) until the group waits
+for something (members, room) or is placed. Only the replica that decides works, and
+a replica that takes over looks at every group once (restart recovery: partial plans
+are voided, complete ones released).
+
+Events, on every member concerned (each text posted once per pod):
+  GroupWaiting        n of size members seen (once per member)
+  GroupPlaced         the group's domain and its nodes, after phase 2
+  GroupUnsatisfiable  why the group does not fit now (retried when capacity changes)
+  GroupInvalid        members disagree on the group's settings, or one is unreadable
+  GroupRecovered      a replacement member placed next to its running group
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import time
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+from numatopo_operator import gang_release, translate
+from numatopo_operator.errors import KubeError, KubeNotFoundError, NodeBusyError, NotActiveError
+from numatopo_operator.gang_release import GroupInvalidError, GroupUnplaceableError
+from numatopo_operator.grouping import MemberView, StepKind, next_step, planned_node
+from numatopo_operator.runtime import Runtime
+
+__all__ = ["advance", "observe_pod", "run_gangs", "settle_group"]
+
+logger = logging.getLogger(__name__)
+
+WAITING = "GroupWaiting"
+PLACED = "GroupPlaced"
+UNSATISFIABLE = "GroupUnsatisfiable"
+INVALID = "GroupInvalid"
+RECOVERED = "GroupRecovered"
+
+# Steps one pass may take for a group (void, plan, release, and a recovery): more means
+# the group keeps changing under the worker; it is looked at again later.
+MAX_STEPS = 6
+TICK_SECONDS = 0.25
+
+
+def observe_pod(runtime: Runtime, event: str, body: Mapping[str, Any]) -> None:
+    """Record a pod event (any pod): group members are booked, changed groups marked."""
+    gangs = runtime.gangs
+    key = translate.pod_key(body)
+    if event == "DELETED" or translate.is_finished(body):
+        ended = gangs.book.forget(key)
+        gangs.first_seen.pop(key, None)
+        gangs.plans.pop(key, None)
+        gangs.said.difference_update({s for s in gangs.said if s.startswith(key + " ")})
+        gangs.touch([ended] if ended else [])
+        gangs.capacity_changed()
+        return
+    gangs.touch(gangs.book.observe(body))
+    if key in gangs.book.invalid:
+        gangs.kick.set()
+
+
+async def _tell(
+    runtime: Runtime,
+    views: Sequence[MemberView],
+    reason: str,
+    message: str,
+    *,
+    warning: bool = False,
+    once_per_pod: bool = False,
+) -> None:
+    """Post the Event on each member that has not had this one yet (all at once: Events
+    are best-effort and independent)."""
+    refs = []
+    for view in views:
+        said = f"{view.key} {reason}" + ("" if once_per_pod else f" {message}")
+        if said in runtime.gangs.said:
+            continue
+        runtime.gangs.said.add(said)
+        metadata = view.body.get("metadata") or {}
+        refs.append(
+            {
+                "namespace": str(metadata.get("namespace") or "default"),
+                "name": str(metadata.get("name", "")),
+                "uid": str(metadata.get("uid", "")),
+            }
+        )
+    await asyncio.gather(
+        *(
+            runtime.kube.post_event(ref, warning=warning, reason=reason, message=message)
+            for ref in refs
+        )
+    )
+
+
+def _where(level: str | None, domain: str | None) -> str:
+    return f"{level}={domain}" if level is not None else "anywhere (no level asked)"
+
+
+def _nodes_text(nodes: Mapping[str, str], order: Sequence[str]) -> str:
+    return ", ".join(f"{key.partition('/')[2]}->{nodes[key]}" for key in order if key in nodes)
+
+
+async def advance(runtime: Runtime, group: str) -> bool:
+    """Take the group's next steps; True when it must be looked at again later."""
+    gangs = runtime.gangs
+    metrics = runtime.metrics
+    for _ in range(MAX_STEPS):
+        views = gangs.book.views(group)
+        step = next_step(gangs.book.specs(group), views)
+        spec = step.spec
+        by_key = {v.key: v for v in views}
+        chosen = [by_key[k] for k in step.keys if k in by_key]
+        if step.kind is StepKind.IDLE:
+            gangs.waiting_for_room.discard(group)
+            return False
+        if step.kind is StepKind.INVALID:
+            metrics.group_decisions.labels("invalid").inc()
+            await _tell(runtime, chosen, INVALID, step.reason, warning=True)
+            return False
+        assert spec is not None
+        if step.kind is StepKind.WAIT:
+            gangs.complete_since.pop(group, None)
+            for view in chosen:
+                gangs.first_seen.setdefault(view.key, time.monotonic())
+            await _tell(
+                runtime, chosen, WAITING,
+                f"group {group}: {step.seen} of {spec.size} members seen; nothing is placed "
+                "until all are there",
+                once_per_pod=True,
+            )  # fmt: skip
+            return False
+        if step.kind is StepKind.VOID:
+            logger.warning("group %s: taking back a partial plan of %s", group, list(step.keys))
+            metrics.group_decisions.labels("voided").inc()
+            await gang_release.void(runtime, chosen)
+            continue
+        if step.kind is StepKind.PLAN:
+            gangs.complete_since.setdefault(group, time.monotonic())
+            try:
+                placed = await gang_release.plan(runtime, spec, chosen)
+            except GroupInvalidError as exc:
+                metrics.group_decisions.labels("invalid").inc()
+                await _tell(runtime, chosen, INVALID, str(exc), warning=True)
+                return False
+            except GroupUnplaceableError as exc:
+                metrics.group_decisions.labels("unsatisfiable").inc()
+                gangs.waiting_for_room.add(group)
+                message = f"group {group} ({len(chosen)} members) does not fit: {exc}"
+                logger.info("%s", message)
+                await _tell(runtime, chosen, UNSATISFIABLE, message, warning=True)
+                return True
+            gangs.waiting_for_room.discard(group)
+            logger.info(
+                "group %s planned in %s: %s", group,
+                _where(placed.placement.level, placed.placement.domain),
+                _nodes_text(placed.nodes, placed.placement.order),
+            )  # fmt: skip
+            continue
+        if step.kind is StepKind.RELEASE:
+            released = await gang_release.release(runtime, chosen)
+            if any(v.gated and v.key not in released for v in views):
+                continue
+            record = next((v.record for v in chosen if v.record is not None), None)
+            since = gangs.complete_since.pop(group, None)
+            if since is not None:  # not known after a restart between the phases
+                metrics.group_placement.observe(gang_release.elapsed(since))
+            metrics.group_decisions.labels("placed").inc()
+            order = [v.key for v in views]
+            level = record.level if record is not None else None
+            domain = record.domain if record is not None else None
+            await _tell(
+                runtime, chosen, PLACED,
+                f"group {group}: {len(views)} members placed in {_where(level, domain)}, "
+                f"by rank: {_nodes_text(_all_nodes(runtime, views, released), order)}",
+            )  # fmt: skip
+            for view in chosen:
+                gangs.first_seen.pop(view.key, None)
+            continue
+        if step.kind is StepKind.RECOVER:
+            for view in chosen:
+                gangs.first_seen.setdefault(view.key, time.monotonic())
+            running = next(
+                (planned_node(v.body) for v in views if not v.gated and v.record is not None), None
+            )
+            try:
+                recovered = await gang_release.recover(runtime, spec, chosen, step.anchor, running)
+            except GroupInvalidError as exc:
+                metrics.group_decisions.labels("invalid").inc()
+                await _tell(runtime, chosen, INVALID, str(exc), warning=True)
+                return False
+            except GroupUnplaceableError as exc:
+                metrics.group_decisions.labels("unsatisfiable").inc()
+                gangs.waiting_for_room.add(group)
+                await _tell(
+                    runtime, chosen, UNSATISFIABLE,
+                    f"replacement member of running group {group} does not fit: {exc}",
+                    warning=True,
+                )  # fmt: skip
+                return True
+            gangs.waiting_for_room.discard(group)
+            released = await gang_release.release(runtime, chosen)
+            for view in chosen:
+                took = gang_release.elapsed(gangs.first_seen.pop(view.key, None))
+                metrics.group_recovery.observe(took)
+                metrics.group_decisions.labels("recovered").inc()
+                where = _where(recovered.level, recovered.domain)
+                anchor = step.anchor
+                if recovered.stayed or anchor is None:
+                    text = f"in its group's domain {where}"
+                else:
+                    text = (
+                        f"outside its group's domain {_where(anchor.level, anchor.domain)} "
+                        f"(no room there), in {where}"
+                    )
+                await _tell(
+                    runtime, [view], RECOVERED,
+                    f"replacement member of group {group} placed on {released[view.key]} "
+                    f"{text}, {took:.2f} s after it appeared",
+                    warning=not recovered.stayed,
+                )  # fmt: skip
+            continue
+    return True
+
+
+def _all_nodes(
+    runtime: Runtime, views: Sequence[MemberView], released: Mapping[str, str]
+) -> dict[str, str]:
+    found = dict(released)
+    for view in views:
+        if view.key not in found:
+            node = planned_node(view.body)
+            if node is not None:
+                found[view.key] = node
+    return found
+
+
+async def _report_invalid(runtime: Runtime) -> None:
+    """Members whose group annotations cannot be read: one Warning each."""
+    gangs = runtime.gangs
+    for key, why in sorted(gangs.book.invalid.items()):
+        said = f"{key} {INVALID} {why}"
+        if said in gangs.said:
+            continue
+        gangs.said.add(said)
+        namespace, _, name = key.partition("/")
+        await runtime.kube.post_event(
+            {"namespace": namespace, "name": name}, warning=True, reason=INVALID,
+            message=f"invalid group annotations: {why}",
+        )  # fmt: skip
+
+
+async def settle_group(runtime: Runtime, group: str) -> None:
+    """`advance`, keeping the group in the retry queue while it needs another look.
+    Never raises: this is the worker's boundary."""
+    gangs = runtime.gangs
+    again = True
+    try:
+        again = await advance(runtime, group)
+    except KubeNotFoundError:
+        again = True  # a member went away mid-way; its deletion event re-drives the group
+    except (KubeError, NotActiveError, NodeBusyError) as exc:
+        logger.warning("group %s: %s; looked at again later", group, exc)
+    except Exception:
+        logger.exception("group %s: unexpected error; looked at again later", group)
+        runtime.metrics.handler_errors.inc()
+    if again:
+        gangs.retries.schedule(group, {}, time.monotonic())
+    else:
+        gangs.retries.discard(group)
+
+
+async def run_gangs(runtime: Runtime) -> None:
+    """Forever: work through changed and due groups while this replica decides."""
+    gangs = runtime.gangs
+    deciding_before = False
+    while True:
+        due = gangs.retries.next_due()
+        pause = TICK_SECONDS if due is None else min(max(due - time.monotonic(), 0), TICK_SECONDS)
+        with contextlib.suppress(TimeoutError):
+            async with asyncio.timeout(pause):
+                await gangs.kick.wait()
+        gangs.kick.clear()
+        deciding = runtime.deciding and gangs.nodes is not None
+        if not deciding:
+            deciding_before = False
+            continue
+        if not deciding_before:
+            # Taking over (or starting): every group once, partial plans included.
+            gangs.dirty |= set(gangs.book.groups())
+            deciding_before = True
+        try:
+            await _report_invalid(runtime)
+        except KubeError as exc:
+            logger.warning("reporting invalid group members: %s", exc)
+        work = set(gangs.dirty)
+        gangs.dirty.clear()
+        work |= {group for group, _ in gangs.retries.pop_due(time.monotonic())}
+        for group in sorted(work):
+            if not runtime.deciding:
+                gangs.dirty |= work
+                break
+            await settle_group(runtime, group)

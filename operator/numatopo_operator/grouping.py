@@ -1,0 +1,396 @@
+"""Group bookkeeping: which live pods form which group, and what a group needs next (pure).
+
+A group member is a pod that names a group (`numatopo_engine.groups.group_of`). The
+operator places only members that carry the scheduling gate `numatopo.io/group`
+(`GATE`): the gate keeps kube-scheduler away until the whole group has a plan. A
+member's life, as seen here:
+
+  gated, unplanned   waiting for the rest of its group (or for room)
+  gated, planned     phase 1 done for it: `numatopo.io/assignment` and
+                     `numatopo.io/group-placement` (`PlacementRecord`) are written and
+                     the ledger books them; still invisible to kube-scheduler
+  released           phase 2 done: `spec.nodeSelector[kubernetes.io/hostname]` is the
+                     assigned node and the gate is gone; kube-scheduler binds it there
+
+`next_step` turns the members of one group into the one thing to do next (see its
+docstring for the rules, including restart recovery); `gang_release` does it.
+
+What the watch stream has not shown yet is overlaid from `Expectation`s: after the
+operator writes a plan, a void or a release, the next step is computed from what it
+wrote, not from an older event of the pod.
+"""
+
+from __future__ import annotations
+
+import enum
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass
+from typing import Any, Literal
+
+import pydantic
+from pydantic import Field
+
+from numatopo_engine import annotations as keys
+from numatopo_engine.annotations import Assignment
+from numatopo_engine.errors import InvalidRequestError
+from numatopo_engine.groups import POD_GROUP_LABEL, GroupSpec, group_of, rank_of
+from numatopo_engine.model import WireModel
+from numatopo_engine.network_topology import HOSTNAME_LABEL
+from numatopo_operator import translate
+from numatopo_operator.translate import RawPod
+
+__all__ = [
+    "GATE",
+    "Expectation",
+    "GroupBook",
+    "MemberView",
+    "PlacementRecord",
+    "Step",
+    "StepKind",
+    "is_gated",
+    "next_step",
+    "planned_node",
+    "release_operations",
+    "void_annotations",
+]
+
+# The scheduling gate group members are created with (users put it in the pod template).
+GATE = keys.GROUP
+
+
+class PlacementRecord(WireModel):
+    """`numatopo.io/group-placement`: which plan placed this member, where its group is."""
+
+    v: Literal[1] = 1
+    group: str = Field(description="The group's name (namespace-scoped).")
+    level: str | None = Field(default=None, description="The level of the shared domain.")
+    domain: str | None = Field(default=None, description="The shared domain (label value).")
+    rank: int | None = Field(default=None, description="The member's rank, if it has one.")
+    planned: str = Field(description="When the plan was made (ISO 8601): names the plan.")
+
+    def to_annotation(self) -> str:
+        return self.model_dump_json(by_alias=True, exclude_none=True)
+
+
+def _metadata(pod: RawPod) -> Mapping[str, Any]:
+    found = pod.get("metadata")
+    return found if isinstance(found, Mapping) else {}
+
+
+def _spec(pod: RawPod) -> Mapping[str, Any]:
+    found = pod.get("spec")
+    return found if isinstance(found, Mapping) else {}
+
+
+def _gates(pod: RawPod) -> list[Any]:
+    found = _spec(pod).get("schedulingGates")
+    return list(found) if isinstance(found, list) else []
+
+
+def is_gated(pod: RawPod) -> bool:
+    """Whether the pod still carries the `numatopo.io/group` scheduling gate."""
+    return any(isinstance(g, Mapping) and g.get("name") == GATE for g in _gates(pod))
+
+
+def placement_text(pod: RawPod) -> str | None:
+    found = _metadata(pod).get("annotations")
+    text = found.get(keys.GROUP_PLACEMENT) if isinstance(found, Mapping) else None
+    return text if isinstance(text, str) else None
+
+
+def read_placement(text: str | None) -> PlacementRecord | None:
+    """The record, or None when there is none; raises ValueError when unreadable."""
+    if text is None:
+        return None
+    try:
+        return PlacementRecord.model_validate_json(text)
+    except pydantic.ValidationError as exc:
+        raise ValueError(
+            f"{keys.GROUP_PLACEMENT} is unreadable: {exc.errors()[0]['msg']}"
+        ) from None
+
+
+def _assigned_node(pod: RawPod) -> str | None:
+    found = _metadata(pod).get("annotations")
+    text = found.get(keys.ASSIGNMENT) if isinstance(found, Mapping) else None
+    if not isinstance(text, str):
+        return None
+    try:
+        return Assignment.model_validate_json(text).node
+    except pydantic.ValidationError:
+        return None
+
+
+def planned_node(pod: RawPod) -> str | None:
+    """The node a released group member was planned for (its assignment's node); None
+    for any other pod. The extender lets such a pod pass on that node only: its plan is
+    part of its group's, and deciding it again elsewhere would break the group."""
+    if placement_text(pod) is None:
+        return None
+    return _assigned_node(pod)
+
+
+def is_alive(pod: RawPod) -> bool:
+    return not translate.is_finished(pod) and not _metadata(pod).get("deletionTimestamp")
+
+
+@dataclass(frozen=True, slots=True)
+class Expectation:
+    """What the operator last wrote on a member and has not seen on the watch yet."""
+
+    placement: str | None
+    """The `numatopo.io/group-placement` text written (None: removed)."""
+    gated: bool
+
+
+@dataclass(frozen=True, slots=True)
+class MemberView:
+    """One live member, as the next step sees it (expectations applied)."""
+
+    key: str
+    body: Mapping[str, Any]
+    rank: int | None
+    gated: bool
+    record: PlacementRecord | None
+    problem: str | None = None
+    """Why its placement record cannot be used (unreadable, or no assignment with it)."""
+
+    @property
+    def planned(self) -> bool:
+        return self.record is not None and self.problem is None
+
+
+def _view(key: str, body: Mapping[str, Any], expected: Expectation | None) -> MemberView:
+    gated = is_gated(body) if expected is None else expected.gated
+    text = placement_text(body) if expected is None else expected.placement
+    problem: str | None = None
+    record: PlacementRecord | None = None
+    try:
+        record = read_placement(text)
+    except ValueError as exc:
+        problem = str(exc)
+    if record is not None and expected is None and _assigned_node(body) is None:
+        problem = f"{keys.GROUP_PLACEMENT} without a readable {keys.ASSIGNMENT}"
+    try:
+        rank = rank_of(_metadata(body))
+    except InvalidRequestError:
+        rank = None  # `GroupBook.observe` refuses the member before it gets here
+    return MemberView(key, body, rank, gated, record, problem)
+
+
+class GroupBook:
+    """Live group members by group (`namespace/name`), from the watch stream."""
+
+    def __init__(self) -> None:
+        self._members: dict[str, dict[str, Mapping[str, Any]]] = {}
+        self._group_of: dict[str, str] = {}
+        self._specs: dict[str, GroupSpec] = {}
+        self.invalid: dict[str, str] = {}
+        """Pods whose group annotations cannot be read: pod key -> why."""
+        self.expected: dict[str, Expectation] = {}
+
+    def observe(self, body: Mapping[str, Any]) -> set[str]:
+        """Take the pod's current body; returns the groups it changed (0, 1 or 2)."""
+        key = translate.pod_key(body)
+        touched: set[str] = set()
+        previous = self._group_of.get(key)
+        spec: GroupSpec | None = None
+        self.invalid.pop(key, None)
+        if is_alive(body):
+            try:
+                spec = group_of(_metadata(body))
+                if spec is not None:
+                    rank_of(_metadata(body))
+            except InvalidRequestError as exc:
+                self.invalid[key] = str(exc)
+                spec = None
+            else:
+                if spec is None and is_gated(body):
+                    self.invalid[key] = (
+                        f"carries the scheduling gate {GATE} but names no group (annotation "
+                        f"{keys.GROUP} or label {POD_GROUP_LABEL}): it stays gated"
+                    )
+        if previous is not None and (spec is None or spec.key != previous):
+            self._drop(key)
+            touched.add(previous)
+        if spec is None:
+            return touched
+        self._members.setdefault(spec.key, {})[key] = body
+        self._group_of[key] = spec.key
+        self._specs[key] = spec
+        expected = self.expected.get(key)
+        if (
+            expected is not None
+            and expected.placement == placement_text(body)
+            and expected.gated == is_gated(body)
+        ):
+            del self.expected[key]
+        touched.add(spec.key)
+        return touched
+
+    def forget(self, key: str) -> str | None:
+        """The pod is gone; returns its group."""
+        self.invalid.pop(key, None)
+        self.expected.pop(key, None)
+        group = self._group_of.get(key)
+        if group is not None:
+            self._drop(key)
+        return group
+
+    def _drop(self, key: str) -> None:
+        group = self._group_of.pop(key)
+        self._specs.pop(key, None)
+        members = self._members.get(group, {})
+        members.pop(key, None)
+        if not members:
+            self._members.pop(group, None)
+
+    def expect(self, key: str, expectation: Expectation) -> None:
+        self.expected[key] = expectation
+
+    def groups(self) -> list[str]:
+        return sorted(self._members)
+
+    def specs(self, group: str) -> dict[str, GroupSpec]:
+        """Member key -> the group settings that member declares."""
+        return {key: self._specs[key] for key in self._members.get(group, {})}
+
+    def views(self, group: str) -> list[MemberView]:
+        """The group's live members, expectations applied, in rank order (then name)."""
+        views = [
+            _view(key, body, self.expected.get(key))
+            for key, body in self._members.get(group, {}).items()
+        ]
+        return sorted(views, key=lambda v: (v.rank is None, v.rank or 0, v.key))
+
+
+class StepKind(enum.Enum):
+    IDLE = "idle"  # nothing gated: every member is released (or not ours)
+    INVALID = "invalid"  # the members disagree on the group's settings
+    WAIT = "wait"  # fewer gated members than the group's size
+    PLAN = "plan"  # phase 1 for `keys` (the whole group)
+    VOID = "void"  # take back a partial (or mixed) plan of `keys`
+    RELEASE = "release"  # phase 2 for `keys` (their plan is complete)
+    RECOVER = "recover"  # place replacement members `keys` next to the running ones
+
+
+@dataclass(frozen=True, slots=True)
+class Step:
+    kind: StepKind
+    keys: tuple[str, ...] = ()
+    seen: int = 0
+    reason: str = ""
+    anchor: PlacementRecord | None = None
+    """RECOVER: where the running members' group is."""
+    spec: GroupSpec | None = None
+
+
+def _agreed(specs: Mapping[str, GroupSpec]) -> tuple[GroupSpec | None, str]:
+    """The group's settings when every member declares the same, else why not."""
+    distinct = sorted(set(specs.values()), key=repr)
+    if len(distinct) == 1:
+        return distinct[0], ""
+    first, second = distinct[0], distinct[1]
+    which = next(k for k, s in sorted(specs.items()) if s == second)
+    return None, (
+        f"members of group {first.key} disagree on the group's settings: {which} declares "
+        f"{_settings(second)}, others {_settings(first)}; give every member the same "
+        f"{keys.GROUP_SIZE}, topology and strategy annotations"
+    )
+
+
+def _settings(spec: GroupSpec) -> str:
+    return (
+        f"size {spec.size}, required {spec.required or '-'}, preferred "
+        f"{spec.preferred or '-'}, strategy {spec.strategy.value}, topology {spec.topology or '-'}"
+    )
+
+
+def next_step(specs: Mapping[str, GroupSpec], members: Iterable[MemberView]) -> Step:
+    """The next thing to do for a group, from its live members.
+
+    - Nothing gated: IDLE. Members without the gate are not placed as a group (they
+      are scheduled one by one, like any pod).
+    - Some member is released (the group runs): gated members with a complete plan of
+      their own are RELEASEd, the others RECOVERed next to the running ones (a Job
+      recreated a member after a node failure, or phase 2 stopped half-way).
+    - Nothing released, every gated member planned by one plan, at least `size` of
+      them: RELEASE them all (phase 2; also after a restart between the phases).
+    - Nothing released and some planned while others are not, or plans differ, or a
+      planned group fell below its size (a member was deleted): VOID the planned ones;
+      the group is planned again from scratch. A half-placed group never keeps GPUs.
+    - Nothing planned: PLAN once `size` gated members exist, else WAIT.
+    """
+    views = list(members)
+    gated = [v for v in views if v.gated]
+    if not gated:
+        return Step(StepKind.IDLE)
+    spec, why = _agreed(specs)
+    if spec is None:
+        return Step(StepKind.INVALID, tuple(v.key for v in gated), reason=why)
+    released = [v for v in views if not v.gated and v.record is not None]
+    if released:
+        ready = tuple(v.key for v in gated if v.planned)
+        if ready:
+            return Step(StepKind.RELEASE, ready, spec=spec)
+        return Step(
+            StepKind.RECOVER,
+            tuple(v.key for v in gated),
+            anchor=released[0].record,
+            spec=spec,
+        )
+    planned = [v for v in gated if v.record is not None or v.problem is not None]
+    if planned:
+        plans = {v.record.planned for v in planned if v.record is not None}
+        broken = [v for v in planned if v.problem is not None]
+        if broken or len(plans) > 1 or len(planned) < len(gated) or len(planned) < spec.size:
+            return Step(StepKind.VOID, tuple(v.key for v in planned), spec=spec)
+        return Step(StepKind.RELEASE, tuple(v.key for v in planned), spec=spec)
+    if len(gated) < spec.size:
+        return Step(StepKind.WAIT, tuple(v.key for v in gated), seen=len(gated), spec=spec)
+    return Step(StepKind.PLAN, tuple(v.key for v in gated), spec=spec)
+
+
+def void_annotations() -> dict[str, str | None]:
+    """The merge-patch that takes a plan back from a still-gated member."""
+    return {**translate.removal_annotations(), keys.GROUP_PLACEMENT: None}
+
+
+class ReleaseError(ValueError):
+    """A member cannot be released onto its planned node as it is."""
+
+
+def release_operations(pod: RawPod, node: str) -> list[dict[str, Any]]:
+    """The JSON patch of phase 2: `nodeSelector[kubernetes.io/hostname] = node` added and
+    the gate removed, both guarded by `test`s of what was read (only these changes are
+    allowed on a gated pod). [] when the pod is already released onto `node`."""
+    operations: list[dict[str, Any]] = []
+    selector = _spec(pod).get("nodeSelector")
+    if not isinstance(selector, Mapping) or not selector:
+        operations.append(
+            {"op": "add", "path": "/spec/nodeSelector", "value": {HOSTNAME_LABEL: node}}
+        )
+    elif selector.get(HOSTNAME_LABEL) != node:
+        if HOSTNAME_LABEL in selector:
+            raise ReleaseError(
+                f"{translate.pod_key(pod)} selects node {selector[HOSTNAME_LABEL]!r} itself, "
+                f"but its group's plan put it on {node!r}"
+            )
+        operations.append({"op": "test", "path": "/spec/nodeSelector", "value": dict(selector)})
+        operations.append(
+            {"op": "add", "path": "/spec/nodeSelector/" + _pointer(HOSTNAME_LABEL), "value": node}
+        )
+    gates = _gates(pod)
+    for index, gate in enumerate(gates):
+        if isinstance(gate, Mapping) and gate.get("name") == GATE:
+            operations.append(
+                {"op": "test", "path": f"/spec/schedulingGates/{index}", "value": dict(gate)}
+            )
+            operations.append({"op": "remove", "path": f"/spec/schedulingGates/{index}"})
+            break
+    return operations
+
+
+def _pointer(key: str) -> str:
+    """A key as one JSON Pointer segment (RFC 6901)."""
+    return key.replace("~", "~0").replace("/", "~1")

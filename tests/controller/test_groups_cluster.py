@@ -1,0 +1,465 @@
+"""Groups placed all or nothing across nodes: the real operator (kopf over HTTP) against
+kmock's emulator, with labelled Nodes, one Numatopology per node (the 8x H100 server)
+and a NetworkTopology of three network layers.
+
+The cluster: one spine; two blocks (layer 2) of two leaves (layer 3) of two nodes each:
+
+    spine-1 / block-1 / leaf-1: n1 n2   leaf-2: n3 n4
+              block-2 / leaf-3: n5 n6   leaf-4: n7 n8
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+from collections.abc import Mapping
+from typing import Any
+
+from numatopo_engine import annotations as keys
+
+from .conftest import Cluster
+from .test_leadership_lease import OPERATOR_NAMESPACE, operator_pod, replica
+
+L1 = "topology.k8s.aws/network-node-layer-1"
+L2 = "topology.k8s.aws/network-node-layer-2"
+L3 = "topology.k8s.aws/network-node-layer-3"
+HOSTNAME = "kubernetes.io/hostname"
+GATE = "numatopo.io/group"
+LAYOUT = {
+    "n1": ("spine-1", "block-1", "leaf-1"),
+    "n2": ("spine-1", "block-1", "leaf-1"),
+    "n3": ("spine-1", "block-1", "leaf-2"),
+    "n4": ("spine-1", "block-1", "leaf-2"),
+    "n5": ("spine-1", "block-2", "leaf-3"),
+    "n6": ("spine-1", "block-2", "leaf-3"),
+    "n7": ("spine-1", "block-2", "leaf-4"),
+    "n8": ("spine-1", "block-2", "leaf-4"),
+}
+FAST = {"retry_base_seconds": 0.2, "retry_max_seconds": 1.0}
+
+
+async def build_cluster(
+    env: Any, layout: Mapping[str, tuple[str, ...]] = LAYOUT, *, topology: bool = True
+) -> None:
+    cluster, _, h100, _, topology_object, _ = env.parts()
+    for node, (spine, block, leaf) in layout.items():
+        await cluster.create_node(node, {L1: spine, L2: block, L3: leaf})
+        await cluster.create_numatopology(topology_object(node, h100))
+    if topology:
+        await cluster.create_network_topology("default", [L1, L2, L3, HOSTNAME])
+
+
+def member(
+    env: Any,
+    name: str,
+    group: str,
+    size: int,
+    *,
+    gpus: int = 8,
+    rank: int | None = None,
+    annotations: Mapping[str, str] | None = None,
+    labels: Mapping[str, str] | None = None,
+    gated: bool = True,
+) -> dict[str, Any]:
+    """A gated, unbound member pod of `group` (rank from the Indexed Job annotation)."""
+    found = {keys.GROUP: group, keys.GROUP_SIZE: str(size), **(annotations or {})}
+    if rank is not None:
+        found["batch.kubernetes.io/job-completion-index"] = str(rank)
+    pod = env.pod(name, node=None, gpus=gpus, cpu="8", policy="best-effort", annotations=found)
+    if labels:
+        pod["metadata"]["labels"] = dict(labels)
+    if gated:
+        pod["spec"]["schedulingGates"] = [{"name": GATE}]
+    return pod
+
+
+def spec_of(cluster: Cluster, name: str) -> dict[str, Any]:
+    return dict(cluster.pods()[name]["spec"])
+
+
+def released(cluster: Cluster, name: str) -> bool:
+    pod = cluster.pods().get(name)
+    return pod is not None and not any(
+        g.get("name") == GATE for g in pod["spec"].get("schedulingGates") or []
+    )
+
+
+def placement(cluster: Cluster, name: str) -> dict[str, Any]:
+    return dict(json.loads(cluster.annotations(name)[keys.GROUP_PLACEMENT]))
+
+
+def assigned_node(cluster: Cluster, name: str) -> str:
+    return str(json.loads(cluster.annotations(name)[keys.ASSIGNMENT])["node"])
+
+
+def reasons(cluster: Cluster, name: str) -> list[str]:
+    return [reason for reason, _ in cluster.events_for(name)]
+
+
+def pod_patches(cluster: Cluster) -> list[tuple[str, str]]:
+    """(pod name, "plan" | "void" | "release" | "other") of every PATCH of a pod, in order."""
+    found = []
+    for request in cluster.api:
+        if request.method.value != "PATCH" or request.resource is None:
+            continue
+        if str(request.resource.plural) != "pods" or request.subresource:
+            continue
+        data = request.data
+        if isinstance(data, list):
+            kind = "release"
+        elif keys.GROUP_PLACEMENT in (
+            written := (data.get("metadata") or {}).get("annotations") or {}
+        ):
+            kind = "plan" if written[keys.GROUP_PLACEMENT] is not None else "void"
+        else:
+            kind = "other"
+        found.append((str(request.name), kind))
+    return found
+
+
+async def metric(operator: Any, name: str) -> float:
+    _, text = await operator.get("/metrics")
+    total = 0.0
+    for line in text.splitlines():
+        if line.startswith(name + " ") or line.startswith(name + "{"):
+            total += float(line.rsplit(" ", 1)[1])
+    return total
+
+
+async def test_group_is_planned_in_one_domain_then_released_in_rank_order(env):
+    cluster, start_operator, _, pod, _, wait = env.parts()
+    await build_cluster(env)
+    # One GPU taken on n1: block-1 keeps only three whole nodes, too few for the group.
+    await cluster.create_pod(pod("busy", node="n1", gpus=1))
+    operator = await start_operator(**FAST)
+    names = [f"train-{i}" for i in range(4)]
+    for i, name in reversed(list(enumerate(names))):
+        await cluster.create_pod(
+            member(env, name, "train", 4, rank=i, annotations={keys.TOPOLOGY_REQUIRED: L2})
+        )
+
+    await wait(lambda: all(released(cluster, n) for n in names), what="every member released")
+    nodes = [assigned_node(cluster, n) for n in names]
+    records = [placement(cluster, n) for n in names]
+    patches = pod_patches(cluster)
+    first_release = next(i for i, (_, kind) in enumerate(patches) if kind == "release")
+    await wait(
+        lambda: cluster.status_of("networktopologies", "default").get("freeGPUs") == 64 - 1 - 32,
+        what="NetworkTopology status counts the group's GPUs",
+    )
+    status = cluster.status_of("networktopologies", "default")
+    await wait(
+        lambda: all("GroupPlaced" in reasons(cluster, n) for n in names),
+        what="GroupPlaced on every member",
+    )
+
+    assert ["n5", "n6", "n7", "n8"] == nodes  # block-2, leaf order follows rank order
+    assert [{HOSTNAME: node} for node in nodes] == [
+        spec_of(cluster, n)["nodeSelector"] for n in names
+    ]
+    assert {("train", L2, "block-2")} == {(r["group"], r["level"], r["domain"]) for r in records}
+    assert [0, 1, 2, 3] == [r["rank"] for r in records]
+    assert 1 == len({r["planned"] for r in records})
+    assert {n for n, kind in patches[:first_release] if kind == "plan"} == set(names)
+    assert all(kind != "plan" for _, kind in patches[first_release:])
+    assert {"level": L2, "count": 2} in status["domains"]
+    assert {"level": HOSTNAME, "value": "n2", "freeGPUs": 8} == status["largestFreeDomain"]
+    assert 1 == await metric(operator, 'numatopo_group_placement_decisions_total{outcome="placed"}')
+    assert 1 == await metric(operator, "numatopo_group_placement_duration_seconds_count")
+    assert 1.0 == await metric(
+        operator,
+        f'numatopo_domain_utilization_ratio{{domain="block-2",level="{L2}",topology="default"}}',
+    )
+
+
+async def test_a_group_that_cannot_fit_plans_nothing_until_room_appears(env):
+    cluster, start_operator, h100, _, topology_object, wait = env.parts()
+    await build_cluster(env)
+    operator = await start_operator(**FAST)
+    names = [f"big-{i}" for i in range(5)]
+    for i, name in enumerate(names):
+        await cluster.create_pod(
+            member(env, name, "big", 5, rank=i, annotations={keys.TOPOLOGY_REQUIRED: L2})
+        )
+
+    await wait(
+        lambda: all("GroupUnsatisfiable" in reasons(cluster, n) for n in names),
+        what="GroupUnsatisfiable on every member",
+    )
+    await wait(
+        lambda: all("freeGPUs" in cluster.numatopology_status(n) for n in LAYOUT),
+        what="every node's status written",
+    )
+    held = [n for n in names if keys.ASSIGNMENT in cluster.annotations(n)]
+    free = [cluster.numatopology_status(n).get("freeGPUs") for n in LAYOUT]
+    assert [] == held
+    assert [8] * 8 == free
+    assert not any(released(cluster, n) for n in names)
+    assert 1 <= await metric(
+        operator, 'numatopo_group_placement_decisions_total{outcome="unsatisfiable"}'
+    )
+
+    # A fifth node joins block-1: the group is looked at again and fits there.
+    await cluster.create_node("n9", {L1: "spine-1", L2: "block-1", L3: "leaf-5"})
+    await cluster.create_numatopology(topology_object("n9", h100))
+    await wait(lambda: all(released(cluster, n) for n in names), what="placed once room appeared")
+
+    assert {"n1", "n2", "n3", "n4", "n9"} == {assigned_node(cluster, n) for n in names}
+
+
+def domain(node: str, level: str = L2) -> str:
+    return LAYOUT[node][[L1, L2, L3].index(level)]
+
+
+async def test_members_wait_for_the_whole_group_then_are_placed(env):
+    cluster, start_operator, _, _, _, wait = env.parts()
+    await build_cluster(env)
+    await start_operator(**FAST)
+    names = [f"w-{i}" for i in range(3)]
+    for i, name in enumerate(names[:2]):
+        await cluster.create_pod(member(env, name, "w", 3, gpus=4, rank=i))
+
+    await wait(
+        lambda: all("GroupWaiting" in reasons(cluster, n) for n in names[:2]),
+        what="GroupWaiting on the first two members",
+    )
+    [(_, message)] = [e for e in cluster.events_for("w-1") if e[0] == "GroupWaiting"]
+    assert "2 of 3 members seen" in message
+    assert not any(keys.ASSIGNMENT in cluster.annotations(n) for n in names[:2])
+
+    await cluster.create_pod(member(env, names[2], "w", 3, gpus=4, rank=2))
+    await wait(lambda: all(released(cluster, n) for n in names), what="placed once complete")
+    nodes = [assigned_node(cluster, n) for n in names]
+
+    # Consolidated (the default): 4-GPU members two to a node, ranks 0 and 1 together.
+    assert nodes[0] == nodes[1] != nodes[2]
+    assert domain(nodes[0], L3) == domain(nodes[2], L3)
+
+
+async def test_a_preferred_level_falls_back_to_a_wider_domain(env):
+    cluster, start_operator, _, _, _, wait = env.parts()
+    await build_cluster(env)
+    await start_operator(**FAST)
+    names = [f"p-{i}" for i in range(3)]
+    for i, name in enumerate(names):
+        await cluster.create_pod(
+            member(env, name, "p", 3, rank=i, annotations={keys.TOPOLOGY_PREFERRED: L3})
+        )
+
+    await wait(lambda: all(released(cluster, n) for n in names), what="every member released")
+    nodes = [assigned_node(cluster, n) for n in names]
+    records = [placement(cluster, n) for n in names]
+
+    # A leaf has two nodes: three whole-node members share a block instead.
+    assert {(L2, domain(nodes[0]))} == {(r["level"], r["domain"]) for r in records}
+    assert 1 == len({domain(n) for n in nodes})
+    assert 3 == len(set(nodes))
+
+
+async def test_the_coscheduling_pod_group_label_declares_a_group(env):
+    cluster, start_operator, _, _, _, wait = env.parts()
+    await build_cluster(env)
+    await start_operator(**FAST)
+    names = ["cs-0", "cs-1"]
+    for name in names:
+        pod = member(env, name, "unused", 2, labels={"scheduling.x-k8s.io/pod-group": "cs"})
+        found = pod["metadata"]["annotations"]
+        del found[keys.GROUP], found[keys.GROUP_SIZE]
+        found["scheduling.x-k8s.io/min-available"] = "2"
+        await cluster.create_pod(pod)
+
+    await wait(lambda: all(released(cluster, n) for n in names), what="both members released")
+
+    assert {"cs"} == {placement(cluster, n)["group"] for n in names}
+    assert 2 == len({assigned_node(cluster, n) for n in names})
+
+
+async def test_members_that_disagree_on_the_group_are_not_placed(env):
+    cluster, start_operator, _, _, _, wait = env.parts()
+    await build_cluster(env)
+    await start_operator(**FAST)
+    await cluster.create_pod(member(env, "d-0", "d", 2, gpus=1, rank=0))
+    await cluster.create_pod(member(env, "d-1", "d", 3, gpus=1, rank=1))
+    await cluster.create_pod(member(env, "d-2", "d", 3, gpus=1, rank=2))
+
+    await wait(
+        lambda: all("GroupInvalid" in reasons(cluster, n) for n in ("d-0", "d-1", "d-2")),
+        what="GroupInvalid on every member",
+    )
+    [(_, message)] = [e for e in cluster.events_for("d-0") if e[0] == "GroupInvalid"]
+
+    assert "disagree" in message
+    assert keys.GROUP_SIZE in message
+    assert not any(keys.ASSIGNMENT in cluster.annotations(n) for n in ("d-0", "d-1", "d-2"))
+
+
+async def test_a_gated_pod_without_a_group_is_reported(env):
+    cluster, start_operator, _, _, _, wait = env.parts()
+    await build_cluster(env)
+    await start_operator(**FAST)
+    pod = member(env, "lost", "unused", 1)
+    found = pod["metadata"]["annotations"]
+    del found[keys.GROUP], found[keys.GROUP_SIZE]
+    await cluster.create_pod(pod)
+
+    await wait(lambda: "GroupInvalid" in reasons(cluster, "lost"), what="GroupInvalid Event")
+    [(_, message)] = cluster.events_for("lost")
+
+    assert f"carries the scheduling gate {GATE} but names no group" in message
+    assert not released(cluster, "lost")
+
+
+async def test_the_extender_passes_a_released_member_on_its_planned_node_only(env):
+    cluster, start_operator, _, _, _, wait = env.parts()
+    await build_cluster(env)
+    operator = await start_operator(**FAST)
+    for i in range(2):
+        await cluster.create_pod(member(env, f"x-{i}", "x", 2, rank=i))
+    await wait(lambda: released(cluster, "x-0") and released(cluster, "x-1"), what="released")
+    pod = cluster.pods()["x-1"]
+    planned = assigned_node(cluster, "x-1")
+
+    _, filtered = await operator.post("/filter", {"Pod": pod, "NodeNames": sorted(LAYOUT)})
+    _, scores = await operator.post("/prioritize", {"Pod": pod, "NodeNames": sorted(LAYOUT)})
+
+    assert [planned] == filtered["NodeNames"]
+    assert set(LAYOUT) - {planned} == set(filtered["FailedAndUnresolvableNodes"])
+    assert {planned: 10} == {s["Host"]: s["Score"] for s in scores if s["Score"]}
+
+
+async def fail_and_replace(env: Any, victim: str, replacement: dict[str, Any]) -> str:
+    """Mark the victim's node NotReady, delete the victim, create its replacement; returns
+    the failed node."""
+    cluster = env.cluster
+    node = assigned_node(cluster, victim)
+    await cluster.patch_node(
+        node, {"status": {"conditions": [{"type": "Ready", "status": "Unknown"}]}}
+    )
+    await cluster.delete_pod(victim)
+    await cluster.create_pod(replacement)
+    return node
+
+
+async def test_a_replacement_member_is_placed_in_its_groups_domain(env):
+    cluster, start_operator, _, _, _, wait = env.parts()
+    await build_cluster(env)
+    operator = await start_operator(**FAST)
+    names = [f"r-{i}" for i in range(3)]
+    required = {keys.TOPOLOGY_REQUIRED: L2}
+    for i, name in enumerate(names):
+        await cluster.create_pod(member(env, name, "r", 3, rank=i, annotations=required))
+    await wait(lambda: all(released(cluster, n) for n in names), what="group placed")
+    block = placement(cluster, "r-0")["domain"]
+
+    failed = await fail_and_replace(
+        env, "r-1", member(env, "r-1-again", "r", 3, rank=1, annotations=required)
+    )
+    await wait(lambda: released(cluster, "r-1-again"), what="the replacement released")
+    node = assigned_node(cluster, "r-1-again")
+    await wait(
+        lambda: "GroupRecovered" in reasons(cluster, "r-1-again"), what="GroupRecovered Event"
+    )
+    [(_, message)] = [e for e in cluster.events_for("r-1-again") if e[0] == "GroupRecovered"]
+
+    assert node != failed
+    assert block == domain(node)
+    assert {"level": L2, "domain": block, "rank": 1} == {
+        k: placement(cluster, "r-1-again")[k] for k in ("level", "domain", "rank")
+    }
+    assert f"in its group's domain {L2}={block}" in message
+    assert 1 == await metric(operator, "numatopo_group_recovery_duration_seconds_count")
+    assert 1 == await metric(
+        operator, 'numatopo_group_placement_decisions_total{outcome="recovered"}'
+    )
+
+
+async def test_a_replacement_with_no_room_in_its_domain_goes_to_the_next_wider_one(env):
+    cluster, start_operator, _, _, _, wait = env.parts()
+    await build_cluster(env)
+    await start_operator(**FAST)
+    names = [f"f-{i}" for i in range(4)]
+    preferred = {keys.TOPOLOGY_PREFERRED: L2}
+    for i, name in enumerate(names):
+        await cluster.create_pod(member(env, name, "f", 4, rank=i, annotations=preferred))
+    await wait(lambda: all(released(cluster, n) for n in names), what="group placed")
+    block = placement(cluster, "f-0")["domain"]
+
+    await fail_and_replace(
+        env, "f-2", member(env, "f-2-again", "f", 4, rank=2, annotations=preferred)
+    )
+    await wait(lambda: released(cluster, "f-2-again"), what="the replacement released")
+    await wait(
+        lambda: "GroupRecovered" in reasons(cluster, "f-2-again"), what="GroupRecovered Event"
+    )
+    [event] = [e for e in cluster.events() if e["reason"] == "GroupRecovered"]
+
+    assert block != domain(assigned_node(cluster, "f-2-again"))
+    assert "Warning" == event["type"]
+    assert (
+        f"outside its group's domain {L2}={block} (no room there), in {L1}=spine-1"
+        in (event["message"])
+    )
+
+
+async def test_with_groups_off_gated_members_stay_gated(env):
+    cluster, start_operator, _, _, _, wait = env.parts()
+    await build_cluster(env)
+    operator = await start_operator(groups=False, **FAST)
+    await wait(lambda: operator.runtime.deciding, what="the operator decides")
+    for i in range(2):
+        await cluster.create_pod(member(env, f"off-{i}", "off", 2, rank=i))
+    await cluster.create_pod(env.pod("plain", node="n1", gpus=1))
+    # An ordinary pod created after the members is decided: the members had their turn.
+    await wait(lambda: keys.ASSIGNMENT in cluster.annotations("plain"), what="plain assigned")
+
+    assert not any(keys.ASSIGNMENT in cluster.annotations(f"off-{i}") for i in range(2))
+    assert not any(released(cluster, f"off-{i}") for i in range(2))
+    assert [] == cluster.events_for("off-0")
+
+
+async def test_only_the_lease_holder_plans_and_its_successor_finishes(env):
+    """Two replicas watch the same group: the holder plans it once; when the holder
+    stops with the group waiting for a member, the other one completes it."""
+    cluster, start_operator, _, _, _, wait = env.parts()
+    await build_cluster(env)
+    for name in ("op-a", "op-b"):
+        await cluster.create(f"/api/v1/namespaces/{OPERATOR_NAMESPACE}/pods", operator_pod(name))
+    a = await start_operator(**replica("op-a"), **FAST)
+    await wait(lambda: a.runtime.deciding, what="A decides")
+    b = await start_operator(**replica("op-b"), **FAST)
+    names = [f"ha-{i}" for i in range(3)]
+    for i, name in enumerate(names[:2]):
+        await cluster.create_pod(member(env, name, "ha", 3, rank=i))
+    await wait(lambda: all("GroupWaiting" in reasons(cluster, n) for n in names[:2]), what="wait")
+    await asyncio.sleep(0.5)  # time for a standby that wrongly decided to post its own
+    before = [reasons(cluster, n).count("GroupWaiting") for n in names[:2]]
+
+    await a.stop()
+    await wait(lambda: b.runtime.deciding, what="B takes over")
+    await cluster.create_pod(member(env, names[2], "ha", 3, rank=2))
+    await wait(lambda: all(released(cluster, n) for n in names), what="B places the group")
+    plans = [name for name, kind in pod_patches(cluster) if kind == "plan"]
+
+    assert sorted(plans) == names  # one plan write per member, by one replica
+    assert 1 == len({placement(cluster, n)["planned"] for n in names})
+    assert [1, 1] == before  # the standby said nothing
+
+
+async def test_a_group_naming_a_level_waits_for_its_network_topology(env):
+    cluster, start_operator, _, _, _, wait = env.parts()
+    await build_cluster(env, topology=False)
+    await start_operator(**FAST)
+    names = ["t-0", "t-1"]
+    for i, name in enumerate(names):
+        await cluster.create_pod(
+            member(env, name, "t", 2, rank=i, annotations={keys.TOPOLOGY_REQUIRED: L3})
+        )
+    await wait(lambda: "GroupUnsatisfiable" in reasons(cluster, "t-0"), what="no topology yet")
+    [(_, message)] = cluster.events_for("t-0")[-1:]
+
+    assert "no NetworkTopology exists" in message
+
+    await cluster.create_network_topology("default", [L1, L2, L3])
+    await wait(lambda: all(released(cluster, n) for n in names), what="placed once it exists")
+
+    assert 1 == len({domain(assigned_node(cluster, n), L3) for n in names})
