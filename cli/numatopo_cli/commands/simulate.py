@@ -246,6 +246,13 @@ def write_plot(result: SimulationResult, path: Path) -> None:
         f"numatopo simulate: {result.pods} pods on {result.nodes} nodes / {result.gpus} GPUs "
         f"(seed {result.seed})"
     )
+    save_figure(fig, path)
+
+
+def save_figure(fig: Any, path: Path) -> None:
+    """Write a simulate plot and free it; a path that cannot be written is InputError."""
+    import matplotlib.pyplot as plt
+
     fig.tight_layout()
     try:
         fig.savefig(path, dpi=110)

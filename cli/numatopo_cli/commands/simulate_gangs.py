@@ -23,6 +23,7 @@ from numatopo_cli.commands.simulate import (
     _csv_rows,
     _open_text,
     _read_topology_dir,
+    save_figure,
 )
 from numatopo_engine.annotations import PolicyName
 from numatopo_engine.simulation import (
@@ -206,13 +207,7 @@ def write_plot(result: GangResult, path: Path) -> None:
         f"numatopo simulate --multi-node: {result.jobs} jobs ({result.sizes}) on "
         f"{result.nodes} nodes / {result.gpus} GPUs, load {result.load}, seed {result.seed}"
     )
-    fig.tight_layout()
-    try:
-        fig.savefig(path, dpi=110)
-    except OSError as exc:
-        raise InputError(f"--plot {path}: {exc.strerror or exc}") from None
-    finally:
-        plt.close(fig)
+    save_figure(fig, path)
 
 
 def run(args: argparse.Namespace) -> int:
