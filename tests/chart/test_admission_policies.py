@@ -20,6 +20,8 @@ OPERATOR = f"system:serviceaccount:{NAMESPACE}:numatopo-operator"
 NODE = f"system:serviceaccount:{NAMESPACE}:numatopo-node"
 NODE_CLAIM = "authentication.kubernetes.io/node-name"
 ASSIGNMENT = "numatopo.io/assignment"
+PLACEMENT = "numatopo.io/group-placement"
+PLANNED = '{"v": 1, "group": "train", "level": "leaf", "domain": "leaf-1", "rank": 0}'
 BOOKED = '{"v": 1, "node": "gpu-a", "numaNodes": [0], "containers": {}}'
 
 
@@ -203,6 +205,41 @@ RS_CONTROLLER = "system:serviceaccount:kube-system:replicaset-controller"
             id="agent-rewrites-assignment-through-status",
         ),
         pytest.param(
+            request(USER, "UPDATE"),
+            pod({ASSIGNMENT: BOOKED, PLACEMENT: PLANNED.replace("leaf-1", "leaf-2")}),
+            pod({ASSIGNMENT: BOOKED, PLACEMENT: PLANNED}),
+            False,
+            id="user-rewrites-group-placement",
+        ),
+        pytest.param(
+            request(USER, "CREATE"),
+            pod({PLACEMENT: PLANNED}),
+            None,
+            False,
+            id="user-creates-pod-with-group-placement",
+        ),
+        pytest.param(
+            request(OPERATOR, "UPDATE"),
+            pod({ASSIGNMENT: BOOKED, PLACEMENT: PLANNED}),
+            pod(),
+            True,
+            id="operator-plans-a-group-member",
+        ),
+        pytest.param(
+            request(OPERATOR, "UPDATE"),
+            pod({}),
+            pod({ASSIGNMENT: BOOKED, PLACEMENT: PLANNED}),
+            True,
+            id="operator-voids-a-plan",
+        ),
+        pytest.param(
+            request(USER, "UPDATE"),
+            pod({ASSIGNMENT: BOOKED, PLACEMENT: PLANNED, "team": "a"}),
+            pod({ASSIGNMENT: BOOKED, PLACEMENT: PLANNED}),
+            True,
+            id="user-edits-other-annotations-of-a-member",
+        ),
+        pytest.param(
             request("system:serviceaccount:other:numatopo-operator", "UPDATE"),
             pod({ASSIGNMENT: BOOKED}),
             pod(),
@@ -311,9 +348,9 @@ def test_node_pods_write_only_their_own_node(
             "assignment",
             request(USER, "CREATE"),
             (pod({ASSIGNMENT: BOOKED}), None),
-            f"only the numatopo operator may set, change or remove the pod annotation "
-            f"numatopo.io/assignment (request by {USER}); remove it from the pod or its "
-            f"template and let numatopo assign the pod",
+            f"only the numatopo operator may set, change or remove the pod annotations "
+            f"numatopo.io/assignment and numatopo.io/group-placement (request by {USER}); "
+            f"remove them from the pod or its template and let numatopo assign the pod",
             id="assignment-names-the-requester-and-the-fix",
         ),
         pytest.param(
