@@ -12,8 +12,9 @@ from __future__ import annotations
 
 from typing import ClassVar, Literal
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import Field
 
+from numatopo_engine.exports.wire import ForeignObject, ForeignWire
 from numatopo_engine.exports.zones import MANAGED_BY, numa_zones
 from numatopo_engine.model import NumatopologySpec, ObjectMeta
 from numatopo_engine.state import NodeState
@@ -51,23 +52,17 @@ _POLICY_WORDS = {
 _SCOPE_WORDS = {"container": "ContainerLevel", "pod": "PodLevel"}
 
 
-class _Wire(BaseModel):
-    """Their field names as they are (already camelCase); no unknown keys."""
-
-    model_config = ConfigDict(extra="forbid", frozen=True, populate_by_name=True)
-
-
-class AttributeInfo(_Wire):
+class AttributeInfo(ForeignWire):
     name: str
     value: str
 
 
-class CostInfo(_Wire):
+class CostInfo(ForeignWire):
     name: str
     value: int
 
 
-class ResourceInfo(_Wire):
+class ResourceInfo(ForeignWire):
     """Amounts of one resource in a zone, as quantity strings (int-or-string upstream)."""
 
     name: str
@@ -76,7 +71,7 @@ class ResourceInfo(_Wire):
     available: str
 
 
-class Zone(_Wire):
+class Zone(ForeignWire):
     name: str
     type: str
     parent: str | None = None
@@ -85,7 +80,7 @@ class Zone(_Wire):
     resources: list[ResourceInfo] = Field(default_factory=list)
 
 
-class NodeResourceTopology(_Wire):
+class NodeResourceTopology(ForeignObject):
     """The whole object, cluster-scoped, named after its node."""
 
     plural: ClassVar[str] = "noderesourcetopologies"
@@ -98,12 +93,6 @@ class NodeResourceTopology(_Wire):
     topology_policies: list[str] = Field(default_factory=list, alias="topologyPolicies")
     attributes: list[AttributeInfo] = Field(default_factory=list)
     zones: list[Zone]
-
-    def to_wire(self) -> dict[str, object]:
-        """The JSON-ready dict to apply (aliases; no empty metadata maps, no unset optionals)."""
-        wire = self.model_dump(mode="json", by_alias=True, exclude_none=True)
-        wire["metadata"] = {k: v for k, v in wire["metadata"].items() if v not in ({}, None)}
-        return wire
 
 
 def zone_name(numa: int) -> str:

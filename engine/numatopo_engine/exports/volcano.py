@@ -27,10 +27,11 @@ from __future__ import annotations
 
 from typing import ClassVar, Literal
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import Field
 
 from numatopo_engine.annotations import Assignment
 from numatopo_engine.devices import schedulable_devices
+from numatopo_engine.exports.wire import ForeignObject, ForeignWire
 from numatopo_engine.exports.zones import MANAGED_BY
 from numatopo_engine.model import NumatopologySpec, ObjectMeta
 from numatopo_engine.state import NodeState
@@ -59,31 +60,27 @@ CPU_MANAGER_POLICY = "CPUManagerPolicy"
 TOPOLOGY_MANAGER_POLICY = "TopologyManagerPolicy"
 
 
-class _Wire(BaseModel):
-    model_config = ConfigDict(extra="forbid", frozen=True, populate_by_name=True)
-
-
-class NumaResource(_Wire):
+class NumaResource(ForeignWire):
     """`numares` entry: `allocatable` is a cpulist ("0-3,8"), `capacity` a count."""
 
     allocatable: str
     capacity: int = Field(ge=0)
 
 
-class CpuInfo(_Wire):
+class CpuInfo(ForeignWire):
     numa: int = Field(ge=0)
     socket: int = Field(ge=0)
     core: int = Field(ge=0)
 
 
-class ContainerAllocation(_Wire):
+class ContainerAllocation(ForeignWire):
     """What one container holds: `cpu` a cpulist, anything else a quantity."""
 
     name: str
     allocations: dict[str, str] = Field(default_factory=dict)
 
 
-class PodAllocation(_Wire):
+class PodAllocation(ForeignWire):
     uid: str | None = None
     name: str
     namespace: str
@@ -92,7 +89,7 @@ class PodAllocation(_Wire):
     )
 
 
-class VolcanoSpec(_Wire):
+class VolcanoSpec(ForeignWire):
     policies: dict[str, str]
     res_reserved: dict[str, str] = Field(default_factory=dict, alias="resReserved")
     numares: dict[str, NumaResource]
@@ -100,7 +97,7 @@ class VolcanoSpec(_Wire):
     pod_allocations: list[PodAllocation] = Field(default_factory=list, alias="podAllocations")
 
 
-class VolcanoNumatopology(_Wire):
+class VolcanoNumatopology(ForeignObject):
     """The whole object, cluster-scoped, named after its node."""
 
     plural: ClassVar[str] = "numatopologies"
@@ -111,12 +108,6 @@ class VolcanoNumatopology(_Wire):
     kind: Literal["Numatopology"] = "Numatopology"
     metadata: ObjectMeta
     spec: VolcanoSpec
-
-    def to_wire(self) -> dict[str, object]:
-        """The JSON-ready dict to apply (aliases; no empty metadata maps, no unset optionals)."""
-        wire = self.model_dump(mode="json", by_alias=True, exclude_none=True)
-        wire["metadata"] = {k: v for k, v in wire["metadata"].items() if v not in ({}, None)}
-        return wire
 
 
 def _cpu_detail(spec: NumatopologySpec) -> dict[str, CpuInfo]:
