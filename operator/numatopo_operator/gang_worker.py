@@ -118,8 +118,7 @@ async def advance(runtime: Runtime, group: str) -> bool:
             gangs.waiting_for_room.discard(group)
             return False
         if step.kind is StepKind.INVALID:
-            metrics.group_decisions.labels("invalid").inc()
-            await _tell(runtime, chosen, INVALID, step.reason, warning=True)
+            await _invalid(runtime, chosen, step.reason)
             return False
         assert spec is not None
         if step.kind is StepKind.WAIT:
@@ -143,15 +142,12 @@ async def advance(runtime: Runtime, group: str) -> bool:
             try:
                 placed = await gang_release.plan(runtime, spec, chosen)
             except GroupInvalidError as exc:
-                metrics.group_decisions.labels("invalid").inc()
-                await _tell(runtime, chosen, INVALID, str(exc), warning=True)
+                await _invalid(runtime, chosen, str(exc))
                 return False
             except GroupUnplaceableError as exc:
-                metrics.group_decisions.labels("unsatisfiable").inc()
-                gangs.waiting_for_room.add(group)
                 message = f"group {group} ({len(chosen)} members) does not fit: {exc}"
                 logger.info("%s", message)
-                await _tell(runtime, chosen, UNSATISFIABLE, message, warning=True)
+                await _unsatisfiable(runtime, group, chosen, message)
                 return True
             gangs.waiting_for_room.discard(group)
             logger.info(
@@ -189,17 +185,11 @@ async def advance(runtime: Runtime, group: str) -> bool:
             try:
                 recovered = await gang_release.recover(runtime, spec, chosen, step.anchor, running)
             except GroupInvalidError as exc:
-                metrics.group_decisions.labels("invalid").inc()
-                await _tell(runtime, chosen, INVALID, str(exc), warning=True)
+                await _invalid(runtime, chosen, str(exc))
                 return False
             except GroupUnplaceableError as exc:
-                metrics.group_decisions.labels("unsatisfiable").inc()
-                gangs.waiting_for_room.add(group)
-                await _tell(
-                    runtime, chosen, UNSATISFIABLE,
-                    f"replacement member of running group {group} does not fit: {exc}",
-                    warning=True,
-                )  # fmt: skip
+                message = f"replacement member of running group {group} does not fit: {exc}"
+                await _unsatisfiable(runtime, group, chosen, message)
                 return True
             gangs.waiting_for_room.discard(group)
             released = await gang_release.release(runtime, chosen)
@@ -224,6 +214,20 @@ async def advance(runtime: Runtime, group: str) -> bool:
                 )  # fmt: skip
             continue
     return True
+
+
+async def _invalid(runtime: Runtime, members: Sequence[MemberView], reason: str) -> None:
+    runtime.metrics.group_decisions.labels("invalid").inc()
+    await _tell(runtime, members, INVALID, reason, warning=True)
+
+
+async def _unsatisfiable(
+    runtime: Runtime, group: str, members: Sequence[MemberView], message: str
+) -> None:
+    """Counted, told, and the group retried when room frees up (`waiting_for_room`)."""
+    runtime.metrics.group_decisions.labels("unsatisfiable").inc()
+    runtime.gangs.waiting_for_room.add(group)
+    await _tell(runtime, members, UNSATISFIABLE, message, warning=True)
 
 
 def _all_nodes(
