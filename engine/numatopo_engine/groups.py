@@ -37,7 +37,7 @@ from typing import Any
 
 from numatopo_engine import annotations as keys
 from numatopo_engine.errors import InvalidRequestError
-from numatopo_engine.pod_options import choice, echo
+from numatopo_engine.pod_options import choice, echo, whole_number
 
 __all__ = [
     "JOB_COMPLETION_INDEX",
@@ -60,7 +60,6 @@ POD_INDEX_LABEL = "apps.kubernetes.io/pod-index"
 # Far above any training job (the largest run tens of thousands of GPUs, 8 per pod),
 # small enough that a typo is refused instead of waited for forever.
 MAX_GROUP_SIZE = 100_000
-_SIZE = re.compile(r"^[0-9]{1,6}$")
 _RANK = re.compile(r"^[0-9]{1,9}$")
 # A Kubernetes label key: optional DNS-subdomain prefix and '/', then a name of up to
 # 63 alphanumerics, '-', '_', '.' starting and ending alphanumeric.
@@ -208,14 +207,7 @@ def _size(annotations: Mapping[str, str]) -> int:
             f"a group needs a size: set {keys.GROUP_SIZE} (or {MIN_AVAILABLE}) "
             f"to a whole number from 1 to {MAX_GROUP_SIZE}",
         )
-    text = annotations[key]
-    allowed = f"a whole number from 1 to {MAX_GROUP_SIZE}"
-    if not _SIZE.match(text):
-        raise InvalidRequestError(key, f"{echo(text)} is not {allowed}")
-    size = int(text)
-    if not 1 <= size <= MAX_GROUP_SIZE:
-        raise InvalidRequestError(key, f"{size} is out of range; expected {allowed}")
-    return size
+    return whole_number(key, annotations[key], MAX_GROUP_SIZE)
 
 
 def _level(annotations: Mapping[str, str], key: str) -> str | None:

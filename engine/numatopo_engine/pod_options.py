@@ -31,6 +31,7 @@ __all__ = [
     "exclusive_cpu_problem",
     "options_from_annotations",
     "shorten",
+    "whole_number",
 ]
 
 # Long enough to recognise any sensible value, short enough for one line of an Event.
@@ -83,17 +84,22 @@ def choice(values: Mapping[str, str], key: str, kind: type[_E], default: _E) -> 
     )
 
 
+def whole_number(key: str, text: str, limit: int) -> int:
+    """`text` read as a whole number from 1 to `limit`; InvalidRequestError naming `key`."""
+    allowed = f"a whole number from 1 to {limit}"
+    if not _DIGITS.match(text):
+        raise InvalidRequestError(key, f"{echo(text)} is not {allowed}")
+    number = int(text)
+    if not 1 <= number <= limit:
+        raise InvalidRequestError(key, f"{number} is out of range; expected {allowed}")
+    return number
+
+
 def _max_numa_nodes(values: Mapping[str, str], policy: PolicyName) -> int | None:
     key = keys.MAX_NUMA_NODES
     if key not in values:
         return None
-    text = values[key]
-    allowed = f"a whole number from 1 to {MAX_NUMA_NODES_LIMIT}"
-    if not _DIGITS.match(text):
-        raise InvalidRequestError(key, f"{echo(text)} is not {allowed}")
-    count = int(text)
-    if not 1 <= count <= MAX_NUMA_NODES_LIMIT:
-        raise InvalidRequestError(key, f"{count} is out of range; expected {allowed}")
+    count = whole_number(key, values[key], MAX_NUMA_NODES_LIMIT)
     if policy is PolicyName.SINGLE_NUMA_NODE and count != 1:
         raise InvalidRequestError(
             key, f"{count} contradicts policy single-numa-node, which allows exactly 1"
