@@ -20,6 +20,7 @@ from numatopo_operator import (
     assigning,
     exports,
     extender,
+    extender_tls,
     gang_status,
     gang_worker,
     handlers,
@@ -36,18 +37,30 @@ logger = logging.getLogger(__name__)
 
 
 class Servers:
-    """The two HTTP servers; the ports are known once `start()` returned (0 = any)."""
+    """The two HTTP servers; the ports are known once `start()` returned (0 = any).
+
+    The extender serves HTTPS with client certificates (`extender_tls`) unless plain
+    HTTP was asked for by name; metrics and probes stay plain HTTP (the kubelet's probes
+    and Prometheus reach them; the chart's NetworkPolicy limits who else may)."""
 
     def __init__(self, runtime: Runtime) -> None:
         self.runtime = runtime
         self.extender_port = 0
         self.metrics_port = 0
+        self.extender_tls: extender_tls.RotatingContext | None = None
         self._runners: list[web.AppRunner] = []
 
-    async def _start(self, app: web.Application, port: int) -> int:
+    async def _start(
+        self, app: web.Application, port: int, tls: extender_tls.RotatingContext | None = None
+    ) -> int:
         runner = web.AppRunner(app, access_log=None)
         await runner.setup()
-        site = web.TCPSite(runner, self.runtime.settings.listen_host, port)
+        site = web.TCPSite(
+            runner,
+            self.runtime.settings.listen_host,
+            port,
+            ssl_context=tls.listening if tls is not None else None,
+        )
         await site.start()
         self._runners.append(runner)
         server = site._server
@@ -55,10 +68,13 @@ class Servers:
         return int(sockets[0].getsockname()[1]) if sockets else port
 
     async def start(self) -> None:
+        """Raises `extender_tls.ExtenderTlsError` (before opening any port) when the
+        extender has neither TLS files nor the explicit plain-HTTP switch."""
         settings = self.runtime.settings
+        self.extender_tls = extender_tls.extender_context(settings)
         self.metrics_port = await self._start(health.build_app(self.runtime), settings.metrics_port)
         self.extender_port = await self._start(
-            extender.build_app(self.runtime), settings.extender_port
+            extender.build_app(self.runtime), settings.extender_port, self.extender_tls
         )
 
     async def stop(self) -> None:
@@ -134,7 +150,8 @@ async def serve(
     identity = leadership.lease_identity(settings.pod_name)
     await servers.start()
     logger.info(
-        "numatopo operator: extender on :%d, metrics and probes on :%d, %s",
+        "numatopo operator: extender (%s) on :%d, metrics and probes on :%d, %s",
+        "plain HTTP, INSECURE" if servers.extender_tls is None else "HTTPS, client certificates",
         servers.extender_port,
         servers.metrics_port,
         "standalone"
@@ -164,5 +181,9 @@ def run(settings: OperatorSettings) -> int:
     logging.basicConfig(
         level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s"
     )
-    asyncio.run(serve(Runtime(settings)))
+    try:
+        asyncio.run(serve(Runtime(settings)))
+    except extender_tls.ExtenderTlsError as exc:
+        logger.error("numatopo operator cannot start: %s", exc)
+        return 2
     return 0

@@ -53,6 +53,20 @@ class OperatorSettings:
     metrics_port: int = 8080
     """Port of `/metrics`, `/healthz` (liveness) and `/readyz` (readiness); 0 = a free one."""
 
+    extender_tls_cert: str = ""
+    """PEM certificate chain the extender serves HTTPS with (`extender_tls`)."""
+
+    extender_tls_key: str = ""
+    """PEM private key of `extender_tls_cert`."""
+
+    extender_client_ca: str = ""
+    """PEM CA bundle a client certificate must chain to: the CA of kube-scheduler's
+    certificate only. The three files are re-read when they change (rotation)."""
+
+    extender_insecure_plain_http: bool = False
+    """Serve the extender as plain HTTP without client authentication: whoever reaches
+    the port can bind any pending pod to any node. For test clusters; logged loudly."""
+
     lease_name: str | None = None
     """`coordination.k8s.io/v1` Lease the replicas compete for; only its holder decides.
     None runs standalone (one replica, always deciding)."""
@@ -197,7 +211,7 @@ def _apply(
         if text is None:
             continue
         label = f"{source} {name}"
-        if name in ("export_nrt", "export_volcano"):
+        if name in ("export_nrt", "export_volcano", "extender_insecure_plain_http"):
             changes[name] = _switch(label, text)
             continue
         if isinstance(text, bool):
@@ -239,6 +253,17 @@ def _apply(
             f"deadline ({updated.renew_deadline_seconds}) < lease duration "
             f"({updated.lease_duration_seconds})"
         )
+    tls = (updated.extender_tls_cert, updated.extender_tls_key, updated.extender_client_ca)
+    if any(tls) and not all(tls):
+        raise SettingsError(
+            f"{source}: the extender's TLS needs all three of extender_tls_cert, "
+            "extender_tls_key and extender_client_ca"
+        )
+    if any(tls) and updated.extender_insecure_plain_http:
+        raise SettingsError(
+            f"{source}: extender_insecure_plain_http and extender TLS files exclude each "
+            "other; drop the insecure switch to serve HTTPS"
+        )
     if not 0 < updated.retry_base_seconds <= updated.retry_max_seconds:
         raise SettingsError(
             f"{source}: need 0 < retry base ({updated.retry_base_seconds}) <= retry max "
@@ -254,6 +279,10 @@ _FIELDS = (
     "listen_host",
     "extender_port",
     "metrics_port",
+    "extender_tls_cert",
+    "extender_tls_key",
+    "extender_client_ca",
+    "extender_insecure_plain_http",
     "lease_name",
     "lease_namespace",
     "lease_duration_seconds",
@@ -291,6 +320,20 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--listen-host", help="address the HTTP servers bind to")
     parser.add_argument("--extender-port", help="scheduler extender port (default 8888)")
     parser.add_argument("--metrics-port", help="/metrics, /healthz, /readyz port (default 8080)")
+    parser.add_argument(
+        "--extender-tls-cert", help="PEM certificate chain the extender serves HTTPS with"
+    )
+    parser.add_argument("--extender-tls-key", help="PEM private key of --extender-tls-cert")
+    parser.add_argument(
+        "--extender-client-ca",
+        help="PEM CA a client certificate must chain to (kube-scheduler's CA only)",
+    )
+    parser.add_argument(
+        "--extender-insecure-plain-http",
+        action=argparse.BooleanOptionalAction,
+        help="INSECURE, test clusters only: serve the extender as plain HTTP without client "
+        "authentication (anyone reaching it can bind any pending pod to any node)",
+    )
     parser.add_argument(
         "--lease-name", help="Lease the replicas compete for; omit for one standalone replica"
     )

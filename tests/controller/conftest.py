@@ -334,13 +334,18 @@ class OperatorStarter:
         self.running: list[RunningOperator] = []
 
     async def start(self, cluster: Cluster, **overrides: Any) -> RunningOperator:
-        """`overrides`: `OperatorSettings` fields (Lease, pod name...) for this replica."""
+        """`overrides`: `OperatorSettings` fields (Lease, pod name...) for this replica.
+
+        Plain HTTP unless TLS files are given: these tests are about decisions, and
+        `test_extender_tls.py` drives the extender over mutual TLS."""
+        tls = "extender_tls_cert" in overrides
         settings = OperatorSettings(
             **{
                 "listen_host": "127.0.0.1",
                 "extender_port": 0,
                 "metrics_port": 0,
                 "status_debounce_seconds": 0.1,
+                "extender_insecure_plain_http": not tls,
                 **overrides,
             }
         )
