@@ -22,7 +22,8 @@ from numatopo_kube import (
 
 
 def add_node_flags(parser: argparse.ArgumentParser, *, metrics_port: int) -> None:
-    """`--node-name`, `--api-url` and `--metrics-port`, with the same meaning in both."""
+    """`--node-name`, `--api-url`, `--metrics-port` and `--metrics-address`, with the same
+    meaning in both."""
     parser.add_argument(
         "--node-name",
         default=os.environ.get("NODE_NAME", ""),
@@ -39,6 +40,14 @@ def add_node_flags(parser: argparse.ArgumentParser, *, metrics_port: int) -> Non
         type=int,
         default=metrics_port,
         help=f"Prometheus /metrics port, 0 = off (default {metrics_port})",
+    )
+    # A separate address flag (not `host:port`) so that `--metrics-port` keeps its meaning.
+    parser.add_argument(
+        "--metrics-address",
+        default="0.0.0.0",
+        help="address /metrics and /healthz listen on (default %(default)s: every interface, "
+        "for in-cluster scraping and the liveness probe; 127.0.0.1 keeps them on the node "
+        "but then the kubelet's HTTP probe, which dials the pod IP, cannot reach them)",
     )
 
 

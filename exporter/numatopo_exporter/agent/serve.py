@@ -147,12 +147,3 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         "kubelet's own choice stands (default %(default)s)",
     )
     add_node_flags(parser, metrics_port=9102)
-    # A separate address flag (not `host:port`) so that `--metrics-port` keeps its
-    # meaning, shared with `numatopo exporter`.
-    parser.add_argument(
-        "--metrics-address",
-        default="0.0.0.0",
-        help="address /metrics and /healthz listen on (default %(default)s: every interface, "
-        "for in-cluster scraping and the liveness probe; 127.0.0.1 keeps them on the node "
-        "but then the kubelet's HTTP probe, which dials the pod IP, cannot reach them)",
-    )

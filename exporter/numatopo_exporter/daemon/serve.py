@@ -91,7 +91,7 @@ async def serve(
             return 0
         if args.metrics_port:
             runner = await metrics.start_metrics_server(
-                exporter_metrics.registry, port=args.metrics_port
+                exporter_metrics.registry, host=args.metrics_address, port=args.metrics_port
             )
             stack.push_async_callback(runner.cleanup)
         debouncer = udev.Debouncer(loop.request_rescan, delay_seconds=args.debounce_seconds)

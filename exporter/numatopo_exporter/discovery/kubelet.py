@@ -15,12 +15,21 @@ is missing, or any file that exists but does not parse, is an error naming the f
 A named absolute path is a host path (under the root); a relative one is a file on
 the machine running numatopo, relative to its working directory (`numatopo inspect
 --hwloc-xml node.xml --kubelet-config config.yaml`).
+
+In the chart each file is mounted alone (never the kubelet's whole directory, which holds
+every pod's Secrets). The kubelet writes its checkpoint to a new file and renames it over
+the old one; a file mount keeps showing the old one, which then has no link left on the
+host (`st_nlink == 0`). Its `policyName` stays true until the kubelet is restarted with
+a new policy, which needs the checkpoint deleted: a stale copy naming `static` is still
+`static` (a static kubelet rewrites it on every pod), while a stale copy naming anything
+else means the kubelet made a new checkpoint since, so its policy is unknown.
 """
 
 from __future__ import annotations
 
 import json
 import math
+import os
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -101,7 +110,12 @@ def _require(path: Path, named: Path | None, what: str) -> None:
 
 def _load_config(path: Path, notices: list[str]) -> dict[str, Any]:
     try:
-        text = path.read_text(encoding="utf-8")
+        text, replaced = _read_mounted(path)
+        if replaced:
+            notices.append(
+                f"{path}: replaced on the host after this container started; this is the "
+                "old copy (restart the numatopo node pod to read the new one)"
+            )
     except FileNotFoundError:
         notices.append(f"{path}: no kubelet config file; assuming the default policies (none)")
         return {}
@@ -130,7 +144,7 @@ def read_cpu_manager_policy(path: Path) -> str | None:
     must not write cpusets until it knows.
     """
     try:
-        text = path.read_text(encoding="utf-8")
+        text, replaced = _read_mounted(path)
     except FileNotFoundError:
         return None
     except (OSError, UnicodeDecodeError) as exc:
@@ -145,7 +159,22 @@ def read_cpu_manager_policy(path: Path) -> str | None:
     policy = data.get("policyName") if isinstance(data, dict) else None
     if not isinstance(policy, str) or not policy:
         raise DiscoveryError("the CPU manager checkpoint names no policyName", path)
+    if replaced and policy != "static":
+        raise DiscoveryError(
+            f"the kubelet replaced its CPU manager checkpoint after this container started "
+            f"(the mounted copy, policy {policy!r}, is no longer on the host), so its policy "
+            f"may have changed: restart the numatopo node pod to mount the current one",
+            path,
+        )
     return policy
+
+
+def _read_mounted(path: Path) -> tuple[str, bool]:
+    """The file's text, and whether the host has replaced it since it was mounted (the
+    copy seen here has no link left)."""
+    with path.open(encoding="utf-8") as file:
+        text = file.read()
+        return text, os.fstat(file.fileno()).st_nlink == 0
 
 
 def _string(settings: dict[str, Any], key: str, default: str, path: Path) -> str:

@@ -69,7 +69,7 @@ numatopo.io/extender-active
 
 {{/* Where the scheduler reaches the extender: the operator Service (selects the active replica). */}}
 {{- define "numatopo.operator.extenderURL" -}}
-http://{{ include "numatopo.fullname" . }}-operator.{{ .Release.Namespace }}.svc:{{ .Values.operator.extenderPort }}
+{{ if include "numatopo.extenderTLS.enabled" . }}https{{ else }}http{{ end }}://{{ include "numatopo.fullname" . }}-operator.{{ .Release.Namespace }}.svc:{{ .Values.operator.extenderPort }}
 {{- end }}
 
 {{/* Value combinations that cannot work: fail the install with a message saying what to change. */}}
@@ -110,4 +110,40 @@ the per-namespace one. */}}
 - apiGroups: [""]
   resources: [events]
   verbs: [create]
+{{- end }}
+
+{{/* The extender's TLS, shared by the operator, the scheduler and extender-tls.yaml:
+the Secret each pod mounts parts of (tls.crt, tls.key, ca.crt in both). */}}
+{{- define "numatopo.extenderTLS.enabled" -}}
+{{- if and .Values.operator.enabled (not .Values.scheduler.extender.insecurePlainHTTP) }}true{{ end }}
+{{- end }}
+
+{{- define "numatopo.extenderTLS.serverSecret" -}}
+{{- if eq .Values.tls.source "existingSecrets" }}
+{{- required "tls.existingSecrets.server is required with tls.source=existingSecrets" .Values.tls.existingSecrets.server }}
+{{- else }}
+{{- printf "%s-extender-server-tls" (include "numatopo.fullname" .) }}
+{{- end }}
+{{- end }}
+
+{{- define "numatopo.extenderTLS.clientSecret" -}}
+{{- if eq .Values.tls.source "existingSecrets" }}
+{{- required "tls.existingSecrets.client is required with tls.source=existingSecrets" .Values.tls.existingSecrets.client }}
+{{- else }}
+{{- printf "%s-extender-client-tls" (include "numatopo.fullname" .) }}
+{{- end }}
+{{- end }}
+
+{{/* A Secret of the release namespace as the cluster holds it now, as JSON ("{}" when
+there is none, and always when rendering offline). Helm's only `lookup` of the chart:
+tests/chart/test_chart_tls.py replaces this definition to render an upgrade. */}}
+{{- define "numatopo.existingSecret" -}}
+{{- $found := lookup "v1" "Secret" (index . 0).Release.Namespace (index . 1) }}
+{{- $found | default dict | toJson }}
+{{- end }}
+
+{{/* The DNS names the operator's certificate carries: its extender Service. */}}
+{{- define "numatopo.extenderTLS.dnsNames" -}}
+{{- $service := printf "%s-operator" (include "numatopo.fullname" .) }}
+{{- list $service (printf "%s.%s.svc" $service .Release.Namespace) (printf "%s.%s.svc.cluster.local" $service .Release.Namespace) | toJson }}
 {{- end }}

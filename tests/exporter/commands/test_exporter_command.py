@@ -158,3 +158,37 @@ async def test_a_burst_of_uevents_is_one_rescan_of_the_running_exporter(
 
     printed = json_documents(capsys.readouterr().out)
     assert (2, [[GPU], []]) == (len(scans), [gpus_and_cpus(p)[2] for p in printed])
+
+
+async def test_exporter_metrics_listen_on_the_given_address_only(
+    tree_copy: Callable[[str], Path],
+) -> None:
+    """`--metrics-address` (the chart's `exporter.metricsAddress`), as the agent's."""
+    from ..agent.test_agent_api_and_metrics import free_port, listening_addresses
+
+    port = free_port()
+    args = build_parser().parse_args(
+        [
+            "exporter",
+            f"--node-name={NODE}",
+            f"--sysfs-root={tree_copy(TREE)}",
+            "--no-nvml",
+            "--no-publish",
+            f"--metrics-port={port}",
+            "--metrics-address=127.0.0.1",
+            "--resync-seconds=3600",
+        ]
+    )
+    monitor = FakeMonitor()
+    task = asyncio.create_task(serve(args, udev_monitor=monitor))
+    try:
+        await until(lambda: bool(listening_addresses(port)), "the metrics server")
+        assert {"127.0.0.1"} == listening_addresses(port)
+    finally:
+        task.cancel()
+        await asyncio.gather(task, return_exceptions=True)
+        monitor.close()
+
+
+def test_exporter_metrics_listen_everywhere_by_default() -> None:
+    assert "0.0.0.0" == build_parser().parse_args(["exporter"]).metrics_address

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import json
+import os
 from pathlib import Path
 
 import pytest
@@ -131,3 +133,49 @@ def test_malformed_files_name_the_file(
         read_kubelet(HostRoot(tmp_path))
 
     assert bad == caught.value.path
+
+
+@pytest.fixture
+def replaced_checkpoint(tmp_path: Path):
+    """`replaced_checkpoint(policy)`: a path that reads as a file mount does after the
+    kubelet renamed a new checkpoint over the mounted one: the old file's content, with
+    no link left on the host (an open, unlinked file seen through /proc/self/fd)."""
+    opened: list[int] = []
+
+    def make(policy: str) -> Path:
+        path = tmp_path / f"cpu_manager_state-{policy}"
+        path.write_text(json.dumps({"policyName": policy, "defaultCpuSet": "", "checksum": 1}))
+        fd = os.open(path, os.O_RDONLY)
+        opened.append(fd)
+        path.unlink()
+        return Path(f"/proc/self/fd/{fd}")
+
+    yield make
+    for fd in opened:
+        os.close(fd)
+
+
+def test_a_replaced_checkpoint_that_said_none_is_unknown(replaced_checkpoint) -> None:
+    """The kubelet wrote a new checkpoint: its policy may be static now; the agent must not
+    write cpusets on an old `none`."""
+    from numatopo_exporter.discovery.kubelet import read_cpu_manager_policy
+
+    with pytest.raises(DiscoveryError, match="restart the numatopo node pod"):
+        read_cpu_manager_policy(replaced_checkpoint("none"))
+
+
+def test_a_replaced_checkpoint_that_said_static_is_still_static(replaced_checkpoint) -> None:
+    """A static kubelet rewrites its checkpoint on every pod; leaving static needs the
+    checkpoint deleted, and until the pod restarts the agent keeps standing aside."""
+    from numatopo_exporter.discovery.kubelet import read_cpu_manager_policy
+
+    assert "static" == read_cpu_manager_policy(replaced_checkpoint("static"))
+
+
+def test_a_checkpoint_in_place_reads_as_it_says(tmp_path: Path) -> None:
+    from numatopo_exporter.discovery.kubelet import read_cpu_manager_policy
+
+    path = tmp_path / "cpu_manager_state"
+    path.write_text('{"policyName": "none", "defaultCpuSet": "", "checksum": 1}')
+
+    assert "none" == read_cpu_manager_policy(path)
