@@ -298,7 +298,7 @@ def test_existing_secrets_are_mounted_and_nothing_is_generated(render: Any, find
 
 
 def test_existing_secrets_need_their_names(chart: Any) -> None:
-    with pytest.raises(helm.HelmRenderError, match="tls.existingSecrets.server is required"):
+    with pytest.raises(helm.HelmRenderError, match=r"tls\.existingSecrets\.server is required"):
         chart.render({"tls": {"source": "existingSecrets"}}, name=RELEASE, namespace=NAMESPACE)
 
 
