@@ -405,11 +405,11 @@ class Numatopo(Strategy):
         index = candidates[best]
         node = nodes[index]
         assert node.state is not None
-        decision = allocate(node.shape.spec, node.state, request, node.name, engine=self.engine)
+        decision = allocate(node.spec, node.state, request, node.name, engine=self.engine)
         return self._from_assignment(index, node, decision.assignment)
 
     def _from_assignment(self, index: int, node: SimNode, assignment: Assignment) -> Placement:
-        spec = node.shape.spec
+        spec = node.spec
         cpu_numa = {c.id: c.numa for c in spec.cpus}
         gpus: list[int] = []
         exclusive: dict[int, int] = {}
