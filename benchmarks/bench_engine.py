@@ -13,9 +13,14 @@ and as tight as a count-only scheduler is: per node it reads the same `NodeState
 O(1) free CPU, GPU and memory counters and compares them with the request (first fit,
 but over every node so both sides do one pass of the same shape).
 
-Nodes are 8-GPU 2-socket machines (DGX-1 V100, 8x H100 NVSwitch, 8x L40S PCIe, from
-tests/fixtures/topologies/) with mixed occupancy from a seeded RNG. Each node has its
-own spec object, parsed from its own JSON, as the operator's ledger holds them.
+Nodes are a realistic fleet (`simulation.fleet`): half 8-GPU 2-socket machines (DGX-1
+V100, 8x H100 NVSwitch, 8x L40S PCIe, AWS p4d, from tests/fixtures/topologies/), half
+the Alibaba openb node list's models as `numatopo simulate` lays them out, in its
+proportions; every node has its own name, GPU UUIDs and bus ids, as its exporter
+publishes them, and mixed occupancy from a seeded RNG. `--no-names` gives every node
+of a shape the same names (what every figure measured before fleets had names);
+`names/same` is the topology pass on named nodes over the same nodes unnamed, in the
+same run (goal: at most 1.2x).
 
 `topology s` is one cold pass per pod (the engine's decision memos emptied first, so
 every distinct node state is decided again; what depends only on the hardware shape and
@@ -33,7 +38,9 @@ again).
 from __future__ import annotations
 
 import argparse
+import csv
 import gc
+import json
 import random
 import sys
 import time
@@ -59,9 +66,13 @@ from numatopo_engine.annotations import PolicyName  # noqa: E402
 from numatopo_engine.errors import UnsatisfiableError  # noqa: E402
 from numatopo_engine.model import Numatopology, NumatopologySpec  # noqa: E402
 from numatopo_engine.request import ContainerRequest, PodRequest, TopologyOptions  # noqa: E402
+from numatopo_engine.simulation import parse_node_rows, parse_topology_map  # noqa: E402
+from numatopo_engine.simulation.fleet import identify, node_name  # noqa: E402
+from numatopo_engine.simulation.layouts import build_node_spec  # noqa: E402
 from numatopo_engine.state import NodeState  # noqa: E402
 
-SHAPES = ("dgx1-v100", "h100-nvswitch", "pcie-8gpu")
+SHAPES = ("dgx1-v100", "h100-nvswitch", "pcie-8gpu", "aws-p4d")
+SAMPLES = REPO / "cli" / "numatopo_cli" / "samples" / "simulate"
 GiB = 2**30
 
 
@@ -85,12 +96,43 @@ def _text(name: str) -> str:
     return (REPO / "tests" / "fixtures" / "topologies" / f"{name}.json").read_text()
 
 
-def build_cluster(count: int, seed: int) -> list[tuple[NumatopologySpec, NodeState]]:
+def fleet_shapes() -> tuple[list[NumatopologySpec], list[float]]:
+    """The fleet's shapes and weights: the fixture machines (half the fleet, alike) and
+    the Alibaba node list's (model, GPUs, CPUs, memory) shapes in their proportions."""
+    rows = parse_node_rows(
+        csv.DictReader((SAMPLES / "openb_node_list_gpu_node.csv").read_text().splitlines())
+    )
+    layouts = parse_topology_map(json.loads((SAMPLES / "topology-map.json").read_text()))
+    counted: dict[tuple[str, int, int, int], tuple[NumatopologySpec, int]] = {}
+    for row in rows:
+        key = (row.model, row.gpus, row.cpu_milli, row.memory_mib)
+        spec, seen = counted.get(key) or (
+            build_node_spec(row, layouts.layout_for(row.model, row.gpus)),
+            0,
+        )
+        counted[key] = (spec, seen + 1)
+    fixtures = [Numatopology.model_validate_json(_text(name)).spec for name in SHAPES]
+    share = len(rows) / len(fixtures)
+    return (
+        fixtures + [spec for spec, _ in counted.values()],
+        [share] * len(fixtures) + [float(n) for _, n in counted.values()],
+    )
+
+
+def build_cluster(
+    count: int, seed: int, *, names: bool = True
+) -> list[tuple[NumatopologySpec, NodeState]]:
+    """`count` nodes of `fleet_shapes`, each its own spec object (with its own names
+    unless `names` is False), partly booked."""
     rng = random.Random(seed)
-    texts = [_text(name) for name in SHAPES]
+    shapes, weights = fleet_shapes()
+    texts = [json.dumps(shape.to_wire()) for shape in shapes]
+    picked = random.Random(seed).choices(range(len(shapes)), weights=weights, k=count)
     nodes: list[tuple[NumatopologySpec, NodeState]] = []
     for index in range(count):
-        spec = Numatopology.model_validate_json(texts[index % len(texts)]).spec
+        spec = NumatopologySpec.model_validate_json(texts[picked[index]])
+        if names:
+            spec = identify(spec, node_name(index), seed=seed)
         state = NodeState(spec)
         for number in range(rng.randint(0, 6)):
             request = _pod(
@@ -186,16 +228,19 @@ def main() -> None:
     parser.add_argument("--nodes", type=int, nargs="+", default=[1000, 5000])
     parser.add_argument("--seed", type=int, default=7)
     parser.add_argument("--repeat", type=int, default=3, help="best of this many runs")
+    parser.add_argument("--no-names", action="store_true", help="nodes of a shape share names")
     args = parser.parse_args()
-    print(f"pod mix: {', '.join(p.name for p in MIX)}; shapes: {', '.join(SHAPES)}")
-    print(f"{'nodes':>6} {'topology s':>11} {'count s':>9} {'ratio':>6} {'repeat s':>9} "
-          f"{'ratio':>6} {'topo us/node':>13} {'count us/node':>14} "
-          f"{'node evals/s':>13}")  # fmt: skip
+    print(f"pod mix: {', '.join(p.name for p in MIX)}; shapes: {', '.join(SHAPES)} "
+          "and the Alibaba node list's")  # fmt: skip
+    print(f"{'nodes':>6} {'groups':>6} {'topology s':>11} {'count s':>9} {'ratio':>6} "
+          f"{'repeat s':>9} {'ratio':>6} {'topo us/node':>13} {'count us/node':>14} "
+          f"{'node evals/s':>13} {'names/same':>10}")  # fmt: skip
     for count in args.nodes:
-        nodes = build_cluster(count, args.seed)
+        nodes = build_cluster(count, args.seed, names=not args.no_names)
         count_only_pass(nodes, MIX[0])  # warm the interpreter on both paths
         cluster = clustered(nodes)
         topology_pass(clustered(nodes[:3]), MIX[0])
+        same = clustered(build_cluster(count, args.seed, names=False))
 
         def topology_mix(cluster: Cluster = cluster) -> None:
             for request in MIX:
@@ -205,16 +250,21 @@ def main() -> None:
             for request in MIX:
                 count_only_pass(nodes, request)
 
+        def same_mix(cluster: Cluster = same) -> None:
+            for request in MIX:
+                topology_pass(cluster, request)
+
         forget = partial(_forget_decisions, cluster)
         topology = _best_of(args.repeat, topology_mix, forget)
+        unnamed = _best_of(args.repeat, same_mix, partial(_forget_decisions, same))
         repeated = _best_of(args.repeat, topology_mix, lambda: None)
         counting = _best_of(args.repeat, count_mix, lambda: None)
         evaluations = count * len(MIX)
         print(
-            f"{count:>6} {topology:>11.3f} {counting:>9.3f} {topology / counting:>6.2f} "
-            f"{repeated:>9.3f} {repeated / counting:>6.2f} "
+            f"{count:>6} {len(cluster.groups):>6} {topology:>11.3f} {counting:>9.3f} "
+            f"{topology / counting:>6.2f} {repeated:>9.3f} {repeated / counting:>6.2f} "
             f"{1e6 * topology / evaluations:>13.1f} {1e6 * counting / evaluations:>14.1f} "
-            f"{evaluations / topology:>13.0f}"
+            f"{evaluations / topology:>13.0f} {topology / unnamed:>10.2f}"
         )
 
 

@@ -76,7 +76,14 @@ from numatopo_engine.request import ContainerRequest, PodRequest, TopologyOption
 from numatopo_engine.resources import accelerator_word
 from numatopo_engine.scoring import placement_score
 from numatopo_engine.state import NodeState
-from numatopo_engine.topology_tables import TableCache, Tables
+from numatopo_engine.topology_tables import (
+    DEFAULT_SHAPES,
+    NodeNames,
+    TableCache,
+    Tables,
+    node_names,
+    shape_key,
+)
 
 __all__ = [
     "Decision",
@@ -98,30 +105,37 @@ REFUSED = -1
 
 class Engine:
     """The memo tables of one caller (an extender, a simulation): hardware tables per
-    shape, row layouts, decision plans per request, GPU set choices. Answers never
-    depend on what is cached; one Engine per thread (the operator decides on one
-    engine thread)."""
+    shape, row layouts, decision plans per request, GPU set choices. Every memo is
+    keyed by content (the shape's key, the request), never by a node's names or an
+    object's id, and bounded: `shapes` hardware shapes are kept (the least recently
+    used dropped first), so answers never depend on what is cached. One Engine per
+    thread (the operator decides on one engine thread)."""
 
-    def __init__(self) -> None:
-        self.tables = TableCache()
-        self.layouts: dict[int, RowLayout] = {}
+    def __init__(self, shapes: int = DEFAULT_SHAPES) -> None:
+        self.tables = TableCache(shapes)
+        self.layouts: dict[str, RowLayout] = {}
         self.plans: dict[tuple[object, ...], Plan] = {}
         self.gpu_memo: GpuMemo = {}
-        self.free_columns: dict[int, FreeColumns] = {}
+        self.free_columns: dict[str, FreeColumns] = {}
 
-    def tables_of(self, topology: NumatopologySpec) -> Tables:
-        return self.tables.get(topology)
+    def tables_of(self, topology: NumatopologySpec, state: NodeState | None = None) -> Tables:
+        """The shape's tables; `state`, a node state of `topology`, saves working out
+        the shape key (a state keeps it)."""
+        key = state.shape_key if state is not None and state.topology is topology else None
+        return self.tables.get(topology, key)
 
     def layout_of(self, tables: Tables) -> RowLayout:
-        layout = self.layouts.get(id(tables))
+        layout = self.layouts.get(tables.key)
         if layout is None:
-            layout = self.layouts[id(tables)] = row_layout(tables)
+            if len(self.layouts) >= self.tables.size:
+                self.layouts.clear()
+            layout = self.layouts[tables.key] = row_layout(tables)
         return layout
 
     def plan(
         self, tables: Tables, need: Need, options: TopologyOptions, *, floor: int, closest: bool
     ) -> Plan:
-        key = (id(tables), need, options, floor, closest)
+        key = (tables.key, need, options, floor, closest)
         plan = self.plans.get(key)
         if plan is None:
             if len(self.plans) >= 4096 or len(self.gpu_memo) >= 1 << 16:
@@ -135,9 +149,11 @@ class Engine:
         return plan
 
     def free_columns_of(self, tables: Tables) -> FreeColumns:
-        found = self.free_columns.get(id(tables))
+        found = self.free_columns.get(tables.key)
         if found is None:
-            found = self.free_columns[id(tables)] = free_columns(tables, self.layout_of(tables))
+            if len(self.free_columns) >= self.tables.size:
+                self.free_columns.clear()
+            found = self.free_columns[tables.key] = free_columns(tables, self.layout_of(tables))
         return found
 
     def row(self, tables: Tables, state: NodeState) -> bytes:
@@ -184,8 +200,10 @@ def allocate(
     outcome = _decide(engine, topology, state, request, build=True, pinned=pinned or {})
     if isinstance(outcome, Shortfall):
         raise UnsatisfiableError(word(outcome), word(outcome, detail=False))
-    tables = engine.tables_of(topology)
-    containers = {name: _wire(entry, tables) for name, entry in outcome.entries.items()}
+    # Names only here, at the edge, and from the node's own spec.
+    tables = engine.tables_of(topology, state)
+    names = state.names if state.topology is topology else node_names(topology)
+    containers = {name: _wire(entry, tables, names) for name, entry in outcome.entries.items()}
     assignment = Assignment(
         node=node_name,
         numa_nodes=bits(outcome.mask),
@@ -257,9 +275,9 @@ def score_many(
     `hosts` from `mix_hosts`; without a mix, the best-fit fill). This is the one node
     score the extender's prioritize and `numatopo simulate` choose nodes by."""
     engine = engine or Engine()
-    tables = engine.tables_of(topology)
+    tables = engine.tables_of(topology, states[0] if states else None)
     for state in states if checked else ():
-        if state.topology is not topology and engine.tables_of(state.topology) is not tables:
+        if state.topology is not topology and state.shape_key != tables.key:
             raise ValueError("evaluate_many: every state must be of the topology's hardware")
     options = request.options
     count = len(states)
@@ -351,15 +369,17 @@ class ShapeGroup(NamedTuple):
 def group_by_shape(
     nodes: Iterable[tuple[NumatopologySpec, NodeState]], *, engine: Engine | None = None
 ) -> list[ShapeGroup]:
-    """`nodes` (topology, state) per hardware shape (equal content), in first-seen order:
-    what `evaluate_many(group.topology, group.states, request, checked=False)` takes."""
-    engine = engine or Engine()
-    groups: dict[int, ShapeGroup] = {}
+    """`nodes` (topology, state) per hardware shape (equal hardware, whatever the nodes'
+    names), in first-seen order: what `evaluate_many(group.topology, group.states,
+    request, checked=False)` takes. `engine` is accepted for callers that hold one; the
+    grouping reads only each state's shape key."""
+    del engine
+    groups: dict[str, ShapeGroup] = {}
     for position, (topology, state) in enumerate(nodes):
-        tables = engine.tables_of(topology)
-        group = groups.get(id(tables))
+        key = state.shape_key if state.topology is topology else shape_key(topology)
+        group = groups.get(key)
         if group is None:
-            group = groups[id(tables)] = ShapeGroup(topology, [], [])
+            group = groups[key] = ShapeGroup(topology, [], [])
         group.positions.append(position)
         group.states.append(state)
     return list(groups.values())
@@ -381,7 +401,7 @@ def mix_hosts(
         nodes += len(states)
         if not mix or not states:
             continue
-        tables = engine.tables_of(topology)
+        tables = engine.tables_of(topology, states[0])
         width = engine.layout_of(tables).width
         packed = [engine.row(tables, state) for state in states]
         rows_bytes = [b for b in packed if len(b) == width * 8]
@@ -406,7 +426,7 @@ def node_score(
 ) -> int:
     """Score `assignment` on a node whose allocations (without it) are `state`."""
     engine = engine or Engine()
-    tables = engine.tables_of(topology)
+    tables = engine.tables_of(topology, state)
     free = FreeView.from_state(tables, state)
     gpus = sorted(
         {g for c in assignment.containers.values() for g in (*c.gpu_indices, *c.mig_indices)}
@@ -436,10 +456,9 @@ class _Entry:
     exclusive: bool = True
     mask: int = 0
     gpus: list[int] = field(default_factory=list)
-    nics: list[str] = field(default_factory=list)
+    nics: list[int] = field(default_factory=list)  # positions (`topology_tables`)
     memory: dict[int, int] = field(default_factory=dict)
     hugepages: dict[int, dict[str, int]] = field(default_factory=dict)
-    gpu_names: list[str] = field(default_factory=list)
 
 
 @dataclass(slots=True)
@@ -449,19 +468,19 @@ class _Plan:
     entries: dict[str, _Entry]
 
 
-def _wire(entry: _Entry, tables: Tables) -> ContainerAssignment:
+def _wire(entry: _Entry, tables: Tables, names: NodeNames) -> ContainerAssignment:
     # Whole GPUs and MIG devices are one index space in the engine, two lists on the wire.
-    whole = [i for i, g in enumerate(entry.gpus) if g not in tables.mig_parent]
-    mig = [i for i, g in enumerate(entry.gpus) if g in tables.mig_parent]
+    whole = [g for g in entry.gpus if g not in tables.mig_parent]
+    mig = [g for g in entry.gpus if g in tables.mig_parent]
     return ContainerAssignment(
         cpus=CPUSet(entry.cpus),
         exclusive=entry.exclusive,
         mems=CPUSet(bits(entry.mask)),
-        gpus=[entry.gpu_names[i] for i in whole],
-        gpu_indices=[entry.gpus[i] for i in whole],
-        mig=[entry.gpu_names[i] for i in mig],
-        mig_indices=[entry.gpus[i] for i in mig],
-        nics=entry.nics,
+        gpus=[names.gpu_name[g] for g in whole],
+        gpu_indices=whole,
+        mig=[names.gpu_name[g] for g in mig],
+        mig_indices=mig,
+        nics=[names.nic_name[n] for n in sorted(entry.nics)],
         memory={str(n): v for n, v in sorted(entry.memory.items())},
         hugepages={str(n): dict(sorted(s.items())) for n, s in sorted(entry.hugepages.items())},
     )
@@ -492,7 +511,7 @@ def _decide(
     build: bool,
     pinned: Pinned | None = None,
 ) -> _Plan | Shortfall:
-    tables = engine.tables_of(topology)
+    tables = engine.tables_of(topology, state)
     options = request.options
     pins = pinned or {}
     try:
@@ -603,7 +622,7 @@ def _check_pins(pins: Pinned, sizing: _Sizing, tables: Tables, state: NodeState)
                 f"container {name} holds GPUs {list(gpus)} but asks for {container.gpus}"
             )
         for gpu in gpus:
-            if gpu not in tables.gpu_name:
+            if gpu not in tables.gpu_resource:
                 raise UnsatisfiableError(f"container {name} holds GPU {gpu}, unknown here")
             if gpu not in free or gpu in seen:
                 raise UnsatisfiableError(
@@ -761,7 +780,6 @@ def _fill(
                              f"{len(gpu_pool)} left of the pod's set")  # fmt: skip
     if picked:
         entry.gpus = list(picked)
-        entry.gpu_names = [tables.gpu_name[g] for g in picked]
         for gpu in picked:
             gpu_pool.remove(gpu)
             free.gpus.discard(gpu)
@@ -896,7 +914,7 @@ def _add_init_entries(
             )
             if isinstance(extra, Shortfall):
                 return extra
-            entry.gpus, entry.gpu_names, entry.nics = extra.gpus, extra.gpu_names, extra.nics
+            entry.gpus, entry.nics = extra.gpus, extra.nics
             entry.memory, entry.hugepages = extra.memory, extra.hugepages
         entries[container.name] = entry
     return None

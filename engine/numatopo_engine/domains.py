@@ -377,7 +377,7 @@ class _Placer:
         candidate = self.nodes[node]
         state = candidate.state
         key = (
-            id(self.engine.tables_of(candidate.topology)),
+            state.shape_key,
             state.free_signature(),
             tuple(sorted(state.memory_groups().items())),
         )

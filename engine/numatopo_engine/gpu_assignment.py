@@ -11,8 +11,9 @@ together for the next job. Then the lowest indices.
 `ignore` takes the lowest free indices.
 
 The search is exact over combinations for up to `EXACT_LIMIT` candidates (C(16, 8) =
-12870 sets) and greedy above; results are memoised per topology by candidate set,
-since a cluster of identical nodes sees the same few free sets over and over.
+12870 sets) and greedy above; results are memoised per hardware shape (`Tables.key`) by
+candidate set, since a cluster of identical nodes sees the same few free sets over and
+over.
 """
 
 from __future__ import annotations
@@ -43,7 +44,7 @@ def first_unlinked_pair(tables: Tables, gpus: Iterable[int]) -> tuple[int, int] 
     return None
 
 
-GpuMemo = dict[tuple[frozenset[int], int, str], tuple[int, ...] | None]
+GpuMemo = dict[tuple[str, frozenset[int], int, str], tuple[int, ...] | None]
 
 
 def choose_gpus(
@@ -54,10 +55,11 @@ def choose_gpus(
     memo: GpuMemo | None = None,
 ) -> tuple[int, ...] | None:
     """The best `count` GPUs among `candidates`, or None when no set qualifies; `memo`,
-    when given, is the caller's (the choice depends on the hardware and arguments only)."""
+    when given, is the caller's (the choice depends on the hardware shape and arguments
+    only, so one memo serves every shape)."""
     if memo is None:
         return _search(tables, sorted(candidates), count, mode)
-    key = (candidates, count, mode.value)
+    key = (tables.key, candidates, count, mode.value)
     if key in memo:
         return memo[key]
     chosen = memo[key] = _search(tables, sorted(candidates), count, mode)

@@ -52,7 +52,7 @@ class FreeView:
 
     cpus: set[int]  # allocatable CPUs held exclusively by no one (the shared pool)
     gpus: set[int]
-    nics: set[str]
+    nics: set[int]  # NIC positions (`topology_tables`): names decide nothing
     memory: dict[int, int]
     hugepages: dict[tuple[int, str], int]
     groups: dict[int, int] = field(
@@ -63,10 +63,11 @@ class FreeView:
     def from_state(cls, tables: Tables, state: NodeState) -> FreeView:
         signature = state.free_signature()
         free_memory = dict(signature.memory)
+        position = state.names.nic_position
         return cls(
             cpus=set(state.free_cpu_ids()),
             gpus=set(state.free_gpus()),
-            nics=set(signature.nics),
+            nics={position[name] for name in signature.nics},
             memory={n: free_memory[n] for n in tables.memory_numa_ids},
             hugepages={
                 (n, size): amount

@@ -1,4 +1,5 @@
-"""Choosing NICs: the closest PCIe path to the container's GPUs, then NUMA match, then name.
+"""Choosing NICs: the closest PCIe path to the container's GPUs, then NUMA match, then name
+(NICs are positions in the node's name order, `topology_tables`).
 
 A NIC's distance to a GPU set is its best (lowest-ranked) path to any GPU of the set,
 PIX < PXB < PHB < NODE < SYS, as `spec.pciPaths` lists them; a pair without a listed
@@ -16,18 +17,18 @@ __all__ = ["choose_nics"]
 
 def choose_nics(
     tables: Tables,
-    candidates: Iterable[str],
+    candidates: Iterable[int],
     count: int,
     *,
     gpus: Iterable[int],
     numa_ids: set[int],
-) -> list[str] | None:
+) -> list[int] | None:
     """The `count` closest NICs among `candidates`, or None if there are too few."""
     chosen_gpus = list(gpus)
     gpu_numa = {tables.gpu_numa[g] for g in chosen_gpus} - {None}
     local = gpu_numa or numa_ids
 
-    def distance(nic: str) -> tuple[int, bool, str]:
+    def distance(nic: int) -> tuple[int, bool, int]:
         rank = min((tables.pci_rank.get((g, nic), NO_PATH_RANK) for g in chosen_gpus), default=0)
         return (rank, tables.nic_numa[nic] not in local, nic)
 

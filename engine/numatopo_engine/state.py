@@ -22,6 +22,7 @@ from numatopo_engine.devices import schedulable_devices
 from numatopo_engine.errors import OverlapError
 from numatopo_engine.model import NumatopologySpec
 from numatopo_engine.quantity import QuantityError, parse_bytes
+from numatopo_engine.topology_tables import NodeNames, node_names, shape_key
 
 __all__ = [
     "Claim",
@@ -70,7 +71,10 @@ def shared_floor(topology: NumatopologySpec) -> int:
 
 
 class NodeState:
-    """Mutable bookkeeping of one node's allocations, keyed by pod (`namespace/name`)."""
+    """Mutable bookkeeping of one node's allocations, keyed by pod (`namespace/name`).
+
+    It is the node's own: it knows the node's shape (`shape_key`, what decides) and
+    names (`names`, what assignments call its devices), both from its topology."""
 
     def __init__(self, topology: NumatopologySpec) -> None:
         self.topology = topology
@@ -99,6 +103,8 @@ class NodeState:
         self._groups: tuple[int, dict[int, int]] | None = None
         # The decision's row of this state (`decision`), kept with the version it reads.
         self.row_cache: tuple[int, object, bytes] | None = None
+        self._shape_key: str | None = None
+        self._names: NodeNames | None = None
 
     @classmethod
     def rebuild(
@@ -149,6 +155,22 @@ class NodeState:
     def version(self) -> int:
         """Bumped by every booking and release: equal versions of one state, equal answers."""
         return self._version
+
+    @property
+    def shape_key(self) -> str:
+        """`topology_tables.shape_key` of this node's topology (computed once)."""
+        key = self._shape_key
+        if key is None:
+            key = self._shape_key = shape_key(self.topology)
+        return key
+
+    @property
+    def names(self) -> NodeNames:
+        """What this node's assignments call its GPUs and NICs (computed once)."""
+        names = self._names
+        if names is None:
+            names = self._names = node_names(self.topology)
+        return names
 
     def free_cpu_count(self) -> int:
         """`len(free_cpus())` in O(1)."""

@@ -1,9 +1,16 @@
-"""Per-topology lookup tables the allocation hot path reads instead of the pydantic spec.
+"""Per-shape lookup tables the allocation hot path reads instead of the pydantic spec.
 
-A scheduler extender evaluates one pod against thousands of nodes that mostly share a
-handful of hardware shapes, so a caller's `TableCache` builds them once per distinct
-spec content and shares them by every spec object with that content (found by
-`id(spec)` while the spec lives). Tables hold hardware facts only, never memos.
+A node's *shape* is what decides: CPUs per core and NUMA node, GPU-to-NUMA, links,
+PCIe paths, memory. Its *names* (node name, GPU and MIG UUIDs, PCI bus ids, NIC names)
+are the node's identity and decide nothing: `Tables` holds the shape only, so every
+node of one hardware shape shares one `Tables` whatever its names, and the names are
+attached when an assignment is written, from that node's own spec (`node_names`).
+NICs are positions in the shape: position i is the node's i-th NIC in name order, so
+a choice that breaks ties by position breaks them as by name on every node.
+
+A caller's `TableCache` builds tables once per shape, keyed by `shape_key` (a digest
+of the identity-free spec), and keeps a bounded number of them: an evicted shape is
+built again, never mistaken for another. Tables hold hardware facts only, never memos.
 
 Pools, in the kubelet's words: *allocatable* CPUs are online and not reserved; only
 they are ever handed out or counted as capacity.
@@ -11,21 +18,27 @@ they are ever handed out or counted as capacity.
 
 from __future__ import annotations
 
-import weakref
+import hashlib
+import json
+from collections import OrderedDict
 from dataclasses import dataclass, field
+from typing import Any
 
 from numatopo_engine.devices import schedulable_devices
 from numatopo_engine.model import NumatopologySpec, PathType
 from numatopo_engine.numamask import LOCAL_DISTANCE
 from numatopo_engine.quantity import parse_bytes
 
-__all__ = ["TableCache", "Tables", "build_tables"]
+__all__ = ["NodeNames", "TableCache", "Tables", "build_tables", "node_names", "shape_key"]
 # Rank used for a GPU-NIC pair with no known PCIe path: farther than SYS.
 NO_PATH_RANK = len(PathType)
+# Shapes a `TableCache` keeps by default: more than a real fleet has.
+DEFAULT_SHAPES = 256
 
 
 @dataclass(frozen=True, slots=True)
 class Tables:
+    key: str  # `shape_key` of the specs these were built from
     numa_ids: tuple[int, ...]
     cpu_numa: dict[int, int]
     cpu_core: dict[int, int]
@@ -42,67 +55,93 @@ class Tables:
     # "GPUs" below are the devices handed out (`devices`): whole GPUs and MIG devices.
     gpu_numa: dict[int, int | None]  # None: not NUMA-local (or on an unknown node)
     gpu_resource: dict[int, str]
-    gpu_name: dict[int, str]  # uuid, else PCI bus id, else GPU-<index>
     gpu_bandwidth: dict[tuple[int, int], float]  # both orders; never a GPU in MIG mode
     mig_parent: dict[int, int]  # MIG device index -> its GPU's index
-    nic_numa: dict[str, int | None]
-    nic_resource: dict[str, str]
-    pci_rank: dict[tuple[int, str], int]
+    nic_numa: dict[int, int | None]  # by NIC position (the node's NICs in name order)
+    nic_resource: dict[int, str]
+    pci_rank: dict[tuple[int, int], int]  # (device, NIC position)
     distances: dict[tuple[int, int], int]
     numa_online: dict[int, int] = field(default_factory=dict)  # online CPUs, reserved too
 
 
+@dataclass(frozen=True, slots=True)
+class NodeNames:
+    """One node's identity: what its assignments call its devices."""
+
+    gpu_name: dict[int, str]  # device index -> uuid, else PCI bus id, else GPU-<index>
+    nic_name: tuple[str, ...]  # NIC position -> name
+    nic_position: dict[str, int]
+
+
+def node_names(spec: NumatopologySpec) -> NodeNames:
+    nics = tuple(sorted({n.name for n in spec.nics}))
+    return NodeNames(
+        gpu_name={d.index: d.name for d in schedulable_devices(spec)},
+        nic_name=nics,
+        nic_position={name: i for i, name in enumerate(nics)},
+    )
+
+
+def shape_key(spec: NumatopologySpec) -> str:
+    """A digest of `spec` without its names: equal for nodes of equal hardware."""
+    wire: dict[str, Any] = spec.to_wire()
+    position = {name: i for i, name in enumerate(sorted({n.name for n in spec.nics}))}
+    for gpu in wire.get("gpus", ()):
+        gpu.pop("uuid", None)
+        gpu.pop("pciBusId", None)
+        for device in gpu.get("migDevices") or ():
+            device.pop("uuid", None)
+    nics = []
+    for nic in wire.get("nics", ()):
+        nic["name"] = position[nic["name"]]
+        nic.pop("pciBusId", None)
+        nic.pop("netdevs", None)
+        nics.append(nic)
+    wire["nics"] = sorted(nics, key=lambda n: int(n["name"]))
+    paths = wire.get("pciPaths", ())
+    for path in paths:
+        path["nic"] = position[path["nic"]]
+    wire["pciPaths"] = sorted(paths, key=lambda p: (p["gpu"], p["nic"]))
+    wire.pop("sources", None)
+    text = json.dumps(wire, sort_keys=True, separators=(",", ":"))
+    return hashlib.blake2b(text.encode(), digest_size=16).hexdigest()
+
+
 class TableCache:
-    """Tables per spec, owned by the caller (an `Engine`): one build per hardware shape.
+    """Tables per shape, owned by the caller (an `Engine`): one build per hardware shape,
+    the `size` most recently used kept."""
 
-    Per spec object (the operator's ledger holds one per node, parsed from its own CRD)
-    a weak reference, so an entry lives exactly as long as its spec; per distinct
-    content, shared by every node of one hardware shape.
-    """
+    def __init__(self, size: int = DEFAULT_SHAPES) -> None:
+        self.size = max(1, size)
+        self._by_key: OrderedDict[str, Tables] = OrderedDict()
 
-    def __init__(self, size: int = 256) -> None:
-        self._size = size
-        self._by_spec: dict[int, tuple[weakref.ref[NumatopologySpec], Tables]] = {}
-        self._by_content: dict[str, Tables] = {}
-
-    def get(self, spec: NumatopologySpec) -> Tables:
-        hit = self._by_spec.get(id(spec))
-        if hit is not None and hit[0]() is spec:
-            return hit[1]
-        content = spec.model_dump_json()
-        tables = self._by_content.get(content)
-        if tables is None:
-            tables = build_tables(spec)
-            if len(self._by_content) >= self._size:
-                del self._by_content[next(iter(self._by_content))]
-            self._by_content[content] = tables
-        key = id(spec)
-        by_spec = self._by_spec
-        by_spec[key] = (weakref.ref(spec, lambda ref: _forget(by_spec, key, ref)), tables)
+    def get(self, spec: NumatopologySpec, key: str | None = None) -> Tables:
+        """`spec`'s tables; `key`, when the caller holds it, is `shape_key(spec)`."""
+        key = shape_key(spec) if key is None else key
+        tables = self._by_key.get(key)
+        if tables is not None:
+            self._by_key.move_to_end(key)
+            return tables
+        tables = build_tables(spec, key)
+        if len(self._by_key) >= self.size:
+            self._by_key.popitem(last=False)
+        self._by_key[key] = tables
         return tables
 
 
-def _forget(
-    by_spec: dict[int, tuple[weakref.ref[NumatopologySpec], Tables]],
-    key: int,
-    ref: weakref.ref[NumatopologySpec],
-) -> None:
-    entry = by_spec.get(key)
-    if entry is not None and entry[0] is ref:
-        del by_spec[key]
-
-
-def _pci_rank(spec: NumatopologySpec, mig_parent: dict[int, int]) -> dict[tuple[int, str], int]:
-    """PCIe path rank per (device, NIC); a MIG device sits where its GPU does."""
-    rank = {(p.gpu, p.nic): p.path.rank for p in spec.pci_paths}
+def _pci_rank(
+    spec: NumatopologySpec, mig_parent: dict[int, int], position: dict[str, int]
+) -> dict[tuple[int, int], int]:
+    """PCIe path rank per (device, NIC position); a MIG device sits where its GPU does."""
+    rank = {(p.gpu, position[p.nic]): p.path.rank for p in spec.pci_paths}
     for device, parent in mig_parent.items():
-        for nic in spec.nics:
-            if (parent, nic.name) in rank:
-                rank[(device, nic.name)] = rank[(parent, nic.name)]
+        for nic in range(len(position)):
+            if (parent, nic) in rank:
+                rank[(device, nic)] = rank[(parent, nic)]
     return rank
 
 
-def build_tables(spec: NumatopologySpec) -> Tables:
+def build_tables(spec: NumatopologySpec, key: str | None = None) -> Tables:
     numa_ids = tuple(sorted(n.id for n in spec.numa_nodes))
     known = set(numa_ids)
     reserved = spec.reserved_cpus.ids
@@ -159,7 +198,11 @@ def build_tables(spec: NumatopologySpec) -> Tables:
     for node in spec.numa_nodes:
         for other, distance in node.distances.items():
             distances[(node.id, int(other))] = distance or LOCAL_DISTANCE
+    nic_names = sorted({n.name for n in spec.nics})
+    position = {name: i for i, name in enumerate(nic_names)}
+    nics = sorted(spec.nics, key=lambda n: position[n.name])
     return Tables(
+        key=shape_key(spec) if key is None else key,
         numa_ids=numa_ids,
         cpu_numa=cpu_numa,
         cpu_core=cpu_core,
@@ -177,12 +220,11 @@ def build_tables(spec: NumatopologySpec) -> Tables:
         numa_hugepages=numa_hugepages,
         gpu_numa={d.index: d.numa if d.numa in known else None for d in devices},
         gpu_resource={d.index: d.resource for d in devices},
-        gpu_name={d.index: d.name for d in devices},
         gpu_bandwidth=gpu_bandwidth,
         mig_parent=mig_parent,
-        nic_numa={n.name: n.numa if n.numa in known else None for n in spec.nics},
-        nic_resource={n.name: n.resource for n in spec.nics},
-        pci_rank=_pci_rank(spec, mig_parent),
+        nic_numa={position[n.name]: n.numa if n.numa in known else None for n in nics},
+        nic_resource={position[n.name]: n.resource for n in nics},
+        pci_rank=_pci_rank(spec, mig_parent, position),
         distances=distances,
         numa_online={n: len(c) for n, c in online_by_numa.items()},
     )

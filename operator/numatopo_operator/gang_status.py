@@ -94,10 +94,11 @@ async def write_network_statuses(runtime: Runtime) -> None:
             if topology is not None and state is not None
         }
         # Bookings, nodes and topologies as they are: nothing to do when unchanged (Node
-        # labels change rarely and are not versioned: looked at every FULL_SECONDS).
+        # labels change rarely and are not versioned: looked at every FULL_SECONDS). The
+        # states themselves are held, not their ids: a rebuilt state may reuse a freed id.
         now = time.monotonic()
         signature = (
-            tuple((n, id(c.state), c.state.version) for n, c in nodes.items()),
+            tuple((n, c.state, c.state.version) for n, c in nodes.items()),
             tuple(sorted((name, tuple(spec.labels)) for name, spec in topologies.items())),
             len(runtime.gangs.nodes or {}),
         )

@@ -3,7 +3,9 @@
 Counters are what a topology-blind scheduler sees (free CPU milli, memory, GPUs and
 each GPU's free share), plus the whole CPUs still free on each NUMA node, which the
 topology-aware strategies and the kubelet's admission need. The `numatopo` strategy
-additionally keeps the engine's own `NodeState` per node (`SimNode.state`).
+additionally keeps the engine's own `NodeState` per node (`SimNode.state`), of the node's
+own spec: its shape with its own GPU UUIDs and bus ids (`fleet.identify`), as each node
+of a real cluster publishes them.
 """
 
 from __future__ import annotations
@@ -12,6 +14,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 
 from numatopo_engine.model import NumatopologySpec
+from numatopo_engine.simulation.fleet import identify
 from numatopo_engine.simulation.layouts import (
     LinkTable,
     TopologyMap,
@@ -48,6 +51,11 @@ class SimNode:
     full_free: int = 0
     max_gpu_free: int = 0
     state: NodeState | None = None
+
+    @property
+    def spec(self) -> NumatopologySpec:
+        """The node's own spec (its names too) where it has engine state, else its shape's."""
+        return self.state.topology if self.state is not None else self.shape.spec
 
     def refresh_gpu_counters(self) -> None:
         self.full_free = sum(1 for milli in self.gpu_free if milli == GPU_MILLI)
@@ -194,7 +202,7 @@ def build_cluster(
             numa_free_cpus=list(shape.numa_cpus),
             cpu_milli=row.cpu_milli,
             memory_mib=row.memory_mib,
-            state=NodeState(shape.spec) if with_engine_state else None,
+            state=NodeState(identify(shape.spec, row.name)) if with_engine_state else None,
         )
         node.refresh_gpu_counters()
         nodes.append(node)

@@ -171,7 +171,6 @@ def build_node_spec(node: NodeRow, layout: Layout) -> NumatopologySpec:
     gpus = [
         Gpu(
             index=i,
-            uuid=f"GPU-{node.model or 'sim'}-{i}",  # shared by every node of this shape
             numa=min(layout.numa_of(i, node.gpus), sockets - 1),
             model=node.model,
         )

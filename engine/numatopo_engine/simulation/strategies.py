@@ -247,27 +247,27 @@ def rank_nodes(
     node's row."""
     nodes = cluster.nodes
     ranks = np.full(len(candidates), -1.0)
-    groups: dict[int, tuple[SimNode, dict[bytes, list[int]]]] = {}
+    groups: dict[str, tuple[SimNode, dict[bytes, list[int]]]] = {}
     for position, index in enumerate(candidates):
         node = nodes[index]
         assert node.state is not None
-        tables = engine.tables_of(node.shape.spec)
-        group = groups.setdefault(id(node.shape), (node, {}))
+        tables = engine.tables_of(node.state.topology, node.state)
+        group = groups.setdefault(tables.key, (node, {}))
         group[1].setdefault(engine.row(tables, node.state), []).append(position)
-    by_shape: dict[int, tuple[SimNode, list[NodeState]]] = {}
+    by_shape: dict[str, tuple[SimNode, list[NodeState]]] = {}
     for index in candidates:
         node = nodes[index]
         assert node.state is not None
-        by_shape.setdefault(id(node.shape), (node, []))[1].append(node.state)
+        by_shape.setdefault(node.state.shape_key, (node, []))[1].append(node.state)
     hosts = mix_hosts(
-        ((first.shape.spec, states) for first, states in by_shape.values()), mix, engine=engine
+        ((states[0].topology, states) for _, states in by_shape.values()), mix, engine=engine
     )
     reason = ""
     for first, by_row in groups.values():
         positions = list(by_row.values())
-        states = [nodes[candidates[p[0]]].state for p in positions]
+        states = [s for p in positions if (s := nodes[candidates[p[0]]].state) is not None]
         scored = score_many(
-            first.shape.spec, [s for s in states if s is not None], request,
+            states[0].topology, states, request,
             checked=False, engine=engine, mix=mix, hosts=hosts,
         )  # fmt: skip
         for same, rank in zip(positions, scored.rank.tolist(), strict=True):
@@ -405,11 +405,11 @@ class Numatopo(Strategy):
         index = candidates[best]
         node = nodes[index]
         assert node.state is not None
-        decision = allocate(node.shape.spec, node.state, request, node.name, engine=self.engine)
+        decision = allocate(node.spec, node.state, request, node.name, engine=self.engine)
         return self._from_assignment(index, node, decision.assignment)
 
     def _from_assignment(self, index: int, node: SimNode, assignment: Assignment) -> Placement:
-        spec = node.shape.spec
+        spec = node.spec
         cpu_numa = {c.id: c.numa for c in spec.cpus}
         gpus: list[int] = []
         exclusive: dict[int, int] = {}
