@@ -38,11 +38,11 @@ __all__ = [
     "pod",
 ]
 
-# Measured (tests/controller/test_extender_attacks.py): 5,000 node names of 60
-# characters and a pod with its managedFields are about 0.4 MiB. An API object is at
-# most ~1.5 MiB (etcd's request limit), so the largest pod and 5,000 names of the
-# longest kind (253 characters) fit about three times over. Node objects instead of
-# names (a profile without nodeCacheCapable) fit for a few hundred nodes only.
+# Measured (tests/controller/test_extender_attacks.py): ExtenderArgs with 5,000 node
+# names of 58 characters and an 8-GPU pod with its managedFields is 0.3 MiB; with 5,000
+# names of the longest kind (253 characters) 1.2 MiB. A pod is at most ~1.5 MiB (etcd's
+# request limit), so even both extremes together fit three times over. Node objects
+# instead of names (a profile without nodeCacheCapable) fit for a few hundred nodes.
 MAX_BODY_BYTES = 8 << 20
 # The deepest a Pod gets (affinity terms, managedFields) is under 20 levels; Python's
 # parser would hit its recursion limit near 1,000.
