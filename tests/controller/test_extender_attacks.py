@@ -12,8 +12,11 @@ from typing import Any
 
 import aiohttp
 import pytest
+from aiohttp import web
+from aiohttp.test_utils import TestServer
 
 from numatopo_engine import annotations as keys
+from numatopo_operator import extender as extender_module
 from numatopo_operator import extender_wire
 
 PLAIN, TAINTED, LABELLED, CORDONED = "h100-a", "h100-tainted", "h100-labelled", "h100-cordoned"
@@ -127,7 +130,7 @@ async def test_a_wrong_uid_and_a_missing_pod_get_the_same_answer(extender, clust
     ],
 )
 async def test_a_pod_kube_scheduler_would_not_bind_is_refused(
-    extender, cluster, pod, namespace, spec, why
+    extender, cluster, pod, *, namespace, spec, why
 ):
     bindings = cluster.emulate_binding()
     manifest = pending(pod, **spec)
@@ -163,7 +166,9 @@ async def test_a_pod_kube_scheduler_would_not_bind_is_refused(
         ),
     ],
 )
-async def test_a_pod_that_is_not_pending_is_refused(extender, cluster, pod, status, metadata, why):
+async def test_a_pod_that_is_not_pending_is_refused(
+    extender, cluster, pod, *, status, metadata, why
+):
     bindings = cluster.emulate_binding()
     manifest = pending(pod)
     manifest["status"] = status
@@ -243,7 +248,7 @@ async def test_a_pod_that_is_not_pending_is_refused(extender, cluster, pod, stat
     ],
 )
 async def test_a_node_kube_scheduler_would_not_choose_is_refused(
-    extender, cluster, pod, node, spec, why
+    extender, cluster, pod, *, node, spec, why
 ):
     bindings = cluster.emulate_binding()
     await cluster.create_pod(pending(pod, **spec))
@@ -290,7 +295,7 @@ AFFINITY_ZONE_A = {
         ),
     ],
 )
-async def test_what_kube_scheduler_would_bind_is_bound(extender, cluster, pod, wait, node, spec):
+async def test_what_kube_scheduler_would_bind_is_bound(extender, cluster, pod, *, node, spec):
     bindings = cluster.emulate_binding()
     await cluster.create_pod(pending(pod, **spec))
 
@@ -330,7 +335,7 @@ TRAVERSAL = "../../../../apis/numatopo.io/v1alpha1/numatopologies/h100-a"
     ],
 )
 async def test_a_name_that_is_not_a_kubernetes_name_never_reaches_a_url(
-    extender, cluster, pod, field, value, fragment
+    extender, cluster, pod, *, field, value, fragment
 ):
     bindings = cluster.emulate_binding()
     await cluster.create_pod(pending(pod))
@@ -580,3 +585,41 @@ async def test_a_5000_node_filter_fits_the_body_bound_three_times(extender, pod)
 
     assert 3 * len(body) < extender_wire.MAX_BODY_BYTES
     assert (200, "", 5000) == (status, result["Error"], len(result["FailedAndUnresolvableNodes"]))
+
+
+async def test_an_unexpected_exception_is_a_json_error_and_its_traceback_stays_in_the_log(caplog):
+    """The catch-all behind every verb: what a bug would answer, in each verb's shape."""
+
+    async def broken(request: web.Request) -> web.Response:
+        raise ZeroDivisionError("internal detail")
+
+    app = web.Application(middlewares=[extender_module.json_answers])
+    for path in ("/filter", "/prioritize", "/bind"):
+        app.router.add_post(path, broken)
+    answers = {}
+    async with TestServer(app, host="127.0.0.1") as server, aiohttp.ClientSession() as session:
+        for path in ("/filter", "/prioritize", "/bind"):
+            status, kind, text = await _send(
+                session, "POST", str(server.make_url(path)), b"{}", "application/json"
+            )
+            assert "internal detail" not in text
+            answers[path] = (status, json.loads(text) if kind == "application/json" else text)
+
+    error = "numatopo extender internal error (ZeroDivisionError); see the operator log"
+    assert {
+        "/filter": (
+            200,
+            {
+                "Nodes": None,
+                "NodeNames": None,
+                "FailedNodes": {},
+                "FailedAndUnresolvableNodes": {},
+                "Error": error,
+            },
+        ),
+        "/prioritize": (500, {"Error": error}),
+        "/bind": (200, {"Error": error}),
+    } == answers
+    logged = [r for r in caplog.records if r.name == "numatopo_operator.extender"]
+    assert 3 == len(logged)
+    assert all(r.exc_info and r.exc_info[0] is ZeroDivisionError for r in logged)
