@@ -623,3 +623,24 @@ async def test_an_unexpected_exception_is_a_json_error_and_its_traceback_stays_i
     logged = [r for r in caplog.records if r.name == "numatopo_operator.extender"]
     assert 3 == len(logged)
     assert all(r.exc_info and r.exc_info[0] is ZeroDivisionError for r in logged)
+
+
+async def test_the_profile_name_is_the_one_the_operator_is_given(env):
+    """`OperatorSettings.scheduler_name` (chart: operator.schedulerName) says whose pods
+    /bind binds: with another name, the default profile's pods are refused."""
+    cluster, start_operator, h100, pod, topology_object, wait = env.parts()
+    await cluster.create_numatopology(topology_object(PLAIN, h100))
+    await cluster.create_node(PLAIN)
+    bindings = cluster.emulate_binding()
+    running = await start_operator(scheduler_name="gpu-profile")
+    await wait(lambda: running.runtime.deciding, what="the operator decides")
+    await wait(lambda: running.runtime.ledger.topology(PLAIN), what="the Numatopology seen")
+    await cluster.create_pod(pending(pod, "theirs"))
+    await cluster.create_pod(pending(pod, "ours", schedulerName="gpu-profile"))
+
+    _, theirs = await running.post("/bind", cluster.binding_args("theirs", PLAIN))
+    _, ours = await running.post("/bind", cluster.binding_args("ours", PLAIN))
+
+    refuses(theirs["Error"], "its schedulerName is numatopo-scheduler, not gpu-profile")
+    assert {"Error": ""} == ours
+    assert ["ours"] == [b["metadata"]["name"] for b in bindings]
