@@ -21,6 +21,11 @@ goes to FailedNodes; no Numatopology, a stale one, or an invalid pod goes to
 FailedAndUnresolvableNodes. Only the active replica answers: the Service selects the
 pod it labels (`leadership.ACTIVE_LABEL`), and any other replica reached during a
 handover answers with an Error (the scheduler retries the pod) and never binds.
+
+Anyone who reaches the port is answered as carefully as kube-scheduler: every body is
+checked before use (`extender_wire`: size, depth, shape, Kubernetes names), `bind`
+binds only what the scheduler profile would (`bind_guard`), and every answer, whatever
+went wrong, is JSON in the verb's shape, never a traceback (`json_answers`).
 """
 
 from __future__ import annotations
@@ -394,13 +399,18 @@ async def json_answers(
     except web.HTTPException as exc:
         if exc.status < 400:
             raise
-        return _json({"Error": f"{exc.status} {exc.reason}: {request.method} {request.path}"},
-                     status=exc.status)  # fmt: skip
+        answer = _json(
+            {"Error": f"{exc.status} {exc.reason}: {request.method} {request.path}"},
+            status=exc.status,
+        )
+        if "Allow" in exc.headers:  # a 405 says which methods the path takes
+            answer.headers["Allow"] = exc.headers["Allow"]
+        return answer
     except Exception as exc:
         logger.exception("extender %s %s failed", request.method, request.path)
         error = f"numatopo extender internal error ({type(exc).__name__}); see the operator log"
-        answer = _ERROR_ANSWERS.get(request.path)
-        return answer(error) if answer is not None else _json({"Error": error}, status=500)
+        shaped = _ERROR_ANSWERS.get(request.path)
+        return shaped(error) if shaped is not None else _json({"Error": error}, status=500)
 
 
 def build_app(runtime: Runtime) -> web.Application:

@@ -555,8 +555,11 @@ async def test_other_methods_and_paths_get_json(extender, method, path, status):
             f"{method} {path}",
         )
         found_status, _, _ = await _send(session, method, extender.url(path), b"{}", "")
+        async with session.request(method, extender.url(path)) as response:
+            allow = response.headers.get("Allow")
 
     assert status == found_status
+    assert (allow == "POST") == (status == 405)
     assert answer["Error"].startswith(f"{status} ")
 
 
