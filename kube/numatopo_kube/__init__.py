@@ -24,6 +24,7 @@ from numatopo_kube.errors import (
     KubeConflictError,
     KubeError,
     KubeForbiddenError,
+    KubeInvalidNameError,
     KubeNotFoundError,
     KubeUnavailableError,
 )
@@ -39,6 +40,7 @@ __all__ = [
     "KubeConflictError",
     "KubeError",
     "KubeForbiddenError",
+    "KubeInvalidNameError",
     "KubeNotFoundError",
     "KubeUnavailableError",
     "Listing",

@@ -46,10 +46,17 @@ from lightkube.generic_resource import (
 )
 from lightkube.types import PatchType
 
+from numatopo_engine import kube_names
 from numatopo_engine.exports import nrt, volcano
 from numatopo_engine.model import API_VERSION, GROUP, KIND, VERSION, Numatopology
 from numatopo_engine.network_topology import NETWORK_TOPOLOGY_KIND, NETWORK_TOPOLOGY_PLURAL
-from numatopo_kube.errors import KubeConfigError, KubeError, error_for, parse_retry_after
+from numatopo_kube.errors import (
+    KubeConfigError,
+    KubeError,
+    KubeInvalidNameError,
+    error_for,
+    parse_retry_after,
+)
 
 __all__ = [
     "API_CALLS",
@@ -188,6 +195,18 @@ def _translated(what: str) -> Iterator[None]:
         raise error_for(0, type(exc).__name__, f"{what}: {exc}") from None
     except lightkube.ConfigError as exc:
         raise KubeConfigError(f"{what}: {exc}") from None
+
+
+def _path_names(namespace: str | None, *names: str) -> None:
+    """Refuse a namespace or name no API object can have before lightkube puts it in a URL
+    path (`/pods/../../apis/...` would address another object with our credentials)."""
+    problem = (
+        "" if namespace is None else kube_names.name_problem("namespace", namespace, label=True)
+    )
+    for name in names:
+        problem = problem or kube_names.name_problem("name", name)
+    if problem:
+        raise KubeInvalidNameError(problem)
 
 
 def _load_config(api_url: str, environ: Mapping[str, str], service_account: Path) -> SingleConfig:
@@ -380,6 +399,7 @@ class KubeClient:
 
     @api_call(("", "nodes", "get"))
     async def get_node(self, name: str) -> Body:
+        _path_names(None, name)
         return dict(
             await self._call(
                 f"get node {name}", lambda: self.lightkube.get(_Node, name), idempotent=True
@@ -390,6 +410,7 @@ class KubeClient:
 
     @api_call(("", "pods", "get"))
     async def get_pod(self, namespace: str, name: str) -> Body:
+        _path_names(namespace, name)
         return dict(
             await self._call(
                 f"get pod {namespace}/{name}",
@@ -410,6 +431,8 @@ class KubeClient:
         (e.g. `{"spec.nodeName": node}`). The version to watch from is that of the last
         namespace's list: give none when watching after a list of several."""
         found = Listing()
+        for namespace in namespaces:
+            _path_names(namespace)
         for namespace in namespaces or ("*",):
             listing = await self._list(
                 f"list pods in {namespace}",
@@ -449,6 +472,7 @@ class KubeClient:
         )
 
     async def _merge_pod_metadata(self, namespace: str, name: str, metadata: Body) -> None:
+        _path_names(namespace, name)
         await self._call(
             f"patch pod {namespace}/{name}",
             lambda: self.lightkube.patch(
@@ -477,6 +501,7 @@ class KubeClient:
         merge patch cannot say, such as removing one scheduling gate of several. Not
         retried: after a lost answer the guard no longer holds and the second attempt
         fails; the caller reads the pod again and decides."""
+        _path_names(namespace, name)
         await self._call(
             f"patch pod {namespace}/{name} spec",
             lambda: self.lightkube.patch(
@@ -486,6 +511,7 @@ class KubeClient:
 
     @api_call(("", "pods/status", "get"))
     async def get_pod_status(self, namespace: str, name: str) -> Body:
+        _path_names(namespace, name)
         return dict(
             await self._call(
                 f"get pod {namespace}/{name} status",
@@ -503,6 +529,7 @@ class KubeClient:
         would add twice after a lost answer."""
         if content_type not in (JSON_PATCH, STRATEGIC_MERGE_PATCH):
             raise ValueError(f"pod status patches are JSON or strategic, not {content_type}")
+        _path_names(namespace, name)
         await self._call(
             f"patch pod {namespace}/{name} status",
             lambda: self.lightkube.patch(
@@ -518,6 +545,7 @@ class KubeClient:
     async def create_binding(self, namespace: str, name: str, uid: str, node: str) -> None:
         """Bind the pod to `node`, as kube-scheduler does (the uid guards against a new pod
         of the same name)."""
+        _path_names(namespace, name, node)
         metadata = {"name": name, "namespace": namespace, **({"uid": uid} if uid else {})}
         binding = _PodBinding(  # type: ignore[call-overload]
             {
@@ -571,6 +599,7 @@ class KubeClient:
             }
         )
         try:
+            _path_names(namespace, name)
             await self._call(f"post Event {reason}", lambda: self.lightkube.create(event))
         except KubeError as exc:
             logger.warning("Event %s about %s/%s not posted: %s", reason, namespace, name, exc)
@@ -583,6 +612,7 @@ class KubeClient:
     async def get_lease(self, namespace: str, name: str) -> Body:
         """The Lease object; `KubeNotFoundError` when it does not exist yet. Not retried:
         the leadership loop asks again on its own clock."""
+        _path_names(namespace, name)
         return dict(
             await self._call(
                 f"get lease {namespace}/{name}",
@@ -594,6 +624,7 @@ class KubeClient:
     async def create_lease(self, namespace: str, name: str, spec: Mapping[str, object]) -> Body:
         """Create the Lease held as `spec` says; `KubeConflictError` if another replica
         created it first."""
+        _path_names(namespace, name)
         lease = _Lease({"metadata": {"name": name, "namespace": namespace}, "spec": dict(spec)})
         return dict(
             await self._call(
@@ -614,6 +645,7 @@ class KubeClient:
         """Merge `spec` into the Lease's. With `resource_version`, the API server applies it
         only to that version of the object (409 otherwise): the compare-and-swap that
         makes two replicas unable to acquire one Lease at once."""
+        _path_names(namespace, name)
         metadata = {"resourceVersion": resource_version} if resource_version else {}
         body = {"metadata": metadata, "spec": dict(spec)}
         return dict(
@@ -630,6 +662,7 @@ class KubeClient:
     @api_call(("numatopo.io", "numatopologies", "get"))
     async def get_numatopology(self, name: str) -> Body | None:
         """`Numatopology/<name>`, or None when there is none."""
+        _path_names(None, name)
         try:
             found = await self._call(
                 f"get {KIND}/{name}",
@@ -658,6 +691,7 @@ class KubeClient:
         """Server-side apply of the whole cluster-scoped object `wanted`; `force` takes over
         fields another manager owns (else that is a 409 conflict)."""
         kind, name = str(wanted["kind"]), str(wanted["metadata"]["name"])
+        _path_names(None, name)
         try:
             applied = await self._call(
                 f"apply {kind}/{name}",
@@ -684,6 +718,7 @@ class KubeClient:
 
     async def _delete_global(self, resource: Any, kind: str, name: str) -> bool:
         """Delete `kind/name`; False when there was none (a retried delete may find it gone)."""
+        _path_names(None, name)
         try:
             await self._call(
                 f"delete {kind}/{name}",
@@ -710,6 +745,7 @@ class KubeClient:
         so a conflict can only be an older version of the same process (or a hand edit).
         A status subresource cannot create the object: an absent one is a 404.
         """
+        _path_names(None, name)
         body = {"apiVersion": API_VERSION, "kind": KIND, "metadata": {"name": name}}
         body["status"] = status
         return dict(
@@ -730,6 +766,7 @@ class KubeClient:
     @api_call(("numatopo.io", "numatopologies/status", "patch"))
     async def patch_numatopology_status(self, name: str, status: Mapping[str, object]) -> None:
         """Merge `status` into `Numatopology/<name>.status` (others' fields stay)."""
+        _path_names(None, name)
         await self._call(
             f"patch {KIND}/{name} status",
             lambda: self.lightkube.patch(
@@ -741,6 +778,7 @@ class KubeClient:
     @api_call(("numatopo.io", "networktopologies/status", "patch"))
     async def patch_networktopology_status(self, name: str, status: Mapping[str, object]) -> None:
         """Merge `status` into `NetworkTopology/<name>.status` (others' fields stay)."""
+        _path_names(None, name)
         await self._call(
             f"patch {NETWORK_TOPOLOGY_KIND}/{name} status",
             lambda: self.lightkube.patch(

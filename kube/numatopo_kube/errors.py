@@ -6,6 +6,7 @@ KubeError                  the API refused a call, or could not be asked (status
 ├── KubeNotFoundError      404: the object (or the resource) does not exist
 ├── KubeConflictError      409: the object changed or already exists
 ├── KubeForbiddenError     403: the service account lacks an RBAC rule
+├── KubeInvalidNameError   a name no API object can have: refused before any URL is built
 └── KubeUnavailableError   worth the same call again: 429, 5xx, no connection
 """
 
@@ -21,6 +22,7 @@ __all__ = [
     "KubeConflictError",
     "KubeError",
     "KubeForbiddenError",
+    "KubeInvalidNameError",
     "KubeNotFoundError",
     "KubeUnavailableError",
     "error_for",
@@ -71,6 +73,14 @@ class KubeConflictError(KubeError):
 
 class KubeForbiddenError(KubeError):
     """The service account may not do this; the chart's RBAC needs a rule."""
+
+
+class KubeInvalidNameError(KubeError):
+    """A name or namespace that is not a valid Kubernetes name (`numatopo_engine.kube_names`):
+    it never reaches a URL path, where `..` or `/` would name another object. Never retried."""
+
+    def __init__(self, message: str) -> None:
+        super().__init__(0, "InvalidName", message)
 
 
 class KubeUnavailableError(KubeError):

@@ -21,6 +21,11 @@ goes to FailedNodes; no Numatopology, a stale one, or an invalid pod goes to
 FailedAndUnresolvableNodes. Only the active replica answers: the Service selects the
 pod it labels (`leadership.ACTIVE_LABEL`), and any other replica reached during a
 handover answers with an Error (the scheduler retries the pod) and never binds.
+
+Anyone who reaches the port is answered as carefully as kube-scheduler: every body is
+checked before use (`extender_wire`: size, depth, shape, Kubernetes names), `bind`
+binds only what the scheduler profile would (`bind_guard`), and every answer, whatever
+went wrong, is JSON in the verb's shape, never a traceback (`json_answers`).
 """
 
 from __future__ import annotations
@@ -30,7 +35,7 @@ import json
 import logging
 import time
 from collections import OrderedDict
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Awaitable, Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -42,11 +47,13 @@ from numatopo_engine.model import NumatopologySpec
 from numatopo_engine.packing import WorkloadMix
 from numatopo_engine.request import PodRequest
 from numatopo_engine.state import NodeState
-from numatopo_operator import assigning, grouping, translate
+from numatopo_operator import bind_guard, grouping, translate
+from numatopo_operator import extender_wire as wire
 from numatopo_operator.errors import KubeError, NodeBusyError, NotActiveError
+from numatopo_operator.extender_wire import BadArgsError
 from numatopo_operator.runtime import Runtime
 
-__all__ = ["MAX_EXTENDER_PRIORITY", "build_app", "extender_scores"]
+__all__ = ["MAX_EXTENDER_PRIORITY", "build_app", "extender_scores", "json_answers"]
 
 logger = logging.getLogger(__name__)
 
@@ -62,10 +69,6 @@ _dumps = functools.partial(json.dumps, separators=(",", ":"))
 SCORES_KEY: web.AppKey[OrderedDict[str, dict[str, float]]] = web.AppKey("scores")
 
 
-class BadArgsError(ValueError):
-    """The request body is not the JSON kube-scheduler sends."""
-
-
 def extender_scores(ranks: Mapping[str, float]) -> dict[str, int]:
     """Node ranks as extender scores (0..10) by their order: the best rank gets 10, each
     lower distinct rank one less, down to 1 (0 is left for nodes that do not fit). The
@@ -73,33 +76,6 @@ def extender_scores(ranks: Mapping[str, float]) -> dict[str, int]:
     the best nodes, which is what kube-scheduler's choice needs."""
     order = {r: i for i, r in enumerate(sorted(set(ranks.values()), reverse=True))}
     return {node: max(1, MAX_EXTENDER_PRIORITY - order[r]) for node, r in ranks.items()}
-
-
-def _field(args: Mapping[str, Any], name: str) -> Any:
-    """Go's json decoding: an exact key first, else one that matches ignoring case."""
-    if name in args:
-        return args[name]
-    lowered = name.lower()
-    return next((value for key, value in args.items() if key.lower() == lowered), None)
-
-
-def _node_names(args: Mapping[str, Any]) -> tuple[list[str], list[Any] | None]:
-    """Candidate node names, and the Node objects when the scheduler sent objects."""
-    names = _field(args, "NodeNames")
-    if isinstance(names, list):
-        return [str(n) for n in names], None
-    nodes = _field(args, "Nodes")
-    items = nodes.get("items") if isinstance(nodes, Mapping) else None
-    if isinstance(items, list):
-        return [str((item.get("metadata") or {}).get("name", "")) for item in items], items
-    return [], None
-
-
-def _pod(args: Mapping[str, Any]) -> Mapping[str, Any]:
-    pod = _field(args, "Pod")
-    if not isinstance(pod, Mapping):
-        raise BadArgsError("ExtenderArgs has no Pod object")
-    return pod
 
 
 # Per-node messages do not repeat the node's name (it is the key): kube-scheduler's
@@ -224,8 +200,8 @@ async def filter_result(
     runtime: Runtime, args: Mapping[str, Any], cache: ScoreCache
 ) -> dict[str, Any]:
     """ExtenderFilterResult for ExtenderArgs (no I/O); remembers scores in `cache`."""
-    pod = _pod(args)
-    names, objects = _node_names(args)
+    pod = wire.pod(args)
+    names, objects = wire.node_names(args)
     verdicts = Verdicts()
     planned = grouping.planned_node(pod)
     if planned is not None:
@@ -285,8 +261,8 @@ async def priorities(
     Ranks from the filter call for the same pod are reused: a rank is advice (bind
     decides again), so the few milliseconds between the two calls cannot make it wrong.
     """
-    pod = _pod(args)
-    names, _ = _node_names(args)
+    pod = wire.pod(args)
+    names, _ = wire.node_names(args)
     planned = grouping.planned_node(pod)
     if planned is not None:
         return [{"Host": n, "Score": MAX_EXTENDER_PRIORITY * (n == planned)} for n in names]
@@ -308,12 +284,10 @@ async def priorities(
 
 async def _read(request: web.Request) -> Mapping[str, Any]:
     try:
-        body = await request.json(loads=json.loads)
-    except ValueError as exc:
-        raise BadArgsError(f"request body is not JSON: {exc}") from None
-    if not isinstance(body, Mapping):
-        raise BadArgsError("request body is not a JSON object")
-    return body
+        body = await request.read()
+    except web.HTTPRequestEntityTooLarge:
+        raise BadArgsError(f"request body is larger than {wire.MAX_BODY_BYTES} bytes") from None
+    return wire.parse_body(body)
 
 
 def _not_deciding(runtime: Runtime) -> str:
@@ -335,6 +309,24 @@ def _not_deciding(runtime: Runtime) -> str:
     return ""
 
 
+def _json(data: object, *, status: int = 200) -> web.Response:
+    return web.json_response(dumps=_dumps, data=data, status=status)
+
+
+def _filter_error(error: str) -> web.Response:
+    """An ExtenderFilterResult that passes no node and says why (kube-scheduler reads a
+    non-empty Error as the extender failing, and retries the pod)."""
+    return _json(
+        {
+            "Nodes": None,
+            "NodeNames": None,
+            "FailedNodes": {},
+            "FailedAndUnresolvableNodes": {},
+            "Error": error,
+        }
+    )
+
+
 async def _filter(request: web.Request) -> web.Response:
     runtime = request.app[RUNTIME_KEY]
     error = _not_deciding(runtime)
@@ -342,58 +334,39 @@ async def _filter(request: web.Request) -> web.Response:
         args = await _read(request)
         if error:
             raise BadArgsError(error)
-        return web.json_response(
-            dumps=_dumps, data=await filter_result(runtime, args, request.app[SCORES_KEY])
-        )
+        return _json(await filter_result(runtime, args, request.app[SCORES_KEY]))
     except BadArgsError as exc:
-        return web.json_response(
-            dumps=_dumps,
-            data={
-                "Nodes": None,
-                "NodeNames": None,
-                "FailedNodes": {},
-                "FailedAndUnresolvableNodes": {},
-                "Error": str(exc),
-            },
-        )
+        return _filter_error(str(exc))
 
 
 async def _prioritize(request: web.Request) -> web.Response:
+    # HostPriorityList has no Error field: kube-scheduler reads any status but 200 as the
+    # extender failing; the JSON body says why to whoever reads it.
     runtime = request.app[RUNTIME_KEY]
     error = _not_deciding(runtime)
     if error:
-        return web.Response(status=503, text=error)
+        return _json({"Error": error}, status=503)
     try:
         args = await _read(request)
-        return web.json_response(
-            dumps=_dumps, data=await priorities(runtime, args, request.app[SCORES_KEY])
-        )
+        return _json(await priorities(runtime, args, request.app[SCORES_KEY]))
     except BadArgsError as exc:
-        return web.Response(status=400, text=str(exc))
-
-
-def _binding_args(body: Mapping[str, Any]) -> tuple[str, str, str, str]:
-    values = [_field(body, name) for name in ("PodNamespace", "PodName", "PodUID", "Node")]
-    namespace, name, uid, node = (v if isinstance(v, str) else "" for v in values)
-    if not name or not node:
-        raise BadArgsError("ExtenderBindingArgs needs PodName and Node")
-    return namespace or "default", name, uid, node
+        return _json({"Error": str(exc)}, status=400)
 
 
 async def _bind_error(runtime: Runtime, body: Mapping[str, Any]) -> str:
     """'' once the pod is bound with its assignment, else why not."""
+    args = wire.binding_args(body)
     error = _not_deciding(runtime)
     if error:
         return error
-    namespace, name, uid, node = _binding_args(body)
     try:
-        pod = await runtime.kube.get_pod(namespace, name)
-        found_uid = str((pod.get("metadata") or {}).get("uid") or "")
-        if uid and found_uid and uid != found_uid:
-            return f"pod {namespace}/{name} is now uid {found_uid}, not {uid}"
-        return await assigning.bind_pod(runtime, pod, node)
+        return await bind_guard.bind_checked(runtime, args)
     except (KubeError, NotActiveError, NodeBusyError) as exc:
-        return f"binding {namespace}/{name} to {node}: {exc}"
+        return f"binding {args.key} to {args.node}: {exc}"
+
+
+def _bind_answer(error: str) -> web.Response:
+    return _json({"Error": error})
 
 
 async def _bind(request: web.Request) -> web.Response:
@@ -402,12 +375,47 @@ async def _bind(request: web.Request) -> web.Response:
     except BadArgsError as exc:
         error = str(exc)
     if error:
-        logger.warning("bind failed: %s", error)
-    return web.json_response(dumps=_dumps, data={"Error": error})
+        logger.warning("bind refused: %s", error)
+    return _bind_answer(error)
+
+
+# Whatever goes wrong, the answer has the verb's own shape: kube-scheduler reads the
+# Error of filter and bind; prioritize has none, so its status says it failed.
+_ERROR_ANSWERS = {
+    "/filter": _filter_error,
+    "/bind": _bind_answer,
+}
+
+
+@web.middleware
+async def json_answers(
+    request: web.Request, handler: Callable[[web.Request], Awaitable[web.StreamResponse]]
+) -> web.StreamResponse:
+    """Every answer is JSON, and none carries a traceback: aiohttp's own refusals (an
+    unknown path, a GET on a verb) keep their status with a JSON body; an unexpected
+    exception is logged here and answered with an Error naming only its type."""
+    try:
+        return await handler(request)
+    except web.HTTPException as exc:
+        if exc.status < 400:
+            raise
+        answer = _json(
+            {"Error": f"{exc.status} {exc.reason}: {request.method} {request.path}"},
+            status=exc.status,
+        )
+        if "Allow" in exc.headers:  # a 405 says which methods the path takes
+            answer.headers["Allow"] = exc.headers["Allow"]
+        return answer
+    except Exception as exc:
+        logger.exception("extender %s %s failed", request.method, request.path)
+        error = f"numatopo extender internal error ({type(exc).__name__}); see the operator log"
+        shaped = _ERROR_ANSWERS.get(request.path)
+        return shaped(error) if shaped is not None else _json({"Error": error}, status=500)
 
 
 def build_app(runtime: Runtime) -> web.Application:
-    app = web.Application()
+    # `client_max_size` bounds what aiohttp buffers: the body is refused while it is read.
+    app = web.Application(middlewares=[json_answers], client_max_size=wire.MAX_BODY_BYTES)
     app[RUNTIME_KEY] = runtime
     app[SCORES_KEY] = OrderedDict()
     app.router.add_post("/filter", _filter)

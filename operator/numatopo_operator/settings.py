@@ -42,7 +42,8 @@ class OperatorSettings:
     """Patterns of extended resources counted as RDMA NICs (`NUMATOPO_NIC_RESOURCES`)."""
 
     scheduler_name: str = "numatopo-scheduler"
-    """The kube-scheduler profile that calls the extender; logged and shown in Events."""
+    """The kube-scheduler profile that calls the extender: `/bind` binds only pods whose
+    `spec.schedulerName` is this (`bind_guard`)."""
 
     listen_host: str = "0.0.0.0"  # a pod serves its probes on every interface
     """Address the extender, metrics and health servers bind to."""
@@ -241,6 +242,9 @@ def _apply(
     updated = replace(settings, **changes)  # type: ignore[arg-type]
     if not updated.gpu_resources:
         raise SettingsError(f"{source} gpu_resources: at least one pattern is needed")
+    if not updated.scheduler_name:
+        # /bind binds only pods of this profile: empty would refuse every pod.
+        raise SettingsError(f"{source} scheduler_name: the scheduler profile's name is needed")
     if not (
         0
         < updated.retry_period_seconds
@@ -316,7 +320,10 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     """Flags for every field; each defaults to None so the environment can fill it."""
     parser.add_argument("--gpu-resources", help="comma list of GPU resource patterns")
     parser.add_argument("--nic-resources", help="comma list of RDMA NIC resource patterns")
-    parser.add_argument("--scheduler-name", help="kube-scheduler profile using the extender")
+    parser.add_argument(
+        "--scheduler-name",
+        help="kube-scheduler profile using the extender: /bind binds only its pods",
+    )
     parser.add_argument("--listen-host", help="address the HTTP servers bind to")
     parser.add_argument("--extender-port", help="scheduler extender port (default 8888)")
     parser.add_argument("--metrics-port", help="/metrics, /healthz, /readyz port (default 8080)")

@@ -33,6 +33,8 @@ CODE_CALLS: dict[str, dict[str, set[Permission]]] = {
     # The `numatopo_kube.KubeClient` helpers the operator's modules call.
     "operator": {
         f"{HELPER}.get_pod": {("", "pods", "get")},
+        # The extender's bind checks the node's taints, labels and cordon (bind_guard).
+        f"{HELPER}.get_node": {("", "nodes", "get")},
         f"{HELPER}.list_pods": {("", "pods", "list")},
         f"{HELPER}.patch_pod_annotations": {("", "pods", "patch")},
         f"{HELPER}.patch_pod_labels": {("", "pods", "patch")},

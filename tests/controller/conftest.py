@@ -79,6 +79,9 @@ def make_pod(
         found[keys.POLICY] = policy
     found.update(annotations or {})
     spec: dict[str, Any] = {
+        # The profile the extender serves (`OperatorSettings.scheduler_name`): its /bind
+        # binds no other pod.
+        "schedulerName": "numatopo-scheduler",
         "containers": [
             {
                 "name": "main",
@@ -157,6 +160,24 @@ class Cluster:
 
         self.api["post", kmock.subresource("binding")] << bind
         return seen
+
+    def binding_args(
+        self, name: str, node: str, namespace: str = "default"
+    ) -> dict[str, str]:
+        """ExtenderBindingArgs for a stored pod, as kube-scheduler sends them (its uid)."""
+        uid = self.pod(name, namespace)["metadata"]["uid"]
+        return {"PodName": name, "PodNamespace": namespace, "PodUID": uid, "Node": node}
+
+    def pod(self, name: str, namespace: str = "default") -> dict[str, Any]:
+        """One live pod, as stored."""
+        for (resource, found_namespace, found), obj in list(self.api.objects.items()):
+            if (
+                str(resource.plural) == "pods"
+                and (found_namespace, found) == (namespace, name)
+                and not obj.deleted
+            ):
+                return dict(json.loads(json.dumps(dict(obj.raw))))
+        raise KeyError(f"{namespace}/{name}")
 
     def pods(self) -> dict[str, dict[str, Any]]:
         """Live pods by name, as stored."""

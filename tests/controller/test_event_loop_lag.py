@@ -132,6 +132,7 @@ async def test_a_big_filter_does_not_stall_the_loop(env):
 async def test_64_numa_decisions_do_not_stall_the_loop(env):
     cluster, start_operator, _, pod, topology_object, wait = env.parts()
     await cluster.create_numatopology(topology_object("numa64", numa64()))
+    await cluster.create_node("numa64")
     bindings = cluster.emulate_binding()
     running = await start_operator()
     await _quiet(running, 1)

@@ -16,6 +16,7 @@ FRESH, STALE, MISSING = "h100-a", "h100-stale", "h100-missing"
 async def extender(cluster, start_operator, h100, topology_object, wait):
     await cluster.create_numatopology(topology_object(FRESH, h100))
     await cluster.create_numatopology(topology_object(STALE, h100, exported="False"))
+    await cluster.create_node(FRESH)
     running = await start_operator()
     await wait(running.runtime.indexed.is_set, what="operator listed everything")
     await wait(lambda: STALE in running.runtime.stale, what="stale node seen")
@@ -154,7 +155,7 @@ async def test_bind_writes_the_assignment_then_the_binding(extender, cluster, po
 async def test_failed_binding_takes_the_assignment_back(extender, cluster, pod, wait):
     cluster.emulate_binding(fail=True)
     await cluster.create_pod(pod("job", node=None, gpus=4))
-    body = {"PodName": "job", "PodNamespace": "default", "PodUID": "", "Node": FRESH}
+    body = cluster.binding_args("job", FRESH)
 
     status, result = await extender.post("/bind", body)
 

@@ -234,6 +234,7 @@ async def test_a_steered_node_admits_one_gpu_pod_at_a_time(env: Any) -> None:
     tell which container the kubelet is admitting."""
     cluster, start_operator, h100, pod, topology_object, wait = env.parts()
     await cluster.create_numatopology(steered_topology(with_uuids(h100), topology_object))
+    await cluster.create_node(NODE)
     bindings = cluster.emulate_binding()
     operator = await start_operator(gpu_admission_timeout_seconds=20)
     await wait(lambda: operator.runtime.steered(NODE), what="the node seen Steered")
@@ -241,8 +242,7 @@ async def test_a_steered_node_admits_one_gpu_pod_at_a_time(env: Any) -> None:
         await cluster.create_pod(pending(pod(name, node=None, gpus=2)))
 
     def bind(name: str) -> Any:
-        body = {"PodName": name, "PodNamespace": "default", "PodUID": "", "Node": NODE}
-        return asyncio.create_task(operator.post("/bind", body))
+        return asyncio.create_task(operator.post("/bind", cluster.binding_args(name, NODE)))
 
     first = bind("first")
     assert (await first)[1] == {"Error": ""}
@@ -261,15 +261,16 @@ async def test_a_steered_node_admits_one_gpu_pod_at_a_time(env: Any) -> None:
 async def test_a_pod_never_admitted_holds_a_steered_node_only_until_the_timeout(env: Any) -> None:
     cluster, start_operator, h100, pod, topology_object, wait = env.parts()
     await cluster.create_numatopology(steered_topology(with_uuids(h100), topology_object))
+    await cluster.create_node(NODE)
     cluster.emulate_binding()
     operator = await start_operator(gpu_admission_timeout_seconds=1.5)
     await wait(lambda: operator.runtime.steered(NODE), what="the node seen Steered")
     for name in ("first", "second"):
         await cluster.create_pod(pending(pod(name, node=None, gpus=2)))
-    body = {"PodNamespace": "default", "PodUID": "", "Node": NODE}
-    assert (await operator.post("/bind", {**body, "PodName": "first"}))[1] == {"Error": ""}
+    first, second = (cluster.binding_args(name, NODE) for name in ("first", "second"))
+    assert (await operator.post("/bind", first))[1] == {"Error": ""}
     started = asyncio.get_running_loop().time()
-    assert (await operator.post("/bind", {**body, "PodName": "second"}))[1] == {"Error": ""}
+    assert (await operator.post("/bind", second))[1] == {"Error": ""}
     waited = asyncio.get_running_loop().time() - started
     assert 0.8 < waited < 5.0
     assert cluster.annotations("second").get(keys.STATE) == "Assigned"
@@ -281,15 +282,16 @@ async def test_a_followed_node_does_not_hold_gpu_pods_back(env: Any) -> None:
     body = topology_object(NODE, with_uuids(h100))
     body["status"]["gpuMode"] = "Followed"
     await cluster.create_numatopology(body)
+    await cluster.create_node(NODE)
     cluster.emulate_binding()
     operator = await start_operator(gpu_admission_timeout_seconds=20)
     await wait(lambda: operator.runtime.gpu_modes.get(NODE) == "Followed", what="node seen")
     for name in ("first", "second"):
         await cluster.create_pod(pending(pod(name, node=None, gpus=2)))
-    request = {"PodNamespace": "default", "PodUID": "", "Node": NODE}
     async with asyncio.timeout(5):
         for name in ("first", "second"):
-            assert (await operator.post("/bind", {**request, "PodName": name}))[1] == {"Error": ""}
+            answer = await operator.post("/bind", cluster.binding_args(name, NODE))
+            assert answer[1] == {"Error": ""}
 
 
 async def _followed_node(plans: list[int], seed: int, tmp: Path) -> list[str]:

@@ -182,6 +182,7 @@ async def two_replicas(env):
         operator_pod("op-b", {ACTIVE_LABEL: "true", "app": "numatopo"}),
     )
     await cluster.create_numatopology(topology_object(NODE, h100))
+    await cluster.create_node(NODE)
     a = await start_operator(**replica("op-a"))
     await wait(lambda: active_pods(cluster) == ["op-a", "op-b"], what="A labels its pod")
     b = await start_operator(**replica("op-b"))
@@ -206,7 +207,7 @@ async def test_a_standby_refuses_to_bind_or_filter(two_replicas, env):
     _, b = two_replicas
     cluster, pod = env.cluster, env.pod
     await cluster.create_pod(pod("job", node=None, gpus=1))
-    bind = {"PodName": "job", "PodNamespace": "default", "PodUID": "", "Node": NODE}
+    bind = cluster.binding_args("job", NODE)
     extender_args = {"Pod": pod("job", node=None, gpus=1), "NodeNames": [NODE]}
 
     (bind_status, bound), (_, filtered) = (
@@ -277,11 +278,13 @@ def shared_devices(assignments: dict[str, Assignment]) -> dict[str, list[str]]:
     return {device: pods for device, pods in holders.items() if len(pods) > 1}
 
 
-async def bind_until_accepted(operator, pod: str, on_refusal=lambda error: None) -> list[str]:
+async def bind_until_accepted(
+    operator, cluster, pod: str, on_refusal=lambda error: None
+) -> list[str]:
     """POST /bind until the replica takes it; returns the distinct refusals met first."""
     refusals: list[str] = []
     deadline = asyncio.get_running_loop().time() + 10
-    body = {"PodName": pod, "PodNamespace": "default", "PodUID": "", "Node": NODE}
+    body = cluster.binding_args(pod, NODE)
     while True:
         _, answer = await operator.post("/bind", body)
         if not answer["Error"]:
@@ -301,6 +304,7 @@ async def test_a_replica_active_again_books_around_what_its_peer_assigned(env, m
     for name in ("op-a", "op-b"):
         await cluster.create(f"/api/v1/namespaces/{OPERATOR_NAMESPACE}/pods", operator_pod(name))
     await cluster.create_numatopology(topology_object(NODE, h100))
+    await cluster.create_node(NODE)
 
     def assigned(*names: str):
         return lambda: all(
@@ -336,7 +340,8 @@ async def test_a_replica_active_again_books_around_what_its_peer_assigned(env, m
     await b.stop()
     await wait(a.runtime.active.is_set, what="A is active again", timeout=5)
     refusals = [
-        await bind_until_accepted(a, name, lambda _: refused.set()) for name in ("late-1", "late-2")
+        await bind_until_accepted(a, cluster, name, lambda _: refused.set())
+        for name in ("late-1", "late-2")
     ]
     assignments = {
         name: Assignment.model_validate_json(found["metadata"]["annotations"][keys.ASSIGNMENT])

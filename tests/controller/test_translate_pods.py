@@ -163,6 +163,11 @@ def test_settings_from_env_then_flags():
         pytest.param(
             {"NUMATOPO_RETRY_BASE_SECONDS": "60"}, "retry base", id="retry-base-above-max"
         ),
+        pytest.param(
+            {"NUMATOPO_SCHEDULER_NAME": ""},
+            "scheduler profile's name is needed",
+            id="no-scheduler-name-would-refuse-every-bind",
+        ),
     ],
 )
 def test_bad_settings_say_what_is_wrong(environ, message):

@@ -1,0 +1,90 @@
+"""What the extender's `/bind` checks before it binds anything (I/O: reads the pod and the node).
+
+`/bind` writes a Binding with the operator's own rights, so it binds only what
+kube-scheduler's profile would have bound itself; anyone else reaching the port gets an
+Error and nothing changes:
+
+- the pod named must exist with exactly the uid given, in a namespace this operator
+  places pods in; a wrong uid and a missing pod get the same answer, which echoes only
+  what the caller sent (never the real uid, nor whether the pod exists);
+- it must be Pending, not bound yet (`spec.nodeName`), not being deleted, without
+  scheduling gates, and use this scheduler profile (`spec.schedulerName` equal to
+  `OperatorSettings.scheduler_name`);
+- the node must exist and kube-scheduler's own node filters must let the pod there
+  (`numatopo_engine.node_rules`: cordon, taints, nodeSelector, required node affinity).
+
+Only then does `assigning.bind_pod` decide and write the assignment and the Binding;
+the Binding carries the pod's uid, so a pod replaced since is never bound.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+from numatopo_engine import node_rules
+from numatopo_operator import assigning, translate
+from numatopo_operator.errors import KubeForbiddenError, KubeNotFoundError
+from numatopo_operator.extender_wire import BindingArgs
+from numatopo_operator.runtime import Runtime
+
+__all__ = ["DEFAULT_SCHEDULER", "bind_checked", "not_ours", "pod_refusal"]
+
+# What an API server puts in `spec.schedulerName` when the pod names none.
+DEFAULT_SCHEDULER = "default-scheduler"
+
+
+def not_ours(args: BindingArgs) -> str:
+    """The one answer for a pod that is missing, has another uid, or is out of reach."""
+    return f"pod {args.key} with uid {args.uid} is not a pending pod of this scheduler"
+
+
+def _spec(pod: Mapping[str, Any]) -> Mapping[str, Any]:
+    spec = pod.get("spec")
+    return spec if isinstance(spec, Mapping) else {}
+
+
+def pod_refusal(pod: Mapping[str, Any], scheduler_name: str) -> str:
+    """'' when kube-scheduler's profile `scheduler_name` could be binding `pod` now, else
+    why not (pure)."""
+    metadata = pod.get("metadata")
+    metadata = metadata if isinstance(metadata, Mapping) else {}
+    spec, status = _spec(pod), pod.get("status")
+    if metadata.get("deletionTimestamp"):
+        return "it is being deleted"
+    if spec.get("nodeName"):
+        return "it is bound to a node already"
+    phase = status.get("phase") if isinstance(status, Mapping) else None
+    if phase != "Pending":
+        return f"it is {phase or 'in no phase'}, not Pending"
+    if spec.get("schedulingGates"):
+        return "it still has scheduling gates"
+    scheduler = spec.get("schedulerName") or DEFAULT_SCHEDULER
+    if scheduler != scheduler_name:
+        return f"its schedulerName is {scheduler}, not {scheduler_name}"
+    return ""
+
+
+async def bind_checked(runtime: Runtime, args: BindingArgs) -> str:
+    """Bind the pod `args` names if every check passes: '' when bound, else why not.
+    Raises `KubeError` when the API cannot be asked."""
+    settings = runtime.settings
+    if settings.namespaces and args.namespace not in settings.namespaces:
+        return not_ours(args)
+    try:
+        pod = await runtime.kube.get_pod(args.namespace, args.name)
+    except (KubeNotFoundError, KubeForbiddenError):
+        return not_ours(args)
+    if translate.pod_uid(pod) != args.uid:
+        return not_ours(args)
+    refused = pod_refusal(pod, settings.scheduler_name)
+    if refused:
+        return f"{not_ours(args)}: {refused}"
+    try:
+        node = await runtime.kube.get_node(args.node)
+    except KubeNotFoundError:
+        return f"pod {args.key} cannot go to node {args.node}: there is no such node"
+    refused = node_rules.refusal(_spec(pod), node)
+    if refused:
+        return f"pod {args.key} cannot go to node {args.node}: {refused}"
+    return await assigning.bind_pod(runtime, pod, args.node)
