@@ -62,7 +62,13 @@ def _observe_topology(memo: Runtime, node: str, reading: indexes.TopologyReading
         memo.stale.pop(node, None)
         memo.heartbeats.pop(node, None)
         memo.gpu_modes.pop(node, None)
+        memo.statuses.pop(node, None)
         return
+    if memo.statuses.get(node) != reading.status:
+        # Someone else's write, or one of ours seen out of order: the holder compares it
+        # with the ledger again (and writes only if they differ).
+        memo.statuses[node] = reading.status
+        memo.ledger.mark_dirty(node)
     if reading.gpu_mode is None:
         memo.gpu_modes.pop(node, None)
     else:

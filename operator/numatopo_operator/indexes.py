@@ -17,7 +17,8 @@ from __future__ import annotations
 
 import datetime
 import logging
-from dataclasses import dataclass
+from collections.abc import Mapping
+from dataclasses import dataclass, field
 from typing import Any
 
 import kopf
@@ -27,9 +28,11 @@ from numatopo_engine.model import NumatopologySpec
 from numatopo_operator import translate
 
 __all__ = [
+    "OWNED_STATUS",
     "TopologyReading",
     "heartbeat_of",
     "numatopologies",
+    "owned_status",
     "stale_reason",
     "waiting_pods",
 ]
@@ -65,6 +68,17 @@ def stale_reason(body: kopf.Body) -> str | None:
     return None
 
 
+# The fields of a Numatopology's status that the operator writes (`status.free_status`);
+# the exporter writes the others (conditions, heartbeat, gpuMode).
+OWNED_STATUS = ("free", "freeCPUs", "freeGPUs", "pods")
+
+
+def owned_status(body: kopf.Body) -> dict[str, object]:
+    """What the object's status says of `OWNED_STATUS`, as stored (absent ones left out)."""
+    found = body.get("status") or {}
+    return {name: found[name] for name in OWNED_STATUS if name in found}
+
+
 @dataclass(frozen=True, slots=True)
 class TopologyReading:
     """What the operator takes from one Numatopology: its spec, and whether it is current."""
@@ -76,6 +90,8 @@ class TopologyReading:
     """`heartbeat_of` the object."""
     gpu_mode: str | None = None
     """`status.gpuMode`, as the node agent reports it."""
+    status: Mapping[str, object] = field(default_factory=dict)
+    """`owned_status` of the object: what a holder compares with before it writes."""
 
 
 def numatopologies(
@@ -91,7 +107,11 @@ def numatopologies(
     mode = (body.get("status") or {}).get("gpuMode")
     return {
         node: TopologyReading(
-            spec, stale_reason(body), heartbeat_of(body), mode if isinstance(mode, str) else None
+            spec,
+            stale_reason(body),
+            heartbeat_of(body),
+            mode if isinstance(mode, str) else None,
+            owned_status(body),
         )
     }
 

@@ -12,7 +12,7 @@ from __future__ import annotations
 import asyncio
 import functools
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import Any, ParamSpec, TypeVar
@@ -104,6 +104,10 @@ class Runtime:
 
     redriven: dict[str, object] = field(default_factory=dict)
     """node -> the topology its waiting pods were last retried against."""
+
+    statuses: dict[str, Mapping[str, object]] = field(default_factory=dict)
+    """node -> what its Numatopology's status holds of the fields numatopo writes, as
+    last watched or written (`status`): a new holder writes only the nodes that differ."""
 
     indexed: asyncio.Event = field(default_factory=asyncio.Event)
     """Set once kopf has listed every pod and Numatopology (its indexes are complete)."""
