@@ -1,11 +1,13 @@
-"""kopf indexes: Numatopology readings by node, waiting pods by node (pure).
+"""kopf index: Numatopology readings by node (pure).
 
-Both are read by `handlers`. They are also kopf's start-up gate: kopf lists every
-object of an indexed resource into its indexes before it calls any handler, so the
-first handler finds every Numatopology already parsed here and gives them all to the
-ledger at once (`handlers._seed_topologies`): no decision or extender answer ever sees
-a half-listed cluster. Pods need no such gate for their bookings, since every replica
-rebuilds the ledger from a list of its own before it decides (`handover`).
+Read by `handlers`. It is also kopf's start-up gate: kopf lists every object of an
+indexed resource into its indexes before it calls any handler, so the first handler
+finds every Numatopology already parsed here and gives them all to the ledger at once
+(`handlers._take_listed_topologies`): no decision or extender answer ever sees a
+half-listed cluster. Pods are no index, so never behind that gate for their own sake
+(the pods waiting for a decision are kept by the handler, `waiting`): every replica
+rebuilds the ledger from a list of its own before it decides (`handover`), and a gate
+over every pod costs kopf time that grows with the square of the pods listed.
 
 Index functions only parse; they never touch the ledger (the handlers feed it, where
 its inputs can be read in one place). They return `{}`, never None, for an object that
@@ -25,7 +27,6 @@ import kopf
 import pydantic
 
 from numatopo_engine.model import NumatopologySpec
-from numatopo_operator import translate
 
 __all__ = [
     "OWNED_STATUS",
@@ -34,7 +35,6 @@ __all__ = [
     "numatopologies",
     "owned_status",
     "stale_reason",
-    "waiting_pods",
 ]
 
 
@@ -116,14 +116,5 @@ def numatopologies(
     }
 
 
-def waiting_pods(*, body: kopf.Body, **_: Any) -> dict[str, dict[str, Any]]:
-    """node name -> pods bound there that want a policy and have no assignment yet."""
-    node = translate.pod_node(body)
-    if node is None or not translate.is_waiting(body):
-        return {}
-    return {node: dict(body)}
-
-
 def register(registry: kopf.OperatorRegistry) -> None:
     kopf.index("numatopo.io", "v1alpha1", "numatopologies", registry=registry)(numatopologies)
-    kopf.index("pods", registry=registry)(waiting_pods)

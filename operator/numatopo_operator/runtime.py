@@ -29,6 +29,7 @@ from numatopo_operator.ledger import Ledger
 from numatopo_operator.metrics import Metrics
 from numatopo_operator.retrying import RetryQueue
 from numatopo_operator.settings import OperatorSettings
+from numatopo_operator.waiting import WaitingPods
 from numatopo_operator.workload_mix import MixLearner
 
 __all__ = ["COMPONENT", "LeaseTerm", "Runtime"]
@@ -104,6 +105,9 @@ class Runtime:
 
     redriven: dict[str, object] = field(default_factory=dict)
     """node -> the topology its waiting pods were last retried against."""
+
+    waiting: WaitingPods = field(default_factory=WaitingPods)
+    """Pods bound to a node that wait for a decision (kept by the pod handler)."""
 
     statuses: dict[str, Mapping[str, object]] = field(default_factory=dict)
     """node -> what its Numatopology's status holds of the fields numatopo writes, as
