@@ -169,7 +169,7 @@ class PerEventAtDebug(logging.Filter):
             return True
         if record.name == "kopf.objects" and not record.getMessage().endswith(" succeeded."):
             return True
-        record.levelno, record.levelname = logging.DEBUG, "DEBUG"
+        vars(record).update(levelno=logging.DEBUG, levelname="DEBUG")
         return logging.getLogger().isEnabledFor(logging.DEBUG)
 
 
