@@ -134,7 +134,8 @@ def forget_decisions(nodes: Nodes, runtime: Runtime, engines: list[Engine]) -> N
     """A new scheduling epoch: fresh memo tables (each node keeps its row until it
     changes, as in production)."""
     del nodes
-    runtime.decisions = Engine()
+    # The Runtime is frozen against rebinding (kopf's memo copies); no copy exists here.
+    object.__setattr__(runtime, "decisions", Engine())
     engines[0] = Engine()
 
 

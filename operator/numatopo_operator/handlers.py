@@ -62,7 +62,13 @@ def _observe_topology(memo: Runtime, node: str, reading: indexes.TopologyReading
         memo.stale.pop(node, None)
         memo.heartbeats.pop(node, None)
         memo.gpu_modes.pop(node, None)
+        memo.statuses.pop(node, None)
         return
+    if memo.statuses.get(node) != reading.status:
+        # Someone else's write, or one of ours seen out of order: the holder compares it
+        # with the ledger again (and writes only if they differ).
+        memo.statuses[node] = reading.status
+        memo.ledger.mark_dirty(node)
     if reading.gpu_mode is None:
         memo.gpu_modes.pop(node, None)
     else:
@@ -113,12 +119,9 @@ def _observe_pod(memo: Runtime, key: str, body: kopf.Body) -> None:
         memo.ledger.observe(booking)
 
 
-async def _redrive(memo: Runtime, node: str, waiting: kopf.Index[str, Any], logger: Logger) -> None:
+async def _redrive(memo: Runtime, node: str) -> None:
     """Retry the pods waiting on `node`, oldest first."""
-    if node not in waiting:
-        return
-    pods = sorted(waiting[node], key=lambda pod: pod["metadata"].get("creationTimestamp", ""))
-    for pod in pods:
+    for pod in memo.waiting.on(node):
         await assigning.settle(memo, pod)
 
 
@@ -146,7 +149,6 @@ async def _report_others(memo: Runtime, body: kopf.Body, logger: Logger) -> None
 async def pod_changed(
     *, type: str, body: kopf.Body, memo: Runtime, logger: Logger, **kwargs: Any
 ) -> None:
-    waiting_pods: kopf.Index[str, Any] = kwargs["waiting_pods"]
     memo.gangs.attach(kwargs)
     _take_listed_topologies(memo, kwargs["numatopologies"])
     key = translate.pod_key(body)
@@ -158,6 +160,7 @@ async def pod_changed(
             memo.written.pop(key, None)
             memo.unreadable.pop(key, None)
             memo.deferred.pop(key, None)
+            memo.waiting.forget(key)
             memo.retries.discard(key)
             memo.gpu_admissions.admitted(key)
             memo.workload.forget(key)
@@ -165,8 +168,9 @@ async def pod_changed(
             node = memo.ledger.forget(key, uid=translate.pod_uid(body)) or translate.pod_node(body)
             memo.metrics.ledger_pods.set(len(memo.ledger))
             if node is not None and memo.deciding:
-                await _redrive(memo, node, waiting_pods, logger)
+                await _redrive(memo, node)
             return
+        memo.waiting.observe(key, dict(body))
         _observe_pod(memo, key, body)
         memo.workload.observe_pod(key, body, memo.settings.resources)
         if translate.is_admitted(body):
@@ -183,7 +187,6 @@ async def pod_changed(
 async def numatopology_changed(
     *, type: str, body: kopf.Body, memo: Runtime, logger: Logger, **kwargs: Any
 ) -> None:
-    waiting_pods: kopf.Index[str, Any] = kwargs["waiting_pods"]
     readings: Readings = kwargs["numatopologies"]
     memo.gangs.attach(kwargs)
     _take_listed_topologies(memo, readings)
@@ -201,7 +204,7 @@ async def numatopology_changed(
             return
         memo.redriven[node] = topology
         memo.gangs.capacity_changed()
-        await _redrive(memo, node, waiting_pods, logger)
+        await _redrive(memo, node)
 
 
 async def network_topology_changed(*, memo: Runtime, **kwargs: Any) -> None:

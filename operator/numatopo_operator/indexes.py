@@ -1,11 +1,13 @@
-"""kopf indexes: Numatopology readings by node, waiting pods by node (pure).
+"""kopf index: Numatopology readings by node (pure).
 
-Both are read by `handlers`. They are also kopf's start-up gate: kopf lists every
-object of an indexed resource into its indexes before it calls any handler, so the
-first handler finds every Numatopology already parsed here and gives them all to the
-ledger at once (`handlers._seed_topologies`): no decision or extender answer ever sees
-a half-listed cluster. Pods need no such gate for their bookings, since every replica
-rebuilds the ledger from a list of its own before it decides (`handover`).
+Read by `handlers`. It is also kopf's start-up gate: kopf lists every object of an
+indexed resource into its indexes before it calls any handler, so the first handler
+finds every Numatopology already parsed here and gives them all to the ledger at once
+(`handlers._take_listed_topologies`): no decision or extender answer ever sees a
+half-listed cluster. Pods are no index, so never behind that gate for their own sake
+(the pods waiting for a decision are kept by the handler, `waiting`): every replica
+rebuilds the ledger from a list of its own before it decides (`handover`), and a gate
+over every pod costs kopf time that grows with the square of the pods listed.
 
 Index functions only parse; they never touch the ledger (the handlers feed it, where
 its inputs can be read in one place). They return `{}`, never None, for an object that
@@ -17,21 +19,22 @@ from __future__ import annotations
 
 import datetime
 import logging
-from dataclasses import dataclass
+from collections.abc import Mapping
+from dataclasses import dataclass, field
 from typing import Any
 
 import kopf
 import pydantic
 
 from numatopo_engine.model import NumatopologySpec
-from numatopo_operator import translate
 
 __all__ = [
+    "OWNED_STATUS",
     "TopologyReading",
     "heartbeat_of",
     "numatopologies",
+    "owned_status",
     "stale_reason",
-    "waiting_pods",
 ]
 
 
@@ -65,6 +68,17 @@ def stale_reason(body: kopf.Body) -> str | None:
     return None
 
 
+# The fields of a Numatopology's status that the operator writes (`status.free_status`);
+# the exporter writes the others (conditions, heartbeat, gpuMode).
+OWNED_STATUS = ("free", "freeCPUs", "freeGPUs", "pods")
+
+
+def owned_status(body: kopf.Body) -> dict[str, object]:
+    """What the object's status says of `OWNED_STATUS`, as stored (absent ones left out)."""
+    found = body.get("status") or {}
+    return {name: found[name] for name in OWNED_STATUS if name in found}
+
+
 @dataclass(frozen=True, slots=True)
 class TopologyReading:
     """What the operator takes from one Numatopology: its spec, and whether it is current."""
@@ -76,6 +90,8 @@ class TopologyReading:
     """`heartbeat_of` the object."""
     gpu_mode: str | None = None
     """`status.gpuMode`, as the node agent reports it."""
+    status: Mapping[str, object] = field(default_factory=dict)
+    """`owned_status` of the object: what a holder compares with before it writes."""
 
 
 def numatopologies(
@@ -91,19 +107,14 @@ def numatopologies(
     mode = (body.get("status") or {}).get("gpuMode")
     return {
         node: TopologyReading(
-            spec, stale_reason(body), heartbeat_of(body), mode if isinstance(mode, str) else None
+            spec,
+            stale_reason(body),
+            heartbeat_of(body),
+            mode if isinstance(mode, str) else None,
+            owned_status(body),
         )
     }
 
 
-def waiting_pods(*, body: kopf.Body, **_: Any) -> dict[str, dict[str, Any]]:
-    """node name -> pods bound there that want a policy and have no assignment yet."""
-    node = translate.pod_node(body)
-    if node is None or not translate.is_waiting(body):
-        return {}
-    return {node: dict(body)}
-
-
 def register(registry: kopf.OperatorRegistry) -> None:
     kopf.index("numatopo.io", "v1alpha1", "numatopologies", registry=registry)(numatopologies)
-    kopf.index("pods", registry=registry)(waiting_pods)

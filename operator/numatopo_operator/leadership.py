@@ -9,7 +9,7 @@ Three durations (settings; defaults 4 s / 3 s / 1 s) with
   once that much time passed without a renewal, or at once when the Lease is free
   (no holder: a holder that shut down released it). Acquiring is a patch conditioned
   on the `resourceVersion` it read, then read back: of two standbys only one wins.
-- The holder renews every `retry_period`. `Runtime.renewed_at` is when the last
+- The holder renews every `retry_period`. `Runtime.lease.renewed_at` is when the last
   successful renewal was *sent*; the holder decides and writes only while that is less
   than `renew_deadline` ago (`Runtime.lease_fresh`, checked before every write), and
   stands down when it is not. Fencing by expiry: a standby saw that renewal no earlier
@@ -291,10 +291,10 @@ class Elector:
         if holder != self.identity:
             await self._lose(f"the Lease is held by {holder!r} now")
             return
-        self.runtime.renewed_at = sent
+        self.runtime.lease.renewed_at = sent
 
     async def _acquired(self, sent: float, *, previous: str) -> None:
-        self.runtime.renewed_at = sent
+        self.runtime.lease.renewed_at = sent
         logger.info(
             "this replica (%s) holds Lease %s/%s now%s",
             self.identity,
@@ -337,7 +337,7 @@ class Elector:
         logger.warning("this replica (%s) stops deciding: %s", self.identity, why)
         runtime.active.clear()
         runtime.ledger_current.clear()
-        runtime.renewed_at = None
+        runtime.lease.renewed_at = None
         runtime.metrics.lease_holder.set(0)
         if self._taking_over is not None:
             self._taking_over.cancel()
@@ -351,7 +351,7 @@ class Elector:
         was_holding = self.holding and self.name is not None
         self.runtime.active.clear()
         self.runtime.ledger_current.clear()
-        self.runtime.renewed_at = None
+        self.runtime.lease.renewed_at = None
         if not was_holding:
             return
         assert self.name is not None

@@ -176,11 +176,27 @@ async def serve(
         await runtime.kube.close()
 
 
+class PerEventAtDebug(logging.Filter):
+    """Lines logged once per watch event or API call (kopf's "Handler ... succeeded.",
+    each HTTP request of our client) go out only at DEBUG: at the size of a cluster
+    they are thousands a second, formatted and written while the loop waits."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        if record.levelno != logging.INFO:
+            return True
+        if record.name == "kopf.objects" and not record.getMessage().endswith(" succeeded."):
+            return True
+        vars(record).update(levelno=logging.DEBUG, levelname="DEBUG")
+        return logging.getLogger().isEnabledFor(logging.DEBUG)
+
+
 def run(settings: OperatorSettings) -> int:
     """The process: log to stderr, serve until SIGTERM/SIGINT (kopf handles both)."""
     logging.basicConfig(
         level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s"
     )
+    for name in ("kopf.objects", "httpx2"):
+        logging.getLogger(name).addFilter(PerEventAtDebug())
     try:
         asyncio.run(serve(Runtime(settings)))
     except extender_tls.ExtenderTlsError as exc:

@@ -1,7 +1,10 @@
 """`Runtime`: the operator's long-lived parts, handed to every handler as kopf's `memo`.
 
-kopf gives each object a shallow copy of the memo, so every field here is a shared
-object (never a plain flag that a copy could diverge on).
+kopf gives each object a shallow copy of the memo (`copy.copy`, when it first sees the
+object), so every field here is a shared object that changes in place, never a value
+rebound later: a copy made before the rebinding would keep the old value for as long as
+kopf remembers that object. The dataclass is frozen so that such a rebinding fails where
+it is written rather than silently in the handlers.
 """
 
 from __future__ import annotations
@@ -9,7 +12,7 @@ from __future__ import annotations
 import asyncio
 import functools
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import Any, ParamSpec, TypeVar
@@ -26,9 +29,10 @@ from numatopo_operator.ledger import Ledger
 from numatopo_operator.metrics import Metrics
 from numatopo_operator.retrying import RetryQueue
 from numatopo_operator.settings import OperatorSettings
+from numatopo_operator.waiting import WaitingPods
 from numatopo_operator.workload_mix import MixLearner
 
-__all__ = ["COMPONENT", "Runtime"]
+__all__ = ["COMPONENT", "LeaseTerm", "Runtime"]
 
 # The source of the operator's Events.
 COMPONENT = "numatopo-operator"
@@ -44,6 +48,15 @@ ENGINE_THREAD = ThreadPoolExecutor(max_workers=1, thread_name_prefix="numatopo-e
 
 
 @dataclass
+class LeaseTerm:
+    """Our hold on the Lease, one object for every copy of the memo."""
+
+    renewed_at: float | None = None
+    """`time.monotonic()` when the last successful renewal of our Lease was sent; None
+    while we hold none. Fencing: writes stop `renew_deadline_seconds` after it."""
+
+
+@dataclass(frozen=True, eq=False)
 class Runtime:
     settings: OperatorSettings
     ledger: Ledger = field(default_factory=Ledger)
@@ -73,9 +86,8 @@ class Runtime:
     gangs: GangState = field(init=False)
     """Groups placed across nodes (`gang_worker`): their members, plans and retries."""
 
-    renewed_at: float | None = None
-    """`time.monotonic()` when the last successful renewal of our Lease was sent; None
-    while we hold none. Fencing: writes stop `renew_deadline_seconds` after it."""
+    lease: LeaseTerm = field(default_factory=LeaseTerm)
+    """When our Lease was last renewed (`leadership` updates it in place)."""
 
     unreadable: dict[str, str] = field(default_factory=dict)
     """Pods whose `numatopo.io/assignment` cannot be read: pod key -> why."""
@@ -93,6 +105,13 @@ class Runtime:
 
     redriven: dict[str, object] = field(default_factory=dict)
     """node -> the topology its waiting pods were last retried against."""
+
+    waiting: WaitingPods = field(default_factory=WaitingPods)
+    """Pods bound to a node that wait for a decision (kept by the pod handler)."""
+
+    statuses: dict[str, Mapping[str, object]] = field(default_factory=dict)
+    """node -> what its Numatopology's status holds of the fields numatopo writes, as
+    last watched or written (`status`): a new holder writes only the nodes that differ."""
 
     indexed: asyncio.Event = field(default_factory=asyncio.Event)
     """Set once kopf has listed every pod and Numatopology (its indexes are complete)."""
@@ -122,12 +141,17 @@ class Runtime:
         return self.gpu_modes.get(node) == GpuMode.STEERED.value
 
     def __post_init__(self) -> None:
-        self.workload = MixLearner(
-            self.settings.workload_mix_half_life_seconds, pinned=self.settings.pinned_mix
-        )
-        self.retries = RetryQueue(self.settings.retry_base_seconds, self.settings.retry_max_seconds)
-        self.gpu_admissions = GpuAdmissions(self.settings.gpu_admission_timeout_seconds)
-        self.gangs = GangState(self.settings.retry_base_seconds, self.settings.retry_max_seconds)
+        settings = self.settings
+        parts: dict[str, object] = {
+            "workload": MixLearner(
+                settings.workload_mix_half_life_seconds, pinned=settings.pinned_mix
+            ),
+            "retries": RetryQueue(settings.retry_base_seconds, settings.retry_max_seconds),
+            "gpu_admissions": GpuAdmissions(settings.gpu_admission_timeout_seconds),
+            "gangs": GangState(settings.retry_base_seconds, settings.retry_max_seconds),
+        }
+        for name, part in parts.items():
+            object.__setattr__(self, name, part)  # frozen: set once, here
 
     async def in_engine_thread(self, work: Callable[P, T], *args: P.args, **kwargs: P.kwargs) -> T:
         """`work(*args, **kwargs)` in the engine thread. Give it only values the event loop
@@ -149,7 +173,7 @@ class Runtime:
         """
         if self.settings.standalone:
             return True
-        renewed = self.renewed_at
+        renewed = self.lease.renewed_at
         return (
             renewed is not None
             and time.monotonic() < renewed + self.settings.renew_deadline_seconds

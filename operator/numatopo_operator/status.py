@@ -2,8 +2,13 @@
 
 `free_status` is pure; `write_statuses` is the loop that writes it. A burst of
 decisions on one node marks it dirty many times and costs one write per debounce
-period; a status equal to the last one written is not written again. Only the fields
-below are patched (a merge patch), so the exporter's `conditions` are left alone.
+period. A status is written only when it differs from what the object holds, as
+watched (`Runtime.statuses`, fed by `handlers`) or as we wrote it since: a replica that
+takes over rewrites only the nodes whose status is wrong, not every node it rebuilt.
+A watched status that changes (someone else's write, or ours seen out of order) marks
+the node dirty again, so whatever the object ends up holding is compared once more.
+Only the fields below (`indexes.OWNED_STATUS`) are patched (a merge patch), so the
+exporter's `conditions` are left alone.
 """
 
 from __future__ import annotations
@@ -49,7 +54,6 @@ def free_status(topology: NumatopologySpec, state: NodeState, pods: int) -> dict
 
 async def write_statuses(runtime: Runtime) -> None:
     """Forever: every debounce period, write the status of each node that changed."""
-    written: dict[str, dict[str, object]] = {}
     while True:
         await asyncio.sleep(runtime.settings.status_debounce_seconds)
         if not runtime.deciding:
@@ -59,7 +63,7 @@ async def write_statuses(runtime: Runtime) -> None:
             if topology is None or state is None:
                 continue
             status = free_status(topology, state, runtime.ledger.pods_on(node))
-            if written.get(node) == status:
+            if runtime.statuses.get(node) == status:
                 continue
             if not runtime.lease_fresh():
                 runtime.ledger.mark_dirty(node)
@@ -72,4 +76,4 @@ async def write_statuses(runtime: Runtime) -> None:
                 logger.warning("status of Numatopology/%s not written (retrying): %s", node, exc)
                 runtime.ledger.mark_dirty(node)
             else:
-                written[node] = status
+                runtime.statuses[node] = status

@@ -112,3 +112,72 @@ async def test_kill_9_of_the_holder_fails_over_within_seconds(env, tmp_path, rec
             await process.wait()
         for log in logs.values():
             log.close()
+
+
+# Well past the renew deadline (3 s) many times over: what a handler's copy of the memo
+# knew of the Lease at the takeover is long stale by then.
+AFTER_TAKEOVER_SECONDS = 30.0
+
+
+@pytest.mark.timeout(150)
+async def test_pods_changed_long_after_a_takeover_are_decided(env, tmp_path):
+    """kill -9 of the holder; 30 s after the standby took over, a user gives a policy to a
+    pod the standby saw before the kill and to one it first saw after it took over: the
+    new holder decides both (it once deferred them until the next takeover)."""
+    cluster, _, h100, pod, topology_object, wait = env.parts()
+    await cluster.create_numatopology(topology_object(NODE, h100))
+    for name in ("op-a", "op-b"):
+        await cluster.create(
+            f"/api/v1/namespaces/{NAMESPACE}/pods",
+            {"metadata": {"name": name, "namespace": NAMESPACE}, "spec": {"containers": []}},
+        )
+    config = kubeconfig(tmp_path / "kubeconfig", str(cluster.api.url))
+    logs = {name: (tmp_path / f"{name}.log").open("wb") for name in ("op-a", "op-b")}
+    processes = {name: await start(name, config, logs[name]) for name in ("op-a", "op-b")}
+    try:
+        current = ""
+        deadline = time.monotonic() + 30
+        while not current and time.monotonic() < deadline:
+            current = await holder(cluster)
+            await asyncio.sleep(0.1)
+        assert current, "no replica took the Lease"
+        await cluster.create_pod(pod("early", policy=None, cpu="2"))
+        await cluster.create_pod(pod("before", cpu="2"))
+        await wait(
+            lambda: cluster.annotations("before").get(keys.STATE) == "Assigned",
+            what="the first holder decides",
+            timeout=30,
+        )
+        await asyncio.sleep(2.0)  # the standby has seen both pods
+        victim = current.rpartition("_")[0]
+        survivor = "op-b" if victim == "op-a" else "op-a"
+        processes[victim].send_signal(signal.SIGKILL)
+        await cluster.create_pod(pod("after", cpu="2"))
+        await wait(
+            lambda: cluster.annotations("after").get(keys.STATE) == "Assigned",
+            what="the standby decides after the kill",
+            timeout=30,
+        )
+        await cluster.create_pod(pod("late", policy=None, cpu="2"))
+        await asyncio.sleep(AFTER_TAKEOVER_SECONDS)
+        for name in ("early", "late"):
+            await cluster.patch_pod(
+                name, {"metadata": {"annotations": {keys.POLICY: "single-numa-node"}}}
+            )
+        await wait(
+            lambda: all(
+                cluster.annotations(name).get(keys.STATE) == "Assigned"
+                for name in ("early", "late")
+            ),
+            what="the pods changed 30 s after the takeover are decided",
+            timeout=15,
+        )
+
+        assert (await holder(cluster)).startswith(survivor + "_")
+    finally:
+        for process in processes.values():
+            if process.returncode is None:
+                process.send_signal(signal.SIGKILL)
+            await process.wait()
+        for log in logs.values():
+            log.close()

@@ -41,7 +41,7 @@ def test_a_holder_that_cannot_renew_stops_writing_at_the_renew_deadline(monkeypa
     monkeypatch.setattr(time, "monotonic", lambda: clock[0])
     runtime = Runtime(OperatorSettings(lease_name="numatopo"))
     runtime.active.set()
-    runtime.renewed_at = 100.0
+    runtime.lease.renewed_at = 100.0
     writable = []
     for now in (100.0, 102.9, 103.0, 104.0):
         clock[0] = now

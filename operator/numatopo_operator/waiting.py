@@ -1,0 +1,50 @@
+"""`WaitingPods`: the pods that wait for a decision, by the node they are bound to.
+
+Kept by the pod handler from each pod's events (`translate.is_waiting`), and read when
+a node's capacity changes (a pod there ends, its Numatopology appears or changes) to
+retry them. It was once a kopf index; kopf indexes are also its start-up gate, and a
+gate over every pod of a cluster costs time that grows with the square of the pods
+listed (kopf wakes every waiting worker as each listed object is indexed).
+"""
+
+from __future__ import annotations
+
+from numatopo_operator import translate
+from numatopo_operator.translate import RawPod
+
+__all__ = ["WaitingPods"]
+
+
+class WaitingPods:
+    def __init__(self) -> None:
+        self._by_node: dict[str, dict[str, RawPod]] = {}
+        self._node_of: dict[str, str] = {}
+
+    def __len__(self) -> int:
+        return len(self._node_of)
+
+    def observe(self, key: str, pod: RawPod) -> None:
+        """The pod as seen now: kept when it waits on a node, dropped when not."""
+        node = translate.pod_node(pod) if translate.is_waiting(pod) else None
+        if node is None:
+            self.forget(key)
+            return
+        previous = self._node_of.get(key)
+        if previous is not None and previous != node:
+            self.forget(key)
+        self._node_of[key] = node
+        self._by_node.setdefault(node, {})[key] = pod
+
+    def forget(self, key: str) -> None:
+        node = self._node_of.pop(key, None)
+        if node is None:
+            return
+        pods = self._by_node.get(node, {})
+        pods.pop(key, None)
+        if not pods:
+            self._by_node.pop(node, None)
+
+    def on(self, node: str) -> list[RawPod]:
+        """The pods waiting on `node`, oldest first."""
+        pods = self._by_node.get(node, {}).values()
+        return sorted(pods, key=lambda pod: pod["metadata"].get("creationTimestamp", ""))
