@@ -1,0 +1,164 @@
+"""Inside one domain: which nodes take how many members (pure, exact).
+
+The choice uses the fewest domains of the next level down, then, among those choices,
+the fewest of the level below, and so on down to the nodes (the node is the implicit
+narrowest level): a lexicographic minimum of the count vector
+
+    (domains used at level d+1, ..., domains used at the narrowest level, nodes)
+
+over every set of nodes whose capacities ("units": members each node can take) add up
+to the need. Ties go to the best fit, then to the least fragmentation, then to nodes
+that keep wholly free nodes free and rank higher, then to tree order: after the counts
+the vector carries the units left unused on the chosen nodes (Kueue TAS's BestFit,
+exactly rather than per level), the fragmentation growth of every chosen domain and
+node (the caller's `growth`), the wholly free nodes broken and minus the nodes' rank.
+
+A largest-first greedy (fill the largest child, best-fit the rest) is not enough:
+with one spine whose leaf l0 holds two nodes of 2 free units and leaf l1 one node of 3,
+five members take l0 whole (two nodes) and c; the minimum is c and one node of l0.
+
+Method: a knapsack over each domain's children, bottom up. A domain's table says, for
+every amount a up to min(need, its units), the least cost vector of hosting a members
+inside it; a parent combines its children's tables (one child at a time, each child
+given 0..its units) adding 1 at the child's level for every child used. Cost vectors
+add component-wise, and the lexicographic order is compatible with addition, so the
+combination of optimal parts is optimal. Time: the sum over domains of need x the
+domain's children's units (capped at need).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping, Sequence
+from operator import add
+from typing import Protocol
+
+__all__ = ["Cost", "Tree", "fewest"]
+
+Path = tuple[str, ...]
+Cost = tuple[float, ...]
+# (cost, what was chosen): the chosen parts as a linked list (earlier parts, item, amount)
+_Entry = tuple[Cost, object]
+
+
+class Tree(Protocol):
+    """What `fewest` reads of a `domains.DomainTree`."""
+
+    levels: tuple[str, ...]
+    children: dict[Path, list[Path]]
+    direct: dict[Path, list[str]]
+
+
+def fewest(
+    tree: Tree,
+    root: Path,
+    units: Mapping[str, int],
+    need: int,
+    *,
+    loose: Sequence[str] = (),
+    tie: Callable[[str], tuple[float, float]] = lambda _: (0.0, 0.0),
+    growth: Callable[[str | Path, int], float] = lambda _, __: 0.0,
+) -> tuple[Cost, list[tuple[str, int]]] | None:
+    """The least-cost choice of `need` members inside domain `root` (see the module
+    docstring): its cost vector and (node, members) in tree order; None when the units
+    of the domain's nodes add up to less than `need`.
+
+    `units`: node -> members it can take (nodes not listed take none); `loose`: extra
+    nodes directly under `root` (nodes without labels, for the root `()`); `tie`: per
+    node (wholly free nodes broken, minus its rank), the last tie-breaks; `growth`: what
+    taking an amount of members from a node or a domain (by path) adds to fragmentation.
+    """
+    width = len(tree.levels)
+    # level counts, nodes, units left unused, fragmentation growth, free nodes broken, -rank
+    size = width + 5
+    zero: Cost = (0.0,) * size
+    tables: dict[object, list[_Entry | None]] = {}
+
+    def node_table(node: str, most: int) -> list[_Entry | None]:
+        held = min(units.get(node, 0), most)
+        broken, minus_rank = tie(node)
+        table: list[_Entry | None] = [None]
+        for amount in range(1, held + 1):
+            cost = [0.0] * size
+            cost[width] = 1.0
+            cost[width + 1] = float(units[node] - amount)
+            cost[width + 2] = growth(node, amount)
+            cost[width + 3] = broken
+            cost[width + 4] = minus_rank
+            table.append((tuple(cost), None))
+        return table
+
+    sums: dict[Path, int] = {}
+
+    def held(domain: Path) -> int:
+        total = sums.get(domain)
+        if total is None:
+            total = sum(units.get(n, 0) for n in tree.direct.get(domain, []))
+            if domain == root:
+                total += sum(units.get(n, 0) for n in loose)
+            total += sum(held(child) for child in tree.children.get(domain, []))
+            sums[domain] = total
+        return total
+
+    def domain_table(domain: Path, most: int) -> list[_Entry | None]:
+        items: list[tuple[object, list[_Entry | None]]] = []
+        for child in tree.children.get(domain, []):
+            cap = min(held(child), most)
+            if cap:
+                inner = domain_table(child, cap)
+                tables[child] = inner
+                shifted: list[_Entry | None] = [None]
+                for amount, entry in enumerate(inner[1:], start=1):
+                    if entry is None:
+                        shifted.append(None)
+                        continue
+                    mark = [0.0] * size
+                    mark[len(child) - 1] = 1.0
+                    mark[width + 2] = growth(child, amount)
+                    shifted.append((_sum(entry[0], tuple(mark)), entry[1]))
+                items.append((child, shifted))
+        direct = list(tree.direct.get(domain, []))
+        if domain == root:
+            direct += loose
+        for node in direct:
+            if units.get(node, 0):
+                items.append((node, node_table(node, most)))
+        best: list[_Entry | None] = [None] * (most + 1)
+        best[0] = (zero, None)
+        for item, table in items:
+            merged = list(best)
+            for amount in range(1, most + 1):
+                current = merged[amount]
+                for part in range(1, min(len(table) - 1, amount) + 1):
+                    before, entry = best[amount - part], table[part]
+                    if before is None or entry is None:
+                        continue
+                    cost = _sum(before[0], entry[0])
+                    if current is None or cost < current[0]:
+                        current = (cost, (before[1], item, part))
+                merged[amount] = current
+            best = merged
+        return best
+
+    def unroll(chosen: object, out: list[tuple[str, int]]) -> None:
+        while chosen is not None:
+            assert isinstance(chosen, tuple)
+            chosen, item, amount = chosen
+            if isinstance(item, str):
+                out.append((item, amount))
+            else:
+                entry = tables[item][amount]
+                assert entry is not None
+                unroll(entry[1], out)
+
+    if need <= 0 or held(root) < need:
+        return None
+    top = domain_table(root, need)[need]
+    if top is None:
+        return None
+    out: list[tuple[str, int]] = []
+    unroll(top[1], out)
+    return top[0], out
+
+
+def _sum(a: Cost, b: Cost) -> Cost:
+    return tuple(map(add, a, b))
