@@ -25,7 +25,15 @@ from dataclasses import dataclass
 from numatopo_engine import annotations as keys
 from numatopo_engine import pod_request
 from numatopo_engine.annotations import Assignment, State
-from numatopo_engine.domains import DomainTree, GroupPlacement, Member, NodeCandidate, place_group
+from numatopo_engine.domains import (
+    NODE_LEVEL,
+    Anchor,
+    DomainTree,
+    GroupPlacement,
+    Member,
+    NodeCandidate,
+    place_group,
+)
 from numatopo_engine.errors import InvalidRequestError, OverlapError, UnsatisfiableError
 from numatopo_engine.groups import GroupSpec
 from numatopo_engine.network_topology import HOSTNAME_LABEL, NetworkTopologySpec
@@ -155,8 +163,8 @@ async def _place(
     spec: GroupSpec,
     views: Sequence[MemberView],
     tree: DomainTree,
-    anchors: Sequence[Mapping[str, str]] = ({},),
-) -> tuple[GroupPlacement, Mapping[str, str]]:
+    anchors: Sequence[Anchor | None] = (None,),
+) -> tuple[GroupPlacement, Anchor | None]:
     """The engine's placement of `views` (in its thread) and the anchor it kept to,
     trying `anchors` in order; raises GroupUnplaceableError with the engine's reason
     when none fits."""
@@ -166,7 +174,7 @@ async def _place(
     for anchor in anchors:
         try:
             placement = await runtime.in_engine_thread(
-                place_group, tree, members, nodes, spec=spec, anchor=anchor or None,
+                place_group, tree, members, nodes, spec=spec, anchor=anchor,
                 mix=runtime.workload.mix(), engine=runtime.decisions,
             )  # fmt: skip
         except UnsatisfiableError as exc:
@@ -262,7 +270,7 @@ async def _write_all(
     placement: GroupPlacement,
     *,
     level: str | None,
-    domain: str | None,
+    path: Sequence[str],
 ) -> dict[str, str]:
     """Book and write the plan of every member in `views`; on any failure, take back
     what was written and re-raise. Returns member key -> node."""
@@ -276,7 +284,12 @@ async def _write_all(
 
     async def write(view: MemberView) -> None:
         record = PlacementRecord(
-            group=spec.name, level=level, domain=domain, rank=view.rank, planned=planned
+            group=spec.name,
+            level=level,
+            domain=path[-1] if path else None,
+            path=list(path) if level is not None else None,
+            rank=view.rank,
+            planned=planned,
         )
         await _write_plan(runtime, view, booked[view.key], record)
 
@@ -303,7 +316,7 @@ async def plan(runtime: Runtime, spec: GroupSpec, views: Sequence[MemberView]) -
     tree = setting(runtime, spec)
     placement, _ = await _place(runtime, spec, views, tree)
     nodes = await _write_all(
-        runtime, spec, views, placement, level=placement.level, domain=placement.domain
+        runtime, spec, views, placement, level=placement.level, path=placement.path
     )
     return Placed(placement, nodes)
 
@@ -371,26 +384,61 @@ async def release(runtime: Runtime, views: Sequence[MemberView]) -> dict[str, st
     return released
 
 
+def recorded_domain(
+    tree: DomainTree, record: PlacementRecord, running_node: str | None
+) -> Anchor | None:
+    """The domain a running group's record names, by its full path; None when the
+    record names none, or names one that cannot be told from the others.
+
+    Records written before the path was recorded name `level=domain` only; the
+    domain is then the one of that level around a running member, else the only one
+    of that value."""
+    level = record.level
+    if level is None or record.domain is None:
+        return None
+    if level == NODE_LEVEL and tree.implicit_nodes:
+        if record.path is not None:
+            return Anchor(level, tuple(record.path))
+        node = record.domain
+        return Anchor(level, tree.node_path(node)) if node in tree.paths else None
+    index = tree.depth.get(level)
+    if index is None:
+        return None
+    if record.path is not None:
+        path = tuple(record.path)
+        return Anchor(level, path) if len(path) == index + 1 else None
+    around = tree.paths.get(running_node or "", ())
+    if len(around) > index and around[index] == record.domain:
+        return Anchor(level, around[: index + 1])
+    same = [p for p in tree.members[index] if p[-1] == record.domain]
+    return Anchor(level, same[0]) if len(same) == 1 else None
+
+
 def _anchors(
-    tree: DomainTree, spec: GroupSpec, anchor: PlacementRecord | None, running_node: str | None
-) -> list[dict[str, str]]:
+    tree: DomainTree, spec: GroupSpec, record: PlacementRecord | None, running_node: str | None
+) -> list[Anchor | None]:
     """Where a replacement may go, best first: the group's recorded domain, then each
-    wider domain around a running member (up to the required level), then anywhere
-    allowed."""
-    if anchor is None or anchor.level is None or anchor.domain is None:
-        return [{}]
-    levels = list(tree.levels)
-    if anchor.level not in levels:
-        return [{}]
-    found = [{anchor.level: anchor.domain}]
-    top = levels.index(spec.required) if spec.required in levels else 0
-    for index in range(levels.index(anchor.level) - 1, top - 1, -1):
-        wider = levels[index]
-        value = tree.domain_of(running_node, wider) if running_node is not None else None
-        if value is not None:
-            found.append({wider: value})
+    wider domain around it (its path's prefixes, up to the required level), then
+    anywhere allowed (None: the engine still keeps to one domain of a required level).
+    Raises GroupUnplaceableError when the group has a required level and its recorded
+    domain cannot be found: a guess could leave it."""
+    if record is None or record.level is None:
+        return [None]
+    recorded = recorded_domain(tree, record, running_node)
+    if recorded is None:
+        if spec.required is None:
+            return [None]
+        raise GroupUnplaceableError(
+            f"the group's recorded domain {record.level}={record.domain} is not one domain "
+            "of the network topology now; the replacement waits rather than guess"
+        )
+    found: list[Anchor | None] = [recorded]
+    top = tree.depth[spec.required] + 1 if spec.required in tree.depth else 1
+    path = recorded.path
+    for length in range(len(path) - 1, top - 1, -1):
+        found.append(Anchor(tree.levels[length - 1], path[:length]))
     if spec.required is None:
-        found.append({})
+        found.append(None)
     return found
 
 
@@ -400,7 +448,9 @@ class Recovered:
     stayed: bool
     """Whether every replacement landed inside the group's recorded domain."""
     level: str | None
-    domain: str | None
+    path: tuple[str, ...]
+    recorded: Anchor | None
+    """The group's recorded domain, when it could be told."""
 
 
 async def recover(
@@ -414,12 +464,13 @@ async def recover(
     tree = setting(runtime, spec)
     anchors = _anchors(tree, spec, anchor, running_node)
     placement, kept = await _place(runtime, spec, views, tree, anchors)
-    stayed = anchor is None or anchor.level is None or kept == anchors[0]
+    recorded = anchors[0]
+    stayed = recorded is None or kept == recorded
     # The domain the replacements share with their group: the recorded one, else the
     # wider one they were kept in, else the engine's own choice.
-    level, domain = next(iter(kept.items())) if kept else (placement.level, placement.domain)
-    written = await _write_all(runtime, spec, views, placement, level=level, domain=domain)
-    return Recovered(written, stayed, level, domain)
+    level, path = (kept.level, kept.path) if kept else (placement.level, placement.path)
+    written = await _write_all(runtime, spec, views, placement, level=level, path=path)
+    return Recovered(written, stayed, level, path, recorded)
 
 
 def elapsed(since: float | None) -> float:

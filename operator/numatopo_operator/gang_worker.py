@@ -24,10 +24,17 @@ import time
 from collections.abc import Mapping, Sequence
 from typing import Any
 
+from numatopo_engine.domains import describe_domain
 from numatopo_operator import gang_release, translate
 from numatopo_operator.errors import KubeError, KubeNotFoundError, NodeBusyError, NotActiveError
 from numatopo_operator.gang_release import GroupInvalidError, GroupUnplaceableError
-from numatopo_operator.grouping import MemberView, StepKind, next_step, planned_node
+from numatopo_operator.grouping import (
+    MemberView,
+    PlacementRecord,
+    StepKind,
+    next_step,
+    planned_node,
+)
 from numatopo_operator.runtime import Runtime
 
 __all__ = ["advance", "observe_pod", "run_gangs", "settle_group"]
@@ -96,8 +103,17 @@ async def _tell(
     )
 
 
-def _where(level: str | None, domain: str | None) -> str:
-    return f"{level}={domain}" if level is not None else "anywhere (no level asked)"
+def _where(level: str | None, path: Sequence[str] | None) -> str:
+    if level is None or not path:
+        return "anywhere (no level asked)"
+    return describe_domain(level, tuple(path))
+
+
+def _record_path(record: PlacementRecord | None) -> Sequence[str] | None:
+    """The recorded domain's path; the value alone for records older than paths."""
+    if record is None or record.domain is None:
+        return None
+    return record.path if record.path is not None else [record.domain]
 
 
 def _nodes_text(nodes: Mapping[str, str], order: Sequence[str]) -> str:
@@ -152,7 +168,7 @@ async def advance(runtime: Runtime, group: str) -> bool:
             gangs.waiting_for_room.discard(group)
             logger.info(
                 "group %s planned in %s: %s", group,
-                _where(placed.placement.level, placed.placement.domain),
+                _where(placed.placement.level, placed.placement.path),
                 _nodes_text(placed.nodes, placed.placement.order),
             )  # fmt: skip
             continue
@@ -167,10 +183,10 @@ async def advance(runtime: Runtime, group: str) -> bool:
             metrics.group_decisions.labels("placed").inc()
             order = [v.key for v in views]
             level = record.level if record is not None else None
-            domain = record.domain if record is not None else None
+            path = _record_path(record)
             await _tell(
                 runtime, chosen, PLACED,
-                f"group {group}: {len(views)} members placed in {_where(level, domain)}, "
+                f"group {group}: {len(views)} members placed in {_where(level, path)}, "
                 f"by rank: {_nodes_text(_all_nodes(runtime, views, released), order)}",
             )  # fmt: skip
             for view in chosen:
@@ -197,13 +213,13 @@ async def advance(runtime: Runtime, group: str) -> bool:
                 took = gang_release.elapsed(gangs.first_seen.pop(view.key, None))
                 metrics.group_recovery.observe(took)
                 metrics.group_decisions.labels("recovered").inc()
-                where = _where(recovered.level, recovered.domain)
-                anchor = step.anchor
-                if recovered.stayed or anchor is None:
+                where = _where(recovered.level, recovered.path)
+                recorded = recovered.recorded
+                if recovered.stayed or recorded is None:
                     text = f"in its group's domain {where}"
                 else:
                     text = (
-                        f"outside its group's domain {_where(anchor.level, anchor.domain)} "
+                        f"outside its group's domain {_where(recorded.level, recorded.path)} "
                         f"(no room there), in {where}"
                     )
                 await _tell(

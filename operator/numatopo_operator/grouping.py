@@ -65,6 +65,14 @@ class PlacementRecord(WireModel):
     group: str = Field(description="The group's name (namespace-scoped).")
     level: str | None = Field(default=None, description="The level of the shared domain.")
     domain: str | None = Field(default=None, description="The shared domain (label value).")
+    path: list[str] | None = Field(
+        default=None,
+        description=(
+            "The shared domain's label values from the widest level down to `level` (a "
+            "node's name last at the node level): `domain` alone may name domains under "
+            "several parents. Absent in records written before it existed."
+        ),
+    )
     rank: int | None = Field(default=None, description="The member's rank, if it has one.")
     planned: str = Field(description="When the plan was made (ISO 8601): names the plan.")
 

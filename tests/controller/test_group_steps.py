@@ -9,7 +9,9 @@ import pytest
 
 from numatopo_engine import annotations as keys
 from numatopo_engine.annotations import Assignment
-from numatopo_operator import settings
+from numatopo_engine.domains import NODE_LEVEL, Anchor, DomainTree
+from numatopo_engine.groups import GroupSpec, Strategy
+from numatopo_operator import gang_release, settings
 from numatopo_operator.grouping import (
     GATE,
     GroupBook,
@@ -186,3 +188,52 @@ def test_groups_setting_reads_booleans(text: str, expected: bool) -> None:
 def test_groups_setting_refuses_other_words() -> None:
     with pytest.raises(settings.SettingsError, match="is not a boolean"):
         settings.from_env({"NUMATOPO_GROUPS": "maybe"})
+
+
+# -- where a replacement may go: the recorded domain by its full path ---------------------
+
+SPINE, LEAF = "example.com/spine", "example.com/leaf"
+
+
+def twin_leaves() -> DomainTree:
+    """Leaf value l0 under two spines: n-a, n-b in s0; n-c, n-d in s1."""
+    layout = {"n-a": "s0", "n-b": "s0", "n-c": "s1", "n-d": "s1"}
+    return DomainTree.build([SPINE, LEAF], {n: {SPINE: s, LEAF: "l0"} for n, s in layout.items()})
+
+
+def spec(required: str | None) -> GroupSpec:
+    return GroupSpec("ml", "g", 2, required, None, Strategy.CONSOLIDATED, None)
+
+
+def test_replacement_anchors_follow_the_recorded_path_up_to_the_required_level() -> None:
+    record = PlacementRecord(group="g", level=LEAF, domain="l0", path=["s1", "l0"], planned=PLAN_A)
+    assert [Anchor(LEAF, ("s1", "l0")), Anchor(SPINE, ("s1",))] == gang_release._anchors(
+        twin_leaves(), spec(SPINE), record, None
+    )
+    assert [Anchor(LEAF, ("s1", "l0")), Anchor(SPINE, ("s1",)), None] == gang_release._anchors(
+        twin_leaves(), spec(None), record, None
+    )
+
+
+def test_a_record_without_a_path_is_read_around_a_running_member() -> None:
+    old = PlacementRecord.model_validate_json(
+        '{"v":1,"group":"g","level":"example.com/leaf","domain":"l0","planned":"x"}'
+    )
+    tree = twin_leaves()
+    assert Anchor(LEAF, ("s1", "l0")) == gang_release.recorded_domain(tree, old, "n-d")
+    # Ambiguous without a running member: a required level waits rather than guess.
+    assert gang_release.recorded_domain(tree, old, None) is None
+    with pytest.raises(gang_release.GroupUnplaceableError, match="rather than guess"):
+        gang_release._anchors(tree, spec(SPINE), old, None)
+    assert [None] == gang_release._anchors(tree, spec(None), old, None)
+
+
+def test_a_one_node_record_anchors_the_node_then_its_leaf() -> None:
+    record = PlacementRecord(
+        group="g", level=NODE_LEVEL, domain="n-c", path=["s1", "l0", "n-c"], planned=PLAN_A
+    )
+    assert [
+        Anchor(NODE_LEVEL, ("s1", "l0", "n-c")),
+        Anchor(LEAF, ("s1", "l0")),
+        Anchor(SPINE, ("s1",)),
+    ] == gang_release._anchors(twin_leaves(), spec(SPINE), record, None)

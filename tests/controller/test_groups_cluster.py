@@ -396,8 +396,62 @@ async def test_a_replacement_with_no_room_in_its_domain_goes_to_the_next_wider_o
     assert block != domain(assigned_node(cluster, "f-2-again"))
     assert "Warning" == event["type"]
     assert (
-        f"outside its group's domain {L2}={block} (no room there), in {L1}=spine-1"
+        f"outside its group's domain {L2}={block} under spine-1 (no room there), in {L1}=spine-1"
         in (event["message"])
+    )
+
+
+SPINE = "example.com/spine"
+LEAF = "example.com/leaf"
+
+
+async def test_a_replacement_never_leaves_its_domain_for_a_leaf_of_the_same_name(env):
+    """Leaves under two spines share the value l0 (Kueue allows it): a replacement of a
+    group required to share a spine stays in its spine's l0, gated while there is no
+    room there, rather than going to the other spine's l0."""
+    cluster, start_operator, h100, _, topology_object, wait = env.parts()
+    layout = {"n-a": "s0", "n-b": "s0", "n-c": "s1", "n-d": "s1"}
+    for node, spine in layout.items():
+        await cluster.create_node(node, {SPINE: spine, LEAF: "l0"})
+        await cluster.create_numatopology(topology_object(node, h100))
+    await cluster.create_network_topology("default", [SPINE, LEAF])
+    await start_operator(**FAST)
+    required = {keys.TOPOLOGY_REQUIRED: SPINE}
+    names = ["s-0", "s-1"]
+    for i, name in enumerate(names):
+        await cluster.create_pod(member(env, name, "s", 2, rank=i, annotations=required))
+    await wait(lambda: all(released(cluster, n) for n in names), what="group placed")
+    nodes = {assigned_node(cluster, n) for n in names}
+    spine = layout[assigned_node(cluster, "s-0")]
+    assert {n for n, s in layout.items() if s == spine} == nodes
+    assert {"level": LEAF, "domain": "l0", "path": [spine, "l0"]} == {
+        k: placement(cluster, "s-0").get(k) for k in ("level", "domain", "path")
+    }
+
+    await fail_and_replace(
+        env, "s-0", member(env, "s-0-again", "s", 2, rank=0, annotations=required)
+    )
+    await wait(
+        lambda: "GroupUnsatisfiable" in reasons(cluster, "s-0-again"), what="GroupUnsatisfiable"
+    )
+    [(_, message)] = [e for e in cluster.events_for("s-0-again") if e[0] == "GroupUnsatisfiable"]
+    assert keys.ASSIGNMENT not in cluster.annotations("s-0-again")
+    assert not released(cluster, "s-0-again")
+    assert f"inside {LEAF}=l0 under {spine}" in message or f"inside {SPINE}={spine}" in message
+
+    # Room in the group's spine, in another leaf: the replacement goes there, told so.
+    await cluster.create_node("n-e", {SPINE: spine, LEAF: "l1"})
+    await cluster.create_numatopology(topology_object("n-e", h100))
+    await wait(lambda: released(cluster, "s-0-again"), what="the replacement released")
+    await wait(
+        lambda: "GroupRecovered" in reasons(cluster, "s-0-again"), what="GroupRecovered Event"
+    )
+    [event] = [e for e in cluster.events() if e["reason"] == "GroupRecovered"]
+    assert "n-e" == assigned_node(cluster, "s-0-again")
+    assert "Warning" == event["type"]
+    assert (
+        f"outside its group's domain {LEAF}=l0 under {spine} (no room there), in {SPINE}={spine}"
+        in event["message"]
     )
 
 
