@@ -2,10 +2,11 @@
 
 A `DomainTree` groups nodes by the labels of a NetworkTopology's levels, widest level
 first. A node's domain at level k is the path of its label values at levels 0..k, so
-the tree is a tree even where leaves under two spines reuse a value; callers see a
-domain as its label value at that level. A node lacking a level's label belongs to no
-domain of that level or of any narrower one: it is reachable only by groups that may
-spread anywhere.
+the tree is a tree even where leaves under two spines reuse a value; people see a
+domain as its label value, and code that must find it again (`Anchor`) names it by its
+path. A node lacking a level's label belongs to no domain of that level or of any
+narrower one: it is reachable only by groups that may spread anywhere. The node is the
+narrowest level (`NODE_LEVEL`): the tree's hostname level, else an implicit one.
 
 Hops between two nodes: 0 on the same node, else the levels climbed to their lowest
 common domain (1 for two nodes of one narrowest domain, len(levels) + 1 for nodes

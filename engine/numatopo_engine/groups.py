@@ -12,10 +12,10 @@ Where the members go (DESIGN.md, "Groups and network domains"):
                       lands in one domain (one value of that label)
   topology-preferred  the same, but wider levels (then anywhere) are accepted when no
                       domain of that level fits
-  placement-strategy  consolidated (fewest nodes, tightest domain; default),
-                      distributed (one member per node where possible), balanced
-                      (the fewest nodes that hold the group, members as even over
-                      them as the nodes allow)
+  placement-strategy  consolidated (fewest sub-domains, then fewest nodes, tightest
+                      domain; default), distributed (one member per node where
+                      possible), balanced (consolidated's sub-domain and node counts,
+                      members as even over the nodes as they allow)
   topology            the NetworkTopology's name (default: the only one, or `default`)
 
 A member's rank (first found): annotation `numatopo.io/rank`; annotation, then label,
