@@ -30,7 +30,7 @@ that fit, the one that leaves the least fragmentation is the one with the smalle
 from __future__ import annotations
 
 import enum
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from itertools import pairwise
 
@@ -135,6 +135,18 @@ class DomainTree:
         if self.implicit_nodes or len(path) < len(self.levels):
             return (*path, node)
         return path
+
+    def spanned(self, level: str, nodes: Iterable[str]) -> int | None:
+        """How many domains of `level` hold `nodes` (a node without that level's label
+        counts as one of its own; the hostname level counts nodes); None for a label
+        that is no level here."""
+        if level not in self.depth:
+            return len(set(nodes)) if level == NODE_LEVEL else None
+        index = self.depth[level]
+        return len({
+            self.paths[n][: index + 1] if len(self.paths.get(n, ())) > index else ("", n)
+            for n in nodes
+        })  # fmt: skip
 
     def hops(self, a: str, b: str) -> int:
         """See the module docstring."""
@@ -339,6 +351,17 @@ class _Placer:
         self.uniform = len({_request_key(m.request) for m in ordered}) == 1
         # The implicit node level's index, when the tree has no hostname level.
         self.node_index = len(tree.levels) if tree.implicit_nodes else None
+        self.prefer = self._level_index(spec.preferred)
+        self.most_per: tuple[int, int] | None = None
+        if spec.most_per_domain is not None:
+            level, most = spec.most_per_domain
+            capped = self._level_index(level)
+            if capped is None:
+                raise UnsatisfiableError(
+                    f"group {spec.key}: {level!r} (max members per domain) is not a level "
+                    f"of the network topology (levels: {', '.join(tree.levels) or 'none'})"
+                )
+            self.most_per = (capped, most)
         self.bound: dict[str, int] = {}  # nodes that hold a member: at most how many
         self.copies: dict[str, int] = {}  # exact counts, filled per domain looked at
         self.memo: dict[object, int] = {}
@@ -372,6 +395,14 @@ class _Placer:
             if found is not None:
                 return found
         raise UnsatisfiableError(self._why(levels, anywhere))
+
+    def _level_index(self, label: str | None) -> int | None:
+        """The index of a level label; the hostname is the node level, real or not."""
+        if label is None:
+            return None
+        if label in self.tree.depth:
+            return self.tree.depth[label]
+        return self.node_index if label == NODE_LEVEL else None
 
     def _anchor_index(self) -> int | None:
         anchor, tree = self.anchor, self.tree
@@ -407,6 +438,9 @@ class _Placer:
         if pinned is not None:
             top = max(top, pinned)
         narrowest = len(tree.levels) - 1 if self.node_index is None else self.node_index
+        if self.most_per is not None and self.need > self.most_per[1]:
+            # One domain of the capped level, or of a narrower one, holds too few.
+            narrowest = min(narrowest, self.most_per[0] - 1)
         anywhere = spec.required is None and self.anchor is None
         return list(range(narrowest, top - 1, -1)), anywhere
 
@@ -485,6 +519,18 @@ class _Placer:
             ranked.append((self._growth(index, path, totals), order, path, inside))
         ranked.sort(key=lambda r: r[:2])
         best = (0, "")
+        if self.prefer is not None and index < self.prefer and len(ranked) > 1:
+            # Wider than the preferred level: as few of its domains as any domain here
+            # allows first, then the usual ranking.
+            steered = []
+            for growth, order, path, inside in ranked:
+                chosen = self._select(index, path, inside, strategy)
+                if chosen is None:
+                    best = max(best, (sum(self._copies(n) for n in inside), path[-1]))
+                    continue
+                steered.append((self.spread_over(chosen), growth, self._broken(chosen), order))
+            steered.sort()
+            ranked = [r for key in steered for r in ranked if r[1] == key[3]]
         start = 0
         while start < len(ranked):
             end = start
@@ -572,11 +618,11 @@ class _Placer:
         if sum(copies.values()) < need:
             return None
         if mode is _Mode.CONSOLIDATED:
-            return self._pick(index, path, copies)[1]
+            return self._pick(index, path, copies)[1] or None
         if mode is _Mode.DISTRIBUTED:
             if len(copies) < need:
                 return None
-            return self._pick(index, path, dict.fromkeys(copies, 1))[1]
+            return self._pick(index, path, dict.fromkeys(copies, 1))[1] or None
         if mode is _Mode.SPREAD:
             cap = next(
                 q
@@ -584,11 +630,15 @@ class _Placer:
                 if sum(min(c, q) for c in copies.values()) >= need
             )
             units = {n: min(c, cap) for n, c in copies.items() if c}
+            if self.most_per is not None:  # the cap per domain decides who takes what
+                return self._pick(index, path, units)[1] or None
             return _even(list(units), units, need)
         # BALANCED: consolidated's counts of sub-domains and nodes, with the lowest cap
         # per node that keeps them, then members as even as the caps allow.
         cost, picked = self._pick(index, path, copies)
-        counts = cost[: len(self.tree.levels) + 1]
+        if not picked:
+            return None
+        counts = cost[: len(self.tree.levels) + 2]
         low, high = -(-need // len(picked)), max(copies.values())
         while low < high:
             middle = (low + high) // 2
@@ -612,8 +662,9 @@ class _Placer:
             return ((), [(node, need)]) if units.get(node, 0) >= need else ((), [])
         loose = sorted(n for n in units if n not in self.tree.paths) if path == ANYWHERE else []
         found = fewest(
-            self.tree, path, units, need, loose=loose, tie=self._tie, growth=self._part_growth
-        )
+            self.tree, path, units, need, loose=loose, tie=self._tie,
+            growth=self._part_growth, first=self.prefer, most_per=self.most_per,
+        )  # fmt: skip
         if found is None:
             return (), []
         cost, picked = found
@@ -631,6 +682,10 @@ class _Placer:
             free, size = self._gpu_totals().get((len(part) - 1, part), (0, 0))
         taken = members * _gpus_of(self.largest)
         return (2 * taken * free - taken * taken) / size if size else 0.0
+
+    def spread_over(self, chosen: Sequence[tuple[str, int]]) -> int:
+        """How many domains of the preferred level the chosen nodes lie in."""
+        return self.tree.spanned(self.spec.preferred or NODE_LEVEL, (n for n, _ in chosen)) or 0
 
     def _tie(self, node: str) -> tuple[float, float]:
         return float(self._is_free(node)), -self.rank.get(node, 0.0)

@@ -57,6 +57,8 @@ def fewest(
     loose: Sequence[str] = (),
     tie: Callable[[str], tuple[float, float]] = lambda _: (0.0, 0.0),
     growth: Callable[[str | Path, int], float] = lambda _, __: 0.0,
+    first: int | None = None,
+    most_per: tuple[int, int] | None = None,
 ) -> tuple[Cost, list[tuple[str, int]]] | None:
     """The least-cost choice of `need` members inside domain `root` (see the module
     docstring): its cost vector and (node, members) in tree order; None when the units
@@ -66,24 +68,35 @@ def fewest(
     nodes directly under `root` (nodes without labels, for the root `()`); `tie`: per
     node (wholly free nodes broken, minus its rank), the last tie-breaks; `growth`: what
     taking an amount of members from a node or a domain (by path) adds to fragmentation.
+    `first`: a level index (`len(tree.levels)`: the nodes) whose count is compared before
+    every other (a preferred level: as few of its domains as possible). `most_per`:
+    (level index, n), at most n members in any one domain of that level (the node
+    level included).
     """
     width = len(tree.levels)
-    # level counts, nodes, units left unused, fragmentation growth, free nodes broken, -rank
-    size = width + 5
+    # The first level's count again, level counts, nodes, units left unused,
+    # fragmentation growth, free nodes broken, -rank; `shift` skips the leading one.
+    shift = 1
+    size = width + 6
     zero: Cost = (0.0,) * size
+    limit_level, limit = most_per if most_per is not None else (-1, need)
     tables: dict[object, list[_Entry | None]] = {}
 
-    def node_table(node: str, most: int) -> list[_Entry | None]:
-        held = min(units.get(node, 0), most)
+    def node_table(node: str, most: int, depth: int) -> list[_Entry | None]:
+        # A node of no domain of the first level (its labels stop above it) counts
+        # as one such domain of its own.
+        alone = first is not None and (first == width or depth <= first)
+        held = min(units.get(node, 0), most, limit if limit_level == width else most)
         broken, minus_rank = tie(node)
         table: list[_Entry | None] = [None]
         for amount in range(1, held + 1):
             cost = [0.0] * size
-            cost[width] = 1.0
-            cost[width + 1] = float(units[node] - amount)
-            cost[width + 2] = growth(node, amount)
-            cost[width + 3] = broken
-            cost[width + 4] = minus_rank
+            cost[0] = 1.0 if alone else 0.0
+            cost[shift + width] = 1.0
+            cost[shift + width + 1] = float(units[node] - amount)
+            cost[shift + width + 2] = growth(node, amount)
+            cost[shift + width + 3] = broken
+            cost[shift + width + 4] = minus_rank
             table.append((tuple(cost), None))
         return table
 
@@ -102,7 +115,7 @@ def fewest(
     def domain_table(domain: Path, most: int) -> list[_Entry | None]:
         items: list[tuple[object, list[_Entry | None]]] = []
         for child in tree.children.get(domain, []):
-            cap = min(held(child), most)
+            cap = min(held(child), most, limit if len(child) - 1 == limit_level else most)
             if cap:
                 inner = domain_table(child, cap)
                 tables[child] = inner
@@ -112,8 +125,9 @@ def fewest(
                         shifted.append(None)
                         continue
                     mark = [0.0] * size
-                    mark[len(child) - 1] = 1.0
-                    mark[width + 2] = growth(child, amount)
+                    mark[0] = 1.0 if first == len(child) - 1 else 0.0
+                    mark[shift + len(child) - 1] = 1.0
+                    mark[shift + width + 2] = growth(child, amount)
                     shifted.append((_sum(entry[0], tuple(mark)), entry[1]))
                 items.append((child, shifted))
         direct = list(tree.direct.get(domain, []))
@@ -121,7 +135,7 @@ def fewest(
             direct += loose
         for node in direct:
             if units.get(node, 0):
-                items.append((node, node_table(node, most)))
+                items.append((node, node_table(node, most, len(domain))))
         best: list[_Entry | None] = [None] * (most + 1)
         best[0] = (zero, None)
         for item, table in items:

@@ -16,6 +16,10 @@ Where the members go (DESIGN.md, "Groups and network domains"):
                       domain; default), distributed (one member per node where
                       possible), balanced (consolidated's sub-domain and node counts,
                       members as even over the nodes as they allow)
+  max-members-per-domain
+                      `<level>=<n>`: at most n members in any one domain of that level
+                      (a level's node label key, or kubernetes.io/hostname for nodes):
+                      a group larger than n spreads over several of them
   topology            the NetworkTopology's name (default: the only one, or `default`)
 
 A member's rank (first found): annotation `numatopo.io/rank`; annotation, then label,
@@ -86,6 +90,7 @@ class GroupSpec:
     preferred: str | None  # tried first, wider levels accepted
     strategy: Strategy
     topology: str | None  # NetworkTopology name; None: the only one, or `default`
+    most_per_domain: tuple[str, int] | None = None  # (level, n): n members per domain at most
 
     @property
     def key(self) -> str:
@@ -133,6 +138,7 @@ def group_of(metadata: Mapping[str, Any]) -> GroupSpec | None:
             f"set together with {keys.TOPOLOGY_REQUIRED}; give one of the two",
         )
     strategy = choice(annotations, keys.PLACEMENT_STRATEGY, Strategy, Strategy.CONSOLIDATED)
+    most_per_domain = _most_per_domain(annotations)
     topology = annotations.get(keys.TOPOLOGY)
     if topology is not None and (not topology or len(topology) > _MAX_NAME):
         raise InvalidRequestError(keys.TOPOLOGY, f"{echo(topology)} is not a NetworkTopology name")
@@ -145,6 +151,7 @@ def group_of(metadata: Mapping[str, Any]) -> GroupSpec | None:
         preferred=preferred,
         strategy=strategy,
         topology=topology,
+        most_per_domain=most_per_domain,
     )
 
 
@@ -221,6 +228,21 @@ def _level(annotations: Mapping[str, str], key: str) -> str | None:
             "topology.k8s.aws/network-node-layer-3 or nvidia.com/gpu.clique)",
         )
     return text
+
+
+def _most_per_domain(annotations: Mapping[str, str]) -> tuple[str, int] | None:
+    key = keys.MAX_MEMBERS_PER_DOMAIN
+    text = annotations.get(key)
+    if text is None:
+        return None
+    level, equals, count = text.rpartition("=")
+    if not equals or not is_label_key(level.strip()):
+        raise InvalidRequestError(
+            key,
+            f"{echo(text)} is not <level>=<n> (a node label key of a NetworkTopology level, "
+            "such as topology.k8s.aws/network-node-layer-3=4)",
+        )
+    return level.strip(), whole_number(key, count.strip(), MAX_GROUP_SIZE)
 
 
 def _rank(text: str, key: str) -> int:

@@ -19,7 +19,7 @@ import datetime
 import logging
 import os
 import time
-from collections.abc import Awaitable, Callable, Mapping, Sequence
+from collections.abc import Awaitable, Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 
 from numatopo_engine import annotations as keys
@@ -471,6 +471,22 @@ async def recover(
     level, path = (kept.level, kept.path) if kept else (placement.level, placement.path)
     written = await _write_all(runtime, spec, views, placement, level=level, path=path)
     return Recovered(written, stayed, level, path, recorded)
+
+
+def preferred_note(runtime: Runtime, spec: GroupSpec, nodes: Iterable[str]) -> str:
+    """For a group with a preferred level: whether its members share one domain of it,
+    else how many they span ("" without a preferred level, or when it is no level)."""
+    if spec.preferred is None:
+        return ""
+    count = setting(runtime, spec).spanned(spec.preferred, nodes)
+    if count is None:
+        return ""
+    if count == 1:
+        return f"; inside one domain of the preferred level {spec.preferred}"
+    return (
+        f"; across {count} domains of the preferred level {spec.preferred}, the fewest "
+        "possible (no one domain of it holds the group now)"
+    )
 
 
 def elapsed(since: float | None) -> float:

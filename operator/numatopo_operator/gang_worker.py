@@ -184,10 +184,12 @@ async def advance(runtime: Runtime, group: str) -> bool:
             order = [v.key for v in views]
             level = record.level if record is not None else None
             path = _record_path(record)
+            placed_on = _all_nodes(runtime, views, released)
+            note = gang_release.preferred_note(runtime, spec, placed_on.values())
             await _tell(
                 runtime, chosen, PLACED,
                 f"group {group}: {len(views)} members placed in {_where(level, path)}, "
-                f"by rank: {_nodes_text(_all_nodes(runtime, views, released), order)}",
+                f"by rank: {_nodes_text(placed_on, order)}{note}",
             )  # fmt: skip
             for view in chosen:
                 gangs.first_seen.pop(view.key, None)

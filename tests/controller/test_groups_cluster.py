@@ -455,6 +455,48 @@ async def test_a_replacement_never_leaves_its_domain_for_a_leaf_of_the_same_name
     )
 
 
+async def test_a_preferred_level_steers_to_the_fewest_of_its_domains(env):
+    """No leaf holds four 1-GPU members; spine s0 (the busier) would take three leaves,
+    s1 takes two: with preferred leaf the group goes to s1, and GroupPlaced says so."""
+    cluster, start_operator, h100, pod, topology_object, wait = env.parts()
+    layout = {"a": ("s0", "l0", 7), "b": ("s0", "l1", 7), "c": ("s0", "l2", 6)}
+    layout |= {"d": ("s1", "l0", 6), "e": ("s1", "l1", 6), "f": ("s1", "l2", 6)}
+    for node, (spine, leaf, busy) in layout.items():
+        await cluster.create_node(node, {SPINE: spine, LEAF: leaf})
+        await cluster.create_numatopology(topology_object(node, h100))
+        await cluster.create_pod(pod(f"busy-{node}", node=node, gpus=busy, policy="best-effort"))
+    await cluster.create_network_topology("default", [SPINE, LEAF])
+    await start_operator(**FAST)
+    names = [f"pf-{i}" for i in range(4)]
+    preferred = {keys.TOPOLOGY_PREFERRED: LEAF}
+    for i, name in enumerate(names):
+        await cluster.create_pod(member(env, name, "pf", 4, gpus=1, rank=i, annotations=preferred))
+    await wait(lambda: all(released(cluster, n) for n in names), what="group placed")
+    await wait(lambda: "GroupPlaced" in reasons(cluster, "pf-0"), what="GroupPlaced")
+    [(_, message)] = [e for e in cluster.events_for("pf-0") if e[0] == "GroupPlaced"]
+    nodes = {assigned_node(cluster, n) for n in names}
+
+    assert {"d", "e"} == nodes
+    assert f"across 2 domains of the preferred level {LEAF}, the fewest possible" in message
+    assert f"placed in {SPINE}=s1" in message
+
+
+async def test_at_most_one_member_per_leaf(env):
+    cluster, start_operator, _, _, _, wait = env.parts()
+    await build_cluster(env)
+    await start_operator(**FAST)
+    names = [f"cap-{i}" for i in range(4)]
+    settings = {keys.TOPOLOGY_REQUIRED: L1, keys.MAX_MEMBERS_PER_DOMAIN: f"{L3}=1"}
+    for i, name in enumerate(names):
+        await cluster.create_pod(member(env, name, "cap", 4, gpus=2, rank=i, annotations=settings))
+    await wait(lambda: all(released(cluster, n) for n in names), what="group placed")
+    nodes = [assigned_node(cluster, n) for n in names]
+
+    # Four 2-GPU members would fit one node; one per leaf puts them on four leaves.
+    assert ["leaf-1", "leaf-2", "leaf-3", "leaf-4"] == [domain(n, L3) for n in nodes]
+    assert {L1} == {placement(cluster, n)["level"] for n in names}
+
+
 async def test_with_groups_off_gated_members_stay_gated(env):
     cluster, start_operator, _, _, _, wait = env.parts()
     await build_cluster(env)

@@ -9,7 +9,8 @@ import pytest
 from group_cluster import LEAF, SPINE, group, members, occupy, shape
 
 from numatopo_engine.domains import DomainTree, NodeCandidate, place_group
-from numatopo_engine.groups import Strategy
+from numatopo_engine.errors import UnsatisfiableError
+from numatopo_engine.groups import GroupSpec, Strategy
 from numatopo_engine.network_topology import HOSTNAME_LABEL
 from numatopo_engine.state import NodeState
 
@@ -79,3 +80,48 @@ def test_a_group_that_fits_one_node_takes_one_node() -> None:
     assert {a.node for a in placed.assignments.values()} == {"c"}
     assert (placed.level, placed.domain) == (HOSTNAME_LABEL, "c")
     assert placed.path == ("s0", "l1", "c")
+
+
+def test_a_preferred_level_steers_to_the_fewest_of_its_domains() -> None:
+    """No leaf holds the 4 members. Spine s0 needs three leaves (1 + 1 + 2 free),
+    spine s1 two (2 + 2): with preferred leaf, s1, though s0 is the busier spine."""
+    tree, nodes = cluster(
+        (SPINE, LEAF),
+        {
+            "a": (("s0", "l0"), 1),
+            "b": (("s0", "l1"), 1),
+            "c": (("s0", "l2"), 2),
+            "d": (("s1", "l0"), 2),
+            "e": (("s1", "l1"), 2),
+            "f": (("s1", "l2"), 8),
+            "g": (("s1", "l2"), 8),
+        },
+    )
+    occupy(nodes, "f", 7)
+    occupy(nodes, "g", 7)
+    # Without a preference the busier spine s0 wins (least fragmentation growth).
+    assert {tree.domain_of(n, SPINE) for n in by_node(tree, nodes, 4)} == {"s0"}
+    placed = by_node(tree, nodes, 4, preferred=LEAF)
+    assert {tree.domain_of(n, SPINE) for n in placed} == {"s1"}
+    assert len({tree.paths[n] for n in placed}) == 2
+
+
+def test_at_most_n_members_per_domain() -> None:
+    """`max-members-per-domain` leaf=2: six members over three leaves, two each, even
+    where one leaf could take all six."""
+    tree, nodes = cluster(
+        (SPINE, LEAF),
+        {
+            "a": (("s0", "l0"), 8),
+            "b": (("s0", "l1"), 8),
+            "c": (("s0", "l2"), 8),
+            "d": (("s0", "l3"), 8),
+        },
+    )
+    spec = GroupSpec("ml", "g", 6, SPINE, None, Strategy.CONSOLIDATED, None, (LEAF, 2))
+    placed = place_group(tree, members(6, 1, 1), nodes, spec=spec)
+    assert sorted(Counter(a.node for a in placed.assignments.values()).values()) == [2, 2, 2]
+    assert placed.level == SPINE
+    too_many = GroupSpec("ml", "g", 6, LEAF, None, Strategy.CONSOLIDATED, None, (LEAF, 2))
+    with pytest.raises(UnsatisfiableError):
+        place_group(tree, members(6, 1, 1), nodes, spec=too_many)

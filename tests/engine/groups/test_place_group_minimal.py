@@ -16,7 +16,7 @@ from test_place_group_properties import ENGINE, copies
 
 from numatopo_engine.domains import DomainTree, NodeCandidate, place_group
 from numatopo_engine.errors import UnsatisfiableError
-from numatopo_engine.groups import Strategy
+from numatopo_engine.groups import GroupSpec, Strategy
 from numatopo_engine.network_topology import HOSTNAME_LABEL
 from numatopo_engine.state import NodeState
 
@@ -122,3 +122,105 @@ def test_fewest_sub_domains_then_nodes(
         if sum(held[n] for n in chosen) >= size
     )
     assert counts(tree, above, set(where)) == best
+
+
+def capacity(
+    tree: DomainTree, chosen: set[str], held: dict[str, int], cap: tuple[int, int] | None
+) -> int:
+    """Members `chosen` hold with at most n per domain of the capped level."""
+    if cap is None:
+        return sum(held[n] for n in chosen)
+    index, most = cap
+    if index >= len(tree.levels):
+        return sum(min(held[n], most) for n in chosen)
+    per: Counter[tuple[str, ...]] = Counter()
+    loose = 0
+    for node in chosen:
+        path = tree.paths[node]
+        if len(path) > index:
+            per[path[: index + 1]] += held[node]
+        else:
+            loose += held[node]
+    return sum(min(v, most) for v in per.values()) + loose
+
+
+def preferred_count(tree: DomainTree, index: int, chosen: set[str]) -> int:
+    if index >= len(tree.levels):
+        return len(chosen)
+    paths = tree.paths
+    return len({paths[n][: index + 1] if len(paths[n]) > index else ("", n) for n in chosen})
+
+
+@settings(max_examples=EXAMPLES, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(
+    trees(),
+    st.integers(2, 6),
+    st.sampled_from([1, 2, 4]),
+    st.sampled_from([Strategy.CONSOLIDATED, Strategy.DISTRIBUTED]),
+    st.integers(0, 3),
+    st.one_of(st.none(), st.tuples(st.integers(0, 3), st.integers(1, 3))),
+)
+def test_preferred_level_first_and_a_cap_per_domain(  # noqa: PLR0917 (hypothesis draws)
+    layout: tuple[int, list[Node]],
+    size: int,
+    gpus: int,
+    strategy: Strategy,
+    prefer: int,
+    cap: tuple[int, int] | None,
+) -> None:
+    """As few domains of the preferred level as the chosen domain allows come first;
+    no domain of the capped level holds more than its cap; a refusal means no node set
+    of the whole cluster holds the group under the cap."""
+    tree, nodes = build(*layout)
+    width = len(tree.levels)
+    prefer = min(prefer, width)
+    cap = None if cap is None else (min(cap[0], width), cap[1])
+    label = (*tree.levels, HOSTNAME_LABEL)
+    spec = GroupSpec(
+        "ml", "g", size, None, label[prefer], strategy, None,
+        None if cap is None else (label[cap[0]], cap[1]),
+    )  # fmt: skip
+    group_members = members(size, gpus, 1)
+    request = group_members[0].request
+    try:
+        placed = place_group(tree, group_members, nodes, spec=spec, engine=ENGINE)
+    except UnsatisfiableError:
+        held = {n: copies(nodes[n], request, n, size) for n in nodes}
+        if strategy is Strategy.DISTRIBUTED:
+            return  # one per node, else an even spread: the consolidated check covers it
+        assert capacity(tree, set(nodes), held, cap) < size
+        return
+    where = Counter(a.node for a in placed.assignments.values())
+    if cap is not None:
+        index, most = cap
+        per: Counter[tuple[str, ...]] = Counter()
+        for node, count in where.items():
+            if index >= width:
+                per[(node,)] += count
+            elif len(tree.paths[node]) > index:
+                per[tree.paths[node][: index + 1]] += count
+        assert max(per.values(), default=0) <= most
+    if placed.level == HOSTNAME_LABEL:
+        return
+    above = -1 if placed.level is None else tree.depth[placed.level]
+    path = tree.paths[next(iter(where))][: above + 1]
+    inside = list(nodes)
+    if placed.level is not None:
+        inside = [n for n in tree.order if tree.paths[n][: above + 1] == path]
+    held = {n: copies(nodes[n], request, n, size) for n in inside}
+    if strategy is Strategy.DISTRIBUTED:
+        if max(where.values()) > 1:
+            return
+        held = {n: min(1, h) for n, h in held.items()}
+    usable = [n for n in inside if held[n]]
+
+    def vector(chosen: set[str]) -> tuple[int, ...]:
+        return (preferred_count(tree, prefer, chosen), *counts(tree, above, chosen))
+
+    best = min(
+        vector(set(chosen))
+        for k in range(1, min(size, len(usable)) + 1)
+        for chosen in combinations(usable, k)
+        if capacity(tree, set(chosen), held, cap) >= size
+    )
+    assert vector(set(where)) == best

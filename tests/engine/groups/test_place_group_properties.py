@@ -114,15 +114,16 @@ def test_placement_invariants(
         )
         if spread is not None:
             expected = spread
-        elif expected == len(tree.levels):  # the even spread skips the node level
-            expected = narrowest_fitting_level(
-                tree, nodes, group_members[0].request, size, top, node_level=False
-            )
-        elif required is None:
-            usable = sum(
-                min(1, copies(c, group_members[0].request, n, 1)) for n, c in nodes.items()
-            )
-            expected = None if usable >= size else expected
+        else:
+            if expected == len(tree.levels):  # the even spread skips the node level
+                expected = narrowest_fitting_level(
+                    tree, nodes, group_members[0].request, size, top, node_level=False
+                )
+            if required is None:
+                usable = sum(
+                    min(1, copies(c, group_members[0].request, n, 1)) for n, c in nodes.items()
+                )
+                expected = None if usable >= size else expected
     versions = {n: c.state.version for n, c in nodes.items()}
     try:
         placed = place_group(tree, group_members, nodes, spec=spec, engine=ENGINE)
