@@ -32,6 +32,7 @@ __all__ = [
     "RANK",
     "REASON",
     "SCOPE",
+    "SLICE",
     "SMT",
     "STATE",
     "TOPOLOGY",
@@ -75,13 +76,14 @@ TOPOLOGY_REQUIRED = PREFIX + "topology-required"
 TOPOLOGY_PREFERRED = PREFIX + "topology-preferred"
 PLACEMENT_STRATEGY = PREFIX + "placement-strategy"
 MAX_MEMBERS_PER_DOMAIN = PREFIX + "max-members-per-domain"
+SLICE = PREFIX + "slice"
 TOPOLOGY = PREFIX + "topology"
 RANK = PREFIX + "rank"
 # Written by the operator on every planned member: group, level, domain, rank, plan time.
 GROUP_PLACEMENT = PREFIX + "group-placement"
 GROUP_ANNOTATIONS = (
     GROUP, GROUP_SIZE, TOPOLOGY_REQUIRED, TOPOLOGY_PREFERRED, PLACEMENT_STRATEGY,
-    MAX_MEMBERS_PER_DOMAIN, TOPOLOGY, RANK,
+    MAX_MEMBERS_PER_DOMAIN, SLICE, TOPOLOGY, RANK,
 )  # fmt: skip
 
 

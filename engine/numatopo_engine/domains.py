@@ -352,16 +352,8 @@ class _Placer:
         # The implicit node level's index, when the tree has no hostname level.
         self.node_index = len(tree.levels) if tree.implicit_nodes else None
         self.prefer = self._level_index(spec.preferred)
-        self.most_per: tuple[int, int] | None = None
-        if spec.most_per_domain is not None:
-            level, most = spec.most_per_domain
-            capped = self._level_index(level)
-            if capped is None:
-                raise UnsatisfiableError(
-                    f"group {spec.key}: {level!r} (max members per domain) is not a level "
-                    f"of the network topology (levels: {', '.join(tree.levels) or 'none'})"
-                )
-            self.most_per = (capped, most)
+        self.most_per = self._level_count(spec.most_per_domain, "max members per domain")
+        self.slices = self._level_count(spec.slice, "slice")
         self.bound: dict[str, int] = {}  # nodes that hold a member: at most how many
         self.copies: dict[str, int] = {}  # exact counts, filled per domain looked at
         self.memo: dict[object, int] = {}
@@ -390,11 +382,22 @@ class _Placer:
                 found = self._try(strategy)
                 if found is not None:
                     return found
-        if not self.uniform:
+        if not self.uniform and self.slices is None:  # in turn would ignore slices
             found = self._member_by_member(levels, anywhere)
             if found is not None:
                 return found
         raise UnsatisfiableError(self._why(levels, anywhere))
+
+    def _level_count(self, given: tuple[str, int] | None, what: str) -> tuple[int, int] | None:
+        if given is None:
+            return None
+        index = self._level_index(given[0])
+        if index is None:
+            raise UnsatisfiableError(
+                f"group {self.spec.key}: {given[0]!r} ({what}) is not a level of the network "
+                f"topology (levels: {', '.join(self.tree.levels) or 'none'})"
+            )
+        return index, given[1]
 
     def _level_index(self, label: str | None) -> int | None:
         """The index of a level label; the hostname is the node level, real or not."""
@@ -588,8 +591,12 @@ class _Placer:
         if index == self.node_index:
             required = tree.depth.get(self.spec.required or "", -1)
             out: list[tuple[Path, list[str]]] = []
+            # A node must lie in a domain of the required level, and of the slice level.
+            inside = max(required, self.slices[0] if self.slices else -1, -1)
+            if inside == self.node_index:
+                inside = -1
             for node in self._anywhere(every) if anchor is None else tree.order:
-                if node not in keep or len(tree.paths.get(node, ())) <= required:
+                if node not in keep or len(tree.paths.get(node, ())) <= inside:
                     continue
                 path = tree.node_path(node)
                 if anchor is None or (
@@ -630,7 +637,7 @@ class _Placer:
                 if sum(min(c, q) for c in copies.values()) >= need
             )
             units = {n: min(c, cap) for n, c in copies.items() if c}
-            if self.most_per is not None:  # the cap per domain decides who takes what
+            if self.most_per or self.slices:  # caps and slices decide who takes what
                 return self._pick(index, path, units)[1] or None
             return _even(list(units), units, need)
         # BALANCED: consolidated's counts of sub-domains and nodes, with the lowest cap
@@ -649,6 +656,8 @@ class _Placer:
                 low = middle + 1
         units = {n: min(c, low) for n, c in copies.items()}
         _, picked = self._pick(index, path, units)
+        if self.slices is not None:
+            return picked  # evening out would move members across slice domains
         return _even([n for n, _ in picked], units, need)
 
     def _pick(
@@ -664,6 +673,7 @@ class _Placer:
         found = fewest(
             self.tree, path, units, need, loose=loose, tie=self._tie,
             growth=self._part_growth, first=self.prefer, most_per=self.most_per,
+            slices=self.slices,
         )  # fmt: skip
         if found is None:
             return (), []

@@ -59,6 +59,7 @@ def fewest(
     growth: Callable[[str | Path, int], float] = lambda _, __: 0.0,
     first: int | None = None,
     most_per: tuple[int, int] | None = None,
+    slices: tuple[int, int] | None = None,
 ) -> tuple[Cost, list[tuple[str, int]]] | None:
     """The least-cost choice of `need` members inside domain `root` (see the module
     docstring): its cost vector and (node, members) in tree order; None when the units
@@ -71,7 +72,10 @@ def fewest(
     `first`: a level index (`len(tree.levels)`: the nodes) whose count is compared before
     every other (a preferred level: as few of its domains as possible). `most_per`:
     (level index, n), at most n members in any one domain of that level (the node
-    level included).
+    level included). `slices`: (level index, n), below a `root` wider than that level
+    every domain of it (every node, for the node level) takes a multiple of n members
+    and nodes outside its domains take none, so that members numbered in tree order
+    fall in whole slices of n per domain.
     """
     width = len(tree.levels)
     # The first level's count again, level counts, nodes, units left unused,
@@ -80,6 +84,13 @@ def fewest(
     size = width + 6
     zero: Cost = (0.0,) * size
     limit_level, limit = most_per if most_per is not None else (-1, need)
+    slice_level, piece = slices if slices is not None else (-1, 1)
+    if slices is None or len(root) > slice_level:
+        slice_level = -1  # the root lies inside one domain of the slice level
+
+    def whole(level: int, amount: int) -> bool:
+        return level != slice_level or amount % piece == 0
+
     tables: dict[object, list[_Entry | None]] = {}
 
     def node_table(node: str, most: int, depth: int) -> list[_Entry | None]:
@@ -90,6 +101,9 @@ def fewest(
         broken, minus_rank = tie(node)
         table: list[_Entry | None] = [None]
         for amount in range(1, held + 1):
+            if not whole(width, amount):
+                table.append(None)
+                continue
             cost = [0.0] * size
             cost[0] = 1.0 if alone else 0.0
             cost[shift + width] = 1.0
@@ -121,7 +135,7 @@ def fewest(
                 tables[child] = inner
                 shifted: list[_Entry | None] = [None]
                 for amount, entry in enumerate(inner[1:], start=1):
-                    if entry is None:
+                    if entry is None or not whole(len(child) - 1, amount):
                         shifted.append(None)
                         continue
                     mark = [0.0] * size
@@ -134,6 +148,8 @@ def fewest(
         if domain == root:
             direct += loose
         for node in direct:
+            if 0 <= slice_level < width and len(domain) <= slice_level:
+                break  # in no domain of the slice level: holds no slice
             if units.get(node, 0):
                 items.append((node, node_table(node, most, len(domain))))
         best: list[_Entry | None] = [None] * (most + 1)

@@ -20,6 +20,10 @@ Where the members go (DESIGN.md, "Groups and network domains"):
                       `<level>=<n>`: at most n members in any one domain of that level
                       (a level's node label key, or kubernetes.io/hostname for nodes):
                       a group larger than n spreads over several of them
+  slice               `<level>=<n>`: the group is made of slices of n consecutive
+                      ranks, each inside one domain of that level (Kueue's
+                      slice-required topology and slice size); the size must be a
+                      multiple of n
   topology            the NetworkTopology's name (default: the only one, or `default`)
 
 A member's rank (first found): annotation `numatopo.io/rank`; annotation, then label,
@@ -91,6 +95,7 @@ class GroupSpec:
     strategy: Strategy
     topology: str | None  # NetworkTopology name; None: the only one, or `default`
     most_per_domain: tuple[str, int] | None = None  # (level, n): n members per domain at most
+    slice: tuple[str, int] | None = None  # (level, n): n consecutive ranks per domain
 
     @property
     def key(self) -> str:
@@ -138,7 +143,12 @@ def group_of(metadata: Mapping[str, Any]) -> GroupSpec | None:
             f"set together with {keys.TOPOLOGY_REQUIRED}; give one of the two",
         )
     strategy = choice(annotations, keys.PLACEMENT_STRATEGY, Strategy, Strategy.CONSOLIDATED)
-    most_per_domain = _most_per_domain(annotations)
+    most_per_domain = _level_count(annotations, keys.MAX_MEMBERS_PER_DOMAIN)
+    sliced = _level_count(annotations, keys.SLICE)
+    if sliced is not None and size % sliced[1]:
+        raise InvalidRequestError(
+            keys.SLICE, f"slices of {sliced[1]} do not divide the group's size {size}"
+        )
     topology = annotations.get(keys.TOPOLOGY)
     if topology is not None and (not topology or len(topology) > _MAX_NAME):
         raise InvalidRequestError(keys.TOPOLOGY, f"{echo(topology)} is not a NetworkTopology name")
@@ -152,6 +162,7 @@ def group_of(metadata: Mapping[str, Any]) -> GroupSpec | None:
         strategy=strategy,
         topology=topology,
         most_per_domain=most_per_domain,
+        slice=sliced,
     )
 
 
@@ -230,8 +241,8 @@ def _level(annotations: Mapping[str, str], key: str) -> str | None:
     return text
 
 
-def _most_per_domain(annotations: Mapping[str, str]) -> tuple[str, int] | None:
-    key = keys.MAX_MEMBERS_PER_DOMAIN
+def _level_count(annotations: Mapping[str, str], key: str) -> tuple[str, int] | None:
+    """`<level>=<n>`: a level's label key and a whole number."""
     text = annotations.get(key)
     if text is None:
         return None

@@ -414,32 +414,95 @@ def recorded_domain(
     return Anchor(level, same[0]) if len(same) == 1 else None
 
 
+@dataclass(frozen=True, slots=True)
+class Around:
+    """The running members a replacement is placed next to."""
+
+    nodes: Mapping[int, str]
+    """rank -> node of every running member with a rank."""
+    ranks: tuple[int, ...] = ()
+    """The replacements' ranks (of one slice, with slices)."""
+
+
 def _anchors(
-    tree: DomainTree, spec: GroupSpec, record: PlacementRecord | None, running_node: str | None
+    tree: DomainTree,
+    spec: GroupSpec,
+    record: PlacementRecord | None,
+    running_node: str | None,
+    around: Around | None = None,
 ) -> list[Anchor | None]:
-    """Where a replacement may go, best first: the group's recorded domain, then each
-    wider domain around it (its path's prefixes, up to the required level), then
-    anywhere allowed (None: the engine still keeps to one domain of a required level).
-    Raises GroupUnplaceableError when the group has a required level and its recorded
-    domain cannot be found: a guess could leave it."""
-    if record is None or record.level is None:
-        return [None]
-    recorded = recorded_domain(tree, record, running_node)
-    if recorded is None:
+    """Where a replacement may go, best first: next to its neighbouring ranks (their
+    nodes, then their domains narrowest first, inside the group's domain), the group's
+    recorded domain, then each wider domain around it (its path's prefixes, up to the
+    required level), then anywhere allowed (None: the engine still keeps to one domain
+    of a required level). With slices, only domains inside the slice's domain (that of
+    a running member of the same slice), that domain last. Raises
+    GroupUnplaceableError when the group has a required level and its recorded domain
+    cannot be found: a guess could leave it."""
+    found: list[Anchor | None] = [None]
+    recorded = None
+    if record is not None and record.level is not None:
+        recorded = recorded_domain(tree, record, running_node)
+        if recorded is None and spec.required is not None:
+            raise GroupUnplaceableError(
+                f"the group's recorded domain {record.level}={record.domain} is not one "
+                "domain of the network topology now; the replacement waits rather than guess"
+            )
+    if recorded is not None:
+        found = [recorded]
+        top = tree.depth[spec.required] + 1 if spec.required in tree.depth else 1
+        path = recorded.path
+        for length in range(len(path) - 1, top - 1, -1):
+            found.append(Anchor(tree.levels[length - 1], path[:length]))
         if spec.required is None:
-            return [None]
-        raise GroupUnplaceableError(
-            f"the group's recorded domain {record.level}={record.domain} is not one domain "
-            "of the network topology now; the replacement waits rather than guess"
-        )
-    found: list[Anchor | None] = [recorded]
-    top = tree.depth[spec.required] + 1 if spec.required in tree.depth else 1
-    path = recorded.path
-    for length in range(len(path) - 1, top - 1, -1):
-        found.append(Anchor(tree.levels[length - 1], path[:length]))
-    if spec.required is None:
-        found.append(None)
-    return found
+            found.append(None)
+    if around is not None and len(around.ranks) == 1:
+        near = _next_to(tree, around.nodes, around.ranks[0])
+        inner: list[Anchor | None] = [a for a in near if recorded is None or _inside(a, recorded)]
+        found = inner + found
+    sliced = _slice_domain(tree, spec, around)
+    if sliced is not None:
+        found = [a for a in found if a is not None and _inside(a, sliced)]
+        if sliced not in found:
+            found.append(sliced)
+    return list(dict.fromkeys(found))
+
+
+def _inside(anchor: Anchor, outer: Anchor) -> bool:
+    return anchor.path[: len(outer.path)] == outer.path
+
+
+def _next_to(tree: DomainTree, nodes: Mapping[int, str], rank: int) -> list[Anchor]:
+    """The nodes of ranks rank-1 and rank+1, then their domains, narrowest first."""
+    near = [nodes[r] for r in (rank - 1, rank + 1) if r in nodes and nodes[r] in tree.paths]
+    out = [
+        Anchor(NODE_LEVEL, tree.node_path(n))
+        for n in near
+        if tree.implicit_nodes or len(tree.paths[n]) == len(tree.levels)
+    ]
+    for index in range(len(tree.levels) - 1, -1, -1):
+        for node in near:
+            path = tree.paths[node]
+            if len(path) > index and tree.levels[index] != NODE_LEVEL:
+                out.append(Anchor(tree.levels[index], path[: index + 1]))
+    return out
+
+
+def _slice_domain(tree: DomainTree, spec: GroupSpec, around: Around | None) -> Anchor | None:
+    """The domain of the replacement's slice: that of a running member of the slice."""
+    if spec.slice is None or around is None or not around.ranks:
+        return None
+    level, piece = spec.slice
+    first = around.ranks[0] - around.ranks[0] % piece
+    mates = [around.nodes[r] for r in range(first, first + piece) if r in around.nodes]
+    for node in mates:
+        if level == NODE_LEVEL and tree.implicit_nodes:
+            return Anchor(level, tree.node_path(node))
+        index = tree.depth.get(level)
+        path = tree.paths.get(node, ())
+        if index is not None and len(path) > index:
+            return Anchor(level, path[: index + 1])
+    return None
 
 
 @dataclass(frozen=True, slots=True)
@@ -459,16 +522,21 @@ async def recover(
     views: Sequence[MemberView],
     anchor: PlacementRecord | None,
     running_node: str | None,
+    *,
+    around: Around | None = None,
 ) -> Recovered:
-    """Plan replacement members of a running group, in its domain when they fit there."""
+    """Plan replacement members of a running group, next to their neighbouring ranks
+    and in its domain when they fit there."""
     tree = setting(runtime, spec)
-    anchors = _anchors(tree, spec, anchor, running_node)
+    anchors = _anchors(tree, spec, anchor, running_node, around)
     placement, kept = await _place(runtime, spec, views, tree, anchors)
-    recorded = anchors[0]
-    stayed = recorded is None or kept == recorded
+    recorded = None if anchor is None else recorded_domain(tree, anchor, running_node)
+    stayed = recorded is None or (kept is not None and _inside(kept, recorded))
     # The domain the replacements share with their group: the recorded one, else the
     # wider one they were kept in, else the engine's own choice.
     level, path = (kept.level, kept.path) if kept else (placement.level, placement.path)
+    if stayed and recorded is not None:
+        level, path = recorded.level, recorded.path
     written = await _write_all(runtime, spec, views, placement, level=level, path=path)
     return Recovered(written, stayed, level, path, recorded)
 

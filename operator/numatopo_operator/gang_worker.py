@@ -25,6 +25,7 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from numatopo_engine.domains import describe_domain
+from numatopo_engine.groups import GroupSpec
 from numatopo_operator import gang_release, translate
 from numatopo_operator.errors import KubeError, KubeNotFoundError, NodeBusyError, NotActiveError
 from numatopo_operator.gang_release import GroupInvalidError, GroupUnplaceableError
@@ -107,6 +108,16 @@ def _where(level: str | None, path: Sequence[str] | None) -> str:
     if level is None or not path:
         return "anywhere (no level asked)"
     return describe_domain(level, tuple(path))
+
+
+def _one_slice(spec: GroupSpec, chosen: list[MemberView]) -> list[MemberView]:
+    """With slices, the replacements of the lowest-ranked slice only (each slice has its
+    own domain); the others follow in the next step."""
+    if spec.slice is None or chosen[0].rank is None:
+        return chosen
+    piece = spec.slice[1]
+    first = chosen[0].rank // piece
+    return [v for v in chosen if v.rank is not None and v.rank // piece == first]
 
 
 def _record_path(record: PlacementRecord | None) -> Sequence[str] | None:
@@ -200,8 +211,20 @@ async def advance(runtime: Runtime, group: str) -> bool:
             running = next(
                 (planned_node(v.body) for v in views if not v.gated and v.record is not None), None
             )
+            chosen = _one_slice(spec, chosen)
+            ranks = {
+                v.rank: node
+                for v in views
+                if not v.gated
+                and v.record is not None
+                and v.rank is not None
+                and (node := planned_node(v.body)) is not None
+            }
+            around = gang_release.Around(ranks, tuple(v.rank for v in chosen if v.rank is not None))
             try:
-                recovered = await gang_release.recover(runtime, spec, chosen, step.anchor, running)
+                recovered = await gang_release.recover(
+                    runtime, spec, chosen, step.anchor, running, around=around
+                )
             except GroupInvalidError as exc:
                 await _invalid(runtime, chosen, str(exc))
                 return False

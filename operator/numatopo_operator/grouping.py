@@ -311,10 +311,10 @@ def _settings(spec: GroupSpec) -> str:
     return (
         f"size {spec.size}, required {spec.required or '-'}, preferred "
         f"{spec.preferred or '-'}, strategy {spec.strategy.value}, topology {spec.topology or '-'}"
-        + (
-            f", at most {spec.most_per_domain[1]} per {spec.most_per_domain[0]}"
-            if spec.most_per_domain
-            else ""
+        + "".join(
+            f", {what} {given[1]} per {given[0]}"
+            for what, given in (("at most", spec.most_per_domain), ("slices of", spec.slice))
+            if given is not None
         )
     )
 

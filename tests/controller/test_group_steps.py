@@ -237,3 +237,31 @@ def test_a_one_node_record_anchors_the_node_then_its_leaf() -> None:
         Anchor(LEAF, ("s1", "l0")),
         Anchor(SPINE, ("s1",)),
     ] == gang_release._anchors(twin_leaves(), spec(SPINE), record, None)
+
+
+def test_a_lone_replacement_tries_its_neighbours_first_inside_the_group_domain() -> None:
+    tree = twin_leaves()
+    record = PlacementRecord(group="g", level=SPINE, domain="s0", path=["s0"], planned=PLAN_A)
+    around = gang_release.Around({0: "n-a", 2: "n-b", 3: "n-c"}, (1,))
+    assert [
+        Anchor(NODE_LEVEL, ("s0", "l0", "n-a")),
+        Anchor(NODE_LEVEL, ("s0", "l0", "n-b")),
+        Anchor(LEAF, ("s0", "l0")),
+        Anchor(SPINE, ("s0",)),
+    ] == gang_release._anchors(tree, spec(SPINE), record, None, around)
+
+
+def test_a_slice_replacement_stays_in_its_slice_domain() -> None:
+    tree = twin_leaves()
+    record = PlacementRecord(group="g", level=None, domain=None, planned=PLAN_A)
+    sliced = GroupSpec("ml", "g", 4, None, None, Strategy.CONSOLIDATED, None, slice=(SPINE, 2))
+    # Rank 3's slice is ranks 2 and 3; rank 2 runs on n-c, in spine s1.
+    around = gang_release.Around({0: "n-a", 1: "n-b", 2: "n-c"}, (3,))
+    assert [
+        Anchor(NODE_LEVEL, ("s1", "l0", "n-c")),
+        Anchor(LEAF, ("s1", "l0")),
+        Anchor(SPINE, ("s1",)),
+    ] == gang_release._anchors(tree, sliced, record, None, around)
+    # The whole slice lost: no domain of its own to keep; the engine keeps it whole.
+    lost = gang_release.Around({0: "n-a", 1: "n-b"}, (2, 3))
+    assert [None] == gang_release._anchors(tree, sliced, record, None, lost)

@@ -497,6 +497,66 @@ async def test_at_most_one_member_per_leaf(env):
     assert {L1} == {placement(cluster, n)["level"] for n in names}
 
 
+async def test_a_replacement_goes_next_to_its_neighbouring_ranks(env):
+    """Six 4-GPU members span block-1: n2 (ranks 0, 1), n3 (2, 3), n4 (4, 5); n1 runs a
+    4-GPU pod. Rank 3 is deleted: n1 and n3 now have the same room and the same
+    fragmentation, n1 first in tree order; the replacement goes to n3, beside ranks 2
+    and 4."""
+    cluster, start_operator, _, pod, _, wait = env.parts()
+    await build_cluster(env)
+    await cluster.create_pod(pod("busy", node="n1", gpus=4, policy="best-effort"))
+    await start_operator(**FAST)
+    names = [f"nb-{i}" for i in range(6)]
+    required = {keys.TOPOLOGY_REQUIRED: L2}
+    for i, name in enumerate(names):
+        await cluster.create_pod(member(env, name, "nb", 6, gpus=4, rank=i, annotations=required))
+    await wait(lambda: all(released(cluster, n) for n in names), what="group placed")
+    assert ["n2", "n2", "n3", "n3", "n4", "n4"] == [assigned_node(cluster, n) for n in names]
+
+    await cluster.delete_pod("nb-3")
+    await cluster.create_pod(
+        member(env, "nb-3-again", "nb", 6, gpus=4, rank=3, annotations=required)
+    )
+    await wait(lambda: released(cluster, "nb-3-again"), what="the replacement released")
+    await wait(
+        lambda: "GroupRecovered" in reasons(cluster, "nb-3-again"), what="GroupRecovered Event"
+    )
+    [event] = [e for e in cluster.events() if e["reason"] == "GroupRecovered"]
+
+    assert "n3" == assigned_node(cluster, "nb-3-again")
+    assert "Normal" == event["type"]
+    assert {"level": L2, "domain": "block-1", "path": ["spine-1", "block-1"]} == {
+        k: placement(cluster, "nb-3-again").get(k) for k in ("level", "domain", "path")
+    }
+
+
+async def test_slices_of_two_ranks_each_share_a_leaf(env):
+    """`numatopo.io/slice` leaf=2: six whole-node members are three slices of two, each
+    in one leaf. With n1 and n3 partly busy only two leaves hold a slice, so the group
+    waits (placed anyhow, ranks 0 and 1 would straddle leaf-1 and leaf-2); once n1 is
+    free it takes leaf-1, leaf-3 and leaf-4."""
+    cluster, start_operator, _, pod, _, wait = env.parts()
+    await build_cluster(env)
+    await cluster.create_pod(pod("busy-1", node="n1", gpus=1, policy="best-effort"))
+    await cluster.create_pod(pod("busy-3", node="n3", gpus=1, policy="best-effort"))
+    await start_operator(**FAST)
+    names = [f"sl-{i}" for i in range(6)]
+    settings = {keys.TOPOLOGY_REQUIRED: L1, keys.SLICE: f"{L3}=2"}
+    for i, name in enumerate(names):
+        await cluster.create_pod(member(env, name, "sl", 6, rank=i, annotations=settings))
+    await wait(
+        lambda: all("GroupUnsatisfiable" in reasons(cluster, n) for n in names),
+        what="GroupUnsatisfiable",
+    )
+    assert not any(keys.ASSIGNMENT in cluster.annotations(n) for n in names)
+
+    await cluster.delete_pod("busy-1")
+    await wait(lambda: all(released(cluster, n) for n in names), what="group placed")
+    leaves = [domain(assigned_node(cluster, n), L3) for n in names]
+
+    assert ["leaf-1", "leaf-1", "leaf-3", "leaf-3", "leaf-4", "leaf-4"] == leaves
+
+
 async def test_with_groups_off_gated_members_stay_gated(env):
     cluster, start_operator, _, _, _, wait = env.parts()
     await build_cluster(env)

@@ -262,3 +262,12 @@ def test_max_members_per_domain() -> None:
         assert caught.value.field == key
     with pytest.raises(InvalidRequestError, match="set without"):
         group_of(meta({key: "example.com/leaf=2"}))
+
+
+def test_slices() -> None:
+    group = {"numatopo.io/group": "g", "numatopo.io/group-size": "8"}
+    spec = group_of(meta({**group, "numatopo.io/slice": "example.com/leaf=4"}))
+    assert spec is not None
+    assert spec.slice == ("example.com/leaf", 4)
+    with pytest.raises(InvalidRequestError, match="slices of 3 do not divide the group's size 8"):
+        group_of(meta({**group, "numatopo.io/slice": "example.com/leaf=3"}))

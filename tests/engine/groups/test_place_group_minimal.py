@@ -224,3 +224,57 @@ def test_preferred_level_first_and_a_cap_per_domain(  # noqa: PLR0917 (hypothesi
         if capacity(tree, set(chosen), held, cap) >= size
     )
     assert vector(set(where)) == best
+
+
+@settings(max_examples=EXAMPLES, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(
+    trees(),
+    st.integers(1, 3),
+    st.integers(1, 3),
+    st.sampled_from([1, 2, 4]),
+    st.integers(0, 3),
+    st.sampled_from([Strategy.CONSOLIDATED, Strategy.BALANCED, Strategy.DISTRIBUTED]),
+)
+def test_slices_stay_whole_in_one_domain_each(  # noqa: PLR0917 (hypothesis draws)
+    layout: tuple[int, list[Node]],
+    piece: int,
+    count: int,
+    gpus: int,
+    level: int,
+    strategy: Strategy,
+) -> None:
+    """Every run of `piece` consecutive ranks lies in one domain of the slice level; a
+    refusal means no domain set of the cluster holds `count` whole slices."""
+    tree, nodes = build(*layout)
+    width = len(tree.levels)
+    level = min(level, width)
+    label = (*tree.levels, HOSTNAME_LABEL)[level]
+    size = piece * count
+    spec = GroupSpec("ml", "g", size, None, None, strategy, None, None, (label, piece))
+    group_members = members(size, gpus, 1)
+    request = group_members[0].request
+
+    def domain(node: str) -> tuple[str, ...] | None:
+        if level == width:
+            return (node,)
+        path = tree.paths[node]
+        return path[: level + 1] if len(path) > level else None
+
+    try:
+        placed = place_group(tree, group_members, nodes, spec=spec, engine=ENGINE)
+    except UnsatisfiableError:
+        held = {n: copies(nodes[n], request, n, size) for n in nodes}
+        if strategy is Strategy.DISTRIBUTED:
+            held = {n: min(1, h) for n, h in held.items()}
+        per: Counter[tuple[str, ...]] = Counter()
+        for node, amount in held.items():
+            found = domain(node)
+            if found is not None:
+                per[found] += amount
+        assert sum(v // piece for v in per.values()) < count
+        return
+    where = [placed.assignments[k].node for k in placed.order]
+    for start in range(0, size, piece):
+        slice_domains = {domain(n) for n in where[start : start + piece]}
+        assert len(slice_domains) == 1
+        assert None not in slice_domains
