@@ -640,8 +640,9 @@ class _Placer:
             if self.most_per or self.slices:  # caps and slices decide who takes what
                 return self._pick(index, path, units)[1] or None
             return _even(list(units), units, need)
-        # BALANCED: consolidated's counts of sub-domains and nodes, with the lowest cap
-        # per node that keeps them, then members as even as the caps allow.
+        assert mode is _Mode.BALANCED
+        # Consolidated's counts of sub-domains and nodes, with the lowest cap per node
+        # that keeps them, then members as even as the caps allow.
         cost, picked = self._pick(index, path, copies)
         if not picked:
             return None

@@ -43,10 +43,13 @@ from numatopo_operator.grouping import Expectation, MemberView, PlacementRecord
 from numatopo_operator.runtime import Runtime
 
 __all__ = [
+    "Around",
     "Placed",
     "choose_topology",
     "domain_tree",
     "plan",
+    "preferred_note",
+    "recorded_domain",
     "recover",
     "release",
     "setting",
