@@ -13,9 +13,10 @@ the vector carries the units left unused on the chosen nodes (Kueue TAS's BestFi
 exactly rather than per level), the fragmentation growth of every chosen domain and
 node (the caller's `growth`), the wholly free nodes broken and minus the nodes' rank.
 
-A largest-first greedy (fill the largest child, best-fit the rest) is not enough:
-with one spine whose leaf l0 holds two nodes of 2 free units and leaf l1 one node of 3,
-five members take l0 whole (two nodes) and c; the minimum is c and one node of l0.
+A largest-first greedy (fill the largest child, best-fit the rest) is not enough: in
+one spine, leaf l0 holds nodes a and b of 2 free units each and leaf l1 node c of 3;
+for five members it takes l0 whole (a, b) and then c, three nodes, where c and a, two
+nodes, suffice.
 
 Method: a knapsack over each domain's children, bottom up. A domain's table says, for
 every amount a up to min(need, its units), the least cost vector of hosting a members
