@@ -23,6 +23,7 @@ __all__ = [
     "GROUP_ANNOTATIONS",
     "GROUP_PLACEMENT",
     "GROUP_SIZE",
+    "MAX_MEMBERS_PER_DOMAIN",
     "MAX_NUMA_NODES",
     "OBSERVED",
     "PLACEMENT_STRATEGY",
@@ -31,6 +32,7 @@ __all__ = [
     "RANK",
     "REASON",
     "SCOPE",
+    "SLICE",
     "SMT",
     "STATE",
     "TOPOLOGY",
@@ -73,12 +75,15 @@ GROUP_SIZE = PREFIX + "group-size"
 TOPOLOGY_REQUIRED = PREFIX + "topology-required"
 TOPOLOGY_PREFERRED = PREFIX + "topology-preferred"
 PLACEMENT_STRATEGY = PREFIX + "placement-strategy"
+MAX_MEMBERS_PER_DOMAIN = PREFIX + "max-members-per-domain"
+SLICE = PREFIX + "slice"
 TOPOLOGY = PREFIX + "topology"
 RANK = PREFIX + "rank"
 # Written by the operator on every planned member: group, level, domain, rank, plan time.
 GROUP_PLACEMENT = PREFIX + "group-placement"
 GROUP_ANNOTATIONS = (
-    GROUP, GROUP_SIZE, TOPOLOGY_REQUIRED, TOPOLOGY_PREFERRED, PLACEMENT_STRATEGY, TOPOLOGY, RANK,
+    GROUP, GROUP_SIZE, TOPOLOGY_REQUIRED, TOPOLOGY_PREFERRED, PLACEMENT_STRATEGY,
+    MAX_MEMBERS_PER_DOMAIN, SLICE, TOPOLOGY, RANK,
 )  # fmt: skip
 
 

@@ -2,10 +2,11 @@
 
 A `DomainTree` groups nodes by the labels of a NetworkTopology's levels, widest level
 first. A node's domain at level k is the path of its label values at levels 0..k, so
-the tree is a tree even where leaves under two spines reuse a value; callers see a
-domain as its label value at that level. A node lacking a level's label belongs to no
-domain of that level or of any narrower one: it is reachable only by groups that may
-spread anywhere.
+the tree is a tree even where leaves under two spines reuse a value; people see a
+domain as its label value, and code that must find it again (`Anchor`) names it by its
+path. A node lacking a level's label belongs to no domain of that level or of any
+narrower one: it is reachable only by groups that may spread anywhere. The node is the
+narrowest level (`NODE_LEVEL`): the tree's hostname level, else an implicit one.
 
 Hops between two nodes: 0 on the same node, else the levels climbed to their lowest
 common domain (1 for two nodes of one narrowest domain, len(levels) + 1 for nodes
@@ -29,7 +30,7 @@ that fit, the one that leaves the least fragmentation is the one with the smalle
 from __future__ import annotations
 
 import enum
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from itertools import pairwise
 
@@ -38,18 +39,23 @@ import numpy as np
 from numatopo_engine.allocation import Engine, allocate, group_by_shape, score_many
 from numatopo_engine.annotations import Assignment, CpuMode
 from numatopo_engine.errors import UnsatisfiableError
+from numatopo_engine.fewest_domains import Cost, fewest
 from numatopo_engine.groups import GroupSpec, Strategy
 from numatopo_engine.model import NumatopologySpec
+from numatopo_engine.network_topology import HOSTNAME_LABEL
 from numatopo_engine.packing import WorkloadMix
 from numatopo_engine.request import PodRequest
 from numatopo_engine.state import NodeState
 
 __all__ = [
     "ANYWHERE",
+    "NODE_LEVEL",
+    "Anchor",
     "DomainTree",
     "GroupPlacement",
     "Member",
     "NodeCandidate",
+    "describe_domain",
     "domain_fragmentation",
     "domain_utilization",
     "member_order",
@@ -58,6 +64,8 @@ __all__ = [
 
 Path = tuple[str, ...]
 ANYWHERE: Path = ()
+# The node as the narrowest level: a real last level of the tree, or implicit below it.
+NODE_LEVEL = HOSTNAME_LABEL
 
 
 class DomainTree:
@@ -67,6 +75,9 @@ class DomainTree:
         self.levels = tuple(levels)
         self.paths = dict(paths)
         self.depth = {label: index for index, label in enumerate(self.levels)}
+        # Without a hostname level each node is its own domain one level below the
+        # narrowest (DESIGN: the hostname level is optional, the node level is not).
+        self.implicit_nodes = not self.levels or self.levels[-1] != HOSTNAME_LABEL
         self.order = sorted(self.paths, key=lambda n: (self.paths[n], n))
         self.position = {node: index for index, node in enumerate(self.order)}
         # Per level: domain path -> its nodes, in tree order.
@@ -117,6 +128,26 @@ class DomainTree:
         """The domains of `level` (by path) and their nodes, in tree order."""
         return self.members[self.depth[level]]
 
+    def node_path(self, node: str) -> Path:
+        """The node's own domain at the node level: its path, then its name unless the
+        tree's last level is the hostname."""
+        path = self.paths.get(node, ())
+        if self.implicit_nodes or len(path) < len(self.levels):
+            return (*path, node)
+        return path
+
+    def spanned(self, level: str, nodes: Iterable[str]) -> int | None:
+        """How many domains of `level` hold `nodes` (a node without that level's label
+        counts as one of its own; the hostname level counts nodes); None for a label
+        that is no level here."""
+        if level not in self.depth:
+            return len(set(nodes)) if level == NODE_LEVEL else None
+        index = self.depth[level]
+        return len({
+            self.paths[n][: index + 1] if len(self.paths.get(n, ())) > index else ("", n)
+            for n in nodes
+        })  # fmt: skip
+
     def hops(self, a: str, b: str) -> int:
         """See the module docstring."""
         if a == b:
@@ -143,12 +174,32 @@ class NodeCandidate:
 
 
 @dataclass(frozen=True)
+class Anchor:
+    """One domain a group must stay inside: `level` a level of the tree, or `NODE_LEVEL`
+    for one node; `path` its label values widest first (`DomainTree.node_path` for one
+    node). The path, not the value alone: leaves under two spines may share a value."""
+
+    level: str
+    path: Path
+
+
+@dataclass(frozen=True)
 class GroupPlacement:
-    level: str | None  # the level of the shared domain (None: spread anywhere)
-    domain: str | None  # its label value
+    level: str | None  # the level of the shared domain (NODE_LEVEL: one node; None: anywhere)
+    domain: str | None  # its label value (the node's name at the node level)
     assignments: dict[str, Assignment]  # member key -> assignment (node inside)
     order: list[str]  # member keys by rank
     neighbour_hops: float  # mean hops between ranks i and i+1 (0 for one member)
+    path: Path = ANYWHERE  # the shared domain's full path, widest value first
+
+
+def describe_domain(level: str | None, path: Path) -> str:
+    """`level=value`, and the wider values when there are any (`…=l0 under s1`): a
+    value alone may name domains under several parents."""
+    if level is None or not path:
+        return "anywhere"
+    text = f"{level}={path[-1]}"
+    return text + (f" under {'/'.join(path[:-1])}" if len(path) > 1 else "")
 
 
 def member_order(members: Sequence[Member]) -> list[Member]:
@@ -212,29 +263,36 @@ def place_group(
     nodes: Mapping[str, NodeCandidate],
     *,
     spec: GroupSpec,
-    anchor: Mapping[str, str] | None = None,
+    anchor: Anchor | None = None,
     mix: WorkloadMix | None = None,
     engine: Engine | None = None,
 ) -> GroupPlacement:
     """Place every member inside one domain, or raise UnsatisfiableError (nothing placed).
 
-    Levels are tried narrowest first: up to the required level; with a preferred level
-    or none, up to the widest and then anywhere (the whole cluster, unlabelled nodes
-    included). `anchor` (level -> domain value) keeps the group inside those domains
-    (recovery: a lost member goes back where its group runs). The first level where a
-    domain fits wins; among its domains, the one leaving the least domain
-    fragmentation (module docstring), then the one breaking the fewest wholly free
-    nodes, then tree order.
+    Levels are tried narrowest first, the node itself first of all (the implicit
+    narrowest level when the tree has no `kubernetes.io/hostname` level): up to the
+    required level; with a preferred level or none, up to the widest and then anywhere
+    (the whole cluster, unlabelled nodes included). `anchor` keeps the group inside
+    that one domain, named by its full path (recovery: a lost member goes back where
+    its group runs, even when another domain of the level reuses the label value). The
+    first level where a domain fits wins; among its domains, the one leaving the least
+    domain fragmentation (module docstring), then the one breaking the fewest wholly
+    free nodes, then tree order.
 
     How many members a node holds is counted with the production engine: nodes that
     cannot hold one are filtered by `score_many` per hardware shape, the others are
     counted by allocating copies one after another on a copied state, once per
-    hardware shape and free state. Strategies choose nodes inside the domain:
-      consolidated  fewest nodes: fullest first, the rest on the best-fitting node
+    hardware shape and free state. Inside the chosen domain `fewest_domains.fewest`
+    picks the nodes: the fewest sub-domains of every level below, then the fewest
+    nodes, then the best fit (exact). The strategies set what a node may take:
+      consolidated  as many members as it holds
       distributed   one member per node (at the narrowest level that has enough
-                    nodes); where no allowed domain has, as many nodes as possible
-      balanced      the fewest nodes that hold the group, members as even over them as
-                    the nodes allow (shares differ by at most one where they can)
+                    nodes); where no allowed domain has, every node of the narrowest
+                    fitting domain, members as even as the nodes allow
+      balanced      the same sub-domain and node counts as consolidated, with the
+                    lowest cap per node that keeps them; members as even over the
+                    chosen nodes as the nodes allow (shares differ by at most one where
+                    they can)
     Nodes are taken in tree order (leaf by leaf) and ranks in order along them, so
     ranks i and i+1 share a node or the narrowest domain the choice allows. Each
     member's assignment is then `allocate`d on its node, members of one node one after
@@ -249,7 +307,7 @@ def place_group(
     if len({m.key for m in members}) != len(members):
         raise ValueError("place_group: member keys must be unique")
     return _Placer(
-        tree, member_order(members), nodes, spec=spec, anchor=anchor or {}, mix=mix, engine=engine
+        tree, member_order(members), nodes, spec=spec, anchor=anchor, mix=mix, engine=engine
     ).run()
 
 
@@ -264,7 +322,7 @@ class _Mode(enum.Enum):
 
 @dataclass(frozen=True)
 class _Choice:
-    level: int | None  # level index of the domain, None: anywhere
+    level: int | None  # level index of the domain (`len(levels)`: one node), None: anywhere
     path: Path
     nodes: list[tuple[str, int]]  # (node, members) in tree order
 
@@ -277,7 +335,7 @@ class _Placer:
         nodes: Mapping[str, NodeCandidate],
         *,
         spec: GroupSpec,
-        anchor: Mapping[str, str],
+        anchor: Anchor | None,
         mix: WorkloadMix | None,
         engine: Engine | None,
     ) -> None:
@@ -291,6 +349,11 @@ class _Placer:
         self.need = len(ordered)
         self.largest = max(ordered, key=lambda m: _size_key(m.request)).request
         self.uniform = len({_request_key(m.request) for m in ordered}) == 1
+        # The implicit node level's index, when the tree has no hostname level.
+        self.node_index = len(tree.levels) if tree.implicit_nodes else None
+        self.prefer = self._level_index(spec.preferred)
+        self.most_per = self._level_count(spec.most_per_domain, "max members per domain")
+        self.slices = self._level_count(spec.slice, "slice")
         self.bound: dict[str, int] = {}  # nodes that hold a member: at most how many
         self.copies: dict[str, int] = {}  # exact counts, filled per domain looked at
         self.memo: dict[object, int] = {}
@@ -310,35 +373,79 @@ class _Placer:
         for strategy in passes:
             self.tried = []
             for index in levels:
+                if strategy is _Mode.SPREAD and index == self.node_index:
+                    continue  # spreading over one node is no spread
                 found = self._at_level(index, strategy)
                 if found is not None:
                     return found
             if anywhere:
-                found = self._try(None, ANYWHERE, strategy)
+                found = self._try(strategy)
                 if found is not None:
                     return found
-        if not self.uniform:
+        if not self.uniform and self.slices is None:  # in turn would ignore slices
             found = self._member_by_member(levels, anywhere)
             if found is not None:
                 return found
         raise UnsatisfiableError(self._why(levels, anywhere))
 
+    def _level_count(self, given: tuple[str, int] | None, what: str) -> tuple[int, int] | None:
+        if given is None:
+            return None
+        index = self._level_index(given[0])
+        if index is None:
+            raise UnsatisfiableError(
+                f"group {self.spec.key}: {given[0]!r} ({what}) is not a level of the network "
+                f"topology (levels: {', '.join(self.tree.levels) or 'none'})"
+            )
+        return index, given[1]
+
+    def _level_index(self, label: str | None) -> int | None:
+        """The index of a level label; the hostname is the node level, real or not."""
+        if label is None:
+            return None
+        if label in self.tree.depth:
+            return self.tree.depth[label]
+        return self.node_index if label == NODE_LEVEL else None
+
+    def _anchor_index(self) -> int | None:
+        anchor, tree = self.anchor, self.tree
+        if anchor is None:
+            return None
+        if anchor.level == NODE_LEVEL and self.node_index is not None:
+            index = self.node_index
+            valid = bool(anchor.path) and len(anchor.path) <= index + 1
+        elif anchor.level in tree.depth:
+            index = tree.depth[anchor.level]
+            valid = len(anchor.path) == index + 1
+        else:
+            raise UnsatisfiableError(
+                f"group {self.spec.key}: {anchor.level!r} is not a level of the network "
+                f"topology (levels: {', '.join(tree.levels) or 'none'})"
+            )
+        if not valid:
+            raise ValueError(f"place_group: {anchor} is no domain path of its level")
+        return index
+
     def _levels(self) -> tuple[list[int], bool]:
         """Level indices to try, narrowest first, and whether anywhere is allowed."""
         tree, spec = self.tree, self.spec
         top = 0
-        for label in [spec.required, *self.anchor]:
-            if label is not None and label not in tree.depth:
-                raise UnsatisfiableError(
-                    f"group {spec.key}: {label!r} is not a level of the network topology "
-                    f"(levels: {', '.join(tree.levels) or 'none'})"
-                )
         if spec.required is not None:
+            if spec.required not in tree.depth:
+                raise UnsatisfiableError(
+                    f"group {spec.key}: {spec.required!r} is not a level of the network "
+                    f"topology (levels: {', '.join(tree.levels) or 'none'})"
+                )
             top = tree.depth[spec.required]
-        for label in self.anchor:
-            top = max(top, tree.depth[label])
-        anywhere = spec.required is None and not self.anchor
-        return list(range(len(tree.levels) - 1, top - 1, -1)), anywhere
+        pinned = self._anchor_index()
+        if pinned is not None:
+            top = max(top, pinned)
+        narrowest = len(tree.levels) - 1 if self.node_index is None else self.node_index
+        if self.most_per is not None and self.need > self.most_per[1]:
+            # One domain of the capped level, or of a narrower one, holds too few.
+            narrowest = min(narrowest, self.most_per[0] - 1)
+        anywhere = spec.required is None and self.anchor is None
+        return list(range(narrowest, top - 1, -1)), anywhere
 
     def _count(self) -> None:
         """Which nodes hold a member (`score_many`), and at most how many (`bound`, from
@@ -404,33 +511,41 @@ class _Placer:
         Domains are ranked by fragmentation growth first, which needs no node counts;
         nodes are counted exactly only in the domains of the best growth still left,
         so one fitting domain is usually all that is counted."""
-        tree = self.tree
         totals = self._gpu_totals()
-        ranked: list[tuple[float, int, Path]] = []
-        short: list[tuple[int, Path]] = []  # domains whose upper bound is already short
-        for path in tree.members[index]:
-            if not self._inside_anchor(path):
+        ranked: list[tuple[float, int, Path, list[str]]] = []
+        short: list[tuple[int, Path, list[str]]] = []  # upper bound already short
+        for order, (path, inside) in enumerate(self._domains(index)):
+            bound = sum(self.bound[n] for n in inside)
+            if bound < self.need:
+                short.append((bound, path, inside))
                 continue
-            inside = self._nodes_of(path)
-            if sum(self.bound[n] for n in inside) < self.need:
-                short.append((sum(self.bound[n] for n in inside), path))
-                continue
-            position = tree.position[inside[0]]
-            ranked.append((self._growth(index, path, totals), position, path))
-        ranked.sort()
+            ranked.append((self._growth(index, path, totals), order, path, inside))
+        ranked.sort(key=lambda r: r[:2])
         best = (0, "")
+        if self.prefer is not None and index < self.prefer and len(ranked) > 1:
+            # Wider than the preferred level: as few of its domains as any domain here
+            # allows first, then the usual ranking.
+            steered = []
+            for growth, order, path, inside in ranked:
+                chosen = self._select(index, path, inside, strategy)
+                if chosen is None:
+                    best = max(best, (sum(self._copies(n) for n in inside), path[-1]))
+                    continue
+                steered.append((self.spread_over(chosen), growth, self._broken(chosen), order))
+            steered.sort()
+            ranked = [r for key in steered for r in ranked if r[1] == key[3]]
         start = 0
         while start < len(ranked):
             end = start
             while end < len(ranked) and ranked[end][0] == ranked[start][0]:
                 end += 1
             fitting: list[tuple[int, int, Path, list[tuple[str, int]]]] = []
-            for _, position, path in ranked[start:end]:
-                chosen = self._select(path, strategy)
+            for _, order, path, inside in ranked[start:end]:
+                chosen = self._select(index, path, inside, strategy)
                 if chosen is None:
-                    best = max(best, (self._capacity(path), path[-1]))
+                    best = max(best, (sum(self._copies(n) for n in inside), path[-1]))
                     continue
-                fitting.append((self._broken(chosen), position, path, chosen))
+                fitting.append((self._broken(chosen), order, path, chosen))
             fitting.sort(key=lambda f: f[:2])
             for _, _, path, chosen in fitting:
                 found = self._realise(_Choice(index, path, chosen))
@@ -438,44 +553,71 @@ class _Placer:
                     return found
             start = end
         if short:
-            bound, path = max(short)
+            bound, path, inside = max(short, key=lambda s: s[0])
             if bound > best[0]:
-                best = max(best, (self._capacity(path), path[-1]))
+                best = max(best, (sum(self._copies(n) for n in inside), path[-1]))
         tried = len(ranked) + len(short)
+        what = (
+            f"{tried} node{'' if tried == 1 else 's'}"
+            if index == self.node_index
+            else f"{tried} domain{'' if tried == 1 else 's'} of {self.tree.levels[index]}"
+        )
         self.tried.append(
-            f"{tried} domain{'' if tried == 1 else 's'} of {tree.levels[index]}"
-            + (f" (the best, {best[1]}, holds {best[0]} of {self.need})" if best[1] else "")
+            what + (f" (the best, {best[1]}, holds {best[0]} of {self.need})" if best[1] else "")
         )
         return None
 
-    def _try(self, index: int | None, path: Path, strategy: _Mode) -> GroupPlacement | None:
-        chosen = self._select(path, strategy)
+    def _try(self, strategy: _Mode) -> GroupPlacement | None:
+        inside = self._anywhere()
+        chosen = self._select(None, ANYWHERE, inside, strategy)
         if chosen is None:
-            self.tried.append(f"anywhere (the cluster holds {self._capacity(path)} of {self.need})")
+            held = sum(self._copies(n) for n in inside)
+            self.tried.append(f"anywhere (the cluster holds {held} of {self.need})")
             return None
-        return self._realise(_Choice(index, path, chosen))
+        return self._realise(_Choice(None, ANYWHERE, chosen))
 
-    def _inside_anchor(self, path: Path) -> bool:
-        for label, value in self.anchor.items():
-            index = self.tree.depth[label]
-            if index >= len(path) or path[index] != value:
-                return False
-        return True
+    def _anywhere(self, every: bool = False) -> list[str]:
+        """Every candidate node (holding a member, unless `every`), tree order, then
+        the unlabelled ones by name."""
+        keep = self.nodes if every else self.bound
+        unlabelled = sorted(n for n in keep if n not in self.tree.paths)
+        return [n for n in self.tree.order if n in keep] + unlabelled
+
+    def _domains(self, index: int, every: bool = False) -> list[tuple[Path, list[str]]]:
+        """The domains of level `index` inside the anchor, with their candidate nodes
+        (those holding a member, unless `every`), in tree order."""
+        tree, anchor = self.tree, self.anchor
+        keep = self.nodes if every else self.bound
+        if index == self.node_index:
+            required = tree.depth.get(self.spec.required or "", -1)
+            out: list[tuple[Path, list[str]]] = []
+            # A node must lie in a domain of the required level, and of the slice level.
+            inside = max(required, self.slices[0] if self.slices else -1, -1)
+            if inside == self.node_index:
+                inside = -1
+            for node in self._anywhere(every) if anchor is None else tree.order:
+                if node not in keep or len(tree.paths.get(node, ())) <= inside:
+                    continue
+                path = tree.node_path(node)
+                if anchor is None or (
+                    path == anchor.path
+                    if anchor.level == NODE_LEVEL
+                    else path[: len(anchor.path)] == anchor.path
+                ):
+                    out.append((path, [node]))
+            return out
+        return [
+            (path, [n for n in inside if n in keep])
+            for path, inside in tree.members[index].items()
+            if anchor is None or path[: len(anchor.path)] == anchor.path
+        ]
 
     # -- choosing nodes inside a domain -----------------------------------------------
 
-    def _nodes_of(self, path: Path) -> list[str]:
-        if path == ANYWHERE:
-            unlabelled = sorted(n for n in self.bound if n not in self.tree.paths)
-            return [n for n in self.tree.order if n in self.bound] + unlabelled
-        return [n for n in self.tree.members[len(path) - 1][path] if n in self.bound]
-
-    def _capacity(self, path: Path) -> int:
-        return sum(self._copies(n) for n in self._nodes_of(path))
-
-    def _select(self, path: Path, mode: _Mode) -> list[tuple[str, int]] | None:
+    def _select(
+        self, index: int | None, path: Path, inside: Sequence[str], mode: _Mode
+    ) -> list[tuple[str, int]] | None:
         """The nodes (tree order) and members per node inside domain `path`, or None."""
-        inside = self._nodes_of(path)
         need = self.need
         if sum(self.bound[n] for n in inside) < need:
             return None
@@ -483,104 +625,86 @@ class _Placer:
         if sum(copies.values()) < need:
             return None
         if mode is _Mode.CONSOLIDATED:
-            return self._pick(path, copies, need)
+            return self._pick(index, path, copies)[1] or None
         if mode is _Mode.DISTRIBUTED:
             if len(copies) < need:
                 return None
-            return self._pick(path, dict.fromkeys(copies, 1), need)
-        counts = sorted(copies.values(), reverse=True)
-        if mode is _Mode.BALANCED:
-            # The fewest nodes that hold the group, then the lowest cap per node.
-            width, held = 0, 0
-            while held < need:
-                held += counts[width]
-                width += 1
-            top = counts[:width]
-        else:  # SPREAD, distributed's fallback: every node, the lowest cap per node
-            top = counts
-        cap = next(
-            q for q in range(-(-need // len(top)), need + 1) if sum(min(c, q) for c in top) >= need
-        )
-        units = {n: min(c, cap) for n, c in copies.items()}
+            return self._pick(index, path, dict.fromkeys(copies, 1))[1] or None
         if mode is _Mode.SPREAD:
-            picked: list[tuple[str, int]] | None = [(n, u) for n, u in units.items() if u]
-        else:
-            picked = self._pick(path, units, need)
-        if picked is None:
+            cap = next(
+                q
+                for q in range(-(-need // len(copies)), need + 1)
+                if sum(min(c, q) for c in copies.values()) >= need
+            )
+            units = {n: min(c, cap) for n, c in copies.items() if c}
+            if self.most_per or self.slices:  # caps and slices decide who takes what
+                return self._pick(index, path, units)[1] or None
+            return _even(list(units), units, need)
+        assert mode is _Mode.BALANCED
+        # Consolidated's counts of sub-domains and nodes, with the lowest cap per node
+        # that keeps them, then members as even as the caps allow.
+        cost, picked = self._pick(index, path, copies)
+        if not picked:
             return None
+        counts = cost[: len(self.tree.levels) + 2]
+        low, high = -(-need // len(picked)), max(copies.values())
+        while low < high:
+            middle = (low + high) // 2
+            trial = self._pick(index, path, {n: min(c, middle) for n, c in copies.items()})
+            if trial[1] and trial[0][: len(counts)] == counts:
+                high = middle
+            else:
+                low = middle + 1
+        units = {n: min(c, low) for n, c in copies.items()}
+        _, picked = self._pick(index, path, units)
+        if self.slices is not None:
+            return picked  # evening out would move members across slice domains
         return _even([n for n, _ in picked], units, need)
 
     def _pick(
-        self, path: Path, units: Mapping[str, int], need: int
-    ) -> list[tuple[str, int]] | None:
-        """Nodes under `path` whose units sum to `need` or more: the fewest sub-domains
-        and nodes (largest first, then the best fit for the rest), in tree order."""
-        tree = self.tree
-        sub: dict[Path, int] = {}
+        self, index: int | None, path: Path, units: Mapping[str, int]
+    ) -> tuple[Cost, list[tuple[str, int]]]:
+        """`fewest_domains.fewest` inside domain `path` (one node at the node level),
+        nodes in tree order; ((), []) when the units do not reach the need."""
+        need = self.need
+        if index is not None and index == self.node_index:
+            node = path[-1]
+            return ((), [(node, need)]) if units.get(node, 0) >= need else ((), [])
+        loose = sorted(n for n in units if n not in self.tree.paths) if path == ANYWHERE else []
+        found = fewest(
+            self.tree, path, units, need, loose=loose, tie=self._tie,
+            growth=self._part_growth, first=self.prefer, most_per=self.most_per,
+            slices=self.slices,
+        )  # fmt: skip
+        if found is None:
+            return (), []
+        cost, picked = found
+        position = self.tree.position
+        picked.sort(key=lambda p: (position.get(p[0], len(position)), p[0]))
+        return cost, picked
 
-        def held(domain: Path) -> int:
-            found = sub.get(domain)
-            if found is None:
-                nodes = self._nodes_of(domain) if domain else list(units)
-                found = sub[domain] = sum(units.get(n, 0) for n in nodes)
-            return found
+    def _part_growth(self, part: str | Path, members: int) -> float:
+        """What taking `members` from one node or one domain adds to its fragmentation
+        sum (the module docstring's (2aF - a²)/G)."""
+        if isinstance(part, str):
+            candidate = self.nodes[part]
+            free, size = candidate.state.free_gpu_count(), len(candidate.topology.gpus)
+        else:
+            free, size = self._gpu_totals().get((len(part) - 1, part), (0, 0))
+        taken = members * _gpus_of(self.largest)
+        return (2 * taken * free - taken * taken) / size if size else 0.0
 
-        def descend(domain: Path, want: int) -> list[tuple[str, int]]:
-            items: list[tuple[int, int, object]] = []
-            for child in tree.children.get(domain, []):
-                amount = held(child)
-                if amount:
-                    items.append((amount, 0, child))
-            direct = tree.direct.get(domain, [])
-            if domain == ANYWHERE:
-                direct = direct + sorted(n for n in units if n not in tree.paths)
-            for node in direct:
-                amount = units.get(node, 0)
-                if amount:
-                    items.append((amount, 1, node))
-            chosen: list[tuple[int, int, object]] = []
-            left = want
-            items.sort(key=lambda i: (-i[0], -self._item_rank(i), self._item_position(i)))
-            while left > 0:
-                fits = [i for i in items if i[0] >= left]
-                if fits:
-                    last = min(
-                        fits, key=lambda i: (i[0], -self._item_rank(i), self._item_position(i))
-                    )
-                    chosen.append(last)
-                    break
-                head = items.pop(0)
-                chosen.append(head)
-                left -= head[0]
-            last = chosen[-1]
-            rest = want - sum(item[0] for item in chosen[:-1])
-            out: list[tuple[str, int]] = []
-            for item in sorted(chosen, key=self._item_position):
-                amount, _, what = item
-                take = rest if item is last else amount
-                if isinstance(what, str):
-                    out.append((what, take))
-                else:
-                    assert isinstance(what, tuple)
-                    out += descend(what, take)
-            return out
+    def spread_over(self, chosen: Sequence[tuple[str, int]]) -> int:
+        """How many domains of the preferred level the chosen nodes lie in."""
+        return self.tree.spanned(self.spec.preferred or NODE_LEVEL, (n for n, _ in chosen)) or 0
 
-        if held(path) < need:
-            return None
-        return descend(path, need)
+    def _tie(self, node: str) -> tuple[float, float]:
+        return float(self._is_free(node)), -self.rank.get(node, 0.0)
 
-    def _item_rank(self, item: tuple[int, int, object]) -> float:
-        if item[1]:
-            assert isinstance(item[2], str)
-            return self.rank.get(item[2], 0.0)
-        return 0.0
-
-    def _item_position(self, item: tuple[int, int, object]) -> int:
-        what = item[2]
-        if isinstance(what, str):
-            return self.tree.position.get(what, len(self.tree.order))
-        assert isinstance(what, tuple)
-        return self.tree.position[self.tree.members[len(what) - 1][what][0]]
+    def _is_free(self, node: str) -> bool:
+        candidate = self.nodes[node]
+        state = candidate.state
+        return state.free_gpu_count() == len(candidate.topology.gpus) and not state.assignments
 
     # -- ranking domains ------------------------------------------------------------
 
@@ -593,26 +717,21 @@ class _Placer:
         self, index: int, path: Path, totals: Mapping[tuple[int, Path], tuple[int, int]]
     ) -> float:
         """How much the group taken from `path` grows the fragmentation of its level
-        and every wider one (the module docstring's (2aF - a²)/G, summed)."""
+        and every wider one (the module docstring's (2aF - a²)/G, summed; one node's
+        own term first at the node level)."""
         taken = self.need * _gpus_of(self.largest)
-        growth = 0.0
-        for level in range(index, -1, -1):
-            free, size = totals.get((level, path[: level + 1]), (0, 0))
-            if size:
-                growth += (2 * taken * free - taken * taken) / size
-        return growth
+        terms: list[tuple[int, int]] = []
+        depth = index + 1
+        if index == self.node_index:
+            candidate = self.nodes[path[-1]]
+            terms.append((candidate.state.free_gpu_count(), len(candidate.topology.gpus)))
+            depth = len(path) - 1
+        terms += [totals.get((level, path[: level + 1]), (0, 0)) for level in range(depth)][::-1]
+        return sum((2 * taken * free - taken * taken) / size for free, size in terms if size)
 
     def _broken(self, chosen: Sequence[tuple[str, int]]) -> int:
         """Wholly free nodes the choice would take from."""
-        out = 0
-        for node, _ in chosen:
-            state = self.nodes[node].state
-            if (
-                state.free_gpu_count() == len(self.nodes[node].topology.gpus)
-                and not state.assignments
-            ):
-                out += 1
-        return out
+        return sum(1 for node, _ in chosen if self._is_free(node))
 
     # -- allocating -------------------------------------------------------------------
 
@@ -642,27 +761,21 @@ class _Placer:
         where = [found[k].node for k in order]
         pairs = list(pairwise(where))
         hops = sum(self.tree.hops(a, b) for a, b in pairs) / len(pairs) if pairs else 0.0
-        level = None if index is None else self.tree.levels[index]
-        return GroupPlacement(level, path[-1] if path else None, found, order, hops)
+        level = None
+        if index is not None:
+            level = NODE_LEVEL if index == self.node_index else self.tree.levels[index]
+        return GroupPlacement(level, path[-1] if path else None, found, order, hops, path)
 
     def _member_by_member(self, levels: Sequence[int], anywhere: bool) -> GroupPlacement | None:
         """Mixed requests: each allowed domain, members allocated in turn on its nodes."""
-        domains: list[tuple[int | None, Path]] = [
-            (index, path)
+        domains: list[tuple[int | None, Path, list[str]]] = [
+            (index, path, inside)
             for index in levels
-            for path in self.tree.members[index]
-            if self._inside_anchor(path)
+            for path, inside in self._domains(index, every=True)
         ]
         if anywhere:
-            domains.append((None, ANYWHERE))
-        for index, path in domains:
-            inside = [
-                n
-                for n in (self.tree.order if not path else self.tree.members[len(path) - 1][path])
-                if n in self.nodes
-            ]
-            if not path:
-                inside += sorted(n for n in self.nodes if n not in self.tree.paths)
+            domains.append((None, ANYWHERE, self._anywhere(every=True)))
+        for index, path, inside in domains:
             found = _fill_in_turn(self.ordered, inside, self.nodes, self.engine)
             if found is not None:
                 return self._placement(index, path, found)
@@ -674,8 +787,8 @@ class _Placer:
         where = "no allowed domain"
         if self.spec.required is not None:
             where = f"no domain of {self.spec.required} (required)"
-        if self.anchor:
-            where += " inside " + ", ".join(f"{k}={v}" for k, v in self.anchor.items())
+        if self.anchor is not None:
+            where += f" inside {describe_domain(self.anchor.level, self.anchor.path)}"
         verb = "fits" if self.need == 1 else "fit"
         text = f"group {self.spec.key}: {what} {verb} in {where}; tried " + "; ".join(
             self.tried[: len(levels) + int(anywhere)] or ["nothing: no domain of an allowed level"]

@@ -12,10 +12,18 @@ Where the members go (DESIGN.md, "Groups and network domains"):
                       lands in one domain (one value of that label)
   topology-preferred  the same, but wider levels (then anywhere) are accepted when no
                       domain of that level fits
-  placement-strategy  consolidated (fewest nodes, tightest domain; default),
-                      distributed (one member per node where possible), balanced
-                      (the fewest nodes that hold the group, members as even over
-                      them as the nodes allow)
+  placement-strategy  consolidated (fewest sub-domains, then fewest nodes, tightest
+                      domain; default), distributed (one member per node where
+                      possible), balanced (consolidated's sub-domain and node counts,
+                      members as even over the nodes as they allow)
+  max-members-per-domain
+                      `<level>=<n>`: at most n members in any one domain of that level
+                      (a level's node label key, or kubernetes.io/hostname for nodes):
+                      a group larger than n spreads over several of them
+  slice               `<level>=<n>`: the group is made of slices of n consecutive
+                      ranks, each inside one domain of that level (Kueue's
+                      slice-required topology and slice size); the size must be a
+                      multiple of n
   topology            the NetworkTopology's name (default: the only one, or `default`)
 
 A member's rank (first found): annotation `numatopo.io/rank`; annotation, then label,
@@ -86,6 +94,8 @@ class GroupSpec:
     preferred: str | None  # tried first, wider levels accepted
     strategy: Strategy
     topology: str | None  # NetworkTopology name; None: the only one, or `default`
+    most_per_domain: tuple[str, int] | None = None  # (level, n): n members per domain at most
+    slice: tuple[str, int] | None = None  # (level, n): n consecutive ranks per domain
 
     @property
     def key(self) -> str:
@@ -133,6 +143,12 @@ def group_of(metadata: Mapping[str, Any]) -> GroupSpec | None:
             f"set together with {keys.TOPOLOGY_REQUIRED}; give one of the two",
         )
     strategy = choice(annotations, keys.PLACEMENT_STRATEGY, Strategy, Strategy.CONSOLIDATED)
+    most_per_domain = _level_count(annotations, keys.MAX_MEMBERS_PER_DOMAIN)
+    sliced = _level_count(annotations, keys.SLICE)
+    if sliced is not None and size % sliced[1]:
+        raise InvalidRequestError(
+            keys.SLICE, f"slices of {sliced[1]} do not divide the group's size {size}"
+        )
     topology = annotations.get(keys.TOPOLOGY)
     if topology is not None and (not topology or len(topology) > _MAX_NAME):
         raise InvalidRequestError(keys.TOPOLOGY, f"{echo(topology)} is not a NetworkTopology name")
@@ -145,6 +161,8 @@ def group_of(metadata: Mapping[str, Any]) -> GroupSpec | None:
         preferred=preferred,
         strategy=strategy,
         topology=topology,
+        most_per_domain=most_per_domain,
+        slice=sliced,
     )
 
 
@@ -221,6 +239,21 @@ def _level(annotations: Mapping[str, str], key: str) -> str | None:
             "topology.k8s.aws/network-node-layer-3 or nvidia.com/gpu.clique)",
         )
     return text
+
+
+def _level_count(annotations: Mapping[str, str], key: str) -> tuple[str, int] | None:
+    """`<level>=<n>`: a level's label key and a whole number."""
+    text = annotations.get(key)
+    if text is None:
+        return None
+    level, equals, count = text.rpartition("=")
+    if not equals or not is_label_key(level.strip()):
+        raise InvalidRequestError(
+            key,
+            f"{echo(text)} is not <level>=<n> (a node label key of a NetworkTopology level, "
+            "such as topology.k8s.aws/network-node-layer-3=4)",
+        )
+    return level.strip(), whole_number(key, count.strip(), MAX_GROUP_SIZE)
 
 
 def _rank(text: str, key: str) -> int:

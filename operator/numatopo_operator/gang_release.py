@@ -19,13 +19,21 @@ import datetime
 import logging
 import os
 import time
-from collections.abc import Awaitable, Callable, Mapping, Sequence
+from collections.abc import Awaitable, Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 
 from numatopo_engine import annotations as keys
 from numatopo_engine import pod_request
 from numatopo_engine.annotations import Assignment, State
-from numatopo_engine.domains import DomainTree, GroupPlacement, Member, NodeCandidate, place_group
+from numatopo_engine.domains import (
+    NODE_LEVEL,
+    Anchor,
+    DomainTree,
+    GroupPlacement,
+    Member,
+    NodeCandidate,
+    place_group,
+)
 from numatopo_engine.errors import InvalidRequestError, OverlapError, UnsatisfiableError
 from numatopo_engine.groups import GroupSpec
 from numatopo_engine.network_topology import HOSTNAME_LABEL, NetworkTopologySpec
@@ -35,10 +43,13 @@ from numatopo_operator.grouping import Expectation, MemberView, PlacementRecord
 from numatopo_operator.runtime import Runtime
 
 __all__ = [
+    "Around",
     "Placed",
     "choose_topology",
     "domain_tree",
     "plan",
+    "preferred_note",
+    "recorded_domain",
     "recover",
     "release",
     "setting",
@@ -155,8 +166,8 @@ async def _place(
     spec: GroupSpec,
     views: Sequence[MemberView],
     tree: DomainTree,
-    anchors: Sequence[Mapping[str, str]] = ({},),
-) -> tuple[GroupPlacement, Mapping[str, str]]:
+    anchors: Sequence[Anchor | None] = (None,),
+) -> tuple[GroupPlacement, Anchor | None]:
     """The engine's placement of `views` (in its thread) and the anchor it kept to,
     trying `anchors` in order; raises GroupUnplaceableError with the engine's reason
     when none fits."""
@@ -166,7 +177,7 @@ async def _place(
     for anchor in anchors:
         try:
             placement = await runtime.in_engine_thread(
-                place_group, tree, members, nodes, spec=spec, anchor=anchor or None,
+                place_group, tree, members, nodes, spec=spec, anchor=anchor,
                 mix=runtime.workload.mix(), engine=runtime.decisions,
             )  # fmt: skip
         except UnsatisfiableError as exc:
@@ -262,7 +273,7 @@ async def _write_all(
     placement: GroupPlacement,
     *,
     level: str | None,
-    domain: str | None,
+    path: Sequence[str],
 ) -> dict[str, str]:
     """Book and write the plan of every member in `views`; on any failure, take back
     what was written and re-raise. Returns member key -> node."""
@@ -276,7 +287,12 @@ async def _write_all(
 
     async def write(view: MemberView) -> None:
         record = PlacementRecord(
-            group=spec.name, level=level, domain=domain, rank=view.rank, planned=planned
+            group=spec.name,
+            level=level,
+            domain=path[-1] if path else None,
+            path=list(path) if level is not None else None,
+            rank=view.rank,
+            planned=planned,
         )
         await _write_plan(runtime, view, booked[view.key], record)
 
@@ -303,7 +319,7 @@ async def plan(runtime: Runtime, spec: GroupSpec, views: Sequence[MemberView]) -
     tree = setting(runtime, spec)
     placement, _ = await _place(runtime, spec, views, tree)
     nodes = await _write_all(
-        runtime, spec, views, placement, level=placement.level, domain=placement.domain
+        runtime, spec, views, placement, level=placement.level, path=placement.path
     )
     return Placed(placement, nodes)
 
@@ -371,27 +387,125 @@ async def release(runtime: Runtime, views: Sequence[MemberView]) -> dict[str, st
     return released
 
 
+def recorded_domain(
+    tree: DomainTree, record: PlacementRecord, running_node: str | None
+) -> Anchor | None:
+    """The domain a running group's record names, by its full path; None when the
+    record names none, or names one that cannot be told from the others.
+
+    Records written before the path was recorded name `level=domain` only; the
+    domain is then the one of that level around a running member, else the only one
+    of that value."""
+    level = record.level
+    if level is None or record.domain is None:
+        return None
+    if level == NODE_LEVEL and tree.implicit_nodes:
+        if record.path is not None:
+            return Anchor(level, tuple(record.path))
+        node = record.domain
+        return Anchor(level, tree.node_path(node)) if node in tree.paths else None
+    index = tree.depth.get(level)
+    if index is None:
+        return None
+    if record.path is not None:
+        path = tuple(record.path)
+        return Anchor(level, path) if len(path) == index + 1 else None
+    around = tree.paths.get(running_node or "", ())
+    if len(around) > index and around[index] == record.domain:
+        return Anchor(level, around[: index + 1])
+    same = [p for p in tree.members[index] if p[-1] == record.domain]
+    return Anchor(level, same[0]) if len(same) == 1 else None
+
+
+@dataclass(frozen=True, slots=True)
+class Around:
+    """The running members a replacement is placed next to."""
+
+    nodes: Mapping[int, str]
+    """rank -> node of every running member with a rank."""
+    ranks: tuple[int, ...] = ()
+    """The replacements' ranks (of one slice, with slices)."""
+
+
 def _anchors(
-    tree: DomainTree, spec: GroupSpec, anchor: PlacementRecord | None, running_node: str | None
-) -> list[dict[str, str]]:
-    """Where a replacement may go, best first: the group's recorded domain, then each
-    wider domain around a running member (up to the required level), then anywhere
-    allowed."""
-    if anchor is None or anchor.level is None or anchor.domain is None:
-        return [{}]
-    levels = list(tree.levels)
-    if anchor.level not in levels:
-        return [{}]
-    found = [{anchor.level: anchor.domain}]
-    top = levels.index(spec.required) if spec.required in levels else 0
-    for index in range(levels.index(anchor.level) - 1, top - 1, -1):
-        wider = levels[index]
-        value = tree.domain_of(running_node, wider) if running_node is not None else None
-        if value is not None:
-            found.append({wider: value})
-    if spec.required is None:
-        found.append({})
-    return found
+    tree: DomainTree,
+    spec: GroupSpec,
+    record: PlacementRecord | None,
+    running_node: str | None,
+    around: Around | None = None,
+) -> list[Anchor | None]:
+    """Where a replacement may go, best first: next to its neighbouring ranks (their
+    nodes, then their domains narrowest first, inside the group's domain), the group's
+    recorded domain, then each wider domain around it (its path's prefixes, up to the
+    required level), then anywhere allowed (None: the engine still keeps to one domain
+    of a required level). With slices, only domains inside the slice's domain (that of
+    a running member of the same slice), that domain last. Raises
+    GroupUnplaceableError when the group has a required level and its recorded domain
+    cannot be found: a guess could leave it."""
+    found: list[Anchor | None] = [None]
+    recorded = None
+    if record is not None and record.level is not None:
+        recorded = recorded_domain(tree, record, running_node)
+        if recorded is None and spec.required is not None:
+            raise GroupUnplaceableError(
+                f"the group's recorded domain {record.level}={record.domain} is not one "
+                "domain of the network topology now; the replacement waits rather than guess"
+            )
+    if recorded is not None:
+        found = [recorded]
+        top = tree.depth[spec.required] + 1 if spec.required in tree.depth else 1
+        path = recorded.path
+        for length in range(len(path) - 1, top - 1, -1):
+            found.append(Anchor(tree.levels[length - 1], path[:length]))
+        if spec.required is None:
+            found.append(None)
+    if around is not None and len(around.ranks) == 1:
+        near = _next_to(tree, around.nodes, around.ranks[0])
+        inner: list[Anchor | None] = [a for a in near if recorded is None or _inside(a, recorded)]
+        found = inner + found
+    sliced = _slice_domain(tree, spec, around)
+    if sliced is not None:
+        found = [a for a in found if a is not None and _inside(a, sliced)]
+        if sliced not in found:
+            found.append(sliced)
+    return list(dict.fromkeys(found))
+
+
+def _inside(anchor: Anchor, outer: Anchor) -> bool:
+    return anchor.path[: len(outer.path)] == outer.path
+
+
+def _next_to(tree: DomainTree, nodes: Mapping[int, str], rank: int) -> list[Anchor]:
+    """The nodes of ranks rank-1 and rank+1, then their domains, narrowest first."""
+    near = [nodes[r] for r in (rank - 1, rank + 1) if r in nodes and nodes[r] in tree.paths]
+    out = [
+        Anchor(NODE_LEVEL, tree.node_path(n))
+        for n in near
+        if tree.implicit_nodes or len(tree.paths[n]) == len(tree.levels)
+    ]
+    for index in range(len(tree.levels) - 1, -1, -1):
+        for node in near:
+            path = tree.paths[node]
+            if len(path) > index and tree.levels[index] != NODE_LEVEL:
+                out.append(Anchor(tree.levels[index], path[: index + 1]))
+    return out
+
+
+def _slice_domain(tree: DomainTree, spec: GroupSpec, around: Around | None) -> Anchor | None:
+    """The domain of the replacement's slice: that of a running member of the slice."""
+    if spec.slice is None or around is None or not around.ranks:
+        return None
+    level, piece = spec.slice
+    first = around.ranks[0] - around.ranks[0] % piece
+    mates = [around.nodes[r] for r in range(first, first + piece) if r in around.nodes]
+    for node in mates:
+        if level == NODE_LEVEL and tree.implicit_nodes:
+            return Anchor(level, tree.node_path(node))
+        index = tree.depth.get(level)
+        path = tree.paths.get(node, ())
+        if index is not None and len(path) > index:
+            return Anchor(level, path[: index + 1])
+    return None
 
 
 @dataclass(frozen=True, slots=True)
@@ -400,7 +514,9 @@ class Recovered:
     stayed: bool
     """Whether every replacement landed inside the group's recorded domain."""
     level: str | None
-    domain: str | None
+    path: tuple[str, ...]
+    recorded: Anchor | None
+    """The group's recorded domain, when it could be told."""
 
 
 async def recover(
@@ -409,17 +525,39 @@ async def recover(
     views: Sequence[MemberView],
     anchor: PlacementRecord | None,
     running_node: str | None,
+    *,
+    around: Around | None = None,
 ) -> Recovered:
-    """Plan replacement members of a running group, in its domain when they fit there."""
+    """Plan replacement members of a running group, next to their neighbouring ranks
+    and in its domain when they fit there."""
     tree = setting(runtime, spec)
-    anchors = _anchors(tree, spec, anchor, running_node)
+    anchors = _anchors(tree, spec, anchor, running_node, around)
     placement, kept = await _place(runtime, spec, views, tree, anchors)
-    stayed = anchor is None or anchor.level is None or kept == anchors[0]
+    recorded = None if anchor is None else recorded_domain(tree, anchor, running_node)
+    stayed = recorded is None or (kept is not None and _inside(kept, recorded))
     # The domain the replacements share with their group: the recorded one, else the
     # wider one they were kept in, else the engine's own choice.
-    level, domain = next(iter(kept.items())) if kept else (placement.level, placement.domain)
-    written = await _write_all(runtime, spec, views, placement, level=level, domain=domain)
-    return Recovered(written, stayed, level, domain)
+    level, path = (kept.level, kept.path) if kept else (placement.level, placement.path)
+    if stayed and recorded is not None:
+        level, path = recorded.level, recorded.path
+    written = await _write_all(runtime, spec, views, placement, level=level, path=path)
+    return Recovered(written, stayed, level, path, recorded)
+
+
+def preferred_note(runtime: Runtime, spec: GroupSpec, nodes: Iterable[str]) -> str:
+    """For a group with a preferred level: whether its members share one domain of it,
+    else how many they span ("" without a preferred level, or when it is no level)."""
+    if spec.preferred is None:
+        return ""
+    count = setting(runtime, spec).spanned(spec.preferred, nodes)
+    if count is None:
+        return ""
+    if count == 1:
+        return f"; inside one domain of the preferred level {spec.preferred}"
+    return (
+        f"; across {count} domains of the preferred level {spec.preferred}, the fewest "
+        "possible (no one domain of it holds the group now)"
+    )
 
 
 def elapsed(since: float | None) -> float:

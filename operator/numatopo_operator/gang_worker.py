@@ -24,10 +24,18 @@ import time
 from collections.abc import Mapping, Sequence
 from typing import Any
 
+from numatopo_engine.domains import describe_domain
+from numatopo_engine.groups import GroupSpec
 from numatopo_operator import gang_release, translate
 from numatopo_operator.errors import KubeError, KubeNotFoundError, NodeBusyError, NotActiveError
 from numatopo_operator.gang_release import GroupInvalidError, GroupUnplaceableError
-from numatopo_operator.grouping import MemberView, StepKind, next_step, planned_node
+from numatopo_operator.grouping import (
+    MemberView,
+    PlacementRecord,
+    StepKind,
+    next_step,
+    planned_node,
+)
 from numatopo_operator.runtime import Runtime
 
 __all__ = ["advance", "observe_pod", "run_gangs", "settle_group"]
@@ -96,8 +104,27 @@ async def _tell(
     )
 
 
-def _where(level: str | None, domain: str | None) -> str:
-    return f"{level}={domain}" if level is not None else "anywhere (no level asked)"
+def _where(level: str | None, path: Sequence[str] | None) -> str:
+    if level is None or not path:
+        return "anywhere (no level asked)"
+    return describe_domain(level, tuple(path))
+
+
+def _one_slice(spec: GroupSpec, chosen: list[MemberView]) -> list[MemberView]:
+    """With slices, the replacements of the lowest-ranked slice only (each slice has its
+    own domain); the others follow in the next step."""
+    if spec.slice is None or chosen[0].rank is None:
+        return chosen
+    piece = spec.slice[1]
+    first = chosen[0].rank // piece
+    return [v for v in chosen if v.rank is not None and v.rank // piece == first]
+
+
+def _record_path(record: PlacementRecord | None) -> Sequence[str] | None:
+    """The recorded domain's path; the value alone for records older than paths."""
+    if record is None or record.domain is None:
+        return None
+    return record.path if record.path is not None else [record.domain]
 
 
 def _nodes_text(nodes: Mapping[str, str], order: Sequence[str]) -> str:
@@ -152,7 +179,7 @@ async def advance(runtime: Runtime, group: str) -> bool:
             gangs.waiting_for_room.discard(group)
             logger.info(
                 "group %s planned in %s: %s", group,
-                _where(placed.placement.level, placed.placement.domain),
+                _where(placed.placement.level, placed.placement.path),
                 _nodes_text(placed.nodes, placed.placement.order),
             )  # fmt: skip
             continue
@@ -167,11 +194,13 @@ async def advance(runtime: Runtime, group: str) -> bool:
             metrics.group_decisions.labels("placed").inc()
             order = [v.key for v in views]
             level = record.level if record is not None else None
-            domain = record.domain if record is not None else None
+            path = _record_path(record)
+            placed_on = _all_nodes(runtime, views, released)
+            note = gang_release.preferred_note(runtime, spec, placed_on.values())
             await _tell(
                 runtime, chosen, PLACED,
-                f"group {group}: {len(views)} members placed in {_where(level, domain)}, "
-                f"by rank: {_nodes_text(_all_nodes(runtime, views, released), order)}",
+                f"group {group}: {len(views)} members placed in {_where(level, path)}, "
+                f"by rank: {_nodes_text(placed_on, order)}{note}",
             )  # fmt: skip
             for view in chosen:
                 gangs.first_seen.pop(view.key, None)
@@ -182,8 +211,20 @@ async def advance(runtime: Runtime, group: str) -> bool:
             running = next(
                 (planned_node(v.body) for v in views if not v.gated and v.record is not None), None
             )
+            chosen = _one_slice(spec, chosen)
+            ranks = {
+                v.rank: node
+                for v in views
+                if not v.gated
+                and v.record is not None
+                and v.rank is not None
+                and (node := planned_node(v.body)) is not None
+            }
+            around = gang_release.Around(ranks, tuple(v.rank for v in chosen if v.rank is not None))
             try:
-                recovered = await gang_release.recover(runtime, spec, chosen, step.anchor, running)
+                recovered = await gang_release.recover(
+                    runtime, spec, chosen, step.anchor, running, around=around
+                )
             except GroupInvalidError as exc:
                 await _invalid(runtime, chosen, str(exc))
                 return False
@@ -197,13 +238,13 @@ async def advance(runtime: Runtime, group: str) -> bool:
                 took = gang_release.elapsed(gangs.first_seen.pop(view.key, None))
                 metrics.group_recovery.observe(took)
                 metrics.group_decisions.labels("recovered").inc()
-                where = _where(recovered.level, recovered.domain)
-                anchor = step.anchor
-                if recovered.stayed or anchor is None:
+                where = _where(recovered.level, recovered.path)
+                recorded = recovered.recorded
+                if recovered.stayed or recorded is None:
                     text = f"in its group's domain {where}"
                 else:
                     text = (
-                        f"outside its group's domain {_where(anchor.level, anchor.domain)} "
+                        f"outside its group's domain {_where(recorded.level, recorded.path)} "
                         f"(no room there), in {where}"
                     )
                 await _tell(

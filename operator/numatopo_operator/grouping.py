@@ -65,6 +65,14 @@ class PlacementRecord(WireModel):
     group: str = Field(description="The group's name (namespace-scoped).")
     level: str | None = Field(default=None, description="The level of the shared domain.")
     domain: str | None = Field(default=None, description="The shared domain (label value).")
+    path: list[str] | None = Field(
+        default=None,
+        description=(
+            "The shared domain's label values from the widest level down to `level` (a "
+            "node's name last at the node level): `domain` alone may name domains under "
+            "several parents. Absent in records written before it existed."
+        ),
+    )
     rank: int | None = Field(default=None, description="The member's rank, if it has one.")
     planned: str = Field(description="When the plan was made (ISO 8601): names the plan.")
 
@@ -303,6 +311,11 @@ def _settings(spec: GroupSpec) -> str:
     return (
         f"size {spec.size}, required {spec.required or '-'}, preferred "
         f"{spec.preferred or '-'}, strategy {spec.strategy.value}, topology {spec.topology or '-'}"
+        + "".join(
+            f", {what} {given[1]} per {given[0]}"
+            for what, given in (("at most", spec.most_per_domain), ("slices of", spec.slice))
+            if given is not None
+        )
     )
 
 

@@ -396,9 +396,165 @@ async def test_a_replacement_with_no_room_in_its_domain_goes_to_the_next_wider_o
     assert block != domain(assigned_node(cluster, "f-2-again"))
     assert "Warning" == event["type"]
     assert (
-        f"outside its group's domain {L2}={block} (no room there), in {L1}=spine-1"
+        f"outside its group's domain {L2}={block} under spine-1 (no room there), in {L1}=spine-1"
         in (event["message"])
     )
+
+
+SPINE = "example.com/spine"
+LEAF = "example.com/leaf"
+
+
+async def test_a_replacement_never_leaves_its_domain_for_a_leaf_of_the_same_name(env):
+    """Leaves under two spines share the value l0 (Kueue allows it): a replacement of a
+    group required to share a spine stays in its spine's l0, gated while there is no
+    room there, rather than going to the other spine's l0."""
+    cluster, start_operator, h100, _, topology_object, wait = env.parts()
+    layout = {"n-a": "s0", "n-b": "s0", "n-c": "s1", "n-d": "s1"}
+    for node, spine in layout.items():
+        await cluster.create_node(node, {SPINE: spine, LEAF: "l0"})
+        await cluster.create_numatopology(topology_object(node, h100))
+    await cluster.create_network_topology("default", [SPINE, LEAF])
+    await start_operator(**FAST)
+    required = {keys.TOPOLOGY_REQUIRED: SPINE}
+    names = ["s-0", "s-1"]
+    for i, name in enumerate(names):
+        await cluster.create_pod(member(env, name, "s", 2, rank=i, annotations=required))
+    await wait(lambda: all(released(cluster, n) for n in names), what="group placed")
+    nodes = {assigned_node(cluster, n) for n in names}
+    spine = layout[assigned_node(cluster, "s-0")]
+    assert {n for n, s in layout.items() if s == spine} == nodes
+    assert {"level": LEAF, "domain": "l0", "path": [spine, "l0"]} == {
+        k: placement(cluster, "s-0").get(k) for k in ("level", "domain", "path")
+    }
+
+    await fail_and_replace(
+        env, "s-0", member(env, "s-0-again", "s", 2, rank=0, annotations=required)
+    )
+    await wait(
+        lambda: "GroupUnsatisfiable" in reasons(cluster, "s-0-again"), what="GroupUnsatisfiable"
+    )
+    [(_, message)] = [e for e in cluster.events_for("s-0-again") if e[0] == "GroupUnsatisfiable"]
+    assert keys.ASSIGNMENT not in cluster.annotations("s-0-again")
+    assert not released(cluster, "s-0-again")
+    assert f"inside {LEAF}=l0 under {spine}" in message or f"inside {SPINE}={spine}" in message
+
+    # Room in the group's spine, in another leaf: the replacement goes there, told so.
+    await cluster.create_node("n-e", {SPINE: spine, LEAF: "l1"})
+    await cluster.create_numatopology(topology_object("n-e", h100))
+    await wait(lambda: released(cluster, "s-0-again"), what="the replacement released")
+    await wait(
+        lambda: "GroupRecovered" in reasons(cluster, "s-0-again"), what="GroupRecovered Event"
+    )
+    [event] = [e for e in cluster.events() if e["reason"] == "GroupRecovered"]
+    assert "n-e" == assigned_node(cluster, "s-0-again")
+    assert "Warning" == event["type"]
+    assert (
+        f"outside its group's domain {LEAF}=l0 under {spine} (no room there), in {SPINE}={spine}"
+        in event["message"]
+    )
+
+
+async def test_a_preferred_level_steers_to_the_fewest_of_its_domains(env):
+    """No leaf holds four 1-GPU members; spine s0 (the busier) would take three leaves,
+    s1 takes two: with preferred leaf the group goes to s1, and GroupPlaced says so."""
+    cluster, start_operator, h100, pod, topology_object, wait = env.parts()
+    layout = {"a": ("s0", "l0", 7), "b": ("s0", "l1", 7), "c": ("s0", "l2", 6)}
+    layout |= {"d": ("s1", "l0", 6), "e": ("s1", "l1", 6), "f": ("s1", "l2", 6)}
+    for node, (spine, leaf, busy) in layout.items():
+        await cluster.create_node(node, {SPINE: spine, LEAF: leaf})
+        await cluster.create_numatopology(topology_object(node, h100))
+        await cluster.create_pod(pod(f"busy-{node}", node=node, gpus=busy, policy="best-effort"))
+    await cluster.create_network_topology("default", [SPINE, LEAF])
+    await start_operator(**FAST)
+    names = [f"pf-{i}" for i in range(4)]
+    preferred = {keys.TOPOLOGY_PREFERRED: LEAF}
+    for i, name in enumerate(names):
+        await cluster.create_pod(member(env, name, "pf", 4, gpus=1, rank=i, annotations=preferred))
+    await wait(lambda: all(released(cluster, n) for n in names), what="group placed")
+    await wait(lambda: "GroupPlaced" in reasons(cluster, "pf-0"), what="GroupPlaced")
+    [(_, message)] = [e for e in cluster.events_for("pf-0") if e[0] == "GroupPlaced"]
+    nodes = {assigned_node(cluster, n) for n in names}
+
+    assert {"d", "e"} == nodes
+    assert f"across 2 domains of the preferred level {LEAF}, the fewest possible" in message
+    assert f"placed in {SPINE}=s1" in message
+
+
+async def test_at_most_one_member_per_leaf(env):
+    cluster, start_operator, _, _, _, wait = env.parts()
+    await build_cluster(env)
+    await start_operator(**FAST)
+    names = [f"cap-{i}" for i in range(4)]
+    settings = {keys.TOPOLOGY_REQUIRED: L1, keys.MAX_MEMBERS_PER_DOMAIN: f"{L3}=1"}
+    for i, name in enumerate(names):
+        await cluster.create_pod(member(env, name, "cap", 4, gpus=2, rank=i, annotations=settings))
+    await wait(lambda: all(released(cluster, n) for n in names), what="group placed")
+    nodes = [assigned_node(cluster, n) for n in names]
+
+    # Four 2-GPU members would fit one node; one per leaf puts them on four leaves.
+    assert ["leaf-1", "leaf-2", "leaf-3", "leaf-4"] == [domain(n, L3) for n in nodes]
+    assert {L1} == {placement(cluster, n)["level"] for n in names}
+
+
+async def test_a_replacement_goes_next_to_its_neighbouring_ranks(env):
+    """Six 4-GPU members span block-1: n2 (ranks 0, 1), n3 (2, 3), n4 (4, 5); n1 runs a
+    4-GPU pod. Rank 3 is deleted: n1 and n3 now have the same room and the same
+    fragmentation, n1 first in tree order; the replacement goes to n3, beside ranks 2
+    and 4."""
+    cluster, start_operator, _, pod, _, wait = env.parts()
+    await build_cluster(env)
+    await cluster.create_pod(pod("busy", node="n1", gpus=4, policy="best-effort"))
+    await start_operator(**FAST)
+    names = [f"nb-{i}" for i in range(6)]
+    required = {keys.TOPOLOGY_REQUIRED: L2}
+    for i, name in enumerate(names):
+        await cluster.create_pod(member(env, name, "nb", 6, gpus=4, rank=i, annotations=required))
+    await wait(lambda: all(released(cluster, n) for n in names), what="group placed")
+    assert ["n2", "n2", "n3", "n3", "n4", "n4"] == [assigned_node(cluster, n) for n in names]
+
+    await cluster.delete_pod("nb-3")
+    await cluster.create_pod(
+        member(env, "nb-3-again", "nb", 6, gpus=4, rank=3, annotations=required)
+    )
+    await wait(lambda: released(cluster, "nb-3-again"), what="the replacement released")
+    await wait(
+        lambda: "GroupRecovered" in reasons(cluster, "nb-3-again"), what="GroupRecovered Event"
+    )
+    [event] = [e for e in cluster.events() if e["reason"] == "GroupRecovered"]
+
+    assert "n3" == assigned_node(cluster, "nb-3-again")
+    assert "Normal" == event["type"]
+    assert {"level": L2, "domain": "block-1", "path": ["spine-1", "block-1"]} == {
+        k: placement(cluster, "nb-3-again").get(k) for k in ("level", "domain", "path")
+    }
+
+
+async def test_slices_of_two_ranks_each_share_a_leaf(env):
+    """`numatopo.io/slice` leaf=2: six whole-node members are three slices of two, each
+    in one leaf. With n1 and n3 partly busy only two leaves hold a slice, so the group
+    waits (placed anyhow, ranks 0 and 1 would straddle leaf-1 and leaf-2); once n1 is
+    free it takes leaf-1, leaf-3 and leaf-4."""
+    cluster, start_operator, _, pod, _, wait = env.parts()
+    await build_cluster(env)
+    await cluster.create_pod(pod("busy-1", node="n1", gpus=1, policy="best-effort"))
+    await cluster.create_pod(pod("busy-3", node="n3", gpus=1, policy="best-effort"))
+    await start_operator(**FAST)
+    names = [f"sl-{i}" for i in range(6)]
+    settings = {keys.TOPOLOGY_REQUIRED: L1, keys.SLICE: f"{L3}=2"}
+    for i, name in enumerate(names):
+        await cluster.create_pod(member(env, name, "sl", 6, rank=i, annotations=settings))
+    await wait(
+        lambda: all("GroupUnsatisfiable" in reasons(cluster, n) for n in names),
+        what="GroupUnsatisfiable",
+    )
+    assert not any(keys.ASSIGNMENT in cluster.annotations(n) for n in names)
+
+    await cluster.delete_pod("busy-1")
+    await wait(lambda: all(released(cluster, n) for n in names), what="group placed")
+    leaves = [domain(assigned_node(cluster, n), L3) for n in names]
+
+    assert ["leaf-1", "leaf-1", "leaf-3", "leaf-3", "leaf-4", "leaf-4"] == leaves
 
 
 async def test_with_groups_off_gated_members_stay_gated(env):

@@ -167,3 +167,27 @@ def test_jobs_that_never_fit_do_not_stall_the_queue() -> None:
     (only,) = result.strategies
     assert only.placed == only.jobs == len(jobs) - len(never)
     assert only.waiting == 0
+
+
+def test_cli_group_options_are_kept_by_numatopo(capsys: pytest.CaptureFixture[str]) -> None:
+    """A cap of 2 pods per leaf and slices of 2 ranks per leaf: numatopo keeps both in
+    every multi-node job it places; the first-fit strategies, which ignore them, do not.
+    With a preferred spine (and no required one) it keeps more jobs in one spine."""
+    args = ["simulate", "--multi-node", "--layout", "1x2x2x4", "--jobs", "200", "--seed", "2"]
+    code = main([*args, "--max-per-domain", "leaf=2", "--slice", "leaf=2", "--preferred", "spine"])
+    lines = capsys.readouterr().out.splitlines()
+    said = {line.split(":")[0]: line for line in lines if "kept" in line}
+    preferred = {
+        name: float(line.split("preferred domain ")[1].split("%")[0]) for name, line in said.items()
+    }
+    assert code == 0
+    assert "cap and slices kept 100.0%" in said["numatopo"]
+    assert "cap and slices kept 100.0%" not in said["blind"]
+    assert preferred["numatopo"] > preferred["blind"]
+
+
+@pytest.mark.parametrize("flag", ["--slice", "--max-per-domain"])
+def test_cli_level_count_errors(capsys: pytest.CaptureFixture[str], flag: str) -> None:
+    code = main(["simulate", "--multi-node", "--layout", "1x1x1x2", flag, "rack=2"])
+    assert code == 2
+    assert f"{flag} 'rack=2': expected LEVEL=N" in capsys.readouterr().err

@@ -26,6 +26,7 @@ from numatopo_cli.commands.simulate import (
     save_figure,
 )
 from numatopo_engine.annotations import PolicyName
+from numatopo_engine.network_topology import HOSTNAME_LABEL
 from numatopo_engine.simulation import (
     TopologyMapError,
     TraceError,
@@ -36,6 +37,7 @@ from numatopo_engine.simulation.gangs import (
     GANG_STRATEGIES,
     HELIOS_GPU_CDF,
     GangResult,
+    GroupOptions,
     draw_jobs,
     simulate_gangs,
 )
@@ -71,6 +73,21 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     group.add_argument(
         "--required", default="spine", choices=sorted(LEVEL_NAMES),
         help="the level a multi-node job must share one domain of (default spine)",
+    )  # fmt: skip
+    group.add_argument(
+        "--preferred", choices=sorted(LEVEL_NAMES),
+        help="numatopo's multi-node jobs prefer one domain of this level instead of "
+        "requiring --required (numatopo.io/topology-preferred)",
+    )  # fmt: skip
+    group.add_argument(
+        "--max-per-domain", metavar="LEVEL=N",
+        help="numatopo's multi-node jobs take at most N pods per domain of LEVEL (block, "
+        "spine, leaf or node; numatopo.io/max-members-per-domain)",
+    )  # fmt: skip
+    group.add_argument(
+        "--slice", metavar="LEVEL=N",
+        help="numatopo's multi-node jobs whose pod count N divides are slices of N "
+        "consecutive ranks, each in one domain of LEVEL (numatopo.io/slice)",
     )  # fmt: skip
     group.add_argument(
         "--write-cluster", type=Path, metavar="F.json",
@@ -128,11 +145,27 @@ def simulate_from_args(args: argparse.Namespace) -> GangResult:
         args.jobs, cdf=HELIOS_GPU_CDF[args.sizes], node_gpus=node_gpus, cluster_gpus=gpus,
         load=args.load, seed=args.seed,
     )  # fmt: skip
+    options = GroupOptions(
+        preferred=LEVEL_NAMES[args.preferred] if args.preferred else None,
+        most_per_domain=_level_count("--max-per-domain", args.max_per_domain),
+        slice=_level_count("--slice", args.slice),
+    )
     return simulate_gangs(
         cluster, LEVELS, jobs, required=LEVEL_NAMES[args.required], strategies=strategies,
         policy=PolicyName(args.policy), sizes=f"helios-{args.sizes}", load=args.load,
-        seed=args.seed, clock=time.perf_counter,
+        seed=args.seed, clock=time.perf_counter, options=options,
     )  # fmt: skip
+
+
+def _level_count(flag: str, text: str | None) -> tuple[str, int] | None:
+    """`LEVEL=N` with LEVEL block, spine, leaf or node."""
+    if text is None:
+        return None
+    name, _, count = text.partition("=")
+    levels = {**LEVEL_NAMES, "node": HOSTNAME_LABEL}
+    if name not in levels or not count.isdigit() or int(count) < 1:
+        raise InputError(f"{flag} {text!r}: expected LEVEL=N, LEVEL one of {', '.join(levels)}")
+    return levels[name], int(count)
 
 
 def _share(value: float | None) -> str:
@@ -163,6 +196,7 @@ def render_table(result: GangResult) -> str:
         )
     widths = [max(len(r[i]) for r in rows) for i in range(len(header))]
     lines = ["  ".join(c.ljust(w) for c, w in zip(r, widths, strict=True)).rstrip() for r in rows]
+    lines += _options_lines(result)
     summary = (
         f"{result.nodes} nodes, {result.gpus} GPUs, levels {' > '.join(result.levels)}; "
         f"{result.jobs} jobs sized by {result.sizes} (GPUs: jobs "
@@ -175,6 +209,20 @@ def render_table(result: GangResult) -> str:
         )
     )
     return "\n".join([summary, *lines]) + "\n"
+
+
+def _options_lines(result: GangResult) -> list[str]:
+    """With group options: per strategy, how its multi-node jobs kept them."""
+    out = []
+    for s in result.strategies:
+        said = []
+        if s.preferred_domain_share is not None:
+            said.append(f"in one preferred domain {_share(s.preferred_domain_share)}")
+        if s.kept_share is not None:
+            said.append(f"cap and slices kept {_share(s.kept_share)}")
+        if said:
+            out.append(f"{s.strategy}: " + ", ".join(said) + " of placed multi-node jobs")
+    return out
 
 
 def write_plot(result: GangResult, path: Path) -> None:

@@ -17,6 +17,7 @@ from numatopo_engine.domains import (
     DomainTree,
     GroupPlacement,
     NodeCandidate,
+    describe_domain,
     domain_fragmentation,
 )
 
@@ -113,7 +114,7 @@ def render_table(
     lines.append("")
     lines += [f"fragmentation {level}: {value:.3f}" for level, value in fragmentation.items()]
     if placement is not None:
-        where = "anywhere" if placement.level is None else f"{placement.level}={placement.domain}"
+        where = describe_domain(placement.level, placement.path)
         lines.append(
             f"group placed in {where}: {len(placement.order)} members on "
             f"{len({a.node for a in placement.assignments.values()})} nodes, "

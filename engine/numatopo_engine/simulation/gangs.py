@@ -28,6 +28,12 @@ Strategies (each on a fresh copy of the cluster, all with the production engine'
   blind           a topology-blind gang: all or nothing, nodes first-fit by name over
                   the whole cluster (node names do not follow the network)
 
+Group options (`GroupOptions`, numatopo's multi-node jobs only; the others ignore
+them): a preferred level instead of the required one, a cap of members per domain of a
+level, slices of n consecutive ranks per domain of a level (jobs whose pod count n
+divides). Measured for every strategy: the share of placed multi-node jobs inside one
+domain of the preferred level, and the share keeping the cap and the slices.
+
 Measured (multi-node jobs unless said otherwise): jobs placed and still waiting;
 mean wait (time units of mean run time, every job); the share of the jobs no larger
 than a leaf that were placed inside one leaf; the share placed inside one domain of
@@ -41,6 +47,7 @@ from __future__ import annotations
 import heapq
 import math
 import random
+from collections import Counter
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from itertools import pairwise
@@ -57,6 +64,7 @@ from numatopo_engine.domains import (
 )
 from numatopo_engine.errors import UnsatisfiableError
 from numatopo_engine.groups import GroupSpec, Strategy
+from numatopo_engine.network_topology import HOSTNAME_LABEL
 from numatopo_engine.request import ContainerRequest, PodRequest, TopologyOptions
 from numatopo_engine.simulation.leafspine import ClusterFile
 from numatopo_engine.state import NodeState
@@ -67,6 +75,7 @@ __all__ = [
     "GangJob",
     "GangResult",
     "GangStrategyResult",
+    "GroupOptions",
     "draw_jobs",
     "first_fit",
     "simulate_gangs",
@@ -164,9 +173,29 @@ class GangStrategyResult:
     leaf_fragmentation: float  # mean over scheduling events
     place_ms_mean: float
     place_ms_p99: float
+    preferred_domain_share: float | None = None  # of placed multi-node jobs, with a preference
+    kept_share: float | None = None  # of placed multi-node jobs, with a cap or slices
 
     def to_dict(self) -> dict[str, Any]:
         return dict(self.__dict__)
+
+
+@dataclass(frozen=True)
+class GroupOptions:
+    """What numatopo's multi-node jobs declare beyond the required level (module
+    docstring); levels by label."""
+
+    preferred: str | None = None
+    most_per_domain: tuple[str, int] | None = None
+    slice: tuple[str, int] | None = None
+
+    def labels(self) -> list[tuple[str, str]]:
+        """(what, level label) of every option given."""
+        out = [("preferred", self.preferred)] if self.preferred else []
+        for what, given in (("max-per-domain", self.most_per_domain), ("slice", self.slice)):
+            if given is not None:
+                out.append((what, given[0]))
+        return out
 
 
 @dataclass
@@ -194,8 +223,18 @@ Placer = Callable[["_Run", GangJob, list[Member]], dict[str, Assignment] | None]
 class _Run:
     """One strategy's replay: its own node states, queue and measurements."""
 
-    def __init__(self, cluster: ClusterFile, tree: DomainTree, required: str, clock: Clock) -> None:
+    def __init__(
+        self,
+        cluster: ClusterFile,
+        tree: DomainTree,
+        required: str,
+        clock: Clock,
+        options: GroupOptions = GroupOptions(),
+    ) -> None:
         self.tree = tree
+        self.options = options
+        self.in_preferred: list[bool] = []
+        self.kept: list[bool] = []
         self.nodes = cluster.candidates()
         self.by_name = sorted(self.nodes)
         self.required = required
@@ -251,6 +290,32 @@ class _Run:
             self.one_leaf.append(len({self.tree.paths.get(n, ()) for n in where}) == 1)
         shared = {self.tree.domain_of(n, self.required) for n in where}
         self.in_required.append(len(shared) == 1 and None not in shared)
+        options = self.options
+        if options.preferred is not None:
+            self.in_preferred.append(self.tree.spanned(options.preferred, where) == 1)
+        if options.most_per_domain is not None or options.slice is not None:
+            self.kept.append(self._keeps(job, where))
+
+    def _keeps(self, job: GangJob, where: Sequence[str]) -> bool:
+        """Whether the ranks' nodes keep the cap per domain and, where the job is sliced,
+        its slices whole in one domain each."""
+
+        def domain(node: str, level: str) -> object:
+            return node if level == HOSTNAME_LABEL else self.tree.domain_of(node, level)
+
+        capped, sliced = self.options.most_per_domain, self.options.slice
+        if capped is not None:
+            level, most = capped
+            counts = Counter(domain(n, level) for n in where)
+            if any(count > most for value, count in counts.items() if value is not None):
+                return False
+        if sliced is not None and job.pods % sliced[1] == 0:
+            level, piece = sliced
+            for start in range(0, len(where), piece):
+                found = {domain(n, level) for n in where[start : start + piece]}
+                if len(found) != 1 or None in found:
+                    return False
+        return True
 
     def first_fit(
         self, order: Iterable[str], members: Sequence[Member]
@@ -259,8 +324,15 @@ class _Run:
 
 
 def _numatopo(run: _Run, job: GangJob, members: list[Member]) -> dict[str, Assignment] | None:
-    required = run.required if job.pods > 1 else None
-    spec = GroupSpec(NAMESPACE, job.name, job.pods, required, None, Strategy.CONSOLIDATED, None)
+    options = run.options
+    multi = job.pods > 1
+    preferred = options.preferred if multi else None
+    required = run.required if multi and preferred is None else None
+    sliced = options.slice if multi and options.slice and job.pods % options.slice[1] == 0 else None
+    spec = GroupSpec(
+        NAMESPACE, job.name, job.pods, required, preferred, Strategy.CONSOLIDATED, None,
+        options.most_per_domain if multi else None, sliced,
+    )  # fmt: skip
     try:
         return place_group(run.tree, members, run.nodes, spec=spec, engine=run.engine).assignments
     except UnsatisfiableError:
@@ -340,18 +412,20 @@ def simulate_gangs(
     load: float = 0.0,
     seed: int = 0,
     clock: Clock | None = None,
+    options: GroupOptions = GroupOptions(),
 ) -> GangResult:
     """Replay `jobs` (by arrival) on `cluster` under each strategy (module docstring)."""
     tree = cluster.tree(levels)
-    if required not in tree.depth:
-        raise ValueError(f"required level {required!r} is not one of {', '.join(levels)}")
+    for what, level in [("required", required), *options.labels()]:
+        if level not in tree.depth and level != HOSTNAME_LABEL:
+            raise ValueError(f"{what} level {level!r} is not one of {', '.join(levels)}")
     for name in strategies:
         if name not in PLACERS:
             raise ValueError(f"unknown strategy {name!r}; choose from {', '.join(GANG_STRATEGIES)}")
     candidates = cluster.candidates()
     # A job that does not fit the empty cluster would stop the FIFO queue for good: it is
     # left out for every strategy (asked once per job shape, with the engine).
-    probe = _Run(cluster, tree, required, lambda: 0.0)
+    probe = _Run(cluster, tree, required, lambda: 0.0, options)
     fits: dict[tuple[int, int], bool] = {}
     for job in jobs:
         shape = (job.pods, job.gpus_per_pod)
@@ -374,7 +448,7 @@ def simulate_gangs(
         too_big=len(too_big),
     )
     for name in strategies:
-        run = _Run(cluster, tree, required, clock or (lambda: 0.0))
+        run = _Run(cluster, tree, required, clock or (lambda: 0.0), options)
         result.strategies.append(_replay(run, name, jobs, policy))
     return result
 
@@ -429,6 +503,8 @@ def _replay(
         leaf_fragmentation=_mean(run.fragmentation) or 0.0,
         place_ms_mean=1000 * (_mean(times) or 0.0),
         place_ms_p99=1000 * (times[min(len(times) - 1, int(0.99 * len(times)))] if times else 0.0),
+        preferred_domain_share=_mean([float(x) for x in run.in_preferred]),
+        kept_share=_mean([float(x) for x in run.kept]),
     )
 
 

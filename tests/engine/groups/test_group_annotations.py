@@ -240,3 +240,34 @@ def test_group_annotations_are_not_unknown_to_pod_options() -> None:
     options_from_annotations(raw, containers=[container])
     with pytest.raises(InvalidRequestError, match="unknown annotation"):
         options_from_annotations({"numatopo.io/grop": "g"}, containers=[container])
+
+
+def test_max_members_per_domain() -> None:
+    group = {"numatopo.io/group": "g", "numatopo.io/group-size": "8"}
+    key = "numatopo.io/max-members-per-domain"
+    spec = group_of(meta({**group, key: " example.com/leaf = 2 "}))
+    assert spec is not None
+    assert spec.most_per_domain == ("example.com/leaf", 2)
+    hosts = group_of(meta({**group, key: "kubernetes.io/hostname=1"}))
+    assert hosts is not None
+    assert hosts.most_per_domain == ("kubernetes.io/hostname", 1)
+    for bad, why in [
+        ("4", "is not <level>=<n>"),
+        ("not a key=2", "is not <level>=<n>"),
+        ("example.com/leaf=0", "out of range"),
+        ("example.com/leaf=two", "not a whole number"),
+    ]:
+        with pytest.raises(InvalidRequestError, match=why) as caught:
+            group_of(meta({**group, key: bad}))
+        assert caught.value.field == key
+    with pytest.raises(InvalidRequestError, match="set without"):
+        group_of(meta({key: "example.com/leaf=2"}))
+
+
+def test_slices() -> None:
+    group = {"numatopo.io/group": "g", "numatopo.io/group-size": "8"}
+    spec = group_of(meta({**group, "numatopo.io/slice": "example.com/leaf=4"}))
+    assert spec is not None
+    assert spec.slice == ("example.com/leaf", 4)
+    with pytest.raises(InvalidRequestError, match="slices of 3 do not divide the group's size 8"):
+        group_of(meta({**group, "numatopo.io/slice": "example.com/leaf=3"}))

@@ -8,6 +8,7 @@ import pytest
 from group_cluster import LEAF, SPINE, group, leaf_spine, members, occupy
 
 from numatopo_engine.domains import (
+    Anchor,
     DomainTree,
     GroupPlacement,
     NodeCandidate,
@@ -164,10 +165,10 @@ def test_unranked_members_after_ranked_by_name() -> None:
 def test_anchor_keeps_the_group_in_its_domain() -> None:
     tree, nodes = leaf_spine(2, 2, 2)
     occupy(nodes, "n-0-0-00", 8)
-    placed = place_group(tree, members(1), nodes, spec=group(1), anchor={SPINE: "s1"})
+    placed = place_group(tree, members(1), nodes, spec=group(1), anchor=Anchor(SPINE, ("s1",)))
     assert tree.domain_of(placed.assignments["ml/w-0"].node, SPINE) == "s1"
     with pytest.raises(UnsatisfiableError, match=r"inside .*=s0-l0"):
-        place_group(tree, members(2), nodes, spec=group(2), anchor={LEAF: "s0-l0"})
+        place_group(tree, members(2), nodes, spec=group(2), anchor=Anchor(LEAF, ("s0", "s0-l0")))
 
 
 def test_unsatisfiable_names_level_domains_and_best() -> None:

@@ -15,6 +15,7 @@ from numatopo_engine.allocation import Engine, allocate
 from numatopo_engine.domains import DomainTree, NodeCandidate, place_group
 from numatopo_engine.errors import UnsatisfiableError
 from numatopo_engine.groups import Strategy
+from numatopo_engine.network_topology import HOSTNAME_LABEL
 from numatopo_engine.request import PodRequest
 
 EXAMPLES = int(os.environ.get("NUMATOPO_GROUP_EXAMPLES", "60"))
@@ -72,10 +73,14 @@ def narrowest_fitting_level(
     top: int,
     *,
     one_per_node: bool = False,
+    node_level: bool = True,
 ) -> int | None:
+    """The narrowest level with a domain holding `size`; `len(tree.levels)`: one node."""
     held = {n: copies(c, request, n, size) for n, c in nodes.items()}
     if one_per_node:
         held = {n: min(1, c) for n, c in held.items()}
+    if node_level and max(held.values(), default=0) >= size:
+        return len(tree.levels)
     for index in range(len(tree.levels) - 1, top - 1, -1):
         for inside in tree.members[index].values():
             if sum(held[n] for n in inside) >= size:
@@ -109,11 +114,16 @@ def test_placement_invariants(
         )
         if spread is not None:
             expected = spread
-        elif required is None:
-            usable = sum(
-                min(1, copies(c, group_members[0].request, n, 1)) for n, c in nodes.items()
-            )
-            expected = None if usable >= size else expected
+        else:
+            if expected == len(tree.levels):  # the even spread skips the node level
+                expected = narrowest_fitting_level(
+                    tree, nodes, group_members[0].request, size, top, node_level=False
+                )
+            if required is None:
+                usable = sum(
+                    min(1, copies(c, group_members[0].request, n, 1)) for n, c in nodes.items()
+                )
+                expected = None if usable >= size else expected
     versions = {n: c.state.version for n, c in nodes.items()}
     try:
         placed = place_group(tree, group_members, nodes, spec=spec, engine=ENGINE)
@@ -142,9 +152,14 @@ def test_placement_invariants(
     # inside one domain of the required level, and the narrowest level that fits
     if required is not None:
         assert len({tree.domain_of(n, required) for n in where}) == 1
-    if expected is not None:
+    if expected == len(tree.levels):
+        assert placed.level == HOSTNAME_LABEL
+        assert len(set(where)) == 1
+        assert placed.path == (*tree.paths[where[0]], where[0])
+    elif expected is not None:
         assert placed.level == tree.levels[expected]
         assert len({tree.paths[n][: expected + 1] for n in where}) == 1
+        assert placed.path == tree.paths[where[0]][: expected + 1]
     else:
         assert placed.level is None
     # ranks contiguous: a node, and a leaf, is one run of consecutive ranks
