@@ -29,6 +29,7 @@ from numatopo_operator import (
 )
 from numatopo_operator.runtime import Runtime
 from numatopo_operator.settings import OperatorSettings
+from numatopo_operator.signing_keys import load_keys
 
 __all__ = ["Servers", "run", "serve"]
 
@@ -164,5 +165,8 @@ def run(settings: OperatorSettings) -> int:
     logging.basicConfig(
         level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s"
     )
-    asyncio.run(serve(Runtime(settings)))
+    runtime = Runtime(settings)
+    if runtime.signer is None:
+        load_keys(settings)  # raises, saying what is missing
+    asyncio.run(serve(runtime))
     return 0

@@ -17,7 +17,9 @@ from typing import Any, ParamSpec, TypeVar
 import kopf
 
 from numatopo_engine import allocation
+from numatopo_engine.annotations import Assignment
 from numatopo_engine.model import GpuMode
+from numatopo_engine.signing import PodIdentity, Signer, Verifier
 from numatopo_kube import KubeClient
 from numatopo_operator.errors import NotActiveError
 from numatopo_operator.gang_state import GangState
@@ -25,7 +27,10 @@ from numatopo_operator.gpu_admissions import GpuAdmissions
 from numatopo_operator.ledger import Ledger
 from numatopo_operator.metrics import Metrics
 from numatopo_operator.retrying import RetryQueue
-from numatopo_operator.settings import OperatorSettings
+from numatopo_operator import translate
+from numatopo_operator.settings import OperatorSettings, SettingsError
+from numatopo_operator.signing_keys import load_keys
+from numatopo_operator.translate import RawPod
 from numatopo_operator.workload_mix import MixLearner
 
 __all__ = ["COMPONENT", "Runtime"]
@@ -117,6 +122,21 @@ class Runtime:
     decisions: allocation.Engine = field(default_factory=allocation.Engine)
     """The engine's memo tables; read and written only in the engine thread."""
 
+    signer: Signer | None = None
+    """Signs every assignment written (`signed`); None until keys are loaded, and then
+    nothing is written (`main.run` refuses to start without)."""
+
+    verifier: Verifier = field(default_factory=Verifier)
+    """Whose signatures make an assignment a claim; empty: none does."""
+
+    def signed(self, pod: RawPod, assignment: Assignment) -> Assignment:
+        """`assignment` signed for `pod`: the one way an assignment reaches a pod."""
+        if self.signer is None:
+            raise SettingsError("no signing key loaded: the operator cannot write assignments")
+        return self.signer.sign(
+            assignment, PodIdentity(translate.pod_uid(pod), translate.pod_key(pod))
+        )
+
     def steered(self, node: str) -> bool:
         """Whether the kubelet on `node` takes numatopo's GPUs (its agent says Steered)."""
         return self.gpu_modes.get(node) == GpuMode.STEERED.value
@@ -128,6 +148,8 @@ class Runtime:
         self.retries = RetryQueue(self.settings.retry_base_seconds, self.settings.retry_max_seconds)
         self.gpu_admissions = GpuAdmissions(self.settings.gpu_admission_timeout_seconds)
         self.gangs = GangState(self.settings.retry_base_seconds, self.settings.retry_max_seconds)
+        if self.signer is None and self.settings.signing_key_file:
+            self.signer, self.verifier = load_keys(self.settings)
 
     async def in_engine_thread(self, work: Callable[P, T], *args: P.args, **kwargs: P.kwargs) -> T:
         """`work(*args, **kwargs)` in the engine thread. Give it only values the event loop

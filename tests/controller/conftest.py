@@ -21,6 +21,7 @@ import aiohttp
 import kmock
 import kopf
 import pytest
+import signing_keys
 
 from numatopo_engine import annotations as keys
 from numatopo_engine.model import NumatopologySpec
@@ -341,6 +342,7 @@ class OperatorStarter:
                 "extender_port": 0,
                 "metrics_port": 0,
                 "status_debounce_seconds": 0.1,
+                "signing_key_file": signing_keys.KEY_FILE,
                 **overrides,
             }
         )
