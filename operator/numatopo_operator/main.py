@@ -165,8 +165,6 @@ def run(settings: OperatorSettings) -> int:
     logging.basicConfig(
         level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s"
     )
-    runtime = Runtime(settings)
-    if runtime.signer is None:
-        load_keys(settings)  # raises, saying what is missing
-    asyncio.run(serve(runtime))
+    signer, verifier = load_keys(settings)  # raises, saying what is missing
+    asyncio.run(serve(Runtime(settings, signer=signer, verifier=verifier)))
     return 0

@@ -29,7 +29,6 @@ from numatopo_operator.metrics import Metrics
 from numatopo_operator.retrying import RetryQueue
 from numatopo_operator import translate
 from numatopo_operator.settings import OperatorSettings, SettingsError
-from numatopo_operator.signing_keys import load_keys
 from numatopo_operator.translate import RawPod
 from numatopo_operator.workload_mix import MixLearner
 
@@ -123,8 +122,8 @@ class Runtime:
     """The engine's memo tables; read and written only in the engine thread."""
 
     signer: Signer | None = None
-    """Signs every assignment written (`signed`); None until keys are loaded, and then
-    nothing is written (`main.run` refuses to start without)."""
+    """Signs every assignment written (`signed`); `main.run` refuses to start without
+    one (`signing_keys.load_keys`). None: no assignment can be written."""
 
     verifier: Verifier = field(default_factory=Verifier)
     """Whose signatures make an assignment a claim; empty: none does."""
@@ -148,8 +147,6 @@ class Runtime:
         self.retries = RetryQueue(self.settings.retry_base_seconds, self.settings.retry_max_seconds)
         self.gpu_admissions = GpuAdmissions(self.settings.gpu_admission_timeout_seconds)
         self.gangs = GangState(self.settings.retry_base_seconds, self.settings.retry_max_seconds)
-        if self.signer is None and self.settings.signing_key_file:
-            self.signer, self.verifier = load_keys(self.settings)
 
     async def in_engine_thread(self, work: Callable[P, T], *args: P.args, **kwargs: P.kwargs) -> T:
         """`work(*args, **kwargs)` in the engine thread. Give it only values the event loop
