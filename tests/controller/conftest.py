@@ -23,8 +23,8 @@ import kmock
 import kopf
 import pydantic
 import pytest
-import signing_keys
 
+import signing_keys
 from numatopo_engine import annotations as keys
 from numatopo_engine.model import NumatopologySpec
 from numatopo_exporter.discovery.nvidia_smi_topo import parse_nvidia_smi_topo

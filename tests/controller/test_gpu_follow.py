@@ -22,6 +22,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+import signing_keys
 from kubelet_harness import GPU, Container, FakeGpu, Harness, Pod
 from numatopo_engine import annotations as keys
 from numatopo_engine.cpuset import CPUSet
@@ -113,6 +114,7 @@ async def test_a_followed_node_realigns_cpus_and_memory_to_the_gpus_the_kubelet_
         agent = AgentLoop(
             client,
             node_name=NODE,
+            verifier=signing_keys.VERIFIER,
             cgroup_root=tmp_path,
             kubelet_state=tmp_path / "no-kubelet-state",
             pod_resources_socket=kubelet.pod_resources_socket,
@@ -338,7 +340,8 @@ async def _followed_node(plans: list[int], seed: int, tmp: Path) -> list[str]:
                 client = KubeClient(component="numatopo-agent", host=NODE, timeout_seconds=5)
                 await client.reconnect(str(api.url))
                 agent = AgentLoop(
-                    client, node_name=NODE, cgroup_root=tmp, kubelet_state=tmp / "none",
+                    client, node_name=NODE, verifier=signing_keys.VERIFIER, cgroup_root=tmp,
+                    kubelet_state=tmp / "none",
                     pod_resources_socket=kubelet.pod_resources_socket, resync_seconds=0.3,
                     backoff=Backoff(0.01, 0.05),
                 )  # fmt: skip
