@@ -45,9 +45,7 @@ __all__ = [
 SCHEME = "ed25519"
 # Bound to this use: a signature over these bytes cannot be replayed as anything else.
 DOMAIN = b"numatopo.io/assignment/v1\n"
-_PEM_BLOCK = re.compile(
-    rb"-----BEGIN ([A-Z ]+)-----\r?\n.*?-----END \1-----", re.DOTALL
-)
+_PEM_BLOCK = re.compile(rb"-----BEGIN ([A-Z ]+)-----\r?\n.*?-----END \1-----", re.DOTALL)
 
 
 class SigningKeyError(ValueError):

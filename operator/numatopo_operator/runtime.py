@@ -21,13 +21,13 @@ from numatopo_engine.annotations import Assignment
 from numatopo_engine.model import GpuMode
 from numatopo_engine.signing import PodIdentity, Signer, Verifier
 from numatopo_kube import KubeClient
+from numatopo_operator import translate
 from numatopo_operator.errors import NotActiveError
 from numatopo_operator.gang_state import GangState
 from numatopo_operator.gpu_admissions import GpuAdmissions
 from numatopo_operator.ledger import Ledger
 from numatopo_operator.metrics import Metrics
 from numatopo_operator.retrying import RetryQueue
-from numatopo_operator import translate
 from numatopo_operator.settings import OperatorSettings, SettingsError
 from numatopo_operator.translate import RawPod
 from numatopo_operator.workload_mix import MixLearner

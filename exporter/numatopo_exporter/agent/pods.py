@@ -4,10 +4,10 @@ The `numatopo.io/assignment` annotation is written by the operator, which never
 double-books, and signs it for the pod (`numatopo_engine.signing`): an assignment whose
 signature does not verify with a trusted key (hand-written, edited, or copied from
 another pod) is refused before anything else, so it never books and never wins claim
-order. A stale one may still claim CPUs another pod already holds. Claims are then ordered by the engine's `state.claim_order` (decision
-sequence, then pod UID), as the operator's ledger orders them: the earlier decision
-is enforced and the later one refused, as the kubelet would refuse a conflicting CPU
-request.
+order. A stale one may still claim CPUs another pod already holds. Claims are then
+ordered by the engine's `state.claim_order` (decision sequence, then pod UID), as the
+operator's ledger orders them: the earlier decision is enforced and the later one
+refused, as the kubelet would refuse a conflicting CPU request.
 
 Each assignment is also checked against this machine before anything is written
 (its CPUs online, its memory nodes present with memory), and claims that would leave
