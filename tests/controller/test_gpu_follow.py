@@ -181,7 +181,9 @@ async def test_real_gpus_displace_a_claim_on_paper_and_nothing_is_double_booked(
     await start_operator()
     await cluster.create_pod(pod("a", gpus=2, cpu="4", created="2024-05-01T10:00:00Z"))
     await wait(lambda: assignment_of(cluster, "a") is not None, what="a assigned")
-    await cluster.create_pod(pod("b", gpus=2, cpu="4", created="2024-05-01T10:00:01Z"))
+    unadmitted = pod("b", gpus=2, cpu="4", created="2024-05-01T10:00:01Z")
+    unadmitted["status"] = {"phase": "Pending"}  # bound, not yet admitted by the kubelet
+    await cluster.create_pod(unadmitted)
     await wait(lambda: assignment_of(cluster, "b") is not None, what="b assigned")
     a, b = assignment_of(cluster, "a"), assignment_of(cluster, "b")
     assert a is not None
@@ -406,3 +408,37 @@ def test_followed_nodes_realign_every_pod_and_never_double_book(
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
     assert not problems, problems
+
+
+async def test_a_forged_observation_never_displaces_another_pods_claim(env: Any) -> None:
+    """Tenant b writes `observed` on its own pod (no node-scope guard), saying the kubelet
+    gave it pod a's GPUs. a runs under the earlier decision: it keeps its assignment and
+    its GPUs, and b is given none of them."""
+    cluster, start_operator, h100, pod, topology_object, wait = env.parts()
+    spec = with_uuids(h100)
+    await cluster.create_numatopology(topology_object(NODE, spec))
+    await start_operator()
+    await cluster.create_pod(pod("a", gpus=2, cpu="4", created="2024-05-01T10:00:00Z"))
+    await wait(lambda: assignment_of(cluster, "a") is not None, what="a assigned")
+    await cluster.create_pod(pod("b", gpus=2, cpu="4", created="2024-05-01T10:00:01Z"))
+    await wait(lambda: assignment_of(cluster, "b") is not None, what="b assigned")
+    a, b = assignment_of(cluster, "a"), assignment_of(cluster, "b")
+    assert a is not None
+    assert b is not None
+    a_gpus = a["containers"]["main"]["gpuIndices"]
+    forged = {
+        "v": 1,
+        "seq": b["seq"],
+        "containers": {"main": {"devices": {GPU: [uuid_of(g) for g in a_gpus]}, "matches": False}},
+    }
+    await cluster.patch_pod("b", {"metadata": {"annotations": {keys.OBSERVED: json.dumps(forged)}}})
+
+    await wait(
+        lambda: any(r == "NumatopoGPUsNotAlignable" for r, _ in cluster.events_for("b")),
+        what="b told it is not realigned",
+    )
+    assert a == assignment_of(cluster, "a")
+    assert "NumatopoDisplaced" not in [reason for reason, _ in cluster.events_for("a")]
+    now_b = assignment_of(cluster, "b")
+    assert now_b is not None
+    assert set(a_gpus).isdisjoint(now_b["containers"]["main"]["gpuIndices"])
