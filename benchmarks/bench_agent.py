@@ -31,6 +31,7 @@ from typing import Any
 
 import psutil
 
+from numatopo_engine.signing import Verifier
 from numatopo_exporter.agent import cgroups
 from numatopo_exporter.agent import serve as agent_serve  # noqa: F401 (its imports count)
 from numatopo_exporter.agent.loop import AgentLoop
@@ -128,7 +129,14 @@ async def bench(pods: int, repeat: int) -> None:
         root = Path(tmp)
         containers = build_tree(root, bodies)
         async with LocalApi(component="numatopo-agent", host=NODE) as client:
-            loop = AgentLoop(client, node_name=NODE, cgroup_root=root, kubelet_state=None)
+            # Unsigned pods, as a node without keys would see them: the check is not what is timed.
+            loop = AgentLoop(
+                client,
+                node_name=NODE,
+                cgroup_root=root,
+                kubelet_state=None,
+                verifier=Verifier(accept_unsigned=True),
+            )
             for body in bodies:
                 loop.pod_cache[body["metadata"]["uid"]] = body
             first = await timed(loop)

@@ -21,9 +21,7 @@ def grafted_tree(name: str, real_tree: Callable[[str], Path], dest: Path) -> Pat
     data = json.loads(GRAFTS.read_text())
     # Hard links: the graft only adds files and links, it never writes into copied ones.
     root = Path(
-        shutil.copytree(
-            real_tree(data["base"]), dest / name, symlinks=True, copy_function=os.link
-        )
+        shutil.copytree(real_tree(data["base"]), dest / name, symlinks=True, copy_function=os.link)
     )
     sys_dir = root / "sys"
     for device in data["trees"][name]:

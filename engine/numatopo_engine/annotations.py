@@ -2,6 +2,7 @@
 
 Users write `numatopo.io/policy` (opt-in) and the optional knobs below; the operator
 writes `numatopo.io/assignment` and `numatopo.io/state`. See DESIGN.md, "Pod annotations".
+`TRUSTED_WRITERS` says which annotations something else acts on, and who alone may write them.
 """
 
 from __future__ import annotations
@@ -38,6 +39,7 @@ __all__ = [
     "TOPOLOGY",
     "TOPOLOGY_PREFERRED",
     "TOPOLOGY_REQUIRED",
+    "TRUSTED_WRITERS",
     "USER_ANNOTATIONS",
     "Assignment",
     "ContainerAssignment",
@@ -49,6 +51,7 @@ __all__ = [
     "Scope",
     "SmtMode",
     "State",
+    "Writer",
 ]
 
 PREFIX = "numatopo.io/"
@@ -85,6 +88,26 @@ GROUP_ANNOTATIONS = (
     GROUP, GROUP_SIZE, TOPOLOGY_REQUIRED, TOPOLOGY_PREFERRED, PLACEMENT_STRATEGY,
     MAX_MEMBERS_PER_DOMAIN, SLICE, TOPOLOGY, RANK,
 )  # fmt: skip
+
+
+class Writer(enum.StrEnum):
+    """Who alone may write an annotation that something other than its own pod acts on."""
+
+    OPERATOR = "operator"  # the operator's service account
+    NODE_AGENT = "node-agent"  # the node pods' account, on the pod's own node only
+
+
+# The annotations the node side or the operator trusts, one place: the chart's admission
+# policies hold exactly these (tests/chart/test_admission_policies.py checks it). The
+# assignment books CPUs and GPUs; group-placement says which group plan a member belongs
+# to; observed makes the operator re-decide a pod around the GPUs it names. `state` and
+# `reason` are not here: they speak only of their own pod (a user removes `state` to ask
+# for a fresh decision), and nothing decides another pod's fate by them.
+TRUSTED_WRITERS: dict[str, Writer] = {
+    ASSIGNMENT: Writer.OPERATOR,
+    GROUP_PLACEMENT: Writer.OPERATOR,
+    OBSERVED: Writer.NODE_AGENT,
+}
 
 
 class PolicyName(enum.StrEnum):
@@ -168,6 +191,15 @@ class Assignment(WireModel):
             "sequence booked there. The agent orders exclusive claims by it, so what is "
             "already enforced is never displaced by a later claim. 0: decided before "
             "sequences existed (oldest)."
+        ),
+    )
+
+    sig: str | None = Field(
+        default=None,
+        description=(
+            "The operator's signature over the pod (uid, namespace/name) and every other "
+            "field (`numatopo_engine.signing`): the agent and the operator book only "
+            "assignments it verifies. Absent in the CLI's output (nothing books that)."
         ),
     )
 

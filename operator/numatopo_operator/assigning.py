@@ -230,12 +230,14 @@ async def _write(runtime: Runtime, pod: RawPod, outcome: Outcome, *, key: str) -
     runtime.written[key] = outcome.state
     ref = pod_ref(pod)
     reason = "" if outcome.state == State.ASSIGNED else outcome.message
+    assignment = outcome.assignment
+    signed = runtime.signed(pod, assignment) if assignment is not None else None
     try:
         runtime.check_may_write()
         await runtime.kube.patch_pod_annotations(
             ref["namespace"],
             ref["name"],
-            translate.outcome_annotations(outcome.state, outcome.assignment, reason),
+            translate.outcome_annotations(outcome.state, signed, reason),
         )
     except (KubeError, NotActiveError):
         runtime.written.pop(key, None)
@@ -364,8 +366,7 @@ async def judge_pod(runtime: Runtime, pod: RawPod) -> bool:
         return False
     followed = realigning.mismatch(pod)
     if followed is not None:
-        await realigning.realign(runtime, pod, *followed)
-        return False
+        return await realigning.realign(runtime, pod, *followed)
     if not translate.is_waiting(pod):
         return False
     state = await assign_bound_pod(runtime, pod)

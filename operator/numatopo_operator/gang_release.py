@@ -246,7 +246,7 @@ async def _write_plan(
     namespace, _, name = view.key.partition("/")
     text = record.to_annotation()
     patch = {
-        **translate.outcome_annotations(State.ASSIGNED, assignment),
+        **translate.outcome_annotations(State.ASSIGNED, runtime.signed(view.body, assignment)),
         keys.GROUP_PLACEMENT: text,
     }
     runtime.check_may_write()

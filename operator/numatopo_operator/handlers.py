@@ -107,7 +107,7 @@ def _observe_pod(memo: Runtime, key: str, body: kopf.Body) -> None:
     if memo.written.get(key) == body.metadata.annotations.get(keys.STATE):
         memo.written.pop(key, None)
     try:
-        booking = translate.booking_from_pod(body)
+        booking = translate.booking_from_pod(body, memo.verifier)
     except BookingError as exc:
         memo.unreadable[key] = str(exc)
         memo.ledger.observe_absent(key)

@@ -64,7 +64,7 @@ def listed_bookings(runtime: Runtime, pods: Iterable[RawPod]) -> list[Booking]:
     for pod in pods:
         key = translate.pod_key(pod)
         try:
-            booking = translate.booking_from_pod(pod)
+            booking = translate.booking_from_pod(pod, runtime.verifier)
         except BookingError as exc:
             runtime.unreadable[key] = str(exc)
             continue

@@ -136,6 +136,11 @@ class Ledger:
         if seq > self._seq.get(node, 0):
             self._seq[node] = seq
 
+    def booking(self, key: str) -> Booking | None:
+        """What pod `key`'s annotation was last seen to book (None: nothing observed)."""
+        node = self._node_of.get(key)
+        return self._observed.get(node, {}).get(key) if node is not None else None
+
     def holds(self, key: str) -> bool:
         """True when pod `key` has a booking (observed, in-flight or untrusted)."""
         return key in self._node_of

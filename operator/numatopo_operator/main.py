@@ -30,6 +30,7 @@ from numatopo_operator import (
 )
 from numatopo_operator.runtime import Runtime
 from numatopo_operator.settings import OperatorSettings
+from numatopo_operator.signing_keys import load_keys
 
 __all__ = ["Servers", "run", "serve"]
 
@@ -197,8 +198,9 @@ def run(settings: OperatorSettings) -> int:
     )
     for name in ("kopf.objects", "httpx2"):
         logging.getLogger(name).addFilter(PerEventAtDebug())
+    signer, verifier = load_keys(settings)  # raises, saying what is missing
     try:
-        asyncio.run(serve(Runtime(settings)))
+        asyncio.run(serve(Runtime(settings, signer=signer, verifier=verifier)))
     except extender_tls.ExtenderTlsError as exc:
         logger.error("numatopo operator cannot start: %s", exc)
         return 2

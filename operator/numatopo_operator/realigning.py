@@ -7,11 +7,18 @@ decided again with each GPU container's GPUs pinned to the real ones
 (`allocation.allocate(pinned=...)`), booked under a new decision sequence, and written;
 the agent enforces the new cpusets and reports `Aligned` once all agree.
 
-The real GPUs win over any claim on paper: a pod whose assignment names one of them
-(it has not been admitted yet, or the kubelet gave it others too) is displaced: its
-assignment is taken back, so it is decided afresh (and followed in turn). No GPU is
-ever booked twice: the displaced booking is released before the realigned one is
-reserved, all under the node's lock.
+The real GPUs win over a later claim on paper: a pod whose assignment names one of them
+and that is later in claim order (`state.claim_order`) and not admitted by the kubelet
+yet is displaced: its assignment is taken back, so it is decided afresh (and followed in
+turn). No GPU is ever booked twice: the displaced booking is released before the
+realigned one is reserved, all under the node's lock.
+
+An observation moves only the observed pod's own assignment. It never displaces a claim
+earlier than the observed pod's, nor one the kubelet has admitted (that pod holds its
+devices: two containers never hold one GPU, so an observation naming them is wrong or
+forged; a tenant may write `observed` on their own pod where the chart's node-scope
+admission guard is off). Such a realignment waits (retried) until the other pod moves
+off those GPUs on its own observation or ends.
 
 When the pod's policy cannot hold with those GPUs (`single-numa-node`, GPUs on two
 NUMA nodes), the pod already runs: it is placed `best-effort` around them, the reason
@@ -34,9 +41,10 @@ from numatopo_engine.errors import InvalidRequestError, OverlapError, Unsatisfia
 from numatopo_engine.model import NumatopologySpec
 from numatopo_engine.request import PodRequest
 from numatopo_engine.resources import ResourceNames
-from numatopo_engine.state import NodeState
+from numatopo_engine.state import NodeState, claim_order
 from numatopo_operator import translate
 from numatopo_operator.errors import NodeBusyError
+from numatopo_operator.ledger import Ledger
 from numatopo_operator.runtime import Runtime
 from numatopo_operator.translate import RawPod
 
@@ -89,8 +97,9 @@ def pins(
 
 async def realign(
     runtime: Runtime, pod: RawPod, assignment: Assignment, observed: Observed
-) -> None:
-    """Decide `pod` again with its GPUs pinned to those it holds, and write it.
+) -> bool:
+    """Decide `pod` again with its GPUs pinned to those it holds, and write it; True when
+    it must be looked at again (another pod's earlier or admitted claim holds the GPUs).
 
     Raises KubeError / NotActiveError / NodeBusyError for the retry queue; a pod that
     cannot be realigned (its GPUs unknown here, or no room next to them) is logged, told
@@ -103,22 +112,30 @@ async def realign(
     async with ledger.lock(node):
         topology, live = ledger.topology(node), ledger.state(node)
         if topology is None or live is None:
-            return  # no Numatopology: retried when it comes
+            return False  # no Numatopology: retried when it comes
         current = live.assignments.get(key)
         if current is None or current.seq != assignment.seq:
-            return  # already decided again (in flight), or booked nowhere yet
+            return False  # already decided again (in flight), or booked nowhere yet
         try:
             request = pod_request.request_from_pod(pod, runtime.settings.resources)
             pinned = pins(observed, topology, runtime.settings.resources)
         except (InvalidRequestError, ValueError) as exc:
             await _refuse(runtime, ref, assignment.seq, f"cannot realign {key}: {exc}")
-            return
+            return False
+        mine = translate.Booking(key, node, current, ref["uid"])
         displaced = _holders(live.assignments, key, pinned)
+        kept = [why for other in displaced if (why := _keeps(ledger, other, mine))]
+        if kept:
+            await _refuse(
+                runtime, ref, assignment.seq,
+                f"not realigning {key} around GPUs {pinned}: " + "; ".join(kept),
+            )  # fmt: skip
+            return True
         for other in displaced:
             await _displace(runtime, other, node, key)
         live = ledger.state(node)
         if live is None:
-            return
+            return False
         frozen = live.copy()
         frozen.release(key)
         try:
@@ -135,7 +152,7 @@ async def realign(
                 assignment.seq,
                 f"cannot realign {key} around GPUs {pinned}: {relaxed}",
             )
-            return
+            return False
         realigned = decision.model_copy(update={"seq": ledger.next_seq(node)})
         try:
             ledger.reserve_all(node, {key: realigned})
@@ -149,7 +166,7 @@ async def realign(
         runtime.check_may_write()
         await runtime.kube.patch_pod_annotations(
             ref["namespace"], ref["name"],
-            translate.outcome_annotations(State.ASSIGNED, realigned, reason),
+            translate.outcome_annotations(State.ASSIGNED, runtime.signed(pod, realigned), reason),
         )  # fmt: skip
     except Exception:
         ledger.cancel(key)
@@ -163,6 +180,7 @@ async def realign(
     await runtime.kube.post_event(ref, warning=False, reason=REALIGNED, message=message)
     if reason:
         await runtime.kube.post_event(ref, warning=True, reason=GPUS_NOT_ALIGNABLE, message=reason)
+    return False
 
 
 def _holders(booked: dict[str, Assignment], key: str, pinned: dict[str, list[int]]) -> list[str]:
@@ -177,6 +195,19 @@ def _holders(booked: dict[str, Assignment], key: str, pinned: dict[str, list[int
             for c in assignment.containers.values()
         )
     )
+
+
+def _keeps(ledger: Ledger, other: str, mine: translate.Booking) -> str:
+    """Why `other` keeps the GPUs it is booked for against `mine`'s observation ('' when
+    it is displaced): its claim is earlier, or the kubelet has admitted it."""
+    held = ledger.booking(other)
+    if held is None:
+        return ""  # in flight: decided after the observed pod's booking was seen
+    if claim_order(held) < claim_order(mine):
+        return f"{other} holds them under an earlier claim (seq {held.assignment.seq})"
+    if held.admitted:
+        return f"{other} holds them and the kubelet has admitted it"
+    return ""
 
 
 async def _displace(runtime: Runtime, other: str, node: str, by: str) -> None:

@@ -20,15 +20,19 @@ from typing import Any, ParamSpec, TypeVar
 import kopf
 
 from numatopo_engine import allocation
+from numatopo_engine.annotations import Assignment
 from numatopo_engine.model import GpuMode
+from numatopo_engine.signing import PodIdentity, Signer, Verifier
 from numatopo_kube import KubeClient
+from numatopo_operator import translate
 from numatopo_operator.errors import NotActiveError
 from numatopo_operator.gang_state import GangState
 from numatopo_operator.gpu_admissions import GpuAdmissions
 from numatopo_operator.ledger import Ledger
 from numatopo_operator.metrics import Metrics
 from numatopo_operator.retrying import RetryQueue
-from numatopo_operator.settings import OperatorSettings
+from numatopo_operator.settings import OperatorSettings, SettingsError
+from numatopo_operator.translate import RawPod
 from numatopo_operator.waiting import WaitingPods
 from numatopo_operator.workload_mix import MixLearner
 
@@ -135,6 +139,21 @@ class Runtime:
 
     decisions: allocation.Engine = field(default_factory=allocation.Engine)
     """The engine's memo tables; read and written only in the engine thread."""
+
+    signer: Signer | None = None
+    """Signs every assignment written (`signed`); `main.run` refuses to start without
+    one (`signing_keys.load_keys`). None: no assignment can be written."""
+
+    verifier: Verifier = field(default_factory=Verifier)
+    """Whose signatures make an assignment a claim; empty: none does."""
+
+    def signed(self, pod: RawPod, assignment: Assignment) -> Assignment:
+        """`assignment` signed for `pod`: the one way an assignment reaches a pod."""
+        if self.signer is None:
+            raise SettingsError("no signing key loaded: the operator cannot write assignments")
+        return self.signer.sign(
+            assignment, PodIdentity(translate.pod_uid(pod), translate.pod_key(pod))
+        )
 
     def steered(self, node: str) -> bool:
         """Whether the kubelet on `node` takes numatopo's GPUs (its agent says Steered)."""

@@ -137,6 +137,14 @@ class OperatorSettings:
     (their labels) and NetworkTopologies. Off: pods with the `numatopo.io/group`
     scheduling gate are left gated (and no Node is watched)."""
 
+    signing_key_file: str = ""
+    """PEM file of the Ed25519 private key the operator signs assignments with
+    (`numatopo_engine.signing`); required to run (the chart mounts its Secret)."""
+
+    trusted_keys_file: str = ""
+    """PEM file of further public keys (or certificates) whose signatures still count: the
+    previous key while keys rotate. Empty: only the signing key's own public half."""
+
     resources: ResourceNames = field(init=False)
 
     def __post_init__(self) -> None:
@@ -305,6 +313,8 @@ _FIELDS = (
     "export_nrt",
     "export_volcano",
     "groups",
+    "signing_key_file",
+    "trusted_keys_file",
 )
 
 
@@ -387,6 +397,15 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--groups",
         help="place gated pod groups across nodes, watching Nodes (true, the default, or false)",
+    )
+    parser.add_argument(
+        "--signing-key-file",
+        help="PEM file of the Ed25519 key assignments are signed with (required; e.g. "
+        "`openssl genpkey -algorithm ed25519 -out key.pem`)",
+    )
+    parser.add_argument(
+        "--trusted-keys-file",
+        help="PEM file of previous public keys (or certificates) still trusted while keys rotate",
     )
 
 

@@ -17,6 +17,7 @@ from numatopo_engine import annotations as keys
 from numatopo_engine.annotations import Assignment, State
 from numatopo_engine.errors import InvalidRequestError
 from numatopo_engine.pod_options import shorten
+from numatopo_engine.signing import PodIdentity, Verifier
 from numatopo_operator.errors import BookingError
 
 __all__ = [
@@ -65,6 +66,7 @@ class Booking:
     node: str
     assignment: Assignment
     uid: str = ""  # tells a pod from a later one of the same name (ledger resyncs, overlaps)
+    admitted: bool = False  # the kubelet has admitted it: its devices are given (`is_admitted`)
 
 
 def _metadata(pod: RawPod) -> Mapping[str, Any]:
@@ -162,11 +164,12 @@ def is_waiting(pod: RawPod) -> bool:
     )
 
 
-def booking_from_pod(pod: RawPod) -> Booking | None:
+def booking_from_pod(pod: RawPod, verifier: Verifier) -> Booking | None:
     """The pod's booking, or None if it holds nothing (no assignment, or it has finished).
 
-    Raises `BookingError` when the annotation is not a valid assignment, or names
-    another node than the one the pod runs on.
+    Raises `BookingError` when the annotation is not a valid assignment, names another
+    node than the one the pod runs on, or is not signed for this pod by the operator
+    (`verifier`): a copied or hand-written assignment is no claim, whatever its `seq`.
     """
     text = _annotations(pod).get(keys.ASSIGNMENT)
     if text is None or is_finished(pod):
@@ -189,7 +192,19 @@ def booking_from_pod(pod: RawPod) -> Booking | None:
             f"{key}: {keys.ASSIGNMENT} is for node {assignment.node!r}, "
             f"but the pod runs on {node!r}"
         )
-    return Booking(key=key, node=assignment.node, assignment=assignment, uid=pod_uid(pod))
+    unsigned = verifier.problem(assignment, PodIdentity(pod_uid(pod), key))
+    if unsigned:
+        raise BookingError(
+            f"{key}: {keys.ASSIGNMENT} books nothing: {unsigned}; remove it (and "
+            f"{keys.STATE}) and let numatopo assign the pod"
+        )
+    return Booking(
+        key=key,
+        node=assignment.node,
+        assignment=assignment,
+        uid=pod_uid(pod),
+        admitted=is_admitted(pod),
+    )
 
 
 def outcome_annotations(
@@ -198,8 +213,11 @@ def outcome_annotations(
     """The merge-patch of annotations for a decision; None removes a stale assignment.
 
     The state and its reason travel in one patch: a replica that dies after it leaves
-    nothing half-said, and Events are posted from the reason afterwards.
+    nothing half-said, and Events are posted from the reason afterwards. Only a signed
+    assignment is written (`Runtime.signed`): an unsigned one would be enforced nowhere.
     """
+    if assignment is not None and assignment.sig is None:
+        raise ValueError("an assignment is written only signed (Runtime.signed)")
     return {
         keys.STATE: state.value,
         keys.ASSIGNMENT: assignment.to_annotation() if assignment is not None else None,

@@ -1,6 +1,7 @@
 """The admission policies' CEL, evaluated (cel-python) on admission requests as the API
-server builds them: who may write `numatopo.io/assignment`, and which node's objects a
-node pod may write.
+server builds them: who may write the annotations numatopo trusts (`assignment`,
+`group-placement`, `observed`; on pods and in Bindings), and which node's objects a node
+pod may write.
 
 `admit` follows the ValidatingAdmissionPolicy algorithm: match constraints, then match
 conditions, then the variables in order, then every validation (and its message).
@@ -13,6 +14,8 @@ from typing import Any
 
 import pytest
 
+from numatopo_engine.annotations import TRUSTED_WRITERS, Writer
+
 celpy = pytest.importorskip("celpy", reason="cel-python is not installed")
 
 NAMESPACE = "numatopo-system"
@@ -23,6 +26,8 @@ ASSIGNMENT = "numatopo.io/assignment"
 PLACEMENT = "numatopo.io/group-placement"
 PLANNED = '{"v": 1, "group": "train", "level": "leaf", "domain": "leaf-1", "rank": 0}'
 BOOKED = '{"v": 1, "node": "gpu-a", "numaNodes": [0], "containers": {}}'
+OBSERVED = "numatopo.io/observed"
+SEEN = '{"v": 1, "seq": 3, "containers": {"main": {"devices": {}, "matches": false}}}'
 
 
 @dataclass(frozen=True)
@@ -106,6 +111,20 @@ def pod(annotations: dict[str, str] | None = None, *, node: str = "gpu-a") -> di
     if annotations is not None:
         metadata["annotations"] = annotations
     return {"apiVersion": "v1", "kind": "Pod", "metadata": metadata, "spec": {"nodeName": node}}
+
+
+def binding(annotations: dict[str, str] | None = None) -> dict[str, Any]:
+    """A v1 Binding as a pods/binding CREATE carries it (the API server copies its
+    annotations onto the pod)."""
+    metadata: dict[str, Any] = {"name": "train", "namespace": "ml"}
+    if annotations is not None:
+        metadata["annotations"] = annotations
+    return {
+        "apiVersion": "v1",
+        "kind": "Binding",
+        "metadata": metadata,
+        "target": {"kind": "Node", "name": "gpu-a"},
+    }
 
 
 def numatopology(name: str) -> dict[str, Any]:
@@ -256,6 +275,160 @@ def test_only_the_operator_writes_assignments(
     assert allowed == verdict.allowed
 
 
+SCHEDULER = "system:kube-scheduler"
+
+
+@pytest.mark.parametrize(
+    ("req", "new", "old", "allowed"),
+    [
+        pytest.param(
+            request(USER, "UPDATE"),
+            pod({OBSERVED: SEEN}),
+            pod(),
+            False,
+            id="tenant-writes-observed-on-own-pod",
+        ),
+        pytest.param(
+            request(USER, "UPDATE"),
+            pod({OBSERVED: SEEN.replace("false", "true")}),
+            pod({OBSERVED: SEEN}),
+            False,
+            id="tenant-changes-observed",
+        ),
+        pytest.param(
+            request(USER, "CREATE"),
+            pod({OBSERVED: SEEN}),
+            None,
+            False,
+            id="tenant-creates-pod-with-observed",
+        ),
+        pytest.param(
+            request(OPERATOR, "UPDATE"),
+            pod({OBSERVED: SEEN}),
+            pod(),
+            False,
+            id="operator-writes-observed",
+        ),
+        pytest.param(
+            request(NODE, "UPDATE", node="gpu-a"),
+            pod({OBSERVED: SEEN}),
+            pod(),
+            True,
+            id="node-agent-writes-observed",
+        ),
+        pytest.param(
+            request(USER, "UPDATE"),
+            pod({OBSERVED: SEEN, "team": "a"}),
+            pod({OBSERVED: SEEN}),
+            True,
+            id="tenant-edits-other-annotations-keeping-observed",
+        ),
+        pytest.param(
+            request(NODE, "UPDATE", node="gpu-a"),
+            pod({ASSIGNMENT: BOOKED}),
+            pod(),
+            False,
+            id="node-agent-writes-assignment",
+        ),
+        pytest.param(
+            request(SCHEDULER, "CREATE", sub="binding"),
+            binding(),
+            None,
+            True,
+            id="scheduler-binds-without-annotations",
+        ),
+        pytest.param(
+            request(USER, "CREATE", sub="binding"),
+            binding({ASSIGNMENT: BOOKED}),
+            None,
+            False,
+            id="tenant-binding-carries-assignment",
+        ),
+        pytest.param(
+            request(SCHEDULER, "CREATE", sub="binding"),
+            binding({PLACEMENT: PLANNED}),
+            None,
+            False,
+            id="other-scheduler-binding-carries-group-placement",
+        ),
+        pytest.param(
+            request(USER, "CREATE", sub="binding"),
+            binding({OBSERVED: SEEN}),
+            None,
+            False,
+            id="tenant-binding-carries-observed",
+        ),
+        pytest.param(
+            request(NODE, "CREATE", sub="binding", node="gpu-a"),
+            binding({OBSERVED: SEEN}),
+            None,
+            False,
+            id="node-agent-binding-carries-observed",
+        ),
+        pytest.param(
+            request(OPERATOR, "CREATE", sub="binding"),
+            binding({ASSIGNMENT: BOOKED}),
+            None,
+            True,
+            id="operator-binding-carries-assignment",
+        ),
+        pytest.param(
+            request(USER, "CREATE", sub="binding"),
+            binding({"team": "a"}),
+            None,
+            True,
+            id="binding-with-other-annotations",
+        ),
+    ],
+)
+def test_trusted_annotations_come_only_from_their_writers(
+    policies: dict[str, Any], req: dict[str, Any], new: Any, old: Any, allowed: bool
+) -> None:
+    verdict = admit(policies["assignment"], req, new, old)
+
+    assert allowed == verdict.allowed
+
+
+@pytest.mark.parametrize(
+    ("node", "allowed"),
+    [
+        pytest.param("gpu-a", True, id="agent-of-the-pods-node"),
+        pytest.param("gpu-b", False, id="agent-of-another-node"),
+        pytest.param(None, False, id="agent-token-without-node-claim"),
+    ],
+)
+def test_observed_only_from_the_agent_of_the_pods_node(
+    policies: dict[str, Any], node: str | None, allowed: bool
+) -> None:
+    req = request(NODE, "UPDATE", node=node)
+    new, old = pod({OBSERVED: SEEN}, node="gpu-a"), pod(node="gpu-a")
+
+    verdicts = [admit(policies[name], req, new, old) for name in ("assignment", "node-scope")]
+
+    assert allowed == all(v.allowed for v in verdicts)
+
+
+def _quoted_keys(expression: str) -> set[str]:
+    return {
+        word for word in expression.replace("'", " ").split() if word.startswith("numatopo.io/")
+    }
+
+
+def test_policies_guard_exactly_the_trusted_annotations(policies: dict[str, Any]) -> None:
+    """The chart's lists and the engine's one list (`TRUSTED_WRITERS`) agree."""
+    found = {
+        v["name"]: _quoted_keys(v["expression"])
+        for v in policies["assignment"]["spec"]["variables"]
+    }
+
+    assert {
+        "byOperator": {k for k, w in TRUSTED_WRITERS.items() if w == Writer.OPERATOR},
+        "byNodeAgent": {k for k, w in TRUSTED_WRITERS.items() if w == Writer.NODE_AGENT},
+    } == {name: found[name] for name in ("byOperator", "byNodeAgent")}
+    assert found["byOperator"] == found["oldByOperator"]
+    assert found["byNodeAgent"] == found["oldByNodeAgent"]
+
+
 @pytest.mark.parametrize(
     ("req", "new", "old", "allowed"),
     [
@@ -379,26 +552,67 @@ def test_denials_explain_themselves(
     assert Verdict(False, expected) == verdict
 
 
+def _guards(render: Any, values: Any) -> dict[str, tuple[str, list[str]]]:
+    """Policy name -> (its API version, its binding's actions)."""
+    found = render(values)
+    policies = {
+        m["metadata"]["name"]: m["apiVersion"]
+        for m in found
+        if m["kind"] == "ValidatingAdmissionPolicy"
+    }
+    bindings = {
+        m["spec"]["policyName"]: m["spec"]["validationActions"]
+        for m in found
+        if m["kind"] == "ValidatingAdmissionPolicyBinding"
+    }
+    assert set(policies) == set(bindings)
+    return {name: (policies[name], bindings[name]) for name in policies}
+
+
+V1 = "admissionregistration.k8s.io/v1"
+
+
 @pytest.mark.parametrize(
     ("values", "expected"),
     [
-        pytest.param(None, ["Deny"], id="deny-by-default"),
         pytest.param(
-            {"admission": {"validationActions": ["Warn", "Audit"]}},
-            ["Warn", "Audit"],
-            id="warn-and-audit-for-a-trial",
+            None,
+            {"numatopo-assignment": (V1, ["Deny"]), "numatopo-node-scope": (V1, ["Deny"])},
+            id="both-deny-by-default",
         ),
+        pytest.param(
+            {"admission": {"assignmentGuard": {"validationActions": ["Warn", "Audit"]}}},
+            {
+                "numatopo-assignment": (V1, ["Warn", "Audit"]),
+                "numatopo-node-scope": (V1, ["Deny"]),
+            },
+            id="a-trial-of-one-guard",
+        ),
+        pytest.param(
+            # Kubernetes < 1.30: tokens carry no node name, the assignment guard still works.
+            {"admission": {"nodeScopeGuard": {"enabled": False}}},
+            {"numatopo-assignment": (V1, ["Deny"])},
+            id="node-scope-off-assignment-on",
+        ),
+        pytest.param(
+            {"admission": {"assignmentGuard": {"enabled": False}}},
+            {"numatopo-node-scope": (V1, ["Deny"])},
+            id="assignment-off-node-scope-on",
+        ),
+        pytest.param(
+            {
+                "admission": {
+                    "apiVersion": "admissionregistration.k8s.io/v1beta1",
+                    "nodeScopeGuard": {"enabled": False},
+                }
+            },
+            {"numatopo-assignment": ("admissionregistration.k8s.io/v1beta1", ["Deny"])},
+            id="v1beta1-on-1.28-or-1.29",
+        ),
+        pytest.param({"admission": {"enabled": False}}, {}, id="all-off"),
     ],
 )
-def test_bindings_apply_the_configured_actions(
-    render: Any, values: Any, expected: list[str]
+def test_each_guard_has_its_own_switch_and_actions(
+    render: Any, values: Any, expected: dict[str, tuple[str, list[str]]]
 ) -> None:
-    bindings = [m for m in render(values) if m["kind"] == "ValidatingAdmissionPolicyBinding"]
-
-    assert [expected, expected] == [b["spec"]["validationActions"] for b in bindings]
-
-
-def test_admission_policies_can_be_switched_off(render: Any) -> None:
-    kinds = {m["kind"] for m in render({"admission": {"enabled": False}})}
-
-    assert set() == kinds & {"ValidatingAdmissionPolicy", "ValidatingAdmissionPolicyBinding"}
+    assert expected == _guards(render, values)

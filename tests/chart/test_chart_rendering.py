@@ -137,6 +137,7 @@ def test_every_manifest_is_valid_for_kubernetes(
             {
                 "ClusterRole",
                 "ClusterRoleBinding",
+                "ConfigMap",
                 "CustomResourceDefinition",
                 "DaemonSet",
                 "Deployment",
@@ -178,6 +179,7 @@ def test_every_manifest_is_valid_for_kubernetes(
             {
                 "ClusterRole",
                 "ClusterRoleBinding",
+                "ConfigMap",
                 "CustomResourceDefinition",
                 "DaemonSet",
                 "Deployment",
@@ -452,9 +454,16 @@ def test_operator_pod_disruption_budget(
             id="duration-without-unit",
         ),
         pytest.param(
-            {"admission": {"validationActions": ["Block"]}},
-            "/admission/validationActions/0",
+            {"admission": {"assignmentGuard": {"validationActions": ["Block"]}}},
+            "/admission/assignmentGuard/validationActions/0",
             id="unknown-validation-action",
+        ),
+        pytest.param(
+            # The one switch for both guards' actions before they had their own: an
+            # upgrade with it is told, not silently given Deny everywhere.
+            {"admission": {"validationActions": ["Warn"]}},
+            "validationActions",
+            id="pre-split-validation-actions",
         ),
         pytest.param(
             # The agent has no dry-run mode: the value once rendered `--dry-run`, which the
@@ -481,8 +490,8 @@ def test_schema_rejects_wrong_values(chart: Any, values: dict[str, Any], expecte
             id="scheduler-without-operator",
         ),
         pytest.param(
-            {"admission": {"validationActions": ["Deny", "Warn"]}},
-            "Deny and Warn cannot be combined",
+            {"admission": {"nodeScopeGuard": {"validationActions": ["Deny", "Warn"]}}},
+            "admission.nodeScopeGuard.validationActions: Deny and Warn cannot be combined",
             id="deny-with-warn",
         ),
         pytest.param(

@@ -9,6 +9,7 @@ thread i and i+104 share a core, each NUMA node has 1 TiB, the kubelet reserves 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import itertools
 import json
 import threading
@@ -20,14 +21,17 @@ from typing import Any
 import aiohttp
 import kmock
 import kopf
+import pydantic
 import pytest
 
+import signing_keys
 from numatopo_engine import annotations as keys
 from numatopo_engine.model import NumatopologySpec
 from numatopo_exporter.discovery.nvidia_smi_topo import parse_nvidia_smi_topo
 from numatopo_operator import main
 from numatopo_operator.runtime import Runtime
 from numatopo_operator.settings import OperatorSettings
+from numatopo_operator.signing_keys import load_keys
 
 TOPO = Path(__file__).resolve().parents[1] / "fixtures" / "topo"
 H100_TEXT = TOPO / "h100-sxm-8gpu-nvswitch_stas00_ht.txt"
@@ -69,8 +73,11 @@ def make_pod(
     gpus: int = 0,
     annotations: Mapping[str, str] | None = None,
     created: str = "2024-05-01T10:00:00Z",
+    signed: bool = True,
 ) -> dict[str, Any]:
-    """A Pod manifest as the API server returns it (uid, creationTimestamp set)."""
+    """A Pod manifest as the API server returns it (uid, creationTimestamp set). A
+    readable assignment in `annotations` is signed for it, as the operator writes one,
+    unless `signed` is false (a forged claim)."""
     resources: dict[str, str | int] = {"cpu": cpu, "memory": memory}
     if gpus:
         resources["nvidia.com/gpu"] = gpus
@@ -92,7 +99,7 @@ def make_pod(
     }
     if node is not None:
         spec["nodeName"] = node
-    return {
+    body = {
         "apiVersion": "v1",
         "kind": "Pod",
         "metadata": {
@@ -105,6 +112,11 @@ def make_pod(
         "spec": spec,
         "status": {"phase": "Running" if node else "Pending"},
     }
+    text = found.get(keys.ASSIGNMENT)
+    if signed and text is not None:
+        with contextlib.suppress(pydantic.ValidationError):
+            found[keys.ASSIGNMENT] = signing_keys.signed_annotation(body, text)
+    return body
 
 
 def numatopology(name: str, spec: NumatopologySpec, *, exported: str = "True") -> dict[str, Any]:
@@ -367,10 +379,17 @@ class OperatorStarter:
                 "metrics_port": 0,
                 "status_debounce_seconds": 0.1,
                 "extender_insecure_plain_http": not tls,
+                "signing_key_file": signing_keys.KEY_FILE,
                 **overrides,
             }
         )
-        runtime = Runtime(settings, connection=kopf.ConnectionInfo(server=str(cluster.api.url)))
+        signer, verifier = load_keys(settings)
+        runtime = Runtime(
+            settings,
+            connection=kopf.ConnectionInfo(server=str(cluster.api.url)),
+            signer=signer,
+            verifier=verifier,
+        )
         servers = main.Servers(runtime)
         stop_flag = threading.Event()
         loop_holder: list[asyncio.AbstractEventLoop] = []

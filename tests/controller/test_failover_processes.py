@@ -14,6 +14,7 @@ from typing import BinaryIO
 
 import pytest
 
+import signing_keys
 from numatopo_engine import annotations as keys
 
 from .conftest import Cluster
@@ -39,7 +40,11 @@ def kubeconfig(path: Path, server: str) -> Path:
 
 async def start(name: str, config: Path, log: BinaryIO) -> asyncio.subprocess.Process:
     numatopo = Path(sys.executable).with_name("numatopo")
-    env = {**os.environ, "KUBECONFIG": str(config)}
+    env = {
+        **os.environ,
+        "KUBECONFIG": str(config),
+        "NUMATOPO_SIGNING_KEY_FILE": signing_keys.KEY_FILE,
+    }
     return await asyncio.create_subprocess_exec(
         str(numatopo),
         "operator",

@@ -22,6 +22,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+import signing_keys
 from kubelet_harness import GPU, Container, FakeGpu, Harness, Pod
 from numatopo_engine import annotations as keys
 from numatopo_engine.cpuset import CPUSet
@@ -113,6 +114,7 @@ async def test_a_followed_node_realigns_cpus_and_memory_to_the_gpus_the_kubelet_
         agent = AgentLoop(
             client,
             node_name=NODE,
+            verifier=signing_keys.VERIFIER,
             cgroup_root=tmp_path,
             kubelet_state=tmp_path / "no-kubelet-state",
             pod_resources_socket=kubelet.pod_resources_socket,
@@ -179,7 +181,9 @@ async def test_real_gpus_displace_a_claim_on_paper_and_nothing_is_double_booked(
     await start_operator()
     await cluster.create_pod(pod("a", gpus=2, cpu="4", created="2024-05-01T10:00:00Z"))
     await wait(lambda: assignment_of(cluster, "a") is not None, what="a assigned")
-    await cluster.create_pod(pod("b", gpus=2, cpu="4", created="2024-05-01T10:00:01Z"))
+    unadmitted = pod("b", gpus=2, cpu="4", created="2024-05-01T10:00:01Z")
+    unadmitted["status"] = {"phase": "Pending"}  # bound, not yet admitted by the kubelet
+    await cluster.create_pod(unadmitted)
     await wait(lambda: assignment_of(cluster, "b") is not None, what="b assigned")
     a, b = assignment_of(cluster, "a"), assignment_of(cluster, "b")
     assert a is not None
@@ -340,7 +344,8 @@ async def _followed_node(plans: list[int], seed: int, tmp: Path) -> list[str]:
                 client = KubeClient(component="numatopo-agent", host=NODE, timeout_seconds=5)
                 await client.reconnect(str(api.url))
                 agent = AgentLoop(
-                    client, node_name=NODE, cgroup_root=tmp, kubelet_state=tmp / "none",
+                    client, node_name=NODE, verifier=signing_keys.VERIFIER, cgroup_root=tmp,
+                    kubelet_state=tmp / "none",
                     pod_resources_socket=kubelet.pod_resources_socket, resync_seconds=0.3,
                     backoff=Backoff(0.01, 0.05),
                 )  # fmt: skip
@@ -405,3 +410,37 @@ def test_followed_nodes_realign_every_pod_and_never_double_book(
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
     assert not problems, problems
+
+
+async def test_a_forged_observation_never_displaces_another_pods_claim(env: Any) -> None:
+    """Tenant b writes `observed` on its own pod (no node-scope guard), saying the kubelet
+    gave it pod a's GPUs. a runs under the earlier decision: it keeps its assignment and
+    its GPUs, and b is given none of them."""
+    cluster, start_operator, h100, pod, topology_object, wait = env.parts()
+    spec = with_uuids(h100)
+    await cluster.create_numatopology(topology_object(NODE, spec))
+    await start_operator()
+    await cluster.create_pod(pod("a", gpus=2, cpu="4", created="2024-05-01T10:00:00Z"))
+    await wait(lambda: assignment_of(cluster, "a") is not None, what="a assigned")
+    await cluster.create_pod(pod("b", gpus=2, cpu="4", created="2024-05-01T10:00:01Z"))
+    await wait(lambda: assignment_of(cluster, "b") is not None, what="b assigned")
+    a, b = assignment_of(cluster, "a"), assignment_of(cluster, "b")
+    assert a is not None
+    assert b is not None
+    a_gpus = a["containers"]["main"]["gpuIndices"]
+    forged = {
+        "v": 1,
+        "seq": b["seq"],
+        "containers": {"main": {"devices": {GPU: [uuid_of(g) for g in a_gpus]}, "matches": False}},
+    }
+    await cluster.patch_pod("b", {"metadata": {"annotations": {keys.OBSERVED: json.dumps(forged)}}})
+
+    await wait(
+        lambda: any(r == "NumatopoGPUsNotAlignable" for r, _ in cluster.events_for("b")),
+        what="b told it is not realigned",
+    )
+    assert a == assignment_of(cluster, "a")
+    assert "NumatopoDisplaced" not in [reason for reason, _ in cluster.events_for("a")]
+    now_b = assignment_of(cluster, "b")
+    assert now_b is not None
+    assert set(a_gpus).isdisjoint(now_b["containers"]["main"]["gpuIndices"])

@@ -18,6 +18,7 @@ from typing import Any, BinaryIO
 
 import pytest
 
+import signing_keys
 from numatopo_engine import annotations as keys
 from numatopo_operator.gang_state import CRASH_AFTER_PLANNED_ENV
 
@@ -34,6 +35,7 @@ async def start(config: Path, log: BinaryIO, crash_after: int | None) -> asyncio
     numatopo = Path(sys.executable).with_name("numatopo")
     env = {k: v for k, v in os.environ.items() if k != CRASH_AFTER_PLANNED_ENV}
     env["KUBECONFIG"] = str(config)
+    env["NUMATOPO_SIGNING_KEY_FILE"] = signing_keys.KEY_FILE
     if crash_after is not None:
         env[CRASH_AFTER_PLANNED_ENV] = str(crash_after)
     return await asyncio.create_subprocess_exec(

@@ -7,6 +7,7 @@ import json
 
 import pytest
 
+import signing_keys
 from numatopo_engine import annotations as keys
 from numatopo_engine.annotations import Assignment, ContainerAssignment, State
 from numatopo_engine.cpuset import CPUSet
@@ -52,7 +53,9 @@ def test_finished_pod_is_not_waiting(pod):
 
 
 def test_booking_from_pod(pod):
-    found = translate.booking_from_pod(pod("p", annotations={keys.ASSIGNMENT: ASSIGNMENT}))
+    found = translate.booking_from_pod(
+        pod("p", annotations={keys.ASSIGNMENT: ASSIGNMENT}), signing_keys.VERIFIER
+    )
 
     assert ("default/p", "h100-a", [1]) == (
         found.key,
@@ -79,7 +82,9 @@ def test_booking_from_pod(pod):
 )
 def test_unreadable_assignment(pod, value, node, message):
     with pytest.raises(BookingError, match=None) as caught:
-        translate.booking_from_pod(pod("p", node=node, annotations={keys.ASSIGNMENT: value}))
+        translate.booking_from_pod(
+            pod("p", node=node, annotations={keys.ASSIGNMENT: value}), signing_keys.VERIFIER
+        )
 
     assert message in str(caught.value)
     assert len(str(caught.value)) < 300

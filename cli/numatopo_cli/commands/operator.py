@@ -16,10 +16,10 @@ def run(args: argparse.Namespace) -> int:
 
     try:
         configured = settings.from_args(args, os.environ)
+        return main.run(configured)
     except settings.SettingsError as exc:
         sys.stderr.write(f"numatopo operator: {exc}\n")
         return 2
-    return main.run(configured)
 
 
 def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:

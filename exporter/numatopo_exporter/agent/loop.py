@@ -19,10 +19,11 @@ from typing import Any
 
 from pydantic import ValidationError
 
-from numatopo_engine.annotations import OBSERVED, Observed
+from numatopo_engine.annotations import OBSERVED, Assignment, Observed
 from numatopo_engine.cpuset import CPUSet
 from numatopo_engine.model import GpuMode
 from numatopo_engine.resources import ResourceNames
+from numatopo_engine.signing import Verifier
 from numatopo_exporter.agent import cgroupfs, feedback, follow, planning, pods
 from numatopo_exporter.agent.metrics import AgentMetrics
 from numatopo_exporter.agent.pod_resources import Holdings, PodResourcesError, list_holdings
@@ -84,6 +85,9 @@ class AgentLoop:
     """Which extended resources are GPUs (patterns, as the operator's `--gpu-resource`)."""
     steered: Callable[[], bool] | None = None
     """Whether the steering device plugin is registered with the kubelet (Steer)."""
+    verifier: Verifier = field(default_factory=Verifier)
+    """The operator's public keys: only assignments they verify are enforced or steered
+    to. The default trusts none (nothing is enforced)."""
 
     in_flight: tuple[InFlight, ...] = field(default=(), init=False)
     """Containers assigned GPUs the kubelet has not given yet, for the steering plugin's
@@ -146,8 +150,17 @@ class AgentLoop:
         if known is not None and known[0] == annotation and known[1] == _phase(pod):
             return False
         claims = follow.in_flight([pod], self.node_name, self.resources.is_gpu)
+        if claims and self._unsigned(pod, annotation):
+            claims = []  # steering the kubelet by a forged assignment would hand out GPUs
         self._gpu_claims[uid] = (annotation, _phase(pod), tuple(claims))
         return bool(claims) or bool(known and known[2])
+
+    def _unsigned(self, pod: dict[str, Any], annotation: str) -> bool:
+        try:
+            assignment = Assignment.model_validate_json(annotation)
+        except ValidationError:
+            return True
+        return bool(pods.unsigned(pod, assignment, self.verifier))
 
     def _refresh_in_flight(self, holdings: Holdings | None = None) -> None:
         """Publish `in_flight`: the GPU containers of the cache that PodResources did not
@@ -264,7 +277,10 @@ class AgentLoop:
             self.metrics.failures.labels(reason="NoCgroupHierarchy").inc()
             return
         accepted, refused = pods.select_assignments(
-            list(self.pod_cache.values()), node_name=self.node_name, online=online
+            list(self.pod_cache.values()),
+            node_name=self.node_name,
+            online=online,
+            verifier=self.verifier,
         )
         outcomes = {entry.uid: self._locate(hierarchy, entry) for entry in accepted}
         for entry in accepted:

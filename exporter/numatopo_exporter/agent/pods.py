@@ -1,11 +1,13 @@
 """Which assignments on this node to enforce (pure: pod bodies in, decisions out).
 
-The `numatopo.io/assignment` annotation is normally written by the operator, which
-never double-books. A hand-written (or stale) one may claim CPUs another pod already
-holds. Claims are then ordered by the engine's `state.claim_order` (decision
-sequence, then pod UID), as the operator's ledger orders them: the earlier decision
-is enforced and the later one refused, as the kubelet would refuse a conflicting CPU
-request.
+The `numatopo.io/assignment` annotation is written by the operator, which never
+double-books, and signs it for the pod (`numatopo_engine.signing`): an assignment whose
+signature does not verify with a trusted key (hand-written, edited, or copied from
+another pod) is refused before anything else, so it never books and never wins claim
+order. A stale one may still claim CPUs another pod already holds. Claims are then
+ordered by the engine's `state.claim_order` (decision sequence, then pod UID), as the
+operator's ledger orders them: the earlier decision is enforced and the later one
+refused, as the kubelet would refuse a conflicting CPU request.
 
 Each assignment is also checked against this machine before anything is written
 (its CPUs online, its memory nodes present with memory), and claims that would leave
@@ -25,9 +27,12 @@ from numatopo_engine import state
 from numatopo_engine.annotations import ASSIGNMENT, Assignment, ContainerAssignment
 from numatopo_engine.cpuset import CPUSet
 from numatopo_engine.model import NumaNode, NumatopologySpec
+from numatopo_engine.signing import PodIdentity, Verifier
 from numatopo_exporter.agent import cgroups, planning
 
-__all__ = ["PodAssignment", "Refusal", "RunningContainer", "select_assignments"]
+__all__ = ["UNSIGNED", "PodAssignment", "Refusal", "RunningContainer", "select_assignments"]
+
+UNSIGNED = "UnsignedAssignment"
 
 TERMINAL_PHASES = frozenset({"Succeeded", "Failed"})
 
@@ -125,11 +130,23 @@ def _exclusive_cpus(assignment: Assignment) -> CPUSet:
     return cpus
 
 
+def unsigned(pod: dict[str, Any], assignment: Assignment, verifier: Verifier) -> str:
+    """Why the pod's assignment is not the operator's decision for it ('' when it is)."""
+    return verifier.problem(
+        assignment, PodIdentity(str(pod.get("metadata", {}).get("uid", "")), _key(pod))
+    )
+
+
 def select_assignments(
-    pods: Iterable[dict[str, Any]], *, node_name: str, online: planning.Cpuset
+    pods: Iterable[dict[str, Any]],
+    *,
+    node_name: str,
+    online: planning.Cpuset,
+    verifier: Verifier,
 ) -> tuple[list[PodAssignment], list[Refusal]]:
-    """The pods of `node_name` to enforce, and the ones refused (invalid, not possible on
-    this machine, overlapping, or taking the last shared CPU).
+    """The pods of `node_name` to enforce, and the ones refused (invalid, not signed for
+    the pod by the operator, not possible on this machine, overlapping, or taking the
+    last shared CPU).
 
     Pods without the annotation and finished pods are in neither list. Accepted pods are
     in `state.claim_order`; refusals come in the order found.
@@ -158,6 +175,10 @@ def select_assignments(
                 f"the assignment is for node {assignment.node!r}, the pod runs on {node_name!r}"
             )
             refused.append(Refusal(uid, key, "WrongNode", message, text, pod))
+            continue
+        problem_text = unsigned(pod, assignment, verifier)
+        if problem_text:
+            refused.append(Refusal(uid, key, UNSIGNED, problem_text, text, pod))
             continue
         # Checked per pod before planning: a CPU or memory node this machine lacks would
         # otherwise make the planner widen kubepods, fail, and fail every pod with it.

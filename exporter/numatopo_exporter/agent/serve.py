@@ -5,9 +5,11 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import os
 from pathlib import Path
 
 from numatopo_engine.resources import ResourceNames
+from numatopo_engine.signing import SigningKeyError, Verifier
 from numatopo_exporter.agent import cgroupfs
 from numatopo_exporter.agent.loop import COMPONENT, AgentLoop
 from numatopo_exporter.agent.metrics import AgentMetrics
@@ -35,6 +37,7 @@ async def serve(args: argparse.Namespace) -> int:
             resync_seconds=args.resync_seconds,
             pod_resources_socket=args.pod_resources_socket,
             resources=ResourceNames(gpu=_patterns(args.gpu_resources) or ResourceNames().gpu),
+            verifier=trusted_keys(args),
         )
         if args.steer_resource:
             steerer = Steerer(
@@ -62,14 +65,46 @@ async def serve(args: argparse.Namespace) -> int:
     return 0
 
 
+TRUSTED_KEYS_ENV = "NUMATOPO_TRUSTED_KEYS"
+
+
+def trusted_keys(args: argparse.Namespace) -> Verifier:
+    """The operator's public keys (PEM: `--trusted-keys-file`, else the variable
+    NUMATOPO_TRUSTED_KEYS, which the chart fills); raises SigningKeyError without any,
+    unless `--insecure-accept-unsigned` says to enforce every assignment as written."""
+    if args.insecure_accept_unsigned:
+        return Verifier(accept_unsigned=True)
+    if args.trusted_keys_file is not None:
+        try:
+            pem = args.trusted_keys_file.read_bytes()
+        except OSError as exc:
+            raise SigningKeyError(f"cannot read --trusted-keys-file: {exc}") from None
+    else:
+        pem = os.environ.get(TRUSTED_KEYS_ENV, "").encode()
+    if not pem.strip():
+        raise SigningKeyError(
+            "no trusted keys: the agent enforces only assignments signed by the operator; "
+            f"pass --trusted-keys-file or set {TRUSTED_KEYS_ENV} to the operator's public "
+            "key (PEM), or --insecure-accept-unsigned where every pod writer is trusted"
+        )
+    try:
+        return Verifier.from_pem(pem)
+    except SigningKeyError as exc:
+        raise SigningKeyError(f"trusted keys: {exc}") from None
+
+
 def run(args: argparse.Namespace) -> int:
+    def check() -> None:
+        # Checked once at start: a wrong mount or missing key is a configuration error.
+        cgroupfs.detect_hierarchy(args.cgroup_root)
+        trusted_keys(args)
+
     return start(
         "agent",
         args,
         serve,
-        errors=(KubeError, cgroupfs.CgroupError),
-        # Checked once at start: a wrong mount is a configuration error, not drift.
-        check=lambda: cgroupfs.detect_hierarchy(args.cgroup_root),
+        errors=(KubeError, cgroupfs.CgroupError, SigningKeyError),
+        check=check,
     )
 
 
@@ -113,6 +148,19 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         default="",
         help="comma list of the patterns of extended resources whose devices are GPUs, for "
         "Follow (default " + ",".join(ResourceNames().gpu) + ", as the operator's flag)",
+    )
+    parser.add_argument(
+        "--trusted-keys-file",
+        type=Path,
+        default=None,
+        help=f"PEM public keys or certificates of the operator's signing keys (default: the "
+        f"variable {TRUSTED_KEYS_ENV}); only assignments they verify are enforced",
+    )
+    parser.add_argument(
+        "--insecure-accept-unsigned",
+        action="store_true",
+        help="enforce assignments without checking the operator's signature (anyone who "
+        "can edit a pod can then take other pods' CPUs): never in a shared cluster",
     )
     steer = parser.add_argument_group(
         "steering (opt-in): make the kubelet give each container its assigned GPUs"

@@ -77,8 +77,10 @@ numatopo.io/extender-active
 {{- if and .Values.scheduler.enabled (not .Values.operator.enabled) }}
 {{- fail "scheduler.enabled needs operator.enabled: the scheduler profile calls the operator's extender" }}
 {{- end }}
-{{- if and (has "Deny" .Values.admission.validationActions) (has "Warn" .Values.admission.validationActions) }}
-{{- fail "admission.validationActions: Deny and Warn cannot be combined" }}
+{{- range $name, $guard := dict "assignmentGuard" .Values.admission.assignmentGuard "nodeScopeGuard" .Values.admission.nodeScopeGuard }}
+{{- if and (has "Deny" $guard.validationActions) (has "Warn" $guard.validationActions) }}
+{{- fail (printf "admission.%s.validationActions: Deny and Warn cannot be combined" $name) }}
+{{- end }}
 {{- end }}
 {{- if and .Values.scheduler.enabled (ne .Values.scheduler.name .Values.operator.schedulerName) }}
 {{- fail (printf "scheduler.name (%s) and operator.schedulerName (%s) must be equal" .Values.scheduler.name .Values.operator.schedulerName) }}

@@ -12,6 +12,7 @@ from pathlib import Path
 import aiohttp
 import kmock
 
+import signing_keys
 from numatopo_cli.main import build_parser
 from numatopo_exporter.agent import serve as agent_command
 from numatopo_exporter.agent.loop import AgentLoop
@@ -43,6 +44,7 @@ async def test_the_agent_is_back_promptly_after_an_outage(
     agent = AgentLoop(
         client,
         node_name=NODE,
+        verifier=signing_keys.VERIFIER,
         cgroup_root=file_cgroups.root,
         kubelet_state=None,
         backoff=Backoff(30.0, 60.0),
@@ -89,6 +91,7 @@ async def test_metrics_listen_on_the_given_address_only(
             f"--api-url={str(cluster.url).rstrip('/')}",
             f"--metrics-port={port}",
             "--metrics-address=127.0.0.1",
+            "--insecure-accept-unsigned",
         ]
     )
     assert isinstance(args, argparse.Namespace)

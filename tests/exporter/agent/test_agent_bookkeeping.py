@@ -10,6 +10,7 @@ import tracemalloc
 
 import kmock
 
+import signing_keys
 from numatopo_exporter.agent.loop import AgentLoop
 
 from ..conftest import NodeClient, pod_path
@@ -43,7 +44,13 @@ def internal_sizes(agent: AgentLoop) -> dict[str, int]:
 async def test_pod_lifecycles_leave_nothing_behind(
     client: NodeClient, file_cgroups: CgroupTree
 ) -> None:
-    agent = AgentLoop(client, node_name=NODE, cgroup_root=file_cgroups.root, kubelet_state=None)
+    agent = AgentLoop(
+        client,
+        node_name=NODE,
+        verifier=signing_keys.VERIFIER,
+        cgroup_root=file_cgroups.root,
+        kubelet_state=None,
+    )
     await agent.reconcile()  # the one-off Enforcing report, before measuring
 
     async def lifecycles(first: int) -> None:
@@ -67,7 +74,9 @@ async def test_pod_lifecycles_leave_nothing_behind(
         await agent.reconcile()
         moved = shared_claim("0-1")
         for body in bodies:
-            body["metadata"]["annotations"]["numatopo.io/assignment"] = moved
+            body["metadata"]["annotations"]["numatopo.io/assignment"] = (
+                signing_keys.signed_annotation(body, moved)
+            )
             agent.handle_event("MODIFIED", body)
         await agent.reconcile()
         for body in bodies:
@@ -113,6 +122,7 @@ async def test_an_enforced_pod_that_leaves_is_forgotten(
     agent = AgentLoop(
         client,
         node_name=NODE,
+        verifier=signing_keys.VERIFIER,
         cgroup_root=file_cgroups.root,
         kubelet_state=None,
         resync_seconds=0.05,

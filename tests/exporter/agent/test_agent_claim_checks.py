@@ -8,6 +8,7 @@ from typing import Any
 
 import kmock
 
+import signing_keys
 from numatopo_engine.cpuset import CPUSet
 from numatopo_exporter.agent import pods
 from numatopo_exporter.agent.feedback import ALIGNED
@@ -47,14 +48,20 @@ class Pods:
         self.client, self.tree = client, tree
         self.bodies: dict[str, dict[str, Any]] = {}
         self.agent = AgentLoop(
-            client, node_name=NODE, cgroup_root=tree.root, kubelet_state=tree.root / "absent"
+            client,
+            node_name=NODE,
+            verifier=signing_keys.VERIFIER,
+            cgroup_root=tree.root,
+            kubelet_state=tree.root / "absent",
         )
 
-    async def add(self, name: str, uid: str, cid: str, annotation: str, *, created: str) -> None:
+    async def add(
+        self, name: str, uid: str, cid: str, annotation: str, *, created: str, signed: bool = True
+    ) -> None:
         self.tree.make(cgroup(uid, cid))
         if self.tree.real:
             self.tree.spawn_in(cgroup(uid, cid))
-        body = pod(name, uid, cid=cid, annotation=annotation, created=created)
+        body = pod(name, uid, cid=cid, annotation=annotation, created=created, signed=signed)
         await self.client.create("/api/v1/namespaces/default/pods", body)
         self.bodies[uid] = body
 
@@ -97,7 +104,9 @@ def test_equal_sequences_are_ordered_by_pod_uid() -> None:
     online = Cpuset(CPUSet.parse("0-3"), CPUSet([0]))
 
     for order in (bodies, bodies[::-1]):
-        accepted, refused = pods.select_assignments(order, node_name=NODE, online=online)
+        accepted, refused = pods.select_assignments(
+            order, node_name=NODE, online=online, verifier=signing_keys.VERIFIER
+        )
         assert ([UID_A], [UID_B]) == ([a.uid for a in accepted], [r.uid for r in refused])
 
 
@@ -129,7 +138,9 @@ def test_cpus_that_are_not_online_refuse_the_pod_with_a_reason() -> None:
     body = pod("a", UID_A, cid=CID_A, annotation=claim("2-9", seq=1, exclusive=False), created="")
     online = Cpuset(CPUSet.parse("0-3"), CPUSet([0]))
 
-    accepted, refused = pods.select_assignments([body], node_name=NODE, online=online)
+    accepted, refused = pods.select_assignments(
+        [body], node_name=NODE, online=online, verifier=signing_keys.VERIFIER
+    )
 
     assert [] == accepted
     assert [("AssignmentNotOnNode", "container main: CPUs 4-9 are not online here")] == [
@@ -156,3 +167,41 @@ async def test_claims_on_every_cpu_refuse_the_latest_and_enforce_the_rest(
     assert ("True", "CpusetsApplied") == condition(cluster, "a")
     assert ("False", "SharedPoolExhausted") == condition(cluster, "c")
     assert 1 == node.agent.metrics.value("numatopo_agent_drift_corrections_total")
+
+
+async def test_a_copied_assignment_never_takes_an_enforced_claims_cpus(
+    cluster: kmock.KubernetesEmulator, client: NodeClient, cgroup_tree: CgroupTree
+) -> None:
+    """Pod b holds CPU 1 under the operator's signed decision 1. Pod a copies b's
+    annotation byte for byte (same seq, and a uid that sorts before b's): it is not
+    signed for a, so it books nothing and b keeps its CPU."""
+    node = Pods(client, cgroup_tree)
+    await node.add("b", UID_B, CID_B, claim("1", seq=1), created="2024-01-02T00:00:00Z")
+    await node.reconcile()
+    copied = node.bodies[UID_B]["metadata"]["annotations"]["numatopo.io/assignment"]
+    await node.add("a", UID_A, CID_A, copied, created="2024-01-01T00:00:00Z", signed=False)
+
+    await node.reconcile()
+
+    assert UID_A < UID_B
+    assert "1" == node.cpus(cgroup(UID_B, CID_B))
+    assert "1" != node.cpus(cgroup(UID_A, CID_A))
+    assert ("True", "CpusetsApplied") == condition(cluster, "b")
+    assert ("False", pods.UNSIGNED) == condition(cluster, "a")
+
+
+async def test_a_hand_written_assignment_with_a_made_up_seq_is_not_enforced(
+    cluster: kmock.KubernetesEmulator, client: NodeClient, cgroup_tree: CgroupTree
+) -> None:
+    """Pod a writes itself CPU 1 with seq 0 (the earliest there is): unsigned, refused."""
+    node = Pods(client, cgroup_tree)
+    await node.add("b", UID_B, CID_B, claim("1", seq=5), created="2024-01-02T00:00:00Z")
+    await node.add(
+        "a", UID_A, CID_A, claim("1", seq=0), created="2024-01-01T00:00:00Z", signed=False
+    )
+
+    await node.reconcile()
+
+    assert "1" == node.cpus(cgroup(UID_B, CID_B))
+    assert ("True", "CpusetsApplied") == condition(cluster, "b")
+    assert ("False", pods.UNSIGNED) == condition(cluster, "a")

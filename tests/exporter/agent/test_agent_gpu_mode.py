@@ -5,13 +5,19 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import signing_keys
 from numatopo_engine.model import GpuMode
 from numatopo_exporter.agent.loop import AgentLoop
 from numatopo_kube import KubeClient
 
 
 def _agent(steered: bool | None) -> AgentLoop:
-    agent = AgentLoop(KubeClient(component="t", host="n"), node_name="n", cgroup_root=Path("/x"))
+    agent = AgentLoop(
+        KubeClient(component="t", host="n"),
+        node_name="n",
+        verifier=signing_keys.VERIFIER,
+        cgroup_root=Path("/x"),
+    )
     if steered is not None:
         agent.steered = lambda: steered
     return agent

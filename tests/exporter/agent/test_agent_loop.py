@@ -3,14 +3,17 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 import os
 from collections.abc import AsyncIterator, Callable
 from typing import Any
 
 import kmock
+import pydantic
 import pytest
 
+import signing_keys
 from numatopo_exporter.agent.feedback import ALIGNED
 from numatopo_exporter.agent.loop import AgentLoop
 from numatopo_exporter.daemon.backoff import Backoff
@@ -31,7 +34,13 @@ def assignment(cpus: str) -> str:
 
 
 def pod(
-    name: str, uid: str, *, cid: str | None, annotation: str | None, created: str
+    name: str,
+    uid: str,
+    *,
+    cid: str | None,
+    annotation: str | None,
+    created: str,
+    signed: bool = True,
 ) -> dict[str, Any]:
     annotations = {} if annotation is None else {"numatopo.io/assignment": annotation}
     statuses = (
@@ -39,7 +48,7 @@ def pod(
         if cid is None
         else [{"name": "main", "containerID": f"containerd://{cid}", "state": {"running": {}}}]
     )
-    return {
+    body = {
         "apiVersion": "v1",
         "kind": "Pod",
         "metadata": {
@@ -52,6 +61,11 @@ def pod(
         "spec": {"nodeName": NODE, "containers": [{"name": "main"}]},
         "status": {"phase": "Running", "qosClass": "Burstable", "containerStatuses": statuses},
     }
+    if annotation is not None and signed:
+        # Signed for this pod as the operator writes it, where it is an assignment at all.
+        with contextlib.suppress(pydantic.ValidationError):
+            annotations["numatopo.io/assignment"] = signing_keys.signed_annotation(body, annotation)
+    return body
 
 
 async def wait_for(predicate: Callable[[], bool], what: str, *, seconds: float = 5.0) -> None:
@@ -73,6 +87,7 @@ class Node:
         self.agent = AgentLoop(
             client,
             node_name=NODE,
+            verifier=signing_keys.VERIFIER,
             cgroup_root=tree.root,
             kubelet_state=tree.root / "no-kubelet-here",
             resync_seconds=0.1,
@@ -210,7 +225,13 @@ async def test_static_kubelet_is_left_alone(
         "/api/v1/namespaces/default/pods",
         pod("a", UID_A, cid=CID_A, annotation=assignment("1"), created="x"),
     )
-    agent = AgentLoop(client, node_name=NODE, cgroup_root=file_cgroups.root, kubelet_state=state)
+    agent = AgentLoop(
+        client,
+        node_name=NODE,
+        verifier=signing_keys.VERIFIER,
+        cgroup_root=file_cgroups.root,
+        kubelet_state=state,
+    )
     agent.pod_cache = {UID_A: pod("a", UID_A, cid=CID_A, annotation=assignment("1"), created="x")}
 
     await agent.reconcile()

@@ -11,6 +11,7 @@ from typing import Any
 import kmock
 import pytest
 
+import signing_keys
 from numatopo_engine.cpuset import CPUSet
 from numatopo_exporter.agent import cgroupfs
 from numatopo_exporter.agent.feedback import ALIGNED
@@ -45,7 +46,11 @@ def events(cluster: kmock.KubernetesEmulator) -> list[tuple[str, str, str]]:
 
 def make_agent(client: NodeClient, tree: CgroupTree) -> AgentLoop:
     return AgentLoop(
-        client, node_name=NODE, cgroup_root=tree.root, kubelet_state=tree.root / "absent"
+        client,
+        node_name=NODE,
+        verifier=signing_keys.VERIFIER,
+        cgroup_root=tree.root,
+        kubelet_state=tree.root / "absent",
     )
 
 

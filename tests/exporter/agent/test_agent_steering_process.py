@@ -16,6 +16,7 @@ from pathlib import Path
 
 import kmock
 
+import signing_keys
 from kubelet_harness import GPU, Container, FakeGpu, Harness, Pod
 from numatopo_cli.main import build_parser
 from numatopo_engine.model import API_VERSION, KIND
@@ -47,7 +48,10 @@ async def test_the_agent_steers_the_kubelet_to_the_assigned_gpus(
             "metadata": {
                 "name": "train", "namespace": "default", "uid": "uid-train",
                 "creationTimestamp": "2026-01-01T00:00:00Z",
-                "annotations": {"numatopo.io/assignment": json.dumps(assignment)},
+                "annotations": {"numatopo.io/assignment": signing_keys.signed_annotation(
+                    {"metadata": {"uid": "uid-train", "namespace": "default", "name": "train"}},
+                    json.dumps(assignment),
+                )},
             },
             "spec": {
                 "nodeName": NODE,
@@ -57,6 +61,8 @@ async def test_the_agent_steers_the_kubelet_to_the_assigned_gpus(
         },
     )  # fmt: skip
     steering_dir = Path(tempfile.mkdtemp(prefix="steer-", dir="/tmp"))
+    key_file = steering_dir / "trusted.pem"
+    key_file.write_bytes(signing_keys.PUBLIC_PEM)
     async with Harness(rng=random.Random(1)) as kubelet:
         args = build_parser().parse_args(
             [
@@ -67,6 +73,7 @@ async def test_the_agent_steers_the_kubelet_to_the_assigned_gpus(
                 f"--pod-resources-socket={kubelet.pod_resources_socket}",
                 f"--steer-resource={GPU}", f"--steer-kubelet-dir={kubelet.plugin_dir}",
                 f"--steer-socket-dir={steering_dir}",
+                f"--trusted-keys-file={key_file}",
             ]
         )  # fmt: skip
         assert isinstance(args, argparse.Namespace)

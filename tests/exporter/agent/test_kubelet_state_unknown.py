@@ -9,6 +9,7 @@ from pathlib import Path
 import kmock
 import pytest
 
+import signing_keys
 from numatopo_engine.model import API_VERSION, KIND
 from numatopo_exporter.agent.loop import ENFORCING, AgentLoop
 from numatopo_exporter.discovery import kubelet
@@ -101,7 +102,13 @@ async def test_an_unknown_kubelet_policy_stops_writes_until_it_is_known(
     }
     body = pod("a", UID_A, cid=CID_A, annotation=assignment("1"), created="x")
     await client.create("/api/v1/namespaces/default/pods", body)
-    agent = AgentLoop(client, node_name=NODE, cgroup_root=file_cgroups.root, kubelet_state=state)
+    agent = AgentLoop(
+        client,
+        node_name=NODE,
+        verifier=signing_keys.VERIFIER,
+        cgroup_root=file_cgroups.root,
+        kubelet_state=state,
+    )
     agent.pod_cache = {UID_A: body}
     cpus = file_cgroups.root / CONTAINER / "cpuset.cpus"
 

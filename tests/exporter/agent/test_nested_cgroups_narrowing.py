@@ -8,6 +8,7 @@ from pathlib import PurePosixPath
 
 import kmock
 
+import signing_keys
 from numatopo_engine.cpuset import CPUSet
 from numatopo_exporter.agent.feedback import ALIGNED
 from numatopo_exporter.agent.loop import AgentLoop
@@ -31,7 +32,11 @@ async def start(client: NodeClient, tree: CgroupTree) -> AgentLoop:
     body = pod("a", UID_A, cid=CID_A, annotation=assignment("1"), created="x")
     await client.create("/api/v1/namespaces/default/pods", body)
     agent = AgentLoop(
-        client, node_name=NODE, cgroup_root=tree.root, kubelet_state=tree.root / "absent"
+        client,
+        node_name=NODE,
+        verifier=signing_keys.VERIFIER,
+        cgroup_root=tree.root,
+        kubelet_state=tree.root / "absent",
     )
     agent.pod_cache = {UID_A: body}
     return agent

@@ -18,6 +18,7 @@ from typing import Any
 import kmock
 import pytest
 
+import signing_keys
 from numatopo_engine.model import NumaNode, NumatopologySpec
 from numatopo_exporter.agent.loop import AgentLoop
 from numatopo_exporter.daemon.publishing import Publisher, spec_hash
@@ -69,7 +70,11 @@ async def test_exporter_and_agent_racing_keep_both_conditions(
     ):
         publisher = Publisher(exporter_client, node_name=NODE, clock=lambda: 1_700_000_000.0)
         agent = AgentLoop(
-            client=agent_client, node_name=NODE, cgroup_root=tmp_path, kubelet_state=state
+            client=agent_client,
+            node_name=NODE,
+            verifier=signing_keys.VERIFIER,
+            cgroup_root=tmp_path,
+            kubelet_state=state,
         )
         await publisher.publish(spec("0-7"), scanned_at=1.0)  # the object exists
         barrier = asyncio.Barrier(2)
