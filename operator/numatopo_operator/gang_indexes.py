@@ -3,8 +3,8 @@
 Like `indexes`, they are also kopf's start-up gate: no handler runs before every Node
 and NetworkTopology is listed, so the first group decision sees the whole domain tree.
 The group worker reads them live (`GangState.attach`): kopf updates an index in place.
-Only what placement needs is kept per Node (labels, and whether new pods may go there),
-so a Node's frequent status updates change nothing here.
+Only what placement needs is kept per Node (labels, taints, cordon, and whether new pods
+may go there), so a Node's frequent status updates change nothing here.
 """
 
 from __future__ import annotations
@@ -40,6 +40,14 @@ class NodeView:
     schedulable: bool
     """False when cordoned, not Ready, or tainted as such: a replacement member must not
     be planned onto the node that just failed."""
+    taints: tuple[Mapping[str, Any], ...] = ()
+
+    def as_node(self, name: str) -> dict[str, Any]:
+        """The Node fields kube-scheduler's node filters read (`node_rules.refusal`)."""
+        return {
+            "metadata": {"name": name, "labels": dict(self.labels)},
+            "spec": {"unschedulable": not self.schedulable, "taints": list(self.taints)},
+        }
 
 
 def _schedulable(body: Mapping[str, Any]) -> bool:
@@ -57,7 +65,10 @@ def _schedulable(body: Mapping[str, Any]) -> bool:
 
 def node_views(*, body: kopf.Body, **_: Any) -> dict[str, NodeView]:
     labels = {str(k): str(v) for k, v in (body.metadata.labels or {}).items()}
-    return {body.metadata.name: NodeView(labels, _schedulable(body))}
+    taints = (body.get("spec") or {}).get("taints")
+    listed = taints if isinstance(taints, list) else []
+    kept = tuple(dict(t) for t in listed if isinstance(t, Mapping))
+    return {body.metadata.name: NodeView(labels, _schedulable(body), kept)}
 
 
 def network_topologies(

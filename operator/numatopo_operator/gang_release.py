@@ -16,14 +16,16 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import datetime
+import json
 import logging
 import os
 import time
 from collections.abc import Awaitable, Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
+from typing import Any
 
 from numatopo_engine import annotations as keys
-from numatopo_engine import pod_request
+from numatopo_engine import node_rules, pod_request
 from numatopo_engine.annotations import Assignment, State
 from numatopo_engine.domains import (
     NODE_LEVEL,
@@ -39,6 +41,7 @@ from numatopo_engine.groups import GroupSpec
 from numatopo_engine.network_topology import HOSTNAME_LABEL, NetworkTopologySpec
 from numatopo_operator import grouping, translate
 from numatopo_operator.errors import KubeError, KubeNotFoundError, NodeBusyError
+from numatopo_operator.gang_indexes import NodeView
 from numatopo_operator.grouping import Expectation, MemberView, PlacementRecord
 from numatopo_operator.runtime import Runtime
 
@@ -113,18 +116,22 @@ def domain_tree(runtime: Runtime, levels: Sequence[str]) -> DomainTree:
     return DomainTree.build(list(levels), labels)
 
 
-def _selector(member: MemberView) -> dict[str, str]:
-    spec = member.body.get("spec") or {}
-    found = spec.get("nodeSelector")
-    return {str(k): str(v) for k, v in found.items()} if isinstance(found, Mapping) else {}
+def _node_terms(members: Sequence[MemberView]) -> list[Mapping[str, Any]]:
+    """The distinct node-filter fields of the members' pod specs (one per pod template)."""
+    distinct: dict[str, Mapping[str, Any]] = {}
+    for member in members:
+        spec = member.body.get("spec") or {}
+        terms = {k: spec.get(k) for k in ("tolerations", "nodeSelector", "affinity")}
+        distinct.setdefault(json.dumps(terms, sort_keys=True, default=str), terms)
+    return list(distinct.values())
 
 
 def _candidates(runtime: Runtime, members: Sequence[MemberView]) -> dict[str, NodeCandidate]:
-    """Nodes a member may go to now: a current Numatopology, schedulable, and matching
-    the nodeSelector of every member (members of one group share a pod template)."""
-    wanted: dict[str, str] = {}
-    for member in members:
-        wanted |= _selector(member)
+    """Nodes a member may go to now: a current Numatopology, schedulable, and let through
+    by kube-scheduler's own node filters (taints and tolerations, nodeSelector, required
+    node affinity: `node_rules`) for every member, since a released member is bound there
+    by its nodeSelector whatever the scheduler would have said."""
+    terms = _node_terms(members)
     found: dict[str, NodeCandidate] = {}
     ledger, gangs = runtime.ledger, runtime.gangs
     stale = runtime.stale_nodes()
@@ -134,9 +141,9 @@ def _candidates(runtime: Runtime, members: Sequence[MemberView]) -> dict[str, No
         view = gangs.node_view(node)
         if view is not None and not view.schedulable:
             continue
-        labels = dict(view.labels) if view is not None else {}
-        labels.setdefault(HOSTNAME_LABEL, node)
-        if any(labels.get(k) != v for k, v in wanted.items()):
+        shown = view.as_node(node) if view is not None else NodeView({}, True).as_node(node)
+        shown["metadata"]["labels"].setdefault(HOSTNAME_LABEL, node)
+        if any(node_rules.refusal(spec, shown) for spec in terms):
             continue
         found[node] = NodeCandidate(topology, state)
     return found

@@ -619,3 +619,60 @@ async def test_a_group_naming_a_level_waits_for_its_network_topology(env):
     await wait(lambda: all(released(cluster, n) for n in names), what="placed once it exists")
 
     assert 1 == len({domain(assigned_node(cluster, n), L3) for n in names})
+
+
+TEAM_B = {"key": "dedicated", "value": "team-b", "effect": "NoSchedule"}
+
+
+async def test_members_are_never_planned_on_a_node_whose_taint_they_do_not_tolerate(env):
+    cluster, start_operator, _, pod, _, wait = env.parts()
+    await build_cluster(env)
+    # n1 busy: block-1 has three whole nodes left, so only block-2 holds 4 x 8 GPUs, and
+    # n5 of block-2 is reserved for team b.
+    await cluster.create_pod(pod("busy", node="n1", gpus=1))
+    await cluster.patch_node("n5", {"spec": {"taints": [TEAM_B]}})
+    await start_operator(**FAST)
+    names = [f"a-{i}" for i in range(4)]
+    for i, name in enumerate(names):
+        await cluster.create_pod(
+            member(env, name, "a", 4, rank=i, annotations={keys.TOPOLOGY_REQUIRED: L2})
+        )
+    await wait(
+        lambda: all("GroupUnsatisfiable" in reasons(cluster, n) for n in names),
+        what="GroupUnsatisfiable: no block has four nodes the members may go to",
+    )
+    assert not any(released(cluster, n) for n in names)
+    assert not any(keys.ASSIGNMENT in cluster.annotations(n) for n in names)
+
+    # Team b's group tolerates its taint: block-2, n5 included.
+    tolerant = [f"b-{i}" for i in range(4)]
+    for i, name in enumerate(tolerant):
+        body = member(env, name, "b", 4, rank=i, annotations={keys.TOPOLOGY_REQUIRED: L2})
+        body["spec"]["tolerations"] = [{"key": "dedicated", "operator": "Exists"}]
+        await cluster.create_pod(body)
+    await wait(lambda: all(released(cluster, n) for n in tolerant), what="team b placed")
+    assert ["n5", "n6", "n7", "n8"] == [assigned_node(cluster, n) for n in tolerant]
+
+
+async def test_members_go_only_where_their_required_node_affinity_allows(env):
+    cluster, start_operator, _, _, _, wait = env.parts()
+    await build_cluster(env)
+    await start_operator(**FAST)
+    names = [f"aff-{i}" for i in range(2)]
+    not_leaf_1 = {
+        "nodeAffinity": {
+            "requiredDuringSchedulingIgnoredDuringExecution": {
+                "nodeSelectorTerms": [
+                    {"matchExpressions": [{"key": L3, "operator": "NotIn", "values": ["leaf-1"]}]}
+                ]
+            }
+        }
+    }
+    for i, name in enumerate(names):
+        body = member(env, name, "aff", 2, rank=i, annotations={keys.TOPOLOGY_REQUIRED: L3})
+        body["spec"]["affinity"] = not_leaf_1
+        await cluster.create_pod(body)
+    await wait(lambda: all(released(cluster, n) for n in names), what="placed")
+
+    # Without the affinity the first leaf in tree order (leaf-1) would take the group.
+    assert {"leaf-2"} == {domain(assigned_node(cluster, n), L3) for n in names}
