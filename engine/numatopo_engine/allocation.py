@@ -20,8 +20,10 @@ add to every later init container's need. Init containers reuse what the app
 containers got: each init container's entry lists CPUs taken from the app containers'
 exclusive CPUs (topped up from the mask's shared CPUs) with `exclusive: false`, so
 nothing is booked twice; what the largest init container needs beyond the app
-containers' sum is booked on its entry. Under scope `container` that excess is placed
-as one more unit after the app containers.
+containers' sum is booked on its entry. A pod with init containers is admitted container
+by container as the kubelet admits it (`_one_container_at_a_time`): under scope
+`container` each decided alone, under scope `pod` each allocated with the pod's hint,
+init containers first, their CPUs, devices and memory reused by the later containers.
 
 Pinned GPUs: when the kubelet's device manager gave a running container other GPUs
 than its assignment named (Follow, `numatopo.io/observed`), the operator decides again
@@ -39,7 +41,7 @@ Nothing here mutates the caller's `NodeState`; the caller applies
 from __future__ import annotations
 
 from collections.abc import Callable, Iterable, Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import NamedTuple
 
 import numpy as np
@@ -50,12 +52,15 @@ from numatopo_engine.annotations import (
     ContainerAssignment,
     CpuMode,
     GpuLinksMode,
+    PolicyName,
     Scope,
     SmtMode,
 )
 from numatopo_engine.cpu_assignment import take_cpus
 from numatopo_engine.cpuset import CPUSet
 from numatopo_engine.decision import (
+    FULL_SEARCH,
+    Decided,
     FreeColumns,
     Plan,
     decide_rows,
@@ -66,12 +71,12 @@ from numatopo_engine.decision import (
 from numatopo_engine.errors import InvalidRequestError, UnsatisfiableError
 from numatopo_engine.gpu_assignment import GpuMemo, choose_gpus
 from numatopo_engine.hints import FreeView, Need, RowLayout, row_layout, row_of
-from numatopo_engine.memory_assignment import book_bytes
+from numatopo_engine.memory_assignment import MemoryView, book_bytes, memory_manager_mask
 from numatopo_engine.model import NumatopologySpec
 from numatopo_engine.nic_assignment import choose_nics
 from numatopo_engine.numamask import bits, format_mask, make_mask
 from numatopo_engine.packing import Hosts, WorkloadMix, shape_copies
-from numatopo_engine.refusals import Kind, Refusal, Shortfall, format_bytes, word
+from numatopo_engine.refusals import Kind, Refusal, Shortfall, Wanted, format_bytes, word
 from numatopo_engine.request import ContainerRequest, PodRequest, TopologyOptions
 from numatopo_engine.resources import accelerator_word
 from numatopo_engine.scoring import placement_score
@@ -491,6 +496,7 @@ class _Choice(NamedTuple):
     memory_mask: int
     score: int
     gpus: tuple[int, ...]
+    preferred: bool = False  # the Topology Manager's merged hint is preferred
 
 
 class _Sizing(NamedTuple):
@@ -537,13 +543,20 @@ def _decide(
         if decided.score[0] < 0:
             return shortfall(plan, decided, 0, row[0])
         return _Choice(decided.mask(0), decided.memory_mask(0), int(decided.score[0]),
-                       decided.gpus[0])  # fmt: skip
+                       decided.gpus[0], _merged_preferred(decided, row[0]))  # fmt: skip
 
     entries: dict[str, _Entry] = {}
     if options.scope is Scope.POD:
         choice = choose(free, sizing.total)
         if isinstance(choice, Shortfall):
             return choice
+        if request.init_containers:
+            # Admission depends on each container's memory (see the function), so the
+            # score path fills too.
+            return _one_container_at_a_time(
+                engine, tables, free, request, pins=pins, floor=floor, closest=closest,
+                pod_hint=choice,
+            )  # fmt: skip
         if not build:
             return _Plan(choice.mask, choice.score, entries)
         pool = list(choice.gpus)
@@ -563,39 +576,9 @@ def _decide(
             entries[container.name] = filled
         union, score, memory_mask = choice.mask, choice.score, choice.memory_mask
     else:
-        union = memory_mask = 0
-        scores: list[int] = []
-        for container in sizing.apps:
-            need = sizing.needs[container.name]
-            choice = choose(free, need, pins.get(container.name))
-            if isinstance(choice, Shortfall):
-                return choice
-            filled = _fill(
-                engine,
-                tables,
-                free,
-                need,
-                options=options,
-                choice=choice,
-                gpu_pool=list(choice.gpus),
-                pinned=pins.get(container.name),
-            )
-            if isinstance(filled, Shortfall):
-                return filled
-            entries[container.name] = filled
-            union |= choice.mask
-            memory_mask |= choice.memory_mask
-            scores.append(choice.score)
-        if _has_any(sizing.excess):
-            choice = choose(free, sizing.excess)
-            if isinstance(choice, Shortfall):
-                return choice
-            union |= choice.mask
-            # The init excess is booked where the memory manager puts the excess.
-            memory_mask = choice.memory_mask
-        score = min(scores, default=100)
-        if not build:
-            return _Plan(union, score, entries)
+        return _one_container_at_a_time(
+            engine, tables, free, request, pins=pins, floor=floor, closest=closest
+        )
     filled_inits = _add_init_entries(
         engine, tables, free, sizing=sizing, entries=entries, union=union,
         memory_mask=memory_mask, options=options,
@@ -659,6 +642,371 @@ def _init_totals(request: PodRequest, options: TopologyOptions, tables: Tables) 
         else:
             totals.append(_add_needs(running, need))
     return totals
+
+
+@dataclass(slots=True)
+class _Reusable:
+    """What a pod's regular init containers hold that its later containers take first
+    (scope `container`): the kubelet's `cpusToReuse` (CPU manager), `devicesToReuse`
+    (device manager) and `initContainersReusableMemory` (memory manager, per memory
+    mask and kind: "memory" or a huge page size)."""
+
+    cpus: set[int] = field(default_factory=set)
+    gpus: set[int] = field(default_factory=set)
+    nics: set[str] = field(default_factory=set)
+    memory: dict[tuple[int, str], int] = field(default_factory=dict)
+    # Which init entries hold the reusable memory of a (mask, kind), in order.
+    holders: dict[tuple[int, str], list[_Entry]] = field(default_factory=dict)
+
+
+def _one_container_at_a_time(
+    engine: Engine,
+    tables: Tables,
+    free: FreeView,
+    request: PodRequest,
+    *,
+    pins: Pinned,
+    floor: int,
+    closest: bool,
+    pod_hint: _Choice | None = None,
+) -> _Plan | Shortfall:
+    """Scope `container`: every container decided alone, in the kubelet's order (init
+    containers and sidecars in spec order, then the app containers), each seeing what
+    the earlier ones took (`topologymanager/scope_container.go`). Scope `pod` with init
+    containers (`pod_hint`: the pod's decision): the same order, every container
+    allocated with the pod's hint (`scope_pod.go`).
+
+    Memory is the memory manager's per container (`memory_manager_mask`): with the
+    Topology Manager's hint, its default hint under a nil one, extended when the free
+    memory of the hint does not hold the container's request. Under scope `pod` that
+    check sees the init containers' bookings and not their reuse, so an app container
+    asking more memory than the pod's NUMA nodes have left after its init containers is
+    refused, as the kubelet refuses it.
+
+    What a regular init container got is reusable by the containers after it, and the
+    kubelet's providers make that binding: the CPU and device managers give a hint only
+    for masks holding the NUMA node of every reusable CPU or device (counted as free
+    there) and hand the reusable ones out first; the memory manager reuses an init
+    container's memory only on the very same NUMA nodes. So a container may find no
+    aligned hint left where the pod total fits (an init container on NUMA 0 binds the
+    app container to NUMA 0): the kubelet refuses it with `TopologyAffinityError`, and
+    so does numatopo. An app container or sidecar removes what it reused from the
+    reusable set; a regular init container adds what it got.
+    """
+    options = request.options
+    reusable = _Reusable()
+    entries: dict[str, _Entry] = {}
+    union = memory_mask = 0
+    scores: list[int] = []
+    order = [*request.init_containers, *request.containers]
+    inits = {c.name for c in request.init_containers if not c.restartable}
+    for container in order:
+        need = _container_need(container, options, tables)
+        regular_init = container.name in inits
+        only = pins.get(container.name)
+        free.cpus |= reusable.cpus
+        free.gpus |= reusable.gpus
+        free.nics |= reusable.nics
+        if pod_hint is None:
+            bound = _bound_numa(tables, need, reusable)
+            plan = _binding(
+                engine.plan(tables, need, options, floor=floor, closest=closest), need, *bound
+            )
+            working = free
+            if only is not None:
+                working = free.copy()
+                working.gpus &= set(only)
+            row = np.array([row_of(tables, plan.layout, working)], dtype=np.int64)
+            decided = decide_rows(plan, row, engine.gpu_memo)
+            if decided.score[0] < 0:
+                return shortfall(plan, decided, 0, row[0])
+            choice = _Choice(decided.mask(0), decided.memory_mask(0), int(decided.score[0]),
+                             decided.gpus[0], _merged_preferred(decided, row[0]))  # fmt: skip
+        else:
+            choice = pod_hint._replace(gpus=tuple(g for g in pod_hint.gpus if g in free.gpus))
+        memory = _memory_of(tables, free, need, choice, options)
+        if memory is None:
+            free.cpus -= reusable.cpus
+            free.gpus -= reusable.gpus
+            free.nics -= reusable.nics
+            return Shortfall(Kind.MEMORY, options.policy.value, _memory_wanted(need))
+        choice = choice._replace(memory_mask=memory or choice.memory_mask)
+        filled = _fill_reusing(engine, tables, free, need, options, choice, reusable, only)
+        free.cpus -= reusable.cpus
+        free.gpus -= reusable.gpus
+        free.nics -= reusable.nics
+        if isinstance(filled, Shortfall):
+            return filled
+        entries[container.name] = filled
+        if regular_init:
+            _keep_for_reuse(reusable, filled, need)
+            # Reused CPUs run the later containers; the init container holds none alone.
+            filled.exclusive = False
+        union |= choice.mask
+        memory_mask |= choice.memory_mask
+        scores.append(choice.score)
+    _drop_handed_on(entries, [c.name for c in order])
+    return _Plan(union, min(scores, default=100), entries)
+
+
+def _merged_preferred(decided: Decided, row: npt.NDArray[np.int64]) -> bool:
+    """Whether the winning mask of `row` (a node's only row) is preferred: `restricted`
+    and `single-numa-node` admit nothing else; under `best-effort` it is when every
+    provider lists it as a preferred hint (a memory provider without any hint states
+    no preference); `none` merges nothing."""
+    plan = decided.plan
+    policy = plan.options.policy
+    if policy is PolicyName.NONE:
+        return False
+    if policy is not PolicyName.BEST_EFFORT:
+        return True
+    index = int(decided.chosen[0])
+    for provider in plan.providers:
+        hints = provider.holds.copy()
+        for columns, asked in zip(provider.columns, provider.needs, strict=True):
+            picked = row[columns]
+            per_position = picked.sum(axis=1) if picked.ndim == 2 else picked
+            hints &= (plan.member @ per_position) >= asked
+        if provider.memory and not hints.any():
+            continue
+        if not (bool(hints[index]) and bool(provider.pref[index])):
+            return False
+    return True
+
+
+def _memory_of(
+    tables: Tables, free: FreeView, need: Need, choice: _Choice, options: TopologyOptions
+) -> int | None:
+    """The memory manager's NUMA nodes for one container (`memory_manager_mask`); 0 when
+    it asks no memory, None when the manager refuses."""
+    if not need.has_memory:
+        return 0
+    if len(tables.numa_ids) > FULL_SEARCH:
+        # Beyond the kubelet's machines the decision's own (bounded) memory choice.
+        return choice.memory_mask
+    every = make_mask(tables.numa_ids)
+    hint: int | None = choice.mask
+    if options.policy is PolicyName.NONE or (
+        options.policy is PolicyName.SINGLE_NUMA_NODE and choice.mask == every
+    ):
+        hint = None
+    allocatable: dict[str, dict[int, int]] = {"memory": dict(tables.memory_capacity)}
+    available: dict[str, dict[int, int]] = {"memory": dict(free.memory)}
+    for size, _ in need.hugepages:
+        allocatable[size] = {n: v for (n, s), v in tables.numa_hugepages.items() if s == size}
+        available[size] = {n: v for (n, s), v in free.hugepages.items() if s == size}
+    view = MemoryView(tables.numa_ids, allocatable, available, free.groups)
+    request = {"memory": need.memory_bytes, **dict(need.hugepages)}
+    return memory_manager_mask(view, request, hint, choice.preferred)
+
+
+def _memory_wanted(need: Need) -> tuple[Wanted, ...]:
+    out = [Wanted("memory", need.memory_bytes, in_bytes=True)] if need.memory_bytes else []
+    out += [Wanted(f"hugepages-{s}", a, in_bytes=True) for s, a in need.hugepages if a]
+    return tuple(out)
+
+
+def _bound_numa(
+    tables: Tables, need: Need, reusable: _Reusable
+) -> tuple[set[int], set[int], set[int]]:
+    """The NUMA nodes the container's CPU, device and NIC hints must hold: those of the
+    reusable ones it asks a kind of (a device on no NUMA node binds nothing)."""
+    cpus = (
+        {tables.cpu_numa[c] for c in reusable.cpus}
+        if need.cpu_mode is CpuMode.EXCLUSIVE and need.cpus
+        else set()
+    )
+    gpus = {
+        n
+        for g in reusable.gpus
+        if need.gpus
+        and need.gpu_resource in (None, tables.gpu_resource[g])
+        and (n := tables.gpu_numa[g]) is not None
+    }
+    nics = {
+        n
+        for x in reusable.nics
+        if need.nics
+        and need.nic_resource in (None, tables.nic_resource[x])
+        and (n := tables.nic_numa[x]) is not None
+    }
+    return cpus, gpus, nics
+
+
+def _binding(plan: Plan, need: Need, cpus: set[int], gpus: set[int], nics: set[int]) -> Plan:
+    """`plan` with the CPU, device and NIC providers listing only masks that hold the
+    NUMA nodes given for them (`generateCPUTopologyHints`, `generateDeviceTopologyHints`
+    with reusable CPUs and devices); their narrowest width is unchanged."""
+    if not (cpus or gpus or nics):
+        return plan
+    device = accelerator_word(need.gpu_resource)
+    providers = []
+    for provider in plan.providers:
+        name = provider.wanted[0].resource if provider.wanted and not provider.memory else ""
+        numa = (
+            cpus
+            if name == "CPUs"
+            else gpus
+            if name == device
+            else nics
+            if name == "NICs"
+            else set()
+        )
+        positions = [plan.position_of[n] for n in numa if n in plan.position_of]
+        bound = provider.holds & plan.member[:, positions].all(axis=1)
+        providers.append(replace(provider, holds=bound) if numa else provider)
+    return replace(plan, providers=tuple(providers))
+
+
+def _fill_reusing(  # noqa: PLR0917 (the fill's inputs, one container's)
+    engine: Engine,
+    tables: Tables,
+    free: FreeView,
+    need: Need,
+    options: TopologyOptions,
+    choice: _Choice,
+    reusable: _Reusable,
+    pinned: Sequence[int] | None,
+) -> _Entry | Shortfall:
+    """`_fill`, the reusable CPUs, devices and memory taken first, as the kubelet's
+    managers take them (`devicesToAllocate`, `allocateCPUs`, `getPodReusableMemory`)."""
+    numa_ids = set(bits(choice.mask))
+    reused_cpus: list[int] = []
+    if need.cpu_mode is CpuMode.EXCLUSIVE and need.cpus and not need.full_cores:
+        inside = {c for c in reusable.cpus if tables.cpu_numa[c] in numa_ids}
+        count = min(need.cpus, len(inside))
+        # Packed by core like any exclusive CPUs, from the reusable ones.
+        reused_cpus = take_cpus(tables, inside, numa_ids, count, full_cores=False) or []
+    reused_nics = sorted(
+        x for x in reusable.nics if need.nic_resource in (None, tables.nic_resource[x])
+    )[: need.nics]
+    gpus = list(pinned) if pinned else _gpus_reusing(engine, tables, free, need, options,
+                                                     choice, reusable)  # fmt: skip
+    _release_reused_memory(free, need, choice.memory_mask, reusable)
+    rest = replace(need, cpus=need.cpus - len(reused_cpus), nics=need.nics - len(reused_nics))
+    free.cpus.difference_update(reused_cpus)
+    free.nics.difference_update(reused_nics)
+    entry = _fill(engine, tables, free, rest, options=options, choice=choice,
+                  gpu_pool=list(gpus), pinned=gpus or None)  # fmt: skip
+    if isinstance(entry, Shortfall):
+        return entry
+    if reused_cpus:
+        entry.cpus = sorted([*reused_cpus, *entry.cpus])
+    entry.nics = sorted([*reused_nics, *entry.nics])
+    reusable.cpus.difference_update(entry.cpus)
+    reusable.gpus.difference_update(entry.gpus)
+    reusable.nics.difference_update(entry.nics)
+    return entry
+
+
+def _gpus_reusing(  # noqa: PLR0917 (the fill's inputs, one container's)
+    engine: Engine,
+    tables: Tables,
+    free: FreeView,
+    need: Need,
+    options: TopologyOptions,
+    choice: _Choice,
+    reusable: _Reusable,
+) -> list[int]:
+    """The reusable GPUs first, then the best of the decision's (the pod's set under
+    scope `pod`), then of the aligned free ones, then any."""
+    if not need.gpus:
+        return []
+    matching = sorted(
+        g for g in reusable.gpus if need.gpu_resource in (None, tables.gpu_resource[g])
+    )
+    picked = matching[: need.gpus]
+    missing = need.gpus - len(picked)
+    if not missing:
+        return picked
+    decided = frozenset(g for g in choice.gpus if g in free.gpus and g not in reusable.gpus)
+    if len(decided) >= missing:
+        chosen = choose_gpus(
+            tables, decided, missing, options.gpu_links, engine.gpu_memo
+        ) or choose_gpus(tables, decided, missing, GpuLinksMode.IGNORE)
+        if chosen is not None:
+            return picked + list(chosen)
+    numa_ids = set(bits(choice.mask))
+    others = [
+        g for g in free.gpus - reusable.gpus if need.gpu_resource in (None, tables.gpu_resource[g])
+    ]
+    aligned = frozenset(g for g in others if tables.gpu_numa[g] in numa_ids)
+    if len(aligned) >= missing:
+        chosen = choose_gpus(tables, aligned, missing, options.gpu_links, engine.gpu_memo)
+        if chosen is None:
+            chosen = choose_gpus(tables, aligned, missing, GpuLinksMode.IGNORE)
+        return picked + list(chosen or ())
+    unaligned = sorted(g for g in others if g not in aligned)
+    return picked + sorted(aligned) + unaligned[: missing - len(aligned)]
+
+
+def _release_reused_memory(
+    free: FreeView, need: Need, memory_mask: int, reusable: _Reusable
+) -> None:
+    """Give back to `free` the init containers' memory this container reuses: what they
+    booked on exactly its NUMA nodes, up to its request; their entries shrink by as much
+    (the kubelet's `updateInitContainersMemoryBlocks`), so the pod books it once."""
+    kinds = [("memory", need.memory_bytes), *need.hugepages]
+    for kind, amount in kinds:
+        key = (memory_mask, kind)
+        reuse = min(reusable.memory.get(key, 0), amount)
+        if reuse <= 0:
+            continue
+        reusable.memory[key] -= reuse
+        left = reuse
+        for holder in reusable.holders.get(key, []):
+            booked = holder.memory if kind == "memory" else {
+                n: sizes.get(kind, 0) for n, sizes in holder.hugepages.items()}  # fmt: skip
+            # Booked in NUMA id order, so given back from the highest id.
+            for numa in sorted(booked, reverse=True):
+                back = min(left, booked[numa])
+                if not back:
+                    continue
+                left -= back
+                if kind == "memory":
+                    holder.memory[numa] -= back
+                    free.memory[numa] = free.memory.get(numa, 0) + back
+                else:
+                    holder.hugepages[numa][kind] -= back
+                    free.hugepages[(numa, kind)] = free.hugepages.get((numa, kind), 0) + back
+            if not left:
+                break
+
+
+def _keep_for_reuse(reusable: _Reusable, entry: _Entry, need: Need) -> None:
+    """A regular init container's CPUs, devices and memory become reusable; memory per
+    (mask, kind) is the largest any init container booked there."""
+    if need.cpu_mode is CpuMode.EXCLUSIVE:
+        reusable.cpus.update(entry.cpus)
+    reusable.gpus.update(entry.gpus)
+    reusable.nics.update(entry.nics)
+    for kind, amount in [("memory", need.memory_bytes), *need.hugepages]:
+        if amount:
+            key = (entry.mask, kind)
+            reusable.memory[key] = max(reusable.memory.get(key, 0), amount)
+            reusable.holders.setdefault(key, []).append(entry)
+
+
+def _drop_handed_on(entries: dict[str, _Entry], order: Sequence[str]) -> None:
+    """Devices an init container handed on appear on the later container only, so the
+    pod's assignment books each once."""
+    later_gpus: set[int] = set()
+    later_nics: set[str] = set()
+    for name in reversed(order):
+        entry = entries[name]
+        kept = [i for i, g in enumerate(entry.gpus) if g not in later_gpus]
+        later_gpus.update(entry.gpus)
+        entry.gpus = [entry.gpus[i] for i in kept]
+        entry.gpu_names = [entry.gpu_names[i] for i in kept]
+        mine = [x for x in entry.nics if x not in later_nics]
+        later_nics.update(entry.nics)
+        entry.nics = mine
+        entry.memory = {n: v for n, v in entry.memory.items() if v}
+        entry.hugepages = {
+            n: {s: v for s, v in sizes.items() if v}
+            for n, sizes in entry.hugepages.items()
+            if any(sizes.values())
+        }
 
 
 def _container_need(c: ContainerRequest, options: TopologyOptions, tables: Tables) -> Need:

@@ -7,9 +7,11 @@ placement (its memory group), so the kernel may spill there under pressure.
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
+from itertools import combinations
+from typing import NamedTuple
 
-__all__ = ["book_bytes"]
+__all__ = ["MemoryView", "book_bytes", "memory_manager_mask"]
 
 
 def book_bytes(free: dict[int, int], numa_ids: Iterable[int], amount: int) -> dict[int, int] | None:
@@ -33,3 +35,100 @@ def book_bytes(free: dict[int, int], numa_ids: Iterable[int], amount: int) -> di
         if not remaining:
             break
     return booked
+
+
+class MemoryView(NamedTuple):
+    """What the static memory manager reads for one container: per kind ("memory" or a
+    huge page size), the allocatable and free bytes per NUMA id, and the memory groups
+    (NUMA id -> group mask, bit n = NUMA id n; -1 where two groups meet)."""
+
+    numa_ids: tuple[int, ...]
+    allocatable: Mapping[str, Mapping[int, int]]
+    free: Mapping[str, Mapping[int, int]]
+    groups: Mapping[int, int]
+
+
+def memory_manager_mask(
+    view: MemoryView, request: Mapping[str, int], tm_mask: int | None, tm_preferred: bool
+) -> int | None:
+    """The NUMA nodes (a mask, bit n = NUMA id n) the kubelet's static memory manager
+    gives a container, or None where its `Allocate` fails
+    (`memorymanager/policy_static.go`):
+
+    * a nil Topology Manager hint (policy `none`; `single-numa-node` when the winner is
+      every node) is replaced by the manager's own best hint (`getDefaultHint`): an
+      error when it has none, or when the Topology Manager's hint was preferred and
+      that one is not;
+    * a hint whose free memory does not hold the request (`isAffinitySatisfyRequest`,
+      which knows nothing of reusable init container memory) is extended to the best
+      own hint containing it (`extendTopologyManagerHint`), with the same errors;
+    * a multi-node result sharing a node with memory of another group, or with
+      single-node memory, is refused (`isAffinityViolatingNUMAAllocations`).
+
+    "Best" is `findBestHint`: preferred first, then the narrowest (fewer nodes, then
+    the lower mask)."""
+    kinds = {k: v for k, v in request.items() if v > 0}
+    if not kinds:
+        return tm_mask
+    own = _own_hints(view, kinds)
+    mask, preferred = tm_mask, tm_preferred
+    if mask is None:
+        if not own:
+            return None
+        best, best_preferred = _best(own)
+        if preferred and not best_preferred:
+            return None
+        mask, preferred = best, best_preferred
+    if not _holds(view.free, kinds, mask):
+        containing = [(m, p) for m, p in own if m & mask == mask]
+        if not containing:
+            return None
+        extended, extended_preferred = _best(containing)
+        if preferred and not extended_preferred:
+            return None
+        mask = extended
+    if mask.bit_count() > 1 and not _may_join(view.groups, mask, single=False):
+        return None
+    return mask
+
+
+def _own_hints(view: MemoryView, kinds: Mapping[str, int]) -> list[tuple[int, bool]]:
+    """`calculateHints`: (mask, preferred) for every mask whose nodes may serve the
+    request together and whose free bytes hold it; preferred when as narrow as the
+    narrowest mask whose allocatable bytes hold it."""
+    ids = view.numa_ids
+    found: list[int] = []
+    narrowest = len(ids)
+    for width in range(1, len(ids) + 1):
+        for combo in combinations(ids, width):
+            mask = sum(1 << n for n in combo)
+            if not _holds(view.allocatable, kinds, mask):
+                continue
+            narrowest = min(narrowest, width)
+            if not _may_join(view.groups, mask, single=width == 1):
+                continue
+            if _holds(view.free, kinds, mask):
+                found.append(mask)
+    return [(m, m.bit_count() == narrowest) for m in found]
+
+
+def _holds(table: Mapping[str, Mapping[int, int]], kinds: Mapping[str, int], mask: int) -> bool:
+    return all(
+        sum(amount for n, amount in table.get(kind, {}).items() if mask >> n & 1) >= need
+        for kind, need in kinds.items()
+    )
+
+
+def _may_join(groups: Mapping[int, int], mask: int, *, single: bool) -> bool:
+    """A single node must not be part of a multi-node group; a multi-node mask may hold
+    only nodes without memory or nodes of exactly that group."""
+    nodes = [n for n in range(mask.bit_length()) if mask >> n & 1]
+    if single:
+        group = groups.get(nodes[0], 0)
+        return group == 0 or (group > 0 and group.bit_count() == 1)
+    return all(groups.get(n, 0) in (0, mask) for n in nodes)
+
+
+def _best(hints: list[tuple[int, bool]]) -> tuple[int, bool]:
+    """`findBestHint`: a preferred hint beats the others, then the narrowest."""
+    return min(hints, key=lambda h: (not h[1], h[0].bit_count(), h[0]))

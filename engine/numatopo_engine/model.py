@@ -122,7 +122,13 @@ class Cpu(WireModel):
     id: NonNegInt
     core: NonNegInt = Field(description="Lowest logical CPU id of the physical core.")
     socket: NonNegInt
-    numa: NonNegInt
+    numa: NonNegInt | None = Field(
+        default=None,
+        description=(
+            "NUMA node whose cpulist names the CPU; absent when none does (its node is "
+            "offline or absent): such a CPU is in no numaNodes[].cpus and never handed out."
+        ),
+    )
     online: bool = True
 
 
@@ -269,7 +275,7 @@ class NumatopologySpec(WireModel):
             )
         known_numa = set(numa_ids)
         for cpu in self.cpus:
-            if known_numa and cpu.numa not in known_numa:
+            if known_numa and cpu.numa is not None and cpu.numa not in known_numa:
                 raise ValueError(f"CPU {cpu.id} is on NUMA node {cpu.numa}, which is not listed")
         pairs = [(x.a, x.b) for x in self.gpu_links] + [(x.a, x.b) for x in self.gpu_paths]
         for a, b in pairs:

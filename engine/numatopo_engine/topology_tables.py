@@ -150,7 +150,7 @@ def build_tables(spec: NumatopologySpec, key: str | None = None) -> Tables:
     cpu_core: dict[int, int] = {}
     cpu_socket: dict[int, int] = {}
     for cpu in spec.cpus:
-        if cpu.online:
+        if cpu.online and cpu.numa is not None:
             cpu_numa[cpu.id], cpu_core[cpu.id], cpu_socket[cpu.id] = cpu.numa, cpu.core, cpu.socket
     # A NUMA node's cpulist is authoritative for what is online; rows in spec.cpus add
     # core/socket detail. CPUs without a row are their own core on socket = NUMA id.

@@ -211,6 +211,8 @@ def _columns(spec: NumatopologySpec) -> list[_Column]:
     nodes = {node.id: node for node in spec.numa_nodes}
     socket_of: dict[int, int] = {}
     for cpu in spec.cpus:
+        if cpu.numa is None:
+            continue
         socket_of[cpu.numa] = min(cpu.socket, socket_of.get(cpu.numa, cpu.socket))
     gpus = sorted(spec.gpus, key=lambda gpu: gpu.index)
     columns = [

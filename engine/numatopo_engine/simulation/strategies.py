@@ -410,7 +410,7 @@ class Numatopo(Strategy):
 
     def _from_assignment(self, index: int, node: SimNode, assignment: Assignment) -> Placement:
         spec = node.spec
-        cpu_numa = {c.id: c.numa for c in spec.cpus}
+        cpu_numa = {c.id: c.numa for c in spec.cpus if c.numa is not None}
         gpus: list[int] = []
         exclusive: dict[int, int] = {}
         cpu_numas: set[int] = set()

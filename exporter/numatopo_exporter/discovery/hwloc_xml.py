@@ -166,7 +166,9 @@ def _build(root: ET.Element, objects: list[_Obj]) -> NumatopologySpec:
     for node in numa_objs:
         for cpu in sorted(_bitmap(node.attrib.get("cpuset"))):
             owner.setdefault(cpu, node.int_attr("os_index"))
-    cpus = [_cpu(pu, owner) for pu in pus]
+    # A PU under no NUMA node (its node offline) stays NUMA-less, as in the sysfs reader;
+    # only a 1.x export of a non-NUMA machine puts every PU on the implicit node 0.
+    cpus = [_cpu(pu, owner, None if numa_objs else 0) for pu in pus]
     cpu_ids = {c.id for c in cpus}
     distances = _numa_distances(root, objects, numa_objs)
     numa_nodes = [
@@ -222,14 +224,14 @@ def _build(root: ET.Element, objects: list[_Obj]) -> NumatopologySpec:
     )
 
 
-def _cpu(pu: _Obj, owner: dict[int, int]) -> Cpu:
+def _cpu(pu: _Obj, owner: dict[int, int], unowned: int | None) -> Cpu:
     cpu_id = pu.int_attr("os_index")
     ancestors = pu.ancestors()
     core = next((a for a in ancestors if a.type == "Core"), None)
     core_id = min(_bitmap(core.attrib.get("cpuset"))) if core is not None else cpu_id
     package = next((a for a in ancestors if a.type in ("Package", "Socket")), None)
     socket = package.int_attr("os_index") if package is not None else 0
-    return Cpu(id=cpu_id, core=core_id, socket=socket, numa=owner.get(cpu_id, 0))
+    return Cpu(id=cpu_id, core=core_id, socket=socket, numa=owner.get(cpu_id, unowned))
 
 
 def _page_size_name(size: int) -> str:

@@ -22,6 +22,11 @@ Rules
 * `NumaNode.cpus` holds online CPUs only. An offline CPU is still listed in `cpus` with
   `online: false`; its NUMA node comes from the `nodeN/cpuM` link, its socket is that
   of the node's online CPUs when they share one (else 0), and it is its own core.
+* A CPU is on the NUMA node whose `cpulist` (or `cpuM` link) names it, never on a
+  guessed one. The CPUs of an offline or absent node are in no node's list: they are
+  published in `cpus` without `numa`, in no `NumaNode.cpus` (so never handed out, as
+  the kubelet, whose topology leaves them out, never does), and named in `ignored`
+  (the exporter's `Degraded` condition). lstopo attaches them to no NUMA node either.
 * `Cpu.core` is the lowest CPU id among the thread siblings, unique node-wide. A CPU's
   siblings get their core and socket from the first sibling read, so each core's files
   are read once. `physical_package_id` -1 (POWER, some ARM) numbers sockets by the
@@ -257,7 +262,7 @@ def _read_cpus(
         )
     rows: list[Cpu] = []
     for cpu in cpu_ids:
-        numa = numa_of[cpu]
+        numa = numa_of.get(cpu)
         if cpu in online:
             rows.append(Cpu(id=cpu, core=core_of[cpu], socket=socket_of[cpu], numa=numa))
         else:
@@ -290,8 +295,12 @@ def _siblings(topology: str, name: str) -> set[int]:
     return set() if found is None else set(found.ids)
 
 
-def _socket_of_node(numa: int, numa_of: Mapping[int, int], socket_of: Mapping[int, int]) -> int:
+def _socket_of_node(
+    numa: int | None, numa_of: Mapping[int, int], socket_of: Mapping[int, int]
+) -> int:
     """The socket an offline CPU most likely sits in: the one socket of its NUMA node."""
+    if numa is None:
+        return 0
     sockets = {socket for cpu, socket in socket_of.items() if numa_of.get(cpu) == numa}
     return sockets.pop() if len(sockets) == 1 else 0
 
@@ -364,12 +373,12 @@ def _read_numa_nodes(
     nodes = _unless_overlapping(nodes, ignored)
     orphans = known.difference(*(node.cpus for node in nodes))
     if orphans:
-        # A CPU must sit on some node for the spec to be usable; the kernel always
-        # lists every CPU, so this is a damaged tree and the first CPU node a guess.
-        home = next((node for node in nodes if node.cpus), nodes[0])
-        home.cpus |= orphans
+        # The CPUs of an offline or absent node: lstopo attaches them to no node, and
+        # the kubelet (cadvisor) leaves them out of its topology. Guessing a node would
+        # hand them out as local to memory and devices they are not local to.
         ignored.append(
-            f"CPUs {CPUSet(orphans)} are in no NUMA node's cpulist; placing them on node {home.id}"
+            f"CPUs {CPUSet(orphans)} are in no NUMA node's cpulist (node offline or "
+            "absent); published without a NUMA node, never handed out"
         )
     return nodes
 

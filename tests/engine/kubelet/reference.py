@@ -541,3 +541,264 @@ def decide(node: Node, pod: Pod) -> tuple[bool, int | None]:
         if chosen is None:
             return False, mask
     return True, mask
+
+
+# --- a pod of several containers, init containers included ---------------------------
+#
+# pkg/kubelet/cm/topologymanager/scope_container.go admits the containers one at a time,
+# init containers first, in spec order, each merged and allocated before the next;
+# scope_pod.go merges the pod's totals once and allocates every container with that hint.
+# What a regular (non-restartable) init container got is reusable by later containers:
+# devicemanager/manager.go `devicesToReuse` (allocated first, `devicesToAllocate`),
+# cpumanager/policy_static.go `cpusToReuse`, memorymanager/policy_static.go
+# `initContainersReusableMemory` (only on the very same NUMA nodes). The CPU and device
+# hints for a container with reusable ones list only masks holding the NUMA node of every
+# reusable one, counting them as free there (`generateCPUTopologyHints`,
+# `generateDeviceTopologyHints`); the memory manager's hints ignore reuse.
+
+
+@dataclass(frozen=True)
+class Container:
+    name: str
+    cpus: int = 0
+    memory: int = 0
+    gpus: int = 0
+    init: bool = False
+    restartable: bool = False  # an init container with restartPolicy Always (sidecar)
+
+
+def cpu_hints_reusing(
+    cpus_per_numa: Mapping[int, int],
+    available_per_numa: Mapping[int, int],
+    reusable_per_numa: Mapping[int, int],
+    request: int,
+    numa_ids: Sequence[int],
+) -> list[Hint] | None:
+    """`generateCPUTopologyHints` with reusable CPUs: a mask missing the NUMA node of a
+    reusable CPU is no hint; reusable CPUs count as free in the masks that hold them."""
+    if request <= 0:
+        return None
+    min_affinity = len(numa_ids)
+    found: list[int] = []
+    bound = [n for n, count in reusable_per_numa.items() if count]
+    for mask in iterate_masks(numa_ids):
+        nodes = bits_of(mask)
+        if sum(cpus_per_numa.get(n, 0) for n in nodes) >= request:
+            min_affinity = min(min_affinity, mask.bit_count())
+        if any(not mask >> n & 1 for n in bound):
+            continue
+        matching = sum(reusable_per_numa.values()) + sum(
+            available_per_numa.get(n, 0) for n in nodes
+        )
+        if matching >= request:
+            found.append(mask)
+    return [Hint(m, m.bit_count() == min_affinity) for m in found]
+
+
+def device_hints_reusing(
+    devices: Sequence[int | None],
+    available: Sequence[bool],
+    reusable: Sequence[bool],
+    request: int,
+    numa_ids: Sequence[int],
+) -> list[Hint] | None:
+    """`GetTopologyHints` + `generateDeviceTopologyHints` with reusable devices."""
+    if request <= 0:
+        return None
+    if all(n is None for n in devices):
+        return None
+    if sum(1 for a, r in zip(available, reusable, strict=True) if a or r) < request:
+        return []
+    min_affinity = len(numa_ids)
+    found: list[int] = []
+    for mask in iterate_masks(numa_ids):
+        in_mask = [n is not None and mask >> n & 1 == 1 for n in devices]
+        if sum(in_mask) >= request:
+            min_affinity = min(min_affinity, mask.bit_count())
+        matching = 0
+        bound_ok = True
+        for n, inside, reuse in zip(devices, in_mask, reusable, strict=True):
+            if reuse and n is not None:
+                if not inside:
+                    bound_ok = False
+                    break
+                matching += 1
+        if not bound_ok:
+            continue
+        matching += sum(1 for inside, a in zip(in_mask, available, strict=True) if inside and a)
+        if matching >= request:
+            found.append(mask)
+    return [Hint(m, m.bit_count() == min_affinity) for m in found]
+
+
+@dataclass
+class _PodRun:
+    """The managers' state while one pod is admitted."""
+
+    node: Node
+    available_cpus: dict[int, int]
+    reusable_cpus: dict[int, int]
+    gpu_free: list[bool]
+    gpu_reusable: list[bool]
+    free: dict[int, int]
+    groups: dict[int, tuple[int, ...]]
+    assignments: dict[int, int]
+    reusable_memory: dict[int, int]  # memory mask -> bytes
+
+    @classmethod
+    def start(cls, node: Node) -> _PodRun:
+        return cls(
+            node=node,
+            available_cpus=dict(node.available_cpus_per_numa),
+            reusable_cpus=dict.fromkeys(node.numa_ids, 0),
+            gpu_free=list(node.gpu_available),
+            gpu_reusable=[False] * len(node.gpus),
+            free=dict(node.free.get("memory", {})),
+            groups=dict(node.groups),
+            assignments=dict(node.assignments),
+            reusable_memory={},
+        )
+
+    def providers(self, cpus: int, gpus: int, memory: int) -> list[list[Hint] | None]:
+        node = self.node
+        out: list[list[Hint] | None] = [
+            cpu_hints_reusing(
+                node.cpus_per_numa, self.available_cpus, self.reusable_cpus, cpus, node.numa_ids
+            ),
+            device_hints_reusing(node.gpus, self.gpu_free, self.gpu_reusable, gpus, node.numa_ids),
+        ]
+        if memory > 0:
+            hints = memory_hints(
+                node.allocatable, {"memory": self.free}, self.groups, self.assignments,
+                {"memory": memory}, node.numa_ids,
+            )  # fmt: skip
+            out.append(list(hints) if hints else None)
+        return out
+
+    def allocate(self, container: Container, mask: int | None, preferred: bool) -> int | None:
+        """The managers' `Allocate` for one container; its memory mask (0 without
+        memory), or None when one of them fails."""
+        regular_init = container.init and not container.restartable
+        if not self._take_cpus(container.cpus, mask, regular_init):
+            return None
+        if not self._take_gpus(container.gpus, mask, regular_init):
+            return None
+        if container.memory <= 0:
+            return 0
+        node = self.node
+        chosen = memory_affinity(
+            mask, preferred, node.allocatable, {"memory": self.free}, self.groups,
+            self.assignments, {"memory": container.memory}, node.numa_ids,
+        )  # fmt: skip
+        if chosen is None:
+            return None
+        reused = min(self.reusable_memory.get(chosen, 0), container.memory)
+        left = container.memory - reused
+        for n in bits_of(chosen):  # updateMachineState: NUMA id order
+            take = min(left, self.free[n])
+            self.free[n] -= take
+            left -= take
+        group = tuple(bits_of(chosen))
+        for n in group:
+            self.assignments[n] = self.assignments.get(n, 0) + 1
+            self.groups[n] = group
+        if regular_init:
+            self.reusable_memory[chosen] = max(
+                self.reusable_memory.get(chosen, 0), container.memory
+            )
+        elif chosen in self.reusable_memory:
+            self.reusable_memory[chosen] = max(0, self.reusable_memory[chosen] - container.memory)
+        return chosen
+
+    def _take_cpus(self, count: int, mask: int | None, regular_init: bool) -> bool:
+        """Reusable CPUs first (numatopo's order; the kubelet's takeByTopology may pick
+        others among the same aligned CPUs), then aligned ones, then any, lowest NUMA first."""
+        if count <= 0:
+            return True
+        if sum(self.available_cpus.values()) + sum(self.reusable_cpus.values()) < count:
+            return False
+        taken: dict[int, int] = {}
+        left = count
+        inside = [n for n in self.node.numa_ids if mask is None or mask >> n & 1]
+        outside = [n for n in self.node.numa_ids if n not in inside]
+        for pool in (self.reusable_cpus, self.available_cpus):
+            for n in inside + outside if pool is self.reusable_cpus else inside:
+                take = min(left, pool[n])
+                pool[n] -= take
+                taken[n] = taken.get(n, 0) + take
+                left -= take
+        for n in outside:
+            take = min(left, self.available_cpus[n])
+            self.available_cpus[n] -= take
+            taken[n] = taken.get(n, 0) + take
+            left -= take
+        if regular_init:
+            for n, k in taken.items():
+                self.reusable_cpus[n] += k
+        return left == 0
+
+    def _take_gpus(self, count: int, mask: int | None, regular_init: bool) -> bool:
+        """`devicesToAllocate`: reusable first, then aligned, unaligned, no affinity."""
+        if count <= 0:
+            return True
+        gpus = self.node.gpus
+        order = [i for i, r in enumerate(self.gpu_reusable) if r]
+        free = [i for i, f in enumerate(self.gpu_free) if f]
+        aligned = [i for i in free if gpus[i] is not None and (mask is None or mask >> gpus[i] & 1)]
+        unaligned = [i for i in free if gpus[i] is not None and i not in aligned]
+        order += aligned + unaligned + [i for i in free if gpus[i] is None]
+        if len(order) < count:
+            return False
+        for i in order[:count]:
+            self.gpu_free[i] = False
+            self.gpu_reusable[i] = regular_init
+        return True
+
+
+def pod_request(containers: Sequence[Container]) -> tuple[int, int, int]:
+    """The pod's (CPUs, memory, GPUs) as scope pod asks them: per resource, the larger of
+    the largest init container (with the sidecars started before it) and the app
+    containers with every sidecar."""
+    totals = []
+    for kind in ("cpus", "memory", "gpus"):
+        sidecars = 0
+        largest_init = 0
+        for c in containers:
+            if not c.init:
+                continue
+            if c.restartable:
+                sidecars += getattr(c, kind)
+            else:
+                largest_init = max(largest_init, sidecars + getattr(c, kind))
+        apps = sidecars + sum(getattr(c, kind) for c in containers if not c.init)
+        totals.append(max(largest_init, apps))
+    return totals[0], totals[1], totals[2]
+
+
+def decide_pod(
+    node: Node, containers: Sequence[Container], policy: str, scope: str
+) -> tuple[bool, dict[str, int | None]]:
+    """Admission of a pod (init containers first in `containers`, in spec order) and the
+    Topology Manager's mask per container."""
+    run = _PodRun.start(node)
+    ordered = [c for c in containers if c.init] + [c for c in containers if not c.init]
+    masks: dict[str, int | None] = {}
+    if scope == "pod":
+        cpus, memory, gpus = pod_request(ordered)
+        mask, preferred, admit = merge(
+            run.providers(cpus, gpus, memory), list(node.numa_ids), policy, node.distances
+        )
+        if not admit:
+            return False, masks
+    for container in ordered:
+        if scope == "container":
+            mask, preferred, admit = merge(
+                run.providers(container.cpus, container.gpus, container.memory),
+                list(node.numa_ids), policy, node.distances,
+            )  # fmt: skip
+            if not admit:
+                return False, masks
+        masks[container.name] = mask
+        if run.allocate(container, mask, preferred) is None:
+            return False, masks
+    return True, masks

@@ -244,10 +244,10 @@ def gpu_numa(spec: NumatopologySpec) -> list[tuple[str, int | None]]:
         ),
         pytest.param(
             (GPU_TREE, forget_cpus_4_to_7),
-            lambda s: (str(s.numa_node(0).cpus), {c.numa for c in s.cpus}),
-            ("0-7", {0}),
+            lambda s: (str(s.numa_node(0).cpus), {c.id: c.numa for c in s.cpus}),
+            ("0-3", {0: 0, 1: 0, 2: 0, 3: 0, 4: None, 5: None, 6: None, 7: None}),
             "CPUs 4-7 are in no NUMA node's cpulist",
-            id="cpus-in-no-node-go-to-the-first-cpu-node",
+            id="cpus-in-no-node-stay-numa-less",
         ),
         pytest.param(
             (GPU_TREE, remove(f"{NODE0}/distance")),

@@ -1,0 +1,156 @@
+"""Pods with init containers and sidecars, numatopo's decision against the kubelet's.
+
+`reference.decide_pod` runs the kubelet's admission of a whole pod: under scope
+`container` each container alone, init containers first, with the CPUs, devices and
+memory a regular init container got reusable by the containers after it (and binding
+their hints to its NUMA nodes); under scope `pod` one merge of the pod's totals. The
+nodes are those of `test_decisions_differential`, loaded by earlier pods placed with the
+engine; admission must agree under every policy and scope, and so must the NUMA nodes
+of an admitted aligned placement.
+"""
+
+from __future__ import annotations
+
+from helpers import GiB, app, busy, pod, small_node
+from hypothesis import given, settings
+from hypothesis import strategies as st
+from reference import POLICIES, Container, bits_of, decide_pod
+from test_decisions_differential import kubelet_view, requests, specs
+
+from numatopo_engine import NodeState, allocate
+from numatopo_engine.annotations import PolicyName, Scope
+from numatopo_engine.errors import UnsatisfiableError
+from numatopo_engine.model import NumatopologySpec
+from numatopo_engine.request import ContainerRequest
+
+SCOPES = ("container", "pod")
+
+
+def engine_request(containers: list[Container], policy: str, scope: str, name: str = "last"):
+    def request(c: Container) -> ContainerRequest:
+        return ContainerRequest(
+            name=c.name, cpu_milli=c.cpus * 1000, memory_bytes=c.memory, gpus=c.gpus,
+            restartable=c.restartable,
+        )  # fmt: skip
+
+    return pod(
+        *(request(c) for c in containers if not c.init),
+        init=tuple(request(c) for c in containers if c.init),
+        policy=PolicyName(policy),
+        scope=Scope(scope),
+        name=name,
+    )
+
+
+@st.composite
+def containers(draw: st.DrawFn, max_cpus: int, max_memory: int) -> list[Container]:
+    out: list[Container] = []
+
+    def one(name: str, *, init: bool, restartable: bool = False) -> Container:
+        return Container(
+            name=name,
+            cpus=draw(st.integers(1, max(1, max_cpus // 2))),
+            memory=draw(st.integers(1, max(1, max_memory // GiB // 2))) * GiB // 2,
+            gpus=draw(st.integers(0, 2)),
+            init=init,
+            restartable=restartable,
+        )
+
+    for i in range(draw(st.integers(1, 2))):
+        out.append(one(f"init{i}", init=True, restartable=draw(st.integers(0, 3)) == 0))
+    for i in range(draw(st.integers(1, 2))):
+        out.append(one(f"app{i}", init=False))
+    return out
+
+
+@st.composite
+def scenarios(draw: st.DrawFn):
+    spec = draw(specs())
+    state = NodeState(spec)
+    total_cpus = len(spec.cpus)
+    total_memory = sum(n.memory_bytes for n in spec.numa_nodes)
+    for i in range(draw(st.integers(0, 3))):
+        cpus, memory, gpus, policy = draw(requests(total_cpus, total_memory))
+        request = pod(app(cpus, gpus, memory=memory), policy=PolicyName(policy), name=f"p{i}")
+        try:
+            decision = allocate(spec, state, request, "n")
+        except UnsatisfiableError:
+            continue
+        state.apply(f"ns/p{i}", decision.assignment)
+    pod_containers = draw(containers(total_cpus, total_memory))
+    return (
+        spec,
+        state,
+        pod_containers,
+        draw(st.sampled_from(POLICIES)),
+        draw(st.sampled_from(SCOPES)),
+    )
+
+
+def check(spec: NumatopologySpec, state: NodeState, pod_containers, policy, scope) -> None:
+    node = kubelet_view(spec, state)
+    admit, masks = decide_pod(node, pod_containers, policy, scope)
+    try:
+        decision = allocate(spec, state, engine_request(pod_containers, policy, scope), "n")
+    except UnsatisfiableError as refused:
+        engine_admit, why = False, str(refused)
+    else:
+        engine_admit, why = True, ""
+        state.copy().apply("ns/last", decision.assignment)  # a booking the state accepts
+    assert engine_admit == admit, (node, pod_containers, masks, why)
+    if admit and policy in ("restricted", "single-numa-node"):
+        wanted = set()
+        for mask in masks.values():
+            wanted |= set(bits_of(mask)) if mask is not None else set()
+        if wanted and all(m is not None for m in masks.values()):
+            assert set(decision.assignment.numa_nodes) == wanted, (node, pod_containers, masks)
+
+
+@settings(max_examples=300, deadline=None)
+@given(scenarios())
+def test_pods_with_init_containers_match_the_kubelet(scenario) -> None:
+    check(*scenario)
+
+
+def test_an_init_container_binds_the_app_container_to_its_numa_node() -> None:
+    """The issue's pod: init 1 GPU, app 2 GPUs, single-numa-node, scope container, on a
+    node whose NUMA 0-2 have one free GPU each and NUMA 3 two. The kubelet aligns the
+    init container alone (NUMA 0, GPU 0), the app container must reuse GPU 0 and no
+    single NUMA node then holds two GPUs: refused, by both."""
+    spec = small_node(numa=4, cores=4, threads=1, gpus_per_numa=2, links=[])
+    state = busy(spec, gpus=(1, 3, 5))
+    pod_containers = [Container("init", gpus=1, init=True), Container("app", gpus=2)]
+
+    admit, _ = decide_pod(
+        kubelet_view(spec, state), pod_containers, "single-numa-node", "container"
+    )
+    request = engine_request(pod_containers, "single-numa-node", "container")
+
+    assert not admit
+    try:
+        allocate(spec, state, request, "n")
+    except UnsatisfiableError:
+        pass
+    else:
+        raise AssertionError("numatopo admitted a pod the kubelet refuses")
+
+
+def test_the_app_container_reuses_the_init_containers_gpu() -> None:
+    """Where NUMA 0 has two free GPUs the pod fits: the init container on GPU 0, the
+    app container on GPUs 0 and 1; the assignment books GPU 0 once (on the app)."""
+    spec = small_node(numa=4, cores=4, threads=1, gpus_per_numa=2, links=[])
+    state = busy(spec, gpus=(3, 5))
+    pod_containers = [Container("init", gpus=1, init=True), Container("app", gpus=2)]
+
+    admit, masks = decide_pod(
+        kubelet_view(spec, state), pod_containers, "single-numa-node", "container"
+    )
+    placed = allocate(
+        spec, state, engine_request(pod_containers, "single-numa-node", "container"), "n"
+    )
+
+    assert admit
+    assert masks == {"init": 1, "app": 1}
+    assert placed.assignment.containers["app"].gpu_indices == [0, 1]
+    assert placed.assignment.containers["init"].gpu_indices == []
+    assert placed.assignment.numa_nodes == [0]
