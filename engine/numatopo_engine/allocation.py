@@ -653,7 +653,7 @@ class _Reusable:
 
     cpus: set[int] = field(default_factory=set)
     gpus: set[int] = field(default_factory=set)
-    nics: set[str] = field(default_factory=set)
+    nics: set[int] = field(default_factory=set)  # positions (`topology_tables`)
     memory: dict[tuple[int, str], int] = field(default_factory=dict)
     # Which init entries hold the reusable memory of a (mask, kind), in order.
     holders: dict[tuple[int, str], list[_Entry]] = field(default_factory=dict)
@@ -991,13 +991,12 @@ def _drop_handed_on(entries: dict[str, _Entry], order: Sequence[str]) -> None:
     """Devices an init container handed on appear on the later container only, so the
     pod's assignment books each once."""
     later_gpus: set[int] = set()
-    later_nics: set[str] = set()
+    later_nics: set[int] = set()
     for name in reversed(order):
         entry = entries[name]
-        kept = [i for i, g in enumerate(entry.gpus) if g not in later_gpus]
+        kept = [g for g in entry.gpus if g not in later_gpus]
         later_gpus.update(entry.gpus)
-        entry.gpus = [entry.gpus[i] for i in kept]
-        entry.gpu_names = [entry.gpu_names[i] for i in kept]
+        entry.gpus = kept
         mine = [x for x in entry.nics if x not in later_nics]
         later_nics.update(entry.nics)
         entry.nics = mine
