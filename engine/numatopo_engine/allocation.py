@@ -303,10 +303,24 @@ def score_many(
         return _one_by_one(engine, topology, states, request)
     rows = np.frombuffer(joined, dtype=np.int64).reshape(count, width)
     decided = decide_rows(plan, rows, engine.gpu_memo, mix, hosts)
-    scores = decided.score
+    scores, ranks = decided.score, decided.rank
+    # Init containers are admitted one by one (`_one_container_at_a_time`): the pod's
+    # hint may hold the total yet leave a container no memory the memory manager
+    # accepts. The nodes the total fits are confirmed container by container.
+    confirmed: dict[int, Refusal] = {}
+    if request.init_containers:
+        scores, ranks = scores.copy(), ranks.copy()
+        for index in np.flatnonzero(scores >= 0).tolist():
+            found = _decide(engine, topology, states[index], request, build=False)
+            if isinstance(found, Shortfall):
+                confirmed[index] = Refusal.of(found)
+                scores[index], ranks[index] = REFUSED, -1.0
     by_summary: dict[str, list[int]] = {}
     summaries: dict[object, str] = {}
     for index in np.flatnonzero(scores < 0).tolist():
+        if index in confirmed:
+            by_summary.setdefault(confirmed[index].summary, []).append(index)
+            continue
         why = decided.kind[index]
         key: object = why
         if why is Kind.SHORT:
@@ -319,10 +333,12 @@ def score_many(
     summary_of = {index: text for text, ix in by_summary.items() for index in ix}
 
     def refusal(index: int) -> Refusal:
+        if index in confirmed:
+            return confirmed[index]
         return Refusal(summary_of[index], lambda: shortfall(plan, decided, index, rows[index]))
 
     refused = [(np.array(ix, dtype=np.intp), text) for text, ix in by_summary.items()]
-    return ShapeScores(scores, refused, refusal, decided.rank)
+    return ShapeScores(scores, refused, refusal, ranks)
 
 
 def _everywhere(refusal: Refusal, count: int) -> ShapeScores:

@@ -295,3 +295,23 @@ def test_one_gpu_pod_on_a_busy_dgx_scores_as_evaluate() -> None:
     actual = evaluate_many(spec, states, request)
 
     assert expected == actual
+
+
+def test_init_containers_are_confirmed_one_by_one_in_bulk_too() -> None:
+    """Found by the property above: the pod total (10Gi over three 4Gi NUMA nodes) fits,
+    but the init container's 1Gi takes NUMA 0 alone and the memory manager then has no
+    hint left for the 9Gi app container; bulk must refuse it as `evaluate` does."""
+    spec = small_node(numa=3, cores=1, threads=1, gpus_per_numa=0, links=[], memory=4 * GiB)
+    spec = spec.model_copy(
+        update={"policies": spec.policies.model_copy(update={"topology_manager_policy": "none"})}
+    )
+    probe = pod(
+        app(name="app0"),
+        app(memory=9 * GiB, name="app1"),
+        init=(app(memory=1 * GiB, name="init"),),
+        policy=PolicyName.NONE,
+    )
+    states = [NodeState(spec)]
+    expected = _one_by_one(spec, states, probe)
+    assert isinstance(expected[0], tuple)  # refused, node by node
+    assert expected == _in_bulk(spec, states, probe)
