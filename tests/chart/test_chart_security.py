@@ -29,8 +29,16 @@ SERVER, CLIENT, CA = (
 SCHEDULER_ON = {"scheduler": {"enabled": True}}
 
 
+SIGNING = "numatopo-signing"  # the assignment signing key: made whatever `tls.source` says
+
+
 def secrets(manifests: list[dict[str, Any]]) -> dict[str, dict[str, str]]:
-    return {m["metadata"]["name"]: m["data"] for m in manifests if m["kind"] == "Secret"}
+    """The extender's TLS Secrets the chart makes (name -> data)."""
+    return {
+        m["metadata"]["name"]: m["data"]
+        for m in manifests
+        if m["kind"] == "Secret" and m["metadata"]["name"] != SIGNING
+    }
 
 
 def cert(data: dict[str, str], key: str) -> Any:
@@ -174,7 +182,7 @@ def test_the_insecure_value_switches_tls_off_everywhere(render: Any, find: Any) 
 
 
 def _chart_seeing(tmp_path: Path, cluster: dict[str, dict[str, Any]]) -> Any:
-    """A copy of the chart whose one `lookup` (the `numatopo.existingSecret` helper)
+    """A copy of the chart whose one Secret `lookup` (the `numatopo.existingSecret` helper)
     answers from `cluster` (Secret name -> object) instead of an API server: offline
     Helm answers every lookup with nothing, so this is how an upgrade renders."""
     copy = tmp_path / "numatopo"
@@ -202,9 +210,13 @@ def test_an_upgrade_keeps_every_certificate(render: Any, tmp_path: Path) -> None
     installed = {m["metadata"]["name"]: m for m in render(SCHEDULER_ON) if m["kind"] == "Secret"}
 
     with _chart_seeing(tmp_path, installed) as chart:
-        upgraded = secrets(_upgrade(chart))
+        manifests = _upgrade(chart)
 
-    assert {name: s["data"] for name, s in installed.items()} == upgraded
+    # The assignment signing key is kept through the same lookup as the certificates.
+    assert {name: s["data"] for name, s in installed.items()} == {
+        m["metadata"]["name"]: m["data"] for m in manifests if m["kind"] == "Secret"
+    }
+    assert SIGNING in installed
 
 
 def test_a_deleted_client_secret_is_signed_again_by_the_kept_ca(

@@ -21,6 +21,8 @@ from pathlib import Path
 
 import pytest
 
+import signing_keys
+
 x509 = pytest.importorskip("cryptography.x509")
 from cryptography.hazmat.primitives import hashes, serialization  # noqa: E402
 from cryptography.hazmat.primitives.asymmetric import ec  # noqa: E402
@@ -318,7 +320,14 @@ def test_the_operator_process_refuses_to_start_without_tls(tmp_path: Path) -> No
     """`numatopo operator` with neither TLS files nor the insecure switch: exit 2 with the
     reason, before any port or API connection."""
     environ = {k: v for k, v in os.environ.items() if not k.startswith("NUMATOPO_")}
-    environ.update({"NUMATOPO_EXTENDER_PORT": "0", "NUMATOPO_METRICS_PORT": "0"})
+    environ.update(
+        {
+            "NUMATOPO_EXTENDER_PORT": "0",
+            "NUMATOPO_METRICS_PORT": "0",
+            # A signing key, so that the missing TLS is what stops it.
+            "NUMATOPO_SIGNING_KEY_FILE": signing_keys.KEY_FILE,
+        }
+    )
     done = subprocess.run(
         [sys.executable, "-m", "numatopo_cli.main", "operator"],
         env=environ,

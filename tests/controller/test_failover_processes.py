@@ -53,6 +53,7 @@ async def start(name: str, config: Path, log: BinaryIO) -> asyncio.subprocess.Pr
         f"--pod-namespace={NAMESPACE}",
         "--listen-host=127.0.0.1",
         "--extender-port=0",
+        "--extender-insecure-plain-http",  # the extender's TLS is tested apart
         "--metrics-port=0",
         env=env,
         stdout=log,

@@ -43,6 +43,7 @@ async def start(config: Path, log: BinaryIO, crash_after: int | None) -> asyncio
         "operator",
         "--listen-host=127.0.0.1",
         "--extender-port=0",
+        "--extender-insecure-plain-http",  # the extender's TLS is tested apart
         "--metrics-port=0",
         "--retry-base-seconds=0.2",
         "--retry-max-seconds=1",

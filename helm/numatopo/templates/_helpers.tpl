@@ -137,8 +137,8 @@ the Secret each pod mounts parts of (tls.crt, tls.key, ca.crt in both). */}}
 {{- end }}
 
 {{/* A Secret of the release namespace as the cluster holds it now, as JSON ("{}" when
-there is none, and always when rendering offline). Helm's only `lookup` of the chart:
-tests/chart/test_chart_tls.py replaces this definition to render an upgrade. */}}
+there is none, and always when rendering offline). The chart's one `lookup` of Secrets (certificates and the signing key):
+tests/chart/test_chart_security.py replaces this definition to render an upgrade. */}}
 {{- define "numatopo.existingSecret" -}}
 {{- $found := lookup "v1" "Secret" (index . 0).Release.Namespace (index . 1) }}
 {{- $found | default dict | toJson }}

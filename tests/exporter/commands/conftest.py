@@ -10,6 +10,7 @@ from pathlib import Path
 
 import pytest
 
+import signing_keys
 from numatopo_cli.main import main
 
 # The real sysfs trees' fixtures, shared with this folder's tests.
@@ -46,12 +47,16 @@ def closed_url() -> str:
 
 @pytest.fixture
 def places(tmp_path: Path, node_root: Path, cgroup_root: Path, closed_url: str) -> dict[str, str]:
-    """What `{tmp}`, `{tree}`, `{cgroups}` and `{closed}` in a test's arguments stand for."""
+    """What `{tmp}`, `{tree}`, `{cgroups}`, `{closed}` and `{keys}` (the operator's public
+    key, which the agent must trust) in a test's arguments stand for."""
+    keys = tmp_path / "trusted.pem"
+    keys.write_bytes(signing_keys.PUBLIC_PEM)
     return {
         "tmp": str(tmp_path),
         "tree": str(node_root),
         "cgroups": str(cgroup_root),
         "closed": closed_url,
+        "keys": str(keys),
     }
 
 

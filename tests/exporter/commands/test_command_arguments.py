@@ -135,12 +135,18 @@ def test_arguments_and_their_defaults(
             id="agent-bad-cgroup-root",
         ),
         pytest.param(
-            ["agent", "--node-name=n1", "--cgroup-root={cgroups}", "--api-url={closed}"],
+            [
+                "agent",
+                "--trusted-keys-file={keys}",
+                "--node-name=n1",
+                "--cgroup-root={cgroups}",
+                "--api-url={closed}",
+            ],
             "numatopo agent: cannot reach the API server at {closed}: ",
             id="agent-unreachable-api",
         ),
         pytest.param(
-            ["agent", "--node-name=n1", "--cgroup-root={cgroups}"],
+            ["agent", "--trusted-keys-file={keys}", "--node-name=n1", "--cgroup-root={cgroups}"],
             "numatopo agent: no Kubernetes credentials: pass --api-url",
             id="agent-without-credentials",
         ),
@@ -169,7 +175,7 @@ def test_bad_input_is_one_line_and_exit_2(
             id="exporter",
         ),
         pytest.param(
-            ["agent", "--cgroup-root={cgroups}"],
+            ["agent", "--trusted-keys-file={keys}", "--cgroup-root={cgroups}"],
             "numatopo agent: HTTP 404 NotFound: "
             "no node named 'ghost' (check --node-name or NODE_NAME)",
             id="agent",
