@@ -6,15 +6,19 @@ time-slicing it adds a replica suffix (`GPU-...::3`). An assignment names its GP
 UUID (or PCI bus id) and by numatopo index, so either strategy maps back. One rule,
 used by the steering answer (assigned -> device IDs) and by Follow (held IDs ->
 assigned or not).
+
+RDMA plugins name a NIC by what they were configured with: the SR-IOV plugin by PCI
+address, others by the RDMA device or netdev name. An ID names a NIC when it is one of
+those; a shared-device pool's IDs (`rdma/hca_shared_devices_a`) name none.
 """
 
 from __future__ import annotations
 
 from collections.abc import Iterable, Sequence
 
-from numatopo_engine.model import Gpu
+from numatopo_engine.model import Gpu, Nic
 
-__all__ = ["base_id", "device_ids_for", "gpu_indices", "same_gpu"]
+__all__ = ["base_id", "device_ids_for", "gpu_indices", "nic_names", "same_gpu"]
 
 REPLICA_SEPARATOR = "::"
 
@@ -66,7 +70,14 @@ def gpu_indices(device_ids: Iterable[str], gpus: Iterable[Gpu]) -> list[int] | N
     mig = [(m.uuid, m.index) for g in known for m in g.mig_devices or () if m.uuid]
     found: list[int] = []
     for device_id in device_ids:
-        gpu = next((g for g in known if same_gpu(device_id, g.uuid or g.pci_bus_id, g.index)), None)
+        gpu = next(
+            (
+                g
+                for g in known
+                if same_gpu(device_id, g.uuid, g.index) or same_gpu(device_id, g.pci_bus_id, None)
+            ),
+            None,
+        )
         if gpu is not None:
             found.append(gpu.index)
             continue
@@ -74,4 +85,23 @@ def gpu_indices(device_ids: Iterable[str], gpus: Iterable[Gpu]) -> list[int] | N
         if index is None:
             return None
         found.append(index)
+    return found
+
+
+def nic_names(device_ids: Iterable[str], nics: Iterable[Nic]) -> list[str] | None:
+    """The node's NIC names the plugin's `device_ids` name, in their order (each NIC
+    once); None when one names no NIC (a shared pool's IDs, or a topology out of date)."""
+    known = {
+        _key(alias): nic.name
+        for nic in nics
+        for alias in (nic.name, nic.pci_bus_id, *nic.netdevs)
+        if alias
+    }
+    found: list[str] = []
+    for device_id in device_ids:
+        name = known.get(_key(device_id))
+        if name is None:
+            return None
+        if name not in found:
+            found.append(name)
     return found

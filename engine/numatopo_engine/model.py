@@ -47,6 +47,7 @@ __all__ = [
     "PathType",
     "PciPath",
     "Policies",
+    "UnhealthyDevices",
     "WireModel",
 ]
 
@@ -336,6 +337,27 @@ class GpuMode(enum.StrEnum):
     NONE = "None"  # neither: GPUs in an assignment are unverified
 
 
+class UnhealthyDevices(WireModel):
+    """Devices of the spec the kubelet cannot hand out now, as its PodResources
+    `GetAllocatableResources` shows them (it lists healthy devices only)."""
+
+    gpus: list[NonNegInt] = Field(
+        default_factory=list,
+        description=(
+            "Device indices (whole GPUs and MIG devices) whose device plugin ID the "
+            "kubelet does not list: reported Unhealthy by their plugin, or their plugin "
+            "is not registered."
+        ),
+    )
+    nics: list[str] = Field(
+        default_factory=list,
+        description=(
+            "NIC names the kubelet does not list under their resource, where its device "
+            "IDs name NICs (by name, PCI bus id or netdev)."
+        ),
+    )
+
+
 class NumatopologyStatus(WireModel):
     conditions: list[Condition] = Field(
         default_factory=list,
@@ -368,6 +390,14 @@ class NumatopologyStatus(WireModel):
             "Written by the node agent: Steered (the kubelet is given numatopo's GPUs), "
             "Followed (the kubelet's choice is read back and CPUs and memory re-aligned "
             "to it) or None (GPUs unverified). Absent: no agent has reported."
+        ),
+    )
+    unhealthy: UnhealthyDevices | None = Field(
+        default=None,
+        description=(
+            "Written by the node agent (Follow on): devices the kubelet does not list as "
+            "allocatable. The operator never assigns them; pods already holding one keep "
+            "it. Absent: not known (no agent reads PodResources), every device counts."
         ),
     )
 

@@ -76,7 +76,15 @@ class NodeState:
     It is the node's own: it knows the node's shape (`shape_key`, what decides) and
     names (`names`, what assignments call its devices), both from its topology."""
 
-    def __init__(self, topology: NumatopologySpec) -> None:
+    def __init__(
+        self,
+        topology: NumatopologySpec,
+        *,
+        unhealthy_gpus: Iterable[int] = (),
+        unhealthy_nics: Iterable[str] = (),
+    ) -> None:
+        """`unhealthy_*`: devices the kubelet cannot hand out now (the node agent's
+        `status.unhealthy`): never free, yet a pod already holding one keeps it."""
         self.topology = topology
         self.assignments: dict[str, Assignment] = {}
         self._cpu_owner: dict[int, str] = {}
@@ -92,6 +100,8 @@ class NodeState:
         self._in_mig_mode = frozenset(g.index for g in topology.gpus if g.mig_mode)
         self._gpu_ids = self._whole_gpu_ids | self._mig_ids
         self._nic_ids = frozenset(n.name for n in topology.nics)
+        self._sick_gpus = frozenset(unhealthy_gpus) & self._gpu_ids
+        self._sick_nics = frozenset(unhealthy_nics) & self._nic_ids
         # O(1) counters for count-level filters, and a change counter that lets callers
         # (and `_summary`) cache anything derived from what is free.
         self._version = 0
@@ -138,10 +148,18 @@ class NodeState:
         return self._online - self.topology.reserved_cpus - CPUSet(self._cpu_owner)
 
     def free_gpus(self) -> frozenset[int]:
-        return self._gpu_ids - self._gpu_owner.keys()
+        return self._gpu_ids - self._gpu_owner.keys() - self._sick_gpus
 
     def free_nics(self) -> frozenset[str]:
-        return self._nic_ids - self._nic_owner.keys()
+        return self._nic_ids - self._nic_owner.keys() - self._sick_nics
+
+    @property
+    def unhealthy_gpus(self) -> frozenset[int]:
+        return self._sick_gpus
+
+    @property
+    def unhealthy_nics(self) -> frozenset[str]:
+        return self._sick_nics
 
     def free_memory(self, numa: int) -> int:
         return self.topology.numa_node(numa).memory_bytes - self._memory.get(numa, 0)
@@ -177,7 +195,9 @@ class NodeState:
         return self._allocatable_count - len(self._cpu_owner)
 
     def free_gpu_count(self) -> int:
-        """`len(free_gpus())` in O(1)."""
+        """`len(free_gpus())`, in O(1) while every device is healthy."""
+        if self._sick_gpus:
+            return len(self.free_gpus())
         return len(self._gpu_ids) - len(self._gpu_owner)
 
     def free_memory_total(self) -> int:
@@ -220,13 +240,13 @@ class NodeState:
         for cpu in cpus:
             cpu_mask |= 1 << cpu
         gpu_mask = 0
-        for gpu in self._gpu_ids - self._gpu_owner.keys():
+        for gpu in self.free_gpus():
             gpu_mask |= 1 << gpu
         nodes = sorted(topology.numa_nodes, key=lambda n: n.id)
         signature = FreeSignature(
             cpu_mask=cpu_mask,
             gpu_mask=gpu_mask,
-            nics=frozenset(self._nic_ids - self._nic_owner.keys()),
+            nics=self.free_nics(),
             memory=tuple((n.id, self.free_memory(n.id)) for n in nodes),
             hugepages=tuple(
                 (n.id, size, self.free_hugepages(n.id, size))

@@ -81,7 +81,7 @@ def _observe_topology(memo: Runtime, node: str, reading: indexes.TopologyReading
         memo.heartbeats.pop(node, None)
     else:
         memo.heartbeats[node] = reading.heartbeat
-    memo.ledger.set_topology(node, reading.spec)
+    memo.ledger.set_topology(node, reading.spec, reading.unhealthy)
 
 
 def _reading(readings: Readings, node: str) -> indexes.TopologyReading | None:

@@ -26,7 +26,7 @@ from typing import Any
 import kopf
 import pydantic
 
-from numatopo_engine.model import NumatopologySpec
+from numatopo_engine.model import NumatopologySpec, UnhealthyDevices
 
 __all__ = [
     "OWNED_STATUS",
@@ -92,6 +92,8 @@ class TopologyReading:
     """`status.gpuMode`, as the node agent reports it."""
     status: Mapping[str, object] = field(default_factory=dict)
     """`owned_status` of the object: what a holder compares with before it writes."""
+    unhealthy: UnhealthyDevices = field(default_factory=UnhealthyDevices)
+    """`status.unhealthy`, as the node agent reports it (empty when absent)."""
 
 
 def numatopologies(
@@ -105,6 +107,14 @@ def numatopologies(
         logger.error("Numatopology/%s has an invalid spec, ignoring the node: %s", node, exc)
         return {}
     mode = (body.get("status") or {}).get("gpuMode")
+    try:
+        unhealthy = UnhealthyDevices.model_validate(
+            (body.get("status") or {}).get("unhealthy") or {}
+        )
+    except pydantic.ValidationError as exc:
+        # The schema forbids this; a stale object read past it counts every device.
+        logger.warning("Numatopology/%s: unreadable status.unhealthy, ignored: %s", node, exc)
+        unhealthy = UnhealthyDevices()
     return {
         node: TopologyReading(
             spec,
@@ -112,6 +122,7 @@ def numatopologies(
             heartbeat_of(body),
             mode if isinstance(mode, str) else None,
             owned_status(body),
+            unhealthy,
         )
     }
 

@@ -44,7 +44,7 @@ from dataclasses import dataclass
 
 from numatopo_engine.annotations import Assignment
 from numatopo_engine.errors import OverlapError
-from numatopo_engine.model import NumatopologySpec
+from numatopo_engine.model import NumatopologySpec, UnhealthyDevices
 from numatopo_engine.state import NodeState, book_in_claim_order
 from numatopo_operator.translate import Booking
 
@@ -69,6 +69,7 @@ class Ledger:
 
     def __init__(self) -> None:
         self._topologies: dict[str, NumatopologySpec] = {}
+        self._unhealthy: dict[str, UnhealthyDevices] = {}
         self._observed: dict[str, dict[str, Booking]] = {}
         self._inflight: dict[str, dict[str, Assignment]] = {}
         self._node_of: dict[str, str] = {}
@@ -178,16 +179,29 @@ class Ledger:
 
     # -- topologies ---------------------------------------------------------------
 
-    def set_topology(self, node: str, topology: NumatopologySpec) -> list[str]:
-        """Use `topology` for `node` (new or changed); returns keys that became untrusted."""
-        if self._topologies.get(node) == topology:
+    def set_topology(
+        self,
+        node: str,
+        topology: NumatopologySpec,
+        unhealthy: UnhealthyDevices | None = None,
+    ) -> list[str]:
+        """Use `topology` for `node` (new or changed), with the devices its agent says the
+        kubelet cannot hand out (`unhealthy`, never free); returns keys that became
+        untrusted."""
+        sick = unhealthy or UnhealthyDevices()
+        if self._topologies.get(node) == topology and self._unhealthy.get(node) == sick:
             return []
         self._topologies[node] = topology
+        self._unhealthy[node] = sick
         return self._rebuild(node)
+
+    def unhealthy(self, node: str) -> UnhealthyDevices:
+        return self._unhealthy.get(node) or UnhealthyDevices()
 
     def drop_topology(self, node: str) -> None:
         """The node's Numatopology is gone: keep the bookings, decide nothing there."""
         self._topologies.pop(node, None)
+        self._unhealthy.pop(node, None)
         self._states.pop(node, None)
         self._frozen.pop(node, None)
         self._untrusted.pop(node, None)
@@ -383,7 +397,8 @@ class Ledger:
         if topology is None:
             return []
         before = set(self._untrusted.get(node, {}))
-        state = NodeState(topology)
+        sick = self._unhealthy.get(node) or UnhealthyDevices()
+        state = NodeState(topology, unhealthy_gpus=sick.gpus, unhealthy_nics=sick.nics)
         _, overlapping = book_in_claim_order(state, self._observed.get(node, {}).values())
         untrusted = {booking.key: why for booking, why in overlapping}
         flights = self._inflight.get(node, {})

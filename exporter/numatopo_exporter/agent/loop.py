@@ -21,12 +21,17 @@ from pydantic import ValidationError
 
 from numatopo_engine.annotations import OBSERVED, Assignment, Observed
 from numatopo_engine.cpuset import CPUSet
-from numatopo_engine.model import GpuMode
+from numatopo_engine.model import GpuMode, NumatopologySpec, UnhealthyDevices
 from numatopo_engine.resources import ResourceNames
 from numatopo_engine.signing import Verifier
-from numatopo_exporter.agent import cgroupfs, feedback, follow, planning, pods
+from numatopo_exporter.agent import cgroupfs, feedback, follow, health, planning, pods
 from numatopo_exporter.agent.metrics import AgentMetrics
-from numatopo_exporter.agent.pod_resources import Holdings, PodResourcesError, list_holdings
+from numatopo_exporter.agent.pod_resources import (
+    Holdings,
+    PodResourcesError,
+    list_allocatable,
+    list_holdings,
+)
 from numatopo_exporter.daemon.backoff import Backoff
 from numatopo_exporter.discovery import kubelet
 from numatopo_exporter.discovery.errors import DiscoveryError
@@ -88,6 +93,9 @@ class AgentLoop:
     verifier: Verifier = field(default_factory=Verifier)
     """The operator's public keys: only assignments they verify are enforced or steered
     to. The default trusts none (nothing is enforced)."""
+    spec_refresh_seconds: float = 300.0
+    """Read the node's Numatopology spec (to name the kubelet's device IDs) at least this
+    often; also whenever the kubelet's allocatable devices change."""
 
     in_flight: tuple[InFlight, ...] = field(default=(), init=False)
     """Containers assigned GPUs the kubelet has not given yet, for the steering plugin's
@@ -113,6 +121,13 @@ class AgentLoop:
     """Pod uid -> (its assignment annotation, phase, its GPU containers)."""
     _mismatches: dict[str, int] = field(default_factory=dict, init=False)
     """Pod uid -> the assignment sequence whose GPU mismatch was counted."""
+    unhealthy: UnhealthyDevices | None = field(default=None, init=False)
+    """The devices the kubelet cannot hand out (`status.unhealthy`); None until known.
+    Kept while PodResources or the Numatopology cannot be read."""
+    _spec: tuple[NumatopologySpec, float, dict[str, set[str]]] | None = field(
+        default=None, init=False
+    )
+    """The node's spec, when it was read, and the allocatable listing it was read for."""
 
     # -- the pod cache -----------------------------------------------------------------
 
@@ -267,6 +282,8 @@ class AgentLoop:
     async def _reconcile(self) -> None:
         holdings = await self._read_holdings()
         self._refresh_in_flight(holdings)
+        if holdings is not None:
+            await self._read_health()
         if await self._kubelet_is_static(holdings is not None):
             return
         try:
@@ -365,6 +382,36 @@ class AgentLoop:
             logger.info("PodResources readable again at %s", self.pod_resources_socket)
         self._holdings_error = None
         return holdings
+
+    async def _read_health(self) -> None:
+        """`unhealthy`: the node's devices the kubelet does not list as allocatable."""
+        assert self.pod_resources_socket is not None
+        try:
+            allocatable = await list_allocatable(self.pod_resources_socket)
+        except PodResourcesError as exc:
+            logger.warning("cannot read the kubelet's allocatable devices: %s", exc)
+            return
+        known = self._spec
+        if (
+            known is None
+            or known[2] != allocatable
+            or (self.clock() - known[1] >= self.spec_refresh_seconds)
+        ):
+            try:
+                body = await self.client.get_numatopology(self.node_name)
+                spec = NumatopologySpec.model_validate((body or {}).get("spec") or {})
+            except (KubeError, ValidationError) as exc:
+                logger.warning("reading Numatopology/%s: %s", self.node_name, exc)
+                return
+            if body is None:
+                return  # the exporter has not published it yet
+            known = self._spec = (spec, self.clock(), allocatable)
+        found = health.unhealthy_devices(known[0], allocatable)
+        if found != self.unhealthy:
+            logger.info(
+                "devices the kubelet cannot hand out: GPUs %s, NICs %s", found.gpus, found.nics
+            )
+        self.unhealthy = found
 
     async def _follow(
         self, entry: pods.PodAssignment, holdings: Holdings | None, outcome: _PodOutcome
@@ -692,7 +739,7 @@ class AgentLoop:
         verdict = self._kubelet_verdict()
         static = verdict[0] != AGENT_ENFORCING
         mode = self._gpu_mode(follows)
-        published = (verdict, mode)
+        published = (verdict, mode, self.unhealthy)
         if published == self._published:
             return static
         announce = verdict != self._standing_aside
@@ -715,14 +762,15 @@ class AgentLoop:
                 "lastTransitionTime": now,
             },
         ]
+        status: dict[str, object] = {"conditions": conditions, "gpuMode": mode[0].value}
+        if self.unhealthy is not None:
+            status["unhealthy"] = self.unhealthy.to_wire()
         try:
             # Only our own fields, under our own field manager, all in one apply (an
             # apply drops what the same manager applied before and left out): the
             # exporter's conditions in the same list are merged by type, never touched.
             await self.client.apply_numatopology_status(
-                self.node_name,
-                {"conditions": conditions, "gpuMode": mode[0].value},
-                field_manager=COMPONENT,
+                self.node_name, status, field_manager=COMPONENT
             )
         except KubeError as exc:
             # Absent (the exporter has not created it yet): nothing to report on, as before.

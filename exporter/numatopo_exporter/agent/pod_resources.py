@@ -10,12 +10,19 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from pathlib import Path
+from typing import Any
 
 import grpc
 
 from numatopo_exporter.kubelet_api import podresources_pb2, podresources_pb2_grpc
 
-__all__ = ["DEFAULT_SOCKET", "Holdings", "PodResourcesError", "list_holdings"]
+__all__ = [
+    "DEFAULT_SOCKET",
+    "Holdings",
+    "PodResourcesError",
+    "list_allocatable",
+    "list_holdings",
+]
 
 DEFAULT_SOCKET = Path("/var/lib/kubelet/pod-resources/kubelet.sock")
 
@@ -29,16 +36,7 @@ class PodResourcesError(Exception):
 
 async def list_holdings(socket: Path, *, timeout: float = 2.0) -> Holdings:
     """Every pod's devices, per container and resource, as the kubelet lists them."""
-    if not socket.exists():
-        raise PodResourcesError(f"no PodResources socket at {socket}")
-    async with grpc.aio.insecure_channel(f"unix://{socket}") as channel:
-        stub = podresources_pb2_grpc.PodResourcesListerStub(channel)  # type: ignore[no-untyped-call]
-        try:
-            response = await stub.List(podresources_pb2.ListPodResourcesRequest(), timeout=timeout)
-        except grpc.aio.AioRpcError as exc:
-            raise PodResourcesError(
-                f"PodResources List at {socket}: {exc.code().name}: {exc.details()}"
-            ) from None
+    response = await _call(socket, "List", podresources_pb2.ListPodResourcesRequest(), timeout)
     holdings: dict[tuple[str, str], dict[str, dict[str, list[str]]]] = {}
     for pod in response.pod_resources:
         containers = holdings.setdefault((pod.namespace, pod.name), {})
@@ -47,3 +45,27 @@ async def list_holdings(socket: Path, *, timeout: float = 2.0) -> Holdings:
             for devices in container.devices:
                 held.setdefault(devices.resource_name, []).extend(devices.device_ids)
     return holdings
+
+
+async def list_allocatable(socket: Path, *, timeout: float = 2.0) -> dict[str, set[str]]:
+    """Resource name -> the device plugin IDs the kubelet can hand out (its healthy
+    devices; `GetAllocatableResources`)."""
+    request = podresources_pb2.AllocatableResourcesRequest()
+    response = await _call(socket, "GetAllocatableResources", request, timeout)
+    found: dict[str, set[str]] = {}
+    for devices in response.devices:
+        found.setdefault(devices.resource_name, set()).update(devices.device_ids)
+    return found
+
+
+async def _call(socket: Path, method: str, request: Any, timeout: float) -> Any:
+    if not socket.exists():
+        raise PodResourcesError(f"no PodResources socket at {socket}")
+    async with grpc.aio.insecure_channel(f"unix://{socket}") as channel:
+        stub = podresources_pb2_grpc.PodResourcesListerStub(channel)  # type: ignore[no-untyped-call]
+        try:
+            return await getattr(stub, method)(request, timeout=timeout)
+        except grpc.aio.AioRpcError as exc:
+            raise PodResourcesError(
+                f"PodResources {method} at {socket}: {exc.code().name}: {exc.details()}"
+            ) from None
