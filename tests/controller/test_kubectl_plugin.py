@@ -6,6 +6,7 @@ own code; the answers are checked against what the operator decided.
 
 from __future__ import annotations
 
+import asyncio
 from pathlib import Path
 
 import signing_keys
@@ -129,3 +130,22 @@ async def test_top_lists_holders_per_node_and_namespace(env: Env, tmp_path: Path
     assert code == 0
     assert "default/train-001-0" in table
     assert "default/train-000-0" not in table
+
+
+async def test_operator_exports_free_aligned_gpus_and_loop_lag(env: Env) -> None:
+    """The series the dashboard's "free aligned GPUs" and "event-loop lag" panels read."""
+    cluster, start_operator, h100, pod, topology_object, wait = env.parts()
+    pods = await build(cluster, h100, topology_object, pod, busy=1, free=1)
+    operator = await start_operator()
+    await wait(lambda: assigned(cluster, pods), what="the operator assigns every GPU pod")
+    busy = f'numatopo_node_aligned_free_gpus{{node="{busy_name(0)}"}} 0.0'
+    free = f'numatopo_node_aligned_free_gpus{{node="{free_name(0)}"}} 4.0'
+    seen = ""
+    for _ in range(100):
+        _, seen = await operator.get("/metrics")
+        if busy in seen and free in seen and "numatopo_event_loop_lag_seconds" in seen:
+            break
+        await asyncio.sleep(0.1)
+    assert busy in seen
+    assert free in seen
+    assert "\nnumatopo_event_loop_lag_seconds " in seen
