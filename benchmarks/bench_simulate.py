@@ -13,6 +13,7 @@ import json
 import time
 from importlib import resources
 
+from numatopo_cli.progress import progress_bar
 from numatopo_engine.simulation import (
     STRATEGIES,
     build_workload,
@@ -52,6 +53,7 @@ def main() -> None:
             strategies=[name],
             seed=args.seed,
             clock=time.perf_counter,
+            progress=progress_bar("pods"),
         )
         elapsed = time.perf_counter() - started
         s = result.strategies[0]

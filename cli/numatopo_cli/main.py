@@ -14,6 +14,7 @@ from collections.abc import Sequence
 # Subcommand modules, imported lazily so `numatopo crd` does not pay for kopf or pynvml.
 COMMANDS = (
     "inspect", "assign", "simulate", "domains", "operator", "exporter", "agent", "crd",
+    "selftest",
 )  # fmt: skip
 
 

@@ -109,6 +109,10 @@ logger = logging.getLogger(__name__)
 _Pod: Any = create_namespaced_resource("", "v1", "Pod", "pods")
 _Node: Any = create_global_resource("", "v1", "Node", "nodes")
 _Event: Any = create_namespaced_resource("", "v1", "Event", "events")
+_ConfigMap: Any = create_namespaced_resource("", "v1", "ConfigMap", "configmaps")
+_CustomResourceDefinition: Any = create_global_resource(
+    "apiextensions.k8s.io", "v1", "CustomResourceDefinition", "customresourcedefinitions"
+)
 _Lease: Any = create_namespaced_resource("coordination.k8s.io", "v1", "Lease", "leases")
 _Numatopology: Any = create_global_resource(GROUP, VERSION, KIND, Numatopology.plural)
 # The formats numatopo exports for other schedulers (numatopo_engine.exports).
@@ -406,6 +410,11 @@ class KubeClient:
             )
         )
 
+    @api_call(("", "nodes", "list"))
+    async def list_nodes(self) -> Listing:
+        """Every Node."""
+        return await self._list("list nodes", _Node, namespace=None, chunk_size=LIST_PAGE_SIZE)
+
     # -- pods --------------------------------------------------------------------------
 
     @api_call(("", "pods", "get"))
@@ -444,6 +453,35 @@ class KubeClient:
             found.items += listing.items
             found.resource_version = listing.resource_version
         return found
+
+    @api_call(("", "pods", "create"))
+    async def create_pod(self, namespace: str, body: Body) -> Body:
+        """Create a pod (`numatopo selftest`'s example pod). Not retried: a create that
+        timed out may have been stored."""
+        _path_names(namespace, str((body.get("metadata") or {}).get("name", "")))
+        pod = _Pod({**body, "metadata": {**body["metadata"], "namespace": namespace}})
+        return dict(
+            await self._call(
+                f"create pod {namespace}/{body['metadata']['name']}",
+                lambda: self.lightkube.create(pod),
+            )
+        )
+
+    @api_call(("", "pods", "delete"))
+    async def delete_pod(self, namespace: str, name: str) -> bool:
+        """Delete a pod; False when it was not there."""
+        _path_names(namespace, name)
+        try:
+            await self._call(
+                f"delete pod {namespace}/{name}",
+                lambda: self.lightkube.delete(_Pod, name, namespace=namespace),
+                idempotent=True,
+            )
+        except KubeError as exc:
+            if exc.not_found:
+                return False
+            raise
+        return True
 
     @api_call(("", "pods", "list"))
     async def probe_pods(self, *, field_selector: Mapping[str, str] | None = None) -> None:
@@ -606,6 +644,40 @@ class KubeClient:
             return False
         return True
 
+    # -- configuration (read by the admin commands) ----------------------------------------
+
+    @api_call(("", "configmaps", "get"))
+    async def get_configmap(self, namespace: str, name: str) -> Body | None:
+        """The ConfigMap, or None when there is none."""
+        _path_names(namespace, name)
+        try:
+            found = await self._call(
+                f"get configmap {namespace}/{name}",
+                lambda: self.lightkube.get(_ConfigMap, name, namespace=namespace),
+                idempotent=True,
+            )
+        except KubeError as exc:
+            if exc.not_found:
+                return None
+            raise
+        return dict(found)
+
+    @api_call(("apiextensions.k8s.io", "customresourcedefinitions", "get"))
+    async def get_crd(self, name: str) -> Body | None:
+        """The CustomResourceDefinition `name` (`<plural>.<group>`), or None."""
+        _path_names(None, name)
+        try:
+            found = await self._call(
+                f"get CustomResourceDefinition {name}",
+                lambda: self.lightkube.get(_CustomResourceDefinition, name),
+                idempotent=True,
+            )
+        except KubeError as exc:
+            if exc.not_found:
+                return None
+            raise
+        return dict(found)
+
     # -- leases (leadership) -----------------------------------------------------------
 
     @api_call(("coordination.k8s.io", "leases", "get"))
@@ -674,6 +746,13 @@ class KubeClient:
                 return None
             raise
         return dict(found)
+
+    @api_call(("numatopo.io", "numatopologies", "list"))
+    async def list_numatopologies(self) -> Listing:
+        """Every Numatopology."""
+        return await self._list(
+            f"list {KIND}", _Numatopology, namespace=None, chunk_size=LIST_PAGE_SIZE
+        )
 
     @api_call(
         # server-side apply: patch, and create when the object does not exist yet

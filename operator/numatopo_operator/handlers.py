@@ -9,7 +9,7 @@ node releases CPUs or GPUs. What no event re-drives (a write that failed, a pod 
 waiting) is kept in the retry queue (`assigning.settle`).
 
 The ledger is fed here and nowhere else on the watch side: `_observe_pod` and
-`_observe_topology` on every event (deleted objects included), `_take_listed_topologies`
+`observe_topology` on every event (deleted objects included), `_take_listed_topologies`
 once, on the first handler call, with every Numatopology kopf listed into its index
 before it called any handler (see `indexes`).
 """
@@ -28,7 +28,7 @@ from numatopo_operator import assigning, gang_indexes, gang_worker, indexes, tra
 from numatopo_operator.errors import BookingError, kept_serving
 from numatopo_operator.runtime import Runtime
 
-__all__ = ["build_registry"]
+__all__ = ["build_registry", "observe_topology"]
 
 Logger = logging.Logger | logging.LoggerAdapter[Any]
 
@@ -55,7 +55,7 @@ async def login(*, memo: Runtime, logger: Logger, **kwargs: Any) -> kopf.Connect
 Readings = kopf.Index[str, indexes.TopologyReading]
 
 
-def _observe_topology(memo: Runtime, node: str, reading: indexes.TopologyReading | None) -> None:
+def observe_topology(memo: Runtime, node: str, reading: indexes.TopologyReading | None) -> None:
     """Give the ledger the node's Numatopology as read now; None: deleted or invalid."""
     if reading is None:
         memo.ledger.drop_topology(node)
@@ -98,7 +98,7 @@ def _take_listed_topologies(memo: Runtime, readings: Readings) -> None:
     if memo.indexed.is_set():
         return
     for node in readings:
-        _observe_topology(memo, node, _reading(readings, node))
+        observe_topology(memo, node, _reading(readings, node))
     memo.indexed.set()
 
 
@@ -194,7 +194,7 @@ async def numatopology_changed(
     with kept_serving(logger, f"Numatopology/{node}", memo.metrics):
         # kopf has already dropped a deleted object from its index: no reading then.
         reading = _reading(readings, node)
-        _observe_topology(memo, node, reading)
+        observe_topology(memo, node, reading)
         if reading is None:
             memo.redriven.pop(node, None)
             return

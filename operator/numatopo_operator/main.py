@@ -28,6 +28,7 @@ from numatopo_operator import (
     leadership,
     status,
 )
+from numatopo_operator.loop_lag import measure_loop_lag
 from numatopo_operator.runtime import Runtime
 from numatopo_operator.settings import OperatorSettings
 from numatopo_operator.signing_keys import load_keys
@@ -118,6 +119,7 @@ async def _background(runtime: Runtime, *, identity: str) -> AsyncIterator[None]
         asyncio.create_task(assigning.run_retries(runtime), name="numatopo retries"),
         asyncio.create_task(elector.run(), name="numatopo leadership"),
         asyncio.create_task(freeze_listed_heap(runtime), name="numatopo heap freeze"),
+        asyncio.create_task(measure_loop_lag(runtime.metrics), name="numatopo loop lag"),
     ]
     if runtime.settings.groups:
         tasks += [

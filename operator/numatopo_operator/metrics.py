@@ -27,6 +27,12 @@ numatopo_group_recovery_duration_seconds   a replacement member first seen -> re
 numatopo_domain_utilization_ratio{topology,level,domain}  GPUs booked / GPUs, per domain
 numatopo_domain_fragmentation_ratio{topology,level}       the engine's fragmentation
                                         of the level's free GPUs (`domains`)
+numatopo_node_aligned_free_gpus{node}   the most free GPUs on one NUMA node of the node
+                                        (the largest single-numa-node GPU request that
+                                        fits there now), as the active replica books it
+numatopo_event_loop_lag_seconds         how late the operator's event loop last woke a
+                                        timer (`loop_lag`): engine work or a GC pause
+                                        holding up the watches, the Lease and the extender
 """
 
 from __future__ import annotations
@@ -163,6 +169,18 @@ class Metrics:
             "numatopo_domain_fragmentation_ratio",
             "Fragmentation of the free GPUs at each level of a NetworkTopology.",
             ["topology", "level"],
+            registry=self.registry,
+        )
+
+        self.aligned_free_gpus = prometheus_client.Gauge(
+            "numatopo_node_aligned_free_gpus",
+            "The most free GPUs on one NUMA node of each node, as the active replica books it.",
+            ["node"],
+            registry=self.registry,
+        )
+        self.loop_lag = prometheus_client.Gauge(
+            "numatopo_event_loop_lag_seconds",
+            "How late the operator's event loop last woke a timer.",
             registry=self.registry,
         )
 

@@ -14,6 +14,7 @@ exporter's `conditions` are left alone.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 
 from numatopo_engine.devices import schedulable_devices
@@ -22,7 +23,7 @@ from numatopo_engine.state import NodeState
 from numatopo_operator.errors import KubeError, KubeNotFoundError
 from numatopo_operator.runtime import Runtime
 
-__all__ = ["free_status", "write_statuses"]
+__all__ = ["aligned_free_gpus", "free_status", "write_statuses"]
 
 logger = logging.getLogger(__name__)
 
@@ -52,6 +53,13 @@ def free_status(topology: NumatopologySpec, state: NodeState, pods: int) -> dict
     }
 
 
+def aligned_free_gpus(status: dict[str, object]) -> int:
+    """The most free GPUs on one NUMA node of a `free_status`."""
+    per_numa = status["free"]
+    assert isinstance(per_numa, list)
+    return max((len(numa.get("gpus") or []) for numa in per_numa), default=0)
+
+
 async def write_statuses(runtime: Runtime) -> None:
     """Forever: every debounce period, write the status of each node that changed."""
     while True:
@@ -61,8 +69,11 @@ async def write_statuses(runtime: Runtime) -> None:
         for node in sorted(runtime.ledger.take_dirty()):
             topology, state = runtime.ledger.topology(node), runtime.ledger.state(node)
             if topology is None or state is None:
+                with contextlib.suppress(KeyError):
+                    runtime.metrics.aligned_free_gpus.remove(node)
                 continue
             status = free_status(topology, state, runtime.ledger.pods_on(node))
+            runtime.metrics.aligned_free_gpus.labels(node).set(aligned_free_gpus(status))
             if runtime.statuses.get(node) == status:
                 continue
             if not runtime.lease_fresh():

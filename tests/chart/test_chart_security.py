@@ -338,10 +338,15 @@ def test_by_default_only_the_scheduler_reaches_the_extender_and_nobody_the_metri
         operator["podSelector"]["matchLabels"],
         node["podSelector"]["matchLabels"],
     )
+    # `helm test`'s pod asks the extender as the scheduler does (templates/tests).
+    selftest_labels = find(manifests, "Pod", "numatopo-selftest")["metadata"]["labels"]
     assert [
         {
             "ports": [{"port": 8888, "protocol": "TCP"}],
-            "from": [{"podSelector": {"matchLabels": scheduler_labels}}],
+            "from": [
+                {"podSelector": {"matchLabels": scheduler_labels}},
+                {"podSelector": {"matchLabels": selftest_labels}},
+            ],
         }
     ] == operator["ingress"]
     assert (["Ingress"], []) == (node["policyTypes"], node["ingress"])

@@ -95,7 +95,7 @@ def make_pod(
                 "image": "busybox",
                 "resources": {"requests": resources, "limits": resources},
             }
-        ]
+        ],
     }
     if node is not None:
         spec["nodeName"] = node
@@ -173,9 +173,7 @@ class Cluster:
         self.api["post", kmock.subresource("binding")] << bind
         return seen
 
-    def binding_args(
-        self, name: str, node: str, namespace: str = "default"
-    ) -> dict[str, str]:
+    def binding_args(self, name: str, node: str, namespace: str = "default") -> dict[str, str]:
         """ExtenderBindingArgs for a stored pod, as kube-scheduler sends them (its uid)."""
         uid = self.pod(name, namespace)["metadata"]["uid"]
         return {"PodName": name, "PodNamespace": namespace, "PodUID": uid, "Node": node}

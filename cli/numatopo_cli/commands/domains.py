@@ -24,9 +24,10 @@ import yaml
 from pydantic import ValidationError
 
 from numatopo_cli.commands.simulate import InputError, default_shapes
+from numatopo_cli.progress import progress_bar
 from numatopo_cli.render import domains as view
 from numatopo_engine.annotations import PolicyName
-from numatopo_engine.domains import GroupPlacement, Member, place_group
+from numatopo_engine.domains import GroupPlacement, Member, NodeCandidate, place_group
 from numatopo_engine.errors import UnsatisfiableError
 from numatopo_engine.groups import GroupSpec, Strategy, is_label_key
 from numatopo_engine.network_topology import NetworkTopology
@@ -89,7 +90,12 @@ def _cluster(args: argparse.Namespace) -> ClusterFile:
     raise InputError("give --cluster F.json or --generate BLOCKSxSPINESxLEAVESxNODES")
 
 
-def _place(args: argparse.Namespace, cluster: ClusterFile, levels: list[str]) -> GroupPlacement:
+def _place(
+    args: argparse.Namespace,
+    cluster: ClusterFile,
+    levels: list[str],
+    candidates: dict[str, NodeCandidate],
+) -> GroupPlacement:
     for flag, level in (("--required", args.required), ("--preferred", args.preferred)):
         if level is not None and level not in levels:
             raise InputError(f"{flag} {level!r} is not one of the levels: {', '.join(levels)}")
@@ -103,7 +109,7 @@ def _place(args: argparse.Namespace, cluster: ClusterFile, levels: list[str]) ->
         "default", "what-if", args.place, args.required, args.preferred,
         Strategy(args.strategy), None,
     )  # fmt: skip
-    return place_group(cluster.tree(levels), members, cluster.candidates(), spec=spec)
+    return place_group(cluster.tree(levels), members, candidates, spec=spec)
 
 
 def run(args: argparse.Namespace) -> int:
@@ -111,11 +117,11 @@ def run(args: argparse.Namespace) -> int:
         levels = _levels(args)
         cluster = _cluster(args)
         try:
-            candidates = cluster.candidates()
+            candidates = cluster.candidates(progress_bar("nodes read"))
         except ValueError as exc:
             raise InputError(f"--cluster: {exc}") from None
         tree = cluster.tree(levels)
-        placement = _place(args, cluster, levels) if args.place else None
+        placement = _place(args, cluster, levels, candidates) if args.place else None
         if args.svg is not None:
             try:
                 args.svg.write_text(

@@ -17,10 +17,11 @@ import time
 from collections.abc import Mapping, Sequence
 from importlib import resources
 from pathlib import Path
-from typing import IO, Any
+from typing import Any
 
 from pydantic import ValidationError
 
+from numatopo_cli.progress import progress_bar
 from numatopo_engine.annotations import PolicyName
 from numatopo_engine.model import Numatopology, NumatopologySpec
 from numatopo_engine.simulation import (
@@ -116,26 +117,6 @@ def _strategies(values: Sequence[str] | None) -> list[str]:
             if name not in names:
                 names.append(name)
     return names
-
-
-class ProgressBar:
-    """A one-line bar on stderr, redrawn in place."""
-
-    def __init__(self, stream: IO[str]) -> None:
-        self.stream = stream
-        self.started = time.monotonic()
-
-    def __call__(self, done: int, total: int) -> None:
-        share = done / total if total else 1.0
-        filled = int(30 * share)
-        elapsed = time.monotonic() - self.started
-        self.stream.write(
-            f"\r[{'#' * filled}{'.' * (30 - filled)}] {100 * share:5.1f}% "
-            f"{done}/{total} pods {elapsed:5.1f}s"
-        )
-        if done >= total:
-            self.stream.write("\n")
-        self.stream.flush()
 
 
 def _pct(value: float | None) -> str:
@@ -298,7 +279,6 @@ def _run(args: argparse.Namespace) -> SimulationResult:
             raise InputError(str(exc)) from None
         nodes, workload, topology_map = plan.nodes, plan.workload, plan.topology_map
         args.mig_summary = plan.summary()
-    show = args.progress or sys.stderr.isatty()
     return simulate(
         nodes,
         workload,
@@ -308,7 +288,7 @@ def _run(args: argparse.Namespace) -> SimulationResult:
         seed=args.seed,
         policy=PolicyName(args.policy),
         clock=time.perf_counter,
-        progress=ProgressBar(sys.stderr) if show else None,
+        progress=progress_bar("pods", force=args.progress),
     )
 
 

@@ -25,6 +25,7 @@ from numatopo_cli.commands.simulate import (
     _read_topology_dir,
     save_figure,
 )
+from numatopo_cli.progress import progress_bar
 from numatopo_engine.annotations import PolicyName
 from numatopo_engine.network_topology import HOSTNAME_LABEL
 from numatopo_engine.simulation import (
@@ -154,6 +155,7 @@ def simulate_from_args(args: argparse.Namespace) -> GangResult:
         cluster, LEVELS, jobs, required=LEVEL_NAMES[args.required], strategies=strategies,
         policy=PolicyName(args.policy), sizes=f"helios-{args.sizes}", load=args.load,
         seed=args.seed, clock=time.perf_counter, options=options,
+        progress=progress_bar("jobs", force=args.progress),
     )  # fmt: skip
 
 

@@ -44,6 +44,7 @@ a job (ms, every placement attempt that succeeded).
 
 from __future__ import annotations
 
+import functools
 import heapq
 import math
 import random
@@ -413,8 +414,10 @@ def simulate_gangs(
     seed: int = 0,
     clock: Clock | None = None,
     options: GroupOptions = GroupOptions(),
+    progress: Callable[[int, int], None] | None = None,
 ) -> GangResult:
-    """Replay `jobs` (by arrival) on `cluster` under each strategy (module docstring)."""
+    """Replay `jobs` (by arrival) on `cluster` under each strategy (module docstring);
+    `progress(done, total)` counts job arrivals over all strategies."""
     tree = cluster.tree(levels)
     for what, level in [("required", required), *options.labels()]:
         if level not in tree.depth and level != HOSTNAME_LABEL:
@@ -447,14 +450,30 @@ def simulate_gangs(
         size_histogram=dict(sorted(histogram.items())),
         too_big=len(too_big),
     )
-    for name in strategies:
+    total = len(jobs) * len(strategies)
+    for step, name in enumerate(strategies):
         run = _Run(cluster, tree, required, clock or (lambda: 0.0), options)
-        result.strategies.append(_replay(run, name, jobs, policy))
+        arrived = (
+            None
+            if progress is None
+            else functools.partial(_counted, progress, step * len(jobs), total)
+        )
+        result.strategies.append(_replay(run, name, jobs, policy, arrived))
+    if progress is not None:
+        progress(total, total)
     return result
 
 
+def _counted(progress: Callable[[int, int], None], base: int, total: int, count: int) -> None:
+    progress(base + count, total)
+
+
 def _replay(
-    run: _Run, name: str, jobs: Sequence[GangJob], policy: PolicyName
+    run: _Run,
+    name: str,
+    jobs: Sequence[GangJob],
+    policy: PolicyName,
+    arrived: Callable[[int], None] | None = None,
 ) -> GangStrategyResult:
     placer = PLACERS[name]
     events: list[tuple[float, int, int]] = [(job.arrival, 1, job.index) for job in jobs]
@@ -462,7 +481,7 @@ def _replay(
     by_index = {job.index: job for job in jobs}
     queue: list[GangJob] = []
     running: dict[int, dict[str, Assignment]] = {}
-    placed = 0
+    placed = arrivals = 0
     blocked: int | None = None  # the head that did not fit; nothing was freed since
     while events:
         now, kind, index = heapq.heappop(events)
@@ -471,6 +490,9 @@ def _replay(
             blocked = None
         else:
             queue.append(by_index[index])
+            arrivals += 1
+            if arrived is not None:
+                arrived(arrivals)
         while queue and queue[0].index != blocked:
             job = queue[0]
             started = run.clock()

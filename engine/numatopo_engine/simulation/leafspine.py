@@ -21,7 +21,7 @@ from __future__ import annotations
 
 import random
 from collections import Counter
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
 from pydantic import Field, model_validator
@@ -74,16 +74,23 @@ class ClusterFile(WireModel):
             seen.add(node.name)
         return self
 
-    def candidates(self) -> dict[str, NodeCandidate]:
+    def candidates(
+        self, progress: Callable[[int, int], None] | None = None
+    ) -> dict[str, NodeCandidate]:
         """Each node's hardware and state; raises ValueError naming a node whose
-        assignments double-book something."""
+        assignments double-book something. `progress(done, total)`: nodes read."""
         out: dict[str, NodeCandidate] = {}
-        for node in self.nodes:
+        total = len(self.nodes)
+        for done, node in enumerate(self.nodes):
+            if progress is not None and done % 64 == 0:
+                progress(done, total)
             topology = self.shapes[node.shape]
             state, rejected = NodeState.rebuild(topology, sorted(node.assignments.items()))
             if rejected:
                 raise ValueError(f"node {node.name!r}: {rejected[0]}")
             out[node.name] = NodeCandidate(topology, state)
+        if progress is not None:
+            progress(total, total)
         return out
 
     def tree(self, levels: Sequence[str]) -> DomainTree:

@@ -1,0 +1,1 @@
+"""`kubectl numatopo`: the cluster as the numatopo operator sees it (a kubectl plugin)."""

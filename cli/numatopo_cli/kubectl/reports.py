@@ -1,0 +1,153 @@
+"""The `-o json` formats of `kubectl numatopo`: one pydantic model each, the one definition.
+
+Stable: fields are only ever added (a reader ignores those it does not know); a change
+of meaning gets a new `apiVersion`. Documented in docs/operations.md ("kubectl numatopo").
+"""
+
+from __future__ import annotations
+
+from typing import Literal
+
+from pydantic import BaseModel, ConfigDict, Field
+from pydantic.alias_generators import to_camel
+
+__all__ = [
+    "API_VERSION",
+    "BookingRow",
+    "ExplainReport",
+    "Fit",
+    "NodeRow",
+    "NodesReport",
+    "NumaRow",
+    "RefusalGroup",
+    "TopReport",
+]
+
+API_VERSION = "kubectl.numatopo.io/v1"
+
+
+class _Report(BaseModel):
+    model_config = ConfigDict(alias_generator=to_camel, populate_by_name=True, frozen=True)
+
+    def to_json(self) -> str:
+        return self.model_dump_json(by_alias=True, indent=2)
+
+
+class Amount(_Report):
+    free: int
+    total: int
+
+
+class NumaRow(_Report):
+    """One NUMA node of a node; `numa` None: the devices whose NUMA node is unknown."""
+
+    numa: int | None
+    cpus: Amount
+    memory_bytes: Amount
+    gpus: Amount
+    nics: Amount
+
+
+class NodeRow(_Report):
+    node: str
+    has_topology: bool
+    """False: a Node without a Numatopology (no exporter there): nothing else is known."""
+    stale: str = ""
+    """Why the operator places nothing there now ('' when current)."""
+    heartbeat_age_seconds: float | None = None
+    gpu_mode: str = ""
+    pods: int = 0
+    """Pods booked on the node."""
+    aligned_free_gpus: int = 0
+    """The most free GPUs on one NUMA node: the largest single-numa-node GPU request
+    that fits now."""
+    numa: list[NumaRow] = Field(default_factory=list)
+
+
+class NodesReport(_Report):
+    api_version: str = API_VERSION
+    kind: Literal["NodesReport"] = "NodesReport"
+    signatures_checked: bool
+    nodes: list[NodeRow]
+
+
+class RefusalGroup(_Report):
+    """Nodes that refuse the pod for the same reason."""
+
+    kind: Literal["scheduler", "unresolvable", "unsatisfiable", "invalid"]
+    """scheduler: kube-scheduler's own filters (taints, selector, affinity);
+    unresolvable: no or a stale Numatopology (no eviction helps); unsatisfiable: not
+    enough free now (preemption may help); invalid: the pod's request itself."""
+    reason: str
+    count: int
+    nodes: list[str]
+
+
+class Fit(_Report):
+    node: str
+    score: int
+    """The extender's score (0..10) among the nodes that fit."""
+    rank: float
+    """The engine's node rank behind the score (`numatopo_engine.packing`)."""
+
+
+class GroupSearch(_Report):
+    """The domain search of a pod's group (`numatopo_engine.domains.place_group`)."""
+
+    group: str
+    members: int
+    placed: bool
+    domain: str = ""
+    nodes: dict[str, int] = Field(default_factory=dict)
+    """node -> members placed there."""
+    reason: str = ""
+    """Why no domain holds the group ('' when placed)."""
+
+
+class ExplainReport(_Report):
+    api_version: str = API_VERSION
+    kind: Literal["ExplainReport"] = "ExplainReport"
+    pod: str
+    node_name: str = ""
+    """spec.nodeName ('' while Pending)."""
+    state: str = ""
+    """The pod's numatopo.io/state."""
+    reason: str = ""
+    """The pod's numatopo.io/reason, as the operator wrote it."""
+    wants_topology: bool
+    signatures_checked: bool
+    nodes: int
+    """Nodes judged (every node with a Node object or a Numatopology)."""
+    fits: list[Fit]
+    """Nodes that take the pod now, best first."""
+    refusals: list[RefusalGroup]
+    """Largest group first."""
+    group: GroupSearch | None = None
+
+
+class BookingRow(_Report):
+    pod: str
+    node: str
+    cpus: int
+    exclusive_cpus: str
+    """The CPUs the pod holds alone (cpuset text; '' for a shared pool pod)."""
+    gpus: list[int]
+    nics: list[str]
+    memory_bytes: int
+
+
+class NamespaceRow(_Report):
+    namespace: str
+    pods: int
+    cpus: int
+    gpus: int
+    memory_bytes: int
+
+
+class TopReport(_Report):
+    api_version: str = API_VERSION
+    kind: Literal["TopReport"] = "TopReport"
+    signatures_checked: bool
+    nodes: list[NodeRow]
+    namespaces: list[NamespaceRow]
+    bookings: list[BookingRow]

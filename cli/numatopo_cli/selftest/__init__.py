@@ -1,0 +1,293 @@
+"""`numatopo selftest`: is this install healthy? (what the chart's `helm test` pod runs).
+
+Checks, in order, each printed as one `PASS`/`FAIL` line with what it found:
+
+1. the CRDs are served (Established) by the API server;
+2. every Numatopology is fresh (its exporter calls it current and its heartbeat is
+   recent: the operator's own `stale_reason`), and which Nodes have none;
+3. an active operator holds the Lease (a holder, renewed within the lease duration);
+4. the extender answers `/filter` over its TLS, with the scheduler's client certificate
+   when one is given (the chart's mutual TLS);
+5. an example pod asking numatopo for one CPU on one NUMA node is placed: assigned by
+   the operator and, unless `--example-until Assigned`, reported Aligned by the node
+   agent. It is deleted afterwards, whatever happened.
+
+Exit code 0 when every check passes, 1 when one fails, 2 when the cluster cannot be read.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import datetime
+import json
+import ssl
+import sys
+import time
+import uuid
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+import aiohttp
+
+from numatopo_engine import annotations as keys
+from numatopo_engine.model import GROUP
+from numatopo_engine.network_topology import NETWORK_TOPOLOGY_PLURAL
+from numatopo_kube import KubeClient, KubeConfigError, KubeError
+from numatopo_operator import translate
+from numatopo_operator.cluster_view import replay
+
+__all__ = ["add_arguments", "run"]
+
+HELP = "check an install end to end (CRDs, Numatopologies, Lease, extender, a pod placed)"
+ALIGNED = "numatopo.io/Aligned"  # the condition the node agent writes on a pod
+CRDS = (f"numatopologies.{GROUP}", f"{NETWORK_TOPOLOGY_PLURAL}.{GROUP}")
+# The Lease is renewed every retry period; a holder that missed a renewal deadline is
+# still the holder for this long (clock skew between this pod and the operator's).
+LEASE_SLACK_SECONDS = 30.0
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--api-url", default="", help="API server URL (default: in-cluster)")
+    parser.add_argument("--namespace", default="default", help="where the example pod runs")
+    parser.add_argument(
+        "--lease", default="", metavar="NAMESPACE/NAME", help="the operator's Lease"
+    )
+    parser.add_argument(
+        "--extender-url", default="", help="e.g. https://numatopo-operator.numatopo.svc:8888"
+    )
+    parser.add_argument(
+        "--tls-ca", default="", help="CA file that signed the extender's certificate"
+    )
+    parser.add_argument("--tls-cert", default="", help="client certificate (the scheduler's)")
+    parser.add_argument("--tls-key", default="", help="its key")
+    parser.add_argument(
+        "--tls-server-name", default="", help="name to check in the server's certificate"
+    )
+    parser.add_argument(
+        "--example-image", default="", help="image of the example pod ('': no example)"
+    )
+    parser.add_argument("--example-scheduler", default="numatopo-scheduler")
+    parser.add_argument(
+        "--example-node", default="", help="bind the example pod here (skips the scheduler)"
+    )
+    parser.add_argument("--example-until", choices=["Assigned", "Aligned"], default="Aligned")
+    parser.add_argument("--timeout-seconds", type=float, default=120.0)
+    parser.set_defaults(func=run)
+
+
+@dataclass
+class Report:
+    lines: list[str] = field(default_factory=list)
+    failed: int = 0
+
+    def check(self, ok: bool, what: str, detail: str) -> bool:
+        self.failed += not ok
+        self.lines.append(f"{'PASS' if ok else 'FAIL'}  {what}: {detail}")
+        print(self.lines[-1], flush=True)
+        return ok
+
+
+async def _crds(kube: KubeClient, report: Report) -> None:
+    for name in CRDS:
+        crd = await kube.get_crd(name)
+        conditions = ((crd or {}).get("status") or {}).get("conditions") or []
+        established = any(
+            c.get("type") == "Established" and c.get("status") == "True" for c in conditions
+        )
+        detail = (
+            "not installed"
+            if crd is None
+            else ("Established" if established else "not Established yet")
+        )
+        report.check(established, f"CRD {name}", detail)
+
+
+async def _numatopologies(kube: KubeClient, report: Report) -> None:
+    topologies = (await kube.list_numatopologies()).items
+    nodes = (await kube.list_nodes()).items
+    view = replay([], topologies, nodes=nodes)
+    runtime = view.runtime
+    published = set(runtime.ledger.nodes())
+    stale = {node: runtime.stale_reason(node) for node in published}
+    bad = {node: why for node, why in stale.items() if why}
+    report.check(
+        bool(published) and not bad,
+        "Numatopologies fresh",
+        f"{len(published) - len(bad)} of {len(published)} current"
+        + "".join(f"; {why}" for _, why in sorted(bad.items()))
+        + ("" if published else "; none published (is the numatopo exporter running?)"),
+    )
+    missing = sorted(set(view.nodes) - published)
+    if missing:
+        shown = ", ".join(missing[:10]) + (" ..." if len(missing) > 10 else "")
+        print(f"note  {len(missing)} Nodes have no Numatopology (no exporter there): {shown}")
+
+
+def _age(stamp: str) -> float | None:
+    try:
+        moment = datetime.datetime.fromisoformat(stamp.replace("Z", "+00:00"))
+    except ValueError:
+        return None
+    return time.time() - moment.timestamp()
+
+
+async def _lease(kube: KubeClient, report: Report, lease: str) -> None:
+    namespace, _, name = lease.partition("/")
+    try:
+        spec = (await kube.get_lease(namespace, name)).get("spec") or {}
+    except KubeError as exc:
+        report.check(False, f"active operator (Lease {lease})", str(exc))
+        return
+    holder = str(spec.get("holderIdentity") or "")
+    duration = float(spec.get("leaseDurationSeconds") or 15)
+    age = _age(str(spec.get("renewTime") or ""))
+    fresh = bool(holder) and age is not None and age <= duration + LEASE_SLACK_SECONDS
+    detail = f"held by {holder or 'nobody'}" + ("" if age is None else f", renewed {age:.0f} s ago")
+    report.check(fresh, f"active operator (Lease {lease})", detail)
+
+
+def _tls(args: argparse.Namespace) -> ssl.SSLContext | None:
+    if not args.extender_url.startswith("https://"):
+        return None
+    context = ssl.create_default_context(cafile=args.tls_ca or None)
+    if args.tls_cert:
+        context.load_cert_chain(args.tls_cert, args.tls_key or None)
+    return context
+
+
+async def _extender(args: argparse.Namespace, report: Report) -> None:
+    probe: dict[str, Any] = {
+        "Pod": {
+            "metadata": {"name": "numatopo-selftest-probe", "namespace": args.namespace},
+            "spec": {"containers": [{"name": "probe"}]},
+        },
+        "Nodes": None,
+        "NodeNames": [],
+    }
+    try:
+        context = _tls(args)
+        timeout = aiohttp.ClientTimeout(total=20)
+        async with (
+            aiohttp.ClientSession(timeout=timeout) as session,
+            session.post(
+                args.extender_url.rstrip("/") + "/filter",
+                json=probe,
+                ssl=context if context is not None else False,
+                server_hostname=args.tls_server_name or None,
+            ) as response,
+        ):
+            answer = json.loads(await response.text())
+            error = answer.get("Error") if isinstance(answer, dict) else "not JSON"
+            ok = response.status == 200 and not error
+            over = (
+                "TLS" + (" with a client certificate" if args.tls_cert else "")
+                if context
+                else "plain HTTP"
+            )
+            report.check(
+                ok,
+                "extender /filter",
+                f"HTTP {response.status} over {over}" + (f": {error}" if error else ""),
+            )
+    except (aiohttp.ClientError, ssl.SSLError, OSError, ValueError, TimeoutError) as exc:
+        report.check(False, "extender /filter", f"{type(exc).__name__}: {exc}")
+
+
+def _example_pod(args: argparse.Namespace, name: str) -> dict[str, Any]:
+    resources = {"cpu": "1", "memory": "64Mi"}
+    spec: dict[str, Any] = {
+        "schedulerName": args.example_scheduler,
+        "restartPolicy": "Never",
+        "terminationGracePeriodSeconds": 1,
+        "containers": [
+            {
+                "name": "example",
+                "image": args.example_image,
+                "command": ["python", "-c", "import time; time.sleep(600)"],
+                "resources": {"requests": resources, "limits": resources},
+            }
+        ],
+    }
+    if args.example_node:
+        spec["nodeName"] = args.example_node
+    return {
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "metadata": {
+            "name": name,
+            "labels": {"app.kubernetes.io/name": "numatopo-selftest"},
+            "annotations": {keys.POLICY: "single-numa-node"},
+        },
+        "spec": spec,
+    }
+
+
+def _placed(pod: dict[str, Any], until: str) -> tuple[bool, str]:
+    """(done, what the pod shows now)."""
+    annotations = (pod.get("metadata") or {}).get("annotations") or {}
+    state = annotations.get(keys.STATE, "")
+    node = translate.pod_node(pod) or "no node yet"
+    shown = f"on {node}, state {state or 'none yet'}"
+    if state and state != keys.State.ASSIGNED.value:
+        return True, shown + f" ({annotations.get(keys.REASON, '')})"
+    conditions = (pod.get("status") or {}).get("conditions") or []
+    aligned = next((c for c in conditions if c.get("type") == ALIGNED), None)
+    if aligned is not None:
+        shown += f", {ALIGNED}={aligned.get('status')}"
+    if until == "Assigned":
+        return bool(state), shown
+    return aligned is not None, shown
+
+
+async def _example(kube: KubeClient, args: argparse.Namespace, report: Report) -> None:
+    name = f"numatopo-selftest-{uuid.uuid4().hex[:6]}"
+    await kube.create_pod(args.namespace, _example_pod(args, name))
+    try:
+        deadline = time.monotonic() + args.timeout_seconds
+        shown = ""
+        while time.monotonic() < deadline:
+            pod = await kube.get_pod(args.namespace, name)
+            done, shown = _placed(pod, args.example_until)
+            if done:
+                break
+            await asyncio.sleep(1.0)
+        annotations = (pod.get("metadata") or {}).get("annotations") or {}
+        conditions = (pod.get("status") or {}).get("conditions") or []
+        ok = annotations.get(keys.STATE) == keys.State.ASSIGNED.value and (
+            args.example_until == "Assigned"
+            or any(c.get("type") == ALIGNED and c.get("status") == "True" for c in conditions)
+        )
+        report.check(ok, f"example pod {args.namespace}/{name} {args.example_until}", shown)
+    finally:
+        await kube.delete_pod(args.namespace, name)
+
+
+async def _checks(args: argparse.Namespace) -> Report:
+    report = Report()
+    async with KubeClient.connect(args.api_url, component="numatopo-selftest") as kube:
+        steps: list[Callable[[], Awaitable[None]]] = [
+            lambda: _crds(kube, report),
+            lambda: _numatopologies(kube, report),
+        ]
+        if args.lease:
+            steps.append(lambda: _lease(kube, report, args.lease))
+        if args.extender_url:
+            steps.append(lambda: _extender(args, report))
+        if args.example_image:
+            steps.append(lambda: _example(kube, args, report))
+        for step in steps:
+            await step()
+    return report
+
+
+def run(args: argparse.Namespace) -> int:
+    try:
+        report = asyncio.run(_checks(args))
+    except (KubeConfigError, KubeError) as exc:
+        print(f"numatopo selftest: {exc}", file=sys.stderr)
+        return 2
+    total = len(report.lines)
+    print(f"{total - report.failed} of {total} checks passed")
+    return 1 if report.failed else 0

@@ -1,0 +1,123 @@
+"""The operator's view of the cluster, rebuilt from one list of pods and Numatopologies.
+
+`kubectl numatopo` and `numatopo selftest` answer "what would the operator say now?"
+from outside it. They must not answer with a second implementation of its decisions,
+so the lists go through the very paths that feed a running operator: each Numatopology
+through the kopf index function and `handlers.observe_topology`, the pods through
+`handover.listed_bookings` into `Ledger.end_resync` (what a replica taking over does),
+the workload mix through its learner; a pod is then judged by the extender's
+`judge_candidates`. The view is a snapshot: bookings written after the lists are not
+in it, and signatures are checked with the keys given (none given: every assignment
+is taken as written, which `signatures_checked` says).
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, field
+from typing import Any, cast
+
+import kopf
+
+from numatopo_engine import node_rules, pod_request
+from numatopo_engine.errors import InvalidRequestError
+from numatopo_engine.network_topology import HOSTNAME_LABEL
+from numatopo_engine.signing import Verifier
+from numatopo_operator import extender, handlers, handover, indexes, translate
+from numatopo_operator.runtime import Runtime
+from numatopo_operator.settings import OperatorSettings
+from numatopo_operator.translate import RawPod
+
+__all__ = ["ClusterView", "Judgement", "replay"]
+
+logger = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True)
+class Judgement:
+    """One pod judged on every candidate node, as the extender's filter would judge it."""
+
+    candidates: list[str]
+    verdicts: extender.Verdicts
+    scheduler: dict[str, str] = field(default_factory=dict)
+    """Nodes kube-scheduler's own filters keep from the pod (taints, selector, affinity):
+    node -> why; the extender never sees these."""
+    invalid: str = ""
+    """Why the pod's request cannot be read ('' when it can): no node is judged then."""
+
+
+@dataclass(frozen=True)
+class ClusterView:
+    runtime: Runtime
+    """A standalone operator runtime fed with the lists (never started, never writes)."""
+    nodes: dict[str, dict[str, Any]]
+    """Node objects by name (empty when they could not be listed)."""
+    pods: list[RawPod]
+    """The live pods listed (finished ones left out)."""
+    signatures_checked: bool
+
+    def node_names(self) -> list[str]:
+        """Every node known from a Node object or a Numatopology, in name order."""
+        return sorted(set(self.nodes) | set(self.runtime.ledger.nodes()))
+
+    def pods_on(self, node: str) -> list[RawPod]:
+        return [pod for pod in self.pods if translate.pod_node(pod) == node]
+
+    def judge(self, pod: RawPod) -> Judgement:
+        """`pod` on every node: kube-scheduler's node filters first (as the scheduler does
+        before it calls the extender), then the extender's `judge_candidates`."""
+        runtime = self.runtime
+        spec = pod.get("spec") or {}
+        scheduler: dict[str, str] = {}
+        candidates: list[str] = []
+        for name in self.node_names():
+            node = self.nodes.get(name)
+            if node is not None:
+                shown = {**node, "metadata": dict(node.get("metadata") or {})}
+                labels = dict(shown["metadata"].get("labels") or {})
+                labels.setdefault(HOSTNAME_LABEL, name)
+                shown["metadata"]["labels"] = labels
+                why = node_rules.refusal(spec, shown)
+                if why:
+                    scheduler[name] = why
+                    continue
+            candidates.append(name)
+        try:
+            request = pod_request.request_from_pod(pod, runtime.settings.resources)
+        except InvalidRequestError as exc:
+            return Judgement(
+                candidates, extender.Verdicts(), scheduler, translate.invalid_message(exc)
+            )
+        verdicts = extender.judge_candidates(
+            request, extender.candidates(runtime, candidates), runtime.decisions
+        )
+        return Judgement(candidates, verdicts, scheduler)
+
+
+def replay(
+    pods: Iterable[RawPod],
+    numatopologies: Iterable[Mapping[str, Any]],
+    *,
+    nodes: Iterable[RawPod] = (),
+    verifier: Verifier | None = None,
+    settings: OperatorSettings | None = None,
+) -> ClusterView:
+    """The cluster as an operator that just took over would see it (see the module)."""
+    checked = verifier is not None
+    runtime = Runtime(
+        settings or OperatorSettings(), verifier=verifier or Verifier(accept_unsigned=True)
+    )
+    for body in numatopologies:
+        readings = indexes.numatopologies(
+            body=kopf.Body(cast(kopf.RawBody, dict(body))), logger=logger
+        )
+        for node, reading in readings.items():
+            handlers.observe_topology(runtime, node, reading)
+    live = [pod for pod in pods if not translate.is_finished(pod)]
+    runtime.ledger.begin_resync()
+    runtime.ledger.end_resync(handover.listed_bookings(runtime, live))
+    for pod in live:
+        runtime.workload.observe_pod(translate.pod_key(pod), pod, runtime.settings.resources)
+    named = {str((node.get("metadata") or {}).get("name")): dict(node) for node in nodes}
+    return ClusterView(runtime, named, live, checked)
