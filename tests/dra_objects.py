@@ -57,9 +57,12 @@ def gpu_slice(node: str, spec: NumatopologySpec, *, standard: bool = True) -> di
         if not bus:
             del attributes["pcieBusID"]
         devices.append(
-            {"name": f"gpu-{gpu.index}", "attributes": attributes,
-             "capacity": {"memory": {"value": "40Gi"}}}
-        )  # fmt: skip
+            {
+                "name": f"gpu-{gpu.index}",
+                "attributes": attributes,
+                "capacity": {"memory": {"value": "40Gi"}},
+            }
+        )
     return _slice(f"{node}-gpu.nvidia.com", GPU_DRIVER, node, devices)
 
 
@@ -83,7 +86,7 @@ def nic_slice(node: str, spec: NumatopologySpec) -> dict[str, Any]:
                         if bus
                         else {}
                     ),
-                },  # fmt: skip
+                },
             }
         )
     return _slice(f"{node}-dra.net", NET_DRIVER, node, devices)
@@ -109,8 +112,12 @@ def device_class(
     spec: dict[str, Any] = {"selectors": [{"cel": {"expression": selector}}]}
     if config:
         spec["config"] = config
-    return {"apiVersion": "resource.k8s.io/v1", "kind": "DeviceClass",
-            "metadata": {"name": name, "uid": f"uid-class-{name}"}, "spec": spec}  # fmt: skip
+    return {
+        "apiVersion": "resource.k8s.io/v1",
+        "kind": "DeviceClass",
+        "metadata": {"name": name, "uid": f"uid-class-{name}"},
+        "spec": spec,
+    }
 
 
 def claim(
@@ -129,15 +136,22 @@ def claim(
     return {
         "apiVersion": "resource.k8s.io/v1",
         "kind": "ResourceClaim",
-        "metadata": {"name": name, "namespace": namespace, "uid": f"uid-claim-{name}",
-                     "resourceVersion": "1"},
+        "metadata": {
+            "name": name,
+            "namespace": namespace,
+            "uid": f"uid-claim-{name}",
+            "resourceVersion": "1",
+        },
         "spec": {"devices": devices},
-    }  # fmt: skip
+    }
 
 
 def request(name: str, device_class_name: str, count: int = 1, *selectors: str) -> dict[str, Any]:
-    exactly: dict[str, Any] = {"deviceClassName": device_class_name, "count": count,
-                               "allocationMode": "ExactCount"}  # fmt: skip
+    exactly: dict[str, Any] = {
+        "deviceClassName": device_class_name,
+        "count": count,
+        "allocationMode": "ExactCount",
+    }
     if selectors:
         exactly["selectors"] = [{"cel": {"expression": s}} for s in selectors]
     return {"name": name, "exactly": exactly}

@@ -67,15 +67,26 @@ def classes_wire() -> dict[str, dict[str, Any]]:
 def pod(claims: dict[str, str], cpu: str = "8") -> dict[str, Any]:
     resources = {"cpu": cpu, "memory": "16Gi"}
     return {
-        "metadata": {"name": "train", "namespace": "default", "uid": "u1",
-                     "annotations": {"numatopo.io/policy": "single-numa-node"}},
+        "metadata": {
+            "name": "train",
+            "namespace": "default",
+            "uid": "u1",
+            "annotations": {"numatopo.io/policy": "single-numa-node"},
+        },
         "spec": {
             "resourceClaims": [{"name": n, "resourceClaimName": c} for n, c in claims.items()],
-            "containers": [{"name": "main", "resources": {
-                "requests": resources, "limits": resources,
-                "claims": [{"name": n} for n in claims]}}],
+            "containers": [
+                {
+                    "name": "main",
+                    "resources": {
+                        "requests": resources,
+                        "limits": resources,
+                        "claims": [{"name": n} for n in claims],
+                    },
+                }
+            ],
         },
-    }  # fmt: skip
+    }
 
 
 def decide(
@@ -96,8 +107,10 @@ def decide(
     written = {}
     for c in claims_wire:
         allocation = decision.allocations[c["metadata"]["name"]]
-        status = {"allocation": allocation.written(),
-                  "reservedFor": [api.ResourceClaimConsumerReference(name="train", uid="u1").to_wire()]}  # fmt: skip
+        status = {
+            "allocation": allocation.written(),
+            "reservedFor": [api.ResourceClaimConsumerReference(name="train", uid="u1").to_wire()],
+        }
         obj = {**c, "status": status}
         assert schema_errors(obj) is None, schema_errors(obj)
         assert allocation_problems(obj, NODE, slices, classes_wire()) == []
@@ -111,8 +124,14 @@ def devices_of(obj: dict[str, Any]) -> list[str]:
 
 def test_every_device_of_the_drivers_joins_its_gpu_or_nic() -> None:
     spec = p4d()
-    node = join_node(NODE, spec, [api.ResourceSlice.model_validate(s)
-                                  for s in (gpu_slice(NODE, spec), nic_slice(NODE, spec))])  # fmt: skip
+    node = join_node(
+        NODE,
+        spec,
+        [
+            api.ResourceSlice.model_validate(s)
+            for s in (gpu_slice(NODE, spec), nic_slice(NODE, spec))
+        ],
+    )
     assert {d.id.device: d.gpu for d in node.devices if d.kind is DeviceKind.GPU} == {
         f"gpu-{i}": i for i in range(8)
     }
@@ -145,7 +164,8 @@ def test_an_incomplete_pool_is_not_used() -> None:
     wire = gpu_slice(NODE, spec)
     wire["spec"]["pool"]["resourceSliceCount"] = 2
     node = join_node(NODE, spec, [api.ResourceSlice.model_validate(wire)])
-    assert node.devices == () and node.incomplete_pools == ("gpu.nvidia.com/p4d-a",)
+    assert node.devices == ()
+    assert node.incomplete_pools == ("gpu.nvidia.com/p4d-a",)
 
 
 def test_four_gpus_are_one_numa_nodes_nvlinked_set_with_its_config() -> None:
@@ -170,8 +190,13 @@ def test_selectors_narrow_the_choice_and_are_honoured() -> None:
 
 def test_nic_request_gets_the_nic_behind_the_same_pcie_switch() -> None:
     constraint = [{"requests": ["gpu", "nic"], "matchAttribute": "resource.kubernetes.io/pcieRoot"}]
-    claims = [claim("pair", [request("gpu", "gpu.nvidia.com", 1), request("nic", "rdma.dra.net", 1)],
-                    constraints=constraint)]  # fmt: skip
+    claims = [
+        claim(
+            "pair",
+            [request("gpu", "gpu.nvidia.com", 1), request("nic", "rdma.dra.net", 1)],
+            constraints=constraint,
+        )
+    ]
     decision, written, _ = decide(claims)
     main = decision.assignment.containers["main"]
     spec = p4d()
@@ -192,8 +217,12 @@ def test_devices_already_held_are_not_handed_out() -> None:
 
 
 def test_two_claims_share_no_device() -> None:
-    _, written, _ = decide([claim("a", [request("gpu", "gpu.nvidia.com", 2)]),
-                            claim("b", [request("gpu", "gpu.nvidia.com", 2)])])  # fmt: skip
+    _, written, _ = decide(
+        [
+            claim("a", [request("gpu", "gpu.nvidia.com", 2)]),
+            claim("b", [request("gpu", "gpu.nvidia.com", 2)]),
+        ]
+    )
     assert not set(devices_of(written["a"])) & set(devices_of(written["b"]))
 
 
@@ -235,9 +264,13 @@ def test_requests_the_allocator_handles_differently_are_not_decided() -> None:
 
 
 def test_template_claims_are_found_by_the_recorded_name() -> None:
-    raw = {"spec": {"resourceClaims": [{"name": "g", "resourceClaimTemplateName": "t"}],
-                    "containers": [{"name": "main", "resources": {"claims": [{"name": "g"}]}}]},
-           "status": {}}  # fmt: skip
+    raw = {
+        "spec": {
+            "resourceClaims": [{"name": "g", "resourceClaimTemplateName": "t"}],
+            "containers": [{"name": "main", "resources": {"claims": [{"name": "g"}]}}],
+        },
+        "status": {},
+    }
     assert pod_claims(raw) == [PodClaim("g", None, ("main",))]
     raw["status"] = {"resourceClaimStatuses": [{"name": "g", "resourceClaimName": "train-g-x1"}]}
     assert pod_claims(raw) == [PodClaim("g", "train-g-x1", ("main",))]
