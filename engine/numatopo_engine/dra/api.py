@@ -75,7 +75,6 @@ class Metadata(_Read):
     uid: str = ""
     resource_version: str = ""
     finalizers: list[str] = Field(default_factory=list)
-    deletion_timestamp: str | None = None
 
 
 class DeviceAttribute(_Wire):
@@ -124,7 +123,6 @@ class ResourceSliceSpec(_Read):
     driver: Name
     pool: ResourcePool
     node_name: str | None = None
-    all_nodes: bool | None = None
     devices: list[Device] = Field(default_factory=list)
 
 
