@@ -19,6 +19,7 @@ from numatopo_engine.model import WireModel
 __all__ = [
     "ASSIGNMENT",
     "CPU",
+    "DRA_GATE",
     "GPU_LINKS",
     "GROUP",
     "GROUP_ANNOTATIONS",
@@ -74,6 +75,8 @@ USER_ANNOTATIONS = (POLICY, SCOPE, CPU, SMT, GPU_LINKS, MAX_NUMA_NODES)
 
 # Multi-node groups (`numatopo_engine.groups` validates them; DESIGN.md, "Groups").
 GROUP = PREFIX + "group"
+# Scheduling gate of a pod whose ResourceClaims numatopo allocates (GPUs on DRA clusters).
+DRA_GATE = PREFIX + "dra"
 GROUP_SIZE = PREFIX + "group-size"
 TOPOLOGY_REQUIRED = PREFIX + "topology-required"
 TOPOLOGY_PREFERRED = PREFIX + "topology-preferred"

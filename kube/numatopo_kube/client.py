@@ -115,6 +115,14 @@ _CustomResourceDefinition: Any = create_global_resource(
 )
 _Lease: Any = create_namespaced_resource("coordination.k8s.io", "v1", "Lease", "leases")
 _Numatopology: Any = create_global_resource(GROUP, VERSION, KIND, Numatopology.plural)
+# Dynamic Resource Allocation (numatopo_engine.dra): read, and claims allocated.
+_ResourceClaim: Any = create_namespaced_resource(
+    "resource.k8s.io", "v1", "ResourceClaim", "resourceclaims"
+)
+_ResourceSlice: Any = create_global_resource(
+    "resource.k8s.io", "v1", "ResourceSlice", "resourceslices"
+)
+_DeviceClass: Any = create_global_resource("resource.k8s.io", "v1", "DeviceClass", "deviceclasses")
 # The formats numatopo exports for other schedulers (numatopo_engine.exports).
 _NodeResourceTopology: Any = create_global_resource(
     nrt.GROUP, nrt.VERSION, nrt.KIND, nrt.NodeResourceTopology.plural
@@ -852,6 +860,68 @@ class KubeClient:
                 _Numatopology.Status, name, {"status": dict(status)}, patch_type=PatchType.MERGE
             ),
             idempotent=True,
+        )
+
+    # -- dynamic resource allocation (resource.k8s.io/v1) -------------------------------
+
+    @api_call(("resource.k8s.io", "resourceclaims", "get"))
+    async def get_resource_claim(self, namespace: str, name: str) -> Body | None:
+        """`ResourceClaim` namespace/name, or None when there is none."""
+        _path_names(namespace, name)
+        try:
+            found = await self._call(
+                f"get resourceclaim {namespace}/{name}",
+                lambda: self.lightkube.get(_ResourceClaim, name, namespace=namespace),
+                idempotent=True,
+            )
+        except KubeError as exc:
+            if exc.not_found:
+                return None
+            raise
+        return dict(found)
+
+    @api_call(("resource.k8s.io", "resourceclaims", "list"))
+    async def list_resource_claims(self) -> Listing:
+        return await self._list("list resourceclaims", _ResourceClaim, namespace="*")
+
+    @api_call(("resource.k8s.io", "resourceslices", "list"))
+    async def list_resource_slices(self) -> Listing:
+        return await self._list("list resourceslices", _ResourceSlice, namespace=None)
+
+    @api_call(("resource.k8s.io", "deviceclasses", "list"))
+    async def list_device_classes(self) -> Listing:
+        return await self._list("list deviceclasses", _DeviceClass, namespace=None)
+
+    @api_call(("resource.k8s.io", "resourceclaims", "patch"))
+    async def patch_resource_claim(self, namespace: str, name: str, patch: Body) -> Body:
+        """A merge patch of the claim (its finalizers); carry `metadata.resourceVersion`
+        to make it conditional. Not retried: the caller reads the claim again."""
+        _path_names(namespace, name)
+        return dict(
+            await self._call(
+                f"patch resourceclaim {namespace}/{name}",
+                lambda: self.lightkube.patch(
+                    _ResourceClaim, name, patch, namespace=namespace, patch_type=PatchType.MERGE
+                ),
+            )
+        )
+
+    @api_call(("resource.k8s.io", "resourceclaims/status", "patch"))
+    async def patch_resource_claim_status(self, namespace: str, name: str, patch: Body) -> Body:
+        """A merge patch of the claim's status subresource (allocation, reservedFor), as
+        the scheduler writes it; carry `metadata.resourceVersion` to make it conditional."""
+        _path_names(namespace, name)
+        return dict(
+            await self._call(
+                f"patch resourceclaim {namespace}/{name} status",
+                lambda: self.lightkube.patch(
+                    _ResourceClaim.Status,
+                    name,
+                    patch,
+                    namespace=namespace,
+                    patch_type=PatchType.MERGE,
+                ),
+            )
         )
 
     @api_call(("numatopo.io", "networktopologies/status", "patch"))

@@ -373,7 +373,7 @@ class ReleaseError(ValueError):
     """A member cannot be released onto its planned node as it is."""
 
 
-def release_operations(pod: RawPod, node: str) -> list[dict[str, Any]]:
+def release_operations(pod: RawPod, node: str, gate: str = GATE) -> list[dict[str, Any]]:
     """The JSON patch of phase 2: `nodeSelector[kubernetes.io/hostname] = node` added and
     the gate removed, both guarded by `test`s of what was read (only these changes are
     allowed on a gated pod). [] when the pod is already released onto `node`."""
@@ -394,10 +394,10 @@ def release_operations(pod: RawPod, node: str) -> list[dict[str, Any]]:
             {"op": "add", "path": "/spec/nodeSelector/" + _pointer(HOSTNAME_LABEL), "value": node}
         )
     gates = _gates(pod)
-    for index, gate in enumerate(gates):
-        if isinstance(gate, Mapping) and gate.get("name") == GATE:
+    for index, found in enumerate(gates):
+        if isinstance(found, Mapping) and found.get("name") == gate:
             operations.append(
-                {"op": "test", "path": f"/spec/schedulingGates/{index}", "value": dict(gate)}
+                {"op": "test", "path": f"/spec/schedulingGates/{index}", "value": dict(found)}
             )
             operations.append({"op": "remove", "path": f"/spec/schedulingGates/{index}"})
             break

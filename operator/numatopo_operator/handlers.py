@@ -24,7 +24,7 @@ import kopf
 from numatopo_engine import annotations as keys
 from numatopo_engine.model import GROUP, VERSION
 from numatopo_engine.network_topology import NETWORK_TOPOLOGY_PLURAL
-from numatopo_operator import assigning, gang_indexes, gang_worker, indexes, translate
+from numatopo_operator import assigning, dra, gang_indexes, gang_worker, indexes, translate
 from numatopo_operator.errors import BookingError, kept_serving
 from numatopo_operator.runtime import Runtime
 
@@ -181,6 +181,9 @@ async def pod_changed(
                 memo.deferred[key] = dict(body)  # retried once the ledger is current
             return
         await _report_others(memo, body, logger)
+        if dra.is_gated(body):
+            await dra.settle(memo, dict(body))
+            return
         await assigning.settle(memo, body)
 
 

@@ -70,6 +70,15 @@ CODE_CALLS: dict[str, dict[str, set[Permission]]] = {
         f"{HELPER}.patch_networktopology_status": {
             ("numatopo.io", "networktopologies/status", "patch")
         },
+        # GPUs on DRA clusters (dra.py): read slices, classes and claims; allocate claims.
+        f"{HELPER}.get_resource_claim": {("resource.k8s.io", "resourceclaims", "get")},
+        f"{HELPER}.list_resource_claims": {("resource.k8s.io", "resourceclaims", "list")},
+        f"{HELPER}.list_resource_slices": {("resource.k8s.io", "resourceslices", "list")},
+        f"{HELPER}.list_device_classes": {("resource.k8s.io", "deviceclasses", "list")},
+        f"{HELPER}.patch_resource_claim": {("resource.k8s.io", "resourceclaims", "patch")},
+        f"{HELPER}.patch_resource_claim_status": {
+            ("resource.k8s.io", "resourceclaims/status", "patch")
+        },
     },
     # The helpers the node processes call: the exporter (`Publisher`, and the Node read
     # at start) and the agent (`AgentLoop`).

@@ -286,6 +286,14 @@ def _register(api: kmock.KubernetesEmulator) -> None:
     )
     api.resources[LEASES] = kmock.ResourceInfo(kind="Lease", namespaced=True, verbs=verbs)
     api.resources[NODES] = kmock.ResourceInfo(kind="Node", namespaced=False, verbs=verbs)
+    for plural, kind, namespaced in (
+        ("resourceclaims", "ResourceClaim", True),
+        ("resourceslices", "ResourceSlice", False),
+        ("deviceclasses", "DeviceClass", False),
+    ):
+        api.resources[f"resource.k8s.io/v1/{plural}"] = kmock.ResourceInfo(
+            kind=kind, namespaced=namespaced, verbs=verbs, subresources={"status"}
+        )
     api.resources[NETWORK_TOPOLOGIES] = kmock.ResourceInfo(
         kind="NetworkTopology", namespaced=False, verbs=verbs, subresources={"status"}
     )

@@ -1,0 +1,8 @@
+"""Dynamic Resource Allocation (`resource.k8s.io/v1`): DRA devices read as topology, and
+the claims of a pod decided on it (pure; the operator does the I/O).
+
+  api        the wire models of the objects read and written (only the fields used)
+  join       ResourceSlices joined with a node's Numatopology: each device as a GPU/NIC
+  selectors  device selectors (CEL) evaluated as the scheduler's allocator does, or refused
+  claims     a pod's claims decided with the engine, as claim allocations
+"""

@@ -1,0 +1,397 @@
+"""A pod's ResourceClaims decided on one node with the engine, as claim allocations.
+
+Each request of a claim becomes GPUs or NICs of the container that uses the claim (the
+first container naming it in `resources.claims`; the first app container for a claim no
+container names), and the engine places them as it places device-plugin GPUs and NICs:
+GPU sets by link bandwidth, NICs by PCIe path to them, CPUs and memory on their NUMA
+nodes. The engine only sees the devices the request may have: every other GPU or NIC is
+booked away in a copy of the node's state. A `matchAttribute` constraint is honoured by
+deciding once per value the attribute takes (the best decision wins), each time with
+only the devices of that value.
+
+What numatopo cannot judge as the scheduler's allocator would raises `UndecidedError`: the
+operator then leaves the claim to the scheduler (see docs/DESIGN.md, "GPUs on DRA
+clusters").
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import itertools
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from numatopo_engine.allocation import Decision, Engine, allocate
+from numatopo_engine.annotations import Assignment, ContainerAssignment
+from numatopo_engine.dra.api import (
+    AllocationResult,
+    DeviceAllocationConfiguration,
+    DeviceAllocationResult,
+    DeviceClass,
+    DeviceRequestAllocationResult,
+    ResourceClaim,
+    node_selector_for,
+)
+from numatopo_engine.dra.join import DeviceKind, DraDevice, DraNode, attribute
+from numatopo_engine.dra.selectors import SelectorRefusedError, Selectors
+from numatopo_engine.errors import UnsatisfiableError
+from numatopo_engine.model import NumatopologySpec
+from numatopo_engine.request import PodRequest
+from numatopo_engine.state import NodeState
+
+__all__ = [
+    "ClaimDecision",
+    "PodClaim",
+    "UndecidedError",
+    "decide_claims",
+    "pod_claims",
+    "unsupported",
+]
+
+INELIGIBLE = "numatopo.io/dra-ineligible"
+MAX_VARIANTS = 64
+
+
+class UndecidedError(Exception):
+    """numatopo cannot decide these claims as the scheduler would: leave them to it."""
+
+
+@dataclass(frozen=True, slots=True)
+class PodClaim:
+    """One entry of `pod.spec.resourceClaims`, with the claim it names (None: the claim
+    from its template does not exist yet)."""
+
+    name: str
+    claim: str | None
+    containers: tuple[str, ...]  # containers naming it in resources.claims, spec order
+
+
+@dataclass(frozen=True, slots=True)
+class ClaimDecision:
+    node: str
+    assignment: Assignment
+    allocations: Mapping[str, AllocationResult]  # claim name -> its allocation
+    score: int
+
+
+def pod_claims(pod: Mapping[str, Any]) -> list[PodClaim]:
+    """The pod's claims: direct ones by name, template ones by the name kube-controller-
+    manager recorded in `status.resourceClaimStatuses` (None until it has)."""
+    spec = pod.get("spec") or {}
+    generated = {
+        s.get("name"): s.get("resourceClaimName")
+        for s in (pod.get("status") or {}).get("resourceClaimStatuses") or []
+    }
+    users: dict[str, list[str]] = {}
+    for container in spec.get("containers") or []:
+        for ref in (container.get("resources") or {}).get("claims") or []:
+            users.setdefault(str(ref.get("name")), []).append(str(container.get("name")))
+    found = []
+    for entry in spec.get("resourceClaims") or []:
+        name = str(entry.get("name"))
+        claim = entry.get("resourceClaimName") or generated.get(name)
+        found.append(PodClaim(name, claim, tuple(users.get(name, ()))))
+    return found
+
+
+def unsupported(claim: ResourceClaim) -> str | None:
+    """Why numatopo cannot decide `claim` as the allocator would; None when it can."""
+    devices = claim.spec.devices
+    if claim.status.allocation is not None:
+        return "it is allocated already"
+    extras = [*claim.spec.extras(), *devices.extras()]
+    for request in devices.requests:
+        extras += request.extras()
+        exact = request.exactly
+        if exact is None:
+            return f"request {request.name} is no `exactly` request (prioritized list)"
+        extras += exact.extras()
+        if exact.allocation_mode != "ExactCount":
+            return f"request {request.name} asks allocationMode {exact.allocation_mode}"
+        if exact.admin_access:
+            return f"request {request.name} asks admin access"
+    for constraint in devices.constraints:
+        extras += constraint.extras()
+        if constraint.match_attribute is None:
+            return "a constraint other than matchAttribute"
+    if extras:
+        return "it uses " + ", ".join(sorted(set(extras)))
+    return None
+
+
+@dataclass
+class _Request:
+    claim: str
+    name: str
+    count: int
+    kind: DeviceKind
+    eligible: list[DraDevice]
+    container: str
+    class_name: str
+
+
+def _eligible(
+    claim: ResourceClaim,
+    classes: Mapping[str, DeviceClass],
+    node: DraNode,
+    selectors: Selectors,
+    container: str,
+) -> list[_Request]:
+    out = []
+    for request in claim.spec.devices.requests:
+        exact = request.exactly
+        assert exact is not None  # `unsupported` said so
+        device_class = classes.get(exact.device_class_name)
+        if device_class is None:
+            raise UndecidedError(f"DeviceClass {exact.device_class_name} does not exist")
+        if device_class.extras() or device_class.spec.extras():
+            raise UndecidedError(
+                f"DeviceClass {exact.device_class_name} uses fields numatopo does not know"
+            )
+        matching: list[DraDevice] = []
+        try:
+            for device in node.devices:
+                driver = device.id.driver
+                key = str(device.id)
+                if selectors.matches(device_class.spec.selectors, driver, device.device, key) and (
+                    selectors.matches(exact.selectors, driver, device.device, key)
+                ):
+                    matching.append(device)
+        except SelectorRefusedError as exc:
+            raise UndecidedError(
+                f"claim {claim.key} request {request.name}: a selector {exc}"
+            ) from None
+        usable = [d for d in matching if d.plain and d.kind is not DeviceKind.OTHER]
+        kinds = {d.kind for d in usable}
+        if len(kinds) != 1:
+            what = "no GPU or NIC numatopo can place" if not kinds else "GPUs and NICs at once"
+            raise UndecidedError(f"claim {claim.key} request {request.name} matches {what}")
+        out.append(
+            _Request(claim.key, request.name, exact.count, kinds.pop(), usable, container,
+                     exact.device_class_name)
+        )  # fmt: skip
+    return out
+
+
+def _variants(claim: ResourceClaim, requests: list[_Request]) -> list[list[_Request]]:
+    """The requests once per combination of values of the claim's matchAttributes, each
+    with only the devices holding those values."""
+    constraints = claim.spec.devices.constraints
+    if not constraints:
+        return [requests]
+    choices: list[list[tuple[int, object]]] = []
+    for index, constraint in enumerate(constraints):
+        name = constraint.match_attribute or ""
+        covered = [r for r in requests if not constraint.requests or r.name in constraint.requests]
+        values = {
+            _value(d, name) for r in covered for d in r.eligible if _value(d, name) is not None
+        }
+        choices.append([(index, v) for v in sorted(values, key=repr)])
+    variants = []
+    for combo in itertools.islice(itertools.product(*choices), MAX_VARIANTS):
+        narrowed = []
+        for request in requests:
+            keep = [
+                d
+                for d in request.eligible
+                if all(
+                    _value(d, constraints[i].match_attribute or "") == value
+                    for i, value in combo
+                    if not constraints[i].requests or request.name in constraints[i].requests
+                )
+            ]
+            narrowed.append(dataclasses.replace(request, eligible=keep))
+        variants.append(narrowed)
+    return variants
+
+
+def _value(device: DraDevice, name: str) -> object:
+    found = attribute(device.device, device.id.driver, name)
+    return None if found is None else (type(found.value).__name__, found.value)
+
+
+def _restricted(state: NodeState, requests: Sequence[_Request]) -> NodeState:
+    """A copy of `state` with every free GPU and NIC no request may have booked away."""
+    gpus = {d.gpu for r in requests for d in r.eligible if d.gpu is not None}
+    nics = {d.nic for r in requests for d in r.eligible if d.nic is not None}
+    mig = {g.index for g in state.topology.gpus if g.mig_mode}
+    away = ContainerAssignment(
+        gpu_indices=sorted(g for g in state.free_gpus() - gpus if g not in mig),
+        nics=sorted(state.free_nics() - nics),
+    )
+    copy = state.copy()
+    copy.apply(INELIGIBLE, Assignment(node="", containers={"devices": away}))
+    return copy
+
+
+def _request_for(
+    base: PodRequest, requests: Sequence[_Request], spec: NumatopologySpec
+) -> PodRequest:
+    gpu_resource = {g.index: g.resource for g in spec.gpus}
+    nic_resource = {n.name: n.resource for n in spec.nics}
+    containers = []
+    for container in base.containers:
+        mine = [r for r in requests if r.container == container.name]
+        gpus = sum(r.count for r in mine if r.kind is DeviceKind.GPU)
+        nics = sum(r.count for r in mine if r.kind is DeviceKind.NIC)
+        if not (gpus or nics):
+            containers.append(container)
+            continue
+        if container.gpus or container.nics:
+            raise UndecidedError(
+                f"container {container.name} asks device-plugin devices and claims"
+            )
+        gres = {gpu_resource[d.gpu] for r in mine for d in r.eligible if d.gpu is not None}
+        nres = {nic_resource[d.nic] for r in mine for d in r.eligible if d.nic is not None}
+        if len(gres) > 1 or len(nres) > 1:
+            raise UndecidedError(f"container {container.name}: its claims span device resources")
+        containers.append(
+            dataclasses.replace(
+                container, gpus=gpus, gpu_resource=gres.pop() if gres else None,
+                nics=nics, nic_resource=nres.pop() if nres else None,
+            )
+        )  # fmt: skip
+    return dataclasses.replace(base, containers=tuple(containers))
+
+
+def _match(requests: Sequence[_Request], chosen: list[DraDevice]) -> list[list[DraDevice]] | None:
+    """Hand the chosen devices of one container to its requests (each request only
+    devices it may have); None when no way does."""
+    slots = [r for r in requests for _ in range(r.count)]
+    taken: list[DraDevice | None] = [None] * len(slots)
+
+    def place(i: int, left: list[DraDevice]) -> bool:
+        if i == len(slots):
+            return True
+        for j, device in enumerate(left):
+            if device in slots[i].eligible:
+                taken[i] = device
+                if place(i + 1, left[:j] + left[j + 1 :]):
+                    return True
+        return False
+
+    if len(slots) != len(chosen) or not place(0, chosen):
+        return None
+    out: list[list[DraDevice]] = []
+    i = 0
+    for request in requests:
+        out.append([d for d in taken[i : i + request.count] if d is not None])
+        i += request.count
+    return out
+
+
+def _allocation(
+    claim: ResourceClaim,
+    picked: Mapping[tuple[str, str], list[DraDevice]],
+    requests: Sequence[_Request],
+    classes: Mapping[str, DeviceClass],
+    node: str,
+) -> AllocationResult:
+    """The allocation as the allocator writes it: results in request order, then the
+    classes' configs (FromClass, once per class) and the claim's (FromClaim)."""
+    results = [
+        DeviceRequestAllocationResult(
+            request=r.name, driver=d.id.driver, pool=d.id.pool, device=d.id.device
+        )
+        for r in requests
+        for d in picked[(r.claim, r.name)]
+    ]
+    config: list[DeviceAllocationConfiguration] = []
+    by_class: dict[str, list[str]] = {}
+    for r in requests:
+        by_class.setdefault(r.class_name, []).append(r.name)
+    for class_name, names in by_class.items():
+        config += [
+            DeviceAllocationConfiguration(source="FromClass", requests=names, opaque=c.opaque)
+            for c in classes[class_name].spec.config
+        ]
+    config += [
+        DeviceAllocationConfiguration(source="FromClaim", requests=c.requests, opaque=c.opaque)
+        for c in claim.spec.devices.config
+    ]
+    return AllocationResult(
+        devices=DeviceAllocationResult(results=results, config=config or None),
+        node_selector=node_selector_for(node),
+    )
+
+
+def decide_claims(  # noqa: PLR0917 (the decision's inputs)
+    topology: NumatopologySpec,
+    state: NodeState,
+    base: PodRequest,
+    pod_claims_: Sequence[PodClaim],
+    claims: Mapping[str, ResourceClaim],
+    classes: Mapping[str, DeviceClass],
+    node: DraNode,
+    *,
+    engine: Engine | None = None,
+) -> ClaimDecision:
+    """Decide the pod's claims on `node`. Raises `UndecidedError` (leave it to the scheduler)
+    or `UnsatisfiableError` (not on this node now)."""
+    engine = engine or Engine()
+    if not base.containers:
+        raise UndecidedError("the pod has no containers")
+    selectors = Selectors()
+    per_claim: list[tuple[ResourceClaim, list[list[_Request]]]] = []
+    for entry in pod_claims_:
+        claim = claims.get(entry.claim or "")
+        if claim is None:
+            raise UndecidedError(f"claim {entry.name} does not exist yet")
+        why = unsupported(claim)
+        if why is not None:
+            raise UndecidedError(f"claim {claim.key}: {why}")
+        container = entry.containers[0] if entry.containers else base.containers[0].name
+        requests = _eligible(claim, classes, node, selectors, container)
+        per_claim.append((claim, _variants(claim, requests)))
+    best: tuple[Decision, list[_Request]] | None = None
+    refusal: UnsatisfiableError | None = None
+    combos = itertools.product(*(variants for _, variants in per_claim))
+    for combo in itertools.islice(combos, MAX_VARIANTS):
+        requests = [r for claim_requests in combo for r in claim_requests]
+        try:
+            decision = allocate(
+                topology, _restricted(state, requests), _request_for(base, requests, topology),
+                node.node, engine=engine,
+            )  # fmt: skip
+        except UnsatisfiableError as exc:
+            refusal = refusal or exc
+            continue
+        if _split(decision.assignment, requests, node) is None:
+            continue
+        if best is None or decision.score > best[0].score:
+            best = (decision, requests)
+    if best is None:
+        raise refusal or UnsatisfiableError("no devices the claims may have fit together")
+    decision, requests = best
+    split = _split(decision.assignment, requests, node)
+    assert split is not None
+    allocations = {
+        claim.metadata.name: _allocation(
+            claim, split, [r for r in requests if r.claim == claim.key], classes, node.node
+        )
+        for claim, _ in per_claim
+    }
+    return ClaimDecision(node.node, decision.assignment, allocations, decision.score)
+
+
+def _split(
+    assignment: Assignment, requests: Sequence[_Request], node: DraNode
+) -> dict[tuple[str, str], list[DraDevice]] | None:
+    """(claim, request) -> its devices, from the devices the engine gave each container."""
+    of_gpu, of_nic = node.of_gpu(), node.of_nic()
+    picked: dict[tuple[str, str], list[DraDevice]] = {}
+    for name, container in assignment.containers.items():
+        mine = [r for r in requests if r.container == name]
+        if not mine:
+            continue
+        chosen = [of_gpu[g] for g in container.gpu_indices if g in of_gpu]
+        chosen += [of_nic[n] for n in container.nics if n in of_nic]
+        matched = _match(mine, chosen)
+        if matched is None:
+            return None
+        for request, devices in zip(mine, matched, strict=True):
+            picked[(request.claim, request.name)] = devices
+    if len(picked) != len(requests):
+        return None
+    return picked

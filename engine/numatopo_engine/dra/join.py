@@ -1,0 +1,223 @@
+"""ResourceSlices joined with a node's Numatopology: each DRA device as a GPU or NIC of
+the model (so its NUMA node, PCIe paths and links are known), or as unjoined.
+
+Evidence, strongest first, per device:
+  1. the standard attribute `resource.kubernetes.io/pciBusID` against `gpus[].pciBusId`
+     and `nics[].pciBusId`
+  2. a driver's own PCI address: `pciBusID`, `pcieBusID` (NVIDIA's GPU driver),
+     `pciAddress` (dranet), in the driver's domain
+  3. identities: a GPU `uuid` (NVIDIA's driver) against `gpus[].uuid`; a NIC's
+     `rdmaDevName` / `ifName` (dranet) against `nics[].name` / `nics[].netdevs`
+  4. last, only when the node's spec knows no PCI address and no UUID of any GPU (a spec
+     read from `nvidia-smi topo -m`): NVIDIA's `index` against `gpus[].index`
+A device that two pieces of evidence put on different rows, or that two devices claim,
+is left unjoined: numatopo never hands out a device it cannot place.
+"""
+
+from __future__ import annotations
+
+import enum
+from collections.abc import Iterable
+from dataclasses import dataclass
+
+from numatopo_engine.dra.api import Device, DeviceAttribute, ResourceSlice
+from numatopo_engine.model import NumatopologySpec
+
+__all__ = [
+    "STANDARD_DOMAIN",
+    "DeviceId",
+    "DeviceKind",
+    "DraDevice",
+    "DraNode",
+    "attribute",
+    "join_node",
+    "normal_bus_id",
+]
+
+STANDARD_DOMAIN = "resource.kubernetes.io"
+_PCI_ATTRIBUTES = ("pciBusID", "pcieBusID", "pciAddress")
+_NIC_NAMES = ("rdmaDevName", "ifName")
+
+
+class DeviceKind(enum.StrEnum):
+    GPU = "gpu"
+    NIC = "nic"
+    OTHER = "other"  # not joined: the scheduler's alone
+
+
+@dataclass(frozen=True, slots=True, order=True)
+class DeviceId:
+    """A device as allocation results name it."""
+
+    driver: str
+    pool: str
+    device: str
+
+    def __str__(self) -> str:
+        return f"{self.driver}/{self.pool}/{self.device}"
+
+
+@dataclass(frozen=True, slots=True)
+class DraDevice:
+    id: DeviceId
+    device: Device
+    kind: DeviceKind
+    gpu: int | None = None  # spec.gpus[].index
+    nic: str | None = None  # spec.nics[].name
+    numa: int | None = None
+    why: str = ""  # the evidence of the join, or why there is none
+
+    @property
+    def plain(self) -> bool:
+        """No device field numatopo does not model (taints, counters, binding conditions)."""
+        return not self.device.extras()
+
+
+@dataclass(frozen=True, slots=True)
+class DraNode:
+    """The DRA devices published for one node, joined with its Numatopology."""
+
+    node: str
+    devices: tuple[DraDevice, ...]
+    incomplete_pools: tuple[str, ...] = ()  # driver/pool whose slices are not all here
+
+    def by_id(self) -> dict[DeviceId, DraDevice]:
+        return {d.id: d for d in self.devices}
+
+    def of_gpu(self) -> dict[int, DraDevice]:
+        return {d.gpu: d for d in self.devices if d.gpu is not None}
+
+    def of_nic(self) -> dict[str, DraDevice]:
+        return {d.nic: d for d in self.devices if d.nic is not None}
+
+
+def attribute(device: Device, driver: str, name: str) -> DeviceAttribute | None:
+    """A device attribute by qualified name; an unqualified name is in the driver's domain
+    (types.go: QualifiedName)."""
+    qualified = name if "/" in name else f"{driver}/{name}"
+    found = device.attributes.get(qualified)
+    if found is None and qualified.startswith(f"{driver}/"):
+        found = device.attributes.get(qualified.removeprefix(f"{driver}/"))
+    return found
+
+
+def normal_bus_id(text: str) -> str:
+    """`0000:18:00.0`, whatever width the domain was written in (NVML writes 8 digits)."""
+    text = text.strip().lower()
+    parts = text.split(":")
+    if len(parts) == 2:
+        parts = ["0", *parts]
+    if len(parts) != 3:
+        return text
+    try:
+        domain = int(parts[0], 16)
+    except ValueError:
+        return text
+    return f"{domain:04x}:{parts[1]}:{parts[2]}"
+
+
+def _text(device: Device, driver: str, name: str) -> str | None:
+    found = attribute(device, driver, name)
+    return found.string if found is not None else None
+
+
+def _bus_ids(device: Device, driver: str) -> list[str]:
+    found = [_text(device, driver, f"{STANDARD_DOMAIN}/pciBusID")]
+    found += [_text(device, driver, name) for name in _PCI_ATTRIBUTES]
+    return [normal_bus_id(t) for t in found if t]
+
+
+def _candidate(
+    device: Device, driver: str, spec: NumatopologySpec, *, by_index: bool
+) -> tuple[DeviceKind, int | str | None, str]:
+    gpu_bus = {normal_bus_id(g.pci_bus_id): g.index for g in spec.gpus if g.pci_bus_id}
+    nic_bus = {normal_bus_id(n.pci_bus_id): n.name for n in spec.nics if n.pci_bus_id}
+    buses = _bus_ids(device, driver)
+    for bus in buses:
+        if bus in gpu_bus:
+            return DeviceKind.GPU, gpu_bus[bus], f"PCI {bus}"
+        if bus in nic_bus:
+            return DeviceKind.NIC, nic_bus[bus], f"PCI {bus}"
+    if buses:
+        return DeviceKind.OTHER, None, f"PCI {buses[0]} is no GPU or NIC of the node"
+    uuid = _text(device, driver, "uuid")
+    if uuid:
+        for gpu in spec.gpus:
+            if gpu.uuid and gpu.uuid == uuid:
+                return DeviceKind.GPU, gpu.index, f"uuid {uuid}"
+    for name in _NIC_NAMES:
+        value = _text(device, driver, name)
+        for nic in spec.nics if value else ():
+            if value == nic.name or value in nic.netdevs:
+                return DeviceKind.NIC, nic.name, f"{name} {value}"
+    index = attribute(device, driver, "index")
+    known = index is not None and any(g.index == index.number for g in spec.gpus)
+    if by_index and known and index is not None and index.number is not None:
+        return DeviceKind.GPU, index.number, f"index {index.number}"
+    return DeviceKind.OTHER, None, "no PCI address, uuid or name of the node's GPUs or NICs"
+
+
+def _complete_pools(
+    slices: Iterable[ResourceSlice],
+) -> tuple[dict[tuple[str, str], list[ResourceSlice]], list[str]]:
+    """Slices by (driver, pool), newest generation only; pools missing slices of it apart
+    (the allocator does not allocate from an incomplete pool either)."""
+    pools: dict[tuple[str, str], list[ResourceSlice]] = {}
+    for piece in slices:
+        pools.setdefault((piece.spec.driver, piece.spec.pool.name), []).append(piece)
+    complete: dict[tuple[str, str], list[ResourceSlice]] = {}
+    incomplete: list[str] = []
+    for key, pieces in sorted(pools.items()):
+        newest = max(p.spec.pool.generation for p in pieces)
+        current = [p for p in pieces if p.spec.pool.generation == newest]
+        if len(current) != current[0].spec.pool.resource_slice_count:
+            incomplete.append("/".join(key))
+            continue
+        complete[key] = current
+    return complete, incomplete
+
+
+def join_node(node: str, spec: NumatopologySpec, slices: Iterable[ResourceSlice]) -> DraNode:
+    """Join the slices published for `node` (`spec.nodeName` = node) with its spec."""
+    local = [s for s in slices if s.spec.node_name == node]
+    pools, incomplete = _complete_pools(local)
+    by_index = not any(g.pci_bus_id or g.uuid for g in spec.gpus)
+    found: list[DraDevice] = []
+    for (driver, pool), pieces in pools.items():
+        for piece in pieces:
+            for device in piece.spec.devices:
+                joined = _candidate(device, driver, spec, by_index=by_index)
+                found.append(_placed(DeviceId(driver, pool, device.name), device, joined, spec))
+    return DraNode(node, tuple(_unshared(found)), tuple(incomplete))
+
+
+def _placed(
+    ident: DeviceId,
+    device: Device,
+    joined: tuple[DeviceKind, int | str | None, str],
+    spec: NumatopologySpec,
+) -> DraDevice:
+    kind, row, why = joined
+    if kind is DeviceKind.GPU and isinstance(row, int):
+        numa = next(g.numa for g in spec.gpus if g.index == row)
+        return DraDevice(ident, device, kind, gpu=row, numa=numa, why=why)
+    if kind is DeviceKind.NIC and isinstance(row, str):
+        numa = next(n.numa for n in spec.nics if n.name == row)
+        return DraDevice(ident, device, kind, nic=row, numa=numa, why=why)
+    return DraDevice(ident, device, DeviceKind.OTHER, why=why)
+
+
+def _unshared(devices: list[DraDevice]) -> list[DraDevice]:
+    """Two devices joined to one GPU or NIC: neither can be trusted."""
+    counts: dict[object, int] = {}
+    for d in devices:
+        if d.kind is not DeviceKind.OTHER:
+            key = (d.kind, d.gpu, d.nic)
+            counts[key] = counts.get(key, 0) + 1
+    why = "is claimed by another device too"
+    return [
+        DraDevice(d.id, d.device, DeviceKind.OTHER, why=f"{d.why} {why}")
+        if d.kind is not DeviceKind.OTHER and counts[(d.kind, d.gpu, d.nic)] > 1
+        else d
+        for d in devices
+    ]

@@ -1,0 +1,275 @@
+"""GPUs on DRA clusters: the ResourceClaims of a pod gated `numatopo.io/dra`, allocated
+by numatopo, then the pod released onto their node (I/O; the decision is
+`numatopo_engine.dra`).
+
+For a gated pod with `numatopo.io/policy`: read its claims (template claims once
+kube-controller-manager created them), every ResourceSlice, DeviceClass and ResourceClaim;
+on each candidate node join the slices with its Numatopology, book what other claims'
+allocations hold, and decide with the engine (`decide_claims`); the best score wins.
+Then, in this order: the pod's assignment (signed, booked in the ledger), each claim's
+`resource.kubernetes.io/delete-protection` finalizer, its `status.allocation` and
+`reservedFor` (status subresource, conditional on the version read), and last the pod's
+gate removed with `nodeSelector[kubernetes.io/hostname]` set. kube-scheduler then finds
+the claims allocated and reserved for the pod and only checks their node selector.
+
+Fail safe: a claim numatopo cannot judge as the allocator would (`UndecidedError`) is left
+to the scheduler: the gate alone is removed, with a `DRALeftToScheduler` Event. Claims
+that fit nowhere now keep the pod gated (`DRAUnsatisfiable` Event) and are retried.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections.abc import Mapping
+from typing import Any
+
+import pydantic
+
+from numatopo_engine import annotations as keys
+from numatopo_engine.annotations import Assignment, ContainerAssignment, State
+from numatopo_engine.dra import api
+from numatopo_engine.dra.claims import ClaimDecision, UndecidedError, decide_claims, pod_claims
+from numatopo_engine.dra.join import DeviceId, DraNode, join_node
+from numatopo_engine.errors import InvalidRequestError, OverlapError, UnsatisfiableError
+from numatopo_engine.state import NodeState
+from numatopo_operator import assigning, grouping, translate
+from numatopo_operator.errors import KubeError, NotActiveError
+from numatopo_operator.runtime import Runtime
+from numatopo_operator.translate import RawPod
+
+__all__ = ["is_gated", "settle"]
+
+logger = logging.getLogger(__name__)
+
+LEFT = "DRALeftToScheduler"
+UNSATISFIABLE = "DRAUnsatisfiable"
+ALLOCATED = "DRAAllocated"
+HELD = "numatopo.io/dra-claim:"
+
+
+def is_gated(pod: RawPod) -> bool:
+    spec = pod.get("spec") or {}
+    gates = spec.get("schedulingGates") or []
+    opted = keys.POLICY in ((pod.get("metadata") or {}).get("annotations") or {})
+    return opted and any(isinstance(g, Mapping) and g.get("name") == keys.DRA_GATE for g in gates)
+
+
+_busy: set[str] = set()
+_said: dict[str, str] = {}
+
+
+async def settle(runtime: Runtime, pod: RawPod) -> None:
+    """Decide a gated DRA pod once at a time; a pod that must wait is looked at again."""
+    key = translate.pod_key(pod)
+    if key in _busy:
+        return
+    _busy.add(key)
+    try:
+        waits = await _settle(runtime, pod)
+    except (KubeError, NotActiveError) as exc:
+        logger.warning("DRA pod %s: %s; retried", key, exc)
+        waits = True
+    finally:
+        _busy.discard(key)
+    if waits:
+        loop = asyncio.get_running_loop()
+        loop.call_later(runtime.settings.retry_base_seconds * 4, _again, runtime, pod)
+
+
+def _again(runtime: Runtime, pod: RawPod) -> None:
+    async def again() -> None:
+        ref = assigning.pod_ref(pod)
+        try:
+            fresh = await runtime.kube.get_pod(ref["namespace"], ref["name"])
+        except KubeError:
+            return
+        if is_gated(fresh) and runtime.deciding:
+            await settle(runtime, fresh)
+
+    task = asyncio.ensure_future(again())
+    _tasks.add(task)
+    task.add_done_callback(_tasks.discard)
+
+
+_tasks: set[asyncio.Future[None]] = set()
+
+
+async def _settle(runtime: Runtime, pod: RawPod) -> bool:
+    """True when the pod must wait (claims not there yet, nothing fits now)."""
+    key = translate.pod_key(pod)
+    ref = assigning.pod_ref(pod)
+    if runtime.ledger.holds(key) or translate.state_of(pod) == State.ASSIGNED:
+        return False  # decided (maybe by this very call's predecessor): never allocate twice
+    entries = pod_claims(pod)
+    if not entries:
+        return await _leave(runtime, pod, "the pod references no ResourceClaim")
+    if any(e.claim is None for e in entries):
+        return True  # kube-controller-manager has not created the template's claim yet
+    claims: dict[str, api.ResourceClaim] = {}
+    for entry in entries:
+        assert entry.claim is not None
+        raw = await runtime.kube.get_resource_claim(ref["namespace"], entry.claim)
+        if raw is None:
+            return True
+        try:
+            claims[entry.claim] = api.ResourceClaim.model_validate(raw)
+        except pydantic.ValidationError as exc:
+            return await _leave(runtime, pod, f"claim {entry.claim} is unreadable: {exc}")
+    try:
+        base = assigning.read_request(runtime, pod)
+        decision = await _decide(runtime, pod, base, entries, claims)
+    except InvalidRequestError as exc:
+        return await _leave(runtime, pod, f"invalid request: {exc}")
+    except UndecidedError as exc:
+        return await _leave(runtime, pod, str(exc))
+    except UnsatisfiableError as exc:
+        if _said.get(key) != str(exc):  # once per reason, not once per retry
+            _said[key] = str(exc)
+            await runtime.kube.post_event(ref, warning=True, reason=UNSATISFIABLE, message=str(exc))
+        return True
+    if decision is None:
+        return True
+    try:
+        await _write(runtime, pod, decision, claims)
+    except BaseException:
+        runtime.ledger.cancel(key)
+        raise
+    return False
+
+
+async def _decide(
+    runtime: Runtime,
+    pod: RawPod,
+    base: Any,
+    entries: Any,
+    claims: Mapping[str, api.ResourceClaim],
+) -> ClaimDecision | None:
+    slices = [
+        api.ResourceSlice.model_validate(s)
+        for s in (await runtime.kube.list_resource_slices()).items
+    ]
+    classes = {
+        c["metadata"]["name"]: api.DeviceClass.model_validate(c)
+        for c in (await runtime.kube.list_device_classes()).items
+    }
+    others = []
+    for raw in (await runtime.kube.list_resource_claims()).items:
+        try:
+            others.append(api.ResourceClaim.model_validate(raw))
+        except pydantic.ValidationError as exc:
+            # Its devices cannot be booked: deciding anyway could hand them out twice.
+            raise UndecidedError(f"an allocated claim is unreadable: {exc}") from None
+    key = translate.pod_key(pod)
+    best: ClaimDecision | None = None
+    refusal: UnsatisfiableError | None = None
+    for node in sorted(runtime.ledger.nodes()):
+        topology, state = runtime.ledger.topology(node), runtime.ledger.frozen_state(node)
+        if topology is None or state is None or runtime.stale_reason(node) is not None:
+            continue
+        joined = join_node(node, topology, slices)
+        if not joined.devices:
+            continue
+        trial = book_claims(state.copy(), joined, others)
+        try:
+            found = decide_claims(
+                topology, trial, base, entries, claims, classes, joined, engine=runtime.decisions
+            )
+        except UnsatisfiableError as exc:
+            refusal = refusal or exc
+            continue
+        if best is None or found.score > best.score:
+            best = found
+    if best is None:
+        raise refusal or UnsatisfiableError("no node publishes devices for these claims")
+    async with runtime.ledger.lock(best.node):
+        assignment = best.assignment.model_copy(update={"seq": runtime.ledger.next_seq(best.node)})
+        try:
+            runtime.ledger.reserve(best.node, key, assignment)
+        except (KeyError, OverlapError):
+            return None  # the node changed meanwhile: decided again
+    return ClaimDecision(best.node, assignment, best.allocations, best.score)
+
+
+def book_claims(state: NodeState, node: DraNode, claims: list[api.ResourceClaim]) -> NodeState:
+    """Book in `state` the devices of `node` that allocated claims hold and nothing in
+    `state` books yet (claims of other pods, other schedulers): what DRA holds is never
+    handed out again."""
+    by_id = node.by_id()
+    for claim in claims:
+        allocation = claim.status.allocation
+        if allocation is None:
+            continue
+        gpus: list[int] = []
+        nics: list[str] = []
+        for result in allocation.devices.results:
+            device = by_id.get(DeviceId(result.driver, result.pool, result.device))
+            if device is None:
+                continue
+            if device.gpu is not None and device.gpu in state.free_gpus():
+                gpus.append(device.gpu)
+            if device.nic is not None and device.nic in state.free_nics():
+                nics.append(device.nic)
+        if gpus or nics:
+            held = ContainerAssignment(gpu_indices=gpus, nics=nics, exclusive=False)
+            state.apply(HELD + claim.key, Assignment(node=node.node, containers={"dra": held}))
+    return state
+
+
+async def _write(
+    runtime: Runtime, pod: RawPod, decision: ClaimDecision, claims: Mapping[str, api.ResourceClaim]
+) -> None:
+    ref = assigning.pod_ref(pod)
+    runtime.check_may_write()
+    signed = runtime.signed(pod, decision.assignment)
+    await runtime.kube.patch_pod_annotations(
+        ref["namespace"], ref["name"], translate.outcome_annotations(State.ASSIGNED, signed)
+    )
+    consumer = api.ResourceClaimConsumerReference(name=ref["name"], uid=ref["uid"]).to_wire()
+    for name, allocation in decision.allocations.items():
+        claim = claims[name]
+        finalizers = claim.metadata.finalizers
+        version = claim.metadata.resource_version
+        if api.DELETE_PROTECTION not in finalizers:
+            runtime.check_may_write()
+            patched = await runtime.kube.patch_resource_claim(
+                ref["namespace"], name,
+                {"metadata": {"resourceVersion": version,
+                              "finalizers": [*finalizers, api.DELETE_PROTECTION]}},
+            )  # fmt: skip
+            version = str((patched.get("metadata") or {}).get("resourceVersion") or version)
+        runtime.check_may_write()
+        await runtime.kube.patch_resource_claim_status(
+            ref["namespace"], name,
+            {"metadata": {"resourceVersion": version},
+             "status": {"allocation": allocation.written(), "reservedFor": [consumer]}},
+        )  # fmt: skip
+    runtime.check_may_write()
+    await runtime.kube.patch_pod_spec(
+        ref["namespace"],
+        ref["name"],
+        grouping.release_operations(pod, decision.node, keys.DRA_GATE),
+    )
+    devices = ", ".join(
+        f"{r.request}={r.device}" for a in decision.allocations.values() for r in a.devices.results
+    )
+    said = translate.assigned_message(decision.assignment)
+    message = f"claims allocated on {decision.node}: {devices}; {said}"
+    await runtime.kube.post_event(ref, warning=False, reason=ALLOCATED, message=message)
+
+
+async def _leave(runtime: Runtime, pod: RawPod, why: str) -> bool:
+    """Remove only the gate: the scheduler allocates the claims as it would without us."""
+    ref = assigning.pod_ref(pod)
+    operations = [
+        op
+        for op in grouping.release_operations(pod, "", keys.DRA_GATE)
+        if "schedulingGates" in op["path"]
+    ]
+    runtime.check_may_write()
+    await runtime.kube.patch_pod_spec(ref["namespace"], ref["name"], operations)
+    await runtime.kube.post_event(
+        ref, warning=True, reason=LEFT,
+        message=f"numatopo leaves this pod's ResourceClaims to the scheduler: {why}",
+    )  # fmt: skip
+    return False
