@@ -7,18 +7,19 @@ decided again with each GPU container's GPUs pinned to the real ones
 (`allocation.allocate(pinned=...)`), booked under a new decision sequence, and written;
 the agent enforces the new cpusets and reports `Aligned` once all agree.
 
-The real GPUs win over a later claim on paper: a pod whose assignment names one of them
-and that is later in claim order (`state.claim_order`) and not admitted by the kubelet
-yet is displaced: its assignment is taken back, so it is decided afresh (and followed in
-turn). No GPU is ever booked twice: the displaced booking is released before the
-realigned one is reserved, all under the node's lock.
+The real GPUs win over a claim on paper: a pod whose assignment names one of them is
+displaced (its assignment is taken back, so it is decided afresh and followed in turn)
+when the kubelet has admitted it and its own observation says it really holds other
+GPUs, or when it is not admitted yet and later in claim order (`state.claim_order`).
+No GPU is ever booked twice: the displaced booking is released before the realigned
+one is reserved, all under the node's lock.
 
-An observation moves only the observed pod's own assignment. It never displaces a claim
-earlier than the observed pod's, nor one the kubelet has admitted (that pod holds its
-devices: two containers never hold one GPU, so an observation naming them is wrong or
-forged; a tenant may write `observed` on their own pod where the chart's node-scope
-admission guard is off). Such a realignment waits (retried) until the other pod moves
-off those GPUs on its own observation or ends.
+An observation moves only the observed pod's own assignment. It never displaces an
+admitted pod whose own observation names those GPUs, or that has not reported yet (two
+containers never hold one GPU, so an observation naming its GPUs is wrong or forged: a
+tenant may write `observed` on their own pod where the chart's node-scope admission
+guard is off), nor a pod not admitted yet whose claim is earlier. Such a realignment
+waits (retried) until the other pod moves off those GPUs on its own observation or ends.
 
 When the pod's policy cannot hold with those GPUs (`single-numa-node`, GPUs on two
 NUMA nodes), the pod already runs: it is placed `best-effort` around them, the reason
@@ -124,7 +125,13 @@ async def realign(
             return False
         mine = translate.Booking(key, node, current, ref["uid"])
         displaced = _holders(live.assignments, key, pinned)
-        kept = [why for other in displaced if (why := _keeps(ledger, other, mine))]
+        wanted = {g for gpus in pinned.values() for g in gpus}
+        resources = runtime.settings.resources
+        kept = [
+            why
+            for other in displaced
+            if (why := _keeps(ledger, other, mine, wanted, topology, resources))
+        ]
         if kept:
             await _refuse(
                 runtime, ref, assignment.seq,
@@ -197,17 +204,49 @@ def _holders(booked: dict[str, Assignment], key: str, pinned: dict[str, list[int
     )
 
 
-def _keeps(ledger: Ledger, other: str, mine: translate.Booking) -> str:
-    """Why `other` keeps the GPUs it is booked for against `mine`'s observation ('' when
-    it is displaced): its claim is earlier, or the kubelet has admitted it."""
+def _keeps(  # noqa: PLR0917 (the two claims and what reads the other's devices)
+    ledger: Ledger,
+    other: str,
+    mine: translate.Booking,
+    wanted: set[int],
+    topology: NumatopologySpec,
+    resources: ResourceNames,
+) -> str:
+    """Why `other` keeps the GPUs `wanted` it is booked for against `mine`'s observation
+    ('' when it is displaced).
+
+    A pod the kubelet has admitted holds real devices, which its own observation names:
+    if they are not `wanted`, its booking of them is stale paper and it is displaced (two
+    containers never hold one GPU, and pods that took each other's GPUs on paper must
+    all be able to move); if they are, or it has not reported them yet, it keeps them.
+    A pod not admitted yet holds nothing real: it keeps its booking only when its claim
+    is the earlier one."""
     held = ledger.booking(other)
     if held is None:
         return ""  # in flight: decided after the observed pod's booking was seen
+    if held.admitted:
+        real = _real_gpus(held.observed, topology, resources)
+        if real is None:
+            return f"{other} is admitted and has not reported the GPUs it holds yet"
+        if real & wanted:
+            return f"{other} is admitted and holds GPUs {sorted(real & wanted)} itself"
+        return ""
     if claim_order(held) < claim_order(mine):
         return f"{other} holds them under an earlier claim (seq {held.assignment.seq})"
-    if held.admitted:
-        return f"{other} holds them and the kubelet has admitted it"
     return ""
+
+
+def _real_gpus(
+    observed: Observed | None, topology: NumatopologySpec, resources: ResourceNames
+) -> set[int] | None:
+    """The GPU indices an observation says its pod holds; None when there is none, or
+    it names devices this node does not have."""
+    if observed is None:
+        return None
+    try:
+        return {g for gpus in pins(observed, topology, resources).values() for g in gpus}
+    except ValueError:
+        return None
 
 
 async def _displace(runtime: Runtime, other: str, node: str, by: str) -> None:

@@ -14,7 +14,7 @@ from typing import Any
 import pydantic
 
 from numatopo_engine import annotations as keys
-from numatopo_engine.annotations import Assignment, State
+from numatopo_engine.annotations import Assignment, Observed, State
 from numatopo_engine.errors import InvalidRequestError
 from numatopo_engine.pod_options import shorten
 from numatopo_engine.signing import PodIdentity, Verifier
@@ -67,6 +67,8 @@ class Booking:
     assignment: Assignment
     uid: str = ""  # tells a pod from a later one of the same name (ledger resyncs, overlaps)
     admitted: bool = False  # the kubelet has admitted it: its devices are given (`is_admitted`)
+    observed: Observed | None = None
+    """What the node agent saw the kubelet give it (`numatopo.io/observed`), if readable."""
 
 
 def _metadata(pod: RawPod) -> Mapping[str, Any]:
@@ -204,7 +206,18 @@ def booking_from_pod(pod: RawPod, verifier: Verifier) -> Booking | None:
         assignment=assignment,
         uid=pod_uid(pod),
         admitted=is_admitted(pod),
+        observed=_observed(pod),
     )
+
+
+def _observed(pod: RawPod) -> Observed | None:
+    text = _annotations(pod).get(keys.OBSERVED)
+    if not isinstance(text, str):
+        return None
+    try:
+        return Observed.model_validate_json(text)
+    except pydantic.ValidationError:
+        return None
 
 
 def outcome_annotations(
