@@ -151,7 +151,8 @@ class NodeState:
         return self._gpu_ids - self._gpu_owner.keys() - self._sick_gpus
 
     def free_nics(self) -> frozenset[str]:
-        return self._nic_ids - self._nic_owner.keys() - self._sick_nics
+        # `frozenset - dict.keys()` is a (mutable, unhashable) set: signatures hash this.
+        return self._nic_ids.difference(self._nic_owner, self._sick_nics)
 
     @property
     def unhealthy_gpus(self) -> frozenset[int]:

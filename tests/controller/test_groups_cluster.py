@@ -676,3 +676,28 @@ async def test_members_go_only_where_their_required_node_affinity_allows(env):
 
     # Without the affinity the first leaf in tree order (leaf-1) would take the group.
     assert {"leaf-2"} == {domain(assigned_node(cluster, n), L3) for n in names}
+
+
+async def test_a_leader_and_its_workers_from_two_templates_are_placed_as_one(env):
+    """Kueue's `podset-group-name`: a launcher (1 GPU) and workers (8 GPUs each) made
+    from two pod templates share one group name and one size, and one plan."""
+    cluster, start_operator, _, pod, _, wait = env.parts()
+    await build_cluster(env)
+    # n1 busy: block-1 keeps three whole nodes; the launcher's 1 GPU fits next to them.
+    await cluster.create_pod(pod("busy", node="n1", gpus=1))
+    await start_operator(**FAST)
+    settings = {keys.TOPOLOGY_REQUIRED: L2}
+    await cluster.create_pod(
+        member(env, "launcher", "mpi", 4, gpus=1, rank=0, annotations=settings)
+    )
+    workers = [f"worker-{i}" for i in range(1, 4)]
+    for i, name in enumerate(workers, start=1):
+        await cluster.create_pod(member(env, name, "mpi", 4, rank=i, annotations=settings))
+    names = ["launcher", *workers]
+    await wait(lambda: all(released(cluster, n) for n in names), what="the group placed")
+
+    nodes = [assigned_node(cluster, n) for n in names]
+    # One plan for both templates, in one block: 3 x 8 + 1 GPUs fit block-1 with n1 busy.
+    assert 1 == len({placement(cluster, n)["planned"] for n in names})
+    assert 1 == len({domain(n) for n in nodes})
+    assert len(set(nodes[1:])) == 3

@@ -49,3 +49,11 @@ def test_a_pod_holding_a_gpu_that_turned_unhealthy_keeps_it(node: NumatopologySp
     assert state.free_gpus() == {1, 2, 3}
     state.release("default/old")
     assert state.free_gpus() == {1, 2, 3}  # released, still not free
+
+
+def test_the_free_signature_hashes_on_a_node_with_nics(node: NumatopologySpec) -> None:
+    """Memos key on it (group placement's copies per node): a set inside would not hash."""
+    state = NodeState(node)
+    state.apply("default/p", allocate(node, state, asking(1, nics=1), "n").assignment)
+    assert isinstance(state.free_nics(), frozenset)
+    assert {state.free_signature(): 1}[state.copy().free_signature()] == 1
