@@ -880,6 +880,11 @@ class KubeClient:
             raise
         return dict(found)
 
+    @api_call(("numatopo.io", "networktopologies", "list"))
+    async def list_network_topologies(self) -> Listing:
+        """Every NetworkTopology (`kubectl numatopo explain`'s group search)."""
+        return await self._list("list networktopologies", _NetworkTopology, namespace=None)
+
     @api_call(("resource.k8s.io", "resourceclaims", "list"))
     async def list_resource_claims(self) -> Listing:
         return await self._list("list resourceclaims", _ResourceClaim, namespace="*")

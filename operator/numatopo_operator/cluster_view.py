@@ -21,15 +21,26 @@ from typing import Any, cast
 import kopf
 
 from numatopo_engine import node_rules, pod_request
+from numatopo_engine.domains import GroupPlacement
 from numatopo_engine.errors import InvalidRequestError
+from numatopo_engine.groups import group_of
 from numatopo_engine.network_topology import HOSTNAME_LABEL
 from numatopo_engine.signing import Verifier
-from numatopo_operator import extender, handlers, handover, indexes, translate
+from numatopo_operator import (
+    extender,
+    gang_indexes,
+    gang_release,
+    handlers,
+    handover,
+    indexes,
+    translate,
+)
+from numatopo_operator.grouping import GroupBook
 from numatopo_operator.runtime import Runtime
 from numatopo_operator.settings import OperatorSettings
 from numatopo_operator.translate import RawPod
 
-__all__ = ["ClusterView", "Judgement", "replay"]
+__all__ = ["ClusterView", "GroupJudgement", "Judgement", "replay"]
 
 logger = logging.getLogger(__name__)
 
@@ -45,6 +56,18 @@ class Judgement:
     node -> why; the extender never sees these."""
     invalid: str = ""
     """Why the pod's request cannot be read ('' when it can): no node is judged then."""
+
+
+@dataclass(frozen=True)
+class GroupJudgement:
+    """Where the pod's group would go now, as the operator's group worker searches."""
+
+    group: str
+    members: int
+    """The members the search placed (those not planned yet)."""
+    placement: GroupPlacement | None
+    reason: str = ""
+    """Why no domain holds them ('' when placed)."""
 
 
 @dataclass(frozen=True)
@@ -94,12 +117,34 @@ class ClusterView:
         )
         return Judgement(candidates, verdicts, scheduler)
 
+    async def judge_group(self, pod: RawPod) -> GroupJudgement | None:
+        """The domain search for the pod's group's members not planned yet
+        (`gang_release.search`, the group worker's own); None when it names no group."""
+        try:
+            spec = group_of(pod.get("metadata") or {})
+        except InvalidRequestError as exc:
+            return GroupJudgement("", 0, None, str(exc))
+        if spec is None:
+            return None
+        book = GroupBook()
+        for member in self.pods:
+            book.observe(member)
+        views = [view for view in book.views(spec.key) if not view.planned]
+        if not views:
+            return GroupJudgement(spec.key, 0, None, "every member is planned already")
+        try:
+            placement = await gang_release.search(self.runtime, spec, views)
+        except gang_release.GroupUnplaceableError as exc:
+            return GroupJudgement(spec.key, len(views), None, str(exc))
+        return GroupJudgement(spec.key, len(views), placement)
+
 
 def replay(
     pods: Iterable[RawPod],
     numatopologies: Iterable[Mapping[str, Any]],
     *,
     nodes: Iterable[RawPod] = (),
+    network_topologies: Iterable[Mapping[str, Any]] = (),
     verifier: Verifier | None = None,
     settings: OperatorSettings | None = None,
 ) -> ClusterView:
@@ -109,9 +154,7 @@ def replay(
         settings or OperatorSettings(), verifier=verifier or Verifier(accept_unsigned=True)
     )
     for body in numatopologies:
-        readings = indexes.numatopologies(
-            body=kopf.Body(cast(kopf.RawBody, dict(body))), logger=logger
-        )
+        readings = indexes.numatopologies(body=_body(body), logger=logger)
         for node, reading in readings.items():
             handlers.observe_topology(runtime, node, reading)
     live = [pod for pod in pods if not translate.is_finished(pod)]
@@ -120,4 +163,18 @@ def replay(
     for pod in live:
         runtime.workload.observe_pod(translate.pod_key(pod), pod, runtime.settings.resources)
     named = {str((node.get("metadata") or {}).get("name")): dict(node) for node in nodes}
+    # The group worker's inputs, through kopf's index functions as in the operator.
+    node_views: dict[str, list[gang_indexes.NodeView]] = {}
+    for listed in named.values():
+        for name, view in gang_indexes.node_views(body=_body(listed)).items():
+            node_views[name] = [view]
+    topologies: dict[str, list[Any]] = {}
+    for body in network_topologies:
+        for name, spec in gang_indexes.network_topologies(body=_body(body), logger=logger).items():
+            topologies[name] = [spec]
+    runtime.gangs.attach({"node_views": node_views, "network_topologies": topologies})
     return ClusterView(runtime, named, live, checked)
+
+
+def _body(raw: Mapping[str, Any]) -> kopf.Body:
+    return kopf.Body(cast(kopf.RawBody, dict(raw)))

@@ -55,6 +55,7 @@ __all__ = [
     "recorded_domain",
     "recover",
     "release",
+    "search",
     "setting",
     "void",
 ]
@@ -321,10 +322,16 @@ async def _write_all(
     return {key: assignment.node for key, assignment in booked.items()}
 
 
+async def search(runtime: Runtime, spec: GroupSpec, views: Sequence[MemberView]) -> GroupPlacement:
+    """Where the whole group would go now (nothing written); raises
+    GroupUnplaceableError when it does not fit. `kubectl numatopo explain` asks this."""
+    placement, _ = await _place(runtime, spec, views, setting(runtime, spec))
+    return placement
+
+
 async def plan(runtime: Runtime, spec: GroupSpec, views: Sequence[MemberView]) -> Placed:
     """Phase 1 for the whole group; raises GroupUnplaceableError when it does not fit."""
-    tree = setting(runtime, spec)
-    placement, _ = await _place(runtime, spec, views, tree)
+    placement = await search(runtime, spec, views)
     nodes = await _write_all(
         runtime, spec, views, placement, level=placement.level, path=placement.path
     )

@@ -11,6 +11,7 @@ from pathlib import Path
 
 import signing_keys
 from numatopo_cli.kubectl.reports import ExplainReport, NodesReport, TopReport
+from numatopo_engine import annotations as keys
 
 from .conftest import Env, make_pod
 from .kubectl_scene import (
@@ -99,6 +100,40 @@ async def test_explain_counts_refusals_as_the_extender_does(env: Env, tmp_path: 
     assert code == 2
     assert "not found" in err
     assert "Traceback" not in err
+
+
+async def test_explain_shows_the_domain_search_of_the_pods_group(env: Env, tmp_path: Path) -> None:
+    """The members are not gated, so the operator leaves them alone and the search sees
+    them all unplanned: where the group worker would put them now, or why not."""
+    _, flags = await _scene(env, tmp_path)
+    for name, size, gpus in [("fits-0", 2, 4), ("fits-1", 2, 4), ("huge-0", 3, 8)]:
+        group = name.partition("-")[0]
+        annotations = {keys.GROUP: group, keys.GROUP_SIZE: str(size)}
+        await env.cluster.create_pod(
+            make_pod(name, node=None, cpu="8", gpus=gpus, annotations=annotations)
+        )
+
+    code, out, err = await run_plugin(*flags, "explain", "fits-0", "-o", "json")
+    assert code == 0, err
+    search = ExplainReport.model_validate_json(out).group
+    assert search is not None
+    assert (search.group, search.members, search.placed) == ("default/fits", 2, True)
+    assert sum(search.nodes.values()) == 2
+    assert set(search.nodes) <= {free_name(0), free_name(1)}
+
+    code, out, err = await run_plugin(*flags, "explain", "huge-0", "-o", "json")
+    assert code == 0, err
+    search = ExplainReport.model_validate_json(out).group
+    assert search is not None
+    assert (search.members, search.placed) == (1, False), search
+    assert search.reason, search
+
+    code, text, _ = await run_plugin(*flags, "explain", "fits-0")
+    assert "Group default/fits (2 members not planned yet):" in text
+    assert "would be placed in" in text
+
+    code, out, _ = await run_plugin(*flags, "explain", "big-job", "-o", "json")
+    assert code == 2  # no such pod: the group search is only for group members
 
 
 async def test_explain_without_keys_says_signatures_are_unchecked(env: Env, tmp_path: Path) -> None:

@@ -11,11 +11,12 @@ from __future__ import annotations
 from collections import defaultdict
 
 from numatopo_cli.kubectl.nodes import format_columns
-from numatopo_cli.kubectl.reports import ExplainReport, Fit, RefusalGroup
+from numatopo_cli.kubectl.reports import ExplainReport, Fit, GroupSearch, RefusalGroup
 from numatopo_engine import annotations as keys
 from numatopo_engine import pod_request
+from numatopo_engine.domains import describe_domain
 from numatopo_operator import translate
-from numatopo_operator.cluster_view import ClusterView
+from numatopo_operator.cluster_view import ClusterView, GroupJudgement
 from numatopo_operator.translate import RawPod
 
 __all__ = ["explain_report", "explain_text"]
@@ -31,7 +32,29 @@ def _groups(kind: str, refused: dict[str, str]) -> list[RefusalGroup]:
     ]
 
 
-def explain_report(view: ClusterView, pod: RawPod) -> ExplainReport:
+def group_search(judged: GroupJudgement) -> GroupSearch:
+    placement = judged.placement
+    if placement is None:
+        return GroupSearch(
+            group=judged.group, members=judged.members, placed=False, reason=judged.reason
+        )
+    per_node: dict[str, int] = defaultdict(int)
+    for assignment in placement.assignments.values():
+        per_node[assignment.node] += 1
+    return GroupSearch(
+        group=judged.group,
+        members=judged.members,
+        placed=True,
+        domain=describe_domain(placement.level, placement.path),
+        nodes=dict(sorted(per_node.items())),
+    )
+
+
+def explain_report(
+    view: ClusterView, pod: RawPod, group: GroupJudgement | None = None
+) -> ExplainReport:
+    """The pod judged node by node; `group` is its group's domain search
+    (`ClusterView.judge_group`), when it names a group."""
     annotations = (pod.get("metadata") or {}).get("annotations") or {}
     wants = pod_request.wants_topology(pod)
     judged = view.judge(pod)
@@ -66,6 +89,7 @@ def explain_report(view: ClusterView, pod: RawPod) -> ExplainReport:
         nodes=len(judged.candidates) + len(judged.scheduler),
         fits=fits,
         refusals=refusals,
+        group=group_search(group) if group is not None else None,
     )
 
 
@@ -90,6 +114,16 @@ def explain_text(report: ExplainReport, *, best: int = 5) -> str:
         rows = [[fit.node, str(fit.score), f"{fit.rank:.4f}"] for fit in report.fits[:best]]
         table = format_columns(["NODE", "SCORE", "RANK"], rows)
         lines += ["  " + line for line in table.splitlines()]
+    search = report.group
+    if search is not None:
+        lines.append(f"Group {search.group} ({search.members} members not planned yet):")
+        if search.placed:
+            lines.append(f"  would be placed in {search.domain}")
+            rows = [[node, str(count)] for node, count in search.nodes.items()]
+            table = format_columns(["NODE", "MEMBERS"], rows)
+            lines += ["  " + line for line in table.splitlines()]
+        else:
+            lines.append(f"  no domain holds it: {search.reason}")
     if not report.signatures_checked:
         lines.append("(signatures unchecked: every assignment counted as written)")
     return "\n".join(lines)

@@ -82,7 +82,7 @@ async def _run(args: argparse.Namespace) -> str:
             args.svg.write_text(render_cluster_svg(report), encoding="utf-8")
         return report.to_json() if args.output == "json" else nodes.nodes_table(report)
     if pod is not None:
-        explained = explain.explain_report(view, pod)
+        explained = explain.explain_report(view, pod, await view.judge_group(pod))
         return (
             explained.to_json()
             if args.output == "json"

@@ -8,7 +8,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from numatopo_engine.signing import SigningKeyError, Verifier
-from numatopo_kube import KubeClient, KubeError, KubeForbiddenError
+from numatopo_kube import KubeClient, KubeError, KubeForbiddenError, KubeNotFoundError
 from numatopo_operator.cluster_view import ClusterView, replay
 
 __all__ = ["Access", "read_cluster", "verifier_from"]
@@ -77,5 +77,10 @@ async def read_cluster(access: Access, kube: KubeClient) -> tuple[ClusterView, s
         nodes = (await kube.list_nodes()).items
     except KubeForbiddenError:
         nodes = []
+    try:
+        networks = (await kube.list_network_topologies()).items
+    except (KubeForbiddenError, KubeNotFoundError):
+        networks = []  # no NetworkTopology CRD, or no right to read it: groups span anywhere
     pods = (await kube.list_pods()).items
-    return replay(pods, topologies, nodes=nodes, verifier=verifier), note
+    view = replay(pods, topologies, nodes=nodes, network_topologies=networks, verifier=verifier)
+    return view, note
