@@ -109,11 +109,9 @@ class RowVerdicts:
 
 
 def _joined(a: RankTerms, b: RankTerms) -> RankTerms:
-    def join(x: npt.NDArray[np.generic], y: npt.NDArray[np.generic]) -> npt.NDArray[np.generic]:
-        return np.concatenate((x, y)) if x.size or y.size else x
-
     return RankTerms(
-        join(a.alignment, b.alignment), join(a.fill, b.fill),
-        join(a.free_before, b.free_before), join(a.used_before, b.used_before),
-        join(a.free_after, b.free_after), join(a.used_after, b.used_after),
+        np.concatenate((a.alignment, b.alignment)), np.concatenate((a.fill, b.fill)),
+        np.concatenate((a.free_before, b.free_before)),
+        np.concatenate((a.used_before, b.used_before)),
+        np.concatenate((a.free_after, b.free_after)), np.concatenate((a.used_after, b.used_after)),
     )  # fmt: skip
