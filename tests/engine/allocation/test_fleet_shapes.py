@@ -19,7 +19,14 @@ from hypothesis import strategies as st
 from test_allocation_properties import pods, random_nodes
 from topologies import load
 
-from numatopo_engine.allocation import Engine, allocate, group_by_shape, mix_hosts, score_many
+from numatopo_engine.allocation import (
+    Engine,
+    allocate,
+    evaluate,
+    group_by_shape,
+    mix_hosts,
+    score_many,
+)
 from numatopo_engine.annotations import Assignment, PolicyName
 from numatopo_engine.errors import UnsatisfiableError
 from numatopo_engine.model import Numatopology, NumatopologySpec
@@ -45,6 +52,13 @@ def _decided(
         return allocate(spec, state, request, "node", engine=engine).assignment
     except UnsatisfiableError as exc:
         return exc.reason
+
+
+def _score(spec: NumatopologySpec, state: NodeState, request: PodRequest) -> int:
+    try:
+        return evaluate(spec, state, request)
+    except UnsatisfiableError:
+        return -1
 
 
 def test_hundreds_of_nodes_with_their_own_uuids_make_one_group_per_shape() -> None:
@@ -184,6 +198,10 @@ def test_kept_row_verdicts_answer_as_a_fresh_engine_as_nodes_change() -> None:
                     fresh = score_many(group.topology, group.states, request,
                                        engine=fresh_engine, mix=with_mix, hosts=hosts)  # fmt: skip
                     assert fresh.scores.tolist() == kept.scores.tolist()
+                    # The one-node path reads the node's bookings, not a kept row.
+                    assert [_score(group.topology, s, request) for s in group.states] == (
+                        kept.scores.tolist()
+                    )
                     assert fresh.rank.tolist() == kept.rank.tolist()
                     assert [(ix.tolist(), text) for ix, text in fresh.refused] == [
                         (ix.tolist(), text) for ix, text in kept.refused
