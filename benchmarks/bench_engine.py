@@ -28,9 +28,8 @@ the pod, `fast_evaluate`'s plans and GPU tables, stays built, as it is after the
 few nodes of any pass; each node's free row stays cached, as `NodeState` keeps it
 until the node changes);
 `repeat s` runs the same pod mix again over the unchanged nodes, as the next replicas
-of the same jobs would be scheduled (memos warm; the bulk path reads no memo: deciding a
-group in bulk costs less than looking its nodes up one by one, so it is the cold pass
-again).
+of the same jobs would be scheduled (memos warm: each node row's verdict is kept per
+plan, `row_verdicts`, so only the winner's changed row is decided again).
 
     .venv/bin/python benchmarks/bench_engine.py [--nodes 1000 5000] [--seed 7]
 """

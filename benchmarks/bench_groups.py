@@ -4,7 +4,8 @@
 
 The cluster is `numatopo simulate --multi-node`'s generator: 2 blocks x 4 spines x 8
 leaves x 16 nodes = 1,024 nodes of the Alibaba node list's 8-GPU shapes (laid out by
-the shipped topology map), levels `topology.k8s.aws/network-node-layer-1..3`. A share
+the shipped topology map; every node with its own name, GPU UUIDs and bus ids,
+`simulation.fleet.identify`), levels `topology.k8s.aws/network-node-layer-1..3`. A share
 `--busy` of the nodes (seeded) already runs a pod of 1, 2, 4 or 8 GPUs, booked with
 the engine, so nodes differ in what they hold.
 
@@ -31,8 +32,10 @@ from numatopo_engine.annotations import PolicyName
 from numatopo_engine.domains import DomainTree, Member, NodeCandidate, place_group
 from numatopo_engine.groups import GroupSpec, Strategy
 from numatopo_engine.request import ContainerRequest, PodRequest, TopologyOptions
+from numatopo_engine.simulation.fleet import identify
 from numatopo_engine.simulation.gangs import first_fit
 from numatopo_engine.simulation.leafspine import LEVELS, LeafSpine, generate
+from numatopo_engine.state import NodeState
 
 
 def members(count: int, gpus: int, cpus: int) -> list[Member]:
@@ -47,7 +50,14 @@ def members(count: int, gpus: int, cpus: int) -> list[Member]:
 
 def cluster(layout: str, busy: float, seed: int) -> tuple[DomainTree, dict[str, NodeCandidate]]:
     file = generate(LeafSpine.parse(layout), default_shapes(), seed=seed)
-    nodes = file.candidates()
+    generated = file.candidates()
+    assert not any(c.state.assignments for c in generated.values()), "booked below"
+    # Each node as its exporter publishes it: its own GPU UUIDs and bus ids.
+    nodes = {
+        name: NodeCandidate(spec, NodeState(spec))
+        for name, shared in generated.items()
+        for spec in (identify(shared.topology, name, seed=seed),)
+    }
     rng = random.Random(seed)
     engine = Engine()
     for name in rng.sample(sorted(nodes), int(busy * len(nodes))):

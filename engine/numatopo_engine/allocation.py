@@ -68,7 +68,7 @@ from numatopo_engine.decision import (
     make_plan,
     shortfall,
 )
-from numatopo_engine.errors import InvalidRequestError, UnsatisfiableError
+from numatopo_engine.errors import InvalidRequestError, NumatopoError, UnsatisfiableError
 from numatopo_engine.gpu_assignment import GpuMemo, choose_gpus
 from numatopo_engine.hints import FreeView, Need, RowLayout, row_layout, row_of
 from numatopo_engine.memory_assignment import MemoryView, book_bytes, memory_manager_mask
@@ -79,6 +79,7 @@ from numatopo_engine.packing import Hosts, WorkloadMix, shape_copies
 from numatopo_engine.refusals import Kind, Refusal, Shortfall, Wanted, format_bytes, word
 from numatopo_engine.request import ContainerRequest, PodRequest, TopologyOptions
 from numatopo_engine.resources import accelerator_word
+from numatopo_engine.row_verdicts import RowVerdicts
 from numatopo_engine.scoring import placement_score
 from numatopo_engine.state import NodeState
 from numatopo_engine.topology_tables import (
@@ -106,6 +107,11 @@ __all__ = [
 ]
 
 REFUSED = -1
+# Node rows whose verdicts an `Engine` keeps (`RowVerdicts`), all plans together: a
+# few times the candidates of a cycle times the request kinds in flight. Measured about
+# 0.45 KB per row kept (5 pod kinds over the 5,000-node bench fleet: 14,295 distinct
+# rows, 6 MiB), so under 30 MiB at the bound.
+DEFAULT_ROWS = 1 << 16
 
 
 class Engine:
@@ -113,15 +119,22 @@ class Engine:
     shape, row layouts, decision plans per request, GPU set choices. Every memo is
     keyed by content (the shape's key, the request), never by a node's names or an
     object's id, and bounded: `shapes` hardware shapes are kept (the least recently
-    used dropped first), so answers never depend on what is cached. One Engine per
-    thread (the operator decides on one engine thread)."""
+    used dropped first), and the verdicts of at most `rows` node rows (`RowVerdicts`,
+    all dropped at once past that), so answers never depend on what is cached. One
+    Engine per thread (the operator decides on one engine thread)."""
 
-    def __init__(self, shapes: int = DEFAULT_SHAPES) -> None:
+    def __init__(self, shapes: int = DEFAULT_SHAPES, rows: int = DEFAULT_ROWS) -> None:
         self.tables = TableCache(shapes)
         self.layouts: dict[str, RowLayout] = {}
         self.plans: dict[tuple[object, ...], Plan] = {}
         self.gpu_memo: GpuMemo = {}
         self.free_columns: dict[str, FreeColumns] = {}
+        self.verdicts: dict[tuple[object, ...], RowVerdicts] = {}
+        # The last request sized, and its sizing per threads per core: the shape groups
+        # of one cycle share the request object (a strong reference: never another's).
+        self.sized: tuple[PodRequest | None, dict[int, _Sizing | NumatopoError]] = (None, {})
+        self.max_rows = rows
+        self._rows_kept = 0
 
     def tables_of(self, topology: NumatopologySpec, state: NodeState | None = None) -> Tables:
         """The shape's tables; `state`, a node state of `topology`, saves working out
@@ -147,11 +160,38 @@ class Engine:
                 # A new scheduling epoch; cheaper than tracking recency per hit.
                 self.plans.clear()
                 self.gpu_memo.clear()
+                self.verdicts.clear()
+                self._rows_kept = 0
             layout = self.layout_of(tables)
             plan = self.plans[key] = make_plan(
                 tables, layout, need, options, floor=floor, prefer_closest=closest
             )
         return plan
+
+    def row_verdicts(
+        self,
+        tables: Tables,
+        need: Need,
+        options: TopologyOptions,
+        *,
+        floor: int,
+        closest: bool,
+        mix: WorkloadMix | None,
+    ) -> RowVerdicts:
+        """The verdicts kept for this plan under `mix` (the rank's row terms depend on it)."""
+        key = (tables.key, need, options, floor, closest, mix or None)
+        found = self.verdicts.get(key)
+        if found is None:
+            plan = self.plan(tables, need, options, floor=floor, closest=closest)
+            found = self.verdicts[key] = RowVerdicts(plan, mix or None)
+        return found
+
+    def keep_rows(self, adding: int) -> None:
+        """Room for `adding` more rows' verdicts: past `rows`, all are dropped."""
+        if self._rows_kept + adding > self.max_rows:
+            self.verdicts.clear()
+            self._rows_kept = 0
+        self._rows_kept += adding
 
     def free_columns_of(self, tables: Tables) -> FreeColumns:
         found = self.free_columns.get(tables.key)
@@ -163,16 +203,29 @@ class Engine:
 
     def row(self, tables: Tables, state: NodeState) -> bytes:
         """The state's row (cached on the state until it changes)."""
+        return self.rows(tables, (state,))[0]
+
+    def rows(self, tables: Tables, states: Iterable[NodeState]) -> list[bytes]:
+        """`row` of each of `states` (nodes of `tables`' shape)."""
         layout = self.layout_of(tables)
+        listed = list(states)
+        out = [c[1] if (c := s.row_cache) is not None and c[0] is layout else b"" for s in listed]
+        for index, row in enumerate(out):
+            if not row:
+                out[index] = self._new_row(tables, layout, listed[index])
+        return out
+
+    def _new_row(self, tables: Tables, layout: RowLayout, state: NodeState) -> bytes:
         cached = state.row_cache
-        if cached is not None and cached[0] == state.version and cached[1] == layout:
-            return cached[2]
-        values = row_of(tables, layout, FreeView.from_state(tables, state))
-        try:
-            packed = np.array(values, dtype=np.int64).tobytes()
-        except OverflowError:
-            packed = b""  # amounts beyond 64 bits: such a node is refused as unreadable
-        state.row_cache = (state.version, layout, packed)
+        if cached is not None and cached[0] == layout:
+            packed = cached[1]  # laid out by an engine before this one: the same row
+        else:
+            values = row_of(tables, layout, FreeView.from_state(tables, state))
+            try:
+                packed = np.array(values, dtype=np.int64).tobytes()
+            except OverflowError:
+                packed = b""  # amounts beyond 64 bits: such a node is refused as unreadable
+        state.row_cache = (layout, packed)
         return packed
 
 
@@ -287,23 +340,30 @@ def score_many(
     options = request.options
     count = len(states)
     try:
-        sizing = _sized(request, tables)
+        sizing = _sized_by(engine, request, tables)
     except UnsatisfiableError as exc:
         return _everywhere(Refusal.text(exc.reason), count)
     if options.scope is Scope.CONTAINER or not states:
         return _one_by_one(engine, topology, states, request)
-    plan = engine.plan(
+    verdicts = engine.row_verdicts(
         tables, sizing.total, options, floor=states[0].shared_floor,
-        closest=_prefers_closest(topology),
+        closest=_prefers_closest(topology), mix=mix,
     )  # fmt: skip
-    rows_bytes = [engine.row(tables, state) for state in states]
-    joined = b"".join(rows_bytes)
-    width = plan.layout.width
-    if len(joined) != count * width * 8:
+    plan = verdicts.plan
+    rows_bytes = engine.rows(tables, states)
+    if sum(map(len, rows_bytes)) != count * verdicts.width * 8:
         return _one_by_one(engine, topology, states, request)
-    rows = np.frombuffer(joined, dtype=np.int64).reshape(count, width)
-    decided = decide_rows(plan, rows, engine.gpu_memo, mix, hosts)
-    scores, ranks = decided.score, decided.rank
+
+    def decide(rows: npt.NDArray[np.int64]) -> Decided:
+        engine.keep_rows(rows.shape[0])
+        return decide_rows(plan, rows, engine.gpu_memo, mix)
+
+    # Each distinct row is decided once; a long-lived engine keeps the verdicts, so
+    # rows it has seen under this plan are looked up, not decided again.
+    slots = verdicts.slots(rows_bytes, decide)
+    scores = verdicts.score[slots]
+    codes = verdicts.summary[slots]
+    ranks = verdicts.ranks(slots, hosts)
     # Init containers are admitted one by one (`_one_container_at_a_time`): the pod's
     # hint may hold the total yet leave a container no memory the memory manager
     # accepts. The nodes the total fits are confirmed container by container.
@@ -311,33 +371,26 @@ def score_many(
     if request.init_containers:
         scores, ranks = scores.copy(), ranks.copy()
         for index in np.flatnonzero(scores >= 0).tolist():
-            found = _decide(engine, topology, states[index], request, build=False)
-            if isinstance(found, Shortfall):
-                confirmed[index] = Refusal.of(found)
+            outcome = _decide(engine, topology, states[index], request, build=False)
+            if isinstance(outcome, Shortfall):
+                confirmed[index] = Refusal.of(outcome)
                 scores[index], ranks[index] = REFUSED, -1.0
+    refused: list[tuple[npt.NDArray[np.intp], str]] = []
+    at = np.flatnonzero(codes >= 0)
+    if at.size:
+        found = codes[at]
+        for code in dict.fromkeys(found.tolist()):
+            refused.append((at[found == code], verdicts.summaries[code]))
     by_summary: dict[str, list[int]] = {}
-    summaries: dict[object, str] = {}
-    for index in np.flatnonzero(scores < 0).tolist():
-        if index in confirmed:
-            by_summary.setdefault(confirmed[index].summary, []).append(index)
-            continue
-        why = decided.kind[index]
-        key: object = why
-        if why is Kind.SHORT:
-            key = int(decided.short[index])
-        text = summaries.get(key)
-        if text is None:
-            text = summaries[key] = word(shortfall(plan, decided, index, rows[index]), detail=False)
-        by_summary.setdefault(text, []).append(index)
-
-    summary_of = {index: text for text, ix in by_summary.items() for index in ix}
+    for index, why in confirmed.items():
+        by_summary.setdefault(why.summary, []).append(index)
+    refused += [(np.array(ix, dtype=np.intp), text) for text, ix in by_summary.items()]
 
     def refusal(index: int) -> Refusal:
         if index in confirmed:
             return confirmed[index]
-        return Refusal(summary_of[index], lambda: shortfall(plan, decided, index, rows[index]))
+        return verdicts.refusal(int(slots[index]))
 
-    refused = [(np.array(ix, dtype=np.intp), text) for text, ix in by_summary.items()]
     return ShapeScores(scores, refused, refusal, ranks)
 
 
@@ -424,7 +477,7 @@ def mix_hosts(
             continue
         tables = engine.tables_of(topology, states[0])
         width = engine.layout_of(tables).width
-        packed = [engine.row(tables, state) for state in states]
+        packed = engine.rows(tables, states)
         rows_bytes = [b for b in packed if len(b) == width * 8]
         if not rows_bytes:
             continue
@@ -633,6 +686,28 @@ def _check_pins(pins: Pinned, sizing: _Sizing, tables: Tables, state: NodeState)
         raise UnsatisfiableError(
             f"GPUs pinned for some containers but not for {', '.join(unpinned)}"
         )
+
+
+def _sized_by(engine: Engine, request: PodRequest, tables: Tables) -> _Sizing:
+    """`_sized`, kept by the engine for the last request: of the hardware it reads the
+    threads per core only."""
+    last, sizings = engine.sized
+    if last is not request:
+        sizings = {}
+        engine.sized = (request, sizings)
+    found = sizings.get(tables.threads_per_core)
+    if found is None:
+        try:
+            found = _sized(request, tables)
+        except (InvalidRequestError, UnsatisfiableError) as exc:
+            found = exc
+        sizings[tables.threads_per_core] = found
+    if isinstance(found, InvalidRequestError):
+        raise InvalidRequestError(found.field, found.message)
+    if isinstance(found, UnsatisfiableError):
+        raise UnsatisfiableError(found.reason, found.summary)
+    assert isinstance(found, _Sizing)
+    return found
 
 
 def _sized(request: PodRequest, tables: Tables) -> _Sizing:

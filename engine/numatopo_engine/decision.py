@@ -50,7 +50,14 @@ from numatopo_engine.annotations import CpuMode, GpuLinksMode, PolicyName
 from numatopo_engine.gpu_assignment import GpuMemo, choose_gpus, first_unlinked_pair, set_bandwidth
 from numatopo_engine.hints import Need, RowLayout
 from numatopo_engine.numamask import LOCAL_DISTANCE
-from numatopo_engine.packing import Hosts, WorkloadMix, fragmentation, node_rank, pack_of_growth
+from numatopo_engine.packing import (
+    Hosts,
+    WorkloadMix,
+    node_rank,
+    pack_of_growth,
+    stranded,
+    usable_gpus,
+)
 from numatopo_engine.refusals import Kind, Shortfall, Wanted
 from numatopo_engine.request import TopologyOptions
 from numatopo_engine.resources import accelerator_word
@@ -58,7 +65,7 @@ from numatopo_engine.scoring import CPU_WEIGHTS, GPU_WEIGHTS
 from numatopo_engine.topology_manager import best_non_preferred
 from numatopo_engine.topology_tables import Tables
 
-__all__ = ["FULL_SEARCH", "Decided", "Plan", "decide_rows", "make_plan"]
+__all__ = ["FULL_SEARCH", "Decided", "Plan", "RankTerms", "decide_rows", "make_plan", "node_ranks"]
 
 Ints = npt.NDArray[np.int64]
 Floats = npt.NDArray[np.float64]
@@ -493,7 +500,7 @@ class Decided:
     gpus: list[tuple[int, ...]]
     pair: list[tuple[int, int] | None]
     short: Ints  # SHORT rows: the index of the first resource short in `plan.totals`
-    rank: Floats  # the node rank (`packing.node_rank`), -1 where refused
+    terms: RankTerms  # the node rank's row terms (`node_ranks`); meaningless where refused
 
     def mask(self, row: int) -> int:
         return _to_ids(self.plan.masks[int(self.chosen[row])], self.plan.ids)
@@ -502,16 +509,10 @@ class Decided:
         return _to_ids(self.plan.masks[int(self.memory_index[row])], self.plan.ids)
 
 
-def decide_rows(
-    plan: Plan,
-    rows: Ints,
-    memo: GpuMemo,
-    mix: WorkloadMix | None = None,
-    hosts: Hosts | None = None,
-) -> Decided:
+def decide_rows(plan: Plan, rows: Ints, memo: GpuMemo, mix: WorkloadMix | None = None) -> Decided:
     """Decide `plan`'s unit on every row (node) of `rows` (see the module docstring);
-    `mix` is the workload the rank's packing term measures fragmentation against,
-    `hosts` how many of the nodes judged with these can host each of its shapes."""
+    `mix` is the workload the rank's packing term measures fragmentation against.
+    Every answer of a row depends on that row alone (and the plan and mix)."""
     count = rows.shape[0]
     kind: list[Kind | None] = [None] * count
     refused = np.zeros(count, dtype=bool)
@@ -591,7 +592,7 @@ def decide_rows(
         refuse(memory_refused, Kind.MEMORY)
     return _finish(
         plan, rows, memo, chosen=chosen, memory_index=memory_index, refused=refused,
-        kind=kind, short=short, mix=mix, hosts=hosts,
+        kind=kind, short=short, mix=mix,
     )  # fmt: skip
 
 
@@ -699,7 +700,6 @@ def _finish(
     kind: list[Kind | None],
     short: Ints,
     mix: WorkloadMix | None,
-    hosts: Hosts | None,
 ) -> Decided:
     count = rows.shape[0]
     need = plan.need
@@ -746,12 +746,44 @@ def _finish(
         fills.append(np.where(capacity > 0, np.minimum(1.0, used), np.nan))
     scores = _compose(span, links, fills, with_gpus=bool(need.gpus))
     scores[refused] = -1
-    rank = _rank(plan, rows, span, links, fills, chosen=chosen, gpus=gpus, mix=mix, hosts=hosts)
-    rank[refused] = -1.0
-    return Decided(plan, scores, kind, chosen, memory_index, gpus, pairs, short, rank)
+    terms = _rank_terms(plan, rows, span, links, fills, chosen=chosen, gpus=gpus, mix=mix)
+    return Decided(plan, scores, kind, chosen, memory_index, gpus, pairs, short, terms)
 
 
-def _rank(
+@dataclass(frozen=True, slots=True)
+class RankTerms:
+    """Per row, the node rank (`packing`) but for its cluster-level weights (`Hosts`),
+    so that a row's terms can be kept while the nodes judged with it change."""
+
+    alignment: Floats  # the score's span and link terms, 0..1
+    fill: Floats  # the score's pack term (best fit)
+    # Under a mix (`packing.usable_gpus`, before and after the placement): free GPUs
+    # per row, GPUs the mix's copies use per (row, shape); empty without a mix.
+    free_before: Ints
+    used_before: Ints
+    free_after: Ints
+    used_after: Ints
+
+
+def node_ranks(
+    terms: RankTerms, scores: Ints, mix: WorkloadMix | None, hosts: Hosts | None
+) -> Floats:
+    """The node rank (`packing`) of each row, -1 where refused (`scores` < 0):
+    alignment, then fragmentation growth under `mix`, each of its shapes weighed by
+    how scarce its hosts are among the nodes judged together (`hosts`; without them,
+    its share); without a mix, the best-fit fill."""
+    if not mix:
+        rank = node_rank(terms.alignment, terms.fill)
+    else:
+        weights = hosts.weights() if hosts is not None and hosts.mix == mix else None
+        before = stranded(terms.free_before, terms.used_before, mix, weights)
+        after = stranded(terms.free_after, terms.used_after, mix, weights)
+        rank = node_rank(terms.alignment, pack_of_growth(after - before, terms.fill))
+    rank[scores < 0] = -1.0
+    return rank
+
+
+def _rank_terms(
     plan: Plan,
     rows: Ints,
     span: Floats,
@@ -761,16 +793,15 @@ def _rank(
     chosen: Ints,
     gpus: list[tuple[int, ...]],
     mix: WorkloadMix | None,
-    hosts: Hosts | None,
-) -> Floats:
-    """The node rank (`packing`): alignment, then fragmentation growth under `mix`
-    (the best-fit fill without one)."""
+) -> RankTerms:
+    """`node_ranks`' row terms."""
     need = plan.need
     w_span, w_links, _ = GPU_WEIGHTS if need.gpus else CPU_WEIGHTS
     alignment = (w_span * span + w_links * links) / (w_span + w_links)
     fill = _mean_fill(fills, span)
     if not mix:
-        return node_rank(alignment, fill)
+        none = np.zeros((0, 0), dtype=np.int64)
+        return RankTerms(alignment, fill, none, none, none, none)
     free_gpus = rows[:, plan.gpu_count_columns] @ plan.gpu_count_onehot
     free_cpus = rows[:, plan.plain_cpu_columns]
     taken_gpus = np.zeros_like(free_gpus)
@@ -802,20 +833,18 @@ def _rank(
                 taken_cpus[i, position] = take
                 left -= take
     capacity = plan.numa_gpu_capacity
-    weights = hosts.weights() if hosts is not None and hosts.mix == mix else None
     cpu_capacity = plan.numa_cpu_capacity
-    before = fragmentation(
-        free_gpus, free_cpus, capacity, mix, weights, numa_cpu_capacity=cpu_capacity
+    free_before, used_before = usable_gpus(
+        free_gpus, free_cpus, capacity, mix, numa_cpu_capacity=cpu_capacity
     )
-    after = fragmentation(
+    free_after, used_after = usable_gpus(
         np.maximum(free_gpus - taken_gpus, 0),
         np.maximum(free_cpus - taken_cpus, 0),
         capacity,
         mix,
-        weights,
         numa_cpu_capacity=cpu_capacity,
     )
-    return node_rank(alignment, pack_of_growth(after - before, fill))
+    return RankTerms(alignment, fill, free_before, used_before, free_after, used_after)
 
 
 def _mean_fill(fills: list[Floats], like: Floats) -> Floats:

@@ -63,6 +63,8 @@ __all__ = [
     "node_rank",
     "pack_of_growth",
     "shape_copies",
+    "stranded",
+    "usable_gpus",
 ]
 
 Ints = npt.NDArray[np.int64]
@@ -205,13 +207,33 @@ def fragmentation(
     this hardware holds; `weights`: per shape of the mix, instead of its share
     (`Hosts.weights`). One array expression over (rows x positions x shapes).
     """
-    k = _arrays(mix)[0]
-    if not k.size:
+    if not mix:
         return np.zeros(gpus.shape[0], dtype=np.float64)
-    weights = _arrays(mix)[3] if weights is None else weights
-    total = gpus.sum(axis=1)
+    total, used = usable_gpus(
+        gpus, cpus, numa_gpu_capacity, mix, numa_cpu_capacity=numa_cpu_capacity
+    )
+    return stranded(total, used, mix, weights)
+
+
+def usable_gpus(
+    gpus: Ints,
+    cpus: Ints,
+    numa_gpu_capacity: int,
+    mix: WorkloadMix,
+    *,
+    numa_cpu_capacity: int | None = None,
+) -> tuple[Ints, Ints]:
+    """`fragmentation`'s weight-free terms: per row its free GPUs, and per (row, shape)
+    the GPUs copies of the shape would use. A row's terms depend on the row alone, so
+    they can be kept while the weights (`Hosts`) change from one cycle to the next."""
     copies = shape_copies(gpus, cpus, numa_gpu_capacity, mix, numa_cpu_capacity=numa_cpu_capacity)
-    return np.asarray(total * weights.sum() - (copies * k) @ weights, dtype=np.float64)
+    return gpus.sum(axis=1), copies * _arrays(mix)[0]
+
+
+def stranded(total: Ints, used: Ints, mix: WorkloadMix, weights: Floats | None = None) -> Floats:
+    """`fragmentation` from `usable_gpus`' terms."""
+    weights = _arrays(mix)[3] if weights is None else weights
+    return np.asarray(total * weights.sum() - used @ weights, dtype=np.float64)
 
 
 def shape_copies(

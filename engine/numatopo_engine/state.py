@@ -111,8 +111,9 @@ class NodeState:
         self._memory_booked = 0
         self._summary: tuple[int, frozenset[int], FreeSignature] | None = None
         self._groups: tuple[int, dict[int, int]] | None = None
-        # The decision's row of this state (`decision`), kept with the version it reads.
-        self.row_cache: tuple[int, object, bytes] | None = None
+        # The decision's row of this state (`hints.row_of`) and the layout it follows;
+        # dropped by every change.
+        self.row_cache: tuple[object, bytes] | None = None
         self._shape_key: str | None = None
         self._names: NodeNames | None = None
 
@@ -281,6 +282,7 @@ class NodeState:
         if assignment is None:
             return None
         self._version += 1
+        self.row_cache = None
         for cpu in [c for c, owner in self._cpu_owner.items() if owner == key]:
             del self._cpu_owner[cpu]
         for gpu in [g for g, owner in self._gpu_owner.items() if owner == key]:
@@ -369,6 +371,7 @@ class NodeState:
     def _book(self, key: str, assignment: Assignment) -> None:
         self.assignments[key] = assignment
         self._version += 1
+        self.row_cache = None
         for container in assignment.containers.values():
             if container.exclusive:
                 for cpu in container.cpus:

@@ -35,13 +35,15 @@ import json
 import logging
 import time
 from collections import OrderedDict
-from collections.abc import Awaitable, Callable, Iterable, Mapping, Sequence
+from collections.abc import Awaitable, Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
+import numpy as np
+import numpy.typing as npt
 from aiohttp import web
 
-from numatopo_engine import allocation, pod_request, refusals
+from numatopo_engine import allocation, pod_request
 from numatopo_engine.errors import InvalidRequestError
 from numatopo_engine.model import NumatopologySpec
 from numatopo_engine.packing import WorkloadMix
@@ -56,6 +58,9 @@ from numatopo_operator.runtime import Runtime
 __all__ = ["MAX_EXTENDER_PRIORITY", "build_app", "extender_scores", "json_answers"]
 
 logger = logging.getLogger(__name__)
+
+Floats = npt.NDArray[np.float64]
+Ints = npt.NDArray[np.int64]
 
 # k8s.io/kube-scheduler/extender/v1.MaxExtenderPriority: extender scores are 0..10.
 MAX_EXTENDER_PRIORITY = 10
@@ -112,11 +117,13 @@ class Candidates:
 
 def candidates(runtime: Runtime, nodes: Iterable[str]) -> Candidates:
     """The candidates' topologies and bookings as they are now (on the loop, no I/O)."""
-    return Candidates(
-        list(runtime.ledger.frozen_candidates(nodes)),
-        runtime.stale_nodes(),
-        runtime.workload.mix(),
-    )
+    taken = list(runtime.ledger.frozen_candidates(nodes))
+    # Staleness of the candidates only: a cycle judges ~500 of a 5,000-node cluster,
+    # and every node has a heartbeat to age.
+    now = time.time()
+    reason = runtime.stale_reason
+    stale = {node: why for node, _, _ in taken if (why := reason(node, now)) is not None}
+    return Candidates(taken, stale, runtime.workload.mix())
 
 
 async def judge_off_loop(runtime: Runtime, request: PodRequest, nodes: Iterable[str]) -> Verdicts:
@@ -134,62 +141,70 @@ def judge_candidates(
     """The pod on each candidate (no I/O; reads only `taken`).
 
     A scheduling cycle runs this over every candidate node, so the nodes are grouped by
-    hardware shape and each group is decided in bulk (`allocation.evaluate_many`):
-    per-node work here is a few dict and list operations.
+    hardware shape and each group is decided in bulk (`allocation.score_many`, which
+    decides each distinct node row once and keeps the verdicts in `engine`): per-node
+    work here is a few dict and list operations.
     """
     verdicts = Verdicts()
-    scores, failed, unresolvable = verdicts.scores, verdicts.failed, verdicts.unresolvable
+    failed, unresolvable = verdicts.failed, verdicts.unresolvable
     key, stale = request.key, taken.stale
     names: list[str] = []
     pending: list[tuple[NumatopologySpec, NodeState]] = []
     for node, topology, booked in taken.nodes:
         if topology is None or booked is None:
             unresolvable[node] = NO_NUMATOPOLOGY
-            continue
-        if stale and node in stale:
+        elif stale and node in stale:
             unresolvable[node] = stale[node]
-            continue
-        state = booked
-        if key in booked.assignments:
-            # The node's bookings minus the pod's own: an earlier attempt must not count.
-            state = booked.copy()
-            state.release(key)
-        names.append(node)
-        pending.append((topology, state))
-    outcomes: list[float | refusals.Refusal | str] = [""] * len(names)
+        else:
+            state = booked
+            if key in booked.assignments:
+                # The node's bookings minus the pod's own: an earlier attempt must not count.
+                state = booked.copy()
+                state.release(key)
+            names.append(node)
+            pending.append((topology, state))
     engine = engine or allocation.Engine()
     groups = allocation.group_by_shape(pending, engine=engine)
     hosts = allocation.mix_hosts(((g.topology, g.states) for g in groups), taken.mix, engine=engine)
+    explain = logger.isEnabledFor(logging.DEBUG)
+    fitting: list[str] = []
+    fitting_ranks: list[Floats] = []
     for group in groups:
-        decided: Sequence[float | refusals.Refusal | str]
+        where = [names[position] for position in group.positions]
         try:
             scored = allocation.score_many(
                 group.topology, group.states, request, checked=False, engine=engine,
                 mix=taken.mix, hosts=hosts,
             )  # fmt: skip
         except InvalidRequestError as exc:
-            decided = [translate.invalid_message(exc)] * len(group.positions)
-        else:
-            ranked: list[float | refusals.Refusal | str] = list(scored.rank.tolist())
-            for refused, _ in scored.refused:
-                for index in refused.tolist():
-                    ranked[index] = scored.refusal(index)
-            decided = ranked
-        for position, outcome in zip(group.positions, decided, strict=True):
-            outcomes[position] = outcome
-    ranks = verdicts.ranks
-    for node, outcome in zip(names, outcomes, strict=True):
-        if isinstance(outcome, float):
-            ranks[node] = outcome
-        elif isinstance(outcome, str):
-            unresolvable[node] = outcome  # the pod itself is invalid
-        else:
-            # The same words for every node that lacks the same thing, so kube-scheduler can
-            # count them; the per-NUMA detail is in the log and in `numatopo assign`.
-            failed[node] = outcome.summary
-            logger.debug("node %s refuses %s: %s", node, key, outcome)
-    scores.update(extender_scores(ranks))
+            unresolvable.update(dict.fromkeys(where, translate.invalid_message(exc)))
+            continue
+        if not scored.refused:
+            fitting.extend(where)
+            fitting_ranks.append(scored.rank)
+            continue
+        admitted = np.flatnonzero(scored.rank >= 0)
+        fitting.extend(where[i] for i in admitted.tolist())
+        fitting_ranks.append(scored.rank[admitted])
+        for refused, summary in scored.refused:
+            # The same words for every node that lacks the same thing, so kube-scheduler
+            # can count them; the per-NUMA detail is in the log and in `numatopo assign`.
+            at = refused.tolist()
+            failed.update((where[i], summary) for i in at)
+            for i in at if explain else ():
+                logger.debug("node %s refuses %s: %s", where[i], key, scored.refusal(i))
+    if fitting:
+        rank = np.concatenate(fitting_ranks)
+        verdicts.ranks.update(zip(fitting, rank.tolist(), strict=True))
+        verdicts.scores.update(zip(fitting, _scores(rank).tolist(), strict=True))
     return verdicts
+
+
+def _scores(ranks: Floats) -> Ints:
+    """`extender_scores` over an array of ranks (the same scores)."""
+    distinct = np.unique(ranks)  # ascending
+    below = len(distinct) - 1 - np.searchsorted(distinct, ranks)  # distinct ranks above
+    return np.maximum(1, MAX_EXTENDER_PRIORITY - below)
 
 
 ScoreCache = OrderedDict[str, dict[str, float]]

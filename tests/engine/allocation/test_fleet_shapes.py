@@ -19,10 +19,18 @@ from hypothesis import strategies as st
 from test_allocation_properties import pods, random_nodes
 from topologies import load
 
-from numatopo_engine.allocation import Engine, allocate, group_by_shape, score_many
+from numatopo_engine.allocation import (
+    Engine,
+    allocate,
+    evaluate,
+    group_by_shape,
+    mix_hosts,
+    score_many,
+)
 from numatopo_engine.annotations import Assignment, PolicyName
 from numatopo_engine.errors import UnsatisfiableError
 from numatopo_engine.model import Numatopology, NumatopologySpec
+from numatopo_engine.packing import Shape, WorkloadMix
 from numatopo_engine.request import ContainerRequest, PodRequest
 from numatopo_engine.simulation.fleet import build_fleet, identify
 from numatopo_engine.state import NodeState
@@ -44,6 +52,13 @@ def _decided(
         return allocate(spec, state, request, "node", engine=engine).assignment
     except UnsatisfiableError as exc:
         return exc.reason
+
+
+def _score(spec: NumatopologySpec, state: NodeState, request: PodRequest) -> int:
+    try:
+        return evaluate(spec, state, request)
+    except UnsatisfiableError:
+        return -1
 
 
 def test_hundreds_of_nodes_with_their_own_uuids_make_one_group_per_shape() -> None:
@@ -149,3 +164,55 @@ def test_assignments_name_the_gpus_mig_devices_and_nics_of_their_own_node() -> N
     uuids = {m.index: m.uuid for g in third.gpus for m in g.mig_devices or ()}
     assert [uuids[i] for i in c3.mig_indices] == c3.mig
     assert c3.mig
+
+
+def test_kept_row_verdicts_answer_as_a_fresh_engine_as_nodes_change() -> None:
+    """The verdicts a long-lived engine keeps per node row (`RowVerdicts`, bounded to a
+    few rows here so they are dropped and rebuilt too): over rounds where pods land on
+    a fleet and the nodes judged together change (so do the rank's `Hosts` weights),
+    every score, rank, refusal summary and refusal detail equals a fresh engine's."""
+    shapes = list(SHAPES.values())
+    fleet = build_fleet(shapes, 90, seed=5)
+    states = [NodeState(node.spec) for node in fleet]
+    requests = [
+        pod(app(4, 1, memory=16 * GiB)),
+        pod(app(8, 2, memory=32 * GiB), policy=PolicyName.SINGLE_NUMA_NODE),
+        pod(app(16, 4), policy=PolicyName.RESTRICTED),
+        pod(app(48, 0, memory=64 * GiB)),
+    ]
+    mix = WorkloadMix.of({Shape.of(1, 4): 3.0, Shape.of(4, 16): 1.0, Shape.of(8, 32): 1.0})
+    engine = Engine(rows=40)
+    kept_hits = 0
+    for beat in range(6):
+        judged = [(fleet[i].spec, states[i]) for i in range(beat % 3, len(fleet), 1 + beat % 2)]
+        groups = group_by_shape(judged)
+        for request in requests:
+            for with_mix in (None, mix):
+                fresh_engine = Engine()
+                hosts = mix_hosts(((g.topology, g.states) for g in groups), mix)
+                for group in groups:
+                    kept_before = sum(len(v) for v in engine.verdicts.values())
+                    kept = score_many(group.topology, group.states, request, engine=engine,
+                                      mix=with_mix, hosts=hosts)  # fmt: skip
+                    kept_hits += kept_before == sum(len(v) for v in engine.verdicts.values())
+                    fresh = score_many(group.topology, group.states, request,
+                                       engine=fresh_engine, mix=with_mix, hosts=hosts)  # fmt: skip
+                    assert fresh.scores.tolist() == kept.scores.tolist()
+                    # The one-node path reads the node's bookings, not a kept row.
+                    assert [_score(group.topology, s, request) for s in group.states] == (
+                        kept.scores.tolist()
+                    )
+                    assert fresh.rank.tolist() == kept.rank.tolist()
+                    assert [(ix.tolist(), text) for ix, text in fresh.refused] == [
+                        (ix.tolist(), text) for ix, text in kept.refused
+                    ]
+                    for ix, _ in fresh.refused:
+                        for index in ix.tolist():
+                            assert fresh.refusal(index).reason == kept.refusal(index).reason
+                assert sum(len(v) for v in engine.verdicts.values()) <= 40
+        # Pods land: some rows change, the others stay as they were.
+        for number in range(beat, len(fleet), 4):
+            found = _decided(fleet[number].spec, states[number], requests[beat % 2], None)
+            if isinstance(found, Assignment):
+                states[number].apply(f"ns/land{beat}-{number}", found)
+    assert kept_hits > 0

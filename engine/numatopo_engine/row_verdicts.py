@@ -1,0 +1,117 @@
+"""Verdicts kept per node row: a long-lived engine decides each distinct row once per plan.
+
+A row (`hints.row_of`) is all that `decision.decide_rows` reads of a node, and every
+answer of a row depends on that row, the plan (hardware shape, request, options) and
+the workload mix alone. A scheduling cycle over 500 candidates of a fleet mostly
+sees rows it has seen: the next replica of a job, on nodes that did not change since
+the last cycle, or nodes of one shape in the same state (empty ones). `RowVerdicts`
+keeps, per row content, the score, the refusal's summary (and what words its detail
+when read) and the rank's row terms; what depends on the nodes judged together (the
+rank's `Hosts` weights) is applied per call (`decision.node_ranks`), never kept.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+
+import numpy as np
+import numpy.typing as npt
+
+from numatopo_engine.decision import Decided, Plan, RankTerms, node_ranks, shortfall
+from numatopo_engine.packing import Hosts, WorkloadMix
+from numatopo_engine.refusals import Kind, Refusal, word
+
+__all__ = ["RowVerdicts"]
+
+Ints = npt.NDArray[np.int64]
+Floats = npt.NDArray[np.float64]
+Slots = npt.NDArray[np.intp]
+ADMITTED = -1
+
+
+class RowVerdicts:
+    """The verdicts of one plan (under one mix) on every distinct row seen, by slot."""
+
+    def __init__(self, plan: Plan, mix: WorkloadMix | None) -> None:
+        self.plan = plan
+        self.mix = mix
+        self.width = plan.layout.width  # int64 values per row
+        self.slot_of: dict[bytes, int] = {}
+        self.score: Ints = np.zeros(0, dtype=np.int64)
+        self.summary: Ints = np.zeros(0, dtype=np.int64)  # index into `summaries`, or ADMITTED
+        self.summaries: list[str] = []
+        self._summary_of: dict[object, int] = {}
+        self.terms: RankTerms | None = None
+        # Without a mix the rank is the row's alone: kept whole (-1 where refused).
+        self.rank: Floats = np.zeros(0, dtype=np.float64)
+        # Per slot: the bulk decision and its rows, where a refusal's detail is worded from.
+        self._decided: list[tuple[Decided, Ints, int]] = []
+
+    def __len__(self) -> int:
+        return len(self._decided)
+
+    def slots(self, rows: Sequence[bytes], decide: Callable[[Ints], Decided]) -> Slots:
+        """The slot of each row (packed `width` int64 values); rows not seen yet are
+        decided first, each distinct one once, in one call of `decide`."""
+        width = self.width
+        slot_of = self.slot_of
+        found = [slot_of.get(row, ADMITTED) for row in rows]
+        if ADMITTED in found:
+            new = list(dict.fromkeys(r for r, s in zip(rows, found, strict=True) if s < 0))
+            matrix = np.frombuffer(b"".join(new), dtype=np.int64).reshape(len(new), width)
+            self._add(new, matrix, decide(matrix))
+            found = [slot_of[row] for row in rows]
+        return np.array(found, dtype=np.intp)
+
+    def ranks(self, slots: Slots, hosts: Hosts | None) -> Floats:
+        if not self.mix:
+            return self.rank[slots]
+        assert self.terms is not None, "ranks of slots that were filled"
+        t = self.terms
+        gathered = RankTerms(
+            t.alignment[slots], t.fill[slots],
+            *(a[slots] if a.size else a for a in (
+                t.free_before, t.used_before, t.free_after, t.used_after)),
+        )  # fmt: skip
+        return node_ranks(gathered, self.score[slots], self.mix, hosts)
+
+    def refusal(self, slot: int) -> Refusal:
+        decided, rows, index = self._decided[slot]
+        plan = self.plan
+        return Refusal(
+            self.summaries[int(self.summary[slot])],
+            lambda: shortfall(plan, decided, index, rows[index]),
+        )
+
+    def _add(self, rows: list[bytes], matrix: Ints, decided: Decided) -> None:
+        start = len(self._decided)
+        codes = np.full(len(rows), ADMITTED, dtype=np.int64)
+        for index in np.flatnonzero(decided.score < 0).tolist():
+            why = decided.kind[index]
+            # One summary per kind of refusal (per first resource short), as before:
+            # the words kube-scheduler counts nodes by.
+            key: object = int(decided.short[index]) if why is Kind.SHORT else why
+            code = self._summary_of.get(key)
+            if code is None:
+                text = word(shortfall(self.plan, decided, index, matrix[index]), detail=False)
+                code = self._summary_of[key] = len(self.summaries)
+                self.summaries.append(text)
+            codes[index] = code
+        self.score = np.concatenate((self.score, decided.score))
+        self.summary = np.concatenate((self.summary, codes))
+        if self.mix:
+            self.terms = decided.terms if self.terms is None else _joined(self.terms, decided.terms)
+        else:
+            alone = node_ranks(decided.terms, decided.score, None, None)
+            self.rank = np.concatenate((self.rank, alone))
+        self._decided.extend((decided, matrix, i) for i in range(len(rows)))
+        self.slot_of.update(zip(rows, range(start, start + len(rows)), strict=True))
+
+
+def _joined(a: RankTerms, b: RankTerms) -> RankTerms:
+    return RankTerms(
+        np.concatenate((a.alignment, b.alignment)), np.concatenate((a.fill, b.fill)),
+        np.concatenate((a.free_before, b.free_before)),
+        np.concatenate((a.used_before, b.used_before)),
+        np.concatenate((a.free_after, b.free_after)), np.concatenate((a.used_after, b.used_after)),
+    )  # fmt: skip
