@@ -1,23 +1,28 @@
-"""kopf handlers, registered on a registry of their own (`build_registry`); each is thin.
+"""kopf handlers, registered on a registry of their own (`build_registry`), and the pod
+logic `pod_feed` calls (`pod_event`); each is thin.
 
-Pods are handled with `@kopf.on.event`, not `on.create`/`on.update`: the pod's own
-`numatopo.io/state` annotation says whether it was decided, so handling is idempotent
-and kopf needs to write nothing of its own onto users' pods. Retries are driven by the
-events that can change an answer, not by timers: a pod waiting for a Numatopology is
-retried when that Numatopology appears, and an Unsatisfiable pod when a pod on its
-node releases CPUs or GPUs. What no event re-drives (a write that failed, a pod still
-waiting) is kept in the retry queue (`assigning.settle`).
+Pods are no kopf resource: `pod_feed` lists and watches them itself (kopf's per-object
+processing costs more than the decisions at the size of a cluster) and hands each
+event to `pod_event`. The pod's own `numatopo.io/state` annotation says whether it was
+decided, so handling is idempotent and nothing is written onto users' pods but that.
+Retries are driven by the events that can change an answer, not by timers: a pod
+waiting for a Numatopology is retried when that Numatopology appears, and an
+Unsatisfiable pod when a pod on its node releases CPUs or GPUs. What no event
+re-drives (a write that failed, a pod still waiting) is kept in the retry queue
+(`assigning.settle`).
 
 The ledger is fed here and nowhere else on the watch side: `_observe_pod` and
 `_observe_topology` on every event (deleted objects included), `_take_listed_topologies`
 once, on the first handler call, with every Numatopology kopf listed into its index
-before it called any handler (see `indexes`).
+before it called any handler (see `indexes`), or `take_listed_numatopologies` with a
+list of `pod_feed`'s own when no kopf handler was called by the time its pods are in.
 """
 
 from __future__ import annotations
 
 import logging
-from typing import Any
+from collections.abc import Iterable, Mapping
+from typing import Any, cast
 
 import kopf
 
@@ -27,10 +32,13 @@ from numatopo_engine.network_topology import NETWORK_TOPOLOGY_PLURAL
 from numatopo_operator import assigning, gang_indexes, gang_worker, indexes, translate
 from numatopo_operator.errors import BookingError, kept_serving
 from numatopo_operator.runtime import Runtime
+from numatopo_operator.translate import RawPod
 
 __all__ = ["build_registry"]
 
 Logger = logging.Logger | logging.LoggerAdapter[Any]
+
+logger = logging.getLogger(__name__)
 
 
 async def login(*, memo: Runtime, logger: Logger, **kwargs: Any) -> kopf.ConnectionInfo:
@@ -102,9 +110,10 @@ def _take_listed_topologies(memo: Runtime, readings: Readings) -> None:
     memo.indexed.set()
 
 
-def _observe_pod(memo: Runtime, key: str, body: kopf.Body) -> None:
+def _observe_pod(memo: Runtime, key: str, body: RawPod) -> None:
     """Give the ledger what a live pod's annotation books now (perhaps nothing)."""
-    if memo.written.get(key) == body.metadata.annotations.get(keys.STATE):
+    annotations = (body.get("metadata") or {}).get("annotations") or {}
+    if memo.written.get(key) == annotations.get(keys.STATE):
         memo.written.pop(key, None)
     try:
         booking = translate.booking_from_pod(body)
@@ -125,7 +134,7 @@ async def _redrive(memo: Runtime, node: str) -> None:
         await assigning.settle(memo, pod)
 
 
-async def _report_others(memo: Runtime, body: kopf.Body, logger: Logger) -> None:
+async def _report_others(memo: Runtime, body: RawPod, logger: Logger) -> None:
     """Mark Invalid, once each, the other bookings on this pod's node that now overlap
     earlier claims (their own events may never come again)."""
     key = translate.pod_key(body)
@@ -146,15 +155,12 @@ async def _report_others(memo: Runtime, body: kopf.Body, logger: Logger) -> None
             memo.reported.add(f"{other} {why}")
 
 
-async def pod_changed(
-    *, type: str, body: kopf.Body, memo: Runtime, logger: Logger, **kwargs: Any
-) -> None:
-    memo.gangs.attach(kwargs)
-    _take_listed_topologies(memo, kwargs["numatopologies"])
+async def pod_event(memo: Runtime, type: str | None, body: dict[str, Any], logger: Logger) -> None:
+    """One pod as `pod_feed` saw it: `type` is the watch event's, None for a listed pod."""
     key = translate.pod_key(body)
     with kept_serving(logger, f"pod {key}", memo.metrics):
         if memo.settings.groups:
-            gang_worker.observe_pod(memo, type, body)
+            gang_worker.observe_pod(memo, type or "ADDED", body)
         if type == "DELETED" or translate.is_finished(body):
             memo.reported.difference_update({r for r in memo.reported if r.startswith(key + " ")})
             memo.written.pop(key, None)
@@ -170,18 +176,31 @@ async def pod_changed(
             if node is not None and memo.deciding:
                 await _redrive(memo, node)
             return
-        memo.waiting.observe(key, dict(body))
+        memo.waiting.observe(key, body)
         _observe_pod(memo, key, body)
         memo.workload.observe_pod(key, body, memo.settings.resources)
         if translate.is_admitted(body):
             memo.gpu_admissions.admitted(key)
-        memo.retries.refresh(key, dict(body))
+        memo.retries.refresh(key, body)
         if not memo.deciding:
             if memo.active.is_set():
-                memo.deferred[key] = dict(body)  # retried once the ledger is current
+                memo.deferred[key] = body  # retried once the ledger is current
             return
         await _report_others(memo, body, logger)
         await assigning.settle(memo, body)
+
+
+def take_listed_numatopologies(memo: Runtime, bodies: Iterable[Mapping[str, Any]]) -> None:
+    """Numatopologies `pod_feed` listed itself, while kopf had called no handler yet
+    (none exists, or kopf has not listed them all): they go into the ledger at once,
+    and `indexed` is set, as `_take_listed_topologies` would."""
+    if memo.indexed.is_set():
+        return
+    for raw in bodies:
+        body = kopf.Body(cast(kopf.RawBody, dict(raw)))
+        for node, reading in indexes.numatopologies(body=body, logger=logger).items():
+            _observe_topology(memo, node, reading)
+    memo.indexed.set()
 
 
 async def numatopology_changed(
@@ -225,7 +244,6 @@ def build_registry(*, groups: bool = True) -> kopf.OperatorRegistry:
             network_topology_changed
         )
     kopf.on.login(registry=registry)(login)
-    kopf.on.event("pods", registry=registry)(pod_changed)
     kopf.on.event("numatopo.io", "v1alpha1", "numatopologies", registry=registry)(
         numatopology_changed
     )

@@ -46,6 +46,7 @@ from typing import Any
 from numatopo_engine import annotations as keys
 from numatopo_operator import assigning, translate
 from numatopo_operator.errors import BookingError, KubeError
+from numatopo_operator.pod_view import slim_pod
 from numatopo_operator.runtime import Runtime
 from numatopo_operator.translate import Booking, RawPod
 
@@ -74,25 +75,38 @@ def listed_bookings(runtime: Runtime, pods: Iterable[RawPod]) -> list[Booking]:
 
 
 async def _resync(runtime: Runtime) -> list[dict[str, Any]]:
-    """One list of pods applied to the ledger; returns the pods. Retried until it works."""
-    ledger = runtime.ledger
+    """One list of pods applied to the ledger; returns the pods. Retried until it works.
+    Not before `pod_feed` has listed once: the watch side's first pass would otherwise
+    be journaled as newer than this list."""
+    await runtime.pods_listed.wait()
     while True:
-        ledger.begin_resync()
-        try:
-            pods = (await runtime.kube.list_pods(namespaces=runtime.settings.namespaces)).items
-        except KubeError as exc:
-            ledger.abort_resync()
-            level = logging.DEBUG if exc.reason == "NotLoggedIn" else logging.WARNING
-            logger.log(level, "cannot list pods to rebuild the ledger (retrying): %s", exc)
-            await asyncio.sleep(LIST_RETRY_SECONDS)
-            continue
-        except BaseException:
-            ledger.abort_resync()
-            raise
-        untrusted = ledger.end_resync(listed_bookings(runtime, pods))
-        if untrusted:
-            logger.warning("bookings that overlap earlier claims after the resync: %s", untrusted)
-        return pods
+        async with runtime.pod_lists:
+            pods = await _listed(runtime)
+        if pods is not None:
+            return pods
+        await asyncio.sleep(LIST_RETRY_SECONDS)
+
+
+async def _listed(runtime: Runtime) -> list[dict[str, Any]] | None:
+    """One try of `_resync`'s list, under `Runtime.pod_lists`; None when it failed."""
+    ledger = runtime.ledger
+    ledger.begin_resync()
+    try:
+        pods = (
+            await runtime.kube.list_pods(namespaces=runtime.settings.namespaces, keep=slim_pod)
+        ).items
+    except KubeError as exc:
+        ledger.abort_resync()
+        level = logging.DEBUG if exc.reason == "NotLoggedIn" else logging.WARNING
+        logger.log(level, "cannot list pods to rebuild the ledger (retrying): %s", exc)
+        return None
+    except BaseException:
+        ledger.abort_resync()
+        raise
+    untrusted = ledger.end_resync(listed_bookings(runtime, pods))
+    if untrusted:
+        logger.warning("bookings that overlap earlier claims after the resync: %s", untrusted)
+    return pods
 
 
 def _annotated(pod: RawPod) -> bool:

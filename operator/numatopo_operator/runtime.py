@@ -116,6 +116,12 @@ class Runtime:
     indexed: asyncio.Event = field(default_factory=asyncio.Event)
     """Set once kopf has listed every pod and Numatopology (its indexes are complete)."""
 
+    pods_listed: asyncio.Event = field(default_factory=asyncio.Event)
+    """Set once `pod_feed` has listed every pod (and the Numatopologies are in)."""
+
+    pod_lists: asyncio.Lock = field(default_factory=asyncio.Lock)
+    """Held while a list of pods is applied (`pod_feed`, `handover`): one at a time."""
+
     ledger_current: asyncio.Event = field(default_factory=asyncio.Event)
     """Set once the ledger was rebuilt from a fresh list of pods since this replica last
     became active; cleared on every change of role (see `handover`). kopf does not gate
