@@ -166,6 +166,7 @@ async def pod_event(memo: Runtime, type: str | None, body: dict[str, Any], logge
             memo.written.pop(key, None)
             memo.unreadable.pop(key, None)
             memo.deferred.pop(key, None)
+            memo.annotated.pop(key, None)
             memo.waiting.forget(key)
             memo.retries.discard(key)
             memo.gpu_admissions.admitted(key)
@@ -177,6 +178,10 @@ async def pod_event(memo: Runtime, type: str | None, body: dict[str, Any], logge
                 await _redrive(memo, node)
             return
         memo.waiting.observe(key, body)
+        if translate.is_annotated(body):
+            memo.annotated[key] = body
+        else:
+            memo.annotated.pop(key, None)
         _observe_pod(memo, key, body)
         memo.workload.observe_pod(key, body, memo.settings.resources)
         if translate.is_admitted(body):

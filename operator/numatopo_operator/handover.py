@@ -1,16 +1,19 @@
 """Taking over as the active replica: rebuild the ledger from a fresh list, then judge (I/O).
 
-A standby's kopf watches as the holder's does (kopf peering is off: the Lease decides),
-but its watch stream may lag behind the writes of the holder it replaces. Hence, on
-every acquisition of the Lease (`leadership` clears `Runtime.ledger_current` first, and
-clears it again when the Lease is lost):
+A standby follows the pods as the holder does (`pod_feed`; kopf peering is off: the
+Lease decides), but its watch stream may lag behind the writes of the holder it
+replaces. Hence, on every acquisition of the Lease (`leadership` clears
+`Runtime.ledger_current` first, and clears it again when the Lease is lost):
 
 1. No grace period is needed: the previous holder stopped writing `renew_deadline`
    after its last renewal, at least `lease_duration - renew_deadline` before we could
    acquire the Lease (fencing by expiry, see `leadership`), so its writes have landed.
-2. `Ledger.begin_resync`, then LIST every pod (`numatopo_kube.KubeClient.list_pods`), then
-   `Ledger.end_resync` with the bookings of that list. The list is retried until it
-   succeeds; a replica that loses the Lease meanwhile cancels it.
+2. Once `pod_feed` has listed: `Ledger.begin_resync`, then LIST every pod (slim views,
+   `numatopo_kube.KubeClient.list_pods`), then `Ledger.end_resync` with the bookings of
+   that list. The list is retried until it succeeds; a replica that loses the Lease
+   meanwhile cancels it. The Lease's first holder ever (it created the Lease, or runs
+   standalone) skips the list: no replica wrote before it, and the feed's own list and
+   watch are the ledger's (`take_over(relist=False)`).
 3. Set `Runtime.ledger_current`: decisions resume (until then the assigner skips pods and
    the extender answers "not ready, retry", and `/readyz` says so).
 4. Judge every pod that carries a numatopo annotation, oldest first (those of the list,
@@ -43,7 +46,6 @@ import logging
 from collections.abc import Iterable
 from typing import Any
 
-from numatopo_engine import annotations as keys
 from numatopo_operator import assigning, translate
 from numatopo_operator.errors import BookingError, KubeError
 from numatopo_operator.pod_view import slim_pod
@@ -109,24 +111,33 @@ async def _listed(runtime: Runtime) -> list[dict[str, Any]] | None:
     return pods
 
 
-def _annotated(pod: RawPod) -> bool:
-    found = (pod.get("metadata") or {}).get("annotations") or {}
-    return any(key in found for key in (keys.POLICY, keys.ASSIGNMENT, keys.STATE))
+async def take_over(runtime: Runtime, *, relist: bool = True) -> None:
+    """Steps 2-4 of the module docstring; cancelled when this replica loses the Lease.
 
-
-async def take_over(runtime: Runtime) -> None:
-    """Steps 2-4 of the module docstring; cancelled when this replica loses the Lease."""
-    pods = await _resync(runtime)
+    `relist=False` for a replica that is the Lease's first holder ever (it created the
+    Lease, or runs standalone): nobody wrote a decision it could have missed, so the
+    ledger `pod_feed` built from its own list and watch is current as it stands, and
+    the pods judged are the annotated ones the feed keeps (`Runtime.annotated`)."""
+    if relist:
+        pods: list[RawPod] = list(await _resync(runtime))
+        logger.info(
+            "ledger rebuilt from %d listed pods (%d booked)", len(pods), len(runtime.ledger)
+        )
+    else:
+        await runtime.pods_listed.wait()
+        pods = list(runtime.annotated.values())
+        logger.info(
+            "first holder: the ledger as listed and watched (%d booked)", len(runtime.ledger)
+        )
     runtime.metrics.ledger_pods.set(len(runtime.ledger))
     waiting: dict[str, RawPod] = {translate.pod_key(pod): pod for pod in pods}
     waiting.update(runtime.deferred)
     runtime.deferred.clear()
     runtime.ledger_current.set()
-    logger.info("ledger rebuilt from %d listed pods (%d booked)", len(pods), len(runtime.ledger))
     for pod in sorted(
         waiting.values(), key=lambda pod: (pod.get("metadata") or {}).get("creationTimestamp", "")
     ):
         if not runtime.deciding:
             return  # kopf's first pass (or a later acquisition) judges them instead
-        if _annotated(pod):
+        if translate.is_annotated(pod):
             await assigning.settle(runtime, pod)

@@ -187,7 +187,7 @@ class Elector:
         """Forever; standalone (no Lease name): decide from the start."""
         try:
             if self.name is None:
-                await self._become_holder(previous="")
+                await self._become_holder(previous="", first=True)
                 self.runtime.role_known.set()
                 while True:
                     await asyncio.sleep(3600)
@@ -239,7 +239,7 @@ class Elector:
             except KubeConflictError:
                 return  # another replica created it first: watch it from the next try
             self._observe(created)
-            await self._acquired(sent, previous="")
+            await self._acquired(sent, previous="", first=True)
             return
         self._observe(lease)
         self.runtime.role_known.set()
@@ -293,7 +293,8 @@ class Elector:
             return
         self.runtime.lease.renewed_at = sent
 
-    async def _acquired(self, sent: float, *, previous: str) -> None:
+    async def _acquired(self, sent: float, *, previous: str, first: bool = False) -> None:
+        """`first`: we created the Lease, so no replica ever decided before us."""
         self.runtime.lease.renewed_at = sent
         logger.info(
             "this replica (%s) holds Lease %s/%s now%s",
@@ -303,15 +304,15 @@ class Elector:
             f", after {previous}" if previous else "",
         )
         self.runtime.role_known.set()
-        await self._become_holder(previous=previous)
+        await self._become_holder(previous=previous, first=first)
 
-    async def _become_holder(self, *, previous: str) -> None:
+    async def _become_holder(self, *, previous: str, first: bool = False) -> None:
         runtime = self.runtime
         runtime.ledger_current.clear()
         runtime.active.set()
         runtime.metrics.lease_holder.set(1)
         self._taking_over = asyncio.create_task(
-            handover.take_over(runtime), name="numatopo take-over"
+            handover.take_over(runtime, relist=not first), name="numatopo take-over"
         )
         if self.label is not None:
             await self.label.sync(runtime, active=True)

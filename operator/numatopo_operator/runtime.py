@@ -103,6 +103,10 @@ class Runtime:
     """Pods (key -> body) whose events came while this replica was active but its ledger
     not yet current: `handover` retries them once it is."""
 
+    annotated: dict[str, dict[str, Any]] = field(default_factory=dict)
+    """Live pods (key -> slim body, `pod_view`) that carry a numatopo annotation, as last
+    seen: what a first holder judges without a list of its own (`handover`)."""
+
     redriven: dict[str, object] = field(default_factory=dict)
     """node -> the topology its waiting pods were last retried against."""
 
