@@ -232,6 +232,7 @@ async def start(name: str, config: Path, log: Any) -> asyncio.subprocess.Process
         f"--pod-name={name}",
         f"--pod-namespace={NAMESPACE}",
         "--listen-host=127.0.0.1",
+        "--extender-insecure-plain-http",
         "--extender-port=0",
         "--metrics-port=0",
         env={**os.environ, "KUBECONFIG": str(config)},

@@ -365,18 +365,18 @@ class KubeClient:
         resource: Any,
         *,
         namespace: str | None,
-        keep: Callable[[Body], Body] = dict,
+        keep: Callable[[Body], Body | None] = dict,
         **options: Any,
     ) -> Listing:
-        """Every object, page by page, each as `keep` makes it while its page is read (so
-        a caller that keeps little never holds the whole answer). A continue token that
-        expired between pages (410) restarts the list from its first page, so the answer
-        never mixes two snapshots."""
+        """Every object, page by page, each as `keep` makes it while its page is read
+        (None: left out), so a caller that keeps little never holds the whole answer. A
+        continue token that expired between pages (410) restarts the list from its first
+        page, so the answer never mixes two snapshots (`keep` then sees objects again)."""
         for restart in range(LIST_RESTARTS + 1):
 
             async def pages() -> Listing:
                 iterable = self.lightkube.list(resource, namespace=namespace, **options)
-                items = [keep(item) async for item in iterable]
+                items = [kept async for item in iterable if (kept := keep(item)) is not None]
                 try:
                     version: str | None = iterable.resourceVersion
                 except lightkube.NotReadyError:  # a list answer without a version
@@ -438,12 +438,12 @@ class KubeClient:
         namespaces: Sequence[str] = (),
         field_selector: Mapping[str, str] | None = None,
         page_size: int = LIST_PAGE_SIZE,
-        keep: Callable[[Body], Body] = dict,
+        keep: Callable[[Body], Body | None] = dict,
     ) -> Listing:
         """Every pod in `namespaces` (all namespaces when empty) matching `field_selector`
-        (e.g. `{"spec.nodeName": node}`), each as `keep` makes it. The version to watch
-        from is that of the last namespace's list: give none when watching after a list
-        of several."""
+        (e.g. `{"spec.nodeName": node}`), each as `keep` makes it as its page is read
+        (None: left out). The version to watch from is that of the last namespace's
+        list: give none when watching after a list of several."""
         found = Listing()
         for namespace in namespaces:
             _path_names(namespace)

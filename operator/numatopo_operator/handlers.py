@@ -20,8 +20,9 @@ list of `pod_feed`'s own when no kopf handler was called by the time its pods ar
 
 from __future__ import annotations
 
+import functools
 import logging
-from collections.abc import Iterable, Mapping
+from collections.abc import Awaitable, Callable, Iterable, Mapping
 from typing import Any, cast
 
 import kopf
@@ -155,8 +156,17 @@ async def _report_others(memo: Runtime, body: RawPod, logger: Logger) -> None:
             memo.reported.add(f"{other} {why}")
 
 
-async def pod_event(memo: Runtime, type: str | None, body: dict[str, Any], logger: Logger) -> None:
-    """One pod as `pod_feed` saw it: `type` is the watch event's, None for a listed pod."""
+FollowUp = Callable[[], Awaitable[None]]
+
+
+def pod_seen(
+    memo: Runtime, type: str | None, body: dict[str, Any], logger: Logger
+) -> FollowUp | None:
+    """The bookkeeping of one pod as `pod_feed` saw it (`type`: the watch event's, None
+    for a listed pod), done at once, in the order of the watch. Returns what is left to
+    do while this replica decides (calls to the API): `pod_feed` runs it in the pod's
+    own worker, so that a decision that waits on the API never holds up the watch whose
+    next events it may be waiting for."""
     key = translate.pod_key(body)
     with kept_serving(logger, f"pod {key}", memo.metrics):
         if memo.settings.groups:
@@ -175,8 +185,8 @@ async def pod_event(memo: Runtime, type: str | None, body: dict[str, Any], logge
             node = memo.ledger.forget(key, uid=translate.pod_uid(body)) or translate.pod_node(body)
             memo.metrics.ledger_pods.set(len(memo.ledger))
             if node is not None and memo.deciding:
-                await _redrive(memo, node)
-            return
+                return functools.partial(_redrive_kept, memo, node, logger)
+            return None
         memo.waiting.observe(key, body)
         if translate.is_annotated(body):
             memo.annotated[key] = body
@@ -188,11 +198,31 @@ async def pod_event(memo: Runtime, type: str | None, body: dict[str, Any], logge
             memo.gpu_admissions.admitted(key)
         memo.retries.refresh(key, body)
         if not memo.deciding:
-            if memo.active.is_set():
-                memo.deferred[key] = body  # retried once the ledger is current
-            return
+            if memo.active.is_set() and translate.is_annotated(body):
+                memo.deferred[key] = body  # judged once the ledger is current
+            else:
+                memo.deferred.pop(key, None)
+            return None
+        return functools.partial(_decide, memo, body, logger)
+    return None  # kept_serving logged what failed
+
+
+async def _redrive_kept(memo: Runtime, node: str, logger: Logger) -> None:
+    with kept_serving(logger, f"pods waiting on {node}", memo.metrics):
+        await _redrive(memo, node)
+
+
+async def _decide(memo: Runtime, body: dict[str, Any], logger: Logger) -> None:
+    with kept_serving(logger, f"pod {translate.pod_key(body)}", memo.metrics):
         await _report_others(memo, body, logger)
         await assigning.settle(memo, body)
+
+
+async def pod_event(memo: Runtime, type: str | None, body: dict[str, Any], logger: Logger) -> None:
+    """`pod_seen`, then what it leaves to do, in turn."""
+    follow_up = pod_seen(memo, type, body, logger)
+    if follow_up is not None:
+        await follow_up()
 
 
 def take_listed_numatopologies(memo: Runtime, bodies: Iterable[Mapping[str, Any]]) -> None:

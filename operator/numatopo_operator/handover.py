@@ -89,13 +89,19 @@ async def _resync(runtime: Runtime) -> list[dict[str, Any]]:
         await asyncio.sleep(LIST_RETRY_SECONDS)
 
 
+def _annotated(pod: dict[str, Any]) -> dict[str, Any] | None:
+    """The slim view of a pod that carries a numatopo annotation; None for any other
+    (it books nothing and is not judged: not kept while the list is read)."""
+    return slim_pod(pod) if translate.is_annotated(pod) else None
+
+
 async def _listed(runtime: Runtime) -> list[dict[str, Any]] | None:
     """One try of `_resync`'s list, under `Runtime.pod_lists`; None when it failed."""
     ledger = runtime.ledger
     ledger.begin_resync()
     try:
         pods = (
-            await runtime.kube.list_pods(namespaces=runtime.settings.namespaces, keep=slim_pod)
+            await runtime.kube.list_pods(namespaces=runtime.settings.namespaces, keep=_annotated)
         ).items
     except KubeError as exc:
         ledger.abort_resync()

@@ -5,9 +5,10 @@ the memo and its progress bookkeeping: about 1.4 ms of CPU per pod, so a replica
 30,000-pod cluster spent most of a minute before its first decision, and held every
 pod body in memory. Here, per namespace given (all namespaces when none):
 
-1. One paginated LIST (`KubeClient.list_pods`, a page at a time), each pod cut to its
-   slim view (`pod_view.slim_pod`) as its page is read, every pod handed over in one
-   pass; then `Runtime.pods_listed` is set (`handover` waits for it).
+1. One paginated LIST (`KubeClient.list_pods`, 500 pods a page), each pod cut to its
+   slim view (`pod_view.slim_pod`) and handed over as its page is read (the loop
+   turns between pages), none kept by the list; then `Runtime.pods_listed` is set
+   (`handover` waits for it).
 2. One WATCH from that list's resourceVersion, each event handed over as it comes.
    lightkube resumes it from the last version seen after each server timeout.
 3. A watch that ends with 410 Gone (its version was compacted away) lists again; the
@@ -38,10 +39,6 @@ logger = logging.getLogger(__name__)
 
 # Pause before listing or watching again after the API refused.
 RETRY_SECONDS = 1.0
-# Listed pods handed over between two turns of the loop: the Lease renewals and the
-# extender are not held up for a whole list of a large cluster.
-PODS_PER_TURN = 500
-
 Stamp = tuple[str, str]
 
 
@@ -58,8 +55,10 @@ class _Feed:
         self.namespace = namespace
         self.known: dict[str, Stamp] = {}
         """pod key -> (uid, resourceVersion) as last handed over: what a relist compares."""
+        self.pending: dict[str, handlers.FollowUp] = {}
+        self.workers: dict[str, asyncio.Task[None]] = {}
 
-    async def hand_over(self, type: str | None, pod: dict[str, Any]) -> None:
+    def hand_over(self, type: str | None, pod: dict[str, Any]) -> None:
         key = translate.pod_key(pod)
         stamp = _stamp(pod)
         if type == "DELETED":
@@ -68,26 +67,48 @@ class _Feed:
             return
         else:
             self.known[key] = stamp
-        await handlers.pod_event(self.runtime, type, pod, logger)
+        follow_up = handlers.pod_seen(self.runtime, type, pod, logger)
+        if follow_up is None:
+            return
+        # One worker per pod, as kopf had: a pod's decisions run in the order its events
+        # came, a newer one replacing any not started yet; other pods' run meanwhile.
+        self.pending[key] = follow_up
+        if key not in self.workers:
+            self.workers[key] = asyncio.create_task(self._work(key), name=f"numatopo pod {key}")
+
+    async def _work(self, key: str) -> None:
+        try:
+            while (follow_up := self.pending.pop(key, None)) is not None:
+                await follow_up()
+        finally:
+            self.workers.pop(key, None)
+
+    async def stop(self) -> None:
+        workers = list(self.workers.values())
+        for worker in workers:
+            worker.cancel()
+        await asyncio.gather(*workers, return_exceptions=True)
 
     async def relist(self) -> str | None:
-        """Steps 1 and 3: returns the version to watch from."""
+        """Steps 1 and 3: returns the version to watch from. Each pod is handed over as
+        its page is read and nothing of the list is kept, whatever the cluster's size."""
         runtime = self.runtime
         namespaces = () if self.namespace == "*" else (self.namespace,)
+        listed: set[str] = set()
+
+        def hand_over_listed(raw: dict[str, Any]) -> None:
+            pod = slim_pod(raw)
+            listed.add(translate.pod_key(pod))
+            self.hand_over(None, pod)
+
         async with runtime.pod_lists:
-            listing = await runtime.kube.list_pods(namespaces=namespaces, keep=slim_pod)
-            listed: set[str] = set()
-            for count, pod in enumerate(listing.items, 1):
-                listed.add(translate.pod_key(pod))
-                await self.hand_over(None, pod)
-                if count % PODS_PER_TURN == 0:
-                    await asyncio.sleep(0)
+            listing = await runtime.kube.list_pods(namespaces=namespaces, keep=hand_over_listed)
             for key in [key for key in self.known if key not in listed]:
                 namespace, _, name = key.partition("/")
                 uid = self.known[key][0]
                 gone = {"metadata": {"namespace": namespace, "name": name, "uid": uid}}
-                await self.hand_over("DELETED", gone)
-        logger.info("listed %d pods in %s", len(listing.items), self.namespace)
+                self.hand_over("DELETED", gone)
+        logger.info("listed %d pods in %s", len(listed), self.namespace)
         return listing.resource_version
 
     async def watch(self, version: str | None) -> None:
@@ -99,7 +120,7 @@ class _Feed:
                 ):
                     pod = slim_pod(event.object)
                     version = _stamp(pod)[1] or version
-                    await self.hand_over(event.type, pod)
+                    self.hand_over(event.type, pod)
             except KubeError as exc:
                 if exc.status == 410:
                     logger.info("pod watch in %s: 410 Gone, listing again", self.namespace)
@@ -156,3 +177,5 @@ async def follow_pods(runtime: Runtime) -> None:
         for task in tasks:
             task.cancel()
         await asyncio.gather(*tasks, return_exceptions=True)
+        for feed in feeds:
+            await feed.stop()

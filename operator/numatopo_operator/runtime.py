@@ -100,8 +100,8 @@ class Runtime:
     """Problems already posted as Events (`<pod key> <problem>`), so each is posted once."""
 
     deferred: dict[str, dict[str, Any]] = field(default_factory=dict)
-    """Pods (key -> body) whose events came while this replica was active but its ledger
-    not yet current: `handover` retries them once it is."""
+    """Annotated pods (key -> slim body) whose events came while this replica was active
+    but its ledger not yet current: `handover` judges them once it is."""
 
     annotated: dict[str, dict[str, Any]] = field(default_factory=dict)
     """Live pods (key -> slim body, `pod_view`) that carry a numatopo annotation, as last
