@@ -16,9 +16,9 @@ replaces. Hence, on every acquisition of the Lease (`leadership` clears
    watch are the ledger's (`take_over(relist=False)`).
 3. Set `Runtime.ledger_current`: decisions resume (until then the assigner skips pods and
    the extender answers "not ready, retry", and `/readyz` says so).
-4. Judge every pod that carries a numatopo annotation, oldest first (those of the list,
-   and those whose events arrived while the gate was closed, `Runtime.deferred`): a
-   pod that changed while no replica decided (a hand-written, unreadable or
+4. Judge every pod that carries a numatopo annotation, waiting pods first, each group
+   oldest first (those of the list, and those whose events arrived while the gate was
+   closed, `Runtime.deferred`): a pod that changed while no replica decided (a hand-written, unreadable or
    overlapping assignment; a refusal without its reason) gets its answer, a waiting pod
    is decided, and a valid assignment is left as it is (`assigning.judge_pod`).
 
@@ -140,8 +140,14 @@ async def take_over(runtime: Runtime, *, relist: bool = True) -> None:
     waiting.update(runtime.deferred)
     runtime.deferred.clear()
     runtime.ledger_current.set()
+    # Pods that wait first: they are what is held up, while a valid assignment is left
+    # as it is (at 10,000 assigned pods, judging them all first took most of a minute).
     for pod in sorted(
-        waiting.values(), key=lambda pod: (pod.get("metadata") or {}).get("creationTimestamp", "")
+        waiting.values(),
+        key=lambda pod: (
+            not translate.is_waiting(pod),
+            (pod.get("metadata") or {}).get("creationTimestamp", ""),
+        ),
     ):
         if not runtime.deciding:
             return  # kopf's first pass (or a later acquisition) judges them instead

@@ -166,6 +166,8 @@ class Elector:
         self._seen_at = 0.0
         self._version: str | None = None
         self._taking_over: asyncio.Task[None] | None = None
+        self._only_holder = True
+        """No Lease read so far named another holder, or none: only we ever wrote."""
 
     @property
     def holding(self) -> bool:
@@ -244,6 +246,8 @@ class Elector:
         self._observe(lease)
         self.runtime.role_known.set()
         holder, _, transitions = _record(lease)
+        if holder != self.identity:
+            self._only_holder = False
         expired = time.monotonic() >= self._seen_at + self.duration
         if holder and holder != self.identity and not expired:
             if self.label is not None:
@@ -262,7 +266,9 @@ class Elector:
         check = await kube.get_lease(self.namespace, self.name)
         self._observe(check)
         if _record(check)[0] == self.identity:
-            await self._acquired(sent, previous=holder)
+            # Our own create whose answer was lost reads back as held by us: still first.
+            first = self._only_holder and holder == self.identity
+            await self._acquired(sent, previous=holder, first=first)
 
     def _observe(self, lease: dict[str, Any]) -> None:
         record = _record(lease)
