@@ -18,9 +18,10 @@ replaces. Hence, on every acquisition of the Lease (`leadership` clears
    the extender answers "not ready, retry", and `/readyz` says so).
 4. Judge every pod that carries a numatopo annotation, waiting pods first, each group
    oldest first (those of the list, and those whose events arrived while the gate was
-   closed, `Runtime.deferred`): a pod that changed while no replica decided (a hand-written, unreadable or
-   overlapping assignment; a refusal without its reason) gets its answer, a waiting pod
-   is decided, and a valid assignment is left as it is (`assigning.judge_pod`).
+   closed, `Runtime.deferred`): a pod that changed while no replica decided (a
+   hand-written, unreadable or overlapping assignment; a refusal without its reason)
+   gets its answer, a waiting pod is decided, and a valid assignment is left as it is
+   (`assigning.judge_pod`).
 
 Why no booking is lost or double-booked. Take any pod P whose assignment exists when
 step 3 opens the gate. Either its annotation was written before the list was served:
