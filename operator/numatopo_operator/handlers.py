@@ -1,9 +1,9 @@
 """kopf handlers, registered on a registry of their own (`build_registry`), and the pod
-logic `pod_feed` calls (`pod_event`); each is thin.
+logic `pod_feed` calls (`pod_seen`); each is thin.
 
 Pods are no kopf resource: `pod_feed` lists and watches them itself (kopf's per-object
 processing costs more than the decisions at the size of a cluster) and hands each
-event to `pod_event`. The pod's own `numatopo.io/state` annotation says whether it was
+event to `pod_seen`. The pod's own `numatopo.io/state` annotation says whether it was
 decided, so handling is idempotent and nothing is written onto users' pods but that.
 Retries are driven by the events that can change an answer, not by timers: a pod
 waiting for a Numatopology is retried when that Numatopology appears, and an
@@ -216,13 +216,6 @@ async def _decide(memo: Runtime, body: dict[str, Any], logger: Logger) -> None:
     with kept_serving(logger, f"pod {translate.pod_key(body)}", memo.metrics):
         await _report_others(memo, body, logger)
         await assigning.settle(memo, body)
-
-
-async def pod_event(memo: Runtime, type: str | None, body: dict[str, Any], logger: Logger) -> None:
-    """`pod_seen`, then what it leaves to do, in turn."""
-    follow_up = pod_seen(memo, type, body, logger)
-    if follow_up is not None:
-        await follow_up()
 
 
 def take_listed_numatopologies(memo: Runtime, bodies: Iterable[Mapping[str, Any]]) -> None:

@@ -1,4 +1,4 @@
-"""Every pod, from a list and a watch of our own, handed to `handlers.pod_event` (I/O).
+"""Every pod, from a list and a watch of our own, handed to `handlers.pod_seen` (I/O).
 
 Pods are no kopf resource. kopf gives every object a deep copy of its body, a copy of
 the memo and its progress bookkeeping: about 1.4 ms of CPU per pod, so a replica of a
