@@ -67,6 +67,7 @@ class _Feed:
             return
         else:
             self.known[key] = stamp
+            self.runtime.catch_up.observe(key, pod)
         follow_up = handlers.pod_seen(self.runtime, type, pod, logger)
         if follow_up is None:
             return

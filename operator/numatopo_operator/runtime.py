@@ -22,6 +22,7 @@ import kopf
 from numatopo_engine import allocation
 from numatopo_engine.model import GpuMode
 from numatopo_kube import KubeClient
+from numatopo_operator.catch_up import CatchUp
 from numatopo_operator.errors import NotActiveError
 from numatopo_operator.gang_state import GangState
 from numatopo_operator.gpu_admissions import GpuAdmissions
@@ -122,6 +123,9 @@ class Runtime:
 
     pods_listed: asyncio.Event = field(default_factory=asyncio.Event)
     """Set once `pod_feed` has listed every pod (and the Numatopologies are in)."""
+
+    catch_up: CatchUp = field(default_factory=CatchUp)
+    """The token a new holder awaits on its pod watch (`catch_up`, `handover`)."""
 
     pod_lists: asyncio.Lock = field(default_factory=asyncio.Lock)
     """Held while a list of pods is applied (`pod_feed`, `handover`): one at a time."""
