@@ -32,20 +32,20 @@ replaces. Hence, on every acquisition of the Lease (`leadership` clears
 Why no booking is lost or double-booked after a caught-up watch: the watch hands over
 pod writes in the order they were stored, so every write stored before our token
 (fencing puts all of the previous holder's there) was handed over, deletions included;
-the ledger is the feed's, as if it had been active all along. After a list: take any
-pod P whose assignment exists when step 3 opens the gate. Either its annotation was written before the list was served:
-then the list has it, and only a journaled end of that very pod (same uid) removes it,
-which is right, since P is gone. Or it was written after: then the watch stream delivers
-it, and if that event is processed during the list, the journal keeps it over the list's
-older answer; if after, the ledger observes it as usual. The only writes that can reach
-us after the gate opened are those of a previous holder still writing after our list,
-which fencing forbids (a write already on the wire for longer than
-`lease_duration - renew_deadline` remains a window, as with any lease).
-A release is not lost either: one processed before `begin_resync` is older than the list,
-which no longer shows the pod (or shows it finished, which books nothing); one processed
-during the list is journaled as an end and wins over the list; one processed after is
-applied to the rebuilt ledger as usual. Pods that vanished while we stood by are
-simply not in the list, so their bookings go.
+the ledger is the feed's, as if it had been active all along. After a list: take any pod
+P whose assignment exists when step 3 opens the gate. Either its annotation was written
+before the list was served: then the list has it, and only a journaled end of that very
+pod (same uid) removes it, which is right, since P is gone. Or it was written after:
+then the watch stream delivers it, and if that event is processed during the list, the
+journal keeps it over the list's older answer; if after, the ledger observes it as
+usual. The only writes that can reach us after the gate opened are those of a previous
+holder still writing after our list, which fencing forbids (a write already on the wire
+for longer than `lease_duration - renew_deadline` remains a window, as with any lease).
+A release is not lost either: one processed before `begin_resync` is older than the
+list, which no longer shows the pod (or shows it finished, which books nothing); one
+processed during the list is journaled as an end and wins over the list; one processed
+after is applied to the rebuilt ledger as usual. Pods that vanished while we stood by
+are simply not in the list, so their bookings go.
 In-flight reservations (our writes not yet seen) are kept across the resync.
 """
 
