@@ -11,11 +11,12 @@ Printed, each with its baseline:
 
   emulator   the emulator's own latency: one LIST of every pod, one PATCH of a pod
   start-up   process start -> the first pod decided (a waiting pod created beforehand),
-             and the RSS then
+             the operator's CPU time and RSS then
   burst      `--burst` waiting pods created at once: pods decided per second,
-             creation -> decision p50/p99, the RSS after
+             creation -> decision p50/p99, the operator's CPU per pod, the RSS after
   failover   a second replica on the same Lease, kill -9 of the holder: kill -> the next
-             pod decided, and the Numatopology status PATCHes the new holder sent
+             pod decided (and the new holder's CPU time meanwhile), and the
+             Numatopology status PATCHes the new holder sent
 
     .venv/bin/python benchmarks/bench_operator_scale.py [--nodes 100] [--pods 3000]
         [--burst 300] [--no-failover]
@@ -205,6 +206,13 @@ def rss_mib(pid: int) -> float:
     return 0.0
 
 
+def cpu_seconds(pid: int) -> float:
+    """User + system CPU time the process has used: on a shared machine, what the
+    operator itself costs, apart from the emulator and the other load."""
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
 def status_patches(api: kmock.KubernetesEmulator) -> int:
     return sum(
         1
@@ -224,6 +232,7 @@ async def start(name: str, config: Path, log: Any) -> asyncio.subprocess.Process
         f"--pod-name={name}",
         f"--pod-namespace={NAMESPACE}",
         "--listen-host=127.0.0.1",
+        "--extender-insecure-plain-http",
         "--extender-port=0",
         "--metrics-port=0",
         env={**os.environ, "KUBECONFIG": str(config)},
@@ -301,12 +310,15 @@ async def run(args: argparse.Namespace) -> None:
                         f"(log: {tmp}/op-a.log)"
                     )
                     return
+                pid = processes["op-a"].pid
                 print(
                     f"start-up: first decision {seen['probe-startup'] - started:.1f} s after "
-                    f"the process started; RSS {rss_mib(processes['op-a'].pid):.0f} MiB"
+                    f"the process started, {cpu_seconds(pid):.1f} s of its CPU; "
+                    f"RSS {rss_mib(pid):.0f} MiB"
                 )
                 burst = [f"burst-{i}" for i in range(args.burst)]
                 created: dict[str, float] = {}
+                cpu_before = cpu_seconds(pid)
                 t0 = time.monotonic()
                 for i, name in enumerate(burst):
                     await create(
@@ -329,12 +341,14 @@ async def run(args: argparse.Namespace) -> None:
                         f"burst: {len(seen)}/{len(burst)} decided, {len(seen) / span:.0f} pods/s "
                         f"(creating them took {creating:.1f} s), creation->decision p50 "
                         f"{statistics.median(latencies):.2f} s p99 {p99:.2f} s; "
-                        f"RSS {rss_mib(processes['op-a'].pid):.0f} MiB"
+                        f"{(cpu_seconds(pid) - cpu_before) * 1000 / len(seen):.1f} ms of the "
+                        f"operator's CPU per pod; RSS {rss_mib(pid):.0f} MiB"
                     )
                 if args.no_failover:
                     return
                 processes["op-b"] = await start("op-b", config, logs["op-b"])
                 await asyncio.sleep(args.standby_warmup)
+                standby_cpu = cpu_seconds(processes["op-b"].pid)
                 patches_before = status_patches(api)
                 processes["op-a"].send_signal(signal.SIGKILL)
                 killed = time.monotonic()
@@ -351,7 +365,9 @@ async def run(args: argparse.Namespace) -> None:
                 if seen:
                     print(
                         f"failover: next pod decided {seen['probe-failover'] - killed:.1f} s "
-                        "after kill -9 of the holder"
+                        "after kill -9 of the holder, "
+                        f"{cpu_seconds(processes['op-b'].pid) - standby_cpu:.1f} s of the new "
+                        "holder's CPU"
                     )
                 else:
                     print("failover: nothing decided")

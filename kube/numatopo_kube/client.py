@@ -197,10 +197,14 @@ def _translated(what: str) -> Iterator[None]:
         if not isinstance(failed, httpx2.HTTPStatusError):
             raise
         response = failed.response
+        try:
+            text = response.text[:200]
+        except httpx2.ResponseNotRead:  # a watch refused: its answer was opened as a stream
+            text = response.reason_phrase
         raise error_for(
             response.status_code,
             response.reason_phrase,
-            f"{what}: {response.text[:200]}",
+            f"{what}: {text}",
             retry_after=parse_retry_after(response.headers.get("Retry-After")),
         ) from None
     except (httpx2.TransportError, httpx2.StreamError) as exc:
@@ -368,15 +372,23 @@ class KubeClient:
         raise AssertionError("unreachable: the last attempt returns or raises")
 
     async def _list(
-        self, what: str, resource: Any, *, namespace: str | None, **options: Any
+        self,
+        what: str,
+        resource: Any,
+        *,
+        namespace: str | None,
+        keep: Callable[[Body], Body | None] = dict,
+        **options: Any,
     ) -> Listing:
-        """Every object, page by page. A continue token that expired between pages (410)
-        restarts the list from its first page, so the answer never mixes two snapshots."""
+        """Every object, page by page, each as `keep` makes it while its page is read
+        (None: left out), so a caller that keeps little never holds the whole answer. A
+        continue token that expired between pages (410) restarts the list from its first
+        page, so the answer never mixes two snapshots (`keep` then sees objects again)."""
         for restart in range(LIST_RESTARTS + 1):
 
             async def pages() -> Listing:
                 iterable = self.lightkube.list(resource, namespace=namespace, **options)
-                items = [dict(item) async for item in iterable]
+                items = [kept async for item in iterable if (kept := keep(item)) is not None]
                 try:
                     version: str | None = iterable.resourceVersion
                 except lightkube.NotReadyError:  # a list answer without a version
@@ -443,10 +455,12 @@ class KubeClient:
         namespaces: Sequence[str] = (),
         field_selector: Mapping[str, str] | None = None,
         page_size: int = LIST_PAGE_SIZE,
+        keep: Callable[[Body], Body | None] = dict,
     ) -> Listing:
         """Every pod in `namespaces` (all namespaces when empty) matching `field_selector`
-        (e.g. `{"spec.nodeName": node}`). The version to watch from is that of the last
-        namespace's list: give none when watching after a list of several."""
+        (e.g. `{"spec.nodeName": node}`), each as `keep` makes it as its page is read
+        (None: left out). The version to watch from is that of the last namespace's
+        list: give none when watching after a list of several."""
         found = Listing()
         for namespace in namespaces:
             _path_names(namespace)
@@ -455,6 +469,7 @@ class KubeClient:
                 f"list pods in {namespace}",
                 _Pod,
                 namespace=namespace,
+                keep=keep,
                 chunk_size=page_size,
                 fields=dict(field_selector) if field_selector else None,
             )
@@ -505,14 +520,18 @@ class KubeClient:
     def watch_pods(
         self,
         *,
+        namespace: str = "*",
         field_selector: Mapping[str, str] | None = None,
         resource_version: str | None = None,
     ) -> AsyncIterator[WatchEvent]:
-        """Pod events from `resource_version` on, until an error (raised) ends them."""
+        """Pod events in `namespace` ("*": all) from `resource_version` on, until an error
+        (raised; 410 when that version is too old to resume from) ends them."""
+        if namespace != "*":
+            _path_names(namespace)
         return self._watch(
             "watch pods",
             _Pod,
-            namespace="*",
+            namespace=namespace,
             fields=dict(field_selector) if field_selector else None,
             resource_version=resource_version,
         )

@@ -318,8 +318,8 @@ def _not_deciding(runtime: Runtime) -> str:
         return "numatopo operator is starting: pods and Numatopologies are not listed yet"
     if not runtime.ledger_current.is_set():
         return (
-            "this numatopo operator replica is taking over: it is rebuilding its ledger "
-            "from a fresh list of pods; the scheduler retries"
+            "this numatopo operator replica is taking over: it is making its ledger current "
+            "(its pod watch catching up, or a fresh list of pods); the scheduler retries"
         )
     return ""
 

@@ -1,23 +1,29 @@
-"""kopf handlers, registered on a registry of their own (`build_registry`); each is thin.
+"""kopf handlers, registered on a registry of their own (`build_registry`), and the pod
+logic `pod_feed` calls (`pod_seen`); each is thin.
 
-Pods are handled with `@kopf.on.event`, not `on.create`/`on.update`: the pod's own
-`numatopo.io/state` annotation says whether it was decided, so handling is idempotent
-and kopf needs to write nothing of its own onto users' pods. Retries are driven by the
-events that can change an answer, not by timers: a pod waiting for a Numatopology is
-retried when that Numatopology appears, and an Unsatisfiable pod when a pod on its
-node releases CPUs or GPUs. What no event re-drives (a write that failed, a pod still
-waiting) is kept in the retry queue (`assigning.settle`).
+Pods are no kopf resource: `pod_feed` lists and watches them itself (kopf's per-object
+processing costs more than the decisions at the size of a cluster) and hands each
+event to `pod_seen`. The pod's own `numatopo.io/state` annotation says whether it was
+decided, so handling is idempotent and nothing is written onto users' pods but that.
+Retries are driven by the events that can change an answer, not by timers: a pod
+waiting for a Numatopology is retried when that Numatopology appears, and an
+Unsatisfiable pod when a pod on its node releases CPUs or GPUs. What no event
+re-drives (a write that failed, a pod still waiting) is kept in the retry queue
+(`assigning.settle`).
 
 The ledger is fed here and nowhere else on the watch side: `_observe_pod` and
 `observe_topology` on every event (deleted objects included), `_take_listed_topologies`
 once, on the first handler call, with every Numatopology kopf listed into its index
-before it called any handler (see `indexes`).
+before it called any handler (see `indexes`), or `take_listed_numatopologies` with a
+list of `pod_feed`'s own when no kopf handler was called by the time its pods are in.
 """
 
 from __future__ import annotations
 
+import functools
 import logging
-from typing import Any
+from collections.abc import Awaitable, Callable, Iterable, Mapping
+from typing import Any, cast
 
 import kopf
 
@@ -27,10 +33,13 @@ from numatopo_engine.network_topology import NETWORK_TOPOLOGY_PLURAL
 from numatopo_operator import assigning, dra, gang_indexes, gang_worker, indexes, translate
 from numatopo_operator.errors import BookingError, kept_serving
 from numatopo_operator.runtime import Runtime
+from numatopo_operator.translate import RawPod
 
 __all__ = ["build_registry", "observe_topology"]
 
 Logger = logging.Logger | logging.LoggerAdapter[Any]
+
+logger = logging.getLogger(__name__)
 
 
 async def login(*, memo: Runtime, logger: Logger, **kwargs: Any) -> kopf.ConnectionInfo:
@@ -102,9 +111,10 @@ def _take_listed_topologies(memo: Runtime, readings: Readings) -> None:
     memo.indexed.set()
 
 
-def _observe_pod(memo: Runtime, key: str, body: kopf.Body) -> None:
+def _observe_pod(memo: Runtime, key: str, body: RawPod) -> None:
     """Give the ledger what a live pod's annotation books now (perhaps nothing)."""
-    if memo.written.get(key) == body.metadata.annotations.get(keys.STATE):
+    annotations = (body.get("metadata") or {}).get("annotations") or {}
+    if memo.written.get(key) == annotations.get(keys.STATE):
         memo.written.pop(key, None)
     try:
         booking = translate.booking_from_pod(body, memo.verifier)
@@ -125,7 +135,7 @@ async def _redrive(memo: Runtime, node: str) -> None:
         await assigning.settle(memo, pod)
 
 
-async def _report_others(memo: Runtime, body: kopf.Body, logger: Logger) -> None:
+async def _report_others(memo: Runtime, body: RawPod, logger: Logger) -> None:
     """Mark Invalid, once each, the other bookings on this pod's node that now overlap
     earlier claims (their own events may never come again)."""
     key = translate.pod_key(body)
@@ -146,20 +156,27 @@ async def _report_others(memo: Runtime, body: kopf.Body, logger: Logger) -> None
             memo.reported.add(f"{other} {why}")
 
 
-async def pod_changed(
-    *, type: str, body: kopf.Body, memo: Runtime, logger: Logger, **kwargs: Any
-) -> None:
-    memo.gangs.attach(kwargs)
-    _take_listed_topologies(memo, kwargs["numatopologies"])
+FollowUp = Callable[[], Awaitable[None]]
+
+
+def pod_seen(
+    memo: Runtime, type: str | None, body: dict[str, Any], logger: Logger
+) -> FollowUp | None:
+    """The bookkeeping of one pod as `pod_feed` saw it (`type`: the watch event's, None
+    for a listed pod), done at once, in the order of the watch. Returns what is left to
+    do while this replica decides (calls to the API): `pod_feed` runs it in the pod's
+    own worker, so that a decision that waits on the API never holds up the watch whose
+    next events it may be waiting for."""
     key = translate.pod_key(body)
     with kept_serving(logger, f"pod {key}", memo.metrics):
         if memo.settings.groups:
-            gang_worker.observe_pod(memo, type, body)
+            gang_worker.observe_pod(memo, type or "ADDED", body)
         if type == "DELETED" or translate.is_finished(body):
             memo.reported.difference_update({r for r in memo.reported if r.startswith(key + " ")})
             memo.written.pop(key, None)
             memo.unreadable.pop(key, None)
             memo.deferred.pop(key, None)
+            memo.annotated.pop(key, None)
             memo.waiting.forget(key)
             memo.retries.discard(key)
             memo.gpu_admissions.admitted(key)
@@ -168,23 +185,53 @@ async def pod_changed(
             node = memo.ledger.forget(key, uid=translate.pod_uid(body)) or translate.pod_node(body)
             memo.metrics.ledger_pods.set(len(memo.ledger))
             if node is not None and memo.deciding:
-                await _redrive(memo, node)
-            return
-        memo.waiting.observe(key, dict(body))
+                return functools.partial(_redrive_kept, memo, node, logger)
+            return None
+        memo.waiting.observe(key, body)
+        if translate.is_annotated(body):
+            memo.annotated[key] = body
+        else:
+            memo.annotated.pop(key, None)
         _observe_pod(memo, key, body)
         memo.workload.observe_pod(key, body, memo.settings.resources)
         if translate.is_admitted(body):
             memo.gpu_admissions.admitted(key)
-        memo.retries.refresh(key, dict(body))
+        memo.retries.refresh(key, body)
         if not memo.deciding:
-            if memo.active.is_set():
-                memo.deferred[key] = dict(body)  # retried once the ledger is current
-            return
+            if memo.active.is_set() and translate.is_annotated(body):
+                memo.deferred[key] = body  # judged once the ledger is current
+            else:
+                memo.deferred.pop(key, None)
+            return None
+        return functools.partial(_decide, memo, body, logger)
+    return None  # kept_serving logged what failed
+
+
+async def _redrive_kept(memo: Runtime, node: str, logger: Logger) -> None:
+    with kept_serving(logger, f"pods waiting on {node}", memo.metrics):
+        await _redrive(memo, node)
+
+
+async def _decide(memo: Runtime, body: dict[str, Any], logger: Logger) -> None:
+    with kept_serving(logger, f"pod {translate.pod_key(body)}", memo.metrics):
         await _report_others(memo, body, logger)
         if dra.is_gated(body):
             await dra.settle(memo, dict(body))
             return
         await assigning.settle(memo, body)
+
+
+def take_listed_numatopologies(memo: Runtime, bodies: Iterable[Mapping[str, Any]]) -> None:
+    """Numatopologies `pod_feed` listed itself, while kopf had called no handler yet
+    (none exists, or kopf has not listed them all): they go into the ledger at once,
+    and `indexed` is set, as `_take_listed_topologies` would."""
+    if memo.indexed.is_set():
+        return
+    for raw in bodies:
+        body = kopf.Body(cast(kopf.RawBody, dict(raw)))
+        for node, reading in indexes.numatopologies(body=body, logger=logger).items():
+            observe_topology(memo, node, reading)
+    memo.indexed.set()
 
 
 async def numatopology_changed(
@@ -228,7 +275,6 @@ def build_registry(*, groups: bool = True) -> kopf.OperatorRegistry:
             network_topology_changed
         )
     kopf.on.login(registry=registry)(login)
-    kopf.on.event("pods", registry=registry)(pod_changed)
     kopf.on.event("numatopo.io", "v1alpha1", "numatopologies", registry=registry)(
         numatopology_changed
     )

@@ -1,38 +1,51 @@
-"""Taking over as the active replica: rebuild the ledger from a fresh list, then judge (I/O).
+"""Taking over as the active replica: make the ledger current, then judge (I/O).
 
-A standby's kopf watches as the holder's does (kopf peering is off: the Lease decides),
-but its watch stream may lag behind the writes of the holder it replaces. Hence, on
-every acquisition of the Lease (`leadership` clears `Runtime.ledger_current` first, and
-clears it again when the Lease is lost):
+A standby follows the pods as the holder does (`pod_feed`; kopf peering is off: the
+Lease decides), but its watch stream may lag behind the writes of the holder it
+replaces. Hence, on every acquisition of the Lease (`leadership` clears
+`Runtime.ledger_current` first, and clears it again when the Lease is lost):
 
 1. No grace period is needed: the previous holder stopped writing `renew_deadline`
    after its last renewal, at least `lease_duration - renew_deadline` before we could
    acquire the Lease (fencing by expiry, see `leadership`), so its writes have landed.
-2. `Ledger.begin_resync`, then LIST every pod (`numatopo_kube.KubeClient.list_pods`), then
-   `Ledger.end_resync` with the bookings of that list. The list is retried until it
-   succeeds; a replica that loses the Lease meanwhile cancels it.
+2. Once `pod_feed` has listed, one of:
+   - the Lease's first holder ever (it created the Lease, or runs standalone): nothing
+     more, no replica wrote before it (`take_over(relist=False)`);
+   - the watch catches up (`catch_up`): a fresh token written on our own pod and seen
+     on our watch proves every earlier pod write, the previous holder's among them,
+     was handed over; the ledger the feed kept is current. Needs our pod (the
+     downward-API settings) in a namespace the feed watches, and the token seen
+     within `CATCH_UP_SECONDS`;
+   - otherwise `Ledger.begin_resync`, then LIST the annotated pods (slim views,
+     `numatopo_kube.KubeClient.list_pods`), then `Ledger.end_resync` with the bookings
+     of that list. The list is retried until it succeeds; a replica that loses the
+     Lease meanwhile cancels it.
 3. Set `Runtime.ledger_current`: decisions resume (until then the assigner skips pods and
    the extender answers "not ready, retry", and `/readyz` says so).
-4. Judge every pod that carries a numatopo annotation, oldest first (those of the list,
-   and those whose events arrived while the gate was closed, `Runtime.deferred`): a
-   pod that changed while no replica decided (a hand-written, unreadable or
-   overlapping assignment; a refusal without its reason) gets its answer, a waiting pod
-   is decided, and a valid assignment is left as it is (`assigning.judge_pod`).
+4. Judge every pod that carries a numatopo annotation, waiting pods first, each group
+   oldest first (those of the list, and those whose events arrived while the gate was
+   closed, `Runtime.deferred`): a pod that changed while no replica decided (a
+   hand-written, unreadable or overlapping assignment; a refusal without its reason)
+   gets its answer, a waiting pod is decided, and a valid assignment is left as it is
+   (`assigning.judge_pod`).
 
-Why no booking is lost or double-booked. Take any pod P whose assignment exists when
-step 3 opens the gate. Either its annotation was written before the list was served:
-then the list has it, and only a journaled end of that very pod (same uid) removes it,
-which is right, since P is gone. Or it was written after: then the watch stream delivers
-it, and if that event is processed during the list, the journal keeps it over the list's
-older answer; if after, the ledger observes it as usual. The only writes that can reach
-us after the gate opened are those of a previous holder still writing after our list,
-which fencing forbids (a write already on the wire for longer than
-`lease_duration - renew_deadline` remains a window, as with any lease).
-A release is not lost either: one processed before `begin_resync` is older than the list,
-which no longer shows the pod (or shows it finished, which books nothing); one processed
-during the list is journaled as an end and wins over the list; one processed after is
-applied to the rebuilt ledger as usual. Pods that vanished while we stood by, whose
-deletion kopf never replays, are simply not in the list, so their bookings go.
+Why no booking is lost or double-booked after a caught-up watch: the watch hands over
+pod writes in the order they were stored, so every write stored before our token
+(fencing puts all of the previous holder's there) was handed over, deletions included;
+the ledger is the feed's, as if it had been active all along. After a list: take any pod
+P whose assignment exists when step 3 opens the gate. Either its annotation was written
+before the list was served: then the list has it, and only a journaled end of that very
+pod (same uid) removes it, which is right, since P is gone. Or it was written after:
+then the watch stream delivers it, and if that event is processed during the list, the
+journal keeps it over the list's older answer; if after, the ledger observes it as
+usual. The only writes that can reach us after the gate opened are those of a previous
+holder still writing after our list, which fencing forbids (a write already on the wire
+for longer than `lease_duration - renew_deadline` remains a window, as with any lease).
+A release is not lost either: one processed before `begin_resync` is older than the
+list, which no longer shows the pod (or shows it finished, which books nothing); one
+processed during the list is journaled as an end and wins over the list; one processed
+after is applied to the rebuilt ledger as usual. Pods that vanished while we stood by
+are simply not in the list, so their bookings go.
 In-flight reservations (our writes not yet seen) are kept across the resync.
 """
 
@@ -40,12 +53,15 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import secrets
+import time
 from collections.abc import Iterable
 from typing import Any
 
-from numatopo_engine import annotations as keys
 from numatopo_operator import assigning, translate
+from numatopo_operator.catch_up import CAUGHT_UP
 from numatopo_operator.errors import BookingError, KubeError
+from numatopo_operator.pod_view import slim_pod
 from numatopo_operator.runtime import Runtime
 from numatopo_operator.translate import Booking, RawPod
 
@@ -53,6 +69,9 @@ __all__ = ["listed_bookings", "take_over"]
 
 logger = logging.getLogger(__name__)
 
+# How long a new holder waits for its pod watch to hand over its token before it lists
+# the pods instead: a watch that lags further behind is not worth waiting for.
+CATCH_UP_SECONDS = 5.0
 # Pause between attempts to list pods when the API refuses (or login is pending).
 LIST_RETRY_SECONDS = 1.0
 
@@ -74,45 +93,108 @@ def listed_bookings(runtime: Runtime, pods: Iterable[RawPod]) -> list[Booking]:
 
 
 async def _resync(runtime: Runtime) -> list[dict[str, Any]]:
-    """One list of pods applied to the ledger; returns the pods. Retried until it works."""
-    ledger = runtime.ledger
+    """One list of pods applied to the ledger; returns the pods. Retried until it works.
+    Not before `pod_feed` has listed once: the watch side's first pass would otherwise
+    be journaled as newer than this list."""
+    await runtime.pods_listed.wait()
     while True:
-        ledger.begin_resync()
-        try:
-            pods = (await runtime.kube.list_pods(namespaces=runtime.settings.namespaces)).items
-        except KubeError as exc:
-            ledger.abort_resync()
-            level = logging.DEBUG if exc.reason == "NotLoggedIn" else logging.WARNING
-            logger.log(level, "cannot list pods to rebuild the ledger (retrying): %s", exc)
-            await asyncio.sleep(LIST_RETRY_SECONDS)
-            continue
-        except BaseException:
-            ledger.abort_resync()
-            raise
-        untrusted = ledger.end_resync(listed_bookings(runtime, pods))
-        if untrusted:
-            logger.warning("bookings that overlap earlier claims after the resync: %s", untrusted)
-        return pods
+        async with runtime.pod_lists:
+            pods = await _listed(runtime)
+        if pods is not None:
+            return pods
+        await asyncio.sleep(LIST_RETRY_SECONDS)
 
 
-def _annotated(pod: RawPod) -> bool:
-    found = (pod.get("metadata") or {}).get("annotations") or {}
-    return any(key in found for key in (keys.POLICY, keys.ASSIGNMENT, keys.STATE))
+def _annotated(pod: dict[str, Any]) -> dict[str, Any] | None:
+    """The slim view of a pod that carries a numatopo annotation; None for any other
+    (it books nothing and is not judged: not kept while the list is read)."""
+    return slim_pod(pod) if translate.is_annotated(pod) else None
 
 
-async def take_over(runtime: Runtime) -> None:
-    """Steps 2-4 of the module docstring; cancelled when this replica loses the Lease."""
-    pods = await _resync(runtime)
+async def _listed(runtime: Runtime) -> list[dict[str, Any]] | None:
+    """One try of `_resync`'s list, under `Runtime.pod_lists`; None when it failed."""
+    ledger = runtime.ledger
+    ledger.begin_resync()
+    try:
+        pods = (
+            await runtime.kube.list_pods(namespaces=runtime.settings.namespaces, keep=_annotated)
+        ).items
+    except KubeError as exc:
+        ledger.abort_resync()
+        level = logging.DEBUG if exc.reason == "NotLoggedIn" else logging.WARNING
+        logger.log(level, "cannot list pods to rebuild the ledger (retrying): %s", exc)
+        return None
+    except BaseException:
+        ledger.abort_resync()
+        raise
+    untrusted = ledger.end_resync(listed_bookings(runtime, pods))
+    if untrusted:
+        logger.warning("bookings that overlap earlier claims after the resync: %s", untrusted)
+    return pods
+
+
+async def _caught_up(runtime: Runtime) -> bool:
+    """Step 2 without a list (`catch_up`): True once the pod feed handed over the token
+    written on our own pod now; False where that cannot be done (no pod of our own, or
+    one the feed does not watch) or does not happen within `CATCH_UP_SECONDS`."""
+    settings = runtime.settings
+    namespace, name = settings.pod_namespace, settings.pod_name
+    if namespace is None or name is None:
+        return False
+    if settings.namespaces and namespace not in settings.namespaces:
+        return False
+    await runtime.pods_listed.wait()
+    token = secrets.token_hex(8)
+    runtime.catch_up.expect(f"{namespace}/{name}", token)
+    started = time.monotonic()
+    try:
+        await runtime.kube.patch_pod_annotations(namespace, name, {CAUGHT_UP: token})
+        async with asyncio.timeout(CATCH_UP_SECONDS):
+            await runtime.catch_up.seen.wait()
+    except (KubeError, TimeoutError) as exc:
+        logger.warning(
+            "the pod watch did not catch up (%s): listing pods instead", exc or "timeout"
+        )
+        return False
+    finally:
+        runtime.catch_up.expect("", "")
+    logger.info("the pod watch caught up with the API in %.2f s", time.monotonic() - started)
+    return True
+
+
+async def take_over(runtime: Runtime, *, relist: bool = True) -> None:
+    """Steps 2-4 of the module docstring; cancelled when this replica loses the Lease.
+
+    `relist=False` for a replica that is the Lease's first holder ever (it created the
+    Lease, or runs standalone): nobody wrote a decision it could have missed. Without a
+    list (that, or the watch caught up), the pods judged are the annotated ones the
+    feed keeps (`Runtime.annotated`)."""
+    if relist and await _caught_up(runtime):
+        relist = False
+    if relist:
+        pods: list[RawPod] = list(await _resync(runtime))
+        logger.info(
+            "ledger rebuilt from %d listed pods (%d booked)", len(pods), len(runtime.ledger)
+        )
+    else:
+        await runtime.pods_listed.wait()
+        pods = list(runtime.annotated.values())
+        logger.info("the ledger as listed and watched is current (%d booked)", len(runtime.ledger))
     runtime.metrics.ledger_pods.set(len(runtime.ledger))
     waiting: dict[str, RawPod] = {translate.pod_key(pod): pod for pod in pods}
     waiting.update(runtime.deferred)
     runtime.deferred.clear()
     runtime.ledger_current.set()
-    logger.info("ledger rebuilt from %d listed pods (%d booked)", len(pods), len(runtime.ledger))
+    # Pods that wait first: they are what is held up, while a valid assignment is left
+    # as it is (at 10,000 assigned pods, judging them all first took most of a minute).
     for pod in sorted(
-        waiting.values(), key=lambda pod: (pod.get("metadata") or {}).get("creationTimestamp", "")
+        waiting.values(),
+        key=lambda pod: (
+            not translate.is_waiting(pod),
+            (pod.get("metadata") or {}).get("creationTimestamp", ""),
+        ),
     ):
         if not runtime.deciding:
             return  # kopf's first pass (or a later acquisition) judges them instead
-        if _annotated(pod):
+        if translate.is_annotated(pod):
             await assigning.settle(runtime, pod)

@@ -33,7 +33,7 @@ def readiness(runtime: Runtime) -> tuple[bool, str]:
     if not runtime.indexed.is_set():
         return False, "active: listing pods and Numatopologies"
     if not runtime.ledger_current.is_set():
-        return False, "active: rebuilding the ledger from a fresh list of pods"
+        return False, "active: making the ledger current (pod watch catching up, or a list)"
     return True, "ok: active"
 
 

@@ -166,6 +166,8 @@ class Elector:
         self._seen_at = 0.0
         self._version: str | None = None
         self._taking_over: asyncio.Task[None] | None = None
+        self._only_holder = True
+        """No Lease read so far named another holder, or none: only we ever wrote."""
 
     @property
     def holding(self) -> bool:
@@ -187,7 +189,7 @@ class Elector:
         """Forever; standalone (no Lease name): decide from the start."""
         try:
             if self.name is None:
-                await self._become_holder(previous="")
+                await self._become_holder(previous="", first=True)
                 self.runtime.role_known.set()
                 while True:
                     await asyncio.sleep(3600)
@@ -239,11 +241,13 @@ class Elector:
             except KubeConflictError:
                 return  # another replica created it first: watch it from the next try
             self._observe(created)
-            await self._acquired(sent, previous="")
+            await self._acquired(sent, previous="", first=True)
             return
         self._observe(lease)
         self.runtime.role_known.set()
         holder, _, transitions = _record(lease)
+        if holder != self.identity:
+            self._only_holder = False
         expired = time.monotonic() >= self._seen_at + self.duration
         if holder and holder != self.identity and not expired:
             if self.label is not None:
@@ -262,7 +266,9 @@ class Elector:
         check = await kube.get_lease(self.namespace, self.name)
         self._observe(check)
         if _record(check)[0] == self.identity:
-            await self._acquired(sent, previous=holder)
+            # Our own create whose answer was lost reads back as held by us: still first.
+            first = self._only_holder and holder == self.identity
+            await self._acquired(sent, previous=holder, first=first)
 
     def _observe(self, lease: dict[str, Any]) -> None:
         record = _record(lease)
@@ -293,7 +299,8 @@ class Elector:
             return
         self.runtime.lease.renewed_at = sent
 
-    async def _acquired(self, sent: float, *, previous: str) -> None:
+    async def _acquired(self, sent: float, *, previous: str, first: bool = False) -> None:
+        """`first`: we created the Lease, so no replica ever decided before us."""
         self.runtime.lease.renewed_at = sent
         logger.info(
             "this replica (%s) holds Lease %s/%s now%s",
@@ -303,15 +310,15 @@ class Elector:
             f", after {previous}" if previous else "",
         )
         self.runtime.role_known.set()
-        await self._become_holder(previous=previous)
+        await self._become_holder(previous=previous, first=first)
 
-    async def _become_holder(self, *, previous: str) -> None:
+    async def _become_holder(self, *, previous: str, first: bool = False) -> None:
         runtime = self.runtime
         runtime.ledger_current.clear()
         runtime.active.set()
         runtime.metrics.lease_holder.set(1)
         self._taking_over = asyncio.create_task(
-            handover.take_over(runtime), name="numatopo take-over"
+            handover.take_over(runtime, relist=not first), name="numatopo take-over"
         )
         if self.label is not None:
             await self.label.sync(runtime, active=True)

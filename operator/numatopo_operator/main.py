@@ -26,6 +26,7 @@ from numatopo_operator import (
     handlers,
     health,
     leadership,
+    pod_feed,
     status,
 )
 from numatopo_operator.loop_lag import measure_loop_lag
@@ -117,6 +118,7 @@ async def _background(runtime: Runtime, *, identity: str) -> AsyncIterator[None]
         asyncio.create_task(status.write_statuses(runtime), name="numatopo status writer"),
         asyncio.create_task(exports.write_exports(runtime), name="numatopo exports writer"),
         asyncio.create_task(assigning.run_retries(runtime), name="numatopo retries"),
+        asyncio.create_task(pod_feed.follow_pods(runtime), name="numatopo pods"),
         asyncio.create_task(elector.run(), name="numatopo leadership"),
         asyncio.create_task(freeze_listed_heap(runtime), name="numatopo heap freeze"),
         asyncio.create_task(measure_loop_lag(runtime.metrics), name="numatopo loop lag"),

@@ -25,6 +25,7 @@ from numatopo_engine.model import GpuMode
 from numatopo_engine.signing import PodIdentity, Signer, Verifier
 from numatopo_kube import KubeClient
 from numatopo_operator import translate
+from numatopo_operator.catch_up import CatchUp
 from numatopo_operator.errors import NotActiveError
 from numatopo_operator.gang_state import GangState
 from numatopo_operator.gpu_admissions import GpuAdmissions
@@ -104,8 +105,12 @@ class Runtime:
     """Problems already posted as Events (`<pod key> <problem>`), so each is posted once."""
 
     deferred: dict[str, dict[str, Any]] = field(default_factory=dict)
-    """Pods (key -> body) whose events came while this replica was active but its ledger
-    not yet current: `handover` retries them once it is."""
+    """Annotated pods (key -> slim body) whose events came while this replica was active
+    but its ledger not yet current: `handover` judges them once it is."""
+
+    annotated: dict[str, dict[str, Any]] = field(default_factory=dict)
+    """Live pods (key -> slim body, `pod_view`) that carry a numatopo annotation, as last
+    seen: what a first holder judges without a list of its own (`handover`)."""
 
     redriven: dict[str, object] = field(default_factory=dict)
     """node -> the topology its waiting pods were last retried against."""
@@ -119,6 +124,15 @@ class Runtime:
 
     indexed: asyncio.Event = field(default_factory=asyncio.Event)
     """Set once kopf has listed every pod and Numatopology (its indexes are complete)."""
+
+    pods_listed: asyncio.Event = field(default_factory=asyncio.Event)
+    """Set once `pod_feed` has listed every pod (and the Numatopologies are in)."""
+
+    catch_up: CatchUp = field(default_factory=CatchUp)
+    """The token a new holder awaits on its pod watch (`catch_up`, `handover`)."""
+
+    pod_lists: asyncio.Lock = field(default_factory=asyncio.Lock)
+    """Held while a list of pods is applied (`pod_feed`, `handover`): one at a time."""
 
     ledger_current: asyncio.Event = field(default_factory=asyncio.Event)
     """Set once the ledger was rebuilt from a fresh list of pods since this replica last

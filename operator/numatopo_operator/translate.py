@@ -33,6 +33,7 @@ __all__ = [
     "invalid_annotations",
     "invalid_message",
     "is_admitted",
+    "is_annotated",
     "is_finished",
     "is_waiting",
     "needs_rejudging",
@@ -146,6 +147,12 @@ def needs_rejudging(pod: RawPod) -> bool:
     """A refusal without its reason: a replica died between the two, or an older version
     (which posted the reason only as an Event) decided it. Judged again to get one."""
     return state_of(pod) in (State.UNSATISFIABLE, State.INVALID) and not reason_of(pod)
+
+
+def is_annotated(pod: RawPod) -> bool:
+    """Whether the pod carries any numatopo annotation: one a new holder judges."""
+    annotations = _annotations(pod)
+    return any(key in annotations for key in (keys.POLICY, keys.ASSIGNMENT, keys.STATE))
 
 
 def is_waiting(pod: RawPod) -> bool:

@@ -36,6 +36,10 @@ CODE_CALLS: dict[str, dict[str, set[Permission]]] = {
         # The extender's bind checks the node's taints, labels and cordon (bind_guard).
         f"{HELPER}.get_node": {("", "nodes", "get")},
         f"{HELPER}.list_pods": {("", "pods", "list")},
+        # pod_feed: the operator's own pod watch, and its list of Numatopologies when
+        # no kopf handler gave them yet.
+        f"{HELPER}.watch_pods": {("", "pods", "watch")},
+        f"{HELPER}.list_numatopologies": {("numatopo.io", "numatopologies", "list")},
         f"{HELPER}.patch_pod_annotations": {("", "pods", "patch")},
         f"{HELPER}.patch_pod_labels": {("", "pods", "patch")},
         f"{HELPER}.create_binding": {("", "pods/binding", "create")},
@@ -130,7 +134,6 @@ EXPORT_CALLS = {
 
 # kopf's own calls for the operator's handlers and indexes (peering is off).
 FRAMEWORK_CALLS: dict[str, set[Permission]] = {
-    "kopf: on.event and index handlers on pods": {("", "pods", "list"), ("", "pods", "watch")},
     "kopf: on.event and index handlers on Numatopologies": {
         ("numatopo.io", "numatopologies", "list"),
         ("numatopo.io", "numatopologies", "watch"),

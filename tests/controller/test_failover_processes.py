@@ -52,6 +52,8 @@ async def start(name: str, config: Path, log: BinaryIO) -> asyncio.subprocess.Pr
         f"--pod-name={name}",
         f"--pod-namespace={NAMESPACE}",
         "--listen-host=127.0.0.1",
+        # Plain HTTP, as the in-process cluster tests: this is about the Lease, not TLS.
+        "--extender-insecure-plain-http",
         "--extender-port=0",
         "--extender-insecure-plain-http",  # the extender's TLS is tested apart
         "--metrics-port=0",

@@ -1,5 +1,6 @@
-"""The handlers feed the ledger: the first call of either handler gives it every
-Numatopology kopf listed, before any one of them is handled on its own.
+"""The handlers feed the ledger: the first call of a kopf handler gives it every
+Numatopology kopf listed, before any one of them is handled on its own; when none was
+called by the time the pod feed has listed, the feed's own list of them does.
 
 kopf calls handlers only once its indexes hold every listed object, then for many
 objects in turn; in a large cluster a pod's handler that waits on the API lets the
@@ -18,7 +19,7 @@ from numatopo_operator import handlers, indexes
 from numatopo_operator.runtime import Runtime
 from numatopo_operator.settings import OperatorSettings
 
-from .conftest import h100_spec, make_pod, numatopology
+from .conftest import h100_spec, numatopology
 
 logger = logging.getLogger(__name__)
 
@@ -32,24 +33,47 @@ def listed(bodies: list[kopf.Body]) -> dict[str, list[indexes.TopologyReading]]:
     return found
 
 
-async def test_the_first_pod_event_finds_every_listed_node_in_the_ledger():
+async def test_the_first_numatopology_event_finds_every_listed_node_in_the_ledger():
     spec = h100_spec()
     bodies = [kopf.Body(numatopology(f"n{i}", spec)) for i in range(3)]
     bodies.append(kopf.Body(numatopology("quiet", spec, exported="False")))
     runtime = Runtime(OperatorSettings())
 
-    await handlers.pod_changed(
+    await handlers.numatopology_changed(
         type=None,
-        body=kopf.Body(make_pod("p")),
+        body=bodies[0],
         memo=runtime,
         logger=logger,
-        waiting_pods={},
         numatopologies=listed(bodies),
     )
 
     assert ["n0", "n1", "n2", "quiet"] == list(runtime.ledger.nodes())
     assert ["quiet"] == list(runtime.stale)
     assert runtime.indexed.is_set()
+
+
+def test_numatopologies_the_pod_feed_listed_go_in_at_once_when_kopf_gave_none():
+    """No Numatopology handler ran (none exists yet, or kopf is still listing): the pod
+    feed's own list opens the gate, every node of it in the ledger."""
+    spec = h100_spec()
+    runtime = Runtime(OperatorSettings())
+
+    handlers.take_listed_numatopologies(
+        runtime, [numatopology("n0", spec), numatopology("quiet", spec, exported="False")]
+    )
+
+    assert ["n0", "quiet"] == list(runtime.ledger.nodes())
+    assert ["quiet"] == list(runtime.stale)
+    assert runtime.indexed.is_set()
+
+
+def test_a_numatopology_list_after_kopf_gave_them_changes_nothing():
+    runtime = Runtime(OperatorSettings())
+    runtime.indexed.set()
+
+    handlers.take_listed_numatopologies(runtime, [numatopology("n0", h100_spec())])
+
+    assert [] == list(runtime.ledger.nodes())
 
 
 async def test_a_numatopology_left_out_of_the_index_is_dropped():

@@ -257,8 +257,8 @@ async def _unreachable(*args: object, **kwargs: object) -> dict:
 # -- taking over again after standing by ----------------------------------------------
 
 TAKING_OVER = (
-    "this numatopo operator replica is taking over: it is rebuilding its ledger from a "
-    "fresh list of pods; the scheduler retries"
+    "this numatopo operator replica is taking over: it is making its ledger current "
+    "(its pod watch catching up, or a fresh list of pods); the scheduler retries"
 )
 NOT_LISTED = "numatopo operator is starting: pods and Numatopologies are not listed yet"
 # Pod lists (a large cluster's re-list) answer only once a bind was refused; this bounds
@@ -299,7 +299,7 @@ async def bind_until_accepted(
 async def test_a_replica_active_again_books_around_what_its_peer_assigned(env, monkeypatch):
     """A assigns, loses the Lease to B which assigns on the same node, and takes it again
     when B stops; its binds must avoid every CPU and GPU that B handed out, and wait
-    until its ledger was rebuilt from a fresh list."""
+    until its ledger is current (its pod watch caught up with its own pod's token)."""
     cluster, start_operator, h100, pod, topology_object, wait = env.parts()
     for name in ("op-a", "op-b"):
         await cluster.create(f"/api/v1/namespaces/{OPERATOR_NAMESPACE}/pods", operator_pod(name))
@@ -326,8 +326,9 @@ async def test_a_replica_active_again_books_around_what_its_peer_assigned(env, m
     await wait(assigned("by-b-1", "by-b-2"), what="B assigns its pods")
 
     cluster.emulate_binding()
-    # Pod lists are held until a bind has been refused, not for a fixed time: on a loaded
-    # machine a timed delay can end before the first bind arrives.
+    # Pod lists, and A's writes to its own pod (the token its watch must see before it
+    # decides), are held until a bind has been refused, not for a fixed time: on a
+    # loaded machine a timed delay can end before the first bind arrives.
     refused = asyncio.Event()
 
     async def held_list() -> None:  # None: the emulator then answers the list itself
@@ -335,6 +336,7 @@ async def test_a_replica_active_again_books_around_what_its_peer_assigned(env, m
             await refused.wait()
 
     cluster.api["list v1/pods"] << held_list
+    cluster.api[f"patch /api/v1/namespaces/{OPERATOR_NAMESPACE}/pods/op-a"] << held_list
     for name in ("late-1", "late-2"):
         await cluster.create_pod(pod(name, node=None, gpus=1, cpu="8"))
     await b.stop()
@@ -351,7 +353,7 @@ async def test_a_replica_active_again_books_around_what_its_peer_assigned(env, m
 
     assert ["by-a", "by-b-1", "by-b-2", "late-1", "late-2"] == sorted(assignments)
     assert {} == shared_devices(assignments)
-    # Refused while its pods are not listed (kopf's listing or the ledger's rebuild).
+    # Refused while its pods are not listed, or its ledger not yet current.
     assert any(TAKING_OVER in r or NOT_LISTED in r for r in refusals[0]), refusals[0]
 
 
@@ -397,3 +399,32 @@ async def test_pods_written_while_no_replica_decides_are_judged_by_the_next_hold
     assert older == cluster.annotations("older")
     assert "GPU 0 is held by default/older" in cluster.annotations("overlapping")[keys.REASON]
     assert 0 not in new.containers["main"].gpu_indices
+
+
+async def test_a_standby_takes_over_from_its_watch_without_listing_pods(two_replicas, env):
+    """B keeps its ledger from its own pod watch; when A stops, B's watch has caught up
+    once it sees the token B wrote on its own pod, so B decides without a list of pods,
+    and around what A assigned."""
+    a, b = two_replicas
+    cluster, pod, wait = env.cluster, env.pod, env.wait
+    await cluster.create_pod(pod("by-a", gpus=4, cpu="8"))
+    await wait(lambda: keys.ASSIGNMENT in cluster.annotations("by-a"), what="A assigns by-a")
+    lists_before = len(cluster.api["list v1/pods"])
+
+    await a.stop()
+    await wait(lambda: b.runtime.deciding, what="B takes over")
+    await cluster.create_pod(pod("by-b", gpus=4, cpu="8"))
+    await wait(lambda: keys.ASSIGNMENT in cluster.annotations("by-b"), what="B assigns by-b")
+    gpus = {
+        name: set(
+            Assignment.model_validate_json(cluster.annotations(name)[keys.ASSIGNMENT])
+            .containers["main"]
+            .gpus
+        )
+        for name in ("by-a", "by-b")
+    }
+    token = cluster.pod("op-b", OPERATOR_NAMESPACE)["metadata"].get("annotations", {})
+
+    assert lists_before == len(cluster.api["list v1/pods"])
+    assert set() == gpus["by-a"] & gpus["by-b"]
+    assert "numatopo.io/caught-up" in token

@@ -37,6 +37,7 @@ async def test_every_memo_field_stays_shared_with_copies_made_before_a_takeover(
     await runtime.kube.reconnect(str(cluster.api.url))
     before = await kopf_copy(runtime, "seen-while-standing-by")
     runtime.indexed.set()  # as kopf's first handler call would (no kopf here)
+    runtime.pods_listed.set()  # as the pod feed's first list would (no feed here)
     elector = leadership.Elector(runtime, identity="op-a_0001", label=None)
     electing = asyncio.create_task(elector.run())
     try:

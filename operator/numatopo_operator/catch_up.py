@@ -1,0 +1,44 @@
+"""`CatchUp`: proof that this replica's pod watch has handed over every pod write stored
+before a moment of its choosing.
+
+A new holder writes a fresh token into an annotation of its own pod (`handover`) and
+waits until the pod feed hands over that pod carrying it. A watch delivers the events
+of its collection in the order the API server stored them, so by then every pod write
+stored before the token has been handed over too, among them every decision of the
+holder it replaces (fenced off before this replica could acquire the Lease): the
+ledger the feed kept is current, and no list of pods is needed.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+from numatopo_engine.annotations import PREFIX
+
+__all__ = ["CAUGHT_UP", "CatchUp"]
+
+# On the operator's own pod only: the token of its latest catch-up.
+CAUGHT_UP = PREFIX + "caught-up"
+
+
+@dataclass
+class CatchUp:
+    key: str = ""
+    """The pod (namespace/name) whose token is awaited; '' while none is."""
+    token: str = ""
+    seen: asyncio.Event = field(default_factory=asyncio.Event)
+
+    def expect(self, key: str, token: str) -> None:
+        self.key, self.token = key, token
+        self.seen.clear()
+
+    def observe(self, key: str, pod: Mapping[str, Any]) -> None:
+        """A pod as the feed hands it over: the awaited one with the token sets `seen`."""
+        if not self.token or key != self.key:
+            return
+        annotations = (pod.get("metadata") or {}).get("annotations") or {}
+        if annotations.get(CAUGHT_UP) == self.token:
+            self.seen.set()

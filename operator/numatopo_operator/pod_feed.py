@@ -1,0 +1,182 @@
+"""Every pod, from a list and a watch of our own, handed to `handlers.pod_seen` (I/O).
+
+Pods are no kopf resource. kopf gives every object a deep copy of its body, a copy of
+the memo and its progress bookkeeping: about 1.4 ms of CPU per pod, so a replica of a
+30,000-pod cluster spent most of a minute before its first decision, and held every
+pod body in memory. Here, per namespace given (all namespaces when none):
+
+1. One paginated LIST (`KubeClient.list_pods`, 500 pods a page), each pod cut to its
+   slim view (`pod_view.slim_pod`) and handed over as its page is read (the loop
+   turns between pages), none kept by the list; then `Runtime.pods_listed` is set
+   (`handover` waits for it).
+2. One WATCH from that list's resourceVersion, each event handed over as it comes.
+   lightkube resumes it from the last version seen after each server timeout.
+3. A watch that ends with 410 Gone (its version was compacted away) lists again; the
+   pods that list lacks ended while nobody watched and are handed over as deleted.
+   Any other error: a pause, then a watch from the last version seen.
+
+A pod listed or ADDED again with the uid and resourceVersion last seen is skipped: the
+API server gives every write a new resourceVersion, so it is the same pod (a relist,
+or a watch that replays what a list gave). Lists are taken under `Runtime.pod_lists`,
+one at a time with `handover`'s, so the ledger's resync journal sees no other list's
+pods as newer than its own.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from typing import Any
+
+from numatopo_operator import handlers, translate
+from numatopo_operator.errors import KubeError
+from numatopo_operator.pod_view import slim_pod
+from numatopo_operator.runtime import Runtime
+
+__all__ = ["follow_pods"]
+
+logger = logging.getLogger(__name__)
+
+# Pause before listing or watching again after the API refused.
+RETRY_SECONDS = 1.0
+Stamp = tuple[str, str]
+
+
+def _stamp(pod: dict[str, Any]) -> Stamp:
+    metadata = pod.get("metadata") or {}
+    return str(metadata.get("uid") or ""), str(metadata.get("resourceVersion") or "")
+
+
+class _Feed:
+    """The list and watch of one namespace ("*": all of them)."""
+
+    def __init__(self, runtime: Runtime, namespace: str) -> None:
+        self.runtime = runtime
+        self.namespace = namespace
+        self.known: dict[str, Stamp] = {}
+        """pod key -> (uid, resourceVersion) as last handed over: what a relist compares."""
+        self.pending: dict[str, handlers.FollowUp] = {}
+        self.workers: dict[str, asyncio.Task[None]] = {}
+
+    def hand_over(self, type: str | None, pod: dict[str, Any]) -> None:
+        key = translate.pod_key(pod)
+        stamp = _stamp(pod)
+        if type == "DELETED":
+            self.known.pop(key, None)
+        elif type in (None, "ADDED") and stamp[1] and self.known.get(key) == stamp:
+            return
+        else:
+            self.known[key] = stamp
+            self.runtime.catch_up.observe(key, pod)
+        follow_up = handlers.pod_seen(self.runtime, type, pod, logger)
+        if follow_up is None:
+            return
+        # One worker per pod, as kopf had: a pod's decisions run in the order its events
+        # came, a newer one replacing any not started yet; other pods' run meanwhile.
+        self.pending[key] = follow_up
+        if key not in self.workers:
+            self.workers[key] = asyncio.create_task(self._work(key), name=f"numatopo pod {key}")
+
+    async def _work(self, key: str) -> None:
+        try:
+            while (follow_up := self.pending.pop(key, None)) is not None:
+                await follow_up()
+        finally:
+            self.workers.pop(key, None)
+
+    async def stop(self) -> None:
+        workers = list(self.workers.values())
+        for worker in workers:
+            worker.cancel()
+        await asyncio.gather(*workers, return_exceptions=True)
+
+    async def relist(self) -> str | None:
+        """Steps 1 and 3: returns the version to watch from. Each pod is handed over as
+        its page is read and nothing of the list is kept, whatever the cluster's size."""
+        runtime = self.runtime
+        namespaces = () if self.namespace == "*" else (self.namespace,)
+        listed: set[str] = set()
+
+        def hand_over_listed(raw: dict[str, Any]) -> None:
+            pod = slim_pod(raw)
+            listed.add(translate.pod_key(pod))
+            self.hand_over(None, pod)
+
+        async with runtime.pod_lists:
+            listing = await runtime.kube.list_pods(namespaces=namespaces, keep=hand_over_listed)
+            for key in [key for key in self.known if key not in listed]:
+                namespace, _, name = key.partition("/")
+                uid = self.known[key][0]
+                gone = {"metadata": {"namespace": namespace, "name": name, "uid": uid}}
+                self.hand_over("DELETED", gone)
+        logger.info("listed %d pods in %s", len(listed), self.namespace)
+        return listing.resource_version
+
+    async def watch(self, version: str | None) -> None:
+        """Step 2 until 410 Gone (returns: list again); other errors pause and resume."""
+        while True:
+            try:
+                async for event in self.runtime.kube.watch_pods(
+                    namespace=self.namespace, resource_version=version
+                ):
+                    pod = slim_pod(event.object)
+                    version = _stamp(pod)[1] or version
+                    self.hand_over(event.type, pod)
+            except KubeError as exc:
+                if exc.status == 410:
+                    logger.info("pod watch in %s: 410 Gone, listing again", self.namespace)
+                    return
+                logger.warning("the pod watch in %s ended (resuming): %s", self.namespace, exc)
+            await asyncio.sleep(RETRY_SECONDS)
+
+    async def run(self, listed: asyncio.Event) -> None:
+        while True:
+            try:
+                version = await self.relist()
+                listed.set()
+                await self.watch(version)
+            except KubeError as exc:
+                level = logging.DEBUG if exc.reason == "NotLoggedIn" else logging.WARNING
+                logger.log(level, "cannot list pods in %s (retrying): %s", self.namespace, exc)
+                await asyncio.sleep(RETRY_SECONDS)
+            except Exception:
+                # Never a silent end of the feed: the pods would stop being followed
+                # while the process runs on. Listing again starts from a known state.
+                logger.exception("following pods in %s failed (listing again)", self.namespace)
+                await asyncio.sleep(RETRY_SECONDS)
+
+
+async def _take_numatopologies(runtime: Runtime) -> None:
+    """Once every pod is in: the Numatopologies too, unless a kopf handler already gave
+    them (`handlers.take_listed_numatopologies`)."""
+    while not runtime.indexed.is_set():
+        try:
+            listing = await runtime.kube.list_numatopologies()
+        except KubeError as exc:
+            level = logging.DEBUG if exc.reason == "NotLoggedIn" else logging.WARNING
+            logger.log(level, "cannot list Numatopologies (retrying): %s", exc)
+            await asyncio.sleep(RETRY_SECONDS)
+            continue
+        handlers.take_listed_numatopologies(runtime, listing.items)
+
+
+async def follow_pods(runtime: Runtime) -> None:
+    """Run the feeds until cancelled; `Runtime.pods_listed` is set once each has listed."""
+    feeds = [_Feed(runtime, namespace) for namespace in runtime.settings.namespaces or ("*",)]
+    listed = [asyncio.Event() for _ in feeds]
+    tasks = [
+        asyncio.create_task(feed.run(done), name=f"numatopo pods in {feed.namespace}")
+        for feed, done in zip(feeds, listed, strict=True)
+    ]
+    try:
+        for done in listed:
+            await done.wait()
+        await _take_numatopologies(runtime)
+        runtime.pods_listed.set()
+        await asyncio.gather(*tasks)
+    finally:
+        for task in tasks:
+            task.cancel()
+        await asyncio.gather(*tasks, return_exceptions=True)
+        for feed in feeds:
+            await feed.stop()
