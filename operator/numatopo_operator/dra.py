@@ -38,7 +38,7 @@ from numatopo_operator.errors import KubeError, NotActiveError
 from numatopo_operator.runtime import Runtime
 from numatopo_operator.translate import RawPod
 
-__all__ = ["is_gated", "settle"]
+__all__ = ["is_gated", "settle", "settle_pod"]
 
 logger = logging.getLogger(__name__)
 
@@ -57,6 +57,15 @@ def is_gated(pod: RawPod) -> bool:
 
 _busy: set[str] = set()
 _said: dict[str, str] = {}
+
+
+async def settle_pod(runtime: Runtime, pod: RawPod) -> None:
+    """A pod's decision, whichever path it takes: a pod held by the DRA gate has its
+    claims decided (`settle`), any other is judged by `assigning.settle`."""
+    if is_gated(pod):
+        await settle(runtime, pod)
+    else:
+        await assigning.settle(runtime, pod)
 
 
 async def settle(runtime: Runtime, pod: RawPod) -> None:

@@ -198,7 +198,7 @@ def pod_seen(
             memo.gpu_admissions.admitted(key)
         memo.retries.refresh(key, body)
         if not memo.deciding:
-            if memo.active.is_set() and translate.is_annotated(body):
+            if memo.active.is_set() and (translate.is_annotated(body) or dra.is_gated(body)):
                 memo.deferred[key] = body  # judged once the ledger is current
             else:
                 memo.deferred.pop(key, None)
@@ -215,10 +215,7 @@ async def _redrive_kept(memo: Runtime, node: str, logger: Logger) -> None:
 async def _decide(memo: Runtime, body: dict[str, Any], logger: Logger) -> None:
     with kept_serving(logger, f"pod {translate.pod_key(body)}", memo.metrics):
         await _report_others(memo, body, logger)
-        if dra.is_gated(body):
-            await dra.settle(memo, dict(body))
-            return
-        await assigning.settle(memo, body)
+        await dra.settle_pod(memo, body)
 
 
 def take_listed_numatopologies(memo: Runtime, bodies: Iterable[Mapping[str, Any]]) -> None:

@@ -58,7 +58,7 @@ import time
 from collections.abc import Iterable
 from typing import Any
 
-from numatopo_operator import assigning, translate
+from numatopo_operator import dra, translate
 from numatopo_operator.catch_up import CAUGHT_UP
 from numatopo_operator.errors import BookingError, KubeError
 from numatopo_operator.pod_view import slim_pod
@@ -196,5 +196,5 @@ async def take_over(runtime: Runtime, *, relist: bool = True) -> None:
     ):
         if not runtime.deciding:
             return  # kopf's first pass (or a later acquisition) judges them instead
-        if translate.is_annotated(pod):
-            await assigning.settle(runtime, pod)
+        if translate.is_annotated(pod) or dra.is_gated(pod):
+            await dra.settle_pod(runtime, pod)

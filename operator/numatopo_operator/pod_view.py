@@ -6,7 +6,8 @@ mounts. At 150,000 pods those bodies are gigabytes; the slim view keeps metadata
 (without managed fields and the last applied configuration), the whole spec but its
 volumes, each container's name, resources and restart policy (what `request_from_pod`
 sizes), and of the status the phase, start time and container names (`is_admitted`,
-`is_finished`) and the claims made from its templates (`dra`). Every other part of the operator reads the same keys either way.
+`is_finished`) and the claims made from its templates (`dra`). Every other part of
+the operator reads the same keys either way.
 """
 
 from __future__ import annotations
