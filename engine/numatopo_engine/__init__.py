@@ -9,7 +9,7 @@ models and cpusets from here and never decides, and numpy alone is ~13 MiB of it
 memory budget (`benchmarks/bench_agent_memory.py`).
 """
 
-from typing import TYPE_CHECKING, Any
+import typing
 
 from numatopo_engine.annotations import Assignment, ContainerAssignment, PolicyName, State
 from numatopo_engine.cpuset import CPUSet, CPUSetParseError
@@ -25,18 +25,22 @@ from numatopo_engine.request import ContainerRequest, PodRequest, TopologyOption
 from numatopo_engine.resources import DEFAULT_RESOURCES, ResourceNames
 from numatopo_engine.state import NodeState
 
-if TYPE_CHECKING:
+if typing.TYPE_CHECKING:
     from numatopo_engine.allocation import Decision, allocate, evaluate, node_score
 
 _ALLOCATION = frozenset({"Decision", "allocate", "evaluate", "node_score"})
 
 
-def __getattr__(name: str) -> Any:
+def __getattr__(name: str) -> typing.Any:
     if name in _ALLOCATION:
         from numatopo_engine import allocation  # loaded on first use
 
         return getattr(allocation, name)
     raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+
+
+def __dir__() -> list[str]:
+    return sorted({*globals(), *_ALLOCATION})
 
 
 __all__ = [

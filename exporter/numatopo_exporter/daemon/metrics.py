@@ -72,6 +72,7 @@ class MetricsServer:
     """The running endpoint; `cleanup()` stops it."""
 
     server: asyncio.Server
+    connections: set[asyncio.StreamWriter] = field(default_factory=set)
 
     @property
     def port(self) -> int:
@@ -79,6 +80,10 @@ class MetricsServer:
 
     async def cleanup(self) -> None:
         self.server.close()
+        # Python 3.11's server leaves open connections be: a client still sending its
+        # request would keep its socket past the process's own end.
+        for writer in list(self.connections):
+            writer.close()
         with contextlib.suppress(TimeoutError):
             async with asyncio.timeout(1.0):
                 await self.server.wait_closed()
@@ -90,26 +95,35 @@ async def start_metrics_server(
     """Serve `/metrics` and `/healthz` on `host:port`; the caller calls `cleanup()`."""
 
     async def answer(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        running.connections.add(writer)
         try:
-            async with asyncio.timeout(HEAD_SECONDS):
-                head = await reader.readuntil(b"\r\n\r\n")
-            status, kind, body = _response(head, registry)
-        except (TimeoutError, asyncio.IncompleteReadError, asyncio.LimitOverrunError):
-            status, kind, body = "400 Bad Request", "text/plain", b"bad request\n"
-        except ConnectionError:
+            await _answer(reader, writer, registry)
+        finally:
+            running.connections.discard(writer)
             writer.close()
-            return
-        writer.write(
-            f"HTTP/1.1 {status}\r\nContent-Type: {kind}\r\nContent-Length: {len(body)}\r\n"
-            "Connection: close\r\n\r\n".encode()
-            + body
-        )
-        with contextlib.suppress(ConnectionError):
-            await writer.drain()
-        writer.close()
 
-    server = await asyncio.start_server(answer, host, port, limit=HEAD_LIMIT)
-    return MetricsServer(server)
+    running = MetricsServer(await asyncio.start_server(answer, host, port, limit=HEAD_LIMIT))
+    return running
+
+
+async def _answer(
+    reader: asyncio.StreamReader, writer: asyncio.StreamWriter, registry: CollectorRegistry
+) -> None:
+    try:
+        async with asyncio.timeout(HEAD_SECONDS):
+            head = await reader.readuntil(b"\r\n\r\n")
+        status, kind, body = _response(head, registry)
+    except (TimeoutError, asyncio.IncompleteReadError, asyncio.LimitOverrunError):
+        status, kind, body = "400 Bad Request", "text/plain", b"bad request\n"
+    except ConnectionError:
+        return
+    writer.write(
+        f"HTTP/1.1 {status}\r\nContent-Type: {kind}\r\nContent-Length: {len(body)}\r\n"
+        "Connection: close\r\n\r\n".encode()
+        + body
+    )
+    with contextlib.suppress(ConnectionError):
+        await writer.drain()
 
 
 def _response(head: bytes, registry: CollectorRegistry) -> tuple[str, str, bytes]:
