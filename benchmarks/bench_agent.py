@@ -12,8 +12,8 @@ read every cgroup, plan, write, read back to verify, build the pod reports.
 Rows: the first reconcile (every cpuset written), a reconcile with nothing to do (the
 periodic drift check), and a reconcile after one container's cpuset was rewritten
 (one drift correction); best and median of N. Memory: this process's RSS after the
-runs (it holds what `numatopo agent` holds: the agent, lightkube and httpx, aiohttp for
-/metrics, prometheus_client, the pod cache) and its peak (ru_maxrss).
+runs (it holds what `numatopo agent` holds: the agent, lightkube and httpx, asyncio's
+server for /metrics, prometheus_client, the pod cache) and its peak (ru_maxrss).
 """
 
 from __future__ import annotations

@@ -11,28 +11,33 @@ import importlib
 import sys
 from collections.abc import Sequence
 
-# Subcommand modules, imported lazily so `numatopo crd` does not pay for kopf or pynvml.
+# Subcommand modules, imported lazily so `numatopo crd` does not pay for kopf or pynvml,
+# nor `numatopo agent` (a node process with a memory budget) for the operator's modules.
 COMMANDS = (
     "inspect", "assign", "simulate", "domains", "operator", "exporter", "agent", "crd",
     "selftest",
 )  # fmt: skip
 
 
-def build_parser() -> argparse.ArgumentParser:
+def build_parser(only: str | None = None) -> argparse.ArgumentParser:
+    """Every subcommand's parser, or only the one named `only` (what a run needs)."""
     parser = argparse.ArgumentParser(
         prog="numatopo",
         description="Topology-aware placement of CPUs, memory, GPUs and NICs for Kubernetes.",
     )
     subparsers = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
-    for name in COMMANDS:
+    for name in COMMANDS if only is None else (only,):
         module = importlib.import_module(f"numatopo_cli.commands.{name}")
         module.register(subparsers)
     return parser
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    parser = build_parser()
-    args = parser.parse_args(argv)
+    given = list(sys.argv[1:] if argv is None else argv)
+    # The top-level parser has no options but --help, so the first word is the command.
+    first = next((word for word in given if not word.startswith("-")), None)
+    parser = build_parser(first if first in COMMANDS else None)
+    args = parser.parse_args(given)
     try:
         code: int = args.func(args)
     except BrokenPipeError:

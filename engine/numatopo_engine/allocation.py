@@ -31,6 +31,10 @@ with `pinned={container: gpu indices}`: those containers get exactly those GPUs,
 the decision places CPUs, memory and NICs around them. The pinned GPUs are the only
 GPUs free for the decision, so every GPU container of the pod must be pinned (the
 kubelet allocates every container's devices at admission, so Follow sees them all).
+`pinned_nics={container: NIC names}` does the same for the RDMA NICs a container holds
+(a shared pool's IDs name no NIC, so such a container is not pinned): it gets exactly
+those, the other containers none of them, and when every NIC container is pinned the
+held NICs are the only ones the decision's NIC hint counts.
 
 Memo tables (hardware tables per shape, mask spaces, GPU set choices) live in an
 `Engine` the caller owns and passes; without one, a call builds what it needs afresh.
@@ -238,6 +242,9 @@ class Decision:
 Pinned = Mapping[str, Sequence[int]]
 """Container name -> the GPU indices it holds for real (app containers and sidecars)."""
 
+PinnedNics = Mapping[str, Sequence[str]]
+"""Container name -> the names of the RDMA NICs it holds for real."""
+
 
 def allocate(
     topology: NumatopologySpec,
@@ -247,15 +254,19 @@ def allocate(
     *,
     engine: Engine | None = None,
     pinned: Pinned | None = None,
+    pinned_nics: PinnedNics | None = None,
 ) -> Decision:
     """Place `request` on the node; raises UnsatisfiableError naming what did not fit where.
 
-    `pinned` fixes the GPUs of the containers it names (see the module docstring); a
-    pinned GPU that is not free, or a count unlike the container's request, is
-    UnsatisfiableError too.
+    `pinned` fixes the GPUs of the containers it names, `pinned_nics` their NICs (see
+    the module docstring); a pinned device that is not free, or a count unlike the
+    container's request, is UnsatisfiableError too.
     """
     engine = engine or Engine()
-    outcome = _decide(engine, topology, state, request, build=True, pinned=pinned or {})
+    outcome = _decide(
+        engine, topology, state, request, build=True, pinned=pinned or {},
+        pinned_nics=pinned_nics or {},
+    )  # fmt: skip
     if isinstance(outcome, Shortfall):
         raise UnsatisfiableError(word(outcome), word(outcome, detail=False))
     # Names only here, at the edge, and from the node's own spec.
@@ -585,6 +596,7 @@ def _decide(
     *,
     build: bool,
     pinned: Pinned | None = None,
+    pinned_nics: PinnedNics | None = None,
 ) -> _Plan | Shortfall:
     tables = engine.tables_of(topology, state)
     options = request.options
@@ -592,11 +604,14 @@ def _decide(
     try:
         sizing = _sized(request, tables)
         _check_pins(pins, sizing, tables, state)
+        nic_pins = _nic_pins(pinned_nics or {}, sizing, topology, state)
     except UnsatisfiableError as exc:
         return Shortfall(Kind.REQUEST, options.policy.value, (), note=exc.reason)
     free = FreeView.from_state(tables, state)
     if pins:
         free.gpus &= {g for gpus in pins.values() for g in gpus}
+    if nic_pins.all_pinned:
+        free.nics &= nic_pins.held
     floor = state.shared_floor
     closest = _prefers_closest(topology)
 
@@ -623,8 +638,8 @@ def _decide(
             # Admission depends on each container's memory (see the function), so the
             # score path fills too.
             return _one_container_at_a_time(
-                engine, tables, free, request, pins=pins, floor=floor, closest=closest,
-                pod_hint=choice,
+                engine, tables, free, request, pins=pins, nic_pins=nic_pins, floor=floor,
+                closest=closest, pod_hint=choice,
             )  # fmt: skip
         if not build:
             return _Plan(choice.mask, choice.score, entries)
@@ -639,6 +654,7 @@ def _decide(
                 choice=choice,
                 gpu_pool=pool,
                 pinned=pins.get(container.name),
+                nic_pool=nic_pins.pool(container.name),
             )
             if isinstance(filled, Shortfall):
                 return filled
@@ -646,8 +662,9 @@ def _decide(
         union, score, memory_mask = choice.mask, choice.score, choice.memory_mask
     else:
         return _one_container_at_a_time(
-            engine, tables, free, request, pins=pins, floor=floor, closest=closest
-        )
+            engine, tables, free, request, pins=pins, nic_pins=nic_pins, floor=floor,
+            closest=closest,
+        )  # fmt: skip
     filled_inits = _add_init_entries(
         engine, tables, free, sizing=sizing, entries=entries, union=union,
         memory_mask=memory_mask, options=options,
@@ -710,6 +727,59 @@ def _sized_by(engine: Engine, request: PodRequest, tables: Tables) -> _Sizing:
     return found
 
 
+@dataclass(frozen=True, slots=True)
+class _NicPins:
+    """The NICs the pod's containers hold for real, as NIC positions."""
+
+    by_container: Mapping[str, frozenset[int]] = field(default_factory=dict)
+    held: frozenset[int] = frozenset()
+    everything: frozenset[int] = frozenset()
+    all_pinned: bool = False  # every container asking NICs holds pinned ones
+
+    def pool(self, name: str, *, regular_init: bool = False) -> frozenset[int] | None:
+        """The NICs container `name` may take; None: any free one. A regular init
+        container may take held ones (the container after it reuses them)."""
+        if not self.by_container or regular_init:
+            return None
+        return self.by_container.get(name, self.everything - self.held)
+
+
+def _nic_pins(
+    pinned: PinnedNics, sizing: _Sizing, topology: NumatopologySpec, state: NodeState
+) -> _NicPins:
+    """Pinned NICs must be what the pinned containers ask for, and free."""
+    if not pinned:
+        return _NicPins()
+    names = state.names if state.topology is topology else node_names(topology)
+    containers = {c.name: c for c in sizing.apps}
+    free, seen = state.free_nics(), set[str]()
+    by_container: dict[str, frozenset[int]] = {}
+    for name, nics in pinned.items():
+        container = containers.get(name)
+        if container is None:
+            raise UnsatisfiableError(f"pinned NICs for {name}, which is no app container")
+        if len(nics) != container.nics or len(set(nics)) != len(nics):
+            raise UnsatisfiableError(
+                f"container {name} holds NICs {list(nics)} but asks for {container.nics}"
+            )
+        for nic in nics:
+            if nic not in names.nic_position:
+                raise UnsatisfiableError(f"container {name} holds NIC {nic}, unknown here")
+            if nic not in free or nic in seen:
+                raise UnsatisfiableError(
+                    f"container {name} holds NIC {nic}, which is booked by another pod"
+                )
+            seen.add(nic)
+        by_container[name] = frozenset(names.nic_position[n] for n in nics)
+    unpinned = [c.name for c in sizing.apps if c.nics and c.name not in by_container]
+    return _NicPins(
+        by_container=by_container,
+        held=frozenset(p for held in by_container.values() for p in held),
+        everything=frozenset(range(len(names.nic_name))),
+        all_pinned=not unpinned and not sizing.excess.nics,
+    )
+
+
 def _sized(request: PodRequest, tables: Tables) -> _Sizing:
     options = request.options
     sidecars = tuple(c for c in request.init_containers if c.restartable)
@@ -757,6 +827,7 @@ def _one_container_at_a_time(
     request: PodRequest,
     *,
     pins: Pinned,
+    nic_pins: _NicPins,
     floor: int,
     closest: bool,
     pod_hint: _Choice | None = None,
@@ -795,6 +866,7 @@ def _one_container_at_a_time(
         need = _container_need(container, options, tables)
         regular_init = container.name in inits
         only = pins.get(container.name)
+        nic_pool = nic_pins.pool(container.name, regular_init=regular_init)
         free.cpus |= reusable.cpus
         free.gpus |= reusable.gpus
         free.nics |= reusable.nics
@@ -804,9 +876,10 @@ def _one_container_at_a_time(
                 engine.plan(tables, need, options, floor=floor, closest=closest), need, *bound
             )
             working = free
-            if only is not None:
+            if only is not None or nic_pool is not None:
                 working = free.copy()
-                working.gpus &= set(only)
+                working.gpus &= set(free.gpus if only is None else only)
+                working.nics &= free.nics if nic_pool is None else nic_pool
             row = np.array([row_of(tables, plan.layout, working)], dtype=np.int64)
             decided = decide_rows(plan, row, engine.gpu_memo)
             if decided.score[0] < 0:
@@ -822,7 +895,9 @@ def _one_container_at_a_time(
             free.nics -= reusable.nics
             return Shortfall(Kind.MEMORY, options.policy.value, _memory_wanted(need))
         choice = choice._replace(memory_mask=memory or choice.memory_mask)
-        filled = _fill_reusing(engine, tables, free, need, options, choice, reusable, only)
+        filled = _fill_reusing(
+            engine, tables, free, need, options, choice, reusable, only, nic_pool
+        )
         free.cpus -= reusable.cpus
         free.gpus -= reusable.gpus
         free.nics -= reusable.nics
@@ -958,6 +1033,7 @@ def _fill_reusing(  # noqa: PLR0917 (the fill's inputs, one container's)
     choice: _Choice,
     reusable: _Reusable,
     pinned: Sequence[int] | None,
+    nic_pool: frozenset[int] | None = None,
 ) -> _Entry | Shortfall:
     """`_fill`, the reusable CPUs, devices and memory taken first, as the kubelet's
     managers take them (`devicesToAllocate`, `allocateCPUs`, `getPodReusableMemory`)."""
@@ -969,7 +1045,10 @@ def _fill_reusing(  # noqa: PLR0917 (the fill's inputs, one container's)
         # Packed by core like any exclusive CPUs, from the reusable ones.
         reused_cpus = take_cpus(tables, inside, numa_ids, count, full_cores=False) or []
     reused_nics = sorted(
-        x for x in reusable.nics if need.nic_resource in (None, tables.nic_resource[x])
+        x
+        for x in reusable.nics
+        if need.nic_resource in (None, tables.nic_resource[x])
+        and (nic_pool is None or x in nic_pool)
     )[: need.nics]
     gpus = list(pinned) if pinned else _gpus_reusing(engine, tables, free, need, options,
                                                      choice, reusable)  # fmt: skip
@@ -978,7 +1057,7 @@ def _fill_reusing(  # noqa: PLR0917 (the fill's inputs, one container's)
     free.cpus.difference_update(reused_cpus)
     free.nics.difference_update(reused_nics)
     entry = _fill(engine, tables, free, rest, options=options, choice=choice,
-                  gpu_pool=list(gpus), pinned=gpus or None)  # fmt: skip
+                  gpu_pool=list(gpus), pinned=gpus or None, nic_pool=nic_pool)  # fmt: skip
     if isinstance(entry, Shortfall):
         return entry
     if reused_cpus:
@@ -1195,9 +1274,11 @@ def _fill(
     choice: _Choice,
     gpu_pool: list[int],
     pinned: Sequence[int] | None = None,
+    nic_pool: frozenset[int] | None = None,
 ) -> _Entry | Shortfall:
     """Concrete resources for one container: inside `choice.mask` first, the rest (of a
-    placement the policy admits unaligned) from outside it; taken out of `free`."""
+    placement the policy admits unaligned) from outside it; taken out of `free`; its
+    NICs only from `nic_pool` when given."""
     mask = choice.mask
     numa_ids = bits(mask)
     entry = _Entry(mask=mask, exclusive=need.cpu_mode is CpuMode.EXCLUSIVE)
@@ -1225,7 +1306,8 @@ def _fill(
         matching = [
             n
             for n in free.nics
-            if need.nic_resource is None or tables.nic_resource[n] == need.nic_resource
+            if (need.nic_resource is None or tables.nic_resource[n] == need.nic_resource)
+            and (nic_pool is None or n in nic_pool)
         ]
         inside = [n for n in matching if (numa := tables.nic_numa[n]) is None or numa in numa_ids]
         nics = choose_nics(tables, inside, min(need.nics, len(inside)), gpus=entry.gpus,

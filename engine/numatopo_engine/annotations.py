@@ -217,7 +217,11 @@ class ObservedContainer(WireModel):
         default_factory=dict, description="Resource name -> device plugin IDs."
     )
     matches: bool = Field(
-        default=True, description="Whether its GPUs are the ones its assignment names."
+        default=True,
+        description=(
+            "Whether its GPUs, and its RDMA NICs where their device IDs name the node's "
+            "NICs, are the ones its assignment names."
+        ),
     )
 
     def gpu_ids(self, is_gpu: Callable[[str], bool]) -> list[str]:

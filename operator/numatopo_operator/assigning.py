@@ -134,6 +134,7 @@ async def decide(
     *,
     path: str,
     pinned: dict[str, list[int]] | None = None,
+    pinned_nics: dict[str, list[str]] | None = None,
 ) -> Outcome | None:
     """Run the engine for `request` on `node` and reserve the result in the ledger.
 
@@ -172,7 +173,7 @@ async def decide(
                 # the policy could not hold around the GPUs the pod holds.
                 assignment, relaxed = await runtime.in_engine_thread(
                     realigning.decide_around, topology, frozen, request, node,
-                    engine=runtime.decisions, pinned=pinned or {},
+                    engine=runtime.decisions, pinned=pinned or {}, pinned_nics=pinned_nics,
                 )  # fmt: skip
                 if relaxed:
                     logger.warning("%s holds GPUs %s; placed best-effort around them: %s",
@@ -290,15 +291,17 @@ async def assign_bound_pod(runtime: Runtime, pod: RawPod) -> State | None:
             )  # fmt: skip
             return None
         topology = runtime.ledger.topology(node)
-        pins = (
+        pins, nic_pins = (
             realigning.pins_of_pod(pod, topology, runtime.settings.resources)
             if topology is not None
-            else {}
+            else ({}, {})
         )
-        # A pod that already holds GPUs (it ran, then lost its assignment) is decided
-        # around them; if that cannot be, as any other pod.
-        outcome = await decide(runtime, request, node, path="assigner", pinned=pins)
-        if pins and outcome is not None and outcome.state == State.UNSATISFIABLE:
+        # A pod that already holds GPUs or NICs (it ran, then lost its assignment) is
+        # decided around them; if that cannot be, as any other pod.
+        outcome = await decide(
+            runtime, request, node, path="assigner", pinned=pins, pinned_nics=nic_pins
+        )
+        if (pins or nic_pins) and outcome is not None and outcome.state == State.UNSATISFIABLE:
             outcome = await decide(runtime, request, node, path="assigner")
         if outcome is None or outcome.state != State.ASSIGNED:
             runtime.gpu_admissions.admitted(key)

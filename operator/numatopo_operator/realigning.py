@@ -5,9 +5,11 @@ containers their devices. When a container holds other GPUs than its assignment
 names, the pod's CPUs, memory and NICs sit next to the wrong GPUs. Here the pod is
 decided again with each GPU container's GPUs pinned to the real ones
 (`allocation.allocate(pinned=...)`), booked under a new decision sequence, and written;
-the agent enforces the new cpusets and reports `Aligned` once all agree.
+the agent enforces the new cpusets and reports `Aligned` once all agree. The RDMA NICs
+a container holds (those its devices name: a shared pool's IDs name none) are pinned
+the same way (`pinned_nics`), so a realigned pod keeps the NICs it really has.
 
-The real GPUs win over a claim on paper: a pod whose assignment names one of them is
+The real GPUs (and NICs) win over a claim on paper: a pod whose assignment names one of them is
 displaced (its assignment is taken back, so it is decided afresh and followed in turn)
 when the kubelet has admitted it and its own observation says it really holds other
 GPUs, or when it is not admitted yet and later in claim order (`state.claim_order`).
@@ -37,7 +39,7 @@ import pydantic
 from numatopo_engine import allocation, pod_request
 from numatopo_engine import annotations as keys
 from numatopo_engine.annotations import Assignment, Observed, PolicyName, State
-from numatopo_engine.device_ids import gpu_indices
+from numatopo_engine.device_ids import gpu_indices, nic_names
 from numatopo_engine.errors import InvalidRequestError, OverlapError, UnsatisfiableError
 from numatopo_engine.model import NumatopologySpec
 from numatopo_engine.request import PodRequest
@@ -49,7 +51,15 @@ from numatopo_operator.ledger import Ledger
 from numatopo_operator.runtime import Runtime
 from numatopo_operator.translate import RawPod
 
-__all__ = ["REALIGNED", "decide_around", "mismatch", "pins", "pins_of_pod", "realign"]
+__all__ = [
+    "REALIGNED",
+    "decide_around",
+    "mismatch",
+    "nic_pins",
+    "pins",
+    "pins_of_pod",
+    "realign",
+]
 
 logger = logging.getLogger(__name__)
 
@@ -96,6 +106,20 @@ def pins(
     return pinned
 
 
+def nic_pins(
+    observed: Observed, topology: NumatopologySpec, resources: ResourceNames
+) -> dict[str, list[str]]:
+    """Container -> the names of the node's NICs it holds; a container whose NIC
+    devices name no NIC (a shared pool's IDs) holds none that can be pinned."""
+    pinned: dict[str, list[str]] = {}
+    for name, container in sorted(observed.containers.items()):
+        ids = [d for r, found in container.devices.items() if resources.is_nic(r) for d in found]
+        names = nic_names(ids, topology.nics) if ids else None
+        if names:
+            pinned[name] = names
+    return pinned
+
+
 async def realign(
     runtime: Runtime, pod: RawPod, assignment: Assignment, observed: Observed
 ) -> bool:
@@ -120,12 +144,16 @@ async def realign(
         try:
             request = pod_request.request_from_pod(pod, runtime.settings.resources)
             pinned = pins(observed, topology, runtime.settings.resources)
+            pinned_nics = nic_pins(observed, topology, runtime.settings.resources)
         except (InvalidRequestError, ValueError) as exc:
             await _refuse(runtime, ref, assignment.seq, f"cannot realign {key}: {exc}")
             return False
         mine = translate.Booking(key, node, current, ref["uid"])
-        displaced = _holders(live.assignments, key, pinned)
-        wanted = {g for gpus in pinned.values() for g in gpus}
+        wanted = _Devices(
+            {g for gpus in pinned.values() for g in gpus},
+            {n for nics in pinned_nics.values() for n in nics},
+        )
+        displaced = _holders(live.assignments, key, wanted)
         resources = runtime.settings.resources
         kept = [
             why
@@ -148,7 +176,7 @@ async def realign(
         try:
             decision, relaxed = await runtime.in_engine_thread(
                 decide_around, topology, frozen, request, node,
-                engine=runtime.decisions, pinned=pinned,
+                engine=runtime.decisions, pinned=pinned, pinned_nics=pinned_nics,
             )  # fmt: skip
         except UnsatisfiableError as exc:
             decision, relaxed = None, exc.reason
@@ -179,8 +207,9 @@ async def realign(
         ledger.cancel(key)
         raise
     runtime.metrics.realignments.labels("relaxed" if relaxed else "realigned").inc()
+    held = f"GPUs {pinned}" + (f" and NICs {pinned_nics}" if pinned_nics else "")
     message = (
-        f"the kubelet gave GPUs {pinned}, not those assigned; re-aligned to them: "
+        f"the kubelet gave {held}, not those assigned; re-aligned to them: "
         + translate.assigned_message(realigned)
     )
     logger.info("%s: %s", key, message)
@@ -190,15 +219,30 @@ async def realign(
     return False
 
 
-def _holders(booked: dict[str, Assignment], key: str, pinned: dict[str, list[int]]) -> list[str]:
-    """Other pods whose bookings name one of the pinned GPUs or MIG devices."""
-    wanted = {g for gpus in pinned.values() for g in gpus}
+@dataclasses.dataclass(frozen=True, slots=True)
+class _Devices:
+    """GPU (and MIG device) indices and NIC names a pod holds or is booked for."""
+
+    gpus: set[int]
+    nics: set[str]
+
+    def shared(self, other: _Devices) -> str:
+        """What of `other` is also here, in words ('' for nothing)."""
+        gpus, nics = sorted(self.gpus & other.gpus), sorted(self.nics & other.nics)
+        return " and ".join(
+            [*([f"GPUs {gpus}"] if gpus else []), *([f"NICs {nics}"] if nics else [])]
+        )
+
+
+def _holders(booked: dict[str, Assignment], key: str, wanted: _Devices) -> list[str]:
+    """Other pods whose bookings name one of the pinned GPUs, MIG devices or NICs."""
     return sorted(
         other
         for other, assignment in booked.items()
         if other != key
         and any(
-            wanted.intersection((*c.gpu_indices, *c.mig_indices))
+            wanted.gpus.intersection((*c.gpu_indices, *c.mig_indices))
+            or wanted.nics.intersection(c.nics)
             for c in assignment.containers.values()
         )
     )
@@ -208,12 +252,12 @@ def _keeps(  # noqa: PLR0917 (the two claims and what reads the other's devices)
     ledger: Ledger,
     other: str,
     mine: translate.Booking,
-    wanted: set[int],
+    wanted: _Devices,
     topology: NumatopologySpec,
     resources: ResourceNames,
 ) -> str:
-    """Why `other` keeps the GPUs `wanted` it is booked for against `mine`'s observation
-    ('' when it is displaced).
+    """Why `other` keeps the devices `wanted` it is booked for against `mine`'s
+    observation ('' when it is displaced).
 
     A pod the kubelet has admitted holds real devices, which its own observation names:
     if they are not `wanted`, its booking of them is stale paper and it is displaced (two
@@ -225,28 +269,30 @@ def _keeps(  # noqa: PLR0917 (the two claims and what reads the other's devices)
     if held is None:
         return ""  # in flight: decided after the observed pod's booking was seen
     if held.admitted:
-        real = _real_gpus(held.observed, topology, resources)
+        real = _real_devices(held.observed, topology, resources)
         if real is None:
-            return f"{other} is admitted and has not reported the GPUs it holds yet"
-        if real & wanted:
-            return f"{other} is admitted and holds GPUs {sorted(real & wanted)} itself"
+            return f"{other} is admitted and has not reported the devices it holds yet"
+        if both := real.shared(wanted):
+            return f"{other} is admitted and holds {both} itself"
         return ""
     if claim_order(held) < claim_order(mine):
         return f"{other} holds them under an earlier claim (seq {held.assignment.seq})"
     return ""
 
 
-def _real_gpus(
+def _real_devices(
     observed: Observed | None, topology: NumatopologySpec, resources: ResourceNames
-) -> set[int] | None:
-    """The GPU indices an observation says its pod holds; None when there is none, or
-    it names devices this node does not have."""
+) -> _Devices | None:
+    """The GPUs and NICs an observation says its pod holds; None when there is none,
+    or it names GPUs this node does not have."""
     if observed is None:
         return None
     try:
-        return {g for gpus in pins(observed, topology, resources).values() for g in gpus}
+        gpus = {g for found in pins(observed, topology, resources).values() for g in found}
     except ValueError:
         return None
+    nics = {n for found in nic_pins(observed, topology, resources).values() for n in found}
+    return _Devices(gpus, nics)
 
 
 async def _displace(runtime: Runtime, other: str, node: str, by: str) -> None:
@@ -273,39 +319,47 @@ def decide_around(
     *,
     engine: allocation.Engine,
     pinned: Mapping[str, Sequence[int]],
+    pinned_nics: Mapping[str, Sequence[str]] | None = None,
 ) -> tuple[Assignment, str]:
-    """The pod's decision with its GPUs pinned (engine thread): under its own policy, or,
-    when that cannot hold with those GPUs, best-effort around them with the reason it
-    could not (''). Raises UnsatisfiableError when neither fits."""
+    """The pod's decision with its GPUs (and NICs) pinned (engine thread): under its own
+    policy, or, when that cannot hold with those devices, best-effort around them with
+    the reason it could not (''). Raises UnsatisfiableError when neither fits."""
     try:
         return allocation.allocate(
-            topology, state, request, node, engine=engine, pinned=pinned
-        ).assignment, ""
+            topology, state, request, node, engine=engine, pinned=pinned,
+            pinned_nics=pinned_nics,
+        ).assignment, ""  # fmt: skip
     except UnsatisfiableError as exc:
-        if not pinned or request.options.policy in (PolicyName.BEST_EFFORT, PolicyName.NONE):
+        if not (pinned or pinned_nics) or request.options.policy in (
+            PolicyName.BEST_EFFORT,
+            PolicyName.NONE,
+        ):
             raise
         why = exc.reason
     relaxed = dataclasses.replace(
         request, options=dataclasses.replace(request.options, policy=PolicyName.BEST_EFFORT)
     )
-    decision = allocation.allocate(topology, state, relaxed, node, engine=engine, pinned=pinned)
+    decision = allocation.allocate(
+        topology, state, relaxed, node, engine=engine, pinned=pinned, pinned_nics=pinned_nics
+    )
     return decision.assignment, why
 
 
 def pins_of_pod(
     pod: RawPod, topology: NumatopologySpec, resources: ResourceNames
-) -> dict[str, list[int]]:
-    """The GPUs the pod's containers hold for real, as its `observed` annotation says
-    (whatever assignment it was compared with); {} when there is none or it names GPUs
-    the node does not have."""
+) -> tuple[dict[str, list[int]], dict[str, list[str]]]:
+    """The GPUs and NICs the pod's containers hold for real, as its `observed`
+    annotation says (whatever assignment it was compared with); nothing when there is
+    none or it names GPUs the node does not have."""
     found = (pod.get("metadata") or {}).get("annotations") or {}
     seen = found.get(keys.OBSERVED)
     if not isinstance(seen, str) or translate.is_finished(pod):
-        return {}
+        return {}, {}
     try:
-        return pins(Observed.model_validate_json(seen), topology, resources)
+        observed = Observed.model_validate_json(seen)
+        return pins(observed, topology, resources), nic_pins(observed, topology, resources)
     except (pydantic.ValidationError, ValueError):
-        return {}
+        return {}, {}
 
 
 async def _refuse(runtime: Runtime, ref: dict[str, str], seq: int, message: str) -> None:

@@ -6,9 +6,11 @@ Real parts: the engine decides (as the operator would), the agent's in-flight ru
 between the kubelet harness (its device manager ported from the kubelet, over the
 real device-plugin gRPC API on unix sockets) and an NVIDIA-shaped plugin whose own
 preference differs. Hypothesis draws topologies and pod sequences, with back-to-back
-binds (several pods in flight), init containers, sidecars, an unhealthy GPU, kubelet
-restarts and numatopo restarts. The API server is not needed here: the pods are the
-agent's pod cache as dicts."""
+binds (several pods in flight), several init containers, sidecars, an unhealthy GPU,
+kubelet restarts, numatopo restarts (the agent's steering plugin, and its in-flight
+view, start afresh, also with pods in flight) and restarts of the vendor plugin alone
+(the kubelet stays up). The API server is not needed here: the pods are the agent's
+pod cache as dicts."""
 
 from __future__ import annotations
 
@@ -22,6 +24,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+import pytest
 from hypothesis import HealthCheck, event, given, settings
 from hypothesis import strategies as st
 
@@ -47,7 +50,7 @@ NODE = "steered"
 @dataclass
 class PodPlan:
     apps: list[int]  # GPUs per app container
-    init: int = 0  # GPUs of one regular init container (0: none)
+    inits: list[int] = field(default_factory=list)  # GPUs per regular init container
     sidecar: int = 0  # GPUs of one sidecar (restartable init container)
 
 
@@ -61,19 +64,32 @@ class Scenario:
 
 
 def pod_plans(max_gpus: int) -> st.SearchStrategy[PodPlan]:
-    def build(apps: list[int], init: int, sidecar: int) -> PodPlan:
+    def build(apps: list[int], inits: list[int], sidecar: int) -> PodPlan:
         # Steerable shapes only: the kubelet hands an init container's GPUs to the next
         # container asking for GPUs; when that one asks fewer, it takes a random part of
         # them, which no device plugin is asked about (Follow covers it: see
-        # tests/controller/test_gpu_follow.py and the unsteerable case below).
+        # tests/controller/test_gpu_follow.py and the unsteerable case below). So each
+        # init container asks at most what the next one does.
         following = sidecar or next((g for g in apps if g), 0)
-        return PodPlan(apps, init=min(init, following), sidecar=sidecar)
+        return PodPlan(apps, inits=sorted(min(i, following) for i in inits), sidecar=sidecar)
 
     most = min(3, max_gpus)
     apps = st.tuples(st.integers(1, most), st.lists(st.integers(0, most), max_size=1)).map(
         lambda drawn: [drawn[0], *drawn[1]]
     )
-    return st.builds(build, apps, st.integers(0, 2), st.integers(0, 1))
+    inits = st.lists(st.integers(0, 2), max_size=3)
+    return st.builds(build, apps, inits, st.integers(0, 1))
+
+
+EVENTS = (
+    "none",
+    "kubelet-restart",
+    "numatopo-restart",
+    "agent-restart-in-flight",
+    "plugin-restart",
+    "unhealthy",
+    "end",
+)
 
 
 @st.composite
@@ -85,7 +101,7 @@ def scenarios(draw: st.DrawFn) -> Scenario:
                             min_size=1, max_size=3))  # fmt: skip
     between = draw(
         st.lists(
-            st.sampled_from(["none", "kubelet-restart", "numatopo-restart", "unhealthy", "end"]),
+            st.sampled_from(EVENTS),
             min_size=len(batches), max_size=len(batches),
         )
     )  # fmt: skip
@@ -105,9 +121,7 @@ def topology(s: Scenario) -> tuple[NumatopologySpec, list[FakeGpu]]:
 
 def request(name: str, plan: PodPlan) -> PodRequest:
     apps = tuple(ContainerRequest(name=f"app{i}", gpus=g) for i, g in enumerate(plan.apps))
-    inits: list[ContainerRequest] = []
-    if plan.init:
-        inits.append(ContainerRequest(name="init", gpus=plan.init))
+    inits = [ContainerRequest(name=f"init{i}", gpus=g) for i, g in enumerate(plan.inits)]
     if plan.sidecar:
         inits.append(ContainerRequest(name="side", gpus=plan.sidecar, restartable=True))
     options = TopologyOptions(policy=PolicyName.BEST_EFFORT, scope=Scope.POD, cpu=CpuMode.NONE)
@@ -118,9 +132,7 @@ def pod_body(uid: str, name: str, plan: PodPlan, assignment: Assignment, created
     def container(cname: str, gpus: int, **extra: Any) -> dict[str, Any]:
         return {"name": cname, "resources": {"limits": {GPU: str(gpus)}}, **extra}
 
-    inits = []
-    if plan.init:
-        inits.append(container("init", plan.init))
+    inits = [container(f"init{i}", g) for i, g in enumerate(plan.inits)]
     if plan.sidecar:
         inits.append(container("side", plan.sidecar, restartPolicy="Always"))
     return {
@@ -139,9 +151,7 @@ def pod_body(uid: str, name: str, plan: PodPlan, assignment: Assignment, created
 
 
 def harness_pod(uid: str, name: str, plan: PodPlan) -> Pod:
-    inits = []
-    if plan.init:
-        inits.append(Container("init", {GPU: plan.init}))
+    inits = [Container(f"init{i}", {GPU: g} if g else {}) for i, g in enumerate(plan.inits)]
     if plan.sidecar:
         inits.append(Container("side", {GPU: plan.sidecar}, restartable=True))
     apps = tuple(Container(f"app{i}", {GPU: g} if g else {}) for i, g in enumerate(plan.apps))
@@ -192,6 +202,8 @@ async def run(s: Scenario) -> tuple[list[str], int]:
             for batch, event in zip(s.batches, s.between, strict=True):
                 if event == "kubelet-restart":
                     await kubelet.restart_kubelet()
+                elif event == "plugin-restart":
+                    await plugin.restart()  # NVIDIA's plugin alone: a new socket
                 elif event == "numatopo-restart":
                     await steerer.stop()
                     steerer = Steerer(candidates=lambda: snapshot[0], config=config)
@@ -229,6 +241,13 @@ async def run(s: Scenario) -> tuple[list[str], int]:
                 # Back to back: every pod of the batch is in flight before the first is
                 # admitted; the agent's view lags (it learns from PodResources later).
                 snapshot[0] = tuple(follow.in_flight(bodies, NODE))
+                if event == "agent-restart-in-flight":
+                    # The agent restarts with the batch bound: its steering plugin
+                    # registers again and reads the in-flight pods afresh.
+                    await steerer.stop()
+                    steerer = Steerer(candidates=lambda: snapshot[0], config=config)
+                    await steerer.start()
+                    await steered()
                 for pod, assignment, key in admitted:
                     result = await kubelet.admit(pod)
                     if not result.ok:
@@ -236,7 +255,7 @@ async def run(s: Scenario) -> tuple[list[str], int]:
                         continue
                     live[key] = (pod, key)
                     for cname, container in assignment.containers.items():
-                        if cname == "init":
+                        if cname.startswith("init"):
                             continue  # handed on to the app containers (checked there)
                         got = result.ids(cname) if container.gpus else []
                         checked += bool(container.gpus)
@@ -270,7 +289,7 @@ def test_an_init_container_handing_on_more_gpus_than_the_next_asks_is_unsteerabl
     exactly those containers as mismatched."""
 
     async def once(seed: int) -> tuple[bool, bool]:
-        plan = PodPlan(apps=[2], init=2, sidecar=1)
+        plan = PodPlan(apps=[2], inits=[2], sidecar=1)
         s = Scenario(numa=1, gpus_per_numa=4, batches=[[plan]], seed=seed)
         spec, gpus = topology(s)
         assignment = allocate(spec, NodeState(spec), request("p", plan), NODE).assignment
@@ -291,3 +310,30 @@ def test_an_init_container_handing_on_more_gpus_than_the_next_asks_is_unsteerabl
     outcomes = [asyncio.run(once(seed)) for seed in range(6)]
     assert any(differs for differs, _ in outcomes)
     assert all(seen for _, seen in outcomes)
+
+
+STEERED = [
+    ("sidecars", [[PodPlan([1], sidecar=1), PodPlan([2, 1], inits=[1], sidecar=1)]], ["none"]),
+    ("several init containers",
+     [[PodPlan([1]), PodPlan([1])], [PodPlan([2], inits=[1, 1, 2]), PodPlan([1, 1], inits=[1, 1])]],
+     ["none", "end"]),
+    ("agent restart", [[PodPlan([1])], [PodPlan([1], inits=[1], sidecar=1), PodPlan([2])]],
+     ["none", "numatopo-restart"]),
+    ("agent restart, pods in flight", [[PodPlan([1]), PodPlan([2], inits=[1], sidecar=2)]],
+     ["agent-restart-in-flight"]),
+    ("plugin restart", [[PodPlan([1])], [PodPlan([2], inits=[1, 2]), PodPlan([1], sidecar=1)]],
+     ["none", "plugin-restart"]),
+    ("plugin restart, then agent", [[PodPlan([1])], [PodPlan([1])], [PodPlan([2], sidecar=1)]],
+     ["plugin-restart", "numatopo-restart", "plugin-restart"]),
+]  # fmt: skip
+
+
+@pytest.mark.parametrize(("case", "batches", "between"), STEERED, ids=[c[0] for c in STEERED])
+def test_each_steered_container_gets_its_gpus(
+    case: str, batches: list[list[PodPlan]], between: list[str]
+) -> None:
+    """The shapes and events the property draws, each played for certain."""
+    for seed in range(3):
+        problems, checked = asyncio.run(run(Scenario(2, 4, batches, between, seed)))
+        assert not problems, f"{case}, seed {seed}: " + json.dumps(problems, indent=1)
+        assert checked >= sum(len(b) for b in batches)

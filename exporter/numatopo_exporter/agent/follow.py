@@ -1,11 +1,14 @@
-"""Follow: compare the GPUs a container really holds with its assignment (pure).
+"""Follow: compare the GPUs and NICs a container really holds with its assignment (pure).
 
 The kubelet's device manager, not numatopo, hands out devices. On a node where nothing
 steers it, the GPUs a container gets may differ from those its assignment names; CPUs
 and memory pinned next to the named GPUs would then sit on the wrong NUMA node. The
 agent reads what the kubelet gave (PodResources), writes it into
 `numatopo.io/observed` with, per container, whether it matches; the operator decides
-again with those GPUs fixed, and the agent enforces the new assignment.
+again with those GPUs fixed, and the agent enforces the new assignment. RDMA NICs are
+compared the same way where their device IDs name the node's NICs (`nic_names`; a
+shared pool's IDs name none and are not compared), so a container holding other NICs
+than assigned is a mismatch too, and the operator keeps it on the NICs it holds.
 
 Only app containers and sidecars are compared: a regular init container has finished
 before they run, and when an app container reuses some of an init container's GPUs
@@ -14,7 +17,7 @@ before they run, and when an app container reuses some of an init container's GP
 
 from __future__ import annotations
 
-from collections.abc import Callable, Collection, Iterable, Mapping
+from collections.abc import Callable, Collection, Iterable, Mapping, Sequence
 from itertools import zip_longest
 from typing import Any
 
@@ -27,7 +30,8 @@ from numatopo_engine.annotations import (
     Observed,
     ObservedContainer,
 )
-from numatopo_engine.device_ids import device_ids_for
+from numatopo_engine.device_ids import device_ids_for, nic_names
+from numatopo_engine.model import Nic
 from numatopo_engine.quantity import QuantityError, parse_milli
 from numatopo_exporter.steering.choice import InFlight, containers_in_flight
 
@@ -52,10 +56,13 @@ def observe(
     *,
     containers: Collection[str],
     is_gpu: Callable[[str], bool],
+    is_nic: Callable[[str], bool] = lambda _: False,
+    nics: Sequence[Nic] = (),
 ) -> Observed | None:
-    """What the pod's `containers` hold, compared with `assignment`; None while the
-    kubelet has not allocated them yet (the pod unlisted, or a container assigned GPUs
-    holding none: PodResources lists a pod before its admission has finished)."""
+    """What the pod's `containers` hold, compared with `assignment` (NICs by the node's
+    `nics`); None while the kubelet has not allocated them yet (the pod unlisted, or a
+    container assigned GPUs holding none: PodResources lists a pod before its admission
+    has finished)."""
     if held is None:
         return None
     observed: dict[str, ObservedContainer] = {}
@@ -73,8 +80,22 @@ def observe(
         if assigned is not None and (wants_gpus or gpu_ids):
             mapped = device_ids_for(names, indices, gpu_ids)
             matches = mapped is not None and len(gpu_ids) == len(names)
+        if assigned is not None and matches:
+            matches = _same_nics(assigned.nics, _nic_ids(devices, is_nic), nics)
         observed[name] = ObservedContainer(devices=devices, matches=matches)
     return Observed(seq=assignment.seq, containers=observed)
+
+
+def _nic_ids(devices: Mapping[str, list[str]], is_nic: Callable[[str], bool]) -> list[str]:
+    return [d for resource, ids in devices.items() if is_nic(resource) for d in ids]
+
+
+def _same_nics(assigned: Sequence[str], held_ids: Sequence[str], nics: Sequence[Nic]) -> bool:
+    """False only when the held IDs name NICs, and not the assigned ones."""
+    if not held_ids:
+        return True
+    held = nic_names(held_ids, nics)
+    return held is None or sorted(held) == sorted(assigned)
 
 
 def _assigned_devices(assigned: ContainerAssignment | None) -> tuple[list[str], list[int]]:
@@ -87,15 +108,26 @@ def _assigned_devices(assigned: ContainerAssignment | None) -> tuple[list[str], 
     return [*whole, *mig], [*assigned.gpu_indices, *assigned.mig_indices]
 
 
-def gpu_words(observed: Observed, assignment: Assignment, is_gpu: Callable[[str], bool]) -> str:
-    """`container x holds GPUs [...] but was assigned [...]` for each mismatch."""
+def gpu_words(
+    observed: Observed,
+    assignment: Assignment,
+    is_gpu: Callable[[str], bool],
+    is_nic: Callable[[str], bool] = lambda _: False,
+) -> str:
+    """`container x holds GPUs [...] but was assigned [...]` for each mismatch, with
+    its NICs when it holds NIC devices."""
     parts = []
     for name in observed.mismatched:
-        held = observed.containers[name].gpu_ids(is_gpu)
+        found = observed.containers[name]
+        held = found.gpu_ids(is_gpu)
         assigned = assignment.containers.get(name)
         names, indices = _assigned_devices(assigned)
         named = [name or str(index) for name, index in zip_longest(names, indices, fillvalue="")]
-        parts.append(f"container {name} holds GPUs {held} but was assigned {named}")
+        words = f"container {name} holds GPUs {held} but was assigned {named}"
+        if held_nics := _nic_ids(found.devices, is_nic):
+            given = assigned.nics if assigned is not None else []
+            words += f", NICs {held_nics} but was assigned {given}"
+        parts.append(words)
     return "; ".join(parts)
 
 

@@ -419,12 +419,16 @@ class AgentLoop:
         """Record what the pod's containers hold (`numatopo.io/observed`) and hold back
         `Aligned` while its GPUs are not the assigned ones, or cannot be known."""
         assignment = entry.assignment
-        if not any(
+        with_gpus = any(
             c.gpus or c.gpu_indices or c.mig or c.mig_indices
             for c in assignment.containers.values()
-        ):
+        )
+        if not with_gpus and not any(c.nics for c in assignment.containers.values()):
             return
         if holdings is None:
+            if not with_gpus:
+                return  # NICs alone are followed where PodResources is read, not required
+
             outcome.problems.append(
                 "the GPUs this pod holds cannot be verified: "
                 + (self._holdings_error or "Follow is off (no PodResources socket)")
@@ -438,6 +442,8 @@ class AgentLoop:
             held,
             containers=follow.running_container_names(entry.body),
             is_gpu=self.resources.is_gpu,
+            is_nic=self.resources.is_nic,
+            nics=self._spec[0].nics if self._spec is not None else (),
         )
         if observed is None:
             outcome.pending = True  # not admitted yet: reported once the kubelet has chosen
@@ -452,7 +458,9 @@ class AgentLoop:
             except KubeError as exc:
                 logger.warning("writing %s of %s: %s", OBSERVED, entry.key, exc)
         if observed.mismatched:
-            words = follow.gpu_words(observed, assignment, self.resources.is_gpu)
+            words = follow.gpu_words(
+                observed, assignment, self.resources.is_gpu, self.resources.is_nic
+            )
             if self._mismatches.get(entry.uid) != assignment.seq:
                 self._mismatches[entry.uid] = assignment.seq
                 self.metrics.gpu_mismatches.inc()

@@ -2,17 +2,26 @@
 
 Each process owns a `CollectorRegistry` (never the global one), so tests can build as
 many daemons as they like and read their counters without interference.
+
+The endpoint answers two GETs (`/metrics`, `/healthz`) on asyncio's own server: an HTTP
+framework would cost a node process ~10 MiB of its 80 MiB budget for that
+(`benchmarks/bench_agent_memory.py`). One request per connection, the request head
+bounded in size and time, so a slow or endless client holds no more than a socket.
 """
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
 from dataclasses import dataclass, field
 
-from aiohttp import web
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
 from prometheus_client.exposition import CONTENT_TYPE_LATEST, generate_latest
 
-__all__ = ["ExporterMetrics", "start_metrics_server"]
+__all__ = ["ExporterMetrics", "MetricsServer", "start_metrics_server"]
+
+HEAD_LIMIT = 8192  # bytes of request line and headers
+HEAD_SECONDS = 10.0
 
 
 @dataclass
@@ -58,23 +67,73 @@ class ExporterMetrics:
         return 0.0 if found is None else found
 
 
+@dataclass
+class MetricsServer:
+    """The running endpoint; `cleanup()` stops it."""
+
+    server: asyncio.Server
+    connections: set[asyncio.StreamWriter] = field(default_factory=set)
+
+    @property
+    def port(self) -> int:
+        return int(self.server.sockets[0].getsockname()[1])
+
+    async def cleanup(self) -> None:
+        self.server.close()
+        # Python 3.11's server leaves open connections be: a client still sending its
+        # request would keep its socket past the process's own end.
+        for writer in list(self.connections):
+            writer.close()
+        with contextlib.suppress(TimeoutError):
+            async with asyncio.timeout(1.0):
+                await self.server.wait_closed()
+
+
 async def start_metrics_server(
     registry: CollectorRegistry, *, host: str = "0.0.0.0", port: int
-) -> web.AppRunner:
+) -> MetricsServer:
     """Serve `/metrics` and `/healthz` on `host:port`; the caller calls `cleanup()`."""
 
-    async def metrics(_: web.Request) -> web.Response:
-        return web.Response(
-            body=generate_latest(registry), headers={"Content-Type": CONTENT_TYPE_LATEST}
-        )
+    async def answer(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        running.connections.add(writer)
+        try:
+            await _answer(reader, writer, registry)
+        finally:
+            running.connections.discard(writer)
+            writer.close()
 
-    async def healthz(_: web.Request) -> web.Response:
-        return web.Response(text="ok")
+    running = MetricsServer(await asyncio.start_server(answer, host, port, limit=HEAD_LIMIT))
+    return running
 
-    app = web.Application()
-    app.router.add_get("/metrics", metrics)
-    app.router.add_get("/healthz", healthz)
-    runner = web.AppRunner(app, access_log=None)
-    await runner.setup()
-    await web.TCPSite(runner, host, port).start()
-    return runner
+
+async def _answer(
+    reader: asyncio.StreamReader, writer: asyncio.StreamWriter, registry: CollectorRegistry
+) -> None:
+    try:
+        async with asyncio.timeout(HEAD_SECONDS):
+            head = await reader.readuntil(b"\r\n\r\n")
+        status, kind, body = _response(head, registry)
+    except (TimeoutError, asyncio.IncompleteReadError, asyncio.LimitOverrunError):
+        status, kind, body = "400 Bad Request", "text/plain", b"bad request\n"
+    except ConnectionError:
+        return
+    writer.write(
+        f"HTTP/1.1 {status}\r\nContent-Type: {kind}\r\nContent-Length: {len(body)}\r\n"
+        "Connection: close\r\n\r\n".encode()
+        + body
+    )
+    with contextlib.suppress(ConnectionError):
+        await writer.drain()
+
+
+def _response(head: bytes, registry: CollectorRegistry) -> tuple[str, str, bytes]:
+    """(status, content type, body) for a request head."""
+    method, _, rest = head.split(b"\r\n", 1)[0].decode("latin-1").partition(" ")
+    path = rest.partition(" ")[0].partition("?")[0]
+    if method != "GET":
+        return "405 Method Not Allowed", "text/plain", b"method not allowed\n"
+    if path == "/metrics":
+        return "200 OK", CONTENT_TYPE_LATEST, generate_latest(registry)
+    if path == "/healthz":
+        return "200 OK", "text/plain; charset=utf-8", b"ok"
+    return "404 Not Found", "text/plain", b"not found\n"
