@@ -20,8 +20,9 @@ from collections.abc import Callable
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parent.parent
-sys.path[:0] = [str(REPO / p) for p in ("engine", "kube", "operator")]
+sys.path[:0] = [str(REPO / p) for p in ("engine", "kube", "operator", "cli")]
 
+from numatopo_cli.progress import progress_bar  # noqa: E402
 from numatopo_engine.annotations import Assignment, ContainerAssignment  # noqa: E402
 from numatopo_engine.cpuset import CPUSet  # noqa: E402
 from numatopo_engine.model import Numatopology, NumatopologySpec  # noqa: E402
@@ -75,8 +76,12 @@ def main() -> None:
     args = parser.parse_args()
     print("| topology | NUMA | CPUs | status ms (baseline) | NRT ms | Volcano ms | NRT | Volcano |")
     print("|---|---|---|---|---|---|---|---|")
-    for path in sorted(TOPOLOGIES.glob("*.json")):
-        print(row(path, args.repeat))
+    paths = sorted(TOPOLOGIES.glob("*.json"))
+    bar = progress_bar("topologies")
+    for done, path in enumerate(paths, start=1):
+        print(row(path, args.repeat), flush=True)
+        if bar is not None:
+            bar(done, len(paths))
 
 
 if __name__ == "__main__":

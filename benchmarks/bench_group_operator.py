@@ -46,6 +46,7 @@ from tests.controller.conftest import (  # noqa: E402
     numatopology,
 )
 
+from numatopo_cli.progress import progress_bar  # noqa: E402
 from numatopo_engine import annotations as keys  # noqa: E402
 
 LEVELS = [
@@ -171,7 +172,12 @@ def main() -> None:
     if args.members >= args.leaf * 4 or args.nodes < args.leaf * 4:
         parser.error("--members must leave a spare node in one block (4 leaves of --leaf nodes)")
     logging.basicConfig(level=logging.WARNING)
-    rounds = [asyncio.run(one_round(args)) for _ in range(args.repeat)]
+    bar = progress_bar("rounds")
+    rounds = []
+    for done in range(1, args.repeat + 1):
+        rounds.append(asyncio.run(one_round(args)))
+        if bar is not None:
+            bar(done, args.repeat)
     medians = {k: statistics.median(r[k] for r in rounds) for k in rounds[0]}
     print(
         json.dumps(

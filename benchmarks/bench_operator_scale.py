@@ -44,6 +44,7 @@ import aiohttp  # noqa: E402
 import kmock  # noqa: E402
 from tests.controller.conftest import _register  # noqa: E402
 
+from numatopo_cli.progress import progress_bar  # noqa: E402
 from numatopo_engine import annotations as keys  # noqa: E402
 from numatopo_engine.annotations import Assignment, ContainerAssignment  # noqa: E402
 from numatopo_engine.cpuset import CPUSet  # noqa: E402
@@ -167,7 +168,10 @@ def build(api: kmock.KubernetesEmulator, nodes: int, pods: int) -> list[str]:
     annotated = pods // 3
     per_node = max(1, min(PODS_PER_NODE_MAX, annotated // max(nodes, 1)))
     made = 0
+    bar = progress_bar("nodes")
     for n in range(nodes):
+        if bar is not None:
+            bar(n + 1, nodes)
         shape = SHAPES[n % len(SHAPES)]
         name = f"{shape}-{n:05d}"
         names.append(name)
