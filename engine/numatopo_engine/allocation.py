@@ -354,7 +354,12 @@ def score_many(
         sizing = _sized_by(engine, request, tables)
     except UnsatisfiableError as exc:
         return _everywhere(Refusal.text(exc.reason), count)
-    if options.scope is Scope.CONTAINER or not states:
+    if (
+        options.scope is Scope.CONTAINER
+        or not states
+        or (_memory_per_container(request, sizing) and not request.init_containers)
+    ):
+        # The pod's total need not fit the memory manager at once (`_decide`).
         return _one_by_one(engine, topology, states, request)
     verdicts = engine.row_verdicts(
         tables, sizing.total, options, floor=states[0].shared_floor,
@@ -375,11 +380,12 @@ def score_many(
     scores = verdicts.score[slots]
     codes = verdicts.summary[slots]
     ranks = verdicts.ranks(slots, hosts)
-    # Init containers are admitted one by one (`_one_container_at_a_time`): the pod's
+    # Init containers, and several containers asking memory under `none` or
+    # `best-effort`, are admitted one by one (`_one_container_at_a_time`): the pod's
     # hint may hold the total yet leave a container no memory the memory manager
     # accepts. The nodes the total fits are confirmed container by container.
     confirmed: dict[int, Refusal] = {}
-    if request.init_containers:
+    if _memory_per_container(request, sizing):
         scores, ranks = scores.copy(), ranks.copy()
         for index in np.flatnonzero(scores >= 0).tolist():
             outcome = _decide(engine, topology, states[index], request, build=False)
@@ -417,8 +423,9 @@ def _everywhere(refusal: Refusal, count: int) -> ShapeScores:
 def _one_by_one(
     engine: Engine, topology: NumatopologySpec, states: Sequence[NodeState], request: PodRequest
 ) -> ShapeScores:
-    """Scope `container` (and unreadable rows): each node decided unit by unit; the
-    rank is the score (no packing term)."""
+    """Scope `container`, a pod whose memory is decided container by container
+    (`_memory_per_container`, without init containers), and unreadable rows: each node
+    decided unit by unit; the rank is the score (no packing term)."""
     outcomes: list[int | Refusal] = []
     for state in states:
         plan = _decide(engine, topology, state, request, build=False)
@@ -614,6 +621,9 @@ def _decide(
         free.nics &= nic_pins.held
     floor = state.shared_floor
     closest = _prefers_closest(topology)
+    # Without init containers, a pod whose containers the memory manager places one by
+    # one is admitted by their memory alone (`_one_container_at_a_time`).
+    unit_memory = bool(request.init_containers) or not _memory_per_container(request, sizing)
 
     def choose(
         working: FreeView, need: Need, only_gpus: Sequence[int] | None = None
@@ -623,7 +633,7 @@ def _decide(
             working.gpus &= set(only_gpus)
         plan = engine.plan(tables, need, options, floor=floor, closest=closest)
         row = np.array([row_of(tables, plan.layout, working)], dtype=np.int64)
-        decided = decide_rows(plan, row, engine.gpu_memo)
+        decided = decide_rows(plan, row, engine.gpu_memo, unit_memory=unit_memory)
         if decided.score[0] < 0:
             return shortfall(plan, decided, 0, row[0])
         return _Choice(decided.mask(0), decided.memory_mask(0), int(decided.score[0]),
@@ -634,7 +644,7 @@ def _decide(
         choice = choose(free, sizing.total)
         if isinstance(choice, Shortfall):
             return choice
-        if request.init_containers:
+        if _memory_per_container(request, sizing):
             # Admission depends on each container's memory (see the function), so the
             # score path fills too.
             return _one_container_at_a_time(
@@ -672,6 +682,21 @@ def _decide(
     if isinstance(filled_inits, Shortfall):
         return filled_inits
     return _Plan(union, score, entries)
+
+
+def _memory_per_container(request: PodRequest, sizing: _Sizing) -> bool:
+    """Scope `pod`: whether the memory manager's per-container choice can differ from
+    the pod's. It allocates each container in turn with the pod's hint, checking and
+    extending that hint for the container's own request (`Allocate`). With a preferred
+    hint (`restricted`, `single-numa-node`) that holding the total holds each part,
+    and one container's choice is the pod's; under `none` (its own best hint per
+    container) and `best-effort` (a hint it may extend) several containers asking
+    memory each choose, and init containers reuse memory, so each is decided alone."""
+    if request.init_containers:
+        return True
+    if request.options.policy not in (PolicyName.NONE, PolicyName.BEST_EFFORT):
+        return False
+    return sum(1 for c in sizing.apps if sizing.needs[c.name].has_memory) > 1
 
 
 def _check_pins(pins: Pinned, sizing: _Sizing, tables: Tables, state: NodeState) -> None:

@@ -20,9 +20,12 @@ assign`, `numatopo simulate`) reaches `decide_rows`; one node is one row. Per no
 2. The merge and admission (`topology_manager`, same answers): a mask every provider
    lists as preferred (the narrowest, or closest with `prefer-closest-numa-nodes`),
    else, under `best-effort` and `none`, the non-preferred winner. Under `none`
-   numatopo still places aligned where it can, and admits what the kubelet admits.
+   numatopo still places the CPUs and devices aligned where it can (the kubelet's
+   Topology Manager gives no hint), and admits what the kubelet admits.
 3. The memory manager's own nodes: the merged mask if its free memory holds the
-   request, else its best hint containing the mask (under `none`: its best hint);
+   request, else its best hint containing the mask (under `none`, which hands it no
+   hint: its own best hint, preferred then narrowest then lowest, wherever the merged
+   mask is, as the kubelet books it);
    refused when there is none, when that hint is not preferred while the merged one
    is, or when a multi-node mask mixes memory groups.
 4. numatopo's checks beyond the kubelet: `max-numa-nodes`, `gpu-links: required`, the
@@ -509,10 +512,19 @@ class Decided:
         return _to_ids(self.plan.masks[int(self.memory_index[row])], self.plan.ids)
 
 
-def decide_rows(plan: Plan, rows: Ints, memo: GpuMemo, mix: WorkloadMix | None = None) -> Decided:
+def decide_rows(
+    plan: Plan,
+    rows: Ints,
+    memo: GpuMemo,
+    mix: WorkloadMix | None = None,
+    *,
+    unit_memory: bool = True,
+) -> Decided:
     """Decide `plan`'s unit on every row (node) of `rows` (see the module docstring);
     `mix` is the workload the rank's packing term measures fragmentation against.
-    Every answer of a row depends on that row alone (and the plan and mix)."""
+    Every answer of a row depends on that row alone (and the plan and mix).
+    `unit_memory=False` skips step 3, for a caller that asks the memory manager
+    container by container: the unit's total then need not fit its memory at once."""
     count = rows.shape[0]
     kind: list[Kind | None] = [None] * count
     refused = np.zeros(count, dtype=bool)
@@ -584,7 +596,7 @@ def decide_rows(plan: Plan, rows: Ints, memo: GpuMemo, mix: WorkloadMix | None =
     if bound is not None:
         refuse(plan.counts[chosen] > bound, Kind.MAX_NUMA_NODES)
     memory_index = chosen.copy()
-    if memory_sat is not None:
+    if memory_sat is not None and unit_memory:
         memory_index, memory_refused = _memory_choice(
             plan, chosen=chosen, preferred=has_preferred, memory_sat=memory_sat,
             free_ok=memory_free_ok, groups_allow=groups_allow,

@@ -802,3 +802,25 @@ def decide_pod(
         if run.allocate(container, mask, preferred) is None:
             return False, masks
     return True, masks
+
+
+def pod_memory(
+    node: Node, containers: Sequence[Container], policy: str
+) -> tuple[bool, dict[str, int]]:
+    """Scope `pod` without init containers: admission, and the memory manager's NUMA
+    nodes per container (0 for a container without memory), each container allocated
+    in turn with the pod's merged hint (`scope_pod.go`)."""
+    run = _PodRun.start(node)
+    cpus, memory, gpus = pod_request(containers)
+    mask, preferred, admit = merge(
+        run.providers(cpus, gpus, memory), list(node.numa_ids), policy, node.distances
+    )
+    if not admit:
+        return False, {}
+    chosen: dict[str, int] = {}
+    for container in containers:
+        got = run.allocate(container, mask, preferred)
+        if got is None:
+            return False, chosen
+        chosen[container.name] = got
+    return True, chosen
