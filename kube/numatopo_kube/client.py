@@ -676,27 +676,24 @@ class KubeClient:
     @api_call(("", "configmaps", "get"))
     async def get_configmap(self, namespace: str, name: str) -> Body | None:
         """The ConfigMap, or None when there is none."""
-        _path_names(namespace, name)
-        try:
-            found = await self._call(
-                f"get configmap {namespace}/{name}",
-                lambda: self.lightkube.get(_ConfigMap, name, namespace=namespace),
-                idempotent=True,
-            )
-        except KubeError as exc:
-            if exc.not_found:
-                return None
-            raise
-        return dict(found)
+        return await self._get_or_none(f"configmap {namespace}/{name}", _ConfigMap, name, namespace)
 
     @api_call(("apiextensions.k8s.io", "customresourcedefinitions", "get"))
     async def get_crd(self, name: str) -> Body | None:
         """The CustomResourceDefinition `name` (`<plural>.<group>`), or None."""
-        _path_names(None, name)
+        return await self._get_or_none(
+            f"CustomResourceDefinition {name}", _CustomResourceDefinition, name
+        )
+
+    async def _get_or_none(
+        self, what: str, resource: Any, name: str, namespace: str | None = None
+    ) -> Body | None:
+        """GET one object (names checked first); None when the API server has none."""
+        _path_names(namespace, name)
         try:
             found = await self._call(
-                f"get CustomResourceDefinition {name}",
-                lambda: self.lightkube.get(_CustomResourceDefinition, name),
+                f"get {what}",
+                lambda: self.lightkube.get(resource, name, namespace=namespace),
                 idempotent=True,
             )
         except KubeError as exc:
@@ -761,18 +758,7 @@ class KubeClient:
     @api_call(("numatopo.io", "numatopologies", "get"))
     async def get_numatopology(self, name: str) -> Body | None:
         """`Numatopology/<name>`, or None when there is none."""
-        _path_names(None, name)
-        try:
-            found = await self._call(
-                f"get {KIND}/{name}",
-                lambda: self.lightkube.get(_Numatopology, name),
-                idempotent=True,
-            )
-        except KubeError as exc:
-            if exc.not_found:
-                return None
-            raise
-        return dict(found)
+        return await self._get_or_none(f"{KIND}/{name}", _Numatopology, name)
 
     @api_call(("numatopo.io", "numatopologies", "list"))
     async def list_numatopologies(self) -> Listing:
@@ -886,18 +872,9 @@ class KubeClient:
     @api_call(("resource.k8s.io", "resourceclaims", "get"))
     async def get_resource_claim(self, namespace: str, name: str) -> Body | None:
         """`ResourceClaim` namespace/name, or None when there is none."""
-        _path_names(namespace, name)
-        try:
-            found = await self._call(
-                f"get resourceclaim {namespace}/{name}",
-                lambda: self.lightkube.get(_ResourceClaim, name, namespace=namespace),
-                idempotent=True,
-            )
-        except KubeError as exc:
-            if exc.not_found:
-                return None
-            raise
-        return dict(found)
+        return await self._get_or_none(
+            f"resourceclaim {namespace}/{name}", _ResourceClaim, name, namespace
+        )
 
     @api_call(("numatopo.io", "networktopologies", "list"))
     async def list_network_topologies(self) -> Listing:
