@@ -44,7 +44,7 @@ Nothing here mutates the caller's `NodeState`; the caller applies
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable, Mapping, Sequence
+from collections.abc import Callable, Container, Hashable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from typing import NamedTuple
 
@@ -699,30 +699,42 @@ def _memory_per_container(request: PodRequest, sizing: _Sizing) -> bool:
     return sum(1 for c in sizing.apps if sizing.needs[c.name].has_memory) > 1
 
 
+def _check_held(
+    kind: str,
+    held: Mapping[str, Sequence[Hashable]],
+    wanted: Mapping[str, int],
+    known: Container[Hashable],
+    free: Container[Hashable],
+) -> None:
+    """The devices of `kind` each app container holds for real (`held`) are as many as
+    it asks for (`wanted`), known on the node, free, and held by one container only."""
+    seen: set[Hashable] = set()
+    for name, devices in held.items():
+        count = wanted.get(name)
+        if count is None:
+            raise UnsatisfiableError(f"pinned {kind}s for {name}, which is no app container")
+        if len(devices) != count or len(set(devices)) != len(devices):
+            raise UnsatisfiableError(
+                f"container {name} holds {kind}s {list(devices)} but asks for {count}"
+            )
+        for device in devices:
+            if device not in known:
+                raise UnsatisfiableError(f"container {name} holds {kind} {device}, unknown here")
+            if device not in free or device in seen:
+                raise UnsatisfiableError(
+                    f"container {name} holds {kind} {device}, which is booked by another pod"
+                )
+            seen.add(device)
+
+
 def _check_pins(pins: Pinned, sizing: _Sizing, tables: Tables, state: NodeState) -> None:
     """Pinned GPUs must be what the pinned containers ask for, and free (the caller
     released the pod's own booking and settled anyone else's)."""
     if not pins:
         return
-    containers = {c.name: c for c in sizing.apps}
-    free = state.free_gpus()
-    seen: set[int] = set()
-    for name, gpus in pins.items():
-        container = containers.get(name)
-        if container is None:
-            raise UnsatisfiableError(f"pinned GPUs for {name}, which is no app container")
-        if len(gpus) != container.gpus or len(set(gpus)) != len(gpus):
-            raise UnsatisfiableError(
-                f"container {name} holds GPUs {list(gpus)} but asks for {container.gpus}"
-            )
-        for gpu in gpus:
-            if gpu not in tables.gpu_resource:
-                raise UnsatisfiableError(f"container {name} holds GPU {gpu}, unknown here")
-            if gpu not in free or gpu in seen:
-                raise UnsatisfiableError(
-                    f"container {name} holds GPU {gpu}, which is booked by another pod"
-                )
-            seen.add(gpu)
+    _check_held(
+        "GPU", pins, {c.name: c.gpus for c in sizing.apps}, tables.gpu_resource, state.free_gpus()
+    )
     unpinned = [c.name for c in sizing.apps if c.gpus and c.name not in pins]
     if unpinned:
         raise UnsatisfiableError(
@@ -776,26 +788,13 @@ def _nic_pins(
     if not pinned:
         return _NicPins()
     names = state.names if state.topology is topology else node_names(topology)
-    containers = {c.name: c for c in sizing.apps}
-    free, seen = state.free_nics(), set[str]()
-    by_container: dict[str, frozenset[int]] = {}
-    for name, nics in pinned.items():
-        container = containers.get(name)
-        if container is None:
-            raise UnsatisfiableError(f"pinned NICs for {name}, which is no app container")
-        if len(nics) != container.nics or len(set(nics)) != len(nics):
-            raise UnsatisfiableError(
-                f"container {name} holds NICs {list(nics)} but asks for {container.nics}"
-            )
-        for nic in nics:
-            if nic not in names.nic_position:
-                raise UnsatisfiableError(f"container {name} holds NIC {nic}, unknown here")
-            if nic not in free or nic in seen:
-                raise UnsatisfiableError(
-                    f"container {name} holds NIC {nic}, which is booked by another pod"
-                )
-            seen.add(nic)
-        by_container[name] = frozenset(names.nic_position[n] for n in nics)
+    _check_held(
+        "NIC", pinned, {c.name: c.nics for c in sizing.apps}, names.nic_position,
+        state.free_nics(),
+    )  # fmt: skip
+    by_container = {
+        name: frozenset(names.nic_position[n] for n in nics) for name, nics in pinned.items()
+    }
     unpinned = [c.name for c in sizing.apps if c.nics and c.name not in by_container]
     return _NicPins(
         by_container=by_container,
