@@ -9,6 +9,9 @@ with prose around it and the legend below. It reads
     rows     one per GPU, then one per NIC (NIC rows carry no affinity columns)
     legend   `NIC Legend:` lines `NIC0: mlx5_0` give NIC columns their device names
 
+Current drivers underline the header with terminal escape codes (`ESC[4m` ... `ESC[0m`)
+even when stdout is a file or a pipe; they are removed before reading.
+
 Cells: `X` (self), `NV#` (# bonded NVLinks), `PIX`, `PXB`, `PHB`, `NODE`, `SYS`, and
 `SOC`, the pre-2017 name of `SYS`.
 
@@ -56,6 +59,8 @@ _NVLINK_CELL = re.compile(r"^NV(\d+)$")
 _LEGEND_ENTRY = re.compile(r"^\s*(NIC\d+)\s*:\s*(\S+)\s*$")
 _PATH_CELLS = {p.value: p for p in PathType} | {"SOC": PathType.SYS}
 _NOT_APPLICABLE = {"N/A", "NA", "-"}
+# ANSI select-graphic-rendition sequences (underline on, reset): styling, not content.
+_TERMINAL_STYLE = re.compile(r"\x1b\[[0-9;]*m")
 
 
 @dataclass
@@ -82,7 +87,7 @@ def read_nvidia_smi_topo(path: Path) -> NumatopologySpec:
 
 def parse_nvidia_smi_topo(text: str) -> NumatopologySpec:
     """Parse `nvidia-smi topo -m` output (as pasted, fences and prose allowed)."""
-    matrix = _find_matrix(text)
+    matrix = _find_matrix(_TERMINAL_STYLE.sub("", text))
     gpu_columns = [c for c in matrix.columns if _GPU_COLUMN.match(c)]
     nic_columns = [c for c in matrix.columns if not _GPU_COLUMN.match(c)]
     missing = [c for c in gpu_columns if c not in matrix.rows]

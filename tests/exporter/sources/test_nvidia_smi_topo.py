@@ -68,6 +68,9 @@ def _links(name: str) -> dict[tuple[int, int], int]:
         ),
         pytest.param("tesla-p4-1gpu-numa-na_hami99.txt", 1, {0: "0-7"}, id="single-gpu-numa-na"),
         pytest.param(
+            "h200-1gpu-firecracker_numatopo.txt", 1, {0: "0-15"}, id="h200-real-driver-580"
+        ),
+        pytest.param(
             "v100-4gpu-nv2-odd-affinity_horovod288.txt",
             4,
             {0: "0,2,4,6,8,10,12,14,16,18,20,22,24,26,28,30,32,34,36,38"},
@@ -183,6 +186,20 @@ def test_old_soc_name_reads_as_sys() -> None:
 
     assert [PathType.SYS] == [p.path for p in spec.gpu_paths]
     assert [0, 1] == [g.numa for g in spec.gpus]
+
+
+def test_header_underlined_by_the_driver() -> None:
+    """Driver 580 underlines the header with terminal escape codes even into a file (the
+    real H200 capture): the matrix under them is read, not refused."""
+    raw = (TOPO / "h200-1gpu-firecracker_numatopo.txt").read_text()
+    assert "\tGPU0" not in raw  # the fixture holds the codes: `\t\x1b[4mGPU0...\x1b[0m`
+    assert "\x1b[4mGPU0" in raw
+
+    underlined = parse_nvidia_smi_topo(raw)
+    plain = parse_nvidia_smi_topo(raw.replace("\x1b[4m", "").replace("\x1b[0m", ""))
+
+    assert plain == underlined
+    assert [(0, 0)] == [(g.index, g.numa) for g in underlined.gpus]
 
 
 @pytest.mark.parametrize(

@@ -1,7 +1,11 @@
-"""The NVML reader. These tests replay recorded data; not yet proven on a real GPU.
+"""The NVML reader, replaying recordings of NVML's answers.
 
-The recordings in tests/fixtures/nvml/ are synthetic (tests/fixtures/nvml/synthesize.py),
-built to match the `nvidia-smi topo -m` matrices of real machines in tests/fixtures/topo/.
+`h200-1gpu-firecracker.json` was recorded on a real machine (one H200 in a Firecracker VM,
+`python -m numatopo_exporter.discovery.nvml --record`, tests/fixtures/captured/README.md);
+the reader's path on a real driver is the one those tests replay. The other recordings
+are synthetic (tests/fixtures/nvml/synthesize.py), built to match the `nvidia-smi topo -m`
+matrices of real machines in tests/fixtures/topo/: NVLinks, NVSwitches, MIG and failing
+GPUs are so far proven only against what those matrices say.
 """
 
 from __future__ import annotations
@@ -13,7 +17,7 @@ from typing import Any
 
 import pytest
 
-from numatopo_engine.model import PathType
+from numatopo_engine.model import Gpu, PathType
 from numatopo_exporter.discovery.errors import SourceUnavailableError
 from numatopo_exporter.discovery.nvidia_smi_topo import read_nvidia_smi_topo
 from numatopo_exporter.discovery.nvml import NO_DRIVER, read_nvml
@@ -32,6 +36,71 @@ def _links(reading: Any) -> dict[tuple[int, int], int]:
     return {(x.a, x.b): x.links for x in reading.gpu_links}
 
 
+REAL_H200 = "h200-1gpu-firecracker.json"
+
+
+def test_real_h200_reads_as_one_gpu_without_links() -> None:
+    """The real recording: one H200, no NVLink, no NUMA node from NVML, and no notice.
+
+    The VM's driver answers NotSupported for the NUMA node and for every one of the 36
+    NVLink states: features that are not there, not failures, so nothing to report.
+    """
+    reading = read_nvml(ReplayNvml.load(NVML / REAL_H200))
+
+    assert [
+        Gpu(
+            index=0,
+            uuid="GPU-e85e6fc9-cfd7-d117-a189-4ceead5d0b22",
+            pci_bus_id="0000:00:06.0",
+            numa=None,
+            vendor="nvidia",
+            model="NVIDIA H200",
+            memory_bytes=150754820096,
+            resource="nvidia.com/gpu",
+            mig_mode=False,
+        )
+    ] == reading.gpus
+    assert ([], [], []) == (reading.gpu_links, reading.gpu_paths, reading.notices)
+
+
+def test_real_h200_recording_answers_not_supported() -> None:
+    """What the test above relies on: the machine said NotSupported, and nothing failed."""
+    calls = _calls(REAL_H200)
+    errors = {
+        (call, key): answer["nvmlError"]
+        for call, answers in calls.items()
+        for key, answer in answers.items()
+        if isinstance(answer, dict) and "nvmlError" in answer
+    }
+
+    assert {"NotSupported"} == set(errors.values())
+    assert {("nvmlDeviceGetNumaNodeId", "0")} | {
+        ("nvmlDeviceGetNvLinkState", f"0,{link}") for link in range(36)
+    } == set(errors)
+    assert False is json.loads((NVML / REAL_H200).read_text())["synthetic"]
+
+
+def test_reader_asks_the_real_machine_only_what_it_answered(tmp_path: Path) -> None:
+    """Every call the reader makes now was made, and answered, on the real machine.
+
+    The replay answers a call it has no record of with NotSupported; a call the reader
+    started making since the recording would read as an absent feature and pass unseen.
+    """
+    recorded = _calls(REAL_H200)
+    out = tmp_path / "again.json"
+
+    record(ReplayNvml(recorded), out)
+    again = json.loads(out.read_text())["calls"]
+
+    unanswered = {
+        (call, key)
+        for call, answers in again.items()
+        for key in answers
+        if key not in recorded.get(call, {})
+    }
+    assert set() == unanswered
+
+
 @pytest.mark.parametrize(
     ("recording", "topo"),
     [
@@ -48,7 +117,7 @@ def _links(reading: Any) -> dict[tuple[int, int], int]:
     ],
 )
 def test_links_match_nvidia_smi_of_the_same_machine(recording: str, topo: str) -> None:
-    """Replays recorded data; not yet proven on a real GPU. Links equal the topo -m NV# cells."""
+    """Synthetic recording. Links equal the topo -m NV# cells."""
     reading = read_nvml(ReplayNvml.load(NVML / recording))
     spec = read_nvidia_smi_topo(FIXTURES / "topo" / topo)
 
@@ -59,7 +128,7 @@ def test_links_match_nvidia_smi_of_the_same_machine(recording: str, topo: str) -
 
 
 def test_nvswitch_links_lead_to_switches_not_gpus() -> None:
-    """Replays recorded data; not yet proven on a real GPU. No H100 link ends at a GPU."""
+    """Synthetic recording. No H100 link ends at a GPU."""
     calls = _calls("h100-8gpu-nvswitch.json")
     gpu_buses = {v["busId"] for v in calls["nvmlDeviceGetPciInfo"].values()}
     remote_buses = {v["busId"] for v in calls["nvmlDeviceGetNvLinkRemotePciInfo"].values()}
@@ -72,7 +141,7 @@ def test_nvswitch_links_lead_to_switches_not_gpus() -> None:
 
 
 def test_switch_links_pair_by_the_narrower_gpu() -> None:
-    """Replays recorded data; not yet proven on a real GPU. 12 of 18 links up: pairs at 12."""
+    """Synthetic recording. 12 of 18 links up: pairs at 12."""
     calls = copy.deepcopy(_calls("h100-8gpu-nvswitch.json"))
     for link in range(12, 18):
         calls["nvmlDeviceGetNvLinkState"][f"3,{link}"] = 0
@@ -84,7 +153,7 @@ def test_switch_links_pair_by_the_narrower_gpu() -> None:
 
 
 def test_gpu_fields() -> None:
-    """Replays recorded data; not yet proven on a real GPU."""
+    """Synthetic recording."""
     reading = read_nvml(ReplayNvml.load(NVML / "h100-8gpu-nvswitch.json"))
     gpu = reading.gpus[0]
 
@@ -100,7 +169,7 @@ def test_gpu_fields() -> None:
 
 
 def test_grace_numa_and_mig_enabled() -> None:
-    """Replays recorded data; not yet proven on a real GPU. NUMA when NVML knows it; MIG mode on."""
+    """Synthetic recording. NUMA when NVML knows it; MIG mode on."""
     calls = copy.deepcopy(_calls("pcie-4gpu-l40s.json"))
     calls["nvmlDeviceGetNumaNodeId"]["1"] = 1
     calls["nvmlDeviceGetMigMode"]["2"] = [1, 1]
@@ -112,7 +181,7 @@ def test_grace_numa_and_mig_enabled() -> None:
 
 
 def test_pcie_only_box() -> None:
-    """Replays recorded data; not yet proven on a real GPU. No NVLink: PCIe paths only."""
+    """Synthetic recording. No NVLink: PCIe paths only."""
     reading = read_nvml(ReplayNvml.load(NVML / "pcie-4gpu-l40s.json"))
 
     assert [] == reading.gpu_links
@@ -123,7 +192,7 @@ def test_pcie_only_box() -> None:
 
 
 def test_one_failing_gpu_is_listed_with_a_notice() -> None:
-    """Replays recorded data; not yet proven on a real GPU. GPU 5 fell off the bus mid-read."""
+    """Synthetic recording. GPU 5 fell off the bus mid-read."""
     calls = copy.deepcopy(_calls("h100-8gpu-nvswitch.json"))
     lost = {"nvmlError": "GpuIsLost"}
     for call in ("nvmlDeviceGetUUID", "nvmlDeviceGetPciInfo", "nvmlDeviceGetMemoryInfo"):
@@ -144,7 +213,7 @@ def test_one_failing_gpu_is_listed_with_a_notice() -> None:
 
 
 def test_handle_failure_keeps_the_index() -> None:
-    """Replays recorded data; not yet proven on a real GPU."""
+    """Synthetic recording."""
     calls = copy.deepcopy(_calls("pcie-4gpu-l40s.json"))
     calls["nvmlDeviceGetHandleByIndex"]["2"] = {"nvmlError": "NoPermission"}
 
@@ -166,7 +235,7 @@ def test_handle_failure_keeps_the_index() -> None:
     ],
 )
 def test_no_driver_is_a_clear_notice(error: str, message: str) -> None:
-    """Replays recorded data; not yet proven on a real GPU."""
+    """Synthetic recording."""
     calls = {"nvmlInit": {"": {"nvmlError": error}}}
 
     with pytest.raises(SourceUnavailableError) as caught:
@@ -183,7 +252,7 @@ def test_real_pynvml_without_driver_on_this_machine() -> None:
 
 
 def test_recorder_captures_exactly_what_the_reader_needs(tmp_path: Path) -> None:
-    """Replays recorded data; not yet proven on a real GPU. A recorded replay replays the same."""
+    """Synthetic recording. A recorded replay replays the same."""
     source = ReplayNvml.load(NVML / "dgx1-v100-8gpu-cube-mesh.json")
     out = tmp_path / "recorded.json"
 
