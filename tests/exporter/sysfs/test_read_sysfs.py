@@ -112,6 +112,14 @@ def test_every_tree_reads_as_a_spec(tree_id: str, sysfs_tree: TreeOf) -> None:
             id="nvidia-3d-controller-but-not-virtio-gpu",
         ),
         pytest.param(
+            "16intel64-1n16c+h200+firecracker",
+            lambda s: (gpus(s), s.numa_node(0).memory_bytes),
+            ([(0, "0000:00:06.0", 0, "nvidia", "nvidia.com/gpu")], 4550128 * 1024),
+            # The VM's /proc/meminfo says 131981020 kB; node0/meminfo, which the
+            # kubelet's memory manager and lstopo read too, says 4550128 kB.
+            id="vm-gpu-numa-node-minus-one-and-node-meminfo-not-proc-meminfo",
+        ),
+        pytest.param(
             "linux-amd64-61797caf7c0b6bca1725ad7975ed4773",
             lambda s: (gpus(s), s.numa_node(0).memory_bytes),
             ([(0, "0000:0a:00.0", 0, "amd", "amd.com/gpu")], 32777916 * 1024),
