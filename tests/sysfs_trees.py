@@ -1,7 +1,8 @@
 """The real sysfs trees checked in under `tests/fixtures/sysfs/`, and their safe extraction.
 
-hwloc's and ghw's gathered `/sys` + `/proc` snapshots of real machines, compressed; the
-sysfs reader's tests and the integration tests both unpack them through this module.
+hwloc's, ghw's and numatopo's own (scripts/capture_sysfs.py) gathered `/sys` + `/proc`
+snapshots of real machines, compressed; the sysfs reader's tests and the integration
+tests both unpack them through this module.
 """
 
 from __future__ import annotations

@@ -1,6 +1,7 @@
 """NVIDIA GPUs, NVLinks and PCIe path classes from the driver, through NVML (pynvml).
 
-Tested by replaying recorded data (`nvml_recording`); not yet proven on a real GPU.
+Tested by replaying recorded data (`nvml_recording`): a real H200 node's recording (one
+GPU, NUMA node and NVLink NotSupported) and synthetic ones for NVLink, NVSwitch and MIG.
 Record a real machine with `python -m numatopo_exporter.discovery.nvml --record OUT.json`
 and drop the file into `tests/fixtures/nvml/` to make it part of the suite.
 

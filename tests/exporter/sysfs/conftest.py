@@ -1,7 +1,7 @@
 """Real sysfs trees, their lstopo references, and a builder for hand-made trees.
 
-The trees are hwloc's and ghw's gathered `/sys` + `/proc` snapshots of real machines,
-checked in compressed under `tests/fixtures/sysfs/` and extracted once per session.
+The trees are hwloc's, ghw's and numatopo's gathered `/sys` + `/proc` snapshots of real
+machines, checked in compressed under `tests/fixtures/sysfs/` and extracted once per session.
 The lstopo references under `tests/fixtures/lstopo/` are what
 `HWLOC_FSROOT=<tree> HWLOC_THISSYSTEM=0 lstopo-no-graphics --of xml --whole-io -`
 printed for each tree, with the lines naming the machine that ran lstopo removed.
@@ -94,9 +94,20 @@ def write_reference(tree_id: str, xml: bytes) -> None:
 
 
 @pytest.fixture(scope="session")
-def lstopo_reference() -> Callable[[str], bytes]:
-    """The checked-in lstopo XML of a tree."""
-    return read_reference
+def lstopo_reference(sysfs_tree: Callable[[str], Path]) -> Callable[[str], bytes]:
+    """The checked-in lstopo XML of a tree.
+
+    With NUMATOPO_REGENERATE_LSTOPO=1, a tree that has none yet (one just added) gets it
+    from the installed lstopo first, so that the regeneration command also adds trees.
+    """
+    regenerate = os.environ.get("NUMATOPO_REGENERATE_LSTOPO") == "1"
+
+    def reference(tree_id: str) -> bytes:
+        if regenerate and not reference_path(tree_id).exists():
+            write_reference(tree_id, run_lstopo(sysfs_tree(tree_id)))
+        return read_reference(tree_id)
+
+    return reference
 
 
 @pytest.fixture(scope="session")
