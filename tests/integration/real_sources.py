@@ -13,6 +13,7 @@ Kinds:
   nvml         an NVML recording replayed onto a two-socket sysfs tree (no GPU there,
                so every GPU's NUMA node is unknown: the case of an x86 driver that
                does not report it)
+  node         a machine numatopo ran on: its sysfs tree with its own NVML recording
   combined     hwloc XML + nvidia-smi topo of one node, merged offline
   kubelet      a source plus a real kubelet config with reservedSystemCPUs
 """
@@ -112,6 +113,11 @@ def _catalogue() -> dict[str, Source]:
         for path in sorted(NVML.glob("*.json"))
     ]
     sources += [
+        Source(
+            id="node:h200-1gpu-firecracker",
+            tree="16intel64-1n16c+h200+firecracker",
+            nvml="h200-1gpu-firecracker.json",
+        ),
         Source(
             id="combined:32em64t-2n8c2t-pci-normalio+v100-4gpu-nv2",
             hwloc_xml="32em64t-2n8c2t-pci-normalio.xml",

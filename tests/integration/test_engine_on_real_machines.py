@@ -25,7 +25,7 @@ from placement_checks import (
     check_within_node,
 )
 from pod_manifests import pod_manifests
-from real_sources import SOURCE_IDS, SOURCES, offline_cpus
+from real_sources import NVML_HOST_TREE, SOURCE_IDS, SOURCES, offline_cpus
 
 from numatopo_engine.allocation import allocate, evaluate
 from numatopo_engine.annotations import PolicyName
@@ -182,7 +182,9 @@ def test_a_node_full_of_pods_never_holds_a_reserved_cpu(
 
 
 @pytest.mark.parametrize("policy", [PolicyName.BEST_EFFORT, PolicyName.NONE])
-@pytest.mark.parametrize("source_id", [s for s in SOURCE_IDS if SOURCES[s].nvml])
+@pytest.mark.parametrize(
+    "source_id", [s for s in SOURCE_IDS if SOURCES[s].nvml and SOURCES[s].tree == NVML_HOST_TREE]
+)
 def test_gpus_of_unknown_numa_are_all_assignable(
     real_topology: Callable[[str], Numatopology], source_id: str, policy: PolicyName
 ) -> None:
