@@ -9,7 +9,7 @@ Kept: what numatopo's sysfs reader and hwloc's lstopo read to describe the node 
 and their caches, NUMA nodes with memory, distances and huge pages, PCI devices with
 their class, ids, link and locality, network and RDMA devices), `/proc/meminfo` and
 `/proc/cpuinfo`, and the symlinks that tie them together. Left out: everything else,
-notably DMI tables (serial numbers), device drivers' own attributes and statistics.
+notably DMI tables (serial numbers), MAC addresses and GUIDs, drivers' own attributes.
 File owners and times are zeroed: capturing an unchanged node twice gives the same bytes.
 numatopo reads the archive as it reads the node; lstopo may not where the capturing
 process was confined to a cpuset cgroup (not gathered: the archive is the whole node)
@@ -52,8 +52,8 @@ PCI_FILES = re.compile(
     r"class|vendor|device|subsystem_vendor|subsystem_device|revision|config"
     r"|numa_node|local_cpulist|local_cpus|cpulistaffinity|cpuaffinity"
     r"|(current|max)_link_(speed|width)"
-    r"|address|dev_id|dev_port|type|operstate|phys_port_name"
-    r"|node_guid|node_type|link_layer|state|phys_state|rate"
+    r"|dev_id|dev_port|type|operstate|phys_port_name"
+    r"|node_type|link_layer|state|phys_state|rate"
 )
 # Links that lead out of what is gathered (drivers, buses, firmware, memory blocks):
 # dangling in the archive and read by no one.

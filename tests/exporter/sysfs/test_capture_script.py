@@ -59,8 +59,8 @@ def test_captured_tree_reads_the_same(
 def test_leaves_out_what_is_no_topology(
     tree_copy: TreeOf, tmp_path: Path, capture_sysfs: ModuleType
 ) -> None:
-    """Serial numbers, drivers and links to the gathering host stay behind; the same
-    node gathered twice is the same bytes."""
+    """Serial numbers, MAC addresses, drivers and links to the gathering host stay behind;
+    the same node gathered twice is the same bytes."""
     root = tree_copy(H200)
     dmi = root / "sys/class/dmi/id"
     dmi.mkdir(parents=True)
@@ -77,7 +77,9 @@ def test_leaves_out_what_is_no_topology(
     assert "sys/bus/pci/devices/0000:00:06.0" in names
     assert "sys/devices/pci0000:00/0000:00:06.0/numa_node" in names
     assert set() == {name for name in names if "dmi" in name or "host-link" in name}
-    assert set() == {name for name in names if os.path.basename(name) == "driver"}
+    assert "sys/devices/pci0000:00/0000:00:03.0/virtio2/net/eth0/operstate" in names
+    assert (root / "sys/devices/pci0000:00/0000:00:03.0/virtio2/net/eth0/address").exists()
+    assert set() == {n for n in names if os.path.basename(n) in ("driver", "address")}
     assert first.read_bytes() == second.read_bytes()
 
 
