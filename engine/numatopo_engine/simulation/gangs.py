@@ -52,7 +52,6 @@ from collections import Counter
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from itertools import pairwise
-from typing import Any
 
 from numatopo_engine.allocation import Engine, allocate
 from numatopo_engine.annotations import Assignment, PolicyName
@@ -177,9 +176,6 @@ class GangStrategyResult:
     preferred_domain_share: float | None = None  # of placed multi-node jobs, with a preference
     kept_share: float | None = None  # of placed multi-node jobs, with a cap or slices
 
-    def to_dict(self) -> dict[str, Any]:
-        return dict(self.__dict__)
-
 
 @dataclass(frozen=True)
 class GroupOptions:
@@ -211,11 +207,6 @@ class GangResult:
     size_histogram: dict[int, int] = field(default_factory=dict)
     too_big: int = 0  # jobs that do not fit the empty cluster under the constraint, left out
     strategies: list[GangStrategyResult] = field(default_factory=list)
-
-    def to_dict(self) -> dict[str, Any]:
-        out = {k: v for k, v in self.__dict__.items() if k != "strategies"}
-        out["strategies"] = [s.to_dict() for s in self.strategies]
-        return out
 
 
 Placer = Callable[["_Run", GangJob, list[Member]], dict[str, Assignment] | None]
