@@ -154,7 +154,9 @@ def run(args: argparse.Namespace) -> int:
         levels = _levels(args)
         cluster = _cluster(args)
         try:
-            candidates = cluster.candidates(progress_bar("nodes read"))
+            # A generated cluster's nodes get their own names, as a real cluster's have.
+            named = args.cluster is None
+            candidates = cluster.candidates(progress_bar("nodes read"), named=named)
         except ValueError as exc:
             raise InputError(f"--cluster: {exc}") from None
         tree = cluster.tree(levels)

@@ -227,7 +227,7 @@ class _Run:
         self.options = options
         self.in_preferred: list[bool] = []
         self.kept: list[bool] = []
-        self.nodes = cluster.candidates()
+        self.nodes = cluster.candidates(named=True)
         self.by_name = sorted(self.nodes)
         self.required = required
         self.clock = clock
