@@ -1,8 +1,11 @@
 """Group placement through the real operator: kopf over HTTP against kmock's emulator.
 
-The cluster: `--nodes` 8x H100 nodes (the conftest's spec), labelled into leaves of
-`--leaf` nodes, blocks of four leaves, one spine, with a NetworkTopology of the three
-layers. Three measurements per repeat, each on a fresh emulator and operator:
+The cluster: `--nodes` 8-GPU nodes of four shapes in turn (the conftest's 8x H100
+NVSwitch; DGX-1 V100, 8x L40S PCIe and AWS p4d from tests/fixtures/topologies), each
+with its own name, GPU UUIDs and bus ids as its exporter publishes them
+(`simulation.fleet.build_fleet`), labelled into leaves of `--leaf` nodes, blocks of four
+leaves, one spine, with a NetworkTopology of the three layers. Three measurements per
+repeat, each on a fresh emulator and operator:
 
   baseline   `--members` ordinary 8-GPU pods already bound to distinct nodes: time
              from the last pod created to every one `Assigned` (the assigner path)
@@ -34,7 +37,8 @@ from pathlib import Path
 from typing import Any
 
 REPO = Path(__file__).resolve().parent.parent
-sys.path[:0] = [str(REPO), str(REPO / "engine"), str(REPO / "operator"), str(REPO / "kube")]
+# tests/ too: the controller conftest imports its helpers (signing_keys) from there.
+sys.path[:0] = [str(REPO / p) for p in ("", "tests", "engine", "operator", "kube")]
 
 import kmock  # noqa: E402
 from tests.controller.conftest import (  # noqa: E402
@@ -48,6 +52,8 @@ from tests.controller.conftest import (  # noqa: E402
 
 from numatopo_cli.progress import progress_bar  # noqa: E402
 from numatopo_engine import annotations as keys  # noqa: E402
+from numatopo_engine.model import Numatopology  # noqa: E402
+from numatopo_engine.simulation.fleet import build_fleet, node_name  # noqa: E402
 
 LEVELS = [
     "topology.k8s.aws/network-node-layer-1",
@@ -69,21 +75,27 @@ async def until(check: Callable[[], bool], timeout: float = 120.0) -> float:
     return time.perf_counter() - started
 
 
-def node_name(i: int) -> str:
-    return f"node-{i:04d}"
+FIXTURES = ("dgx1-v100", "pcie-8gpu", "aws-p4d")
+
+
+def shapes() -> list[Any]:
+    folder = REPO / "tests" / "fixtures" / "topologies"
+    return [h100_spec()] + [
+        Numatopology.model_validate_json((folder / f"{name}.json").read_text()).spec
+        for name in FIXTURES
+    ]
 
 
 async def build(cluster: Cluster, nodes: int, leaf: int) -> None:
-    spec = h100_spec()
-    for i in range(nodes):
+    for i, (name, spec) in enumerate(build_fleet(shapes(), nodes)):
         leaf_no, block_no = i // leaf, i // (leaf * 4)
         labels = {
             LEVELS[0]: "spine-0",
             LEVELS[1]: f"block-{block_no}",
             LEVELS[2]: f"leaf-{leaf_no}",
         }
-        await cluster.create_node(node_name(i), labels)
-        await cluster.create_numatopology(numatopology(node_name(i), spec))
+        await cluster.create_node(name, labels)
+        await cluster.create_numatopology(numatopology(name, spec))
     await cluster.create_network_topology("default", LEVELS)
 
 

@@ -26,7 +26,7 @@ import statistics
 import time
 from collections.abc import Callable
 
-from numatopo_cli.commands.simulate import default_shapes
+from numatopo_cli.commands.simulate.files import default_shapes
 from numatopo_engine.allocation import Engine, allocate
 from numatopo_engine.annotations import PolicyName
 from numatopo_engine.domains import DomainTree, Member, NodeCandidate, place_group

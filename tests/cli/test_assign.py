@@ -82,12 +82,20 @@ def booked(*gpus: int, pod: str = "ml/other", nics: tuple[str, ...] = ()) -> dic
     return {"pod": pod, "assignment": {"node": NODE_NAME, "containers": held}}
 
 
+HEADER = {"apiVersion": "cli.numatopo.io/v1", "kind": "AssignReport"}
+
+
 def engine_answer(pod: Path, *, node_name: str = NODE_NAME) -> dict[str, Any]:
     """What the engine itself decides for `pod` on the empty DGX, in the command's JSON."""
     spec = Numatopology.model_validate(json.loads(NODE.read_text())).spec
     request = request_from_pod(yaml.safe_load(pod.read_text()), DEFAULT_RESOURCES)
     decision = allocate(spec, NodeState(spec), request, node_name)
-    return {"fits": True, "assignment": decision.assignment.to_wire(), "score": decision.score}
+    return {
+        **HEADER,
+        "fits": True,
+        "assignment": decision.assignment.to_wire(),
+        "score": decision.score,
+    }
 
 
 class TestAnswer:
@@ -121,6 +129,7 @@ class TestAnswer:
 
         assert (1, "") == (code, err)
         assert {
+            **HEADER,
             "fits": False,
             "reason": "best-effort: 1 GPUs requested, more than the node has free "
             "(0 GPUs free in all; NUMA 0: 22 CPUs, 188Gi memory, 0 GPUs free; "

@@ -99,8 +99,11 @@ def test_group_that_does_not_fit(capsys: pytest.CaptureFixture[str], cluster: Pa
 def test_json_output(capsys: pytest.CaptureFixture[str], cluster: Path) -> None:
     code, out, _ = run(capsys, "--cluster", cluster, "--levels", f"{RACK},{HOST}", "-o", "json")
     assert code == 0
-    rows = json.loads(out)
-    assert rows[0] == {
+    report = json.loads(out)
+    assert (report["apiVersion"], report["kind"]) == ("cli.numatopo.io/v1", "DomainsReport")
+    assert report["levels"] == [RACK, HOST]
+    assert report["placement"] is None
+    assert report["domains"][0] == {
         "depth": 0,
         "level": RACK,
         "name": "r0",

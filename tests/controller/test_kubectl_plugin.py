@@ -7,10 +7,15 @@ own code; the answers are checked against what the operator decided.
 from __future__ import annotations
 
 import asyncio
+import json
 from pathlib import Path
+from typing import TypeVar
+
+import jsonschema
 
 import signing_keys
 from numatopo_cli.kubectl.reports import ExplainReport, NodesReport, TopReport
+from numatopo_cli.reports import Report
 from numatopo_engine import annotations as keys
 
 from .conftest import Env, make_pod
@@ -24,6 +29,16 @@ from .kubectl_scene import (
     free_name,
     run_plugin,
 )
+
+R = TypeVar("R", bound=Report)
+
+
+def checked(out: str, model: type[R]) -> R:
+    """The report, after its JSON validated against the model's schema: every field
+    written, none the model does not define (docs/operations.md, "-o json")."""
+    schema = model.model_json_schema(mode="serialization", by_alias=True)
+    jsonschema.Draft202012Validator(schema).validate(json.loads(out))
+    return model.model_validate_json(out)
 
 
 async def _scene(env: Env, tmp_path: Path) -> tuple[list[str], list[str]]:
@@ -42,7 +57,7 @@ async def test_nodes_shows_free_and_total_per_numa(env: Env, tmp_path: Path) -> 
         *flags, "nodes", "-o", "json", "--svg", str(tmp_path / "c.svg")
     )
     assert code == 0, err
-    report = NodesReport.model_validate_json(out)
+    report = checked(out, NodesReport)
     rows = {row.node: row for row in report.nodes}
     assert report.signatures_checked
     busy, free = rows[busy_name(0)], rows[free_name(0)]
@@ -74,7 +89,7 @@ async def test_explain_counts_refusals_as_the_extender_does(env: Env, tmp_path: 
 
     code, out, err = await run_plugin(*flags, "explain", "big-job", "-o", "json")
     assert code == 0, err
-    report = ExplainReport.model_validate_json(out)
+    report = checked(out, ExplainReport)
     assert report.nodes == 7
     assert report.node_name == ""
     assert report.wants_topology
@@ -115,7 +130,7 @@ async def test_explain_shows_the_domain_search_of_the_pods_group(env: Env, tmp_p
 
     code, out, err = await run_plugin(*flags, "explain", "fits-0", "-o", "json")
     assert code == 0, err
-    search = ExplainReport.model_validate_json(out).group
+    search = checked(out, ExplainReport).group
     assert search is not None
     assert (search.group, search.members, search.placed) == ("default/fits", 2, True)
     assert sum(search.nodes.values()) == 2
@@ -123,7 +138,7 @@ async def test_explain_shows_the_domain_search_of_the_pods_group(env: Env, tmp_p
 
     code, out, err = await run_plugin(*flags, "explain", "huge-0", "-o", "json")
     assert code == 0, err
-    search = ExplainReport.model_validate_json(out).group
+    search = checked(out, ExplainReport).group
     assert search is not None
     assert (search.members, search.placed) == (1, False), search
     assert search.reason, search
@@ -151,7 +166,7 @@ async def test_top_lists_holders_per_node_and_namespace(env: Env, tmp_path: Path
     pods, flags = await _scene(env, tmp_path)
     code, out, err = await run_plugin(*flags, "top", "-o", "json")
     assert code == 0, err
-    report = TopReport.model_validate_json(out)
+    report = checked(out, TopReport)
     assert sorted(b.pod for b in report.bookings) == sorted(f"default/{p}" for p in pods)
     on_first = [b for b in report.bookings if b.node == busy_name(0)]
     assert sorted(g for b in on_first for g in b.gpus) == list(range(8))

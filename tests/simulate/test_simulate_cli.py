@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import importlib.util
 import json
 from pathlib import Path
 
@@ -103,9 +104,9 @@ def test_plot_into_a_missing_directory_fails_before_the_replay(tmp_path: Path, c
 
 def test_plot_without_matplotlib_says_how_to_install_it(monkeypatch, capsys):
     """Without the `plot` extra the error comes at once, with the install command."""
-    real = command.importlib.util.find_spec
+    real = importlib.util.find_spec
     monkeypatch.setattr(
-        command.importlib.util,
+        importlib.util,
         "find_spec",
         lambda name, *a: None if name == "matplotlib" else real(name, *a),
     )

@@ -138,4 +138,4 @@ def test_replay_is_deterministic_for_a_seed(sampled, trace_nodes, trace_pods, to
         nodes, workload, topology_map, strategies=["numatopo", "best-fit", "first-fit"], seed=42
     )
 
-    assert first.to_dict() == again.to_dict()
+    assert first == again

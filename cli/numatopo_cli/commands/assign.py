@@ -9,9 +9,10 @@ Inputs (JSON or YAML; a file ending in `.json` must be JSON):
                     `{"pod": "ns/name", "assignment": ...}`; an entry for POD itself is
                     dropped, so the pod is placed afresh
 
-Output on stdout, `-o json` (the default):
-  {"fits": true, "assignment": {...}, "score": N}   exit 0
-  {"fits": false, "reason": "..."}                  exit 1
+Output on stdout, `-o json` (the default; `numatopo_cli.reports.assign.AssignReport`):
+  {"apiVersion": "cli.numatopo.io/v1", "kind": "AssignReport",
+   "fits": true, "assignment": {...}, "score": N}            exit 0
+  {"apiVersion": ..., "kind": ..., "fits": false, "reason": "..."}   exit 1
 `-o text` prints the same as a short summary. Invalid input (an unreadable or
 malformed file, a node that does not validate, a pod with invalid annotations or
 resources, allocations that double-book the node) prints nothing on stdout and
@@ -31,6 +32,7 @@ from typing import Any
 import pydantic
 import yaml
 
+from numatopo_cli.reports.assign import AssignReport
 from numatopo_engine import allocation
 from numatopo_engine.annotations import Assignment
 from numatopo_engine.errors import InvalidRequestError, UnsatisfiableError
@@ -172,24 +174,24 @@ def _one_line(text: str) -> str:
 
 def decide(
     topology: NumatopologySpec, state: NodeState, request: PodRequest, node_name: str
-) -> dict[str, Any]:
-    """The JSON answer: fits with assignment and score, or does not fit with the reason."""
+) -> AssignReport:
+    """The answer: fits with assignment and score, or does not fit with the reason."""
     try:
         decision = allocation.allocate(topology, state, request, node_name)
     except UnsatisfiableError as exc:
-        return {"fits": False, "reason": exc.reason}
+        return AssignReport(fits=False, reason=exc.reason)
     except InvalidRequestError as exc:
         raise InputError(f"invalid pod: {exc}") from None
-    return {"fits": True, "assignment": decision.assignment.to_wire(), "score": decision.score}
+    return AssignReport(fits=True, assignment=decision.assignment, score=decision.score)
 
 
-def render_text(answer: Mapping[str, Any], request: PodRequest, node_name: str) -> str:
-    if not answer["fits"]:
-        return f"{request.key} does not fit on {node_name}: {answer['reason']}\n"
-    assignment = Assignment.model_validate(answer["assignment"])
+def render_text(answer: AssignReport, request: PodRequest, node_name: str) -> str:
+    assignment = answer.assignment
+    if assignment is None:
+        return f"{request.key} does not fit on {node_name}: {answer.reason}\n"
     numa = ",".join(map(str, assignment.numa_nodes)) or "-"
     lines = [
-        f"{request.key} fits on {assignment.node} (score {answer['score']}): "
+        f"{request.key} fits on {assignment.node} (score {answer.score}): "
         f"policy {assignment.policy.value}, NUMA nodes {numa}"
     ]
     for name, container in assignment.containers.items():
@@ -225,8 +227,8 @@ def run(args: argparse.Namespace) -> int:
     if args.output == "text":
         sys.stdout.write(render_text(answer, request, node_name))
     else:
-        sys.stdout.write(json.dumps(answer, indent=2) + "\n")
-    return 0 if answer["fits"] else 1
+        sys.stdout.write(answer.to_json())
+    return 0 if answer.fits else 1
 
 
 def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:

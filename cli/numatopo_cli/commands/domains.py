@@ -9,7 +9,8 @@ first); a generated cluster defaults to its own three levels.
 
 `--place N` asks numatopo's engine where a group of N pods (`--gpus` and `--cpus`
 each) would go, under `--required`/`--preferred` LEVEL and `--strategy`, and marks its
-ranks on the nodes. `--svg F` draws the tree.
+ranks on the nodes. `--svg F` draws the tree. `-o json` is
+`numatopo_cli.reports.domains.DomainsReport` (docs/operations.md, "-o json").
 """
 
 from __future__ import annotations
@@ -17,17 +18,27 @@ from __future__ import annotations
 import argparse
 import json
 import sys
+from dataclasses import asdict
 from pathlib import Path
 from typing import Any
 
 import yaml
 from pydantic import ValidationError
 
-from numatopo_cli.commands.simulate import InputError, default_shapes
+from numatopo_cli.commands.simulate.files import InputError, default_shapes
 from numatopo_cli.progress import progress_bar
 from numatopo_cli.render import domains as view
+from numatopo_cli.reports.domains import DomainRow, DomainsReport, GroupPlacementRow
 from numatopo_engine.annotations import PolicyName
-from numatopo_engine.domains import GroupPlacement, Member, NodeCandidate, place_group
+from numatopo_engine.domains import (
+    DomainTree,
+    GroupPlacement,
+    Member,
+    NodeCandidate,
+    describe_domain,
+    domain_fragmentation,
+    place_group,
+)
 from numatopo_engine.errors import UnsatisfiableError
 from numatopo_engine.groups import GroupSpec, Strategy, is_label_key
 from numatopo_engine.network_topology import NetworkTopology
@@ -112,12 +123,40 @@ def _place(
     return place_group(cluster.tree(levels), members, candidates, spec=spec)
 
 
+def _report(
+    tree: DomainTree,
+    candidates: dict[str, NodeCandidate],
+    nodes: bool,
+    placement: GroupPlacement | None,
+) -> DomainsReport:
+    rows = view.domain_rows(tree, candidates, nodes=nodes, placement=placement)
+    placed = None
+    if placement is not None:
+        placed = GroupPlacementRow(
+            domain=describe_domain(placement.level, placement.path),
+            members=len(placement.order),
+            nodes=len({a.node for a in placement.assignments.values()}),
+            neighbour_hops=round(placement.neighbour_hops, 4),
+        )
+    return DomainsReport(
+        levels=list(tree.levels),
+        domains=[DomainRow.model_validate(asdict(row)) for row in rows],
+        fragmentation={
+            level: round(value, 4)
+            for level, value in domain_fragmentation(tree, candidates).items()
+        },
+        placement=placed,
+    )
+
+
 def run(args: argparse.Namespace) -> int:
     try:
         levels = _levels(args)
         cluster = _cluster(args)
         try:
-            candidates = cluster.candidates(progress_bar("nodes read"))
+            # A generated cluster's nodes get their own names, as a real cluster's have.
+            named = args.cluster is None
+            candidates = cluster.candidates(progress_bar("nodes read"), named=named)
         except ValueError as exc:
             raise InputError(f"--cluster: {exc}") from None
         tree = cluster.tree(levels)
@@ -136,9 +175,7 @@ def run(args: argparse.Namespace) -> int:
         print(f"{PROG}: the group does not fit: {exc.reason}", file=sys.stderr)
         return 1
     if args.output == "json":
-        rows = view.domain_rows(tree, candidates, nodes=args.nodes, placement=placement)
-        json.dump([row.__dict__ for row in rows], sys.stdout, indent=2, default=list)
-        sys.stdout.write("\n")
+        sys.stdout.write(_report(tree, candidates, args.nodes, placement).to_json())
     else:
         sys.stdout.write(view.render_table(tree, candidates, nodes=args.nodes, placement=placement))
     return 0

@@ -1,15 +1,18 @@
 """The `-o json` formats of `kubectl numatopo`: one pydantic model each, the one definition.
 
 Stable: fields are only ever added (a reader ignores those it does not know); a change
-of meaning gets a new `apiVersion`. Documented in docs/operations.md ("kubectl numatopo").
+of meaning gets a new `apiVersion`. Documented field by field in docs/operations.md
+("`-o json`"); the base (`numatopo_cli.reports.Report`) writes every field.
 """
 
 from __future__ import annotations
 
 from typing import Literal
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import ConfigDict, Field
 from pydantic.alias_generators import to_camel
+
+from numatopo_cli.reports import Report
 
 __all__ = [
     "API_VERSION",
@@ -26,9 +29,10 @@ __all__ = [
 API_VERSION = "kubectl.numatopo.io/v1"
 
 
-class _Report(BaseModel):
-    model_config = ConfigDict(alias_generator=to_camel, populate_by_name=True, frozen=True)
+class _Report(Report):
+    model_config = ConfigDict(alias_generator=to_camel)
 
+    # The plugin's main prints it: no newline of its own.
     def to_json(self) -> str:
         return self.model_dump_json(by_alias=True, indent=2)
 

@@ -52,7 +52,6 @@ from collections import Counter
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from itertools import pairwise
-from typing import Any
 
 from numatopo_engine.allocation import Engine, allocate
 from numatopo_engine.annotations import Assignment, PolicyName
@@ -177,9 +176,6 @@ class GangStrategyResult:
     preferred_domain_share: float | None = None  # of placed multi-node jobs, with a preference
     kept_share: float | None = None  # of placed multi-node jobs, with a cap or slices
 
-    def to_dict(self) -> dict[str, Any]:
-        return dict(self.__dict__)
-
 
 @dataclass(frozen=True)
 class GroupOptions:
@@ -212,11 +208,6 @@ class GangResult:
     too_big: int = 0  # jobs that do not fit the empty cluster under the constraint, left out
     strategies: list[GangStrategyResult] = field(default_factory=list)
 
-    def to_dict(self) -> dict[str, Any]:
-        out = {k: v for k, v in self.__dict__.items() if k != "strategies"}
-        out["strategies"] = [s.to_dict() for s in self.strategies]
-        return out
-
 
 Placer = Callable[["_Run", GangJob, list[Member]], dict[str, Assignment] | None]
 
@@ -236,7 +227,7 @@ class _Run:
         self.options = options
         self.in_preferred: list[bool] = []
         self.kept: list[bool] = []
-        self.nodes = cluster.candidates()
+        self.nodes = cluster.candidates(named=True)
         self.by_name = sorted(self.nodes)
         self.required = required
         self.clock = clock

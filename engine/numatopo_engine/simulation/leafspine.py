@@ -29,6 +29,7 @@ from pydantic import Field, model_validator
 from numatopo_engine.annotations import Assignment
 from numatopo_engine.domains import DomainTree, NodeCandidate
 from numatopo_engine.model import NumatopologySpec, WireModel
+from numatopo_engine.simulation.fleet import identify
 from numatopo_engine.simulation.layouts import TopologyMap, build_node_spec
 from numatopo_engine.simulation.trace import NodeRow
 from numatopo_engine.state import NodeState
@@ -75,16 +76,20 @@ class ClusterFile(WireModel):
         return self
 
     def candidates(
-        self, progress: Callable[[int, int], None] | None = None
+        self, progress: Callable[[int, int], None] | None = None, *, named: bool = False
     ) -> dict[str, NodeCandidate]:
         """Each node's hardware and state; raises ValueError naming a node whose
-        assignments double-book something. `progress(done, total)`: nodes read."""
+        assignments double-book something. `progress(done, total)`: nodes read.
+        `named`: each node its own GPU UUIDs and bus ids (`fleet.identify`), as on a real
+        cluster, for a generated cluster (a cluster file's shapes name nothing per node)."""
         out: dict[str, NodeCandidate] = {}
         total = len(self.nodes)
         for done, node in enumerate(self.nodes):
             if progress is not None and done % 64 == 0:
                 progress(done, total)
             topology = self.shapes[node.shape]
+            if named:
+                topology = identify(topology, node.name)
             state, rejected = NodeState.rebuild(topology, sorted(node.assignments.items()))
             if rejected:
                 raise ValueError(f"node {node.name!r}: {rejected[0]}")

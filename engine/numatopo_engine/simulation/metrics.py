@@ -34,7 +34,6 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 from math import comb
-from typing import Any
 
 from numatopo_engine.simulation.cluster import Cluster
 from numatopo_engine.simulation.strategies import Outcome, Placement
@@ -69,13 +68,6 @@ class StrategyResult:
     decision_ms_mean: float = 0.0
     decision_ms_p99: float = 0.0
     curve: list[list[float]] = field(default_factory=list)
-
-    def to_dict(self) -> dict[str, Any]:
-        out = dict(self.__dict__)
-        for key, value in out.items():
-            if isinstance(value, float):
-                out[key] = round(value, 4)
-        return out
 
 
 class Recorder:

@@ -10,7 +10,6 @@ from __future__ import annotations
 
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any
 
 from numatopo_engine.annotations import Assignment, ContainerAssignment, PolicyName
 from numatopo_engine.model import NumatopologySpec
@@ -40,11 +39,6 @@ class SimulationResult:
     multi_gpu_pods: int
     seed: int
     strategies: list[StrategyResult] = field(default_factory=list)
-
-    def to_dict(self) -> dict[str, Any]:
-        out = {k: v for k, v in self.__dict__.items() if k != "strategies"}
-        out["strategies"] = [s.to_dict() for s in self.strategies]
-        return out
 
 
 def _book(cluster: Cluster, pod: PodRow, placed: Placement) -> None:

@@ -1,4 +1,5 @@
-"""`numatopo simulate --multi-node`: multi-node jobs on a synthetic leaf/spine cluster.
+"""`numatopo simulate --multi-node`: multi-node jobs on a synthetic leaf/spine cluster;
+`-o json` is `numatopo_cli.reports.simulation.GangSimulationReport`.
 
 The cluster (`--layout BLOCKSxSPINESxLEAVESxNODES`) is built from the 8-GPU node shapes
 of the node list (`--nodes`, default the shipped Alibaba list, laid out by
@@ -15,17 +16,18 @@ import sys
 import time
 from pathlib import Path
 
-from numatopo_cli.commands.simulate import (
+from numatopo_cli.commands.simulate.files import (
     DEFAULT_MAP,
     DEFAULT_NODES,
     InputError,
-    _check_plot_target,
-    _csv_rows,
-    _open_text,
-    _read_topology_dir,
+    check_plot_target,
+    csv_rows,
+    open_text,
+    read_topology_dir,
     save_figure,
 )
 from numatopo_cli.progress import progress_bar
+from numatopo_cli.reports.simulation import gang_report
 from numatopo_engine.annotations import PolicyName
 from numatopo_engine.network_topology import HOSTNAME_LABEL
 from numatopo_engine.simulation import (
@@ -98,14 +100,14 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 def _shapes(args: argparse.Namespace) -> list[NodeShapeWeight]:
     if args.topology_dir is not None:
-        _, specs = _read_topology_dir(args.topology_dir)
+        _, specs = read_topology_dir(args.topology_dir)
         chosen = [(name, spec) for name, spec in sorted(specs.items()) if spec.gpus]
         if not chosen:
             raise InputError(f"--topology-dir {args.topology_dir}: no node with GPUs")
         return [NodeShapeWeight(name, spec, 1.0) for name, spec in chosen]
-    rows = parse_node_rows(_csv_rows(_open_text(args.nodes, DEFAULT_NODES)))
+    rows = parse_node_rows(csv_rows(open_text(args.nodes, DEFAULT_NODES)))
     try:
-        raw_map = json.loads(_open_text(args.topology_map, DEFAULT_MAP))
+        raw_map = json.loads(open_text(args.topology_map, DEFAULT_MAP))
     except json.JSONDecodeError as exc:
         raise InputError(f"--topology-map: not JSON ({exc})") from None
     try:
@@ -263,7 +265,7 @@ def write_plot(result: GangResult, path: Path) -> None:
 def run(args: argparse.Namespace) -> int:
     try:
         if args.plot is not None:
-            _check_plot_target(args.plot)
+            check_plot_target(args.plot)
         result = simulate_from_args(args)
         if args.plot is not None:
             write_plot(result, args.plot)
@@ -271,8 +273,7 @@ def run(args: argparse.Namespace) -> int:
         print(f"numatopo simulate: {exc}", file=sys.stderr)
         return 2
     if args.output == "json":
-        json.dump(result.to_dict(), sys.stdout, indent=2)
-        sys.stdout.write("\n")
+        sys.stdout.write(gang_report(result).to_json())
     else:
         sys.stdout.write(render_table(result))
     return 0

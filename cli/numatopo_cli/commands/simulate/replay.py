@@ -1,0 +1,240 @@
+"""`numatopo simulate` (one pod per node decision): replay a GPU-cluster trace under several
+placement strategies; `-o json` is `numatopo_cli.reports.simulation.SimulationReport`."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import time
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+from numatopo_cli.commands.simulate.files import (
+    DEFAULT_MAP,
+    DEFAULT_NODES,
+    DEFAULT_TRACE,
+    InputError,
+    check_plot_target,
+    csv_rows,
+    open_text,
+    read_topology_dir,
+    save_figure,
+)
+from numatopo_cli.progress import progress_bar
+from numatopo_cli.reports.simulation import simulation_report
+from numatopo_engine.annotations import PolicyName
+from numatopo_engine.model import NumatopologySpec
+from numatopo_engine.simulation import (
+    STRATEGIES,
+    Arrival,
+    SimulationResult,
+    TopologyMapError,
+    TraceError,
+    build_workload,
+    parse_node_rows,
+    parse_pod_rows,
+    parse_topology_map,
+    sample_nodes,
+    simulate,
+)
+from numatopo_engine.simulation.mig_pool import MigPoolError, apply_mig_pool
+from numatopo_engine.simulation.trace import GPU_MILLI
+
+
+def _strategies(values: Sequence[str] | None) -> list[str]:
+    if not values:
+        return list(STRATEGIES)
+    names: list[str] = []
+    for value in values:
+        for raw in value.split(","):
+            name = raw.strip()
+            if name not in STRATEGIES:
+                raise InputError(f"--scorer {name!r}: choose from {', '.join(STRATEGIES)}")
+            if name not in names:
+                names.append(name)
+    return names
+
+
+def _pct(value: float | None) -> str:
+    return "-" if value is None else f"{100 * value:.1f}%"
+
+
+def render_table(result: SimulationResult) -> str:
+    header = (
+        "STRATEGY",
+        "PLACED",
+        "FAILED",
+        "ADMIT-FAIL",
+        "ALLOC@1ST-FAIL",
+        "ALLOC-END",
+        "1-NUMA(ALIGNABLE)",
+        "BEST-LINKS",
+        "LINK-GB/S",
+        "CPU-GPU-NUMA",
+        "MS/POD",
+    )
+    rows = [header]
+    for s in result.strategies:
+        rows.append(
+            (
+                s.strategy,
+                str(s.placed),
+                str(s.failed),
+                str(s.admission_failures),
+                f"{s.alloc_pct_at_first_failure:.1f}%",
+                f"{s.alloc_pct_final:.1f}%",
+                _pct(s.alignable_single_numa_share),
+                _pct(s.best_bandwidth_share),
+                "-" if s.mean_link_gbps is None else f"{s.mean_link_gbps:.1f}",
+                _pct(s.cpu_gpu_colocated_share),
+                f"{s.decision_ms_mean:.2f}",
+            )
+        )
+    widths = [max(len(r[i]) for r in rows) for i in range(len(header))]
+    lines = [
+        "  ".join(cell.ljust(w) for cell, w in zip(r, widths, strict=True)).rstrip() for r in rows
+    ]
+    summary = (
+        f"{result.nodes} nodes, {result.gpus} GPUs; {result.pods} pods arrived "
+        f"({result.multi_gpu_pods} multi-GPU, {result.fractional_pods} fractional-GPU shared "
+        f"on counts, {result.cpu_only_pods} CPU-only); seed {result.seed}"
+    )
+    return "\n".join([summary, *lines]) + "\n"
+
+
+def write_plot(result: SimulationResult, path: Path) -> None:
+    """Allocation ratio over arrived workload per strategy, and the alignment shares."""
+    # Imported here: matplotlib is optional (the `plot` extra) and slow to import.
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, (curve, bars) = plt.subplots(
+        1, 2, figsize=(14, 5.5), gridspec_kw={"width_ratios": [1.1, 1]}
+    )
+    for s in result.strategies:
+        xs = [p[0] for p in s.curve]
+        ys = [p[1] for p in s.curve]
+        style = (
+            {"linewidth": 2.6, "color": "black"} if s.strategy == "numatopo" else {"linewidth": 1.4}
+        )
+        curve.plot(xs, ys, label=s.strategy, **style)
+    curve.plot([0, 100], [0, 100], color="grey", linestyle=":", linewidth=1)
+    curve.set_xlabel("arrived workload (% of cluster GPUs)")
+    curve.set_ylabel("GPUs allocated (% of cluster GPUs)")
+    curve.set_title("GPU allocation as the workload arrives")
+    curve.set_xlim(0, max((p[0] for s in result.strategies for p in s.curve), default=100))
+    curve.set_ylim(0, 100)
+    curve.grid(alpha=0.3)
+    curve.legend(loc="lower right", fontsize=9)
+    inset = curve.inset_axes((0.08, 0.55, 0.38, 0.38))
+    for line in curve.get_lines()[: len(result.strategies)]:
+        inset.plot(
+            line.get_xdata(),
+            line.get_ydata(),
+            color=line.get_color(),
+            linewidth=line.get_linewidth(),
+        )
+    inset.set_xlim(80, curve.get_xlim()[1])
+    inset.set_ylim(80, 100)
+    inset.set_title("zoom: 80-100%", fontsize=8)
+    inset.tick_params(labelsize=7)
+    inset.grid(alpha=0.3)
+
+    metrics = (
+        ("1 NUMA node\n(alignable multi-GPU)", "alignable_single_numa_share"),
+        ("best link set\n(multi-GPU)", "best_bandwidth_share"),
+        ("CPUs on GPUs'\nNUMA node", "cpu_gpu_colocated_share"),
+    )
+    width = 0.8 / max(1, len(result.strategies))
+    for i, s in enumerate(result.strategies):
+        values = [100 * (getattr(s, key) or 0.0) for _, key in metrics]
+        xs = [m + (i - (len(result.strategies) - 1) / 2) * width for m in range(len(metrics))]
+        color = "black" if s.strategy == "numatopo" else None
+        bars.bar(xs, values, width=width, label=s.strategy, color=color)
+    bars.set_xticks(range(len(metrics)), [label for label, _ in metrics])
+    bars.set_ylabel("% of pods")
+    bars.set_ylim(0, 105)
+    bars.set_title("Placement alignment (placed pods)")
+    bars.grid(axis="y", alpha=0.3)
+    bars.legend(fontsize=8, ncols=2, loc="upper center", bbox_to_anchor=(0.5, -0.12))
+    fig.suptitle(
+        f"numatopo simulate: {result.pods} pods on {result.nodes} nodes / {result.gpus} GPUs "
+        f"(seed {result.seed})"
+    )
+    save_figure(fig, path)
+
+
+def _run(args: argparse.Namespace) -> SimulationResult:
+    strategies = _strategies(args.scorer)
+    specs: Mapping[str, NumatopologySpec] | None = None
+    topology_map = None
+    if args.topology_dir is not None:
+        nodes, specs = read_topology_dir(args.topology_dir)
+    else:
+        nodes = parse_node_rows(csv_rows(open_text(args.nodes, DEFAULT_NODES)))
+        try:
+            raw_map: Any = json.loads(open_text(args.topology_map, DEFAULT_MAP))
+        except json.JSONDecodeError as exc:
+            raise InputError(f"--topology-map: not JSON ({exc})") from None
+        if not isinstance(raw_map, dict):
+            raise InputError("--topology-map: expected a JSON object")
+        topology_map = parse_topology_map(raw_map)
+    if args.sample_nodes:
+        nodes = sample_nodes(nodes, args.sample_nodes, seed=args.seed)
+    pods = parse_pod_rows(csv_rows(open_text(args.trace, DEFAULT_TRACE)))
+    workload = build_workload(
+        pods,
+        capacity_gpu_milli=sum(n.gpus for n in nodes) * GPU_MILLI,
+        tune=args.tune,
+        seed=args.seed,
+        arrival=Arrival(args.arrival),
+    )
+    if args.limit:
+        workload = workload[: args.limit]
+    if args.mig_pool is not None:
+        if topology_map is None:
+            raise InputError("--mig-pool splits nodes of the topology map, not --topology-dir")
+        try:
+            plan = apply_mig_pool(nodes, workload, topology_map, args.mig_pool, seed=args.seed)
+        except MigPoolError as exc:
+            raise InputError(str(exc)) from None
+        nodes, workload, topology_map = plan.nodes, plan.workload, plan.topology_map
+        args.mig_summary = plan.summary()
+    return simulate(
+        nodes,
+        workload,
+        topology_map,
+        specs=specs,
+        strategies=strategies,
+        seed=args.seed,
+        policy=PolicyName(args.policy),
+        clock=time.perf_counter,
+        progress=progress_bar("pods", force=args.progress),
+    )
+
+
+def run(args: argparse.Namespace) -> int:
+    try:
+        if args.plot is not None:
+            check_plot_target(args.plot)
+        result = _run(args)
+        if args.plot is not None:
+            write_plot(result, args.plot)
+    except (InputError, TraceError, TopologyMapError) as exc:
+        print(f"numatopo simulate: {exc}", file=sys.stderr)
+        return 2
+    mig = getattr(args, "mig_summary", None)
+    if args.output == "json":
+        sys.stdout.write(simulation_report(result, mig).to_json())
+    else:
+        if mig is not None:
+            sys.stdout.write(
+                f"MIG pool: {mig['nodes']} nodes split into {mig['devices']} {mig['resource']} "
+                f"devices (counted as GPUs below); {mig['pods']} fractional pods ask for one\n"
+            )
+        sys.stdout.write(render_table(result))
+    return 0

@@ -1,0 +1,32 @@
+"""The `-o json` formats of the `numatopo` commands: one pydantic model each, the one
+definition (the kubectl plugin's are in `numatopo_cli.kubectl.reports`).
+
+Stable: fields are only ever added (a reader ignores those it does not know); a change of
+meaning gets a new `apiVersion`. Every field is written, null where it has no value, so
+a reader never has to guess whether a missing key means "none" or "old version".
+Documented in docs/operations.md ("`-o json`"), field by field; a test holds the two
+together.
+"""
+
+from __future__ import annotations
+
+from pydantic import BaseModel, ConfigDict
+
+__all__ = ["API_VERSION", "Report"]
+
+API_VERSION = "cli.numatopo.io/v1"
+
+
+class Report(BaseModel):
+    # extra="forbid": a dict with a key the model does not know is refused, so nothing
+    # reaches the output around the model. The schema in serialization mode lists
+    # fields with defaults as required too: every field is always written.
+    model_config = ConfigDict(
+        populate_by_name=True,
+        frozen=True,
+        extra="forbid",
+        json_schema_serialization_defaults_required=True,
+    )
+
+    def to_json(self) -> str:
+        return self.model_dump_json(by_alias=True, indent=2) + "\n"
