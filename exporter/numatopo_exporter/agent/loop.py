@@ -32,11 +32,11 @@ from numatopo_exporter.agent.pod_resources import (
     list_allocatable,
     list_holdings,
 )
-from numatopo_exporter.daemon.backoff import Backoff
 from numatopo_exporter.discovery import kubelet
 from numatopo_exporter.discovery.errors import DiscoveryError
 from numatopo_exporter.steering.choice import InFlight
 from numatopo_kube import KubeClient, KubeError
+from numatopo_kube.backoff import Backoff
 
 __all__ = ["COMPONENT", "ENFORCING", "AgentLoop"]
 

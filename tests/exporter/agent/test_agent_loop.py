@@ -16,7 +16,7 @@ import pytest
 import signing_keys
 from numatopo_exporter.agent.feedback import ALIGNED
 from numatopo_exporter.agent.loop import AgentLoop
-from numatopo_exporter.daemon.backoff import Backoff
+from numatopo_kube.backoff import Backoff
 
 from ..conftest import NodeClient, pod_path
 from ..daemon.conftest import NODE

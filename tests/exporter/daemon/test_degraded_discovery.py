@@ -7,7 +7,7 @@ from pathlib import Path
 
 import kmock
 
-from numatopo_exporter.daemon.backoff import Backoff
+from numatopo_kube.backoff import Backoff
 from numatopo_exporter.daemon.loop import ExporterLoop
 from numatopo_exporter.daemon.publishing import Publisher
 from numatopo_exporter.daemon.serve import make_discovery_scan

@@ -11,7 +11,7 @@ import kmock
 import pytest
 
 from numatopo_engine.model import Gpu, NumaNode, NumatopologySpec
-from numatopo_exporter.daemon.backoff import Backoff
+from numatopo_kube.backoff import Backoff
 from numatopo_exporter.daemon.loop import ExporterLoop
 from numatopo_exporter.daemon.metrics import ExporterMetrics
 from numatopo_exporter.daemon.publishing import (

@@ -16,7 +16,7 @@ import kmock
 import pytest
 
 from numatopo_engine.model import NumatopologySpec
-from numatopo_exporter.daemon.backoff import Backoff
+from numatopo_kube.backoff import Backoff
 from numatopo_exporter.daemon.loop import ExporterLoop
 from numatopo_exporter.daemon.publishing import Publisher
 from numatopo_exporter.daemon.serve import make_discovery_scan
