@@ -33,11 +33,13 @@ def shared_claim(cpus: str) -> str:
 
 
 def internal_sizes(agent: AgentLoop) -> dict[str, int]:
+    """What the agent remembers: its pods, and how many carry each fact (public view)."""
+    tally = agent.pods.tally()
     return {
-        "pod_cache": len(agent.pod_cache),
-        "first_seen": len(agent._first_seen),
-        "enforced": len(agent._enforced),
-        "reported": len(agent._reported),
+        "pod_cache": tally["pods"],
+        "first_seen": tally["first_seen"],
+        "enforced": tally["enforced"],
+        "reported": tally["reported"],
     }
 
 
@@ -129,8 +131,8 @@ async def test_an_enforced_pod_that_leaves_is_forgotten(
     )
     task = asyncio.create_task(agent.run())
     try:
-        await wait_for(lambda: UID_A in agent._enforced, "pod a enforced")
-        assert 1 == len(agent._first_seen)
+        await wait_for(lambda: agent.pods.enforced(UID_A), "pod a enforced")
+        assert 1 == agent.pods.tally()["first_seen"]
         await client.request("DELETE", pod_path("default", "a"))
         await wait_for(lambda: not any(internal_sizes(agent).values()), "pod a forgotten")
     finally:
