@@ -31,7 +31,7 @@ from numatopo_exporter.agent.pod_records import PodRecords
 from numatopo_exporter.agent.pod_resources import Holdings
 from numatopo_exporter.agent.pods import PodAssignment, select_assignments
 from numatopo_exporter.agent.report import PodReporter
-from numatopo_exporter.agent.watch import PodWatch, take_event
+from numatopo_exporter.agent.watch import PodWatch
 from numatopo_exporter.discovery import kubelet
 from numatopo_exporter.steering.choice import InFlight
 from numatopo_kube import KubeClient
@@ -96,10 +96,6 @@ class AgentLoop:
         """Containers assigned GPUs the kubelet has not given yet (the steering plugin's
         candidates; read from its thread)."""
         return self.pods.in_flight
-
-    def handle_event(self, event_type: str, pod: dict[str, object]) -> bool:
-        """Take one watch event into the pod records; whether it changed anything."""
-        return take_event(self.pods, event_type, pod)
 
     async def watch_pods(self) -> None:
         """List, then watch, this node's pods; relist after any error. Runs until cancelled."""

@@ -70,22 +70,6 @@ class PodRecords:
     def views(self) -> list[PodView]:
         return [record.view for record in self._records.values()]
 
-    def tally(self) -> dict[str, int]:
-        """How many pods are remembered, and how many of them carry each fact (a
-        read-only view for metrics and tests)."""
-        records = self._records.values()
-        return {
-            "pods": len(self._records),
-            "first_seen": sum(r.first_seen is not None for r in records),
-            "enforced": sum(r.enforced is not None for r in records),
-            "reported": sum(r.reported is not None for r in records),
-        }
-
-    def enforced(self, uid: str) -> bool:
-        """Whether the pod's cpusets were enforced and verified by the last pass."""
-        record = self._records.get(uid)
-        return record is not None and record.enforced is not None
-
     # -- taking watch events -------------------------------------------------------------
 
     def take(self, view: PodView) -> None:
