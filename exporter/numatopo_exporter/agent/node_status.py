@@ -10,7 +10,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from numatopo_engine.model import GpuMode, UnhealthyDevices
-from numatopo_exporter.agent.report import now_text
+from numatopo_exporter.agent.feedback import now_text
 from numatopo_exporter.discovery import kubelet
 from numatopo_exporter.discovery.errors import DiscoveryError
 from numatopo_kube import KubeClient, KubeError

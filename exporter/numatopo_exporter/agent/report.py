@@ -7,7 +7,6 @@ a first enforcement, a restart re-enforced, a drift corrected, a new failure.
 
 from __future__ import annotations
 
-import datetime
 import logging
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -17,21 +16,17 @@ from typing import Any
 from numatopo_exporter.agent import cgroupfs, feedback, planning, pods
 from numatopo_exporter.agent.devices import GPU_MISMATCH, GPUS_UNVERIFIED
 from numatopo_exporter.agent.enforce import CgroupPass, PodOutcome
-from numatopo_exporter.agent.feedback import StatusPatch
+from numatopo_exporter.agent.feedback import StatusPatch, now_text
 from numatopo_exporter.agent.metrics import AgentMetrics
 from numatopo_exporter.agent.pod_records import Enforced, PodRecords
 from numatopo_kube import KubeClient, KubeError
 
-__all__ = ["PodReporter", "about", "now_text"]
+__all__ = ["PodReporter", "about"]
 
 # Reasons that are their own Event reason (others are announced as EnforcementFailed).
 _EVENT_REASONS = frozenset({GPU_MISMATCH, GPUS_UNVERIFIED})
 
 logger = logging.getLogger("numatopo.agent")
-
-
-def now_text(now: float) -> str:
-    return datetime.datetime.fromtimestamp(now, datetime.UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
 
 
 def about(regarding: dict[str, Any], *, kind: str) -> dict[str, str]:
