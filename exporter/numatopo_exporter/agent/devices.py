@@ -11,7 +11,7 @@ from pathlib import Path
 
 from pydantic import ValidationError
 
-from numatopo_engine.annotations import OBSERVED
+from numatopo_engine.annotations import OBSERVED, Observed
 from numatopo_engine.model import NumatopologySpec, UnhealthyDevices
 from numatopo_engine.resources import ResourceNames
 from numatopo_exporter.agent import follow, health, pods
@@ -134,7 +134,6 @@ class KubeletDevices:
             )
             verdict.reason = GPUS_UNVERIFIED
             return verdict
-        record = records.get(entry.uid)
         namespace, _, name = entry.key.partition("/")
         observed = follow.observe(
             assignment,
@@ -148,23 +147,34 @@ class KubeletDevices:
             verdict.pending = True
             return verdict
         if entry.observed != observed:
-            try:
-                await self.client.patch_pod_annotations(
-                    namespace, name, {OBSERVED: observed.to_annotation()}
-                )
-            except KubeError as exc:
-                logger.warning("writing %s of %s: %s", OBSERVED, entry.key, exc)
+            await self._write_observed(entry.key, observed)
         if observed.mismatched:
             words = follow.gpu_words(
                 observed, assignment, self.resources.is_gpu, self.resources.is_nic
             )
-            if record is None or record.mismatch_seq != assignment.seq:
-                if record is not None:
-                    record.mismatch_seq = assignment.seq
-                self.metrics.gpu_mismatches.inc()
-                logger.warning("%s: %s", entry.key, words)
+            self._count_mismatch(entry, records, words)
             verdict.problems.append(
                 f"{words}; the operator re-aligns CPUs and memory to the GPUs held"
             )
             verdict.reason = GPU_MISMATCH
         return verdict
+
+    async def _write_observed(self, key: str, observed: Observed) -> None:
+        namespace, _, name = key.partition("/")
+        try:
+            await self.client.patch_pod_annotations(
+                namespace, name, {OBSERVED: observed.to_annotation()}
+            )
+        except KubeError as exc:
+            logger.warning("writing %s of %s: %s", OBSERVED, key, exc)
+
+    def _count_mismatch(self, entry: pods.PodAssignment, records: PodRecords, words: str) -> None:
+        """Count and log a mismatch once per assignment (the pod stays mismatched for as
+        long as the operator takes to decide again)."""
+        record = records.get(entry.uid)
+        if record is not None and record.mismatch_seq == entry.assignment.seq:
+            return
+        if record is not None:
+            record.mismatch_seq = entry.assignment.seq
+        self.metrics.gpu_mismatches.inc()
+        logger.warning("%s: %s", entry.key, words)

@@ -170,6 +170,15 @@ def select_assignments(
             Refusal(entry.uid, entry.key, "AssignmentOverlaps", why, entry.annotation, entry.body)
         )
 
+    _keep_a_shared_cpu(accepted, refused, online)
+    return accepted, refused
+
+
+def _keep_a_shared_cpu(
+    accepted: list[PodAssignment], refused: list[Refusal], online: planning.Cpuset
+) -> None:
+    """Refuse accepted claims, latest decision first, until their exclusive CPUs leave at
+    least one online CPU for the shared pool."""
     # The shared pool (sandboxes, every container without exclusive CPUs) needs at least
     # one CPU. Giving up the latest decisions first keeps what already runs enforced.
     exclusive = CPUSet()
@@ -197,7 +206,6 @@ def select_assignments(
                 latest.body,
             )
         )
-        # Accepted claims never share an exclusive CPU (overlaps were refused above), so
+        # Accepted claims never share an exclusive CPU (overlaps are refused first), so
         # the pool gets back exactly what the refused claim held.
         exclusive = exclusive - taken
-    return accepted, refused
