@@ -25,22 +25,12 @@ from numatopo_exporter.agent.pod_resources import (
 )
 from numatopo_kube import KubeClient, KubeError
 
-__all__ = ["GPUS_UNVERIFIED", "GPU_MISMATCH", "DeviceCheck", "KubeletDevices"]
+__all__ = ["GPUS_UNVERIFIED", "GPU_MISMATCH", "KubeletDevices"]
 
 GPU_MISMATCH = "GPUMismatch"
 GPUS_UNVERIFIED = "GPUsUnverified"
 
 logger = logging.getLogger("numatopo.agent")
-
-
-@dataclass
-class DeviceCheck:
-    """A pod's devices against its assignment: what holds back `Aligned`."""
-
-    problems: list[str] = field(default_factory=list)
-    reason: str = ""
-    pending: bool = False
-    """Not admitted yet: reported once the kubelet has chosen."""
 
 
 @dataclass
@@ -114,26 +104,30 @@ class KubeletDevices:
         self.unhealthy = found
 
     async def check(
-        self, entry: pods.PodAssignment, holdings: Holdings | None, records: PodRecords
-    ) -> DeviceCheck:
+        self,
+        entry: pods.PodAssignment,
+        holdings: Holdings | None,
+        records: PodRecords,
+        outcome: pods.PodOutcome,
+    ) -> None:
         """Record what the pod's containers hold (`numatopo.io/observed`) and hold back
-        `Aligned` while its GPUs are not the assigned ones, or cannot be known."""
-        verdict = DeviceCheck()
+        `Aligned` (in `outcome`) while its GPUs are not the assigned ones, or cannot be
+        known."""
         assignment = entry.assignment
         with_gpus = any(
             c.gpus or c.gpu_indices or c.mig or c.mig_indices
             for c in assignment.containers.values()
         )
         if not with_gpus and not any(c.nics for c in assignment.containers.values()):
-            return verdict
+            return
         if holdings is None:
             if not with_gpus:
-                return verdict  # NICs alone are followed where PodResources is read
-            verdict.problems.append(
+                return  # NICs alone are followed where PodResources is read
+            outcome.problems.append(
                 "the GPUs this pod holds cannot be verified: " + self.why_unverified()
             )
-            verdict.reason = GPUS_UNVERIFIED
-            return verdict
+            outcome.reason = outcome.reason or GPUS_UNVERIFIED
+            return
         namespace, _, name = entry.key.partition("/")
         observed = follow.observe(
             assignment,
@@ -144,8 +138,8 @@ class KubeletDevices:
             nics=self._spec[0].nics if self._spec is not None else (),
         )
         if observed is None:
-            verdict.pending = True
-            return verdict
+            outcome.pending = True  # not admitted yet: reported once the kubelet has chosen
+            return
         if entry.observed != observed:
             await self._write_observed(entry.key, observed)
         if observed.mismatched:
@@ -153,11 +147,10 @@ class KubeletDevices:
                 observed, assignment, self.resources.is_gpu, self.resources.is_nic
             )
             self._count_mismatch(entry, records, words)
-            verdict.problems.append(
+            outcome.problems.append(
                 f"{words}; the operator re-aligns CPUs and memory to the GPUs held"
             )
-            verdict.reason = GPU_MISMATCH
-        return verdict
+            outcome.reason = GPU_MISMATCH
 
     async def _write_observed(self, key: str, observed: Observed) -> None:
         namespace, _, name = key.partition("/")

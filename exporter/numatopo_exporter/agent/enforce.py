@@ -15,21 +15,9 @@ from numatopo_engine.cpuset import CPUSet
 from numatopo_exporter.agent import cgroupfs, planning, pods
 from numatopo_exporter.agent.metrics import AgentMetrics
 
-__all__ = ["CgroupPass", "PodOutcome", "locate", "write_cpusets"]
+__all__ = ["CgroupPass", "locate", "write_cpusets"]
 
 logger = logging.getLogger("numatopo.agent")
-
-
-@dataclass
-class PodOutcome:
-    """One accepted pod in this pass: its container cgroups and their targets, and what
-    keeps it from `Aligned` so far."""
-
-    paths: dict[PurePosixPath, planning.Target] = field(default_factory=dict)
-    problems: list[str] = field(default_factory=list)
-    reason: str = ""
-    pending: bool = False
-    """Not (all) running or not admitted yet: reported once it is, without a verdict now."""
 
 
 @dataclass
@@ -41,9 +29,9 @@ class CgroupPass:
     write_errors: dict[PurePosixPath, str] = field(default_factory=dict)
 
 
-def locate(hierarchy: cgroupfs.Hierarchy, entry: pods.PodAssignment) -> PodOutcome:
+def locate(hierarchy: cgroupfs.Hierarchy, entry: pods.PodAssignment) -> pods.PodOutcome:
     """The cgroups of the pod's assigned, running containers, with their targets."""
-    outcome = PodOutcome()
+    outcome = pods.PodOutcome()
     running = {c.name: c for c in entry.running}
     for name, container in sorted(entry.assignment.containers.items()):
         found = running.get(name)
@@ -68,7 +56,7 @@ def write_cpusets(
     hierarchy: cgroupfs.Hierarchy,
     online: planning.Cpuset,
     accepted: list[pods.PodAssignment],
-    outcomes: dict[str, PodOutcome],
+    outcomes: dict[str, pods.PodOutcome],
     metrics: AgentMetrics,
 ) -> CgroupPass:
     """Plan every container's cpuset (exclusive ones, NUMA pools, the shared rest) and
@@ -114,7 +102,7 @@ def write_cpusets(
 
 
 def _targets(
-    accepted: list[pods.PodAssignment], outcomes: dict[str, PodOutcome]
+    accepted: list[pods.PodAssignment], outcomes: dict[str, pods.PodOutcome]
 ) -> tuple[dict[PurePosixPath, planning.Target], dict[PurePosixPath, planning.Target], CPUSet]:
     """(exclusive containers' targets, NUMA-pool containers' targets, all exclusive CPUs)."""
     exclusive_targets: dict[PurePosixPath, planning.Target] = {}

@@ -24,12 +24,11 @@ from pathlib import Path
 from numatopo_engine.resources import ResourceNames
 from numatopo_engine.signing import Verifier
 from numatopo_exporter.agent import cgroupfs, enforce
-from numatopo_exporter.agent.devices import GPU_MISMATCH, KubeletDevices
+from numatopo_exporter.agent.devices import KubeletDevices
 from numatopo_exporter.agent.metrics import AgentMetrics
 from numatopo_exporter.agent.node_status import COMPONENT, ENFORCING, NodeStatus, gpu_mode
 from numatopo_exporter.agent.pod_records import PodRecords
-from numatopo_exporter.agent.pod_resources import Holdings
-from numatopo_exporter.agent.pods import PodAssignment, select_assignments
+from numatopo_exporter.agent.pods import select_assignments
 from numatopo_exporter.agent.report import PodReporter
 from numatopo_exporter.agent.watch import PodWatch
 from numatopo_exporter.discovery import kubelet
@@ -146,28 +145,14 @@ class AgentLoop:
         accepted, refused = select_assignments(
             self.pods.views(), node_name=self.node_name, online=online, verifier=self.verifier
         )
-        outcomes = {}
+        outcomes = {entry.uid: enforce.locate(hierarchy, entry) for entry in accepted}
         for entry in accepted:
-            outcomes[entry.uid] = await self._outcome(hierarchy, entry, holdings)
+            await self.devices.check(entry, holdings, self.pods, outcomes[entry.uid])
         done = enforce.write_cpusets(hierarchy, online, accepted, outcomes, self.metrics)
         for entry in accepted:
             await self.reporter.report(hierarchy, entry, outcomes[entry.uid], done)
         for refusal in refused:
             await self.reporter.report_refusal(refusal)
-
-    async def _outcome(
-        self, hierarchy: cgroupfs.Hierarchy, entry: PodAssignment, holdings: Holdings | None
-    ) -> enforce.PodOutcome:
-        """Where the pod's containers are, and whether its devices hold back `Aligned`."""
-        outcome = enforce.locate(hierarchy, entry)
-        check = await self.devices.check(entry, holdings, self.pods)
-        outcome.problems += check.problems
-        outcome.pending = outcome.pending or check.pending
-        if check.reason == GPU_MISMATCH:
-            outcome.reason = check.reason
-        elif check.reason:
-            outcome.reason = outcome.reason or check.reason
-        return outcome
 
     async def publish_node_status(self, *, follows: bool = False) -> bool:
         """Publish the node's Enforcing verdict and GPU mode (when they changed); whether

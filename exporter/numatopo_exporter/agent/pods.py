@@ -30,7 +30,7 @@ from numatopo_engine.signing import PodIdentity, Verifier
 from numatopo_exporter.agent import cgroups, planning
 from numatopo_exporter.agent.pod_view import PodView, RunningContainer
 
-__all__ = ["UNSIGNED", "PodAssignment", "Refusal", "select_assignments", "unsigned"]
+__all__ = ["UNSIGNED", "PodAssignment", "PodOutcome", "Refusal", "select_assignments", "unsigned"]
 
 UNSIGNED = "UnsignedAssignment"
 
@@ -57,6 +57,18 @@ class PodAssignment:
             if container.container_id.id in path.name:
                 return container.name
         return ""
+
+
+@dataclass
+class PodOutcome:
+    """One accepted pod in this pass: its container cgroups and their targets, and what
+    keeps it from `Aligned` so far."""
+
+    paths: dict[PurePosixPath, planning.Target] = field(default_factory=dict)
+    problems: list[str] = field(default_factory=list)
+    reason: str = ""
+    pending: bool = False
+    """Not (all) running or not admitted yet: reported once it is, without a verdict now."""
 
 
 @dataclass(frozen=True)

@@ -15,7 +15,7 @@ from typing import Any
 
 from numatopo_exporter.agent import cgroupfs, feedback, planning, pods
 from numatopo_exporter.agent.devices import GPU_MISMATCH, GPUS_UNVERIFIED
-from numatopo_exporter.agent.enforce import CgroupPass, PodOutcome
+from numatopo_exporter.agent.enforce import CgroupPass
 from numatopo_exporter.agent.feedback import StatusPatch, now_text
 from numatopo_exporter.agent.metrics import AgentMetrics
 from numatopo_exporter.agent.pod_records import Enforced, PodRecords
@@ -52,7 +52,7 @@ class PodReporter:
         self,
         hierarchy: cgroupfs.Hierarchy,
         entry: pods.PodAssignment,
-        outcome: PodOutcome,
+        outcome: pods.PodOutcome,
         done: CgroupPass,
     ) -> None:
         problems, reason = self._write_problems(entry, outcome, done)
@@ -85,7 +85,7 @@ class PodReporter:
 
     @staticmethod
     def _write_problems(
-        entry: pods.PodAssignment, outcome: PodOutcome, done: CgroupPass
+        entry: pods.PodAssignment, outcome: pods.PodOutcome, done: CgroupPass
     ) -> tuple[list[str], str]:
         problems = list(outcome.problems)
         reason = outcome.reason
@@ -102,7 +102,7 @@ class PodReporter:
     @staticmethod
     def _read_back(
         hierarchy: cgroupfs.Hierarchy,
-        outcome: PodOutcome,
+        outcome: pods.PodOutcome,
         done: CgroupPass,
         applied: dict[PurePosixPath, planning.Cpuset],
     ) -> list[str]:
