@@ -35,6 +35,7 @@ from numatopo_engine.signing import Verifier
 from numatopo_exporter.agent import cgroups
 from numatopo_exporter.agent import serve as agent_serve  # noqa: F401 (its imports count)
 from numatopo_exporter.agent.loop import AgentLoop
+from numatopo_exporter.agent.pod_view import PodView
 from numatopo_kube import KubeClient
 
 NODE = "bench-node"
@@ -137,8 +138,7 @@ async def bench(pods: int, repeat: int) -> None:
                 kubelet_state=None,
                 verifier=Verifier(accept_unsigned=True),
             )
-            for body in bodies:
-                loop.pod_cache[body["metadata"]["uid"]] = body
+            loop.pods.replace(PodView.of(body) for body in bodies)
             first = await timed(loop)
             writes = int(loop.metrics.value("numatopo_agent_cpuset_writes_total"))
             idle = [await timed(loop) for _ in range(repeat)]

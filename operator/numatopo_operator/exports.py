@@ -42,6 +42,7 @@ from numatopo_engine.exports import (
 )
 from numatopo_engine.model import NumatopologySpec
 from numatopo_engine.state import NodeState
+from numatopo_kube.backoff import Backoff
 from numatopo_operator.errors import (
     KubeConflictError,
     KubeError,
@@ -103,12 +104,6 @@ _SWEEP = ""
 """The `failing` key of the list at the start of a term (no node has an empty name)."""
 
 
-@dataclass
-class _Backoff:
-    attempts: int = 0
-    not_before: float = 0.0
-
-
 def _digest(built: NodeResourceTopology | VolcanoNumatopology) -> bytes:
     """What identifies an object's content: its JSON (pydantic's serializer, in field
     order, so equal objects give equal digests) hashed to 16 bytes."""
@@ -128,7 +123,7 @@ class ExportWriter:
     Python dicts, too much to keep for thousands of nodes."""
     seen: dict[str, tuple[NumatopologySpec, NodeState, int]] = field(default_factory=dict)
     """node -> (topology, state, version) of its last write: unchanged ones are skipped."""
-    failing: dict[str, _Backoff] = field(default_factory=dict)
+    failing: dict[str, Backoff] = field(default_factory=dict)
     swept: bool = False
 
     def forget(self) -> None:
@@ -141,10 +136,10 @@ class ExportWriter:
 
     def _failed(self, node: str, exc: KubeError, doing: str) -> None:
         settings = self.runtime.settings
-        backoff = self.failing.setdefault(node, _Backoff())
-        pause = min(settings.retry_base_seconds * 2**backoff.attempts, settings.retry_max_seconds)
-        backoff.attempts += 1
-        backoff.not_before = time.monotonic() + pause
+        backoff = self.failing.setdefault(
+            node, Backoff(settings.retry_base_seconds, settings.retry_max_seconds)
+        )
+        pause = backoff.schedule(time.monotonic())
         hint = next((h for kind, h in _HINTS.items() if isinstance(exc, kind)), "")
         self.runtime.metrics.export_errors.labels(self.format.value, _reason(exc)).inc()
         # The first failure of a node is a warning; its repeats (every retry of a node
@@ -162,7 +157,7 @@ class ExportWriter:
 
     def _due(self, node: str) -> bool:
         backoff = self.failing.get(node)
-        return backoff is None or time.monotonic() >= backoff.not_before
+        return backoff is None or time.monotonic() >= backoff.due
 
     async def _apply(self, body: dict[str, Any]) -> None:
         kube = self.runtime.kube

@@ -11,17 +11,17 @@ its answer once the API or the node recovers, even when no other event comes.
 from __future__ import annotations
 
 import heapq
-import math
 from dataclasses import dataclass, field
 from typing import Any
+
+from numatopo_kube.backoff import Backoff
 
 __all__ = ["RetryQueue"]
 
 
 @dataclass
 class _Entry:
-    due: float
-    attempts: int
+    backoff: Backoff
     pod: dict[str, Any]
 
 
@@ -43,10 +43,11 @@ class RetryQueue:
         """Judge `key` again later: the pause doubles with each consecutive attempt.
         Returns the pause chosen."""
         entry = self._entries.get(key)
-        attempts = entry.attempts + 1 if entry is not None else 0
-        pause = min(math.ldexp(self.base, min(attempts, 32)), self.cap)
-        self._entries[key] = _Entry(now + pause, attempts, pod)
-        heapq.heappush(self._heap, (now + pause, key))
+        if entry is None:
+            entry = self._entries[key] = _Entry(Backoff(self.base, self.cap), pod)
+        entry.pod = pod
+        pause = entry.backoff.schedule(now)
+        heapq.heappush(self._heap, (entry.backoff.due, key))
         return pause
 
     def refresh(self, key: str, pod: dict[str, Any]) -> None:
@@ -64,7 +65,7 @@ class RetryQueue:
         while self._heap:
             due, key = self._heap[0]
             entry = self._entries.get(key)
-            if entry is not None and entry.due == due:
+            if entry is not None and entry.backoff.due == due:
                 return due
             heapq.heappop(self._heap)
         return None

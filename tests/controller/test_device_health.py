@@ -19,8 +19,8 @@ import signing_keys
 from kubelet_harness import FakeGpu, Harness
 from numatopo_engine import annotations as keys
 from numatopo_exporter.agent.loop import AgentLoop
-from numatopo_exporter.daemon.backoff import Backoff
 from numatopo_kube import KubeClient
+from numatopo_kube.backoff import Backoff
 
 from .test_gpu_follow import NODE, cgroup_tree, uuid_of, with_uuids
 

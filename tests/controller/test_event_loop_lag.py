@@ -8,12 +8,20 @@ late each wake-up comes; the bound below is what a watch or a renewal may be del
 Measured on a 2-core machine with the engine on the loop (before the fix): a cold
 `/filter` over 1,000 nodes stalled it ~460 ms, a 64-NUMA bind ~440 ms. The node count
 is what the emulator lists in seconds; `benchmarks/bench_loop_lag.py` measures 5,000.
+
+A loaded machine delays every wake-up, whoever's work it is (one run measured 261 ms
+against a 180 ms bound with the engine off the loop). So a second probe ticks over the
+same window in a process of its own where nothing else runs: it suffers the machine's
+load, but neither the operator's work nor its GIL. Only the operator's lag beyond that
+baseline counts against the bound: work on the operator's loop, or an engine thread
+that keeps the GIL, still stalls it for the whole call, and the baseline not at all.
 """
 
 from __future__ import annotations
 
 import asyncio
 import json
+import sys
 import threading
 import time
 from dataclasses import dataclass
@@ -44,9 +52,21 @@ class Lag:
     ticks: int = 0
     worst: float = 0.0
     window: float = 0.0
+    baseline: float = 0.0
+    """The worst lag of an idle process's probe over the same window."""
 
     def bound(self) -> float:
         return max(LAG_BOUND, SHARE_OF_WINDOW * self.window)
+
+    def attributable(self) -> float:
+        """The operator loop's worst lag beyond what an idle process suffered meanwhile."""
+        return max(0.0, self.worst - self.baseline)
+
+    def words(self) -> str:
+        return (
+            f"{self.worst * 1e3:.0f} ms ({self.baseline * 1e3:.0f} ms in an idle process "
+            f"meanwhile) of a {self.window * 1e3:.0f} ms window"
+        )
 
 
 async def _probe(stop: threading.Event, lag: Lag) -> None:
@@ -58,8 +78,23 @@ async def _probe(stop: threading.Event, lag: Lag) -> None:
         lag.ticks += 1
 
 
+# The baseline probe: ticks until its stdin says stop, then prints its worst lag.
+_IDLE_PROBE = f"""
+import select, sys, time
+print("ticking", flush=True)
+worst = 0.0
+while True:
+    started = time.monotonic()
+    if select.select([sys.stdin], [], [], {TICK})[0]:
+        break
+    worst = max(worst, time.monotonic() - started - {TICK})
+print(worst, flush=True)
+"""
+
+
 class LagProbe:
-    """Runs `_probe` in the operator's loop for the duration of a `with` block."""
+    """Runs `_probe` in the operator's loop, and a baseline probe in an idle process of
+    its own, for the duration of a `with` block."""
 
     def __init__(self, loop: asyncio.AbstractEventLoop) -> None:
         self.loop = loop
@@ -67,9 +102,18 @@ class LagProbe:
         self._stop = threading.Event()
 
     async def __aenter__(self) -> Lag:
+        self._idle = await asyncio.create_subprocess_exec(
+            sys.executable,
+            "-c",
+            _IDLE_PROBE,
+            stdin=asyncio.subprocess.PIPE,
+            stdout=asyncio.subprocess.PIPE,
+        )
+        assert self._idle.stdout is not None
+        assert b"ticking\n" == await self._idle.stdout.readline()
         future = asyncio.run_coroutine_threadsafe(_probe(self._stop, self.lag), self.loop)
         self._future = asyncio.wrap_future(future)
-        await asyncio.sleep(3 * TICK)  # the probe is ticking before the work starts
+        await asyncio.sleep(3 * TICK)  # the probes are ticking before the work starts
         self._started = time.monotonic()
         return self.lag
 
@@ -78,6 +122,8 @@ class LagProbe:
         await asyncio.sleep(3 * TICK)  # a stall at the very end is still seen
         self._stop.set()
         await self._future
+        out, _ = await self._idle.communicate(b"stop\n")
+        self.lag.baseline = float(out)
 
 
 def numa64() -> NumatopologySpec:
@@ -95,7 +141,7 @@ async def _quiet(running, nodes: int) -> None:
     while True:
         async with LagProbe(running.loop) as lag:
             await asyncio.sleep(0.5)
-        if lag.worst < LAG_BOUND / 2:
+        if lag.attributable() < LAG_BOUND / 2:
             return
         assert time.monotonic() < deadline, "the operator's loop did not settle within 120 s"
 
@@ -123,10 +169,7 @@ async def test_a_big_filter_does_not_stall_the_loop(env):
             assert 200 == status
             assert NODES == len(ranked)
         assert lag.ticks >= 3, f"{phase}: the probe never ran"
-        assert lag.worst < lag.bound(), (
-            f"{phase} filter stalled the loop {lag.worst * 1e3:.0f} ms "
-            f"of a {lag.window * 1e3:.0f} ms call"
-        )
+        assert lag.attributable() < lag.bound(), f"{phase} filter stalled the loop {lag.words()}"
 
 
 async def test_64_numa_decisions_do_not_stall_the_loop(env):
@@ -166,7 +209,4 @@ async def test_64_numa_decisions_do_not_stall_the_loop(env):
 
     for what, lag in (("bind", bind_lag), ("assigner", assign_lag)):
         assert lag.ticks >= 3, f"{what}: the probe never ran"
-        assert lag.worst < lag.bound(), (
-            f"{what} decision stalled the loop {lag.worst * 1e3:.0f} ms "
-            f"of a {lag.window * 1e3:.0f} ms window"
-        )
+        assert lag.attributable() < lag.bound(), f"{what} decision stalled the loop {lag.words()}"

@@ -29,8 +29,8 @@ from numatopo_engine.cpuset import CPUSet
 from numatopo_engine.model import NumatopologySpec
 from numatopo_exporter.agent.feedback import ALIGNED
 from numatopo_exporter.agent.loop import AgentLoop
-from numatopo_exporter.daemon.backoff import Backoff
 from numatopo_kube import KubeClient
+from numatopo_kube.backoff import Backoff
 
 from .conftest import eventually, h100_spec, make_pod, numatopology
 

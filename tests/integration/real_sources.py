@@ -29,7 +29,7 @@ from pathlib import Path
 from numatopo_engine.model import Numatopology, NumatopologySpec, ObjectMeta
 from numatopo_exporter.discovery.discover import DiscoverOptions, Readers, discover
 from numatopo_exporter.discovery.nvml import GpuReading, read_nvml
-from numatopo_exporter.discovery.nvml_recording import ReplayNvml
+from nvml_replay import ReplayNvml
 from sysfs_trees import ARCHIVES
 
 FIXTURES = Path(__file__).resolve().parents[1] / "fixtures"

@@ -42,6 +42,7 @@ from numatopo_engine.model import Cpu, Gpu, NumaNode, NumatopologySpec
 from numatopo_engine.request import ContainerRequest, PodRequest, TopologyOptions
 from numatopo_engine.state import NodeState
 from numatopo_exporter.agent import follow
+from numatopo_exporter.agent.pod_view import PodView
 from numatopo_exporter.steering.proxy import Steerer, SteeringConfig
 
 NODE = "steered"
@@ -240,7 +241,7 @@ async def run(s: Scenario) -> tuple[list[str], int]:
                     admitted.append((harness_pod(uid, name, plan), assignment, f"default/{name}"))
                 # Back to back: every pod of the batch is in flight before the first is
                 # admitted; the agent's view lags (it learns from PodResources later).
-                snapshot[0] = tuple(follow.in_flight(bodies, NODE))
+                snapshot[0] = tuple(follow.in_flight([PodView.of(b) for b in bodies], NODE))
                 if event == "agent-restart-in-flight":
                     # The agent restarts with the batch bound: its steering plugin
                     # registers again and reads the in-flight pods afresh.

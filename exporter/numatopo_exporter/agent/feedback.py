@@ -23,22 +23,28 @@ replacing them, which would hide the very overwrite this avoids. A JSON patch
 
 from __future__ import annotations
 
+import datetime
 from dataclasses import dataclass
 from typing import Any
 
-from numatopo_engine.annotations import ASSIGNMENT, STATE, State
+from numatopo_engine.annotations import STATE, State
 from numatopo_kube import JSON_PATCH, STRATEGIC_MERGE_PATCH
 
 __all__ = [
     "ALIGNED",
-    "ASSIGNMENT_KEY",
     "StatusPatch",
     "current_condition",
+    "now_text",
     "plan_pod_patches",
 ]
 
 ALIGNED = "numatopo.io/Aligned"
-ASSIGNMENT_KEY = ASSIGNMENT
+
+
+def now_text(now: float) -> str:
+    """A condition's or status's time, as the API writes it (seconds, UTC)."""
+    return datetime.datetime.fromtimestamp(now, datetime.UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+
 
 # The API server refuses condition messages over 32 KiB; Events cut at 1 KiB. Keep the
 # condition readable in `kubectl describe` as well.

@@ -21,10 +21,7 @@ from collections.abc import Callable, Collection, Iterable, Mapping, Sequence
 from itertools import zip_longest
 from typing import Any
 
-from pydantic import ValidationError
-
 from numatopo_engine.annotations import (
-    ASSIGNMENT,
     Assignment,
     ContainerAssignment,
     Observed,
@@ -33,6 +30,7 @@ from numatopo_engine.annotations import (
 from numatopo_engine.device_ids import device_ids_for, nic_names
 from numatopo_engine.model import Nic
 from numatopo_engine.quantity import QuantityError, parse_milli
+from numatopo_exporter.agent.pod_view import PodView
 from numatopo_exporter.steering.choice import InFlight, containers_in_flight
 
 __all__ = ["gpu_words", "in_flight", "observe", "running_container_names"]
@@ -131,11 +129,8 @@ def gpu_words(
     return "; ".join(parts)
 
 
-_DONE = frozenset({"Succeeded", "Failed"})
-
-
 def in_flight(
-    pods: Iterable[Mapping[str, Any]],
+    pods: Iterable[PodView],
     node_name: str,
     is_gpu: Callable[[str], bool] = lambda _: True,
 ) -> list[InFlight]:
@@ -153,19 +148,11 @@ def in_flight(
     """
     found: list[InFlight] = []
     for pod in pods:
-        meta = pod.get("metadata") or {}
-        spec = pod.get("spec") or {}
-        text = (meta.get("annotations") or {}).get(ASSIGNMENT)
-        if not isinstance(text, str) or spec.get("nodeName") != node_name:
+        assignment = pod.assignment
+        if assignment is None or pod.node_name != node_name or pod.finished or pod.deleting:
             continue
-        if (pod.get("status") or {}).get("phase") in _DONE or meta.get("deletionTimestamp"):
-            continue
-        try:
-            assignment = Assignment.model_validate_json(text)
-        except ValidationError:
-            continue
-        uid, created = str(meta.get("uid", "")), str(meta.get("creationTimestamp", ""))
-        key = f"{meta.get('namespace', '')}/{meta.get('name', '')}"
+        uid, key, created = pod.uid, pod.key, pod.created
+        spec = pod.body.get("spec") or {}
         inits = list(spec.get("initContainers") or [])
         names = [str(c.get("name")) for c in inits]
         names += [str(c.get("name")) for c in spec.get("containers") or []]

@@ -1,4 +1,4 @@
-"""Which assignments on this node to enforce (pure: pod bodies in, decisions out).
+"""Which assignments on this node to enforce (pure: pod views in, decisions out).
 
 The `numatopo.io/assignment` annotation is written by the operator, which never
 double-books, and signs it for the pod (`numatopo_engine.signing`): an assignment whose
@@ -19,28 +19,20 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 from dataclasses import dataclass, field
+from pathlib import PurePosixPath
 from typing import Any
 
-from pydantic import ValidationError
-
 from numatopo_engine import state
-from numatopo_engine.annotations import ASSIGNMENT, Assignment, ContainerAssignment
+from numatopo_engine.annotations import Assignment, ContainerAssignment, Observed
 from numatopo_engine.cpuset import CPUSet
 from numatopo_engine.model import NumaNode, NumatopologySpec
 from numatopo_engine.signing import PodIdentity, Verifier
 from numatopo_exporter.agent import cgroups, planning
+from numatopo_exporter.agent.pod_view import PodView, RunningContainer
 
-__all__ = ["UNSIGNED", "PodAssignment", "Refusal", "RunningContainer", "select_assignments"]
+__all__ = ["UNSIGNED", "PodAssignment", "PodOutcome", "Refusal", "select_assignments", "unsigned"]
 
 UNSIGNED = "UnsignedAssignment"
-
-TERMINAL_PHASES = frozenset({"Succeeded", "Failed"})
-
-
-@dataclass(frozen=True)
-class RunningContainer:
-    name: str
-    container_id: cgroups.ContainerId
 
 
 @dataclass(frozen=True)
@@ -54,8 +46,29 @@ class PodAssignment:
     assignment: Assignment
     annotation: str
     """The raw annotation, to notice a changed assignment."""
-    running: list[RunningContainer] = field(default_factory=list)
+    running: tuple[RunningContainer, ...] = ()
     body: dict[str, Any] = field(default_factory=dict, compare=False, repr=False)
+    observed: Observed | None = field(default=None, compare=False, repr=False)
+    """Its `numatopo.io/observed`, as parsed with the rest of the pod."""
+
+    def container_at(self, path: PurePosixPath) -> str:
+        """The container name whose running id names the cgroup `path` ('' if none)."""
+        for container in self.running:
+            if container.container_id.id in path.name:
+                return container.name
+        return ""
+
+
+@dataclass
+class PodOutcome:
+    """One accepted pod in this pass: its container cgroups and their targets, and what
+    keeps it from `Aligned` so far."""
+
+    paths: dict[PurePosixPath, planning.Target] = field(default_factory=dict)
+    problems: list[str] = field(default_factory=list)
+    reason: str = ""
+    pending: bool = False
+    """Not (all) running or not admitted yet: reported once it is, without a verdict now."""
 
 
 @dataclass(frozen=True)
@@ -68,27 +81,6 @@ class Refusal:
     message: str
     annotation: str
     body: dict[str, Any] = field(default_factory=dict, compare=False, repr=False)
-
-
-def _key(pod: dict[str, Any]) -> str:
-    meta = pod.get("metadata", {})
-    return f"{meta.get('namespace', '')}/{meta.get('name', '')}"
-
-
-def _running(pod: dict[str, Any]) -> list[RunningContainer]:
-    out: list[RunningContainer] = []
-    for status in (pod.get("status") or {}).get("containerStatuses") or []:
-        parsed = cgroups.parse_container_id(str(status.get("containerID") or ""))
-        if parsed is not None and "running" in (status.get("state") or {}):
-            out.append(RunningContainer(name=str(status.get("name")), container_id=parsed))
-    return sorted(out, key=lambda c: c.name)
-
-
-def _qos(pod: dict[str, Any]) -> cgroups.QosClass | None:
-    try:
-        return cgroups.QosClass((pod.get("status") or {}).get("qosClass", ""))
-    except ValueError:
-        return None
 
 
 def _cpu_only(assignment: Assignment) -> Assignment:
@@ -130,15 +122,13 @@ def _exclusive_cpus(assignment: Assignment) -> CPUSet:
     return cpus
 
 
-def unsigned(pod: dict[str, Any], assignment: Assignment, verifier: Verifier) -> str:
+def unsigned(pod: PodView, assignment: Assignment, verifier: Verifier) -> str:
     """Why the pod's assignment is not the operator's decision for it ('' when it is)."""
-    return verifier.problem(
-        assignment, PodIdentity(str(pod.get("metadata", {}).get("uid", "")), _key(pod))
-    )
+    return verifier.problem(assignment, PodIdentity(pod.uid, pod.key))
 
 
 def select_assignments(
-    pods: Iterable[dict[str, Any]],
+    pods: Iterable[PodView],
     *,
     node_name: str,
     online: planning.Cpuset,
@@ -154,39 +144,35 @@ def select_assignments(
     candidates: list[PodAssignment] = []
     refused: list[Refusal] = []
     for pod in pods:
-        meta = pod.get("metadata", {})
-        text = (meta.get("annotations") or {}).get(ASSIGNMENT)
-        if text is None or (pod.get("status") or {}).get("phase") in TERMINAL_PHASES:
+        text = pod.annotation
+        if text is None or pod.finished or pod.node_name != node_name:
             continue
-        if (pod.get("spec") or {}).get("nodeName") != node_name:
-            continue
-        uid, key = str(meta.get("uid", "")), _key(pod)
-        try:
-            assignment = Assignment.model_validate_json(text)
-        except ValidationError as exc:
-            problem = exc.errors()[0]
-            where = ".".join(str(p) for p in problem["loc"]) or "annotation"
-            refused.append(
-                Refusal(uid, key, "InvalidAssignment", f"{where}: {problem['msg']}", text, pod)
-            )
+        uid, key, body = pod.uid, pod.key, pod.body
+        assignment = pod.assignment
+        if assignment is None:
+            refused.append(Refusal(uid, key, "InvalidAssignment", pod.invalid, text, body))
             continue
         if assignment.node != node_name:
             message = (
                 f"the assignment is for node {assignment.node!r}, the pod runs on {node_name!r}"
             )
-            refused.append(Refusal(uid, key, "WrongNode", message, text, pod))
+            refused.append(Refusal(uid, key, "WrongNode", message, text, body))
             continue
         problem_text = unsigned(pod, assignment, verifier)
         if problem_text:
-            refused.append(Refusal(uid, key, UNSIGNED, problem_text, text, pod))
+            refused.append(Refusal(uid, key, UNSIGNED, problem_text, text, body))
             continue
         # Checked per pod before planning: a CPU or memory node this machine lacks would
         # otherwise make the planner widen kubepods, fail, and fail every pod with it.
         problem_text = _check_on_node(assignment, online)
         if problem_text:
-            refused.append(Refusal(uid, key, "AssignmentNotOnNode", problem_text, text, pod))
+            refused.append(Refusal(uid, key, "AssignmentNotOnNode", problem_text, text, body))
             continue
-        candidates.append(PodAssignment(uid, key, _qos(pod), assignment, text, _running(pod), pod))
+        candidates.append(
+            PodAssignment(
+                uid, key, pod.qos, assignment, text, pod.running, body, observed=pod.observed
+            )
+        )
     topology = NumatopologySpec(numa_nodes=[NumaNode(id=0, cpus=online.cpus)])
     accepted, overlapping = state.book_in_claim_order(
         state.NodeState(topology), candidates, booked=lambda entry: _cpu_only(entry.assignment)
@@ -196,6 +182,15 @@ def select_assignments(
             Refusal(entry.uid, entry.key, "AssignmentOverlaps", why, entry.annotation, entry.body)
         )
 
+    _keep_a_shared_cpu(accepted, refused, online)
+    return accepted, refused
+
+
+def _keep_a_shared_cpu(
+    accepted: list[PodAssignment], refused: list[Refusal], online: planning.Cpuset
+) -> None:
+    """Refuse accepted claims, latest decision first, until their exclusive CPUs leave at
+    least one online CPU for the shared pool."""
     # The shared pool (sandboxes, every container without exclusive CPUs) needs at least
     # one CPU. Giving up the latest decisions first keeps what already runs enforced.
     exclusive = CPUSet()
@@ -223,7 +218,6 @@ def select_assignments(
                 latest.body,
             )
         )
-        # Accepted claims never share an exclusive CPU (overlaps were refused above), so
+        # Accepted claims never share an exclusive CPU (overlaps are refused first), so
         # the pool gets back exactly what the refused claim held.
         exclusive = exclusive - taken
-    return accepted, refused

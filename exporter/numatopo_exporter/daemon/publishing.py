@@ -31,8 +31,8 @@ from typing import Any, Protocol, TextIO
 from pydantic import ValidationError
 
 from numatopo_engine.model import API_VERSION, KIND, NumatopologySpec
-from numatopo_exporter.daemon.backoff import Backoff
 from numatopo_kube import KubeClient, KubeError, KubeNotFoundError
+from numatopo_kube.backoff import Backoff
 
 __all__ = [
     "DEGRADED",

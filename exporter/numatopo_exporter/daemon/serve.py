@@ -14,12 +14,12 @@ from typing import Any
 
 from numatopo_engine.model import NumatopologySpec
 from numatopo_exporter.daemon import metrics, publishing, udev
-from numatopo_exporter.daemon.backoff import Backoff
 from numatopo_exporter.daemon.loop import ExporterLoop, ScanError
 from numatopo_exporter.discovery.accelerator_flag import accelerator_rules, add_accelerator_flag
 from numatopo_exporter.discovery.discover import DiscoverOptions, Discovery, discover
 from numatopo_exporter.node_process import add_node_flags, check_node, connect, start
 from numatopo_kube import KubeError
+from numatopo_kube.backoff import Backoff
 
 logger = logging.getLogger("numatopo.exporter")
 

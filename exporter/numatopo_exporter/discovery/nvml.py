@@ -1,7 +1,8 @@
 """NVIDIA GPUs, NVLinks and PCIe path classes from the driver, through NVML (pynvml).
 
-Tested by replaying recorded data (`nvml_recording`): a real H200 node's recording (one
-GPU, NUMA node and NVLink NotSupported) and synthetic ones for NVLink, NVSwitch and MIG.
+Tested by replaying recorded data (`nvml_recording` writes it; the replay is
+`tests/nvml_replay.py`): a real H200 node's recording (one GPU, NUMA node and NVLink
+NotSupported) and synthetic ones for NVLink, NVSwitch and MIG.
 Record a real machine with `python -m numatopo_exporter.discovery.nvml --record OUT.json`
 and drop the file into `tests/fixtures/nvml/` to make it part of the suite.
 
@@ -36,9 +37,10 @@ from numatopo_exporter.discovery.errors import SourceUnavailableError
 from numatopo_exporter.discovery.nvlink_fabric import pair_links
 from numatopo_exporter.discovery.nvlink_speed import link_gbps
 from numatopo_exporter.discovery.nvml_mig import read_mig_devices
+from numatopo_exporter.discovery.nvml_recording import Recorder
 from numatopo_exporter.discovery.pci_address import normalize_bus_id
 
-__all__ = ["NO_DRIVER", "SOURCE", "GpuReading", "main", "read_nvml"]
+__all__ = ["NO_DRIVER", "SOURCE", "GpuReading", "main", "read_nvml", "record"]
 
 SOURCE = "nvml"
 NO_DRIVER = "no NVIDIA driver (libnvidia-ml.so not loadable): GPU topology from NVML skipped"
@@ -258,6 +260,14 @@ def _active_link_ends(s: _Session, index: int, handle: Any, max_links: int) -> l
     return ends
 
 
+def record(nvml: Any, out: Path, *, about: str = "") -> GpuReading:
+    """Run the reader against `nvml`, recording each call; write the recording to `out`."""
+    recorder = Recorder(nvml)
+    reading = read_nvml(recorder)
+    recorder.write(out, about=about)
+    return reading
+
+
 def main(argv: list[str] | None = None) -> int:
     """`python -m numatopo_exporter.discovery.nvml --record OUT.json` on a GPU machine."""
     parser = argparse.ArgumentParser(
@@ -267,8 +277,6 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--record", type=Path, required=True, metavar="OUT.json")
     parser.add_argument("--about", default="", help="what machine this is (kept in the file)")
     args = parser.parse_args(argv)
-    from numatopo_exporter.discovery.nvml_recording import record
-
     try:
         reading = record(_import_pynvml(), args.record, about=args.about)
     except SourceUnavailableError as exc:

@@ -1,4 +1,4 @@
-"""Record the NVML calls the reader makes, and replay them without a GPU.
+"""Record the NVML calls the reader makes, for replay without a GPU (in the tests).
 
 A recording is a JSON file:
 
@@ -11,12 +11,12 @@ A recording is a JSON file:
 Each call is keyed by its arguments, with a device handle written as its index (a MIG
 device's as `<GPU index>:mig<slot>`, what nvmlDeviceGetMigDeviceHandleByIndex answers). A
 struct is stored as a dict of its fields, bytes as text, an NVML error by its
-pynvml class name without the `NVMLError_` prefix. The replay answers a call it
-has no record of with NVMLError_NotSupported, which is what NVML says for a link
-number or a feature a device does not have, so recordings need not list those.
+pynvml class name without the `NVMLError_` prefix. A call NVML answers with
+NVMLError_NotSupported for a link number or a feature a device does not have need not be
+listed: a replay answers unrecorded calls that way.
 
-Replays use the real pynvml error classes (the package is importable without a
-driver), so the reader sees exactly the exceptions NVML raises.
+`nvml.record` runs the reader through a `Recorder`; the replay is a test double
+(`tests/nvml_replay.py`), so nothing here imports the reader.
 """
 
 from __future__ import annotations
@@ -27,9 +27,7 @@ from pathlib import Path
 from types import SimpleNamespace
 from typing import Any
 
-from numatopo_exporter.discovery.errors import DiscoveryError
-
-__all__ = ["FORMAT", "RECORDED_CALLS", "Recorder", "ReplayNvml", "record"]
+__all__ = ["FORMAT", "RECORDED_CALLS", "Recorder", "call_key"]
 
 FORMAT = "numatopo-nvml-recording/v1"
 
@@ -55,67 +53,6 @@ RECORDED_CALLS = (
 )
 
 
-def _pynvml() -> Any:
-    import pynvml
-
-    return pynvml
-
-
-class _Handle:
-    """A replayed device handle: only its index matters (`"0:mig1"` for a MIG device:
-    its GPU's index and its slot)."""
-
-    def __init__(self, index: int | str) -> None:
-        self.index = index
-
-    def __repr__(self) -> str:
-        return f"<replayed GPU handle {self.index}>"
-
-
-class ReplayNvml:
-    """Looks like the pynvml module to the reader; answers from a recording."""
-
-    def __init__(self, calls: dict[str, dict[str, Any]], errors: Any | None = None) -> None:
-        self._calls = calls
-        self._errors = errors if errors is not None else _pynvml()
-
-    @classmethod
-    def load(cls, path: Path) -> ReplayNvml:
-        try:
-            data = json.loads(path.read_text(encoding="utf-8"))
-        except (OSError, json.JSONDecodeError) as exc:
-            raise DiscoveryError(f"cannot read NVML recording: {exc}", path) from exc
-        if not isinstance(data, dict) or data.get("format") != FORMAT:
-            raise DiscoveryError(f"not an NVML recording (format is not {FORMAT!r})", path)
-        return cls(data["calls"])
-
-    def __getattr__(self, name: str) -> Any:
-        if name.startswith(("NVMLError", "NVML_")):
-            return getattr(self._errors, name)
-        if name not in RECORDED_CALLS:
-            raise AttributeError(f"the NVML replay has no function {name}")
-        return lambda *args: self._answer(name, args)
-
-    def _answer(self, name: str, args: tuple[Any, ...]) -> Any:
-        key = _key(args, lambda h: h.index if isinstance(h, _Handle) else None)
-        recorded = self._calls.get(name, {})
-        if name in ("nvmlInit", "nvmlShutdown") and key not in recorded:
-            return None
-        if key not in recorded:
-            raise self._errors.NVMLError(self._errors.NVML_ERROR_NOT_SUPPORTED)
-        value = recorded[key]
-        if isinstance(value, dict) and "nvmlError" in value:
-            error_class = getattr(self._errors, f"NVMLError_{value['nvmlError']}")
-            raise error_class()
-        if name == "nvmlDeviceGetHandleByIndex":
-            return _Handle(int(value))
-        if name == "nvmlDeviceGetMigDeviceHandleByIndex":
-            return _Handle(str(value))
-        if isinstance(value, dict):
-            return SimpleNamespace(**value)
-        return value
-
-
 class Recorder:
     """Wraps the real pynvml module and writes down every call and its answer."""
 
@@ -131,7 +68,7 @@ class Recorder:
             return target
 
         def recorded(*args: Any) -> Any:
-            key = _key(args, lambda h: self._handles.get(id(h)))
+            key = call_key(args, lambda h: self._handles.get(id(h)))
             try:
                 value = target(*args)
             except self._nvml.NVMLError as exc:
@@ -153,19 +90,14 @@ class Recorder:
 
         return recorded
 
-
-def record(nvml: Any, out: Path, *, about: str = "") -> Any:
-    """Run the reader against `nvml`, recording each call; write the recording to `out`."""
-    from numatopo_exporter.discovery.nvml import read_nvml
-
-    recorder = Recorder(nvml)
-    reading = read_nvml(recorder)
-    document = {"format": FORMAT, "about": about, "synthetic": False, "calls": recorder.calls}
-    out.write_text(json.dumps(document, indent=1, sort_keys=True) + "\n", encoding="utf-8")
-    return reading
+    def write(self, out: Path, *, about: str = "") -> None:
+        """The recording so far, as a file a replay loads."""
+        document = {"format": FORMAT, "about": about, "synthetic": False, "calls": self.calls}
+        out.write_text(json.dumps(document, indent=1, sort_keys=True) + "\n", encoding="utf-8")
 
 
-def _key(args: tuple[Any, ...], handle_index: Callable[[Any], int | str | None]) -> str:
+def call_key(args: tuple[Any, ...], handle_index: Callable[[Any], int | str | None]) -> str:
+    """How a call's arguments are written in a recording (a handle as its index)."""
     parts = []
     for arg in args:
         index = handle_index(arg)

@@ -101,7 +101,6 @@ from typing import Any
 
 import grpc
 
-from numatopo_exporter.daemon.backoff import Backoff
 from numatopo_exporter.kubelet_api import deviceplugin_pb2 as pb
 from numatopo_exporter.steering.choice import Answer, InFlight, answer
 from numatopo_exporter.steering.metrics import SteeringMetrics
@@ -116,6 +115,7 @@ from numatopo_exporter.steering.rpc import (
     serve_device_plugin,
     serve_registration,
 )
+from numatopo_kube.backoff import Backoff
 
 __all__ = ["Steerer", "SteeringConfig", "SteeringStatus"]
 

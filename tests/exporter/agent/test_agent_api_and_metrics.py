@@ -16,7 +16,7 @@ import signing_keys
 from numatopo_cli.main import build_parser
 from numatopo_exporter.agent import serve as agent_command
 from numatopo_exporter.agent.loop import AgentLoop
-from numatopo_exporter.daemon.backoff import Backoff
+from numatopo_kube.backoff import Backoff
 
 from ..conftest import NodeClient
 from ..daemon.conftest import NODE

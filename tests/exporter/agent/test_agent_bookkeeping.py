@@ -12,6 +12,7 @@ import kmock
 
 import signing_keys
 from numatopo_exporter.agent.loop import AgentLoop
+from numatopo_exporter.agent.watch import take_event
 
 from ..conftest import NodeClient, pod_path
 from ..daemon.conftest import NODE
@@ -33,12 +34,19 @@ def shared_claim(cpus: str) -> str:
 
 
 def internal_sizes(agent: AgentLoop) -> dict[str, int]:
+    """What the agent remembers: its pods' records, and how many carry each fact."""
+    records = list(agent.pods)
     return {
-        "pod_cache": len(agent.pod_cache),
-        "first_seen": len(agent._first_seen),
-        "enforced": len(agent._enforced),
-        "reported": len(agent._reported),
+        "pod_cache": len(records),
+        "first_seen": sum(r.first_seen is not None for r in records),
+        "enforced": sum(r.enforced is not None for r in records),
+        "reported": sum(r.reported is not None for r in records),
     }
+
+
+def enforced(agent: AgentLoop, uid: str) -> bool:
+    record = agent.pods.get(uid)
+    return record is not None and record.enforced is not None
 
 
 async def test_pod_lifecycles_leave_nothing_behind(
@@ -70,17 +78,17 @@ async def test_pod_lifecycles_leave_nothing_behind(
             for n in numbers
         ]
         for body in bodies:
-            agent.handle_event("ADDED", body)
+            take_event(agent.pods, "ADDED", body)
         await agent.reconcile()
         moved = shared_claim("0-1")
         for body in bodies:
             body["metadata"]["annotations"]["numatopo.io/assignment"] = (
                 signing_keys.signed_annotation(body, moved)
             )
-            agent.handle_event("MODIFIED", body)
+            take_event(agent.pods, "MODIFIED", body)
         await agent.reconcile()
         for body in bodies:
-            agent.handle_event("DELETED", body)
+            take_event(agent.pods, "DELETED", body)
         await agent.reconcile()
 
     tracemalloc.start()
@@ -129,8 +137,8 @@ async def test_an_enforced_pod_that_leaves_is_forgotten(
     )
     task = asyncio.create_task(agent.run())
     try:
-        await wait_for(lambda: UID_A in agent._enforced, "pod a enforced")
-        assert 1 == len(agent._first_seen)
+        await wait_for(lambda: enforced(agent, UID_A), "pod a enforced")
+        assert 1 == internal_sizes(agent)["first_seen"]
         await client.request("DELETE", pod_path("default", "a"))
         await wait_for(lambda: not any(internal_sizes(agent).values()), "pod a forgotten")
     finally:

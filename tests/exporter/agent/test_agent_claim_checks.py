@@ -14,6 +14,7 @@ from numatopo_exporter.agent import pods
 from numatopo_exporter.agent.feedback import ALIGNED
 from numatopo_exporter.agent.loop import AgentLoop
 from numatopo_exporter.agent.planning import Cpuset
+from numatopo_exporter.agent.pod_view import PodView
 
 from ..conftest import NodeClient, pod_path
 from ..daemon.conftest import NODE
@@ -66,10 +67,12 @@ class Pods:
         self.bodies[uid] = body
 
     async def reconcile(self) -> None:
-        self.agent.pod_cache = {
-            uid: await self.client.get(pod_path("default", body["metadata"]["name"]))
-            for uid, body in self.bodies.items()
-        }
+        self.agent.pods.replace(
+            [
+                PodView.of(await self.client.get(pod_path("default", body["metadata"]["name"])))
+                for body in self.bodies.values()
+            ]
+        )
         await self.agent.reconcile()
 
     def cpus(self, relative: str) -> str:
@@ -105,7 +108,10 @@ def test_equal_sequences_are_ordered_by_pod_uid() -> None:
 
     for order in (bodies, bodies[::-1]):
         accepted, refused = pods.select_assignments(
-            order, node_name=NODE, online=online, verifier=signing_keys.VERIFIER
+            [PodView.of(body) for body in order],
+            node_name=NODE,
+            online=online,
+            verifier=signing_keys.VERIFIER,
         )
         assert ([UID_A], [UID_B]) == ([a.uid for a in accepted], [r.uid for r in refused])
 
@@ -139,7 +145,7 @@ def test_cpus_that_are_not_online_refuse_the_pod_with_a_reason() -> None:
     online = Cpuset(CPUSet.parse("0-3"), CPUSet([0]))
 
     accepted, refused = pods.select_assignments(
-        [body], node_name=NODE, online=online, verifier=signing_keys.VERIFIER
+        [PodView.of(body)], node_name=NODE, online=online, verifier=signing_keys.VERIFIER
     )
 
     assert [] == accepted

@@ -16,7 +16,8 @@ import pytest
 import signing_keys
 from numatopo_exporter.agent.feedback import ALIGNED
 from numatopo_exporter.agent.loop import AgentLoop
-from numatopo_exporter.daemon.backoff import Backoff
+from numatopo_exporter.agent.pod_view import PodView
+from numatopo_kube.backoff import Backoff
 
 from ..conftest import NodeClient, pod_path
 from ..daemon.conftest import NODE
@@ -232,7 +233,9 @@ async def test_static_kubelet_is_left_alone(
         cgroup_root=file_cgroups.root,
         kubelet_state=state,
     )
-    agent.pod_cache = {UID_A: pod("a", UID_A, cid=CID_A, annotation=assignment("1"), created="x")}
+    agent.pods.replace(
+        [PodView.of(pod("a", UID_A, cid=CID_A, annotation=assignment("1"), created="x"))]
+    )
 
     await agent.reconcile()
 

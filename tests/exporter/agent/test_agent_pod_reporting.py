@@ -17,6 +17,7 @@ from numatopo_exporter.agent import cgroupfs
 from numatopo_exporter.agent.feedback import ALIGNED
 from numatopo_exporter.agent.loop import AgentLoop
 from numatopo_exporter.agent.planning import CpusetWrite
+from numatopo_exporter.agent.pod_view import PodView
 
 from ..conftest import NodeClient, pod_path
 from ..daemon.conftest import NODE
@@ -68,7 +69,7 @@ async def test_the_kubelets_newer_ready_survives_the_agents_write(
     body["status"]["conditions"] = [ready("False", "2024-01-01T00:00:00Z")]
     await client.create("/api/v1/namespaces/default/pods", body)
     agent = make_agent(client, file_cgroups)
-    agent.pod_cache = {UID_A: copy.deepcopy(await fresh_copy(client, "a"))}
+    agent.pods.replace([PodView.of(copy.deepcopy(await fresh_copy(client, "a")))])
     newer = [ready("True", "2024-01-01T00:00:05Z")]
     await client.patch(
         pod_path("default", "a", subresource="status"), {"status": {"conditions": newer}}
@@ -92,7 +93,7 @@ async def test_a_moved_aligned_condition_is_rewritten_in_place(
     body["status"]["conditions"] = [old_aligned, ready("False", "2024-01-01T00:00:00Z")]
     await client.create("/api/v1/namespaces/default/pods", body)
     agent = make_agent(client, file_cgroups)
-    agent.pod_cache = {UID_A: copy.deepcopy(await fresh_copy(client, "a"))}
+    agent.pods.replace([PodView.of(copy.deepcopy(await fresh_copy(client, "a")))])
     reordered = [ready("True", "2024-01-01T00:00:05Z"), old_aligned]
     await client.patch(
         pod_path("default", "a", subresource="status"), {"status": {"conditions": reordered}}
@@ -114,7 +115,7 @@ async def test_a_second_failure_after_recovery_posts_an_event_again(
     agent = make_agent(client, file_cgroups)
 
     async def one_pass() -> None:
-        agent.pod_cache = {UID_A: await fresh_copy(client, "a")}
+        agent.pods.replace([PodView.of(await fresh_copy(client, "a"))])
         await agent.reconcile()
 
     await one_pass()  # no cgroup yet
@@ -140,10 +141,10 @@ async def test_a_restarted_agent_does_not_announce_enforcement_again(
         pod("a", UID_A, cid=CID_A, annotation=assignment("1"), created="x"),
     )
     first = make_agent(client, file_cgroups)
-    first.pod_cache = {UID_A: await fresh_copy(client, "a")}
+    first.pods.replace([PodView.of(await fresh_copy(client, "a"))])
     await first.reconcile()
     restarted = make_agent(client, file_cgroups)
-    restarted.pod_cache = {UID_A: await fresh_copy(client, "a")}
+    restarted.pods.replace([PodView.of(await fresh_copy(client, "a"))])
 
     await restarted.reconcile()
 
@@ -175,7 +176,7 @@ async def test_messages_name_the_cpus_applied_not_the_assignment(
         "/api/v1/namespaces/default/pods", pod("b", UID_B, cid=CID_B, annotation=numa, created="x")
     )
     agent = make_agent(client, file_cgroups)
-    agent.pod_cache = {u: await fresh_copy(client, n) for u, n in ((UID_A, "a"), (UID_B, "b"))}
+    agent.pods.replace([PodView.of(await fresh_copy(client, n)) for n in ("a", "b")])
 
     await agent.reconcile()
 

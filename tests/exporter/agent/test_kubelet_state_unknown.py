@@ -12,6 +12,7 @@ import pytest
 import signing_keys
 from numatopo_engine.model import API_VERSION, KIND
 from numatopo_exporter.agent.loop import ENFORCING, AgentLoop
+from numatopo_exporter.agent.pod_view import PodView
 from numatopo_exporter.discovery import kubelet
 from numatopo_exporter.discovery.errors import DiscoveryError
 
@@ -109,7 +110,7 @@ async def test_an_unknown_kubelet_policy_stops_writes_until_it_is_known(
         cgroup_root=file_cgroups.root,
         kubelet_state=state,
     )
-    agent.pod_cache = {UID_A: body}
+    agent.pods.replace([PodView.of(body)])
     cpus = file_cgroups.root / CONTAINER / "cpuset.cpus"
 
     await agent.reconcile()

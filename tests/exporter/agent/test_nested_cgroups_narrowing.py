@@ -13,6 +13,7 @@ from numatopo_engine.cpuset import CPUSet
 from numatopo_exporter.agent.feedback import ALIGNED
 from numatopo_exporter.agent.loop import AgentLoop
 from numatopo_exporter.agent.planning import Cpuset, Target, desire_cpusets, plan_writes
+from numatopo_exporter.agent.pod_view import PodView
 
 from ..conftest import NodeClient
 from ..daemon.conftest import NODE
@@ -38,7 +39,7 @@ async def start(client: NodeClient, tree: CgroupTree) -> AgentLoop:
         cgroup_root=tree.root,
         kubelet_state=tree.root / "absent",
     )
-    agent.pod_cache = {UID_A: body}
+    agent.pods.replace([PodView.of(body)])
     return agent
 
 

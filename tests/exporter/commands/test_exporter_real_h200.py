@@ -21,7 +21,7 @@ import pytest
 from numatopo_cli.main import main
 from numatopo_engine.model import Numatopology
 from numatopo_exporter.discovery import nvml
-from numatopo_exporter.discovery.nvml_recording import ReplayNvml
+from nvml_replay import ReplayNvml
 
 FIXTURES = Path(__file__).resolve().parents[2] / "fixtures"
 CAPTURED = FIXTURES / "captured" / "h200-1gpu-firecracker"

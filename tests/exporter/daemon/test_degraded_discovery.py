@@ -7,11 +7,11 @@ from pathlib import Path
 
 import kmock
 
-from numatopo_exporter.daemon.backoff import Backoff
 from numatopo_exporter.daemon.loop import ExporterLoop
 from numatopo_exporter.daemon.publishing import Publisher
 from numatopo_exporter.daemon.serve import make_discovery_scan
 from numatopo_exporter.discovery.discover import DiscoverOptions
+from numatopo_kube.backoff import Backoff
 
 from ..conftest import NodeClient
 from ..sysfs.conftest import write_tree

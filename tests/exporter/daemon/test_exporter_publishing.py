@@ -11,7 +11,6 @@ import kmock
 import pytest
 
 from numatopo_engine.model import Gpu, NumaNode, NumatopologySpec
-from numatopo_exporter.daemon.backoff import Backoff
 from numatopo_exporter.daemon.loop import ExporterLoop
 from numatopo_exporter.daemon.metrics import ExporterMetrics
 from numatopo_exporter.daemon.publishing import (
@@ -22,6 +21,7 @@ from numatopo_exporter.daemon.publishing import (
     plan_status,
     spec_hash,
 )
+from numatopo_kube.backoff import Backoff
 
 from ..conftest import NodeClient, numatopology_path
 from .conftest import NODE, NODE_UID, Outage, writes

@@ -85,7 +85,7 @@ async def test_exporter_and_agent_racing_keep_both_conditions(
             async with asyncio.timeout(10):
                 await asyncio.gather(
                     publisher.publish(spec(cpus), scanned_at=2.0 + round_),
-                    agent._kubelet_is_static(),
+                    agent.publish_node_status(),
                 )
             stored = messages(cluster)
             seen.append(

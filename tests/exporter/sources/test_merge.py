@@ -15,8 +15,8 @@ from numatopo_exporter.discovery.hostroot import HostRoot
 from numatopo_exporter.discovery.kubelet import read_kubelet
 from numatopo_exporter.discovery.merge import merge_gpu_reading, merge_kubelet
 from numatopo_exporter.discovery.nvml import GpuReading, read_nvml
-from numatopo_exporter.discovery.nvml_recording import ReplayNvml
 from numatopo_exporter.discovery.pci_address import normalize_bus_id
+from nvml_replay import ReplayNvml
 
 FIXTURES = Path(__file__).resolve().parents[2] / "fixtures"
 H100_BUSES = ["18", "2a", "3a", "5d", "9a", "ab", "ba", "db"]

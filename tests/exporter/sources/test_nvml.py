@@ -20,8 +20,8 @@ import pytest
 from numatopo_engine.model import Gpu, PathType
 from numatopo_exporter.discovery.errors import SourceUnavailableError
 from numatopo_exporter.discovery.nvidia_smi_topo import read_nvidia_smi_topo
-from numatopo_exporter.discovery.nvml import NO_DRIVER, read_nvml
-from numatopo_exporter.discovery.nvml_recording import ReplayNvml, record
+from numatopo_exporter.discovery.nvml import NO_DRIVER, read_nvml, record
+from nvml_replay import ReplayNvml
 
 FIXTURES = Path(__file__).resolve().parents[2] / "fixtures"
 NVML = FIXTURES / "nvml"

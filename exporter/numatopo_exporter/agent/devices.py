@@ -1,0 +1,173 @@
+"""Follow: what the kubelet gave (PodResources), which devices it cannot hand out, and
+each pod's devices checked against its assignment (I/O: the kubelet's socket, the API).
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from pydantic import ValidationError
+
+from numatopo_engine.annotations import OBSERVED, Observed
+from numatopo_engine.model import NumatopologySpec, UnhealthyDevices
+from numatopo_engine.resources import ResourceNames
+from numatopo_exporter.agent import follow, health, pods
+from numatopo_exporter.agent.metrics import AgentMetrics
+from numatopo_exporter.agent.pod_records import PodRecords
+from numatopo_exporter.agent.pod_resources import (
+    Holdings,
+    PodResourcesError,
+    list_allocatable,
+    list_holdings,
+)
+from numatopo_kube import KubeClient, KubeError
+
+__all__ = ["GPUS_UNVERIFIED", "GPU_MISMATCH", "KubeletDevices"]
+
+GPU_MISMATCH = "GPUMismatch"
+GPUS_UNVERIFIED = "GPUsUnverified"
+
+logger = logging.getLogger("numatopo.agent")
+
+
+@dataclass
+class KubeletDevices:
+    client: KubeClient
+    node_name: str
+    socket: Path | None
+    """The kubelet's PodResources socket; None: Follow is off."""
+    resources: ResourceNames
+    metrics: AgentMetrics
+    clock: Callable[[], float]
+    spec_refresh_seconds: float
+    unreadable: str | None = field(default=None, init=False)
+    """Why PodResources cannot be read (None while it can)."""
+    unhealthy: UnhealthyDevices | None = field(default=None, init=False)
+    """The devices the kubelet cannot hand out (`status.unhealthy`); None until known.
+    Kept while PodResources or the Numatopology cannot be read."""
+    _spec: tuple[NumatopologySpec, float, dict[str, set[str]]] | None = field(
+        default=None, init=False
+    )
+    """The node's spec, when it was read, and the allocatable listing it was read for."""
+
+    def why_unverified(self) -> str:
+        return self.unreadable or "Follow is off (no PodResources socket)"
+
+    async def read_holdings(self) -> Holdings | None:
+        """What PodResources lists now; None when Follow is off or the API unreadable
+        (logged when that changes)."""
+        if self.socket is None:
+            return None
+        try:
+            holdings = await list_holdings(self.socket)
+        except PodResourcesError as exc:
+            if self.unreadable != str(exc):
+                logger.warning("cannot verify GPUs: %s", exc)
+            self.unreadable = str(exc)
+            return None
+        if self.unreadable is not None:
+            logger.info("PodResources readable again at %s", self.socket)
+        self.unreadable = None
+        return holdings
+
+    async def read_health(self) -> None:
+        """`unhealthy`: the node's devices the kubelet does not list as allocatable."""
+        assert self.socket is not None
+        try:
+            allocatable = await list_allocatable(self.socket)
+        except PodResourcesError as exc:
+            logger.warning("cannot read the kubelet's allocatable devices: %s", exc)
+            return
+        known = self._spec
+        if (
+            known is None
+            or known[2] != allocatable
+            or (self.clock() - known[1] >= self.spec_refresh_seconds)
+        ):
+            try:
+                body = await self.client.get_numatopology(self.node_name)
+                spec = NumatopologySpec.model_validate((body or {}).get("spec") or {})
+            except (KubeError, ValidationError) as exc:
+                logger.warning("reading Numatopology/%s: %s", self.node_name, exc)
+                return
+            if body is None:
+                return  # the exporter has not published it yet
+            known = self._spec = (spec, self.clock(), allocatable)
+        found = health.unhealthy_devices(known[0], allocatable)
+        if found != self.unhealthy:
+            logger.info(
+                "devices the kubelet cannot hand out: GPUs %s, NICs %s", found.gpus, found.nics
+            )
+        self.unhealthy = found
+
+    async def check(
+        self,
+        entry: pods.PodAssignment,
+        holdings: Holdings | None,
+        records: PodRecords,
+        outcome: pods.PodOutcome,
+    ) -> None:
+        """Record what the pod's containers hold (`numatopo.io/observed`) and hold back
+        `Aligned` (in `outcome`) while its GPUs are not the assigned ones, or cannot be
+        known."""
+        assignment = entry.assignment
+        with_gpus = any(
+            c.gpus or c.gpu_indices or c.mig or c.mig_indices
+            for c in assignment.containers.values()
+        )
+        if not with_gpus and not any(c.nics for c in assignment.containers.values()):
+            return
+        if holdings is None:
+            if not with_gpus:
+                return  # NICs alone are followed where PodResources is read
+            outcome.problems.append(
+                "the GPUs this pod holds cannot be verified: " + self.why_unverified()
+            )
+            outcome.reason = outcome.reason or GPUS_UNVERIFIED
+            return
+        namespace, _, name = entry.key.partition("/")
+        observed = follow.observe(
+            assignment,
+            holdings.get((namespace, name)),
+            containers=follow.running_container_names(entry.body),
+            is_gpu=self.resources.is_gpu,
+            is_nic=self.resources.is_nic,
+            nics=self._spec[0].nics if self._spec is not None else (),
+        )
+        if observed is None:
+            outcome.pending = True  # not admitted yet: reported once the kubelet has chosen
+            return
+        if entry.observed != observed:
+            await self._write_observed(entry.key, observed)
+        if observed.mismatched:
+            words = follow.gpu_words(
+                observed, assignment, self.resources.is_gpu, self.resources.is_nic
+            )
+            self._count_mismatch(entry, records, words)
+            outcome.problems.append(
+                f"{words}; the operator re-aligns CPUs and memory to the GPUs held"
+            )
+            outcome.reason = GPU_MISMATCH
+
+    async def _write_observed(self, key: str, observed: Observed) -> None:
+        namespace, _, name = key.partition("/")
+        try:
+            await self.client.patch_pod_annotations(
+                namespace, name, {OBSERVED: observed.to_annotation()}
+            )
+        except KubeError as exc:
+            logger.warning("writing %s of %s: %s", OBSERVED, key, exc)
+
+    def _count_mismatch(self, entry: pods.PodAssignment, records: PodRecords, words: str) -> None:
+        """Count and log a mismatch once per assignment (the pod stays mismatched for as
+        long as the operator takes to decide again)."""
+        record = records.get(entry.uid)
+        if record is not None and record.mismatch_seq == entry.assignment.seq:
+            return
+        if record is not None:
+            record.mismatch_seq = entry.assignment.seq
+        self.metrics.gpu_mismatches.inc()
+        logger.warning("%s: %s", entry.key, words)

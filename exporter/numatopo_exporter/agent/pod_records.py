@@ -1,0 +1,140 @@
+"""What the agent knows about each pod on its node: one record per pod, by UID.
+
+A record holds the pod as the watch last showed it and every fact the agent keeps about
+it between passes (when its assignment was first seen, what was enforced, what was
+announced, its GPU containers in flight). Forgetting a pod is deleting its record, so
+the agent's memory is bounded by the pods on its node.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable, Iterator
+from dataclasses import dataclass, field
+
+from numatopo_engine.signing import Verifier
+from numatopo_exporter.agent import follow, pods
+from numatopo_exporter.agent.pod_resources import Holdings
+from numatopo_exporter.agent.pod_view import PodView
+from numatopo_exporter.steering.choice import InFlight
+
+__all__ = ["Enforced", "PodRecord", "PodRecords"]
+
+
+@dataclass(frozen=True)
+class Enforced:
+    """What the last successful pass enforced: a new annotation or new container ids
+    is news (`Enforced`, `Reenforced`)."""
+
+    annotation: str
+    container_ids: frozenset[str]
+
+
+@dataclass
+class PodRecord:
+    view: PodView
+    first_seen: float | None = None
+    """When this agent first saw the pod's current assignment (enforcement latency)."""
+    enforced: Enforced | None = None
+    reported: tuple[str, str] | None = None
+    """(reason, annotation) of the last failure announced with an Event."""
+    mismatch_seq: int | None = None
+    """The assignment sequence whose GPU mismatch was counted."""
+    gpu_claims: tuple[InFlight, ...] = ()
+    """Its containers assigned GPUs (steering candidates), for `claims_for`."""
+    claims_for: tuple[str | None, str] = (None, "")
+    """(annotation, phase) `gpu_claims` were worked out for."""
+
+
+@dataclass
+class PodRecords:
+    node_name: str
+    clock: Callable[[], float]
+    is_gpu: Callable[[str], bool]
+    verifier: Verifier
+    in_flight: tuple[InFlight, ...] = field(default=(), init=False)
+    """Containers assigned GPUs the kubelet has not given yet, for the steering plugin's
+    answer: replaced whole (never changed in place), since the steering plugin reads it
+    from another thread."""
+    _records: dict[str, PodRecord] = field(default_factory=dict, init=False)
+    _held: Holdings = field(default_factory=dict, init=False)
+
+    def __len__(self) -> int:
+        return len(self._records)
+
+    def __iter__(self) -> Iterator[PodRecord]:
+        return iter(list(self._records.values()))
+
+    def get(self, uid: str) -> PodRecord | None:
+        return self._records.get(uid)
+
+    def views(self) -> list[PodView]:
+        return [record.view for record in self._records.values()]
+
+    # -- taking watch events -------------------------------------------------------------
+
+    def take(self, view: PodView) -> None:
+        """The pod as a watch event or a listing shows it now."""
+        if view.node_name != self.node_name:
+            # Servers that ignore the field selector send every pod of the cluster.
+            self.drop(view.uid)
+            return
+        record = self._records.get(view.uid)
+        if record is None:
+            record = self._records[view.uid] = PodRecord(view)
+        elif record.view.annotation != view.annotation:
+            record.first_seen = None
+        record.view = view
+        if view.annotation is not None and record.first_seen is None:
+            record.first_seen = self.clock()
+        if self._update_claims(record):
+            self.publish_in_flight()
+
+    def drop(self, uid: str) -> None:
+        record = self._records.pop(uid, None)
+        if record is not None and record.gpu_claims:
+            self.publish_in_flight()
+
+    def replace(self, views: Iterable[PodView]) -> None:
+        """A fresh listing: pods not in it are gone; those in it keep what was known."""
+        listed = [v for v in views if v.node_name == self.node_name]
+        present = {v.uid for v in listed}
+        for uid in [u for u in self._records if u not in present]:
+            del self._records[uid]
+        for view in listed:
+            self.take(view)
+        self.publish_in_flight()
+
+    def _update_claims(self, record: PodRecord) -> bool:
+        """Work out the pod's GPU containers again when its assignment or phase changed;
+        whether they changed."""
+        view = record.view
+        basis = (view.annotation, view.phase)
+        if basis == record.claims_for:
+            return False
+        before = record.gpu_claims
+        record.claims_for = basis
+        claims: tuple[InFlight, ...] = ()
+        if view.assignment is not None:
+            claims = tuple(follow.in_flight([view], self.node_name, self.is_gpu))
+            if claims and pods.unsigned(view, view.assignment, self.verifier):
+                claims = ()  # steering the kubelet by a forged assignment would hand out GPUs
+        record.gpu_claims = claims
+        return bool(claims) or bool(before)
+
+    def publish_in_flight(self, holdings: Holdings | None = None) -> None:
+        """Publish `in_flight`: the GPU containers of the pods that PodResources did not
+        list with devices yet (as of the last `holdings` given)."""
+        if holdings is not None:
+            self._held = holdings
+        held = self._held
+
+        def holds_devices(claim: InFlight) -> bool:
+            namespace, _, name = claim.pod_key.partition("/")
+            return any((held.get((namespace, name)) or {}).get(claim.container, {}).values())
+
+        self.in_flight = tuple(
+            claim
+            for record in self._records.values()
+            for claim in record.gpu_claims
+            if not holds_devices(claim)
+        )
