@@ -27,13 +27,14 @@ from typing import Any
 import pydantic
 
 from numatopo_engine import annotations as keys
-from numatopo_engine.annotations import Assignment, ContainerAssignment, State
+from numatopo_engine.annotations import State
 from numatopo_engine.dra import api
 from numatopo_engine.dra.claims import ClaimDecision, UndecidedError, decide_claims, pod_claims
-from numatopo_engine.dra.join import DeviceId, DraNode, join_node
+from numatopo_engine.dra.join import DraNode, join_node
 from numatopo_engine.errors import InvalidRequestError, OverlapError, UnsatisfiableError
 from numatopo_engine.state import NodeState
 from numatopo_operator import assigning, grouping, translate
+from numatopo_operator.dra_holds import HELD, allocated_devices, book_holds, holds_on
 from numatopo_operator.errors import KubeError, NotActiveError
 from numatopo_operator.runtime import Runtime
 from numatopo_operator.translate import RawPod
@@ -45,7 +46,6 @@ logger = logging.getLogger(__name__)
 LEFT = "DRALeftToScheduler"
 UNSATISFIABLE = "DRAUnsatisfiable"
 ALLOCATED = "DRAAllocated"
-HELD = "numatopo.io/dra-claim:"
 
 
 def is_gated(pod: RawPod) -> bool:
@@ -201,27 +201,13 @@ async def _decide(
 
 
 def book_claims(state: NodeState, node: DraNode, claims: list[api.ResourceClaim]) -> NodeState:
-    """Book in `state` the devices of `node` that allocated claims hold and nothing in
-    `state` books yet (claims of other pods, other schedulers): what DRA holds is never
-    handed out again."""
-    by_id = node.by_id()
-    for claim in claims:
-        allocation = claim.status.allocation
-        if allocation is None:
-            continue
-        gpus: list[int] = []
-        nics: list[str] = []
-        for result in allocation.devices.results:
-            device = by_id.get(DeviceId(result.driver, result.pool, result.device))
-            if device is None:
-                continue
-            if device.gpu is not None and device.gpu in state.free_gpus():
-                gpus.append(device.gpu)
-            if device.nic is not None and device.nic in state.free_nics():
-                nics.append(device.nic)
-        if gpus or nics:
-            held = ContainerAssignment(gpu_indices=gpus, nics=nics, exclusive=False)
-            state.apply(HELD + claim.key, Assignment(node=node.node, containers={"dra": held}))
+    """`state` with what allocated claims hold on `node` as this decision's fresh list of
+    claims says (it replaces the watched holds the ledger booked): devices of other
+    pods and other schedulers are never handed out twice."""
+    for key in [k for k in state.assignments if k.startswith(HELD)]:
+        state.release(key)
+    held = {c.key: allocated_devices(c.model_dump(mode="json", by_alias=True)) for c in claims}
+    book_holds(state, holds_on(node, held))
     return state
 
 

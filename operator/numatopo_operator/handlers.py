@@ -91,6 +91,7 @@ def observe_topology(memo: Runtime, node: str, reading: indexes.TopologyReading 
     else:
         memo.heartbeats[node] = reading.heartbeat
     memo.ledger.set_topology(node, reading.spec, reading.unhealthy)
+    memo.dra_holds.sync(memo.ledger, node)  # the join depends on the spec
 
 
 def _reading(readings: Readings, node: str) -> indexes.TopologyReading | None:

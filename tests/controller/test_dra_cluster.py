@@ -206,3 +206,103 @@ async def test_a_claim_numatopo_cannot_judge_is_left_to_the_scheduler(
     assert "nodeSelector" not in cluster.pods()["train"]["spec"]
     ((_, message),) = [(r, m) for r, m in cluster.events_for("train") if r == "DRALeftToScheduler"]
     assert "matches()" in message
+
+
+async def hold(cluster: Cluster, name: str, devices: list[tuple[str, str]]) -> None:
+    """Allocate claim `name` as another scheduler would: (request, device) pairs of the
+    node's GPU and NIC drivers, reserved for a pod numatopo never saw."""
+    results = [
+        {
+            "request": req,
+            "driver": "dra.net" if device.startswith("pci-") else "gpu.nvidia.com",
+            "pool": NODE,
+            "device": device,
+        }
+        for req, device in devices
+    ]
+    selector = {"key": "metadata.name", "operator": "In", "values": [NODE]}
+    status = {
+        "allocation": {
+            "devices": {"results": results},
+            "nodeSelector": {"nodeSelectorTerms": [{"matchFields": [selector]}]},
+        },
+        "reservedFor": [{"resource": "pods", "name": "elsewhere", "uid": "uid-elsewhere"}],
+    }
+    async with cluster.api.patch(f"{CLAIMS}/{name}/status", json={"status": status}) as response:
+        assert response.status < 300, await response.text()
+    obj = stored(cluster, "resourceclaims", name)
+    assert obj is not None
+    valid(obj)
+
+
+def free(cluster: Cluster) -> tuple[int, dict[int, list[int]], dict[int, list[str]]]:
+    """freeGPUs, and the free GPUs and NICs per NUMA node, of the node's status."""
+    status = cluster.numatopology_status(NODE)
+    per_numa = status.get("free") or []
+    return (
+        status.get("freeGPUs", -1),
+        {n["numa"]: n.get("gpus", []) for n in per_numa},
+        {n["numa"]: n.get("nics", []) for n in per_numa},
+    )
+
+
+async def test_what_other_claims_hold_is_booked_until_deallocated_or_deleted(
+    cluster: Cluster, start_operator: Any, wait: Any
+) -> None:
+    """Claims numatopo did not decide are booked in the ledger from their allocations (the
+    status's free devices, the extender's filter), and freed when the claim is
+    deallocated or deleted."""
+    await build(cluster)
+    await cluster.create(
+        CLAIMS,
+        claim("theirs", [request("gpu", "gpu.nvidia.com", 2), request("nic", "rdma.dra.net")]),
+    )
+    running = await start_operator(**FAST)
+    await wait(lambda: free(cluster)[0] == 8, what="all 8 GPUs free")
+
+    await hold(cluster, "theirs", [("gpu", "gpu-0"), ("gpu", "gpu-5"), ("nic", "pci-0000-10-1b-0")])
+    await wait(lambda: free(cluster)[0] == 6, what="the claim's GPUs booked")
+    _, gpus, nics = free(cluster)
+    assert gpus == {0: [1, 2, 3], 1: [4, 6, 7]}
+    assert nics == {0: ["rdmap32s27"], 1: ["rdmap144s27", "rdmap160s27"]}
+    assert cluster.numatopology_status(NODE)["pods"] == 0  # a claim is no pod
+
+    # The extender sees it too: a device-plugin pod asking all 8 GPUs fits nowhere.
+    whole = make_pod("whole", node=None, gpus=8, cpu="8", memory="16Gi", policy="best-effort")
+    status, result = await running.post("/filter", {"Pod": whole, "NodeNames": [NODE]})
+    assert status == 200
+    assert result["NodeNames"] == []
+    assert NODE in result["FailedNodes"]
+
+    # Deallocated (its pod ended elsewhere): free again.
+    await deallocate(cluster, "theirs")
+    await wait(lambda: free(cluster)[0] == 8, what="the claim's GPUs freed")
+    _, result = await running.post("/filter", {"Pod": whole, "NodeNames": [NODE]})
+    assert result["NodeNames"] == [NODE]
+
+    # Allocated again, then deleted: free again.
+    await hold(cluster, "theirs", [("gpu", "gpu-7")])
+    await wait(lambda: free(cluster)[1][1] == [4, 5, 6], what="gpu-7 booked")
+    async with cluster.api.delete(f"{CLAIMS}/theirs") as response:
+        assert response.status < 300
+    await wait(lambda: free(cluster)[0] == 8, what="the deleted claim's GPU freed")
+
+
+async def test_a_pod_that_ends_before_its_claim_is_deallocated_frees_nothing_early(
+    cluster: Cluster, start_operator: Any, wait: Any
+) -> None:
+    """numatopo's own decision: while the pod lives its assignment books the devices;
+    once it is gone its claim, still allocated, keeps them booked until the resourceclaim
+    controller deallocates it."""
+    await build(cluster)
+    await cluster.create(CLAIMS, claim("mine", [request("gpu", "gpu.nvidia.com", 2)]))
+    await cluster.create_pod(dra_pod("train", ["mine"]))
+    await start_operator(**FAST)
+    await wait(lambda: not gated(cluster, "train"), what="train released")
+    await wait(lambda: free(cluster)[0] == 6 and cluster.numatopology_status(NODE)["pods"] == 1,
+               what="train booked")  # fmt: skip
+    await cluster.delete_pod("train")
+    await wait(lambda: cluster.numatopology_status(NODE)["pods"] == 0, what="train forgotten")
+    assert free(cluster)[0] == 6, "the claim still holds its GPUs"
+    await deallocate(cluster, "mine")
+    await wait(lambda: free(cluster)[0] == 8, what="freed by the deallocation")

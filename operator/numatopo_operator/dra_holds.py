@@ -1,0 +1,198 @@
+"""What DRA holds: the devices every allocated ResourceClaim names, as the GPUs and NICs
+of the node's model, kept current from the claim and slice watches (`dra_feed`) and
+booked in the ledger (`Ledger.set_dra_holds`). Pure: no I/O.
+
+A claim's `status.allocation.devices.results` names devices by (driver, pool, device);
+the node's ResourceSlices, joined with its Numatopology (`numatopo_engine.dra.join`),
+say which GPU or NIC each one is. Every allocated claim counts, reserved or not, as the
+scheduler's allocator counts it: an allocated device is in use until the claim is
+deallocated or deleted. Devices of a claim numatopo decided are booked by its pod's
+assignment too; the ledger books a hold only on what no pod took.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
+
+import pydantic
+
+from numatopo_engine.annotations import Assignment, ContainerAssignment
+from numatopo_engine.dra import api
+from numatopo_engine.dra.join import DeviceId, DraNode, join_node
+from numatopo_engine.model import NumatopologySpec
+from numatopo_engine.state import NodeState
+
+if TYPE_CHECKING:
+    from numatopo_operator.ledger import Ledger
+
+__all__ = ["HELD", "DraHolds", "allocated_devices", "book_holds", "holds_on"]
+
+logger = logging.getLogger(__name__)
+
+HELD = "numatopo.io/dra-claim:"
+"""The prefix of a hold's key in a node's state (never a pod key: those hold no colon)."""
+
+HOLDER = "dra"
+"""The container name a hold books its devices under."""
+
+
+def allocated_devices(raw: Mapping[str, Any]) -> tuple[DeviceId, ...]:
+    """The devices a claim's `status.allocation` names (none when it is not allocated).
+    Read field by field, not through `api.ResourceClaim`: a claim holds its devices
+    whatever else it says, even fields numatopo does not model."""
+    allocation = ((raw.get("status") or {}).get("allocation") or {}).get("devices") or {}
+    found = []
+    for result in allocation.get("results") or []:
+        if not isinstance(result, Mapping):
+            continue
+        driver, pool, device = (result.get(k) for k in ("driver", "pool", "device"))
+        if isinstance(driver, str) and isinstance(pool, str) and isinstance(device, str):
+            found.append(DeviceId(driver, pool, device))
+    return tuple(sorted(set(found)))
+
+
+def claim_key(raw: Mapping[str, Any]) -> str:
+    metadata = raw.get("metadata") or {}
+    return f"{metadata.get('namespace') or 'default'}/{metadata.get('name')}"
+
+
+def holds_on(node: DraNode, claims: Mapping[str, Iterable[DeviceId]]) -> dict[str, Assignment]:
+    """Claim key -> the GPUs and NICs of `node` its allocation names (claims naming none
+    of them left out), as one non-exclusive container."""
+    by_id = node.by_id()
+    holds = {}
+    for key, devices in sorted(claims.items()):
+        joined = [by_id[d] for d in devices if d in by_id]
+        gpus = sorted(d.gpu for d in joined if d.gpu is not None)
+        nics = sorted(d.nic for d in joined if d.nic is not None)
+        if gpus or nics:
+            held = ContainerAssignment(gpu_indices=gpus, nics=nics, exclusive=False)
+            holds[HELD + key] = Assignment(node=node.node, containers={HOLDER: held})
+    return holds
+
+
+def book_holds(state: NodeState, holds: Mapping[str, Assignment]) -> None:
+    """Book in `state` each hold's GPUs and NICs that are still free (pods come first:
+    book them before)."""
+    for key, hold in sorted(holds.items()):
+        free_gpus, free_nics = state.free_gpus(), state.free_nics()
+        containers = {
+            name: container.model_copy(
+                update={
+                    "gpu_indices": [g for g in container.gpu_indices if g in free_gpus],
+                    "nics": [n for n in container.nics if n in free_nics],
+                }
+            )
+            for name, container in hold.containers.items()
+        }
+        if any(c.gpu_indices or c.nics for c in containers.values()):
+            state.apply(key, hold.model_copy(update={"containers": containers}))
+
+
+@dataclass
+class DraHolds:
+    """The watched claims and slices, and the holds pushed to the ledger per node."""
+
+    claims: dict[str, tuple[DeviceId, ...]] = field(default_factory=dict)
+    """Allocated claims: key -> the devices its allocation names."""
+    slices: dict[str, api.ResourceSlice] = field(default_factory=dict)
+    """name -> slice (of a node: `spec.nodeName` set)."""
+    _joined: dict[str, tuple[NumatopologySpec, DraNode]] = field(default_factory=dict)
+
+    # -- what the watches say -----------------------------------------------------------
+
+    def claim_seen(self, deleted: bool, raw: Mapping[str, Any]) -> set[str]:
+        """A claim's event; returns the nodes whose holds may have changed."""
+        key = claim_key(raw)
+        before = self.claims.pop(key, ())
+        devices = () if deleted else allocated_devices(raw)
+        if devices:
+            self.claims[key] = devices
+        return self._nodes_of(before) | self._nodes_of(devices) if before != devices else set()
+
+    def claims_listed(self, items: Iterable[Mapping[str, Any]]) -> set[str]:
+        """A fresh list replaces every claim; returns the nodes that may have changed."""
+        before = self.claims
+        self.claims = {}
+        for raw in items:
+            devices = allocated_devices(raw)
+            if devices:
+                self.claims[claim_key(raw)] = devices
+        nodes: set[str] = set()
+        for key in before.keys() | self.claims.keys():
+            old, new = before.get(key, ()), self.claims.get(key, ())
+            if old != new:
+                nodes |= self._nodes_of(old) | self._nodes_of(new)
+        return nodes
+
+    def slice_seen(self, deleted: bool, raw: Mapping[str, Any]) -> set[str]:
+        """A slice's event; returns the node whose devices may have changed."""
+        name = str((raw.get("metadata") or {}).get("name"))
+        old = self.slices.pop(name, None)
+        nodes = {old.spec.node_name} if old is not None and old.spec.node_name else set()
+        if not deleted:
+            read = _slice(raw)
+            if read is not None and read.spec.node_name:
+                self.slices[name] = read
+                nodes.add(read.spec.node_name)
+        for node in nodes:
+            self._joined.pop(node, None)
+        return nodes
+
+    def slices_listed(self, items: Iterable[Mapping[str, Any]]) -> set[str]:
+        nodes = {s.spec.node_name for s in self.slices.values() if s.spec.node_name}
+        self.slices = {}
+        for raw in items:
+            read = _slice(raw)
+            if read is not None and read.spec.node_name:
+                self.slices[read.metadata.name] = read
+                nodes.add(read.spec.node_name)
+        self._joined.clear()
+        return nodes
+
+    # -- what the ledger books -----------------------------------------------------------
+
+    def joined(self, node: str, topology: NumatopologySpec | None) -> DraNode | None:
+        """The node's slices joined with `topology` (cached until either changes)."""
+        if topology is None:
+            return None
+        cached = self._joined.get(node)
+        if cached is not None and cached[0] == topology:
+            return cached[1]
+        local = [s for s in self.slices.values() if s.spec.node_name == node]
+        if not local:
+            return None
+        joined = join_node(node, topology, local)
+        self._joined[node] = (topology, joined)
+        return joined
+
+    def sync(self, ledger: Ledger, node: str) -> bool:
+        """Book in `ledger` what claims hold on `node` now; True when that changed."""
+        joined = self.joined(node, ledger.topology(node))
+        holds = holds_on(joined, self.claims) if joined is not None else {}
+        if dict(ledger.dra_holds(node)) == holds:
+            return False
+        ledger.set_dra_holds(node, holds)
+        return True
+
+    def _nodes_of(self, devices: Iterable[DeviceId]) -> set[str]:
+        pools = {(d.driver, d.pool) for d in devices}
+        if not pools:
+            return set()
+        return {
+            s.spec.node_name
+            for s in self.slices.values()
+            if s.spec.node_name and (s.spec.driver, s.spec.pool.name) in pools
+        }
+
+
+def _slice(raw: Mapping[str, Any]) -> api.ResourceSlice | None:
+    try:
+        return api.ResourceSlice.model_validate(raw)
+    except pydantic.ValidationError as exc:
+        name = (raw.get("metadata") or {}).get("name")
+        logger.warning("ResourceSlice %s is unreadable; its devices are not joined: %s", name, exc)
+        return None
