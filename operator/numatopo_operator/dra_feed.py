@@ -39,6 +39,7 @@ async def _booked(runtime: Runtime, nodes: set[str]) -> None:
     devices (a hold that grew frees nothing)."""
     freed = []
     for node in sorted(nodes):
+        runtime.ledger.mark_dirty(node)  # `status.dra` may change with the slices
         before = dict(runtime.ledger.dra_holds(node))
         if runtime.dra_holds.sync(runtime.ledger, node) and any(
             key not in runtime.ledger.dra_holds(node) or runtime.ledger.dra_holds(node)[key] != hold

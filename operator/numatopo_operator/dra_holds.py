@@ -22,13 +22,21 @@ import pydantic
 from numatopo_engine.annotations import Assignment, ContainerAssignment
 from numatopo_engine.dra import api
 from numatopo_engine.dra.join import DeviceId, DraNode, join_node
-from numatopo_engine.model import NumatopologySpec
+from numatopo_engine.model import DraDevice as DraStatusDevice
+from numatopo_engine.model import DraDevices, NumatopologySpec, UnhealthyDevices
 from numatopo_engine.state import NodeState
 
 if TYPE_CHECKING:
     from numatopo_operator.ledger import Ledger
 
-__all__ = ["HELD", "DraHolds", "allocated_devices", "book_holds", "holds_on"]
+__all__ = [
+    "HELD",
+    "DraHolds",
+    "allocated_devices",
+    "book_holds",
+    "dra_devices",
+    "holds_on",
+]
 
 logger = logging.getLogger(__name__)
 
@@ -92,6 +100,29 @@ def book_holds(state: NodeState, holds: Mapping[str, Assignment]) -> None:
             state.apply(key, hold.model_copy(update={"containers": containers}))
 
 
+def dra_devices(node: DraNode) -> DraDevices | None:
+    """The node's joined DRA devices, with a summary per driver and pool (None: none)."""
+    joined = [d for d in node.devices if d.gpu is not None or d.nic is not None]
+    if not node.devices:
+        return None
+    counts: dict[str, list[int]] = {}
+    for device in node.devices:
+        kind = 0 if device.gpu is not None else 1 if device.nic is not None else 2
+        counts.setdefault(f"{device.id.driver}/{device.id.pool}", [0, 0, 0])[kind] += 1
+    words = []
+    for pool, (gpus, nics, others) in sorted(counts.items()):
+        said = [f"{n} {what}" for n, what in ((gpus, "GPUs"), (nics, "NICs"), (others, "other"))
+                if n]  # fmt: skip
+        words.append(f"{pool}: {', '.join(said)}")
+    devices = [
+        DraStatusDevice(
+            driver=d.id.driver, pool=d.id.pool, device=d.id.device, gpu=d.gpu, nic=d.nic
+        )
+        for d in sorted(joined, key=lambda d: d.id)
+    ]
+    return DraDevices(summary="; ".join(words), devices=devices)
+
+
 @dataclass
 class DraHolds:
     """The watched claims and slices, and the holds pushed to the ledger per node."""
@@ -100,6 +131,8 @@ class DraHolds:
     """Allocated claims: key -> the devices its allocation names."""
     slices: dict[str, api.ResourceSlice] = field(default_factory=dict)
     """name -> slice (of a node: `spec.nodeName` set)."""
+    reported: dict[str, UnhealthyDevices] = field(default_factory=dict)
+    """node -> the devices its agent reported unhealthy (`status.unhealthy`)."""
     _joined: dict[str, tuple[NumatopologySpec, DraNode]] = field(default_factory=dict)
 
     # -- what the watches say -----------------------------------------------------------
@@ -169,9 +202,34 @@ class DraHolds:
         self._joined[node] = (topology, joined)
         return joined
 
+    def status_of(self, node: str, topology: NumatopologySpec | None) -> DraDevices | None:
+        """`status.dra` of the node: its GPUs and NICs that DRA drivers publish."""
+        joined = self.joined(node, topology)
+        return dra_devices(joined) if joined is not None else None
+
+    def unhealthy(
+        self, node: str, topology: NumatopologySpec, reported: UnhealthyDevices
+    ) -> UnhealthyDevices:
+        """What the agent `reported` the kubelet cannot hand out, less the DRA devices:
+        the kubelet's device plugins do not list those at all (DRA drivers hand them
+        out), which says nothing of their health."""
+        self.reported[node] = reported
+        joined = self.joined(node, topology)
+        if joined is None:
+            return reported
+        gpus, nics = joined.of_gpu(), joined.of_nic()
+        return UnhealthyDevices(
+            gpus=[g for g in reported.gpus if g not in gpus],
+            nics=[n for n in reported.nics if n not in nics],
+        )
+
     def sync(self, ledger: Ledger, node: str) -> bool:
-        """Book in `ledger` what claims hold on `node` now; True when that changed."""
-        joined = self.joined(node, ledger.topology(node))
+        """Book in `ledger` what claims hold on `node` now, and the devices the agent
+        reported unhealthy less the DRA ones; True when the holds changed."""
+        topology = ledger.topology(node)
+        if topology is not None and node in self.reported:
+            ledger.set_topology(node, topology, self.unhealthy(node, topology, self.reported[node]))
+        joined = self.joined(node, topology)
         holds = holds_on(joined, self.claims) if joined is not None else {}
         if dict(ledger.dra_holds(node)) == holds:
             return False

@@ -72,6 +72,7 @@ def observe_topology(memo: Runtime, node: str, reading: indexes.TopologyReading 
         memo.heartbeats.pop(node, None)
         memo.gpu_modes.pop(node, None)
         memo.statuses.pop(node, None)
+        memo.dra_holds.reported.pop(node, None)
         return
     if memo.statuses.get(node) != reading.status:
         # Someone else's write, or one of ours seen out of order: the holder compares it
@@ -90,7 +91,8 @@ def observe_topology(memo: Runtime, node: str, reading: indexes.TopologyReading 
         memo.heartbeats.pop(node, None)
     else:
         memo.heartbeats[node] = reading.heartbeat
-    memo.ledger.set_topology(node, reading.spec, reading.unhealthy)
+    unhealthy = memo.dra_holds.unhealthy(node, reading.spec, reading.unhealthy)
+    memo.ledger.set_topology(node, reading.spec, unhealthy)
     memo.dra_holds.sync(memo.ledger, node)  # the join depends on the spec
 
 

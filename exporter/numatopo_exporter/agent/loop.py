@@ -21,6 +21,7 @@ from pydantic import ValidationError
 
 from numatopo_engine.annotations import OBSERVED, Assignment, Observed
 from numatopo_engine.cpuset import CPUSet
+from numatopo_engine.dra.pods import devices_from_claims
 from numatopo_engine.model import GpuMode, NumatopologySpec, UnhealthyDevices
 from numatopo_engine.resources import ResourceNames
 from numatopo_engine.signing import Verifier
@@ -114,6 +115,7 @@ class AgentLoop:
     _published: tuple[object, ...] | None = field(default=None, init=False)
     """The last node status applied (Enforcing verdict, GPU mode and its message)."""
     _holdings_error: str | None = field(default=None, init=False)
+    _dra_gpus: bool = field(default=False, init=False)  # status.dra lists the node's GPUs
     _last_holdings: Holdings = field(default_factory=dict, init=False)
     _gpu_claims: dict[str, tuple[str, str, tuple[InFlight, ...]]] = field(
         default_factory=dict, init=False
@@ -405,6 +407,8 @@ class AgentLoop:
                 return
             if body is None:
                 return  # the exporter has not published it yet
+            dra = ((body.get("status") or {}).get("dra") or {}).get("devices") or []
+            self._dra_gpus = any(d.get("gpu") is not None for d in dra)
             known = self._spec = (spec, self.clock(), allocatable)
         found = health.unhealthy_devices(known[0], allocatable)
         if found != self.unhealthy:
@@ -419,6 +423,9 @@ class AgentLoop:
         """Record what the pod's containers hold (`numatopo.io/observed`) and hold back
         `Aligned` while its GPUs are not the assigned ones, or cannot be known."""
         assignment = entry.assignment
+        resources = self.resources
+        if devices_from_claims(entry.body, lambda r: resources.is_gpu(r) or resources.is_nic(r)):
+            return  # Allocated: the claims hold the assigned devices, no plugin gave any
         with_gpus = any(
             c.gpus or c.gpu_indices or c.mig or c.mig_indices
             for c in assignment.containers.values()
@@ -719,6 +726,13 @@ class AgentLoop:
 
     def _gpu_mode(self, follows: bool) -> tuple[GpuMode, str, str]:
         """(mode, reason, message) of the node's GPU guarantee this pass."""
+        if self._dra_gpus:
+            return (
+                GpuMode.ALLOCATED,
+                "Allocated",
+                "the node's GPUs are DRA devices (status.dra): a container holds its "
+                "ResourceClaims' devices, which numatopo allocates for the pods it decides",
+            )
         if self.steered is not None and self.steered():
             return (
                 GpuMode.STEERED,
