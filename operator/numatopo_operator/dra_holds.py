@@ -21,8 +21,7 @@ import pydantic
 
 from numatopo_engine.annotations import Assignment, ContainerAssignment
 from numatopo_engine.dra import api
-from numatopo_engine.dra.join import DeviceId, DraNode, join_node
-from numatopo_engine.model import DraDevice as DraStatusDevice
+from numatopo_engine.dra.join import DeviceId, DraNode, dra_devices, join_node
 from numatopo_engine.model import DraDevices, NumatopologySpec, UnhealthyDevices
 from numatopo_engine.state import NodeState
 
@@ -34,7 +33,6 @@ __all__ = [
     "DraHolds",
     "allocated_devices",
     "book_holds",
-    "dra_devices",
     "holds_on",
 ]
 
@@ -98,29 +96,6 @@ def book_holds(state: NodeState, holds: Mapping[str, Assignment]) -> None:
         }
         if any(c.gpu_indices or c.nics for c in containers.values()):
             state.apply(key, hold.model_copy(update={"containers": containers}))
-
-
-def dra_devices(node: DraNode) -> DraDevices | None:
-    """The node's joined DRA devices, with a summary per driver and pool (None: none)."""
-    joined = [d for d in node.devices if d.gpu is not None or d.nic is not None]
-    if not node.devices:
-        return None
-    counts: dict[str, list[int]] = {}
-    for device in node.devices:
-        kind = 0 if device.gpu is not None else 1 if device.nic is not None else 2
-        counts.setdefault(f"{device.id.driver}/{device.id.pool}", [0, 0, 0])[kind] += 1
-    words = []
-    for pool, (gpus, nics, others) in sorted(counts.items()):
-        said = [f"{n} {what}" for n, what in ((gpus, "GPUs"), (nics, "NICs"), (others, "other"))
-                if n]  # fmt: skip
-        words.append(f"{pool}: {', '.join(said)}")
-    devices = [
-        DraStatusDevice(
-            driver=d.id.driver, pool=d.id.pool, device=d.id.device, gpu=d.gpu, nic=d.nic
-        )
-        for d in sorted(joined, key=lambda d: d.id)
-    ]
-    return DraDevices(summary="; ".join(words), devices=devices)
 
 
 @dataclass

@@ -20,6 +20,7 @@ import enum
 from collections.abc import Iterable
 from dataclasses import dataclass
 
+from numatopo_engine import model
 from numatopo_engine.dra.api import Device, DeviceAttribute, ResourceSlice
 from numatopo_engine.model import NumatopologySpec
 
@@ -30,6 +31,7 @@ __all__ = [
     "DraDevice",
     "DraNode",
     "attribute",
+    "dra_devices",
     "join_node",
     "normal_bus_id",
 ]
@@ -221,3 +223,26 @@ def _unshared(devices: list[DraDevice]) -> list[DraDevice]:
         else d
         for d in devices
     ]
+
+
+def dra_devices(node: DraNode) -> model.DraDevices | None:
+    """The node's joined DRA devices, with a summary per driver and pool (None: none)."""
+    joined = [d for d in node.devices if d.gpu is not None or d.nic is not None]
+    if not node.devices:
+        return None
+    counts: dict[str, list[int]] = {}
+    for device in node.devices:
+        kind = 0 if device.gpu is not None else 1 if device.nic is not None else 2
+        counts.setdefault(f"{device.id.driver}/{device.id.pool}", [0, 0, 0])[kind] += 1
+    words = []
+    for pool, (gpus, nics, others) in sorted(counts.items()):
+        kinds = ((gpus, "GPUs"), (nics, "NICs"), (others, "not joined"))
+        said = [f"{n} {what}" for n, what in kinds if n]
+        words.append(f"{pool}: {', '.join(said)}")
+    devices = [
+        model.DraDevice(
+            driver=d.id.driver, pool=d.id.pool, device=d.id.device, gpu=d.gpu, nic=d.nic
+        )
+        for d in sorted(joined, key=lambda d: d.id)
+    ]
+    return model.DraDevices(summary="; ".join(words), devices=devices)
