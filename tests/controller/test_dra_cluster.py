@@ -23,10 +23,12 @@ from dra_objects import (
     nic_slice,
     request,
 )
+from foreign_schemas import nrt_errors
 from numatopo_engine import annotations as keys
 from numatopo_engine.model import Numatopology
 
 from .conftest import Cluster, make_pod, numatopology
+from .test_exports_cluster import available, nrts, register_foreign
 
 NODE = "p4d-a"
 TOPOLOGY = Path(__file__).resolve().parents[1] / "fixtures" / "topologies" / "aws-p4d.json"
@@ -306,3 +308,50 @@ async def test_a_pod_that_ends_before_its_claim_is_deallocated_frees_nothing_ear
     assert free(cluster)[0] == 6, "the claim still holds its GPUs"
     await deallocate(cluster, "mine")
     await wait(lambda: free(cluster)[0] == 8, what="freed by the deallocation")
+
+
+async def test_nrt_counts_what_dra_pods_and_other_claims_hold(
+    cluster: Cluster, start_operator: Any, wait: Any
+) -> None:
+    """NodeResourceTopology of a DRA node: a DRA pod's CPUs and GPUs, and the GPUs a
+    claim numatopo did not decide holds, are not available; freed with the claims."""
+    register_foreign(cluster.api)
+    await build(cluster)
+    await cluster.create(CLAIMS, claim("theirs", [request("gpu", "gpu.nvidia.com", 1)]))
+    await cluster.create(CLAIMS, claim("pair", [request("gpu", "gpu.nvidia.com", 2)]))
+    await start_operator(**FAST, export_nrt=True)
+    await wait(lambda: NODE in nrts(cluster), what="NRT written")
+    await hold(cluster, "theirs", [("gpu", "gpu-7")])
+    await cluster.create_pod(dra_pod("train", ["pair"]))
+    await wait(lambda: not gated(cluster, "train"), what="train released")
+    claimed = [int(d.split("-")[1]) for d in allocated(cluster, "pair")]
+    numa_of = {g.index: g.numa for g in spec().gpus}
+    (numa,) = {numa_of[g] for g in claimed}
+    cpus = {numa: 48, 1 - numa: 48}
+    gpus = {0: 4, 1: 3}
+    gpus[numa] -= 2
+
+    def counted() -> bool:
+        nrt = nrts(cluster).get(NODE)
+        return nrt is not None and all(
+            available(nrt, f"node-{n}", "cpu") == cpus[n] - (8 if n == numa else 0)
+            and available(nrt, f"node-{n}", "nvidia.com/gpu") == gpus[n]
+            for n in (0, 1)
+        )
+
+    await wait(counted, what="NRT available counts the DRA pod and the other claim")
+    assert nrt_errors(nrts(cluster)[NODE]) == []
+
+    await cluster.delete_pod("train")
+    await deallocate(cluster, "pair")
+    await deallocate(cluster, "theirs")
+
+    def freed() -> bool:
+        nrt = nrts(cluster)[NODE]
+        return all(
+            available(nrt, f"node-{n}", "nvidia.com/gpu") == 4
+            and available(nrt, f"node-{n}", "cpu") == 48
+            for n in (0, 1)
+        )
+
+    await wait(freed, what="NRT available once the claims are deallocated")
