@@ -47,12 +47,15 @@ def classes() -> dict[str, dict[str, Any]]:
     }
 
 
-async def build(cluster: Cluster) -> list[dict[str, Any]]:
-    await cluster.create_numatopology(numatopology(NODE, spec()))
-    slices = [gpu_slice(NODE, spec()), nic_slice(NODE, spec())]
+async def build(
+    cluster: Cluster, node: str = NODE, *, classes_too: bool = True
+) -> list[dict[str, Any]]:
+    await cluster.create_node(node)
+    await cluster.create_numatopology(numatopology(node, spec()))
+    slices = [gpu_slice(node, spec()), nic_slice(node, spec())]
     for body in slices:
         await cluster.create("/apis/resource.k8s.io/v1/resourceslices", body)
-    for body in classes().values():
+    for body in classes().values() if classes_too else ():
         await cluster.create("/apis/resource.k8s.io/v1/deviceclasses", body)
     return slices
 
@@ -355,3 +358,45 @@ async def test_nrt_counts_what_dra_pods_and_other_claims_hold(
         )
 
     await wait(freed, what="NRT available once the claims are deallocated")
+
+
+async def test_claims_go_only_to_nodes_the_pods_node_filters_allow(
+    cluster: Cluster, start_operator: Any, wait: Any
+) -> None:
+    """kube-scheduler's node filters (taints, nodeSelector) decide which nodes' devices a
+    DRA pod's claims may take: the pod is sent to that node by its nodeSelector, so a
+    node it may not run on would leave it Pending for good."""
+    await build(cluster)
+    await build(cluster, "p4d-b", classes_too=False)
+    taint = {"key": "dedicated", "value": "inference", "effect": "NoSchedule"}
+    await cluster.patch_node(NODE, {"spec": {"taints": [taint]}})
+    await cluster.patch_node("p4d-b", {"metadata": {"labels": {"pool": "b"}}})
+    for name, count in (("first", 2), ("second", 8), ("third", 2)):
+        await cluster.create(CLAIMS, claim(name, [request("gpu", "gpu.nvidia.com", count)]))
+    await start_operator(**FAST)
+
+    # p4d-a comes first in name order, but its taint is not tolerated.
+    await cluster.create_pod(dra_pod("plain", ["first"]))
+    await wait(lambda: not gated(cluster, "plain"), what="plain released")
+    assert cluster.pods()["plain"]["spec"]["nodeSelector"] == {"kubernetes.io/hostname": "p4d-b"}
+    claim_obj = stored(cluster, "resourceclaims", "first")
+    assert claim_obj is not None
+    assert {r["pool"] for r in claim_obj["status"]["allocation"]["devices"]["results"]} == {"p4d-b"}
+
+    # Tolerating it, a pod may go there: 8 GPUs, which only p4d-a still has.
+    tolerant = dra_pod("tolerant", ["second"], policy="best-effort")
+    tolerant["spec"]["tolerations"] = [{"key": "dedicated", "operator": "Exists"}]
+    await cluster.create_pod(tolerant)
+    await wait(lambda: not gated(cluster, "tolerant"), what="tolerant released")
+    assert cluster.pods()["tolerant"]["spec"]["nodeSelector"] == {"kubernetes.io/hostname": NODE}
+
+    # A nodeSelector no node with devices matches: the pod waits, gated, and says why.
+    picky = dra_pod("picky", ["third"])
+    picky["spec"]["nodeSelector"] = {"pool": "c"}
+    await cluster.create_pod(picky)
+    await wait(
+        lambda: "DRAUnsatisfiable" in {r for r, _ in cluster.events_for("picky")},
+        what="picky waits",
+    )
+    assert gated(cluster, "picky")
+    assert allocated(cluster, "third") == []
