@@ -899,6 +899,11 @@ class KubeClient:
             "watch resourceslices", _ResourceSlice, resource_version=resource_version
         )
 
+    @api_call(("resource.k8s.io", "deviceclasses", "watch"))
+    def watch_device_classes(self, *, resource_version: str | None) -> AsyncIterator[WatchEvent]:
+        """DeviceClass events from `resource_version` on (`dra_feed`)."""
+        return self._watch("watch deviceclasses", _DeviceClass, resource_version=resource_version)
+
     @api_call(("resource.k8s.io", "resourceslices", "list"))
     async def list_resource_slices(self) -> Listing:
         return await self._list("list resourceslices", _ResourceSlice, namespace=None)

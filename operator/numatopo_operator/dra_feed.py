@@ -1,5 +1,6 @@
-"""Every ResourceClaim and ResourceSlice, listed then watched, into `Runtime.dra_holds`
-and from there into the ledger (I/O; the bookkeeping is `dra_holds`).
+"""Every ResourceClaim, ResourceSlice and DeviceClass, listed then watched, into
+`Runtime.dra_holds` and from there into the ledger (I/O; the bookkeeping is
+`dra_holds`); the extender judges DRA pods by the same copies (`dra_extender`).
 
 Each kind: a LIST, then a WATCH from its resourceVersion; a watch that ends with 410
 Gone lists again (the list replaces what was known, so what ended unwatched is
@@ -109,6 +110,9 @@ async def follow_dra(runtime: Runtime) -> None:
     def slices_watch(version: str | None) -> AsyncIterator[WatchEvent]:
         return kube.watch_resource_slices(resource_version=version)
 
+    def classes_watch(version: str | None) -> AsyncIterator[WatchEvent]:
+        return kube.watch_device_classes(resource_version=version)
+
     slices = _Kind(
         "ResourceSlices",
         kube.list_resource_slices,
@@ -123,4 +127,13 @@ async def follow_dra(runtime: Runtime) -> None:
         holds.claims_listed,
         holds.claim_seen,
     )
-    await asyncio.gather(_follow(runtime, slices), _follow(runtime, claims))
+    classes = _Kind(
+        "DeviceClasses",
+        kube.list_device_classes,
+        classes_watch,
+        holds.classes_listed,
+        holds.class_seen,
+    )
+    await asyncio.gather(
+        _follow(runtime, slices), _follow(runtime, claims), _follow(runtime, classes)
+    )

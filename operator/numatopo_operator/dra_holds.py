@@ -104,6 +104,10 @@ class DraHolds:
 
     claims: dict[str, tuple[DeviceId, ...]] = field(default_factory=dict)
     """Allocated claims: key -> the devices its allocation names."""
+    bodies: dict[str, Mapping[str, Any]] = field(default_factory=dict)
+    """Every claim as last watched: key -> its body (the extender judges pods by them)."""
+    classes: dict[str, Mapping[str, Any]] = field(default_factory=dict)
+    """Every DeviceClass as last watched: name -> its body."""
     slices: dict[str, api.ResourceSlice] = field(default_factory=dict)
     """name -> slice (of a node: `spec.nodeName` set)."""
     reported: dict[str, UnhealthyDevices] = field(default_factory=dict)
@@ -115,6 +119,10 @@ class DraHolds:
     def claim_seen(self, deleted: bool, raw: Mapping[str, Any]) -> set[str]:
         """A claim's event; returns the nodes whose holds may have changed."""
         key = claim_key(raw)
+        if deleted:
+            self.bodies.pop(key, None)
+        else:
+            self.bodies[key] = raw
         before = self.claims.pop(key, ())
         devices = () if deleted else allocated_devices(raw)
         if devices:
@@ -125,7 +133,9 @@ class DraHolds:
         """A fresh list replaces every claim; returns the nodes that may have changed."""
         before = self.claims
         self.claims = {}
+        self.bodies = {}
         for raw in items:
+            self.bodies[claim_key(raw)] = raw
             devices = allocated_devices(raw)
             if devices:
                 self.claims[claim_key(raw)] = devices
@@ -160,6 +170,19 @@ class DraHolds:
                 nodes.add(read.spec.node_name)
         self._joined.clear()
         return nodes
+
+    def class_seen(self, deleted: bool, raw: Mapping[str, Any]) -> set[str]:
+        """A DeviceClass's event (no node's holds depend on it)."""
+        name = str((raw.get("metadata") or {}).get("name"))
+        if deleted:
+            self.classes.pop(name, None)
+        else:
+            self.classes[name] = raw
+        return set()
+
+    def classes_listed(self, items: Iterable[Mapping[str, Any]]) -> set[str]:
+        self.classes = {str((raw.get("metadata") or {}).get("name")): raw for raw in items}
+        return set()
 
     # -- what the ledger books -----------------------------------------------------------
 

@@ -400,3 +400,41 @@ async def test_claims_go_only_to_nodes_the_pods_node_filters_allow(
     )
     assert gated(cluster, "picky")
     assert allocated(cluster, "third") == []
+
+
+async def test_the_extender_judges_a_dra_pod_by_its_claims_devices(
+    cluster: Cluster, start_operator: Any, wait: Any
+) -> None:
+    """A DRA pod scheduled with the extender (no gate): the nodes whose devices cannot
+    satisfy its claims fail, those without DRA devices cannot take it at all; judged by
+    its requests alone (no device-plugin resource) every node with CPUs would pass."""
+    await build(cluster)
+    await build(cluster, "p4d-b", classes_too=False)
+    await cluster.create_numatopology(numatopology("cpu-only", spec()))
+    await cluster.create(CLAIMS, claim("theirs", [request("gpu", "gpu.nvidia.com", 6)]))
+    await cluster.create(CLAIMS, claim("four", [request("gpu", "gpu.nvidia.com", 4)]))
+    regex = 'device.attributes["gpu.nvidia.com"].productName.matches("A100")'
+    await cluster.create(CLAIMS, claim("odd", [request("gpu", "gpu.nvidia.com", 1, regex)]))
+    running = await start_operator(**FAST)
+    await hold(cluster, "theirs", [("gpu", f"gpu-{i}") for i in range(6)])
+    await wait(lambda: free(cluster)[0] == 2, what="theirs booked on p4d-a")
+    await wait(lambda: {"default/four", "default/odd"} <= set(running.runtime.dra_holds.bodies),
+               what="claims watched")  # fmt: skip
+
+    nodes = [NODE, "p4d-b", "cpu-only"]
+    pod = dra_pod("train", ["four"], policy="best-effort")
+    del pod["spec"]["schedulingGates"]
+    status, result = await running.post("/filter", {"Pod": pod, "NodeNames": nodes})
+    assert status == 200
+    assert result["NodeNames"] == ["p4d-b"]
+    assert set(result["FailedNodes"]) == {NODE}
+    assert result["FailedAndUnresolvableNodes"] == {"cpu-only": "the node publishes no DRA devices"}
+    status, ranked = await running.post("/prioritize", {"Pod": pod, "NodeNames": nodes})
+    assert status == 200
+    assert {h["Host"]: h["Score"] for h in ranked} == {NODE: 0, "p4d-b": 10, "cpu-only": 0}
+
+    # A claim numatopo cannot judge as the allocator would: judged by its requests.
+    odd = dra_pod("odd", ["odd"])
+    del odd["spec"]["schedulingGates"]
+    _, result = await running.post("/filter", {"Pod": odd, "NodeNames": nodes})
+    assert sorted(result["NodeNames"]) == sorted(nodes)
