@@ -341,20 +341,22 @@ class GpuMode(enum.StrEnum):
 
 
 class DraDevice(WireModel):
-    """A device a DRA driver publishes for the node, joined with a GPU or NIC of the spec."""
+    """A device a DRA driver publishes for the node, joined with a GPU, NIC or CPU of the
+    spec."""
 
     driver: str
     pool: str
     device: str
     gpu: NonNegInt | None = Field(default=None, description="spec.gpus[].index")
     nic: str | None = Field(default=None, description="spec.nics[].name")
+    cpu: NonNegInt | None = Field(default=None, description="spec.cpus[].id (dra-driver-cpu)")
 
 
 class DraDevices(WireModel):
-    """The node's GPUs and NICs that Dynamic Resource Allocation hands out."""
+    """The node's GPUs, NICs and CPUs that Dynamic Resource Allocation hands out."""
 
     summary: str = Field(
-        description="Per driver and pool: how many GPUs and NICs it publishes, e.g. "
+        description="Per driver and pool: how many GPUs, NICs and CPUs it publishes, e.g. "
         "`gpu.nvidia.com/node-a: 8 GPUs`; devices joined to no GPU or NIC are counted apart."
     )
     devices: list[DraDevice] = Field(default_factory=list)

@@ -20,6 +20,7 @@ from typing import TYPE_CHECKING, Any
 import pydantic
 
 from numatopo_engine.annotations import Assignment, ContainerAssignment
+from numatopo_engine.cpuset import CPUSet
 from numatopo_engine.dra import api
 from numatopo_engine.dra.join import DeviceId, DraNode, dra_devices, join_node
 from numatopo_engine.model import DraDevices, NumatopologySpec, UnhealthyDevices
@@ -66,16 +67,17 @@ def claim_key(raw: Mapping[str, Any]) -> str:
 
 
 def holds_on(node: DraNode, claims: Mapping[str, Iterable[DeviceId]]) -> dict[str, Assignment]:
-    """Claim key -> the GPUs and NICs of `node` its allocation names (claims naming none
-    of them left out), as one non-exclusive container."""
+    """Claim key -> the GPUs, NICs and CPUs of `node` its allocation names (claims naming
+    none of them left out), as one container (exclusive only for its CPUs)."""
     by_id = node.by_id()
     holds = {}
     for key, devices in sorted(claims.items()):
         joined = [by_id[d] for d in devices if d in by_id]
         gpus = sorted(d.gpu for d in joined if d.gpu is not None)
         nics = sorted(d.nic for d in joined if d.nic is not None)
-        if gpus or nics:
-            held = ContainerAssignment(gpu_indices=gpus, nics=nics, exclusive=False)
+        cpus = CPUSet(d.cpu for d in joined if d.cpu is not None)
+        if gpus or nics or cpus:
+            held = ContainerAssignment(gpu_indices=gpus, nics=nics, cpus=cpus, exclusive=bool(cpus))
             holds[HELD + key] = Assignment(node=node.node, containers={HOLDER: held})
     return holds
 
@@ -85,16 +87,18 @@ def book_holds(state: NodeState, holds: Mapping[str, Assignment]) -> None:
     book them before)."""
     for key, hold in sorted(holds.items()):
         free_gpus, free_nics = state.free_gpus(), state.free_nics()
+        free_cpus = state.free_cpus()
         containers = {
             name: container.model_copy(
                 update={
                     "gpu_indices": [g for g in container.gpu_indices if g in free_gpus],
                     "nics": [n for n in container.nics if n in free_nics],
+                    "cpus": CPUSet(c for c in container.cpus if c in free_cpus),
                 }
             )
             for name, container in hold.containers.items()
         }
-        if any(c.gpu_indices or c.nics for c in containers.values()):
+        if any(c.gpu_indices or c.nics or c.cpus for c in containers.values()):
             state.apply(key, hold.model_copy(update={"containers": containers}))
 
 

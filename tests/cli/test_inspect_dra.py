@@ -36,7 +36,7 @@ def test_the_table_says_which_gpus_dra_hands_out(
     out = capsys.readouterr().out
     section = out[out.index("DRA devices") :].splitlines()
     assert section[0].split(None, 2)[2] == "gpu.nvidia.com/a100: 8 GPUs"
-    assert section[1].split() == ["GPU/NIC", "DRIVER", "POOL", "DEVICE"]
+    assert section[1].split() == ["JOINED", "DRIVER", "POOL", "DEVICE"]
     assert [row.split() for row in section[2:]] == [
         ["GPU", str(i), "gpu.nvidia.com", "a100", f"gpu-{i}"] for i in range(8)
     ]

@@ -14,10 +14,12 @@ from typing import Any
 import kubernetes_validate
 
 from dra_objects import (
+    CPU_CLASS_SELECTOR,
     GPU_CLASS_SELECTOR,
     RDMA_CLASS_SELECTOR,
     allocation_problems,
     claim,
+    cpu_slice,
     device_class,
     gpu_slice,
     nic_slice,
@@ -25,6 +27,7 @@ from dra_objects import (
 )
 from foreign_schemas import nrt_errors
 from numatopo_engine import annotations as keys
+from numatopo_engine.cpuset import CPUSet
 from numatopo_engine.model import Numatopology
 
 from .conftest import Cluster, make_pod, numatopology
@@ -216,10 +219,17 @@ async def test_a_claim_numatopo_cannot_judge_is_left_to_the_scheduler(
 async def hold(cluster: Cluster, name: str, devices: list[tuple[str, str]]) -> None:
     """Allocate claim `name` as another scheduler would: (request, device) pairs of the
     node's GPU and NIC drivers, reserved for a pod numatopo never saw."""
+    await hold_devices(cluster, name, "", devices)
+
+
+async def hold_devices(
+    cluster: Cluster, name: str, driver: str, devices: list[tuple[str, str]]
+) -> None:
+    """`hold`, with devices of `driver` ('': GPUs and dranet's NICs by their names)."""
     results = [
         {
             "request": req,
-            "driver": "dra.net" if device.startswith("pci-") else "gpu.nvidia.com",
+            "driver": driver or ("dra.net" if device.startswith("pci-") else "gpu.nvidia.com"),
             "pool": NODE,
             "device": device,
         }
@@ -438,3 +448,48 @@ async def test_the_extender_judges_a_dra_pod_by_its_claims_devices(
     del odd["spec"]["schedulingGates"]
     _, result = await running.post("/filter", {"Pod": odd, "NodeNames": nodes})
     assert sorted(result["NodeNames"]) == sorted(nodes)
+
+
+async def test_cpus_published_by_dra_driver_cpu_are_claimed_beside_the_gpus(
+    cluster: Cluster, start_operator: Any, wait: Any
+) -> None:
+    """Where dra-driver-cpu publishes CPUs (individual mode), a pod's CPU claim is
+    allocated like its GPU claim: the CPUs the engine puts next to the GPUs, as
+    `cpudevNNN` devices; CPUs another claim holds are not handed out."""
+    slices = await build(cluster)
+    cpus_slice = cpu_slice(NODE, spec())
+    await cluster.create("/apis/resource.k8s.io/v1/resourceslices", cpus_slice)
+    cpu_class = device_class("dra.cpu", CPU_CLASS_SELECTOR)
+    await cluster.create("/apis/resource.k8s.io/v1/deviceclasses", cpu_class)
+    all_classes = {**classes(), "dra.cpu": cpu_class}
+    await cluster.create(CLAIMS, claim("theirs", [request("cpus", "dra.cpu", 2)]))
+    await cluster.create(CLAIMS, claim("pair", [request("gpu", "gpu.nvidia.com", 2)]))
+    await cluster.create(CLAIMS, claim("cores", [request("cpus", "dra.cpu", 8)]))
+    await start_operator(**FAST)
+    cpu_of = {
+        d["name"]: d["attributes"]["dra.cpu/cpuID"]["int"] for d in cpus_slice["spec"]["devices"]
+    }
+    held = [("cpus", name) for name, cpu in cpu_of.items() if cpu in (0, 48)]
+    await hold_devices(cluster, "theirs", "dra.cpu", held)
+    await wait(
+        lambda: cluster.numatopology_status(NODE).get("freeCPUs") == 94,
+        what="the other claim's CPUs booked",
+    )
+
+    await cluster.create_pod(dra_pod("train", ["pair", "cores"]))
+    await wait(lambda: not gated(cluster, "train"), what="train released")
+    cores = stored(cluster, "resourceclaims", "cores")
+    assert cores is not None
+    valid(cores)
+    assert allocation_problems(cores, NODE, [*slices, cpus_slice], all_classes) == []
+    claimed = {cpu_of[d] for d in allocated(cluster, "cores")}
+    assert len(claimed) == 8
+    assert not claimed & {0, 48}
+    gpus = {int(d.split("-")[1]) for d in allocated(cluster, "pair")}
+    numa_of_gpu = {g.index: g.numa for g in spec().gpus}
+    numa_of_cpu = {c.id: c.numa for c in spec().cpus}
+    assert {numa_of_cpu[c] for c in claimed} == {numa_of_gpu[g] for g in gpus}
+    assignment = json.loads(cluster.annotations("train")[keys.ASSIGNMENT])
+    assert set(CPUSet.parse(assignment["containers"]["main"]["cpus"])) == claimed
+    dra = cluster.numatopology_status(NODE)["dra"]
+    assert f"dra.cpu/{NODE}: 96 CPUs" in dra["summary"]

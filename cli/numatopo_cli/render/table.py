@@ -138,10 +138,16 @@ def _accelerator_rows(spec: NumatopologySpec, *, color: bool) -> list[str]:
 
 
 def _dra_rows(dra: DraDevices, *, color: bool) -> list[str]:
-    """One row per GPU or NIC a DRA driver publishes: which driver, pool and device."""
-    rows = [["GPU/NIC", "DRIVER", "POOL", "DEVICE"]]
+    """One row per GPU, NIC or CPU a DRA driver publishes: which driver, pool and device."""
+    rows = [["JOINED", "DRIVER", "POOL", "DEVICE"]]
     for device in dra.devices:
-        joined = f"GPU {device.gpu}" if device.gpu is not None else f"NIC {device.nic}"
+        joined = (
+            f"GPU {device.gpu}"
+            if device.gpu is not None
+            else f"NIC {device.nic}"
+            if device.nic is not None
+            else f"CPU {device.cpu}"
+        )
         rows.append([joined, device.driver, device.pool, device.device])
     return text.align_rows(
         rows,
