@@ -117,6 +117,9 @@ class DraHolds:
     reported: dict[str, UnhealthyDevices] = field(default_factory=dict)
     """node -> the devices its agent reported unhealthy (`status.unhealthy`)."""
     _joined: dict[str, tuple[NumatopologySpec, DraNode]] = field(default_factory=dict)
+    _on_node: dict[str, set[str]] = field(default_factory=dict)  # node -> slice names
+    _pools: dict[tuple[str, str], dict[str, int]] = field(default_factory=dict)
+    """(driver, pool) -> node -> how many of its slices name that node."""
 
     # -- what the watches say -----------------------------------------------------------
 
@@ -153,27 +156,52 @@ class DraHolds:
     def slice_seen(self, deleted: bool, raw: Mapping[str, Any]) -> set[str]:
         """A slice's event; returns the node whose devices may have changed."""
         name = str((raw.get("metadata") or {}).get("name"))
-        old = self.slices.pop(name, None)
+        old = self._remove(name)
         nodes = {old.spec.node_name} if old is not None and old.spec.node_name else set()
         if not deleted:
             read = _slice(raw)
             if read is not None and read.spec.node_name:
-                self.slices[name] = read
+                self._add(read)
                 nodes.add(read.spec.node_name)
         for node in nodes:
             self._joined.pop(node, None)
         return nodes
 
     def slices_listed(self, items: Iterable[Mapping[str, Any]]) -> set[str]:
-        nodes = {s.spec.node_name for s in self.slices.values() if s.spec.node_name}
-        self.slices = {}
+        nodes = set(self._on_node)
+        self.slices, self._on_node, self._pools = {}, {}, {}
         for raw in items:
             read = _slice(raw)
             if read is not None and read.spec.node_name:
-                self.slices[read.metadata.name] = read
+                self._add(read)
                 nodes.add(read.spec.node_name)
         self._joined.clear()
         return nodes
+
+    def _add(self, read: api.ResourceSlice) -> None:
+        node = read.spec.node_name or ""
+        self.slices[read.metadata.name] = read
+        self._on_node.setdefault(node, set()).add(read.metadata.name)
+        pool = (read.spec.driver, read.spec.pool.name)
+        nodes = self._pools.setdefault(pool, {})
+        nodes[node] = nodes.get(node, 0) + 1
+
+    def _remove(self, name: str) -> api.ResourceSlice | None:
+        old = self.slices.pop(name, None)
+        if old is None:
+            return None
+        node = old.spec.node_name or ""
+        self._on_node.get(node, set()).discard(name)
+        if not self._on_node.get(node):
+            self._on_node.pop(node, None)
+        pool = (old.spec.driver, old.spec.pool.name)
+        nodes = self._pools.get(pool, {})
+        nodes[node] = nodes.get(node, 1) - 1
+        if nodes[node] <= 0:
+            nodes.pop(node, None)
+        if not nodes:
+            self._pools.pop(pool, None)
+        return old
 
     def class_seen(self, deleted: bool, raw: Mapping[str, Any]) -> set[str]:
         """A DeviceClass's event (no node's holds depend on it)."""
@@ -197,15 +225,16 @@ class DraHolds:
         cached = self._joined.get(node)
         if cached is not None and cached[0] == topology:
             return cached[1]
-        local = [s for s in self.slices.values() if s.spec.node_name == node]
-        if not local:
-            return None
+        names = self._on_node.get(node)
+        if not names:
+            return None  # most nodes, on every event of their Numatopology: no scan
+        local = [self.slices[name] for name in sorted(names)]
         joined = join_node(node, topology, local)
         self._joined[node] = (topology, joined)
         return joined
 
     def status_of(self, node: str, topology: NumatopologySpec | None) -> DraDevices | None:
-        """`status.dra` of the node: its GPUs and NICs that DRA drivers publish."""
+        """`status.dra` of the node: its GPUs, NICs and CPUs that DRA drivers publish."""
         joined = self.joined(node, topology)
         return dra_devices(joined) if joined is not None else None
 
@@ -230,7 +259,9 @@ class DraHolds:
         reported unhealthy less the DRA ones; True when the holds changed."""
         topology = ledger.topology(node)
         if topology is not None and node in self.reported:
-            ledger.set_topology(node, topology, self.unhealthy(node, topology, self.reported[node]))
+            unhealthy = self.unhealthy(node, topology, self.reported[node])
+            if ledger.unhealthy(node) != unhealthy:
+                ledger.set_topology(node, topology, unhealthy)
         joined = self.joined(node, topology)
         holds = holds_on(joined, self.claims) if joined is not None else {}
         if dict(ledger.dra_holds(node)) == holds:
@@ -240,13 +271,7 @@ class DraHolds:
 
     def _nodes_of(self, devices: Iterable[DeviceId]) -> set[str]:
         pools = {(d.driver, d.pool) for d in devices}
-        if not pools:
-            return set()
-        return {
-            s.spec.node_name
-            for s in self.slices.values()
-            if s.spec.node_name and (s.spec.driver, s.spec.pool.name) in pools
-        }
+        return {node for pool in pools for node in self._pools.get(pool, {})}
 
 
 def _slice(raw: Mapping[str, Any]) -> api.ResourceSlice | None:

@@ -112,3 +112,21 @@ def test_a_device_of_no_gpu_of_the_node_books_nothing() -> None:
     holds.claim_seen(False, allocated("odd", ["gpu-9"]))
     holds.sync(ledger, NODE)
     assert booked(ledger) == set()
+
+
+def test_a_slice_gone_takes_its_holds_and_joins_with_it() -> None:
+    ledger, holds = setup()
+    holds.claim_seen(False, allocated("theirs", ["gpu-3"]))
+    holds.sync(ledger, NODE)
+    assert booked(ledger) == {3}
+    assert holds.slice_seen(True, gpu_slice(NODE, spec())) == {NODE}
+    holds.sync(ledger, NODE)
+    assert booked(ledger) == set()
+    joined = holds.joined(NODE, spec())
+    assert joined is not None
+    assert {d.id.driver for d in joined.devices} == {"dra.net"}
+    # Back again (a driver restart): the claim's device is booked again.
+    assert holds.slice_seen(False, gpu_slice(NODE, spec())) == {NODE}
+    holds.sync(ledger, NODE)
+    assert booked(ledger) == {3}
+    assert holds.joined("elsewhere", spec()) is None
