@@ -31,10 +31,10 @@ replica taking over starts from the highest sequence still on a live pod, which 
 the node agent compares (it orders the claims of live pods).
 
 Devices that DRA holds (`set_dra_holds`): what ResourceClaims' allocations hold on a
-node, as `dra_holds` maps them to GPUs and NICs. Pods come first: a hold books only
-the devices no pod's booking (observed or in-flight) took, so the claims numatopo
+node, as `dra_holds` maps them to GPUs, NICs and CPUs. Pods come first: a hold books
+only the devices no pod's booking (observed or in-flight) took, so the claims numatopo
 decided (whose pods book the same devices) add nothing, and a pod never becomes
-untrusted because of a hold. Holds are kept apart from pods (`pods_on`, `holds`).
+untrusted because of a hold. Holds are no pods (`pods_on`, `holds` leave them out).
 
 Decisions for one node are serialised by `lock(node)`: the engine call and the
 reservation form one critical section. The engine runs in a thread of its own, never
@@ -90,7 +90,7 @@ class Ledger:
         self._void: dict[str, int] = {}
         # node -> (live state, its version, the copy handed out for it)
         self._frozen: dict[str, tuple[NodeState, int, NodeState]] = {}
-        # node -> hold key -> the GPUs/NICs a ResourceClaim's allocation holds there
+        # node -> hold key -> the devices a ResourceClaim's allocation holds there
         self._dra_holds: dict[str, dict[str, Assignment]] = {}
 
     # -- queries -----------------------------------------------------------------
@@ -224,7 +224,7 @@ class Ledger:
         self._dirty.discard(node)
 
     def set_dra_holds(self, node: str, holds: Mapping[str, Assignment]) -> None:
-        """What ResourceClaims' allocations hold on `node` now (key -> GPUs/NICs), all of
+        """What ResourceClaims' allocations hold on `node` now (key -> devices), all of
         them: holds not given are freed. Each books the devices no pod took."""
         if self._dra_holds.get(node, {}) == holds:
             return
