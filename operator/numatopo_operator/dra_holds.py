@@ -120,6 +120,8 @@ class DraHolds:
     _on_node: dict[str, set[str]] = field(default_factory=dict)  # node -> slice names
     _pools: dict[tuple[str, str], dict[str, int]] = field(default_factory=dict)
     """(driver, pool) -> node -> how many of its slices name that node."""
+    _by_pool: dict[tuple[str, str], set[str]] = field(default_factory=dict)
+    """(driver, pool) -> the allocated claims naming a device of it."""
 
     # -- what the watches say -----------------------------------------------------------
 
@@ -130,28 +132,37 @@ class DraHolds:
             self.bodies.pop(key, None)
         else:
             self.bodies[key] = raw
-        before = self.claims.pop(key, ())
-        devices = () if deleted else allocated_devices(raw)
-        if devices:
-            self.claims[key] = devices
+        before = self._set_claim(key, () if deleted else allocated_devices(raw))
+        devices = self.claims.get(key, ())
         return self._nodes_of(before) | self._nodes_of(devices) if before != devices else set()
 
     def claims_listed(self, items: Iterable[Mapping[str, Any]]) -> set[str]:
         """A fresh list replaces every claim; returns the nodes that may have changed."""
         before = self.claims
-        self.claims = {}
-        self.bodies = {}
+        self.claims, self.bodies, self._by_pool = {}, {}, {}
         for raw in items:
             self.bodies[claim_key(raw)] = raw
-            devices = allocated_devices(raw)
-            if devices:
-                self.claims[claim_key(raw)] = devices
+            self._set_claim(claim_key(raw), allocated_devices(raw))
         nodes: set[str] = set()
         for key in before.keys() | self.claims.keys():
             old, new = before.get(key, ()), self.claims.get(key, ())
             if old != new:
                 nodes |= self._nodes_of(old) | self._nodes_of(new)
         return nodes
+
+    def _set_claim(self, key: str, devices: tuple[DeviceId, ...]) -> tuple[DeviceId, ...]:
+        """Record what claim `key` holds now (indexed by pool); returns what it held."""
+        before = self.claims.pop(key, ())
+        for pool in {(d.driver, d.pool) for d in before}:
+            keys = self._by_pool.get(pool, set())
+            keys.discard(key)
+            if not keys:
+                self._by_pool.pop(pool, None)
+        if devices:
+            self.claims[key] = devices
+            for pool in {(d.driver, d.pool) for d in devices}:
+                self._by_pool.setdefault(pool, set()).add(key)
+        return before
 
     def slice_seen(self, deleted: bool, raw: Mapping[str, Any]) -> set[str]:
         """A slice's event; returns the node whose devices may have changed."""
@@ -223,7 +234,7 @@ class DraHolds:
         if topology is None:
             return None
         cached = self._joined.get(node)
-        if cached is not None and cached[0] == topology:
+        if cached is not None and (cached[0] is topology or cached[0] == topology):
             return cached[1]
         names = self._on_node.get(node)
         if not names:
@@ -263,11 +274,20 @@ class DraHolds:
             if ledger.unhealthy(node) != unhealthy:
                 ledger.set_topology(node, topology, unhealthy)
         joined = self.joined(node, topology)
-        holds = holds_on(joined, self.claims) if joined is not None else {}
+        holds = holds_on(joined, self._claims_on(node)) if joined is not None else {}
         if dict(ledger.dra_holds(node)) == holds:
             return False
         ledger.set_dra_holds(node, holds)
         return True
+
+    def _claims_on(self, node: str) -> dict[str, tuple[DeviceId, ...]]:
+        """The allocated claims naming a pool the node's slices publish."""
+        pools = {
+            (self.slices[name].spec.driver, self.slices[name].spec.pool.name)
+            for name in self._on_node.get(node, ())
+        }
+        keys = set().union(*(self._by_pool.get(pool, set()) for pool in pools))
+        return {key: self.claims[key] for key in keys}
 
     def _nodes_of(self, devices: Iterable[DeviceId]) -> set[str]:
         pools = {(d.driver, d.pool) for d in devices}

@@ -91,8 +91,12 @@ def observe_topology(memo: Runtime, node: str, reading: indexes.TopologyReading 
         memo.heartbeats.pop(node, None)
     else:
         memo.heartbeats[node] = reading.heartbeat
-    unhealthy = memo.dra_holds.unhealthy(node, reading.spec, reading.unhealthy)
-    memo.ledger.set_topology(node, reading.spec, unhealthy)
+    # The spec as the ledger holds it when unchanged: one comparison per event, and the
+    # DRA join (cached per spec object) is not compared again.
+    known = memo.ledger.topology(node)
+    spec = known if known is not None and known == reading.spec else reading.spec
+    unhealthy = memo.dra_holds.unhealthy(node, spec, reading.unhealthy)
+    memo.ledger.set_topology(node, spec, unhealthy)
     memo.dra_holds.sync(memo.ledger, node)  # the join depends on the spec
 
 
