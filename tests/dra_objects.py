@@ -25,6 +25,8 @@ from numatopo_engine.model import NumatopologySpec
 
 GPU_DRIVER = "gpu.nvidia.com"
 NET_DRIVER = "dra.net"
+CPU_DRIVER = "dra.cpu"
+CPU_CLASS_SELECTOR = 'device.driver == "dra.cpu"'
 GPU_CLASS_SELECTOR = (
     'device.driver == "gpu.nvidia.com" && device.attributes["gpu.nvidia.com"].type == "gpu"'
 )
@@ -90,6 +92,38 @@ def nic_slice(node: str, spec: NumatopologySpec) -> dict[str, Any]:
             }
         )
     return _slice(f"{node}-dra.net", NET_DRIVER, node, devices)
+
+
+def cpu_slice(node: str, spec: NumatopologySpec) -> dict[str, Any]:
+    """dra-driver-cpu in its individual mode (kubernetes-sigs/dra-driver-cpu,
+    pkg/device/builder.go `cpuDeviceInfos`/`createCPUDeviceSlices`, attributes.go): one
+    device per allocatable logical CPU, named `cpudevNNN` in the order of physical cores
+    (a core's threads one after the other, cores by their lowest CPU id), reserved CPUs
+    left out; attributes the standard numaNode, then the driver's own."""
+    reserved = set(spec.reserved_cpus)
+    free = [c for c in spec.cpus if c.id not in reserved and c.numa is not None]
+    cores: dict[tuple[int, int], list[Any]] = {}
+    for cpu in sorted(free, key=lambda c: c.id):
+        cores.setdefault((cpu.socket, cpu.core), []).append(cpu)
+    ordered = [cpu for group in sorted(cores.values(), key=lambda g: g[0].id) for cpu in group]
+    smt = any(len(group) > 1 for group in cores.values())
+    devices = [
+        {
+            "name": f"cpudev{number:03d}",
+            "attributes": {
+                "resource.kubernetes.io/numaNode": {"int": cpu.numa},
+                "dra.cpu/socketID": {"int": cpu.socket},
+                "dra.cpu/smtEnabled": {"bool": smt},
+                "dra.cpu/cacheL3ID": {"int": cpu.socket},
+                "dra.cpu/coreType": {"string": "standard"},
+                "dra.cpu/coreID": {"int": cpu.core},
+                "dra.cpu/cpuID": {"int": cpu.id},
+                "dra.net/numaNode": {"int": cpu.numa},
+            },
+        }
+        for number, cpu in enumerate(ordered)
+    ]
+    return _slice(f"{node}-dra.cpu", CPU_DRIVER, node, devices)
 
 
 def _slice(name: str, driver: str, node: str, devices: list[dict[str, Any]]) -> dict[str, Any]:

@@ -124,6 +124,7 @@ def _printer_columns() -> list[dict[str, Any]]:
         {"name": "FREE-CPUS", "type": "integer", "jsonPath": ".status.freeCPUs"},
         {"name": "FREE-GPUS", "type": "integer", "jsonPath": ".status.freeGPUs"},
         {"name": "GPU-MODE", "type": "string", "jsonPath": ".status.gpuMode"},
+        {"name": "DRA", "type": "string", "jsonPath": ".status.dra.summary", "priority": 1},
         {
             "name": "POLICY",
             "type": "string",

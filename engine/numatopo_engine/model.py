@@ -31,6 +31,8 @@ __all__ = [
     "Capacity",
     "Condition",
     "Cpu",
+    "DraDevice",
+    "DraDevices",
     "FreeNuma",
     "Gpu",
     "GpuLink",
@@ -334,7 +336,30 @@ class GpuMode(enum.StrEnum):
 
     STEERED = "Steered"  # the kubelet takes numatopo's GPUs (steering device plugin)
     FOLLOWED = "Followed"  # the kubelet picks; numatopo reads what it gave and re-aligns
+    ALLOCATED = "Allocated"  # DRA: the GPUs are the claims' devices, which numatopo allocates
     NONE = "None"  # neither: GPUs in an assignment are unverified
+
+
+class DraDevice(WireModel):
+    """A device a DRA driver publishes for the node, joined with a GPU, NIC or CPU of the
+    spec."""
+
+    driver: str
+    pool: str
+    device: str
+    gpu: NonNegInt | None = Field(default=None, description="spec.gpus[].index")
+    nic: str | None = Field(default=None, description="spec.nics[].name")
+    cpu: NonNegInt | None = Field(default=None, description="spec.cpus[].id (dra-driver-cpu)")
+
+
+class DraDevices(WireModel):
+    """The node's GPUs, NICs and CPUs that Dynamic Resource Allocation hands out."""
+
+    summary: str = Field(
+        description="Per driver and pool: how many GPUs, NICs and CPUs it publishes, e.g. "
+        "`gpu.nvidia.com/node-a: 8 GPUs`; devices joined to no GPU or NIC are counted apart."
+    )
+    devices: list[DraDevice] = Field(default_factory=list)
 
 
 class UnhealthyDevices(WireModel):
@@ -389,7 +414,16 @@ class NumatopologyStatus(WireModel):
         description=(
             "Written by the node agent: Steered (the kubelet is given numatopo's GPUs), "
             "Followed (the kubelet's choice is read back and CPUs and memory re-aligned "
-            "to it) or None (GPUs unverified). Absent: no agent has reported."
+            "to it), Allocated (the node's GPUs are DRA devices, `dra`: a container gets "
+            "its ResourceClaims' devices, which numatopo allocates) or None (GPUs "
+            "unverified). Absent: no agent has reported."
+        ),
+    )
+    dra: DraDevices | None = Field(
+        default=None,
+        description=(
+            "Written by the operator: the node's GPUs and NICs published by DRA drivers "
+            "(ResourceSlices joined with the spec), by driver and pool. Absent: none."
         ),
     )
     unhealthy: UnhealthyDevices | None = Field(

@@ -885,6 +885,25 @@ class KubeClient:
     async def list_resource_claims(self) -> Listing:
         return await self._list("list resourceclaims", _ResourceClaim, namespace="*")
 
+    @api_call(("resource.k8s.io", "resourceclaims", "watch"))
+    def watch_resource_claims(self, *, resource_version: str | None) -> AsyncIterator[WatchEvent]:
+        """ResourceClaim events in every namespace from `resource_version` on (`dra_feed`)."""
+        return self._watch(
+            "watch resourceclaims", _ResourceClaim, namespace="*", resource_version=resource_version
+        )
+
+    @api_call(("resource.k8s.io", "resourceslices", "watch"))
+    def watch_resource_slices(self, *, resource_version: str | None) -> AsyncIterator[WatchEvent]:
+        """ResourceSlice events from `resource_version` on (`dra_feed`)."""
+        return self._watch(
+            "watch resourceslices", _ResourceSlice, resource_version=resource_version
+        )
+
+    @api_call(("resource.k8s.io", "deviceclasses", "watch"))
+    def watch_device_classes(self, *, resource_version: str | None) -> AsyncIterator[WatchEvent]:
+        """DeviceClass events from `resource_version` on (`dra_feed`)."""
+        return self._watch("watch deviceclasses", _DeviceClass, resource_version=resource_version)
+
     @api_call(("resource.k8s.io", "resourceslices", "list"))
     async def list_resource_slices(self) -> Listing:
         return await self._list("list resourceslices", _ResourceSlice, namespace=None)

@@ -4,8 +4,9 @@ by numatopo, then the pod released onto their node (I/O; the decision is
 
 For a gated pod with `numatopo.io/policy`: read its claims (template claims once
 kube-controller-manager created them), every ResourceSlice, DeviceClass and ResourceClaim;
-on each candidate node join the slices with its Numatopology, book what other claims'
-allocations hold, and decide with the engine (`decide_claims`); the best score wins.
+on each candidate node (one kube-scheduler's node filters let the pod onto: `node_refusal`)
+join the slices with its Numatopology, book what other claims' allocations hold, and
+decide with the engine (`decide_claims`); the best score wins.
 Then, in this order: the pod's assignment (signed, booked in the ledger), each claim's
 `resource.kubernetes.io/delete-protection` finalizer, its `status.allocation` and
 `reservedFor` (status subresource, conditional on the version read), and last the pod's
@@ -27,14 +28,17 @@ from typing import Any
 import pydantic
 
 from numatopo_engine import annotations as keys
-from numatopo_engine.annotations import Assignment, ContainerAssignment, State
+from numatopo_engine import node_rules
+from numatopo_engine.annotations import State
 from numatopo_engine.dra import api
 from numatopo_engine.dra.claims import ClaimDecision, UndecidedError, decide_claims, pod_claims
-from numatopo_engine.dra.join import DeviceId, DraNode, join_node
+from numatopo_engine.dra.join import DraNode, join_node
 from numatopo_engine.errors import InvalidRequestError, OverlapError, UnsatisfiableError
+from numatopo_engine.network_topology import HOSTNAME_LABEL
 from numatopo_engine.state import NodeState
 from numatopo_operator import assigning, grouping, translate
-from numatopo_operator.errors import KubeError, NotActiveError
+from numatopo_operator.dra_holds import HELD, allocated_devices, book_holds, holds_on
+from numatopo_operator.errors import KubeError, KubeNotFoundError, NotActiveError
 from numatopo_operator.runtime import Runtime
 from numatopo_operator.translate import RawPod
 
@@ -45,7 +49,6 @@ logger = logging.getLogger(__name__)
 LEFT = "DRALeftToScheduler"
 UNSATISFIABLE = "DRAUnsatisfiable"
 ALLOCATED = "DRAAllocated"
-HELD = "numatopo.io/dra-claim:"
 
 
 def is_gated(pod: RawPod) -> bool:
@@ -179,6 +182,10 @@ async def _decide(
         joined = join_node(node, topology, slices)
         if not joined.devices:
             continue
+        refused = await node_refusal(runtime, pod, node)
+        if refused:
+            refusal = refusal or UnsatisfiableError(f"node {node}: {refused}")
+            continue
         trial = book_claims(state.copy(), joined, others)
         try:
             found = decide_claims(
@@ -200,28 +207,31 @@ async def _decide(
     return ClaimDecision(best.node, assignment, best.allocations, best.score)
 
 
+async def node_refusal(runtime: Runtime, pod: RawPod, node: str) -> str:
+    """Why kube-scheduler's own node filters keep `pod` off `node` ('' when they do not):
+    cordon, taints, nodeSelector, required node affinity (`node_rules`). The pod is sent
+    there by its nodeSelector, so a node it may not run on would leave it Pending. The
+    Node as group placement's index holds it, else as read now."""
+    view = runtime.gangs.node_view(node) if runtime.settings.groups else None
+    if view is not None:
+        shown = view.as_node(node)
+        shown["metadata"]["labels"].setdefault(HOSTNAME_LABEL, node)
+    else:
+        try:
+            shown = await runtime.kube.get_node(node)
+        except KubeNotFoundError:
+            return "there is no such Node"
+    return node_rules.refusal(pod.get("spec") or {}, shown)
+
+
 def book_claims(state: NodeState, node: DraNode, claims: list[api.ResourceClaim]) -> NodeState:
-    """Book in `state` the devices of `node` that allocated claims hold and nothing in
-    `state` books yet (claims of other pods, other schedulers): what DRA holds is never
-    handed out again."""
-    by_id = node.by_id()
-    for claim in claims:
-        allocation = claim.status.allocation
-        if allocation is None:
-            continue
-        gpus: list[int] = []
-        nics: list[str] = []
-        for result in allocation.devices.results:
-            device = by_id.get(DeviceId(result.driver, result.pool, result.device))
-            if device is None:
-                continue
-            if device.gpu is not None and device.gpu in state.free_gpus():
-                gpus.append(device.gpu)
-            if device.nic is not None and device.nic in state.free_nics():
-                nics.append(device.nic)
-        if gpus or nics:
-            held = ContainerAssignment(gpu_indices=gpus, nics=nics, exclusive=False)
-            state.apply(HELD + claim.key, Assignment(node=node.node, containers={"dra": held}))
+    """`state` with what allocated claims hold on `node` as this decision's fresh list of
+    claims says (it replaces the watched holds the ledger booked): devices of other
+    pods and other schedulers are never handed out twice."""
+    for key in [k for k in state.assignments if k.startswith(HELD)]:
+        state.release(key)
+    held = {c.key: allocated_devices(c.model_dump(mode="json", by_alias=True)) for c in claims}
+    book_holds(state, holds_on(node, held))
     return state
 
 

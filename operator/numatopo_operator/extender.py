@@ -35,7 +35,7 @@ import json
 import logging
 import time
 from collections import OrderedDict
-from collections.abc import Awaitable, Callable, Iterable, Mapping
+from collections.abc import Awaitable, Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -49,7 +49,7 @@ from numatopo_engine.model import NumatopologySpec
 from numatopo_engine.packing import WorkloadMix
 from numatopo_engine.request import PodRequest
 from numatopo_engine.state import NodeState
-from numatopo_operator import bind_guard, grouping, translate
+from numatopo_operator import bind_guard, dra_extender, grouping, translate
 from numatopo_operator import extender_wire as wire
 from numatopo_operator.errors import KubeError, NodeBusyError, NotActiveError
 from numatopo_operator.extender_wire import BadArgsError
@@ -86,7 +86,7 @@ def extender_scores(ranks: Mapping[str, float]) -> dict[str, int]:
 # Per-node messages do not repeat the node's name (it is the key): kube-scheduler's
 # "0/N nodes are available: ..." counts nodes per distinct message, so a name in each
 # would make every message unique and the pod's Event list thousands of them.
-NO_NUMATOPOLOGY = "no Numatopology for the node (is the numatopo exporter running there?)"
+NO_NUMATOPOLOGY = translate.NO_NUMATOPOLOGY
 
 
 @dataclass
@@ -133,6 +133,20 @@ async def judge_off_loop(runtime: Runtime, request: PodRequest, nodes: Iterable[
     the live ledger), so the bookings it was judged on may change meanwhile."""
     taken = candidates(runtime, nodes)
     return await runtime.in_engine_thread(judge_candidates, request, taken, runtime.decisions)
+
+
+async def judge_pod(
+    runtime: Runtime, pod: Mapping[str, Any], request: PodRequest, nodes: Sequence[str]
+) -> Verdicts:
+    """A pod whose devices come from ResourceClaims by its claims' devices
+    (`dra_extender`), any other by its requests (`judge_off_loop`)."""
+    if (pod.get("spec") or {}).get("resourceClaims"):
+        found = await dra_extender.judge_claims(runtime, pod, request, nodes)
+        if found is not None:
+            rank = np.array([found.ranks[n] for n in found.ranks], dtype=np.float64)
+            scores = dict(zip(found.ranks, _scores(rank).tolist(), strict=True))
+            return Verdicts(scores, found.ranks, found.failed, found.unresolvable)
+    return await judge_off_loop(runtime, request, nodes)
 
 
 def judge_candidates(
@@ -237,7 +251,7 @@ async def filter_result(
             verdicts.unresolvable = dict.fromkeys(names, translate.invalid_message(exc))
         else:
             started = time.perf_counter()
-            verdicts = await judge_off_loop(runtime, request, names)
+            verdicts = await judge_pod(runtime, pod, request, names)
             passed = [node for node in names if node in verdicts.scores]
             runtime.metrics.latency.labels("filter").observe(time.perf_counter() - started)
     result: dict[str, Any] = {
@@ -291,7 +305,7 @@ async def priorities(
         except InvalidRequestError:
             return [{"Host": node, "Score": 0} for node in names]
         started = time.perf_counter()
-        known.update((await judge_off_loop(runtime, request, missing)).ranks)
+        known.update((await judge_pod(runtime, pod, request, missing)).ranks)
         runtime.metrics.latency.labels("prioritize").observe(time.perf_counter() - started)
     scores = extender_scores({node: known[node] for node in names if node in known})
     return [{"Host": node, "Score": scores.get(node, 0)} for node in names]

@@ -72,6 +72,7 @@ def observe_topology(memo: Runtime, node: str, reading: indexes.TopologyReading 
         memo.heartbeats.pop(node, None)
         memo.gpu_modes.pop(node, None)
         memo.statuses.pop(node, None)
+        memo.dra_holds.reported.pop(node, None)
         return
     if memo.statuses.get(node) != reading.status:
         # Someone else's write, or one of ours seen out of order: the holder compares it
@@ -90,7 +91,13 @@ def observe_topology(memo: Runtime, node: str, reading: indexes.TopologyReading 
         memo.heartbeats.pop(node, None)
     else:
         memo.heartbeats[node] = reading.heartbeat
-    memo.ledger.set_topology(node, reading.spec, reading.unhealthy)
+    # The spec as the ledger holds it when unchanged: one comparison per event, and the
+    # DRA join (cached per spec object) is not compared again.
+    known = memo.ledger.topology(node)
+    spec = known if known is not None and known == reading.spec else reading.spec
+    unhealthy = memo.dra_holds.unhealthy(node, spec, reading.unhealthy)
+    memo.ledger.set_topology(node, spec, unhealthy)
+    memo.dra_holds.sync(memo.ledger, node)  # the join depends on the spec
 
 
 def _reading(readings: Readings, node: str) -> indexes.TopologyReading | None:

@@ -68,9 +68,10 @@ def stale_reason(body: kopf.Body) -> str | None:
     return None
 
 
-# The fields of a Numatopology's status that the operator writes (`status.free_status`);
-# the exporter writes the others (conditions, heartbeat, gpuMode).
-OWNED_STATUS = ("free", "freeCPUs", "freeGPUs", "pods")
+# The fields of a Numatopology's status that the operator writes (`status.free_status`,
+# and `dra` where DRA drivers publish the node's devices); the exporter and the agent
+# write the others (conditions, heartbeat, gpuMode, unhealthy).
+OWNED_STATUS = ("free", "freeCPUs", "freeGPUs", "pods", "dra")
 
 
 def owned_status(body: kopf.Body) -> dict[str, object]:

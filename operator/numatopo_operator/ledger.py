@@ -30,6 +30,12 @@ down, not even when that pod ends, so one replica never hands out a sequence twi
 replica taking over starts from the highest sequence still on a live pod, which is all
 the node agent compares (it orders the claims of live pods).
 
+Devices that DRA holds (`set_dra_holds`): what ResourceClaims' allocations hold on a
+node, as `dra_holds` maps them to GPUs, NICs and CPUs. Pods come first: a hold books
+only the devices no pod's booking (observed or in-flight) took, so the claims numatopo
+decided (whose pods book the same devices) add nothing, and a pod never becomes
+untrusted because of a hold. Holds are no pods (`pods_on`, `holds` leave them out).
+
 Decisions for one node are serialised by `lock(node)`: the engine call and the
 reservation form one critical section. The engine runs in a thread of its own, never
 on this ledger's live states (the event loop changes them meanwhile): it gets
@@ -46,6 +52,7 @@ from numatopo_engine.annotations import Assignment
 from numatopo_engine.errors import OverlapError
 from numatopo_engine.model import NumatopologySpec, UnhealthyDevices
 from numatopo_engine.state import NodeState, book_in_claim_order
+from numatopo_operator.dra_holds import book_holds
 from numatopo_operator.translate import Booking
 
 __all__ = ["Ledger"]
@@ -83,6 +90,8 @@ class Ledger:
         self._void: dict[str, int] = {}
         # node -> (live state, its version, the copy handed out for it)
         self._frozen: dict[str, tuple[NodeState, int, NodeState]] = {}
+        # node -> hold key -> the devices a ResourceClaim's allocation holds there
+        self._dra_holds: dict[str, dict[str, Assignment]] = {}
 
     # -- queries -----------------------------------------------------------------
 
@@ -160,7 +169,14 @@ class Ledger:
     def pods_on(self, node: str) -> int:
         """Pods booked on `node` (observed or in-flight, untrusted ones excluded)."""
         state = self._states.get(node)
-        return len(state.assignments) if state is not None else 0
+        if state is None:
+            return 0
+        holds = self._dra_holds.get(node, {})
+        return len(state.assignments) - sum(1 for key in holds if key in state.assignments)
+
+    def dra_holds(self, node: str) -> Mapping[str, Assignment]:
+        """What ResourceClaims hold on `node` (`set_dra_holds`), booked or not."""
+        return self._dra_holds.get(node, {})
 
     def __len__(self) -> int:
         """Pods holding a booking anywhere, untrusted ones included."""
@@ -206,6 +222,17 @@ class Ledger:
         self._frozen.pop(node, None)
         self._untrusted.pop(node, None)
         self._dirty.discard(node)
+
+    def set_dra_holds(self, node: str, holds: Mapping[str, Assignment]) -> None:
+        """What ResourceClaims' allocations hold on `node` now (key -> devices), all of
+        them: holds not given are freed. Each books the devices no pod took."""
+        if self._dra_holds.get(node, {}) == holds:
+            return
+        if holds:
+            self._dra_holds[node] = dict(holds)
+        else:
+            self._dra_holds.pop(node, None)
+        self._rebuild(node)
 
     # -- bookings -------------------------------------------------------------------
 
@@ -387,8 +414,9 @@ class Ledger:
         self._dirty.add(node)
         if self._untrusted.get(node, {}).pop(key, None) is None:
             state.release(key)
-        if self._untrusted.get(node):
-            # What the pod held may be exactly what an untrusted booking overlapped.
+        if self._untrusted.get(node) or self._dra_holds.get(node):
+            # What the pod held may be exactly what an untrusted booking overlapped, or
+            # what a claim still holds (its claim is deallocated later, if at all).
             self._rebuild(node)
 
     def _rebuild(self, node: str) -> list[str]:
@@ -412,6 +440,7 @@ class Ledger:
                 state.apply(key, assignment)
             except OverlapError as exc:
                 untrusted[key] = str(exc)
+        book_holds(state, self._dra_holds.get(node, {}))
         self._states[node] = state
         self._untrusted[node] = untrusted
         self._dirty.add(node)

@@ -18,6 +18,7 @@ from aiohttp import web
 
 from numatopo_operator import (
     assigning,
+    dra_feed,
     exports,
     extender,
     extender_tls,
@@ -119,6 +120,7 @@ async def _background(runtime: Runtime, *, identity: str) -> AsyncIterator[None]
         asyncio.create_task(exports.write_exports(runtime), name="numatopo exports writer"),
         asyncio.create_task(assigning.run_retries(runtime), name="numatopo retries"),
         asyncio.create_task(pod_feed.follow_pods(runtime), name="numatopo pods"),
+        asyncio.create_task(dra_feed.follow_dra(runtime), name="numatopo DRA claims"),
         asyncio.create_task(elector.run(), name="numatopo leadership"),
         asyncio.create_task(freeze_listed_heap(runtime), name="numatopo heap freeze"),
         asyncio.create_task(measure_loop_lag(runtime.metrics), name="numatopo loop lag"),

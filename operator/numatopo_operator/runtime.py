@@ -26,6 +26,7 @@ from numatopo_engine.signing import PodIdentity, Signer, Verifier
 from numatopo_kube import KubeClient
 from numatopo_operator import translate
 from numatopo_operator.catch_up import CatchUp
+from numatopo_operator.dra_holds import DraHolds
 from numatopo_operator.errors import NotActiveError
 from numatopo_operator.gang_state import GangState
 from numatopo_operator.gpu_admissions import GpuAdmissions
@@ -117,6 +118,10 @@ class Runtime:
 
     waiting: WaitingPods = field(default_factory=WaitingPods)
     """Pods bound to a node that wait for a decision (kept by the pod handler)."""
+
+    dra_holds: DraHolds = field(default_factory=DraHolds)
+    """Allocated ResourceClaims and ResourceSlices as watched (`dra_feed`): what DRA
+    holds on each node, booked in the ledger."""
 
     statuses: dict[str, Mapping[str, object]] = field(default_factory=dict)
     """node -> what its Numatopology's status holds of the fields numatopo writes, as

@@ -73,6 +73,9 @@ async def write_statuses(runtime: Runtime) -> None:
                     runtime.metrics.aligned_free_gpus.remove(node)
                 continue
             status = free_status(topology, state, runtime.ledger.pods_on(node))
+            dra = runtime.dra_holds.status_of(node, topology)
+            if dra is not None:
+                status["dra"] = dra.to_wire()
             runtime.metrics.aligned_free_gpus.labels(node).set(aligned_free_gpus(status))
             if runtime.statuses.get(node) == status:
                 continue
@@ -80,7 +83,9 @@ async def write_statuses(runtime: Runtime) -> None:
                 runtime.ledger.mark_dirty(node)
                 break  # fenced: the next holder writes it
             try:
-                await runtime.kube.patch_numatopology_status(node, status)
+                # A merge patch keeps what it does not name: `dra` no longer there is nulled.
+                gone = {"dra": None} if "dra" in (runtime.statuses.get(node) or {}) else {}
+                await runtime.kube.patch_numatopology_status(node, {**gone, **status})
             except KubeNotFoundError:
                 continue  # deleted meanwhile; its DELETED event drops the node
             except KubeError as exc:

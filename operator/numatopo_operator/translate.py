@@ -24,6 +24,7 @@ __all__ = [
     "ASSIGNED",
     "BIND_FAILED",
     "INVALID",
+    "NO_NUMATOPOLOGY",
     "UNSATISFIABLE",
     "UNTRUSTED",
     "Booking",
@@ -46,6 +47,9 @@ __all__ = [
     "state_of",
     "unsatisfiable_message",
 ]
+
+# The extender's word for a candidate without a Numatopology (`extender`, `dra_extender`).
+NO_NUMATOPOLOGY = "no Numatopology for the node (is the numatopo exporter running there?)"
 
 RawPod = Mapping[str, Any]
 

@@ -79,6 +79,10 @@ CODE_CALLS: dict[str, dict[str, set[Permission]]] = {
         f"{HELPER}.list_resource_claims": {("resource.k8s.io", "resourceclaims", "list")},
         f"{HELPER}.list_resource_slices": {("resource.k8s.io", "resourceslices", "list")},
         f"{HELPER}.list_device_classes": {("resource.k8s.io", "deviceclasses", "list")},
+        # dra_feed.py: what allocated claims hold, kept in the ledger; the extender's copies.
+        f"{HELPER}.watch_resource_claims": {("resource.k8s.io", "resourceclaims", "watch")},
+        f"{HELPER}.watch_resource_slices": {("resource.k8s.io", "resourceslices", "watch")},
+        f"{HELPER}.watch_device_classes": {("resource.k8s.io", "deviceclasses", "watch")},
         f"{HELPER}.patch_resource_claim": {("resource.k8s.io", "resourceclaims", "patch")},
         f"{HELPER}.patch_resource_claim_status": {
             ("resource.k8s.io", "resourceclaims/status", "patch")

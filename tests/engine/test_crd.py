@@ -47,9 +47,13 @@ def test_crd_contract() -> None:
         "FREE-CPUS",
         "FREE-GPUS",
         "GPU-MODE",
+        "DRA",
         "POLICY",
         "AGE",
     ] == columns
+    # Which devices DRA drivers publish, by driver and pool: `kubectl get ntp -o wide`.
+    (dra,) = [c for c in version["additionalPrinterColumns"] if c["name"] == "DRA"]
+    assert (dra["jsonPath"], dra["priority"]) == (".status.dra.summary", 1)
     assert {"status": {}} == version["subresources"]
     assert ["numatopo", "ntp"] == crd["spec"]["names"]["shortNames"]
     assert "numatopology" == crd["spec"]["names"]["singular"]

@@ -3,7 +3,9 @@
 Output is a readable summary (`-o table`), or the `Numatopology` object itself
 (`-o json|yaml`), which is the `NODE.json` that `numatopo assign` reads. `--svg` also
 draws the node. `--sample NAME` reads one of the real machines shipped with numatopo,
-for trying it without a cluster or a GPU.
+for trying it without a cluster or a GPU. `--resource-slices FILE` (`kubectl get
+resourceslices -o json`) says which GPUs and NICs DRA drivers publish for the node, by
+driver and pool, as the operator writes it into `status.dra`.
 """
 
 from __future__ import annotations
@@ -20,10 +22,13 @@ from importlib import resources
 from pathlib import Path
 from typing import TextIO
 
+import pydantic
 import yaml
 
 from numatopo_cli.render import svg, table
-from numatopo_engine.model import Numatopology, ObjectMeta
+from numatopo_engine.dra.api import ResourceSlice
+from numatopo_engine.dra.join import dra_devices, join_node
+from numatopo_engine.model import Numatopology, NumatopologyStatus, ObjectMeta
 from numatopo_exporter.discovery import discover
 from numatopo_exporter.discovery.accelerator_flag import accelerator_rules, add_accelerator_flag
 from numatopo_exporter.discovery.errors import DiscoveryError
@@ -102,10 +107,26 @@ def _inspect(args: argparse.Namespace) -> tuple[Numatopology, list[str]]:
     else:
         found = discover.discover(_options(args, None))
         default_name = socket.gethostname()
-    topology = Numatopology(
-        metadata=ObjectMeta(name=args.node_name or default_name), spec=found.spec
-    )
+    name = args.node_name or default_name
+    topology = Numatopology(metadata=ObjectMeta(name=name), spec=found.spec)
+    if args.resource_slices is not None:
+        dra = dra_devices(join_node(name, found.spec, _read_slices(args.resource_slices)))
+        topology = topology.model_copy(update={"status": NumatopologyStatus(dra=dra)})
     return topology, found.notices
+
+
+def _read_slices(path: Path) -> list[ResourceSlice]:
+    """ResourceSlices from a file: a List (`kubectl get resourceslices -o json|yaml`) or
+    one slice."""
+    try:
+        loaded = yaml.safe_load(path.read_text(encoding="utf-8"))
+    except (OSError, yaml.YAMLError) as error:
+        raise DiscoveryError(f"cannot read ResourceSlices: {error}", path) from None
+    items = loaded.get("items") if isinstance(loaded, dict) and "items" in loaded else [loaded]
+    try:
+        return [ResourceSlice.model_validate(item) for item in items or []]
+    except pydantic.ValidationError as error:
+        raise DiscoveryError(f"not ResourceSlices of resource.k8s.io/v1: {error}", path) from None
 
 
 def run(args: argparse.Namespace) -> int:
@@ -181,6 +202,12 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
         help="a real machine shipped with numatopo; `--sample list` lists them",
     )
     parser.add_argument("--node-name", metavar="NAME", help="node name (default: the hostname)")
+    parser.add_argument(
+        "--resource-slices",
+        type=Path,
+        metavar="FILE",
+        help="ResourceSlices (`kubectl get resourceslices -o json`): show the node's DRA devices",
+    )
     parser.add_argument(
         "-o",
         "--output",

@@ -1,12 +1,13 @@
 """The `numatopo inspect` summary a person reads: node, kubelet policies, one row per
-NUMA node, SLIT distances, the GPU/NIC matrix and the notices. Pure."""
+NUMA node, SLIT distances, the GPU/NIC matrix, the DRA devices (given ResourceSlices)
+and the notices. Pure."""
 
 from __future__ import annotations
 
 from collections.abc import Sequence
 
 from numatopo_cli.render import matrix, text
-from numatopo_engine.model import Gpu, Numatopology, NumatopologySpec, Policies
+from numatopo_engine.model import DraDevices, Gpu, Numatopology, NumatopologySpec, Policies
 
 __all__ = ["render_table"]
 
@@ -38,6 +39,9 @@ def render_table(
     topo_lines = matrix.render_matrix(spec, color=color)
     if topo_lines:
         lines += ["", bold("GPU/NIC topology"), *topo_lines]
+    dra = topology.status.dra if topology.status is not None else None
+    if dra is not None:
+        lines += ["", bold("DRA devices") + "   " + dra.summary, *_dra_rows(dra, color=color)]
     if notices:
         lines.append("")
         lines += [text.paint("notice:", "33", color=color) + " " + notice for notice in notices]
@@ -127,6 +131,24 @@ def _accelerator_rows(spec: NumatopologySpec, *, color: bool) -> list[str]:
                 _mig_summary(gpu),
             ]
         )
+    return text.align_rows(
+        rows,
+        style=lambda row, _column, cell: text.paint(cell, "1", color=color) if row == 0 else cell,
+    )
+
+
+def _dra_rows(dra: DraDevices, *, color: bool) -> list[str]:
+    """One row per GPU, NIC or CPU a DRA driver publishes: which driver, pool and device."""
+    rows = [["JOINED", "DRIVER", "POOL", "DEVICE"]]
+    for device in dra.devices:
+        joined = (
+            f"GPU {device.gpu}"
+            if device.gpu is not None
+            else f"NIC {device.nic}"
+            if device.nic is not None
+            else f"CPU {device.cpu}"
+        )
+        rows.append([joined, device.driver, device.pool, device.device])
     return text.align_rows(
         rows,
         style=lambda row, _column, cell: text.paint(cell, "1", color=color) if row == 0 else cell,

@@ -5,4 +5,5 @@ the claims of a pod decided on it (pure; the operator does the I/O).
   join       ResourceSlices joined with a node's Numatopology: each device as a GPU/NIC
   selectors  device selectors (CEL) evaluated as the scheduler's allocator does, or refused
   claims     a pod's claims decided with the engine, as claim allocations
+  pods       whether a pod's devices come from its claims alone (the agent reads it)
 """

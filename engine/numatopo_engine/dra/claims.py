@@ -24,6 +24,7 @@ from typing import Any
 
 from numatopo_engine.allocation import Decision, Engine, allocate
 from numatopo_engine.annotations import Assignment, ContainerAssignment
+from numatopo_engine.cpuset import CPUSet
 from numatopo_engine.dra.api import (
     AllocationResult,
     DeviceAllocationConfiguration,
@@ -165,7 +166,7 @@ def _eligible(
         usable = [d for d in matching if d.plain and d.kind is not DeviceKind.OTHER]
         kinds = {d.kind for d in usable}
         if len(kinds) != 1:
-            what = "no GPU or NIC numatopo can place" if not kinds else "GPUs and NICs at once"
+            what = "no device numatopo can place" if not kinds else "devices of several kinds"
             raise UndecidedError(f"claim {claim.key} request {request.name} matches {what}")
         out.append(
             _Request(claim.key, request.name, exact.count, kinds.pop(), usable, container,
@@ -212,13 +213,17 @@ def _value(device: DraDevice, name: str) -> object:
 
 
 def _restricted(state: NodeState, requests: Sequence[_Request]) -> NodeState:
-    """A copy of `state` with every free GPU and NIC no request may have booked away."""
+    """A copy of `state` with every free GPU and NIC no request may have booked away, and
+    every free CPU no CPU request may have where some request asks CPUs."""
     gpus = {d.gpu for r in requests for d in r.eligible if d.gpu is not None}
     nics = {d.nic for r in requests for d in r.eligible if d.nic is not None}
+    cpus = {d.cpu for r in requests for d in r.eligible if d.cpu is not None}
     mig = {g.index for g in state.topology.gpus if g.mig_mode}
+    asks_cpus = any(r.kind is DeviceKind.CPU for r in requests)
     away = ContainerAssignment(
         gpu_indices=sorted(g for g in state.free_gpus() - gpus if g not in mig),
         nics=sorted(state.free_nics() - nics),
+        cpus=CPUSet(c for c in state.free_cpus() if c not in cpus) if asks_cpus else CPUSet(),
     )
     copy = state.copy()
     copy.apply(INELIGIBLE, Assignment(node="", containers={"devices": away}))
@@ -231,10 +236,21 @@ def _request_for(
     gpu_resource = {g.index: g.resource for g in spec.gpus}
     nic_resource = {n.name: n.resource for n in spec.nics}
     containers = []
-    for container in base.containers:
+    for asked in base.containers:
+        container = asked
         mine = [r for r in requests if r.container == container.name]
         gpus = sum(r.count for r in mine if r.kind is DeviceKind.GPU)
         nics = sum(r.count for r in mine if r.kind is DeviceKind.NIC)
+        cpus = sum(r.count for r in mine if r.kind is DeviceKind.CPU)
+        if cpus:
+            # dra-driver-cpu's CPUs are the container's exclusive CPUs: its own CPU
+            # request, if any, must ask as many (KEP-5517 maps claimed CPUs onto it).
+            if container.cpu_milli not in (0, cpus * 1000):
+                raise UndecidedError(
+                    f"container {container.name} asks {container.cpu_milli}m CPU and "
+                    f"claims {cpus} CPUs"
+                )
+            container = dataclasses.replace(container, cpu_milli=cpus * 1000)
         if not (gpus or nics):
             containers.append(container)
             continue
@@ -379,7 +395,7 @@ def _split(
     assignment: Assignment, requests: Sequence[_Request], node: DraNode
 ) -> dict[tuple[str, str], list[DraDevice]] | None:
     """(claim, request) -> its devices, from the devices the engine gave each container."""
-    of_gpu, of_nic = node.of_gpu(), node.of_nic()
+    of_gpu, of_nic, of_cpu = node.of_gpu(), node.of_nic(), node.of_cpu()
     picked: dict[tuple[str, str], list[DraDevice]] = {}
     for name, container in assignment.containers.items():
         mine = [r for r in requests if r.container == name]
@@ -387,6 +403,10 @@ def _split(
             continue
         chosen = [of_gpu[g] for g in container.gpu_indices if g in of_gpu]
         chosen += [of_nic[n] for n in container.nics if n in of_nic]
+        if any(r.kind is DeviceKind.CPU for r in mine):
+            if not container.exclusive:
+                return None  # shared CPUs are no claimed devices
+            chosen += [of_cpu[c] for c in container.cpus if c in of_cpu]
         matched = _match(mine, chosen)
         if matched is None:
             return None

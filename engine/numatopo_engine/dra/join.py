@@ -10,6 +10,12 @@ Evidence, strongest first, per device:
      `rdmaDevName` / `ifName` (dranet) against `nics[].name` / `nics[].netdevs`
   4. last, only when the node's spec knows no PCI address and no UUID of any GPU (a spec
      read from `nvidia-smi topo -m`): NVIDIA's `index` against `gpus[].index`
+CPUs: a device of `dra-driver-cpu` (driver `dra.cpu`) in its individual mode, one device
+per logical CPU (kubernetes-sigs/dra-driver-cpu, pkg/device/builder.go and
+attributes.go: devices `cpudevNNN`, attributes `dra.cpu/cpuID`, `coreID`, `socketID`,
+and the standard `resource.kubernetes.io/numaNode`), is the CPU of `cpus[]` with that
+id, when the NUMA node it states (if any) is the spec's. Its grouped devices (a socket,
+NUMA node or the machine as one device with consumable capacity) are not joined.
 A device that two pieces of evidence put on different rows, or that two devices claim,
 is left unjoined: numatopo never hands out a device it cannot place.
 """
@@ -20,16 +26,19 @@ import enum
 from collections.abc import Iterable
 from dataclasses import dataclass
 
+from numatopo_engine import model
 from numatopo_engine.dra.api import Device, DeviceAttribute, ResourceSlice
 from numatopo_engine.model import NumatopologySpec
 
 __all__ = [
+    "CPU_DRIVER",
     "STANDARD_DOMAIN",
     "DeviceId",
     "DeviceKind",
     "DraDevice",
     "DraNode",
     "attribute",
+    "dra_devices",
     "join_node",
     "normal_bus_id",
 ]
@@ -42,6 +51,7 @@ _NIC_NAMES = ("rdmaDevName", "ifName")
 class DeviceKind(enum.StrEnum):
     GPU = "gpu"
     NIC = "nic"
+    CPU = "cpu"
     OTHER = "other"  # not joined: the scheduler's alone
 
 
@@ -64,6 +74,7 @@ class DraDevice:
     kind: DeviceKind
     gpu: int | None = None  # spec.gpus[].index
     nic: str | None = None  # spec.nics[].name
+    cpu: int | None = None  # spec.cpus[].id
     numa: int | None = None
     why: str = ""  # the evidence of the join, or why there is none
 
@@ -89,6 +100,9 @@ class DraNode:
 
     def of_nic(self) -> dict[str, DraDevice]:
         return {d.nic: d for d in self.devices if d.nic is not None}
+
+    def of_cpu(self) -> dict[int, DraDevice]:
+        return {d.cpu: d for d in self.devices if d.cpu is not None}
 
 
 def attribute(device: Device, driver: str, name: str) -> DeviceAttribute | None:
@@ -127,9 +141,32 @@ def _bus_ids(device: Device, driver: str) -> list[str]:
     return [normal_bus_id(t) for t in found if t]
 
 
+CPU_DRIVER = "dra.cpu"
+_NUMA_NODE = f"{STANDARD_DOMAIN}/numaNode"
+
+
+def _cpu_candidate(device: Device, spec: NumatopologySpec) -> tuple[DeviceKind, int | None, str]:
+    ident = attribute(device, CPU_DRIVER, "cpuID")
+    if ident is None or ident.number is None:
+        return DeviceKind.OTHER, None, "no cpuID (a grouped CPU device)"
+    row = next((c for c in spec.cpus if c.id == ident.number), None)
+    if row is None or row.numa is None:
+        return DeviceKind.OTHER, None, f"CPU {ident.number} is no CPU of a NUMA node of the node"
+    numa = attribute(device, CPU_DRIVER, _NUMA_NODE)
+    if numa is not None and numa.number != row.numa:
+        return (
+            DeviceKind.OTHER,
+            None,
+            f"CPU {ident.number}: NUMA node {numa.number}, not {row.numa}",
+        )
+    return DeviceKind.CPU, row.id, f"cpuID {row.id}"
+
+
 def _candidate(
     device: Device, driver: str, spec: NumatopologySpec, *, by_index: bool
 ) -> tuple[DeviceKind, int | str | None, str]:
+    if driver == CPU_DRIVER:
+        return _cpu_candidate(device, spec)
     gpu_bus = {normal_bus_id(g.pci_bus_id): g.index for g in spec.gpus if g.pci_bus_id}
     nic_bus = {normal_bus_id(n.pci_bus_id): n.name for n in spec.nics if n.pci_bus_id}
     buses = _bus_ids(device, driver)
@@ -204,6 +241,9 @@ def _placed(
     if kind is DeviceKind.NIC and isinstance(row, str):
         numa = next(n.numa for n in spec.nics if n.name == row)
         return DraDevice(ident, device, kind, nic=row, numa=numa, why=why)
+    if kind is DeviceKind.CPU and isinstance(row, int):
+        numa = next(c.numa for c in spec.cpus if c.id == row)
+        return DraDevice(ident, device, kind, cpu=row, numa=numa, why=why)
     return DraDevice(ident, device, DeviceKind.OTHER, why=why)
 
 
@@ -212,12 +252,41 @@ def _unshared(devices: list[DraDevice]) -> list[DraDevice]:
     counts: dict[object, int] = {}
     for d in devices:
         if d.kind is not DeviceKind.OTHER:
-            key = (d.kind, d.gpu, d.nic)
+            key = (d.kind, d.gpu, d.nic, d.cpu)
             counts[key] = counts.get(key, 0) + 1
     why = "is claimed by another device too"
     return [
         DraDevice(d.id, d.device, DeviceKind.OTHER, why=f"{d.why} {why}")
-        if d.kind is not DeviceKind.OTHER and counts[(d.kind, d.gpu, d.nic)] > 1
+        if d.kind is not DeviceKind.OTHER and counts[(d.kind, d.gpu, d.nic, d.cpu)] > 1
         else d
         for d in devices
     ]
+
+
+def dra_devices(node: DraNode) -> model.DraDevices | None:
+    """The node's joined DRA devices, with a summary per driver and pool (None: none)."""
+    joined = [d for d in node.devices if d.kind is not DeviceKind.OTHER]
+    if not node.devices:
+        return None
+    order = [DeviceKind.GPU, DeviceKind.NIC, DeviceKind.CPU, DeviceKind.OTHER]
+    counts: dict[str, list[int]] = {}
+    for device in node.devices:
+        pool = f"{device.id.driver}/{device.id.pool}"
+        counts.setdefault(pool, [0, 0, 0, 0])[order.index(device.kind)] += 1
+    words = []
+    for pool, (gpus, nics, cpus, others) in sorted(counts.items()):
+        kinds = ((gpus, "GPUs"), (nics, "NICs"), (cpus, "CPUs"), (others, "not joined"))
+        said = [f"{n} {what}" for n, what in kinds if n]
+        words.append(f"{pool}: {', '.join(said)}")
+    devices = [
+        model.DraDevice(
+            driver=d.id.driver,
+            pool=d.id.pool,
+            device=d.id.device,
+            gpu=d.gpu,
+            nic=d.nic,
+            cpu=d.cpu,
+        )
+        for d in sorted(joined, key=lambda d: d.id)
+    ]
+    return model.DraDevices(summary="; ".join(words), devices=devices)

@@ -12,6 +12,7 @@ from pathlib import Path
 from pydantic import ValidationError
 
 from numatopo_engine.annotations import OBSERVED, Observed
+from numatopo_engine.dra.pods import devices_from_claims
 from numatopo_engine.model import NumatopologySpec, UnhealthyDevices
 from numatopo_engine.resources import ResourceNames
 from numatopo_exporter.agent import follow, health, pods
@@ -52,6 +53,8 @@ class KubeletDevices:
         default=None, init=False
     )
     """The node's spec, when it was read, and the allocatable listing it was read for."""
+    dra_gpus: bool = field(default=False, init=False)
+    """`status.dra` lists the node's GPUs: they are DRA devices (mode Allocated)."""
 
     def why_unverified(self) -> str:
         return self.unreadable or "Follow is off (no PodResources socket)"
@@ -95,6 +98,8 @@ class KubeletDevices:
                 return
             if body is None:
                 return  # the exporter has not published it yet
+            dra = ((body.get("status") or {}).get("dra") or {}).get("devices") or []
+            self.dra_gpus = any(d.get("gpu") is not None for d in dra)
             known = self._spec = (spec, self.clock(), allocatable)
         found = health.unhealthy_devices(known[0], allocatable)
         if found != self.unhealthy:
@@ -114,6 +119,9 @@ class KubeletDevices:
         `Aligned` (in `outcome`) while its GPUs are not the assigned ones, or cannot be
         known."""
         assignment = entry.assignment
+        resources = self.resources
+        if devices_from_claims(entry.body, lambda r: resources.is_gpu(r) or resources.is_nic(r)):
+            return  # Allocated: the claims hold the assigned devices, no plugin gave any
         with_gpus = any(
             c.gpus or c.gpu_indices or c.mig or c.mig_indices
             for c in assignment.containers.values()

@@ -161,5 +161,6 @@ class AgentLoop:
             steered=self.steered is not None and self.steered(),
             follows=follows,
             unverified=self.devices.why_unverified(),
+            dra_gpus=self.devices.dra_gpus,
         )
         return await self.node_status.stand_aside(mode, self.devices.unhealthy, self.clock())

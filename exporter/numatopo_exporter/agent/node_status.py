@@ -51,10 +51,19 @@ def kubelet_verdict(kubelet_state: Path | None) -> tuple[str, str]:
     return AGENT_ENFORCING, "numatopo-agent writes the cpusets of assigned pods"
 
 
-def gpu_mode(*, steered: bool, follows: bool, unverified: str) -> tuple[GpuMode, str, str]:
-    """(mode, reason, message) of the node's GPU guarantee: Steered while the steering
-    plugin is registered, Followed while PodResources is read, else none (`unverified`
-    says why)."""
+def gpu_mode(
+    *, steered: bool, follows: bool, unverified: str, dra_gpus: bool = False
+) -> tuple[GpuMode, str, str]:
+    """(mode, reason, message) of the node's GPU guarantee: Allocated where the node's
+    GPUs are DRA devices (`status.dra`), Steered while the steering plugin is registered,
+    Followed while PodResources is read, else none (`unverified` says why)."""
+    if dra_gpus:
+        return (
+            GpuMode.ALLOCATED,
+            "Allocated",
+            "the node's GPUs are DRA devices (status.dra): a container holds its "
+            "ResourceClaims' devices, which numatopo allocates for the pods it decides",
+        )
     if steered:
         return (
             GpuMode.STEERED,

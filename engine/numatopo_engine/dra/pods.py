@@ -1,0 +1,25 @@
+"""Where a pod's devices come from, read from the pod alone (light: the node agent
+imports it, without the engine's numpy or CEL)."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping
+from typing import Any
+
+__all__ = ["devices_from_claims"]
+
+
+def devices_from_claims(pod: Mapping[str, Any], is_device: Callable[[str], bool]) -> bool:
+    """Whether the pod's GPUs and NICs come from its ResourceClaims alone: it references
+    claims and no container asks a device-plugin resource (`is_device`). Such a pod
+    holds exactly its claims' allocated devices (mode Allocated), so what the kubelet's
+    device plugins gave (nothing) is not compared with its assignment."""
+    spec = pod.get("spec") or {}
+    if not spec.get("resourceClaims"):
+        return False
+    for container in [*(spec.get("initContainers") or []), *(spec.get("containers") or [])]:
+        resources = container.get("resources") or {}
+        asked = {**(resources.get("requests") or {}), **(resources.get("limits") or {})}
+        if any(is_device(str(name)) for name in asked):
+            return False
+    return True

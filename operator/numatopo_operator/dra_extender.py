@@ -1,0 +1,132 @@
+"""The extender's judgement of a DRA pod: each candidate node by its claims' devices.
+
+A pod with `numatopo.io/policy` whose GPUs and NICs come from ResourceClaims alone
+(`numatopo_engine.dra.pods.devices_from_claims`), scheduled by kube-scheduler with the
+extender (not gated `numatopo.io/dra`), asks no device-plugin resource: judged by its
+requests, every node with CPUs would fit. Here each candidate is judged as a DRA decision
+would be (`decide_claims` on the node's joined devices, what DRA holds booked): a node
+whose devices cannot satisfy the claims now fails, the others are ranked by the
+decision's score. Everything is read from the watched copies (`Runtime.dra_holds`): no
+API call per scheduling cycle.
+
+What numatopo cannot judge as the allocator would (`UndecidedError`), a claim that does
+not exist yet, or an unreadable one: None, and the extender judges the pod by its
+requests as before (the scheduler's own DynamicResources plugin filters on the claims).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+import pydantic
+
+from numatopo_engine import allocation
+from numatopo_engine.dra import api
+from numatopo_engine.dra.claims import PodClaim, UndecidedError, decide_claims, pod_claims
+from numatopo_engine.dra.join import DraNode
+from numatopo_engine.dra.pods import devices_from_claims
+from numatopo_engine.errors import UnsatisfiableError
+from numatopo_engine.model import NumatopologySpec
+from numatopo_engine.request import PodRequest
+from numatopo_engine.state import NodeState
+from numatopo_operator import translate
+from numatopo_operator.runtime import Runtime
+
+__all__ = ["ClaimVerdicts", "judge_claims"]
+
+
+@dataclass
+class ClaimVerdicts:
+    ranks: dict[str, float] = field(default_factory=dict)
+    """The decision's score where the claims fit."""
+    failed: dict[str, str] = field(default_factory=dict)
+    unresolvable: dict[str, str] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class _Inputs:
+    request: PodRequest
+    entries: Sequence[PodClaim]
+    claims: Mapping[str, api.ResourceClaim]
+    classes: Mapping[str, api.DeviceClass]
+    nodes: Sequence[tuple[str, NumatopologySpec, NodeState, DraNode]]
+
+
+def _read(runtime: Runtime, pod: Mapping[str, Any]) -> tuple[list[PodClaim], dict[str, Any]] | None:
+    """The pod's claims and the classes, as watched; None when one is missing or unreadable."""
+    is_device = runtime.settings.resources
+    if not devices_from_claims(pod, lambda r: is_device.is_gpu(r) or is_device.is_nic(r)):
+        return None
+    entries = pod_claims(pod)
+    namespace = str((pod.get("metadata") or {}).get("namespace") or "default")
+    claims: dict[str, api.ResourceClaim] = {}
+    try:
+        for entry in entries:
+            body = runtime.dra_holds.bodies.get(f"{namespace}/{entry.claim}")
+            if entry.claim is None or body is None:
+                return None
+            claims[entry.claim] = api.ResourceClaim.model_validate(body)
+        classes = {
+            name: api.DeviceClass.model_validate(body)
+            for name, body in runtime.dra_holds.classes.items()
+        }
+    except pydantic.ValidationError:
+        return None
+    return entries, {"claims": claims, "classes": classes}
+
+
+async def judge_claims(
+    runtime: Runtime, pod: Mapping[str, Any], request: PodRequest, names: Sequence[str]
+) -> ClaimVerdicts | None:
+    """The DRA pod on each of `names`; None: not a pod judged by its claims here."""
+    read = _read(runtime, pod)
+    if read is None:
+        return None
+    entries, found = read
+    verdicts = ClaimVerdicts()
+    nodes = []
+    stale = runtime.stale_nodes()
+    for name, topology, state in runtime.ledger.frozen_candidates(names):
+        if topology is None or state is None:
+            verdicts.unresolvable[name] = translate.NO_NUMATOPOLOGY
+            continue
+        if name in stale:
+            verdicts.unresolvable[name] = stale[name]
+            continue
+        joined = runtime.dra_holds.joined(name, topology)
+        if joined is None or not joined.devices:
+            verdicts.unresolvable[name] = "the node publishes no DRA devices"
+            continue
+        own = state
+        if request.key in state.assignments:
+            # The node's bookings minus the pod's own: an earlier attempt must not count.
+            own = state.copy()
+            own.release(request.key)
+        nodes.append((name, topology, own, joined))
+    inputs = _Inputs(request, entries, found["claims"], found["classes"], nodes)
+    try:
+        return await runtime.in_engine_thread(_judge, inputs, verdicts, runtime.decisions)
+    except UndecidedError:
+        return None
+
+
+def _judge(inputs: _Inputs, verdicts: ClaimVerdicts, engine: allocation.Engine) -> ClaimVerdicts:
+    for name, topology, state, joined in inputs.nodes:
+        try:
+            decision = decide_claims(
+                topology,
+                state,
+                inputs.request,
+                inputs.entries,
+                inputs.claims,
+                inputs.classes,
+                joined,
+                engine=engine,
+            )
+        except UnsatisfiableError as exc:
+            verdicts.failed[name] = str(exc)
+            continue
+        verdicts.ranks[name] = float(decision.score)
+    return verdicts

@@ -1,0 +1,303 @@
+"""What DRA holds: the devices every allocated ResourceClaim names, as the GPUs and NICs
+of the node's model, kept current from the claim and slice watches (`dra_feed`) and
+booked in the ledger (`Ledger.set_dra_holds`). Pure: no I/O.
+
+A claim's `status.allocation.devices.results` names devices by (driver, pool, device);
+the node's ResourceSlices, joined with its Numatopology (`numatopo_engine.dra.join`),
+say which GPU or NIC each one is. Every allocated claim counts, reserved or not, as the
+scheduler's allocator counts it: an allocated device is in use until the claim is
+deallocated or deleted. Devices of a claim numatopo decided are booked by its pod's
+assignment too; the ledger books a hold only on what no pod took.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
+
+import pydantic
+
+from numatopo_engine.annotations import Assignment, ContainerAssignment
+from numatopo_engine.cpuset import CPUSet
+from numatopo_engine.dra import api
+from numatopo_engine.dra.join import DeviceId, DraNode, dra_devices, join_node
+from numatopo_engine.model import DraDevices, NumatopologySpec, UnhealthyDevices
+from numatopo_engine.state import NodeState
+
+if TYPE_CHECKING:
+    from numatopo_operator.ledger import Ledger
+
+__all__ = [
+    "HELD",
+    "DraHolds",
+    "allocated_devices",
+    "book_holds",
+    "holds_on",
+]
+
+logger = logging.getLogger(__name__)
+
+HELD = "numatopo.io/dra-claim:"
+"""The prefix of a hold's key in a node's state (never a pod key: those hold no colon)."""
+
+HOLDER = "dra"
+"""The container name a hold books its devices under."""
+
+
+def allocated_devices(raw: Mapping[str, Any]) -> tuple[DeviceId, ...]:
+    """The devices a claim's `status.allocation` names (none when it is not allocated).
+    Read field by field, not through `api.ResourceClaim`: a claim holds its devices
+    whatever else it says, even fields numatopo does not model."""
+    allocation = ((raw.get("status") or {}).get("allocation") or {}).get("devices") or {}
+    found = []
+    for result in allocation.get("results") or []:
+        if not isinstance(result, Mapping):
+            continue
+        driver, pool, device = (result.get(k) for k in ("driver", "pool", "device"))
+        if isinstance(driver, str) and isinstance(pool, str) and isinstance(device, str):
+            found.append(DeviceId(driver, pool, device))
+    return tuple(sorted(set(found)))
+
+
+def claim_key(raw: Mapping[str, Any]) -> str:
+    metadata = raw.get("metadata") or {}
+    return f"{metadata.get('namespace') or 'default'}/{metadata.get('name')}"
+
+
+def holds_on(node: DraNode, claims: Mapping[str, Iterable[DeviceId]]) -> dict[str, Assignment]:
+    """Claim key -> the GPUs, NICs and CPUs of `node` its allocation names (claims naming
+    none of them left out), as one container (exclusive only for its CPUs)."""
+    by_id = node.by_id()
+    holds = {}
+    for key, devices in sorted(claims.items()):
+        joined = [by_id[d] for d in devices if d in by_id]
+        gpus = sorted(d.gpu for d in joined if d.gpu is not None)
+        nics = sorted(d.nic for d in joined if d.nic is not None)
+        cpus = CPUSet(d.cpu for d in joined if d.cpu is not None)
+        if gpus or nics or cpus:
+            held = ContainerAssignment(gpu_indices=gpus, nics=nics, cpus=cpus, exclusive=bool(cpus))
+            holds[HELD + key] = Assignment(node=node.node, containers={HOLDER: held})
+    return holds
+
+
+def book_holds(state: NodeState, holds: Mapping[str, Assignment]) -> None:
+    """Book in `state` each hold's GPUs and NICs that are still free (pods come first:
+    book them before)."""
+    for key, hold in sorted(holds.items()):
+        free_gpus, free_nics = state.free_gpus(), state.free_nics()
+        free_cpus = state.free_cpus()
+        containers = {
+            name: container.model_copy(
+                update={
+                    "gpu_indices": [g for g in container.gpu_indices if g in free_gpus],
+                    "nics": [n for n in container.nics if n in free_nics],
+                    "cpus": CPUSet(c for c in container.cpus if c in free_cpus),
+                }
+            )
+            for name, container in hold.containers.items()
+        }
+        if any(c.gpu_indices or c.nics or c.cpus for c in containers.values()):
+            state.apply(key, hold.model_copy(update={"containers": containers}))
+
+
+@dataclass
+class DraHolds:
+    """The watched claims and slices, and the holds pushed to the ledger per node."""
+
+    claims: dict[str, tuple[DeviceId, ...]] = field(default_factory=dict)
+    """Allocated claims: key -> the devices its allocation names."""
+    bodies: dict[str, Mapping[str, Any]] = field(default_factory=dict)
+    """Every claim as last watched: key -> its body (the extender judges pods by them)."""
+    classes: dict[str, Mapping[str, Any]] = field(default_factory=dict)
+    """Every DeviceClass as last watched: name -> its body."""
+    slices: dict[str, api.ResourceSlice] = field(default_factory=dict)
+    """name -> slice (of a node: `spec.nodeName` set)."""
+    reported: dict[str, UnhealthyDevices] = field(default_factory=dict)
+    """node -> the devices its agent reported unhealthy (`status.unhealthy`)."""
+    _joined: dict[str, tuple[NumatopologySpec, DraNode]] = field(default_factory=dict)
+    _on_node: dict[str, set[str]] = field(default_factory=dict)  # node -> slice names
+    _pools: dict[tuple[str, str], dict[str, int]] = field(default_factory=dict)
+    """(driver, pool) -> node -> how many of its slices name that node."""
+    _by_pool: dict[tuple[str, str], set[str]] = field(default_factory=dict)
+    """(driver, pool) -> the allocated claims naming a device of it."""
+
+    # -- what the watches say -----------------------------------------------------------
+
+    def claim_seen(self, deleted: bool, raw: Mapping[str, Any]) -> set[str]:
+        """A claim's event; returns the nodes whose holds may have changed."""
+        key = claim_key(raw)
+        if deleted:
+            self.bodies.pop(key, None)
+        else:
+            self.bodies[key] = raw
+        before = self._set_claim(key, () if deleted else allocated_devices(raw))
+        devices = self.claims.get(key, ())
+        return self._nodes_of(before) | self._nodes_of(devices) if before != devices else set()
+
+    def claims_listed(self, items: Iterable[Mapping[str, Any]]) -> set[str]:
+        """A fresh list replaces every claim; returns the nodes that may have changed."""
+        before = self.claims
+        self.claims, self.bodies, self._by_pool = {}, {}, {}
+        for raw in items:
+            self.bodies[claim_key(raw)] = raw
+            self._set_claim(claim_key(raw), allocated_devices(raw))
+        nodes: set[str] = set()
+        for key in before.keys() | self.claims.keys():
+            old, new = before.get(key, ()), self.claims.get(key, ())
+            if old != new:
+                nodes |= self._nodes_of(old) | self._nodes_of(new)
+        return nodes
+
+    def _set_claim(self, key: str, devices: tuple[DeviceId, ...]) -> tuple[DeviceId, ...]:
+        """Record what claim `key` holds now (indexed by pool); returns what it held."""
+        before = self.claims.pop(key, ())
+        for pool in {(d.driver, d.pool) for d in before}:
+            keys = self._by_pool.get(pool, set())
+            keys.discard(key)
+            if not keys:
+                self._by_pool.pop(pool, None)
+        if devices:
+            self.claims[key] = devices
+            for pool in {(d.driver, d.pool) for d in devices}:
+                self._by_pool.setdefault(pool, set()).add(key)
+        return before
+
+    def slice_seen(self, deleted: bool, raw: Mapping[str, Any]) -> set[str]:
+        """A slice's event; returns the node whose devices may have changed."""
+        name = str((raw.get("metadata") or {}).get("name"))
+        old = self._remove(name)
+        nodes = {old.spec.node_name} if old is not None and old.spec.node_name else set()
+        if not deleted:
+            read = _slice(raw)
+            if read is not None and read.spec.node_name:
+                self._add(read)
+                nodes.add(read.spec.node_name)
+        for node in nodes:
+            self._joined.pop(node, None)
+        return nodes
+
+    def slices_listed(self, items: Iterable[Mapping[str, Any]]) -> set[str]:
+        nodes = set(self._on_node)
+        self.slices, self._on_node, self._pools = {}, {}, {}
+        for raw in items:
+            read = _slice(raw)
+            if read is not None and read.spec.node_name:
+                self._add(read)
+                nodes.add(read.spec.node_name)
+        self._joined.clear()
+        return nodes
+
+    def _add(self, read: api.ResourceSlice) -> None:
+        node = read.spec.node_name or ""
+        self.slices[read.metadata.name] = read
+        self._on_node.setdefault(node, set()).add(read.metadata.name)
+        pool = (read.spec.driver, read.spec.pool.name)
+        nodes = self._pools.setdefault(pool, {})
+        nodes[node] = nodes.get(node, 0) + 1
+
+    def _remove(self, name: str) -> api.ResourceSlice | None:
+        old = self.slices.pop(name, None)
+        if old is None:
+            return None
+        node = old.spec.node_name or ""
+        self._on_node.get(node, set()).discard(name)
+        if not self._on_node.get(node):
+            self._on_node.pop(node, None)
+        pool = (old.spec.driver, old.spec.pool.name)
+        nodes = self._pools.get(pool, {})
+        nodes[node] = nodes.get(node, 1) - 1
+        if nodes[node] <= 0:
+            nodes.pop(node, None)
+        if not nodes:
+            self._pools.pop(pool, None)
+        return old
+
+    def class_seen(self, deleted: bool, raw: Mapping[str, Any]) -> set[str]:
+        """A DeviceClass's event (no node's holds depend on it)."""
+        name = str((raw.get("metadata") or {}).get("name"))
+        if deleted:
+            self.classes.pop(name, None)
+        else:
+            self.classes[name] = raw
+        return set()
+
+    def classes_listed(self, items: Iterable[Mapping[str, Any]]) -> set[str]:
+        self.classes = {str((raw.get("metadata") or {}).get("name")): raw for raw in items}
+        return set()
+
+    # -- what the ledger books -----------------------------------------------------------
+
+    def joined(self, node: str, topology: NumatopologySpec | None) -> DraNode | None:
+        """The node's slices joined with `topology` (cached until either changes)."""
+        if topology is None:
+            return None
+        cached = self._joined.get(node)
+        if cached is not None and (cached[0] is topology or cached[0] == topology):
+            return cached[1]
+        names = self._on_node.get(node)
+        if not names:
+            return None  # most nodes, on every event of their Numatopology: no scan
+        local = [self.slices[name] for name in sorted(names)]
+        joined = join_node(node, topology, local)
+        self._joined[node] = (topology, joined)
+        return joined
+
+    def status_of(self, node: str, topology: NumatopologySpec | None) -> DraDevices | None:
+        """`status.dra` of the node: its GPUs, NICs and CPUs that DRA drivers publish."""
+        joined = self.joined(node, topology)
+        return dra_devices(joined) if joined is not None else None
+
+    def unhealthy(
+        self, node: str, topology: NumatopologySpec, reported: UnhealthyDevices
+    ) -> UnhealthyDevices:
+        """What the agent `reported` the kubelet cannot hand out, less the DRA devices:
+        the kubelet's device plugins do not list those at all (DRA drivers hand them
+        out), which says nothing of their health."""
+        self.reported[node] = reported
+        joined = self.joined(node, topology)
+        if joined is None:
+            return reported
+        gpus, nics = joined.of_gpu(), joined.of_nic()
+        return UnhealthyDevices(
+            gpus=[g for g in reported.gpus if g not in gpus],
+            nics=[n for n in reported.nics if n not in nics],
+        )
+
+    def sync(self, ledger: Ledger, node: str) -> bool:
+        """Book in `ledger` what claims hold on `node` now, and the devices the agent
+        reported unhealthy less the DRA ones; True when the holds changed."""
+        topology = ledger.topology(node)
+        if topology is not None and node in self.reported:
+            unhealthy = self.unhealthy(node, topology, self.reported[node])
+            if ledger.unhealthy(node) != unhealthy:
+                ledger.set_topology(node, topology, unhealthy)
+        joined = self.joined(node, topology)
+        holds = holds_on(joined, self._claims_on(node)) if joined is not None else {}
+        if dict(ledger.dra_holds(node)) == holds:
+            return False
+        ledger.set_dra_holds(node, holds)
+        return True
+
+    def _claims_on(self, node: str) -> dict[str, tuple[DeviceId, ...]]:
+        """The allocated claims naming a pool the node's slices publish."""
+        pools = {
+            (self.slices[name].spec.driver, self.slices[name].spec.pool.name)
+            for name in self._on_node.get(node, ())
+        }
+        keys = set().union(*(self._by_pool.get(pool, set()) for pool in pools))
+        return {key: self.claims[key] for key in keys}
+
+    def _nodes_of(self, devices: Iterable[DeviceId]) -> set[str]:
+        pools = {(d.driver, d.pool) for d in devices}
+        return {node for pool in pools for node in self._pools.get(pool, {})}
+
+
+def _slice(raw: Mapping[str, Any]) -> api.ResourceSlice | None:
+    try:
+        return api.ResourceSlice.model_validate(raw)
+    except pydantic.ValidationError as exc:
+        name = (raw.get("metadata") or {}).get("name")
+        logger.warning("ResourceSlice %s is unreadable; its devices are not joined: %s", name, exc)
+        return None

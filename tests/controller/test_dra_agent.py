@@ -1,0 +1,141 @@
+"""GPUs on DRA clusters with the node agent, end to end: the real operator (kopf over
+HTTP, kmock's emulator) allocates a pod's ResourceClaims on an AWS p4d node, the real
+agent loop pins its CPUs next to the claimed GPUs (cgroup files written), and the
+kubelet harness serves PodResources as a DRA node's kubelet does: no device plugin
+lists the GPUs (they are DRA devices), so the agent reports them all as not allocatable
+by the kubelet's device plugins.
+
+Mocked: only the node's cgroup tree (plain files shaped like cgroup v1; the real cgroup
+writes are covered in tests/exporter/agent)."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+import signing_keys
+from dra_objects import claim, request
+from kubelet_harness import Harness
+from numatopo_engine import annotations as keys
+from numatopo_engine.cpuset import CPUSet
+from numatopo_exporter.agent.feedback import ALIGNED
+from numatopo_exporter.agent.loop import AgentLoop
+from numatopo_kube import KubeClient
+from numatopo_kube.backoff import Backoff
+
+from .conftest import Cluster
+from .test_dra_cluster import CLAIMS, FAST, NODE, allocated, build, dra_pod, gated, spec
+
+CID = "d4a0d4a0d4a0d4a0"
+
+
+def cgroup_tree(root: Path, uid: str) -> None:
+    """kubepods/pod<uid>/<container id> as plain files (a Guaranteed pod, cgroupfs)."""
+    for relative in ("", "kubepods", f"kubepods/pod{uid}", f"kubepods/pod{uid}/{CID}"):
+        path = root / relative
+        path.mkdir(parents=True, exist_ok=True)
+        (path / "cpuset.cpus").write_text("0-95\n")
+        (path / "cpuset.mems").write_text("0-1\n")
+
+
+def aligned(cluster: Cluster, name: str) -> tuple[str, str] | None:
+    for condition in cluster.pods()[name].get("status", {}).get("conditions", []):
+        if condition["type"] == ALIGNED:
+            return condition["status"], condition.get("reason", "")
+    return None
+
+
+@pytest.mark.timeout(90)
+async def test_the_agent_pins_cpus_next_to_the_claimed_gpus(
+    cluster: Cluster, start_operator: Any, wait: Any, tmp_path: Path
+) -> None:
+    await build(cluster)
+    await start_operator(**FAST)
+    await wait(lambda: "dra" in cluster.numatopology_status(NODE), what="status.dra written")
+    dra = cluster.numatopology_status(NODE)["dra"]
+    assert dra["summary"] == "dra.net/p4d-a: 4 NICs; gpu.nvidia.com/p4d-a: 8 GPUs"
+    assert sorted(d["gpu"] for d in dra["devices"] if "gpu" in d) == list(range(8))
+
+    async with Harness() as kubelet:
+        client = KubeClient(component="numatopo-agent", host=NODE, timeout_seconds=5)
+        await client.reconnect(str(cluster.api.url))
+        agent = AgentLoop(
+            client,
+            node_name=NODE,
+            verifier=signing_keys.VERIFIER,
+            cgroup_root=tmp_path,
+            kubelet_state=tmp_path / "no-kubelet-state",
+            pod_resources_socket=kubelet.pod_resources_socket,
+            resync_seconds=0.3,
+            backoff=Backoff(0.01, 0.05),
+        )
+        async with client:
+            task = asyncio.create_task(agent.run())
+            try:
+                # No device plugin lists the GPUs: the agent says so, and the node's mode.
+                await wait(
+                    lambda: cluster.numatopology_status(NODE).get("gpuMode") == "Allocated",
+                    what="mode Allocated",
+                )
+                await wait(
+                    lambda: len(
+                        (cluster.numatopology_status(NODE).get("unhealthy") or {}).get("gpus", [])
+                    ) == 8,
+                    what="the agent's unhealthy report",
+                )  # fmt: skip
+
+                # ... which does not keep the operator from allocating the DRA GPUs.
+                await cluster.create(CLAIMS, claim("pair", [request("gpu", "gpu.nvidia.com", 2)]))
+                body = dra_pod("train", ["pair"])
+                uid = body["metadata"]["uid"]
+                await cluster.create_pod(body)
+                await wait(lambda: not gated(cluster, "train"), what="train released")
+                first = json.loads(cluster.annotations("train")[keys.ASSIGNMENT])
+
+                # kube-scheduler binds it; the kubelet runs it (its cgroup, its container).
+                cgroup_tree(tmp_path, uid)
+                await cluster.patch_pod("train", {"spec": {"nodeName": NODE}})
+                running = {
+                    "phase": "Running",
+                    "qosClass": "Guaranteed",
+                    "containerStatuses": [
+                        {
+                            "name": "main",
+                            "containerID": f"containerd://{CID}",
+                            "state": {"running": {}},
+                        }
+                    ],
+                }
+                await cluster.patch_pod("train", {"status": running})
+                await wait(
+                    lambda: aligned(cluster, "train") == ("True", "CpusetsApplied"),
+                    what="Aligned: the CPUs pinned beside the claimed GPUs",
+                    timeout=20,
+                )
+            finally:
+                task.cancel()
+                await asyncio.gather(task, return_exceptions=True)
+
+    final = json.loads(cluster.annotations("train")[keys.ASSIGNMENT])
+    assert final["seq"] == first["seq"], "never realigned: the claim is the guarantee"
+    container = final["containers"]["main"]
+    claimed = {int(d.split("-")[1]) for d in allocated(cluster, "pair")}
+    assert set(container["gpuIndices"]) == claimed
+    numa_of = {g.index: g.numa for g in spec().gpus}
+    gpu_numa = {numa_of[g] for g in claimed}
+    assert len(gpu_numa) == 1
+    cpus = CPUSet.parse(container["cpus"])
+    assert len(cpus) == 8
+    assert {c.numa for c in spec().cpus if c.id in cpus} == gpu_numa
+    assert set(CPUSet.parse(container["mems"])) == gpu_numa
+    written = (tmp_path / "kubepods" / f"pod{uid}" / CID / "cpuset.cpus").read_text().strip()
+    assert CPUSet.parse(written) == cpus
+    mems = (tmp_path / "kubepods" / f"pod{uid}" / CID / "cpuset.mems").read_text().strip()
+    assert set(CPUSet.parse(mems)) == gpu_numa
+    reasons = {reason for reason, _ in cluster.events_for("train")}
+    assert not reasons & {"GPUMismatch", "GPUsUnverified", "NumatopoRealigned"}, reasons
+    assert keys.OBSERVED not in cluster.annotations("train")
