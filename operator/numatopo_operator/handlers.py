@@ -68,9 +68,6 @@ def observe_topology(memo: Runtime, node: str, reading: indexes.TopologyReading 
     """Give the ledger the node's Numatopology as read now; None: deleted or invalid."""
     if reading is None:
         memo.ledger.drop_topology(node)
-        memo.stale.pop(node, None)
-        memo.heartbeats.pop(node, None)
-        memo.gpu_modes.pop(node, None)
         memo.statuses.pop(node, None)
         return
     if memo.statuses.get(node) != reading.status:
@@ -78,18 +75,9 @@ def observe_topology(memo: Runtime, node: str, reading: indexes.TopologyReading 
         # with the ledger again (and writes only if they differ).
         memo.statuses[node] = reading.status
         memo.ledger.mark_dirty(node)
-    if reading.gpu_mode is None:
-        memo.gpu_modes.pop(node, None)
-    else:
-        memo.gpu_modes[node] = reading.gpu_mode
-    if reading.stale is None:
-        memo.stale.pop(node, None)
-    else:
-        memo.stale[node] = reading.stale
-    if reading.heartbeat is None:
-        memo.heartbeats.pop(node, None)
-    else:
-        memo.heartbeats[node] = reading.heartbeat
+    memo.ledger.see_freshness(
+        node, stale=reading.stale, heartbeat=reading.heartbeat, gpu_mode=reading.gpu_mode
+    )
     memo.ledger.set_topology(node, reading.spec, reading.unhealthy)
 
 

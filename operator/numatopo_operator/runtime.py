@@ -21,7 +21,6 @@ import kopf
 
 from numatopo_engine import allocation
 from numatopo_engine.annotations import Assignment
-from numatopo_engine.model import GpuMode
 from numatopo_engine.signing import PodIdentity, Signer, Verifier
 from numatopo_kube import KubeClient
 from numatopo_operator import translate
@@ -69,15 +68,6 @@ class Runtime:
     metrics: Metrics = field(default_factory=Metrics)
     connection: kopf.ConnectionInfo | None = None
     """Fixed credentials (an explicit API URL, tests); None logs in from the environment."""
-
-    stale: dict[str, str] = field(default_factory=dict)
-    """Nodes whose Numatopology its exporter marks as not current: node -> why."""
-
-    heartbeats: dict[str, float] = field(default_factory=dict)
-    """node -> its Numatopology's `status.heartbeat` (Unix seconds); absent: none written."""
-
-    gpu_modes: dict[str, str] = field(default_factory=dict)
-    """node -> its Numatopology's `status.gpuMode` (the node agent's GPU guarantee)."""
 
     gpu_admissions: GpuAdmissions = field(init=False)
     """One GPU pod in flight per steered node (`gpu_admissions`)."""
@@ -171,7 +161,19 @@ class Runtime:
 
     def steered(self, node: str) -> bool:
         """Whether the kubelet on `node` takes numatopo's GPUs (its agent says Steered)."""
-        return self.gpu_modes.get(node) == GpuMode.STEERED.value
+        found = self.ledger.record(node)
+        return found is not None and found.steered
+
+    @property
+    def stale(self) -> Mapping[str, str]:
+        """Nodes whose exporter marks their Numatopology as not current: node -> why (a
+        view of the ledger's node records)."""
+        return {r.name: r.stale for r in self.ledger.records() if r.stale is not None}
+
+    @property
+    def gpu_modes(self) -> Mapping[str, str]:
+        """node -> its agent's GPU guarantee (`status.gpuMode`), a view of the records."""
+        return {r.name: r.gpu_mode for r in self.ledger.records() if r.gpu_mode is not None}
 
     def __post_init__(self) -> None:
         settings = self.settings
@@ -220,31 +222,11 @@ class Runtime:
     def stale_reason(self, node: str, now: float | None = None) -> str | None:
         """Why nothing may be placed on `node` now: its exporter says so, or its heartbeat is
         older than the bound; None when it is current (or has no heartbeat at all)."""
-        why = self.stale.get(node)
-        if why is not None:
-            return why
-        beat = self.heartbeats.get(node)
-        limit = self.settings.heartbeat_max_age_seconds
-        if beat is None or limit <= 0:
-            return None
-        age = (time.time() if now is None else now) - beat
-        if age <= limit:
-            return None
-        return (
-            f"Numatopology/{node} is stale: its exporter's last heartbeat is {age:.0f} s old "
-            f"(more than {limit:.0f} s; is the numatopo exporter running there?)"
-        )
+        return self.ledger.stale_reason(node, self.settings.heartbeat_max_age_seconds, now)
 
     def stale_nodes(self) -> dict[str, str]:
         """Every node `stale_reason` refuses now: node -> why (one pass, for the extender)."""
-        found = dict(self.stale)
-        limit = self.settings.heartbeat_max_age_seconds
-        if limit > 0:
-            now = time.time()
-            for node, beat in self.heartbeats.items():
-                if now - beat > limit and node not in found:
-                    found[node] = self.stale_reason(node, now) or ""
-        return found
+        return self.ledger.stale_nodes(self.settings.heartbeat_max_age_seconds)
 
     @property
     def deciding(self) -> bool:
