@@ -479,8 +479,7 @@ class Ledger:
 
 
 def _saw_seq(found: NodeRecord, seq: int) -> None:
-    if seq > found.seq:
-        found.seq = seq
+    found.seq = max(found.seq, seq)
 
 
 def _frozen(found: NodeRecord) -> NodeState | None:

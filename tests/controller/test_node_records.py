@@ -55,7 +55,8 @@ async def test_a_new_heartbeat_alone_keeps_the_shape_state_and_row():
     old = time.time() - 120
     await deliver(runtime, beating("n0", old))
     record = runtime.ledger.record("n0")
-    assert record is not None and record.shape is not None
+    assert record is not None
+    assert record.shape is not None
     frozen = runtime.ledger.frozen_state("n0")
     assert frozen is not None
     row = runtime.decisions.row(record.shape, frozen)
@@ -82,7 +83,10 @@ async def test_nodes_of_one_hardware_share_a_shape_and_keep_their_names():
     await deliver(runtime, beating("a", now, uuid_prefix="GPU-a"))
     await deliver(runtime, beating("b", now, uuid_prefix="GPU-b"))
     a, b = runtime.ledger.record("a"), runtime.ledger.record("b")
-    assert a is not None and b is not None and a.names is not None and b.names is not None
+    assert a is not None
+    assert b is not None
+    assert a.names is not None
+    assert b.names is not None
 
     assert a.shape is b.shape
     assert a.names.gpu_name[0] == "GPU-a-0"
@@ -91,7 +95,8 @@ async def test_nodes_of_one_hardware_share_a_shape_and_keep_their_names():
     request = request_from_pod(
         make_pod("p", gpus=1, cpu="2", memory="1Gi"), runtime.settings.resources
     )
-    assert b.topology is not None and b.state is not None
+    assert b.topology is not None
+    assert b.state is not None
     decision = allocation.allocate(b.topology, b.state, request, "b", engine=runtime.decisions)
     assert runtime.decisions.tables_of(b.topology, b.state) is b.shape
     (entry,) = decision.assignment.containers.values()
