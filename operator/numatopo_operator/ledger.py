@@ -384,11 +384,6 @@ class Ledger:
         self._release(found, key)
         return node
 
-    def keeps(self, key: str) -> bool:
-        """Whether anything here still names pod `key` (a booking, or a taken-back
-        sequence that a later event of it must not book again)."""
-        return key in self._node_of or key in self._void
-
     # -- resync ------------------------------------------------------------------------
 
     def begin_resync(self) -> None:

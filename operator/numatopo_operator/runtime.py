@@ -15,7 +15,7 @@ import time
 from collections.abc import Callable, Mapping
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
-from typing import Any, ParamSpec, TypeVar
+from typing import ParamSpec, TypeVar
 
 import kopf
 
@@ -23,16 +23,16 @@ from numatopo_engine import allocation
 from numatopo_engine.annotations import Assignment
 from numatopo_engine.signing import PodIdentity, Signer, Verifier
 from numatopo_kube import KubeClient
-from numatopo_operator import translate
 from numatopo_operator.catch_up import CatchUp
 from numatopo_operator.errors import NotActiveError
 from numatopo_operator.gang_state import GangState
 from numatopo_operator.gpu_admissions import GpuAdmissions
 from numatopo_operator.ledger import Ledger
 from numatopo_operator.metrics import Metrics
+from numatopo_operator.pod_records import PodRecords
+from numatopo_operator.pod_view import PodView
 from numatopo_operator.retrying import RetryQueue
 from numatopo_operator.settings import OperatorSettings, SettingsError
-from numatopo_operator.translate import RawPod
 from numatopo_operator.waiting import WaitingPods
 from numatopo_operator.workload_mix import MixLearner
 
@@ -75,7 +75,7 @@ class Runtime:
     workload: MixLearner = field(init=False)
     """The request shapes of the GPU pods seen (`workload_mix`): what the node rank packs for."""
 
-    retries: RetryQueue = field(init=False)
+    retries: RetryQueue[PodView] = field(init=False)
     """Pods to judge again later (a failed write, a pod still waiting)."""
 
     gangs: GangState = field(init=False)
@@ -84,23 +84,8 @@ class Runtime:
     lease: LeaseTerm = field(default_factory=LeaseTerm)
     """When our Lease was last renewed (`leadership` updates it in place)."""
 
-    unreadable: dict[str, str] = field(default_factory=dict)
-    """Pods whose `numatopo.io/assignment` cannot be read: pod key -> why."""
-
-    written: dict[str, str] = field(default_factory=dict)
-    """States we wrote on pods but have not yet seen on the watch stream: pod key -> state.
-    Like in-flight bookings, so a retry from an older snapshot does not write twice."""
-
-    reported: set[str] = field(default_factory=set)
-    """Problems already posted as Events (`<pod key> <problem>`), so each is posted once."""
-
-    deferred: dict[str, dict[str, Any]] = field(default_factory=dict)
-    """Annotated pods (key -> slim body) whose events came while this replica was active
-    but its ledger not yet current: `handover` judges them once it is."""
-
-    annotated: dict[str, dict[str, Any]] = field(default_factory=dict)
-    """Live pods (key -> slim body, `pod_view`) that carry a numatopo annotation, as last
-    seen: what a first holder judges without a list of its own (`handover`)."""
+    pods: PodRecords = field(default_factory=PodRecords)
+    """What is remembered of each pod between its events, one record per pod."""
 
     redriven: dict[str, object] = field(default_factory=dict)
     """node -> the topology its waiting pods were last retried against."""
@@ -151,29 +136,29 @@ class Runtime:
     verifier: Verifier = field(default_factory=Verifier)
     """Whose signatures make an assignment a claim; empty: none does."""
 
-    def signed(self, pod: RawPod, assignment: Assignment) -> Assignment:
+    def signed(self, pod: PodView, assignment: Assignment) -> Assignment:
         """`assignment` signed for `pod`: the one way an assignment reaches a pod."""
         if self.signer is None:
             raise SettingsError("no signing key loaded: the operator cannot write assignments")
-        return self.signer.sign(
-            assignment, PodIdentity(translate.pod_uid(pod), translate.pod_key(pod))
-        )
+        return self.signer.sign(assignment, PodIdentity(pod.uid, pod.key))
+
+    def forget_pod(self, key: str, *, uid: str = "") -> str | None:
+        """Pod `key` (of `uid`) ended or was deleted: nothing of it is kept anywhere.
+        Returns the node it held a booking on, if any."""
+        self.pods.forget(key)
+        self.waiting.forget(key)
+        self.retries.discard(key)
+        self.gpu_admissions.admitted(key)
+        self.workload.forget(key)
+        self.metrics.retry_queue.set(len(self.retries))
+        node = self.ledger.forget(key, uid=uid)
+        self.metrics.ledger_pods.set(len(self.ledger))
+        return node
 
     def steered(self, node: str) -> bool:
         """Whether the kubelet on `node` takes numatopo's GPUs (its agent says Steered)."""
         found = self.ledger.record(node)
         return found is not None and found.steered
-
-    @property
-    def stale(self) -> Mapping[str, str]:
-        """Nodes whose exporter marks their Numatopology as not current: node -> why (a
-        view of the ledger's node records)."""
-        return {r.name: r.stale for r in self.ledger.records() if r.stale is not None}
-
-    @property
-    def gpu_modes(self) -> Mapping[str, str]:
-        """node -> its agent's GPU guarantee (`status.gpuMode`), a view of the records."""
-        return {r.name: r.gpu_mode for r in self.ledger.records() if r.gpu_mode is not None}
 
     def __post_init__(self) -> None:
         settings = self.settings
