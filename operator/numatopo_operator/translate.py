@@ -84,88 +84,86 @@ def is_finished(pod: RawPod) -> bool:
     return PodView.of(pod).finished
 
 
-def is_admitted(pod: PodView) -> bool:
+def is_admitted(pod: RawPod) -> bool:
     """Whether the kubelet has admitted the pod, so its devices are given: the node agent
     observed them for the current assignment, or the kubelet has reported on the pod
     (it does only after admission: start time, container statuses, a phase past
     Pending). An event without an assignment says nothing: it may predate our own
     write (a pod whose decision is taken back frees its slot where that happens)."""
-    status = pod.status
+    view = PodView.of(pod)
+    status = view.status
     if status.get("startTime") or status.get("containerStatuses"):
         return True
     if status.get("phase") not in (None, "Pending"):
         return True
-    annotations = pod.annotations
-    if not isinstance(annotations.get(keys.ASSIGNMENT), str):
-        return False
-    if not isinstance(annotations.get(keys.OBSERVED), str):
-        return False
-    seen, assignment = pod.observed, pod.assignment
+    seen, assignment = view.observed, view.assignment
     return seen is not None and assignment is not None and seen.seq == assignment.seq
 
 
-def state_of(pod: PodView) -> str | None:
+def state_of(pod: RawPod) -> str | None:
     """The pod's `numatopo.io/state`, None when it has none."""
-    found = pod.annotations.get(keys.STATE)
+    found = PodView.of(pod).annotations.get(keys.STATE)
     return found if isinstance(found, str) else None
 
 
-def reason_of(pod: PodView) -> str:
+def reason_of(pod: RawPod) -> str:
     """The pod's `numatopo.io/reason` ('' when it has none)."""
-    found = pod.annotations.get(keys.REASON)
+    found = PodView.of(pod).annotations.get(keys.REASON)
     return found if isinstance(found, str) else ""
 
 
-def needs_rejudging(pod: PodView) -> bool:
+def needs_rejudging(pod: RawPod) -> bool:
     """A refusal without its reason: a replica died between the two, or an older version
     (which posted the reason only as an Event) decided it. Judged again to get one."""
     return state_of(pod) in (State.UNSATISFIABLE, State.INVALID) and not reason_of(pod)
 
 
-def is_annotated(pod: PodView) -> bool:
+def is_annotated(pod: RawPod) -> bool:
     """Whether the pod carries any numatopo annotation: one a new holder judges."""
-    annotations = pod.annotations
+    annotations = PodView.of(pod).annotations
     return any(key in annotations for key in (keys.POLICY, keys.ASSIGNMENT, keys.STATE))
 
 
-def is_waiting(pod: PodView) -> bool:
+def is_waiting(pod: RawPod) -> bool:
     """A running pod that asks for a policy and has no assignment yet (none, or it did not fit).
 
     `Invalid` pods are not waiting: only a person can fix them, and the Event says how
     (fix the annotation, then remove `numatopo.io/state` for a fresh decision). One
     without a reason is, until it has one (`needs_rejudging`).
     """
-    annotations = pod.annotations
+    view = PodView.of(pod)
+    annotations = view.annotations
     return (
         keys.POLICY in annotations
         and keys.ASSIGNMENT not in annotations
-        and (annotations.get(keys.STATE) != State.INVALID or needs_rejudging(pod))
-        and pod.node is not None
-        and not pod.ended
+        and (annotations.get(keys.STATE) != State.INVALID or needs_rejudging(view))
+        and view.node is not None
+        and not view.ended
     )
 
 
-def booking_from_pod(pod: PodView, verifier: Verifier) -> Booking | None:
+def booking_from_pod(pod: RawPod, verifier: Verifier) -> Booking | None:
     """The pod's booking, or None if it holds nothing (no assignment, or it has finished).
 
     Raises `BookingError` when the annotation is not a valid assignment, names another
     node than the one the pod runs on, or is not signed for this pod by the operator
     (`verifier`): a copied or hand-written assignment is no claim, whatever its `seq`.
     """
-    if pod.finished:
+    view = PodView.of(pod)
+    if view.finished:
         return None
-    found = pod.assignment_read
+    found = view.assignment_read
     if found is None:
         return None
-    key = pod.key
+    key = view.key
     if isinstance(found, str):
         raise BookingError(f"{key}: {found}")
-    node = pod.node
+    node = view.node
     if node is not None and node != found.node:
         raise BookingError(
             f"{key}: {keys.ASSIGNMENT} is for node {found.node!r}, but the pod runs on {node!r}"
         )
-    unsigned = verifier.problem(found, PodIdentity(pod.uid, key))
+    unsigned = verifier.problem(found, PodIdentity(view.uid, key))
     if unsigned:
         raise BookingError(
             f"{key}: {keys.ASSIGNMENT} books nothing: {unsigned}; remove it (and "
@@ -175,9 +173,9 @@ def booking_from_pod(pod: PodView, verifier: Verifier) -> Booking | None:
         key=key,
         node=found.node,
         assignment=found,
-        uid=pod.uid,
-        admitted=is_admitted(pod),
-        observed=pod.observed,
+        uid=view.uid,
+        admitted=is_admitted(view),
+        observed=view.observed,
     )
 
 
