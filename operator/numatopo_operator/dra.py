@@ -57,7 +57,6 @@ def is_gated(pod: RawPod) -> bool:
 
 
 _busy: set[str] = set()
-_said: dict[str, str] = {}
 
 
 async def settle_pod(runtime: Runtime, pod: PodView) -> None:
@@ -134,8 +133,9 @@ async def _settle(runtime: Runtime, pod: PodView) -> bool:
     except UndecidedError as exc:
         return await _leave(runtime, pod, str(exc))
     except UnsatisfiableError as exc:
-        if _said.get(key) != str(exc):  # once per reason, not once per retry
-            _said[key] = str(exc)
+        record = runtime.pods.of(key)
+        if record.unsatisfiable != str(exc):  # once per reason, not once per retry
+            record.unsatisfiable = str(exc)
             await runtime.kube.post_event(ref, warning=True, reason=UNSATISFIABLE, message=str(exc))
         return True
     if decision is None:

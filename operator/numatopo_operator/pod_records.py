@@ -31,6 +31,9 @@ class PodRecord:
     """Why its `numatopo.io/assignment` cannot be read (None: it can, or it has none)."""
     reported: set[str] = field(default_factory=set)
     """Problems already posted as Events about it, so each is posted once."""
+    unsatisfiable: str | None = None
+    """Why its DRA claims did not fit, as last told in an Event: told again only when
+    the reason changes, not on every retry (`dra`)."""
 
 
 class PodRecords:
