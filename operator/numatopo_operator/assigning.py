@@ -160,51 +160,9 @@ async def decide(
         if held is not None:
             return held
         started = time.perf_counter()
-        outcome: Outcome | None = None
-        for attempt in range(1, DECIDE_ATTEMPTS + 1):
-            topology, live = ledger.topology(node), ledger.state(node)
-            frozen = ledger.frozen_state(node)
-            if topology is None or live is None or frozen is None:
-                return None
-            if runtime.stale_reason(node) is not None:
-                return None
-            before = _free_view(live)
-            try:
-                # Without pins this is `allocate` itself; with them, `relaxed` may say why
-                # the policy could not hold around the GPUs the pod holds.
-                assignment, relaxed = await runtime.in_engine_thread(
-                    allocate_around, topology, frozen, request, node,
-                    engine=runtime.decisions, pinned=pinned or {}, pinned_nics=pinned_nics,
-                )  # fmt: skip
-                if relaxed:
-                    logger.warning("%s holds GPUs %s; placed best-effort around them: %s",
-                                   request.key, pinned, relaxed)  # fmt: skip
-            except InvalidRequestError as exc:
-                outcome = Outcome(State.INVALID, translate.invalid_message(exc))
-                break
-            except UnsatisfiableError as exc:
-                outcome = Outcome(
-                    State.UNSATISFIABLE, translate.unsatisfiable_message(node, exc.reason)
-                )
-            else:
-                outcome = Outcome(State.ASSIGNED, "", assignment)
-            changed = (
-                ledger.topology(node) is not topology
-                or ledger.state(node) is not live
-                or _free_view(live) != before
-            )
-            if not changed:
-                break
-            logger.info(
-                "node %s changed while deciding for %s (attempt %d); deciding again",
-                node,
-                request.key,
-                attempt,
-            )
-        else:
-            if ledger.topology(node) is not topology:
-                return None  # a new spec every time: let the next event for it decide
-        assert outcome is not None
+        outcome = await _engine_outcome(runtime, request, node, pinned, pinned_nics)
+        if outcome is None:
+            return None
         held = _held(runtime, node, request.key)
         if held is not None:
             return held
@@ -218,6 +176,60 @@ async def decide(
                 ) from None
             outcome = Outcome(State.ASSIGNED, translate.assigned_message(assignment), assignment)
         runtime.metrics.latency.labels(path).observe(time.perf_counter() - started)
+    return outcome
+
+
+async def _engine_outcome(
+    runtime: Runtime,
+    request: PodRequest,
+    node: str,
+    pinned: dict[str, list[int]] | None,
+    pinned_nics: dict[str, list[str]] | None,
+) -> Outcome | None:
+    """The engine's answer on what is free on `node` now, asked again (up to
+    `DECIDE_ATTEMPTS` times) while the node changes under it; None when nothing can be
+    decided there (no current Numatopology, or a new spec every time)."""
+    ledger = runtime.ledger
+    outcome: Outcome | None = None
+    for attempt in range(1, DECIDE_ATTEMPTS + 1):
+        topology, live = ledger.topology(node), ledger.state(node)
+        frozen = ledger.frozen_state(node)
+        if topology is None or live is None or frozen is None:
+            return None
+        if runtime.stale_reason(node) is not None:
+            return None
+        before = _free_view(live)
+        try:
+            # Without pins this is `allocate` itself; with them, `relaxed` may say why
+            # the policy could not hold around the GPUs the pod holds.
+            assignment, relaxed = await runtime.in_engine_thread(
+                allocate_around, topology, frozen, request, node,
+                engine=runtime.decisions, pinned=pinned or {}, pinned_nics=pinned_nics,
+            )  # fmt: skip
+            if relaxed:
+                logger.warning("%s holds GPUs %s; placed best-effort around them: %s",
+                               request.key, pinned, relaxed)  # fmt: skip
+        except InvalidRequestError as exc:
+            return Outcome(State.INVALID, translate.invalid_message(exc))
+        except UnsatisfiableError as exc:
+            outcome = Outcome(
+                State.UNSATISFIABLE, translate.unsatisfiable_message(node, exc.reason)
+            )
+        else:
+            outcome = Outcome(State.ASSIGNED, "", assignment)
+        changed = (
+            ledger.topology(node) is not topology
+            or ledger.state(node) is not live
+            or _free_view(live) != before
+        )
+        if not changed:
+            return outcome
+        logger.info(
+            "node %s changed while deciding for %s (attempt %d); deciding again",
+            node, request.key, attempt,
+        )  # fmt: skip
+    if ledger.topology(node) is not topology:
+        return None  # a new spec every time: let the next event for it decide
     return outcome
 
 
