@@ -187,22 +187,31 @@ async def realign(
         f"policy {request.options.policy.value} cannot hold with the GPUs the kubelet gave "
         f"({pinned}): {relaxed}; placed best-effort around them"
     )
+    held = f"GPUs {pinned}" + (f" and NICs {pinned_nics}" if pinned_nics else "")
+    await _write_realigned(runtime, pod, realigned, held=held, reason=reason)
+    return False
+
+
+async def _write_realigned(
+    runtime: Runtime, pod: PodView, realigned: Assignment, *, held: str, reason: str
+) -> None:
+    """Write the booked realignment (its booking is dropped if that fails), then tell it:
+    a Normal Event, and a Warning with `reason` when the policy was relaxed."""
     try:
         await pod_writes.write_outcome(runtime, pod, State.ASSIGNED, realigned, reason)
     except Exception:
-        ledger.cancel(key)
+        runtime.ledger.cancel(pod.key)
         raise
-    runtime.metrics.realignments.labels("relaxed" if relaxed else "realigned").inc()
-    held = f"GPUs {pinned}" + (f" and NICs {pinned_nics}" if pinned_nics else "")
+    runtime.metrics.realignments.labels("relaxed" if reason else "realigned").inc()
     message = (
         f"the kubelet gave {held}, not those assigned; re-aligned to them: "
         + translate.assigned_message(realigned)
     )
-    logger.info("%s: %s", key, message)
+    logger.info("%s: %s", pod.key, message)
+    ref = {"namespace": pod.namespace, "name": pod.name, "uid": pod.uid}
     await runtime.kube.post_event(ref, warning=False, reason=REALIGNED, message=message)
     if reason:
         await runtime.kube.post_event(ref, warning=True, reason=GPUS_NOT_ALIGNABLE, message=reason)
-    return False
 
 
 @dataclasses.dataclass(frozen=True, slots=True)
