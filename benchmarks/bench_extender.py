@@ -118,7 +118,9 @@ def runtime_over(nodes: Nodes) -> tuple[Runtime, list[str]]:
     for event in (runtime.role_known, runtime.active, runtime.indexed, runtime.ledger_current):
         event.set()
     # Every exporter beats: the extender ages each candidate's heartbeat per cycle.
-    runtime.heartbeats.update(dict.fromkeys(names, time.time()))
+    now = time.time()
+    for name in names:
+        runtime.ledger.see_freshness(name, stale=None, heartbeat=now, gpu_mode=None)
     return runtime, names
 
 

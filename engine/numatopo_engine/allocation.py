@@ -142,9 +142,10 @@ class Engine:
 
     def tables_of(self, topology: NumatopologySpec, state: NodeState | None = None) -> Tables:
         """The shape's tables; `state`, a node state of `topology`, saves working out
-        the shape key (a state keeps it)."""
-        key = state.shape_key if state is not None and state.topology is topology else None
-        return self.tables.get(topology, key)
+        the shape key (a state keeps it), or the tables (a ledger's state holds them)."""
+        if state is None or state.topology is not topology:
+            return self.tables.get(topology)
+        return state.tables or self.tables.get(topology, state.shape_key)
 
     def layout_of(self, tables: Tables) -> RowLayout:
         layout = self.layouts.get(tables.key)

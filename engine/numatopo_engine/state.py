@@ -22,7 +22,7 @@ from numatopo_engine.devices import schedulable_devices
 from numatopo_engine.errors import OverlapError
 from numatopo_engine.model import NumatopologySpec
 from numatopo_engine.quantity import QuantityError, parse_bytes
-from numatopo_engine.topology_tables import NodeNames, node_names, shape_key
+from numatopo_engine.topology_tables import NodeNames, Tables, node_names, shape_key
 
 __all__ = [
     "Claim",
@@ -82,9 +82,13 @@ class NodeState:
         *,
         unhealthy_gpus: Iterable[int] = (),
         unhealthy_nics: Iterable[str] = (),
+        tables: Tables | None = None,
+        names: NodeNames | None = None,
     ) -> None:
         """`unhealthy_*`: devices the kubelet cannot hand out now (the node agent's
-        `status.unhealthy`): never free, yet a pod already holding one keeps it."""
+        `status.unhealthy`): never free, yet a pod already holding one keeps it.
+        `tables` and `names`, when the caller holds them for `topology` (`build_tables`,
+        `node_names`), are used instead of working them out again."""
         self.topology = topology
         self.assignments: dict[str, Assignment] = {}
         self._cpu_owner: dict[int, str] = {}
@@ -114,8 +118,10 @@ class NodeState:
         # The decision's row of this state (`hints.row_of`) and the layout it follows;
         # dropped by every change.
         self.row_cache: tuple[object, bytes] | None = None
-        self._shape_key: str | None = None
-        self._names: NodeNames | None = None
+        # The shape's tables as the caller built them (an engine uses them as its own).
+        self.tables = tables
+        self._shape_key: str | None = tables.key if tables is not None else None
+        self._names: NodeNames | None = names
 
     @classmethod
     def rebuild(

@@ -30,15 +30,16 @@ import asyncio
 import logging
 import time
 from dataclasses import dataclass
-from typing import Any
 
 from numatopo_engine import pod_request
 from numatopo_engine.annotations import Assignment, State
 from numatopo_engine.errors import InvalidRequestError, OverlapError, UnsatisfiableError
+from numatopo_engine.relaxed_allocation import allocate_around
 from numatopo_engine.request import PodRequest
 from numatopo_engine.state import NodeState
-from numatopo_operator import realigning, translate
+from numatopo_operator import pod_writes, realigning, translate
 from numatopo_operator.errors import KubeError, KubeNotFoundError, NodeBusyError, NotActiveError
+from numatopo_operator.pod_view import PodView
 from numatopo_operator.runtime import Runtime
 from numatopo_operator.translate import RawPod
 
@@ -89,7 +90,7 @@ def _gated(runtime: Runtime, request: PodRequest, node: str) -> bool:
     return wants_gpus and runtime.steered(node)
 
 
-def read_request(runtime: Runtime, pod: RawPod) -> PodRequest:
+def read_request(runtime: Runtime, pod: PodView) -> PodRequest:
     """The engine's view of the pod; raises `InvalidRequestError`."""
     return pod_request.request_from_pod(pod, runtime.settings.resources)
 
@@ -159,51 +160,9 @@ async def decide(
         if held is not None:
             return held
         started = time.perf_counter()
-        outcome: Outcome | None = None
-        for attempt in range(1, DECIDE_ATTEMPTS + 1):
-            topology, live = ledger.topology(node), ledger.state(node)
-            frozen = ledger.frozen_state(node)
-            if topology is None or live is None or frozen is None:
-                return None
-            if runtime.stale_reason(node) is not None:
-                return None
-            before = _free_view(live)
-            try:
-                # Without pins this is `allocate` itself; with them, `relaxed` may say why
-                # the policy could not hold around the GPUs the pod holds.
-                assignment, relaxed = await runtime.in_engine_thread(
-                    realigning.decide_around, topology, frozen, request, node,
-                    engine=runtime.decisions, pinned=pinned or {}, pinned_nics=pinned_nics,
-                )  # fmt: skip
-                if relaxed:
-                    logger.warning("%s holds GPUs %s; placed best-effort around them: %s",
-                                   request.key, pinned, relaxed)  # fmt: skip
-            except InvalidRequestError as exc:
-                outcome = Outcome(State.INVALID, translate.invalid_message(exc))
-                break
-            except UnsatisfiableError as exc:
-                outcome = Outcome(
-                    State.UNSATISFIABLE, translate.unsatisfiable_message(node, exc.reason)
-                )
-            else:
-                outcome = Outcome(State.ASSIGNED, "", assignment)
-            changed = (
-                ledger.topology(node) is not topology
-                or ledger.state(node) is not live
-                or _free_view(live) != before
-            )
-            if not changed:
-                break
-            logger.info(
-                "node %s changed while deciding for %s (attempt %d); deciding again",
-                node,
-                request.key,
-                attempt,
-            )
-        else:
-            if ledger.topology(node) is not topology:
-                return None  # a new spec every time: let the next event for it decide
-        assert outcome is not None
+        outcome = await _engine_outcome(runtime, request, node, pinned, pinned_nics)
+        if outcome is None:
+            return None
         held = _held(runtime, node, request.key)
         if held is not None:
             return held
@@ -220,28 +179,77 @@ async def decide(
     return outcome
 
 
-async def _write(runtime: Runtime, pod: RawPod, outcome: Outcome, *, key: str) -> None:
+async def _engine_outcome(
+    runtime: Runtime,
+    request: PodRequest,
+    node: str,
+    pinned: dict[str, list[int]] | None,
+    pinned_nics: dict[str, list[str]] | None,
+) -> Outcome | None:
+    """The engine's answer on what is free on `node` now, asked again (up to
+    `DECIDE_ATTEMPTS` times) while the node changes under it; None when nothing can be
+    decided there (no current Numatopology, or a new spec every time)."""
+    ledger = runtime.ledger
+    outcome: Outcome | None = None
+    for attempt in range(1, DECIDE_ATTEMPTS + 1):
+        topology, live = ledger.topology(node), ledger.state(node)
+        frozen = ledger.frozen_state(node)
+        if topology is None or live is None or frozen is None:
+            return None
+        if runtime.stale_reason(node) is not None:
+            return None
+        before = _free_view(live)
+        try:
+            # Without pins this is `allocate` itself; with them, `relaxed` may say why
+            # the policy could not hold around the GPUs the pod holds.
+            assignment, relaxed = await runtime.in_engine_thread(
+                allocate_around, topology, frozen, request, node,
+                engine=runtime.decisions, pinned=pinned or {}, pinned_nics=pinned_nics,
+            )  # fmt: skip
+            if relaxed:
+                logger.warning("%s holds GPUs %s; placed best-effort around them: %s",
+                               request.key, pinned, relaxed)  # fmt: skip
+        except InvalidRequestError as exc:
+            return Outcome(State.INVALID, translate.invalid_message(exc))
+        except UnsatisfiableError as exc:
+            outcome = Outcome(
+                State.UNSATISFIABLE, translate.unsatisfiable_message(node, exc.reason)
+            )
+        else:
+            outcome = Outcome(State.ASSIGNED, "", assignment)
+        changed = (
+            ledger.topology(node) is not topology
+            or ledger.state(node) is not live
+            or _free_view(live) != before
+        )
+        if not changed:
+            return outcome
+        logger.info(
+            "node %s changed while deciding for %s (attempt %d); deciding again",
+            node, request.key, attempt,
+        )  # fmt: skip
+    if ledger.topology(node) is not topology:
+        return None  # a new spec every time: let the next event for it decide
+    return outcome
+
+
+async def _write(runtime: Runtime, pod: PodView, outcome: Outcome) -> None:
     """Patch the pod's annotations (state and reason together), then post the Event. A
     failed or fenced patch frees the booking.
 
     Two retries of one pod may decide concurrently; only the first writes a state.
     """
-    if runtime.written.get(key) == outcome.state:
+    key = pod.key
+    record = runtime.pods.of(key)
+    if record.written == outcome.state:
         return
-    runtime.written[key] = outcome.state
+    record.written = outcome.state
     ref = pod_ref(pod)
     reason = "" if outcome.state == State.ASSIGNED else outcome.message
-    assignment = outcome.assignment
-    signed = runtime.signed(pod, assignment) if assignment is not None else None
     try:
-        runtime.check_may_write()
-        await runtime.kube.patch_pod_annotations(
-            ref["namespace"],
-            ref["name"],
-            translate.outcome_annotations(outcome.state, signed, reason),
-        )
+        await pod_writes.write_outcome(runtime, pod, outcome.state, outcome.assignment, reason)
     except (KubeError, NotActiveError):
-        runtime.written.pop(key, None)
+        record.written = None
         runtime.ledger.cancel(key)
         raise
     _count(runtime, outcome)
@@ -259,26 +267,26 @@ def _count(runtime: Runtime, outcome: Outcome) -> None:
     runtime.metrics.ledger_pods.set(len(runtime.ledger))
 
 
-def _said(runtime: Runtime, pod: RawPod, key: str) -> tuple[str | None, bool]:
+def _said(runtime: Runtime, pod: PodView) -> tuple[str | None, bool]:
     """(the pod's state as far as we know, whether a reason goes with it): what we wrote
     and have not seen back yet wins over the (maybe older) body."""
-    written = runtime.written.get(key)
+    written = runtime.pods.written(pod.key)
     if written is not None:
         return written, True
     return translate.state_of(pod), bool(translate.reason_of(pod))
 
 
-async def assign_bound_pod(runtime: Runtime, pod: RawPod) -> State | None:
+async def assign_bound_pod(runtime: Runtime, pod: PodView) -> State | None:
     """Decide for a pod already bound to its node; returns the state it is in now (None:
     nothing could be decided, it waits).
 
     Skips pods the ledger already books (a decision in flight), and nodes without a
     current Numatopology (logged; the pod is retried when it appears, or later).
     """
-    key, node = translate.pod_key(pod), translate.pod_node(pod)
+    key, node = pod.key, pod.node
     if node is None or not translate.is_waiting(pod) or runtime.ledger.holds(key):
         return None
-    current, has_reason = _said(runtime, pod, key)
+    current, has_reason = _said(runtime, pod)
     try:
         request = read_request(runtime, pod)
     except InvalidRequestError as exc:
@@ -316,36 +324,34 @@ async def assign_bound_pod(runtime: Runtime, pod: RawPod) -> State | None:
     if outcome.state == current and (outcome.state == State.ASSIGNED or has_reason):
         return outcome.state
     logger.info("pod %s on %s: %s: %s", key, node, outcome.state, outcome.message)
-    await _write(runtime, pod, outcome, key=key)
+    await _write(runtime, pod, outcome)
     return outcome.state
 
 
 async def mark_invalid(
-    runtime: Runtime, pod: RawPod, why: str, *, event_reason: str = translate.INVALID
+    runtime: Runtime, pod: PodView, why: str, *, event_reason: str = translate.INVALID
 ) -> None:
     """`state: Invalid` with `why` as its reason, for a pod whose own assignment cannot
     be used (kept as the user wrote it, booked nowhere); written once."""
-    key = translate.pod_key(pod)
-    current, has_reason = _said(runtime, pod, key)
+    current, has_reason = _said(runtime, pod)
     if current == State.INVALID and has_reason:
         return
     runtime.check_may_write()
-    runtime.written[key] = State.INVALID
+    record = runtime.pods.of(pod.key)
+    record.written = State.INVALID
     ref = pod_ref(pod)
     try:
-        await runtime.kube.patch_pod_annotations(
-            ref["namespace"], ref["name"], translate.invalid_annotations(why)
-        )
+        await pod_writes.write_invalid(runtime, pod, why)
     except KubeError:
-        runtime.written.pop(key, None)
+        record.written = None
         raise
     _count(runtime, Outcome(State.INVALID, why))
     await runtime.kube.post_event(ref, warning=True, reason=event_reason, message=why)
 
 
-def _problem(runtime: Runtime, pod: RawPod, key: str) -> tuple[str, str] | None:
+def _problem(runtime: Runtime, key: str) -> tuple[str, str] | None:
     """(why, Event reason) when the pod's own assignment cannot be trusted."""
-    unreadable = runtime.unreadable.get(key)
+    unreadable = runtime.pods.unreadable(key)
     if unreadable is not None:
         return unreadable, translate.INVALID
     node = runtime.ledger.node_of(key)
@@ -355,13 +361,13 @@ def _problem(runtime: Runtime, pod: RawPod, key: str) -> tuple[str, str] | None:
     return None
 
 
-async def judge_pod(runtime: Runtime, pod: RawPod) -> bool:
+async def judge_pod(runtime: Runtime, pod: PodView) -> bool:
     """Bring one pod to its answer; True when it must be looked at again later (it still
     waits for room, for its node's Numatopology, or for a decision in flight)."""
-    if translate.is_finished(pod) or (pod.get("metadata") or {}).get("deletionTimestamp"):
+    if pod.ended:
         return False
-    key = translate.pod_key(pod)
-    problem = _problem(runtime, pod, key)
+    key = pod.key
+    problem = _problem(runtime, key)
     if problem is not None:
         why, event_reason = problem
         logger.warning("not trusting the assignment of %s: %s", key, why)
@@ -376,11 +382,11 @@ async def judge_pod(runtime: Runtime, pod: RawPod) -> bool:
     return state not in (State.ASSIGNED, State.INVALID)
 
 
-async def settle(runtime: Runtime, pod: RawPod) -> None:
+async def settle(runtime: Runtime, pod: PodView) -> None:
     """`judge_pod`, keeping the pod in the retry queue while it needs another look: after a
     write that failed (past the client's quick retries) or was fenced, or while it waits.
     Never raises: this is a handler boundary."""
-    key = translate.pod_key(pod)
+    key = pod.key
     retries = runtime.retries
     again = True
     try:
@@ -388,7 +394,7 @@ async def settle(runtime: Runtime, pod: RawPod) -> None:
     except KubeNotFoundError:
         again = False  # the pod is gone; its deletion frees what it held
     except (KubeError, NotActiveError, NodeBusyError) as exc:
-        pause = retries.schedule(key, dict(pod), time.monotonic())
+        pause = retries.schedule(key, pod, time.monotonic())
         logger.warning("pod %s: %s; judged again in %.1f s", key, exc, pause)
         runtime.metrics.retry_queue.set(len(retries))
         return
@@ -396,7 +402,7 @@ async def settle(runtime: Runtime, pod: RawPod) -> None:
         logger.exception("pod %s: unexpected error; it is judged again later", key)
         runtime.metrics.handler_errors.inc()
     if again:
-        retries.schedule(key, dict(pod), time.monotonic())
+        retries.schedule(key, pod, time.monotonic())
     else:
         retries.discard(key)
     runtime.metrics.retry_queue.set(len(retries))
@@ -425,23 +431,19 @@ async def run_retries(runtime: Runtime) -> None:
             await settle(runtime, pod)
 
 
-def _with_node(pod: RawPod, node: str) -> dict[str, Any]:
-    return {**pod, "spec": {**(pod.get("spec") or {}), "nodeName": node}}
-
-
-async def bind_pod(runtime: Runtime, pod: RawPod, node: str) -> str:
+async def bind_pod(runtime: Runtime, pod: PodView, node: str) -> str:
     """The extender's bind: assignment first, then the Binding; '' or the error text.
 
     If the Binding fails, the assignment is removed again, so no pod ever holds an
     assignment for a node it does not run on.
     """
-    key = translate.pod_key(pod)
+    key = pod.key
     ref = pod_ref(pod)
     held_on = runtime.ledger.node_of(key)
     if held_on is not None and held_on != node:
         runtime.ledger.forget(key)  # a stale attempt for another node: never ran there
     outcome: Outcome | None = None
-    if translate.is_waiting(_with_node(pod, node)) and held_on != node:
+    if translate.is_waiting(pod.with_node(node)) and held_on != node:
         try:
             request = read_request(runtime, pod)
         except InvalidRequestError as exc:
@@ -467,7 +469,7 @@ async def bind_pod(runtime: Runtime, pod: RawPod, node: str) -> str:
             _count(runtime, outcome)
             return outcome.message
         try:
-            await _write(runtime, pod, outcome, key=key)
+            await _write(runtime, pod, outcome)
         except NotActiveError as exc:
             return str(exc)
     try:
@@ -478,9 +480,7 @@ async def bind_pod(runtime: Runtime, pod: RawPod, node: str) -> str:
         runtime.gpu_admissions.admitted(key)
         if outcome is not None:
             runtime.ledger.cancel(key)
-            await runtime.kube.patch_pod_annotations(
-                ref["namespace"], ref["name"], translate.removal_annotations()
-            )
+            await pod_writes.write_taken_back(runtime, pod.namespace, pod.name, fenced=False)
         await runtime.kube.post_event(
             ref,
             warning=True,

@@ -26,6 +26,7 @@ from numatopo_engine import node_rules
 from numatopo_operator import assigning, translate
 from numatopo_operator.errors import KubeForbiddenError, KubeNotFoundError
 from numatopo_operator.extender_wire import BindingArgs
+from numatopo_operator.pod_view import PodView
 from numatopo_operator.runtime import Runtime
 
 __all__ = ["DEFAULT_SCHEDULER", "bind_checked", "not_ours", "pod_refusal"]
@@ -87,4 +88,4 @@ async def bind_checked(runtime: Runtime, args: BindingArgs) -> str:
     refused = node_rules.refusal(_spec(pod), node)
     if refused:
         return f"pod {args.key} cannot go to node {args.node}: {refused}"
-    return await assigning.bind_pod(runtime, pod, args.node)
+    return await assigning.bind_pod(runtime, PodView(pod), args.node)

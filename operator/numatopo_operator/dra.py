@@ -36,9 +36,10 @@ from numatopo_engine.dra.join import DraNode, join_node
 from numatopo_engine.errors import InvalidRequestError, OverlapError, UnsatisfiableError
 from numatopo_engine.network_topology import HOSTNAME_LABEL
 from numatopo_engine.state import NodeState
-from numatopo_operator import assigning, grouping, translate
+from numatopo_operator import assigning, grouping, pod_writes, translate
 from numatopo_operator.dra_holds import HELD, allocated_devices, book_holds, holds_on
 from numatopo_operator.errors import KubeError, KubeNotFoundError, NotActiveError
+from numatopo_operator.pod_view import PodView
 from numatopo_operator.runtime import Runtime
 from numatopo_operator.translate import RawPod
 
@@ -59,10 +60,9 @@ def is_gated(pod: RawPod) -> bool:
 
 
 _busy: set[str] = set()
-_said: dict[str, str] = {}
 
 
-async def settle_pod(runtime: Runtime, pod: RawPod) -> None:
+async def settle_pod(runtime: Runtime, pod: PodView) -> None:
     """A pod's decision, whichever path it takes: a pod held by the DRA gate has its
     claims decided (`settle`), any other is judged by `assigning.settle`."""
     if is_gated(pod):
@@ -71,7 +71,7 @@ async def settle_pod(runtime: Runtime, pod: RawPod) -> None:
         await assigning.settle(runtime, pod)
 
 
-async def settle(runtime: Runtime, pod: RawPod) -> None:
+async def settle(runtime: Runtime, pod: PodView) -> None:
     """Decide a gated DRA pod once at a time; a pod that must wait is looked at again."""
     key = translate.pod_key(pod)
     if key in _busy:
@@ -89,7 +89,7 @@ async def settle(runtime: Runtime, pod: RawPod) -> None:
         loop.call_later(runtime.settings.retry_base_seconds * 4, _again, runtime, pod)
 
 
-def _again(runtime: Runtime, pod: RawPod) -> None:
+def _again(runtime: Runtime, pod: PodView) -> None:
     async def again() -> None:
         ref = assigning.pod_ref(pod)
         try:
@@ -97,7 +97,7 @@ def _again(runtime: Runtime, pod: RawPod) -> None:
         except KubeError:
             return
         if is_gated(fresh) and runtime.deciding:
-            await settle(runtime, fresh)
+            await settle(runtime, PodView(fresh))
 
     task = asyncio.ensure_future(again())
     _tasks.add(task)
@@ -107,7 +107,7 @@ def _again(runtime: Runtime, pod: RawPod) -> None:
 _tasks: set[asyncio.Future[None]] = set()
 
 
-async def _settle(runtime: Runtime, pod: RawPod) -> bool:
+async def _settle(runtime: Runtime, pod: PodView) -> bool:
     """True when the pod must wait (claims not there yet, nothing fits now)."""
     key = translate.pod_key(pod)
     ref = assigning.pod_ref(pod)
@@ -136,8 +136,9 @@ async def _settle(runtime: Runtime, pod: RawPod) -> bool:
     except UndecidedError as exc:
         return await _leave(runtime, pod, str(exc))
     except UnsatisfiableError as exc:
-        if _said.get(key) != str(exc):  # once per reason, not once per retry
-            _said[key] = str(exc)
+        record = runtime.pods.of(key)
+        if record.unsatisfiable != str(exc):  # once per reason, not once per retry
+            record.unsatisfiable = str(exc)
             await runtime.kube.post_event(ref, warning=True, reason=UNSATISFIABLE, message=str(exc))
         return True
     if decision is None:
@@ -152,7 +153,7 @@ async def _settle(runtime: Runtime, pod: RawPod) -> bool:
 
 async def _decide(
     runtime: Runtime,
-    pod: RawPod,
+    pod: PodView,
     base: Any,
     entries: Any,
     claims: Mapping[str, api.ResourceClaim],
@@ -236,14 +237,10 @@ def book_claims(state: NodeState, node: DraNode, claims: list[api.ResourceClaim]
 
 
 async def _write(
-    runtime: Runtime, pod: RawPod, decision: ClaimDecision, claims: Mapping[str, api.ResourceClaim]
+    runtime: Runtime, pod: PodView, decision: ClaimDecision, claims: Mapping[str, api.ResourceClaim]
 ) -> None:
     ref = assigning.pod_ref(pod)
-    runtime.check_may_write()
-    signed = runtime.signed(pod, decision.assignment)
-    await runtime.kube.patch_pod_annotations(
-        ref["namespace"], ref["name"], translate.outcome_annotations(State.ASSIGNED, signed)
-    )
+    await pod_writes.write_outcome(runtime, pod, State.ASSIGNED, decision.assignment)
     consumer = api.ResourceClaimConsumerReference(name=ref["name"], uid=ref["uid"]).to_wire()
     for name, allocation in decision.allocations.items():
         claim = claims[name]
@@ -277,7 +274,7 @@ async def _write(
     await runtime.kube.post_event(ref, warning=False, reason=ALLOCATED, message=message)
 
 
-async def _leave(runtime: Runtime, pod: RawPod, why: str) -> bool:
+async def _leave(runtime: Runtime, pod: PodView, why: str) -> bool:
     """Remove only the gate: the scheduler allocates the claims as it would without us."""
     ref = assigning.pod_ref(pod)
     operations = [

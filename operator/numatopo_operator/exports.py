@@ -207,15 +207,16 @@ class ExportWriter:
     async def sync(self) -> None:
         """Write every node that changed since its last write; delete the ones gone."""
         ledger, runtime = self.runtime.ledger, self.runtime
-        nodes = set(ledger.nodes())
+        records = list(ledger.records())
+        nodes = {record.name for record in records}
         if not self.swept:
             await self._sweep(nodes)
             if not self.swept:
                 # Without the list, nothing of this format can be written either (no
                 # CRD, no RBAC, no API): one call per back-off, not one per node.
                 return
-        for node in sorted(nodes):
-            topology, state = ledger.topology(node), ledger.state(node)
+        for record in records:
+            node, topology, state = record.name, record.topology, record.state
             if topology is None or state is None:
                 continue
             last = self.seen.get(node)

@@ -18,7 +18,6 @@ import contextlib
 import datetime
 import json
 import logging
-import os
 import time
 from collections.abc import Awaitable, Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
@@ -39,10 +38,11 @@ from numatopo_engine.domains import (
 from numatopo_engine.errors import InvalidRequestError, OverlapError, UnsatisfiableError
 from numatopo_engine.groups import GroupSpec
 from numatopo_engine.network_topology import HOSTNAME_LABEL, NetworkTopologySpec
-from numatopo_operator import grouping, translate
+from numatopo_operator import grouping, pod_writes, translate
 from numatopo_operator.errors import KubeError, KubeNotFoundError, NodeBusyError
 from numatopo_operator.gang_indexes import NodeView
 from numatopo_operator.grouping import Expectation, MemberView, PlacementRecord
+from numatopo_operator.pod_view import PodView
 from numatopo_operator.runtime import Runtime
 
 __all__ = [
@@ -251,18 +251,13 @@ async def _each(
 async def _write_plan(
     runtime: Runtime, view: MemberView, assignment: Assignment, record: PlacementRecord
 ) -> None:
-    namespace, _, name = view.key.partition("/")
     text = record.to_annotation()
-    patch = {
-        **translate.outcome_annotations(State.ASSIGNED, runtime.signed(view.body, assignment)),
-        keys.GROUP_PLACEMENT: text,
-    }
-    runtime.check_may_write()
-    await runtime.kube.patch_pod_annotations(namespace, name, patch)
+    await pod_writes.write_outcome(
+        runtime, PodView.of(view.body), State.ASSIGNED, assignment, placement=text
+    )
     gangs = runtime.gangs
     gangs.plans[view.key] = (assignment.node, text)
     gangs.book.expect(view.key, Expectation(placement=text, gated=True))
-    gangs.planned_writes += 1
 
 
 @dataclass(frozen=True, slots=True)
@@ -287,11 +282,6 @@ async def _write_all(
     what was written and re-raise. Returns member key -> node."""
     booked = _book(runtime, placement.assignments)
     planned = _now()
-    todo = list(views)
-    gangs = runtime.gangs
-    crash = gangs.crash_after_planned
-    if crash is not None:
-        todo = todo[: max(crash - gangs.planned_writes, 0)]
 
     async def write(view: MemberView) -> None:
         record = PlacementRecord(
@@ -304,10 +294,7 @@ async def _write_all(
         )
         await _write_plan(runtime, view, booked[view.key], record)
 
-    written, error = await _each(todo, write)
-    if crash is not None and gangs.planned_writes >= crash:
-        logger.critical("test crash point: exiting after %d planned members", crash)
-        os._exit(70)
+    written, error = await _each(views, write)
     if error is not None:
         done = {v.key for v in written}
         for key in booked:
@@ -345,7 +332,7 @@ async def void(runtime: Runtime, views: Sequence[MemberView]) -> None:
         namespace, _, name = view.key.partition("/")
         runtime.check_may_write()
         with contextlib.suppress(KubeNotFoundError):  # gone: its deletion frees it
-            await runtime.kube.patch_pod_annotations(namespace, name, grouping.void_annotations())
+            await pod_writes.write_taken_back(runtime, namespace, name, placement=True)
         runtime.gangs.plans.pop(view.key, None)
         runtime.gangs.book.expect(view.key, Expectation(placement=None, gated=True))
         runtime.ledger.cancel(view.key)

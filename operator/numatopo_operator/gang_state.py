@@ -8,7 +8,6 @@ never planned against the same free GPUs at once.
 from __future__ import annotations
 
 import asyncio
-import os
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
@@ -18,17 +17,7 @@ from numatopo_operator.gang_indexes import NodeView
 from numatopo_operator.grouping import GroupBook
 from numatopo_operator.retrying import RetryQueue
 
-__all__ = ["CRASH_AFTER_PLANNED_ENV", "GangState"]
-
-# Fault injection for tests only (documented in DESIGN.md, "Groups across nodes"): the
-# process writes exactly this many member plans, starts no other write, and exits at
-# once, as if killed. The chart never sets it.
-CRASH_AFTER_PLANNED_ENV = "NUMATOPO_TEST_CRASH_AFTER_PLANNED"
-
-
-def _crash_point(environ: Mapping[str, str]) -> int | None:
-    text = environ.get(CRASH_AFTER_PLANNED_ENV, "").strip()
-    return int(text) if text.isdigit() else None
+__all__ = ["GangState"]
 
 
 @dataclass
@@ -36,7 +25,7 @@ class GangState:
     retry_base_seconds: float
     retry_max_seconds: float
     book: GroupBook = field(default_factory=GroupBook)
-    retries: RetryQueue = field(init=False)
+    retries: RetryQueue[dict[str, object]] = field(init=False)
     """Groups to look at again later (no room yet, a failed write)."""
     dirty: set[str] = field(default_factory=set)
     """Groups whose members changed since the worker last looked."""
@@ -55,8 +44,6 @@ class GangState:
     """pod key -> `time.monotonic()` when the worker first saw it gated (recovery time)."""
     plans: dict[str, tuple[str, str]] = field(default_factory=dict)
     """pod key -> (node, placement text) of plans this process wrote (the watch may lag)."""
-    crash_after_planned: int | None = field(default_factory=lambda: _crash_point(os.environ))
-    planned_writes: int = 0
 
     def __post_init__(self) -> None:
         self.retries = RetryQueue(self.retry_base_seconds, self.retry_max_seconds)

@@ -31,12 +31,12 @@ import pydantic
 from pydantic import Field
 
 from numatopo_engine import annotations as keys
-from numatopo_engine.annotations import Assignment
 from numatopo_engine.errors import InvalidRequestError
 from numatopo_engine.groups import POD_GROUP_LABEL, GroupSpec, group_of, rank_of
 from numatopo_engine.model import WireModel
 from numatopo_engine.network_topology import HOSTNAME_LABEL
 from numatopo_operator import translate
+from numatopo_operator.pod_view import PodView
 from numatopo_operator.translate import RawPod
 
 __all__ = [
@@ -51,7 +51,6 @@ __all__ = [
     "next_step",
     "planned_node",
     "release_operations",
-    "void_annotations",
 ]
 
 # The scheduling gate group members are created with (users put it in the pod template).
@@ -119,14 +118,8 @@ def read_placement(text: str | None) -> PlacementRecord | None:
 
 
 def _assigned_node(pod: RawPod) -> str | None:
-    found = _metadata(pod).get("annotations")
-    text = found.get(keys.ASSIGNMENT) if isinstance(found, Mapping) else None
-    if not isinstance(text, str):
-        return None
-    try:
-        return Assignment.model_validate_json(text).node
-    except pydantic.ValidationError:
-        return None
+    assignment = PodView.of(pod).assignment  # a member's view parses it once
+    return assignment.node if assignment is not None else None
 
 
 def planned_node(pod: RawPod) -> str | None:
@@ -139,7 +132,7 @@ def planned_node(pod: RawPod) -> str | None:
 
 
 def is_alive(pod: RawPod) -> bool:
-    return not translate.is_finished(pod) and not _metadata(pod).get("deletionTimestamp")
+    return not PodView.of(pod).ended
 
 
 @dataclass(frozen=True, slots=True)
@@ -362,11 +355,6 @@ def next_step(specs: Mapping[str, GroupSpec], members: Iterable[MemberView]) -> 
     if len(gated) < spec.size:
         return Step(StepKind.WAIT, tuple(v.key for v in gated), seen=len(gated), spec=spec)
     return Step(StepKind.PLAN, tuple(v.key for v in gated), spec=spec)
-
-
-def void_annotations() -> dict[str, str | None]:
-    """The merge-patch that takes a plan back from a still-gated member."""
-    return {**translate.removal_annotations(), keys.GROUP_PLACEMENT: None}
 
 
 class ReleaseError(ValueError):

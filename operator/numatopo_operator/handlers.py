@@ -27,13 +27,12 @@ from typing import Any, cast
 
 import kopf
 
-from numatopo_engine import annotations as keys
 from numatopo_engine.model import GROUP, VERSION
 from numatopo_engine.network_topology import NETWORK_TOPOLOGY_PLURAL
 from numatopo_operator import assigning, dra, gang_indexes, gang_worker, indexes, translate
 from numatopo_operator.errors import BookingError, kept_serving
+from numatopo_operator.pod_view import PodView
 from numatopo_operator.runtime import Runtime
-from numatopo_operator.translate import RawPod
 
 __all__ = ["build_registry", "observe_topology"]
 
@@ -68,9 +67,6 @@ def observe_topology(memo: Runtime, node: str, reading: indexes.TopologyReading 
     """Give the ledger the node's Numatopology as read now; None: deleted or invalid."""
     if reading is None:
         memo.ledger.drop_topology(node)
-        memo.stale.pop(node, None)
-        memo.heartbeats.pop(node, None)
-        memo.gpu_modes.pop(node, None)
         memo.statuses.pop(node, None)
         memo.dra_holds.reported.pop(node, None)
         return
@@ -79,18 +75,9 @@ def observe_topology(memo: Runtime, node: str, reading: indexes.TopologyReading 
         # with the ledger again (and writes only if they differ).
         memo.statuses[node] = reading.status
         memo.ledger.mark_dirty(node)
-    if reading.gpu_mode is None:
-        memo.gpu_modes.pop(node, None)
-    else:
-        memo.gpu_modes[node] = reading.gpu_mode
-    if reading.stale is None:
-        memo.stale.pop(node, None)
-    else:
-        memo.stale[node] = reading.stale
-    if reading.heartbeat is None:
-        memo.heartbeats.pop(node, None)
-    else:
-        memo.heartbeats[node] = reading.heartbeat
+    memo.ledger.see_freshness(
+        node, stale=reading.stale, heartbeat=reading.heartbeat, gpu_mode=reading.gpu_mode
+    )
     # The spec as the ledger holds it when unchanged: one comparison per event, and the
     # DRA join (cached per spec object) is not compared again.
     known = memo.ledger.topology(node)
@@ -118,18 +105,19 @@ def _take_listed_topologies(memo: Runtime, readings: Readings) -> None:
     memo.indexed.set()
 
 
-def _observe_pod(memo: Runtime, key: str, body: RawPod) -> None:
+def _observe_pod(memo: Runtime, pod: PodView) -> None:
     """Give the ledger what a live pod's annotation books now (perhaps nothing)."""
-    annotations = (body.get("metadata") or {}).get("annotations") or {}
-    if memo.written.get(key) == annotations.get(keys.STATE):
-        memo.written.pop(key, None)
+    key, record = pod.key, memo.pods.get(pod.key)
+    if record is not None and record.written == translate.state_of(pod):
+        record.written = None
     try:
-        booking = translate.booking_from_pod(body, memo.verifier)
+        booking = translate.booking_from_pod(pod, memo.verifier)
     except BookingError as exc:
-        memo.unreadable[key] = str(exc)
+        memo.pods.of(key).unreadable = str(exc)
         memo.ledger.observe_absent(key)
         return
-    memo.unreadable.pop(key, None)
+    if record is not None:
+        record.unreadable = None
     if booking is None:
         memo.ledger.observe_absent(key)
     else:
@@ -142,25 +130,26 @@ async def _redrive(memo: Runtime, node: str) -> None:
         await assigning.settle(memo, pod)
 
 
-async def _report_others(memo: Runtime, body: RawPod, logger: Logger) -> None:
+async def _report_others(memo: Runtime, pod: PodView, logger: Logger) -> None:
     """Mark Invalid, once each, the other bookings on this pod's node that now overlap
     earlier claims (their own events may never come again)."""
-    key = translate.pod_key(body)
-    node = memo.ledger.node_of(key) or translate.pod_node(body)
+    key = pod.key
+    node = memo.ledger.node_of(key) or pod.node
     if node is None:
         return
     for other, why in sorted(memo.ledger.untrusted(node).items()):
-        if other == key or f"{other} {why}" in memo.reported:
+        record = memo.pods.get(other)
+        if other == key or (record is not None and why in record.reported):
             continue
         namespace, _, name = other.partition("/")
         with kept_serving(logger, f"pod {other}", memo.metrics):
             await assigning.mark_invalid(
                 memo,
-                {"metadata": {"namespace": namespace, "name": name}},
+                PodView({"metadata": {"namespace": namespace, "name": name}}),
                 why,
                 event_reason=translate.UNTRUSTED,
             )
-            memo.reported.add(f"{other} {why}")
+            memo.pods.tell_once(other, why)
 
 
 FollowUp = Callable[[], Awaitable[None]]
@@ -173,44 +162,34 @@ def pod_seen(
     for a listed pod), done at once, in the order of the watch. Returns what is left to
     do while this replica decides (calls to the API): `pod_feed` runs it in the pod's
     own worker, so that a decision that waits on the API never holds up the watch whose
-    next events it may be waiting for."""
-    key = translate.pod_key(body)
+    next events it may be waiting for. The event is read once, here (`PodView`)."""
+    pod = PodView(body)
+    key = pod.key
     with kept_serving(logger, f"pod {key}", memo.metrics):
         if memo.settings.groups:
-            gang_worker.observe_pod(memo, type or "ADDED", body)
-        if type == "DELETED" or translate.is_finished(body):
-            memo.reported.difference_update({r for r in memo.reported if r.startswith(key + " ")})
-            memo.written.pop(key, None)
-            memo.unreadable.pop(key, None)
-            memo.deferred.pop(key, None)
-            memo.annotated.pop(key, None)
-            memo.waiting.forget(key)
-            memo.retries.discard(key)
-            memo.gpu_admissions.admitted(key)
-            memo.workload.forget(key)
-            memo.metrics.retry_queue.set(len(memo.retries))
-            node = memo.ledger.forget(key, uid=translate.pod_uid(body)) or translate.pod_node(body)
-            memo.metrics.ledger_pods.set(len(memo.ledger))
+            gang_worker.observe_pod(memo, type or "ADDED", pod)
+        if type == "DELETED" or pod.finished:
+            node = memo.forget_pod(key, uid=pod.uid) or pod.node
             if node is not None and memo.deciding:
                 return functools.partial(_redrive_kept, memo, node, logger)
             return None
-        memo.waiting.observe(key, body)
-        if translate.is_annotated(body):
-            memo.annotated[key] = body
-        else:
-            memo.annotated.pop(key, None)
-        _observe_pod(memo, key, body)
-        memo.workload.observe_pod(key, body, memo.settings.resources)
-        if translate.is_admitted(body):
+        memo.waiting.observe(pod)
+        annotated = translate.is_annotated(pod)
+        record = memo.pods.of(key) if annotated else memo.pods.get(key)
+        if record is not None:
+            record.annotated = pod if annotated else None
+        _observe_pod(memo, pod)
+        memo.workload.observe_pod(key, pod, memo.settings.resources)
+        if translate.is_admitted(pod):
             memo.gpu_admissions.admitted(key)
-        memo.retries.refresh(key, body)
+        memo.retries.refresh(key, pod)
         if not memo.deciding:
-            if memo.active.is_set() and (translate.is_annotated(body) or dra.is_gated(body)):
-                memo.deferred[key] = body  # judged once the ledger is current
-            else:
-                memo.deferred.pop(key, None)
+            if memo.active.is_set() and (annotated or dra.is_gated(pod)):
+                memo.pods.of(key).deferred = pod  # judged once the ledger is current
+            elif record is not None:
+                record.deferred = None
             return None
-        return functools.partial(_decide, memo, body, logger)
+        return functools.partial(_decide, memo, pod, logger)
     return None  # kept_serving logged what failed
 
 
@@ -219,10 +198,10 @@ async def _redrive_kept(memo: Runtime, node: str, logger: Logger) -> None:
         await _redrive(memo, node)
 
 
-async def _decide(memo: Runtime, body: dict[str, Any], logger: Logger) -> None:
-    with kept_serving(logger, f"pod {translate.pod_key(body)}", memo.metrics):
-        await _report_others(memo, body, logger)
-        await dra.settle_pod(memo, body)
+async def _decide(memo: Runtime, pod: PodView, logger: Logger) -> None:
+    with kept_serving(logger, f"pod {pod.key}", memo.metrics):
+        await _report_others(memo, pod, logger)
+        await dra.settle_pod(memo, pod)
 
 
 def take_listed_numatopologies(memo: Runtime, bodies: Iterable[Mapping[str, Any]]) -> None:

@@ -24,7 +24,7 @@ replaces. Hence, on every acquisition of the Lease (`leadership` clears
    the extender answers "not ready, retry", and `/readyz` says so).
 4. Judge every pod that carries a numatopo annotation, waiting pods first, each group
    oldest first (those of the list, and those whose events arrived while the gate was
-   closed, `Runtime.deferred`): a pod that changed while no replica decided (a
+   closed, `PodRecord.deferred`): a pod that changed while no replica decided (a
    hand-written, unreadable or overlapping assignment; a refusal without its reason)
    gets its answer, a waiting pod is decided, and a valid assignment is left as it is
    (`assigning.judge_pod`).
@@ -61,7 +61,7 @@ from typing import Any
 from numatopo_operator import dra, translate
 from numatopo_operator.catch_up import CAUGHT_UP
 from numatopo_operator.errors import BookingError, KubeError
-from numatopo_operator.pod_view import slim_pod
+from numatopo_operator.pod_view import PodView, slim_pod
 from numatopo_operator.runtime import Runtime
 from numatopo_operator.translate import Booking, RawPod
 
@@ -81,11 +81,11 @@ def listed_bookings(runtime: Runtime, pods: Iterable[RawPod]) -> list[Booking]:
     whose assignment cannot be read books nothing (and is reported as the index does)."""
     bookings: list[Booking] = []
     for pod in pods:
-        key = translate.pod_key(pod)
+        view = PodView.of(pod)
         try:
-            booking = translate.booking_from_pod(pod, runtime.verifier)
+            booking = translate.booking_from_pod(view, runtime.verifier)
         except BookingError as exc:
-            runtime.unreadable[key] = str(exc)
+            runtime.pods.of(view.key).unreadable = str(exc)
             continue
         if booking is not None:
             bookings.append(booking)
@@ -108,7 +108,7 @@ async def _resync(runtime: Runtime) -> list[dict[str, Any]]:
 def _annotated(pod: dict[str, Any]) -> dict[str, Any] | None:
     """The slim view of a pod that carries a numatopo annotation; None for any other
     (it books nothing and is not judged: not kept while the list is read)."""
-    return slim_pod(pod) if translate.is_annotated(pod) else None
+    return slim_pod(pod) if translate.is_annotated(PodView(pod)) else None
 
 
 async def _listed(runtime: Runtime) -> list[dict[str, Any]] | None:
@@ -168,7 +168,7 @@ async def take_over(runtime: Runtime, *, relist: bool = True) -> None:
     `relist=False` for a replica that is the Lease's first holder ever (it created the
     Lease, or runs standalone): nobody wrote a decision it could have missed. Without a
     list (that, or the watch caught up), the pods judged are the annotated ones the
-    feed keeps (`Runtime.annotated`)."""
+    feed keeps (`PodRecord.annotated`)."""
     if relist and await _caught_up(runtime):
         relist = False
     if relist:
@@ -178,12 +178,12 @@ async def take_over(runtime: Runtime, *, relist: bool = True) -> None:
         )
     else:
         await runtime.pods_listed.wait()
-        pods = list(runtime.annotated.values())
+        pods = list(runtime.pods.annotated())
         logger.info("the ledger as listed and watched is current (%d booked)", len(runtime.ledger))
     runtime.metrics.ledger_pods.set(len(runtime.ledger))
-    waiting: dict[str, RawPod] = {translate.pod_key(pod): pod for pod in pods}
-    waiting.update(runtime.deferred)
-    runtime.deferred.clear()
+    views = (PodView.of(pod) for pod in pods)
+    waiting: dict[str, PodView] = {view.key: view for view in views}
+    waiting.update(runtime.pods.take_deferred())
     runtime.ledger_current.set()
     # Pods that wait first: they are what is held up, while a valid assignment is left
     # as it is (at 10,000 assigned pods, judging them all first took most of a minute).
@@ -191,7 +191,7 @@ async def take_over(runtime: Runtime, *, relist: bool = True) -> None:
         waiting.values(),
         key=lambda pod: (
             not translate.is_waiting(pod),
-            (pod.get("metadata") or {}).get("creationTimestamp", ""),
+            pod.metadata.get("creationTimestamp", ""),
         ),
     ):
         if not runtime.deciding:

@@ -45,6 +45,7 @@ on this ledger's live states (the event loop changes them meanwhile): it gets
 from __future__ import annotations
 
 import asyncio
+import time
 from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass
 
@@ -52,7 +53,9 @@ from numatopo_engine.annotations import Assignment
 from numatopo_engine.errors import OverlapError
 from numatopo_engine.model import NumatopologySpec, UnhealthyDevices
 from numatopo_engine.state import NodeState, book_in_claim_order
+from numatopo_engine.topology_tables import TableCache, node_names, shape_key
 from numatopo_operator.dra_holds import book_holds
+from numatopo_operator.node_record import NodeRecord
 from numatopo_operator.translate import Booking
 
 __all__ = ["Ledger"]
@@ -72,84 +75,85 @@ _Journaled = Booking | _Ended | str
 
 
 class Ledger:
-    """Per-node `NodeState`s, kept in step with observed bookings and in-flight ones."""
+    """One `NodeRecord` per node, its `NodeState` kept in step with observed bookings and
+    in-flight ones."""
 
     def __init__(self) -> None:
-        self._topologies: dict[str, NumatopologySpec] = {}
-        self._unhealthy: dict[str, UnhealthyDevices] = {}
-        self._observed: dict[str, dict[str, Booking]] = {}
-        self._inflight: dict[str, dict[str, Assignment]] = {}
+        self._nodes: dict[str, NodeRecord] = {}
         self._node_of: dict[str, str] = {}
-        self._untrusted: dict[str, dict[str, str]] = {}
-        self._states: dict[str, NodeState] = {}
-        self._locks: dict[str, asyncio.Lock] = {}
         self._dirty: set[str] = set()
         self._journal: dict[str, _Journaled] | None = None
-        self._seq: dict[str, int] = {}
         # key -> the highest decision sequence taken back from it (`displace`)
         self._void: dict[str, int] = {}
-        # node -> (live state, its version, the copy handed out for it)
-        self._frozen: dict[str, tuple[NodeState, int, NodeState]] = {}
-        # node -> hold key -> the devices a ResourceClaim's allocation holds there
-        self._dra_holds: dict[str, dict[str, Assignment]] = {}
+        # One `Tables` per hardware shape, shared by the records of that shape.
+        self._shapes = TableCache()
 
     # -- queries -----------------------------------------------------------------
 
+    def record(self, node: str) -> NodeRecord | None:
+        """Everything known of `node` (None: never seen)."""
+        return self._nodes.get(node)
+
+    def _record(self, node: str) -> NodeRecord:
+        found = self._nodes.get(node)
+        if found is None:
+            found = self._nodes[node] = NodeRecord(node)
+        return found
+
     def topology(self, node: str) -> NumatopologySpec | None:
-        return self._topologies.get(node)
+        found = self._nodes.get(node)
+        return found.topology if found is not None else None
 
     def state(self, node: str) -> NodeState | None:
         """What is booked on `node` (observed and in-flight), or None without a topology."""
-        return self._states.get(node)
+        found = self._nodes.get(node)
+        return found.state if found is not None else None
 
     def candidates(
         self, nodes: Iterable[str]
     ) -> Iterator[tuple[str, NumatopologySpec | None, NodeState | None]]:
         """(node, topology, state) for each of `nodes`: one pass for the extender, which
         asks this for thousands of nodes per scheduling cycle."""
-        topologies, states = self._topologies, self._states
+        records = self._nodes
         for node in nodes:
-            yield node, topologies.get(node), states.get(node)
+            found = records.get(node)
+            if found is None:
+                yield node, None, None
+            else:
+                yield node, found.topology, found.state
 
     def frozen_state(self, node: str) -> NodeState | None:
         """A copy of `state(node)` that no later booking changes, for the engine thread.
 
         The same copy is handed out while the node's bookings stay as they are, so a
         scheduling cycle over thousands of nodes copies only those that changed since
-        the last one (and what the engine cached on a copy stays warm). Holders must not
-        change it.
+        the last one (and what the engine cached on a copy, its row, stays warm).
+        Holders must not change it.
         """
-        live = self._states.get(node)
-        if live is None:
-            return None
-        frozen = self._frozen.get(node)
-        if frozen is not None and frozen[0] is live and frozen[1] == live.version:
-            return frozen[2]
-        copy = live.copy()
-        self._frozen[node] = (live, live.version, copy)
-        return copy
+        found = self._nodes.get(node)
+        return _frozen(found) if found is not None else None
 
     def frozen_candidates(
         self, nodes: Iterable[str]
     ) -> Iterator[tuple[str, NumatopologySpec | None, NodeState | None]]:
         """`candidates`, with `frozen_state` copies instead of the live states."""
-        topologies, frozen_state = self._topologies, self.frozen_state
+        records = self._nodes
         for node in nodes:
-            topology = topologies.get(node)
-            yield node, topology, frozen_state(node) if topology is not None else None
+            found = records.get(node)
+            if found is None or found.topology is None:
+                yield node, None, None
+            else:
+                yield node, found.topology, _frozen(found)
 
     def next_seq(self, node: str) -> int:
         """The sequence number of the next decision on `node` (1 on a node never booked)."""
-        return self._seq.get(node, 0) + 1
-
-    def _saw_seq(self, node: str, seq: int) -> None:
-        if seq > self._seq.get(node, 0):
-            self._seq[node] = seq
+        found = self._nodes.get(node)
+        return (found.seq if found is not None else 0) + 1
 
     def booking(self, key: str) -> Booking | None:
         """What pod `key`'s annotation was last seen to book (None: nothing observed)."""
         node = self._node_of.get(key)
-        return self._observed.get(node, {}).get(key) if node is not None else None
+        return self._nodes[node].observed.get(key) if node is not None else None
 
     def holds(self, key: str) -> bool:
         """True when pod `key` has a booking (observed, in-flight or untrusted)."""
@@ -160,30 +164,37 @@ class Ledger:
 
     def untrusted(self, node: str) -> Mapping[str, str]:
         """Pods on `node` whose bookings overlap earlier claims: key -> why."""
-        return self._untrusted.get(node, {})
+        found = self._nodes.get(node)
+        return found.untrusted if found is not None else {}
 
     def nodes(self) -> Iterator[str]:
         """Nodes with a topology, in name order."""
-        return iter(sorted(self._topologies))
+        return iter(sorted(n for n, r in self._nodes.items() if r.topology is not None))
+
+    def records(self) -> Iterator[NodeRecord]:
+        """The records of the nodes with a topology, in name order."""
+        return (self._nodes[node] for node in self.nodes())
 
     def pods_on(self, node: str) -> int:
         """Pods booked on `node` (observed or in-flight, untrusted ones excluded)."""
-        state = self._states.get(node)
-        if state is None:
+        found = self._nodes.get(node)
+        state = found.state if found is not None else None
+        if found is None or state is None:
             return 0
-        holds = self._dra_holds.get(node, {})
+        holds = found.dra_holds
         return len(state.assignments) - sum(1 for key in holds if key in state.assignments)
 
     def dra_holds(self, node: str) -> Mapping[str, Assignment]:
         """What ResourceClaims hold on `node` (`set_dra_holds`), booked or not."""
-        return self._dra_holds.get(node, {})
+        found = self._nodes.get(node)
+        return found.dra_holds if found is not None else {}
 
     def __len__(self) -> int:
         """Pods holding a booking anywhere, untrusted ones included."""
         return len(self._node_of)
 
     def lock(self, node: str) -> asyncio.Lock:
-        return self._locks.setdefault(node, asyncio.Lock())
+        return self._record(node).lock
 
     def take_dirty(self) -> set[str]:
         """Nodes whose bookings or topology changed since the last call (for status)."""
@@ -192,6 +203,30 @@ class Ledger:
 
     def mark_dirty(self, node: str) -> None:
         self._dirty.add(node)
+
+    # -- freshness ------------------------------------------------------------------
+
+    def stale_reason(self, node: str, limit: float, now: float | None = None) -> str | None:
+        """`NodeRecord.stale_reason` of `node` (None for a node never seen)."""
+        found = self._nodes.get(node)
+        return found.stale_reason(limit, now) if found is not None else None
+
+    def stale_nodes(self, limit: float) -> dict[str, str]:
+        """Every node `stale_reason` refuses now: node -> why (one pass)."""
+        now = time.time()
+        found = {}
+        for node, record in self._nodes.items():
+            why = record.stale_reason(limit, now)
+            if why is not None:
+                found[node] = why
+        return found
+
+    def see_freshness(
+        self, node: str, *, stale: str | None, heartbeat: float | None, gpu_mode: str | None
+    ) -> None:
+        """What the node's Numatopology says of itself now (none of it decides a shape)."""
+        found = self._record(node)
+        found.stale, found.heartbeat, found.gpu_mode = stale, heartbeat, gpu_mode
 
     # -- topologies ---------------------------------------------------------------
 
@@ -203,36 +238,43 @@ class Ledger:
     ) -> list[str]:
         """Use `topology` for `node` (new or changed), with the devices its agent says the
         kubelet cannot hand out (`unhealthy`, never free); returns keys that became
-        untrusted."""
+        untrusted. An equal topology and equal devices change nothing."""
         sick = unhealthy or UnhealthyDevices()
-        if self._topologies.get(node) == topology and self._unhealthy.get(node) == sick:
+        found = self._record(node)
+        if found.topology == topology and found.unhealthy == sick:
             return []
-        self._topologies[node] = topology
-        self._unhealthy[node] = sick
-        return self._rebuild(node)
+        if found.topology != topology:
+            key = shape_key(topology)
+            found.shape = self._shapes.get(topology, key)
+            found.names = node_names(topology)
+        found.topology = topology
+        found.unhealthy = sick
+        return self._rebuild(found)
 
     def unhealthy(self, node: str) -> UnhealthyDevices:
-        return self._unhealthy.get(node) or UnhealthyDevices()
+        found = self._nodes.get(node)
+        return found.unhealthy if found is not None else UnhealthyDevices()
 
     def drop_topology(self, node: str) -> None:
         """The node's Numatopology is gone: keep the bookings, decide nothing there."""
-        self._topologies.pop(node, None)
-        self._unhealthy.pop(node, None)
-        self._states.pop(node, None)
-        self._frozen.pop(node, None)
-        self._untrusted.pop(node, None)
+        found = self._nodes.get(node)
+        if found is None:
+            return
+        found.topology = found.shape = found.names = found.state = found.frozen = None
+        found.unhealthy = UnhealthyDevices()
+        found.untrusted = {}
+        found.stale = found.heartbeat = found.gpu_mode = None
         self._dirty.discard(node)
 
     def set_dra_holds(self, node: str, holds: Mapping[str, Assignment]) -> None:
         """What ResourceClaims' allocations hold on `node` now (key -> devices), all of
         them: holds not given are freed. Each books the devices no pod took."""
-        if self._dra_holds.get(node, {}) == holds:
+        found = self._nodes.get(node)
+        if (found.dra_holds if found is not None else {}) == holds:
             return
-        if holds:
-            self._dra_holds[node] = dict(holds)
-        else:
-            self._dra_holds.pop(node, None)
-        self._rebuild(node)
+        found = self._record(node)
+        found.dra_holds = dict(holds)
+        self._rebuild(found)
 
     # -- bookings -------------------------------------------------------------------
 
@@ -249,32 +291,32 @@ class Ledger:
         if previous_node is not None and previous_node != node:
             self.forget(key)
         self._note(key, booking)
-        self._saw_seq(node, booking.assignment.seq)
-        flight = self._inflight.get(node, {}).get(key)
+        found = self._record(node)
+        _saw_seq(found, booking.assignment.seq)
+        flight = found.inflight.get(key)
         if flight is not None and booking.assignment.seq < flight.seq:
             # An event older than our own write of a newer decision for this pod (a
             # realignment): the write is what stands; the old booking is what stands
             # again only if the write fails (`cancel`).
-            self._observed.setdefault(node, {})[key] = booking
+            found.observed[key] = booking
             return []
-        known = self._observed.get(node, {}).get(key)
-        if known == booking and key not in self._inflight.get(node, {}):
+        if found.observed.get(key) == booking and flight is None:
             return []
-        self._observed.setdefault(node, {})[key] = booking
-        self._inflight.get(node, {}).pop(key, None)
+        found.observed[key] = booking
+        found.inflight.pop(key, None)
         self._node_of[key] = node
-        state = self._states.get(node)
+        state = found.state
         if state is None:
             return []
         self._dirty.add(node)
-        if key not in self._untrusted.get(node, {}):
+        if key not in found.untrusted:
             try:
                 state.apply(key, booking.assignment)
             except OverlapError:
                 pass
             else:
                 return []
-        return self._rebuild(node)
+        return self._rebuild(found)
 
     def observe_absent(self, key: str) -> None:
         """The pod shows no assignment (any more); an in-flight one stays reserved.
@@ -284,10 +326,11 @@ class Ledger:
         """
         self._note(key, _ABSENT)
         node = self._node_of.get(key)
-        if node is None or key not in self._observed.get(node, {}):
+        if node is None or key not in self._nodes[node].observed:
             return
-        if key in self._inflight.get(node, {}):
-            self._observed[node].pop(key)
+        found = self._nodes[node]
+        if key in found.inflight:
+            found.observed.pop(key)
             return
         self.forget(key)
 
@@ -296,12 +339,12 @@ class Ledger:
 
         Raises `OverlapError` if it clashes with a booking (the engine would be wrong).
         """
-        state = self._states.get(node)
-        if state is None:
+        found = self._nodes.get(node)
+        if found is None or found.state is None:
             raise KeyError(f"no Numatopology for node {node!r}")
-        state.apply(key, assignment)
-        self._saw_seq(node, assignment.seq)
-        self._inflight.setdefault(node, {})[key] = assignment
+        found.state.apply(key, assignment)
+        _saw_seq(found, assignment.seq)
+        found.inflight[key] = assignment
         self._node_of[key] = node
         self._dirty.add(node)
 
@@ -309,19 +352,19 @@ class Ledger:
         """Book several decisions at once, each replacing what its pod holds now (a
         realignment and the pods it displaces). All or nothing: raises `OverlapError`
         and books none when they clash with each other or with anyone else."""
-        state = self._states.get(node)
-        if state is None:
+        found = self._nodes.get(node)
+        if found is None or found.state is None:
             raise KeyError(f"no Numatopology for node {node!r}")
-        trial = state.copy()
+        trial = found.state.copy()
         for key in decisions:
             trial.release(key)
         for key, assignment in decisions.items():
             trial.apply(key, assignment)
         for key, assignment in decisions.items():
-            self._saw_seq(node, assignment.seq)
-            self._inflight.setdefault(node, {})[key] = assignment
+            _saw_seq(found, assignment.seq)
+            found.inflight[key] = assignment
             self._node_of[key] = node
-        self._states[node] = trial
+        found.state = trial
         self._dirty.add(node)
 
     def displace(self, key: str) -> None:
@@ -331,8 +374,8 @@ class Ledger:
         node = self._node_of.get(key)
         seqs = [self._void.get(key, -1)]
         if node is not None:
-            flight = self._inflight.get(node, {}).get(key)
-            seen = self._observed.get(node, {}).get(key)
+            found = self._nodes[node]
+            flight, seen = found.inflight.get(key), found.observed.get(key)
             seqs += [a.seq for a in (flight, seen.assignment if seen else None) if a is not None]
         self._void[key] = max(seqs)
         self.forget(key)
@@ -340,14 +383,15 @@ class Ledger:
     def cancel(self, key: str) -> None:
         """Drop an in-flight booking whose write failed (or was taken back)."""
         node = self._node_of.get(key)
-        if node is None or key not in self._inflight.get(node, {}):
+        if node is None or key not in self._nodes[node].inflight:
             return
-        self._inflight[node].pop(key)
-        if key in self._observed.get(node, {}):
-            self._rebuild(node)
+        found = self._nodes[node]
+        found.inflight.pop(key)
+        if key in found.observed:
+            self._rebuild(found)
             return
         del self._node_of[key]
-        self._release(node, key)
+        self._release(found, key)
 
     def forget(self, key: str, *, uid: str = "") -> str | None:
         """The pod ended or was deleted: free all it held at once. Returns its node.
@@ -360,9 +404,10 @@ class Ledger:
         node = self._node_of.pop(key, None)
         if node is None:
             return None
-        self._observed.get(node, {}).pop(key, None)
-        self._inflight.get(node, {}).pop(key, None)
-        self._release(node, key)
+        found = self._nodes[node]
+        found.observed.pop(key, None)
+        found.inflight.pop(key, None)
+        self._release(found, key)
         return node
 
     # -- resync ------------------------------------------------------------------------
@@ -388,17 +433,20 @@ class Ledger:
                 kept = bookings.get(key)
                 if kept is not None and not (seen.uid and kept.uid and seen.uid != kept.uid):
                     del bookings[key]
-        self._observed = {}
+        for found in self._nodes.values():
+            found.observed = {}
         for booking in bookings.values():
-            self._saw_seq(booking.node, booking.assignment.seq)
-            self._observed.setdefault(booking.node, {})[booking.key] = booking
-            self._inflight.get(booking.node, {}).pop(booking.key, None)
+            found = self._record(booking.node)
+            _saw_seq(found, booking.assignment.seq)
+            found.observed[booking.key] = booking
+            found.inflight.pop(booking.key, None)
         self._node_of = {key: booking.node for key, booking in bookings.items()}
-        for node, flights in self._inflight.items():
-            self._node_of.update(dict.fromkeys(flights, node))
+        for node, found in self._nodes.items():
+            self._node_of.update(dict.fromkeys(found.inflight, node))
         untrusted: list[str] = []
-        for node in self._topologies:
-            untrusted += self._rebuild(node)
+        for found in list(self._nodes.values()):
+            if found.topology is not None:
+                untrusted += self._rebuild(found)
         return sorted(untrusted)
 
     # -- internals --------------------------------------------------------------------
@@ -407,29 +455,35 @@ class Ledger:
         if self._journal is not None:
             self._journal[key] = seen
 
-    def _release(self, node: str, key: str) -> None:
-        state = self._states.get(node)
+    def _release(self, found: NodeRecord, key: str) -> None:
+        state = found.state
         if state is None:
             return
-        self._dirty.add(node)
-        if self._untrusted.get(node, {}).pop(key, None) is None:
+        self._dirty.add(found.name)
+        if found.untrusted.pop(key, None) is None:
             state.release(key)
-        if self._untrusted.get(node) or self._dra_holds.get(node):
+        if found.untrusted or found.dra_holds:
             # What the pod held may be exactly what an untrusted booking overlapped, or
             # what a claim still holds (its claim is deallocated later, if at all).
-            self._rebuild(node)
+            self._rebuild(found)
 
-    def _rebuild(self, node: str) -> list[str]:
+    def _rebuild(self, found: NodeRecord) -> list[str]:
         """Book the node from scratch: observed pods in claim order, then in-flight decisions."""
-        topology = self._topologies.get(node)
-        if topology is None:
+        topology = found.topology
+        if topology is None or found.shape is None:
             return []
-        before = set(self._untrusted.get(node, {}))
-        sick = self._unhealthy.get(node) or UnhealthyDevices()
-        state = NodeState(topology, unhealthy_gpus=sick.gpus, unhealthy_nics=sick.nics)
-        _, overlapping = book_in_claim_order(state, self._observed.get(node, {}).values())
+        before = set(found.untrusted)
+        sick = found.unhealthy
+        state = NodeState(
+            topology,
+            unhealthy_gpus=sick.gpus,
+            unhealthy_nics=sick.nics,
+            tables=found.shape,
+            names=found.names,
+        )
+        _, overlapping = book_in_claim_order(state, found.observed.values())
         untrusted = {booking.key: why for booking, why in overlapping}
-        flights = self._inflight.get(node, {})
+        flights = found.inflight
         # In-flight decisions replace what their pods held (a realigned pod's old GPUs
         # may be what another in-flight decision took): release all of them first.
         for key in flights:
@@ -440,8 +494,24 @@ class Ledger:
                 state.apply(key, assignment)
             except OverlapError as exc:
                 untrusted[key] = str(exc)
-        book_holds(state, self._dra_holds.get(node, {}))
-        self._states[node] = state
-        self._untrusted[node] = untrusted
-        self._dirty.add(node)
+        book_holds(state, found.dra_holds)
+        found.state = state
+        found.untrusted = untrusted
+        self._dirty.add(found.name)
         return sorted(set(untrusted) - before)
+
+
+def _saw_seq(found: NodeRecord, seq: int) -> None:
+    found.seq = max(found.seq, seq)
+
+
+def _frozen(found: NodeRecord) -> NodeState | None:
+    live = found.state
+    if live is None:
+        return None
+    frozen = found.frozen
+    if frozen is not None and frozen[0] is live and frozen[1] == live.version:
+        return frozen[2]
+    copy = live.copy()
+    found.frozen = (live, live.version, copy)
+    return copy

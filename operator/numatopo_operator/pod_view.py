@@ -1,4 +1,12 @@
-"""`slim_pod`: the part of a pod numatopo reads, cut out before anything keeps it (pure).
+"""`PodView`: one pod event, read once; `slim_pod`: the part of a pod numatopo keeps (pure).
+
+A pod event enters the operator once (`handlers.pod_seen`, a list in `handover`, the
+extender's bind) and becomes a `PodView` there; everything downstream reads the view.
+Each fact is worked out on first use and kept: its key, node, whether it has ended,
+and above all its `numatopo.io/assignment` and `numatopo.io/observed`, JSON that is
+parsed at most once per event whoever asks (the ledger's booking, the admission check,
+realignment, the decision). The rules "which pod is this" (`key`) and "has it ended"
+(`finished`, `ended`) are written here and nowhere else.
 
 A pod as the API serves it is mostly what numatopo never reads: managed fields, the
 last applied configuration, volumes, each container's command, environment, probes and
@@ -12,10 +20,145 @@ the operator reads the same keys either way.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping
+from dataclasses import dataclass
+from functools import cached_property
 from typing import Any
 
-__all__ = ["slim_pod"]
+import pydantic
+
+from numatopo_engine import annotations as keys
+from numatopo_engine.annotations import Assignment, Observed
+from numatopo_engine.pod_options import shorten
+
+__all__ = ["FINISHED_PHASES", "PodView", "pod_key", "slim_pod"]
+
+FINISHED_PHASES = frozenset({"Succeeded", "Failed"})
+
+
+def _mapping(found: object) -> Mapping[str, Any]:
+    return found if isinstance(found, Mapping) else {}
+
+
+def pod_key(pod: Mapping[str, Any]) -> str:
+    """`namespace/name`, the key of a pod in the ledger, in `NodeState`, everywhere."""
+    metadata = _mapping(pod.get("metadata"))
+    return f"{metadata.get('namespace') or 'default'}/{metadata.get('name', '')}"
+
+
+@dataclass(frozen=True, eq=False)
+class PodView(Mapping[str, Any]):
+    """One pod as one event showed it (`body`, as the API or kopf gave it), each fact
+    read on first use and kept. Build it once per event and pass it on; it reads as the
+    body itself where a manifest is wanted."""
+
+    body: Mapping[str, Any]
+
+    def __getitem__(self, name: str) -> Any:
+        return self.body[name]
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(self.body)
+
+    def __len__(self) -> int:
+        return len(self.body)
+
+    @classmethod
+    def of(cls, pod: Mapping[str, Any]) -> PodView:
+        """`pod`'s view: the view itself when it is one already (what it parsed stays)."""
+        return pod if isinstance(pod, PodView) else cls(pod)
+
+    @cached_property
+    def metadata(self) -> Mapping[str, Any]:
+        return _mapping(self.body.get("metadata"))
+
+    @cached_property
+    def annotations(self) -> Mapping[str, Any]:
+        return _mapping(self.metadata.get("annotations"))
+
+    @cached_property
+    def status(self) -> Mapping[str, Any]:
+        return _mapping(self.body.get("status"))
+
+    @cached_property
+    def key(self) -> str:
+        return pod_key(self.body)
+
+    @property
+    def namespace(self) -> str:
+        return str(self.metadata.get("namespace") or "default")
+
+    @property
+    def name(self) -> str:
+        return str(self.metadata.get("name", ""))
+
+    @cached_property
+    def uid(self) -> str:
+        """The pod's uid ('' when the manifest has none)."""
+        uid = self.metadata.get("uid")
+        return uid if isinstance(uid, str) else ""
+
+    @cached_property
+    def node(self) -> str | None:
+        """The node the pod is bound to, or None while it is pending."""
+        node = _mapping(self.body.get("spec")).get("nodeName")
+        return node if isinstance(node, str) and node else None
+
+    @cached_property
+    def finished(self) -> bool:
+        """Every container has stopped for good: its CPUs and GPUs are free again."""
+        return self.status.get("phase") in FINISHED_PHASES
+
+    @property
+    def deleting(self) -> bool:
+        return bool(self.metadata.get("deletionTimestamp"))
+
+    @property
+    def ended(self) -> bool:
+        """Finished, or on its way out: nothing is decided for it any more."""
+        return self.finished or self.deleting
+
+    @cached_property
+    def assignment_read(self) -> Assignment | str | None:
+        """The pod's `numatopo.io/assignment`, parsed (the one parse of this event); a
+        string says why it is not an assignment; None: the pod has none."""
+        text = self.annotations.get(keys.ASSIGNMENT)
+        if text is None:
+            return None
+        if not isinstance(text, str):
+            return f"{keys.ASSIGNMENT} is not a string"
+        try:
+            return Assignment.model_validate_json(text)
+        except pydantic.ValidationError as exc:
+            problem = exc.errors()[0]
+            where = ".".join(str(part) for part in problem["loc"]) or "the value"
+            return (
+                f"{keys.ASSIGNMENT} is not a valid assignment ({where}: {problem['msg']}): "
+                f"{shorten(text)!r}"
+            )
+
+    @property
+    def assignment(self) -> Assignment | None:
+        """The readable assignment; None when there is none or it is unreadable."""
+        found = self.assignment_read
+        return found if isinstance(found, Assignment) else None
+
+    @cached_property
+    def observed(self) -> Observed | None:
+        """What the node agent saw the kubelet give the pod (`numatopo.io/observed`), if
+        readable."""
+        text = self.annotations.get(keys.OBSERVED)
+        if not isinstance(text, str):
+            return None
+        try:
+            return Observed.model_validate_json(text)
+        except pydantic.ValidationError:
+            return None
+
+    def with_node(self, node: str) -> PodView:
+        """The same pod as if bound to `node` (the extender's bind, before the Binding)."""
+        return PodView({**self.body, "spec": {**_mapping(self.body.get("spec")), "nodeName": node}})
+
 
 _METADATA = (
     "name",

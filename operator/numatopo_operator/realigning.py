@@ -24,36 +24,31 @@ guard is off), nor a pod not admitted yet whose claim is earlier. Such a realign
 waits (retried) until the other pod moves off those GPUs on its own observation or ends.
 
 When the pod's policy cannot hold with those GPUs (`single-numa-node`, GPUs on two
-NUMA nodes), the pod already runs: it is placed `best-effort` around them, the reason
-says why, and a Warning Event tells the user.
+NUMA nodes), the pod already runs: it is placed `best-effort` around them (the engine's
+`relaxed_allocation`), the reason says why, and a Warning Event tells the user.
 """
 
 from __future__ import annotations
 
 import dataclasses
 import logging
-from collections.abc import Mapping, Sequence
 
-import pydantic
-
-from numatopo_engine import allocation, pod_request
-from numatopo_engine import annotations as keys
-from numatopo_engine.annotations import Assignment, Observed, PolicyName, State
+from numatopo_engine import pod_request
+from numatopo_engine.annotations import Assignment, Observed, State
 from numatopo_engine.device_ids import gpu_indices, nic_names
 from numatopo_engine.errors import InvalidRequestError, OverlapError, UnsatisfiableError
 from numatopo_engine.model import NumatopologySpec
-from numatopo_engine.request import PodRequest
+from numatopo_engine.relaxed_allocation import allocate_around
 from numatopo_engine.resources import ResourceNames
-from numatopo_engine.state import NodeState, claim_order
-from numatopo_operator import translate
+from numatopo_engine.state import claim_order
+from numatopo_operator import pod_writes, translate
 from numatopo_operator.errors import NodeBusyError
 from numatopo_operator.ledger import Ledger
+from numatopo_operator.pod_view import PodView
 from numatopo_operator.runtime import Runtime
-from numatopo_operator.translate import RawPod
 
 __all__ = [
     "REALIGNED",
-    "decide_around",
     "mismatch",
     "nic_pins",
     "pins",
@@ -68,18 +63,14 @@ DISPLACED = "NumatopoDisplaced"
 GPUS_NOT_ALIGNABLE = "NumatopoGPUsNotAlignable"
 
 
-def mismatch(pod: RawPod) -> tuple[Assignment, Observed] | None:
+def mismatch(pod: PodView) -> tuple[Assignment, Observed] | None:
     """(assignment, observation) when the agent saw the pod's current assignment and
     some of its containers hold other GPUs; None otherwise (also when unreadable: the
     agent rewrites a broken observation)."""
-    found = (pod.get("metadata") or {}).get("annotations") or {}
-    text, seen = found.get(keys.ASSIGNMENT), found.get(keys.OBSERVED)
-    if not isinstance(text, str) or not isinstance(seen, str) or translate.is_finished(pod):
+    if pod.finished:
         return None
-    try:
-        assignment = Assignment.model_validate_json(text)
-        observed = Observed.model_validate_json(seen)
-    except pydantic.ValidationError:
+    assignment, observed = pod.assignment, pod.observed
+    if assignment is None or observed is None:
         return None
     if observed.seq != assignment.seq or not observed.mismatched:
         return None
@@ -121,7 +112,7 @@ def nic_pins(
 
 
 async def realign(
-    runtime: Runtime, pod: RawPod, assignment: Assignment, observed: Observed
+    runtime: Runtime, pod: PodView, assignment: Assignment, observed: Observed
 ) -> bool:
     """Decide `pod` again with its GPUs pinned to those it holds, and write it; True when
     it must be looked at again (another pod's earlier or admitted claim holds the GPUs).
@@ -130,9 +121,8 @@ async def realign(
     cannot be realigned (its GPUs unknown here, or no room next to them) is logged, told
     in an Event, counted, and left as it is.
     """
-    key, node = translate.pod_key(pod), assignment.node
-    ref = {"namespace": key.split("/", 1)[0], "name": key.split("/", 1)[1],
-           "uid": translate.pod_uid(pod)}  # fmt: skip
+    key, node = pod.key, assignment.node
+    ref = {"namespace": pod.namespace, "name": pod.name, "uid": pod.uid}
     ledger = runtime.ledger
     async with ledger.lock(node):
         topology, live = ledger.topology(node), ledger.state(node)
@@ -175,7 +165,7 @@ async def realign(
         frozen.release(key)
         try:
             decision, relaxed = await runtime.in_engine_thread(
-                decide_around, topology, frozen, request, node,
+                allocate_around, topology, frozen, request, node,
                 engine=runtime.decisions, pinned=pinned, pinned_nics=pinned_nics,
             )  # fmt: skip
         except UnsatisfiableError as exc:
@@ -197,26 +187,31 @@ async def realign(
         f"policy {request.options.policy.value} cannot hold with the GPUs the kubelet gave "
         f"({pinned}): {relaxed}; placed best-effort around them"
     )
-    try:
-        runtime.check_may_write()
-        await runtime.kube.patch_pod_annotations(
-            ref["namespace"], ref["name"],
-            translate.outcome_annotations(State.ASSIGNED, runtime.signed(pod, realigned), reason),
-        )  # fmt: skip
-    except Exception:
-        ledger.cancel(key)
-        raise
-    runtime.metrics.realignments.labels("relaxed" if relaxed else "realigned").inc()
     held = f"GPUs {pinned}" + (f" and NICs {pinned_nics}" if pinned_nics else "")
+    await _write_realigned(runtime, pod, realigned, held=held, reason=reason)
+    return False
+
+
+async def _write_realigned(
+    runtime: Runtime, pod: PodView, realigned: Assignment, *, held: str, reason: str
+) -> None:
+    """Write the booked realignment (its booking is dropped if that fails), then tell it:
+    a Normal Event, and a Warning with `reason` when the policy was relaxed."""
+    try:
+        await pod_writes.write_outcome(runtime, pod, State.ASSIGNED, realigned, reason)
+    except Exception:
+        runtime.ledger.cancel(pod.key)
+        raise
+    runtime.metrics.realignments.labels("relaxed" if reason else "realigned").inc()
     message = (
         f"the kubelet gave {held}, not those assigned; re-aligned to them: "
         + translate.assigned_message(realigned)
     )
-    logger.info("%s: %s", key, message)
+    logger.info("%s: %s", pod.key, message)
+    ref = {"namespace": pod.namespace, "name": pod.name, "uid": pod.uid}
     await runtime.kube.post_event(ref, warning=False, reason=REALIGNED, message=message)
     if reason:
         await runtime.kube.post_event(ref, warning=True, reason=GPUS_NOT_ALIGNABLE, message=reason)
-    return False
 
 
 @dataclasses.dataclass(frozen=True, slots=True)
@@ -299,10 +294,11 @@ async def _displace(runtime: Runtime, other: str, node: str, by: str) -> None:
     """Take `other`'s assignment back (the GPUs it names are held by `by` for real): it
     waits again and is decided afresh on its next event."""
     namespace, name = other.split("/", 1)
-    runtime.check_may_write()
-    await runtime.kube.patch_pod_annotations(namespace, name, translate.removal_annotations())
+    await pod_writes.write_taken_back(runtime, namespace, name)
     runtime.ledger.displace(other)
-    runtime.written.pop(other, None)
+    record = runtime.pods.get(other)
+    if record is not None:
+        record.written = None
     message = f"its assignment named GPUs that {by} holds on {node}; it is decided again"
     logger.warning("%s: %s", other, message)
     await runtime.kube.post_event(
@@ -311,63 +307,25 @@ async def _displace(runtime: Runtime, other: str, node: str, by: str) -> None:
     )  # fmt: skip
 
 
-def decide_around(
-    topology: NumatopologySpec,
-    state: NodeState,
-    request: PodRequest,
-    node: str,
-    *,
-    engine: allocation.Engine,
-    pinned: Mapping[str, Sequence[int]],
-    pinned_nics: Mapping[str, Sequence[str]] | None = None,
-) -> tuple[Assignment, str]:
-    """The pod's decision with its GPUs (and NICs) pinned (engine thread): under its own
-    policy, or, when that cannot hold with those devices, best-effort around them with
-    the reason it could not (''). Raises UnsatisfiableError when neither fits."""
-    try:
-        return allocation.allocate(
-            topology, state, request, node, engine=engine, pinned=pinned,
-            pinned_nics=pinned_nics,
-        ).assignment, ""  # fmt: skip
-    except UnsatisfiableError as exc:
-        if not (pinned or pinned_nics) or request.options.policy in (
-            PolicyName.BEST_EFFORT,
-            PolicyName.NONE,
-        ):
-            raise
-        why = exc.reason
-    relaxed = dataclasses.replace(
-        request, options=dataclasses.replace(request.options, policy=PolicyName.BEST_EFFORT)
-    )
-    decision = allocation.allocate(
-        topology, state, relaxed, node, engine=engine, pinned=pinned, pinned_nics=pinned_nics
-    )
-    return decision.assignment, why
-
-
 def pins_of_pod(
-    pod: RawPod, topology: NumatopologySpec, resources: ResourceNames
+    pod: PodView, topology: NumatopologySpec, resources: ResourceNames
 ) -> tuple[dict[str, list[int]], dict[str, list[str]]]:
     """The GPUs and NICs the pod's containers hold for real, as its `observed`
     annotation says (whatever assignment it was compared with); nothing when there is
-    none or it names GPUs the node does not have."""
-    found = (pod.get("metadata") or {}).get("annotations") or {}
-    seen = found.get(keys.OBSERVED)
-    if not isinstance(seen, str) or translate.is_finished(pod):
+    none, it is unreadable, or it names GPUs the node does not have."""
+    observed = pod.observed
+    if observed is None or pod.finished:
         return {}, {}
     try:
-        observed = Observed.model_validate_json(seen)
         return pins(observed, topology, resources), nic_pins(observed, topology, resources)
-    except (pydantic.ValidationError, ValueError):
+    except ValueError:
         return {}, {}
 
 
 async def _refuse(runtime: Runtime, ref: dict[str, str], seq: int, message: str) -> None:
     """Told once per pod and decision: every later event of the pod finds it unchanged."""
-    said = f"{ref['namespace']}/{ref['name']} realign {seq} {message}"
-    if said in runtime.reported:
+    if not runtime.pods.tell_once(f"{ref['namespace']}/{ref['name']}", f"realign {seq} {message}"):
         return
-    runtime.reported.add(said)
     logger.warning("%s", message)
     runtime.metrics.realignments.labels("failed").inc()
     await runtime.kube.post_event(ref, warning=True, reason=GPUS_NOT_ALIGNABLE, message=message)

@@ -12,24 +12,26 @@ from __future__ import annotations
 
 import heapq
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Generic, TypeVar
 
 from numatopo_kube.backoff import Backoff
 
 __all__ = ["RetryQueue"]
 
+T = TypeVar("T")
+
 
 @dataclass
-class _Entry:
+class _Entry(Generic[T]):
     backoff: Backoff
-    pod: dict[str, Any]
+    pod: T
 
 
 @dataclass
-class RetryQueue:
+class RetryQueue(Generic[T]):
     base: float
     cap: float
-    _entries: dict[str, _Entry] = field(default_factory=dict)
+    _entries: dict[str, _Entry[T]] = field(default_factory=dict)
     # (due, key) per scheduling; entries whose due changed since are skipped when popped.
     _heap: list[tuple[float, str]] = field(default_factory=list)
 
@@ -39,7 +41,7 @@ class RetryQueue:
     def __contains__(self, key: object) -> bool:
         return key in self._entries
 
-    def schedule(self, key: str, pod: dict[str, Any], now: float) -> float:
+    def schedule(self, key: str, pod: T, now: float) -> float:
         """Judge `key` again later: the pause doubles with each consecutive attempt.
         Returns the pause chosen."""
         entry = self._entries.get(key)
@@ -50,7 +52,7 @@ class RetryQueue:
         heapq.heappush(self._heap, (entry.backoff.due, key))
         return pause
 
-    def refresh(self, key: str, pod: dict[str, Any]) -> None:
+    def refresh(self, key: str, pod: T) -> None:
         """A newer body of a queued pod: the retry uses it, at the time already chosen."""
         entry = self._entries.get(key)
         if entry is not None:
@@ -58,7 +60,11 @@ class RetryQueue:
 
     def discard(self, key: str) -> None:
         """The pod has its answer, or is gone: no more retries (and the backoff resets)."""
-        self._entries.pop(key, None)
+        if self._entries.pop(key, None) is not None:
+            # Nothing keeps the key of a pod that is gone (the queue is short: pods that
+            # wait), so its places in the heap go too rather than when they come due.
+            self._heap = [found for found in self._heap if found[1] != key]
+            heapq.heapify(self._heap)
 
     def next_due(self) -> float | None:
         """When the earliest entry is due; None when the queue is empty."""
@@ -70,10 +76,10 @@ class RetryQueue:
             heapq.heappop(self._heap)
         return None
 
-    def pop_due(self, now: float) -> list[tuple[str, dict[str, Any]]]:
+    def pop_due(self, now: float) -> list[tuple[str, T]]:
         """The pods due at `now`, earliest first; they stay queued (with their attempt
         count) until `schedule` or `discard` says what comes next."""
-        found: list[tuple[str, dict[str, Any]]] = []
+        found: list[tuple[str, T]] = []
         while (due := self.next_due()) is not None and due <= now:
             _, key = heapq.heappop(self._heap)
             found.append((key, self._entries[key].pod))

@@ -15,16 +15,14 @@ import time
 from collections.abc import Callable, Mapping
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
-from typing import Any, ParamSpec, TypeVar
+from typing import ParamSpec, TypeVar
 
 import kopf
 
 from numatopo_engine import allocation
 from numatopo_engine.annotations import Assignment
-from numatopo_engine.model import GpuMode
 from numatopo_engine.signing import PodIdentity, Signer, Verifier
 from numatopo_kube import KubeClient
-from numatopo_operator import translate
 from numatopo_operator.catch_up import CatchUp
 from numatopo_operator.dra_holds import DraHolds
 from numatopo_operator.errors import NotActiveError
@@ -32,9 +30,10 @@ from numatopo_operator.gang_state import GangState
 from numatopo_operator.gpu_admissions import GpuAdmissions
 from numatopo_operator.ledger import Ledger
 from numatopo_operator.metrics import Metrics
+from numatopo_operator.pod_records import PodRecords
+from numatopo_operator.pod_view import PodView
 from numatopo_operator.retrying import RetryQueue
 from numatopo_operator.settings import OperatorSettings, SettingsError
-from numatopo_operator.translate import RawPod
 from numatopo_operator.waiting import WaitingPods
 from numatopo_operator.workload_mix import MixLearner
 
@@ -71,22 +70,13 @@ class Runtime:
     connection: kopf.ConnectionInfo | None = None
     """Fixed credentials (an explicit API URL, tests); None logs in from the environment."""
 
-    stale: dict[str, str] = field(default_factory=dict)
-    """Nodes whose Numatopology its exporter marks as not current: node -> why."""
-
-    heartbeats: dict[str, float] = field(default_factory=dict)
-    """node -> its Numatopology's `status.heartbeat` (Unix seconds); absent: none written."""
-
-    gpu_modes: dict[str, str] = field(default_factory=dict)
-    """node -> its Numatopology's `status.gpuMode` (the node agent's GPU guarantee)."""
-
     gpu_admissions: GpuAdmissions = field(init=False)
     """One GPU pod in flight per steered node (`gpu_admissions`)."""
 
     workload: MixLearner = field(init=False)
     """The request shapes of the GPU pods seen (`workload_mix`): what the node rank packs for."""
 
-    retries: RetryQueue = field(init=False)
+    retries: RetryQueue[PodView] = field(init=False)
     """Pods to judge again later (a failed write, a pod still waiting)."""
 
     gangs: GangState = field(init=False)
@@ -95,23 +85,8 @@ class Runtime:
     lease: LeaseTerm = field(default_factory=LeaseTerm)
     """When our Lease was last renewed (`leadership` updates it in place)."""
 
-    unreadable: dict[str, str] = field(default_factory=dict)
-    """Pods whose `numatopo.io/assignment` cannot be read: pod key -> why."""
-
-    written: dict[str, str] = field(default_factory=dict)
-    """States we wrote on pods but have not yet seen on the watch stream: pod key -> state.
-    Like in-flight bookings, so a retry from an older snapshot does not write twice."""
-
-    reported: set[str] = field(default_factory=set)
-    """Problems already posted as Events (`<pod key> <problem>`), so each is posted once."""
-
-    deferred: dict[str, dict[str, Any]] = field(default_factory=dict)
-    """Annotated pods (key -> slim body) whose events came while this replica was active
-    but its ledger not yet current: `handover` judges them once it is."""
-
-    annotated: dict[str, dict[str, Any]] = field(default_factory=dict)
-    """Live pods (key -> slim body, `pod_view`) that carry a numatopo annotation, as last
-    seen: what a first holder judges without a list of its own (`handover`)."""
+    pods: PodRecords = field(default_factory=PodRecords)
+    """What is remembered of each pod between its events, one record per pod."""
 
     redriven: dict[str, object] = field(default_factory=dict)
     """node -> the topology its waiting pods were last retried against."""
@@ -166,17 +141,29 @@ class Runtime:
     verifier: Verifier = field(default_factory=Verifier)
     """Whose signatures make an assignment a claim; empty: none does."""
 
-    def signed(self, pod: RawPod, assignment: Assignment) -> Assignment:
+    def signed(self, pod: PodView, assignment: Assignment) -> Assignment:
         """`assignment` signed for `pod`: the one way an assignment reaches a pod."""
         if self.signer is None:
             raise SettingsError("no signing key loaded: the operator cannot write assignments")
-        return self.signer.sign(
-            assignment, PodIdentity(translate.pod_uid(pod), translate.pod_key(pod))
-        )
+        return self.signer.sign(assignment, PodIdentity(pod.uid, pod.key))
+
+    def forget_pod(self, key: str, *, uid: str = "") -> str | None:
+        """Pod `key` (of `uid`) ended or was deleted: nothing of it is kept anywhere.
+        Returns the node it held a booking on, if any."""
+        self.pods.forget(key)
+        self.waiting.forget(key)
+        self.retries.discard(key)
+        self.gpu_admissions.admitted(key)
+        self.workload.forget(key)
+        self.metrics.retry_queue.set(len(self.retries))
+        node = self.ledger.forget(key, uid=uid)
+        self.metrics.ledger_pods.set(len(self.ledger))
+        return node
 
     def steered(self, node: str) -> bool:
         """Whether the kubelet on `node` takes numatopo's GPUs (its agent says Steered)."""
-        return self.gpu_modes.get(node) == GpuMode.STEERED.value
+        found = self.ledger.record(node)
+        return found is not None and found.steered
 
     def __post_init__(self) -> None:
         settings = self.settings
@@ -225,31 +212,11 @@ class Runtime:
     def stale_reason(self, node: str, now: float | None = None) -> str | None:
         """Why nothing may be placed on `node` now: its exporter says so, or its heartbeat is
         older than the bound; None when it is current (or has no heartbeat at all)."""
-        why = self.stale.get(node)
-        if why is not None:
-            return why
-        beat = self.heartbeats.get(node)
-        limit = self.settings.heartbeat_max_age_seconds
-        if beat is None or limit <= 0:
-            return None
-        age = (time.time() if now is None else now) - beat
-        if age <= limit:
-            return None
-        return (
-            f"Numatopology/{node} is stale: its exporter's last heartbeat is {age:.0f} s old "
-            f"(more than {limit:.0f} s; is the numatopo exporter running there?)"
-        )
+        return self.ledger.stale_reason(node, self.settings.heartbeat_max_age_seconds, now)
 
     def stale_nodes(self) -> dict[str, str]:
         """Every node `stale_reason` refuses now: node -> why (one pass, for the extender)."""
-        found = dict(self.stale)
-        limit = self.settings.heartbeat_max_age_seconds
-        if limit > 0:
-            now = time.time()
-            for node, beat in self.heartbeats.items():
-                if now - beat > limit and node not in found:
-                    found[node] = self.stale_reason(node, now) or ""
-        return found
+        return self.ledger.stale_nodes(self.settings.heartbeat_max_age_seconds)
 
     @property
     def deciding(self) -> bool:

@@ -1,8 +1,8 @@
 """Pod manifests <-> engine values, annotation patches and Event texts (pure, no I/O).
 
-Everything that reads a raw Kubernetes object lives here, so the rest of the
-operator handles typed values only. A `RawPod` is the JSON of a Pod as the API (or
-kopf's `Body`) gives it.
+What the operator reads of a pod, it reads from its `PodView` (`pod_view`: one per
+event, each annotation parsed once); what it decides becomes Event texts here. A
+`RawPod` is the JSON of a Pod as the API (or kopf's `Body`) gives it.
 """
 
 from __future__ import annotations
@@ -11,14 +11,12 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
-import pydantic
-
 from numatopo_engine import annotations as keys
 from numatopo_engine.annotations import Assignment, Observed, State
 from numatopo_engine.errors import InvalidRequestError
-from numatopo_engine.pod_options import shorten
 from numatopo_engine.signing import PodIdentity, Verifier
 from numatopo_operator.errors import BookingError
+from numatopo_operator.pod_view import PodView, pod_key
 
 __all__ = [
     "ASSIGNED",
@@ -28,6 +26,7 @@ __all__ = [
     "UNSATISFIABLE",
     "UNTRUSTED",
     "Booking",
+    "PodView",
     "RawPod",
     "assigned_message",
     "booking_from_pod",
@@ -60,8 +59,6 @@ INVALID = "NumatopoInvalid"
 UNTRUSTED = "NumatopoUntrusted"
 BIND_FAILED = "NumatopoBindFailed"
 
-FINISHED_PHASES = frozenset({"Succeeded", "Failed"})
-
 
 @dataclass(frozen=True, slots=True)
 class Booking:
@@ -76,39 +73,19 @@ class Booking:
     """What the node agent saw the kubelet give it (`numatopo.io/observed`), if readable."""
 
 
-def _metadata(pod: RawPod) -> Mapping[str, Any]:
-    metadata = pod.get("metadata")
-    return metadata if isinstance(metadata, Mapping) else {}
-
-
-def _annotations(pod: RawPod) -> Mapping[str, Any]:
-    found = _metadata(pod).get("annotations")
-    return found if isinstance(found, Mapping) else {}
-
-
-def pod_key(pod: RawPod) -> str:
-    """`namespace/name`, the key of a pod in the ledger and in `NodeState`."""
-    metadata = _metadata(pod)
-    return f"{metadata.get('namespace') or 'default'}/{metadata.get('name', '')}"
-
-
 def pod_uid(pod: RawPod) -> str:
     """The pod's uid ('' when the manifest has none)."""
-    uid = _metadata(pod).get("uid")
-    return uid if isinstance(uid, str) else ""
+    return PodView.of(pod).uid
 
 
 def pod_node(pod: RawPod) -> str | None:
     """The node the pod is bound to, or None while it is pending."""
-    spec = pod.get("spec")
-    node = spec.get("nodeName") if isinstance(spec, Mapping) else None
-    return node if isinstance(node, str) and node else None
+    return PodView.of(pod).node
 
 
 def is_finished(pod: RawPod) -> bool:
     """True once every container has stopped for good: its CPUs and GPUs are free again."""
-    status = pod.get("status")
-    return isinstance(status, Mapping) and status.get("phase") in FINISHED_PHASES
+    return PodView.of(pod).finished
 
 
 def is_admitted(pod: RawPod) -> bool:
@@ -117,33 +94,25 @@ def is_admitted(pod: RawPod) -> bool:
     (it does only after admission: start time, container statuses, a phase past
     Pending). An event without an assignment says nothing: it may predate our own
     write (a pod whose decision is taken back frees its slot where that happens)."""
-    annotations = _annotations(pod)
-    text, seen = annotations.get(keys.ASSIGNMENT), annotations.get(keys.OBSERVED)
-    status = pod.get("status")
-    status = status if isinstance(status, Mapping) else {}
+    view = PodView.of(pod)
+    status = view.status
     if status.get("startTime") or status.get("containerStatuses"):
         return True
     if status.get("phase") not in (None, "Pending"):
         return True
-    if not isinstance(text, str) or not isinstance(seen, str):
-        return False
-    try:
-        return bool(
-            keys.Observed.model_validate_json(seen).seq == Assignment.model_validate_json(text).seq
-        )
-    except pydantic.ValidationError:
-        return False
+    seen, assignment = view.observed, view.assignment
+    return seen is not None and assignment is not None and seen.seq == assignment.seq
 
 
 def state_of(pod: RawPod) -> str | None:
     """The pod's `numatopo.io/state`, None when it has none."""
-    found = _annotations(pod).get(keys.STATE)
+    found = PodView.of(pod).annotations.get(keys.STATE)
     return found if isinstance(found, str) else None
 
 
 def reason_of(pod: RawPod) -> str:
     """The pod's `numatopo.io/reason` ('' when it has none)."""
-    found = _annotations(pod).get(keys.REASON)
+    found = PodView.of(pod).annotations.get(keys.REASON)
     return found if isinstance(found, str) else ""
 
 
@@ -155,7 +124,7 @@ def needs_rejudging(pod: RawPod) -> bool:
 
 def is_annotated(pod: RawPod) -> bool:
     """Whether the pod carries any numatopo annotation: one a new holder judges."""
-    annotations = _annotations(pod)
+    annotations = PodView.of(pod).annotations
     return any(key in annotations for key in (keys.POLICY, keys.ASSIGNMENT, keys.STATE))
 
 
@@ -166,14 +135,14 @@ def is_waiting(pod: RawPod) -> bool:
     (fix the annotation, then remove `numatopo.io/state` for a fresh decision). One
     without a reason is, until it has one (`needs_rejudging`).
     """
-    annotations = _annotations(pod)
+    view = PodView.of(pod)
+    annotations = view.annotations
     return (
         keys.POLICY in annotations
         and keys.ASSIGNMENT not in annotations
-        and (annotations.get(keys.STATE) != State.INVALID or needs_rejudging(pod))
-        and pod_node(pod) is not None
-        and not is_finished(pod)
-        and not _metadata(pod).get("deletionTimestamp")
+        and (annotations.get(keys.STATE) != State.INVALID or needs_rejudging(view))
+        and view.node is not None
+        and not view.ended
     )
 
 
@@ -184,28 +153,21 @@ def booking_from_pod(pod: RawPod, verifier: Verifier) -> Booking | None:
     node than the one the pod runs on, or is not signed for this pod by the operator
     (`verifier`): a copied or hand-written assignment is no claim, whatever its `seq`.
     """
-    text = _annotations(pod).get(keys.ASSIGNMENT)
-    if text is None or is_finished(pod):
+    view = PodView.of(pod)
+    if view.finished:
         return None
-    key = pod_key(pod)
-    if not isinstance(text, str):
-        raise BookingError(f"{key}: {keys.ASSIGNMENT} is not a string")
-    try:
-        assignment = Assignment.model_validate_json(text)
-    except pydantic.ValidationError as exc:
-        problem = exc.errors()[0]
-        where = ".".join(str(part) for part in problem["loc"]) or "the value"
+    found = view.assignment_read
+    if found is None:
+        return None
+    key = view.key
+    if isinstance(found, str):
+        raise BookingError(f"{key}: {found}")
+    node = view.node
+    if node is not None and node != found.node:
         raise BookingError(
-            f"{key}: {keys.ASSIGNMENT} is not a valid assignment ({where}: {problem['msg']}): "
-            f"{shorten(text)!r}"
-        ) from None
-    node = pod_node(pod)
-    if node is not None and node != assignment.node:
-        raise BookingError(
-            f"{key}: {keys.ASSIGNMENT} is for node {assignment.node!r}, "
-            f"but the pod runs on {node!r}"
+            f"{key}: {keys.ASSIGNMENT} is for node {found.node!r}, but the pod runs on {node!r}"
         )
-    unsigned = verifier.problem(assignment, PodIdentity(pod_uid(pod), key))
+    unsigned = verifier.problem(found, PodIdentity(view.uid, key))
     if unsigned:
         raise BookingError(
             f"{key}: {keys.ASSIGNMENT} books nothing: {unsigned}; remove it (and "
@@ -213,22 +175,12 @@ def booking_from_pod(pod: RawPod, verifier: Verifier) -> Booking | None:
         )
     return Booking(
         key=key,
-        node=assignment.node,
-        assignment=assignment,
-        uid=pod_uid(pod),
-        admitted=is_admitted(pod),
-        observed=_observed(pod),
+        node=found.node,
+        assignment=found,
+        uid=view.uid,
+        admitted=is_admitted(view),
+        observed=view.observed,
     )
-
-
-def _observed(pod: RawPod) -> Observed | None:
-    text = _annotations(pod).get(keys.OBSERVED)
-    if not isinstance(text, str):
-        return None
-    try:
-        return Observed.model_validate_json(text)
-    except pydantic.ValidationError:
-        return None
 
 
 def outcome_annotations(

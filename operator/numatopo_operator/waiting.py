@@ -10,22 +10,23 @@ listed (kopf wakes every waiting worker as each listed object is indexed).
 from __future__ import annotations
 
 from numatopo_operator import translate
-from numatopo_operator.translate import RawPod
+from numatopo_operator.pod_view import PodView
 
 __all__ = ["WaitingPods"]
 
 
 class WaitingPods:
     def __init__(self) -> None:
-        self._by_node: dict[str, dict[str, RawPod]] = {}
+        self._by_node: dict[str, dict[str, PodView]] = {}
         self._node_of: dict[str, str] = {}
 
     def __len__(self) -> int:
         return len(self._node_of)
 
-    def observe(self, key: str, pod: RawPod) -> None:
+    def observe(self, pod: PodView) -> None:
         """The pod as seen now: kept when it waits on a node, dropped when not."""
-        node = translate.pod_node(pod) if translate.is_waiting(pod) else None
+        key = pod.key
+        node = pod.node if translate.is_waiting(pod) else None
         if node is None:
             self.forget(key)
             return
@@ -44,7 +45,7 @@ class WaitingPods:
         if not pods:
             self._by_node.pop(node, None)
 
-    def on(self, node: str) -> list[RawPod]:
+    def on(self, node: str) -> list[PodView]:
         """The pods waiting on `node`, oldest first."""
         pods = self._by_node.get(node, {}).values()
-        return sorted(pods, key=lambda pod: pod["metadata"].get("creationTimestamp", ""))
+        return sorted(pods, key=lambda pod: pod.metadata.get("creationTimestamp", ""))

@@ -19,7 +19,7 @@ async def extender(cluster, start_operator, h100, topology_object, wait):
     await cluster.create_node(FRESH)
     running = await start_operator()
     await wait(running.runtime.indexed.is_set, what="operator listed everything")
-    await wait(lambda: STALE in running.runtime.stale, what="stale node seen")
+    await wait(lambda: STALE in running.runtime.ledger.stale_nodes(0), what="stale node seen")
     return running
 
 

@@ -289,7 +289,10 @@ async def test_a_followed_node_does_not_hold_gpu_pods_back(env: Any) -> None:
     await cluster.create_node(NODE)
     cluster.emulate_binding()
     operator = await start_operator(gpu_admission_timeout_seconds=20)
-    await wait(lambda: operator.runtime.gpu_modes.get(NODE) == "Followed", what="node seen")
+    await wait(
+        lambda: getattr(operator.runtime.ledger.record(NODE), "gpu_mode", None) == "Followed",
+        what="node seen",
+    )
     for name in ("first", "second"):
         await cluster.create_pod(pending(pod(name, node=None, gpus=2)))
     async with asyncio.timeout(5):

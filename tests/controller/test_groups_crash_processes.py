@@ -1,9 +1,11 @@
 """Killing the operator in the middle of a group placement leaves no half-placed group
 holding GPUs: real `numatopo operator` processes against the emulator over HTTP.
 
-The first process exits at once (as if killed) after writing the plans of some members
-(`NUMATOPO_TEST_CRASH_AFTER_PLANNED`, a fault hook only tests set); a second process
-takes over from the cluster state alone.
+The first process talks to the emulator through a gate in the test (`KillAfterPlans`)
+that counts the members' plan writes: once the emulator has stored the chosen number
+of them, the gate SIGKILLs the process, and a plan write still on its way is never
+stored (the process died before it could reach the API server). A second process takes
+over from the cluster state alone.
 """
 
 from __future__ import annotations
@@ -16,11 +18,12 @@ import sys
 from pathlib import Path
 from typing import Any, BinaryIO
 
+import aiohttp.test_utils
+import aiohttp.web
 import pytest
 
 import signing_keys
 from numatopo_engine import annotations as keys
-from numatopo_operator.gang_state import CRASH_AFTER_PLANNED_ENV
 
 from .conftest import Cluster
 from .test_failover_processes import kubeconfig
@@ -31,13 +34,10 @@ pytestmark = pytest.mark.alone
 SIZE = 4
 
 
-async def start(config: Path, log: BinaryIO, crash_after: int | None) -> asyncio.subprocess.Process:
+async def start(config: Path, log: BinaryIO) -> asyncio.subprocess.Process:
     numatopo = Path(sys.executable).with_name("numatopo")
-    env = {k: v for k, v in os.environ.items() if k != CRASH_AFTER_PLANNED_ENV}
-    env["KUBECONFIG"] = str(config)
+    env = {**os.environ, "KUBECONFIG": str(config)}
     env["NUMATOPO_SIGNING_KEY_FILE"] = signing_keys.KEY_FILE
-    if crash_after is not None:
-        env[CRASH_AFTER_PLANNED_ENV] = str(crash_after)
     return await asyncio.create_subprocess_exec(
         str(numatopo),
         "operator",
@@ -52,6 +52,42 @@ async def start(config: Path, log: BinaryIO, crash_after: int | None) -> asyncio
         stdout=log,
         stderr=asyncio.subprocess.STDOUT,
     )
+
+
+class KillAfterPlans:
+    """Serves the emulator to one operator process; SIGKILLs that process as soon as the
+    emulator has stored `count` member plans (`numatopo.io/group-placement` written).
+    Plan writes pass one at a time, so exactly `count` are stored: one that comes after
+    is answered 503 unstored, as if the process had died before sending it."""
+
+    def __init__(self, cluster: Cluster, count: int) -> None:
+        self.cluster, self.count = cluster, count
+        self.process: asyncio.subprocess.Process | None = None
+        self.stored = 0
+        self._one_at_a_time = asyncio.Lock()
+
+    async def __call__(self, request: aiohttp.web.BaseRequest) -> aiohttp.web.StreamResponse:
+        if not await self._is_plan(request):
+            return await self.cluster.api(request)
+        async with self._one_at_a_time:
+            if self.stored >= self.count:
+                return aiohttp.web.Response(status=503, text="the writer is dead")
+            response = await self.cluster.api(request)
+            if response.status < 300:
+                self.stored += 1
+            if self.stored >= self.count and self.process is not None:
+                self.process.send_signal(signal.SIGKILL)
+            return response
+
+    @staticmethod
+    async def _is_plan(request: aiohttp.web.BaseRequest) -> bool:
+        if request.method != "PATCH" or "/pods/" not in request.path:
+            return False
+        body = json.loads(await request.read() or b"{}")  # aiohttp keeps it for the emulator
+        written = (
+            (body.get("metadata") or {}).get("annotations") or {} if isinstance(body, dict) else {}
+        )
+        return written.get(keys.GROUP_PLACEMENT) is not None
 
 
 def plans(cluster: Cluster, names: list[str]) -> dict[str, dict[str, Any]]:
@@ -85,21 +121,24 @@ async def test_operator_killed_mid_group(env, tmp_path, crash_after, same_plan):
             member(env, name, "job", SIZE, rank=i, annotations={keys.TOPOLOGY_REQUIRED: L2})
         )
     config = kubeconfig(tmp_path / "kubeconfig", str(cluster.api.url))
+    gate = KillAfterPlans(cluster, crash_after)
     processes = []
     try:
-        with (tmp_path / "first.log").open("wb") as log:
-            first = await start(config, log, crash_after)
-            processes.append(first)
-            async with asyncio.timeout(60):
-                code = await first.wait()
+        async with aiohttp.test_utils.RawTestServer(gate, host="127.0.0.1") as gated:
+            gated_config = kubeconfig(tmp_path / "gated-kubeconfig", str(gated.make_url("")))
+            with (tmp_path / "first.log").open("wb") as log:
+                first = gate.process = await start(gated_config, log)
+                processes.append(first)
+                async with asyncio.timeout(60):
+                    code = await first.wait()
         crashed = plans(cluster, names)
 
-        assert 70 == code, (tmp_path / "first.log").read_text()[-3000:]
+        assert -signal.SIGKILL == code, (tmp_path / "first.log").read_text()[-3000:]
         assert crash_after == len(crashed)
         assert not any(released(cluster, n) for n in names)
 
         with (tmp_path / "second.log").open("wb") as log:
-            second = await start(config, log, None)
+            second = await start(config, log)
             processes.append(second)
             await wait(
                 lambda: all(released(cluster, n) for n in names),

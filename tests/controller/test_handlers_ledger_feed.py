@@ -48,7 +48,7 @@ async def test_the_first_numatopology_event_finds_every_listed_node_in_the_ledge
     )
 
     assert ["n0", "n1", "n2", "quiet"] == list(runtime.ledger.nodes())
-    assert ["quiet"] == list(runtime.stale)
+    assert ["quiet"] == list(runtime.ledger.stale_nodes(0))
     assert runtime.indexed.is_set()
 
 
@@ -63,7 +63,7 @@ def test_numatopologies_the_pod_feed_listed_go_in_at_once_when_kopf_gave_none():
     )
 
     assert ["n0", "quiet"] == list(runtime.ledger.nodes())
-    assert ["quiet"] == list(runtime.stale)
+    assert ["quiet"] == list(runtime.ledger.stale_nodes(0))
     assert runtime.indexed.is_set()
 
 

@@ -49,17 +49,17 @@ def _numa_rows(spec: NumatopologySpec, state: NodeState) -> list[NumaRow]:
 
 def node_row(view: ClusterView, node: str, now: float) -> NodeRow:
     runtime = view.runtime
-    spec, state = runtime.ledger.topology(node), runtime.ledger.state(node)
-    if spec is None or state is None:
+    record = runtime.ledger.record(node)
+    if record is None or record.topology is None or record.state is None:
         return NodeRow(node=node, has_topology=False, stale="no Numatopology")
-    beat = runtime.heartbeats.get(node)
-    numa = _numa_rows(spec, state)
+    beat = record.heartbeat
+    numa = _numa_rows(record.topology, record.state)
     return NodeRow(
         node=node,
         has_topology=True,
         stale=runtime.stale_reason(node, now) or "",
         heartbeat_age_seconds=None if beat is None else round(now - beat, 1),
-        gpu_mode=runtime.gpu_modes.get(node, ""),
+        gpu_mode=record.gpu_mode or "",
         pods=runtime.ledger.pods_on(node),
         aligned_free_gpus=max((row.gpus.free for row in numa if row.numa is not None), default=0),
         numa=numa,

@@ -1,0 +1,64 @@
+"""`allocate_around`: a pod that already holds devices is placed around them, under its
+own policy when that can hold, else `best-effort` (pure).
+
+A running container's GPUs (and RDMA NICs) are where the kubelet put them: a new
+decision cannot move them, only the CPUs, memory and NICs around them. When the pod's
+policy cannot hold with those devices (`single-numa-node` with its GPUs on two NUMA
+nodes), refusing would leave the pod running with nothing aligned at all; placing it
+`best-effort` around them aligns what still can be, and the reason it could not hold
+is handed back so the caller can say so. A pod without pins, or whose policy is already
+`best-effort` or `none`, gets exactly what `allocation.allocate` gives.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+
+from numatopo_engine import allocation
+from numatopo_engine.annotations import Assignment, PolicyName
+from numatopo_engine.errors import UnsatisfiableError
+from numatopo_engine.model import NumatopologySpec
+from numatopo_engine.request import PodRequest
+from numatopo_engine.state import NodeState
+
+__all__ = ["allocate_around", "relaxed"]
+
+# Policies that never refuse a placement for want of alignment: nothing to relax.
+_NOT_RELAXED = frozenset({PolicyName.BEST_EFFORT, PolicyName.NONE})
+
+
+def relaxed(request: PodRequest) -> PodRequest:
+    """`request` under `best-effort`, all else as it is."""
+    options = dataclasses.replace(request.options, policy=PolicyName.BEST_EFFORT)
+    return dataclasses.replace(request, options=options)
+
+
+def allocate_around(
+    topology: NumatopologySpec,
+    state: NodeState,
+    request: PodRequest,
+    node: str,
+    *,
+    engine: allocation.Engine,
+    pinned: allocation.Pinned,
+    pinned_nics: allocation.PinnedNics | None = None,
+) -> tuple[Assignment, str]:
+    """(the assignment, why the pod's own policy could not hold: '' when it did).
+    Raises UnsatisfiableError when even `best-effort` around the pins does not fit, or
+    when there are no pins (or nothing to relax) and the policy does not."""
+    try:
+        decision = allocation.allocate(
+            topology, state, request, node, engine=engine, pinned=pinned,
+            pinned_nics=pinned_nics,
+        )  # fmt: skip
+    except UnsatisfiableError as exc:
+        if not (pinned or pinned_nics) or request.options.policy in _NOT_RELAXED:
+            raise
+        why = exc.reason
+    else:
+        return decision.assignment, ""
+    decision = allocation.allocate(
+        topology, state, relaxed(request), node, engine=engine, pinned=pinned,
+        pinned_nics=pinned_nics,
+    )  # fmt: skip
+    return decision.assignment, why

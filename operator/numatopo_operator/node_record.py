@@ -1,0 +1,101 @@
+"""`NodeRecord`: everything the operator knows of one node, in one place (owned by `Ledger`).
+
+A node's facts come from two sides and are kept together here:
+  hardware   its Numatopology's spec (`topology`), the devices its agent says the
+             kubelet cannot hand out (`unhealthy`), the *shape* the engine decides on
+             (`shape`: content-keyed `Tables`, one object shared by every node of equal
+             hardware, names left out) and the node's own names (`names`: GPU UUIDs or
+             bus ids, NIC names, what its assignments call its devices);
+  freshness  what its exporter says of the data (`stale`), its last heartbeat, and the
+             node agent's GPU guarantee (`gpu_mode`);
+  bookings   the live `NodeState` (observed and in-flight assignments), the bookings
+             behind it per pod, the ones that overlap earlier claims (`untrusted`), the
+             highest decision sequence seen (`seq`), what DRA claims hold (`dra_holds`) and
+             the lock decisions take.
+
+A record outlives its Numatopology: bookings and the sequence stay when the object is
+deleted (the pods still run), only the hardware part is dropped. A Numatopology that
+comes again unchanged but for its heartbeat touches the freshness part only: the shape,
+the state and the packed row the engine laid out for it stay the same objects.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from dataclasses import dataclass, field
+
+from numatopo_engine.annotations import Assignment
+from numatopo_engine.model import GpuMode, NumatopologySpec, UnhealthyDevices
+from numatopo_engine.state import NodeState
+from numatopo_engine.topology_tables import NodeNames, Tables
+from numatopo_operator.translate import Booking
+
+__all__ = ["NodeRecord"]
+
+
+@dataclass(eq=False, slots=True)
+class NodeRecord:
+    name: str
+    topology: NumatopologySpec | None = None
+    """The node's Numatopology spec as last read; None: none (deleted or never seen)."""
+    shape: Tables | None = None
+    """The hardware shape decisions read; shared with every node of equal hardware."""
+    names: NodeNames | None = None
+    unhealthy: UnhealthyDevices = field(default_factory=UnhealthyDevices)
+    state: NodeState | None = None
+    """What is booked (observed and in flight, untrusted ones left out); None without
+    a topology."""
+    untrusted: dict[str, str] = field(default_factory=dict)
+    """Pods whose bookings overlap earlier claims: key -> why."""
+    observed: dict[str, Booking] = field(default_factory=dict)
+    """What each pod's annotation was last seen to book here."""
+    inflight: dict[str, Assignment] = field(default_factory=dict)
+    """Decisions written (or being written) here, not yet seen on the watch stream."""
+    dra_holds: dict[str, Assignment] = field(default_factory=dict)
+    """What ResourceClaims' allocations hold here (hold key -> devices); each books only
+    the devices no pod took (`Ledger.set_dra_holds`)."""
+    seq: int = 0
+    """The highest decision sequence seen booked here; never goes down."""
+    stale: str | None = None
+    """Why its exporter calls the data not current; None while it calls it current."""
+    heartbeat: float | None = None
+    """Its Numatopology's `status.heartbeat` (Unix seconds); None: none written."""
+    gpu_mode: str | None = None
+    """Its Numatopology's `status.gpuMode` (the node agent's GPU guarantee)."""
+    lock: asyncio.Lock = field(default_factory=asyncio.Lock)
+    """Serialises decisions on the node (the engine call and the reservation)."""
+    frozen: tuple[NodeState, int, NodeState] | None = None
+    """(live state, its version, the copy handed out for it): `Ledger.frozen_state`."""
+
+    @property
+    def steered(self) -> bool:
+        """Whether the kubelet here takes numatopo's GPUs (its agent says Steered)."""
+        return self.gpu_mode == GpuMode.STEERED.value
+
+    @property
+    def row(self) -> bytes | None:
+        """The packed row the engine last laid out for the bookings handed out now (the
+        frozen copy's); None before any, or once the bookings changed."""
+        frozen = self.frozen
+        if frozen is None or frozen[0] is not self.state or frozen[1] != frozen[0].version:
+            return None
+        cached = frozen[2].row_cache
+        return cached[1] if cached is not None else None
+
+    def stale_reason(self, limit: float, now: float | None = None) -> str | None:
+        """Why nothing may be placed here now: its exporter says so, or its heartbeat
+        is older than `limit` seconds (0: no bound); None when it is current."""
+        if self.stale is not None:
+            return self.stale
+        beat = self.heartbeat
+        if beat is None or limit <= 0:
+            return None
+        age = (time.time() if now is None else now) - beat
+        if age <= limit:
+            return None
+        return (
+            f"Numatopology/{self.name} is stale: its exporter's last heartbeat is "
+            f"{age:.0f} s old (more than {limit:.0f} s; is the numatopo exporter running "
+            "there?)"
+        )

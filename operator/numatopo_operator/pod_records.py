@@ -1,0 +1,86 @@
+"""`PodRecords`: what the operator remembers of each pod between its events, one record
+per pod, so that a pod that ends is forgotten by one deletion (pure).
+
+Only pods that give the operator something to remember have a record (an annotated
+pod, a write in flight, a problem told); the bookings themselves are the ledger's, and
+the pods waiting for room are `WaitingPods`' (by node, for the re-drive).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+
+from numatopo_operator.pod_view import PodView
+
+__all__ = ["PodRecord", "PodRecords"]
+
+
+@dataclass(slots=True)
+class PodRecord:
+    annotated: PodView | None = None
+    """The pod as last seen while it carries a numatopo annotation: what a first holder
+    judges without a list of its own (`handover`)."""
+    deferred: PodView | None = None
+    """The pod as last seen while this replica was active but its ledger not yet
+    current (an annotated or DRA-gated pod): `handover` judges it once it is."""
+    written: str | None = None
+    """The state we wrote on the pod and have not yet seen on the watch stream. Like an
+    in-flight booking, so a retry from an older snapshot does not write twice."""
+    unreadable: str | None = None
+    """Why its `numatopo.io/assignment` cannot be read (None: it can, or it has none)."""
+    reported: set[str] = field(default_factory=set)
+    """Problems already posted as Events about it, so each is posted once."""
+    unsatisfiable: str | None = None
+    """Why its DRA claims did not fit, as last told in an Event: told again only when
+    the reason changes, not on every retry (`dra`)."""
+
+
+class PodRecords:
+    def __init__(self) -> None:
+        self._by_key: dict[str, PodRecord] = {}
+
+    def __len__(self) -> int:
+        return len(self._by_key)
+
+    def get(self, key: str) -> PodRecord | None:
+        return self._by_key.get(key)
+
+    def of(self, key: str) -> PodRecord:
+        """The pod's record, made when it has none yet."""
+        found = self._by_key.get(key)
+        if found is None:
+            found = self._by_key[key] = PodRecord()
+        return found
+
+    def forget(self, key: str) -> None:
+        """The pod ended or was deleted."""
+        self._by_key.pop(key, None)
+
+    def written(self, key: str) -> str | None:
+        found = self._by_key.get(key)
+        return found.written if found is not None else None
+
+    def unreadable(self, key: str) -> str | None:
+        found = self._by_key.get(key)
+        return found.unreadable if found is not None else None
+
+    def tell_once(self, key: str, problem: str) -> bool:
+        """True the first time `problem` is told about pod `key` (then it is kept)."""
+        found = self.of(key)
+        if problem in found.reported:
+            return False
+        found.reported.add(problem)
+        return True
+
+    def annotated(self) -> Iterator[PodView]:
+        """The live annotated pods, as last seen."""
+        return (r.annotated for r in self._by_key.values() if r.annotated is not None)
+
+    def take_deferred(self) -> dict[str, PodView]:
+        """The pods deferred until the ledger is current (key -> view), no longer kept."""
+        taken = {}
+        for key, found in self._by_key.items():
+            if found.deferred is not None:
+                taken[key], found.deferred = found.deferred, None
+        return taken

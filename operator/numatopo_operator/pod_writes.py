@@ -1,0 +1,63 @@
+"""The one writer of numatopo's annotations on pods (I/O): decisions, refusals, and
+taking a decision back. The assigner, the extender's bind, realignment, DRA and the
+group placer all write through here.
+
+Every write is fenced first (`Runtime.check_may_write`: a replica that could not renew
+its Lease stops writing before a standby may take over), and an assignment is signed
+for its pod on the way (`Runtime.signed`): nothing else puts one on a pod. The merge
+patches themselves are `translate`'s (pure).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+
+from numatopo_engine import annotations as keys
+from numatopo_engine.annotations import Assignment, State
+from numatopo_operator import translate
+from numatopo_operator.pod_view import PodView
+from numatopo_operator.runtime import Runtime
+
+__all__ = ["write_invalid", "write_outcome", "write_taken_back"]
+
+
+async def write_outcome(
+    runtime: Runtime,
+    pod: PodView,
+    state: State,
+    assignment: Assignment | None = None,
+    reason: str = "",
+    *,
+    placement: str | None = None,
+) -> None:
+    """`state` with its `reason` and, when given, `assignment` (signed here) in one
+    patch; `placement`: the group placement record that goes with a group member's."""
+    runtime.check_may_write()
+    signed = runtime.signed(pod, assignment) if assignment is not None else None
+    patch: dict[str, str | None] = translate.outcome_annotations(state, signed, reason)
+    if placement is not None:
+        patch[keys.GROUP_PLACEMENT] = placement
+    await runtime.kube.patch_pod_annotations(pod.namespace, pod.name, patch)
+
+
+async def write_invalid(runtime: Runtime, pod: PodView, reason: str) -> None:
+    """`Invalid` with its reason; the pod's own assignment annotation stays as written."""
+    runtime.check_may_write()
+    await runtime.kube.patch_pod_annotations(
+        pod.namespace, pod.name, translate.invalid_annotations(reason)
+    )
+
+
+async def write_taken_back(
+    runtime: Runtime, namespace: str, name: str, *, placement: bool = False, fenced: bool = True
+) -> None:
+    """Remove the pod's decision (state, assignment, reason), and its group placement
+    record with `placement`: the pod is decided afresh. `fenced=False` only for taking
+    back what this replica itself just wrote (a Binding that failed after it, maybe for
+    want of a fresh Lease): a removal can clash with no other replica's decision."""
+    if fenced:
+        runtime.check_may_write()
+    patch: Mapping[str, str | None] = translate.removal_annotations()
+    if placement:
+        patch = {**patch, keys.GROUP_PLACEMENT: None}
+    await runtime.kube.patch_pod_annotations(namespace, name, patch)
