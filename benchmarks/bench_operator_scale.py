@@ -247,7 +247,7 @@ def index_named_objects() -> None:
     key first (the key the emulator stores it under); anything else, or a miss, takes
     kmock's own scan."""
     emulator = kmock.KubernetesEmulator
-    scan = emulator._KubernetesEmulator__get_objs  # type: ignore[attr-defined]
+    scan = emulator._KubernetesEmulator__get_objs
 
     def get_objs(self: Any, request: Any, strict: bool) -> list[Any]:
         if request.name is not None and (strict or request.namespace is not None):
@@ -256,7 +256,7 @@ def index_named_objects() -> None:
                 return [self._objects[key]]
         return list(scan(self, request, strict))
 
-    emulator._KubernetesEmulator__get_objs = get_objs  # type: ignore[attr-defined]
+    emulator._KubernetesEmulator__get_objs = get_objs
 
 
 def find_reactions_directly() -> None:
@@ -294,14 +294,17 @@ class RequestLog:
         self.status_patches = 0
 
     def tick(self) -> None:
-        log: list[Any] = self.api._requests  # type: ignore[attr-defined]
+        log: list[Any] = self.api._requests
         self.status_patches += sum(1 for r in log[self.scanned :] if _is_status_patch(r))
-        payloads = self.api._payloads  # type: ignore[attr-defined]
+        payloads = self.api._payloads
         for requests in [log, *(p._requests for p in payloads)]:
             del requests[: max(0, len(requests) - self.KEEP)]
         self.scanned = len(log)
 
-    async def run(self) -> None:
+    def start(self) -> None:
+        self.task = asyncio.create_task(self._run())
+
+    async def _run(self) -> None:
         while True:
             self.tick()
             await asyncio.sleep(1.0)
@@ -312,10 +315,37 @@ def status_patches(log: RequestLog) -> int:
     return log.status_patches
 
 
-async def start(name: str, config: Path, log: Any) -> asyncio.subprocess.Process:
+# Run as `python -X tracemalloc -c TRACED report-file operator ...`: the operator, which
+# writes where its memory went to the report file on SIGUSR1 (by module, then by line).
+TRACED = """
+import signal, sys, tracemalloc
+from numatopo_cli.main import main
+
+def report(*_):
+    snapshot = tracemalloc.take_snapshot()
+    with open(sys.argv[1], "w") as out:
+        for key in ("filename", "lineno"):
+            stats = snapshot.statistics(key)
+            out.write(f"by {key}: {sum(s.size for s in stats) / 2**20:.0f} MiB traced\\n")
+            for stat in stats[:30]:
+                out.write(f"{stat.size / 2**20:8.1f} MiB {stat.count:9d} {stat.traceback}\\n")
+
+signal.signal(signal.SIGUSR1, report)
+sys.exit(main(sys.argv[2:]))
+"""
+
+
+async def start(
+    name: str, config: Path, log: Any, traced: Path | None = None
+) -> asyncio.subprocess.Process:
     numatopo = Path(sys.executable).with_name("numatopo")
+    command = (
+        [str(numatopo)]
+        if traced is None
+        else [sys.executable, "-X", "tracemalloc", "-c", TRACED, str(traced)]
+    )
     return await asyncio.create_subprocess_exec(
-        str(numatopo),
+        *command,
         "operator",
         "--lease-name=numatopo",
         f"--pod-name={name}",
@@ -360,9 +390,9 @@ async def run(args: argparse.Namespace) -> None:
         find_reactions_directly()
     async with kmock.KubernetesEmulator() as api, kmock.Server(api):
         _register(api)
-        log = RequestLog(api)
+        requests_log = RequestLog(api)
         if not args.plain_emulator:
-            trimming = asyncio.create_task(log.run())  # noqa: RUF006 (ends with the loop)
+            requests_log.start()
         url = str(api.url).rstrip("/")
         t = time.monotonic()
         nodes = build(api, args.nodes, args.pods)
@@ -400,7 +430,8 @@ async def run(args: argparse.Namespace) -> None:
             )
             logs = {name: (tmp / f"{name}.log").open("wb") for name in ("op-a", "op-b")}
             started = time.monotonic()
-            processes = {"op-a": await start("op-a", config, logs["op-a"])}
+            traced = tmp / "op-a.memory" if args.tracemalloc else None
+            processes = {"op-a": await start("op-a", config, logs["op-a"], traced)}
             try:
                 seen = await until_decided(api, ["probe-startup"], args.timeout)
                 if not seen:
@@ -415,6 +446,10 @@ async def run(args: argparse.Namespace) -> None:
                     f"the process started, {cpu_seconds(pid):.1f} s of its CPU; "
                     f"RSS {rss_mib(pid):.0f} MiB"
                 )
+                if traced is not None:
+                    processes["op-a"].send_signal(signal.SIGUSR1)
+                    await asyncio.sleep(args.timeout / 10)
+                    print(f"start-up: where the memory went (tracemalloc): {traced}")
                 burst = [f"burst-{i}" for i in range(args.burst)]
                 created: dict[str, float] = {}
                 posts: list[float] = []
@@ -443,7 +478,8 @@ async def run(args: argparse.Namespace) -> None:
                     span = max(seen.values()) - t0
                     print(
                         f"burst: {len(seen)}/{len(burst)} decided, {len(seen) / span:.0f} pods/s "
-                        f"(the emulator took {creating:.2f} s to create them, {len(burst) / creating:.0f}/s; "
+                        f"(the emulator took {creating:.2f} s to create them, "
+                        f"{len(burst) / creating:.0f}/s; "
                         f"one POST p50 {statistics.median(posts) * 1000:.0f} ms "
                         f"p99 {percentile(posts, 0.99) * 1000:.0f} ms), "
                         f"creation->decision p50 {statistics.median(latencies):.2f} s "
@@ -456,7 +492,7 @@ async def run(args: argparse.Namespace) -> None:
                 processes["op-b"] = await start("op-b", config, logs["op-b"])
                 await asyncio.sleep(args.standby_warmup)
                 standby_cpu = cpu_seconds(processes["op-b"].pid)
-                patches_before = status_patches(log)
+                patches_before = status_patches(requests_log)
                 processes["op-a"].send_signal(signal.SIGKILL)
                 killed = time.monotonic()
                 await create(
@@ -479,8 +515,9 @@ async def run(args: argparse.Namespace) -> None:
                 else:
                     print("failover: nothing decided")
                 await asyncio.sleep(5.0)
+                sent = status_patches(requests_log) - patches_before
                 print(
-                    f"failover: the new holder sent {status_patches(log) - patches_before} "
+                    f"failover: the new holder sent {sent} "
                     f"Numatopology status PATCHes in its first {time.monotonic() - killed:.0f} s "
                     f"({args.nodes} nodes); RSS {rss_mib(processes['op-b'].pid):.0f} MiB"
                 )
@@ -511,6 +548,11 @@ def main() -> None:
         help="seconds the standby watches before the kill",
     )
     parser.add_argument("--no-failover", action="store_true")
+    parser.add_argument(
+        "--tracemalloc",
+        action="store_true",
+        help="run the first replica under tracemalloc and report its memory after start-up",
+    )
     parser.add_argument(
         "--plain-emulator",
         action="store_true",
