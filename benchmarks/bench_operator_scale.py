@@ -62,6 +62,8 @@ SHAPES = ["h100-nvswitch", "dgx1-v100", "aws-p4d", "pcie-8gpu", "gb200-like", "c
 NAMESPACE = "numatopo-system"
 PODS_PER_NODE_MAX = 10
 GIB = 1 << 30
+# What the operator logs once every list it starts with is in (`main.freeze_listed_heap`).
+WARM = "start-up lists are in"
 
 
 def _now() -> str:
@@ -490,6 +492,12 @@ async def run(args: argparse.Namespace) -> None:
                 if args.no_failover:
                     return
                 processes["op-b"] = await start("op-b", config, logs["op-b"])
+                standby_started = time.monotonic()
+                # Warm: the standby has listed everything (its log says so), then watched.
+                warm_by = time.monotonic() + args.timeout
+                while time.monotonic() < warm_by and WARM not in (tmp / "op-b.log").read_text():
+                    await asyncio.sleep(0.5)
+                print(f"standby: warm {time.monotonic() - standby_started:.1f} s after its start")
                 await asyncio.sleep(args.standby_warmup)
                 standby_cpu = cpu_seconds(processes["op-b"].pid)
                 patches_before = status_patches(requests_log)
@@ -544,8 +552,8 @@ def main() -> None:
     parser.add_argument(
         "--standby-warmup",
         type=float,
-        default=20.0,
-        help="seconds the standby watches before the kill",
+        default=10.0,
+        help="seconds the standby watches, once it has listed everything, before the kill",
     )
     parser.add_argument("--no-failover", action="store_true")
     parser.add_argument(

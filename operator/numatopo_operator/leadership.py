@@ -10,8 +10,9 @@ Three durations (settings; defaults 4 s / 3 s / 1 s) with
   renewal, or at once when the Lease is free (no holder: a holder that shut down
   released it). Reading more often than the holder renews is what makes that moment
   close to the holder's last renewal: read once a period, the standby saw a renewal up
-  to a whole period late and took over up to a period later than it could have. Acquiring is a patch conditioned
-  on the `resourceVersion` it read, then read back: of two standbys only one wins.
+  to a whole period late and took over up to a period later than it could have.
+  Acquiring is a patch conditioned on the `resourceVersion` it read, then read back: of
+  two standbys only one wins.
 - The holder renews every `retry_period`. `Runtime.lease.renewed_at` is when the last
   successful renewal was *sent*; the holder decides and writes only while that is less
   than `renew_deadline` ago (`Runtime.lease_fresh`, checked before every write), and
