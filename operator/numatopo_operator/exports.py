@@ -12,7 +12,9 @@ as last written. A node whose Numatopology is gone has its objects deleted. At t
 start of each term (a replica that becomes the decider, or a restart) the writer
 lists the objects numatopo wrote (label `app.kubernetes.io/managed-by: numatopo`) and
 deletes those of nodes it does not know, so a node deleted while no replica wrote
-leaves nothing behind.
+leaves nothing behind. The same list says what each object holds now: a new holder
+writes only the objects that differ from its ledger, not every node again (a storm of
+applies at takeover on a large cluster).
 
 A failed write (API down, 409 because another writer owns the object, 404 because the
 CRD is not installed) is logged with what to do, counted, and tried again for that
@@ -32,6 +34,8 @@ import logging
 import time
 from dataclasses import dataclass, field
 from typing import Any
+
+from pydantic import ValidationError
 
 from numatopo_engine.exports import (
     MANAGED_BY,
@@ -71,6 +75,10 @@ class ExportFormat(enum.StrEnum):
             if self is ExportFormat.NRT
             else "Numatopology.nodeinfo.volcano.sh"
         )
+
+    @property
+    def model(self) -> type[NodeResourceTopology] | type[VolcanoNumatopology]:
+        return NodeResourceTopology if self is ExportFormat.NRT else VolcanoNumatopology
 
     def build(
         self, node: str, spec: NumatopologySpec, state: NodeState
@@ -173,8 +181,19 @@ class ExportWriter:
         else:
             await kube.delete_volcano_numatopology(node)
 
-    async def _listed(self) -> list[str]:
-        """Names of the objects of this format that numatopo wrote."""
+    def _held(self, item: dict[str, Any]) -> bytes:
+        """The digest of a listed object as `_digest` gives it for what we build: only the
+        metadata we write counts (the server adds uid, versions, managed fields); an
+        object that does not read as our model holds nothing we would write (b"")."""
+        metadata = item.get("metadata") or {}
+        ours = {"name": metadata.get("name"), "labels": metadata.get("labels") or {}}
+        try:
+            return _digest(self.format.model.model_validate({**item, "metadata": ours}))
+        except ValidationError:
+            return b""
+
+    async def _listed(self) -> list[dict[str, Any]]:
+        """The objects of this format that numatopo wrote."""
         kube = self.runtime.kube
         if self.format is ExportFormat.NRT:
             listing = await kube.list_node_resource_topologies(label_selector=MANAGED_LABEL)
@@ -182,26 +201,32 @@ class ExportWriter:
             listing = await kube.list_volcano_numatopologies(label_selector=MANAGED_LABEL)
         # Checked here too: a server that ignores the selector must not make us delete
         # objects someone else wrote.
-        return sorted(
-            str(item["metadata"]["name"])
+        return [
+            item
             for item in listing.items
             if (item["metadata"].get("labels") or {}).get("app.kubernetes.io/managed-by")
             == MANAGED_BY
-        )
+        ]
 
     async def _sweep(self, known: set[str]) -> None:
-        """Delete the objects numatopo wrote for nodes without a Numatopology now."""
+        """Take what the objects numatopo wrote hold now as last written (an equal one is
+        not written again); those of nodes without a Numatopology now are deleted."""
         if not self._due(_SWEEP):
             return
         try:
-            names = await self._listed()
+            items = await self._listed()
         except KubeError as exc:
             self._failed(_SWEEP, exc, "listing")
             return
         self.failing.pop(_SWEEP, None)
-        for name in names:
-            if name not in known and name not in self.written:
-                self.written[name] = b""  # deleted below, as a node that went away
+        for item in items:
+            name = str(item["metadata"]["name"])
+            if name in self.written:
+                continue
+            # b"" for a node that went away: deleted below, as a node we wrote.
+            self.written[name] = self._held(item) if name in known else b""
+            # One object's parse at a time between turns of the loop, as in `sync`.
+            await asyncio.sleep(0)
         self.swept = True
 
     async def sync(self) -> None:

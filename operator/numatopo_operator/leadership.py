@@ -3,12 +3,16 @@
 Three durations (settings; defaults 4 s / 3 s / 1 s) with
 `retry_period < renew_deadline < lease_duration`:
 
-- A standby reads the Lease every `retry_period`. It counts the lease duration from the
-  moment *it saw* the record change (its own monotonic clock, never the holder's
-  `renewTime`, so clock skew between nodes does not matter), and acquires the Lease
-  once that much time passed without a renewal, or at once when the Lease is free
-  (no holder: a holder that shut down released it). Acquiring is a patch conditioned
-  on the `resourceVersion` it read, then read back: of two standbys only one wins.
+- A standby reads the Lease `STANDBY_READS_PER_PERIOD` times per `retry_period`. It
+  counts the lease duration from the moment *it saw* the record change (its own
+  monotonic clock, never the holder's `renewTime`, so clock skew between nodes does not
+  matter), and tries to acquire the Lease the moment that much time passed without a
+  renewal, or at once when the Lease is free (no holder: a holder that shut down
+  released it). Reading more often than the holder renews is what makes that moment
+  close to the holder's last renewal: read once a period, the standby saw a renewal up
+  to a whole period late and took over up to a period later than it could have.
+  Acquiring is a patch conditioned on the `resourceVersion` it read, then read back: of
+  two standbys only one wins.
 - The holder renews every `retry_period`. `Runtime.lease.renewed_at` is when the last
   successful renewal was *sent*; the holder decides and writes only while that is less
   than `renew_deadline` ago (`Runtime.lease_fresh`, checked before every write), and
@@ -18,8 +22,8 @@ Three durations (settings; defaults 4 s / 3 s / 1 s) with
   take over.
 
 Failover after `kill -9` of the holder: the standby acquires `lease_duration` after it
-last saw a renewal (between `lease_duration - retry_period` and `lease_duration +
-retry_period` after the kill), then rebuilds its ledger from one list of pods
+saw the last renewal (between `lease_duration - retry_period` and `lease_duration +
+retry_period / STANDBY_READS_PER_PERIOD` after the kill), then catches up with the API
 (`handover`) and decides again; `docs/operations.md` has the measured numbers.
 
 The extender Service selects on `ACTIVE_LABEL`; the holder labels its own pod after it
@@ -65,6 +69,8 @@ ACTIVE_LABEL = "numatopo.io/extender-active"
 ACTIVE_VALUE = "true"
 # Removing the label and releasing the Lease on shutdown must not hold up termination.
 SHUTDOWN_SECONDS = 5.0
+# A standby's reads of the Lease per retry period (a GET of one small object each).
+STANDBY_READS_PER_PERIOD = 4
 
 
 def _now_text() -> str:
@@ -216,11 +222,14 @@ class Elector:
                 await asyncio.gather(self._taking_over, return_exceptions=True)
 
     def _pause(self, started: float) -> float:
-        """Until the next attempt: one retry period, or less when the Lease we watch
-        expires sooner (a standby takes over as soon as it may)."""
+        """Until the next attempt: one retry period for the holder; for a standby a
+        fraction of it, or less when the Lease it watches expires sooner (it takes over
+        as soon as it may)."""
         now = time.monotonic()
-        pause = started + self.period - now
-        if not self.holding and self._seen is not None and self._seen[0]:
+        if self.holding:
+            return max(started + self.period - now, 0.01)
+        pause = started + self.period / STANDBY_READS_PER_PERIOD - now
+        if self._seen is not None and self._seen[0]:
             pause = min(pause, self._seen_at + self.duration - now)
         return max(pause, 0.01)
 

@@ -31,6 +31,7 @@ from numatopo_operator import (
     status,
 )
 from numatopo_operator.loop_lag import measure_loop_lag
+from numatopo_operator.no_diffbase import NoDiffBase
 from numatopo_operator.runtime import Runtime
 from numatopo_operator.settings import OperatorSettings
 from numatopo_operator.signing_keys import load_keys
@@ -154,6 +155,7 @@ async def serve(
     kopf_settings = kopf_settings or kopf.OperatorSettings()
     # We post our own Events (named, one per outcome); kopf's would repeat our log lines.
     kopf_settings.posting.enabled = False
+    kopf_settings.persistence.diffbase_storage = NoDiffBase()
     identity = leadership.lease_identity(settings.pod_name)
     await servers.start()
     logger.info(

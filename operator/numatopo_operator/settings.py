@@ -359,7 +359,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--renew-deadline-seconds", help="holder stops writing after this long unrenewed (3)"
     )
-    parser.add_argument("--retry-period-seconds", help="renew/acquire attempt period (1)")
+    parser.add_argument(
+        "--retry-period-seconds", help="renewal period (1); a standby reads 4 times per period"
+    )
     parser.add_argument("--namespaces", help="comma list of namespaces; omit for cluster-wide")
     parser.add_argument("--pod-name", help="this replica's pod, labelled while it is active")
     parser.add_argument("--pod-namespace", help="namespace of --pod-name")

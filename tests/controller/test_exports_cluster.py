@@ -336,3 +336,59 @@ async def test_only_the_lease_holder_writes_and_a_new_holder_takes_over(
         what="B's exports show the pod gone",
     )
     await eventually(lambda: written(b) >= 2.0, what="B counted both writes")
+
+
+def export_writes(cluster: Cluster) -> int:
+    """Applies of either format to the node's objects so far (server-side apply: PATCH)."""
+    paths = {f"{path}/{NODE}" for path in (NRT_PATH, VOLCANO_PATH)}
+    return sum(
+        1
+        for request in cluster.api
+        if str(request.method).upper().endswith("PATCH") and request.url.path in paths
+    )
+
+
+async def test_a_new_holder_rewrites_no_export_that_is_current(
+    foreign_cluster, start_operator_on, h100
+):
+    """At takeover the objects A wrote are what B's ledger says: B writes none of them
+    again (it once applied every node's objects anew, a storm on a large cluster), and
+    still writes the first change after."""
+    cluster = foreign_cluster
+    for name in ("op-a", "op-b"):
+        pod = {
+            "apiVersion": "v1",
+            "kind": "Pod",
+            "metadata": {"name": name, "namespace": OPERATOR_NAMESPACE},
+            "spec": {"containers": [{"name": "operator", "image": "numatopo"}]},
+        }
+        await cluster.create(f"/api/v1/namespaces/{OPERATOR_NAMESPACE}/pods", pod)
+    await cluster.create_numatopology(numatopology(NODE, h100))
+    await cluster.create_pod(make_pod("train", gpus=1, cpu="4"))
+    a = await start_operator_on(cluster, **replica("op-a"))
+    b = await start_operator_on(cluster, **replica("op-b"))
+    await eventually(
+        lambda: (
+            NODE in volcanos(cluster)
+            and sum(available(nrts(cluster)[NODE], f"node-{n}", "nvidia.com/gpu") for n in (0, 1))
+            == 7
+        ),
+        what="A's exports show the pod",
+    )
+    await eventually(lambda: b.runtime.ledger.pods_on(NODE) == 1, what="B watches the pod")
+    await asyncio.sleep(1.0)  # any write of A's still due has gone out
+    before = export_writes(cluster)
+
+    await a.stop()
+    await eventually(lambda: b.runtime.deciding, what="B takes over", timeout=15)
+    # Many write periods (0.1 s): time for any rewrite to go out.
+    await asyncio.sleep(2.0)
+    assert (0, 0.0) == (export_writes(cluster) - before, written(b))
+
+    await cluster.delete_pod("train")
+    await eventually(
+        lambda: (
+            sum(available(nrts(cluster)[NODE], f"node-{n}", "nvidia.com/gpu") for n in (0, 1)) == 8
+        ),
+        what="B writes the change",
+    )

@@ -38,7 +38,9 @@ def kubeconfig(path: Path, server: str) -> Path:
     return path
 
 
-async def start(name: str, config: Path, log: BinaryIO) -> asyncio.subprocess.Process:
+async def start(
+    name: str, config: Path, log: BinaryIO, *options: str
+) -> asyncio.subprocess.Process:
     numatopo = Path(sys.executable).with_name("numatopo")
     env = {
         **os.environ,
@@ -57,6 +59,7 @@ async def start(name: str, config: Path, log: BinaryIO) -> asyncio.subprocess.Pr
         "--extender-port=0",
         "--extender-insecure-plain-http",  # the extender's TLS is tested apart
         "--metrics-port=0",
+        *options,
         env=env,
         stdout=log,
         stderr=asyncio.subprocess.STDOUT,
@@ -182,6 +185,73 @@ async def test_pods_changed_long_after_a_takeover_are_decided(env, tmp_path):
         )
 
         assert (await holder(cluster)).startswith(survivor + "_")
+    finally:
+        for process in processes.values():
+            if process.returncode is None:
+                process.send_signal(signal.SIGKILL)
+            await process.wait()
+        for log in logs.values():
+            log.close()
+
+
+STATUS_PATH = "/apis/numatopo.io/v1alpha1/numatopologies/{}/status"
+STATUS_NODES = [f"h100-{n}" for n in range(4)]
+
+
+def status_patches(cluster: Cluster) -> dict[str, int]:
+    """PATCH requests to each node's status so far."""
+    paths = {STATUS_PATH.format(node): node for node in STATUS_NODES}
+    found = dict.fromkeys(STATUS_NODES, 0)
+    for request in cluster.api:
+        node = paths.get(request.url.path)
+        if node is not None and str(request.method).upper().endswith("PATCH"):
+            found[node] += 1
+    return found
+
+
+@pytest.mark.timeout(150)
+async def test_after_kill_9_the_new_holder_writes_only_the_statuses_that_changed(env, tmp_path):
+    """The killed holder wrote every node's status; the new holder compares its ledger
+    with what each object holds (as watched) and writes only the node a pod changed
+    after the kill, where it once rewrote every node (a storm at the size of a cluster:
+    1,000 PATCHes at once)."""
+    cluster, _, h100, pod, topology_object, wait = env.parts()
+    for node in STATUS_NODES:
+        await cluster.create_numatopology(topology_object(node, h100))
+        await cluster.create_pod(pod(f"on-{node}", node=node, cpu="2"))
+    for name in ("op-a", "op-b"):
+        await cluster.create(
+            f"/api/v1/namespaces/{NAMESPACE}/pods",
+            {"metadata": {"name": name, "namespace": NAMESPACE}, "spec": {"containers": []}},
+        )
+    config = kubeconfig(tmp_path / "kubeconfig", str(cluster.api.url))
+    logs = {name: (tmp_path / f"{name}.log").open("wb") for name in ("op-a", "op-b")}
+    quick = "--status-debounce-seconds=0.1"
+    processes = {name: await start(name, config, logs[name], quick) for name in ("op-a", "op-b")}
+    try:
+        await wait(
+            lambda: all(
+                cluster.numatopology_status(node).get("pods") == 1 for node in STATUS_NODES
+            ),
+            what="the holder writes every node's status",
+            timeout=30,
+        )
+        await asyncio.sleep(2.0)  # the standby has watched those writes
+        victim = (await holder(cluster)).rpartition("_")[0]
+        before = status_patches(cluster)
+        processes[victim].send_signal(signal.SIGKILL)
+        await cluster.create_pod(pod("after", node=STATUS_NODES[0], cpu="2"))
+        await wait(
+            lambda: cluster.numatopology_status(STATUS_NODES[0]).get("pods") == 2,
+            what="the new holder writes the node that changed",
+            timeout=30,
+        )
+        await asyncio.sleep(2.0)  # twenty write periods: time for any other write
+        after = status_patches(cluster)
+
+        assert {node: int(node == STATUS_NODES[0]) for node in STATUS_NODES} == {
+            node: after[node] - before[node] for node in STATUS_NODES
+        }
     finally:
         for process in processes.values():
             if process.returncode is None:
