@@ -84,7 +84,6 @@ from numatopo_engine.refusals import Kind, Refusal, Shortfall, Wanted, format_by
 from numatopo_engine.request import ContainerRequest, PodRequest, TopologyOptions
 from numatopo_engine.resources import accelerator_word
 from numatopo_engine.row_verdicts import RowVerdicts
-from numatopo_engine.scoring import placement_score
 from numatopo_engine.state import NodeState
 from numatopo_engine.topology_tables import (
     DEFAULT_SHAPES,
@@ -106,7 +105,6 @@ __all__ = [
     "evaluate_many",
     "group_by_shape",
     "mix_hosts",
-    "node_score",
     "score_many",
 ]
 
@@ -507,36 +505,6 @@ def mix_hosts(
         )
         counts += (copies > 0).sum(axis=0)
     return Hosts(mix, nodes, tuple(counts.tolist()))
-
-
-def node_score(
-    topology: NumatopologySpec,
-    state: NodeState,
-    assignment: Assignment,
-    *,
-    engine: Engine | None = None,
-) -> int:
-    """Score `assignment` on a node whose allocations (without it) are `state`."""
-    engine = engine or Engine()
-    tables = engine.tables_of(topology, state)
-    free = FreeView.from_state(tables, state)
-    gpus = sorted(
-        {g for c in assignment.containers.values() for g in (*c.gpu_indices, *c.mig_indices)}
-    )
-    cpus = len({cpu for c in assignment.containers.values() if c.exclusive for cpu in c.cpus})
-    resources = {tables.gpu_resource[g] for g in gpus if g in tables.gpu_resource}
-    gpu_resource = resources.pop() if len(resources) == 1 else None
-    need = Need(
-        cpus=cpus,
-        memory_bytes=sum(sum(c.memory.values()) for c in assignment.containers.values()),
-        gpus=len(gpus),
-        gpu_resource=gpu_resource,
-    )
-    narrowest = engine.plan(tables, need, TopologyOptions(), floor=0, closest=False).narrowest
-    return placement_score(
-        tables, free, mask=make_mask(assignment.numa_nodes), min_width=narrowest, cpus=cpus,
-        gpus=gpus, gpu_resource=gpu_resource, memo=engine.gpu_memo,
-    )  # fmt: skip
 
 
 # -- internals -------------------------------------------------------------------

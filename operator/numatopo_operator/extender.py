@@ -49,6 +49,7 @@ from numatopo_engine.model import NumatopologySpec
 from numatopo_engine.packing import WorkloadMix
 from numatopo_engine.request import PodRequest
 from numatopo_engine.state import NodeState
+from numatopo_engine.topology_tables import shape_key
 from numatopo_operator import bind_guard, grouping, translate
 from numatopo_operator import extender_wire as wire
 from numatopo_operator.errors import KubeError, NodeBusyError, NotActiveError
@@ -119,10 +120,17 @@ def candidates(runtime: Runtime, nodes: Iterable[str]) -> Candidates:
     """The candidates' topologies and bookings as they are now (on the loop, no I/O)."""
     taken = list(runtime.ledger.frozen_candidates(nodes))
     # Staleness of the candidates only: a cycle judges ~500 of a 5,000-node cluster,
-    # and every node has a heartbeat to age.
+    # and every node has a heartbeat to age. One cheap test per node finds the few that
+    # `stale_reason` words (marked stale, or a heartbeat older than the bound).
     now = time.time()
+    marked, beats = runtime.stale, runtime.heartbeats
+    limit = runtime.settings.heartbeat_max_age_seconds
+    if limit > 0:
+        suspects = [n for n, _, _ in taken if n in marked or now - beats.get(n, now) > limit]
+    else:
+        suspects = [n for n, _, _ in taken if n in marked] if marked else []
     reason = runtime.stale_reason
-    stale = {node: why for node, _, _ in taken if (why := reason(node, now)) is not None}
+    stale = {node: why for node in suspects if (why := reason(node, now)) is not None}
     return Candidates(taken, stale, runtime.workload.mix())
 
 
@@ -148,32 +156,37 @@ def judge_candidates(
     verdicts = Verdicts()
     failed, unresolvable = verdicts.failed, verdicts.unresolvable
     key, stale = request.key, taken.stale
-    names: list[str] = []
-    pending: list[tuple[NumatopologySpec, NodeState]] = []
+    # Grouped by hardware shape as `allocation.group_by_shape` does, in the same pass
+    # that sorts out the nodes nothing can be placed on.
+    shapes: dict[str, tuple[NumatopologySpec, list[str], list[NodeState]]] = {}
     for node, topology, booked in taken.nodes:
         if topology is None or booked is None:
             unresolvable[node] = NO_NUMATOPOLOGY
-        elif stale and node in stale:
+            continue
+        if stale and node in stale:
             unresolvable[node] = stale[node]
-        else:
-            state = booked
-            if key in booked.assignments:
-                # The node's bookings minus the pod's own: an earlier attempt must not count.
-                state = booked.copy()
-                state.release(key)
-            names.append(node)
-            pending.append((topology, state))
+            continue
+        state = booked
+        if key in booked.assignments:
+            # The node's bookings minus the pod's own: an earlier attempt must not count.
+            state = booked.copy()
+            state.release(key)
+        shape = state.shape_key if state.topology is topology else shape_key(topology)
+        found = shapes.get(shape)
+        if found is None:
+            found = shapes[shape] = (topology, [], [])
+        found[1].append(node)
+        found[2].append(state)
     engine = engine or allocation.Engine()
-    groups = allocation.group_by_shape(pending, engine=engine)
-    hosts = allocation.mix_hosts(((g.topology, g.states) for g in groups), taken.mix, engine=engine)
+    groups = list(shapes.values())
+    hosts = allocation.mix_hosts(((t, states) for t, _, states in groups), taken.mix, engine=engine)
     explain = logger.isEnabledFor(logging.DEBUG)
     fitting: list[str] = []
     fitting_ranks: list[Floats] = []
-    for group in groups:
-        where = [names[position] for position in group.positions]
+    for topology, where, states in groups:
         try:
             scored = allocation.score_many(
-                group.topology, group.states, request, checked=False, engine=engine,
+                topology, states, request, checked=False, engine=engine,
                 mix=taken.mix, hosts=hosts,
             )  # fmt: skip
         except InvalidRequestError as exc:
@@ -293,7 +306,11 @@ async def priorities(
         started = time.perf_counter()
         known.update((await judge_off_loop(runtime, request, missing)).ranks)
         runtime.metrics.latency.labels("prioritize").observe(time.perf_counter() - started)
-    scores = extender_scores({node: known[node] for node in names if node in known})
+    ranked = [node for node in names if node in known]
+    if not ranked:
+        return [{"Host": node, "Score": 0} for node in names]
+    # `extender_scores` over an array: the same scores, without a dict per rank.
+    scores = dict(zip(ranked, _scores(np.array([known[n] for n in ranked])).tolist(), strict=True))
     return [{"Host": node, "Score": scores.get(node, 0)} for node in names]
 
 

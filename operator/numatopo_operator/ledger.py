@@ -124,10 +124,27 @@ class Ledger:
         self, nodes: Iterable[str]
     ) -> Iterator[tuple[str, NumatopologySpec | None, NodeState | None]]:
         """`candidates`, with `frozen_state` copies instead of the live states."""
-        topologies, frozen_state = self._topologies, self.frozen_state
+        topologies, states, kept, frozen_state = (
+            self._topologies,
+            self._states,
+            self._frozen,
+            self.frozen_state,
+        )
         for node in nodes:
             topology = topologies.get(node)
-            yield node, topology, frozen_state(node) if topology is not None else None
+            if topology is None:
+                yield node, None, None
+                continue
+            # `frozen_state`'s unchanged case inline: a cycle asks this of ~500 nodes.
+            frozen = kept.get(node)
+            if (
+                frozen is not None
+                and frozen[0] is states.get(node)
+                and frozen[1] == frozen[0].version
+            ):
+                yield node, topology, frozen[2]
+            else:
+                yield node, topology, frozen_state(node)
 
     def next_seq(self, node: str) -> int:
         """The sequence number of the next decision on `node` (1 on a node never booked)."""
