@@ -345,6 +345,47 @@ def _json(data: object, *, status: int = 200) -> web.Response:
     return web.json_response(dumps=_dumps, data=data, status=status)
 
 
+# `json.dumps`'s own string encoder (ASCII, as `_dumps` writes): the same text per string.
+_string = json.encoder.encode_basestring_ascii
+
+
+def _reasons_text(reasons: Mapping[str, str]) -> str:
+    """`_dumps(reasons)`: each distinct reason encoded once (hundreds of nodes share a few)."""
+    encoded: dict[str, str] = {}
+    parts = []
+    for node, why in reasons.items():
+        text = encoded.get(why)
+        if text is None:
+            text = encoded[why] = _string(why)
+        parts.append(f"{_string(node)}:{text}")
+    return "{" + ",".join(parts) + "}"
+
+
+def filter_text(result: Mapping[str, Any]) -> str:
+    """`_dumps(result)` for an ExtenderFilterResult, the same text (keys in its order)."""
+    parts = []
+    for key, value in result.items():
+        if key in ("FailedNodes", "FailedAndUnresolvableNodes"):
+            parts.append(f"{_string(key)}:{_reasons_text(value)}")
+        else:
+            parts.append(f"{_string(key)}:{_dumps(value)}")
+    return "{" + ",".join(parts) + "}"
+
+
+def priorities_text(answer: Iterable[Mapping[str, Any]]) -> str:
+    """`_dumps(answer)` for a HostPriorityList, the same text: one f-string per host
+    where the generic encoder walks a dict per host (a third of the time)."""
+    return (
+        "["
+        + ",".join([f'{{"Host":{_string(h["Host"])},"Score":{int(h["Score"])}}}' for h in answer])
+        + "]"
+    )
+
+
+def _json_text(text: str) -> web.Response:
+    return web.Response(text=text, content_type="application/json")
+
+
 def _filter_error(error: str) -> web.Response:
     """An ExtenderFilterResult that passes no node and says why (kube-scheduler reads a
     non-empty Error as the extender failing, and retries the pod)."""
@@ -366,7 +407,7 @@ async def _filter(request: web.Request) -> web.Response:
         args = await _read(request)
         if error:
             raise BadArgsError(error)
-        return _json(await filter_result(runtime, args, request.app[SCORES_KEY]))
+        return _json_text(filter_text(await filter_result(runtime, args, request.app[SCORES_KEY])))
     except BadArgsError as exc:
         return _filter_error(str(exc))
 
@@ -380,7 +421,7 @@ async def _prioritize(request: web.Request) -> web.Response:
         return _json({"Error": error}, status=503)
     try:
         args = await _read(request)
-        return _json(await priorities(runtime, args, request.app[SCORES_KEY]))
+        return _json_text(priorities_text(await priorities(runtime, args, request.app[SCORES_KEY])))
     except BadArgsError as exc:
         return _json({"Error": str(exc)}, status=400)
 

@@ -10,10 +10,10 @@ from __future__ import annotations
 from collections.abc import Collection
 
 from numatopo_engine.allocation import Engine
-from numatopo_engine.annotations import GpuLinksMode
+from numatopo_engine.annotations import Assignment, GpuLinksMode
 from numatopo_engine.gpu_assignment import GpuMemo, choose_gpus, set_bandwidth
 from numatopo_engine.hints import FreeView, Need
-from numatopo_engine.model import Assignment, NumatopologySpec
+from numatopo_engine.model import NumatopologySpec
 from numatopo_engine.numamask import bits, make_mask
 from numatopo_engine.request import TopologyOptions
 from numatopo_engine.scoring import CPU_WEIGHTS, GPU_WEIGHTS
