@@ -352,10 +352,11 @@ def score_many(
         sizing = _sized_by(engine, request, tables)
     except UnsatisfiableError as exc:
         return _everywhere(Refusal.text(exc.reason), count)
+    one_at_a_time = _memory_per_container(request, sizing)
     if (
         options.scope is Scope.CONTAINER
         or not states
-        or (_memory_per_container(request, sizing) and not request.init_containers)
+        or (one_at_a_time and not request.init_containers)
     ):
         # The pod's total need not fit the memory manager at once (`_decide`).
         return _one_by_one(engine, topology, states, request)
@@ -383,7 +384,7 @@ def score_many(
     # hint may hold the total yet leave a container no memory the memory manager
     # accepts. The nodes the total fits are confirmed container by container.
     confirmed: dict[int, Refusal] = {}
-    if _memory_per_container(request, sizing):
+    if one_at_a_time:
         scores, ranks = scores.copy(), ranks.copy()
         for index in np.flatnonzero(scores >= 0).tolist():
             outcome = _decide(engine, topology, states[index], request, build=False)
@@ -391,7 +392,8 @@ def score_many(
                 confirmed[index] = Refusal.of(outcome)
                 scores[index], ranks[index] = REFUSED, -1.0
     refused: list[tuple[npt.NDArray[np.intp], str]] = []
-    at = np.flatnonzero(codes >= 0)
+    # A plan that refused no row yet (no summary kept) refuses none of these.
+    at = np.flatnonzero(codes >= 0) if verdicts.summaries else codes[:0]
     if at.size:
         found = codes[at]
         for code in dict.fromkeys(found.tolist()):
