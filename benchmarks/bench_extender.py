@@ -297,12 +297,16 @@ async def measure(count: int, seed: int, repeat: int, profile: bool, send: int |
         )
 
 
+Side = tuple[Runtime, list[str], str, web.AppRunner]
+"""One fleet's extender: its runtime, the names sent, its URL, its server."""
+
+
 async def compare_identities(count: int, seed: int, repeat: int, send: int | None) -> None:
     """The operator's decisions over named nodes (their own names, GPU UUIDs and bus ids)
     against the same fleet without identities (same shapes, same bookings), in one run:
     an extender app per fleet, the same pods, each regime timed on both alternately."""
     pods = [pod_manifest(request, f"uid-{i}") for i, request in enumerate(MIX)]
-    sides: list[tuple[Runtime, list[str], str, web.AppRunner]] = []
+    sides: list[Side] = []
     for named in (True, False):
         runtime, names = runtime_over(build_cluster(count, seed, names=named))
         if send is not None:
@@ -314,31 +318,36 @@ async def compare_identities(count: int, seed: int, repeat: int, send: int | Non
         sides.append((runtime, names, url, app_runner))
     try:
         async with aiohttp.ClientSession() as session:
+
+            async def http_mix(side: Side) -> None:
+                for pod in pods:
+                    await extender_cycle(session, side[2], pod, side[1])
+
+            async def judge_mix(side: Side) -> None:
+                runtime, names = side[0], side[1]
+                for request in MIX:
+                    taken = extender.candidates(runtime, names)
+                    extender.judge_candidates(request, taken, runtime.decisions)
+
             for regime, fresh in (("new engine", True), ("warm", False)):
-                figures: list[float] = []
-                for runtime, names, url, _ in sides:
+                # The sides alternate run by run, so load that comes and goes meets both.
+                best = [float("inf")] * 4
+                for side in sides:
+                    await http_mix(side)  # warms this side's engine
+                for _ in range(repeat):
+                    for at, side in enumerate(sides):
+                        for kind, run in enumerate((http_mix, judge_mix)):
 
-                    async def http_mix(url: str = url, names: list[str] = names) -> None:
-                        for pod in pods:
-                            await extender_cycle(session, url, pod, names)
+                            async def once(run: Any = run, side: Side = side) -> None:
+                                await run(side)
 
-                    async def judge_mix(
-                        runtime: Runtime = runtime, names: list[str] = names
-                    ) -> None:
-                        for request in MIX:
-                            taken = extender.candidates(runtime, names)
-                            extender.judge_candidates(request, taken, runtime.decisions)
+                            def before(side: Side = side, fresh: bool = fresh) -> None:
+                                if fresh:
+                                    new_engine(side[0])
 
-                    def before(runtime: Runtime = runtime, fresh: bool = fresh) -> None:
-                        if fresh:
-                            new_engine(runtime)
-
-                    await http_mix()  # the first pass warms this side's engine
-                    figures.append(await best_of(repeat, http_mix, before))
-                    figures.append(await best_of(repeat, judge_mix, before))
-                named_http, named_judge, none_http, none_judge = (
-                    1e3 * f / len(MIX) for f in figures
-                )
+                            took = await best_of(1, once, before)
+                            best[2 * at + kind] = min(best[2 * at + kind], took)
+                named_http, named_judge, none_http, none_judge = (1e3 * f / len(MIX) for f in best)
                 print(
                     f"{count:>6} {len(sides[0][1]):>5} {regime:>10} {named_http:>10.2f} "
                     f"{none_http:>9.2f} {named_http / none_http:>6.2f} {named_judge:>11.2f} "
