@@ -26,9 +26,9 @@ from numatopo_engine.resources import DEFAULT_RESOURCES, ResourceNames
 from numatopo_engine.state import NodeState
 
 if typing.TYPE_CHECKING:
-    from numatopo_engine.allocation import Decision, allocate, evaluate, node_score
+    from numatopo_engine.allocation import Decision, allocate, evaluate
 
-_ALLOCATION = frozenset({"Decision", "allocate", "evaluate", "node_score"})
+_ALLOCATION = frozenset({"Decision", "allocate", "evaluate"})
 
 
 def __getattr__(name: str) -> typing.Any:
@@ -65,7 +65,6 @@ __all__ = [
     "UnsatisfiableError",
     "allocate",
     "evaluate",
-    "node_score",
     "request_from_pod",
     "wants_topology",
 ]

@@ -84,7 +84,6 @@ from numatopo_engine.refusals import Kind, Refusal, Shortfall, Wanted, format_by
 from numatopo_engine.request import ContainerRequest, PodRequest, TopologyOptions
 from numatopo_engine.resources import accelerator_word
 from numatopo_engine.row_verdicts import RowVerdicts
-from numatopo_engine.scoring import placement_score
 from numatopo_engine.state import NodeState
 from numatopo_engine.topology_tables import (
     DEFAULT_SHAPES,
@@ -106,7 +105,6 @@ __all__ = [
     "evaluate_many",
     "group_by_shape",
     "mix_hosts",
-    "node_score",
     "score_many",
 ]
 
@@ -355,10 +353,11 @@ def score_many(
         sizing = _sized_by(engine, request, tables)
     except UnsatisfiableError as exc:
         return _everywhere(Refusal.text(exc.reason), count)
+    one_at_a_time = _memory_per_container(request, sizing)
     if (
         options.scope is Scope.CONTAINER
         or not states
-        or (_memory_per_container(request, sizing) and not request.init_containers)
+        or (one_at_a_time and not request.init_containers)
     ):
         # The pod's total need not fit the memory manager at once (`_decide`).
         return _one_by_one(engine, topology, states, request)
@@ -386,7 +385,7 @@ def score_many(
     # hint may hold the total yet leave a container no memory the memory manager
     # accepts. The nodes the total fits are confirmed container by container.
     confirmed: dict[int, Refusal] = {}
-    if _memory_per_container(request, sizing):
+    if one_at_a_time:
         scores, ranks = scores.copy(), ranks.copy()
         for index in np.flatnonzero(scores >= 0).tolist():
             outcome = _decide(engine, topology, states[index], request, build=False)
@@ -394,7 +393,8 @@ def score_many(
                 confirmed[index] = Refusal.of(outcome)
                 scores[index], ranks[index] = REFUSED, -1.0
     refused: list[tuple[npt.NDArray[np.intp], str]] = []
-    at = np.flatnonzero(codes >= 0)
+    # A plan that refused no row yet (no summary kept) refuses none of these.
+    at = np.flatnonzero(codes >= 0) if verdicts.summaries else codes[:0]
     if at.size:
         found = codes[at]
         for code in dict.fromkeys(found.tolist()):
@@ -508,36 +508,6 @@ def mix_hosts(
         )
         counts += (copies > 0).sum(axis=0)
     return Hosts(mix, nodes, tuple(counts.tolist()))
-
-
-def node_score(
-    topology: NumatopologySpec,
-    state: NodeState,
-    assignment: Assignment,
-    *,
-    engine: Engine | None = None,
-) -> int:
-    """Score `assignment` on a node whose allocations (without it) are `state`."""
-    engine = engine or Engine()
-    tables = engine.tables_of(topology, state)
-    free = FreeView.from_state(tables, state)
-    gpus = sorted(
-        {g for c in assignment.containers.values() for g in (*c.gpu_indices, *c.mig_indices)}
-    )
-    cpus = len({cpu for c in assignment.containers.values() if c.exclusive for cpu in c.cpus})
-    resources = {tables.gpu_resource[g] for g in gpus if g in tables.gpu_resource}
-    gpu_resource = resources.pop() if len(resources) == 1 else None
-    need = Need(
-        cpus=cpus,
-        memory_bytes=sum(sum(c.memory.values()) for c in assignment.containers.values()),
-        gpus=len(gpus),
-        gpu_resource=gpu_resource,
-    )
-    narrowest = engine.plan(tables, need, TopologyOptions(), floor=0, closest=False).narrowest
-    return placement_score(
-        tables, free, mask=make_mask(assignment.numa_nodes), min_width=narrowest, cpus=cpus,
-        gpus=gpus, gpu_resource=gpu_resource, memo=engine.gpu_memo,
-    )  # fmt: skip
 
 
 # -- internals -------------------------------------------------------------------

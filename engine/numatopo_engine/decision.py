@@ -877,8 +877,9 @@ def _compose(
     *,
     with_gpus: bool,
 ) -> Ints:
-    """`scoring.compose_score` over arrays, term by term in its order (so every float is
-    the same IEEE double; `rint` rounds half to even, as `round` does). NaN: no fill."""
+    """The `scoring` formula over arrays, term by term in the order of its scalar oracle
+    (`compose_score` in tests/engine/allocation/score_oracle.py), so every float is
+    the same IEEE double (`rint` rounds half to even, as `round` does). NaN: no fill."""
     pack = _mean_fill(fills, span)
     w_span, w_links, w_pack = GPU_WEIGHTS if with_gpus else CPU_WEIGHTS
     total = w_span * span + w_links * links + w_pack * pack

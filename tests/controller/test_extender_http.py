@@ -2,12 +2,16 @@
 
 from __future__ import annotations
 
+import functools
 import json
 
+import numpy as np
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from numatopo_engine import annotations as keys
-from numatopo_operator.extender import extender_scores
+from numatopo_operator.extender import _scores, extender_scores, filter_text, priorities_text
 
 FRESH, STALE, MISSING = "h100-a", "h100-stale", "h100-missing"
 
@@ -189,3 +193,36 @@ async def test_probes_and_metrics(extender, cluster, pod, wait):
     assert "numatopo_invalid_total 1.0" in metrics
     assert "numatopo_ledger_pods 1.0" in metrics
     assert 'numatopo_decision_seconds_count{path="assigner"} 1.0' in metrics
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.lists(st.floats(min_value=-1.0, max_value=200.0, allow_nan=False), max_size=40))
+def test_array_scores_are_extender_scores(ranks):
+    """prioritize scores with the array form (`_scores`): the same scores as the dict one."""
+    named = {f"n{i}": rank for i, rank in enumerate(ranks)}
+    got = _scores(np.array(ranks, dtype=np.float64)).tolist() if ranks else []
+    assert dict(zip(named, got, strict=True)) == extender_scores(named)
+
+
+_names = st.text(min_size=1, max_size=12)
+
+
+@settings(max_examples=200, deadline=None)
+@given(
+    st.dictionaries(_names, st.sampled_from(["Insufficient GPUs", 'q"uote\\', "é ✓", ""])),
+    st.dictionaries(_names, st.text(max_size=20)),
+    st.lists(_names, max_size=20),
+    st.lists(st.tuples(_names, st.integers(0, 10)), max_size=30),
+)
+def test_answers_are_written_as_json_dumps_writes_them(failed, unresolvable, passed, hosts):
+    """The extender writes its big answers by hand: the very text `json.dumps` gives."""
+    result = {
+        "Nodes": None,
+        "NodeNames": passed,
+        "FailedNodes": failed,
+        "FailedAndUnresolvableNodes": unresolvable,
+        "Error": "",
+    }
+    answer = [{"Host": host, "Score": score} for host, score in hosts]
+    dumps = functools.partial(json.dumps, separators=(",", ":"))
+    assert (filter_text(result), priorities_text(answer)) == (dumps(result), dumps(answer))

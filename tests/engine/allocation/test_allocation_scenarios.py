@@ -9,9 +9,10 @@ from itertools import combinations
 import numpy as np
 import pytest
 from helpers import GiB, app, busy, pod
+from score_oracle import node_score
 from topologies import BUILDERS, FIXTURES, load
 
-from numatopo_engine.allocation import Engine, allocate, evaluate, node_score
+from numatopo_engine.allocation import Engine, allocate, evaluate
 from numatopo_engine.annotations import CpuMode, GpuLinksMode, PolicyName, Scope, SmtMode
 from numatopo_engine.decision import decide_rows
 from numatopo_engine.errors import InvalidRequestError, UnsatisfiableError

@@ -6,6 +6,7 @@ import pytest
 from helpers import GiB, app, busy, pod, small_node
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
+from score_oracle import compose_score
 from test_allocation_properties import NAMED
 from test_evaluate_matches_allocate import BENCH_MIX, filled_states, fills, requests, varied_nodes
 from topologies import load
@@ -23,7 +24,6 @@ from numatopo_engine.errors import InvalidRequestError, UnsatisfiableError
 from numatopo_engine.model import NumatopologySpec
 from numatopo_engine.refusals import Refusal
 from numatopo_engine.request import PodRequest
-from numatopo_engine.scoring import compose_score
 from numatopo_engine.state import NodeState
 
 Answer = int | tuple[str, str]

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import merge_oracle as tm
 import pytest
 from kubelet_tables import (
     MAX_OF_MIN_ROWS,
@@ -44,7 +45,6 @@ def test_reference_merge_none_policy(row: MergeRow) -> None:
 
 @pytest.mark.parametrize("row", MERGE_ROWS, ids=_id)
 def test_engine_merge(row: MergeRow) -> None:
-    tm = pytest.importorskip("numatopo_engine.topology_manager")
     from numatopo_engine.annotations import PolicyName
 
     providers = [
