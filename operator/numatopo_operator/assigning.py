@@ -29,6 +29,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from typing import Any
 
@@ -429,7 +430,13 @@ def _with_node(pod: RawPod, node: str) -> dict[str, Any]:
     return {**pod, "spec": {**(pod.get("spec") or {}), "nodeName": node}}
 
 
-async def bind_pod(runtime: Runtime, pod: RawPod, node: str) -> str:
+Decider = Callable[[Runtime, RawPod, PodRequest, str], Awaitable[Outcome | None]]
+"""A bind's own decision for some pods (`dra_bind.decide`); None: decide as any pod."""
+
+
+async def bind_pod(
+    runtime: Runtime, pod: RawPod, node: str, *, first: Decider | None = None
+) -> str:
     """The extender's bind: assignment first, then the Binding; '' or the error text.
 
     If the Binding fails, the assignment is removed again, so no pod ever holds an
@@ -455,7 +462,8 @@ async def bind_pod(runtime: Runtime, pod: RawPod, node: str) -> str:
                 "in time; steering may not tell them apart (Follow heals it)", key, node,
             )  # fmt: skip
         try:
-            outcome = await decide(runtime, request, node, path="bind")
+            outcome = await first(runtime, pod, request, node) if first else None
+            outcome = outcome or await decide(runtime, request, node, path="bind")
         except BaseException:
             runtime.gpu_admissions.admitted(key)  # nothing of it is in flight
             raise

@@ -45,7 +45,7 @@ on this ledger's live states (the event loop changes them meanwhile): it gets
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Iterable, Iterator, Mapping
+from collections.abc import Collection, Iterable, Iterator, Mapping
 from dataclasses import dataclass
 
 from numatopo_engine.annotations import Assignment
@@ -291,15 +291,25 @@ class Ledger:
             return
         self.forget(key)
 
-    def reserve(self, node: str, key: str, assignment: Assignment) -> None:
+    def reserve(
+        self, node: str, key: str, assignment: Assignment, *, over: Collection[str] = ()
+    ) -> None:
         """Book a decision before it is written. Call under `lock(node)`.
 
+        `over`: DRA hold keys whose devices are the pod's own (its claims, allocated by
+        kube-scheduler before its bind): the pod takes them, the holds keep the rest.
         Raises `OverlapError` if it clashes with a booking (the engine would be wrong).
         """
         state = self._states.get(node)
         if state is None:
             raise KeyError(f"no Numatopology for node {node!r}")
-        state.apply(key, assignment)
+        own = {k: v for k, v in self._dra_holds.get(node, {}).items() if k in over}
+        for hold in own:
+            state.release(hold)
+        try:
+            state.apply(key, assignment)
+        finally:
+            book_holds(state, own)  # pods come first: they book what the pod did not take
         self._saw_seq(node, assignment.seq)
         self._inflight.setdefault(node, {})[key] = assignment
         self._node_of[key] = node
