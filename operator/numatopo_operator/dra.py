@@ -21,6 +21,11 @@ released; where that cannot be (a claim gone or changed, another claim holding o
 those devices now) the assignment and what was allocated for it are taken back, with a
 `DRARolledBack` Event, and the pod is decided afresh.
 
+Group members (`numatopo.io/group`) carrying this gate too are placed by their group
+first (`grouping.GATE` keeps this module away); once the group released a member onto
+its node, only this gate is removed (`DRALeftToScheduler`): kube-scheduler allocates
+the member's claims on that node, and what they hold is booked as any claim's holds.
+
 Fail safe: a claim numatopo cannot judge as the allocator would (`UndecidedError`) is left
 to the scheduler: the gate alone is removed, with a `DRALeftToScheduler` Event. Claims
 that fit nowhere now keep the pod gated (`DRAUnsatisfiable` Event) and are retried.
@@ -88,6 +93,8 @@ async def settle_pod(runtime: Runtime, pod: RawPod) -> None:
 
 async def settle(runtime: Runtime, pod: RawPod) -> None:
     """Decide a gated DRA pod once at a time; a pod that must wait is looked at again."""
+    if grouping.is_gated(pod):
+        return  # a group member: its group places it first (then it comes back here)
     key = translate.pod_key(pod)
     if key in _busy:
         return
@@ -126,6 +133,9 @@ async def _settle(runtime: Runtime, pod: RawPod) -> bool:
     """True when the pod must wait (claims not there yet, nothing fits now)."""
     key = translate.pod_key(pod)
     ref = assigning.pod_ref(pod)
+    if keys.GROUP_PLACEMENT in ((pod.get("metadata") or {}).get("annotations") or {}):
+        why = "its group placed it; kube-scheduler allocates a group member's claims on its node"
+        return await _leave(runtime, pod, why)
     if translate.state_of(pod) == State.ASSIGNED:
         return await _resume(runtime, pod)
     if runtime.ledger.holds(key):
@@ -425,12 +435,18 @@ async def _roll_back(
     return True
 
 
+def _selected(pod: RawPod) -> str:
+    """The node the pod selects itself (a group member: its plan's), else ''."""
+    selector = (pod.get("spec") or {}).get("nodeSelector")
+    return str(selector.get(HOSTNAME_LABEL, "")) if isinstance(selector, Mapping) else ""
+
+
 async def _leave(runtime: Runtime, pod: RawPod, why: str) -> bool:
     """Remove only the gate: the scheduler allocates the claims as it would without us."""
     ref = assigning.pod_ref(pod)
     operations = [
         op
-        for op in grouping.release_operations(pod, "", keys.DRA_GATE)
+        for op in grouping.release_operations(pod, _selected(pod), keys.DRA_GATE)
         if "schedulingGates" in op["path"]
     ]
     runtime.check_may_write()
