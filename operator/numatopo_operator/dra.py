@@ -344,7 +344,9 @@ async def _resume(runtime: Runtime, pod: RawPod) -> bool:
     claims: dict[str, api.ResourceClaim] = {}
     pending: dict[str, api.ResourceClaim] = {}
     for entry in entries:
-        raw = await runtime.kube.get_resource_claim(ref["namespace"], entry.claim or "")
+        raw = None
+        if entry.claim is not None:
+            raw = await runtime.kube.get_resource_claim(ref["namespace"], entry.claim)
         if entry.claim is None or raw is None:
             return await _roll_back(runtime, fresh, claims, f"claim {entry.name} is gone")
         try:

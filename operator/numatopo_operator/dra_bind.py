@@ -58,8 +58,10 @@ async def decide(runtime: Runtime, pod: RawPod, request: PodRequest, node: str) 
             raise NotFollowedError(f"node {node} publishes no DRA devices")
         claims = {}
         for entry in entries:
-            raw = await runtime.kube.get_resource_claim(ref["namespace"], entry.claim or "")
-            if entry.claim and raw is not None:
+            if entry.claim is None:
+                continue  # its template's claim is not created yet: said below
+            raw = await runtime.kube.get_resource_claim(ref["namespace"], entry.claim)
+            if raw is not None:
                 claims[entry.claim] = raw
         claimed = claimed_devices(topology, request, entries, claims, joined)
     except NotFollowedError as exc:
