@@ -29,6 +29,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 
 from numatopo_engine import pod_request
@@ -431,7 +432,13 @@ async def run_retries(runtime: Runtime) -> None:
             await settle(runtime, pod)
 
 
-async def bind_pod(runtime: Runtime, pod: PodView, node: str) -> str:
+Decider = Callable[[Runtime, PodView, PodRequest, str], Awaitable[Outcome | None]]
+"""A bind's own decision for some pods (`dra_bind.decide`); None: decide as any pod."""
+
+
+async def bind_pod(
+    runtime: Runtime, pod: PodView, node: str, *, first: Decider | None = None
+) -> str:
     """The extender's bind: assignment first, then the Binding; '' or the error text.
 
     If the Binding fails, the assignment is removed again, so no pod ever holds an
@@ -457,7 +464,8 @@ async def bind_pod(runtime: Runtime, pod: PodView, node: str) -> str:
                 "in time; steering may not tell them apart (Follow heals it)", key, node,
             )  # fmt: skip
         try:
-            outcome = await decide(runtime, request, node, path="bind")
+            outcome = await first(runtime, pod, request, node) if first else None
+            outcome = outcome or await decide(runtime, request, node, path="bind")
         except BaseException:
             runtime.gpu_admissions.admitted(key)  # nothing of it is in flight
             raise

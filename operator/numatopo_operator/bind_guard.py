@@ -13,7 +13,9 @@ Error and nothing changes:
 - the node must exist and kube-scheduler's own node filters must let the pod there
   (`numatopo_engine.node_rules`: cordon, taints, nodeSelector, required node affinity).
 
-Only then does `assigning.bind_pod` decide and write the assignment and the Binding;
+Only then does `assigning.bind_pod` decide (a pod whose devices come from ResourceClaims
+around the devices kube-scheduler allocated them: `dra_bind`) and write the assignment
+and the Binding;
 the Binding carries the pod's uid, so a pod replaced since is never bound.
 """
 
@@ -23,7 +25,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from numatopo_engine import node_rules
-from numatopo_operator import assigning, translate
+from numatopo_operator import assigning, dra_bind, translate
 from numatopo_operator.errors import KubeForbiddenError, KubeNotFoundError
 from numatopo_operator.extender_wire import BindingArgs
 from numatopo_operator.pod_view import PodView
@@ -88,4 +90,4 @@ async def bind_checked(runtime: Runtime, args: BindingArgs) -> str:
     refused = node_rules.refusal(_spec(pod), node)
     if refused:
         return f"pod {args.key} cannot go to node {args.node}: {refused}"
-    return await assigning.bind_pod(runtime, PodView(pod), args.node)
+    return await assigning.bind_pod(runtime, PodView(pod), args.node, first=dra_bind.decide)

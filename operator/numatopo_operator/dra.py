@@ -13,6 +13,19 @@ Then, in this order: the pod's assignment (signed, booked in the ledger), each c
 gate removed with `nodeSelector[kubernetes.io/hostname]` set. kube-scheduler then finds
 the claims allocated and reserved for the pod and only checks their node selector.
 
+A write that stopped half-way (the assignment written, a claim's status or the release
+not: the API failed, or the operator ended, between them) is resumed at the pod's next
+look (its retry, or the next active replica's pass over gated pods): the assignment's
+devices become the unallocated claims' allocations (`allocations_for`) and the pod is
+released; where that cannot be (a claim gone or changed, another claim holding one of
+those devices now) the assignment and what was allocated for it are taken back, with a
+`DRARolledBack` Event, and the pod is decided afresh.
+
+Group members (`numatopo.io/group`) carrying this gate too are placed by their group
+first (`grouping.GATE` keeps this module away); once the group released a member onto
+its node, only this gate is removed (`DRALeftToScheduler`): kube-scheduler allocates
+the member's claims on that node, and what they hold is booked as any claim's holds.
+
 Fail safe: a claim numatopo cannot judge as the allocator would (`UndecidedError`) is left
 to the scheduler: the gate alone is removed, with a `DRALeftToScheduler` Event. Claims
 that fit nowhere now keep the pod gated (`DRAUnsatisfiable` Event) and are retried.
@@ -29,16 +42,22 @@ import pydantic
 
 from numatopo_engine import annotations as keys
 from numatopo_engine import node_rules
-from numatopo_engine.annotations import State
+from numatopo_engine.annotations import Assignment, State
 from numatopo_engine.dra import api
-from numatopo_engine.dra.claims import ClaimDecision, UndecidedError, decide_claims, pod_claims
-from numatopo_engine.dra.join import DraNode, join_node
+from numatopo_engine.dra.claims import (
+    ClaimDecision,
+    UndecidedError,
+    allocations_for,
+    decide_claims,
+    pod_claims,
+)
+from numatopo_engine.dra.join import DeviceId, DraNode, join_node
 from numatopo_engine.errors import InvalidRequestError, OverlapError, UnsatisfiableError
 from numatopo_engine.network_topology import HOSTNAME_LABEL
 from numatopo_engine.state import NodeState
 from numatopo_operator import assigning, grouping, pod_writes, translate
-from numatopo_operator.dra_holds import HELD, allocated_devices, book_holds, holds_on
-from numatopo_operator.errors import KubeError, KubeNotFoundError, NotActiveError
+from numatopo_operator.dra_holds import HELD, allocated_devices, book_holds, claim_key, holds_on
+from numatopo_operator.errors import BookingError, KubeError, KubeNotFoundError, NotActiveError
 from numatopo_operator.pod_view import PodView
 from numatopo_operator.runtime import Runtime
 from numatopo_operator.translate import RawPod
@@ -50,6 +69,7 @@ logger = logging.getLogger(__name__)
 LEFT = "DRALeftToScheduler"
 UNSATISFIABLE = "DRAUnsatisfiable"
 ALLOCATED = "DRAAllocated"
+ROLLED_BACK = "DRARolledBack"
 
 
 def is_gated(pod: RawPod) -> bool:
@@ -73,6 +93,8 @@ async def settle_pod(runtime: Runtime, pod: PodView) -> None:
 
 async def settle(runtime: Runtime, pod: PodView) -> None:
     """Decide a gated DRA pod once at a time; a pod that must wait is looked at again."""
+    if grouping.is_gated(pod):
+        return  # a group member: its group places it first (then it comes back here)
     key = translate.pod_key(pod)
     if key in _busy:
         return
@@ -111,7 +133,12 @@ async def _settle(runtime: Runtime, pod: PodView) -> bool:
     """True when the pod must wait (claims not there yet, nothing fits now)."""
     key = translate.pod_key(pod)
     ref = assigning.pod_ref(pod)
-    if runtime.ledger.holds(key) or translate.state_of(pod) == State.ASSIGNED:
+    if keys.GROUP_PLACEMENT in ((pod.get("metadata") or {}).get("annotations") or {}):
+        why = "its group placed it; kube-scheduler allocates a group member's claims on its node"
+        return await _leave(runtime, pod, why)
+    if translate.state_of(pod) == State.ASSIGNED:
+        return await _resume(runtime, pod)
+    if runtime.ledger.holds(key):
         return False  # decided (maybe by this very call's predecessor): never allocate twice
     entries = pod_claims(pod)
     if not entries:
@@ -241,8 +268,19 @@ async def _write(
 ) -> None:
     ref = assigning.pod_ref(pod)
     await pod_writes.write_outcome(runtime, pod, State.ASSIGNED, decision.assignment)
+    await _write_claims(runtime, ref, decision.allocations, claims)
+    await _release(runtime, pod, decision.assignment, decision.allocations)
+
+
+async def _write_claims(
+    runtime: Runtime,
+    ref: Mapping[str, str],
+    allocations: Mapping[str, api.AllocationResult],
+    claims: Mapping[str, api.ResourceClaim],
+) -> None:
+    """Each claim's finalizer, then its allocation reserved for the pod."""
     consumer = api.ResourceClaimConsumerReference(name=ref["name"], uid=ref["uid"]).to_wire()
-    for name, allocation in decision.allocations.items():
+    for name, allocation in allocations.items():
         claim = claims[name]
         finalizers = claim.metadata.finalizers
         version = claim.metadata.resource_version
@@ -260,18 +298,143 @@ async def _write(
             {"metadata": {"resourceVersion": version},
              "status": {"allocation": allocation.written(), "reservedFor": [consumer]}},
         )  # fmt: skip
+
+
+async def _release(
+    runtime: Runtime,
+    pod: RawPod,
+    assignment: Assignment,
+    allocations: Mapping[str, api.AllocationResult],
+    *,
+    resumed: str = "",
+) -> None:
+    """The gate removed and the node selected, last: then the scheduler may take it."""
+    ref, node = assigning.pod_ref(pod), assignment.node
     runtime.check_may_write()
     await runtime.kube.patch_pod_spec(
-        ref["namespace"],
-        ref["name"],
-        grouping.release_operations(pod, decision.node, keys.DRA_GATE),
+        ref["namespace"], ref["name"], grouping.release_operations(pod, node, keys.DRA_GATE)
     )
     devices = ", ".join(
-        f"{r.request}={r.device}" for a in decision.allocations.values() for r in a.devices.results
+        f"{r.request}={r.device}" for a in allocations.values() for r in a.devices.results
     )
-    said = translate.assigned_message(decision.assignment)
-    message = f"claims allocated on {decision.node}: {devices}; {said}"
+    said = translate.assigned_message(assignment)
+    message = f"claims allocated on {node}{resumed}: {devices}; {said}"
     await runtime.kube.post_event(ref, warning=False, reason=ALLOCATED, message=message)
+
+
+async def _resume(runtime: Runtime, pod: PodView) -> bool:
+    """A gated pod with its assignment: the write stopped after it (the operator ended,
+    or the API failed, before the claims or the release). Complete it with the devices
+    the assignment names, or, where the claims can no longer hold them, take it back
+    (and the claims it allocated) so the pod is decided afresh. True: look again."""
+    ref = assigning.pod_ref(pod)
+    fresh = PodView.of(await runtime.kube.get_pod(ref["namespace"], ref["name"]))
+    if not is_gated(fresh) or translate.state_of(fresh) != State.ASSIGNED:
+        return False  # released meanwhile (an old event of a write that completed)
+    try:
+        booking = translate.booking_from_pod(fresh, runtime.verifier)
+    except BookingError as exc:
+        return await _roll_back(runtime, fresh, {}, str(exc))
+    if booking is None:
+        return False
+    entries = pod_claims(fresh)
+    claims: dict[str, api.ResourceClaim] = {}
+    pending: dict[str, api.ResourceClaim] = {}
+    for entry in entries:
+        raw = None
+        if entry.claim is not None:
+            raw = await runtime.kube.get_resource_claim(ref["namespace"], entry.claim)
+        if entry.claim is None or raw is None:
+            return await _roll_back(runtime, fresh, claims, f"claim {entry.name} is gone")
+        try:
+            claim = claims[entry.claim] = api.ResourceClaim.model_validate(raw)
+        except pydantic.ValidationError as exc:
+            return await _roll_back(runtime, fresh, claims, f"claim {entry.claim}: {exc}")
+        if claim.status.allocation is None:
+            pending[entry.claim] = claim
+        elif not _reserved_for(claim, ref["uid"]):
+            return await _roll_back(
+                runtime, fresh, claims, f"claim {entry.claim} is allocated to another consumer"
+            )
+    node, assignment = booking.node, booking.assignment
+    allocations: dict[str, api.AllocationResult] = {}
+    if pending:
+        if runtime.ledger.topology(node) is None:
+            return True
+        try:
+            allocations = await _allocations(runtime, fresh, assignment, entries, claims)
+        except (InvalidRequestError, UndecidedError, UnsatisfiableError) as exc:
+            return await _roll_back(runtime, fresh, claims, str(exc))
+        await _write_claims(runtime, ref, {n: allocations[n] for n in pending}, pending)
+    logger.info("DRA pod %s: resuming its write (%d claims left)", ref["name"], len(pending))
+    await _release(runtime, fresh, assignment, allocations, resumed=" (resumed)")
+    return False
+
+
+def _reserved_for(claim: api.ResourceClaim, uid: str) -> bool:
+    return any(c.uid == uid for c in claim.status.reserved_for)
+
+
+async def _allocations(
+    runtime: Runtime,
+    pod: PodView,
+    assignment: Assignment,
+    entries: Any,
+    claims: Mapping[str, api.ResourceClaim],
+) -> dict[str, api.AllocationResult]:
+    """The claims' allocations from the devices of the pod's assignment, as they are
+    now: the devices another claim holds since make it `UnsatisfiableError`."""
+    slices = [
+        api.ResourceSlice.model_validate(s)
+        for s in (await runtime.kube.list_resource_slices()).items
+    ]
+    classes = {
+        c["metadata"]["name"]: api.DeviceClass.model_validate(c)
+        for c in (await runtime.kube.list_device_classes()).items
+    }
+    topology = runtime.ledger.topology(assignment.node)
+    if topology is None:
+        raise UndecidedError(f"node {assignment.node} has no Numatopology")
+    joined = join_node(assignment.node, topology, slices)
+    base = assigning.read_request(runtime, pod)
+    found = allocations_for(assignment, base, entries, claims, classes, joined)
+    mine = {c.key for c in claims.values()}
+    ours = {DeviceId(r.driver, r.pool, r.device) for a in found.values() for r in a.devices.results}
+    for raw in (await runtime.kube.list_resource_claims()).items:
+        taken = ours & set(allocated_devices(raw))
+        if taken and claim_key(raw) not in mine:
+            shown = ", ".join(sorted(d.device for d in taken))
+            raise UnsatisfiableError(f"claim {claim_key(raw)} holds {shown} now")
+    return found
+
+
+async def _roll_back(
+    runtime: Runtime, pod: RawPod, claims: Mapping[str, api.ResourceClaim], why: str
+) -> bool:
+    """Take the pod's assignment back, and the allocations written for it, so the pod is
+    decided afresh (said in a Warning Event)."""
+    ref = assigning.pod_ref(pod)
+    for name, claim in claims.items():
+        if claim.status.allocation is None or not _reserved_for(claim, ref["uid"]):
+            continue
+        runtime.check_may_write()
+        await runtime.kube.patch_resource_claim_status(
+            ref["namespace"], name,
+            {"metadata": {"resourceVersion": claim.metadata.resource_version},
+             "status": {"allocation": None, "reservedFor": []}},
+        )  # fmt: skip
+    await pod_writes.write_taken_back(runtime, ref["namespace"], ref["name"])
+    runtime.ledger.cancel(translate.pod_key(pod))
+    message = f"numatopo took back this pod's unfinished DRA decision and decides again: {why}"
+    logger.warning("DRA pod %s: %s", ref["name"], message)
+    await runtime.kube.post_event(ref, warning=True, reason=ROLLED_BACK, message=message)
+    return True
+
+
+def _selected(pod: RawPod) -> str:
+    """The node the pod selects itself (a group member: its plan's), else ''."""
+    selector = (pod.get("spec") or {}).get("nodeSelector")
+    return str(selector.get(HOSTNAME_LABEL, "")) if isinstance(selector, Mapping) else ""
 
 
 async def _leave(runtime: Runtime, pod: PodView, why: str) -> bool:
@@ -279,7 +442,7 @@ async def _leave(runtime: Runtime, pod: PodView, why: str) -> bool:
     ref = assigning.pod_ref(pod)
     operations = [
         op
-        for op in grouping.release_operations(pod, "", keys.DRA_GATE)
+        for op in grouping.release_operations(pod, _selected(pod), keys.DRA_GATE)
         if "schedulingGates" in op["path"]
     ]
     runtime.check_may_write()

@@ -22,6 +22,7 @@ import pydantic
 from numatopo_engine.annotations import Assignment, ContainerAssignment
 from numatopo_engine.cpuset import CPUSet
 from numatopo_engine.dra import api
+from numatopo_engine.dra.allocated import results_of
 from numatopo_engine.dra.join import DeviceId, DraNode, dra_devices, join_node
 from numatopo_engine.model import DraDevices, NumatopologySpec, UnhealthyDevices
 from numatopo_engine.state import NodeState
@@ -47,18 +48,10 @@ HOLDER = "dra"
 
 
 def allocated_devices(raw: Mapping[str, Any]) -> tuple[DeviceId, ...]:
-    """The devices a claim's `status.allocation` names (none when it is not allocated).
-    Read field by field, not through `api.ResourceClaim`: a claim holds its devices
-    whatever else it says, even fields numatopo does not model."""
-    allocation = ((raw.get("status") or {}).get("allocation") or {}).get("devices") or {}
-    found = []
-    for result in allocation.get("results") or []:
-        if not isinstance(result, Mapping):
-            continue
-        driver, pool, device = (result.get(k) for k in ("driver", "pool", "device"))
-        if isinstance(driver, str) and isinstance(pool, str) and isinstance(device, str):
-            found.append(DeviceId(driver, pool, device))
-    return tuple(sorted(set(found)))
+    """The devices a claim's `status.allocation` names (none when it is not allocated),
+    read field by field (`results_of`): a claim holds its devices whatever else it says,
+    even fields numatopo does not model."""
+    return tuple(sorted(set(results_of(raw) or ())))
 
 
 def claim_key(raw: Mapping[str, Any]) -> str:

@@ -46,7 +46,7 @@ from __future__ import annotations
 
 import asyncio
 import time
-from collections.abc import Iterable, Iterator, Mapping
+from collections.abc import Collection, Iterable, Iterator, Mapping
 from dataclasses import dataclass
 
 from numatopo_engine.annotations import Assignment
@@ -339,15 +339,26 @@ class Ledger:
             return
         self.forget(key)
 
-    def reserve(self, node: str, key: str, assignment: Assignment) -> None:
+    def reserve(
+        self, node: str, key: str, assignment: Assignment, *, over: Collection[str] = ()
+    ) -> None:
         """Book a decision before it is written. Call under `lock(node)`.
 
+        `over`: DRA hold keys whose devices are the pod's own (its claims, allocated by
+        kube-scheduler before its bind): the pod takes them, the holds keep the rest.
         Raises `OverlapError` if it clashes with a booking (the engine would be wrong).
         """
         found = self._nodes.get(node)
         if found is None or found.state is None:
             raise KeyError(f"no Numatopology for node {node!r}")
-        found.state.apply(key, assignment)
+        state = found.state
+        own = {k: v for k, v in found.dra_holds.items() if k in over}
+        for hold in own:
+            state.release(hold)
+        try:
+            state.apply(key, assignment)
+        finally:
+            book_holds(state, own)  # pods come first: they book what the pod did not take
         _saw_seq(found, assignment.seq)
         found.inflight[key] = assignment
         self._node_of[key] = node

@@ -45,6 +45,7 @@ __all__ = [
     "ClaimDecision",
     "PodClaim",
     "UndecidedError",
+    "allocations_for",
     "decide_claims",
     "pod_claims",
     "unsupported",
@@ -389,6 +390,45 @@ def decide_claims(  # noqa: PLR0917 (the decision's inputs)
         for claim, _ in per_claim
     }
     return ClaimDecision(node.node, decision.assignment, allocations, decision.score)
+
+
+def allocations_for(  # noqa: PLR0917 (the decision's inputs)
+    assignment: Assignment,
+    base: PodRequest,
+    pod_claims_: Sequence[PodClaim],
+    claims: Mapping[str, ResourceClaim],
+    classes: Mapping[str, DeviceClass],
+    node: DraNode,
+) -> dict[str, AllocationResult]:
+    """Claim name -> its allocation, from the devices `assignment` (written by
+    `decide_claims`) gave the containers: what a write that stopped between the pod's
+    assignment and its claims' status had still to write. Raises `UndecidedError` when
+    a claim cannot be judged, `UnsatisfiableError` when the assignment's devices do not
+    satisfy the claims as they are now (then the assignment is taken back)."""
+    if not base.containers:
+        raise UndecidedError("the pod has no containers")
+    selectors = Selectors()
+    per_claim: list[tuple[ResourceClaim, list[list[_Request]]]] = []
+    for entry in pod_claims_:
+        claim = claims.get(entry.claim or "")
+        if claim is None:
+            raise UndecidedError(f"claim {entry.name} does not exist")
+        container = entry.containers[0] if entry.containers else base.containers[0].name
+        requests = _eligible(claim, classes, node, selectors, container)
+        per_claim.append((claim, _variants(claim, requests)))
+    combos = itertools.product(*(variants for _, variants in per_claim))
+    for combo in itertools.islice(combos, MAX_VARIANTS):
+        requests = [r for claim_requests in combo for r in claim_requests]
+        split = _split(assignment, requests, node)
+        if split is None:
+            continue
+        return {
+            claim.metadata.name: _allocation(
+                claim, split, [r for r in requests if r.claim == claim.key], classes, node.node
+            )
+            for claim, _ in per_claim
+        }
+    raise UnsatisfiableError("the assignment's devices do not satisfy the claims")
 
 
 def _split(

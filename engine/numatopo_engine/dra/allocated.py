@@ -1,0 +1,169 @@
+"""A pod's claims as already allocated, read as the devices of its containers (pure).
+
+For the extender's `/bind` of a pod kube-scheduler schedules (no `numatopo.io/dra` gate):
+its DynamicResources plugin writes each claim's `status.allocation` in PreBind, before
+the extender binds, so the devices are chosen by then. `claimed_devices` reads them back
+through the node's join as the GPUs, NICs and CPUs each container holds, and the pod's
+request with those counts; the operator then decides CPUs and memory around exactly
+those devices, as Follow does for device-plugin GPUs a container holds (the engine's
+pinned GPUs and NICs).
+
+A device goes to the container that uses its claim (the first naming it in
+`resources.claims`; the first app container when none does), as `decide_claims` hands
+them out. What cannot be read that way raises `NotFollowedError`, and the pod is
+decided from its requests as before.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from numatopo_engine.annotations import Assignment, ContainerAssignment
+from numatopo_engine.cpuset import CPUSet
+from numatopo_engine.dra.claims import PodClaim
+from numatopo_engine.dra.join import DeviceId, DraNode
+from numatopo_engine.model import NumatopologySpec
+from numatopo_engine.request import PodRequest
+from numatopo_engine.state import NodeState
+
+__all__ = ["Claimed", "NotFollowedError", "claimed_devices", "results_of"]
+
+OTHER_CPUS = "numatopo.io/dra-unclaimed-cpus"
+
+
+class NotFollowedError(Exception):
+    """The claims' allocation cannot be followed: decide from the pod's requests."""
+
+
+@dataclass(frozen=True, slots=True)
+class Claimed:
+    """What the pod's allocated claims give its containers on one node."""
+
+    request: PodRequest
+    """The pod's request with each claiming container's GPUs, NICs and CPUs counted."""
+    gpus: dict[str, list[int]] = field(default_factory=dict)
+    nics: dict[str, list[str]] = field(default_factory=dict)
+    cpus: dict[str, CPUSet] = field(default_factory=dict)
+
+    def around(self, state: NodeState) -> NodeState:
+        """`state` with, where claims hold CPUs, every other free CPU booked away: the
+        claimed CPUs are the only ones the decision may give (the driver pins them)."""
+        if not self.cpus:
+            return state
+        claimed = set().union(*self.cpus.values())
+        away = CPUSet(c for c in state.free_cpus() if c not in claimed)
+        copy = state.copy()
+        holder = ContainerAssignment(cpus=away)
+        copy.apply(OTHER_CPUS, Assignment(node="", containers={"cpus": holder}))
+        return copy
+
+
+def results_of(raw: Mapping[str, Any]) -> tuple[DeviceId, ...] | None:
+    """The devices a claim's `status.allocation` names; None when it is not allocated.
+    Read field by field: whatever else the allocator wrote, these name the devices."""
+    allocation = (raw.get("status") or {}).get("allocation")
+    if not isinstance(allocation, Mapping):
+        return None
+    found = []
+    for result in (allocation.get("devices") or {}).get("results") or []:
+        if not isinstance(result, Mapping):
+            continue
+        driver, pool, device = (result.get(k) for k in ("driver", "pool", "device"))
+        if isinstance(driver, str) and isinstance(pool, str) and isinstance(device, str):
+            found.append(DeviceId(driver, pool, device))
+    return tuple(found)
+
+
+def claimed_devices(
+    topology: NumatopologySpec,
+    base: PodRequest,
+    entries: Sequence[PodClaim],
+    claims: Mapping[str, Mapping[str, Any]],
+    node: DraNode,
+) -> Claimed:
+    """The devices the pod's allocated `claims` (name -> raw claim) give its containers
+    on `node`. Raises `NotFollowedError` when a claim is missing or not allocated, names
+    a device `node` does not publish, or the claims and requests do not add up."""
+    if not base.containers:
+        raise NotFollowedError("the pod has no containers")
+    by_id = node.by_id()
+    pools = {(d.id.driver, d.id.pool) for d in node.devices}
+    gpus: dict[str, list[int]] = {}
+    nics: dict[str, list[str]] = {}
+    cpus: dict[str, set[int]] = {}
+    for entry in entries:
+        raw = claims.get(entry.claim or "")
+        if raw is None:
+            raise NotFollowedError(f"claim {entry.claim or entry.name} does not exist yet")
+        results = results_of(raw)
+        if results is None:
+            raise NotFollowedError(f"claim {entry.claim} is not allocated yet")
+        container = entry.containers[0] if entry.containers else base.containers[0].name
+        for found in results:
+            device = by_id.get(found)
+            if device is None:
+                where = "publishes no such device" if (found.driver, found.pool) in pools else (
+                    "does not publish its pool"
+                )  # fmt: skip
+                raise NotFollowedError(
+                    f"claim {entry.claim} holds {found.driver}/{found.pool}/{found.device}; "
+                    f"node {node.node} {where}"
+                )
+            if device.gpu is not None and device.gpu not in gpus.get(container, []):
+                gpus.setdefault(container, []).append(device.gpu)
+            if device.nic is not None and device.nic not in nics.get(container, []):
+                nics.setdefault(container, []).append(device.nic)
+            if device.cpu is not None:
+                cpus.setdefault(container, set()).add(device.cpu)
+    request = _request(topology, base, gpus, nics, cpus)
+    return Claimed(
+        request,
+        {k: sorted(v) for k, v in gpus.items()},
+        {k: sorted(v) for k, v in nics.items()},
+        {k: CPUSet(v) for k, v in cpus.items()},
+    )
+
+
+def _request(
+    topology: NumatopologySpec,
+    base: PodRequest,
+    gpus: Mapping[str, list[int]],
+    nics: Mapping[str, list[str]],
+    cpus: Mapping[str, set[int]],
+) -> PodRequest:
+    gpu_resource = {g.index: g.resource for g in topology.gpus}
+    nic_resource = {n.name: n.resource for n in topology.nics}
+    names = {c.name for c in base.containers}
+    stray = sorted((gpus.keys() | nics.keys() | cpus.keys()) - names)
+    if stray:
+        raise NotFollowedError(f"claims are used by {', '.join(stray)}, no app container")
+    containers = []
+    for asked in base.containers:
+        container = asked
+        held_gpus, held_nics = gpus.get(asked.name, []), nics.get(asked.name, [])
+        held_cpus = cpus.get(asked.name, set())
+        if held_cpus:
+            if asked.cpu_milli not in (0, len(held_cpus) * 1000):
+                raise NotFollowedError(
+                    f"container {asked.name} asks {asked.cpu_milli}m CPU and its claims "
+                    f"hold {len(held_cpus)} CPUs"
+                )
+            container = dataclasses.replace(container, cpu_milli=len(held_cpus) * 1000)
+        if held_gpus or held_nics:
+            if asked.gpus or asked.nics:
+                raise NotFollowedError(
+                    f"container {asked.name} asks device-plugin devices and claims"
+                )
+            gres = {gpu_resource[g] for g in held_gpus}
+            nres = {nic_resource[n] for n in held_nics}
+            if len(gres) > 1 or len(nres) > 1:
+                raise NotFollowedError(f"container {asked.name}: its claims span device resources")
+            container = dataclasses.replace(
+                container, gpus=len(held_gpus), gpu_resource=gres.pop() if gres else None,
+                nics=len(held_nics), nic_resource=nres.pop() if nres else None,
+            )  # fmt: skip
+        containers.append(container)
+    return dataclasses.replace(base, containers=tuple(containers))
