@@ -144,7 +144,7 @@ async def measure(args: argparse.Namespace, kind: str) -> dict[str, float]:
         await build(cluster, args.nodes, args.leaf)
         starter = OperatorStarter()
         runtime = (await starter.start(cluster, **SETTINGS)).runtime
-        await until(lambda: runtime.deciding and runtime.gangs.nodes is not None)
+        await until(lambda: runtime.deciding and runtime.groups.nodes is not None)
         names = [f"{kind}-{i}" for i in range(args.members)]
         try:
             if kind == "baseline":

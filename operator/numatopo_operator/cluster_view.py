@@ -26,16 +26,10 @@ from numatopo_engine.errors import InvalidRequestError
 from numatopo_engine.groups import group_of
 from numatopo_engine.network_topology import HOSTNAME_LABEL
 from numatopo_engine.signing import Verifier
-from numatopo_operator import (
-    extender,
-    gang_indexes,
-    gang_release,
-    handlers,
-    handover,
-    indexes,
-    translate,
-)
-from numatopo_operator.grouping import GroupBook
+from numatopo_operator import extender, handlers, handover, indexes, translate
+from numatopo_operator.groups import indexes as group_indexes
+from numatopo_operator.groups import release as group_release
+from numatopo_operator.groups.members import GroupBook
 from numatopo_operator.runtime import Runtime
 from numatopo_operator.settings import OperatorSettings
 from numatopo_operator.translate import RawPod
@@ -119,7 +113,7 @@ class ClusterView:
 
     async def judge_group(self, pod: RawPod) -> GroupJudgement | None:
         """The domain search for the pod's group's members not planned yet
-        (`gang_release.search`, the group worker's own); None when it names no group."""
+        (`group_release.search`, the group worker's own); None when it names no group."""
         try:
             spec = group_of(pod.get("metadata") or {})
         except InvalidRequestError as exc:
@@ -133,8 +127,8 @@ class ClusterView:
         if not views:
             return GroupJudgement(spec.key, 0, None, "every member is planned already")
         try:
-            placement = await gang_release.search(self.runtime, spec, views)
-        except gang_release.GroupUnplaceableError as exc:
+            placement = await group_release.search(self.runtime, spec, views)
+        except group_release.GroupUnplaceableError as exc:
             return GroupJudgement(spec.key, len(views), None, str(exc))
         return GroupJudgement(spec.key, len(views), placement)
 
@@ -164,15 +158,15 @@ def replay(
         runtime.workload.observe_pod(translate.pod_key(pod), pod, runtime.settings.resources)
     named = {str((node.get("metadata") or {}).get("name")): dict(node) for node in nodes}
     # The group worker's inputs, through kopf's index functions as in the operator.
-    node_views: dict[str, list[gang_indexes.NodeView]] = {}
+    node_views: dict[str, list[group_indexes.NodeView]] = {}
     for listed in named.values():
-        for name, view in gang_indexes.node_views(body=_body(listed)).items():
+        for name, view in group_indexes.node_views(body=_body(listed)).items():
             node_views[name] = [view]
     topologies: dict[str, list[Any]] = {}
     for body in network_topologies:
-        for name, spec in gang_indexes.network_topologies(body=_body(body), logger=logger).items():
+        for name, spec in group_indexes.network_topologies(body=_body(body), logger=logger).items():
             topologies[name] = [spec]
-    runtime.gangs.attach({"node_views": node_views, "network_topologies": topologies})
+    runtime.groups.attach({"node_views": node_views, "network_topologies": topologies})
     return ClusterView(runtime, named, live, checked)
 
 

@@ -22,7 +22,7 @@ those devices now) the assignment and what was allocated for it are taken back, 
 `DRARolledBack` Event, and the pod is decided afresh.
 
 Group members (`numatopo.io/group`) carrying this gate too are placed by their group
-first (`grouping.GATE` keeps this module away); once the group released a member onto
+first (`group_members.GATE` keeps this module away); once the group released a member onto
 its node, only this gate is removed (`DRALeftToScheduler`): kube-scheduler allocates
 the member's claims on that node, and what they hold is booked as any claim's holds.
 
@@ -55,9 +55,10 @@ from numatopo_engine.dra.join import DeviceId, DraNode, join_node
 from numatopo_engine.errors import InvalidRequestError, OverlapError, UnsatisfiableError
 from numatopo_engine.network_topology import HOSTNAME_LABEL
 from numatopo_engine.state import NodeState
-from numatopo_operator import assigning, grouping, pod_writes, translate
+from numatopo_operator import assigning, pod_writes, translate
 from numatopo_operator.dra_holds import HELD, allocated_devices, book_holds, claim_key, holds_on
 from numatopo_operator.errors import BookingError, KubeError, KubeNotFoundError, NotActiveError
+from numatopo_operator.groups import members as group_members
 from numatopo_operator.pod_view import PodView
 from numatopo_operator.runtime import Runtime
 from numatopo_operator.translate import RawPod
@@ -93,7 +94,7 @@ async def settle_pod(runtime: Runtime, pod: PodView) -> None:
 
 async def settle(runtime: Runtime, pod: PodView) -> None:
     """Decide a gated DRA pod once at a time; a pod that must wait is looked at again."""
-    if grouping.is_gated(pod):
+    if group_members.is_gated(pod):
         return  # a group member: its group places it first (then it comes back here)
     key = translate.pod_key(pod)
     if key in _busy:
@@ -240,7 +241,7 @@ async def node_refusal(runtime: Runtime, pod: RawPod, node: str) -> str:
     cordon, taints, nodeSelector, required node affinity (`node_rules`). The pod is sent
     there by its nodeSelector, so a node it may not run on would leave it Pending. The
     Node as group placement's index holds it, else as read now."""
-    view = runtime.gangs.node_view(node) if runtime.settings.groups else None
+    view = runtime.groups.node_view(node) if runtime.settings.groups else None
     if view is not None:
         shown = view.as_node(node)
         shown["metadata"]["labels"].setdefault(HOSTNAME_LABEL, node)
@@ -312,7 +313,7 @@ async def _release(
     ref, node = assigning.pod_ref(pod), assignment.node
     runtime.check_may_write()
     await runtime.kube.patch_pod_spec(
-        ref["namespace"], ref["name"], grouping.release_operations(pod, node, keys.DRA_GATE)
+        ref["namespace"], ref["name"], group_members.release_operations(pod, node, keys.DRA_GATE)
     )
     devices = ", ".join(
         f"{r.request}={r.device}" for a in allocations.values() for r in a.devices.results
@@ -442,7 +443,7 @@ async def _leave(runtime: Runtime, pod: PodView, why: str) -> bool:
     ref = assigning.pod_ref(pod)
     operations = [
         op
-        for op in grouping.release_operations(pod, _selected(pod), keys.DRA_GATE)
+        for op in group_members.release_operations(pod, _selected(pod), keys.DRA_GATE)
         if "schedulingGates" in op["path"]
     ]
     runtime.check_may_write()

@@ -50,10 +50,11 @@ from numatopo_engine.packing import WorkloadMix
 from numatopo_engine.request import PodRequest
 from numatopo_engine.state import NodeState
 from numatopo_engine.topology_tables import shape_key
-from numatopo_operator import bind_guard, dra_extender, grouping, translate
+from numatopo_operator import bind_guard, dra_extender, translate
 from numatopo_operator import extender_wire as wire
 from numatopo_operator.errors import KubeError, NodeBusyError, NotActiveError
 from numatopo_operator.extender_wire import BadArgsError
+from numatopo_operator.groups import members as group_members
 from numatopo_operator.runtime import Runtime
 
 __all__ = ["MAX_EXTENDER_PRIORITY", "build_app", "extender_scores", "json_answers"]
@@ -250,7 +251,7 @@ async def filter_result(
     pod = wire.pod(args)
     names, objects = wire.node_names(args)
     verdicts = Verdicts()
-    planned = grouping.planned_node(pod)
+    planned = group_members.planned_node(pod)
     if planned is not None:
         # A released group member: its node is part of its group's plan.
         passed = [node for node in names if node == planned]
@@ -310,7 +311,7 @@ async def priorities(
     """
     pod = wire.pod(args)
     names, _ = wire.node_names(args)
-    planned = grouping.planned_node(pod)
+    planned = group_members.planned_node(pod)
     if planned is not None:
         return [{"Host": n, "Score": MAX_EXTENDER_PRIORITY * (n == planned)} for n in names]
     if not pod_request.wants_topology(pod):

@@ -29,8 +29,10 @@ import kopf
 
 from numatopo_engine.model import GROUP, VERSION
 from numatopo_engine.network_topology import NETWORK_TOPOLOGY_PLURAL
-from numatopo_operator import assigning, dra, gang_indexes, gang_worker, indexes, translate
+from numatopo_operator import assigning, dra, indexes, translate
 from numatopo_operator.errors import BookingError, kept_serving
+from numatopo_operator.groups import indexes as group_indexes
+from numatopo_operator.groups import worker as group_worker
 from numatopo_operator.pod_view import PodView
 from numatopo_operator.runtime import Runtime
 
@@ -167,7 +169,7 @@ def pod_seen(
     key = pod.key
     with kept_serving(logger, f"pod {key}", memo.metrics):
         if memo.settings.groups:
-            gang_worker.observe_pod(memo, type or "ADDED", pod)
+            group_worker.observe_pod(memo, type or "ADDED", pod)
         if type == "DELETED" or pod.finished:
             node = memo.forget_pod(key, uid=pod.uid) or pod.node
             if node is not None and memo.deciding:
@@ -221,7 +223,7 @@ async def numatopology_changed(
     *, type: str, body: kopf.Body, memo: Runtime, logger: Logger, **kwargs: Any
 ) -> None:
     readings: Readings = kwargs["numatopologies"]
-    memo.gangs.attach(kwargs)
+    memo.groups.attach(kwargs)
     _take_listed_topologies(memo, readings)
     node = body.metadata.name
     with kept_serving(logger, f"Numatopology/{node}", memo.metrics):
@@ -236,15 +238,15 @@ async def numatopology_changed(
         if topology is None or memo.redriven.get(node) is topology or not memo.deciding:
             return
         memo.redriven[node] = topology
-        memo.gangs.capacity_changed()
+        memo.groups.capacity_changed()
         await _redrive(memo, node)
 
 
 async def network_topology_changed(*, memo: Runtime, **kwargs: Any) -> None:
     """New levels, or a topology that groups name appeared: every group looks again."""
-    memo.gangs.attach(kwargs)
+    memo.groups.attach(kwargs)
     _take_listed_topologies(memo, kwargs["numatopologies"])
-    memo.gangs.touch(memo.gangs.book.groups())
+    memo.groups.touch(memo.groups.book.groups())
 
 
 def build_registry(*, groups: bool = True) -> kopf.OperatorRegistry:
@@ -253,7 +255,7 @@ def build_registry(*, groups: bool = True) -> kopf.OperatorRegistry:
     registry = kopf.OperatorRegistry()
     indexes.register(registry)
     if groups:
-        gang_indexes.register(registry)
+        group_indexes.register(registry)
         kopf.on.event(GROUP, VERSION, NETWORK_TOPOLOGY_PLURAL, registry=registry)(
             network_topology_changed
         )

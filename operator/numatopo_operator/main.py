@@ -22,14 +22,14 @@ from numatopo_operator import (
     exports,
     extender,
     extender_tls,
-    gang_status,
-    gang_worker,
     handlers,
     health,
     leadership,
     pod_feed,
     status,
 )
+from numatopo_operator.groups import status as group_status
+from numatopo_operator.groups import worker as group_worker
 from numatopo_operator.loop_lag import measure_loop_lag
 from numatopo_operator.no_diffbase import NoDiffBase
 from numatopo_operator.runtime import Runtime
@@ -128,9 +128,9 @@ async def _background(runtime: Runtime, *, identity: str) -> AsyncIterator[None]
     ]
     if runtime.settings.groups:
         tasks += [
-            asyncio.create_task(gang_worker.run_gangs(runtime), name="numatopo groups"),
+            asyncio.create_task(group_worker.run_groups(runtime), name="numatopo groups"),
             asyncio.create_task(
-                gang_status.write_network_statuses(runtime), name="numatopo network status"
+                group_status.write_network_statuses(runtime), name="numatopo network status"
             ),
         ]
     try:

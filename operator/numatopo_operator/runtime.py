@@ -26,8 +26,8 @@ from numatopo_kube import KubeClient
 from numatopo_operator.catch_up import CatchUp
 from numatopo_operator.dra_holds import DraHolds
 from numatopo_operator.errors import NotActiveError
-from numatopo_operator.gang_state import GangState
 from numatopo_operator.gpu_admissions import GpuAdmissions
+from numatopo_operator.groups.state import GroupState
 from numatopo_operator.ledger import Ledger
 from numatopo_operator.metrics import Metrics
 from numatopo_operator.pod_records import PodRecords
@@ -79,8 +79,8 @@ class Runtime:
     retries: RetryQueue[PodView] = field(init=False)
     """Pods to judge again later (a failed write, a pod still waiting)."""
 
-    gangs: GangState = field(init=False)
-    """Groups placed across nodes (`gang_worker`): their members, plans and retries."""
+    groups: GroupState = field(init=False)
+    """Groups placed across nodes (`group_worker`): their members, plans and retries."""
 
     lease: LeaseTerm = field(default_factory=LeaseTerm)
     """When our Lease was last renewed (`leadership` updates it in place)."""
@@ -173,7 +173,7 @@ class Runtime:
             ),
             "retries": RetryQueue(settings.retry_base_seconds, settings.retry_max_seconds),
             "gpu_admissions": GpuAdmissions(settings.gpu_admission_timeout_seconds),
-            "gangs": GangState(settings.retry_base_seconds, settings.retry_max_seconds),
+            "groups": GroupState(settings.retry_base_seconds, settings.retry_max_seconds),
         }
         for name, part in parts.items():
             object.__setattr__(self, name, part)  # frozen: set once, here

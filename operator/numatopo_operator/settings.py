@@ -133,7 +133,7 @@ class OperatorSettings:
     Volcano's numaaware plugin) from the ledger (`exports`)."""
 
     groups: bool = True
-    """Place groups of gated pods all-or-nothing across nodes (`gangs`): watches Nodes
+    """Place groups of gated pods all-or-nothing across nodes (`groups`): watches Nodes
     (their labels) and NetworkTopologies. Off: pods with the `numatopo.io/group`
     scheduling gate are left gated (and no Node is watched)."""
 

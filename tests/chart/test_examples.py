@@ -13,7 +13,7 @@ from numatopo_cli import main as cli
 from numatopo_engine.groups import group_of
 from numatopo_engine.model import GROUP
 from numatopo_engine.network_topology import NetworkTopology
-from numatopo_operator.grouping import GATE
+from numatopo_operator.groups.members import GATE
 
 kubernetes_validate = pytest.importorskip("kubernetes_validate")
 

@@ -1,4 +1,4 @@
-"""`grouping.next_step` and the phase-2 patch: the rules of the group protocol (pure)."""
+"""`group_members.next_step` and the phase-2 patch: the rules of the group protocol (pure)."""
 
 from __future__ import annotations
 
@@ -11,8 +11,9 @@ from numatopo_engine import annotations as keys
 from numatopo_engine.annotations import Assignment
 from numatopo_engine.domains import NODE_LEVEL, Anchor, DomainTree
 from numatopo_engine.groups import GroupSpec, Strategy
-from numatopo_operator import gang_release, settings
-from numatopo_operator.grouping import (
+from numatopo_operator import settings
+from numatopo_operator.groups import release as group_release
+from numatopo_operator.groups.members import (
     GATE,
     GroupBook,
     PlacementRecord,
@@ -207,10 +208,10 @@ def spec(required: str | None) -> GroupSpec:
 
 def test_replacement_anchors_follow_the_recorded_path_up_to_the_required_level() -> None:
     record = PlacementRecord(group="g", level=LEAF, domain="l0", path=["s1", "l0"], planned=PLAN_A)
-    assert [Anchor(LEAF, ("s1", "l0")), Anchor(SPINE, ("s1",))] == gang_release._anchors(
+    assert [Anchor(LEAF, ("s1", "l0")), Anchor(SPINE, ("s1",))] == group_release._anchors(
         twin_leaves(), spec(SPINE), record, None
     )
-    assert [Anchor(LEAF, ("s1", "l0")), Anchor(SPINE, ("s1",)), None] == gang_release._anchors(
+    assert [Anchor(LEAF, ("s1", "l0")), Anchor(SPINE, ("s1",)), None] == group_release._anchors(
         twin_leaves(), spec(None), record, None
     )
 
@@ -220,12 +221,12 @@ def test_a_record_without_a_path_is_read_around_a_running_member() -> None:
         '{"v":1,"group":"g","level":"example.com/leaf","domain":"l0","planned":"x"}'
     )
     tree = twin_leaves()
-    assert Anchor(LEAF, ("s1", "l0")) == gang_release.recorded_domain(tree, old, "n-d")
+    assert Anchor(LEAF, ("s1", "l0")) == group_release.recorded_domain(tree, old, "n-d")
     # Ambiguous without a running member: a required level waits rather than guess.
-    assert gang_release.recorded_domain(tree, old, None) is None
-    with pytest.raises(gang_release.GroupUnplaceableError, match="rather than guess"):
-        gang_release._anchors(tree, spec(SPINE), old, None)
-    assert [None] == gang_release._anchors(tree, spec(None), old, None)
+    assert group_release.recorded_domain(tree, old, None) is None
+    with pytest.raises(group_release.GroupUnplaceableError, match="rather than guess"):
+        group_release._anchors(tree, spec(SPINE), old, None)
+    assert [None] == group_release._anchors(tree, spec(None), old, None)
 
 
 def test_a_one_node_record_anchors_the_node_then_its_leaf() -> None:
@@ -236,19 +237,19 @@ def test_a_one_node_record_anchors_the_node_then_its_leaf() -> None:
         Anchor(NODE_LEVEL, ("s1", "l0", "n-c")),
         Anchor(LEAF, ("s1", "l0")),
         Anchor(SPINE, ("s1",)),
-    ] == gang_release._anchors(twin_leaves(), spec(SPINE), record, None)
+    ] == group_release._anchors(twin_leaves(), spec(SPINE), record, None)
 
 
 def test_a_lone_replacement_tries_its_neighbours_first_inside_the_group_domain() -> None:
     tree = twin_leaves()
     record = PlacementRecord(group="g", level=SPINE, domain="s0", path=["s0"], planned=PLAN_A)
-    around = gang_release.Around({0: "n-a", 2: "n-b", 3: "n-c"}, (1,))
+    around = group_release.Around({0: "n-a", 2: "n-b", 3: "n-c"}, (1,))
     assert [
         Anchor(NODE_LEVEL, ("s0", "l0", "n-a")),
         Anchor(NODE_LEVEL, ("s0", "l0", "n-b")),
         Anchor(LEAF, ("s0", "l0")),
         Anchor(SPINE, ("s0",)),
-    ] == gang_release._anchors(tree, spec(SPINE), record, None, around)
+    ] == group_release._anchors(tree, spec(SPINE), record, None, around)
 
 
 def test_a_slice_replacement_stays_in_its_slice_domain() -> None:
@@ -256,12 +257,12 @@ def test_a_slice_replacement_stays_in_its_slice_domain() -> None:
     record = PlacementRecord(group="g", level=None, domain=None, planned=PLAN_A)
     sliced = GroupSpec("ml", "g", 4, None, None, Strategy.CONSOLIDATED, None, slice=(SPINE, 2))
     # Rank 3's slice is ranks 2 and 3; rank 2 runs on n-c, in spine s1.
-    around = gang_release.Around({0: "n-a", 1: "n-b", 2: "n-c"}, (3,))
+    around = group_release.Around({0: "n-a", 1: "n-b", 2: "n-c"}, (3,))
     assert [
         Anchor(NODE_LEVEL, ("s1", "l0", "n-c")),
         Anchor(LEAF, ("s1", "l0")),
         Anchor(SPINE, ("s1",)),
-    ] == gang_release._anchors(tree, sliced, record, None, around)
+    ] == group_release._anchors(tree, sliced, record, None, around)
     # The whole slice lost: no domain of its own to keep; the engine keeps it whole.
-    lost = gang_release.Around({0: "n-a", 1: "n-b"}, (2, 3))
-    assert [None] == gang_release._anchors(tree, sliced, record, None, lost)
+    lost = group_release.Around({0: "n-a", 1: "n-b"}, (2, 3))
+    assert [None] == group_release._anchors(tree, sliced, record, None, lost)

@@ -38,10 +38,11 @@ from numatopo_engine.domains import (
 from numatopo_engine.errors import InvalidRequestError, OverlapError, UnsatisfiableError
 from numatopo_engine.groups import GroupSpec
 from numatopo_engine.network_topology import HOSTNAME_LABEL, NetworkTopologySpec
-from numatopo_operator import grouping, pod_writes, translate
+from numatopo_operator import pod_writes, translate
 from numatopo_operator.errors import KubeError, KubeNotFoundError, NodeBusyError
-from numatopo_operator.gang_indexes import NodeView
-from numatopo_operator.grouping import Expectation, MemberView, PlacementRecord
+from numatopo_operator.groups import members as group_members
+from numatopo_operator.groups.indexes import NodeView
+from numatopo_operator.groups.members import Expectation, MemberView, PlacementRecord
 from numatopo_operator.pod_view import PodView
 from numatopo_operator.runtime import Runtime
 
@@ -77,7 +78,7 @@ def choose_topology(
     """(name, spec) of the NetworkTopology the group is placed with: the one it names,
     else the only one, else the one named `default`; (None, None) when none applies
     and the group names no level (it may spread anywhere)."""
-    index = runtime.gangs.topologies or {}
+    index = runtime.groups.topologies or {}
     found = {name: next(iter(specs), None) for name, specs in index.items()}
     known = {name: value for name, value in found.items() if value is not None}
     if spec.topology is not None:
@@ -108,7 +109,7 @@ def choose_topology(
 
 def domain_tree(runtime: Runtime, levels: Sequence[str]) -> DomainTree:
     """The domain tree of `levels` over every Node the operator knows."""
-    index = runtime.gangs.nodes or {}
+    index = runtime.groups.nodes or {}
     labels = {}
     for node, views in index.items():
         view = next(iter(views), None)
@@ -134,12 +135,12 @@ def _candidates(runtime: Runtime, members: Sequence[MemberView]) -> dict[str, No
     by its nodeSelector whatever the scheduler would have said."""
     terms = _node_terms(members)
     found: dict[str, NodeCandidate] = {}
-    ledger, gangs = runtime.ledger, runtime.gangs
+    ledger, group_state = runtime.ledger, runtime.groups
     stale = runtime.stale_nodes()
     for node, topology, state in ledger.frozen_candidates(ledger.nodes()):
         if topology is None or state is None or node in stale:
             continue
-        view = gangs.node_view(node)
+        view = group_state.node_view(node)
         if view is not None and not view.schedulable:
             continue
         shown = view.as_node(node) if view is not None else NodeView({}, True).as_node(node)
@@ -255,9 +256,9 @@ async def _write_plan(
     await pod_writes.write_outcome(
         runtime, PodView.of(view.body), State.ASSIGNED, assignment, placement=text
     )
-    gangs = runtime.gangs
-    gangs.plans[view.key] = (assignment.node, text)
-    gangs.book.expect(view.key, Expectation(placement=text, gated=True))
+    group_state = runtime.groups
+    group_state.plans[view.key] = (assignment.node, text)
+    group_state.book.expect(view.key, Expectation(placement=text, gated=True))
 
 
 @dataclass(frozen=True, slots=True)
@@ -333,8 +334,8 @@ async def void(runtime: Runtime, views: Sequence[MemberView]) -> None:
         runtime.check_may_write()
         with contextlib.suppress(KubeNotFoundError):  # gone: its deletion frees it
             await pod_writes.write_taken_back(runtime, namespace, name, placement=True)
-        runtime.gangs.plans.pop(view.key, None)
-        runtime.gangs.book.expect(view.key, Expectation(placement=None, gated=True))
+        runtime.groups.plans.pop(view.key, None)
+        runtime.groups.book.expect(view.key, Expectation(placement=None, gated=True))
         runtime.ledger.cancel(view.key)
         runtime.ledger.forget(view.key)
 
@@ -346,10 +347,10 @@ async def void(runtime: Runtime, views: Sequence[MemberView]) -> None:
 
 def _plan_of(runtime: Runtime, view: MemberView) -> str | None:
     """The node of the member's plan: this process's own write, else its assignment."""
-    mine = runtime.gangs.plans.get(view.key)
+    mine = runtime.groups.plans.get(view.key)
     if mine is not None:
         return mine[0]
-    return grouping.planned_node(view.body)
+    return group_members.planned_node(view.body)
 
 
 async def release(runtime: Runtime, views: Sequence[MemberView]) -> dict[str, str]:
@@ -364,7 +365,7 @@ async def release(runtime: Runtime, views: Sequence[MemberView]) -> dict[str, st
         namespace, _, name = view.key.partition("/")
         body: Mapping[str, object] = view.body
         for attempt in (1, 2):
-            operations = grouping.release_operations(body, node)
+            operations = group_members.release_operations(body, node)
             runtime.check_may_write()
             try:
                 if operations:
@@ -377,9 +378,12 @@ async def release(runtime: Runtime, views: Sequence[MemberView]) -> dict[str, st
                 body = await runtime.kube.get_pod(namespace, name)
                 continue
             break
-        text = grouping.placement_text(view.body) or runtime.gangs.plans.get(view.key, ("", ""))[1]
-        runtime.gangs.book.expect(view.key, Expectation(placement=text or None, gated=False))
-        runtime.gangs.plans.pop(view.key, None)
+        text = (
+            group_members.placement_text(view.body)
+            or runtime.groups.plans.get(view.key, ("", ""))[1]
+        )
+        runtime.groups.book.expect(view.key, Expectation(placement=text or None, gated=False))
+        runtime.groups.plans.pop(view.key, None)
         released[view.key] = node
 
     _, error = await _each(views, write)

@@ -1,8 +1,8 @@
 """The group worker: one task that brings every group to its next state (I/O).
 
-Handlers feed `GangState` (`observe_pod`, `capacity_changed`) and kick the worker; the
+Handlers feed `GroupState` (`observe_pod`, `capacity_changed`) and kick the worker; the
 worker takes each changed or due group in turn and calls `advance`, which runs
-`grouping.next_step` and carries the step out (`gang_release`) until the group waits
+`group_members.next_step` and carries the step out (`group_release`) until the group waits
 for something (members, room) or is placed. Only the replica that decides works, and
 a replica that takes over looks at every group once (restart recovery: partial plans
 are voided, complete ones released).
@@ -26,19 +26,20 @@ from typing import Any
 
 from numatopo_engine.domains import describe_domain
 from numatopo_engine.groups import GroupSpec
-from numatopo_operator import gang_release, translate
+from numatopo_operator import translate
 from numatopo_operator.errors import KubeError, KubeNotFoundError, NodeBusyError, NotActiveError
-from numatopo_operator.gang_release import GroupInvalidError, GroupUnplaceableError
-from numatopo_operator.grouping import (
+from numatopo_operator.groups import release as group_release
+from numatopo_operator.groups.members import (
     MemberView,
     PlacementRecord,
     StepKind,
     next_step,
     planned_node,
 )
+from numatopo_operator.groups.release import GroupInvalidError, GroupUnplaceableError
 from numatopo_operator.runtime import Runtime
 
-__all__ = ["advance", "observe_pod", "run_gangs", "settle_group"]
+__all__ = ["advance", "observe_pod", "run_groups", "settle_group"]
 
 logger = logging.getLogger(__name__)
 
@@ -56,19 +57,19 @@ TICK_SECONDS = 0.25
 
 def observe_pod(runtime: Runtime, event: str, body: Mapping[str, Any]) -> None:
     """Record a pod event (any pod): group members are booked, changed groups marked."""
-    gangs = runtime.gangs
+    group_state = runtime.groups
     key = translate.pod_key(body)
     if event == "DELETED" or translate.is_finished(body):
-        ended = gangs.book.forget(key)
-        gangs.first_seen.pop(key, None)
-        gangs.plans.pop(key, None)
-        gangs.said.difference_update({s for s in gangs.said if s.startswith(key + " ")})
-        gangs.touch([ended] if ended else [])
-        gangs.capacity_changed()
+        ended = group_state.book.forget(key)
+        group_state.first_seen.pop(key, None)
+        group_state.plans.pop(key, None)
+        group_state.said.difference_update({s for s in group_state.said if s.startswith(key + " ")})
+        group_state.touch([ended] if ended else [])
+        group_state.capacity_changed()
         return
-    gangs.touch(gangs.book.observe(body))
-    if key in gangs.book.invalid:
-        gangs.kick.set()
+    group_state.touch(group_state.book.observe(body))
+    if key in group_state.book.invalid:
+        group_state.kick.set()
 
 
 async def _tell(
@@ -85,9 +86,9 @@ async def _tell(
     refs = []
     for view in views:
         said = f"{view.key} {reason}" + ("" if once_per_pod else f" {message}")
-        if said in runtime.gangs.said:
+        if said in runtime.groups.said:
             continue
-        runtime.gangs.said.add(said)
+        runtime.groups.said.add(said)
         metadata = view.body.get("metadata") or {}
         refs.append(
             {
@@ -133,25 +134,25 @@ def _nodes_text(nodes: Mapping[str, str], order: Sequence[str]) -> str:
 
 async def advance(runtime: Runtime, group: str) -> bool:
     """Take the group's next steps; True when it must be looked at again later."""
-    gangs = runtime.gangs
+    group_state = runtime.groups
     metrics = runtime.metrics
     for _ in range(MAX_STEPS):
-        views = gangs.book.views(group)
-        step = next_step(gangs.book.specs(group), views)
+        views = group_state.book.views(group)
+        step = next_step(group_state.book.specs(group), views)
         spec = step.spec
         by_key = {v.key: v for v in views}
         chosen = [by_key[k] for k in step.keys if k in by_key]
         if step.kind is StepKind.IDLE:
-            gangs.waiting_for_room.discard(group)
+            group_state.waiting_for_room.discard(group)
             return False
         if step.kind is StepKind.INVALID:
             await _invalid(runtime, chosen, step.reason)
             return False
         assert spec is not None
         if step.kind is StepKind.WAIT:
-            gangs.complete_since.pop(group, None)
+            group_state.complete_since.pop(group, None)
             for view in chosen:
-                gangs.first_seen.setdefault(view.key, time.monotonic())
+                group_state.first_seen.setdefault(view.key, time.monotonic())
             await _tell(
                 runtime, chosen, WAITING,
                 f"group {group}: {step.seen} of {spec.size} members seen; nothing is placed "
@@ -162,12 +163,12 @@ async def advance(runtime: Runtime, group: str) -> bool:
         if step.kind is StepKind.VOID:
             logger.warning("group %s: taking back a partial plan of %s", group, list(step.keys))
             metrics.group_decisions.labels("voided").inc()
-            await gang_release.void(runtime, chosen)
+            await group_release.void(runtime, chosen)
             continue
         if step.kind is StepKind.PLAN:
-            gangs.complete_since.setdefault(group, time.monotonic())
+            group_state.complete_since.setdefault(group, time.monotonic())
             try:
-                placed = await gang_release.plan(runtime, spec, chosen)
+                placed = await group_release.plan(runtime, spec, chosen)
             except GroupInvalidError as exc:
                 await _invalid(runtime, chosen, str(exc))
                 return False
@@ -176,7 +177,7 @@ async def advance(runtime: Runtime, group: str) -> bool:
                 logger.info("%s", message)
                 await _unsatisfiable(runtime, group, chosen, message)
                 return True
-            gangs.waiting_for_room.discard(group)
+            group_state.waiting_for_room.discard(group)
             logger.info(
                 "group %s planned in %s: %s", group,
                 _where(placed.placement.level, placed.placement.path),
@@ -184,30 +185,30 @@ async def advance(runtime: Runtime, group: str) -> bool:
             )  # fmt: skip
             continue
         if step.kind is StepKind.RELEASE:
-            released = await gang_release.release(runtime, chosen)
+            released = await group_release.release(runtime, chosen)
             if any(v.gated and v.key not in released for v in views):
                 continue
             record = next((v.record for v in chosen if v.record is not None), None)
-            since = gangs.complete_since.pop(group, None)
+            since = group_state.complete_since.pop(group, None)
             if since is not None:  # not known after a restart between the phases
-                metrics.group_placement.observe(gang_release.elapsed(since))
+                metrics.group_placement.observe(group_release.elapsed(since))
             metrics.group_decisions.labels("placed").inc()
             order = [v.key for v in views]
             level = record.level if record is not None else None
             path = _record_path(record)
             placed_on = _all_nodes(runtime, views, released)
-            note = gang_release.preferred_note(runtime, spec, placed_on.values())
+            note = group_release.preferred_note(runtime, spec, placed_on.values())
             await _tell(
                 runtime, chosen, PLACED,
                 f"group {group}: {len(views)} members placed in {_where(level, path)}, "
                 f"by rank: {_nodes_text(placed_on, order)}{note}",
             )  # fmt: skip
             for view in chosen:
-                gangs.first_seen.pop(view.key, None)
+                group_state.first_seen.pop(view.key, None)
             continue
         if step.kind is StepKind.RECOVER:
             for view in chosen:
-                gangs.first_seen.setdefault(view.key, time.monotonic())
+                group_state.first_seen.setdefault(view.key, time.monotonic())
             running = next(
                 (planned_node(v.body) for v in views if not v.gated and v.record is not None), None
             )
@@ -220,9 +221,11 @@ async def advance(runtime: Runtime, group: str) -> bool:
                 and v.rank is not None
                 and (node := planned_node(v.body)) is not None
             }
-            around = gang_release.Around(ranks, tuple(v.rank for v in chosen if v.rank is not None))
+            around = group_release.Around(
+                ranks, tuple(v.rank for v in chosen if v.rank is not None)
+            )
             try:
-                recovered = await gang_release.recover(
+                recovered = await group_release.recover(
                     runtime, spec, chosen, step.anchor, running, around=around
                 )
             except GroupInvalidError as exc:
@@ -232,10 +235,10 @@ async def advance(runtime: Runtime, group: str) -> bool:
                 message = f"replacement member of running group {group} does not fit: {exc}"
                 await _unsatisfiable(runtime, group, chosen, message)
                 return True
-            gangs.waiting_for_room.discard(group)
-            released = await gang_release.release(runtime, chosen)
+            group_state.waiting_for_room.discard(group)
+            released = await group_release.release(runtime, chosen)
             for view in chosen:
-                took = gang_release.elapsed(gangs.first_seen.pop(view.key, None))
+                took = group_release.elapsed(group_state.first_seen.pop(view.key, None))
                 metrics.group_recovery.observe(took)
                 metrics.group_decisions.labels("recovered").inc()
                 where = _where(recovered.level, recovered.path)
@@ -267,7 +270,7 @@ async def _unsatisfiable(
 ) -> None:
     """Counted, told, and the group retried when room frees up (`waiting_for_room`)."""
     runtime.metrics.group_decisions.labels("unsatisfiable").inc()
-    runtime.gangs.waiting_for_room.add(group)
+    runtime.groups.waiting_for_room.add(group)
     await _tell(runtime, members, UNSATISFIABLE, message, warning=True)
 
 
@@ -285,12 +288,12 @@ def _all_nodes(
 
 async def _report_invalid(runtime: Runtime) -> None:
     """Members whose group annotations cannot be read: one Warning each."""
-    gangs = runtime.gangs
-    for key, why in sorted(gangs.book.invalid.items()):
+    group_state = runtime.groups
+    for key, why in sorted(group_state.book.invalid.items()):
         said = f"{key} {INVALID} {why}"
-        if said in gangs.said:
+        if said in group_state.said:
             continue
-        gangs.said.add(said)
+        group_state.said.add(said)
         namespace, _, name = key.partition("/")
         await runtime.kube.post_event(
             {"namespace": namespace, "name": name}, warning=True, reason=INVALID,
@@ -301,7 +304,7 @@ async def _report_invalid(runtime: Runtime) -> None:
 async def settle_group(runtime: Runtime, group: str) -> None:
     """`advance`, keeping the group in the retry queue while it needs another look.
     Never raises: this is the worker's boundary."""
-    gangs = runtime.gangs
+    group_state = runtime.groups
     again = True
     try:
         again = await advance(runtime, group)
@@ -313,39 +316,39 @@ async def settle_group(runtime: Runtime, group: str) -> None:
         logger.exception("group %s: unexpected error; looked at again later", group)
         runtime.metrics.handler_errors.inc()
     if again:
-        gangs.retries.schedule(group, {}, time.monotonic())
+        group_state.retries.schedule(group, {}, time.monotonic())
     else:
-        gangs.retries.discard(group)
+        group_state.retries.discard(group)
 
 
-async def run_gangs(runtime: Runtime) -> None:
+async def run_groups(runtime: Runtime) -> None:
     """Forever: work through changed and due groups while this replica decides."""
-    gangs = runtime.gangs
+    group_state = runtime.groups
     deciding_before = False
     while True:
-        due = gangs.retries.next_due()
+        due = group_state.retries.next_due()
         pause = TICK_SECONDS if due is None else min(max(due - time.monotonic(), 0), TICK_SECONDS)
         with contextlib.suppress(TimeoutError):
             async with asyncio.timeout(pause):
-                await gangs.kick.wait()
-        gangs.kick.clear()
-        deciding = runtime.deciding and gangs.nodes is not None
+                await group_state.kick.wait()
+        group_state.kick.clear()
+        deciding = runtime.deciding and group_state.nodes is not None
         if not deciding:
             deciding_before = False
             continue
         if not deciding_before:
             # Taking over (or starting): every group once, partial plans included.
-            gangs.dirty |= set(gangs.book.groups())
+            group_state.dirty |= set(group_state.book.groups())
             deciding_before = True
         try:
             await _report_invalid(runtime)
         except KubeError as exc:
             logger.warning("reporting invalid group members: %s", exc)
-        work = set(gangs.dirty)
-        gangs.dirty.clear()
-        work |= {group for group, _ in gangs.retries.pop_due(time.monotonic())}
+        work = set(group_state.dirty)
+        group_state.dirty.clear()
+        work |= {group for group, _ in group_state.retries.pop_due(time.monotonic())}
         for group in sorted(work):
             if not runtime.deciding:
-                gangs.dirty |= work
+                group_state.dirty |= work
                 break
             await settle_group(runtime, group)

@@ -2,7 +2,7 @@
 
 Like `indexes`, they are also kopf's start-up gate: no handler runs before every Node
 and NetworkTopology is listed, so the first group decision sees the whole domain tree.
-The group worker reads them live (`GangState.attach`): kopf updates an index in place.
+The group worker reads them live (`GroupState.attach`): kopf updates an index in place.
 Only what placement needs is kept per Node (labels, taints, cordon, and whether new pods
 may go there), so a Node's frequent status updates change nothing here.
 """

@@ -1,7 +1,7 @@
-"""`GangState`: the group worker's long-lived parts, one field of `Runtime` (pure).
+"""`GroupState`: the group worker's long-lived parts, one field of `Runtime` (pure).
 
 Handlers only record what changed here (`dirty`, then `kick`); the one worker task
-(`gang_worker.run_gangs`) does all group work, one group at a time, so two groups are
+(`group_worker.run_groups`) does all group work, one group at a time, so two groups are
 never planned against the same free GPUs at once.
 """
 
@@ -13,15 +13,15 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from numatopo_engine.network_topology import NetworkTopologySpec
-from numatopo_operator.gang_indexes import NodeView
-from numatopo_operator.grouping import GroupBook
+from numatopo_operator.groups.indexes import NodeView
+from numatopo_operator.groups.members import GroupBook
 from numatopo_operator.retrying import RetryQueue
 
-__all__ = ["GangState"]
+__all__ = ["GroupState"]
 
 
 @dataclass
-class GangState:
+class GroupState:
     retry_base_seconds: float
     retry_max_seconds: float
     book: GroupBook = field(default_factory=GroupBook)
@@ -33,7 +33,7 @@ class GangState:
     """Groups that did not fit: looked at again whenever capacity is freed or added."""
     kick: asyncio.Event = field(default_factory=asyncio.Event)
     nodes: Mapping[str, Iterable[NodeView]] | None = None
-    """kopf's live index of Node views (`gang_indexes`); None until the first handler."""
+    """kopf's live index of Node views (`group_indexes`); None until the first handler."""
     topologies: Mapping[str, Iterable[NetworkTopologySpec]] | None = None
     """kopf's live index of NetworkTopology specs."""
     said: set[str] = field(default_factory=set)

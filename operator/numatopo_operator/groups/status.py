@@ -28,8 +28,8 @@ from numatopo_engine.network_topology import (
     NetworkTopologySpec,
     NetworkTopologyStatus,
 )
-from numatopo_operator import gang_release
 from numatopo_operator.errors import KubeError, KubeNotFoundError
+from numatopo_operator.groups import release as group_release
 from numatopo_operator.runtime import Runtime
 
 __all__ = ["network_status", "write_network_statuses"]
@@ -71,7 +71,7 @@ def _status_patch(status: NetworkTopologyStatus) -> dict[str, object]:
 
 
 def _topologies(runtime: Runtime) -> dict[str, NetworkTopologySpec]:
-    index = runtime.gangs.topologies or {}
+    index = runtime.groups.topologies or {}
     found = {name: next(iter(specs), None) for name, specs in index.items()}
     return {name: spec for name, spec in found.items() if spec is not None}
 
@@ -100,7 +100,7 @@ async def write_network_statuses(runtime: Runtime) -> None:
         signature = (
             tuple((n, c.state, c.state.version) for n, c in nodes.items()),
             tuple(sorted((name, tuple(spec.labels)) for name, spec in topologies.items())),
-            len(runtime.gangs.nodes or {}),
+            len(runtime.groups.nodes or {}),
         )
         if signature == seen and now - computed_at < FULL_SECONDS:
             continue
@@ -110,7 +110,7 @@ async def write_network_statuses(runtime: Runtime) -> None:
         utilization.clear()
         fragmentation.clear()
         for name, spec in sorted(topologies.items()):
-            tree = gang_release.domain_tree(runtime, spec.labels)
+            tree = group_release.domain_tree(runtime, spec.labels)
             for (level, domain), ratio in domain_utilization(tree, nodes).items():
                 utilization.labels(name, level, domain).set(ratio)
             for level, ratio in domain_fragmentation(tree, nodes).items():

@@ -13,7 +13,7 @@ member's life, as seen here:
                      assigned node and the gate is gone; kube-scheduler binds it there
 
 `next_step` turns the members of one group into the one thing to do next (see its
-docstring for the rules, including restart recovery); `gang_release` does it.
+docstring for the rules, including restart recovery); `group_release` does it.
 
 What the watch stream has not shown yet is overlaid from `Expectation`s: after the
 operator writes a plan, a void or a release, the next step is computed from what it
