@@ -1,7 +1,7 @@
 """Print `kubectl numatopo explain` for a pod refused on most nodes (README's sample).
 
 Runs against kmock's Kubernetes emulator over real HTTP, with the real operator filling
-the busy nodes (the scene of tests/controller/test_kubectl_plugin.py):
+the busy nodes (the scene of tests/operator/test_kubectl_plugin.py):
 
     .venv/bin/python scripts/kubectl_explain_demo.py [BUSY_NODES]
 """
@@ -17,10 +17,10 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path[:0] = [str(ROOT / "tests"), str(ROOT / "tests" / "controller")]
 
 import kmock  # noqa: E402
-
-import signing_keys  # noqa: E402
 from controller import conftest  # noqa: E402
 from controller.kubectl_scene import assigned, build, run_plugin  # noqa: E402
+
+import signing_keys  # noqa: E402
 
 
 async def demo(busy: int) -> str:

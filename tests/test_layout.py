@@ -18,11 +18,14 @@ def test_no_package_named_operator() -> None:
 
 
 def test_operator_not_shadowed_without_site() -> None:
-    """`python -S` with the repo on sys.path is where a stray package would win."""
+    """`python -S` with the repo on sys.path is where a stray package would win; `tests/`
+    is on pytest's path too, and its `tests/operator` folder (the operator's tests) must
+    stay a plain folder that the stdlib module outranks."""
+    assert not (REPO / "tests" / "operator" / "__init__.py").exists()
     out = subprocess.run(
         [sys.executable, "-S", "-c", "import operator; print(operator.__file__)"],
         cwd=REPO,
-        env={"PYTHONPATH": f"{REPO}:{REPO / 'operator'}"},
+        env={"PYTHONPATH": f"{REPO / 'tests'}:{REPO}:{REPO / 'operator'}"},
         capture_output=True,
         text=True,
         check=True,

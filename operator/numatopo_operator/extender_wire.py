@@ -37,7 +37,7 @@ __all__ = [
     "pod",
 ]
 
-# Measured (tests/controller/test_extender_attacks.py): ExtenderArgs with 5,000 node
+# Measured (tests/operator/test_extender_attacks.py): ExtenderArgs with 5,000 node
 # names of 58 characters and an 8-GPU pod with its managedFields is 0.3 MiB; with 5,000
 # names of the longest kind (253 characters) 1.2 MiB. A pod is at most ~1.5 MiB (etcd's
 # request limit), so even both extremes together fit three times over. Node objects

@@ -184,7 +184,7 @@ class Runtime:
 
         The thread still takes the GIL from the loop, but CPython hands it back every
         switch interval (5 ms), so the loop keeps turning: measured in
-        `benchmarks/bench_loop_lag.py` and `tests/controller/test_event_loop_lag.py`.
+        `benchmarks/bench_loop_lag.py` and `tests/operator/test_event_loop_lag.py`.
         """
         loop = asyncio.get_running_loop()
         return await loop.run_in_executor(self.engine, functools.partial(work, *args, **kwargs))

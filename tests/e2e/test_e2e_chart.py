@@ -26,7 +26,7 @@ REPO = Path(__file__).resolve().parents[2]
 def _single_pod_workload(path: Path) -> bool:
     """Examples this test runs one pod of: not numatopo's own objects (a NetworkTopology),
     not group members (a group waits for all its members on labelled nodes;
-    tests/controller/test_groups_cluster.py places them)."""
+    tests/operator/test_groups_cluster.py places them)."""
     manifest = yaml.safe_load(path.read_text())
     template = manifest.get("spec", {}).get("template", manifest)
     annotations = (template.get("metadata") or {}).get("annotations") or {}

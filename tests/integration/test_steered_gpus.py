@@ -69,7 +69,7 @@ def pod_plans(max_gpus: int) -> st.SearchStrategy[PodPlan]:
         # Steerable shapes only: the kubelet hands an init container's GPUs to the next
         # container asking for GPUs; when that one asks fewer, it takes a random part of
         # them, which no device plugin is asked about (Follow covers it: see
-        # tests/controller/test_gpu_follow.py and the unsteerable case below). So each
+        # tests/operator/test_gpu_follow.py and the unsteerable case below). So each
         # init container asks at most what the next one does.
         following = sidecar or next((g for g in apps if g), 0)
         return PodPlan(apps, inits=sorted(min(i, following) for i in inits), sidecar=sidecar)

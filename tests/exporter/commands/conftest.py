@@ -14,7 +14,7 @@ import signing_keys
 from numatopo_cli.main import main
 
 # The real sysfs trees' fixtures, shared with this folder's tests.
-from ..sysfs.conftest import sysfs_tree, tree_copy  # noqa: F401
+from ..discovery.sysfs.conftest import sysfs_tree, tree_copy  # noqa: F401
 
 TREE = "linux-amd64-accel-nvidia"
 

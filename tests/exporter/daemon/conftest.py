@@ -23,7 +23,7 @@ from numatopo_kube import APPLY
 from ..conftest import NODE, NODE_UID, register_cluster  # noqa: F401
 
 # The real sysfs trees' fixtures, shared with this folder's tests.
-from ..sysfs.conftest import sysfs_tree, tree_copy  # noqa: F401
+from ..discovery.sysfs.conftest import sysfs_tree, tree_copy  # noqa: F401
 
 
 class Outage:

@@ -14,9 +14,9 @@ from numatopo_exporter.discovery.discover import DiscoverOptions
 from numatopo_kube.backoff import Backoff
 
 from ..conftest import NodeClient
-from ..sysfs.conftest import write_tree
-from ..sysfs.test_real_world_quirks import NODE as NODE_DIR
-from ..sysfs.test_real_world_quirks import machine
+from ..discovery.sysfs.conftest import write_tree
+from ..discovery.sysfs.test_real_world_quirks import NODE as NODE_DIR
+from ..discovery.sysfs.test_real_world_quirks import machine
 from .conftest import NODE
 
 NTP = "numatopo.io/v1alpha1/numatopologies"

@@ -1,6 +1,6 @@
 """A small cluster for `kubectl numatopo`: GPU nodes filled by the real operator.
 
-Shared by tests/controller/test_kubectl_plugin.py and scripts/kubectl_explain_demo.py
+Shared by tests/operator/test_kubectl_plugin.py and scripts/kubectl_explain_demo.py
 (the README's sample output): `busy` nodes have both NUMA nodes' GPUs booked by pods
 the operator assigned, `free` nodes are empty, one node is stale, one is tainted.
 """

@@ -23,7 +23,7 @@ from numatopo_engine.simulation.leafspine import (
 )
 from numatopo_engine.simulation.trace import NodeRow
 
-GB200 = Path(__file__).resolve().parents[1] / "fixtures" / "topologies" / "gb200-like.json"
+GB200 = Path(__file__).resolve().parents[2] / "fixtures" / "topologies" / "gb200-like.json"
 
 
 @pytest.fixture(scope="module")

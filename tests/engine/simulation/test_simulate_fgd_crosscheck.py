@@ -20,7 +20,7 @@ import pytest
 from numatopo_engine.simulation import build_workload, simulate
 from numatopo_engine.simulation.trace import GPU_MILLI
 
-ALIBABA = Path(__file__).resolve().parents[1] / "fixtures" / "alibaba"
+ALIBABA = Path(__file__).resolve().parents[2] / "fixtures" / "alibaba"
 TOLERANCE_PCT = 2.0
 ARRIVED_POINTS = (90, 100, 130)
 

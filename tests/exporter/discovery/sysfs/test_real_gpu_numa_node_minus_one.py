@@ -22,7 +22,7 @@ from numatopo_exporter.discovery.sysfs import read_sysfs
 TreeOf = Callable[[str], Path]
 TREE = "16intel64-1n16c+h200+firecracker"
 GPU_DIR = "sys/devices/pci0000:00/0000:00:06.0"
-TOPO = Path(__file__).resolve().parents[2] / "fixtures" / "topo"
+TOPO = Path(__file__).resolve().parents[3] / "fixtures" / "topo"
 
 
 def gpu_numa(root: Path) -> list[tuple[str, int | None]]:

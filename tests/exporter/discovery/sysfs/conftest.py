@@ -5,7 +5,7 @@ machines, checked in compressed under `tests/fixtures/sysfs/` and extracted once
 The lstopo references under `tests/fixtures/lstopo/` are what
 `HWLOC_FSROOT=<tree> HWLOC_THISSYSTEM=0 lstopo-no-graphics --of xml --whole-io -`
 printed for each tree, with the lines naming the machine that ran lstopo removed.
-Regenerate them with `NUMATOPO_REGENERATE_LSTOPO=1 pytest -m lstopo tests/exporter/sysfs`.
+Regenerate them with `NUMATOPO_REGENERATE_LSTOPO=1 pytest -m lstopo tests/exporter/discovery/sysfs`.
 """
 
 from __future__ import annotations
@@ -21,7 +21,7 @@ import pytest
 
 from sysfs_trees import ARCHIVES, extract_shared, shared_trees
 
-FIXTURES = Path(__file__).resolve().parents[2] / "fixtures"
+FIXTURES = Path(__file__).resolve().parents[3] / "fixtures"
 LSTOPO_REFERENCES = FIXTURES / "lstopo"
 LSTOPO = "lstopo-no-graphics"
 

@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-ROOT = Path(__file__).resolve().parents[2]
+ROOT = Path(__file__).resolve().parents[3]
 API = ROOT / "exporter" / "numatopo_exporter" / "kubelet_api"
 
 

@@ -18,7 +18,7 @@ from numatopo_engine.simulation import (
     parse_topology_map,
 )
 
-ALIBABA = Path(__file__).resolve().parents[1] / "fixtures" / "alibaba"
+ALIBABA = Path(__file__).resolve().parents[2] / "fixtures" / "alibaba"
 
 
 @pytest.fixture(scope="session")

@@ -23,7 +23,7 @@ from numatopo_exporter.discovery.sysfs import read_sysfs
 from sysfs_trees import archive_stem, extract_tree
 
 TreeOf = Callable[[str], Path]
-SCRIPT = Path(__file__).resolve().parents[3] / "scripts" / "capture_sysfs.py"
+SCRIPT = Path(__file__).resolve().parents[4] / "scripts" / "capture_sysfs.py"
 H200 = "16intel64-1n16c+h200+firecracker"
 
 
