@@ -15,8 +15,9 @@ Error and nothing changes:
 
 Only then does `assigning.bind_pod` decide (a pod whose devices come from ResourceClaims
 around the devices kube-scheduler allocated them: `dra_bind`) and write the assignment
-and the Binding;
-the Binding carries the pod's uid, so a pod replaced since is never bound.
+and the Binding; a group member with such claims, which comes with its group's
+assignment, is first decided again around them (`dra_bind.follow_member`). The Binding
+carries the pod's uid, so a pod replaced since is never bound.
 """
 
 from __future__ import annotations
@@ -90,4 +91,6 @@ async def bind_checked(runtime: Runtime, args: BindingArgs) -> str:
     refused = node_rules.refusal(_spec(pod), node)
     if refused:
         return f"pod {args.key} cannot go to node {args.node}: {refused}"
-    return await assigning.bind_pod(runtime, PodView(pod), args.node, first=dra_bind.decide)
+    view = PodView(pod)
+    await dra_bind.follow_member(runtime, view, args.node)
+    return await assigning.bind_pod(runtime, view, args.node, first=dra_bind.decide)

@@ -12,6 +12,15 @@ devices, so the decision is made and booked over them (`Ledger.reserve(over=...)
 
 A claim not allocated (yet), or one that cannot be followed, is said in a Warning Event
 `DRAClaimsNotFollowed` and the log, and the pod is decided from its requests as before.
+
+A group member (`numatopo.io/group-placement`) with such claims comes to `/bind` with its
+group's assignment on its planned node: CPUs and memory from its requests, no device
+(its request counts no claim's devices), so nothing there is next to what the scheduler
+allocated. `follow_member` decides it again the same way, and the new assignment
+replaces the group's on the same node (the placement record stays as written: the
+group worker reads only the record and the assignment's node). When the claims cannot
+be followed, the member keeps its group's assignment, which names no device, and the
+Event says so.
 """
 
 from __future__ import annotations
@@ -19,91 +28,187 @@ from __future__ import annotations
 import logging
 import time
 
-from numatopo_engine.annotations import State
-from numatopo_engine.dra.allocated import NotFollowedError, claimed_devices
+from numatopo_engine import annotations as keys
+from numatopo_engine.annotations import Assignment, State
+from numatopo_engine.dra.allocated import Claimed, NotFollowedError, claimed_devices
 from numatopo_engine.dra.claims import pod_claims
 from numatopo_engine.dra.pods import devices_from_claims
 from numatopo_engine.errors import InvalidRequestError, OverlapError, UnsatisfiableError
+from numatopo_engine.model import NumatopologySpec
 from numatopo_engine.relaxed_allocation import allocate_around
 from numatopo_engine.request import PodRequest
-from numatopo_operator import assigning, translate
+from numatopo_operator import assigning, pod_writes, translate
 from numatopo_operator.assigning import Outcome
 from numatopo_operator.dra_holds import HELD
 from numatopo_operator.errors import NodeBusyError
+from numatopo_operator.pod_view import PodView
 from numatopo_operator.runtime import Runtime
 from numatopo_operator.translate import RawPod
 
-__all__ = ["NOT_FOLLOWED", "decide"]
+__all__ = ["NOT_FOLLOWED", "decide", "follow_member"]
 
 logger = logging.getLogger(__name__)
 
 NOT_FOLLOWED = "DRAClaimsNotFollowed"
 
 
+def _from_claims(runtime: Runtime, pod: RawPod) -> bool:
+    resources = runtime.settings.resources
+    return devices_from_claims(pod, lambda r: resources.is_gpu(r) or resources.is_nic(r))
+
+
+async def _claimed(
+    runtime: Runtime, pod: RawPod, request: PodRequest, node: str, topology: NumatopologySpec
+) -> Claimed:
+    """What the pod's claims, read afresh, give its containers on `node`; raises
+    `NotFollowedError`."""
+    ref = assigning.pod_ref(pod)
+    joined = runtime.dra_holds.joined(node, topology)
+    if joined is None:
+        raise NotFollowedError(f"node {node} publishes no DRA devices")
+    entries = pod_claims(pod)
+    claims = {}
+    for entry in entries:
+        if entry.claim is None:
+            continue  # its template's claim is not created yet: `claimed_devices` says so
+        raw = await runtime.kube.get_resource_claim(ref["namespace"], entry.claim)
+        if raw is not None:
+            claims[entry.claim] = raw
+    return claimed_devices(topology, request, entries, claims, joined)
+
+
+def _own_holds(pod: RawPod) -> set[str]:
+    """The hold keys of the pod's own claims (`dra_holds`)."""
+    namespace = assigning.pod_ref(pod)["namespace"]
+    return {f"{HELD}{namespace}/{e.claim}" for e in pod_claims(pod) if e.claim}
+
+
+async def _not_followed(runtime: Runtime, pod: RawPod, node: str, message: str) -> None:
+    logger.warning("binding %s to %s: %s", translate.pod_key(pod), node, message)
+    ref = assigning.pod_ref(pod)
+    await runtime.kube.post_event(ref, warning=True, reason=NOT_FOLLOWED, message=message)
+
+
+async def _around(
+    runtime: Runtime, key: str, node: str, claimed: Claimed, own: set[str]
+) -> Outcome | None:
+    """Decide on `node` around exactly the claimed devices and book it over the pod's own
+    holds (`own`), replacing what `key` holds there; call under the node's lock. None
+    when the node has no usable state."""
+    ledger = runtime.ledger
+    topology, frozen = ledger.topology(node), ledger.frozen_state(node)
+    if topology is None or frozen is None:
+        return None
+    state = frozen.copy()
+    for hold in own:
+        state.release(hold)
+    state.release(key)  # a group member's group booking: this decision replaces it
+    try:
+        assignment, relaxed = await runtime.in_engine_thread(
+            allocate_around, topology, claimed.around(state), claimed.request,
+            node, engine=runtime.decisions, pinned=claimed.gpus, pinned_nics=claimed.nics,
+        )  # fmt: skip
+    except InvalidRequestError as exc:
+        return Outcome(State.INVALID, translate.invalid_message(exc))
+    except UnsatisfiableError as exc:
+        return Outcome(State.UNSATISFIABLE, translate.unsatisfiable_message(node, exc.reason))
+    if relaxed:
+        logger.warning("%s holds claimed devices on %s; placed best-effort around them: %s",
+                       key, node, relaxed)  # fmt: skip
+    assignment = assignment.model_copy(update={"seq": ledger.next_seq(node)})
+    try:
+        ledger.reserve(node, key, assignment, over=own)
+    except (KeyError, OverlapError) as exc:
+        raise NodeBusyError(f"node {node} changed while deciding for {key}: {exc}") from None
+    return Outcome(State.ASSIGNED, translate.assigned_message(assignment), assignment)
+
+
 async def decide(runtime: Runtime, pod: RawPod, request: PodRequest, node: str) -> Outcome | None:
     """The pod's decision on `node` around its claims' devices, booked; None when its
     devices do not come from claims, or they cannot be followed (said in an Event):
     then it is decided from its requests."""
-    resources = runtime.settings.resources
-    if not devices_from_claims(pod, lambda r: resources.is_gpu(r) or resources.is_nic(r)):
+    if not _from_claims(runtime, pod):
         return None
-    ref = assigning.pod_ref(pod)
     ledger = runtime.ledger
     topology = ledger.topology(node)
     if topology is None or runtime.stale_reason(node) is not None:
         return None  # nothing can be decided there; the caller says why
-    entries = pod_claims(pod)
     try:
-        joined = runtime.dra_holds.joined(node, topology)
-        if joined is None:
-            raise NotFollowedError(f"node {node} publishes no DRA devices")
-        claims = {}
-        for entry in entries:
-            if entry.claim is None:
-                continue  # its template's claim is not created yet: said below
-            raw = await runtime.kube.get_resource_claim(ref["namespace"], entry.claim)
-            if raw is not None:
-                claims[entry.claim] = raw
-        claimed = claimed_devices(topology, request, entries, claims, joined)
+        claimed = await _claimed(runtime, pod, request, node, topology)
     except NotFollowedError as exc:
-        message = (
+        await _not_followed(runtime, pod, node, (
             "numatopo places this pod's CPUs and memory from its requests, not next to "
             f"its claims' devices: {exc}"
-        )
-        logger.warning("binding %s to %s: %s", request.key, node, message)
-        await runtime.kube.post_event(ref, warning=True, reason=NOT_FOLLOWED, message=message)
+        ))  # fmt: skip
         return None
-    own = {f"{HELD}{ref['namespace']}/{e.claim}" for e in entries if e.claim}
     started = time.perf_counter()
     async with ledger.lock(node):
         held = ledger.state(node)
         if ledger.node_of(request.key) == node and held and request.key in held.assignments:
             mine = held.assignments[request.key]
             return Outcome(State.ASSIGNED, translate.assigned_message(mine), mine)
-        frozen = ledger.frozen_state(node)
-        if frozen is None:
-            return None
-        state = frozen.copy()
-        for hold in own:
-            state.release(hold)
-        try:
-            assignment, relaxed = await runtime.in_engine_thread(
-                allocate_around, topology, claimed.around(state), claimed.request,
-                node, engine=runtime.decisions, pinned=claimed.gpus, pinned_nics=claimed.nics,
-            )  # fmt: skip
-        except InvalidRequestError as exc:
-            return Outcome(State.INVALID, translate.invalid_message(exc))
-        except UnsatisfiableError as exc:
-            return Outcome(State.UNSATISFIABLE, translate.unsatisfiable_message(node, exc.reason))
-        if relaxed:
-            logger.warning("%s holds claimed devices on %s; placed best-effort around them: %s",
-                           request.key, node, relaxed)  # fmt: skip
-        assignment = assignment.model_copy(update={"seq": ledger.next_seq(node)})
-        try:
-            ledger.reserve(node, request.key, assignment, over=own)
-        except (KeyError, OverlapError) as exc:
-            raise NodeBusyError(
-                f"node {node} changed while deciding for {request.key}: {exc}"
-            ) from None
+        outcome = await _around(runtime, request.key, node, claimed, _own_holds(pod))
     runtime.metrics.latency.labels("bind").observe(time.perf_counter() - started)
-    return Outcome(State.ASSIGNED, translate.assigned_message(assignment), assignment)
+    return outcome
+
+
+def _follows(assignment: Assignment, claimed: Claimed) -> bool:
+    """Whether `assignment` already names exactly the claimed devices, per container
+    (a `/bind` again after a Binding that failed: decided already)."""
+    containers = assignment.containers
+    for name, container in containers.items():
+        if sorted(container.gpu_indices) != claimed.gpus.get(name, []):
+            return False
+        if sorted(container.nics) != claimed.nics.get(name, []):
+            return False
+    for name, cpus in claimed.cpus.items():
+        found = containers.get(name)
+        if found is None or not set(cpus) <= set(found.cpus):
+            return False
+    return set(claimed.gpus) | set(claimed.nics) <= set(containers)
+
+
+async def follow_member(runtime: Runtime, pod: PodView, node: str) -> None:
+    """A group member whose devices come from its claims, booked on `node` by its group:
+    its assignment replaced by one around the devices the claims were allocated there,
+    and written (signed, the placement record untouched). Nothing for any other pod, or
+    when it names those devices already; when they cannot be followed the member keeps
+    its group's assignment (no devices in it) and a `DRAClaimsNotFollowed` Event says so.
+    Raises `KubeError`, `NotActiveError`, `NodeBusyError` (the bind fails and is retried)."""
+    key, ledger = pod.key, runtime.ledger
+    if keys.GROUP_PLACEMENT not in pod.annotations or not _from_claims(runtime, pod):
+        return
+    current = pod.assignment
+    if current is None or current.node != node or ledger.node_of(key) != node:
+        return  # not its group's node: `bind_pod` decides as for any pod
+    topology = ledger.topology(node)
+    if topology is None or runtime.stale_reason(node) is not None:
+        return  # nothing can be decided there now: it keeps its group's assignment
+    kept = "numatopo keeps this group member's CPUs and memory where its group placed them"
+    try:
+        request = assigning.read_request(runtime, pod)
+        claimed = await _claimed(runtime, pod, request, node, topology)
+    except (InvalidRequestError, NotFollowedError) as exc:
+        await _not_followed(runtime, pod, node, f"{kept}, not next to its claims' devices: {exc}")
+        return
+    started = time.perf_counter()
+    async with ledger.lock(node):
+        held = ledger.state(node)
+        booked = held.assignments.get(key) if held is not None else None
+        if booked is None or ledger.node_of(key) != node or _follows(booked, claimed):
+            return
+        outcome = await _around(runtime, key, node, claimed, _own_holds(pod))
+    runtime.metrics.latency.labels("bind").observe(time.perf_counter() - started)
+    if outcome is None or outcome.assignment is None:
+        why = outcome.message if outcome is not None else f"node {node} has no usable state"
+        await _not_followed(runtime, pod, node, f"{kept}: around its claims' devices, {why}")
+        return
+    try:
+        await pod_writes.write_outcome(runtime, pod, State.ASSIGNED, outcome.assignment)
+    except Exception:
+        ledger.cancel(key)  # the group's booking stands again
+        raise
+    ref = assigning.pod_ref(pod)
+    message = f"group member follows its claims' devices: {outcome.message}"
+    logger.info("%s: %s", key, message)
+    await runtime.kube.post_event(ref, warning=False, reason=translate.ASSIGNED, message=message)

@@ -1,17 +1,22 @@
 """Group placement on a DRA cluster, end to end (the real operator over HTTP against
-kmock's emulator, an AWS p4d node with NVIDIA-shaped ResourceSlices): group members that
-also carry the `numatopo.io/dra` gate are placed by their group, and their claims are
-left to kube-scheduler on the planned node, never allocated a second way; the group
-placer counts what other claims hold."""
+kmock's emulator, an AWS p4d node with NVIDIA-shaped ResourceSlices, GPUs 0-3 on NUMA 0
+and 4-7 on NUMA 1): group members that also carry the `numatopo.io/dra` gate are placed
+by their group, and their claims are left to kube-scheduler on the planned node, never
+allocated a second way; at `/bind` a member's assignment follows the devices the
+scheduler allocated its claims; the group placer counts what other claims hold."""
 
 from __future__ import annotations
 
+import asyncio
+import json
 from typing import Any
 
 from dra_objects import claim, request
 from numatopo_engine import annotations as keys
+from numatopo_engine.cpuset import CPUSet
 
 from .conftest import Cluster, make_pod
+from .test_dra_bind import NUMA1_GPUS, allocate
 from .test_dra_cluster import (
     CLAIMS,
     FAST,
@@ -22,6 +27,7 @@ from .test_dra_cluster import (
     dra_pod,
     free,
     hold,
+    spec,
 )
 
 GROUP_GATE = keys.GROUP
@@ -56,6 +62,88 @@ async def test_group_members_with_claims_leave_them_to_the_scheduler_on_the_plan
         assert "DRAAllocated" not in reasons(cluster, name)
     assert allocated(cluster, "c0") == []
     assert allocated(cluster, "c1") == []
+
+
+async def released_group(cluster: Cluster, start_operator: Any, wait: Any) -> Any:
+    """Two members (2 claimed GPUs, 8 CPUs each) placed by their group and released with
+    both gates gone, as kube-scheduler then finds them; the running operator."""
+    await build(cluster)
+    for rank in range(2):
+        await cluster.create(CLAIMS, claim(f"c{rank}", [request("gpu", "gpu.nvidia.com", 2)]))
+        pod = dra_pod(f"m{rank}", [f"c{rank}"], policy="best-effort")
+        pod["metadata"]["annotations"].update({keys.GROUP: "g", keys.GROUP_SIZE: "2"})
+        pod["spec"]["schedulingGates"] = [{"name": GROUP_GATE}, {"name": keys.DRA_GATE}]
+        await cluster.create_pod(pod)
+    running = await start_operator(**FAST)
+    for name in ("m0", "m1"):
+        await wait(lambda name=name: not gates(cluster, name), what=f"{name} released")
+    return running
+
+
+def main_of(cluster: Cluster, name: str) -> dict[str, Any]:
+    assignment = json.loads(cluster.annotations(name)[keys.ASSIGNMENT])
+    return dict(assignment["containers"]["main"])
+
+
+async def test_a_members_assignment_follows_the_devices_its_claims_got_at_bind(
+    cluster: Cluster, start_operator: Any, wait: Any
+) -> None:
+    """The group placed m0's CPUs from its requests (NUMA 0 here, no device: its request
+    counts none of its claims'); kube-scheduler then allocated its claim GPUs 4 and 5 on
+    NUMA 1. Its bind replaces the group's assignment by one naming those GPUs with CPUs
+    and memory on NUMA 1, on the same node, under the same placement record, and the
+    group worker leaves it so (no new plan, no recovery)."""
+    running = await released_group(cluster, start_operator, wait)
+    planned = main_of(cluster, "m0")
+    placement = cluster.annotations("m0")[keys.GROUP_PLACEMENT]
+    numa1 = set(next(n for n in spec().numa_nodes if n.id == 1).cpus)
+    assert planned["gpuIndices"] == []
+    assert not set(CPUSet.parse(planned["cpus"])) <= numa1
+    bindings = cluster.emulate_binding()
+    await allocate(cluster, "c0", "m0", NUMA1_GPUS)
+    await wait(lambda: free(cluster)[0] == 6, what="the claim's GPUs booked as a hold")
+
+    status, result = await running.post("/bind", cluster.binding_args("m0", NODE))
+
+    assert (status, result) == (200, {"Error": ""})
+    assert [b["target"]["name"] for b in bindings] == [NODE]
+    main = main_of(cluster, "m0")
+    assert sorted(main["gpuIndices"]) == NUMA1_GPUS
+    assert set(CPUSet.parse(main["cpus"])) <= numa1, main["cpus"]
+    assert main["mems"] == "1"
+    annotations = cluster.annotations("m0")
+    assert annotations[keys.GROUP_PLACEMENT] == placement
+    assert json.loads(annotations[keys.ASSIGNMENT])["node"] == NODE
+    assert "DRAClaimsNotFollowed" not in reasons(cluster, "m0")
+    # Booked once, as the pod's: its GPUs are no longer counted twice (hold and pod).
+    await wait(lambda: free(cluster)[0] == 6, what="six GPUs free")
+    booked = running.runtime.ledger.state(NODE).assignments["default/m0"]
+    assert sorted(booked.containers["main"].gpu_indices) == NUMA1_GPUS
+    await asyncio.sleep(1.0)  # the group worker has seen the new assignment by now
+    assert main_of(cluster, "m0") == main
+    assert cluster.annotations("m0")[keys.GROUP_PLACEMENT] == placement
+    assert not {"GroupRecovered", "GroupInvalid"} & set(reasons(cluster, "m0"))
+
+
+async def test_a_member_whose_claims_are_not_allocated_at_bind_keeps_its_groups_cpus(
+    cluster: Cluster, start_operator: Any, wait: Any
+) -> None:
+    """Nothing to follow: the member keeps its group's assignment (CPUs and memory only,
+    no device named), is bound, and the Event says why."""
+    running = await released_group(cluster, start_operator, wait)
+    planned = cluster.annotations("m1")[keys.ASSIGNMENT]
+    bindings = cluster.emulate_binding()
+
+    status, result = await running.post("/bind", cluster.binding_args("m1", NODE))
+
+    assert (status, result) == (200, {"Error": ""})
+    assert len(bindings) == 1
+    assert cluster.annotations("m1")[keys.ASSIGNMENT] == planned
+    assert main_of(cluster, "m1")["gpuIndices"] == []
+    said = [m for r, m in cluster.events_for("m1") if r == "DRAClaimsNotFollowed"]
+    assert said, cluster.events_for("m1")
+    assert "where its group placed them" in said[0]
+    assert "claim c1 is not allocated yet" in said[0]
 
 
 async def test_the_group_placer_counts_what_other_claims_hold(
