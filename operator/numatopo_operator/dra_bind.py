@@ -181,10 +181,12 @@ async def follow_member(runtime: Runtime, pod: PodView, node: str) -> None:
     current = pod.assignment
     if current is None or current.node != node or ledger.node_of(key) != node:
         return  # not its group's node: `bind_pod` decides as for any pod
-    topology = ledger.topology(node)
-    if topology is None or runtime.stale_reason(node) is not None:
-        return  # nothing can be decided there now: it keeps its group's assignment
     kept = "numatopo keeps this group member's CPUs and memory where its group placed them"
+    topology = ledger.topology(node)
+    stale = runtime.stale_reason(node) if topology is not None else translate.NO_NUMATOPOLOGY
+    if topology is None or stale is not None:
+        await _not_followed(runtime, pod, node, f"{kept}: nothing can be decided there: {stale}")
+        return
     try:
         request = assigning.read_request(runtime, pod)
         claimed = await _claimed(runtime, pod, request, node, topology)

@@ -125,6 +125,28 @@ async def test_a_members_assignment_follows_the_devices_its_claims_got_at_bind(
     assert not {"GroupRecovered", "GroupInvalid"} & set(reasons(cluster, "m0"))
 
 
+async def test_a_bind_again_after_a_failed_binding_keeps_the_followed_assignment(
+    cluster: Cluster, start_operator: Any, wait: Any
+) -> None:
+    """The Binding failed after the member's assignment followed its claims: the member
+    stays pinned to its node, so the assignment stays; kube-scheduler's next `/bind`
+    finds it naming the claimed devices already and decides nothing again."""
+    running = await released_group(cluster, start_operator, wait)
+    bindings = cluster.emulate_binding(fail=True)
+    await allocate(cluster, "c0", "m0", NUMA1_GPUS)
+    await wait(lambda: free(cluster)[0] == 6, what="the claim's GPUs booked as a hold")
+
+    _, first = await running.post("/bind", cluster.binding_args("m0", NODE))
+    followed = cluster.annotations("m0")[keys.ASSIGNMENT]
+    _, again = await running.post("/bind", cluster.binding_args("m0", NODE))
+
+    assert "failed" in first["Error"]
+    assert "failed" in again["Error"]
+    assert len(bindings) == 2
+    assert sorted(main_of(cluster, "m0")["gpuIndices"]) == NUMA1_GPUS
+    assert cluster.annotations("m0")[keys.ASSIGNMENT] == followed
+
+
 async def test_a_member_whose_claims_are_not_allocated_at_bind_keeps_its_groups_cpus(
     cluster: Cluster, start_operator: Any, wait: Any
 ) -> None:
