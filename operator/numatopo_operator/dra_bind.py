@@ -180,7 +180,7 @@ async def follow_member(runtime: Runtime, pod: PodView, node: str) -> None:
         return
     current = pod.assignment
     if current is None or current.node != node or ledger.node_of(key) != node:
-        return  # not its group's node: `bind_pod` decides as for any pod
+        return  # not booked on this node by its group: `bind_pod` decides as for any pod
     kept = "numatopo keeps this group member's CPUs and memory where its group placed them"
     topology = ledger.topology(node)
     stale = runtime.stale_reason(node) if topology is not None else translate.NO_NUMATOPOLOGY
