@@ -55,7 +55,7 @@ TICK = 0.01
 LAG_BOUND = 0.15
 SHARE_OF_WINDOW = 1 / 3
 # Loop work per wake-up, whatever the load (CPU time): the goal itself. Measured with the
-# engine in its thread: 13-78 ms (a cold filter's own work on the loop, the collector);
+# engine in its thread: 13-78 ms (the worst during a cold filter, cause not profiled);
 # with the engine on the loop, a cold filter or the assigner's decision alone exceeds it.
 WORK_BOUND = 0.1
 NUMA64 = Path(__file__).resolve().parents[1] / "fixtures" / "topologies" / "numa64-synthetic.json"
