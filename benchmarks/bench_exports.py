@@ -4,7 +4,7 @@ already makes for the same node (the baseline, measured in the same run).
 Per fixture topology (tests/fixtures/topologies), published as a node of a real fleet
 would publish it (its own name, GPU UUIDs and bus ids: `simulation.fleet.identify`) and
 half-booked by real assignments: the time to build the NodeResourceTopology and the
-Volcano Numatopology and their digests (`ExportFormat.build` + `_digest`, what
+Volcano Numatopology and their digests (`ExportFormat.build` + `content_digest`, what
 `ExportWriter.sync` runs per changed node; the wire dict is made only for a write), and
 the time of `status.free_status` (the Numatopology status of the same node). Median of
 `--repeat` runs.
@@ -36,7 +36,7 @@ from numatopo_engine.cpuset import CPUSet  # noqa: E402
 from numatopo_engine.model import Numatopology, NumatopologySpec  # noqa: E402
 from numatopo_engine.simulation.fleet import build_fleet, identify, node_name  # noqa: E402
 from numatopo_engine.state import NodeState  # noqa: E402
-from numatopo_operator.exports import ExportFormat, _digest  # noqa: E402
+from numatopo_operator.exports import ExportFormat, content_digest  # noqa: E402
 from numatopo_operator.status import free_status  # noqa: E402
 
 TOPOLOGIES = REPO / "tests" / "fixtures" / "topologies"
@@ -72,8 +72,8 @@ def row(path: Path, index: int, repeat: int) -> str:
     spec = identify(Numatopology.model_validate_json(path.read_text()).spec, name)
     state = half_booked(spec, name)
     base = median_ms(lambda: free_status(spec, state, len(state.assignments)), repeat)
-    nrt = median_ms(lambda: _digest(ExportFormat.NRT.build(name, spec, state)), repeat)
-    vol = median_ms(lambda: _digest(ExportFormat.VOLCANO.build(name, spec, state)), repeat)
+    nrt = median_ms(lambda: content_digest(ExportFormat.NRT.build(name, spec, state)), repeat)
+    vol = median_ms(lambda: content_digest(ExportFormat.VOLCANO.build(name, spec, state)), repeat)
     return (
         f"| {path.stem} | {len(spec.numa_nodes)} | {len(spec.online_cpus())} | {base:.2f} "
         f"| {nrt:.2f} | {vol:.2f} | {nrt / base:.1f}x | {vol / base:.1f}x |"
@@ -119,9 +119,11 @@ def fleet_row(count: int, repeat: int) -> str:
         return min(times) * 1000
 
     base = best_pass_ms(lambda _, spec, state: free_status(spec, state, len(state.assignments)))
-    nrt = best_pass_ms(lambda name, spec, state: _digest(ExportFormat.NRT.build(name, spec, state)))
+    nrt = best_pass_ms(
+        lambda name, spec, state: content_digest(ExportFormat.NRT.build(name, spec, state))
+    )
     vol = best_pass_ms(
-        lambda name, spec, state: _digest(ExportFormat.VOLCANO.build(name, spec, state))
+        lambda name, spec, state: content_digest(ExportFormat.VOLCANO.build(name, spec, state))
     )
     return (
         f"| {count} nodes, {len(shapes)} shapes | {base:.0f} | {nrt:.0f} | {vol:.0f} "

@@ -37,17 +37,17 @@ from pathlib import Path
 from typing import Any
 
 REPO = Path(__file__).resolve().parent.parent
-# tests/ too: the controller conftest imports its helpers (signing_keys) from there.
+# tests/ too: the operator tests' conftest imports its helpers (signing_keys) from there.
 sys.path[:0] = [str(REPO / p) for p in ("", "tests", "engine", "operator", "kube")]
 
 import kmock  # noqa: E402
-from tests.controller.conftest import (  # noqa: E402
+from tests.operator.conftest import (  # noqa: E402
     Cluster,
     OperatorStarter,
-    _register,
     h100_spec,
     make_pod,
     numatopology,
+    register_resources,
 )
 
 from numatopo_cli.progress import progress_bar  # noqa: E402
@@ -139,7 +139,7 @@ async def measure(args: argparse.Namespace, kind: str) -> dict[str, float]:
     """One fresh emulator and operator; the seconds of `kind` (and of the recovery)."""
     found: dict[str, float] = {}
     async with kmock.KubernetesEmulator() as api, kmock.Server(api):
-        _register(api)
+        register_resources(api)
         cluster = Cluster(api)
         await build(cluster, args.nodes, args.leaf)
         starter = OperatorStarter()

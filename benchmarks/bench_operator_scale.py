@@ -57,7 +57,7 @@ sys.path[:0] = [
 import aiohttp  # noqa: E402
 import kmock  # noqa: E402
 from kmock._internal import dsl, rendering  # noqa: E402
-from tests.controller.conftest import _register  # noqa: E402
+from tests.operator.conftest import register_resources  # noqa: E402
 
 import signing_keys  # noqa: E402
 from numatopo_cli.progress import progress_bar  # noqa: E402
@@ -399,7 +399,7 @@ async def run(args: argparse.Namespace) -> None:
         index_named_objects()
         find_reactions_directly()
     async with kmock.KubernetesEmulator() as api, kmock.Server(api):
-        _register(api)
+        register_resources(api)
         requests_log = RequestLog(api)
         if not args.plain_emulator:
             requests_log.start()

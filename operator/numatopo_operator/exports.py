@@ -55,7 +55,7 @@ from numatopo_operator.errors import (
 )
 from numatopo_operator.runtime import COMPONENT, Runtime
 
-__all__ = ["ExportFormat", "ExportWriter", "write_exports"]
+__all__ = ["ExportFormat", "ExportWriter", "content_digest", "write_exports"]
 
 logger = logging.getLogger(__name__)
 
@@ -112,7 +112,7 @@ _SWEEP = ""
 """The `failing` key of the list at the start of a term (no node has an empty name)."""
 
 
-def _digest(built: NodeResourceTopology | VolcanoNumatopology) -> bytes:
+def content_digest(built: NodeResourceTopology | VolcanoNumatopology) -> bytes:
     """What identifies an object's content: its JSON (pydantic's serializer, in field
     order, so equal objects give equal digests) hashed to 16 bytes."""
     wire = built.model_dump_json(by_alias=True, exclude_none=True).encode()
@@ -182,13 +182,13 @@ class ExportWriter:
             await kube.delete_volcano_numatopology(node)
 
     def _held(self, item: dict[str, Any]) -> bytes:
-        """The digest of a listed object as `_digest` gives it for what we build: only the
+        """The digest of a listed object as `content_digest` gives it for what we build: only the
         metadata we write counts (the server adds uid, versions, managed fields); an
         object that does not read as our model holds nothing we would write (b"")."""
         metadata = item.get("metadata") or {}
         ours = {"name": metadata.get("name"), "labels": metadata.get("labels") or {}}
         try:
-            return _digest(self.format.model.model_validate({**item, "metadata": ours}))
+            return content_digest(self.format.model.model_validate({**item, "metadata": ours}))
         except ValidationError:
             return b""
 
@@ -251,7 +251,7 @@ class ExportWriter:
                 continue
             mark = (topology, state, state.version)
             built = self.format.build(node, topology, state)
-            digest = _digest(built)
+            digest = content_digest(built)
             # One node's translation at a time between turns of the loop (a 64-NUMA
             # node takes tens of ms): Lease renewals and watches never wait for a pass.
             await asyncio.sleep(0)

@@ -57,7 +57,7 @@ from numatopo_operator.extender_wire import BadArgsError
 from numatopo_operator.groups import members as group_members
 from numatopo_operator.runtime import Runtime
 
-__all__ = ["MAX_EXTENDER_PRIORITY", "build_app", "extender_scores", "json_answers"]
+__all__ = ["MAX_EXTENDER_PRIORITY", "build_app", "extender_scores", "json_answers", "rank_scores"]
 
 logger = logging.getLogger(__name__)
 
@@ -158,7 +158,7 @@ async def judge_pod(
         found = await dra_extender.judge_claims(runtime, pod, request, nodes)
         if found is not None:
             rank = np.array([found.ranks[n] for n in found.ranks], dtype=np.float64)
-            scores = dict(zip(found.ranks, _scores(rank).tolist(), strict=True))
+            scores = dict(zip(found.ranks, rank_scores(rank).tolist(), strict=True))
             return Verdicts(scores, found.ranks, found.failed, found.unresolvable)
     return await judge_off_loop(runtime, request, nodes)
 
@@ -229,12 +229,13 @@ def judge_candidates(
     if fitting:
         rank = np.concatenate(fitting_ranks)
         verdicts.ranks.update(zip(fitting, rank.tolist(), strict=True))
-        verdicts.scores.update(zip(fitting, _scores(rank).tolist(), strict=True))
+        verdicts.scores.update(zip(fitting, rank_scores(rank).tolist(), strict=True))
     return verdicts
 
 
-def _scores(ranks: Floats) -> Ints:
-    """`extender_scores` over an array of ranks (the same scores)."""
+def rank_scores(ranks: Floats) -> Ints:
+    """`extender_scores` over an array of ranks, in the same order (the same scores,
+    without a dict per rank): what filter and prioritize answer with."""
     distinct = np.unique(ranks)  # ascending
     below = len(distinct) - 1 - np.searchsorted(distinct, ranks)  # distinct ranks above
     return np.maximum(1, MAX_EXTENDER_PRIORITY - below)
@@ -330,7 +331,9 @@ async def priorities(
     if not ranked:
         return [{"Host": node, "Score": 0} for node in names]
     # `extender_scores` over an array: the same scores, without a dict per rank.
-    scores = dict(zip(ranked, _scores(np.array([known[n] for n in ranked])).tolist(), strict=True))
+    scores = dict(
+        zip(ranked, rank_scores(np.array([known[n] for n in ranked])).tolist(), strict=True)
+    )
     return [{"Host": node, "Score": scores.get(node, 0)} for node in names]
 
 

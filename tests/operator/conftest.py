@@ -269,7 +269,9 @@ class Cluster:
         )
 
 
-def _register(api: kmock.KubernetesEmulator) -> None:
+def register_resources(api: kmock.KubernetesEmulator) -> None:
+    """Teach the emulator every resource the operator reads or writes (tests that build
+    their own emulator, and the operator benchmarks, call it too)."""
     verbs = {"list", "watch", "get", "create", "patch", "delete"}
     api.resources["v1/namespaces"] = kmock.ResourceInfo(
         kind="Namespace", namespaced=False, verbs=verbs
@@ -302,7 +304,7 @@ def _register(api: kmock.KubernetesEmulator) -> None:
 @pytest.fixture
 async def cluster() -> AsyncIterator[Cluster]:
     async with kmock.KubernetesEmulator() as api, kmock.Server(api):
-        _register(api)
+        register_resources(api)
         yield Cluster(api)
 
 

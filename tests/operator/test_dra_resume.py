@@ -18,7 +18,7 @@ import pytest
 from dra_objects import allocation_problems, claim, request
 from numatopo_engine import annotations as keys
 
-from .conftest import Cluster, _register, eventually
+from .conftest import Cluster, eventually, register_resources
 from .test_dra_cluster import (
     CLAIMS,
     FAST,
@@ -63,7 +63,7 @@ async def faulty() -> AsyncIterator[tuple[Cluster, ClaimStatusFaults]]:
     api.refusing = asyncio.Event()
     api.refused = []
     async with api, kmock.Server(api):
-        _register(api)
+        register_resources(api)
         yield Cluster(api), api
 
 

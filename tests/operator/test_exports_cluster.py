@@ -20,7 +20,7 @@ from numatopo_engine import annotations as keys
 from numatopo_engine.cpuset import CPUSet
 from numatopo_engine.model import NumatopologySpec
 
-from .conftest import Cluster, _register, eventually, make_pod, numatopology
+from .conftest import Cluster, eventually, make_pod, numatopology, register_resources
 
 NODE = "h100-a"
 NRT = "topology.node.k8s.io/v1alpha2/noderesourcetopologies"
@@ -86,7 +86,7 @@ def static_h100(h100: NumatopologySpec) -> NumatopologySpec:
 @pytest.fixture
 async def foreign_cluster() -> AsyncIterator[Cluster]:
     async with kmock.KubernetesEmulator() as api, kmock.Server(api):
-        _register(api)
+        register_resources(api)
         register_foreign(api)
         yield Cluster(api)
 
@@ -205,7 +205,7 @@ async def test_api_errors_are_retried_and_the_writer_lives_on(start_operator_on,
     # 500s, more than the client's own three quick retries. Both get written later.
     api.refuse = {"topology.node.k8s.io": [409], "nodeinfo.volcano.sh": [500] * 4}
     async with api, kmock.Server(api):
-        _register(api)
+        register_resources(api)
         register_foreign(api)
         cluster = Cluster(api)
         await cluster.create_numatopology(numatopology(NODE, h100))
@@ -236,7 +236,7 @@ async def test_a_missing_crd_is_reported_and_the_other_format_still_written(
     start_operator_on, h100, caplog
 ):
     async with kmock.KubernetesEmulator() as api, kmock.Server(api):
-        _register(api)
+        register_resources(api)
         register_foreign(api, nrt=False)
         cluster = Cluster(api)
         await cluster.create_numatopology(numatopology(NODE, h100))

@@ -11,7 +11,12 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from numatopo_engine import annotations as keys
-from numatopo_operator.extender import _scores, extender_scores, filter_text, priorities_text
+from numatopo_operator.extender import (
+    extender_scores,
+    filter_text,
+    priorities_text,
+    rank_scores,
+)
 
 FRESH, STALE, MISSING = "h100-a", "h100-stale", "h100-missing"
 
@@ -198,9 +203,9 @@ async def test_probes_and_metrics(extender, cluster, pod, wait):
 @settings(max_examples=200, deadline=None)
 @given(st.lists(st.floats(min_value=-1.0, max_value=200.0, allow_nan=False), max_size=40))
 def test_array_scores_are_extender_scores(ranks):
-    """prioritize scores with the array form (`_scores`): the same scores as the dict one."""
+    """prioritize scores with the array form (`rank_scores`): the same scores as the dict one."""
     named = {f"n{i}": rank for i, rank in enumerate(ranks)}
-    got = _scores(np.array(ranks, dtype=np.float64)).tolist() if ranks else []
+    got = rank_scores(np.array(ranks, dtype=np.float64)).tolist() if ranks else []
     assert dict(zip(named, got, strict=True)) == extender_scores(named)
 
 

@@ -307,12 +307,12 @@ async def _followed_node(plans: list[int], seed: int, tmp: Path) -> list[str]:
     the real agent. Returns what is wrong once everything has settled."""
     import kmock
 
-    from .conftest import Cluster, OperatorStarter, _register
+    from .conftest import Cluster, OperatorStarter, register_resources
 
     problems: list[str] = []
     spec = with_uuids(h100_spec())
     async with kmock.KubernetesEmulator() as api, kmock.Server(api):
-        _register(api)
+        register_resources(api)
         cluster = Cluster(api)
         await cluster.create_numatopology(numatopology(NODE, spec))
         starter = OperatorStarter()

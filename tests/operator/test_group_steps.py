@@ -208,12 +208,15 @@ def spec(required: str | None) -> GroupSpec:
 
 def test_replacement_anchors_follow_the_recorded_path_up_to_the_required_level() -> None:
     record = PlacementRecord(group="g", level=LEAF, domain="l0", path=["s1", "l0"], planned=PLAN_A)
-    assert [Anchor(LEAF, ("s1", "l0")), Anchor(SPINE, ("s1",))] == group_release._anchors(
-        twin_leaves(), spec(SPINE), record, None
-    )
-    assert [Anchor(LEAF, ("s1", "l0")), Anchor(SPINE, ("s1",)), None] == group_release._anchors(
-        twin_leaves(), spec(None), record, None
-    )
+    assert [
+        Anchor(LEAF, ("s1", "l0")),
+        Anchor(SPINE, ("s1",)),
+    ] == group_release.replacement_anchors(twin_leaves(), spec(SPINE), record, None)
+    assert [
+        Anchor(LEAF, ("s1", "l0")),
+        Anchor(SPINE, ("s1",)),
+        None,
+    ] == group_release.replacement_anchors(twin_leaves(), spec(None), record, None)
 
 
 def test_a_record_without_a_path_is_read_around_a_running_member() -> None:
@@ -225,8 +228,8 @@ def test_a_record_without_a_path_is_read_around_a_running_member() -> None:
     # Ambiguous without a running member: a required level waits rather than guess.
     assert group_release.recorded_domain(tree, old, None) is None
     with pytest.raises(group_release.GroupUnplaceableError, match="rather than guess"):
-        group_release._anchors(tree, spec(SPINE), old, None)
-    assert [None] == group_release._anchors(tree, spec(None), old, None)
+        group_release.replacement_anchors(tree, spec(SPINE), old, None)
+    assert [None] == group_release.replacement_anchors(tree, spec(None), old, None)
 
 
 def test_a_one_node_record_anchors_the_node_then_its_leaf() -> None:
@@ -237,7 +240,7 @@ def test_a_one_node_record_anchors_the_node_then_its_leaf() -> None:
         Anchor(NODE_LEVEL, ("s1", "l0", "n-c")),
         Anchor(LEAF, ("s1", "l0")),
         Anchor(SPINE, ("s1",)),
-    ] == group_release._anchors(twin_leaves(), spec(SPINE), record, None)
+    ] == group_release.replacement_anchors(twin_leaves(), spec(SPINE), record, None)
 
 
 def test_a_lone_replacement_tries_its_neighbours_first_inside_the_group_domain() -> None:
@@ -249,7 +252,7 @@ def test_a_lone_replacement_tries_its_neighbours_first_inside_the_group_domain()
         Anchor(NODE_LEVEL, ("s0", "l0", "n-b")),
         Anchor(LEAF, ("s0", "l0")),
         Anchor(SPINE, ("s0",)),
-    ] == group_release._anchors(tree, spec(SPINE), record, None, around)
+    ] == group_release.replacement_anchors(tree, spec(SPINE), record, None, around)
 
 
 def test_a_slice_replacement_stays_in_its_slice_domain() -> None:
@@ -262,7 +265,7 @@ def test_a_slice_replacement_stays_in_its_slice_domain() -> None:
         Anchor(NODE_LEVEL, ("s1", "l0", "n-c")),
         Anchor(LEAF, ("s1", "l0")),
         Anchor(SPINE, ("s1",)),
-    ] == group_release._anchors(tree, sliced, record, None, around)
+    ] == group_release.replacement_anchors(tree, sliced, record, None, around)
     # The whole slice lost: no domain of its own to keep; the engine keeps it whole.
     lost = group_release.Around({0: "n-a", 1: "n-b"}, (2, 3))
-    assert [None] == group_release._anchors(tree, sliced, record, None, lost)
+    assert [None] == group_release.replacement_anchors(tree, sliced, record, None, lost)

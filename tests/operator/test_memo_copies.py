@@ -13,6 +13,7 @@ from kopf._core.reactor.inventory import ResourceMemories
 
 from numatopo_engine import annotations as keys
 from numatopo_operator import leadership
+from numatopo_operator.errors import KubeError
 from numatopo_operator.runtime import Runtime
 from numatopo_operator.settings import OperatorSettings
 
@@ -28,6 +29,10 @@ async def kopf_copy(runtime: Runtime, name: str) -> Runtime:
     assert isinstance(memo, Runtime)
     assert memo is not runtime
     return memo
+
+
+async def unreachable(*args: object, **kwargs: object) -> dict:
+    raise KubeError(0, "ClientConnectorError", "the API server is unreachable")
 
 
 async def test_every_memo_field_stays_shared_with_copies_made_before_a_takeover(cluster):
@@ -54,7 +59,12 @@ async def test_every_memo_field_stays_shared_with_copies_made_before_a_takeover(
             if getattr(before, field.name) is not getattr(runtime, field.name)
             or getattr(after, field.name) is not getattr(runtime, field.name)
         ]
-        await elector._lose("the test takes the Lease away")
+        # The API server unreachable: the holder cannot renew and stops deciding.
+        runtime.kube.patch_lease = unreachable  # type: ignore[method-assign]
+        runtime.kube.get_lease = unreachable  # type: ignore[method-assign]
+        async with asyncio.timeout(10):
+            while runtime.active.is_set():
+                await asyncio.sleep(0.02)
         fresh_after_loss = (before.lease_fresh(), after.lease_fresh())
     finally:
         electing.cancel()

@@ -18,7 +18,7 @@ import pytest
 from numatopo_engine import annotations as keys
 from numatopo_engine.annotations import Assignment
 
-from .conftest import Cluster, _register, eventually, make_pod, numatopology
+from .conftest import Cluster, eventually, make_pod, numatopology, register_resources
 
 NODE = "h100-a"
 FAST_RETRIES = {"retry_base_seconds": 0.2, "retry_max_seconds": 1.0}
@@ -155,7 +155,7 @@ async def refusing_cluster() -> AsyncIterator[tuple[Cluster, RefusingEmulator]]:
     api.refusing = asyncio.Event()
     api.refused = []
     async with api, kmock.Server(api):
-        _register(api)
+        register_resources(api)
         yield Cluster(api), api
 
 

@@ -24,7 +24,7 @@ from numatopo_engine.simulation.strategies import (
 )
 from numatopo_engine.simulation.trace import GPU_MILLI, NodeRow, PodRow
 
-__all__ = ["SimulationResult", "simulate"]
+__all__ = ["SimulationResult", "book_placement", "simulate"]
 
 Progress = Callable[[int, int], None]
 
@@ -41,7 +41,10 @@ class SimulationResult:
     strategies: list[StrategyResult] = field(default_factory=list)
 
 
-def _book(cluster: Cluster, pod: PodRow, placed: Placement) -> None:
+def book_placement(cluster: Cluster, pod: PodRow, placed: Placement) -> None:
+    """Book `placed` on its node: the cluster's counts, and the devices the engine hands
+    out there (a whole GPU that starts being shared is no longer whole). A strategy's
+    own state follows through its `booked`."""
     node = cluster.nodes[placed.node]
     if node.state is not None:
         if placed.assignment is not None:
@@ -96,7 +99,7 @@ def simulate(
                 strategy.place(cluster, pod, found) if found else Rejection(False, "no node fits")
             )
             if isinstance(outcome, Placement):
-                _book(cluster, pod, outcome)
+                book_placement(cluster, pod, outcome)
                 strategy.booked(cluster, outcome)
             recorder.record(pod, outcome, now() - started)
             done += 1

@@ -56,6 +56,7 @@ __all__ = [
     "recorded_domain",
     "recover",
     "release",
+    "replacement_anchors",
     "search",
     "setting",
     "void",
@@ -432,7 +433,7 @@ class Around:
     """The replacements' ranks (of one slice, with slices)."""
 
 
-def _anchors(
+def replacement_anchors(
     tree: DomainTree,
     spec: GroupSpec,
     record: PlacementRecord | None,
@@ -536,7 +537,7 @@ async def recover(
     """Plan replacement members of a running group, next to their neighbouring ranks
     and in its domain when they fit there."""
     tree = setting(runtime, spec)
-    anchors = _anchors(tree, spec, anchor, running_node, around)
+    anchors = replacement_anchors(tree, spec, anchor, running_node, around)
     placement, kept = await _place(runtime, spec, views, tree, anchors)
     recorded = None if anchor is None else recorded_domain(tree, anchor, running_node)
     stayed = recorded is None or (kept is not None and _inside(kept, recorded))

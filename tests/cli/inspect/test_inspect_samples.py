@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import io
 import json
 import re
+import sys
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -11,6 +13,7 @@ from typing import Any
 import pytest
 import yaml
 
+from numatopo_cli import main as cli
 from numatopo_engine.model import Numatopology
 
 INSPECT = Path(__file__).resolve().parents[2] / "fixtures" / "inspect"
@@ -155,12 +158,11 @@ def test_samples_keep_their_source_attribution(sample: str) -> None:
     assert "license=" in first
 
 
-class FakeTerminal:
-    def __init__(self, *, tty: bool) -> None:
-        self.tty = tty
+class TerminalOut(io.StringIO):
+    """stdout as a terminal would be: it says it is a tty."""
 
     def isatty(self) -> bool:
-        return self.tty
+        return True
 
 
 @pytest.mark.parametrize(
@@ -174,13 +176,16 @@ class FakeTerminal:
 def test_colour_only_on_a_terminal_without_no_color(
     monkeypatch: pytest.MonkeyPatch, tty: bool, no_color: str | None, expected: bool
 ) -> None:
-    from numatopo_cli.commands import inspect
-
+    """The table has ANSI colour codes only when stdout is a terminal and NO_COLOR unset."""
     if no_color is None:
         monkeypatch.delenv("NO_COLOR", raising=False)
     else:
         monkeypatch.setenv("NO_COLOR", no_color)
+    out = TerminalOut() if tty else io.StringIO()
+    monkeypatch.setattr(sys, "stdout", out)
 
-    actual = inspect._use_color(FakeTerminal(tty=tty))  # type: ignore[arg-type]
+    code = cli.main(["inspect", "--sample", "h100-sxm-8gpu-nvswitch"])
 
-    assert expected == actual
+    assert 0 == code
+    assert "GPU/NIC topology" in out.getvalue()
+    assert expected == ("\x1b[" in out.getvalue())

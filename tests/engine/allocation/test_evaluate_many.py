@@ -240,7 +240,7 @@ def test_scores_round_alike_in_bulk_and_one_by_one(
     terms: tuple[float, float, list[float], bool],
 ) -> None:
     """Same float operations in the same order, and half to even like `round`: the
-    score `scoring.compose_score` gives these terms, whichever way the node is decided."""
+    score `score_oracle.compose_score` gives these terms, whichever way the node is decided."""
     state = busy(spec, gpus=gpus_held, cpus=cpus_held)
     request = pod(app(cpus, gpus))
     span, links, fills, with_gpus = terms

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from numatopo_engine.simulation import NodeRow, PodRow, fragmentation
+from numatopo_engine.simulation import NodeRow, PodRow
 from numatopo_engine.simulation.cluster import build_cluster
 from numatopo_engine.simulation.fragmentation import Fragmentation, RequestType
 from numatopo_engine.simulation.strategies import Placement, make_strategy
@@ -19,43 +19,47 @@ EIGHT_GPU_LARGE = PodRow("eight", 120000, 737280, 8, 1000)
 
 
 @pytest.mark.parametrize(
-    ("request_type", "state", "expected"),
+    ("pod", "state", "expected"),
     [
         pytest.param(
-            RequestType(4000, 1024, 1, 0),
+            PodRow("whole", 4000, 1024, 1, 1000),
             (96000, 393216, (1000, 1000, 500, 0)),
             500,
             id="a-whole-gpu-request-cannot-use-a-partly-shared-gpu",
         ),
         pytest.param(
-            RequestType(12000, 1024, 1, 0),
+            PodRow("many-cpus", 12000, 1024, 1, 1000),
             (8000, 393216, (1000, 1000, 500, 0)),
             2500,
             id="too-few-cpus-left-strands-every-free-gpu-share",
         ),
         pytest.param(
-            RequestType(4000, 1024, 0, 300),
+            PodRow("share", 4000, 1024, 1, 300),
             (96000, 393216, (1000, 200, 500, 0)),
             200,
             id="a-share-request-uses-every-gpu-with-enough-left",
         ),
         pytest.param(
-            RequestType(88000, 327680, 8, 0),
+            PodRow("eight", 88000, 327680, 8, 1000),
             (96000, 393216, (1000,) * 7 + (0,)),
             7000,
             id="an-eight-gpu-request-cannot-use-seven-free-gpus",
         ),
         pytest.param(
-            RequestType(1000, 1024, 2, 0),
+            PodRow("two", 1000, 1024, 2, 1000),
             (96000, 393216, (1000,) * 8),
             0,
             id="an-empty-node-has-no-fragments",
         ),
     ],
 )
-def test_unusable_gpu_share_per_request_type(request_type, state, expected):
-    """What `Fragmentation.of_state` weighs per type: the GPU milli it cannot use."""
-    assert expected == round(fragmentation._unusable((request_type,), (1.0,), state))
+def test_unusable_gpu_share_per_request_type(topology_map, pod, state, expected):
+    """What `Fragmentation.of_state` weighs per type: the GPU milli it cannot use. One
+    type on a one-node cluster weighs 1 (all the popularity, one host at most)."""
+    measure = Fragmentation([pod], build_cluster([G2_BOX], topology_map))
+
+    assert ([RequestType.of(pod)], [1.0]) == (measure.types, measure.weights)
+    assert expected == round(measure.of_state(state))
 
 
 def test_a_request_few_nodes_can_host_weighs_more(topology_map):

@@ -12,7 +12,7 @@ from numatopo_engine.annotations import PolicyName
 from numatopo_engine.packing import Shape, WorkloadMix, fragmentation, node_rank
 from numatopo_engine.simulation import NodeRow, PodRow
 from numatopo_engine.simulation.cluster import build_cluster
-from numatopo_engine.simulation.replay import _book
+from numatopo_engine.simulation.replay import book_placement
 from numatopo_engine.simulation.strategies import (
     Placement,
     engine_request,
@@ -76,7 +76,7 @@ def test_the_strategy_picks_the_node_the_production_rank_ranks_first(topology_ma
         assert isinstance(outcome, Placement)
         assert candidates[int(np.argmax(ranks))] == outcome.node
         checked += 1
-        _book(cluster, pod, outcome)
+        book_placement(cluster, pod, outcome)
         strategy.booked(cluster, outcome)
     assert checked >= 20
 
@@ -194,7 +194,7 @@ def test_a_pod_that_fits_elsewhere_keeps_off_the_last_host_of_a_big_shape(topolo
         placed = strategy.place(cluster, pod, cluster.candidates(pod))
         assert isinstance(placed, Placement), pod.name
         assert (cluster.nodes[placed.node].model == "G3") == (pod is WHOLE), pod.name
-        _book(cluster, pod, placed)
+        book_placement(cluster, pod, placed)
         strategy.booked(cluster, placed)
 
 

@@ -4,14 +4,16 @@ The machine (one H200 in a Firecracker VM, tests/fixtures/captured/README.md) ra
 exporter once; its output is `captured/h200-1gpu-firecracker/exporter-oneshot.txt`. Here
 the same command reads the same machine again: its sysfs tree as gathered there and its
 NVML answers as recorded there, through the same discovery, merge and printing. Nothing
-but the pynvml module is replaced. Any change in what the readers or the merge say about
-this machine makes the printed object differ from the one the machine printed.
+but the pynvml module is replaced (in `sys.modules`, where the exporter's import finds
+it). Any change in what the readers or the merge say about this machine makes the
+printed object differ from the one the machine printed.
 """
 
 from __future__ import annotations
 
 import json
 import logging
+import sys
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -20,7 +22,6 @@ import pytest
 
 from numatopo_cli.main import main
 from numatopo_engine.model import Numatopology
-from numatopo_exporter.discovery import nvml
 from nvml_replay import ReplayNvml
 
 FIXTURES = Path(__file__).resolve().parents[2] / "fixtures"
@@ -47,7 +48,7 @@ def printed(
     caplog: pytest.LogCaptureFixture,
 ) -> tuple[list[str], dict[str, Any]]:
     """What the exporter logs and prints reading the captured machine."""
-    monkeypatch.setattr(nvml, "_import_pynvml", lambda: ReplayNvml.load(RECORDING))
+    monkeypatch.setitem(sys.modules, "pynvml", ReplayNvml.load(RECORDING))
     caplog.set_level(logging.INFO, logger="numatopo.exporter")
     root = sysfs_tree(TREE)
     code = main(
@@ -110,7 +111,7 @@ def test_inspect_prints_what_the_machine_printed(
     capsys: pytest.CaptureFixture[str],
 ) -> None:
     """`numatopo inspect -o json` there and here: the same object (inspect adds no hash)."""
-    monkeypatch.setattr(nvml, "_import_pynvml", lambda: ReplayNvml.load(RECORDING))
+    monkeypatch.setitem(sys.modules, "pynvml", ReplayNvml.load(RECORDING))
     root = sysfs_tree(TREE)
 
     code = main(["inspect", "-o", "json", f"--sysfs-root={root}", f"--node-name={NODE}"])
