@@ -119,24 +119,11 @@ class Candidates:
 
 def candidates(runtime: Runtime, nodes: Iterable[str]) -> Candidates:
     """The candidates' topologies and bookings as they are now (on the loop, no I/O)."""
-    taken = list(runtime.ledger.frozen_candidates(nodes))
     # Staleness of the candidates only: a cycle judges ~500 of a 5,000-node cluster,
-    # and every node has a heartbeat to age. One cheap test per node finds the few that
-    # `stale_reason` words (marked stale, or a heartbeat older than the bound).
-    now = time.time()
-    limit = runtime.settings.heartbeat_max_age_seconds
-    record = runtime.ledger.record
-    stale: dict[str, str] = {}
-    for node, _, _ in taken:
-        found = record(node)
-        if found is None or (
-            found.stale is None
-            and (limit <= 0 or found.heartbeat is None or now - found.heartbeat <= limit)
-        ):
-            continue
-        why = found.stale_reason(limit, now)
-        if why is not None:
-            stale[node] = why
+    # and every node has a heartbeat to age.
+    taken, stale = runtime.ledger.judged_candidates(
+        nodes, runtime.settings.heartbeat_max_age_seconds, time.time()
+    )
     return Candidates(taken, stale, runtime.workload.mix())
 
 

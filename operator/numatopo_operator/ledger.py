@@ -150,6 +150,36 @@ class Ledger:
             else:
                 yield node, found.topology, _frozen(found)
 
+    def judged_candidates(
+        self, nodes: Iterable[str], limit: float, now: float
+    ) -> tuple[list[tuple[str, NumatopologySpec | None, NodeState | None]], dict[str, str]]:
+        """`frozen_candidates` as a list, and why each stale one may take nothing now
+        (`NodeRecord.stale_reason` under `limit` at `now`), in one pass over the records:
+        the extender asks this of ~500 nodes per scheduling cycle."""
+        records = self._nodes
+        taken: list[tuple[str, NumatopologySpec | None, NodeState | None]] = []
+        stale: dict[str, str] = {}
+        add = taken.append
+        for node in nodes:
+            found = records.get(node)
+            if found is None or found.topology is None:
+                add((node, None, None))
+                if found is None:
+                    continue
+            else:
+                frozen, live = found.frozen, found.state
+                if frozen is not None and frozen[0] is live and frozen[1] == live.version:
+                    add((node, found.topology, frozen[2]))
+                else:
+                    add((node, found.topology, _frozen(found)))
+            # One cheap test finds the few that `stale_reason` words.
+            beat = found.heartbeat
+            if found.stale is not None or (beat is not None and limit > 0 and now - beat > limit):
+                why = found.stale_reason(limit, now)
+                if why is not None:
+                    stale[node] = why
+        return taken, stale
+
     def next_seq(self, node: str) -> int:
         """The sequence number of the next decision on `node` (1 on a node never booked)."""
         found = self._nodes.get(node)
