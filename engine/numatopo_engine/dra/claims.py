@@ -347,20 +347,9 @@ def decide_claims(  # noqa: PLR0917 (the decision's inputs)
     """Decide the pod's claims on `node`. Raises `UndecidedError` (leave it to the scheduler)
     or `UnsatisfiableError` (not on this node now)."""
     engine = engine or Engine()
-    if not base.containers:
-        raise UndecidedError("the pod has no containers")
-    selectors = Selectors()
-    per_claim: list[tuple[ResourceClaim, list[list[_Request]]]] = []
-    for entry in pod_claims_:
-        claim = claims.get(entry.claim or "")
-        if claim is None:
-            raise UndecidedError(f"claim {entry.name} does not exist yet")
-        why = unsupported(claim)
-        if why is not None:
-            raise UndecidedError(f"claim {claim.key}: {why}")
-        container = entry.containers[0] if entry.containers else base.containers[0].name
-        requests = _eligible(claim, classes, node, selectors, container)
-        per_claim.append((claim, _variants(claim, requests)))
+    per_claim = _claim_variants(
+        base, pod_claims_, claims, classes, node, missing="does not exist yet", checked=True
+    )
     best: tuple[Decision, list[_Request]] | None = None
     refusal: UnsatisfiableError | None = None
     combos = itertools.product(*(variants for _, variants in per_claim))
@@ -392,6 +381,36 @@ def decide_claims(  # noqa: PLR0917 (the decision's inputs)
     return ClaimDecision(node.node, decision.assignment, allocations, decision.score)
 
 
+def _claim_variants(
+    base: PodRequest,
+    pod_claims_: Sequence[PodClaim],
+    claims: Mapping[str, ResourceClaim],
+    classes: Mapping[str, DeviceClass],
+    node: DraNode,
+    *,
+    missing: str,
+    checked: bool,
+) -> list[tuple[ResourceClaim, list[list[_Request]]]]:
+    """Each of the pod's claims with the request variants `node` offers it (one
+    `Selectors` for them all). `checked`: refuse claims numatopo does not decide
+    (`unsupported`); a resumed write was checked when it was decided."""
+    if not base.containers:
+        raise UndecidedError("the pod has no containers")
+    selectors = Selectors()
+    per_claim: list[tuple[ResourceClaim, list[list[_Request]]]] = []
+    for entry in pod_claims_:
+        claim = claims.get(entry.claim or "")
+        if claim is None:
+            raise UndecidedError(f"claim {entry.name} {missing}")
+        why = unsupported(claim) if checked else None
+        if why is not None:
+            raise UndecidedError(f"claim {claim.key}: {why}")
+        container = entry.containers[0] if entry.containers else base.containers[0].name
+        requests = _eligible(claim, classes, node, selectors, container)
+        per_claim.append((claim, _variants(claim, requests)))
+    return per_claim
+
+
 def allocations_for(  # noqa: PLR0917 (the decision's inputs)
     assignment: Assignment,
     base: PodRequest,
@@ -405,17 +424,9 @@ def allocations_for(  # noqa: PLR0917 (the decision's inputs)
     assignment and its claims' status had still to write. Raises `UndecidedError` when
     a claim cannot be judged, `UnsatisfiableError` when the assignment's devices do not
     satisfy the claims as they are now (then the assignment is taken back)."""
-    if not base.containers:
-        raise UndecidedError("the pod has no containers")
-    selectors = Selectors()
-    per_claim: list[tuple[ResourceClaim, list[list[_Request]]]] = []
-    for entry in pod_claims_:
-        claim = claims.get(entry.claim or "")
-        if claim is None:
-            raise UndecidedError(f"claim {entry.name} does not exist")
-        container = entry.containers[0] if entry.containers else base.containers[0].name
-        requests = _eligible(claim, classes, node, selectors, container)
-        per_claim.append((claim, _variants(claim, requests)))
+    per_claim = _claim_variants(
+        base, pod_claims_, claims, classes, node, missing="does not exist", checked=False
+    )
     combos = itertools.product(*(variants for _, variants in per_claim))
     for combo in itertools.islice(combos, MAX_VARIANTS):
         requests = [r for claim_requests in combo for r in claim_requests]
