@@ -270,10 +270,16 @@ def _count(runtime: Runtime, outcome: Outcome) -> None:
 
 def _said(runtime: Runtime, pod: PodView) -> tuple[str | None, bool]:
     """(the pod's state as far as we know, whether a reason goes with it): what we wrote
-    and have not seen back yet wins over the (maybe older) body."""
-    written = runtime.pods.written(pod.key)
-    if written is not None:
-        return written, True
+    and have not seen back yet wins over the (maybe older) body; once seen back, the
+    newest body the watch delivered wins over the one this decision started from (a
+    retry, a re-drive or a queued follow-up may hold one from before our write)."""
+    record = runtime.pods.get(pod.key)
+    if record is not None:
+        if record.written is not None:
+            return record.written, True
+        latest = record.annotated
+        if latest is not None and pod.uid in ("", latest.uid):
+            pod = latest
     return translate.state_of(pod), bool(translate.reason_of(pod))
 
 

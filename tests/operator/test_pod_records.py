@@ -18,7 +18,7 @@ import pytest
 import signing_keys
 from numatopo_engine import annotations as keys
 from numatopo_kube import KubeClient
-from numatopo_operator import handlers
+from numatopo_operator import assigning, handlers
 from numatopo_operator.pod_view import PodView
 from numatopo_operator.runtime import Runtime
 from numatopo_operator.settings import OperatorSettings
@@ -124,3 +124,21 @@ async def test_a_deleted_pod_is_named_nowhere(cluster, runtime):
     for key in ("default/waits", "default/unreadable", "default/deferred"):
         assert [] == holders(runtime, key), key
     assert 0 == len(runtime.pods)
+
+
+async def test_a_decision_from_an_older_body_does_not_write_twice(cluster, runtime):
+    """A queued follow-up, a retry or a re-drive may judge the pod from a body older than
+    our own write, after the watch has shown that write back (which clears `written`):
+    the newest body seen decides, so the state and its Event are written once."""
+    stale = make_pod("unreadable", annotations={keys.ASSIGNMENT: "{not json"})
+    await cluster.create_pod(stale)
+    await seen(runtime, "ADDED", stale)
+    assert 1 == len(cluster.events_for("unreadable"))
+    written_back = cluster.pod("unreadable")
+    assert "Invalid" == written_back["metadata"]["annotations"][keys.STATE]
+    await seen(runtime, "MODIFIED", written_back)
+    record = runtime.pods.get("default/unreadable")
+    assert record is not None
+    assert record.written is None  # seen back
+    await assigning.settle(runtime, PodView(stale))  # judged again from the older body
+    assert 1 == len(cluster.events_for("unreadable"))
