@@ -278,7 +278,8 @@ def _said(runtime: Runtime, pod: PodView) -> tuple[str | None, bool]:
         if record.written is not None:
             return record.written, True
         latest = record.annotated
-        if latest is not None and pod.uid in ("", latest.uid):
+        # Same uid only: a name-only body (`mark_invalid` of another pod) writes its own why.
+        if latest is not None and pod.uid and pod.uid == latest.uid:
             pod = latest
     return translate.state_of(pod), bool(translate.reason_of(pod))
 
