@@ -25,7 +25,7 @@ from typing import Any
 import yaml
 from pydantic import ValidationError
 
-from numatopo_cli.commands.simulate.files import InputError, default_shapes
+from numatopo_cli.commands.simulate.files import InputError, node_shapes
 from numatopo_cli.progress import progress_bar
 from numatopo_cli.render import domains as view
 from numatopo_cli.reports.domains import DomainRow, DomainsReport, GroupPlacementRow
@@ -97,7 +97,7 @@ def _cluster(args: argparse.Namespace) -> ClusterFile:
             layout = LeafSpine.parse(args.generate)
         except ValueError as exc:
             raise InputError(f"--generate: {exc}") from None
-        return generate(layout, default_shapes(), seed=args.seed)
+        return generate(layout, node_shapes(), seed=args.seed)
     raise InputError("give --cluster F.json or --generate BLOCKSxSPINESxLEAVESxNODES")
 
 
