@@ -35,6 +35,7 @@ __all__ = [
     "replay_with_plot",
     "save_figure",
     "strategy_names",
+    "whole_number",
 ]
 
 SAMPLES = "numatopo_cli.samples.simulate"
@@ -47,6 +48,17 @@ Result = TypeVar("Result")
 
 class InputError(Exception):
     """Bad input the user can fix; printed without a traceback."""
+
+
+def whole_number(text: str) -> int:
+    """An argparse type: 0, 1, 2, ..."""
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a whole number") from None
+    if value < 0:
+        raise argparse.ArgumentTypeError(f"{value} is negative")
+    return value
 
 
 def open_text(path: Path | None, sample: str) -> str:
