@@ -17,11 +17,12 @@ import pytest
 from pydantic import BaseModel
 
 from numatopo_cli.kubectl.reports import ExplainReport, NodesReport, TopReport
-from numatopo_cli.main import main
 from numatopo_cli.reports import Report
 from numatopo_cli.reports.assign import AssignReport
 from numatopo_cli.reports.domains import DomainsReport
 from numatopo_cli.reports.simulation import GangSimulationReport, SimulationReport
+
+from .conftest import Run
 
 REPO = Path(__file__).resolve().parents[2]
 DOCS = REPO / "docs" / "operations.md"
@@ -108,15 +109,10 @@ def test_a_missing_field_fails_the_schema() -> None:
         matches_schema(json.dumps(document), DomainsReport)
 
 
-def run(capsys: pytest.CaptureFixture[str], *argv: str | Path) -> tuple[int, str]:
-    code = main([str(a) for a in argv])
-    return code, capsys.readouterr().out
-
-
-def test_simulate(capsys: pytest.CaptureFixture[str]) -> None:
-    code, out = run(
-        capsys, "simulate", "--sample-nodes", "60", "--limit", "100", "--scorer",
-        "numatopo,best-fit", "--mig-pool", "0.5:3g.40gb", "-o", "json",
+def test_simulate(run: Run) -> None:
+    code, out, _ = run(
+        ["simulate", "--sample-nodes", "60", "--limit", "100", "--scorer", "numatopo,best-fit",
+        "--mig-pool", "0.5:3g.40gb", "-o", "json"]
     )  # fmt: skip
     document = matches_schema(out, SimulationReport)
     assert (code, document["kind"], document["apiVersion"]) == (
@@ -126,10 +122,10 @@ def test_simulate(capsys: pytest.CaptureFixture[str]) -> None:
     assert document["migPool"]["resource"].startswith("nvidia.com/mig-")
 
 
-def test_simulate_multi_node(capsys: pytest.CaptureFixture[str]) -> None:
-    code, out = run(
-        capsys, "simulate", "--multi-node", "--layout", "1x2x2x4", "--jobs", "30",
-        "--preferred", "leaf", "-o", "json",
+def test_simulate_multi_node(run: Run) -> None:
+    code, out, _ = run(
+        ["simulate", "--multi-node", "--layout", "1x2x2x4", "--jobs", "30", "--preferred",
+        "leaf", "-o", "json"]
     )  # fmt: skip
     document = matches_schema(out, GangSimulationReport)
     assert (code, document["kind"], document["nodes"]) == (0, "GangSimulationReport", 16)
@@ -137,8 +133,8 @@ def test_simulate_multi_node(capsys: pytest.CaptureFixture[str]) -> None:
 
 
 @pytest.mark.parametrize("place", [[], ["--place", "3", "--gpus", "8"]])
-def test_domains(capsys: pytest.CaptureFixture[str], place: list[str]) -> None:
-    code, out = run(capsys, "domains", "--generate", "1x2x2x2", "--nodes", *place, "-o", "json")
+def test_domains(run: Run, place: list[str]) -> None:
+    code, out, _ = run(["domains", "--generate", "1x2x2x2", "--nodes", *place, "-o", "json"])
     document = matches_schema(out, DomainsReport)
     assert (code, document["kind"]) == (0, "DomainsReport")
     assert (document["placement"] is None) == (not place)
@@ -146,14 +142,14 @@ def test_domains(capsys: pytest.CaptureFixture[str], place: list[str]) -> None:
 
 
 @pytest.mark.parametrize("allocated", [False, True])
-def test_assign(capsys: pytest.CaptureFixture[str], tmp_path: Path, allocated: bool) -> None:
+def test_assign(run: Run, tmp_path: Path, allocated: bool) -> None:
     """Fits (assignment and score, no reason) and does not fit (reason only)."""
     extra: list[str | Path] = []
     if allocated:
         full = {"node": "dgx1-v100", "containers": {"c": {"gpuIndices": list(range(8))}}}
         (tmp_path / "a.json").write_text(json.dumps([full]))
         extra = ["--allocated", tmp_path / "a.json"]
-    code, out = run(capsys, "assign", "--topology", DGX1, "--pod", POD, *extra)
+    code, out, _ = run(["assign", "--topology", DGX1, "--pod", POD, *extra])
     document = matches_schema(out, AssignReport)
     keys = {"assignment", "score", "reason"} & set(document)
     assert (code, keys) == ((1, {"reason"}) if allocated else (0, {"assignment", "score"}))
