@@ -5,6 +5,7 @@ disappears from the model, or appears without a word in the docs, fails here."""
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import re
 import types
@@ -42,8 +43,8 @@ REPORTS: tuple[type[Report], ...] = (
 )
 
 
-def _models_in(annotation: Any) -> tuple[bool, type[Report] | None]:
-    """(is a list, the report model inside) of a field's annotation."""
+def _models_in(annotation: Any) -> tuple[bool, type | None]:
+    """(is a list, the report model or dataclass inside) of a field's annotation."""
     origin = typing.get_origin(annotation)
     if origin is list:
         _, model = _models_in(typing.get_args(annotation)[0])
@@ -54,19 +55,30 @@ def _models_in(annotation: Any) -> tuple[bool, type[Report] | None]:
             if model is not None:
                 return many, model
         return False, None
-    if isinstance(annotation, type) and issubclass(annotation, Report):
+    if isinstance(annotation, type) and (
+        issubclass(annotation, Report) or dataclasses.is_dataclass(annotation)
+    ):
         return False, annotation
     return False, None
 
 
-def field_paths(model: type[BaseModel], seen: set[type[BaseModel]], prefix: str = "") -> set[str]:
+def _fields(model: type) -> dict[str, Any]:
+    """A report model's or dataclass's fields: JSON name -> annotation."""
+    if dataclasses.is_dataclass(model):
+        return typing.get_type_hints(model)
+    assert issubclass(model, BaseModel)
+    return {field.alias or name: field.annotation for name, field in model.model_fields.items()}
+
+
+def field_paths(model: type, seen: set[type], prefix: str = "") -> set[str]:
     """`a`, `a[]`, `a[].b`, `a.b`: every field of `model` by its JSON name, descending
-    into the report models not already listed under an earlier report."""
+    into the report models (and the engine's dataclasses) not already listed under an
+    earlier report."""
     paths: set[str] = set()
     seen.add(model)
-    for name, field in model.model_fields.items():
-        key = prefix + (field.alias or name)
-        many, inner = _models_in(field.annotation)
+    for name, annotation in _fields(model).items():
+        key = prefix + name
+        many, inner = _models_in(annotation)
         paths.add(key + "[]" if many and inner is not None else key)
         if inner is not None and inner not in seen:
             paths |= field_paths(inner, seen, key + ("[]." if many else "."))
@@ -86,7 +98,7 @@ def documented() -> dict[str, set[str]]:
 
 def test_the_docs_list_exactly_each_models_fields() -> None:
     tables = documented()
-    seen: set[type[BaseModel]] = set()
+    seen: set[type] = set()
     expected = {report.__name__: field_paths(report, seen) for report in REPORTS}
     assert sorted(tables) == sorted(expected)
     for kind, paths in expected.items():
