@@ -29,6 +29,7 @@ __all__ = [
     "csv_rows",
     "node_shapes",
     "open_text",
+    "pyplot",
     "read_nodes",
     "read_topology_dir",
     "read_topology_map",
@@ -137,10 +138,20 @@ def check_plot_target(path: Path) -> None:
         raise InputError(f"--plot: directory {path.parent} does not exist")
 
 
-def save_figure(fig: Any, path: Path) -> None:
-    """Write a simulate plot and free it; a path that cannot be written is InputError."""
+def pyplot() -> Any:
+    """matplotlib's pyplot, drawing off-screen. Imported when asked: matplotlib is
+    optional (the `plot` extra) and slow to import."""
+    import matplotlib
+
+    matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
+    return plt
+
+
+def save_figure(fig: Any, path: Path) -> None:
+    """Write a simulate plot and free it; a path that cannot be written is InputError."""
+    plt = pyplot()
     fig.tight_layout()
     try:
         fig.savefig(path, dpi=110)

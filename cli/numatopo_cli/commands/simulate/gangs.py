@@ -19,6 +19,7 @@ from pathlib import Path
 from numatopo_cli.commands.simulate.files import (
     InputError,
     node_shapes,
+    pyplot,
     read_topology_dir,
     replay_with_plot,
     save_figure,
@@ -196,11 +197,7 @@ def _options_lines(result: GangResult) -> list[str]:
 
 
 def write_plot(result: GangResult, path: Path) -> None:
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
+    plt = pyplot()
     panels = (
         (
             "multi-node jobs in one leaf (%)\n(of jobs no larger than a leaf)",

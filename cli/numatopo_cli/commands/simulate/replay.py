@@ -14,6 +14,7 @@ from numatopo_cli.commands.simulate.files import (
     InputError,
     csv_rows,
     open_text,
+    pyplot,
     read_nodes,
     read_topology_dir,
     read_topology_map,
@@ -83,12 +84,7 @@ def render_table(result: SimulationResult) -> str:
 
 def write_plot(result: SimulationResult, path: Path) -> None:
     """Allocation ratio over arrived workload per strategy, and the alignment shares."""
-    # Imported here: matplotlib is optional (the `plot` extra) and slow to import.
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
+    plt = pyplot()
     fig, (curve, bars) = plt.subplots(
         1, 2, figsize=(14, 5.5), gridspec_kw={"width_ratios": [1.1, 1]}
     )
