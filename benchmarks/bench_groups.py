@@ -26,7 +26,7 @@ import statistics
 import time
 from collections.abc import Callable
 
-from numatopo_cli.commands.simulate.files import default_shapes
+from numatopo_cli.commands.simulate.files import node_shapes
 from numatopo_engine.allocation import Engine, allocate
 from numatopo_engine.annotations import PolicyName
 from numatopo_engine.domains import DomainTree, Member, NodeCandidate, place_group
@@ -49,7 +49,7 @@ def members(count: int, gpus: int, cpus: int) -> list[Member]:
 
 
 def cluster(layout: str, busy: float, seed: int) -> tuple[DomainTree, dict[str, NodeCandidate]]:
-    file = generate(LeafSpine.parse(layout), default_shapes(), seed=seed)
+    file = generate(LeafSpine.parse(layout), node_shapes(), seed=seed)
     generated = file.candidates()
     assert not any(c.state.assignments for c in generated.values()), "booked below"
     # Each node as its exporter publishes it: its own GPU UUIDs and bus ids.

@@ -423,12 +423,7 @@ class KubeClient:
 
     @api_call(("", "nodes", "get"))
     async def get_node(self, name: str) -> Body:
-        _path_names(None, name)
-        return dict(
-            await self._call(
-                f"get node {name}", lambda: self.lightkube.get(_Node, name), idempotent=True
-            )
-        )
+        return await self._get(f"node {name}", _Node, name)
 
     @api_call(("", "nodes", "list"))
     async def list_nodes(self) -> Listing:
@@ -439,14 +434,7 @@ class KubeClient:
 
     @api_call(("", "pods", "get"))
     async def get_pod(self, namespace: str, name: str) -> Body:
-        _path_names(namespace, name)
-        return dict(
-            await self._call(
-                f"get pod {namespace}/{name}",
-                lambda: self.lightkube.get(_Pod, name, namespace=namespace),
-                idempotent=True,
-            )
-        )
+        return await self._get(f"pod {namespace}/{name}", _Pod, name, namespace)
 
     @api_call(("", "pods", "list"))
     async def list_pods(
@@ -493,18 +481,7 @@ class KubeClient:
     @api_call(("", "pods", "delete"))
     async def delete_pod(self, namespace: str, name: str) -> bool:
         """Delete a pod; False when it was not there."""
-        _path_names(namespace, name)
-        try:
-            await self._call(
-                f"delete pod {namespace}/{name}",
-                lambda: self.lightkube.delete(_Pod, name, namespace=namespace),
-                idempotent=True,
-            )
-        except KubeError as exc:
-            if exc.not_found:
-                return False
-            raise
-        return True
+        return await self._delete(f"pod {namespace}/{name}", _Pod, name, namespace)
 
     @api_call(("", "pods", "list"))
     async def probe_pods(self, *, field_selector: Mapping[str, str] | None = None) -> None:
@@ -576,14 +553,7 @@ class KubeClient:
 
     @api_call(("", "pods/status", "get"))
     async def get_pod_status(self, namespace: str, name: str) -> Body:
-        _path_names(namespace, name)
-        return dict(
-            await self._call(
-                f"get pod {namespace}/{name} status",
-                lambda: self.lightkube.get(_Pod.Status, name, namespace=namespace),
-                idempotent=True,
-            )
-        )
+        return await self._get(f"pod {namespace}/{name} status", _Pod.Status, name, namespace)
 
     @api_call(("", "pods/status", "patch"))
     async def patch_pod_status(
@@ -688,19 +658,32 @@ class KubeClient:
     async def _get_or_none(
         self, what: str, resource: Any, name: str, namespace: str | None = None
     ) -> Body | None:
-        """GET one object (names checked first); None when the API server has none."""
-        _path_names(namespace, name)
+        """`_get`, None when the API server has no such object."""
         try:
-            found = await self._call(
-                f"get {what}",
-                lambda: self.lightkube.get(resource, name, namespace=namespace),
-                idempotent=True,
-            )
+            return await self._get(what, resource, name, namespace)
         except KubeError as exc:
             if exc.not_found:
                 return None
             raise
-        return dict(found)
+
+    async def _get(
+        self,
+        what: str,
+        resource: Any,
+        name: str,
+        namespace: str | None = None,
+        *,
+        idempotent: bool = True,
+    ) -> Body:
+        """GET one object (names checked first)."""
+        _path_names(namespace, name)
+        return dict(
+            await self._call(
+                f"get {what}",
+                lambda: self.lightkube.get(resource, name, namespace=namespace),
+                idempotent=idempotent,
+            )
+        )
 
     # -- leases (leadership) -----------------------------------------------------------
 
@@ -708,12 +691,8 @@ class KubeClient:
     async def get_lease(self, namespace: str, name: str) -> Body:
         """The Lease object; `KubeNotFoundError` when it does not exist yet. Not retried:
         the leadership loop asks again on its own clock."""
-        _path_names(namespace, name)
-        return dict(
-            await self._call(
-                f"get lease {namespace}/{name}",
-                lambda: self.lightkube.get(_Lease, name, namespace=namespace),
-            )
+        return await self._get(
+            f"lease {namespace}/{name}", _Lease, name, namespace, idempotent=False
         )
 
     @api_call(("coordination.k8s.io", "leases", "create"))
@@ -808,13 +787,16 @@ class KubeClient:
             )
         return dict(applied)
 
-    async def _delete_global(self, resource: Any, kind: str, name: str) -> bool:
-        """Delete `kind/name`; False when there was none (a retried delete may find it gone)."""
-        _path_names(None, name)
+    async def _delete(
+        self, what: str, resource: Any, name: str, namespace: str | None = None
+    ) -> bool:
+        """Delete one object (names checked first); False when there was none (a retried
+        delete may find it gone)."""
+        _path_names(namespace, name)
         try:
             await self._call(
-                f"delete {kind}/{name}",
-                lambda: self.lightkube.delete(resource, name),
+                f"delete {what}",
+                lambda: self.lightkube.delete(resource, name, namespace=namespace),
                 idempotent=True,
             )
         except KubeError as exc:
@@ -858,11 +840,17 @@ class KubeClient:
     @api_call(("numatopo.io", "numatopologies/status", "patch"))
     async def patch_numatopology_status(self, name: str, status: Mapping[str, object]) -> None:
         """Merge `status` into `Numatopology/<name>.status` (others' fields stay)."""
+        await self._merge_status(_Numatopology, KIND, name, status)
+
+    async def _merge_status(
+        self, resource: Any, kind: str, name: str, status: Mapping[str, object]
+    ) -> None:
+        """A merge patch of the cluster-scoped object's status subresource."""
         _path_names(None, name)
         await self._call(
-            f"patch {KIND}/{name} status",
+            f"patch {kind}/{name} status",
             lambda: self.lightkube.patch(
-                _Numatopology.Status, name, {"status": dict(status)}, patch_type=PatchType.MERGE
+                resource.Status, name, {"status": dict(status)}, patch_type=PatchType.MERGE
             ),
             idempotent=True,
         )
@@ -916,30 +904,23 @@ class KubeClient:
     async def patch_resource_claim(self, namespace: str, name: str, patch: Body) -> Body:
         """A merge patch of the claim (its finalizers); carry `metadata.resourceVersion`
         to make it conditional. Not retried: the caller reads the claim again."""
-        _path_names(namespace, name)
-        return dict(
-            await self._call(
-                f"patch resourceclaim {namespace}/{name}",
-                lambda: self.lightkube.patch(
-                    _ResourceClaim, name, patch, namespace=namespace, patch_type=PatchType.MERGE
-                ),
-            )
-        )
+        return await self._merge_claim(_ResourceClaim, namespace, name, patch, "")
 
     @api_call(("resource.k8s.io", "resourceclaims/status", "patch"))
     async def patch_resource_claim_status(self, namespace: str, name: str, patch: Body) -> Body:
         """A merge patch of the claim's status subresource (allocation, reservedFor), as
         the scheduler writes it; carry `metadata.resourceVersion` to make it conditional."""
+        return await self._merge_claim(_ResourceClaim.Status, namespace, name, patch, " status")
+
+    async def _merge_claim(
+        self, resource: Any, namespace: str, name: str, patch: Body, part: str
+    ) -> Body:
         _path_names(namespace, name)
         return dict(
             await self._call(
-                f"patch resourceclaim {namespace}/{name} status",
+                f"patch resourceclaim {namespace}/{name}{part}",
                 lambda: self.lightkube.patch(
-                    _ResourceClaim.Status,
-                    name,
-                    patch,
-                    namespace=namespace,
-                    patch_type=PatchType.MERGE,
+                    resource, name, patch, namespace=namespace, patch_type=PatchType.MERGE
                 ),
             )
         )
@@ -947,14 +928,7 @@ class KubeClient:
     @api_call(("numatopo.io", "networktopologies/status", "patch"))
     async def patch_networktopology_status(self, name: str, status: Mapping[str, object]) -> None:
         """Merge `status` into `NetworkTopology/<name>.status` (others' fields stay)."""
-        _path_names(None, name)
-        await self._call(
-            f"patch {NETWORK_TOPOLOGY_KIND}/{name} status",
-            lambda: self.lightkube.patch(
-                _NetworkTopology.Status, name, {"status": dict(status)}, patch_type=PatchType.MERGE
-            ),
-            idempotent=True,
-        )
+        await self._merge_status(_NetworkTopology, NETWORK_TOPOLOGY_KIND, name, status)
 
     @api_call(("numatopo.io", "numatopologies", "watch"))
     def watch_numatopologies(self, *, name: str | None = None) -> AsyncIterator[WatchEvent]:
@@ -977,7 +951,7 @@ class KubeClient:
 
     @api_call((nrt.GROUP, "noderesourcetopologies", "delete"))
     async def delete_node_resource_topology(self, name: str) -> bool:
-        return await self._delete_global(_NodeResourceTopology, nrt.KIND, name)
+        return await self._delete(f"{nrt.KIND}/{name}", _NodeResourceTopology, name)
 
     @api_call((nrt.GROUP, "noderesourcetopologies", "list"))
     async def list_node_resource_topologies(self, *, label_selector: Mapping[str, str]) -> Listing:
@@ -1000,8 +974,8 @@ class KubeClient:
 
     @api_call((volcano.GROUP, "numatopologies", "delete"))
     async def delete_volcano_numatopology(self, name: str) -> bool:
-        return await self._delete_global(
-            _VolcanoNumatopology, f"{volcano.GROUP} {volcano.KIND}", name
+        return await self._delete(
+            f"{volcano.GROUP} {volcano.KIND}/{name}", _VolcanoNumatopology, name
         )
 
     @api_call((volcano.GROUP, "numatopologies", "list"))

@@ -15,17 +15,13 @@ from numatopo_cli.main import main
 from sysfs_grafting import grafted_tree
 from sysfs_trees import extract_shared, shared_trees
 
+from .conftest import Run
+
 
 @pytest.fixture
 def grafted(tmp_path_factory: pytest.TempPathFactory, tmp_path: Path) -> Callable[[str], Path]:
     shared = shared_trees(tmp_path_factory)
     return lambda name: grafted_tree(name, lambda tree: extract_shared(tree, shared), tmp_path)
-
-
-def run(capsys: pytest.CaptureFixture[str], *args: str | Path) -> tuple[int, str, str]:
-    code = main([*map(str, args)])
-    out, err = capsys.readouterr()
-    return code, out, err
 
 
 def pod(resource: str, count: int, cpus: int = 4) -> dict[str, Any]:
@@ -39,10 +35,10 @@ def pod(resource: str, count: int, cpus: int = 4) -> dict[str, Any]:
     }  # fmt: skip
 
 
-def inspect_json(capsys: pytest.CaptureFixture[str], root: Path, *flags: str) -> dict[str, Any]:
+def inspect_json(run: Run, root: Path, *flags: str) -> dict[str, Any]:
     code, out, err = run(
-        capsys, "inspect", "--sysfs-root", root, "--no-nvml", "--node-name", "npu-01",
-        "-o", "json", *flags,
+        ["inspect", "--sysfs-root", root, "--no-nvml", "--node-name", "npu-01", "-o", "json",
+        *flags]
     )  # fmt: skip
     assert code == 0, err
     document: dict[str, Any] = json.loads(out)
@@ -50,9 +46,9 @@ def inspect_json(capsys: pytest.CaptureFixture[str], root: Path, *flags: str) ->
 
 
 def test_inspect_shows_accelerators_of_every_vendor(
-    capsys: pytest.CaptureFixture[str], grafted: Callable[[str], Path]
+    run: Run, grafted: Callable[[str], Path]
 ) -> None:
-    code, out, err = run(capsys, "inspect", "--sysfs-root", grafted("mixed"), "--no-nvml")
+    code, out, err = run(["inspect", "--sysfs-root", grafted("mixed"), "--no-nvml"])
     assert code == 0, err
     section = out.split("Accelerators", 1)[1].split("\n\n", 1)[0]
     rows = [line.split() for line in section.strip().splitlines()]
@@ -64,15 +60,15 @@ def test_inspect_shows_accelerators_of_every_vendor(
 
 
 def test_gaudi_pod_is_placed_on_the_numa_node_of_its_accelerators(
-    capsys: pytest.CaptureFixture[str], grafted: Callable[[str], Path], tmp_path: Path
+    run: Run, grafted: Callable[[str], Path], tmp_path: Path
 ) -> None:
     node = tmp_path / "node.json"
-    node.write_text(json.dumps(inspect_json(capsys, grafted("gaudi2"))))
+    node.write_text(json.dumps(inspect_json(run, grafted("gaudi2"))))
     spec = json.loads(node.read_text())["spec"]
     assert {g["resource"] for g in spec["gpus"]} == {"habana.ai/gaudi"}
     manifest = tmp_path / "pod.json"
     manifest.write_text(json.dumps(pod("habana.ai/gaudi", 1)))
-    code, out, err = run(capsys, "assign", "--topology", node, "--pod", manifest)
+    code, out, err = run(["assign", "--topology", node, "--pod", manifest])
     assert code == 0, err
     answer = json.loads(out)["assignment"]
     container = answer["containers"]["main"]
@@ -86,22 +82,21 @@ def test_gaudi_pod_is_placed_on_the_numa_node_of_its_accelerators(
 
 
 def test_a_configured_accelerator_is_placed_under_its_configured_resource(
-    capsys: pytest.CaptureFixture[str], grafted: Callable[[str], Path], tmp_path: Path
+    run: Run, grafted: Callable[[str], Path], tmp_path: Path
 ) -> None:
     rule = "vendor=0x19e5,class=0x1200,devices=0xd802,name=ascend,resource=example.com/npu"
     node = tmp_path / "node.json"
-    document = inspect_json(capsys, grafted("mixed"), "--accelerator", rule)
+    document = inspect_json(run, grafted("mixed"), "--accelerator", rule)
     node.write_text(json.dumps(document))
     (npu,) = [g for g in document["spec"]["gpus"] if g["resource"] == "example.com/npu"]
     manifest = tmp_path / "pod.json"
     manifest.write_text(json.dumps(pod("example.com/npu", 1)))
     # The engine counts the resource only when told it is an accelerator.
-    code, out, _ = run(capsys, "assign", "--topology", node, "--pod", manifest)
+    code, out, _ = run(["assign", "--topology", node, "--pod", manifest])
     assert json.loads(out)["assignment"]["containers"]["main"].get("gpuIndices", []) == []
     code, out, err = run(
-        capsys, "assign", "--topology", node, "--pod", manifest,
-        "--gpu-resource", "example.com/*",
-    )  # fmt: skip
+        ["assign", "--topology", node, "--pod", manifest, "--gpu-resource", "example.com/*"]
+    )
     assert code == 0, err
     answer = json.loads(out)["assignment"]
     assert [npu["index"]] == answer["containers"]["main"]["gpuIndices"]

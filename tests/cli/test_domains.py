@@ -9,20 +9,15 @@ from pathlib import Path
 import pytest
 import yaml
 
-from numatopo_cli.main import main
 from numatopo_engine.annotations import Assignment, ContainerAssignment
 from numatopo_engine.model import Numatopology
 from numatopo_engine.simulation.leafspine import ClusterFile, ClusterNode
 
+from .conftest import Run
+
 REPO = Path(__file__).resolve().parents[2]
 H100 = REPO / "tests" / "fixtures" / "topologies" / "h100-nvswitch.json"
 RACK, HOST = "example.com/rack", "kubernetes.io/hostname"
-
-
-def run(capsys: pytest.CaptureFixture[str], *args: str | Path) -> tuple[int, str, str]:
-    code = main(["domains", *map(str, args)])
-    out, err = capsys.readouterr()
-    return code, out, err
 
 
 @pytest.fixture
@@ -44,10 +39,8 @@ def cluster(tmp_path: Path) -> Path:
     return path
 
 
-def test_table_counts_free_gpus_per_domain(
-    capsys: pytest.CaptureFixture[str], cluster: Path
-) -> None:
-    code, out, _ = run(capsys, "--cluster", cluster, "--levels", RACK, "--nodes")
+def test_table_counts_free_gpus_per_domain(run: Run, cluster: Path) -> None:
+    code, out, _ = run(["domains", "--cluster", cluster, "--levels", RACK, "--nodes"])
     assert code == 0
     lines = {line.split()[0]: line.split() for line in out.splitlines() if line.strip()}
     assert lines["r0"][1:6] == [RACK, "2", "16", "16", "0%"]
@@ -58,9 +51,7 @@ def test_table_counts_free_gpus_per_domain(
     assert f"fragmentation {RACK}: {10 / 26 * (6 / 16):.3f}" in out
 
 
-def test_network_topology_yaml_and_group(
-    capsys: pytest.CaptureFixture[str], cluster: Path, tmp_path: Path
-) -> None:
+def test_network_topology_yaml_and_group(run: Run, cluster: Path, tmp_path: Path) -> None:
     topology = tmp_path / "topology.yaml"
     topology.write_text(
         yaml.safe_dump(
@@ -74,8 +65,8 @@ def test_network_topology_yaml_and_group(
     )
     svg = tmp_path / "tree.svg"
     code, out, _ = run(
-        capsys, "--cluster", cluster, "--network-topology", topology, "--place", "2",
-        "--required", RACK, "--nodes", "--svg", svg,
+        ["domains", "--cluster", cluster, "--network-topology", topology, "--place", "2",
+        "--required", RACK, "--nodes", "--svg", svg]
     )  # fmt: skip
     assert code == 0
     assert f"group placed in {RACK}=r0: 2 members on 2 nodes" in out
@@ -87,17 +78,19 @@ def test_network_topology_yaml_and_group(
     assert {"r0", "r1", "0", "1"} <= set(texts)
 
 
-def test_group_that_does_not_fit(capsys: pytest.CaptureFixture[str], cluster: Path) -> None:
+def test_group_that_does_not_fit(run: Run, cluster: Path) -> None:
     code, _, err = run(
-        capsys, "--cluster", cluster, "--levels", RACK, "--place", "3", "--required", RACK
+        ["domains", "--cluster", cluster, "--levels", RACK, "--place", "3", "--required", RACK]
     )
     assert code == 1
     assert "does not fit" in err
     assert "2 domains of example.com/rack" in err
 
 
-def test_json_output(capsys: pytest.CaptureFixture[str], cluster: Path) -> None:
-    code, out, _ = run(capsys, "--cluster", cluster, "--levels", f"{RACK},{HOST}", "-o", "json")
+def test_json_output(run: Run, cluster: Path) -> None:
+    code, out, _ = run(
+        ["domains", "--cluster", cluster, "--levels", f"{RACK},{HOST}", "-o", "json"]
+    )
     assert code == 0
     report = json.loads(out)
     assert (report["apiVersion"], report["kind"]) == ("cli.numatopo.io/v1", "DomainsReport")
@@ -114,8 +107,8 @@ def test_json_output(capsys: pytest.CaptureFixture[str], cluster: Path) -> None:
     }
 
 
-def test_generate(capsys: pytest.CaptureFixture[str]) -> None:
-    code, out, _ = run(capsys, "--generate", "1x2x2x4", "--place", "4", "--gpus", "8")
+def test_generate(run: Run) -> None:
+    code, out, _ = run(["domains", "--generate", "1x2x2x4", "--place", "4", "--gpus", "8"])
     assert code == 0
     assert "topology.k8s.aws/network-node-layer-3" in out
     assert "4 members on 4 nodes, mean hops between neighbouring ranks 1.00" in out
@@ -131,26 +124,24 @@ def test_generate(capsys: pytest.CaptureFixture[str]) -> None:
         (["--cluster", "/nonexistent.json", "--levels", RACK], "--cluster /nonexistent.json"),
     ],
 )
-def test_bad_input(capsys: pytest.CaptureFixture[str], args: list[str], words: str) -> None:
-    code, _, err = run(capsys, *args)
+def test_bad_input(run: Run, args: list[str], words: str) -> None:
+    code, _, err = run(["domains", *args])
     assert code == 2
     assert words in err
 
 
-def test_bad_cluster_file(
-    capsys: pytest.CaptureFixture[str], tmp_path: Path, cluster: Path
-) -> None:
+def test_bad_cluster_file(run: Run, tmp_path: Path, cluster: Path) -> None:
     data = json.loads(cluster.read_text())
     data["nodes"][0]["shape"] = "missing"
     bad = tmp_path / "bad.json"
     bad.write_text(json.dumps(data))
-    code, _, err = run(capsys, "--cluster", bad, "--levels", RACK)
+    code, _, err = run(["domains", "--cluster", bad, "--levels", RACK])
     assert code == 2
     assert "unknown shape 'missing'" in err
     data = json.loads(cluster.read_text())
     twice = data["nodes"][2]["assignments"]["ns/busy"]
     data["nodes"][2]["assignments"]["ns/again"] = twice
     bad.write_text(json.dumps(data))
-    code, _, err = run(capsys, "--cluster", bad, "--levels", RACK)
+    code, _, err = run(["domains", "--cluster", bad, "--levels", RACK])
     assert code == 2
     assert "r1-a" in err

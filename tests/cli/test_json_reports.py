@@ -5,6 +5,7 @@ disappears from the model, or appears without a word in the docs, fails here."""
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import re
 import types
@@ -17,11 +18,12 @@ import pytest
 from pydantic import BaseModel
 
 from numatopo_cli.kubectl.reports import ExplainReport, NodesReport, TopReport
-from numatopo_cli.main import main
 from numatopo_cli.reports import Report
 from numatopo_cli.reports.assign import AssignReport
 from numatopo_cli.reports.domains import DomainsReport
 from numatopo_cli.reports.simulation import GangSimulationReport, SimulationReport
+
+from .conftest import Run
 
 REPO = Path(__file__).resolve().parents[2]
 DOCS = REPO / "docs" / "operations.md"
@@ -41,8 +43,8 @@ REPORTS: tuple[type[Report], ...] = (
 )
 
 
-def _models_in(annotation: Any) -> tuple[bool, type[Report] | None]:
-    """(is a list, the report model inside) of a field's annotation."""
+def _models_in(annotation: Any) -> tuple[bool, type | None]:
+    """(is a list, the report model or dataclass inside) of a field's annotation."""
     origin = typing.get_origin(annotation)
     if origin is list:
         _, model = _models_in(typing.get_args(annotation)[0])
@@ -53,19 +55,30 @@ def _models_in(annotation: Any) -> tuple[bool, type[Report] | None]:
             if model is not None:
                 return many, model
         return False, None
-    if isinstance(annotation, type) and issubclass(annotation, Report):
+    if isinstance(annotation, type) and (
+        issubclass(annotation, Report) or dataclasses.is_dataclass(annotation)
+    ):
         return False, annotation
     return False, None
 
 
-def field_paths(model: type[BaseModel], seen: set[type[BaseModel]], prefix: str = "") -> set[str]:
+def _fields(model: type) -> dict[str, Any]:
+    """A report model's or dataclass's fields: JSON name -> annotation."""
+    if dataclasses.is_dataclass(model):
+        return typing.get_type_hints(model)
+    assert issubclass(model, BaseModel)
+    return {field.alias or name: field.annotation for name, field in model.model_fields.items()}
+
+
+def field_paths(model: type, seen: set[type], prefix: str = "") -> set[str]:
     """`a`, `a[]`, `a[].b`, `a.b`: every field of `model` by its JSON name, descending
-    into the report models not already listed under an earlier report."""
+    into the report models (and the engine's dataclasses) not already listed under an
+    earlier report."""
     paths: set[str] = set()
     seen.add(model)
-    for name, field in model.model_fields.items():
-        key = prefix + (field.alias or name)
-        many, inner = _models_in(field.annotation)
+    for name, annotation in _fields(model).items():
+        key = prefix + name
+        many, inner = _models_in(annotation)
         paths.add(key + "[]" if many and inner is not None else key)
         if inner is not None and inner not in seen:
             paths |= field_paths(inner, seen, key + ("[]." if many else "."))
@@ -85,7 +98,7 @@ def documented() -> dict[str, set[str]]:
 
 def test_the_docs_list_exactly_each_models_fields() -> None:
     tables = documented()
-    seen: set[type[BaseModel]] = set()
+    seen: set[type] = set()
     expected = {report.__name__: field_paths(report, seen) for report in REPORTS}
     assert sorted(tables) == sorted(expected)
     for kind, paths in expected.items():
@@ -108,15 +121,10 @@ def test_a_missing_field_fails_the_schema() -> None:
         matches_schema(json.dumps(document), DomainsReport)
 
 
-def run(capsys: pytest.CaptureFixture[str], *argv: str | Path) -> tuple[int, str]:
-    code = main([str(a) for a in argv])
-    return code, capsys.readouterr().out
-
-
-def test_simulate(capsys: pytest.CaptureFixture[str]) -> None:
-    code, out = run(
-        capsys, "simulate", "--sample-nodes", "60", "--limit", "100", "--scorer",
-        "numatopo,best-fit", "--mig-pool", "0.5:3g.40gb", "-o", "json",
+def test_simulate(run: Run) -> None:
+    code, out, _ = run(
+        ["simulate", "--sample-nodes", "60", "--limit", "100", "--scorer", "numatopo,best-fit",
+        "--mig-pool", "0.5:3g.40gb", "-o", "json"]
     )  # fmt: skip
     document = matches_schema(out, SimulationReport)
     assert (code, document["kind"], document["apiVersion"]) == (
@@ -126,10 +134,10 @@ def test_simulate(capsys: pytest.CaptureFixture[str]) -> None:
     assert document["migPool"]["resource"].startswith("nvidia.com/mig-")
 
 
-def test_simulate_multi_node(capsys: pytest.CaptureFixture[str]) -> None:
-    code, out = run(
-        capsys, "simulate", "--multi-node", "--layout", "1x2x2x4", "--jobs", "30",
-        "--preferred", "leaf", "-o", "json",
+def test_simulate_multi_node(run: Run) -> None:
+    code, out, _ = run(
+        ["simulate", "--multi-node", "--layout", "1x2x2x4", "--jobs", "30", "--preferred",
+        "leaf", "-o", "json"]
     )  # fmt: skip
     document = matches_schema(out, GangSimulationReport)
     assert (code, document["kind"], document["nodes"]) == (0, "GangSimulationReport", 16)
@@ -137,8 +145,8 @@ def test_simulate_multi_node(capsys: pytest.CaptureFixture[str]) -> None:
 
 
 @pytest.mark.parametrize("place", [[], ["--place", "3", "--gpus", "8"]])
-def test_domains(capsys: pytest.CaptureFixture[str], place: list[str]) -> None:
-    code, out = run(capsys, "domains", "--generate", "1x2x2x2", "--nodes", *place, "-o", "json")
+def test_domains(run: Run, place: list[str]) -> None:
+    code, out, _ = run(["domains", "--generate", "1x2x2x2", "--nodes", *place, "-o", "json"])
     document = matches_schema(out, DomainsReport)
     assert (code, document["kind"]) == (0, "DomainsReport")
     assert (document["placement"] is None) == (not place)
@@ -146,14 +154,14 @@ def test_domains(capsys: pytest.CaptureFixture[str], place: list[str]) -> None:
 
 
 @pytest.mark.parametrize("allocated", [False, True])
-def test_assign(capsys: pytest.CaptureFixture[str], tmp_path: Path, allocated: bool) -> None:
+def test_assign(run: Run, tmp_path: Path, allocated: bool) -> None:
     """Fits (assignment and score, no reason) and does not fit (reason only)."""
     extra: list[str | Path] = []
     if allocated:
         full = {"node": "dgx1-v100", "containers": {"c": {"gpuIndices": list(range(8))}}}
         (tmp_path / "a.json").write_text(json.dumps([full]))
         extra = ["--allocated", tmp_path / "a.json"]
-    code, out = run(capsys, "assign", "--topology", DGX1, "--pod", POD, *extra)
+    code, out, _ = run(["assign", "--topology", DGX1, "--pod", POD, *extra])
     document = matches_schema(out, AssignReport)
     keys = {"assignment", "score", "reason"} & set(document)
     assert (code, keys) == ((1, {"reason"}) if allocated else (0, {"assignment", "score"}))

@@ -15,12 +15,9 @@ from typing import Any
 
 import pytest
 
-import signing_keys
 from kubelet_harness import FakeGpu, Harness
+from node_agent import running_agent
 from numatopo_engine import annotations as keys
-from numatopo_exporter.agent.loop import AgentLoop
-from numatopo_kube import KubeClient
-from numatopo_kube.backoff import Backoff
 
 from .test_gpu_follow import NODE, cgroup_tree, uuid_of, with_uuids
 
@@ -48,49 +45,34 @@ async def test_gpus_the_kubelet_cannot_hand_out_are_never_assigned(
         advertised = [FakeGpu(uuid_of(g.index), g.numa) for g in spec.gpus if g.index != ABSENT]
         plugin = await kubelet.start_plugin(advertised)
         plugin.set_health(uuid_of(SICK), False)
-        client = KubeClient(component="numatopo-agent", host=NODE, timeout_seconds=5)
-        await client.reconnect(str(cluster.api.url))
-        agent = AgentLoop(
-            client,
-            node_name=NODE,
-            verifier=signing_keys.VERIFIER,
-            cgroup_root=tmp_path,
-            kubelet_state=tmp_path / "no-kubelet-state",
-            pod_resources_socket=kubelet.pod_resources_socket,
-            resync_seconds=0.3,
-            backoff=Backoff(0.01, 0.05),
-        )
-        async with client:
-            task = asyncio.create_task(agent.run())
-            try:
+        async with running_agent(
+            str(cluster.api.url), NODE, tmp_path, kubelet.pod_resources_socket
+        ):
 
-                def unhealthy() -> list[int] | None:
-                    found = cluster.numatopology_status(NODE).get("unhealthy")
-                    return None if found is None else list(found["gpus"])
+            def unhealthy() -> list[int] | None:
+                found = cluster.numatopology_status(NODE).get("unhealthy")
+                return None if found is None else list(found["gpus"])
 
-                await wait(lambda: unhealthy() == [SICK, ABSENT], what="status.unhealthy")
-                await wait(
-                    lambda: cluster.numatopology_status(NODE).get("freeGPUs") == 6,
-                    what="freeGPUs counts healthy GPUs only",
-                )
-                await cluster.create_pod(pod("a", gpus=4, cpu="4", policy="best-effort"))
-                await cluster.create_pod(pod("b", gpus=2, cpu="4", policy="best-effort"))
-                await wait(lambda: gpus_of(cluster, "a") is not None, what="a assigned")
-                await wait(lambda: gpus_of(cluster, "b") is not None, what="b assigned")
-                taken = (gpus_of(cluster, "a") or set()) | (gpus_of(cluster, "b") or set())
-                assert len(taken) == 6
-                assert not taken & {SICK, ABSENT}
+            await wait(lambda: unhealthy() == [SICK, ABSENT], what="status.unhealthy")
+            await wait(
+                lambda: cluster.numatopology_status(NODE).get("freeGPUs") == 6,
+                what="freeGPUs counts healthy GPUs only",
+            )
+            await cluster.create_pod(pod("a", gpus=4, cpu="4", policy="best-effort"))
+            await cluster.create_pod(pod("b", gpus=2, cpu="4", policy="best-effort"))
+            await wait(lambda: gpus_of(cluster, "a") is not None, what="a assigned")
+            await wait(lambda: gpus_of(cluster, "b") is not None, what="b assigned")
+            taken = (gpus_of(cluster, "a") or set()) | (gpus_of(cluster, "b") or set())
+            assert len(taken) == 6
+            assert not taken & {SICK, ABSENT}
 
-                # Every healthy GPU is taken: a third pod waits, though two GPUs are idle.
-                await cluster.create_pod(pod("c", gpus=1, cpu="2", policy="best-effort"))
-                await asyncio.sleep(1.0)
-                assert gpus_of(cluster, "c") is None
+            # Every healthy GPU is taken: a third pod waits, though two GPUs are idle.
+            await cluster.create_pod(pod("c", gpus=1, cpu="2", policy="best-effort"))
+            await asyncio.sleep(1.0)
+            assert gpus_of(cluster, "c") is None
 
-                # The GPU recovers: its plugin says so, the agent reports it, c gets it.
-                plugin.set_health(uuid_of(SICK), True)
-                await wait(lambda: unhealthy() == [ABSENT], what="GPU 2 healthy again")
-                await wait(lambda: gpus_of(cluster, "c") == {SICK}, what="c gets GPU 2")
-            finally:
-                task.cancel()
-                await asyncio.gather(task, return_exceptions=True)
+            # The GPU recovers: its plugin says so, the agent reports it, c gets it.
+            plugin.set_health(uuid_of(SICK), True)
+            await wait(lambda: unhealthy() == [ABSENT], what="GPU 2 healthy again")
+            await wait(lambda: gpus_of(cluster, "c") == {SICK}, what="c gets GPU 2")
     assert operator.runtime.ledger.unhealthy(NODE).gpus == [ABSENT]

@@ -22,15 +22,12 @@ import pytest
 from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 
-import signing_keys
+import node_agent
 from kubelet_harness import GPU, Container, FakeGpu, Harness, Pod
+from node_agent import aligned, running_agent
 from numatopo_engine import annotations as keys
 from numatopo_engine.cpuset import CPUSet
 from numatopo_engine.model import NumatopologySpec
-from numatopo_exporter.agent.feedback import ALIGNED
-from numatopo_exporter.agent.loop import AgentLoop
-from numatopo_kube import KubeClient
-from numatopo_kube.backoff import Backoff
 
 from .conftest import eventually, h100_spec, make_pod, numatopology
 
@@ -49,26 +46,12 @@ def with_uuids(spec: NumatopologySpec) -> NumatopologySpec:
 
 
 def cgroup_tree(root: Path, uid: str, cid: str = CID) -> None:
-    """kubepods/pod<uid>/<container id> as plain files (a Guaranteed pod, cgroupfs)."""
-    (root / "cpuset.cpus").write_text("0-207\n")
-    (root / "cpuset.mems").write_text("0-1\n")
-    for relative in ("kubepods", f"kubepods/pod{uid}", f"kubepods/pod{uid}/{cid}"):
-        path = root / relative
-        path.mkdir(parents=True, exist_ok=True)
-        (path / "cpuset.cpus").write_text("0-207\n")
-        (path / "cpuset.mems").write_text("0-1\n")
+    node_agent.cgroup_tree(root, uid, cid, cpus="0-207")
 
 
 def assignment_of(cluster: Any, name: str) -> dict[str, Any] | None:
     text = cluster.annotations(name).get(keys.ASSIGNMENT)
     return json.loads(text) if text else None
-
-
-def aligned(cluster: Any, name: str) -> tuple[str, str] | None:
-    for condition in cluster.pods()[name].get("status", {}).get("conditions", []):
-        if condition["type"] == ALIGNED:
-            return condition["status"], condition.get("reason", "")
-    return None
 
 
 @pytest.mark.timeout(60)
@@ -109,39 +92,24 @@ async def test_a_followed_node_realigns_cpus_and_memory_to_the_gpus_the_kubelet_
         }
         await cluster.patch_pod("train", {"status": status})
 
-        client = KubeClient(component="numatopo-agent", host=NODE, timeout_seconds=5)
-        await client.reconnect(str(cluster.api.url))
-        agent = AgentLoop(
-            client,
-            node_name=NODE,
-            verifier=signing_keys.VERIFIER,
-            cgroup_root=tmp_path,
-            kubelet_state=tmp_path / "no-kubelet-state",
-            pod_resources_socket=kubelet.pod_resources_socket,
-            resync_seconds=0.3,
-            backoff=Backoff(0.01, 0.05),
-        )
-        async with client:
-            task = asyncio.create_task(agent.run())
-            try:
-                await wait(lambda: keys.OBSERVED in cluster.annotations("train"), what="observed")
-                observed = json.loads(cluster.annotations("train")[keys.OBSERVED])
-                assert observed["seq"] == first["seq"]
-                assert observed["containers"]["main"]["matches"] is False
+        async with running_agent(
+            str(cluster.api.url), NODE, tmp_path, kubelet.pod_resources_socket
+        ) as agent:
+            await wait(lambda: keys.OBSERVED in cluster.annotations("train"), what="observed")
+            observed = json.loads(cluster.annotations("train")[keys.OBSERVED])
+            assert observed["seq"] == first["seq"]
+            assert observed["containers"]["main"]["matches"] is False
 
-                def realigned() -> bool:
-                    now = assignment_of(cluster, "train")
-                    return now is not None and set(now["containers"]["main"]["gpuIndices"]) == real
+            def realigned() -> bool:
+                now = assignment_of(cluster, "train")
+                return now is not None and set(now["containers"]["main"]["gpuIndices"]) == real
 
-                await wait(realigned, what="the assignment names the GPUs held", timeout=15)
-                await wait(
-                    lambda: aligned(cluster, "train") == ("True", "CpusetsApplied"),
-                    what="Aligned once CPUs, memory and real GPUs agree",
-                    timeout=15,
-                )
-            finally:
-                task.cancel()
-                await asyncio.gather(task, return_exceptions=True)
+            await wait(realigned, what="the assignment names the GPUs held", timeout=15)
+            await wait(
+                lambda: aligned(cluster, "train") == ("True", "CpusetsApplied"),
+                what="Aligned once CPUs, memory and real GPUs agree",
+                timeout=15,
+            )
 
     final = assignment_of(cluster, "train")
     assert final is not None
@@ -344,27 +312,14 @@ async def _followed_node(plans: list[int], seed: int, tmp: Path) -> list[str]:
                         {"name": "main", "containerID": f"containerd://{cid}",
                          "state": {"running": {}}}]}  # fmt: skip
                     await cluster.patch_pod(name, {"status": status})
-                client = KubeClient(component="numatopo-agent", host=NODE, timeout_seconds=5)
-                await client.reconnect(str(api.url))
-                agent = AgentLoop(
-                    client, node_name=NODE, verifier=signing_keys.VERIFIER, cgroup_root=tmp,
-                    kubelet_state=tmp / "none",
-                    pod_resources_socket=kubelet.pod_resources_socket, resync_seconds=0.3,
-                    backoff=Backoff(0.01, 0.05),
-                )  # fmt: skip
-                async with client:
-                    task = asyncio.create_task(agent.run())
-                    try:
-                        await eventually(
-                            lambda: all(
-                                aligned(cluster, n) == ("True", "CpusetsApplied") for n in names
-                            ),
-                            what="every pod Aligned to the GPUs it holds",
-                            timeout=30,
-                        )
-                    finally:
-                        task.cancel()
-                        await asyncio.gather(task, return_exceptions=True)
+                async with running_agent(str(api.url), NODE, tmp, kubelet.pod_resources_socket):
+                    await eventually(
+                        lambda: all(
+                            aligned(cluster, n) == ("True", "CpusetsApplied") for n in names
+                        ),
+                        what="every pod Aligned to the GPUs it holds",
+                        timeout=30,
+                    )
             owners: dict[str, str] = {}
             for name in names:
                 final = assignment_of(cluster, name)

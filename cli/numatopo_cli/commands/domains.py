@@ -25,7 +25,7 @@ from typing import Any
 import yaml
 from pydantic import ValidationError
 
-from numatopo_cli.commands.simulate.files import InputError, default_shapes
+from numatopo_cli.commands.simulate.files import InputError, node_shapes, whole_number
 from numatopo_cli.progress import progress_bar
 from numatopo_cli.render import domains as view
 from numatopo_cli.reports.domains import DomainRow, DomainsReport, GroupPlacementRow
@@ -97,7 +97,7 @@ def _cluster(args: argparse.Namespace) -> ClusterFile:
             layout = LeafSpine.parse(args.generate)
         except ValueError as exc:
             raise InputError(f"--generate: {exc}") from None
-        return generate(layout, default_shapes(), seed=args.seed)
+        return generate(layout, node_shapes(), seed=args.seed)
     raise InputError("give --cluster F.json or --generate BLOCKSxSPINESxLEAVESxNODES")
 
 
@@ -181,16 +181,6 @@ def run(args: argparse.Namespace) -> int:
     return 0
 
 
-def _count(text: str) -> int:
-    try:
-        value = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"{text!r} is not a whole number") from None
-    if value < 0:
-        raise argparse.ArgumentTypeError(f"{value} is negative")
-    return value
-
-
 def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     parser = subparsers.add_parser(
         "domains",
@@ -208,9 +198,9 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
     )
     parser.add_argument("--levels", metavar="A,B,C", help="level label keys, widest first")
     parser.add_argument("--nodes", action="store_true", help="list every node too")
-    parser.add_argument("--place", type=_count, default=0, metavar="N", help="place N pods")
-    parser.add_argument("--gpus", type=_count, default=8, help="GPUs per pod (default 8)")
-    parser.add_argument("--cpus", type=_count, default=8, help="CPUs per pod (default 8)")
+    parser.add_argument("--place", type=whole_number, default=0, metavar="N", help="place N pods")
+    parser.add_argument("--gpus", type=whole_number, default=8, help="GPUs per pod (default 8)")
+    parser.add_argument("--cpus", type=whole_number, default=8, help="CPUs per pod (default 8)")
     parser.add_argument("--required", metavar="LEVEL", help="level the group must share")
     parser.add_argument("--preferred", metavar="LEVEL", help="level the group should share")
     parser.add_argument(

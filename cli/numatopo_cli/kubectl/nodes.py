@@ -118,8 +118,4 @@ def nodes_table(report: NodesReport) -> str:
 
 def format_columns(header: list[str], rows: list[list[str]]) -> str:
     """Left-aligned columns two spaces apart, as kubectl prints tables."""
-    widths = [max(len(r[i]) for r in [header, *rows]) for i in range(len(header))]
-    return "\n".join(
-        "  ".join(cell.ljust(width) for cell, width in zip(row, widths, strict=True)).rstrip()
-        for row in [header, *rows]
-    )
+    return "\n".join(text.align_rows([header, *rows]))

@@ -12,6 +12,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from xml.sax.saxutils import escape
 
+from numatopo_cli.render.text import align_rows
 from numatopo_engine.domains import (
     ANYWHERE,
     DomainTree,
@@ -102,14 +103,7 @@ def render_table(
                 _ranks(row.ranks),
             )
         )
-    widths = [max(len(r[i]) for r in table) for i in range(len(header))]
-    lines = [
-        "  ".join(
-            cell.rjust(w) if 2 <= i <= 5 else cell.ljust(w)
-            for i, (cell, w) in enumerate(zip(r, widths, strict=True))
-        ).rstrip()
-        for r in table
-    ]
+    lines = align_rows(table, right=range(2, 6))
     fragmentation = domain_fragmentation(tree, candidates)
     lines.append("")
     lines += [f"fragmentation {level}: {value:.3f}" for level, value in fragmentation.items()]

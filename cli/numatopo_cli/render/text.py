@@ -16,6 +16,7 @@ __all__ = [
     "link_label",
     "numa_ids",
     "paint",
+    "percent",
     "short_model",
     "short_pci",
 ]
@@ -55,6 +56,11 @@ def _page_order(item: tuple[str, int]) -> tuple[int, str]:
     scale = {"Ki": 1, "Mi": 2, "Gi": 3}.get(size[-2:], 0)
     digits = size[:-2]
     return (scale * 10_000 + (int(digits) if digits.isdigit() else 0), size)
+
+
+def percent(share: float | None) -> str:
+    """`0.4567` -> `45.7%`; None (nothing to share out) -> `-`."""
+    return UNKNOWN if share is None else f"{100 * share:.1f}%"
 
 
 def count(number: int, noun: str) -> str:

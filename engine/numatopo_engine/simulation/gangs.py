@@ -67,6 +67,7 @@ from numatopo_engine.groups import GroupSpec, Strategy
 from numatopo_engine.network_topology import HOSTNAME_LABEL
 from numatopo_engine.request import ContainerRequest, PodRequest, TopologyOptions
 from numatopo_engine.simulation.leafspine import ClusterFile
+from numatopo_engine.simulation.metrics import milliseconds
 from numatopo_engine.state import NodeState
 
 __all__ = [
@@ -500,7 +501,7 @@ def _replay(
             heapq.heappush(events, (now + job.duration, 0, job.index))
         run.fragmentation.append(domain_fragmentation(run.tree, run.nodes)[run.leaf])
     multi = [job for job in jobs if job.pods > 1]
-    times = sorted(run.times)
+    place_ms_mean, place_ms_p99 = milliseconds(run.times)
     return GangStrategyResult(
         strategy=name,
         jobs=len(jobs),
@@ -514,8 +515,8 @@ def _replay(
         required_domain_share=_mean([float(x) for x in run.in_required]),
         mean_neighbour_hops=_mean(run.hops),
         leaf_fragmentation=_mean(run.fragmentation) or 0.0,
-        place_ms_mean=1000 * (_mean(times) or 0.0),
-        place_ms_p99=1000 * (times[min(len(times) - 1, int(0.99 * len(times)))] if times else 0.0),
+        place_ms_mean=place_ms_mean,
+        place_ms_p99=place_ms_p99,
         preferred_domain_share=_mean([float(x) for x in run.in_preferred]),
         kept_share=_mean([float(x) for x in run.kept]),
     )

@@ -32,6 +32,7 @@ Shares are fractions in [0, 1], null when there is nothing to divide.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from math import comb
 
@@ -39,11 +40,20 @@ from numatopo_engine.simulation.cluster import Cluster
 from numatopo_engine.simulation.strategies import Outcome, Placement
 from numatopo_engine.simulation.trace import PodRow
 
-__all__ = ["Recorder", "StrategyResult"]
+__all__ = ["Recorder", "StrategyResult", "milliseconds"]
 
 
 def _share(part: int, whole: int) -> float | None:
     return part / whole if whole else None
+
+
+def milliseconds(seconds: Sequence[float]) -> tuple[float, float]:
+    """The mean and the 99th percentile of `seconds`, in ms (0 and 0 for none)."""
+    if not seconds:
+        return 0.0, 0.0
+    ordered = sorted(seconds)
+    p99 = ordered[min(len(ordered) - 1, int(0.99 * len(ordered)))]
+    return 1000 * sum(ordered) / len(ordered), 1000 * p99
 
 
 @dataclass
@@ -136,10 +146,7 @@ class Recorder:
         r.best_bandwidth_share = _share(self.best_bw, r.multi_gpu_pods)
         r.mean_link_gbps = self.link_gbps / r.multi_gpu_pods if r.multi_gpu_pods else None
         r.cpu_gpu_colocated_share = _share(self.colocated, r.whole_gpu_pods)
-        if self.times:
-            ordered = sorted(self.times)
-            r.decision_ms_mean = 1000 * sum(ordered) / len(ordered)
-            r.decision_ms_p99 = 1000 * ordered[min(len(ordered) - 1, int(0.99 * len(ordered)))]
+        r.decision_ms_mean, r.decision_ms_p99 = milliseconds(self.times)
         r.curve = _curve(self.points, total)
         return r
 

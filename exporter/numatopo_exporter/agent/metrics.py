@@ -2,17 +2,17 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
-from prometheus_client import CollectorRegistry, Counter, Histogram
+from prometheus_client import Counter, Histogram
+
+from numatopo_exporter.daemon.metrics import Registry
 
 __all__ = ["AgentMetrics"]
 
 
 @dataclass
-class AgentMetrics:
-    registry: CollectorRegistry = field(default_factory=CollectorRegistry)
-
+class AgentMetrics(Registry):
     def __post_init__(self) -> None:
         self.enforcements = Counter(
             "numatopo_agent_enforcements_total",
@@ -47,7 +47,3 @@ class AgentMetrics:
             buckets=(0.01, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30),
             registry=self.registry,
         )
-
-    def value(self, name: str, labels: dict[str, str] | None = None) -> float:
-        found = self.registry.get_sample_value(name, labels or {})
-        return 0.0 if found is None else found

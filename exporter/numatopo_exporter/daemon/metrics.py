@@ -18,16 +18,26 @@ from dataclasses import dataclass, field
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
 from prometheus_client.exposition import CONTENT_TYPE_LATEST, generate_latest
 
-__all__ = ["ExporterMetrics", "MetricsServer", "start_metrics_server"]
+__all__ = ["ExporterMetrics", "MetricsServer", "Registry", "start_metrics_server"]
 
 HEAD_LIMIT = 8192  # bytes of request line and headers
 HEAD_SECONDS = 10.0
 
 
 @dataclass
-class ExporterMetrics:
+class Registry:
+    """The metrics of one node process (or part of one) on their own registry."""
+
     registry: CollectorRegistry = field(default_factory=CollectorRegistry)
 
+    def value(self, name: str, labels: dict[str, str] | None = None) -> float:
+        """A sample's current value (0 when absent), for tests and health checks."""
+        found = self.registry.get_sample_value(name, labels or {})
+        return 0.0 if found is None else found
+
+
+@dataclass
+class ExporterMetrics(Registry):
     def __post_init__(self) -> None:
         self.scans = Counter(
             "numatopo_exporter_scans_total",
@@ -60,11 +70,6 @@ class ExporterMetrics:
             "Unix time of the last successful scan.",
             registry=self.registry,
         )
-
-    def value(self, name: str, labels: dict[str, str] | None = None) -> float:
-        """A sample's current value (0 when absent), for tests and health checks."""
-        found = self.registry.get_sample_value(name, labels or {})
-        return 0.0 if found is None else found
 
 
 @dataclass

@@ -50,6 +50,7 @@ from numatopo_engine.model import (
 from numatopo_exporter.discovery.errors import DiscoveryError
 from numatopo_exporter.discovery.nvlink_fabric import pair_links
 from numatopo_exporter.discovery.nvlink_speed import link_gbps
+from numatopo_exporter.discovery.sysfs import hugepage_size_key
 
 __all__ = ["SOURCE", "parse_hwloc_xml", "read_hwloc_xml"]
 
@@ -234,18 +235,16 @@ def _cpu(pu: _Obj, owner: dict[int, int], unowned: int | None) -> Cpu:
     return Cpu(id=cpu_id, core=core_id, socket=socket, numa=owner.get(cpu_id, unowned))
 
 
-def _page_size_name(size: int) -> str:
-    for unit, factor in (("Gi", 1 << 30), ("Mi", 1 << 20), ("Ki", 1 << 10)):
-        if size % factor == 0:
-            return f"{size // factor}{unit}"
-    return str(size)
-
-
 def _hugepages(node: _Obj) -> dict[str, int]:
+    """Page sizes (bytes here) keyed as sysfs's are; a size in no whole KiB as a number."""
     if len(node.pages) < 2:
         return {}
     base = min(size for size, _ in node.pages)
-    return {_page_size_name(size): count for size, count in sorted(node.pages) if size != base}
+    return {
+        hugepage_size_key(size >> 10) if size % 1024 == 0 else str(size): count
+        for size, count in sorted(node.pages)
+        if size != base
+    }
 
 
 def _numa_distances(

@@ -36,7 +36,7 @@ from numatopo_engine.model import Gpu, GpuLink, GpuPath, LinkType, PathType
 from numatopo_exporter.discovery.errors import SourceUnavailableError
 from numatopo_exporter.discovery.nvlink_fabric import pair_links
 from numatopo_exporter.discovery.nvlink_speed import link_gbps
-from numatopo_exporter.discovery.nvml_mig import read_mig_devices
+from numatopo_exporter.discovery.nvml_mig import nvml_text, read_mig_devices
 from numatopo_exporter.discovery.nvml_recording import Recorder
 from numatopo_exporter.discovery.pci_address import normalize_bus_id
 
@@ -131,14 +131,8 @@ def _error_text(exc: BaseException) -> str:
     return str(exc) or type(exc).__name__
 
 
-def _text(value: str | bytes | None) -> str:
-    if isinstance(value, bytes):
-        return value.decode("utf-8", errors="replace")
-    return value or ""
-
-
 def _bus_id(info: Any) -> str:
-    raw = _text(getattr(info, "busId", ""))
+    raw = nvml_text(getattr(info, "busId", ""))
     try:
         return normalize_bus_id(raw)
     except ValueError:
@@ -205,9 +199,9 @@ def _read(s: _Session) -> GpuReading:
 def _read_gpu(s: _Session, index: int, handle: Any) -> Gpu:
     nvml = s.nvml
     where = f"GPU {index}"
-    uuid = _text(s.call(f"{where}: nvmlDeviceGetUUID", nvml.nvmlDeviceGetUUID, handle))
+    uuid = nvml_text(s.call(f"{where}: nvmlDeviceGetUUID", nvml.nvmlDeviceGetUUID, handle))
     pci = s.call(f"{where}: nvmlDeviceGetPciInfo", nvml.nvmlDeviceGetPciInfo, handle)
-    name = _text(s.call(f"{where}: nvmlDeviceGetName", nvml.nvmlDeviceGetName, handle))
+    name = nvml_text(s.call(f"{where}: nvmlDeviceGetName", nvml.nvmlDeviceGetName, handle))
     memory = s.call(f"{where}: nvmlDeviceGetMemoryInfo", nvml.nvmlDeviceGetMemoryInfo, handle)
     numa = s.call(
         f"{where}: nvmlDeviceGetNumaNodeId",

@@ -24,7 +24,7 @@ from typing import Any, Protocol
 
 from numatopo_engine.model import MigDevice
 
-__all__ = ["profile_from", "read_mig_devices"]
+__all__ = ["nvml_text", "profile_from", "read_mig_devices"]
 
 _NAME_PROFILE = re.compile(r"\bMIG\s+(?P<profile>(?:\d+c\.)?\d+g\.\d+gb(?:\+[a-z]+)?)\s*$")
 
@@ -68,7 +68,7 @@ def read_mig_devices(s: Session, index: int, handle: Any, first: int) -> list[Mi
             if not isinstance(exc, nvml.NVMLError_NotFound):  # NotFound: an empty slot
                 s.notices.append(f"{here}: nvmlDeviceGetMigDeviceHandleByIndex: {exc}")
             continue
-        name = _text(s.call(f"{here}: nvmlDeviceGetName", nvml.nvmlDeviceGetName, mig))
+        name = nvml_text(s.call(f"{here}: nvmlDeviceGetName", nvml.nvmlDeviceGetName, mig))
         attributes = s.call(
             f"{here}: nvmlDeviceGetAttributes", nvml.nvmlDeviceGetAttributes, mig, quiet=True
         )
@@ -88,7 +88,7 @@ def read_mig_devices(s: Session, index: int, handle: Any, first: int) -> list[Mi
             MigDevice(
                 index=first + len(found),
                 profile=profile,
-                uuid=_text(s.call(f"{here}: nvmlDeviceGetUUID", nvml.nvmlDeviceGetUUID, mig)),
+                uuid=nvml_text(s.call(f"{here}: nvmlDeviceGetUUID", nvml.nvmlDeviceGetUUID, mig)),
                 gpu_instance=gpu_instance if isinstance(gpu_instance, int) else None,
                 compute_instance=compute_instance if isinstance(compute_instance, int) else None,
                 memory_bytes=int(getattr(memory, "total", 0) or 0),
@@ -97,7 +97,8 @@ def read_mig_devices(s: Session, index: int, handle: Any, first: int) -> list[Mi
     return found
 
 
-def _text(value: str | bytes | None) -> str:
+def nvml_text(value: str | bytes | None) -> str:
+    """A string NVML returned (bytes from older pynvml releases) as text."""
     if isinstance(value, bytes):
         return value.decode("utf-8", errors="replace")
     return value or ""

@@ -3,17 +3,17 @@ agent's, so they are served beside its own)."""
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
-from prometheus_client import CollectorRegistry, Counter
+from prometheus_client import Counter
+
+from numatopo_exporter.daemon.metrics import Registry
 
 __all__ = ["SteeringMetrics"]
 
 
 @dataclass
-class SteeringMetrics:
-    registry: CollectorRegistry = field(default_factory=CollectorRegistry)
-
+class SteeringMetrics(Registry):
     def __post_init__(self) -> None:
         self.answers = Counter(
             "numatopo_steering_answers_total",
@@ -35,7 +35,3 @@ class SteeringMetrics:
             "until it is back).",
             registry=self.registry,
         )
-
-    def value(self, name: str, labels: dict[str, str] | None = None) -> float:
-        found = self.registry.get_sample_value(name, labels or {})
-        return 0.0 if found is None else found

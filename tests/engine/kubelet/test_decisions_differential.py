@@ -104,22 +104,31 @@ def kubelet_view(spec: NumatopologySpec, state: NodeState) -> Node:
     )
 
 
+def totals(spec: NumatopologySpec) -> tuple[int, int]:
+    """The node's CPUs and memory bytes."""
+    return len(spec.cpus), sum(n.memory_bytes for n in spec.numa_nodes)
+
+
 @st.composite
-def scenarios(draw: st.DrawFn) -> tuple[NumatopologySpec, NodeState, tuple[int, int, int, str]]:
+def booked_nodes(draw: st.DrawFn, most_pods: int = 4) -> tuple[NumatopologySpec, NodeState]:
+    """A node holding up to `most_pods` pods as the engine placed them (those that fit)."""
     spec = draw(specs())
     state = NodeState(spec)
-    total_cpus = len(spec.cpus)
-    total_memory = sum(n.memory_bytes for n in spec.numa_nodes)
-    for i in range(draw(st.integers(0, 4))):
-        cpus, memory, gpus, policy = draw(requests(total_cpus, total_memory))
+    for i in range(draw(st.integers(0, most_pods))):
+        cpus, memory, gpus, policy = draw(requests(*totals(spec)))
         request = pod(app(cpus, gpus, memory=memory), policy=PolicyName(policy), name=f"p{i}")
         try:
             decision = allocate(spec, state, request, "n")
         except UnsatisfiableError:
             continue
         state.apply(f"ns/p{i}", decision.assignment)
-    last = draw(requests(total_cpus, total_memory))
-    return spec, state, last
+    return spec, state
+
+
+@st.composite
+def scenarios(draw: st.DrawFn) -> tuple[NumatopologySpec, NodeState, tuple[int, int, int, str]]:
+    spec, state = draw(booked_nodes())
+    return spec, state, draw(requests(*totals(spec)))
 
 
 @settings(max_examples=300, deadline=None)

@@ -11,11 +11,11 @@ of an admitted aligned placement.
 
 from __future__ import annotations
 
-from helpers import GiB, app, busy, pod, small_node
+from helpers import GiB, busy, pod, small_node
 from hypothesis import given, settings
 from hypothesis import strategies as st
 from reference import POLICIES, Container, bits_of, decide_pod
-from test_decisions_differential import kubelet_view, requests, specs
+from test_decisions_differential import booked_nodes, kubelet_view, totals
 
 from numatopo_engine import NodeState, allocate
 from numatopo_engine.annotations import PolicyName, Scope
@@ -65,18 +65,8 @@ def containers(draw: st.DrawFn, max_cpus: int, max_memory: int) -> list[Containe
 
 @st.composite
 def scenarios(draw: st.DrawFn):
-    spec = draw(specs())
-    state = NodeState(spec)
-    total_cpus = len(spec.cpus)
-    total_memory = sum(n.memory_bytes for n in spec.numa_nodes)
-    for i in range(draw(st.integers(0, 3))):
-        cpus, memory, gpus, policy = draw(requests(total_cpus, total_memory))
-        request = pod(app(cpus, gpus, memory=memory), policy=PolicyName(policy), name=f"p{i}")
-        try:
-            decision = allocate(spec, state, request, "n")
-        except UnsatisfiableError:
-            continue
-        state.apply(f"ns/p{i}", decision.assignment)
+    spec, state = draw(booked_nodes(most_pods=3))
+    total_cpus, total_memory = totals(spec)
     pod_containers = draw(containers(total_cpus, total_memory))
     return (
         spec,

@@ -18,7 +18,7 @@ from helpers import GiB, app, pod
 from hypothesis import given, settings
 from hypothesis import strategies as st
 from reference import Container, bits_of, pod_memory
-from test_decisions_differential import kubelet_view, requests, specs
+from test_decisions_differential import booked_nodes, kubelet_view, totals
 
 from numatopo_engine import NodeState, allocate, evaluate
 from numatopo_engine.allocation import evaluate_many
@@ -31,18 +31,8 @@ POLICIES = ("none", "best-effort")
 
 @st.composite
 def scenarios(draw: st.DrawFn):
-    spec = draw(specs())
-    state = NodeState(spec)
-    total_cpus = len(spec.cpus)
-    total_memory = sum(n.memory_bytes for n in spec.numa_nodes)
-    for i in range(draw(st.integers(0, 4))):
-        cpus, memory, gpus, policy = draw(requests(total_cpus, total_memory))
-        request = pod(app(cpus, gpus, memory=memory), policy=PolicyName(policy), name=f"p{i}")
-        try:
-            decision = allocate(spec, state, request, "n")
-        except UnsatisfiableError:
-            continue
-        state.apply(f"ns/p{i}", decision.assignment)
+    spec, state = draw(booked_nodes())
+    total_cpus, total_memory = totals(spec)
     containers = [
         Container(
             name=f"app{i}",

@@ -8,19 +8,13 @@ from pathlib import Path
 
 import pytest
 
-from numatopo_cli.commands import simulate as command
+from numatopo_cli.main import main
 
 SMALL = ["--sample-nodes", "20", "--limit", "150", "--scorer", "numatopo,best-fit"]
 
 
 def run(argv: list[str]) -> int:
-    import argparse
-
-    parser = argparse.ArgumentParser()
-    command.register(parser.add_subparsers())
-    args = parser.parse_args(["simulate", *argv])
-    code: int = args.func(args)
-    return code
+    return main(["simulate", *argv])
 
 
 def test_json_output_has_one_entry_per_strategy(capsys):

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from numatopo_cli.commands import simulate as command
+from numatopo_cli.main import main
 from numatopo_engine.simulation import NodeRow, PodRow, TopologyMap
 from numatopo_engine.simulation.cluster import build_cluster
 from numatopo_engine.simulation.mig_pool import (
@@ -79,13 +79,7 @@ def test_no_eligible_node_is_an_error(topology_map: TopologyMap) -> None:
 
 
 def run(argv: list[str]) -> int:
-    import argparse
-
-    parser = argparse.ArgumentParser()
-    command.register(parser.add_subparsers())
-    args = parser.parse_args(["simulate", *argv])
-    code: int = args.func(args)
-    return code
+    return main(["simulate", *argv])
 
 
 def test_cli_reports_the_pool_and_places_mig_pods(

@@ -1,5 +1,6 @@
 """Cgroup trees for the agent's tests: a real throw-away cgroup v1 cpuset hierarchy
-(root only; skipped with the reason otherwise) or plain files shaped like one."""
+(root only; skipped with the reason otherwise) or plain files shaped like one; and the
+agent loop over such a tree (`make_agent`)."""
 
 from __future__ import annotations
 
@@ -9,8 +10,14 @@ import secrets
 import subprocess
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
+
+import signing_keys
+from numatopo_exporter.agent.loop import AgentLoop
+
+from ..conftest import NODE, NodeClient
 
 CPUSET_MOUNT = Path("/sys/fs/cgroup/cpuset")
 
@@ -138,3 +145,12 @@ def cgroup_tree(request: pytest.FixtureRequest) -> CgroupTree:
     name = "real_cgroups" if request.param == "real-cgroup-v1" else "file_cgroups"
     tree: CgroupTree = request.getfixturevalue(name)
     return tree
+
+
+def make_agent(client: NodeClient, tree: CgroupTree, **options: Any) -> AgentLoop:
+    """The agent of `NODE` over `tree`, trusting the test signing key; the kubelet's
+    state file is one that is not there unless `kubelet_state` says otherwise."""
+    options.setdefault("kubelet_state", tree.root / "absent")
+    return AgentLoop(
+        client, node_name=NODE, verifier=signing_keys.VERIFIER, cgroup_root=tree.root, **options
+    )

@@ -12,15 +12,13 @@ from pathlib import Path
 import aiohttp
 import kmock
 
-import signing_keys
 from numatopo_cli.main import build_parser
 from numatopo_exporter.agent import serve as agent_command
-from numatopo_exporter.agent.loop import AgentLoop
 from numatopo_kube.backoff import Backoff
 
 from ..conftest import NodeClient
 from ..daemon.conftest import NODE
-from .conftest import CgroupTree
+from .conftest import CgroupTree, make_agent
 from .test_agent_loop import wait_for
 
 
@@ -41,14 +39,7 @@ async def test_the_agent_is_back_promptly_after_an_outage(
     must the agent be (within a couple of probes), not half a minute later."""
     outage = Down()
     cluster[outage] << 503
-    agent = AgentLoop(
-        client,
-        node_name=NODE,
-        verifier=signing_keys.VERIFIER,
-        cgroup_root=file_cgroups.root,
-        kubelet_state=None,
-        backoff=Backoff(30.0, 60.0),
-    )
+    agent = make_agent(client, file_cgroups, kubelet_state=None, backoff=Backoff(30.0, 60.0))
     agent.probe_seconds = 0.05
     task = asyncio.create_task(agent.watch_pods())
     try:

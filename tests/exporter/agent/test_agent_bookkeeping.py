@@ -16,7 +16,7 @@ from numatopo_exporter.agent.watch import take_event
 
 from ..conftest import NodeClient, pod_path
 from ..daemon.conftest import NODE
-from .conftest import CgroupTree
+from .conftest import CgroupTree, make_agent
 from .test_agent_loop import CID_A, UID_A, assignment, pod, wait_for
 
 LIFECYCLES = 20_000
@@ -52,13 +52,7 @@ def enforced(agent: AgentLoop, uid: str) -> bool:
 async def test_pod_lifecycles_leave_nothing_behind(
     client: NodeClient, file_cgroups: CgroupTree
 ) -> None:
-    agent = AgentLoop(
-        client,
-        node_name=NODE,
-        verifier=signing_keys.VERIFIER,
-        cgroup_root=file_cgroups.root,
-        kubelet_state=None,
-    )
+    agent = make_agent(client, file_cgroups, kubelet_state=None)
     await agent.reconcile()  # the one-off Enforcing report, before measuring
 
     async def lifecycles(first: int) -> None:
@@ -127,14 +121,7 @@ async def test_an_enforced_pod_that_leaves_is_forgotten(
         "/api/v1/namespaces/default/pods",
         pod("a", UID_A, cid=CID_A, annotation=assignment("1"), created="2024-01-01T00:00:00Z"),
     )
-    agent = AgentLoop(
-        client,
-        node_name=NODE,
-        verifier=signing_keys.VERIFIER,
-        cgroup_root=file_cgroups.root,
-        kubelet_state=None,
-        resync_seconds=0.05,
-    )
+    agent = make_agent(client, file_cgroups, kubelet_state=None, resync_seconds=0.05)
     task = asyncio.create_task(agent.run())
     try:
         await wait_for(lambda: enforced(agent, UID_A), "pod a enforced")

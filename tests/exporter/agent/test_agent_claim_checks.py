@@ -12,13 +12,12 @@ import signing_keys
 from numatopo_engine.cpuset import CPUSet
 from numatopo_exporter.agent import pods
 from numatopo_exporter.agent.feedback import ALIGNED
-from numatopo_exporter.agent.loop import AgentLoop
 from numatopo_exporter.agent.planning import Cpuset
 from numatopo_exporter.agent.pod_view import PodView
 
 from ..conftest import NodeClient, pod_path
 from ..daemon.conftest import NODE
-from .conftest import CgroupTree
+from .conftest import CgroupTree, make_agent
 from .test_agent_loop import CID_A, CID_B, PODS, UID_A, UID_B, pod
 
 CID_C = "c0c0c0c0c0c0"
@@ -48,13 +47,7 @@ class Pods:
     def __init__(self, client: NodeClient, tree: CgroupTree) -> None:
         self.client, self.tree = client, tree
         self.bodies: dict[str, dict[str, Any]] = {}
-        self.agent = AgentLoop(
-            client,
-            node_name=NODE,
-            verifier=signing_keys.VERIFIER,
-            cgroup_root=tree.root,
-            kubelet_state=tree.root / "absent",
-        )
+        self.agent = make_agent(client, tree)
 
     async def add(
         self, name: str, uid: str, cid: str, annotation: str, *, created: str, signed: bool = True

@@ -15,13 +15,12 @@ import pytest
 
 import signing_keys
 from numatopo_exporter.agent.feedback import ALIGNED
-from numatopo_exporter.agent.loop import AgentLoop
 from numatopo_exporter.agent.pod_view import PodView
 from numatopo_kube.backoff import Backoff
 
 from ..conftest import NodeClient, pod_path
 from ..daemon.conftest import NODE
-from .conftest import CgroupTree
+from .conftest import CgroupTree, make_agent
 
 PODS = "v1/pods"
 UID_A = "aaaaaaaa-0000-4000-8000-000000000001"
@@ -85,15 +84,7 @@ class Node:
     ) -> None:
         self.tree, self.cluster, self.client = tree, cluster, client
         self.online = (tree.root / "cpuset.cpus").read_text().strip()
-        self.agent = AgentLoop(
-            client,
-            node_name=NODE,
-            verifier=signing_keys.VERIFIER,
-            cgroup_root=tree.root,
-            kubelet_state=tree.root / "no-kubelet-here",
-            resync_seconds=0.1,
-            backoff=Backoff(0.01, 0.05),
-        )
+        self.agent = make_agent(client, tree, resync_seconds=0.1, backoff=Backoff(0.01, 0.05))
         self.pids: dict[str, int] = {}
 
     def container(self, uid: str, cid: str) -> str:
@@ -226,13 +217,7 @@ async def test_static_kubelet_is_left_alone(
         "/api/v1/namespaces/default/pods",
         pod("a", UID_A, cid=CID_A, annotation=assignment("1"), created="x"),
     )
-    agent = AgentLoop(
-        client,
-        node_name=NODE,
-        verifier=signing_keys.VERIFIER,
-        cgroup_root=file_cgroups.root,
-        kubelet_state=state,
-    )
+    agent = make_agent(client, file_cgroups, kubelet_state=state)
     agent.pods.replace(
         [PodView.of(pod("a", UID_A, cid=CID_A, annotation=assignment("1"), created="x"))]
     )

@@ -11,17 +11,15 @@ from typing import Any
 import kmock
 import pytest
 
-import signing_keys
 from numatopo_engine.cpuset import CPUSet
 from numatopo_exporter.agent import cgroupfs
 from numatopo_exporter.agent.feedback import ALIGNED
-from numatopo_exporter.agent.loop import AgentLoop
 from numatopo_exporter.agent.planning import CpusetWrite
 from numatopo_exporter.agent.pod_view import PodView
 
 from ..conftest import NodeClient, pod_path
 from ..daemon.conftest import NODE
-from .conftest import CgroupTree
+from .conftest import CgroupTree, make_agent
 from .test_agent_loop import CID_A, CID_B, PODS, UID_A, UID_B, assignment, pod
 
 CONTAINER_A = f"kubepods/burstable/pod{UID_A}/{CID_A}"
@@ -43,16 +41,6 @@ def events(cluster: kmock.KubernetesEmulator) -> list[tuple[str, str, str]]:
         if body.get("kind") == "Event":
             found.append((body["involvedObject"]["name"], body["reason"], body["message"]))
     return found
-
-
-def make_agent(client: NodeClient, tree: CgroupTree) -> AgentLoop:
-    return AgentLoop(
-        client,
-        node_name=NODE,
-        verifier=signing_keys.VERIFIER,
-        cgroup_root=tree.root,
-        kubelet_state=tree.root / "absent",
-    )
 
 
 async def fresh_copy(client: NodeClient, name: str) -> dict[str, Any]:

@@ -9,16 +9,15 @@ from pathlib import Path
 import kmock
 import pytest
 
-import signing_keys
 from numatopo_engine.model import API_VERSION, KIND
-from numatopo_exporter.agent.loop import ENFORCING, AgentLoop
+from numatopo_exporter.agent.loop import ENFORCING
 from numatopo_exporter.agent.pod_view import PodView
 from numatopo_exporter.discovery import kubelet
 from numatopo_exporter.discovery.errors import DiscoveryError
 
 from ..conftest import NodeClient
 from ..daemon.conftest import NODE
-from .conftest import CgroupTree
+from .conftest import CgroupTree, make_agent
 from .test_agent_loop import CID_A, UID_A, assignment, pod
 
 CONTAINER = f"kubepods/burstable/pod{UID_A}/{CID_A}"
@@ -103,13 +102,7 @@ async def test_an_unknown_kubelet_policy_stops_writes_until_it_is_known(
     }
     body = pod("a", UID_A, cid=CID_A, annotation=assignment("1"), created="x")
     await client.create("/api/v1/namespaces/default/pods", body)
-    agent = AgentLoop(
-        client,
-        node_name=NODE,
-        verifier=signing_keys.VERIFIER,
-        cgroup_root=file_cgroups.root,
-        kubelet_state=state,
-    )
+    agent = make_agent(client, file_cgroups, kubelet_state=state)
     agent.pods.replace([PodView.of(body)])
     cpus = file_cgroups.root / CONTAINER / "cpuset.cpus"
 

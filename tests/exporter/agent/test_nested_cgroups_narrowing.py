@@ -8,7 +8,6 @@ from pathlib import PurePosixPath
 
 import kmock
 
-import signing_keys
 from numatopo_engine.cpuset import CPUSet
 from numatopo_exporter.agent.feedback import ALIGNED
 from numatopo_exporter.agent.loop import AgentLoop
@@ -16,8 +15,7 @@ from numatopo_exporter.agent.planning import Cpuset, Target, desire_cpusets, pla
 from numatopo_exporter.agent.pod_view import PodView
 
 from ..conftest import NodeClient
-from ..daemon.conftest import NODE
-from .conftest import CgroupTree
+from .conftest import CgroupTree, make_agent
 from .test_agent_loop import CID_A, PODS, UID_A, assignment, pod
 
 CONTAINER = f"kubepods/burstable/pod{UID_A}/{CID_A}"
@@ -32,13 +30,7 @@ def aligned(cluster: kmock.KubernetesEmulator) -> dict[str, str]:
 async def start(client: NodeClient, tree: CgroupTree) -> AgentLoop:
     body = pod("a", UID_A, cid=CID_A, annotation=assignment("1"), created="x")
     await client.create("/api/v1/namespaces/default/pods", body)
-    agent = AgentLoop(
-        client,
-        node_name=NODE,
-        verifier=signing_keys.VERIFIER,
-        cgroup_root=tree.root,
-        kubelet_state=tree.root / "absent",
-    )
+    agent = make_agent(client, tree)
     agent.pods.replace([PodView.of(body)])
     return agent
 

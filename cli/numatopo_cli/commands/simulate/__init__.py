@@ -14,6 +14,7 @@ import argparse
 from pathlib import Path
 
 from numatopo_cli.commands.simulate import gangs, replay
+from numatopo_cli.commands.simulate.files import whole_number
 from numatopo_engine.annotations import PolicyName
 from numatopo_engine.simulation import STRATEGIES, Arrival
 from numatopo_engine.simulation.mig_pool import MigPool, MigPoolError, parse_mig_pool
@@ -23,16 +24,6 @@ __all__ = ["register", "run"]
 
 def run(args: argparse.Namespace) -> int:
     return gangs.run(args) if args.multi_node else replay.run(args)
-
-
-def _positive(text: str) -> int:
-    try:
-        value = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"{text!r} is not an integer") from None
-    if value < 0:
-        raise argparse.ArgumentTypeError(f"{value} is negative")
-    return value
 
 
 def _mig_pool(text: str) -> MigPool:
@@ -87,10 +78,10 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
         help="arrival order",
     )
     parser.add_argument(
-        "--sample-nodes", type=_positive, default=0, metavar="N", help="use N random nodes"
+        "--sample-nodes", type=whole_number, default=0, metavar="N", help="use N random nodes"
     )
     parser.add_argument(
-        "--limit", type=_positive, default=0, metavar="N", help="replay only the first N pods"
+        "--limit", type=whole_number, default=0, metavar="N", help="replay only the first N pods"
     )
     parser.add_argument(
         "--mig-pool",

@@ -1,20 +1,23 @@
 """What `numatopo simulate` (both replays) and `numatopo domains` read and write: the node
 list, trace and topology map (the shipped samples by default), Numatopology files, and
-the figure."""
+the figure; and the steps both replays take alike (`--scorer`, a run with its plot)."""
 
 from __future__ import annotations
 
+import argparse
 import csv
 import importlib.util
 import json
+import sys
+from collections.abc import Callable, Sequence
 from importlib import resources
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 from pydantic import ValidationError
 
 from numatopo_engine.model import Numatopology, NumatopologySpec
-from numatopo_engine.simulation import NodeRow, parse_node_rows, parse_topology_map
+from numatopo_engine.simulation import NodeRow, TopologyMap, parse_node_rows, parse_topology_map
 from numatopo_engine.simulation.leafspine import NodeShapeWeight, shapes_from_rows
 
 __all__ = [
@@ -24,10 +27,16 @@ __all__ = [
     "InputError",
     "check_plot_target",
     "csv_rows",
-    "default_shapes",
+    "node_shapes",
     "open_text",
+    "pyplot",
+    "read_nodes",
     "read_topology_dir",
+    "read_topology_map",
+    "replay_with_plot",
     "save_figure",
+    "strategy_names",
+    "whole_number",
 ]
 
 SAMPLES = "numatopo_cli.samples.simulate"
@@ -35,9 +44,22 @@ DEFAULT_NODES = "openb_node_list_gpu_node.csv"
 DEFAULT_TRACE = "openb_pod_list_default.csv"
 DEFAULT_MAP = "topology-map.json"
 
+Result = TypeVar("Result")
+
 
 class InputError(Exception):
     """Bad input the user can fix; printed without a traceback."""
+
+
+def whole_number(text: str) -> int:
+    """An argparse type: 0, 1, 2, ..."""
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a whole number") from None
+    if value < 0:
+        raise argparse.ArgumentTypeError(f"{value} is negative")
+    return value
 
 
 def open_text(path: Path | None, sample: str) -> str:
@@ -53,12 +75,32 @@ def csv_rows(text: str) -> list[dict[str, str]]:
     return list(csv.DictReader(text.splitlines()))
 
 
-def default_shapes(gpus: int = 8) -> list[NodeShapeWeight]:
-    """The node shapes with `gpus` GPUs of the shipped node list, laid out by the
-    shipped topology map, weighed by their node counts (multi-node clusters)."""
-    rows = parse_node_rows(csv_rows(open_text(None, DEFAULT_NODES)))
-    topology_map = parse_topology_map(json.loads(open_text(None, DEFAULT_MAP)))
-    return shapes_from_rows(rows, topology_map, gpus=gpus)
+def read_nodes(path: Path | None) -> list[NodeRow]:
+    """The node list CSV (`--nodes`; the shipped one when None)."""
+    return parse_node_rows(csv_rows(open_text(path, DEFAULT_NODES)))
+
+
+def read_topology_map(path: Path | None) -> TopologyMap:
+    """The topology map JSON (`--topology-map`; the shipped one when None)."""
+    try:
+        raw: Any = json.loads(open_text(path, DEFAULT_MAP))
+    except json.JSONDecodeError as exc:
+        raise InputError(f"--topology-map: not JSON ({exc})") from None
+    if not isinstance(raw, dict):
+        raise InputError("--topology-map: expected a JSON object")
+    return parse_topology_map(raw)
+
+
+def node_shapes(
+    nodes: Path | None = None, topology_map: Path | None = None, *, gpus: int = 8
+) -> list[NodeShapeWeight]:
+    """The node shapes with `gpus` GPUs of the node list, laid out by the topology map
+    (the shipped ones by default), weighed by their node counts (multi-node clusters)."""
+    rows, layouts = read_nodes(nodes), read_topology_map(topology_map)
+    try:
+        return shapes_from_rows(rows, layouts, gpus=gpus)
+    except ValueError as exc:
+        raise InputError(f"--nodes: {exc}") from None
 
 
 def read_topology_dir(directory: Path) -> tuple[list[NodeRow], dict[str, NumatopologySpec]]:
@@ -96,10 +138,20 @@ def check_plot_target(path: Path) -> None:
         raise InputError(f"--plot: directory {path.parent} does not exist")
 
 
-def save_figure(fig: Any, path: Path) -> None:
-    """Write a simulate plot and free it; a path that cannot be written is InputError."""
+def pyplot() -> Any:
+    """matplotlib's pyplot, drawing off-screen. Imported when asked: matplotlib is
+    optional (the `plot` extra) and slow to import."""
+    import matplotlib
+
+    matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
+    return plt
+
+
+def save_figure(fig: Any, path: Path) -> None:
+    """Write a simulate plot and free it; a path that cannot be written is InputError."""
+    plt = pyplot()
     fig.tight_layout()
     try:
         fig.savefig(path, dpi=110)
@@ -107,3 +159,37 @@ def save_figure(fig: Any, path: Path) -> None:
         raise InputError(f"--plot {path}: {exc.strerror or exc}") from None
     finally:
         plt.close(fig)
+
+
+def strategy_names(
+    values: Sequence[str] | None, known: Sequence[str], *, hint: str = ""
+) -> list[str]:
+    """`--scorer` (repeatable, comma-separated) as names in the order first given; every
+    one of `known` when none is given."""
+    if not values:
+        return list(known)
+    names = [part.strip() for value in values for part in value.split(",")]
+    for name in names:
+        if name not in known:
+            raise InputError(f"--scorer {name!r}: {hint}choose from {', '.join(known)}")
+    return list(dict.fromkeys(names))
+
+
+def replay_with_plot(
+    args: argparse.Namespace,
+    replay: Callable[[argparse.Namespace], Result],
+    plot: Callable[[Result, Path], None],
+    errors: tuple[type[Exception], ...],
+) -> Result | None:
+    """`replay(args)`, and its figure with `--plot` (whose target is checked first); None
+    once `errors` (input the user can fix) are printed, for exit status 2."""
+    try:
+        if args.plot is not None:
+            check_plot_target(args.plot)
+        result = replay(args)
+        if args.plot is not None:
+            plot(result, args.plot)
+    except errors as exc:
+        print(f"numatopo simulate: {exc}", file=sys.stderr)
+        return None
+    return result

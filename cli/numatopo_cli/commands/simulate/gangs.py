@@ -17,25 +17,19 @@ import time
 from pathlib import Path
 
 from numatopo_cli.commands.simulate.files import (
-    DEFAULT_MAP,
-    DEFAULT_NODES,
     InputError,
-    check_plot_target,
-    csv_rows,
-    open_text,
+    node_shapes,
+    pyplot,
     read_topology_dir,
+    replay_with_plot,
     save_figure,
+    strategy_names,
 )
 from numatopo_cli.progress import progress_bar
+from numatopo_cli.render.text import align_rows, percent
 from numatopo_cli.reports.simulation import gang_report
 from numatopo_engine.annotations import PolicyName
 from numatopo_engine.network_topology import HOSTNAME_LABEL
-from numatopo_engine.simulation import (
-    TopologyMapError,
-    TraceError,
-    parse_node_rows,
-    parse_topology_map,
-)
 from numatopo_engine.simulation.gangs import (
     GANG_STRATEGIES,
     HELIOS_GPU_CDF,
@@ -49,7 +43,6 @@ from numatopo_engine.simulation.leafspine import (
     LeafSpine,
     NodeShapeWeight,
     generate,
-    shapes_from_rows,
 )
 
 NODE_GPUS = 8
@@ -105,27 +98,7 @@ def _shapes(args: argparse.Namespace) -> list[NodeShapeWeight]:
         if not chosen:
             raise InputError(f"--topology-dir {args.topology_dir}: no node with GPUs")
         return [NodeShapeWeight(name, spec, 1.0) for name, spec in chosen]
-    rows = parse_node_rows(csv_rows(open_text(args.nodes, DEFAULT_NODES)))
-    try:
-        raw_map = json.loads(open_text(args.topology_map, DEFAULT_MAP))
-    except json.JSONDecodeError as exc:
-        raise InputError(f"--topology-map: not JSON ({exc})") from None
-    try:
-        return shapes_from_rows(rows, parse_topology_map(raw_map), gpus=NODE_GPUS)
-    except ValueError as exc:
-        raise InputError(f"--nodes: {exc}") from None
-
-
-def _strategies(values: list[str] | None) -> list[str]:
-    if not values:
-        return list(GANG_STRATEGIES)
-    names = [part.strip() for value in values for part in value.split(",") if part.strip()]
-    for name in names:
-        if name not in GANG_STRATEGIES:
-            raise InputError(
-                f"--scorer {name!r}: with --multi-node choose from {', '.join(GANG_STRATEGIES)}"
-            )
-    return list(dict.fromkeys(names))
+    return node_shapes(args.nodes, args.topology_map, gpus=NODE_GPUS)
 
 
 def simulate_from_args(args: argparse.Namespace) -> GangResult:
@@ -135,7 +108,7 @@ def simulate_from_args(args: argparse.Namespace) -> GangResult:
         raise InputError(f"--layout: {exc}") from None
     if args.jobs <= 0 or not 0 < args.load <= 10:
         raise InputError("--jobs must be positive and --load in (0, 10]")
-    strategies = _strategies(args.scorer)
+    strategies = strategy_names(args.scorer, GANG_STRATEGIES, hint="with --multi-node ")
     cluster = generate(layout, _shapes(args), seed=args.seed)
     if args.write_cluster is not None:
         try:
@@ -172,10 +145,6 @@ def _level_count(flag: str, text: str | None) -> tuple[str, int] | None:
     return levels[name], int(count)
 
 
-def _share(value: float | None) -> str:
-    return "-" if value is None else f"{100 * value:.1f}%"
-
-
 def render_table(result: GangResult) -> str:
     header = (
         "STRATEGY", "PLACED", "MULTI-NODE", "ONE-LEAF", "IN-REQUIRED", "HOPS", "LEAF-FRAG",
@@ -188,8 +157,8 @@ def render_table(result: GangResult) -> str:
                 s.strategy,
                 f"{s.placed}/{s.jobs}",
                 f"{s.multi_node_placed}/{s.multi_node_jobs}",
-                _share(s.one_leaf_share),
-                _share(s.required_domain_share),
+                percent(s.one_leaf_share),
+                percent(s.required_domain_share),
                 "-" if s.mean_neighbour_hops is None else f"{s.mean_neighbour_hops:.2f}",
                 f"{s.leaf_fragmentation:.3f}",
                 f"{s.mean_wait:.3f}",
@@ -198,9 +167,7 @@ def render_table(result: GangResult) -> str:
                 f"{s.place_ms_p99:.1f}",
             )
         )
-    widths = [max(len(r[i]) for r in rows) for i in range(len(header))]
-    lines = ["  ".join(c.ljust(w) for c, w in zip(r, widths, strict=True)).rstrip() for r in rows]
-    lines += _options_lines(result)
+    lines = align_rows(rows) + _options_lines(result)
     summary = (
         f"{result.nodes} nodes, {result.gpus} GPUs, levels {' > '.join(result.levels)}; "
         f"{result.jobs} jobs sized by {result.sizes} (GPUs: jobs "
@@ -221,20 +188,16 @@ def _options_lines(result: GangResult) -> list[str]:
     for s in result.strategies:
         said = []
         if s.preferred_domain_share is not None:
-            said.append(f"in one preferred domain {_share(s.preferred_domain_share)}")
+            said.append(f"in one preferred domain {percent(s.preferred_domain_share)}")
         if s.kept_share is not None:
-            said.append(f"cap and slices kept {_share(s.kept_share)}")
+            said.append(f"cap and slices kept {percent(s.kept_share)}")
         if said:
             out.append(f"{s.strategy}: " + ", ".join(said) + " of placed multi-node jobs")
     return out
 
 
 def write_plot(result: GangResult, path: Path) -> None:
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
+    plt = pyplot()
     panels = (
         (
             "multi-node jobs in one leaf (%)\n(of jobs no larger than a leaf)",
@@ -263,14 +226,8 @@ def write_plot(result: GangResult, path: Path) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    try:
-        if args.plot is not None:
-            check_plot_target(args.plot)
-        result = simulate_from_args(args)
-        if args.plot is not None:
-            write_plot(result, args.plot)
-    except (InputError, TraceError, TopologyMapError, ValueError) as exc:
-        print(f"numatopo simulate: {exc}", file=sys.stderr)
+    result = replay_with_plot(args, simulate_from_args, write_plot, (InputError, ValueError))
+    if result is None:
         return 2
     if args.output == "json":
         sys.stdout.write(gang_report(result).to_json())

@@ -4,25 +4,26 @@ placement strategies; `-o json` is `numatopo_cli.reports.simulation.SimulationRe
 from __future__ import annotations
 
 import argparse
-import json
 import sys
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Mapping
 from pathlib import Path
-from typing import Any
 
 from numatopo_cli.commands.simulate.files import (
-    DEFAULT_MAP,
-    DEFAULT_NODES,
     DEFAULT_TRACE,
     InputError,
-    check_plot_target,
     csv_rows,
     open_text,
+    pyplot,
+    read_nodes,
     read_topology_dir,
+    read_topology_map,
+    replay_with_plot,
     save_figure,
+    strategy_names,
 )
 from numatopo_cli.progress import progress_bar
+from numatopo_cli.render.text import align_rows, percent
 from numatopo_cli.reports.simulation import simulation_report
 from numatopo_engine.annotations import PolicyName
 from numatopo_engine.model import NumatopologySpec
@@ -33,32 +34,12 @@ from numatopo_engine.simulation import (
     TopologyMapError,
     TraceError,
     build_workload,
-    parse_node_rows,
     parse_pod_rows,
-    parse_topology_map,
     sample_nodes,
     simulate,
 )
 from numatopo_engine.simulation.mig_pool import MigPoolError, apply_mig_pool
 from numatopo_engine.simulation.trace import GPU_MILLI
-
-
-def _strategies(values: Sequence[str] | None) -> list[str]:
-    if not values:
-        return list(STRATEGIES)
-    names: list[str] = []
-    for value in values:
-        for raw in value.split(","):
-            name = raw.strip()
-            if name not in STRATEGIES:
-                raise InputError(f"--scorer {name!r}: choose from {', '.join(STRATEGIES)}")
-            if name not in names:
-                names.append(name)
-    return names
-
-
-def _pct(value: float | None) -> str:
-    return "-" if value is None else f"{100 * value:.1f}%"
 
 
 def render_table(result: SimulationResult) -> str:
@@ -85,17 +66,14 @@ def render_table(result: SimulationResult) -> str:
                 str(s.admission_failures),
                 f"{s.alloc_pct_at_first_failure:.1f}%",
                 f"{s.alloc_pct_final:.1f}%",
-                _pct(s.alignable_single_numa_share),
-                _pct(s.best_bandwidth_share),
+                percent(s.alignable_single_numa_share),
+                percent(s.best_bandwidth_share),
                 "-" if s.mean_link_gbps is None else f"{s.mean_link_gbps:.1f}",
-                _pct(s.cpu_gpu_colocated_share),
+                percent(s.cpu_gpu_colocated_share),
                 f"{s.decision_ms_mean:.2f}",
             )
         )
-    widths = [max(len(r[i]) for r in rows) for i in range(len(header))]
-    lines = [
-        "  ".join(cell.ljust(w) for cell, w in zip(r, widths, strict=True)).rstrip() for r in rows
-    ]
+    lines = align_rows(rows)
     summary = (
         f"{result.nodes} nodes, {result.gpus} GPUs; {result.pods} pods arrived "
         f"({result.multi_gpu_pods} multi-GPU, {result.fractional_pods} fractional-GPU shared "
@@ -106,12 +84,7 @@ def render_table(result: SimulationResult) -> str:
 
 def write_plot(result: SimulationResult, path: Path) -> None:
     """Allocation ratio over arrived workload per strategy, and the alignment shares."""
-    # Imported here: matplotlib is optional (the `plot` extra) and slow to import.
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
+    plt = pyplot()
     fig, (curve, bars) = plt.subplots(
         1, 2, figsize=(14, 5.5), gridspec_kw={"width_ratios": [1.1, 1]}
     )
@@ -169,20 +142,14 @@ def write_plot(result: SimulationResult, path: Path) -> None:
 
 
 def _run(args: argparse.Namespace) -> SimulationResult:
-    strategies = _strategies(args.scorer)
+    strategies = strategy_names(args.scorer, STRATEGIES)
     specs: Mapping[str, NumatopologySpec] | None = None
     topology_map = None
     if args.topology_dir is not None:
         nodes, specs = read_topology_dir(args.topology_dir)
     else:
-        nodes = parse_node_rows(csv_rows(open_text(args.nodes, DEFAULT_NODES)))
-        try:
-            raw_map: Any = json.loads(open_text(args.topology_map, DEFAULT_MAP))
-        except json.JSONDecodeError as exc:
-            raise InputError(f"--topology-map: not JSON ({exc})") from None
-        if not isinstance(raw_map, dict):
-            raise InputError("--topology-map: expected a JSON object")
-        topology_map = parse_topology_map(raw_map)
+        nodes = read_nodes(args.nodes)
+        topology_map = read_topology_map(args.topology_map)
     if args.sample_nodes:
         nodes = sample_nodes(nodes, args.sample_nodes, seed=args.seed)
     pods = parse_pod_rows(csv_rows(open_text(args.trace, DEFAULT_TRACE)))
@@ -218,14 +185,8 @@ def _run(args: argparse.Namespace) -> SimulationResult:
 
 
 def run(args: argparse.Namespace) -> int:
-    try:
-        if args.plot is not None:
-            check_plot_target(args.plot)
-        result = _run(args)
-        if args.plot is not None:
-            write_plot(result, args.plot)
-    except (InputError, TraceError, TopologyMapError) as exc:
-        print(f"numatopo simulate: {exc}", file=sys.stderr)
+    result = replay_with_plot(args, _run, write_plot, (InputError, TraceError, TopologyMapError))
+    if result is None:
         return 2
     mig = getattr(args, "mig_summary", None)
     if args.output == "json":

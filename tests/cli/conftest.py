@@ -3,30 +3,30 @@
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from pathlib import Path
+from typing import NamedTuple
 
 import pytest
 
 from numatopo_cli import main as cli
 
 
-@dataclass(frozen=True)
-class Result:
+class Result(NamedTuple):
     code: int
     out: str
     err: str
 
 
-Run = Callable[[Sequence[str]], Result]
+Run = Callable[[Sequence[str | Path]], Result]
 
 
 @pytest.fixture
 def run(capsys: pytest.CaptureFixture[str]) -> Run:
     """Run `numatopo ARGS...` in-process; the exit code and what it printed."""
 
-    def invoke(args: Sequence[str]) -> Result:
+    def invoke(args: Sequence[str | Path]) -> Result:
         try:
-            code = cli.main(list(args))
+            code = cli.main([str(arg) for arg in args])
         except SystemExit as exit_:  # argparse usage errors
             code = int(exit_.code or 0)
         captured = capsys.readouterr()
