@@ -1,0 +1,183 @@
+"""What group members' ResourceClaims ask of each candidate node, counted in their requests
+before a group is planned (the reading is `numatopo_engine.dra.claims.claim_demand`).
+
+A member whose devices come from its claims alone (`dra_extender.read_claims`) asks no
+device-plugin resource: planned by its requests, it would take no GPU, and the planner
+could put more claimed GPUs on a node than it has free. Here its request becomes the one
+its claims make on the candidate nodes (GPUs, NICs, CPUs counted in the containers that
+use them, as a DRA decision asks the engine), so the plan books them and never places more
+than a node's free DRA devices (what other claims hold is booked in the ledger's state).
+Candidates on which a member's claims cannot be served (no devices of theirs published
+there, or a different count or resource) are left out. Where the members with devices are
+all such members, each candidate's free GPUs and NICs none of their claims may have are
+booked away, so the plan names only devices the claims can be given; `dra.settle` then
+allocates the claims with exactly the devices the plan named.
+
+A member numatopo cannot judge on any node (`UndecidedError`: a claim not created yet, a
+prioritized list, a selector it does not evaluate...) keeps its request as it reads: its
+claims are left to kube-scheduler on the planned node, as before this count.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from numatopo_engine.domains import Member, NodeCandidate
+from numatopo_engine.dra import api
+from numatopo_engine.dra.claims import (
+    ClaimDemand,
+    PodClaim,
+    UndecidedError,
+    claim_demand,
+    restricted_to,
+)
+from numatopo_engine.dra.join import DraNode
+from numatopo_engine.errors import UnsatisfiableError
+from numatopo_operator.dra_extender import read_claims
+from numatopo_operator.groups.members import MemberView
+from numatopo_operator.runtime import Runtime
+
+__all__ = ["Counted", "count_claims"]
+
+logger = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True, slots=True)
+class Counted:
+    members: list[Member]
+    nodes: dict[str, NodeCandidate]
+    left_out: dict[str, str]
+    """node -> why members' claims cannot be served there."""
+
+
+@dataclass(frozen=True, slots=True)
+class _Claimer:
+    index: int
+    entries: Sequence[PodClaim]
+    claims: Mapping[str, api.ResourceClaim]
+    classes: Mapping[str, api.DeviceClass]
+    shape: str
+    """What the demand depends on: members of one template share it (computed once)."""
+
+
+def _shape(member: Member, entries: Sequence[PodClaim], claims: Mapping[str, Any]) -> str:
+    specs = [
+        (e.name, e.containers, claims[e.claim].spec.model_dump(mode="json") if e.claim else None)
+        for e in entries
+    ]
+    return (
+        repr(member.request.containers)
+        + repr(member.request.init_containers)
+        + json.dumps(specs, sort_keys=True, default=str)
+    )
+
+
+def _claimers(
+    runtime: Runtime, views: Sequence[MemberView], members: Sequence[Member]
+) -> list[_Claimer]:
+    found = []
+    for index, (view, member) in enumerate(zip(views, members, strict=True)):
+        read = read_claims(runtime, view.body)
+        if read is None:
+            continue
+        entries, bodies = read
+        shape = _shape(member, entries, bodies["claims"])
+        found.append(_Claimer(index, entries, bodies["claims"], bodies["classes"], shape))
+    return found
+
+
+def _demands(
+    claimers: Sequence[_Claimer],
+    members: Sequence[Member],
+    joined: Mapping[str, tuple[NodeCandidate, DraNode]],
+) -> dict[str, dict[str, ClaimDemand | str]]:
+    """shape -> node -> its demand there, or why there is none ('undecided: ...' when
+    numatopo cannot judge it). Runs in the engine's thread (selectors are CEL)."""
+    out: dict[str, dict[str, ClaimDemand | str]] = {}
+    for claimer in claimers:
+        if claimer.shape in out:
+            continue
+        base = members[claimer.index].request
+        per_node: dict[str, ClaimDemand | str] = {}
+        for node, (candidate, dra_node) in joined.items():
+            try:
+                per_node[node] = claim_demand(
+                    candidate.topology, base, claimer.entries, claimer.claims, claimer.classes,
+                    dra_node,
+                )  # fmt: skip
+            except UndecidedError as exc:
+                per_node[node] = f"undecided: {exc}"
+            except UnsatisfiableError as exc:
+                per_node[node] = str(exc)
+        out[claimer.shape] = per_node
+    return out
+
+
+async def count_claims(
+    runtime: Runtime,
+    views: Sequence[MemberView],
+    members: Sequence[Member],
+    nodes: Mapping[str, NodeCandidate],
+) -> Counted:
+    """`members` with their claims' devices counted, and the candidates that can serve
+    them (restricted to the devices the claims may have, where that is safe)."""
+    claimers = _claimers(runtime, views, members)
+    if not claimers:
+        return Counted(list(members), dict(nodes), {})
+    joined: dict[str, tuple[NodeCandidate, DraNode]] = {}
+    for node, candidate in nodes.items():
+        dra_node = runtime.dra_holds.joined(node, candidate.topology)
+        if dra_node is not None and dra_node.devices:
+            joined[node] = (candidate, dra_node)
+    demands = await runtime.in_engine_thread(_demands, claimers, members, joined)
+    counted = list(members)
+    kept = dict(nodes)
+    left_out: dict[str, str] = {}
+    gpus: dict[str, set[int]] = {}
+    nics: dict[str, set[str]] = {}
+    changed: set[int] = set()
+    for claimer in claimers:
+        per_node = demands[claimer.shape]
+        found = {n: d for n, d in sorted(per_node.items()) if isinstance(d, ClaimDemand)}
+        if not found:
+            why = next((d for d in per_node.values() if isinstance(d, str)), "no DRA devices")
+            logger.info(
+                "group member %s: its claims are not counted (%s); kube-scheduler allocates "
+                "them on the planned node", members[claimer.index].key, why,
+            )  # fmt: skip
+            continue
+        request = next(iter(found.values())).request
+        counted[claimer.index] = Member(
+            members[claimer.index].key, members[claimer.index].rank, request
+        )
+        changed.add(claimer.index)
+        for node in list(kept):
+            demand = found.get(node)
+            if demand is None or demand.request != request:
+                kept.pop(node)
+                why = per_node.get(node, "it publishes no DRA devices")
+                if isinstance(why, ClaimDemand):
+                    why = "the claims ask other devices there"
+                left_out[node] = f"member {members[claimer.index].key}'s claims: {why}"
+                continue
+            gpus.setdefault(node, set()).update(demand.gpus)
+            nics.setdefault(node, set()).update(demand.nics)
+    others = [m.request for i, m in enumerate(counted) if i not in changed]
+    restrict_gpus = not any(c.gpus for r in others for c in (*r.containers, *r.init_containers))
+    restrict_nics = not any(c.nics for r in others for c in (*r.containers, *r.init_containers))
+    if changed and (restrict_gpus or restrict_nics):
+        for node, candidate in kept.items():
+            state = candidate.state
+            kept[node] = NodeCandidate(
+                candidate.topology,
+                restricted_to(
+                    state,
+                    gpus.get(node, set()) if restrict_gpus else state.free_gpus(),
+                    nics.get(node, set()) if restrict_nics else state.free_nics(),
+                ),
+            )
+    return Counted(counted, kept, left_out)
