@@ -159,9 +159,8 @@ async def count_claims(
             demand = found.get(node)
             if demand is None or demand.request != request:
                 kept.pop(node)
-                why = per_node.get(node, "it publishes no DRA devices")
-                if isinstance(why, ClaimDemand):
-                    why = "the claims ask other devices there"
+                there = per_node.get(node, "it publishes no DRA devices")
+                why = there if isinstance(there, str) else "they ask other devices there"
                 left_out[node] = f"member {members[claimer.index].key}'s claims: {why}"
                 continue
             gpus.setdefault(node, set()).update(demand.gpus)
