@@ -424,16 +424,23 @@ def claim_demand(  # noqa: PLR0917 (the decision's inputs)
     several pods at once (a group) counts them as their requests. Every matchAttribute
     variant asks the same counts; the devices are those of any variant. Raises
     `UndecidedError` as `decide_claims` does (no device of `node` numatopo can place
-    matches a request, among others), `UnsatisfiableError` when no devices of `node`
-    share the value a matchAttribute constraint asks."""
+    matches a request, among others), `UnsatisfiableError` when `node` has too few
+    devices a request may have (in any one set a matchAttribute constraint allows), free
+    or not."""
     per_claim = _claim_variants(
         base, pod_claims_, claims, classes, node, missing="does not exist yet", checked=True
     )
+    possible = []
     for claim, variants in per_claim:
-        if not variants:
-            raise UnsatisfiableError(f"claim {claim.key}: no devices share its matchAttribute")
-    first = [r for _, variants in per_claim for r in variants[0]]
-    every = [r for _, variants in per_claim for variant in variants for r in variant]
+        enough = [v for v in variants if all(len(r.eligible) >= r.count for r in v)]
+        if not enough:
+            raise UnsatisfiableError(
+                f"claim {claim.key}: node {node.node} has too few devices its requests may "
+                "have" + (" with one value of its matchAttribute" if variants[1:] else "")
+            )
+        possible.append(enough)
+    first = [r for variants in possible for r in variants[0]]
+    every = [r for variants in possible for variant in variants for r in variant]
     return ClaimDemand(_request_for(base, first, topology), _gpus_of(every), _nics_of(every))
 
 
