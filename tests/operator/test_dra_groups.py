@@ -261,3 +261,33 @@ async def test_a_group_plan_counts_its_members_claimed_gpus(
         await wait(lambda name=name: "DRAAllocated" in reasons(cluster, name), what="Event")
         assert "DRALeftToScheduler" not in reasons(cluster, name)
     assert list(nodes.values()).count(NODE) <= 1, nodes
+
+
+async def test_a_group_waits_for_its_members_claims_to_exist(
+    cluster: Cluster, start_operator: Any, wait: Any
+) -> None:
+    """Members whose claims are not created yet (kube-controller-manager makes a
+    template's claim after the pod): planned now, their GPUs would not be counted. The
+    group waits, saying which claim it waits for, and is planned with them once they
+    exist."""
+    await build(cluster)
+    for rank in range(2):
+        pod = dra_pod(f"m{rank}", [f"c{rank}"], policy="best-effort")
+        pod["metadata"]["annotations"].update({keys.GROUP: "g", keys.GROUP_SIZE: "2"})
+        pod["spec"]["schedulingGates"] = [{"name": GROUP_GATE}, {"name": keys.DRA_GATE}]
+        await cluster.create_pod(pod)
+    await start_operator(**FAST)
+
+    await wait(lambda: "GroupUnsatisfiable" in reasons(cluster, "m0"), what="group waits")
+    said = [m for r, m in cluster.events_for("m0") if r == "GroupUnsatisfiable"]
+    assert "claim c0 does not exist yet" in said[0] or "claim c1 does not exist yet" in said[0]
+    assert gates(cluster, "m0") == [GROUP_GATE, keys.DRA_GATE]
+
+    for rank in range(2):
+        await cluster.create(CLAIMS, claim(f"c{rank}", [request("gpu", "gpu.nvidia.com", 2)]))
+    for rank in range(2):
+        name = f"m{rank}"
+        await wait(lambda name=name: not gates(cluster, name), what=f"{name} released",
+                   timeout=15)  # fmt: skip
+        assert len(main_of(cluster, name)["gpuIndices"]) == 2
+        await wait(lambda rank=rank: len(allocated(cluster, f"c{rank}")) == 2, what="allocated")

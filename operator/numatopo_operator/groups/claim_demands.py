@@ -13,9 +13,11 @@ all such members, each candidate's free GPUs and NICs none of their claims may h
 booked away, so the plan names only devices the claims can be given; `dra.settle` then
 allocates the claims with exactly the devices the plan named.
 
-A member numatopo cannot judge on any node (`UndecidedError`: a claim not created yet, a
+A member numatopo cannot judge on any node (`UndecidedError`: a DeviceClass missing, a
 prioritized list, a selector it does not evaluate...) keeps its request as it reads: its
-claims are left to kube-scheduler on the planned node, as before this count.
+claims are left to kube-scheduler on the planned node, as before this count. A member
+judged on every node that publishes devices, with too few devices its claims may have on
+each, fits nowhere: the group waits (`GroupUnsatisfiable` names why).
 """
 
 from __future__ import annotations
@@ -33,17 +35,21 @@ from numatopo_engine.dra.claims import (
     PodClaim,
     UndecidedError,
     claim_demand,
+    pod_claims,
     restricted_to,
 )
 from numatopo_engine.dra.join import DraNode
+from numatopo_engine.dra.pods import devices_from_claims
 from numatopo_engine.errors import UnsatisfiableError
 from numatopo_operator.dra_extender import read_claims
 from numatopo_operator.groups.members import MemberView
 from numatopo_operator.runtime import Runtime
 
-__all__ = ["Counted", "count_claims"]
+__all__ = ["ClaimsPendingError", "Counted", "count_claims"]
 
 logger = logging.getLogger(__name__)
+
+UNDECIDED = "numatopo cannot judge them there: "
 
 
 @dataclass(frozen=True, slots=True)
@@ -76,13 +82,35 @@ def _shape(member: Member, entries: Sequence[PodClaim], claims: Mapping[str, Any
     )
 
 
+class ClaimsPendingError(Exception):
+    """A member's claim is not there yet: planned now, its devices would not be counted."""
+
+
+def _pending_claim(runtime: Runtime, pod: Mapping[str, Any]) -> str | None:
+    """The first claim of a pod whose devices come from its claims alone that is not
+    created (a template's, until kube-controller-manager makes it) or not watched yet."""
+    resources = runtime.settings.resources
+    if not devices_from_claims(pod, lambda r: resources.is_gpu(r) or resources.is_nic(r)):
+        return None
+    namespace = str((pod.get("metadata") or {}).get("namespace") or "default")
+    for entry in pod_claims(pod):
+        if entry.claim is None or f"{namespace}/{entry.claim}" not in runtime.dra_holds.bodies:
+            return entry.claim or entry.name
+    return None
+
+
 def _claimers(
     runtime: Runtime, views: Sequence[MemberView], members: Sequence[Member]
 ) -> list[_Claimer]:
+    """The members whose devices come from their claims, read as watched. Raises
+    `ClaimsPendingError` while one of their claims is not there."""
     found = []
     for index, (view, member) in enumerate(zip(views, members, strict=True)):
         read = read_claims(runtime, view.body)
         if read is None:
+            pending = _pending_claim(runtime, view.body)
+            if pending is not None:
+                raise ClaimsPendingError(f"member {view.key}'s claim {pending} does not exist yet")
             continue
         entries, bodies = read
         shape = _shape(member, entries, bodies["claims"])
@@ -95,7 +123,7 @@ def _demands(
     members: Sequence[Member],
     joined: Mapping[str, tuple[NodeCandidate, DraNode]],
 ) -> dict[str, dict[str, ClaimDemand | str]]:
-    """shape -> node -> its demand there, or why there is none ('undecided: ...' when
+    """shape -> node -> its demand there, or why there is none (starting `UNDECIDED` where
     numatopo cannot judge it). Runs in the engine's thread (selectors are CEL)."""
     out: dict[str, dict[str, ClaimDemand | str]] = {}
     for claimer in claimers:
@@ -110,11 +138,15 @@ def _demands(
                     dra_node,
                 )  # fmt: skip
             except UndecidedError as exc:
-                per_node[node] = f"undecided: {exc}"
+                per_node[node] = f"{UNDECIDED}{exc}"
             except UnsatisfiableError as exc:
                 per_node[node] = str(exc)
         out[claimer.shape] = per_node
     return out
+
+
+def _undecided(found: ClaimDemand | str) -> bool:
+    return isinstance(found, str) and found.startswith(UNDECIDED)
 
 
 async def count_claims(
@@ -143,6 +175,14 @@ async def count_claims(
     for claimer in claimers:
         per_node = demands[claimer.shape]
         found = {n: d for n, d in sorted(per_node.items()) if isinstance(d, ClaimDemand)}
+        if not found and per_node and not any(_undecided(d) for d in per_node.values()):
+            # Judged on every node publishing devices, and too few anywhere: planned by
+            # its CPUs alone it would sit Pending where the scheduler cannot allocate.
+            for node in kept:
+                there = per_node.get(node, "it publishes no DRA devices")
+                left_out[node] = f"member {members[claimer.index].key}'s claims: {there}"
+            kept = {}
+            continue
         if not found:
             why = next((d for d in per_node.values() if isinstance(d, str)), "no DRA devices")
             logger.info(

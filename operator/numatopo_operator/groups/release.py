@@ -41,7 +41,7 @@ from numatopo_engine.network_topology import HOSTNAME_LABEL, NetworkTopologySpec
 from numatopo_operator import pod_writes, translate
 from numatopo_operator.errors import KubeError, KubeNotFoundError, NodeBusyError
 from numatopo_operator.groups import members as group_members
-from numatopo_operator.groups.claim_demands import count_claims
+from numatopo_operator.groups.claim_demands import ClaimsPendingError, count_claims
 from numatopo_operator.groups.indexes import NodeView
 from numatopo_operator.groups.members import Expectation, MemberView, PlacementRecord
 from numatopo_operator.pod_view import PodView
@@ -182,9 +182,12 @@ async def _place(
     """The engine's placement of `views` (in its thread) and the anchor it kept to,
     trying `anchors` in order; raises GroupUnplaceableError with the engine's reason
     when none fits."""
-    counted = await count_claims(
-        runtime, views, _members(runtime, views), _candidates(runtime, views)
-    )
+    try:
+        counted = await count_claims(
+            runtime, views, _members(runtime, views), _candidates(runtime, views)
+        )
+    except ClaimsPendingError as exc:
+        raise GroupUnplaceableError(str(exc)) from None
     members, nodes = counted.members, counted.nodes
     reason = ""
     for anchor in anchors:
