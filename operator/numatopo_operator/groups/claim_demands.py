@@ -22,6 +22,7 @@ each, fits nowhere: the group waits (`GroupUnsatisfiable` names why).
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import logging
 from collections.abc import Mapping, Sequence
@@ -70,16 +71,30 @@ class _Claimer:
     """What the demand depends on: members of one template share it (computed once)."""
 
 
-def _shape(member: Member, entries: Sequence[PodClaim], claims: Mapping[str, Any]) -> str:
+def _shape(
+    member: Member,
+    entries: Sequence[PodClaim],
+    claims: Mapping[str, api.ResourceClaim],
+    classes: Mapping[str, api.DeviceClass],
+) -> str:
     specs = [
         (e.name, e.containers, claims[e.claim].spec.model_dump(mode="json") if e.claim else None)
         for e in entries
     ]
+    kinds = {name: c.spec.model_dump(mode="json") for name, c in sorted(classes.items())}
     return (
         repr(member.request.containers)
         + repr(member.request.init_containers)
-        + json.dumps(specs, sort_keys=True, default=str)
+        + json.dumps([specs, kinds], sort_keys=True, default=str)
     )
+
+
+# (shape, node) -> (the node's joined slices it was judged on, what was found): a group
+# waiting for room is planned again and again, and each judgement evaluates CEL
+# selectors on every device (~8 ms a node on a p4d). A new join (slices or spec
+# changed) is judged afresh.
+_judged: dict[tuple[str, str], tuple[DraNode, ClaimDemand | str]] = {}
+MAX_JUDGED = 8192
 
 
 class ClaimsPendingError(Exception):
@@ -113,7 +128,7 @@ def _claimers(
                 raise ClaimsPendingError(f"member {view.key}'s claim {pending} does not exist yet")
             continue
         entries, bodies = read
-        shape = _shape(member, entries, bodies["claims"])
+        shape = _shape(member, entries, bodies["claims"], bodies["classes"])
         found.append(_Claimer(index, entries, bodies["claims"], bodies["classes"], shape))
     return found
 
@@ -132,6 +147,10 @@ def _demands(
         base = members[claimer.index].request
         per_node: dict[str, ClaimDemand | str] = {}
         for node, (candidate, dra_node) in joined.items():
+            known = _judged.get((claimer.shape, node))
+            if known is not None and known[0] is dra_node:
+                per_node[node] = known[1]
+                continue
             try:
                 per_node[node] = claim_demand(
                     candidate.topology, base, claimer.entries, claimer.claims, claimer.classes,
@@ -141,8 +160,15 @@ def _demands(
                 per_node[node] = f"{UNDECIDED}{exc}"
             except UnsatisfiableError as exc:
                 per_node[node] = str(exc)
+            if len(_judged) >= MAX_JUDGED:
+                _judged.clear()
+            _judged[(claimer.shape, node)] = (dra_node, per_node[node])
         out[claimer.shape] = per_node
     return out
+
+
+def _asked(demand: ClaimDemand) -> tuple[Any, Any]:
+    return demand.request.containers, demand.request.init_containers
 
 
 def _undecided(found: ClaimDemand | str) -> bool:
@@ -190,14 +216,16 @@ async def count_claims(
                 "them on the planned node", members[claimer.index].key, why,
             )  # fmt: skip
             continue
-        request = next(iter(found.values())).request
-        counted[claimer.index] = Member(
-            members[claimer.index].key, members[claimer.index].rank, request
-        )
+        asked = _asked(next(iter(found.values())))
+        member = members[claimer.index]
+        # The containers' counts only: a demand judged once per shape names the pod it
+        # was judged for, and the member keeps its own name and options.
+        request = dataclasses.replace(member.request, containers=asked[0], init_containers=asked[1])
+        counted[claimer.index] = Member(member.key, member.rank, request)
         changed.add(claimer.index)
         for node in list(kept):
             demand = found.get(node)
-            if demand is None or demand.request != request:
+            if demand is None or _asked(demand) != asked:
                 kept.pop(node)
                 there = per_node.get(node, "it publishes no DRA devices")
                 why = there if isinstance(there, str) else "they ask other devices there"
