@@ -219,8 +219,9 @@ async def test_a_group_plan_counts_its_members_claimed_gpus(
 ) -> None:
     """Six of the eight DRA GPUs held by another scheduler's claim: two members each
     claiming 2 GPUs do not both fit on the node (planned by their CPUs alone they would,
-    and kube-scheduler could then allocate only one member's claim). The group waits;
-    once a second node publishes its GPUs, the plan puts at most one member on the first,
+    and kube-scheduler could then allocate only one member's claim). The group waits,
+    also while a second node publishes no DRA GPUs; once it does, the plan puts at most
+    one member on the first,
     names each member's GPUs in its assignment, and the claims are allocated exactly
     those GPUs, none held by the other claim."""
     await build(cluster)
@@ -240,10 +241,19 @@ async def test_a_group_plan_counts_its_members_claimed_gpus(
     assert gates(cluster, "m0") == [GROUP_GATE, keys.DRA_GATE]
     assert allocated(cluster, "c0") == allocated(cluster, "c1") == []
 
+    # A second node whose GPUs no DRA driver publishes (yet) cannot serve the claims.
     other = "p4d-b"
-    await cluster.create("/apis/resource.k8s.io/v1/resourceslices", gpu_slice(other, spec()))
     await cluster.create_node(other)
     await cluster.create_numatopology(numatopology(other, spec()))
+
+    def left_out() -> bool:
+        said = [m for r, m in cluster.events_for("m0") if r == "GroupUnsatisfiable"]
+        return any(f"{other}: member" in m and "publishes no DRA devices" in m for m in said)
+
+    await wait(left_out, what="the node without DRA devices left out, said")
+    assert gates(cluster, "m0") == [GROUP_GATE, keys.DRA_GATE]
+
+    await cluster.create("/apis/resource.k8s.io/v1/resourceslices", gpu_slice(other, spec()))
     for name in ("m0", "m1"):
         await wait(lambda name=name: not gates(cluster, name), what=f"{name} released",
                    timeout=15)  # fmt: skip
