@@ -54,6 +54,8 @@ class KubeletDevices:
         default=None, init=False
     )
     """The node's spec, when it was read, and the allocatable listing it was read for."""
+    _watched_spec: Mapping[str, Any] | None = field(default=None, init=False)
+    """The spec as the Numatopology watch last delivered it."""
     dra_gpus: bool = field(default=False, init=False)
     """`status.dra` lists the node's GPUs: they are DRA devices (mode Allocated)."""
 
@@ -116,9 +118,13 @@ class KubeletDevices:
         changed = dra_gpus != self.dra_gpus
         self.dra_gpus = dra_gpus
         known = self._spec
-        if known is not None:
+        raw = body.get("spec") or {}
+        if known is not None and raw != self._watched_spec:
+            # Most events are status writes (the operator's free counts, the exporter's
+            # heartbeat): the spec is validated again only when it changed.
+            self._watched_spec = raw
             try:
-                spec = NumatopologySpec.model_validate(body.get("spec") or {})
+                spec = NumatopologySpec.model_validate(raw)
             except ValidationError as exc:
                 logger.warning("Numatopology/%s as watched: %s", self.node_name, exc)
                 return changed
