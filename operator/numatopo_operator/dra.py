@@ -22,9 +22,13 @@ those devices now) the assignment and what was allocated for it are taken back, 
 `DRARolledBack` Event, and the pod is decided afresh.
 
 Group members (`numatopo.io/group`) carrying this gate too are placed by their group
-first (`group_members.GATE` keeps this module away); once the group released a member onto
-its node, only this gate is removed (`DRALeftToScheduler`): kube-scheduler allocates
-the member's claims on that node, and what they hold is booked as any claim's holds.
+first (`group_members.GATE` keeps this module away); the group's plan counted their claims'
+devices (`groups.claim_demands`) and named them in each member's assignment. Once the
+group released a member onto its node, its claims are allocated exactly those devices and
+the gate is removed (`DRAAllocated`); where the plan named no device (claims numatopo
+cannot judge) or they no longer satisfy the claims, only the gate is removed
+(`DRALeftToScheduler`): kube-scheduler allocates the claims on that node, and what they
+hold is booked as any claim's holds.
 
 Fail safe: a claim numatopo cannot judge as the allocator would (`UndecidedError`) is left
 to the scheduler: the gate alone is removed, with a `DRALeftToScheduler` Event. Claims
@@ -135,8 +139,7 @@ async def _settle(runtime: Runtime, pod: PodView) -> bool:
     key = translate.pod_key(pod)
     ref = assigning.pod_ref(pod)
     if keys.GROUP_PLACEMENT in ((pod.get("metadata") or {}).get("annotations") or {}):
-        why = "its group placed it; kube-scheduler allocates a group member's claims on its node"
-        return await _leave(runtime, pod, why)
+        return await _member(runtime, pod)
     if translate.state_of(pod) == State.ASSIGNED:
         return await _resume(runtime, pod)
     if runtime.ledger.holds(key):
@@ -369,6 +372,55 @@ async def _resume(runtime: Runtime, pod: PodView) -> bool:
         await _write_claims(runtime, ref, {n: allocations[n] for n in pending}, pending)
     logger.info("DRA pod %s: resuming its write (%d claims left)", ref["name"], len(pending))
     await _release(runtime, fresh, assignment, allocations, resumed=" (resumed)")
+    return False
+
+
+async def _member(runtime: Runtime, pod: PodView) -> bool:
+    """A group member released onto its planned node: its claims are allocated the
+    devices its plan named (the planner counted them: `groups.claim_demands`), then the
+    gate is removed. Where the plan named none, or they cannot satisfy the claims now,
+    the claims are left to kube-scheduler on that node. True: look again."""
+    ref = assigning.pod_ref(pod)
+    scheduler = "kube-scheduler allocates this group member's claims on its planned node"
+    try:
+        booking = translate.booking_from_pod(pod, runtime.verifier)
+    except BookingError as exc:
+        return await _leave(runtime, pod, f"{scheduler}: {exc}")
+    if booking is None:
+        return await _leave(runtime, pod, f"{scheduler}: it carries no assignment")
+    entries = pod_claims(pod)
+    if any(e.claim is None for e in entries):
+        return True  # kube-controller-manager has not created the template's claim yet
+    claims: dict[str, api.ResourceClaim] = {}
+    pending: dict[str, api.ResourceClaim] = {}
+    for entry in entries:
+        assert entry.claim is not None
+        raw = await runtime.kube.get_resource_claim(ref["namespace"], entry.claim)
+        if raw is None:
+            return True
+        try:
+            claim = claims[entry.claim] = api.ResourceClaim.model_validate(raw)
+        except pydantic.ValidationError as exc:
+            return await _leave(runtime, pod, f"claim {entry.claim} is unreadable: {exc}")
+        if claim.status.allocation is None:
+            pending[entry.claim] = claim
+        elif not _reserved_for(claim, ref["uid"]):
+            why = f"{scheduler}: claim {entry.claim} is allocated already"
+            return await _leave(runtime, pod, why)
+    assignment = booking.assignment
+    if not any(c.gpu_indices or c.nics for c in assignment.containers.values()):
+        return await _leave(runtime, pod, f"{scheduler}: its plan names no device")
+    if runtime.ledger.topology(assignment.node) is None:
+        return True
+    allocations: dict[str, api.AllocationResult] = {}
+    if pending:
+        try:
+            allocations = await _allocations(runtime, pod, assignment, entries, claims)
+        except (InvalidRequestError, UndecidedError, UnsatisfiableError) as exc:
+            return await _leave(runtime, pod, f"{scheduler}: the plan's devices: {exc}")
+        allocations = {n: allocations[n] for n in pending}
+        await _write_claims(runtime, ref, allocations, pending)
+    await _release(runtime, pod, assignment, allocations, resumed=" (its group's plan)")
     return False
 
 

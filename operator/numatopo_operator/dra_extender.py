@@ -34,7 +34,7 @@ from numatopo_engine.state import NodeState
 from numatopo_operator import translate
 from numatopo_operator.runtime import Runtime
 
-__all__ = ["ClaimVerdicts", "judge_claims"]
+__all__ = ["ClaimVerdicts", "judge_claims", "read_claims"]
 
 
 @dataclass
@@ -54,8 +54,11 @@ class _Inputs:
     nodes: Sequence[tuple[str, NumatopologySpec, NodeState, DraNode]]
 
 
-def _read(runtime: Runtime, pod: Mapping[str, Any]) -> tuple[list[PodClaim], dict[str, Any]] | None:
-    """The pod's claims and the classes, as watched; None when one is missing or unreadable."""
+def read_claims(
+    runtime: Runtime, pod: Mapping[str, Any]
+) -> tuple[list[PodClaim], dict[str, Any]] | None:
+    """The claims and the classes, as watched, of a pod whose devices come from its
+    claims alone; None for another pod, or when a claim is missing or unreadable."""
     is_device = runtime.settings.resources
     if not devices_from_claims(pod, lambda r: is_device.is_gpu(r) or is_device.is_nic(r)):
         return None
@@ -81,7 +84,7 @@ async def judge_claims(
     runtime: Runtime, pod: Mapping[str, Any], request: PodRequest, names: Sequence[str]
 ) -> ClaimVerdicts | None:
     """The DRA pod on each of `names`; None: not a pod judged by its claims here."""
-    read = _read(runtime, pod)
+    read = read_claims(runtime, pod)
     if read is None:
         return None
     entries, found = read

@@ -36,8 +36,8 @@ Listed = Callable[[Iterable[Mapping[str, Any]]], set[str]]
 
 
 async def _booked(runtime: Runtime, nodes: set[str]) -> None:
-    """Book the holds of `nodes` again; judge again the pods waiting where a claim freed
-    devices (a hold that grew frees nothing)."""
+    """Book the holds of `nodes` again; judge again the pods and groups waiting where a
+    claim freed devices (a hold that grew frees nothing)."""
     freed = []
     for node in sorted(nodes):
         runtime.ledger.mark_dirty(node)  # `status.dra` may change with the slices
@@ -49,6 +49,8 @@ async def _booked(runtime: Runtime, nodes: set[str]) -> None:
             freed.append(node)
     if not runtime.deciding:
         return
+    if freed:
+        runtime.groups.capacity_changed()  # groups waiting for room try again
     for node in freed:
         for pod in runtime.waiting.on(node):
             with kept_serving(logger, f"pod waiting on {node}", runtime.metrics):

@@ -18,7 +18,7 @@ from typing import Any
 import pytest
 
 import signing_keys
-from dra_objects import claim, request
+from dra_objects import claim, gpu_slice, nic_slice, request
 from kubelet_harness import Harness
 from numatopo_engine import annotations as keys
 from numatopo_engine.cpuset import CPUSet
@@ -27,7 +27,7 @@ from numatopo_exporter.agent.loop import AgentLoop
 from numatopo_kube import KubeClient
 from numatopo_kube.backoff import Backoff
 
-from .conftest import Cluster
+from .conftest import Cluster, numatopology
 from .test_dra_cluster import CLAIMS, FAST, NODE, allocated, build, dra_pod, gated, spec
 
 CID = "d4a0d4a0d4a0d4a0"
@@ -139,3 +139,51 @@ async def test_the_agent_pins_cpus_next_to_the_claimed_gpus(
     reasons = {reason for reason, _ in cluster.events_for("train")}
     assert not reasons & {"GPUMismatch", "GPUsUnverified", "NumatopoRealigned"}, reasons
     assert keys.OBSERVED not in cluster.annotations("train")
+
+
+@pytest.mark.timeout(60)
+async def test_the_agent_learns_a_new_status_dra_within_seconds(
+    cluster: Cluster, start_operator: Any, wait: Any, tmp_path: Path
+) -> None:
+    """The agent runs on a node whose GPUs no DRA driver publishes yet (mode Followed);
+    then the driver's ResourceSlices appear and the operator writes `status.dra`. The
+    agent follows its Numatopology: the node's mode is Allocated within seconds, not at
+    its periodic re-read (300 s) or a change of the kubelet's allocatable devices (none
+    here)."""
+    await cluster.create_node(NODE)
+    await cluster.create_numatopology(numatopology(NODE, spec()))
+    await start_operator(**FAST)
+
+    async with Harness() as kubelet:
+        client = KubeClient(component="numatopo-agent", host=NODE, timeout_seconds=5)
+        await client.reconnect(str(cluster.api.url))
+        agent = AgentLoop(
+            client,
+            node_name=NODE,
+            verifier=signing_keys.VERIFIER,
+            cgroup_root=tmp_path,
+            kubelet_state=tmp_path / "no-kubelet-state",
+            pod_resources_socket=kubelet.pod_resources_socket,
+            resync_seconds=0.3,
+            backoff=Backoff(0.01, 0.05),
+        )
+        assert agent.devices.spec_refresh_seconds == 300.0
+        async with client:
+            task = asyncio.create_task(agent.run())
+            try:
+                await wait(
+                    lambda: cluster.numatopology_status(NODE).get("gpuMode") == "Followed",
+                    what="mode Followed",
+                )
+                assert "dra" not in cluster.numatopology_status(NODE)
+                for body in (gpu_slice(NODE, spec()), nic_slice(NODE, spec())):
+                    await cluster.create("/apis/resource.k8s.io/v1/resourceslices", body)
+                await wait(lambda: "dra" in cluster.numatopology_status(NODE), what="status.dra")
+                await wait(
+                    lambda: cluster.numatopology_status(NODE).get("gpuMode") == "Allocated",
+                    what="mode Allocated",
+                    timeout=5,
+                )
+            finally:
+                task.cancel()
+                await asyncio.gather(task, return_exceptions=True)

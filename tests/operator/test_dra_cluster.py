@@ -37,6 +37,8 @@ NODE = "p4d-a"
 TOPOLOGY = Path(__file__).resolve().parents[1] / "fixtures" / "topologies" / "aws-p4d.json"
 CLAIMS = "/apis/resource.k8s.io/v1/namespaces/default/resourceclaims"
 FAST = {"retry_base_seconds": 0.1, "retry_max_seconds": 0.5}
+GPU_POOL = f"gpu.nvidia.com/{NODE}"
+"""The NRT resource of the node's DRA GPUs: their driver and pool."""
 
 
 def spec() -> Any:
@@ -326,8 +328,10 @@ async def test_a_pod_that_ends_before_its_claim_is_deallocated_frees_nothing_ear
 async def test_nrt_counts_what_dra_pods_and_other_claims_hold(
     cluster: Cluster, start_operator: Any, wait: Any
 ) -> None:
-    """NodeResourceTopology of a DRA node: a DRA pod's CPUs and GPUs, and the GPUs a
-    claim numatopo did not decide holds, are not available; freed with the claims."""
+    """NodeResourceTopology of a DRA node: its GPUs and NICs are counted under their
+    driver and pool (no device plugin advertises them: never under `nvidia.com/gpu` or
+    the NICs' RDMA resource); a DRA pod's CPUs and GPUs, and the GPUs a claim numatopo did
+    not decide holds, are not available; freed with the claims."""
     register_foreign(cluster.api)
     await build(cluster)
     await cluster.create(CLAIMS, claim("theirs", [request("gpu", "gpu.nvidia.com", 1)]))
@@ -348,12 +352,18 @@ async def test_nrt_counts_what_dra_pods_and_other_claims_hold(
         nrt = nrts(cluster).get(NODE)
         return nrt is not None and all(
             available(nrt, f"node-{n}", "cpu") == cpus[n] - (8 if n == numa else 0)
-            and available(nrt, f"node-{n}", "nvidia.com/gpu") == gpus[n]
+            and available(nrt, f"node-{n}", GPU_POOL) == gpus[n]
             for n in (0, 1)
         )
 
     await wait(counted, what="NRT available counts the DRA pod and the other claim")
-    assert nrt_errors(nrts(cluster)[NODE]) == []
+    nrt = nrts(cluster)[NODE]
+    assert nrt_errors(nrt) == []
+    names = {r["name"] for zone in nrt["zones"] for r in zone["resources"]}
+    assert {n for n in names if "/" in n} == {GPU_POOL, f"dra.net/{NODE}"}, names
+    nics = {n.name: n.numa for n in spec().nics}
+    for n in (0, 1):
+        assert available(nrt, f"node-{n}", f"dra.net/{NODE}") == list(nics.values()).count(n)
 
     await cluster.delete_pod("train")
     await deallocate(cluster, "pair")
@@ -362,8 +372,7 @@ async def test_nrt_counts_what_dra_pods_and_other_claims_hold(
     def freed() -> bool:
         nrt = nrts(cluster)[NODE]
         return all(
-            available(nrt, f"node-{n}", "nvidia.com/gpu") == 4
-            and available(nrt, f"node-{n}", "cpu") == 48
+            available(nrt, f"node-{n}", GPU_POOL) == 4 and available(nrt, f"node-{n}", "cpu") == 48
             for n in (0, 1)
         )
 

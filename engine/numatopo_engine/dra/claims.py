@@ -18,7 +18,7 @@ from __future__ import annotations
 
 import dataclasses
 import itertools
-from collections.abc import Mapping, Sequence
+from collections.abc import Mapping, Sequence, Set
 from dataclasses import dataclass
 from typing import Any
 
@@ -43,11 +43,14 @@ from numatopo_engine.state import NodeState
 
 __all__ = [
     "ClaimDecision",
+    "ClaimDemand",
     "PodClaim",
     "UndecidedError",
     "allocations_for",
+    "claim_demand",
     "decide_claims",
     "pod_claims",
+    "restricted_to",
     "unsupported",
 ]
 
@@ -216,15 +219,30 @@ def _value(device: DraDevice, name: str) -> object:
 def _restricted(state: NodeState, requests: Sequence[_Request]) -> NodeState:
     """A copy of `state` with every free GPU and NIC no request may have booked away, and
     every free CPU no CPU request may have where some request asks CPUs."""
-    gpus = {d.gpu for r in requests for d in r.eligible if d.gpu is not None}
-    nics = {d.nic for r in requests for d in r.eligible if d.nic is not None}
     cpus = {d.cpu for r in requests for d in r.eligible if d.cpu is not None}
-    mig = {g.index for g in state.topology.gpus if g.mig_mode}
     asks_cpus = any(r.kind is DeviceKind.CPU for r in requests)
+    return restricted_to(state, _gpus_of(requests), _nics_of(requests), cpus if asks_cpus else None)
+
+
+def _gpus_of(requests: Sequence[_Request]) -> frozenset[int]:
+    return frozenset(d.gpu for r in requests for d in r.eligible if d.gpu is not None)
+
+
+def _nics_of(requests: Sequence[_Request]) -> frozenset[str]:
+    return frozenset(d.nic for r in requests for d in r.eligible if d.nic is not None)
+
+
+def restricted_to(
+    state: NodeState, gpus: Set[int], nics: Set[str], cpus: Set[int] | None = None
+) -> NodeState:
+    """A copy of `state` with every free GPU not in `gpus` and NIC not in `nics` booked
+    away (MIG GPUs kept: their instances are no claim's), and, unless `cpus` is None,
+    every free CPU not in it."""
+    mig = {g.index for g in state.topology.gpus if g.mig_mode}
     away = ContainerAssignment(
         gpu_indices=sorted(g for g in state.free_gpus() - gpus if g not in mig),
         nics=sorted(state.free_nics() - nics),
-        cpus=CPUSet(c for c in state.free_cpus() if c not in cpus) if asks_cpus else CPUSet(),
+        cpus=CPUSet() if cpus is None else CPUSet(c for c in state.free_cpus() if c not in cpus),
     )
     copy = state.copy()
     copy.apply(INELIGIBLE, Assignment(node="", containers={"devices": away}))
@@ -379,6 +397,51 @@ def decide_claims(  # noqa: PLR0917 (the decision's inputs)
         for claim, _ in per_claim
     }
     return ClaimDecision(node.node, decision.assignment, allocations, decision.score)
+
+
+@dataclass(frozen=True, slots=True)
+class ClaimDemand:
+    """What a pod's claims ask of one node, as the engine counts a pod's devices."""
+
+    request: PodRequest
+    """The pod's request with its claims' GPUs, NICs and CPUs counted in the containers
+    that use them (as `decide_claims` asks the engine)."""
+    gpus: frozenset[int]
+    """The node's GPUs (`spec.gpus[].index`) some request of the claims may have."""
+    nics: frozenset[str]
+    """The node's NICs (`spec.nics[].name`) some request of the claims may have."""
+
+
+def claim_demand(  # noqa: PLR0917 (the decision's inputs)
+    topology: NumatopologySpec,
+    base: PodRequest,
+    pod_claims_: Sequence[PodClaim],
+    claims: Mapping[str, ResourceClaim],
+    classes: Mapping[str, DeviceClass],
+    node: DraNode,
+) -> ClaimDemand:
+    """What the pod's claims ask of `node`, without deciding where: one planner placing
+    several pods at once (a group) counts them as their requests. Every matchAttribute
+    variant asks the same counts; the devices are those of any variant. Raises
+    `UndecidedError` as `decide_claims` does (no device of `node` numatopo can place
+    matches a request, among others), `UnsatisfiableError` when `node` has too few
+    devices a request may have (in any one set a matchAttribute constraint allows), free
+    or not."""
+    per_claim = _claim_variants(
+        base, pod_claims_, claims, classes, node, missing="does not exist yet", checked=True
+    )
+    possible = []
+    for claim, variants in per_claim:
+        enough = [v for v in variants if all(len(r.eligible) >= r.count for r in v)]
+        if not enough:
+            raise UnsatisfiableError(
+                f"claim {claim.key}: node {node.node} has too few devices its requests may "
+                "have" + (" with one value of its matchAttribute" if variants[1:] else "")
+            )
+        possible.append(enough)
+    first = [r for variants in possible for r in variants[0]]
+    every = [r for variants in possible for variant in variants for r in variant]
+    return ClaimDemand(_request_for(base, first, topology), _gpus_of(every), _nics_of(every))
 
 
 def _claim_variants(

@@ -13,10 +13,11 @@ returns a pydantic model, the one definition of that wire format here.
 
 from numatopo_engine.exports.nrt import NodeResourceTopology, node_resource_topology
 from numatopo_engine.exports.volcano import VolcanoNumatopology, volcano_numatopology
-from numatopo_engine.exports.zones import MANAGED_BY, NumaZone, numa_zones
+from numatopo_engine.exports.zones import MANAGED_BY, DeviceNames, NumaZone, numa_zones
 
 __all__ = [
     "MANAGED_BY",
+    "DeviceNames",
     "NodeResourceTopology",
     "NumaZone",
     "VolcanoNumatopology",

@@ -15,7 +15,7 @@ from typing import ClassVar, Literal
 from pydantic import Field
 
 from numatopo_engine.exports.wire import ForeignObject, ForeignWire
-from numatopo_engine.exports.zones import MANAGED_BY, numa_zones
+from numatopo_engine.exports.zones import MANAGED_BY, DeviceNames, numa_zones
 from numatopo_engine.model import NumatopologySpec, ObjectMeta
 from numatopo_engine.state import NodeState
 
@@ -108,10 +108,11 @@ def topology_policy(policy: str, scope: str) -> str:
 
 
 def node_resource_topology(
-    node: str, spec: NumatopologySpec, state: NodeState
+    node: str, spec: NumatopologySpec, state: NodeState, names: DeviceNames | None = None
 ) -> NodeResourceTopology:
     """The NodeResourceTopology of `node`: `spec`'s NUMA nodes, with what `state` (the
-    ledger's bookings) leaves available."""
+    ledger's bookings) leaves available; devices under `names` where it names them (DRA
+    devices, `zones.DeviceNames`)."""
     # Plain dicts, validated by the model in one pass (a 64-NUMA node has 4,096 costs).
     zones = [
         {
@@ -131,7 +132,7 @@ def node_resource_topology(
                 for name, amounts in zone.resources.items()
             ],
         }
-        for zone in numa_zones(spec, state)
+        for zone in numa_zones(spec, state, names)
     ]
     policies = spec.policies
     return NodeResourceTopology.model_validate(

@@ -11,10 +11,16 @@ Three amounts per resource, as the kubelet and NFD name them:
 What the ledger does not see is not subtracted: pods placed without numatopo (no
 `numatopo.io/policy`), shared-pool CPU use, and devices of a resource numatopo does not
 assign. Devices without a NUMA node belong to no zone.
+
+Devices a DRA driver publishes are counted under the name the caller gives them
+(`DeviceNames`: `<driver>/<pool>`, see docs/DESIGN.md) instead of the spec's resource: no
+device plugin advertises them, so the spec's name (`nvidia.com/gpu`) would promise a
+device-plugin pod devices the kubelet cannot give it.
 """
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 
 from numatopo_engine.devices import schedulable_devices
@@ -22,7 +28,7 @@ from numatopo_engine.model import NumatopologySpec
 from numatopo_engine.quantity import QuantityError, parse_bytes
 from numatopo_engine.state import NodeState
 
-__all__ = ["MANAGED_BY", "Amounts", "NumaZone", "numa_zones"]
+__all__ = ["MANAGED_BY", "Amounts", "DeviceNames", "NumaZone", "numa_zones"]
 
 MANAGED_BY = "numatopo"
 """`app.kubernetes.io/managed-by` on every exported object: how numatopo finds its own."""
@@ -44,6 +50,16 @@ class NumaZone:
     resources: dict[str, Amounts] = field(default_factory=dict)
 
 
+@dataclass(frozen=True, slots=True)
+class DeviceNames:
+    """Resource names that replace the spec's for some devices."""
+
+    gpus: Mapping[int, str] = field(default_factory=dict)
+    """Whole GPU (`spec.gpus[].index`, not in MIG mode) -> its resource name."""
+    nics: Mapping[str, str] = field(default_factory=dict)
+    """NIC (`spec.nics[].name`) -> its resource name."""
+
+
 def _page_bytes(size: str) -> int:
     """Bytes per page of `size` ("2Mi"); 0 for a key that is no page size (left out)."""
     try:
@@ -52,14 +68,22 @@ def _page_bytes(size: str) -> int:
         return 0
 
 
-def _device_counts(spec: NumatopologySpec, state: NodeState) -> dict[tuple[int, str], list[int]]:
+def _device_counts(
+    spec: NumatopologySpec, state: NodeState, names: DeviceNames
+) -> dict[tuple[int, str], list[int]]:
     """(NUMA id, resource) -> [devices, free devices], for the devices numatopo hands out
     (whole GPUs, MIG devices under their own resource, NICs) that have a NUMA node. A GPU
     in MIG mode counts only as its MIG devices, as the device plugin advertises it."""
     counts: dict[tuple[int, str], list[int]] = {}
     free_gpus, free_nics = state.free_gpus(), state.free_nics()
-    devices = [(d.numa, d.resource, d.index in free_gpus) for d in schedulable_devices(spec)]
-    devices += [(n.numa, n.resource, n.name in free_nics) for n in spec.nics]
+    devices = [
+        (d.numa, d.resource if d.parent is not None else names.gpus.get(d.index, d.resource),
+         d.index in free_gpus)
+        for d in schedulable_devices(spec)
+    ]  # fmt: skip
+    devices += [
+        (n.numa, names.nics.get(n.name, n.resource), n.name in free_nics) for n in spec.nics
+    ]
     for numa, resource, free in devices:
         if numa is None:
             continue
@@ -69,10 +93,13 @@ def _device_counts(spec: NumatopologySpec, state: NodeState) -> dict[tuple[int, 
     return counts
 
 
-def numa_zones(spec: NumatopologySpec, state: NodeState) -> list[NumaZone]:
-    """Every NUMA node of `spec`, by id, with what `state` leaves available."""
+def numa_zones(
+    spec: NumatopologySpec, state: NodeState, names: DeviceNames | None = None
+) -> list[NumaZone]:
+    """Every NUMA node of `spec`, by id, with what `state` leaves available (devices
+    under `names` where it names them)."""
     free = state.free_cpus()
-    devices = _device_counts(spec, state)
+    devices = _device_counts(spec, state, names or DeviceNames())
     zones = []
     for node in sorted(spec.numa_nodes, key=lambda n: n.id):
         allocatable = node.cpus - spec.reserved_cpus

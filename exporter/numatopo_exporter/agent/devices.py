@@ -5,9 +5,10 @@ each pod's devices checked against its assignment (I/O: the kubelet's socket, th
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 from pydantic import ValidationError
 
@@ -53,6 +54,8 @@ class KubeletDevices:
         default=None, init=False
     )
     """The node's spec, when it was read, and the allocatable listing it was read for."""
+    _watched_spec: Mapping[str, Any] | None = field(default=None, init=False)
+    """The spec as the Numatopology watch last delivered it."""
     dra_gpus: bool = field(default=False, init=False)
     """`status.dra` lists the node's GPUs: they are DRA devices (mode Allocated)."""
 
@@ -98,8 +101,7 @@ class KubeletDevices:
                 return
             if body is None:
                 return  # the exporter has not published it yet
-            dra = ((body.get("status") or {}).get("dra") or {}).get("devices") or []
-            self.dra_gpus = any(d.get("gpu") is not None for d in dra)
+            self.dra_gpus = _lists_dra_gpus(body)
             known = self._spec = (spec, self.clock(), allocatable)
         found = health.unhealthy_devices(known[0], allocatable)
         if found != self.unhealthy:
@@ -107,6 +109,29 @@ class KubeletDevices:
                 "devices the kubelet cannot hand out: GPUs %s, NICs %s", found.gpus, found.nics
             )
         self.unhealthy = found
+
+    def take_numatopology(self, body: Mapping[str, Any]) -> bool:
+        """The node's Numatopology as its watch delivered it: its spec replaces the one
+        read (kept for the allocatable listing it was read with) and `status.dra` says
+        whether the GPUs are DRA devices. Whether either changed."""
+        dra_gpus = _lists_dra_gpus(body)
+        changed = dra_gpus != self.dra_gpus
+        self.dra_gpus = dra_gpus
+        known = self._spec
+        raw = body.get("spec") or {}
+        if known is not None and raw != self._watched_spec:
+            # Most events are status writes (the operator's free counts, the exporter's
+            # heartbeat): the spec is validated again only when it changed.
+            self._watched_spec = raw
+            try:
+                spec = NumatopologySpec.model_validate(raw)
+            except ValidationError as exc:
+                logger.warning("Numatopology/%s as watched: %s", self.node_name, exc)
+                return changed
+            if spec != known[0]:
+                self._spec = (spec, self.clock(), known[2])
+                changed = True
+        return changed
 
     async def check(
         self,
@@ -179,3 +204,10 @@ class KubeletDevices:
             record.mismatch_seq = entry.assignment.seq
         self.metrics.gpu_mismatches.inc()
         logger.warning("%s: %s", entry.key, words)
+
+
+def _lists_dra_gpus(body: Mapping[str, Any]) -> bool:
+    """Whether the Numatopology's `status.dra` lists GPUs (the node's GPUs are DRA
+    devices: mode Allocated)."""
+    dra = ((body.get("status") or {}).get("dra") or {}).get("devices") or []
+    return any(isinstance(d, Mapping) and d.get("gpu") is not None for d in dra)

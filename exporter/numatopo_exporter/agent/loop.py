@@ -4,7 +4,8 @@ A pass runs on every pod event (an assignment appears, a container restarts with
 new id, a pod ends) and every `resync_seconds` (someone rewrote a cpuset: drift). Each
 pass reads the cgroups afresh, so a restart of the agent loses nothing. The parts:
 
-    watch.py        list+watch -> pod_records (one PodView per event, one record per pod)
+    watch.py        list+watch -> pod_records (one PodView per event, one record per pod);
+                    the node's Numatopology -> devices (status.dra, spec) at once
     devices.py      Follow: what the kubelet gave, what it cannot hand out
     node_status.py  stand aside for a static kubelet; the node's GPU mode
     enforce.py      locate cgroups, plan and write cpusets
@@ -30,7 +31,7 @@ from numatopo_exporter.agent.node_status import COMPONENT, ENFORCING, NodeStatus
 from numatopo_exporter.agent.pod_records import PodRecords
 from numatopo_exporter.agent.pods import select_assignments
 from numatopo_exporter.agent.report import PodReporter
-from numatopo_exporter.agent.watch import PodWatch
+from numatopo_exporter.agent.watch import NumatopologyWatch, PodWatch
 from numatopo_exporter.discovery import kubelet
 from numatopo_exporter.steering.choice import InFlight
 from numatopo_kube import KubeClient
@@ -109,8 +110,25 @@ class AgentLoop:
         )
         await watch.run()
 
+    async def watch_numatopology(self) -> None:
+        """Follow the node's own Numatopology: a new `status.dra` (or spec) wakes a pass
+        at once (the periodic re-read in `read_health` stays, for a watch that is down)."""
+        watch = NumatopologyWatch(
+            self.client,
+            self.node_name,
+            Backoff(
+                self.backoff.initial_seconds, self.backoff.maximum_seconds, self.backoff.factor
+            ),
+            self.devices.take_numatopology,
+            changed=self._wake,
+        )
+        await watch.run()
+
     async def run(self) -> None:
-        watcher = asyncio.create_task(self.watch_pods())
+        watchers = [
+            asyncio.create_task(self.watch_pods()),
+            asyncio.create_task(self.watch_numatopology()),
+        ]
         try:
             await self.synced.wait()
             while True:
@@ -122,9 +140,10 @@ class AgentLoop:
                     async with asyncio.timeout(self.resync_seconds):
                         await self._wake.wait()
         finally:
-            # Awaited, so that the watch connection is closed before the caller's session.
-            watcher.cancel()
-            await asyncio.gather(watcher, return_exceptions=True)
+            # Awaited, so that the watch connections are closed before the caller's session.
+            for watcher in watchers:
+                watcher.cancel()
+            await asyncio.gather(*watchers, return_exceptions=True)
 
     async def reconcile(self) -> None:
         """One pass: stand aside for a static (or unknown) kubelet, else select, enforce,

@@ -41,6 +41,7 @@ from numatopo_engine.network_topology import HOSTNAME_LABEL, NetworkTopologySpec
 from numatopo_operator import pod_writes, translate
 from numatopo_operator.errors import KubeError, KubeNotFoundError, NodeBusyError
 from numatopo_operator.groups import members as group_members
+from numatopo_operator.groups.claim_demands import ClaimsPendingError, count_claims
 from numatopo_operator.groups.indexes import NodeView
 from numatopo_operator.groups.members import Expectation, MemberView, PlacementRecord
 from numatopo_operator.pod_view import PodView
@@ -181,8 +182,13 @@ async def _place(
     """The engine's placement of `views` (in its thread) and the anchor it kept to,
     trying `anchors` in order; raises GroupUnplaceableError with the engine's reason
     when none fits."""
-    members = _members(runtime, views)
-    nodes = _candidates(runtime, views)
+    try:
+        counted = await count_claims(
+            runtime, views, _members(runtime, views), _candidates(runtime, views)
+        )
+    except ClaimsPendingError as exc:
+        raise GroupUnplaceableError(str(exc)) from None
+    members, nodes = counted.members, counted.nodes
     reason = ""
     for anchor in anchors:
         try:
@@ -194,7 +200,8 @@ async def _place(
             reason = exc.reason
         else:
             return placement, anchor
-    raise GroupUnplaceableError(f"{reason} ({len(nodes)} usable nodes)")
+    left_out = "".join(f"; {node}: {why}" for node, why in sorted(counted.left_out.items())[:3])
+    raise GroupUnplaceableError(f"{reason} ({len(nodes)} usable nodes{left_out})")
 
 
 def _now() -> str:

@@ -28,6 +28,7 @@ from numatopo_engine.dra import api
 from numatopo_engine.dra.claims import (
     PodClaim,
     UndecidedError,
+    claim_demand,
     decide_claims,
     pod_claims,
     unsupported,
@@ -274,3 +275,56 @@ def test_template_claims_are_found_by_the_recorded_name() -> None:
     assert pod_claims(raw) == [PodClaim("g", None, ("main",))]
     raw["status"] = {"resourceClaimStatuses": [{"name": "g", "resourceClaimName": "train-g-x1"}]}
     assert pod_claims(raw) == [PodClaim("g", "train-g-x1", ("main",))]
+
+
+def demand_of(claims_wire: list[dict[str, Any]]) -> Any:
+    """`claim_demand` of a pod using `claims_wire` on the p4d (GPUs and NICs published)."""
+    spec = p4d()
+    slices = [gpu_slice(NODE, spec), nic_slice(NODE, spec)]
+    node = join_node(NODE, spec, [api.ResourceSlice.model_validate(s) for s in slices])
+    raw_pod = pod({c["metadata"]["name"]: c["metadata"]["name"] for c in claims_wire})
+    base = request_from_pod(raw_pod, ResourceNames())
+    claims = {c["metadata"]["name"]: api.ResourceClaim.model_validate(c) for c in claims_wire}
+    classes = {n: api.DeviceClass.model_validate(c) for n, c in classes_wire().items()}
+    return claim_demand(spec, base, pod_claims(raw_pod), claims, classes, node)
+
+
+def test_a_claims_demand_is_its_devices_counted_in_the_container_using_it() -> None:
+    """What a group planner books for a member: the container asks the claims' GPUs and
+    NICs (under the spec's resources) as a DRA decision asks the engine, and may have
+    only the devices the selectors let through; nothing is decided."""
+    sel = 'device.attributes["gpu.nvidia.com"].index >= 4'
+    found = demand_of(
+        [
+            claim("gpus", [request("gpu", "gpu.nvidia.com", 2, sel)]),
+            claim("nic", [request("nic", "rdma.dra.net", 1)]),
+        ]
+    )
+    (main,) = found.request.containers
+    spec = p4d()
+    assert (main.gpus, main.nics) == (2, 1)
+    assert main.gpu_resource == spec.gpus[0].resource
+    assert main.nic_resource == spec.nics[0].resource
+    assert found.gpus == {4, 5, 6, 7}
+    assert found.nics == {n.name for n in spec.nics}
+    assert main.cpu_milli == 8000
+
+
+@pytest.mark.parametrize(
+    ("requests", "constraints"),
+    [
+        ([request("gpu", "gpu.nvidia.com", 2, 'device.attributes["gpu.nvidia.com"].index == 0')],
+         []),
+        # Two GPUs of the p4d share each PCIe root: never three.
+        ([request("gpu", "gpu.nvidia.com", 3)],
+         [{"requests": ["gpu"], "matchAttribute": "resource.kubernetes.io/pcieRoot"}]),
+    ],
+)  # fmt: skip
+def test_too_few_devices_a_request_may_have_make_no_demand(
+    requests: list[dict[str, Any]], constraints: list[dict[str, Any]]
+) -> None:
+    """More devices than the node has for the request (its selectors, or one value of
+    its matchAttribute): unsatisfiable on the node (a planner leaves it out), never a
+    demand the node cannot meet however free it is."""
+    with pytest.raises(UnsatisfiableError, match="too few devices"):
+        demand_of([claim("gpus", requests, constraints=constraints)])

@@ -19,7 +19,7 @@ from numatopo_engine.annotations import Assignment, ContainerAssignment, PolicyN
 from numatopo_engine.cpuset import CPUSet
 from numatopo_engine.devices import schedulable_devices
 from numatopo_engine.errors import UnsatisfiableError
-from numatopo_engine.exports import node_resource_topology, volcano_numatopology
+from numatopo_engine.exports import DeviceNames, node_resource_topology, volcano_numatopology
 from numatopo_engine.exports.nrt import topology_policy
 from numatopo_engine.model import Numatopology, NumatopologySpec
 from numatopo_engine.request import ContainerRequest, PodRequest, TopologyOptions
@@ -166,6 +166,34 @@ def test_every_device_resource_is_counted_under_its_own_name() -> None:
     zone = resources(nrt, f"node-{nic.numa}")
     assert (str(count), str(count), str(count - 1)) == zone[nic.resource]
     assert nic.resource in names
+    assert [] == nrt_errors(nrt)
+
+
+def test_devices_a_dra_driver_publishes_are_counted_under_the_name_given() -> None:
+    """Half the GPUs and one NIC named by their DRA driver and pool: those are counted
+    under that name, the others under the spec's resource; the totals are unchanged."""
+    spec = load("aws-p4d.json")
+    dra_gpus = [g.index for g in spec.gpus][:4]
+    nic = spec.nics[0]
+    names = DeviceNames(
+        gpus=dict.fromkeys(dra_gpus, "gpu.nvidia.com/p4d"), nics={nic.name: "dra.net/p4d"}
+    )
+    state = booked(spec, {"a/b": ContainerAssignment(gpu_indices=dra_gpus[:1])})
+
+    nrt = node_resource_topology("p4d", spec, state, names).to_wire()
+
+    counted: dict[str, list[int]] = {}
+    for zone in nrt["zones"]:
+        for r in zone["resources"]:
+            slot = counted.setdefault(r["name"], [0, 0])
+            slot[0] += int(r["capacity"])
+            slot[1] += int(r["available"])
+    assert counted["gpu.nvidia.com/p4d"] == [4, 3]
+    assert counted["nvidia.com/gpu"] == [len(spec.gpus) - 4, len(spec.gpus) - 4]
+    assert counted["dra.net/p4d"] == [1, 1]
+    assert counted[nic.resource][0] == sum(n.resource == nic.resource for n in spec.nics) - 1
+    gpu_zone = resources(nrt, f"node-{spec.gpus[dra_gpus[0]].numa}")
+    assert "gpu.nvidia.com/p4d" in gpu_zone
     assert [] == nrt_errors(nrt)
 
 

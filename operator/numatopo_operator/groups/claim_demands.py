@@ -1,0 +1,250 @@
+"""What group members' ResourceClaims ask of each candidate node, counted in their requests
+before a group is planned (the reading is `numatopo_engine.dra.claims.claim_demand`).
+
+A member whose devices come from its claims alone (`dra_extender.read_claims`) asks no
+device-plugin resource: planned by its requests, it would take no GPU, and the planner
+could put more claimed GPUs on a node than it has free. Here its request becomes the one
+its claims make on the candidate nodes (GPUs, NICs, CPUs counted in the containers that
+use them, as a DRA decision asks the engine), so the plan books them and never places more
+than a node's free DRA devices (what other claims hold is booked in the ledger's state).
+Candidates on which a member's claims cannot be served (no devices of theirs published
+there, or a different count or resource) are left out. Where the members with devices are
+all such members, each candidate's free GPUs and NICs none of their claims may have are
+booked away, so the plan names only devices the claims can be given; `dra.settle` then
+allocates the claims with exactly the devices the plan named.
+
+A member numatopo cannot judge on any node (`UndecidedError`: a DeviceClass missing, a
+prioritized list, a selector it does not evaluate...) keeps its request as it reads: its
+claims are left to kube-scheduler on the planned node, as before this count. A member
+judged on every node that publishes devices, with too few devices its claims may have on
+each, fits nowhere: the group waits (`GroupUnsatisfiable` names why).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import logging
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from numatopo_engine.domains import Member, NodeCandidate
+from numatopo_engine.dra import api
+from numatopo_engine.dra.claims import (
+    ClaimDemand,
+    PodClaim,
+    UndecidedError,
+    claim_demand,
+    pod_claims,
+    restricted_to,
+)
+from numatopo_engine.dra.join import DraNode
+from numatopo_engine.dra.pods import devices_from_claims
+from numatopo_engine.errors import UnsatisfiableError
+from numatopo_operator.dra_extender import read_claims
+from numatopo_operator.groups.members import MemberView
+from numatopo_operator.runtime import Runtime
+
+__all__ = ["ClaimsPendingError", "Counted", "count_claims"]
+
+logger = logging.getLogger(__name__)
+
+UNDECIDED = "numatopo cannot judge them there: "
+
+
+@dataclass(frozen=True, slots=True)
+class Counted:
+    members: list[Member]
+    nodes: dict[str, NodeCandidate]
+    left_out: dict[str, str]
+    """node -> why members' claims cannot be served there."""
+
+
+@dataclass(frozen=True, slots=True)
+class _Claimer:
+    index: int
+    entries: Sequence[PodClaim]
+    claims: Mapping[str, api.ResourceClaim]
+    classes: Mapping[str, api.DeviceClass]
+    shape: str
+    """What the demand depends on: members of one template share it (computed once)."""
+
+
+def _shape(
+    member: Member,
+    entries: Sequence[PodClaim],
+    claims: Mapping[str, api.ResourceClaim],
+    classes: Mapping[str, api.DeviceClass],
+) -> str:
+    specs = [
+        (e.name, e.containers, claims[e.claim].spec.model_dump(mode="json") if e.claim else None)
+        for e in entries
+    ]
+    kinds = {name: c.spec.model_dump(mode="json") for name, c in sorted(classes.items())}
+    return (
+        repr(member.request.containers)
+        + repr(member.request.init_containers)
+        + json.dumps([specs, kinds], sort_keys=True, default=str)
+    )
+
+
+# (shape, node) -> (the node's joined slices it was judged on, what was found): a group
+# waiting for room is planned again and again, and each judgement evaluates CEL
+# selectors on every device (~8 ms a node on a p4d). A new join (slices or spec
+# changed) is judged afresh.
+_judged: dict[tuple[str, str], tuple[DraNode, ClaimDemand | str]] = {}
+MAX_JUDGED = 8192
+
+
+class ClaimsPendingError(Exception):
+    """A member's claim is not there yet: planned now, its devices would not be counted."""
+
+
+def _pending_claim(runtime: Runtime, pod: Mapping[str, Any]) -> str | None:
+    """The first claim of a pod whose devices come from its claims alone that is not
+    created (a template's, until kube-controller-manager makes it) or not watched yet."""
+    resources = runtime.settings.resources
+    if not devices_from_claims(pod, lambda r: resources.is_gpu(r) or resources.is_nic(r)):
+        return None
+    namespace = str((pod.get("metadata") or {}).get("namespace") or "default")
+    for entry in pod_claims(pod):
+        if entry.claim is None or f"{namespace}/{entry.claim}" not in runtime.dra_holds.bodies:
+            return entry.claim or entry.name
+    return None
+
+
+def _claimers(
+    runtime: Runtime, views: Sequence[MemberView], members: Sequence[Member]
+) -> list[_Claimer]:
+    """The members whose devices come from their claims, read as watched. Raises
+    `ClaimsPendingError` while one of their claims is not there."""
+    found = []
+    for index, (view, member) in enumerate(zip(views, members, strict=True)):
+        read = read_claims(runtime, view.body)
+        if read is None:
+            pending = _pending_claim(runtime, view.body)
+            if pending is not None:
+                raise ClaimsPendingError(f"member {view.key}'s claim {pending} does not exist yet")
+            continue
+        entries, bodies = read
+        shape = _shape(member, entries, bodies["claims"], bodies["classes"])
+        found.append(_Claimer(index, entries, bodies["claims"], bodies["classes"], shape))
+    return found
+
+
+def _demands(
+    claimers: Sequence[_Claimer],
+    members: Sequence[Member],
+    joined: Mapping[str, tuple[NodeCandidate, DraNode]],
+) -> dict[str, dict[str, ClaimDemand | str]]:
+    """shape -> node -> its demand there, or why there is none (starting `UNDECIDED` where
+    numatopo cannot judge it). Runs in the engine's thread (selectors are CEL)."""
+    out: dict[str, dict[str, ClaimDemand | str]] = {}
+    for claimer in claimers:
+        if claimer.shape in out:
+            continue
+        base = members[claimer.index].request
+        per_node: dict[str, ClaimDemand | str] = {}
+        for node, (candidate, dra_node) in joined.items():
+            known = _judged.get((claimer.shape, node))
+            if known is not None and known[0] is dra_node:
+                per_node[node] = known[1]
+                continue
+            try:
+                per_node[node] = claim_demand(
+                    candidate.topology, base, claimer.entries, claimer.claims, claimer.classes,
+                    dra_node,
+                )  # fmt: skip
+            except UndecidedError as exc:
+                per_node[node] = f"{UNDECIDED}{exc}"
+            except UnsatisfiableError as exc:
+                per_node[node] = str(exc)
+            if len(_judged) >= MAX_JUDGED:
+                _judged.clear()
+            _judged[(claimer.shape, node)] = (dra_node, per_node[node])
+        out[claimer.shape] = per_node
+    return out
+
+
+def _asked(demand: ClaimDemand) -> tuple[Any, Any]:
+    return demand.request.containers, demand.request.init_containers
+
+
+def _undecided(found: ClaimDemand | str) -> bool:
+    return isinstance(found, str) and found.startswith(UNDECIDED)
+
+
+async def count_claims(
+    runtime: Runtime,
+    views: Sequence[MemberView],
+    members: Sequence[Member],
+    nodes: Mapping[str, NodeCandidate],
+) -> Counted:
+    """`members` with their claims' devices counted, and the candidates that can serve
+    them (restricted to the devices the claims may have, where that is safe)."""
+    claimers = _claimers(runtime, views, members)
+    if not claimers:
+        return Counted(list(members), dict(nodes), {})
+    joined: dict[str, tuple[NodeCandidate, DraNode]] = {}
+    for node, candidate in nodes.items():
+        dra_node = runtime.dra_holds.joined(node, candidate.topology)
+        if dra_node is not None and dra_node.devices:
+            joined[node] = (candidate, dra_node)
+    demands = await runtime.in_engine_thread(_demands, claimers, members, joined)
+    counted = list(members)
+    kept = dict(nodes)
+    left_out: dict[str, str] = {}
+    gpus: dict[str, set[int]] = {}
+    nics: dict[str, set[str]] = {}
+    changed: set[int] = set()
+    for claimer in claimers:
+        per_node = demands[claimer.shape]
+        found = {n: d for n, d in sorted(per_node.items()) if isinstance(d, ClaimDemand)}
+        if not found and per_node and not any(_undecided(d) for d in per_node.values()):
+            # Judged on every node publishing devices, and too few anywhere: planned by
+            # its CPUs alone it would sit Pending where the scheduler cannot allocate.
+            for node in kept:
+                there = per_node.get(node, "it publishes no DRA devices")
+                left_out[node] = f"member {members[claimer.index].key}'s claims: {there}"
+            kept = {}
+            continue
+        if not found:
+            why = next((d for d in per_node.values() if isinstance(d, str)), "no DRA devices")
+            logger.info(
+                "group member %s: its claims are not counted (%s); kube-scheduler allocates "
+                "them on the planned node", members[claimer.index].key, why,
+            )  # fmt: skip
+            continue
+        asked = _asked(next(iter(found.values())))
+        member = members[claimer.index]
+        # The containers' counts only: a demand judged once per shape names the pod it
+        # was judged for, and the member keeps its own name and options.
+        request = dataclasses.replace(member.request, containers=asked[0], init_containers=asked[1])
+        counted[claimer.index] = Member(member.key, member.rank, request)
+        changed.add(claimer.index)
+        for node in list(kept):
+            demand = found.get(node)
+            if demand is None or _asked(demand) != asked:
+                kept.pop(node)
+                there = per_node.get(node, "it publishes no DRA devices")
+                why = there if isinstance(there, str) else "they ask other devices there"
+                left_out[node] = f"member {members[claimer.index].key}'s claims: {why}"
+                continue
+            gpus.setdefault(node, set()).update(demand.gpus)
+            nics.setdefault(node, set()).update(demand.nics)
+    others = [m.request for i, m in enumerate(counted) if i not in changed]
+    restrict_gpus = not any(c.gpus for r in others for c in (*r.containers, *r.init_containers))
+    restrict_nics = not any(c.nics for r in others for c in (*r.containers, *r.init_containers))
+    if changed and (restrict_gpus or restrict_nics):
+        for node, candidate in kept.items():
+            state = candidate.state
+            kept[node] = NodeCandidate(
+                candidate.topology,
+                restricted_to(
+                    state,
+                    gpus.get(node, set()) if restrict_gpus else state.free_gpus(),
+                    nics.get(node, set()) if restrict_nics else state.free_nics(),
+                ),
+            )
+    return Counted(counted, kept, left_out)
