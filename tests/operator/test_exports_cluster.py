@@ -338,6 +338,20 @@ async def test_only_the_lease_holder_writes_and_a_new_holder_takes_over(
     await eventually(lambda: written(b) >= 2.0, what="B counted both writes")
 
 
+async def writes_settled(cluster: Cluster, quiet: float = 1.0, timeout: float = 20.0) -> int:
+    """The export writes so far, once none came for `quiet` seconds: on a loaded machine
+    a write period can come late, and a fixed pause would count A's last write as B's."""
+    deadline = asyncio.get_running_loop().time() + timeout
+    seen = export_writes(cluster)
+    while True:
+        await asyncio.sleep(quiet)
+        now = export_writes(cluster)
+        if now == seen:
+            return now
+        assert asyncio.get_running_loop().time() < deadline, "export writes never settled"
+        seen = now
+
+
 def export_writes(cluster: Cluster) -> int:
     """Applies of either format to the node's objects so far (server-side apply: PATCH)."""
     paths = {f"{path}/{NODE}" for path in (NRT_PATH, VOLCANO_PATH)}
@@ -376,8 +390,7 @@ async def test_a_new_holder_rewrites_no_export_that_is_current(
         what="A's exports show the pod",
     )
     await eventually(lambda: b.runtime.ledger.pods_on(NODE) == 1, what="B watches the pod")
-    await asyncio.sleep(1.0)  # any write of A's still due has gone out
-    before = export_writes(cluster)
+    before = await writes_settled(cluster)  # any write of A's still due has gone out
 
     await a.stop()
     await eventually(lambda: b.runtime.deciding, what="B takes over", timeout=15)
