@@ -2,16 +2,22 @@
 
 One scheduling cycle of a node-cache-capable kube-scheduler is one `POST /filter` with
 ExtenderArgs {Pod, NodeNames} and one `POST /prioritize` with the nodes that passed.
-This runs the operator's own extender app (aiohttp, on a loopback port; the client in
-the same process) over a ledger holding the nodes of `bench_engine.build_cluster` (a
-realistic fleet: fixture machines and the Alibaba node list's models, every node with
-its own name, GPU UUIDs and bus ids, and a fresh heartbeat; seeded mixed occupancy).
-Per cycle, in the same run:
+This runs the operator's own extender app (aiohttp, on a loopback port) over a ledger
+holding the nodes of `bench_engine.build_cluster` (a realistic fleet: fixture machines
+and the Alibaba node list's models, every node with its own name, GPU UUIDs and bus
+ids, and a fresh heartbeat; seeded mixed occupancy). kube-scheduler's side runs in a
+process of its own, as in a cluster (`scheduler_client.py`, driven over a pipe: "run
+the mix N times", answered with each cycle's latency): it sends each pod's filter
+body encoded once, parses the filter answer and encodes the prioritize body from the
+nodes that passed, over one keep-alive connection. Every side must agree on which
+nodes fit (checked per pod before timing). Per cycle, in the same run:
 
-  * `http ms`: the cycle over HTTP (bodies sent as JSON bytes, as kube-scheduler's Go
-    client encodes them; the filter answer parsed for the nodes to prioritize);
-    `p99 ms`: the 99th percentile of one cycle's wall time over HTTP, over every cycle
-    of the regime's runs (--repeat times the pod mix), on whatever load the machine has;
+  * `http ms`: the cycle over HTTP, as the extender pays it: with `--cpu`, this
+    process's CPU time while the client runs the mix (the server and its engine
+    thread; the client's encoding and parsing are not counted), else the wall time of
+    the cycle as the client sees it; `p99 ms`: the 99th percentile of one cycle's wall
+    time as the client sees it, over every cycle of the regime's runs (--repeat times
+    the pod mix), on whatever load the machine has;
   * `judge ms`: what the cycle's filter runs of the engine, on the operator's own
     engine (`runtime.decisions`): `extender.candidates` (the ledger's frozen states and
     the candidates' staleness) and `extender.judge_candidates` (scores, refusals, node
@@ -42,11 +48,13 @@ cluster's nodes per cycle (its percentageOfNodesToScore sends about 500 of 5,000
 own name, GPU UUIDs and bus ids) and over the same fleet without them (same shapes and
 bookings), alternately in one run: the named/none ratio has a goal of at most 1.2x.
 
-`--cpu` reads the process's CPU time (every thread: the client, the server, the engine
-thread) instead of wall time: on a loaded machine, wall time is mostly waiting for a
-core. `--judge` reads CPU time, not wall time, so that a shared machine's other load counts
-less; run it from two checkouts back to back (PYTHONPATH at each one's source roots)
-to compare the decision time of two versions of the rank.
+`--cpu` reads this process's CPU time (every thread: the server, the engine thread;
+the client is another process) instead of wall time: on a loaded machine, wall time is
+mostly waiting for a core. `--profile` prints a cProfile of the server side (the event
+loop's thread and the engine thread) over one warm mix. `--judge` reads CPU time, not
+wall time, so that a shared machine's other load counts less; run it from two
+checkouts back to back (PYTHONPATH at each one's source roots) to compare the decision
+time of two versions of the rank.
 """
 
 from __future__ import annotations
@@ -310,9 +318,11 @@ def judge_mix(runtime: Runtime, names: list[str]) -> Callable[[], None]:
 
 async def profiled(client: SchedulerClient, target: int, runtime: Runtime) -> None:
     """cProfile of the server side over one warm mix: the event loop's thread, then the
-    engine thread's."""
+    engine thread's, each on its own thread's CPU time (waiting for a core or for the
+    other thread is not counted)."""
     await client.cycles(target)
-    loop_profile, engine_profile = cProfile.Profile(), cProfile.Profile()
+    loop_profile = cProfile.Profile(time.thread_time)
+    engine_profile = cProfile.Profile(time.thread_time)
     runtime.engine.submit(engine_profile.enable).result()
     loop_profile.enable()
     await client.cycles(target)
@@ -480,12 +490,14 @@ def main() -> None:
     parser.add_argument("--nodes", type=int, nargs="+", default=[1000, 5000])
     parser.add_argument("--seed", type=int, default=7)
     parser.add_argument("--repeat", type=int, default=3, help="best of this many runs")
-    parser.add_argument("--profile", action="store_true", help="cProfile one warm HTTP mix")
+    parser.add_argument(
+        "--profile", action="store_true", help="cProfile of the server over one warm HTTP mix"
+    )
     parser.add_argument("--send", type=int, default=None, help="nodes per cycle (default all)")
     parser.add_argument(
         "--cpu",
         action="store_true",
-        help="CPU time of the process (client, server and engine thread), not wall time",
+        help="CPU time of the server process (server and engine thread), not wall time",
     )
     parser.add_argument(
         "--judge",

@@ -201,7 +201,7 @@ def judge_candidates(
             fitting.extend(where)
             fitting_ranks.append(scored.rank)
             continue
-        admitted = np.flatnonzero(scored.rank >= 0)
+        admitted = (scored.rank >= 0).nonzero()[0]
         fitting.extend(where[i] for i in admitted.tolist())
         fitting_ranks.append(scored.rank[admitted])
         for refused, summary in scored.refused:
