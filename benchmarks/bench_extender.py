@@ -2,16 +2,22 @@
 
 One scheduling cycle of a node-cache-capable kube-scheduler is one `POST /filter` with
 ExtenderArgs {Pod, NodeNames} and one `POST /prioritize` with the nodes that passed.
-This runs the operator's own extender app (aiohttp, on a loopback port; the client in
-the same process) over a ledger holding the nodes of `bench_engine.build_cluster` (a
-realistic fleet: fixture machines and the Alibaba node list's models, every node with
-its own name, GPU UUIDs and bus ids, and a fresh heartbeat; seeded mixed occupancy).
-Per cycle, in the same run:
+This runs the operator's own extender app (aiohttp, on a loopback port) over a ledger
+holding the nodes of `bench_engine.build_cluster` (a realistic fleet: fixture machines
+and the Alibaba node list's models, every node with its own name, GPU UUIDs and bus
+ids, and a fresh heartbeat; seeded mixed occupancy). kube-scheduler's side runs in a
+process of its own, as in a cluster (`scheduler_client.py`, driven over a pipe: "run
+the mix N times", answered with each cycle's latency): it sends each pod's filter
+body encoded once, parses the filter answer and encodes the prioritize body from the
+nodes that passed, over one keep-alive connection. Every side must agree on which
+nodes fit (checked per pod before timing). Per cycle, in the same run:
 
-  * `http ms`: the cycle over HTTP (bodies sent as JSON bytes, as kube-scheduler's Go
-    client encodes them; the filter answer parsed for the nodes to prioritize);
-    `p99 ms`: the 99th percentile of one cycle's wall time over HTTP, over every cycle
-    of the regime's runs (--repeat times the pod mix), on whatever load the machine has;
+  * `http ms`: the cycle over HTTP, as the extender pays it: with `--cpu`, this
+    process's CPU time while the client runs the mix (the server and its engine
+    thread; the client's encoding and parsing are not counted), else the wall time of
+    the cycle as the client sees it; `p99 ms`: the 99th percentile of one cycle's wall
+    time as the client sees it, over every cycle of the regime's runs (--repeat times
+    the pod mix), on whatever load the machine has;
   * `judge ms`: what the cycle's filter runs of the engine, on the operator's own
     engine (`runtime.decisions`): `extender.candidates` (the ledger's frozen states and
     the candidates' staleness) and `extender.judge_candidates` (scores, refusals, node
@@ -42,11 +48,13 @@ cluster's nodes per cycle (its percentageOfNodesToScore sends about 500 of 5,000
 own name, GPU UUIDs and bus ids) and over the same fleet without them (same shapes and
 bookings), alternately in one run: the named/none ratio has a goal of at most 1.2x.
 
-`--cpu` reads the process's CPU time (every thread: the client, the server, the engine
-thread) instead of wall time: on a loaded machine, wall time is mostly waiting for a
-core. `--judge` reads CPU time, not wall time, so that a shared machine's other load counts
-less; run it from two checkouts back to back (PYTHONPATH at each one's source roots)
-to compare the decision time of two versions of the rank.
+`--cpu` reads this process's CPU time (every thread: the server, the engine thread;
+the client is another process) instead of wall time: on a loaded machine, wall time is
+mostly waiting for a core. `--profile` prints a cProfile of the server side (the event
+loop's thread and the engine thread) over one warm mix. `--judge` reads CPU time, not
+wall time, so that a shared machine's other load counts less; run it from two
+checkouts back to back (PYTHONPATH at each one's source roots) to compare the decision
+time of two versions of the rank.
 """
 
 from __future__ import annotations
@@ -67,7 +75,6 @@ from typing import Any
 REPO = Path(__file__).resolve().parent.parent
 sys.path[:0] = [str(REPO / "engine"), str(REPO / "operator"), str(REPO / "benchmarks")]
 
-import aiohttp  # noqa: E402
 import numpy as np  # noqa: E402
 from aiohttp import web  # noqa: E402
 
@@ -169,21 +176,64 @@ def engine_cycle(nodes: Nodes, request: PodRequest, engine: Engine) -> int:
     return feasible
 
 
-async def extender_cycle(
-    session: aiohttp.ClientSession, url: str, pod: dict[str, Any], names: list[str]
-) -> int:
-    """filter, then prioritize with the nodes that passed, as kube-scheduler calls them.
-    Bodies go out as JSON bytes (kube-scheduler encodes them in Go: not the extender's
-    cost); the filter answer is parsed for its NodeNames, as the scheduler does."""
-    headers = {"Content-Type": "application/json"}
-    body = json.dumps({"Pod": pod, "NodeNames": names}).encode()
-    async with session.post(f"{url}/filter", data=body, headers=headers) as response:
-        filtered = json.loads(await response.read())
-    passed = filtered["NodeNames"]
-    body = json.dumps({"Pod": pod, "NodeNames": passed}).encode()
-    async with session.post(f"{url}/prioritize", data=body, headers=headers) as response:
-        json.loads(await response.read())
-    return len(passed)
+class SchedulerClient:
+    """kube-scheduler's side of the calls in a process of its own (`scheduler_client.py`,
+    driven over a pipe): its CPU, encoding bodies and parsing answers, is not the
+    extender's, and this process's CPU time is then the server's and its engine thread's."""
+
+    def __init__(self, process: asyncio.subprocess.Process) -> None:
+        self.process = process
+
+    @classmethod
+    async def start(cls) -> SchedulerClient:
+        process = await asyncio.create_subprocess_exec(
+            sys.executable,
+            str(REPO / "benchmarks" / "scheduler_client.py"),
+            stdin=asyncio.subprocess.PIPE,
+            stdout=asyncio.subprocess.PIPE,
+            limit=1 << 24,
+        )
+        return cls(process)
+
+    async def _ask(self, command: dict[str, Any]) -> dict[str, Any]:
+        stdin, stdout = self.process.stdin, self.process.stdout
+        assert stdin is not None
+        assert stdout is not None
+        stdin.write(json.dumps(command).encode() + b"\n")
+        await stdin.drain()
+        line = await stdout.readline()
+        if not line:
+            raise RuntimeError("the scheduler client ended (see its error above)")
+        answer: dict[str, Any] = json.loads(line)
+        return answer
+
+    async def target(self, url: str, pods: list[dict[str, Any]], names: list[str]) -> int:
+        """Sets up an extender to call; its number for `cycles`."""
+        answer = await self._ask({"url": url, "pods": pods, "names": names})
+        return int(answer["target"])
+
+    async def cycles(self, target: int, times: int = 1) -> tuple[list[float], list[int]]:
+        """The pod mix `times` over: per cycle, the wall seconds the client saw and how
+        many nodes passed filter."""
+        answer = await self._ask({"run": target, "times": times})
+        return answer["latencies"], answer["passed"]
+
+    async def timed(self, target: int, latencies: list[float]) -> float:
+        """One run of the mix, timed as `CLOCK` says: this process's CPU (the server and
+        its engine thread) or the client's wall time; its cycles' latencies added."""
+        if CLOCK[0] is time.perf_counter:
+            took, _ = await self.cycles(target)
+            latencies += took
+            return sum(took)
+        started = CLOCK[0]()
+        took, _ = await self.cycles(target)
+        latencies += took
+        return CLOCK[0]() - started
+
+    async def close(self) -> None:
+        if self.process.stdin is not None:
+            self.process.stdin.close()
+        await self.process.wait()
 
 
 def new_engine(runtime: Runtime) -> None:
@@ -203,26 +253,84 @@ def first_pods(runtime: Runtime) -> None:
     object.__setattr__(runtime, "decisions", fresh)
 
 
-CLOCK = [time.perf_counter]  # `--cpu`: the process's CPU time, every thread's
+CLOCK = [time.perf_counter]  # `--cpu`: this process's CPU time, every thread's
+
+
+def clocked(run: Callable[[], object]) -> Callable[[], Awaitable[float]]:
+    """`run` as a timed run for `best_of`, on `CLOCK`."""
+
+    async def timed() -> float:
+        clock = CLOCK[0]
+        started = clock()
+        run()
+        return clock() - started
+
+    return timed
 
 
 async def best_of(
-    repeat: int, run: Callable[[], Awaitable[object]], before: Callable[[], object]
+    repeat: int, timed: Callable[[], Awaitable[float]], before: Callable[[], object]
 ) -> float:
     """Best time of `repeat` runs, with the collector paused as `timeit` does."""
-    clock = CLOCK[0]
     times = []
     for _ in range(repeat):
         before()
         gc.collect()
         gc.disable()
         try:
-            started = clock()
-            await run()
-            times.append(clock() - started)
+            times.append(await timed())
         finally:
             gc.enable()
     return min(times)
+
+
+Pods = list[dict[str, Any]]
+
+
+async def serve(
+    runtime: Runtime, client: SchedulerClient, pods: Pods, nodes: Nodes, names: list[str]
+) -> tuple[int, web.AppRunner]:
+    """The operator's extender app over `runtime` on a loopback port, set up as a target
+    of `client` (its number), once it is checked to pass, per pod, as many of `names`
+    (with `nodes` their topologies and states) as the engine alone does: every side
+    must agree on which nodes fit, or the comparison means nothing."""
+    app_runner = web.AppRunner(extender.build_app(runtime), access_log=None)
+    await app_runner.setup()
+    await web.TCPSite(app_runner, "127.0.0.1", 0).start()
+    url = f"http://127.0.0.1:{app_runner.addresses[0][1]}"
+    target = await client.target(url, pods, names)
+    _, passed = await client.cycles(target)
+    for request, http_passed in zip(MIX, passed, strict=True):
+        assert http_passed == engine_cycle(nodes, request, Engine()), request.name
+    return target, app_runner
+
+
+def judge_mix(runtime: Runtime, names: list[str]) -> Callable[[], None]:
+    """The mix judged as filter judges it, on the operator's own engine (no HTTP)."""
+
+    def run() -> None:
+        for request in MIX:
+            taken = extender.candidates(runtime, names)
+            extender.judge_candidates(request, taken, runtime.decisions)
+
+    return run
+
+
+async def profiled(client: SchedulerClient, target: int, runtime: Runtime) -> None:
+    """cProfile of the server side over one warm mix: the event loop's thread, then the
+    engine thread's, each on its own thread's CPU time (waiting for a core or for the
+    other thread is not counted)."""
+    await client.cycles(target)
+    loop_profile = cProfile.Profile(time.thread_time)
+    engine_profile = cProfile.Profile(time.thread_time)
+    runtime.engine.submit(engine_profile.enable).result()
+    loop_profile.enable()
+    await client.cycles(target)
+    loop_profile.disable()
+    runtime.engine.submit(engine_profile.disable).result()
+    for title, profile in (("event loop", loop_profile), ("engine thread", engine_profile)):
+        print(f"-- {title}")
+        pstats.Stats(profile).sort_stats("tottime").print_stats(18)
 
 
 async def measure(count: int, seed: int, repeat: int, profile: bool, send: int | None) -> None:
@@ -233,62 +341,40 @@ async def measure(count: int, seed: int, repeat: int, profile: bool, send: int |
         step = max(1, count // send)
         nodes, names = nodes[::step][:send], names[::step][:send]
     pods = [pod_manifest(request, f"uid-{i}") for i, request in enumerate(MIX)]
-    app_runner = web.AppRunner(extender.build_app(runtime), access_log=None)
-    await app_runner.setup()
-    site = web.TCPSite(app_runner, "127.0.0.1", 0)
-    await site.start()
-    port = app_runner.addresses[0][1]
-    url = f"http://127.0.0.1:{port}"
     rows: list[tuple[str, float, float, float, float]] = []
+    client = await SchedulerClient.start()
+    app_runner: web.AppRunner | None = None
     try:
-        async with aiohttp.ClientSession() as session:
-            # Every side must agree on which nodes fit, or the comparison means nothing.
-            for pod, request in zip(pods, MIX, strict=True):
-                http_passed = await extender_cycle(session, url, pod, names)
-                assert http_passed == engine_cycle(nodes, request, Engine()), request.name
+        target, app_runner = await serve(runtime, client, pods, nodes, names)
+        if profile:
+            await profiled(client, target, runtime)
+            return
 
-            latencies: list[float] = []
+        def count_mix() -> None:
+            for request in MIX:
+                count_only_filter(runtime, names, request)
 
-            async def http_mix() -> None:
-                for pod in pods:
-                    started = time.perf_counter()
-                    await extender_cycle(session, url, pod, names)
-                    latencies.append(time.perf_counter() - started)
+        def list_mix() -> None:
+            for request in MIX:
+                count_only_pass(nodes, request)
 
-            async def judge_mix() -> None:
-                for request in MIX:
-                    taken = extender.candidates(runtime, names)
-                    extender.judge_candidates(request, taken, runtime.decisions)
-
-            async def count_mix() -> None:
-                for request in MIX:
-                    count_only_filter(runtime, names, request)
-
-            async def list_mix() -> None:
-                for request in MIX:
-                    count_only_pass(nodes, request)
-
-            if profile:
-                profiler = cProfile.Profile()
-                profiler.enable()
-                await http_mix()
-                profiler.disable()
-                pstats.Stats(profiler).sort_stats("tottime").print_stats(18)
-                return
-            counting = await best_of(repeat, count_mix, lambda: None)
-            listing = await best_of(repeat, list_mix, lambda: None)
-            for regime, before in (
-                ("new engine", lambda: new_engine(runtime)),
-                ("first pod", lambda: first_pods(runtime)),
-                ("warm", lambda: None),
-            ):
-                latencies.clear()
-                http = await best_of(repeat, http_mix, before)
-                p99 = float(np.percentile(latencies, 99))
-                judged = await best_of(repeat, judge_mix, before)
-                rows.append((regime, http, judged, counting, p99))
+        counting = await best_of(repeat, clocked(count_mix), lambda: None)
+        listing = await best_of(repeat, clocked(list_mix), lambda: None)
+        latencies: list[float] = []
+        for regime, before in (
+            ("new engine", lambda: new_engine(runtime)),
+            ("first pod", lambda: first_pods(runtime)),
+            ("warm", lambda: None),
+        ):
+            latencies.clear()
+            http = await best_of(repeat, lambda: client.timed(target, latencies), before)
+            p99 = float(np.percentile(latencies, 99))
+            judged = await best_of(repeat, clocked(judge_mix(runtime, names)), before)
+            rows.append((regime, http, judged, counting, p99))
     finally:
-        await app_runner.cleanup()
+        await client.close()
+        if app_runner is not None:
+            await app_runner.cleanup()
     cycles = len(MIX)
     for regime, http, judged, counting, p99 in rows:
         print(
@@ -299,8 +385,8 @@ async def measure(count: int, seed: int, repeat: int, profile: bool, send: int |
         )
 
 
-Side = tuple[Runtime, list[str], str, web.AppRunner]
-"""One fleet's extender: its runtime, the names sent, its URL, its server."""
+Side = tuple[Runtime, list[str], int]
+"""One fleet's extender: its runtime, the names sent, its number with the client."""
 
 
 async def compare_identities(count: int, seed: int, repeat: int, send: int | None) -> None:
@@ -309,54 +395,46 @@ async def compare_identities(count: int, seed: int, repeat: int, send: int | Non
     an extender app per fleet, the same pods, each regime timed on both alternately."""
     pods = [pod_manifest(request, f"uid-{i}") for i, request in enumerate(MIX)]
     sides: list[Side] = []
-    for named in (True, False):
-        runtime, names = runtime_over(build_cluster(count, seed, names=named))
-        if send is not None:
-            names = names[:: max(1, count // send)][:send]
-        app_runner = web.AppRunner(extender.build_app(runtime), access_log=None)
-        await app_runner.setup()
-        await web.TCPSite(app_runner, "127.0.0.1", 0).start()
-        url = f"http://127.0.0.1:{app_runner.addresses[0][1]}"
-        sides.append((runtime, names, url, app_runner))
+    runners: list[web.AppRunner] = []
+    client = await SchedulerClient.start()
     try:
-        async with aiohttp.ClientSession() as session:
+        for named in (True, False):
+            nodes = build_cluster(count, seed, names=named)
+            runtime, names = runtime_over(nodes)
+            if send is not None:
+                step = max(1, count // send)
+                nodes, names = nodes[::step][:send], names[::step][:send]
+            target, app_runner = await serve(runtime, client, pods, nodes, names)
+            runners.append(app_runner)
+            sides.append((runtime, names, target))
+        for regime, fresh in (("new engine", True), ("warm", False)):
+            # The sides alternate run by run, so load that comes and goes meets both.
+            best = [float("inf")] * 4
+            for side in sides:
+                await client.cycles(side[2])  # warms this side's engine
+            for _ in range(repeat):
+                for at, (runtime, names, target) in enumerate(sides):
+                    runs = (
+                        lambda target=target: client.timed(target, []),
+                        clocked(judge_mix(runtime, names)),
+                    )
+                    for kind, timed in enumerate(runs):
 
-            async def http_mix(side: Side) -> None:
-                for pod in pods:
-                    await extender_cycle(session, side[2], pod, side[1])
+                        def before(runtime: Runtime = runtime, fresh: bool = fresh) -> None:
+                            if fresh:
+                                new_engine(runtime)
 
-            async def judge_mix(side: Side) -> None:
-                runtime, names = side[0], side[1]
-                for request in MIX:
-                    taken = extender.candidates(runtime, names)
-                    extender.judge_candidates(request, taken, runtime.decisions)
-
-            for regime, fresh in (("new engine", True), ("warm", False)):
-                # The sides alternate run by run, so load that comes and goes meets both.
-                best = [float("inf")] * 4
-                for side in sides:
-                    await http_mix(side)  # warms this side's engine
-                for _ in range(repeat):
-                    for at, side in enumerate(sides):
-                        for kind, run in enumerate((http_mix, judge_mix)):
-
-                            async def once(run: Any = run, side: Side = side) -> None:
-                                await run(side)
-
-                            def before(side: Side = side, fresh: bool = fresh) -> None:
-                                if fresh:
-                                    new_engine(side[0])
-
-                            took = await best_of(1, once, before)
-                            best[2 * at + kind] = min(best[2 * at + kind], took)
-                named_http, named_judge, none_http, none_judge = (1e3 * f / len(MIX) for f in best)
-                print(
-                    f"{count:>6} {len(sides[0][1]):>5} {regime:>10} {named_http:>10.2f} "
-                    f"{none_http:>9.2f} {named_http / none_http:>6.2f} {named_judge:>11.2f} "
-                    f"{none_judge:>10.2f} {named_judge / none_judge:>6.2f}"
-                )
+                        took = await best_of(1, timed, before)
+                        best[2 * at + kind] = min(best[2 * at + kind], took)
+            named_http, named_judge, none_http, none_judge = (1e3 * f / len(MIX) for f in best)
+            print(
+                f"{count:>6} {len(sides[0][1]):>5} {regime:>10} {named_http:>10.2f} "
+                f"{none_http:>9.2f} {named_http / none_http:>6.2f} {named_judge:>11.2f} "
+                f"{none_judge:>10.2f} {named_judge / none_judge:>6.2f}"
+            )
     finally:
-        for *_, app_runner in sides:
+        await client.close()
+        for app_runner in runners:
             await app_runner.cleanup()
 
 
@@ -412,12 +490,14 @@ def main() -> None:
     parser.add_argument("--nodes", type=int, nargs="+", default=[1000, 5000])
     parser.add_argument("--seed", type=int, default=7)
     parser.add_argument("--repeat", type=int, default=3, help="best of this many runs")
-    parser.add_argument("--profile", action="store_true", help="cProfile one warm HTTP mix")
+    parser.add_argument(
+        "--profile", action="store_true", help="cProfile of the server over one warm HTTP mix"
+    )
     parser.add_argument("--send", type=int, default=None, help="nodes per cycle (default all)")
     parser.add_argument(
         "--cpu",
         action="store_true",
-        help="CPU time of the process (client, server and engine thread), not wall time",
+        help="CPU time of the server process (server and engine thread), not wall time",
     )
     parser.add_argument(
         "--judge",

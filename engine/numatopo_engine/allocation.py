@@ -394,7 +394,7 @@ def score_many(
                 scores[index], ranks[index] = REFUSED, -1.0
     refused: list[tuple[npt.NDArray[np.intp], str]] = []
     # A plan that refused no row yet (no summary kept) refuses none of these.
-    at = np.flatnonzero(codes >= 0) if verdicts.summaries else codes[:0]
+    at = (codes >= 0).nonzero()[0] if verdicts.summaries else codes[:0]
     if at.size:
         found = codes[at]
         for code in dict.fromkeys(found.tolist()):

@@ -31,10 +31,10 @@ went wrong, is JSON in the verb's shape, never a traceback (`json_answers`).
 from __future__ import annotations
 
 import functools
+import itertools
 import json
 import logging
 import time
-from collections import OrderedDict
 from collections.abc import Awaitable, Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -53,6 +53,7 @@ from numatopo_engine.topology_tables import shape_key
 from numatopo_operator import bind_guard, dra_extender, translate
 from numatopo_operator import extender_wire as wire
 from numatopo_operator.errors import KubeError, NodeBusyError, NotActiveError
+from numatopo_operator.extender_memo import CycleMemo, pod_uid
 from numatopo_operator.extender_wire import BadArgsError
 from numatopo_operator.groups import members as group_members
 from numatopo_operator.runtime import Runtime
@@ -66,14 +67,11 @@ Ints = npt.NDArray[np.int64]
 
 # k8s.io/kube-scheduler/extender/v1.MaxExtenderPriority: extender scores are 0..10.
 MAX_EXTENDER_PRIORITY = 10
-# Filter's per-node scores are kept for the prioritize call that follows it (same pod);
-# a few hundred pods in flight at once is far above a scheduler's parallelism.
-SCORE_CACHE_PODS = 256
 
 RUNTIME_KEY: web.AppKey[Runtime] = web.AppKey("runtime", Runtime)
 # A filter answer for 5,000 nodes holds thousands of entries: no spaces after separators.
 _dumps = functools.partial(json.dumps, separators=(",", ":"))
-SCORES_KEY: web.AppKey[OrderedDict[str, dict[str, float]]] = web.AppKey("scores")
+MEMO_KEY: web.AppKey[CycleMemo] = web.AppKey("memo", CycleMemo)
 
 
 def extender_scores(ranks: Mapping[str, float]) -> dict[str, int]:
@@ -203,7 +201,7 @@ def judge_candidates(
             fitting.extend(where)
             fitting_ranks.append(scored.rank)
             continue
-        admitted = np.flatnonzero(scored.rank >= 0)
+        admitted = (scored.rank >= 0).nonzero()[0]
         fitting.extend(where[i] for i in admitted.tolist())
         fitting_ranks.append(scored.rank[admitted])
         for refused, summary in scored.refused:
@@ -228,14 +226,10 @@ def rank_scores(ranks: Floats) -> Ints:
     return np.maximum(1, MAX_EXTENDER_PRIORITY - below)
 
 
-ScoreCache = OrderedDict[str, dict[str, float]]
-"""pod uid -> node rank per node that passed filter."""
-
-
 async def filter_result(
-    runtime: Runtime, args: Mapping[str, Any], cache: ScoreCache
+    runtime: Runtime, args: Mapping[str, Any], memo: CycleMemo
 ) -> dict[str, Any]:
-    """ExtenderFilterResult for ExtenderArgs (no I/O); remembers scores in `cache`."""
+    """ExtenderFilterResult for ExtenderArgs (no I/O); keeps the ranks in `memo`."""
     pod = wire.pod(args)
     names, objects = wire.node_names(args)
     verdicts = Verdicts()
@@ -253,13 +247,13 @@ async def filter_result(
     else:
         passed = []
         try:
-            request = pod_request.request_from_pod(pod, runtime.settings.resources)
+            request = memo.request(pod, runtime.settings.resources)
         except InvalidRequestError as exc:
             verdicts.unresolvable = dict.fromkeys(names, translate.invalid_message(exc))
         else:
             started = time.perf_counter()
             verdicts = await judge_pod(runtime, pod, request, names)
-            passed = [node for node in names if node in verdicts.scores]
+            passed = list(filter(verdicts.scores.__contains__, names))
             runtime.metrics.latency.labels("filter").observe(time.perf_counter() - started)
     result: dict[str, Any] = {
         "Nodes": None,
@@ -277,22 +271,16 @@ async def filter_result(
             "items": [o for o in objects if (o.get("metadata") or {}).get("name") in keep],
         }
     if verdicts.ranks:
-        cache[_pod_uid(pod)] = verdicts.ranks
-        while len(cache) > SCORE_CACHE_PODS:
-            cache.popitem(last=False)
+        memo.keep_ranks(pod_uid(pod), verdicts.ranks, verdicts.scores)
     return result
 
 
-def _pod_uid(pod: Mapping[str, Any]) -> str:
-    metadata = pod.get("metadata") or {}
-    return str(metadata.get("uid") or translate.pod_key(pod))
-
-
 async def priorities(
-    runtime: Runtime, args: Mapping[str, Any], cache: ScoreCache
-) -> list[dict[str, Any]]:
-    """HostPriorityList: the node score (0..10) per candidate, 0 where it does not fit:
-    the order of the node ranks (`extender_scores`) over the nodes of this call.
+    runtime: Runtime, args: Mapping[str, Any], memo: CycleMemo
+) -> tuple[list[str], list[int]]:
+    """HostPriorityList, as its hosts and their scores in the same order: the node score
+    (0..10) per candidate, 0 where it does not fit: the order of the node ranks
+    (`extender_scores`) over the nodes of this call.
 
     Ranks from the filter call for the same pod are reused: a rank is advice (bind
     decides again), so the few milliseconds between the two calls cannot make it wrong.
@@ -301,27 +289,32 @@ async def priorities(
     names, _ = wire.node_names(args)
     planned = group_members.planned_node(pod)
     if planned is not None:
-        return [{"Host": n, "Score": MAX_EXTENDER_PRIORITY * (n == planned)} for n in names]
+        return names, [MAX_EXTENDER_PRIORITY * (n == planned) for n in names]
     if not pod_request.wants_topology(pod):
-        return [{"Host": node, "Score": 0} for node in names]
-    known = cache.pop(_pod_uid(pod), {})
+        return names, [0] * len(names)
+    known, scored = memo.take_ranks(pod_uid(pod))
     missing = [node for node in names if node not in known]
     if missing:
+        scored = {}
         try:
-            request = pod_request.request_from_pod(pod, runtime.settings.resources)
+            request = memo.request(pod, runtime.settings.resources)
         except InvalidRequestError:
-            return [{"Host": node, "Score": 0} for node in names]
+            return names, [0] * len(names)
         started = time.perf_counter()
         known.update((await judge_pod(runtime, pod, request, missing)).ranks)
         runtime.metrics.latency.labels("prioritize").observe(time.perf_counter() - started)
-    ranked = [node for node in names if node in known]
+    ranked = list(filter(known.__contains__, names))
     if not ranked:
-        return [{"Host": node, "Score": 0} for node in names]
-    # `extender_scores` over an array: the same scores, without a dict per rank.
-    scores = dict(
-        zip(ranked, rank_scores(np.array([known[n] for n in ranked])).tolist(), strict=True)
-    )
-    return [{"Host": node, "Score": scores.get(node, 0)} for node in names]
+        return names, [0] * len(names)
+    if len(set(ranked)) == len(scored):
+        # The nodes filter passed, all of them: its scores are the order of the same ranks.
+        scores = scored
+    else:
+        # `extender_scores` over an array: the same scores, without a dict per rank.
+        scores = dict(
+            zip(ranked, rank_scores(np.array([known[n] for n in ranked])).tolist(), strict=True)
+        )
+    return names, list(map(scores.get, names, itertools.repeat(0)))
 
 
 async def _read(request: web.Request) -> Mapping[str, Any]:
@@ -360,15 +353,11 @@ _string = json.encoder.encode_basestring_ascii
 
 
 def _reasons_text(reasons: Mapping[str, str]) -> str:
-    """`_dumps(reasons)`: each distinct reason encoded once (hundreds of nodes share a few)."""
-    encoded: dict[str, str] = {}
-    parts = []
-    for node, why in reasons.items():
-        text = encoded.get(why)
-        if text is None:
-            text = encoded[why] = _string(why)
-        parts.append(f"{_string(node)}:{text}")
-    return "{" + ",".join(parts) + "}"
+    """`_dumps(reasons)`: each distinct reason encoded once (hundreds of nodes share a few),
+    the entries joined in C."""
+    encoded = {why: _string(why) for why in set(reasons.values())}
+    entries = map(_ENTRY.format, map(_string, reasons), map(encoded.__getitem__, reasons.values()))
+    return "{" + ",".join(entries) + "}"
 
 
 def filter_text(result: Mapping[str, Any]) -> str:
@@ -382,14 +371,16 @@ def filter_text(result: Mapping[str, Any]) -> str:
     return "{" + ",".join(parts) + "}"
 
 
-def priorities_text(answer: Iterable[Mapping[str, Any]]) -> str:
-    """`_dumps(answer)` for a HostPriorityList, the same text: one f-string per host
-    where the generic encoder walks a dict per host (a third of the time)."""
-    return (
-        "["
-        + ",".join([f'{{"Host":{_string(h["Host"])},"Score":{int(h["Score"])}}}' for h in answer])
-        + "]"
-    )
+def priorities_text(hosts: Iterable[str], scores: Iterable[int]) -> str:
+    """`_dumps` of the HostPriorityList [{Host, Score}] of `hosts` and their `scores`, the
+    same text: written per host by a format string mapped in C, where the generic encoder
+    walks a dict per host."""
+    return "[" + ",".join(map(_HOST.format, map(_string, hosts), map(int, scores))) + "]"
+
+
+# `_dumps`'s separators: an object's entry, and one HostPriority.
+_ENTRY = "{}:{}"
+_HOST = '{{"Host":{},"Score":{}}}'
 
 
 def _json_text(text: str) -> web.Response:
@@ -417,7 +408,7 @@ async def _filter(request: web.Request) -> web.Response:
         args = await _read(request)
         if error:
             raise BadArgsError(error)
-        return _json_text(filter_text(await filter_result(runtime, args, request.app[SCORES_KEY])))
+        return _json_text(filter_text(await filter_result(runtime, args, request.app[MEMO_KEY])))
     except BadArgsError as exc:
         return _filter_error(str(exc))
 
@@ -431,7 +422,8 @@ async def _prioritize(request: web.Request) -> web.Response:
         return _json({"Error": error}, status=503)
     try:
         args = await _read(request)
-        return _json_text(priorities_text(await priorities(runtime, args, request.app[SCORES_KEY])))
+        hosts, scores = await priorities(runtime, args, request.app[MEMO_KEY])
+        return _json_text(priorities_text(hosts, scores))
     except BadArgsError as exc:
         return _json({"Error": str(exc)}, status=400)
 
@@ -500,7 +492,7 @@ def build_app(runtime: Runtime) -> web.Application:
     # `client_max_size` bounds what aiohttp buffers: the body is refused while it is read.
     app = web.Application(middlewares=[json_answers], client_max_size=wire.MAX_BODY_BYTES)
     app[RUNTIME_KEY] = runtime
-    app[SCORES_KEY] = OrderedDict()
+    app[MEMO_KEY] = CycleMemo()
     app.router.add_post("/filter", _filter)
     app.router.add_post("/prioritize", _prioritize)
     app.router.add_post("/bind", _bind)

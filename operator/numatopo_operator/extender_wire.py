@@ -63,6 +63,8 @@ def _nests_too_deep(body: bytes) -> bool:
     strings left out: linear and in C (no regex per string, never a recursive walk).
     Escaped backslashes go first, then escaped quotes, so every quote left opens or
     closes a string."""
+    if body.count(b"[") + body.count(b"{") <= MAX_DEPTH:
+        return False  # it cannot nest deeper than it opens, inside strings or not
     unescaped = body.replace(b"\\\\", b"").replace(b'\\"', b"")
     skeleton = b"".join(unescaped.translate(None, _NOT_SKELETON).split(b'"')[::2])
     if skeleton.count(b"[") + skeleton.count(b"{") <= MAX_DEPTH:
