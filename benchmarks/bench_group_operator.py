@@ -41,7 +41,7 @@ REPO = Path(__file__).resolve().parent.parent
 sys.path[:0] = [str(REPO / p) for p in ("", "tests", "engine", "operator", "kube")]
 
 import kmock  # noqa: E402
-from tests.controller.conftest import (  # noqa: E402
+from tests.operator.conftest import (  # noqa: E402
     Cluster,
     OperatorStarter,
     _register,

@@ -57,7 +57,7 @@ sys.path[:0] = [
 import aiohttp  # noqa: E402
 import kmock  # noqa: E402
 from kmock._internal import dsl, rendering  # noqa: E402
-from tests.controller.conftest import _register  # noqa: E402
+from tests.operator.conftest import _register  # noqa: E402
 
 import signing_keys  # noqa: E402
 from numatopo_cli.progress import progress_bar  # noqa: E402
