@@ -84,9 +84,8 @@ class _Topologies:
         readings = indexes.numatopologies(body=_kopf_body(body), logger=logger)
         self._hand_over(node, readings.get(node))
 
-    def listed(self, items: list[Body]) -> None:
-        for body in items:
-            self._read(body)
+    async def listed(self, items: list[Body]) -> None:
+        await list_watch.in_turns(items, self._read)
         for node in self.versions.vanished({_name_and_version(body)[0] for body in items}):
             self._hand_over(node, None)
         self.runtime.indexed.set()
@@ -111,9 +110,8 @@ class _Nodes:
             for name, view in group_indexes.node_views(body=_kopf_body(body)).items():
                 self.views[name] = [view]
 
-    def listed(self, items: list[Body]) -> None:
-        for body in items:
-            self._read(body)
+    async def listed(self, items: list[Body]) -> None:
+        await list_watch.in_turns(items, self._read)
         for name in self.versions.vanished({_name_and_version(body)[0] for body in items}):
             self.views.pop(name, None)
         self.runtime.groups.attach({"node_views": self.views})

@@ -23,7 +23,7 @@ from numatopo_kube import Listing, WatchEvent
 from numatopo_kube.backoff import Backoff
 from numatopo_operator.errors import KubeError
 
-__all__ = ["Followed", "KeyedWorkers", "follow"]
+__all__ = ["Followed", "KeyedWorkers", "follow", "in_turns"]
 
 logger = logging.getLogger(__name__)
 
@@ -39,8 +39,8 @@ class Followed:
     name: str
     listing: Callable[[], Awaitable[Listing]]
     watching: Callable[[str | None], AsyncIterator[WatchEvent]]
-    listed: Callable[[list[Body]], None]
-    """Every object of a list, at once: it replaces what was known."""
+    listed: Callable[[list[Body]], Awaitable[None]]
+    """Every object of a list: it replaces what was known (`in_turns` between objects)."""
     seen: Callable[[str, Body], None]
     """One watch event: its type (ADDED, MODIFIED, DELETED) and object."""
 
@@ -69,7 +69,7 @@ async def follow(kind: Followed) -> None:
     while True:
         try:
             answer = await kind.listing()
-            kind.listed(answer.items)
+            await kind.listed(answer.items)
             backoff.reset()
             logger.info("listed %d %s", len(answer.items), kind.name)
             await _watch(kind, answer.resource_version, backoff)
@@ -82,6 +82,19 @@ async def follow(kind: Followed) -> None:
             # runs on. Listing again starts from a known state.
             logger.exception("following %s failed (listing again)", kind.name)
         await asyncio.sleep(backoff.next_delay())
+
+
+# Objects handed over between two turns of the loop while a list is taken in.
+TURN_EVERY = 50
+
+
+async def in_turns(items: list[Body], take: Callable[[Body], None]) -> None:
+    """`take` each item, letting the loop turn every `TURN_EVERY`: parsing 2,000
+    Numatopologies in one go held the loop for seconds, past the Lease's renew deadline."""
+    for done, item in enumerate(items, 1):
+        take(item)
+        if done % TURN_EVERY == 0:
+            await asyncio.sleep(0)
 
 
 FollowUp = Callable[[], Awaitable[None]]
