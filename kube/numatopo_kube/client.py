@@ -435,6 +435,12 @@ class KubeClient:
         """Every Node."""
         return await self._list("list nodes", _Node, namespace=None, chunk_size=LIST_PAGE_SIZE)
 
+    @api_call(("", "nodes", "watch"))
+    def watch_nodes(self, *, resource_version: str | None = None) -> AsyncIterator[WatchEvent]:
+        """Node events from `resource_version` on, until an error (raised; 410 when that
+        version is too old to resume from) ends them."""
+        return self._watch("watch nodes", _Node, resource_version=resource_version)
+
     # -- pods --------------------------------------------------------------------------
 
     @api_call(("", "pods", "get"))
@@ -957,10 +963,16 @@ class KubeClient:
         )
 
     @api_call(("numatopo.io", "numatopologies", "watch"))
-    def watch_numatopologies(self, *, name: str | None = None) -> AsyncIterator[WatchEvent]:
-        """Numatopology events (only `name`'s where the server honours field selectors)."""
+    def watch_numatopologies(
+        self, *, name: str | None = None, resource_version: str | None = None
+    ) -> AsyncIterator[WatchEvent]:
+        """Numatopology events (only `name`'s where the server honours field selectors)
+        from `resource_version` on (None: from now), until an error ends them."""
         return self._watch(
-            f"watch {KIND}", _Numatopology, fields={"metadata.name": name} if name else None
+            f"watch {KIND}",
+            _Numatopology,
+            fields={"metadata.name": name} if name else None,
+            resource_version=resource_version,
         )
 
     # -- exported formats (operator, when turned on) -----------------------------------

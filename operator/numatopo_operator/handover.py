@@ -197,6 +197,10 @@ async def take_over(runtime: Runtime, *, relist: bool = True) -> None:
         pods = list(runtime.pods.annotated())
         logger.info("the ledger as listed and watched is current (%d booked)", len(runtime.ledger))
     runtime.metrics.ledger_pods.set(len(runtime.ledger))
+    # The nodes too (`cluster_feed`): a Lease taken before the Numatopologies are in would
+    # find `deciding` false below and leave every waiting pod unjudged, with no later
+    # pass to judge them (pods are no kopf objects).
+    await runtime.indexed.wait()
     views = (PodView.of(pod) for pod in pods)
     waiting: dict[str, PodView] = {view.key: view for view in views}
     waiting.update(runtime.pods.take_deferred())
