@@ -165,7 +165,7 @@ def pod_seen(
         memo.retries.refresh(key, pod)
         if not memo.deciding:
             if memo.active.is_set() and (annotated or dra.is_gated(pod)):
-                memo.pods.of(key).deferred = pod  # judged once the ledger is current
+                memo.pods.of(key).deferred = pod  # judged once it decides (`handover.judge`)
             elif record is not None:
                 record.deferred = None
             return None
