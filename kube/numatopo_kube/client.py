@@ -388,7 +388,17 @@ class KubeClient:
 
             async def pages() -> Listing:
                 iterable = self.lightkube.list(resource, namespace=namespace, **options)
-                items = [kept async for item in iterable if (kept := keep(item)) is not None]
+                items: list[Body] = []
+                read = 0
+                async for item in iterable:
+                    if (kept := keep(item)) is not None:
+                        items.append(kept)
+                    read += 1
+                    if read % LIST_PAGE_SIZE == 0:
+                        # A server may answer in fewer, larger pages than asked (kmock
+                        # gives 30,000 pods in one): `keep` of a whole such page held
+                        # the loop for seconds, past the Lease's renew deadline.
+                        await asyncio.sleep(0)
                 try:
                     version: str | None = iterable.resourceVersion
                 except lightkube.NotReadyError:  # a list answer without a version
