@@ -292,6 +292,35 @@ def find_reactions_directly() -> None:
     dsl.View.__contains__ = contains  # type: ignore[method-assign]
 
 
+def watch_from_the_replay() -> None:
+    """kmock serves a watch by replaying every stored object, then joins the event bus
+    of the resource: an object written while the replay is read is in neither, and that
+    watcher never sees it (a real API server serves a watch from a version and loses
+    nothing). With 30,000 pods the operator reads the replay for seconds, and since it
+    decides before that is done, a burst created at once fell into that gap. Here the
+    bus is joined before the replay."""
+    emulator = kmock.KubernetesEmulator
+    get_objs = emulator._KubernetesEmulator__get_objs
+    check = emulator._KubernetesEmulator__check
+
+    async def serve_watch(self: Any, request: Any) -> Any:
+        yield b""
+        bus = self._buses[request.resource]
+        mark = await bus.mark()
+        async with self._lock:
+            objs = [obj for obj in get_objs(self, request, strict=False) if not obj.deleted]
+            events = [{"type": "ADDED", "object": obj.raw} for obj in objs]
+        for event in events:
+            yield event
+        async for event in mark:
+            metadata = event.get("object", {}).get("metadata", {})
+            namespace, name = metadata.get("namespace"), metadata.get("name")
+            if check(self, request, request.resource, namespace, name, strict=False):
+                yield event
+
+    type.__setattr__(emulator, "_serve_watch", serve_watch)  # read as the watch fallback
+
+
 class RequestLog:
     """The status PATCHes counted as they come; the log itself trimmed to its tail (a
     long run would hold every request body)."""
@@ -398,6 +427,7 @@ async def run(args: argparse.Namespace) -> None:
     if not args.plain_emulator:
         index_named_objects()
         find_reactions_directly()
+        watch_from_the_replay()
     async with kmock.KubernetesEmulator() as api, kmock.Server(api):
         register_resources(api)
         requests_log = RequestLog(api)

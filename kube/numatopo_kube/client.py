@@ -388,7 +388,17 @@ class KubeClient:
 
             async def pages() -> Listing:
                 iterable = self.lightkube.list(resource, namespace=namespace, **options)
-                items = [kept async for item in iterable if (kept := keep(item)) is not None]
+                items: list[Body] = []
+                read = 0
+                async for item in iterable:
+                    if (kept := keep(item)) is not None:
+                        items.append(kept)
+                    read += 1
+                    if read % LIST_PAGE_SIZE == 0:
+                        # A server may answer in fewer, larger pages than asked (kmock
+                        # gives 30,000 pods in one): `keep` of a whole such page held
+                        # the loop for seconds, past the Lease's renew deadline.
+                        await asyncio.sleep(0)
                 try:
                     version: str | None = iterable.resourceVersion
                 except lightkube.NotReadyError:  # a list answer without a version
@@ -429,6 +439,12 @@ class KubeClient:
     async def list_nodes(self) -> Listing:
         """Every Node."""
         return await self._list("list nodes", _Node, namespace=None, chunk_size=LIST_PAGE_SIZE)
+
+    @api_call(("", "nodes", "watch"))
+    def watch_nodes(self, *, resource_version: str | None = None) -> AsyncIterator[WatchEvent]:
+        """Node events from `resource_version` on, until an error (raised; 410 when that
+        version is too old to resume from) ends them."""
+        return self._watch("watch nodes", _Node, resource_version=resource_version)
 
     # -- pods --------------------------------------------------------------------------
 
@@ -931,10 +947,16 @@ class KubeClient:
         await self._merge_status(_NetworkTopology, NETWORK_TOPOLOGY_KIND, name, status)
 
     @api_call(("numatopo.io", "numatopologies", "watch"))
-    def watch_numatopologies(self, *, name: str | None = None) -> AsyncIterator[WatchEvent]:
-        """Numatopology events (only `name`'s where the server honours field selectors)."""
+    def watch_numatopologies(
+        self, *, name: str | None = None, resource_version: str | None = None
+    ) -> AsyncIterator[WatchEvent]:
+        """Numatopology events (only `name`'s where the server honours field selectors)
+        from `resource_version` on (None: from now), until an error ends them."""
         return self._watch(
-            f"watch {KIND}", _Numatopology, fields={"metadata.name": name} if name else None
+            f"watch {KIND}",
+            _Numatopology,
+            fields={"metadata.name": name} if name else None,
+            resource_version=resource_version,
         )
 
     # -- exported formats (operator, when turned on) -----------------------------------

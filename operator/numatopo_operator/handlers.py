@@ -1,29 +1,28 @@
-"""kopf handlers, registered on a registry of their own (`build_registry`), and the pod
-logic `pod_feed` calls (`pod_seen`); each is thin.
+"""kopf's handlers (`build_registry`: the login, NetworkTopologies), and the logic
+`pod_feed` and `cluster_feed` call (`pod_seen`, `topology_seen`); each is thin.
 
-Pods are no kopf resource: `pod_feed` lists and watches them itself (kopf's per-object
-processing costs more than the decisions at the size of a cluster) and hands each
-event to `pod_seen`. The pod's own `numatopo.io/state` annotation says whether it was
-decided, so handling is idempotent and nothing is written onto users' pods but that.
-Retries are driven by the events that can change an answer, not by timers: a pod
-waiting for a Numatopology is retried when that Numatopology appears, and an
-Unsatisfiable pod when a pod on its node releases CPUs or GPUs. What no event
-re-drives (a write that failed, a pod still waiting) is kept in the retry queue
-(`assigning.settle`).
+Pods, Numatopologies and Nodes are no kopf resource: `pod_feed` and `cluster_feed`
+list and watch them themselves (kopf's per-object processing, and its start-up gate
+that wakes every waiting worker per listed object, cost more than the decisions at the
+size of a cluster) and hand each event here. The pod's own `numatopo.io/state`
+annotation says whether it was decided, so handling is idempotent and nothing is
+written onto users' pods but that. Retries are driven by the events that can change an
+answer, not by timers: a pod waiting for a Numatopology is retried when that
+Numatopology appears, and an Unsatisfiable pod when a pod on its node releases CPUs or
+GPUs. What no event re-drives (a write that failed, a pod still waiting) is kept in the
+retry queue (`assigning.settle`).
 
 The ledger is fed here and nowhere else on the watch side: `_observe_pod` and
-`observe_topology` on every event (deleted objects included), `_take_listed_topologies`
-once, on the first handler call, with every Numatopology kopf listed into its index
-before it called any handler (see `indexes`), or `take_listed_numatopologies` with a
-list of `pod_feed`'s own when no kopf handler was called by the time its pods are in.
+`observe_topology` on every event (deleted objects included); `cluster_feed` gives
+every listed Numatopology before it sets `Runtime.indexed`.
 """
 
 from __future__ import annotations
 
 import functools
 import logging
-from collections.abc import Awaitable, Callable, Iterable, Mapping
-from typing import Any, cast
+from collections.abc import Awaitable, Callable
+from typing import Any
 
 import kopf
 
@@ -36,7 +35,7 @@ from numatopo_operator.groups import worker as group_worker
 from numatopo_operator.pod_view import PodView
 from numatopo_operator.runtime import Runtime
 
-__all__ = ["build_registry", "observe_topology"]
+__all__ = ["build_registry", "observe_topology", "pod_seen", "topology_seen"]
 
 Logger = logging.Logger | logging.LoggerAdapter[Any]
 
@@ -62,9 +61,6 @@ async def login(*, memo: Runtime, logger: Logger, **kwargs: Any) -> kopf.Connect
     return info
 
 
-Readings = kopf.Index[str, indexes.TopologyReading]
-
-
 def observe_topology(memo: Runtime, node: str, reading: indexes.TopologyReading | None) -> None:
     """Give the ledger the node's Numatopology as read now; None: deleted or invalid."""
     if reading is None:
@@ -87,24 +83,6 @@ def observe_topology(memo: Runtime, node: str, reading: indexes.TopologyReading 
     unhealthy = memo.dra_holds.unhealthy(node, spec, reading.unhealthy)
     memo.ledger.set_topology(node, spec, unhealthy)
     memo.dra_holds.sync(memo.ledger, node)  # the join depends on the spec
-
-
-def _reading(readings: Readings, node: str) -> indexes.TopologyReading | None:
-    return next(iter(readings.get(node, ())), None)
-
-
-def _take_listed_topologies(memo: Runtime, readings: Readings) -> None:
-    """On the first handler call, every listed Numatopology at once, then `indexed`.
-
-    kopf calls handlers only once every indexed object is in its index, but then calls
-    them for many objects at a time: fed one event at a time, the ledger would know
-    only some nodes when the first pod is judged or the extender first answers.
-    """
-    if memo.indexed.is_set():
-        return
-    for node in readings:
-        observe_topology(memo, node, _reading(readings, node))
-    memo.indexed.set()
 
 
 def _observe_pod(memo: Runtime, pod: PodView) -> None:
@@ -187,7 +165,7 @@ def pod_seen(
         memo.retries.refresh(key, pod)
         if not memo.deciding:
             if memo.active.is_set() and (annotated or dra.is_gated(pod)):
-                memo.pods.of(key).deferred = pod  # judged once the ledger is current
+                memo.pods.of(key).deferred = pod  # judged once it decides (`handover.judge`)
             elif record is not None:
                 record.deferred = None
             return None
@@ -206,61 +184,42 @@ async def _decide(memo: Runtime, pod: PodView, logger: Logger) -> None:
         await dra.settle_pod(memo, pod)
 
 
-def take_listed_numatopologies(memo: Runtime, bodies: Iterable[Mapping[str, Any]]) -> None:
-    """Numatopologies `pod_feed` listed itself, while kopf had called no handler yet
-    (none exists, or kopf has not listed them all): they go into the ledger at once,
-    and `indexed` is set, as `_take_listed_topologies` would."""
-    if memo.indexed.is_set():
-        return
-    for raw in bodies:
-        body = kopf.Body(cast(kopf.RawBody, dict(raw)))
-        for node, reading in indexes.numatopologies(body=body, logger=logger).items():
-            observe_topology(memo, node, reading)
-    memo.indexed.set()
-
-
-async def numatopology_changed(
-    *, type: str, body: kopf.Body, memo: Runtime, logger: Logger, **kwargs: Any
-) -> None:
-    readings: Readings = kwargs["numatopologies"]
-    memo.groups.attach(kwargs)
-    _take_listed_topologies(memo, readings)
-    node = body.metadata.name
+def topology_seen(
+    memo: Runtime, node: str, reading: indexes.TopologyReading | None, logger: Logger
+) -> FollowUp | None:
+    """A node's Numatopology as `cluster_feed` read it now (None: deleted or invalid),
+    into the ledger at once. Returns what is left to do while this replica decides (the
+    pods waiting on the node judged again), run in the node's own worker."""
     with kept_serving(logger, f"Numatopology/{node}", memo.metrics):
-        # kopf has already dropped a deleted object from its index: no reading then.
-        reading = _reading(readings, node)
         observe_topology(memo, node, reading)
         if reading is None:
             memo.redriven.pop(node, None)
-            return
+            return None
         topology = memo.ledger.topology(node)
         # Our own status writes change the object too; only a new spec can change answers.
         if topology is None or memo.redriven.get(node) is topology or not memo.deciding:
-            return
+            return None
         memo.redriven[node] = topology
         memo.groups.capacity_changed()
-        await _redrive(memo, node)
+        return functools.partial(_redrive_kept, memo, node, logger)
+    return None  # kept_serving logged what failed
 
 
 async def network_topology_changed(*, memo: Runtime, **kwargs: Any) -> None:
     """New levels, or a topology that groups name appeared: every group looks again."""
     memo.groups.attach(kwargs)
-    _take_listed_topologies(memo, kwargs["numatopologies"])
     memo.groups.touch(memo.groups.book.groups())
 
 
 def build_registry(*, groups: bool = True) -> kopf.OperatorRegistry:
-    """A registry with every handler of the operator (none on kopf's global one);
-    `groups`: also the Node and NetworkTopology indexes group placement reads."""
+    """A registry with kopf's part of the operator (none on kopf's global one): the
+    login, and with `groups` the NetworkTopology index group placement reads (a few
+    objects; Numatopologies and Nodes are `cluster_feed`'s)."""
     registry = kopf.OperatorRegistry()
-    indexes.register(registry)
     if groups:
         group_indexes.register(registry)
         kopf.on.event(GROUP, VERSION, NETWORK_TOPOLOGY_PLURAL, registry=registry)(
             network_topology_changed
         )
     kopf.on.login(registry=registry)(login)
-    kopf.on.event("numatopo.io", "v1alpha1", "numatopologies", registry=registry)(
-        numatopology_changed
-    )
     return registry

@@ -28,6 +28,8 @@ replaces. Hence, on every acquisition of the Lease (`leadership` clears
    pod that changed while no replica decided (a hand-written, unreadable or
    overlapping assignment; a refusal without its reason) gets its answer, a waiting
    pod is decided, and a valid assignment is left as it is (`assigning.judge_pod`).
+   A moment without a fresh Lease (a late renewal) defers what is left; the renewal
+   that ends it has it judged (`judge`).
 
 Why no booking is lost or double-booked after a caught-up watch: the watch hands over
 pod writes in the order they were stored, so every write stored before our token
@@ -66,7 +68,7 @@ from numatopo_operator.pod_view import PodView, slim_pod
 from numatopo_operator.runtime import Runtime
 from numatopo_operator.translate import Booking, RawPod
 
-__all__ = ["judging_order", "listed_bookings", "take_over"]
+__all__ = ["judge", "judging_order", "listed_bookings", "take_over"]
 
 logger = logging.getLogger(__name__)
 
@@ -197,12 +199,34 @@ async def take_over(runtime: Runtime, *, relist: bool = True) -> None:
         pods = list(runtime.pods.annotated())
         logger.info("the ledger as listed and watched is current (%d booked)", len(runtime.ledger))
     runtime.metrics.ledger_pods.set(len(runtime.ledger))
+    # The nodes too (`cluster_feed`): no pod is judged against a half-listed cluster.
+    await runtime.indexed.wait()
     views = (PodView.of(pod) for pod in pods)
-    waiting: dict[str, PodView] = {view.key: view for view in views}
-    waiting.update(runtime.pods.take_deferred())
     runtime.ledger_current.set()
-    for pod in sorted(waiting.values(), key=judging_order):
-        if not runtime.deciding:
-            return  # kopf's first pass (or a later acquisition) judges them instead
-        if translate.is_annotated(pod) or dra.is_gated(pod):
-            await dra.settle_pod(runtime, pod)
+    await judge(runtime, {view.key: view for view in views})
+
+
+async def judge(runtime: Runtime, pods: dict[str, PodView] | None = None) -> None:
+    """Step 4: judge `pods` (key -> view) and every deferred pod, in `judging_order`.
+
+    The replica may stop deciding for a moment while it still holds the Lease: a
+    renewal sent after the renew deadline (the loop held up, at 1,000 nodes by the
+    start-up lists) leaves `Runtime.lease_fresh` false until its answer. What is not
+    judged yet is then deferred again rather than dropped: pods pass through here once
+    (their events do not come again), and returning with them unjudged left every
+    waiting pod of a start-up undecided for good. `leadership` calls this again when
+    that late renewal succeeds; a lost Lease cancels it (the next holder judges)."""
+    pending = dict(pods or {})
+    while True:
+        pending.update(runtime.pods.take_deferred())  # newer than what was listed
+        if not pending:
+            return
+        for pod in sorted(pending.values(), key=judging_order):
+            if not runtime.deciding:
+                for key, left in pending.items():
+                    record = runtime.pods.of(key)
+                    record.deferred = record.deferred or left
+                return
+            del pending[pod.key]
+            if translate.is_annotated(pod) or dra.is_gated(pod):
+                await dra.settle_pod(runtime, pod)

@@ -1,18 +1,9 @@
-"""kopf index: Numatopology readings by node (pure).
+"""Numatopology readings by node (pure): what `cluster_feed` takes from each object it
+lists or watches (and `cluster_view` from a list of its own).
 
-Read by `handlers`. It is also kopf's start-up gate: kopf lists every object of an
-indexed resource into its indexes before it calls any handler, so the first handler
-finds every Numatopology already parsed here and gives them all to the ledger at once
-(`handlers._take_listed_topologies`): no decision or extender answer ever sees a
-half-listed cluster. Pods are no index, so never behind that gate for their own sake
-(the pods waiting for a decision are kept by the handler, `waiting`): every replica
-rebuilds the ledger from a list of its own before it decides (`handover`), and a gate
-over every pod costs kopf time that grows with the square of the pods listed.
-
-Index functions only parse; they never touch the ledger (the handlers feed it, where
-its inputs can be read in one place). They return `{}`, never None, for an object that
-no longer belongs in the index: kopf keeps an object's old entries when a function
-returns None.
+These functions only parse; they never touch the ledger (the handlers feed it, where
+its inputs can be read in one place). They return `{}` for an object that gives no
+reading (an invalid spec): the node is then dropped from the ledger.
 """
 
 from __future__ import annotations
@@ -153,7 +144,3 @@ def numatopologies(
             unhealthy,
         )
     }
-
-
-def register(registry: kopf.OperatorRegistry) -> None:
-    kopf.index("numatopo.io", "v1alpha1", "numatopologies", registry=registry)(numatopologies)

@@ -19,7 +19,9 @@ Three durations (settings; defaults 4 s / 3 s / 1 s) with
   stands down when it is not. Fencing by expiry: a standby saw that renewal no earlier
   than it was sent and waits `lease_duration` from then, so a holder cut off from the
   API is silent for `lease_duration - renew_deadline` (1 s by default) before anyone may
-  take over.
+  take over. A renewal sent late (the loop held up past the deadline) that still holds
+  the Lease ends such a pause: what the holder saw meanwhile was deferred and is judged
+  then (`handover.judge`).
 
 Failover after `kill -9` of the holder: the standby acquires `lease_duration` after it
 saw the last renewal (between `lease_duration - retry_period` and `lease_duration +
@@ -306,7 +308,28 @@ class Elector:
         if holder != self.identity:
             await self._lose(f"the Lease is held by {holder!r} now")
             return
+        previous, lapsed = self.runtime.lease.renewed_at, not self.runtime.lease_fresh()
         self.runtime.lease.renewed_at = sent
+        if lapsed and previous is not None:
+            self._resume_judging(time.monotonic() - previous)
+
+    def _resume_judging(self, since: float) -> None:
+        """A renewal sent past the renew deadline still held the Lease (nobody else can
+        have written it: the patch was conditioned on our last version), so the ledger
+        is current and deciding resumes. What was seen while it was not deciding was
+        deferred (`handover.judge`): judged now, unless the take-over still runs and
+        judges it before it ends."""
+        logger.warning(
+            "the Lease was renewed %.1f s after the previous renewal was sent, past the "
+            "renew deadline (%.1f s): this replica did not decide meanwhile; it does again",
+            since,
+            self.deadline,
+        )
+        if self._taking_over is not None and not self._taking_over.done():
+            return
+        self._taking_over = asyncio.create_task(
+            handover.judge(self.runtime), name="numatopo judging deferred pods"
+        )
 
     async def _acquired(self, sent: float, *, previous: str, first: bool = False) -> None:
         """`first`: we created the Lease, so no replica ever decided before us."""

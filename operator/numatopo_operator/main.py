@@ -18,6 +18,7 @@ from aiohttp import web
 
 from numatopo_operator import (
     assigning,
+    cluster_feed,
     dra_feed,
     exports,
     extender,
@@ -120,6 +121,7 @@ async def _background(runtime: Runtime, *, identity: str) -> AsyncIterator[None]
         asyncio.create_task(status.write_statuses(runtime), name="numatopo status writer"),
         asyncio.create_task(exports.write_exports(runtime), name="numatopo exports writer"),
         asyncio.create_task(assigning.run_retries(runtime), name="numatopo retries"),
+        asyncio.create_task(cluster_feed.follow_cluster(runtime), name="numatopo cluster"),
         asyncio.create_task(pod_feed.follow_pods(runtime), name="numatopo pods"),
         asyncio.create_task(dra_feed.follow_dra(runtime), name="numatopo DRA claims"),
         asyncio.create_task(elector.run(), name="numatopo leadership"),
@@ -170,7 +172,8 @@ async def serve(
     try:
         async with _background(runtime, identity=identity):
             # kopf peering stays off: every replica watches (a standby's ledger stays
-            # warm) and the Lease alone says which one decides (`leadership`).
+            # warm) and the Lease alone says which one decides (`leadership`). kopf is
+            # left the login and the few NetworkTopologies; the feeds follow the rest.
             await kopf.operator(
                 registry=handlers.build_registry(groups=settings.groups),
                 settings=kopf_settings,

@@ -28,7 +28,7 @@ import asyncio
 import logging
 from typing import Any
 
-from numatopo_operator import handlers, translate
+from numatopo_operator import handlers, list_watch, translate
 from numatopo_operator.errors import KubeError
 from numatopo_operator.pod_view import slim_pod
 from numatopo_operator.runtime import Runtime
@@ -55,8 +55,7 @@ class _Feed:
         self.namespace = namespace
         self.known: dict[str, Stamp] = {}
         """pod key -> (uid, resourceVersion) as last handed over: what a relist compares."""
-        self.pending: dict[str, handlers.FollowUp] = {}
-        self.workers: dict[str, asyncio.Task[None]] = {}
+        self.workers = list_watch.KeyedWorkers()
 
     def hand_over(self, type: str | None, pod: dict[str, Any]) -> None:
         key = translate.pod_key(pod)
@@ -73,22 +72,7 @@ class _Feed:
             return
         # One worker per pod, as kopf had: a pod's decisions run in the order its events
         # came, a newer one replacing any not started yet; other pods' run meanwhile.
-        self.pending[key] = follow_up
-        if key not in self.workers:
-            self.workers[key] = asyncio.create_task(self._work(key), name=f"numatopo pod {key}")
-
-    async def _work(self, key: str) -> None:
-        try:
-            while (follow_up := self.pending.pop(key, None)) is not None:
-                await follow_up()
-        finally:
-            self.workers.pop(key, None)
-
-    async def stop(self) -> None:
-        workers = list(self.workers.values())
-        for worker in workers:
-            worker.cancel()
-        await asyncio.gather(*workers, return_exceptions=True)
+        self.workers.run(f"pod {key}", follow_up)
 
     async def relist(self) -> str | None:
         """Steps 1 and 3: returns the version to watch from. Each pod is handed over as
@@ -146,20 +130,6 @@ class _Feed:
                 await asyncio.sleep(RETRY_SECONDS)
 
 
-async def _take_numatopologies(runtime: Runtime) -> None:
-    """Once every pod is in: the Numatopologies too, unless a kopf handler already gave
-    them (`handlers.take_listed_numatopologies`)."""
-    while not runtime.indexed.is_set():
-        try:
-            listing = await runtime.kube.list_numatopologies()
-        except KubeError as exc:
-            level = logging.DEBUG if exc.reason == "NotLoggedIn" else logging.WARNING
-            logger.log(level, "cannot list Numatopologies (retrying): %s", exc)
-            await asyncio.sleep(RETRY_SECONDS)
-            continue
-        handlers.take_listed_numatopologies(runtime, listing.items)
-
-
 async def follow_pods(runtime: Runtime) -> None:
     """Run the feeds until cancelled; `Runtime.pods_listed` is set once each has listed."""
     feeds = [_Feed(runtime, namespace) for namespace in runtime.settings.namespaces or ("*",)]
@@ -171,7 +141,7 @@ async def follow_pods(runtime: Runtime) -> None:
     try:
         for done in listed:
             await done.wait()
-        await _take_numatopologies(runtime)
+        await runtime.indexed.wait()  # the Numatopologies too (`cluster_feed`)
         runtime.pods_listed.set()
         await asyncio.gather(*tasks)
     finally:
@@ -179,4 +149,4 @@ async def follow_pods(runtime: Runtime) -> None:
             task.cancel()
         await asyncio.gather(*tasks, return_exceptions=True)
         for feed in feeds:
-            await feed.stop()
+            await feed.workers.stop()

@@ -22,8 +22,9 @@ class PodRecord:
     """The pod as last seen while it carries a numatopo annotation: what a first holder
     judges without a list of its own (`handover`)."""
     deferred: PodView | None = None
-    """The pod as last seen while this replica was active but its ledger not yet
-    current (an annotated or DRA-gated pod): `handover` judges it once it is."""
+    """The pod as last seen while this replica was active but not deciding (its ledger
+    not yet current, or its Lease renewal late; an annotated or DRA-gated pod):
+    `handover.judge` judges it once it decides."""
     written: str | None = None
     """The state we wrote on the pod and have not yet seen on the watch stream. Like an
     in-flight booking, so a retry from an older snapshot does not write twice."""

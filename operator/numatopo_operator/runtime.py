@@ -103,7 +103,7 @@ class Runtime:
     last watched or written (`status`): a new holder writes only the nodes that differ."""
 
     indexed: asyncio.Event = field(default_factory=asyncio.Event)
-    """Set once kopf has listed every pod and Numatopology (its indexes are complete)."""
+    """Set once `cluster_feed`'s first list gave every Numatopology to the ledger."""
 
     pods_listed: asyncio.Event = field(default_factory=asyncio.Event)
     """Set once `pod_feed` has listed every pod (and the Numatopologies are in)."""

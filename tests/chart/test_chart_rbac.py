@@ -36,10 +36,13 @@ CODE_CALLS: dict[str, dict[str, set[Permission]]] = {
         # The extender's bind checks the node's taints, labels and cordon (bind_guard).
         f"{HELPER}.get_node": {("", "nodes", "get")},
         f"{HELPER}.list_pods": {("", "pods", "list")},
-        # pod_feed: the operator's own pod watch, and its list of Numatopologies when
-        # no kopf handler gave them yet.
+        # pod_feed: the operator's own pod watch; cluster_feed: its own list and watch
+        # of Numatopologies, and of Nodes when groups are on.
         f"{HELPER}.watch_pods": {("", "pods", "watch")},
         f"{HELPER}.list_numatopologies": {("numatopo.io", "numatopologies", "list")},
+        f"{HELPER}.watch_numatopologies": {("numatopo.io", "numatopologies", "watch")},
+        f"{HELPER}.list_nodes": {("", "nodes", "list")},
+        f"{HELPER}.watch_nodes": {("", "nodes", "watch")},
         f"{HELPER}.patch_pod_annotations": {("", "pods", "patch")},
         f"{HELPER}.patch_pod_labels": {("", "pods", "patch")},
         f"{HELPER}.create_binding": {("", "pods/binding", "create")},
@@ -120,7 +123,11 @@ OWN_POD_CALLS = {f"{HELPER}.patch_pod_labels"}
 # runs standalone and never calls these.
 LEASE_CALLS = {f"{HELPER}.get_lease", f"{HELPER}.create_lease", f"{HELPER}.patch_lease"}
 # Only with `operator.groups.enabled` (the default).
-GROUP_CALLS = {f"{HELPER}.patch_networktopology_status"}
+GROUP_CALLS = {
+    f"{HELPER}.patch_networktopology_status",
+    f"{HELPER}.list_nodes",
+    f"{HELPER}.watch_nodes",
+}
 
 # The exports the operator writes only while their chart value is on (`exports.*`).
 EXPORT_CALLS = {
@@ -138,13 +145,7 @@ EXPORT_CALLS = {
 
 # kopf's own calls for the operator's handlers and indexes (peering is off).
 FRAMEWORK_CALLS: dict[str, set[Permission]] = {
-    "kopf: on.event and index handlers on Numatopologies": {
-        ("numatopo.io", "numatopologies", "list"),
-        ("numatopo.io", "numatopologies", "watch"),
-    },
-    "kopf: index handlers on Nodes and NetworkTopologies (groups)": {
-        ("", "nodes", "list"),
-        ("", "nodes", "watch"),
+    "kopf: index and event handlers on NetworkTopologies (groups)": {
         ("numatopo.io", "networktopologies", "list"),
         ("numatopo.io", "networktopologies", "watch"),
     },
@@ -234,7 +235,7 @@ def granted(manifests: list[dict[str, Any]], account: str) -> set[Grant]:
     return grants
 
 
-GROUP_FRAMEWORK = "kopf: index handlers on Nodes and NetworkTopologies (groups)"
+GROUP_FRAMEWORK = "kopf: index and event handlers on NetworkTopologies (groups)"
 
 
 def required(

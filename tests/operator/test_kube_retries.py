@@ -5,6 +5,7 @@ server needs for it."""
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 
 import kmock
@@ -18,6 +19,7 @@ from numatopo_kube import (
     KubeClient,
     KubeError,
 )
+from numatopo_kube.client import LIST_PAGE_SIZE
 
 POD_PATH = "/api/v1/namespaces/default/pods/job"
 DELAYS = (0.01, 0.01, 0.01)  # three retries, quickly
@@ -165,6 +167,37 @@ async def test_list_pods_reads_every_page(cluster, client, answers, expected):
     pods = await client.list_pods()
 
     assert expected == ([p["metadata"]["name"] for p in pods.items], len(cluster.api[criteria]))
+
+
+async def test_a_page_larger_than_asked_for_lets_the_loop_turn(cluster, client):
+    """A server may answer a list in one page however many objects it holds (kmock does):
+    the loop turns while `keep` goes through it, so a Lease renewal due meanwhile is not
+    held up past its deadline for the whole page."""
+    names = [f"p{index}" for index in range(3 * LIST_PAGE_SIZE)]
+    cluster.api["list v1/pods"][0:1] << page(*names)
+    turns = 0
+
+    async def turning() -> None:
+        nonlocal turns
+        while True:
+            turns += 1
+            await asyncio.sleep(0)
+
+    seen_at: list[int] = []
+
+    def keep(pod: dict) -> dict:
+        seen_at.append(turns)
+        return pod
+
+    counter = asyncio.create_task(turning())
+    try:
+        pods = await client.list_pods(keep=keep)
+    finally:
+        counter.cancel()
+
+    assert len(names) == len(pods.items)
+    # The other task ran between the first and the last object of the one page.
+    assert seen_at[-1] - seen_at[0] >= 2, (seen_at[0], seen_at[-1])
 
 
 async def test_each_write_sends_the_content_type_a_real_server_needs(cluster, client):

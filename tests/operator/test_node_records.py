@@ -2,8 +2,8 @@
 heartbeat refreshes the node's freshness and nothing else; nodes of equal hardware
 share one shape and keep their own names.
 
-Fed through the handler kopf calls (`handlers.numatopology_changed`), with the index
-it would pass, and decided on by the engine the operator runs.
+Fed through what the feed calls for each Numatopology (`handlers.topology_seen`, with
+the reading it parses), and decided on by the engine the operator runs.
 """
 
 from __future__ import annotations
@@ -18,12 +18,11 @@ import pytest
 
 from numatopo_engine import allocation
 from numatopo_engine.pod_request import request_from_pod
-from numatopo_operator import handlers
+from numatopo_operator import handlers, indexes
 from numatopo_operator.runtime import Runtime
 from numatopo_operator.settings import OperatorSettings
 
 from .conftest import h100_spec, make_pod, numatopology
-from .test_handlers_ledger_feed import listed
 
 logger = logging.getLogger(__name__)
 
@@ -43,11 +42,9 @@ def beating(name: str, moment: float, *, uuid_prefix: str = "") -> dict[str, Any
 
 
 async def deliver(runtime: Runtime, body: dict[str, Any]) -> None:
-    wrapped = kopf.Body(body)
-    await handlers.numatopology_changed(
-        type="MODIFIED", body=wrapped, memo=runtime, logger=logger,
-        numatopologies=listed([wrapped]),
-    )  # fmt: skip
+    name = body["metadata"]["name"]
+    reading = indexes.numatopologies(body=kopf.Body(body), logger=logger)[name]
+    assert handlers.topology_seen(runtime, name, reading, logger) is None  # nobody waits
 
 
 async def test_a_new_heartbeat_alone_keeps_the_shape_state_and_row():
@@ -109,10 +106,7 @@ async def test_a_deleted_numatopology_drops_the_hardware_and_freshness_not_the_r
     record = runtime.ledger.record("n0")
     assert record is not None
 
-    await handlers.numatopology_changed(
-        type="DELETED", body=kopf.Body(beating("n0", time.time())), memo=runtime,
-        logger=logger, numatopologies={},
-    )  # fmt: skip
+    handlers.topology_seen(runtime, "n0", None, logger)
 
     assert runtime.ledger.record("n0") is record
     assert (record.topology, record.shape, record.state, record.heartbeat) == (None,) * 4

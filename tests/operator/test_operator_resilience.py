@@ -256,7 +256,7 @@ async def test_a_node_whose_heartbeat_is_too_old_gets_nothing_until_it_beats_aga
 
 async def test_the_first_answer_after_a_start_sees_every_listed_numatopology(env):
     """Every Numatopology there before the start is placed on, or refused as stale, as
-    soon as the operator decides (`test_handlers_ledger_feed` pins the ordering)."""
+    soon as the operator decides (`test_cluster_feed` pins the ordering)."""
     cluster, start_operator, h100, pod, topology_object, wait = env.parts()
     nodes = [f"h100-{i:03d}" for i in range(60)]
     for node in nodes:

@@ -1,8 +1,9 @@
-"""kopf indexes for groups: Node labels and NetworkTopologies by name (pure).
+"""What groups read of Nodes and NetworkTopologies, by name (pure).
 
-Like `indexes`, they are also kopf's start-up gate: no handler runs before every Node
-and NetworkTopology is listed, so the first group decision sees the whole domain tree.
-The group worker reads them live (`GroupState.attach`): kopf updates an index in place.
+Node views are kept by `cluster_feed` (its own list and watch), NetworkTopologies by a
+kopf index (a few objects; kopf's start-up gate: no NetworkTopology handler runs before
+every one is listed). The group worker reads both live (`GroupState.attach`): each is
+updated in place, and the worker decides only once the first list of Nodes is in.
 Only what placement needs is kept per Node (labels, taints, cordon, and whether new pods
 may go there), so a Node's frequent status updates change nothing here.
 """
@@ -85,5 +86,4 @@ def network_topologies(
 
 
 def register(registry: kopf.OperatorRegistry) -> None:
-    kopf.index("nodes", registry=registry)(node_views)
     kopf.index(GROUP, VERSION, NETWORK_TOPOLOGY_PLURAL, registry=registry)(network_topologies)

@@ -33,7 +33,7 @@ class GroupState:
     """Groups that did not fit: looked at again whenever capacity is freed or added."""
     kick: asyncio.Event = field(default_factory=asyncio.Event)
     nodes: Mapping[str, Iterable[NodeView]] | None = None
-    """kopf's live index of Node views (`group_indexes`); None until the first handler."""
+    """The live Node views (`cluster_feed`); None until its first list of Nodes is in."""
     topologies: Mapping[str, Iterable[NetworkTopologySpec]] | None = None
     """kopf's live index of NetworkTopology specs."""
     said: set[str] = field(default_factory=set)
@@ -49,7 +49,8 @@ class GroupState:
         self.retries = RetryQueue(self.retry_base_seconds, self.retry_max_seconds)
 
     def attach(self, indexes: Mapping[str, Any]) -> None:
-        """Keep kopf's index objects (handlers get them as keyword arguments)."""
+        """Keep the live index objects: kopf's (handlers get them as keyword arguments),
+        `cluster_feed`'s Node views."""
         if self.nodes is None and "node_views" in indexes:
             self.nodes = indexes["node_views"]
         if self.topologies is None and "network_topologies" in indexes:

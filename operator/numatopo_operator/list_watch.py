@@ -1,0 +1,127 @@
+"""One kind of object followed by a list, then a watch from that list's resourceVersion
+(I/O); `cluster_feed` follows Numatopologies and Nodes with it.
+
+A watch that ends with 410 Gone (its version was compacted away) lists again, and the
+new list replaces what was known: what it lacks ended while nobody watched. Any other
+error: a pause that grows with each failure in a row (`Backoff`), then a watch from the
+last version seen, or a list again when the list itself failed.
+
+`KeyedWorkers` runs what an event leaves to do that waits on the API, one task per
+object, so that such a wait never holds up the watch whose next events it may need
+(`pod_feed`'s pods too).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections.abc import AsyncIterator, Awaitable, Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+from numatopo_kube import Listing, WatchEvent
+from numatopo_kube.backoff import Backoff
+from numatopo_operator.errors import KubeError
+
+__all__ = ["Followed", "KeyedWorkers", "follow", "in_turns"]
+
+logger = logging.getLogger(__name__)
+
+RETRY_SECONDS = 1.0
+RETRY_MAX_SECONDS = 30.0
+Body = dict[str, Any]
+
+
+@dataclass(frozen=True)
+class Followed:
+    """One kind followed: its list and watch, and where what they say goes."""
+
+    name: str
+    listing: Callable[[], Awaitable[Listing]]
+    watching: Callable[[str | None], AsyncIterator[WatchEvent]]
+    listed: Callable[[list[Body]], Awaitable[None]]
+    """Every object of a list: it replaces what was known (`in_turns` between objects)."""
+    seen: Callable[[str, Body], None]
+    """One watch event: its type (ADDED, MODIFIED, DELETED) and object."""
+
+
+async def _watch(kind: Followed, version: str | None, backoff: Backoff) -> None:
+    """Watch from `version` until 410 Gone (returns: list again)."""
+    while True:
+        try:
+            async for event in kind.watching(version):
+                metadata = event.object.get("metadata") or {}
+                version = str(metadata.get("resourceVersion") or "") or version
+                if event.type in ("ADDED", "MODIFIED", "DELETED"):
+                    kind.seen(event.type, event.object)
+                backoff.reset()
+        except KubeError as exc:
+            if exc.status == 410:
+                logger.info("%s watch: 410 Gone, listing again", kind.name)
+                return
+            logger.warning("the %s watch ended (resuming): %s", kind.name, exc)
+        await asyncio.sleep(backoff.next_delay())
+
+
+async def follow(kind: Followed) -> None:
+    """List and watch `kind` until cancelled."""
+    backoff = Backoff(RETRY_SECONDS, RETRY_MAX_SECONDS)
+    while True:
+        try:
+            answer = await kind.listing()
+            await kind.listed(answer.items)
+            backoff.reset()
+            logger.info("listed %d %s", len(answer.items), kind.name)
+            await _watch(kind, answer.resource_version, backoff)
+            continue
+        except KubeError as exc:
+            level = logging.DEBUG if exc.reason == "NotLoggedIn" else logging.WARNING
+            logger.log(level, "cannot list %s (retrying): %s", kind.name, exc)
+        except Exception:
+            # Never a silent end: what the kind feeds would go stale while the process
+            # runs on. Listing again starts from a known state.
+            logger.exception("following %s failed (listing again)", kind.name)
+        await asyncio.sleep(backoff.next_delay())
+
+
+# Objects handed over between two turns of the loop while a list is taken in.
+TURN_EVERY = 50
+
+
+async def in_turns(items: list[Body], take: Callable[[Body], None]) -> None:
+    """`take` each item, letting the loop turn every `TURN_EVERY`: parsing 2,000
+    Numatopologies in one go held the loop for seconds, past the Lease's renew deadline."""
+    for done, item in enumerate(items, 1):
+        take(item)
+        if done % TURN_EVERY == 0:
+            await asyncio.sleep(0)
+
+
+FollowUp = Callable[[], Awaitable[None]]
+
+
+@dataclass
+class KeyedWorkers:
+    """One worker per key: a key's follow-ups run in the order given, a newer one
+    replacing any not started yet; other keys' run meanwhile."""
+
+    pending: dict[str, FollowUp] = field(default_factory=dict)
+    workers: dict[str, asyncio.Task[None]] = field(default_factory=dict)
+
+    def run(self, key: str, follow_up: FollowUp) -> None:
+        self.pending[key] = follow_up
+        if key not in self.workers:
+            self.workers[key] = asyncio.create_task(self._work(key), name=f"numatopo {key}")
+
+    async def _work(self, key: str) -> None:
+        try:
+            while (follow_up := self.pending.pop(key, None)) is not None:
+                await follow_up()
+        finally:
+            self.workers.pop(key, None)
+
+    async def stop(self) -> None:
+        workers = list(self.workers.values())
+        for worker in workers:
+            worker.cancel()
+        await asyncio.gather(*workers, return_exceptions=True)

@@ -1,0 +1,141 @@
+"""The operator's own list and watch of Numatopologies and Nodes (`cluster_feed`).
+
+The feed runs here on its own, over a real client against the emulator: the cluster
+tests drive it inside the whole operator, but cannot make its watch expire or look at
+the ledger at the moment the first list is in.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import AsyncIterator
+
+import pytest
+
+from numatopo_kube import KubeClient
+from numatopo_operator import cluster_feed
+from numatopo_operator.runtime import Runtime
+from numatopo_operator.settings import OperatorSettings
+
+from .conftest import NUMATOPOLOGIES, Cluster, eventually, h100_spec, numatopology
+
+
+@pytest.fixture
+async def runtime(cluster: Cluster) -> AsyncIterator[Runtime]:
+    found = Runtime(OperatorSettings(), kube=KubeClient.connect(str(cluster.api.url)))
+    feed = asyncio.create_task(cluster_feed.follow_cluster(found))
+    try:
+        yield found
+    finally:
+        feed.cancel()
+        await asyncio.gather(feed, return_exceptions=True)
+        await found.kube.close()
+
+
+async def _path_call(cluster: Cluster, method: str, path: str, body: object = None) -> None:
+    async with getattr(cluster.api, method)(path, json=body) as response:
+        assert response.status < 300, await response.text()
+
+
+async def test_the_ledger_holds_every_listed_node_when_the_gate_opens(cluster: Cluster):
+    """No decision or extender answer may see a half-listed cluster: `indexed` is set only
+    once every Numatopology of the first list is in the ledger (stale ones included)."""
+    spec = h100_spec()
+    for name in ("n0", "n1", "n2"):
+        await cluster.create_numatopology(numatopology(name, spec))
+    await cluster.create_numatopology(numatopology("quiet", spec, exported="False"))
+    runtime = Runtime(OperatorSettings(), kube=KubeClient.connect(str(cluster.api.url)))
+
+    async def at_the_gate() -> list[str]:
+        await runtime.indexed.wait()
+        return list(runtime.ledger.nodes())
+
+    seen = asyncio.create_task(at_the_gate())
+    feed = asyncio.create_task(cluster_feed.follow_cluster(runtime))
+    try:
+        async with asyncio.timeout(10):
+            assert ["n0", "n1", "n2", "quiet"] == sorted(await seen)
+        assert ["quiet"] == list(runtime.ledger.stale_nodes(0))
+    finally:
+        feed.cancel()
+        await asyncio.gather(feed, return_exceptions=True)
+        await runtime.kube.close()
+
+
+async def test_a_watch_too_old_to_resume_lists_again_and_loses_nothing(cluster: Cluster):
+    """A watch answered 410 Gone: the feed lists again. A node created meanwhile is in
+    the ledger; one the first list had and the second lacks (deleted while nobody
+    watched) is dropped, not decided on."""
+    spec = h100_spec()
+    await cluster.create_numatopology(numatopology("stays", spec))
+    await cluster.create_numatopology(numatopology("created", spec))
+    first = {
+        "kind": "NumatopologyList",
+        "metadata": {"resourceVersion": "7"},
+        "items": [numatopology("stays", spec), numatopology("vanished", spec)],
+    }
+    cluster.api[f"list {NUMATOPOLOGIES}"][0:1] << first
+    cluster.api[f"watch {NUMATOPOLOGIES}"][0:1] << 410
+    runtime = Runtime(OperatorSettings(), kube=KubeClient.connect(str(cluster.api.url)))
+    feed = asyncio.create_task(cluster_feed.follow_cluster(runtime))
+    try:
+        await eventually(
+            lambda: len(cluster.api[f"list {NUMATOPOLOGIES}"]) == 2,
+            what="the Numatopologies listed a second time",
+        )
+        await eventually(
+            lambda: ["created", "stays"] == sorted(runtime.ledger.nodes()),
+            what="the ledger holds what the second list has, and only that",
+        )
+        assert runtime.ledger.topology("vanished") is None
+    finally:
+        feed.cancel()
+        await asyncio.gather(feed, return_exceptions=True)
+        await runtime.kube.close()
+
+
+async def test_a_deleted_numatopology_drops_the_nodes_hardware(cluster: Cluster, runtime):
+    await cluster.create_numatopology(numatopology("n0", h100_spec()))
+    await eventually(lambda: runtime.ledger.topology("n0") is not None, what="n0 in the ledger")
+
+    await _path_call(cluster, "delete", f"/apis/{NUMATOPOLOGIES}/n0")
+
+    await eventually(lambda: runtime.ledger.topology("n0") is None, what="n0's hardware dropped")
+    assert "n0" not in runtime.statuses
+
+
+async def test_a_numatopology_changed_to_an_invalid_spec_is_decided_on_no_more(
+    cluster: Cluster, runtime
+):
+    spec = h100_spec()
+    await cluster.create_numatopology(numatopology("n0", spec))
+    await eventually(lambda: runtime.ledger.topology("n0") is not None, what="n0 in the ledger")
+    broken = numatopology("n0", spec)
+    broken["spec"]["cpus"].append(broken["spec"]["cpus"][0])  # a duplicate CPU id
+
+    await _path_call(cluster, "patch", f"/apis/{NUMATOPOLOGIES}/n0", {"spec": broken["spec"]})
+
+    await eventually(lambda: runtime.ledger.topology("n0") is None, what="n0 dropped")
+
+
+async def test_node_views_follow_nodes_for_groups(cluster: Cluster, runtime):
+    """Groups read each Node's labels and whether new pods may go there; the worker
+    decides only once the first list of Nodes is in."""
+    await cluster.create_node("a", {"rack": "r1"})
+    await eventually(lambda: runtime.groups.nodes is not None, what="Nodes listed")
+    await eventually(lambda: runtime.groups.node_view("a") is not None, what="a seen")
+
+    await cluster.create_node("b")
+    await cluster.patch_node("a", {"spec": {"unschedulable": True}})
+
+    def cordoned() -> bool:
+        view = runtime.groups.node_view("a")
+        return view is not None and not view.schedulable
+
+    await eventually(cordoned, what="a cordoned")
+    assert "r1" == runtime.groups.node_view("a").labels["rack"]
+    await eventually(lambda: runtime.groups.node_view("b") is not None, what="b seen")
+
+    await _path_call(cluster, "delete", "/api/v1/nodes/b")
+
+    await eventually(lambda: runtime.groups.node_view("b") is None, what="b gone")
