@@ -14,18 +14,18 @@ import tempfile
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
-sys.path[:0] = [str(ROOT / "tests"), str(ROOT / "tests" / "controller")]
+sys.path[:0] = [str(ROOT), str(ROOT / "tests")]
 
 import kmock  # noqa: E402
-from controller import conftest  # noqa: E402
-from controller.kubectl_scene import assigned, build, run_plugin  # noqa: E402
+from tests.operator import conftest  # noqa: E402
+from tests.operator.kubectl_scene import assigned, build, run_plugin  # noqa: E402
 
 import signing_keys  # noqa: E402
 
 
 async def demo(busy: int) -> str:
     async with kmock.KubernetesEmulator() as api, kmock.Server(api):
-        conftest._register(api)
+        conftest.register_resources(api)
         cluster = conftest.Cluster(api)
         starter = conftest.OperatorStarter()
         try:
