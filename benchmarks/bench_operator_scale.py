@@ -482,6 +482,14 @@ class Cluster:
     args: argparse.Namespace
 
 
+async def decided_right_after(cluster: Cluster, name: str, node: str) -> float | None:
+    """Create a pod now: creation -> decided (None: not within the timeout)."""
+    created = time.monotonic()
+    await create(cluster.session, cluster.url, pod(name, node, annotations=PROBE_ANNOTATIONS))
+    seen = await until_decided(cluster.api, [name], cluster.args.timeout)
+    return seen[name] - created if seen else None
+
+
 async def failover(cluster: Cluster, *, holder: str, turn: int) -> str | None:
     """One failover: a fresh standby, warm, then kill -9 of `holder`; returns the new
     holder (None when nothing was decided). Printed: kill -> the next pod decided, in
@@ -502,23 +510,29 @@ async def failover(cluster: Cluster, *, holder: str, turn: int) -> str | None:
         if WARM in text and POD_LISTED in text:
             break
         await asyncio.sleep(0.5)
+    warm_patches = status_patches(cluster.requests_log)
     print(f"standby {standby}: warm {time.monotonic() - standby_started:.1f} s after its start")
     await asyncio.sleep(args.standby_warmup)
     standby_cpu = cpu_seconds(processes[standby].pid)
     patches_before = status_patches(cluster.requests_log)
+    print(
+        f"status PATCHes so far: {patches_before}, {patches_before - warm_patches} of them "
+        "while the standby was warm"
+    )
     renewed = _micro_time(str(lease_spec(api).get("renewTime")))
     processes[holder].send_signal(signal.SIGKILL)
     killed, killed_at = time.monotonic(), time.time()
     probe = f"probe-failover-{turn}"
-    await create(
-        session,
-        url,
-        pod(probe, cluster.nodes[(turn + 1) % len(cluster.nodes)], annotations=PROBE_ANNOTATIONS),
-    )
+    node = cluster.nodes[(turn + 1) % len(cluster.nodes)]
+    await create(session, url, pod(probe, node, annotations=PROBE_ANNOTATIONS))
     seen = await until_decided(api, [probe], args.timeout)
     if not seen:
         print(f"failover {turn + 1}: nothing decided (log: {log})")
         return None
+    # The new holder judges the waiting pods first, then every assigned one: a pod that
+    # comes now arrives during that pass.
+    late_node = cluster.nodes[(turn + 2) % len(cluster.nodes)]
+    late_decided = await decided_right_after(cluster, f"probe-late-{turn}", late_node)
     decided_at = killed_at + seen[probe] - killed
     spec = lease_spec(api)
     taken = _micro_time(str(spec.get("acquireTime")))
@@ -540,6 +554,12 @@ async def failover(cluster: Cluster, *, holder: str, turn: int) -> str | None:
         f"the holder ({parts}), {cpu_seconds(processes[standby].pid) - standby_cpu:.1f} s "
         "of the new holder's CPU"
     )
+    if late_decided is not None:
+        print(
+            f"failover {turn + 1}: a pod created once that one was decided (while the new "
+            f"holder judges the pods it took over) decided {late_decided:.2f} s after its "
+            "creation"
+        )
     await asyncio.sleep(5.0)
     sent = status_patches(cluster.requests_log) - patches_before
     print(
