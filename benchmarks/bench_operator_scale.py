@@ -27,7 +27,10 @@ Printed, each with its baseline:
 kmock looks up the object of every request by comparing it with every stored object and
 picks each request's reaction by walking its whole request log: at 30,000 pods the
 emulator, not the operator, set the pace. Both are bypassed here (`index_named_objects`,
-`find_reactions_directly`); `--plain-emulator` keeps kmock as it is.
+`find_reactions_directly`); `--plain-emulator` keeps kmock as it is. kmock also never
+changes an object's resourceVersion; here every write gives it a new one, as an API
+server does (`version_every_write`, with or without `--plain-emulator`), else the
+operator's feeds take a write for a replay.
 
     .venv/bin/python benchmarks/bench_operator_scale.py [--nodes 100] [--pods 3000]
         [--burst 300] [--no-failover | --failovers 3] [--tracemalloc] [--plain-emulator]
@@ -38,6 +41,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import datetime
+import itertools
 import json
 import os
 import signal
@@ -60,7 +64,7 @@ sys.path[:0] = [
 
 import aiohttp  # noqa: E402
 import kmock  # noqa: E402
-from kmock._internal import dsl, rendering  # noqa: E402
+from kmock._internal import dsl, k8s_dicts, rendering  # noqa: E402
 from tests.operator.conftest import register_resources  # noqa: E402
 
 import signing_keys  # noqa: E402
@@ -258,6 +262,33 @@ def _is_status_patch(request: Any) -> bool:
         and "numatopologies" in request.url.path
         and request.url.path.endswith("/status")
     )
+
+
+def version_every_write() -> None:
+    """kmock keeps an object's resourceVersion as it was created; a real API server gives
+    every write a new one. The operator's feeds skip an object they see again with the
+    version they know (a replay, `cluster_feed`), so here a standby skipped every
+    Numatopology status the holder wrote after the standby listed: it did none of the
+    work those events cost, its view of the statuses went stale, and on taking over it
+    wrote about 450 of 1,000 again (the first holder was still writing its start-up
+    statuses when the standby listed). Each create and patch gets a new version here."""
+    versions = itertools.count(2)  # `build` stores every object at version 1
+    create, patch = k8s_dicts.Object.create, k8s_dicts.Object.patch
+
+    def versioned(changes: Any) -> dict[str, Any]:
+        changes = dict(changes or {})
+        metadata = dict(changes.get("metadata") or {})
+        metadata["resourceVersion"] = str(next(versions))
+        return {**changes, "metadata": metadata}
+
+    def create_versioned(self: Any, changes: Any = None, /, **kwargs: Any) -> None:
+        create(self, versioned(changes), **kwargs)
+
+    def patch_versioned(self: Any, changes: Any = None, /, **kwargs: Any) -> None:
+        patch(self, versioned(changes), **kwargs)
+
+    k8s_dicts.Object.create = create_versioned  # type: ignore[method-assign]
+    k8s_dicts.Object.patch = patch_versioned  # type: ignore[method-assign]
 
 
 def index_named_objects() -> None:
@@ -571,6 +602,7 @@ async def failover(cluster: Cluster, *, holder: str, turn: int) -> str | None:
 
 
 async def run(args: argparse.Namespace) -> None:
+    version_every_write()
     if not args.plain_emulator:
         index_named_objects()
         find_reactions_directly()
