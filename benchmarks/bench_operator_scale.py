@@ -18,16 +18,22 @@ Printed, each with its baseline:
              decision p50/p99, the operator's CPU per pod, the RSS after
   failover   a second replica on the same Lease; once it has listed everything and
              watched `--standby-warmup` s, kill -9 of the holder: kill -> the next
-             pod decided (and the new holder's CPU time meanwhile), and
-             the Numatopology status PATCHes the new holder sent
+             pod decided (and the new holder's CPU time meanwhile), in parts: the
+             holder's last renewal -> the kill, the kill -> the Lease taken, the Lease
+             taken -> the new holder's ledger current -> the pod decided; and the
+             Numatopology status PATCHes the new holder sent. `--failovers N`: N in a
+             row, each with a fresh standby
 
 kmock looks up the object of every request by comparing it with every stored object and
 picks each request's reaction by walking its whole request log: at 30,000 pods the
 emulator, not the operator, set the pace. Both are bypassed here (`index_named_objects`,
-`find_reactions_directly`); `--plain-emulator` keeps kmock as it is.
+`find_reactions_directly`); `--plain-emulator` keeps kmock as it is. kmock also never
+changes an object's resourceVersion; here every write gives it a new one, as an API
+server does (`version_every_write`, with or without `--plain-emulator`), else the
+operator's feeds take a write for a replay.
 
     .venv/bin/python benchmarks/bench_operator_scale.py [--nodes 100] [--pods 3000]
-        [--burst 300] [--no-failover] [--tracemalloc] [--plain-emulator]
+        [--burst 300] [--no-failover | --failovers 3] [--tracemalloc] [--plain-emulator]
 """
 
 from __future__ import annotations
@@ -35,6 +41,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import datetime
+import itertools
 import json
 import os
 import signal
@@ -42,6 +49,7 @@ import statistics
 import sys
 import tempfile
 import time
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -56,7 +64,7 @@ sys.path[:0] = [
 
 import aiohttp  # noqa: E402
 import kmock  # noqa: E402
-from kmock._internal import dsl, rendering  # noqa: E402
+from kmock._internal import dsl, k8s_dicts, rendering  # noqa: E402
 from tests.operator.conftest import register_resources  # noqa: E402
 
 import signing_keys  # noqa: E402
@@ -183,7 +191,13 @@ def assigned_pods(node: str, spec: dict[str, Any], count: int) -> list[dict[str,
     return pods
 
 
-def build(api: kmock.KubernetesEmulator, nodes: int, pods: int) -> list[str]:
+def replicas(failovers: int) -> list[str]:
+    """The operator processes' names (and pods): the first holder, then one standby for
+    each failover, each of which holds the Lease after its own."""
+    return [f"op-{chr(ord('a') + i)}" for i in range(failovers + 1)]
+
+
+def build(api: kmock.KubernetesEmulator, nodes: int, pods: int, failovers: int) -> list[str]:
     names = []
     annotated = pods // 3
     per_node = max(1, min(PODS_PER_NODE_MAX, annotated // max(nodes, 1)))
@@ -205,7 +219,7 @@ def build(api: kmock.KubernetesEmulator, nodes: int, pods: int) -> list[str]:
     for i in range(pods - made):
         other = pod(f"web-{i}", names[i % len(names)], annotations={})
         api.objects["v1/pods", "default", other["metadata"]["name"]] = other
-    for name in ("op-a", "op-b"):
+    for name in replicas(failovers):
         api.objects["v1/pods", NAMESPACE, name] = {
             "apiVersion": "v1",
             "kind": "Pod",
@@ -248,6 +262,33 @@ def _is_status_patch(request: Any) -> bool:
         and "numatopologies" in request.url.path
         and request.url.path.endswith("/status")
     )
+
+
+def version_every_write() -> None:
+    """kmock keeps an object's resourceVersion as it was created; a real API server gives
+    every write a new one. The operator's feeds skip an object they see again with the
+    version they know (a replay, `cluster_feed`), so here a standby skipped every
+    Numatopology status the holder wrote after the standby listed: it did none of the
+    work those events cost, its view of the statuses went stale, and on taking over it
+    wrote about 450 of 1,000 again (the first holder was still writing its start-up
+    statuses when the standby listed). Each create and patch gets a new version here."""
+    versions = itertools.count(2)  # `build` stores every object at version 1
+    create, patch = k8s_dicts.Object.create, k8s_dicts.Object.patch
+
+    def versioned(changes: Any) -> dict[str, Any]:
+        changes = dict(changes or {})
+        metadata = dict(changes.get("metadata") or {})
+        metadata["resourceVersion"] = str(next(versions))
+        return {**changes, "metadata": metadata}
+
+    def create_versioned(self: Any, changes: Any = None, /, **kwargs: Any) -> None:
+        create(self, versioned(changes), **kwargs)
+
+    def patch_versioned(self: Any, changes: Any = None, /, **kwargs: Any) -> None:
+        patch(self, versioned(changes), **kwargs)
+
+    k8s_dicts.Object.create = create_versioned  # type: ignore[method-assign]
+    k8s_dicts.Object.patch = patch_versioned  # type: ignore[method-assign]
 
 
 def index_named_objects() -> None:
@@ -423,7 +464,145 @@ async def until_decided(
     return seen
 
 
+# The new holder's log lines that mark its take-over (`leadership`, `handover`).
+ACQUIRED = "holds Lease"
+LEDGER_CURRENT = ("the ledger as listed and watched is current", "ledger rebuilt from")
+POD_LISTED = "numatopo_operator.pod_feed: listed"
+PROBE_ANNOTATIONS = {keys.POLICY: "single-numa-node"}
+
+
+def _micro_time(text: str) -> float:
+    """A Lease's MicroTime (UTC) as a Unix time."""
+    parsed = datetime.datetime.strptime(text, "%Y-%m-%dT%H:%M:%S.%fZ")
+    return parsed.replace(tzinfo=datetime.UTC).timestamp()
+
+
+def _logged_at(line: str) -> float:
+    """The Unix time of an operator log line (`%(asctime)s`: local time, milliseconds)."""
+    return datetime.datetime.strptime(line[:23], "%Y-%m-%d %H:%M:%S,%f").timestamp()
+
+
+def lease_spec(api: kmock.KubernetesEmulator) -> dict[str, Any]:
+    found = api.objects["coordination.k8s.io/v1/leases", NAMESPACE, "numatopo"]
+    return dict(found.raw.get("spec") or {})
+
+
+def ledger_current_at(log: Path) -> float | None:
+    """When the new holder's ledger was current after its (first) acquisition."""
+    acquired = False
+    for line in log.read_text(errors="replace").splitlines():
+        acquired = acquired or ACQUIRED in line
+        if acquired and any(mark in line for mark in LEDGER_CURRENT):
+            return _logged_at(line)
+    return None
+
+
+@dataclass
+class Cluster:
+    """What a failover works with: the emulator, its client, the operator processes."""
+
+    api: kmock.KubernetesEmulator
+    session: aiohttp.ClientSession
+    url: str
+    nodes: list[str]
+    tmp: Path
+    config: Path
+    logs: dict[str, Any]
+    processes: dict[str, asyncio.subprocess.Process]
+    requests_log: RequestLog
+    args: argparse.Namespace
+
+
+async def decided_right_after(cluster: Cluster, name: str, node: str) -> float | None:
+    """Create a pod now: creation -> decided (None: not within the timeout)."""
+    created = time.monotonic()
+    await create(cluster.session, cluster.url, pod(name, node, annotations=PROBE_ANNOTATIONS))
+    seen = await until_decided(cluster.api, [name], cluster.args.timeout)
+    return seen[name] - created if seen else None
+
+
+async def failover(cluster: Cluster, *, holder: str, turn: int) -> str | None:
+    """One failover: a fresh standby, warm, then kill -9 of `holder`; returns the new
+    holder (None when nothing was decided). Printed: kill -> the next pod decided, in
+    three parts: the holder's last renewal -> the kill (the kill's phase in the renewal
+    period), the kill -> the Lease taken (the new holder's `acquireTime`; the lease
+    duration counts from the standby's sight of that renewal), the Lease taken -> its
+    ledger current (its log) -> the pod decided (seen in the store)."""
+    api, session, url, args = cluster.api, cluster.session, cluster.url, cluster.args
+    tmp, logs, processes = cluster.tmp, cluster.logs, cluster.processes
+    standby = replicas(args.failovers)[turn + 1]
+    log = tmp / f"{standby}.log"
+    processes[standby] = await start(standby, cluster.config, logs[standby])
+    standby_started = time.monotonic()
+    # Warm: the standby has listed everything (its log says so), then watched.
+    warm_by = time.monotonic() + args.timeout
+    while time.monotonic() < warm_by:
+        text = log.read_text(errors="replace")
+        if WARM in text and POD_LISTED in text:
+            break
+        await asyncio.sleep(0.5)
+    warm_patches = status_patches(cluster.requests_log)
+    print(f"standby {standby}: warm {time.monotonic() - standby_started:.1f} s after its start")
+    await asyncio.sleep(args.standby_warmup)
+    standby_cpu = cpu_seconds(processes[standby].pid)
+    patches_before = status_patches(cluster.requests_log)
+    print(
+        f"status PATCHes so far: {patches_before}, {patches_before - warm_patches} of them "
+        "while the standby was warm"
+    )
+    renewed = _micro_time(str(lease_spec(api).get("renewTime")))
+    processes[holder].send_signal(signal.SIGKILL)
+    killed, killed_at = time.monotonic(), time.time()
+    probe = f"probe-failover-{turn}"
+    node = cluster.nodes[(turn + 1) % len(cluster.nodes)]
+    await create(session, url, pod(probe, node, annotations=PROBE_ANNOTATIONS))
+    seen = await until_decided(api, [probe], args.timeout)
+    if not seen:
+        print(f"failover {turn + 1}: nothing decided (log: {log})")
+        return None
+    # The new holder judges the waiting pods first, then every assigned one: a pod that
+    # comes now arrives during that pass.
+    late_node = cluster.nodes[(turn + 2) % len(cluster.nodes)]
+    late_decided = await decided_right_after(cluster, f"probe-late-{turn}", late_node)
+    decided_at = killed_at + seen[probe] - killed
+    spec = lease_spec(api)
+    taken = _micro_time(str(spec.get("acquireTime")))
+    current = ledger_current_at(log)
+    parts = (
+        f"last renewal {killed_at - renewed:.2f} s before the kill; "
+        f"kill -> Lease taken {taken - killed_at:.2f} s ({taken - renewed:.2f} s after that "
+        f"renewal, lease duration {spec.get('leaseDurationSeconds')} s); "
+    )
+    if current is not None:
+        parts += (
+            f"Lease taken -> ledger current {current - taken:.2f} s -> "
+            f"decided {decided_at - current:.2f} s"
+        )
+    else:
+        parts += f"Lease taken -> decided {decided_at - taken:.2f} s"
+    print(
+        f"failover {turn + 1}: next pod decided {seen[probe] - killed:.1f} s after kill -9 of "
+        f"the holder ({parts}), {cpu_seconds(processes[standby].pid) - standby_cpu:.1f} s "
+        "of the new holder's CPU"
+    )
+    if late_decided is not None:
+        print(
+            f"failover {turn + 1}: a pod created once that one was decided (while the new "
+            f"holder judges the pods it took over) decided {late_decided:.2f} s after its "
+            "creation"
+        )
+    await asyncio.sleep(5.0)
+    sent = status_patches(cluster.requests_log) - patches_before
+    print(
+        f"failover {turn + 1}: the new holder sent {sent} "
+        f"Numatopology status PATCHes in its first {time.monotonic() - killed:.0f} s "
+        f"({args.nodes} nodes); RSS {rss_mib(processes[standby].pid):.0f} MiB"
+    )
+    return standby
+
+
 async def run(args: argparse.Namespace) -> None:
+    version_every_write()
     if not args.plain_emulator:
         index_named_objects()
         find_reactions_directly()
@@ -435,7 +614,7 @@ async def run(args: argparse.Namespace) -> None:
             requests_log.start()
         url = str(api.url).rstrip("/")
         t = time.monotonic()
-        nodes = build(api, args.nodes, args.pods)
+        nodes = build(api, args.nodes, args.pods, args.failovers)
         print(
             f"cluster: {args.nodes} nodes, {args.pods} pods ({args.pods // 3} annotated), "
             f"built in {time.monotonic() - t:.1f} s"
@@ -468,7 +647,7 @@ async def run(args: argparse.Namespace) -> None:
                 url,
                 pod("probe-startup", probe_node, annotations={keys.POLICY: "single-numa-node"}),
             )
-            logs = {name: (tmp / f"{name}.log").open("wb") for name in ("op-a", "op-b")}
+            logs = {name: (tmp / f"{name}.log").open("wb") for name in replicas(args.failovers)}
             started = time.monotonic()
             traced = tmp / "op-a.memory" if args.tracemalloc else None
             processes = {"op-a": await start("op-a", config, logs["op-a"], traced)}
@@ -529,44 +708,14 @@ async def run(args: argparse.Namespace) -> None:
                     )
                 if args.no_failover:
                     return
-                processes["op-b"] = await start("op-b", config, logs["op-b"])
-                standby_started = time.monotonic()
-                # Warm: the standby has listed everything (its log says so), then watched.
-                warm_by = time.monotonic() + args.timeout
-                while time.monotonic() < warm_by and WARM not in (tmp / "op-b.log").read_text():
-                    await asyncio.sleep(0.5)
-                print(f"standby: warm {time.monotonic() - standby_started:.1f} s after its start")
-                await asyncio.sleep(args.standby_warmup)
-                standby_cpu = cpu_seconds(processes["op-b"].pid)
-                patches_before = status_patches(requests_log)
-                processes["op-a"].send_signal(signal.SIGKILL)
-                killed = time.monotonic()
-                await create(
-                    session,
-                    url,
-                    pod(
-                        "probe-failover",
-                        nodes[1 % len(nodes)],
-                        annotations={keys.POLICY: "single-numa-node"},
-                    ),
+                cluster = Cluster(
+                    api, session, url, nodes, tmp, config, logs, processes, requests_log, args
                 )
-                seen = await until_decided(api, ["probe-failover"], args.timeout)
-                if seen:
-                    print(
-                        f"failover: next pod decided {seen['probe-failover'] - killed:.1f} s "
-                        "after kill -9 of the holder, "
-                        f"{cpu_seconds(processes['op-b'].pid) - standby_cpu:.1f} s of the new "
-                        "holder's CPU"
-                    )
-                else:
-                    print("failover: nothing decided")
-                await asyncio.sleep(5.0)
-                sent = status_patches(requests_log) - patches_before
-                print(
-                    f"failover: the new holder sent {sent} "
-                    f"Numatopology status PATCHes in its first {time.monotonic() - killed:.0f} s "
-                    f"({args.nodes} nodes); RSS {rss_mib(processes['op-b'].pid):.0f} MiB"
-                )
+                holder: str | None = "op-a"
+                for turn in range(args.failovers):
+                    if holder is None:
+                        return
+                    holder = await failover(cluster, holder=holder, turn=turn)
             finally:
                 for process in processes.values():
                     if process.returncode is None:
@@ -595,6 +744,12 @@ def main() -> None:
     )
     parser.add_argument("--no-failover", action="store_true")
     parser.add_argument(
+        "--failovers",
+        type=int,
+        default=1,
+        help="failovers in a row, each with a fresh standby that kills the holder before it",
+    )
+    parser.add_argument(
         "--tracemalloc",
         action="store_true",
         help="run the first replica under tracemalloc and report its memory after start-up",
@@ -604,7 +759,10 @@ def main() -> None:
         action="store_true",
         help="kmock as it is (no keyed lookups, no trimmed request log): the baseline",
     )
-    asyncio.run(run(parser.parse_args()))
+    args = parser.parse_args()
+    if args.no_failover:
+        args.failovers = 0
+    asyncio.run(run(args))
 
 
 if __name__ == "__main__":

@@ -77,6 +77,8 @@ logger = logging.getLogger(__name__)
 CATCH_UP_SECONDS = 5.0
 # Pause between attempts to list pods when the API refuses (or login is pending).
 LIST_RETRY_SECONDS = 1.0
+# How long step 4 may hold the event loop before it lets everything else run once.
+JUDGE_SLICE_SECONDS = 0.02
 
 
 def listed_bookings(runtime: Runtime, pods: Iterable[RawPod]) -> list[Booking]:
@@ -215,13 +217,23 @@ async def judge(runtime: Runtime, pods: dict[str, PodView] | None = None) -> Non
     judged yet is then deferred again rather than dropped: pods pass through here once
     (their events do not come again), and returning with them unjudged left every
     waiting pod of a start-up undecided for good. `leadership` calls this again when
-    that late renewal succeeds; a lost Lease cancels it (the next holder judges)."""
+    that late renewal succeeds; a lost Lease cancels it (the next holder judges).
+
+    A valid assignment is judged without a call to the API, so the pass over them never
+    suspended: at 1,000 nodes (10,000 assigned pods) it held the event loop 0.13-0.24 s
+    on an idle 2-core machine (a multiple of that on a loaded one), while the pod watch, the Lease
+    renewal, the extender and a pod that arrived just after the takeover waited. It
+    lets them run every `JUDGE_SLICE_SECONDS`."""
     pending = dict(pods or {})
     while True:
         pending.update(runtime.pods.take_deferred())  # newer than what was listed
         if not pending:
             return
+        slice_ends = time.monotonic() + JUDGE_SLICE_SECONDS
         for pod in sorted(pending.values(), key=judging_order):
+            if time.monotonic() >= slice_ends:
+                await asyncio.sleep(0)
+                slice_ends = time.monotonic() + JUDGE_SLICE_SECONDS
             if not runtime.deciding:
                 for key, left in pending.items():
                     record = runtime.pods.of(key)
