@@ -117,6 +117,9 @@ class Candidates:
     """The candidates that can take nothing now (no or a stale Numatopology): why."""
     mix: WorkloadMix = field(default_factory=WorkloadMix)
     """The workload mix the rank packs for (learned or pinned, `workload_mix`)."""
+    without: str | None = None
+    """The pod whose own bookings the states already leave out (`judge_candidates`
+    leaves out those of the pod it judges, where they are not)."""
 
     @classmethod
     def of(
@@ -142,14 +145,15 @@ class Candidates:
         return cls(groups, unresolvable, mix or WorkloadMix())
 
 
-def candidates(runtime: Runtime, nodes: Iterable[str]) -> Candidates:
-    """The candidates' topologies and bookings as they are now (on the loop, no I/O)."""
+def candidates(runtime: Runtime, nodes: Iterable[str], without: str | None = None) -> Candidates:
+    """The candidates' topologies and bookings as they are now (on the loop, no I/O),
+    those of pod `without` left out (the pod to judge)."""
     # Staleness of the candidates only: a cycle judges ~500 of a 5,000-node cluster,
     # and every node has a heartbeat to age.
     groups, unresolvable = runtime.ledger.judged_candidates(
-        nodes, runtime.settings.heartbeat_max_age_seconds, time.time()
+        nodes, runtime.settings.heartbeat_max_age_seconds, time.time(), without=without
     )
-    return Candidates(groups, unresolvable, runtime.workload.mix())
+    return Candidates(groups, unresolvable, runtime.workload.mix(), without)
 
 
 async def judge_off_loop(runtime: Runtime, request: PodRequest, nodes: Iterable[str]) -> Verdicts:
@@ -157,7 +161,7 @@ async def judge_off_loop(runtime: Runtime, request: PodRequest, nodes: Iterable[
     cycle over 5,000 nodes builds per-shape tables for hundreds of milliseconds, which
     on the loop would hold up every watch. A verdict is advice (bind decides again on
     the live ledger), so the bookings it was judged on may change meanwhile."""
-    taken = candidates(runtime, nodes)
+    taken = candidates(runtime, nodes, request.key)
     return await runtime.in_engine_thread(judge_candidates, request, taken, runtime.decisions)
 
 
@@ -189,7 +193,9 @@ def judge_candidates(
     failed, unresolvable = verdicts.failed, verdicts.unresolvable
     unresolvable.update(taken.unresolvable)
     key = request.key
-    groups = [_without_own(key, group) for group in taken.groups.values()]
+    groups = list(taken.groups.values())
+    if taken.without != key:
+        groups = [_without_own(key, group) for group in groups]
     engine = engine or allocation.Engine()
     hosts = allocation.mix_hosts(((t, states) for t, _, states in groups), taken.mix, engine=engine)
     explain = logger.isEnabledFor(logging.DEBUG)
@@ -210,7 +216,7 @@ def judge_candidates(
         judged += where
         ranks.append(scored.rank)
         if not scored.refused:
-            fits.append(np.ones(len(where), dtype=np.bool_))
+            fits.append(_every(len(where)))
             continue
         fits.append(scored.rank >= 0)
         for refused, summary in scored.refused:
@@ -237,14 +243,22 @@ def _without_own(key: str, group: ShapeCandidates) -> ShapeCandidates:
         return group
     released = []
     for state in states:
+        own = state
         if key in state.assignments:
-            state = state.copy()
-            state.release(key)
-        released.append(state)
+            own = state.copy()
+            own.release(key)
+        released.append(own)
     return topology, where, released
 
 
 _ASSIGNMENTS = operator.attrgetter("assignments")
+_EVERY = np.ones(1024, dtype=np.bool_)
+_EVERY.setflags(write=False)  # handed out as views
+
+
+def _every(count: int) -> npt.NDArray[np.bool_]:
+    """`count` Trues (a view of one array for the usual group sizes)."""
+    return _EVERY[:count] if count <= len(_EVERY) else np.ones(count, dtype=np.bool_)
 
 
 def rank_scores(ranks: Floats) -> Ints:

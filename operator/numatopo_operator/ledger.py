@@ -155,13 +155,16 @@ class Ledger:
                 yield node, found.topology, _frozen(found)
 
     def judged_candidates(
-        self, nodes: Iterable[str], limit: float, now: float
+        self, nodes: Iterable[str], limit: float, now: float, *, without: str | None = None
     ) -> tuple[dict[str, ShapeCandidates], dict[str, str]]:
         """`frozen_candidates` grouped by hardware shape (key -> topology, nodes, frozen
         states, in first-seen order: what the engine decides in bulk), and the nodes
         that may take nothing now, in the order given: no topology, or stale
         (`NodeRecord.stale_reason` under `limit` at `now`). One pass over the records:
-        the extender asks this of ~500 nodes per scheduling cycle."""
+        the extender asks this of ~500 nodes per scheduling cycle.
+
+        `without`: a pod whose own bookings are left out (a copy of each state holding
+        it, released): the pod being judged again must not count an earlier attempt."""
         records = self._nodes
         groups: dict[str, ShapeCandidates] = {}
         refused: dict[str, str] = {}
@@ -185,11 +188,15 @@ class Ledger:
                 _frozen(found)
                 frozen = found.frozen
             assert frozen is not None, "a record with a topology has a state"
+            state = frozen[2]
+            if without is not None and without in state.assignments:
+                state = state.copy()
+                state.release(without)
             group = groups.get(found.shape.key)
             if group is None:
                 group = groups[found.shape.key] = (found.topology, [], [])
             group[1].append(node)
-            group[2].append(frozen[2])
+            group[2].append(state)
         return groups, refused
 
     def next_seq(self, node: str) -> int:
