@@ -46,7 +46,8 @@ def test_candidates_are_grouped_by_shape_and_the_rest_say_why_in_request_order()
     ]
     # Just past the limit is stale, just within it is not: decided as `stale_reason` does.
     stale_c = ledger.stale_reason("c", LIMIT, NOW)
-    assert stale_c is not None and ledger.stale_reason("d", LIMIT, NOW) is None
+    assert stale_c is not None
+    assert ledger.stale_reason("d", LIMIT, NOW) is None
     assert list(refused.items()) == [
         ("unknown", translate.NO_NUMATOPOLOGY),
         ("c", stale_c),
@@ -60,16 +61,17 @@ def test_candidates_are_grouped_by_shape_and_the_rest_say_why_in_request_order()
 def test_the_judged_pod_is_left_out_of_a_copy_and_judged_as_a_hand_built_fleet_is():
     ledger = _fleet()
     settings = OperatorSettings()
-    booked = request_from_pod(make_pod("p", node=None, policy=None, gpus=8, cpu="8"), settings.resources)
-    decision = allocation.allocate(h100_spec(), ledger.state("a") or NodeState(h100_spec()),
-                                   booked, "a")  # fmt: skip
+    pod = make_pod("p", node=None, policy=None, gpus=8, cpu="8")
+    booked = request_from_pod(pod, settings.resources)
+    decision = allocation.allocate(h100_spec(), NodeState(h100_spec()), booked, "a")
     ledger.reserve("a", booked.key, decision.assignment)
     frozen = ledger.frozen_state("a")
-    assert frozen is not None and booked.key in frozen.assignments
+    assert frozen is not None
+    assert booked.key in frozen.assignments
 
     nodes = ["a", "b", "d"]
     groups, refused = ledger.judged_candidates(nodes, LIMIT, NOW, without=booked.key)
-    judged = {n: s for _, where, states in groups.values() for n, s in zip(where, states)}
+    judged = {n: s for _, where, states in groups.values() for n, s in zip(where, states, strict=True)}
     assert booked.key not in judged["a"].assignments  # the pod's earlier attempt
     assert booked.key in frozen.assignments  # the ledger's copy is left as it was
     assert judged["d"] is ledger.frozen_state("d")
