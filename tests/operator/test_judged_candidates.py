@@ -71,7 +71,9 @@ def test_the_judged_pod_is_left_out_of_a_copy_and_judged_as_a_hand_built_fleet_i
 
     nodes = ["a", "b", "d"]
     groups, refused = ledger.judged_candidates(nodes, LIMIT, NOW, without=booked.key)
-    judged = {n: s for _, where, states in groups.values() for n, s in zip(where, states, strict=True)}
+    judged = {}
+    for _, where, states in groups.values():
+        judged.update(zip(where, states, strict=True))
     assert booked.key not in judged["a"].assignments  # the pod's earlier attempt
     assert booked.key in frozen.assignments  # the ledger's copy is left as it was
     assert judged["d"] is ledger.frozen_state("d")
@@ -86,6 +88,7 @@ def test_the_judged_pod_is_left_out_of_a_copy_and_judged_as_a_hand_built_fleet_i
     )
     assert fresh == scanned
     assert "a" in fresh.scores  # fits only once its own booking is left out
-    assert extender.judge_candidates(
-        booked, extender.Candidates(groups, refused, without="other/pod")
-    ) == fresh
+    assert (
+        extender.judge_candidates(booked, extender.Candidates(groups, refused, without="other/pod"))
+        == fresh
+    )
