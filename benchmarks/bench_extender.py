@@ -310,7 +310,7 @@ def judge_mix(runtime: Runtime, names: list[str]) -> Callable[[], None]:
 
     def run() -> None:
         for request in MIX:
-            taken = extender.candidates(runtime, names)
+            taken = extender.candidates(runtime, names, request.key)
             extender.judge_candidates(request, taken, runtime.decisions)
 
     return run
@@ -459,7 +459,7 @@ def judge_cpu(count: int, seed: int, repeat: int, send: int | None) -> None:
             engine = Engine()
             for _ in range(repeat):
                 engine = Engine() if cold else engine
-                taken = extender.candidates(runtime, names)
+                taken = extender.candidates(runtime, names, request.key)
                 gc.collect()
                 gc.disable()
                 try:

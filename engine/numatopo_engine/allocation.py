@@ -366,17 +366,19 @@ def score_many(
         closest=_prefers_closest(topology), mix=mix,
     )  # fmt: skip
     plan = verdicts.plan
-    rows_bytes = engine.rows(tables, states)
-    if sum(map(len, rows_bytes)) != count * verdicts.width * 8:
-        return _one_by_one(engine, topology, states, request)
-
-    def decide(rows: npt.NDArray[np.int64]) -> Decided:
-        engine.keep_rows(rows.shape[0])
-        return decide_rows(plan, rows, engine.gpu_memo, mix)
-
     # Each distinct row is decided once; a long-lived engine keeps the verdicts, so
     # rows it has seen under this plan are looked up, not decided again.
-    slots = verdicts.slots(rows_bytes, decide)
+    slots = verdicts.known_slots(states, engine.layout_of(tables))
+    if slots is None:
+        rows_bytes = engine.rows(tables, states)
+        if sum(map(len, rows_bytes)) != count * verdicts.width * 8:
+            return _one_by_one(engine, topology, states, request)
+
+        def decide(rows: npt.NDArray[np.int64]) -> Decided:
+            engine.keep_rows(rows.shape[0])
+            return decide_rows(plan, rows, engine.gpu_memo, mix)
+
+        slots = verdicts.slots(rows_bytes, decide)
     scores = verdicts.score[slots]
     codes = verdicts.summary[slots]
     ranks = verdicts.ranks(slots, hosts)
@@ -397,8 +399,12 @@ def score_many(
     at = (codes >= 0).nonzero()[0] if verdicts.summaries else codes[:0]
     if at.size:
         found = codes[at]
-        for code in dict.fromkeys(found.tolist()):
-            refused.append((at[found == code], verdicts.summaries[code]))
+        distinct = dict.fromkeys(found.tolist())
+        if len(distinct) == 1:  # the usual case: one thing lacking
+            refused.append((at, verdicts.summaries[next(iter(distinct))]))
+        else:
+            for code in distinct:
+                refused.append((at[found == code], verdicts.summaries[code]))
     by_summary: dict[str, list[int]] = {}
     for index, why in confirmed.items():
         by_summary.setdefault(why.summary, []).append(index)

@@ -107,7 +107,7 @@ class ClusterView:
                 candidates, extender.Verdicts(), scheduler, translate.invalid_message(exc)
             )
         verdicts = extender.judge_candidates(
-            request, extender.candidates(runtime, candidates), runtime.decisions
+            request, extender.candidates(runtime, candidates, request.key), runtime.decisions
         )
         return Judgement(candidates, verdicts, scheduler)
 

@@ -34,6 +34,7 @@ import functools
 import itertools
 import json
 import logging
+import operator
 import time
 from collections.abc import Awaitable, Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -56,6 +57,7 @@ from numatopo_operator.errors import KubeError, NodeBusyError, NotActiveError
 from numatopo_operator.extender_memo import CycleMemo, pod_uid
 from numatopo_operator.extender_wire import BadArgsError
 from numatopo_operator.groups import members as group_members
+from numatopo_operator.ledger import ShapeCandidates
 from numatopo_operator.runtime import Runtime
 
 __all__ = ["MAX_EXTENDER_PRIORITY", "build_app", "extender_scores", "json_answers", "rank_scores"]
@@ -108,21 +110,50 @@ class Candidates:
     """What `judge_candidates` reads of the operator: taken on the event loop, then read
     in the engine thread while the loop goes on changing the ledger."""
 
-    nodes: list[tuple[str, NumatopologySpec | None, NodeState | None]]
-    """(node, topology, a `Ledger.frozen_state` copy) per candidate, in request order."""
-    stale: dict[str, str]
+    groups: Mapping[str, ShapeCandidates]
+    """The candidates that may take a pod, by hardware shape (`Ledger.judged_candidates`:
+    `Ledger.frozen_state` copies), in first-seen order."""
+    unresolvable: Mapping[str, str]
+    """The candidates that can take nothing now (no or a stale Numatopology): why."""
     mix: WorkloadMix = field(default_factory=WorkloadMix)
     """The workload mix the rank packs for (learned or pinned, `workload_mix`)."""
+    without: str | None = None
+    """The pod whose own bookings the states already leave out (`judge_candidates`
+    leaves out those of the pod it judges, where they are not)."""
+
+    @classmethod
+    def of(
+        cls,
+        nodes: Iterable[tuple[str, NumatopologySpec | None, NodeState | None]],
+        stale: Mapping[str, str],
+        mix: WorkloadMix | None = None,
+    ) -> Candidates:
+        """Candidates from (node, topology, state) triples and the stale ones' reasons,
+        grouped by hardware shape as `allocation.group_by_shape` does."""
+        groups: dict[str, ShapeCandidates] = {}
+        unresolvable: dict[str, str] = {}
+        for node, topology, state in nodes:
+            if topology is None or state is None:
+                unresolvable[node] = NO_NUMATOPOLOGY
+            elif node in stale:
+                unresolvable[node] = stale[node]
+            else:
+                key = state.shape_key if state.topology is topology else shape_key(topology)
+                group = groups.setdefault(key, (topology, [], []))
+                group[1].append(node)
+                group[2].append(state)
+        return cls(groups, unresolvable, mix or WorkloadMix())
 
 
-def candidates(runtime: Runtime, nodes: Iterable[str]) -> Candidates:
-    """The candidates' topologies and bookings as they are now (on the loop, no I/O)."""
+def candidates(runtime: Runtime, nodes: Iterable[str], without: str | None = None) -> Candidates:
+    """The candidates' topologies and bookings as they are now (on the loop, no I/O),
+    those of pod `without` left out (the pod to judge)."""
     # Staleness of the candidates only: a cycle judges ~500 of a 5,000-node cluster,
     # and every node has a heartbeat to age.
-    taken, stale = runtime.ledger.judged_candidates(
-        nodes, runtime.settings.heartbeat_max_age_seconds, time.time()
+    groups, unresolvable = runtime.ledger.judged_candidates(
+        nodes, runtime.settings.heartbeat_max_age_seconds, time.time(), without=without
     )
-    return Candidates(taken, stale, runtime.workload.mix())
+    return Candidates(groups, unresolvable, runtime.workload.mix(), without)
 
 
 async def judge_off_loop(runtime: Runtime, request: PodRequest, nodes: Iterable[str]) -> Verdicts:
@@ -130,7 +161,7 @@ async def judge_off_loop(runtime: Runtime, request: PodRequest, nodes: Iterable[
     cycle over 5,000 nodes builds per-shape tables for hundreds of milliseconds, which
     on the loop would hold up every watch. A verdict is advice (bind decides again on
     the live ledger), so the bookings it was judged on may change meanwhile."""
-    taken = candidates(runtime, nodes)
+    taken = candidates(runtime, nodes, request.key)
     return await runtime.in_engine_thread(judge_candidates, request, taken, runtime.decisions)
 
 
@@ -160,34 +191,19 @@ def judge_candidates(
     """
     verdicts = Verdicts()
     failed, unresolvable = verdicts.failed, verdicts.unresolvable
-    key, stale = request.key, taken.stale
-    # Grouped by hardware shape as `allocation.group_by_shape` does, in the same pass
-    # that sorts out the nodes nothing can be placed on.
-    shapes: dict[str, tuple[NumatopologySpec, list[str], list[NodeState]]] = {}
-    for node, topology, booked in taken.nodes:
-        if topology is None or booked is None:
-            unresolvable[node] = NO_NUMATOPOLOGY
-            continue
-        if stale and node in stale:
-            unresolvable[node] = stale[node]
-            continue
-        state = booked
-        if key in booked.assignments:
-            # The node's bookings minus the pod's own: an earlier attempt must not count.
-            state = booked.copy()
-            state.release(key)
-        shape = state.shape_key if state.topology is topology else shape_key(topology)
-        found = shapes.get(shape)
-        if found is None:
-            found = shapes[shape] = (topology, [], [])
-        found[1].append(node)
-        found[2].append(state)
+    unresolvable.update(taken.unresolvable)
+    key = request.key
+    groups = list(taken.groups.values())
+    if taken.without != key:
+        groups = [_without_own(key, group) for group in groups]
     engine = engine or allocation.Engine()
-    groups = list(shapes.values())
     hosts = allocation.mix_hosts(((t, states) for t, _, states in groups), taken.mix, engine=engine)
     explain = logger.isEnabledFor(logging.DEBUG)
-    fitting: list[str] = []
-    fitting_ranks: list[Floats] = []
+    # Every node scored, its rank, and whether it fits, groups one after the other: the
+    # verdicts are made from these at once, at the end.
+    judged: list[str] = []
+    ranks: list[Floats] = []
+    fits: list[npt.NDArray[np.bool_]] = []
     for topology, where, states in groups:
         try:
             scored = allocation.score_many(
@@ -197,25 +213,52 @@ def judge_candidates(
         except InvalidRequestError as exc:
             unresolvable.update(dict.fromkeys(where, translate.invalid_message(exc)))
             continue
+        judged += where
+        ranks.append(scored.rank)
         if not scored.refused:
-            fitting.extend(where)
-            fitting_ranks.append(scored.rank)
+            fits.append(_every(len(where)))
             continue
-        admitted = (scored.rank >= 0).nonzero()[0]
-        fitting.extend(where[i] for i in admitted.tolist())
-        fitting_ranks.append(scored.rank[admitted])
+        fits.append(scored.rank >= 0)
         for refused, summary in scored.refused:
             # The same words for every node that lacks the same thing, so kube-scheduler
             # can count them; the per-NUMA detail is in the log and in `numatopo assign`.
             at = refused.tolist()
-            failed.update((where[i], summary) for i in at)
+            failed.update(dict.fromkeys(map(where.__getitem__, at), summary))
             for i in at if explain else ():
                 logger.debug("node %s refuses %s: %s", where[i], key, scored.refusal(i))
-    if fitting:
-        rank = np.concatenate(fitting_ranks)
+    if judged:
+        fit = np.concatenate(fits)
+        rank = np.concatenate(ranks)[fit]
+        fitting = list(itertools.compress(judged, fit.tolist()))
         verdicts.ranks.update(zip(fitting, rank.tolist(), strict=True))
         verdicts.scores.update(zip(fitting, rank_scores(rank).tolist(), strict=True))
     return verdicts
+
+
+def _without_own(key: str, group: ShapeCandidates) -> ShapeCandidates:
+    """The group with each node's bookings minus pod `key`'s own: an earlier attempt
+    must not count (the states are shared, so the few that hold it are copied)."""
+    topology, where, states = group
+    if not any(map(operator.contains, map(_ASSIGNMENTS, states), itertools.repeat(key))):
+        return group
+    released = []
+    for state in states:
+        own = state
+        if key in state.assignments:
+            own = state.copy()
+            own.release(key)
+        released.append(own)
+    return topology, where, released
+
+
+_ASSIGNMENTS = operator.attrgetter("assignments")
+_EVERY = np.ones(1024, dtype=np.bool_)
+_EVERY.setflags(write=False)  # handed out as views
+
+
+def _every(count: int) -> npt.NDArray[np.bool_]:
+    """`count` Trues (a view of one array for the usual group sizes)."""
+    return _EVERY[:count] if count <= len(_EVERY) else np.ones(count, dtype=np.bool_)
 
 
 def rank_scores(ranks: Floats) -> Ints:

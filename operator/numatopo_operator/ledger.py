@@ -45,6 +45,7 @@ on this ledger's live states (the event loop changes them meanwhile): it gets
 from __future__ import annotations
 
 import asyncio
+import math
 import time
 from collections.abc import Collection, Iterable, Iterator, Mapping
 from dataclasses import dataclass
@@ -56,9 +57,12 @@ from numatopo_engine.state import NodeState, book_in_claim_order
 from numatopo_engine.topology_tables import TableCache, node_names, shape_key
 from numatopo_operator.dra_holds import book_holds
 from numatopo_operator.node_record import NodeRecord
-from numatopo_operator.translate import Booking
+from numatopo_operator.translate import NO_NUMATOPOLOGY, Booking
 
-__all__ = ["Ledger"]
+__all__ = ["Ledger", "ShapeCandidates"]
+
+ShapeCandidates = tuple[NumatopologySpec, list[str], list[NodeState]]
+"""Candidates of one hardware shape: a topology of that shape, the nodes, their states."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -151,34 +155,49 @@ class Ledger:
                 yield node, found.topology, _frozen(found)
 
     def judged_candidates(
-        self, nodes: Iterable[str], limit: float, now: float
-    ) -> tuple[list[tuple[str, NumatopologySpec | None, NodeState | None]], dict[str, str]]:
-        """`frozen_candidates` as a list, and why each stale one may take nothing now
-        (`NodeRecord.stale_reason` under `limit` at `now`), in one pass over the records:
-        the extender asks this of ~500 nodes per scheduling cycle."""
+        self, nodes: Iterable[str], limit: float, now: float, *, without: str | None = None
+    ) -> tuple[dict[str, ShapeCandidates], dict[str, str]]:
+        """`frozen_candidates` grouped by hardware shape (key -> topology, nodes, frozen
+        states, in first-seen order: what the engine decides in bulk), and the nodes
+        that may take nothing now, in the order given: no topology, or stale
+        (`NodeRecord.stale_reason` under `limit` at `now`). One pass over the records:
+        the extender asks this of ~500 nodes per scheduling cycle.
+
+        `without`: a pod whose own bookings are left out (a copy of each state holding
+        it, released): the pod being judged again must not count an earlier attempt."""
         records = self._nodes
-        taken: list[tuple[str, NumatopologySpec | None, NodeState | None]] = []
-        stale: dict[str, str] = {}
-        add = taken.append
+        groups: dict[str, ShapeCandidates] = {}
+        refused: dict[str, str] = {}
+        # Heartbeats older than this go to `stale_reason`, which words (and decides)
+        # exactly; the margin keeps this cheap test from missing one by rounding.
+        old = now - limit + 1.0 if limit > 0 else -math.inf
         for node in nodes:
             found = records.get(node)
-            if found is None or found.topology is None:
-                add((node, None, None))
-                if found is None:
-                    continue
-            else:
-                frozen, live = found.frozen, found.state
-                if frozen is not None and frozen[0] is live and frozen[1] == live.version:
-                    add((node, found.topology, frozen[2]))
-                else:
-                    add((node, found.topology, _frozen(found)))
-            # One cheap test finds the few that `stale_reason` words.
+            if found is None or found.topology is None or found.shape is None:
+                refused[node] = NO_NUMATOPOLOGY
+                continue
             beat = found.heartbeat
-            if found.stale is not None or (beat is not None and limit > 0 and now - beat > limit):
+            if found.stale is not None or (beat is not None and beat < old):
                 why = found.stale_reason(limit, now)
                 if why is not None:
-                    stale[node] = why
-        return taken, stale
+                    refused[node] = why
+                    continue
+            # `_frozen`'s unchanged case inline.
+            frozen, live = found.frozen, found.state
+            if frozen is None or frozen[0] is not live or frozen[1] != frozen[0].version:
+                _frozen(found)
+                frozen = found.frozen
+            assert frozen is not None, "a record with a topology has a state"
+            state = frozen[2]
+            if without is not None and without in state.assignments:
+                state = state.copy()
+                state.release(without)
+            group = groups.get(found.shape.key)
+            if group is None:
+                group = groups[found.shape.key] = (found.topology, [], [])
+            group[1].append(node)
+            group[2].append(state)
+        return groups, refused
 
     def next_seq(self, node: str) -> int:
         """The sequence number of the next decision on `node` (1 on a node never booked)."""

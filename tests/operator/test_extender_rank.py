@@ -31,7 +31,7 @@ def test_prioritize_ranks_with_the_host_counts_of_the_nodes_it_judges():
     nodes = [(n.name, n.shape.spec, n.state) for n in cluster.nodes]
     request = engine_request(one, PolicyName.BEST_EFFORT)
 
-    ranks = judge_candidates(request, Candidates(nodes, {}, mix)).ranks
+    ranks = judge_candidates(request, Candidates.of(nodes, {}, mix)).ranks
 
     hosts = mix_hosts(((spec, [state]) for _, spec, state in nodes if state), mix)
     expected = {
@@ -65,8 +65,8 @@ def test_a_long_lived_engine_judges_a_changing_fleet_as_a_fresh_one():
         nodes = [(n.name, n.shape.spec, n.state) for n in cluster.nodes]
         for pod in pods:
             request = engine_request(pod, PolicyName.BEST_EFFORT)
-            kept = judge_candidates(request, Candidates(nodes, {}, mix), engine)
-            fresh = judge_candidates(request, Candidates(nodes, {}, mix))
+            kept = judge_candidates(request, Candidates.of(nodes, {}, mix), engine)
+            fresh = judge_candidates(request, Candidates.of(nodes, {}, mix))
             assert (fresh.ranks, fresh.scores, fresh.failed, fresh.unresolvable) == (
                 kept.ranks,
                 kept.scores,
