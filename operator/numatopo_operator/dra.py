@@ -50,6 +50,7 @@ from numatopo_engine.annotations import Assignment, State
 from numatopo_engine.dra import api
 from numatopo_engine.dra.claims import (
     ClaimDecision,
+    PodClaim,
     UndecidedError,
     allocations_for,
     decide_claims,
@@ -147,18 +148,12 @@ async def _settle(runtime: Runtime, pod: PodView) -> bool:
     entries = pod_claims(pod)
     if not entries:
         return await _leave(runtime, pod, "the pod references no ResourceClaim")
-    if any(e.claim is None for e in entries):
-        return True  # kube-controller-manager has not created the template's claim yet
-    claims: dict[str, api.ResourceClaim] = {}
-    for entry in entries:
-        assert entry.claim is not None
-        raw = await runtime.kube.get_resource_claim(ref["namespace"], entry.claim)
-        if raw is None:
-            return True
-        try:
-            claims[entry.claim] = api.ResourceClaim.model_validate(raw)
-        except pydantic.ValidationError as exc:
-            return await _leave(runtime, pod, f"claim {entry.claim} is unreadable: {exc}")
+    try:
+        claims = await _fetched_claims(runtime, ref["namespace"], entries)
+    except UndecidedError as exc:
+        return await _leave(runtime, pod, str(exc))
+    if claims is None:
+        return True
     try:
         base = assigning.read_request(runtime, pod)
         decision = await _decide(runtime, pod, base, entries, claims)
@@ -389,24 +384,18 @@ async def _member(runtime: Runtime, pod: PodView) -> bool:
     if booking is None:
         return await _leave(runtime, pod, f"{scheduler}: it carries no assignment")
     entries = pod_claims(pod)
-    if any(e.claim is None for e in entries):
-        return True  # kube-controller-manager has not created the template's claim yet
-    claims: dict[str, api.ResourceClaim] = {}
+    try:
+        claims = await _fetched_claims(runtime, ref["namespace"], entries)
+    except UndecidedError as exc:
+        return await _leave(runtime, pod, str(exc))
+    if claims is None:
+        return True
     pending: dict[str, api.ResourceClaim] = {}
-    for entry in entries:
-        assert entry.claim is not None
-        raw = await runtime.kube.get_resource_claim(ref["namespace"], entry.claim)
-        if raw is None:
-            return True
-        try:
-            claim = claims[entry.claim] = api.ResourceClaim.model_validate(raw)
-        except pydantic.ValidationError as exc:
-            return await _leave(runtime, pod, f"claim {entry.claim} is unreadable: {exc}")
+    for name, claim in claims.items():
         if claim.status.allocation is None:
-            pending[entry.claim] = claim
+            pending[name] = claim
         elif not _reserved_for(claim, ref["uid"]):
-            why = f"{scheduler}: claim {entry.claim} is allocated already"
-            return await _leave(runtime, pod, why)
+            return await _leave(runtime, pod, f"{scheduler}: claim {name} is allocated already")
     assignment = booking.assignment
     if not any(c.gpu_indices or c.nics for c in assignment.containers.values()):
         return await _leave(runtime, pod, f"{scheduler}: its plan names no device")
@@ -422,6 +411,27 @@ async def _member(runtime: Runtime, pod: PodView) -> bool:
         await _write_claims(runtime, ref, allocations, pending)
     await _release(runtime, pod, assignment, allocations, resumed=" (its group's plan)")
     return False
+
+
+async def _fetched_claims(
+    runtime: Runtime, namespace: str, entries: list[PodClaim]
+) -> dict[str, api.ResourceClaim] | None:
+    """The pod's claims as the API has them now, by name, in the pod's order; None while
+    one is not there yet (kube-controller-manager has not created a template's claim).
+    UndecidedError names a claim that cannot be read."""
+    if any(e.claim is None for e in entries):
+        return None
+    claims: dict[str, api.ResourceClaim] = {}
+    for entry in entries:
+        assert entry.claim is not None
+        raw = await runtime.kube.get_resource_claim(namespace, entry.claim)
+        if raw is None:
+            return None
+        try:
+            claims[entry.claim] = api.ResourceClaim.model_validate(raw)
+        except pydantic.ValidationError as exc:
+            raise UndecidedError(f"claim {entry.claim} is unreadable: {exc}") from None
+    return claims
 
 
 def _reserved_for(claim: api.ResourceClaim, uid: str) -> bool:
