@@ -10,43 +10,22 @@ writes are covered in tests/exporter/agent)."""
 
 from __future__ import annotations
 
-import asyncio
 import json
 from pathlib import Path
 from typing import Any
 
 import pytest
 
-import signing_keys
 from dra_objects import claim, gpu_slice, nic_slice, request
 from kubelet_harness import Harness
+from node_agent import aligned, cgroup_tree, running_agent
 from numatopo_engine import annotations as keys
 from numatopo_engine.cpuset import CPUSet
-from numatopo_exporter.agent.feedback import ALIGNED
-from numatopo_exporter.agent.loop import AgentLoop
-from numatopo_kube import KubeClient
-from numatopo_kube.backoff import Backoff
 
 from .conftest import Cluster, numatopology
 from .test_dra_cluster import CLAIMS, FAST, NODE, allocated, build, dra_pod, gated, spec
 
 CID = "d4a0d4a0d4a0d4a0"
-
-
-def cgroup_tree(root: Path, uid: str) -> None:
-    """kubepods/pod<uid>/<container id> as plain files (a Guaranteed pod, cgroupfs)."""
-    for relative in ("", "kubepods", f"kubepods/pod{uid}", f"kubepods/pod{uid}/{CID}"):
-        path = root / relative
-        path.mkdir(parents=True, exist_ok=True)
-        (path / "cpuset.cpus").write_text("0-95\n")
-        (path / "cpuset.mems").write_text("0-1\n")
-
-
-def aligned(cluster: Cluster, name: str) -> tuple[str, str] | None:
-    for condition in cluster.pods()[name].get("status", {}).get("conditions", []):
-        if condition["type"] == ALIGNED:
-            return condition["status"], condition.get("reason", "")
-    return None
 
 
 @pytest.mark.timeout(90)
@@ -60,65 +39,50 @@ async def test_the_agent_pins_cpus_next_to_the_claimed_gpus(
     assert dra["summary"] == "dra.net/p4d-a: 4 NICs; gpu.nvidia.com/p4d-a: 8 GPUs"
     assert sorted(d["gpu"] for d in dra["devices"] if "gpu" in d) == list(range(8))
 
-    async with Harness() as kubelet:
-        client = KubeClient(component="numatopo-agent", host=NODE, timeout_seconds=5)
-        await client.reconnect(str(cluster.api.url))
-        agent = AgentLoop(
-            client,
-            node_name=NODE,
-            verifier=signing_keys.VERIFIER,
-            cgroup_root=tmp_path,
-            kubelet_state=tmp_path / "no-kubelet-state",
-            pod_resources_socket=kubelet.pod_resources_socket,
-            resync_seconds=0.3,
-            backoff=Backoff(0.01, 0.05),
+    async with (
+        Harness() as kubelet,
+        running_agent(str(cluster.api.url), NODE, tmp_path, kubelet.pod_resources_socket),
+    ):
+        # No device plugin lists the GPUs: the agent says so, and the node's mode.
+        await wait(
+            lambda: cluster.numatopology_status(NODE).get("gpuMode") == "Allocated",
+            what="mode Allocated",
         )
-        async with client:
-            task = asyncio.create_task(agent.run())
-            try:
-                # No device plugin lists the GPUs: the agent says so, and the node's mode.
-                await wait(
-                    lambda: cluster.numatopology_status(NODE).get("gpuMode") == "Allocated",
-                    what="mode Allocated",
-                )
-                await wait(
-                    lambda: len(
-                        (cluster.numatopology_status(NODE).get("unhealthy") or {}).get("gpus", [])
-                    ) == 8,
-                    what="the agent's unhealthy report",
-                )  # fmt: skip
+        await wait(
+            lambda: len(
+                (cluster.numatopology_status(NODE).get("unhealthy") or {}).get("gpus", [])
+            ) == 8,
+            what="the agent's unhealthy report",
+        )  # fmt: skip
 
-                # ... which does not keep the operator from allocating the DRA GPUs.
-                await cluster.create(CLAIMS, claim("pair", [request("gpu", "gpu.nvidia.com", 2)]))
-                body = dra_pod("train", ["pair"])
-                uid = body["metadata"]["uid"]
-                await cluster.create_pod(body)
-                await wait(lambda: not gated(cluster, "train"), what="train released")
-                first = json.loads(cluster.annotations("train")[keys.ASSIGNMENT])
+        # ... which does not keep the operator from allocating the DRA GPUs.
+        await cluster.create(CLAIMS, claim("pair", [request("gpu", "gpu.nvidia.com", 2)]))
+        body = dra_pod("train", ["pair"])
+        uid = body["metadata"]["uid"]
+        await cluster.create_pod(body)
+        await wait(lambda: not gated(cluster, "train"), what="train released")
+        first = json.loads(cluster.annotations("train")[keys.ASSIGNMENT])
 
-                # kube-scheduler binds it; the kubelet runs it (its cgroup, its container).
-                cgroup_tree(tmp_path, uid)
-                await cluster.patch_pod("train", {"spec": {"nodeName": NODE}})
-                running = {
-                    "phase": "Running",
-                    "qosClass": "Guaranteed",
-                    "containerStatuses": [
-                        {
-                            "name": "main",
-                            "containerID": f"containerd://{CID}",
-                            "state": {"running": {}},
-                        }
-                    ],
+        # kube-scheduler binds it; the kubelet runs it (its cgroup, its container).
+        cgroup_tree(tmp_path, uid, CID, cpus="0-95")
+        await cluster.patch_pod("train", {"spec": {"nodeName": NODE}})
+        running = {
+            "phase": "Running",
+            "qosClass": "Guaranteed",
+            "containerStatuses": [
+                {
+                    "name": "main",
+                    "containerID": f"containerd://{CID}",
+                    "state": {"running": {}},
                 }
-                await cluster.patch_pod("train", {"status": running})
-                await wait(
-                    lambda: aligned(cluster, "train") == ("True", "CpusetsApplied"),
-                    what="Aligned: the CPUs pinned beside the claimed GPUs",
-                    timeout=20,
-                )
-            finally:
-                task.cancel()
-                await asyncio.gather(task, return_exceptions=True)
+            ],
+        }
+        await cluster.patch_pod("train", {"status": running})
+        await wait(
+            lambda: aligned(cluster, "train") == ("True", "CpusetsApplied"),
+            what="Aligned: the CPUs pinned beside the claimed GPUs",
+            timeout=20,
+        )
 
     final = json.loads(cluster.annotations("train")[keys.ASSIGNMENT])
     assert final["seq"] == first["seq"], "never realigned: the claim is the guarantee"
@@ -154,36 +118,21 @@ async def test_the_agent_learns_a_new_status_dra_within_seconds(
     await cluster.create_numatopology(numatopology(NODE, spec()))
     await start_operator(**FAST)
 
-    async with Harness() as kubelet:
-        client = KubeClient(component="numatopo-agent", host=NODE, timeout_seconds=5)
-        await client.reconnect(str(cluster.api.url))
-        agent = AgentLoop(
-            client,
-            node_name=NODE,
-            verifier=signing_keys.VERIFIER,
-            cgroup_root=tmp_path,
-            kubelet_state=tmp_path / "no-kubelet-state",
-            pod_resources_socket=kubelet.pod_resources_socket,
-            resync_seconds=0.3,
-            backoff=Backoff(0.01, 0.05),
-        )
+    async with (
+        Harness() as kubelet,
+        running_agent(str(cluster.api.url), NODE, tmp_path, kubelet.pod_resources_socket) as agent,
+    ):
         assert agent.devices.spec_refresh_seconds == 300.0
-        async with client:
-            task = asyncio.create_task(agent.run())
-            try:
-                await wait(
-                    lambda: cluster.numatopology_status(NODE).get("gpuMode") == "Followed",
-                    what="mode Followed",
-                )
-                assert "dra" not in cluster.numatopology_status(NODE)
-                for body in (gpu_slice(NODE, spec()), nic_slice(NODE, spec())):
-                    await cluster.create("/apis/resource.k8s.io/v1/resourceslices", body)
-                await wait(lambda: "dra" in cluster.numatopology_status(NODE), what="status.dra")
-                await wait(
-                    lambda: cluster.numatopology_status(NODE).get("gpuMode") == "Allocated",
-                    what="mode Allocated",
-                    timeout=5,
-                )
-            finally:
-                task.cancel()
-                await asyncio.gather(task, return_exceptions=True)
+        await wait(
+            lambda: cluster.numatopology_status(NODE).get("gpuMode") == "Followed",
+            what="mode Followed",
+        )
+        assert "dra" not in cluster.numatopology_status(NODE)
+        for body in (gpu_slice(NODE, spec()), nic_slice(NODE, spec())):
+            await cluster.create("/apis/resource.k8s.io/v1/resourceslices", body)
+        await wait(lambda: "dra" in cluster.numatopology_status(NODE), what="status.dra")
+        await wait(
+            lambda: cluster.numatopology_status(NODE).get("gpuMode") == "Allocated",
+            what="mode Allocated",
+            timeout=5,
+        )
