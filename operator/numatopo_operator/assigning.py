@@ -430,10 +430,12 @@ async def run_retries(runtime: Runtime) -> None:
         await asyncio.sleep(pause)
         if not runtime.deciding:
             continue
-        for key, pod in retries.pop_due(time.monotonic()):
+        due_now = retries.pop_due(time.monotonic())
+        for at, (_, pod) in enumerate(due_now):
             if not runtime.deciding:
-                # Leave it due: the replica that decides next judges every pod anyway.
-                retries.schedule(key, pod, time.monotonic())
+                # A renewal came late while earlier ones were judged: every pod not
+                # judged yet stays due, for when this replica decides again.
+                retries.put_back(key for key, _ in due_now[at:])
                 break
             runtime.metrics.retries.inc()
             await settle(runtime, pod)

@@ -11,6 +11,7 @@ its answer once the API or the node recovers, even when no other event comes.
 from __future__ import annotations
 
 import heapq
+from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import Generic, TypeVar
 
@@ -78,9 +79,17 @@ class RetryQueue(Generic[T]):
 
     def pop_due(self, now: float) -> list[tuple[str, T]]:
         """The pods due at `now`, earliest first; they stay queued (with their attempt
-        count) until `schedule` or `discard` says what comes next."""
+        count) until `schedule`, `discard` or `put_back` says what comes next: one of
+        them that none of the three is called for is never due again."""
         found: list[tuple[str, T]] = []
         while (due := self.next_due()) is not None and due <= now:
             _, key = heapq.heappop(self._heap)
             found.append((key, self._entries[key].pod))
         return found
+
+    def put_back(self, keys: Iterable[str]) -> None:
+        """Popped pods that were not judged: due again at once, their attempts unchanged."""
+        for key in keys:
+            entry = self._entries.get(key)
+            if entry is not None:
+                heapq.heappush(self._heap, (entry.backoff.due, key))
