@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import AsyncIterator, Awaitable, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -23,7 +23,7 @@ from numatopo_kube import Listing, WatchEvent
 from numatopo_kube.backoff import Backoff
 from numatopo_operator.errors import KubeError
 
-__all__ = ["Followed", "KeyedWorkers", "follow", "in_turns"]
+__all__ = ["Followed", "KeyedWorkers", "follow", "in_turns", "stop_all"]
 
 logger = logging.getLogger(__name__)
 
@@ -121,7 +121,18 @@ class KeyedWorkers:
             self.workers.pop(key, None)
 
     async def stop(self) -> None:
-        workers = list(self.workers.values())
-        for worker in workers:
-            worker.cancel()
-        await asyncio.gather(*workers, return_exceptions=True)
+        await stop_all(list(self.workers.values()))
+
+
+async def stop_all(tasks: Iterable[asyncio.Task[Any]]) -> None:
+    """Cancel each task that no one cancelled yet, and wait for them all to end.
+
+    Never twice: a second cancel lands in the cleanup of the first. When kopf stops it
+    cancels every task begun since it started (feeds, workers) and waits for them; a
+    feed cancelling them again meanwhile cut an HTTP request's cleanup short, and the
+    pool connections it was closing then stayed open."""
+    tasks = list(tasks)
+    for task in tasks:
+        if not task.cancelling():
+            task.cancel()
+    await asyncio.gather(*tasks, return_exceptions=True)
