@@ -1,5 +1,5 @@
 """One kind of object followed by a list, then a watch from that list's resourceVersion
-(I/O); `cluster_feed` follows Numatopologies and Nodes with it.
+(I/O); `cluster_feed` follows Numatopologies and Nodes with it, `dra_feed` the DRA kinds.
 
 A watch that ends with 410 Gone (its version was compacted away) lists again, and the
 new list replaces what was known: what it lacks ended while nobody watched. Any other
@@ -41,8 +41,12 @@ class Followed:
     watching: Callable[[str | None], AsyncIterator[WatchEvent]]
     listed: Callable[[list[Body]], Awaitable[None]]
     """Every object of a list: it replaces what was known (`in_turns` between objects)."""
-    seen: Callable[[str, Body], None]
-    """One watch event: its type (ADDED, MODIFIED, DELETED) and object."""
+    seen: Callable[[str, Body], Awaitable[None] | None]
+    """One watch event: its type (ADDED, MODIFIED, DELETED) and object; what it returns
+    is awaited before the next event is read."""
+    absent_retry_seconds: float | None = None
+    """Where the API does not serve the kind (a list answered 404: DRA on a cluster
+    without it), how long until it is asked again; None: a failure like any other."""
 
 
 async def _watch(kind: Followed, version: str | None, backoff: Backoff) -> None:
@@ -53,7 +57,9 @@ async def _watch(kind: Followed, version: str | None, backoff: Backoff) -> None:
                 metadata = event.object.get("metadata") or {}
                 version = str(metadata.get("resourceVersion") or "") or version
                 if event.type in ("ADDED", "MODIFIED", "DELETED"):
-                    kind.seen(event.type, event.object)
+                    left = kind.seen(event.type, event.object)
+                    if left is not None:
+                        await left
                 backoff.reset()
         except KubeError as exc:
             if exc.status == 410:
@@ -75,6 +81,10 @@ async def follow(kind: Followed) -> None:
             await _watch(kind, answer.resource_version, backoff)
             continue
         except KubeError as exc:
+            if exc.status == 404 and kind.absent_retry_seconds is not None:
+                logger.info("%s are not served: nothing followed", kind.name)
+                await asyncio.sleep(kind.absent_retry_seconds)
+                continue
             level = logging.DEBUG if exc.reason == "NotLoggedIn" else logging.WARNING
             logger.log(level, "cannot list %s (retrying): %s", kind.name, exc)
         except Exception:
