@@ -11,13 +11,11 @@ spec's `numaNodes[].distances` (missing entries count as local, 10).
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Iterator, Mapping
-from itertools import combinations
+from collections.abc import Iterable, Mapping
 
 __all__ = [
     "LOCAL_DISTANCE",
     "bits",
-    "combinations_of_width",
     "format_mask",
     "make_mask",
     "mean_distance",
@@ -55,12 +53,6 @@ def width(mask: int) -> int:
 def sort_key(mask: int) -> tuple[int, int]:
     """Narrower first, then lower bits (kubelet `IsNarrowerThan`)."""
     return (mask.bit_count(), mask)
-
-
-def combinations_of_width(numa_ids: Iterable[int], size: int) -> Iterator[int]:
-    """Every mask of exactly `size` nodes drawn from `numa_ids`, in lexicographic order."""
-    for combo in combinations(sorted(numa_ids), size):
-        yield make_mask(combo)
 
 
 def mean_distance(mask: int, distances: Mapping[tuple[int, int], int]) -> float:

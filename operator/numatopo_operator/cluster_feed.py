@@ -164,7 +164,5 @@ async def follow_cluster(runtime: Runtime) -> None:
     try:
         await asyncio.gather(*tasks)
     finally:
-        for task in tasks:
-            task.cancel()
-        await asyncio.gather(*tasks, return_exceptions=True)
+        await list_watch.stop_all(tasks)
         await topologies.workers.stop()

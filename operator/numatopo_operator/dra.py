@@ -177,13 +177,10 @@ async def _settle(runtime: Runtime, pod: PodView) -> bool:
     return False
 
 
-async def _decide(
+async def _slices_and_classes(
     runtime: Runtime,
-    pod: PodView,
-    base: Any,
-    entries: Any,
-    claims: Mapping[str, api.ResourceClaim],
-) -> ClaimDecision | None:
+) -> tuple[list[api.ResourceSlice], dict[str, api.DeviceClass]]:
+    """Every ResourceSlice, and every DeviceClass by name, as the API has them now."""
     slices = [
         api.ResourceSlice.model_validate(s)
         for s in (await runtime.kube.list_resource_slices()).items
@@ -192,6 +189,17 @@ async def _decide(
         c["metadata"]["name"]: api.DeviceClass.model_validate(c)
         for c in (await runtime.kube.list_device_classes()).items
     }
+    return slices, classes
+
+
+async def _decide(
+    runtime: Runtime,
+    pod: PodView,
+    base: Any,
+    entries: Any,
+    claims: Mapping[str, api.ResourceClaim],
+) -> ClaimDecision | None:
+    slices, classes = await _slices_and_classes(runtime)
     others = []
     for raw in (await runtime.kube.list_resource_claims()).items:
         try:
@@ -447,14 +455,7 @@ async def _allocations(
 ) -> dict[str, api.AllocationResult]:
     """The claims' allocations from the devices of the pod's assignment, as they are
     now: the devices another claim holds since make it `UnsatisfiableError`."""
-    slices = [
-        api.ResourceSlice.model_validate(s)
-        for s in (await runtime.kube.list_resource_slices()).items
-    ]
-    classes = {
-        c["metadata"]["name"]: api.DeviceClass.model_validate(c)
-        for c in (await runtime.kube.list_device_classes()).items
-    }
+    slices, classes = await _slices_and_classes(runtime)
     topology = runtime.ledger.topology(assignment.node)
     if topology is None:
         raise UndecidedError(f"node {assignment.node} has no Numatopology")

@@ -2,9 +2,9 @@
 `Runtime.dra_holds` and from there into the ledger (I/O; the bookkeeping is
 `dra_holds`); the extender judges DRA pods by the same copies (`dra_extender`).
 
-Each kind: a LIST, then a WATCH from its resourceVersion; a watch that ends with 410
-Gone lists again (the list replaces what was known, so what ended unwatched is
-dropped), any other error pauses and resumes from the last version seen. Where the API
+Each kind is followed by `list_watch` (a LIST, then a WATCH from its resourceVersion;
+410 Gone lists again and the list replaces what was known, so what ended unwatched is
+dropped; any other error pauses and resumes from the last version seen). Where the API
 does not serve `resource.k8s.io/v1` (404: a cluster without DRA) it asks again rarely
 and holds nothing. Every node whose holds change is booked again at once; pods waiting
 on a node a claim freed are judged again (`handlers` redrives them as for a pod's end).
@@ -15,19 +15,17 @@ from __future__ import annotations
 import asyncio
 import logging
 from collections.abc import AsyncIterator, Awaitable, Callable, Iterable, Mapping
-from dataclasses import dataclass
 from typing import Any
 
 from numatopo_kube import Listing, WatchEvent
-from numatopo_operator import assigning
-from numatopo_operator.errors import KubeError, kept_serving
+from numatopo_operator import assigning, list_watch
+from numatopo_operator.errors import kept_serving
 from numatopo_operator.runtime import Runtime
 
 __all__ = ["follow_dra"]
 
 logger = logging.getLogger(__name__)
 
-RETRY_SECONDS = 1.0
 ABSENT_RETRY_SECONDS = 300.0
 """How often a cluster that does not serve resource.k8s.io/v1 is asked again."""
 
@@ -57,53 +55,30 @@ async def _booked(runtime: Runtime, nodes: set[str]) -> None:
                 await assigning.settle(runtime, pod)
 
 
-@dataclass(frozen=True)
-class _Kind:
-    """One kind followed: its list and watch, and where what they say goes."""
+def _followed(
+    runtime: Runtime,
+    name: str,
+    listing: Callable[[], Awaitable[Listing]],
+    watching: Callable[[str | None], AsyncIterator[WatchEvent]],
+    *,
+    listed: Listed,
+    seen: Seen,
+) -> list_watch.Followed:
+    """One kind, every node whose holds its list or events change booked again."""
 
-    name: str
-    listing: Callable[[], Awaitable[Listing]]
-    watching: Callable[[str | None], AsyncIterator[WatchEvent]]
-    listed: Listed
-    seen: Seen
+    async def booked_listed(items: list[dict[str, Any]]) -> None:
+        await _booked(runtime, listed(items))
 
+    def booked_seen(type: str, body: dict[str, Any]) -> Awaitable[None]:
+        return _booked(runtime, seen(type == "DELETED", body))
 
-async def _follow(runtime: Runtime, kind: _Kind) -> None:
-    while True:
-        try:
-            answer = await kind.listing()
-            await _booked(runtime, kind.listed(answer.items))
-            version = answer.resource_version
-            while True:
-                try:
-                    async for event in kind.watching(version):
-                        metadata = event.object.get("metadata") or {}
-                        version = str(metadata.get("resourceVersion") or version or "") or None
-                        if event.type in ("ADDED", "MODIFIED", "DELETED"):
-                            deleted = event.type == "DELETED"
-                            await _booked(runtime, kind.seen(deleted, event.object))
-                except KubeError as exc:
-                    if exc.status == 410:
-                        logger.info("%s watch: 410 Gone, listing again", kind.name)
-                        break
-                    logger.warning("the %s watch ended (resuming): %s", kind.name, exc)
-                await asyncio.sleep(RETRY_SECONDS)
-        except KubeError as exc:
-            if exc.status == 404:
-                logger.info("%s are not served (no DRA on this cluster): nothing held", kind.name)
-                await asyncio.sleep(ABSENT_RETRY_SECONDS)
-                continue
-            level = logging.DEBUG if exc.reason == "NotLoggedIn" else logging.WARNING
-            logger.log(level, "cannot list %s (retrying): %s", kind.name, exc)
-            await asyncio.sleep(RETRY_SECONDS)
-        except Exception:
-            # Never a silent end: the holds would go stale while the process runs on.
-            logger.exception("following %s failed (listing again)", kind.name)
-            await asyncio.sleep(RETRY_SECONDS)
+    return list_watch.Followed(
+        name, listing, watching, booked_listed, booked_seen, ABSENT_RETRY_SECONDS
+    )
 
 
 async def follow_dra(runtime: Runtime) -> None:
-    """Follow claims and slices until cancelled."""
+    """Follow claims, slices and classes until cancelled."""
     kube, holds = runtime.kube, runtime.dra_holds
 
     def claims_watch(version: str | None) -> AsyncIterator[WatchEvent]:
@@ -115,27 +90,30 @@ async def follow_dra(runtime: Runtime) -> None:
     def classes_watch(version: str | None) -> AsyncIterator[WatchEvent]:
         return kube.watch_device_classes(resource_version=version)
 
-    slices = _Kind(
-        "ResourceSlices",
-        kube.list_resource_slices,
-        slices_watch,
-        holds.slices_listed,
-        holds.slice_seen,
-    )
-    claims = _Kind(
-        "ResourceClaims",
-        kube.list_resource_claims,
-        claims_watch,
-        holds.claims_listed,
-        holds.claim_seen,
-    )
-    classes = _Kind(
-        "DeviceClasses",
-        kube.list_device_classes,
-        classes_watch,
-        holds.classes_listed,
-        holds.class_seen,
-    )
-    await asyncio.gather(
-        _follow(runtime, slices), _follow(runtime, claims), _follow(runtime, classes)
-    )
+    kinds = [
+        _followed(
+            runtime,
+            "ResourceSlices",
+            kube.list_resource_slices,
+            slices_watch,
+            listed=holds.slices_listed,
+            seen=holds.slice_seen,
+        ),
+        _followed(
+            runtime,
+            "ResourceClaims",
+            kube.list_resource_claims,
+            claims_watch,
+            listed=holds.claims_listed,
+            seen=holds.claim_seen,
+        ),
+        _followed(
+            runtime,
+            "DeviceClasses",
+            kube.list_device_classes,
+            classes_watch,
+            listed=holds.classes_listed,
+            seen=holds.class_seen,
+        ),
+    ]
+    await asyncio.gather(*(list_watch.follow(kind) for kind in kinds))

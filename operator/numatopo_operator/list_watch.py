@@ -1,5 +1,5 @@
 """One kind of object followed by a list, then a watch from that list's resourceVersion
-(I/O); `cluster_feed` follows Numatopologies and Nodes with it.
+(I/O); `cluster_feed` follows Numatopologies and Nodes with it, `dra_feed` the DRA kinds.
 
 A watch that ends with 410 Gone (its version was compacted away) lists again, and the
 new list replaces what was known: what it lacks ended while nobody watched. Any other
@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import AsyncIterator, Awaitable, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -23,7 +23,7 @@ from numatopo_kube import Listing, WatchEvent
 from numatopo_kube.backoff import Backoff
 from numatopo_operator.errors import KubeError
 
-__all__ = ["Followed", "KeyedWorkers", "follow", "in_turns"]
+__all__ = ["Followed", "KeyedWorkers", "follow", "in_turns", "stop_all"]
 
 logger = logging.getLogger(__name__)
 
@@ -41,8 +41,12 @@ class Followed:
     watching: Callable[[str | None], AsyncIterator[WatchEvent]]
     listed: Callable[[list[Body]], Awaitable[None]]
     """Every object of a list: it replaces what was known (`in_turns` between objects)."""
-    seen: Callable[[str, Body], None]
-    """One watch event: its type (ADDED, MODIFIED, DELETED) and object."""
+    seen: Callable[[str, Body], Awaitable[None] | None]
+    """One watch event: its type (ADDED, MODIFIED, DELETED) and object; what it returns
+    is awaited before the next event is read."""
+    absent_retry_seconds: float | None = None
+    """Where the API does not serve the kind (a list answered 404: DRA on a cluster
+    without it), how long until it is asked again; None: a failure like any other."""
 
 
 async def _watch(kind: Followed, version: str | None, backoff: Backoff) -> None:
@@ -53,7 +57,9 @@ async def _watch(kind: Followed, version: str | None, backoff: Backoff) -> None:
                 metadata = event.object.get("metadata") or {}
                 version = str(metadata.get("resourceVersion") or "") or version
                 if event.type in ("ADDED", "MODIFIED", "DELETED"):
-                    kind.seen(event.type, event.object)
+                    left = kind.seen(event.type, event.object)
+                    if left is not None:
+                        await left
                 backoff.reset()
         except KubeError as exc:
             if exc.status == 410:
@@ -75,6 +81,10 @@ async def follow(kind: Followed) -> None:
             await _watch(kind, answer.resource_version, backoff)
             continue
         except KubeError as exc:
+            if exc.status == 404 and kind.absent_retry_seconds is not None:
+                logger.info("%s are not served: nothing followed", kind.name)
+                await asyncio.sleep(kind.absent_retry_seconds)
+                continue
             level = logging.DEBUG if exc.reason == "NotLoggedIn" else logging.WARNING
             logger.log(level, "cannot list %s (retrying): %s", kind.name, exc)
         except Exception:
@@ -121,7 +131,18 @@ class KeyedWorkers:
             self.workers.pop(key, None)
 
     async def stop(self) -> None:
-        workers = list(self.workers.values())
-        for worker in workers:
-            worker.cancel()
-        await asyncio.gather(*workers, return_exceptions=True)
+        await stop_all(list(self.workers.values()))
+
+
+async def stop_all(tasks: Iterable[asyncio.Task[Any]]) -> None:
+    """Cancel each task that no one cancelled yet, and wait for them all to end.
+
+    Never twice: a second cancel lands in the cleanup of the first. When kopf stops it
+    cancels every task begun since it started (feeds, workers) and waits for them; a
+    feed cancelling them again meanwhile cut an HTTP request's cleanup short, and the
+    pool connections it was closing then stayed open."""
+    tasks = list(tasks)
+    for task in tasks:
+        if not task.cancelling():
+            task.cancel()
+    await asyncio.gather(*tasks, return_exceptions=True)

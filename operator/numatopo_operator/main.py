@@ -26,6 +26,7 @@ from numatopo_operator import (
     handlers,
     health,
     leadership,
+    list_watch,
     pod_feed,
     status,
 )
@@ -138,9 +139,7 @@ async def _background(runtime: Runtime, *, identity: str) -> AsyncIterator[None]
     try:
         yield
     finally:
-        for task in tasks:
-            task.cancel()
-        await asyncio.gather(*tasks, return_exceptions=True)
+        await list_watch.stop_all(tasks)
         await leadership.stand_down(runtime, elector, label)
 
 

@@ -145,8 +145,6 @@ async def follow_pods(runtime: Runtime) -> None:
         runtime.pods_listed.set()
         await asyncio.gather(*tasks)
     finally:
-        for task in tasks:
-            task.cancel()
-        await asyncio.gather(*tasks, return_exceptions=True)
+        await list_watch.stop_all(tasks)
         for feed in feeds:
             await feed.workers.stop()

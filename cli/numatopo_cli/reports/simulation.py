@@ -1,22 +1,22 @@
 """`numatopo simulate -o json` (one report per replay kind).
 
 The keys are snake_case, as the replay's JSON had them before it was versioned (readers
-of that kept working); `apiVersion`, `kind` and `migPool` are the exceptions. A
-strategy's entry is the engine's own result (a dataclass, held to this module's
-rules: every field written, no other key).
+of that kept working); `apiVersion`, `kind` and `migPool` are the exceptions. The
+fields are the engine's own result's (a dataclass; its strategies' entries too), held to
+this module's rules: every field written, no other key.
 """
 
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import asdict
-from typing import Any, Literal
+from typing import Any, Literal, get_type_hints
 
-from pydantic import Field
+from pydantic import Field, create_model
 
 from numatopo_cli.reports import API_VERSION, Report
 from numatopo_engine.simulation import SimulationResult
-from numatopo_engine.simulation.gangs import GangResult, GangStrategyResult
-from numatopo_engine.simulation.metrics import StrategyResult
+from numatopo_engine.simulation.gangs import GangResult
 
 __all__ = [
     "GangSimulationReport",
@@ -34,36 +34,27 @@ class MigPoolReport(Report):
     pods: int
 
 
-class SimulationReport(Report):
-    api_version: str = Field(default=API_VERSION, alias="apiVersion")
-    kind: Literal["SimulationReport"] = "SimulationReport"
-    nodes: int
-    gpus: int
-    pods: int
-    fractional_pods: int
-    cpu_only_pods: int
-    multi_gpu_pods: int
-    seed: int
-    mig_pool: MigPoolReport | None = Field(alias="migPool")
-    strategies: list[StrategyResult]
-    """One per strategy (meanings: `numatopo_engine.simulation.metrics`)."""
+def _report_of(result: type, kind: str, *, mig_pool: bool = False) -> type[Report]:
+    """The report of an engine result: `apiVersion` and `kind`, then every field of the
+    result as it is typed there (the one definition), all of them required; `migPool`
+    (with `mig_pool`) stands before the strategies, where it always did."""
+    hints = get_type_hints(result)
+    fields: dict[str, Any] = {
+        "api_version": (str, Field(default=API_VERSION, alias="apiVersion")),
+        "kind": (Literal[kind], kind),
+    }
+    for field in dataclasses.fields(result):
+        if mig_pool and field.name == "strategies":
+            fields["mig_pool"] = (MigPoolReport | None, Field(alias="migPool"))
+        fields[field.name] = (hints[field.name], ...)
+    return create_model(kind, __base__=Report, **fields)
 
 
-class GangSimulationReport(Report):
-    api_version: str = Field(default=API_VERSION, alias="apiVersion")
-    kind: Literal["GangSimulationReport"] = "GangSimulationReport"
-    nodes: int
-    gpus: int
-    levels: list[str]
-    jobs: int
-    sizes: str
-    load: float
-    seed: int
-    size_histogram: dict[int, int]
-    """GPUs per job -> jobs of that size (keys are strings in JSON)."""
-    too_big: int
-    strategies: list[GangStrategyResult]
-    """One per strategy (meanings: `numatopo_engine.simulation.gangs`)."""
+SimulationReport = _report_of(SimulationResult, "SimulationReport", mig_pool=True)
+"""Strategies' fields: `numatopo_engine.simulation.metrics`."""
+GangSimulationReport = _report_of(GangResult, "GangSimulationReport")
+"""`size_histogram`: GPUs per job -> jobs of that size (keys are strings in JSON);
+strategies' fields: `numatopo_engine.simulation.gangs`."""
 
 
 def _rounded(fields: dict[str, Any]) -> dict[str, Any]:
@@ -71,9 +62,7 @@ def _rounded(fields: dict[str, Any]) -> dict[str, Any]:
     return {k: round(v, 4) if isinstance(v, float) else v for k, v in fields.items()}
 
 
-def simulation_report(
-    result: SimulationResult, mig_pool: dict[str, object] | None
-) -> SimulationReport:
+def simulation_report(result: SimulationResult, mig_pool: dict[str, object] | None) -> Report:
     top = {k: v for k, v in asdict(result).items() if k != "strategies"}
     return SimulationReport.model_validate(
         {
@@ -84,5 +73,5 @@ def simulation_report(
     )
 
 
-def gang_report(result: GangResult) -> GangSimulationReport:
+def gang_report(result: GangResult) -> Report:
     return GangSimulationReport.model_validate(asdict(result))

@@ -77,6 +77,14 @@ class Metadata(_Read):
     finalizers: list[str] = Field(default_factory=list)
 
 
+class _Object(_Read):
+    """A whole object of the API; each kind narrows `kind` to its name."""
+
+    api_version: Literal["resource.k8s.io/v1"] = "resource.k8s.io/v1"
+    kind: str
+    metadata: Metadata
+
+
 class DeviceAttribute(_Wire):
     """Exactly one of the four fields (types.go: DeviceAttribute)."""
 
@@ -126,12 +134,8 @@ class ResourceSliceSpec(_Read):
     devices: list[Device] = Field(default_factory=list)
 
 
-class ResourceSlice(_Read):
-    api_version: Literal["resource.k8s.io/v1"] = Field(
-        default="resource.k8s.io/v1", alias="apiVersion"
-    )
+class ResourceSlice(_Object):
     kind: Literal["ResourceSlice"] = "ResourceSlice"
-    metadata: Metadata
     spec: ResourceSliceSpec
 
 
@@ -243,12 +247,8 @@ class ResourceClaimStatus(_Read):
     reserved_for: list[ResourceClaimConsumerReference] = Field(default_factory=list)
 
 
-class ResourceClaim(_Read):
-    api_version: Literal["resource.k8s.io/v1"] = Field(
-        default="resource.k8s.io/v1", alias="apiVersion"
-    )
+class ResourceClaim(_Object):
     kind: Literal["ResourceClaim"] = "ResourceClaim"
-    metadata: Metadata
     spec: ResourceClaimSpec
     status: ResourceClaimStatus = Field(default_factory=ResourceClaimStatus)
 
@@ -261,12 +261,8 @@ class ResourceClaimTemplateSpec(_Read):
     spec: ResourceClaimSpec
 
 
-class ResourceClaimTemplate(_Read):
-    api_version: Literal["resource.k8s.io/v1"] = Field(
-        default="resource.k8s.io/v1", alias="apiVersion"
-    )
+class ResourceClaimTemplate(_Object):
     kind: Literal["ResourceClaimTemplate"] = "ResourceClaimTemplate"
-    metadata: Metadata
     spec: ResourceClaimTemplateSpec
 
 
@@ -279,10 +275,6 @@ class DeviceClassSpec(_Read):
     config: list[DeviceClassConfiguration] = Field(default_factory=list)
 
 
-class DeviceClass(_Read):
-    api_version: Literal["resource.k8s.io/v1"] = Field(
-        default="resource.k8s.io/v1", alias="apiVersion"
-    )
+class DeviceClass(_Object):
     kind: Literal["DeviceClass"] = "DeviceClass"
-    metadata: Metadata
     spec: DeviceClassSpec = Field(default_factory=DeviceClassSpec)

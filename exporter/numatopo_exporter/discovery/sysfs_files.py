@@ -17,8 +17,6 @@ from numatopo_exporter.discovery.errors import DiscoveryError
 __all__ = [
     "list_dir",
     "parse_cpulist",
-    "read_cpulist",
-    "read_cpumask",
     "read_cpus",
     "read_int",
     "read_optional",
@@ -71,19 +69,9 @@ def read_int(path: str, *, base: int = 10) -> int:
         raise DiscoveryError(f"expected an integer, found {text[:40]!r}", path) from None
 
 
-def read_cpulist(path: str) -> CPUSet:
-    """A file in the kernel list format (`0-3,8`)."""
-    return _parse_cpus(read_text(path), path, mask=False)
-
-
 def parse_cpulist(text: str, path: str) -> CPUSet:
     """`text`, already read from `path`, in the kernel list format."""
     return _parse_cpus(text, path, mask=False)
-
-
-def read_cpumask(path: str) -> CPUSet:
-    """A file in the kernel hex bitmap format (`ff,00000001`), as older kernels write."""
-    return _parse_cpus(read_text(path), path, mask=True)
 
 
 def read_cpus(list_path: str, mask_path: str) -> CPUSet | None:
