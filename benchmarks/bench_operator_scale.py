@@ -41,7 +41,6 @@ from __future__ import annotations
 import argparse
 import asyncio
 import datetime
-import itertools
 import json
 import os
 import signal
@@ -78,6 +77,8 @@ SHAPES = ["h100-nvswitch", "dgx1-v100", "aws-p4d", "pcie-8gpu", "gb200-like", "c
 NAMESPACE = "numatopo-system"
 PODS_PER_NODE_MAX = 10
 GIB = 1 << 30
+# After a burst: the status debounce (2 s) and the watch events of the status writes.
+SETTLE_SECONDS = 4.0
 # What the operator logs once every list it starts with is in (`main.freeze_listed_heap`).
 WARM = "start-up lists are in"
 
@@ -96,7 +97,12 @@ def numatopology(shape: str, node: str) -> dict[str, Any]:
     return {
         "apiVersion": "numatopo.io/v1alpha1",
         "kind": "Numatopology",
-        "metadata": {"name": node, "uid": f"ntp-{node}", "resourceVersion": "1"},
+        "metadata": {
+            "name": node,
+            "uid": f"ntp-{node}",
+            "resourceVersion": "1",
+            "generation": 1,
+        },
         "spec": spec,
         "status": {
             "heartbeat": _now(),
@@ -285,21 +291,26 @@ def version_every_write() -> None:
     wrote about 450 of 1,000 again (the first holder was still writing its start-up
     statuses when the standby listed). Each create and patch gets a new version here,
     and a list says the version it was taken at (kmock's says "..."), which a watch
-    starts from (`watch_from_the_replay`)."""
+    starts from (`watch_from_the_replay`). A write of a spec counts a new generation, as
+    an API server counts them for objects with a status subresource (the operator's
+    feed parses a Numatopology's spec again only for a new one)."""
     create, patch = k8s_dicts.Object.create, k8s_dicts.Object.patch
     serve_list = kmock.KubernetesEmulator._serve_list
 
-    def versioned(changes: Any) -> dict[str, Any]:
+    def versioned(changes: Any, generation: int) -> dict[str, Any]:
         changes = dict(changes or {})
         metadata = dict(changes.get("metadata") or {})
         metadata["resourceVersion"] = Versions.next()
+        if "spec" in changes:
+            metadata["generation"] = generation
         return {**changes, "metadata": metadata}
 
     def create_versioned(self: Any, changes: Any = None, /, **kwargs: Any) -> None:
-        create(self, versioned(changes), **kwargs)
+        create(self, versioned(changes, 1), **kwargs)
 
     def patch_versioned(self: Any, changes: Any = None, /, **kwargs: Any) -> None:
-        patch(self, versioned(changes), **kwargs)
+        known = (self.raw.get("metadata") or {}).get("generation") or 0
+        patch(self, versioned(changes, known + 1), **kwargs)
 
     async def list_versioned(self: Any, request: Any) -> Any:
         version = str(Versions.last)  # before the objects: a write meanwhile comes again
@@ -432,6 +443,23 @@ def status_patches(log: RequestLog) -> int:
     return log.status_patches
 
 
+# No Numatopology status PATCH for this long: the holder's start-up writes are done.
+QUIET_SECONDS = 3.0
+
+
+async def until_quiet(log: RequestLog, timeout: float) -> float:
+    """Wait until the holder has written every node's status it writes on taking over
+    (at 1,000 nodes, most of them: the stored objects carry none of the fields it
+    owns), so that a burst measures the burst; returns how long that took."""
+    started = time.monotonic()
+    count, since = status_patches(log), time.monotonic()
+    while time.monotonic() - since < QUIET_SECONDS and time.monotonic() - started < timeout:
+        await asyncio.sleep(0.25)
+        if status_patches(log) != count:
+            count, since = status_patches(log), time.monotonic()
+    return since - started
+
+
 # Run as `python -X tracemalloc -c TRACED report-file operator ...`: the operator, which
 # writes where its memory went to the report file on SIGUSR1 (by module, then by line).
 TRACED = """
@@ -488,7 +516,7 @@ async def profile_start(pid: int, out: Path | None) -> asyncio.subprocess.Proces
         return None
     spy = Path(sys.executable).with_name("py-spy")
     process = await asyncio.create_subprocess_exec(
-        str(spy), "record", "--pid", str(pid), "--rate", "250", "--format", "raw", "--gil",
+        str(spy), "record", "--pid", str(pid), "--rate", "1000", "--format", "raw", "--gil",
         "--output", str(out), "--nonblocking",
         stdout=asyncio.subprocess.DEVNULL, stderr=asyncio.subprocess.DEVNULL,
     )  # fmt: skip
@@ -729,10 +757,17 @@ async def run(args: argparse.Namespace) -> None:
                     processes["op-a"].send_signal(signal.SIGUSR1)
                     await asyncio.sleep(args.timeout / 10)
                     print(f"start-up: where the memory went (tracemalloc): {traced}")
+                quiet_after = await until_quiet(requests_log, args.timeout)
+                print(
+                    f"start-up: its status writes done {quiet_after:.1f} s after the first "
+                    f"decision ({status_patches(requests_log)} status PATCHes in all), "
+                    f"{cpu_seconds(pid):.1f} s of its CPU then"
+                )
                 burst = [f"burst-{i}" for i in range(args.burst)]
                 created: dict[str, float] = {}
                 posts: list[float] = []
                 profiler = await profile_start(pid, args.profile)
+                patches_before = status_patches(requests_log)
                 cpu_before = cpu_seconds(pid)
                 t0 = time.monotonic()
                 in_flight = asyncio.Semaphore(args.burst_concurrency)
@@ -753,7 +788,6 @@ async def run(args: argparse.Namespace) -> None:
                     until_decided(api, burst, args.timeout), creating_all
                 )
                 creating = max(created.values()) - t0
-                await profile_stop(profiler, args.profile)
                 if seen:
                     latencies = sorted(seen[n] - created[n] for n in seen)
                     span = max(seen.values()) - t0
@@ -768,6 +802,17 @@ async def run(args: argparse.Namespace) -> None:
                         f"{(cpu_seconds(pid) - cpu_before) * 1000 / len(seen):.1f} ms of the "
                         f"operator's CPU per pod; RSS {rss_mib(pid):.0f} MiB"
                     )
+                    # The Numatopology status writes the burst caused come after it (at
+                    # most one per node per debounce period), and their watch events.
+                    await asyncio.sleep(SETTLE_SECONDS)
+                    print(
+                        f"burst: {(cpu_seconds(pid) - cpu_before) * 1000 / len(seen):.1f} ms "
+                        f"of the operator's CPU per pod counting the {SETTLE_SECONDS:.0f} s "
+                        f"after the last decision (its status writes: "
+                        f"{status_patches(requests_log) - patches_before} Numatopology status "
+                        "PATCHes since the burst began)"
+                    )
+                await profile_stop(profiler, args.profile)
                 if args.no_failover:
                     return
                 cluster = Cluster(
