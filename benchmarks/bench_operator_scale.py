@@ -13,9 +13,12 @@ Printed, each with its baseline:
   start-up   process start -> the first pod decided (a waiting pod created beforehand),
              the operator's CPU time and RSS then (`--tracemalloc`: and where its
              memory went, by module and by line)
-  burst      `--burst` waiting pods created 32 at a time: pods decided per second, how
-             long the emulator took to create them (one POST p50/p99), creation ->
-             decision p50/p99, the operator's CPU per pod, the RSS after
+  burst      once the holder's start-up status writes are done, `--burst` waiting pods
+             created 32 at a time: pods decided per second, how long the emulator took
+             to create them (one POST p50/p99), creation -> decision p50/p99, the
+             operator's CPU per pod, the RSS after; then its CPU per pod counting the
+             status writes the burst caused (debounced: they come after it) and their
+             echoes (`--profile FILE`: py-spy's collapsed stacks of the holder meanwhile)
   failover   a second replica on the same Lease; once it has listed everything and
              watched `--standby-warmup` s, kill -9 of the holder: kill -> the next
              pod decided (and the new holder's CPU time meanwhile), in parts: the
@@ -34,6 +37,7 @@ operator's feeds take a write for a replay.
 
     .venv/bin/python benchmarks/bench_operator_scale.py [--nodes 100] [--pods 3000]
         [--burst 300] [--no-failover | --failovers 3] [--tracemalloc] [--plain-emulator]
+        [--profile FILE]
 """
 
 from __future__ import annotations
@@ -77,8 +81,6 @@ SHAPES = ["h100-nvswitch", "dgx1-v100", "aws-p4d", "pcie-8gpu", "gb200-like", "c
 NAMESPACE = "numatopo-system"
 PODS_PER_NODE_MAX = 10
 GIB = 1 << 30
-# After a burst: the status debounce (2 s) and the watch events of the status writes.
-SETTLE_SECONDS = 4.0
 # What the operator logs once every list it starts with is in (`main.freeze_listed_heap`).
 WARM = "start-up lists are in"
 
@@ -804,13 +806,12 @@ async def run(args: argparse.Namespace) -> None:
                     )
                     # The Numatopology status writes the burst caused come after it (at
                     # most one per node per debounce period), and their watch events.
-                    await asyncio.sleep(SETTLE_SECONDS)
+                    await until_quiet(requests_log, args.timeout)
                     print(
                         f"burst: {(cpu_seconds(pid) - cpu_before) * 1000 / len(seen):.1f} ms "
-                        f"of the operator's CPU per pod counting the {SETTLE_SECONDS:.0f} s "
-                        f"after the last decision (its status writes: "
-                        f"{status_patches(requests_log) - patches_before} Numatopology status "
-                        "PATCHes since the burst began)"
+                        "of the operator's CPU per pod counting the status writes it caused "
+                        f"({status_patches(requests_log) - patches_before} Numatopology status "
+                        f"PATCHes, until none for {QUIET_SECONDS:.0f} s)"
                     )
                 await profile_stop(profiler, args.profile)
                 if args.no_failover:
