@@ -517,6 +517,8 @@ async def profile_start(pid: int, out: Path | None) -> asyncio.subprocess.Proces
     if out is None:
         return None
     spy = Path(sys.executable).with_name("py-spy")
+    if not spy.exists():
+        raise SystemExit(f"--profile needs py-spy next to {sys.executable} (the test extra)")
     process = await asyncio.create_subprocess_exec(
         str(spy), "record", "--pid", str(pid), "--rate", "1000", "--format", "raw", "--gil",
         "--output", str(out), "--nonblocking",
