@@ -28,7 +28,6 @@ import datetime
 import logging
 import os
 import time
-import weakref
 from collections.abc import AsyncIterator, Awaitable, Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -87,12 +86,6 @@ RETRY_DELAYS_SECONDS = (0.2, 0.5, 1.0)
 # The most we wait for one `Retry-After`: three of these still fit in the scheduler's
 # 10 s extender timeout, and a server asking for minutes is better failed fast.
 RETRY_AFTER_CAP_SECONDS = 2.0
-# Writes of the kinds a burst of decisions makes many of at once (a pod's assignment, its
-# Event, its node's status) in flight at most: past it they wait their turn. The HTTP
-# pool then keeps each connection it opens (it keeps 20 idle), where 300 at once opened
-# a new one, over TLS on a real cluster, for every write past the 20th, and every request
-# scanned every open connection: 15 % more client CPU per write at 300 than at 8.
-BULK_WRITES_IN_FLIGHT = 16
 # Objects per page when listing: bounded memory per answer on large clusters.
 LIST_PAGE_SIZE = 500
 # How often a list restarts from its first page when its continue token expired (410).
@@ -287,7 +280,6 @@ class KubeClient:
         retry_delays: Sequence[float] = RETRY_DELAYS_SECONDS,
         retry_after_cap: float = RETRY_AFTER_CAP_SECONDS,
         sleep: Callable[[float], Awaitable[object]] = asyncio.sleep,
-        bulk_writes: int = BULK_WRITES_IN_FLIGHT,
     ) -> None:
         self.component = component
         """Named as the source of our Events."""
@@ -296,10 +288,6 @@ class KubeClient:
         self._retry_delays = tuple(retry_delays)
         self._retry_after_cap = retry_after_cap
         self._sleep = sleep
-        self._bulk_writes = bulk_writes
-        self._bulk_gates: weakref.WeakKeyDictionary[
-            asyncio.AbstractEventLoop, asyncio.Semaphore
-        ] = weakref.WeakKeyDictionary()
         self._client: lightkube.AsyncClient | None = None
         self.server = ""
 
@@ -382,21 +370,6 @@ class KubeClient:
                 logger.info("%s: %s; retrying in %.1f s", what, exc, pause)
                 await self._sleep(pause)
         raise AssertionError("unreachable: the last attempt returns or raises")
-
-    async def _bulk_call(
-        self, what: str, call: Callable[[], Awaitable[T]], *, idempotent: bool = False
-    ) -> T:
-        """`_call` for a write of the kinds a burst makes many of: at most `bulk_writes`
-        of them in flight (`BULK_WRITES_IN_FLIGHT`), the others wait in order. Lease
-        renewals, Bindings and every read never wait here."""
-        loop = asyncio.get_running_loop()
-        gate = self._bulk_gates.get(loop)
-        if gate is None:
-            # A semaphore serves one event loop; the client may be used from another
-            # (a test's operator thread).
-            gate = self._bulk_gates[loop] = asyncio.Semaphore(self._bulk_writes)
-        async with gate:
-            return await self._call(what, call, idempotent=idempotent)
 
     async def _list(
         self,
@@ -556,11 +529,9 @@ class KubeClient:
             resource_version=resource_version,
         )
 
-    async def _merge_pod_metadata(
-        self, namespace: str, name: str, metadata: Body, *, bulk: bool = False
-    ) -> None:
+    async def _merge_pod_metadata(self, namespace: str, name: str, metadata: Body) -> None:
         _path_names(namespace, name)
-        await (self._bulk_call if bulk else self._call)(
+        await self._call(
             f"patch pod {namespace}/{name}",
             lambda: self.lightkube.patch(
                 _Pod, name, {"metadata": metadata}, namespace=namespace, patch_type=PatchType.MERGE
@@ -573,9 +544,7 @@ class KubeClient:
         self, namespace: str, name: str, annotations: Mapping[str, str | None]
     ) -> None:
         """Merge `annotations` into the pod's; a None value removes that key."""
-        await self._merge_pod_metadata(
-            namespace, name, {"annotations": dict(annotations)}, bulk=True
-        )
+        await self._merge_pod_metadata(namespace, name, {"annotations": dict(annotations)})
 
     @api_call(("", "pods", "patch"))
     async def patch_pod_labels(
@@ -682,7 +651,7 @@ class KubeClient:
         )
         try:
             _path_names(namespace, name)
-            await self._bulk_call(f"post Event {reason}", lambda: self.lightkube.create(event))
+            await self._call(f"post Event {reason}", lambda: self.lightkube.create(event))
         except KubeError as exc:
             logger.warning("Event %s about %s/%s not posted: %s", reason, namespace, name, exc)
             return False
@@ -894,7 +863,7 @@ class KubeClient:
     ) -> None:
         """A merge patch of the cluster-scoped object's status subresource."""
         _path_names(None, name)
-        await self._bulk_call(
+        await self._call(
             f"patch {kind}/{name} status",
             lambda: self.lightkube.patch(
                 resource.Status, name, {"status": dict(status)}, patch_type=PatchType.MERGE
