@@ -13,9 +13,12 @@ Printed, each with its baseline:
   start-up   process start -> the first pod decided (a waiting pod created beforehand),
              the operator's CPU time and RSS then (`--tracemalloc`: and where its
              memory went, by module and by line)
-  burst      `--burst` waiting pods created 32 at a time: pods decided per second, how
-             long the emulator took to create them (one POST p50/p99), creation ->
-             decision p50/p99, the operator's CPU per pod, the RSS after
+  burst      once the holder's start-up status writes are done, `--burst` waiting pods
+             created 32 at a time: pods decided per second, how long the emulator took
+             to create them (one POST p50/p99), creation -> decision p50/p99, the
+             operator's CPU per pod, the RSS after; then its CPU per pod counting the
+             status writes the burst caused (debounced: they come after it) and their
+             echoes (`--profile FILE`: py-spy's collapsed stacks of the holder meanwhile)
   failover   a second replica on the same Lease; once it has listed everything and
              watched `--standby-warmup` s, kill -9 of the holder: kill -> the next
              pod decided (and the new holder's CPU time meanwhile), in parts: the
@@ -34,6 +37,7 @@ operator's feeds take a write for a replay.
 
     .venv/bin/python benchmarks/bench_operator_scale.py [--nodes 100] [--pods 3000]
         [--burst 300] [--no-failover | --failovers 3] [--tracemalloc] [--plain-emulator]
+        [--profile FILE]
 """
 
 from __future__ import annotations
@@ -41,7 +45,6 @@ from __future__ import annotations
 import argparse
 import asyncio
 import datetime
-import itertools
 import json
 import os
 import signal
@@ -96,7 +99,12 @@ def numatopology(shape: str, node: str) -> dict[str, Any]:
     return {
         "apiVersion": "numatopo.io/v1alpha1",
         "kind": "Numatopology",
-        "metadata": {"name": node, "uid": f"ntp-{node}", "resourceVersion": "1"},
+        "metadata": {
+            "name": node,
+            "uid": f"ntp-{node}",
+            "resourceVersion": "1",
+            "generation": 1,
+        },
         "spec": spec,
         "status": {
             "heartbeat": _now(),
@@ -264,6 +272,18 @@ def _is_status_patch(request: Any) -> bool:
     )
 
 
+class Versions:
+    """The emulator's resourceVersions: one counter for every write, as an API server's
+    (`build` stores every object at version 1)."""
+
+    last = 1
+
+    @classmethod
+    def next(cls) -> str:
+        cls.last += 1
+        return str(cls.last)
+
+
 def version_every_write() -> None:
     """kmock keeps an object's resourceVersion as it was created; a real API server gives
     every write a new one. The operator's feeds skip an object they see again with the
@@ -271,24 +291,37 @@ def version_every_write() -> None:
     Numatopology status the holder wrote after the standby listed: it did none of the
     work those events cost, its view of the statuses went stale, and on taking over it
     wrote about 450 of 1,000 again (the first holder was still writing its start-up
-    statuses when the standby listed). Each create and patch gets a new version here."""
-    versions = itertools.count(2)  # `build` stores every object at version 1
+    statuses when the standby listed). Each create and patch gets a new version here,
+    and a list says the version it was taken at (kmock's says "..."), which a watch
+    starts from (`watch_from_the_replay`). A write of a spec counts a new generation, as
+    an API server counts them for objects with a status subresource (the operator's
+    feed parses a Numatopology's spec again only for a new one)."""
     create, patch = k8s_dicts.Object.create, k8s_dicts.Object.patch
+    serve_list = kmock.KubernetesEmulator._serve_list
 
-    def versioned(changes: Any) -> dict[str, Any]:
+    def versioned(changes: Any, generation: int) -> dict[str, Any]:
         changes = dict(changes or {})
         metadata = dict(changes.get("metadata") or {})
-        metadata["resourceVersion"] = str(next(versions))
+        metadata["resourceVersion"] = Versions.next()
+        if "spec" in changes:
+            metadata["generation"] = generation
         return {**changes, "metadata": metadata}
 
     def create_versioned(self: Any, changes: Any = None, /, **kwargs: Any) -> None:
-        create(self, versioned(changes), **kwargs)
+        create(self, versioned(changes, 1), **kwargs)
 
     def patch_versioned(self: Any, changes: Any = None, /, **kwargs: Any) -> None:
-        patch(self, versioned(changes), **kwargs)
+        known = (self.raw.get("metadata") or {}).get("generation") or 0
+        patch(self, versioned(changes, known + 1), **kwargs)
+
+    async def list_versioned(self: Any, request: Any) -> Any:
+        version = str(Versions.last)  # before the objects: a write meanwhile comes again
+        listing = await serve_list(self, request)
+        return {**listing, "metadata": {**listing.get("metadata", {}), "resourceVersion": version}}
 
     k8s_dicts.Object.create = create_versioned  # type: ignore[method-assign]
     k8s_dicts.Object.patch = patch_versioned  # type: ignore[method-assign]
+    type.__setattr__(kmock.KubernetesEmulator, "_serve_list", list_versioned)
 
 
 def index_named_objects() -> None:
@@ -333,13 +366,29 @@ def find_reactions_directly() -> None:
     dsl.View.__contains__ = contains  # type: ignore[method-assign]
 
 
+def newer(raw: dict[str, Any], version: str | None) -> bool:
+    """Whether an object was written after `version` (a list's, `Versions`): what a watch
+    from that version is sent."""
+    written = str((raw.get("metadata") or {}).get("resourceVersion") or "")
+    if not (version and version.isdigit() and written.isdigit()):
+        return True
+    return int(written) > int(version)
+
+
 def watch_from_the_replay() -> None:
     """kmock serves a watch by replaying every stored object, then joins the event bus
     of the resource: an object written while the replay is read is in neither, and that
     watcher never sees it (a real API server serves a watch from a version and loses
     nothing). With 30,000 pods the operator reads the replay for seconds, and since it
     decides before that is done, a burst created at once fell into that gap. Here the
-    bus is joined before the replay."""
+    bus is joined before the replay.
+
+    A real API server sends a watch from a list's version only what was written after
+    it; kmock replays every object, and the operator read 30,000 pods again (to skip
+    each as one it knows) while the burst after its first decision came: a third of
+    the CPU the burst was measured to cost. Here a watch from a version (`Versions`)
+    replays only the objects written after it (as ADDED, as kmock's replay does); one
+    without replays all."""
     emulator = kmock.KubernetesEmulator
     get_objs = emulator._KubernetesEmulator__get_objs
     check = emulator._KubernetesEmulator__check
@@ -348,9 +397,10 @@ def watch_from_the_replay() -> None:
         yield b""
         bus = self._buses[request.resource]
         mark = await bus.mark()
+        since = request.params.get("resourceVersion")
         async with self._lock:
             objs = [obj for obj in get_objs(self, request, strict=False) if not obj.deleted]
-            events = [{"type": "ADDED", "object": obj.raw} for obj in objs]
+            events = [{"type": "ADDED", "object": obj.raw} for obj in objs if newer(obj.raw, since)]
         for event in events:
             yield event
         async for event in mark:
@@ -393,6 +443,23 @@ class RequestLog:
 def status_patches(log: RequestLog) -> int:
     log.tick()
     return log.status_patches
+
+
+# No Numatopology status PATCH for this long: the holder's start-up writes are done.
+QUIET_SECONDS = 3.0
+
+
+async def until_quiet(log: RequestLog, timeout: float) -> float:
+    """Wait until the holder has written every node's status it writes on taking over
+    (at 1,000 nodes, most of them: the stored objects carry none of the fields it
+    owns), so that a burst measures the burst; returns how long that took."""
+    started = time.monotonic()
+    count, since = status_patches(log), time.monotonic()
+    while time.monotonic() - since < QUIET_SECONDS and time.monotonic() - started < timeout:
+        await asyncio.sleep(0.25)
+        if status_patches(log) != count:
+            count, since = status_patches(log), time.monotonic()
+    return since - started
 
 
 # Run as `python -X tracemalloc -c TRACED report-file operator ...`: the operator, which
@@ -442,6 +509,31 @@ async def start(
         stdout=log,
         stderr=asyncio.subprocess.STDOUT,
     )
+
+
+async def profile_start(pid: int, out: Path | None) -> asyncio.subprocess.Process | None:
+    """py-spy sampling the holder from here until `profile_stop` (its collapsed stacks:
+    one line per stack and its samples, for flamegraph tools or a sort by count)."""
+    if out is None:
+        return None
+    spy = Path(sys.executable).with_name("py-spy")
+    if not spy.exists():
+        raise SystemExit(f"--profile needs py-spy next to {sys.executable} (the test extra)")
+    process = await asyncio.create_subprocess_exec(
+        str(spy), "record", "--pid", str(pid), "--rate", "1000", "--format", "raw", "--gil",
+        "--output", str(out), "--nonblocking",
+        stdout=asyncio.subprocess.DEVNULL, stderr=asyncio.subprocess.DEVNULL,
+    )  # fmt: skip
+    await asyncio.sleep(1.0)  # attached before the burst starts
+    return process
+
+
+async def profile_stop(process: asyncio.subprocess.Process | None, out: Path | None) -> None:
+    if process is None:
+        return
+    process.send_signal(signal.SIGINT)
+    await process.wait()
+    print(f"burst: the holder's stacks while it decided (py-spy, collapsed): {out}")
 
 
 async def create(session: aiohttp.ClientSession, url: str, body: dict[str, Any]) -> None:
@@ -669,9 +761,17 @@ async def run(args: argparse.Namespace) -> None:
                     processes["op-a"].send_signal(signal.SIGUSR1)
                     await asyncio.sleep(args.timeout / 10)
                     print(f"start-up: where the memory went (tracemalloc): {traced}")
+                quiet_after = await until_quiet(requests_log, args.timeout)
+                print(
+                    f"start-up: its status writes done {quiet_after:.1f} s after the first "
+                    f"decision ({status_patches(requests_log)} status PATCHes in all), "
+                    f"{cpu_seconds(pid):.1f} s of its CPU then"
+                )
                 burst = [f"burst-{i}" for i in range(args.burst)]
                 created: dict[str, float] = {}
                 posts: list[float] = []
+                profiler = await profile_start(pid, args.profile)
+                patches_before = status_patches(requests_log)
                 cpu_before = cpu_seconds(pid)
                 t0 = time.monotonic()
                 in_flight = asyncio.Semaphore(args.burst_concurrency)
@@ -706,6 +806,16 @@ async def run(args: argparse.Namespace) -> None:
                         f"{(cpu_seconds(pid) - cpu_before) * 1000 / len(seen):.1f} ms of the "
                         f"operator's CPU per pod; RSS {rss_mib(pid):.0f} MiB"
                     )
+                    # The Numatopology status writes the burst caused come after it (at
+                    # most one per node per debounce period), and their watch events.
+                    await until_quiet(requests_log, args.timeout)
+                    print(
+                        f"burst: {(cpu_seconds(pid) - cpu_before) * 1000 / len(seen):.1f} ms "
+                        "of the operator's CPU per pod counting the status writes it caused "
+                        f"({status_patches(requests_log) - patches_before} Numatopology status "
+                        f"PATCHes, until none for {QUIET_SECONDS:.0f} s)"
+                    )
+                await profile_stop(profiler, args.profile)
                 if args.no_failover:
                     return
                 cluster = Cluster(
@@ -753,6 +863,11 @@ def main() -> None:
         "--tracemalloc",
         action="store_true",
         help="run the first replica under tracemalloc and report its memory after start-up",
+    )
+    parser.add_argument(
+        "--profile",
+        type=Path,
+        help="sample the holder with py-spy during the burst; its collapsed stacks go here",
     )
     parser.add_argument(
         "--plain-emulator",

@@ -25,6 +25,8 @@ THIRD_PARTY = {
     ("benchmarks/bench_operator_scale.py", "emulator._KubernetesEmulator__get_objs"),
     # ...and makes its watch join the event bus before the replay (`watch_from_the_replay`).
     ("benchmarks/bench_operator_scale.py", "emulator._KubernetesEmulator__check"),
+    # ...and its list says the version it was taken at (`version_every_write`).
+    ("benchmarks/bench_operator_scale.py", "kmock.KubernetesEmulator._serve_list"),
     ("benchmarks/bench_operator_scale.py", "self.api._requests"),
     ("benchmarks/bench_operator_scale.py", "self.api._payloads"),
     ("benchmarks/bench_operator_scale.py", "view._source"),

@@ -9,6 +9,9 @@ because Kubernetes resource names are.
 from __future__ import annotations
 
 import fnmatch
+import functools
+import re
+from collections.abc import Callable
 from dataclasses import dataclass
 
 from numatopo_engine.accelerators import DEFAULT_ACCELERATORS, resource_patterns
@@ -41,13 +44,22 @@ class ResourceNames:
     """Patterns of RDMA NIC resources; the RDMA shared-device plugin names them `rdma/<pool>`."""
 
     def is_gpu(self, resource: str) -> bool:
-        return any(fnmatch.fnmatchcase(resource, pattern) for pattern in self.gpu)
+        return _matcher(self.gpu)(resource)
 
     def is_nic(self, resource: str) -> bool:
         """True for a NIC resource that is not also a GPU resource (GPU patterns win)."""
-        return not self.is_gpu(resource) and any(
-            fnmatch.fnmatchcase(resource, pattern) for pattern in self.nic
-        )
+        return not self.is_gpu(resource) and _matcher(self.nic)(resource)
+
+
+@functools.cache
+def _matcher(patterns: tuple[str, ...]) -> Callable[[str], bool]:
+    """Whether a name matches any of `patterns`, as `fnmatch.fnmatchcase` says, in one
+    compiled expression: every resource of every container of every pod event is asked,
+    and one `fnmatchcase` per default pattern cost a tenth of a decision's CPU."""
+    if not patterns:
+        return lambda _: False
+    either = re.compile("|".join(f"(?:{fnmatch.translate(p)})" for p in patterns))
+    return lambda name: either.match(name) is not None
 
 
 DEFAULT_RESOURCES = ResourceNames()

@@ -32,7 +32,6 @@ import time
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 
-from numatopo_engine import pod_request
 from numatopo_engine.annotations import Assignment, State
 from numatopo_engine.errors import InvalidRequestError, OverlapError, UnsatisfiableError
 from numatopo_engine.relaxed_allocation import allocate_around
@@ -93,7 +92,7 @@ def _gated(runtime: Runtime, request: PodRequest, node: str) -> bool:
 
 def read_request(runtime: Runtime, pod: PodView) -> PodRequest:
     """The engine's view of the pod; raises `InvalidRequestError`."""
-    return pod_request.request_from_pod(pod, runtime.settings.resources)
+    return pod.request(runtime.settings.resources)
 
 
 # A decision takes up to half a second on a 64-NUMA node; the node's free resources

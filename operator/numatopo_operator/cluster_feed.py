@@ -12,6 +12,13 @@ Nodes is in (`GroupState.nodes`).
 An object listed or watched again with the resourceVersion last seen is skipped: the
 API server gives every write a new one, so it is the same object (a relist, or a watch
 that replays what a list gave), and a relist of a large cluster parses nothing again.
+
+A Numatopology whose `metadata.generation` is the one of the spec last parsed for its
+node has only a new status (the API server counts generations of spec changes only, the
+status being a subresource): its spec is not parsed again. Every status PATCH the
+holder writes comes back so; a burst of decisions on 300 nodes parsed 300 specs again
+for nothing, a tenth of the operator's CPU. An object without a generation (an
+emulator's) is parsed every time.
 """
 
 from __future__ import annotations
@@ -22,6 +29,7 @@ from typing import Any, cast
 
 import kopf
 
+from numatopo_engine.model import NumatopologySpec
 from numatopo_kube import Listing
 from numatopo_operator import handlers, indexes, list_watch
 from numatopo_operator.groups import indexes as group_indexes
@@ -42,6 +50,11 @@ def _kopf_body(body: Body) -> kopf.Body:
 def _name_and_version(body: Body) -> tuple[str, str]:
     metadata = body.get("metadata") or {}
     return str(metadata.get("name") or ""), str(metadata.get("resourceVersion") or "")
+
+
+def _generation(body: Body) -> int | None:
+    found = (body.get("metadata") or {}).get("generation")
+    return found if isinstance(found, int) and not isinstance(found, bool) else None
 
 
 class _Versions:
@@ -70,6 +83,9 @@ class _Topologies:
         self.runtime = runtime
         self.versions = _Versions()
         self.workers = list_watch.KeyedWorkers()
+        self.parsed: dict[str, tuple[int, NumatopologySpec]] = {}
+        """node -> (generation, its spec as parsed): what a status-only change reuses. The
+        spec is the ledger's own object where the two are equal (nothing held twice)."""
 
     def _hand_over(self, node: str, reading: indexes.TopologyReading | None) -> None:
         follow_up = handlers.topology_seen(self.runtime, node, reading, logger)
@@ -79,14 +95,25 @@ class _Topologies:
     def _read(self, body: Body) -> None:
         if not self.versions.changed(body):
             return
-        node = _name_and_version(body)[0]
+        node, generation = _name_and_version(body)[0], _generation(body)
+        kept = self.parsed.get(node)
+        if generation is not None and kept is not None and kept[0] == generation:
+            self._hand_over(node, indexes.reading_with(_kopf_body(body), kept[1], logger))
+            return
         # An invalid spec gives no reading: the node is decided on no more.
-        readings = indexes.numatopologies(body=_kopf_body(body), logger=logger)
-        self._hand_over(node, readings.get(node))
+        reading = indexes.numatopologies(body=_kopf_body(body), logger=logger).get(node)
+        self._hand_over(node, reading)
+        if generation is None or reading is None:
+            self.parsed.pop(node, None)
+            return
+        held = self.runtime.ledger.topology(node)
+        same = held is not None and (held is reading.spec or held == reading.spec)
+        self.parsed[node] = (generation, held if same and held is not None else reading.spec)
 
     async def listed(self, items: list[Body]) -> None:
         await list_watch.in_turns(items, self._read)
         for node in self.versions.vanished({_name_and_version(body)[0] for body in items}):
+            self.parsed.pop(node, None)
             self._hand_over(node, None)
         self.runtime.indexed.set()
 
@@ -96,6 +123,7 @@ class _Topologies:
             return
         node = _name_and_version(body)[0]
         self.versions.known.pop(node, None)
+        self.parsed.pop(node, None)
         self._hand_over(node, None)
 
 

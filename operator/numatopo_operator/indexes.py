@@ -26,6 +26,7 @@ __all__ = [
     "heartbeat_of",
     "numatopologies",
     "owned_status",
+    "reading_with",
     "shared_cpus",
     "stale_reason",
 ]
@@ -125,6 +126,14 @@ def numatopologies(
     except pydantic.ValidationError as exc:
         logger.error("Numatopology/%s has an invalid spec, ignoring the node: %s", node, exc)
         return {}
+    return {node: reading_with(body, spec, logger)}
+
+
+def reading_with(
+    body: kopf.Body, spec: NumatopologySpec, logger: logging.Logger | logging.LoggerAdapter[Any]
+) -> TopologyReading:
+    """The object's reading with `spec` as its spec (parsed by `numatopologies`, or kept
+    from an earlier event of the same spec: `cluster_feed`)."""
     mode = (body.get("status") or {}).get("gpuMode")
     try:
         unhealthy = UnhealthyDevices.model_validate(
@@ -132,15 +141,15 @@ def numatopologies(
         )
     except pydantic.ValidationError as exc:
         # The schema forbids this; a stale object read past it counts every device.
-        logger.warning("Numatopology/%s: unreadable status.unhealthy, ignored: %s", node, exc)
-        unhealthy = UnhealthyDevices()
-    return {
-        node: TopologyReading(
-            spec,
-            stale_reason(body),
-            heartbeat_of(body),
-            mode if isinstance(mode, str) else None,
-            owned_status(body),
-            unhealthy,
+        logger.warning(
+            "Numatopology/%s: unreadable status.unhealthy, ignored: %s", body.metadata.name, exc
         )
-    }
+        unhealthy = UnhealthyDevices()
+    return TopologyReading(
+        spec,
+        stale_reason(body),
+        heartbeat_of(body),
+        mode if isinstance(mode, str) else None,
+        owned_status(body),
+        unhealthy,
+    )

@@ -28,8 +28,12 @@ from typing import Any
 import pydantic
 
 from numatopo_engine import annotations as keys
+from numatopo_engine import pod_request
 from numatopo_engine.annotations import Assignment, Observed
+from numatopo_engine.errors import InvalidRequestError
 from numatopo_engine.pod_options import shorten
+from numatopo_engine.request import PodRequest
+from numatopo_engine.resources import ResourceNames
 
 __all__ = ["FINISHED_PHASES", "PodView", "pod_key", "slim_pod"]
 
@@ -154,6 +158,21 @@ class PodView(Mapping[str, Any]):
             return Observed.model_validate_json(text)
         except pydantic.ValidationError:
             return None
+
+    def request(self, resources: ResourceNames) -> PodRequest:
+        """The engine's reading of the pod (`pod_request.request_from_pod`), read once per
+        event for the resource names given: the workload mix and the decision both ask
+        for a new pod's. Raises `InvalidRequestError` each time asked, as the reading did."""
+        kept = self.__dict__.get("_request")
+        if kept is None or kept[0] is not resources:
+            try:
+                kept = (resources, pod_request.request_from_pod(self, resources))
+            except InvalidRequestError as exc:
+                kept = (resources, exc)
+            self.__dict__["_request"] = kept
+        if isinstance(kept[1], InvalidRequestError):
+            raise kept[1]
+        return kept[1]
 
     def with_node(self, node: str) -> PodView:
         """The same pod as if bound to `node` (the extender's bind, before the Binding)."""

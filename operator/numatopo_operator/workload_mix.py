@@ -17,6 +17,7 @@ from numatopo_engine.annotations import CpuMode
 from numatopo_engine.errors import InvalidRequestError
 from numatopo_engine.packing import Shape, WorkloadMix, weigh
 from numatopo_engine.resources import ResourceNames
+from numatopo_operator.pod_view import PodView
 from numatopo_operator.translate import RawPod
 
 __all__ = ["MixLearner", "shape_of_pod"]
@@ -33,7 +34,7 @@ def shape_of_pod(pod: RawPod, resources: ResourceNames) -> Shape | None:
     if not pod_request.wants_topology(pod):
         return None
     try:
-        request = pod_request.request_from_pod(pod, resources)
+        request = PodView.of(pod).request(resources)
     except InvalidRequestError:
         return None
     gpus = sum(c.gpus for c in request.containers)

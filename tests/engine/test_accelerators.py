@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import fnmatch
+
 import pytest
 
 from numatopo_engine.accelerators import (
@@ -10,7 +12,7 @@ from numatopo_engine.accelerators import (
     match_accelerator,
     parse_rule,
 )
-from numatopo_engine.resources import DEFAULT_RESOURCES
+from numatopo_engine.resources import DEFAULT_RESOURCES, ResourceNames
 
 
 @pytest.mark.parametrize(
@@ -72,3 +74,22 @@ def test_parse_rule() -> None:
 def test_bad_rules_are_refused_with_the_reason(text: str, message: str) -> None:
     with pytest.raises(AcceleratorRuleError, match=message):
         parse_rule(text)
+
+
+@pytest.mark.parametrize(
+    "name",
+    ["nvidia.com/gpu", "nvidia.com/gpux", "xnvidia.com/gpu", "nvidia.com/mig-3g.40gb",
+     "nvidia.com/mig-", "nvidia.com/gpu\n", "rdma/ib", "rdma/", "rdma", "cpu", "memory",
+     "vendor/[x]", "vendor/x"],
+)  # fmt: skip
+@pytest.mark.parametrize(
+    "names",
+    [DEFAULT_RESOURCES, ResourceNames(gpu=("vendor/[x]", "a?c/*"), nic=("vendor/*",)),
+     ResourceNames(gpu=(), nic=())],
+)  # fmt: skip
+def test_resource_names_match_as_fnmatch_says(names, name):
+    """The patterns are matched in one compiled expression: the same answers as
+    `fnmatch.fnmatchcase`, pattern by pattern (GPU patterns win over NIC ones)."""
+    gpu = any(fnmatch.fnmatchcase(name, pattern) for pattern in names.gpu)
+    assert names.is_gpu(name) == gpu
+    assert names.is_nic(name) == (not gpu and any(fnmatch.fnmatchcase(name, p) for p in names.nic))

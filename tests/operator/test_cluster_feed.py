@@ -12,6 +12,7 @@ from collections.abc import AsyncIterator
 
 import pytest
 
+from numatopo_engine.model import NumatopologySpec
 from numatopo_kube import KubeClient
 from numatopo_operator import cluster_feed
 from numatopo_operator.runtime import Runtime
@@ -139,3 +140,61 @@ async def test_node_views_follow_nodes_for_groups(cluster: Cluster, runtime):
     await _path_call(cluster, "delete", "/api/v1/nodes/b")
 
     await eventually(lambda: runtime.groups.node_view("b") is None, what="b gone")
+
+
+def _counting_parses(monkeypatch: pytest.MonkeyPatch) -> list[object]:
+    """Every `NumatopologySpec.model_validate` from now on."""
+    parses: list[object] = []
+    parse = NumatopologySpec.model_validate
+
+    def counted(cls: object, found: object, **kwargs: object) -> NumatopologySpec:
+        parses.append(found)
+        return parse(found, **kwargs)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(NumatopologySpec, "model_validate", classmethod(counted))
+    return parses
+
+
+async def test_a_status_change_of_the_same_generation_parses_no_spec(
+    cluster: Cluster, runtime, monkeypatch
+):
+    """The holder's own status writes come back as watch events of the same spec
+    generation: the spec parsed before is used again; a new generation is parsed."""
+    body = numatopology("n0", h100_spec())
+    # Versions as an API server gives them: the watch's replay of the listed object is
+    # then skipped as one, and parses nothing whatever its timing.
+    body["metadata"] |= {"generation": 1, "resourceVersion": "1"}
+    await cluster.create_numatopology(body)
+    await eventually(lambda: runtime.ledger.topology("n0") is not None, what="n0 in the ledger")
+    first = runtime.ledger.topology("n0")
+    parses = _counting_parses(monkeypatch)
+
+    stale = {"conditions": [{"type": "Exported", "status": "False", "reason": "Lost"}]}
+    status = {"metadata": {"resourceVersion": "2"}, "status": stale}
+    await _path_call(cluster, "patch", f"/apis/{NUMATOPOLOGIES}/n0/status", status)
+    await eventually(lambda: "n0" in runtime.ledger.stale_nodes(0), what="the status seen")
+    assert [] == parses
+    assert runtime.ledger.topology("n0") is first
+
+    spec = body["spec"] | {"reservedCPUs": "0-1"}
+    changed = {"metadata": {"generation": 2, "resourceVersion": "3"}, "spec": spec}
+    await _path_call(cluster, "patch", f"/apis/{NUMATOPOLOGIES}/n0", changed)
+    await eventually(lambda: runtime.ledger.topology("n0") != first, what="the new spec in use")
+    assert 1 == len(parses)
+
+
+async def test_an_object_without_a_generation_is_parsed_every_time(
+    cluster: Cluster, runtime, monkeypatch
+):
+    body = numatopology("n0", h100_spec())
+    body["metadata"]["resourceVersion"] = "1"
+    await cluster.create_numatopology(body)
+    await eventually(lambda: runtime.ledger.topology("n0") is not None, what="n0 in the ledger")
+    parses = _counting_parses(monkeypatch)
+
+    stale = {"conditions": [{"type": "Exported", "status": "False", "reason": "Lost"}]}
+    status = {"metadata": {"resourceVersion": "2"}, "status": stale}
+    await _path_call(cluster, "patch", f"/apis/{NUMATOPOLOGIES}/n0/status", status)
+
+    await eventually(lambda: "n0" in runtime.ledger.stale_nodes(0), what="the status seen")
+    assert 1 == len(parses)

@@ -16,7 +16,9 @@ import pytest
 
 import signing_keys
 from numatopo_engine import annotations as keys
+from numatopo_engine import pod_request
 from numatopo_engine.annotations import Assignment, Observed
+from numatopo_engine.resources import DEFAULT_RESOURCES
 from numatopo_kube import KubeClient
 from numatopo_operator import handlers
 from numatopo_operator.runtime import Runtime
@@ -50,6 +52,7 @@ def deciding_runtime(cluster: Any) -> Runtime:
     runtime = Runtime(
         OperatorSettings(),
         kube=KubeClient.connect(str(cluster.api.url)),
+        signer=signing_keys.SIGNER,
         verifier=signing_keys.VERIFIER,
     )
     for flag in (runtime.indexed, runtime.active, runtime.ledger_current, runtime.role_known):
@@ -81,3 +84,29 @@ async def test_one_pod_event_parses_its_assignment_once(cluster, monkeypatch, st
     assert runtime.ledger.booking("default/p") is not None  # booked: the event was read
     assert 1 == len(assignments), assignments
     assert len(observed) <= 1, observed
+
+
+async def test_a_new_pod_event_reads_its_request_once(cluster, monkeypatch):
+    """A waiting GPU pod is read by the workload mix (its shape) and by the decision:
+    one reading of its containers' resources serves both (`PodView.request`)."""
+    runtime = deciding_runtime(cluster)
+    body = make_pod("p", gpus=1)
+    await cluster.create_pod(body)
+    readings: list[str] = []
+    read = pod_request.request_from_pod
+
+    def counted(pod: Any, resources: Any = DEFAULT_RESOURCES) -> Any:
+        readings.append(str(pod["metadata"]["name"]))
+        return read(pod, resources)
+
+    monkeypatch.setattr(pod_request, "request_from_pod", counted)
+    try:
+        follow_up = handlers.pod_seen(runtime, "ADDED", body, logger)
+        assert follow_up is not None
+        await follow_up()
+    finally:
+        await runtime.kube.close()
+
+    assert cluster.annotations("p")[keys.STATE] == "Assigned"  # read, then decided
+    assert runtime.workload.mix().shapes  # ...and counted in the mix
+    assert ["p"] == readings
