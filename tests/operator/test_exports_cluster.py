@@ -380,6 +380,9 @@ async def test_a_new_holder_rewrites_no_export_that_is_current(
     await cluster.create_numatopology(numatopology(NODE, h100))
     await cluster.create_pod(make_pod("train", gpus=1, cpu="4"))
     a = await start_operator_on(cluster, **replica("op-a"))
+    # B starts once A holds the Lease: started together, B may win it, write the exports
+    # itself and then count them as if written after the takeover.
+    await eventually(lambda: a.runtime.deciding, what="A decides")
     b = await start_operator_on(cluster, **replica("op-b"))
     await eventually(
         lambda: (
