@@ -369,22 +369,35 @@ def pages_as_asked() -> None:
     operator then decoded all 30,000 pods of the benchmark in one piece, hundreds of MiB
     for a moment, which a real API server (500 a page, as the operator asks) never
     makes it hold, and which its RSS kept afterwards. Here a LIST with a `limit` is
-    answered page by page, the continue token the offset of the next page."""
+    answered page by page."""
     emulator = kmock.KubernetesEmulator
     get_objs = emulator._KubernetesEmulator__get_objs
     whole = emulator._serve_list
+
+    # list -> the objects its first page found: each page is cut from that snapshot
+    # (as an API server serves every page from one version), not from a new scan of
+    # every stored object (150,000 pods: a scan a page made the emulator the bottleneck).
+    snapshots: dict[int, list[Any]] = {}
+    numbers = itertools.count()
 
     async def serve_list(self: Any, request: Any) -> Any:
         limit = int(request.params.get("limit") or 0)
         if limit <= 0:
             return await whole(self, request)
-        start = int(request.params.get("continue") or 0)
-        async with self._lock:
-            objs = [obj for obj in get_objs(self, request, strict=False) if not obj.deleted]
+        token = request.params.get("continue")
+        if token:
+            number, _, offset = token.partition(":")
+            snapshot, start = snapshots.pop(int(number)), int(offset)
+        else:
+            async with self._lock:
+                found = get_objs(self, request, strict=False)
+                snapshot, start = [o.raw for o in found if not o.deleted], 0
         metadata = {"resourceVersion": "..."}
-        if start + limit < len(objs):
-            metadata["continue"] = str(start + limit)
-        return {"metadata": metadata, "items": [o.raw for o in objs[start : start + limit]]}
+        if start + limit < len(snapshot):
+            number = next(numbers)
+            snapshots[number] = snapshot
+            metadata["continue"] = f"{number}:{start + limit}"
+        return {"metadata": metadata, "items": snapshot[start : start + limit]}
 
     type.__setattr__(emulator, "_serve_list", serve_list)
 
