@@ -8,11 +8,10 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import ctypes
 import gc
 import logging
 import threading
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator
 
 import kopf
 from aiohttp import web
@@ -108,30 +107,6 @@ async def freeze_listed_heap(runtime: Runtime) -> None:
     )
 
 
-def _libc_malloc_trim() -> Callable[[int], int] | None:
-    """glibc's `malloc_trim`; None where the C library has none (musl, macOS)."""
-    try:
-        trim: Callable[[int], int] = ctypes.CDLL(None).malloc_trim
-    except (AttributeError, OSError):
-        return None
-    return trim
-
-
-async def trim_listed_heap(runtime: Runtime) -> None:
-    """Once every pod is listed, hand the C heap's free pages back to the system.
-
-    The lists decode page after page of JSON (500 pods each): most of it is freed as
-    soon as a page is read, but strings over 512 bytes (an assignment annotation) and
-    the pages' buffers come from glibc's heap, where what the kept views hold pins
-    free pages in between that glibc does not return by itself. `malloc_trim(0)`
-    returns them; it costs one pass over the heap, once.
-    """
-    await runtime.pods_listed.wait()
-    trim = _libc_malloc_trim()
-    if trim is not None:
-        trim(0)
-
-
 @contextlib.asynccontextmanager
 async def _background(runtime: Runtime, *, identity: str) -> AsyncIterator[None]:
     label = leadership.own_pod(runtime)
@@ -151,7 +126,6 @@ async def _background(runtime: Runtime, *, identity: str) -> AsyncIterator[None]
         asyncio.create_task(dra_feed.follow_dra(runtime), name="numatopo DRA claims"),
         asyncio.create_task(elector.run(), name="numatopo leadership"),
         asyncio.create_task(freeze_listed_heap(runtime), name="numatopo heap freeze"),
-        asyncio.create_task(trim_listed_heap(runtime), name="numatopo heap trim"),
         asyncio.create_task(measure_loop_lag(runtime.metrics), name="numatopo loop lag"),
     ]
     if runtime.settings.groups:
