@@ -12,7 +12,8 @@ Printed, each with its baseline:
   emulator   the emulator's own latency: one LIST of every pod, one PATCH of a pod
   start-up   process start -> the first pod decided (a waiting pod created beforehand),
              the operator's CPU time and RSS then (`--tracemalloc`: and where its
-             memory went, by module and by line)
+             memory went, by module, by line, and by the line of numatopo's own code
+             under the library that made it)
   burst      `--burst` waiting pods created 32 at a time: pods decided per second, how
              long the emulator took to create them (one POST p50/p99), creation ->
              decision p50/p99, the operator's CPU per pod, the RSS after
