@@ -15,7 +15,9 @@ mounts. At 150,000 pods those bodies are gigabytes; the slim view keeps metadata
 volumes, each container's name, resources and restart policy (what `request_from_pod`
 sizes), and of the status the phase, start time and container names (`is_admitted`,
 `is_finished`) and the claims made from its templates (`dra`). Every other part of
-the operator reads the same keys either way.
+the operator reads the same keys either way. The view is built of new dicts and lists,
+its short values (namespace, node, phase, quantities) one shared string for all pods,
+so a kept view holds nothing of the page it was decoded from but its own long strings.
 """
 
 from __future__ import annotations
@@ -181,7 +183,8 @@ def _shared(value: Any) -> Any:
     policy, a container's name and its quantities repeat across thousands of pods,
     and each decoded page gives every pod its own copy. Longer values (an assignment,
     a signature) are one pod's own and are kept as they are."""
-    return sys.intern(value) if isinstance(value, str) and len(value) <= SHARED_MAX else value
+    # `type(...) is str`: `sys.intern` takes no subclass (a StrEnum from Python callers).
+    return sys.intern(value) if type(value) is str and len(value) <= SHARED_MAX else value
 
 
 def _compact(found: Any) -> Any:
