@@ -12,7 +12,8 @@ Printed, each with its baseline:
   emulator   the emulator's own latency: one LIST of every pod, one PATCH of a pod
   start-up   process start -> the first pod decided (a waiting pod created beforehand),
              the operator's CPU time and RSS then (`--tracemalloc`: and where its
-             memory went, by module and by line)
+             memory went, by module, by line, and by the line of numatopo's own code
+             under the library that made it)
   burst      once the holder's start-up status writes are done, `--burst` waiting pods
              created 32 at a time: pods decided per second, how long the emulator took
              to create them (one POST p50/p99), creation -> decision p50/p99, the
@@ -30,7 +31,9 @@ Printed, each with its baseline:
 kmock looks up the object of every request by comparing it with every stored object and
 picks each request's reaction by walking its whole request log: at 30,000 pods the
 emulator, not the operator, set the pace. Both are bypassed here (`index_named_objects`,
-`find_reactions_directly`); `--plain-emulator` keeps kmock as it is. kmock also never
+`find_reactions_directly`), and a LIST is answered in the pages it asks for, as an API
+server does (`pages_as_asked`; kmock gives every object in one page); `--plain-emulator`
+keeps kmock as it is. kmock also never
 changes an object's resourceVersion; here every write gives it a new one, as an API
 server does (`version_every_write`, with or without `--plain-emulator`), else the
 operator's feeds take a write for a replay.
@@ -45,6 +48,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import datetime
+import itertools
 import json
 import os
 import signal
@@ -412,6 +416,47 @@ def watch_from_the_replay() -> None:
     type.__setattr__(emulator, "_serve_watch", serve_watch)  # read as the watch fallback
 
 
+def pages_as_asked() -> None:
+    """kmock answers a LIST with every object in one page whatever `limit` asks: the
+    operator then decoded all 30,000 pods of the benchmark in one piece, hundreds of MiB
+    for a moment, which a real API server (500 a page, as the operator asks) never
+    makes it hold, and which its RSS kept afterwards. Here a LIST with a `limit` is
+    answered page by page."""
+    emulator = kmock.KubernetesEmulator
+    get_objs = emulator._KubernetesEmulator__get_objs
+    whole = emulator._serve_list
+
+    # list -> the objects its first page found: each page is cut from that snapshot
+    # (as an API server serves every page from one version), not from a new scan of
+    # every stored object (150,000 pods: a scan a page made the emulator the bottleneck).
+    snapshots: dict[int, tuple[str, list[Any]]] = {}
+    numbers = itertools.count()
+
+    async def serve_list(self: Any, request: Any) -> Any:
+        limit = int(request.params.get("limit") or 0)
+        if limit <= 0:
+            return await whole(self, request)
+        token = request.params.get("continue")
+        if token:
+            number, _, offset = token.partition(":")
+            (version, snapshot), start = snapshots.pop(int(number)), int(offset)
+        else:
+            # The version before the objects, as `version_every_write`'s whole lists
+            # say it: a watch from it is sent what was written after the snapshot.
+            version = str(Versions.last)
+            async with self._lock:
+                found = get_objs(self, request, strict=False)
+                snapshot, start = [o.raw for o in found if not o.deleted], 0
+        metadata = {"resourceVersion": version}
+        if start + limit < len(snapshot):
+            number = next(numbers)
+            snapshots[number] = (version, snapshot)
+            metadata["continue"] = f"{number}:{start + limit}"
+        return {"metadata": metadata, "items": snapshot[start : start + limit]}
+
+    type.__setattr__(emulator, "_serve_list", serve_list)
+
+
 class RequestLog:
     """The status PATCHes counted as they come; the log itself trimmed to its tail (a
     long run would hold every request body)."""
@@ -462,11 +507,20 @@ async def until_quiet(log: RequestLog, timeout: float) -> float:
     return since - started
 
 
-# Run as `python -X tracemalloc -c TRACED report-file operator ...`: the operator, which
+# Frames kept per allocation: enough to reach numatopo's caller below lightkube and pydantic.
+TRACED_FRAMES = 12
+# Run as `python -X tracemalloc=16 -c TRACED report-file operator ...`: the operator, which
 # writes where its memory went to the report file on SIGUSR1 (by module, then by line).
 TRACED = """
 import signal, sys, tracemalloc
 from numatopo_cli.main import main
+
+def ours(frames):
+    # The newest frame in numatopo's own code: whose call kept what a library made.
+    for filename, lineno in frames:
+        if "/numatopo_" in filename:
+            return f"{filename}:{lineno}"
+    return "(no numatopo frame)"
 
 def report(*_):
     snapshot = tracemalloc.take_snapshot()
@@ -476,6 +530,16 @@ def report(*_):
             out.write(f"by {key}: {sum(s.size for s in stats) / 2**20:.0f} MiB traced\\n")
             for stat in stats[:30]:
                 out.write(f"{stat.size / 2**20:8.1f} MiB {stat.count:9d} {stat.traceback}\\n")
+        callers = {}
+        # The raw traces (domain, size, frames newest first, depth): a Trace object
+        # per allocation made this take minutes at 30,000 pods.
+        for _, size, frames, *_ in snapshot.traces._traces:
+            where = ours(frames)
+            total, count = callers.get(where, (0, 0))
+            callers[where] = (total + size, count + 1)
+        out.write("by the numatopo line that made it (newest frame of ours)\\n")
+        for where, (size, count) in sorted(callers.items(), key=lambda i: -i[1][0])[:40]:
+            out.write(f"{size / 2**20:8.1f} MiB {count:9d} {where}\\n")
 
 signal.signal(signal.SIGUSR1, report)
 sys.exit(main(sys.argv[2:]))
@@ -489,7 +553,7 @@ async def start(
     command = (
         [str(numatopo)]
         if traced is None
-        else [sys.executable, "-X", "tracemalloc", "-c", TRACED, str(traced)]
+        else [sys.executable, "-X", f"tracemalloc={TRACED_FRAMES}", "-c", TRACED, str(traced)]
     )
     return await asyncio.create_subprocess_exec(
         *command,
@@ -699,6 +763,7 @@ async def run(args: argparse.Namespace) -> None:
         index_named_objects()
         find_reactions_directly()
         watch_from_the_replay()
+        pages_as_asked()
     async with kmock.KubernetesEmulator() as api, kmock.Server(api):
         register_resources(api)
         requests_log = RequestLog(api)

@@ -31,6 +31,10 @@ THIRD_PARTY = {
     ("benchmarks/bench_operator_scale.py", "self.api._payloads"),
     ("benchmarks/bench_operator_scale.py", "view._source"),
     ("benchmarks/bench_operator_scale.py", "p._requests"),
+    # ...and answers a LIST page by page, as asked (`pages_as_asked`), else as kmock does.
+    ("benchmarks/bench_operator_scale.py", "emulator._serve_list"),
+    # tracemalloc's raw traces: a Trace object per allocation took minutes to group.
+    ("benchmarks/bench_operator_scale.py", "snapshot.traces._traces"),
 }
 
 

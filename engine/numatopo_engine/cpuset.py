@@ -23,6 +23,10 @@ MAX_CPU_ID = 65535
 CPULIST_PATTERN = r"^\s*(\d+(-\d+)?(,\d+(-\d+)?)*)?\s*$"
 
 
+# Distinct cpulist texts whose parse `CPUSet.parsed_shared` keeps at most.
+PARSED_KEPT = 4096
+
+
 class CPUSetParseError(ValueError):
     """A string is not a valid kernel cpulist; the message quotes it and says why."""
 
@@ -71,6 +75,23 @@ class CPUSet:
                 )
             ids.update(range(lo, hi + 1))
         return cls(ids)
+
+    @classmethod
+    def parsed_shared(cls, cpulist: str) -> CPUSet:
+        """`parse`, the set shared with every earlier parse of the same text.
+
+        A set of a few CPUs is a 216-byte hash table: the operator parses one or two in
+        every annotated pod's assignment, and the NUMA nodes' sets in every node's spec,
+        and the texts repeat (the same CPUs on every node of a shape, `0` and `1` as the
+        NUMA nodes of most). A CPUSet is immutable, so one object serves every reader.
+        """
+        found = _PARSED.get(cpulist)
+        if found is None:
+            found = cls.parse(cpulist)
+            if len(_PARSED) >= PARSED_KEPT:
+                _PARSED.clear()  # costs memory only: a later parse makes its own set
+            _PARSED[cpulist] = found
+        return found
 
     @classmethod
     def parse_mask(cls, mask: str) -> CPUSet:
@@ -149,7 +170,7 @@ class CPUSet:
             if isinstance(value, CPUSet):
                 return value
             if isinstance(value, str):
-                return cls.parse(value)
+                return cls.parsed_shared(value)
             if isinstance(value, list | tuple | set | frozenset) and all(
                 isinstance(v, int) and not isinstance(v, bool) for v in value
             ):
@@ -172,3 +193,6 @@ class CPUSet:
             "pattern": CPULIST_PATTERN,
             "description": "Kernel cpulist format, e.g. '0-3,8-11'.",
         }
+
+
+_PARSED: dict[str, CPUSet] = {}

@@ -69,16 +69,24 @@ async def _watch(kind: Followed, version: str | None, backoff: Backoff) -> None:
         await asyncio.sleep(backoff.next_delay())
 
 
+async def _list(kind: Followed) -> str | None:
+    """One list handed over; returns the version to watch from. The list's bodies are
+    dropped on return: kept while the watch runs (that is, for good) they were 45 MiB
+    of decoded Numatopologies per 1,000 nodes."""
+    answer = await kind.listing()
+    await kind.listed(answer.items)
+    logger.info("listed %d %s", len(answer.items), kind.name)
+    return answer.resource_version
+
+
 async def follow(kind: Followed) -> None:
     """List and watch `kind` until cancelled."""
     backoff = Backoff(RETRY_SECONDS, RETRY_MAX_SECONDS)
     while True:
         try:
-            answer = await kind.listing()
-            await kind.listed(answer.items)
+            version = await _list(kind)
             backoff.reset()
-            logger.info("listed %d %s", len(answer.items), kind.name)
-            await _watch(kind, answer.resource_version, backoff)
+            await _watch(kind, version, backoff)
             continue
         except KubeError as exc:
             if exc.status == 404 and kind.absent_retry_seconds is not None:

@@ -15,11 +15,14 @@ mounts. At 150,000 pods those bodies are gigabytes; the slim view keeps metadata
 volumes, each container's name, resources and restart policy (what `request_from_pod`
 sizes), and of the status the phase, start time and container names (`is_admitted`,
 `is_finished`) and the claims made from its templates (`dra`). Every other part of
-the operator reads the same keys either way.
+the operator reads the same keys either way. The view is built of new dicts and lists,
+its short values (namespace, node, phase, quantities) one shared string for all pods,
+so a kept view holds nothing of the page it was decoded from but its own long strings.
 """
 
 from __future__ import annotations
 
+import sys
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
 from functools import cached_property
@@ -179,17 +182,8 @@ class PodView(Mapping[str, Any]):
         return PodView({**self.body, "spec": {**_mapping(self.body.get("spec")), "nodeName": node}})
 
 
-_METADATA = (
-    "name",
-    "namespace",
-    "uid",
-    "resourceVersion",
-    "creationTimestamp",
-    "deletionTimestamp",
-    "labels",
-    "annotations",
-    "ownerReferences",
-)
+_METADATA = ("namespace", "labels", "annotations", "ownerReferences")
+_METADATA_OWN = ("name", "uid", "resourceVersion", "creationTimestamp", "deletionTimestamp")
 _CONTAINER = ("name", "resources", "restartPolicy")
 _CONTAINER_LISTS = ("containers", "initContainers", "ephemeralContainers")
 _SPEC_DROPPED = ("volumes", *_CONTAINER_LISTS)
@@ -199,8 +193,32 @@ _STATUS = ("phase", "startTime", "nominatedNodeName", "resourceClaimStatuses")
 _LAST_APPLIED = "kubectl.kubernetes.io/last-applied-configuration"
 
 
+# Values at most this long are shared between pods (`_shared`): labels are at most 63.
+SHARED_MAX = 64
+
+
+def _shared(value: Any) -> Any:
+    """One string for every pod that has it: the namespace, the node, the phase, a
+    policy, a container's name and its quantities repeat across thousands of pods,
+    and each decoded page gives every pod its own copy. Longer values (an assignment,
+    a signature) are one pod's own and are kept as they are."""
+    # `type(...) is str`: `sys.intern` takes no subclass (a StrEnum from Python callers).
+    return sys.intern(value) if type(value) is str and len(value) <= SHARED_MAX else value
+
+
+def _compact(found: Any) -> Any:
+    """`found` rebuilt with shared keys and short values (`_shared`), dicts and lists
+    new: nothing of the decoded page stays referenced from a kept view but its long
+    strings."""
+    if isinstance(found, Mapping):
+        return {_shared(k): _compact(v) for k, v in found.items()}
+    if isinstance(found, list):
+        return [_compact(v) for v in found]
+    return _shared(found)
+
+
 def _picked(found: Mapping[str, Any], names: tuple[str, ...]) -> dict[str, Any]:
-    return {name: found[name] for name in names if name in found}
+    return {name: _compact(found[name]) for name in names if name in found}
 
 
 def _containers(found: object) -> list[Any]:
@@ -210,18 +228,20 @@ def _containers(found: object) -> list[Any]:
 
 
 def slim_pod(pod: Mapping[str, Any]) -> dict[str, Any]:
-    """The slim view of `pod` (a new dict; `pod` is left as it is)."""
+    """The slim view of `pod` (new dicts and lists throughout; `pod` is left as it is)."""
     view: dict[str, Any] = _picked(pod, ("apiVersion", "kind"))
     metadata = pod.get("metadata")
     if isinstance(metadata, Mapping):
         kept = _picked(metadata, _METADATA)
+        # One pod's own: not worth a place among the shared strings.
+        kept.update((name, metadata[name]) for name in _METADATA_OWN if name in metadata)
         annotations = kept.get("annotations")
         if isinstance(annotations, Mapping) and _LAST_APPLIED in annotations:
             kept["annotations"] = {k: v for k, v in annotations.items() if k != _LAST_APPLIED}
         view["metadata"] = kept
     spec = pod.get("spec")
     if isinstance(spec, Mapping):
-        kept = {k: v for k, v in spec.items() if k not in _SPEC_DROPPED}
+        kept = {_shared(k): _compact(v) for k, v in spec.items() if k not in _SPEC_DROPPED}
         for name in _CONTAINER_LISTS:
             if name in spec:
                 kept[name] = _containers(spec[name])

@@ -4,6 +4,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
+from numatopo_engine.annotations import Assignment
 from numatopo_engine.cpuset import CPUSet, CPUSetParseError
 
 
@@ -67,3 +68,21 @@ def test_set_algebra() -> None:
     assert "4-7" == str(a & b)
     assert "0-3" == str(a - b)
     assert CPUSet.parse("4-5") <= a
+
+
+def test_fields_parse_equal_cpulists_into_one_shared_set() -> None:
+    """Every assignment and spec parses its CPU lists through `parsed_shared`: equal
+    texts give one immutable object, not a hash table each (the operator keeps tens of
+    thousands)."""
+    first = Assignment.model_validate(
+        {"node": "a", "containers": {"m": {"cpus": "0-3", "mems": "0"}}}
+    )
+    second = Assignment.model_validate(
+        {"node": "b", "containers": {"m": {"cpus": "0-3", "mems": "0"}}}
+    )
+    other = Assignment.model_validate({"node": "b", "containers": {"m": {"cpus": "4-7"}}})
+
+    assert first.containers["m"].cpus is second.containers["m"].cpus
+    assert first.containers["m"].mems is second.containers["m"].mems
+    assert str(other.containers["m"].cpus) == "4-7"
+    assert CPUSet.parsed_shared("0-3") is first.containers["m"].cpus

@@ -8,13 +8,15 @@ the ledger at the moment the first list is in.
 from __future__ import annotations
 
 import asyncio
+import gc
+import weakref
 from collections.abc import AsyncIterator
 
 import pytest
 
 from numatopo_engine.model import NumatopologySpec
-from numatopo_kube import KubeClient
-from numatopo_operator import cluster_feed
+from numatopo_kube import KubeClient, Listing, WatchEvent
+from numatopo_operator import cluster_feed, list_watch
 from numatopo_operator.runtime import Runtime
 from numatopo_operator.settings import OperatorSettings
 
@@ -198,3 +200,41 @@ async def test_an_object_without_a_generation_is_parsed_every_time(
 
     await eventually(lambda: "n0" in runtime.ledger.stale_nodes(0), what="the status seen")
     assert 1 == len(parses)
+
+
+async def test_a_feed_keeps_nothing_of_its_list_while_it_watches(cluster: Cluster):
+    """The bodies of a list are read once: a feed that kept its list while watching held
+    every Numatopology as decoded JSON for the life of the process."""
+    spec = h100_spec()
+    for name in ("n0", "n1"):
+        await cluster.create_numatopology(numatopology(name, spec))
+    kube = KubeClient.connect(str(cluster.api.url))
+    listings: list[weakref.ref[Listing]] = []
+    taken: list[str] = []
+    watching = asyncio.Event()
+
+    async def listing() -> Listing:
+        answer = await kube.list_numatopologies()
+        listings.append(weakref.ref(answer))
+        return answer
+
+    async def listed(items: list[dict]) -> None:
+        taken.extend(item["metadata"]["name"] for item in items)
+
+    async def watch(version: str | None) -> AsyncIterator[WatchEvent]:
+        watching.set()
+        async for event in kube.watch_numatopologies(resource_version=version):
+            yield event
+
+    kind = list_watch.Followed("Numatopologies", listing, watch, listed, lambda *_: None)
+    feed = asyncio.create_task(list_watch.follow(kind))
+    try:
+        async with asyncio.timeout(10):
+            await watching.wait()
+        gc.collect()
+        assert ["n0", "n1"] == sorted(taken)
+        assert [None] == [found() for found in listings]
+    finally:
+        feed.cancel()
+        await asyncio.gather(feed, return_exceptions=True)
+        await kube.close()

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import copy
+import json
 
 from numatopo_engine import annotations as keys
 from numatopo_engine import request_from_pod
@@ -66,6 +67,43 @@ def test_the_slim_view_reads_as_the_whole_pod_does():
     assert ["kubectl.kubernetes.io/last-applied-configuration"] == sorted(
         set(fat(assigned)["metadata"]["annotations"]) - set(view["metadata"]["annotations"])
     )
+
+
+def test_slim_views_share_what_repeats_and_hold_nothing_of_the_decoded_pod():
+    """A kept view is made of its own dicts and lists (a decoded page is freed whole),
+    and values that repeat from pod to pod are one string for all of them."""
+    raw = [json.loads(json.dumps(fat(make_pod(name)))) for name in ("p", "q")]
+    first, second = (slim_pod(pod) for pod in raw)
+
+    def containers(pod):
+        return [id(part) for part in walk(pod) if isinstance(part, dict | list)]
+
+    assert not set(containers(first)) & set(containers(raw[0]))
+    for path in (
+        ("metadata", "namespace"),
+        ("spec", "nodeName"),
+        ("spec", "containers", 0, "name"),
+        ("spec", "containers", 0, "resources", "requests", "cpu"),
+        ("status", "phase"),
+    ):
+        assert at(first, path) is at(second, path), path
+        assert at(first, path) == at(raw[0], path)
+    assert first["metadata"]["name"] == "p"
+
+
+def walk(found):
+    yield found
+    children = (
+        found.values() if isinstance(found, dict) else found if isinstance(found, list) else ()
+    )
+    for child in children:
+        yield from walk(child)
+
+
+def at(found, path):
+    for step in path:
+        found = found[step]
+    return found
 
 
 async def test_a_watch_too_old_to_resume_lists_again_and_ends_what_vanished(cluster):
