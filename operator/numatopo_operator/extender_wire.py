@@ -21,6 +21,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
+import msgspec
 import numpy as np
 
 from numatopo_engine import kube_names
@@ -54,6 +55,11 @@ _STEPS[[ord("["), ord("{")]] = 1
 _STEPS[[ord("]"), ord("}")]] = -1
 
 
+# msgspec's parser first: the same objects as `json.loads` at a third of the time (a
+# filter body holds hundreds of names); a body it refuses goes to `_python_parsed`.
+_decode = msgspec.json.Decoder().decode
+
+
 class BadArgsError(ValueError):
     """The request body is not the JSON kube-scheduler sends."""
 
@@ -83,14 +89,24 @@ def parse_body(body: bytes) -> Mapping[str, Any]:
     if _nests_too_deep(body):
         raise BadArgsError(f"request body nests deeper than {MAX_DEPTH} levels")
     try:
-        parsed = json.loads(text)
+        parsed = _decode(body)
+    except (msgspec.DecodeError, RecursionError):
+        parsed = _python_parsed(text)
+    if not isinstance(parsed, dict):
+        raise BadArgsError("request body is not a JSON object")
+    return parsed
+
+
+def _python_parsed(text: str) -> Any:
+    """`json.loads(text)`, for what msgspec refuses: Python's parser reads a few things
+    msgspec does not (NaN, lone surrogate escapes), which the checks after it refuse
+    where they matter, with the field's name; and its messages say what is wrong."""
+    try:
+        return json.loads(text)
     except RecursionError:
         raise BadArgsError(f"request body nests deeper than {MAX_DEPTH} levels") from None
     except ValueError as exc:
         raise BadArgsError(f"request body is not JSON: {exc}") from None
-    if not isinstance(parsed, dict):
-        raise BadArgsError("request body is not a JSON object")
-    return parsed
 
 
 def field(args: Mapping[str, Any], name: str) -> Any:
