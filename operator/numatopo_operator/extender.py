@@ -355,8 +355,9 @@ async def priorities(
     if not pod_request.wants_topology(pod):
         return names, [0] * len(names)
     known, scored = memo.take_ranks(pod_uid(pod))
-    missing = [node for node in names if node not in known]
-    if missing:
+    ranked = list(filter(known.__contains__, names))
+    if len(ranked) < len(names):
+        missing = [node for node in names if node not in known]
         scored = {}
         try:
             request = memo.request(pod, runtime.settings.resources)
@@ -365,7 +366,7 @@ async def priorities(
         started = time.perf_counter()
         known.update((await judge_pod(runtime, pod, request, missing)).ranks)
         runtime.metrics.latency.labels("prioritize").observe(time.perf_counter() - started)
-    ranked = list(filter(known.__contains__, names))
+        ranked = list(filter(known.__contains__, names))
     if not ranked:
         return names, [0] * len(names)
     if len(set(ranked)) == len(scored):
