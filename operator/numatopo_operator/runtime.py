@@ -143,7 +143,8 @@ class Runtime:
     5,000-node filter does not hold up kopf's watches and the Lease renewals."""
 
     decisions: allocation.Engine = field(default_factory=allocation.Engine)
-    """The engine's memo tables; read and written only in the engine thread."""
+    """The engine's memo tables; the operator reads and writes them only under
+    `ENGINE_LOCK`: in the engine thread, or on the loop inside `engine_if_idle`."""
 
     signer: Signer | None = None
     """Signs every assignment written (`signed`); `main.run` refuses to start without
