@@ -422,7 +422,7 @@ def _json_of(data: object) -> bytes:
     except UnicodeEncodeError:
         # A lone surrogate (a name only Python's parser let in, `extender_wire`): the
         # escapes `json.dumps` writes for it.
-        return _dumps(data).encode()
+        return _dumps(msgspec.to_builtins(data)).encode()
 
 
 def filter_body(result: Mapping[str, Any]) -> bytes:
@@ -430,9 +430,11 @@ def filter_body(result: Mapping[str, Any]) -> bytes:
     return _json_of(result)
 
 
-def priorities_body(hosts: Iterable[str], scores: Iterable[int]) -> bytes:
+def priorities_body(hosts: Sequence[str], scores: Sequence[int]) -> bytes:
     """The HostPriorityList [{Host, Score}] of `hosts` and their `scores` as JSON."""
-    return _json_of([{"Host": h, "Score": s} for h, s in zip(hosts, scores, strict=True)])
+    if len(hosts) != len(scores):
+        raise ValueError("priorities_body: a score per host")
+    return _json_of(list(map(wire.HostPriorityRow, hosts, scores)))
 
 
 def _json_bytes(body: bytes) -> web.Response:

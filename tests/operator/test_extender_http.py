@@ -8,6 +8,7 @@ import numpy as np
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
+from pydantic import TypeAdapter
 
 from numatopo_engine import annotations as keys
 from numatopo_operator.extender import (
@@ -16,6 +17,7 @@ from numatopo_operator.extender import (
     priorities_body,
     rank_scores,
 )
+from numatopo_operator.extender_wire import HostPriority, HostPriorityRow
 
 FRESH, STALE, MISSING = "h100-a", "h100-stale", "h100-missing"
 
@@ -237,6 +239,9 @@ def test_answers_read_back_as_the_objects_they_write(failed, unresolvable, passe
     text = priorities_body([host for host, _ in hosts], [score for _, score in hosts])
     read = json.loads(filter_body(result))
     assert (read, json.loads(text)) == (result, answer)
+    # The one definition of a HostPriority (`extender_wire`) reads the answer as written.
+    rows = TypeAdapter(list[HostPriority]).validate_json(text)
+    assert answer == [row.model_dump() for row in rows]
     assert [list(read), list(read["FailedNodes"])] == [list(result), list(failed)]
 
 
@@ -247,3 +252,9 @@ def test_an_answer_naming_a_lone_surrogate_is_still_json():
 
     assert result == json.loads(filter_body(result))
     assert [{"Host": "n\ud800", "Score": 3}] == json.loads(priorities_body(["n\ud800"], [3]))
+
+
+def test_the_written_host_priority_has_the_models_fields():
+    """prioritize writes `HostPriorityRow`s, made from the pydantic model's fields."""
+    assert HostPriorityRow.__struct_fields__ == tuple(HostPriority.model_fields)
+    assert [{"Host": "n", "Score": 7}] == json.loads(priorities_body(["n"], [7]))
