@@ -46,7 +46,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Container, Hashable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
-from typing import NamedTuple
+from typing import NamedTuple, cast
 
 import numpy as np
 import numpy.typing as npt
@@ -97,6 +97,7 @@ from numatopo_engine.topology_tables import (
 __all__ = [
     "Decision",
     "Engine",
+    "NotWarmError",
     "Refusal",
     "ShapeGroup",
     "ShapeScores",
@@ -114,6 +115,12 @@ REFUSED = -1
 # 0.45 KB per row kept (5 pod kinds over the 5,000-node bench fleet: 14,295 distinct
 # rows, 6 MiB), so under 30 MiB at the bound.
 DEFAULT_ROWS = 1 << 16
+
+
+class NotWarmError(Exception):
+    """A `warm_only` call met something it would have to build first (hardware tables, a
+    row layout, a plan, a node's row or its verdict): the caller asks again where
+    building may take its time (the extender, in the engine thread)."""
 
 
 class Engine:
@@ -144,6 +151,20 @@ class Engine:
         if state is None or state.topology is not topology:
             return self.tables.get(topology)
         return state.tables or self.tables.get(topology, state.shape_key)
+
+    def warm_tables(self, topology: NumatopologySpec, state: NodeState | None) -> Tables:
+        """`tables_of` where nothing is built: the tables `state` holds (a ledger's state
+        holds its shape's), else `NotWarmError`."""
+        if state is None or state.topology is not topology or state.tables is None:
+            raise NotWarmError("no hardware tables at hand")
+        return state.tables
+
+    def warm_layout(self, tables: Tables) -> RowLayout:
+        """`layout_of` where nothing is built, else `NotWarmError`."""
+        layout = self.layouts.get(tables.key)
+        if layout is None:
+            raise NotWarmError("no row layout at hand")
+        return layout
 
     def layout_of(self, tables: Tables) -> RowLayout:
         layout = self.layouts.get(tables.key)
@@ -180,10 +201,14 @@ class Engine:
         floor: int,
         closest: bool,
         mix: WorkloadMix | None,
+        warm_only: bool = False,
     ) -> RowVerdicts:
-        """The verdicts kept for this plan under `mix` (the rank's row terms depend on it)."""
+        """The verdicts kept for this plan under `mix` (the rank's row terms depend on it);
+        `warm_only`: `NotWarmError` where none are kept yet."""
         key = (tables.key, need, options, floor, closest, mix or None)
         found = self.verdicts.get(key)
+        if found is None and warm_only:
+            raise NotWarmError("no verdicts kept for this plan")
         if found is None:
             plan = self.plan(tables, need, options, floor=floor, closest=closest)
             found = self.verdicts[key] = RowVerdicts(plan, mix or None)
@@ -217,6 +242,14 @@ class Engine:
             if not row:
                 out[index] = self._new_row(tables, layout, listed[index])
         return out
+
+    def laid_out_rows(self, tables: Tables, states: Iterable[NodeState]) -> list[bytes]:
+        """`rows` where each is laid out already, else `NotWarmError`."""
+        layout = self.warm_layout(tables)
+        out = [c[1] if (c := s.row_cache) is not None and c[0] is layout else None for s in states]
+        if None in out:
+            raise NotWarmError("a row not laid out yet")
+        return cast("list[bytes]", out)  # no None left
 
     def _new_row(self, tables: Tables, layout: RowLayout, state: NodeState) -> bytes:
         cached = state.row_cache
@@ -336,14 +369,21 @@ def score_many(
     engine: Engine | None = None,
     mix: WorkloadMix | None = None,
     hosts: Hosts | None = None,
+    warm_only: bool = False,
 ) -> ShapeScores:
     """`evaluate_many` as arrays: refusals grouped by their summary, and the node rank
     (`packing`: alignment, then fragmentation growth under `mix`, the workload's request
     shapes, each weighed by how scarce its hosts are among the nodes judged together,
     `hosts` from `mix_hosts`; without a mix, the best-fit fill). This is the one node
-    score the extender's prioritize and `numatopo simulate` choose nodes by."""
+    score the extender's prioritize and `numatopo simulate` choose nodes by.
+
+    `warm_only`: answer only from what `engine` keeps (every node's row laid out and its
+    verdict under this plan known), else `NotWarmError` before anything is built; the
+    same answers as without it. Such a call takes about a microsecond per node, so the
+    extender may make it on its event loop."""
     engine = engine or Engine()
-    tables = engine.tables_of(topology, states[0] if states else None)
+    first = states[0] if states else None
+    tables = engine.warm_tables(topology, first) if warm_only else engine.tables_of(topology, first)
     for state in states if checked else ():
         if state.topology is not topology and state.shape_key != tables.key:
             raise ValueError("evaluate_many: every state must be of the topology's hardware")
@@ -360,15 +400,22 @@ def score_many(
         or (one_at_a_time and not request.init_containers)
     ):
         # The pod's total need not fit the memory manager at once (`_decide`).
+        if warm_only and states:
+            raise NotWarmError("decided node by node")
         return _one_by_one(engine, topology, states, request)
+    if warm_only and one_at_a_time:
+        raise NotWarmError("confirmed container by container")
     verdicts = engine.row_verdicts(
         tables, sizing.total, options, floor=states[0].shared_floor,
-        closest=_prefers_closest(topology), mix=mix,
+        closest=_prefers_closest(topology), mix=mix, warm_only=warm_only,
     )  # fmt: skip
     plan = verdicts.plan
     # Each distinct row is decided once; a long-lived engine keeps the verdicts, so
     # rows it has seen under this plan are looked up, not decided again.
-    slots = verdicts.known_slots(states, engine.layout_of(tables))
+    layout = engine.warm_layout(tables) if warm_only else engine.layout_of(tables)
+    slots = verdicts.known_slots(states, layout)
+    if slots is None and warm_only:
+        raise NotWarmError("a row not laid out or not decided yet")
     if slots is None:
         rows_bytes = engine.rows(tables, states)
         if sum(map(len, rows_bytes)) != count * verdicts.width * 8:
@@ -489,10 +536,12 @@ def mix_hosts(
     mix: WorkloadMix,
     *,
     engine: Engine | None = None,
+    warm_only: bool = False,
 ) -> Hosts:
     """How many of the nodes in `groups` ((topology, states) per hardware shape: the
     nodes one scheduling decision judges) can host each shape of `mix` now: the
-    rank's cluster-level input (`score_many(..., hosts=)`). Unreadable rows host none."""
+    rank's cluster-level input (`score_many(..., hosts=)`). Unreadable rows host none.
+    `warm_only`: from rows already laid out, else `NotWarmError` (see `score_many`)."""
     engine = engine or Engine()
     counts = np.zeros(len(mix.shapes), dtype=np.int64)
     nodes = 0
@@ -500,9 +549,16 @@ def mix_hosts(
         nodes += len(states)
         if not mix or not states:
             continue
-        tables = engine.tables_of(topology, states[0])
-        width = engine.layout_of(tables).width
-        packed = engine.rows(tables, states)
+        if warm_only:
+            tables = engine.warm_tables(topology, states[0])
+            width = engine.warm_layout(tables).width
+            packed = engine.laid_out_rows(tables, states)
+            if tables.key not in engine.free_columns:
+                raise NotWarmError("no free columns at hand")
+        else:
+            tables = engine.tables_of(topology, states[0])
+            width = engine.layout_of(tables).width
+            packed = engine.rows(tables, states)
         rows_bytes = [b for b in packed if len(b) == width * 8]
         if not rows_bytes:
             continue

@@ -171,6 +171,9 @@ class Ledger:
         # Heartbeats older than this go to `stale_reason`, which words (and decides)
         # exactly; the margin keeps this cheap test from missing one by rounding.
         old = now - limit + 1.0 if limit > 0 else -math.inf
+        # A pod's bookings are on the one node `_node_of` names (DRA holds' keys hold a
+        # colon, pod keys none): one look-up here, not one per candidate.
+        own = records.get(self._node_of.get(without, "")) if without is not None else None
         for node in nodes:
             found = records.get(node)
             if found is None or found.topology is None or found.shape is None:
@@ -189,7 +192,7 @@ class Ledger:
                 frozen = found.frozen
             assert frozen is not None, "a record with a topology has a state"
             state = frozen[2]
-            if without is not None and without in state.assignments:
+            if found is own and without in state.assignments:
                 state = state.copy()
                 state.release(without)
             group = groups.get(found.shape.key)

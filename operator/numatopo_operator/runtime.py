@@ -10,9 +10,11 @@ it is written rather than silently in the handlers.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import functools
+import threading
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import ParamSpec, TypeVar
@@ -50,6 +52,15 @@ T = TypeVar("T")
 # module-level dicts, safe only while one thread at a time decides (as on the loop
 # before), whichever `Runtime` asks; and decisions queue in arrival order, as there.
 ENGINE_THREAD = ThreadPoolExecutor(max_workers=1, thread_name_prefix="numatopo-engine")
+# Held by whoever works with the engine's memos: the engine thread for each of its jobs,
+# and an event loop that judges a warm scheduling cycle itself (`engine_if_idle`), so
+# the two never run at once.
+ENGINE_LOCK = threading.Lock()
+
+
+def _exclusive(work: Callable[[], T]) -> T:
+    with ENGINE_LOCK:
+        return work()
 
 
 @dataclass
@@ -132,7 +143,8 @@ class Runtime:
     5,000-node filter does not hold up kopf's watches and the Lease renewals."""
 
     decisions: allocation.Engine = field(default_factory=allocation.Engine)
-    """The engine's memo tables; read and written only in the engine thread."""
+    """The engine's memo tables; the operator reads and writes them only under
+    `ENGINE_LOCK`: in the engine thread, or on the loop inside `engine_if_idle`."""
 
     signer: Signer | None = None
     """Signs every assignment written (`signed`); `main.run` refuses to start without
@@ -187,7 +199,22 @@ class Runtime:
         `benchmarks/bench_loop_lag.py` and `tests/operator/test_event_loop_lag.py`.
         """
         loop = asyncio.get_running_loop()
-        return await loop.run_in_executor(self.engine, functools.partial(work, *args, **kwargs))
+        job = functools.partial(work, *args, **kwargs)
+        return await loop.run_in_executor(self.engine, _exclusive, job)
+
+    @contextlib.contextmanager
+    def engine_if_idle(self) -> Iterator[bool]:
+        """True, with the engine's memos held for the caller's thread until the block
+        ends, when no engine job runs now; else False (and nothing is held). For work
+        that takes about a millisecond and builds nothing (`allocation.NotWarmError`):
+        the hop to the engine thread and back costs a fair part of that. Never await
+        inside the block: the engine thread waits for it."""
+        taken = ENGINE_LOCK.acquire(blocking=False)
+        try:
+            yield taken
+        finally:
+            if taken:
+                ENGINE_LOCK.release()
 
     def lease_fresh(self) -> bool:
         """True while our Lease was renewed within the renew deadline (always, standalone).

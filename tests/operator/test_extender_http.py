@@ -2,21 +2,22 @@
 
 from __future__ import annotations
 
-import functools
 import json
 
 import numpy as np
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
+from pydantic import TypeAdapter
 
 from numatopo_engine import annotations as keys
 from numatopo_operator.extender import (
     extender_scores,
-    filter_text,
-    priorities_text,
+    filter_body,
+    priorities_body,
     rank_scores,
 )
+from numatopo_operator.extender_wire import HostPriority, HostPriorityRow
 
 FRESH, STALE, MISSING = "h100-a", "h100-stale", "h100-missing"
 
@@ -224,8 +225,9 @@ _names = st.text(min_size=1, max_size=12)
     st.lists(_names, max_size=20),
     st.lists(st.tuples(_names, st.integers(0, 10)), max_size=30),
 )
-def test_answers_are_written_as_json_dumps_writes_them(failed, unresolvable, passed, hosts):
-    """The extender writes its big answers by hand: the very text `json.dumps` gives."""
+def test_answers_read_back_as_the_objects_they_write(failed, unresolvable, passed, hosts):
+    """The extender writes its big answers with msgspec: Python's own parser reads back
+    the same objects, keys in the same order."""
     result = {
         "Nodes": None,
         "NodeNames": passed,
@@ -234,6 +236,25 @@ def test_answers_are_written_as_json_dumps_writes_them(failed, unresolvable, pas
         "Error": "",
     }
     answer = [{"Host": host, "Score": score} for host, score in hosts]
-    dumps = functools.partial(json.dumps, separators=(",", ":"))
-    text = priorities_text([host for host, _ in hosts], [score for _, score in hosts])
-    assert (filter_text(result), text) == (dumps(result), dumps(answer))
+    text = priorities_body([host for host, _ in hosts], [score for _, score in hosts])
+    read = json.loads(filter_body(result))
+    assert (read, json.loads(text)) == (result, answer)
+    # The one definition of a HostPriority (`extender_wire`) reads the answer as written.
+    rows = TypeAdapter(list[HostPriority]).validate_json(text)
+    assert answer == [row.model_dump() for row in rows]
+    assert [list(read), list(read["FailedNodes"])] == [list(result), list(failed)]
+
+
+def test_an_answer_naming_a_lone_surrogate_is_still_json():
+    """A name with a lone surrogate (only Python's parser lets one in) is written with
+    the escape `json.dumps` writes, where msgspec's encoder cannot write it."""
+    result = {"NodeNames": ["n\ud800"], "FailedNodes": {"m\udfff": "Insufficient GPUs"}}
+
+    assert result == json.loads(filter_body(result))
+    assert [{"Host": "n\ud800", "Score": 3}] == json.loads(priorities_body(["n\ud800"], [3]))
+
+
+def test_the_written_host_priority_has_the_models_fields():
+    """prioritize writes `HostPriorityRow`s, made from the pydantic model's fields."""
+    assert HostPriorityRow.__struct_fields__ == tuple(HostPriority.model_fields)
+    assert [{"Host": "n", "Score": 7}] == json.loads(priorities_body(["n"], [7]))

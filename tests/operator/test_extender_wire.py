@@ -80,6 +80,20 @@ def test_bodies_that_are_no_json_object(body: bytes, message: str) -> None:
         parse_body(body)
 
 
+@pytest.mark.parametrize(
+    "body",
+    [
+        b'{"PodName": "job\\ud800", "a": [1, 2.5, "\\u00e9", null, true]}',
+        b'{"a": NaN, "b": -Infinity}',
+        b'{"a": 1e999, "n": ' + b"9" * 40 + b"}",
+    ],
+)
+def test_what_python_reads_is_read_the_same(body: bytes) -> None:
+    """msgspec parses first and refuses lone surrogates, NaN and floats out of range;
+    such bodies are read as `json.loads` reads them (the checks after it decide)."""
+    assert repr(json.loads(body)) == repr(parse_body(body))
+
+
 def test_node_names_in_either_form() -> None:
     assert (["a", "b"], None) == node_names({"nodenames": ["a", "b"]})
     items = [{"metadata": {"name": "a"}}]

@@ -14,7 +14,14 @@ from hypothesis import strategies as st
 from test_allocation_properties import nodes, pods
 from topologies import load
 
-from numatopo_engine.allocation import allocate, evaluate, evaluate_many
+from numatopo_engine.allocation import (
+    Engine,
+    NotWarmError,
+    allocate,
+    evaluate,
+    evaluate_many,
+    score_many,
+)
 from numatopo_engine.annotations import Assignment, ContainerAssignment, PolicyName, Scope
 from numatopo_engine.errors import UnsatisfiableError
 from numatopo_engine.model import NumatopologySpec
@@ -176,3 +183,36 @@ def test_nodes_with_equal_specs_are_decided_together(
 
     assert [evaluate(a, states[0], request), evaluate(b, states[1], request)] == answers
     assert not any(isinstance(answer, Refusal) for answer in answers)
+
+
+@settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(spec=nodes, fills=st.lists(pods, max_size=4), probes=st.lists(pods, min_size=1, max_size=3))
+def test_warm_only_answers_what_a_full_call_answers_or_nothing(
+    spec: NumatopologySpec, fills: list[PodRequest], probes: list[PodRequest]
+) -> None:
+    """`score_many(..., warm_only=True)`, from what the engine keeps alone, answers as the
+    full call did on the same nodes, or raises `NotWarmError` (never another answer)."""
+    engine = Engine()
+    state = NodeState(spec, tables=engine.tables_of(spec))
+    states = [state]
+    for index, fill in enumerate(fills):
+        try:
+            assignment = allocate(spec, state, fill, "n").assignment
+        except UnsatisfiableError:
+            continue
+        state = state.copy()
+        state.apply(f"fill/{index}", assignment)
+        states.append(state)
+    for probe in probes:
+        with pytest.raises(NotWarmError):
+            score_many(spec, states, probe, engine=Engine(), warm_only=True)
+        full = score_many(spec, states, probe, engine=engine)
+        try:
+            warm = score_many(spec, states, probe, engine=engine, warm_only=True)
+        except NotWarmError:
+            continue
+        assert full.scores.tolist() == warm.scores.tolist()
+        assert full.rank.tolist() == warm.rank.tolist()
+        assert [(at.tolist(), why) for at, why in full.refused] == [
+            (at.tolist(), why) for at, why in warm.refused
+        ]
