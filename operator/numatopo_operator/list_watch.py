@@ -142,6 +142,10 @@ class KeyedWorkers:
         await stop_all(list(self.workers.values()))
 
 
+# How long a cancelled task may take to clean up before it is cancelled again.
+STOP_GRACE_SECONDS = 2.0
+
+
 async def stop_all(tasks: Iterable[asyncio.Task[Any]]) -> None:
     """Cancel each task that no one cancelled yet, and wait for them all to end.
 
@@ -153,4 +157,11 @@ async def stop_all(tasks: Iterable[asyncio.Task[Any]]) -> None:
     for task in tasks:
         if not task.cancelling():
             task.cancel()
+    if not tasks:
+        return
+    _, going_on = await asyncio.wait(tasks, timeout=STOP_GRACE_SECONDS)
+    for task in going_on:
+        # One that took the first cancel and went on (a library may absorb it) would
+        # hold the operator's exit for good: past the grace, it is cancelled again.
+        task.cancel()
     await asyncio.gather(*tasks, return_exceptions=True)

@@ -10,6 +10,7 @@ expired connections one by one then, and those after the interrupted one stayed 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 
 from numatopo_operator import list_watch
 
@@ -61,3 +62,26 @@ async def test_stop_all_cancels_and_waits_for_tasks_nobody_cancelled() -> None:
         await list_watch.stop_all(tasks)
 
     assert (sorted(ended), [task.cancelled() for task in tasks]) == (["a", "b"], [True, True])
+
+
+async def test_a_task_that_goes_on_after_its_cancel_is_ended_past_the_grace(monkeypatch):
+    """A task that absorbs its first cancel must not hold the operator's exit for good
+    (seen: 'the operator did not stop within 15 s'): past the grace it is cancelled
+    again."""
+    monkeypatch.setattr(list_watch, "STOP_GRACE_SECONDS", 0.1)
+    ended = asyncio.Event()
+
+    async def stubborn() -> None:
+        with contextlib.suppress(asyncio.CancelledError):  # absorbed: goes on
+            await asyncio.sleep(60)
+        try:
+            await asyncio.sleep(60)
+        finally:
+            ended.set()
+
+    task = asyncio.create_task(stubborn())
+    await asyncio.sleep(0)
+    async with asyncio.timeout(5):
+        await list_watch.stop_all([task])
+    assert ended.is_set()
+    assert task.cancelled()
