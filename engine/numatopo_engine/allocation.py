@@ -84,7 +84,7 @@ from numatopo_engine.refusals import Kind, Refusal, Shortfall, Wanted, format_by
 from numatopo_engine.request import ContainerRequest, PodRequest, TopologyOptions
 from numatopo_engine.resources import accelerator_word
 from numatopo_engine.row_verdicts import RowVerdicts
-from numatopo_engine.state import NodeState
+from numatopo_engine.state import NodeState, cached_rows
 from numatopo_engine.topology_tables import (
     DEFAULT_SHAPES,
     NodeNames,
@@ -237,16 +237,15 @@ class Engine:
         """`row` of each of `states` (nodes of `tables`' shape)."""
         layout = self.layout_of(tables)
         listed = list(states)
-        out = [c[1] if (c := s.row_cache) is not None and c[0] is layout else b"" for s in listed]
+        out = cached_rows(listed, layout)
         for index, row in enumerate(out):
             if not row:
                 out[index] = self._new_row(tables, layout, listed[index])
-        return out
+        return cast("list[bytes]", out)  # every one laid out now
 
     def laid_out_rows(self, tables: Tables, states: Iterable[NodeState]) -> list[bytes]:
         """`rows` where each is laid out already, else `NotWarmError`."""
-        layout = self.warm_layout(tables)
-        out = [c[1] if (c := s.row_cache) is not None and c[0] is layout else None for s in states]
+        out = cached_rows(states, self.warm_layout(tables))
         if None in out:
             raise NotWarmError("a row not laid out yet")
         return cast("list[bytes]", out)  # no None left

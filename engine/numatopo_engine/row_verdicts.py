@@ -21,7 +21,7 @@ from numatopo_engine.decision import Decided, Plan, RankTerms, node_ranks, short
 from numatopo_engine.hints import RowLayout
 from numatopo_engine.packing import Hosts, WorkloadMix
 from numatopo_engine.refusals import Kind, Refusal, word
-from numatopo_engine.state import NodeState
+from numatopo_engine.state import NodeState, cached_rows
 
 __all__ = ["RowVerdicts"]
 
@@ -67,12 +67,9 @@ class RowVerdicts:
 
     def known_slots(self, states: Sequence[NodeState], layout: RowLayout) -> Slots | None:
         """The slot of each state's row when every one is laid out (`layout`, cached on
-        the state) and seen: a warm cycle's case, in one pass; None otherwise."""
+        the state) and seen: a warm cycle's case; None otherwise."""
         get = self.slot_of.get
-        found = [
-            get(c[1]) if (c := state.row_cache) is not None and c[0] is layout else None
-            for state in states
-        ]
+        found = [None if row is None else get(row) for row in cached_rows(states, layout)]
         if None in found:
             return None
         return np.array(found, dtype=np.intp)

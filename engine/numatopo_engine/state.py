@@ -29,6 +29,7 @@ __all__ = [
     "FreeSignature",
     "NodeState",
     "book_in_claim_order",
+    "cached_rows",
     "claim_order",
     "join_group",
     "shared_floor",
@@ -479,3 +480,9 @@ def book_in_claim_order(
         else:
             kept.append(claim)
     return kept, overlapping
+
+
+def cached_rows(states: Iterable[NodeState], layout: object) -> list[bytes | None]:
+    """Each state's decision row under `layout` as kept on it (`row_cache`); None where
+    none is kept for that layout (never laid out, or changed since)."""
+    return [c[1] if (c := s.row_cache) is not None and c[0] is layout else None for s in states]
