@@ -57,6 +57,7 @@ from numatopo_kube.errors import (
     error_for,
     parse_retry_after,
 )
+from numatopo_kube.write_transport import WriteTransport
 
 __all__ = [
     "API_CALLS",
@@ -108,7 +109,6 @@ logger = logging.getLogger(__name__)
 # Generic resources: plain dicts in and out (see the module docstring).
 _Pod: Any = create_namespaced_resource("", "v1", "Pod", "pods")
 _Node: Any = create_global_resource("", "v1", "Node", "nodes")
-_Event: Any = create_namespaced_resource("", "v1", "Event", "events")
 _ConfigMap: Any = create_namespaced_resource("", "v1", "ConfigMap", "configmaps")
 _CustomResourceDefinition: Any = create_global_resource(
     "apiextensions.k8s.io", "v1", "CustomResourceDefinition", "customresourcedefinitions"
@@ -133,6 +133,9 @@ _VolcanoNumatopology: Any = create_global_resource(
 _NetworkTopology: Any = create_global_resource(
     GROUP, VERSION, NETWORK_TOPOLOGY_KIND, NETWORK_TOPOLOGY_PLURAL
 )
+# The collections the hot writes (`WriteTransport`) address by path.
+_NUMATOPOLOGIES = f"/apis/{GROUP}/{VERSION}/{Numatopology.plural}"
+_NETWORK_TOPOLOGIES = f"/apis/{GROUP}/{VERSION}/{NETWORK_TOPOLOGY_PLURAL}"
 
 
 class _PodBinding(GenericNamespacedStatus):
@@ -289,6 +292,7 @@ class KubeClient:
         self._retry_after_cap = retry_after_cap
         self._sleep = sleep
         self._client: lightkube.AsyncClient | None = None
+        self._writes: WriteTransport | None = None
         self.server = ""
 
     # -- connecting --------------------------------------------------------------------
@@ -326,6 +330,7 @@ class KubeClient:
                 self._client = lightkube.AsyncClient(
                     config, timeout=httpx2.Timeout(self._timeout), trust_env=False
                 )
+                self._writes = WriteTransport(config, timeout_seconds=self._timeout)
         except (OSError, TypeError, ValueError) as exc:
             # lightkube loads the TLS credentials here: a certificate without its key, PEM
             # that is not PEM, a missing file (ssl.SSLError is an OSError).
@@ -339,7 +344,17 @@ class KubeClient:
             raise KubeError(0, "NotLoggedIn", "not connected yet (login pending)")
         return self._client
 
+    @property
+    def writes(self) -> WriteTransport:
+        """The per-pod writes' own transport (`write_transport`), same login."""
+        if self._writes is None:
+            raise KubeError(0, "NotLoggedIn", "not connected yet (login pending)")
+        return self._writes
+
     async def close(self) -> None:
+        if self._writes is not None:
+            await self._writes.close()
+            self._writes = None
         if self._client is not None:
             await self._client.close()
             self._client = None
@@ -531,10 +546,12 @@ class KubeClient:
 
     async def _merge_pod_metadata(self, namespace: str, name: str, metadata: Body) -> None:
         _path_names(namespace, name)
+        what = f"patch pod {namespace}/{name}"
+        path = f"/api/v1/namespaces/{namespace}/pods/{name}"
         await self._call(
-            f"patch pod {namespace}/{name}",
-            lambda: self.lightkube.patch(
-                _Pod, name, {"metadata": metadata}, namespace=namespace, patch_type=PatchType.MERGE
+            what,
+            lambda: self.writes.send(
+                what, "PATCH", path, {"metadata": metadata}, content_type=MERGE_PATCH
             ),
             idempotent=True,
         )
@@ -628,30 +645,37 @@ class KubeClient:
         if len(message) > EVENT_MESSAGE_CHARS:
             message = message[: EVENT_MESSAGE_CHARS - 3] + "..."
         source = {"component": self.component, **({"host": self.host} if self.host else {})}
-        event = _Event(
-            {
-                "metadata": {"name": f"{name}.{time.time_ns():x}", "namespace": namespace},
-                "involvedObject": {
-                    "apiVersion": about.get("apiVersion", "v1"),
-                    "kind": about.get("kind", "Pod"),
-                    "namespace": about.get("namespace", ""),
-                    "name": name,
-                    "uid": about.get("uid", ""),
-                },
-                "type": "Warning" if warning else "Normal",
-                "reason": reason,
-                "message": message,
-                "source": source,
-                "reportingComponent": self.component,
-                "reportingInstance": self.host,
-                "firstTimestamp": now,
-                "lastTimestamp": now,
-                "count": 1,
-            }
-        )
+        event = {
+            "apiVersion": "v1",
+            "kind": "Event",
+            "metadata": {"name": f"{name}.{time.time_ns():x}", "namespace": namespace},
+            "involvedObject": {
+                "apiVersion": about.get("apiVersion", "v1"),
+                "kind": about.get("kind", "Pod"),
+                "namespace": about.get("namespace", ""),
+                "name": name,
+                "uid": about.get("uid", ""),
+            },
+            "type": "Warning" if warning else "Normal",
+            "reason": reason,
+            "message": message,
+            "source": source,
+            "reportingComponent": self.component,
+            "reportingInstance": self.host,
+            "firstTimestamp": now,
+            "lastTimestamp": now,
+            "count": 1,
+        }
+        what = f"post Event {reason}"
         try:
             _path_names(namespace, name)
-            await self._call(f"post Event {reason}", lambda: self.lightkube.create(event))
+            path = f"/api/v1/namespaces/{namespace}/events"
+            await self._call(
+                what,
+                lambda: self.writes.send(
+                    what, "POST", path, event, content_type="application/json"
+                ),
+            )
         except KubeError as exc:
             logger.warning("Event %s about %s/%s not posted: %s", reason, namespace, name, exc)
             return False
@@ -856,17 +880,19 @@ class KubeClient:
     @api_call(("numatopo.io", "numatopologies/status", "patch"))
     async def patch_numatopology_status(self, name: str, status: Mapping[str, object]) -> None:
         """Merge `status` into `Numatopology/<name>.status` (others' fields stay)."""
-        await self._merge_status(_Numatopology, KIND, name, status)
+        await self._merge_status(_NUMATOPOLOGIES, KIND, name, status)
 
     async def _merge_status(
-        self, resource: Any, kind: str, name: str, status: Mapping[str, object]
+        self, collection: str, kind: str, name: str, status: Mapping[str, object]
     ) -> None:
         """A merge patch of the cluster-scoped object's status subresource."""
         _path_names(None, name)
+        what = f"patch {kind}/{name} status"
+        path = f"{collection}/{name}/status"
         await self._call(
-            f"patch {kind}/{name} status",
-            lambda: self.lightkube.patch(
-                resource.Status, name, {"status": dict(status)}, patch_type=PatchType.MERGE
+            what,
+            lambda: self.writes.send(
+                what, "PATCH", path, {"status": dict(status)}, content_type=MERGE_PATCH
             ),
             idempotent=True,
         )
@@ -944,7 +970,7 @@ class KubeClient:
     @api_call(("numatopo.io", "networktopologies/status", "patch"))
     async def patch_networktopology_status(self, name: str, status: Mapping[str, object]) -> None:
         """Merge `status` into `NetworkTopology/<name>.status` (others' fields stay)."""
-        await self._merge_status(_NetworkTopology, NETWORK_TOPOLOGY_KIND, name, status)
+        await self._merge_status(_NETWORK_TOPOLOGIES, NETWORK_TOPOLOGY_KIND, name, status)
 
     @api_call(("numatopo.io", "numatopologies", "watch"))
     def watch_numatopologies(
