@@ -234,8 +234,8 @@ async def _engine_outcome(
 
 
 async def _write(runtime: Runtime, pod: PodView, outcome: Outcome) -> None:
-    """Patch the pod's annotations (state and reason together), then post the Event. A
-    failed or fenced patch frees the booking.
+    """Patch the pod's annotations (state and reason together), then queue its Event
+    (`event_posts`: posted off this path). A failed or fenced patch frees the booking.
 
     Two retries of one pod may decide concurrently; only the first writes a state.
     """
@@ -253,7 +253,7 @@ async def _write(runtime: Runtime, pod: PodView, outcome: Outcome) -> None:
         runtime.ledger.cancel(key)
         raise
     _count(runtime, outcome)
-    await runtime.kube.post_event(
+    runtime.events.post(
         ref, warning=outcome.state != State.ASSIGNED, reason=outcome.reason, message=outcome.message
     )
 
@@ -353,7 +353,7 @@ async def mark_invalid(
         record.written = None
         raise
     _count(runtime, Outcome(State.INVALID, why))
-    await runtime.kube.post_event(ref, warning=True, reason=event_reason, message=why)
+    runtime.events.post(ref, warning=True, reason=event_reason, message=why)
 
 
 def _problem(runtime: Runtime, key: str) -> tuple[str, str] | None:
@@ -497,7 +497,7 @@ async def bind_pod(
         if outcome is not None:
             runtime.ledger.cancel(key)
             await pod_writes.write_taken_back(runtime, pod.namespace, pod.name, fenced=False)
-        await runtime.kube.post_event(
+        runtime.events.post(
             ref,
             warning=True,
             reason=translate.BIND_FAILED,

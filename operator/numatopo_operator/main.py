@@ -122,6 +122,7 @@ async def _background(runtime: Runtime, *, identity: str) -> AsyncIterator[None]
         asyncio.create_task(status.write_statuses(runtime), name="numatopo status writer"),
         asyncio.create_task(exports.write_exports(runtime), name="numatopo exports writer"),
         asyncio.create_task(assigning.run_retries(runtime), name="numatopo retries"),
+        asyncio.create_task(runtime.events.run(runtime.kube), name="numatopo events"),
         asyncio.create_task(cluster_feed.follow_cluster(runtime), name="numatopo cluster"),
         asyncio.create_task(pod_feed.follow_pods(runtime), name="numatopo pods"),
         asyncio.create_task(dra_feed.follow_dra(runtime), name="numatopo DRA claims"),

@@ -8,6 +8,8 @@ numatopo_unsatisfiable_total            pods that did not fit on their node
 numatopo_invalid_total                  pods with invalid topology annotations
 numatopo_ledger_pods                    pods holding a booking in the ledger
 numatopo_handler_errors_total           unexpected errors caught at the handler boundary
+numatopo_events_dropped_total           Events of decisions never posted (their queue
+                                        full, or the operator stopped first)
 numatopo_retry_queue_pods               pods waiting in the retry queue (failed writes,
                                         pods still waiting for an answer that fits)
 numatopo_retries_total                  pods judged again from the retry queue
@@ -92,6 +94,11 @@ class Metrics:
         )
         self.ledger_pods = prometheus_client.Gauge(
             "numatopo_ledger_pods", "Pods holding a booking in the ledger.", registry=self.registry
+        )
+        self.events_dropped = prometheus_client.Counter(
+            "numatopo_events_dropped",
+            "Events of decisions not posted: their queue was full, or the operator stopped.",
+            registry=self.registry,
         )
         self.handler_errors = prometheus_client.Counter(
             "numatopo_handler_errors",

@@ -28,6 +28,7 @@ from numatopo_kube import KubeClient
 from numatopo_operator.catch_up import CatchUp
 from numatopo_operator.dra_holds import DraHolds
 from numatopo_operator.errors import NotActiveError
+from numatopo_operator.event_posts import EventPosts
 from numatopo_operator.gpu_admissions import GpuAdmissions
 from numatopo_operator.groups.state import GroupState
 from numatopo_operator.ledger import Ledger
@@ -153,6 +154,9 @@ class Runtime:
     verifier: Verifier = field(default_factory=Verifier)
     """Whose signatures make an assignment a claim; empty: none does."""
 
+    events: EventPosts = field(init=False)
+    """The Events of decisions, posted off the decision's path (`event_posts`)."""
+
     def signed(self, pod: PodView, assignment: Assignment) -> Assignment:
         """`assignment` signed for `pod`: the one way an assignment reaches a pod."""
         if self.signer is None:
@@ -186,6 +190,7 @@ class Runtime:
             "retries": RetryQueue(settings.retry_base_seconds, settings.retry_max_seconds),
             "gpu_admissions": GpuAdmissions(settings.gpu_admission_timeout_seconds),
             "groups": GroupState(settings.retry_base_seconds, settings.retry_max_seconds),
+            "events": EventPosts(self.metrics),
         }
         for name, part in parts.items():
             object.__setattr__(self, name, part)  # frozen: set once, here

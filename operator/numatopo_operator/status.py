@@ -2,9 +2,16 @@
 
 `free_status` is pure; `write_statuses` is the loop that writes it. A burst of
 decisions on one node marks it dirty many times and costs one write per debounce
-period. A status is written only when it differs from what the object holds, as
-watched (`Runtime.statuses`, fed by `handlers`) or as we wrote it since: a replica that
-takes over rewrites only the nodes whose status is wrong, not every node it rebuilt.
+period; and while a burst goes on (nodes changed in this period and in the one before),
+the writes wait for a period without changes, at most `BURST_HOLD_PERIODS` periods: a
+burst's writes come after it, one per node, instead of competing with its decisions
+and repeating for a node decided on again. A change alone is written at the end of its
+period, as ever; none waits longer than (1 + `BURST_HOLD_PERIODS`) periods and the
+writes themselves (`docs/operations.md`, "Status freshness").
+
+A status is written only when it differs from what the object holds, as watched
+(`Runtime.statuses`, fed by `handlers`) or as we wrote it since: a replica that takes
+over rewrites only the nodes whose status is wrong, not every node it rebuilt.
 A watched status that changes (someone else's write, or ours seen out of order) marks
 the node dirty again, so whatever the object ends up holding is compared once more.
 Only the fields below (`indexes.OWNED_STATUS`) are patched (a merge patch), so the
@@ -26,6 +33,9 @@ from numatopo_operator.runtime import Runtime
 __all__ = ["aligned_free_gpus", "free_status", "write_statuses"]
 
 logger = logging.getLogger(__name__)
+
+# Debounce periods a burst's writes wait at most for a quiet one (10 s at the default 2 s).
+BURST_HOLD_PERIODS = 5
 
 
 def free_status(topology: NumatopologySpec, state: NodeState, pods: int) -> dict[str, object]:
@@ -61,35 +71,52 @@ def aligned_free_gpus(status: dict[str, object]) -> int:
 
 
 async def write_statuses(runtime: Runtime) -> None:
-    """Forever: every debounce period, write the status of each node that changed."""
+    """Forever: every debounce period, write the status of each node that changed, unless
+    a burst goes on (see the module's docstring)."""
+    pending: set[str] = set()
+    changed_before = False
+    held = 0
     while True:
         await asyncio.sleep(runtime.settings.status_debounce_seconds)
         if not runtime.deciding:
             continue
-        for node in sorted(runtime.ledger.take_dirty()):
-            topology, state = runtime.ledger.topology(node), runtime.ledger.state(node)
-            if topology is None or state is None:
-                with contextlib.suppress(KeyError):
-                    runtime.metrics.aligned_free_gpus.remove(node)
-                continue
-            status = free_status(topology, state, runtime.ledger.pods_on(node))
-            dra = runtime.dra_holds.status_of(node, topology)
-            if dra is not None:
-                status["dra"] = dra.to_wire()
-            runtime.metrics.aligned_free_gpus.labels(node).set(aligned_free_gpus(status))
-            if runtime.statuses.get(node) == status:
-                continue
-            if not runtime.lease_fresh():
-                runtime.ledger.mark_dirty(node)
-                break  # fenced: the next holder writes it
-            try:
-                # A merge patch keeps what it does not name: `dra` no longer there is nulled.
-                gone = {"dra": None} if "dra" in (runtime.statuses.get(node) or {}) else {}
-                await runtime.kube.patch_numatopology_status(node, {**gone, **status})
-            except KubeNotFoundError:
-                continue  # deleted meanwhile; its DELETED event drops the node
-            except KubeError as exc:
-                logger.warning("status of Numatopology/%s not written (retrying): %s", node, exc)
-                runtime.ledger.mark_dirty(node)
-            else:
-                runtime.statuses[node] = status
+        changed = runtime.ledger.take_dirty()
+        pending |= changed
+        bursting, changed_before = bool(changed) and changed_before, bool(changed)
+        if bursting and held < BURST_HOLD_PERIODS:
+            held += 1
+            continue
+        held = 0
+        nodes, pending = sorted(pending), set()
+        await _write_nodes(runtime, nodes)
+
+
+async def _write_nodes(runtime: Runtime, nodes: list[str]) -> None:
+    for position, node in enumerate(nodes):
+        topology, state = runtime.ledger.topology(node), runtime.ledger.state(node)
+        if topology is None or state is None:
+            with contextlib.suppress(KeyError):
+                runtime.metrics.aligned_free_gpus.remove(node)
+            continue
+        status = free_status(topology, state, runtime.ledger.pods_on(node))
+        dra = runtime.dra_holds.status_of(node, topology)
+        if dra is not None:
+            status["dra"] = dra.to_wire()
+        runtime.metrics.aligned_free_gpus.labels(node).set(aligned_free_gpus(status))
+        if runtime.statuses.get(node) == status:
+            continue
+        if not runtime.lease_fresh():
+            for unwritten in nodes[position:]:
+                runtime.ledger.mark_dirty(unwritten)
+            return  # fenced: the next holder writes them
+        try:
+            # A merge patch keeps what it does not name: `dra` no longer there is nulled.
+            gone = {"dra": None} if "dra" in (runtime.statuses.get(node) or {}) else {}
+            await runtime.kube.patch_numatopology_status(node, {**gone, **status})
+        except KubeNotFoundError:
+            continue  # deleted meanwhile; its DELETED event drops the node
+        except KubeError as exc:
+            logger.warning("status of Numatopology/%s not written (retrying): %s", node, exc)
+            runtime.ledger.mark_dirty(node)
+        else:
+            runtime.statuses[node] = status
