@@ -18,8 +18,9 @@ Printed, each with its baseline:
              created 32 at a time: pods decided per second, how long the emulator took
              to create them (one POST p50/p99), creation -> decision p50/p99, the
              operator's CPU per pod, the RSS after; then its CPU per pod counting the
-             status writes the burst caused (debounced: they come after it) and their
-             echoes (`--profile FILE`: py-spy's collapsed stacks of the holder meanwhile)
+             status writes the burst caused (debounced, and held while the burst goes
+             on: they come after it) and their echoes, up to the last of them
+             (`--profile FILE`: py-spy's collapsed stacks of the holder meanwhile)
   failover   a second replica on the same Lease; once it has listed everything and
              watched `--standby-warmup` s, kill -9 of the holder: kill -> the next
              pod decided (and the new holder's CPU time meanwhile), in parts: the
@@ -79,6 +80,7 @@ from numatopo_cli.progress import progress_bar  # noqa: E402
 from numatopo_engine import annotations as keys  # noqa: E402
 from numatopo_engine.annotations import Assignment, ContainerAssignment  # noqa: E402
 from numatopo_engine.cpuset import CPUSet  # noqa: E402
+from numatopo_operator.status import BURST_HOLD_PERIODS  # noqa: E402
 
 TOPOLOGIES = REPO / "tests" / "fixtures" / "topologies"
 SHAPES = ["h100-nvswitch", "dgx1-v100", "aws-p4d", "pcie-8gpu", "gb200-like", "cpu-2socket-ht"]
@@ -492,19 +494,28 @@ def status_patches(log: RequestLog) -> int:
 
 # No Numatopology status PATCH for this long: the holder's start-up writes are done.
 QUIET_SECONDS = 3.0
+# After a burst: the writes it caused may wait for a quiet debounce period, at most
+# BURST_HOLD_PERIODS of them (2 s each by default), so a longer silence tells they are out.
+BURST_QUIET_SECONDS = (1 + BURST_HOLD_PERIODS) * 2.0 + 1.0
 
 
-async def until_quiet(log: RequestLog, timeout: float) -> float:
+async def until_quiet(
+    log: RequestLog, timeout: float, *, quiet: float = QUIET_SECONDS, pid: int | None = None
+) -> tuple[float, float]:
     """Wait until the holder has written every node's status it writes on taking over
     (at 1,000 nodes, most of them: the stored objects carry none of the fields it
-    owns), so that a burst measures the burst; returns how long that took."""
+    owns), so that a burst measures the burst, or that a burst caused; returns how long
+    that took, and `pid`'s CPU seconds when the last of them was seen (not counting the
+    quiet wait after it)."""
     started = time.monotonic()
     count, since = status_patches(log), time.monotonic()
-    while time.monotonic() - since < QUIET_SECONDS and time.monotonic() - started < timeout:
+    cpu = cpu_seconds(pid) if pid is not None else 0.0
+    while time.monotonic() - since < quiet and time.monotonic() - started < timeout:
         await asyncio.sleep(0.25)
         if status_patches(log) != count:
             count, since = status_patches(log), time.monotonic()
-    return since - started
+            cpu = cpu_seconds(pid) if pid is not None else 0.0
+    return since - started, cpu
 
 
 # Frames kept per allocation: enough to reach numatopo's caller below lightkube and pydantic.
@@ -826,7 +837,7 @@ async def run(args: argparse.Namespace) -> None:
                     processes["op-a"].send_signal(signal.SIGUSR1)
                     await asyncio.sleep(args.timeout / 10)
                     print(f"start-up: where the memory went (tracemalloc): {traced}")
-                quiet_after = await until_quiet(requests_log, args.timeout)
+                quiet_after, _ = await until_quiet(requests_log, args.timeout)
                 print(
                     f"start-up: its status writes done {quiet_after:.1f} s after the first "
                     f"decision ({status_patches(requests_log)} status PATCHes in all), "
@@ -872,13 +883,18 @@ async def run(args: argparse.Namespace) -> None:
                         f"operator's CPU per pod; RSS {rss_mib(pid):.0f} MiB"
                     )
                     # The Numatopology status writes the burst caused come after it (at
-                    # most one per node per debounce period), and their watch events.
-                    await until_quiet(requests_log, args.timeout)
+                    # most one per node per debounce period, held while the burst goes
+                    # on: `status.BURST_HOLD_PERIODS`), and their watch events.
+                    decided_at, waited_from = max(seen.values()), time.monotonic()
+                    last_write, cpu_then = await until_quiet(
+                        requests_log, args.timeout, quiet=BURST_QUIET_SECONDS, pid=pid
+                    )
                     print(
-                        f"burst: {(cpu_seconds(pid) - cpu_before) * 1000 / len(seen):.1f} ms "
+                        f"burst: {(cpu_then - cpu_before) * 1000 / len(seen):.1f} ms "
                         "of the operator's CPU per pod counting the status writes it caused "
                         f"({status_patches(requests_log) - patches_before} Numatopology status "
-                        f"PATCHes, until none for {QUIET_SECONDS:.0f} s)"
+                        f"PATCHes, the last {waited_from + last_write - decided_at:.1f} s "
+                        f"after the last decision; none for {BURST_QUIET_SECONDS:.0f} s then)"
                     )
                 await profile_stop(profiler, args.profile)
                 if args.no_failover:

@@ -36,7 +36,6 @@ from numatopo_engine.annotations import Assignment, State
 from numatopo_engine.errors import InvalidRequestError, OverlapError, UnsatisfiableError
 from numatopo_engine.relaxed_allocation import allocate_around
 from numatopo_engine.request import PodRequest
-from numatopo_engine.state import NodeState
 from numatopo_operator import pod_writes, realigning, translate
 from numatopo_operator.errors import KubeError, KubeNotFoundError, NodeBusyError, NotActiveError
 from numatopo_operator.pod_view import PodView
@@ -98,23 +97,6 @@ def read_request(runtime: Runtime, pod: PodView) -> PodRequest:
 # A decision takes up to half a second on a 64-NUMA node; the node's free resources
 # changing under each of this many in a row would take a storm of pods ending there.
 DECIDE_ATTEMPTS = 3
-
-
-def _free_view(state: NodeState) -> tuple[object, ...]:
-    """Everything free on the node, through the state's public queries (the engine's own
-    signature would touch its memos, which only the engine thread may)."""
-    numa_ids = sorted(n.id for n in state.topology.numa_nodes)
-    return (
-        state.free_cpus(),
-        state.free_gpus(),
-        state.free_nics(),
-        tuple(state.free_memory(numa) for numa in numa_ids),
-        tuple(
-            state.free_hugepages(n.id, size)
-            for n in state.topology.numa_nodes
-            for size in sorted(n.hugepages)
-        ),
-    )
 
 
 def _held(runtime: Runtime, node: str, key: str) -> Outcome | None:
@@ -198,7 +180,9 @@ async def _engine_outcome(
             return None
         if runtime.stale_reason(node) is not None:
             return None
-        before = _free_view(live)
+        # Every booking and release bumps it (the ledger's frozen copies rely on it too):
+        # a decision made while it moved may have used what is no longer free.
+        before = live.version
         try:
             # Without pins this is `allocate` itself; with them, `relaxed` may say why
             # the policy could not hold around the GPUs the pod holds.
@@ -220,7 +204,7 @@ async def _engine_outcome(
         changed = (
             ledger.topology(node) is not topology
             or ledger.state(node) is not live
-            or _free_view(live) != before
+            or live.version != before
         )
         if not changed:
             return outcome
