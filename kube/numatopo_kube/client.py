@@ -1,4 +1,8 @@
 """`KubeClient`: the typed calls numatopo makes to the Kubernetes API, over lightkube.
+With `lean_writes` (the operator), the pod metadata and status merge patches and the
+Events go over `write_transport` instead (aiohttp, same login, errors and retries): a
+burst of decisions makes three of them per pod. The node processes leave it off, since
+aiohttp would cost them ~10 MiB of their 80 MiB budget.
 
 Connecting (`KubeClient.connect`): an explicit API URL without auth (`kubectl proxy`,
 tests), else the pod's service account (lightkube re-reads the projected token when the
@@ -31,7 +35,7 @@ import time
 from collections.abc import AsyncIterator, Awaitable, Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, ParamSpec, Self, TypeVar
+from typing import TYPE_CHECKING, Any, ParamSpec, Self, TypeVar
 
 import httpx2
 import lightkube
@@ -57,7 +61,9 @@ from numatopo_kube.errors import (
     error_for,
     parse_retry_after,
 )
-from numatopo_kube.write_transport import WriteTransport
+
+if TYPE_CHECKING:
+    from numatopo_kube.write_transport import WriteTransport
 
 __all__ = [
     "API_CALLS",
@@ -108,6 +114,7 @@ logger = logging.getLogger(__name__)
 
 # Generic resources: plain dicts in and out (see the module docstring).
 _Pod: Any = create_namespaced_resource("", "v1", "Pod", "pods")
+_Event: Any = create_namespaced_resource("", "v1", "Event", "events")
 _Node: Any = create_global_resource("", "v1", "Node", "nodes")
 _ConfigMap: Any = create_namespaced_resource("", "v1", "ConfigMap", "configmaps")
 _CustomResourceDefinition: Any = create_global_resource(
@@ -283,6 +290,7 @@ class KubeClient:
         retry_delays: Sequence[float] = RETRY_DELAYS_SECONDS,
         retry_after_cap: float = RETRY_AFTER_CAP_SECONDS,
         sleep: Callable[[float], Awaitable[object]] = asyncio.sleep,
+        lean_writes: bool = False,
     ) -> None:
         self.component = component
         """Named as the source of our Events."""
@@ -292,6 +300,7 @@ class KubeClient:
         self._retry_after_cap = retry_after_cap
         self._sleep = sleep
         self._client: lightkube.AsyncClient | None = None
+        self._lean_writes = lean_writes
         self._writes: WriteTransport | None = None
         self.server = ""
 
@@ -330,7 +339,11 @@ class KubeClient:
                 self._client = lightkube.AsyncClient(
                     config, timeout=httpx2.Timeout(self._timeout), trust_env=False
                 )
-                self._writes = WriteTransport(config, timeout_seconds=self._timeout)
+                if self._lean_writes:
+                    # Imported here: aiohttp only in the processes that ask for it.
+                    from numatopo_kube.write_transport import WriteTransport
+
+                    self._writes = WriteTransport(config, timeout_seconds=self._timeout)
         except (OSError, TypeError, ValueError) as exc:
             # lightkube loads the TLS credentials here: a certificate without its key, PEM
             # that is not PEM, a missing file (ssl.SSLError is an OSError).
@@ -344,12 +357,37 @@ class KubeClient:
             raise KubeError(0, "NotLoggedIn", "not connected yet (login pending)")
         return self._client
 
-    @property
-    def writes(self) -> WriteTransport:
-        """The per-pod writes' own transport (`write_transport`), same login."""
-        if self._writes is None:
-            raise KubeError(0, "NotLoggedIn", "not connected yet (login pending)")
-        return self._writes
+    async def _write(
+        self,
+        what: str,
+        resource: Any,
+        body: Body,
+        *,
+        name: str = "",
+        namespace: str | None = None,
+        path: str,
+    ) -> None:
+        """A merge patch of `resource` `name` (or, with no name, the create of `body`),
+        over `write_transport` with `lean_writes`, else over lightkube; the PATCH is
+        idempotent (retried), the create not."""
+        writes = self._writes
+        if writes is not None:
+            method, content_type = ("PATCH", MERGE_PATCH) if name else ("POST", "application/json")
+            await self._call(
+                what,
+                lambda: writes.send(what, method, path, body, content_type=content_type),
+                idempotent=bool(name),
+            )
+        elif name:
+            await self._call(
+                what,
+                lambda: self.lightkube.patch(
+                    resource, name, body, namespace=namespace, patch_type=PatchType.MERGE
+                ),
+                idempotent=True,
+            )
+        else:
+            await self._call(what, lambda: self.lightkube.create(resource(body)))
 
     async def close(self) -> None:
         if self._writes is not None:
@@ -546,14 +584,13 @@ class KubeClient:
 
     async def _merge_pod_metadata(self, namespace: str, name: str, metadata: Body) -> None:
         _path_names(namespace, name)
-        what = f"patch pod {namespace}/{name}"
-        path = f"/api/v1/namespaces/{namespace}/pods/{name}"
-        await self._call(
-            what,
-            lambda: self.writes.send(
-                what, "PATCH", path, {"metadata": metadata}, content_type=MERGE_PATCH
-            ),
-            idempotent=True,
+        await self._write(
+            f"patch pod {namespace}/{name}",
+            _Pod,
+            {"metadata": metadata},
+            name=name,
+            namespace=namespace,
+            path=f"/api/v1/namespaces/{namespace}/pods/{name}",
         )
 
     @api_call(("", "pods", "patch"))
@@ -666,15 +703,13 @@ class KubeClient:
             "lastTimestamp": now,
             "count": 1,
         }
-        what = f"post Event {reason}"
         try:
             _path_names(namespace, name)
-            path = f"/api/v1/namespaces/{namespace}/events"
-            await self._call(
-                what,
-                lambda: self.writes.send(
-                    what, "POST", path, event, content_type="application/json"
-                ),
+            await self._write(
+                f"post Event {reason}",
+                _Event,
+                event,
+                path=f"/api/v1/namespaces/{namespace}/events",
             )
         except KubeError as exc:
             logger.warning("Event %s about %s/%s not posted: %s", reason, namespace, name, exc)
@@ -880,21 +915,19 @@ class KubeClient:
     @api_call(("numatopo.io", "numatopologies/status", "patch"))
     async def patch_numatopology_status(self, name: str, status: Mapping[str, object]) -> None:
         """Merge `status` into `Numatopology/<name>.status` (others' fields stay)."""
-        await self._merge_status(_NUMATOPOLOGIES, KIND, name, status)
+        await self._merge_status(_Numatopology, _NUMATOPOLOGIES, KIND, name, status)
 
     async def _merge_status(
-        self, collection: str, kind: str, name: str, status: Mapping[str, object]
+        self, resource: Any, collection: str, kind: str, name: str, status: Mapping[str, object]
     ) -> None:
         """A merge patch of the cluster-scoped object's status subresource."""
         _path_names(None, name)
-        what = f"patch {kind}/{name} status"
-        path = f"{collection}/{name}/status"
-        await self._call(
-            what,
-            lambda: self.writes.send(
-                what, "PATCH", path, {"status": dict(status)}, content_type=MERGE_PATCH
-            ),
-            idempotent=True,
+        await self._write(
+            f"patch {kind}/{name} status",
+            resource.Status,
+            {"status": dict(status)},
+            name=name,
+            path=f"{collection}/{name}/status",
         )
 
     # -- dynamic resource allocation (resource.k8s.io/v1) -------------------------------
@@ -970,7 +1003,9 @@ class KubeClient:
     @api_call(("numatopo.io", "networktopologies/status", "patch"))
     async def patch_networktopology_status(self, name: str, status: Mapping[str, object]) -> None:
         """Merge `status` into `NetworkTopology/<name>.status` (others' fields stay)."""
-        await self._merge_status(_NETWORK_TOPOLOGIES, NETWORK_TOPOLOGY_KIND, name, status)
+        await self._merge_status(
+            _NetworkTopology, _NETWORK_TOPOLOGIES, NETWORK_TOPOLOGY_KIND, name, status
+        )
 
     @api_call(("numatopo.io", "numatopologies", "watch"))
     def watch_numatopologies(

@@ -77,7 +77,9 @@ class LeaseTerm:
 class Runtime:
     settings: OperatorSettings
     ledger: Ledger = field(default_factory=Ledger)
-    kube: KubeClient = field(default_factory=lambda: KubeClient(component=COMPONENT))
+    kube: KubeClient = field(
+        default_factory=lambda: KubeClient(component=COMPONENT, lean_writes=True)
+    )
     metrics: Metrics = field(default_factory=Metrics)
     connection: kopf.ConnectionInfo | None = None
     """Fixed credentials (an explicit API URL, tests); None logs in from the environment."""

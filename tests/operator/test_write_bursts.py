@@ -101,7 +101,7 @@ async def test_events_past_a_full_queue_are_counted_as_dropped(cluster, wait):
     for index in range(5):
         posts.post(about, warning=False, reason="NumatopoAssigned", message=str(index))
     full = dropped()
-    async with KubeClient.connect(str(cluster.api.url)) as kube:
+    async with KubeClient.connect(str(cluster.api.url), lean_writes=True) as kube:
         posting = asyncio.create_task(posts.run(kube))
         await wait(lambda: len(cluster.api[EVENTS]) == 3, what="the 3 queued Events sent")
         posting.cancel()  # the operator stops while the API has not answered them
