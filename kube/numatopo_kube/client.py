@@ -114,8 +114,8 @@ logger = logging.getLogger(__name__)
 
 # Generic resources: plain dicts in and out (see the module docstring).
 _Pod: Any = create_namespaced_resource("", "v1", "Pod", "pods")
-_Event: Any = create_namespaced_resource("", "v1", "Event", "events")
 _Node: Any = create_global_resource("", "v1", "Node", "nodes")
+_Event: Any = create_namespaced_resource("", "v1", "Event", "events")
 _ConfigMap: Any = create_namespaced_resource("", "v1", "ConfigMap", "configmaps")
 _CustomResourceDefinition: Any = create_global_resource(
     "apiextensions.k8s.io", "v1", "CustomResourceDefinition", "customresourcedefinitions"

@@ -73,19 +73,19 @@ class WriteTransport:
             if self._auth is None:
                 status, answer = await self._request(method, url, data, headers)
             else:
-                status, answer = await self._authenticated(method, url, data, headers)
+                status, answer = await self._authenticated(self._auth, method, url, data, headers)
         except (aiohttp.ClientError, TimeoutError, OSError) as exc:
             raise error_for(0, type(exc).__name__, f"{what}: {exc}") from None
         if status >= 400:
             raise _refusal(what, status, answer)
 
     async def _authenticated(
-        self, method: str, url: str, data: bytes, headers: dict[str, str]
+        self, auth: httpx2.Auth, method: str, url: str, data: bytes, headers: dict[str, str]
     ) -> tuple[int, _Answer]:
-        """The request with the headers lightkube's auth flow sets on it (the
-        Authorization header), sent again once when the flow asks after a 401."""
-        assert self._auth is not None
-        flow = self._auth.async_auth_flow(httpx2.Request(method, url))
+        """The request with the header lightkube's auth flow sets on it (Authorization),
+        sent again when the flow asks after a 401 (a token file read again, an `exec`
+        plugin run again)."""
+        flow = auth.async_auth_flow(httpx2.Request(method, url))
         try:
             request = await flow.__anext__()
             while True:
