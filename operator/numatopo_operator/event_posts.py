@@ -45,6 +45,7 @@ class EventPosts:
         self._metrics = metrics
         self._queue: asyncio.Queue[_Event] = asyncio.Queue(size)
         self._dropped = 0
+        self._posting = 0
 
     def post(self, about: Mapping[str, str], *, warning: bool, reason: str, message: str) -> None:
         """Queue an Event about `about` (as `KubeClient.post_event` takes it); never waits."""
@@ -52,6 +53,11 @@ class EventPosts:
             self._queue.put_nowait(_Event(about, warning, reason, message))
         except asyncio.QueueFull:
             self._drop(1, f"{self._queue.maxsize} are waiting already")
+
+    @property
+    def pending(self) -> int:
+        """Events queued or being posted."""
+        return self._queue.qsize() + self._posting
 
     async def run(self, kube: KubeClient) -> None:
         """Forever: post the queued Events, `POSTERS` at a time. On stop, what is still
@@ -65,6 +71,7 @@ class EventPosts:
     async def _poster(self, kube: KubeClient) -> None:
         while True:
             event = await self._queue.get()
+            self._posting += 1
             try:
                 # Best effort: post_event logs a refusal and returns False.
                 await kube.post_event(
@@ -73,6 +80,8 @@ class EventPosts:
             except asyncio.CancelledError:
                 self._drop(1, "the operator stopped while posting them")
                 raise
+            finally:
+                self._posting -= 1
 
     def _drop(self, count: int, why: str) -> None:
         before, self._dropped = self._dropped, self._dropped + count
