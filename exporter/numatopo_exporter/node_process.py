@@ -1,5 +1,5 @@
 """What the two DaemonSet processes, `numatopo exporter` and `numatopo agent`, share:
-their common flags, the client they connect with, and how they start (exit 2 with one
+their common flags, the Node read at start, and how they start (exit 2 with one
 line on a bad start)."""
 
 from __future__ import annotations
@@ -49,12 +49,6 @@ def add_node_flags(parser: argparse.ArgumentParser, *, metrics_port: int) -> Non
         "for in-cluster scraping and the liveness probe; 127.0.0.1 keeps them on the node "
         "but then the kubelet's HTTP probe, which dials the pod IP, cannot reach them)",
     )
-
-
-def connect(api_url: str, *, component: str, node_name: str) -> KubeClient:
-    """The client of a node process: `--api-url` if given, else in-cluster, else
-    `$KUBECONFIG`; its Events name `component` on `node_name` as their source."""
-    return KubeClient.connect(api_url, component=component, host=node_name)
 
 
 async def check_node(client: KubeClient, node_name: str) -> dict[str, Any]:

@@ -49,10 +49,8 @@ ROLLED_BACK = "DRARolledBack"
 
 
 def is_gated(pod: RawPod) -> bool:
-    spec = pod.get("spec") or {}
-    gates = spec.get("schedulingGates") or []
     opted = keys.POLICY in ((pod.get("metadata") or {}).get("annotations") or {})
-    return opted and any(isinstance(g, Mapping) and g.get("name") == keys.DRA_GATE for g in gates)
+    return opted and group_members.is_gated(pod, keys.DRA_GATE)
 
 
 _busy: set[str] = set()

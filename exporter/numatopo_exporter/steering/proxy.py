@@ -301,7 +301,7 @@ class Steerer:
         if _identity(self.own_socket) != self._identities.get(self.own_socket):
             logger.info("steering: %s deleted or replaced; serving it again", self.own_socket)
             await self._serve_own()
-            self._want_registration()
+            self._register_wanted.set()
         if _identity(self.registration_socket) != self._identities.get(self.registration_socket):
             logger.info(
                 "steering: %s deleted or replaced; serving it again", self.registration_socket
@@ -322,7 +322,7 @@ class Steerer:
             self._identities[self.kubelet_socket] = kubelet
             if kubelet is not None:
                 logger.info("steering: the kubelet (re)started; registering again")
-                self._want_registration()
+                self._register_wanted.set()
                 vendor = self._vendor
                 if (
                     self.config.restart_vendor_on_kubelet_restart
@@ -336,9 +336,6 @@ class Steerer:
                     await self._serve_registration()
 
     # -- registration with the kubelet --------------------------------------------
-
-    def _want_registration(self) -> None:
-        self._register_wanted.set()
 
     async def _registration_loop(self) -> None:
         loop = asyncio.get_running_loop()
@@ -366,7 +363,7 @@ class Steerer:
                 self.metrics.registrations.labels(result="failed").inc()
                 self._error(f"registering with the kubelet at {self.kubelet_socket}: {error!r}")
                 await asyncio.sleep(backoff.next_delay())
-                self._want_registration()
+                self._register_wanted.set()
                 continue
             last = loop.time()
             backoff.reset()
@@ -443,7 +440,7 @@ class Steerer:
             # A vendor (re-)registering usually ends its earlier stream to the kubelet
             # after we registered, which makes the kubelet drop our endpoint.
             self._vendor_announced = generation
-            self._want_registration()
+            self._register_wanted.set()
         try:
             async for raw in vendor.list_and_watch():
                 if not self._vendor_healthy:
@@ -497,7 +494,7 @@ class Steerer:
                 # The kubelet ended the stream of its current endpoint: it dropped us.
                 logger.info("steering: the kubelet ended its device stream; registering again")
                 self._registered = False
-                self._want_registration()
+                self._register_wanted.set()
 
     def _newer_than(self, version: int) -> bool:
         return self._published is not None and self._published_version != version

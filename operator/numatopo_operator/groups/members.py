@@ -94,9 +94,9 @@ def _gates(pod: RawPod) -> list[Any]:
     return list(found) if isinstance(found, list) else []
 
 
-def is_gated(pod: RawPod) -> bool:
-    """Whether the pod still carries the `numatopo.io/group` scheduling gate."""
-    return any(isinstance(g, Mapping) and g.get("name") == GATE for g in _gates(pod))
+def is_gated(pod: RawPod, gate: str = GATE) -> bool:
+    """Whether the pod still carries the scheduling gate (`numatopo.io/group`)."""
+    return any(isinstance(g, Mapping) and g.get("name") == gate for g in _gates(pod))
 
 
 def placement_text(pod: RawPod) -> str | None:
