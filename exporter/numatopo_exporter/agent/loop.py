@@ -2,14 +2,8 @@
 
 A pass runs on every pod event (an assignment appears, a container restarts with a
 new id, a pod ends) and every `resync_seconds` (someone rewrote a cpuset: drift). Each
-pass reads the cgroups afresh, so a restart of the agent loses nothing. The parts:
-
-    watch.py        list+watch -> pod_records (one PodView per event, one record per pod);
-                    the node's Numatopology -> devices (status.dra, spec) at once
-    devices.py      Follow: what the kubelet gave, what it cannot hand out
-    node_status.py  stand aside for a static kubelet; the node's GPU mode
-    enforce.py      locate cgroups, plan and write cpusets
-    report.py       read back, then the pod's condition, Events and metrics
+pass reads the cgroups afresh, so a restart of the agent loses nothing. The parts it
+runs: docs/DESIGN.md, "Node agent (enforcement)".
 """
 
 from __future__ import annotations
