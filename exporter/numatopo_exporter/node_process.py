@@ -9,7 +9,7 @@ import asyncio
 import logging
 import os
 import sys
-from collections.abc import Callable, Coroutine
+from collections.abc import Callable, Coroutine, Mapping
 from typing import Any
 
 from numatopo_kube import (
@@ -19,6 +19,7 @@ from numatopo_kube import (
     KubeNotFoundError,
     KubeUnavailableError,
 )
+from numatopo_kube.backoff import Backoff
 
 
 def add_node_flags(parser: argparse.ArgumentParser, *, metrics_port: int) -> None:
@@ -96,3 +97,25 @@ def start(
         text = exc.message if isinstance(exc, KubeConfigError) else str(exc)
         print(f"numatopo {command}: {text}", file=sys.stderr)
         return 2
+
+
+async def watch_own_numatopology(
+    client: KubeClient,
+    node_name: str,
+    backoff: Backoff,
+    seen: Callable[[str, Mapping[str, Any]], None],
+    log: logging.Logger,
+) -> None:
+    """Hand each event of `Numatopology/<node_name>` to `seen` (its type and object);
+    watch again after any error. Runs until cancelled."""
+    while True:
+        try:
+            async for event in client.watch_numatopologies(name=node_name):
+                # Servers that ignore the field selector send every node's object.
+                if (event.object.get("metadata") or {}).get("name") != node_name:
+                    continue
+                backoff.reset()
+                seen(event.type, event.object)
+        except KubeError as exc:
+            log.warning("watching Numatopology/%s: %s", node_name, exc)
+        await asyncio.sleep(backoff.next_delay())

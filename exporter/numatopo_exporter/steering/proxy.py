@@ -501,10 +501,10 @@ class Steerer:
 
     async def allocate(self, request: bytes, context: Context) -> bytes:
         self._note_allocation(request)
-        return await self._forward("allocate", request, context)
+        return await self._forward("Allocate", request, context)
 
     async def pre_start(self, request: bytes, context: Context) -> bytes:
-        return await self._forward("pre_start", request, context)
+        return await self._forward("PreStartContainer", request, context)
 
     async def _forward(self, call: str, request: bytes, context: Context) -> bytes:
         """The vendor's answer to the call, its error passed back as it came."""
@@ -516,14 +516,11 @@ class Steerer:
                 f"no {self.config.resource_name} device plugin is registered behind numatopo",
             )
         try:
-            forwarded: bytes = await getattr(vendor, call)(
-                request, self.config.forward_timeout_seconds
-            )
+            return await vendor.forward(call, request, self.config.forward_timeout_seconds)
         except grpc.aio.AioRpcError as error:
             await abort(context, error.code(), error.details() or "")
         except VendorGoneError as error:
             await abort(context, grpc.StatusCode.UNAVAILABLE, str(error))
-        return forwarded
 
     def _note_allocation(self, request: bytes) -> None:
         """The kubelet allocates right after it asked for a preference: when it took
