@@ -32,7 +32,6 @@ from numatopo_operator.groups import release as group_release
 from numatopo_operator.groups.members import (
     MemberView,
     PlacementRecord,
-    Step,
     StepKind,
     next_step,
     planned_node,
@@ -135,108 +134,78 @@ def _nodes_text(nodes: Mapping[str, str], order: Sequence[str]) -> str:
 
 async def advance(runtime: Runtime, group: str) -> bool:
     """Take the group's next steps; True when it must be looked at again later."""
-    book = runtime.groups.book
+    group_state = runtime.groups
     for _ in range(MAX_STEPS):
-        views = book.views(group)
-        step = next_step(book.specs(group), views)
+        views = group_state.book.views(group)
+        step = next_step(group_state.book.specs(group), views)
+        spec = step.spec
         by_key = {v.key: v for v in views}
         chosen = [by_key[k] for k in step.keys if k in by_key]
         if step.kind is StepKind.IDLE:
-            runtime.groups.waiting_for_room.discard(group)
+            group_state.waiting_for_room.discard(group)
             return False
         if step.kind is StepKind.INVALID:
             await _invalid(runtime, chosen, step.reason)
             return False
-        assert step.spec is not None
-        take = _STEPS[step.kind]
-        again = await take(runtime, step.spec, step, views, chosen)
-        if again is not None:
-            return again
+        assert spec is not None
+        if step.kind is StepKind.WAIT:
+            group_state.complete_since.pop(group, None)
+            for view in chosen:
+                group_state.first_seen.setdefault(view.key, time.monotonic())
+            await _tell(
+                runtime, chosen, WAITING,
+                f"group {group}: {step.seen} of {spec.size} members seen; nothing is placed "
+                "until all are there",
+                once_per_pod=True,
+            )  # fmt: skip
+            return False
+        if step.kind is StepKind.VOID:
+            logger.warning("group %s: taking back a partial plan of %s", group, list(step.keys))
+            runtime.metrics.group_decisions.labels("voided").inc()
+            await group_release.void(runtime, chosen)
+            continue
+        if step.kind is StepKind.PLAN:
+            group_state.complete_since.setdefault(group, time.monotonic())
+            try:
+                placed = await group_release.plan(runtime, spec, chosen)
+            except GroupInvalidError as exc:
+                await _invalid(runtime, chosen, str(exc))
+                return False
+            except GroupUnplaceableError as exc:
+                message = f"group {group} ({len(chosen)} members) does not fit: {exc}"
+                logger.info("%s", message)
+                await _unsatisfiable(runtime, group, chosen, message)
+                return True
+            group_state.waiting_for_room.discard(group)
+            logger.info(
+                "group %s planned in %s: %s", group,
+                _where(placed.placement.level, placed.placement.path),
+                _nodes_text(placed.nodes, placed.placement.order),
+            )  # fmt: skip
+            continue
+        if step.kind is StepKind.RELEASE:
+            await _release(runtime, spec, views, chosen)
+            continue
+        if step.kind is StepKind.RECOVER:
+            again = await _recover(runtime, spec, step.anchor, views, chosen)
+            if again is not None:
+                return again
     return True
 
 
-# A step taken: None to go on to the group's next step, else `advance`'s answer.
-StepOutcome = bool | None
-
-
-async def _wait(
-    runtime: Runtime,
-    spec: GroupSpec,
-    step: Step,
-    views: Sequence[MemberView],
-    chosen: list[MemberView],
-) -> StepOutcome:
-    group = spec.key
-    runtime.groups.complete_since.pop(group, None)
-    for view in chosen:
-        runtime.groups.first_seen.setdefault(view.key, time.monotonic())
-    await _tell(
-        runtime, chosen, WAITING,
-        f"group {group}: {step.seen} of {spec.size} members seen; nothing is placed "
-        "until all are there",
-        once_per_pod=True,
-    )  # fmt: skip
-    return False
-
-
-async def _void(
-    runtime: Runtime,
-    spec: GroupSpec,
-    step: Step,
-    views: Sequence[MemberView],
-    chosen: list[MemberView],
-) -> StepOutcome:
-    group = spec.key
-    logger.warning("group %s: taking back a partial plan of %s", group, list(step.keys))
-    runtime.metrics.group_decisions.labels("voided").inc()
-    await group_release.void(runtime, chosen)
-    return None
-
-
-async def _plan(
-    runtime: Runtime,
-    spec: GroupSpec,
-    step: Step,
-    views: Sequence[MemberView],
-    chosen: list[MemberView],
-) -> StepOutcome:
-    group = spec.key
-    runtime.groups.complete_since.setdefault(group, time.monotonic())
-    try:
-        placed = await group_release.plan(runtime, spec, chosen)
-    except GroupInvalidError as exc:
-        await _invalid(runtime, chosen, str(exc))
-        return False
-    except GroupUnplaceableError as exc:
-        message = f"group {group} ({len(chosen)} members) does not fit: {exc}"
-        logger.info("%s", message)
-        await _unsatisfiable(runtime, group, chosen, message)
-        return True
-    runtime.groups.waiting_for_room.discard(group)
-    logger.info(
-        "group %s planned in %s: %s", group,
-        _where(placed.placement.level, placed.placement.path),
-        _nodes_text(placed.nodes, placed.placement.order),
-    )  # fmt: skip
-    return None
-
-
 async def _release(
-    runtime: Runtime,
-    spec: GroupSpec,
-    step: Step,
-    views: Sequence[MemberView],
-    chosen: list[MemberView],
-) -> StepOutcome:
-    group = spec.key
+    runtime: Runtime, spec: GroupSpec, views: Sequence[MemberView], chosen: list[MemberView]
+) -> None:
+    """Phase 2 for `chosen`; once no gated member is left, the group is told it is placed."""
+    group, group_state, metrics = spec.key, runtime.groups, runtime.metrics
     released = await group_release.release(runtime, chosen)
     if any(v.gated and v.key not in released for v in views):
-        return None
+        return
     record = next((v.record for v in chosen if v.record is not None), None)
-    since = runtime.groups.complete_since.pop(group, None)
+    since = group_state.complete_since.pop(group, None)
     if since is not None:  # not known after a restart between the phases
-        runtime.metrics.group_placement.observe(group_release.elapsed(since))
-    runtime.metrics.group_decisions.labels("placed").inc()
+        metrics.group_placement.observe(group_release.elapsed(since))
+    metrics.group_decisions.labels("placed").inc()
     level = record.level if record is not None else None
     placed_on = _all_nodes(views, released)
     note = group_release.preferred_note(runtime, spec, placed_on.values())
@@ -246,20 +215,21 @@ async def _release(
         f"by rank: {_nodes_text(placed_on, [v.key for v in views])}{note}",
     )  # fmt: skip
     for view in chosen:
-        runtime.groups.first_seen.pop(view.key, None)
-    return None
+        group_state.first_seen.pop(view.key, None)
 
 
 async def _recover(
     runtime: Runtime,
     spec: GroupSpec,
-    step: Step,
+    anchor: PlacementRecord | None,
     views: Sequence[MemberView],
     chosen: list[MemberView],
-) -> StepOutcome:
-    group = spec.key
+) -> bool | None:
+    """Replacement members placed next to their running group and released; None to go
+    on with the group's next step, else `advance`'s answer."""
+    group, group_state, metrics = spec.key, runtime.groups, runtime.metrics
     for view in chosen:
-        runtime.groups.first_seen.setdefault(view.key, time.monotonic())
+        group_state.first_seen.setdefault(view.key, time.monotonic())
     running = next(
         (planned_node(v.body) for v in views if not v.gated and v.record is not None), None
     )
@@ -275,7 +245,7 @@ async def _recover(
     around = group_release.Around(ranks, tuple(v.rank for v in chosen if v.rank is not None))
     try:
         recovered = await group_release.recover(
-            runtime, spec, chosen, step.anchor, running, around=around
+            runtime, spec, chosen, anchor, running, around=around
         )
     except GroupInvalidError as exc:
         await _invalid(runtime, chosen, str(exc))
@@ -284,7 +254,7 @@ async def _recover(
         message = f"replacement member of running group {group} does not fit: {exc}"
         await _unsatisfiable(runtime, group, chosen, message)
         return True
-    runtime.groups.waiting_for_room.discard(group)
+    group_state.waiting_for_room.discard(group)
     released = await group_release.release(runtime, chosen)
     where = _where(recovered.level, recovered.path)
     recorded = recovered.recorded
@@ -296,9 +266,9 @@ async def _recover(
             f"(no room there), in {where}"
         )
     for view in chosen:
-        took = group_release.elapsed(runtime.groups.first_seen.pop(view.key, None))
-        runtime.metrics.group_recovery.observe(took)
-        runtime.metrics.group_decisions.labels("recovered").inc()
+        took = group_release.elapsed(group_state.first_seen.pop(view.key, None))
+        metrics.group_recovery.observe(took)
+        metrics.group_decisions.labels("recovered").inc()
         await _tell(
             runtime, [view], RECOVERED,
             f"replacement member of group {group} placed on {released[view.key]} "
@@ -306,15 +276,6 @@ async def _recover(
             warning=not recovered.stayed,
         )  # fmt: skip
     return None
-
-
-_STEPS = {
-    StepKind.WAIT: _wait,
-    StepKind.VOID: _void,
-    StepKind.PLAN: _plan,
-    StepKind.RELEASE: _release,
-    StepKind.RECOVER: _recover,
-}
 
 
 async def _invalid(runtime: Runtime, members: Sequence[MemberView], reason: str) -> None:
