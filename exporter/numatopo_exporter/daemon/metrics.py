@@ -31,11 +31,6 @@ class Registry:
 
     registry: CollectorRegistry = field(default_factory=CollectorRegistry)
 
-    def value(self, name: str, labels: dict[str, str] | None = None) -> float:
-        """A sample's current value (0 when absent), for tests and health checks."""
-        found = self.registry.get_sample_value(name, labels or {})
-        return 0.0 if found is None else found
-
 
 @dataclass
 class ExporterMetrics(Registry):
