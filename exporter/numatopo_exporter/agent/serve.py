@@ -52,16 +52,12 @@ async def serve(args: argparse.Namespace) -> int:
             )
             await stack.enter_async_context(steerer)
             loop.steered = lambda: steerer.status().steering
-        runner = None
         if args.metrics_port:
             runner = await metrics.start_metrics_server(
                 agent_metrics.registry, host=args.metrics_address, port=args.metrics_port
             )
-        try:
-            await loop.run()
-        finally:
-            if runner is not None:
-                await runner.cleanup()
+            stack.push_async_callback(runner.cleanup)
+        await loop.run()
     return 0
 
 
