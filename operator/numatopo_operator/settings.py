@@ -199,9 +199,8 @@ def _switch(name: str, value: str | bool, *, empty: bool = True) -> bool:
         return True
     if lowered in ("false", "0", "no", "off") or (empty and not lowered):
         return False
-    if not empty:
-        raise SettingsError(f"{name}: {value!r} is not a boolean (true or false)")
-    raise SettingsError(f"{name}: {value!r} is not true or false")
+    kind = "true or false" if empty else "a boolean (true or false)"
+    raise SettingsError(f"{name}: {value!r} is not {kind}")
 
 
 def _apply(
