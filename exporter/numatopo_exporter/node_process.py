@@ -1,5 +1,5 @@
 """What the two DaemonSet processes, `numatopo exporter` and `numatopo agent`, share:
-their common flags, the client they connect with, and how they start (exit 2 with one
+their common flags, the Node read at start, and how they start (exit 2 with one
 line on a bad start)."""
 
 from __future__ import annotations
@@ -9,7 +9,7 @@ import asyncio
 import logging
 import os
 import sys
-from collections.abc import Callable, Coroutine
+from collections.abc import Callable, Coroutine, Mapping
 from typing import Any
 
 from numatopo_kube import (
@@ -19,6 +19,7 @@ from numatopo_kube import (
     KubeNotFoundError,
     KubeUnavailableError,
 )
+from numatopo_kube.backoff import Backoff
 
 
 def add_node_flags(parser: argparse.ArgumentParser, *, metrics_port: int) -> None:
@@ -49,12 +50,6 @@ def add_node_flags(parser: argparse.ArgumentParser, *, metrics_port: int) -> Non
         "for in-cluster scraping and the liveness probe; 127.0.0.1 keeps them on the node "
         "but then the kubelet's HTTP probe, which dials the pod IP, cannot reach them)",
     )
-
-
-def connect(api_url: str, *, component: str, node_name: str) -> KubeClient:
-    """The client of a node process: `--api-url` if given, else in-cluster, else
-    `$KUBECONFIG`; its Events name `component` on `node_name` as their source."""
-    return KubeClient.connect(api_url, component=component, host=node_name)
 
 
 async def check_node(client: KubeClient, node_name: str) -> dict[str, Any]:
@@ -102,3 +97,25 @@ def start(
         text = exc.message if isinstance(exc, KubeConfigError) else str(exc)
         print(f"numatopo {command}: {text}", file=sys.stderr)
         return 2
+
+
+async def watch_own_numatopology(
+    client: KubeClient,
+    node_name: str,
+    backoff: Backoff,
+    seen: Callable[[str, Mapping[str, Any]], None],
+    log: logging.Logger,
+) -> None:
+    """Hand each event of `Numatopology/<node_name>` to `seen` (its type and object);
+    watch again after any error. Runs until cancelled."""
+    while True:
+        try:
+            async for event in client.watch_numatopologies(name=node_name):
+                # Servers that ignore the field selector send every node's object.
+                if (event.object.get("metadata") or {}).get("name") != node_name:
+                    continue
+                backoff.reset()
+                seen(event.type, event.object)
+        except KubeError as exc:
+            log.warning("watching Numatopology/%s: %s", node_name, exc)
+        await asyncio.sleep(backoff.next_delay())

@@ -1,23 +1,12 @@
 """What the extender's `/bind` checks before it binds anything (I/O: reads the pod and the node).
 
 `/bind` writes a Binding with the operator's own rights, so it binds only what
-kube-scheduler's profile would have bound itself; anyone else reaching the port gets an
-Error and nothing changes:
-
-- the pod named must exist with exactly the uid given, in a namespace this operator
-  places pods in; a wrong uid and a missing pod get the same answer, which echoes only
-  what the caller sent (never the real uid, nor whether the pod exists);
-- it must be Pending, not bound yet (`spec.nodeName`), not being deleted, without
-  scheduling gates, and use this scheduler profile (`spec.schedulerName` equal to
-  `OperatorSettings.scheduler_name`);
-- the node must exist and kube-scheduler's own node filters must let the pod there
-  (`numatopo_engine.node_rules`: cordon, taints, nodeSelector, required node affinity).
-
-Only then does `assigning.bind_pod` decide (a pod whose devices come from ResourceClaims
-around the devices kube-scheduler allocated them: `dra_bind`) and write the assignment
-and the Binding; a group member with such claims, which comes with its group's
-assignment, is first decided again around them (`dra_bind.follow_member`). The Binding
-carries the pod's uid, so a pod replaced since is never bound.
+kube-scheduler's profile would have bound itself; the checks are listed in
+docs/operations.md, "Security". Only then does `assigning.bind_pod` decide (a pod whose
+devices come from ResourceClaims around the devices kube-scheduler allocated them:
+`dra_bind`; a group member with such claims first through `dra_bind.follow_member`) and
+write the assignment and the Binding, which carries the pod's uid, so a pod replaced
+since is never bound.
 """
 
 from __future__ import annotations

@@ -2,23 +2,14 @@
 (`list_watch`), handed to `handlers.topology_seen` and the group worker's Node views
 (I/O; the parsing is `indexes` and `groups.indexes`).
 
-They were kopf indexes. kopf lists every indexed object before it calls any handler,
-and in kopf 1.45 each listed object wakes every worker waiting at that gate: at 2,000
-nodes most of a start-up went there. Here the first list of Numatopologies goes into
-the ledger at once, and only then is `Runtime.indexed` set, so no decision or extender
-answer ever sees a half-listed cluster; the group worker decides once the first list of
-Nodes is in (`GroupState.nodes`).
-
-An object listed or watched again with the resourceVersion last seen is skipped: the
-API server gives every write a new one, so it is the same object (a relist, or a watch
-that replays what a list gave), and a relist of a large cluster parses nothing again.
-
-A Numatopology whose `metadata.generation` is the one of the spec last parsed for its
-node has only a new status (the API server counts generations of spec changes only, the
-status being a subresource): its spec is not parsed again. Every status PATCH the
-holder writes comes back so; a burst of decisions on 300 nodes parsed 300 specs again
-for nothing, a tenth of the operator's CPU. An object without a generation (an
-emulator's) is parsed every time.
+They were kopf indexes, and in kopf 1.45 each listed object woke every worker waiting at
+its start-up gate (docs/DESIGN.md, "Kubernetes client"). Here the first list of
+Numatopologies goes into the ledger before `Runtime.indexed` is set, so no answer sees a
+half-listed cluster. An object seen again with the resourceVersion last seen is skipped;
+a Numatopology whose `metadata.generation` is that of the spec last parsed has only a new
+status (every status PATCH the holder writes comes back so: a burst on 300 nodes parsed
+300 specs again, a tenth of the operator's CPU), so its spec is not parsed again. An
+object without a generation (an emulator's) is parsed every time.
 """
 
 from __future__ import annotations
@@ -57,31 +48,50 @@ def _generation(body: Body) -> int | None:
     return found if isinstance(found, int) and not isinstance(found, bool) else None
 
 
-class _Versions:
-    """name -> resourceVersion last handed over: what tells a replay from a change."""
+class _Kind:
+    """One kind followed; `known` is name -> resourceVersion last handed over: what
+    tells a replay from a change."""
 
-    def __init__(self) -> None:
+    def __init__(self, runtime: Runtime) -> None:
+        self.runtime = runtime
         self.known: dict[str, str] = {}
 
-    def changed(self, body: Body) -> bool:
+    def _changed(self, body: Body) -> bool:
         name, version = _name_and_version(body)
         if version and self.known.get(name) == version:
             return False
         self.known[name] = version
         return True
 
-    def vanished(self, listed: set[str]) -> list[str]:
-        """The names known and not in `listed` (forgotten here)."""
-        gone = [name for name in self.known if name not in listed]
-        for name in gone:
+    def _read(self, body: Body) -> None:
+        raise NotImplementedError
+
+    def _gone(self, name: str) -> None:
+        raise NotImplementedError
+
+    def _all_listed(self) -> None:
+        raise NotImplementedError
+
+    async def listed(self, items: list[Body]) -> None:
+        await list_watch.in_turns(items, self._read)
+        listed = {_name_and_version(body)[0] for body in items}
+        for name in [name for name in self.known if name not in listed]:
             del self.known[name]
-        return gone
+            self._gone(name)
+        self._all_listed()
+
+    def seen(self, type: str, body: Body) -> None:
+        if type != "DELETED":
+            self._read(body)
+            return
+        name = _name_and_version(body)[0]
+        self.known.pop(name, None)
+        self._gone(name)
 
 
-class _Topologies:
+class _Topologies(_Kind):
     def __init__(self, runtime: Runtime) -> None:
-        self.runtime = runtime
-        self.versions = _Versions()
+        super().__init__(runtime)
         self.workers = list_watch.KeyedWorkers()
         self.parsed: dict[str, tuple[int, NumatopologySpec]] = {}
         """node -> (generation, its spec as parsed): what a status-only change reuses. The
@@ -93,7 +103,7 @@ class _Topologies:
             self.workers.run(f"Numatopology/{node}", follow_up)
 
     def _read(self, body: Body) -> None:
-        if not self.versions.changed(body):
+        if not self._changed(body):
             return
         node, generation = _name_and_version(body)[0], _generation(body)
         kept = self.parsed.get(node)
@@ -110,47 +120,29 @@ class _Topologies:
         same = held is not None and (held is reading.spec or held == reading.spec)
         self.parsed[node] = (generation, held if same and held is not None else reading.spec)
 
-    async def listed(self, items: list[Body]) -> None:
-        await list_watch.in_turns(items, self._read)
-        for node in self.versions.vanished({_name_and_version(body)[0] for body in items}):
-            self.parsed.pop(node, None)
-            self._hand_over(node, None)
+    def _gone(self, name: str) -> None:
+        self.parsed.pop(name, None)
+        self._hand_over(name, None)
+
+    def _all_listed(self) -> None:
         self.runtime.indexed.set()
 
-    def seen(self, type: str, body: Body) -> None:
-        if type != "DELETED":
-            self._read(body)
-            return
-        node = _name_and_version(body)[0]
-        self.versions.known.pop(node, None)
-        self.parsed.pop(node, None)
-        self._hand_over(node, None)
 
-
-class _Nodes:
+class _Nodes(_Kind):
     def __init__(self, runtime: Runtime) -> None:
-        self.runtime = runtime
-        self.versions = _Versions()
+        super().__init__(runtime)
         self.views: dict[str, list[group_indexes.NodeView]] = {}
 
     def _read(self, body: Body) -> None:
-        if self.versions.changed(body):
+        if self._changed(body):
             for name, view in group_indexes.node_views(body=_kopf_body(body)).items():
                 self.views[name] = [view]
 
-    async def listed(self, items: list[Body]) -> None:
-        await list_watch.in_turns(items, self._read)
-        for name in self.versions.vanished({_name_and_version(body)[0] for body in items}):
-            self.views.pop(name, None)
-        self.runtime.groups.attach({"node_views": self.views})
-
-    def seen(self, type: str, body: Body) -> None:
-        if type != "DELETED":
-            self._read(body)
-            return
-        name = _name_and_version(body)[0]
-        self.versions.known.pop(name, None)
+    def _gone(self, name: str) -> None:
         self.views.pop(name, None)
+
+    def _all_listed(self) -> None:
+        self.runtime.groups.attach({"node_views": self.views})
 
 
 async def follow_cluster(runtime: Runtime) -> None:

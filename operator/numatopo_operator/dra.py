@@ -1,38 +1,8 @@
 """GPUs on DRA clusters: the ResourceClaims of a pod gated `numatopo.io/dra`, allocated
 by numatopo, then the pod released onto their node (I/O; the decision is
-`numatopo_engine.dra`).
-
-For a gated pod with `numatopo.io/policy`: read its claims (template claims once
-kube-controller-manager created them), every ResourceSlice, DeviceClass and ResourceClaim;
-on each candidate node (one kube-scheduler's node filters let the pod onto: `node_refusal`)
-join the slices with its Numatopology, book what other claims' allocations hold, and
-decide with the engine (`decide_claims`); the best score wins.
-Then, in this order: the pod's assignment (signed, booked in the ledger), each claim's
-`resource.kubernetes.io/delete-protection` finalizer, its `status.allocation` and
-`reservedFor` (status subresource, conditional on the version read), and last the pod's
-gate removed with `nodeSelector[kubernetes.io/hostname]` set. kube-scheduler then finds
-the claims allocated and reserved for the pod and only checks their node selector.
-
-A write that stopped half-way (the assignment written, a claim's status or the release
-not: the API failed, or the operator ended, between them) is resumed at the pod's next
-look (its retry, or the next active replica's pass over gated pods): the assignment's
-devices become the unallocated claims' allocations (`allocations_for`) and the pod is
-released; where that cannot be (a claim gone or changed, another claim holding one of
-those devices now) the assignment and what was allocated for it are taken back, with a
-`DRARolledBack` Event, and the pod is decided afresh.
-
-Group members (`numatopo.io/group`) carrying this gate too are placed by their group
-first (`group_members.GATE` keeps this module away); the group's plan counted their claims'
-devices (`groups.claim_demands`) and named them in each member's assignment. Once the
-group released a member onto its node, its claims are allocated exactly those devices and
-the gate is removed (`DRAAllocated`); where the plan named no device (claims numatopo
-cannot judge) or they no longer satisfy the claims, only the gate is removed
-(`DRALeftToScheduler`): kube-scheduler allocates the claims on that node, and what they
-hold is booked as any claim's holds.
-
-Fail safe: a claim numatopo cannot judge as the allocator would (`UndecidedError`) is left
-to the scheduler: the gate alone is removed, with a `DRALeftToScheduler` Event. Claims
-that fit nowhere now keep the pod gated (`DRAUnsatisfiable` Event) and are retried.
+`numatopo_engine.dra`). docs/DESIGN.md, "GPUs on DRA clusters", gives the order of the
+writes, how a write stopped half-way is resumed or rolled back (`DRARolledBack`), group
+members' claims, and what is left to the scheduler (`DRALeftToScheduler`).
 """
 
 from __future__ import annotations
@@ -79,10 +49,8 @@ ROLLED_BACK = "DRARolledBack"
 
 
 def is_gated(pod: RawPod) -> bool:
-    spec = pod.get("spec") or {}
-    gates = spec.get("schedulingGates") or []
     opted = keys.POLICY in ((pod.get("metadata") or {}).get("annotations") or {})
-    return opted and any(isinstance(g, Mapping) and g.get("name") == keys.DRA_GATE for g in gates)
+    return opted and group_members.is_gated(pod, keys.DRA_GATE)
 
 
 _busy: set[str] = set()

@@ -1,26 +1,9 @@
 """The extender's `/bind` of a pod whose devices come from ResourceClaims (I/O; the
-reading of the claims is `numatopo_engine.dra.allocated`).
-
-Such a pod, scheduled by kube-scheduler with the extender (no `numatopo.io/dra` gate),
-has its claims allocated by the scheduler's DynamicResources plugin in PreBind, before
-the extender's bind: the devices are chosen when `/bind` comes. Its assignment follows
-them: the claims are read afresh, their devices mapped through the node's join to the
-model's GPUs, NICs and CPUs, and the engine places CPUs and memory around exactly those
-(pinned, as for a device-plugin pod Follow found holding other GPUs; best-effort around
-them when its policy cannot hold with them). The pod's own claims' holds are its
-devices, so the decision is made and booked over them (`Ledger.reserve(over=...)`).
-
-A claim not allocated (yet), or one that cannot be followed, is said in a Warning Event
-`DRAClaimsNotFollowed` and the log, and the pod is decided from its requests as before.
-
-A group member (`numatopo.io/group-placement`) with such claims comes to `/bind` with its
-group's assignment on its planned node: CPUs and memory from its requests, no device
-(its request counts no claim's devices), so nothing there is next to what the scheduler
-allocated. `follow_member` decides it again the same way, and the new assignment
-replaces the group's on the same node (the placement record stays as written: the
-group worker reads only the record and the assignment's node). When the claims cannot
-be followed, the member keeps its group's assignment, which names no device, and the
-Event says so.
+reading of the claims is `numatopo_engine.dra.allocated`): its CPUs and memory decided
+around the devices kube-scheduler allocated in PreBind, and `follow_member` for a group
+member's. docs/DESIGN.md, "GPUs on DRA clusters" ("Its bind follows the claims", and
+the member without the DRA gate under "Groups"), says why and what is kept when the
+claims cannot be followed (`DRAClaimsNotFollowed`).
 """
 
 from __future__ import annotations

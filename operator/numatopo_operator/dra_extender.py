@@ -1,17 +1,11 @@
 """The extender's judgement of a DRA pod: each candidate node by its claims' devices.
 
-A pod with `numatopo.io/policy` whose GPUs and NICs come from ResourceClaims alone
-(`numatopo_engine.dra.pods.devices_from_claims`), scheduled by kube-scheduler with the
-extender (not gated `numatopo.io/dra`), asks no device-plugin resource: judged by its
-requests, every node with CPUs would fit. Here each candidate is judged as a DRA decision
-would be (`decide_claims` on the node's joined devices, what DRA holds booked): a node
-whose devices cannot satisfy the claims now fails, the others are ranked by the
-decision's score. Everything is read from the watched copies (`Runtime.dra_holds`): no
-API call per scheduling cycle.
-
-What numatopo cannot judge as the allocator would (`UndecidedError`), a claim that does
-not exist yet, or an unreadable one: None, and the extender judges the pod by its
-requests as before (the scheduler's own DynamicResources plugin filters on the claims).
+A pod whose GPUs and NICs come from ResourceClaims alone asks no device-plugin resource:
+judged by its requests, every node with CPUs would fit. Here each candidate is judged as
+a DRA decision would be (docs/DESIGN.md, "GPUs on DRA clusters", "The extender"), from
+the watched copies (`Runtime.dra_holds`): no API call per scheduling cycle. What numatopo
+cannot judge as the allocator would, a claim that does not exist yet, or an unreadable
+one: None, and the extender judges the pod by its requests.
 """
 
 from __future__ import annotations

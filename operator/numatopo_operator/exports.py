@@ -1,28 +1,11 @@
-"""Exports: each node's NodeResourceTopology and Volcano Numatopology, kept current (I/O).
+"""Exports: each node's NodeResourceTopology and Volcano Numatopology, kept current (I/O;
+the objects are built by the pure `numatopo_engine.exports`).
 
-Turned on per format (`export_nrt`, `export_volcano`; both off by default). Only the
-replica that decides writes, and only while its Lease is fresh: what it writes is its
-ledger's view (observed and in-flight bookings), the same one the extender answers
-from. The objects are built by the pure translations of `numatopo_engine.exports`.
-
-Coalesced, like `status`: every period the writer looks at each node, and a node whose
-topology and bookings are as they were at its last write costs nothing; a node that
-changed many times in the period costs one write, and none when the object comes out
-as last written. A node whose Numatopology is gone has its objects deleted. At the
-start of each term (a replica that becomes the decider, or a restart) the writer
-lists the objects numatopo wrote (label `app.kubernetes.io/managed-by: numatopo`) and
-deletes those of nodes it does not know, so a node deleted while no replica wrote
-leaves nothing behind. The same list says what each object holds now: a new holder
-writes only the objects that differ from its ledger, not every node again (a storm of
-applies at takeover on a large cluster).
-
-A failed write (API down, 409 because another writer owns the object, 404 because the
-CRD is not installed) is logged with what to do, counted, and tried again for that
-node after a growing pause (`retry_base_seconds` .. `retry_max_seconds`); the loop and
-the other nodes carry on. A term writes nothing of a format until its list has worked
-(a missing CRD costs one list per back-off, not one failed write per node). Applies are
-not forced: an object NFD's topology-updater or Volcano's resource-exporter writes stays
-theirs, and the conflict says so.
+docs/DESIGN.md, "Exports", has the rules of writing: the holder only, with a fresh
+Lease, from its ledger; coalesced per period like `status`; not forced. At the start of
+each term the writer lists what numatopo wrote: objects of unknown nodes are deleted,
+and the list says what each object holds, so a new holder writes only those that differ
+from its ledger (not a storm of applies at takeover on a large cluster).
 """
 
 from __future__ import annotations
@@ -103,24 +86,19 @@ def dra_names(dra: DraNode | None) -> DeviceNames | None:
     return DeviceNames(gpus, nics) if gpus or nics else None
 
 
-_HINTS = {
-    KubeNotFoundError: "is its CRD installed?",
-    KubeConflictError: "another writer owns it (NFD's topology-updater, Volcano's "
-    "resource-exporter?): run one of them for this format",
-    KubeForbiddenError: "the operator's account may not write it (chart value exports.*)",
+# The `reason` label of a failed call, and what to do about it.
+_FAILURES: dict[type[KubeError], tuple[str, str]] = {
+    KubeNotFoundError: ("not_found", "is its CRD installed?"),
+    KubeConflictError: (
+        "conflict",
+        "another writer owns it (NFD's topology-updater, Volcano's resource-exporter?): run "
+        "one of them for this format",
+    ),
+    KubeForbiddenError: (
+        "forbidden",
+        "the operator's account may not write it (chart value exports.*)",
+    ),
 }
-
-
-def _reason(exc: KubeError) -> str:
-    """The `reason` label of a failed call."""
-    for kind, label in (
-        (KubeNotFoundError, "not_found"),
-        (KubeConflictError, "conflict"),
-        (KubeForbiddenError, "forbidden"),
-    ):
-        if isinstance(exc, kind):
-            return label
-    return "unavailable" if exc.transient else "refused"
 
 
 _SWEEP = ""
@@ -166,8 +144,9 @@ class ExportWriter:
             node, Backoff(settings.retry_base_seconds, settings.retry_max_seconds)
         )
         pause = backoff.schedule(time.monotonic())
-        hint = next((h for kind, h in _HINTS.items() if isinstance(exc, kind)), "")
-        self.runtime.metrics.export_errors.labels(self.format.value, _reason(exc)).inc()
+        default = ("unavailable" if exc.transient else "refused", "")
+        reason, hint = next((f for k, f in _FAILURES.items() if isinstance(exc, k)), default)
+        self.runtime.metrics.export_errors.labels(self.format.value, reason).inc()
         # The first failure of a node is a warning; its repeats (every retry of a node
         # another writer owns, say) are counted, and logged at debug level only.
         logger.log(

@@ -290,24 +290,23 @@ class Elector:
     async def _renew(self) -> None:
         assert self.name is not None
         sent = time.monotonic()
+        conflict = False
         try:
-            renewed = await self.runtime.kube.patch_lease(
+            lease = await self.runtime.kube.patch_lease(
                 self.namespace,
                 self.name,
                 self._spec(acquire=False, transitions=0),
                 resource_version=self._version,
             )
         except KubeConflictError:
-            lease = await self.runtime.kube.get_lease(self.namespace, self.name)
-            self._observe(lease)
-            if _record(lease)[0] != self.identity:
-                await self._lose(f"the Lease is held by {_record(lease)[0]!r} now")
-            return
-        self._observe(renewed)
-        holder = _record(renewed)[0]
+            conflict, lease = True, await self.runtime.kube.get_lease(self.namespace, self.name)
+        self._observe(lease)
+        holder = _record(lease)[0]
         if holder != self.identity:
             await self._lose(f"the Lease is held by {holder!r} now")
             return
+        if conflict:
+            return  # not renewed: the next try renews from the version read
         previous, lapsed = self.runtime.lease.renewed_at, not self.runtime.lease_fresh()
         self.runtime.lease.renewed_at = sent
         if lapsed and previous is not None:

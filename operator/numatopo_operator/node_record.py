@@ -1,22 +1,6 @@
-"""`NodeRecord`: everything the operator knows of one node, in one place (owned by `Ledger`).
-
-A node's facts come from two sides and are kept together here:
-  hardware   its Numatopology's spec (`topology`), the devices its agent says the
-             kubelet cannot hand out (`unhealthy`), the *shape* the engine decides on
-             (`shape`: content-keyed `Tables`, one object shared by every node of equal
-             hardware, names left out) and the node's own names (`names`: GPU UUIDs or
-             bus ids, NIC names, what its assignments call its devices);
-  freshness  what its exporter says of the data (`stale`), its last heartbeat, and the
-             node agent's GPU guarantee (`gpu_mode`);
-  bookings   the live `NodeState` (observed and in-flight assignments), the bookings
-             behind it per pod, the ones that overlap earlier claims (`untrusted`), the
-             highest decision sequence seen (`seq`), what DRA claims hold (`dra_holds`) and
-             the lock decisions take.
-
-A record outlives its Numatopology: bookings and the sequence stay when the object is
-deleted (the pods still run), only the hardware part is dropped. A Numatopology that
-comes again unchanged but for its heartbeat touches the freshness part only: the shape,
-the state and the packed row the engine laid out for it stay the same objects.
+"""`NodeRecord`: everything the operator knows of one node, in one place (owned by `Ledger`):
+its hardware, the freshness of that data, and its bookings. docs/DESIGN.md, "The
+operator's records", says what each part holds and what outlives the Numatopology.
 """
 
 from __future__ import annotations

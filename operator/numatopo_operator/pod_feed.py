@@ -1,25 +1,14 @@
 """Every pod, from a list and a watch of our own, handed to `handlers.pod_seen` (I/O).
 
-Pods are no kopf resource. kopf gives every object a deep copy of its body, a copy of
-the memo and its progress bookkeeping: about 1.4 ms of CPU per pod, so a replica of a
-30,000-pod cluster spent most of a minute before its first decision, and held every
-pod body in memory. Here, per namespace given (all namespaces when none):
-
-1. One paginated LIST (`KubeClient.list_pods`, 500 pods a page), each pod cut to its
-   slim view (`pod_view.slim_pod`) and handed over as its page is read (the loop
-   turns between pages), none kept by the list; then `Runtime.pods_listed` is set
-   (`handover` waits for it).
-2. One WATCH from that list's resourceVersion, each event handed over as it comes.
-   lightkube resumes it from the last version seen after each server timeout.
-3. A watch that ends with 410 Gone (its version was compacted away) lists again; the
-   pods that list lacks ended while nobody watched and are handed over as deleted.
-   Any other error: a pause, then a watch from the last version seen.
-
-A pod listed or ADDED again with the uid and resourceVersion last seen is skipped: the
-API server gives every write a new resourceVersion, so it is the same pod (a relist,
-or a watch that replays what a list gave). Lists are taken under `Runtime.pod_lists`,
-one at a time with `handover`'s, so the ledger's resync journal sees no other list's
-pods as newer than its own.
+Pods are no kopf resource: kopf's per-object copies and bookkeeping cost about 1.4 ms
+of CPU per pod (most of a minute before a 30,000-pod replica's first decision) and held
+every body. Per namespace given (all when none): one paginated LIST, each pod cut to its
+slim view and handed over as its page is read, then `Runtime.pods_listed` set; one
+WATCH from that list's resourceVersion; 410 Gone lists again, and the pods that list
+lacks are handed over as deleted. A pod seen again with the uid and resourceVersion last
+seen is the same pod (a relist, a replayed event) and skipped. Lists are taken under
+`Runtime.pod_lists`, one at a time with `handover`'s, so the ledger's resync journal sees
+no other list's pods as newer than its own.
 """
 
 from __future__ import annotations

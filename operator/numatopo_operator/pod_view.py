@@ -1,23 +1,10 @@
 """`PodView`: one pod event, read once; `slim_pod`: the part of a pod numatopo keeps (pure).
 
-A pod event enters the operator once (`handlers.pod_seen`, a list in `handover`, the
-extender's bind) and becomes a `PodView` there; everything downstream reads the view.
-Each fact is worked out on first use and kept: its key, node, whether it has ended,
-and above all its `numatopo.io/assignment` and `numatopo.io/observed`, JSON that is
-parsed at most once per event whoever asks (the ledger's booking, the admission check,
-realignment, the decision). The rules "which pod is this" (`key`) and "has it ended"
-(`finished`, `ended`) are written here and nowhere else.
-
-A pod as the API serves it is mostly what numatopo never reads: managed fields, the
-last applied configuration, volumes, each container's command, environment, probes and
-mounts. At 150,000 pods those bodies are gigabytes; the slim view keeps metadata
-(without managed fields and the last applied configuration), the whole spec but its
-volumes, each container's name, resources and restart policy (what `request_from_pod`
-sizes), and of the status the phase, start time and container names (`is_admitted`,
-`is_finished`) and the claims made from its templates (`dra`). Every other part of
-the operator reads the same keys either way. The view is built of new dicts and lists,
-its short values (namespace, node, phase, quantities) one shared string for all pods,
-so a kept view holds nothing of the page it was decoded from but its own long strings.
+docs/DESIGN.md, "The operator's records", says who builds views and why each fact is
+worked out once; the rules "which pod is this" (`key`) and "has it ended" (`finished`,
+`ended`) are written here and nowhere else. A pod as the API serves it is mostly what
+numatopo never reads (managed fields, volumes, each container's command, environment,
+probes): at 150,000 pods gigabytes, which the slim view leaves out.
 """
 
 from __future__ import annotations

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import argparse
 from collections.abc import Mapping
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field, fields, replace
 
 from numatopo_engine.packing import MixError, WorkloadMix
 from numatopo_engine.resources import DEFAULT_GPU_PATTERNS, ResourceNames
@@ -180,15 +180,6 @@ def _port(name: str, text: str) -> int:
     return port
 
 
-def _flag(name: str, text: str) -> bool:
-    lowered = text.strip().lower()
-    if lowered in ("true", "1", "yes", "on"):
-        return True
-    if lowered in ("false", "0", "no", "off"):
-        return False
-    raise SettingsError(f"{name}: {text!r} is not a boolean (true or false)")
-
-
 def _seconds(name: str, text: str, *, most: float = 3600.0) -> float:
     try:
         seconds = float(text)
@@ -199,16 +190,17 @@ def _seconds(name: str, text: str, *, most: float = 3600.0) -> float:
     return seconds
 
 
-_TRUE = ("true", "1", "yes", "on")
-_FALSE = ("false", "0", "no", "off", "")
-
-
-def _switch(name: str, value: str | bool) -> bool:
+def _switch(name: str, value: str | bool, *, empty: bool = True) -> bool:
+    """True or false; `empty`: an empty text counts as false (a switch left unset)."""
     if isinstance(value, bool):
         return value
-    if value.strip().lower() in _TRUE + _FALSE:
-        return value.strip().lower() in _TRUE
-    raise SettingsError(f"{name}: {value!r} is not true or false")
+    lowered = value.strip().lower()
+    if lowered in ("true", "1", "yes", "on"):
+        return True
+    if lowered in ("false", "0", "no", "off") or (empty and not lowered):
+        return False
+    kind = "true or false" if empty else "a boolean (true or false)"
+    raise SettingsError(f"{name}: {value!r} is not {kind}")
 
 
 def _apply(
@@ -230,7 +222,7 @@ def _apply(
         elif name in ("extender_port", "metrics_port"):
             changes[name] = _port(label, text)
         elif name == "groups":
-            changes[name] = _flag(label, text)
+            changes[name] = _switch(label, text, empty=False)
         elif name == "workload_mix_half_life_seconds":
             changes[name] = _seconds(label, text, most=MAX_HALF_LIFE_SECONDS)
             if not changes[name]:
@@ -284,38 +276,7 @@ def _apply(
     return updated
 
 
-_FIELDS = (
-    "gpu_resources",
-    "nic_resources",
-    "scheduler_name",
-    "listen_host",
-    "extender_port",
-    "metrics_port",
-    "extender_tls_cert",
-    "extender_tls_key",
-    "extender_client_ca",
-    "extender_insecure_plain_http",
-    "lease_name",
-    "lease_namespace",
-    "lease_duration_seconds",
-    "renew_deadline_seconds",
-    "retry_period_seconds",
-    "namespaces",
-    "pod_name",
-    "pod_namespace",
-    "status_debounce_seconds",
-    "heartbeat_max_age_seconds",
-    "gpu_admission_timeout_seconds",
-    "retry_base_seconds",
-    "retry_max_seconds",
-    "workload_mix",
-    "workload_mix_half_life_seconds",
-    "export_nrt",
-    "export_volcano",
-    "groups",
-    "signing_key_file",
-    "trusted_keys_file",
-)
+_FIELDS = tuple(f.name for f in fields(OperatorSettings) if f.init)
 
 
 def from_env(environ: Mapping[str, str]) -> OperatorSettings:
@@ -326,89 +287,56 @@ def from_env(environ: Mapping[str, str]) -> OperatorSettings:
     return _apply(OperatorSettings(), values, "environment")
 
 
+# Flag -> help; each flag defaults to None so the environment can fill it.
+_HELP = {
+    "gpu-resources": "comma list of GPU resource patterns",
+    "nic-resources": "comma list of RDMA NIC resource patterns",
+    "scheduler-name": "kube-scheduler profile using the extender: /bind binds only its pods",
+    "listen-host": "address the HTTP servers bind to",
+    "extender-port": "scheduler extender port (default 8888)",
+    "metrics-port": "/metrics, /healthz, /readyz port (default 8080)",
+    "extender-tls-cert": "PEM certificate chain the extender serves HTTPS with",
+    "extender-tls-key": "PEM private key of --extender-tls-cert",
+    "extender-client-ca": "PEM CA a client certificate must chain to (kube-scheduler's CA only)",
+    "extender-insecure-plain-http": "INSECURE, test clusters only: serve the extender as plain "
+    "HTTP without client authentication (anyone reaching it can bind any pending pod to any "
+    "node)",
+    "lease-name": "Lease the replicas compete for; omit for one standalone replica",
+    "lease-namespace": "namespace of the Lease (default: own pod's)",
+    "lease-duration-seconds": "lease duration (default 4)",
+    "renew-deadline-seconds": "holder stops writing after this long unrenewed (3)",
+    "retry-period-seconds": "renewal period (1); a standby reads 4 times per period",
+    "namespaces": "comma list of namespaces; omit for cluster-wide",
+    "pod-name": "this replica's pod, labelled while it is active",
+    "pod-namespace": "namespace of --pod-name",
+    "status-debounce-seconds": "at most one status write per node per this period",
+    "heartbeat-max-age-seconds": "Numatopology heartbeat older than this is stale (default "
+    "900; 0: no check)",
+    "gpu-admission-timeout-seconds": "longest wait for a steered node's previous GPU pod to be "
+    "admitted (default 8)",
+    "retry-base-seconds": "first retry pause for a pod (0.5)",
+    "retry-max-seconds": "longest retry pause for a pod (30)",
+    "workload-mix": "pin the mix the node rank packs for, e.g. 1x8:60,8x64:40 (default: learned)",
+    "workload-mix-half-life-seconds": "half-life of a pod's weight in the learned mix (default "
+    "21600)",
+    "export-nrt": "write each node's NodeResourceTopology (topology.node.k8s.io/v1alpha2)",
+    "export-volcano": "write each node's Volcano Numatopology (nodeinfo.volcano.sh/v1alpha1)",
+    "groups": "place gated pod groups across nodes, watching Nodes (true, the default, or false)",
+    "signing-key-file": "PEM file of the Ed25519 key assignments are signed with (required; "
+    "e.g. `openssl genpkey -algorithm ed25519 -out key.pem`)",
+    "trusted-keys-file": "PEM file of previous public keys (or certificates) still trusted "
+    "while keys rotate",
+}
+_SWITCHES = ("extender-insecure-plain-http", "export-nrt", "export-volcano")
+
+
 def add_arguments(parser: argparse.ArgumentParser) -> None:
-    """Flags for every field; each defaults to None so the environment can fill it."""
-    parser.add_argument("--gpu-resources", help="comma list of GPU resource patterns")
-    parser.add_argument("--nic-resources", help="comma list of RDMA NIC resource patterns")
-    parser.add_argument(
-        "--scheduler-name",
-        help="kube-scheduler profile using the extender: /bind binds only its pods",
-    )
-    parser.add_argument("--listen-host", help="address the HTTP servers bind to")
-    parser.add_argument("--extender-port", help="scheduler extender port (default 8888)")
-    parser.add_argument("--metrics-port", help="/metrics, /healthz, /readyz port (default 8080)")
-    parser.add_argument(
-        "--extender-tls-cert", help="PEM certificate chain the extender serves HTTPS with"
-    )
-    parser.add_argument("--extender-tls-key", help="PEM private key of --extender-tls-cert")
-    parser.add_argument(
-        "--extender-client-ca",
-        help="PEM CA a client certificate must chain to (kube-scheduler's CA only)",
-    )
-    parser.add_argument(
-        "--extender-insecure-plain-http",
-        action=argparse.BooleanOptionalAction,
-        help="INSECURE, test clusters only: serve the extender as plain HTTP without client "
-        "authentication (anyone reaching it can bind any pending pod to any node)",
-    )
-    parser.add_argument(
-        "--lease-name", help="Lease the replicas compete for; omit for one standalone replica"
-    )
-    parser.add_argument("--lease-namespace", help="namespace of the Lease (default: own pod's)")
-    parser.add_argument("--lease-duration-seconds", help="lease duration (default 4)")
-    parser.add_argument(
-        "--renew-deadline-seconds", help="holder stops writing after this long unrenewed (3)"
-    )
-    parser.add_argument(
-        "--retry-period-seconds", help="renewal period (1); a standby reads 4 times per period"
-    )
-    parser.add_argument("--namespaces", help="comma list of namespaces; omit for cluster-wide")
-    parser.add_argument("--pod-name", help="this replica's pod, labelled while it is active")
-    parser.add_argument("--pod-namespace", help="namespace of --pod-name")
-    parser.add_argument(
-        "--status-debounce-seconds", help="at most one status write per node per this period"
-    )
-    parser.add_argument(
-        "--heartbeat-max-age-seconds",
-        help="Numatopology heartbeat older than this is stale (default 900; 0: no check)",
-    )
-    parser.add_argument(
-        "--gpu-admission-timeout-seconds",
-        help="longest wait for a steered node's previous GPU pod to be admitted (default 8)",
-    )
-    parser.add_argument("--retry-base-seconds", help="first retry pause for a pod (0.5)")
-    parser.add_argument("--retry-max-seconds", help="longest retry pause for a pod (30)")
-    parser.add_argument(
-        "--workload-mix",
-        help="pin the mix the node rank packs for, e.g. 1x8:60,8x64:40 (default: learned)",
-    )
-    parser.add_argument(
-        "--workload-mix-half-life-seconds",
-        help="half-life of a pod's weight in the learned mix (default 21600)",
-    )
-    parser.add_argument(
-        "--export-nrt",
-        action=argparse.BooleanOptionalAction,
-        help="write each node's NodeResourceTopology (topology.node.k8s.io/v1alpha2)",
-    )
-    parser.add_argument(
-        "--export-volcano",
-        action=argparse.BooleanOptionalAction,
-        help="write each node's Volcano Numatopology (nodeinfo.volcano.sh/v1alpha1)",
-    )
-    parser.add_argument(
-        "--groups",
-        help="place gated pod groups across nodes, watching Nodes (true, the default, or false)",
-    )
-    parser.add_argument(
-        "--signing-key-file",
-        help="PEM file of the Ed25519 key assignments are signed with (required; e.g. "
-        "`openssl genpkey -algorithm ed25519 -out key.pem`)",
-    )
-    parser.add_argument(
-        "--trusted-keys-file",
-        help="PEM file of previous public keys (or certificates) still trusted while keys rotate",
-    )
+    """Flags for every field, in `_HELP`."""
+    for flag, text in _HELP.items():
+        if flag in _SWITCHES:
+            parser.add_argument(f"--{flag}", action=argparse.BooleanOptionalAction, help=text)
+        else:
+            parser.add_argument(f"--{flag}", help=text)
 
 
 def from_args(args: argparse.Namespace, environ: Mapping[str, str]) -> OperatorSettings:

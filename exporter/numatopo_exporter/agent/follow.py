@@ -1,14 +1,10 @@
 """Follow: compare the GPUs and NICs a container really holds with its assignment (pure).
 
-The kubelet's device manager, not numatopo, hands out devices. On a node where nothing
-steers it, the GPUs a container gets may differ from those its assignment names; CPUs
-and memory pinned next to the named GPUs would then sit on the wrong NUMA node. The
-agent reads what the kubelet gave (PodResources), writes it into
-`numatopo.io/observed` with, per container, whether it matches; the operator decides
-again with those GPUs fixed, and the agent enforces the new assignment. RDMA NICs are
-compared the same way where their device IDs name the node's NICs (`nic_names`; a
-shared pool's IDs name none and are not compared), so a container holding other NICs
-than assigned is a mismatch too, and the operator keeps it on the NICs it holds.
+The kubelet's device manager, not numatopo, hands out devices; what it gave
+(PodResources) goes into `numatopo.io/observed` with, per container, whether it matches,
+and the operator decides again around a mismatch (docs/DESIGN.md, "GPUs: steered,
+followed or unverified"). RDMA NICs are compared only where their device IDs name the
+node's NICs (`nic_names`; a shared pool's IDs name none).
 
 Only app containers and sidecars are compared: a regular init container has finished
 before they run, and when an app container reuses some of an init container's GPUs

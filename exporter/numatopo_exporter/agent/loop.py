@@ -2,14 +2,8 @@
 
 A pass runs on every pod event (an assignment appears, a container restarts with a
 new id, a pod ends) and every `resync_seconds` (someone rewrote a cpuset: drift). Each
-pass reads the cgroups afresh, so a restart of the agent loses nothing. The parts:
-
-    watch.py        list+watch -> pod_records (one PodView per event, one record per pod);
-                    the node's Numatopology -> devices (status.dra, spec) at once
-    devices.py      Follow: what the kubelet gave, what it cannot hand out
-    node_status.py  stand aside for a static kubelet; the node's GPU mode
-    enforce.py      locate cgroups, plan and write cpusets
-    report.py       read back, then the pod's condition, Events and metrics
+pass reads the cgroups afresh, so a restart of the agent loses nothing. The parts it
+runs: docs/DESIGN.md, "Node agent (enforcement)".
 """
 
 from __future__ import annotations
@@ -18,9 +12,10 @@ import asyncio
 import contextlib
 import logging
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 from numatopo_engine.resources import ResourceNames
 from numatopo_engine.signing import Verifier
@@ -31,8 +26,9 @@ from numatopo_exporter.agent.node_status import COMPONENT, ENFORCING, NodeStatus
 from numatopo_exporter.agent.pod_records import PodRecords
 from numatopo_exporter.agent.pods import select_assignments
 from numatopo_exporter.agent.report import PodReporter
-from numatopo_exporter.agent.watch import NumatopologyWatch, PodWatch
+from numatopo_exporter.agent.watch import PodWatch
 from numatopo_exporter.discovery import kubelet
+from numatopo_exporter.node_process import watch_own_numatopology
 from numatopo_exporter.steering.choice import InFlight
 from numatopo_kube import KubeClient
 from numatopo_kube.backoff import Backoff
@@ -113,16 +109,14 @@ class AgentLoop:
     async def watch_numatopology(self) -> None:
         """Follow the node's own Numatopology: a new `status.dra` (or spec) wakes a pass
         at once (the periodic re-read in `read_health` stays, for a watch that is down)."""
-        watch = NumatopologyWatch(
-            self.client,
-            self.node_name,
-            Backoff(
-                self.backoff.initial_seconds, self.backoff.maximum_seconds, self.backoff.factor
-            ),
-            self.devices.take_numatopology,
-            changed=self._wake,
-        )
-        await watch.run()
+
+        def seen(event_type: str, numatopology: Mapping[str, Any]) -> None:
+            if event_type in ("ADDED", "MODIFIED") and self.devices.take_numatopology(numatopology):
+                self._wake.set()
+
+        backoff = self.backoff
+        again = Backoff(backoff.initial_seconds, backoff.maximum_seconds, backoff.factor)
+        await watch_own_numatopology(self.client, self.node_name, again, seen, logger)
 
     async def run(self) -> None:
         watchers = [

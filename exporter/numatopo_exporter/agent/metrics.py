@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
+from functools import partial
 
 from prometheus_client import Counter, Histogram
 
@@ -14,32 +15,27 @@ __all__ = ["AgentMetrics"]
 @dataclass
 class AgentMetrics(Registry):
     def __post_init__(self) -> None:
-        self.enforcements = Counter(
+        counter = partial(Counter, registry=self.registry)
+        self.enforcements = counter(
             "numatopo_agent_enforcements_total",
             "Pods whose cpusets were brought to their assignment (first time or restart).",
-            registry=self.registry,
         )
-        self.drift_corrections = Counter(
+        self.drift_corrections = counter(
             "numatopo_agent_drift_corrections_total",
             "Pods whose cpusets had drifted from an enforced assignment and were rewritten.",
-            registry=self.registry,
         )
-        self.failures = Counter(
+        self.failures = counter(
             "numatopo_agent_failures_total",
             "Pods that could not be enforced, by reason.",
             ["reason"],
-            registry=self.registry,
         )
-        self.writes = Counter(
-            "numatopo_agent_cpuset_writes_total",
-            "Single cpuset.cpus / cpuset.mems writes.",
-            registry=self.registry,
+        self.writes = counter(
+            "numatopo_agent_cpuset_writes_total", "Single cpuset.cpus / cpuset.mems writes."
         )
-        self.gpu_mismatches = Counter(
+        self.gpu_mismatches = counter(
             "numatopo_agent_gpu_mismatches_total",
             "Assignments whose containers were given other GPUs by the kubelet than "
             "assigned (Follow); the operator re-aligns each.",
-            registry=self.registry,
         )
         self.latency = Histogram(
             "numatopo_agent_assignment_to_enforced_seconds",

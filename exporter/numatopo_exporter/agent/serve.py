@@ -16,15 +16,15 @@ from numatopo_exporter.agent.metrics import AgentMetrics
 from numatopo_exporter.agent.pod_resources import DEFAULT_SOCKET
 from numatopo_exporter.daemon import metrics
 from numatopo_exporter.discovery import kubelet
-from numatopo_exporter.node_process import add_node_flags, check_node, connect, start
+from numatopo_exporter.node_process import add_node_flags, check_node, start
 from numatopo_exporter.steering.metrics import SteeringMetrics
 from numatopo_exporter.steering.proxy import Steerer, SteeringConfig
-from numatopo_kube import KubeError
+from numatopo_kube import KubeClient, KubeError
 
 
 async def serve(args: argparse.Namespace) -> int:
     """Run the agent that `args` describe until cancelled."""
-    client = connect(args.api_url, component=COMPONENT, node_name=args.node_name)
+    client = KubeClient.connect(args.api_url, component=COMPONENT, host=args.node_name)
     agent_metrics = AgentMetrics()
     async with client, contextlib.AsyncExitStack() as stack:
         await check_node(client, args.node_name)
@@ -52,16 +52,12 @@ async def serve(args: argparse.Namespace) -> int:
             )
             await stack.enter_async_context(steerer)
             loop.steered = lambda: steerer.status().steering
-        runner = None
         if args.metrics_port:
             runner = await metrics.start_metrics_server(
                 agent_metrics.registry, host=args.metrics_address, port=args.metrics_port
             )
-        try:
-            await loop.run()
-        finally:
-            if runner is not None:
-                await runner.cleanup()
+            stack.push_async_callback(runner.cleanup)
+        await loop.run()
     return 0
 
 

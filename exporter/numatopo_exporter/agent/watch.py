@@ -1,17 +1,14 @@
-"""Watch: list, then watch, this node's pods into the pod records; watch the node's own
-Numatopology (API I/O).
+"""Watch: list, then watch, this node's pods into the pod records (API I/O).
 
 Each pod event becomes a `PodView` here, once, and the records take it. After an API
-error the watch backs off, probing cheaply meanwhile, and relists. The Numatopology's
-events go to whoever reads it (`KubeletDevices.take_numatopology`): a new `status.dra`
-or spec is acted on at once, not at the next periodic re-read.
+error the watch backs off, probing cheaply meanwhile, and relists. (The node's own
+Numatopology is watched by `node_process.watch_own_numatopology`, from `AgentLoop`.)
 """
 
 from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -20,7 +17,7 @@ from numatopo_exporter.agent.pod_view import PodView
 from numatopo_kube import KubeClient, KubeError
 from numatopo_kube.backoff import Backoff
 
-__all__ = ["NumatopologyWatch", "PodWatch", "take_event"]
+__all__ = ["PodWatch", "take_event"]
 
 logger = logging.getLogger("numatopo.agent")
 
@@ -82,30 +79,3 @@ class PodWatch:
                 continue
             self.backoff.reset()
             return
-
-
-@dataclass
-class NumatopologyWatch:
-    client: KubeClient
-    node_name: str
-    backoff: Backoff
-    take: Callable[[Mapping[str, Any]], bool]
-    """Takes the node's Numatopology as an event delivered it; whether what the agent
-    acts on changed (then a pass runs)."""
-    changed: asyncio.Event
-
-    async def run(self) -> None:
-        """Watch the node's Numatopology (a fresh watch starts with it as it is); watch
-        again after any error. Runs until cancelled."""
-        while True:
-            try:
-                async for event in self.client.watch_numatopologies(name=self.node_name):
-                    # Servers that ignore the field selector send every node's object.
-                    if (event.object.get("metadata") or {}).get("name") != self.node_name:
-                        continue
-                    self.backoff.reset()
-                    if event.type in ("ADDED", "MODIFIED") and self.take(event.object):
-                        self.changed.set()
-            except KubeError as exc:
-                logger.warning("watching Numatopology/%s: %s", self.node_name, exc)
-            await asyncio.sleep(self.backoff.next_delay())

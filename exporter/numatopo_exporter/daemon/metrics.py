@@ -14,6 +14,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 from dataclasses import dataclass, field
+from functools import partial
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
 from prometheus_client.exposition import CONTENT_TYPE_LATEST, generate_latest
@@ -30,20 +31,14 @@ class Registry:
 
     registry: CollectorRegistry = field(default_factory=CollectorRegistry)
 
-    def value(self, name: str, labels: dict[str, str] | None = None) -> float:
-        """A sample's current value (0 when absent), for tests and health checks."""
-        found = self.registry.get_sample_value(name, labels or {})
-        return 0.0 if found is None else found
-
 
 @dataclass
 class ExporterMetrics(Registry):
     def __post_init__(self) -> None:
-        self.scans = Counter(
-            "numatopo_exporter_scans_total",
-            "Topology scans, by outcome.",
-            ["outcome"],
-            registry=self.registry,
+        counter = partial(Counter, registry=self.registry)
+        gauge = partial(Gauge, registry=self.registry)
+        self.scans = counter(
+            "numatopo_exporter_scans_total", "Topology scans, by outcome.", ["outcome"]
         )
         self.scan_duration = Histogram(
             "numatopo_exporter_scan_duration_seconds",
@@ -52,23 +47,18 @@ class ExporterMetrics(Registry):
             buckets=(0.01, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10),
             registry=self.registry,
         )
-        self.publishes = Counter(
+        self.publishes = counter(
             "numatopo_exporter_publishes_total",
             "Writes of the Numatopology spec (only when its content changed).",
-            registry=self.registry,
         )
-        self.publish_errors = Counter(
+        self.publish_errors = counter(
             "numatopo_exporter_publish_errors_total",
             "Failed API calls while publishing (each is retried with backoff).",
-            registry=self.registry,
         )
-        self.gpus = Gauge(
-            "numatopo_exporter_gpus", "GPUs in the last scan.", registry=self.registry
-        )
-        self.last_scan = Gauge(
+        self.gpus = gauge("numatopo_exporter_gpus", "GPUs in the last scan.")
+        self.last_scan = gauge(
             "numatopo_exporter_last_scan_timestamp_seconds",
             "Unix time of the last successful scan.",
-            registry=self.registry,
         )
 
 

@@ -19,18 +19,18 @@ How the exporter writes (and why):
 
 from __future__ import annotations
 
-import asyncio
 import datetime
 import hashlib
 import json
 import logging
 import sys
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any, Protocol, TextIO
 
 from pydantic import ValidationError
 
 from numatopo_engine.model import API_VERSION, KIND, NumatopologySpec
+from numatopo_exporter.node_process import watch_own_numatopology
 from numatopo_kube import KubeClient, KubeError, KubeNotFoundError
 from numatopo_kube.backoff import Backoff
 
@@ -280,15 +280,9 @@ class Publisher:
 
     async def watch(self, on_change: Callable[[], None], *, backoff: Backoff) -> None:
         """Call `on_change` whenever our object is modified or deleted; runs until cancelled."""
-        while True:
-            try:
-                async for event in self.client.watch_numatopologies(name=self.node_name):
-                    # Servers that ignore the field selector send every node's object.
-                    if event.object.get("metadata", {}).get("name") != self.node_name:
-                        continue
-                    backoff.reset()
-                    if event.type in ("MODIFIED", "DELETED"):
-                        on_change()
-            except KubeError as exc:
-                logger.warning("watching %s: %s", self.path, exc)
-            await asyncio.sleep(backoff.next_delay())
+
+        def seen(event_type: str, _: Mapping[str, Any]) -> None:
+            if event_type in ("MODIFIED", "DELETED"):
+                on_change()
+
+        await watch_own_numatopology(self.client, self.node_name, backoff, seen, logger)

@@ -17,8 +17,8 @@ from numatopo_exporter.daemon import metrics, publishing, udev
 from numatopo_exporter.daemon.loop import ExporterLoop, ScanError
 from numatopo_exporter.discovery.accelerator_flag import accelerator_rules, add_accelerator_flag
 from numatopo_exporter.discovery.discover import DiscoverOptions, Discovery, discover
-from numatopo_exporter.node_process import add_node_flags, check_node, connect, start
-from numatopo_kube import KubeError
+from numatopo_exporter.node_process import add_node_flags, check_node, start
+from numatopo_kube import KubeClient, KubeError
 from numatopo_kube.backoff import Backoff
 
 logger = logging.getLogger("numatopo.exporter")
@@ -70,8 +70,8 @@ async def serve(
         if args.no_publish:
             sink = publishing.PrintingSink(node_name=args.node_name)
         else:
-            client = connect(
-                args.api_url, component=publishing.FIELD_MANAGER, node_name=args.node_name
+            client = KubeClient.connect(
+                args.api_url, component=publishing.FIELD_MANAGER, host=args.node_name
             )
             await stack.enter_async_context(client)
             await check_node(client, args.node_name)

@@ -27,7 +27,6 @@ from __future__ import annotations
 import argparse
 import contextlib
 import sys
-from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -87,12 +86,14 @@ class _Session:
         classes = tuple(c for n in names if isinstance(c := getattr(self.nvml, n, None), type))
         return bool(classes) and isinstance(exc, classes)
 
-    def call(self, what: str, fn: Callable[..., Any], *args: Any, quiet: bool = False) -> Any:
-        """`fn(*args)`, or None when NVML fails; a notice unless the feature is simply absent."""
+    def call(self, where: str, name: str, *args: Any, quiet: bool = False) -> Any:
+        """NVML's `name(*args)`, or None when it fails; a notice (`where: name: error`)
+        unless the feature is simply absent."""
         try:
-            return fn(*args)
+            return getattr(self.nvml, name)(*args)
         except self.nvml.NVMLError as exc:
             if not (quiet and self._is(exc, _NOT_THERE_ERRORS)):
+                what = f"{where}: {name}" if where else name
                 self.notices.append(f"{what}: {_error_text(exc)}")
             return None
 
@@ -141,15 +142,11 @@ def _bus_id(info: Any) -> str:
 
 def _read(s: _Session) -> GpuReading:
     nvml = s.nvml
-    count = s.call("nvmlDeviceGetCount", nvml.nvmlDeviceGetCount) or 0
+    count = s.call("", "nvmlDeviceGetCount") or 0
     handles: dict[int, Any] = {}
     gpus: list[Gpu] = []
     for index in range(count):
-        handle = s.call(
-            f"GPU {index}: nvmlDeviceGetHandleByIndex",
-            nvml.nvmlDeviceGetHandleByIndex,
-            index,
-        )
+        handle = s.call(f"GPU {index}", "nvmlDeviceGetHandleByIndex", index)
         if handle is None:
             gpus.append(Gpu(index=index))
             continue
@@ -185,31 +182,22 @@ def _read(s: _Session) -> GpuReading:
     for i, a in enumerate(ordered):
         for b in ordered[i + 1 :]:
             level = s.call(
-                f"GPUs {a}-{b}: nvmlDeviceGetTopologyCommonAncestor",
-                nvml.nvmlDeviceGetTopologyCommonAncestor,
-                handles[a],
-                handles[b],
+                f"GPUs {a}-{b}", "nvmlDeviceGetTopologyCommonAncestor", handles[a], handles[b],
                 quiet=True,
-            )
+            )  # fmt: skip
             if level in _TOPOLOGY_LEVELS:
                 paths.append(GpuPath(a=a, b=b, path=_TOPOLOGY_LEVELS[level]))
     return GpuReading(gpus=gpus, gpu_links=links, gpu_paths=paths, notices=s.notices)
 
 
 def _read_gpu(s: _Session, index: int, handle: Any) -> Gpu:
-    nvml = s.nvml
     where = f"GPU {index}"
-    uuid = nvml_text(s.call(f"{where}: nvmlDeviceGetUUID", nvml.nvmlDeviceGetUUID, handle))
-    pci = s.call(f"{where}: nvmlDeviceGetPciInfo", nvml.nvmlDeviceGetPciInfo, handle)
-    name = nvml_text(s.call(f"{where}: nvmlDeviceGetName", nvml.nvmlDeviceGetName, handle))
-    memory = s.call(f"{where}: nvmlDeviceGetMemoryInfo", nvml.nvmlDeviceGetMemoryInfo, handle)
-    numa = s.call(
-        f"{where}: nvmlDeviceGetNumaNodeId",
-        nvml.nvmlDeviceGetNumaNodeId,
-        handle,
-        quiet=True,
-    )
-    mig = s.call(f"{where}: nvmlDeviceGetMigMode", nvml.nvmlDeviceGetMigMode, handle, quiet=True)
+    uuid = nvml_text(s.call(where, "nvmlDeviceGetUUID", handle))
+    pci = s.call(where, "nvmlDeviceGetPciInfo", handle)
+    name = nvml_text(s.call(where, "nvmlDeviceGetName", handle))
+    memory = s.call(where, "nvmlDeviceGetMemoryInfo", handle)
+    numa = s.call(where, "nvmlDeviceGetNumaNodeId", handle, quiet=True)
+    mig = s.call(where, "nvmlDeviceGetMigMode", handle, quiet=True)
     return Gpu(
         index=index,
         uuid=uuid,
@@ -230,24 +218,13 @@ class _LinkEnd:
 
 
 def _active_link_ends(s: _Session, index: int, handle: Any, max_links: int) -> list[_LinkEnd]:
-    nvml = s.nvml
     ends: list[_LinkEnd] = []
     for link in range(max_links):
-        state = s.call(
-            f"GPU {index} link {link}: nvmlDeviceGetNvLinkState",
-            nvml.nvmlDeviceGetNvLinkState,
-            handle,
-            link,
-            quiet=True,
-        )
+        where = f"GPU {index} link {link}"
+        state = s.call(where, "nvmlDeviceGetNvLinkState", handle, link, quiet=True)
         if state != _FEATURE_ENABLED:
             continue
-        remote = s.call(
-            f"GPU {index} link {link}: nvmlDeviceGetNvLinkRemotePciInfo",
-            nvml.nvmlDeviceGetNvLinkRemotePciInfo,
-            handle,
-            link,
-        )
+        remote = s.call(where, "nvmlDeviceGetNvLinkRemotePciInfo", handle, link)
         if remote is not None:
             device_id = int(getattr(remote, "pciDeviceId", 0) or 0)
             ends.append(_LinkEnd(bus=_bus_id(remote), vendor=device_id & 0xFFFF))

@@ -19,7 +19,6 @@ from __future__ import annotations
 
 import math
 import re
-from collections.abc import Callable
 from typing import Any, Protocol
 
 from numatopo_engine.model import MigDevice
@@ -33,7 +32,7 @@ class Session(Protocol):
     nvml: Any
     notices: list[str]
 
-    def call(self, what: str, fn: Callable[..., Any], *args: Any, quiet: bool = False) -> Any: ...
+    def call(self, where: str, name: str, *args: Any, quiet: bool = False) -> Any: ...
 
 
 def profile_from(name: str, attributes: Any) -> str | None:
@@ -56,9 +55,7 @@ def read_mig_devices(s: Session, index: int, handle: Any, first: int) -> list[Mi
     """The MIG devices of GPU `index`, numbered from device index `first`."""
     nvml = s.nvml
     where = f"GPU {index}"
-    slots = s.call(
-        f"{where}: nvmlDeviceGetMaxMigDeviceCount", nvml.nvmlDeviceGetMaxMigDeviceCount, handle
-    )
+    slots = s.call(where, "nvmlDeviceGetMaxMigDeviceCount", handle)
     found: list[MigDevice] = []
     for slot in range(int(slots or 0)):
         here = f"{where} MIG slot {slot}"
@@ -68,27 +65,20 @@ def read_mig_devices(s: Session, index: int, handle: Any, first: int) -> list[Mi
             if not isinstance(exc, nvml.NVMLError_NotFound):  # NotFound: an empty slot
                 s.notices.append(f"{here}: nvmlDeviceGetMigDeviceHandleByIndex: {exc}")
             continue
-        name = nvml_text(s.call(f"{here}: nvmlDeviceGetName", nvml.nvmlDeviceGetName, mig))
-        attributes = s.call(
-            f"{here}: nvmlDeviceGetAttributes", nvml.nvmlDeviceGetAttributes, mig, quiet=True
-        )
+        name = nvml_text(s.call(here, "nvmlDeviceGetName", mig))
+        attributes = s.call(here, "nvmlDeviceGetAttributes", mig, quiet=True)
         profile = profile_from(name, attributes)
         if profile is None:
             s.notices.append(f"{here}: MIG device skipped: no profile in its name {name!r}")
             continue
-        memory = s.call(f"{here}: nvmlDeviceGetMemoryInfo", nvml.nvmlDeviceGetMemoryInfo, mig)
-        gpu_instance = s.call(
-            f"{here}: nvmlDeviceGetGpuInstanceId", nvml.nvmlDeviceGetGpuInstanceId, mig, quiet=True
-        )
-        compute_instance = s.call(
-            f"{here}: nvmlDeviceGetComputeInstanceId",
-            nvml.nvmlDeviceGetComputeInstanceId, mig, quiet=True,
-        )  # fmt: skip
+        memory = s.call(here, "nvmlDeviceGetMemoryInfo", mig)
+        gpu_instance = s.call(here, "nvmlDeviceGetGpuInstanceId", mig, quiet=True)
+        compute_instance = s.call(here, "nvmlDeviceGetComputeInstanceId", mig, quiet=True)
         found.append(
             MigDevice(
                 index=first + len(found),
                 profile=profile,
-                uuid=nvml_text(s.call(f"{here}: nvmlDeviceGetUUID", nvml.nvmlDeviceGetUUID, mig)),
+                uuid=nvml_text(s.call(here, "nvmlDeviceGetUUID", mig)),
                 gpu_instance=gpu_instance if isinstance(gpu_instance, int) else None,
                 compute_instance=compute_instance if isinstance(compute_instance, int) else None,
                 memory_bytes=int(getattr(memory, "total", 0) or 0),

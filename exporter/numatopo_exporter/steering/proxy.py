@@ -16,16 +16,10 @@ empty answer (the kubelet's choice). It never answers that call with an error, a
 always within `answer_deadline_seconds`: the kubelet admits pods one at a time and
 sets no timeout on it, and an error refuses the pod.
 
-Kubelet settings on a steered node
-----------------------------------
-* Topology Manager policy `none` (`--topology-manager-policy=none`): with any other
-  policy the kubelet narrows the devices it offers to the NUMA-aligned ones first
-  and asks for a preference only inside that set, so the assigned GPUs may not be
-  offered at all.
-* CPU Manager policy `none`: numatopo's agent writes the cpusets; a `static` CPU
-  manager would fight it.
-* The device-plugin directory is the default `/var/lib/kubelet/device-plugins`
-  (`SteeringConfig.kubelet_dir` otherwise).
+The kubelet settings a steered node needs, and how to point NVIDIA's plugin (GPU
+Operator or its own chart) at numatopo: docs/operations.md, "Steering GPUs". Not verified
+on a live cluster: that every GPU Operator version mounts the host's `/` at `/host` on the
+plugin container, and that inotify through that mount sees the socket re-created.
 
 NVIDIA's device plugin behind numatopo
 --------------------------------------
@@ -47,25 +41,6 @@ internal/plugin/server.go), v0.17.0 and later:
   register again (`restart_vendor_on_kubelet_restart`).
 * The directory `/var/lib/numatopo/device-plugins` must exist before the plugin
   starts (it watches it); numatopo creates it, and the plugin restarts until then.
-
-GPU Operator (ClusterPolicy, or the gpu-operator chart's values): the device-plugin
-DaemonSet already mounts the host's `/` at `/host` (read-only, HostToContainer),
-and connecting to a unix socket through a read-only mount is allowed, so only the
-environment changes::
-
-    devicePlugin:
-      env:
-        - name: KUBELET_SOCKET
-          value: /host/var/lib/numatopo/device-plugins/kubelet.sock
-
-(device plugin image v0.17.0 or later; the operator's default in the chart read,
-v0.20.0, qualifies). Not verified on a live cluster: that the `/host` mount is on
-the plugin container in every operator version, and that inotify on it sees the
-socket's re-creation (it should: same file system, no new mount).
-
-NVIDIA's own chart (nvidia-device-plugin) has neither an `env` passthrough nor extra
-volumes: it needs a post-render patch adding `KUBELET_SOCKET` and a hostPath
-volume for `/var/lib/numatopo/device-plugins` mounted at the same path.
 
 What ends and what numatopo does
 --------------------------------
@@ -326,7 +301,7 @@ class Steerer:
         if _identity(self.own_socket) != self._identities.get(self.own_socket):
             logger.info("steering: %s deleted or replaced; serving it again", self.own_socket)
             await self._serve_own()
-            self._want_registration()
+            self._register_wanted.set()
         if _identity(self.registration_socket) != self._identities.get(self.registration_socket):
             logger.info(
                 "steering: %s deleted or replaced; serving it again", self.registration_socket
@@ -347,7 +322,7 @@ class Steerer:
             self._identities[self.kubelet_socket] = kubelet
             if kubelet is not None:
                 logger.info("steering: the kubelet (re)started; registering again")
-                self._want_registration()
+                self._register_wanted.set()
                 vendor = self._vendor
                 if (
                     self.config.restart_vendor_on_kubelet_restart
@@ -361,9 +336,6 @@ class Steerer:
                     await self._serve_registration()
 
     # -- registration with the kubelet --------------------------------------------
-
-    def _want_registration(self) -> None:
-        self._register_wanted.set()
 
     async def _registration_loop(self) -> None:
         loop = asyncio.get_running_loop()
@@ -391,7 +363,7 @@ class Steerer:
                 self.metrics.registrations.labels(result="failed").inc()
                 self._error(f"registering with the kubelet at {self.kubelet_socket}: {error!r}")
                 await asyncio.sleep(backoff.next_delay())
-                self._want_registration()
+                self._register_wanted.set()
                 continue
             last = loop.time()
             backoff.reset()
@@ -468,7 +440,7 @@ class Steerer:
             # A vendor (re-)registering usually ends its earlier stream to the kubelet
             # after we registered, which makes the kubelet drop our endpoint.
             self._vendor_announced = generation
-            self._want_registration()
+            self._register_wanted.set()
         try:
             async for raw in vendor.list_and_watch():
                 if not self._vendor_healthy:
@@ -522,38 +494,33 @@ class Steerer:
                 # The kubelet ended the stream of its current endpoint: it dropped us.
                 logger.info("steering: the kubelet ended its device stream; registering again")
                 self._registered = False
-                self._want_registration()
+                self._register_wanted.set()
 
     def _newer_than(self, version: int) -> bool:
         return self._published is not None and self._published_version != version
 
     async def allocate(self, request: bytes, context: Context) -> bytes:
         self._note_allocation(request)
-        vendor = await self._vendor_for(context)
-        try:
-            return await vendor.allocate(request, self.config.forward_timeout_seconds)
-        except grpc.aio.AioRpcError as error:
-            await abort(context, error.code(), error.details() or "")
-        except VendorGoneError as error:
-            await abort(context, grpc.StatusCode.UNAVAILABLE, str(error))
+        return await self._forward("Allocate", request, context)
 
     async def pre_start(self, request: bytes, context: Context) -> bytes:
-        vendor = await self._vendor_for(context)
-        try:
-            return await vendor.pre_start(request, self.config.forward_timeout_seconds)
-        except grpc.aio.AioRpcError as error:
-            await abort(context, error.code(), error.details() or "")
-        except VendorGoneError as error:
-            await abort(context, grpc.StatusCode.UNAVAILABLE, str(error))
+        return await self._forward("PreStartContainer", request, context)
 
-    async def _vendor_for(self, context: Context) -> VendorClient:
-        if self._vendor is None:
+    async def _forward(self, call: str, request: bytes, context: Context) -> bytes:
+        """The vendor's answer to the call, its error passed back as it came."""
+        vendor = self._vendor
+        if vendor is None:
             await abort(
                 context,
                 grpc.StatusCode.UNAVAILABLE,
                 f"no {self.config.resource_name} device plugin is registered behind numatopo",
             )
-        return self._vendor
+        try:
+            return await vendor.forward(call, request, self.config.forward_timeout_seconds)
+        except grpc.aio.AioRpcError as error:
+            await abort(context, error.code(), error.details() or "")
+        except VendorGoneError as error:
+            await abort(context, grpc.StatusCode.UNAVAILABLE, str(error))
 
     def _note_allocation(self, request: bytes) -> None:
         """The kubelet allocates right after it asked for a preference: when it took

@@ -206,13 +206,8 @@ class VendorClient:
         )
         return await self._answer(lambda: call(request, timeout=timeout))
 
-    async def allocate(self, request: bytes, timeout: float) -> bytes:
-        return await self._raw("Allocate", request, timeout)
-
-    async def pre_start(self, request: bytes, timeout: float) -> bytes:
-        return await self._raw("PreStartContainer", request, timeout)
-
-    async def _raw(self, name: str, request: bytes, timeout: float) -> bytes:
+    async def forward(self, name: str, request: bytes, timeout: float) -> bytes:
+        """Call `name` (Allocate, PreStartContainer) with the kubelet's request as it came."""
         call = self._channel.unary_unary(_method(_PLUGIN, name))
         return await self._answer(lambda: call(request, timeout=timeout))
 

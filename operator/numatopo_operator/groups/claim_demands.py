@@ -1,23 +1,10 @@
 """What group members' ResourceClaims ask of each candidate node, counted in their requests
 before a group is planned (the reading is `numatopo_engine.dra.claims.claim_demand`).
 
-A member whose devices come from its claims alone (`dra_extender.read_claims`) asks no
-device-plugin resource: planned by its requests, it would take no GPU, and the planner
-could put more claimed GPUs on a node than it has free. Here its request becomes the one
-its claims make on the candidate nodes (GPUs, NICs, CPUs counted in the containers that
-use them, as a DRA decision asks the engine), so the plan books them and never places more
-than a node's free DRA devices (what other claims hold is booked in the ledger's state).
-Candidates on which a member's claims cannot be served (no devices of theirs published
-there, or a different count or resource) are left out. Where the members with devices are
-all such members, each candidate's free GPUs and NICs none of their claims may have are
-booked away, so the plan names only devices the claims can be given; `dra.settle` then
-allocates the claims with exactly the devices the plan named.
-
-A member numatopo cannot judge on any node (`UndecidedError`: a DeviceClass missing, a
-prioritized list, a selector it does not evaluate...) keeps its request as it reads: its
-claims are left to kube-scheduler on the planned node, as before this count. A member
-judged on every node that publishes devices, with too few devices its claims may have on
-each, fits nowhere: the group waits (`GroupUnsatisfiable` names why).
+A member whose devices come from its claims alone asks no device-plugin resource: planned
+by its requests, it would take no GPU, and the plan could put more claimed GPUs on a node
+than it has free. docs/DESIGN.md, "GPUs on DRA clusters" under "Groups", gives the rules:
+candidates left out, free devices no claim may have booked away, undecidable members.
 """
 
 from __future__ import annotations

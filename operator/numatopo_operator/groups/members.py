@@ -1,23 +1,12 @@
 """Group bookkeeping: which live pods form which group, and what a group needs next (pure).
 
-A group member is a pod that names a group (`numatopo_engine.groups.group_of`). The
-operator places only members that carry the scheduling gate `numatopo.io/group`
-(`GATE`): the gate keeps kube-scheduler away until the whole group has a plan. A
-member's life, as seen here:
-
-  gated, unplanned   waiting for the rest of its group (or for room)
-  gated, planned     phase 1 done for it: `numatopo.io/assignment` and
-                     `numatopo.io/group-placement` (`PlacementRecord`) are written and
-                     the ledger books them; still invisible to kube-scheduler
-  released           phase 2 done: `spec.nodeSelector[kubernetes.io/hostname]` is the
-                     assigned node and the gate is gone; kube-scheduler binds it there
-
-`next_step` turns the members of one group into the one thing to do next (see its
-docstring for the rules, including restart recovery); `group_release` does it.
-
-What the watch stream has not shown yet is overlaid from `Expectation`s: after the
-operator writes a plan, a void or a release, the next step is computed from what it
-wrote, not from an older event of the pod.
+A member is a pod that names a group (`numatopo_engine.groups.group_of`); only members
+gated `numatopo.io/group` (`GATE`) are placed, gated unplanned, then gated planned
+(phase 1: assignment and `PlacementRecord` written), then released (phase 2): docs/DESIGN.md,
+"Groups across nodes". `next_step` turns the members of one group into the one thing to
+do next; `group_release` does it. What the watch stream has not shown yet is overlaid
+from `Expectation`s: after the operator writes a plan, a void or a release, the next step
+is computed from what it wrote, not from an older event of the pod.
 """
 
 from __future__ import annotations
@@ -94,9 +83,9 @@ def _gates(pod: RawPod) -> list[Any]:
     return list(found) if isinstance(found, list) else []
 
 
-def is_gated(pod: RawPod) -> bool:
-    """Whether the pod still carries the `numatopo.io/group` scheduling gate."""
-    return any(isinstance(g, Mapping) and g.get("name") == GATE for g in _gates(pod))
+def is_gated(pod: RawPod, gate: str = GATE) -> bool:
+    """Whether the pod still carries the scheduling gate (`numatopo.io/group`)."""
+    return any(isinstance(g, Mapping) and g.get("name") == gate for g in _gates(pod))
 
 
 def placement_text(pod: RawPod) -> str | None:

@@ -52,6 +52,7 @@ __all__ = [
     "Placed",
     "choose_topology",
     "domain_tree",
+    "known_topologies",
     "plan",
     "preferred_note",
     "recorded_domain",
@@ -74,15 +75,20 @@ class GroupInvalidError(GroupUnplaceableError):
     """A member's request cannot be read: only a person can fix it."""
 
 
+def known_topologies(runtime: Runtime) -> dict[str, NetworkTopologySpec]:
+    """Every valid NetworkTopology, by name."""
+    index = runtime.groups.topologies or {}
+    found = {name: next(iter(specs), None) for name, specs in index.items()}
+    return {name: spec for name, spec in found.items() if spec is not None}
+
+
 def choose_topology(
     runtime: Runtime, spec: GroupSpec
 ) -> tuple[str | None, NetworkTopologySpec | None]:
     """(name, spec) of the NetworkTopology the group is placed with: the one it names,
     else the only one, else the one named `default`; (None, None) when none applies
     and the group names no level (it may spread anywhere)."""
-    index = runtime.groups.topologies or {}
-    found = {name: next(iter(specs), None) for name, specs in index.items()}
-    known = {name: value for name, value in found.items() if value is not None}
+    known = known_topologies(runtime)
     if spec.topology is not None:
         chosen = known.get(spec.topology)
         if chosen is None:

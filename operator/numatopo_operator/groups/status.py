@@ -25,7 +25,6 @@ from numatopo_engine.domains import (
 from numatopo_engine.network_topology import (
     DomainCount,
     FreeDomain,
-    NetworkTopologySpec,
     NetworkTopologyStatus,
 )
 from numatopo_operator.errors import KubeError, KubeNotFoundError
@@ -70,12 +69,6 @@ def _status_patch(status: NetworkTopologyStatus) -> dict[str, object]:
     return wire
 
 
-def _topologies(runtime: Runtime) -> dict[str, NetworkTopologySpec]:
-    index = runtime.groups.topologies or {}
-    found = {name: next(iter(specs), None) for name, specs in index.items()}
-    return {name: spec for name, spec in found.items() if spec is not None}
-
-
 async def write_network_statuses(runtime: Runtime) -> None:
     """Forever: every debounce period, the status of each NetworkTopology that changed,
     and the utilization gauges."""
@@ -84,7 +77,7 @@ async def write_network_statuses(runtime: Runtime) -> None:
     computed_at = 0.0
     while True:
         await asyncio.sleep(max(runtime.settings.status_debounce_seconds, 0.1))
-        topologies = _topologies(runtime) if runtime.deciding else {}
+        topologies = group_release.known_topologies(runtime) if runtime.deciding else {}
         if not topologies:
             continue
         ledger = runtime.ledger

@@ -135,7 +135,6 @@ def _nodes_text(nodes: Mapping[str, str], order: Sequence[str]) -> str:
 async def advance(runtime: Runtime, group: str) -> bool:
     """Take the group's next steps; True when it must be looked at again later."""
     group_state = runtime.groups
-    metrics = runtime.metrics
     for _ in range(MAX_STEPS):
         views = group_state.book.views(group)
         step = next_step(group_state.book.specs(group), views)
@@ -162,7 +161,7 @@ async def advance(runtime: Runtime, group: str) -> bool:
             return False
         if step.kind is StepKind.VOID:
             logger.warning("group %s: taking back a partial plan of %s", group, list(step.keys))
-            metrics.group_decisions.labels("voided").inc()
+            runtime.metrics.group_decisions.labels("voided").inc()
             await group_release.void(runtime, chosen)
             continue
         if step.kind is StepKind.PLAN:
@@ -185,79 +184,98 @@ async def advance(runtime: Runtime, group: str) -> bool:
             )  # fmt: skip
             continue
         if step.kind is StepKind.RELEASE:
-            released = await group_release.release(runtime, chosen)
-            if any(v.gated and v.key not in released for v in views):
-                continue
-            record = next((v.record for v in chosen if v.record is not None), None)
-            since = group_state.complete_since.pop(group, None)
-            if since is not None:  # not known after a restart between the phases
-                metrics.group_placement.observe(group_release.elapsed(since))
-            metrics.group_decisions.labels("placed").inc()
-            order = [v.key for v in views]
-            level = record.level if record is not None else None
-            path = _record_path(record)
-            placed_on = _all_nodes(runtime, views, released)
-            note = group_release.preferred_note(runtime, spec, placed_on.values())
-            await _tell(
-                runtime, chosen, PLACED,
-                f"group {group}: {len(views)} members placed in {_where(level, path)}, "
-                f"by rank: {_nodes_text(placed_on, order)}{note}",
-            )  # fmt: skip
-            for view in chosen:
-                group_state.first_seen.pop(view.key, None)
+            await _release(runtime, spec, views, chosen)
             continue
         if step.kind is StepKind.RECOVER:
-            for view in chosen:
-                group_state.first_seen.setdefault(view.key, time.monotonic())
-            running = next(
-                (planned_node(v.body) for v in views if not v.gated and v.record is not None), None
-            )
-            chosen = _one_slice(spec, chosen)
-            ranks = {
-                v.rank: node
-                for v in views
-                if not v.gated
-                and v.record is not None
-                and v.rank is not None
-                and (node := planned_node(v.body)) is not None
-            }
-            around = group_release.Around(
-                ranks, tuple(v.rank for v in chosen if v.rank is not None)
-            )
-            try:
-                recovered = await group_release.recover(
-                    runtime, spec, chosen, step.anchor, running, around=around
-                )
-            except GroupInvalidError as exc:
-                await _invalid(runtime, chosen, str(exc))
-                return False
-            except GroupUnplaceableError as exc:
-                message = f"replacement member of running group {group} does not fit: {exc}"
-                await _unsatisfiable(runtime, group, chosen, message)
-                return True
-            group_state.waiting_for_room.discard(group)
-            released = await group_release.release(runtime, chosen)
-            for view in chosen:
-                took = group_release.elapsed(group_state.first_seen.pop(view.key, None))
-                metrics.group_recovery.observe(took)
-                metrics.group_decisions.labels("recovered").inc()
-                where = _where(recovered.level, recovered.path)
-                recorded = recovered.recorded
-                if recovered.stayed or recorded is None:
-                    text = f"in its group's domain {where}"
-                else:
-                    text = (
-                        f"outside its group's domain {_where(recorded.level, recorded.path)} "
-                        f"(no room there), in {where}"
-                    )
-                await _tell(
-                    runtime, [view], RECOVERED,
-                    f"replacement member of group {group} placed on {released[view.key]} "
-                    f"{text}, {took:.2f} s after it appeared",
-                    warning=not recovered.stayed,
-                )  # fmt: skip
-            continue
+            again = await _recover(runtime, spec, step.anchor, views, chosen)
+            if again is not None:
+                return again
     return True
+
+
+async def _release(
+    runtime: Runtime, spec: GroupSpec, views: Sequence[MemberView], chosen: list[MemberView]
+) -> None:
+    """Phase 2 for `chosen`; once no gated member is left, the group is told it is placed."""
+    group, group_state, metrics = spec.key, runtime.groups, runtime.metrics
+    released = await group_release.release(runtime, chosen)
+    if any(v.gated and v.key not in released for v in views):
+        return
+    record = next((v.record for v in chosen if v.record is not None), None)
+    since = group_state.complete_since.pop(group, None)
+    if since is not None:  # not known after a restart between the phases
+        metrics.group_placement.observe(group_release.elapsed(since))
+    metrics.group_decisions.labels("placed").inc()
+    level = record.level if record is not None else None
+    placed_on = _all_nodes(views, released)
+    note = group_release.preferred_note(runtime, spec, placed_on.values())
+    await _tell(
+        runtime, chosen, PLACED,
+        f"group {group}: {len(views)} members placed in {_where(level, _record_path(record))}, "
+        f"by rank: {_nodes_text(placed_on, [v.key for v in views])}{note}",
+    )  # fmt: skip
+    for view in chosen:
+        group_state.first_seen.pop(view.key, None)
+
+
+async def _recover(
+    runtime: Runtime,
+    spec: GroupSpec,
+    anchor: PlacementRecord | None,
+    views: Sequence[MemberView],
+    chosen: list[MemberView],
+) -> bool | None:
+    """Replacement members placed next to their running group and released; None to go
+    on with the group's next step, else `advance`'s answer."""
+    group, group_state, metrics = spec.key, runtime.groups, runtime.metrics
+    for view in chosen:
+        group_state.first_seen.setdefault(view.key, time.monotonic())
+    running = next(
+        (planned_node(v.body) for v in views if not v.gated and v.record is not None), None
+    )
+    chosen = _one_slice(spec, chosen)
+    ranks = {
+        v.rank: node
+        for v in views
+        if not v.gated
+        and v.record is not None
+        and v.rank is not None
+        and (node := planned_node(v.body)) is not None
+    }
+    around = group_release.Around(ranks, tuple(v.rank for v in chosen if v.rank is not None))
+    try:
+        recovered = await group_release.recover(
+            runtime, spec, chosen, anchor, running, around=around
+        )
+    except GroupInvalidError as exc:
+        await _invalid(runtime, chosen, str(exc))
+        return False
+    except GroupUnplaceableError as exc:
+        message = f"replacement member of running group {group} does not fit: {exc}"
+        await _unsatisfiable(runtime, group, chosen, message)
+        return True
+    group_state.waiting_for_room.discard(group)
+    released = await group_release.release(runtime, chosen)
+    where = _where(recovered.level, recovered.path)
+    recorded = recovered.recorded
+    if recovered.stayed or recorded is None:
+        text = f"in its group's domain {where}"
+    else:
+        text = (
+            f"outside its group's domain {_where(recorded.level, recorded.path)} "
+            f"(no room there), in {where}"
+        )
+    for view in chosen:
+        took = group_release.elapsed(group_state.first_seen.pop(view.key, None))
+        metrics.group_recovery.observe(took)
+        metrics.group_decisions.labels("recovered").inc()
+        await _tell(
+            runtime, [view], RECOVERED,
+            f"replacement member of group {group} placed on {released[view.key]} "
+            f"{text}, {took:.2f} s after it appeared",
+            warning=not recovered.stayed,
+        )  # fmt: skip
+    return None
 
 
 async def _invalid(runtime: Runtime, members: Sequence[MemberView], reason: str) -> None:
@@ -274,9 +292,7 @@ async def _unsatisfiable(
     await _tell(runtime, members, UNSATISFIABLE, message, warning=True)
 
 
-def _all_nodes(
-    runtime: Runtime, views: Sequence[MemberView], released: Mapping[str, str]
-) -> dict[str, str]:
+def _all_nodes(views: Sequence[MemberView], released: Mapping[str, str]) -> dict[str, str]:
     found = dict(released)
     for view in views:
         if view.key not in found:

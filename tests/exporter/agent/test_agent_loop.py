@@ -14,6 +14,7 @@ import pydantic
 import pytest
 
 import signing_keys
+from metric_samples import sample
 from numatopo_exporter.agent.feedback import ALIGNED
 from numatopo_exporter.agent.pod_view import PodView
 from numatopo_kube.backoff import Backoff
@@ -154,7 +155,7 @@ async def test_assigned_pod_is_pinned_and_reported(node: Node) -> None:
     assert ("1", shared(node.online)) == (node.cpus(a), node.cpus(b))
     assert ("Enforced", "True") == (node.state("a"), node.aligned("a"))
     assert ("a", "Enforced") in node.events()
-    assert 1 == node.agent.metrics.value("numatopo_agent_enforcements_total")
+    assert 1 == sample(node.agent.metrics, "numatopo_agent_enforcements_total")
     if node.tree.real:
         assert {1} == os.sched_getaffinity(node.pids[CID_A])
         assert 1 not in os.sched_getaffinity(node.pids[CID_B])
@@ -178,7 +179,7 @@ async def test_drift_is_corrected(node: Node) -> None:
     await wait_for(lambda: ("a", "DriftCorrected") in node.events(), "the drift reported")
 
     assert "1" == node.cpus(a)
-    assert 1 <= node.agent.metrics.value("numatopo_agent_drift_corrections_total")
+    assert 1 <= sample(node.agent.metrics, "numatopo_agent_drift_corrections_total")
 
 
 async def test_deleted_pod_gives_its_cpus_back(node: Node) -> None:

@@ -15,6 +15,7 @@ from pathlib import Path
 import kmock
 import pytest
 
+from metric_samples import sample
 from numatopo_engine.model import NumatopologySpec
 from numatopo_exporter.daemon.loop import ExporterLoop
 from numatopo_exporter.daemon.publishing import Publisher
@@ -119,7 +120,7 @@ async def test_a_rescan_of_an_unchanged_tree_writes_only_the_heartbeat(
     assert str(last.url.path).endswith(f"/{NODE}/status")
     assert "2023-11-14T22:13:20Z" == stored_status(cluster)["heartbeat"]
     assert ([GPU], [], "0-7") == published(cluster)
-    assert 2 == loop.metrics.value("numatopo_exporter_scans_total", {"outcome": "ok"})
+    assert 2 == sample(loop.metrics, "numatopo_exporter_scans_total", {"outcome": "ok"})
 
 
 def stored_status(cluster: kmock.KubernetesEmulator) -> dict[str, object]:
@@ -152,4 +153,4 @@ async def test_a_hot_unplug_changes_the_published_spec(
 
     assert expected == published(cluster)
     assert [True, True] == publisher.wrote
-    assert len(expected[0]) == loop.metrics.value("numatopo_exporter_gpus")
+    assert len(expected[0]) == sample(loop.metrics, "numatopo_exporter_gpus")

@@ -14,6 +14,7 @@ from contextlib import asynccontextmanager
 import grpc
 import pytest
 
+from metric_samples import sample
 from numatopo_exporter.kubelet_api import deviceplugin_pb2 as pb
 from numatopo_exporter.steering.choice import InFlight
 from numatopo_exporter.steering.proxy import Steerer, SteeringConfig
@@ -85,7 +86,7 @@ async def test_kubelet_sees_one_endpoint_with_the_vendors_devices_and_answers(
             True, True, True,
         )  # fmt: skip
         assert status.vendor_endpoint == str(vendor.socket)
-        assert steerer.metrics.value("numatopo_steering_registrations_total",
+        assert sample(steerer.metrics, "numatopo_steering_registrations_total",
                                      {"result": "ok"}) == 1  # fmt: skip
 
 
@@ -103,9 +104,9 @@ async def test_in_flight_containers_get_their_own_gpus_one_admission_after_anoth
         await kubelet.allocate([UUIDS[3]])
         # Nobody left of that size: the vendor's own preference.
         assert await kubelet.preferred(UUIDS, 1) == vendor.preferred_ids
-        assert steerer.metrics.value("numatopo_steering_answers_total",
+        assert sample(steerer.metrics, "numatopo_steering_answers_total",
                                      {"outcome": "steered"}) == 3  # fmt: skip
-        assert steerer.metrics.value("numatopo_steering_answers_total",
+        assert sample(steerer.metrics, "numatopo_steering_answers_total",
                                      {"outcome": "vendor"}) == 1  # fmt: skip
 
 
@@ -148,7 +149,7 @@ async def test_failing_vendor_or_candidates_are_no_error_for_the_kubelet(node: N
     async with steered(node) as (kubelet, vendor, steerer):
         vendor.preferred_mode = "error"
         assert await kubelet.preferred(UUIDS, 1) == []
-        assert steerer.metrics.value("numatopo_steering_answers_total",
+        assert sample(steerer.metrics, "numatopo_steering_answers_total",
                                      {"outcome": "kubelet"}) == 1  # fmt: skip
 
     def broken() -> Sequence[InFlight]:
@@ -229,7 +230,7 @@ async def test_a_gone_vendor_leaves_its_devices_unhealthy_until_it_is_back(node:
         )
         assert [d.ID for d in kubelet.lists[-1].devices] == UUIDS
         assert not steerer.status().vendor_healthy
-        assert steerer.metrics.value("numatopo_steering_vendor_missing_total") == 1
+        assert sample(steerer.metrics, "numatopo_steering_vendor_missing_total") == 1
         # The kubelet's stream stayed open all along.
         assert len(kubelet.registrations) == 1
         await vendor.start()
