@@ -1,45 +1,22 @@
 """The allocation engine's entry points: a pod request and a node's state in, a decision out.
 
-Every caller (the extender's filter, prioritize and bind, the assigner, `numatopo
-assign`, `numatopo simulate`) goes through `decision.decide`, per placement unit: the
-pod under scope `pod`; each app container in turn under scope `container`, each seeing
-what the earlier ones took, as the kubelet's Topology Manager scopes do.
+Every caller goes through `decision.decide_rows`, per placement unit: the pod under
+scope `pod`; each container in turn under scope `container`, or for a pod with init
+containers (`_one_container_at_a_time`; docs/DESIGN.md, "The allocation engine", for
+init containers, sidecars and reuse). `allocate` then fills the chosen mask with
+concrete resources (`gpu_assignment`, `nic_assignment`, `cpu_assignment`, memory in
+NUMA id order as the memory manager books it); a `best-effort` or `none` placement
+the mask does not hold is topped up from outside it, as the kubelet's managers do.
+`evaluate` is the same decision without the fill.
 
-`allocate` then fills the chosen mask with concrete resources: GPUs by link bandwidth
-(`gpu_assignment`), NICs by PCIe path to those GPUs (`nic_assignment`), exclusive CPUs
-packed by core, NUMA node and socket (`cpu_assignment`), memory and huge pages on the
-memory manager's NUMA nodes in id order (as it books them). Where a `best-effort` or
-`none` placement does not hold everything, the rest comes from outside the mask, as the
-kubelet's managers top up an unaligned allocation. `evaluate` is the same decision
-without the fill (the score needs only the mask and the GPU set).
+Pinned devices (Follow, `numatopo.io/observed`; DRA bind): `pinned={container: GPU
+indices}` gives those containers exactly those GPUs, the only GPUs free to the decision,
+so every GPU container must be pinned (the kubelet allocates every container's devices
+at admission). `pinned_nics={container: NIC names}` does the same for RDMA NICs; when
+every NIC container is pinned, the held NICs are the only ones the NIC hint counts.
 
-Init containers run one at a time before the app containers, so the pod needs, per
-resource, max(largest init container, sum of app containers) (kubelet). Sidecars
-(restartable init containers) keep running: they are placed like app containers and
-add to every later init container's need. Init containers reuse what the app
-containers got: each init container's entry lists CPUs taken from the app containers'
-exclusive CPUs (topped up from the mask's shared CPUs) with `exclusive: false`, so
-nothing is booked twice; what the largest init container needs beyond the app
-containers' sum is booked on its entry. A pod with init containers is admitted container
-by container as the kubelet admits it (`_one_container_at_a_time`): under scope
-`container` each decided alone, under scope `pod` each allocated with the pod's hint,
-init containers first, their CPUs, devices and memory reused by the later containers.
-
-Pinned GPUs: when the kubelet's device manager gave a running container other GPUs
-than its assignment named (Follow, `numatopo.io/observed`), the operator decides again
-with `pinned={container: gpu indices}`: those containers get exactly those GPUs, and
-the decision places CPUs, memory and NICs around them. The pinned GPUs are the only
-GPUs free for the decision, so every GPU container of the pod must be pinned (the
-kubelet allocates every container's devices at admission, so Follow sees them all).
-`pinned_nics={container: NIC names}` does the same for the RDMA NICs a container holds
-(a shared pool's IDs name no NIC, so such a container is not pinned): it gets exactly
-those, the other containers none of them, and when every NIC container is pinned the
-held NICs are the only ones the decision's NIC hint counts.
-
-Memo tables (hardware tables per shape, mask spaces, GPU set choices) live in an
-`Engine` the caller owns and passes; without one, a call builds what it needs afresh.
-Nothing here mutates the caller's `NodeState`; the caller applies
-`decision.assignment` with `state.apply(key, assignment)`.
+Memo tables live in an `Engine` the caller owns; nothing here mutates the caller's
+`NodeState` (the caller applies `decision.assignment` with `state.apply`).
 """
 
 from __future__ import annotations
@@ -294,12 +271,10 @@ def allocate(
     container's request, is UnsatisfiableError too.
     """
     engine = engine or Engine()
-    outcome = _decide(
+    outcome = _admitted(_decide(
         engine, topology, state, request, build=True, pinned=pinned or {},
         pinned_nics=pinned_nics or {},
-    )  # fmt: skip
-    if isinstance(outcome, Shortfall):
-        raise UnsatisfiableError(word(outcome), word(outcome, detail=False))
+    ))  # fmt: skip
     # Names only here, at the edge, and from the node's own spec.
     tables = engine.tables_of(topology, state)
     names = state.names if state.topology is topology else node_names(topology)
@@ -321,10 +296,13 @@ def evaluate(
     engine: Engine | None = None,
 ) -> int:
     """The score `allocate` would give; raises UnsatisfiableError like it."""
-    outcome = _decide(engine or Engine(), topology, state, request, build=False)
+    return _admitted(_decide(engine or Engine(), topology, state, request, build=False)).score
+
+
+def _admitted(outcome: _Plan | Shortfall) -> _Plan:
     if isinstance(outcome, Shortfall):
         raise UnsatisfiableError(word(outcome), word(outcome, detail=False))
-    return outcome.score
+    return outcome
 
 
 def evaluate_many(
@@ -479,23 +457,18 @@ def _one_by_one(
     """Scope `container`, a pod whose memory is decided container by container
     (`_memory_per_container`, without init containers), and unreadable rows: each node
     decided unit by unit; the rank is the score (no packing term)."""
-    outcomes: list[int | Refusal] = []
-    for state in states:
-        plan = _decide(engine, topology, state, request, build=False)
-        outcomes.append(Refusal.of(plan) if isinstance(plan, Shortfall) else plan.score)
-    scores = np.array([REFUSED if isinstance(o, Refusal) else o for o in outcomes], dtype=np.int64)
+    scores = np.full(len(states), REFUSED, dtype=np.int64)
+    refusals: dict[int, Refusal] = {}
     by_summary: dict[str, list[int]] = {}
-    for index, outcome in enumerate(outcomes):
-        if isinstance(outcome, Refusal):
-            by_summary.setdefault(outcome.summary, []).append(index)
+    for index, state in enumerate(states):
+        plan = _decide(engine, topology, state, request, build=False)
+        if isinstance(plan, Shortfall):
+            why = refusals[index] = Refusal.of(plan)
+            by_summary.setdefault(why.summary, []).append(index)
+        else:
+            scores[index] = plan.score
     refused = [(np.array(ix, dtype=np.intp), text) for text, ix in by_summary.items()]
-
-    def refusal(index: int) -> Refusal:
-        found = outcomes[index]
-        assert isinstance(found, Refusal)
-        return found
-
-    return ShapeScores(scores, refused, refusal, scores.astype(np.float64))
+    return ShapeScores(scores, refused, refusals.__getitem__, scores.astype(np.float64))
 
 
 def _prefers_closest(topology: NumatopologySpec) -> bool:
@@ -664,12 +637,7 @@ def _decide(
             working = working.copy()
             working.gpus &= set(only_gpus)
         plan = engine.plan(tables, need, options, floor=floor, closest=closest)
-        row = np.array([row_of(tables, plan.layout, working)], dtype=np.int64)
-        decided = decide_rows(plan, row, engine.gpu_memo, unit_memory=unit_memory)
-        if decided.score[0] < 0:
-            return shortfall(plan, decided, 0, row[0])
-        return _Choice(decided.mask(0), decided.memory_mask(0), int(decided.score[0]),
-                       decided.gpus[0], _merged_preferred(decided, row[0]))  # fmt: skip
+        return _choice_on(engine, tables, plan, working, unit_memory=unit_memory)
 
     entries: dict[str, _Entry] = {}
     if options.scope is Scope.POD:
@@ -936,24 +904,21 @@ def _one_container_at_a_time(
                 working = free.copy()
                 working.gpus &= set(free.gpus if only is None else only)
                 working.nics &= free.nics if nic_pool is None else nic_pool
-            row = np.array([row_of(tables, plan.layout, working)], dtype=np.int64)
-            decided = decide_rows(plan, row, engine.gpu_memo)
-            if decided.score[0] < 0:
-                return shortfall(plan, decided, 0, row[0])
-            choice = _Choice(decided.mask(0), decided.memory_mask(0), int(decided.score[0]),
-                             decided.gpus[0], _merged_preferred(decided, row[0]))  # fmt: skip
+            decided = _choice_on(engine, tables, plan, working)
+            if isinstance(decided, Shortfall):
+                return decided
+            choice = decided
         else:
             choice = pod_hint._replace(gpus=tuple(g for g in pod_hint.gpus if g in free.gpus))
         memory = _memory_of(tables, free, need, choice, options)
-        if memory is None:
-            free.cpus -= reusable.cpus
-            free.gpus -= reusable.gpus
-            free.nics -= reusable.nics
-            return Shortfall(Kind.MEMORY, options.policy.value, _memory_wanted(need))
-        choice = choice._replace(memory_mask=memory or choice.memory_mask)
-        filled = _fill_reusing(
-            engine, tables, free, need, options, choice, reusable, only, nic_pool
+        filled: _Entry | Shortfall = Shortfall(
+            Kind.MEMORY, options.policy.value, _memory_wanted(need)
         )
+        if memory is not None:
+            choice = choice._replace(memory_mask=memory or choice.memory_mask)
+            filled = _fill_reusing(
+                engine, tables, free, need, options, choice, reusable, only, nic_pool
+            )
         free.cpus -= reusable.cpus
         free.gpus -= reusable.gpus
         free.nics -= reusable.nics
@@ -969,6 +934,18 @@ def _one_container_at_a_time(
         scores.append(choice.score)
     _drop_handed_on(entries, [c.name for c in order])
     return _Plan(union, min(scores, default=100), entries)
+
+
+def _choice_on(
+    engine: Engine, tables: Tables, plan: Plan, working: FreeView, *, unit_memory: bool = True
+) -> _Choice | Shortfall:
+    """`plan` decided on the one row of `working`."""
+    row = np.array([row_of(tables, plan.layout, working)], dtype=np.int64)
+    decided = decide_rows(plan, row, engine.gpu_memo, unit_memory=unit_memory)
+    if decided.score[0] < 0:
+        return shortfall(plan, decided, 0, row[0])
+    return _Choice(decided.mask(0), decided.memory_mask(0), int(decided.score[0]),
+                   decided.gpus[0], _merged_preferred(decided, row[0]))  # fmt: skip
 
 
 def _merged_preferred(decided: Decided, row: npt.NDArray[np.int64]) -> bool:
@@ -1065,15 +1042,8 @@ def _binding(plan: Plan, need: Need, cpus: set[int], gpus: set[int], nics: set[i
     providers = []
     for provider in plan.providers:
         name = provider.wanted[0].resource if provider.wanted and not provider.memory else ""
-        numa = (
-            cpus
-            if name == "CPUs"
-            else gpus
-            if name == device
-            else nics
-            if name == "NICs"
-            else set()
-        )
+        # A later key wins: CPUs before the device's word before NICs.
+        numa = {"NICs": nics, device: gpus, "CPUs": cpus}.get(name, set())
         positions = [plan.position_of[n] for n in numa if n in plan.position_of]
         bound = provider.holds & plan.member[:, positions].all(axis=1)
         providers.append(replace(provider, holds=bound) if numa else provider)
@@ -1146,24 +1116,27 @@ def _gpus_reusing(  # noqa: PLR0917 (the fill's inputs, one container's)
     if not missing:
         return picked
     decided = frozenset(g for g in choice.gpus if g in free.gpus and g not in reusable.gpus)
-    if len(decided) >= missing:
-        chosen = choose_gpus(
-            tables, decided, missing, options.gpu_links, engine.gpu_memo
-        ) or choose_gpus(tables, decided, missing, GpuLinksMode.IGNORE)
-        if chosen is not None:
-            return picked + list(chosen)
+    chosen = _best_gpus(engine, tables, decided, missing, options)
+    if chosen is not None:
+        return picked + list(chosen)
     numa_ids = set(bits(choice.mask))
     others = [
         g for g in free.gpus - reusable.gpus if need.gpu_resource in (None, tables.gpu_resource[g])
     ]
     aligned = frozenset(g for g in others if tables.gpu_numa[g] in numa_ids)
     if len(aligned) >= missing:
-        chosen = choose_gpus(tables, aligned, missing, options.gpu_links, engine.gpu_memo)
-        if chosen is None:
-            chosen = choose_gpus(tables, aligned, missing, GpuLinksMode.IGNORE)
-        return picked + list(chosen or ())
+        return picked + list(_best_gpus(engine, tables, aligned, missing, options) or ())
     unaligned = sorted(g for g in others if g not in aligned)
     return picked + sorted(aligned) + unaligned[: missing - len(aligned)]
+
+
+def _best_gpus(
+    engine: Engine, tables: Tables, pool: frozenset[int], count: int, options: TopologyOptions
+) -> tuple[int, ...] | None:
+    """The best `count` of `pool` under the pod's `gpu-links`, else any `count` of them."""
+    return choose_gpus(tables, pool, count, options.gpu_links, engine.gpu_memo) or choose_gpus(
+        tables, pool, count, GpuLinksMode.IGNORE
+    )
 
 
 def _release_reused_memory(
@@ -1346,9 +1319,7 @@ def _fill(
                              f"are not all in the pod's set {sorted(gpu_pool)}")  # fmt: skip
         picked = pinned
     elif need.gpus:
-        picked = choose_gpus(
-            tables, frozenset(gpu_pool), need.gpus, options.gpu_links, engine.gpu_memo
-        ) or choose_gpus(tables, frozenset(gpu_pool), need.gpus, GpuLinksMode.IGNORE)
+        picked = _best_gpus(engine, tables, frozenset(gpu_pool), need.gpus, options)
         if picked is None:
             asked = accelerator_word(need.gpu_resource)
             return Shortfall(Kind.REQUEST, policy, (), note=f"{need.gpus} {asked} requested, "
@@ -1427,25 +1398,19 @@ def _take_cpus(
 def _book_memory(free: FreeView, need: Need, entry: _Entry, numa_ids: list[int]) -> str | None:
     """Book memory and huge pages over `numa_ids` in id order, as the memory manager
     does; the reason when they do not fit (the decision checked they do)."""
-    if need.memory_bytes:
-        booked = book_bytes(free.memory, numa_ids, need.memory_bytes)
-        if booked is None:
-            return (
-                f"memory: {format_bytes(need.memory_bytes)} requested, less free on NUMA "
-                + ",".join(map(str, numa_ids))
-            )
-        entry.memory = booked
-    for size, amount in need.hugepages:
-        view = {n: free.hugepages.get((n, size), 0) for n in numa_ids}
+    for kind, amount in [("memory", need.memory_bytes), *need.hugepages]:
+        memory = kind == "memory"
+        view = free.memory if memory else {n: free.hugepages.get((n, kind), 0) for n in numa_ids}
         booked = book_bytes(view, numa_ids, amount)
         if booked is None:
-            return (
-                f"hugepages-{size}: {format_bytes(amount)} requested, less free on NUMA "
-                + ",".join(map(str, numa_ids))
-            )
+            name, where = kind if memory else f"hugepages-{kind}", ",".join(map(str, numa_ids))
+            return f"{name}: {format_bytes(amount)} requested, less free on NUMA {where}"
+        if memory:
+            entry.memory = booked
+            continue
         for numa_id, taken in booked.items():
-            free.hugepages[(numa_id, size)] -= taken
-            entry.hugepages.setdefault(numa_id, {})[size] = taken
+            free.hugepages[(numa_id, kind)] -= taken
+            entry.hugepages.setdefault(numa_id, {})[kind] = taken
     return None
 
 
