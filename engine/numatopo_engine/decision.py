@@ -1,42 +1,26 @@
 """The one decision path: where a placement unit goes on each of many nodes of one shape.
 
-Every caller (the extender's filter, prioritize and bind, the assigner, `numatopo
-assign`, `numatopo simulate`) reaches `decide_rows`; one node is one row. Per node:
+Every caller reaches `decide_rows`; one node is one row. docs/DESIGN.md ("The
+allocation engine") states the rules; per node, as (nodes x masks) array expressions:
 
-1. Hint providers, as the kubelet's (`hints` for the inputs):
-   * CPUs (static CPU manager, exclusive integer CPUs): a mask is a hint when its free
-     allocatable CPUs hold the request; preferred when its width is the fewest NUMA
-     nodes whose CPUs (all of them, reserved ones too) could hold it. With
-     `smt: full-cores` only wholly free whole cores count (numatopo's own rule).
-   * devices (device manager), per resource name: a device counts in a mask when its
-     NUMA node is in it; devices on no NUMA node count in none; a resource none of
-     whose devices has a NUMA node gives no preference.
-   * memory and huge pages (static memory manager), one hint list for all sizes: a
-     mask is a hint when its capacity and free amounts hold every size and its nodes
-     may serve it together (memory groups, `hints.FreeView.join_group`). With no hint
-     at all it states no preference, and refuses when it allocates.
-   `cpu: numa` (fractional CPUs) gives no CPU hint, as the kubelet gives none for a
-   container without integer CPUs.
-2. The merge and admission (`topology_manager`, same answers): a mask every provider
-   lists as preferred (the narrowest, or closest with `prefer-closest-numa-nodes`),
-   else, under `best-effort` and `none`, the non-preferred winner. Under `none`
-   numatopo still places the CPUs and devices aligned where it can (the kubelet's
-   Topology Manager gives no hint), and admits what the kubelet admits.
+1. Hint providers as the kubelet's (`hints` for the inputs); `smt: full-cores` counts
+   only wholly free whole cores, `cpu: numa` hints over the shared CPUs. A memory
+   provider with no hint at all states no preference, and refuses when it allocates.
+2. The Topology Manager's merge and admission (`topology_manager`, same answers).
+   Under `none` CPUs and devices are still placed aligned where they can be.
 3. The memory manager's own nodes: the merged mask if its free memory holds the
    request, else its best hint containing the mask (under `none`, which hands it no
-   hint: its own best hint, preferred then narrowest then lowest, wherever the merged
-   mask is, as the kubelet books it);
+   hint: its own best hint, wherever the merged mask is, as the kubelet books it);
    refused when there is none, when that hint is not preferred while the merged one
    is, or when a multi-node mask mixes memory groups.
-4. numatopo's checks beyond the kubelet: `max-numa-nodes`, `gpu-links: required`, the
-   last shared CPU; then the node score (`scoring`).
+4. numatopo's checks beyond the kubelet (`max-numa-nodes`, `gpu-links: required`, the
+   last shared CPU), then the node score (`scoring`).
 
-Steps 1-3 are (nodes x masks) array expressions; the GPU set and the non-preferred
-merge run per node, for the nodes that need them. Masks cover every NUMA node of the
-machine (all 2^N - 1 of them, as the kubelet's, for N up to `FULL_SEARCH`). Larger
-machines, which the kubelet's Topology Manager refuses to run on, are searched over
-the NUMA nodes that hold something the request asks for, by increasing width within a
-budget, and there a non-preferred placement is the narrowest mask that holds it all.
+The GPU set and the non-preferred merge run per node, for the nodes that need them.
+Masks are every subset of the NUMA nodes up to `FULL_SEARCH` of them; larger machines
+(where the kubelet's Topology Manager refuses to run) are searched over the NUMA nodes
+holding something asked for, by increasing width within a budget, and there a
+non-preferred placement is the narrowest mask that holds it all.
 """
 
 from __future__ import annotations

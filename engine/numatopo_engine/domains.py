@@ -1,30 +1,14 @@
 """Network domains, their fragmentation, and all-or-nothing placement of pod groups.
 
-A `DomainTree` groups nodes by the labels of a NetworkTopology's levels, widest level
-first. A node's domain at level k is the path of its label values at levels 0..k, so
-the tree is a tree even where leaves under two spines reuse a value; people see a
-domain as its label value, and code that must find it again (`Anchor`) names it by its
-path. A node lacking a level's label belongs to no domain of that level or of any
-narrower one: it is reachable only by groups that may spread anywhere. The node is the
-narrowest level (`NODE_LEVEL`): the tree's hostname level, else an implicit one.
-
-Hops between two nodes: 0 on the same node, else the levels climbed to their lowest
-common domain (1 for two nodes of one narrowest domain, len(levels) + 1 for nodes
-that share no domain at all).
-
-Domain fragmentation of a level (GPUs; `domain_fragmentation`):
+docs/DESIGN.md ("The domain tree", "Placement") defines the tree (a node's domain at
+level k is the path of its label values at levels 0..k; the node is the narrowest
+level, `NODE_LEVEL`), hops, and domain fragmentation:
 
     frag(level) = sum over its domains d of  (F_d / F) * (1 - F_d / G_d)
 
-with F_d the free and G_d the total GPUs of the domain, F the free GPUs of all the
-level's domains: the free-GPU-weighted mean of how much of its domain is already taken,
-seen from a free GPU. 0 when every free GPU lies in a wholly free domain (a big group
-can have it), towards 1 when free GPUs are leftovers in busy domains. Taking `a` GPUs
-from domain d changes the sum's numerator by (2·a·F_d - a²) / G_d - a, so among domains
-that fit, the one that leaves the least fragmentation is the one with the smallest
-(2·a·F_d - a²) / G_d: a busy domain before an empty one, and an exact fit first.
-
-`place_group` is documented where it is defined.
+Taking `a` GPUs from domain d changes the sum's numerator by (2·a·F_d - a²) / G_d - a,
+so among domains that fit, the one that leaves the least fragmentation is the one with
+the smallest (2·a·F_d - a²) / G_d: a busy domain before an empty one, an exact fit first.
 """
 
 from __future__ import annotations

@@ -1,30 +1,18 @@
 """Inside one domain: which nodes take how many members (pure, exact).
 
-The choice uses the fewest domains of the next level down, then, among those choices,
-the fewest of the level below, and so on down to the nodes (the node is the implicit
-narrowest level): a lexicographic minimum of the count vector
+The lexicographic minimum, over every set of nodes whose capacities ("units": members
+each node can take) cover the need, of the cost vector
 
-    (domains used at level d+1, ..., domains used at the narrowest level, nodes)
+    (domains used at level d+1, ..., domains used at the narrowest level, nodes,
+     units left unused, fragmentation growth, wholly free nodes broken, -rank)
 
-over every set of nodes whose capacities ("units": members each node can take) add up
-to the need. Ties go to the best fit, then to the least fragmentation, then to nodes
-that keep wholly free nodes free and rank higher, then to tree order: after the counts
-the vector carries the units left unused on the chosen nodes (Kueue TAS's BestFit,
-exactly rather than per level), the fragmentation growth of every chosen domain and
-node (the caller's `growth`), the wholly free nodes broken and minus the nodes' rank.
-
-A largest-first greedy (fill the largest child, best-fit the rest) is not enough: in
-one spine, leaf l0 holds nodes a and b of 2 free units each and leaf l1 node c of 3;
-for five members it takes l0 whole (a, b) and then c, three nodes, where c and a, two
-nodes, suffice.
-
-Method: a knapsack over each domain's children, bottom up. A domain's table says, for
-every amount a up to min(need, its units), the least cost vector of hosting a members
-inside it; a parent combines its children's tables (one child at a time, each child
-given 0..its units) adding 1 at the child's level for every child used. Cost vectors
-add component-wise, and the lexicographic order is compatible with addition, so the
-combination of optimal parts is optimal. Time: the sum over domains of need x the
-domain's children's units (capped at need).
+(docs/DESIGN.md, "Nodes inside the chosen domain", says why a greedy is not enough).
+Method: a knapsack over each domain's children, bottom up. A domain's table holds, for
+every amount up to min(need, its units), the least cost of hosting that many members
+inside it; a parent combines its children's tables one child at a time, adding 1 at
+the child's level for every child used. Cost vectors add component-wise and the
+lexicographic order is compatible with addition, so optimal parts combine into an
+optimum. Time: the sum over domains of need x the domain's children's units.
 """
 
 from __future__ import annotations

@@ -28,18 +28,11 @@ Strategies (each on a fresh copy of the cluster, all with the production engine'
   blind           a topology-blind gang: all or nothing, nodes first-fit by name over
                   the whole cluster (node names do not follow the network)
 
-Group options (`GroupOptions`, numatopo's multi-node jobs only; the others ignore
-them): a preferred level instead of the required one, a cap of members per domain of a
-level, slices of n consecutive ranks per domain of a level (jobs whose pod count n
-divides). Measured for every strategy: the share of placed multi-node jobs inside one
-domain of the preferred level, and the share keeping the cap and the slices.
+Group options (`GroupOptions`: a preferred level, a cap of members per domain of a
+level, slices of n consecutive ranks) are declared by numatopo's multi-node jobs only;
+every strategy is measured on them.
 
-Measured (multi-node jobs unless said otherwise): jobs placed and still waiting;
-mean wait (time units of mean run time, every job); the share of the jobs no larger
-than a leaf that were placed inside one leaf; the share placed inside one domain of
-the required level; the mean hops between neighbouring ranks; the leaf level's domain
-fragmentation averaged over scheduling events; mean and 99th-percentile time to place
-a job (ms, every placement attempt that succeeded).
+Measured: the keys of `numatopo simulate --multi-node -o json` (docs/operations.md).
 """
 
 from __future__ import annotations
