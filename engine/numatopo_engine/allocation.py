@@ -626,62 +626,45 @@ def _decide(
         free.nics &= nic_pins.held
     floor = state.shared_floor
     closest = _prefers_closest(topology)
-    # Without init containers, a pod whose containers the memory manager places one by
-    # one is admitted by their memory alone (`_one_container_at_a_time`).
-    unit_memory = bool(request.init_containers) or not _memory_per_container(request, sizing)
-
-    def choose(
-        working: FreeView, need: Need, only_gpus: Sequence[int] | None = None
-    ) -> _Choice | Shortfall:
-        if only_gpus is not None:
-            working = working.copy()
-            working.gpus &= set(only_gpus)
-        plan = engine.plan(tables, need, options, floor=floor, closest=closest)
-        return _choice_on(engine, tables, plan, working, unit_memory=unit_memory)
-
-    entries: dict[str, _Entry] = {}
-    if options.scope is Scope.POD:
-        choice = choose(free, sizing.total)
-        if isinstance(choice, Shortfall):
-            return choice
-        if _memory_per_container(request, sizing):
-            # Admission depends on each container's memory (see the function), so the
-            # score path fills too.
-            return _one_container_at_a_time(
-                engine, tables, free, request, pins=pins, nic_pins=nic_pins, floor=floor,
-                closest=closest, pod_hint=choice,
-            )  # fmt: skip
-        if not build:
-            return _Plan(choice.mask, choice.score, entries)
-        pool = list(choice.gpus)
-        for container in sizing.apps:
-            filled = _fill(
-                engine,
-                tables,
-                free,
-                sizing.needs[container.name],
-                options=options,
-                choice=choice,
-                gpu_pool=pool,
-                pinned=pins.get(container.name),
-                nic_pool=nic_pins.pool(container.name),
-            )
-            if isinstance(filled, Shortfall):
-                return filled
-            entries[container.name] = filled
-        union, score, memory_mask = choice.mask, choice.score, choice.memory_mask
-    else:
+    if options.scope is not Scope.POD:
         return _one_container_at_a_time(
             engine, tables, free, request, pins=pins, nic_pins=nic_pins, floor=floor,
             closest=closest,
         )  # fmt: skip
+    # Without init containers, a pod whose containers the memory manager places one by
+    # one is admitted by their memory alone (`_one_container_at_a_time`).
+    per_container = _memory_per_container(request, sizing)
+    plan = engine.plan(tables, sizing.total, options, floor=floor, closest=closest)
+    unit_memory = bool(request.init_containers) or not per_container
+    choice = _choice_on(engine, tables, plan, free, unit_memory=unit_memory)
+    if isinstance(choice, Shortfall):
+        return choice
+    if per_container:
+        # Admission depends on each container's memory (see the function), so the
+        # score path fills too.
+        return _one_container_at_a_time(
+            engine, tables, free, request, pins=pins, nic_pins=nic_pins, floor=floor,
+            closest=closest, pod_hint=choice,
+        )  # fmt: skip
+    entries: dict[str, _Entry] = {}
+    if not build:
+        return _Plan(choice.mask, choice.score, entries)
+    pool = list(choice.gpus)
+    for container in sizing.apps:
+        filled = _fill(
+            engine, tables, free, sizing.needs[container.name], options=options, choice=choice,
+            gpu_pool=pool, pinned=pins.get(container.name), nic_pool=nic_pins.pool(container.name),
+        )  # fmt: skip
+        if isinstance(filled, Shortfall):
+            return filled
+        entries[container.name] = filled
     filled_inits = _add_init_entries(
-        engine, tables, free, sizing=sizing, entries=entries, union=union,
-        memory_mask=memory_mask, options=options,
+        engine, tables, free, sizing=sizing, entries=entries, union=choice.mask,
+        memory_mask=choice.memory_mask, options=options,
     )  # fmt: skip
     if isinstance(filled_inits, Shortfall):
         return filled_inits
-    return _Plan(union, score, entries)
+    return _Plan(choice.mask, choice.score, entries)
 
 
 def _memory_per_container(request: PodRequest, sizing: _Sizing) -> bool:
@@ -858,26 +841,15 @@ def _one_container_at_a_time(
 ) -> _Plan | Shortfall:
     """Scope `container`: every container decided alone, in the kubelet's order (init
     containers and sidecars in spec order, then the app containers), each seeing what
-    the earlier ones took (`topologymanager/scope_container.go`). Scope `pod` with init
-    containers (`pod_hint`: the pod's decision): the same order, every container
-    allocated with the pod's hint (`scope_pod.go`).
-
-    Memory is the memory manager's per container (`memory_manager_mask`): with the
-    Topology Manager's hint, its default hint under a nil one, extended when the free
-    memory of the hint does not hold the container's request. Under scope `pod` that
-    check sees the init containers' bookings and not their reuse, so an app container
-    asking more memory than the pod's NUMA nodes have left after its init containers is
-    refused, as the kubelet refuses it.
-
-    What a regular init container got is reusable by the containers after it, and the
-    kubelet's providers make that binding: the CPU and device managers give a hint only
-    for masks holding the NUMA node of every reusable CPU or device (counted as free
-    there) and hand the reusable ones out first; the memory manager reuses an init
-    container's memory only on the very same NUMA nodes. So a container may find no
-    aligned hint left where the pod total fits (an init container on NUMA 0 binds the
-    app container to NUMA 0): the kubelet refuses it with `TopologyAffinityError`, and
-    so does numatopo. An app container or sidecar removes what it reused from the
-    reusable set; a regular init container adds what it got.
+    the earlier ones took (`scope_container.go`). Scope `pod` with init containers
+    (`pod_hint`: the pod's decision): the same order, each allocated with the pod's hint
+    (`scope_pod.go`). Memory is the memory manager's per container
+    (`memory_manager_mask`): under scope `pod` it sees the init containers' bookings and
+    not their reuse, so an app container asking more than the pod's NUMA nodes have
+    left after them is refused, as the kubelet refuses it. Reuse binds (docs/DESIGN.md):
+    an init container on NUMA 0 ties the app container to NUMA 0, and a pod the kubelet
+    refuses with `TopologyAffinityError` is refused. An app container or sidecar removes
+    what it reused from the reusable set; a regular init container adds what it got.
     """
     options = request.options
     reusable = _Reusable()
