@@ -253,38 +253,11 @@ def place_group(
 ) -> GroupPlacement:
     """Place every member inside one domain, or raise UnsatisfiableError (nothing placed).
 
-    Levels are tried narrowest first, the node itself first of all (the implicit
-    narrowest level when the tree has no `kubernetes.io/hostname` level): up to the
-    required level; with a preferred level or none, up to the widest and then anywhere
-    (the whole cluster, unlabelled nodes included). `anchor` keeps the group inside
-    that one domain, named by its full path (recovery: a lost member goes back where
-    its group runs, even when another domain of the level reuses the label value). The
-    first level where a domain fits wins; among its domains, the one leaving the least
-    domain fragmentation (module docstring), then the one breaking the fewest wholly
-    free nodes, then tree order.
-
-    How many members a node holds is counted with the production engine: nodes that
-    cannot hold one are filtered by `score_many` per hardware shape, the others are
-    counted by allocating copies one after another on a copied state, once per
-    hardware shape and free state. Inside the chosen domain `fewest_domains.fewest`
-    picks the nodes: the fewest sub-domains of every level below, then the fewest
-    nodes, then the best fit (exact). The strategies set what a node may take:
-      consolidated  as many members as it holds
-      distributed   one member per node (at the narrowest level that has enough
-                    nodes); where no allowed domain has, every node of the narrowest
-                    fitting domain, members as even as the nodes allow
-      balanced      the same sub-domain and node counts as consolidated, with the
-                    lowest cap per node that keeps them; members as even over the
-                    chosen nodes as the nodes allow (shares differ by at most one where
-                    they can)
-    Nodes are taken in tree order (leaf by leaf) and ranks in order along them, so
-    ranks i and i+1 share a node or the narrowest domain the choice allows. Each
-    member's assignment is then `allocate`d on its node, members of one node one after
-    another on a copy of its state: nothing is double-booked, `nodes` are not changed.
-
-    Members may be fewer than `spec.size` (re-placing lost members). Members whose
-    requests differ are counted as the largest of them, then allocated for real; if
-    that fails everywhere, every allowed domain is tried member by member.
+    The rules (levels tried, domain choice, counting, strategies, rank order) are
+    docs/DESIGN.md's "Placement". `anchor` keeps the group inside that one domain,
+    named by its full path (recovery: a lost member goes back where its group runs).
+    Members may be fewer than `spec.size` (re-placing lost members). Members' assignments
+    are `allocate`d on copies of their nodes' states: `nodes` are not changed.
     """
     if not members:
         raise ValueError("place_group: no members")
@@ -377,11 +350,14 @@ class _Placer:
             return None
         index = self._level_index(given[0])
         if index is None:
-            raise UnsatisfiableError(
-                f"group {self.spec.key}: {given[0]!r} ({what}) is not a level of the network "
-                f"topology (levels: {', '.join(self.tree.levels) or 'none'})"
-            )
+            raise self._no_level(f"{given[0]!r} ({what})")
         return index, given[1]
+
+    def _no_level(self, what: str) -> UnsatisfiableError:
+        return UnsatisfiableError(
+            f"group {self.spec.key}: {what} is not a level of the network topology "
+            f"(levels: {', '.join(self.tree.levels) or 'none'})"
+        )
 
     def _level_index(self, label: str | None) -> int | None:
         """The index of a level label; the hostname is the node level, real or not."""
@@ -402,10 +378,7 @@ class _Placer:
             index = tree.depth[anchor.level]
             valid = len(anchor.path) == index + 1
         else:
-            raise UnsatisfiableError(
-                f"group {self.spec.key}: {anchor.level!r} is not a level of the network "
-                f"topology (levels: {', '.join(tree.levels) or 'none'})"
-            )
+            raise self._no_level(repr(anchor.level))
         if not valid:
             raise ValueError(f"place_group: {anchor} is no domain path of its level")
         return index
@@ -416,10 +389,7 @@ class _Placer:
         top = 0
         if spec.required is not None:
             if spec.required not in tree.depth:
-                raise UnsatisfiableError(
-                    f"group {spec.key}: {spec.required!r} is not a level of the network "
-                    f"topology (levels: {', '.join(tree.levels) or 'none'})"
-                )
+                raise self._no_level(repr(spec.required))
             top = tree.depth[spec.required]
         pinned = self._anchor_index()
         if pinned is not None:
