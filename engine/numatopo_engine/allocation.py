@@ -591,6 +591,16 @@ class _Choice(NamedTuple):
     preferred: bool = False  # the Topology Manager's merged hint is preferred
 
 
+class _Filler(NamedTuple):
+    """What one decision fills from: the engine's memo tables, the hardware, what is
+    free (taken from as containers are filled) and the pod's options."""
+
+    engine: Engine
+    tables: Tables
+    free: FreeView
+    options: TopologyOptions
+
+
 class _Sizing(NamedTuple):
     apps: tuple[ContainerRequest, ...]  # app containers and sidecars
     inits: tuple[ContainerRequest, ...]  # regular init containers
@@ -626,11 +636,11 @@ def _decide(
         free.nics &= nic_pins.held
     floor = state.shared_floor
     closest = _prefers_closest(topology)
+    filler = _Filler(engine, tables, free, options)
     if options.scope is not Scope.POD:
         return _one_container_at_a_time(
-            engine, tables, free, request, pins=pins, nic_pins=nic_pins, floor=floor,
-            closest=closest,
-        )  # fmt: skip
+            filler, request, pins=pins, nic_pins=nic_pins, floor=floor, closest=closest
+        )
     # Without init containers, a pod whose containers the memory manager places one by
     # one is admitted by their memory alone (`_one_container_at_a_time`).
     per_container = _memory_per_container(request, sizing)
@@ -643,8 +653,8 @@ def _decide(
         # Admission depends on each container's memory (see the function), so the
         # score path fills too.
         return _one_container_at_a_time(
-            engine, tables, free, request, pins=pins, nic_pins=nic_pins, floor=floor,
-            closest=closest, pod_hint=choice,
+            filler, request, pins=pins, nic_pins=nic_pins, floor=floor, closest=closest,
+            pod_hint=choice,
         )  # fmt: skip
     entries: dict[str, _Entry] = {}
     if not build:
@@ -652,16 +662,15 @@ def _decide(
     pool = list(choice.gpus)
     for container in sizing.apps:
         filled = _fill(
-            engine, tables, free, sizing.needs[container.name], options=options, choice=choice,
-            gpu_pool=pool, pinned=pins.get(container.name), nic_pool=nic_pins.pool(container.name),
+            filler, sizing.needs[container.name], choice=choice, gpu_pool=pool,
+            pinned=pins.get(container.name), nic_pool=nic_pins.pool(container.name),
         )  # fmt: skip
         if isinstance(filled, Shortfall):
             return filled
         entries[container.name] = filled
     filled_inits = _add_init_entries(
-        engine, tables, free, sizing=sizing, entries=entries, union=choice.mask,
-        memory_mask=choice.memory_mask, options=options,
-    )  # fmt: skip
+        filler, sizing, entries, union=choice.mask, memory_mask=choice.memory_mask
+    )
     if isinstance(filled_inits, Shortfall):
         return filled_inits
     return _Plan(choice.mask, choice.score, entries)
@@ -828,9 +837,7 @@ class _Reusable:
 
 
 def _one_container_at_a_time(
-    engine: Engine,
-    tables: Tables,
-    free: FreeView,
+    filler: _Filler,
     request: PodRequest,
     *,
     pins: Pinned,
@@ -851,7 +858,7 @@ def _one_container_at_a_time(
     refuses with `TopologyAffinityError` is refused. An app container or sidecar removes
     what it reused from the reusable set; a regular init container adds what it got.
     """
-    options = request.options
+    engine, tables, free, options = filler
     reusable = _Reusable()
     entries: dict[str, _Entry] = {}
     union = memory_mask = 0
@@ -882,15 +889,13 @@ def _one_container_at_a_time(
             choice = decided
         else:
             choice = pod_hint._replace(gpus=tuple(g for g in pod_hint.gpus if g in free.gpus))
-        memory = _memory_of(tables, free, need, choice, options)
+        memory = _memory_of(filler, need, choice)
         filled: _Entry | Shortfall = Shortfall(
             Kind.MEMORY, options.policy.value, _memory_wanted(need)
         )
         if memory is not None:
             choice = choice._replace(memory_mask=memory or choice.memory_mask)
-            filled = _fill_reusing(
-                engine, tables, free, need, options, choice, reusable, only, nic_pool
-            )
+            filled = _fill_reusing(filler, need, choice, reusable, only, nic_pool)
         free.cpus -= reusable.cpus
         free.gpus -= reusable.gpus
         free.nics -= reusable.nics
@@ -945,11 +950,10 @@ def _merged_preferred(decided: Decided, row: npt.NDArray[np.int64]) -> bool:
     return True
 
 
-def _memory_of(
-    tables: Tables, free: FreeView, need: Need, choice: _Choice, options: TopologyOptions
-) -> int | None:
+def _memory_of(filler: _Filler, need: Need, choice: _Choice) -> int | None:
     """The memory manager's NUMA nodes for one container (`memory_manager_mask`); 0 when
     it asks no memory, None when the manager refuses."""
+    _, tables, free, options = filler
     if not need.has_memory:
         return 0
     if len(tables.numa_ids) > FULL_SEARCH:
@@ -1023,18 +1027,16 @@ def _binding(plan: Plan, need: Need, cpus: set[int], gpus: set[int], nics: set[i
 
 
 def _fill_reusing(  # noqa: PLR0917 (the fill's inputs, one container's)
-    engine: Engine,
-    tables: Tables,
-    free: FreeView,
+    filler: _Filler,
     need: Need,
-    options: TopologyOptions,
     choice: _Choice,
     reusable: _Reusable,
     pinned: Sequence[int] | None,
-    nic_pool: frozenset[int] | None = None,
+    nic_pool: frozenset[int] | None,
 ) -> _Entry | Shortfall:
     """`_fill`, the reusable CPUs, devices and memory taken first, as the kubelet's
     managers take them (`devicesToAllocate`, `allocateCPUs`, `getPodReusableMemory`)."""
+    tables, free = filler.tables, filler.free
     numa_ids = set(bits(choice.mask))
     reused_cpus: list[int] = []
     if need.cpu_mode is CpuMode.EXCLUSIVE and need.cpus and not need.full_cores:
@@ -1048,14 +1050,14 @@ def _fill_reusing(  # noqa: PLR0917 (the fill's inputs, one container's)
         if need.nic_resource in (None, tables.nic_resource[x])
         and (nic_pool is None or x in nic_pool)
     )[: need.nics]
-    gpus = list(pinned) if pinned else _gpus_reusing(engine, tables, free, need, options,
-                                                     choice, reusable)  # fmt: skip
+    gpus = list(pinned) if pinned else _gpus_reusing(filler, need, choice, reusable)
     _release_reused_memory(free, need, choice.memory_mask, reusable)
     rest = replace(need, cpus=need.cpus - len(reused_cpus), nics=need.nics - len(reused_nics))
     free.cpus.difference_update(reused_cpus)
     free.nics.difference_update(reused_nics)
-    entry = _fill(engine, tables, free, rest, options=options, choice=choice,
-                  gpu_pool=list(gpus), pinned=gpus or None, nic_pool=nic_pool)  # fmt: skip
+    entry = _fill(
+        filler, rest, choice=choice, gpu_pool=list(gpus), pinned=gpus or None, nic_pool=nic_pool
+    )
     if isinstance(entry, Shortfall):
         return entry
     if reused_cpus:
@@ -1067,17 +1069,10 @@ def _fill_reusing(  # noqa: PLR0917 (the fill's inputs, one container's)
     return entry
 
 
-def _gpus_reusing(  # noqa: PLR0917 (the fill's inputs, one container's)
-    engine: Engine,
-    tables: Tables,
-    free: FreeView,
-    need: Need,
-    options: TopologyOptions,
-    choice: _Choice,
-    reusable: _Reusable,
-) -> list[int]:
+def _gpus_reusing(filler: _Filler, need: Need, choice: _Choice, reusable: _Reusable) -> list[int]:
     """The reusable GPUs first, then the best of the decision's (the pod's set under
     scope `pod`), then of the aligned free ones, then any."""
+    tables, free = filler.tables, filler.free
     if not need.gpus:
         return []
     matching = sorted(
@@ -1088,7 +1083,7 @@ def _gpus_reusing(  # noqa: PLR0917 (the fill's inputs, one container's)
     if not missing:
         return picked
     decided = frozenset(g for g in choice.gpus if g in free.gpus and g not in reusable.gpus)
-    chosen = _best_gpus(engine, tables, decided, missing, options)
+    chosen = _best_gpus(filler, decided, missing)
     if chosen is not None:
         return picked + list(chosen)
     numa_ids = set(bits(choice.mask))
@@ -1097,15 +1092,14 @@ def _gpus_reusing(  # noqa: PLR0917 (the fill's inputs, one container's)
     ]
     aligned = frozenset(g for g in others if tables.gpu_numa[g] in numa_ids)
     if len(aligned) >= missing:
-        return picked + list(_best_gpus(engine, tables, aligned, missing, options) or ())
+        return picked + list(_best_gpus(filler, aligned, missing) or ())
     unaligned = sorted(g for g in others if g not in aligned)
     return picked + sorted(aligned) + unaligned[: missing - len(aligned)]
 
 
-def _best_gpus(
-    engine: Engine, tables: Tables, pool: frozenset[int], count: int, options: TopologyOptions
-) -> tuple[int, ...] | None:
+def _best_gpus(filler: _Filler, pool: frozenset[int], count: int) -> tuple[int, ...] | None:
     """The best `count` of `pool` under the pod's `gpu-links`, else any `count` of them."""
+    engine, tables, _, options = filler
     return choose_gpus(tables, pool, count, options.gpu_links, engine.gpu_memo) or choose_gpus(
         tables, pool, count, GpuLinksMode.IGNORE
     )
@@ -1266,12 +1260,9 @@ def _has_any(need: Need) -> bool:
 
 
 def _fill(
-    engine: Engine,
-    tables: Tables,
-    free: FreeView,
+    filler: _Filler,
     need: Need,
     *,
-    options: TopologyOptions,
     choice: _Choice,
     gpu_pool: list[int],
     pinned: Sequence[int] | None = None,
@@ -1280,6 +1271,7 @@ def _fill(
     """Concrete resources for one container: inside `choice.mask` first, the rest (of a
     placement the policy admits unaligned) from outside it; taken out of `free`; its
     NICs only from `nic_pool` when given."""
+    _, tables, free, options = filler
     mask = choice.mask
     numa_ids = bits(mask)
     entry = _Entry(mask=mask, exclusive=need.cpu_mode is CpuMode.EXCLUSIVE)
@@ -1291,7 +1283,7 @@ def _fill(
                              f"are not all in the pod's set {sorted(gpu_pool)}")  # fmt: skip
         picked = pinned
     elif need.gpus:
-        picked = _best_gpus(engine, tables, frozenset(gpu_pool), need.gpus, options)
+        picked = _best_gpus(filler, frozenset(gpu_pool), need.gpus)
         if picked is None:
             asked = accelerator_word(need.gpu_resource)
             return Shortfall(Kind.REQUEST, policy, (), note=f"{need.gpus} {asked} requested, "
@@ -1387,16 +1379,9 @@ def _book_memory(free: FreeView, need: Need, entry: _Entry, numa_ids: list[int])
 
 
 def _add_init_entries(
-    engine: Engine,
-    tables: Tables,
-    free: FreeView,
-    *,
-    sizing: _Sizing,
-    entries: dict[str, _Entry],
-    union: int,
-    memory_mask: int,
-    options: TopologyOptions,
+    filler: _Filler, sizing: _Sizing, entries: dict[str, _Entry], *, union: int, memory_mask: int
 ) -> Shortfall | None:
+    tables, free = filler.tables, filler.free
     inits, init_needs, excess = sizing.inits, sizing.init_needs, sizing.excess
     if not inits:
         return None
@@ -1422,9 +1407,7 @@ def _add_init_entries(
                 if excess.gpu_resource is None or tables.gpu_resource[g] == excess.gpu_resource
             )  # fmt: skip
             place = _Choice(union, memory_mask or union, 0, ())
-            extra = _fill(
-                engine, tables, free, extra_need, options=options, choice=place, gpu_pool=pool
-            )
+            extra = _fill(filler, extra_need, choice=place, gpu_pool=pool)
             if isinstance(extra, Shortfall):
                 return extra
             entry.gpus, entry.nics = extra.gpus, extra.nics
