@@ -236,9 +236,6 @@ class _Run:
         self.fragmentation: list[float] = []
         self.times: list[float] = []
 
-    def node_gpus(self) -> int:
-        return max(len(c.topology.gpus) for c in self.nodes.values())
-
     def members(self, job: GangJob, policy: PolicyName) -> list[Member]:
         options = TopologyOptions(policy=policy)
         cpus = self._cpus_per_pod(job)
@@ -303,11 +300,6 @@ class _Run:
                     return False
         return True
 
-    def first_fit(
-        self, order: Iterable[str], members: Sequence[Member]
-    ) -> dict[str, Assignment] | None:
-        return first_fit(self.nodes, order, members, self.engine)
-
 
 def _numatopo(run: _Run, job: GangJob, members: list[Member]) -> dict[str, Assignment] | None:
     options = run.options
@@ -327,20 +319,22 @@ def _numatopo(run: _Run, job: GangJob, members: list[Member]) -> dict[str, Assig
 
 def _required_only(run: _Run, job: GangJob, members: list[Member]) -> dict[str, Assignment] | None:
     if job.pods == 1:
-        return run.first_fit(run.by_name, members)
+        return first_fit(run.nodes, run.by_name, members, run.engine)
     gpus = job.gpus_per_pod
     for inside in run.tree.domains(run.required).values():
         free = sum(run.nodes[n].state.free_gpu_count() // gpus for n in inside if n in run.nodes)
         if free < job.pods:
             continue
-        found = run.first_fit(sorted(n for n in inside if n in run.nodes), members)
+        found = first_fit(
+            run.nodes, sorted(n for n in inside if n in run.nodes), members, run.engine
+        )
         if found is not None:
             return found
     return None
 
 
 def _blind(run: _Run, job: GangJob, members: list[Member]) -> dict[str, Assignment] | None:
-    return run.first_fit(run.by_name, members)
+    return first_fit(run.nodes, run.by_name, members, run.engine)
 
 
 def first_fit(
