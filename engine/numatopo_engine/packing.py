@@ -40,7 +40,6 @@ __all__ = [
     "MixError",
     "Shape",
     "WorkloadMix",
-    "fragmentation",
     "node_rank",
     "pack_of_growth",
     "shape_copies",
@@ -170,30 +169,6 @@ class Hosts:
         hosts = np.array(self.counts, dtype=np.float64)
         scale = np.where(hosts > 0, self.nodes / np.maximum(hosts, 1.0), 1.0)
         return np.asarray(share * scale, dtype=np.float64)
-
-
-def fragmentation(
-    gpus: Ints,
-    cpus: Ints,
-    numa_gpu_capacity: int,
-    mix: WorkloadMix,
-    weights: Floats | None = None,
-    *,
-    numa_cpu_capacity: int | None = None,
-) -> Floats:
-    """Expected stranded free GPUs per row (see the module docstring).
-
-    `gpus`, `cpus`: (rows x NUMA positions) free whole GPUs and free exclusive CPUs;
-    `numa_gpu_capacity` / `numa_cpu_capacity`: the most GPUs / CPUs one NUMA node of
-    this hardware holds; `weights`: per shape of the mix, instead of its share
-    (`Hosts.weights`). One array expression over (rows x positions x shapes).
-    """
-    if not mix:
-        return np.zeros(gpus.shape[0], dtype=np.float64)
-    total, used = usable_gpus(
-        gpus, cpus, numa_gpu_capacity, mix, numa_cpu_capacity=numa_cpu_capacity
-    )
-    return stranded(total, used, mix, weights)
 
 
 def usable_gpus(
