@@ -484,14 +484,10 @@ class ShapeGroup(NamedTuple):
     states: list[NodeState]
 
 
-def group_by_shape(
-    nodes: Iterable[tuple[NumatopologySpec, NodeState]], *, engine: Engine | None = None
-) -> list[ShapeGroup]:
+def group_by_shape(nodes: Iterable[tuple[NumatopologySpec, NodeState]]) -> list[ShapeGroup]:
     """`nodes` (topology, state) per hardware shape (equal hardware, whatever the nodes'
     names), in first-seen order: what `evaluate_many(group.topology, group.states,
-    request, checked=False)` takes. `engine` is accepted for callers that hold one; the
-    grouping reads only each state's shape key."""
-    del engine
+    request, checked=False)` takes."""
     groups: dict[str, ShapeGroup] = {}
     for position, (topology, state) in enumerate(nodes):
         key = state.shape_key if state.topology is topology else shape_key(topology)

@@ -160,7 +160,7 @@ def make_plan(
         narrow_rank=narrow_rank,
         every=every,
         providers=providers,
-        totals=_totals(tables, layout, need, cpu_cols, whole_cols),
+        totals=_totals(layout, need, cpu_cols, whole_cols),
         plain_cpu_columns=cpu_cols,
         floor=floor,
         narrowest=max((p.narrowest for p in providers), default=1),
@@ -264,7 +264,7 @@ def _matching_keys(
 
 
 def _totals(
-    tables: Tables, layout: RowLayout, need: Need, cpu_cols: Ints, whole_cols: Ints
+    layout: RowLayout, need: Need, cpu_cols: Ints, whole_cols: Ints
 ) -> tuple[tuple[str, int, Ints], ...]:
     out: list[tuple[str, int, Ints]] = []
     if need.cpus and need.cpu_mode is not CpuMode.NONE:
@@ -287,7 +287,6 @@ def _totals(
     if need.nics:
         picked = [layout.nic(i) for i, _ in _matching_keys(layout.nic_keys, need.nic_resource)]
         out.append(("NICs", need.nics, array(picked)))
-    del tables
     return tuple(out)
 
 

@@ -406,9 +406,7 @@ class _Placer:
         free counts); exact counts come later, per domain looked at (`_copies`)."""
         engine, request = self.engine, self.largest
         names = list(self.nodes)
-        shapes = group_by_shape(
-            ((self.nodes[n].topology, self.nodes[n].state) for n in names), engine=engine
-        )
+        shapes = group_by_shape((self.nodes[n].topology, self.nodes[n].state) for n in names)
         gpus, cpus, memory = _amounts(request)
         for shape in shapes:
             scored = score_many(
