@@ -800,7 +800,7 @@ def _sized(request: PodRequest, tables: Tables) -> _Sizing:
     needs = {c.name: _container_need(c, options, tables) for c in apps}
     init_needs = _init_totals(request, options, tables)
     pod_need = _sum_needs(list(needs.values()), options)
-    excess = _excess(init_needs, pod_need, options)
+    excess = _excess(init_needs, pod_need)
     return _Sizing(apps, inits, needs, init_needs, excess, _add_needs(pod_need, excess))
 
 
@@ -1229,7 +1229,7 @@ def _add_needs(a: Need, b: Need) -> Need:
     )
 
 
-def _excess(init_needs: Sequence[Need], apps: Need, options: TopologyOptions) -> Need:
+def _excess(init_needs: Sequence[Need], apps: Need) -> Need:
     """What the largest init container needs beyond the app containers' sum, per resource."""
     if not init_needs:
         return Need(cpu_mode=apps.cpu_mode, full_cores=apps.full_cores)
