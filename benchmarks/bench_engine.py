@@ -161,7 +161,7 @@ class Cluster(NamedTuple):
 
 def clustered(nodes: list[tuple[NumatopologySpec, NodeState]]) -> Cluster:
     engine = Engine()
-    groups = group_by_shape(nodes, engine=engine)
+    groups = group_by_shape(nodes)
     return Cluster(nodes, [(g, np.array(g.positions, dtype=np.intp)) for g in groups], [engine])
 
 

@@ -168,7 +168,7 @@ def engine_cycle(nodes: Nodes, request: PodRequest, engine: Engine) -> int:
     """What filter+prioritize need from the engine: a score or a refusal per node, the
     nodes grouped by hardware shape and decided in bulk as the extender does."""
     feasible = 0
-    for group in group_by_shape(nodes, engine=engine):
+    for group in group_by_shape(nodes):
         outcomes = evaluate_many(
             group.topology, group.states, request, checked=False, engine=engine
         )

@@ -1,26 +1,12 @@
 """Which PCI functions are accelerators numatopo places, and under which resource name (pure).
 
-One table serves every reader (sysfs, hwloc XML) and the engine's default resource
-patterns: a PCI function is an accelerator when a rule matches its vendor id, its class
-(base class and subclass, without the programming-interface byte) and, when the rule
-lists device ids, its device id. The first matching rule wins; rules given by
-configuration (`--accelerator`, chart `exporter.accelerators`) are tried before the
-defaults, so a configured rule overrides a default one for the same devices.
-
-Defaults, each id checked against a public source (tests/fixtures/sysfs/accelerators/README.md):
-
-    vendor  id      class          devices                   resource
-    nvidia  0x10de  0300, 0302     any                       nvidia.com/gpu
-    amd     0x1002  0300, 0380,    any                       amd.com/gpu
-                    1200
-    habana  0x1da3  1200           any (Gaudi, Gaudi2/3)     habana.ai/gaudi
-    huawei  0x19e5  1200           d801, d802, d803 (910*)   huawei.com/Ascend910
-    huawei  0x19e5  1200           d500 (310P)               huawei.com/Ascend310P
-    huawei  0x19e5  1200           d100 (310)                huawei.com/Ascend310
-    intel   0x8086  0380           Data Center GPU Max       gpu.intel.com/i915
-
-Intel and Huawei rules list device ids because those vendors ship many other functions
-in the same classes (integrated GPUs, storage and network accelerators).
+One table (`DEFAULT_ACCELERATORS`, listed in docs/DESIGN.md, "Accelerators of any vendor")
+serves every reader (sysfs, hwloc XML) and the engine's default resource patterns. The
+first matching rule wins; configured rules (`--accelerator`, chart
+`exporter.accelerators`) are tried first, so they override a default for the same
+devices. Each default id is checked against a public source
+(tests/fixtures/sysfs/accelerators/README.md); Intel and Huawei rules list device ids
+because those vendors ship other functions in the same classes.
 
 Configuration syntax, one rule per string (ids in hex, `0x` optional):
 

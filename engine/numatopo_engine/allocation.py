@@ -1,45 +1,22 @@
 """The allocation engine's entry points: a pod request and a node's state in, a decision out.
 
-Every caller (the extender's filter, prioritize and bind, the assigner, `numatopo
-assign`, `numatopo simulate`) goes through `decision.decide`, per placement unit: the
-pod under scope `pod`; each app container in turn under scope `container`, each seeing
-what the earlier ones took, as the kubelet's Topology Manager scopes do.
+Every caller goes through `decision.decide_rows`, per placement unit: the pod under
+scope `pod`; each container in turn under scope `container`, or for a pod with init
+containers (`_one_container_at_a_time`; docs/DESIGN.md, "The allocation engine", for
+init containers, sidecars and reuse). `allocate` then fills the chosen mask with
+concrete resources (`gpu_assignment`, `nic_assignment`, `cpu_assignment`, memory in
+NUMA id order as the memory manager books it); a `best-effort` or `none` placement
+the mask does not hold is topped up from outside it, as the kubelet's managers do.
+`evaluate` is the same decision without the fill.
 
-`allocate` then fills the chosen mask with concrete resources: GPUs by link bandwidth
-(`gpu_assignment`), NICs by PCIe path to those GPUs (`nic_assignment`), exclusive CPUs
-packed by core, NUMA node and socket (`cpu_assignment`), memory and huge pages on the
-memory manager's NUMA nodes in id order (as it books them). Where a `best-effort` or
-`none` placement does not hold everything, the rest comes from outside the mask, as the
-kubelet's managers top up an unaligned allocation. `evaluate` is the same decision
-without the fill (the score needs only the mask and the GPU set).
+Pinned devices (Follow, `numatopo.io/observed`; DRA bind): `pinned={container: GPU
+indices}` gives those containers exactly those GPUs, the only GPUs free to the decision,
+so every GPU container must be pinned (the kubelet allocates every container's devices
+at admission). `pinned_nics={container: NIC names}` does the same for RDMA NICs; when
+every NIC container is pinned, the held NICs are the only ones the NIC hint counts.
 
-Init containers run one at a time before the app containers, so the pod needs, per
-resource, max(largest init container, sum of app containers) (kubelet). Sidecars
-(restartable init containers) keep running: they are placed like app containers and
-add to every later init container's need. Init containers reuse what the app
-containers got: each init container's entry lists CPUs taken from the app containers'
-exclusive CPUs (topped up from the mask's shared CPUs) with `exclusive: false`, so
-nothing is booked twice; what the largest init container needs beyond the app
-containers' sum is booked on its entry. A pod with init containers is admitted container
-by container as the kubelet admits it (`_one_container_at_a_time`): under scope
-`container` each decided alone, under scope `pod` each allocated with the pod's hint,
-init containers first, their CPUs, devices and memory reused by the later containers.
-
-Pinned GPUs: when the kubelet's device manager gave a running container other GPUs
-than its assignment named (Follow, `numatopo.io/observed`), the operator decides again
-with `pinned={container: gpu indices}`: those containers get exactly those GPUs, and
-the decision places CPUs, memory and NICs around them. The pinned GPUs are the only
-GPUs free for the decision, so every GPU container of the pod must be pinned (the
-kubelet allocates every container's devices at admission, so Follow sees them all).
-`pinned_nics={container: NIC names}` does the same for the RDMA NICs a container holds
-(a shared pool's IDs name no NIC, so such a container is not pinned): it gets exactly
-those, the other containers none of them, and when every NIC container is pinned the
-held NICs are the only ones the decision's NIC hint counts.
-
-Memo tables (hardware tables per shape, mask spaces, GPU set choices) live in an
-`Engine` the caller owns and passes; without one, a call builds what it needs afresh.
-Nothing here mutates the caller's `NodeState`; the caller applies
-`decision.assignment` with `state.apply(key, assignment)`.
+Memo tables live in an `Engine` the caller owns; nothing here mutates the caller's
+`NodeState` (the caller applies `decision.assignment` with `state.apply`).
 """
 
 from __future__ import annotations
@@ -294,12 +271,10 @@ def allocate(
     container's request, is UnsatisfiableError too.
     """
     engine = engine or Engine()
-    outcome = _decide(
+    outcome = _admitted(_decide(
         engine, topology, state, request, build=True, pinned=pinned or {},
         pinned_nics=pinned_nics or {},
-    )  # fmt: skip
-    if isinstance(outcome, Shortfall):
-        raise UnsatisfiableError(word(outcome), word(outcome, detail=False))
+    ))  # fmt: skip
     # Names only here, at the edge, and from the node's own spec.
     tables = engine.tables_of(topology, state)
     names = state.names if state.topology is topology else node_names(topology)
@@ -321,10 +296,13 @@ def evaluate(
     engine: Engine | None = None,
 ) -> int:
     """The score `allocate` would give; raises UnsatisfiableError like it."""
-    outcome = _decide(engine or Engine(), topology, state, request, build=False)
+    return _admitted(_decide(engine or Engine(), topology, state, request, build=False)).score
+
+
+def _admitted(outcome: _Plan | Shortfall) -> _Plan:
     if isinstance(outcome, Shortfall):
         raise UnsatisfiableError(word(outcome), word(outcome, detail=False))
-    return outcome.score
+    return outcome
 
 
 def evaluate_many(
@@ -479,23 +457,18 @@ def _one_by_one(
     """Scope `container`, a pod whose memory is decided container by container
     (`_memory_per_container`, without init containers), and unreadable rows: each node
     decided unit by unit; the rank is the score (no packing term)."""
-    outcomes: list[int | Refusal] = []
-    for state in states:
-        plan = _decide(engine, topology, state, request, build=False)
-        outcomes.append(Refusal.of(plan) if isinstance(plan, Shortfall) else plan.score)
-    scores = np.array([REFUSED if isinstance(o, Refusal) else o for o in outcomes], dtype=np.int64)
+    scores = np.full(len(states), REFUSED, dtype=np.int64)
+    refusals: dict[int, Refusal] = {}
     by_summary: dict[str, list[int]] = {}
-    for index, outcome in enumerate(outcomes):
-        if isinstance(outcome, Refusal):
-            by_summary.setdefault(outcome.summary, []).append(index)
+    for index, state in enumerate(states):
+        plan = _decide(engine, topology, state, request, build=False)
+        if isinstance(plan, Shortfall):
+            why = refusals[index] = Refusal.of(plan)
+            by_summary.setdefault(why.summary, []).append(index)
+        else:
+            scores[index] = plan.score
     refused = [(np.array(ix, dtype=np.intp), text) for text, ix in by_summary.items()]
-
-    def refusal(index: int) -> Refusal:
-        found = outcomes[index]
-        assert isinstance(found, Refusal)
-        return found
-
-    return ShapeScores(scores, refused, refusal, scores.astype(np.float64))
+    return ShapeScores(scores, refused, refusals.__getitem__, scores.astype(np.float64))
 
 
 def _prefers_closest(topology: NumatopologySpec) -> bool:
@@ -511,14 +484,10 @@ class ShapeGroup(NamedTuple):
     states: list[NodeState]
 
 
-def group_by_shape(
-    nodes: Iterable[tuple[NumatopologySpec, NodeState]], *, engine: Engine | None = None
-) -> list[ShapeGroup]:
+def group_by_shape(nodes: Iterable[tuple[NumatopologySpec, NodeState]]) -> list[ShapeGroup]:
     """`nodes` (topology, state) per hardware shape (equal hardware, whatever the nodes'
     names), in first-seen order: what `evaluate_many(group.topology, group.states,
-    request, checked=False)` takes. `engine` is accepted for callers that hold one; the
-    grouping reads only each state's shape key."""
-    del engine
+    request, checked=False)` takes."""
     groups: dict[str, ShapeGroup] = {}
     for position, (topology, state) in enumerate(nodes):
         key = state.shape_key if state.topology is topology else shape_key(topology)
@@ -618,6 +587,16 @@ class _Choice(NamedTuple):
     preferred: bool = False  # the Topology Manager's merged hint is preferred
 
 
+class _Filler(NamedTuple):
+    """What one decision fills from: the engine's memo tables, the hardware, what is
+    free (taken from as containers are filled) and the pod's options."""
+
+    engine: Engine
+    tables: Tables
+    free: FreeView
+    options: TopologyOptions
+
+
 class _Sizing(NamedTuple):
     apps: tuple[ContainerRequest, ...]  # app containers and sidecars
     inits: tuple[ContainerRequest, ...]  # regular init containers
@@ -653,67 +632,44 @@ def _decide(
         free.nics &= nic_pins.held
     floor = state.shared_floor
     closest = _prefers_closest(topology)
+    filler = _Filler(engine, tables, free, options)
+    if options.scope is not Scope.POD:
+        return _one_container_at_a_time(
+            filler, request, pins=pins, nic_pins=nic_pins, floor=floor, closest=closest
+        )
     # Without init containers, a pod whose containers the memory manager places one by
     # one is admitted by their memory alone (`_one_container_at_a_time`).
-    unit_memory = bool(request.init_containers) or not _memory_per_container(request, sizing)
-
-    def choose(
-        working: FreeView, need: Need, only_gpus: Sequence[int] | None = None
-    ) -> _Choice | Shortfall:
-        if only_gpus is not None:
-            working = working.copy()
-            working.gpus &= set(only_gpus)
-        plan = engine.plan(tables, need, options, floor=floor, closest=closest)
-        row = np.array([row_of(tables, plan.layout, working)], dtype=np.int64)
-        decided = decide_rows(plan, row, engine.gpu_memo, unit_memory=unit_memory)
-        if decided.score[0] < 0:
-            return shortfall(plan, decided, 0, row[0])
-        return _Choice(decided.mask(0), decided.memory_mask(0), int(decided.score[0]),
-                       decided.gpus[0], _merged_preferred(decided, row[0]))  # fmt: skip
-
-    entries: dict[str, _Entry] = {}
-    if options.scope is Scope.POD:
-        choice = choose(free, sizing.total)
-        if isinstance(choice, Shortfall):
-            return choice
-        if _memory_per_container(request, sizing):
-            # Admission depends on each container's memory (see the function), so the
-            # score path fills too.
-            return _one_container_at_a_time(
-                engine, tables, free, request, pins=pins, nic_pins=nic_pins, floor=floor,
-                closest=closest, pod_hint=choice,
-            )  # fmt: skip
-        if not build:
-            return _Plan(choice.mask, choice.score, entries)
-        pool = list(choice.gpus)
-        for container in sizing.apps:
-            filled = _fill(
-                engine,
-                tables,
-                free,
-                sizing.needs[container.name],
-                options=options,
-                choice=choice,
-                gpu_pool=pool,
-                pinned=pins.get(container.name),
-                nic_pool=nic_pins.pool(container.name),
-            )
-            if isinstance(filled, Shortfall):
-                return filled
-            entries[container.name] = filled
-        union, score, memory_mask = choice.mask, choice.score, choice.memory_mask
-    else:
+    per_container = _memory_per_container(request, sizing)
+    plan = engine.plan(tables, sizing.total, options, floor=floor, closest=closest)
+    unit_memory = bool(request.init_containers) or not per_container
+    choice = _choice_on(engine, tables, plan, free, unit_memory=unit_memory)
+    if isinstance(choice, Shortfall):
+        return choice
+    if per_container:
+        # Admission depends on each container's memory (see the function), so the
+        # score path fills too.
         return _one_container_at_a_time(
-            engine, tables, free, request, pins=pins, nic_pins=nic_pins, floor=floor,
-            closest=closest,
+            filler, request, pins=pins, nic_pins=nic_pins, floor=floor, closest=closest,
+            pod_hint=choice,
         )  # fmt: skip
+    entries: dict[str, _Entry] = {}
+    if not build:
+        return _Plan(choice.mask, choice.score, entries)
+    pool = list(choice.gpus)
+    for container in sizing.apps:
+        filled = _fill(
+            filler, sizing.needs[container.name], choice=choice, gpu_pool=pool,
+            pinned=pins.get(container.name), nic_pool=nic_pins.pool(container.name),
+        )  # fmt: skip
+        if isinstance(filled, Shortfall):
+            return filled
+        entries[container.name] = filled
     filled_inits = _add_init_entries(
-        engine, tables, free, sizing=sizing, entries=entries, union=union,
-        memory_mask=memory_mask, options=options,
-    )  # fmt: skip
+        filler, sizing, entries, union=choice.mask, memory_mask=choice.memory_mask
+    )
     if isinstance(filled_inits, Shortfall):
         return filled_inits
-    return _Plan(union, score, entries)
+    return _Plan(choice.mask, choice.score, entries)
 
 
 def _memory_per_container(request: PodRequest, sizing: _Sizing) -> bool:
@@ -844,7 +800,7 @@ def _sized(request: PodRequest, tables: Tables) -> _Sizing:
     needs = {c.name: _container_need(c, options, tables) for c in apps}
     init_needs = _init_totals(request, options, tables)
     pod_need = _sum_needs(list(needs.values()), options)
-    excess = _excess(init_needs, pod_need, options)
+    excess = _excess(init_needs, pod_need)
     return _Sizing(apps, inits, needs, init_needs, excess, _add_needs(pod_need, excess))
 
 
@@ -877,9 +833,7 @@ class _Reusable:
 
 
 def _one_container_at_a_time(
-    engine: Engine,
-    tables: Tables,
-    free: FreeView,
+    filler: _Filler,
     request: PodRequest,
     *,
     pins: Pinned,
@@ -890,28 +844,17 @@ def _one_container_at_a_time(
 ) -> _Plan | Shortfall:
     """Scope `container`: every container decided alone, in the kubelet's order (init
     containers and sidecars in spec order, then the app containers), each seeing what
-    the earlier ones took (`topologymanager/scope_container.go`). Scope `pod` with init
-    containers (`pod_hint`: the pod's decision): the same order, every container
-    allocated with the pod's hint (`scope_pod.go`).
-
-    Memory is the memory manager's per container (`memory_manager_mask`): with the
-    Topology Manager's hint, its default hint under a nil one, extended when the free
-    memory of the hint does not hold the container's request. Under scope `pod` that
-    check sees the init containers' bookings and not their reuse, so an app container
-    asking more memory than the pod's NUMA nodes have left after its init containers is
-    refused, as the kubelet refuses it.
-
-    What a regular init container got is reusable by the containers after it, and the
-    kubelet's providers make that binding: the CPU and device managers give a hint only
-    for masks holding the NUMA node of every reusable CPU or device (counted as free
-    there) and hand the reusable ones out first; the memory manager reuses an init
-    container's memory only on the very same NUMA nodes. So a container may find no
-    aligned hint left where the pod total fits (an init container on NUMA 0 binds the
-    app container to NUMA 0): the kubelet refuses it with `TopologyAffinityError`, and
-    so does numatopo. An app container or sidecar removes what it reused from the
-    reusable set; a regular init container adds what it got.
+    the earlier ones took (`scope_container.go`). Scope `pod` with init containers
+    (`pod_hint`: the pod's decision): the same order, each allocated with the pod's hint
+    (`scope_pod.go`). Memory is the memory manager's per container
+    (`memory_manager_mask`): under scope `pod` it sees the init containers' bookings and
+    not their reuse, so an app container asking more than the pod's NUMA nodes have
+    left after them is refused, as the kubelet refuses it. Reuse binds (docs/DESIGN.md):
+    an init container on NUMA 0 ties the app container to NUMA 0, and a pod the kubelet
+    refuses with `TopologyAffinityError` is refused. An app container or sidecar removes
+    what it reused from the reusable set; a regular init container adds what it got.
     """
-    options = request.options
+    engine, tables, free, options = filler
     reusable = _Reusable()
     entries: dict[str, _Entry] = {}
     union = memory_mask = 0
@@ -936,24 +879,19 @@ def _one_container_at_a_time(
                 working = free.copy()
                 working.gpus &= set(free.gpus if only is None else only)
                 working.nics &= free.nics if nic_pool is None else nic_pool
-            row = np.array([row_of(tables, plan.layout, working)], dtype=np.int64)
-            decided = decide_rows(plan, row, engine.gpu_memo)
-            if decided.score[0] < 0:
-                return shortfall(plan, decided, 0, row[0])
-            choice = _Choice(decided.mask(0), decided.memory_mask(0), int(decided.score[0]),
-                             decided.gpus[0], _merged_preferred(decided, row[0]))  # fmt: skip
+            decided = _choice_on(engine, tables, plan, working)
+            if isinstance(decided, Shortfall):
+                return decided
+            choice = decided
         else:
             choice = pod_hint._replace(gpus=tuple(g for g in pod_hint.gpus if g in free.gpus))
-        memory = _memory_of(tables, free, need, choice, options)
-        if memory is None:
-            free.cpus -= reusable.cpus
-            free.gpus -= reusable.gpus
-            free.nics -= reusable.nics
-            return Shortfall(Kind.MEMORY, options.policy.value, _memory_wanted(need))
-        choice = choice._replace(memory_mask=memory or choice.memory_mask)
-        filled = _fill_reusing(
-            engine, tables, free, need, options, choice, reusable, only, nic_pool
+        memory = _memory_of(filler, need, choice)
+        filled: _Entry | Shortfall = Shortfall(
+            Kind.MEMORY, options.policy.value, _memory_wanted(need)
         )
+        if memory is not None:
+            choice = choice._replace(memory_mask=memory or choice.memory_mask)
+            filled = _fill_reusing(filler, need, choice, reusable, only, nic_pool)
         free.cpus -= reusable.cpus
         free.gpus -= reusable.gpus
         free.nics -= reusable.nics
@@ -969,6 +907,18 @@ def _one_container_at_a_time(
         scores.append(choice.score)
     _drop_handed_on(entries, [c.name for c in order])
     return _Plan(union, min(scores, default=100), entries)
+
+
+def _choice_on(
+    engine: Engine, tables: Tables, plan: Plan, working: FreeView, *, unit_memory: bool = True
+) -> _Choice | Shortfall:
+    """`plan` decided on the one row of `working`."""
+    row = np.array([row_of(tables, plan.layout, working)], dtype=np.int64)
+    decided = decide_rows(plan, row, engine.gpu_memo, unit_memory=unit_memory)
+    if decided.score[0] < 0:
+        return shortfall(plan, decided, 0, row[0])
+    return _Choice(decided.mask(0), decided.memory_mask(0), int(decided.score[0]),
+                   decided.gpus[0], _merged_preferred(decided, row[0]))  # fmt: skip
 
 
 def _merged_preferred(decided: Decided, row: npt.NDArray[np.int64]) -> bool:
@@ -996,11 +946,10 @@ def _merged_preferred(decided: Decided, row: npt.NDArray[np.int64]) -> bool:
     return True
 
 
-def _memory_of(
-    tables: Tables, free: FreeView, need: Need, choice: _Choice, options: TopologyOptions
-) -> int | None:
+def _memory_of(filler: _Filler, need: Need, choice: _Choice) -> int | None:
     """The memory manager's NUMA nodes for one container (`memory_manager_mask`); 0 when
     it asks no memory, None when the manager refuses."""
+    _, tables, free, options = filler
     if not need.has_memory:
         return 0
     if len(tables.numa_ids) > FULL_SEARCH:
@@ -1065,15 +1014,8 @@ def _binding(plan: Plan, need: Need, cpus: set[int], gpus: set[int], nics: set[i
     providers = []
     for provider in plan.providers:
         name = provider.wanted[0].resource if provider.wanted and not provider.memory else ""
-        numa = (
-            cpus
-            if name == "CPUs"
-            else gpus
-            if name == device
-            else nics
-            if name == "NICs"
-            else set()
-        )
+        # A later key wins: CPUs before the device's word before NICs.
+        numa = {"NICs": nics, device: gpus, "CPUs": cpus}.get(name, set())
         positions = [plan.position_of[n] for n in numa if n in plan.position_of]
         bound = provider.holds & plan.member[:, positions].all(axis=1)
         providers.append(replace(provider, holds=bound) if numa else provider)
@@ -1081,18 +1023,16 @@ def _binding(plan: Plan, need: Need, cpus: set[int], gpus: set[int], nics: set[i
 
 
 def _fill_reusing(  # noqa: PLR0917 (the fill's inputs, one container's)
-    engine: Engine,
-    tables: Tables,
-    free: FreeView,
+    filler: _Filler,
     need: Need,
-    options: TopologyOptions,
     choice: _Choice,
     reusable: _Reusable,
     pinned: Sequence[int] | None,
-    nic_pool: frozenset[int] | None = None,
+    nic_pool: frozenset[int] | None,
 ) -> _Entry | Shortfall:
     """`_fill`, the reusable CPUs, devices and memory taken first, as the kubelet's
     managers take them (`devicesToAllocate`, `allocateCPUs`, `getPodReusableMemory`)."""
+    tables, free = filler.tables, filler.free
     numa_ids = set(bits(choice.mask))
     reused_cpus: list[int] = []
     if need.cpu_mode is CpuMode.EXCLUSIVE and need.cpus and not need.full_cores:
@@ -1106,14 +1046,14 @@ def _fill_reusing(  # noqa: PLR0917 (the fill's inputs, one container's)
         if need.nic_resource in (None, tables.nic_resource[x])
         and (nic_pool is None or x in nic_pool)
     )[: need.nics]
-    gpus = list(pinned) if pinned else _gpus_reusing(engine, tables, free, need, options,
-                                                     choice, reusable)  # fmt: skip
+    gpus = list(pinned) if pinned else _gpus_reusing(filler, need, choice, reusable)
     _release_reused_memory(free, need, choice.memory_mask, reusable)
     rest = replace(need, cpus=need.cpus - len(reused_cpus), nics=need.nics - len(reused_nics))
     free.cpus.difference_update(reused_cpus)
     free.nics.difference_update(reused_nics)
-    entry = _fill(engine, tables, free, rest, options=options, choice=choice,
-                  gpu_pool=list(gpus), pinned=gpus or None, nic_pool=nic_pool)  # fmt: skip
+    entry = _fill(
+        filler, rest, choice=choice, gpu_pool=list(gpus), pinned=gpus or None, nic_pool=nic_pool
+    )
     if isinstance(entry, Shortfall):
         return entry
     if reused_cpus:
@@ -1125,17 +1065,10 @@ def _fill_reusing(  # noqa: PLR0917 (the fill's inputs, one container's)
     return entry
 
 
-def _gpus_reusing(  # noqa: PLR0917 (the fill's inputs, one container's)
-    engine: Engine,
-    tables: Tables,
-    free: FreeView,
-    need: Need,
-    options: TopologyOptions,
-    choice: _Choice,
-    reusable: _Reusable,
-) -> list[int]:
+def _gpus_reusing(filler: _Filler, need: Need, choice: _Choice, reusable: _Reusable) -> list[int]:
     """The reusable GPUs first, then the best of the decision's (the pod's set under
     scope `pod`), then of the aligned free ones, then any."""
+    tables, free = filler.tables, filler.free
     if not need.gpus:
         return []
     matching = sorted(
@@ -1146,24 +1079,26 @@ def _gpus_reusing(  # noqa: PLR0917 (the fill's inputs, one container's)
     if not missing:
         return picked
     decided = frozenset(g for g in choice.gpus if g in free.gpus and g not in reusable.gpus)
-    if len(decided) >= missing:
-        chosen = choose_gpus(
-            tables, decided, missing, options.gpu_links, engine.gpu_memo
-        ) or choose_gpus(tables, decided, missing, GpuLinksMode.IGNORE)
-        if chosen is not None:
-            return picked + list(chosen)
+    chosen = _best_gpus(filler, decided, missing)
+    if chosen is not None:
+        return picked + list(chosen)
     numa_ids = set(bits(choice.mask))
     others = [
         g for g in free.gpus - reusable.gpus if need.gpu_resource in (None, tables.gpu_resource[g])
     ]
     aligned = frozenset(g for g in others if tables.gpu_numa[g] in numa_ids)
     if len(aligned) >= missing:
-        chosen = choose_gpus(tables, aligned, missing, options.gpu_links, engine.gpu_memo)
-        if chosen is None:
-            chosen = choose_gpus(tables, aligned, missing, GpuLinksMode.IGNORE)
-        return picked + list(chosen or ())
+        return picked + list(_best_gpus(filler, aligned, missing) or ())
     unaligned = sorted(g for g in others if g not in aligned)
     return picked + sorted(aligned) + unaligned[: missing - len(aligned)]
+
+
+def _best_gpus(filler: _Filler, pool: frozenset[int], count: int) -> tuple[int, ...] | None:
+    """The best `count` of `pool` under the pod's `gpu-links`, else any `count` of them."""
+    engine, tables, _, options = filler
+    return choose_gpus(tables, pool, count, options.gpu_links, engine.gpu_memo) or choose_gpus(
+        tables, pool, count, GpuLinksMode.IGNORE
+    )
 
 
 def _release_reused_memory(
@@ -1294,7 +1229,7 @@ def _add_needs(a: Need, b: Need) -> Need:
     )
 
 
-def _excess(init_needs: Sequence[Need], apps: Need, options: TopologyOptions) -> Need:
+def _excess(init_needs: Sequence[Need], apps: Need) -> Need:
     """What the largest init container needs beyond the app containers' sum, per resource."""
     if not init_needs:
         return Need(cpu_mode=apps.cpu_mode, full_cores=apps.full_cores)
@@ -1321,12 +1256,9 @@ def _has_any(need: Need) -> bool:
 
 
 def _fill(
-    engine: Engine,
-    tables: Tables,
-    free: FreeView,
+    filler: _Filler,
     need: Need,
     *,
-    options: TopologyOptions,
     choice: _Choice,
     gpu_pool: list[int],
     pinned: Sequence[int] | None = None,
@@ -1335,6 +1267,7 @@ def _fill(
     """Concrete resources for one container: inside `choice.mask` first, the rest (of a
     placement the policy admits unaligned) from outside it; taken out of `free`; its
     NICs only from `nic_pool` when given."""
+    _, tables, free, options = filler
     mask = choice.mask
     numa_ids = bits(mask)
     entry = _Entry(mask=mask, exclusive=need.cpu_mode is CpuMode.EXCLUSIVE)
@@ -1346,9 +1279,7 @@ def _fill(
                              f"are not all in the pod's set {sorted(gpu_pool)}")  # fmt: skip
         picked = pinned
     elif need.gpus:
-        picked = choose_gpus(
-            tables, frozenset(gpu_pool), need.gpus, options.gpu_links, engine.gpu_memo
-        ) or choose_gpus(tables, frozenset(gpu_pool), need.gpus, GpuLinksMode.IGNORE)
+        picked = _best_gpus(filler, frozenset(gpu_pool), need.gpus)
         if picked is None:
             asked = accelerator_word(need.gpu_resource)
             return Shortfall(Kind.REQUEST, policy, (), note=f"{need.gpus} {asked} requested, "
@@ -1427,39 +1358,26 @@ def _take_cpus(
 def _book_memory(free: FreeView, need: Need, entry: _Entry, numa_ids: list[int]) -> str | None:
     """Book memory and huge pages over `numa_ids` in id order, as the memory manager
     does; the reason when they do not fit (the decision checked they do)."""
-    if need.memory_bytes:
-        booked = book_bytes(free.memory, numa_ids, need.memory_bytes)
-        if booked is None:
-            return (
-                f"memory: {format_bytes(need.memory_bytes)} requested, less free on NUMA "
-                + ",".join(map(str, numa_ids))
-            )
-        entry.memory = booked
-    for size, amount in need.hugepages:
-        view = {n: free.hugepages.get((n, size), 0) for n in numa_ids}
+    for kind, amount in [("memory", need.memory_bytes), *need.hugepages]:
+        memory = kind == "memory"
+        view = free.memory if memory else {n: free.hugepages.get((n, kind), 0) for n in numa_ids}
         booked = book_bytes(view, numa_ids, amount)
         if booked is None:
-            return (
-                f"hugepages-{size}: {format_bytes(amount)} requested, less free on NUMA "
-                + ",".join(map(str, numa_ids))
-            )
+            name, where = kind if memory else f"hugepages-{kind}", ",".join(map(str, numa_ids))
+            return f"{name}: {format_bytes(amount)} requested, less free on NUMA {where}"
+        if memory:
+            entry.memory = booked
+            continue
         for numa_id, taken in booked.items():
-            free.hugepages[(numa_id, size)] -= taken
-            entry.hugepages.setdefault(numa_id, {})[size] = taken
+            free.hugepages[(numa_id, kind)] -= taken
+            entry.hugepages.setdefault(numa_id, {})[kind] = taken
     return None
 
 
 def _add_init_entries(
-    engine: Engine,
-    tables: Tables,
-    free: FreeView,
-    *,
-    sizing: _Sizing,
-    entries: dict[str, _Entry],
-    union: int,
-    memory_mask: int,
-    options: TopologyOptions,
+    filler: _Filler, sizing: _Sizing, entries: dict[str, _Entry], *, union: int, memory_mask: int
 ) -> Shortfall | None:
+    tables, free = filler.tables, filler.free
     inits, init_needs, excess = sizing.inits, sizing.init_needs, sizing.excess
     if not inits:
         return None
@@ -1485,9 +1403,7 @@ def _add_init_entries(
                 if excess.gpu_resource is None or tables.gpu_resource[g] == excess.gpu_resource
             )  # fmt: skip
             place = _Choice(union, memory_mask or union, 0, ())
-            extra = _fill(
-                engine, tables, free, extra_need, options=options, choice=place, gpu_pool=pool
-            )
+            extra = _fill(filler, extra_need, choice=place, gpu_pool=pool)
             if isinstance(extra, Shortfall):
                 return extra
             entry.gpus, entry.nics = extra.gpus, extra.nics

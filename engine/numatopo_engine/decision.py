@@ -1,42 +1,26 @@
 """The one decision path: where a placement unit goes on each of many nodes of one shape.
 
-Every caller (the extender's filter, prioritize and bind, the assigner, `numatopo
-assign`, `numatopo simulate`) reaches `decide_rows`; one node is one row. Per node:
+Every caller reaches `decide_rows`; one node is one row. docs/DESIGN.md ("The
+allocation engine") states the rules; per node, as (nodes x masks) array expressions:
 
-1. Hint providers, as the kubelet's (`hints` for the inputs):
-   * CPUs (static CPU manager, exclusive integer CPUs): a mask is a hint when its free
-     allocatable CPUs hold the request; preferred when its width is the fewest NUMA
-     nodes whose CPUs (all of them, reserved ones too) could hold it. With
-     `smt: full-cores` only wholly free whole cores count (numatopo's own rule).
-   * devices (device manager), per resource name: a device counts in a mask when its
-     NUMA node is in it; devices on no NUMA node count in none; a resource none of
-     whose devices has a NUMA node gives no preference.
-   * memory and huge pages (static memory manager), one hint list for all sizes: a
-     mask is a hint when its capacity and free amounts hold every size and its nodes
-     may serve it together (memory groups, `hints.FreeView.join_group`). With no hint
-     at all it states no preference, and refuses when it allocates.
-   `cpu: numa` (fractional CPUs) gives no CPU hint, as the kubelet gives none for a
-   container without integer CPUs.
-2. The merge and admission (`topology_manager`, same answers): a mask every provider
-   lists as preferred (the narrowest, or closest with `prefer-closest-numa-nodes`),
-   else, under `best-effort` and `none`, the non-preferred winner. Under `none`
-   numatopo still places the CPUs and devices aligned where it can (the kubelet's
-   Topology Manager gives no hint), and admits what the kubelet admits.
+1. Hint providers as the kubelet's (`hints` for the inputs); `smt: full-cores` counts
+   only wholly free whole cores, `cpu: numa` hints over the shared CPUs. A memory
+   provider with no hint at all states no preference, and refuses when it allocates.
+2. The Topology Manager's merge and admission (`topology_manager`, same answers).
+   Under `none` CPUs and devices are still placed aligned where they can be.
 3. The memory manager's own nodes: the merged mask if its free memory holds the
    request, else its best hint containing the mask (under `none`, which hands it no
-   hint: its own best hint, preferred then narrowest then lowest, wherever the merged
-   mask is, as the kubelet books it);
+   hint: its own best hint, wherever the merged mask is, as the kubelet books it);
    refused when there is none, when that hint is not preferred while the merged one
    is, or when a multi-node mask mixes memory groups.
-4. numatopo's checks beyond the kubelet: `max-numa-nodes`, `gpu-links: required`, the
-   last shared CPU; then the node score (`scoring`).
+4. numatopo's checks beyond the kubelet (`max-numa-nodes`, `gpu-links: required`, the
+   last shared CPU), then the node score (`scoring`).
 
-Steps 1-3 are (nodes x masks) array expressions; the GPU set and the non-preferred
-merge run per node, for the nodes that need them. Masks cover every NUMA node of the
-machine (all 2^N - 1 of them, as the kubelet's, for N up to `FULL_SEARCH`). Larger
-machines, which the kubelet's Topology Manager refuses to run on, are searched over
-the NUMA nodes that hold something the request asks for, by increasing width within a
-budget, and there a non-preferred placement is the narrowest mask that holds it all.
+The GPU set and the non-preferred merge run per node, for the nodes that need them.
+Masks are every subset of the NUMA nodes up to `FULL_SEARCH` of them; larger machines
+(where the kubelet's Topology Manager refuses to run) are searched over the NUMA nodes
+holding something asked for, by increasing width within a budget, and there a
+non-preferred placement is the narrowest mask that holds it all.
 """
 
 from __future__ import annotations
@@ -45,6 +29,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from itertools import combinations
 from math import comb
+from typing import NamedTuple
 
 import numpy as np
 import numpy.typing as npt
@@ -143,7 +128,6 @@ def make_plan(
         every = masks[-1]
     else:
         masks, every = _bounded_masks(tables, need, options, positions, position_of)
-    mask_arr = np.array(masks, dtype=np.int64) if len(ids) < 63 else np.zeros(len(masks), np.int64)
     member = np.array(
         [[m >> p & 1 for p in range(len(ids))] for m in masks], dtype=np.int64
     ).reshape(len(masks), len(ids))
@@ -151,30 +135,12 @@ def make_plan(
     single = options.policy is PolicyName.SINGLE_NUMA_NODE
     closest = prefer_closest and not single
     distance = _mean_distances(tables, ids, member) if closest else np.zeros(len(masks))
-    order = np.lexsort((mask_arr if len(ids) < 63 else np.arange(len(masks)), distance, counts))
-    rank = np.empty(len(masks), dtype=np.int64)
-    rank[order] = np.arange(len(masks))
-    narrow_order = np.lexsort((np.arange(len(masks)), counts))
-    narrow_rank = np.empty(len(masks), dtype=np.int64)
-    narrow_rank[narrow_order] = np.arange(len(masks))
+    by_value = np.array(masks, dtype=np.int64) if len(ids) < 63 else np.arange(len(masks))
+    # A permutation's argsort is its inverse: each mask's place in the order.
+    rank = np.argsort(np.lexsort((by_value, distance, counts))).astype(np.int64)
+    narrow_rank = np.argsort(np.lexsort((np.arange(len(masks)), counts))).astype(np.int64)
     providers = _providers(tables, layout, need, member, counts)
-    gpu_matching = 0
-    for gpu, resource in tables.gpu_resource.items():
-        if need.gpu_resource in (None, resource):
-            gpu_matching |= 1 << gpu
-    gpu_in_mask = []
-    gpu_all = []
-    for m in masks:
-        inside = {ids[p] for p in range(len(ids)) if m >> p & 1}
-        bits_in = 0
-        total = 0
-        for gpu, numa in tables.gpu_numa.items():
-            if numa is None or numa in inside:
-                total += 1
-                if gpu_matching >> gpu & 1:
-                    bits_in |= 1 << gpu
-        gpu_in_mask.append(bits_in)
-        gpu_all.append(total)
+    gpu_matching, gpu_in_mask, gpu_all = _gpus_in_masks(tables, need, ids, masks)
     allocatable = np.array([len(tables.numa_allocatable[n]) for n in ids], dtype=np.int64)
     free = free_columns(tables, layout)
     cpu_cols = free.cpu
@@ -194,7 +160,7 @@ def make_plan(
         narrow_rank=narrow_rank,
         every=every,
         providers=providers,
-        totals=_totals(tables, layout, need, cpu_cols, whole_cols),
+        totals=_totals(layout, need, cpu_cols, whole_cols),
         plain_cpu_columns=cpu_cols,
         floor=floor,
         narrowest=max((p.narrowest for p in providers), default=1),
@@ -215,6 +181,30 @@ def make_plan(
         numa_gpu_capacity=free.numa_gpu_capacity,
         numa_cpu_capacity=free.numa_cpu_capacity,
     )
+
+
+def _gpus_in_masks(
+    tables: Tables, need: Need, ids: tuple[int, ...], masks: list[int]
+) -> tuple[int, list[int], list[int]]:
+    """The bitmask of the GPUs of the requested resource; per mask, the bitmask of those
+    in it, and how many GPUs (any resource) are in it or on no NUMA node."""
+    matching = 0
+    for gpu, resource in tables.gpu_resource.items():
+        if need.gpu_resource in (None, resource):
+            matching |= 1 << gpu
+    in_mask: list[int] = []
+    every: list[int] = []
+    for m in masks:
+        inside = {ids[p] for p in range(len(ids)) if m >> p & 1}
+        bits_in = total = 0
+        for gpu, numa in tables.gpu_numa.items():
+            if numa is None or numa in inside:
+                total += 1
+                if matching >> gpu & 1:
+                    bits_in |= 1 << gpu
+        in_mask.append(bits_in)
+        every.append(total)
+    return matching, in_mask, every
 
 
 @dataclass(frozen=True, slots=True)
@@ -274,7 +264,7 @@ def _matching_keys(
 
 
 def _totals(
-    tables: Tables, layout: RowLayout, need: Need, cpu_cols: Ints, whole_cols: Ints
+    layout: RowLayout, need: Need, cpu_cols: Ints, whole_cols: Ints
 ) -> tuple[tuple[str, int, Ints], ...]:
     out: list[tuple[str, int, Ints]] = []
     if need.cpus and need.cpu_mode is not CpuMode.NONE:
@@ -297,7 +287,6 @@ def _totals(
     if need.nics:
         picked = [layout.nic(i) for i, _ in _matching_keys(layout.nic_keys, need.nic_resource)]
         out.append(("NICs", need.nics, array(picked)))
-    del tables
     return tuple(out)
 
 
@@ -395,75 +384,96 @@ def _providers(
     tables: Tables, layout: RowLayout, need: Need, member: Ints, counts: Ints
 ) -> tuple[_Provider, ...]:
     ids = layout.numa_ids
-    n_all = len(ids)
     everything = np.ones(len(counts), dtype=bool)
 
     def make(
-        wanted: tuple[Wanted, ...],
-        columns: list[Ints],
-        capacities: list[Ints],
-        *,
-        memory: bool = False,
-    ) -> _Provider:
+        wanted: tuple[Wanted, ...], columns: list[Ints], capacities: list[dict[int, int]],
+        *, memory: bool = False,
+    ) -> _Provider:  # fmt: skip
         holds = everything.copy()
         for w, capacity in zip(wanted, capacities, strict=True):
-            holds &= (member @ capacity) >= w.amount
-        narrowest = int(counts[holds].min()) if holds.any() else n_all
+            holds &= (member @ np.array([capacity.get(n, 0) for n in ids], np.int64)) >= w.amount
+        narrowest = int(counts[holds].min()) if holds.any() else len(ids)
         return _Provider(
             wanted, tuple(columns), tuple(w.amount for w in wanted), narrowest,
             counts == narrowest, holds if memory else everything, memory,
         )  # fmt: skip
 
-    def per_position(values: dict[int, int]) -> Ints:
-        return np.array([values.get(n, 0) for n in ids], dtype=np.int64)
-
     providers: list[_Provider] = []
+    cpu = _cpu_hint_inputs(tables, layout, need)
+    if cpu is not None:
+        providers.append(make((Wanted("CPUs", need.cpus),), [cpu[0]], [cpu[1]]))
+    if need.has_memory:
+        providers.append(make(*_memory_hint_inputs(tables, layout, need), memory=True))
+    for wanted, columns, located in _device_hint_inputs(tables, layout, need):
+        providers.append(make((wanted,), [columns], [located]))
+    return tuple(providers)
+
+
+def _cpu_hint_inputs(
+    tables: Tables, layout: RowLayout, need: Need
+) -> tuple[Ints, dict[int, int]] | None:
+    """The CPU provider's row columns per position and its capacity per NUMA id."""
+    positions = range(len(layout.numa_ids))
+    if need.exclusive_cpus and need.full_cores:
+        capacity: dict[int, int] = {}
+        tpc = tables.threads_per_core
+        for core in tables.whole_cores:
+            threads = tables.core_threads[core]
+            if len(threads) == tpc:
+                numa = tables.cpu_numa[threads[0]]
+                capacity[numa] = capacity.get(numa, 0) + tpc
+        return np.array([layout.whole(p) for p in positions], dtype=np.int64), capacity
+    columns = np.array([layout.cpu(p) for p in positions], dtype=np.int64)
     if need.exclusive_cpus:
-        if need.full_cores:
-            capacity: dict[int, int] = {}
-            tpc = tables.threads_per_core
-            for core in tables.whole_cores:
-                threads = tables.core_threads[core]
-                if len(threads) == tpc:
-                    numa = tables.cpu_numa[threads[0]]
-                    capacity[numa] = capacity.get(numa, 0) + tpc
-            columns = np.array([layout.whole(p) for p in range(n_all)], dtype=np.int64)
-        else:
-            capacity = dict(tables.numa_online)
-            columns = np.array([layout.cpu(p) for p in range(n_all)], dtype=np.int64)
-        providers.append(make((Wanted("CPUs", need.cpus),), [columns], [per_position(capacity)]))
-    elif need.cpus and need.cpu_mode is CpuMode.NUMA:
+        return columns, dict(tables.numa_online)
+    if need.cpus and need.cpu_mode is CpuMode.NUMA:
         # numatopo's own: fractional CPUs on the shared CPUs of the chosen NUMA nodes
         # (the kubelet gives no CPU hint for them, and pins them nowhere).
-        capacity = {n: len(c) for n, c in tables.numa_allocatable.items()}
-        columns = np.array([layout.cpu(p) for p in range(n_all)], dtype=np.int64)
-        providers.append(make((Wanted("CPUs", need.cpus),), [columns], [per_position(capacity)]))
-    if need.has_memory:
-        wanted: list[Wanted] = []
-        columns_list: list[Ints] = []
-        capacities: list[Ints] = []
-        if need.memory_bytes:
-            wanted.append(Wanted("memory", need.memory_bytes, in_bytes=True))
-            columns_list.append(np.array([layout.memory(p) for p in range(n_all)], dtype=np.int64))
-            capacities.append(per_position(dict(tables.memory_capacity)))
-        for size, amount in need.hugepages:
-            if not amount:
-                continue
-            wanted.append(Wanted(f"hugepages-{size}", amount, in_bytes=True))
-            index = {n: i for i, (n, s) in enumerate(layout.hugepages) if s == size}
-            columns_list.append(np.array(
-                [layout.hugepage(index[n]) if n in index else layout.zero for n in ids],
-                dtype=np.int64,
-            ))  # fmt: skip
-            capacities.append(per_position(
-                {n: v for (n, s), v in tables.numa_hugepages.items() if s == size}))  # fmt: skip
-        providers.append(make(tuple(wanted), columns_list, capacities, memory=True))
+        return columns, {n: len(c) for n, c in tables.numa_allocatable.items()}
+    return None
+
+
+def _memory_hint_inputs(
+    tables: Tables, layout: RowLayout, need: Need
+) -> tuple[tuple[Wanted, ...], list[Ints], list[dict[int, int]]]:
+    """The memory provider's wanted sizes, row columns and capacities: memory and each
+    huge page size, one hint list."""
+    ids = layout.numa_ids
+    wanted: list[Wanted] = []
+    columns: list[Ints] = []
+    capacities: list[dict[int, int]] = []
+    if need.memory_bytes:
+        wanted.append(Wanted("memory", need.memory_bytes, in_bytes=True))
+        columns.append(np.array([layout.memory(p) for p in range(len(ids))], dtype=np.int64))
+        capacities.append(dict(tables.memory_capacity))
+    for size, amount in need.hugepages:
+        if not amount:
+            continue
+        wanted.append(Wanted(f"hugepages-{size}", amount, in_bytes=True))
+        index = {n: i for i, (n, s) in enumerate(layout.hugepages) if s == size}
+        columns.append(np.array(
+            [layout.hugepage(index[n]) if n in index else layout.zero for n in ids],
+            dtype=np.int64,
+        ))  # fmt: skip
+        capacities.append({n: v for (n, s), v in tables.numa_hugepages.items() if s == size})
+    return tuple(wanted), columns, capacities
+
+
+def _device_hint_inputs(
+    tables: Tables, layout: RowLayout, need: Need
+) -> list[tuple[Wanted, Ints, dict[int, int]]]:
+    """Per device kind asked (GPUs, NICs) whose devices have a NUMA node (else it gives
+    no preference): wanted, (positions x names) row columns, devices per NUMA id."""
+    ids = layout.numa_ids
     gpu_places = [(n, tables.gpu_resource[g]) for g, n in tables.gpu_numa.items()]
     nic_places = [(n, tables.nic_resource[x]) for x, n in tables.nic_numa.items()]
-    for count, resource, keys, places, column in (
-        (need.gpus, need.gpu_resource, layout.gpu_keys, gpu_places, layout.gpu),
-        (need.nics, need.nic_resource, layout.nic_keys, nic_places, layout.nic),
-    ):
+    out: list[tuple[Wanted, Ints, dict[int, int]]] = []
+    for count, resource, keys, places, column, name in (
+        (need.gpus, need.gpu_resource, layout.gpu_keys, gpu_places, layout.gpu,
+         accelerator_word(need.gpu_resource)),
+        (need.nics, need.nic_resource, layout.nic_keys, nic_places, layout.nic, "NICs"),
+    ):  # fmt: skip
         if not count:
             continue
         located: dict[int, int] = {}
@@ -471,7 +481,7 @@ def _providers(
             if place is not None and resource in (None, kind):
                 located[place] = located.get(place, 0) + 1
         if not located:
-            continue  # no device of it has a NUMA node: no preference
+            continue
         by_numa: dict[int, list[int]] = {}
         for i, key_numa in _matching_keys(keys, resource):
             if key_numa is not None:
@@ -482,10 +492,9 @@ def _providers(
         columns = np.array(
             [by_numa.get(n, []) + [layout.zero] * (depth - len(by_numa.get(n, []))) for n in ids],
             dtype=np.int64,
-        ).reshape(n_all, depth)
-        name = accelerator_word(resource) if column == layout.gpu else "NICs"
-        providers.append(make((Wanted(name, count),), [columns], [per_position(located)]))
-    return tuple(providers)
+        ).reshape(len(ids), depth)
+        out.append((Wanted(name, count), columns, located))
+    return out
 
 
 @dataclass(slots=True)
@@ -543,36 +552,8 @@ def decide_rows(
     if exclusive:
         free_cpus = rows[:, plan.plain_cpu_columns].sum(axis=1)
         refuse(free_cpus - exclusive < plan.floor, Kind.SHARED_POOL)
-    member_t = plan.member.T
-    sat: list[Bools] = []
-    memory_sat: Bools | None = None
-    memory_free_ok: list[Bools] = []
-    for provider in plan.providers:
-        ok = np.broadcast_to(provider.holds, (count, len(plan.masks))).copy()
-        for columns, asked in zip(provider.columns, provider.needs, strict=True):
-            fits = (_per_position(rows, columns) @ member_t) >= asked
-            ok &= fits
-            if provider.memory:
-                memory_free_ok.append(fits)
-        if provider.memory:
-            groups_allow = _groups_allow(plan, rows)
-            ok &= groups_allow
-            memory_sat = ok
-        sat.append(ok)
-    single = plan.options.policy is PolicyName.SINGLE_NUMA_NODE
-    preferred_any: Bools = np.ones((count, len(plan.masks)), dtype=bool)
-    if single:
-        preferred_any &= plan.counts == 1
-    for provider, ok in zip(plan.providers, sat, strict=True):
-        both = ok & provider.pref
-        if provider.memory:
-            # No memory hint at all is "no preference" to the Topology Manager.
-            any_hint: Bools = np.asarray(ok.any(axis=1), dtype=bool)
-            both = np.where(any_hint[:, None], both, True)
-        preferred_any &= both
-    if not plan.providers:
-        preferred_any[:] = False
-        preferred_any[:, plan.masks.index(plan.every)] = True
+    sat, memory = _hints(plan, rows)
+    preferred_any = _preferred_anywhere(plan, sat, count)
     has_preferred: Bools = np.asarray(preferred_any.any(axis=1), dtype=bool)
     best = np.argmin(np.where(preferred_any, plan.rank, _BIG), axis=1)
     chosen = best.copy()
@@ -596,16 +577,62 @@ def decide_rows(
     if bound is not None:
         refuse(plan.counts[chosen] > bound, Kind.MAX_NUMA_NODES)
     memory_index = chosen.copy()
-    if memory_sat is not None and unit_memory:
+    if memory is not None and unit_memory:
         memory_index, memory_refused = _memory_choice(
-            plan, chosen=chosen, preferred=has_preferred, memory_sat=memory_sat,
-            free_ok=memory_free_ok, groups_allow=groups_allow,
+            plan, chosen=chosen, preferred=has_preferred, memory_sat=memory.sat,
+            free_ok=memory.free_ok, groups_allow=memory.groups_allow,
         )  # fmt: skip
         refuse(memory_refused, Kind.MEMORY)
     return _finish(
         plan, rows, memo, chosen=chosen, memory_index=memory_index, refused=refused,
         kind=kind, short=short, mix=mix,
     )  # fmt: skip
+
+
+def _hints(plan: Plan, rows: Ints) -> tuple[list[Bools], _MemoryHints | None]:
+    """Per provider, (rows x masks): the mask is a hint; and the memory provider's."""
+    count = rows.shape[0]
+    member_t = plan.member.T
+    sat: list[Bools] = []
+    memory: _MemoryHints | None = None
+    memory_free_ok: list[Bools] = []
+    for provider in plan.providers:
+        ok = np.broadcast_to(provider.holds, (count, len(plan.masks))).copy()
+        for columns, asked in zip(provider.columns, provider.needs, strict=True):
+            fits = (_per_position(rows, columns) @ member_t) >= asked
+            ok &= fits
+            if provider.memory:
+                memory_free_ok.append(fits)
+        if provider.memory:
+            groups_allow = _groups_allow(plan, rows)
+            ok &= groups_allow
+            memory = _MemoryHints(ok, memory_free_ok, groups_allow)
+        sat.append(ok)
+    return sat, memory
+
+
+class _MemoryHints(NamedTuple):
+    sat: Bools  # (rows x masks) the memory provider's hints
+    free_ok: list[Bools]  # per size: the mask's free amount holds it
+    groups_allow: Bools  # memory groups allow the mask
+
+
+def _preferred_anywhere(plan: Plan, sat: list[Bools], count: int) -> Bools:
+    """(rows x masks): every provider lists the mask as preferred (no memory hint at
+    all is "no preference" to the Topology Manager)."""
+    preferred_any: Bools = np.ones((count, len(plan.masks)), dtype=bool)
+    if plan.options.policy is PolicyName.SINGLE_NUMA_NODE:
+        preferred_any &= plan.counts == 1
+    for provider, ok in zip(plan.providers, sat, strict=True):
+        both = ok & provider.pref
+        if provider.memory:
+            any_hint: Bools = np.asarray(ok.any(axis=1), dtype=bool)
+            both = np.where(any_hint[:, None], both, True)
+        preferred_any &= both
+    if not plan.providers:
+        preferred_any[:] = False
+        preferred_any[:, plan.masks.index(plan.every)] = True
+    return preferred_any
 
 
 def _per_position(rows: Ints, columns: Ints) -> Ints:

@@ -1,30 +1,14 @@
 """Network domains, their fragmentation, and all-or-nothing placement of pod groups.
 
-A `DomainTree` groups nodes by the labels of a NetworkTopology's levels, widest level
-first. A node's domain at level k is the path of its label values at levels 0..k, so
-the tree is a tree even where leaves under two spines reuse a value; people see a
-domain as its label value, and code that must find it again (`Anchor`) names it by its
-path. A node lacking a level's label belongs to no domain of that level or of any
-narrower one: it is reachable only by groups that may spread anywhere. The node is the
-narrowest level (`NODE_LEVEL`): the tree's hostname level, else an implicit one.
-
-Hops between two nodes: 0 on the same node, else the levels climbed to their lowest
-common domain (1 for two nodes of one narrowest domain, len(levels) + 1 for nodes
-that share no domain at all).
-
-Domain fragmentation of a level (GPUs; `domain_fragmentation`):
+docs/DESIGN.md ("The domain tree", "Placement") defines the tree (a node's domain at
+level k is the path of its label values at levels 0..k; the node is the narrowest
+level, `NODE_LEVEL`), hops, and domain fragmentation:
 
     frag(level) = sum over its domains d of  (F_d / F) * (1 - F_d / G_d)
 
-with F_d the free and G_d the total GPUs of the domain, F the free GPUs of all the
-level's domains: the free-GPU-weighted mean of how much of its domain is already taken,
-seen from a free GPU. 0 when every free GPU lies in a wholly free domain (a big group
-can have it), towards 1 when free GPUs are leftovers in busy domains. Taking `a` GPUs
-from domain d changes the sum's numerator by (2·a·F_d - a²) / G_d - a, so among domains
-that fit, the one that leaves the least fragmentation is the one with the smallest
-(2·a·F_d - a²) / G_d: a busy domain before an empty one, and an exact fit first.
-
-`place_group` is documented where it is defined.
+Taking `a` GPUs from domain d changes the sum's numerator by (2·a·F_d - a²) / G_d - a,
+so among domains that fit, the one that leaves the least fragmentation is the one with
+the smallest (2·a·F_d - a²) / G_d: a busy domain before an empty one, an exact fit first.
 """
 
 from __future__ import annotations
@@ -269,38 +253,11 @@ def place_group(
 ) -> GroupPlacement:
     """Place every member inside one domain, or raise UnsatisfiableError (nothing placed).
 
-    Levels are tried narrowest first, the node itself first of all (the implicit
-    narrowest level when the tree has no `kubernetes.io/hostname` level): up to the
-    required level; with a preferred level or none, up to the widest and then anywhere
-    (the whole cluster, unlabelled nodes included). `anchor` keeps the group inside
-    that one domain, named by its full path (recovery: a lost member goes back where
-    its group runs, even when another domain of the level reuses the label value). The
-    first level where a domain fits wins; among its domains, the one leaving the least
-    domain fragmentation (module docstring), then the one breaking the fewest wholly
-    free nodes, then tree order.
-
-    How many members a node holds is counted with the production engine: nodes that
-    cannot hold one are filtered by `score_many` per hardware shape, the others are
-    counted by allocating copies one after another on a copied state, once per
-    hardware shape and free state. Inside the chosen domain `fewest_domains.fewest`
-    picks the nodes: the fewest sub-domains of every level below, then the fewest
-    nodes, then the best fit (exact). The strategies set what a node may take:
-      consolidated  as many members as it holds
-      distributed   one member per node (at the narrowest level that has enough
-                    nodes); where no allowed domain has, every node of the narrowest
-                    fitting domain, members as even as the nodes allow
-      balanced      the same sub-domain and node counts as consolidated, with the
-                    lowest cap per node that keeps them; members as even over the
-                    chosen nodes as the nodes allow (shares differ by at most one where
-                    they can)
-    Nodes are taken in tree order (leaf by leaf) and ranks in order along them, so
-    ranks i and i+1 share a node or the narrowest domain the choice allows. Each
-    member's assignment is then `allocate`d on its node, members of one node one after
-    another on a copy of its state: nothing is double-booked, `nodes` are not changed.
-
-    Members may be fewer than `spec.size` (re-placing lost members). Members whose
-    requests differ are counted as the largest of them, then allocated for real; if
-    that fails everywhere, every allowed domain is tried member by member.
+    The rules (levels tried, domain choice, counting, strategies, rank order) are
+    docs/DESIGN.md's "Placement". `anchor` keeps the group inside that one domain,
+    named by its full path (recovery: a lost member goes back where its group runs).
+    Members may be fewer than `spec.size` (re-placing lost members). Members' assignments
+    are `allocate`d on copies of their nodes' states: `nodes` are not changed.
     """
     if not members:
         raise ValueError("place_group: no members")
@@ -393,11 +350,14 @@ class _Placer:
             return None
         index = self._level_index(given[0])
         if index is None:
-            raise UnsatisfiableError(
-                f"group {self.spec.key}: {given[0]!r} ({what}) is not a level of the network "
-                f"topology (levels: {', '.join(self.tree.levels) or 'none'})"
-            )
+            raise self._no_level(f"{given[0]!r} ({what})")
         return index, given[1]
+
+    def _no_level(self, what: str) -> UnsatisfiableError:
+        return UnsatisfiableError(
+            f"group {self.spec.key}: {what} is not a level of the network topology "
+            f"(levels: {', '.join(self.tree.levels) or 'none'})"
+        )
 
     def _level_index(self, label: str | None) -> int | None:
         """The index of a level label; the hostname is the node level, real or not."""
@@ -418,10 +378,7 @@ class _Placer:
             index = tree.depth[anchor.level]
             valid = len(anchor.path) == index + 1
         else:
-            raise UnsatisfiableError(
-                f"group {self.spec.key}: {anchor.level!r} is not a level of the network "
-                f"topology (levels: {', '.join(tree.levels) or 'none'})"
-            )
+            raise self._no_level(repr(anchor.level))
         if not valid:
             raise ValueError(f"place_group: {anchor} is no domain path of its level")
         return index
@@ -432,10 +389,7 @@ class _Placer:
         top = 0
         if spec.required is not None:
             if spec.required not in tree.depth:
-                raise UnsatisfiableError(
-                    f"group {spec.key}: {spec.required!r} is not a level of the network "
-                    f"topology (levels: {', '.join(tree.levels) or 'none'})"
-                )
+                raise self._no_level(repr(spec.required))
             top = tree.depth[spec.required]
         pinned = self._anchor_index()
         if pinned is not None:
@@ -452,9 +406,7 @@ class _Placer:
         free counts); exact counts come later, per domain looked at (`_copies`)."""
         engine, request = self.engine, self.largest
         names = list(self.nodes)
-        shapes = group_by_shape(
-            ((self.nodes[n].topology, self.nodes[n].state) for n in names), engine=engine
-        )
+        shapes = group_by_shape((self.nodes[n].topology, self.nodes[n].state) for n in names)
         gpus, cpus, memory = _amounts(request)
         for shape in shapes:
             scored = score_many(

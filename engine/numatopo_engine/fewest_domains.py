@@ -1,30 +1,18 @@
 """Inside one domain: which nodes take how many members (pure, exact).
 
-The choice uses the fewest domains of the next level down, then, among those choices,
-the fewest of the level below, and so on down to the nodes (the node is the implicit
-narrowest level): a lexicographic minimum of the count vector
+The lexicographic minimum, over every set of nodes whose capacities ("units": members
+each node can take) cover the need, of the cost vector
 
-    (domains used at level d+1, ..., domains used at the narrowest level, nodes)
+    (domains used at level d+1, ..., domains used at the narrowest level, nodes,
+     units left unused, fragmentation growth, wholly free nodes broken, -rank)
 
-over every set of nodes whose capacities ("units": members each node can take) add up
-to the need. Ties go to the best fit, then to the least fragmentation, then to nodes
-that keep wholly free nodes free and rank higher, then to tree order: after the counts
-the vector carries the units left unused on the chosen nodes (Kueue TAS's BestFit,
-exactly rather than per level), the fragmentation growth of every chosen domain and
-node (the caller's `growth`), the wholly free nodes broken and minus the nodes' rank.
-
-A largest-first greedy (fill the largest child, best-fit the rest) is not enough: in
-one spine, leaf l0 holds nodes a and b of 2 free units each and leaf l1 node c of 3;
-for five members it takes l0 whole (a, b) and then c, three nodes, where c and a, two
-nodes, suffice.
-
-Method: a knapsack over each domain's children, bottom up. A domain's table says, for
-every amount a up to min(need, its units), the least cost vector of hosting a members
-inside it; a parent combines its children's tables (one child at a time, each child
-given 0..its units) adding 1 at the child's level for every child used. Cost vectors
-add component-wise, and the lexicographic order is compatible with addition, so the
-combination of optimal parts is optimal. Time: the sum over domains of need x the
-domain's children's units (capped at need).
+(docs/DESIGN.md, "Nodes inside the chosen domain", says why a greedy is not enough).
+Method: a knapsack over each domain's children, bottom up. A domain's table holds, for
+every amount up to min(need, its units), the least cost of hosting that many members
+inside it; a parent combines its children's tables one child at a time, adding 1 at
+the child's level for every child used. Cost vectors add component-wise and the
+lexicographic order is compatible with addition, so optimal parts combine into an
+optimum. Time: the sum over domains of need x the domain's children's units.
 """
 
 from __future__ import annotations
@@ -39,6 +27,7 @@ Path = tuple[str, ...]
 Cost = tuple[float, ...]
 # (cost, what was chosen): the chosen parts as a linked list (earlier parts, item, amount)
 _Entry = tuple[Cost, object]
+_SHIFT = 1
 
 
 class Tree(Protocol):
@@ -78,83 +67,109 @@ def fewest(
     and nodes outside its domains take none, so that members numbered in tree order
     fall in whole slices of n per domain.
     """
-    width = len(tree.levels)
-    # The first level's count again, level counts, nodes, units left unused,
-    # fragmentation growth, free nodes broken, -rank; `shift` skips the leading one.
-    shift = 1
-    size = width + 6
-    zero: Cost = (0.0,) * size
-    limit_level, limit = most_per if most_per is not None else (-1, need)
-    slice_level, piece = slices if slices is not None else (-1, 1)
-    if slices is None or len(root) > slice_level:
-        slice_level = -1  # the root lies inside one domain of the slice level
+    if need <= 0:
+        return None
+    search = _Knapsack(tree, root, units, need, loose, tie, growth, first, most_per, slices)
+    if search.held(root) < need:
+        return None
+    top = search.domain_table(root, need)[need]
+    if top is None:
+        return None
+    out: list[tuple[str, int]] = []
+    search.unroll(top[1], out)
+    return top[0], out
 
-    def whole(level: int, amount: int) -> bool:
-        return level != slice_level or amount % piece == 0
 
-    tables: dict[object, list[_Entry | None]] = {}
+class _Knapsack:
+    """One `fewest` search. A cost vector holds the first level's count again, the level
+    counts, nodes, units left unused, fragmentation growth, free nodes broken and -rank;
+    `_SHIFT` skips the leading one."""
 
-    def node_table(node: str, most: int, depth: int) -> list[_Entry | None]:
+    def __init__(  # noqa: PLR0917 (fewest's arguments, passed on once)
+        self,
+        tree: Tree,
+        root: Path,
+        units: Mapping[str, int],
+        need: int,
+        loose: Sequence[str],
+        tie: Callable[[str], tuple[float, float]],
+        growth: Callable[[str | Path, int], float],
+        first: int | None,
+        most_per: tuple[int, int] | None,
+        slices: tuple[int, int] | None,
+    ) -> None:
+        self.tree, self.root, self.units, self.loose = tree, root, units, loose
+        self.tie, self.growth, self.first = tie, growth, first
+        self.width = len(tree.levels)
+        self.size = self.width + 6
+        self.limit_level, self.limit = most_per if most_per is not None else (-1, need)
+        self.slice_level, self.piece = slices if slices is not None else (-1, 1)
+        if slices is None or len(root) > self.slice_level:
+            self.slice_level = -1  # the root lies inside one domain of the slice level
+        self.tables: dict[object, list[_Entry | None]] = {}
+        self.sums: dict[Path, int] = {}
+
+    def whole(self, level: int, amount: int) -> bool:
+        return level != self.slice_level or amount % self.piece == 0
+
+    def held(self, domain: Path) -> int:
+        total = self.sums.get(domain)
+        if total is None:
+            total = sum(self.units.get(n, 0) for n in self.tree.direct.get(domain, []))
+            if domain == self.root:
+                total += sum(self.units.get(n, 0) for n in self.loose)
+            total += sum(self.held(child) for child in self.tree.children.get(domain, []))
+            self.sums[domain] = total
+        return total
+
+    def node_table(self, node: str, most: int, depth: int) -> list[_Entry | None]:
+        width, first = self.width, self.first
         # A node of no domain of the first level (its labels stop above it) counts
         # as one such domain of its own.
         alone = first is not None and (first == width or depth <= first)
-        held = min(units.get(node, 0), most, limit if limit_level == width else most)
-        broken, minus_rank = tie(node)
+        cap = self.limit if self.limit_level == width else most
+        held = min(self.units.get(node, 0), most, cap)
+        broken, minus_rank = self.tie(node)
         table: list[_Entry | None] = [None]
         for amount in range(1, held + 1):
-            if not whole(width, amount):
+            if not self.whole(width, amount):
                 table.append(None)
                 continue
-            cost = [0.0] * size
+            cost = [0.0] * self.size
             cost[0] = 1.0 if alone else 0.0
-            cost[shift + width] = 1.0
-            cost[shift + width + 1] = float(units[node] - amount)
-            cost[shift + width + 2] = growth(node, amount)
-            cost[shift + width + 3] = broken
-            cost[shift + width + 4] = minus_rank
+            cost[_SHIFT + width :] = [1.0, float(self.units[node] - amount),
+                                      self.growth(node, amount), broken, minus_rank]  # fmt: skip
             table.append((tuple(cost), None))
         return table
 
-    sums: dict[Path, int] = {}
-
-    def held(domain: Path) -> int:
-        total = sums.get(domain)
-        if total is None:
-            total = sum(units.get(n, 0) for n in tree.direct.get(domain, []))
-            if domain == root:
-                total += sum(units.get(n, 0) for n in loose)
-            total += sum(held(child) for child in tree.children.get(domain, []))
-            sums[domain] = total
-        return total
-
-    def domain_table(domain: Path, most: int) -> list[_Entry | None]:
+    def domain_table(self, domain: Path, most: int) -> list[_Entry | None]:
         items: list[tuple[object, list[_Entry | None]]] = []
-        for child in tree.children.get(domain, []):
-            cap = min(held(child), most, limit if len(child) - 1 == limit_level else most)
+        for child in self.tree.children.get(domain, []):
+            level = len(child) - 1
+            cap = min(self.held(child), most, self.limit if level == self.limit_level else most)
             if cap:
-                inner = domain_table(child, cap)
-                tables[child] = inner
+                inner = self.tables[child] = self.domain_table(child, cap)
                 shifted: list[_Entry | None] = [None]
                 for amount, entry in enumerate(inner[1:], start=1):
-                    if entry is None or not whole(len(child) - 1, amount):
+                    if entry is None or not self.whole(level, amount):
                         shifted.append(None)
                         continue
-                    mark = [0.0] * size
-                    mark[0] = 1.0 if first == len(child) - 1 else 0.0
-                    mark[shift + len(child) - 1] = 1.0
-                    mark[shift + width + 2] = growth(child, amount)
+                    mark = [0.0] * self.size
+                    mark[0] = 1.0 if self.first == level else 0.0
+                    mark[_SHIFT + level] = 1.0
+                    mark[_SHIFT + self.width + 2] = self.growth(child, amount)
                     shifted.append((_sum(entry[0], tuple(mark)), entry[1]))
                 items.append((child, shifted))
-        direct = list(tree.direct.get(domain, []))
-        if domain == root:
-            direct += loose
+        direct = list(self.tree.direct.get(domain, []))
+        if domain == self.root:
+            direct += self.loose
         for node in direct:
-            if 0 <= slice_level < width and len(domain) <= slice_level:
+            if 0 <= self.slice_level < self.width and len(domain) <= self.slice_level:
                 break  # in no domain of the slice level: holds no slice
-            if units.get(node, 0):
-                items.append((node, node_table(node, most, len(domain))))
+            if self.units.get(node, 0):
+                items.append((node, self.node_table(node, most, len(domain))))
         best: list[_Entry | None] = [None] * (most + 1)
-        best[0] = (zero, None)
+        best[0] = ((0.0,) * self.size, None)
         for item, table in items:
             merged = list(best)
             for amount in range(1, most + 1):
@@ -170,25 +185,16 @@ def fewest(
             best = merged
         return best
 
-    def unroll(chosen: object, out: list[tuple[str, int]]) -> None:
+    def unroll(self, chosen: object, out: list[tuple[str, int]]) -> None:
         while chosen is not None:
             assert isinstance(chosen, tuple)
             chosen, item, amount = chosen
             if isinstance(item, str):
                 out.append((item, amount))
             else:
-                entry = tables[item][amount]
+                entry = self.tables[item][amount]
                 assert entry is not None
-                unroll(entry[1], out)
-
-    if need <= 0 or held(root) < need:
-        return None
-    top = domain_table(root, need)[need]
-    if top is None:
-        return None
-    out: list[tuple[str, int]] = []
-    unroll(top[1], out)
-    return top[0], out
+                self.unroll(entry[1], out)
 
 
 def _sum(a: Cost, b: Cost) -> Cost:

@@ -1,38 +1,7 @@
 """Read a pod's group membership and rank from its metadata (pure).
 
-A group is a set of pods placed all or nothing across nodes (a multi-node training
-job): `numatopo.io/group` names it within the namespace, `numatopo.io/group-size`
-says how many members must exist before any is placed. The scheduler-plugins
-coscheduling label `scheduling.x-k8s.io/pod-group` is read as the group name too; its
-size then comes from `numatopo.io/group-size`, else from the annotation
-`scheduling.x-k8s.io/min-available`.
-
-Where the members go (DESIGN.md, "Groups and network domains"):
-  topology-required   a node label key, one level of a NetworkTopology: every member
-                      lands in one domain (one value of that label)
-  topology-preferred  the same, but wider levels (then anywhere) are accepted when no
-                      domain of that level fits
-  placement-strategy  consolidated (fewest sub-domains, then fewest nodes, tightest
-                      domain; default), distributed (one member per node where
-                      possible), balanced (consolidated's sub-domain and node counts,
-                      members as even over the nodes as they allow)
-  max-members-per-domain
-                      `<level>=<n>`: at most n members in any one domain of that level
-                      (a level's node label key, or kubernetes.io/hostname for nodes):
-                      a group larger than n spreads over several of them
-  slice               `<level>=<n>`: the group is made of slices of n consecutive
-                      ranks, each inside one domain of that level (Kueue's
-                      slice-required topology and slice size); the size must be a
-                      multiple of n
-  topology            the NetworkTopology's name (default: the only one, or `default`)
-
-A member's rank (first found): annotation `numatopo.io/rank`; annotation, then label,
-`batch.kubernetes.io/job-completion-index` (Indexed Jobs); label
-`apps.kubernetes.io/pod-index` (StatefulSets, Kubernetes 1.28+); the `-<n>` suffix of
-the name of a pod owned by a StatefulSet. Members without any are ordered by name
-after the ranked ones.
-
-Every bad value raises `InvalidRequestError` whose `field` is the key.
+The annotations, labels and rank sources are docs/DESIGN.md's "Pod contract"; every
+bad value raises `InvalidRequestError` whose `field` is the key.
 """
 
 from __future__ import annotations

@@ -2,23 +2,20 @@
 
 The order is the kubelet's (`bitmask.IsNarrowerThan`): a mask is narrower than another
 when it has fewer bits set, and among masks of equal width the one with the lower
-integer value comes first. `sort_key` gives that total order.
-
-With `prefer-closest-numa-nodes` the kubelet breaks ties between equally wide masks by
-the mean SLIT distance between their nodes; `mean_distance` computes it from the
-spec's `numaNodes[].distances` (missing entries count as local, 10).
+integer value comes first. `sort_key` gives that total order. (With
+`prefer-closest-numa-nodes` the kubelet breaks ties between equally wide masks by mean
+SLIT distance: `decision._mean_distances`.)
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable
 
 __all__ = [
     "LOCAL_DISTANCE",
     "bits",
     "format_mask",
     "make_mask",
-    "mean_distance",
     "sort_key",
     "width",
 ]
@@ -53,21 +50,6 @@ def width(mask: int) -> int:
 def sort_key(mask: int) -> tuple[int, int]:
     """Narrower first, then lower bits (kubelet `IsNarrowerThan`)."""
     return (mask.bit_count(), mask)
-
-
-def mean_distance(mask: int, distances: Mapping[tuple[int, int], int]) -> float:
-    """Mean SLIT distance over ordered pairs of distinct nodes in `mask`; 10 for one node."""
-    ids = bits(mask)
-    if len(ids) < 2:
-        return float(LOCAL_DISTANCE)
-    total = 0
-    pairs = 0
-    for a in ids:
-        for b in ids:
-            if a != b:
-                total += distances.get((a, b), LOCAL_DISTANCE)
-                pairs += 1
-    return total / pairs
 
 
 def format_mask(mask: int) -> str:

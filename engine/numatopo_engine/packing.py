@@ -1,47 +1,28 @@
 """Packing: the expected GPU fragmentation of a node under a workload mix (FGD-style,
-topology-aware), and the node rank that chooses between nodes.
+topology-aware), and the node rank that chooses between nodes (docs/DESIGN.md, "The
+allocation engine", step 4).
 
-After the idea of Weng et al., "Beware of Fragmentation" (USENIX ATC '23): a node's
-fragmentation is the free GPU capacity a pod drawn from the workload could not use;
-a scheduler puts each pod where that grows least. Here, per request shape of the mix
-(`Shape`: whole GPUs and CPUs), the usable GPUs are those that copies of the shape can
-take *aligned*, counted the way the engine places them:
+After Weng et al., "Beware of Fragmentation" (USENIX ATC '23): a node's fragmentation
+is the free GPU capacity a pod drawn from the workload could not use. Per request shape
+of the mix (`Shape`: whole GPUs k and CPUs c) the usable GPUs are those copies of the
+shape can take *aligned*, as the engine places them: per NUMA node (sum of min(free
+GPUs // k, free CPUs // c)) when the shape fits one NUMA node of the hardware, so four
+free GPUs split 2 + 2 host no aligned 4-GPU copy; node-wide otherwise.
 
-  * a shape whose GPUs and CPUs fit in one NUMA node of the hardware (k <= the most
-    GPUs, c <= the most CPUs any NUMA node holds) is counted per NUMA node: sum over
-    NUMA nodes of min(free GPUs // k, free CPUs // c) copies, each taking k GPUs. Four
-    free GPUs split 2 + 2 over two NUMA nodes host no aligned 4-GPU copy; four on one
-    do. NUMA nodes are where NVLink cliques sit on the hardware modelled (DGX-1's
-    quads, PCIe switches); on an NVSwitch machine every set has the best bandwidth.
-  * a larger shape is counted node-wide: min(free GPUs // k, free CPUs // c).
+fragmentation(node) = sum over shapes of weight x (free GPUs - k x copies): the expected
+free GPUs stranded for the next pod. Counting copies also sees 3 free GPUs left for a
+2-GPU mix as one stranded. Shapes this hardware can never host strand every free GPU,
+as in FGD: small pods where big ones cannot go anyway are cheap.
 
-fragmentation(node) = sum over shapes of weight x (free GPUs - k x copies), in GPUs:
-the expected number of free GPUs stranded for the next pod. Counting copies, not
-just "fits or not", also sees 3 free GPUs left for a 2-GPU mix as one GPU stranded.
-Shapes no NUMA node or node of this hardware can ever host count all free GPUs as
-stranded, as in FGD: putting small pods where the big ones cannot go anyway is cheap.
+Scarcity (`Hosts`): a shape's share is multiplied by N / h, h of the N nodes judged
+together able to host a copy now. Without it every node of a shape looks alike to its
+own growth, and the last hosts of a rare big shape went to pods that fit anywhere
+(measured: a 50 % multi-GPU mix first failed at 33 % of GPUs allocated, best-fit at 44 %).
 
-Scarcity (`Hosts`, the rank's one cluster-level input): FGD weighs a shape by its
-share of the workload. Here the share is multiplied by N / h, N the nodes judged
-together (one scheduling cycle's candidates) and h how many of them can host a copy
-of the shape now: taking one of the last 15 hosts of an 8-GPU 120-CPU shape costs
-what taking one of 500 hosts of a 1-GPU shape does x 33 at equal shares. Without it,
-every node of a shape looks alike to its own growth, and the last hosts of a rare
-big shape went to pods that fit anywhere (measured: a 50 % multi-GPU mix first
-failed at 33 % of GPUs allocated, best-fit at 44 %). The extender's prioritize and
-the simulator compute it the same way (`allocation.mix_hosts`) over the nodes they
-judge.
-
-What the engine does not see is not counted: memory is left out, GPU shares
-(fractional GPUs) are not modelled; shared-pool CPUs (`cpu: numa`) bound a copy's
-fit per NUMA node but book nothing.
-
-The rank (`node_rank`) is what every node choice reads — kube-scheduler's prioritize
-through the extender, `numatopo simulate`'s numatopo strategy: alignment first (the
-score's span and link terms, 0..100 rounded, so alignable multi-GPU pods stay on one
-NUMA node and a best-bandwidth GPU set), then packing in (0, 1): less scarcity-weighed
-fragmentation growth under the mix and a fuller touched NUMA node (best fit, the
-score's pack term), the growth weighing 3x the fill (`GROWTH_WEIGHT`).
+Not counted: memory, GPU shares; shared-pool CPUs (`cpu: numa`) bound a copy's fit per
+NUMA node but book nothing. The rank (`node_rank`): alignment first (the score's span
+and link terms, 0..100 rounded), then packing in (0, 1), the growth weighing
+`GROWTH_WEIGHT` times the touched NUMA nodes' fill.
 """
 
 from __future__ import annotations
@@ -59,7 +40,6 @@ __all__ = [
     "MixError",
     "Shape",
     "WorkloadMix",
-    "fragmentation",
     "node_rank",
     "pack_of_growth",
     "shape_copies",
@@ -189,30 +169,6 @@ class Hosts:
         hosts = np.array(self.counts, dtype=np.float64)
         scale = np.where(hosts > 0, self.nodes / np.maximum(hosts, 1.0), 1.0)
         return np.asarray(share * scale, dtype=np.float64)
-
-
-def fragmentation(
-    gpus: Ints,
-    cpus: Ints,
-    numa_gpu_capacity: int,
-    mix: WorkloadMix,
-    weights: Floats | None = None,
-    *,
-    numa_cpu_capacity: int | None = None,
-) -> Floats:
-    """Expected stranded free GPUs per row (see the module docstring).
-
-    `gpus`, `cpus`: (rows x NUMA positions) free whole GPUs and free exclusive CPUs;
-    `numa_gpu_capacity` / `numa_cpu_capacity`: the most GPUs / CPUs one NUMA node of
-    this hardware holds; `weights`: per shape of the mix, instead of its share
-    (`Hosts.weights`). One array expression over (rows x positions x shapes).
-    """
-    if not mix:
-        return np.zeros(gpus.shape[0], dtype=np.float64)
-    total, used = usable_gpus(
-        gpus, cpus, numa_gpu_capacity, mix, numa_cpu_capacity=numa_cpu_capacity
-    )
-    return stranded(total, used, mix, weights)
 
 
 def usable_gpus(

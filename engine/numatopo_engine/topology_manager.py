@@ -1,35 +1,16 @@
-"""The kubelet Topology Manager's merge of hints, exactly (Kubernetes 1.24+ semantics).
-
-Each hint provider (CPU manager, device manager, memory manager) gives, per resource, a
-list of hints: a NUMA mask that can hold the request from what is free, *preferred*
-when its width is the fewest NUMA nodes that could hold the request on the hardware.
-The kubelet merges one hint per resource at a time (the cross product,
-`topologymanager/policy.go`):
-
-* the merged mask is the AND of the hints' masks;
-* it is preferred only when every hint is preferred **and all their masks are equal**
-  (`mergePermutation` since 1.24; earlier releases only asked for the first);
-* among merged hints, a preferred one beats any non-preferred; among preferred ones the
-  narrowest wins (fewer NUMA nodes, then the lower mask), or with the policy option
-  `prefer-closest-numa-nodes` the one with the lower mean distance among equally wide
-  ones; among non-preferred ones the winner is the one whose width is closest to, but
-  not above, the widest of the providers' narrowest hints (`HintMerger.compare`).
+"""The kubelet Topology Manager's merge of hints, exactly (Kubernetes 1.24+ semantics;
+the rules: docs/DESIGN.md, "The allocation engine", step 2).
 
 A provider's list may be None (no preference: the kubelet's `{nil, preferred}`) or
-empty (no mask can hold it: `{nil, not preferred}`).
+empty (no mask can hold it: `{nil, not preferred}`). The kubelet walks the cross
+product of the lists, exponential in the number of providers; the same winner comes
+without it. A preferred merge needs one mask every provider lists as preferred, so the
+preferred winner is the best mask of that intersection. Without one, every merged hint
+is non-preferred and the winner depends only on the set of masks the ANDs can produce,
+built pairwise (at most 2^N values): `best_non_preferred`, which `decision` takes. The
+scalar merge is a test oracle (`tests/engine/kubelet/merge_oracle.py`).
 
-The cross product is exponential in the number of providers; the merge reaches the
-same winner without it. A preferred merge needs one mask that every provider lists as
-preferred, so the preferred winner is the best mask of that intersection. Without one,
-every merged hint is non-preferred and the winner depends only on the set of masks
-the ANDs can produce, which is built pairwise (at most 2^N distinct values).
-
-`decision` applies these rules to every candidate mask of a shape at once and takes
-`best_non_preferred` from here; the scalar merge that states them one hint list at a
-time is a test oracle (`tests/engine/kubelet/merge_oracle.py`), compared with the
-kubelet's own permutation walk (`tests/engine/kubelet/reference.py`).
-
-Policies (`policy_*.go`): `best-effort` admits whatever wins; `restricted` admits only a
+Policies (`policy_*.go`): `best-effort` admits whatever wins; `restricted` only a
 preferred winner; `single-numa-node` first drops every hint that is not a preferred
 single NUMA node, then admits only a preferred winner; `none` merges nothing.
 """

@@ -20,7 +20,7 @@ from __future__ import annotations
 
 import hashlib
 import json
-from collections import OrderedDict
+from collections import Counter, OrderedDict
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -141,32 +141,38 @@ def _pci_rank(
     return rank
 
 
-def build_tables(spec: NumatopologySpec, key: str | None = None) -> Tables:
-    numa_ids = tuple(sorted(n.id for n in spec.numa_nodes))
-    known = set(numa_ids)
-    reserved = spec.reserved_cpus.ids
-    online_by_numa = {n.id: n.cpus.ids for n in spec.numa_nodes}
+def _cpu_places(
+    spec: NumatopologySpec, online_by_numa: dict[int, frozenset[int]]
+) -> tuple[dict[int, int], dict[int, int], dict[int, int]]:
+    """Per online CPU: its NUMA node, core and socket. A NUMA node's cpulist is
+    authoritative for what is online; rows in spec.cpus add core/socket detail. CPUs
+    without a row are their own core on socket = NUMA id."""
     cpu_numa: dict[int, int] = {}
     cpu_core: dict[int, int] = {}
     cpu_socket: dict[int, int] = {}
     for cpu in spec.cpus:
         if cpu.online and cpu.numa is not None:
             cpu_numa[cpu.id], cpu_core[cpu.id], cpu_socket[cpu.id] = cpu.numa, cpu.core, cpu.socket
-    # A NUMA node's cpulist is authoritative for what is online; rows in spec.cpus add
-    # core/socket detail. CPUs without a row are their own core on socket = NUMA id.
     for numa_id, cpus in online_by_numa.items():
         for cpu_id in cpus:
             cpu_numa.setdefault(cpu_id, numa_id)
             cpu_core.setdefault(cpu_id, cpu_id)
             cpu_socket.setdefault(cpu_id, numa_id)
+    return cpu_numa, cpu_core, cpu_socket
+
+
+def build_tables(spec: NumatopologySpec, key: str | None = None) -> Tables:
+    numa_ids = tuple(sorted(n.id for n in spec.numa_nodes))
+    known = set(numa_ids)
+    reserved = spec.reserved_cpus.ids
+    online_by_numa = {n.id: n.cpus.ids for n in spec.numa_nodes}
+    cpu_numa, cpu_core, cpu_socket = _cpu_places(spec, online_by_numa)
     online = frozenset().union(*online_by_numa.values()) if online_by_numa else frozenset()
     allocatable = {c for c in online if c not in reserved}
     core_threads_sets: dict[int, list[int]] = {}
     for cpu_id in sorted(allocatable):
         core_threads_sets.setdefault(cpu_core[cpu_id], []).append(cpu_id)
-    all_threads: dict[int, int] = {}
-    for cpu_id in online:
-        all_threads[cpu_core[cpu_id]] = all_threads.get(cpu_core[cpu_id], 0) + 1
+    all_threads = Counter(cpu_core[cpu_id] for cpu_id in online)
     threads_per_core = max(all_threads.values(), default=1)
     numa_allocatable = {
         n: frozenset(c for c in online_by_numa[n] if c in allocatable) for n in numa_ids
@@ -179,25 +185,25 @@ def build_tables(spec: NumatopologySpec, key: str | None = None) -> Tables:
     # are not where a pod's ordinary memory should be bound; they serve pod memory only
     # on a machine that has no CPU-bearing node at all.
     memory_numa_ids = cpu_bearing or numa_ids
-    numa_hugepages: dict[tuple[int, str], int] = {}
-    for node in spec.numa_nodes:
-        for size, pages in node.hugepages.items():
-            numa_hugepages[(node.id, size)] = pages * parse_bytes(size)
+    numa_hugepages = {
+        (node.id, size): pages * parse_bytes(size)
+        for node in spec.numa_nodes
+        for size, pages in node.hugepages.items()
+    }
     devices = schedulable_devices(spec)
     mig_parent = {d.index: d.parent for d in devices if d.parent is not None}
     # MIG turns NVLink peer-to-peer off: a GPU in MIG mode has no link partner.
     in_mig_mode = {g.index for g in spec.gpus if g.mig_mode}
     gpu_bandwidth: dict[tuple[int, int], float] = {}
     for link in spec.gpu_links:
-        if link.a in in_mig_mode or link.b in in_mig_mode:
-            continue
-        bandwidth = link.bandwidth_g_bps or float(link.links)
-        gpu_bandwidth[(link.a, link.b)] = bandwidth
-        gpu_bandwidth[(link.b, link.a)] = bandwidth
-    distances: dict[tuple[int, int], int] = {}
-    for node in spec.numa_nodes:
-        for other, distance in node.distances.items():
-            distances[(node.id, int(other))] = distance or LOCAL_DISTANCE
+        if link.a not in in_mig_mode and link.b not in in_mig_mode:
+            bandwidth = link.bandwidth_g_bps or float(link.links)
+            gpu_bandwidth[(link.a, link.b)] = gpu_bandwidth[(link.b, link.a)] = bandwidth
+    distances = {
+        (node.id, int(other)): distance or LOCAL_DISTANCE
+        for node in spec.numa_nodes
+        for other, distance in node.distances.items()
+    }
     nic_names = sorted({n.name for n in spec.nics})
     position = {name: i for i, name in enumerate(nic_names)}
     nics = sorted(spec.nics, key=lambda n: position[n.name])

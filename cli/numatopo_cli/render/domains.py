@@ -8,7 +8,7 @@ ranks they hold.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from xml.sax.saxutils import escape
 
@@ -46,10 +46,7 @@ def domain_rows(
     placement: GroupPlacement | None = None,
 ) -> list[Row]:
     """Rows in tree order: each domain, then (with `nodes`) its nodes."""
-    ranks: dict[str, list[int]] = {}
-    if placement is not None:
-        for rank, key in enumerate(placement.order):
-            ranks.setdefault(placement.assignments[key].node, []).append(rank)
+    ranks = _ranks_by_node(placement)
     rows: list[Row] = []
 
     def counts(inside: list[str]) -> tuple[int, int, int]:
@@ -168,70 +165,13 @@ def render_svg(
 ) -> str:
     """Nested boxes, widest level outside; a square per node, darker the more of its
     GPUs are in use, with the ranks of `placement` written on it."""
-    ranks: dict[str, list[int]] = {}
-    if placement is not None:
-        for rank, key in enumerate(placement.order):
-            ranks.setdefault(placement.assignments[key].node, []).append(rank)
+    ranks = _ranks_by_node(placement)
+    unlabelled = sorted(n for n in candidates if n not in tree.paths)
 
-    def node_cell(node: str, x: float, y: float) -> str:
-        candidate = candidates.get(node)
-        gpus = len(candidate.topology.gpus) if candidate else 0
-        free = candidate.state.free_gpu_count() if candidate else 0
-        parts = [
-            f'<rect class="node" x="{x:.0f}" y="{y:.0f}" width="{CELL}" height="{CELL}" '
-            f'fill="{_colour(free, gpus)}"><title>{escape(node)}: {free}/{gpus} GPUs free'
-            "</title></rect>"
-        ]
-        held = ranks.get(node)
-        if held:
-            parts.append(
-                f'<text class="rank" x="{x + CELL / 2:.0f}" y="{y + CELL / 2 + 4:.0f}" '
-                f'text-anchor="middle">{escape(_ranks(tuple(held)))}</text>'
-            )
-        return "".join(parts)
+    def cell(node: str, x: float, y: float) -> str:
+        return _node_cell(node, candidates.get(node), ranks.get(node), x, y)
 
-    def layout(domain: Path, name: str) -> _Box:
-        children = [layout(c, c[-1]) for c in tree.children.get(domain, [])]
-        direct = list(tree.direct.get(domain, []))
-        if domain == ANYWHERE:
-            direct += sorted(n for n in candidates if n not in tree.paths)
-        parts: list[str] = []
-        top = LABEL if name else 0
-        x: float = PAD
-        y: float = top + PAD
-        row_height, width = 0.0, 0.0
-        for index, node in enumerate(direct):
-            if index and index % MAX_COLUMNS == 0:
-                x, y = PAD, y + CELL + GAP
-            parts.append(node_cell(node, x, y))
-            x += CELL + GAP
-            width = max(width, x)
-            row_height = y + CELL + GAP
-        if direct:
-            x, y = PAD, row_height
-        # Children side by side; wrap when the row gets wider than ~1200 px.
-        row_top, row_bottom = y, y
-        for child in children:
-            if x > PAD and x + child.width > 1200:
-                x, row_top = PAD, row_bottom + GAP
-            parts.append(
-                f'<g transform="translate({x:.0f},{row_top:.0f})">{"".join(child.parts)}</g>'
-            )
-            x += child.width + GAP
-            width = max(width, x)
-            row_bottom = max(row_bottom, row_top + child.height)
-        height = max(row_bottom, y) + PAD
-        width = max(width + PAD - GAP, 60.0)
-        if name:
-            parts.insert(
-                0,
-                f'<rect class="domain" x="0" y="0" width="{width:.0f}" height="{height:.0f}" '
-                'rx="6"/>'
-                f'<text x="6" y="13">{escape(name)}</text>',
-            )
-        return _Box(width, height, parts)
-
-    root = layout(ANYWHERE, "")
+    root = _layout(tree, unlabelled, cell, ANYWHERE, "")
     width = root.width + 2 * MARGIN
     height = root.height + 2 * MARGIN + 30
     heading = title or f"{len(candidates)} nodes, levels: {' > '.join(tree.levels)}"
@@ -244,3 +184,76 @@ def render_svg(
         f'<g transform="translate({MARGIN},{MARGIN + 24})">{"".join(root.parts)}</g>'
         "</svg>\n"
     )
+
+
+def _ranks_by_node(placement: GroupPlacement | None) -> dict[str, list[int]]:
+    ranks: dict[str, list[int]] = {}
+    if placement is not None:
+        for rank, key in enumerate(placement.order):
+            ranks.setdefault(placement.assignments[key].node, []).append(rank)
+    return ranks
+
+
+def _node_cell(
+    node: str, candidate: NodeCandidate | None, held: list[int] | None, x: float, y: float
+) -> str:
+    gpus = len(candidate.topology.gpus) if candidate else 0
+    free = candidate.state.free_gpu_count() if candidate else 0
+    parts = [
+        f'<rect class="node" x="{x:.0f}" y="{y:.0f}" width="{CELL}" height="{CELL}" '
+        f'fill="{_colour(free, gpus)}"><title>{escape(node)}: {free}/{gpus} GPUs free'
+        "</title></rect>"
+    ]
+    if held:
+        parts.append(
+            f'<text class="rank" x="{x + CELL / 2:.0f}" y="{y + CELL / 2 + 4:.0f}" '
+            f'text-anchor="middle">{escape(_ranks(tuple(held)))}</text>'
+        )
+    return "".join(parts)
+
+
+def _layout(
+    tree: DomainTree,
+    unlabelled: list[str],
+    cell: Callable[[str, float, float], str],
+    domain: Path,
+    name: str,
+) -> _Box:
+    """Domain `domain`'s box: its own nodes in rows, then its children side by side."""
+    children = [_layout(tree, unlabelled, cell, c, c[-1]) for c in tree.children.get(domain, [])]
+    direct = list(tree.direct.get(domain, []))
+    if domain == ANYWHERE:
+        direct += unlabelled
+    parts: list[str] = []
+    top = LABEL if name else 0
+    x: float = PAD
+    y: float = top + PAD
+    row_height, width = 0.0, 0.0
+    for index, node in enumerate(direct):
+        if index and index % MAX_COLUMNS == 0:
+            x, y = PAD, y + CELL + GAP
+        parts.append(cell(node, x, y))
+        x += CELL + GAP
+        width = max(width, x)
+        row_height = y + CELL + GAP
+    if direct:
+        x, y = PAD, row_height
+    # Children side by side; wrap when the row gets wider than ~1200 px.
+    row_top, row_bottom = y, y
+    for child in children:
+        if x > PAD and x + child.width > 1200:
+            x, row_top = PAD, row_bottom + GAP
+        parts.append(f'<g transform="translate({x:.0f},{row_top:.0f})">{"".join(child.parts)}</g>')
+        x += child.width + GAP
+        width = max(width, x)
+        row_bottom = max(row_bottom, row_top + child.height)
+    height = max(row_bottom, y) + PAD
+    width = max(width + PAD - GAP, 60.0)
+    if name:
+        parts.insert(
+            0,
+            f'<rect class="domain" x="0" y="0" width="{width:.0f}" height="{height:.0f}" '
+            'rx="6"/>'
+            f'<text x="6" y="13">{escape(name)}</text>',
+        )
+    return _Box(width, height, parts)

@@ -33,7 +33,6 @@ __all__ = [
     "NodeSelector",
     "ResourceClaim",
     "ResourceClaimConsumerReference",
-    "ResourceClaimTemplate",
     "ResourceSlice",
     "node_selector_for",
 ]
@@ -255,15 +254,6 @@ class ResourceClaim(_Object):
     @property
     def key(self) -> str:
         return f"{self.metadata.namespace or 'default'}/{self.metadata.name}"
-
-
-class ResourceClaimTemplateSpec(_Read):
-    spec: ResourceClaimSpec
-
-
-class ResourceClaimTemplate(_Object):
-    kind: Literal["ResourceClaimTemplate"] = "ResourceClaimTemplate"
-    spec: ResourceClaimTemplateSpec
 
 
 class DeviceClassConfiguration(_Wire):

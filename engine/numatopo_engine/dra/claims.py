@@ -388,14 +388,8 @@ def decide_claims(  # noqa: PLR0917 (the decision's inputs)
     if best is None:
         raise refusal or UnsatisfiableError("no devices the claims may have fit together")
     decision, requests = best
-    split = _split(decision.assignment, requests, node)
-    assert split is not None
-    allocations = {
-        claim.metadata.name: _allocation(
-            claim, split, [r for r in requests if r.claim == claim.key], classes, node.node
-        )
-        for claim, _ in per_claim
-    }
+    allocations = _allocations(decision.assignment, per_claim, requests, classes, node)
+    assert allocations is not None
     return ClaimDecision(node.node, decision.assignment, allocations, decision.score)
 
 
@@ -493,16 +487,30 @@ def allocations_for(  # noqa: PLR0917 (the decision's inputs)
     combos = itertools.product(*(variants for _, variants in per_claim))
     for combo in itertools.islice(combos, MAX_VARIANTS):
         requests = [r for claim_requests in combo for r in claim_requests]
-        split = _split(assignment, requests, node)
-        if split is None:
-            continue
-        return {
-            claim.metadata.name: _allocation(
-                claim, split, [r for r in requests if r.claim == claim.key], classes, node.node
-            )
-            for claim, _ in per_claim
-        }
+        found = _allocations(assignment, per_claim, requests, classes, node)
+        if found is not None:
+            return found
     raise UnsatisfiableError("the assignment's devices do not satisfy the claims")
+
+
+def _allocations(
+    assignment: Assignment,
+    per_claim: Sequence[tuple[ResourceClaim, object]],
+    requests: Sequence[_Request],
+    classes: Mapping[str, DeviceClass],
+    node: DraNode,
+) -> dict[str, AllocationResult] | None:
+    """Claim name -> its allocation from the devices `assignment` gave the containers;
+    None when they do not satisfy `requests`."""
+    split = _split(assignment, requests, node)
+    if split is None:
+        return None
+    return {
+        claim.metadata.name: _allocation(
+            claim, split, [r for r in requests if r.claim == claim.key], classes, node.node
+        )
+        for claim, _ in per_claim
+    }
 
 
 def _split(

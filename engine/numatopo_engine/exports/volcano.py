@@ -1,26 +1,8 @@
 """Volcano's `Numatopology` (`nodeinfo.volcano.sh/v1alpha1`), as its numaaware plugin
-reads it (the object Volcano's resource-exporter writes otherwise).
-
-What numaaware takes from it:
-  policies        `CPUManagerPolicy` and `TopologyManagerPolicy`: it places only on
-                  nodes with the static CPU manager, and a pod only where the node's
-                  Topology Manager policy is the one the pod asks for
-  numares         per resource, `capacity` (a count) and `allocatable`, parsed as a
-                  cpuset: the CPUs it may still hand out. Only `cpu` is written: it is
-                  the one resource numaaware places, and any other key would have to
-                  be a CPU list too
-  cpuDetail       CPU id -> NUMA node, socket and core: how it maps CPUs to NUMA nodes
-  resReserved     `cpu`: how many CPUs the kubelet reserves. numaaware takes that many
-                  CPUs off `allocatable` by topology (as the kubelet picks reserved CPUs
-                  from a count); `allocatable` here already leaves out exactly
-                  `spec.reservedCPUs`, so that cut removes CPUs that are not there
-                  (or, when reservedSystemCPUs are elsewhere, a few more than needed:
-                  never one that is taken)
-  podAllocations  the pods numatopo has placed on the node, so that numaaware stops
-                  holding CPUs for a pod it scheduled once the pod shows up here
-
-`allocatable` is the CPUs that are online, not reserved and not held exclusively by a
-pod numatopo placed: what the ledger sees (see `zones`).
+reads it (the object Volcano's resource-exporter writes otherwise). The fields and
+amounts: docs/DESIGN.md, "Exports". Only `cpu` is in `numares`: numaaware parses every
+entry as a CPU list. `podAllocations` lists the pods numatopo placed, so that numaaware
+stops holding CPUs for a pod it scheduled once the pod shows up here.
 """
 
 from __future__ import annotations

@@ -1,21 +1,12 @@
-"""Per NUMA node: what exists, what may be allocated, and what numatopo has not booked.
-
-Three amounts per resource, as the kubelet and NFD name them:
-  capacity     what the hardware has (every online CPU, all memory, every device)
-  allocatable  what pods may be given: CPUs minus `spec.reservedCPUs`; memory, huge
-               pages and devices as capacity (the spec does not carry the kubelet's
-               per-NUMA memory reservation)
-  available    allocatable minus what numatopo's ledger books there: exclusive CPUs,
-               memory and huge pages per NUMA node, devices by resource name
-
-What the ledger does not see is not subtracted: pods placed without numatopo (no
-`numatopo.io/policy`), shared-pool CPU use, and devices of a resource numatopo does not
-assign. Devices without a NUMA node belong to no zone.
+"""Per NUMA node: what exists (`capacity`), what may be allocated (`allocatable`), and
+what numatopo has not booked (`available`); the amounts, and what the ledger does not
+see and so does not subtract: docs/DESIGN.md, "Exports". Devices without a NUMA node
+belong to no zone.
 
 Devices a DRA driver publishes are counted under the name the caller gives them
-(`DeviceNames`: `<driver>/<pool>`, see docs/DESIGN.md) instead of the spec's resource: no
-device plugin advertises them, so the spec's name (`nvidia.com/gpu`) would promise a
-device-plugin pod devices the kubelet cannot give it.
+(`DeviceNames`: `<driver>/<pool>`) instead of the spec's resource: no device plugin
+advertises them, so the spec's name would promise a device-plugin pod devices the
+kubelet cannot give it.
 """
 
 from __future__ import annotations

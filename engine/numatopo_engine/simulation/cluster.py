@@ -75,14 +75,6 @@ class SimNode:
     def free_gpu_milli(self) -> int:
         return sum(self.gpu_free)
 
-    def fits(self, pod: PodRow) -> bool:
-        """The count-only filter (kube-scheduler NodeResourcesFit + a GPU-share filter)."""
-        if pod.cpu_milli > self.free_cpu_milli or pod.memory_mib > self.free_memory_mib:
-            return False
-        if pod.fractional:
-            return self.max_gpu_free >= pod.gpu_milli
-        return self.full_free >= pod.whole_gpus
-
     def pick_shared_gpu(self, milli: int) -> int:
         return tightest_share(self.gpu_free, milli)
 
@@ -103,28 +95,22 @@ class Cluster:
     model_index: dict[str, frozenset[int]] = field(default_factory=dict)
 
     def candidates(self, pod: PodRow) -> list[int]:
-        """Indices of nodes that pass the count filter (and the pod's GPU-model constraint)."""
+        """Indices of nodes that pass the count filter (kube-scheduler NodeResourcesFit and a
+        GPU-share filter) and the pod's GPU-model constraint."""
         allowed: frozenset[int] | None = None
         if pod.gpu_spec:
             allowed = frozenset().union(
                 *(self.model_index.get(m, frozenset()) for m in pod.gpu_spec)
             )
-        nodes = self.nodes
-        cpu, mem = pod.cpu_milli, pod.memory_mib
-        if pod.fractional:
-            milli = pod.gpu_milli
-            out = [
-                i
-                for i, n in enumerate(nodes)
-                if n.max_gpu_free >= milli and n.free_cpu_milli >= cpu and n.free_memory_mib >= mem
-            ]
-        else:
-            k = pod.whole_gpus
-            out = [
-                i
-                for i, n in enumerate(nodes)
-                if n.full_free >= k and n.free_cpu_milli >= cpu and n.free_memory_mib >= mem
-            ]
+        cpu, mem, fractional = pod.cpu_milli, pod.memory_mib, pod.fractional
+        gpus = pod.gpu_milli if fractional else pod.whole_gpus  # a share, or whole GPUs
+        out = [
+            i
+            for i, n in enumerate(self.nodes)
+            if (n.max_gpu_free if fractional else n.full_free) >= gpus
+            and n.free_cpu_milli >= cpu
+            and n.free_memory_mib >= mem
+        ]
         return out if allowed is None else [i for i in out if i in allowed]
 
     def book(

@@ -28,18 +28,11 @@ Strategies (each on a fresh copy of the cluster, all with the production engine'
   blind           a topology-blind gang: all or nothing, nodes first-fit by name over
                   the whole cluster (node names do not follow the network)
 
-Group options (`GroupOptions`, numatopo's multi-node jobs only; the others ignore
-them): a preferred level instead of the required one, a cap of members per domain of a
-level, slices of n consecutive ranks per domain of a level (jobs whose pod count n
-divides). Measured for every strategy: the share of placed multi-node jobs inside one
-domain of the preferred level, and the share keeping the cap and the slices.
+Group options (`GroupOptions`: a preferred level, a cap of members per domain of a
+level, slices of n consecutive ranks) are declared by numatopo's multi-node jobs only;
+every strategy is measured on them.
 
-Measured (multi-node jobs unless said otherwise): jobs placed and still waiting;
-mean wait (time units of mean run time, every job); the share of the jobs no larger
-than a leaf that were placed inside one leaf; the share placed inside one domain of
-the required level; the mean hops between neighbouring ranks; the leaf level's domain
-fragmentation averaged over scheduling events; mean and 99th-percentile time to place
-a job (ms, every placement attempt that succeeded).
+Measured: the keys of `numatopo simulate --multi-node -o json` (docs/operations.md).
 """
 
 from __future__ import annotations
@@ -243,9 +236,6 @@ class _Run:
         self.fragmentation: list[float] = []
         self.times: list[float] = []
 
-    def node_gpus(self) -> int:
-        return max(len(c.topology.gpus) for c in self.nodes.values())
-
     def members(self, job: GangJob, policy: PolicyName) -> list[Member]:
         options = TopologyOptions(policy=policy)
         cpus = self._cpus_per_pod(job)
@@ -310,11 +300,6 @@ class _Run:
                     return False
         return True
 
-    def first_fit(
-        self, order: Iterable[str], members: Sequence[Member]
-    ) -> dict[str, Assignment] | None:
-        return first_fit(self.nodes, order, members, self.engine)
-
 
 def _numatopo(run: _Run, job: GangJob, members: list[Member]) -> dict[str, Assignment] | None:
     options = run.options
@@ -334,20 +319,22 @@ def _numatopo(run: _Run, job: GangJob, members: list[Member]) -> dict[str, Assig
 
 def _required_only(run: _Run, job: GangJob, members: list[Member]) -> dict[str, Assignment] | None:
     if job.pods == 1:
-        return run.first_fit(run.by_name, members)
+        return first_fit(run.nodes, run.by_name, members, run.engine)
     gpus = job.gpus_per_pod
     for inside in run.tree.domains(run.required).values():
         free = sum(run.nodes[n].state.free_gpu_count() // gpus for n in inside if n in run.nodes)
         if free < job.pods:
             continue
-        found = run.first_fit(sorted(n for n in inside if n in run.nodes), members)
+        found = first_fit(
+            run.nodes, sorted(n for n in inside if n in run.nodes), members, run.engine
+        )
         if found is not None:
             return found
     return None
 
 
 def _blind(run: _Run, job: GangJob, members: list[Member]) -> dict[str, Assignment] | None:
-    return run.first_fit(run.by_name, members)
+    return first_fit(run.nodes, run.by_name, members, run.engine)
 
 
 def first_fit(

@@ -1,33 +1,6 @@
-"""Per-strategy metrics of one replay (the keys of `numatopo simulate -o json`).
-
-  strategy                          name of the strategy
-  pods                              pods that arrived
-  placed / failed                   pods placed; pods not placed (no node fits, or rejected)
-  admission_failures                of `failed`: rejected by the kubelet's Topology Manager
-                                    after the scheduler had chosen a node
-  first_failure_arrived_pct         arrived GPU workload (% of cluster GPUs) when the first
-                                    pod failed; null if none failed
-  alloc_pct_at_first_failure        GPUs allocated (% of cluster GPUs) at that moment
-                                    (the final value if none failed)
-  alloc_pct_final                   GPUs allocated (%) after the last pod
-  whole_gpu_pods / multi_gpu_pods   placed pods holding >= 1 / >= 2 whole GPUs
-  fractional_gpu_pods               placed pods sharing one GPU (modelled on counts only)
-  single_numa_share                 of multi-GPU pods: GPUs on one NUMA node
-  alignable_multi_gpu_pods          multi-GPU pods placed on a node whose hardware has a NUMA
-                                    node with that many GPUs (a 2-GPU pod on a 2-GPU PCIe
-                                    box with one GPU per socket is not alignable there)
-  alignable_single_numa_share       of those: GPUs on one NUMA node
-  best_bandwidth_share              of multi-GPU pods: GPU set's aggregate direct-link
-                                    bandwidth equals the best any such set on that node's
-                                    hardware reaches
-  mean_link_gbps                    mean over multi-GPU pods of the mean direct-link GB/s
-                                    per GPU pair (0 for pairs without NVLink)
-  cpu_gpu_colocated_share           of whole-GPU pods: CPUs only on NUMA nodes of its GPUs
-  decision_ms_mean / decision_ms_p99  time to decide one pod (filter + choice), ms
-  curve                             [[arrived %, allocated %], ...], one point per integer
-                                    arrived %, averaged as the FGD simulator's analysis does
-
-Shares are fractions in [0, 1], null when there is nothing to divide.
+"""Per-strategy metrics of one replay (the keys of `numatopo simulate -o json`, each
+defined in docs/operations.md). Shares are fractions in [0, 1], null when there is
+nothing to divide.
 """
 
 from __future__ import annotations

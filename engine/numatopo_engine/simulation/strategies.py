@@ -49,7 +49,6 @@ import numpy.typing as npt
 from numatopo_engine.allocation import Engine, allocate, mix_hosts, score_many
 from numatopo_engine.annotations import (
     Assignment,
-    ContainerAssignment,
     CpuMode,
     GpuLinksMode,
     PolicyName,
@@ -248,19 +247,16 @@ def rank_nodes(
     nodes = cluster.nodes
     ranks = np.full(len(candidates), -1.0)
     groups: dict[str, tuple[SimNode, dict[bytes, list[int]]]] = {}
+    by_shape: dict[str, list[NodeState]] = {}
     for position, index in enumerate(candidates):
         node = nodes[index]
         assert node.state is not None
         tables = engine.tables_of(node.state.topology, node.state)
         group = groups.setdefault(tables.key, (node, {}))
         group[1].setdefault(engine.row(tables, node.state), []).append(position)
-    by_shape: dict[str, tuple[SimNode, list[NodeState]]] = {}
-    for index in candidates:
-        node = nodes[index]
-        assert node.state is not None
-        by_shape.setdefault(node.state.shape_key, (node, []))[1].append(node.state)
+        by_shape.setdefault(node.state.shape_key, []).append(node.state)
     hosts = mix_hosts(
-        ((states[0].topology, states) for _, states in by_shape.values()), mix, engine=engine
+        ((states[0].topology, states) for states in by_shape.values()), mix, engine=engine
     )
     reason = ""
     for first, by_row in groups.values():
@@ -383,21 +379,17 @@ class Numatopo(Strategy):
         if self.fragmentation is not None:
             self.fragmentation.booked(cluster, placed.node)
 
-    def _request(self, pod: PodRow) -> PodRequest:
-        return engine_request(pod, self.policy)
-
-    def _growth(self, pod: PodRow, candidates: list[int]) -> dict[int, float]:
-        if self.fragmentation is None:
-            return dict.fromkeys(candidates, 0.0)
-        return self.fragmentation.growth(candidates, pod)
-
     def place(self, cluster: Cluster, pod: PodRow, candidates: list[int]) -> Outcome:
         nodes = cluster.nodes
         if not pod.whole_gpus:
-            growth = self._growth(pod, candidates)
+            growth = (
+                dict.fromkeys(candidates, 0.0)
+                if self.fragmentation is None
+                else self.fragmentation.growth(candidates, pod)
+            )
             index = min(candidates, key=lambda i: (nodes[i].untouched(), growth[i], i))
             return self._share(index, nodes[index], pod)
-        request = self._request(pod)
+        request = engine_request(pod, self.policy)
         ranks, reason = rank_nodes(self.engine, cluster, candidates, request, self.mix)
         best = int(np.argmax(ranks))
         if ranks[best] < 0:
@@ -422,7 +414,7 @@ class Numatopo(Strategy):
                     exclusive[numa] = exclusive.get(numa, 0) + 1
                     cpu_numas.add(numa)
             else:
-                cpu_numas.update(bits(_mems_mask(container)) or assignment.numa_nodes)
+                cpu_numas.update(container.mems.ids or assignment.numa_nodes)
         return Placement(index, tuple(sorted(gpus)), frozenset(cpu_numas), exclusive, assignment)
 
     def _share(self, index: int, node: SimNode, pod: PodRow) -> Placement:
@@ -430,13 +422,6 @@ class Numatopo(Strategy):
             return Placement(index, (), _all_numas(node))
         gpu = node.pick_shared_gpu(pod.gpu_milli)
         return Placement(index, (gpu,), _all_numas(node))
-
-
-def _mems_mask(container: ContainerAssignment) -> int:
-    mask = 0
-    for numa in container.mems:
-        mask |= 1 << numa
-    return mask
 
 
 STRATEGIES = (
@@ -452,14 +437,10 @@ STRATEGIES = (
 
 def make_strategy(name: str, *, seed: int, policy: PolicyName = PolicyName.BEST_EFFORT) -> Strategy:
     """A fresh strategy with its own random stream, so each strategy replays the same way alone."""
-    if name == "random":
-        return RandomFit(seed)
-    if name == "first-fit":
-        return FirstFit(seed)
-    if name == "best-fit":
-        return BestFit(seed)
-    if name == "volcano-numa":
-        return VolcanoNuma(seed)
+    simple = {"random": RandomFit, "first-fit": FirstFit, "best-fit": BestFit,
+              "volcano-numa": VolcanoNuma}  # fmt: skip
+    if name in simple:
+        return simple[name](seed)
     if name in ("kubelet-restricted", "kubelet-single-numa"):
         return KubeletAdmission(seed, single_numa=name == "kubelet-single-numa")
     if name == "numatopo":

@@ -128,7 +128,7 @@ def test_decisions_never_depend_on_names_or_cache_history(
                 for container in expected.containers.values():
                     assert [names[g] for g in container.gpu_indices] == container.gpus
                 state.apply(f"ns/p{number}-{len(state.assignments)}", expected)
-        groups = group_by_shape([(spec, state)], engine=engine)
+        groups = group_by_shape([(spec, state)])
         scored = score_many(groups[0].topology, groups[0].states, requests[0], engine=engine)
         fresh = score_many(spec, [state], requests[0])
         assert fresh.scores.tolist() == scored.scores.tolist()

@@ -9,7 +9,7 @@ import pytest
 
 from numatopo_engine.allocation import Engine, allocate, mix_hosts, score_many
 from numatopo_engine.annotations import PolicyName
-from numatopo_engine.packing import Shape, WorkloadMix, fragmentation, node_rank
+from numatopo_engine.packing import Shape, WorkloadMix, node_rank, stranded, usable_gpus
 from numatopo_engine.simulation import NodeRow, PodRow
 from numatopo_engine.simulation.cluster import build_cluster
 from numatopo_engine.simulation.replay import book_placement
@@ -79,6 +79,13 @@ def test_the_strategy_picks_the_node_the_production_rank_ranks_first(topology_ma
         book_placement(cluster, pod, outcome)
         strategy.booked(cluster, outcome)
     assert checked >= 20
+
+
+def fragmentation(gpus, cpus, numa_gpu_capacity: int, mix: WorkloadMix):
+    """Expected stranded free GPUs per row, as the rank's terms compose them (`usable_gpus`
+    before `stranded`, as `decision` composes them)."""
+    total, used = usable_gpus(gpus, cpus, numa_gpu_capacity, mix)
+    return stranded(total, used, mix)
 
 
 def test_free_gpus_split_over_numa_nodes_are_stranded_for_an_aligned_shape():
