@@ -78,7 +78,6 @@ REPO = Path(__file__).resolve().parent.parent
 sys.path[:0] = [str(REPO / "engine"), str(REPO / "operator"), str(REPO / "benchmarks")]
 
 import numpy as np  # noqa: E402
-from aiohttp import web  # noqa: E402
 
 import bench_pki  # noqa: E402
 from bench_engine import MIX, build_cluster, count_only_pass  # noqa: E402
@@ -94,6 +93,7 @@ from numatopo_engine.model import NumatopologySpec  # noqa: E402
 from numatopo_engine.request import PodRequest  # noqa: E402
 from numatopo_engine.state import NodeState  # noqa: E402
 from numatopo_operator import extender  # noqa: E402
+from numatopo_operator.extender_http import ExtenderServer  # noqa: E402
 from numatopo_operator.extender_tls import RotatingContext, TlsFiles  # noqa: E402
 from numatopo_operator.runtime import Runtime  # noqa: E402
 from numatopo_operator.settings import OperatorSettings  # noqa: E402
@@ -278,6 +278,7 @@ def first_pods(runtime: Runtime) -> None:
     object.__setattr__(runtime, "decisions", fresh)
 
 
+PROFILE_ORDER = ["tottime"]  # NUMATOPO_PROFILE_ORDER=cumulative: by time under each call
 CLOCK = [time.perf_counter]  # `--cpu`: this process's CPU time, every thread's
 
 
@@ -329,29 +330,27 @@ class Shape:
 
 async def serve(
     runtime: Runtime, client: SchedulerClient, pods: Pods, nodes: Nodes, shape: Shape
-) -> tuple[int, web.AppRunner]:
+) -> tuple[int, ExtenderServer]:
     """The operator's extender app over `runtime` on a loopback port, over mutual TLS as
     in production (`extender_tls`, unless `shape.plain`), set up as a target of
     `client` (its number), once it is checked to pass, per pod, as many of the nodes
     each cycle sends (`nodes`: every name's topology and state) as the engine alone
     does: every side must agree on which nodes fit, or the comparison means nothing."""
-    app_runner = web.AppRunner(extender.build_app(runtime), access_log=None)
-    await app_runner.setup()
+    server = ExtenderServer(extender.Extender(runtime).answer)
     tls = None
     if not shape.plain:
         assert shape.pki is not None
         files = TlsFiles(str(shape.pki.server_cert), str(shape.pki.server_key), str(shape.pki.ca))
         tls = RotatingContext(files).listening
-    await web.TCPSite(app_runner, "127.0.0.1", 0, ssl_context=tls).start()
-    scheme = "http" if tls is None else "https"
-    url = f"{scheme}://127.0.0.1:{app_runner.addresses[0][1]}"
+    port = await server.start("127.0.0.1", 0, tls)
+    url = f"{'http' if tls is None else 'https'}://127.0.0.1:{port}"
     target = await client.target(url, pods, shape)
     run = await client.cycles(target)
     sent = Rotation(shape.names, shape.send).send
     for request, passed, start in zip(MIX, run.passed, run.starts, strict=True):
         taken = [nodes[(start + i) % len(nodes)] for i in range(sent)]
         assert passed == engine_cycle(taken, request, Engine()), request.name
-    return target, app_runner
+    return target, server
 
 
 class Booker:
@@ -400,11 +399,11 @@ def judge_mix(runtime: Runtime, shape: Shape) -> Callable[[], list[str]]:
     return run
 
 
-async def profiled(client: SchedulerClient, target: int, runtime: Runtime) -> None:
-    """cProfile of the server side over one warm mix: the event loop's thread, then the
-    engine thread's, each on its own thread's CPU time (waiting for a core or for the
-    other thread is not counted)."""
-    await client.cycles(target)
+async def profiled(client: SchedulerClient, target: int, runtime: Runtime, walk: int) -> None:
+    """cProfile of the server side over one warm mix (after `walk` runs of it): the event
+    loop's thread, then the engine thread's, each on its own thread's CPU time (waiting
+    for a core or for the other thread is not counted)."""
+    await client.cycles(target, times=walk)
     loop_profile = cProfile.Profile(time.thread_time)
     engine_profile = cProfile.Profile(time.thread_time)
     runtime.engine.submit(engine_profile.enable).result()
@@ -414,7 +413,7 @@ async def profiled(client: SchedulerClient, target: int, runtime: Runtime) -> No
     runtime.engine.submit(engine_profile.disable).result()
     for title, profile in (("event loop", loop_profile), ("engine thread", engine_profile)):
         print(f"-- {title}")
-        pstats.Stats(profile).sort_stats("tottime").print_stats(18)
+        pstats.Stats(profile).sort_stats(PROFILE_ORDER[0]).print_stats(30)
 
 
 def sent_shape(
@@ -437,11 +436,12 @@ async def measure(count: int, seed: int, repeat: int, send: int | None, how: Opt
     pods = [pod_manifest(request, f"uid-{i}") for i, request in enumerate(MIX)]
     rows: list[tuple[str, float, float, float, float]] = []
     client = await SchedulerClient.start()
-    app_runner: web.AppRunner | None = None
+    server: ExtenderServer | None = None
     try:
-        target, app_runner = await serve(runtime, client, pods, nodes, shape)
+        target, server = await serve(runtime, client, pods, nodes, shape)
+        walk = -(-len(shape.names) // (shape.send or len(shape.names)))
         if how.profile:
-            await profiled(client, target, runtime)
+            await profiled(client, target, runtime, walk)
             return
         counts, lists = Rotation(shape.names, shape.send), Rotation(nodes, shape.send)
 
@@ -459,14 +459,14 @@ async def measure(count: int, seed: int, repeat: int, send: int | None, how: Opt
         counting = await best_of(repeat, clocked(count_mix, idle), lambda: None)
         listing = await best_of(repeat, clocked(list_mix, idle), lambda: None)
         latencies: list[float] = []
-        for regime, before in (
+        regimes = (
             ("new engine", lambda: new_engine(runtime)),
             ("first pod", lambda: first_pods(runtime)),
             ("warm", lambda: None),
-        ):
+        )
+        for regime, before in regimes[2:] if how.warm else regimes:
             if regime == "warm":
                 # Warm: each pod has met every node its cycles will send (the walk once round).
-                walk = -(-len(shape.names) // (shape.send or len(shape.names)))
                 await client.cycles(target, times=walk)
             latencies.clear()
             http = await best_of(repeat, lambda: client.timed(target, latencies, booker), before)
@@ -475,8 +475,8 @@ async def measure(count: int, seed: int, repeat: int, send: int | None, how: Opt
             rows.append((regime, http, judged, counting, p99))
     finally:
         await client.close()
-        if app_runner is not None:
-            await app_runner.cleanup()
+        if server is not None:
+            await server.stop()
     cycles = len(MIX)
     sent = len(shape.names) if shape.send is None else shape.send
     for regime, http, judged, counting, p99 in rows:
@@ -503,15 +503,15 @@ async def compare_identities(
     an extender app per fleet, the same pods, each regime timed on both alternately."""
     pods = [pod_manifest(request, f"uid-{i}") for i, request in enumerate(MIX)]
     sides: list[Side] = []
-    runners: list[web.AppRunner] = []
+    servers: list[ExtenderServer] = []
     client = await SchedulerClient.start()
     try:
         for named in (True, False):
             nodes = build_cluster(count, seed, names=named)
             runtime, names = runtime_over(nodes)
             shape, nodes = sent_shape(names, nodes, send, how)
-            target, app_runner = await serve(runtime, client, pods, nodes, shape)
-            runners.append(app_runner)
+            target, server = await serve(runtime, client, pods, nodes, shape)
+            servers.append(server)
             sides.append((runtime, shape, target, Booker(runtime, shape)))
         for regime, fresh in (("new engine", True), ("warm", False)):
             # The sides alternate run by run, so load that comes and goes meets both.
@@ -541,8 +541,8 @@ async def compare_identities(
             )
     finally:
         await client.close()
-        for app_runner in runners:
-            await app_runner.cleanup()
+        for server in servers:
+            await server.stop()
 
 
 Judge = Callable[[PodRequest, extender.Candidates], object]
@@ -601,6 +601,7 @@ class Options:
     book: bool = False
     profile: bool = False
     pki: bench_pki.Pki | None = None
+    warm: bool = False
 
 
 def main() -> None:
@@ -620,6 +621,7 @@ def main() -> None:
     parser.add_argument(
         "--book", action="store_true", help="each cycle's chosen node takes its pod (see Booker)"
     )
+    parser.add_argument("--warm", action="store_true", help="the warm regime only")
     parser.add_argument(
         "--plain-http",
         action="store_true",
@@ -643,6 +645,7 @@ def main() -> None:
     args = parser.parse_args()
     if args.cpu:
         CLOCK[0] = time.process_time
+    PROFILE_ORDER[0] = os.environ.get("NUMATOPO_PROFILE_ORDER", "tottime")
     if args.judge:
         print(f"pod mix: {', '.join(p.name for p in MIX)}; CPU ms per pod (judging, no HTTP)")
         columns = ("cold judge ms", "cold engine ms", "ratio")
@@ -653,7 +656,7 @@ def main() -> None:
         return
     with tempfile.TemporaryDirectory(prefix="numatopo-bench-pki-") as folder:
         pki = None if args.plain_http else bench_pki.make_pki(Path(folder))
-        how = Options(args.fixed, args.plain_http, args.book, args.profile, pki)
+        how = Options(args.fixed, args.plain_http, args.book, args.profile, pki, args.warm)
         walk = "the same nodes each cycle" if args.fixed or args.send is None else (
             "kube-scheduler's walk (each cycle the next nodes)")  # fmt: skip
         print(f"pod mix: {', '.join(p.name for p in MIX)}; ms per scheduling cycle (one pod), "
