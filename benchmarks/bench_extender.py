@@ -78,6 +78,7 @@ REPO = Path(__file__).resolve().parent.parent
 sys.path[:0] = [str(REPO / "engine"), str(REPO / "operator"), str(REPO / "benchmarks")]
 
 import numpy as np  # noqa: E402
+from aiohttp import web  # noqa: E402
 
 import bench_pki  # noqa: E402
 from bench_engine import MIX, build_cluster, count_only_pass  # noqa: E402
@@ -93,7 +94,6 @@ from numatopo_engine.model import NumatopologySpec  # noqa: E402
 from numatopo_engine.request import PodRequest  # noqa: E402
 from numatopo_engine.state import NodeState  # noqa: E402
 from numatopo_operator import extender  # noqa: E402
-from numatopo_operator.extender_http import ExtenderServer  # noqa: E402
 from numatopo_operator.extender_tls import RotatingContext, TlsFiles  # noqa: E402
 from numatopo_operator.runtime import Runtime  # noqa: E402
 from numatopo_operator.settings import OperatorSettings  # noqa: E402
@@ -330,19 +330,21 @@ class Shape:
 
 async def serve(
     runtime: Runtime, client: SchedulerClient, pods: Pods, nodes: Nodes, shape: Shape
-) -> tuple[int, ExtenderServer]:
+) -> tuple[int, web.AppRunner]:
     """The operator's extender app over `runtime` on a loopback port, over mutual TLS as
     in production (`extender_tls`, unless `shape.plain`), set up as a target of
     `client` (its number), once it is checked to pass, per pod, as many of the nodes
     each cycle sends (`nodes`: every name's topology and state) as the engine alone
     does: every side must agree on which nodes fit, or the comparison means nothing."""
-    server = ExtenderServer(extender.Extender(runtime).answer)
+    server = web.AppRunner(extender.build_app(runtime), access_log=None)
+    await server.setup()
     tls = None
     if not shape.plain:
         assert shape.pki is not None
         files = TlsFiles(str(shape.pki.server_cert), str(shape.pki.server_key), str(shape.pki.ca))
         tls = RotatingContext(files).listening
-    port = await server.start("127.0.0.1", 0, tls)
+    await web.TCPSite(server, "127.0.0.1", 0, ssl_context=tls).start()
+    port = server.addresses[0][1]
     url = f"{'http' if tls is None else 'https'}://127.0.0.1:{port}"
     target = await client.target(url, pods, shape)
     run = await client.cycles(target)
@@ -436,7 +438,7 @@ async def measure(count: int, seed: int, repeat: int, send: int | None, how: Opt
     pods = [pod_manifest(request, f"uid-{i}") for i, request in enumerate(MIX)]
     rows: list[tuple[str, float, float, float, float]] = []
     client = await SchedulerClient.start()
-    server: ExtenderServer | None = None
+    server: web.AppRunner | None = None
     try:
         target, server = await serve(runtime, client, pods, nodes, shape)
         walk = -(-len(shape.names) // (shape.send or len(shape.names)))
@@ -476,7 +478,7 @@ async def measure(count: int, seed: int, repeat: int, send: int | None, how: Opt
     finally:
         await client.close()
         if server is not None:
-            await server.stop()
+            await server.cleanup()
     cycles = len(MIX)
     sent = len(shape.names) if shape.send is None else shape.send
     for regime, http, judged, counting, p99 in rows:
@@ -503,7 +505,7 @@ async def compare_identities(
     an extender app per fleet, the same pods, each regime timed on both alternately."""
     pods = [pod_manifest(request, f"uid-{i}") for i, request in enumerate(MIX)]
     sides: list[Side] = []
-    servers: list[ExtenderServer] = []
+    servers: list[web.AppRunner] = []
     client = await SchedulerClient.start()
     try:
         for named in (True, False):
@@ -542,7 +544,7 @@ async def compare_identities(
     finally:
         await client.close()
         for server in servers:
-            await server.stop()
+            await server.cleanup()
 
 
 Judge = Callable[[PodRequest, extender.Candidates], object]

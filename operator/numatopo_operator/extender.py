@@ -1,4 +1,4 @@
-"""The kube-scheduler extender: `POST /filter`, `/prioritize`, `/bind` (I/O).
+"""The kube-scheduler extender: `POST /filter`, `/prioritize`, `/bind` (aiohttp, I/O).
 
 The JSON is exactly kube-scheduler's (k8s.io/kube-scheduler/extender/v1, Go field
 names, no JSON tags): ExtenderArgs {Pod, Nodes, NodeNames} in; ExtenderFilterResult
@@ -25,8 +25,7 @@ handover answers with an Error (the scheduler retries the pod) and never binds.
 Anyone who reaches the port is answered as carefully as kube-scheduler: every body is
 checked before use (`extender_wire`: size, depth, shape, Kubernetes names), `bind`
 binds only what the scheduler profile would (`bind_guard`), and every answer, whatever
-went wrong, is JSON in the verb's shape, never a traceback (`Extender.answer`). The
-HTTP/1.1 around it is `extender_http`'s.
+went wrong, is JSON in the verb's shape, never a traceback (`json_answers`).
 """
 
 from __future__ import annotations
@@ -37,13 +36,14 @@ import json
 import logging
 import operator
 import time
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Awaitable, Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
 import msgspec
 import numpy as np
 import numpy.typing as npt
+from aiohttp import web
 
 from numatopo_engine import allocation, pod_request
 from numatopo_engine.errors import InvalidRequestError
@@ -55,14 +55,13 @@ from numatopo_engine.topology_tables import shape_key
 from numatopo_operator import bind_guard, dra_extender, translate
 from numatopo_operator import extender_wire as wire
 from numatopo_operator.errors import KubeError, NodeBusyError, NotActiveError
-from numatopo_operator.extender_http import Answer
 from numatopo_operator.extender_memo import CycleMemo, pod_uid
 from numatopo_operator.extender_wire import BadArgsError
 from numatopo_operator.groups import members as group_members
 from numatopo_operator.ledger import ShapeCandidates
 from numatopo_operator.runtime import Runtime
 
-__all__ = ["MAX_EXTENDER_PRIORITY", "Extender", "extender_scores", "rank_scores"]
+__all__ = ["MAX_EXTENDER_PRIORITY", "build_app", "extender_scores", "json_answers", "rank_scores"]
 
 logger = logging.getLogger(__name__)
 
@@ -72,8 +71,10 @@ Ints = npt.NDArray[np.int64]
 # k8s.io/kube-scheduler/extender/v1.MaxExtenderPriority: extender scores are 0..10.
 MAX_EXTENDER_PRIORITY = 10
 
+RUNTIME_KEY: web.AppKey[Runtime] = web.AppKey("runtime", Runtime)
 # A filter answer for 5,000 nodes holds thousands of entries: no spaces after separators.
 _dumps = functools.partial(json.dumps, separators=(",", ":"))
+MEMO_KEY: web.AppKey[CycleMemo] = web.AppKey("memo", CycleMemo)
 
 
 def extender_scores(ranks: Mapping[str, float]) -> dict[str, int]:
@@ -379,9 +380,11 @@ async def priorities(
     return names, list(map(scores.get, names, itertools.repeat(0)))
 
 
-def _read(body: bytes | None) -> Mapping[str, Any]:
-    if body is None:  # above the bound: the server did not read it
-        raise BadArgsError(f"request body is larger than {wire.MAX_BODY_BYTES} bytes")
+async def _read(request: web.Request) -> Mapping[str, Any]:
+    try:
+        body = await request.read()
+    except web.HTTPRequestEntityTooLarge:
+        raise BadArgsError(f"request body is larger than {wire.MAX_BODY_BYTES} bytes") from None
     return wire.parse_body(body)
 
 
@@ -404,8 +407,8 @@ def _not_deciding(runtime: Runtime) -> str:
     return ""
 
 
-def _json(data: object, *, status: int = 200) -> Answer:
-    return Answer(status, _dumps(data).encode())
+def _json(data: object, *, status: int = 200) -> web.Response:
+    return web.json_response(dumps=_dumps, data=data, status=status)
 
 
 # The big answers (a filter result names every candidate) are written by msgspec's
@@ -434,7 +437,11 @@ def priorities_body(hosts: Sequence[str], scores: Sequence[int]) -> bytes:
     return _json_of(list(map(wire.HostPriorityRow, hosts, scores)))
 
 
-def _filter_error(error: str) -> Answer:
+def _json_bytes(body: bytes) -> web.Response:
+    return web.Response(body=body, content_type="application/json")
+
+
+def _filter_error(error: str) -> web.Response:
     """An ExtenderFilterResult that passes no node and says why (kube-scheduler reads a
     non-empty Error as the extender failing, and retries the pod)."""
     return _json(
@@ -446,6 +453,34 @@ def _filter_error(error: str) -> Answer:
             "Error": error,
         }
     )
+
+
+async def _filter(request: web.Request) -> web.Response:
+    runtime = request.app[RUNTIME_KEY]
+    error = _not_deciding(runtime)
+    try:
+        args = await _read(request)
+        if error:
+            raise BadArgsError(error)
+        result = await filter_result(runtime, args, request.app[MEMO_KEY])
+        return _json_bytes(filter_body(result))
+    except BadArgsError as exc:
+        return _filter_error(str(exc))
+
+
+async def _prioritize(request: web.Request) -> web.Response:
+    # HostPriorityList has no Error field: kube-scheduler reads any status but 200 as the
+    # extender failing; the JSON body says why to whoever reads it.
+    runtime = request.app[RUNTIME_KEY]
+    error = _not_deciding(runtime)
+    if error:
+        return _json({"Error": error}, status=503)
+    try:
+        args = await _read(request)
+        hosts, scores = await priorities(runtime, args, request.app[MEMO_KEY])
+        return _json_bytes(priorities_body(hosts, scores))
+    except BadArgsError as exc:
+        return _json({"Error": str(exc)}, status=400)
 
 
 async def _bind_error(runtime: Runtime, body: Mapping[str, Any]) -> str:
@@ -460,8 +495,18 @@ async def _bind_error(runtime: Runtime, body: Mapping[str, Any]) -> str:
         return f"binding {args.key} to {args.node}: {exc}"
 
 
-def _bind_answer(error: str) -> Answer:
+def _bind_answer(error: str) -> web.Response:
     return _json({"Error": error})
+
+
+async def _bind(request: web.Request) -> web.Response:
+    try:
+        error = await _bind_error(request.app[RUNTIME_KEY], await _read(request))
+    except BadArgsError as exc:
+        error = str(exc)
+    if error:
+        logger.warning("bind refused: %s", error)
+    return _bind_answer(error)
 
 
 # Whatever goes wrong, the answer has the verb's own shape: kube-scheduler reads the
@@ -470,67 +515,40 @@ _ERROR_ANSWERS = {
     "/filter": _filter_error,
     "/bind": _bind_answer,
 }
-VERBS = ("/filter", "/prioritize", "/bind")
 
 
-class Extender:
-    """The verbs over one operator's runtime: the answer to each request that reaches
-    the extender's port (`extender_http` reads and writes them). Every answer is JSON,
-    and none carries a traceback: an unknown path is a 404, another method than POST
-    a 405, and an unexpected exception is logged here and answered with an Error
-    naming only its type, in the verb's own shape."""
+@web.middleware
+async def json_answers(
+    request: web.Request, handler: Callable[[web.Request], Awaitable[web.StreamResponse]]
+) -> web.StreamResponse:
+    """Every answer is JSON, and none carries a traceback: aiohttp's own refusals (an
+    unknown path, a GET on a verb) keep their status with a JSON body; an unexpected
+    exception is logged here and answered with an Error naming only its type."""
+    try:
+        return await handler(request)
+    except web.HTTPException as exc:
+        if exc.status < 400:
+            raise
+        answer = _json(
+            {"Error": f"{exc.status} {exc.reason}: {request.method} {request.path}"},
+            status=exc.status,
+        )
+        if "Allow" in exc.headers:  # a 405 says which methods the path takes
+            answer.headers["Allow"] = exc.headers["Allow"]
+        return answer
+    except Exception as exc:
+        logger.exception("extender %s %s failed", request.method, request.path)
+        error = f"numatopo extender internal error ({type(exc).__name__}); see the operator log"
+        shaped = _ERROR_ANSWERS.get(request.path)
+        return shaped(error) if shaped is not None else _json({"Error": error}, status=500)
 
-    def __init__(self, runtime: Runtime) -> None:
-        self.runtime = runtime
-        self.memo = CycleMemo()
 
-    async def answer(self, method: str, path: str, body: bytes | None) -> Answer:
-        """The answer to `method` `path` with `body` (None: above `MAX_BODY_BYTES`)."""
-        if path not in VERBS or method != "POST":
-            status = 404 if path not in VERBS else 405
-            reason = "Not Found" if status == 404 else "Method Not Allowed"
-            answer = _json({"Error": f"{status} {reason}: {method} {path}"}, status=status)
-            return Answer(status, answer.body, "POST" if status == 405 else "")
-        try:
-            if path == "/filter":
-                return await self._filter(body)
-            if path == "/prioritize":
-                return await self._prioritize(body)
-            return await self._bind(body)
-        except Exception as exc:
-            logger.exception("extender %s %s failed", method, path)
-            error = f"numatopo extender internal error ({type(exc).__name__}); see the operator log"
-            shaped = _ERROR_ANSWERS.get(path)
-            return shaped(error) if shaped is not None else _json({"Error": error}, status=500)
-
-    async def _filter(self, body: bytes | None) -> Answer:
-        error = _not_deciding(self.runtime)
-        try:
-            args = _read(body)
-            if error:
-                raise BadArgsError(error)
-            result = await filter_result(self.runtime, args, self.memo)
-            return Answer(200, filter_body(result))
-        except BadArgsError as exc:
-            return _filter_error(str(exc))
-
-    async def _prioritize(self, body: bytes | None) -> Answer:
-        # HostPriorityList has no Error field: kube-scheduler reads any status but 200 as
-        # the extender failing; the JSON body says why to whoever reads it.
-        error = _not_deciding(self.runtime)
-        if error:
-            return _json({"Error": error}, status=503)
-        try:
-            hosts, scores = await priorities(self.runtime, _read(body), self.memo)
-            return Answer(200, priorities_body(hosts, scores))
-        except BadArgsError as exc:
-            return _json({"Error": str(exc)}, status=400)
-
-    async def _bind(self, body: bytes | None) -> Answer:
-        try:
-            error = await _bind_error(self.runtime, _read(body))
-        except BadArgsError as exc:
-            error = str(exc)
-        if error:
-            logger.warning("bind refused: %s", error)
-        return _bind_answer(error)
+def build_app(runtime: Runtime) -> web.Application:
+    # `client_max_size` bounds what aiohttp buffers: the body is refused while it is read.
+    app = web.Application(middlewares=[json_answers], client_max_size=wire.MAX_BODY_BYTES)
+    app[RUNTIME_KEY] = runtime
+    app[MEMO_KEY] = CycleMemo()
+    app.router.add_post("/filter", _filter)
+    app.router.add_post("/prioritize", _prioritize)
+    app.router.add_post("/bind", _bind)
+    return app

@@ -30,7 +30,6 @@ from numatopo_operator import (
     pod_feed,
     status,
 )
-from numatopo_operator.extender_http import ExtenderServer
 from numatopo_operator.groups import status as group_status
 from numatopo_operator.groups import worker as group_worker
 from numatopo_operator.loop_lag import measure_loop_lag
@@ -45,8 +44,7 @@ logger = logging.getLogger(__name__)
 
 
 class Servers:
-    """The two HTTP servers (the extender's `extender_http`, aiohttp for probes and
-    metrics); the ports are known once `start()` returned (0 = any).
+    """The two HTTP servers; the ports are known once `start()` returned (0 = any).
 
     The extender serves HTTPS with client certificates (`extender_tls`) unless plain
     HTTP was asked for by name; metrics and probes stay plain HTTP (the kubelet's probes
@@ -58,12 +56,18 @@ class Servers:
         self.metrics_port = 0
         self.extender_tls: extender_tls.RotatingContext | None = None
         self._runners: list[web.AppRunner] = []
-        self._extender: ExtenderServer | None = None
 
-    async def _start(self, app: web.Application, port: int) -> int:
+    async def _start(
+        self, app: web.Application, port: int, tls: extender_tls.RotatingContext | None = None
+    ) -> int:
         runner = web.AppRunner(app, access_log=None)
         await runner.setup()
-        site = web.TCPSite(runner, self.runtime.settings.listen_host, port)
+        site = web.TCPSite(
+            runner,
+            self.runtime.settings.listen_host,
+            port,
+            ssl_context=tls.listening if tls is not None else None,
+        )
         await site.start()
         self._runners.append(runner)
         server = site._server
@@ -76,16 +80,11 @@ class Servers:
         settings = self.runtime.settings
         self.extender_tls = extender_tls.extender_context(settings)
         self.metrics_port = await self._start(health.build_app(self.runtime), settings.metrics_port)
-        self._extender = ExtenderServer(extender.Extender(self.runtime).answer)
-        tls = self.extender_tls.listening if self.extender_tls is not None else None
-        self.extender_port = await self._extender.start(
-            settings.listen_host, settings.extender_port, tls
+        self.extender_port = await self._start(
+            extender.build_app(self.runtime), settings.extender_port, self.extender_tls
         )
 
     async def stop(self) -> None:
-        if self._extender is not None:
-            await self._extender.stop()
-            self._extender = None
         for runner in reversed(self._runners):
             await runner.cleanup()
         self._runners.clear()

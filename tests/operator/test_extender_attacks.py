@@ -12,13 +12,12 @@ from typing import Any
 
 import aiohttp
 import pytest
+from aiohttp import web
+from aiohttp.test_utils import TestServer
 
 from numatopo_engine import annotations as keys
 from numatopo_operator import extender as extender_module
 from numatopo_operator import extender_wire
-from numatopo_operator.extender_http import ExtenderServer
-from numatopo_operator.runtime import Runtime
-from numatopo_operator.settings import OperatorSettings
 
 PLAIN, TAINTED, LABELLED, CORDONED = "h100-a", "h100-tainted", "h100-labelled", "h100-cordoned"
 GPU_TAINT = {"key": "nvidia.com/gpu", "value": "present", "effect": "NoSchedule"}
@@ -591,32 +590,23 @@ async def test_a_5000_node_filter_fits_the_body_bound_three_times(extender, pod)
     assert (200, "", 5000) == (status, result["Error"], len(result["FailedAndUnresolvableNodes"]))
 
 
-async def test_an_unexpected_exception_is_a_json_error_and_its_traceback_stays_in_the_log(
-    caplog, monkeypatch
-):
-    """The catch-all behind every verb: what a bug would answer, in each verb's shape (a
-    bug put where every verb reads its body, on the extender's own server)."""
+async def test_an_unexpected_exception_is_a_json_error_and_its_traceback_stays_in_the_log(caplog):
+    """The catch-all behind every verb: what a bug would answer, in each verb's shape."""
 
-    def broken(body: bytes) -> object:
+    async def broken(request: web.Request) -> web.Response:
         raise ZeroDivisionError("internal detail")
 
-    monkeypatch.setattr(extender_wire, "parse_body", broken)
-    runtime = Runtime(OperatorSettings())
-    for event in (runtime.role_known, runtime.active, runtime.indexed, runtime.ledger_current):
-        event.set()
-    server = ExtenderServer(extender_module.Extender(runtime).answer)
-    port = await server.start("127.0.0.1", 0)
+    app = web.Application(middlewares=[extender_module.json_answers])
+    for path in ("/filter", "/prioritize", "/bind"):
+        app.router.add_post(path, broken)
     answers = {}
-    try:
-        async with aiohttp.ClientSession() as session:
-            for path in ("/filter", "/prioritize", "/bind"):
-                status, kind, text = await _send(
-                    session, "POST", f"http://127.0.0.1:{port}{path}", b"{}", "application/json"
-                )
-                assert "internal detail" not in text
-                answers[path] = (status, json.loads(text) if kind == "application/json" else text)
-    finally:
-        await server.stop()
+    async with TestServer(app, host="127.0.0.1") as server, aiohttp.ClientSession() as session:
+        for path in ("/filter", "/prioritize", "/bind"):
+            status, kind, text = await _send(
+                session, "POST", str(server.make_url(path)), b"{}", "application/json"
+            )
+            assert "internal detail" not in text
+            answers[path] = (status, json.loads(text) if kind == "application/json" else text)
 
     error = "numatopo extender internal error (ZeroDivisionError); see the operator log"
     assert {
