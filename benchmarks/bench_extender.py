@@ -7,10 +7,20 @@ holding the nodes of `bench_engine.build_cluster` (a realistic fleet: fixture ma
 and the Alibaba node list's models, every node with its own name, GPU UUIDs and bus
 ids, and a fresh heartbeat; seeded mixed occupancy). kube-scheduler's side runs in a
 process of its own, as in a cluster (`scheduler_client.py`, driven over a pipe: "run
-the mix N times", answered with each cycle's latency): it sends each pod's filter
-body encoded once, parses the filter answer and encodes the prioritize body from the
-nodes that passed, over one keep-alive connection. Every side must agree on which
-nodes fit (checked per pod before timing). Per cycle, in the same run:
+the mix N times", answered with each cycle's latency): it encodes each cycle's filter
+body, parses the filter answer and encodes the prioritize body from the nodes that
+passed, over one keep-alive connection. Every side must agree on which nodes fit
+(checked per pod before timing).
+
+As in production by default: the extender serves HTTPS and asks for a client
+certificate (`extender_tls.RotatingContext`), and the client shows one, all three made
+at start by `bench_pki` (a throwaway CA; `--plain-http` for plain HTTP); and each cycle
+sends the next `--send` nodes of the cluster, starting where the last cycle stopped
+(kube-scheduler's percentageOfNodesToScore walk), so consecutive cycles meet different
+nodes. `--fixed` sends the same every-k-th nodes each cycle instead (the shape of the
+figures before issue 22's item 4). `--book` books the pod on each cycle's best-scored
+node, as its bind would (`Booker`): later cycles meet nodes that changed. Per cycle,
+in the same run:
 
   * `http ms`: the cycle over HTTP, as the extender pays it: with `--cpu`, this
     process's CPU time while the client runs the mix (the server and its engine
@@ -33,9 +43,17 @@ nodes fit (checked per pod before timing). Per cycle, in the same run:
 Regimes, each its own row: `new engine` starts every cycle with a fresh
 `allocation.Engine` (hardware tables, plans and verdicts built again: a restarted
 operator); `first pod` keeps the hardware tables but no plan or verdict (the first pod
-of its kind on a running operator); `warm` repeats the cycle over unchanged nodes (the
-next replicas of the same job). `--send N` sends kube-scheduler's call shape: N of the
-cluster's nodes per cycle (its percentageOfNodesToScore sends about 500 of 5,000).
+of its kind on a running operator); `warm` (after one walk round the cluster, untimed)
+has every row and verdict a cycle needs at hand (the next replicas of the same job,
+with `--book` less the nodes booked since). `--warm` runs that regime alone. `--send N`:
+N of the cluster's nodes per cycle (kube-scheduler sends about 500 of 5,000).
+
+Issue 22's goals (item 4), at 500 of 5,000 nodes, warm: `judge/count` at most 3x and
+`http/judge` at most 1.5x, both read from one run of
+
+    .venv/bin/python benchmarks/bench_extender.py --nodes 5000 --send 500 --repeat 5 --cpu
+
+(figures in README's Benchmarks and docs/benchmarks.md). Other uses:
 
     .venv/bin/python benchmarks/bench_extender.py [--nodes 1000 5000] [--send 500] [--repeat 3]
     .venv/bin/python benchmarks/bench_extender.py --nodes 5000 --profile   # where time goes
@@ -51,7 +69,8 @@ bookings), alternately in one run: the named/none ratio has a goal of at most 1.
 `--cpu` reads this process's CPU time (every thread: the server, the engine thread;
 the client is another process) instead of wall time: on a loaded machine, wall time is
 mostly waiting for a core. `--profile` prints a cProfile of the server side (the event
-loop's thread and the engine thread) over one warm mix. `--judge` reads CPU time, not
+loop's thread and the engine thread) over one warm mix (NUMATOPO_PROFILE_ORDER=cumulative
+sorts it by time under each call). `--judge` reads CPU time, not
 wall time, so that a shared machine's other load counts less; run it from two
 checkouts back to back (PYTHONPATH at each one's source roots) to compare the decision
 time of two versions of the rank.
