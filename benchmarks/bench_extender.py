@@ -449,6 +449,11 @@ def sent_shape(
     return Shape(names, send, how.plain, how.book, how.pki), nodes
 
 
+def walk_of(shape: Shape) -> int:
+    """Runs of the mix that send every node at least once (the walk once round)."""
+    return -(-len(shape.names) // (shape.send or len(shape.names)))
+
+
 async def measure(count: int, seed: int, repeat: int, send: int | None, how: Options) -> None:
     nodes = build_cluster(count, seed)
     runtime, names = runtime_over(nodes)
@@ -460,7 +465,7 @@ async def measure(count: int, seed: int, repeat: int, send: int | None, how: Opt
     server: web.AppRunner | None = None
     try:
         target, server = await serve(runtime, client, pods, nodes, shape)
-        walk = -(-len(shape.names) // (shape.send or len(shape.names)))
+        walk = walk_of(shape)
         if how.profile:
             await profiled(client, target, runtime, walk)
             return
@@ -538,7 +543,8 @@ async def compare_identities(
             # The sides alternate run by run, so load that comes and goes meets both.
             best = [float("inf")] * 4
             for side in sides:
-                await client.cycles(side[2])  # warms this side's engine
+                # Warms this side's engine over every node its cycles will send.
+                await client.cycles(side[2], times=walk_of(side[1]))
             for _ in range(repeat):
                 for at, (runtime, shape, target, booker) in enumerate(sides):
                     runs = (
