@@ -386,23 +386,9 @@ def score_many(
         tables, sizing.total, options, floor=states[0].shared_floor,
         closest=_prefers_closest(topology), mix=mix, warm_only=warm_only,
     )  # fmt: skip
-    plan = verdicts.plan
-    # Each distinct row is decided once; a long-lived engine keeps the verdicts, so
-    # rows it has seen under this plan are looked up, not decided again.
-    layout = engine.warm_layout(tables) if warm_only else engine.layout_of(tables)
-    slots = verdicts.known_slots(states, layout)
-    if slots is None and warm_only:
-        raise NotWarmError("a row not laid out or not decided yet")
+    slots = _row_slots(engine, tables, verdicts, states, mix=mix, warm_only=warm_only)
     if slots is None:
-        rows_bytes = engine.rows(tables, states)
-        if sum(map(len, rows_bytes)) != count * verdicts.width * 8:
-            return _one_by_one(engine, topology, states, request)
-
-        def decide(rows: npt.NDArray[np.int64]) -> Decided:
-            engine.keep_rows(rows.shape[0])
-            return decide_rows(plan, rows, engine.gpu_memo, mix)
-
-        slots = verdicts.slots(rows_bytes, decide)
+        return _one_by_one(engine, topology, states, request)
     scores = verdicts.score[slots]
     codes = verdicts.summary[slots]
     ranks = verdicts.ranks(slots, hosts)
@@ -413,11 +399,72 @@ def score_many(
     confirmed: dict[int, Refusal] = {}
     if one_at_a_time:
         scores, ranks = scores.copy(), ranks.copy()
-        for index in np.flatnonzero(scores >= 0).tolist():
-            outcome = _decide(engine, topology, states[index], request, build=False)
-            if isinstance(outcome, Shortfall):
-                confirmed[index] = Refusal.of(outcome)
-                scores[index], ranks[index] = REFUSED, -1.0
+        confirmed = _refused_alone(engine, topology, states, request, scores=scores, ranks=ranks)
+    refused = _grouped_refusals(verdicts, codes, confirmed)
+
+    def refusal(index: int) -> Refusal:
+        if index in confirmed:
+            return confirmed[index]
+        return verdicts.refusal(int(slots[index]))
+
+    return ShapeScores(scores, refused, refusal, ranks)
+
+
+def _row_slots(
+    engine: Engine,
+    tables: Tables,
+    verdicts: RowVerdicts,
+    states: Sequence[NodeState],
+    *,
+    mix: WorkloadMix | None,
+    warm_only: bool,
+) -> npt.NDArray[np.intp] | None:
+    """Each state's slot in `verdicts`. Each distinct row is decided once; a long-lived
+    engine keeps the verdicts, so rows it has seen under this plan are looked up, not
+    decided again. None: rows that do not fit the plan's width (decide node by node)."""
+    layout = engine.warm_layout(tables) if warm_only else engine.layout_of(tables)
+    slots = verdicts.known_slots(states, layout)
+    if slots is not None:
+        return slots
+    if warm_only:
+        raise NotWarmError("a row not laid out or not decided yet")
+    rows_bytes = engine.rows(tables, states)
+    if sum(map(len, rows_bytes)) != len(states) * verdicts.width * 8:
+        return None
+    plan = verdicts.plan
+
+    def decide(rows: npt.NDArray[np.int64]) -> Decided:
+        engine.keep_rows(rows.shape[0])
+        return decide_rows(plan, rows, engine.gpu_memo, mix)
+
+    return verdicts.slots(rows_bytes, decide)
+
+
+def _refused_alone(
+    engine: Engine,
+    topology: NumatopologySpec,
+    states: Sequence[NodeState],
+    request: PodRequest,
+    *,
+    scores: npt.NDArray[np.int64],
+    ranks: npt.NDArray[np.float64],
+) -> dict[int, Refusal]:
+    """The nodes `scores` admits that refuse the pod container by container (refused in
+    `scores` and `ranks`, which the caller owns), by index."""
+    refused: dict[int, Refusal] = {}
+    for index in np.flatnonzero(scores >= 0).tolist():
+        outcome = _decide(engine, topology, states[index], request, build=False)
+        if isinstance(outcome, Shortfall):
+            refused[index] = Refusal.of(outcome)
+            scores[index], ranks[index] = REFUSED, -1.0
+    return refused
+
+
+def _grouped_refusals(
+    verdicts: RowVerdicts, codes: npt.NDArray[np.int64], confirmed: Mapping[int, Refusal]
+) -> list[tuple[npt.NDArray[np.intp], str]]:
+    """The refused nodes' indices grouped by refusal summary: the plan's (`codes`, one
+    per node, -1 where it fits) and those refused container by container."""
     refused: list[tuple[npt.NDArray[np.intp], str]] = []
     # A plan that refused no row yet (no summary kept) refuses none of these.
     at = (codes >= 0).nonzero()[0] if verdicts.summaries else codes[:0]
@@ -433,13 +480,7 @@ def score_many(
     for index, why in confirmed.items():
         by_summary.setdefault(why.summary, []).append(index)
     refused += [(np.array(ix, dtype=np.intp), text) for text, ix in by_summary.items()]
-
-    def refusal(index: int) -> Refusal:
-        if index in confirmed:
-            return confirmed[index]
-        return verdicts.refusal(int(slots[index]))
-
-    return ShapeScores(scores, refused, refusal, ranks)
+    return refused
 
 
 def _everywhere(refusal: Refusal, count: int) -> ShapeScores:
