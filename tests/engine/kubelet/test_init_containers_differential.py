@@ -18,10 +18,9 @@ from reference import POLICIES, Container, bits_of, decide_pod
 from test_decisions_differential import booked_nodes, kubelet_view, totals
 
 from numatopo_engine import NodeState, allocate
-from numatopo_engine.annotations import PolicyName, Scope
-from numatopo_engine.errors import UnsatisfiableError
-from numatopo_engine.annotations import Assignment, ContainerAssignment
+from numatopo_engine.annotations import Assignment, ContainerAssignment, PolicyName, Scope
 from numatopo_engine.cpuset import CPUSet
+from numatopo_engine.errors import UnsatisfiableError
 from numatopo_engine.model import NumatopologySpec
 from numatopo_engine.request import ContainerRequest
 
