@@ -213,6 +213,9 @@ def main() -> None:
     parser.add_argument("--repeat", type=int, default=3, help="warm cycles / decisions")
     args = parser.parse_args()
     print(f"probe: sleeps {TICK * 1e3:.0f} ms in a loop; lag = how late it woke")
+    # Untimed: what the process does once whoever comes first (imports, numpy's and
+    # aiohttp's first calls) cost the first fleet measured 50-90 ms, named or not.
+    asyncio.run(extender_lag(fleet(50, names=True), 0))
     for count in args.nodes:
         named = asyncio.run(extender_lag(fleet(count, names=True), args.repeat))
         bare = asyncio.run(extender_lag(fleet(count, names=False), args.repeat))
