@@ -374,7 +374,7 @@ def score_many(
     if (
         options.scope is Scope.CONTAINER
         or not states
-        or (one_at_a_time and not request.init_containers)
+        or (one_at_a_time and not _unit_total(request))
     ):
         # The pod's total need not fit the memory manager at once (`_decide`).
         if warm_only and states:
@@ -641,7 +641,7 @@ def _decide(
     # one is admitted by their memory alone (`_one_container_at_a_time`).
     per_container = _memory_per_container(request, sizing)
     plan = engine.plan(tables, sizing.total, options, floor=floor, closest=closest)
-    unit_memory = bool(request.init_containers) or not per_container
+    unit_memory = _unit_total(request) or not per_container
     choice = _choice_on(engine, tables, plan, free, unit_memory=unit_memory)
     if isinstance(choice, Shortfall):
         return choice
@@ -670,6 +670,15 @@ def _decide(
     if isinstance(filled_inits, Shortfall):
         return filled_inits
     return _Plan(choice.mask, choice.score, entries)
+
+
+def _unit_total(request: PodRequest) -> bool:
+    """Scope `pod`: whether the pod's total (init containers' reuse counted) must fit
+    the memory manager at once. With init containers the topology manager merges the
+    pod's memory hint for that total, so it must; under `none` no hint is merged and
+    the memory manager picks each container's own default hint, so only the
+    containers one by one count."""
+    return bool(request.init_containers) and request.options.policy is not PolicyName.NONE
 
 
 def _memory_per_container(request: PodRequest, sizing: _Sizing) -> bool:

@@ -20,6 +20,8 @@ from test_decisions_differential import booked_nodes, kubelet_view, totals
 from numatopo_engine import NodeState, allocate
 from numatopo_engine.annotations import PolicyName, Scope
 from numatopo_engine.errors import UnsatisfiableError
+from numatopo_engine.annotations import Assignment, ContainerAssignment
+from numatopo_engine.cpuset import CPUSet
 from numatopo_engine.model import NumatopologySpec
 from numatopo_engine.request import ContainerRequest
 
@@ -144,3 +146,30 @@ def test_the_app_container_reuses_the_init_containers_gpu() -> None:
     assert placed.assignment.containers["app"].gpu_indices == [0, 1]
     assert placed.assignment.containers["init"].gpu_indices == []
     assert placed.assignment.numa_nodes == [0]
+
+
+def test_under_none_the_pods_total_need_not_fit_the_memory_manager_at_once() -> None:
+    """Policy `none`, scope `pod`: no hint is merged, so the memory manager gives each
+    container its own default hint. Here the pod's total (4.5Gi) fits no NUMA set the
+    memory manager may use (NUMA 0 and 3 each hold a single-NUMA booking, NUMA 1 and 2
+    hold 4Gi together), yet each container fits a NUMA node alone: the kubelet admits,
+    and so must numatopo (found by the property above, which refused it before)."""
+    spec = small_node(numa=4, cores=2, threads=1, gpus_per_numa=0, links=[], memory=2 * GiB)
+    state = NodeState(spec)
+    for key, numa, cpus, memory in (("ns/a", "0", "0", 3 * GiB // 2), ("ns/b", "3", "6", GiB)):
+        held = ContainerAssignment(
+            cpus=CPUSet.parse(cpus), mems=CPUSet.parse(numa), memory={numa: memory}
+        )
+        state.apply(key, Assignment(node="n", containers={"c": held}))
+    pod_containers = [
+        Container("sidecar", cpus=1, memory=GiB // 2, init=True, restartable=True),
+        Container("app0", cpus=1, memory=2 * GiB),
+        Container("app1", cpus=1, memory=2 * GiB),
+    ]
+
+    admit, _ = decide_pod(kubelet_view(spec, state), pod_containers, "none", "pod")
+    placed = allocate(spec, state, engine_request(pod_containers, "none", "pod"), "n")
+
+    assert admit
+    assert {"sidecar", "app0", "app1"} <= set(placed.assignment.containers)
+    check(spec, state, pod_containers, "none", "pod")
