@@ -18,11 +18,10 @@ from reference import POLICIES, Container, bits_of, decide_pod
 from test_decisions_differential import booked_nodes, kubelet_view, totals
 
 from numatopo_engine import NodeState, allocate
-from numatopo_engine.annotations import PolicyName, Scope
-from numatopo_engine.errors import UnsatisfiableError
-from numatopo_engine.annotations import Assignment, ContainerAssignment
+from numatopo_engine.annotations import Assignment, ContainerAssignment, PolicyName, Scope
 from numatopo_engine.cpuset import CPUSet
-from numatopo_engine.model import NumatopologySpec
+from numatopo_engine.errors import UnsatisfiableError
+from numatopo_engine.model import Cpu, NumaNode, NumatopologySpec
 from numatopo_engine.request import ContainerRequest
 
 SCOPES = ("container", "pod")
@@ -173,3 +172,53 @@ def test_under_none_the_pods_total_need_not_fit_the_memory_manager_at_once() -> 
     assert admit
     assert {"sidecar", "app0", "app1"} <= set(placed.assignment.containers)
     check(spec, state, pod_containers, "none", "pod")
+
+
+def uneven_node(cpus: list[int], memory_gib: list[int]) -> NumatopologySpec:
+    """A node of `test_decisions_differential`'s kind: NUMA node i holds `cpus[i]`
+    single-thread CPUs (its own socket) and `memory_gib[i]` GiB; CPU 0 reserved."""
+    nodes, all_cpus, first = [], [], 0
+    for numa, count in enumerate(cpus):
+        ids = list(range(first, first + count))
+        first += count
+        all_cpus += [Cpu(id=c, core=c, socket=numa, numa=numa) for c in ids]
+        nodes.append(
+            NumaNode(
+                id=numa, cpus=CPUSet(ids), memory_bytes=memory_gib[numa] * GiB,
+                distances={str(m): 10 if m == numa else 20 for m in range(len(cpus))},
+            )
+        )  # fmt: skip
+    return NumatopologySpec(reserved_cpus=CPUSet([0]), numa_nodes=nodes, cpus=all_cpus)
+
+
+def test_an_init_containers_spilled_cpu_comes_from_the_fullest_numa_node() -> None:
+    """Best-effort, scope container. The init container's 9 CPUs get the merged mask
+    {0,1} (8 free CPUs); the ninth comes from outside it, where NUMA 2 has 2 free CPUs
+    and NUMA 3 one. The kubelet's packed takeByTopology sorts NUMA nodes by free CPUs,
+    fewest first, so it takes NUMA 3's: the app container's CPU hints must then hold
+    NUMA 1 and 3, its merged mask is {0,1}, memory extends to group {0,1,2}: admitted.
+    (Taking NUMA 2's instead bound the app to {1,2}, whose memory breaks the group
+    rule: the reference refused what the engine admits; found by the property.)"""
+    spec = uneven_node([5, 8, 2, 3], [1, 1, 13, 11])
+    state = NodeState(spec)
+    group = ContainerAssignment(
+        cpus=CPUSet.parse("1-4"), mems=CPUSet.parse("0-2"),
+        memory={"0": GiB, "1": GiB, "2": 23 * GiB // 2},
+    )  # fmt: skip
+    single = ContainerAssignment(
+        cpus=CPUSet.parse("15-16"), mems=CPUSet.parse("3"), memory={"3": GiB}
+    )
+    state.apply("ns/a", Assignment(node="n", containers={"c": group}))
+    state.apply("ns/b", Assignment(node="n", containers={"c": single}))
+    pod_containers = [
+        Container("init0", cpus=9, memory=GiB // 2, init=True),
+        Container("app0", cpus=1, memory=GiB // 2),
+    ]
+
+    admit, masks = decide_pod(kubelet_view(spec, state), pod_containers, "best-effort", "container")
+    placed = allocate(spec, state, engine_request(pod_containers, "best-effort", "container"), "n")
+
+    assert admit
+    assert masks == {"init0": 0b0011, "app0": 0b0011}
+    assert placed.assignment.containers["init0"].cpus == CPUSet.parse("5-12,17")
+    check(spec, state, pod_containers, "best-effort", "container")
