@@ -900,7 +900,9 @@ def _one_container_at_a_time(
         )
         if memory is not None:
             choice = choice._replace(memory_mask=memory or choice.memory_mask)
-            filled = _fill_reusing(filler, need, choice, reusable, only, nic_pool)
+            filled = _fill_reusing(
+                filler, need, choice, reusable, only, nic_pool, regular_init=regular_init
+            )
         free.cpus -= reusable.cpus
         free.gpus -= reusable.gpus
         free.nics -= reusable.nics
@@ -1038,6 +1040,8 @@ def _fill_reusing(  # noqa: PLR0917 (the fill's inputs, one container's)
     reusable: _Reusable,
     pinned: Sequence[int] | None,
     nic_pool: frozenset[int] | None,
+    *,
+    regular_init: bool,
 ) -> _Entry | Shortfall:
     """`_fill`, the reusable CPUs, devices and memory taken first, as the kubelet's
     managers take them (`devicesToAllocate`, `allocateCPUs`, `getPodReusableMemory`)."""
@@ -1056,7 +1060,7 @@ def _fill_reusing(  # noqa: PLR0917 (the fill's inputs, one container's)
         and (nic_pool is None or x in nic_pool)
     )[: need.nics]
     gpus = list(pinned) if pinned else _gpus_reusing(filler, need, choice, reusable)
-    _release_reused_memory(free, need, choice.memory_mask, reusable)
+    _release_reused_memory(free, need, choice.memory_mask, reusable, spend=not regular_init)
     rest = replace(need, cpus=need.cpus - len(reused_cpus), nics=need.nics - len(reused_nics))
     free.cpus.difference_update(reused_cpus)
     free.nics.difference_update(reused_nics)
@@ -1111,18 +1115,22 @@ def _best_gpus(filler: _Filler, pool: frozenset[int], count: int) -> tuple[int, 
 
 
 def _release_reused_memory(
-    free: FreeView, need: Need, memory_mask: int, reusable: _Reusable
+    free: FreeView, need: Need, memory_mask: int, reusable: _Reusable, *, spend: bool
 ) -> None:
     """Give back to `free` the init containers' memory this container reuses: what they
     booked on exactly its NUMA nodes, up to its request; their entries shrink by as much
-    (the kubelet's `updateInitContainersMemoryBlocks`), so the pod books it once."""
+    (the kubelet's `updateInitContainersMemoryBlocks`), so the pod books it once.
+    `spend`: an app container or sidecar uses the reusable amount up; a regular init
+    container leaves it whole (`updatePodReusableMemory` only ever raises it for one,
+    so a later container may reuse the same bytes again)."""
     kinds = [("memory", need.memory_bytes), *need.hugepages]
     for kind, amount in kinds:
         key = (memory_mask, kind)
         reuse = min(reusable.memory.get(key, 0), amount)
         if reuse <= 0:
             continue
-        reusable.memory[key] -= reuse
+        if spend:
+            reusable.memory[key] -= reuse
         left = reuse
         for holder in reusable.holders.get(key, []):
             booked = holder.memory if kind == "memory" else {

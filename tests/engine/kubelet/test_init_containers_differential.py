@@ -222,3 +222,30 @@ def test_an_init_containers_spilled_cpu_comes_from_the_fullest_numa_node() -> No
     assert masks == {"init0": 0b0011, "app0": 0b0011}
     assert placed.assignment.containers["init0"].cpus == CPUSet.parse("5-12,17")
     check(spec, state, pod_containers, "best-effort", "container")
+
+
+def test_a_second_init_container_leaves_the_first_ones_memory_reusable() -> None:
+    """Scope `pod`, hint NUMA 1 (9Gi). init0 books 1Gi there; init1 (512Mi) reuses it
+    and, being an init container, leaves the reusable 1Gi whole
+    (`updatePodReusableMemory` only raises it for one); app0 (4Gi) reuses that 1Gi and
+    books 3Gi, app1 books the last 5Gi: the kubelet admits. numatopo spent 512Mi of the
+    reusable memory on init1, so app0 booked 3.5Gi and app1 found 4.5Gi (property)."""
+    spec = uneven_node([2, 2], [11, 9])
+    state = NodeState(spec)
+    pod_containers = [
+        Container("init0", cpus=1, memory=GiB, init=True),
+        Container("init1", cpus=1, memory=GiB // 2, init=True),
+        Container("app0", cpus=1, memory=4 * GiB),
+        Container("app1", cpus=1, memory=5 * GiB),
+    ]
+
+    admit, masks = decide_pod(kubelet_view(spec, state), pod_containers, "best-effort", "pod")
+    placed = allocate(spec, state, engine_request(pod_containers, "best-effort", "pod"), "n")
+
+    assert admit
+    assert set(masks.values()) == {0b10}
+    booked = {name: c.memory for name, c in placed.assignment.containers.items()}
+    assert sum(m.get("1", 0) for m in booked.values()) == 9 * GiB
+    assert booked["app1"] == {"1": 5 * GiB}
+    check(spec, state, pod_containers, "best-effort", "pod")
+    check(spec, state, pod_containers, "best-effort", "container")
