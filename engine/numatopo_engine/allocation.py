@@ -1102,7 +1102,10 @@ def _gpus_reusing(filler: _Filler, need: Need, choice: _Choice, reusable: _Reusa
     aligned = frozenset(g for g in others if tables.gpu_numa[g] in numa_ids)
     if len(aligned) >= missing:
         return picked + list(_best_gpus(filler, aligned, missing) or ())
-    unaligned = sorted(g for g in others if g not in aligned)
+    # Other NUMA nodes' before those on none (the device manager's `noAffinity`, last).
+    unaligned = sorted(
+        (g for g in others if g not in aligned), key=lambda g: (tables.gpu_numa[g] is None, g)
+    )
     return picked + sorted(aligned) + unaligned[: missing - len(aligned)]
 
 

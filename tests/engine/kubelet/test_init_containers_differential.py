@@ -21,7 +21,7 @@ from numatopo_engine import NodeState, allocate
 from numatopo_engine.annotations import Assignment, ContainerAssignment, PolicyName, Scope
 from numatopo_engine.cpuset import CPUSet
 from numatopo_engine.errors import UnsatisfiableError
-from numatopo_engine.model import Cpu, NumaNode, NumatopologySpec
+from numatopo_engine.model import Cpu, Gpu, NumaNode, NumatopologySpec
 from numatopo_engine.request import ContainerRequest
 
 SCOPES = ("container", "pod")
@@ -248,4 +248,32 @@ def test_a_second_init_container_leaves_the_first_ones_memory_reusable() -> None
     assert sum(m.get("1", 0) for m in booked.values()) == 9 * GiB
     assert booked["app1"] == {"1": 5 * GiB}
     check(spec, state, pod_containers, "best-effort", "pod")
+    check(spec, state, pod_containers, "best-effort", "container")
+
+
+def test_a_gpu_on_no_numa_node_comes_after_those_on_other_nodes() -> None:
+    """Best-effort, scope container; GPUs 0 and 1 on NUMA 2 and 3, GPU 2 on none. The
+    init container's merged mask is {0} (its memory), which holds no GPU: the device
+    manager takes an unaligned one before the one on no NUMA node (`filterByAffinity`
+    puts that in `noAffinity`, taken last), so GPU 0; the app containers then reuse it
+    and take GPUs 1 and 2: admitted. numatopo counted GPU 2 as inside every mask, gave
+    it to the init container, and the last app container, left GPUs 0 and 1 on NUMA
+    2 and 3 (a memory group of app0), was refused (found by the property)."""
+    spec = uneven_node([2, 2, 2, 2], [2, 2, 1, 1])
+    gpus = [Gpu(index=0, numa=2), Gpu(index=1, numa=3), Gpu(index=2, numa=None)]
+    spec = spec.model_copy(update={"gpus": gpus})
+    state = NodeState(spec)
+    pod_containers = [
+        Container("init0", cpus=1, memory=3 * GiB // 2, gpus=1, init=True),
+        Container("app0", cpus=4, memory=GiB // 2, gpus=1),
+        Container("app1", cpus=1, memory=GiB // 2, gpus=2),
+    ]
+
+    admit, masks = decide_pod(kubelet_view(spec, state), pod_containers, "best-effort", "container")
+    placed = allocate(spec, state, engine_request(pod_containers, "best-effort", "container"), "n")
+
+    assert admit
+    assert masks == {"init0": 0b0001, "app0": 0b1110, "app1": 0b0001}
+    assert placed.assignment.containers["app0"].gpu_indices == [0]
+    assert placed.assignment.containers["app1"].gpu_indices == [1, 2]
     check(spec, state, pod_containers, "best-effort", "container")
