@@ -277,3 +277,29 @@ def test_a_gpu_on_no_numa_node_comes_after_those_on_other_nodes() -> None:
     assert placed.assignment.containers["app0"].gpu_indices == [0]
     assert placed.assignment.containers["app1"].gpu_indices == [1, 2]
     check(spec, state, pod_containers, "best-effort", "container")
+
+
+def test_a_reusing_container_packs_over_free_and_reusable_cpus_alike() -> None:
+    """Best-effort, scope container, empty node. The init container's 4 CPUs land on
+    NUMA 0 (1), 1 (2) and 2 (1); app0's mask is {1,2,3}. The CPU manager picks app0's
+    CPU from the free and reusable CPUs together, packed: NUMA 1 and 2 have 2 each in
+    that pool, so NUMA 1; reusable CPUs stay on NUMA 0, 1 and 2, app1's hints must hold
+    all three, and its mask is {1,2,3}, app0's memory group: admitted. numatopo took a
+    reusable CPU first, by its own best fit among the reusable ones only (NUMA 2),
+    which left app1 bound to {0,1}, merged to {1,2}, refused by the memory group rule
+    (found by the property)."""
+    spec = uneven_node([2, 2, 2, 4], [2, 1, 2, 1])
+    state = NodeState(spec)
+    pod_containers = [
+        Container("init0", cpus=4, memory=3 * GiB // 2, init=True),
+        Container("app0", cpus=1, memory=GiB // 2),
+        Container("app1", cpus=1, memory=GiB // 2),
+    ]
+
+    admit, masks = decide_pod(kubelet_view(spec, state), pod_containers, "best-effort", "container")
+    placed = allocate(spec, state, engine_request(pod_containers, "best-effort", "container"), "n")
+
+    assert admit
+    assert masks == {"init0": 0b0001, "app0": 0b1110, "app1": 0b1110}
+    assert placed.assignment.containers["app0"].cpus == CPUSet.parse("2")
+    check(spec, state, pod_containers, "best-effort", "container")
