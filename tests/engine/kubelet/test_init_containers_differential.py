@@ -303,3 +303,36 @@ def test_a_reusing_container_packs_over_free_and_reusable_cpus_alike() -> None:
     assert masks == {"init0": 0b0001, "app0": 0b1110, "app1": 0b1110}
     assert placed.assignment.containers["app0"].cpus == CPUSet.parse("2")
     check(spec, state, pod_containers, "best-effort", "container")
+
+
+def test_a_single_node_booking_leaves_its_node_out_of_the_multi_node_group() -> None:
+    """Best-effort, scope container. NUMA 0 and 1 form a memory group (pod p0). The
+    sidecar's merged mask is {0}; the memory manager books it there alone (a single-node
+    mask skips the group rule) and `updateMachineState` sets NUMA 0's Cells to [0]: it
+    is a single node now, so app0's preferred hint {0} holds its 3Gi there and app1's
+    8Gi fit NUMA 2: admitted. numatopo marked NUMA 0 as in two groups, sent app0 to
+    NUMA 2 and found no room for app1 (found by the property)."""
+    spec = uneven_node([3, 2, 2], [5, 16, 11])
+    gpus = [Gpu(index=i, numa=n) for i, n in enumerate([1, 1, 2, 2, None])]
+    spec = spec.model_copy(update={"gpus": gpus})
+    state = NodeState(spec)
+    p0 = ContainerAssignment(
+        cpus=CPUSet.parse("3"), mems=CPUSet.parse("0-1"), gpu_indices=[0, 1, 2],
+        memory={"0": GiB // 2},
+    )  # fmt: skip
+    p1 = ContainerAssignment(cpus=CPUSet.parse("5"), mems=CPUSet.parse("2"), memory={"2": GiB // 2})
+    state.apply("ns/p0", Assignment(node="n", containers={"app": p0}))
+    state.apply("ns/p1", Assignment(node="n", containers={"app": p1}))
+    pod_containers = [
+        Container("init0", cpus=1, memory=GiB // 2, gpus=2, init=True, restartable=True),
+        Container("app0", cpus=1, memory=3 * GiB),
+        Container("app1", cpus=1, memory=8 * GiB),
+    ]
+
+    admit, masks = decide_pod(kubelet_view(spec, state), pod_containers, "best-effort", "container")
+    placed = allocate(spec, state, engine_request(pod_containers, "best-effort", "container"), "n")
+
+    assert admit
+    assert masks == {"init0": 0b001, "app0": 0b001, "app1": 0b100}
+    assert placed.assignment.containers["app0"].memory == {"0": 3 * GiB}
+    check(spec, state, pod_containers, "best-effort", "container")
