@@ -941,7 +941,9 @@ def _one_container_at_a_time(
         )
         if memory is not None:
             choice = choice._replace(memory_mask=memory or choice.memory_mask)
-            filled = _fill_reusing(filler, need, choice, reusable, only, nic_pool)
+            filled = _fill_reusing(
+                filler, need, choice, reusable, only, nic_pool, regular_init=regular_init
+            )
         free.cpus -= reusable.cpus
         free.gpus -= reusable.gpus
         free.nics -= reusable.nics
@@ -1079,17 +1081,23 @@ def _fill_reusing(  # noqa: PLR0917 (the fill's inputs, one container's)
     reusable: _Reusable,
     pinned: Sequence[int] | None,
     nic_pool: frozenset[int] | None,
+    *,
+    regular_init: bool,
 ) -> _Entry | Shortfall:
-    """`_fill`, the reusable CPUs, devices and memory taken first, as the kubelet's
-    managers take them (`devicesToAllocate`, `allocateCPUs`, `getPodReusableMemory`)."""
+    """`_fill`, the reusable devices and memory taken first, as the kubelet's managers
+    take them (`devicesToAllocate`, `getPodReusableMemory`); with reusable CPUs in the
+    mask, its CPUs chosen among the free and reusable ones alike (`allocateCPUs`,
+    `_aligned_reusing`)."""
     tables, free = filler.tables, filler.free
     numa_ids = set(bits(choice.mask))
-    reused_cpus: list[int] = []
-    if need.cpu_mode is CpuMode.EXCLUSIVE and need.cpus and not need.full_cores:
-        inside = {c for c in reusable.cpus if tables.cpu_numa[c] in numa_ids}
-        count = min(need.cpus, len(inside))
-        # Packed by core like any exclusive CPUs, from the reusable ones.
-        reused_cpus = take_cpus(tables, inside, numa_ids, count, full_cores=False) or []
+    aligned_cpus: list[int] = []
+    if (
+        need.cpu_mode is CpuMode.EXCLUSIVE
+        and need.cpus
+        and not need.full_cores
+        and any(tables.cpu_numa[c] in numa_ids for c in reusable.cpus)
+    ):
+        aligned_cpus = _aligned_reusing(tables, free.cpus, reusable.cpus, numa_ids, need.cpus)
     reused_nics = sorted(
         x
         for x in reusable.nics
@@ -1097,22 +1105,61 @@ def _fill_reusing(  # noqa: PLR0917 (the fill's inputs, one container's)
         and (nic_pool is None or x in nic_pool)
     )[: need.nics]
     gpus = list(pinned) if pinned else _gpus_reusing(filler, need, choice, reusable)
-    _release_reused_memory(free, need, choice.memory_mask, reusable)
-    rest = replace(need, cpus=need.cpus - len(reused_cpus), nics=need.nics - len(reused_nics))
-    free.cpus.difference_update(reused_cpus)
+    _release_reused_memory(free, need, choice.memory_mask, reusable, spend=not regular_init)
+    rest = replace(need, cpus=need.cpus - len(aligned_cpus), nics=need.nics - len(reused_nics))
+    free.cpus.difference_update(aligned_cpus)
     free.nics.difference_update(reused_nics)
     entry = _fill(
         filler, rest, choice=choice, gpu_pool=list(gpus), pinned=gpus or None, nic_pool=nic_pool
     )
     if isinstance(entry, Shortfall):
         return entry
-    if reused_cpus:
-        entry.cpus = sorted([*reused_cpus, *entry.cpus])
+    if aligned_cpus:
+        entry.cpus = sorted([*aligned_cpus, *entry.cpus])
     entry.nics = sorted([*reused_nics, *entry.nics])
     reusable.cpus.difference_update(entry.cpus)
     reusable.gpus.difference_update(entry.gpus)
     reusable.nics.difference_update(entry.nics)
     return entry
+
+
+def _aligned_reusing(
+    tables: Tables, pool: set[int], reusable: set[int], numa_ids: set[int], count: int
+) -> list[int]:
+    """The CPUs inside `numa_ids` a container with reusable CPUs there gets, as the CPU
+    manager's `allocateCPUs` takes them: from the free and reusable ones together (`pool`
+    holds both), as many as the mask has up to `count`, spread over its NUMA nodes by
+    the packed `takeByTopology` (NUMA nodes wholly in the pool first when the request
+    is that big, then the node with the fewest CPUs in the pool first; ties by id).
+    Within a node the reusable ones go first, packed by core (the kubelet takes by core
+    there; the node, which is what binds the later containers' hints, is the same)."""
+    per_numa: dict[int, list[int]] = {n: [] for n in sorted(numa_ids)}
+    every: dict[int, int] = {}
+    for cpu, numa in tables.cpu_numa.items():
+        every[numa] = every.get(numa, 0) + 1
+        if numa in per_numa and cpu in pool:
+            per_numa[numa].append(cpu)
+    left = min(count, sum(len(cpus) for cpus in per_numa.values()))
+    taken: dict[int, int] = {}
+    for numa in sorted(per_numa, key=lambda n: (len(per_numa[n]), n)):
+        size = len(per_numa[numa])
+        if size and size == every[numa] and left >= size:
+            taken[numa] = size
+            left -= size
+    rest = {n: len(cpus) - taken.get(n, 0) for n, cpus in per_numa.items()}
+    for numa in sorted((n for n in rest if rest[n]), key=lambda n: (rest[n], n)):
+        more = min(left, rest[numa])
+        taken[numa] = taken.get(numa, 0) + more
+        left -= more
+    out: list[int] = []
+    for numa, k in taken.items():
+        mine = set(per_numa[numa])
+        reused = mine & reusable
+        # Packed by core like any exclusive CPUs, the reusable ones first.
+        first = take_cpus(tables, reused, {numa}, min(k, len(reused)), full_cores=False) or []
+        second = take_cpus(tables, mine - set(first), {numa}, k - len(first), full_cores=False)
+        out += first + (second or [])
+    return sorted(out)
 
 
 def _gpus_reusing(filler: _Filler, need: Need, choice: _Choice, reusable: _Reusable) -> list[int]:
@@ -1139,7 +1186,10 @@ def _gpus_reusing(filler: _Filler, need: Need, choice: _Choice, reusable: _Reusa
     aligned = frozenset(g for g in others if tables.gpu_numa[g] in numa_ids)
     if len(aligned) >= missing:
         return picked + list(_best_gpus(filler, aligned, missing) or ())
-    unaligned = sorted(g for g in others if g not in aligned)
+    # Other NUMA nodes' before those on none (the device manager's `noAffinity`, last).
+    unaligned = sorted(
+        (g for g in others if g not in aligned), key=lambda g: (tables.gpu_numa[g] is None, g)
+    )
     return picked + sorted(aligned) + unaligned[: missing - len(aligned)]
 
 
@@ -1152,18 +1202,22 @@ def _best_gpus(filler: _Filler, pool: frozenset[int], count: int) -> tuple[int, 
 
 
 def _release_reused_memory(
-    free: FreeView, need: Need, memory_mask: int, reusable: _Reusable
+    free: FreeView, need: Need, memory_mask: int, reusable: _Reusable, *, spend: bool
 ) -> None:
     """Give back to `free` the init containers' memory this container reuses: what they
     booked on exactly its NUMA nodes, up to its request; their entries shrink by as much
-    (the kubelet's `updateInitContainersMemoryBlocks`), so the pod books it once."""
+    (the kubelet's `updateInitContainersMemoryBlocks`), so the pod books it once.
+    `spend`: an app container or sidecar uses the reusable amount up; a regular init
+    container leaves it whole (`updatePodReusableMemory` only ever raises it for one,
+    so a later container may reuse the same bytes again)."""
     kinds = [("memory", need.memory_bytes), *need.hugepages]
     for kind, amount in kinds:
         key = (memory_mask, kind)
         reuse = min(reusable.memory.get(key, 0), amount)
         if reuse <= 0:
             continue
-        reusable.memory[key] -= reuse
+        if spend:
+            reusable.memory[key] -= reuse
         left = reuse
         for holder in reusable.holders.get(key, []):
             booked = holder.memory if kind == "memory" else {

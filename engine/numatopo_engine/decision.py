@@ -938,25 +938,33 @@ def _best_bandwidth(plan: Plan, memo: GpuMemo) -> float:
 
 
 def _gpu_choice(plan: Plan, free_bits: int, in_mask: int, memo: GpuMemo) -> tuple[int, ...] | None:
-    """The unit's GPUs: the best set inside the mask (devices on no NUMA node count as
-    inside); when the mask has too few, all of them and the rest from outside, as the
-    device manager tops up an unaligned allocation. None: `gpu-links: required` finds
-    no set."""
+    """The unit's GPUs in the device manager's order (`devicesToAllocate` with
+    `filterByAffinity`): the best set of those on the mask's NUMA nodes; when they are
+    too few, all of them, then the rest from those on other NUMA nodes, and only then
+    from those on no NUMA node (its `noAffinity` set, taken last). None:
+    `gpu-links: required` finds no set."""
     need = plan.need
     tables = plan.tables
     mode = plan.options.gpu_links
-    inside = free_bits & in_mask
+    free = free_bits & plan.gpu_matching
+    no_numa = sum(1 << g for g, numa in tables.gpu_numa.items() if numa is None)
+    inside = free & in_mask & ~no_numa
     if inside.bit_count() >= need.gpus:
         return choose_gpus(tables, frozenset(_bit_list(inside)), need.gpus, mode, memo)
-    rest = frozenset(_bit_list(free_bits & plan.gpu_matching & ~inside))
-    extra = (
-        choose_gpus(tables, rest, need.gpus - inside.bit_count(), GpuLinksMode.PREFERRED, memo)
-        or ()
-    )
-    chosen = tuple(sorted(set(_bit_list(inside)) | set(extra)))
-    if mode is GpuLinksMode.REQUIRED and first_unlinked_pair(tables, chosen):
+    chosen = set(_bit_list(inside))
+    for pool in (free & ~in_mask & ~no_numa, free & no_numa):
+        missing = need.gpus - len(chosen)
+        if missing <= 0 or not pool:
+            continue
+        extra = choose_gpus(
+            tables, frozenset(_bit_list(pool)), min(missing, pool.bit_count()),
+            GpuLinksMode.PREFERRED, memo,
+        )  # fmt: skip
+        chosen |= set(extra or ())
+    ordered = tuple(sorted(chosen))
+    if mode is GpuLinksMode.REQUIRED and first_unlinked_pair(tables, ordered):
         return None
-    return chosen
+    return ordered
 
 
 def shortfall(plan: Plan, decided: Decided, index: int, row: Ints) -> Shortfall:

@@ -17,7 +17,7 @@ from dataclasses import dataclass, field
 from typing import NamedTuple
 
 from numatopo_engine.annotations import CpuMode
-from numatopo_engine.state import NodeState, join_group
+from numatopo_engine.state import NodeState
 from numatopo_engine.topology_tables import Tables
 
 __all__ = ["FreeView", "Need", "RowLayout", "row_layout", "row_of"]
@@ -88,8 +88,15 @@ class FreeView:
         )
 
     def join_group(self, numa_ids: list[int]) -> None:
-        """Record that memory was placed over `numa_ids` (as the memory manager does)."""
-        join_group(self.groups, numa_ids)
+        """Record that memory was placed over `numa_ids`: each of its nodes' group becomes
+        this one, as the memory manager's `updateMachineState` sets `Cells` to the latest
+        mask (a single-node booking on a node of a multi-node group leaves that node
+        single). The containers of the pod being placed come in the kubelet's order, so
+        the latest wins here; `state.join_group` marks a conflict between the pods
+        already booked instead, whose order the kubelet saw and the state does not."""
+        group = sum(1 << n for n in numa_ids)
+        for numa_id in numa_ids:
+            self.groups[numa_id] = group
 
 
 class RowLayout(NamedTuple):

@@ -711,31 +711,30 @@ class _PodRun:
         return chosen
 
     def _take_cpus(self, count: int, mask: int | None, regular_init: bool) -> bool:
-        """Reusable CPUs first (numatopo's order; the kubelet's takeByTopology may pick
-        others among the same aligned CPUs), then aligned ones, then any, lowest NUMA first."""
+        """`allocateCPUs`: from the available and reusable CPUs together, those inside
+        the mask first, then the rest, each step by `_packed`. Within a NUMA node the
+        reusable ones go first (numatopo's order; the kubelet picks by CPU id there,
+        which this per-node count cannot tell, and the node is the same either way)."""
         if count <= 0:
             return True
-        if sum(self.available_cpus.values()) + sum(self.reusable_cpus.values()) < count:
+        pool = {n: self.available_cpus[n] + self.reusable_cpus[n] for n in self.node.numa_ids}
+        if sum(pool.values()) < count:
             return False
-        taken: dict[int, int] = {}
-        left = count
-        inside = [n for n in self.node.numa_ids if mask is None or mask >> n & 1]
-        outside = [n for n in self.node.numa_ids if n not in inside]
-        for pool in (self.reusable_cpus, self.available_cpus):
-            for n in inside + outside if pool is self.reusable_cpus else inside:
-                take = min(left, pool[n])
-                pool[n] -= take
-                taken[n] = taken.get(n, 0) + take
-                left -= take
-        for n in outside:
-            take = min(left, self.available_cpus[n])
-            self.available_cpus[n] -= take
-            taken[n] = taken.get(n, 0) + take
-            left -= take
-        if regular_init:
-            for n, k in taken.items():
+        inside = [n for n in self.node.numa_ids if mask is not None and mask >> n & 1]
+        aligned = _packed(
+            self.node.cpus_per_numa, {n: pool[n] for n in inside},
+            min(count, sum(pool[n] for n in inside)),
+        )  # fmt: skip
+        rest = {n: pool[n] - aligned.get(n, 0) for n in self.node.numa_ids}
+        remaining = _packed(self.node.cpus_per_numa, rest, count - sum(aligned.values()))
+        for n in self.node.numa_ids:
+            k = aligned.get(n, 0) + remaining.get(n, 0)
+            from_reusable = min(k, self.reusable_cpus[n])
+            self.reusable_cpus[n] -= from_reusable
+            self.available_cpus[n] -= k - from_reusable
+            if regular_init:
                 self.reusable_cpus[n] += k
-        return left == 0
+        return True
 
     def _take_gpus(self, count: int, mask: int | None, regular_init: bool) -> bool:
         """`devicesToAllocate`: reusable first, then aligned, unaligned, no affinity."""
@@ -753,6 +752,29 @@ class _PodRun:
             self.gpu_free[i] = False
             self.gpu_reusable[i] = regular_init
         return True
+
+
+def _packed(
+    cpus_per_numa: Mapping[int, int], pool: Mapping[int, int], count: int
+) -> dict[int, int]:
+    """`takeByTopologyNUMAPacked` (cpumanager/cpu_assignment.go) counted per NUMA node,
+    on the nodes these tests build (one socket per NUMA node, one thread per core):
+    whole NUMA nodes first (every CPU of the node in `pool`, the request at least that
+    big), then single cores, both from the NUMA node with the fewest CPUs in the pool
+    first (`cpuAccumulator.sort`: smallest to largest, ties by id). The whole-socket step
+    is left out: with a socket per NUMA node it takes what the NUMA step took, except
+    where uneven nodes make `CPUsPerSocket` (an average) match a partly used one."""
+    taken: dict[int, int] = {}
+    for n in sorted((n for n in pool if pool[n]), key=lambda n: (pool[n], n)):
+        if pool[n] == cpus_per_numa.get(n, 0) and count >= pool[n]:
+            taken[n] = pool[n]
+            count -= pool[n]
+    left = {n: pool[n] - taken.get(n, 0) for n in pool}
+    for n in sorted((n for n in left if left[n]), key=lambda n: (left[n], n)):
+        take = min(count, left[n])
+        taken[n] = taken.get(n, 0) + take
+        count -= take
+    return taken
 
 
 def pod_request(containers: Sequence[Container]) -> tuple[int, int, int]:

@@ -21,7 +21,7 @@ from numatopo_engine import NodeState, allocate
 from numatopo_engine.annotations import Assignment, ContainerAssignment, PolicyName, Scope
 from numatopo_engine.cpuset import CPUSet
 from numatopo_engine.errors import UnsatisfiableError
-from numatopo_engine.model import NumatopologySpec
+from numatopo_engine.model import Cpu, Gpu, NumaNode, NumatopologySpec
 from numatopo_engine.request import ContainerRequest
 
 SCOPES = ("container", "pod")
@@ -172,3 +172,167 @@ def test_under_none_the_pods_total_need_not_fit_the_memory_manager_at_once() -> 
     assert admit
     assert {"sidecar", "app0", "app1"} <= set(placed.assignment.containers)
     check(spec, state, pod_containers, "none", "pod")
+
+
+def uneven_node(cpus: list[int], memory_gib: list[int]) -> NumatopologySpec:
+    """A node of `test_decisions_differential`'s kind: NUMA node i holds `cpus[i]`
+    single-thread CPUs (its own socket) and `memory_gib[i]` GiB; CPU 0 reserved."""
+    nodes, all_cpus, first = [], [], 0
+    for numa, count in enumerate(cpus):
+        ids = list(range(first, first + count))
+        first += count
+        all_cpus += [Cpu(id=c, core=c, socket=numa, numa=numa) for c in ids]
+        nodes.append(
+            NumaNode(
+                id=numa, cpus=CPUSet(ids), memory_bytes=memory_gib[numa] * GiB,
+                distances={str(m): 10 if m == numa else 20 for m in range(len(cpus))},
+            )
+        )  # fmt: skip
+    return NumatopologySpec(reserved_cpus=CPUSet([0]), numa_nodes=nodes, cpus=all_cpus)
+
+
+def test_an_init_containers_spilled_cpu_comes_from_the_fullest_numa_node() -> None:
+    """Best-effort, scope container. The init container's 9 CPUs get the merged mask
+    {0,1} (8 free CPUs); the ninth comes from outside it, where NUMA 2 has 2 free CPUs
+    and NUMA 3 one. The kubelet's packed takeByTopology sorts NUMA nodes by free CPUs,
+    fewest first, so it takes NUMA 3's: the app container's CPU hints must then hold
+    NUMA 1 and 3, its merged mask is {0,1}, memory extends to group {0,1,2}: admitted.
+    (Taking NUMA 2's instead bound the app to {1,2}, whose memory breaks the group
+    rule: the reference refused what the engine admits; found by the property.)"""
+    spec = uneven_node([5, 8, 2, 3], [1, 1, 13, 11])
+    state = NodeState(spec)
+    group = ContainerAssignment(
+        cpus=CPUSet.parse("1-4"), mems=CPUSet.parse("0-2"),
+        memory={"0": GiB, "1": GiB, "2": 23 * GiB // 2},
+    )  # fmt: skip
+    single = ContainerAssignment(
+        cpus=CPUSet.parse("15-16"), mems=CPUSet.parse("3"), memory={"3": GiB}
+    )
+    state.apply("ns/a", Assignment(node="n", containers={"c": group}))
+    state.apply("ns/b", Assignment(node="n", containers={"c": single}))
+    pod_containers = [
+        Container("init0", cpus=9, memory=GiB // 2, init=True),
+        Container("app0", cpus=1, memory=GiB // 2),
+    ]
+
+    admit, masks = decide_pod(kubelet_view(spec, state), pod_containers, "best-effort", "container")
+    placed = allocate(spec, state, engine_request(pod_containers, "best-effort", "container"), "n")
+
+    assert admit
+    assert masks == {"init0": 0b0011, "app0": 0b0011}
+    assert placed.assignment.containers["init0"].cpus == CPUSet.parse("5-12,17")
+    check(spec, state, pod_containers, "best-effort", "container")
+
+
+def test_a_second_init_container_leaves_the_first_ones_memory_reusable() -> None:
+    """Scope `pod`, hint NUMA 1 (9Gi). init0 books 1Gi there; init1 (512Mi) reuses it
+    and, being an init container, leaves the reusable 1Gi whole
+    (`updatePodReusableMemory` only raises it for one); app0 (4Gi) reuses that 1Gi and
+    books 3Gi, app1 books the last 5Gi: the kubelet admits. numatopo spent 512Mi of the
+    reusable memory on init1, so app0 booked 3.5Gi and app1 found 4.5Gi (property)."""
+    spec = uneven_node([2, 2], [11, 9])
+    state = NodeState(spec)
+    pod_containers = [
+        Container("init0", cpus=1, memory=GiB, init=True),
+        Container("init1", cpus=1, memory=GiB // 2, init=True),
+        Container("app0", cpus=1, memory=4 * GiB),
+        Container("app1", cpus=1, memory=5 * GiB),
+    ]
+
+    admit, masks = decide_pod(kubelet_view(spec, state), pod_containers, "best-effort", "pod")
+    placed = allocate(spec, state, engine_request(pod_containers, "best-effort", "pod"), "n")
+
+    assert admit
+    assert set(masks.values()) == {0b10}
+    booked = {name: c.memory for name, c in placed.assignment.containers.items()}
+    assert sum(m.get("1", 0) for m in booked.values()) == 9 * GiB
+    assert booked["app1"] == {"1": 5 * GiB}
+    check(spec, state, pod_containers, "best-effort", "pod")
+    check(spec, state, pod_containers, "best-effort", "container")
+
+
+def test_a_gpu_on_no_numa_node_comes_after_those_on_other_nodes() -> None:
+    """Best-effort, scope container; GPUs 0 and 1 on NUMA 2 and 3, GPU 2 on none. The
+    init container's merged mask is {0} (its memory), which holds no GPU: the device
+    manager takes an unaligned one before the one on no NUMA node (`filterByAffinity`
+    puts that in `noAffinity`, taken last), so GPU 0; the app containers then reuse it
+    and take GPUs 1 and 2: admitted. numatopo counted GPU 2 as inside every mask, gave
+    it to the init container, and the last app container, left GPUs 0 and 1 on NUMA
+    2 and 3 (a memory group of app0), was refused (found by the property)."""
+    spec = uneven_node([2, 2, 2, 2], [2, 2, 1, 1])
+    gpus = [Gpu(index=0, numa=2), Gpu(index=1, numa=3), Gpu(index=2, numa=None)]
+    spec = spec.model_copy(update={"gpus": gpus})
+    state = NodeState(spec)
+    pod_containers = [
+        Container("init0", cpus=1, memory=3 * GiB // 2, gpus=1, init=True),
+        Container("app0", cpus=4, memory=GiB // 2, gpus=1),
+        Container("app1", cpus=1, memory=GiB // 2, gpus=2),
+    ]
+
+    admit, masks = decide_pod(kubelet_view(spec, state), pod_containers, "best-effort", "container")
+    placed = allocate(spec, state, engine_request(pod_containers, "best-effort", "container"), "n")
+
+    assert admit
+    assert masks == {"init0": 0b0001, "app0": 0b1110, "app1": 0b0001}
+    assert placed.assignment.containers["app0"].gpu_indices == [0]
+    assert placed.assignment.containers["app1"].gpu_indices == [1, 2]
+    check(spec, state, pod_containers, "best-effort", "container")
+
+
+def test_a_reusing_container_packs_over_free_and_reusable_cpus_alike() -> None:
+    """Best-effort, scope container, empty node. The init container's 4 CPUs land on
+    NUMA 0 (1), 1 (2) and 2 (1); app0's mask is {1,2,3}. The CPU manager picks app0's
+    CPU from the free and reusable CPUs together, packed: NUMA 1 and 2 have 2 each in
+    that pool, so NUMA 1; reusable CPUs stay on NUMA 0, 1 and 2, app1's hints must hold
+    all three, and its mask is {1,2,3}, app0's memory group: admitted. numatopo took a
+    reusable CPU first, by its own best fit among the reusable ones only (NUMA 2),
+    which left app1 bound to {0,1}, merged to {1,2}, refused by the memory group rule
+    (found by the property)."""
+    spec = uneven_node([2, 2, 2, 4], [2, 1, 2, 1])
+    state = NodeState(spec)
+    pod_containers = [
+        Container("init0", cpus=4, memory=3 * GiB // 2, init=True),
+        Container("app0", cpus=1, memory=GiB // 2),
+        Container("app1", cpus=1, memory=GiB // 2),
+    ]
+
+    admit, masks = decide_pod(kubelet_view(spec, state), pod_containers, "best-effort", "container")
+    placed = allocate(spec, state, engine_request(pod_containers, "best-effort", "container"), "n")
+
+    assert admit
+    assert masks == {"init0": 0b0001, "app0": 0b1110, "app1": 0b1110}
+    assert placed.assignment.containers["app0"].cpus == CPUSet.parse("2")
+    check(spec, state, pod_containers, "best-effort", "container")
+
+
+def test_a_single_node_booking_leaves_its_node_out_of_the_multi_node_group() -> None:
+    """Best-effort, scope container. NUMA 0 and 1 form a memory group (pod p0). The
+    sidecar's merged mask is {0}; the memory manager books it there alone (a single-node
+    mask skips the group rule) and `updateMachineState` sets NUMA 0's Cells to [0]: it
+    is a single node now, so app0's preferred hint {0} holds its 3Gi there and app1's
+    8Gi fit NUMA 2: admitted. numatopo marked NUMA 0 as in two groups, sent app0 to
+    NUMA 2 and found no room for app1 (found by the property)."""
+    spec = uneven_node([3, 2, 2], [5, 16, 11])
+    gpus = [Gpu(index=i, numa=n) for i, n in enumerate([1, 1, 2, 2, None])]
+    spec = spec.model_copy(update={"gpus": gpus})
+    state = NodeState(spec)
+    p0 = ContainerAssignment(
+        cpus=CPUSet.parse("3"), mems=CPUSet.parse("0-1"), gpu_indices=[0, 1, 2],
+        memory={"0": GiB // 2},
+    )  # fmt: skip
+    p1 = ContainerAssignment(cpus=CPUSet.parse("5"), mems=CPUSet.parse("2"), memory={"2": GiB // 2})
+    state.apply("ns/p0", Assignment(node="n", containers={"app": p0}))
+    state.apply("ns/p1", Assignment(node="n", containers={"app": p1}))
+    pod_containers = [
+        Container("init0", cpus=1, memory=GiB // 2, gpus=2, init=True, restartable=True),
+        Container("app0", cpus=1, memory=3 * GiB),
+        Container("app1", cpus=1, memory=8 * GiB),
+    ]
+
+    admit, masks = decide_pod(kubelet_view(spec, state), pod_containers, "best-effort", "container")
+    placed = allocate(spec, state, engine_request(pod_containers, "best-effort", "container"), "n")
+
+    assert admit
+    assert masks == {"init0": 0b001, "app0": 0b001, "app1": 0b100}
+    assert placed.assignment.containers["app0"].memory == {"0": 3 * GiB}
+    check(spec, state, pod_containers, "best-effort", "container")
