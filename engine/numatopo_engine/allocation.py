@@ -1133,17 +1133,18 @@ def _aligned_reusing(
     is that big, then the node with the fewest CPUs in the pool first; ties by id).
     Within a node the reusable ones go first, packed by core (the kubelet takes by core
     there; the node, which is what binds the later containers' hints, is the same)."""
-    per_numa: dict[int, list[int]] = {n: [] for n in sorted(numa_ids)}
-    every: dict[int, int] = {}
-    for cpu, numa in tables.cpu_numa.items():
-        every[numa] = every.get(numa, 0) + 1
-        if numa in per_numa and cpu in pool:
-            per_numa[numa].append(cpu)
+    per_numa: dict[int, set[int]] = {n: set() for n in sorted(numa_ids)}
+    for cpu in pool:
+        numa = tables.cpu_numa.get(cpu)
+        if numa in per_numa:
+            per_numa[numa].add(cpu)
     left = min(count, sum(len(cpus) for cpus in per_numa.values()))
     taken: dict[int, int] = {}
     for numa in sorted(per_numa, key=lambda n: (len(per_numa[n]), n)):
         size = len(per_numa[numa])
-        if size and size == every[numa] and left >= size:
+        # Wholly free: every online CPU of the node, reserved ones counted (the kubelet's
+        # topology sees them), is in the pool.
+        if size and size == tables.numa_online.get(numa, 0) and left >= size:
             taken[numa] = size
             left -= size
     rest = {n: len(cpus) - taken.get(n, 0) for n, cpus in per_numa.items()}
@@ -1153,7 +1154,7 @@ def _aligned_reusing(
         left -= more
     out: list[int] = []
     for numa, k in taken.items():
-        mine = set(per_numa[numa])
+        mine = per_numa[numa]
         reused = mine & reusable
         # Packed by core like any exclusive CPUs, the reusable ones first.
         first = take_cpus(tables, reused, {numa}, min(k, len(reused)), full_cores=False) or []
