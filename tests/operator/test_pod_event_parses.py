@@ -61,6 +61,17 @@ def deciding_runtime(cluster: Any) -> Runtime:
     return runtime
 
 
+async def handled(runtime: Any, kind: str, body: dict[str, Any]) -> None:
+    """`body`'s event through `handlers.pod_seen` and its follow-up, as `pod_feed` runs
+    them; the runtime's client closed after."""
+    try:
+        follow_up = handlers.pod_seen(runtime, kind, body, logger)
+        assert follow_up is not None
+        await follow_up()
+    finally:
+        await runtime.kube.close()
+
+
 @pytest.mark.parametrize(
     "status",
     [
@@ -74,12 +85,7 @@ async def test_one_pod_event_parses_its_assignment_once(cluster, monkeypatch, st
     body["status"] = status
     assignments = counting(monkeypatch, Assignment)
     observed = counting(monkeypatch, Observed)
-    try:
-        follow_up = handlers.pod_seen(runtime, "MODIFIED", body, logger)
-        assert follow_up is not None
-        await follow_up()
-    finally:
-        await runtime.kube.close()
+    await handled(runtime, "MODIFIED", body)
 
     assert runtime.ledger.booking("default/p") is not None  # booked: the event was read
     assert 1 == len(assignments), assignments
@@ -100,12 +106,7 @@ async def test_a_new_pod_event_reads_its_request_once(cluster, monkeypatch):
         return read(pod, resources)
 
     monkeypatch.setattr(pod_request, "request_from_pod", counted)
-    try:
-        follow_up = handlers.pod_seen(runtime, "ADDED", body, logger)
-        assert follow_up is not None
-        await follow_up()
-    finally:
-        await runtime.kube.close()
+    await handled(runtime, "ADDED", body)
 
     assert cluster.annotations("p")[keys.STATE] == "Assigned"  # read, then decided
     assert runtime.workload.mix().shapes  # ...and counted in the mix
