@@ -1,5 +1,7 @@
 """The client layer refuses to build a URL from a name no API object can have, whoever
-calls it: nothing is sent, and the error says which name was wrong."""
+calls it: nothing is sent, and the error says which name was wrong. Both ways of
+writing are played: lightkube's (node processes) and the operator's `lean_writes`,
+whose paths `write_transport` takes as they are built here."""
 
 from __future__ import annotations
 
@@ -41,16 +43,21 @@ CALLS: list[Any] = [
     ),
     pytest.param(lambda k: k.get_lease("ns", "lease/../x"), "name", id="get-lease"),
     pytest.param(lambda k: k.list_pods(namespaces=["ml", "../x"]), "namespace", id="list-pods"),
+    pytest.param(
+        lambda k: k.patch_networktopology_status("a/../b", {}), "name", id="nettopo-status"
+    ),
 ]
+WRITE_PATHS = [pytest.param(False, id="lightkube"), pytest.param(True, id="lean-writes")]
 
 
+@pytest.mark.parametrize("lean", WRITE_PATHS)
 @pytest.mark.parametrize(("call", "which"), CALLS)
 async def test_a_name_that_is_no_kubernetes_name_never_reaches_the_api(
-    cluster, pod, call: Call, which: str
+    cluster, pod, call: Call, which: str, lean: bool
 ):
     await cluster.create_pod(pod("job", node=None))
     before = len(list(cluster.api))
-    kube = KubeClient.connect(str(cluster.api.url))
+    kube = KubeClient.connect(str(cluster.api.url), lean_writes=lean)
     try:
         with pytest.raises(KubeInvalidNameError, match=f"^InvalidName: {which} ") as caught:
             await call(kube)
@@ -66,8 +73,9 @@ async def test_a_name_that_is_no_kubernetes_name_never_reaches_the_api(
     assert [("GET", "/api/v1/namespaces/default/pods/job")] == sent
 
 
-async def test_an_event_about_a_bad_name_is_not_posted(cluster, caplog):
-    kube = KubeClient.connect(str(cluster.api.url))
+@pytest.mark.parametrize("lean", WRITE_PATHS)
+async def test_an_event_about_a_bad_name_is_not_posted(cluster, caplog, lean: bool):
+    kube = KubeClient.connect(str(cluster.api.url), lean_writes=lean)
     try:
         posted = await kube.post_event(
             {"namespace": "default", "name": "../job"}, warning=True, reason="R", message="m"
