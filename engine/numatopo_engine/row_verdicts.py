@@ -21,7 +21,7 @@ from numatopo_engine.decision import Decided, Plan, RankTerms, node_ranks, short
 from numatopo_engine.hints import RowLayout
 from numatopo_engine.packing import Hosts, WorkloadMix
 from numatopo_engine.refusals import Kind, Refusal, word
-from numatopo_engine.state import NodeState, cached_rows
+from numatopo_engine.state import NodeState
 
 __all__ = ["RowVerdicts"]
 
@@ -69,7 +69,10 @@ class RowVerdicts:
         """The slot of each state's row when every one is laid out (`layout`, cached on
         the state) and seen: a warm cycle's case; None otherwise."""
         get = self.slot_of.get
-        found = [None if row is None else get(row) for row in cached_rows(states, layout)]
+        # `cached_rows` and the look-up in one pass: a warm cycle's per-node cost.
+        found = [
+            get(c[1]) if (c := s.row_cache) is not None and c[0] is layout else None for s in states
+        ]
         if None in found:
             return None
         return np.array(found, dtype=np.intp)

@@ -218,11 +218,10 @@ def judge_candidates(
         ((t, states) for t, _, states in groups), taken.mix, engine=engine, warm_only=warm_only
     )
     explain = logger.isEnabledFor(logging.DEBUG)
-    # Every node scored, its rank, and whether it fits, groups one after the other: the
-    # verdicts are made from these at once, at the end.
+    # Every node scored and its rank (-1 where refused), groups one after the other:
+    # the verdicts are made from these at once, at the end.
     judged: list[str] = []
     ranks: list[Floats] = []
-    fits: list[npt.NDArray[np.bool_]] = []
     for topology, where, states in groups:
         try:
             scored = allocation.score_many(
@@ -234,10 +233,6 @@ def judge_candidates(
             continue
         judged += where
         ranks.append(scored.rank)
-        if not scored.refused:
-            fits.append(_every(len(where)))
-            continue
-        fits.append(scored.rank >= 0)
         for refused, summary in scored.refused:
             # The same words for every node that lacks the same thing, so kube-scheduler
             # can count them; the per-NUMA detail is in the log and in `numatopo assign`.
@@ -246,9 +241,12 @@ def judge_candidates(
             for i in at if explain else ():
                 logger.debug("node %s refuses %s: %s", where[i], key, scored.refusal(i))
     if judged:
-        fit = np.concatenate(fits)
-        rank = np.concatenate(ranks)[fit]
-        fitting = list(itertools.compress(judged, fit.tolist()))
+        rank = np.concatenate(ranks)
+        fit = rank >= 0
+        fitting = judged
+        if not fit.all():
+            rank = rank[fit]
+            fitting = list(itertools.compress(judged, fit.tolist()))
         verdicts.ranks.update(zip(fitting, rank.tolist(), strict=True))
         verdicts.scores.update(zip(fitting, rank_scores(rank).tolist(), strict=True))
     return verdicts
@@ -271,13 +269,6 @@ def _without_own(key: str, group: ShapeCandidates) -> ShapeCandidates:
 
 
 _ASSIGNMENTS = operator.attrgetter("assignments")
-_EVERY = np.ones(1024, dtype=np.bool_)
-_EVERY.setflags(write=False)  # handed out as views
-
-
-def _every(count: int) -> npt.NDArray[np.bool_]:
-    """`count` Trues (a view of one array for the usual group sizes)."""
-    return _EVERY[:count] if count <= len(_EVERY) else np.ones(count, dtype=np.bool_)
 
 
 def rank_scores(ranks: Floats) -> Ints:

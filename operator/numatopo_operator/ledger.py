@@ -168,36 +168,41 @@ class Ledger:
         records = self._nodes
         groups: dict[str, ShapeCandidates] = {}
         refused: dict[str, str] = {}
-        # Heartbeats older than this go to `stale_reason`, which words (and decides)
-        # exactly; the margin keeps this cheap test from missing one by rounding.
+        # The margin keeps the cheap heartbeat test below from missing one by rounding.
         old = now - limit + 1.0 if limit > 0 else -math.inf
         # A pod's bookings are on the one node `_node_of` names (DRA holds' keys hold a
         # colon, pod keys none): one look-up here, not one per candidate.
         own = records.get(self._node_of.get(without, "")) if without is not None else None
+        get = records.get
         for node in nodes:
-            found = records.get(node)
-            if found is None or found.topology is None or found.shape is None:
+            found = get(node)
+            if found is None:
                 refused[node] = NO_NUMATOPOLOGY
                 continue
-            beat = found.heartbeat
-            if found.stale is not None or (beat is not None and beat < old):
+            # `_frozen`'s unchanged case inline, the usual one: a node without a
+            # topology has no state, so no frozen copy either.
+            frozen = found.frozen
+            if frozen is None or frozen[0] is not found.state or frozen[0].version != frozen[1]:
+                if found.topology is None or found.shape is None:
+                    refused[node] = NO_NUMATOPOLOGY
+                    continue
+                _frozen(found)
+                frozen = found.frozen
+                assert frozen is not None, "a record with a topology has a state"
+            # Heartbeats older than `old` go to `stale_reason`, which words (and decides)
+            # exactly.
+            if found.stale is not None or ((beat := found.heartbeat) is not None and beat < old):
                 why = found.stale_reason(limit, now)
                 if why is not None:
                     refused[node] = why
                     continue
-            # `_frozen`'s unchanged case inline.
-            frozen, live = found.frozen, found.state
-            if frozen is None or frozen[0] is not live or frozen[1] != frozen[0].version:
-                _frozen(found)
-                frozen = found.frozen
-            assert frozen is not None, "a record with a topology has a state"
             state = frozen[2]
             if found is own and without in state.assignments:
                 state = state.copy()
                 state.release(without)
-            group = groups.get(found.shape.key)
+            group = groups.get(frozen[3])
             if group is None:
-                group = groups[found.shape.key] = (found.topology, [], [])
+                group = groups[frozen[3]] = (state.topology, [], [])
             group[1].append(node)
             group[2].append(state)
         return groups, refused
@@ -581,5 +586,5 @@ def _frozen(found: NodeRecord) -> NodeState | None:
     if frozen is not None and frozen[0] is live and frozen[1] == live.version:
         return frozen[2]
     copy = live.copy()
-    found.frozen = (live, live.version, copy)
+    found.frozen = (live, live.version, copy, live.shape_key)
     return copy

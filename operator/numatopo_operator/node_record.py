@@ -49,8 +49,9 @@ class NodeRecord:
     """Its Numatopology's `status.gpuMode` (the node agent's GPU guarantee)."""
     lock: asyncio.Lock = field(default_factory=asyncio.Lock)
     """Serialises decisions on the node (the engine call and the reservation)."""
-    frozen: tuple[NodeState, int, NodeState] | None = None
-    """(live state, its version, the copy handed out for it): `Ledger.frozen_state`."""
+    frozen: tuple[NodeState, int, NodeState, str] | None = None
+    """(live state, its version, the copy handed out for it, its shape key):
+    `Ledger.frozen_state`."""
 
     @property
     def steered(self) -> bool:
