@@ -31,14 +31,18 @@ in the same run:
   * `judge ms`: what the cycle's filter runs of the engine, on the operator's own
     engine (`runtime.decisions`): `extender.candidates` (the ledger's frozen states and
     the candidates' staleness) and `extender.judge_candidates` (scores, refusals, node
-    rank); prioritize reuses filter's ranks for the same pod. `http/judge` is the
-    HTTP/JSON layer's cost (goal: at most 1.5x);
+    rank), on the requests the extender reads from the same pods; prioritize reuses
+    filter's ranks for the same pod. `http/judge` is the HTTP/JSON layer's cost (goal:
+    at most 1.5x);
   * `count ms`: a topology-blind extender's filter at the same call shape
     (`count_only_filter`): each sent node's state from the same ledger, its O(1) free
     CPU, GPU and memory counters against the pod's, the nodes that pass and why the
     others do not. `judge/count` has a goal of at most 3x. `list ms` is
     `bench_engine.count_only_pass` over a prepared list of the same nodes' states (no
     names, no result), for comparison with earlier figures.
+
+Within a regime the HTTP, judging and counting runs take turns (each the best of
+`--repeat`), so that load that comes and goes on a shared machine meets all three.
 
 Regimes, each its own row: `new engine` starts every cycle with a fresh
 `allocation.Engine` (hardware tables, plans and verdicts built again: a restarted
@@ -83,6 +87,7 @@ import asyncio
 import cProfile
 import gc
 import json
+import math
 import os
 import pstats
 import sys
@@ -102,6 +107,7 @@ from aiohttp import web  # noqa: E402
 import bench_pki  # noqa: E402
 from bench_engine import MIX, build_cluster, count_only_pass  # noqa: E402
 from numatopo_engine import annotations as keys  # noqa: E402
+from numatopo_engine import pod_request  # noqa: E402
 from numatopo_engine.allocation import (  # noqa: E402
     Engine,
     allocate,
@@ -301,15 +307,20 @@ PROFILE_ORDER = ["tottime"]  # NUMATOPO_PROFILE_ORDER=cumulative: by time under 
 CLOCK = [time.perf_counter]  # `--cpu`: this process's CPU time, every thread's
 
 
-def clocked(run: Callable[[], list[str]], booker: Booker) -> Callable[[], Awaitable[float]]:
-    """`run` as a timed run for `best_of`, on `CLOCK`; the nodes it chose then booked."""
+def clocked(
+    run: Callable[[], list[Any]],
+    booker: Booker,
+    chosen: Callable[[list[Any]], list[str]] = list,
+) -> Callable[[], Awaitable[float]]:
+    """`run` as a timed run for `best_of`, on `CLOCK`; the nodes it chose (`chosen` of
+    what it returned, untimed) then booked."""
 
     async def timed() -> float:
         clock = CLOCK[0]
         started = clock()
-        chosen = run()
+        answers = run()
         took = clock() - started
-        booker.book(chosen)
+        booker.book(chosen(answers))
         return took
 
     return timed
@@ -332,6 +343,7 @@ async def best_of(
 
 
 Pods = list[dict[str, Any]]
+Scores = dict[str, int]
 
 
 @dataclass
@@ -403,21 +415,30 @@ class Booker:
             ledger.reserve(node, f"bench/booked-{self.booked}", decision.assignment)
 
 
-def judge_mix(runtime: Runtime, shape: Shape) -> Callable[[], list[str]]:
+def judge_mix(runtime: Runtime, shape: Shape, pods: Pods) -> Callable[[], list[Scores]]:
     """The mix judged as filter judges it, on the operator's own engine (no HTTP), each
-    cycle's nodes walked as the client walks them; each cycle's best node."""
+    cycle's nodes walked as the client walks them; each cycle's node scores (`best` of
+    them is kube-scheduler's choice, made on its side, so not timed). The requests are
+    read from the pods as the extender reads them (`pod_request`, with the operator's
+    resource names), so both judge the same plans."""
     rotation = Rotation(shape.names, shape.send)
+    resources = runtime.settings.resources
+    requests = [pod_request.request_from_pod(pod, resources) for pod in pods]
 
-    def run() -> list[str]:
-        chosen = []
-        for request in MIX:
+    def run() -> list[Scores]:
+        scored = []
+        for request in requests:
             _, names = rotation.next()
             taken = extender.candidates(runtime, names, request.key)
-            scores = extender.judge_candidates(request, taken, runtime.decisions).scores
-            chosen.append(max(scores, key=scores.__getitem__, default=""))
-        return chosen
+            scored.append(extender.judge_candidates(request, taken, runtime.decisions).scores)
+        return scored
 
     return run
+
+
+def best_nodes(scored: list[Scores]) -> list[str]:
+    """Each cycle's best-scored node ("" where none passed)."""
+    return [max(scores, key=scores.__getitem__, default="") for scores in scored]
 
 
 async def profiled(client: SchedulerClient, target: int, runtime: Runtime, walk: int) -> None:
@@ -482,7 +503,6 @@ async def measure(count: int, seed: int, repeat: int, send: int | None, how: Opt
             return []
 
         idle = Booker(runtime, Shape([], None))
-        counting = await best_of(repeat, clocked(count_mix, idle), lambda: None)
         listing = await best_of(repeat, clocked(list_mix, idle), lambda: None)
         latencies: list[float] = []
         regimes = (
@@ -495,9 +515,20 @@ async def measure(count: int, seed: int, repeat: int, send: int | None, how: Opt
                 # Warm: each pod has met every node its cycles will send (the walk once round).
                 await client.cycles(target, times=walk)
             latencies.clear()
-            http = await best_of(repeat, lambda: client.timed(target, latencies, booker), before)
+            # HTTP, judging and counting take turns run by run, so that load that comes
+            # and goes on a shared machine meets the three alike.
+            judge = clocked(judge_mix(runtime, shape, pods), booker, best_nodes)
+            best = [math.inf] * 3
+            for _ in range(repeat):
+                runs = (
+                    (lambda: client.timed(target, latencies, booker), before),
+                    (judge, before),
+                    (clocked(count_mix, idle), lambda: None),
+                )
+                for at, (timed, ready) in enumerate(runs):
+                    best[at] = min(best[at], await best_of(1, timed, ready))
+            http, judged, counting = best
             p99 = float(np.percentile(latencies, 99))
-            judged = await best_of(repeat, clocked(judge_mix(runtime, shape), booker), before)
             rows.append((regime, http, judged, counting, p99))
     finally:
         await client.close()
@@ -549,7 +580,7 @@ async def compare_identities(
                 for at, (runtime, shape, target, booker) in enumerate(sides):
                     runs = (
                         lambda target=target, booker=booker: client.timed(target, [], booker),
-                        clocked(judge_mix(runtime, shape), booker),
+                        clocked(judge_mix(runtime, shape, pods), booker, best_nodes),
                     )
                     for kind, timed in enumerate(runs):
 
