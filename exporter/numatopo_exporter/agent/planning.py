@@ -68,20 +68,6 @@ class CpusetWrite:
         return f"{self.path}/{self.file} = {self.value or '(empty)'}"
 
 
-def _select(
-    desired: Mapping[PurePosixPath, Target], file: CpusetFile
-) -> dict[PurePosixPath, CPUSet]:
-    if file == "cpuset.cpus":
-        return {p: t.cpus for p, t in desired.items() if t.cpus is not None}
-    return {p: t.mems for p, t in desired.items() if t.mems is not None}
-
-
-def _observed(
-    observed: Mapping[PurePosixPath, Cpuset], file: CpusetFile
-) -> dict[PurePosixPath, CPUSet]:
-    return {p: (c.cpus if file == "cpuset.cpus" else c.mems) for p, c in observed.items()}
-
-
 def _nearest_ancestor(
     path: PurePosixPath, known: Mapping[PurePosixPath, object]
 ) -> PurePosixPath | None:
@@ -129,10 +115,10 @@ def plan_writes(
     """
     widen: list[CpusetWrite] = []
     narrow: list[CpusetWrite] = []
-    files: tuple[CpusetFile, ...] = ("cpuset.cpus", "cpuset.mems")
-    for file in files:
-        want = _select(desired, file)
-        have = _observed(observed, file)
+    files: tuple[tuple[CpusetFile, str], ...] = (("cpuset.cpus", "cpus"), ("cpuset.mems", "mems"))
+    for file, field in files:
+        want = {p: v for p, t in desired.items() if (v := getattr(t, field)) is not None}
+        have = {p: getattr(c, field) for p, c in observed.items()}
         _check(file, want, have)
         for path, value in want.items():
             current = have[path]
