@@ -127,11 +127,7 @@ def unsigned(pod: PodView, assignment: Assignment, verifier: Verifier) -> str:
 
 
 def select_assignments(
-    pods: Iterable[PodView],
-    *,
-    node_name: str,
-    online: planning.Cpuset,
-    verifier: Verifier,
+    pods: Iterable[PodView], *, node_name: str, online: planning.Cpuset, verifier: Verifier
 ) -> tuple[list[PodAssignment], list[Refusal]]:
     """The pods of `node_name` to enforce, and the ones refused (invalid, not signed for
     the pod by the operator, not possible on this machine, overlapping, or taking the
@@ -192,10 +188,7 @@ def _keep_a_shared_cpu(
     # one CPU. Giving up the latest decisions first keeps what already runs enforced.
     exclusive = CPUSet(cpu for entry in accepted for cpu in _exclusive_cpus(entry.assignment))
     while accepted and exclusive and not (online.cpus - exclusive):
-        latest = max(
-            (e for e in accepted if _exclusive_cpus(e.assignment)),
-            key=state.claim_order,
-        )
+        latest = max((e for e in accepted if _exclusive_cpus(e.assignment)), key=state.claim_order)
         accepted.remove(latest)
         taken = _exclusive_cpus(latest.assignment)
         message = (

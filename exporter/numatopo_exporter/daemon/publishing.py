@@ -212,13 +212,7 @@ class PrintingSink:
 class Publisher:
     """Keeps `Numatopology/<node_name>` equal to the last scan, through `client`."""
 
-    def __init__(
-        self,
-        client: KubeClient,
-        *,
-        node_name: str,
-        clock: Callable[[], float],
-    ) -> None:
+    def __init__(self, client: KubeClient, *, node_name: str, clock: Callable[[], float]) -> None:
         self.client = client
         self.node_name = node_name
         self.clock = clock
