@@ -194,20 +194,11 @@ class Steerer:
         self._changed = asyncio.Condition()
         self._vendor_changed = asyncio.Event()
         self._register_wanted = asyncio.Event()
+        self.own_socket = self.config.kubelet_dir / self.config.own_endpoint
+        self.registration_socket = self.config.steering_dir / KUBELET_SOCKET
+        self.kubelet_socket = self.config.kubelet_dir / KUBELET_SOCKET
 
     # -- life cycle ---------------------------------------------------------------
-
-    @property
-    def own_socket(self) -> Path:
-        return self.config.kubelet_dir / self.config.own_endpoint
-
-    @property
-    def registration_socket(self) -> Path:
-        return self.config.steering_dir / KUBELET_SOCKET
-
-    @property
-    def kubelet_socket(self) -> Path:
-        return self.config.kubelet_dir / KUBELET_SOCKET
 
     async def start(self) -> None:
         self.config.steering_dir.mkdir(parents=True, exist_ok=True)
