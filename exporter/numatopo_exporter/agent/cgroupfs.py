@@ -27,13 +27,7 @@ from numatopo_engine.cpuset import CPUSet, CPUSetParseError
 from numatopo_exporter.agent import cgroups
 from numatopo_exporter.agent.planning import Cpuset, CpusetWrite
 
-__all__ = [
-    "CgroupError",
-    "CgroupGoneError",
-    "ContainerCgroup",
-    "Hierarchy",
-    "detect_hierarchy",
-]
+__all__ = ["CgroupError", "CgroupGoneError", "ContainerCgroup", "Hierarchy", "detect_hierarchy"]
 
 CPUS = "cpuset.cpus"
 MEMS = "cpuset.mems"
@@ -71,11 +65,7 @@ class Hierarchy:
 
     def find_pod(self, pod_uid: str, qos: cgroups.QosClass | None) -> PurePosixPath | None:
         """The pod's cgroup; every tier is tried when the QoS class is unknown or wrong."""
-        order = list(cgroups.QosClass)
-        if qos is not None:
-            order.remove(qos)
-            order.insert(0, qos)
-        for tier in order:
+        for tier in sorted(cgroups.QosClass, key=lambda tier: tier is not qos):
             path = cgroups.pod_dir(self.driver, tier, pod_uid)
             if self.dir(path).is_dir():
                 return path
@@ -107,19 +97,13 @@ class Hierarchy:
 
     def descendants(self, path: PurePosixPath) -> list[PurePosixPath]:
         """Every cgroup nested below `path` (excluded), parents before children."""
-        found: list[PurePosixPath] = []
-        pending = [path]
-        while pending:
-            current = pending.pop()
-            for name in reversed(_subdirs(self.dir(current))):
-                pending.append(current / name)
-                found.append(current / name)
-        return sorted(found, key=lambda p: (len(p.parts), str(p)))
+        children = [path / name for name in _subdirs(self.dir(path))]
+        nested = [*children, *(p for child in children for p in self.descendants(child))]
+        return sorted(nested, key=lambda p: (len(p.parts), str(p)))
 
     def ancestors(self, path: PurePosixPath) -> list[PurePosixPath]:
         """The cgroups between the hierarchy root (excluded) and `path` (excluded), top first."""
-        parents = [p for p in path.parents if str(p) != "."]
-        return list(reversed(parents))
+        return [p for p in reversed(path.parents) if str(p) != "."]
 
     # -- cpusets ---------------------------------------------------------------------
 

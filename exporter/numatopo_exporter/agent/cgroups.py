@@ -120,5 +120,4 @@ def container_dir_names(container: ContainerId, driver: Driver) -> list[str]:
     else:
         names = {"containerd": ident, "cri-o": f"crio-{ident}", "docker": ident}
     first = names.get(container.runtime)
-    rest = sorted(set(names.values()) - {first} if first else set(names.values()))
-    return ([first] if first else []) + rest
+    return sorted(set(names.values()), key=lambda name: (name != first, name))

@@ -121,9 +121,7 @@ def _targets(
 
 
 def _observe(
-    hierarchy: cgroupfs.Hierarchy,
-    containers: list[PurePosixPath],
-    errors: dict[PurePosixPath, str],
+    hierarchy: cgroupfs.Hierarchy, containers: list[PurePosixPath], errors: dict[PurePosixPath, str]
 ) -> dict[PurePosixPath, planning.Cpuset]:
     """What each container cgroup, its ancestors and the cgroups nested in it have.
 

@@ -17,12 +17,7 @@ from collections.abc import Callable, Collection, Iterable, Mapping, Sequence
 from itertools import zip_longest
 from typing import Any
 
-from numatopo_engine.annotations import (
-    Assignment,
-    ContainerAssignment,
-    Observed,
-    ObservedContainer,
-)
+from numatopo_engine.annotations import Assignment, ContainerAssignment, Observed, ObservedContainer
 from numatopo_engine.device_ids import device_ids_for, nic_names
 from numatopo_engine.model import Nic
 from numatopo_engine.quantity import QuantityError, parse_milli
@@ -126,9 +121,7 @@ def gpu_words(
 
 
 def in_flight(
-    pods: Iterable[PodView],
-    node_name: str,
-    is_gpu: Callable[[str], bool] = lambda _: True,
+    pods: Iterable[PodView], node_name: str, is_gpu: Callable[[str], bool] = lambda _: True
 ) -> list[InFlight]:
     """The containers of this node's pods that were assigned GPUs: the candidates of the
     steering plugin's answer, in the kubelet's admission order (`steering.choice`). The

@@ -29,7 +29,6 @@ from numatopo_exporter.agent.report import PodReporter
 from numatopo_exporter.agent.watch import PodWatch
 from numatopo_exporter.discovery import kubelet
 from numatopo_exporter.node_process import watch_own_numatopology
-from numatopo_exporter.steering.choice import InFlight
 from numatopo_kube import KubeClient
 from numatopo_kube.backoff import Backoff
 
@@ -86,12 +85,6 @@ class AgentLoop:
         )
         self.node_status = NodeStatus(self.client, self.node_name, self.kubelet_state)
         self.reporter = PodReporter(self.client, self.pods, self.metrics, self.clock)
-
-    @property
-    def in_flight(self) -> tuple[InFlight, ...]:
-        """Containers assigned GPUs the kubelet has not given yet (the steering plugin's
-        candidates; read from its thread)."""
-        return self.pods.in_flight
 
     async def watch_pods(self) -> None:
         """List, then watch, this node's pods; relist after any error. Runs until cancelled."""

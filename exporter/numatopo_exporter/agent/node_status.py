@@ -124,19 +124,16 @@ class NodeStatus:
         static = verdict[0] != AGENT_ENFORCING
         conditions = [
             {
-                "type": ENFORCING,
-                "status": "False" if static else "True",
-                "reason": verdict[0],
-                "message": verdict[1],
+                "type": kind,
+                "status": "True" if holds else "False",
+                "reason": reason,
+                "message": message,
                 "lastTransitionTime": now,
-            },
-            {
-                "type": GPU_ASSIGNMENT,
-                "status": "False" if mode[0] is GpuMode.NONE else "True",
-                "reason": mode[1],
-                "message": mode[2],
-                "lastTransitionTime": now,
-            },
+            }
+            for kind, holds, (reason, message) in (
+                (ENFORCING, not static, verdict),
+                (GPU_ASSIGNMENT, mode[0] is not GpuMode.NONE, mode[1:]),
+            )
         ]
         status: dict[str, object] = {"conditions": conditions, "gpuMode": mode[0].value}
         if unhealthy is not None:

@@ -26,14 +26,7 @@ from typing import Literal
 
 from numatopo_engine.cpuset import CPUSet
 
-__all__ = [
-    "Cpuset",
-    "CpusetWrite",
-    "PlanError",
-    "Target",
-    "desire_cpusets",
-    "plan_writes",
-]
+__all__ = ["Cpuset", "CpusetWrite", "PlanError", "Target", "desire_cpusets", "plan_writes"]
 
 CpusetFile = Literal["cpuset.cpus", "cpuset.mems"]
 
@@ -66,20 +59,6 @@ class CpusetWrite:
 
     def __str__(self) -> str:
         return f"{self.path}/{self.file} = {self.value or '(empty)'}"
-
-
-def _select(
-    desired: Mapping[PurePosixPath, Target], file: CpusetFile
-) -> dict[PurePosixPath, CPUSet]:
-    if file == "cpuset.cpus":
-        return {p: t.cpus for p, t in desired.items() if t.cpus is not None}
-    return {p: t.mems for p, t in desired.items() if t.mems is not None}
-
-
-def _observed(
-    observed: Mapping[PurePosixPath, Cpuset], file: CpusetFile
-) -> dict[PurePosixPath, CPUSet]:
-    return {p: (c.cpus if file == "cpuset.cpus" else c.mems) for p, c in observed.items()}
 
 
 def _nearest_ancestor(
@@ -129,10 +108,10 @@ def plan_writes(
     """
     widen: list[CpusetWrite] = []
     narrow: list[CpusetWrite] = []
-    files: tuple[CpusetFile, ...] = ("cpuset.cpus", "cpuset.mems")
-    for file in files:
-        want = _select(desired, file)
-        have = _observed(observed, file)
+    files: tuple[tuple[CpusetFile, str], ...] = (("cpuset.cpus", "cpus"), ("cpuset.mems", "mems"))
+    for file, field in files:
+        want = {p: v for p, t in desired.items() if (v := getattr(t, field)) is not None}
+        have = {p: getattr(c, field) for p, c in observed.items()}
         _check(file, want, have)
         for path, value in want.items():
             current = have[path]

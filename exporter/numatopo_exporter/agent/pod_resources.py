@@ -16,13 +16,7 @@ import grpc
 
 from numatopo_exporter.kubelet_api import podresources_pb2, podresources_pb2_grpc
 
-__all__ = [
-    "DEFAULT_SOCKET",
-    "Holdings",
-    "PodResourcesError",
-    "list_allocatable",
-    "list_holdings",
-]
+__all__ = ["DEFAULT_SOCKET", "Holdings", "PodResourcesError", "list_allocatable", "list_holdings"]
 
 DEFAULT_SOCKET = Path("/var/lib/kubelet/pod-resources/kubelet.sock")
 

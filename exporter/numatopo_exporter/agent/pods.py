@@ -58,6 +58,9 @@ class PodAssignment:
                 return container.name
         return ""
 
+    def refused(self, reason: str, message: str) -> Refusal:
+        return Refusal(self.uid, self.key, reason, message, self.annotation, self.body)
+
 
 @dataclass
 class PodOutcome:
@@ -115,11 +118,7 @@ def _check_on_node(assignment: Assignment, online: planning.Cpuset) -> str:
 
 
 def _exclusive_cpus(assignment: Assignment) -> CPUSet:
-    cpus = CPUSet()
-    for container in assignment.containers.values():
-        if container.exclusive:
-            cpus = cpus | container.cpus
-    return cpus
+    return CPUSet(cpu for c in assignment.containers.values() if c.exclusive for cpu in c.cpus)
 
 
 def unsigned(pod: PodView, assignment: Assignment, verifier: Verifier) -> str:
@@ -128,11 +127,7 @@ def unsigned(pod: PodView, assignment: Assignment, verifier: Verifier) -> str:
 
 
 def select_assignments(
-    pods: Iterable[PodView],
-    *,
-    node_name: str,
-    online: planning.Cpuset,
-    verifier: Verifier,
+    pods: Iterable[PodView], *, node_name: str, online: planning.Cpuset, verifier: Verifier
 ) -> tuple[list[PodAssignment], list[Refusal]]:
     """The pods of `node_name` to enforce, and the ones refused (invalid, not signed for
     the pod by the operator, not possible on this machine, overlapping, or taking the
@@ -178,9 +173,7 @@ def select_assignments(
         state.NodeState(topology), candidates, booked=lambda entry: _cpu_only(entry.assignment)
     )
     for entry, why in overlapping:
-        refused.append(
-            Refusal(entry.uid, entry.key, "AssignmentOverlaps", why, entry.annotation, entry.body)
-        )
+        refused.append(entry.refused("AssignmentOverlaps", why))
 
     _keep_a_shared_cpu(accepted, refused, online)
     return accepted, refused
@@ -193,14 +186,9 @@ def _keep_a_shared_cpu(
     least one online CPU for the shared pool."""
     # The shared pool (sandboxes, every container without exclusive CPUs) needs at least
     # one CPU. Giving up the latest decisions first keeps what already runs enforced.
-    exclusive = CPUSet()
-    for entry in accepted:
-        exclusive = exclusive | _exclusive_cpus(entry.assignment)
+    exclusive = CPUSet(cpu for entry in accepted for cpu in _exclusive_cpus(entry.assignment))
     while accepted and exclusive and not (online.cpus - exclusive):
-        latest = max(
-            (e for e in accepted if _exclusive_cpus(e.assignment)),
-            key=state.claim_order,
-        )
+        latest = max((e for e in accepted if _exclusive_cpus(e.assignment)), key=state.claim_order)
         accepted.remove(latest)
         taken = _exclusive_cpus(latest.assignment)
         message = (
@@ -208,16 +196,7 @@ def _keep_a_shared_cpu(
             f"those of earlier pods would take every online CPU ({online.cpus}); "
             "nothing would be left for the shared pool"
         )
-        refused.append(
-            Refusal(
-                latest.uid,
-                latest.key,
-                "SharedPoolExhausted",
-                message,
-                latest.annotation,
-                latest.body,
-            )
-        )
+        refused.append(latest.refused("SharedPoolExhausted", message))
         # Accepted claims never share an exclusive CPU (overlaps are refused first), so
         # the pool gets back exactly what the refused claim held.
         exclusive = exclusive - taken

@@ -136,13 +136,11 @@ class PodReporter:
         new, counted in the metrics, or None."""
         record = self.records.get(entry.uid)
         previous = record.enforced if record is not None else None
+        ids = frozenset(str(c.container_id) for c in entry.running)
         if record is not None:
             # A recovered pod's next failure is news again, even for the same reason.
             record.reported = None
-            record.enforced = Enforced(
-                entry.annotation, frozenset(str(c.container_id) for c in entry.running)
-            )
-        ids = frozenset(str(c.container_id) for c in entry.running)
+            record.enforced = Enforced(entry.annotation, ids)
         drift = ("DriftCorrected", f"cpusets had been changed; restored ({summary})")
         if previous is None and feedback.already_enforced(entry.body, message=summary):
             # Enforced and reported before this agent (re)started: only a drift is news.

@@ -41,7 +41,7 @@ async def serve(args: argparse.Namespace) -> int:
         )
         if args.steer_resource:
             steerer = Steerer(
-                candidates=lambda: loop.in_flight,
+                candidates=lambda: loop.pods.in_flight,
                 config=SteeringConfig(
                     resource_name=args.steer_resource,
                     kubelet_dir=args.steer_kubelet_dir,
@@ -96,11 +96,7 @@ def run(args: argparse.Namespace) -> int:
         trusted_keys(args)
 
     return start(
-        "agent",
-        args,
-        serve,
-        errors=(KubeError, cgroupfs.CgroupError, SigningKeyError),
-        check=check,
+        "agent", args, serve, errors=(KubeError, cgroupfs.CgroupError, SigningKeyError), check=check
     )
 
 

@@ -19,7 +19,6 @@ How the exporter writes (and why):
 
 from __future__ import annotations
 
-import datetime
 import hashlib
 import json
 import logging
@@ -30,8 +29,9 @@ from typing import Any, Protocol, TextIO
 from pydantic import ValidationError
 
 from numatopo_engine.model import API_VERSION, KIND, NumatopologySpec
-from numatopo_exporter.node_process import watch_own_numatopology
-from numatopo_kube import KubeClient, KubeError, KubeNotFoundError
+from numatopo_exporter.agent.feedback import now_text
+from numatopo_exporter.node_process import check_node, watch_own_numatopology
+from numatopo_kube import KubeClient
 from numatopo_kube.backoff import Backoff
 
 __all__ = [
@@ -91,11 +91,6 @@ def published_hash(obj: dict[str, Any], *, node_uid: str | None) -> str | None:
         return None
 
 
-def _rfc3339(timestamp: float) -> str:
-    moment = datetime.datetime.fromtimestamp(timestamp, datetime.UTC)
-    return moment.strftime("%Y-%m-%dT%H:%M:%SZ")
-
-
 def _condition(
     old: dict[str, Any] | None, *, type_: str, status: str, reason: str, message: str, now: float
 ) -> dict[str, Any]:
@@ -106,7 +101,7 @@ def _condition(
         "status": status,
         "reason": reason,
         "message": message,
-        "lastTransitionTime": old["lastTransitionTime"] if kept and old else _rfc3339(now),
+        "lastTransitionTime": old["lastTransitionTime"] if kept and old else now_text(now),
     }
 
 
@@ -118,7 +113,7 @@ def plan_exported_condition(
     old = next((c for c in conditions if c.get("type") == EXPORTED), None)
     if old is not None and old.get("status") == "True" and digest in str(old.get("message")):
         return None
-    message = f"spec {digest} published from the scan at {_rfc3339(scanned_at)}"
+    message = f"spec {digest} published from the scan at {now_text(scanned_at)}"
     return _condition(
         old, type_=EXPORTED, status="True", reason="Published", message=message, now=now
     )
@@ -176,7 +171,7 @@ def plan_status(
         exported = next(c for c in conditions if c.get("type") == EXPORTED)
     return {
         "conditions": [exported, degraded],
-        "heartbeat": heartbeat or stored_beat or _rfc3339(now),
+        "heartbeat": heartbeat or stored_beat or now_text(now),
     }
 
 
@@ -217,13 +212,7 @@ class PrintingSink:
 class Publisher:
     """Keeps `Numatopology/<node_name>` equal to the last scan, through `client`."""
 
-    def __init__(
-        self,
-        client: KubeClient,
-        *,
-        node_name: str,
-        clock: Callable[[], float],
-    ) -> None:
+    def __init__(self, client: KubeClient, *, node_name: str, clock: Callable[[], float]) -> None:
         self.client = client
         self.node_name = node_name
         self.clock = clock
@@ -233,16 +222,7 @@ class Publisher:
 
     async def node_uid(self) -> str:
         if self._node_uid is None:
-            try:
-                node = await self.client.get_node(self.node_name)
-            except KubeError as exc:
-                if exc.not_found:
-                    raise KubeNotFoundError(
-                        404,
-                        "NotFound",
-                        f"node {self.node_name!r} does not exist (check --node-name)",
-                    ) from None
-                raise
+            node = await check_node(self.client, self.node_name)
             self._node_uid = str(node["metadata"]["uid"])
         return self._node_uid
 
@@ -261,7 +241,7 @@ class Publisher:
         now = self.clock()
         # A beat per scan, not per publish: the watch's republish after our own write
         # must not write again (that would be a write loop).
-        beat = _rfc3339(now) if scanned_at != self._beat_scanned_at else None
+        beat = now_text(now) if scanned_at != self._beat_scanned_at else None
         planned = plan_status(
             current.get("status") or {},
             digest=digest,

@@ -34,8 +34,7 @@ class Debouncer:
         self._handle: asyncio.TimerHandle | None = None
 
     def trigger(self) -> None:
-        if self._handle is not None:
-            self._handle.cancel()
+        self.cancel()
         self._handle = asyncio.get_running_loop().call_later(self.delay_seconds, self._fire)
 
     def cancel(self) -> None:

@@ -18,7 +18,6 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING
 
 from pydantic import ValidationError
 
@@ -26,11 +25,12 @@ from numatopo_engine.accelerators import DEFAULT_ACCELERATORS, AcceleratorRule
 from numatopo_engine.model import NumatopologySpec
 from numatopo_exporter.discovery.errors import DiscoveryError, SourceUnavailableError
 from numatopo_exporter.discovery.hostroot import HostRoot
-
-if TYPE_CHECKING:
-    from numatopo_exporter.discovery.kubelet import KubeletReading
-    from numatopo_exporter.discovery.nvml import GpuReading
-    from numatopo_exporter.discovery.sysfs import SysfsReading
+from numatopo_exporter.discovery.hwloc_xml import read_hwloc_xml
+from numatopo_exporter.discovery.kubelet import KubeletReading, read_kubelet
+from numatopo_exporter.discovery.merge import merge_gpu_reading, merge_kubelet
+from numatopo_exporter.discovery.nvidia_smi_topo import read_nvidia_smi_topo
+from numatopo_exporter.discovery.nvml import GpuReading, read_nvml
+from numatopo_exporter.discovery.sysfs import SysfsReading, read_sysfs_checked
 
 __all__ = ["DiscoverOptions", "Discovery", "Readers", "discover", "merge_offline"]
 
@@ -73,67 +73,22 @@ class Discovery:
     that make no sense); also in `notices`. The exporter publishes it as `Degraded`."""
 
 
-# The readers are imported when called, so that `numatopo inspect --sample` does not pay
-# for pynvml, and so that tests can swap any of them for a fake.
-
-
-def _read_sysfs(root: HostRoot, accelerators: Sequence[AcceleratorRule]) -> SysfsReading:
-    from numatopo_exporter.discovery import sysfs
-
-    return sysfs.read_sysfs_checked(root, accelerators)
-
-
-def _read_nvml() -> GpuReading:
-    from numatopo_exporter.discovery import nvml
-
-    return nvml.read_nvml()
-
-
-def _read_hwloc_xml(path: Path) -> NumatopologySpec:
-    from numatopo_exporter.discovery import hwloc_xml
-
-    return hwloc_xml.read_hwloc_xml(path)
-
-
-def _read_nvidia_smi_topo(path: Path) -> NumatopologySpec:
-    from numatopo_exporter.discovery import nvidia_smi_topo
-
-    return nvidia_smi_topo.read_nvidia_smi_topo(path)
-
-
-def _read_kubelet(root: HostRoot, config: Path | None, state: Path | None) -> KubeletReading:
-    from numatopo_exporter.discovery import kubelet
-
-    return kubelet.read_kubelet(root, config=config, state=state)
-
-
-def _merge_gpu_reading(base: NumatopologySpec, reading: GpuReading) -> NumatopologySpec:
-    from numatopo_exporter.discovery import merge
-
-    return merge.merge_gpu_reading(base, reading)
-
-
-def _merge_kubelet(base: NumatopologySpec, reading: KubeletReading) -> NumatopologySpec:
-    from numatopo_exporter.discovery import merge
-
-    return merge.merge_kubelet(base, reading)
-
-
 @dataclass(frozen=True)
 class Readers:
-    """The sources `discover` calls; tests replace some with fakes."""
+    """The sources `discover` calls; tests replace some with fakes. (pynvml itself is
+    imported only when `read_nvml` runs.)"""
 
     sysfs: Callable[[HostRoot, Sequence[AcceleratorRule]], NumatopologySpec | SysfsReading] = (
-        _read_sysfs
+        read_sysfs_checked
     )
-    nvml: Callable[[], GpuReading] = _read_nvml
-    hwloc_xml: Callable[[Path], NumatopologySpec] = _read_hwloc_xml
-    nvidia_smi_topo: Callable[[Path], NumatopologySpec] = _read_nvidia_smi_topo
-    kubelet: Callable[[HostRoot, Path | None, Path | None], KubeletReading] = _read_kubelet
+    nvml: Callable[[], GpuReading] = read_nvml
+    hwloc_xml: Callable[[Path], NumatopologySpec] = read_hwloc_xml
+    nvidia_smi_topo: Callable[[Path], NumatopologySpec] = read_nvidia_smi_topo
+    kubelet: Callable[[HostRoot, Path | None, Path | None], KubeletReading] = read_kubelet
     merge_gpu_reading: Callable[[NumatopologySpec, GpuReading], NumatopologySpec] = (
-        _merge_gpu_reading
+        merge_gpu_reading
     )
-    merge_kubelet: Callable[[NumatopologySpec, KubeletReading], NumatopologySpec] = _merge_kubelet
+    merge_kubelet: Callable[[NumatopologySpec, KubeletReading], NumatopologySpec] = merge_kubelet
 
 
 def discover(options: DiscoverOptions, *, readers: Readers | None = None) -> Discovery:

@@ -132,13 +132,7 @@ def _walk(element: ET.Element, parent: _Obj | None, out: list[_Obj]) -> _Obj:
     pages = [
         (int(p.get("size", "0")), int(p.get("count", "0"))) for p in element.findall("page_type")
     ]
-    obj = _Obj(
-        type=element.get("type", ""),
-        attrib=dict(element.attrib),
-        info=info,
-        parent=parent,
-        pages=pages,
-    )
+    obj = _Obj(element.get("type", ""), dict(element.attrib), info, parent, pages)
     out.append(obj)
     for child in element.findall("object"):
         obj.children.append(_walk(child, obj, out))
@@ -327,13 +321,11 @@ def _gpu(index: int, obj: _Obj) -> Gpu:
 
 def _nic(obj: _Obj) -> Nic:
     pci = obj.parent if obj.parent is not None and obj.parent.type == "PCIDev" else None
-    netdevs = []
-    if pci is not None:
-        netdevs = sorted(
-            c.attrib.get("name", "")
-            for c in pci.children
-            if c.type == "OSDev" and c.attrib.get("osdev_type") == _OSDEV_NETWORK
-        )
+    netdevs = sorted(
+        c.attrib.get("name", "")
+        for c in (pci.children if pci is not None else [])
+        if c.type == "OSDev" and c.attrib.get("osdev_type") == _OSDEV_NETWORK
+    )
     return Nic(
         name=obj.attrib.get("name", ""),
         pci_bus_id=pci.attrib.get("pci_busid", "") if pci is not None else "",

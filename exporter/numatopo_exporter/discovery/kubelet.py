@@ -16,13 +16,9 @@ A named absolute path is a host path (under the root); a relative one is a file 
 the machine running numatopo, relative to its working directory (`numatopo inspect
 --hwloc-xml node.xml --kubelet-config config.yaml`).
 
-In the chart each file is mounted alone (never the kubelet's whole directory, which holds
-every pod's Secrets). The kubelet writes its checkpoint to a new file and renames it over
-the old one; a file mount keeps showing the old one, which then has no link left on the
-host (`st_nlink == 0`). Its `policyName` stays true until the kubelet is restarted with
-a new policy, which needs the checkpoint deleted: a stale copy naming `static` is still
-`static` (a static kubelet rewrites it on every pod), while a stale copy naming anything
-else means the kubelet made a new checkpoint since, so its policy is unknown.
+In the chart each file is mounted alone, so a file the kubelet renames over is seen as
+its old copy (`st_nlink == 0`); what that means for `policyName`: docs/operations.md,
+"Node pods: what they mount".
 """
 
 from __future__ import annotations

@@ -12,7 +12,7 @@ under a fresh index after NVML's.
 
 from __future__ import annotations
 
-from numatopo_engine.model import Gpu, GpuPath, NumatopologySpec, PciPath
+from numatopo_engine.model import Gpu, GpuPath, NumatopologySpec
 from numatopo_exporter.discovery.kubelet import SOURCE as KUBELET_SOURCE
 from numatopo_exporter.discovery.kubelet import KubeletReading
 from numatopo_exporter.discovery.nvml import SOURCE as NVML_SOURCE
@@ -72,15 +72,11 @@ def merge_gpu_reading(base: NumatopologySpec, reading: GpuReading) -> Numatopolo
                 "gpus": sorted(gpus, key=lambda g: g.index),
                 "gpu_links": sorted(reading.gpu_links, key=lambda x: (x.a, x.b)),
                 "gpu_paths": sorted(gpu_paths, key=lambda x: (x.a, x.b)),
-                "pci_paths": sorted(pci_paths, key=_pci_path_key),
+                "pci_paths": sorted(pci_paths, key=lambda x: (x.gpu, x.nic)),
                 "sources": _add_source(base.sources, NVML_SOURCE),
             }
         ).model_dump()
     )
-
-
-def _pci_path_key(path: PciPath) -> tuple[int, str]:
-    return (path.gpu, path.nic)
 
 
 def merge_kubelet(base: NumatopologySpec, reading: KubeletReading) -> NumatopologySpec:

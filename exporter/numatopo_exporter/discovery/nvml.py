@@ -82,17 +82,13 @@ class _Session:
         self.nvml = nvml
         self.notices: list[str] = []
 
-    def _is(self, exc: BaseException, names: tuple[str, ...]) -> bool:
-        classes = tuple(c for n in names if isinstance(c := getattr(self.nvml, n, None), type))
-        return bool(classes) and isinstance(exc, classes)
-
     def call(self, where: str, name: str, *args: Any, quiet: bool = False) -> Any:
         """NVML's `name(*args)`, or None when it fails; a notice (`where: name: error`)
         unless the feature is simply absent."""
         try:
             return getattr(self.nvml, name)(*args)
         except self.nvml.NVMLError as exc:
-            if not (quiet and self._is(exc, _NOT_THERE_ERRORS)):
+            if not (quiet and _is(self.nvml, exc, _NOT_THERE_ERRORS)):
                 what = f"{where}: {name}" if where else name
                 self.notices.append(f"{what}: {_error_text(exc)}")
             return None
@@ -104,11 +100,7 @@ def read_nvml(nvml: Any | None = None) -> GpuReading:
     try:
         module.nvmlInit()
     except module.NVMLError as exc:
-        if any(
-            isinstance(exc, c)
-            for n in _NO_DRIVER_ERRORS
-            if isinstance(c := getattr(module, n, None), type)
-        ):
+        if _is(module, exc, _NO_DRIVER_ERRORS):
             raise SourceUnavailableError(NO_DRIVER) from exc
         raise SourceUnavailableError(
             f"NVML did not start ({_error_text(exc)}): GPU topology from NVML skipped"
@@ -126,6 +118,12 @@ def _import_pynvml() -> Any:
     except ImportError as exc:
         raise SourceUnavailableError(NO_DRIVER + " (the pynvml package is not installed)") from exc
     return pynvml
+
+
+def _is(nvml: Any, exc: BaseException, names: tuple[str, ...]) -> bool:
+    """Whether `exc` is one of the module's NVML error classes `names`."""
+    classes = tuple(c for n in names if isinstance(c := getattr(nvml, n, None), type))
+    return bool(classes) and isinstance(exc, classes)
 
 
 def _error_text(exc: BaseException) -> str:

@@ -98,11 +98,7 @@ class Recorder:
 
 def call_key(args: tuple[Any, ...], handle_index: Callable[[Any], int | str | None]) -> str:
     """How a call's arguments are written in a recording (a handle as its index)."""
-    parts = []
-    for arg in args:
-        index = handle_index(arg)
-        parts.append(str(index if index is not None else arg))
-    return ",".join(parts)
+    return ",".join(str(arg if (index := handle_index(arg)) is None else index) for arg in args)
 
 
 def _plain(value: Any) -> Any:

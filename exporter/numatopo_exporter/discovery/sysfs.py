@@ -65,15 +65,7 @@ from itertools import combinations
 
 from numatopo_engine.accelerators import DEFAULT_ACCELERATORS, AcceleratorRule, match_accelerator
 from numatopo_engine.cpuset import CPUSet
-from numatopo_engine.model import (
-    Cpu,
-    Gpu,
-    GpuPath,
-    Nic,
-    NumaNode,
-    NumatopologySpec,
-    PciPath,
-)
+from numatopo_engine.model import Cpu, Gpu, GpuPath, Nic, NumaNode, NumatopologySpec, PciPath
 from numatopo_exporter.discovery.errors import DiscoveryError
 from numatopo_exporter.discovery.hostroot import HostRoot
 from numatopo_exporter.discovery.pci import PciDevice, PciTree, path_class
@@ -260,22 +252,18 @@ def _read_cpus(
             f"physical_package_id is empty for CPUs {CPUSet(unknown_package)} under "
             f"{cpu_dir}; sockets numbered by core_siblings groups, as for -1"
         )
-    rows: list[Cpu] = []
-    for cpu in cpu_ids:
-        numa = numa_of.get(cpu)
-        if cpu in online:
-            rows.append(Cpu(id=cpu, core=core_of[cpu], socket=socket_of[cpu], numa=numa))
-        else:
-            rows.append(
-                Cpu(
-                    id=cpu,
-                    core=cpu,
-                    socket=_socket_of_node(numa, numa_of, socket_of),
-                    numa=numa,
-                    online=False,
-                )
-            )
-    return rows
+    return [
+        Cpu(id=cpu, core=core_of[cpu], socket=socket_of[cpu], numa=numa_of.get(cpu))
+        if cpu in online
+        else Cpu(
+            id=cpu,
+            core=cpu,
+            socket=_socket_of_node(numa_of.get(cpu), numa_of, socket_of),
+            numa=numa_of.get(cpu),
+            online=False,
+        )
+        for cpu in cpu_ids
+    ]
 
 
 def _package_id(path: str) -> int | None:

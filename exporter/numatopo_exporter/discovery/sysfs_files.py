@@ -14,14 +14,7 @@ import os
 from numatopo_engine.cpuset import CPUSet, CPUSetParseError
 from numatopo_exporter.discovery.errors import DiscoveryError
 
-__all__ = [
-    "list_dir",
-    "parse_cpulist",
-    "read_cpus",
-    "read_int",
-    "read_optional",
-    "read_text",
-]
+__all__ = ["list_dir", "parse_cpulist", "read_cpus", "read_int", "read_optional", "read_text"]
 
 
 def read_text(path: str) -> str:

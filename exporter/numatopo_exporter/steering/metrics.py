@@ -4,6 +4,7 @@ agent's, so they are served beside its own)."""
 from __future__ import annotations
 
 from dataclasses import dataclass
+from functools import partial
 
 from prometheus_client import Counter
 
@@ -15,23 +16,21 @@ __all__ = ["SteeringMetrics"]
 @dataclass
 class SteeringMetrics(Registry):
     def __post_init__(self) -> None:
-        self.answers = Counter(
+        counter = partial(Counter, registry=self.registry)
+        self.answers = counter(
             "numatopo_steering_answers_total",
             "Preferred allocations answered, per container request, by whose choice: "
             "steered (the assignment's GPUs), vendor (its own preference), kubelet "
             "(empty answer: the kubelet chooses).",
             ["outcome"],
-            registry=self.registry,
         )
-        self.registrations = Counter(
+        self.registrations = counter(
             "numatopo_steering_registrations_total",
             "Registrations with the kubelet, by result.",
             ["result"],
-            registry=self.registry,
         )
-        self.vendor_missing = Counter(
+        self.vendor_missing = counter(
             "numatopo_steering_vendor_missing_total",
             "Times the vendor plugin's device stream ended (devices reported Unhealthy "
             "until it is back).",
-            registry=self.registry,
         )

@@ -1,25 +1,16 @@
 """The steering proxy: numatopo's node process stands between the kubelet and the GPU
 vendor's device plugin, so that the kubelet's choice of GPUs is numatopo's (I/O).
 
-How it sits
------------
-The kubelet sees one device plugin for the resource (`nvidia.com/gpu` by default):
-numatopo's, at `<kubelet dir>/numatopo-nvidia.com-gpu.sock`. The vendor's plugin
-registers with numatopo instead of the kubelet, at
-`/var/lib/numatopo/device-plugins/kubelet.sock`, a Registration service numatopo
-serves in a directory the kubelet does not own (a kubelet restart wipes its own
-directory). Every call is passed to the vendor unchanged (`Allocate`,
-`PreStartContainer` and `ListAndWatch` as the vendor's bytes) except
-`GetPreferredAllocation`, which numatopo answers with the GPUs of the container in
-flight (`choice.answer`), falling back to the vendor's own preference, then to an
-empty answer (the kubelet's choice). It never answers that call with an error, and
-always within `answer_deadline_seconds`: the kubelet admits pods one at a time and
-sets no timeout on it, and an error refuses the pod.
-
-The kubelet settings a steered node needs, and how to point NVIDIA's plugin (GPU
-Operator or its own chart) at numatopo: docs/operations.md, "Steering GPUs". Not verified
-on a live cluster: that every GPU Operator version mounts the host's `/` at `/host` on the
-plugin container, and that inotify through that mount sees the socket re-created.
+Every call is passed to the vendor unchanged (`Allocate`, `PreStartContainer` and
+`ListAndWatch` as the vendor's bytes) except `GetPreferredAllocation`, answered with the
+GPUs of the container in flight (`choice.answer`), else the vendor's preference, else
+nothing (the kubelet's choice): never an error (it refuses the pod) and always within
+`answer_deadline_seconds` (the kubelet admits pods one at a time and sets no timeout).
+The vendor registers with numatopo's Registration socket in `steering_dir`, a directory
+the kubelet does not own (a kubelet restart wipes its own). How it sits and the node's
+settings: docs/operations.md, "Steering GPUs". Not verified on a live cluster: that
+every GPU Operator version mounts the host's `/` at `/host` on the plugin container,
+and that inotify through that mount sees the socket re-created.
 
 NVIDIA's device plugin behind numatopo
 --------------------------------------
@@ -203,20 +194,11 @@ class Steerer:
         self._changed = asyncio.Condition()
         self._vendor_changed = asyncio.Event()
         self._register_wanted = asyncio.Event()
+        self.own_socket = self.config.kubelet_dir / self.config.own_endpoint
+        self.registration_socket = self.config.steering_dir / KUBELET_SOCKET
+        self.kubelet_socket = self.config.kubelet_dir / KUBELET_SOCKET
 
     # -- life cycle ---------------------------------------------------------------
-
-    @property
-    def own_socket(self) -> Path:
-        return self.config.kubelet_dir / self.config.own_endpoint
-
-    @property
-    def registration_socket(self) -> Path:
-        return self.config.steering_dir / KUBELET_SOCKET
-
-    @property
-    def kubelet_socket(self) -> Path:
-        return self.config.kubelet_dir / KUBELET_SOCKET
 
     async def start(self) -> None:
         self.config.steering_dir.mkdir(parents=True, exist_ok=True)

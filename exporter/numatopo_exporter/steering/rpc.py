@@ -75,17 +75,21 @@ class DevicePluginHandlers(Protocol):
     async def pre_start(self, request: bytes, context: Context) -> bytes: ...
 
 
-def _server(path: Path, handler: Any) -> Any:
+async def _serve(path: Path, service: str, methods: dict[str, Any]) -> Any:
+    """A started `grpc.aio.Server` for `methods` on the unix socket `path` (replaced if
+    present)."""
     path.unlink(missing_ok=True)
     server = grpc.aio.server()
-    server.add_generic_rpc_handlers((handler,))
+    server.add_generic_rpc_handlers((grpc.method_handlers_generic_handler(service, methods),))
     server.add_insecure_port(unix_target(path))
+    await server.start()
     return server
 
 
 async def serve_device_plugin(path: Path, handlers: DevicePluginHandlers) -> Any:
-    """A started `grpc.aio.Server` on the unix socket `path` (replaced if present)."""
-    handler = grpc.method_handlers_generic_handler(
+    """The kubelet-facing device-plugin server on `path`."""
+    return await _serve(
+        path,
         _PLUGIN,
         {
             "GetDevicePluginOptions": grpc.unary_unary_rpc_method_handler(
@@ -103,28 +107,18 @@ async def serve_device_plugin(path: Path, handlers: DevicePluginHandlers) -> Any
             "PreStartContainer": grpc.unary_unary_rpc_method_handler(handlers.pre_start),
         },
     )
-    server = _server(path, handler)
-    await server.start()
-    return server
 
 
 async def serve_registration(
     path: Path, on_register: Callable[[pb.RegisterRequest, Context], Awaitable[pb.Empty]]
 ) -> Any:
-    """A started `grpc.aio.Server` answering `Registration.Register` on `path`."""
-    handler = grpc.method_handlers_generic_handler(
-        _REGISTRATION,
-        {
-            "Register": grpc.unary_unary_rpc_method_handler(
-                on_register,
-                request_deserializer=pb.RegisterRequest.FromString,
-                response_serializer=pb.Empty.SerializeToString,
-            )
-        },
+    """The server answering `Registration.Register` on `path`."""
+    register_handler = grpc.unary_unary_rpc_method_handler(
+        on_register,
+        request_deserializer=pb.RegisterRequest.FromString,
+        response_serializer=pb.Empty.SerializeToString,
     )
-    server = _server(path, handler)
-    await server.start()
-    return server
+    return await _serve(path, _REGISTRATION, {"Register": register_handler})
 
 
 async def register(socket: Path, request: pb.RegisterRequest, timeout: float) -> None:
