@@ -224,21 +224,23 @@ def _example_pod(args: argparse.Namespace, name: str) -> dict[str, Any]:
     }
 
 
-def _placed(pod: dict[str, Any], until: str) -> tuple[bool, str]:
-    """(done, what the pod shows now)."""
+def _placed(pod: dict[str, Any], until: str) -> tuple[bool, bool, str]:
+    """(done, placed as asked, what the pod shows now)."""
     annotations = (pod.get("metadata") or {}).get("annotations") or {}
     state = annotations.get(keys.STATE, "")
     node = translate.pod_node(pod) or "no node yet"
     shown = f"on {node}, state {state or 'none yet'}"
-    if state and state != keys.State.ASSIGNED.value:
-        return True, shown + f" ({annotations.get(keys.REASON, '')})"
     conditions = (pod.get("status") or {}).get("conditions") or []
+    ok = state == keys.State.ASSIGNED.value and (
+        until == "Assigned"
+        or any(c.get("type") == ALIGNED and c.get("status") == "True" for c in conditions)
+    )
+    if state and state != keys.State.ASSIGNED.value:
+        return True, ok, shown + f" ({annotations.get(keys.REASON, '')})"
     aligned = next((c for c in conditions if c.get("type") == ALIGNED), None)
     if aligned is not None:
         shown += f", {ALIGNED}={aligned.get('status')}"
-    if until == "Assigned":
-        return bool(state), shown
-    return aligned is not None, shown
+    return bool(state) if until == "Assigned" else aligned is not None, ok, shown
 
 
 async def _example(kube: KubeClient, args: argparse.Namespace, report: Report) -> None:
@@ -249,16 +251,10 @@ async def _example(kube: KubeClient, args: argparse.Namespace, report: Report) -
         shown = ""
         while time.monotonic() < deadline:
             pod = await kube.get_pod(args.namespace, name)
-            done, shown = _placed(pod, args.example_until)
+            done, ok, shown = _placed(pod, args.example_until)
             if done:
                 break
             await asyncio.sleep(1.0)
-        annotations = (pod.get("metadata") or {}).get("annotations") or {}
-        conditions = (pod.get("status") or {}).get("conditions") or []
-        ok = annotations.get(keys.STATE) == keys.State.ASSIGNED.value and (
-            args.example_until == "Assigned"
-            or any(c.get("type") == ALIGNED and c.get("status") == "True" for c in conditions)
-        )
         report.check(ok, f"example pod {args.namespace}/{name} {args.example_until}", shown)
     finally:
         await kube.delete_pod(args.namespace, name)
