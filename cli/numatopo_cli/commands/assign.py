@@ -238,25 +238,20 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
         description=__doc__,
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
-    parser.add_argument(
-        "--topology", type=Path, required=True, metavar="NODE", help="node file (JSON or YAML)"
-    )
-    parser.add_argument("--pod", type=Path, required=True, metavar="POD", help="Pod manifest")
-    parser.add_argument(
-        "--allocated", type=Path, metavar="A", help="assignments already on the node"
-    )
-    parser.add_argument("-o", "--output", choices=("json", "text"), default="json")
-    parser.add_argument(
-        "--node-name", help=f"node name (default: the object's name, else {DEFAULT_NODE_NAME!r})"
-    )
-    parser.add_argument(
+    add = parser.add_argument
+    add("--topology", type=Path, required=True, metavar="NODE", help="node file (JSON or YAML)")
+    add("--pod", type=Path, required=True, metavar="POD", help="Pod manifest")
+    add("--allocated", type=Path, metavar="A", help="assignments already on the node")
+    add("-o", "--output", choices=("json", "text"), default="json")
+    add("--node-name", help=f"node name (default: the object's name, else {DEFAULT_NODE_NAME!r})")
+    add(
         "--gpu-resource",
         action="append",
         metavar="PATTERN",
         help="resource name (fnmatch pattern) counted as GPUs; repeatable "
         f"(default: {' '.join(DEFAULT_RESOURCES.gpu)})",
     )
-    parser.add_argument(
+    add(
         "--nic-resource",
         action="append",
         metavar="PATTERN",

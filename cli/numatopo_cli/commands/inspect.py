@@ -172,22 +172,20 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
         description=__doc__,
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
+    add = parser.add_argument
     live = parser.add_argument_group("live node (default)")
-    live.add_argument(
+    add_live = live.add_argument
+    add_live(
         "--sysfs-root",
         type=Path,
         default=Path("/"),
         metavar="DIR",
         help="where the node's / is mounted (default: /)",
     )
-    live.add_argument(
-        "--no-nvml", action="store_true", help="do not ask the NVIDIA driver (NVML) for GPUs"
-    )
-    live.add_argument("--kubelet-config", type=Path, metavar="FILE", help="kubelet config file")
+    add_live("--no-nvml", action="store_true", help="do not ask the NVIDIA driver (NVML) for GPUs")
+    add_live("--kubelet-config", type=Path, metavar="FILE", help="kubelet config file")
     add_accelerator_flag(live)
-    live.add_argument(
-        "--kubelet-state", type=Path, metavar="FILE", help="kubelet cpu_manager_state file"
-    )
+    add_live("--kubelet-state", type=Path, metavar="FILE", help="kubelet cpu_manager_state file")
     offline = parser.add_argument_group("saved files instead of a live node")
     offline.add_argument(
         "--hwloc-xml", type=Path, metavar="FILE", help="`lstopo --of xml` output of the node"
@@ -201,19 +199,19 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
         metavar="NAME",
         help="a real machine shipped with numatopo; `--sample list` lists them",
     )
-    parser.add_argument("--node-name", metavar="NAME", help="node name (default: the hostname)")
-    parser.add_argument(
+    add("--node-name", metavar="NAME", help="node name (default: the hostname)")
+    add(
         "--resource-slices",
         type=Path,
         metavar="FILE",
         help="ResourceSlices (`kubectl get resourceslices -o json`): show the node's DRA devices",
     )
-    parser.add_argument(
+    add(
         "-o",
         "--output",
         choices=("table", "yaml", "json"),
         default="table",
         help="table (default), or the Numatopology object as yaml or json",
     )
-    parser.add_argument("--svg", type=Path, metavar="FILE", help="also draw the node as SVG")
+    add("--svg", type=Path, metavar="FILE", help="also draw the node as SVG")
     parser.set_defaults(func=run)

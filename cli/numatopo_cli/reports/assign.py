@@ -24,11 +24,8 @@ class AssignReport(Report):
     kind: Literal["AssignReport"] = "AssignReport"
     fits: bool
     assignment: Assignment | None = None
-    """What the operator would write as `numatopo.io/assignment` (null: no fit)."""
     score: int | None = None
-    """0..100, higher is better (`numatopo_engine.scoring`; null: no fit)."""
     reason: str | None = None
-    """Why the pod does not fit on the node (null: it fits)."""
 
     def to_json(self) -> str:
         return self.model_dump_json(by_alias=True, exclude_none=True, indent=2) + "\n"

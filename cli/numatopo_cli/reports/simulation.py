@@ -51,10 +51,7 @@ def _report_of(result: type, kind: str, *, mig_pool: bool = False) -> type[Repor
 
 
 SimulationReport = _report_of(SimulationResult, "SimulationReport", mig_pool=True)
-"""Strategies' fields: `numatopo_engine.simulation.metrics`."""
 GangSimulationReport = _report_of(GangResult, "GangSimulationReport")
-"""`size_histogram`: GPUs per job -> jobs of that size (keys are strings in JSON);
-strategies' fields: `numatopo_engine.simulation.gangs`."""
 
 
 def _rounded(fields: dict[str, Any]) -> dict[str, Any]:

@@ -49,31 +49,20 @@ LEASE_SLACK_SECONDS = 30.0
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("--api-url", default="", help="API server URL (default: in-cluster)")
-    parser.add_argument("--namespace", default="default", help="where the example pod runs")
-    parser.add_argument(
-        "--lease", default="", metavar="NAMESPACE/NAME", help="the operator's Lease"
-    )
-    parser.add_argument(
-        "--extender-url", default="", help="e.g. https://numatopo-operator.numatopo.svc:8888"
-    )
-    parser.add_argument(
-        "--tls-ca", default="", help="CA file that signed the extender's certificate"
-    )
-    parser.add_argument("--tls-cert", default="", help="client certificate (the scheduler's)")
-    parser.add_argument("--tls-key", default="", help="its key")
-    parser.add_argument(
-        "--tls-server-name", default="", help="name to check in the server's certificate"
-    )
-    parser.add_argument(
-        "--example-image", default="", help="image of the example pod ('': no example)"
-    )
-    parser.add_argument("--example-scheduler", default="numatopo-scheduler")
-    parser.add_argument(
-        "--example-node", default="", help="bind the example pod here (skips the scheduler)"
-    )
-    parser.add_argument("--example-until", choices=["Assigned", "Aligned"], default="Aligned")
-    parser.add_argument("--timeout-seconds", type=float, default=120.0)
+    add = parser.add_argument
+    add("--api-url", default="", help="API server URL (default: in-cluster)")
+    add("--namespace", default="default", help="where the example pod runs")
+    add("--lease", default="", metavar="NAMESPACE/NAME", help="the operator's Lease")
+    add("--extender-url", default="", help="e.g. https://numatopo-operator.numatopo.svc:8888")
+    add("--tls-ca", default="", help="CA file that signed the extender's certificate")
+    add("--tls-cert", default="", help="client certificate (the scheduler's)")
+    add("--tls-key", default="", help="its key")
+    add("--tls-server-name", default="", help="name to check in the server's certificate")
+    add("--example-image", default="", help="image of the example pod ('': no example)")
+    add("--example-scheduler", default="numatopo-scheduler")
+    add("--example-node", default="", help="bind the example pod here (skips the scheduler)")
+    add("--example-until", choices=["Assigned", "Aligned"], default="Aligned")
+    add("--timeout-seconds", type=float, default=120.0)
     parser.set_defaults(func=run)
 
 
