@@ -53,15 +53,14 @@ class InputError(Exception):
     """A problem with what the user passed; the message names the file and the place."""
 
 
-# -- reading ------------------------------------------------------------------------
-
-
 def load_document(path: Path) -> Any:
     """One JSON or YAML document from `path`."""
     try:
         text = path.read_text(encoding="utf-8")
-    except (OSError, UnicodeDecodeError) as exc:
-        raise InputError(f"{path}: cannot read: {_os_reason(exc)}") from None
+    except UnicodeDecodeError:
+        raise InputError(f"{path}: cannot read: not UTF-8 text") from None
+    except OSError as exc:
+        raise InputError(f"{path}: cannot read: {exc.strerror or exc}") from None
     if path.suffix == ".json":
         try:
             return json.loads(text)
@@ -70,7 +69,8 @@ def load_document(path: Path) -> Any:
     try:
         documents = [d for d in yaml.safe_load_all(text) if d is not None]
     except yaml.YAMLError as exc:
-        raise InputError(f"{path}: invalid YAML: {_one_line(str(exc))}") from None
+        problem = " ".join(str(exc).split())  # PyYAML's message spans lines
+        raise InputError(f"{path}: invalid YAML: {problem}") from None
     if len(documents) != 1:
         raise InputError(f"{path}: expected one document, found {len(documents)}")
     return documents[0]
@@ -159,19 +159,6 @@ def _kind(document: object) -> str:
     return "nothing" if document is None else type(document).__name__
 
 
-def _os_reason(exc: OSError | UnicodeDecodeError) -> str:
-    if isinstance(exc, UnicodeDecodeError):
-        return "not UTF-8 text"
-    return exc.strerror or str(exc)
-
-
-def _one_line(text: str) -> str:
-    return " ".join(text.split())
-
-
-# -- deciding -----------------------------------------------------------------------
-
-
 def decide(
     topology: NumatopologySpec, state: NodeState, request: PodRequest, node_name: str
 ) -> AssignReport:
@@ -203,9 +190,6 @@ def render_text(answer: AssignReport, request: PodRequest, node_name: str) -> st
             f"  {name}: cpus {cpus}, mems {container.mems or '-'}, gpus {gpus}{mig}, nics {nics}"
         )
     return "\n".join(lines) + "\n"
-
-
-# -- command ------------------------------------------------------------------------
 
 
 def run(args: argparse.Namespace) -> int:

@@ -48,18 +48,6 @@ from numatopo_engine.simulation.leafspine import LEVELS, ClusterFile, LeafSpine,
 PROG = "numatopo domains"
 
 
-def _read_cluster(path: Path) -> ClusterFile:
-    try:
-        raw: Any = json.loads(path.read_text(encoding="utf-8"))
-        return ClusterFile.model_validate(raw)
-    except OSError as exc:
-        raise InputError(f"--cluster {path}: {exc.strerror or exc}") from None
-    except ValidationError as exc:
-        raise InputError(f"--cluster {path}: not a cluster file ({_first(exc)})") from None
-    except ValueError as exc:
-        raise InputError(f"--cluster {path}: not JSON ({exc})") from None
-
-
 def _first(exc: ValidationError) -> str:
     """The first validation error: where, and what is wrong."""
     error = exc.errors()[0]
@@ -90,8 +78,17 @@ def _levels(args: argparse.Namespace) -> list[str]:
 
 
 def _cluster(args: argparse.Namespace) -> ClusterFile:
-    if args.cluster is not None:
-        return _read_cluster(args.cluster)
+    path = args.cluster
+    if path is not None:
+        try:
+            raw: Any = json.loads(path.read_text(encoding="utf-8"))
+            return ClusterFile.model_validate(raw)
+        except OSError as exc:
+            raise InputError(f"--cluster {path}: {exc.strerror or exc}") from None
+        except ValidationError as exc:
+            raise InputError(f"--cluster {path}: not a cluster file ({_first(exc)})") from None
+        except ValueError as exc:
+            raise InputError(f"--cluster {path}: not JSON ({exc})") from None
     if args.generate:
         try:
             layout = LeafSpine.parse(args.generate)

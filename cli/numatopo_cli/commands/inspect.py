@@ -20,7 +20,6 @@ from contextlib import contextmanager
 from dataclasses import dataclass
 from importlib import resources
 from pathlib import Path
-from typing import TextIO
 
 import pydantic
 import yaml
@@ -94,11 +93,6 @@ def _options(args: argparse.Namespace, sample_file: Path | None) -> discover.Dis
     )
 
 
-def _use_color(stream: TextIO) -> bool:
-    # https://no-color.org: any non-empty NO_COLOR turns colour off.
-    return stream.isatty() and not os.environ.get("NO_COLOR")
-
-
 def _inspect(args: argparse.Namespace) -> tuple[Numatopology, list[str]]:
     if args.sample is not None:
         with sample_path(args.sample) as path:
@@ -142,9 +136,9 @@ def run(args: argparse.Namespace) -> int:
         return 2
 
     if args.output == "table":
-        sys.stdout.write(
-            table.render_table(topology, notices=notices, color=_use_color(sys.stdout))
-        )
+        # https://no-color.org: any non-empty NO_COLOR turns colour off.
+        color = sys.stdout.isatty() and not os.environ.get("NO_COLOR")
+        sys.stdout.write(table.render_table(topology, notices=notices, color=color))
         return 0
     # Machine-readable output stays clean on stdout; the notices go to stderr.
     for notice in notices:

@@ -1,9 +1,5 @@
-"""The `-o json` formats of `kubectl numatopo`: one pydantic model each, the one definition.
-
-Stable: fields are only ever added (a reader ignores those it does not know); a change
-of meaning gets a new `apiVersion`. Documented field by field in docs/operations.md
-("`-o json`"); the base (`numatopo_cli.reports.Report`) writes every field.
-"""
+"""The `-o json` formats of `kubectl numatopo`: one pydantic model each, the one definition
+(its rules and fields: docs/operations.md, "`-o json`")."""
 
 from __future__ import annotations
 
