@@ -50,6 +50,7 @@ from numatopo_kube.errors import (
     KubeConfigError,
     KubeError,
     KubeInvalidNameError,
+    KubeNotFoundError,
     error_for,
     parse_retry_after,
 )
@@ -733,10 +734,8 @@ class KubeClient:
         """`_get`, None when the API server has no such object."""
         try:
             return await self._get(what, resource, name, namespace)
-        except KubeError as exc:
-            if exc.not_found:
-                return None
-            raise
+        except KubeNotFoundError:
+            return None
 
     async def _get(
         self,
@@ -834,11 +833,10 @@ class KubeClient:
                 field_manager=field_manager,
                 force=force,
             )
-        except KubeError as exc:
+        except KubeNotFoundError:
             # A real API server creates on apply; simpler servers (and emulators) answer
             # 404 for a PATCH of an absent object, so create it the classic way.
-            if not exc.not_found:
-                raise
+            pass
         return await self._create(
             f"create {kind}/{name}", resource(wanted), field_manager=field_manager
         )
@@ -855,10 +853,8 @@ class KubeClient:
                 lambda: self.lightkube.delete(resource, name, namespace=namespace),
                 idempotent=True,
             )
-        except KubeError as exc:
-            if exc.not_found:
-                return False
-            raise
+        except KubeNotFoundError:
+            return False
         return True
 
     @api_call(("numatopo.io", "numatopologies/status", "patch"))

@@ -48,14 +48,11 @@ def list_samples() -> list[Sample]:
     """The embedded samples, by name; `summary` is the file's `# system:` line."""
     found = []
     for entry in resources.files("numatopo_cli").joinpath("samples").iterdir():
-        if not entry.name.endswith(SAMPLE_SUFFIX):
-            continue
-        summary = ""
-        for line in entry.read_text(encoding="utf-8").splitlines():
-            if line.startswith("# system:"):
-                summary = line.removeprefix("# system:").strip()
-                break
-        found.append(Sample(name=entry.name.removesuffix(SAMPLE_SUFFIX), summary=summary))
+        if entry.name.endswith(SAMPLE_SUFFIX):
+            lines = entry.read_text(encoding="utf-8").splitlines()
+            system = next((line for line in lines if line.startswith("# system:")), "")
+            summary = system.removeprefix("# system:").strip()
+            found.append(Sample(name=entry.name.removesuffix(SAMPLE_SUFFIX), summary=summary))
     return sorted(found, key=lambda sample: sample.name)
 
 

@@ -82,11 +82,9 @@ async def _run(args: argparse.Namespace) -> str:
         return report.to_json() if args.output == "json" else nodes.nodes_table(report)
     if pod is not None:
         explained = explain.explain_report(view, pod, await view.judge_group(pod))
-        return (
-            explained.to_json()
-            if args.output == "json"
-            else explain.explain_text(explained, best=args.best)
-        )
+        if args.output == "json":
+            return explained.to_json()
+        return explain.explain_text(explained, best=args.best)
     held = top.top_report(view, args.node)
     return held.to_json() if args.output == "json" else top.top_text(held)
 

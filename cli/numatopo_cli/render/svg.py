@@ -17,6 +17,7 @@ GPU-NIC pairs on the same PCIe switch (PIX) are thin dashed lines, PXB dotted.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from typing import TypeVar
 from xml.sax.saxutils import escape
 
 from numatopo_cli.render import text
@@ -32,6 +33,8 @@ from numatopo_engine.model import (
 )
 
 __all__ = ["render_svg"]
+
+K = TypeVar("K")
 
 # Geometry in px. Device boxes fit "GPU12" plus a model name such as "H100 80GB HBM3"
 # at 11 px; the pitch leaves room for the attach points of up to 6 arcs per GPU.
@@ -110,16 +113,11 @@ def render_svg(topology: Numatopology) -> str:
     columns = _columns(spec)
     sockets = _place_columns(columns)
     rows = _Rows.for_spec(spec, has_nics=any(column.nics for column in columns))
-    gpu_boxes = {
-        gpu.index: x
-        for column in columns
-        for gpu, x in zip(column.gpus, _slots(column, len(column.gpus)), strict=True)
-    }
-    nic_boxes = {
-        nic.name: x
-        for column in columns
-        for nic, x in zip(column.nics, _slots(column, len(column.nics)), strict=True)
-    }
+    gpu_boxes: dict[int, float] = {}
+    nic_boxes: dict[str, float] = {}
+    for column in columns:
+        gpu_boxes |= _slots(column, [gpu.index for gpu in column.gpus])
+        nic_boxes |= _slots(column, [nic.name for nic in column.nics])
 
     body = _Canvas()
     for column in columns:
@@ -262,10 +260,10 @@ def _place_columns(columns: list[_Column]) -> dict[int, tuple[float, float]]:
     return sockets
 
 
-def _slots(column: _Column, count: int) -> list[float]:
-    """Left x of `count` device boxes centred in the column."""
-    start = column.x + (column.width - count * PITCH) / 2 + (PITCH - GPU_WIDTH) / 2
-    return [start + i * PITCH for i in range(count)]
+def _slots(column: _Column, keys: list[K]) -> dict[K, float]:
+    """Left x of one device box per key, the boxes centred in the column."""
+    start = column.x + (column.width - len(keys) * PITCH) / 2 + (PITCH - GPU_WIDTH) / 2
+    return {key: start + i * PITCH for i, key in enumerate(keys)}
 
 
 def _fit(content: str, width: float, font_px: float) -> str:

@@ -85,12 +85,8 @@ async def _crds(kube: KubeClient, report: Report) -> None:
         established = any(
             c.get("type") == "Established" and c.get("status") == "True" for c in conditions
         )
-        detail = (
-            "not installed"
-            if crd is None
-            else ("Established" if established else "not Established yet")
-        )
-        report.check(established, f"CRD {name}", detail)
+        detail = "Established" if established else "not Established yet"
+        report.check(established, f"CRD {name}", "not installed" if crd is None else detail)
 
 
 async def _numatopologies(kube: KubeClient, report: Report) -> None:
@@ -170,11 +166,8 @@ async def _extender(args: argparse.Namespace, report: Report) -> None:
             answer = json.loads(await response.text())
             error = answer.get("Error") if isinstance(answer, dict) else "not JSON"
             ok = response.status == 200 and not error
-            over = (
-                "TLS" + (" with a client certificate" if args.tls_cert else "")
-                if context
-                else "plain HTTP"
-            )
+            cert = " with a client certificate" if args.tls_cert else ""
+            over = f"TLS{cert}" if context else "plain HTTP"
             report.check(
                 ok,
                 "extender /filter",
