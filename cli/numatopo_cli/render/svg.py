@@ -119,49 +119,47 @@ def render_svg(topology: Numatopology) -> str:
         gpu_boxes |= _slots(column, [gpu.index for gpu in column.gpus])
         nic_boxes |= _slots(column, [nic.name for nic in column.nics])
 
-    body = _Canvas()
+    canvas = _Canvas()
+    _draw_title(canvas, topology)
     for column in columns:
         if column.gpus or column.nics:
             # A pale band carries the NUMA box down over its devices.
             band_top = rows.numa_top + NUMA_HEIGHT - 8
-            body.add(
+            canvas.add(
                 f'<rect class="band" x="{column.x:.1f}" y="{band_top:.1f}" '
                 f'width="{column.width:.1f}" height="{rows.devices_bottom + 14 - band_top:.1f}" '
                 'rx="8"/>'
             )
     for socket_id, (left, right) in sockets.items():
-        body.add(
+        canvas.add(
             f'<rect class="socket" x="{left:.1f}" y="{rows.top:.1f}" width="{right - left:.1f}" '
             f'height="{rows.socket_bottom - rows.top:.1f}" rx="10"/>'
         )
-        body.text(left + 10, rows.top + 16, f"Socket {socket_id}", "socket-label")
+        canvas.text(left + 10, rows.top + 16, f"Socket {socket_id}", "socket-label")
     for column in columns:
-        _draw_numa(body, column, spec, rows.numa_top)
+        _draw_numa(canvas, column, spec, rows.numa_top)
 
     links_bottom = rows.gpu_bottom
     if spec.gpu_links:
-        links_bottom = _draw_links(body, spec, gpu_boxes, rows.gpu_bottom)
+        links_bottom = _draw_links(canvas, spec, gpu_boxes, rows.gpu_bottom)
     for path in spec.pci_paths:
         if path.path in (PathType.PIX, PathType.PXB) and path.nic in nic_boxes:
             nic_x = nic_boxes[path.nic] + NIC_WIDTH / 2
             gpu_x = gpu_boxes[path.gpu] + GPU_WIDTH / 2
-            body.add(
+            canvas.add(
                 f'<line class="{path.path.value.lower()}" x1="{nic_x:.1f}" '
                 f'y1="{rows.nic_top + NIC_HEIGHT:.1f}" x2="{gpu_x:.1f}" y2="{rows.gpu_top:.1f}"/>'
             )
     for nic_index, nic in enumerate(spec.nics):
-        _draw_nic(body, nic, nic_index, nic_boxes[nic.name], rows.nic_top)
+        _draw_nic(canvas, nic, nic_index, nic_boxes[nic.name], rows.nic_top)
     for gpu in spec.gpus:
-        _draw_gpu(body, gpu, gpu_boxes[gpu.index], rows.gpu_top)
+        _draw_gpu(canvas, gpu, gpu_boxes[gpu.index], rows.gpu_top)
 
     right_edge = max((column.x + column.width for column in columns), default=MARGIN)
     width = max(MIN_WIDTH, right_edge + SOCKET_PAD + MARGIN)
     legend_top = max(links_bottom, rows.devices_bottom, rows.socket_bottom) + 36
     height = legend_top + LEGEND_HEIGHT + MARGIN
 
-    canvas = _Canvas()
-    _draw_title(canvas, topology)
-    canvas.parts += body.parts
     _draw_legend(canvas, legend_top)
     title = f"numatopo: topology of node {topology.metadata.name}"
     return (
@@ -474,23 +472,13 @@ def _draw_legend(canvas: _Canvas, top: float) -> None:
     x = MARGIN
     canvas.text(x, top, "Legend", "name")
     row = top + 22
+    line = f'x1="{x}" y1="{row}" x2="{x + 34}" y2="{row}"/>'
+    switch = f'<rect class="switch" x="{x}" y="{row - 7}" width="34" height="14" rx="3"/>'
     items = [
-        (
-            f'<line class="nvlink" stroke-width="6" x1="{x}" y1="{row}" x2="{x + 34}" y2="{row}"/>',
-            "NVLink (width \u221d bandwidth)",
-        ),
-        (
-            f'<rect class="switch" x="{x}" y="{row - 7}" width="34" height="14" rx="3"/>',
-            "NVSwitch (every GPU to every GPU)",
-        ),
-        (
-            f'<line class="pix" x1="{x}" y1="{row}" x2="{x + 34}" y2="{row}"/>',
-            "GPU\u2013NIC on one PCIe switch (PIX)",
-        ),
-        (
-            f'<line class="pxb" x1="{x}" y1="{row}" x2="{x + 34}" y2="{row}"/>',
-            "GPU\u2013NIC across PCIe bridges (PXB)",
-        ),
+        (f'<line class="nvlink" stroke-width="6" {line}', "NVLink (width \u221d bandwidth)"),
+        (switch, "NVSwitch (every GPU to every GPU)"),
+        (f'<line class="pix" {line}', "GPU\u2013NIC on one PCIe switch (PIX)"),
+        (f'<line class="pxb" {line}', "GPU\u2013NIC across PCIe bridges (PXB)"),
     ]
     column_width = 300
     for i, (swatch, label) in enumerate(items):
