@@ -84,9 +84,9 @@ class WriteTransport:
         try:
             request = await flow.__anext__()
             while True:
-                status, answer = await self._request(
-                    method, url, data, {**headers, **_auth_headers(request)}
-                )
+                found = request.headers.get("Authorization")
+                login = {"Authorization": found} if found else {}
+                status, answer = await self._request(method, url, data, {**headers, **login})
                 if status != 401:
                     return status, answer
                 try:
@@ -120,11 +120,6 @@ class _Answer(NamedTuple):
     body: bytes = b""
     reason: str = ""
     retry_after: str | None = None
-
-
-def _auth_headers(request: httpx2.Request) -> dict[str, str]:
-    found = request.headers.get("Authorization")
-    return {"Authorization": found} if found else {}
 
 
 def _refusal(what: str, status: int, answer: _Answer) -> KubeError:

@@ -136,15 +136,6 @@ def read_pod(path: Path, resources: ResourceNames) -> PodRequest:
         raise InputError(f"{path}: invalid pod: {exc}") from None
 
 
-def build_state(
-    topology: NumatopologySpec, entries: list[tuple[str, Assignment]], *, path: Path | None
-) -> NodeState:
-    state, rejected = NodeState.rebuild(topology, entries)
-    if rejected:
-        raise InputError(f"{path}: allocations overlap: " + "; ".join(map(str, rejected)))
-    return state
-
-
 def _validation_summary(exc: pydantic.ValidationError) -> str:
     errors = exc.errors(include_url=False, include_input=False)
     parts = [
@@ -201,7 +192,10 @@ def run(args: argparse.Namespace) -> int:
         topology, topology_name = read_topology(args.topology)
         request = read_pod(args.pod, resources)
         entries = read_allocated(args.allocated) if args.allocated else []
-        state = build_state(topology, entries, path=args.allocated)
+        state, rejected = NodeState.rebuild(topology, entries)
+        if rejected:
+            overlaps = "; ".join(map(str, rejected))
+            raise InputError(f"{args.allocated}: allocations overlap: {overlaps}")
         state.release(request.key)
         node_name = args.node_name or topology_name or DEFAULT_NODE_NAME
         answer = decide(topology, state, request, node_name)
