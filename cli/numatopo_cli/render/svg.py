@@ -328,15 +328,11 @@ def _draw_gpu(canvas: _Canvas, gpu: Gpu, x: float, top: float) -> None:
         f'<rect x="{x:.1f}" y="{top:.1f}" width="{GPU_WIDTH}" height="{GPU_HEIGHT}" rx="6"/>'
     )
     baseline = top + (GPU_HEIGHT - 16 * len(lines)) / 2 + 12
-    canvas.text(x + GPU_WIDTH / 2, baseline, f"GPU{gpu.index}", "name", anchor="middle")
+    centre = x + GPU_WIDTH / 2
+    canvas.text(centre, baseline, f"GPU{gpu.index}", "name", anchor="middle")
     for offset, line in enumerate(lines, start=1):
-        canvas.text(
-            x + GPU_WIDTH / 2,
-            baseline + 16 * offset,
-            _fit(line, GPU_WIDTH - 8, 11),
-            "small",
-            anchor="middle",
-        )
+        shown = _fit(line, GPU_WIDTH - 8, 11)
+        canvas.text(centre, baseline + 16 * offset, shown, "small", anchor="middle")
     canvas.add("</g>")
 
 
@@ -355,12 +351,9 @@ def _draw_nic(canvas: _Canvas, nic: Nic, nic_index: int, x: float, top: float) -
     canvas.add(
         f'<rect x="{x:.1f}" y="{top:.1f}" width="{NIC_WIDTH}" height="{NIC_HEIGHT}" rx="6"/>'
     )
-    canvas.text(
-        x + NIC_WIDTH / 2, top + 18, _fit(nic.name, NIC_WIDTH - 8, 13), "name", anchor="middle"
-    )
-    canvas.text(
-        x + NIC_WIDTH / 2, top + 34, _fit(details, NIC_WIDTH - 8, 11), "small", anchor="middle"
-    )
+    centre = x + NIC_WIDTH / 2
+    canvas.text(centre, top + 18, _fit(nic.name, NIC_WIDTH - 8, 13), "name", anchor="middle")
+    canvas.text(centre, top + 34, _fit(details, NIC_WIDTH - 8, 11), "small", anchor="middle")
     canvas.add("</g>")
 
 
@@ -458,13 +451,8 @@ def _draw_switch(
         f'<rect class="switch" x="{left:.1f}" y="{bar_top:.1f}" width="{right - left:.1f}" '
         f'height="{BAR_HEIGHT}" rx="6"><title>{escape(label)}</title></rect>'
     )
-    canvas.text(
-        (left + right) / 2,
-        bar_top + 18,
-        _fit(label, right - left - 16, 12),
-        "switch-label",
-        anchor="middle",
-    )
+    shown = _fit(label, right - left - 16, 12)
+    canvas.text((left + right) / 2, bar_top + 18, shown, "switch-label", anchor="middle")
     return bar_top + BAR_HEIGHT
 
 

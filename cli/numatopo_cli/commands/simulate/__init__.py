@@ -64,12 +64,8 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
         default=1.3,
         help="scale the workload to this multiple of the cluster's GPUs (default 1.3; 0: as is)",
     )
-    add(
-        "--arrival",
-        default=Arrival.SHUFFLED.value,
-        choices=[a.value for a in Arrival],
-        help="arrival order",
-    )
+    arrivals = [a.value for a in Arrival]
+    add("--arrival", default=Arrival.SHUFFLED.value, choices=arrivals, help="arrival order")
     add("--sample-nodes", type=whole_number, default=0, metavar="N", help="use N random nodes")
     add("--limit", type=whole_number, default=0, metavar="N", help="replay only the first N pods")
     add(
