@@ -1,4 +1,5 @@
-"""The `numatopo` console script: one entry point, one module per subcommand.
+"""The `numatopo` console script: one entry point, one module per subcommand (the node
+processes' are their own `serve` modules).
 
 Exit codes: 0 success, 1 a negative answer (e.g. the pod does not fit), 2 invalid input
 or a failure the user can act on (message on stderr, never a traceback).
@@ -17,6 +18,7 @@ COMMANDS = (
     "inspect", "assign", "simulate", "domains", "operator", "exporter", "agent", "crd",
     "selftest",
 )  # fmt: skip
+SERVES = {"exporter": "numatopo_exporter.daemon.serve", "agent": "numatopo_exporter.agent.serve"}
 
 
 def build_parser(only: str | None = None) -> argparse.ArgumentParser:
@@ -27,8 +29,13 @@ def build_parser(only: str | None = None) -> argparse.ArgumentParser:
     )
     subparsers = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
     for name in COMMANDS if only is None else (only,):
-        module = importlib.import_module(f"numatopo_cli.commands.{name}")
-        module.register(subparsers)
+        if name not in SERVES:
+            importlib.import_module(f"numatopo_cli.commands.{name}").register(subparsers)
+            continue
+        serve = importlib.import_module(SERVES[name])
+        command = subparsers.add_parser(name, help=serve.HELP, description=serve.__doc__)
+        serve.add_arguments(command)
+        command.set_defaults(func=serve.run)
     return parser
 
 

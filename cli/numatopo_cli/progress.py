@@ -1,10 +1,6 @@
-"""Progress of long work on a terminal: one line on stderr, redrawn in place.
-
-The convention of every long-running command (`numatopo simulate`, `simulate
---multi-node`, `domains` on big trees, the `benchmarks/bench_*` scripts): progress goes
-to stderr and only when stderr is a terminal (or the user forces it), so a pipe or a
-file receives the answer alone, byte for byte the same with or without a terminal.
-"""
+"""Progress of long work on a terminal: one line on stderr, redrawn in place, and only
+when stderr is a terminal or the user forces it, so that stdout is the same answer either
+way (the convention of every long-running command and benchmark: README, "Commands")."""
 
 from __future__ import annotations
 

@@ -1,12 +1,6 @@
-"""The one Kubernetes client layer of numatopo, shared by the operator and the node side.
-
-Built on lightkube (async, httpx): `docs/DESIGN.md` ("Kubernetes client") has the
-measurement behind that choice; the writes made for every decided pod go over aiohttp
-(`write_transport`), with the same login, errors and retries. kopf keeps its own client
-for its watches; everything else numatopo says to the API server goes through
-`KubeClient`'s typed helpers, each of which declares the RBAC permissions it needs
-(`API_CALLS`), so the chart's test can check the Roles against the code.
-"""
+"""The one Kubernetes client layer of numatopo, shared by the operator and the node side
+(docs/DESIGN.md, "Kubernetes client"): `KubeClient`'s typed helpers, each of which declares
+the RBAC permissions it needs (`API_CALLS`), so the chart's test can check the Roles."""
 
 from numatopo_kube.client import (
     API_CALLS,

@@ -1,27 +1,19 @@
 """`KubeClient`: the typed calls numatopo makes to the Kubernetes API, over lightkube.
-With `lean_writes` (the operator), the pod metadata and status merge patches and the
-Events go over `write_transport` instead (aiohttp, same login, errors and retries): a
-burst of decisions makes three of them per pod. The node processes leave it off, since
-aiohttp would cost them ~10 MiB of their 80 MiB budget.
-
-Connecting (`KubeClient.connect`): an explicit API URL without auth (`kubectl proxy`,
-tests), else the pod's service account (lightkube re-reads the projected token when the
-server answers 401, so a rotated token is picked up), else the first file `$KUBECONFIG`
-names (tokens, client certificates and `exec` credential plugins).
+docs/DESIGN.md ("Kubernetes client") has how it connects (a rotated service-account token
+is read again on 401), its errors, and why `lean_writes` (the operator) sends the per-pod
+writes over `write_transport` while the node processes keep lightkube.
 
 Every object is a plain dict: lightkube's generic resources skip its typed models, so a
 list of a few thousand pods costs no model parsing and no unknown field is dropped.
 
 Retries, one policy for every caller: idempotent calls (GETs, merge patches, server-side
 apply: sending one twice leaves the object as sending it once) are retried a few times,
-with growing pauses, when the server is briefly unable to answer (429, 5xx, no
-connection); a `Retry-After` (API Priority and Fairness sends it with 429) stretches the
-pause, capped so that a bind still answers within the scheduler's extender timeout.
-Creates are never retried: after a lost answer a second POST fails as "already exists"
-although the first one worked (a Binding would read as "already bound").
-
-Each helper declares the RBAC permissions it needs (`@api_call`); the chart's RBAC test
-reads `API_CALLS` and the call sites in the components.
+with growing pauses, on 429, 5xx or no connection; a `Retry-After` (API Priority and
+Fairness sends it with 429) stretches the pause, capped so that a bind still answers
+within the scheduler's extender timeout. Creates are never retried: after a lost answer
+a second POST fails as "already exists" although the first one worked (a Binding would
+read as "already bound"). Each helper declares its RBAC permissions (`@api_call`); the
+chart's RBAC test reads `API_CALLS` and the call sites in the components.
 """
 
 from __future__ import annotations
@@ -58,6 +50,7 @@ from numatopo_kube.errors import (
     KubeConfigError,
     KubeError,
     KubeInvalidNameError,
+    KubeNotFoundError,
     error_for,
     parse_retry_after,
 )
@@ -379,15 +372,37 @@ class KubeClient:
                 idempotent=bool(name),
             )
         elif name:
+            await self._patch(what, resource, name, body, namespace=namespace, idempotent=True)
+        else:
+            await self._create(what, resource(body))
+
+    async def _patch(
+        self,
+        what: str,
+        resource: Any,
+        name: str,
+        body: object,
+        *,
+        namespace: str | None = None,
+        patch_type: PatchType = PatchType.MERGE,
+        idempotent: bool = False,
+        **options: Any,
+    ) -> Body:
+        """A patch of one object (names checked first); retried only when `idempotent`."""
+        _path_names(namespace, name)
+        return dict(
             await self._call(
                 what,
                 lambda: self.lightkube.patch(
-                    resource, name, body, namespace=namespace, patch_type=PatchType.MERGE
+                    resource, name, body, namespace=namespace, patch_type=patch_type, **options
                 ),
-                idempotent=True,
+                idempotent=idempotent,
             )
-        else:
-            await self._call(what, lambda: self.lightkube.create(resource(body)))
+        )
+
+    async def _create(self, what: str, obj: Any, **options: Any) -> Body:
+        """Create `obj`; never retried (see the module docstring)."""
+        return dict(await self._call(what, lambda: self.lightkube.create(obj, **options)))
 
     async def close(self) -> None:
         if self._writes is not None:
@@ -540,12 +555,7 @@ class KubeClient:
         timed out may have been stored."""
         _path_names(namespace, str((body.get("metadata") or {}).get("name", "")))
         pod = _Pod({**body, "metadata": {**body["metadata"], "namespace": namespace}})
-        return dict(
-            await self._call(
-                f"create pod {namespace}/{body['metadata']['name']}",
-                lambda: self.lightkube.create(pod),
-            )
-        )
+        return await self._create(f"create pod {namespace}/{body['metadata']['name']}", pod)
 
     @api_call(("", "pods", "delete"))
     async def delete_pod(self, namespace: str, name: str) -> bool:
@@ -613,12 +623,9 @@ class KubeClient:
         merge patch cannot say, such as removing one scheduling gate of several. Not
         retried: after a lost answer the guard no longer holds and the second attempt
         fails; the caller reads the pod again and decides."""
-        _path_names(namespace, name)
-        await self._call(
-            f"patch pod {namespace}/{name} spec",
-            lambda: self.lightkube.patch(
-                _Pod, name, operations, namespace=namespace, patch_type=PatchType.JSON
-            ),
+        what = f"patch pod {namespace}/{name} spec"
+        await self._patch(
+            what, _Pod, name, operations, namespace=namespace, patch_type=PatchType.JSON
         )
 
     @api_call(("", "pods/status", "get"))
@@ -634,17 +641,8 @@ class KubeClient:
         would add twice after a lost answer."""
         if content_type not in (JSON_PATCH, STRATEGIC_MERGE_PATCH):
             raise ValueError(f"pod status patches are JSON or strategic, not {content_type}")
-        _path_names(namespace, name)
-        await self._call(
-            f"patch pod {namespace}/{name} status",
-            lambda: self.lightkube.patch(
-                _Pod.Status,
-                name,
-                patch,
-                namespace=namespace,
-                patch_type=_PATCH_TYPES[content_type],
-            ),
-        )
+        what, kind = f"patch pod {namespace}/{name} status", _PATCH_TYPES[content_type]
+        await self._patch(what, _Pod.Status, name, patch, namespace=namespace, patch_type=kind)
 
     @api_call(("", "pods/binding", "create"))
     async def create_binding(self, namespace: str, name: str, uid: str, node: str) -> None:
@@ -736,10 +734,8 @@ class KubeClient:
         """`_get`, None when the API server has no such object."""
         try:
             return await self._get(what, resource, name, namespace)
-        except KubeError as exc:
-            if exc.not_found:
-                return None
-            raise
+        except KubeNotFoundError:
+            return None
 
     async def _get(
         self,
@@ -776,12 +772,7 @@ class KubeClient:
         created it first."""
         _path_names(namespace, name)
         lease = _Lease({"metadata": {"name": name, "namespace": namespace}, "spec": dict(spec)})
-        return dict(
-            await self._call(
-                f"create lease {namespace}/{name}",
-                lambda: self.lightkube.create(lease),
-            )
-        )
+        return await self._create(f"create lease {namespace}/{name}", lease)
 
     @api_call(("coordination.k8s.io", "leases", "patch"))
     async def patch_lease(
@@ -795,16 +786,10 @@ class KubeClient:
         """Merge `spec` into the Lease's. With `resource_version`, the API server applies it
         only to that version of the object (409 otherwise): the compare-and-swap that
         makes two replicas unable to acquire one Lease at once."""
-        _path_names(namespace, name)
         metadata = {"resourceVersion": resource_version} if resource_version else {}
         body = {"metadata": metadata, "spec": dict(spec)}
-        return dict(
-            await self._call(
-                f"patch lease {namespace}/{name}",
-                lambda: self.lightkube.patch(
-                    _Lease, name, body, namespace=namespace, patch_type=PatchType.MERGE
-                ),
-            )
+        return await self._patch(
+            f"patch lease {namespace}/{name}", _Lease, name, body, namespace=namespace
         )
 
     # -- numatopologies ----------------------------------------------------------------
@@ -837,30 +822,24 @@ class KubeClient:
         """Server-side apply of the whole cluster-scoped object `wanted`; `force` takes over
         fields another manager owns (else that is a 409 conflict)."""
         kind, name = str(wanted["kind"]), str(wanted["metadata"]["name"])
-        _path_names(None, name)
         try:
-            applied = await self._call(
+            return await self._patch(
                 f"apply {kind}/{name}",
-                lambda: self.lightkube.patch(
-                    resource,
-                    name,
-                    wanted,
-                    patch_type=PatchType.APPLY,
-                    field_manager=field_manager,
-                    force=force,
-                ),
+                resource,
+                name,
+                wanted,
+                patch_type=PatchType.APPLY,
                 idempotent=True,
+                field_manager=field_manager,
+                force=force,
             )
-        except KubeError as exc:
+        except KubeNotFoundError:
             # A real API server creates on apply; simpler servers (and emulators) answer
             # 404 for a PATCH of an absent object, so create it the classic way.
-            if not exc.not_found:
-                raise
-            applied = await self._call(
-                f"create {kind}/{name}",
-                lambda: self.lightkube.create(resource(wanted), field_manager=field_manager),
-            )
-        return dict(applied)
+            pass
+        return await self._create(
+            f"create {kind}/{name}", resource(wanted), field_manager=field_manager
+        )
 
     async def _delete(
         self, what: str, resource: Any, name: str, namespace: str | None = None
@@ -874,10 +853,8 @@ class KubeClient:
                 lambda: self.lightkube.delete(resource, name, namespace=namespace),
                 idempotent=True,
             )
-        except KubeError as exc:
-            if exc.not_found:
-                return False
-            raise
+        except KubeNotFoundError:
+            return False
         return True
 
     @api_call(("numatopo.io", "numatopologies/status", "patch"))
@@ -894,22 +871,17 @@ class KubeClient:
         so a conflict can only be an older version of the same process (or a hand edit).
         A status subresource cannot create the object: an absent one is a 404.
         """
-        _path_names(None, name)
         body = {"apiVersion": API_VERSION, "kind": KIND, "metadata": {"name": name}}
         body["status"] = status
-        return dict(
-            await self._call(
-                f"apply {KIND}/{name} status",
-                lambda: self.lightkube.patch(
-                    _Numatopology.Status,
-                    name,
-                    body,
-                    patch_type=PatchType.APPLY,
-                    field_manager=field_manager,
-                    force=True,
-                ),
-                idempotent=True,
-            )
+        return await self._patch(
+            f"apply {KIND}/{name} status",
+            _Numatopology.Status,
+            name,
+            body,
+            patch_type=PatchType.APPLY,
+            idempotent=True,
+            field_manager=field_manager,
+            force=True,
         )
 
     @api_call(("numatopo.io", "numatopologies/status", "patch"))
@@ -979,26 +951,20 @@ class KubeClient:
     async def patch_resource_claim(self, namespace: str, name: str, patch: Body) -> Body:
         """A merge patch of the claim (its finalizers); carry `metadata.resourceVersion`
         to make it conditional. Not retried: the caller reads the claim again."""
-        return await self._merge_claim(_ResourceClaim, namespace, name, patch, "")
+        return await self._patch(
+            f"patch resourceclaim {namespace}/{name}",
+            _ResourceClaim,
+            name,
+            patch,
+            namespace=namespace,
+        )
 
     @api_call(("resource.k8s.io", "resourceclaims/status", "patch"))
     async def patch_resource_claim_status(self, namespace: str, name: str, patch: Body) -> Body:
         """A merge patch of the claim's status subresource (allocation, reservedFor), as
         the scheduler writes it; carry `metadata.resourceVersion` to make it conditional."""
-        return await self._merge_claim(_ResourceClaim.Status, namespace, name, patch, " status")
-
-    async def _merge_claim(
-        self, resource: Any, namespace: str, name: str, patch: Body, part: str
-    ) -> Body:
-        _path_names(namespace, name)
-        return dict(
-            await self._call(
-                f"patch resourceclaim {namespace}/{name}{part}",
-                lambda: self.lightkube.patch(
-                    resource, name, patch, namespace=namespace, patch_type=PatchType.MERGE
-                ),
-            )
-        )
+        what = f"patch resourceclaim {namespace}/{name} status"
+        return await self._patch(what, _ResourceClaim.Status, name, patch, namespace=namespace)
 
     @api_call(("numatopo.io", "networktopologies/status", "patch"))
     async def patch_networktopology_status(self, name: str, status: Mapping[str, object]) -> None:

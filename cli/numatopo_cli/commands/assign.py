@@ -53,15 +53,14 @@ class InputError(Exception):
     """A problem with what the user passed; the message names the file and the place."""
 
 
-# -- reading ------------------------------------------------------------------------
-
-
 def load_document(path: Path) -> Any:
     """One JSON or YAML document from `path`."""
     try:
         text = path.read_text(encoding="utf-8")
-    except (OSError, UnicodeDecodeError) as exc:
-        raise InputError(f"{path}: cannot read: {_os_reason(exc)}") from None
+    except UnicodeDecodeError:
+        raise InputError(f"{path}: cannot read: not UTF-8 text") from None
+    except OSError as exc:
+        raise InputError(f"{path}: cannot read: {exc.strerror or exc}") from None
     if path.suffix == ".json":
         try:
             return json.loads(text)
@@ -70,7 +69,8 @@ def load_document(path: Path) -> Any:
     try:
         documents = [d for d in yaml.safe_load_all(text) if d is not None]
     except yaml.YAMLError as exc:
-        raise InputError(f"{path}: invalid YAML: {_one_line(str(exc))}") from None
+        problem = " ".join(str(exc).split())  # PyYAML's message spans lines
+        raise InputError(f"{path}: invalid YAML: {problem}") from None
     if len(documents) != 1:
         raise InputError(f"{path}: expected one document, found {len(documents)}")
     return documents[0]
@@ -136,15 +136,6 @@ def read_pod(path: Path, resources: ResourceNames) -> PodRequest:
         raise InputError(f"{path}: invalid pod: {exc}") from None
 
 
-def build_state(
-    topology: NumatopologySpec, entries: list[tuple[str, Assignment]], *, path: Path | None
-) -> NodeState:
-    state, rejected = NodeState.rebuild(topology, entries)
-    if rejected:
-        raise InputError(f"{path}: allocations overlap: " + "; ".join(map(str, rejected)))
-    return state
-
-
 def _validation_summary(exc: pydantic.ValidationError) -> str:
     errors = exc.errors(include_url=False, include_input=False)
     parts = [
@@ -157,19 +148,6 @@ def _validation_summary(exc: pydantic.ValidationError) -> str:
 
 def _kind(document: object) -> str:
     return "nothing" if document is None else type(document).__name__
-
-
-def _os_reason(exc: OSError | UnicodeDecodeError) -> str:
-    if isinstance(exc, UnicodeDecodeError):
-        return "not UTF-8 text"
-    return exc.strerror or str(exc)
-
-
-def _one_line(text: str) -> str:
-    return " ".join(text.split())
-
-
-# -- deciding -----------------------------------------------------------------------
 
 
 def decide(
@@ -205,9 +183,6 @@ def render_text(answer: AssignReport, request: PodRequest, node_name: str) -> st
     return "\n".join(lines) + "\n"
 
 
-# -- command ------------------------------------------------------------------------
-
-
 def run(args: argparse.Namespace) -> int:
     resources = ResourceNames(
         gpu=tuple(args.gpu_resource or DEFAULT_RESOURCES.gpu),
@@ -217,7 +192,10 @@ def run(args: argparse.Namespace) -> int:
         topology, topology_name = read_topology(args.topology)
         request = read_pod(args.pod, resources)
         entries = read_allocated(args.allocated) if args.allocated else []
-        state = build_state(topology, entries, path=args.allocated)
+        state, rejected = NodeState.rebuild(topology, entries)
+        if rejected:
+            overlaps = "; ".join(map(str, rejected))
+            raise InputError(f"{args.allocated}: allocations overlap: {overlaps}")
         state.release(request.key)
         node_name = args.node_name or topology_name or DEFAULT_NODE_NAME
         answer = decide(topology, state, request, node_name)
@@ -238,25 +216,20 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
         description=__doc__,
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
-    parser.add_argument(
-        "--topology", type=Path, required=True, metavar="NODE", help="node file (JSON or YAML)"
-    )
-    parser.add_argument("--pod", type=Path, required=True, metavar="POD", help="Pod manifest")
-    parser.add_argument(
-        "--allocated", type=Path, metavar="A", help="assignments already on the node"
-    )
-    parser.add_argument("-o", "--output", choices=("json", "text"), default="json")
-    parser.add_argument(
-        "--node-name", help=f"node name (default: the object's name, else {DEFAULT_NODE_NAME!r})"
-    )
-    parser.add_argument(
+    add = parser.add_argument
+    add("--topology", type=Path, required=True, metavar="NODE", help="node file (JSON or YAML)")
+    add("--pod", type=Path, required=True, metavar="POD", help="Pod manifest")
+    add("--allocated", type=Path, metavar="A", help="assignments already on the node")
+    add("-o", "--output", choices=("json", "text"), default="json")
+    add("--node-name", help=f"node name (default: the object's name, else {DEFAULT_NODE_NAME!r})")
+    add(
         "--gpu-resource",
         action="append",
         metavar="PATTERN",
         help="resource name (fnmatch pattern) counted as GPUs; repeatable "
         f"(default: {' '.join(DEFAULT_RESOURCES.gpu)})",
     )
-    parser.add_argument(
+    add(
         "--nic-resource",
         action="append",
         metavar="PATTERN",

@@ -48,18 +48,6 @@ from numatopo_engine.simulation.leafspine import LEVELS, ClusterFile, LeafSpine,
 PROG = "numatopo domains"
 
 
-def _read_cluster(path: Path) -> ClusterFile:
-    try:
-        raw: Any = json.loads(path.read_text(encoding="utf-8"))
-        return ClusterFile.model_validate(raw)
-    except OSError as exc:
-        raise InputError(f"--cluster {path}: {exc.strerror or exc}") from None
-    except ValidationError as exc:
-        raise InputError(f"--cluster {path}: not a cluster file ({_first(exc)})") from None
-    except ValueError as exc:
-        raise InputError(f"--cluster {path}: not JSON ({exc})") from None
-
-
 def _first(exc: ValidationError) -> str:
     """The first validation error: where, and what is wrong."""
     error = exc.errors()[0]
@@ -90,8 +78,17 @@ def _levels(args: argparse.Namespace) -> list[str]:
 
 
 def _cluster(args: argparse.Namespace) -> ClusterFile:
-    if args.cluster is not None:
-        return _read_cluster(args.cluster)
+    path = args.cluster
+    if path is not None:
+        try:
+            raw: Any = json.loads(path.read_text(encoding="utf-8"))
+            return ClusterFile.model_validate(raw)
+        except OSError as exc:
+            raise InputError(f"--cluster {path}: {exc.strerror or exc}") from None
+        except ValidationError as exc:
+            raise InputError(f"--cluster {path}: not a cluster file ({_first(exc)})") from None
+        except ValueError as exc:
+            raise InputError(f"--cluster {path}: not JSON ({exc})") from None
     if args.generate:
         try:
             layout = LeafSpine.parse(args.generate)
@@ -188,30 +185,25 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
         description=__doc__,
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
-    parser.add_argument("--cluster", type=Path, metavar="F.json", help="cluster file")
-    parser.add_argument(
-        "--generate", metavar="BxSxLxN", help="an empty leaf/spine cluster instead (e.g. 1x2x4x4)"
-    )
-    parser.add_argument("--seed", type=int, default=42, help="seed of --generate (default 42)")
-    parser.add_argument(
-        "--network-topology", type=Path, metavar="F.yaml", help="NetworkTopology object"
-    )
-    parser.add_argument("--levels", metavar="A,B,C", help="level label keys, widest first")
-    parser.add_argument("--nodes", action="store_true", help="list every node too")
-    parser.add_argument("--place", type=whole_number, default=0, metavar="N", help="place N pods")
-    parser.add_argument("--gpus", type=whole_number, default=8, help="GPUs per pod (default 8)")
-    parser.add_argument("--cpus", type=whole_number, default=8, help="CPUs per pod (default 8)")
-    parser.add_argument("--required", metavar="LEVEL", help="level the group must share")
-    parser.add_argument("--preferred", metavar="LEVEL", help="level the group should share")
-    parser.add_argument(
-        "--strategy", default=Strategy.CONSOLIDATED.value, choices=[s.value for s in Strategy]
-    )
-    parser.add_argument(
+    add = parser.add_argument
+    add("--cluster", type=Path, metavar="F.json", help="cluster file")
+    add("--generate", metavar="BxSxLxN", help="an empty leaf/spine cluster instead (e.g. 1x2x4x4)")
+    add("--seed", type=int, default=42, help="seed of --generate (default 42)")
+    add("--network-topology", type=Path, metavar="F.yaml", help="NetworkTopology object")
+    add("--levels", metavar="A,B,C", help="level label keys, widest first")
+    add("--nodes", action="store_true", help="list every node too")
+    add("--place", type=whole_number, default=0, metavar="N", help="place N pods")
+    add("--gpus", type=whole_number, default=8, help="GPUs per pod (default 8)")
+    add("--cpus", type=whole_number, default=8, help="CPUs per pod (default 8)")
+    add("--required", metavar="LEVEL", help="level the group must share")
+    add("--preferred", metavar="LEVEL", help="level the group should share")
+    add("--strategy", default=Strategy.CONSOLIDATED.value, choices=[s.value for s in Strategy])
+    add(
         "--policy",
         default=PolicyName.BEST_EFFORT.value,
         choices=[p.value for p in PolicyName],
         help="topology policy of the pods (default best-effort)",
     )
-    parser.add_argument("-o", "--output", default="table", choices=["table", "json"])
-    parser.add_argument("--svg", type=Path, metavar="F.svg", help="also draw the tree as SVG")
+    add("-o", "--output", default="table", choices=["table", "json"])
+    add("--svg", type=Path, metavar="F.svg", help="also draw the tree as SVG")
     parser.set_defaults(func=run)

@@ -20,7 +20,6 @@ from contextlib import contextmanager
 from dataclasses import dataclass
 from importlib import resources
 from pathlib import Path
-from typing import TextIO
 
 import pydantic
 import yaml
@@ -49,14 +48,11 @@ def list_samples() -> list[Sample]:
     """The embedded samples, by name; `summary` is the file's `# system:` line."""
     found = []
     for entry in resources.files("numatopo_cli").joinpath("samples").iterdir():
-        if not entry.name.endswith(SAMPLE_SUFFIX):
-            continue
-        summary = ""
-        for line in entry.read_text(encoding="utf-8").splitlines():
-            if line.startswith("# system:"):
-                summary = line.removeprefix("# system:").strip()
-                break
-        found.append(Sample(name=entry.name.removesuffix(SAMPLE_SUFFIX), summary=summary))
+        if entry.name.endswith(SAMPLE_SUFFIX):
+            lines = entry.read_text(encoding="utf-8").splitlines()
+            system = next((line for line in lines if line.startswith("# system:")), "")
+            summary = system.removeprefix("# system:").strip()
+            found.append(Sample(name=entry.name.removesuffix(SAMPLE_SUFFIX), summary=summary))
     return sorted(found, key=lambda sample: sample.name)
 
 
@@ -92,11 +88,6 @@ def _options(args: argparse.Namespace, sample_file: Path | None) -> discover.Dis
         node_name=args.node_name,
         accelerators=accelerator_rules(args),
     )
-
-
-def _use_color(stream: TextIO) -> bool:
-    # https://no-color.org: any non-empty NO_COLOR turns colour off.
-    return stream.isatty() and not os.environ.get("NO_COLOR")
 
 
 def _inspect(args: argparse.Namespace) -> tuple[Numatopology, list[str]]:
@@ -142,9 +133,9 @@ def run(args: argparse.Namespace) -> int:
         return 2
 
     if args.output == "table":
-        sys.stdout.write(
-            table.render_table(topology, notices=notices, color=_use_color(sys.stdout))
-        )
+        # https://no-color.org: any non-empty NO_COLOR turns colour off.
+        color = sys.stdout.isatty() and not os.environ.get("NO_COLOR")
+        sys.stdout.write(table.render_table(topology, notices=notices, color=color))
         return 0
     # Machine-readable output stays clean on stdout; the notices go to stderr.
     for notice in notices:
@@ -172,22 +163,20 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
         description=__doc__,
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
+    add = parser.add_argument
     live = parser.add_argument_group("live node (default)")
-    live.add_argument(
+    add_live = live.add_argument
+    add_live(
         "--sysfs-root",
         type=Path,
         default=Path("/"),
         metavar="DIR",
         help="where the node's / is mounted (default: /)",
     )
-    live.add_argument(
-        "--no-nvml", action="store_true", help="do not ask the NVIDIA driver (NVML) for GPUs"
-    )
-    live.add_argument("--kubelet-config", type=Path, metavar="FILE", help="kubelet config file")
+    add_live("--no-nvml", action="store_true", help="do not ask the NVIDIA driver (NVML) for GPUs")
+    add_live("--kubelet-config", type=Path, metavar="FILE", help="kubelet config file")
     add_accelerator_flag(live)
-    live.add_argument(
-        "--kubelet-state", type=Path, metavar="FILE", help="kubelet cpu_manager_state file"
-    )
+    add_live("--kubelet-state", type=Path, metavar="FILE", help="kubelet cpu_manager_state file")
     offline = parser.add_argument_group("saved files instead of a live node")
     offline.add_argument(
         "--hwloc-xml", type=Path, metavar="FILE", help="`lstopo --of xml` output of the node"
@@ -201,19 +190,19 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
         metavar="NAME",
         help="a real machine shipped with numatopo; `--sample list` lists them",
     )
-    parser.add_argument("--node-name", metavar="NAME", help="node name (default: the hostname)")
-    parser.add_argument(
+    add("--node-name", metavar="NAME", help="node name (default: the hostname)")
+    add(
         "--resource-slices",
         type=Path,
         metavar="FILE",
         help="ResourceSlices (`kubectl get resourceslices -o json`): show the node's DRA devices",
     )
-    parser.add_argument(
+    add(
         "-o",
         "--output",
         choices=("table", "yaml", "json"),
         default="table",
         help="table (default), or the Numatopology object as yaml or json",
     )
-    parser.add_argument("--svg", type=Path, metavar="FILE", help="also draw the node as SVG")
+    add("--svg", type=Path, metavar="FILE", help="also draw the node as SVG")
     parser.set_defaults(func=run)

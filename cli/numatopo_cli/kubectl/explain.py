@@ -94,12 +94,11 @@ def explain_report(
 
 
 def explain_text(report: ExplainReport, *, best: int = 5) -> str:
-    lines = [f"Pod {report.pod}"]
-    where = report.node_name or "not bound (Pending)"
-    lines.append(f"  node:   {where}")
-    lines.append(
-        f"  state:  {report.state or '-'}" + (f" ({report.reason})" if report.reason else "")
-    )
+    lines = [
+        f"Pod {report.pod}",
+        f"  node:   {report.node_name or 'not bound (Pending)'}",
+        f"  state:  {report.state or '-'}" + (f" ({report.reason})" if report.reason else ""),
+    ]
     if not report.wants_topology:
         lines.append(
             "  the pod asks numatopo for nothing (no numatopo.io/policy): any node will do"
@@ -112,18 +111,19 @@ def explain_text(report: ExplainReport, *, best: int = 5) -> str:
     if report.fits:
         lines.append(f"Best nodes (of {len(report.fits)}):")
         rows = [[fit.node, str(fit.score), f"{fit.rank:.4f}"] for fit in report.fits[:best]]
-        table = format_columns(["NODE", "SCORE", "RANK"], rows)
-        lines += ["  " + line for line in table.splitlines()]
+        lines += _indented(["NODE", "SCORE", "RANK"], rows)
     search = report.group
     if search is not None:
         lines.append(f"Group {search.group} ({search.members} members not planned yet):")
         if search.placed:
             lines.append(f"  would be placed in {search.domain}")
-            rows = [[node, str(count)] for node, count in search.nodes.items()]
-            table = format_columns(["NODE", "MEMBERS"], rows)
-            lines += ["  " + line for line in table.splitlines()]
+            lines += _indented(["NODE", "MEMBERS"], [[n, str(c)] for n, c in search.nodes.items()])
         else:
             lines.append(f"  no domain holds it: {search.reason}")
     if not report.signatures_checked:
         lines.append("(signatures unchecked: every assignment counted as written)")
     return "\n".join(lines)
+
+
+def _indented(header: list[str], rows: list[list[str]]) -> list[str]:
+    return ["  " + line for line in format_columns(header, rows).splitlines()]

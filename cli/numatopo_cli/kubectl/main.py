@@ -34,17 +34,16 @@ def build_parser() -> argparse.ArgumentParser:
             "NUMA by NUMA, why a pod fits nowhere, who holds what."
         ),
     )
-    parser.add_argument("--kubeconfig", default="", help="kubeconfig file (default: $KUBECONFIG)")
-    parser.add_argument(
-        "--api-url", default="", help="the API server's URL, e.g. that of `kubectl proxy`"
-    )
-    parser.add_argument(
+    add = parser.add_argument
+    add("--kubeconfig", default="", help="kubeconfig file (default: $KUBECONFIG)")
+    add("--api-url", default="", help="the API server's URL, e.g. that of `kubectl proxy`")
+    add(
         "--release",
         default="numatopo/numatopo",
         metavar="NAMESPACE/FULLNAME",
         help="the numatopo install whose signing keys to trust (default: numatopo/numatopo)",
     )
-    parser.add_argument(
+    add(
         "--trusted-keys",
         default="",
         metavar="PEM",
@@ -83,11 +82,9 @@ async def _run(args: argparse.Namespace) -> str:
         return report.to_json() if args.output == "json" else nodes.nodes_table(report)
     if pod is not None:
         explained = explain.explain_report(view, pod, await view.judge_group(pod))
-        return (
-            explained.to_json()
-            if args.output == "json"
-            else explain.explain_text(explained, best=args.best)
-        )
+        if args.output == "json":
+            return explained.to_json()
+        return explain.explain_text(explained, best=args.best)
     held = top.top_report(view, args.node)
     return held.to_json() if args.output == "json" else top.top_text(held)
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import time
+from collections.abc import Callable
 
 from numatopo_cli.kubectl.reports import Amount, NodeRow, NodesReport, NumaRow
 from numatopo_cli.render import text
@@ -74,12 +75,8 @@ def nodes_report(view: ClusterView, now: float | None = None) -> NodesReport:
     )
 
 
-def _amount(amount: Amount, *, memory: bool = False) -> str:
-    if amount.total == 0:
-        return "-"
-    if memory:
-        return f"{_bytes(amount.free)}/{_bytes(amount.total)}"
-    return f"{amount.free}/{amount.total}"
+def _amount(amount: Amount, shown: Callable[[int], str] = str) -> str:
+    return f"{shown(amount.free)}/{shown(amount.total)}" if amount.total else "-"
 
 
 def _bytes(size: int) -> str:
@@ -105,7 +102,7 @@ def nodes_table(report: NodesReport) -> str:
                     node.node if first else "",
                     "?" if numa.numa is None else str(numa.numa),
                     _amount(numa.cpus),
-                    _amount(numa.memory_bytes, memory=True),
+                    _amount(numa.memory_bytes, _bytes),
                     _amount(numa.gpus),
                     _amount(numa.nics),
                     (node.gpu_mode or "-") if first else "",

@@ -1,9 +1,5 @@
-"""The `-o json` formats of `kubectl numatopo`: one pydantic model each, the one definition.
-
-Stable: fields are only ever added (a reader ignores those it does not know); a change
-of meaning gets a new `apiVersion`. Documented field by field in docs/operations.md
-("`-o json`"); the base (`numatopo_cli.reports.Report`) writes every field.
-"""
+"""The `-o json` formats of `kubectl numatopo`: one pydantic model each, the one definition
+(its rules and fields: docs/operations.md, "`-o json`")."""
 
 from __future__ import annotations
 
@@ -55,16 +51,11 @@ class NumaRow(_Report):
 class NodeRow(_Report):
     node: str
     has_topology: bool
-    """False: a Node without a Numatopology (no exporter there): nothing else is known."""
     stale: str = ""
-    """Why the operator places nothing there now ('' when current)."""
     heartbeat_age_seconds: float | None = None
     gpu_mode: str = ""
     pods: int = 0
-    """Pods booked on the node."""
     aligned_free_gpus: int = 0
-    """The most free GPUs on one NUMA node: the largest single-numa-node GPU request
-    that fits now."""
     numa: list[NumaRow] = Field(default_factory=list)
 
 
@@ -79,9 +70,6 @@ class RefusalGroup(_Report):
     """Nodes that refuse the pod for the same reason."""
 
     kind: Literal["scheduler", "unresolvable", "unsatisfiable", "invalid"]
-    """scheduler: kube-scheduler's own filters (taints, selector, affinity);
-    unresolvable: no or a stale Numatopology (no eviction helps); unsatisfiable: not
-    enough free now (preemption may help); invalid: the pod's request itself."""
     reason: str
     count: int
     nodes: list[str]
@@ -90,9 +78,7 @@ class RefusalGroup(_Report):
 class Fit(_Report):
     node: str
     score: int
-    """The extender's score (0..10) among the nodes that fit."""
     rank: float
-    """The engine's node rank behind the score (`numatopo_engine.packing`)."""
 
 
 class GroupSearch(_Report):
@@ -103,9 +89,7 @@ class GroupSearch(_Report):
     placed: bool
     domain: str = ""
     nodes: dict[str, int] = Field(default_factory=dict)
-    """node -> members placed there."""
     reason: str = ""
-    """Why no domain holds the group ('' when placed)."""
 
 
 class ExplainReport(_Report):
@@ -113,19 +97,13 @@ class ExplainReport(_Report):
     kind: Literal["ExplainReport"] = "ExplainReport"
     pod: str
     node_name: str = ""
-    """spec.nodeName ('' while Pending)."""
     state: str = ""
-    """The pod's numatopo.io/state."""
     reason: str = ""
-    """The pod's numatopo.io/reason, as the operator wrote it."""
     wants_topology: bool
     signatures_checked: bool
     nodes: int
-    """Nodes judged (every node with a Node object or a Numatopology)."""
     fits: list[Fit]
-    """Nodes that take the pod now, best first."""
     refusals: list[RefusalGroup]
-    """Largest group first."""
     group: GroupSearch | None = None
 
 
@@ -134,7 +112,6 @@ class BookingRow(_Report):
     node: str
     cpus: int
     exclusive_cpus: str
-    """The CPUs the pod holds alone (cpuset text; '' for a shared pool pod)."""
     gpus: list[int]
     nics: list[str]
     memory_bytes: int

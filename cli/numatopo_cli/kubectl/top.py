@@ -80,41 +80,22 @@ def top_text(report: TopReport) -> str:
         node_rows.append(
             [node.node, str(node.pods), _used(*cpus), _used(*gpus), str(node.aligned_free_gpus)]
         )
+    namespace_rows = [
+        [n.namespace, str(n.pods), str(n.cpus), str(n.gpus), text.format_bytes(n.memory_bytes)]
+        for n in report.namespaces
+    ]
+    holders = [
+        [b.pod, b.node, b.exclusive_cpus or "-", text.format_ids(b.gpus), text.format_ids(b.nics)]
+        for b in report.bookings
+        if b.exclusive_cpus or b.gpus
+    ]
     parts = [
         format_columns(
             ["NODE", "PODS", "CPUS BOOKED", "GPUS BOOKED", "ALIGNED FREE GPUS"], node_rows
         ),
         "",
-        format_columns(
-            ["NAMESPACE", "PODS", "CPUS", "GPUS", "MEMORY"],
-            [
-                [
-                    n.namespace,
-                    str(n.pods),
-                    str(n.cpus),
-                    str(n.gpus),
-                    text.format_bytes(n.memory_bytes),
-                ]
-                for n in report.namespaces
-            ],
-        ),
+        format_columns(["NAMESPACE", "PODS", "CPUS", "GPUS", "MEMORY"], namespace_rows),
     ]
-    holders = [b for b in report.bookings if b.exclusive_cpus or b.gpus]
     if holders:
-        parts += [
-            "",
-            format_columns(
-                ["POD", "NODE", "EXCLUSIVE CPUS", "GPUS", "NICS"],
-                [
-                    [
-                        b.pod,
-                        b.node,
-                        b.exclusive_cpus or "-",
-                        ",".join(map(str, b.gpus)) or "-",
-                        ",".join(b.nics) or "-",
-                    ]
-                    for b in holders
-                ],
-            ),
-        ]
+        parts += ["", format_columns(["POD", "NODE", "EXCLUSIVE CPUS", "GPUS", "NICS"], holders)]
     return "\n".join(parts)

@@ -17,6 +17,7 @@ GPU-NIC pairs on the same PCIe switch (PIX) are thin dashed lines, PXB dotted.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from typing import TypeVar
 from xml.sax.saxutils import escape
 
 from numatopo_cli.render import text
@@ -32,6 +33,8 @@ from numatopo_engine.model import (
 )
 
 __all__ = ["render_svg"]
+
+K = TypeVar("K")
 
 # Geometry in px. Device boxes fit "GPU12" plus a model name such as "H100 80GB HBM3"
 # at 11 px; the pitch leaves room for the attach points of up to 6 arcs per GPU.
@@ -110,60 +113,53 @@ def render_svg(topology: Numatopology) -> str:
     columns = _columns(spec)
     sockets = _place_columns(columns)
     rows = _Rows.for_spec(spec, has_nics=any(column.nics for column in columns))
-    gpu_boxes = {
-        gpu.index: x
-        for column in columns
-        for gpu, x in zip(column.gpus, _slots(column, len(column.gpus)), strict=True)
-    }
-    nic_boxes = {
-        nic.name: x
-        for column in columns
-        for nic, x in zip(column.nics, _slots(column, len(column.nics)), strict=True)
-    }
+    gpu_boxes: dict[int, float] = {}
+    nic_boxes: dict[str, float] = {}
+    for column in columns:
+        gpu_boxes |= _slots(column, [gpu.index for gpu in column.gpus])
+        nic_boxes |= _slots(column, [nic.name for nic in column.nics])
 
-    body = _Canvas()
+    canvas = _Canvas()
+    _draw_title(canvas, topology)
     for column in columns:
         if column.gpus or column.nics:
             # A pale band carries the NUMA box down over its devices.
             band_top = rows.numa_top + NUMA_HEIGHT - 8
-            body.add(
+            canvas.add(
                 f'<rect class="band" x="{column.x:.1f}" y="{band_top:.1f}" '
                 f'width="{column.width:.1f}" height="{rows.devices_bottom + 14 - band_top:.1f}" '
                 'rx="8"/>'
             )
     for socket_id, (left, right) in sockets.items():
-        body.add(
+        canvas.add(
             f'<rect class="socket" x="{left:.1f}" y="{rows.top:.1f}" width="{right - left:.1f}" '
             f'height="{rows.socket_bottom - rows.top:.1f}" rx="10"/>'
         )
-        body.text(left + 10, rows.top + 16, f"Socket {socket_id}", "socket-label")
+        canvas.text(left + 10, rows.top + 16, f"Socket {socket_id}", "socket-label")
     for column in columns:
-        _draw_numa(body, column, spec, rows.numa_top)
+        _draw_numa(canvas, column, spec, rows.numa_top)
 
     links_bottom = rows.gpu_bottom
     if spec.gpu_links:
-        links_bottom = _draw_links(body, spec, gpu_boxes, rows.gpu_bottom)
+        links_bottom = _draw_links(canvas, spec, gpu_boxes, rows.gpu_bottom)
     for path in spec.pci_paths:
         if path.path in (PathType.PIX, PathType.PXB) and path.nic in nic_boxes:
             nic_x = nic_boxes[path.nic] + NIC_WIDTH / 2
             gpu_x = gpu_boxes[path.gpu] + GPU_WIDTH / 2
-            body.add(
+            canvas.add(
                 f'<line class="{path.path.value.lower()}" x1="{nic_x:.1f}" '
                 f'y1="{rows.nic_top + NIC_HEIGHT:.1f}" x2="{gpu_x:.1f}" y2="{rows.gpu_top:.1f}"/>'
             )
     for nic_index, nic in enumerate(spec.nics):
-        _draw_nic(body, nic, nic_index, nic_boxes[nic.name], rows.nic_top)
+        _draw_nic(canvas, nic, nic_index, nic_boxes[nic.name], rows.nic_top)
     for gpu in spec.gpus:
-        _draw_gpu(body, gpu, gpu_boxes[gpu.index], rows.gpu_top)
+        _draw_gpu(canvas, gpu, gpu_boxes[gpu.index], rows.gpu_top)
 
     right_edge = max((column.x + column.width for column in columns), default=MARGIN)
     width = max(MIN_WIDTH, right_edge + SOCKET_PAD + MARGIN)
     legend_top = max(links_bottom, rows.devices_bottom, rows.socket_bottom) + 36
     height = legend_top + LEGEND_HEIGHT + MARGIN
 
-    canvas = _Canvas()
-    _draw_title(canvas, topology)
-    canvas.parts += body.parts
     _draw_legend(canvas, legend_top)
     title = f"numatopo: topology of node {topology.metadata.name}"
     return (
@@ -262,10 +258,10 @@ def _place_columns(columns: list[_Column]) -> dict[int, tuple[float, float]]:
     return sockets
 
 
-def _slots(column: _Column, count: int) -> list[float]:
-    """Left x of `count` device boxes centred in the column."""
-    start = column.x + (column.width - count * PITCH) / 2 + (PITCH - GPU_WIDTH) / 2
-    return [start + i * PITCH for i in range(count)]
+def _slots(column: _Column, keys: list[K]) -> dict[K, float]:
+    """Left x of one device box per key, the boxes centred in the column."""
+    start = column.x + (column.width - len(keys) * PITCH) / 2 + (PITCH - GPU_WIDTH) / 2
+    return {key: start + i * PITCH for i, key in enumerate(keys)}
 
 
 def _fit(content: str, width: float, font_px: float) -> str:
@@ -332,15 +328,11 @@ def _draw_gpu(canvas: _Canvas, gpu: Gpu, x: float, top: float) -> None:
         f'<rect x="{x:.1f}" y="{top:.1f}" width="{GPU_WIDTH}" height="{GPU_HEIGHT}" rx="6"/>'
     )
     baseline = top + (GPU_HEIGHT - 16 * len(lines)) / 2 + 12
-    canvas.text(x + GPU_WIDTH / 2, baseline, f"GPU{gpu.index}", "name", anchor="middle")
+    centre = x + GPU_WIDTH / 2
+    canvas.text(centre, baseline, f"GPU{gpu.index}", "name", anchor="middle")
     for offset, line in enumerate(lines, start=1):
-        canvas.text(
-            x + GPU_WIDTH / 2,
-            baseline + 16 * offset,
-            _fit(line, GPU_WIDTH - 8, 11),
-            "small",
-            anchor="middle",
-        )
+        shown = _fit(line, GPU_WIDTH - 8, 11)
+        canvas.text(centre, baseline + 16 * offset, shown, "small", anchor="middle")
     canvas.add("</g>")
 
 
@@ -359,12 +351,9 @@ def _draw_nic(canvas: _Canvas, nic: Nic, nic_index: int, x: float, top: float) -
     canvas.add(
         f'<rect x="{x:.1f}" y="{top:.1f}" width="{NIC_WIDTH}" height="{NIC_HEIGHT}" rx="6"/>'
     )
-    canvas.text(
-        x + NIC_WIDTH / 2, top + 18, _fit(nic.name, NIC_WIDTH - 8, 13), "name", anchor="middle"
-    )
-    canvas.text(
-        x + NIC_WIDTH / 2, top + 34, _fit(details, NIC_WIDTH - 8, 11), "small", anchor="middle"
-    )
+    centre = x + NIC_WIDTH / 2
+    canvas.text(centre, top + 18, _fit(nic.name, NIC_WIDTH - 8, 13), "name", anchor="middle")
+    canvas.text(centre, top + 34, _fit(details, NIC_WIDTH - 8, 11), "small", anchor="middle")
     canvas.add("</g>")
 
 
@@ -462,13 +451,8 @@ def _draw_switch(
         f'<rect class="switch" x="{left:.1f}" y="{bar_top:.1f}" width="{right - left:.1f}" '
         f'height="{BAR_HEIGHT}" rx="6"><title>{escape(label)}</title></rect>'
     )
-    canvas.text(
-        (left + right) / 2,
-        bar_top + 18,
-        _fit(label, right - left - 16, 12),
-        "switch-label",
-        anchor="middle",
-    )
+    shown = _fit(label, right - left - 16, 12)
+    canvas.text((left + right) / 2, bar_top + 18, shown, "switch-label", anchor="middle")
     return bar_top + BAR_HEIGHT
 
 
@@ -476,23 +460,13 @@ def _draw_legend(canvas: _Canvas, top: float) -> None:
     x = MARGIN
     canvas.text(x, top, "Legend", "name")
     row = top + 22
+    line = f'x1="{x}" y1="{row}" x2="{x + 34}" y2="{row}"/>'
+    switch = f'<rect class="switch" x="{x}" y="{row - 7}" width="34" height="14" rx="3"/>'
     items = [
-        (
-            f'<line class="nvlink" stroke-width="6" x1="{x}" y1="{row}" x2="{x + 34}" y2="{row}"/>',
-            "NVLink (width \u221d bandwidth)",
-        ),
-        (
-            f'<rect class="switch" x="{x}" y="{row - 7}" width="34" height="14" rx="3"/>',
-            "NVSwitch (every GPU to every GPU)",
-        ),
-        (
-            f'<line class="pix" x1="{x}" y1="{row}" x2="{x + 34}" y2="{row}"/>',
-            "GPU\u2013NIC on one PCIe switch (PIX)",
-        ),
-        (
-            f'<line class="pxb" x1="{x}" y1="{row}" x2="{x + 34}" y2="{row}"/>',
-            "GPU\u2013NIC across PCIe bridges (PXB)",
-        ),
+        (f'<line class="nvlink" stroke-width="6" {line}', "NVLink (width \u221d bandwidth)"),
+        (switch, "NVSwitch (every GPU to every GPU)"),
+        (f'<line class="pix" {line}', "GPU\u2013NIC on one PCIe switch (PIX)"),
+        (f'<line class="pxb" {line}', "GPU\u2013NIC across PCIe bridges (PXB)"),
     ]
     column_width = 300
     for i, (swatch, label) in enumerate(items):

@@ -1,11 +1,7 @@
 """The `-o json` formats of the `numatopo` commands: one pydantic model each, the one
-definition (the kubectl plugin's are in `numatopo_cli.kubectl.reports`).
-
-Stable: fields are only ever added (a reader ignores those it does not know); a change of
-meaning gets a new `apiVersion`. Every field is written, null where it has no value, so
-a reader never has to guess whether a missing key means "none" or "old version".
-Documented in docs/operations.md ("`-o json`"), field by field; a test holds the two
-together.
+definition (the kubectl plugin's are in `numatopo_cli.kubectl.reports`). Their rules
+(stable, every field written, null where it has no value) and fields: docs/operations.md
+("`-o json`"); a test holds the two together.
 """
 
 from __future__ import annotations

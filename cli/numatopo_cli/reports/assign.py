@@ -1,8 +1,6 @@
-"""`numatopo assign -o json`: the assignment, or why the pod does not fit.
-
-Unlike the other reports, a field without a value is left out rather than written as
-null (`assignment` and `score` only when the pod fits, `reason` only when it does not):
-that is the shape the answer had before it was versioned, and readers test for the key.
+"""`numatopo assign -o json`: the assignment, or why the pod does not fit. Unlike the
+other reports, a field without a value is left out rather than written as null: that is
+the shape the answer had before it was versioned, and readers test for the key.
 """
 
 from __future__ import annotations
@@ -24,11 +22,8 @@ class AssignReport(Report):
     kind: Literal["AssignReport"] = "AssignReport"
     fits: bool
     assignment: Assignment | None = None
-    """What the operator would write as `numatopo.io/assignment` (null: no fit)."""
     score: int | None = None
-    """0..100, higher is better (`numatopo_engine.scoring`; null: no fit)."""
     reason: str | None = None
-    """Why the pod does not fit on the node (null: it fits)."""
 
     def to_json(self) -> str:
         return self.model_dump_json(by_alias=True, exclude_none=True, indent=2) + "\n"

@@ -1,9 +1,6 @@
-"""`numatopo simulate -o json` (one report per replay kind).
-
-The keys are snake_case, as the replay's JSON had them before it was versioned (readers
-of that kept working); `apiVersion`, `kind` and `migPool` are the exceptions. The
-fields are the engine's own result's (a dataclass; its strategies' entries too), held to
-this module's rules: every field written, no other key.
+"""`numatopo simulate -o json` (one report per replay kind). The keys are snake_case, as
+the replay's JSON had them before it was versioned (docs/operations.md); the fields are
+the engine's own result's (a dataclass; its strategies' entries too).
 """
 
 from __future__ import annotations
@@ -51,26 +48,17 @@ def _report_of(result: type, kind: str, *, mig_pool: bool = False) -> type[Repor
 
 
 SimulationReport = _report_of(SimulationResult, "SimulationReport", mig_pool=True)
-"""Strategies' fields: `numatopo_engine.simulation.metrics`."""
 GangSimulationReport = _report_of(GangResult, "GangSimulationReport")
-"""`size_histogram`: GPUs per job -> jobs of that size (keys are strings in JSON);
-strategies' fields: `numatopo_engine.simulation.gangs`."""
-
-
-def _rounded(fields: dict[str, Any]) -> dict[str, Any]:
-    # Four decimals: the replay's shares and times carry noise beyond that.
-    return {k: round(v, 4) if isinstance(v, float) else v for k, v in fields.items()}
 
 
 def simulation_report(result: SimulationResult, mig_pool: dict[str, object] | None) -> Report:
     top = {k: v for k, v in asdict(result).items() if k != "strategies"}
-    return SimulationReport.model_validate(
-        {
-            **top,
-            "mig_pool": mig_pool,
-            "strategies": [_rounded(asdict(s)) for s in result.strategies],
-        }
-    )
+    # Four decimals: the replay's shares and times carry noise beyond that.
+    strategies = [
+        {k: round(v, 4) if isinstance(v, float) else v for k, v in asdict(s).items()}
+        for s in result.strategies
+    ]
+    return SimulationReport.model_validate({**top, "mig_pool": mig_pool, "strategies": strategies})
 
 
 def gang_report(result: GangResult) -> Report:

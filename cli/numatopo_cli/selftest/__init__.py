@@ -49,31 +49,20 @@ LEASE_SLACK_SECONDS = 30.0
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("--api-url", default="", help="API server URL (default: in-cluster)")
-    parser.add_argument("--namespace", default="default", help="where the example pod runs")
-    parser.add_argument(
-        "--lease", default="", metavar="NAMESPACE/NAME", help="the operator's Lease"
-    )
-    parser.add_argument(
-        "--extender-url", default="", help="e.g. https://numatopo-operator.numatopo.svc:8888"
-    )
-    parser.add_argument(
-        "--tls-ca", default="", help="CA file that signed the extender's certificate"
-    )
-    parser.add_argument("--tls-cert", default="", help="client certificate (the scheduler's)")
-    parser.add_argument("--tls-key", default="", help="its key")
-    parser.add_argument(
-        "--tls-server-name", default="", help="name to check in the server's certificate"
-    )
-    parser.add_argument(
-        "--example-image", default="", help="image of the example pod ('': no example)"
-    )
-    parser.add_argument("--example-scheduler", default="numatopo-scheduler")
-    parser.add_argument(
-        "--example-node", default="", help="bind the example pod here (skips the scheduler)"
-    )
-    parser.add_argument("--example-until", choices=["Assigned", "Aligned"], default="Aligned")
-    parser.add_argument("--timeout-seconds", type=float, default=120.0)
+    add = parser.add_argument
+    add("--api-url", default="", help="API server URL (default: in-cluster)")
+    add("--namespace", default="default", help="where the example pod runs")
+    add("--lease", default="", metavar="NAMESPACE/NAME", help="the operator's Lease")
+    add("--extender-url", default="", help="e.g. https://numatopo-operator.numatopo.svc:8888")
+    add("--tls-ca", default="", help="CA file that signed the extender's certificate")
+    add("--tls-cert", default="", help="client certificate (the scheduler's)")
+    add("--tls-key", default="", help="its key")
+    add("--tls-server-name", default="", help="name to check in the server's certificate")
+    add("--example-image", default="", help="image of the example pod ('': no example)")
+    add("--example-scheduler", default="numatopo-scheduler")
+    add("--example-node", default="", help="bind the example pod here (skips the scheduler)")
+    add("--example-until", choices=["Assigned", "Aligned"], default="Aligned")
+    add("--timeout-seconds", type=float, default=120.0)
     parser.set_defaults(func=run)
 
 
@@ -96,12 +85,8 @@ async def _crds(kube: KubeClient, report: Report) -> None:
         established = any(
             c.get("type") == "Established" and c.get("status") == "True" for c in conditions
         )
-        detail = (
-            "not installed"
-            if crd is None
-            else ("Established" if established else "not Established yet")
-        )
-        report.check(established, f"CRD {name}", detail)
+        detail = "Established" if established else "not Established yet"
+        report.check(established, f"CRD {name}", "not installed" if crd is None else detail)
 
 
 async def _numatopologies(kube: KubeClient, report: Report) -> None:
@@ -181,11 +166,8 @@ async def _extender(args: argparse.Namespace, report: Report) -> None:
             answer = json.loads(await response.text())
             error = answer.get("Error") if isinstance(answer, dict) else "not JSON"
             ok = response.status == 200 and not error
-            over = (
-                "TLS" + (" with a client certificate" if args.tls_cert else "")
-                if context
-                else "plain HTTP"
-            )
+            cert = " with a client certificate" if args.tls_cert else ""
+            over = f"TLS{cert}" if context else "plain HTTP"
             report.check(
                 ok,
                 "extender /filter",
@@ -224,21 +206,23 @@ def _example_pod(args: argparse.Namespace, name: str) -> dict[str, Any]:
     }
 
 
-def _placed(pod: dict[str, Any], until: str) -> tuple[bool, str]:
-    """(done, what the pod shows now)."""
+def _placed(pod: dict[str, Any], until: str) -> tuple[bool, bool, str]:
+    """(done, placed as asked, what the pod shows now)."""
     annotations = (pod.get("metadata") or {}).get("annotations") or {}
     state = annotations.get(keys.STATE, "")
     node = translate.pod_node(pod) or "no node yet"
     shown = f"on {node}, state {state or 'none yet'}"
-    if state and state != keys.State.ASSIGNED.value:
-        return True, shown + f" ({annotations.get(keys.REASON, '')})"
     conditions = (pod.get("status") or {}).get("conditions") or []
+    ok = state == keys.State.ASSIGNED.value and (
+        until == "Assigned"
+        or any(c.get("type") == ALIGNED and c.get("status") == "True" for c in conditions)
+    )
+    if state and state != keys.State.ASSIGNED.value:
+        return True, ok, shown + f" ({annotations.get(keys.REASON, '')})"
     aligned = next((c for c in conditions if c.get("type") == ALIGNED), None)
     if aligned is not None:
         shown += f", {ALIGNED}={aligned.get('status')}"
-    if until == "Assigned":
-        return bool(state), shown
-    return aligned is not None, shown
+    return bool(state) if until == "Assigned" else aligned is not None, ok, shown
 
 
 async def _example(kube: KubeClient, args: argparse.Namespace, report: Report) -> None:
@@ -249,16 +233,10 @@ async def _example(kube: KubeClient, args: argparse.Namespace, report: Report) -
         shown = ""
         while time.monotonic() < deadline:
             pod = await kube.get_pod(args.namespace, name)
-            done, shown = _placed(pod, args.example_until)
+            done, ok, shown = _placed(pod, args.example_until)
             if done:
                 break
             await asyncio.sleep(1.0)
-        annotations = (pod.get("metadata") or {}).get("annotations") or {}
-        conditions = (pod.get("status") or {}).get("conditions") or []
-        ok = annotations.get(keys.STATE) == keys.State.ASSIGNED.value and (
-            args.example_until == "Assigned"
-            or any(c.get("type") == ALIGNED and c.get("status") == "True" for c in conditions)
-        )
         report.check(ok, f"example pod {args.namespace}/{name} {args.example_until}", shown)
     finally:
         await kube.delete_pod(args.namespace, name)

@@ -40,50 +40,35 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
         description=__doc__,
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
-    parser.add_argument(
-        "--nodes", type=Path, help="node list CSV (sn,cpu_milli,memory_mib,gpu,model)"
-    )
-    parser.add_argument(
-        "--trace", type=Path, help="pod list CSV (name,cpu_milli,memory_mib,num_gpu,gpu_milli,...)"
-    )
-    parser.add_argument(
-        "--topology-map", type=Path, help="JSON: GPU model and count -> node layout"
-    )
-    parser.add_argument(
-        "--topology-dir", type=Path, help="directory of Numatopology JSON files, one per node"
-    )
-    parser.add_argument(
+    add = parser.add_argument
+    add("--nodes", type=Path, help="node list CSV (sn,cpu_milli,memory_mib,gpu,model)")
+    add("--trace", type=Path, help="pod list CSV (name,cpu_milli,memory_mib,num_gpu,gpu_milli,...)")
+    add("--topology-map", type=Path, help="JSON: GPU model and count -> node layout")
+    add("--topology-dir", type=Path, help="directory of Numatopology JSON files, one per node")
+    add(
         "--scorer",
         action="append",
         metavar="NAME[,NAME]",
         help=f"strategies to compare (repeatable; default all): {', '.join(STRATEGIES)}",
     )
-    parser.add_argument(
+    add(
         "--policy",
         default=PolicyName.BEST_EFFORT.value,
         choices=[p.value for p in PolicyName],
         help="topology policy numatopo's engine applies to every pod (default best-effort)",
     )
-    parser.add_argument("--seed", type=int, default=42, help="random seed (default 42)")
-    parser.add_argument(
+    add("--seed", type=int, default=42, help="random seed (default 42)")
+    add(
         "--tune",
         type=float,
         default=1.3,
         help="scale the workload to this multiple of the cluster's GPUs (default 1.3; 0: as is)",
     )
-    parser.add_argument(
-        "--arrival",
-        default=Arrival.SHUFFLED.value,
-        choices=[a.value for a in Arrival],
-        help="arrival order",
-    )
-    parser.add_argument(
-        "--sample-nodes", type=whole_number, default=0, metavar="N", help="use N random nodes"
-    )
-    parser.add_argument(
-        "--limit", type=whole_number, default=0, metavar="N", help="replay only the first N pods"
-    )
-    parser.add_argument(
+    arrivals = [a.value for a in Arrival]
+    add("--arrival", default=Arrival.SHUFFLED.value, choices=arrivals, help="arrival order")
+    add("--sample-nodes", type=whole_number, default=0, metavar="N", help="use N random nodes")
+    add("--limit", type=whole_number, default=0, metavar="N", help="replay only the first N pods")
+    add(
         "--mig-pool",
         type=_mig_pool,
         metavar="SHARE:PROFILE[:MODELS]",
@@ -91,12 +76,8 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
         "of PROFILE (1g.10gb .. 7g.80gb); fractional pods that fit one ask for one "
         "(numatopo_engine.simulation.mig_pool)",
     )
-    parser.add_argument("-o", "--output", default="table", choices=["table", "json"])
-    parser.add_argument(
-        "--plot", type=Path, metavar="F.png", help="write the comparison figure (needs matplotlib)"
-    )
-    parser.add_argument(
-        "--progress", action="store_true", help="progress bar on stderr even when not a TTY"
-    )
+    add("-o", "--output", default="table", choices=["table", "json"])
+    add("--plot", type=Path, metavar="F.png", help="write the comparison figure (needs matplotlib)")
+    add("--progress", action="store_true", help="progress bar on stderr even when not a TTY")
     gangs.add_arguments(parser)
     parser.set_defaults(func=run)

@@ -25,7 +25,6 @@ __all__ = [
     "DEFAULT_NODES",
     "DEFAULT_TRACE",
     "InputError",
-    "check_plot_target",
     "csv_rows",
     "node_shapes",
     "open_text",
@@ -130,14 +129,6 @@ def read_topology_dir(directory: Path) -> tuple[list[NodeRow], dict[str, Numatop
     return rows, specs
 
 
-def check_plot_target(path: Path) -> None:
-    """Fail before a minute of replay, not after it, when the plot cannot be written."""
-    if importlib.util.find_spec("matplotlib") is None:
-        raise InputError("--plot needs matplotlib: pip install 'numatopo[plot]' (or drop --plot)")
-    if not path.parent.is_dir():
-        raise InputError(f"--plot: directory {path.parent} does not exist")
-
-
 def pyplot() -> Any:
     """matplotlib's pyplot, drawing off-screen. Imported when asked: matplotlib is
     optional (the `plot` extra) and slow to import."""
@@ -184,8 +175,13 @@ def replay_with_plot(
     """`replay(args)`, and its figure with `--plot` (whose target is checked first); None
     once `errors` (input the user can fix) are printed, for exit status 2."""
     try:
-        if args.plot is not None:
-            check_plot_target(args.plot)
+        # Fail before a minute of replay, not after it, when the plot cannot be written.
+        if args.plot is not None and importlib.util.find_spec("matplotlib") is None:
+            raise InputError(
+                "--plot needs matplotlib: pip install 'numatopo[plot]' (or drop --plot)"
+            )
+        if args.plot is not None and not args.plot.parent.is_dir():
+            raise InputError(f"--plot: directory {args.plot.parent} does not exist")
         result = replay(args)
         if args.plot is not None:
             plot(result, args.plot)

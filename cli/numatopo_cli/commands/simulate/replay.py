@@ -105,12 +105,8 @@ def write_plot(result: SimulationResult, path: Path) -> None:
     curve.legend(loc="lower right", fontsize=9)
     inset = curve.inset_axes((0.08, 0.55, 0.38, 0.38))
     for line in curve.get_lines()[: len(result.strategies)]:
-        inset.plot(
-            line.get_xdata(),
-            line.get_ydata(),
-            color=line.get_color(),
-            linewidth=line.get_linewidth(),
-        )
+        style = {"color": line.get_color(), "linewidth": line.get_linewidth()}
+        inset.plot(line.get_xdata(), line.get_ydata(), **style)
     inset.set_xlim(80, curve.get_xlim()[1])
     inset.set_ylim(80, 100)
     inset.set_title("zoom: 80-100%", fontsize=8)
