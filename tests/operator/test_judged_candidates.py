@@ -92,3 +92,28 @@ def test_the_judged_pod_is_left_out_of_a_copy_and_judged_as_a_hand_built_fleet_i
         extender.judge_candidates(booked, extender.Candidates(groups, refused, without="other/pod"))
         == fresh
     )
+
+
+def test_a_later_pass_reads_each_change_since_the_frozen_copies_were_made():
+    """The pass trusts a record's frozen copy while its live state is unchanged: a
+    booking, a dropped Numatopology and new hardware must each show in the next pass."""
+    ledger = _fleet()
+    nodes = ["a", "b", "d"]
+    ledger.judged_candidates(nodes, LIMIT, NOW)  # every candidate's copy made
+    before = ledger.frozen_state("a")
+    pod = make_pod("p", node=None, policy=None, gpus=2, cpu="4")
+    booked = request_from_pod(pod, OperatorSettings().resources)
+    decision = allocation.allocate(h100_spec(), NodeState(h100_spec()), booked, "a")
+    ledger.reserve("a", booked.key, decision.assignment)
+    ledger.drop_topology("b")
+    ledger.set_topology("d", _smaller(h100_spec()))
+
+    groups, refused = ledger.judged_candidates(nodes, LIMIT, NOW)
+    assert refused == {"b": translate.NO_NUMATOPOLOGY}
+    assert [where for _, where, _ in groups.values()] == [["a"], ["d"]]
+    (_, _, [state_a]), (topology_d, _, [state_d]) = groups.values()
+    assert state_a is not before
+    assert booked.key in state_a.assignments
+    assert booked.key not in before.assignments
+    assert topology_d == _smaller(h100_spec())
+    assert state_d.topology == topology_d
