@@ -25,6 +25,7 @@ non-preferred placement is the narrowest mask that holds it all.
 
 from __future__ import annotations
 
+from collections import Counter
 from collections.abc import Sequence
 from dataclasses import dataclass
 from itertools import combinations
@@ -230,10 +231,7 @@ def free_columns(tables: Tables, layout: RowLayout) -> FreeColumns:
     onehot = np.zeros((len(located), len(ids)), dtype=np.int64)
     for row, (_, position) in enumerate(located):
         onehot[row, position] = 1
-    per_numa: dict[int, int] = {}
-    for numa in tables.gpu_numa.values():
-        if numa is not None:
-            per_numa[numa] = per_numa.get(numa, 0) + 1
+    per_numa = Counter(n for n in tables.gpu_numa.values() if n is not None)
     return FreeColumns(
         cpu=np.array([layout.cpu(p) for p in range(len(ids))], dtype=np.int64),
         gpu_count=np.array([layout.gpu(i) for i, _ in located], dtype=np.int64),
@@ -476,10 +474,7 @@ def _device_hint_inputs(
     ):  # fmt: skip
         if not count:
             continue
-        located: dict[int, int] = {}
-        for place, kind in places:
-            if place is not None and resource in (None, kind):
-                located[place] = located.get(place, 0) + 1
+        located = Counter(p for p, kind in places if p is not None and resource in (None, kind))
         if not located:
             continue
         by_numa: dict[int, list[int]] = {}

@@ -415,9 +415,7 @@ def simulate_gangs(
             fits[shape] = _numatopo(probe, job, probe.members(job, policy)) is not None
     too_big = [job for job in jobs if not fits[(job.pods, job.gpus_per_pod)]]
     jobs = [job for job in jobs if fits[(job.pods, job.gpus_per_pod)]]
-    histogram: dict[int, int] = {}
-    for job in jobs:
-        histogram[job.gpus] = histogram.get(job.gpus, 0) + 1
+    histogram = Counter(job.gpus for job in jobs)
     result = GangResult(
         nodes=len(candidates),
         gpus=sum(len(c.topology.gpus) for c in candidates.values()),

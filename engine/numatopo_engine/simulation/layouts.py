@@ -19,6 +19,7 @@ GPUs on NUMA node 0 and the rest on node 1, as 2-socket PCIe servers wire them.
 
 from __future__ import annotations
 
+from collections import Counter
 from collections.abc import Mapping
 from dataclasses import dataclass
 from itertools import combinations
@@ -216,10 +217,7 @@ class LinkTable:
             (x.a, x.b): x.bandwidth_g_bps for x in spec.gpu_links
         }
         self._best: dict[int, float] = {}
-        numa_sizes: dict[int, int] = {}
-        for numa in self.gpu_numa:
-            numa_sizes[numa] = numa_sizes.get(numa, 0) + 1
-        self.max_gpus_per_numa = max(numa_sizes.values(), default=0)
+        self.max_gpus_per_numa = max(Counter(self.gpu_numa).values(), default=0)
 
     def gbps(self, a: int, b: int) -> float:
         return self._gbps.get((min(a, b), max(a, b)), 0.0)

@@ -107,13 +107,9 @@ def _take_cpus(node: SimNode, mask: int, need: int) -> dict[int, int]:
     The kubelet's CPU manager does the same when the merged hint is narrower than what
     the pod needs: alignment is a preference for the allocator, not a limit.
     """
-    inside = sorted(bits(mask), key=lambda n: -node.numa_free_cpus[n])
-    outside = sorted(
-        (n for n in range(len(node.numa_free_cpus)) if not mask >> n & 1),
-        key=lambda n: -node.numa_free_cpus[n],
-    )
+    free = node.numa_free_cpus
     taken: dict[int, int] = {}
-    for numa in inside + outside:
+    for numa in sorted(range(len(free)), key=lambda n: (not mask >> n & 1, -free[n])):
         take = min(need, node.numa_free_cpus[numa])
         if take:
             taken[numa] = take
@@ -418,10 +414,8 @@ class Numatopo(Strategy):
         return Placement(index, tuple(sorted(gpus)), frozenset(cpu_numas), exclusive, assignment)
 
     def _share(self, index: int, node: SimNode, pod: PodRow) -> Placement:
-        if not pod.fractional:
-            return Placement(index, (), _all_numas(node))
-        gpu = node.pick_shared_gpu(pod.gpu_milli)
-        return Placement(index, (gpu,), _all_numas(node))
+        gpus = (node.pick_shared_gpu(pod.gpu_milli),) if pod.fractional else ()
+        return Placement(index, gpus, _all_numas(node))
 
 
 STRATEGIES = (
