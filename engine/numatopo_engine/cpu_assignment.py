@@ -87,11 +87,7 @@ def _numa_order(available: dict[int, int], remaining: int) -> dict[int, int]:
 
 
 def _take_cores(
-    tables: Tables,
-    pool: set[int],
-    remaining: int,
-    numa_set: set[int],
-    take: Take,
+    tables: Tables, pool: set[int], remaining: int, numa_set: set[int], take: Take
 ) -> None:
     cores = [
         core

@@ -180,8 +180,7 @@ class CPUSet:
             )
 
         return core_schema.no_info_plain_validator_function(
-            from_any,
-            serialization=core_schema.plain_serializer_function_ser_schema(str),
+            from_any, serialization=core_schema.plain_serializer_function_ser_schema(str)
         )
 
     @classmethod

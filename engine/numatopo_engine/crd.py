@@ -118,10 +118,7 @@ def _manifest(
     return {
         "apiVersion": "apiextensions.k8s.io/v1",
         "kind": "CustomResourceDefinition",
-        "metadata": {
-            "name": f"{plural}.{GROUP}",
-            "labels": {"app.kubernetes.io/name": "numatopo"},
-        },
+        "metadata": {"name": f"{plural}.{GROUP}", "labels": {"app.kubernetes.io/name": "numatopo"}},
         "spec": {
             "group": GROUP,
             "scope": "Cluster",
@@ -177,8 +174,5 @@ def network_topology_crd_manifest() -> dict[str, Any]:
     return _manifest(NETWORK_TOPOLOGY_KIND, NETWORK_TOPOLOGY_PLURAL, ["nettopo"], columns, schema)
 
 
-CRDS = {
-    "numatopology": crd_manifest,
-    "networktopology": network_topology_crd_manifest,
-}
+CRDS = {"numatopology": crd_manifest, "networktopology": network_topology_crd_manifest}
 """`numatopo crd <name>` -> its manifest; `crds/<name>.yaml` holds each."""

@@ -11,14 +11,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 
-__all__ = [
-    "LOCAL_DISTANCE",
-    "bits",
-    "format_mask",
-    "make_mask",
-    "sort_key",
-    "width",
-]
+__all__ = ["LOCAL_DISTANCE", "bits", "format_mask", "make_mask", "sort_key", "width"]
 
 # ACPI SLIT defines 10 as the distance of a node to itself.
 LOCAL_DISTANCE = 10

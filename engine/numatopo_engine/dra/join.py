@@ -279,12 +279,7 @@ def dra_devices(node: DraNode) -> model.DraDevices | None:
         words.append(f"{pool}: {', '.join(said)}")
     devices = [
         model.DraDevice(
-            driver=d.id.driver,
-            pool=d.id.pool,
-            device=d.id.device,
-            gpu=d.gpu,
-            nic=d.nic,
-            cpu=d.cpu,
+            driver=d.id.driver, pool=d.id.pool, device=d.id.device, gpu=d.gpu, nic=d.nic, cpu=d.cpu
         )
         for d in sorted(joined, key=lambda d: d.id)
     ]

@@ -26,15 +26,7 @@ from itertools import combinations
 from typing import Any
 
 from numatopo_engine.cpuset import CPUSet
-from numatopo_engine.model import (
-    Cpu,
-    Gpu,
-    GpuLink,
-    GpuPath,
-    NumaNode,
-    NumatopologySpec,
-    PathType,
-)
+from numatopo_engine.model import Cpu, Gpu, GpuLink, GpuPath, NumaNode, NumatopologySpec, PathType
 from numatopo_engine.simulation.trace import NodeRow
 
 __all__ = [
@@ -170,11 +162,7 @@ def build_node_spec(node: NodeRow, layout: Layout) -> NumatopologySpec:
         for i, n in enumerate(numa)
     ]
     gpus = [
-        Gpu(
-            index=i,
-            numa=min(layout.numa_of(i, node.gpus), sockets - 1),
-            model=node.model,
-        )
+        Gpu(index=i, numa=min(layout.numa_of(i, node.gpus), sockets - 1), model=node.model)
         for i in range(node.gpus)
     ]
     links: list[GpuLink] = []
@@ -185,11 +173,7 @@ def build_node_spec(node: NodeRow, layout: Layout) -> NumatopologySpec:
         ]
     linked = {(x.a, x.b) for x in links}
     paths = [
-        GpuPath(
-            a=a.index,
-            b=b.index,
-            path=PathType.NODE if a.numa == b.numa else PathType.SYS,
-        )
+        GpuPath(a=a.index, b=b.index, path=PathType.NODE if a.numa == b.numa else PathType.SYS)
         for a, b in combinations(gpus, 2)
         if (a.index, b.index) not in linked
     ]

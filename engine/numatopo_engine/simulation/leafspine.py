@@ -175,7 +175,4 @@ def generate(layout: LeafSpine, shapes: Sequence[NodeShapeWeight], *, seed: int)
                     nodes.append(ClusterNode(name=names[position], shape=shape.name, labels=labels))
                     position += 1
     used = {node.shape for node in nodes}
-    return ClusterFile(
-        shapes={s.name: s.topology for s in shapes if s.name in used},
-        nodes=nodes,
-    )
+    return ClusterFile(shapes={s.name: s.topology for s in shapes if s.name in used}, nodes=nodes)

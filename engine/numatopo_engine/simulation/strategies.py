@@ -47,12 +47,7 @@ import numpy as np
 import numpy.typing as npt
 
 from numatopo_engine.allocation import Engine, allocate, mix_hosts, score_many
-from numatopo_engine.annotations import (
-    Assignment,
-    CpuMode,
-    GpuLinksMode,
-    PolicyName,
-)
+from numatopo_engine.annotations import Assignment, CpuMode, GpuLinksMode, PolicyName
 from numatopo_engine.numamask import bits, sort_key, width
 from numatopo_engine.packing import WorkloadMix
 from numatopo_engine.request import ContainerRequest, PodRequest, TopologyOptions
