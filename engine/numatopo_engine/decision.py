@@ -38,7 +38,7 @@ import numpy.typing as npt
 from numatopo_engine.annotations import CpuMode, GpuLinksMode, PolicyName
 from numatopo_engine.gpu_assignment import GpuMemo, choose_gpus, first_unlinked_pair, set_bandwidth
 from numatopo_engine.hints import Need, RowLayout
-from numatopo_engine.numamask import LOCAL_DISTANCE
+from numatopo_engine.numamask import LOCAL_DISTANCE, bits
 from numatopo_engine.packing import (
     Hosts,
     WorkloadMix,
@@ -756,7 +756,7 @@ def _finish(
             if chosen_gpus is None:
                 refused[i] = True
                 kind[i] = Kind.GPU_LINKS
-                inside = _bit_list(free_bits & plan.gpu_in_mask[index])
+                inside = bits(free_bits & plan.gpu_in_mask[index])
                 best = choose_gpus(tables, frozenset(inside), need.gpus,
                                    GpuLinksMode.PREFERRED, memo)  # fmt: skip
                 pairs[i] = first_unlinked_pair(tables, best or ())
@@ -769,7 +769,7 @@ def _finish(
                 free_in = (free_bits & plan.gpu_in_mask[index]).bit_count()
                 gpu_fill[i] = min(1.0, (total - free_in + len(chosen_gpus)) / total)
     span = np.minimum(1.0, plan.narrowest / plan.counts[chosen])
-    fills: list[npt.NDArray[np.float64]] = []
+    fills: list[Floats] = []
     if need.gpus:
         fills.append(gpu_fill)
     exclusive = need.exclusive_cpus
@@ -892,13 +892,7 @@ def _mean_fill(fills: list[Floats], like: Floats) -> Floats:
     return np.where(count > 0, total / np.maximum(count, 1), 1.0)
 
 
-def _compose(
-    span: npt.NDArray[np.float64],
-    links: npt.NDArray[np.float64],
-    fills: list[npt.NDArray[np.float64]],
-    *,
-    with_gpus: bool,
-) -> Ints:
+def _compose(span: Floats, links: Floats, fills: list[Floats], *, with_gpus: bool) -> Ints:
     """The `scoring` formula over arrays, term by term in the order of its scalar oracle
     (`compose_score` in tests/engine/allocation/score_oracle.py), so every float is
     the same IEEE double (`rint` rounds half to even, as `round` does). NaN: no fill."""
@@ -910,24 +904,11 @@ def _compose(
 
 
 def _to_ids(mask: int, ids: tuple[int, ...]) -> int:
-    out = 0
-    for p, numa in enumerate(ids):
-        if mask >> p & 1:
-            out |= 1 << numa
-    return out
-
-
-def _bit_list(value: int) -> list[int]:
-    out = []
-    while value:
-        low = value & -value
-        out.append(low.bit_length() - 1)
-        value ^= low
-    return out
+    return sum(1 << numa for p, numa in enumerate(ids) if mask >> p & 1)
 
 
 def _best_bandwidth(plan: Plan, memo: GpuMemo) -> float:
-    every = frozenset(_bit_list(plan.gpu_matching))
+    every = frozenset(bits(plan.gpu_matching))
     best = choose_gpus(plan.tables, every, plan.need.gpus, GpuLinksMode.PREFERRED, memo)
     return set_bandwidth(plan.tables, best) if best else 0.0
 
@@ -945,14 +926,14 @@ def _gpu_choice(plan: Plan, free_bits: int, in_mask: int, memo: GpuMemo) -> tupl
     no_numa = sum(1 << g for g, numa in tables.gpu_numa.items() if numa is None)
     inside = free & in_mask & ~no_numa
     if inside.bit_count() >= need.gpus:
-        return choose_gpus(tables, frozenset(_bit_list(inside)), need.gpus, mode, memo)
-    chosen = set(_bit_list(inside))
+        return choose_gpus(tables, frozenset(bits(inside)), need.gpus, mode, memo)
+    chosen = set(bits(inside))
     for pool in (free & ~in_mask & ~no_numa, free & no_numa):
         missing = need.gpus - len(chosen)
         if missing <= 0 or not pool:
             continue
         extra = choose_gpus(
-            tables, frozenset(_bit_list(pool)), min(missing, pool.bit_count()),
+            tables, frozenset(bits(pool)), min(missing, pool.bit_count()),
             GpuLinksMode.PREFERRED, memo,
         )  # fmt: skip
         chosen |= set(extra or ())

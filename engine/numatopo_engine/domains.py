@@ -42,6 +42,7 @@ __all__ = [
     "describe_domain",
     "domain_fragmentation",
     "domain_utilization",
+    "first_fit",
     "member_order",
     "place_group",
 ]
@@ -433,8 +434,7 @@ class _Placer:
         found = self.copies.get(node)
         if found is not None:
             return found
-        candidate = self.nodes[node]
-        state = candidate.state
+        state = self.nodes[node].state
         key = (
             state.shape_key,
             state.free_signature(),
@@ -728,7 +728,7 @@ class _Placer:
         if anywhere:
             domains.append((None, ANYWHERE, self._anywhere(every=True)))
         for index, path, inside in domains:
-            found = _fill_in_turn(self.ordered, inside, self.nodes, self.engine)
+            found = first_fit(self.nodes, inside, self.ordered, self.engine)
             if found is not None:
                 return self._placement(index, path, found)
         return None
@@ -753,31 +753,37 @@ class _Placer:
         return text
 
 
-def _fill_in_turn(
-    ordered: Sequence[Member],
-    inside: Sequence[str],
+def first_fit(
     nodes: Mapping[str, NodeCandidate],
+    order: Iterable[str],
+    members: Sequence[Member],
     engine: Engine,
 ) -> dict[str, Assignment] | None:
+    """A topology-blind gang: members in rank order, each on the first node (in `order`)
+    whose engine `allocate` takes it; all or nothing (states are copied, not changed)."""
     states: dict[str, NodeState] = {}
     found: dict[str, Assignment] = {}
+    names = list(order)
     position = 0
-    for member in ordered:
-        while position < len(inside):
-            node = inside[position]
-            state = states.get(node)
-            if state is None:
-                state = states[node] = nodes[node].state.copy()
-            try:
-                decision = allocate(
-                    nodes[node].topology, state, member.request, node, engine=engine
-                )
-            except UnsatisfiableError:
-                position += 1
-                continue
-            state.apply(member.key, decision.assignment)
-            found[member.key] = decision.assignment
-            break
+    for member in members:
+        gpus = sum(c.gpus for c in member.request.containers)
+        while position < len(names):
+            node = names[position]
+            state = states.get(node) or nodes[node].state
+            if state.free_gpu_count() >= gpus:
+                try:
+                    decision = allocate(
+                        nodes[node].topology, state, member.request, node, engine=engine
+                    )
+                except UnsatisfiableError:
+                    decision = None
+                if decision is not None:
+                    if node not in states:
+                        state = states[node] = state.copy()
+                    state.apply(member.key, decision.assignment)
+                    found[member.key] = decision.assignment
+                    break
+            position += 1
         else:
             return None
     return found

@@ -324,10 +324,7 @@ class NumatopologySpec(WireModel):
         raise KeyError(f"no NUMA node {numa_id}")
 
     def online_cpus(self) -> CPUSet:
-        out = CPUSet()
-        for node in self.numa_nodes:
-            out = out | node.cpus
-        return out
+        return CPUSet(frozenset().union(*(node.cpus.ids for node in self.numa_nodes)))
 
 
 class Condition(WireModel):

@@ -39,6 +39,7 @@ them: the engine does not model GPU sharing.
 from __future__ import annotations
 
 import random
+from collections import Counter
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from itertools import product
@@ -315,19 +316,17 @@ class VolcanoNuma(Strategy):
     name = "volcano-numa"
 
     def place(self, cluster: Cluster, pod: PodRow, candidates: list[int]) -> Outcome:
-        ranked: list[tuple[int, int, int]] = []  # (NUMA nodes spanned, -best-fit, index)
+        ranked: list[tuple[int, int, int, int]] = []  # (NUMA nodes spanned, -best-fit, index, mask)
         for index in candidates:
             node = cluster.nodes[index]
             mask = next((m for m in _masks(node) if _fits_in(node, pod, m)), None)
             if mask is not None:
-                ranked.append((width(mask), -cluster.best_fit_score(index, pod), index))
+                ranked.append((width(mask), -cluster.best_fit_score(index, pod), index, mask))
         if not ranked:
             return Rejection(False, "no node has the GPUs and exclusive CPUs free")
         top = min(r[:2] for r in ranked)
-        index = self.rng.choice([r[2] for r in ranked if r[:2] == top])
-        node = cluster.nodes[index]
-        mask = next(m for m in _masks(node) if _fits_in(node, pod, m))
-        return _aligned(index, node, pod, mask, self.rng)
+        _, _, index, mask = self.rng.choice([r for r in ranked if r[:2] == top])
+        return _aligned(index, cluster.nodes[index], pod, mask, self.rng)
 
 
 class KubeletAdmission(Strategy):
@@ -395,15 +394,14 @@ class Numatopo(Strategy):
         spec = node.spec
         cpu_numa = {c.id: c.numa for c in spec.cpus if c.numa is not None}
         gpus: list[int] = []
-        exclusive: dict[int, int] = {}
+        exclusive: Counter[int] = Counter()
         cpu_numas: set[int] = set()
         for container in assignment.containers.values():
             gpus.extend(container.gpu_indices)
             if container.exclusive and len(container.cpus):
-                for cpu in container.cpus:
-                    numa = cpu_numa[cpu]
-                    exclusive[numa] = exclusive.get(numa, 0) + 1
-                    cpu_numas.add(numa)
+                numas = [cpu_numa[cpu] for cpu in container.cpus]
+                exclusive.update(numas)
+                cpu_numas.update(numas)
             else:
                 cpu_numas.update(container.mems.ids or assignment.numa_nodes)
         return Placement(index, tuple(sorted(gpus)), frozenset(cpu_numas), exclusive, assignment)
