@@ -96,7 +96,7 @@ class Plan:
     every: int  # the default mask (all positions of the space)
     providers: tuple[_Provider, ...]
     totals: tuple[tuple[str, int, Ints], ...]  # (resource, need, row columns) node-wide
-    plain_cpu_columns: Ints
+    free: FreeColumns  # the rank's fragmentation columns; `free.cpu`: free plain CPUs
     floor: int
     narrowest: int  # the score's span numerator
     cpu_capacity: Ints  # per mask: allocatable CPUs
@@ -104,11 +104,7 @@ class Plan:
     gpu_all_in_mask: Ints  # per mask: GPUs (any resource) in it or on no NUMA node
     gpu_matching: int  # bitmask of the GPUs of the requested resource
     position_of: dict[int, int]
-    gpu_count_columns: Ints  # row columns of free GPU counts (any resource, on a NUMA node)
-    gpu_count_onehot: Ints  # (those columns x positions) 0/1: the column's NUMA position
     position_gpu_bits: Ints  # per NUMA position: bitmask of its GPUs (0 past 63 GPUs)
-    numa_gpu_capacity: int  # the most GPUs one NUMA node of the hardware holds
-    numa_cpu_capacity: int  # the most allocatable CPUs one NUMA node holds
 
 
 def make_plan(
@@ -144,7 +140,6 @@ def make_plan(
     gpu_matching, gpu_in_mask, gpu_all = _gpus_in_masks(tables, need, ids, masks)
     allocatable = np.array([len(tables.numa_allocatable[n]) for n in ids], dtype=np.int64)
     free = free_columns(tables, layout)
-    cpu_cols = free.cpu
     whole_cols = np.array([layout.whole(p) for p in range(len(ids))], dtype=np.int64)
     return Plan(
         tables=tables,
@@ -161,8 +156,8 @@ def make_plan(
         narrow_rank=narrow_rank,
         every=every,
         providers=providers,
-        totals=_totals(layout, need, cpu_cols, whole_cols),
-        plain_cpu_columns=cpu_cols,
+        totals=_totals(layout, need, free.cpu, whole_cols),
+        free=free,
         floor=floor,
         narrowest=max((p.narrowest for p in providers), default=1),
         cpu_capacity=member @ allocatable,
@@ -170,8 +165,6 @@ def make_plan(
         gpu_all_in_mask=np.array(gpu_all, dtype=np.int64),
         gpu_matching=gpu_matching,
         position_of=position_of,
-        gpu_count_columns=free.gpu_count,
-        gpu_count_onehot=free.gpu_onehot,
         position_gpu_bits=np.array(
             [
                 sum(1 << g for g, n in tables.gpu_numa.items() if n == numa and g < 63)
@@ -179,8 +172,6 @@ def make_plan(
             ],
             dtype=np.int64,
         ),
-        numa_gpu_capacity=free.numa_gpu_capacity,
-        numa_cpu_capacity=free.numa_cpu_capacity,
     )
 
 
@@ -545,7 +536,7 @@ def decide_rows(
         refuse(lacking, Kind.SHORT)
     exclusive = plan.need.exclusive_cpus
     if exclusive:
-        free_cpus = rows[:, plan.plain_cpu_columns].sum(axis=1)
+        free_cpus = rows[:, plan.free.cpu].sum(axis=1)
         refuse(free_cpus - exclusive < plan.floor, Kind.SHARED_POOL)
     sat, memory = _hints(plan, rows)
     preferred_any = _preferred_anywhere(plan, sat, count)
@@ -775,7 +766,7 @@ def _finish(
     exclusive = need.exclusive_cpus
     if exclusive:
         capacity = plan.cpu_capacity[chosen]
-        free_in = (rows[:, plan.plain_cpu_columns] * plan.member[chosen]).sum(axis=1)
+        free_in = (rows[:, plan.free.cpu] * plan.member[chosen]).sum(axis=1)
         used = (capacity - free_in + exclusive) / np.maximum(capacity, 1)
         fills.append(np.where(capacity > 0, np.minimum(1.0, used), np.nan))
     scores = _compose(span, links, fills, with_gpus=bool(need.gpus))
@@ -836,8 +827,7 @@ def _rank_terms(
     if not mix:
         none = np.zeros((0, 0), dtype=np.int64)
         return RankTerms(alignment, fill, none, none, none, none)
-    free_gpus = rows[:, plan.gpu_count_columns] @ plan.gpu_count_onehot
-    free_cpus = rows[:, plan.plain_cpu_columns]
+    free_gpus, free_cpus = plan.free.per_numa(rows)
     taken_gpus = np.zeros_like(free_gpus)
     if need.gpus:
         bits_of: dict[tuple[int, ...], int] = {}
@@ -866,8 +856,8 @@ def _rank_terms(
                 take = min(left, int(free_cpus[i, position]))
                 taken_cpus[i, position] = take
                 left -= take
-    capacity = plan.numa_gpu_capacity
-    cpu_capacity = plan.numa_cpu_capacity
+    capacity = plan.free.numa_gpu_capacity
+    cpu_capacity = plan.free.numa_cpu_capacity
     free_before, used_before = usable_gpus(
         free_gpus, free_cpus, capacity, mix, numa_cpu_capacity=cpu_capacity
     )
@@ -958,7 +948,7 @@ def shortfall(plan: Plan, decided: Decided, index: int, row: Ints) -> Shortfall:
                     free_of=shown,
                 )  # fmt: skip
     if why is Kind.SHARED_POOL:
-        return Shortfall(why, policy, plan.wanted, bound=int(row[plan.plain_cpu_columns].sum()))
+        return Shortfall(why, policy, plan.wanted, bound=int(row[plan.free.cpu].sum()))
     if why is Kind.GPU_LINKS:
         return Shortfall(why, policy, plan.wanted, pair=decided.pair[index])
     shown, free = _per_numa(plan, row)

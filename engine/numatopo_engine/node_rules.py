@@ -72,9 +72,7 @@ def tolerates(toleration: object, taint: object) -> bool:
         return False
     key, operator, value, effect = wants
     taint_key, taint_value, taint_effect = has
-    if effect and effect != taint_effect:
-        return False
-    if key and key != taint_key:
+    if (effect and effect != taint_effect) or (key and key != taint_key):
         return False
     if operator in ("", "Equal"):
         return value == taint_value
