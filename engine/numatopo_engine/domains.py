@@ -16,7 +16,7 @@ from __future__ import annotations
 import enum
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
-from itertools import pairwise
+from itertools import groupby, pairwise
 
 import numpy as np
 
@@ -486,13 +486,9 @@ class _Placer:
                 steered.append((self.spread_over(chosen), growth, self._broken(chosen), order))
             steered.sort()
             ranked = [r for key in steered for r in ranked if r[1] == key[3]]
-        start = 0
-        while start < len(ranked):
-            end = start
-            while end < len(ranked) and ranked[end][0] == ranked[start][0]:
-                end += 1
+        for _, alike in groupby(ranked, key=lambda r: r[0]):  # runs of equal growth
             fitting: list[tuple[int, int, Path, list[tuple[str, int]]]] = []
-            for _, order, path, inside in ranked[start:end]:
+            for _, order, path, inside in alike:
                 chosen = self._select(index, path, inside, strategy)
                 if chosen is None:
                     best = max(best, (sum(self._copies(n) for n in inside), path[-1]))
@@ -503,7 +499,6 @@ class _Placer:
                 found = self._realise(_Choice(index, path, chosen))
                 if found is not None:
                     return found
-            start = end
         if short:
             bound, path, inside = max(short, key=lambda s: s[0])
             if bound > best[0]:
