@@ -17,6 +17,7 @@ can say why). All ties go to the lowest id, so the result is deterministic.
 
 from __future__ import annotations
 
+from collections import Counter
 from collections.abc import Callable, Iterable
 
 from numatopo_engine.topology_tables import Tables
@@ -77,21 +78,15 @@ def take_cpus(
 
 
 def _numa_order(available: dict[int, int], remaining: int) -> dict[int, int]:
-    fitting = sorted(
-        (n for n in available if available[n] >= remaining), key=lambda n: (available[n], n)
-    )
-    others = sorted(
-        (n for n in available if available[n] < remaining), key=lambda n: (-available[n], n)
-    )
-    return {numa_id: rank for rank, numa_id in enumerate(fitting + others)}
+    def key(n: int) -> tuple[bool, int, int]:
+        fits = available[n] >= remaining
+        return (not fits, available[n] if fits else -available[n], n)
+
+    return {numa_id: rank for rank, numa_id in enumerate(sorted(available, key=key))}
 
 
 def _take_cores(
-    tables: Tables,
-    pool: set[int],
-    remaining: int,
-    numa_set: set[int],
-    take: Take,
+    tables: Tables, pool: set[int], remaining: int, numa_set: set[int], take: Take
 ) -> None:
     cores = [
         core
@@ -117,11 +112,9 @@ def _take_threads(
     tables: Tables, pool: set[int], remaining: int, numa_set: set[int], take: Take
 ) -> None:
     available: dict[int, int] = dict.fromkeys(numa_set, 0)
-    free_on_core: dict[int, int] = {}
     for cpu in pool:
         available[tables.cpu_numa[cpu]] += 1
-        core = tables.cpu_core[cpu]
-        free_on_core[core] = free_on_core.get(core, 0) + 1
+    free_on_core = Counter(tables.cpu_core[cpu] for cpu in pool)
     order = _numa_order(available, remaining)
     ranked = sorted(
         pool,

@@ -8,6 +8,7 @@ state files. Every set that crosses a wire in numatopo uses that format.
 from __future__ import annotations
 
 from collections.abc import Iterable, Iterator
+from itertools import groupby
 from typing import Any
 
 from pydantic import GetCoreSchemaHandler, GetJsonSchemaHandler
@@ -114,14 +115,10 @@ class CPUSet:
 
     def __str__(self) -> str:
         ranges: list[str] = []
-        ordered = sorted(self._ids)
-        i = 0
-        while i < len(ordered):
-            j = i
-            while j + 1 < len(ordered) and ordered[j + 1] == ordered[j] + 1:
-                j += 1
-            ranges.append(str(ordered[i]) if i == j else f"{ordered[i]}-{ordered[j]}")
-            i = j + 1
+        # Consecutive ids share their id minus their place in the sorted order.
+        for _, run in groupby(enumerate(sorted(self._ids)), lambda pair: pair[1] - pair[0]):
+            ids = [cpu for _, cpu in run]
+            ranges.append(str(ids[0]) if len(ids) == 1 else f"{ids[0]}-{ids[-1]}")
         return ",".join(ranges)
 
     def __repr__(self) -> str:
@@ -180,8 +177,7 @@ class CPUSet:
             )
 
         return core_schema.no_info_plain_validator_function(
-            from_any,
-            serialization=core_schema.plain_serializer_function_ser_schema(str),
+            from_any, serialization=core_schema.plain_serializer_function_ser_schema(str)
         )
 
     @classmethod

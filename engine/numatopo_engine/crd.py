@@ -20,7 +20,6 @@ from numatopo_engine.network_topology import (
 __all__ = ["CRDS", "crd_manifest", "network_topology_crd_manifest", "structural_schema"]
 
 PLURAL = "numatopologies"
-SINGULAR = "numatopology"
 SHORT_NAMES = ["numatopo", "ntp"]
 
 # Keys of the JSON Schema dialect that a structural OpenAPI v3 schema keeps.
@@ -103,53 +102,23 @@ NETWORK_TOPOLOGY_DESCRIPTION = (
 )
 
 
-def structural_schema(
-    model: type[WireModel] = Numatopology, description: str = NUMATOPOLOGY_DESCRIPTION
-) -> dict[str, Any]:
+def structural_schema(model: type[WireModel], description: str) -> dict[str, Any]:
     """The openAPIV3Schema of the CRD: spec and status from the model, metadata left to the API."""
     raw = model.model_json_schema(by_alias=True, mode="serialization")
-    defs = raw.get("$defs", {})
-    schema = _resolve(raw, defs)
+    schema = _resolve(raw, raw.get("$defs", {}))
     schema["properties"]["metadata"] = {"type": "object"}
     schema["description"] = description
     schema["required"] = ["spec"]
     return dict(schema)
 
 
-def _printer_columns() -> list[dict[str, Any]]:
-    return [
-        {"name": "NUMA", "type": "integer", "jsonPath": ".spec.capacity.numaNodes"},
-        {"name": "CPUS", "type": "integer", "jsonPath": ".spec.capacity.cpus"},
-        {"name": "GPUS", "type": "integer", "jsonPath": ".spec.capacity.gpus"},
-        {"name": "FREE-CPUS", "type": "integer", "jsonPath": ".status.freeCPUs"},
-        {"name": "FREE-GPUS", "type": "integer", "jsonPath": ".status.freeGPUs"},
-        {"name": "GPU-MODE", "type": "string", "jsonPath": ".status.gpuMode"},
-        {"name": "DRA", "type": "string", "jsonPath": ".status.dra.summary", "priority": 1},
-        {
-            "name": "POLICY",
-            "type": "string",
-            "jsonPath": ".spec.policies.topologyManagerPolicy",
-        },
-        {"name": "AGE", "type": "date", "jsonPath": ".metadata.creationTimestamp"},
-    ]
-
-
 def _manifest(
-    *,
-    kind: str,
-    plural: str,
-    singular: str,
-    short_names: list[str],
-    columns: list[dict[str, Any]],
-    schema: dict[str, Any],
+    kind: str, plural: str, short_names: list[str], columns: list[dict[str, Any]], schema: object
 ) -> dict[str, Any]:
     return {
         "apiVersion": "apiextensions.k8s.io/v1",
         "kind": "CustomResourceDefinition",
-        "metadata": {
-            "name": f"{plural}.{GROUP}",
-            "labels": {"app.kubernetes.io/name": "numatopo"},
-        },
+        "metadata": {"name": f"{plural}.{GROUP}", "labels": {"app.kubernetes.io/name": "numatopo"}},
         "spec": {
             "group": GROUP,
             "scope": "Cluster",
@@ -157,7 +126,7 @@ def _manifest(
                 "kind": kind,
                 "listKind": f"{kind}List",
                 "plural": plural,
-                "singular": singular,
+                "singular": kind.lower(),
                 "shortNames": short_names,
                 "categories": ["numatopo"],
             },
@@ -177,36 +146,33 @@ def _manifest(
 
 def crd_manifest() -> dict[str, Any]:
     """The Numatopology CustomResourceDefinition object, ready to be dumped as YAML."""
-    return _manifest(
-        kind=KIND,
-        plural=PLURAL,
-        singular=SINGULAR,
-        short_names=SHORT_NAMES,
-        columns=_printer_columns(),
-        schema=structural_schema(),
-    )
+    columns: list[dict[str, Any]] = [
+        {"name": "NUMA", "type": "integer", "jsonPath": ".spec.capacity.numaNodes"},
+        {"name": "CPUS", "type": "integer", "jsonPath": ".spec.capacity.cpus"},
+        {"name": "GPUS", "type": "integer", "jsonPath": ".spec.capacity.gpus"},
+        {"name": "FREE-CPUS", "type": "integer", "jsonPath": ".status.freeCPUs"},
+        {"name": "FREE-GPUS", "type": "integer", "jsonPath": ".status.freeGPUs"},
+        {"name": "GPU-MODE", "type": "string", "jsonPath": ".status.gpuMode"},
+        {"name": "DRA", "type": "string", "jsonPath": ".status.dra.summary", "priority": 1},
+        {"name": "POLICY", "type": "string", "jsonPath": ".spec.policies.topologyManagerPolicy"},
+        {"name": "AGE", "type": "date", "jsonPath": ".metadata.creationTimestamp"},
+    ]
+    schema = structural_schema(Numatopology, NUMATOPOLOGY_DESCRIPTION)
+    return _manifest(KIND, PLURAL, SHORT_NAMES, columns, schema)
 
 
 def network_topology_crd_manifest() -> dict[str, Any]:
     """The NetworkTopology CustomResourceDefinition object (DOMAINS: those of the
     narrowest level)."""
-    return _manifest(
-        kind=NETWORK_TOPOLOGY_KIND,
-        plural=NETWORK_TOPOLOGY_PLURAL,
-        singular=NETWORK_TOPOLOGY_KIND.lower(),
-        short_names=["nettopo"],
-        columns=[
-            {"name": "LEVELS", "type": "string", "jsonPath": ".spec.levels[*].nodeLabel"},
-            {"name": "DOMAINS", "type": "integer", "jsonPath": ".status.domains[-1:].count"},
-            {"name": "FREE-GPUS", "type": "integer", "jsonPath": ".status.freeGPUs"},
-            {"name": "AGE", "type": "date", "jsonPath": ".metadata.creationTimestamp"},
-        ],
-        schema=structural_schema(NetworkTopology, NETWORK_TOPOLOGY_DESCRIPTION),
-    )
+    columns = [
+        {"name": "LEVELS", "type": "string", "jsonPath": ".spec.levels[*].nodeLabel"},
+        {"name": "DOMAINS", "type": "integer", "jsonPath": ".status.domains[-1:].count"},
+        {"name": "FREE-GPUS", "type": "integer", "jsonPath": ".status.freeGPUs"},
+        {"name": "AGE", "type": "date", "jsonPath": ".metadata.creationTimestamp"},
+    ]
+    schema = structural_schema(NetworkTopology, NETWORK_TOPOLOGY_DESCRIPTION)
+    return _manifest(NETWORK_TOPOLOGY_KIND, NETWORK_TOPOLOGY_PLURAL, ["nettopo"], columns, schema)
 
 
-CRDS = {
-    "numatopology": crd_manifest,
-    "networktopology": network_topology_crd_manifest,
-}
+CRDS = {"numatopology": crd_manifest, "networktopology": network_topology_crd_manifest}
 """`numatopo crd <name>` -> its manifest; `crds/<name>.yaml` holds each."""

@@ -25,6 +25,7 @@ non-preferred placement is the narrowest mask that holds it all.
 
 from __future__ import annotations
 
+from collections import Counter
 from collections.abc import Sequence
 from dataclasses import dataclass
 from itertools import combinations
@@ -37,7 +38,7 @@ import numpy.typing as npt
 from numatopo_engine.annotations import CpuMode, GpuLinksMode, PolicyName
 from numatopo_engine.gpu_assignment import GpuMemo, choose_gpus, first_unlinked_pair, set_bandwidth
 from numatopo_engine.hints import Need, RowLayout
-from numatopo_engine.numamask import LOCAL_DISTANCE
+from numatopo_engine.numamask import LOCAL_DISTANCE, bits
 from numatopo_engine.packing import (
     Hosts,
     WorkloadMix,
@@ -95,7 +96,7 @@ class Plan:
     every: int  # the default mask (all positions of the space)
     providers: tuple[_Provider, ...]
     totals: tuple[tuple[str, int, Ints], ...]  # (resource, need, row columns) node-wide
-    plain_cpu_columns: Ints
+    free: FreeColumns  # the rank's fragmentation columns; `free.cpu`: free plain CPUs
     floor: int
     narrowest: int  # the score's span numerator
     cpu_capacity: Ints  # per mask: allocatable CPUs
@@ -103,11 +104,7 @@ class Plan:
     gpu_all_in_mask: Ints  # per mask: GPUs (any resource) in it or on no NUMA node
     gpu_matching: int  # bitmask of the GPUs of the requested resource
     position_of: dict[int, int]
-    gpu_count_columns: Ints  # row columns of free GPU counts (any resource, on a NUMA node)
-    gpu_count_onehot: Ints  # (those columns x positions) 0/1: the column's NUMA position
     position_gpu_bits: Ints  # per NUMA position: bitmask of its GPUs (0 past 63 GPUs)
-    numa_gpu_capacity: int  # the most GPUs one NUMA node of the hardware holds
-    numa_cpu_capacity: int  # the most allocatable CPUs one NUMA node holds
 
 
 def make_plan(
@@ -143,7 +140,6 @@ def make_plan(
     gpu_matching, gpu_in_mask, gpu_all = _gpus_in_masks(tables, need, ids, masks)
     allocatable = np.array([len(tables.numa_allocatable[n]) for n in ids], dtype=np.int64)
     free = free_columns(tables, layout)
-    cpu_cols = free.cpu
     whole_cols = np.array([layout.whole(p) for p in range(len(ids))], dtype=np.int64)
     return Plan(
         tables=tables,
@@ -160,8 +156,8 @@ def make_plan(
         narrow_rank=narrow_rank,
         every=every,
         providers=providers,
-        totals=_totals(layout, need, cpu_cols, whole_cols),
-        plain_cpu_columns=cpu_cols,
+        totals=_totals(layout, need, free.cpu, whole_cols),
+        free=free,
         floor=floor,
         narrowest=max((p.narrowest for p in providers), default=1),
         cpu_capacity=member @ allocatable,
@@ -169,8 +165,6 @@ def make_plan(
         gpu_all_in_mask=np.array(gpu_all, dtype=np.int64),
         gpu_matching=gpu_matching,
         position_of=position_of,
-        gpu_count_columns=free.gpu_count,
-        gpu_count_onehot=free.gpu_onehot,
         position_gpu_bits=np.array(
             [
                 sum(1 << g for g, n in tables.gpu_numa.items() if n == numa and g < 63)
@@ -178,8 +172,6 @@ def make_plan(
             ],
             dtype=np.int64,
         ),
-        numa_gpu_capacity=free.numa_gpu_capacity,
-        numa_cpu_capacity=free.numa_cpu_capacity,
     )
 
 
@@ -230,10 +222,7 @@ def free_columns(tables: Tables, layout: RowLayout) -> FreeColumns:
     onehot = np.zeros((len(located), len(ids)), dtype=np.int64)
     for row, (_, position) in enumerate(located):
         onehot[row, position] = 1
-    per_numa: dict[int, int] = {}
-    for numa in tables.gpu_numa.values():
-        if numa is not None:
-            per_numa[numa] = per_numa.get(numa, 0) + 1
+    per_numa = Counter(n for n in tables.gpu_numa.values() if n is not None)
     return FreeColumns(
         cpu=np.array([layout.cpu(p) for p in range(len(ids))], dtype=np.int64),
         gpu_count=np.array([layout.gpu(i) for i, _ in located], dtype=np.int64),
@@ -476,10 +465,7 @@ def _device_hint_inputs(
     ):  # fmt: skip
         if not count:
             continue
-        located: dict[int, int] = {}
-        for place, kind in places:
-            if place is not None and resource in (None, kind):
-                located[place] = located.get(place, 0) + 1
+        located = Counter(p for p, kind in places if p is not None and resource in (None, kind))
         if not located:
             continue
         by_numa: dict[int, list[int]] = {}
@@ -550,7 +536,7 @@ def decide_rows(
         refuse(lacking, Kind.SHORT)
     exclusive = plan.need.exclusive_cpus
     if exclusive:
-        free_cpus = rows[:, plan.plain_cpu_columns].sum(axis=1)
+        free_cpus = rows[:, plan.free.cpu].sum(axis=1)
         refuse(free_cpus - exclusive < plan.floor, Kind.SHARED_POOL)
     sat, memory = _hints(plan, rows)
     preferred_any = _preferred_anywhere(plan, sat, count)
@@ -761,7 +747,7 @@ def _finish(
             if chosen_gpus is None:
                 refused[i] = True
                 kind[i] = Kind.GPU_LINKS
-                inside = _bit_list(free_bits & plan.gpu_in_mask[index])
+                inside = bits(free_bits & plan.gpu_in_mask[index])
                 best = choose_gpus(tables, frozenset(inside), need.gpus,
                                    GpuLinksMode.PREFERRED, memo)  # fmt: skip
                 pairs[i] = first_unlinked_pair(tables, best or ())
@@ -774,13 +760,13 @@ def _finish(
                 free_in = (free_bits & plan.gpu_in_mask[index]).bit_count()
                 gpu_fill[i] = min(1.0, (total - free_in + len(chosen_gpus)) / total)
     span = np.minimum(1.0, plan.narrowest / plan.counts[chosen])
-    fills: list[npt.NDArray[np.float64]] = []
+    fills: list[Floats] = []
     if need.gpus:
         fills.append(gpu_fill)
     exclusive = need.exclusive_cpus
     if exclusive:
         capacity = plan.cpu_capacity[chosen]
-        free_in = (rows[:, plan.plain_cpu_columns] * plan.member[chosen]).sum(axis=1)
+        free_in = (rows[:, plan.free.cpu] * plan.member[chosen]).sum(axis=1)
         used = (capacity - free_in + exclusive) / np.maximum(capacity, 1)
         fills.append(np.where(capacity > 0, np.minimum(1.0, used), np.nan))
     scores = _compose(span, links, fills, with_gpus=bool(need.gpus))
@@ -841,8 +827,7 @@ def _rank_terms(
     if not mix:
         none = np.zeros((0, 0), dtype=np.int64)
         return RankTerms(alignment, fill, none, none, none, none)
-    free_gpus = rows[:, plan.gpu_count_columns] @ plan.gpu_count_onehot
-    free_cpus = rows[:, plan.plain_cpu_columns]
+    free_gpus, free_cpus = plan.free.per_numa(rows)
     taken_gpus = np.zeros_like(free_gpus)
     if need.gpus:
         bits_of: dict[tuple[int, ...], int] = {}
@@ -871,8 +856,8 @@ def _rank_terms(
                 take = min(left, int(free_cpus[i, position]))
                 taken_cpus[i, position] = take
                 left -= take
-    capacity = plan.numa_gpu_capacity
-    cpu_capacity = plan.numa_cpu_capacity
+    capacity = plan.free.numa_gpu_capacity
+    cpu_capacity = plan.free.numa_cpu_capacity
     free_before, used_before = usable_gpus(
         free_gpus, free_cpus, capacity, mix, numa_cpu_capacity=cpu_capacity
     )
@@ -897,13 +882,7 @@ def _mean_fill(fills: list[Floats], like: Floats) -> Floats:
     return np.where(count > 0, total / np.maximum(count, 1), 1.0)
 
 
-def _compose(
-    span: npt.NDArray[np.float64],
-    links: npt.NDArray[np.float64],
-    fills: list[npt.NDArray[np.float64]],
-    *,
-    with_gpus: bool,
-) -> Ints:
+def _compose(span: Floats, links: Floats, fills: list[Floats], *, with_gpus: bool) -> Ints:
     """The `scoring` formula over arrays, term by term in the order of its scalar oracle
     (`compose_score` in tests/engine/allocation/score_oracle.py), so every float is
     the same IEEE double (`rint` rounds half to even, as `round` does). NaN: no fill."""
@@ -915,24 +894,11 @@ def _compose(
 
 
 def _to_ids(mask: int, ids: tuple[int, ...]) -> int:
-    out = 0
-    for p, numa in enumerate(ids):
-        if mask >> p & 1:
-            out |= 1 << numa
-    return out
-
-
-def _bit_list(value: int) -> list[int]:
-    out = []
-    while value:
-        low = value & -value
-        out.append(low.bit_length() - 1)
-        value ^= low
-    return out
+    return sum(1 << numa for p, numa in enumerate(ids) if mask >> p & 1)
 
 
 def _best_bandwidth(plan: Plan, memo: GpuMemo) -> float:
-    every = frozenset(_bit_list(plan.gpu_matching))
+    every = frozenset(bits(plan.gpu_matching))
     best = choose_gpus(plan.tables, every, plan.need.gpus, GpuLinksMode.PREFERRED, memo)
     return set_bandwidth(plan.tables, best) if best else 0.0
 
@@ -950,14 +916,14 @@ def _gpu_choice(plan: Plan, free_bits: int, in_mask: int, memo: GpuMemo) -> tupl
     no_numa = sum(1 << g for g, numa in tables.gpu_numa.items() if numa is None)
     inside = free & in_mask & ~no_numa
     if inside.bit_count() >= need.gpus:
-        return choose_gpus(tables, frozenset(_bit_list(inside)), need.gpus, mode, memo)
-    chosen = set(_bit_list(inside))
+        return choose_gpus(tables, frozenset(bits(inside)), need.gpus, mode, memo)
+    chosen = set(bits(inside))
     for pool in (free & ~in_mask & ~no_numa, free & no_numa):
         missing = need.gpus - len(chosen)
         if missing <= 0 or not pool:
             continue
         extra = choose_gpus(
-            tables, frozenset(_bit_list(pool)), min(missing, pool.bit_count()),
+            tables, frozenset(bits(pool)), min(missing, pool.bit_count()),
             GpuLinksMode.PREFERRED, memo,
         )  # fmt: skip
         chosen |= set(extra or ())
@@ -982,7 +948,7 @@ def shortfall(plan: Plan, decided: Decided, index: int, row: Ints) -> Shortfall:
                     free_of=shown,
                 )  # fmt: skip
     if why is Kind.SHARED_POOL:
-        return Shortfall(why, policy, plan.wanted, bound=int(row[plan.plain_cpu_columns].sum()))
+        return Shortfall(why, policy, plan.wanted, bound=int(row[plan.free.cpu].sum()))
     if why is Kind.GPU_LINKS:
         return Shortfall(why, policy, plan.wanted, pair=decided.pair[index])
     shown, free = _per_numa(plan, row)

@@ -16,7 +16,7 @@ from __future__ import annotations
 import enum
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
-from itertools import pairwise
+from itertools import groupby, pairwise
 
 import numpy as np
 
@@ -42,6 +42,7 @@ __all__ = [
     "describe_domain",
     "domain_fragmentation",
     "domain_utilization",
+    "first_fit",
     "member_order",
     "place_group",
 ]
@@ -433,8 +434,7 @@ class _Placer:
         found = self.copies.get(node)
         if found is not None:
             return found
-        candidate = self.nodes[node]
-        state = candidate.state
+        state = self.nodes[node].state
         key = (
             state.shape_key,
             state.free_signature(),
@@ -486,13 +486,9 @@ class _Placer:
                 steered.append((self.spread_over(chosen), growth, self._broken(chosen), order))
             steered.sort()
             ranked = [r for key in steered for r in ranked if r[1] == key[3]]
-        start = 0
-        while start < len(ranked):
-            end = start
-            while end < len(ranked) and ranked[end][0] == ranked[start][0]:
-                end += 1
+        for _, alike in groupby(ranked, key=lambda r: r[0]):  # runs of equal growth
             fitting: list[tuple[int, int, Path, list[tuple[str, int]]]] = []
-            for _, order, path, inside in ranked[start:end]:
+            for _, order, path, inside in alike:
                 chosen = self._select(index, path, inside, strategy)
                 if chosen is None:
                     best = max(best, (sum(self._copies(n) for n in inside), path[-1]))
@@ -503,7 +499,6 @@ class _Placer:
                 found = self._realise(_Choice(index, path, chosen))
                 if found is not None:
                     return found
-            start = end
         if short:
             bound, path, inside = max(short, key=lambda s: s[0])
             if bound > best[0]:
@@ -728,7 +723,7 @@ class _Placer:
         if anywhere:
             domains.append((None, ANYWHERE, self._anywhere(every=True)))
         for index, path, inside in domains:
-            found = _fill_in_turn(self.ordered, inside, self.nodes, self.engine)
+            found = first_fit(self.nodes, inside, self.ordered, self.engine)
             if found is not None:
                 return self._placement(index, path, found)
         return None
@@ -753,31 +748,37 @@ class _Placer:
         return text
 
 
-def _fill_in_turn(
-    ordered: Sequence[Member],
-    inside: Sequence[str],
+def first_fit(
     nodes: Mapping[str, NodeCandidate],
+    order: Iterable[str],
+    members: Sequence[Member],
     engine: Engine,
 ) -> dict[str, Assignment] | None:
+    """A topology-blind gang: members in rank order, each on the first node (in `order`)
+    whose engine `allocate` takes it; all or nothing (states are copied, not changed)."""
     states: dict[str, NodeState] = {}
     found: dict[str, Assignment] = {}
+    names = list(order)
     position = 0
-    for member in ordered:
-        while position < len(inside):
-            node = inside[position]
-            state = states.get(node)
-            if state is None:
-                state = states[node] = nodes[node].state.copy()
-            try:
-                decision = allocate(
-                    nodes[node].topology, state, member.request, node, engine=engine
-                )
-            except UnsatisfiableError:
-                position += 1
-                continue
-            state.apply(member.key, decision.assignment)
-            found[member.key] = decision.assignment
-            break
+    for member in members:
+        gpus = sum(c.gpus for c in member.request.containers)
+        while position < len(names):
+            node = names[position]
+            state = states.get(node) or nodes[node].state
+            if state.free_gpu_count() >= gpus:
+                try:
+                    decision = allocate(
+                        nodes[node].topology, state, member.request, node, engine=engine
+                    )
+                except UnsatisfiableError:
+                    decision = None
+                if decision is not None:
+                    if node not in states:
+                        state = states[node] = state.copy()
+                    state.apply(member.key, decision.assignment)
+                    found[member.key] = decision.assignment
+                    break
+            position += 1
         else:
             return None
     return found

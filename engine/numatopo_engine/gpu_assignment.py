@@ -38,10 +38,7 @@ def set_bandwidth(tables: Tables, gpus: Iterable[int]) -> float:
 
 
 def first_unlinked_pair(tables: Tables, gpus: Iterable[int]) -> tuple[int, int] | None:
-    for pair in combinations(sorted(gpus), 2):
-        if pair not in tables.gpu_bandwidth:
-            return pair
-    return None
+    return next((p for p in combinations(sorted(gpus), 2) if p not in tables.gpu_bandwidth), None)
 
 
 GpuMemo = dict[tuple[str, frozenset[int], int, str], tuple[int, ...] | None]
@@ -60,10 +57,9 @@ def choose_gpus(
     if memo is None:
         return _search(tables, sorted(candidates), count, mode)
     key = (tables.key, candidates, count, mode.value)
-    if key in memo:
-        return memo[key]
-    chosen = memo[key] = _search(tables, sorted(candidates), count, mode)
-    return chosen
+    if key not in memo:
+        memo[key] = _search(tables, sorted(candidates), count, mode)
+    return memo[key]
 
 
 def _search(

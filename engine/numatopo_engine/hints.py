@@ -55,9 +55,8 @@ class FreeView:
     nics: set[int]  # NIC positions (`topology_tables`): names decide nothing
     memory: dict[int, int]
     hugepages: dict[tuple[int, str], int]
-    groups: dict[int, int] = field(
-        default_factory=dict
-    )  # NUMA id -> group mask, -1: two groups (`state.join_group`)
+    # NUMA id -> group mask, -1: two groups (`state.join_group`)
+    groups: dict[int, int] = field(default_factory=dict)
 
     @classmethod
     def from_state(cls, tables: Tables, state: NodeState) -> FreeView:

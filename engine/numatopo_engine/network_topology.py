@@ -97,15 +97,11 @@ class NetworkTopologyStatus(WireModel):
     domains: list[DomainCount] = Field(default_factory=list)
     free_gpus: NonNegInt = Field(default=0, alias="freeGPUs")
     largest_free_domain: FreeDomain | None = Field(
-        default=None,
-        description="The domain of the narrowest level with the most free GPUs.",
+        default=None, description="The domain of the narrowest level with the most free GPUs."
     )
     conditions: list[Condition] = Field(
         default_factory=list,
-        json_schema_extra={
-            "x-kubernetes-list-type": "map",
-            "x-kubernetes-list-map-keys": ["type"],
-        },
+        json_schema_extra={"x-kubernetes-list-type": "map", "x-kubernetes-list-map-keys": ["type"]},
     )
 
 

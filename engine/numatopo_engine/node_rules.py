@@ -72,9 +72,7 @@ def tolerates(toleration: object, taint: object) -> bool:
         return False
     key, operator, value, effect = wants
     taint_key, taint_value, taint_effect = has
-    if effect and effect != taint_effect:
-        return False
-    if key and key != taint_key:
+    if (effect and effect != taint_effect) or (key and key != taint_key):
         return False
     if operator in ("", "Equal"):
         return value == taint_value
@@ -232,14 +230,12 @@ def matches_required_affinity(affinity: object, node: Mapping[str, Any]) -> bool
     if terms is None:
         return False
     labels, name = _labels(node), _node_name(node)
-    for term in terms:
-        if not isinstance(term, Mapping):
-            continue
-        if not term.get("matchExpressions") and not term.get("matchFields"):
-            continue  # an empty term selects nothing
-        if _term_matches(term, labels, name):
-            return True
-    return False
+    return any(
+        isinstance(term, Mapping)
+        and bool(term.get("matchExpressions") or term.get("matchFields"))  # else selects nothing
+        and _term_matches(term, labels, name)
+        for term in terms
+    )
 
 
 def _taint_text(taint: object) -> str:

@@ -11,36 +11,19 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 
-__all__ = [
-    "LOCAL_DISTANCE",
-    "bits",
-    "format_mask",
-    "make_mask",
-    "sort_key",
-    "width",
-]
+__all__ = ["LOCAL_DISTANCE", "bits", "format_mask", "make_mask", "sort_key", "width"]
 
 # ACPI SLIT defines 10 as the distance of a node to itself.
 LOCAL_DISTANCE = 10
 
 
 def make_mask(numa_ids: Iterable[int]) -> int:
-    mask = 0
-    for numa_id in numa_ids:
-        mask |= 1 << numa_id
-    return mask
+    return sum(1 << numa_id for numa_id in set(numa_ids))
 
 
 def bits(mask: int) -> list[int]:
     """The NUMA ids in `mask`, ascending."""
-    out: list[int] = []
-    numa_id = 0
-    while mask:
-        if mask & 1:
-            out.append(numa_id)
-        mask >>= 1
-        numa_id += 1
-    return out
+    return [numa_id for numa_id in range(mask.bit_length()) if mask >> numa_id & 1]
 
 
 def width(mask: int) -> int:

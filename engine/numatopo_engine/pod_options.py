@@ -183,15 +183,7 @@ def options_from_annotations(
     smt = choice(values, keys.SMT, SmtMode, SmtMode.ANY)
     if smt is SmtMode.FULL_CORES and cpu is not CpuMode.EXCLUSIVE:
         raise InvalidRequestError(
-            keys.SMT,
-            f"'full-cores' places exclusive CPUs only, but cpu is {cpu.value!r}",
+            keys.SMT, f"'full-cores' places exclusive CPUs only, but cpu is {cpu.value!r}"
         )
     gpu_links = choice(values, keys.GPU_LINKS, GpuLinksMode, GpuLinksMode.PREFERRED)
-    return TopologyOptions(
-        policy=policy,
-        scope=scope,
-        cpu=cpu,
-        smt=smt,
-        gpu_links=gpu_links,
-        max_numa_nodes=_max_numa_nodes(values, policy),
-    )
+    return TopologyOptions(policy, scope, cpu, smt, gpu_links, _max_numa_nodes(values, policy))

@@ -233,9 +233,7 @@ class _Reading:
                 self.path("requests", resource),
                 f"{self.requests[resource]} is above the limit {self.limits[resource]}",
             )
-        if requested is not None:
-            return requested
-        return limit or 0
+        return requested if requested is not None else limit or 0
 
     def equal_pair(self, resource: str, parse: _Parser) -> int:
         """A resource whose request, when given, must equal its limit."""
@@ -283,9 +281,7 @@ def _single_device(counts: Mapping[str, int], what: str, where: str) -> tuple[st
             f"{where}.resources",
             f"asks for {what} under both {names}; a container may use one {what[:-1]} resource",
         )
-    for name, count in asked.items():
-        return name, count
-    return None, 0
+    return next(iter(asked.items()), (None, 0))
 
 
 def _check_unique_names(containers: Sequence[ContainerRequest]) -> None:

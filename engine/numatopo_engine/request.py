@@ -32,9 +32,7 @@ class ContainerRequest:
     @property
     def integer_cpus(self) -> int | None:
         """Whole CPUs when the CPU request is an integer (eligible for exclusive CPUs)."""
-        if self.cpu_milli > 0 and self.cpu_milli % 1000 == 0:
-            return self.cpu_milli // 1000
-        return None
+        return self.cpu_milli // 1000 if self.cpu_milli > 0 and self.cpu_milli % 1000 == 0 else None
 
 
 @dataclass(frozen=True, slots=True)

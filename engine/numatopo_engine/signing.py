@@ -33,14 +33,7 @@ from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey,
 
 from numatopo_engine.annotations import Assignment
 
-__all__ = [
-    "PodIdentity",
-    "Signer",
-    "SigningKeyError",
-    "Verifier",
-    "canonical",
-    "key_id",
-]
+__all__ = ["PodIdentity", "Signer", "SigningKeyError", "Verifier", "canonical", "key_id"]
 
 SCHEME = "ed25519"
 # Bound to this use: a signature over these bytes cannot be replayed as anything else.

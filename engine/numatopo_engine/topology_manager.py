@@ -36,10 +36,5 @@ def best_non_preferred(
     if not masks:
         return None
     widths = {m.bit_count() for m in masks}
-    if target in widths:
-        width = target
-    elif any(w < target for w in widths):
-        width = max(w for w in widths if w < target)
-    else:
-        width = min(widths)
+    width = max((w for w in widths if w <= target), default=min(widths))
     return min((m for m in masks if m.bit_count() == width), key=key)

@@ -23,6 +23,7 @@ is left unjoined: numatopo never hands out a device it cannot place.
 from __future__ import annotations
 
 import enum
+from collections import Counter
 from collections.abc import Iterable
 from dataclasses import dataclass
 
@@ -249,11 +250,9 @@ def _placed(
 
 def _unshared(devices: list[DraDevice]) -> list[DraDevice]:
     """Two devices joined to one GPU or NIC: neither can be trusted."""
-    counts: dict[object, int] = {}
-    for d in devices:
-        if d.kind is not DeviceKind.OTHER:
-            key = (d.kind, d.gpu, d.nic, d.cpu)
-            counts[key] = counts.get(key, 0) + 1
+    counts = Counter(
+        (d.kind, d.gpu, d.nic, d.cpu) for d in devices if d.kind is not DeviceKind.OTHER
+    )
     why = "is claimed by another device too"
     return [
         DraDevice(d.id, d.device, DeviceKind.OTHER, why=f"{d.why} {why}")
@@ -280,12 +279,7 @@ def dra_devices(node: DraNode) -> model.DraDevices | None:
         words.append(f"{pool}: {', '.join(said)}")
     devices = [
         model.DraDevice(
-            driver=d.id.driver,
-            pool=d.id.pool,
-            device=d.id.device,
-            gpu=d.gpu,
-            nic=d.nic,
-            cpu=d.cpu,
+            driver=d.id.driver, pool=d.id.pool, device=d.id.device, gpu=d.gpu, nic=d.nic, cpu=d.cpu
         )
         for d in sorted(joined, key=lambda d: d.id)
     ]

@@ -7,6 +7,7 @@ stops holding CPUs for a pod it scheduled once the pod shows up here.
 
 from __future__ import annotations
 
+from collections import Counter
 from typing import ClassVar, Literal
 
 from pydantic import Field
@@ -116,23 +117,18 @@ def _pod_allocation(key: str, assignment: Assignment, spec: NumatopologySpec) ->
     nic_resource = {n.name: n.resource for n in spec.nics}
     containers = []
     for cname, container in sorted(assignment.containers.items()):
-        held: dict[str, int] = {}
         devices = [*container.gpu_indices, *container.mig_indices]
-        for resource in [gpu_resource.get(i, "") for i in devices] + [
-            nic_resource.get(n, "") for n in container.nics
-        ]:
-            if resource:
-                held[resource] = held.get(resource, 0) + 1
-        allocations = {resource: str(count) for resource, count in sorted(held.items())}
+        held = Counter(gpu_resource.get(i, "") for i in devices)
+        held.update(nic_resource.get(n, "") for n in container.nics)
+        allocations = {r: str(count) for r, count in sorted(held.items()) if r}
         if container.exclusive and container.cpus:
             allocations["cpu"] = str(container.cpus)
         memory = sum(container.memory.values())
         if memory:
             allocations["memory"] = str(memory)
-        pages: dict[str, int] = {}
+        pages: Counter[str] = Counter()
         for sizes in container.hugepages.values():
-            for size, amount in sizes.items():
-                pages[size] = pages.get(size, 0) + amount
+            pages.update(sizes)
         allocations.update({f"hugepages-{s}": str(n) for s, n in sorted(pages.items()) if n})
         containers.append(ContainerAllocation(name=cname, allocations=allocations))
     return PodAllocation(name=name, namespace=namespace, container_allocations=containers)

@@ -106,11 +106,5 @@ def numa_zones(
         for (numa, resource), (count, unbooked) in sorted(devices.items()):
             if numa == node.id:
                 resources[resource] = Amounts(count, count, unbooked)
-        zones.append(
-            NumaZone(
-                numa=node.id,
-                distances={int(k): v for k, v in node.distances.items()},
-                resources=resources,
-            )
-        )
+        zones.append(NumaZone(node.id, {int(k): v for k, v in node.distances.items()}, resources))
     return zones

@@ -114,12 +114,7 @@ class Cluster:
         return out if allowed is None else [i for i in out if i in allowed]
 
     def book(
-        self,
-        index: int,
-        pod: PodRow,
-        *,
-        gpus: Sequence[int],
-        exclusive_cpus: Mapping[int, int],
+        self, index: int, pod: PodRow, *, gpus: Sequence[int], exclusive_cpus: Mapping[int, int]
     ) -> None:
         """Take `pod`'s resources on node `index`: its GPUs and exclusive CPUs per NUMA node."""
         node = self.nodes[index]

@@ -25,6 +25,7 @@ from collections import Counter
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 
+from numatopo_engine.numamask import bits
 from numatopo_engine.simulation.cluster import Cluster, SimNode, tightest_share
 from numatopo_engine.simulation.trace import GPU_MILLI, PodRow
 
@@ -119,19 +120,11 @@ class Fragmentation:
         self._reweigh()
 
     def _fit_mask(self, state: State) -> int:
-        mask = 0
-        for bit, kind in enumerate(self.types):
-            if kind.fits(state):
-                mask |= 1 << bit
-        return mask
+        return sum(1 << bit for bit, kind in enumerate(self.types) if kind.fits(state))
 
     def _count(self, mask: int, step: int) -> None:
-        bit = 0
-        while mask:
-            if mask & 1:
-                self.hosts[bit] += step
-            mask >>= 1
-            bit += 1
+        for bit in bits(mask):
+            self.hosts[bit] += step
 
     def _reweigh(self) -> None:
         self._levels = [max(h, 1).bit_length() - 1 for h in self.hosts]
@@ -159,8 +152,7 @@ class Fragmentation:
         """Expected GPU milli unusable by the next GPU request, on a node in `state`."""
         cached = self._cache.get(state)
         if cached is None:
-            cached = _unusable(self.types, self.weights, state)
-            self._cache[state] = cached
+            cached = self._cache[state] = _unusable(self.types, self.weights, state)
         return cached
 
     def growth(self, candidates: Iterable[int], pod: PodRow) -> dict[int, float]:

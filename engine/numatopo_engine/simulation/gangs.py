@@ -42,17 +42,17 @@ import heapq
 import math
 import random
 from collections import Counter
-from collections.abc import Callable, Iterable, Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from itertools import pairwise
 
-from numatopo_engine.allocation import Engine, allocate
+from numatopo_engine.allocation import Engine
 from numatopo_engine.annotations import Assignment, PolicyName
 from numatopo_engine.domains import (
     DomainTree,
     Member,
-    NodeCandidate,
     domain_fragmentation,
+    first_fit,
     place_group,
 )
 from numatopo_engine.errors import UnsatisfiableError
@@ -61,7 +61,6 @@ from numatopo_engine.network_topology import HOSTNAME_LABEL
 from numatopo_engine.request import ContainerRequest, PodRequest, TopologyOptions
 from numatopo_engine.simulation.leafspine import ClusterFile
 from numatopo_engine.simulation.metrics import milliseconds
-from numatopo_engine.state import NodeState
 
 __all__ = [
     "GANG_STRATEGIES",
@@ -337,42 +336,6 @@ def _blind(run: _Run, job: GangJob, members: list[Member]) -> dict[str, Assignme
     return first_fit(run.nodes, run.by_name, members, run.engine)
 
 
-def first_fit(
-    nodes: Mapping[str, NodeCandidate],
-    order: Iterable[str],
-    members: Sequence[Member],
-    engine: Engine,
-) -> dict[str, Assignment] | None:
-    """A topology-blind gang: members in rank order, each on the first node (in `order`)
-    whose engine `allocate` takes it; all or nothing (states are copied, not changed)."""
-    states: dict[str, NodeState] = {}
-    found: dict[str, Assignment] = {}
-    names = list(order)
-    position = 0
-    for member in members:
-        gpus = sum(c.gpus for c in member.request.containers)
-        while position < len(names):
-            node = names[position]
-            state = states.get(node) or nodes[node].state
-            if state.free_gpu_count() >= gpus:
-                try:
-                    decision = allocate(
-                        nodes[node].topology, state, member.request, node, engine=engine
-                    )
-                except UnsatisfiableError:
-                    decision = None
-                if decision is not None:
-                    if node not in states:
-                        state = states[node] = state.copy()
-                    state.apply(member.key, decision.assignment)
-                    found[member.key] = decision.assignment
-                    break
-            position += 1
-        else:
-            return None
-    return found
-
-
 PLACERS: Mapping[str, Placer] = {
     "numatopo": _numatopo,
     "required-only": _required_only,
@@ -415,9 +378,7 @@ def simulate_gangs(
             fits[shape] = _numatopo(probe, job, probe.members(job, policy)) is not None
     too_big = [job for job in jobs if not fits[(job.pods, job.gpus_per_pod)]]
     jobs = [job for job in jobs if fits[(job.pods, job.gpus_per_pod)]]
-    histogram: dict[int, int] = {}
-    for job in jobs:
-        histogram[job.gpus] = histogram.get(job.gpus, 0) + 1
+    histogram = Counter(job.gpus for job in jobs)
     result = GangResult(
         nodes=len(candidates),
         gpus=sum(len(c.topology.gpus) for c in candidates.values()),

@@ -19,21 +19,14 @@ GPUs on NUMA node 0 and the rest on node 1, as 2-socket PCIe servers wire them.
 
 from __future__ import annotations
 
+from collections import Counter
 from collections.abc import Mapping
 from dataclasses import dataclass
 from itertools import combinations
 from typing import Any
 
 from numatopo_engine.cpuset import CPUSet
-from numatopo_engine.model import (
-    Cpu,
-    Gpu,
-    GpuLink,
-    GpuPath,
-    NumaNode,
-    NumatopologySpec,
-    PathType,
-)
+from numatopo_engine.model import Cpu, Gpu, GpuLink, GpuPath, NumaNode, NumatopologySpec, PathType
 from numatopo_engine.simulation.trace import NodeRow
 
 __all__ = [
@@ -169,11 +162,7 @@ def build_node_spec(node: NodeRow, layout: Layout) -> NumatopologySpec:
         for i, n in enumerate(numa)
     ]
     gpus = [
-        Gpu(
-            index=i,
-            numa=min(layout.numa_of(i, node.gpus), sockets - 1),
-            model=node.model,
-        )
+        Gpu(index=i, numa=min(layout.numa_of(i, node.gpus), sockets - 1), model=node.model)
         for i in range(node.gpus)
     ]
     links: list[GpuLink] = []
@@ -184,11 +173,7 @@ def build_node_spec(node: NodeRow, layout: Layout) -> NumatopologySpec:
         ]
     linked = {(x.a, x.b) for x in links}
     paths = [
-        GpuPath(
-            a=a.index,
-            b=b.index,
-            path=PathType.NODE if a.numa == b.numa else PathType.SYS,
-        )
+        GpuPath(a=a.index, b=b.index, path=PathType.NODE if a.numa == b.numa else PathType.SYS)
         for a, b in combinations(gpus, 2)
         if (a.index, b.index) not in linked
     ]
@@ -216,10 +201,7 @@ class LinkTable:
             (x.a, x.b): x.bandwidth_g_bps for x in spec.gpu_links
         }
         self._best: dict[int, float] = {}
-        numa_sizes: dict[int, int] = {}
-        for numa in self.gpu_numa:
-            numa_sizes[numa] = numa_sizes.get(numa, 0) + 1
-        self.max_gpus_per_numa = max(numa_sizes.values(), default=0)
+        self.max_gpus_per_numa = max(Counter(self.gpu_numa).values(), default=0)
 
     def gbps(self, a: int, b: int) -> float:
         return self._gbps.get((min(a, b), max(a, b)), 0.0)

@@ -117,8 +117,7 @@ class LeafSpine:
             raise ValueError(
                 f"{text!r}: expected BLOCKSxSPINESxLEAVESxNODES, four positive whole numbers"
             )
-        blocks, spines, leaves, nodes = (int(p) for p in parts)
-        return cls(blocks, spines, leaves, nodes)
+        return cls(*(int(p) for p in parts))
 
     @property
     def size(self) -> int:
@@ -161,7 +160,7 @@ def generate(layout: LeafSpine, shapes: Sequence[NodeShapeWeight], *, seed: int)
     rng.shuffle(names)
     weights = [s.weight for s in shapes]
     nodes: list[ClusterNode] = []
-    position = 0
+    fresh = iter(names)
     for block in range(layout.blocks):
         for spine in range(layout.spines):
             for leaf in range(layout.leaves):
@@ -172,10 +171,6 @@ def generate(layout: LeafSpine, shapes: Sequence[NodeShapeWeight], *, seed: int)
                     LEVELS[2]: f"nn-b{block}-s{spine}-l{leaf}",
                 }
                 for _ in range(layout.nodes):
-                    nodes.append(ClusterNode(name=names[position], shape=shape.name, labels=labels))
-                    position += 1
+                    nodes.append(ClusterNode(name=next(fresh), shape=shape.name, labels=labels))
     used = {node.shape for node in nodes}
-    return ClusterFile(
-        shapes={s.name: s.topology for s in shapes if s.name in used},
-        nodes=nodes,
-    )
+    return ClusterFile(shapes={s.name: s.topology for s in shapes if s.name in used}, nodes=nodes)

@@ -16,12 +16,7 @@ from numatopo_engine.model import NumatopologySpec
 from numatopo_engine.simulation.cluster import Cluster, build_cluster
 from numatopo_engine.simulation.layouts import TopologyMap
 from numatopo_engine.simulation.metrics import Recorder, StrategyResult
-from numatopo_engine.simulation.strategies import (
-    Outcome,
-    Placement,
-    Rejection,
-    make_strategy,
-)
+from numatopo_engine.simulation.strategies import Outcome, Placement, Rejection, make_strategy
 from numatopo_engine.simulation.trace import GPU_MILLI, NodeRow, PodRow
 
 __all__ = ["SimulationResult", "book_placement", "simulate"]

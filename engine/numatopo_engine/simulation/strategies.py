@@ -39,6 +39,7 @@ them: the engine does not model GPU sharing.
 from __future__ import annotations
 
 import random
+from collections import Counter
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from itertools import product
@@ -47,12 +48,7 @@ import numpy as np
 import numpy.typing as npt
 
 from numatopo_engine.allocation import Engine, allocate, mix_hosts, score_many
-from numatopo_engine.annotations import (
-    Assignment,
-    CpuMode,
-    GpuLinksMode,
-    PolicyName,
-)
+from numatopo_engine.annotations import Assignment, CpuMode, GpuLinksMode, PolicyName
 from numatopo_engine.numamask import bits, sort_key, width
 from numatopo_engine.packing import WorkloadMix
 from numatopo_engine.request import ContainerRequest, PodRequest, TopologyOptions
@@ -107,13 +103,9 @@ def _take_cpus(node: SimNode, mask: int, need: int) -> dict[int, int]:
     The kubelet's CPU manager does the same when the merged hint is narrower than what
     the pod needs: alignment is a preference for the allocator, not a limit.
     """
-    inside = sorted(bits(mask), key=lambda n: -node.numa_free_cpus[n])
-    outside = sorted(
-        (n for n in range(len(node.numa_free_cpus)) if not mask >> n & 1),
-        key=lambda n: -node.numa_free_cpus[n],
-    )
+    free = node.numa_free_cpus
     taken: dict[int, int] = {}
-    for numa in inside + outside:
+    for numa in sorted(range(len(free)), key=lambda n: (not mask >> n & 1, -free[n])):
         take = min(need, node.numa_free_cpus[numa])
         if take:
             taken[numa] = take
@@ -324,19 +316,17 @@ class VolcanoNuma(Strategy):
     name = "volcano-numa"
 
     def place(self, cluster: Cluster, pod: PodRow, candidates: list[int]) -> Outcome:
-        ranked: list[tuple[int, int, int]] = []  # (NUMA nodes spanned, -best-fit, index)
+        ranked: list[tuple[int, int, int, int]] = []  # (NUMA nodes spanned, -best-fit, index, mask)
         for index in candidates:
             node = cluster.nodes[index]
             mask = next((m for m in _masks(node) if _fits_in(node, pod, m)), None)
             if mask is not None:
-                ranked.append((width(mask), -cluster.best_fit_score(index, pod), index))
+                ranked.append((width(mask), -cluster.best_fit_score(index, pod), index, mask))
         if not ranked:
             return Rejection(False, "no node has the GPUs and exclusive CPUs free")
         top = min(r[:2] for r in ranked)
-        index = self.rng.choice([r[2] for r in ranked if r[:2] == top])
-        node = cluster.nodes[index]
-        mask = next(m for m in _masks(node) if _fits_in(node, pod, m))
-        return _aligned(index, node, pod, mask, self.rng)
+        _, _, index, mask = self.rng.choice([r for r in ranked if r[:2] == top])
+        return _aligned(index, cluster.nodes[index], pod, mask, self.rng)
 
 
 class KubeletAdmission(Strategy):
@@ -404,24 +394,21 @@ class Numatopo(Strategy):
         spec = node.spec
         cpu_numa = {c.id: c.numa for c in spec.cpus if c.numa is not None}
         gpus: list[int] = []
-        exclusive: dict[int, int] = {}
+        exclusive: Counter[int] = Counter()
         cpu_numas: set[int] = set()
         for container in assignment.containers.values():
             gpus.extend(container.gpu_indices)
             if container.exclusive and len(container.cpus):
-                for cpu in container.cpus:
-                    numa = cpu_numa[cpu]
-                    exclusive[numa] = exclusive.get(numa, 0) + 1
-                    cpu_numas.add(numa)
+                numas = [cpu_numa[cpu] for cpu in container.cpus]
+                exclusive.update(numas)
+                cpu_numas.update(numas)
             else:
                 cpu_numas.update(container.mems.ids or assignment.numa_nodes)
         return Placement(index, tuple(sorted(gpus)), frozenset(cpu_numas), exclusive, assignment)
 
     def _share(self, index: int, node: SimNode, pod: PodRow) -> Placement:
-        if not pod.fractional:
-            return Placement(index, (), _all_numas(node))
-        gpu = node.pick_shared_gpu(pod.gpu_milli)
-        return Placement(index, (gpu,), _all_numas(node))
+        gpus = (node.pick_shared_gpu(pod.gpu_milli),) if pod.fractional else ()
+        return Placement(index, gpus, _all_numas(node))
 
 
 STRATEGIES = (
