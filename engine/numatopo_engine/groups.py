@@ -14,6 +14,7 @@ from typing import Any
 
 from numatopo_engine import annotations as keys
 from numatopo_engine.errors import InvalidRequestError
+from numatopo_engine.kube_names import is_qualified_name
 from numatopo_engine.pod_options import choice, echo, whole_number
 
 __all__ = [
@@ -40,8 +41,6 @@ MAX_GROUP_SIZE = 100_000
 _RANK = re.compile(r"^[0-9]{1,9}$")
 # A Kubernetes label key: optional DNS-subdomain prefix and '/', then a name of up to
 # 63 alphanumerics, '-', '_', '.' starting and ending alphanumeric.
-_LABEL_NAME = re.compile(r"^[A-Za-z0-9]([-A-Za-z0-9_.]{0,61}[A-Za-z0-9])?$")
-_DNS_SUBDOMAIN = re.compile(r"^[a-z0-9]([-a-z0-9.]{0,251}[a-z0-9])?$")
 _STATEFUL_ORDINAL = re.compile(r"-([0-9]{1,9})$")
 _MAX_NAME = 253
 
@@ -73,11 +72,9 @@ class GroupSpec:
 
 
 def is_label_key(text: str) -> bool:
-    """Whether `text` is a valid Kubernetes label key (`prefix/name` or `name`)."""
-    prefix, slash, name = text.rpartition("/")
-    if slash and not _DNS_SUBDOMAIN.match(prefix):
-        return False
-    return bool(_LABEL_NAME.match(name))
+    """Whether `text` is a valid Kubernetes label key (`prefix/name` or `name`): the
+    API server's own rule (`kube_names`), so no key it would refuse on a Node passes."""
+    return is_qualified_name(text)
 
 
 def group_of(metadata: Mapping[str, Any]) -> GroupSpec | None:

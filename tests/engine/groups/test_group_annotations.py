@@ -165,6 +165,17 @@ def test_annotation_name_wins_over_label() -> None:
             "numatopo.io/topology-preferred",
             "not a node label key",
         ),
+        # A prefix the API server refuses in a label key (an empty DNS label).
+        (
+            {
+                "numatopo.io/group": "g",
+                "numatopo.io/group-size": "2",
+                "numatopo.io/topology-preferred": "network..example/leaf",
+            },
+            {},
+            "numatopo.io/topology-preferred",
+            "not a node label key",
+        ),
         (
             {
                 "numatopo.io/group": "g",
