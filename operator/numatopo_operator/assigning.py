@@ -75,12 +75,7 @@ class Outcome:
 
 
 def pod_ref(pod: RawPod) -> dict[str, str]:
-    metadata = pod.get("metadata") or {}
-    return {
-        "namespace": str(metadata.get("namespace") or "default"),
-        "name": str(metadata.get("name", "")),
-        "uid": str(metadata.get("uid", "")),
-    }
+    return PodView.of(pod).ref
 
 
 def _gated(runtime: Runtime, request: PodRequest, node: str) -> bool:

@@ -161,11 +161,7 @@ async def _slices_and_classes(
 
 
 async def _decide(
-    runtime: Runtime,
-    pod: PodView,
-    base: Any,
-    entries: Any,
-    claims: Mapping[str, api.ResourceClaim],
+    runtime: Runtime, pod: PodView, base: Any, entries: Any, claims: Mapping[str, api.ResourceClaim]
 ) -> ClaimDecision | None:
     slices, classes = await _slices_and_classes(runtime)
     others = []

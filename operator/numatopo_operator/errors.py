@@ -18,12 +18,7 @@ import logging
 from collections.abc import Iterator
 from typing import TYPE_CHECKING
 
-from numatopo_kube import (
-    KubeConflictError,
-    KubeError,
-    KubeForbiddenError,
-    KubeNotFoundError,
-)
+from numatopo_kube import KubeConflictError, KubeError, KubeForbiddenError, KubeNotFoundError
 
 if TYPE_CHECKING:
     from numatopo_operator.metrics import Metrics

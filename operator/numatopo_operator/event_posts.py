@@ -89,7 +89,5 @@ class EventPosts:
         # A line at 1, 10, 100... dropped, not one per Event: a flood would drown the log.
         if len(str(before)) != len(str(self._dropped)) or not before:
             logger.warning(
-                "%d Events dropped so far (%s): numatopo_events_dropped_total",
-                self._dropped,
-                why,
+                "%d Events dropped so far (%s): numatopo_events_dropped_total", self._dropped, why
             )

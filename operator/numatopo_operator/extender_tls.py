@@ -44,11 +44,8 @@ class TlsFiles:
 
     def stamp(self) -> tuple[tuple[int, int, int], ...]:
         """What changes when any of the files is replaced or rewritten (follows links)."""
-        found = []
-        for path in (self.cert, self.key, self.client_ca):
-            info = os.stat(path)
-            found.append((info.st_ino, info.st_mtime_ns, info.st_size))
-        return tuple(found)
+        found = map(os.stat, (self.cert, self.key, self.client_ca))
+        return tuple((info.st_ino, info.st_mtime_ns, info.st_size) for info in found)
 
 
 def _load(files: TlsFiles) -> ssl.SSLContext:
@@ -115,11 +112,7 @@ def extender_context(settings: OperatorSettings) -> RotatingContext | None:
             settings.extender_port,
         )
         return None
-    named = (
-        settings.extender_tls_cert,
-        settings.extender_tls_key,
-        settings.extender_client_ca,
-    )
+    named = (settings.extender_tls_cert, settings.extender_tls_key, settings.extender_client_ca)
     if not all(named):
         raise ExtenderTlsError(
             "the scheduler extender needs TLS: give --extender-tls-cert, --extender-tls-key "

@@ -49,8 +49,7 @@ def heartbeat_of(body: kopf.Body) -> float | None:
 
 def stale_reason(body: kopf.Body) -> str | None:
     """Why a Numatopology cannot be trusted now: its exporter says it is not current."""
-    conditions = (body.get("status") or {}).get("conditions") or []
-    for condition in conditions:
+    for condition in (body.get("status") or {}).get("conditions") or []:
         if (
             isinstance(condition, dict)
             and condition.get("type") == "Exported"
@@ -159,22 +158,17 @@ def reading_with(
 ) -> TopologyReading:
     """The object's reading with `spec` as its spec (parsed by `numatopologies`, or kept
     from an earlier event of the same spec: `cluster_feed`)."""
-    mode = (body.get("status") or {}).get("gpuMode")
+    status = body.get("status") or {}
     try:
-        unhealthy = UnhealthyDevices.model_validate(
-            (body.get("status") or {}).get("unhealthy") or {}
-        )
+        unhealthy = UnhealthyDevices.model_validate(status.get("unhealthy") or {})
     except pydantic.ValidationError as exc:
         # The schema forbids this; a stale object read past it counts every device.
         logger.warning(
             "Numatopology/%s: unreadable status.unhealthy, ignored: %s", body.metadata.name, exc
         )
         unhealthy = UnhealthyDevices()
+    mode = status.get("gpuMode")
+    gpu_mode = mode if isinstance(mode, str) else None
     return TopologyReading(
-        spec,
-        stale_reason(body),
-        heartbeat_of(body),
-        mode if isinstance(mode, str) else None,
-        owned_status(body),
-        unhealthy,
+        spec, stale_reason(body), heartbeat_of(body), gpu_mode, owned_status(body), unhealthy
     )

@@ -1,40 +1,33 @@
 """Which replica decides: a `coordination.k8s.io/v1` Lease, as client-go's leaderelection.
 
-Three durations (settings; defaults 4 s / 3 s / 1 s) with
-`retry_period < renew_deadline < lease_duration`:
+Three durations (settings; defaults 4 s / 3 s / 1 s), `retry_period < renew_deadline <
+lease_duration`:
 
-- A standby reads the Lease `STANDBY_READS_PER_PERIOD` times per `retry_period`. It
-  counts the lease duration from the moment *it saw* the record change (its own
-  monotonic clock, never the holder's `renewTime`, so clock skew between nodes does not
-  matter), and tries to acquire the Lease the moment that much time passed without a
-  renewal, or at once when the Lease is free (no holder: a holder that shut down
-  released it). Reading more often than the holder renews is what makes that moment
-  close to the holder's last renewal: read once a period, the standby saw a renewal up
-  to a whole period late and took over up to a period later than it could have.
-  Acquiring is a patch conditioned on the `resourceVersion` it read, then read back: of
-  two standbys only one wins.
-- The holder renews every `retry_period`. `Runtime.lease.renewed_at` is when the last
-  successful renewal was *sent*; the holder decides and writes only while that is less
-  than `renew_deadline` ago (`Runtime.lease_fresh`, checked before every write), and
-  stands down when it is not. Fencing by expiry: a standby saw that renewal no earlier
-  than it was sent and waits `lease_duration` from then, so a holder cut off from the
-  API is silent for `lease_duration - renew_deadline` (1 s by default) before anyone may
-  take over. A renewal sent late (the loop held up past the deadline) that still holds
-  the Lease ends such a pause: what the holder saw meanwhile was deferred and is judged
-  then (`handover.judge`).
+- A standby reads the Lease `STANDBY_READS_PER_PERIOD` times per `retry_period` and
+  counts the lease duration from when *it saw* the record change (its own monotonic
+  clock, never the holder's `renewTime`: clock skew does not matter). It acquires the
+  Lease once that much time passed without a renewal, or at once when the Lease is free
+  (a holder that shut down released it). Reading more often than the holder renews
+  keeps that moment close to the last renewal (read once a period, it took over up to
+  a period late). Acquiring is a patch conditioned on the `resourceVersion` read, then
+  read back: of two standbys only one wins.
+- The holder renews every `retry_period`; `Runtime.lease.renewed_at` is when the last
+  successful renewal was *sent*. It decides and writes only while that is less than
+  `renew_deadline` ago (`Runtime.lease_fresh`, checked before every write). Fencing by
+  expiry: a standby saw that renewal no earlier than it was sent and waits
+  `lease_duration` from then, so a holder cut off is silent for `lease_duration -
+  renew_deadline` (1 s by default) before anyone may take over. A late renewal that
+  still holds the Lease ends such a pause; what was deferred meanwhile is judged then
+  (`handover.judge`).
 
-Failover after `kill -9` of the holder: the standby acquires `lease_duration` after it
-saw the last renewal (between `lease_duration - retry_period` and `lease_duration +
-retry_period / STANDBY_READS_PER_PERIOD` after the kill), then catches up with the API
-(`handover`) and decides again; `docs/operations.md` has the measured numbers.
+After `kill -9` of the holder the standby acquires `lease_duration` after it saw the
+last renewal, catches up (`handover`) and decides; `docs/operations.md` has the numbers.
 
-The extender Service selects on `ACTIVE_LABEL`; the holder labels its own pod after it
-acquired the Lease and removes the label from the previous holder's pod (a replica
-killed with -9 cannot remove its own); a replica that loses the Lease removes its label
-after it stopped deciding. A call that reaches a non-holder anyway (a handover, a label
-write that failed) is answered with an Error the scheduler retries; it never binds.
-Every replica is Ready (rolling updates and disruption budgets progress); a dead one
-also leaves the Service's endpoints by failing its readiness probe.
+The extender Service selects on `ACTIVE_LABEL`: the holder labels its own pod once it
+holds the Lease and unlabels the previous holder's (a replica killed with -9 cannot); a
+replica that loses the Lease unlabels itself after it stopped deciding. A call reaching
+a non-holder anyway gets an Error the scheduler retries; it never binds. Every replica
+is Ready (rolling updates progress); a dead one fails its readiness probe.
 """
 
 from __future__ import annotations

@@ -62,16 +62,11 @@ class Servers:
     ) -> int:
         runner = web.AppRunner(app, access_log=None)
         await runner.setup()
-        site = web.TCPSite(
-            runner,
-            self.runtime.settings.listen_host,
-            port,
-            ssl_context=tls.listening if tls is not None else None,
-        )
+        host, context = self.runtime.settings.listen_host, tls.listening if tls else None
+        site = web.TCPSite(runner, host, port, ssl_context=context)
         await site.start()
         self._runners.append(runner)
-        server = site._server
-        sockets = getattr(server, "sockets", None) or []
+        sockets = getattr(site._server, "sockets", None) or []
         return int(sockets[0].getsockname()[1]) if sockets else port
 
     async def start(self) -> None:

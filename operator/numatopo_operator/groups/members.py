@@ -329,10 +329,7 @@ def next_step(specs: Mapping[str, GroupSpec], members: Iterable[MemberView]) -> 
         if ready:
             return Step(StepKind.RELEASE, ready, spec=spec)
         return Step(
-            StepKind.RECOVER,
-            tuple(v.key for v in gated),
-            anchor=released[0].record,
-            spec=spec,
+            StepKind.RECOVER, tuple(v.key for v in gated), anchor=released[0].record, spec=spec
         )
     planned = [v for v in gated if v.record is not None or v.problem is not None]
     if planned:

@@ -22,11 +22,7 @@ from numatopo_engine.domains import (
     domain_fragmentation,
     domain_utilization,
 )
-from numatopo_engine.network_topology import (
-    DomainCount,
-    FreeDomain,
-    NetworkTopologyStatus,
-)
+from numatopo_engine.network_topology import DomainCount, FreeDomain, NetworkTopologyStatus
 from numatopo_operator.errors import KubeError, KubeNotFoundError
 from numatopo_operator.groups import release as group_release
 from numatopo_operator.runtime import Runtime

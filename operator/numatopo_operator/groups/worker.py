@@ -37,6 +37,7 @@ from numatopo_operator.groups.members import (
     planned_node,
 )
 from numatopo_operator.groups.release import GroupInvalidError, GroupUnplaceableError
+from numatopo_operator.pod_view import PodView
 from numatopo_operator.runtime import Runtime
 
 __all__ = ["advance", "observe_pod", "run_groups", "settle_group"]
@@ -89,14 +90,7 @@ async def _tell(
         if said in runtime.groups.said:
             continue
         runtime.groups.said.add(said)
-        metadata = view.body.get("metadata") or {}
-        refs.append(
-            {
-                "namespace": str(metadata.get("namespace") or "default"),
-                "name": str(metadata.get("name", "")),
-                "uid": str(metadata.get("uid", "")),
-            }
-        )
+        refs.append(PodView.of(view.body).ref)
     await asyncio.gather(
         *(
             runtime.kube.post_event(ref, warning=warning, reason=reason, message=message)
