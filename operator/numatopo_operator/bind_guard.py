@@ -1,12 +1,9 @@
 """What the extender's `/bind` checks before it binds anything (I/O: reads the pod and the node).
 
 `/bind` writes a Binding with the operator's own rights, so it binds only what
-kube-scheduler's profile would have bound itself; the checks are listed in
-docs/operations.md, "Security". Only then does `assigning.bind_pod` decide (a pod whose
-devices come from ResourceClaims around the devices kube-scheduler allocated them:
-`dra_bind`; a group member with such claims first through `dra_bind.follow_member`) and
-write the assignment and the Binding, which carries the pod's uid, so a pod replaced
-since is never bound.
+kube-scheduler's profile would have bound itself (the checks: docs/operations.md,
+"Security"). Only then does `assigning.bind_pod` decide (claimed devices: `dra_bind`)
+and write the assignment and the Binding, whose uid keeps a pod replaced since unbound.
 """
 
 from __future__ import annotations

@@ -1,20 +1,14 @@
 """kopf's handlers (`build_registry`: the login, NetworkTopologies), and the logic
 `pod_feed` and `cluster_feed` call (`pod_seen`, `topology_seen`); each is thin.
 
-Pods, Numatopologies and Nodes are no kopf resource: `pod_feed` and `cluster_feed`
-list and watch them themselves (kopf's per-object processing, and its start-up gate
-that wakes every waiting worker per listed object, cost more than the decisions at the
-size of a cluster) and hand each event here. The pod's own `numatopo.io/state`
-annotation says whether it was decided, so handling is idempotent and nothing is
-written onto users' pods but that. Retries are driven by the events that can change an
-answer, not by timers: a pod waiting for a Numatopology is retried when that
-Numatopology appears, and an Unsatisfiable pod when a pod on its node releases CPUs or
-GPUs. What no event re-drives (a write that failed, a pod still waiting) is kept in the
-retry queue (`assigning.settle`).
-
-The ledger is fed here and nowhere else on the watch side: `_observe_pod` and
-`observe_topology` on every event (deleted objects included); `cluster_feed` gives
-every listed Numatopology before it sets `Runtime.indexed`.
+Pods, Numatopologies and Nodes are listed and watched by the feeds, not kopf
+(docs/DESIGN.md, "Kubernetes client"), and each event is handed here. The pod's own
+`numatopo.io/state` says whether it was decided, so handling is idempotent. Retries are
+driven by the events that can change an answer, not by timers: a pod waiting for a
+Numatopology is retried when it appears, an Unsatisfiable pod when a pod on its node
+releases CPUs or GPUs; what no event re-drives waits in the retry queue
+(`assigning.settle`). The ledger is fed here and nowhere else on the watch side
+(`_observe_pod`, `observe_topology`, deleted objects included).
 """
 
 from __future__ import annotations

@@ -1,11 +1,6 @@
-"""The one writer of numatopo's annotations on pods (I/O): decisions, refusals, and
-taking a decision back. The assigner, the extender's bind, realignment, DRA and the
-group placer all write through here.
-
-Every write is fenced first (`Runtime.check_may_write`: a replica that could not renew
-its Lease stops writing before a standby may take over), and an assignment is signed
-for its pod on the way (`Runtime.signed`): nothing else puts one on a pod. The merge
-patches themselves are `translate`'s (pure).
+"""The one writer of numatopo's annotations on pods (I/O; docs/DESIGN.md, "One writer"):
+every write fenced (`Runtime.check_may_write`), every assignment signed for its pod
+(`Runtime.signed`); the merge patches are `translate`'s (pure).
 """
 
 from __future__ import annotations

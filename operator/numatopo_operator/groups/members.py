@@ -1,12 +1,11 @@
 """Group bookkeeping: which live pods form which group, and what a group needs next (pure).
 
 A member is a pod that names a group (`numatopo_engine.groups.group_of`); only members
-gated `numatopo.io/group` (`GATE`) are placed, gated unplanned, then gated planned
-(phase 1: assignment and `PlacementRecord` written), then released (phase 2): docs/DESIGN.md,
-"Groups across nodes". `next_step` turns the members of one group into the one thing to
-do next; `group_release` does it. What the watch stream has not shown yet is overlaid
-from `Expectation`s: after the operator writes a plan, a void or a release, the next step
-is computed from what it wrote, not from an older event of the pod.
+gated `numatopo.io/group` (`GATE`) are placed (docs/DESIGN.md, "Groups across nodes").
+`next_step` turns the members of one group into the one thing to do next;
+`group_release` does it. What the watch has not shown yet is overlaid from
+`Expectation`s: after the operator writes a plan, a void or a release, the next step is
+computed from what it wrote, not from an older event of the pod.
 """
 
 from __future__ import annotations

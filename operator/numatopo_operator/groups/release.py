@@ -1,14 +1,7 @@
-"""The two phases of a group placement, and their undoing (I/O).
-
-Phase 1, `plan`: `place_group` over the ledger's frozen view of every usable node;
-every member's assignment is booked in the ledger at once (all or none), then written
-on its still-gated pod together with its `numatopo.io/group-placement` record. Phase 2,
-`release`: once every member carries an assignment of the same plan, each member gets
-one JSON patch adding `spec.nodeSelector[kubernetes.io/hostname]` and removing the
-gate. `void` takes a partial plan back (assignment, state and record removed, ledger
-released). `recover` places replacement members of a running group next to it.
-
-Every write first checks that this replica may write (`Runtime.check_may_write`).
+"""The two phases of a group placement, and their undoing (I/O; docs/DESIGN.md,
+"Groups across nodes: the operator protocol"): `plan` (phase 1), `release` (phase 2),
+`void` (a partial plan taken back), `recover` (replacement members of a running group
+placed next to it). Every write is fenced (`Runtime.check_may_write`).
 """
 
 from __future__ import annotations

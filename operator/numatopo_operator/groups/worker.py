@@ -5,14 +5,8 @@ worker takes each changed or due group in turn and calls `advance`, which runs
 `group_members.next_step` and carries the step out (`group_release`) until the group waits
 for something (members, room) or is placed. Only the replica that decides works, and
 a replica that takes over looks at every group once (restart recovery: partial plans
-are voided, complete ones released).
-
-Events, on every member concerned (each text posted once per pod):
-  GroupWaiting        n of size members seen (once per member)
-  GroupPlaced         the group's domain and its nodes, after phase 2
-  GroupUnsatisfiable  why the group does not fit now (retried when capacity changes)
-  GroupInvalid        members disagree on the group's settings, or one is unreadable
-  GroupRecovered      a replacement member placed next to its running group
+are voided, complete ones released). The Events it posts on members (each text once per
+pod) are listed in docs/operations.md, "Group members ... get these Events".
 """
 
 from __future__ import annotations
