@@ -148,11 +148,11 @@ def _follows(assignment: Assignment, claimed: Claimed) -> bool:
 
 async def follow_member(runtime: Runtime, pod: PodView, node: str) -> None:
     """A group member whose devices come from its claims, booked on `node` by its group:
-    its assignment replaced by one around the devices the claims were allocated there,
-    and written (signed, the placement record untouched). Nothing for any other pod, or
-    when it names those devices already; when they cannot be followed the member keeps
-    its group's assignment (no devices in it) and a `DRAClaimsNotFollowed` Event says so.
-    Raises `KubeError`, `NotActiveError`, `NodeBusyError` (the bind fails and is retried)."""
+    its assignment replaced by one around the devices the claims were allocated there
+    (the placement record untouched). Nothing for any other pod, or when it names those
+    devices already; where they cannot be followed it keeps its group's assignment and a
+    `DRAClaimsNotFollowed` Event says so. Raises `KubeError`, `NotActiveError`,
+    `NodeBusyError` (the bind fails and is retried)."""
     key, ledger = pod.key, runtime.ledger
     if keys.GROUP_PLACEMENT not in pod.annotations or not from_claims(runtime, pod):
         return

@@ -37,11 +37,9 @@ logger = logging.getLogger(__name__)
 
 
 async def login(*, memo: Runtime, logger: Logger, **kwargs: Any) -> kopf.ConnectionInfo:
-    """Fixed credentials if given, else the pod's service account, else `KUBECONFIG`.
-
-    kopf logs in for its watches; our own client (`memo.kube`) connects from the same
-    sources by itself (it re-reads a rotated service-account token on its own), and
-    connects again at each re-login."""
+    """Fixed credentials if given, else the pod's service account, else `KUBECONFIG`, for
+    kopf's watches; our own client (`memo.kube`) connects from the same sources by
+    itself, again at each re-login."""
     info = (
         memo.connection
         or kopf.login_with_service_account(logger=logger, **kwargs)
@@ -133,10 +131,9 @@ def pod_seen(
     memo: Runtime, type: str | None, body: dict[str, Any], logger: Logger
 ) -> FollowUp | None:
     """The bookkeeping of one pod as `pod_feed` saw it (`type`: the watch event's, None
-    for a listed pod), done at once, in the order of the watch. Returns what is left to
-    do while this replica decides (calls to the API): `pod_feed` runs it in the pod's
-    own worker, so that a decision that waits on the API never holds up the watch whose
-    next events it may be waiting for. The event is read once, here (`PodView`)."""
+    for a listed pod), done at once, in watch order. Returns what is left to do while
+    this replica decides (API calls), run in the pod's own worker: a decision that waits
+    on the API never holds up the watch whose next events it may be waiting for."""
     pod = PodView(body)
     key = pod.key
     with kept_serving(logger, f"pod {key}", memo.metrics):

@@ -116,16 +116,11 @@ def _cpu_rows(cpus: list[Cpu]) -> tuple[tuple[int, int, int, int | None, bool], 
 
 def shared_parts(spec: NumatopologySpec) -> NumatopologySpec:
     """The spec with every part equal to another node's (`SHARED_PARTS`) that node's
-    object, so nodes of one hardware shape hold one parse of it and only their GPUs
-    (UUIDs) of their own.
-
-    The CPU rows (a 208-CPU node: 200 of its 240 KiB, one pydantic model per logical
-    CPU) and the NUMA nodes' CPU sets (a hash table per set) are most of a parsed spec;
-    at 1,000 nodes they were half of the operator's memory. Specs are frozen and nothing
-    changes their parts, so one object serves them all. A part's key is its repr: every
-    field of every model in it, so unequal parts never meet; the CPU rows' is the tuple
-    of their fields (the repr of 208 rows cost 0.33 ms a node, the tuple 0.02 ms).
-    """
+    object: nodes of one hardware shape hold one parse of it (docs/DESIGN.md, "Memory at
+    cluster size"; the CPU rows and CPU sets were half of the operator's memory at 1,000
+    nodes). Specs are frozen, so one object serves them all. A part's key is its repr
+    (every field of every model in it: unequal parts never meet); the CPU rows' is the
+    tuple of their fields (the repr of 208 rows cost 0.33 ms a node, the tuple 0.02 ms)."""
     update: dict[str, object] = {}
     for name, table in _PARTS.items():
         value = getattr(spec, name)

@@ -144,12 +144,9 @@ STOP_GRACE_SECONDS = 2.0
 
 
 async def stop_all(tasks: Iterable[asyncio.Task[Any]]) -> None:
-    """Cancel each task that no one cancelled yet, and wait for them all to end.
-
-    Never twice: a second cancel lands in the cleanup of the first. When kopf stops it
-    cancels every task begun since it started (feeds, workers) and waits for them; a
-    feed cancelling them again meanwhile cut an HTTP request's cleanup short, and the
-    pool connections it was closing then stayed open."""
+    """Cancel each task that no one cancelled yet, and wait for them all to end. Never
+    twice: when kopf stops it cancels every task begun since it started, and a second
+    cancel cut an HTTP request's cleanup short, leaving its pool connections open."""
     tasks = list(tasks)
     for task in tasks:
         if not task.cancelling():

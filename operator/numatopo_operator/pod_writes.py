@@ -46,10 +46,9 @@ async def write_invalid(runtime: Runtime, pod: PodView, reason: str) -> None:
 async def write_taken_back(
     runtime: Runtime, namespace: str, name: str, *, placement: bool = False, fenced: bool = True
 ) -> None:
-    """Remove the pod's decision (state, assignment, reason), and its group placement
-    record with `placement`: the pod is decided afresh. `fenced=False` only for taking
-    back what this replica itself just wrote (a Binding that failed after it, maybe for
-    want of a fresh Lease): a removal can clash with no other replica's decision."""
+    """Remove the pod's decision (and its group placement record with `placement`): it is
+    decided afresh. `fenced=False` only for what this replica itself just wrote (a
+    Binding that failed after it): a removal clashes with no other replica's decision."""
     if fenced:
         runtime.check_may_write()
     patch: Mapping[str, str | None] = translate.removal_annotations()
