@@ -283,12 +283,10 @@ async def assign_bound_pod(runtime: Runtime, pod: PodView) -> State | None:
         if outcome is None or outcome.state != State.ASSIGNED:
             runtime.gpu_admissions.admitted(key)
     if outcome is None:
-        logger.info(
-            "pod %s waits: %s; it is retried when that changes",
-            key,
-            runtime.stale_reason(node)
-            or f"no Numatopology for node {node} yet (is the numatopo exporter running there?)",
+        why = runtime.stale_reason(node) or (
+            f"no Numatopology for node {node} yet (is the numatopo exporter running there?)"
         )
+        logger.info("pod %s waits: %s; it is retried when that changes", key, why)
         return None
     if outcome.state == current and (outcome.state == State.ASSIGNED or has_reason):
         return outcome.state
@@ -456,11 +454,7 @@ async def bind_pod(
         if outcome is not None:
             runtime.ledger.cancel(key)
             await pod_writes.write_taken_back(runtime, pod.namespace, pod.name, fenced=False)
-        runtime.events.post(
-            ref,
-            warning=True,
-            reason=translate.BIND_FAILED,
-            message=f"binding to {node} failed: {exc}",
-        )
+        message = f"binding to {node} failed: {exc}"
+        runtime.events.post(ref, warning=True, reason=translate.BIND_FAILED, message=message)
         return f"binding {key} to {node} failed: {exc}"
     return ""

@@ -116,18 +116,10 @@ async def judge_claims(
 
 
 def _judge(inputs: _Inputs, verdicts: ClaimVerdicts, engine: allocation.Engine) -> ClaimVerdicts:
+    asked = (inputs.request, inputs.entries, inputs.claims, inputs.classes)
     for name, topology, state, joined in inputs.nodes:
         try:
-            decision = decide_claims(
-                topology,
-                state,
-                inputs.request,
-                inputs.entries,
-                inputs.claims,
-                inputs.classes,
-                joined,
-                engine=engine,
-            )
+            decision = decide_claims(topology, state, *asked, joined, engine=engine)
         except UnsatisfiableError as exc:
             verdicts.failed[name] = str(exc)
             continue

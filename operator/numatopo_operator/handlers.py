@@ -115,12 +115,8 @@ async def _report_others(memo: Runtime, pod: PodView, logger: Logger) -> None:
             continue
         namespace, _, name = other.partition("/")
         with kept_serving(logger, f"pod {other}", memo.metrics):
-            await assigning.mark_invalid(
-                memo,
-                PodView({"metadata": {"namespace": namespace, "name": name}}),
-                why,
-                event_reason=translate.UNTRUSTED,
-            )
+            named = PodView({"metadata": {"namespace": namespace, "name": name}})
+            await assigning.mark_invalid(memo, named, why, event_reason=translate.UNTRUSTED)
             memo.pods.tell_once(other, why)
 
 

@@ -114,14 +114,8 @@ class PodLabel:
             await runtime.kube.patch_pod_labels(self.namespace, self.name, patch)
         except KubeError as exc:
             self.labelled = None
-            logger.warning(
-                "cannot %s label %s on pod %s/%s: %s",
-                "set" if active else "remove",
-                ACTIVE_LABEL,
-                self.namespace,
-                self.name,
-                exc,
-            )
+            doing, pod = "set" if active else "remove", f"{self.namespace}/{self.name}"
+            logger.warning("cannot %s label %s on pod %s: %s", doing, ACTIVE_LABEL, pod, exc)
         else:
             self.labelled = active
 
@@ -259,12 +253,8 @@ class Elector:
                 await self.label.sync(self.runtime, active=False)
             return
         sent = time.monotonic()
-        await kube.patch_lease(
-            self.namespace,
-            self.name,
-            self._spec(acquire=True, transitions=transitions + 1),
-            resource_version=self._version,
-        )
+        spec = self._spec(acquire=True, transitions=transitions + 1)
+        await kube.patch_lease(self.namespace, self.name, spec, resource_version=self._version)
         # Read back: an API server without the resourceVersion precondition (or a
         # racing standby) must not leave two replicas believing they hold it.
         check = await kube.get_lease(self.namespace, self.name)
@@ -283,13 +273,10 @@ class Elector:
     async def _renew(self) -> None:
         assert self.name is not None
         sent = time.monotonic()
-        conflict = False
+        conflict, spec = False, self._spec(acquire=False, transitions=0)
         try:
             lease = await self.runtime.kube.patch_lease(
-                self.namespace,
-                self.name,
-                self._spec(acquire=False, transitions=0),
-                resource_version=self._version,
+                self.namespace, self.name, spec, resource_version=self._version
             )
         except KubeConflictError:
             conflict, lease = True, await self.runtime.kube.get_lease(self.namespace, self.name)
@@ -326,13 +313,8 @@ class Elector:
     async def _acquired(self, sent: float, *, previous: str, first: bool = False) -> None:
         """`first`: we created the Lease, so no replica ever decided before us."""
         self.runtime.lease.renewed_at = sent
-        logger.info(
-            "this replica (%s) holds Lease %s/%s now%s",
-            self.identity,
-            self.namespace,
-            self.name,
-            f", after {previous}" if previous else "",
-        )
+        lease, after = f"{self.namespace}/{self.name}", f", after {previous}" if previous else ""
+        logger.info("this replica (%s) holds Lease %s now%s", self.identity, lease, after)
         self.runtime.role_known.set()
         await self._become_holder(previous=previous, first=first)
 

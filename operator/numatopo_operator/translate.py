@@ -168,14 +168,7 @@ def booking_from_pod(pod: RawPod, verifier: Verifier) -> Booking | None:
             f"{key}: {keys.ASSIGNMENT} books nothing: {unsigned}; remove it (and "
             f"{keys.STATE}) and let numatopo assign the pod"
         )
-    return Booking(
-        key=key,
-        node=found.node,
-        assignment=found,
-        uid=view.uid,
-        admitted=is_admitted(view),
-        observed=view.observed,
-    )
+    return Booking(key, found.node, found, view.uid, is_admitted(view), view.observed)
 
 
 def outcome_annotations(

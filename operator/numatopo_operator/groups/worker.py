@@ -281,13 +281,8 @@ async def _unsatisfiable(
 
 
 def _all_nodes(views: Sequence[MemberView], released: Mapping[str, str]) -> dict[str, str]:
-    found = dict(released)
-    for view in views:
-        if view.key not in found:
-            node = planned_node(view.body)
-            if node is not None:
-                found[view.key] = node
-    return found
+    planned = {v.key: node for v in views if (node := planned_node(v.body)) is not None}
+    return planned | dict(released)
 
 
 async def _report_invalid(runtime: Runtime) -> None:
