@@ -40,7 +40,6 @@ __all__ = [
     "outcome_annotations",
     "pod_key",
     "pod_node",
-    "pod_uid",
     "reason_of",
     "removal_annotations",
     "state_of",
@@ -71,11 +70,6 @@ class Booking:
     admitted: bool = False  # the kubelet has admitted it: its devices are given (`is_admitted`)
     observed: Observed | None = None
     """What the node agent saw the kubelet give it (`numatopo.io/observed`), if readable."""
-
-
-def pod_uid(pod: RawPod) -> str:
-    """The pod's uid ('' when the manifest has none)."""
-    return PodView.of(pod).uid
 
 
 def pod_node(pod: RawPod) -> str | None:
