@@ -96,12 +96,6 @@ def _observe_pod(memo: Runtime, pod: PodView) -> None:
         memo.ledger.observe(booking)
 
 
-async def _redrive(memo: Runtime, node: str) -> None:
-    """Retry the pods waiting on `node`, oldest first."""
-    for pod in memo.waiting.on(node):
-        await assigning.settle(memo, pod)
-
-
 async def _report_others(memo: Runtime, pod: PodView, logger: Logger) -> None:
     """Mark Invalid, once each, the other bookings on this pod's node that now overlap
     earlier claims (their own events may never come again)."""
@@ -161,8 +155,10 @@ def pod_seen(
 
 
 async def _redrive_kept(memo: Runtime, node: str, logger: Logger) -> None:
+    """Retry the pods waiting on `node`, oldest first."""
     with kept_serving(logger, f"pods waiting on {node}", memo.metrics):
-        await _redrive(memo, node)
+        for pod in memo.waiting.on(node):
+            await assigning.settle(memo, pod)
 
 
 async def _decide(memo: Runtime, pod: PodView, logger: Logger) -> None:

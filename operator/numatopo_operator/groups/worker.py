@@ -195,7 +195,8 @@ async def _release(
         metrics.group_placement.observe(group_release.elapsed(since))
     metrics.group_decisions.labels("placed").inc()
     level = record.level if record is not None else None
-    placed_on = _all_nodes(views, released)
+    planned = {v.key: node for v in views if (node := planned_node(v.body)) is not None}
+    placed_on = planned | released
     note = group_release.preferred_note(runtime, spec, placed_on.values())
     await _tell(
         runtime, chosen, PLACED,
@@ -278,11 +279,6 @@ async def _unsatisfiable(
     runtime.metrics.group_decisions.labels("unsatisfiable").inc()
     runtime.groups.waiting_for_room.add(group)
     await _tell(runtime, members, UNSATISFIABLE, message, warning=True)
-
-
-def _all_nodes(views: Sequence[MemberView], released: Mapping[str, str]) -> dict[str, str]:
-    planned = {v.key: node for v in views if (node := planned_node(v.body)) is not None}
-    return planned | dict(released)
 
 
 async def _report_invalid(runtime: Runtime) -> None:
