@@ -2,26 +2,18 @@
 
 Two callers share it: the assigner (a pod some scheduler already bound) and the
 extender's bind (a pod our scheduler profile is binding now). Engine errors stop here
-and become outcomes:
-  InvalidRequestError  -> `numatopo.io/state: Invalid` + `numatopo.io/reason` (the
-                          message), then a Warning Event with it
-  UnsatisfiableError   -> `state: Unsatisfiable` + `reason`: the engine's reason (what
-                          did not fit on which NUMA node), then a Warning Event
-  a Decision           -> `numatopo.io/assignment` (with the node's next decision
-                          sequence) + `state: Assigned`, then a Normal Event
-State and reason go in one patch, so a replica killed after it leaves nothing half-said;
-a refusal found without a reason (killed mid-way by an older version) is judged again.
-An outcome equal to the pod's current state (with its reason) is not written again (no
-Event storms when a waiting pod is retried after a release).
+and become outcomes: `InvalidRequestError` -> `state: Invalid`, `UnsatisfiableError` ->
+`state: Unsatisfiable` (each with its `numatopo.io/reason` and a Warning Event), a
+decision -> `numatopo.io/assignment` (with the node's next decision sequence) and
+`state: Assigned`, then a Normal Event. State and reason go in one patch, so a replica
+killed after it leaves nothing half-said. An outcome equal to the pod's current state
+(with its reason) is not written again: no Event storms when a waiting pod is retried.
 
 `judge_pod` is the one entry for "look at this pod": an unreadable or overlapping
-assignment becomes `Invalid` with its reason (the assignment is left as written and
-books nothing), a waiting pod is decided. `settle` wraps it with the retry queue: a pod
-whose write failed, or that still waits, is judged again later (`run_retries`).
-
-Fencing: every write first checks that this replica still holds a fresh Lease
-(`Runtime.check_may_write`); a replica that could not renew stops writing before a
-standby may take over.
+assignment becomes `Invalid` with its reason (left as written, booking nothing), a
+waiting pod is decided. `settle` adds the retry queue (`run_retries`). Every write is
+fenced (`Runtime.check_may_write`): a replica that could not renew its Lease stops
+writing before a standby may take over.
 """
 
 from __future__ import annotations
@@ -75,12 +67,7 @@ class Outcome:
 
 
 def pod_ref(pod: RawPod) -> dict[str, str]:
-    metadata = pod.get("metadata") or {}
-    return {
-        "namespace": str(metadata.get("namespace") or "default"),
-        "name": str(metadata.get("name", "")),
-        "uid": str(metadata.get("uid", "")),
-    }
+    return PodView.of(pod).ref
 
 
 def _gated(runtime: Runtime, request: PodRequest, node: str) -> bool:
@@ -121,21 +108,17 @@ async def decide(
 ) -> Outcome | None:
     """Run the engine for `request` on `node` and reserve the result in the ledger.
 
-    None when `node` has no Numatopology, or a stale one (nothing can be decided there
-    now). Serialised per node; an `Assigned` outcome is booked in-flight until its
-    annotation is seen, and carries the node's next decision sequence.
-
-    The engine runs in its thread on a frozen copy of the node's bookings, so the loop
-    (watches, the Lease) keeps turning meanwhile. The watch stream may change the live
-    bookings in that time (a pod ends, another's annotation is seen): if what is free
-    changed, the decision is made again on what is free now, and `reserve` checks the
-    result against the live state whatever happened, so nothing is ever booked twice.
+    None when `node` has no current Numatopology. Serialised per node; an `Assigned`
+    outcome is booked in flight until its annotation is seen, with the node's next
+    sequence. The engine runs in its thread on a frozen copy of the bookings, so the
+    loop keeps turning; if the watch changed what is free meanwhile, the decision is
+    made again, and `reserve` checks the result against the live state whatever
+    happened: nothing is ever booked twice.
 
     A pod booked on the node by the time the lock is ours, or the engine is done (the
     same pod judged twice at once: its event and its retry), keeps that booking: the
-    first decision is the one being written, and a second would book other CPUs or
-    GPUs under the same key, freeing the written ones in the ledger only.
-    """
+    first decision is the one being written, and a second would book other devices
+    under the same key, freeing the written ones in the ledger only."""
     ledger = runtime.ledger
     async with ledger.lock(node):
         held = _held(runtime, node, request.key)
@@ -219,10 +202,8 @@ async def _engine_outcome(
 
 async def _write(runtime: Runtime, pod: PodView, outcome: Outcome) -> None:
     """Patch the pod's annotations (state and reason together), then queue its Event
-    (`event_posts`: posted off this path). A failed or fenced patch frees the booking.
-
-    Two retries of one pod may decide concurrently; only the first writes a state.
-    """
+    (`event_posts`). A failed or fenced patch frees the booking. Two retries of one pod
+    may decide concurrently; only the first writes a state."""
     key = pod.key
     record = runtime.pods.of(key)
     if record.written == outcome.state:
@@ -269,11 +250,8 @@ def _said(runtime: Runtime, pod: PodView) -> tuple[str | None, bool]:
 
 async def assign_bound_pod(runtime: Runtime, pod: PodView) -> State | None:
     """Decide for a pod already bound to its node; returns the state it is in now (None:
-    nothing could be decided, it waits).
-
-    Skips pods the ledger already books (a decision in flight), and nodes without a
-    current Numatopology (logged; the pod is retried when it appears, or later).
-    """
+    it waits). Skips pods the ledger books already (a decision in flight), and nodes
+    without a current Numatopology (logged; retried when it appears, or later)."""
     key, node = pod.key, pod.node
     if node is None or not translate.is_waiting(pod) or runtime.ledger.holds(key):
         return None
@@ -305,12 +283,10 @@ async def assign_bound_pod(runtime: Runtime, pod: PodView) -> State | None:
         if outcome is None or outcome.state != State.ASSIGNED:
             runtime.gpu_admissions.admitted(key)
     if outcome is None:
-        logger.info(
-            "pod %s waits: %s; it is retried when that changes",
-            key,
-            runtime.stale_reason(node)
-            or f"no Numatopology for node {node} yet (is the numatopo exporter running there?)",
+        why = runtime.stale_reason(node) or (
+            f"no Numatopology for node {node} yet (is the numatopo exporter running there?)"
         )
+        logger.info("pod %s waits: %s; it is retried when that changes", key, why)
         return None
     if outcome.state == current and (outcome.state == State.ASSIGNED or has_reason):
         return outcome.state
@@ -432,10 +408,7 @@ async def bind_pod(
     runtime: Runtime, pod: PodView, node: str, *, first: Decider | None = None
 ) -> str:
     """The extender's bind: assignment first, then the Binding; '' or the error text.
-
-    If the Binding fails, the assignment is removed again, so no pod ever holds an
-    assignment for a node it does not run on.
-    """
+    A failed Binding takes the assignment back: no pod holds one for a node it is not on."""
     key = pod.key
     ref = pod_ref(pod)
     held_on = runtime.ledger.node_of(key)
@@ -481,11 +454,7 @@ async def bind_pod(
         if outcome is not None:
             runtime.ledger.cancel(key)
             await pod_writes.write_taken_back(runtime, pod.namespace, pod.name, fenced=False)
-        runtime.events.post(
-            ref,
-            warning=True,
-            reason=translate.BIND_FAILED,
-            message=f"binding to {node} failed: {exc}",
-        )
+        message = f"binding to {node} failed: {exc}"
+        runtime.events.post(ref, warning=True, reason=translate.BIND_FAILED, message=message)
         return f"binding {key} to {node} failed: {exc}"
     return ""

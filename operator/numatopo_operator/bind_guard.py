@@ -1,12 +1,9 @@
 """What the extender's `/bind` checks before it binds anything (I/O: reads the pod and the node).
 
 `/bind` writes a Binding with the operator's own rights, so it binds only what
-kube-scheduler's profile would have bound itself; the checks are listed in
-docs/operations.md, "Security". Only then does `assigning.bind_pod` decide (a pod whose
-devices come from ResourceClaims around the devices kube-scheduler allocated them:
-`dra_bind`; a group member with such claims first through `dra_bind.follow_member`) and
-write the assignment and the Binding, which carries the pod's uid, so a pod replaced
-since is never bound.
+kube-scheduler's profile would have bound itself (the checks: docs/operations.md,
+"Security"). Only then does `assigning.bind_pod` decide (claimed devices: `dra_bind`)
+and write the assignment and the Binding, whose uid keeps a pod replaced since unbound.
 """
 
 from __future__ import annotations
@@ -15,7 +12,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from numatopo_engine import node_rules
-from numatopo_operator import assigning, dra_bind, translate
+from numatopo_operator import assigning, dra_bind
 from numatopo_operator.errors import KubeForbiddenError, KubeNotFoundError
 from numatopo_operator.extender_wire import BindingArgs
 from numatopo_operator.pod_view import PodView
@@ -65,10 +62,10 @@ async def bind_checked(runtime: Runtime, args: BindingArgs) -> str:
     if settings.namespaces and args.namespace not in settings.namespaces:
         return not_ours(args)
     try:
-        pod = await runtime.kube.get_pod(args.namespace, args.name)
+        pod = PodView(await runtime.kube.get_pod(args.namespace, args.name))
     except (KubeNotFoundError, KubeForbiddenError):
         return not_ours(args)
-    if translate.pod_uid(pod) != args.uid:
+    if pod.uid != args.uid:
         return not_ours(args)
     refused = pod_refusal(pod, settings.scheduler_name)
     if refused:
@@ -80,6 +77,5 @@ async def bind_checked(runtime: Runtime, args: BindingArgs) -> str:
     refused = node_rules.refusal(_spec(pod), node)
     if refused:
         return f"pod {args.key} cannot go to node {args.node}: {refused}"
-    view = PodView(pod)
-    await dra_bind.follow_member(runtime, view, args.node)
-    return await assigning.bind_pod(runtime, view, args.node, first=dra_bind.decide)
+    await dra_bind.follow_member(runtime, pod, args.node)
+    return await assigning.bind_pod(runtime, pod, args.node, first=dra_bind.decide)

@@ -1,12 +1,10 @@
 """`CatchUp`: proof that this replica's pod watch has handed over every pod write stored
 before a moment of its choosing.
 
-A new holder writes a fresh token into an annotation of its own pod (`handover`) and
-waits until the pod feed hands over that pod carrying it. A watch delivers the events
-of its collection in the order the API server stored them, so by then every pod write
-stored before the token has been handed over too, among them every decision of the
-holder it replaces (fenced off before this replica could acquire the Lease): the
-ledger the feed kept is current, and no list of pods is needed.
+A new holder writes a fresh token on its own pod (`handover`) and waits until the pod
+feed hands that pod over carrying it. A watch delivers events in the order the API
+server stored them, so every pod write stored before the token, the replaced holder's
+decisions among them, was handed over too: no list of pods is needed.
 """
 
 from __future__ import annotations

@@ -2,14 +2,11 @@
 (`list_watch`), handed to `handlers.topology_seen` and the group worker's Node views
 (I/O; the parsing is `indexes` and `groups.indexes`).
 
-They were kopf indexes, and in kopf 1.45 each listed object woke every worker waiting at
-its start-up gate (docs/DESIGN.md, "Kubernetes client"). Here the first list of
-Numatopologies goes into the ledger before `Runtime.indexed` is set, so no answer sees a
-half-listed cluster. An object seen again with the resourceVersion last seen is skipped;
-a Numatopology whose `metadata.generation` is that of the spec last parsed has only a new
-status (every status PATCH the holder writes comes back so: a burst on 300 nodes parsed
-300 specs again, a tenth of the operator's CPU), so its spec is not parsed again. An
-object without a generation (an emulator's) is parsed every time.
+Why not kopf indexes, and the first list before `Runtime.indexed`: docs/DESIGN.md,
+"Kubernetes client". A Numatopology whose `metadata.generation` is that of the spec last
+parsed has only a new status (every status PATCH the holder writes comes back so: a
+burst on 300 nodes parsed 300 specs again, a tenth of the operator's CPU), so its spec
+is not parsed again; one without a generation (an emulator's) is parsed every time.
 """
 
 from __future__ import annotations

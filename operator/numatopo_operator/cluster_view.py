@@ -1,14 +1,12 @@
 """The operator's view of the cluster, rebuilt from one list of pods and Numatopologies.
 
 `kubectl numatopo` and `numatopo selftest` answer "what would the operator say now?"
-from outside it. They must not answer with a second implementation of its decisions,
-so the lists go through the very paths that feed a running operator: each Numatopology
-through the kopf index function and `handlers.observe_topology`, the pods through
-`handover.listed_bookings` into `Ledger.end_resync` (what a replica taking over does),
-the workload mix through its learner; a pod is then judged by the extender's
-`judge_candidates`. The view is a snapshot: bookings written after the lists are not
-in it, and signatures are checked with the keys given (none given: every assignment
-is taken as written, which `signatures_checked` says).
+from outside it, never with a second implementation of its decisions: the lists go
+through the very paths that feed a running operator (`handlers.observe_topology`,
+`handover.listed_bookings` into `Ledger.end_resync` as a new holder does, the mix
+learner), and a pod is judged by the extender's `judge_candidates`. A snapshot:
+signatures are checked with the keys given (none: every assignment is taken as
+written, which `signatures_checked` says).
 """
 
 from __future__ import annotations

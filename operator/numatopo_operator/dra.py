@@ -161,11 +161,7 @@ async def _slices_and_classes(
 
 
 async def _decide(
-    runtime: Runtime,
-    pod: PodView,
-    base: Any,
-    entries: Any,
-    claims: Mapping[str, api.ResourceClaim],
+    runtime: Runtime, pod: PodView, base: Any, entries: Any, claims: Mapping[str, api.ResourceClaim]
 ) -> ClaimDecision | None:
     slices, classes = await _slices_and_classes(runtime)
     others = []
@@ -211,10 +207,9 @@ async def _decide(
 
 
 async def node_refusal(runtime: Runtime, pod: RawPod, node: str) -> str:
-    """Why kube-scheduler's own node filters keep `pod` off `node` ('' when they do not):
-    cordon, taints, nodeSelector, required node affinity (`node_rules`). The pod is sent
-    there by its nodeSelector, so a node it may not run on would leave it Pending. The
-    Node as group placement's index holds it, else as read now."""
+    """Why kube-scheduler's own node filters (`node_rules`) keep `pod` off `node` (''
+    when they do not): sent there by its nodeSelector, it would stay Pending. The Node as
+    group placement's index holds it, else as read now."""
     view = runtime.groups.node_view(node) if runtime.settings.groups else None
     if view is not None:
         shown = view.as_node(node)

@@ -15,13 +15,13 @@ from numatopo_engine import annotations as keys
 from numatopo_engine.annotations import Assignment, State
 from numatopo_engine.dra.allocated import Claimed, NotFollowedError, claimed_devices
 from numatopo_engine.dra.claims import pod_claims
-from numatopo_engine.dra.pods import devices_from_claims
 from numatopo_engine.errors import InvalidRequestError, OverlapError, UnsatisfiableError
 from numatopo_engine.model import NumatopologySpec
 from numatopo_engine.relaxed_allocation import allocate_around
 from numatopo_engine.request import PodRequest
 from numatopo_operator import assigning, pod_writes, translate
 from numatopo_operator.assigning import Outcome
+from numatopo_operator.dra_extender import from_claims
 from numatopo_operator.dra_holds import HELD
 from numatopo_operator.errors import NodeBusyError
 from numatopo_operator.pod_view import PodView
@@ -33,11 +33,6 @@ __all__ = ["NOT_FOLLOWED", "decide", "follow_member"]
 logger = logging.getLogger(__name__)
 
 NOT_FOLLOWED = "DRAClaimsNotFollowed"
-
-
-def _from_claims(runtime: Runtime, pod: RawPod) -> bool:
-    resources = runtime.settings.resources
-    return devices_from_claims(pod, lambda r: resources.is_gpu(r) or resources.is_nic(r))
 
 
 async def _claimed(
@@ -62,7 +57,7 @@ async def _claimed(
 
 def _own_holds(pod: RawPod) -> set[str]:
     """The hold keys of the pod's own claims (`dra_holds`)."""
-    namespace = assigning.pod_ref(pod)["namespace"]
+    namespace = PodView.of(pod).namespace
     return {f"{HELD}{namespace}/{e.claim}" for e in pod_claims(pod) if e.claim}
 
 
@@ -110,7 +105,7 @@ async def decide(runtime: Runtime, pod: RawPod, request: PodRequest, node: str) 
     """The pod's decision on `node` around its claims' devices, booked; None when its
     devices do not come from claims, or they cannot be followed (said in an Event):
     then it is decided from its requests."""
-    if not _from_claims(runtime, pod):
+    if not from_claims(runtime, pod):
         return None
     ledger = runtime.ledger
     topology = ledger.topology(node)
@@ -153,13 +148,13 @@ def _follows(assignment: Assignment, claimed: Claimed) -> bool:
 
 async def follow_member(runtime: Runtime, pod: PodView, node: str) -> None:
     """A group member whose devices come from its claims, booked on `node` by its group:
-    its assignment replaced by one around the devices the claims were allocated there,
-    and written (signed, the placement record untouched). Nothing for any other pod, or
-    when it names those devices already; when they cannot be followed the member keeps
-    its group's assignment (no devices in it) and a `DRAClaimsNotFollowed` Event says so.
-    Raises `KubeError`, `NotActiveError`, `NodeBusyError` (the bind fails and is retried)."""
+    its assignment replaced by one around the devices the claims were allocated there
+    (the placement record untouched). Nothing for any other pod, or when it names those
+    devices already; where they cannot be followed it keeps its group's assignment and a
+    `DRAClaimsNotFollowed` Event says so. Raises `KubeError`, `NotActiveError`,
+    `NodeBusyError` (the bind fails and is retried)."""
     key, ledger = pod.key, runtime.ledger
-    if keys.GROUP_PLACEMENT not in pod.annotations or not _from_claims(runtime, pod):
+    if keys.GROUP_PLACEMENT not in pod.annotations or not from_claims(runtime, pod):
         return
     current = pod.assignment
     if current is None or current.node != node or ledger.node_of(key) != node:

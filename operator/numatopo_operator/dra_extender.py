@@ -26,9 +26,10 @@ from numatopo_engine.model import NumatopologySpec
 from numatopo_engine.request import PodRequest
 from numatopo_engine.state import NodeState
 from numatopo_operator import translate
+from numatopo_operator.pod_view import PodView
 from numatopo_operator.runtime import Runtime
 
-__all__ = ["ClaimVerdicts", "judge_claims", "read_claims"]
+__all__ = ["ClaimVerdicts", "from_claims", "judge_claims", "read_claims"]
 
 
 @dataclass
@@ -48,16 +49,21 @@ class _Inputs:
     nodes: Sequence[tuple[str, NumatopologySpec, NodeState, DraNode]]
 
 
+def from_claims(runtime: Runtime, pod: Mapping[str, Any]) -> bool:
+    """Whether the pod's GPUs and NICs come from its ResourceClaims alone."""
+    resources = runtime.settings.resources
+    return devices_from_claims(pod, lambda r: resources.is_gpu(r) or resources.is_nic(r))
+
+
 def read_claims(
     runtime: Runtime, pod: Mapping[str, Any]
 ) -> tuple[list[PodClaim], dict[str, Any]] | None:
     """The claims and the classes, as watched, of a pod whose devices come from its
     claims alone; None for another pod, or when a claim is missing or unreadable."""
-    is_device = runtime.settings.resources
-    if not devices_from_claims(pod, lambda r: is_device.is_gpu(r) or is_device.is_nic(r)):
+    if not from_claims(runtime, pod):
         return None
     entries = pod_claims(pod)
-    namespace = str((pod.get("metadata") or {}).get("namespace") or "default")
+    namespace = PodView.of(pod).namespace
     claims: dict[str, api.ResourceClaim] = {}
     try:
         for entry in entries:
@@ -110,18 +116,10 @@ async def judge_claims(
 
 
 def _judge(inputs: _Inputs, verdicts: ClaimVerdicts, engine: allocation.Engine) -> ClaimVerdicts:
+    asked = (inputs.request, inputs.entries, inputs.claims, inputs.classes)
     for name, topology, state, joined in inputs.nodes:
         try:
-            decision = decide_claims(
-                topology,
-                state,
-                inputs.request,
-                inputs.entries,
-                inputs.claims,
-                inputs.classes,
-                joined,
-                engine=engine,
-            )
+            decision = decide_claims(topology, state, *asked, joined, engine=engine)
         except UnsatisfiableError as exc:
             verdicts.failed[name] = str(exc)
             continue

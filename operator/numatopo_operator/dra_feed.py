@@ -1,13 +1,10 @@
-"""Every ResourceClaim, ResourceSlice and DeviceClass, listed then watched, into
+"""Every ResourceClaim, ResourceSlice and DeviceClass, followed by `list_watch` into
 `Runtime.dra_holds` and from there into the ledger (I/O; the bookkeeping is
 `dra_holds`); the extender judges DRA pods by the same copies (`dra_extender`).
 
-Each kind is followed by `list_watch` (a LIST, then a WATCH from its resourceVersion;
-410 Gone lists again and the list replaces what was known, so what ended unwatched is
-dropped; any other error pauses and resumes from the last version seen). Where the API
-does not serve `resource.k8s.io/v1` (404: a cluster without DRA) it asks again rarely
-and holds nothing. Every node whose holds change is booked again at once; pods waiting
-on a node a claim freed are judged again (`handlers` redrives them as for a pod's end).
+Where the API does not serve `resource.k8s.io/v1` (404: a cluster without DRA) it asks
+again rarely and holds nothing. Every node whose holds change is booked again at once;
+pods and groups waiting on a node a claim freed are judged again.
 """
 
 from __future__ import annotations

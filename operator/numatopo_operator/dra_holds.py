@@ -1,13 +1,12 @@
 """What DRA holds: the devices every allocated ResourceClaim names, as the GPUs and NICs
-of the node's model, kept current from the claim and slice watches (`dra_feed`) and
-booked in the ledger (`Ledger.set_dra_holds`). Pure: no I/O.
+of the node's model (its ResourceSlices joined with its Numatopology,
+`numatopo_engine.dra.join`), kept current from the watches (`dra_feed`) and booked in
+the ledger (`Ledger.set_dra_holds`). Pure: no I/O.
 
-A claim's `status.allocation.devices.results` names devices by (driver, pool, device);
-the node's ResourceSlices, joined with its Numatopology (`numatopo_engine.dra.join`),
-say which GPU or NIC each one is. Every allocated claim counts, reserved or not, as the
-scheduler's allocator counts it: an allocated device is in use until the claim is
-deallocated or deleted. Devices of a claim numatopo decided are booked by its pod's
-assignment too; the ledger books a hold only on what no pod took.
+Every allocated claim counts, reserved or not, as the scheduler's allocator counts it:
+an allocated device is in use until the claim is deallocated or deleted. Devices of a
+claim numatopo decided are booked by its pod's assignment too; the ledger books a hold
+only on what no pod took.
 """
 
 from __future__ import annotations
@@ -30,13 +29,7 @@ from numatopo_engine.state import NodeState
 if TYPE_CHECKING:
     from numatopo_operator.ledger import Ledger
 
-__all__ = [
-    "HELD",
-    "DraHolds",
-    "allocated_devices",
-    "book_holds",
-    "holds_on",
-]
+__all__ = ["HELD", "DraHolds", "allocated_devices", "book_holds", "holds_on"]
 
 logger = logging.getLogger(__name__)
 

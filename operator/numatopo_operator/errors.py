@@ -5,10 +5,9 @@ OperatorError
 └── NotActiveError              this replica does not hold a fresh Lease (`leadership`)
 
 Kubernetes API errors are `numatopo_kube`'s (`KubeError` and its subclasses, re-exported
-here): one hierarchy for the operator and the node side.
-
-Engine errors (`InvalidRequestError`, `UnsatisfiableError`) are outcomes, not failures:
-they become `numatopo.io/state` values and Events, never exceptions past `assigning`.
+here). Engine errors (`InvalidRequestError`, `UnsatisfiableError`) are outcomes, not
+failures: they become `numatopo.io/state` values and Events, never exceptions past
+`assigning`.
 """
 
 from __future__ import annotations
@@ -18,12 +17,7 @@ import logging
 from collections.abc import Iterator
 from typing import TYPE_CHECKING
 
-from numatopo_kube import (
-    KubeConflictError,
-    KubeError,
-    KubeForbiddenError,
-    KubeNotFoundError,
-)
+from numatopo_kube import KubeConflictError, KubeError, KubeForbiddenError, KubeNotFoundError
 
 if TYPE_CHECKING:
     from numatopo_operator.metrics import Metrics
@@ -64,12 +58,9 @@ def kept_serving(
     what: str,
     metrics: Metrics | None = None,
 ) -> Iterator[None]:
-    """The outermost boundary of a handler: log any error with context and carry on.
-
-    API errors are expected now and then (a pod deleted while we patch it); anything
-    else is a bug, logged with its traceback. Either way the handler loop keeps serving
-    other pods, and the next event for this pod gets a fresh try.
-    """
+    """The outermost boundary of a handler: log any error with context and carry on
+    (API errors are expected now and then; anything else is a bug, logged with its
+    traceback); the next event for the object gets a fresh try."""
     try:
         yield
     except KubeNotFoundError as exc:

@@ -1,11 +1,9 @@
 """The Events of decisions, posted off the decision's path (I/O).
 
 A decision is done once its pod's annotations are written; its Event only tells a
-person what happened. `EventPosts.post` queues it and returns at once, and a few
-posters (`EventPosts.run`) send the queue to the API server, so a slow or refusing Events
-API never holds a pod's worker or the extender's bind answer. The queue is bounded: an
-Event that finds it full is dropped, counted (`numatopo_events_dropped_total`) and
-logged, never lost silently; so are the ones not posted yet when the operator stops.
+person what happened, so a slow or refusing Events API must never hold a pod's worker
+or the extender's bind answer. The bounded queue and what is dropped, counted and
+logged: docs/operations.md, "Status freshness".
 """
 
 from __future__ import annotations
@@ -89,7 +87,5 @@ class EventPosts:
         # A line at 1, 10, 100... dropped, not one per Event: a flood would drown the log.
         if len(str(before)) != len(str(self._dropped)) or not before:
             logger.warning(
-                "%d Events dropped so far (%s): numatopo_events_dropped_total",
-                self._dropped,
-                why,
+                "%d Events dropped so far (%s): numatopo_events_dropped_total", self._dropped, why
             )

@@ -149,16 +149,9 @@ class ExportWriter:
         self.runtime.metrics.export_errors.labels(self.format.value, reason).inc()
         # The first failure of a node is a warning; its repeats (every retry of a node
         # another writer owns, say) are counted, and logged at debug level only.
-        logger.log(
-            logging.WARNING if backoff.attempts == 1 else logging.DEBUG,
-            "%s %s%s failed (again in %.1f s)%s: %s",
-            doing,
-            self.format.kind,
-            f"/{node}" if node else "",
-            pause,
-            f"; {hint}" if hint else "",
-            exc,
-        )
+        level = logging.WARNING if backoff.attempts == 1 else logging.DEBUG
+        what, hint = self.format.kind + (f"/{node}" if node else ""), f"; {hint}" if hint else ""
+        logger.log(level, "%s %s failed (again in %.1f s)%s: %s", doing, what, pause, hint, exc)
 
     def _due(self, node: str) -> bool:
         backoff = self.failing.get(node)

@@ -1,18 +1,16 @@
 """The extender's TLS: mutual authentication of kube-scheduler, with certificates that
 rotate without a restart (I/O: reads the certificate files).
 
-kube-scheduler cannot send a token to an extender; its `extenders[].tlsConfig` can
-present a client certificate. So the extender serves HTTPS only and accepts a
-connection only from a client whose certificate chains to `extender_client_ca`, a CA
-that signs the scheduler's certificate and nothing else.
+kube-scheduler cannot send a token to an extender, but its `extenders[].tlsConfig` can
+present a client certificate: so the extender serves HTTPS only, to clients whose
+certificate chains to `extender_client_ca`, a CA that signs the scheduler's and nothing
+else.
 
-Rotation: the files are usually a mounted Secret, which the kubelet swaps atomically
-(a new `..data` link) when the Secret changes. Each handshake stats the three files
-(three `stat` calls, microseconds) and, when one changed, builds a new context and hands
-it to that connection from OpenSSL's server-name callback, which runs before the server
-picks its certificate and before it verifies the client's; later connections keep the
-new one. A set that does not load (a key from one rotation, a certificate from the next)
-keeps the previous context, logged, until a handshake finds a set that loads.
+Rotation: the files are usually a mounted Secret, swapped atomically by the kubelet.
+Each handshake stats them (microseconds) and, when one changed, builds a new context
+and hands it to that connection from OpenSSL's server-name callback, which runs before
+the server picks its certificate or verifies the client's. A set that does not load (a
+key from one rotation, a certificate from the next) keeps the previous context, logged.
 """
 
 from __future__ import annotations
@@ -44,11 +42,8 @@ class TlsFiles:
 
     def stamp(self) -> tuple[tuple[int, int, int], ...]:
         """What changes when any of the files is replaced or rewritten (follows links)."""
-        found = []
-        for path in (self.cert, self.key, self.client_ca):
-            info = os.stat(path)
-            found.append((info.st_ino, info.st_mtime_ns, info.st_size))
-        return tuple(found)
+        found = map(os.stat, (self.cert, self.key, self.client_ca))
+        return tuple((info.st_ino, info.st_mtime_ns, info.st_size) for info in found)
 
 
 def _load(files: TlsFiles) -> ssl.SSLContext:
@@ -115,11 +110,7 @@ def extender_context(settings: OperatorSettings) -> RotatingContext | None:
             settings.extender_port,
         )
         return None
-    named = (
-        settings.extender_tls_cert,
-        settings.extender_tls_key,
-        settings.extender_client_ca,
-    )
+    named = (settings.extender_tls_cert, settings.extender_tls_key, settings.extender_client_ca)
     if not all(named):
         raise ExtenderTlsError(
             "the scheduler extender needs TLS: give --extender-tls-cert, --extender-tls-key "

@@ -1,14 +1,12 @@
 """One GPU pod in flight per steered node (pure state, asyncio waits).
 
 No device-plugin RPC names the pod being admitted: numatopo's steering plugin answers
-the kubelet's `GetPreferredAllocation(available, mustInclude, size)` by picking the
-in-flight container of that size whose assigned GPUs are available. That guess is
-certain only while at most one GPU pod is in flight on the node (bound and assigned,
-its GPUs not yet given). So on a `Steered` node the operator lets a second GPU pod
-wait (in the extender's bind, or in the assigner's retry queue) until the first one is
-seen admitted (the agent's `numatopo.io/observed`, or the kubelet's status for it) or
-gone, or a bounded timeout passes: a kubelet that never admits the first pod must not
-stop the node forever. After a timeout steering may guess wrong; Follow then heals.
+`GetPreferredAllocation(available, mustInclude, size)` with the in-flight container of
+that size whose assigned GPUs are available, a guess certain only while at most one GPU
+pod is in flight on the node. So on a `Steered` node a second GPU pod waits (in the
+bind, or the retry queue) until the first is seen admitted or gone, or a bounded
+timeout passes: a kubelet that never admits the first must not stop the node forever.
+After a timeout steering may guess wrong; Follow then heals.
 """
 
 from __future__ import annotations

@@ -1,20 +1,14 @@
 """kopf's handlers (`build_registry`: the login, NetworkTopologies), and the logic
 `pod_feed` and `cluster_feed` call (`pod_seen`, `topology_seen`); each is thin.
 
-Pods, Numatopologies and Nodes are no kopf resource: `pod_feed` and `cluster_feed`
-list and watch them themselves (kopf's per-object processing, and its start-up gate
-that wakes every waiting worker per listed object, cost more than the decisions at the
-size of a cluster) and hand each event here. The pod's own `numatopo.io/state`
-annotation says whether it was decided, so handling is idempotent and nothing is
-written onto users' pods but that. Retries are driven by the events that can change an
-answer, not by timers: a pod waiting for a Numatopology is retried when that
-Numatopology appears, and an Unsatisfiable pod when a pod on its node releases CPUs or
-GPUs. What no event re-drives (a write that failed, a pod still waiting) is kept in the
-retry queue (`assigning.settle`).
-
-The ledger is fed here and nowhere else on the watch side: `_observe_pod` and
-`observe_topology` on every event (deleted objects included); `cluster_feed` gives
-every listed Numatopology before it sets `Runtime.indexed`.
+Pods, Numatopologies and Nodes are listed and watched by the feeds, not kopf
+(docs/DESIGN.md, "Kubernetes client"), and each event is handed here. The pod's own
+`numatopo.io/state` says whether it was decided, so handling is idempotent. Retries are
+driven by the events that can change an answer, not by timers: a pod waiting for a
+Numatopology is retried when it appears, an Unsatisfiable pod when a pod on its node
+releases CPUs or GPUs; what no event re-drives waits in the retry queue
+(`assigning.settle`). The ledger is fed here and nowhere else on the watch side
+(`_observe_pod`, `observe_topology`, deleted objects included).
 """
 
 from __future__ import annotations
@@ -43,11 +37,9 @@ logger = logging.getLogger(__name__)
 
 
 async def login(*, memo: Runtime, logger: Logger, **kwargs: Any) -> kopf.ConnectionInfo:
-    """Fixed credentials if given, else the pod's service account, else `KUBECONFIG`.
-
-    kopf logs in for its watches; our own client (`memo.kube`) connects from the same
-    sources by itself (it re-reads a rotated service-account token on its own), and
-    connects again at each re-login."""
+    """Fixed credentials if given, else the pod's service account, else `KUBECONFIG`, for
+    kopf's watches; our own client (`memo.kube`) connects from the same sources by
+    itself, again at each re-login."""
     info = (
         memo.connection
         or kopf.login_with_service_account(logger=logger, **kwargs)
@@ -104,12 +96,6 @@ def _observe_pod(memo: Runtime, pod: PodView) -> None:
         memo.ledger.observe(booking)
 
 
-async def _redrive(memo: Runtime, node: str) -> None:
-    """Retry the pods waiting on `node`, oldest first."""
-    for pod in memo.waiting.on(node):
-        await assigning.settle(memo, pod)
-
-
 async def _report_others(memo: Runtime, pod: PodView, logger: Logger) -> None:
     """Mark Invalid, once each, the other bookings on this pod's node that now overlap
     earlier claims (their own events may never come again)."""
@@ -123,12 +109,8 @@ async def _report_others(memo: Runtime, pod: PodView, logger: Logger) -> None:
             continue
         namespace, _, name = other.partition("/")
         with kept_serving(logger, f"pod {other}", memo.metrics):
-            await assigning.mark_invalid(
-                memo,
-                PodView({"metadata": {"namespace": namespace, "name": name}}),
-                why,
-                event_reason=translate.UNTRUSTED,
-            )
+            named = PodView({"metadata": {"namespace": namespace, "name": name}})
+            await assigning.mark_invalid(memo, named, why, event_reason=translate.UNTRUSTED)
             memo.pods.tell_once(other, why)
 
 
@@ -139,10 +121,9 @@ def pod_seen(
     memo: Runtime, type: str | None, body: dict[str, Any], logger: Logger
 ) -> FollowUp | None:
     """The bookkeeping of one pod as `pod_feed` saw it (`type`: the watch event's, None
-    for a listed pod), done at once, in the order of the watch. Returns what is left to
-    do while this replica decides (calls to the API): `pod_feed` runs it in the pod's
-    own worker, so that a decision that waits on the API never holds up the watch whose
-    next events it may be waiting for. The event is read once, here (`PodView`)."""
+    for a listed pod), done at once, in watch order. Returns what is left to do while
+    this replica decides (API calls), run in the pod's own worker: a decision that waits
+    on the API never holds up the watch whose next events it may be waiting for."""
     pod = PodView(body)
     key = pod.key
     with kept_serving(logger, f"pod {key}", memo.metrics):
@@ -174,8 +155,10 @@ def pod_seen(
 
 
 async def _redrive_kept(memo: Runtime, node: str, logger: Logger) -> None:
+    """Retry the pods waiting on `node`, oldest first."""
     with kept_serving(logger, f"pods waiting on {node}", memo.metrics):
-        await _redrive(memo, node)
+        for pod in memo.waiting.on(node):
+            await assigning.settle(memo, pod)
 
 
 async def _decide(memo: Runtime, pod: PodView, logger: Logger) -> None:

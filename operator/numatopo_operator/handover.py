@@ -1,53 +1,39 @@
 """Taking over as the active replica: make the ledger current, then judge (I/O).
 
 A standby follows the pods as the holder does (`pod_feed`; kopf peering is off: the
-Lease decides), but its watch stream may lag behind the writes of the holder it
-replaces. Hence, on every acquisition of the Lease (`leadership` clears
-`Runtime.ledger_current` first, and clears it again when the Lease is lost):
+Lease decides), but its watch may lag behind the writes of the holder it replaces.
+On every acquisition of the Lease (`leadership` clears `Runtime.ledger_current` first,
+and again when the Lease is lost):
 
-1. No grace period is needed: the previous holder stopped writing `renew_deadline`
-   after its last renewal, at least `lease_duration - renew_deadline` before we could
-   acquire the Lease (fencing by expiry, see `leadership`), so its writes have landed.
-2. Once `pod_feed` has listed, one of:
-   - the Lease's first holder ever (it created the Lease, or runs standalone): nothing
-     more, no replica wrote before it (`take_over(relist=False)`);
-   - the watch catches up (`catch_up`): a fresh token written on our own pod and seen
-     on our watch proves every earlier pod write, the previous holder's among them,
-     was handed over; the ledger the feed kept is current. Needs our pod (the
-     downward-API settings) in a namespace the feed watches, and the token seen
-     within `CATCH_UP_SECONDS`;
-   - otherwise `Ledger.begin_resync`, then LIST the annotated pods (slim views,
-     `numatopo_kube.KubeClient.list_pods`), then `Ledger.end_resync` with the bookings
-     of that list. The list is retried until it succeeds; a replica that loses the
-     Lease meanwhile cancels it.
-3. Set `Runtime.ledger_current`: decisions resume (until then the assigner skips pods and
+1. No grace period: the previous holder stopped writing `renew_deadline` after its last
+   renewal, at least `lease_duration - renew_deadline` before we could acquire the
+   Lease (fencing by expiry, see `leadership`), so its writes have landed.
+2. Once `pod_feed` has listed, one of: the Lease's first holder ever (it created the
+   Lease, or runs standalone) does nothing more (`take_over(relist=False)`); else the
+   watch catches up (`catch_up`: a token written on our own pod and seen on our watch
+   within `CATCH_UP_SECONDS` proves every earlier pod write was handed over; needs our
+   pod in a watched namespace); else `Ledger.begin_resync`, a LIST of the annotated pods
+   (slim views), `Ledger.end_resync` with their bookings, retried until it succeeds.
+3. Set `Runtime.ledger_current`: decisions resume (until then the assigner skips pods,
    the extender answers "not ready, retry", and `/readyz` says so).
-4. Judge every pod that carries a numatopo annotation (those of the list, and those
-   whose events arrived while the gate was closed, `PodRecord.deferred`) in
-   `judging_order` (waiting pods first, those never answered before those refused): a
-   pod that changed while no replica decided (a hand-written, unreadable or
-   overlapping assignment; a refusal without its reason) gets its answer, a waiting
-   pod is decided, and a valid assignment is left as it is (`assigning.judge_pod`).
-   A moment without a fresh Lease (a late renewal) defers what is left; the renewal
-   that ends it has it judged (`judge`).
+4. Judge every annotated pod (those listed, and those deferred while the gate was
+   closed, `PodRecord.deferred`) in `judging_order` (`assigning.judge_pod`): a pod that
+   changed while no replica decided gets its answer, a waiting pod is decided, a valid
+   assignment is left. A moment without a fresh Lease defers what is left (`judge`).
 
-Why no booking is lost or double-booked after a caught-up watch: the watch hands over
-pod writes in the order they were stored, so every write stored before our token
-(fencing puts all of the previous holder's there) was handed over, deletions included;
-the ledger is the feed's, as if it had been active all along. After a list: take any pod
-P whose assignment exists when step 3 opens the gate. Either its annotation was written
-before the list was served: then the list has it, and only a journaled end of that very
-pod (same uid) removes it, which is right, since P is gone. Or it was written after:
-then the watch stream delivers it, and if that event is processed during the list, the
-journal keeps it over the list's older answer; if after, the ledger observes it as
-usual. The only writes that can reach us after the gate opened are those of a previous
-holder still writing after our list, which fencing forbids (a write already on the wire
-for longer than `lease_duration - renew_deadline` remains a window, as with any lease).
-A release is not lost either: one processed before `begin_resync` is older than the
-list, which no longer shows the pod (or shows it finished, which books nothing); one
-processed during the list is journaled as an end and wins over the list; one processed
-after is applied to the rebuilt ledger as usual. Pods that vanished while we stood by
-are simply not in the list, so their bookings go.
+Why no booking is lost or double-booked. After a caught-up watch: the watch hands over
+pod writes in the order they were stored, so every write before our token (fencing puts
+all of the previous holder's there) was handed over, deletions included. After a list:
+take a pod P whose assignment exists when step 3 opens the gate. If its annotation was
+written before the list was served, the list has it, and only a journaled end of that
+very pod (same uid) removes it. If after, the watch delivers it: during the list the
+journal keeps it over the list's older answer; after, the ledger observes it as usual.
+Only a previous holder still writing after our list could reach us later, which fencing
+forbids (a write on the wire longer than `lease_duration - renew_deadline` remains a
+window, as with any lease). A release is not lost either: one before `begin_resync` is
+older than the list (which no longer shows the pod, or shows it finished); one during
+the list is journaled as an end and wins; one after applies to the rebuilt ledger.
+Pods that vanished while we stood by are not in the list, so their bookings go.
 In-flight reservations (our writes not yet seen) are kept across the resync.
 """
 
@@ -211,19 +197,17 @@ async def take_over(runtime: Runtime, *, relist: bool = True) -> None:
 async def judge(runtime: Runtime, pods: dict[str, PodView] | None = None) -> None:
     """Step 4: judge `pods` (key -> view) and every deferred pod, in `judging_order`.
 
-    The replica may stop deciding for a moment while it still holds the Lease: a
-    renewal sent after the renew deadline (the loop held up, at 1,000 nodes by the
-    start-up lists) leaves `Runtime.lease_fresh` false until its answer. What is not
-    judged yet is then deferred again rather than dropped: pods pass through here once
-    (their events do not come again), and returning with them unjudged left every
-    waiting pod of a start-up undecided for good. `leadership` calls this again when
-    that late renewal succeeds; a lost Lease cancels it (the next holder judges).
+    A renewal sent after the renew deadline (the loop held up, at 1,000 nodes by the
+    start-up lists) stops the replica deciding until its answer, while it still holds
+    the Lease. What is not judged yet is then deferred again, not dropped: pods pass
+    here once (their events do not come again), and dropping them left every waiting
+    pod of a start-up undecided for good. `leadership` calls this again when that late
+    renewal succeeds; a lost Lease cancels it (the next holder judges).
 
-    A valid assignment is judged without a call to the API, so the pass over them never
-    suspended: at 1,000 nodes (10,000 assigned pods) it held the event loop 0.13-0.24 s
-    on an idle 2-core machine (a multiple of that on a loaded one), while the pod watch, the Lease
-    renewal, the extender and a pod that arrived just after the takeover waited. It
-    lets them run every `JUDGE_SLICE_SECONDS`."""
+    Valid assignments are judged without an API call, so the pass never suspended: at
+    10,000 assigned pods it held the loop 0.13-0.24 s on an idle 2-core machine, while
+    the pod watch, the Lease renewal and the extender waited. It lets them run every
+    `JUDGE_SLICE_SECONDS`."""
     pending = dict(pods or {})
     while True:
         pending.update(runtime.pods.take_deferred())  # newer than what was listed

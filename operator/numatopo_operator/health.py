@@ -1,11 +1,9 @@
 """Probes and metrics over HTTP: `/healthz`, `/readyz`, `/metrics` (aiohttp, I/O).
 
 /healthz  200 while the process serves (liveness: restart only a hung process)
-/readyz   200 once the replica knows its role and, if it is the active one, its ledger
-          is complete and was rebuilt since it became active (`handover`); a standby
-          is Ready too (it takes over by listing). Every replica being Ready is what
-          lets a rolling update and a PodDisruptionBudget make progress; the extender
-          Service finds the Lease holder by its label (see `leadership`)
+/readyz   200 once the replica knows its role and, if active, its ledger is current
+          (`handover`); a standby is Ready too, so rolling updates and disruption
+          budgets progress (the extender Service selects the holder by its label)
 /metrics  Prometheus text format
 """
 

@@ -49,8 +49,7 @@ def heartbeat_of(body: kopf.Body) -> float | None:
 
 def stale_reason(body: kopf.Body) -> str | None:
     """Why a Numatopology cannot be trusted now: its exporter says it is not current."""
-    conditions = (body.get("status") or {}).get("conditions") or []
-    for condition in conditions:
+    for condition in (body.get("status") or {}).get("conditions") or []:
         if (
             isinstance(condition, dict)
             and condition.get("type") == "Exported"
@@ -117,16 +116,11 @@ def _cpu_rows(cpus: list[Cpu]) -> tuple[tuple[int, int, int, int | None, bool], 
 
 def shared_parts(spec: NumatopologySpec) -> NumatopologySpec:
     """The spec with every part equal to another node's (`SHARED_PARTS`) that node's
-    object, so nodes of one hardware shape hold one parse of it and only their GPUs
-    (UUIDs) of their own.
-
-    The CPU rows (a 208-CPU node: 200 of its 240 KiB, one pydantic model per logical
-    CPU) and the NUMA nodes' CPU sets (a hash table per set) are most of a parsed spec;
-    at 1,000 nodes they were half of the operator's memory. Specs are frozen and nothing
-    changes their parts, so one object serves them all. A part's key is its repr: every
-    field of every model in it, so unequal parts never meet; the CPU rows' is the tuple
-    of their fields (the repr of 208 rows cost 0.33 ms a node, the tuple 0.02 ms).
-    """
+    object: nodes of one hardware shape hold one parse of it (docs/DESIGN.md, "Memory at
+    cluster size"; the CPU rows and CPU sets were half of the operator's memory at 1,000
+    nodes). Specs are frozen, so one object serves them all. A part's key is its repr
+    (every field of every model in it: unequal parts never meet); the CPU rows' is the
+    tuple of their fields (the repr of 208 rows cost 0.33 ms a node, the tuple 0.02 ms)."""
     update: dict[str, object] = {}
     for name, table in _PARTS.items():
         value = getattr(spec, name)
@@ -159,22 +153,17 @@ def reading_with(
 ) -> TopologyReading:
     """The object's reading with `spec` as its spec (parsed by `numatopologies`, or kept
     from an earlier event of the same spec: `cluster_feed`)."""
-    mode = (body.get("status") or {}).get("gpuMode")
+    status = body.get("status") or {}
     try:
-        unhealthy = UnhealthyDevices.model_validate(
-            (body.get("status") or {}).get("unhealthy") or {}
-        )
+        unhealthy = UnhealthyDevices.model_validate(status.get("unhealthy") or {})
     except pydantic.ValidationError as exc:
         # The schema forbids this; a stale object read past it counts every device.
         logger.warning(
             "Numatopology/%s: unreadable status.unhealthy, ignored: %s", body.metadata.name, exc
         )
         unhealthy = UnhealthyDevices()
+    mode = status.get("gpuMode")
+    gpu_mode = mode if isinstance(mode, str) else None
     return TopologyReading(
-        spec,
-        stale_reason(body),
-        heartbeat_of(body),
-        mode if isinstance(mode, str) else None,
-        owned_status(body),
-        unhealthy,
+        spec, stale_reason(body), heartbeat_of(body), gpu_mode, owned_status(body), unhealthy
     )

@@ -1,40 +1,33 @@
 """Which replica decides: a `coordination.k8s.io/v1` Lease, as client-go's leaderelection.
 
-Three durations (settings; defaults 4 s / 3 s / 1 s) with
-`retry_period < renew_deadline < lease_duration`:
+Three durations (settings; defaults 4 s / 3 s / 1 s), `retry_period < renew_deadline <
+lease_duration`:
 
-- A standby reads the Lease `STANDBY_READS_PER_PERIOD` times per `retry_period`. It
-  counts the lease duration from the moment *it saw* the record change (its own
-  monotonic clock, never the holder's `renewTime`, so clock skew between nodes does not
-  matter), and tries to acquire the Lease the moment that much time passed without a
-  renewal, or at once when the Lease is free (no holder: a holder that shut down
-  released it). Reading more often than the holder renews is what makes that moment
-  close to the holder's last renewal: read once a period, the standby saw a renewal up
-  to a whole period late and took over up to a period later than it could have.
-  Acquiring is a patch conditioned on the `resourceVersion` it read, then read back: of
-  two standbys only one wins.
-- The holder renews every `retry_period`. `Runtime.lease.renewed_at` is when the last
-  successful renewal was *sent*; the holder decides and writes only while that is less
-  than `renew_deadline` ago (`Runtime.lease_fresh`, checked before every write), and
-  stands down when it is not. Fencing by expiry: a standby saw that renewal no earlier
-  than it was sent and waits `lease_duration` from then, so a holder cut off from the
-  API is silent for `lease_duration - renew_deadline` (1 s by default) before anyone may
-  take over. A renewal sent late (the loop held up past the deadline) that still holds
-  the Lease ends such a pause: what the holder saw meanwhile was deferred and is judged
-  then (`handover.judge`).
+- A standby reads the Lease `STANDBY_READS_PER_PERIOD` times per `retry_period` and
+  counts the lease duration from when *it saw* the record change (its own monotonic
+  clock, never the holder's `renewTime`: clock skew does not matter). It acquires the
+  Lease once that much time passed without a renewal, or at once when the Lease is free
+  (a holder that shut down released it). Reading more often than the holder renews
+  keeps that moment close to the last renewal (read once a period, it took over up to
+  a period late). Acquiring is a patch conditioned on the `resourceVersion` read, then
+  read back: of two standbys only one wins.
+- The holder renews every `retry_period`; `Runtime.lease.renewed_at` is when the last
+  successful renewal was *sent*. It decides and writes only while that is less than
+  `renew_deadline` ago (`Runtime.lease_fresh`, checked before every write). Fencing by
+  expiry: a standby saw that renewal no earlier than it was sent and waits
+  `lease_duration` from then, so a holder cut off is silent for `lease_duration -
+  renew_deadline` (1 s by default) before anyone may take over. A late renewal that
+  still holds the Lease ends such a pause; what was deferred meanwhile is judged then
+  (`handover.judge`).
 
-Failover after `kill -9` of the holder: the standby acquires `lease_duration` after it
-saw the last renewal (between `lease_duration - retry_period` and `lease_duration +
-retry_period / STANDBY_READS_PER_PERIOD` after the kill), then catches up with the API
-(`handover`) and decides again; `docs/operations.md` has the measured numbers.
+After `kill -9` of the holder the standby acquires `lease_duration` after it saw the
+last renewal, catches up (`handover`) and decides; `docs/operations.md` has the numbers.
 
-The extender Service selects on `ACTIVE_LABEL`; the holder labels its own pod after it
-acquired the Lease and removes the label from the previous holder's pod (a replica
-killed with -9 cannot remove its own); a replica that loses the Lease removes its label
-after it stopped deciding. A call that reaches a non-holder anyway (a handover, a label
-write that failed) is answered with an Error the scheduler retries; it never binds.
-Every replica is Ready (rolling updates and disruption budgets progress); a dead one
-also leaves the Service's endpoints by failing its readiness probe.
+The extender Service selects on `ACTIVE_LABEL`: the holder labels its own pod once it
+holds the Lease and unlabels the previous holder's (a replica killed with -9 cannot); a
+replica that loses the Lease unlabels itself after it stopped deciding. A call reaching
+a non-holder anyway gets an Error the scheduler retries; it never binds. Every replica
+is Ready (rolling updates progress); a dead one fails its readiness probe.
 """
 
 from __future__ import annotations
@@ -121,14 +114,8 @@ class PodLabel:
             await runtime.kube.patch_pod_labels(self.namespace, self.name, patch)
         except KubeError as exc:
             self.labelled = None
-            logger.warning(
-                "cannot %s label %s on pod %s/%s: %s",
-                "set" if active else "remove",
-                ACTIVE_LABEL,
-                self.namespace,
-                self.name,
-                exc,
-            )
+            doing, pod = "set" if active else "remove", f"{self.namespace}/{self.name}"
+            logger.warning("cannot %s label %s on pod %s: %s", doing, ACTIVE_LABEL, pod, exc)
         else:
             self.labelled = active
 
@@ -266,12 +253,8 @@ class Elector:
                 await self.label.sync(self.runtime, active=False)
             return
         sent = time.monotonic()
-        await kube.patch_lease(
-            self.namespace,
-            self.name,
-            self._spec(acquire=True, transitions=transitions + 1),
-            resource_version=self._version,
-        )
+        spec = self._spec(acquire=True, transitions=transitions + 1)
+        await kube.patch_lease(self.namespace, self.name, spec, resource_version=self._version)
         # Read back: an API server without the resourceVersion precondition (or a
         # racing standby) must not leave two replicas believing they hold it.
         check = await kube.get_lease(self.namespace, self.name)
@@ -290,13 +273,10 @@ class Elector:
     async def _renew(self) -> None:
         assert self.name is not None
         sent = time.monotonic()
-        conflict = False
+        conflict, spec = False, self._spec(acquire=False, transitions=0)
         try:
             lease = await self.runtime.kube.patch_lease(
-                self.namespace,
-                self.name,
-                self._spec(acquire=False, transitions=0),
-                resource_version=self._version,
+                self.namespace, self.name, spec, resource_version=self._version
             )
         except KubeConflictError:
             conflict, lease = True, await self.runtime.kube.get_lease(self.namespace, self.name)
@@ -333,13 +313,8 @@ class Elector:
     async def _acquired(self, sent: float, *, previous: str, first: bool = False) -> None:
         """`first`: we created the Lease, so no replica ever decided before us."""
         self.runtime.lease.renewed_at = sent
-        logger.info(
-            "this replica (%s) holds Lease %s/%s now%s",
-            self.identity,
-            self.namespace,
-            self.name,
-            f", after {previous}" if previous else "",
-        )
+        lease, after = f"{self.namespace}/{self.name}", f", after {previous}" if previous else ""
+        logger.info("this replica (%s) holds Lease %s now%s", self.identity, lease, after)
         self.runtime.role_known.set()
         await self._become_holder(previous=previous, first=first)
 

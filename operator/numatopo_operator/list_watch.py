@@ -1,14 +1,11 @@
 """One kind of object followed by a list, then a watch from that list's resourceVersion
 (I/O); `cluster_feed` follows Numatopologies and Nodes with it, `dra_feed` the DRA kinds.
 
-A watch that ends with 410 Gone (its version was compacted away) lists again, and the
-new list replaces what was known: what it lacks ended while nobody watched. Any other
-error: a pause that grows with each failure in a row (`Backoff`), then a watch from the
-last version seen, or a list again when the list itself failed.
-
-`KeyedWorkers` runs what an event leaves to do that waits on the API, one task per
-object, so that such a wait never holds up the watch whose next events it may need
-(`pod_feed`'s pods too).
+410 Gone (the version was compacted away) lists again, and the new list replaces what
+was known: what it lacks ended while nobody watched. Any other error backs off
+(`Backoff`), then watches from the last version seen, or lists again. `KeyedWorkers`
+runs what an event leaves to do that waits on the API, one task per object, so such a
+wait never holds up the watch whose next events it may need (`pod_feed`'s pods too).
 """
 
 from __future__ import annotations
@@ -147,12 +144,9 @@ STOP_GRACE_SECONDS = 2.0
 
 
 async def stop_all(tasks: Iterable[asyncio.Task[Any]]) -> None:
-    """Cancel each task that no one cancelled yet, and wait for them all to end.
-
-    Never twice: a second cancel lands in the cleanup of the first. When kopf stops it
-    cancels every task begun since it started (feeds, workers) and waits for them; a
-    feed cancelling them again meanwhile cut an HTTP request's cleanup short, and the
-    pool connections it was closing then stayed open."""
+    """Cancel each task that no one cancelled yet, and wait for them all to end. Never
+    twice: when kopf stops it cancels every task begun since it started, and a second
+    cancel cut an HTTP request's cleanup short, leaving its pool connections open."""
     tasks = list(tasks)
     for task in tasks:
         if not task.cancelling():

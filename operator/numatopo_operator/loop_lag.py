@@ -1,9 +1,8 @@
 """The event loop's lag, as a gauge: how late a timer fires (I/O-free, one task).
 
-Engine work runs in its own thread (`Runtime.in_engine_thread`), but a long GC pause, a
-big list parsed on the loop or a handler that blocks still delays kopf's watches, the
-Lease renewals and the extender's answers. A timer that should fire every `PERIOD`
-seconds and fires late by L says the loop was held for about L.
+A long GC pause, a big list parsed on the loop or a handler that blocks delays the
+watches, the Lease renewals and the extender's answers: a timer that fires late by L
+says the loop was held for about L.
 """
 
 from __future__ import annotations

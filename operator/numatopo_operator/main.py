@@ -44,11 +44,10 @@ logger = logging.getLogger(__name__)
 
 
 class Servers:
-    """The two HTTP servers; the ports are known once `start()` returned (0 = any).
-
-    The extender serves HTTPS with client certificates (`extender_tls`) unless plain
-    HTTP was asked for by name; metrics and probes stay plain HTTP (the kubelet's probes
-    and Prometheus reach them; the chart's NetworkPolicy limits who else may)."""
+    """The two HTTP servers; the ports are known once `start()` returned (0 = any). The
+    extender serves HTTPS with client certificates (`extender_tls`) unless plain HTTP
+    was asked for by name; metrics and probes stay plain HTTP (the kubelet's probes and
+    Prometheus reach them; the chart's NetworkPolicy limits who else may)."""
 
     def __init__(self, runtime: Runtime) -> None:
         self.runtime = runtime
@@ -62,16 +61,11 @@ class Servers:
     ) -> int:
         runner = web.AppRunner(app, access_log=None)
         await runner.setup()
-        site = web.TCPSite(
-            runner,
-            self.runtime.settings.listen_host,
-            port,
-            ssl_context=tls.listening if tls is not None else None,
-        )
+        host, context = self.runtime.settings.listen_host, tls.listening if tls else None
+        site = web.TCPSite(runner, host, port, ssl_context=context)
         await site.start()
         self._runners.append(runner)
-        server = site._server
-        sockets = getattr(server, "sockets", None) or []
+        sockets = getattr(site._server, "sockets", None) or []
         return int(sockets[0].getsockname()[1]) if sockets else port
 
     async def start(self) -> None:
@@ -93,14 +87,12 @@ class Servers:
 async def freeze_listed_heap(runtime: Runtime) -> None:
     """Once everything is listed, keep the collector from scanning it again.
 
-    A cluster's Numatopologies parse into millions of small objects (5,000 specs of 208
-    CPU rows each). Python's full collection walks every one of them while holding the
-    GIL: measured 235 ms for 1,000 such nodes, a stall of the loop (watches, Lease
-    renewals, the extender) each time one is triggered, as a cold scheduling cycle
-    does. What is listed at start-up lives as long as the process; `gc.freeze` leaves it
-    out of every later collection (anything of it dropped later is still freed by
-    reference counting, which is all these acyclic objects need).
-    """
+    A cluster's Numatopologies parse into millions of small objects, and a full
+    collection walks them all holding the GIL: 235 ms for 1,000 nodes, a stall of the
+    loop whenever one is triggered (a cold scheduling cycle does). What is listed at
+    start-up lives as long as the process; `gc.freeze` leaves it out of later
+    collections (what of it is dropped is still freed by reference counting: these
+    objects are acyclic)."""
     await runtime.indexed.wait()
     gc.freeze()
     logger.info(

@@ -1,13 +1,11 @@
 """`NoDiffBase`: kopf's diff base for an operator with no change handlers (I/O-free).
 
-kopf works out what changed in an object for its on.create/update/delete/resume
-handlers: on every watch event it deep-copies the whole body into an "essence", then
-copies that essence once per progress storage to clean it (three copies of a
-Numatopology with its hundreds of CPU rows, each of them re-sent on every status write
-the holder makes). numatopo registers event and index handlers only, which never read
-that diff, so the essence built here is empty and nothing is stored on objects: the
-copies were a fifth of the operator's CPU during a burst at 1,000 nodes. A change
-handler added later needs kopf's own storage back (a test checks there is none).
+For its on.create/update/delete/resume handlers kopf deep-copies every watched body
+into an "essence", then once per progress storage (three copies of a Numatopology with
+its hundreds of CPU rows per status write): a fifth of the operator's CPU during a burst
+at 1,000 nodes. numatopo's event and index handlers never read that diff, so the
+essence here is empty and nothing is stored on objects. A change handler added later
+needs kopf's own storage back (a test checks there is none).
 """
 
 from __future__ import annotations

@@ -2,11 +2,10 @@
 
 Pods are no kopf resource: kopf's per-object copies and bookkeeping cost about 1.4 ms
 of CPU per pod (most of a minute before a 30,000-pod replica's first decision) and held
-every body. Per namespace given (all when none): one paginated LIST, each pod cut to its
-slim view and handed over as its page is read, then `Runtime.pods_listed` set; one
-WATCH from that list's resourceVersion; 410 Gone lists again, and the pods that list
-lacks are handed over as deleted. A pod seen again with the uid and resourceVersion last
-seen is the same pod (a relist, a replayed event) and skipped. Lists are taken under
+every body. Per namespace given (all when none): (1) a paginated LIST, each pod handed
+over as its slim view as its page is read; (2) a WATCH from its resourceVersion; (3) on
+410 Gone a LIST again, the pods it lacks handed over as deleted. A pod seen again with
+the uid and resourceVersion last seen is skipped. Lists are taken under
 `Runtime.pod_lists`, one at a time with `handover`'s, so the ledger's resync journal sees
 no other list's pods as newer than its own.
 """

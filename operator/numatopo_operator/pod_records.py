@@ -58,10 +58,6 @@ class PodRecords:
         """The pod ended or was deleted."""
         self._by_key.pop(key, None)
 
-    def written(self, key: str) -> str | None:
-        found = self._by_key.get(key)
-        return found.written if found is not None else None
-
     def unreadable(self, key: str) -> str | None:
         found = self._by_key.get(key)
         return found.unreadable if found is not None else None

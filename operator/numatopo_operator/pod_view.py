@@ -104,6 +104,11 @@ class PodView(Mapping[str, Any]):
         return self.status.get("phase") in FINISHED_PHASES
 
     @property
+    def ref(self) -> dict[str, str]:
+        """What an Event or a Binding names the pod by."""
+        return {"namespace": self.namespace, "name": self.name, "uid": self.uid}
+
+    @property
     def deleting(self) -> bool:
         return bool(self.metadata.get("deletionTimestamp"))
 

@@ -1,11 +1,6 @@
-"""The one writer of numatopo's annotations on pods (I/O): decisions, refusals, and
-taking a decision back. The assigner, the extender's bind, realignment, DRA and the
-group placer all write through here.
-
-Every write is fenced first (`Runtime.check_may_write`: a replica that could not renew
-its Lease stops writing before a standby may take over), and an assignment is signed
-for its pod on the way (`Runtime.signed`): nothing else puts one on a pod. The merge
-patches themselves are `translate`'s (pure).
+"""The one writer of numatopo's annotations on pods (I/O; docs/DESIGN.md, "One writer"):
+every write fenced (`Runtime.check_may_write`), every assignment signed for its pod
+(`Runtime.signed`); the merge patches are `translate`'s (pure).
 """
 
 from __future__ import annotations
@@ -51,10 +46,9 @@ async def write_invalid(runtime: Runtime, pod: PodView, reason: str) -> None:
 async def write_taken_back(
     runtime: Runtime, namespace: str, name: str, *, placement: bool = False, fenced: bool = True
 ) -> None:
-    """Remove the pod's decision (state, assignment, reason), and its group placement
-    record with `placement`: the pod is decided afresh. `fenced=False` only for taking
-    back what this replica itself just wrote (a Binding that failed after it, maybe for
-    want of a fresh Lease): a removal can clash with no other replica's decision."""
+    """Remove the pod's decision (and its group placement record with `placement`): it is
+    decided afresh. `fenced=False` only for what this replica itself just wrote (a
+    Binding that failed after it): a removal clashes with no other replica's decision."""
     if fenced:
         runtime.check_may_write()
     patch: Mapping[str, str | None] = translate.removal_annotations()

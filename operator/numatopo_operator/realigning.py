@@ -1,31 +1,24 @@
 """Follow, the operator's half: decide a pod again around the GPUs it really holds (I/O).
 
 The node agent writes `numatopo.io/observed` once the kubelet has given the pod's
-containers their devices. When a container holds other GPUs than its assignment
-names, the pod's CPUs, memory and NICs sit next to the wrong GPUs. Here the pod is
-decided again with each GPU container's GPUs pinned to the real ones
-(`allocation.allocate(pinned=...)`), booked under a new decision sequence, and written;
-the agent enforces the new cpusets and reports `Aligned` once all agree. The RDMA NICs
-a container holds (those its devices name: a shared pool's IDs name none) are pinned
-the same way (`pinned_nics`), so a realigned pod keeps the NICs it really has.
+containers their devices. When a container holds other GPUs than its assignment names,
+its CPUs, memory and NICs sit next to the wrong GPUs: the pod is decided again with
+each container's GPUs (and the RDMA NICs its devices name: a shared pool's IDs name
+none) pinned to the real ones (`allocate_around`), booked under a new decision
+sequence and written; the agent enforces it and reports `Aligned` once all agree.
 
-The real GPUs (and NICs) win over a claim on paper: a pod whose assignment names one of them is
-displaced (its assignment is taken back, so it is decided afresh and followed in turn)
-when the kubelet has admitted it and its own observation says it really holds other
-GPUs, or when it is not admitted yet and later in claim order (`state.claim_order`).
-No GPU is ever booked twice: the displaced booking is released before the realigned
-one is reserved, all under the node's lock.
-
-An observation moves only the observed pod's own assignment. It never displaces an
-admitted pod whose own observation names those GPUs, or that has not reported yet (two
-containers never hold one GPU, so an observation naming its GPUs is wrong or forged: a
-tenant may write `observed` on their own pod where the chart's node-scope admission
-guard is off), nor a pod not admitted yet whose claim is earlier. Such a realignment
-waits (retried) until the other pod moves off those GPUs on its own observation or ends.
-
-When the pod's policy cannot hold with those GPUs (`single-numa-node`, GPUs on two
-NUMA nodes), the pod already runs: it is placed `best-effort` around them (the engine's
-`relaxed_allocation`), the reason says why, and a Warning Event tells the user.
+The real devices win over a claim on paper: a pod whose assignment names one of them
+is displaced (its assignment taken back, so it is decided afresh and followed in turn)
+when the kubelet has admitted it and its own observation says it holds other GPUs, or
+when it is not admitted yet and later in claim order (`state.claim_order`). It is never
+displaced when admitted with its own observation naming those GPUs or none reported yet
+(two containers never hold one GPU, so the observation is wrong or forged: a tenant may
+write `observed` on their own pod where the chart's admission guard is off), nor when
+not admitted with an earlier claim: the realignment then waits (retried). No GPU is
+booked twice: the displaced booking is released before the realigned one is reserved,
+all under the node's lock. A policy that cannot hold with those GPUs (`single-numa-node`,
+GPUs on two NUMA nodes) is relaxed to `best-effort` around them, said in the reason and
+a Warning Event: the pod already runs.
 """
 
 from __future__ import annotations
@@ -47,14 +40,7 @@ from numatopo_operator.ledger import Ledger
 from numatopo_operator.pod_view import PodView
 from numatopo_operator.runtime import Runtime
 
-__all__ = [
-    "REALIGNED",
-    "mismatch",
-    "nic_pins",
-    "pins",
-    "pins_of_pod",
-    "realign",
-]
+__all__ = ["REALIGNED", "mismatch", "nic_pins", "pins", "pins_of_pod", "realign"]
 
 logger = logging.getLogger(__name__)
 
@@ -122,7 +108,7 @@ async def realign(
     in an Event, counted, and left as it is.
     """
     key, node = pod.key, assignment.node
-    ref = {"namespace": pod.namespace, "name": pod.name, "uid": pod.uid}
+    ref = pod.ref
     ledger = runtime.ledger
     async with ledger.lock(node):
         topology, live = ledger.topology(node), ledger.state(node)
@@ -171,12 +157,8 @@ async def realign(
         except UnsatisfiableError as exc:
             decision, relaxed = None, exc.reason
         if decision is None:
-            await _refuse(
-                runtime,
-                ref,
-                assignment.seq,
-                f"cannot realign {key} around GPUs {pinned}: {relaxed}",
-            )
+            why = f"cannot realign {key} around GPUs {pinned}: {relaxed}"
+            await _refuse(runtime, ref, assignment.seq, why)
             return False
         realigned = decision.model_copy(update={"seq": ledger.next_seq(node)})
         try:
@@ -208,7 +190,7 @@ async def _write_realigned(
         + translate.assigned_message(realigned)
     )
     logger.info("%s: %s", pod.key, message)
-    ref = {"namespace": pod.namespace, "name": pod.name, "uid": pod.uid}
+    ref = pod.ref
     await runtime.kube.post_event(ref, warning=False, reason=REALIGNED, message=message)
     if reason:
         await runtime.kube.post_event(ref, warning=True, reason=GPUS_NOT_ALIGNABLE, message=reason)
@@ -252,14 +234,8 @@ def _keeps(  # noqa: PLR0917 (the two claims and what reads the other's devices)
     resources: ResourceNames,
 ) -> str:
     """Why `other` keeps the devices `wanted` it is booked for against `mine`'s
-    observation ('' when it is displaced).
-
-    A pod the kubelet has admitted holds real devices, which its own observation names:
-    if they are not `wanted`, its booking of them is stale paper and it is displaced (two
-    containers never hold one GPU, and pods that took each other's GPUs on paper must
-    all be able to move); if they are, or it has not reported them yet, it keeps them.
-    A pod not admitted yet holds nothing real: it keeps its booking only when its claim
-    is the earlier one."""
+    observation ('' when it is displaced: the rules in the module docstring; pods that
+    took each other's GPUs on paper must all be able to move)."""
     held = ledger.booking(other)
     if held is None:
         return ""  # in flight: decided after the observed pod's booking was seen

@@ -1,11 +1,9 @@
 """The retry queue: pods to judge again, each at its own time, with bounded backoff (pure).
 
-Events re-drive most pods (a release on the node, a new Numatopology), but not all: a
-write refused after the client's quick retries, a pod on a node whose exporter went
-quiet, a refusal that nothing else will revisit. Such a pod is kept here with the last
-body seen for it and judged again after `base * 2**attempts` seconds, capped at `cap`,
-until it has an answer that needs nothing more (then `discard`). So a pod always gets
-its answer once the API or the node recovers, even when no other event comes.
+Events re-drive most pods, but not all: a write refused after the client's quick
+retries, a pod on a node whose exporter went quiet. Such a pod is kept here with its
+last body and judged again after `base * 2**attempts` seconds (at most `cap`) until its
+answer needs nothing more (`discard`): it gets one once the API or the node recovers.
 """
 
 from __future__ import annotations

@@ -199,23 +199,18 @@ class Runtime:
 
     async def in_engine_thread(self, work: Callable[P, T], *args: P.args, **kwargs: P.kwargs) -> T:
         """`work(*args, **kwargs)` in the engine thread. Give it only values the event loop
-        will not change meanwhile (`Ledger.frozen_state` copies, never live states).
-
-        The thread still takes the GIL from the loop, but CPython hands it back every
-        switch interval (5 ms), so the loop keeps turning: measured in
-        `benchmarks/bench_loop_lag.py` and `tests/operator/test_event_loop_lag.py`.
-        """
+        will not change meanwhile (`Ledger.frozen_state` copies, never live states). The
+        GIL goes back to the loop every switch interval (5 ms): `bench_loop_lag.py`."""
         loop = asyncio.get_running_loop()
         job = functools.partial(work, *args, **kwargs)
         return await loop.run_in_executor(self.engine, _exclusive, job)
 
     @contextlib.contextmanager
     def engine_if_idle(self) -> Iterator[bool]:
-        """True, with the engine's memos held for the caller's thread until the block
-        ends, when no engine job runs now; else False (and nothing is held). For work
-        that takes about a millisecond and builds nothing (`allocation.NotWarmError`):
-        the hop to the engine thread and back costs a fair part of that. Never await
-        inside the block: the engine thread waits for it."""
+        """True, with the engine's memos held until the block ends, when no engine job
+        runs now; else False (nothing held). For work of about a millisecond that builds
+        nothing (`allocation.NotWarmError`), where the hop to the engine thread costs a
+        fair part of that. Never await inside the block: the engine thread waits."""
         taken = ENGINE_LOCK.acquire(blocking=False)
         try:
             yield taken
@@ -224,12 +219,8 @@ class Runtime:
                 ENGINE_LOCK.release()
 
     def lease_fresh(self) -> bool:
-        """True while our Lease was renewed within the renew deadline (always, standalone).
-
-        Measured from when the renewal was *sent*: the API server stored it later, and a
-        standby counts the lease duration from when it saw it, later still; so we fall
-        silent at least `lease_duration - renew_deadline` before anyone may take over.
-        """
+        """True while our Lease was renewed within the renew deadline (always, standalone),
+        measured from when the renewal was *sent* (fencing: `leadership`)."""
         if self.settings.standalone:
             return True
         renewed = self.lease.renewed_at

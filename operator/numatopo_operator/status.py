@@ -1,21 +1,16 @@
 """`Numatopology.status`: what is free per NUMA node, written debounced.
 
-`free_status` is pure; `write_statuses` is the loop that writes it. A burst of
-decisions on one node marks it dirty many times and costs one write per debounce
-period; and while a burst goes on (nodes changed in this period and in the one before),
-the writes wait for a period without changes, at most `BURST_HOLD_PERIODS` periods: a
-burst's writes come after it, one per node, instead of competing with its decisions
-and repeating for a node decided on again. A change alone is written at the end of its
-period, as ever; none waits longer than (1 + `BURST_HOLD_PERIODS`) periods and the
-writes themselves (`docs/operations.md`, "Status freshness").
+`free_status` is pure; `write_statuses` writes it: one write per node and debounce
+period, however many decisions marked it dirty. While a burst goes on (nodes changed in
+this period and the one before) the writes wait for a quiet period, at most
+`BURST_HOLD_PERIODS`, so they come after the burst instead of competing with its
+decisions (`docs/operations.md`, "Status freshness").
 
 A status is written only when it differs from what the object holds, as watched
-(`Runtime.statuses`, fed by `handlers`) or as we wrote it since: a replica that takes
-over rewrites only the nodes whose status is wrong, not every node it rebuilt.
-A watched status that changes (someone else's write, or ours seen out of order) marks
-the node dirty again, so whatever the object ends up holding is compared once more.
-Only the fields below (`indexes.OWNED_STATUS`) are patched (a merge patch), so the
-exporter's `conditions` are left alone.
+(`Runtime.statuses`, fed by `handlers`) or as we wrote it since: a new holder rewrites
+only the nodes whose status is wrong. A watched status that changes (someone else's
+write, or ours seen out of order) marks the node dirty again. Only the fields numatopo
+owns (`indexes.OWNED_STATUS`) are merge-patched: the exporter's `conditions` stay.
 """
 
 from __future__ import annotations
@@ -40,9 +35,7 @@ BURST_HOLD_PERIODS = 5
 
 def free_status(topology: NumatopologySpec, state: NodeState, pods: int) -> dict[str, object]:
     """The status fields numatopo owns: `free` per NUMA node, `freeCPUs`, `freeGPUs`, `pods`."""
-    free_cpus = state.free_cpus()
-    free_gpus = state.free_gpus()
-    free_nics = state.free_nics()
+    free_cpus, free_gpus, free_nics = state.free_cpus(), state.free_gpus(), state.free_nics()
     devices = schedulable_devices(topology)
     per_numa = [
         FreeNuma(
@@ -55,12 +48,7 @@ def free_status(topology: NumatopologySpec, state: NodeState, pods: int) -> dict
         ).to_wire()
         for node in sorted(topology.numa_nodes, key=lambda n: n.id)
     ]
-    return {
-        "free": per_numa,
-        "freeCPUs": len(free_cpus),
-        "freeGPUs": len(free_gpus),
-        "pods": pods,
-    }
+    return {"free": per_numa, "freeCPUs": len(free_cpus), "freeGPUs": len(free_gpus), "pods": pods}
 
 
 def aligned_free_gpus(status: dict[str, object]) -> int:

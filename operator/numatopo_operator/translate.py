@@ -40,7 +40,6 @@ __all__ = [
     "outcome_annotations",
     "pod_key",
     "pod_node",
-    "pod_uid",
     "reason_of",
     "removal_annotations",
     "state_of",
@@ -71,11 +70,6 @@ class Booking:
     admitted: bool = False  # the kubelet has admitted it: its devices are given (`is_admitted`)
     observed: Observed | None = None
     """What the node agent saw the kubelet give it (`numatopo.io/observed`), if readable."""
-
-
-def pod_uid(pod: RawPod) -> str:
-    """The pod's uid ('' when the manifest has none)."""
-    return PodView.of(pod).uid
 
 
 def pod_node(pod: RawPod) -> str | None:
@@ -129,12 +123,9 @@ def is_annotated(pod: RawPod) -> bool:
 
 
 def is_waiting(pod: RawPod) -> bool:
-    """A running pod that asks for a policy and has no assignment yet (none, or it did not fit).
-
-    `Invalid` pods are not waiting: only a person can fix them, and the Event says how
-    (fix the annotation, then remove `numatopo.io/state` for a fresh decision). One
-    without a reason is, until it has one (`needs_rejudging`).
-    """
+    """A running pod that asks for a policy and has no assignment yet (none, or it did not
+    fit). `Invalid` pods are not waiting (only a person can fix them, as the Event says),
+    unless they have no reason yet (`needs_rejudging`)."""
     view = PodView.of(pod)
     annotations = view.annotations
     return (
@@ -148,11 +139,9 @@ def is_waiting(pod: RawPod) -> bool:
 
 def booking_from_pod(pod: RawPod, verifier: Verifier) -> Booking | None:
     """The pod's booking, or None if it holds nothing (no assignment, or it has finished).
-
     Raises `BookingError` when the annotation is not a valid assignment, names another
-    node than the one the pod runs on, or is not signed for this pod by the operator
-    (`verifier`): a copied or hand-written assignment is no claim, whatever its `seq`.
-    """
+    node than the pod's, or is not signed for this pod by the operator (`verifier`): a
+    copied or hand-written assignment is no claim, whatever its `seq`."""
     view = PodView.of(pod)
     if view.finished:
         return None
@@ -173,25 +162,15 @@ def booking_from_pod(pod: RawPod, verifier: Verifier) -> Booking | None:
             f"{key}: {keys.ASSIGNMENT} books nothing: {unsigned}; remove it (and "
             f"{keys.STATE}) and let numatopo assign the pod"
         )
-    return Booking(
-        key=key,
-        node=found.node,
-        assignment=found,
-        uid=view.uid,
-        admitted=is_admitted(view),
-        observed=view.observed,
-    )
+    return Booking(key, found.node, found, view.uid, is_admitted(view), view.observed)
 
 
 def outcome_annotations(
     state: State, assignment: Assignment | None = None, reason: str = ""
 ) -> dict[str, str | None]:
     """The merge-patch of annotations for a decision; None removes a stale assignment.
-
-    The state and its reason travel in one patch: a replica that dies after it leaves
-    nothing half-said, and Events are posted from the reason afterwards. Only a signed
-    assignment is written (`Runtime.signed`): an unsigned one would be enforced nowhere.
-    """
+    State and reason travel in one patch: a replica that dies after it leaves nothing
+    half-said. Only a signed assignment is written: an unsigned one is enforced nowhere."""
     if assignment is not None and assignment.sig is None:
         raise ValueError("an assignment is written only signed (Runtime.signed)")
     return {

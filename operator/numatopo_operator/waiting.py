@@ -1,10 +1,8 @@
 """`WaitingPods`: the pods that wait for a decision, by the node they are bound to.
 
-Kept by the pod handler from each pod's events (`translate.is_waiting`), and read when
-a node's capacity changes (a pod there ends, its Numatopology appears or changes) to
-retry them. It was once a kopf index; kopf indexes are also its start-up gate, and a
-gate over every pod of a cluster costs time that grows with the square of the pods
-listed (kopf wakes every waiting worker as each listed object is indexed).
+Kept by the pod handler (`translate.is_waiting`), and read when a node's capacity
+changes (a pod there ends, its Numatopology appears or changes) to retry them. Not a kopf
+index: its start-up gate costs time that grows with the square of the pods listed.
 """
 
 from __future__ import annotations

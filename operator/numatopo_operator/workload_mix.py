@@ -2,9 +2,8 @@
 (whole GPUs, CPUs) of the GPU pods the operator sees (pure bookkeeping, no I/O).
 
 Each pod counts once, when first seen, weighted by its GPUs and by 2^(age / half-life)
-so that old requests fade. Nothing is persisted: on start (and on a handover) kopf
-lists every live pod, and each is seen then, so the histogram is rebuilt from the pods
-running now. `NUMATOPO_WORKLOAD_MIX` pins the mix instead (`packing.WorkloadMix.parse`).
+so that old requests fade. Nothing is persisted: every live pod is seen again when the
+pods are listed. `NUMATOPO_WORKLOAD_MIX` pins the mix instead (`WorkloadMix.parse`).
 """
 
 from __future__ import annotations

@@ -27,10 +27,10 @@ from numatopo_engine.dra.claims import (
     restricted_to,
 )
 from numatopo_engine.dra.join import DraNode
-from numatopo_engine.dra.pods import devices_from_claims
 from numatopo_engine.errors import UnsatisfiableError
-from numatopo_operator.dra_extender import read_claims
+from numatopo_operator.dra_extender import from_claims, read_claims
 from numatopo_operator.groups.members import MemberView
+from numatopo_operator.pod_view import PodView
 from numatopo_operator.runtime import Runtime
 
 __all__ = ["ClaimsPendingError", "Counted", "count_claims"]
@@ -91,10 +91,9 @@ class ClaimsPendingError(Exception):
 def _pending_claim(runtime: Runtime, pod: Mapping[str, Any]) -> str | None:
     """The first claim of a pod whose devices come from its claims alone that is not
     created (a template's, until kube-controller-manager makes it) or not watched yet."""
-    resources = runtime.settings.resources
-    if not devices_from_claims(pod, lambda r: resources.is_gpu(r) or resources.is_nic(r)):
+    if not from_claims(runtime, pod):
         return None
-    namespace = str((pod.get("metadata") or {}).get("namespace") or "default")
+    namespace = PodView.of(pod).namespace
     for entry in pod_claims(pod):
         if entry.claim is None or f"{namespace}/{entry.claim}" not in runtime.dra_holds.bodies:
             return entry.claim or entry.name

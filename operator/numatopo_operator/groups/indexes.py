@@ -1,11 +1,8 @@
 """What groups read of Nodes and NetworkTopologies, by name (pure).
 
-Node views are kept by `cluster_feed` (its own list and watch), NetworkTopologies by a
-kopf index (a few objects; kopf's start-up gate: no NetworkTopology handler runs before
-every one is listed). The group worker reads both live (`GroupState.attach`): each is
-updated in place, and the worker decides only once the first list of Nodes is in.
-Only what placement needs is kept per Node (labels, taints, cordon, and whether new pods
-may go there), so a Node's frequent status updates change nothing here.
+Node views are kept by `cluster_feed`, NetworkTopologies by a kopf index (a few
+objects); the group worker reads both live (`GroupState.attach`). Only what placement
+needs is kept per Node, so a Node's frequent status updates change nothing here.
 """
 
 from __future__ import annotations

@@ -1,12 +1,11 @@
 """Group bookkeeping: which live pods form which group, and what a group needs next (pure).
 
 A member is a pod that names a group (`numatopo_engine.groups.group_of`); only members
-gated `numatopo.io/group` (`GATE`) are placed, gated unplanned, then gated planned
-(phase 1: assignment and `PlacementRecord` written), then released (phase 2): docs/DESIGN.md,
-"Groups across nodes". `next_step` turns the members of one group into the one thing to
-do next; `group_release` does it. What the watch stream has not shown yet is overlaid
-from `Expectation`s: after the operator writes a plan, a void or a release, the next step
-is computed from what it wrote, not from an older event of the pod.
+gated `numatopo.io/group` (`GATE`) are placed (docs/DESIGN.md, "Groups across nodes").
+`next_step` turns the members of one group into the one thing to do next;
+`group_release` does it. What the watch has not shown yet is overlaid from
+`Expectation`s: after the operator writes a plan, a void or a release, the next step is
+computed from what it wrote, not from an older event of the pod.
 """
 
 from __future__ import annotations
@@ -68,11 +67,6 @@ class PlacementRecord(WireModel):
         return self.model_dump_json(by_alias=True, exclude_none=True)
 
 
-def _metadata(pod: RawPod) -> Mapping[str, Any]:
-    found = pod.get("metadata")
-    return found if isinstance(found, Mapping) else {}
-
-
 def _spec(pod: RawPod) -> Mapping[str, Any]:
     found = pod.get("spec")
     return found if isinstance(found, Mapping) else {}
@@ -89,8 +83,7 @@ def is_gated(pod: RawPod, gate: str = GATE) -> bool:
 
 
 def placement_text(pod: RawPod) -> str | None:
-    found = _metadata(pod).get("annotations")
-    text = found.get(keys.GROUP_PLACEMENT) if isinstance(found, Mapping) else None
+    text = PodView.of(pod).annotations.get(keys.GROUP_PLACEMENT)
     return text if isinstance(text, str) else None
 
 
@@ -118,10 +111,6 @@ def planned_node(pod: RawPod) -> str | None:
     if placement_text(pod) is None:
         return None
     return _assigned_node(pod)
-
-
-def is_alive(pod: RawPod) -> bool:
-    return not PodView.of(pod).ended
 
 
 @dataclass(frozen=True, slots=True)
@@ -162,7 +151,7 @@ def _view(key: str, body: Mapping[str, Any], expected: Expectation | None) -> Me
     if record is not None and expected is None and _assigned_node(body) is None:
         problem = f"{keys.GROUP_PLACEMENT} without a readable {keys.ASSIGNMENT}"
     try:
-        rank = rank_of(_metadata(body))
+        rank = rank_of(PodView.of(body).metadata)
     except InvalidRequestError:
         rank = None  # `GroupBook.observe` refuses the member before it gets here
     return MemberView(key, body, rank, gated, record, problem)
@@ -181,16 +170,17 @@ class GroupBook:
 
     def observe(self, body: Mapping[str, Any]) -> set[str]:
         """Take the pod's current body; returns the groups it changed (0, 1 or 2)."""
-        key = translate.pod_key(body)
+        view = PodView.of(body)
+        key = view.key
         touched: set[str] = set()
         previous = self._group_of.get(key)
         spec: GroupSpec | None = None
         self.invalid.pop(key, None)
-        if is_alive(body):
+        if not view.ended:
             try:
-                spec = group_of(_metadata(body))
+                spec = group_of(view.metadata)
                 if spec is not None:
-                    rank_of(_metadata(body))
+                    rank_of(view.metadata)
             except InvalidRequestError as exc:
                 self.invalid[key] = str(exc)
                 spec = None
@@ -304,18 +294,15 @@ def _settings(spec: GroupSpec) -> str:
 def next_step(specs: Mapping[str, GroupSpec], members: Iterable[MemberView]) -> Step:
     """The next thing to do for a group, from its live members.
 
-    - Nothing gated: IDLE. Members without the gate are not placed as a group (they
-      are scheduled one by one, like any pod).
-    - Some member is released (the group runs): gated members with a complete plan of
-      their own are RELEASEd, the others RECOVERed next to the running ones (a Job
-      recreated a member after a node failure, or phase 2 stopped half-way).
+    - Nothing gated: IDLE (members without the gate are scheduled one by one).
+    - Some member released (the group runs): gated members with a complete plan are
+      RELEASEd, the others RECOVERed next to the running ones (a Job recreated a member
+      after a node failure, or phase 2 stopped half-way).
     - Nothing released, every gated member planned by one plan, at least `size` of
       them: RELEASE them all (phase 2; also after a restart between the phases).
-    - Nothing released and some planned while others are not, or plans differ, or a
-      planned group fell below its size (a member was deleted): VOID the planned ones;
-      the group is planned again from scratch. A half-placed group never keeps GPUs.
-    - Nothing planned: PLAN once `size` gated members exist, else WAIT.
-    """
+    - Nothing released and some planned while others are not, or plans differ, or fewer
+      than `size` planned: VOID the planned ones (a half-placed group never keeps GPUs).
+    - Nothing planned: PLAN once `size` gated members exist, else WAIT."""
     views = list(members)
     gated = [v for v in views if v.gated]
     if not gated:
@@ -329,10 +316,7 @@ def next_step(specs: Mapping[str, GroupSpec], members: Iterable[MemberView]) -> 
         if ready:
             return Step(StepKind.RELEASE, ready, spec=spec)
         return Step(
-            StepKind.RECOVER,
-            tuple(v.key for v in gated),
-            anchor=released[0].record,
-            spec=spec,
+            StepKind.RECOVER, tuple(v.key for v in gated), anchor=released[0].record, spec=spec
         )
     planned = [v for v in gated if v.record is not None or v.problem is not None]
     if planned:

@@ -1,14 +1,7 @@
-"""The two phases of a group placement, and their undoing (I/O).
-
-Phase 1, `plan`: `place_group` over the ledger's frozen view of every usable node;
-every member's assignment is booked in the ledger at once (all or none), then written
-on its still-gated pod together with its `numatopo.io/group-placement` record. Phase 2,
-`release`: once every member carries an assignment of the same plan, each member gets
-one JSON patch adding `spec.nodeSelector[kubernetes.io/hostname]` and removing the
-gate. `void` takes a partial plan back (assignment, state and record removed, ledger
-released). `recover` places replacement members of a running group next to it.
-
-Every write first checks that this replica may write (`Runtime.check_may_write`).
+"""The two phases of a group placement, and their undoing (I/O; docs/DESIGN.md,
+"Groups across nodes: the operator protocol"): `plan` (phase 1), `release` (phase 2),
+`void` (a partial plan taken back), `recover` (replacement members of a running group
+placed next to it). Every write is fenced (`Runtime.check_may_write`).
 """
 
 from __future__ import annotations
@@ -117,12 +110,12 @@ def choose_topology(
 
 def domain_tree(runtime: Runtime, levels: Sequence[str]) -> DomainTree:
     """The domain tree of `levels` over every Node the operator knows."""
-    index = runtime.groups.nodes or {}
-    labels = {}
-    for node, views in index.items():
-        view = next(iter(views), None)
-        if view is not None:
-            labels[node] = view.labels
+    group_state = runtime.groups
+    labels = {
+        node: view.labels
+        for node in group_state.nodes or {}
+        if (view := group_state.node_view(node)) is not None
+    }
     return DomainTree.build(list(levels), labels)
 
 
@@ -138,9 +131,8 @@ def _node_terms(members: Sequence[MemberView]) -> list[Mapping[str, Any]]:
 
 def _candidates(runtime: Runtime, members: Sequence[MemberView]) -> dict[str, NodeCandidate]:
     """Nodes a member may go to now: a current Numatopology, schedulable, and let through
-    by kube-scheduler's own node filters (taints and tolerations, nodeSelector, required
-    node affinity: `node_rules`) for every member, since a released member is bound there
-    by its nodeSelector whatever the scheduler would have said."""
+    by kube-scheduler's own node filters (`node_rules`) for every member: a released
+    member is bound there by its nodeSelector whatever the scheduler would say."""
     terms = _node_terms(members)
     found: dict[str, NodeCandidate] = {}
     ledger, group_state = runtime.ledger, runtime.groups
@@ -409,12 +401,10 @@ async def release(runtime: Runtime, views: Sequence[MemberView]) -> dict[str, st
 def recorded_domain(
     tree: DomainTree, record: PlacementRecord, running_node: str | None
 ) -> Anchor | None:
-    """The domain a running group's record names, by its full path; None when the
-    record names none, or names one that cannot be told from the others.
-
-    Records written before the path was recorded name `level=domain` only; the
-    domain is then the one of that level around a running member, else the only one
-    of that value."""
+    """The domain a running group's record names, by its full path; None when it names
+    none, or one that cannot be told from the others. Records older than paths name
+    `level=domain` only: the domain of that level around a running member, else the
+    only one of that value."""
     level = record.level
     if level is None or record.domain is None:
         return None

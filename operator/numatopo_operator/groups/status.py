@@ -1,12 +1,10 @@
 """`NetworkTopology.status` and the domain metrics, written by the deciding replica.
 
-`network_status` is pure: per level the number of domains among the labelled nodes,
-the free GPUs of every node in the tree (booked ones, planned group members included,
-are not free), and the largest free domain: the domain of the narrowest level with the
-most free GPUs (what the next big group can count on). `write_network_statuses` is the
-loop: every status debounce period it computes each topology's status and writes the
-ones that changed (a merge patch of the status subresource: conditions stay), and sets
-the domain gauges from the engine's `domain_utilization` and `domain_fragmentation`.
+`network_status` is pure: per level the number of domains, the free GPUs of the tree
+(planned group members are booked), and the largest free domain: the narrowest level's
+domain with the most free GPUs (what the next big group can count on).
+`write_network_statuses` writes the ones that changed every status debounce period (a
+merge patch: conditions stay) and sets the domain gauges.
 """
 
 from __future__ import annotations
@@ -22,11 +20,7 @@ from numatopo_engine.domains import (
     domain_fragmentation,
     domain_utilization,
 )
-from numatopo_engine.network_topology import (
-    DomainCount,
-    FreeDomain,
-    NetworkTopologyStatus,
-)
+from numatopo_engine.network_topology import DomainCount, FreeDomain, NetworkTopologyStatus
 from numatopo_operator.errors import KubeError, KubeNotFoundError
 from numatopo_operator.groups import release as group_release
 from numatopo_operator.runtime import Runtime

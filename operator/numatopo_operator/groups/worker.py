@@ -5,14 +5,8 @@ worker takes each changed or due group in turn and calls `advance`, which runs
 `group_members.next_step` and carries the step out (`group_release`) until the group waits
 for something (members, room) or is placed. Only the replica that decides works, and
 a replica that takes over looks at every group once (restart recovery: partial plans
-are voided, complete ones released).
-
-Events, on every member concerned (each text posted once per pod):
-  GroupWaiting        n of size members seen (once per member)
-  GroupPlaced         the group's domain and its nodes, after phase 2
-  GroupUnsatisfiable  why the group does not fit now (retried when capacity changes)
-  GroupInvalid        members disagree on the group's settings, or one is unreadable
-  GroupRecovered      a replacement member placed next to its running group
+are voided, complete ones released). The Events it posts on members (each text once per
+pod) are listed in docs/operations.md, "Group members ... get these Events".
 """
 
 from __future__ import annotations
@@ -37,6 +31,7 @@ from numatopo_operator.groups.members import (
     planned_node,
 )
 from numatopo_operator.groups.release import GroupInvalidError, GroupUnplaceableError
+from numatopo_operator.pod_view import PodView
 from numatopo_operator.runtime import Runtime
 
 __all__ = ["advance", "observe_pod", "run_groups", "settle_group"]
@@ -89,14 +84,7 @@ async def _tell(
         if said in runtime.groups.said:
             continue
         runtime.groups.said.add(said)
-        metadata = view.body.get("metadata") or {}
-        refs.append(
-            {
-                "namespace": str(metadata.get("namespace") or "default"),
-                "name": str(metadata.get("name", "")),
-                "uid": str(metadata.get("uid", "")),
-            }
-        )
+        refs.append(PodView.of(view.body).ref)
     await asyncio.gather(
         *(
             runtime.kube.post_event(ref, warning=warning, reason=reason, message=message)
@@ -207,7 +195,8 @@ async def _release(
         metrics.group_placement.observe(group_release.elapsed(since))
     metrics.group_decisions.labels("placed").inc()
     level = record.level if record is not None else None
-    placed_on = _all_nodes(views, released)
+    planned = {v.key: node for v in views if (node := planned_node(v.body)) is not None}
+    placed_on = planned | released
     note = group_release.preferred_note(runtime, spec, placed_on.values())
     await _tell(
         runtime, chosen, PLACED,
@@ -290,16 +279,6 @@ async def _unsatisfiable(
     runtime.metrics.group_decisions.labels("unsatisfiable").inc()
     runtime.groups.waiting_for_room.add(group)
     await _tell(runtime, members, UNSATISFIABLE, message, warning=True)
-
-
-def _all_nodes(views: Sequence[MemberView], released: Mapping[str, str]) -> dict[str, str]:
-    found = dict(released)
-    for view in views:
-        if view.key not in found:
-            node = planned_node(view.body)
-            if node is not None:
-                found[view.key] = node
-    return found
 
 
 async def _report_invalid(runtime: Runtime) -> None:
