@@ -76,7 +76,21 @@ class Metrics:
             "another writer owns the object; forbidden; unavailable; refused).",
             ["format", "reason"],
         )
-        # Group placements and the network domains they fill.
+        self._group_metrics()
+        self.aligned_free_gpus = gauge(
+            "numatopo_node_aligned_free_gpus",
+            "The most free GPUs on one NUMA node of each node, as the active replica books it.",
+            ["node"],
+        )
+        self.loop_lag = gauge(
+            "numatopo_event_loop_lag_seconds",
+            "How late the operator's event loop last woke a timer.",
+        )
+
+    def _group_metrics(self) -> None:
+        """Group placements and the network domains they fill."""
+        counter = partial(Counter, registry=self.registry)
+        gauge = partial(Gauge, registry=self.registry)
         group_histogram = partial(Histogram, buckets=GROUP_BUCKETS, registry=self.registry)
         self.group_placement = group_histogram(
             "numatopo_group_placement_duration_seconds",
@@ -101,15 +115,6 @@ class Metrics:
             "numatopo_domain_fragmentation_ratio",
             "Fragmentation of the free GPUs at each level of a NetworkTopology.",
             ["topology", "level"],
-        )
-        self.aligned_free_gpus = gauge(
-            "numatopo_node_aligned_free_gpus",
-            "The most free GPUs on one NUMA node of each node, as the active replica books it.",
-            ["node"],
-        )
-        self.loop_lag = gauge(
-            "numatopo_event_loop_lag_seconds",
-            "How late the operator's event loop last woke a timer.",
         )
 
     def render(self) -> bytes:
