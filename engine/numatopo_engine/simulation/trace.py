@@ -173,8 +173,10 @@ def build_workload(
         while total > target and workload:
             total -= workload.pop(rng.randrange(len(workload))).total_gpu_milli
         copies = 0
-        # Pods without GPU requests never move the total: they alone cannot end the loop.
-        while any(p.total_gpu_milli for p in pods):
+        # Pods without GPU requests never move the total: they alone cannot end the loop
+        # (asked once: `pods` does not change).
+        asks_gpus = any(p.total_gpu_milli for p in pods)
+        while asks_gpus:
             source = pods[rng.randrange(len(pods))]
             if total + source.total_gpu_milli > target:
                 break

@@ -13,10 +13,13 @@ The "still available" test makes the rule heal itself: a container already admit
 (its `Allocate` missed, or numatopo restarted) holds its GPUs, so they are no longer
 offered and it is skipped rather than answered again.
 
-Where it cannot work: an init container's GPUs are handed on to the app containers
-after it (the kubelet reuses them, asking nothing), and a container that the kubelet
-admits out of the order above (a pod created earlier but seen later by the kubelet)
-can take another's answer. Both end with GPUs the assignment does not name; the
+An init container's GPUs are handed on to the next container that asks for GPUs
+(the kubelet gives them first and asks only for the rest): `follow.in_flight` steers
+a regular init container to the first GPUs that next container will hold. Where it
+cannot work: a next container asking fewer GPUs than the init container held (the
+kubelet hands it a random part of them), and a container that the kubelet
+admits out of the order above (a pod created earlier but seen later by the kubelet),
+which can take another's answer. Both end with GPUs the assignment does not name; the
 `Follow` side sees that from the PodResources API and reports it, and the operator
 re-plans. Nothing here can make the kubelet fail a pod: no candidate means "let the
 kubelet choose" (`device_ids is None`).
