@@ -26,7 +26,6 @@ __all__ = [
     "GroupSpec",
     "Strategy",
     "group_of",
-    "is_label_key",
     "rank_of",
 ]
 
@@ -39,8 +38,6 @@ POD_INDEX_LABEL = "apps.kubernetes.io/pod-index"
 # small enough that a typo is refused instead of waited for forever.
 MAX_GROUP_SIZE = 100_000
 _RANK = re.compile(r"^[0-9]{1,9}$")
-# A Kubernetes label key: optional DNS-subdomain prefix and '/', then a name of up to
-# 63 alphanumerics, '-', '_', '.' starting and ending alphanumeric.
 _STATEFUL_ORDINAL = re.compile(r"-([0-9]{1,9})$")
 _MAX_NAME = 253
 
@@ -69,12 +66,6 @@ class GroupSpec:
     def key(self) -> str:
         """`namespace/name`, as groups are told apart."""
         return f"{self.namespace}/{self.name}"
-
-
-def is_label_key(text: str) -> bool:
-    """Whether `text` is a valid Kubernetes label key (`prefix/name` or `name`): the
-    API server's own rule (`kube_names`), so no key it would refuse on a Node passes."""
-    return is_qualified_name(text)
 
 
 def group_of(metadata: Mapping[str, Any]) -> GroupSpec | None:
@@ -198,7 +189,7 @@ def _level(annotations: Mapping[str, str], key: str) -> str | None:
     text = annotations.get(key)
     if text is None:
         return None
-    if not is_label_key(text):
+    if not is_qualified_name(text):
         raise InvalidRequestError(
             key,
             f"{echo(text)} is not a node label key (such as "
@@ -213,7 +204,7 @@ def _level_count(annotations: Mapping[str, str], key: str) -> tuple[str, int] | 
     if text is None:
         return None
     level, equals, count = text.rpartition("=")
-    if not equals or not is_label_key(level.strip()):
+    if not equals or not is_qualified_name(level.strip()):
         raise InvalidRequestError(
             key,
             f"{echo(text)} is not <level>=<n> (a node label key of a NetworkTopology level, "

@@ -18,7 +18,7 @@ from typing import Annotated, ClassVar, Literal
 
 from pydantic import Field, field_validator
 
-from numatopo_engine.groups import is_label_key
+from numatopo_engine.kube_names import is_qualified_name
 from numatopo_engine.model import Condition, ObjectMeta, WireModel
 
 __all__ = [
@@ -49,7 +49,7 @@ class NetworkTopologyLevel(WireModel):
     @field_validator("node_label")
     @classmethod
     def _label_key(cls, value: str) -> str:
-        if not is_label_key(value):
+        if not is_qualified_name(value):
             raise ValueError(f"{value!r} is not a Kubernetes label key")
         return value
 

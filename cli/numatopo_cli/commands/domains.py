@@ -40,7 +40,8 @@ from numatopo_engine.domains import (
     place_group,
 )
 from numatopo_engine.errors import UnsatisfiableError
-from numatopo_engine.groups import GroupSpec, Strategy, is_label_key
+from numatopo_engine.groups import GroupSpec, Strategy
+from numatopo_engine.kube_names import is_qualified_name
 from numatopo_engine.network_topology import NetworkTopology
 from numatopo_engine.request import ContainerRequest, PodRequest, TopologyOptions
 from numatopo_engine.simulation.leafspine import LEVELS, ClusterFile, LeafSpine, generate
@@ -68,7 +69,7 @@ def _levels(args: argparse.Namespace) -> list[str]:
             raise InputError(f"--network-topology: not a NetworkTopology ({_first(exc)})") from None
     if args.levels:
         levels = [part.strip() for part in args.levels.split(",") if part.strip()]
-        bad = [level for level in levels if not is_label_key(level)]
+        bad = [level for level in levels if not is_qualified_name(level)]
         if bad or not levels or len(set(levels)) != len(levels):
             raise InputError(f"--levels {args.levels!r}: unique node label keys, widest first")
         return levels
