@@ -47,6 +47,7 @@ from numatopo_engine.decision import (
     decide_rows,
     free_columns,
     make_plan,
+    reusing_memory,
     shortfall,
 )
 from numatopo_engine.errors import InvalidRequestError, NumatopoError, UnsatisfiableError
@@ -897,9 +898,10 @@ def _one_container_at_a_time(
     the earlier ones took (`scope_container.go`). Scope `pod` with init containers
     (`pod_hint`: the pod's decision): the same order, each allocated with the pod's hint
     (`scope_pod.go`). Memory is the memory manager's per container
-    (`memory_manager_mask`): under scope `pod` it sees the init containers' bookings and
-    not their reuse, so an app container asking more than the pod's NUMA nodes have
-    left after them is refused, as the kubelet refuses it. Reuse binds (docs/DESIGN.md):
+    (`memory_manager_mask`): its hints count the memory the init containers booked on
+    exactly that mask as free (`calculateHints`), so under scope `pod` an app container
+    asking more than the pod's NUMA nodes have left after them extends the pod's hint
+    to that same mask and reuses the memory there. Reuse binds (docs/DESIGN.md):
     an init container on NUMA 0 ties the app container to NUMA 0, and a pod the kubelet
     refuses with `TopologyAffinityError` is refused. An app container or sidecar removes
     what it reused from the reusable set; a regular init container adds what it got.
@@ -924,6 +926,7 @@ def _one_container_at_a_time(
             plan = _binding(
                 engine.plan(tables, need, options, floor=floor, closest=closest), need, *bound
             )
+            plan = reusing_memory(plan, reusable.memory)
             working = free
             if only is not None or nic_pool is not None:
                 working = free.copy()
@@ -935,7 +938,7 @@ def _one_container_at_a_time(
             choice = decided
         else:
             choice = pod_hint._replace(gpus=tuple(g for g in pod_hint.gpus if g in free.gpus))
-        memory = _memory_of(filler, need, choice)
+        memory = _memory_of(filler, need, choice, reusable.memory)
         filled: _Entry | Shortfall = Shortfall(
             Kind.MEMORY, options.policy.value, _memory_wanted(need)
         )
@@ -987,10 +990,12 @@ def _merged_preferred(decided: Decided, row: npt.NDArray[np.int64]) -> bool:
     index = int(decided.chosen[0])
     for provider in plan.providers:
         hints = provider.holds.copy()
-        for columns, asked in zip(provider.columns, provider.needs, strict=True):
+        for index, (columns, asked) in enumerate(
+            zip(provider.columns, provider.needs, strict=True)
+        ):
             picked = row[columns]
             per_position = picked.sum(axis=1) if picked.ndim == 2 else picked
-            hints &= (plan.member @ per_position) >= asked
+            hints &= (plan.member @ per_position) + provider.reused(index) >= asked
         if provider.memory and not hints.any():
             continue
         if not (bool(hints[index]) and bool(provider.pref[index])):
@@ -998,9 +1003,12 @@ def _merged_preferred(decided: Decided, row: npt.NDArray[np.int64]) -> bool:
     return True
 
 
-def _memory_of(filler: _Filler, need: Need, choice: _Choice) -> int | None:
-    """The memory manager's NUMA nodes for one container (`memory_manager_mask`); 0 when
-    it asks no memory, None when the manager refuses."""
+def _memory_of(
+    filler: _Filler, need: Need, choice: _Choice, reusable: Mapping[tuple[int, str], int]
+) -> int | None:
+    """The memory manager's NUMA nodes for one container (`memory_manager_mask`), the
+    init containers' memory reusable on a mask counted there; 0 when it asks no memory,
+    None when the manager refuses."""
     _, tables, free, options = filler
     if not need.has_memory:
         return 0
@@ -1020,7 +1028,7 @@ def _memory_of(filler: _Filler, need: Need, choice: _Choice) -> int | None:
         available[size] = {n: v for (n, s), v in free.hugepages.items() if s == size}
     view = MemoryView(tables.numa_ids, allocatable, available, free.groups)
     request = {"memory": need.memory_bytes, **dict(need.hugepages)}
-    return memory_manager_mask(view, request, hint, choice.preferred)
+    return memory_manager_mask(view, request, hint, choice.preferred, reusable)
 
 
 def _memory_wanted(need: Need) -> tuple[Wanted, ...]:

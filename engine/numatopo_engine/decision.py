@@ -5,7 +5,9 @@ allocation engine") states the rules; per node, as (nodes x masks) array express
 
 1. Hint providers as the kubelet's (`hints` for the inputs); `smt: full-cores` counts
    only wholly free whole cores, `cpu: numa` hints over the shared CPUs. A memory
-   provider with no hint at all states no preference, and refuses when it allocates.
+   provider with no hint at all states no preference, and refuses when it allocates;
+   its hints count memory the pod's init containers left on exactly that mask
+   (`reusing_memory`).
 2. The Topology Manager's merge and admission (`topology_manager`, same answers).
    Under `none` CPUs and devices are still placed aligned where they can be.
 3. The memory manager's own nodes: the merged mask if its free memory holds the
@@ -26,8 +28,8 @@ non-preferred placement is the narrowest mask that holds it all.
 from __future__ import annotations
 
 from collections import Counter
-from collections.abc import Sequence
-from dataclasses import dataclass
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, replace
 from itertools import combinations
 from math import comb
 from typing import NamedTuple
@@ -75,6 +77,12 @@ class _Provider:
     pref: Bools  # per mask: preferred (width == narrowest)
     holds: Bools  # per mask: the hardware holds it (memory: every size; else all True)
     memory: bool
+    # Memory only, per wanted: bytes per mask reusable on exactly that mask (`reusing_memory`).
+    reuse: tuple[Ints, ...] = ()
+
+    def reused(self, index: int) -> Ints | int:
+        """What wanted `index` may reuse per mask, added to the mask's free amount."""
+        return self.reuse[index] if self.reuse else 0
 
 
 @dataclass(frozen=True, slots=True)
@@ -584,11 +592,17 @@ def _hints(plan: Plan, rows: Ints) -> tuple[list[Bools], _MemoryHints | None]:
     memory_free_ok: list[Bools] = []
     for provider in plan.providers:
         ok = np.broadcast_to(provider.holds, (count, len(plan.masks))).copy()
-        for columns, asked in zip(provider.columns, provider.needs, strict=True):
-            fits = (_per_position(rows, columns) @ member_t) >= asked
-            ok &= fits
+        for index, (columns, asked) in enumerate(
+            zip(provider.columns, provider.needs, strict=True)
+        ):
+            free = _per_position(rows, columns) @ member_t
+            fits = free >= asked
             if provider.memory:
+                # Whether the merged mask's free memory holds it counts no reuse
+                # (`isAffinitySatisfyRequest`); the hints do (`calculateHints`).
                 memory_free_ok.append(fits)
+                fits = free + provider.reused(index) >= asked
+            ok &= fits
         if provider.memory:
             groups_allow = _groups_allow(plan, rows)
             ok &= groups_allow
@@ -601,6 +615,44 @@ class _MemoryHints(NamedTuple):
     sat: Bools  # (rows x masks) the memory provider's hints
     free_ok: list[Bools]  # per size: the mask's free amount holds it
     groups_allow: Bools  # memory groups allow the mask
+
+
+def reusing_memory(plan: Plan, reusable: Mapping[tuple[int, str], int]) -> Plan:
+    """`plan` for a container that may reuse memory its pod's regular init containers
+    booked: `reusable` holds, per (memory mask, bit n = NUMA id n; kind: "memory" or a
+    huge page size), the bytes it may take there (`getPodReusableMemory`). The memory
+    provider lists a mask when its free memory with what is reusable on exactly that
+    mask holds the request (`calculateHints`); the node-wide totals allow for the most
+    any one mask offers."""
+    offered = {key: amount for key, amount in reusable.items() if amount > 0}
+    if not offered:
+        return plan
+    names = {"memory" if kind == "memory" else f"hugepages-{kind}" for _, kind in offered}
+    per_mask = [_to_ids(m, plan.ids) for m in plan.masks]
+
+    def kind_of(resource: str) -> str:
+        return resource if resource == "memory" else resource.removeprefix("hugepages-")
+
+    providers = []
+    for provider in plan.providers:
+        if provider.memory and any(w.resource in names for w in provider.wanted):
+            reuse = tuple(
+                np.array([offered.get((m, kind_of(w.resource)), 0) for m in per_mask], np.int64)
+                for w in provider.wanted
+            )
+            providers.append(replace(provider, reuse=reuse))
+        else:
+            providers.append(provider)
+    most: dict[str, int] = {}
+    for (_, kind), amount in offered.items():
+        most[kind] = max(most.get(kind, 0), amount)
+    totals = tuple(
+        (resource, max(0, asked - most.get(kind_of(resource), 0)), columns)
+        if resource in names
+        else (resource, asked, columns)
+        for resource, asked, columns in plan.totals
+    )
+    return replace(plan, providers=tuple(providers), totals=totals)
 
 
 def _preferred_anywhere(plan: Plan, sat: list[Bools], count: int) -> Bools:

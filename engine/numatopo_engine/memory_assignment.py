@@ -49,7 +49,11 @@ class MemoryView(NamedTuple):
 
 
 def memory_manager_mask(
-    view: MemoryView, request: Mapping[str, int], tm_mask: int | None, tm_preferred: bool
+    view: MemoryView,
+    request: Mapping[str, int],
+    tm_mask: int | None,
+    tm_preferred: bool,
+    reusable: Mapping[tuple[int, str], int] | None = None,
 ) -> int | None:
     """The NUMA nodes (a mask, bit n = NUMA id n) the kubelet's static memory manager
     gives a container, or None where its `Allocate` fails
@@ -66,11 +70,14 @@ def memory_manager_mask(
       single-node memory, is refused (`isAffinityViolatingNUMAAllocations`).
 
     "Best" is `findBestHint`: preferred first, then the narrowest (fewer nodes, then
-    the lower mask)."""
+    the lower mask). `reusable`: per (mask, kind) the bytes the pod's init containers
+    booked on exactly that mask that this container may reuse
+    (`getPodReusableMemory`); the manager's own hints count them as free there, the
+    check of the hint's free memory does not."""
     kinds = {k: v for k, v in request.items() if v > 0}
     if not kinds:
         return tm_mask
-    own = _own_hints(view, kinds)
+    own = _own_hints(view, kinds, reusable or {})
     mask, preferred = tm_mask, tm_preferred
     if mask is None:
         if not own:
@@ -92,10 +99,13 @@ def memory_manager_mask(
     return mask
 
 
-def _own_hints(view: MemoryView, kinds: Mapping[str, int]) -> list[tuple[int, bool]]:
+def _own_hints(
+    view: MemoryView, kinds: Mapping[str, int], reusable: Mapping[tuple[int, str], int]
+) -> list[tuple[int, bool]]:
     """`calculateHints`: (mask, preferred) for every mask whose nodes may serve the
-    request together and whose free bytes hold it; preferred when as narrow as the
-    narrowest mask whose allocatable bytes hold it."""
+    request together and whose free bytes, with those reusable on exactly that mask,
+    hold it; preferred when as narrow as the narrowest mask whose allocatable bytes
+    hold it."""
     ids = view.numa_ids
     found: list[int] = []
     narrowest = len(ids)
@@ -107,7 +117,8 @@ def _own_hints(view: MemoryView, kinds: Mapping[str, int]) -> list[tuple[int, bo
             narrowest = min(narrowest, width)
             if not _may_join(view.groups, mask, single=width == 1):
                 continue
-            if _holds(view.free, kinds, mask):
+            less = {k: v - reusable.get((mask, k), 0) for k, v in kinds.items()}
+            if _holds(view.free, less, mask):
                 found.append(mask)
     return [(m, m.bit_count() == narrowest) for m in found]
 

@@ -337,6 +337,7 @@ def memory_hints(  # noqa: PLR0917 (the brief's positional API)
     assignments: Mapping[int, int],
     request: Mapping[str, int],
     numa_ids: Sequence[int],
+    reusable: Mapping[str, Mapping[int, int]] | None = None,
 ) -> list[Hint]:
     """The static memory manager's `calculateHints` (memorymanager/policy_static.go).
 
@@ -345,7 +346,9 @@ def memory_hints(  # noqa: PLR0917 (the brief's positional API)
     mask lowers minAffinitySize); a single-node mask whose node's group (Cells) has more
     than one node is refused; a multi-node mask is refused when any node in it with
     NumberOfAssignments > 0 is in a single-node group or in a group other than the mask;
-    then the free amounts must suffice. Preferred iff count == minAffinitySize. An empty
+    then the free amounts, plus what the pod's init containers hold on exactly that mask
+    (`reusable`: type -> mask -> bytes, `getPodReusableMemory`), must suffice.
+    Preferred iff count == minAffinitySize. An empty
     result is returned as [] here; the kubelet returns an empty map, which the Topology
     Manager reads as "no preference" (see `decide`).
     """
@@ -370,7 +373,8 @@ def memory_hints(  # noqa: PLR0917 (the brief's positional API)
                         break
             if refused:
                 continue
-        if any(_total(free, k, nodes) < request[k] for k in kinds):
+        reused = {k: (reusable or {}).get(k, {}).get(mask, 0) for k in kinds}
+        if any(_total(free, k, nodes) + reused[k] < request[k] for k in kinds):
             continue
         found.append(mask)
     return [Hint(m, m.bit_count() == min_affinity) for m in found]
@@ -402,18 +406,20 @@ def memory_affinity(  # noqa: PLR0917 (the brief's positional API)
     assignments: Mapping[int, int],
     request: Mapping[str, int],
     numa_ids: Sequence[int],
+    reusable: Mapping[str, Mapping[int, int]] | None = None,
 ) -> int | None:
     """The static memory manager's `Allocate` choice of NUMA nodes; None = it refuses.
 
     A nil Topology Manager hint is replaced by the best of the manager's own hints (an
     error when it has none, or when the TM hint was preferred and that one is not). A
-    hint whose nodes lack the free amounts is extended to the best own hint containing
-    it (an error when none does, or when the preference would be lost). Finally the
+    hint whose nodes lack the free amounts (`isAffinitySatisfyRequest`, blind to
+    `reusable`) is extended to the best own hint containing it (those count `reusable`;
+    an error when none does, or when the preference would be lost). Finally the
     result is refused when it mixes single- and multi-node groups
     (`isAffinityViolatingNUMAAllocations`).
     """
     kinds = [k for k, v in request.items() if v > 0]
-    own = memory_hints(allocatable, free, groups, assignments, request, numa_ids)
+    own = memory_hints(allocatable, free, groups, assignments, request, numa_ids, reusable)
     mask = tm_hint_mask
     preferred = tm_preferred
     if mask is None:
@@ -554,7 +560,8 @@ def decide(node: Node, pod: Pod) -> tuple[bool, int | None]:
 # `initContainersReusableMemory` (only on the very same NUMA nodes). The CPU and device
 # hints for a container with reusable ones list only masks holding the NUMA node of every
 # reusable one, counting them as free there (`generateCPUTopologyHints`,
-# `generateDeviceTopologyHints`); the memory manager's hints ignore reuse.
+# `generateDeviceTopologyHints`); the memory manager's hints count what is reusable on
+# exactly the mask as free there (`calculateHints`), without binding to it.
 
 
 @dataclass(frozen=True)
@@ -670,7 +677,7 @@ class _PodRun:
         if memory > 0:
             hints = memory_hints(
                 node.allocatable, {"memory": self.free}, self.groups, self.assignments,
-                {"memory": memory}, node.numa_ids,
+                {"memory": memory}, node.numa_ids, {"memory": self.reusable_memory},
             )  # fmt: skip
             out.append(list(hints) if hints else None)
         return out
@@ -689,6 +696,7 @@ class _PodRun:
         chosen = memory_affinity(
             mask, preferred, node.allocatable, {"memory": self.free}, self.groups,
             self.assignments, {"memory": container.memory}, node.numa_ids,
+            {"memory": self.reusable_memory},
         )  # fmt: skip
         if chosen is None:
             return None

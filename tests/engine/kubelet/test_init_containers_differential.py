@@ -11,13 +11,16 @@ of an admitted aligned placement.
 
 from __future__ import annotations
 
+import pytest
 from helpers import GiB, busy, pod, small_node
 from hypothesis import given, settings
 from hypothesis import strategies as st
 from reference import POLICIES, Container, bits_of, decide_pod
 from test_decisions_differential import booked_nodes, kubelet_view, totals
+from topologies import load
 
-from numatopo_engine import NodeState, allocate
+from numatopo_engine import NodeState, allocate, evaluate
+from numatopo_engine.allocation import evaluate_many
 from numatopo_engine.annotations import Assignment, ContainerAssignment, PolicyName, Scope
 from numatopo_engine.cpuset import CPUSet
 from numatopo_engine.errors import UnsatisfiableError
@@ -100,6 +103,49 @@ def check(spec: NumatopologySpec, state: NodeState, pod_containers, policy, scop
 @settings(max_examples=300, deadline=None)
 @given(scenarios())
 def test_pods_with_init_containers_match_the_kubelet(scenario) -> None:
+    check(*scenario)
+
+
+@st.composite
+def reusing_scenarios(draw: st.DrawFn):
+    """Pods whose app containers fit some NUMA node only by reusing what a regular init
+    container booked there: a NUMA node's free memory F (in half GiB), an init container
+    asking I <= F of it and an app container asking more than F - I but at most F, with
+    sometimes a sidecar before the init container and a second, small app container."""
+    spec, state = draw(booked_nodes(most_pods=3))
+    free = kubelet_view(spec, state).free["memory"]
+    numa = draw(st.sampled_from(sorted(free)))
+    units = max(1, free[numa] // (GiB // 2))
+    init = draw(st.integers(1, units))
+    cpus = draw(st.integers(1, 2))
+    pod_containers = []
+    if draw(st.integers(0, 3)) == 0:
+        pod_containers.append(
+            Container("sidecar", cpus=1, memory=GiB // 2, init=True, restartable=True)
+        )
+    pod_containers += [
+        Container(
+            "init0", cpus=cpus, memory=init * GiB // 2, gpus=draw(st.integers(0, 1)), init=True
+        ),
+        Container(
+            "app0", cpus=draw(st.integers(1, 2)), gpus=draw(st.integers(0, 1)),
+            memory=draw(st.integers(units - init + 1, units + 1)) * GiB // 2,
+        ),
+    ]  # fmt: skip
+    if draw(st.booleans()):
+        pod_containers.append(Container("app1", cpus=1, memory=draw(st.integers(1, 2)) * GiB // 2))
+    return (
+        spec,
+        state,
+        pod_containers,
+        draw(st.sampled_from(POLICIES)),
+        draw(st.sampled_from(SCOPES)),
+    )
+
+
+@settings(max_examples=300, deadline=None)
+@given(reusing_scenarios())
+def test_pods_reusing_init_container_memory_match_the_kubelet(scenario) -> None:
     check(*scenario)
 
 
@@ -336,3 +382,69 @@ def test_a_single_node_booking_leaves_its_node_out_of_the_multi_node_group() -> 
     assert masks == {"init0": 0b001, "app0": 0b001, "app1": 0b100}
     assert placed.assignment.containers["app0"].memory == {"0": 3 * GiB}
     check(spec, state, pod_containers, "best-effort", "container")
+
+
+@pytest.mark.parametrize("scope", SCOPES)
+@pytest.mark.parametrize("policy", POLICIES)
+def test_the_app_container_reuses_the_init_containers_memory(policy: str, scope: str) -> None:
+    """NUMA 0 and 1 hold 10Gi each; init0 and app0 ask 8Gi each. init0 lands on NUMA 0.
+    The kubelet's memory manager counts init0's 8Gi as free for app0 on exactly NUMA 0
+    (`calculateHints`: free plus `getPodReusableMemory` of the mask), and `Allocate`,
+    finding the hint's free 2Gi short (`isAffinitySatisfyRequest` counts no reuse),
+    extends it to its own best hint holding it, NUMA 0 itself; app0 then books only
+    what it does not reuse: nothing. Under every policy and scope the pod is admitted
+    with both containers' memory on NUMA 0, 8Gi in all. numatopo counted no reuse in
+    the hints: refused under scope `pod` and under `restricted`/`single-numa-node`,
+    and elsewhere gave app0 NUMA 1's memory."""
+    spec = uneven_node([4, 4], [10, 10])
+    state = NodeState(spec)
+    pod_containers = [
+        Container("init0", cpus=1, memory=8 * GiB, init=True),
+        Container("app0", cpus=1, memory=8 * GiB),
+    ]
+
+    request = engine_request(pod_containers, policy, scope)
+    placed = allocate(spec, state, request, "n")
+
+    assert evaluate(spec, state, request) == placed.score
+    assert evaluate_many(spec, [state], request) == [placed.score]
+    app0 = placed.assignment.containers["app0"]
+    assert app0.mems == CPUSet.parse("0")
+    assert app0.memory == {"0": 8 * GiB}
+    booked = sum(sum(c.memory.values()) for c in placed.assignment.containers.values())
+    assert booked == 8 * GiB
+    after = state.copy()
+    after.apply("ns/last", placed.assignment)
+    assert after.free_memory(0) == 2 * GiB
+    after.release("ns/last")
+    assert after.free_memory(0) == state.free_memory(0)
+    admit, masks = decide_pod(kubelet_view(spec, state), pod_containers, policy, scope)
+    assert admit
+    if policy != "none":
+        assert masks == {"init0": 0b01, "app0": 0b01}
+    check(spec, state, pod_containers, policy, scope)
+
+
+def test_reused_memory_on_a_real_two_socket_machine() -> None:
+    """The same on the hwloc dump of a 2-socket Xeon (18Gi per NUMA node), scope
+    `container`, `single-numa-node`: init0 12Gi, app0 16Gi, NUMA 1 already holding 10Gi
+    of another pod. Only NUMA 0 has room for app0, counting the 12Gi init0 leaves it
+    there; the kubelet admits with 16Gi booked on NUMA 0, not 28Gi."""
+    spec = load("cpu-2socket-ht")
+    state = NodeState(spec)
+    other = ContainerAssignment(
+        cpus=CPUSet.parse("1"), mems=CPUSet.parse("1"), memory={"1": 10 * GiB}
+    )
+    state.apply("ns/other", Assignment(node="n", containers={"c": other}))
+    pod_containers = [
+        Container("init0", cpus=2, memory=12 * GiB, init=True),
+        Container("app0", cpus=2, memory=16 * GiB),
+    ]
+
+    placed = allocate(
+        spec, state, engine_request(pod_containers, "single-numa-node", "container"), "n"
+    )
+
+    assert placed.assignment.containers["app0"].memory == {"0": 16 * GiB}
+    booked = sum(sum(c.memory.values()) for c in placed.assignment.containers.values())
+    assert booked == 16 * GiB
