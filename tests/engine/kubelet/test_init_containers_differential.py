@@ -448,3 +448,38 @@ def test_reused_memory_on_a_real_two_socket_machine() -> None:
     assert placed.assignment.containers["app0"].memory == {"0": 16 * GiB}
     booked = sum(sum(c.memory.values()) for c in placed.assignment.containers.values())
     assert booked == 16 * GiB
+
+
+@pytest.mark.parametrize("scope", SCOPES)
+@pytest.mark.parametrize(
+    ("inits", "apps", "reserved"),
+    [((1, 2), (3, 4), 7), ((4, 3), (2, 1), 4), ((7, 4), (4, 3), 7), ((7, 4), (5, 2), 7)],
+)
+def test_the_kubelets_init_container_reuse_tables(
+    inits: tuple[int, int], apps: tuple[int, int], reserved: int, scope: str
+) -> None:
+    """The kubelet's `TestStaticPolicyAllocateWithInitContainers` (memory manager
+    policy_static_test.go), its memory half: one NUMA node with 7.5Gi allocatable, no
+    Topology Manager hint (policy `none`), two init containers then two app containers
+    allocated in turn; each reuses what the init containers booked, so the node ends
+    with the larger of the largest init container and the app containers' sum reserved.
+    In the third and fourth rows the app containers find 512Mi free and fit only by
+    reuse; numatopo refused them."""
+    spec = uneven_node([5], [8])
+    state = NodeState(spec)
+    system = ContainerAssignment(
+        cpus=CPUSet.parse("1"), mems=CPUSet.parse("0"), memory={"0": GiB // 2}
+    )
+    state.apply("ns/system", Assignment(node="n", containers={"c": system}))
+    pod_containers = [
+        *(Container(f"init{i}", cpus=1, memory=m * GiB, init=True) for i, m in enumerate(inits)),
+        *(Container(f"app{i}", cpus=1, memory=m * GiB) for i, m in enumerate(apps)),
+    ]
+
+    placed = allocate(spec, state, engine_request(pod_containers, "none", scope), "n")
+
+    containers = placed.assignment.containers
+    for i, m in enumerate(apps):
+        assert containers[f"app{i}"].memory == {"0": m * GiB}
+    assert sum(sum(c.memory.values()) for c in containers.values()) == reserved * GiB
+    check(spec, state, pod_containers, "none", scope)
