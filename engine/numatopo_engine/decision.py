@@ -601,7 +601,8 @@ def _hints(plan: Plan, rows: Ints) -> tuple[list[Bools], _MemoryHints | None]:
                 # Whether the merged mask's free memory holds it counts no reuse
                 # (`isAffinitySatisfyRequest`); the hints do (`calculateHints`).
                 memory_free_ok.append(fits)
-                fits = free + provider.reused(index) >= asked
+                if provider.reuse:
+                    fits = free + provider.reuse[index] >= asked
             ok &= fits
         if provider.memory:
             groups_allow = _groups_allow(plan, rows)
