@@ -125,6 +125,10 @@ async def test_a_followed_node_realigns_cpus_and_memory_to_the_gpus_the_kubelet_
     final_observed = json.loads(cluster.annotations("train")[keys.OBSERVED])
     assert final_observed["seq"] == final["seq"]
     assert final_observed["containers"]["main"]["matches"] is True
+    await wait(  # posted off the decision's path
+        lambda: "NumatopoRealigned" in {r for r, _ in cluster.events_for("train")},
+        what="the realignment's Event posted",
+    )
     reasons = [reason for reason, _ in cluster.events_for("train")]
     assert "GPUMismatch" in reasons
     assert "NumatopoRealigned" in reasons
@@ -184,7 +188,10 @@ async def test_real_gpus_displace_a_claim_on_paper_and_nothing_is_double_booked(
     assert a_gpus.isdisjoint(now_b["containers"]["main"]["gpuIndices"])
     a_cpus = CPUSet.parse(now_a["containers"]["main"]["cpus"])
     assert not set(a_cpus) & set(CPUSet.parse(now_b["containers"]["main"]["cpus"]))
-    assert "NumatopoDisplaced" in [reason for reason, _ in cluster.events_for("b")]
+    await wait(  # posted off the decision's path
+        lambda: "NumatopoDisplaced" in [reason for reason, _ in cluster.events_for("b")],
+        what="b told it was displaced",
+    )
     assert cluster.annotations("b").get(keys.STATE) == "Assigned"
 
 
