@@ -133,7 +133,7 @@ async def _settle(runtime: Runtime, pod: PodView) -> bool:
         record = runtime.pods.of(key)
         if record.unsatisfiable != str(exc):  # once per reason, not once per retry
             record.unsatisfiable = str(exc)
-            await runtime.kube.post_event(ref, warning=True, reason=UNSATISFIABLE, message=str(exc))
+            runtime.events.post(ref, warning=True, reason=UNSATISFIABLE, message=str(exc))
         return True
     if decision is None:
         return True
@@ -289,7 +289,7 @@ async def _release(
     )
     said = translate.assigned_message(assignment)
     message = f"claims allocated on {node}{resumed}: {devices}; {said}"
-    await runtime.kube.post_event(ref, warning=False, reason=ALLOCATED, message=message)
+    runtime.events.post(ref, warning=False, reason=ALLOCATED, message=message)
 
 
 async def _resume(runtime: Runtime, pod: PodView) -> bool:
@@ -454,7 +454,7 @@ async def _roll_back(
     runtime.ledger.cancel(translate.pod_key(pod))
     message = f"numatopo took back this pod's unfinished DRA decision and decides again: {why}"
     logger.warning("DRA pod %s: %s", ref["name"], message)
-    await runtime.kube.post_event(ref, warning=True, reason=ROLLED_BACK, message=message)
+    runtime.events.post(ref, warning=True, reason=ROLLED_BACK, message=message)
     return True
 
 
@@ -474,7 +474,7 @@ async def _leave(runtime: Runtime, pod: PodView, why: str) -> bool:
     ]
     runtime.check_may_write()
     await runtime.kube.patch_pod_spec(ref["namespace"], ref["name"], operations)
-    await runtime.kube.post_event(
+    runtime.events.post(
         ref, warning=True, reason=LEFT,
         message=f"numatopo leaves this pod's ResourceClaims to the scheduler: {why}",
     )  # fmt: skip

@@ -61,10 +61,10 @@ def _own_holds(pod: RawPod) -> set[str]:
     return {f"{HELD}{namespace}/{e.claim}" for e in pod_claims(pod) if e.claim}
 
 
-async def _not_followed(runtime: Runtime, pod: RawPod, node: str, message: str) -> None:
+def _not_followed(runtime: Runtime, pod: RawPod, node: str, message: str) -> None:
     logger.warning("binding %s to %s: %s", translate.pod_key(pod), node, message)
     ref = assigning.pod_ref(pod)
-    await runtime.kube.post_event(ref, warning=True, reason=NOT_FOLLOWED, message=message)
+    runtime.events.post(ref, warning=True, reason=NOT_FOLLOWED, message=message)
 
 
 async def _around(
@@ -114,7 +114,7 @@ async def decide(runtime: Runtime, pod: RawPod, request: PodRequest, node: str) 
     try:
         claimed = await _claimed(runtime, pod, request, node, topology)
     except NotFollowedError as exc:
-        await _not_followed(runtime, pod, node, (
+        _not_followed(runtime, pod, node, (
             "numatopo places this pod's CPUs and memory from its requests, not next to "
             f"its claims' devices: {exc}"
         ))  # fmt: skip
@@ -163,13 +163,13 @@ async def follow_member(runtime: Runtime, pod: PodView, node: str) -> None:
     topology = ledger.topology(node)
     stale = runtime.stale_reason(node) if topology is not None else translate.NO_NUMATOPOLOGY
     if topology is None or stale is not None:
-        await _not_followed(runtime, pod, node, f"{kept}: nothing can be decided there: {stale}")
+        _not_followed(runtime, pod, node, f"{kept}: nothing can be decided there: {stale}")
         return
     try:
         request = assigning.read_request(runtime, pod)
         claimed = await _claimed(runtime, pod, request, node, topology)
     except (InvalidRequestError, NotFollowedError) as exc:
-        await _not_followed(runtime, pod, node, f"{kept}, not next to its claims' devices: {exc}")
+        _not_followed(runtime, pod, node, f"{kept}, not next to its claims' devices: {exc}")
         return
     started = time.perf_counter()
     async with ledger.lock(node):
@@ -181,7 +181,7 @@ async def follow_member(runtime: Runtime, pod: PodView, node: str) -> None:
     runtime.metrics.latency.labels("bind").observe(time.perf_counter() - started)
     if outcome is None or outcome.assignment is None:
         why = outcome.message if outcome is not None else f"node {node} has no usable state"
-        await _not_followed(runtime, pod, node, f"{kept}: around its claims' devices, {why}")
+        _not_followed(runtime, pod, node, f"{kept}: around its claims' devices, {why}")
         return
     try:
         await pod_writes.write_outcome(runtime, pod, State.ASSIGNED, outcome.assignment)
@@ -191,4 +191,4 @@ async def follow_member(runtime: Runtime, pod: PodView, node: str) -> None:
     ref = assigning.pod_ref(pod)
     message = f"group member follows its claims' devices: {outcome.message}"
     logger.info("%s: %s", key, message)
-    await runtime.kube.post_event(ref, warning=False, reason=translate.ASSIGNED, message=message)
+    runtime.events.post(ref, warning=False, reason=translate.ASSIGNED, message=message)

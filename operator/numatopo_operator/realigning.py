@@ -122,7 +122,7 @@ async def realign(
             pinned = pins(observed, topology, runtime.settings.resources)
             pinned_nics = nic_pins(observed, topology, runtime.settings.resources)
         except (InvalidRequestError, ValueError) as exc:
-            await _refuse(runtime, ref, assignment.seq, f"cannot realign {key}: {exc}")
+            _refuse(runtime, ref, assignment.seq, f"cannot realign {key}: {exc}")
             return False
         mine = translate.Booking(key, node, current, ref["uid"])
         wanted = _Devices(
@@ -137,7 +137,7 @@ async def realign(
             if (why := _keeps(ledger, other, mine, wanted, topology, resources))
         ]
         if kept:
-            await _refuse(
+            _refuse(
                 runtime, ref, assignment.seq,
                 f"not realigning {key} around GPUs {pinned}: " + "; ".join(kept),
             )  # fmt: skip
@@ -158,7 +158,7 @@ async def realign(
             decision, relaxed = None, exc.reason
         if decision is None:
             why = f"cannot realign {key} around GPUs {pinned}: {relaxed}"
-            await _refuse(runtime, ref, assignment.seq, why)
+            _refuse(runtime, ref, assignment.seq, why)
             return False
         realigned = decision.model_copy(update={"seq": ledger.next_seq(node)})
         try:
@@ -191,9 +191,9 @@ async def _write_realigned(
     )
     logger.info("%s: %s", pod.key, message)
     ref = pod.ref
-    await runtime.kube.post_event(ref, warning=False, reason=REALIGNED, message=message)
+    runtime.events.post(ref, warning=False, reason=REALIGNED, message=message)
     if reason:
-        await runtime.kube.post_event(ref, warning=True, reason=GPUS_NOT_ALIGNABLE, message=reason)
+        runtime.events.post(ref, warning=True, reason=GPUS_NOT_ALIGNABLE, message=reason)
 
 
 @dataclasses.dataclass(frozen=True, slots=True)
@@ -277,7 +277,7 @@ async def _displace(runtime: Runtime, other: str, node: str, by: str) -> None:
         record.written = None
     message = f"its assignment named GPUs that {by} holds on {node}; it is decided again"
     logger.warning("%s: %s", other, message)
-    await runtime.kube.post_event(
+    runtime.events.post(
         {"namespace": namespace, "name": name, "uid": ""},
         warning=True, reason=DISPLACED, message=message,
     )  # fmt: skip
@@ -298,10 +298,10 @@ def pins_of_pod(
         return {}, {}
 
 
-async def _refuse(runtime: Runtime, ref: dict[str, str], seq: int, message: str) -> None:
+def _refuse(runtime: Runtime, ref: dict[str, str], seq: int, message: str) -> None:
     """Told once per pod and decision: every later event of the pod finds it unchanged."""
     if not runtime.pods.tell_once(f"{ref['namespace']}/{ref['name']}", f"realign {seq} {message}"):
         return
     logger.warning("%s", message)
     runtime.metrics.realignments.labels("failed").inc()
-    await runtime.kube.post_event(ref, warning=True, reason=GPUS_NOT_ALIGNABLE, message=message)
+    runtime.events.post(ref, warning=True, reason=GPUS_NOT_ALIGNABLE, message=message)

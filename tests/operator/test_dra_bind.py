@@ -93,6 +93,10 @@ async def test_bind_says_when_a_claim_is_not_allocated_and_decides_as_before(
     assert len(bindings) == 1
     assignment = json.loads(cluster.annotations("train")[keys.ASSIGNMENT])
     assert assignment["containers"]["main"].get("gpuIndices", []) == []
+    await wait(  # posted off the answer's path
+        lambda: "DRAClaimsNotFollowed" in {r for r, _ in cluster.events_for("train")},
+        what="the Event posted",
+    )
     said = [m for r, m in cluster.events_for("train") if r == "DRAClaimsNotFollowed"]
     assert said, cluster.events_for("train")
     assert "claim later is not allocated yet" in said[0]

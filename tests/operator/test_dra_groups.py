@@ -178,6 +178,9 @@ async def test_a_member_whose_claims_are_not_allocated_at_bind_keeps_its_groups_
     assert cluster.annotations("m1")[keys.ASSIGNMENT] == planned
     assert len(main_of(cluster, "m1")["gpuIndices"]) == 2
     assert main_of(cluster, "m1")["gpuIndices"] == gpus
+    await wait(  # posted off the answer's path
+        lambda: "DRAClaimsNotFollowed" in reasons(cluster, "m1"), what="the Event posted"
+    )
     said = [m for r, m in cluster.events_for("m1") if r == "DRAClaimsNotFollowed"]
     assert said, cluster.events_for("m1")
     assert "where its group placed them" in said[0]

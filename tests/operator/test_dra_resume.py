@@ -32,6 +32,8 @@ from .test_dra_cluster import (
     stored,
 )
 
+EVENTS = "post /api/v1/namespaces/default/events"
+
 
 class ClaimStatusFaults(kmock.KubernetesEmulator):
     """Refuses writes of `resourceclaims/status` with 503 while `refusing` is set, before
@@ -139,3 +141,43 @@ async def test_a_stopped_write_whose_devices_were_taken_meanwhile_is_decided_aga
     assert f"gpu-{gpus[0]}" not in three
     assignment = json.loads(cluster.annotations("train")[keys.ASSIGNMENT])
     assert sorted(f"gpu-{g}" for g in assignment["containers"]["main"]["gpuIndices"]) == three
+
+
+async def test_a_rolled_back_decision_is_made_again_while_the_events_api_hangs(
+    faulty: tuple[Cluster, ClaimStatusFaults], start_operator_on: Any
+) -> None:
+    """The Events API answers no POST: the pod is rolled back and decided afresh all the
+    same (its `DRARolledBack` waits in the queue; posted inline, it held the pod's next
+    look until the client gave up, 30 s later), and both Events go out, in order."""
+    cluster, api = faulty
+    await build(cluster)
+    await cluster.create(CLAIMS, claim("three", [request("gpu", "gpu.nvidia.com", 3)]))
+    await cluster.create(CLAIMS, claim("theirs", [request("gpu", "gpu.nvidia.com", 1)]))
+    await cluster.create_pod(dra_pod("train", ["three"]))
+    gpus = await stopped_half_way(cluster, api, start_operator_on)
+    await hold(cluster, "theirs", [("gpu", f"gpu-{gpus[0]}")])
+    answered = asyncio.Event()
+
+    async def hang(_: object) -> object:
+        await answered.wait()
+        return {"kind": "Event", "apiVersion": "v1"}
+
+    cluster.api[EVENTS] << hang
+    try:
+        await start_operator_on(cluster, **FAST)
+        await eventually(
+            lambda: not gated(cluster, "train"),
+            what="train decided again and released while no Event is answered",
+            timeout=20,
+        )
+        three = allocated(cluster, "three")
+        assert len(three) == 3
+        assert f"gpu-{gpus[0]}" not in three
+    finally:
+        answered.set()
+    await eventually(
+        lambda: (
+            [r for r, _ in cluster.events_for("train")][-2:] == ["DRARolledBack", "DRAAllocated"]
+        ),
+        what="both Events sent, in order",
+    )

@@ -29,11 +29,13 @@ from node_agent import aligned, running_agent
 from numatopo_engine import annotations as keys
 from numatopo_engine.cpuset import CPUSet
 from numatopo_engine.model import NumatopologySpec
+from numatopo_operator import event_posts
 
 from .conftest import eventually, h100_spec, make_pod, numatopology
 
 NODE = "h100-a"
 CID = "c0ffee00c0ffee00"
+EVENTS = "post /api/v1/namespaces/default/events"
 
 
 def uuid_of(index: int) -> str:
@@ -125,6 +127,10 @@ async def test_a_followed_node_realigns_cpus_and_memory_to_the_gpus_the_kubelet_
     final_observed = json.loads(cluster.annotations("train")[keys.OBSERVED])
     assert final_observed["seq"] == final["seq"]
     assert final_observed["containers"]["main"]["matches"] is True
+    await wait(  # posted off the decision's path
+        lambda: "NumatopoRealigned" in {r for r, _ in cluster.events_for("train")},
+        what="the realignment's Event posted",
+    )
     reasons = [reason for reason, _ in cluster.events_for("train")]
     assert "GPUMismatch" in reasons
     assert "NumatopoRealigned" in reasons
@@ -139,11 +145,10 @@ async def test_a_followed_node_realigns_cpus_and_memory_to_the_gpus_the_kubelet_
     assert cluster.numatopology_status(NODE).get("gpuMode") == "Followed"
 
 
-@pytest.mark.timeout(60)
-async def test_real_gpus_displace_a_claim_on_paper_and_nothing_is_double_booked(env: Any) -> None:
-    """Pod a was given (by the kubelet) the GPUs pod b's assignment names, b not yet
-    admitted: a is realigned onto them, b's assignment is taken back and b is decided
-    afresh on other GPUs. (The agent's part, writing `observed`, is played by the test.)"""
+async def kubelet_gives_a_bs_gpus(env: Any) -> list[int]:
+    """Pod a given (by the kubelet) the GPUs pod b's assignment names, b not yet
+    admitted; returns those GPUs. (The agent's part, writing `observed`, is played by
+    the caller.)"""
     cluster, start_operator, h100, pod, topology_object, wait = env.parts()
     spec = with_uuids(h100)
     await cluster.create_numatopology(topology_object(NODE, spec))
@@ -157,7 +162,7 @@ async def test_real_gpus_displace_a_claim_on_paper_and_nothing_is_double_booked(
     a, b = assignment_of(cluster, "a"), assignment_of(cluster, "b")
     assert a is not None
     assert b is not None
-    b_gpus = b["containers"]["main"]["gpuIndices"]
+    b_gpus: list[int] = b["containers"]["main"]["gpuIndices"]
     observed = {
         "v": 1,
         "seq": a["seq"],
@@ -166,17 +171,31 @@ async def test_real_gpus_displace_a_claim_on_paper_and_nothing_is_double_booked(
     await cluster.patch_pod(
         "a", {"metadata": {"annotations": {keys.OBSERVED: json.dumps(observed)}}}
     )
+    return b_gpus
 
-    def settled() -> bool:
-        now_a, now_b = assignment_of(cluster, "a"), assignment_of(cluster, "b")
-        return (
-            now_a is not None
-            and now_b is not None
-            and now_a["containers"]["main"]["gpuIndices"] == b_gpus
-            and now_b["seq"] > now_a["seq"]  # decided afresh after a's realignment
-        )
 
-    await wait(settled, what="a on b's old GPUs, b decided again", timeout=15)
+def a_realigned_b_decided_again(cluster: Any, b_gpus: list[int]) -> bool:
+    now_a, now_b = assignment_of(cluster, "a"), assignment_of(cluster, "b")
+    return (
+        now_a is not None
+        and now_b is not None
+        and now_a["containers"]["main"]["gpuIndices"] == b_gpus
+        and now_b["seq"] > now_a["seq"]  # decided afresh after a's realignment
+    )
+
+
+@pytest.mark.timeout(60)
+async def test_real_gpus_displace_a_claim_on_paper_and_nothing_is_double_booked(env: Any) -> None:
+    """a is realigned onto b's GPUs, b's assignment is taken back and b is decided
+    afresh on other GPUs."""
+    cluster, wait = env.cluster, env.wait
+    b_gpus = await kubelet_gives_a_bs_gpus(env)
+
+    await wait(
+        lambda: a_realigned_b_decided_again(cluster, b_gpus),
+        what="a on b's old GPUs, b decided again",
+        timeout=15,
+    )
     now_a, now_b = assignment_of(cluster, "a"), assignment_of(cluster, "b")
     assert now_a is not None
     assert now_b is not None
@@ -184,8 +203,47 @@ async def test_real_gpus_displace_a_claim_on_paper_and_nothing_is_double_booked(
     assert a_gpus.isdisjoint(now_b["containers"]["main"]["gpuIndices"])
     a_cpus = CPUSet.parse(now_a["containers"]["main"]["cpus"])
     assert not set(a_cpus) & set(CPUSet.parse(now_b["containers"]["main"]["cpus"]))
-    assert "NumatopoDisplaced" in [reason for reason, _ in cluster.events_for("b")]
+    await wait(  # posted off the decision's path
+        lambda: "NumatopoDisplaced" in [reason for reason, _ in cluster.events_for("b")],
+        what="b told it was displaced",
+    )
     assert cluster.annotations("b").get(keys.STATE) == "Assigned"
+
+
+@pytest.mark.timeout(60)
+async def test_a_hanging_events_api_holds_up_no_realignment(env: Any) -> None:
+    """The Events API answers no POST: the realignment, the displaced pod's taking back
+    and its fresh decision are all written all the same (the Events wait in their queue;
+    posted inline, the displaced pod's Event held the node's lock until the client gave
+    up, 30 s later), and the Events go out once the API answers."""
+    cluster, wait = env.cluster, env.wait
+    answered = asyncio.Event()
+
+    async def hang(_: object) -> object:
+        await answered.wait()
+        return {"kind": "Event", "apiVersion": "v1"}
+
+    cluster.api[EVENTS] << hang
+    try:
+        b_gpus = await kubelet_gives_a_bs_gpus(env)
+        await wait(
+            lambda: a_realigned_b_decided_again(cluster, b_gpus),
+            what="a on b's old GPUs, b decided again, while no Event is answered",
+            timeout=15,
+        )
+        assert cluster.annotations("b").get(keys.STATE) == "Assigned"
+        # Only as many posts as there are posters waited on the API; the rest queued.
+        assert len(cluster.api[EVENTS]) <= event_posts.POSTERS
+    finally:
+        answered.set()
+    told = {
+        "a": ["NumatopoAssigned", "NumatopoRealigned"],
+        "b": ["NumatopoAssigned", "NumatopoDisplaced", "NumatopoAssigned"],
+    }
+    await wait(
+        lambda: told == {n: [r for r, _ in cluster.events_for(n)] for n in told},
+        what="every Event posted, in order, once the API answers",
+    )
 
 
 def steered_topology(spec: NumatopologySpec, topology_object: Any) -> dict[str, Any]:

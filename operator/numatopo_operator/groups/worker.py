@@ -67,7 +67,7 @@ def observe_pod(runtime: Runtime, event: str, body: Mapping[str, Any]) -> None:
         group_state.kick.set()
 
 
-async def _tell(
+def _tell(
     runtime: Runtime,
     views: Sequence[MemberView],
     reason: str,
@@ -76,21 +76,14 @@ async def _tell(
     warning: bool = False,
     once_per_pod: bool = False,
 ) -> None:
-    """Post the Event on each member that has not had this one yet (all at once: Events
-    are best-effort and independent)."""
-    refs = []
+    """Queue the Event for each member that has not had this one yet."""
     for view in views:
         said = f"{view.key} {reason}" + ("" if once_per_pod else f" {message}")
         if said in runtime.groups.said:
             continue
         runtime.groups.said.add(said)
-        refs.append(PodView.of(view.body).ref)
-    await asyncio.gather(
-        *(
-            runtime.kube.post_event(ref, warning=warning, reason=reason, message=message)
-            for ref in refs
-        )
-    )
+        ref = PodView.of(view.body).ref
+        runtime.events.post(ref, warning=warning, reason=reason, message=message)
 
 
 def _where(level: str | None, path: Sequence[str] | None) -> str:
@@ -133,14 +126,14 @@ async def advance(runtime: Runtime, group: str) -> bool:
             group_state.waiting_for_room.discard(group)
             return False
         if step.kind is StepKind.INVALID:
-            await _invalid(runtime, chosen, step.reason)
+            _invalid(runtime, chosen, step.reason)
             return False
         assert spec is not None
         if step.kind is StepKind.WAIT:
             group_state.complete_since.pop(group, None)
             for view in chosen:
                 group_state.first_seen.setdefault(view.key, time.monotonic())
-            await _tell(
+            _tell(
                 runtime, chosen, WAITING,
                 f"group {group}: {step.seen} of {spec.size} members seen; nothing is placed "
                 "until all are there",
@@ -157,12 +150,12 @@ async def advance(runtime: Runtime, group: str) -> bool:
             try:
                 placed = await group_release.plan(runtime, spec, chosen)
             except GroupInvalidError as exc:
-                await _invalid(runtime, chosen, str(exc))
+                _invalid(runtime, chosen, str(exc))
                 return False
             except GroupUnplaceableError as exc:
                 message = f"group {group} ({len(chosen)} members) does not fit: {exc}"
                 logger.info("%s", message)
-                await _unsatisfiable(runtime, group, chosen, message)
+                _unsatisfiable(runtime, group, chosen, message)
                 return True
             group_state.waiting_for_room.discard(group)
             logger.info(
@@ -198,7 +191,7 @@ async def _release(
     planned = {v.key: node for v in views if (node := planned_node(v.body)) is not None}
     placed_on = planned | released
     note = group_release.preferred_note(runtime, spec, placed_on.values())
-    await _tell(
+    _tell(
         runtime, chosen, PLACED,
         f"group {group}: {len(views)} members placed in {_where(level, _record_path(record))}, "
         f"by rank: {_nodes_text(placed_on, [v.key for v in views])}{note}",
@@ -237,11 +230,11 @@ async def _recover(
             runtime, spec, chosen, anchor, running, around=around
         )
     except GroupInvalidError as exc:
-        await _invalid(runtime, chosen, str(exc))
+        _invalid(runtime, chosen, str(exc))
         return False
     except GroupUnplaceableError as exc:
         message = f"replacement member of running group {group} does not fit: {exc}"
-        await _unsatisfiable(runtime, group, chosen, message)
+        _unsatisfiable(runtime, group, chosen, message)
         return True
     group_state.waiting_for_room.discard(group)
     released = await group_release.release(runtime, chosen)
@@ -258,7 +251,7 @@ async def _recover(
         took = group_release.elapsed(group_state.first_seen.pop(view.key, None))
         metrics.group_recovery.observe(took)
         metrics.group_decisions.labels("recovered").inc()
-        await _tell(
+        _tell(
             runtime, [view], RECOVERED,
             f"replacement member of group {group} placed on {released[view.key]} "
             f"{text}, {took:.2f} s after it appeared",
@@ -267,21 +260,21 @@ async def _recover(
     return None
 
 
-async def _invalid(runtime: Runtime, members: Sequence[MemberView], reason: str) -> None:
+def _invalid(runtime: Runtime, members: Sequence[MemberView], reason: str) -> None:
     runtime.metrics.group_decisions.labels("invalid").inc()
-    await _tell(runtime, members, INVALID, reason, warning=True)
+    _tell(runtime, members, INVALID, reason, warning=True)
 
 
-async def _unsatisfiable(
+def _unsatisfiable(
     runtime: Runtime, group: str, members: Sequence[MemberView], message: str
 ) -> None:
     """Counted, told, and the group retried when room frees up (`waiting_for_room`)."""
     runtime.metrics.group_decisions.labels("unsatisfiable").inc()
     runtime.groups.waiting_for_room.add(group)
-    await _tell(runtime, members, UNSATISFIABLE, message, warning=True)
+    _tell(runtime, members, UNSATISFIABLE, message, warning=True)
 
 
-async def _report_invalid(runtime: Runtime) -> None:
+def _report_invalid(runtime: Runtime) -> None:
     """Members whose group annotations cannot be read: one Warning each."""
     group_state = runtime.groups
     for key, why in sorted(group_state.book.invalid.items()):
@@ -290,7 +283,7 @@ async def _report_invalid(runtime: Runtime) -> None:
             continue
         group_state.said.add(said)
         namespace, _, name = key.partition("/")
-        await runtime.kube.post_event(
+        runtime.events.post(
             {"namespace": namespace, "name": name}, warning=True, reason=INVALID,
             message=f"invalid group annotations: {why}",
         )  # fmt: skip
@@ -335,10 +328,7 @@ async def run_groups(runtime: Runtime) -> None:
             # Taking over (or starting): every group once, partial plans included.
             group_state.dirty |= set(group_state.book.groups())
             deciding_before = True
-        try:
-            await _report_invalid(runtime)
-        except KubeError as exc:
-            logger.warning("reporting invalid group members: %s", exc)
+        _report_invalid(runtime)
         work = set(group_state.dirty)
         group_state.dirty.clear()
         work |= {group for group, _ in group_state.retries.pop_due(time.monotonic())}
