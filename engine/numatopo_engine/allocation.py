@@ -987,18 +987,18 @@ def _merged_preferred(decided: Decided, row: npt.NDArray[np.int64]) -> bool:
         return False
     if policy is not PolicyName.BEST_EFFORT:
         return True
-    index = int(decided.chosen[0])
+    chosen = int(decided.chosen[0])
     for provider in plan.providers:
         hints = provider.holds.copy()
-        for index, (columns, asked) in enumerate(
+        for wanted, (columns, asked) in enumerate(
             zip(provider.columns, provider.needs, strict=True)
         ):
             picked = row[columns]
             per_position = picked.sum(axis=1) if picked.ndim == 2 else picked
-            hints &= (plan.member @ per_position) + provider.reused(index) >= asked
+            hints &= (plan.member @ per_position) + provider.reused(wanted) >= asked
         if provider.memory and not hints.any():
             continue
-        if not (bool(hints[index]) and bool(provider.pref[index])):
+        if not (bool(hints[chosen]) and bool(provider.pref[chosen])):
             return False
     return True
 
