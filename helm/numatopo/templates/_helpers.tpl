@@ -94,6 +94,12 @@ numatopo.io/extender-active
 {{- if and .Values.agent.enabled (eq (int .Values.exporter.metricsPort) (int .Values.agent.metricsPort)) }}
 {{- fail "exporter.metricsPort and agent.metricsPort must differ: both containers share the pod's network" }}
 {{- end }}
+{{- if eq .Values.signing.source "existingSecret" }}
+{{- $_ := include "numatopo.signing.secretName" . }}
+{{- $_ = include "numatopo.signing.trustedKeys" . }}
+{{- else if or .Values.signing.existingSecret .Values.signing.trustedKeys }}
+{{- fail "signing.existingSecret and signing.trustedKeys take effect only with signing.source=existingSecret; with source=helm the chart generates its own key" }}
+{{- end }}
 {{- end }}
 
 {{/* The operator's rules on pods and Events, shared by the cluster-wide ClusterRole and
@@ -142,6 +148,57 @@ tests/chart/test_chart_security.py replaces this definition to render an upgrade
 {{- define "numatopo.existingSecret" -}}
 {{- $found := lookup "v1" "Secret" (index . 0).Release.Namespace (index . 1) }}
 {{- $found | default dict | toJson }}
+{{- end }}
+
+{{/* The Secret whose key.pem the operator signs assignments with (signing-key.yaml). */}}
+{{- define "numatopo.signing.secretName" -}}
+{{- if eq .Values.signing.source "existingSecret" }}
+{{- required "signing.existingSecret is required with signing.source=existingSecret: the name of a Secret holding the Ed25519 private key as key.pem" .Values.signing.existingSecret }}
+{{- else }}
+{{- printf "%s-signing" (include "numatopo.fullname" .) }}
+{{- end }}
+{{- end }}
+
+{{/* signing.trustedKeys as a JSON list of PEM blocks, each ending in a newline, key.pem's
+public half first. Offline, Helm cannot read the Secret to compare the two, so what it
+checks is the form, and fails saying what is wrong: only PUBLIC KEY and CERTIFICATE
+blocks, each holding an Ed25519 public key, the only kind the agents read
+(numatopo_engine/signing.py). A wrong value would otherwise show only when every node
+agent refuses to start, or refuses every assignment. */}}
+{{- define "numatopo.signing.trustedKeys" -}}
+{{- $text := .Values.signing.trustedKeys | default "" }}
+{{- if not (trim $text) }}
+{{- fail "signing.trustedKeys is required with signing.source=existingSecret: the public half of the Secret's key.pem as PEM (`openssl pkey -in key.pem -pubout`, or a certificate made with that key); the node agents enforce only assignments it verifies" }}
+{{- end }}
+{{- $block := "-----BEGIN [A-Z0-9 ]+-----[^-]*-----END [A-Z0-9 ]+-----" }}
+{{- if trim (regexReplaceAll $block $text "") }}
+{{- fail "signing.trustedKeys holds something besides PEM blocks: give only -----BEGIN PUBLIC KEY----- or -----BEGIN CERTIFICATE----- blocks, one after the other" }}
+{{- end }}
+{{- /* DER of an Ed25519 SubjectPublicKeyInfo up to the key bytes: a public key block
+starts with it, a certificate carries it. */}}
+{{- $ed25519 := "\x30\x2a\x30\x05\x06\x03\x2b\x65\x70\x03\x21\x00" }}
+{{- $found := list }}
+{{- range regexFindAll $block $text -1 }}
+{{- $kind := regexFind "^-----BEGIN [A-Z0-9 ]+-----" . | trimPrefix "-----BEGIN " | trimSuffix "-----" }}
+{{- if not (or (regexMatch "^-----BEGIN CERTIFICATE-----[^-]*-----END CERTIFICATE-----$" .) (regexMatch "^-----BEGIN PUBLIC KEY-----[^-]*-----END PUBLIC KEY-----$" .)) }}
+{{- fail (printf "signing.trustedKeys: a %s block is neither a PUBLIC KEY nor a CERTIFICATE (the value lands in a ConfigMap: a private key belongs in the Secret only)" $kind) }}
+{{- end }}
+{{- $der := regexReplaceAll "-----[A-Z0-9 ]+-----" . "" | nospace | b64dec }}
+{{- if not (contains $ed25519 $der) }}
+{{- fail (printf "signing.trustedKeys: PEM block %d (%s) holds no Ed25519 public key; the operator signs with Ed25519 only" (add1 (len $found)) $kind) }}
+{{- end }}
+{{- $found = append $found (printf "%s\n" .) }}
+{{- end }}
+{{- $found | toJson }}
+{{- end }}
+
+{{/* With signing.source=existingSecret, a digest of the trusted keys for the pod templates
+of the operator and the node agents: both read them only at start. Empty with
+source=helm, whose key is known only to a render that can look it up. */}}
+{{- define "numatopo.signing.trustedKeysChecksum" -}}
+{{- if eq .Values.signing.source "existingSecret" }}
+{{- include "numatopo.signing.trustedKeys" . | sha256sum }}
+{{- end }}
 {{- end }}
 
 {{/* The DNS names the operator's certificate carries: its extender Service. */}}
