@@ -12,6 +12,7 @@ from pathlib import Path, PurePosixPath
 from typing import Any
 
 import pytest
+import yaml
 
 helm = pytest.importorskip("helm_python")
 
@@ -59,7 +60,9 @@ def keys(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
 
 
 def _values(secret: str = "corp-signing", trusted: str = "") -> dict[str, Any]:
-    return {"signing": {"source": "existingSecret", "existingSecret": secret, "trustedKeys": trusted}}
+    return {
+        "signing": {"source": "existingSecret", "existingSecret": secret, "trustedKeys": trusted}
+    }
 
 
 def _pem(directory: Path) -> str:
@@ -101,16 +104,11 @@ def test_an_existing_secret_is_mounted_and_its_public_keys_are_published(
     assert {"name": CONFIGMAP, "key": "trusted.pem"} == agent_keys["valueFrom"]["configMapKeyRef"]
 
 
-def test_with_an_existing_secret_every_render_is_the_same(
-    render: Any, keys: dict[str, Path]
-) -> None:
-    """What a GitOps tool renders offline at every sync: the same objects, or it would
-    roll the pods (or, with the chart's own key, replace the key) each time."""
-    values = {
-        **_values(trusted=_pem(keys["new"])),
-        "scheduler": {"enabled": True},
-        "tls": {"source": "existingSecrets", "existingSecrets": {"server": "op", "client": "ks"}},
-    }
+def test_the_gitops_value_set_renders_the_same_every_time(render: Any) -> None:
+    """What a GitOps tool renders offline at every sync (values/gitops.yaml: the signing
+    key and the certificates from Secrets of the user's): the same objects, or each sync
+    would roll the pods or, with the chart's own key, replace the key."""
+    values = yaml.safe_load((Path(__file__).parent / "values" / "gitops.yaml").read_text())
 
     assert render(values) == render(values)
 
@@ -143,7 +141,9 @@ def test_new_trusted_keys_restart_the_operator_and_the_agents(
     [
         pytest.param(_values(), r"signing\.trustedKeys is required", id="no-public-half"),
         pytest.param(
-            _values(secret="", trusted="@new"), r"signing\.existingSecret is required", id="no-secret"
+            _values(secret="", trusted="@new"),
+            r"signing\.existingSecret is required",
+            id="no-secret",
         ),
         pytest.param(
             _values(trusted="MCowBQYDK2VwAyEA"), r"holds something besides PEM blocks", id="not-pem"
