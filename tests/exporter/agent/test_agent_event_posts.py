@@ -14,11 +14,10 @@ import kmock
 import pytest
 
 from metric_samples import sample
-from numatopo_kube.backoff import Backoff
 
 from ..conftest import NodeClient, pod_path
 from ..daemon.conftest import NODE
-from .conftest import CgroupTree, make_agent
+from .conftest import CgroupTree
 from .test_agent_loop import CID_A, UID_A, Node, assignment, pod, shared, wait_for
 
 EVENTS = "post /api/v1/namespaces/default/events"
@@ -38,8 +37,8 @@ def pool_assignment(online: str) -> str:
 
 
 class HangingEvents:
-    """An Events API that answers no POST until `release`, recording each Event once, in
-    the order the POSTs reach it."""
+    """An Events API that answers no POST until `released` is set, recording each Event
+    once, in the order the POSTs reach it."""
 
     def __init__(self) -> None:
         self.released = asyncio.Event()
@@ -59,6 +58,26 @@ class HangingEvents:
         return [(reason, kind) for who, reason, kind in self.arrived if who == name]
 
 
+async def crowd(node: Node) -> list[str]:
+    """Pod a holding CPU 1, pods b, c and d in the NUMA pool, and pod e claiming CPU 1
+    after a (refused while a holds it); returns the pool pods' containers."""
+    node.container(UID_A, CID_A)
+    await node.create(
+        pod("a", UID_A, cid=CID_A, annotation=assignment("1"), created="2024-01-01T00:00:00Z")
+    )
+    pool = pool_assignment(node.online)
+    containers = []
+    for index, name in enumerate(POOL_PODS):
+        uid, cid = f"{name * 8}-0000-4000-8000-00000000000{index}", name * 12
+        containers.append(node.container(uid, cid))
+        await node.create(pod(name, uid, cid=cid, annotation=pool, created="2024-01-01T00:00:01Z"))
+    node.container(UID_E, CID_E)
+    await node.create(
+        pod("e", UID_E, cid=CID_E, annotation=assignment("1"), created="2024-01-02T00:00:00Z")
+    )
+    return containers
+
+
 @pytest.fixture
 async def patient_client(cluster: kmock.KubernetesEmulator) -> AsyncIterator[NodeClient]:
     """The agent's client with the timeout it runs with, not the tests' short one."""
@@ -74,29 +93,13 @@ async def test_a_hanging_events_api_holds_up_no_enforcement_or_status(
     cgroup_tree: CgroupTree, cluster: kmock.KubernetesEmulator, patient_client: NodeClient
 ) -> None:
     """Every Event waits on an API that does not answer; meanwhile every pod's cpusets
-    are written and its `Aligned` condition and state come out, within one pass each,
-    not one client timeout per Event. Pod e, refused while a holds CPU 1 and enforced
+    are written and its `Aligned` condition and state come out promptly, not after one
+    client timeout per Event. Pod e, refused while a holds CPU 1 and enforced
     once a is gone, has its two Events posted in that order once the API answers."""
     events = HangingEvents()
     cluster[EVENTS] << events
     node = Node(cgroup_tree, cluster, patient_client)
-    node.agent = make_agent(
-        patient_client, cgroup_tree, resync_seconds=0.1, backoff=Backoff(0.01, 0.05)
-    )
-    node.container(UID_A, CID_A)
-    await node.create(
-        pod("a", UID_A, cid=CID_A, annotation=assignment("1"), created="2024-01-01T00:00:00Z")
-    )
-    pool = pool_assignment(node.online)
-    pool_containers = []
-    for index, name in enumerate(POOL_PODS):
-        uid, cid = f"{name * 8}-0000-4000-8000-00000000000{index}", name * 12
-        pool_containers.append(node.container(uid, cid))
-        await node.create(pod(name, uid, cid=cid, annotation=pool, created="2024-01-01T00:00:01Z"))
-    node.container(UID_E, CID_E)
-    await node.create(
-        pod("e", UID_E, cid=CID_E, annotation=assignment("1"), created="2024-01-02T00:00:00Z")
-    )
+    pool_containers = await crowd(node)
     task = asyncio.create_task(node.agent.run())
     try:
         everyone = ("a", *POOL_PODS)
@@ -114,7 +117,8 @@ async def test_a_hanging_events_api_holds_up_no_enforcement_or_status(
         await node.client.request("DELETE", pod_path("default", "a"))
         await wait_for(lambda: node.state("e") == "Enforced", "pod e enforced", seconds=PROMPTLY)
         assert "1" == node.cpus(f"kubepods/burstable/pod{UID_E}/{CID_E}")
-        assert not events.released.is_set()  # all of it while the Events API hung
+        # All of it while the Events API hung, on its first POST (one post in flight).
+        assert [("a", "Enforced", "Normal")] == events.arrived
 
         events.released.set()
         await wait_for(lambda: len(events.about("e")) == 2, "pod e's Events posted")
@@ -136,31 +140,15 @@ async def test_events_still_unposted_when_the_agent_stops_are_counted_as_dropped
     events = HangingEvents()
     cluster[EVENTS] << events
     node = Node(file_cgroups, cluster, patient_client)
-    node.agent = make_agent(
-        patient_client, file_cgroups, resync_seconds=0.1, backoff=Backoff(0.01, 0.05)
-    )
-    names = ("a", *POOL_PODS, "e")
-    node.container(UID_A, CID_A)
-    await node.create(
-        pod("a", UID_A, cid=CID_A, annotation=assignment("1"), created="2024-01-01T00:00:00Z")
-    )
-    for index, name in enumerate(POOL_PODS):
-        uid, cid = f"{name * 8}-0000-4000-8000-00000000000{index}", name * 12
-        node.container(uid, cid)
-        pool = pool_assignment(node.online)
-        await node.create(pod(name, uid, cid=cid, annotation=pool, created="2024-01-01T00:00:00Z"))
-    node.container(UID_E, CID_E)
-    await node.create(
-        pod("e", UID_E, cid=CID_E, annotation=assignment("1"), created="2024-01-01T00:00:00Z")
-    )
+    await crowd(node)
     task = asyncio.create_task(node.agent.run())
     try:
         await wait_for(
-            lambda: all(node.state(n) is not None for n in names) and len(events.arrived) == 1,
+            lambda: all(node.state(n) for n in ("a", *POOL_PODS, "e")) and events.arrived,
             "every pod's state written, and one Event sent",
             seconds=PROMPTLY,
         )
-        assert 5 == node.agent.events.pending
+        assert (1, 5) == (len(events.arrived), node.agent.events.pending)
     finally:
         task.cancel()
         await asyncio.gather(task, return_exceptions=True)
