@@ -130,11 +130,13 @@ class AgentLoop:
         await watch_own_numatopology(self.client, self.node_name, again, seen, logger)
 
     async def run(self) -> None:
-        beside = [
+        watchers = [
             asyncio.create_task(self.watch_pods()),
             asyncio.create_task(self.watch_numatopology()),
-            asyncio.create_task(self.events.run(self.client)),
         ]
+        # Beside the watches, the poster of the Events the passes queue: posted inside a
+        # pass, an Event the API holds would hold up every pod after it.
+        watchers.append(asyncio.create_task(self.events.run(self.client)))
         try:
             await self.synced.wait()
             while True:
@@ -148,9 +150,9 @@ class AgentLoop:
         finally:
             # Awaited, so that the watch connections (and an Event's POST) are closed
             # before the caller's session.
-            for task in beside:
-                task.cancel()
-            await asyncio.gather(*beside, return_exceptions=True)
+            for watcher in watchers:
+                watcher.cancel()
+            await asyncio.gather(*watchers, return_exceptions=True)
 
     async def reconcile(self) -> None:
         """One pass: stand aside for a static (or unknown) kubelet, else select, enforce,
