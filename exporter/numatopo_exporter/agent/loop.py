@@ -31,10 +31,18 @@ from numatopo_exporter.discovery import kubelet
 from numatopo_exporter.node_process import watch_own_numatopology
 from numatopo_kube import KubeClient
 from numatopo_kube.backoff import Backoff
+from numatopo_kube.event_posts import EventPosts
 
 __all__ = ["COMPONENT", "ENFORCING", "AgentLoop"]
 
 logger = logging.getLogger("numatopo.agent")
+
+# Events waiting at most: each pod of a crowded node (the kubelet's 110 by default, a
+# few hundred where raised) announced a few times over while the Events API is away.
+EVENT_QUEUE_SIZE = 1_000
+# One post at a time: a node makes a few Events a pass, and one poster posts them in the
+# order they were made (a pod's failure before its recovery).
+EVENT_POSTERS = 1
 
 
 @dataclass
@@ -70,6 +78,9 @@ class AgentLoop:
     devices: KubeletDevices = field(init=False)
     node_status: NodeStatus = field(init=False)
     reporter: PodReporter = field(init=False)
+    events: EventPosts = field(init=False)
+    """The pass's Events, posted beside it (`run`): an Events API that is slow or
+    gone holds up no pod's cpusets or status."""
     _wake: asyncio.Event = field(default_factory=asyncio.Event, init=False)
 
     def __post_init__(self) -> None:
@@ -83,8 +94,15 @@ class AgentLoop:
             self.clock,
             self.spec_refresh_seconds,
         )
-        self.node_status = NodeStatus(self.client, self.node_name, self.kubelet_state)
-        self.reporter = PodReporter(self.client, self.pods, self.metrics, self.clock)
+        self.events = EventPosts(
+            self.metrics.events_dropped.inc,
+            size=EVENT_QUEUE_SIZE,
+            posters=EVENT_POSTERS,
+            metric="numatopo_agent_events_dropped_total",
+            process="the agent",
+        )
+        self.node_status = NodeStatus(self.client, self.node_name, self.kubelet_state, self.events)
+        self.reporter = PodReporter(self.client, self.pods, self.metrics, self.clock, self.events)
 
     async def watch_pods(self) -> None:
         """List, then watch, this node's pods; relist after any error. Runs until cancelled."""
@@ -116,6 +134,9 @@ class AgentLoop:
             asyncio.create_task(self.watch_pods()),
             asyncio.create_task(self.watch_numatopology()),
         ]
+        # Beside the watches, the poster of the Events the passes queue: posted inside a
+        # pass, an Event the API holds would hold up every pod after it.
+        watchers.append(asyncio.create_task(self.events.run(self.client)))
         try:
             await self.synced.wait()
             while True:
@@ -127,7 +148,8 @@ class AgentLoop:
                     async with asyncio.timeout(self.resync_seconds):
                         await self._wake.wait()
         finally:
-            # Awaited, so that the watch connections are closed before the caller's session.
+            # Awaited, so that the watch connections (and an Event's POST) are closed
+            # before the caller's session.
             for watcher in watchers:
                 watcher.cancel()
             await asyncio.gather(*watchers, return_exceptions=True)

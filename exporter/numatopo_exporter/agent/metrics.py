@@ -37,6 +37,10 @@ class AgentMetrics(Registry):
             "Assignments whose containers were given other GPUs by the kubelet than "
             "assigned (Follow); the operator re-aligns each.",
         )
+        self.events_dropped = counter(
+            "numatopo_agent_events_dropped_total",
+            "Events not posted: their queue was full, or the agent stopped first.",
+        )
         self.latency = Histogram(
             "numatopo_agent_assignment_to_enforced_seconds",
             "From the assignment first seen on the watch stream to its cpusets written.",

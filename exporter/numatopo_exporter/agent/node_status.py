@@ -14,6 +14,7 @@ from numatopo_exporter.agent.feedback import now_text
 from numatopo_exporter.discovery import kubelet
 from numatopo_exporter.discovery.errors import DiscoveryError
 from numatopo_kube import KubeClient, KubeError
+from numatopo_kube.event_posts import EventPosts
 
 __all__ = ["AGENT_ENFORCING", "COMPONENT", "ENFORCING", "GPU_ASSIGNMENT", "NodeStatus", "gpu_mode"]
 
@@ -86,6 +87,8 @@ class NodeStatus:
     client: KubeClient
     node_name: str
     kubelet_state: Path | None
+    events: EventPosts
+    """Where its Node Event waits to be posted: never on the pass's path."""
     _standing_aside: tuple[str, str] | None = field(default=None, init=False)
     """The last (reason, message) reported in the `Enforcing` condition."""
     _published: tuple[object, ...] | None = field(default=None, init=False)
@@ -110,7 +113,7 @@ class NodeStatus:
             self._published = None
         if static and announce:
             node = {"apiVersion": "v1", "kind": "Node", "name": self.node_name}
-            await self.client.post_event(node, reason=verdict[0], message=verdict[1], warning=True)
+            self.events.post(node, reason=verdict[0], message=verdict[1], warning=True)
         return static
 
     async def _apply(

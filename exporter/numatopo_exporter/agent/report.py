@@ -1,5 +1,6 @@
 """Report: verify each pod's cpusets by reading them back, and tell the pod (its
-`Aligned` condition and state annotation) and the cluster (Events, metrics).
+`Aligned` condition and state annotation) and the cluster (Events, queued to be posted
+off the pass; metrics).
 
 What was enforced and announced is kept in the pod's record, so only news is an Event:
 a first enforcement, a restart re-enforced, a drift corrected, a new failure.
@@ -20,6 +21,7 @@ from numatopo_exporter.agent.feedback import StatusPatch, now_text
 from numatopo_exporter.agent.metrics import AgentMetrics
 from numatopo_exporter.agent.pod_records import Enforced, PodRecords
 from numatopo_kube import KubeClient, KubeError
+from numatopo_kube.event_posts import EventPosts
 
 __all__ = ["PodReporter", "about"]
 
@@ -47,6 +49,8 @@ class PodReporter:
     records: PodRecords
     metrics: AgentMetrics
     clock: Callable[[], float]
+    events: EventPosts
+    """Where its Events wait to be posted: never on the pass's path."""
 
     async def report(
         self,
@@ -80,7 +84,7 @@ class PodReporter:
         touched = any(p in done.written for p in outcome.paths)
         event = self._news(entry, summary, touched=touched)
         if event is not None:
-            await self.event(entry.body, *event)
+            self.event(entry.body, *event)
         await self.feedback(entry.body, aligned=True, reason="CpusetsApplied", message=summary)
 
     @staticmethod
@@ -173,7 +177,7 @@ class PodReporter:
             if record is not None:
                 record.reported = announced
             self.metrics.failures.labels(reason=refusal.reason).inc()
-            await self.event(refusal.body, refusal.reason, refusal.message, warning=True)
+            self.event(refusal.body, refusal.reason, refusal.message, warning=True)
         await self.feedback(
             refusal.body, aligned=False, reason=refusal.reason, message=refusal.message
         )
@@ -193,7 +197,7 @@ class PodReporter:
                 if record is not None:
                     record.reported = (reason, "")
                 event = reason if reason in _EVENT_REASONS else "EnforcementFailed"
-                await self.event(pod, event, message, warning=True)
+                self.event(pod, event, message, warning=True)
         try:
             if status_patch is not None:
                 await self._patch_condition(
@@ -240,9 +244,9 @@ class PodReporter:
                 namespace, name, again.body, content_type=again.content_type
             )
 
-    async def event(
+    def event(
         self, regarding: dict[str, Any], reason: str, message: str, *, warning: bool = False
     ) -> None:
-        await self.client.post_event(
+        self.events.post(
             about(regarding, kind="Pod"), reason=reason, message=message, warning=warning
         )

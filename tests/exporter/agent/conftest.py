@@ -1,9 +1,11 @@
 """Cgroup trees for the agent's tests: a real throw-away cgroup v1 cpuset hierarchy
-(root only; skipped with the reason otherwise) or plain files shaped like one; and the
-agent loop over such a tree (`make_agent`)."""
+(root only; skipped with the reason otherwise) or plain files shaped like one; the
+agent loop over such a tree (`make_agent`), and the Events its passes queued, posted
+(`events_posted`)."""
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import os
 import secrets
@@ -154,3 +156,16 @@ def make_agent(client: NodeClient, tree: CgroupTree, **options: Any) -> AgentLoo
     return AgentLoop(
         client, node_name=NODE, verifier=signing_keys.VERIFIER, cgroup_root=tree.root, **options
     )
+
+
+async def events_posted(agent: AgentLoop, *, seconds: float = 5.0) -> None:
+    """Post the Events that `agent`'s passes queued, as its running loop posts them beside
+    the passes: a test that drives `reconcile` itself reads them after this."""
+    poster = asyncio.create_task(agent.events.run(agent.client))
+    try:
+        async with asyncio.timeout(seconds):
+            while agent.events.pending:
+                await asyncio.sleep(0.01)
+    finally:
+        poster.cancel()
+        await asyncio.gather(poster, return_exceptions=True)

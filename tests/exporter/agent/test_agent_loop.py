@@ -21,7 +21,7 @@ from numatopo_kube.backoff import Backoff
 
 from ..conftest import NodeClient, pod_path
 from ..daemon.conftest import NODE
-from .conftest import CgroupTree, make_agent
+from .conftest import CgroupTree, events_posted, make_agent
 
 PODS = "v1/pods"
 UID_A = "aaaaaaaa-0000-4000-8000-000000000001"
@@ -151,6 +151,8 @@ def shared(online: str) -> str:
 
 async def test_assigned_pod_is_pinned_and_reported(node: Node) -> None:
     a, b = f"kubepods/burstable/pod{UID_A}/{CID_A}", f"kubepods/burstable/pod{UID_B}/{CID_B}"
+    # Posted beside the pass: the state can come out before the Event.
+    await wait_for(lambda: ("a", "Enforced") in node.events(), "pod a's Event posted")
 
     assert ("1", shared(node.online)) == (node.cpus(a), node.cpus(b))
     assert ("Enforced", "True") == (node.state("a"), node.aligned("a"))
@@ -201,6 +203,7 @@ async def test_overlapping_assignment_is_refused(node: Node) -> None:
 
     await node.create(late)
     await wait_for(lambda: node.state("c") == "EnforcementFailed", "pod c refused")
+    await wait_for(lambda: ("c", "AssignmentOverlaps") in node.events(), "pod c's Event posted")
 
     assert ("c", "AssignmentOverlaps") in node.events()
     assert "False" == node.aligned("c")
@@ -224,6 +227,7 @@ async def test_static_kubelet_is_left_alone(
     )
 
     await agent.reconcile()
+    await events_posted(agent)
 
     assert "0-3" == (file_cgroups.root / container / "cpuset.cpus").read_text().strip()
     assert any(

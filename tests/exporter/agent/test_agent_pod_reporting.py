@@ -20,7 +20,7 @@ from numatopo_exporter.agent.pod_view import PodView
 
 from ..conftest import NodeClient, pod_path
 from ..daemon.conftest import NODE
-from .conftest import CgroupTree, make_agent
+from .conftest import CgroupTree, events_posted, make_agent
 from .test_agent_loop import CID_A, CID_B, PODS, UID_A, UID_B, assignment, pod
 
 CONTAINER_A = f"kubepods/burstable/pod{UID_A}/{CID_A}"
@@ -115,6 +115,7 @@ async def test_a_second_failure_after_recovery_posts_an_event_again(
         (file_cgroups.root / CONTAINER_A / name).unlink()
     (file_cgroups.root / CONTAINER_A).rmdir()
     await one_pass()  # the cgroup is missing again
+    await events_posted(agent)
 
     failures = [e for e in events(cluster) if e[1] == "EnforcementFailed"]
     assert 2 == len(failures)
@@ -132,10 +133,12 @@ async def test_a_restarted_agent_does_not_announce_enforcement_again(
     first = make_agent(client, file_cgroups)
     first.pods.replace([PodView.of(await fresh_copy(client, "a"))])
     await first.reconcile()
+    await events_posted(first)
     restarted = make_agent(client, file_cgroups)
     restarted.pods.replace([PodView.of(await fresh_copy(client, "a"))])
 
     await restarted.reconcile()
+    await events_posted(restarted)
 
     assert 1 == sum(1 for e in events(cluster) if e[1] == "Enforced")
     assert 0 == sample(restarted.metrics, "numatopo_agent_enforcements_total")
@@ -168,6 +171,7 @@ async def test_messages_name_the_cpus_applied_not_the_assignment(
     agent.pods.replace([PodView.of(await fresh_copy(client, n)) for n in ("a", "b")])
 
     await agent.reconcile()
+    await events_posted(agent)
 
     (message,) = [e[2] for e in events(cluster) if e[:2] == ("b", "Enforced")]
     assert "main: cpus 0,2-3 mems 0" in message

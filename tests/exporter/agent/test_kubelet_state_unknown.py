@@ -17,7 +17,7 @@ from numatopo_exporter.discovery.errors import DiscoveryError
 
 from ..conftest import NodeClient
 from ..daemon.conftest import NODE
-from .conftest import CgroupTree, make_agent
+from .conftest import CgroupTree, events_posted, make_agent
 from .test_agent_loop import CID_A, UID_A, assignment, pod
 
 CONTAINER = f"kubepods/burstable/pod{UID_A}/{CID_A}"
@@ -108,6 +108,7 @@ async def test_an_unknown_kubelet_policy_stops_writes_until_it_is_known(
 
     await agent.reconcile()
     await agent.reconcile()  # still unknown: still nothing written, no second Event
+    await events_posted(agent)
 
     assert "0-3" == cpus.read_text().strip()
     condition = enforcing(cluster)

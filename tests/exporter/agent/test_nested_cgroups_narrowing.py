@@ -15,7 +15,7 @@ from numatopo_exporter.agent.planning import Cpuset, Target, desire_cpusets, pla
 from numatopo_exporter.agent.pod_view import PodView
 
 from ..conftest import NodeClient
-from .conftest import CgroupTree, make_agent
+from .conftest import CgroupTree, events_posted, make_agent
 from .test_agent_loop import CID_A, PODS, UID_A, assignment, pod
 
 CONTAINER = f"kubepods/burstable/pod{UID_A}/{CID_A}"
@@ -66,6 +66,7 @@ async def test_a_nested_cgroup_that_cannot_be_read_is_reported_on_the_pod(
 
     for _ in range(3):
         await agent.reconcile()
+    await events_posted(agent)
 
     condition = aligned(cluster)
     assert "False" == condition["status"]

@@ -1,0 +1,104 @@
+"""Events posted off the caller's path: a bounded queue and its posters (I/O).
+
+An Event only tells a person what happened; what a process decided or did is already
+in the objects it wrote. So a slow, refusing or hanging Events API must never hold up
+that work: `post` queues and returns at once, `run` posts. What cannot wait (a full
+queue) or is still waiting when the process stops is dropped, counted and logged,
+never silently. The operator's and the agent's queues: docs/operations.md, "Status
+freshness" and "Node agent: when it refuses, and what it reports".
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+
+from numatopo_kube.client import KubeClient
+
+__all__ = ["EventPosts"]
+
+logger = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True)
+class _Event:
+    about: Mapping[str, str]
+    warning: bool
+    reason: str
+    message: str
+
+
+class EventPosts:
+    """The Events waiting to be posted (`post`), and their posters (`run`).
+
+    `count_dropped` is called with each number of Events dropped (a metric's `inc`),
+    and `metric` names that metric in the log line; `process` says who stopped. With one
+    poster every Event is posted in the order it was queued; with more, Events about
+    one object may overtake each other.
+    """
+
+    def __init__(
+        self,
+        count_dropped: Callable[[int], object],
+        *,
+        size: int,
+        posters: int,
+        metric: str,
+        process: str,
+    ) -> None:
+        self._count_dropped = count_dropped
+        self._queue: asyncio.Queue[_Event] = asyncio.Queue(size)
+        self._posters = posters
+        self._metric = metric
+        self._process = process
+        self._dropped = 0
+        self._posting = 0
+
+    def post(self, about: Mapping[str, str], *, warning: bool, reason: str, message: str) -> None:
+        """Queue an Event about `about` (as `KubeClient.post_event` takes it); never waits."""
+        try:
+            self._queue.put_nowait(_Event(about, warning, reason, message))
+        except asyncio.QueueFull:
+            self._drop(1, f"{self._queue.maxsize} are waiting already")
+
+    @property
+    def pending(self) -> int:
+        """Events queued or being posted."""
+        return self._queue.qsize() + self._posting
+
+    async def run(self, kube: KubeClient) -> None:
+        """Forever: post the queued Events, `posters` at a time. On stop, what is still
+        queued is dropped (and counted)."""
+        try:
+            await asyncio.gather(*(self._poster(kube) for _ in range(self._posters)))
+        finally:
+            left = 0
+            while not self._queue.empty():
+                self._queue.get_nowait()
+                left += 1
+            if left:
+                self._drop(left, f"{self._process} stopped before posting them")
+
+    async def _poster(self, kube: KubeClient) -> None:
+        while True:
+            event = await self._queue.get()
+            self._posting += 1
+            try:
+                # Best effort: post_event logs a refusal and returns False.
+                await kube.post_event(
+                    event.about, warning=event.warning, reason=event.reason, message=event.message
+                )
+            except asyncio.CancelledError:
+                self._drop(1, f"{self._process} stopped while posting them")
+                raise
+            finally:
+                self._posting -= 1
+
+    def _drop(self, count: int, why: str) -> None:
+        before, self._dropped = self._dropped, self._dropped + count
+        self._count_dropped(count)
+        # A line at 1, 10, 100... dropped, not one per Event: a flood would drown the log.
+        if len(str(before)) != len(str(self._dropped)) or not before:
+            logger.warning("%d Events dropped so far (%s): %s", self._dropped, why, self._metric)
