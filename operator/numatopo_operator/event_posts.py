@@ -14,6 +14,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 
 from numatopo_kube import KubeClient
+from numatopo_operator.background import supervised
 from numatopo_operator.metrics import Metrics
 
 __all__ = ["EventPosts"]
@@ -61,7 +62,13 @@ class EventPosts:
         """Forever: post the queued Events, `POSTERS` at a time. On stop, what is still
         queued is counted as dropped."""
         try:
-            await asyncio.gather(*(self._poster(kube) for _ in range(POSTERS)))
+            # Each under its own supervisor (`background`): an unexpected error of one
+            # post ends no poster for good (nor, through `gather`, this method).
+            posters = (
+                supervised(self._metrics, "events poster", lambda: self._poster(kube))
+                for _ in range(POSTERS)
+            )
+            await asyncio.gather(*posters)
         finally:
             if left := self._queue.qsize():
                 self._drop(left, "the operator stopped before posting them")

@@ -12,7 +12,7 @@ import asyncio
 import contextlib
 import logging
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -31,6 +31,7 @@ from numatopo_exporter.discovery import kubelet
 from numatopo_exporter.node_process import watch_own_numatopology
 from numatopo_kube import KubeClient
 from numatopo_kube.backoff import Backoff
+from numatopo_kube.supervise import keep_running
 
 __all__ = ["COMPONENT", "ENFORCING", "AgentLoop"]
 
@@ -111,10 +112,17 @@ class AgentLoop:
         again = Backoff(backoff.initial_seconds, backoff.maximum_seconds, backoff.factor)
         await watch_own_numatopology(self.client, self.node_name, again, seen, logger)
 
+    async def _supervised(self, name: str, loop: Callable[[], Awaitable[None]]) -> None:
+        crashed = self.metrics.task_restarts.labels(task=name).inc
+        await keep_running(name, loop, crashed=crashed, log=logger)
+
     async def run(self) -> None:
+        # A pass below that raises ends the process (the kubelet restarts the agent); a
+        # watch would end alone, and the passes go on with what it last saw: it is run
+        # again after an unexpected error (docs/operations.md, "Background tasks").
         watchers = [
-            asyncio.create_task(self.watch_pods()),
-            asyncio.create_task(self.watch_numatopology()),
+            asyncio.create_task(self._supervised("pod watch", self.watch_pods)),
+            asyncio.create_task(self._supervised("Numatopology watch", self.watch_numatopology)),
         ]
         try:
             await self.synced.wait()
