@@ -5,12 +5,14 @@ over HTTP against kmock's emulator, each loop made to fail once."""
 
 from __future__ import annotations
 
+import asyncio
 import logging
 from collections.abc import Callable
 from typing import Any
 
 from numatopo_engine import annotations as keys
-from numatopo_kube import KubeClient
+from numatopo_kube import KubeClient, supervise
+from numatopo_kube.backoff import Backoff
 from numatopo_operator import pod_feed, status
 from numatopo_operator.pod_records import PodRecords
 from numatopo_operator.runtime import Runtime
@@ -133,3 +135,53 @@ async def test_a_take_over_that_fails_is_made_again(env, monkeypatch):
 
     assert (1, 1.0) == (len(calls), restarts(running.runtime, "take-over"))
     assert (200, "ok: active\n") == await running.get("/readyz")
+
+
+class RecordedBackoff(Backoff):
+    def __init__(self) -> None:
+        super().__init__(0.01, 0.04)
+        self.given: list[float] = []
+
+    def next_delay(self) -> float:
+        self.given.append(super().next_delay())
+        return self.given[-1]
+
+
+async def test_keep_running_backs_off_restarts_and_ends_with_its_loop(monkeypatch):
+    """Each failure waits longer; a loop that ran steadily before it failed starts from
+    the shortest wait again; a loop that returns is done."""
+    monkeypatch.setattr(supervise, "STEADY_SECONDS", 0.2)
+    runs: list[str] = []
+    crashes: list[int] = []
+    backoff = RecordedBackoff()
+
+    async def loop() -> None:
+        runs.append("run")
+        if len(runs) == 4:
+            await asyncio.sleep(0.25)  # steady for a while, then failing again
+        if len(runs) < 5:
+            raise InjectedError(f"failure {len(runs)}")
+
+    async with asyncio.timeout(5):
+        await supervise.keep_running(
+            "test loop", loop, crashed=lambda: crashes.append(1), backoff=backoff
+        )
+
+    assert (5, 4) == (len(runs), len(crashes))
+    assert [0.01, 0.02, 0.04, 0.01] == backoff.given
+
+
+async def test_keep_running_ends_when_cancelled():
+    started = asyncio.Event()
+
+    async def loop() -> None:
+        started.set()
+        await asyncio.sleep(3600)
+
+    task = asyncio.create_task(supervise.keep_running("test loop", loop, crashed=lambda: None))
+    await started.wait()
+    task.cancel()
+    async with asyncio.timeout(5):
+        await asyncio.gather(task, return_exceptions=True)
+
+    assert task.cancelled()
