@@ -41,6 +41,7 @@ import socket
 import time
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
+from functools import partial
 from typing import Any
 
 from numatopo_operator import handover
@@ -316,8 +317,10 @@ class Elector:
         )
         if self._taking_over is not None and not self._taking_over.done():
             return
+        judging = partial(handover.judge, self.runtime)
         self._taking_over = asyncio.create_task(
-            handover.judge(self.runtime), name="numatopo judging deferred pods"
+            supervised(self.runtime.metrics, "judging deferred pods", judging),
+            name="numatopo judging deferred pods",
         )
 
     async def _acquired(self, sent: float, *, previous: str, first: bool = False) -> None:
