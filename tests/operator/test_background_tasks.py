@@ -18,6 +18,7 @@ from numatopo_operator.pod_records import PodRecords
 from numatopo_operator.runtime import Runtime
 
 NODE = "h100-a"
+OTHER_NODE = "h100-b"
 
 
 class InjectedError(RuntimeError):
@@ -48,21 +49,27 @@ def state(cluster: Any, name: str) -> str | None:
 
 
 async def test_the_status_writer_writes_on_after_a_failure(env, monkeypatch, caplog):
-    """Its first pass raises: the node's status is written with the next change (it was
-    never written again: the writer's task had ended)."""
+    """Its first pass raises on the first node: the next node's status is written all the
+    same, and the first node's with its next change (the writer's task used to end:
+    neither was ever written)."""
     cluster, start_operator, h100, pod, topology_object, wait = env.parts()
     calls: list[int] = []
     monkeypatch.setattr(status, "free_status", failing_first(1, status.free_status, calls))
-    await cluster.create_numatopology(topology_object(NODE, h100))
+    for node in (NODE, OTHER_NODE):
+        await cluster.create_numatopology(topology_object(node, h100))
     caplog.set_level(logging.ERROR, logger="numatopo_operator.background")
     running = await start_operator()
     await wait(lambda: calls, what="the status writer's first pass")
 
+    await wait(
+        lambda: "pods" in cluster.numatopology_status(OTHER_NODE),
+        what="the other node's status written",
+    )
     await cluster.create_pod(pod("job", gpus=2))
     await wait(lambda: state(cluster, "job") == "Assigned", what="job assigned")
     await wait(
         lambda: cluster.numatopology_status(NODE).get("pods") == 1,
-        what="the node's status written with the pod",
+        what="the first node's status written with the pod",
     )
 
     assert 6 == cluster.numatopology_status(NODE)["freeGPUs"]
