@@ -16,6 +16,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 
 from numatopo_kube.client import KubeClient
+from numatopo_kube.supervise import keep_running
 
 __all__ = ["EventPosts"]
 
@@ -34,7 +35,9 @@ class EventPosts:
     """The Events waiting to be posted (`post`), and their posters (`run`).
 
     `count_dropped` is called with each number of Events dropped (a metric's `inc`),
-    and `metric` names that metric in the log line; `process` says who stopped. With one
+    and `metric` names that metric in the log line; `process` says who stopped. Each
+    poster runs under `supervise.keep_running`: an unexpected error of one post is
+    logged, counted (`crashed`) and ends no poster for good. With one
     poster every Event is posted in the order it was queued; with more, Events about
     one object may overtake each other.
     """
@@ -47,8 +50,10 @@ class EventPosts:
         posters: int,
         metric: str,
         process: str,
+        crashed: Callable[[], None],
     ) -> None:
         self._count_dropped = count_dropped
+        self._crashed = crashed
         self._queue: asyncio.Queue[_Event] = asyncio.Queue(size)
         self._posters = posters
         self._metric = metric
@@ -72,7 +77,11 @@ class EventPosts:
         """Forever: post the queued Events, `posters` at a time. On stop, what is still
         queued is dropped (and counted)."""
         try:
-            await asyncio.gather(*(self._poster(kube) for _ in range(self._posters)))
+            posters = (
+                keep_running("events poster", lambda: self._poster(kube), crashed=self._crashed)
+                for _ in range(self._posters)
+            )
+            await asyncio.gather(*posters)
         finally:
             left = 0
             while not self._queue.empty():

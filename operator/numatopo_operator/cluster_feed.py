@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+from functools import partial
 from typing import Any, cast
 
 import kopf
@@ -20,6 +21,7 @@ import kopf
 from numatopo_engine.model import NumatopologySpec
 from numatopo_kube import Listing
 from numatopo_operator import handlers, indexes, list_watch
+from numatopo_operator.background import supervised
 from numatopo_operator.groups import indexes as group_indexes
 from numatopo_operator.runtime import Runtime
 
@@ -175,7 +177,10 @@ async def follow_cluster(runtime: Runtime) -> None:
             )
         )
     tasks = [
-        asyncio.create_task(list_watch.follow(kind), name=f"numatopo {kind.name}")
+        asyncio.create_task(
+            supervised(runtime.metrics, f"{kind.name} feed", partial(list_watch.follow, kind)),
+            name=f"numatopo {kind.name}",
+        )
         for kind in followed
     ]
     try:

@@ -12,10 +12,12 @@ from __future__ import annotations
 import asyncio
 import logging
 from collections.abc import AsyncIterator, Awaitable, Callable, Iterable, Mapping
+from functools import partial
 from typing import Any
 
 from numatopo_kube import Listing, WatchEvent
 from numatopo_operator import assigning, list_watch
+from numatopo_operator.background import supervised
 from numatopo_operator.errors import kept_serving
 from numatopo_operator.runtime import Runtime
 
@@ -113,4 +115,9 @@ async def follow_dra(runtime: Runtime) -> None:
             seen=holds.class_seen,
         ),
     ]
-    await asyncio.gather(*(list_watch.follow(kind) for kind in kinds))
+    await asyncio.gather(
+        *(
+            supervised(runtime.metrics, f"{kind.name} feed", partial(list_watch.follow, kind))
+            for kind in kinds
+        )
+    )

@@ -31,4 +31,5 @@ class EventPosts(event_posts.EventPosts):
             posters=POSTERS,
             metric="numatopo_events_dropped_total",
             process="the operator",
+            crashed=metrics.task_restarts.labels("events poster").inc,
         )

@@ -39,10 +39,13 @@ import math
 import secrets
 import socket
 import time
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
+from functools import partial
 from typing import Any
 
 from numatopo_operator import handover
+from numatopo_operator.background import supervised
 from numatopo_operator.errors import KubeConflictError, KubeError, KubeNotFoundError
 from numatopo_operator.runtime import Runtime
 
@@ -205,6 +208,14 @@ class Elector:
                 if self.holding and not self.runtime.lease_fresh():
                     await self._lose("could not renew the Lease within the renew deadline")
                 await asyncio.sleep(self._pause(started))
+        except Exception:
+            # Fail safe: a replica whose elector is not running renews nothing, so it
+            # stops answering as the holder now (events cleared, label taken away), not
+            # when its fencing runs out. Its supervisor runs this again, as a standby
+            # that takes the Lease back if no other replica did meanwhile.
+            if self.holding:
+                await self._lose("its Lease elector failed")
+            raise
         finally:
             if self._taking_over is not None:
                 self._taking_over.cancel()
@@ -306,8 +317,10 @@ class Elector:
         )
         if self._taking_over is not None and not self._taking_over.done():
             return
+        judging = partial(handover.judge, self.runtime)
         self._taking_over = asyncio.create_task(
-            handover.judge(self.runtime), name="numatopo judging deferred pods"
+            supervised(self.runtime.metrics, "judging deferred pods", judging),
+            name="numatopo judging deferred pods",
         )
 
     async def _acquired(self, sent: float, *, previous: str, first: bool = False) -> None:
@@ -324,13 +337,29 @@ class Elector:
         runtime.active.set()
         runtime.metrics.lease_holder.set(1)
         self._taking_over = asyncio.create_task(
-            handover.take_over(runtime, relist=not first), name="numatopo take-over"
+            supervised(runtime.metrics, "take-over", self._take_over(relist=not first)),
+            name="numatopo take-over",
         )
         if self.label is not None:
             await self.label.sync(runtime, active=True)
             stale = pod_of_identity(previous)
             if stale is not None and stale != self.label.name:
                 await self._unlabel(stale)
+
+    def _take_over(self, *, relist: bool) -> Callable[[], Awaitable[None]]:
+        """`handover.take_over`, as its supervisor runs it: a try after one that failed
+        starts from a ledger not current and a fresh list (a holder whose take-over
+        ended half-way would hold the Lease and never decide)."""
+
+        async def attempt() -> None:
+            nonlocal relist
+            self.runtime.ledger_current.clear()
+            try:
+                await handover.take_over(self.runtime, relist=relist)
+            finally:
+                relist = True
+
+        return attempt
 
     async def _unlabel(self, pod: str) -> None:
         """Take the label from the previous holder's pod: a replica killed with -9 never

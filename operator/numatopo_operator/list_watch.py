@@ -2,8 +2,9 @@
 (I/O); `cluster_feed` follows Numatopologies and Nodes with it, `dra_feed` the DRA kinds.
 
 410 Gone (the version was compacted away) lists again, and the new list replaces what
-was known: what it lacks ended while nobody watched. Any other error backs off
-(`Backoff`), then watches from the last version seen, or lists again. `KeyedWorkers`
+was known: what it lacks ended while nobody watched. Any other API error backs off
+(`Backoff`), then watches from the last version seen, or lists again; anything else
+ends `follow`, and its supervisor (`background`) runs it again. `KeyedWorkers`
 runs what an event leaves to do that waits on the API, one task per object, so such a
 wait never holds up the watch whose next events it may need (`pod_feed`'s pods too).
 """
@@ -77,7 +78,8 @@ async def _list(kind: Followed) -> str | None:
 
 
 async def follow(kind: Followed) -> None:
-    """List and watch `kind` until cancelled."""
+    """List and watch `kind` until cancelled. Any error but the API's ends it: run
+    under a supervisor (`background`), it lists again from a known state."""
     backoff = Backoff(RETRY_SECONDS, RETRY_MAX_SECONDS)
     while True:
         try:
@@ -92,10 +94,6 @@ async def follow(kind: Followed) -> None:
                 continue
             level = logging.DEBUG if exc.reason == "NotLoggedIn" else logging.WARNING
             logger.log(level, "cannot list %s (retrying): %s", kind.name, exc)
-        except Exception:
-            # Never a silent end: what the kind feeds would go stale while the process
-            # runs on. Listing again starts from a known state.
-            logger.exception("following %s failed (listing again)", kind.name)
         await asyncio.sleep(backoff.next_delay())
 
 

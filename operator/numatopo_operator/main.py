@@ -11,7 +11,7 @@ import contextlib
 import gc
 import logging
 import threading
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Awaitable, Callable
 
 import kopf
 from aiohttp import web
@@ -30,6 +30,7 @@ from numatopo_operator import (
     pod_feed,
     status,
 )
+from numatopo_operator.background import supervised
 from numatopo_operator.groups import status as group_status
 from numatopo_operator.groups import worker as group_worker
 from numatopo_operator.loop_lag import measure_loop_lag
@@ -110,25 +111,27 @@ async def _background(runtime: Runtime, *, identity: str) -> AsyncIterator[None]
             leadership.ACTIVE_LABEL,
         )
     elector = leadership.Elector(runtime, identity=identity, label=label)
-    tasks = [
-        asyncio.create_task(status.write_statuses(runtime), name="numatopo status writer"),
-        asyncio.create_task(exports.write_exports(runtime), name="numatopo exports writer"),
-        asyncio.create_task(assigning.run_retries(runtime), name="numatopo retries"),
-        asyncio.create_task(runtime.events.run(runtime.kube), name="numatopo events"),
-        asyncio.create_task(cluster_feed.follow_cluster(runtime), name="numatopo cluster"),
-        asyncio.create_task(pod_feed.follow_pods(runtime), name="numatopo pods"),
-        asyncio.create_task(dra_feed.follow_dra(runtime), name="numatopo DRA claims"),
-        asyncio.create_task(elector.run(), name="numatopo leadership"),
-        asyncio.create_task(freeze_listed_heap(runtime), name="numatopo heap freeze"),
-        asyncio.create_task(measure_loop_lag(runtime.metrics), name="numatopo loop lag"),
+    loops: list[tuple[str, Callable[[], Awaitable[None]]]] = [
+        ("status writer", lambda: status.write_statuses(runtime)),
+        ("exports writer", lambda: exports.write_exports(runtime)),
+        ("retries", lambda: assigning.run_retries(runtime)),
+        ("events", lambda: runtime.events.run(runtime.kube)),
+        ("cluster feed", lambda: cluster_feed.follow_cluster(runtime)),
+        ("pod feed", lambda: pod_feed.follow_pods(runtime)),
+        ("DRA feed", lambda: dra_feed.follow_dra(runtime)),
+        ("leadership", elector.run),
+        ("heap freeze", lambda: freeze_listed_heap(runtime)),
+        ("loop lag", lambda: measure_loop_lag(runtime.metrics)),
     ]
     if runtime.settings.groups:
-        tasks += [
-            asyncio.create_task(group_worker.run_groups(runtime), name="numatopo groups"),
-            asyncio.create_task(
-                group_status.write_network_statuses(runtime), name="numatopo network status"
-            ),
+        loops += [
+            ("groups", lambda: group_worker.run_groups(runtime)),
+            ("network status", lambda: group_status.write_network_statuses(runtime)),
         ]
+    tasks = [
+        asyncio.create_task(supervised(runtime.metrics, name, loop), name=f"numatopo {name}")
+        for name, loop in loops
+    ]
     try:
         yield
     finally:

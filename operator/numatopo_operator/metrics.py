@@ -44,6 +44,12 @@ class Metrics:
         self.handler_errors = counter(
             "numatopo_handler_errors", "Unexpected errors caught at the handler boundary."
         )
+        self.task_restarts = counter(
+            "numatopo_task_restarts",
+            "Background tasks (status writer, pod feed, Lease elector...) that failed with "
+            "an unexpected error and were run again, by task.",
+            ["task"],
+        )
         self.events_dropped = counter(
             "numatopo_events_dropped",
             "Events of decisions not posted: their queue was full, or the operator stopped.",

@@ -14,9 +14,11 @@ from __future__ import annotations
 
 import asyncio
 import logging
+from functools import partial
 from typing import Any
 
 from numatopo_operator import handlers, list_watch, translate
+from numatopo_operator.background import supervised
 from numatopo_operator.errors import KubeError
 from numatopo_operator.pod_view import slim_pod
 from numatopo_operator.runtime import Runtime
@@ -111,19 +113,19 @@ class _Feed:
                 level = logging.DEBUG if exc.reason == "NotLoggedIn" else logging.WARNING
                 logger.log(level, "cannot list pods in %s (retrying): %s", self.namespace, exc)
                 await asyncio.sleep(RETRY_SECONDS)
-            except Exception:
-                # Never a silent end of the feed: the pods would stop being followed
-                # while the process runs on. Listing again starts from a known state.
-                logger.exception("following pods in %s failed (listing again)", self.namespace)
-                await asyncio.sleep(RETRY_SECONDS)
 
 
 async def follow_pods(runtime: Runtime) -> None:
     """Run the feeds until cancelled; `Runtime.pods_listed` is set once each has listed."""
     feeds = [_Feed(runtime, namespace) for namespace in runtime.settings.namespaces or ("*",)]
     listed = [asyncio.Event() for _ in feeds]
+    # Anything else a feed raises ends the feed's list and watch: its supervisor
+    # (`background`) lists again, from a known state, after a backoff.
     tasks = [
-        asyncio.create_task(feed.run(done), name=f"numatopo pods in {feed.namespace}")
+        asyncio.create_task(
+            supervised(runtime.metrics, f"pod feed in {feed.namespace}", partial(feed.run, done)),
+            name=f"numatopo pods in {feed.namespace}",
+        )
         for feed, done in zip(feeds, listed, strict=True)
     ]
     try:

@@ -64,47 +64,62 @@ async def write_statuses(runtime: Runtime) -> None:
     pending: set[str] = set()
     changed_before = False
     held = 0
-    while True:
-        await asyncio.sleep(runtime.settings.status_debounce_seconds)
-        if not runtime.deciding:
-            continue
-        changed = runtime.ledger.take_dirty()
-        pending |= changed
-        bursting, changed_before = bool(changed) and changed_before, bool(changed)
-        if bursting and held < BURST_HOLD_PERIODS:
-            held += 1
-            continue
-        held = 0
-        nodes, pending = sorted(pending), set()
-        await _write_nodes(runtime, nodes)
+    try:
+        while True:
+            await asyncio.sleep(runtime.settings.status_debounce_seconds)
+            if not runtime.deciding:
+                continue
+            changed = runtime.ledger.take_dirty()
+            pending |= changed
+            bursting, changed_before = bool(changed) and changed_before, bool(changed)
+            if bursting and held < BURST_HOLD_PERIODS:
+                held += 1
+                continue
+            held = 0
+            nodes, pending = sorted(pending), set()
+            await _write_nodes(runtime, nodes)
+    finally:
+        # Held back by a burst when the loop ended (a bug, run again: `background`):
+        # the loop that follows writes them.
+        for node in pending:
+            runtime.ledger.mark_dirty(node)
 
 
 async def _write_nodes(runtime: Runtime, nodes: list[str]) -> None:
-    for position, node in enumerate(nodes):
-        topology, state = runtime.ledger.topology(node), runtime.ledger.state(node)
-        if topology is None or state is None:
-            with contextlib.suppress(KeyError):
-                runtime.metrics.aligned_free_gpus.remove(node)
-            continue
-        status = free_status(topology, state, runtime.ledger.pods_on(node))
-        dra = runtime.dra_holds.status_of(node, topology)
-        if dra is not None:
-            status["dra"] = dra.to_wire()
-        runtime.metrics.aligned_free_gpus.labels(node).set(aligned_free_gpus(status))
-        if runtime.statuses.get(node) == status:
-            continue
-        if not runtime.lease_fresh():
-            for unwritten in nodes[position:]:
-                runtime.ledger.mark_dirty(unwritten)
-            return  # fenced: the next holder writes them
-        try:
-            # A merge patch keeps what it does not name: `dra` no longer there is nulled.
-            gone = {"dra": None} if "dra" in (runtime.statuses.get(node) or {}) else {}
-            await runtime.kube.patch_numatopology_status(node, {**gone, **status})
-        except KubeNotFoundError:
-            continue  # deleted meanwhile; its DELETED event drops the node
-        except KubeError as exc:
-            logger.warning("status of Numatopology/%s not written (retrying): %s", node, exc)
-            runtime.ledger.mark_dirty(node)
-        else:
-            runtime.statuses[node] = status
+    """Write each of `nodes` whose status differs. On an unexpected error, the nodes not
+    reached yet stay dirty and the error goes on to the task's supervisor; the node that
+    raised it is left until it changes again, so that one node's bug holds up no other."""
+    position = 0
+    try:
+        for position, node in enumerate(nodes):
+            topology, state = runtime.ledger.topology(node), runtime.ledger.state(node)
+            if topology is None or state is None:
+                with contextlib.suppress(KeyError):
+                    runtime.metrics.aligned_free_gpus.remove(node)
+                continue
+            status = free_status(topology, state, runtime.ledger.pods_on(node))
+            dra = runtime.dra_holds.status_of(node, topology)
+            if dra is not None:
+                status["dra"] = dra.to_wire()
+            runtime.metrics.aligned_free_gpus.labels(node).set(aligned_free_gpus(status))
+            if runtime.statuses.get(node) == status:
+                continue
+            if not runtime.lease_fresh():
+                for unwritten in nodes[position:]:
+                    runtime.ledger.mark_dirty(unwritten)
+                return  # fenced: the next holder writes them
+            try:
+                # A merge patch keeps what it does not name: `dra` no longer there is nulled.
+                gone = {"dra": None} if "dra" in (runtime.statuses.get(node) or {}) else {}
+                await runtime.kube.patch_numatopology_status(node, {**gone, **status})
+            except KubeNotFoundError:
+                continue  # deleted meanwhile; its DELETED event drops the node
+            except KubeError as exc:
+                logger.warning("status of Numatopology/%s not written (retrying): %s", node, exc)
+                runtime.ledger.mark_dirty(node)
+            else:
+                runtime.statuses[node] = status
+    except Exception:
+        for unwritten in nodes[position + 1 :]:
+            runtime.ledger.mark_dirty(unwritten)
+        raise

@@ -250,6 +250,44 @@ async def test_a_holder_that_vanishes_loses_its_label_to_the_next_one(two_replic
     assert not a.runtime.deciding
 
 
+async def test_a_holder_whose_elector_fails_stops_answering_as_the_holder(two_replicas, env):
+    """A bug in A's renewal (no API error) ends A's elector loop: A stops answering as
+    the holder at once and runs its elector again as a standby, so one replica holds the
+    Lease, labelled, and decides. (A's elector used to end silently: A said it was
+    active for good, next to B once B took the Lease.)"""
+    a, b = two_replicas
+    cluster, pod, wait = env.cluster, env.pod, env.wait
+    failed: list[int] = []
+    renew = a.runtime.kube.patch_lease
+
+    async def patch_lease(*args: object, **kwargs: object) -> dict:
+        if not failed:
+            failed.append(1)
+            raise RuntimeError("injected: a bug in the renewal")
+        return await renew(*args, **kwargs)  # type: ignore[arg-type]
+
+    a.runtime.kube.patch_lease = patch_lease  # type: ignore[method-assign]
+    await wait(lambda: failed, what="A's renewal failed")
+    # Past the lease duration: B may have taken the Lease, or A again.
+    await asyncio.sleep(2 * FAST_LEASE["lease_duration_seconds"])
+
+    def one_holder() -> bool:
+        holding = [r for r in (a, b) if r.runtime.active.is_set()]
+        return len(holding) == 1 and holding[0].runtime.deciding
+
+    await wait(one_holder, what="exactly one replica holds the Lease and decides")
+    holder, standby = (a, b) if a.runtime.active.is_set() else (b, a)
+    await cluster.create_pod(pod("after", gpus=1))
+    await wait(lambda: cluster.annotations("after").get(keys.STATE) == "Assigned", what="assigned")
+    restarts = a.runtime.metrics.registry.get_sample_value(
+        "numatopo_task_restarts_total", {"task": "leadership"}
+    )
+
+    assert [holder.runtime.settings.pod_name] == active_pods(cluster)
+    assert not standby.runtime.active.is_set()
+    assert ((200, "ok: active\n"), 1.0) == (await holder.get("/readyz"), restarts)
+
+
 async def _unreachable(*args: object, **kwargs: object) -> dict:
     raise KubeError(0, "ClientConnectorError", "the API server is unreachable")
 

@@ -12,7 +12,7 @@ import asyncio
 import contextlib
 import logging
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -32,6 +32,7 @@ from numatopo_exporter.node_process import watch_own_numatopology
 from numatopo_kube import KubeClient
 from numatopo_kube.backoff import Backoff
 from numatopo_kube.event_posts import EventPosts
+from numatopo_kube.supervise import keep_running
 
 __all__ = ["COMPONENT", "ENFORCING", "AgentLoop"]
 
@@ -100,6 +101,7 @@ class AgentLoop:
             posters=EVENT_POSTERS,
             metric="numatopo_agent_events_dropped_total",
             process="the agent",
+            crashed=self.metrics.task_restarts.labels(task="events poster").inc,
         )
         self.node_status = NodeStatus(self.client, self.node_name, self.kubelet_state, self.events)
         self.reporter = PodReporter(self.client, self.pods, self.metrics, self.clock, self.events)
@@ -129,10 +131,17 @@ class AgentLoop:
         again = Backoff(backoff.initial_seconds, backoff.maximum_seconds, backoff.factor)
         await watch_own_numatopology(self.client, self.node_name, again, seen, logger)
 
+    async def _supervised(self, name: str, loop: Callable[[], Awaitable[None]]) -> None:
+        crashed = self.metrics.task_restarts.labels(task=name).inc
+        await keep_running(name, loop, crashed=crashed, log=logger)
+
     async def run(self) -> None:
+        # A pass below that raises ends the process (the kubelet restarts the agent); a
+        # watch would end alone, and the passes go on with what it last saw: it is run
+        # again after an unexpected error (docs/operations.md, "Background tasks").
         watchers = [
-            asyncio.create_task(self.watch_pods()),
-            asyncio.create_task(self.watch_numatopology()),
+            asyncio.create_task(self._supervised("pod watch", self.watch_pods)),
+            asyncio.create_task(self._supervised("Numatopology watch", self.watch_numatopology)),
         ]
         # Beside the watches, the poster of the Events the passes queue: posted inside a
         # pass, an Event the API holds would hold up every pod after it.

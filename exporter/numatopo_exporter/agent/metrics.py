@@ -29,6 +29,12 @@ class AgentMetrics(Registry):
             "Pods that could not be enforced, by reason.",
             ["reason"],
         )
+        self.task_restarts = counter(
+            "numatopo_agent_task_restarts_total",
+            "Watches (pods, the node's Numatopology) that failed with an unexpected error "
+            "and were run again, by task.",
+            ["task"],
+        )
         self.writes = counter(
             "numatopo_agent_cpuset_writes_total", "Single cpuset.cpus / cpuset.mems writes."
         )

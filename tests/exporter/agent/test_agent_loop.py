@@ -15,6 +15,7 @@ import pytest
 
 import signing_keys
 from metric_samples import sample
+from numatopo_exporter.agent import watch
 from numatopo_exporter.agent.feedback import ALIGNED
 from numatopo_exporter.agent.pod_view import PodView
 from numatopo_kube.backoff import Backoff
@@ -192,6 +193,32 @@ async def test_deleted_pod_gives_its_cpus_back(node: Node) -> None:
 
     if node.tree.real:
         assert 1 in os.sched_getaffinity(node.pids[CID_B])
+
+
+async def test_a_pod_watch_that_fails_is_run_again(
+    node: Node, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """An event whose handling raises what nobody expected ends the pod watch: it is run
+    again (a list), counted, and the pod's deletion still gives its CPUs back. (The
+    watch used to end alone, the passes going on with the pods it last saw.)"""
+    b = f"kubepods/burstable/pod{UID_B}/{CID_B}"
+    failed: list[str] = []
+    take = watch.take_event
+
+    def take_event(records: Any, event_type: str, body: dict[str, Any]) -> bool:
+        if not failed:
+            failed.append(event_type)
+            raise RuntimeError("injected: an event nobody foresaw")
+        return take(records, event_type, body)
+
+    monkeypatch.setattr(watch, "take_event", take_event)
+
+    await node.client.request("DELETE", pod_path("default", "a"))
+    await wait_for(lambda: node.cpus(b) == node.online, "the shared pool widened")
+
+    assert failed
+    labels = {"task": "pod watch"}
+    assert 1 == sample(node.agent.metrics, "numatopo_agent_task_restarts_total", labels)
 
 
 async def test_overlapping_assignment_is_refused(node: Node) -> None:

@@ -1,0 +1,54 @@
+"""Long-running loops that outlive their own bugs: `keep_running` (shared by the node side
+and the operator; docs/operations.md, "Background tasks").
+
+A background task nobody awaits ends silently when its loop raises: the process goes on
+serving, with whatever that loop kept current going stale (statuses no longer written,
+a watch no longer followed). Each such loop runs under `keep_running`, which logs the
+error with its traceback, counts it (`crashed`), backs off and runs the loop again. The
+loops handle the errors they expect (the API's) themselves; what reaches this is a bug
+or a case nobody foresaw, and starting the loop over from what is kept outside it is the
+one answer that fits them all.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+from collections.abc import Awaitable, Callable
+
+from numatopo_kube.backoff import Backoff
+
+__all__ = ["keep_running"]
+
+logger = logging.getLogger(__name__)
+
+# A loop that ran this long before it failed failed anew: it restarts after the shortest
+# delay again, not after the delay its failures of an hour ago had reached.
+STEADY_SECONDS = 60.0
+
+
+async def keep_running(
+    name: str,
+    loop: Callable[[], Awaitable[None]],
+    *,
+    crashed: Callable[[], None],
+    backoff: Backoff | None = None,
+    log: logging.Logger = logger,
+) -> None:
+    """Run `loop()` until it returns or the task is cancelled; after each exception it
+    raises, log it (traceback included), call `crashed` (a metric), wait `backoff`'s
+    delay and run it again."""
+    backoff = backoff or Backoff(1.0, 60.0)
+    while True:
+        started = time.monotonic()
+        try:
+            await loop()
+            return
+        except Exception:
+            if time.monotonic() - started >= STEADY_SECONDS:
+                backoff.reset()
+            delay = backoff.next_delay()
+            log.exception("background task %r failed; running it again in %.1f s", name, delay)
+            crashed()
+        await asyncio.sleep(delay)

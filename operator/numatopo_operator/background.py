@@ -1,0 +1,26 @@
+"""The one rule for the operator's long-running tasks: `supervised` (docs/operations.md,
+"Background tasks"). Each loop handles the API errors it expects; anything else it
+raises is logged with its traceback, counted in `numatopo_task_restarts_total{task}`,
+and the loop is run again after a backoff (`numatopo_kube.supervise`), never left dead
+while the process serves on with what it kept current going stale."""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Awaitable, Callable, Coroutine
+from typing import Any
+
+from numatopo_kube.supervise import keep_running
+from numatopo_operator.metrics import Metrics
+
+__all__ = ["supervised"]
+
+logger = logging.getLogger(__name__)
+
+
+def supervised(
+    metrics: Metrics, name: str, loop: Callable[[], Awaitable[None]]
+) -> Coroutine[Any, Any, None]:
+    """`loop()`, run again after each unexpected error it raises, until it returns or is
+    cancelled; `name` is the `task` label of the restarts counted."""
+    return keep_running(name, loop, crashed=metrics.task_restarts.labels(name).inc, log=logger)
