@@ -255,7 +255,6 @@ async def assign_bound_pod(runtime: Runtime, pod: PodView) -> State | None:
     key, node = pod.key, pod.node
     if node is None or not translate.is_waiting(pod) or runtime.ledger.holds(key):
         return None
-    current, has_reason = _said(runtime, pod)
     try:
         request = read_request(runtime, pod)
     except InvalidRequestError as exc:
@@ -288,6 +287,9 @@ async def assign_bound_pod(runtime: Runtime, pod: PodView) -> State | None:
         )
         logger.info("pod %s waits: %s; it is retried when that changes", key, why)
         return None
+    # Read after deciding: the same pod decided twice at once (its event and its retry)
+    # may have seen the other's write, even come back from the watch, meanwhile.
+    current, has_reason = _said(runtime, pod)
     if outcome.state == current and (outcome.state == State.ASSIGNED or has_reason):
         return outcome.state
     logger.info("pod %s on %s: %s: %s", key, node, outcome.state, outcome.message)
