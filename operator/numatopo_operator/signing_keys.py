@@ -2,12 +2,15 @@
 
 from __future__ import annotations
 
+import logging
 from pathlib import Path
 
 from numatopo_engine.signing import Signer, SigningKeyError, Verifier
 from numatopo_operator.settings import OperatorSettings, SettingsError
 
 __all__ = ["load_keys"]
+
+logger = logging.getLogger(__name__)
 
 
 def load_keys(settings: OperatorSettings) -> tuple[Signer, Verifier]:
@@ -27,11 +30,22 @@ def load_keys(settings: OperatorSettings) -> tuple[Signer, Verifier]:
     verifier = signer.verifier()
     if settings.trusted_keys_file:
         try:
-            verifier = verifier.with_keys(
-                Verifier.from_pem(_read(settings.trusted_keys_file, "trusted keys"))
-            )
+            trusted = Verifier.from_pem(_read(settings.trusted_keys_file, "trusted keys"))
         except SigningKeyError as exc:
             raise SettingsError(f"trusted keys {settings.trusted_keys_file}: {exc}") from None
+        if signer.key_id not in trusted.keys:
+            # The chart gives the agents this same file: with a key brought in a Secret
+            # of one's own (`signing.trustedKeys`), a public half copied from another key
+            # makes every agent refuse every assignment. Run by hand, the file may hold
+            # only previous keys, so this is said, not refused.
+            logger.warning(
+                "the signing key's public half (key id %s) is not among the trusted keys in "
+                "%s: node agents that trust only that file refuse every assignment this "
+                "operator writes (compare with `openssl pkey -in KEY -pubout`)",
+                signer.key_id,
+                settings.trusted_keys_file,
+            )
+        verifier = verifier.with_keys(trusted)
     return signer, verifier
 
 
