@@ -13,7 +13,7 @@ import contextlib
 import itertools
 import json
 import threading
-from collections.abc import AsyncIterator, Callable, Mapping
+from collections.abc import AsyncIterator, Callable, Iterator, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -267,6 +267,26 @@ class Cluster:
                 "spec": {"levels": [{"nodeLabel": level} for level in levels]},
             },
         )
+
+
+EVENTS = "post /api/v1/namespaces/default/events"
+
+
+@contextlib.contextmanager
+def events_api_hanging(cluster: Cluster) -> Iterator[None]:
+    """kmock keeps every Event POST that arrives inside the block (`cluster.api[EVENTS]`
+    lists them) and answers none until the block ends, however it ends."""
+    answered = asyncio.Event()
+
+    async def hang(_: object) -> object:
+        await answered.wait()
+        return {"kind": "Event", "apiVersion": "v1"}
+
+    cluster.api[EVENTS] << hang
+    try:
+        yield
+    finally:
+        answered.set()
 
 
 def register_resources(api: kmock.KubernetesEmulator) -> None:

@@ -18,7 +18,7 @@ import pytest
 from dra_objects import allocation_problems, claim, request
 from numatopo_engine import annotations as keys
 
-from .conftest import Cluster, eventually, register_resources
+from .conftest import Cluster, events_api_hanging, eventually, register_resources
 from .test_dra_cluster import (
     CLAIMS,
     FAST,
@@ -31,8 +31,6 @@ from .test_dra_cluster import (
     hold,
     stored,
 )
-
-EVENTS = "post /api/v1/namespaces/default/events"
 
 
 class ClaimStatusFaults(kmock.KubernetesEmulator):
@@ -156,14 +154,8 @@ async def test_a_rolled_back_decision_is_made_again_while_the_events_api_hangs(
     await cluster.create_pod(dra_pod("train", ["three"]))
     gpus = await stopped_half_way(cluster, api, start_operator_on)
     await hold(cluster, "theirs", [("gpu", f"gpu-{gpus[0]}")])
-    answered = asyncio.Event()
 
-    async def hang(_: object) -> object:
-        await answered.wait()
-        return {"kind": "Event", "apiVersion": "v1"}
-
-    cluster.api[EVENTS] << hang
-    try:
+    with events_api_hanging(cluster):
         await start_operator_on(cluster, **FAST)
         await eventually(
             lambda: not gated(cluster, "train"),
@@ -173,8 +165,6 @@ async def test_a_rolled_back_decision_is_made_again_while_the_events_api_hangs(
         three = allocated(cluster, "three")
         assert len(three) == 3
         assert f"gpu-{gpus[0]}" not in three
-    finally:
-        answered.set()
     await eventually(
         lambda: (
             [r for r, _ in cluster.events_for("train")][-2:] == ["DRARolledBack", "DRAAllocated"]

@@ -31,11 +31,10 @@ from numatopo_engine.cpuset import CPUSet
 from numatopo_engine.model import NumatopologySpec
 from numatopo_operator import event_posts
 
-from .conftest import eventually, h100_spec, make_pod, numatopology
+from .conftest import EVENTS, events_api_hanging, eventually, h100_spec, make_pod, numatopology
 
 NODE = "h100-a"
 CID = "c0ffee00c0ffee00"
-EVENTS = "post /api/v1/namespaces/default/events"
 
 
 def uuid_of(index: int) -> str:
@@ -217,14 +216,7 @@ async def test_a_hanging_events_api_holds_up_no_realignment(env: Any) -> None:
     posted inline, the displaced pod's Event held the node's lock until the client gave
     up, 30 s later), and the Events go out once the API answers."""
     cluster, wait = env.cluster, env.wait
-    answered = asyncio.Event()
-
-    async def hang(_: object) -> object:
-        await answered.wait()
-        return {"kind": "Event", "apiVersion": "v1"}
-
-    cluster.api[EVENTS] << hang
-    try:
+    with events_api_hanging(cluster):
         b_gpus = await kubelet_gives_a_bs_gpus(env)
         await wait(
             lambda: a_realigned_b_decided_again(cluster, b_gpus),
@@ -234,8 +226,6 @@ async def test_a_hanging_events_api_holds_up_no_realignment(env: Any) -> None:
         assert cluster.annotations("b").get(keys.STATE) == "Assigned"
         # Only as many posts as there are posters waited on the API; the rest queued.
         assert len(cluster.api[EVENTS]) <= event_posts.POSTERS
-    finally:
-        answered.set()
     told = {
         "a": ["NumatopoAssigned", "NumatopoRealigned"],
         "b": ["NumatopoAssigned", "NumatopoDisplaced", "NumatopoAssigned"],

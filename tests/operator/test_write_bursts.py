@@ -12,10 +12,10 @@ from numatopo_operator import status
 from numatopo_operator.event_posts import EventPosts
 from numatopo_operator.metrics import Metrics
 
+from .conftest import EVENTS, events_api_hanging
 from .test_extender_http import FRESH
 
 STATUS_PATH = "/apis/numatopo.io/v1alpha1/numatopologies/h100-a/status"
-EVENTS = "post /api/v1/namespaces/default/events"
 DEBOUNCE = 0.1  # the test operator's status_debounce_seconds
 
 
@@ -55,26 +55,16 @@ async def test_a_hanging_events_api_holds_up_no_bind_answer(env):
     """A Binding refused: the extender takes its assignment back and answers the
     scheduler, whose extender timeout is 10 s, at once; the Event about it waits."""
     cluster, start_operator, h100, pod, topology_object, wait = env.parts()
-    released = asyncio.Event()
-
-    async def hang(_: object) -> object:
-        await released.wait()
-        return {"kind": "Event", "apiVersion": "v1"}
-
     await cluster.create_numatopology(topology_object(FRESH, h100))
     await cluster.create_node(FRESH)
     running = await start_operator()
     await wait(running.runtime.indexed.is_set, what="operator listed everything")
-    cluster.api[EVENTS] << hang
-    cluster.emulate_binding(fail=True)
-    await cluster.create_pod(pod("job", node=None, gpus=4))
-
-    try:
+    with events_api_hanging(cluster):
+        cluster.emulate_binding(fail=True)
+        await cluster.create_pod(pod("job", node=None, gpus=4))
         async with asyncio.timeout(5.0):
             status_code, answer = await running.post("/bind", cluster.binding_args("job", FRESH))
         posted_while_hanging = len(cluster.api[EVENTS])
-    finally:
-        released.set()
 
     assert (200, True) == (status_code, "pod is already bound" in answer["Error"])
     assert posted_while_hanging >= 1  # the Event went out meanwhile, and waited alone
@@ -84,13 +74,6 @@ async def test_a_hanging_events_api_holds_up_no_bind_answer(env):
 async def test_events_past_a_full_queue_are_counted_as_dropped(cluster, wait):
     """Only `size` Events wait; the next ones are dropped and counted (the metric an
     operator alerts on), and so are the ones not posted yet when the operator stops."""
-    released = asyncio.Event()
-
-    async def hang(_: object) -> object:
-        await released.wait()
-        return {"kind": "Event", "apiVersion": "v1"}
-
-    cluster.api[EVENTS] << hang
     metrics = Metrics()
     posts = EventPosts(metrics, size=3)
     about = {"namespace": "default", "name": "job", "uid": ""}
@@ -101,11 +84,11 @@ async def test_events_past_a_full_queue_are_counted_as_dropped(cluster, wait):
     for index in range(5):
         posts.post(about, warning=False, reason="NumatopoAssigned", message=str(index))
     full = dropped()
-    async with KubeClient.connect(str(cluster.api.url), lean_writes=True) as kube:
-        posting = asyncio.create_task(posts.run(kube))
-        await wait(lambda: len(cluster.api[EVENTS]) == 3, what="the 3 queued Events sent")
-        posting.cancel()  # the operator stops while the API has not answered them
-        await asyncio.gather(posting, return_exceptions=True)
-    released.set()
+    with events_api_hanging(cluster):
+        async with KubeClient.connect(str(cluster.api.url), lean_writes=True) as kube:
+            posting = asyncio.create_task(posts.run(kube))
+            await wait(lambda: len(cluster.api[EVENTS]) == 3, what="the 3 queued Events sent")
+            posting.cancel()  # the operator stops while the API has not answered them
+            await asyncio.gather(posting, return_exceptions=True)
 
     assert (2.0, 5.0) == (full, dropped())
