@@ -113,17 +113,25 @@ async def test_a_write_stopped_between_assignment_and_claim_is_completed(
     await eventually(resumed, what="DRAAllocated (resumed)")
 
 
-async def test_a_stopped_write_whose_devices_were_taken_meanwhile_is_decided_again(
+async def taken_while_stopped(
     faulty: tuple[Cluster, ClaimStatusFaults], start_operator_on: Any
-) -> None:
+) -> tuple[Cluster, list[int]]:
+    """Claim "three" (3 GPUs) of pod "train" written half way by a replica that stopped;
+    then another scheduler allocates the first of those GPUs to its own claim "theirs"."""
     cluster, api = faulty
     await build(cluster)
     await cluster.create(CLAIMS, claim("three", [request("gpu", "gpu.nvidia.com", 3)]))
     await cluster.create(CLAIMS, claim("theirs", [request("gpu", "gpu.nvidia.com", 1)]))
     await cluster.create_pod(dra_pod("train", ["three"]))
     gpus = await stopped_half_way(cluster, api, start_operator_on)
-    # Another scheduler allocates one of those GPUs to its own claim meanwhile.
     await hold(cluster, "theirs", [("gpu", f"gpu-{gpus[0]}")])
+    return cluster, gpus
+
+
+async def test_a_stopped_write_whose_devices_were_taken_meanwhile_is_decided_again(
+    faulty: tuple[Cluster, ClaimStatusFaults], start_operator_on: Any
+) -> None:
+    cluster, gpus = await taken_while_stopped(faulty, start_operator_on)
 
     await start_operator_on(cluster, **FAST)
 
@@ -147,13 +155,7 @@ async def test_a_rolled_back_decision_is_made_again_while_the_events_api_hangs(
     """The Events API answers no POST: the pod is rolled back and decided afresh all the
     same (its `DRARolledBack` waits in the queue; posted inline, it held the pod's next
     look until the client gave up, 30 s later), and both Events go out, in order."""
-    cluster, api = faulty
-    await build(cluster)
-    await cluster.create(CLAIMS, claim("three", [request("gpu", "gpu.nvidia.com", 3)]))
-    await cluster.create(CLAIMS, claim("theirs", [request("gpu", "gpu.nvidia.com", 1)]))
-    await cluster.create_pod(dra_pod("train", ["three"]))
-    gpus = await stopped_half_way(cluster, api, start_operator_on)
-    await hold(cluster, "theirs", [("gpu", f"gpu-{gpus[0]}")])
+    cluster, gpus = await taken_while_stopped(faulty, start_operator_on)
 
     with events_api_hanging(cluster):
         await start_operator_on(cluster, **FAST)
