@@ -73,7 +73,11 @@ def containers(draw: st.DrawFn, max_cpus: int, max_memory: int) -> list[Containe
 def scenarios(draw: st.DrawFn):
     spec, state = draw(booked_nodes(most_pods=3))
     total_cpus, total_memory = totals(spec)
-    pod_containers = draw(containers(total_cpus, total_memory))
+    return under_any_policy(draw, spec, state, draw(containers(total_cpus, total_memory)))
+
+
+def under_any_policy(draw: st.DrawFn, spec, state, pod_containers):
+    """A scenario: the pod on the node under a drawn policy and scope."""
     return (
         spec,
         state,
@@ -136,13 +140,7 @@ def reusing_scenarios(draw: st.DrawFn):
     ]  # fmt: skip
     if draw(st.booleans()):
         pod_containers.append(Container("app1", cpus=1, memory=draw(st.integers(1, 2)) * GiB // 2))
-    return (
-        spec,
-        state,
-        pod_containers,
-        draw(st.sampled_from(POLICIES)),
-        draw(st.sampled_from(SCOPES)),
-    )
+    return under_any_policy(draw, spec, state, pod_containers)
 
 
 @settings(max_examples=300, deadline=None)
