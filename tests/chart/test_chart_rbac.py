@@ -13,6 +13,7 @@ behalf, which no line of our code shows. The rendered Roles must allow all of it
 from __future__ import annotations
 
 import ast
+import re
 from pathlib import Path
 from typing import Any
 
@@ -168,9 +169,10 @@ NAMESPACED_RESOURCES = {"pods", "pods/binding", "pods/status", "events"}
 def collect_helper_calls(root: Path, package: str) -> dict[str, set[Permission]]:
     """`numatopo_kube.KubeClient` helper ("numatopo_kube:KubeClient.name") -> the
     permissions it declares (`numatopo_kube.API_CALLS`), for every helper that some
-    module of `package` calls (any `<something>.kube.<helper>(...)` or `kube.<helper>`)."""
+    module of `package` (a package folder, or one module) calls (any `<something>.kube.<helper>(...)` or `kube.<helper>`)."""
     calls: dict[str, set[Permission]] = {}
-    for path in sorted((root / package).rglob("*.py")):
+    where = root / package
+    for path in sorted(where.rglob("*.py")) if where.is_dir() else [where]:
         for call in ast.walk(ast.parse(path.read_text())):
             if not isinstance(call, ast.Call) or not isinstance(call.func, ast.Attribute):
                 continue
@@ -180,14 +182,24 @@ def collect_helper_calls(root: Path, package: str) -> dict[str, set[Permission]]
     return calls
 
 
+# Modules of the client layer that call helpers on a component's behalf: counted for a
+# component whose source imports them (the Event queue both sides post through).
+KUBE_CALLERS = ("event_posts",)
+
+
 def collect_code_calls(account: str) -> dict[str, set[Permission]]:
     """Helper ("numatopo_kube:KubeClient.name") -> permissions, for the helpers the
-    account's code calls, read from the source."""
-    if account == "operator":
-        return collect_helper_calls(REPO / "operator", "numatopo_operator")
+    account's code calls, read from the source (and from the `KUBE_CALLERS` it uses)."""
+    sources = [(REPO / "operator", "numatopo_operator")] if account == "operator" else NODE_SOURCES
     calls: dict[str, set[Permission]] = {}
-    for root, package in NODE_SOURCES:
+    for root, package in sources:
         calls |= collect_helper_calls(root, package)
+    text = "\n".join(
+        path.read_text() for root, package in sources for path in (root / package).rglob("*.py")
+    )
+    for module in KUBE_CALLERS:
+        if re.search(rf"numatopo_kube(\.| import ){module}\b", text):
+            calls |= collect_helper_calls(REPO / "kube", f"numatopo_kube/{module}.py")
     return calls
 
 
