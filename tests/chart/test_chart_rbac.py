@@ -169,7 +169,8 @@ NAMESPACED_RESOURCES = {"pods", "pods/binding", "pods/status", "events"}
 def collect_helper_calls(root: Path, package: str) -> dict[str, set[Permission]]:
     """`numatopo_kube.KubeClient` helper ("numatopo_kube:KubeClient.name") -> the
     permissions it declares (`numatopo_kube.API_CALLS`), for every helper that some
-    module of `package` (a package folder, or one module) calls (any `<something>.kube.<helper>(...)` or `kube.<helper>`)."""
+    module of `package` (a package folder, or one module) calls (any
+    `<something>.kube.<helper>(...)` or `kube.<helper>`)."""
     calls: dict[str, set[Permission]] = {}
     where = root / package
     for path in sorted(where.rglob("*.py")) if where.is_dir() else [where]:
