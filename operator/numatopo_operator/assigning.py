@@ -303,7 +303,15 @@ async def mark_invalid(
     """`state: Invalid` with `why` as its reason, for a pod whose own assignment cannot
     be used (kept as the user wrote it, booked nowhere); written once."""
     current, has_reason = _said(runtime, pod)
-    if current == State.INVALID and has_reason:
+    known = runtime.pods.get(pod.key)
+    latest = known.annotated if known is not None else None
+    # A name-only body (a neighbour's report, `handlers`) does not see the pod's own
+    # write once the watch has shown it back; the newest body seen does, by its why.
+    told = latest is not None and (translate.state_of(latest), translate.reason_of(latest)) == (
+        State.INVALID,
+        why,
+    )
+    if (current == State.INVALID and has_reason) or told:
         return
     runtime.check_may_write()
     record = runtime.pods.of(pod.key)
