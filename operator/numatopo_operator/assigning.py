@@ -462,8 +462,11 @@ async def bind_pod(
         runtime.metrics.decisions.labels("bind_failed").inc()
         runtime.gpu_admissions.admitted(key)
         if outcome is not None:
-            runtime.ledger.cancel(key)
             await pod_writes.write_taken_back(runtime, pod.namespace, pod.name, fenced=False)
+            # Free now, not when the watch shows it: a bind again soon after must decide
+            # and write afresh, neither trusting this booking nor skipping its write.
+            runtime.ledger.displace(key)
+            runtime.pods.of(key).written = None
         message = f"binding to {node} failed: {exc}"
         runtime.events.post(ref, warning=True, reason=translate.BIND_FAILED, message=message)
         return f"binding {key} to {node} failed: {exc}"

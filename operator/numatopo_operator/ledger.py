@@ -442,8 +442,8 @@ class Ledger:
 
     def displace(self, key: str) -> None:
         """Free what pod `key` holds because its assignment was taken back (another pod
-        holds its GPUs for real). Events still showing that assignment, or an older
-        one, book nothing: they predate the write that removed it."""
+        holds its GPUs for real, or its Binding failed). Events still showing that
+        assignment, or an older one, book nothing: they predate the write that removed it."""
         node = self._node_of.get(key)
         seqs = [self._void.get(key, -1)]
         if node is not None:

@@ -116,3 +116,57 @@ async def test_a_pod_bound_twice_at_once_is_assigned_and_bound_once(
     assert NODE == json.loads(annotations[keys.ASSIGNMENT])["node"]
     assert ["NumatopoAssigned"] == events
     assert runtime.ledger.node_of("default/job") == NODE
+
+
+@pytest.mark.parametrize("lagging", ["both", "take-back"], ids=["watch-lags", "take-back-lags"])
+async def test_a_pod_bound_again_after_a_failed_binding_is_assigned_first(
+    cluster: Any, runtime: Runtime, monkeypatch: pytest.MonkeyPatch, lagging: str
+) -> None:
+    """A Binding refused (the API failed) takes the assignment back; kube-scheduler binds
+    the pod again soon after, before the watch showed the take-back (or the assignment
+    either). The second bind used to trust the taken-back booking (`take-back-lags`: it
+    bound the pod with no assignment), or skip its own write as already said
+    (`watch-lags`: bound with none, its fresh booking left in flight for good)."""
+    refusals = iter([True])
+    bindings: list[bool] = []
+
+    async def bind(request: kmock.Request) -> object:
+        name, node = request.data["metadata"]["name"], request.data["target"]["name"]
+        bindings.append(keys.ASSIGNMENT in cluster.annotations(name))
+        if next(refusals, False):
+            raise kmock.KubernetesError(status=500, reason="InternalError", message="etcd timeout")
+        await cluster.patch_pod(name, {"spec": {"nodeName": node}})
+        return {"kind": "Status", "apiVersion": "v1", "status": "Success", "code": 201}
+
+    cluster.api["post", kmock.subresource("binding")] << bind
+    await cluster.create_node(NODE)
+    body = make_pod("job", node=None, gpus=2)
+    await cluster.create_pod(body)
+    handlers.pod_seen(runtime, "ADDED", body, logger)
+    lagged: list[dict[str, Any]] = []
+    patch = runtime.kube.patch_pod_annotations
+
+    async def patch_and_watch(namespace: str, name: str, annotations: Any) -> None:
+        await patch(namespace, name, annotations)
+        shown = cluster.pod(name)
+        if lagging == "both" or annotations.get(keys.STATE) is None:
+            lagged.append(shown)  # the watch shows it later
+        else:
+            handlers.pod_seen(runtime, "MODIFIED", shown, logger)
+
+    monkeypatch.setattr(runtime.kube, "patch_pod_annotations", patch_and_watch)
+    args = BindingArgs("default", "job", body["metadata"]["uid"], NODE)
+
+    assert "failed" in await bind_guard.bind_checked(runtime, args)
+    assert "" == await bind_guard.bind_checked(runtime, args)
+    for shown in [*lagged, cluster.pod("job")]:
+        handlers.pod_seen(runtime, "MODIFIED", shown, logger)
+
+    assert [True, True] == bindings  # each Binding asked for after its assignment
+    stored = cluster.pod("job")
+    assert NODE == stored["spec"]["nodeName"]
+    written = json.loads(stored["metadata"]["annotations"][keys.ASSIGNMENT])
+    booked = runtime.ledger.booking("default/job")
+    assert booked is not None
+    assert written["seq"] == booked.assignment.seq
+    assert runtime.ledger.state(NODE).assignments["default/job"] == booked.assignment
