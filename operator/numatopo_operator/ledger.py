@@ -224,6 +224,11 @@ class Ledger:
     def node_of(self, key: str) -> str | None:
         return self._node_of.get(key)
 
+    def in_flight(self, key: str) -> bool:
+        """True while pod `key` has a decision booked whose write the watch has not shown."""
+        node = self._node_of.get(key)
+        return node is not None and key in self._nodes[node].inflight
+
     def untrusted(self, node: str) -> Mapping[str, str]:
         """Pods on `node` whose bookings overlap earlier claims: key -> why."""
         found = self._nodes.get(node)
