@@ -307,11 +307,8 @@ async def mark_invalid(
     latest = known.annotated if known is not None else None
     # A name-only body (a neighbour's report, `handlers`) does not see the pod's own
     # write once the watch has shown it back; the newest body seen does, by its why.
-    told = latest is not None and (translate.state_of(latest), translate.reason_of(latest)) == (
-        State.INVALID,
-        why,
-    )
-    if (current == State.INVALID and has_reason) or told:
+    newest = None if latest is None else (translate.state_of(latest), translate.reason_of(latest))
+    if (current == State.INVALID and has_reason) or newest == (State.INVALID, why):
         return
     runtime.check_may_write()
     record = runtime.pods.of(pod.key)
