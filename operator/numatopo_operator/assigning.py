@@ -303,7 +303,12 @@ async def mark_invalid(
     """`state: Invalid` with `why` as its reason, for a pod whose own assignment cannot
     be used (kept as the user wrote it, booked nowhere); written once."""
     current, has_reason = _said(runtime, pod)
-    if current == State.INVALID and has_reason:
+    known = runtime.pods.get(pod.key)
+    latest = known.annotated if known is not None else None
+    # A name-only body (a neighbour's report, `handlers`) does not see the pod's own
+    # write once the watch has shown it back; the newest body seen does, by its why.
+    newest = None if latest is None else (translate.state_of(latest), translate.reason_of(latest))
+    if (current == State.INVALID and has_reason) or newest == (State.INVALID, why):
         return
     runtime.check_may_write()
     record = runtime.pods.of(pod.key)
@@ -454,8 +459,11 @@ async def bind_pod(
         runtime.metrics.decisions.labels("bind_failed").inc()
         runtime.gpu_admissions.admitted(key)
         if outcome is not None:
-            runtime.ledger.cancel(key)
             await pod_writes.write_taken_back(runtime, pod.namespace, pod.name, fenced=False)
+            # Free now, not when the watch shows it: a bind again soon after must decide
+            # and write afresh, neither trusting this booking nor skipping its write.
+            runtime.ledger.displace(key)
+            runtime.pods.of(key).written = None
         message = f"binding to {node} failed: {exc}"
         runtime.events.post(ref, warning=True, reason=translate.BIND_FAILED, message=message)
         return f"binding {key} to {node} failed: {exc}"

@@ -57,7 +57,25 @@ def pod_refusal(pod: Mapping[str, Any], scheduler_name: str) -> str:
 
 async def bind_checked(runtime: Runtime, args: BindingArgs) -> str:
     """Bind the pod `args` names if every check passes: '' when bound, else why not.
-    Raises `KubeError` when the API cannot be asked."""
+    Raises `KubeError` when the API cannot be asked.
+
+    One bind of a pod at a time: kube-scheduler binds a pod again once its extender
+    timeout passed, while the first bind may still run (waiting for a steered node's GPU
+    slot, or a slow API). The second would find the pod booked, not yet bound, and bind
+    it before its assignment is written; the first's Binding is then refused and takes
+    the assignment of a bound pod back. Refused instead: the scheduler retries the pod,
+    which it finds bound, or free again."""
+    key = args.key
+    if key in runtime.binding:
+        return f"pod {key}: another bind of it is still running; try again"
+    runtime.binding.add(key)
+    try:
+        return await _bind_checked(runtime, args)
+    finally:
+        runtime.binding.discard(key)
+
+
+async def _bind_checked(runtime: Runtime, args: BindingArgs) -> str:
     settings = runtime.settings
     if settings.namespaces and args.namespace not in settings.namespaces:
         return not_ours(args)

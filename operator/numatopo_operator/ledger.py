@@ -224,6 +224,11 @@ class Ledger:
     def node_of(self, key: str) -> str | None:
         return self._node_of.get(key)
 
+    def in_flight(self, key: str) -> bool:
+        """True while pod `key` has a decision booked whose write the watch has not shown."""
+        node = self._node_of.get(key)
+        return node is not None and key in self._nodes[node].inflight
+
     def untrusted(self, node: str) -> Mapping[str, str]:
         """Pods on `node` whose bookings overlap earlier claims: key -> why."""
         found = self._nodes.get(node)
@@ -442,8 +447,8 @@ class Ledger:
 
     def displace(self, key: str) -> None:
         """Free what pod `key` holds because its assignment was taken back (another pod
-        holds its GPUs for real). Events still showing that assignment, or an older
-        one, book nothing: they predate the write that removed it."""
+        holds its GPUs for real, or its Binding failed). Events still showing that
+        assignment, or an older one, book nothing: they predate the write that removed it."""
         node = self._node_of.get(key)
         seqs = [self._void.get(key, -1)]
         if node is not None:

@@ -16,9 +16,10 @@ displaced when admitted with its own observation naming those GPUs or none repor
 write `observed` on their own pod where the chart's admission guard is off), nor when
 not admitted with an earlier claim: the realignment then waits (retried). No GPU is
 booked twice: the displaced booking is released before the realigned one is reserved,
-all under the node's lock. A policy that cannot hold with those GPUs (`single-numa-node`,
-GPUs on two NUMA nodes) is relaxed to `best-effort` around them, said in the reason and
-a Warning Event: the pod already runs.
+all under the node's lock, and a booking whose write is still in flight is displaced
+only once the watch shows it (its take-back could otherwise land first). A policy that
+cannot hold with those GPUs (`single-numa-node`, GPUs on two NUMA nodes) is relaxed to
+`best-effort` around them, said in the reason and a Warning Event: the pod already runs.
 """
 
 from __future__ import annotations
@@ -130,6 +131,10 @@ async def realign(
             {n for nics in pinned_nics.values() for n in nics},
         )
         displaced = _holders(live.assignments, key, wanted)
+        if any(ledger.in_flight(other) for other in displaced):
+            # A decision still being written: a take-back sent now could land before it,
+            # leaving that pod assigned the GPUs but booked nowhere. Displaced once seen.
+            return True
         resources = runtime.settings.resources
         kept = [
             why
@@ -238,7 +243,7 @@ def _keeps(  # noqa: PLR0917 (the two claims and what reads the other's devices)
     took each other's GPUs on paper must all be able to move)."""
     held = ledger.booking(other)
     if held is None:
-        return ""  # in flight: decided after the observed pod's booking was seen
+        return f"{other}'s decision is still being written"  # `realign` waits for it first
     if held.admitted:
         real = _real_devices(held.observed, topology, resources)
         if real is None:

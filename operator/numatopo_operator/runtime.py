@@ -141,6 +141,9 @@ class Runtime:
     """Set once this replica knows whether it is the holder (the Lease was read once; at
     once when standalone): until then it is not Ready."""
 
+    binding: set[str] = field(default_factory=set)
+    """Pods (namespace/name) whose extender `/bind` runs now (`bind_guard`): one at a time."""
+
     engine: ThreadPoolExecutor = ENGINE_THREAD
     """Where engine calls run (`in_engine_thread`), so that a 64-NUMA decision or a
     5,000-node filter does not hold up kopf's watches and the Lease renewals."""
