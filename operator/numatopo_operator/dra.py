@@ -78,6 +78,12 @@ async def settle(runtime: Runtime, pod: PodView) -> None:
     except (KubeError, NotActiveError) as exc:
         logger.warning("DRA pod %s: %s; retried", key, exc)
         waits = True
+    except Exception:
+        # A bug or a case nobody foresaw: a gated pod may get no next event to bring it
+        # back, so it is looked at again as one that waits (counted as a restart).
+        logger.exception("DRA pod %s: deciding failed; retried", key)
+        runtime.metrics.task_restarts.labels("DRA pod decision").inc()
+        waits = True
     finally:
         _busy.discard(key)
     if waits:

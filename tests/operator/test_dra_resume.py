@@ -17,6 +17,7 @@ import pytest
 
 from dra_objects import allocation_problems, claim, request
 from numatopo_engine import annotations as keys
+from numatopo_operator import dra
 
 from .conftest import Cluster, events_api_hanging, eventually, register_resources
 from .test_dra_cluster import (
@@ -173,3 +174,32 @@ async def test_a_rolled_back_decision_is_made_again_while_the_events_api_hangs(
         ),
         what="both Events sent, in order",
     )
+
+
+async def test_a_decision_that_fails_unexpectedly_is_made_again(
+    cluster: Cluster, start_operator: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A bug in deciding a gated DRA pod (here: the first try raises): the pod is looked at
+    again as one that waits, and the failure is counted. Before, only a later event of
+    the pod brought it back (here one came; a gated pod in a quiet cluster may get none),
+    and nothing counted the failure."""
+    await build(cluster)
+    await cluster.create(CLAIMS, claim("three", [request("gpu", "gpu.nvidia.com", 3)]))
+    real, failed = dra._settle, []
+
+    async def first_fails(runtime: Any, pod: Any) -> bool:
+        if not failed:
+            failed.append(pod)
+            raise RuntimeError("a bug in deciding")
+        return await real(runtime, pod)
+
+    monkeypatch.setattr(dra, "_settle", first_fails)
+    running = await start_operator(**FAST)
+    await cluster.create_pod(dra_pod("train", ["three"]))
+
+    await eventually(lambda: not gated(cluster, "train"), what="train released", timeout=20)
+    assert len(allocated(cluster, "three")) == 3
+    restarts = running.runtime.metrics.registry.get_sample_value(
+        "numatopo_task_restarts_total", {"task": "DRA pod decision"}
+    )
+    assert (1, 1.0) == (len(failed), restarts)
