@@ -179,21 +179,21 @@ async def test_a_rolled_back_decision_is_made_again_while_the_events_api_hangs(
 async def test_a_decision_that_fails_unexpectedly_is_made_again(
     cluster: Cluster, start_operator: Any, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """A bug in deciding a gated DRA pod (here: the first try raises): the pod is looked at
-    again as one that waits, and the failure is counted. Before, only a later event of
-    the pod brought it back (here one came; a gated pod in a quiet cluster may get none),
-    and nothing counted the failure."""
+    """A bug in deciding a gated DRA pod (here: its first reading of the pod's claims
+    raises): the pod is looked at again as one that waits, and the failure is counted.
+    Before, only a later event of the pod brought it back (here one came; a gated pod in
+    a quiet cluster may get none), and nothing counted the failure."""
     await build(cluster)
     await cluster.create(CLAIMS, claim("three", [request("gpu", "gpu.nvidia.com", 3)]))
-    real, failed = dra._settle, []
+    real, failed = dra.pod_claims, []
 
-    async def first_fails(runtime: Any, pod: Any) -> bool:
+    def first_fails(pod: Any) -> Any:
         if not failed:
             failed.append(pod)
             raise RuntimeError("a bug in deciding")
-        return await real(runtime, pod)
+        return real(pod)
 
-    monkeypatch.setattr(dra, "_settle", first_fails)
+    monkeypatch.setattr(dra, "pod_claims", first_fails)
     running = await start_operator(**FAST)
     await cluster.create_pod(dra_pod("train", ["three"]))
 
