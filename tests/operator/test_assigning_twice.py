@@ -56,7 +56,7 @@ async def test_a_pod_decided_twice_at_once_is_written_and_told_once(
 
     async def write_outcome(runtime: Runtime, pod: PodView, state, assignment=None, reason=""):
         signed = runtime.signed(pod, assignment) if assignment is not None else None
-        patch = dict(assigning.translate.outcome_annotations(state, signed, reason))
+        patch = dict(translate.outcome_annotations(state, signed, reason))
         writes.append(patch)
         echoed = copy.deepcopy(body)
         annotations = echoed["metadata"]["annotations"]
