@@ -8,8 +8,6 @@ import sys
 import time
 from typing import IO
 
-__all__ = ["ProgressBar", "progress_bar"]
-
 # Redraw at most this often: a bar redrawn per pod would cost more than the pods.
 REDRAW_SECONDS = 0.1
 WIDTH = 30

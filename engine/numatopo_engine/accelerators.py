@@ -19,15 +19,6 @@ import re
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 
-__all__ = [
-    "DEFAULT_ACCELERATORS",
-    "AcceleratorRule",
-    "AcceleratorRuleError",
-    "match_accelerator",
-    "parse_rule",
-    "resource_patterns",
-]
-
 _RESOURCE = re.compile(r"^[a-z0-9]([-a-z0-9.]*[a-z0-9])?/[A-Za-z0-9]([-A-Za-z0-9_.]*[A-Za-z0-9])?$")
 _NAME = re.compile(r"^[a-z0-9][-a-z0-9]*$")
 _MAX_RULE_CHARS = 1024

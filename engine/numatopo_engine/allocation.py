@@ -72,21 +72,6 @@ from numatopo_engine.topology_tables import (
     shape_key,
 )
 
-__all__ = [
-    "Decision",
-    "Engine",
-    "NotWarmError",
-    "Refusal",
-    "ShapeGroup",
-    "ShapeScores",
-    "allocate",
-    "evaluate",
-    "evaluate_many",
-    "group_by_shape",
-    "mix_hosts",
-    "score_many",
-]
-
 REFUSED = -1
 # Node rows whose verdicts an `Engine` keeps (`RowVerdicts`), all plans together: a
 # few times the candidates of a cycle times the request kinds in flight. Measured about

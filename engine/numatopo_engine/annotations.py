@@ -16,45 +16,6 @@ from pydantic import Field, NonNegativeInt
 from numatopo_engine.cpuset import CPUSet
 from numatopo_engine.model import WireModel
 
-__all__ = [
-    "ASSIGNMENT",
-    "CPU",
-    "DRA_GATE",
-    "GPU_LINKS",
-    "GROUP",
-    "GROUP_ANNOTATIONS",
-    "GROUP_PLACEMENT",
-    "GROUP_SIZE",
-    "MAX_MEMBERS_PER_DOMAIN",
-    "MAX_NUMA_NODES",
-    "OBSERVED",
-    "PLACEMENT_STRATEGY",
-    "POLICY",
-    "PREFIX",
-    "RANK",
-    "REASON",
-    "SCOPE",
-    "SLICE",
-    "SMT",
-    "STATE",
-    "TOPOLOGY",
-    "TOPOLOGY_PREFERRED",
-    "TOPOLOGY_REQUIRED",
-    "TRUSTED_WRITERS",
-    "USER_ANNOTATIONS",
-    "Assignment",
-    "ContainerAssignment",
-    "CpuMode",
-    "GpuLinksMode",
-    "Observed",
-    "ObservedContainer",
-    "PolicyName",
-    "Scope",
-    "SmtMode",
-    "State",
-    "Writer",
-]
-
 PREFIX = "numatopo.io/"
 POLICY = PREFIX + "policy"
 SCOPE = PREFIX + "scope"

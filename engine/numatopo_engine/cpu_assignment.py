@@ -22,8 +22,6 @@ from collections.abc import Callable, Iterable
 
 from numatopo_engine.topology_tables import Tables
 
-__all__ = ["free_whole_core_cpus", "take_cpus"]
-
 Take = Callable[[Iterable[int]], None]
 
 

@@ -15,8 +15,6 @@ from pydantic import GetCoreSchemaHandler, GetJsonSchemaHandler
 from pydantic.json_schema import JsonSchemaValue
 from pydantic_core import core_schema
 
-__all__ = ["CPUSet", "CPUSetParseError"]
-
 # Far above any real machine (Linux NR_CPUS tops out at 8192), low enough that a typo
 # such as "0-40000000" is refused instead of allocating a huge set.
 MAX_CPU_ID = 65535

@@ -17,8 +17,6 @@ from numatopo_engine.network_topology import (
     NetworkTopology,
 )
 
-__all__ = ["CRDS", "crd_manifest", "network_topology_crd_manifest", "structural_schema"]
-
 PLURAL = "numatopologies"
 SHORT_NAMES = ["numatopo", "ntp"]
 

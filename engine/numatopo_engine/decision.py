@@ -56,8 +56,6 @@ from numatopo_engine.scoring import CPU_WEIGHTS, GPU_WEIGHTS
 from numatopo_engine.topology_manager import best_non_preferred
 from numatopo_engine.topology_tables import Tables
 
-__all__ = ["FULL_SEARCH", "Decided", "Plan", "RankTerms", "decide_rows", "make_plan", "node_ranks"]
-
 Ints = npt.NDArray[np.int64]
 Floats = npt.NDArray[np.float64]
 Bools = npt.NDArray[np.bool_]

@@ -18,8 +18,6 @@ from collections.abc import Iterable, Sequence
 
 from numatopo_engine.model import Gpu, Nic
 
-__all__ = ["base_id", "device_ids_for", "gpu_indices", "nic_names", "same_gpu"]
-
 REPLICA_SEPARATOR = "::"
 
 

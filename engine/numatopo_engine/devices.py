@@ -14,8 +14,6 @@ from dataclasses import dataclass
 
 from numatopo_engine.model import NumatopologySpec
 
-__all__ = ["Device", "schedulable_devices"]
-
 
 @dataclass(frozen=True, slots=True)
 class Device:

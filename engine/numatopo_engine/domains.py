@@ -31,22 +31,6 @@ from numatopo_engine.packing import WorkloadMix
 from numatopo_engine.request import PodRequest
 from numatopo_engine.state import NodeState
 
-__all__ = [
-    "ANYWHERE",
-    "NODE_LEVEL",
-    "Anchor",
-    "DomainTree",
-    "GroupPlacement",
-    "Member",
-    "NodeCandidate",
-    "describe_domain",
-    "domain_fragmentation",
-    "domain_utilization",
-    "first_fit",
-    "member_order",
-    "place_group",
-]
-
 Path = tuple[str, ...]
 ANYWHERE: Path = ()
 # The node as the narrowest level: a real last level of the tree, or implicit below it.

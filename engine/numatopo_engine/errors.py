@@ -8,8 +8,6 @@ NumatopoError
 
 from __future__ import annotations
 
-__all__ = ["InvalidRequestError", "NumatopoError", "OverlapError", "UnsatisfiableError"]
-
 
 class NumatopoError(Exception):
     """Base of every error the engine raises on purpose."""

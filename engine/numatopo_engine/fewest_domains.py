@@ -21,8 +21,6 @@ from collections.abc import Callable, Mapping, Sequence
 from operator import add
 from typing import Protocol
 
-__all__ = ["Cost", "Tree", "fewest"]
-
 Path = tuple[str, ...]
 Cost = tuple[float, ...]
 # (cost, what was chosen): the chosen parts as a linked list (earlier parts, item, amount)

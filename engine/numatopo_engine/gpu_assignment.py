@@ -24,8 +24,6 @@ from itertools import combinations
 from numatopo_engine.annotations import GpuLinksMode
 from numatopo_engine.topology_tables import Tables
 
-__all__ = ["EXACT_LIMIT", "choose_gpus", "first_unlinked_pair", "set_bandwidth"]
-
 # Exhaustive up to 16 candidates: the largest single-node GPU systems (DGX-2, HGX-2)
 # have 16, and C(16, 8) combinations are still cheap enough once memoised.
 EXACT_LIMIT = 16

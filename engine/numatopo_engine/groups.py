@@ -17,18 +17,6 @@ from numatopo_engine.errors import InvalidRequestError
 from numatopo_engine.kube_names import is_qualified_name
 from numatopo_engine.pod_options import choice, echo, whole_number
 
-__all__ = [
-    "JOB_COMPLETION_INDEX",
-    "MAX_GROUP_SIZE",
-    "MIN_AVAILABLE",
-    "POD_GROUP_LABEL",
-    "POD_INDEX_LABEL",
-    "GroupSpec",
-    "Strategy",
-    "group_of",
-    "rank_of",
-]
-
 POD_GROUP_LABEL = "scheduling.x-k8s.io/pod-group"
 MIN_AVAILABLE = "scheduling.x-k8s.io/min-available"
 JOB_COMPLETION_INDEX = "batch.kubernetes.io/job-completion-index"

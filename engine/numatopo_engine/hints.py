@@ -20,8 +20,6 @@ from numatopo_engine.annotations import CpuMode
 from numatopo_engine.state import NodeState
 from numatopo_engine.topology_tables import Tables
 
-__all__ = ["FreeView", "Need", "RowLayout", "row_layout", "row_of"]
-
 
 @dataclass(frozen=True, slots=True)
 class Need:

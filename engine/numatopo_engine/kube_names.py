@@ -11,18 +11,6 @@ from __future__ import annotations
 
 import re
 
-__all__ = [
-    "LABEL_MAX_CHARS",
-    "SUBDOMAIN_MAX_CHARS",
-    "UID_MAX_CHARS",
-    "is_label",
-    "is_label_value",
-    "is_qualified_name",
-    "is_subdomain",
-    "is_uid",
-    "name_problem",
-]
-
 LABEL_MAX_CHARS = 63
 SUBDOMAIN_MAX_CHARS = 253
 # An API server's uids are RFC 4122 UUIDs (36 characters); emulators give shorter ones.

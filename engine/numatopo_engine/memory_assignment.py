@@ -11,8 +11,6 @@ from collections.abc import Iterable, Mapping
 from itertools import combinations
 from typing import NamedTuple
 
-__all__ = ["MemoryView", "book_bytes", "memory_manager_mask"]
-
 
 def book_bytes(free: dict[int, int], numa_ids: Iterable[int], amount: int) -> dict[int, int] | None:
     """Bytes to book per NUMA node (and take them from `free`), or None if they do not fit.

@@ -24,35 +24,6 @@ from pydantic.alias_generators import to_camel
 
 from numatopo_engine.cpuset import CPUSet
 
-__all__ = [
-    "API_VERSION",
-    "GROUP",
-    "KIND",
-    "Capacity",
-    "Condition",
-    "Cpu",
-    "DraDevice",
-    "DraDevices",
-    "FreeNuma",
-    "Gpu",
-    "GpuLink",
-    "GpuMode",
-    "GpuPath",
-    "LinkType",
-    "MigDevice",
-    "Nic",
-    "NumaNode",
-    "Numatopology",
-    "NumatopologySpec",
-    "NumatopologyStatus",
-    "ObjectMeta",
-    "PathType",
-    "PciPath",
-    "Policies",
-    "UnhealthyDevices",
-    "WireModel",
-]
-
 GROUP = "numatopo.io"
 VERSION = "v1alpha1"
 API_VERSION = f"{GROUP}/{VERSION}"

@@ -21,18 +21,6 @@ from pydantic import Field, field_validator
 from numatopo_engine.kube_names import is_qualified_name
 from numatopo_engine.model import Condition, ObjectMeta, WireModel
 
-__all__ = [
-    "HOSTNAME_LABEL",
-    "NETWORK_TOPOLOGY_KIND",
-    "NETWORK_TOPOLOGY_PLURAL",
-    "DomainCount",
-    "FreeDomain",
-    "NetworkTopology",
-    "NetworkTopologyLevel",
-    "NetworkTopologySpec",
-    "NetworkTopologyStatus",
-]
-
 HOSTNAME_LABEL = "kubernetes.io/hostname"
 NETWORK_TOPOLOGY_KIND = "NetworkTopology"
 NETWORK_TOPOLOGY_PLURAL = "networktopologies"

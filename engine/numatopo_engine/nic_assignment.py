@@ -12,8 +12,6 @@ from collections.abc import Iterable
 
 from numatopo_engine.topology_tables import NO_PATH_RANK, Tables
 
-__all__ = ["choose_nics"]
-
 
 def choose_nics(
     tables: Tables,

@@ -26,15 +26,6 @@ from typing import Any
 
 from numatopo_engine import kube_names
 
-__all__ = [
-    "UNSCHEDULABLE_TAINT",
-    "matches_node_selector",
-    "matches_required_affinity",
-    "refusal",
-    "tolerates",
-    "untolerated_taint",
-]
-
 UNSCHEDULABLE_TAINT: Mapping[str, str] = {
     "key": "node.kubernetes.io/unschedulable",
     "effect": "NoSchedule",

@@ -11,8 +11,6 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 
-__all__ = ["LOCAL_DISTANCE", "bits", "format_mask", "make_mask", "sort_key", "width"]
-
 # ACPI SLIT defines 10 as the distance of a node to itself.
 LOCAL_DISTANCE = 10
 

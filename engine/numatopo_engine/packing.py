@@ -35,18 +35,6 @@ from dataclasses import dataclass
 import numpy as np
 import numpy.typing as npt
 
-__all__ = [
-    "Hosts",
-    "MixError",
-    "Shape",
-    "WorkloadMix",
-    "node_rank",
-    "pack_of_growth",
-    "shape_copies",
-    "stranded",
-    "usable_gpus",
-]
-
 Ints = npt.NDArray[np.int64]
 Floats = npt.NDArray[np.float64]
 Bools = npt.NDArray[np.bool_]

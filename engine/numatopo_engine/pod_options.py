@@ -23,17 +23,6 @@ from numatopo_engine.annotations import CpuMode, GpuLinksMode, PolicyName, Scope
 from numatopo_engine.errors import InvalidRequestError
 from numatopo_engine.request import ContainerRequest, TopologyOptions
 
-__all__ = [
-    "ECHO_CHARS",
-    "MAX_NUMA_NODES_LIMIT",
-    "choice",
-    "echo",
-    "exclusive_cpu_problem",
-    "options_from_annotations",
-    "shorten",
-    "whole_number",
-]
-
 # Long enough to recognise any sensible value, short enough for one line of an Event.
 ECHO_CHARS = 60
 # kubelet's Topology Manager refuses machines above 8 NUMA nodes by default; 1024 is

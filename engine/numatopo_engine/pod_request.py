@@ -34,14 +34,6 @@ from numatopo_engine.quantity import QuantityError, parse_bytes, parse_milli
 from numatopo_engine.request import ContainerRequest, PodRequest
 from numatopo_engine.resources import DEFAULT_RESOURCES, ResourceNames
 
-__all__ = [
-    "DEFAULT_RESOURCES",
-    "MAX_DEVICES",
-    "ResourceNames",
-    "request_from_pod",
-    "wants_topology",
-]
-
 # Far above any node (the largest have 8-16 GPUs and a few hundred RDMA VFs) yet small
 # enough that a typo such as "1e12" is refused instead of being searched for.
 MAX_DEVICES = 10**6

@@ -13,8 +13,6 @@ import enum
 from collections.abc import Callable
 from dataclasses import dataclass
 
-__all__ = ["Kind", "Refusal", "Shortfall", "Wanted", "format_bytes", "summary", "word"]
-
 
 class Kind(enum.StrEnum):
     SHORT = "short"  # the whole node has less free than asked

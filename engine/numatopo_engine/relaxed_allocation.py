@@ -21,8 +21,6 @@ from numatopo_engine.model import NumatopologySpec
 from numatopo_engine.request import PodRequest
 from numatopo_engine.state import NodeState
 
-__all__ = ["allocate_around", "relaxed"]
-
 # Policies that never refuse a placement for want of alignment: nothing to relax.
 _NOT_RELAXED = frozenset({PolicyName.BEST_EFFORT, PolicyName.NONE})
 

@@ -10,8 +10,6 @@ from dataclasses import dataclass, field
 
 from numatopo_engine.annotations import CpuMode, GpuLinksMode, PolicyName, Scope, SmtMode
 
-__all__ = ["ContainerRequest", "PodRequest", "TopologyOptions"]
-
 
 @dataclass(frozen=True, slots=True)
 class ContainerRequest:

@@ -16,14 +16,6 @@ from dataclasses import dataclass
 
 from numatopo_engine.accelerators import DEFAULT_ACCELERATORS, resource_patterns
 
-__all__ = [
-    "DEFAULT_GPU_PATTERNS",
-    "DEFAULT_RESOURCES",
-    "MIG_PATTERN",
-    "ResourceNames",
-    "accelerator_word",
-]
-
 MIG_PATTERN = "nvidia.com/mig-*"
 """NVIDIA's device plugin with `--mig-strategy=mixed` names each MIG profile
 `nvidia.com/mig-<profile>` (`nvidia.com/mig-3g.40gb`)."""

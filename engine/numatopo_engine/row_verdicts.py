@@ -23,8 +23,6 @@ from numatopo_engine.packing import Hosts, WorkloadMix
 from numatopo_engine.refusals import Kind, Refusal, word
 from numatopo_engine.state import NodeState
 
-__all__ = ["RowVerdicts"]
-
 Ints = npt.NDArray[np.int64]
 Floats = npt.NDArray[np.float64]
 Slots = npt.NDArray[np.intp]

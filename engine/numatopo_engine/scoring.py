@@ -25,7 +25,5 @@ in `tests/engine/allocation/score_oracle.py`, which the vectorised score is comp
 
 from __future__ import annotations
 
-__all__ = ["CPU_WEIGHTS", "GPU_WEIGHTS"]
-
 GPU_WEIGHTS = (30, 40, 30)
 CPU_WEIGHTS = (60, 0, 40)

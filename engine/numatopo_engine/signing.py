@@ -33,8 +33,6 @@ from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey,
 
 from numatopo_engine.annotations import Assignment
 
-__all__ = ["PodIdentity", "Signer", "SigningKeyError", "Verifier", "canonical", "key_id"]
-
 SCHEME = "ed25519"
 # Bound to this use: a signature over these bytes cannot be replayed as anything else.
 DOMAIN = b"numatopo.io/assignment/v1\n"

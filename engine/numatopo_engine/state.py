@@ -24,17 +24,6 @@ from numatopo_engine.model import NumatopologySpec
 from numatopo_engine.quantity import QuantityError, parse_bytes
 from numatopo_engine.topology_tables import NodeNames, Tables, node_names, shape_key
 
-__all__ = [
-    "Claim",
-    "FreeSignature",
-    "NodeState",
-    "book_in_claim_order",
-    "cached_rows",
-    "claim_order",
-    "join_group",
-    "shared_floor",
-]
-
 
 class FreeSignature(NamedTuple):
     """Everything free on a node, as plain values: equal signatures on the same topology

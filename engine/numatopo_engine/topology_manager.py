@@ -19,8 +19,6 @@ from __future__ import annotations
 
 from collections.abc import Callable, Iterable
 
-__all__ = ["best_non_preferred"]
-
 
 def best_non_preferred(
     produced: Iterable[int], target: int, key: Callable[[int], tuple[float, ...]]

@@ -29,7 +29,6 @@ from numatopo_engine.model import NumatopologySpec, PathType
 from numatopo_engine.numamask import LOCAL_DISTANCE
 from numatopo_engine.quantity import parse_bytes
 
-__all__ = ["NodeNames", "TableCache", "Tables", "build_tables", "node_names", "shape_key"]
 # Rank used for a GPU-NIC pair with no known PCIe path: farther than SYS.
 NO_PATH_RANK = len(PathType)
 # Shapes a `TableCache` keeps by default: more than a real fleet has.

@@ -5,8 +5,6 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-__all__ = ["Backoff"]
-
 
 @dataclass
 class Backoff:

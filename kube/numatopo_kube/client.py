@@ -58,19 +58,6 @@ from numatopo_kube.errors import (
 if TYPE_CHECKING:
     from numatopo_kube.write_transport import WriteTransport
 
-__all__ = [
-    "API_CALLS",
-    "APPLY",
-    "JSON_PATCH",
-    "MERGE_PATCH",
-    "STRATEGIC_MERGE_PATCH",
-    "KubeClient",
-    "Listing",
-    "Permission",
-    "PodRef",
-    "WatchEvent",
-]
-
 APPLY = PatchType.APPLY.value
 JSON_PATCH = PatchType.JSON.value
 MERGE_PATCH = PatchType.MERGE.value

@@ -16,19 +16,6 @@ import datetime
 import email.utils
 import math
 
-__all__ = [
-    "RETRIED_STATUSES",
-    "KubeConfigError",
-    "KubeConflictError",
-    "KubeError",
-    "KubeForbiddenError",
-    "KubeInvalidNameError",
-    "KubeNotFoundError",
-    "KubeUnavailableError",
-    "error_for",
-    "parse_retry_after",
-]
-
 # Throttled, or the server (or a proxy before it) failing: a later identical call may pass.
 RETRIED_STATUSES = frozenset({429, 500, 502, 503, 504})
 

@@ -18,8 +18,6 @@ from dataclasses import dataclass
 from numatopo_kube.client import KubeClient
 from numatopo_kube.supervise import keep_running
 
-__all__ = ["EventPosts"]
-
 logger = logging.getLogger(__name__)
 
 

@@ -19,8 +19,6 @@ from collections.abc import Awaitable, Callable
 
 from numatopo_kube.backoff import Backoff
 
-__all__ = ["keep_running"]
-
 logger = logging.getLogger(__name__)
 
 # A loop that ran this long before it failed failed anew: it restarts after the shortest

@@ -23,8 +23,6 @@ from lightkube.config.models import User
 
 from numatopo_kube.errors import KubeError, error_for, parse_retry_after
 
-__all__ = ["WriteTransport"]
-
 # As many connections as httpx's default pool: one per request in flight (HTTP/1.1).
 MAX_CONNECTIONS = 100
 

@@ -34,18 +34,6 @@ from numatopo_operator.pod_view import PodView
 from numatopo_operator.runtime import Runtime
 from numatopo_operator.translate import RawPod
 
-__all__ = [
-    "Outcome",
-    "assign_bound_pod",
-    "bind_pod",
-    "decide",
-    "judge_pod",
-    "mark_invalid",
-    "pod_ref",
-    "run_retries",
-    "settle",
-]
-
 logger = logging.getLogger(__name__)
 
 

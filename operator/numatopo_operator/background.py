@@ -13,8 +13,6 @@ from typing import Any
 from numatopo_kube.supervise import keep_running
 from numatopo_operator.metrics import Metrics
 
-__all__ = ["supervised"]
-
 logger = logging.getLogger(__name__)
 
 

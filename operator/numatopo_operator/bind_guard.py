@@ -18,8 +18,6 @@ from numatopo_operator.extender_wire import BindingArgs
 from numatopo_operator.pod_view import PodView
 from numatopo_operator.runtime import Runtime
 
-__all__ = ["DEFAULT_SCHEDULER", "bind_checked", "not_ours", "pod_refusal"]
-
 # What an API server puts in `spec.schedulerName` when the pod names none.
 DEFAULT_SCHEDULER = "default-scheduler"
 

@@ -16,8 +16,6 @@ from typing import Any
 
 from numatopo_engine.annotations import PREFIX
 
-__all__ = ["CAUGHT_UP", "CatchUp"]
-
 # On the operator's own pod only: the token of its latest catch-up.
 CAUGHT_UP = PREFIX + "caught-up"
 

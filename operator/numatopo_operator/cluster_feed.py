@@ -25,8 +25,6 @@ from numatopo_operator.background import supervised
 from numatopo_operator.groups import indexes as group_indexes
 from numatopo_operator.runtime import Runtime
 
-__all__ = ["follow_cluster"]
-
 logger = logging.getLogger(__name__)
 
 Body = dict[str, Any]

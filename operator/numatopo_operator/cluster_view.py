@@ -24,15 +24,13 @@ from numatopo_engine.errors import InvalidRequestError
 from numatopo_engine.groups import group_of
 from numatopo_engine.network_topology import HOSTNAME_LABEL
 from numatopo_engine.signing import Verifier
-from numatopo_operator import extender, handlers, handover, indexes, translate
+from numatopo_operator import extender, handlers, handover, indexes, pod_view, translate
 from numatopo_operator.groups import indexes as group_indexes
 from numatopo_operator.groups import release as group_release
 from numatopo_operator.groups.members import GroupBook
 from numatopo_operator.runtime import Runtime
 from numatopo_operator.settings import OperatorSettings
 from numatopo_operator.translate import RawPod
-
-__all__ = ["ClusterView", "GroupJudgement", "Judgement", "replay"]
 
 logger = logging.getLogger(__name__)
 
@@ -153,7 +151,7 @@ def replay(
     runtime.ledger.begin_resync()
     runtime.ledger.end_resync(handover.listed_bookings(runtime, live))
     for pod in live:
-        runtime.workload.observe_pod(translate.pod_key(pod), pod, runtime.settings.resources)
+        runtime.workload.observe_pod(pod_view.pod_key(pod), pod, runtime.settings.resources)
     named = {str((node.get("metadata") or {}).get("name")): dict(node) for node in nodes}
     # The group worker's inputs, through kopf's index functions as in the operator.
     node_views: dict[str, list[group_indexes.NodeView]] = {}

@@ -30,15 +30,13 @@ from numatopo_engine.dra.join import DeviceId, DraNode, join_node
 from numatopo_engine.errors import InvalidRequestError, OverlapError, UnsatisfiableError
 from numatopo_engine.network_topology import HOSTNAME_LABEL
 from numatopo_engine.state import NodeState
-from numatopo_operator import assigning, pod_writes, translate
+from numatopo_operator import assigning, pod_view, pod_writes, translate
 from numatopo_operator.dra_holds import HELD, allocated_devices, book_holds, claim_key, holds_on
 from numatopo_operator.errors import BookingError, KubeError, KubeNotFoundError, NotActiveError
 from numatopo_operator.groups import members as group_members
 from numatopo_operator.pod_view import PodView
 from numatopo_operator.runtime import Runtime
 from numatopo_operator.translate import RawPod
-
-__all__ = ["is_gated", "settle", "settle_pod"]
 
 logger = logging.getLogger(__name__)
 
@@ -69,7 +67,7 @@ async def settle(runtime: Runtime, pod: PodView) -> None:
     """Decide a gated DRA pod once at a time; a pod that must wait is looked at again."""
     if group_members.is_gated(pod):
         return  # a group member: its group places it first (then it comes back here)
-    key = translate.pod_key(pod)
+    key = pod_view.pod_key(pod)
     if key in _busy:
         return
     _busy.add(key)
@@ -111,7 +109,7 @@ _tasks: set[asyncio.Future[None]] = set()
 
 async def _settle(runtime: Runtime, pod: PodView) -> bool:
     """True when the pod must wait (claims not there yet, nothing fits now)."""
-    key = translate.pod_key(pod)
+    key = pod_view.pod_key(pod)
     ref = assigning.pod_ref(pod)
     if keys.GROUP_PLACEMENT in ((pod.get("metadata") or {}).get("annotations") or {}):
         return await _member(runtime, pod)
@@ -177,7 +175,7 @@ async def _decide(
         except pydantic.ValidationError as exc:
             # Its devices cannot be booked: deciding anyway could hand them out twice.
             raise UndecidedError(f"an allocated claim is unreadable: {exc}") from None
-    key = translate.pod_key(pod)
+    key = pod_view.pod_key(pod)
     best: ClaimDecision | None = None
     refusal: UnsatisfiableError | None = None
     for node in sorted(runtime.ledger.nodes()):
@@ -457,7 +455,7 @@ async def _roll_back(
              "status": {"allocation": None, "reservedFor": []}},
         )  # fmt: skip
     await pod_writes.write_taken_back(runtime, ref["namespace"], ref["name"])
-    runtime.ledger.cancel(translate.pod_key(pod))
+    runtime.ledger.cancel(pod_view.pod_key(pod))
     message = f"numatopo took back this pod's unfinished DRA decision and decides again: {why}"
     logger.warning("DRA pod %s: %s", ref["name"], message)
     runtime.events.post(ref, warning=True, reason=ROLLED_BACK, message=message)

@@ -19,7 +19,7 @@ from numatopo_engine.errors import InvalidRequestError, OverlapError, Unsatisfia
 from numatopo_engine.model import NumatopologySpec
 from numatopo_engine.relaxed_allocation import allocate_around
 from numatopo_engine.request import PodRequest
-from numatopo_operator import assigning, pod_writes, translate
+from numatopo_operator import assigning, pod_view, pod_writes, translate
 from numatopo_operator.assigning import Outcome
 from numatopo_operator.dra_extender import from_claims
 from numatopo_operator.dra_holds import HELD
@@ -27,8 +27,6 @@ from numatopo_operator.errors import NodeBusyError
 from numatopo_operator.pod_view import PodView
 from numatopo_operator.runtime import Runtime
 from numatopo_operator.translate import RawPod
-
-__all__ = ["NOT_FOLLOWED", "decide", "follow_member"]
 
 logger = logging.getLogger(__name__)
 
@@ -62,7 +60,7 @@ def _own_holds(pod: RawPod) -> set[str]:
 
 
 def _not_followed(runtime: Runtime, pod: RawPod, node: str, message: str) -> None:
-    logger.warning("binding %s to %s: %s", translate.pod_key(pod), node, message)
+    logger.warning("binding %s to %s: %s", pod_view.pod_key(pod), node, message)
     ref = assigning.pod_ref(pod)
     runtime.events.post(ref, warning=True, reason=NOT_FOLLOWED, message=message)
 

@@ -29,8 +29,6 @@ from numatopo_operator import translate
 from numatopo_operator.pod_view import PodView
 from numatopo_operator.runtime import Runtime
 
-__all__ = ["ClaimVerdicts", "from_claims", "judge_claims", "read_claims"]
-
 
 @dataclass
 class ClaimVerdicts:

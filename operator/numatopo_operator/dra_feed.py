@@ -21,8 +21,6 @@ from numatopo_operator.background import supervised
 from numatopo_operator.errors import kept_serving
 from numatopo_operator.runtime import Runtime
 
-__all__ = ["follow_dra"]
-
 logger = logging.getLogger(__name__)
 
 ABSENT_RETRY_SECONDS = 300.0

@@ -29,8 +29,6 @@ from numatopo_engine.state import NodeState
 if TYPE_CHECKING:
     from numatopo_operator.ledger import Ledger
 
-__all__ = ["HELD", "DraHolds", "allocated_devices", "book_holds", "holds_on"]
-
 logger = logging.getLogger(__name__)
 
 HELD = "numatopo.io/dra-claim:"

@@ -11,8 +11,6 @@ from __future__ import annotations
 from numatopo_kube import event_posts
 from numatopo_operator.metrics import Metrics
 
-__all__ = ["EventPosts"]
-
 # Events waiting at most: a minute of a 180-pods/s burst with the Events API gone slow
 # is still queued, and a few hundred bytes each bound the memory.
 QUEUE_SIZE = 10_000

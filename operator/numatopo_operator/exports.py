@@ -40,8 +40,6 @@ from numatopo_operator.errors import (
 )
 from numatopo_operator.runtime import COMPONENT, Runtime
 
-__all__ = ["ExportFormat", "ExportWriter", "content_digest", "write_exports"]
-
 logger = logging.getLogger(__name__)
 
 MANAGED_LABEL = {"app.kubernetes.io/managed-by": MANAGED_BY}

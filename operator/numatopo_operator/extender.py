@@ -61,8 +61,6 @@ from numatopo_operator.groups import members as group_members
 from numatopo_operator.ledger import ShapeCandidates
 from numatopo_operator.runtime import Runtime
 
-__all__ = ["MAX_EXTENDER_PRIORITY", "build_app", "extender_scores", "json_answers", "rank_scores"]
-
 logger = logging.getLogger(__name__)
 
 Floats = npt.NDArray[np.float64]
@@ -75,15 +73,6 @@ RUNTIME_KEY: web.AppKey[Runtime] = web.AppKey("runtime", Runtime)
 # A filter answer for 5,000 nodes holds thousands of entries: no spaces after separators.
 _dumps = functools.partial(json.dumps, separators=(",", ":"))
 MEMO_KEY: web.AppKey[CycleMemo] = web.AppKey("memo", CycleMemo)
-
-
-def extender_scores(ranks: Mapping[str, float]) -> dict[str, int]:
-    """Node ranks as extender scores (0..10) by their order: the best rank gets 10, each
-    lower distinct rank one less, down to 1 (0 is left for nodes that do not fit). The
-    scale has 11 steps, fewer than the rank's distinctions, so it carries the order of
-    the best nodes, which is what kube-scheduler's choice needs."""
-    order = {r: i for i, r in enumerate(sorted(set(ranks.values()), reverse=True))}
-    return {node: max(1, MAX_EXTENDER_PRIORITY - order[r]) for node, r in ranks.items()}
 
 
 # Per-node messages do not repeat the node's name (it is the key): kube-scheduler's
@@ -272,8 +261,10 @@ _ASSIGNMENTS = operator.attrgetter("assignments")
 
 
 def rank_scores(ranks: Floats) -> Ints:
-    """`extender_scores` over an array of ranks, in the same order (the same scores,
-    without a dict per rank): what filter and prioritize answer with."""
+    """Node ranks as extender scores (0..10) by their order, in the same order: the best
+    rank gets 10, each lower distinct rank one less, down to 1 (0 is left for nodes that
+    do not fit). The scale has 11 steps, fewer than the rank's distinctions, so it carries
+    the order of the best nodes, which is what kube-scheduler's choice needs."""
     distinct = np.unique(ranks)  # ascending
     below = len(distinct) - 1 - np.searchsorted(distinct, ranks)  # distinct ranks above
     return np.maximum(1, MAX_EXTENDER_PRIORITY - below)
@@ -333,7 +324,7 @@ async def priorities(
 ) -> tuple[list[str], list[int]]:
     """HostPriorityList, as its hosts and their scores in the same order: the node score
     (0..10) per candidate, 0 where it does not fit: the order of the node ranks
-    (`extender_scores`) over the nodes of this call.
+    (`rank_scores`) over the nodes of this call.
 
     Ranks from the filter call for the same pod are reused: a rank is advice (bind
     decides again), so the few milliseconds between the two calls cannot make it wrong.
@@ -364,7 +355,6 @@ async def priorities(
         # The nodes filter passed, all of them: its scores are the order of the same ranks.
         scores = scored
     else:
-        # `extender_scores` over an array: the same scores, without a dict per rank.
         scores = dict(
             zip(ranked, rank_scores(np.array([known[n] for n in ranked])).tolist(), strict=True)
         )

@@ -21,9 +21,7 @@ from typing import Any
 from numatopo_engine import pod_request
 from numatopo_engine.request import PodRequest
 from numatopo_engine.resources import ResourceNames
-from numatopo_operator import translate
-
-__all__ = ["PODS", "CycleMemo", "pod_uid"]
+from numatopo_operator import pod_view
 
 # A few hundred pods in flight at once is far above a scheduler's parallelism.
 PODS = 256
@@ -35,7 +33,7 @@ Scores = dict[str, int]
 def pod_uid(pod: Mapping[str, Any]) -> str:
     """The pod's uid, or its namespace/name where none was sent."""
     metadata = pod.get("metadata") or {}
-    return str(metadata.get("uid") or translate.pod_key(pod))
+    return str(metadata.get("uid") or pod_view.pod_key(pod))
 
 
 class CycleMemo:

@@ -22,8 +22,6 @@ from dataclasses import dataclass
 
 from numatopo_operator.settings import OperatorSettings
 
-__all__ = ["ExtenderTlsError", "RotatingContext", "TlsFiles", "extender_context"]
-
 logger = logging.getLogger(__name__)
 
 

@@ -27,20 +27,6 @@ from pydantic import BaseModel, ConfigDict
 
 from numatopo_engine import kube_names
 
-__all__ = [
-    "MAX_BODY_BYTES",
-    "MAX_DEPTH",
-    "BadArgsError",
-    "BindingArgs",
-    "HostPriority",
-    "HostPriorityRow",
-    "binding_args",
-    "field",
-    "node_names",
-    "parse_body",
-    "pod",
-]
-
 # Measured (tests/operator/test_extender_attacks.py): ExtenderArgs with 5,000 node
 # names of 58 characters and an 8-GPU pod with its managedFields is 0.3 MiB; with 5,000
 # names of the longest kind (253 characters) 1.2 MiB. A pod is at most ~1.5 MiB (etcd's

@@ -16,8 +16,6 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
-__all__ = ["GpuAdmissions"]
-
 
 @dataclass
 class GpuAdmissions:

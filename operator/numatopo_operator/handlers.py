@@ -29,8 +29,6 @@ from numatopo_operator.groups import worker as group_worker
 from numatopo_operator.pod_view import PodView
 from numatopo_operator.runtime import Runtime
 
-__all__ = ["build_registry", "observe_topology", "pod_seen", "topology_seen"]
-
 Logger = logging.Logger | logging.LoggerAdapter[Any]
 
 logger = logging.getLogger(__name__)

@@ -54,8 +54,6 @@ from numatopo_operator.pod_view import PodView, slim_pod
 from numatopo_operator.runtime import Runtime
 from numatopo_operator.translate import Booking, RawPod
 
-__all__ = ["judge", "judging_order", "listed_bookings", "take_over"]
-
 logger = logging.getLogger(__name__)
 
 # How long a new holder waits for its pod watch to hand over its token before it lists

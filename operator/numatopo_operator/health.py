@@ -13,8 +13,6 @@ from aiohttp import web
 
 from numatopo_operator.runtime import Runtime
 
-__all__ = ["build_app", "readiness"]
-
 RUNTIME_KEY: web.AppKey[Runtime] = web.AppKey("runtime", Runtime)
 
 

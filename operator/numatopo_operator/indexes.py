@@ -19,18 +19,6 @@ import pydantic
 
 from numatopo_engine.model import Cpu, NumatopologySpec, UnhealthyDevices
 
-__all__ = [
-    "OWNED_STATUS",
-    "SHARED_PARTS",
-    "TopologyReading",
-    "heartbeat_of",
-    "numatopologies",
-    "owned_status",
-    "reading_with",
-    "shared_parts",
-    "stale_reason",
-]
-
 
 def heartbeat_of(body: kopf.Body) -> float | None:
     """`status.heartbeat` as Unix seconds; None when absent or unreadable (an exporter

@@ -49,18 +49,6 @@ from numatopo_operator.background import supervised
 from numatopo_operator.errors import KubeConflictError, KubeError, KubeNotFoundError
 from numatopo_operator.runtime import Runtime
 
-__all__ = [
-    "ACTIVE_LABEL",
-    "ACTIVE_VALUE",
-    "Elector",
-    "PodLabel",
-    "label_patch",
-    "lease_identity",
-    "own_pod",
-    "pod_of_identity",
-    "stand_down",
-]
-
 logger = logging.getLogger(__name__)
 
 ACTIVE_LABEL = "numatopo.io/extender-active"

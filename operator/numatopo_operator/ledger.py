@@ -59,8 +59,6 @@ from numatopo_operator.dra_holds import book_holds
 from numatopo_operator.node_record import NodeRecord
 from numatopo_operator.translate import NO_NUMATOPOLOGY, Booking
 
-__all__ = ["Ledger", "ShapeCandidates"]
-
 ShapeCandidates = tuple[NumatopologySpec, list[str], list[NodeState]]
 """Candidates of one hardware shape: a topology of that shape, the nodes, their states."""
 

@@ -21,8 +21,6 @@ from numatopo_kube import Listing, WatchEvent
 from numatopo_kube.backoff import Backoff
 from numatopo_operator.errors import KubeError
 
-__all__ = ["Followed", "KeyedWorkers", "follow", "in_turns", "stop_all"]
-
 logger = logging.getLogger(__name__)
 
 RETRY_SECONDS = 1.0

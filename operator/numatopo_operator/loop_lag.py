@@ -11,8 +11,6 @@ import asyncio
 
 from numatopo_operator.metrics import Metrics
 
-__all__ = ["measure_loop_lag"]
-
 PERIOD_SECONDS = 0.5
 
 

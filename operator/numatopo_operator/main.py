@@ -39,8 +39,6 @@ from numatopo_operator.runtime import Runtime
 from numatopo_operator.settings import OperatorSettings
 from numatopo_operator.signing_keys import load_keys
 
-__all__ = ["Servers", "run", "serve"]
-
 logger = logging.getLogger(__name__)
 
 

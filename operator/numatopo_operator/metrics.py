@@ -10,8 +10,6 @@ from functools import partial
 import prometheus_client
 from prometheus_client import Counter, Gauge, Histogram
 
-__all__ = ["Metrics"]
-
 # From 100 µs (a CPU-only pod on a small node) to 2.5 s (an exhaustive GPU search).
 LATENCY_BUCKETS = (1e-4, 2.5e-4, 5e-4, 1e-3, 2.5e-3, 5e-3, 0.01, 0.025, 0.05, 0.1, 0.25, 1.0, 2.5)
 

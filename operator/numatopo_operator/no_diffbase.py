@@ -14,8 +14,6 @@ from collections.abc import Iterable
 
 import kopf
 
-__all__ = ["NoDiffBase"]
-
 
 class NoDiffBase(kopf.DiffBaseStorage):
     def build(

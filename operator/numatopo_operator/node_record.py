@@ -15,8 +15,6 @@ from numatopo_engine.state import NodeState
 from numatopo_engine.topology_tables import NodeNames, Tables
 from numatopo_operator.translate import Booking
 
-__all__ = ["NodeRecord"]
-
 
 @dataclass(eq=False, slots=True)
 class NodeRecord:

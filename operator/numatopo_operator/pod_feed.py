@@ -17,13 +17,11 @@ import logging
 from functools import partial
 from typing import Any
 
-from numatopo_operator import handlers, list_watch, translate
+from numatopo_operator import handlers, list_watch, pod_view
 from numatopo_operator.background import supervised
 from numatopo_operator.errors import KubeError
 from numatopo_operator.pod_view import slim_pod
 from numatopo_operator.runtime import Runtime
-
-__all__ = ["follow_pods"]
 
 logger = logging.getLogger(__name__)
 
@@ -48,7 +46,7 @@ class _Feed:
         self.workers = list_watch.KeyedWorkers()
 
     def hand_over(self, type: str | None, pod: dict[str, Any]) -> None:
-        key = translate.pod_key(pod)
+        key = pod_view.pod_key(pod)
         stamp = _stamp(pod)
         if type == "DELETED":
             self.known.pop(key, None)
@@ -73,7 +71,7 @@ class _Feed:
 
         def hand_over_listed(raw: dict[str, Any]) -> None:
             pod = slim_pod(raw)
-            listed.add(translate.pod_key(pod))
+            listed.add(pod_view.pod_key(pod))
             self.hand_over(None, pod)
 
         async with runtime.pod_lists:

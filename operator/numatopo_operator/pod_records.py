@@ -13,8 +13,6 @@ from dataclasses import dataclass, field
 
 from numatopo_operator.pod_view import PodView
 
-__all__ = ["PodRecord", "PodRecords"]
-
 
 @dataclass(slots=True)
 class PodRecord:

@@ -25,8 +25,6 @@ from numatopo_engine.pod_options import shorten
 from numatopo_engine.request import PodRequest
 from numatopo_engine.resources import ResourceNames
 
-__all__ = ["FINISHED_PHASES", "PodView", "pod_key", "slim_pod"]
-
 FINISHED_PHASES = frozenset({"Succeeded", "Failed"})
 
 

@@ -13,8 +13,6 @@ from numatopo_operator import translate
 from numatopo_operator.pod_view import PodView
 from numatopo_operator.runtime import Runtime
 
-__all__ = ["write_invalid", "write_outcome", "write_taken_back"]
-
 
 async def write_outcome(
     runtime: Runtime,

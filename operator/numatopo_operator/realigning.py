@@ -41,8 +41,6 @@ from numatopo_operator.ledger import Ledger
 from numatopo_operator.pod_view import PodView
 from numatopo_operator.runtime import Runtime
 
-__all__ = ["REALIGNED", "mismatch", "nic_pins", "pins", "pins_of_pod", "realign"]
-
 logger = logging.getLogger(__name__)
 
 REALIGNED = "NumatopoRealigned"

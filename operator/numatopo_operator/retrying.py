@@ -15,8 +15,6 @@ from typing import Generic, TypeVar
 
 from numatopo_kube.backoff import Backoff
 
-__all__ = ["RetryQueue"]
-
 T = TypeVar("T")
 
 

@@ -40,8 +40,6 @@ from numatopo_operator.settings import OperatorSettings, SettingsError
 from numatopo_operator.waiting import WaitingPods
 from numatopo_operator.workload_mix import MixLearner
 
-__all__ = ["COMPONENT", "LeaseTerm", "Runtime"]
-
 # The source of the operator's Events.
 COMPONENT = "numatopo-operator"
 

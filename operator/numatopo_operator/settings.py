@@ -14,15 +14,6 @@ from dataclasses import dataclass, field, fields, replace
 from numatopo_engine.packing import MixError, WorkloadMix
 from numatopo_engine.resources import DEFAULT_GPU_PATTERNS, ResourceNames
 
-__all__ = [
-    "ENV_PREFIX",
-    "OperatorSettings",
-    "SettingsError",
-    "add_arguments",
-    "from_args",
-    "from_env",
-]
-
 ENV_PREFIX = "NUMATOPO_"
 MAX_HALF_LIFE_SECONDS = 30 * 86400.0
 

@@ -8,8 +8,6 @@ from pathlib import Path
 from numatopo_engine.signing import Signer, SigningKeyError, Verifier
 from numatopo_operator.settings import OperatorSettings, SettingsError
 
-__all__ = ["load_keys"]
-
 logger = logging.getLogger(__name__)
 
 

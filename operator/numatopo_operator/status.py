@@ -25,8 +25,6 @@ from numatopo_engine.state import NodeState
 from numatopo_operator.errors import KubeError, KubeNotFoundError
 from numatopo_operator.runtime import Runtime
 
-__all__ = ["aligned_free_gpus", "free_status", "write_statuses"]
-
 logger = logging.getLogger(__name__)
 
 # Debounce periods a burst's writes wait at most for a quiet one (10 s at the default 2 s).

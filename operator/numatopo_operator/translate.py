@@ -16,35 +16,7 @@ from numatopo_engine.annotations import Assignment, Observed, State
 from numatopo_engine.errors import InvalidRequestError
 from numatopo_engine.signing import PodIdentity, Verifier
 from numatopo_operator.errors import BookingError
-from numatopo_operator.pod_view import PodView, pod_key
-
-__all__ = [
-    "ASSIGNED",
-    "BIND_FAILED",
-    "INVALID",
-    "NO_NUMATOPOLOGY",
-    "UNSATISFIABLE",
-    "UNTRUSTED",
-    "Booking",
-    "PodView",
-    "RawPod",
-    "assigned_message",
-    "booking_from_pod",
-    "invalid_annotations",
-    "invalid_message",
-    "is_admitted",
-    "is_annotated",
-    "is_finished",
-    "is_waiting",
-    "needs_rejudging",
-    "outcome_annotations",
-    "pod_key",
-    "pod_node",
-    "reason_of",
-    "removal_annotations",
-    "state_of",
-    "unsatisfiable_message",
-]
+from numatopo_operator.pod_view import PodView
 
 # The extender's word for a candidate without a Numatopology (`extender`, `dra_extender`).
 NO_NUMATOPOLOGY = "no Numatopology for the node (is the numatopo exporter running there?)"

@@ -10,8 +10,6 @@ from __future__ import annotations
 from numatopo_operator import translate
 from numatopo_operator.pod_view import PodView
 
-__all__ = ["WaitingPods"]
-
 
 class WaitingPods:
     def __init__(self) -> None:

@@ -19,8 +19,6 @@ from numatopo_engine.resources import ResourceNames
 from numatopo_operator.pod_view import PodView
 from numatopo_operator.translate import RawPod
 
-__all__ = ["MixLearner", "shape_of_pod"]
-
 # Keys of pods already counted are kept up to this many (then the oldest are dropped:
 # a pod seen again after that counts again, which only refreshes its weight).
 SEEN_LIMIT = 100_000

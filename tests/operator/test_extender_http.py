@@ -10,9 +10,9 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from pydantic import TypeAdapter
 
+from extender_scores import extender_scores
 from numatopo_engine import annotations as keys
 from numatopo_operator.extender import (
-    extender_scores,
     filter_body,
     priorities_body,
     rank_scores,

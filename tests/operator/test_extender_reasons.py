@@ -6,6 +6,7 @@ from pathlib import Path
 
 import pytest
 
+from extender_scores import extender_scores
 from numatopo_engine import refusals
 from numatopo_engine.allocation import allocate, evaluate, score_many
 from numatopo_engine.annotations import PolicyName
@@ -13,7 +14,7 @@ from numatopo_engine.errors import UnsatisfiableError
 from numatopo_engine.model import Numatopology
 from numatopo_engine.request import ContainerRequest, PodRequest, TopologyOptions
 from numatopo_engine.state import NodeState
-from numatopo_operator.extender import extender_scores, judge_off_loop
+from numatopo_operator.extender import judge_off_loop
 from numatopo_operator.runtime import Runtime
 from numatopo_operator.settings import OperatorSettings
 

@@ -15,11 +15,9 @@ from numatopo_cli.kubectl.reports import ExplainReport, Fit, GroupSearch, Refusa
 from numatopo_engine import annotations as keys
 from numatopo_engine import pod_request
 from numatopo_engine.domains import describe_domain
-from numatopo_operator import translate
+from numatopo_operator import pod_view, translate
 from numatopo_operator.cluster_view import ClusterView, GroupJudgement
 from numatopo_operator.translate import RawPod
-
-__all__ = ["explain_report", "explain_text"]
 
 
 def _groups(kind: str, refused: dict[str, str]) -> list[RefusalGroup]:
@@ -80,7 +78,7 @@ def explain_report(
         key=lambda fit: (-fit.rank, fit.node),
     )
     return ExplainReport(
-        pod=translate.pod_key(pod),
+        pod=pod_view.pod_key(pod),
         node_name=translate.pod_node(pod) or "",
         state=str(annotations.get(keys.STATE, "")),
         reason=str(annotations.get(keys.REASON, "")),

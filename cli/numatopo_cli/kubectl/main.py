@@ -21,8 +21,6 @@ from numatopo_cli.kubectl.reading import Access, read_cluster
 from numatopo_cli.render.cluster_svg import render_cluster_svg
 from numatopo_kube import KubeConfigError, KubeError, KubeNotFoundError
 
-__all__ = ["build_parser", "main"]
-
 PROG = "kubectl numatopo"
 
 

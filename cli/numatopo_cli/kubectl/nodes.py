@@ -11,8 +11,6 @@ from numatopo_engine.model import NumatopologySpec
 from numatopo_engine.state import NodeState
 from numatopo_operator.cluster_view import ClusterView
 
-__all__ = ["node_row", "nodes_report", "nodes_table"]
-
 
 def _numa_rows(spec: NumatopologySpec, state: NodeState) -> list[NumaRow]:
     free_cpus = state.free_cpus()

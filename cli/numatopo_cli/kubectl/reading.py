@@ -11,8 +11,6 @@ from numatopo_engine.signing import SigningKeyError, Verifier
 from numatopo_kube import KubeClient, KubeError, KubeForbiddenError, KubeNotFoundError
 from numatopo_operator.cluster_view import ClusterView, replay
 
-__all__ = ["Access", "read_cluster", "verifier_from"]
-
 # The chart publishes the operator's public keys here (`<fullname>-signing-key`).
 KEYS_CONFIGMAP_SUFFIX = "-signing-key"
 KEYS_ENTRY = "trusted.pem"

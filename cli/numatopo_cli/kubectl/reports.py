@@ -10,18 +10,6 @@ from pydantic.alias_generators import to_camel
 
 from numatopo_cli.reports import Report
 
-__all__ = [
-    "API_VERSION",
-    "BookingRow",
-    "ExplainReport",
-    "Fit",
-    "NodeRow",
-    "NodesReport",
-    "NumaRow",
-    "RefusalGroup",
-    "TopReport",
-]
-
 API_VERSION = "kubectl.numatopo.io/v1"
 
 

@@ -12,8 +12,6 @@ from numatopo_engine.annotations import Assignment
 from numatopo_engine.cpuset import CPUSet
 from numatopo_operator.cluster_view import ClusterView
 
-__all__ = ["top_report", "top_text"]
-
 
 def _booking(key: str, node: str, assignment: Assignment) -> BookingRow:
     containers = assignment.containers.values()

@@ -12,8 +12,6 @@ from xml.sax.saxutils import escape
 
 from numatopo_cli.kubectl.reports import NodeRow, NodesReport
 
-__all__ = ["render_cluster_svg"]
-
 CARD_WIDTH = 300
 NUMA_ROW = 34
 CARD_HEAD = 40

@@ -22,8 +22,6 @@ from numatopo_engine.domains import (
     domain_fragmentation,
 )
 
-__all__ = ["Row", "domain_rows", "render_svg", "render_table"]
-
 Path = tuple[str, ...]
 
 

@@ -13,8 +13,6 @@ from dataclasses import dataclass
 from numatopo_cli.render import text
 from numatopo_engine.model import NumatopologySpec, PathType
 
-__all__ = ["Matrix", "build_matrix", "render_matrix"]
-
 SELF = "X"
 
 # Colours: direct links green, same PCIe switch cyan, through the CPU yellow, across

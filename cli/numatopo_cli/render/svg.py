@@ -32,8 +32,6 @@ from numatopo_engine.model import (
     PathType,
 )
 
-__all__ = ["render_svg"]
-
 K = TypeVar("K")
 
 # Geometry in px. Device boxes fit "GPU12" plus a model name such as "H100 80GB HBM3"

@@ -9,8 +9,6 @@ from collections.abc import Sequence
 from numatopo_cli.render import matrix, text
 from numatopo_engine.model import DraDevices, Gpu, Numatopology, NumatopologySpec, Policies
 
-__all__ = ["render_table"]
-
 # The name the kubelet reader gives itself in `spec.sources`.
 KUBELET_SOURCE = "kubelet"
 

@@ -6,21 +6,6 @@ from collections.abc import Callable, Iterable, Sequence
 
 from numatopo_engine.model import Gpu, GpuLink, LinkType, Nic, NumatopologySpec
 
-__all__ = [
-    "UNKNOWN",
-    "align_rows",
-    "count",
-    "format_bytes",
-    "format_hugepages",
-    "format_ids",
-    "link_label",
-    "numa_ids",
-    "paint",
-    "percent",
-    "short_model",
-    "short_pci",
-]
-
 UNKNOWN = "-"
 
 _BINARY_UNITS = ("B", "KiB", "MiB", "GiB", "TiB", "PiB")

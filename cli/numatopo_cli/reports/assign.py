@@ -12,8 +12,6 @@ from pydantic import ConfigDict, Field, field_serializer
 from numatopo_cli.reports import API_VERSION, Report
 from numatopo_engine.annotations import Assignment
 
-__all__ = ["AssignReport"]
-
 
 class AssignReport(Report):
     model_config = ConfigDict(json_schema_serialization_defaults_required=False)

@@ -10,8 +10,6 @@ from pydantic.alias_generators import to_camel
 
 from numatopo_cli.reports import API_VERSION, Report
 
-__all__ = ["DomainRow", "DomainsReport", "GroupPlacementRow"]
-
 
 class _Camel(Report):
     model_config = ConfigDict(alias_generator=to_camel)

@@ -15,14 +15,6 @@ from numatopo_cli.reports import API_VERSION, Report
 from numatopo_engine.simulation import SimulationResult
 from numatopo_engine.simulation.gangs import GangResult
 
-__all__ = [
-    "GangSimulationReport",
-    "MigPoolReport",
-    "SimulationReport",
-    "gang_report",
-    "simulation_report",
-]
-
 
 class MigPoolReport(Report):
     resource: str

@@ -29,8 +29,6 @@ from numatopo_engine.model import NumatopologySpec
 from numatopo_engine.request import PodRequest
 from numatopo_engine.state import NodeState
 
-__all__ = ["Claimed", "NotFollowedError", "claimed_devices", "results_of"]
-
 OTHER_CPUS = "numatopo.io/dra-unclaimed-cpus"
 
 

@@ -15,28 +15,6 @@ from typing import Annotated, Any, Literal
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 from pydantic.alias_generators import to_camel
 
-__all__ = [
-    "API_VERSION",
-    "DELETE_PROTECTION",
-    "AllocationResult",
-    "Device",
-    "DeviceAllocationConfiguration",
-    "DeviceAllocationResult",
-    "DeviceAttribute",
-    "DeviceClaimConfiguration",
-    "DeviceClass",
-    "DeviceConstraint",
-    "DeviceRequest",
-    "DeviceRequestAllocationResult",
-    "DeviceSelector",
-    "ExactDeviceRequest",
-    "NodeSelector",
-    "ResourceClaim",
-    "ResourceClaimConsumerReference",
-    "ResourceSlice",
-    "node_selector_for",
-]
-
 API_VERSION = "resource.k8s.io/v1"
 DELETE_PROTECTION = "resource.kubernetes.io/delete-protection"
 """The finalizer the scheduler puts on a claim before allocating it; kube-controller-

@@ -41,19 +41,6 @@ from numatopo_engine.model import NumatopologySpec
 from numatopo_engine.request import PodRequest
 from numatopo_engine.state import NodeState
 
-__all__ = [
-    "ClaimDecision",
-    "ClaimDemand",
-    "PodClaim",
-    "UndecidedError",
-    "allocations_for",
-    "claim_demand",
-    "decide_claims",
-    "pod_claims",
-    "restricted_to",
-    "unsupported",
-]
-
 INELIGIBLE = "numatopo.io/dra-ineligible"
 MAX_VARIANTS = 64
 

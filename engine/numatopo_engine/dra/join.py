@@ -31,19 +31,6 @@ from numatopo_engine import model
 from numatopo_engine.dra.api import Device, DeviceAttribute, ResourceSlice
 from numatopo_engine.model import NumatopologySpec
 
-__all__ = [
-    "CPU_DRIVER",
-    "STANDARD_DOMAIN",
-    "DeviceId",
-    "DeviceKind",
-    "DraDevice",
-    "DraNode",
-    "attribute",
-    "dra_devices",
-    "join_node",
-    "normal_bus_id",
-]
-
 STANDARD_DOMAIN = "resource.kubernetes.io"
 _PCI_ATTRIBUTES = ("pciBusID", "pcieBusID", "pciAddress")
 _NIC_NAMES = ("rdmaDevName", "ifName")

@@ -6,8 +6,6 @@ from __future__ import annotations
 from collections.abc import Callable, Mapping
 from typing import Any
 
-__all__ = ["devices_from_claims"]
-
 
 def devices_from_claims(pod: Mapping[str, Any], is_device: Callable[[str], bool]) -> bool:
     """Whether the pod's GPUs and NICs come from its ResourceClaims alone: it references

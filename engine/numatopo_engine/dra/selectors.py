@@ -31,8 +31,6 @@ from celpy.evaluation import CELEvalError
 
 from numatopo_engine.dra.api import Device, DeviceSelector
 
-__all__ = ["ALLOWED_FUNCTIONS", "SelectorRefusedError", "Selectors", "device_activation"]
-
 ALLOWED_FUNCTIONS = frozenset(
     {"startsWith", "endsWith", "contains", "size", "has", "exists", "all", "exists_one"}
 )

@@ -19,21 +19,6 @@ from numatopo_engine.exports.zones import MANAGED_BY, DeviceNames, numa_zones
 from numatopo_engine.model import NumatopologySpec, ObjectMeta
 from numatopo_engine.state import NodeState
 
-__all__ = [
-    "API_VERSION",
-    "GROUP",
-    "KIND",
-    "VERSION",
-    "AttributeInfo",
-    "CostInfo",
-    "NodeResourceTopology",
-    "ResourceInfo",
-    "Zone",
-    "node_resource_topology",
-    "topology_policy",
-    "zone_name",
-]
-
 GROUP = "topology.node.k8s.io"
 VERSION = "v1alpha2"
 API_VERSION = f"{GROUP}/{VERSION}"

@@ -19,20 +19,6 @@ from numatopo_engine.exports.zones import MANAGED_BY
 from numatopo_engine.model import NumatopologySpec, ObjectMeta
 from numatopo_engine.state import NodeState
 
-__all__ = [
-    "API_VERSION",
-    "GROUP",
-    "KIND",
-    "VERSION",
-    "ContainerAllocation",
-    "CpuInfo",
-    "NumaResource",
-    "PodAllocation",
-    "VolcanoNumatopology",
-    "VolcanoSpec",
-    "volcano_numatopology",
-]
-
 GROUP = "nodeinfo.volcano.sh"
 VERSION = "v1alpha1"
 API_VERSION = f"{GROUP}/{VERSION}"

@@ -4,8 +4,6 @@ from __future__ import annotations
 
 from pydantic import BaseModel, ConfigDict
 
-__all__ = ["ForeignObject", "ForeignWire"]
-
 
 class ForeignWire(BaseModel):
     """A part of another project's format: field names as it spells them, no unknown keys."""

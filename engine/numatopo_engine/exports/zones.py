@@ -19,8 +19,6 @@ from numatopo_engine.model import NumatopologySpec
 from numatopo_engine.quantity import QuantityError, parse_bytes
 from numatopo_engine.state import NodeState
 
-__all__ = ["MANAGED_BY", "Amounts", "DeviceNames", "NumaZone", "numa_zones"]
-
 MANAGED_BY = "numatopo"
 """`app.kubernetes.io/managed-by` on every exported object: how numatopo finds its own."""
 

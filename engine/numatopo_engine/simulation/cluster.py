@@ -24,8 +24,6 @@ from numatopo_engine.simulation.layouts import (
 from numatopo_engine.simulation.trace import GPU_MILLI, NodeRow, PodRow
 from numatopo_engine.state import NodeState
 
-__all__ = ["Cluster", "NodeShape", "SimNode", "build_cluster", "tightest_share"]
-
 
 @dataclass(frozen=True, slots=True)
 class NodeShape:

@@ -20,8 +20,6 @@ from typing import Any, NamedTuple
 
 from numatopo_engine.model import NumatopologySpec
 
-__all__ = ["FleetNode", "build_fleet", "gpu_uuid", "identify", "node_name"]
-
 
 class FleetNode(NamedTuple):
     name: str

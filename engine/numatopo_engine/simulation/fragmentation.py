@@ -29,8 +29,6 @@ from numatopo_engine.numamask import bits
 from numatopo_engine.simulation.cluster import Cluster, SimNode, tightest_share
 from numatopo_engine.simulation.trace import GPU_MILLI, PodRow
 
-__all__ = ["Fragmentation", "RequestType"]
-
 State = tuple[int, int, tuple[int, ...]]  # free CPU milli, free memory MiB, free share per GPU
 
 

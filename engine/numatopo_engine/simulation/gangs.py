@@ -62,18 +62,6 @@ from numatopo_engine.request import ContainerRequest, PodRequest, TopologyOption
 from numatopo_engine.simulation.leafspine import ClusterFile
 from numatopo_engine.simulation.metrics import milliseconds
 
-__all__ = [
-    "GANG_STRATEGIES",
-    "HELIOS_GPU_CDF",
-    "GangJob",
-    "GangResult",
-    "GangStrategyResult",
-    "GroupOptions",
-    "draw_jobs",
-    "first_fit",
-    "simulate_gangs",
-]
-
 # Cumulative % of GPU jobs with at most this many GPUs (see the module docstring);
 # 128 stands for "> 64".
 HELIOS_GPU_CDF: Mapping[str, tuple[tuple[int, float], ...]] = {

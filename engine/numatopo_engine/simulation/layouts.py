@@ -29,15 +29,6 @@ from numatopo_engine.cpuset import CPUSet
 from numatopo_engine.model import Cpu, Gpu, GpuLink, GpuPath, NumaNode, NumatopologySpec, PathType
 from numatopo_engine.simulation.trace import NodeRow
 
-__all__ = [
-    "Layout",
-    "LinkTable",
-    "TopologyMap",
-    "TopologyMapError",
-    "build_node_spec",
-    "parse_topology_map",
-]
-
 # SLIT distances of a typical 2-socket Xeon (local 10, remote 21).
 REMOTE_DISTANCE = 21
 MIB = 1 << 20

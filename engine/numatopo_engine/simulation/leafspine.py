@@ -34,16 +34,6 @@ from numatopo_engine.simulation.layouts import TopologyMap, build_node_spec
 from numatopo_engine.simulation.trace import NodeRow
 from numatopo_engine.state import NodeState
 
-__all__ = [
-    "LEVELS",
-    "ClusterFile",
-    "ClusterNode",
-    "LeafSpine",
-    "NodeShapeWeight",
-    "generate",
-    "shapes_from_rows",
-]
-
 LEVELS = (
     "topology.k8s.aws/network-node-layer-1",
     "topology.k8s.aws/network-node-layer-2",

@@ -13,8 +13,6 @@ from numatopo_engine.simulation.cluster import Cluster
 from numatopo_engine.simulation.strategies import Outcome, Placement
 from numatopo_engine.simulation.trace import PodRow
 
-__all__ = ["Recorder", "StrategyResult", "milliseconds"]
-
 
 def _share(part: int, whole: int) -> float | None:
     return part / whole if whole else None

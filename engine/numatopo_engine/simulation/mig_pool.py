@@ -31,15 +31,6 @@ from dataclasses import dataclass, replace
 from numatopo_engine.simulation.layouts import Layout, TopologyMap
 from numatopo_engine.simulation.trace import GPU_MILLI, NodeRow, PodRow
 
-__all__ = [
-    "MIG_PROFILES",
-    "MigPool",
-    "MigPoolError",
-    "MigPoolPlan",
-    "apply_mig_pool",
-    "parse_mig_pool",
-]
-
 GPU_SLICES = 7
 # Compute slices of each A100/H100 80GB GPU instance profile (`nvidia-smi mig -lgip`).
 MIG_PROFILES = {"1g.10gb": 1, "2g.20gb": 2, "3g.40gb": 3, "4g.40gb": 4, "7g.80gb": 7}

@@ -19,8 +19,6 @@ from numatopo_engine.simulation.metrics import Recorder, StrategyResult
 from numatopo_engine.simulation.strategies import Outcome, Placement, Rejection, make_strategy
 from numatopo_engine.simulation.trace import GPU_MILLI, NodeRow, PodRow
 
-__all__ = ["SimulationResult", "book_placement", "simulate"]
-
 Progress = Callable[[int, int], None]
 
 

@@ -57,8 +57,6 @@ from numatopo_engine.simulation.fragmentation import Fragmentation
 from numatopo_engine.simulation.trace import PodRow
 from numatopo_engine.state import NodeState
 
-__all__ = ["STRATEGIES", "Placement", "Rejection", "Strategy", "make_strategy"]
-
 MIB = 1 << 20
 
 

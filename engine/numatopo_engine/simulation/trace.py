@@ -19,17 +19,6 @@ import random
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, replace
 
-__all__ = [
-    "Arrival",
-    "NodeRow",
-    "PodRow",
-    "TraceError",
-    "build_workload",
-    "parse_node_rows",
-    "parse_pod_rows",
-    "sample_nodes",
-]
-
 NODE_COLUMNS = ("sn", "cpu_milli", "memory_mib", "gpu", "model")
 POD_COLUMNS = ("name", "cpu_milli", "memory_mib", "num_gpu", "gpu_milli")
 

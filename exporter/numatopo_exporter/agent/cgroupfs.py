@@ -27,8 +27,6 @@ from numatopo_engine.cpuset import CPUSet, CPUSetParseError
 from numatopo_exporter.agent import cgroups
 from numatopo_exporter.agent.planning import Cpuset, CpusetWrite
 
-__all__ = ["CgroupError", "CgroupGoneError", "ContainerCgroup", "Hierarchy", "detect_hierarchy"]
-
 CPUS = "cpuset.cpus"
 MEMS = "cpuset.mems"
 

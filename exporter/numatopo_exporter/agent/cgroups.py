@@ -26,18 +26,6 @@ import enum
 from dataclasses import dataclass
 from pathlib import PurePosixPath
 
-__all__ = [
-    "ContainerId",
-    "Driver",
-    "QosClass",
-    "container_dir_names",
-    "kubepods_dir",
-    "parse_container_id",
-    "parse_pod_dir",
-    "pod_dir",
-    "tier_dirs",
-]
-
 
 class Driver(enum.StrEnum):
     CGROUPFS = "cgroupfs"

@@ -27,8 +27,6 @@ from numatopo_exporter.agent.pod_resources import (
 )
 from numatopo_kube import KubeClient, KubeError
 
-__all__ = ["GPUS_UNVERIFIED", "GPU_MISMATCH", "KubeletDevices"]
-
 GPU_MISMATCH = "GPUMismatch"
 GPUS_UNVERIFIED = "GPUsUnverified"
 

@@ -15,8 +15,6 @@ from numatopo_engine.cpuset import CPUSet
 from numatopo_exporter.agent import cgroupfs, planning, pods
 from numatopo_exporter.agent.metrics import AgentMetrics
 
-__all__ = ["CgroupPass", "locate", "write_cpusets"]
-
 logger = logging.getLogger("numatopo.agent")
 
 

@@ -30,8 +30,6 @@ from typing import Any
 from numatopo_engine.annotations import STATE, State
 from numatopo_kube import JSON_PATCH, STRATEGIC_MERGE_PATCH
 
-__all__ = ["ALIGNED", "StatusPatch", "current_condition", "now_text", "plan_pod_patches"]
-
 ALIGNED = "numatopo.io/Aligned"
 
 

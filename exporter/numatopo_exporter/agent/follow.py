@@ -24,8 +24,6 @@ from numatopo_engine.quantity import QuantityError, parse_milli
 from numatopo_exporter.agent.pod_view import PodView
 from numatopo_exporter.steering.choice import InFlight, containers_in_flight
 
-__all__ = ["gpu_words", "in_flight", "observe", "running_container_names"]
-
 
 def running_container_names(pod: Mapping[str, Any]) -> set[str]:
     """App containers and sidecars (restartable init containers) of the pod spec."""

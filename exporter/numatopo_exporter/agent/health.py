@@ -25,8 +25,6 @@ from numatopo_engine.device_ids import gpu_indices, nic_names
 from numatopo_engine.devices import schedulable_devices
 from numatopo_engine.model import NumatopologySpec, UnhealthyDevices
 
-__all__ = ["unhealthy_devices"]
-
 T = TypeVar("T", int, str)  # a device index or a NIC name
 
 

@@ -22,7 +22,7 @@ from numatopo_engine.signing import Verifier
 from numatopo_exporter.agent import cgroupfs, enforce
 from numatopo_exporter.agent.devices import KubeletDevices
 from numatopo_exporter.agent.metrics import AgentMetrics
-from numatopo_exporter.agent.node_status import COMPONENT, ENFORCING, NodeStatus, gpu_mode
+from numatopo_exporter.agent.node_status import NodeStatus, gpu_mode
 from numatopo_exporter.agent.pod_records import PodRecords
 from numatopo_exporter.agent.pods import select_assignments
 from numatopo_exporter.agent.report import PodReporter
@@ -33,8 +33,6 @@ from numatopo_kube import KubeClient
 from numatopo_kube.backoff import Backoff
 from numatopo_kube.event_posts import EventPosts
 from numatopo_kube.supervise import keep_running
-
-__all__ = ["COMPONENT", "ENFORCING", "AgentLoop"]
 
 logger = logging.getLogger("numatopo.agent")
 

@@ -9,8 +9,6 @@ from prometheus_client import Counter, Histogram
 
 from numatopo_exporter.daemon.metrics import Registry
 
-__all__ = ["AgentMetrics"]
-
 
 @dataclass
 class AgentMetrics(Registry):

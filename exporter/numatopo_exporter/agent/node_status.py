@@ -16,8 +16,6 @@ from numatopo_exporter.discovery.errors import DiscoveryError
 from numatopo_kube import KubeClient, KubeError
 from numatopo_kube.event_posts import EventPosts
 
-__all__ = ["AGENT_ENFORCING", "COMPONENT", "ENFORCING", "GPU_ASSIGNMENT", "NodeStatus", "gpu_mode"]
-
 COMPONENT = "numatopo-agent"
 ENFORCING = "Enforcing"
 AGENT_ENFORCING = "AgentEnforcing"

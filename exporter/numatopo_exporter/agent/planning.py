@@ -26,8 +26,6 @@ from typing import Literal
 
 from numatopo_engine.cpuset import CPUSet
 
-__all__ = ["Cpuset", "CpusetWrite", "PlanError", "Target", "desire_cpusets", "plan_writes"]
-
 CpusetFile = Literal["cpuset.cpus", "cpuset.mems"]
 
 

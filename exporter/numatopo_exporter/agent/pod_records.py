@@ -17,8 +17,6 @@ from numatopo_exporter.agent.pod_resources import Holdings
 from numatopo_exporter.agent.pod_view import PodView
 from numatopo_exporter.steering.choice import InFlight
 
-__all__ = ["Enforced", "PodRecord", "PodRecords"]
-
 
 @dataclass(frozen=True)
 class Enforced:

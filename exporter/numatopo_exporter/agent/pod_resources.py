@@ -16,8 +16,6 @@ import grpc
 
 from numatopo_exporter.kubelet_api import podresources_pb2, podresources_pb2_grpc
 
-__all__ = ["DEFAULT_SOCKET", "Holdings", "PodResourcesError", "list_allocatable", "list_holdings"]
-
 DEFAULT_SOCKET = Path("/var/lib/kubelet/pod-resources/kubelet.sock")
 
 Holdings = Mapping[tuple[str, str], Mapping[str, Mapping[str, list[str]]]]

@@ -17,8 +17,6 @@ from pydantic import ValidationError
 from numatopo_engine.annotations import ASSIGNMENT, OBSERVED, Assignment, Observed
 from numatopo_exporter.agent import cgroups
 
-__all__ = ["PodView", "RunningContainer"]
-
 _FINISHED_PHASES = frozenset({"Succeeded", "Failed"})
 
 

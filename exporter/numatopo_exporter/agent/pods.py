@@ -30,8 +30,6 @@ from numatopo_engine.signing import PodIdentity, Verifier
 from numatopo_exporter.agent import cgroups, planning
 from numatopo_exporter.agent.pod_view import PodView, RunningContainer
 
-__all__ = ["UNSIGNED", "PodAssignment", "PodOutcome", "Refusal", "select_assignments", "unsigned"]
-
 UNSIGNED = "UnsignedAssignment"
 
 

@@ -23,8 +23,6 @@ from numatopo_exporter.agent.pod_records import Enforced, PodRecords
 from numatopo_kube import KubeClient, KubeError
 from numatopo_kube.event_posts import EventPosts
 
-__all__ = ["PodReporter", "about"]
-
 # Reasons that are their own Event reason (others are announced as EnforcementFailed).
 _EVENT_REASONS = frozenset({GPU_MISMATCH, GPUS_UNVERIFIED})
 

@@ -11,8 +11,9 @@ from pathlib import Path
 from numatopo_engine.resources import ResourceNames
 from numatopo_engine.signing import SigningKeyError, Verifier
 from numatopo_exporter.agent import cgroupfs
-from numatopo_exporter.agent.loop import COMPONENT, AgentLoop
+from numatopo_exporter.agent.loop import AgentLoop
 from numatopo_exporter.agent.metrics import AgentMetrics
+from numatopo_exporter.agent.node_status import COMPONENT
 from numatopo_exporter.agent.pod_resources import DEFAULT_SOCKET
 from numatopo_exporter.daemon import metrics
 from numatopo_exporter.discovery import kubelet

@@ -17,8 +17,6 @@ from numatopo_exporter.agent.pod_view import PodView
 from numatopo_kube import KubeClient, KubeError
 from numatopo_kube.backoff import Backoff
 
-__all__ = ["PodWatch", "take_event"]
-
 logger = logging.getLogger("numatopo.agent")
 
 

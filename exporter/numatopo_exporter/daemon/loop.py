@@ -22,8 +22,6 @@ from numatopo_exporter.discovery.errors import DiscoveryError
 from numatopo_kube import KubeError
 from numatopo_kube.backoff import Backoff
 
-__all__ = ["ExporterLoop", "ScanError"]
-
 logger = logging.getLogger("numatopo.exporter")
 
 

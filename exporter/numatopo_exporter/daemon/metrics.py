@@ -19,8 +19,6 @@ from functools import partial
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
 from prometheus_client.exposition import CONTENT_TYPE_LATEST, generate_latest
 
-__all__ = ["ExporterMetrics", "MetricsServer", "Registry", "start_metrics_server"]
-
 HEAD_LIMIT = 8192  # bytes of request line and headers
 HEAD_SECONDS = 10.0
 

@@ -34,21 +34,6 @@ from numatopo_exporter.node_process import check_node, watch_own_numatopology
 from numatopo_kube import KubeClient
 from numatopo_kube.backoff import Backoff
 
-__all__ = [
-    "DEGRADED",
-    "EXPORTED",
-    "FIELD_MANAGER",
-    "HASH_ANNOTATION",
-    "PrintingSink",
-    "Publisher",
-    "Sink",
-    "build_object",
-    "plan_exported_condition",
-    "plan_status",
-    "published_hash",
-    "spec_hash",
-]
-
 FIELD_MANAGER = "numatopo-exporter"
 HASH_ANNOTATION = "numatopo.io/spec-hash"
 EXPORTED = "Exported"

@@ -13,8 +13,6 @@ import logging
 from collections.abc import Callable
 from typing import Any
 
-__all__ = ["ACTIONS", "SUBSYSTEMS", "Debouncer", "UdevWatch", "is_topology_event"]
-
 SUBSYSTEMS = ("pci", "cpu", "memory")
 ACTIONS = frozenset({"add", "remove", "online", "offline"})
 

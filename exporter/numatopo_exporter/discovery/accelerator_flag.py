@@ -11,8 +11,6 @@ from numatopo_engine.accelerators import (
     parse_rule,
 )
 
-__all__ = ["accelerator_rules", "add_accelerator_flag"]
-
 
 def _rule(text: str) -> AcceleratorRule:
     try:

@@ -32,8 +32,6 @@ from numatopo_exporter.discovery.nvidia_smi_topo import read_nvidia_smi_topo
 from numatopo_exporter.discovery.nvml import GpuReading, read_nvml
 from numatopo_exporter.discovery.sysfs import SysfsReading, read_sysfs_checked
 
-__all__ = ["DiscoverOptions", "Discovery", "Readers", "discover", "merge_offline"]
-
 
 @dataclass(frozen=True)
 class DiscoverOptions:

@@ -4,8 +4,6 @@ from __future__ import annotations
 
 from pathlib import Path
 
-__all__ = ["DiscoveryError", "SourceUnavailableError"]
-
 
 class DiscoveryError(Exception):
     """Input could not be read or makes no sense; the message names the file."""

@@ -52,8 +52,6 @@ from numatopo_exporter.discovery.nvlink_fabric import pair_links
 from numatopo_exporter.discovery.nvlink_speed import link_gbps
 from numatopo_exporter.discovery.sysfs import hugepage_size_key
 
-__all__ = ["SOURCE", "parse_hwloc_xml", "read_hwloc_xml"]
-
 SOURCE = "hwloc-xml"
 
 _GZIP_MAGIC = b"\x1f\x8b"

@@ -38,15 +38,6 @@ from numatopo_engine.quantity import QuantityError, parse_milli
 from numatopo_exporter.discovery.errors import DiscoveryError
 from numatopo_exporter.discovery.hostroot import HostRoot
 
-__all__ = [
-    "CONFIG_PATH",
-    "SOURCE",
-    "STATE_PATH",
-    "KubeletReading",
-    "read_cpu_manager_policy",
-    "read_kubelet",
-]
-
 SOURCE = "kubelet"
 CONFIG_PATH = Path("/var/lib/kubelet/config.yaml")
 STATE_PATH = Path("/var/lib/kubelet/cpu_manager_state")

@@ -19,8 +19,6 @@ from numatopo_exporter.discovery.nvml import SOURCE as NVML_SOURCE
 from numatopo_exporter.discovery.nvml import GpuReading
 from numatopo_exporter.discovery.pci_address import normalize_bus_id
 
-__all__ = ["merge_gpu_reading", "merge_kubelet"]
-
 
 def _bus(bus_id: str) -> str:
     try:

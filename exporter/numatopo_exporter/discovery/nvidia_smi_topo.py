@@ -48,8 +48,6 @@ from numatopo_engine.model import (
 from numatopo_exporter.discovery.errors import DiscoveryError
 from numatopo_exporter.discovery.nvlink_speed import nvlink_bandwidth
 
-__all__ = ["SOURCE", "parse_nvidia_smi_topo", "read_nvidia_smi_topo"]
-
 SOURCE = "nvidia-smi-topo"
 
 _AFFINITY_COLUMNS = ("CPU Affinity", "NUMA Affinity", "GPU NUMA ID")

@@ -12,8 +12,6 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 
-__all__ = ["pair_links"]
-
 
 def pair_links(
     direct: Mapping[tuple[int, int], int], via_switch: Mapping[int, int]

@@ -19,8 +19,6 @@ assumed: it is right for every generation from Volta to Hopper.
 
 from __future__ import annotations
 
-__all__ = ["DEFAULT_LINK_GBPS", "link_gbps", "nvlink_bandwidth"]
-
 DEFAULT_LINK_GBPS = 25.0
 
 # Checked in order: the first marker found in the upper-cased model name wins.

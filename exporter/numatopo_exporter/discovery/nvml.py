@@ -39,8 +39,6 @@ from numatopo_exporter.discovery.nvml_mig import nvml_text, read_mig_devices
 from numatopo_exporter.discovery.nvml_recording import Recorder
 from numatopo_exporter.discovery.pci_address import normalize_bus_id
 
-__all__ = ["NO_DRIVER", "SOURCE", "GpuReading", "main", "read_nvml", "record"]
-
 SOURCE = "nvml"
 NO_DRIVER = "no NVIDIA driver (libnvidia-ml.so not loadable): GPU topology from NVML skipped"
 

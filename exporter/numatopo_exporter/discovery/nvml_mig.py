@@ -23,8 +23,6 @@ from typing import Any, Protocol
 
 from numatopo_engine.model import MigDevice
 
-__all__ = ["nvml_text", "profile_from", "read_mig_devices"]
-
 _NAME_PROFILE = re.compile(r"\bMIG\s+(?P<profile>(?:\d+c\.)?\d+g\.\d+gb(?:\+[a-z]+)?)\s*$")
 
 

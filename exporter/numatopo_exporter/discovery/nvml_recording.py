@@ -27,8 +27,6 @@ from pathlib import Path
 from types import SimpleNamespace
 from typing import Any
 
-__all__ = ["FORMAT", "RECORDED_CALLS", "Recorder", "call_key"]
-
 FORMAT = "numatopo-nvml-recording/v1"
 
 RECORDED_CALLS = (

@@ -47,8 +47,6 @@ from numatopo_engine.model import PathType
 from numatopo_exporter.discovery.errors import DiscoveryError
 from numatopo_exporter.discovery.sysfs_files import list_dir, read_cpus, read_optional, read_text
 
-__all__ = ["PciDevice", "PciTree", "path_class"]
-
 _BUS_ID = re.compile(r"^[0-9a-f]{4,}:[0-9a-f]{2}:[0-9a-f]{2}\.[0-7]$")
 _HOST_BRIDGE = re.compile(r"^pci[0-9a-f]{4,}:[0-9a-f]{2}$")
 

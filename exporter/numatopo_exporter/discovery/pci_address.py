@@ -9,8 +9,6 @@ from __future__ import annotations
 
 import re
 
-__all__ = ["normalize_bus_id"]
-
 _BUS_ID = re.compile(
     r"^(?:(?P<domain>[0-9a-f]{1,8}):)?"
     r"(?P<bus>[0-9a-f]{1,2}):(?P<dev>[0-9a-f]{1,2})\.(?P<fn>[0-7])$"

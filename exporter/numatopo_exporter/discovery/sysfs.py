@@ -78,8 +78,6 @@ from numatopo_exporter.discovery.sysfs_files import (
     read_text,
 )
 
-__all__ = ["SysfsReading", "hugepage_size_key", "read_sysfs", "read_sysfs_checked"]
-
 logger = logging.getLogger(__name__)
 
 _NODE = re.compile(r"^node(\d+)$")

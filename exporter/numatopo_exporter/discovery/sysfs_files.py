@@ -14,8 +14,6 @@ import os
 from numatopo_engine.cpuset import CPUSet, CPUSetParseError
 from numatopo_exporter.discovery.errors import DiscoveryError
 
-__all__ = ["list_dir", "parse_cpulist", "read_cpus", "read_int", "read_optional", "read_text"]
-
 
 def read_text(path: str) -> str:
     """The whole file, stripped; a `DiscoveryError` naming the file if it cannot be read."""

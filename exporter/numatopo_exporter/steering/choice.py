@@ -35,8 +35,6 @@ from datetime import datetime
 from numatopo_engine.annotations import Assignment
 from numatopo_engine.device_ids import device_ids_for
 
-__all__ = ["Answer", "InFlight", "answer", "containers_in_flight"]
-
 
 @dataclass(frozen=True)
 class InFlight:

@@ -10,8 +10,6 @@ from prometheus_client import Counter
 
 from numatopo_exporter.daemon.metrics import Registry
 
-__all__ = ["SteeringMetrics"]
-
 
 @dataclass
 class SteeringMetrics(Registry):

@@ -83,8 +83,6 @@ from numatopo_exporter.steering.rpc import (
 )
 from numatopo_kube.backoff import Backoff
 
-__all__ = ["Steerer", "SteeringConfig", "SteeringStatus"]
-
 CALL_FAILED = (grpc.aio.AioRpcError, VendorGoneError)
 
 logger = logging.getLogger("numatopo.steering")

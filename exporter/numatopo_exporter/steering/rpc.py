@@ -19,19 +19,6 @@ import grpc
 
 from numatopo_exporter.kubelet_api import deviceplugin_pb2 as pb
 
-__all__ = [
-    "API_VERSION",
-    "KUBELET_SOCKET",
-    "DevicePluginHandlers",
-    "VendorClient",
-    "VendorGoneError",
-    "abort",
-    "register",
-    "serve_device_plugin",
-    "serve_registration",
-    "unix_target",
-]
-
 API_VERSION = "v1beta1"
 """The only device-plugin API version the kubelet has ever served."""
 KUBELET_SOCKET = "kubelet.sock"

@@ -33,8 +33,6 @@ from numatopo_operator.groups.members import MemberView
 from numatopo_operator.pod_view import PodView
 from numatopo_operator.runtime import Runtime
 
-__all__ = ["ClaimsPendingError", "Counted", "count_claims"]
-
 logger = logging.getLogger(__name__)
 
 UNDECIDED = "numatopo cannot judge them there: "

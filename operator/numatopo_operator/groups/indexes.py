@@ -18,8 +18,6 @@ import pydantic
 from numatopo_engine.model import GROUP, VERSION
 from numatopo_engine.network_topology import NETWORK_TOPOLOGY_PLURAL, NetworkTopologySpec
 
-__all__ = ["NodeView", "network_topologies", "node_views", "register"]
-
 # Kubernetes' own words for a node that must not get new pods.
 UNSCHEDULABLE_TAINTS = frozenset(
     {

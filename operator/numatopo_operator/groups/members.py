@@ -23,23 +23,9 @@ from numatopo_engine.errors import InvalidRequestError
 from numatopo_engine.groups import POD_GROUP_LABEL, GroupSpec, group_of, rank_of
 from numatopo_engine.model import WireModel
 from numatopo_engine.network_topology import HOSTNAME_LABEL
-from numatopo_operator import translate
+from numatopo_operator import pod_view
 from numatopo_operator.pod_view import PodView
 from numatopo_operator.translate import RawPod
-
-__all__ = [
-    "GATE",
-    "Expectation",
-    "GroupBook",
-    "MemberView",
-    "PlacementRecord",
-    "Step",
-    "StepKind",
-    "is_gated",
-    "next_step",
-    "planned_node",
-    "release_operations",
-]
 
 # The scheduling gate group members are created with (users put it in the pod template).
 GATE = keys.GROUP
@@ -347,7 +333,7 @@ def release_operations(pod: RawPod, node: str, gate: str = GATE) -> list[dict[st
     elif selector.get(HOSTNAME_LABEL) != node:
         if HOSTNAME_LABEL in selector:
             raise ReleaseError(
-                f"{translate.pod_key(pod)} selects node {selector[HOSTNAME_LABEL]!r} itself, "
+                f"{pod_view.pod_key(pod)} selects node {selector[HOSTNAME_LABEL]!r} itself, "
                 f"but its group's plan put it on {node!r}"
             )
         operations.append({"op": "test", "path": "/spec/nodeSelector", "value": dict(selector)})

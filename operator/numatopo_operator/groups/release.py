@@ -40,23 +40,6 @@ from numatopo_operator.groups.members import Expectation, MemberView, PlacementR
 from numatopo_operator.pod_view import PodView
 from numatopo_operator.runtime import Runtime
 
-__all__ = [
-    "Around",
-    "Placed",
-    "choose_topology",
-    "domain_tree",
-    "known_topologies",
-    "plan",
-    "preferred_note",
-    "recorded_domain",
-    "recover",
-    "release",
-    "replacement_anchors",
-    "search",
-    "setting",
-    "void",
-]
-
 logger = logging.getLogger(__name__)
 
 

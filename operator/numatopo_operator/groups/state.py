@@ -17,8 +17,6 @@ from numatopo_operator.groups.indexes import NodeView
 from numatopo_operator.groups.members import GroupBook
 from numatopo_operator.retrying import RetryQueue
 
-__all__ = ["GroupState"]
-
 
 @dataclass
 class GroupState:

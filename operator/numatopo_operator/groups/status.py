@@ -25,8 +25,6 @@ from numatopo_operator.errors import KubeError, KubeNotFoundError
 from numatopo_operator.groups import release as group_release
 from numatopo_operator.runtime import Runtime
 
-__all__ = ["network_status", "write_network_statuses"]
-
 logger = logging.getLogger(__name__)
 
 # Every NetworkTopology's status and gauges are computed again at least this often.

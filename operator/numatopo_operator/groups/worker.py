@@ -20,7 +20,7 @@ from typing import Any
 
 from numatopo_engine.domains import describe_domain
 from numatopo_engine.groups import GroupSpec
-from numatopo_operator import translate
+from numatopo_operator import pod_view, translate
 from numatopo_operator.errors import KubeError, KubeNotFoundError, NodeBusyError, NotActiveError
 from numatopo_operator.groups import release as group_release
 from numatopo_operator.groups.members import (
@@ -33,8 +33,6 @@ from numatopo_operator.groups.members import (
 from numatopo_operator.groups.release import GroupInvalidError, GroupUnplaceableError
 from numatopo_operator.pod_view import PodView
 from numatopo_operator.runtime import Runtime
-
-__all__ = ["advance", "observe_pod", "run_groups", "settle_group"]
 
 logger = logging.getLogger(__name__)
 
@@ -53,7 +51,7 @@ TICK_SECONDS = 0.25
 def observe_pod(runtime: Runtime, event: str, body: Mapping[str, Any]) -> None:
     """Record a pod event (any pod): group members are booked, changed groups marked."""
     group_state = runtime.groups
-    key = translate.pod_key(body)
+    key = pod_view.pod_key(body)
     if event == "DELETED" or translate.is_finished(body):
         ended = group_state.book.forget(key)
         group_state.first_seen.pop(key, None)

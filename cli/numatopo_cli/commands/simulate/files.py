@@ -20,24 +20,6 @@ from numatopo_engine.model import Numatopology, NumatopologySpec
 from numatopo_engine.simulation import NodeRow, TopologyMap, parse_node_rows, parse_topology_map
 from numatopo_engine.simulation.leafspine import NodeShapeWeight, shapes_from_rows
 
-__all__ = [
-    "DEFAULT_MAP",
-    "DEFAULT_NODES",
-    "DEFAULT_TRACE",
-    "InputError",
-    "csv_rows",
-    "node_shapes",
-    "open_text",
-    "pyplot",
-    "read_nodes",
-    "read_topology_dir",
-    "read_topology_map",
-    "replay_with_plot",
-    "save_figure",
-    "strategy_names",
-    "whole_number",
-]
-
 SAMPLES = "numatopo_cli.samples.simulate"
 DEFAULT_NODES = "openb_node_list_gpu_node.csv"
 DEFAULT_TRACE = "openb_pod_list_default.csv"
