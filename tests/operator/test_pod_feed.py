@@ -15,7 +15,7 @@ from numatopo_engine import annotations as keys
 from numatopo_engine import request_from_pod
 from numatopo_kube import KubeClient
 from numatopo_operator import bind_guard, pod_feed, translate
-from numatopo_operator.pod_view import slim_pod
+from numatopo_operator.pod_view import pod_key, slim_pod
 from numatopo_operator.runtime import Runtime
 from numatopo_operator.settings import OperatorSettings
 
@@ -52,7 +52,7 @@ def test_the_slim_view_reads_as_the_whole_pod_does():
         assert request_from_pod(view) == request_from_pod(pod)
         assert translate.is_admitted(view) == translate.is_admitted(pod)
         assert translate.is_waiting(view) == translate.is_waiting(pod)
-        assert translate.pod_key(view) == translate.pod_key(pod)
+        assert pod_key(view) == pod_key(pod)
         assert bind_guard.pod_refusal(view, "numatopo-scheduler") == bind_guard.pod_refusal(
             pod, "numatopo-scheduler"
         )

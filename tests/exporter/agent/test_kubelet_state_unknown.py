@@ -10,7 +10,7 @@ import kmock
 import pytest
 
 from numatopo_engine.model import API_VERSION, KIND
-from numatopo_exporter.agent.loop import ENFORCING
+from numatopo_exporter.agent.node_status import ENFORCING
 from numatopo_exporter.agent.pod_view import PodView
 from numatopo_exporter.discovery import kubelet
 from numatopo_exporter.discovery.errors import DiscoveryError
