@@ -6,13 +6,14 @@ from __future__ import annotations
 import json
 from importlib import resources
 
+from extender_scores import extender_scores
 from numatopo_engine.allocation import Engine, allocate, evaluate, mix_hosts, score_many
 from numatopo_engine.annotations import PolicyName
 from numatopo_engine.errors import UnsatisfiableError
 from numatopo_engine.simulation import NodeRow, PodRow, parse_topology_map
 from numatopo_engine.simulation.cluster import build_cluster
 from numatopo_engine.simulation.strategies import engine_request, trace_mix
-from numatopo_operator.extender import Candidates, extender_scores, judge_candidates
+from numatopo_operator.extender import Candidates, judge_candidates
 
 ROWS = [
     NodeRow("g2-a", 96000, 393216, 8, "G2"),
