@@ -456,6 +456,9 @@ async def bind_pod(
         runtime.check_may_write()
         await runtime.kube.create_binding(ref["namespace"], ref["name"], ref["uid"], node)
     except (KubeError, NotActiveError) as exc:
+        if await _bound_after_all(runtime, pod, node, exc):
+            logger.info("binding %s to %s: %s, but the pod is bound there", key, node, exc)
+            return ""
         runtime.metrics.decisions.labels("bind_failed").inc()
         runtime.gpu_admissions.admitted(key)
         if outcome is not None:
@@ -468,3 +471,17 @@ async def bind_pod(
         runtime.events.post(ref, warning=True, reason=translate.BIND_FAILED, message=message)
         return f"binding {key} to {node} failed: {exc}"
     return ""
+
+
+async def _bound_after_all(runtime: Runtime, pod: PodView, node: str, exc: Exception) -> bool:
+    """Whether a Binding whose answer was lost (no answer, a timeout, a 5xx) or refused
+    as a conflict went through anyway: the API server may commit it and fail to say so,
+    and taking the assignment of a pod running on `node` back would free its CPUs and
+    GPUs for the next pod. Asked of the pod itself; when that fails too, not bound."""
+    if not isinstance(exc, KubeError) or not (exc.transient or exc.status == 409):
+        return False
+    try:
+        now = PodView(await runtime.kube.get_pod(pod.namespace, pod.name))
+    except KubeError:
+        return False
+    return now.uid == pod.uid and now.node == node
