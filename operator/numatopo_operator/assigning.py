@@ -397,14 +397,19 @@ async def run_retries(runtime: Runtime) -> None:
         if not runtime.deciding:
             continue
         due_now = retries.pop_due(time.monotonic())
-        for at, (_, pod) in enumerate(due_now):
-            if not runtime.deciding:
-                # A renewal came late while earlier ones were judged: every pod not
-                # judged yet stays due, for when this replica decides again.
-                retries.put_back(key for key, _ in due_now[at:])
-                break
-            runtime.metrics.retries.inc()
-            await settle(runtime, pod)
+        judged = 0
+        try:
+            for _, pod in due_now:
+                if not runtime.deciding:
+                    break
+                runtime.metrics.retries.inc()
+                await settle(runtime, pod)
+                judged += 1
+        finally:
+            # A renewal came late while earlier ones were judged, or the loop failed or
+            # was cancelled: every pod not judged yet stays due (for when this replica
+            # decides again, or the supervisor runs the loop again).
+            retries.put_back(key for key, _ in due_now[judged:])
 
 
 Decider = Callable[[Runtime, PodView, PodRequest, str], Awaitable[Outcome | None]]
