@@ -385,14 +385,19 @@ async def run_retries(runtime: Runtime) -> None:
         if not runtime.deciding:
             continue
         due_now = retries.pop_due(time.monotonic())
-        for at, (_, pod) in enumerate(due_now):
-            if not runtime.deciding:
-                # A renewal came late while earlier ones were judged: every pod not
-                # judged yet stays due, for when this replica decides again.
-                retries.put_back(key for key, _ in due_now[at:])
-                break
-            runtime.metrics.retries.inc()
-            await settle(runtime, pod)
+        judged = 0
+        try:
+            for _, pod in due_now:
+                if not runtime.deciding:
+                    break
+                runtime.metrics.retries.inc()
+                await settle(runtime, pod)
+                judged += 1
+        finally:
+            # A renewal came late while earlier ones were judged, or the loop failed or
+            # was cancelled: every pod not judged yet stays due (for when this replica
+            # decides again, or the supervisor runs the loop again).
+            retries.put_back(key for key, _ in due_now[judged:])
 
 
 Decider = Callable[[Runtime, PodView, PodRequest, str], Awaitable[Outcome | None]]
@@ -444,6 +449,9 @@ async def bind_pod(
         runtime.check_may_write()
         await runtime.kube.create_binding(ref["namespace"], ref["name"], ref["uid"], node)
     except (KubeError, NotActiveError) as exc:
+        if await _bound_after_all(runtime, pod, node, exc):
+            logger.info("binding %s to %s: %s, but the pod is bound there", key, node, exc)
+            return ""
         runtime.metrics.decisions.labels("bind_failed").inc()
         runtime.gpu_admissions.admitted(key)
         if outcome is not None:
@@ -456,3 +464,17 @@ async def bind_pod(
         runtime.events.post(ref, warning=True, reason=translate.BIND_FAILED, message=message)
         return f"binding {key} to {node} failed: {exc}"
     return ""
+
+
+async def _bound_after_all(runtime: Runtime, pod: PodView, node: str, exc: Exception) -> bool:
+    """Whether a Binding whose answer was lost (no answer, a timeout, a 5xx) or refused
+    as a conflict went through anyway: the API server may commit it and fail to say so,
+    and taking the assignment of a pod running on `node` back would free its CPUs and
+    GPUs for the next pod. Asked of the pod itself; when that fails too, not bound."""
+    if not isinstance(exc, KubeError) or not (exc.transient or exc.status == 409):
+        return False
+    try:
+        now = PodView(await runtime.kube.get_pod(pod.namespace, pod.name))
+    except KubeError:
+        return False
+    return now.uid == pod.uid and now.node == node

@@ -22,7 +22,7 @@ import pytest
 
 import signing_keys
 from numatopo_engine import annotations as keys
-from numatopo_kube import KubeClient
+from numatopo_kube import KubeClient, KubeUnavailableError
 from numatopo_operator import bind_guard, handlers
 from numatopo_operator.extender_wire import BindingArgs
 from numatopo_operator.runtime import Runtime
@@ -170,3 +170,77 @@ async def test_a_pod_bound_again_after_a_failed_binding_is_assigned_first(
     assert booked is not None
     assert written["seq"] == booked.assignment.seq
     assert runtime.ledger.state(NODE).assignments["default/job"] == booked.assignment
+
+
+@pytest.mark.parametrize(
+    ("status", "reason"),
+    [(504, "Timeout"), (500, "InternalError"), (409, "Conflict")],
+    ids=["gateway-timeout", "etcd-timeout", "conflict-with-itself"],
+)
+async def test_a_binding_that_went_through_unanswered_keeps_its_assignment(
+    cluster: Any, runtime: Runtime, monkeypatch: pytest.MonkeyPatch, status: int, reason: str
+) -> None:
+    """The API server commits the Binding and the answer is lost (a proxy's timeout, an
+    etcd timeout after the write, or our own Binding seen as a conflict). The pod runs on
+    the node: taking its assignment back would free its GPUs for the next pod while it
+    holds them. The bind used to take it back and post NumatopoBindFailed."""
+
+    async def bind(request: kmock.Request) -> object:
+        name, node = request.data["metadata"]["name"], request.data["target"]["name"]
+        await cluster.patch_pod(name, {"spec": {"nodeName": node}})
+        raise kmock.KubernetesError(status=status, reason=reason, message="answer lost")
+
+    cluster.api["post", kmock.subresource("binding")] << bind
+    await cluster.create_node(NODE)
+    body = make_pod("job", node=None, gpus=2)
+    await cluster.create_pod(body)
+    handlers.pod_seen(runtime, "ADDED", body, logger)
+    events: list[str] = []
+
+    def post(about: Any, *, warning: bool, reason: str, message: str) -> None:
+        events.append(reason)
+
+    monkeypatch.setattr(runtime.events, "post", post)
+    args = BindingArgs("default", "job", body["metadata"]["uid"], NODE)
+
+    assert "" == await bind_guard.bind_checked(runtime, args)
+
+    stored = cluster.pod("job")
+    assert NODE == stored["spec"]["nodeName"]
+    assert NODE == json.loads(stored["metadata"]["annotations"][keys.ASSIGNMENT])["node"]
+    assert NODE == runtime.ledger.node_of("default/job")
+    assert ["NumatopoAssigned"] == events
+
+
+async def test_a_binding_refused_and_not_readable_is_taken_back(
+    cluster: Any, runtime: Runtime, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """When the Binding failed and the pod cannot be read either, nothing says it is bound:
+    the assignment is taken back as before (the watch re-decides a pod found bound)."""
+
+    async def bind(request: kmock.Request) -> object:
+        raise kmock.KubernetesError(status=503, reason="ServiceUnavailable", message="down")
+
+    cluster.api["post", kmock.subresource("binding")] << bind
+    await cluster.create_node(NODE)
+    body = make_pod("job", node=None, gpus=2)
+    await cluster.create_pod(body)
+    handlers.pod_seen(runtime, "ADDED", body, logger)
+    reads = 0
+    get_pod = runtime.kube.get_pod
+
+    async def get_once(namespace: str, name: str) -> Any:
+        nonlocal reads
+        reads += 1
+        if reads > 1:  # the guard's own read passes; the one after the Binding fails
+            raise KubeUnavailableError(503, "ServiceUnavailable", "down")
+        return await get_pod(namespace, name)
+
+    monkeypatch.setattr(runtime.kube, "get_pod", get_once)
+    args = BindingArgs("default", "job", body["metadata"]["uid"], NODE)
+
+    assert "failed" in await bind_guard.bind_checked(runtime, args)
+
+    assert 2 == reads
+    assert keys.ASSIGNMENT not in cluster.annotations("job")
+    assert runtime.ledger.node_of("default/job") is None

@@ -74,3 +74,45 @@ async def test_a_late_renewal_in_the_middle_of_a_tick_leaves_the_rest_due(monkey
         with pytest.raises(asyncio.CancelledError):
             await loop_task
     assert len(judged) == 5  # a twice, each other pod once
+
+
+async def test_a_tick_that_fails_leaves_the_pods_it_did_not_judge_due(monkeypatch):
+    """An error outside `settle` (here: the retries metric) ends the loop, and the
+    supervisor runs it again: the pods popped in that tick and not judged are judged then.
+    Before, they stayed queued but were never due again."""
+    queue: RetryQueue[str] = RetryQueue(base=0.01, cap=0.01)
+    count = _Count()
+    failures = iter([RuntimeError("metrics backend broke")])
+
+    class _Flaky:
+        def inc(self) -> None:
+            if count.value == 1 and (failure := next(failures, None)):
+                raise failure
+            count.inc()
+
+    runtime: Any = SimpleNamespace(
+        retries=queue, deciding=True, metrics=SimpleNamespace(retries=_Flaky())
+    )
+    judged: list[str] = []
+
+    async def settle(_runtime: Any, pod: str) -> None:
+        judged.append(pod)
+        queue.discard(pod)
+
+    monkeypatch.setattr(assigning, "settle", settle)
+    now = time.monotonic()
+    for name in ("a", "b", "c"):
+        queue.schedule(name, name, now)
+    with pytest.raises(RuntimeError):
+        await assigning.run_retries(runtime)
+    assert judged == ["a"]
+    loop_task = asyncio.create_task(assigning.run_retries(runtime))  # the supervisor's rerun
+    try:
+        async with asyncio.timeout(5):
+            while len(queue):
+                await asyncio.sleep(0.01)
+    finally:
+        loop_task.cancel()
+        with pytest.raises(asyncio.CancelledError):
+            await loop_task
+    assert judged == ["a", "b", "c"]
