@@ -23,7 +23,7 @@ from typing import Any
 
 from numatopo_engine.annotations import Assignment, ContainerAssignment
 from numatopo_engine.cpuset import CPUSet
-from numatopo_engine.dra.claims import PodClaim
+from numatopo_engine.dra.claims import PodClaim, claiming
 from numatopo_engine.dra.join import DeviceId, DraNode
 from numatopo_engine.model import NumatopologySpec
 from numatopo_engine.request import PodRequest
@@ -116,52 +116,26 @@ def claimed_devices(
                 nics.setdefault(container, []).append(device.nic)
             if device.cpu is not None:
                 cpus.setdefault(container, set()).add(device.cpu)
-    request = _request(topology, base, gpus, nics, cpus)
+    stray = sorted((gpus.keys() | nics.keys() | cpus.keys()) - {c.name for c in base.containers})
+    if stray:
+        raise NotFollowedError(f"claims are used by {', '.join(stray)}, no app container")
+    gpu_resource = {g.index: g.resource for g in topology.gpus}
+    nic_resource = {n.name: n.resource for n in topology.nics}
+    containers = [
+        claiming(
+            c,
+            NotFollowedError,
+            gpus=len(gpus.get(c.name, [])),
+            nics=len(nics.get(c.name, [])),
+            cpus=len(cpus.get(c.name, ())),
+            gpu_resources={gpu_resource[g] for g in gpus.get(c.name, [])},
+            nic_resources={nic_resource[n] for n in nics.get(c.name, [])},
+        )
+        for c in base.containers
+    ]
     return Claimed(
-        request,
+        dataclasses.replace(base, containers=tuple(containers)),
         {k: sorted(v) for k, v in gpus.items()},
         {k: sorted(v) for k, v in nics.items()},
         {k: CPUSet(v) for k, v in cpus.items()},
     )
-
-
-def _request(
-    topology: NumatopologySpec,
-    base: PodRequest,
-    gpus: Mapping[str, list[int]],
-    nics: Mapping[str, list[str]],
-    cpus: Mapping[str, set[int]],
-) -> PodRequest:
-    gpu_resource = {g.index: g.resource for g in topology.gpus}
-    nic_resource = {n.name: n.resource for n in topology.nics}
-    names = {c.name for c in base.containers}
-    stray = sorted((gpus.keys() | nics.keys() | cpus.keys()) - names)
-    if stray:
-        raise NotFollowedError(f"claims are used by {', '.join(stray)}, no app container")
-    containers = []
-    for asked in base.containers:
-        container = asked
-        held_gpus, held_nics = gpus.get(asked.name, []), nics.get(asked.name, [])
-        held_cpus = cpus.get(asked.name, set())
-        if held_cpus:
-            if asked.cpu_milli not in (0, len(held_cpus) * 1000):
-                raise NotFollowedError(
-                    f"container {asked.name} asks {asked.cpu_milli}m CPU and its claims "
-                    f"hold {len(held_cpus)} CPUs"
-                )
-            container = dataclasses.replace(container, cpu_milli=len(held_cpus) * 1000)
-        if held_gpus or held_nics:
-            if asked.gpus or asked.nics:
-                raise NotFollowedError(
-                    f"container {asked.name} asks device-plugin devices and claims"
-                )
-            gres = {gpu_resource[g] for g in held_gpus}
-            nres = {nic_resource[n] for n in held_nics}
-            if len(gres) > 1 or len(nres) > 1:
-                raise NotFollowedError(f"container {asked.name}: its claims span device resources")
-            container = dataclasses.replace(
-                container, gpus=len(held_gpus), gpu_resource=gres.pop() if gres else None,
-                nics=len(held_nics), nic_resource=nres.pop() if nres else None,
-            )  # fmt: skip
-        containers.append(container)
-    return dataclasses.replace(base, containers=tuple(containers))

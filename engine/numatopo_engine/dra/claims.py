@@ -38,7 +38,7 @@ from numatopo_engine.dra.join import DeviceKind, DraDevice, DraNode, attribute
 from numatopo_engine.dra.selectors import SelectorRefusedError, Selectors
 from numatopo_engine.errors import UnsatisfiableError
 from numatopo_engine.model import NumatopologySpec
-from numatopo_engine.request import PodRequest
+from numatopo_engine.request import ContainerRequest, PodRequest
 from numatopo_engine.state import NodeState
 
 INELIGIBLE = "numatopo.io/dra-ineligible"
@@ -242,39 +242,53 @@ def _request_for(
     gpu_resource = {g.index: g.resource for g in spec.gpus}
     nic_resource = {n.name: n.resource for n in spec.nics}
     containers = []
-    for asked in base.containers:
-        container = asked
+    for container in base.containers:
         mine = [r for r in requests if r.container == container.name]
-        gpus = sum(r.count for r in mine if r.kind is DeviceKind.GPU)
-        nics = sum(r.count for r in mine if r.kind is DeviceKind.NIC)
-        cpus = sum(r.count for r in mine if r.kind is DeviceKind.CPU)
-        if cpus:
-            # dra-driver-cpu's CPUs are the container's exclusive CPUs: its own CPU
-            # request, if any, must ask as many (KEP-5517 maps claimed CPUs onto it).
-            if container.cpu_milli not in (0, cpus * 1000):
-                raise UndecidedError(
-                    f"container {container.name} asks {container.cpu_milli}m CPU and "
-                    f"claims {cpus} CPUs"
-                )
-            container = dataclasses.replace(container, cpu_milli=cpus * 1000)
-        if not (gpus or nics):
-            containers.append(container)
-            continue
-        if container.gpus or container.nics:
-            raise UndecidedError(
-                f"container {container.name} asks device-plugin devices and claims"
-            )
-        gres = {gpu_resource[d.gpu] for r in mine for d in r.eligible if d.gpu is not None}
-        nres = {nic_resource[d.nic] for r in mine for d in r.eligible if d.nic is not None}
-        if len(gres) > 1 or len(nres) > 1:
-            raise UndecidedError(f"container {container.name}: its claims span device resources")
-        containers.append(
-            dataclasses.replace(
-                container, gpus=gpus, gpu_resource=gres.pop() if gres else None,
-                nics=nics, nic_resource=nres.pop() if nres else None,
-            )
-        )  # fmt: skip
+        devices = [d for r in mine for d in r.eligible]
+        claimed = claiming(
+            container,
+            UndecidedError,
+            gpus=sum(r.count for r in mine if r.kind is DeviceKind.GPU),
+            nics=sum(r.count for r in mine if r.kind is DeviceKind.NIC),
+            cpus=sum(r.count for r in mine if r.kind is DeviceKind.CPU),
+            gpu_resources={gpu_resource[d.gpu] for d in devices if d.gpu is not None},
+            nic_resources={nic_resource[d.nic] for d in devices if d.nic is not None},
+        )
+        containers.append(claimed)
     return dataclasses.replace(base, containers=tuple(containers))
+
+
+def claiming(
+    container: ContainerRequest,
+    error: type[Exception],
+    *,
+    gpus: int,
+    nics: int,
+    cpus: int,
+    gpu_resources: Set[str],
+    nic_resources: Set[str],
+) -> ContainerRequest:
+    """`container` asking the `gpus`, `nics` and `cpus` its claims hold (devices of
+    `gpu_resources` and `nic_resources`), as the engine counts device-plugin ones;
+    `error` when its own request contradicts them."""
+    if cpus:
+        # dra-driver-cpu's CPUs are the container's exclusive CPUs: its own CPU
+        # request, if any, must ask as many (KEP-5517 maps claimed CPUs onto it).
+        if container.cpu_milli not in (0, cpus * 1000):
+            raise error(
+                f"container {container.name} asks {container.cpu_milli}m CPU and claims {cpus} CPUs"
+            )
+        container = dataclasses.replace(container, cpu_milli=cpus * 1000)
+    if not (gpus or nics):
+        return container
+    if container.gpus or container.nics:
+        raise error(f"container {container.name} asks device-plugin devices and claims")
+    if len(gpu_resources) > 1 or len(nic_resources) > 1:
+        raise error(f"container {container.name}: its claims span device resources")
+    return dataclasses.replace(
+        container, gpus=gpus, gpu_resource=next(iter(gpu_resources), None),
+        nics=nics, nic_resource=next(iter(nic_resources), None),
+    )  # fmt: skip
 
 
 def _match(requests: Sequence[_Request], chosen: list[DraDevice]) -> list[list[DraDevice]] | None:
