@@ -86,15 +86,6 @@ def _all_numas(node: SimNode) -> frozenset[int]:
     return frozenset(range(len(node.numa_free_cpus)))
 
 
-def _blind(node_index: int, node: SimNode, pod: PodRow, rng: random.Random) -> Placement:
-    """What the kubelet with policy `none` does on the chosen node."""
-    if pod.fractional:
-        gpus: tuple[int, ...] = (node.pick_shared_gpu(pod.gpu_milli),)
-    else:
-        gpus = tuple(sorted(rng.sample(node.free_whole_gpus(), pod.whole_gpus)))
-    return Placement(node_index, gpus, _all_numas(node))
-
-
 def _take_cpus(node: SimNode, mask: int, need: int) -> dict[int, int]:
     """`need` exclusive CPUs: from the NUMA nodes of `mask` first (fullest first), then others.
 
@@ -287,27 +278,27 @@ class Strategy:
         return self.rng.choice([i for i, s in zip(candidates, scores, strict=True) if s == top])
 
 
-class RandomFit(Strategy):
-    name = "random"
+class CountOnly(Strategy):
+    """The node by counts alone (`random`, `first-fit`, `best-fit`), then what the kubelet
+    with policy `none` does on it."""
+
+    def __init__(self, seed: int, *, name: str) -> None:
+        super().__init__(seed)
+        self.name = name
 
     def place(self, cluster: Cluster, pod: PodRow, candidates: list[int]) -> Outcome:
-        index = self.rng.choice(candidates)
-        return _blind(index, cluster.nodes[index], pod, self.rng)
-
-
-class FirstFit(Strategy):
-    name = "first-fit"
-
-    def place(self, cluster: Cluster, pod: PodRow, candidates: list[int]) -> Outcome:
-        return _blind(candidates[0], cluster.nodes[candidates[0]], pod, self.rng)
-
-
-class BestFit(Strategy):
-    name = "best-fit"
-
-    def place(self, cluster: Cluster, pod: PodRow, candidates: list[int]) -> Outcome:
-        index = self.best_fit_node(cluster, pod, candidates)
-        return _blind(index, cluster.nodes[index], pod, self.rng)
+        if self.name == "random":
+            index = self.rng.choice(candidates)
+        elif self.name == "first-fit":
+            index = candidates[0]
+        else:
+            index = self.best_fit_node(cluster, pod, candidates)
+        node = cluster.nodes[index]
+        if pod.fractional:
+            gpus: tuple[int, ...] = (node.pick_shared_gpu(pod.gpu_milli),)
+        else:
+            gpus = tuple(sorted(self.rng.sample(node.free_whole_gpus(), pod.whole_gpus)))
+        return Placement(index, gpus, _all_numas(node))
 
 
 class VolcanoNuma(Strategy):
@@ -422,10 +413,10 @@ STRATEGIES = (
 
 def make_strategy(name: str, *, seed: int, policy: PolicyName = PolicyName.BEST_EFFORT) -> Strategy:
     """A fresh strategy with its own random stream, so each strategy replays the same way alone."""
-    simple = {"random": RandomFit, "first-fit": FirstFit, "best-fit": BestFit,
-              "volcano-numa": VolcanoNuma}  # fmt: skip
-    if name in simple:
-        return simple[name](seed)
+    if name in ("random", "first-fit", "best-fit"):
+        return CountOnly(seed, name=name)
+    if name == "volcano-numa":
+        return VolcanoNuma(seed)
     if name in ("kubelet-restricted", "kubelet-single-numa"):
         return KubeletAdmission(seed, single_numa=name == "kubelet-single-numa")
     if name == "numatopo":
