@@ -49,6 +49,7 @@ from numatopo_engine.decision import (
     make_plan,
     reusing_memory,
     shortfall,
+    wanted_of,
 )
 from numatopo_engine.errors import InvalidRequestError, NumatopoError, UnsatisfiableError
 from numatopo_engine.gpu_assignment import GpuMemo, choose_gpus
@@ -58,7 +59,7 @@ from numatopo_engine.model import NumatopologySpec
 from numatopo_engine.nic_assignment import choose_nics
 from numatopo_engine.numamask import bits, format_mask, make_mask
 from numatopo_engine.packing import Hosts, WorkloadMix, shape_copies
-from numatopo_engine.refusals import Kind, Refusal, Shortfall, Wanted, format_bytes, word
+from numatopo_engine.refusals import Kind, Refusal, Shortfall, format_bytes, word
 from numatopo_engine.request import ContainerRequest, PodRequest, TopologyOptions
 from numatopo_engine.resources import accelerator_word
 from numatopo_engine.row_verdicts import RowVerdicts
@@ -924,9 +925,8 @@ def _one_container_at_a_time(
         else:
             choice = pod_hint._replace(gpus=tuple(g for g in pod_hint.gpus if g in free.gpus))
         memory = _memory_of(filler, need, choice, reusable.memory)
-        filled: _Entry | Shortfall = Shortfall(
-            Kind.MEMORY, options.policy.value, _memory_wanted(need)
-        )
+        in_bytes = tuple(w for w in wanted_of(need) if w.in_bytes)
+        filled: _Entry | Shortfall = Shortfall(Kind.MEMORY, options.policy.value, in_bytes)
         if memory is not None:
             choice = choice._replace(memory_mask=memory or choice.memory_mask)
             filled = _fill_reusing(
@@ -1014,12 +1014,6 @@ def _memory_of(
     view = MemoryView(tables.numa_ids, allocatable, available, free.groups)
     request = {"memory": need.memory_bytes, **dict(need.hugepages)}
     return memory_manager_mask(view, request, hint, choice.preferred, reusable)
-
-
-def _memory_wanted(need: Need) -> tuple[Wanted, ...]:
-    out = [Wanted("memory", need.memory_bytes, in_bytes=True)] if need.memory_bytes else []
-    out += [Wanted(f"hugepages-{s}", a, in_bytes=True) for s, a in need.hugepages if a]
-    return tuple(out)
 
 
 def _bound_numa(
@@ -1349,10 +1343,6 @@ def _excess(init_needs: Sequence[Need], apps: Need) -> Need:
     )
 
 
-def _has_any(need: Need) -> bool:
-    return bool(need.cpus or need.memory_bytes or need.hugepages or need.gpus or need.nics)
-
-
 def _fill(
     filler: _Filler,
     need: Need,
@@ -1490,7 +1480,8 @@ def _add_init_entries(
         entry = _Entry(mask=union, exclusive=False)
         if need.cpu_mode is not CpuMode.NONE and need.cpus:
             entry.cpus = sorted((app_cpus + shared)[: need.cpus])
-        if index == largest and _has_any(excess):
+        asks = (excess.cpus, excess.memory_bytes, excess.hugepages, excess.gpus, excess.nics)
+        if index == largest and any(asks):
             extra_need = Need(
                 gpus=excess.gpus, gpu_resource=excess.gpu_resource, nics=excess.nics,
                 nic_resource=excess.nic_resource, memory_bytes=excess.memory_bytes,

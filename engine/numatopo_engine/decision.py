@@ -152,7 +152,7 @@ def make_plan(
         layout=layout,
         need=need,
         options=options,
-        wanted=_wanted(need),
+        wanted=wanted_of(need),
         ids=ids,
         masks=tuple(masks),
         full=full,
@@ -238,7 +238,8 @@ def free_columns(tables: Tables, layout: RowLayout) -> FreeColumns:
     )
 
 
-def _wanted(need: Need) -> tuple[Wanted, ...]:
+def wanted_of(need: Need) -> tuple[Wanted, ...]:
+    """What `need` asks, resource by resource, as refusals word it."""
     out: list[Wanted] = []
     if need.cpus and need.cpu_mode is not CpuMode.NONE:
         out.append(Wanted("CPUs", need.cpus))
