@@ -30,7 +30,7 @@ from typing import Any
 from numatopo_engine import annotations as keys
 from numatopo_engine import pod_options
 from numatopo_engine.errors import InvalidRequestError
-from numatopo_engine.quantity import QuantityError, parse_bytes, parse_milli
+from numatopo_engine.quantity import QuantityError, page_bytes, parse_bytes, parse_milli
 from numatopo_engine.request import ContainerRequest, PodRequest
 from numatopo_engine.resources import DEFAULT_RESOURCES, ResourceNames
 
@@ -164,7 +164,11 @@ def _container(raw: object, *, key: str, index: int, resources: ResourceNames) -
         if resource.startswith(HUGEPAGES_PREFIX):
             size = resource.removeprefix(HUGEPAGES_PREFIX)
             side = "limits" if resource in limits else "requests"
-            _check_page_size(size, reading.path(side, resource))
+            if not page_bytes(size, longest=MAX_QUANTITY_CHARS):
+                raise InvalidRequestError(
+                    reading.path(side, resource),
+                    f"{pod_options.echo(size)} is not a page size (expected e.g. hugepages-2Mi)",
+                )
             hugepages[size] = reading.equal_pair(resource, parse_bytes)
         elif resources.is_gpu(resource):
             gpus[resource] = reading.device_count(resource)
@@ -252,17 +256,6 @@ class _Reading:
                 self.path(side, resource), f"{milli // 1000} is above the limit of {MAX_DEVICES}"
             )
         return milli // 1000
-
-
-def _check_page_size(size: str, where: str) -> None:
-    try:
-        if len(size) <= MAX_QUANTITY_CHARS and parse_bytes(size) > 0:
-            return
-    except (QuantityError, ArithmeticError):
-        pass
-    raise InvalidRequestError(
-        where, f"{pod_options.echo(size)} is not a page size (expected e.g. hugepages-2Mi)"
-    )
 
 
 def _single_device(counts: Mapping[str, int], what: str, where: str) -> tuple[str | None, int]:

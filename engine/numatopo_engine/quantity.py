@@ -56,3 +56,12 @@ def parse_milli(text: str | int | float) -> int:
 def parse_bytes(text: str | int | float) -> int:
     """Memory/hugepages quantity (or a page size such as "2Mi") in bytes, rounded up."""
     return int(_parse(text).to_integral_value(rounding="ROUND_CEILING"))
+
+
+def page_bytes(size: str, *, longest: int = 16) -> int:
+    """Bytes per page of a huge page size ("2Mi"); 0 for no page size. Keys longer than
+    `longest` are none (and never reach the quantity regular expression)."""
+    try:
+        return parse_bytes(size) if len(size) <= longest else 0
+    except QuantityError:
+        return 0

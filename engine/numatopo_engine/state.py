@@ -21,7 +21,7 @@ from numatopo_engine.cpuset import CPUSet
 from numatopo_engine.devices import schedulable_devices
 from numatopo_engine.errors import OverlapError
 from numatopo_engine.model import NumatopologySpec
-from numatopo_engine.quantity import QuantityError, parse_bytes
+from numatopo_engine.quantity import page_bytes, parse_bytes
 from numatopo_engine.topology_tables import NodeNames, Tables, node_names, shape_key
 
 
@@ -356,7 +356,7 @@ class NodeState:
         for (numa, size), amount in sorted(hugepages.items()):
             if numa not in numa_ids:
                 problems.append(f"hugepages-{size} booked on unknown NUMA node {numa}")
-            elif not _is_page_size(size):
+            elif not page_bytes(size):
                 problems.append(f"hugepages-{size[:16]}: not a page size (expected e.g. 2Mi, 1Gi)")
             elif amount > self.free_hugepages(numa, size):
                 problems.append(
@@ -389,14 +389,6 @@ class NodeState:
             for size, amount in sizes.items():
                 slot = (int(numa), size)
                 self._hugepages[slot] = self._hugepages.get(slot, 0) + sign * amount
-
-
-def _is_page_size(size: str) -> bool:
-    # The length bound keeps hostile keys away from the quantity regex's slow backtracking.
-    try:
-        return len(size) <= 16 and parse_bytes(size) > 0
-    except QuantityError:
-        return False
 
 
 K = TypeVar("K", int, str)  # a GPU index or a NIC name

@@ -16,7 +16,7 @@ from dataclasses import dataclass, field
 
 from numatopo_engine.devices import schedulable_devices
 from numatopo_engine.model import NumatopologySpec
-from numatopo_engine.quantity import QuantityError, parse_bytes
+from numatopo_engine.quantity import page_bytes
 from numatopo_engine.state import NodeState
 
 MANAGED_BY = "numatopo"
@@ -47,14 +47,6 @@ class DeviceNames:
     """Whole GPU (`spec.gpus[].index`, not in MIG mode) -> its resource name."""
     nics: Mapping[str, str] = field(default_factory=dict)
     """NIC (`spec.nics[].name`) -> its resource name."""
-
-
-def _page_bytes(size: str) -> int:
-    """Bytes per page of `size` ("2Mi"); 0 for a key that is no page size (left out)."""
-    try:
-        return parse_bytes(size) if len(size) <= 16 else 0
-    except QuantityError:
-        return 0
 
 
 def _device_counts(
@@ -96,7 +88,7 @@ def numa_zones(
         resources["memory"] = Amounts(
             node.memory_bytes, node.memory_bytes, max(state.free_memory(node.id), 0)
         )
-        sizes = [(_page_bytes(size), size, pages) for size, pages in node.hugepages.items()]
+        sizes = [(page_bytes(size), size, pages) for size, pages in node.hugepages.items()]
         for page, size, pages in sorted(sizes):
             if page and pages:
                 left = max(state.free_hugepages(node.id, size), 0)
