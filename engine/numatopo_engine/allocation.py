@@ -109,30 +109,24 @@ class Engine:
         self.max_rows = rows
         self._rows_kept = 0
 
-    def tables_of(self, topology: NumatopologySpec, state: NodeState | None = None) -> Tables:
+    def tables_of(
+        self, topology: NumatopologySpec, state: NodeState | None = None, *, warm_only: bool = False
+    ) -> Tables:
         """The shape's tables; `state`, a node state of `topology`, saves working out
-        the shape key (a state keeps it), or the tables (a ledger's state holds them)."""
+        the shape key (a state keeps it), or the tables (a ledger's state holds them).
+        `warm_only`: nothing is built, only the tables `state` holds, else `NotWarmError`
+        (and so for every `warm_only` below)."""
+        if warm_only and (state is None or state.topology is not topology or state.tables is None):
+            raise NotWarmError("no hardware tables at hand")
         if state is None or state.topology is not topology:
             return self.tables.get(topology)
         return state.tables or self.tables.get(topology, state.shape_key)
 
-    def warm_tables(self, topology: NumatopologySpec, state: NodeState | None) -> Tables:
-        """`tables_of` where nothing is built: the tables `state` holds (a ledger's state
-        holds its shape's), else `NotWarmError`."""
-        if state is None or state.topology is not topology or state.tables is None:
-            raise NotWarmError("no hardware tables at hand")
-        return state.tables
-
-    def warm_layout(self, tables: Tables) -> RowLayout:
-        """`layout_of` where nothing is built, else `NotWarmError`."""
+    def layout_of(self, tables: Tables, *, warm_only: bool = False) -> RowLayout:
         layout = self.layouts.get(tables.key)
         if layout is None:
-            raise NotWarmError("no row layout at hand")
-        return layout
-
-    def layout_of(self, tables: Tables) -> RowLayout:
-        layout = self.layouts.get(tables.key)
-        if layout is None:
+            if warm_only:
+                raise NotWarmError("no row layout at hand")
             if len(self.layouts) >= self.tables.size:
                 self.layouts.clear()
             layout = self.layouts[tables.key] = row_layout(tables)
@@ -197,22 +191,19 @@ class Engine:
         """The state's row (cached on the state until it changes)."""
         return self.rows(tables, (state,))[0]
 
-    def rows(self, tables: Tables, states: Iterable[NodeState]) -> list[bytes]:
+    def rows(
+        self, tables: Tables, states: Iterable[NodeState], *, warm_only: bool = False
+    ) -> list[bytes]:
         """`row` of each of `states` (nodes of `tables`' shape)."""
-        layout = self.layout_of(tables)
+        layout = self.layout_of(tables, warm_only=warm_only)
         listed = list(states)
         out = cached_rows(listed, layout)
+        if warm_only and None in out:
+            raise NotWarmError("a row not laid out yet")
         for index, row in enumerate(out):
             if not row:
                 out[index] = self._new_row(tables, layout, listed[index])
         return cast("list[bytes]", out)  # every one laid out now
-
-    def laid_out_rows(self, tables: Tables, states: Iterable[NodeState]) -> list[bytes]:
-        """`rows` where each is laid out already, else `NotWarmError`."""
-        out = cached_rows(states, self.warm_layout(tables))
-        if None in out:
-            raise NotWarmError("a row not laid out yet")
-        return cast("list[bytes]", out)  # no None left
 
     def _new_row(self, tables: Tables, layout: RowLayout, state: NodeState) -> bytes:
         cached = state.row_cache
@@ -347,7 +338,7 @@ def score_many(
     extender may make it on its event loop."""
     engine = engine or Engine()
     first = states[0] if states else None
-    tables = engine.warm_tables(topology, first) if warm_only else engine.tables_of(topology, first)
+    tables = engine.tables_of(topology, first, warm_only=warm_only)
     for state in states if checked else ():
         if state.topology is not topology and state.shape_key != tables.key:
             raise ValueError("evaluate_many: every state must be of the topology's hardware")
@@ -409,7 +400,7 @@ def _row_slots(
     """Each state's slot in `verdicts`. Each distinct row is decided once; a long-lived
     engine keeps the verdicts, so rows it has seen under this plan are looked up, not
     decided again. None: rows that do not fit the plan's width (decide node by node)."""
-    layout = engine.warm_layout(tables) if warm_only else engine.layout_of(tables)
+    layout = engine.layout_of(tables, warm_only=warm_only)
     slots = verdicts.known_slots(states, layout)
     if slots is not None:
         return slots
@@ -545,16 +536,11 @@ def mix_hosts(
         nodes += len(states)
         if not mix or not states:
             continue
-        if warm_only:
-            tables = engine.warm_tables(topology, states[0])
-            width = engine.warm_layout(tables).width
-            packed = engine.laid_out_rows(tables, states)
-            if tables.key not in engine.free_columns:
-                raise NotWarmError("no free columns at hand")
-        else:
-            tables = engine.tables_of(topology, states[0])
-            width = engine.layout_of(tables).width
-            packed = engine.rows(tables, states)
+        tables = engine.tables_of(topology, states[0], warm_only=warm_only)
+        width = engine.layout_of(tables, warm_only=warm_only).width
+        packed = engine.rows(tables, states, warm_only=warm_only)
+        if warm_only and tables.key not in engine.free_columns:
+            raise NotWarmError("no free columns at hand")
         rows_bytes = [b for b in packed if len(b) == width * 8]
         if not rows_bytes:
             continue
