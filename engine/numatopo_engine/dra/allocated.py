@@ -21,15 +21,12 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from numatopo_engine.annotations import Assignment, ContainerAssignment
 from numatopo_engine.cpuset import CPUSet
-from numatopo_engine.dra.claims import PodClaim, claiming
+from numatopo_engine.dra.claims import PodClaim, claiming, restricted_to
 from numatopo_engine.dra.join import DeviceId, DraNode
 from numatopo_engine.model import NumatopologySpec
 from numatopo_engine.request import PodRequest
 from numatopo_engine.state import NodeState
-
-OTHER_CPUS = "numatopo.io/dra-unclaimed-cpus"
 
 
 class NotFollowedError(Exception):
@@ -52,11 +49,7 @@ class Claimed:
         if not self.cpus:
             return state
         claimed = set().union(*self.cpus.values())
-        away = CPUSet(c for c in state.free_cpus() if c not in claimed)
-        copy = state.copy()
-        holder = ContainerAssignment(cpus=away)
-        copy.apply(OTHER_CPUS, Assignment(node="", containers={"cpus": holder}))
-        return copy
+        return restricted_to(state, state.free_gpus(), state.free_nics(), claimed)
 
 
 def results_of(raw: Mapping[str, Any]) -> tuple[DeviceId, ...] | None:
