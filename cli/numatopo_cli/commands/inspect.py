@@ -156,13 +156,10 @@ def _write_svg(path: Path, topology: Numatopology) -> None:
     print(f"{PROG}: wrote the diagram to {path}", file=sys.stderr)
 
 
-def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
-    parser = subparsers.add_parser(
-        "inspect",
-        help="discover a node's NUMA/GPU/NIC topology and print it",
-        description=__doc__,
-        formatter_class=argparse.RawDescriptionHelpFormatter,
-    )
+HELP = "discover a node's NUMA/GPU/NIC topology and print it"
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
     add = parser.add_argument
     live = parser.add_argument_group("live node (default)")
     add_live = live.add_argument
@@ -205,4 +202,3 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
         help="table (default), or the Numatopology object as yaml or json",
     )
     add("--svg", type=Path, metavar="FILE", help="also draw the node as SVG")
-    parser.set_defaults(func=run)

@@ -38,7 +38,7 @@ from numatopo_kube import KubeClient, KubeConfigError, KubeError
 from numatopo_operator import translate
 from numatopo_operator.cluster_view import replay
 
-__all__ = ["add_arguments", "run"]
+__all__ = ["HELP", "add_arguments", "run"]
 
 HELP = "check an install end to end (CRDs, Numatopologies, Lease, extender, a pod placed)"
 ALIGNED = "numatopo.io/Aligned"  # the condition the node agent writes on a pod
@@ -63,7 +63,6 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     add("--example-node", default="", help="bind the example pod here (skips the scheduler)")
     add("--example-until", choices=["Assigned", "Aligned"], default="Aligned")
     add("--timeout-seconds", type=float, default=120.0)
-    parser.set_defaults(func=run)
 
 
 @dataclass

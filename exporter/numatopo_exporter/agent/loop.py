@@ -12,7 +12,7 @@ import asyncio
 import contextlib
 import logging
 import time
-from collections.abc import Awaitable, Callable, Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -104,19 +104,6 @@ class AgentLoop:
         self.node_status = NodeStatus(self.client, self.node_name, self.kubelet_state, self.events)
         self.reporter = PodReporter(self.client, self.pods, self.metrics, self.clock, self.events)
 
-    async def watch_pods(self) -> None:
-        """List, then watch, this node's pods; relist after any error. Runs until cancelled."""
-        watch = PodWatch(
-            self.client,
-            self.node_name,
-            self.pods,
-            self.backoff,
-            self.probe_seconds,
-            synced=self.synced,
-            changed=self._wake,
-        )
-        await watch.run()
-
     async def watch_numatopology(self) -> None:
         """Follow the node's own Numatopology: a new `status.dra` (or spec) wakes a pass
         at once (the periodic re-read in `read_health` stays, for a watch that is down)."""
@@ -129,17 +116,28 @@ class AgentLoop:
         again = Backoff(backoff.initial_seconds, backoff.maximum_seconds, backoff.factor)
         await watch_own_numatopology(self.client, self.node_name, again, seen, logger)
 
-    async def _supervised(self, name: str, loop: Callable[[], Awaitable[None]]) -> None:
-        crashed = self.metrics.task_restarts.labels(task=name).inc
-        await keep_running(name, loop, crashed=crashed, log=logger)
-
     async def run(self) -> None:
         # A pass below that raises ends the process (the kubelet restarts the agent); a
         # watch would end alone, and the passes go on with what it last saw: it is run
         # again after an unexpected error (docs/operations.md, "Background tasks").
+        pod_watch = PodWatch(
+            self.client,
+            self.node_name,
+            self.pods,
+            self.backoff,
+            self.probe_seconds,
+            synced=self.synced,
+            changed=self._wake,
+        )
+        restarts = self.metrics.task_restarts
         watchers = [
-            asyncio.create_task(self._supervised("pod watch", self.watch_pods)),
-            asyncio.create_task(self._supervised("Numatopology watch", self.watch_numatopology)),
+            asyncio.create_task(
+                keep_running(name, loop, crashed=restarts.labels(task=name).inc, log=logger)
+            )
+            for name, loop in (
+                ("pod watch", pod_watch.run),
+                ("Numatopology watch", self.watch_numatopology),
+            )
         ]
         # Beside the watches, the poster of the Events the passes queue: posted inside a
         # pass, an Event the API holds would hold up every pod after it.
