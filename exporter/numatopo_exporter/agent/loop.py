@@ -104,6 +104,19 @@ class AgentLoop:
         self.node_status = NodeStatus(self.client, self.node_name, self.kubelet_state, self.events)
         self.reporter = PodReporter(self.client, self.pods, self.metrics, self.clock, self.events)
 
+    async def watch_pods(self) -> None:
+        """List, then watch, this node's pods; relist after any error. Runs until cancelled."""
+        watch = PodWatch(
+            self.client,
+            self.node_name,
+            self.pods,
+            self.backoff,
+            self.probe_seconds,
+            synced=self.synced,
+            changed=self._wake,
+        )
+        await watch.run()
+
     async def watch_numatopology(self) -> None:
         """Follow the node's own Numatopology: a new `status.dra` (or spec) wakes a pass
         at once (the periodic re-read in `read_health` stays, for a watch that is down)."""
@@ -120,24 +133,11 @@ class AgentLoop:
         # A pass below that raises ends the process (the kubelet restarts the agent); a
         # watch would end alone, and the passes go on with what it last saw: it is run
         # again after an unexpected error (docs/operations.md, "Background tasks").
-        pod_watch = PodWatch(
-            self.client,
-            self.node_name,
-            self.pods,
-            self.backoff,
-            self.probe_seconds,
-            synced=self.synced,
-            changed=self._wake,
-        )
-        restarts = self.metrics.task_restarts
+        watches = {"pod watch": self.watch_pods, "Numatopology watch": self.watch_numatopology}
+        crashed = self.metrics.task_restarts.labels
         watchers = [
-            asyncio.create_task(
-                keep_running(name, loop, crashed=restarts.labels(task=name).inc, log=logger)
-            )
-            for name, loop in (
-                ("pod watch", pod_watch.run),
-                ("Numatopology watch", self.watch_numatopology),
-            )
+            asyncio.create_task(keep_running(n, loop, crashed=crashed(task=n).inc, log=logger))
+            for n, loop in watches.items()
         ]
         # Beside the watches, the poster of the Events the passes queue: posted inside a
         # pass, an Event the API holds would hold up every pod after it.

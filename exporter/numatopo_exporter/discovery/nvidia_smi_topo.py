@@ -45,7 +45,7 @@ from numatopo_engine.model import (
     PathType,
     PciPath,
 )
-from numatopo_exporter.discovery.errors import DiscoveryError
+from numatopo_exporter.discovery.errors import DiscoveryError, read_saved
 from numatopo_exporter.discovery.nvlink_speed import nvlink_bandwidth
 
 SOURCE = "nvidia-smi-topo"
@@ -73,14 +73,11 @@ class _Matrix:
 
 def read_nvidia_smi_topo(path: Path) -> NumatopologySpec:
     """Read a file holding `nvidia-smi topo -m` output; errors name the file."""
-    try:
-        text = path.read_text(encoding="utf-8", errors="replace")
-    except OSError as exc:
-        raise DiscoveryError(f"cannot read nvidia-smi topo output: {exc.strerror}", path) from exc
-    try:
-        return parse_nvidia_smi_topo(text)
-    except DiscoveryError as exc:
-        raise DiscoveryError(str(exc), path) from exc
+    return read_saved(
+        path,
+        "nvidia-smi topo output",
+        lambda data: parse_nvidia_smi_topo(data.decode(errors="replace")),
+    )
 
 
 def parse_nvidia_smi_topo(text: str) -> NumatopologySpec:
