@@ -27,6 +27,7 @@ async def serve(args: argparse.Namespace) -> int:
     """Run the agent that `args` describe until cancelled."""
     client = KubeClient.connect(args.api_url, component=COMPONENT, host=args.node_name)
     agent_metrics = AgentMetrics()
+    patterns = tuple(p.strip() for p in args.gpu_resources.split(",") if p.strip())
     async with client, contextlib.AsyncExitStack() as stack:
         await check_node(client, args.node_name)
         loop = AgentLoop(
@@ -37,7 +38,7 @@ async def serve(args: argparse.Namespace) -> int:
             metrics=agent_metrics,
             resync_seconds=args.resync_seconds,
             pod_resources_socket=args.pod_resources_socket,
-            resources=ResourceNames(gpu=_patterns(args.gpu_resources) or ResourceNames().gpu),
+            resources=ResourceNames(gpu=patterns or ResourceNames().gpu),
             verifier=trusted_keys(args),
         )
         if args.steer_resource:
@@ -99,10 +100,6 @@ def run(args: argparse.Namespace) -> int:
     return start(
         "agent", args, serve, errors=(KubeError, cgroupfs.CgroupError, SigningKeyError), check=check
     )
-
-
-def _patterns(text: str) -> tuple[str, ...]:
-    return tuple(p.strip() for p in text.split(",") if p.strip())
 
 
 def _optional_path(text: str) -> Path | None:
