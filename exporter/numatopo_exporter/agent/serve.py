@@ -110,22 +110,21 @@ HELP = "enforce CPU assignments in cgroup cpusets (DaemonSet)"
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument(
+    add = parser.add_argument
+    add(
         "--cgroup-root",
         type=Path,
         default=Path("/sys/fs/cgroup"),
         help="where cgroups are mounted (default /sys/fs/cgroup)",
     )
-    parser.add_argument(
+    add(
         "--kubelet-state",
         type=Path,
         default=kubelet.STATE_PATH,
         help="the kubelet's cpu_manager_state (default %(default)s)",
     )
-    parser.add_argument(
-        "--resync-seconds", type=float, default=10.0, help="drift check period (default 10)"
-    )
-    parser.add_argument(
+    add("--resync-seconds", type=float, default=10.0, help="drift check period (default 10)")
+    add(
         "--pod-resources-socket",
         type=_optional_path,
         default=DEFAULT_SOCKET,
@@ -133,20 +132,20 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         "gives (default %(default)s; an empty value turns Follow off: GPU pods are then "
         "never reported Aligned)",
     )
-    parser.add_argument(
+    add(
         "--gpu-resources",
         default="",
         help="comma list of the patterns of extended resources whose devices are GPUs, for "
         "Follow (default " + ",".join(ResourceNames().gpu) + ", as the operator's flag)",
     )
-    parser.add_argument(
+    add(
         "--trusted-keys-file",
         type=Path,
         default=None,
         help=f"PEM public keys or certificates of the operator's signing keys (default: the "
         f"variable {TRUSTED_KEYS_ENV}); only assignments they verify are enforced",
     )
-    parser.add_argument(
+    add(
         "--insecure-accept-unsigned",
         action="store_true",
         help="enforce assignments without checking the operator's signature (anyone who "

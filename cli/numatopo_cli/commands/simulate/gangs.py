@@ -38,12 +38,7 @@ from numatopo_engine.simulation.gangs import (
     draw_jobs,
     simulate_gangs,
 )
-from numatopo_engine.simulation.leafspine import (
-    LEVELS,
-    LeafSpine,
-    NodeShapeWeight,
-    generate,
-)
+from numatopo_engine.simulation.leafspine import LEVELS, LeafSpine, NodeShapeWeight, generate
 
 NODE_GPUS = 8
 LEVEL_NAMES = {"block": LEVELS[0], "spine": LEVELS[1], "leaf": LEVELS[2]}
