@@ -46,7 +46,7 @@ from numatopo_engine.model import (
     PciPath,
 )
 from numatopo_exporter.discovery.errors import DiscoveryError, read_saved
-from numatopo_exporter.discovery.nvlink_speed import nvlink_bandwidth
+from numatopo_exporter.discovery.nvlink_speed import link_gbps
 
 SOURCE = "nvidia-smi-topo"
 
@@ -124,7 +124,7 @@ def parse_nvidia_smi_topo(text: str) -> NumatopologySpec:
                         b=hi,
                         type=LinkType.NVLINK,
                         links=count,
-                        bandwidth_g_bps=nvlink_bandwidth(count),
+                        bandwidth_g_bps=count * link_gbps(),
                     )
                 )
             else:

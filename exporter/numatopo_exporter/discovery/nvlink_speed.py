@@ -44,8 +44,3 @@ def link_gbps(model: str = "") -> float:
         if marker in upper:
             return rate
     return DEFAULT_LINK_GBPS
-
-
-def nvlink_bandwidth(links: int, model: str = "") -> float:
-    """Unidirectional GB/s of `links` bonded NVLinks: `links x link_gbps(model)`."""
-    return links * link_gbps(model)
