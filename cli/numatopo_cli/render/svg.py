@@ -305,8 +305,7 @@ def _draw_numa(canvas: _Canvas, column: _Column, spec: NumatopologySpec, top: fl
     cpus = node.cpus if node else None
     canvas.text(x, top + 42, _fit(f"CPUs {cpus or text.UNKNOWN}", inner, 12), "label")
     counts = f"{len(cpus)} CPUs" if cpus else "no CPUs"
-    cores = {cpu.core for cpu in spec.cpus if cpu.numa == column.numa and cpu.online}
-    if cores:
+    if cores := {cpu.core for cpu in spec.cpus if cpu.numa == column.numa and cpu.online}:
         counts += f" \u00b7 {len(cores)} cores"
     canvas.text(x, top + 60, _fit(counts, inner, 11), "small")
     memory = (

@@ -85,8 +85,7 @@ def parse_nvidia_smi_topo(text: str) -> NumatopologySpec:
     matrix = _find_matrix(_TERMINAL_STYLE.sub("", text))
     gpu_columns = [c for c in matrix.columns if _GPU_COLUMN.match(c)]
     nic_columns = [c for c in matrix.columns if not _GPU_COLUMN.match(c)]
-    missing = [c for c in gpu_columns if c not in matrix.rows]
-    if missing:
+    if missing := [c for c in gpu_columns if c not in matrix.rows]:
         raise DiscoveryError(
             f"nvidia-smi topo -m output is truncated: the header names {len(gpu_columns)} GPUs "
             f"but there is no row for {', '.join(missing)}"
@@ -115,8 +114,7 @@ def parse_nvidia_smi_topo(text: str) -> NumatopologySpec:
         for b in gpu_columns[i + 1 :]:
             lo, hi = sorted((index[a], index[b]))
             cell = cells[a][b]
-            nvlink = _NVLINK_CELL.match(cell)
-            if nvlink:
+            if nvlink := _NVLINK_CELL.match(cell):
                 count = int(nvlink[1])
                 links.append(
                     GpuLink(
