@@ -16,7 +16,7 @@ import os
 import socket
 import sys
 from collections.abc import Iterator
-from contextlib import contextmanager
+from contextlib import contextmanager, nullcontext
 from dataclasses import dataclass
 from importlib import resources
 from pathlib import Path
@@ -91,14 +91,9 @@ def _options(args: argparse.Namespace, sample_file: Path | None) -> discover.Dis
 
 
 def _inspect(args: argparse.Namespace) -> tuple[Numatopology, list[str]]:
-    if args.sample is not None:
-        with sample_path(args.sample) as path:
-            found = discover.discover(_options(args, path))
-        default_name = args.sample
-    else:
-        found = discover.discover(_options(args, None))
-        default_name = socket.gethostname()
-    name = args.node_name or default_name
+    with nullcontext() if args.sample is None else sample_path(args.sample) as path:
+        found = discover.discover(_options(args, path))
+    name = args.node_name or args.sample or socket.gethostname()
     topology = Numatopology(metadata=ObjectMeta(name=name), spec=found.spec)
     if args.resource_slices is not None:
         dra = dra_devices(join_node(name, found.spec, _read_slices(args.resource_slices)))
