@@ -14,11 +14,20 @@ from collections.abc import Sequence
 
 # Subcommand modules, imported lazily so `numatopo crd` does not pay for kopf or pynvml,
 # nor `numatopo agent` (a node process with a memory budget) for the operator's modules.
-COMMANDS = (
-    "inspect", "assign", "simulate", "domains", "operator", "exporter", "agent", "crd",
-    "selftest",
-)  # fmt: skip
-SERVES = {"exporter": "numatopo_exporter.daemon.serve", "agent": "numatopo_exporter.agent.serve"}
+# Each has HELP, add_arguments(parser) and run(args); its docstring is its description.
+COMMANDS = {
+    "inspect": "numatopo_cli.commands.inspect",
+    "assign": "numatopo_cli.commands.assign",
+    "simulate": "numatopo_cli.commands.simulate",
+    "domains": "numatopo_cli.commands.domains",
+    "operator": "numatopo_cli.commands.operator",
+    "exporter": "numatopo_exporter.daemon.serve",
+    "agent": "numatopo_exporter.agent.serve",
+    "crd": "numatopo_cli.commands.crd",
+    "selftest": "numatopo_cli.selftest",
+}
+# Descriptions laid out by hand (lists, tables), printed as written.
+AS_WRITTEN = {"inspect", "assign", "simulate", "domains"}
 
 
 def build_parser(only: str | None = None) -> argparse.ArgumentParser:
@@ -29,13 +38,17 @@ def build_parser(only: str | None = None) -> argparse.ArgumentParser:
     )
     subparsers = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
     for name in COMMANDS if only is None else (only,):
-        if name not in SERVES:
-            importlib.import_module(f"numatopo_cli.commands.{name}").register(subparsers)
-            continue
-        serve = importlib.import_module(SERVES[name])
-        command = subparsers.add_parser(name, help=serve.HELP, description=serve.__doc__)
-        serve.add_arguments(command)
-        command.set_defaults(func=serve.run)
+        module = importlib.import_module(COMMANDS[name])
+        command = subparsers.add_parser(
+            name,
+            help=module.HELP,
+            description=module.__doc__,
+            formatter_class=argparse.RawDescriptionHelpFormatter
+            if name in AS_WRITTEN
+            else argparse.HelpFormatter,
+        )
+        module.add_arguments(command)
+        command.set_defaults(func=module.run)
     return parser
 
 

@@ -25,25 +25,26 @@ from numatopo_kube.backoff import Backoff
 def add_node_flags(parser: argparse.ArgumentParser, *, metrics_port: int) -> None:
     """`--node-name`, `--api-url`, `--metrics-port` and `--metrics-address`, with the same
     meaning in both."""
-    parser.add_argument(
+    add = parser.add_argument
+    add(
         "--node-name",
         default=os.environ.get("NODE_NAME", ""),
         help="this node's name (default $NODE_NAME)",
     )
-    parser.add_argument(
+    add(
         "--api-url",
         default="",
         help="API server URL without auth (e.g. kubectl proxy); "
         "default: in-cluster, else $KUBECONFIG",
     )
-    parser.add_argument(
+    add(
         "--metrics-port",
         type=int,
         default=metrics_port,
         help=f"Prometheus /metrics port, 0 = off (default {metrics_port})",
     )
     # A separate address flag (not `host:port`) so that `--metrics-port` keeps its meaning.
-    parser.add_argument(
+    add(
         "--metrics-address",
         default="0.0.0.0",
         help="address /metrics and /healthz listen on (default %(default)s: every interface, "

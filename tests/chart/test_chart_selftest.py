@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from numatopo_cli.commands import selftest as command
+from numatopo_cli import selftest
 from numatopo_cli.main import build_parser
 
 from .conftest import NAMESPACE, RELEASE, Find, Render
@@ -39,7 +39,7 @@ def test_the_pod_is_a_test_hook_running_selftest(render: Render, find: Find) -> 
     assert "--example-until=Aligned" in args
     # The rendered flags are the command's own.
     parsed = build_parser().parse_args(args)
-    assert parsed.func is command.selftest.run
+    assert parsed.func is selftest.run
     assert parsed.tls_cert == "/etc/numatopo/extender-tls/tls.crt"
 
 

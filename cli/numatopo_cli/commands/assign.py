@@ -209,13 +209,10 @@ def run(args: argparse.Namespace) -> int:
     return 0 if answer.fits else 1
 
 
-def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
-    parser = subparsers.add_parser(
-        "assign",
-        help="place one pod on one node with the allocation engine (offline)",
-        description=__doc__,
-        formatter_class=argparse.RawDescriptionHelpFormatter,
-    )
+HELP = "place one pod on one node with the allocation engine (offline)"
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
     add = parser.add_argument
     add("--topology", type=Path, required=True, metavar="NODE", help="node file (JSON or YAML)")
     add("--pod", type=Path, required=True, metavar="POD", help="Pod manifest")
@@ -236,4 +233,3 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
         help="resource name (fnmatch pattern) counted as RDMA NICs; repeatable "
         f"(default: {' '.join(DEFAULT_RESOURCES.nic)})",
     )
-    parser.set_defaults(func=run)

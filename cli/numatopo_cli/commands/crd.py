@@ -27,11 +27,10 @@ def run(args: argparse.Namespace) -> int:
     return 0
 
 
-def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
-    parser = subparsers.add_parser(
-        "crd", help="print the Numatopology CRD YAML", description=__doc__
-    )
+HELP = "print the Numatopology CRD YAML"
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "name", nargs="?", default="numatopology", choices=sorted(CRDS), help="which CRD"
     )
-    parser.set_defaults(func=run)

@@ -179,13 +179,10 @@ def run(args: argparse.Namespace) -> int:
     return 0
 
 
-def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
-    parser = subparsers.add_parser(
-        "domains",
-        help="show network domains (leaf/spine, NVLink cliques) with nodes and free GPUs",
-        description=__doc__,
-        formatter_class=argparse.RawDescriptionHelpFormatter,
-    )
+HELP = "show network domains (leaf/spine, NVLink cliques) with nodes and free GPUs"
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
     add = parser.add_argument
     add("--cluster", type=Path, metavar="F.json", help="cluster file")
     add("--generate", metavar="BxSxLxN", help="an empty leaf/spine cluster instead (e.g. 1x2x4x4)")
@@ -207,4 +204,3 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
     )
     add("-o", "--output", default="table", choices=["table", "json"])
     add("--svg", type=Path, metavar="F.svg", help="also draw the tree as SVG")
-    parser.set_defaults(func=run)

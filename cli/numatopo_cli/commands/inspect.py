@@ -16,7 +16,7 @@ import os
 import socket
 import sys
 from collections.abc import Iterator
-from contextlib import contextmanager
+from contextlib import contextmanager, nullcontext
 from dataclasses import dataclass
 from importlib import resources
 from pathlib import Path
@@ -91,14 +91,9 @@ def _options(args: argparse.Namespace, sample_file: Path | None) -> discover.Dis
 
 
 def _inspect(args: argparse.Namespace) -> tuple[Numatopology, list[str]]:
-    if args.sample is not None:
-        with sample_path(args.sample) as path:
-            found = discover.discover(_options(args, path))
-        default_name = args.sample
-    else:
-        found = discover.discover(_options(args, None))
-        default_name = socket.gethostname()
-    name = args.node_name or default_name
+    with nullcontext() if args.sample is None else sample_path(args.sample) as path:
+        found = discover.discover(_options(args, path))
+    name = args.node_name or args.sample or socket.gethostname()
     topology = Numatopology(metadata=ObjectMeta(name=name), spec=found.spec)
     if args.resource_slices is not None:
         dra = dra_devices(join_node(name, found.spec, _read_slices(args.resource_slices)))
@@ -156,13 +151,10 @@ def _write_svg(path: Path, topology: Numatopology) -> None:
     print(f"{PROG}: wrote the diagram to {path}", file=sys.stderr)
 
 
-def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
-    parser = subparsers.add_parser(
-        "inspect",
-        help="discover a node's NUMA/GPU/NIC topology and print it",
-        description=__doc__,
-        formatter_class=argparse.RawDescriptionHelpFormatter,
-    )
+HELP = "discover a node's NUMA/GPU/NIC topology and print it"
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
     add = parser.add_argument
     live = parser.add_argument_group("live node (default)")
     add_live = live.add_argument
@@ -205,4 +197,3 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
         help="table (default), or the Numatopology object as yaml or json",
     )
     add("--svg", type=Path, metavar="FILE", help="also draw the node as SVG")
-    parser.set_defaults(func=run)

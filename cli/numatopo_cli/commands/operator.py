@@ -22,13 +22,10 @@ def run(args: argparse.Namespace) -> int:
         return 2
 
 
-def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+HELP = "run the cluster operator (assigner, extender, status)"
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
     from numatopo_operator import settings
 
-    parser = subparsers.add_parser(
-        "operator",
-        help="run the cluster operator (assigner, extender, status)",
-        description=__doc__,
-    )
     settings.add_arguments(parser)
-    parser.set_defaults(func=run)

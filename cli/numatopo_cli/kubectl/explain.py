@@ -8,7 +8,7 @@ reason and counted, as kube-scheduler counts them in "0/N nodes are available".
 
 from __future__ import annotations
 
-from collections import defaultdict
+from collections import Counter, defaultdict
 
 from numatopo_cli.kubectl.nodes import format_columns
 from numatopo_cli.kubectl.reports import ExplainReport, Fit, GroupSearch, RefusalGroup
@@ -36,9 +36,7 @@ def group_search(judged: GroupJudgement) -> GroupSearch:
         return GroupSearch(
             group=judged.group, members=judged.members, placed=False, reason=judged.reason
         )
-    per_node: dict[str, int] = defaultdict(int)
-    for assignment in placement.assignments.values():
-        per_node[assignment.node] += 1
+    per_node = Counter(assignment.node for assignment in placement.assignments.values())
     return GroupSearch(
         group=judged.group,
         members=judged.members,

@@ -202,8 +202,8 @@ class _Rows:
 def _columns(spec: NumatopologySpec) -> list[_Column]:
     """Columns ordered by socket then NUMA id; NUMA nodes without CPUs and devices of
     unknown NUMA come last, as they belong to no socket."""
-    nodes = {node.id: node for node in spec.numa_nodes}
-    socket_of: dict[int, int] = {}
+    nodes: dict[int | None, NumaNode] = {node.id: node for node in spec.numa_nodes}
+    socket_of: dict[int | None, int] = {}
     for cpu in spec.cpus:
         if cpu.numa is None:
             continue
@@ -217,17 +217,9 @@ def _columns(spec: NumatopologySpec) -> list[_Column]:
             gpus=[gpu for gpu in gpus if gpu.numa == numa],
             nics=[nic for nic in spec.nics if nic.numa == numa],
         )
-        for numa in text.numa_ids(spec)
+        for numa in [*text.numa_ids(spec), None]
     ]
-    orphans = _Column(
-        numa=None,
-        node=None,
-        socket=None,
-        gpus=[gpu for gpu in gpus if gpu.numa is None],
-        nics=[nic for nic in spec.nics if nic.numa is None],
-    )
-    if orphans.gpus or orphans.nics:
-        columns.append(orphans)
+    columns = [c for c in columns if c.numa is not None or c.gpus or c.nics]
     columns.sort(key=lambda c: (c.socket is None, c.socket or 0, c.numa is None, c.numa or 0))
     return columns
 
@@ -305,8 +297,7 @@ def _draw_numa(canvas: _Canvas, column: _Column, spec: NumatopologySpec, top: fl
     cpus = node.cpus if node else None
     canvas.text(x, top + 42, _fit(f"CPUs {cpus or text.UNKNOWN}", inner, 12), "label")
     counts = f"{len(cpus)} CPUs" if cpus else "no CPUs"
-    cores = {cpu.core for cpu in spec.cpus if cpu.numa == column.numa and cpu.online}
-    if cores:
+    if cores := {cpu.core for cpu in spec.cpus if cpu.numa == column.numa and cpu.online}:
         counts += f" \u00b7 {len(cores)} cores"
     canvas.text(x, top + 60, _fit(counts, inner, 11), "small")
     memory = (

@@ -28,14 +28,11 @@ def render_table(
         "",
         *_numa_rows(spec, color=color),
     ]
-    distances = _distance_rows(spec, color=color)
-    if distances:
+    if distances := _distance_rows(spec, color=color):
         lines += ["", bold("NUMA distances"), *distances]
-    accelerators = _accelerator_rows(spec, color=color)
-    if accelerators:
+    if accelerators := _accelerator_rows(spec, color=color):
         lines += ["", bold("Accelerators"), *accelerators]
-    topo_lines = matrix.render_matrix(spec, color=color)
-    if topo_lines:
+    if topo_lines := matrix.render_matrix(spec, color=color):
         lines += ["", bold("GPU/NIC topology"), *topo_lines]
     dra = topology.status.dra if topology.status is not None else None
     if dra is not None:

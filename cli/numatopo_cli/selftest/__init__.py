@@ -25,7 +25,6 @@ import ssl
 import sys
 import time
 import uuid
-from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -38,7 +37,7 @@ from numatopo_kube import KubeClient, KubeConfigError, KubeError
 from numatopo_operator import translate
 from numatopo_operator.cluster_view import replay
 
-__all__ = ["add_arguments", "run"]
+__all__ = ["HELP", "add_arguments", "run"]
 
 HELP = "check an install end to end (CRDs, Numatopologies, Lease, extender, a pod placed)"
 ALIGNED = "numatopo.io/Aligned"  # the condition the node agent writes on a pod
@@ -63,7 +62,6 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     add("--example-node", default="", help="bind the example pod here (skips the scheduler)")
     add("--example-until", choices=["Assigned", "Aligned"], default="Aligned")
     add("--timeout-seconds", type=float, default=120.0)
-    parser.set_defaults(func=run)
 
 
 @dataclass
@@ -245,18 +243,14 @@ async def _example(kube: KubeClient, args: argparse.Namespace, report: Report) -
 async def _checks(args: argparse.Namespace) -> Report:
     report = Report()
     async with KubeClient.connect(args.api_url, component="numatopo-selftest") as kube:
-        steps: list[Callable[[], Awaitable[None]]] = [
-            lambda: _crds(kube, report),
-            lambda: _numatopologies(kube, report),
-        ]
+        await _crds(kube, report)
+        await _numatopologies(kube, report)
         if args.lease:
-            steps.append(lambda: _lease(kube, report, args.lease))
+            await _lease(kube, report, args.lease)
         if args.extender_url:
-            steps.append(lambda: _extender(args, report))
+            await _extender(args, report)
         if args.example_image:
-            steps.append(lambda: _example(kube, args, report))
-        for step in steps:
-            await step()
+            await _example(kube, args, report)
     return report
 
 

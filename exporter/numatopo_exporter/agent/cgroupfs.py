@@ -75,10 +75,8 @@ class Hierarchy:
         pod = self.find_pod(pod_uid, qos)
         if pod is None:
             return None
-        for name in cgroups.container_dir_names(container, self.driver):
-            if self.dir(pod / name).is_dir():
-                return pod / name
-        return None
+        names = cgroups.container_dir_names(container, self.driver)
+        return next((pod / name for name in names if self.dir(pod / name).is_dir()), None)
 
     def list_containers(self) -> list[ContainerCgroup]:
         """Every container (and sandbox) cgroup of every pod, sorted by path."""

@@ -58,12 +58,8 @@ def parse_container_id(text: str) -> ContainerId | None:
     return ContainerId(runtime=runtime, id=ident)
 
 
-def kubepods_dir(driver: Driver) -> PurePosixPath:
-    return PurePosixPath("kubepods.slice" if driver is Driver.SYSTEMD else "kubepods")
-
-
 def _tier_dir(driver: Driver, qos: QosClass) -> PurePosixPath:
-    top = kubepods_dir(driver)
+    top = PurePosixPath("kubepods.slice" if driver is Driver.SYSTEMD else "kubepods")
     if qos is QosClass.GUARANTEED:
         return top
     tier = qos.value.lower()

@@ -57,10 +57,8 @@ def _conditions(pod: dict[str, Any]) -> list[dict[str, Any]] | None:
 
 
 def current_condition(pod: dict[str, Any]) -> dict[str, Any] | None:
-    for condition in _conditions(pod) or []:
-        if condition.get("type") == ALIGNED:
-            return dict(condition)
-    return None
+    found = next((c for c in _conditions(pod) or [] if c.get("type") == ALIGNED), None)
+    return None if found is None else dict(found)
 
 
 def plan_status_patch(condition: dict[str, Any], pod: dict[str, Any]) -> StatusPatch:

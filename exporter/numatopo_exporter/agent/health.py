@@ -33,32 +33,29 @@ def unhealthy_devices(
 ) -> UnhealthyDevices:
     """The devices of `spec` the kubelet's `allocatable` listing (resource -> device
     plugin IDs) does not offer."""
-    gpus: list[int] = []
-    devices = schedulable_devices(spec)
-    for resource in sorted({d.resource for d in devices}):
-        mine = sorted(d.index for d in devices if d.resource == resource)
-        listed = _named(allocatable, resource, lambda i: gpu_indices([i], spec.gpus))
-        if listed is not None:
-            gpus += [index for index in mine if index not in listed]
-    nics: list[str] = []
-    for resource in sorted({n.resource for n in spec.nics}):
-        mine_nics = sorted(n.name for n in spec.nics if n.resource == resource)
-        named = _named(allocatable, resource, lambda i: nic_names([i], spec.nics))
-        if named is not None:
-            nics += [name for name in mine_nics if name not in named]
+    gpus = _unhealthy(
+        allocatable,
+        [(d.resource, d.index) for d in schedulable_devices(spec)],
+        lambda i: gpu_indices([i], spec.gpus),
+    )
+    nics = _unhealthy(
+        allocatable, [(n.resource, n.name) for n in spec.nics], lambda i: nic_names([i], spec.nics)
+    )
     return UnhealthyDevices(gpus=sorted(gpus), nics=nics)
 
 
-def _named(
+def _unhealthy(
     allocatable: Mapping[str, Collection[str]],
-    resource: str,
+    mine: Sequence[tuple[str, T]],
     names: Callable[[str], Sequence[T] | None],
-) -> set[T] | None:
-    """What the IDs listed under `resource` name; None when there is no verdict (listed,
-    but no ID names anything here); empty when the resource is not listed."""
-    if resource not in allocatable:
-        return set()
-    found: set[T] = set()
-    for device_id in allocatable[resource]:
-        found.update(names(device_id) or ())
-    return found or None
+) -> list[T]:
+    """Per resource of `mine` ((resource, device) pairs), the devices its listed IDs do
+    not name; none when it has no verdict (listed, but no ID names anything here)."""
+    found: list[T] = []
+    for resource in sorted({r for r, _ in mine}):
+        listed: set[T] = set()
+        for device_id in allocatable.get(resource, ()):
+            listed.update(names(device_id) or ())
+        if listed or resource not in allocatable:
+            found += sorted(d for r, d in mine if r == resource and d not in listed)
+    return found

@@ -12,7 +12,7 @@ import asyncio
 import contextlib
 import logging
 import time
-from collections.abc import Awaitable, Callable, Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -129,17 +129,15 @@ class AgentLoop:
         again = Backoff(backoff.initial_seconds, backoff.maximum_seconds, backoff.factor)
         await watch_own_numatopology(self.client, self.node_name, again, seen, logger)
 
-    async def _supervised(self, name: str, loop: Callable[[], Awaitable[None]]) -> None:
-        crashed = self.metrics.task_restarts.labels(task=name).inc
-        await keep_running(name, loop, crashed=crashed, log=logger)
-
     async def run(self) -> None:
         # A pass below that raises ends the process (the kubelet restarts the agent); a
         # watch would end alone, and the passes go on with what it last saw: it is run
         # again after an unexpected error (docs/operations.md, "Background tasks").
+        watches = {"pod watch": self.watch_pods, "Numatopology watch": self.watch_numatopology}
+        crashed = self.metrics.task_restarts.labels
         watchers = [
-            asyncio.create_task(self._supervised("pod watch", self.watch_pods)),
-            asyncio.create_task(self._supervised("Numatopology watch", self.watch_numatopology)),
+            asyncio.create_task(keep_running(n, loop, crashed=crashed(task=n).inc, log=logger))
+            for n, loop in watches.items()
         ]
         # Beside the watches, the poster of the Events the passes queue: posted inside a
         # pass, an Event the API holds would hold up every pod after it.

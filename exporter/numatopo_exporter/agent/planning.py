@@ -62,10 +62,7 @@ class CpusetWrite:
 def _nearest_ancestor(
     path: PurePosixPath, known: Mapping[PurePosixPath, object]
 ) -> PurePosixPath | None:
-    for parent in path.parents:
-        if parent in known:
-            return parent
-    return None
+    return next((parent for parent in path.parents if parent in known), None)
 
 
 def _check(
@@ -86,8 +83,7 @@ def _check(
         # Pairs the plan does not touch are the kernel's business (v2 does not enforce it).
         if parent is None or (path not in want and parent not in want):
             continue
-        missing = final[path] - final[parent]
-        if missing:
+        if missing := final[path] - final[parent]:
             raise PlanError(
                 f"{path}/{file} would need {missing}, which its parent {parent} "
                 f"would not have ({final[parent] or 'empty'})"

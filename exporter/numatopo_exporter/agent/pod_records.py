@@ -1,9 +1,6 @@
-"""What the agent knows about each pod on its node: one record per pod, by UID.
-
-A record holds the pod as the watch last showed it and every fact the agent keeps about
-it between passes (when its assignment was first seen, what was enforced, what was
-announced, its GPU containers in flight). Forgetting a pod is deleting its record, so
-the agent's memory is bounded by the pods on its node.
+"""What the agent knows about each pod on its node: one record per pod, by UID, with the
+pod as the watch last showed it and every fact kept between passes (docs/DESIGN.md,
+"Node agent (enforcement)"). The agent's memory is bounded by the pods on its node.
 """
 
 from __future__ import annotations

@@ -1,10 +1,7 @@
-"""One pod as the agent reads it (pure): built once per watch event, at the boundary.
-
-Every part of the agent (claim checks, GPU steering candidates, Follow, reports) asks
-the view, never the raw body, for the pod's identity, phase, running containers and its
-two numatopo annotations, so the assignment JSON is parsed once per event and the
-"finished" rule is written once. The body stays on the view for what only the API
-needs (patch planning against its conditions, Events about it, its container specs).
+"""One pod as the agent reads it (pure), built once per watch event: every part of the
+agent asks the view, never the raw body (docs/DESIGN.md, "Node agent (enforcement)").
+The body stays on the view for what only the API needs (patch planning against its
+conditions, Events about it, its container specs).
 """
 
 from __future__ import annotations

@@ -51,10 +51,7 @@ class PodAssignment:
 
     def container_at(self, path: PurePosixPath) -> str:
         """The container name whose running id names the cgroup `path` ('' if none)."""
-        for container in self.running:
-            if container.container_id.id in path.name:
-                return container.name
-        return ""
+        return next((c.name for c in self.running if c.container_id.id in path.name), "")
 
     def refused(self, reason: str, message: str) -> Refusal:
         return Refusal(self.uid, self.key, reason, message, self.annotation, self.body)
@@ -101,13 +98,11 @@ def _check_on_node(assignment: Assignment, online: planning.Cpuset) -> str:
     """What in `assignment` this machine does not have ('' if nothing)."""
     problems: list[str] = []
     for name, container in sorted(assignment.containers.items()):
-        missing_cpus = container.cpus - online.cpus
-        if missing_cpus:
+        if missing_cpus := container.cpus - online.cpus:
             problems.append(
                 f"container {name}: CPUs {missing_cpus} are not online here (online: {online.cpus})"
             )
-        missing_mems = container.mems - online.mems
-        if missing_mems:
+        if missing_mems := container.mems - online.mems:
             problems.append(
                 f"container {name}: memory nodes {missing_mems} do not exist or have no "
                 f"memory here (nodes with memory: {online.mems})"
@@ -151,14 +146,12 @@ def select_assignments(
             )
             refused.append(Refusal(uid, key, "WrongNode", message, text, body))
             continue
-        problem_text = unsigned(pod, assignment, verifier)
-        if problem_text:
+        if problem_text := unsigned(pod, assignment, verifier):
             refused.append(Refusal(uid, key, UNSIGNED, problem_text, text, body))
             continue
         # Checked per pod before planning: a CPU or memory node this machine lacks would
         # otherwise make the planner widen kubepods, fail, and fail every pod with it.
-        problem_text = _check_on_node(assignment, online)
-        if problem_text:
+        if problem_text := _check_on_node(assignment, online):
             refused.append(Refusal(uid, key, "AssignmentNotOnNode", problem_text, text, body))
             continue
         candidates.append(

@@ -27,6 +27,7 @@ async def serve(args: argparse.Namespace) -> int:
     """Run the agent that `args` describe until cancelled."""
     client = KubeClient.connect(args.api_url, component=COMPONENT, host=args.node_name)
     agent_metrics = AgentMetrics()
+    patterns = tuple(p.strip() for p in args.gpu_resources.split(",") if p.strip())
     async with client, contextlib.AsyncExitStack() as stack:
         await check_node(client, args.node_name)
         loop = AgentLoop(
@@ -37,7 +38,7 @@ async def serve(args: argparse.Namespace) -> int:
             metrics=agent_metrics,
             resync_seconds=args.resync_seconds,
             pod_resources_socket=args.pod_resources_socket,
-            resources=ResourceNames(gpu=_patterns(args.gpu_resources) or ResourceNames().gpu),
+            resources=ResourceNames(gpu=patterns or ResourceNames().gpu),
             verifier=trusted_keys(args),
         )
         if args.steer_resource:
@@ -101,10 +102,6 @@ def run(args: argparse.Namespace) -> int:
     )
 
 
-def _patterns(text: str) -> tuple[str, ...]:
-    return tuple(p.strip() for p in text.split(",") if p.strip())
-
-
 def _optional_path(text: str) -> Path | None:
     return Path(text) if text else None
 
@@ -113,22 +110,21 @@ HELP = "enforce CPU assignments in cgroup cpusets (DaemonSet)"
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument(
+    add = parser.add_argument
+    add(
         "--cgroup-root",
         type=Path,
         default=Path("/sys/fs/cgroup"),
         help="where cgroups are mounted (default /sys/fs/cgroup)",
     )
-    parser.add_argument(
+    add(
         "--kubelet-state",
         type=Path,
         default=kubelet.STATE_PATH,
         help="the kubelet's cpu_manager_state (default %(default)s)",
     )
-    parser.add_argument(
-        "--resync-seconds", type=float, default=10.0, help="drift check period (default 10)"
-    )
-    parser.add_argument(
+    add("--resync-seconds", type=float, default=10.0, help="drift check period (default 10)")
+    add(
         "--pod-resources-socket",
         type=_optional_path,
         default=DEFAULT_SOCKET,
@@ -136,20 +132,20 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         "gives (default %(default)s; an empty value turns Follow off: GPU pods are then "
         "never reported Aligned)",
     )
-    parser.add_argument(
+    add(
         "--gpu-resources",
         default="",
         help="comma list of the patterns of extended resources whose devices are GPUs, for "
         "Follow (default " + ",".join(ResourceNames().gpu) + ", as the operator's flag)",
     )
-    parser.add_argument(
+    add(
         "--trusted-keys-file",
         type=Path,
         default=None,
         help=f"PEM public keys or certificates of the operator's signing keys (default: the "
         f"variable {TRUSTED_KEYS_ENV}); only assignments they verify are enforced",
     )
-    parser.add_argument(
+    add(
         "--insecure-accept-unsigned",
         action="store_true",
         help="enforce assignments without checking the operator's signature (anyone who "

@@ -1,9 +1,5 @@
-"""Watch: list, then watch, this node's pods into the pod records (API I/O).
-
-Each pod event becomes a `PodView` here, once, and the records take it. After an API
-error the watch backs off, probing cheaply meanwhile, and relists. (The node's own
-Numatopology is watched by `node_process.watch_own_numatopology`, from `AgentLoop`.)
-"""
+"""Watch: list, then watch, this node's pods into the pod records, each event made a
+`PodView` once (API I/O; docs/DESIGN.md, "Node agent (enforcement)")."""
 
 from __future__ import annotations
 

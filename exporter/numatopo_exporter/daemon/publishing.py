@@ -113,21 +113,13 @@ def degraded_condition(
     can tell "read cleanly" from "not reported yet".
     """
     old = next((c for c in conditions if c.get("type") == DEGRADED), None)
-    if not ignored:
-        return _condition(
-            old,
-            type_=DEGRADED,
-            status="False",
-            reason="AllInputRead",
-            message="discovery used every topology input it found",
-            now=now,
-        )
+    status, reason = ("True", "IgnoredInput") if ignored else ("False", "AllInputRead")
     message = "published what could be read; ignored: " + "; ".join(ignored)
-    if len(message) > _MESSAGE_LIMIT:
+    if not ignored:
+        message = "discovery used every topology input it found"
+    elif len(message) > _MESSAGE_LIMIT:
         message = message[: _MESSAGE_LIMIT - 25] + " ... (see exporter log)"
-    return _condition(
-        old, type_=DEGRADED, status="True", reason="IgnoredInput", message=message, now=now
-    )
+    return _condition(old, type_=DEGRADED, status=status, reason=reason, message=message, now=now)
 
 
 def plan_status(

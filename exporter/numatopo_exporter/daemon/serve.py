@@ -131,38 +131,37 @@ HELP = "publish this node's Numatopology (DaemonSet)"
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument(
+    add = parser.add_argument
+    add(
         "--sysfs-root",
         type=Path,
         default=Path("/"),
         help="where the host's / is mounted (default /)",
     )
-    parser.add_argument(
+    add(
         "--resync-seconds",
         type=float,
         default=300.0,
         help="rescan and compare this often (default 300)",
     )
-    parser.add_argument(
+    add(
         "--debounce-seconds",
         type=float,
         default=2.0,
         help="quiet time after a burst of udev events before rescanning (default 2)",
     )
-    parser.add_argument("--oneshot", action="store_true", help="scan and publish once, then exit")
-    parser.add_argument(
-        "--no-publish", action="store_true", help="print the object instead of writing it"
-    )
-    parser.add_argument("--no-nvml", action="store_true", help="do not ask the NVIDIA driver")
+    add("--oneshot", action="store_true", help="scan and publish once, then exit")
+    add("--no-publish", action="store_true", help="print the object instead of writing it")
+    add("--no-nvml", action="store_true", help="do not ask the NVIDIA driver")
     add_accelerator_flag(parser)
-    parser.add_argument(
+    add(
         "--kubelet-config",
         type=Path,
         metavar="FILE",
         help="the kubelet's config file as a path on the host, read under --sysfs-root "
         "(default /var/lib/kubelet/config.yaml)",
     )
-    parser.add_argument(
+    add(
         "--kubelet-state",
         type=Path,
         metavar="FILE",

@@ -2,7 +2,11 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from pathlib import Path
+from typing import TypeVar
+
+Parsed = TypeVar("Parsed")
 
 
 class DiscoveryError(Exception):
@@ -16,3 +20,15 @@ class DiscoveryError(Exception):
 class SourceUnavailableError(DiscoveryError):
     """An optional source is absent (no NVIDIA driver, no kubelet config); not an error
     for the node as a whole: the other sources are still published."""
+
+
+def read_saved(path: Path, what: str, parse: Callable[[bytes], Parsed]) -> Parsed:
+    """`parse` of a saved file's bytes (`what`: its kind); every error names the file."""
+    try:
+        data = path.read_bytes()
+    except OSError as exc:
+        raise DiscoveryError(f"cannot read {what}: {exc.strerror}", path) from exc
+    try:
+        return parse(data)
+    except DiscoveryError as exc:
+        raise DiscoveryError(str(exc), path) from exc

@@ -47,7 +47,7 @@ from numatopo_engine.model import (
     PathType,
     PciPath,
 )
-from numatopo_exporter.discovery.errors import DiscoveryError
+from numatopo_exporter.discovery.errors import DiscoveryError, read_saved
 from numatopo_exporter.discovery.nvlink_fabric import pair_links
 from numatopo_exporter.discovery.nvlink_speed import link_gbps
 from numatopo_exporter.discovery.sysfs import hugepage_size_key
@@ -89,14 +89,7 @@ class _Obj:
 
 def read_hwloc_xml(path: Path) -> NumatopologySpec:
     """Read an hwloc XML file, gzip-compressed or not; errors name the file."""
-    try:
-        data = path.read_bytes()
-    except OSError as exc:
-        raise DiscoveryError(f"cannot read hwloc XML: {exc.strerror}", path) from exc
-    try:
-        return parse_hwloc_xml(data)
-    except DiscoveryError as exc:
-        raise DiscoveryError(str(exc), path) from exc
+    return read_saved(path, "hwloc XML", parse_hwloc_xml)
 
 
 def parse_hwloc_xml(data: bytes) -> NumatopologySpec:

@@ -45,8 +45,8 @@ from numatopo_engine.model import (
     PathType,
     PciPath,
 )
-from numatopo_exporter.discovery.errors import DiscoveryError
-from numatopo_exporter.discovery.nvlink_speed import nvlink_bandwidth
+from numatopo_exporter.discovery.errors import DiscoveryError, read_saved
+from numatopo_exporter.discovery.nvlink_speed import link_gbps
 
 SOURCE = "nvidia-smi-topo"
 
@@ -73,14 +73,11 @@ class _Matrix:
 
 def read_nvidia_smi_topo(path: Path) -> NumatopologySpec:
     """Read a file holding `nvidia-smi topo -m` output; errors name the file."""
-    try:
-        text = path.read_text(encoding="utf-8", errors="replace")
-    except OSError as exc:
-        raise DiscoveryError(f"cannot read nvidia-smi topo output: {exc.strerror}", path) from exc
-    try:
-        return parse_nvidia_smi_topo(text)
-    except DiscoveryError as exc:
-        raise DiscoveryError(str(exc), path) from exc
+    return read_saved(
+        path,
+        "nvidia-smi topo output",
+        lambda data: parse_nvidia_smi_topo(data.decode(errors="replace")),
+    )
 
 
 def parse_nvidia_smi_topo(text: str) -> NumatopologySpec:
@@ -88,8 +85,7 @@ def parse_nvidia_smi_topo(text: str) -> NumatopologySpec:
     matrix = _find_matrix(_TERMINAL_STYLE.sub("", text))
     gpu_columns = [c for c in matrix.columns if _GPU_COLUMN.match(c)]
     nic_columns = [c for c in matrix.columns if not _GPU_COLUMN.match(c)]
-    missing = [c for c in gpu_columns if c not in matrix.rows]
-    if missing:
+    if missing := [c for c in gpu_columns if c not in matrix.rows]:
         raise DiscoveryError(
             f"nvidia-smi topo -m output is truncated: the header names {len(gpu_columns)} GPUs "
             f"but there is no row for {', '.join(missing)}"
@@ -118,8 +114,7 @@ def parse_nvidia_smi_topo(text: str) -> NumatopologySpec:
         for b in gpu_columns[i + 1 :]:
             lo, hi = sorted((index[a], index[b]))
             cell = cells[a][b]
-            nvlink = _NVLINK_CELL.match(cell)
-            if nvlink:
+            if nvlink := _NVLINK_CELL.match(cell):
                 count = int(nvlink[1])
                 links.append(
                     GpuLink(
@@ -127,7 +122,7 @@ def parse_nvidia_smi_topo(text: str) -> NumatopologySpec:
                         b=hi,
                         type=LinkType.NVLINK,
                         links=count,
-                        bandwidth_g_bps=nvlink_bandwidth(count),
+                        bandwidth_g_bps=count * link_gbps(),
                     )
                 )
             else:

@@ -40,12 +40,4 @@ _GENERATIONS: tuple[tuple[str, float], ...] = (
 def link_gbps(model: str = "") -> float:
     """Per-link, per-direction GB/s for a GPU model name such as `NVIDIA H100 80GB HBM3`."""
     upper = model.upper()
-    for marker, rate in _GENERATIONS:
-        if marker in upper:
-            return rate
-    return DEFAULT_LINK_GBPS
-
-
-def nvlink_bandwidth(links: int, model: str = "") -> float:
-    """Unidirectional GB/s of `links` bonded NVLinks: `links x link_gbps(model)`."""
-    return links * link_gbps(model)
+    return next((rate for marker, rate in _GENERATIONS if marker in upper), DEFAULT_LINK_GBPS)

@@ -161,11 +161,11 @@ def _read(s: _Session) -> GpuReading:
     direct: dict[tuple[int, int], int] = {}
     via_switch: dict[int, int] = {}
     for index, handle in handles.items():
-        for remote in _active_link_ends(s, index, handle, max_links):
-            if remote.bus in by_bus:
-                key = (index, by_bus[remote.bus])
+        for bus, vendor in _active_link_ends(s, index, handle, max_links):
+            if bus in by_bus:
+                key = (index, by_bus[bus])
                 direct[key] = direct.get(key, 0) + 1
-            elif remote.vendor == NVIDIA_VENDOR_ID:
+            elif vendor == NVIDIA_VENDOR_ID:
                 via_switch[index] = via_switch.get(index, 0) + 1
     model = {g.index: g.model for g in gpus}
     links = [
@@ -207,14 +207,11 @@ def _read_gpu(s: _Session, index: int, handle: Any) -> Gpu:
     )
 
 
-@dataclass(frozen=True)
-class _LinkEnd:
-    bus: str
-    vendor: int
-
-
-def _active_link_ends(s: _Session, index: int, handle: Any, max_links: int) -> list[_LinkEnd]:
-    ends: list[_LinkEnd] = []
+def _active_link_ends(
+    s: _Session, index: int, handle: Any, max_links: int
+) -> list[tuple[str, int]]:
+    """(PCI bus id, vendor id) of the far end of each active NVLink."""
+    ends: list[tuple[str, int]] = []
     for link in range(max_links):
         where = f"GPU {index} link {link}"
         state = s.call(where, "nvmlDeviceGetNvLinkState", handle, link, quiet=True)
@@ -223,7 +220,7 @@ def _active_link_ends(s: _Session, index: int, handle: Any, max_links: int) -> l
         remote = s.call(where, "nvmlDeviceGetNvLinkRemotePciInfo", handle, link)
         if remote is not None:
             device_id = int(getattr(remote, "pciDeviceId", 0) or 0)
-            ends.append(_LinkEnd(bus=_bus_id(remote), vendor=device_id & 0xFFFF))
+            ends.append((_bus_id(remote), device_id & 0xFFFF))
     return ends
 
 

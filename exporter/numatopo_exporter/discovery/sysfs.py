@@ -186,8 +186,7 @@ def _online_cpus(cpu_dir: str, cpu_ids: list[int], ignored: list[str]) -> frozen
     """
     listed = os.path.join(cpu_dir, "online")
     if os.path.lexists(listed):
-        whole = read_text(listed)
-        if whole:
+        if whole := read_text(listed):
             return parse_cpulist(whole, listed).ids
         ignored.append(f"{listed} is empty; read each cpuN/online instead")
     online: set[int] = set()
@@ -357,8 +356,7 @@ def _read_numa_nodes(
             f"kept the columns of the present nodes {ids}"
         )
     nodes = _unless_overlapping(nodes, ignored)
-    orphans = known.difference(*(node.cpus for node in nodes))
-    if orphans:
+    if orphans := known.difference(*(node.cpus for node in nodes)):
         # The CPUs of an offline or absent node: lstopo attaches them to no node, and
         # the kubelet (cadvisor) leaves them out of its topology. Guessing a node would
         # hand them out as local to memory and devices they are not local to.

@@ -13,16 +13,11 @@ The "still available" test makes the rule heal itself: a container already admit
 (its `Allocate` missed, or numatopo restarted) holds its GPUs, so they are no longer
 offered and it is skipped rather than answered again.
 
-An init container's GPUs are handed on to the next container that asks for GPUs
-(the kubelet gives them first and asks only for the rest): `follow.in_flight` steers
-a regular init container to the first GPUs that next container will hold. Where it
-cannot work: a next container asking fewer GPUs than the init container held (the
-kubelet hands it a random part of them), and a container that the kubelet
-admits out of the order above (a pod created earlier but seen later by the kubelet),
-which can take another's answer. Both end with GPUs the assignment does not name; the
-`Follow` side sees that from the PodResources API and reports it, and the operator
-re-plans. Nothing here can make the kubelet fail a pod: no candidate means "let the
-kubelet choose" (`device_ids is None`).
+Init containers hand their GPUs on (`follow.in_flight` says how they are steered and
+where that cannot work). A container the kubelet admits out of the order above (a pod
+created earlier but seen later by the kubelet) can take another's answer; Follow sees
+the GPUs the assignment does not name and the operator re-plans. Nothing here can make
+the kubelet fail a pod: no candidate means "let the kubelet choose" (`device_ids is None`).
 """
 
 from __future__ import annotations

@@ -1,16 +1,14 @@
 """The steering proxy: numatopo's node process stands between the kubelet and the GPU
 vendor's device plugin, so that the kubelet's choice of GPUs is numatopo's (I/O).
 
-Every call is passed to the vendor unchanged (`Allocate`, `PreStartContainer` and
-`ListAndWatch` as the vendor's bytes) except `GetPreferredAllocation`, answered with the
-GPUs of the container in flight (`choice.answer`), else the vendor's preference, else
-nothing (the kubelet's choice): never an error (it refuses the pod) and always within
-`answer_deadline_seconds` (the kubelet admits pods one at a time and sets no timeout).
-The vendor registers with numatopo's Registration socket in `steering_dir`, a directory
-the kubelet does not own (a kubelet restart wipes its own). How it sits and the node's
-settings: docs/operations.md, "Steering GPUs". Not verified on a live cluster: that
-every GPU Operator version mounts the host's `/` at `/host` on the plugin container,
-and that inotify through that mount sees the socket re-created.
+What is forwarded unchanged (as the vendor's bytes), how `GetPreferredAllocation` is
+answered (`choice.answer`; never an error, which refuses the pod, and always within
+`answer_deadline_seconds`: the kubelet admits pods one at a time and sets no timeout)
+and the node's settings: docs/operations.md, "Steering GPUs". The vendor registers with
+numatopo's Registration socket in `steering_dir`, a directory the kubelet does not own
+(a kubelet restart wipes its own). Not verified on a live cluster: that every GPU
+Operator version mounts the host's `/` at `/host` on the plugin container, and that
+inotify through that mount sees the socket re-created.
 
 NVIDIA's device plugin behind numatopo
 --------------------------------------

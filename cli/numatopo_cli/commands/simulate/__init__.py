@@ -19,7 +19,7 @@ from numatopo_engine.annotations import PolicyName
 from numatopo_engine.simulation import STRATEGIES, Arrival
 from numatopo_engine.simulation.mig_pool import MigPool, MigPoolError, parse_mig_pool
 
-__all__ = ["register", "run"]
+__all__ = ["HELP", "add_arguments", "run"]
 
 
 def run(args: argparse.Namespace) -> int:
@@ -33,13 +33,10 @@ def _mig_pool(text: str) -> MigPool:
         raise argparse.ArgumentTypeError(str(exc)) from None
 
 
-def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
-    parser = subparsers.add_parser(
-        "simulate",
-        help="replay a GPU-cluster trace and compare placement strategies",
-        description=__doc__,
-        formatter_class=argparse.RawDescriptionHelpFormatter,
-    )
+HELP = "replay a GPU-cluster trace and compare placement strategies"
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
     add = parser.add_argument
     add("--nodes", type=Path, help="node list CSV (sn,cpu_milli,memory_mib,gpu,model)")
     add("--trace", type=Path, help="pod list CSV (name,cpu_milli,memory_mib,num_gpu,gpu_milli,...)")
@@ -80,4 +77,3 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
     add("--plot", type=Path, metavar="F.png", help="write the comparison figure (needs matplotlib)")
     add("--progress", action="store_true", help="progress bar on stderr even when not a TTY")
     gangs.add_arguments(parser)
-    parser.set_defaults(func=run)

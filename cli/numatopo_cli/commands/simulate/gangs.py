@@ -38,12 +38,7 @@ from numatopo_engine.simulation.gangs import (
     draw_jobs,
     simulate_gangs,
 )
-from numatopo_engine.simulation.leafspine import (
-    LEVELS,
-    LeafSpine,
-    NodeShapeWeight,
-    generate,
-)
+from numatopo_engine.simulation.leafspine import LEVELS, LeafSpine, NodeShapeWeight, generate
 
 NODE_GPUS = 8
 LEVEL_NAMES = {"block": LEVELS[0], "spine": LEVELS[1], "leaf": LEVELS[2]}
@@ -150,23 +145,22 @@ def render_table(result: GangResult) -> str:
         "STRATEGY", "PLACED", "MULTI-NODE", "ONE-LEAF", "IN-REQUIRED", "HOPS", "LEAF-FRAG",
         "WAIT", "MULTI-WAIT", "MS/JOB", "P99-MS",
     )  # fmt: skip
-    rows = [header]
-    for s in result.strategies:
-        rows.append(
-            (
-                s.strategy,
-                f"{s.placed}/{s.jobs}",
-                f"{s.multi_node_placed}/{s.multi_node_jobs}",
-                percent(s.one_leaf_share),
-                percent(s.required_domain_share),
-                "-" if s.mean_neighbour_hops is None else f"{s.mean_neighbour_hops:.2f}",
-                f"{s.leaf_fragmentation:.3f}",
-                f"{s.mean_wait:.3f}",
-                f"{s.multi_node_mean_wait:.3f}",
-                f"{s.place_ms_mean:.1f}",
-                f"{s.place_ms_p99:.1f}",
-            )
+    rows = [header] + [
+        (
+            s.strategy,
+            f"{s.placed}/{s.jobs}",
+            f"{s.multi_node_placed}/{s.multi_node_jobs}",
+            percent(s.one_leaf_share),
+            percent(s.required_domain_share),
+            "-" if s.mean_neighbour_hops is None else f"{s.mean_neighbour_hops:.2f}",
+            f"{s.leaf_fragmentation:.3f}",
+            f"{s.mean_wait:.3f}",
+            f"{s.multi_node_mean_wait:.3f}",
+            f"{s.place_ms_mean:.1f}",
+            f"{s.place_ms_p99:.1f}",
         )
+        for s in result.strategies
+    ]
     lines = align_rows(rows) + _options_lines(result)
     summary = (
         f"{result.nodes} nodes, {result.gpus} GPUs, levels {' > '.join(result.levels)}; "

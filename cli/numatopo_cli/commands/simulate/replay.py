@@ -56,23 +56,22 @@ def render_table(result: SimulationResult) -> str:
         "CPU-GPU-NUMA",
         "MS/POD",
     )
-    rows = [header]
-    for s in result.strategies:
-        rows.append(
-            (
-                s.strategy,
-                str(s.placed),
-                str(s.failed),
-                str(s.admission_failures),
-                f"{s.alloc_pct_at_first_failure:.1f}%",
-                f"{s.alloc_pct_final:.1f}%",
-                percent(s.alignable_single_numa_share),
-                percent(s.best_bandwidth_share),
-                "-" if s.mean_link_gbps is None else f"{s.mean_link_gbps:.1f}",
-                percent(s.cpu_gpu_colocated_share),
-                f"{s.decision_ms_mean:.2f}",
-            )
+    rows = [header] + [
+        (
+            s.strategy,
+            str(s.placed),
+            str(s.failed),
+            str(s.admission_failures),
+            f"{s.alloc_pct_at_first_failure:.1f}%",
+            f"{s.alloc_pct_final:.1f}%",
+            percent(s.alignable_single_numa_share),
+            percent(s.best_bandwidth_share),
+            "-" if s.mean_link_gbps is None else f"{s.mean_link_gbps:.1f}",
+            percent(s.cpu_gpu_colocated_share),
+            f"{s.decision_ms_mean:.2f}",
         )
+        for s in result.strategies
+    ]
     lines = align_rows(rows)
     summary = (
         f"{result.nodes} nodes, {result.gpus} GPUs; {result.pods} pods arrived "
