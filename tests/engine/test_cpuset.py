@@ -45,6 +45,33 @@ def test_parse_rejects_malformed_with_clear_message(text: str, why: str) -> None
     assert repr(text) in str(info.value)
 
 
+@pytest.mark.parametrize(
+    "text",
+    [
+        pytest.param("\u00b2", id="superscript-two"),  # isdigit() says yes, int() says no
+        pytest.param("\u0663", id="arabic-indic-three"),  # int() reads it as 3
+        pytest.param("1" * 5000, id="more-digits-than-int-reads"),
+        pytest.param("0-" + "1" * 5000, id="a-range-ending-in-them"),
+    ],
+)
+def test_ids_are_ascii_digits_refused_as_a_parse_error(text: str) -> None:
+    with pytest.raises(CPUSetParseError, match="is not N or N-M"):
+        CPUSet.parse(text)
+
+
+def test_a_list_naming_ids_over_and_over_is_refused_before_the_work() -> None:
+    """Whoever may write an annotation may write this one (32 KiB, 4,000 times every id):
+    read, it took seconds of the reader's CPU per copy, on the operator's event loop."""
+    text = ",".join(["0-65535"] * 4000)
+
+    with pytest.raises(CPUSetParseError, match="names more than 65536 CPUs") as info:
+        CPUSet.parse(text)
+
+    assert len(str(info.value)) < 200  # the message quotes the start of the list only
+    assert len(CPUSet.parse("0-65535")) == 65536
+    assert len(CPUSet.parse("0-3,2-5")) == 6
+
+
 def test_format_is_kernel_list() -> None:
     assert "0-3,8-11,13" == str(CPUSet([0, 1, 2, 3, 8, 9, 10, 11, 13]))
 
