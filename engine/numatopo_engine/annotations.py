@@ -9,11 +9,11 @@ from __future__ import annotations
 
 import enum
 from collections.abc import Callable
-from typing import Annotated, Literal
+from typing import Annotated, Any, Literal
 
-from pydantic import Field, NonNegativeInt
+from pydantic import Field, NonNegativeInt, model_validator
 
-from numatopo_engine.cpuset import CPUSet
+from numatopo_engine.cpuset import CPUSet, ids_named
 from numatopo_engine.model import WireModel
 
 PREFIX = "numatopo.io/"
@@ -140,8 +140,35 @@ class ContainerAssignment(WireModel):
     )
 
 
+# The most CPU and memory node ids an assignment may name, over all its containers:
+# 60 containers sharing 4,096 CPUs each. Read before its CPU lists are, as anyone who
+# may write the annotation could list every id of 65,536 again in each of thousands
+# of containers (a minute of the reader's CPU); this many read in ~40 ms.
+MAX_ASSIGNED_IDS = 1 << 18
+
+
 class Assignment(WireModel):
     """The `numatopo.io/assignment` annotation (JSON), version 1."""
+
+    @model_validator(mode="before")
+    @classmethod
+    def _bounded(cls, data: Any) -> Any:
+        containers = data.get("containers") if isinstance(data, dict) else None
+        if not isinstance(containers, dict):
+            return data
+        named = sum(
+            ids_named(text)
+            for container in containers.values()
+            if isinstance(container, dict)
+            for text in (container.get("cpus"), container.get("mems"))
+            if isinstance(text, str)
+        )
+        if named > MAX_ASSIGNED_IDS:
+            raise ValueError(
+                f"its CPU lists name {named} ids in all, more than the {MAX_ASSIGNED_IDS} "
+                "an assignment may"
+            )
+        return data
 
     v: Literal[1] = 1
     node: str

@@ -7,6 +7,7 @@ state files. Every set that crosses a wire in numatopo uses that format.
 
 from __future__ import annotations
 
+import re
 from collections.abc import Iterable, Iterator
 from itertools import groupby
 from typing import Any
@@ -20,6 +21,32 @@ from pydantic_core import core_schema
 MAX_CPU_ID = 65535
 
 CPULIST_PATTERN = r"^\s*(\d+(-\d+)?(,\d+(-\d+)?)*)?\s*$"
+
+
+# A CPU id as the kernel writes it: ASCII digits (`str.isdigit` takes other scripts'
+# digits too, and superscripts that `int` refuses); ten digits read any id refused above.
+_ID = re.compile(r"[0-9]{1,10}")
+# How much of a refused list a message quotes (messages become Events and annotations).
+SHOWN_CHARS = 60
+
+
+_RANGE = re.compile(r"([0-9]{1,10})(?:-([0-9]{1,10}))?")
+
+
+def ids_named(cpulist: str) -> int:
+    """How many ids `cpulist` names, counting repeats: what reading it costs, found
+    without reading it (a list that does not parse costs what its ranges name)."""
+    named = 0
+    for found in _RANGE.finditer(cpulist):
+        lo, hi = found.group(1), found.group(2)
+        named += max(1, int(hi) - int(lo) + 1) if hi else 1
+    return named
+
+
+def _shown(text: str) -> str:
+    if len(text) <= SHOWN_CHARS:
+        return repr(text)
+    return f"{text[:SHOWN_CHARS]!r}... ({len(text)} characters)"
 
 
 # Distinct cpulist texts whose parse `CPUSet.parsed_shared` keeps at most.
@@ -56,21 +83,31 @@ class CPUSet:
         text = cpulist.strip()
         if not text:
             return cls()
+        shown = _shown(cpulist)
         ids: set[int] = set()
+        # A list can come from whoever writes an annotation: its work is bounded by the
+        # ids it names, at most every id once (the kernel never repeats one).
+        listed = 0
         for chunk in text.split(","):
             part = chunk.strip()
             lo_text, dash, hi_text = part.partition("-")
-            if not lo_text.isdigit() or (dash and not hi_text.isdigit()):
+            if not _ID.fullmatch(lo_text) or (dash and not _ID.fullmatch(hi_text)):
                 raise CPUSetParseError(
-                    f"invalid cpulist {cpulist!r}: {part!r} is not N or N-M "
+                    f"invalid cpulist {shown}: {_shown(part)} is not N or N-M "
                     "(expected the kernel list format, e.g. '0-3,8-11')"
                 )
             lo, hi = int(lo_text), int(hi_text) if dash else int(lo_text)
             if hi < lo:
-                raise CPUSetParseError(f"invalid cpulist {cpulist!r}: range {part!r} is reversed")
+                raise CPUSetParseError(f"invalid cpulist {shown}: range {part!r} is reversed")
             if hi > MAX_CPU_ID:
                 raise CPUSetParseError(
-                    f"invalid cpulist {cpulist!r}: CPU id {hi} is above {MAX_CPU_ID}"
+                    f"invalid cpulist {shown}: CPU id {hi} is above {MAX_CPU_ID}"
+                )
+            listed += hi - lo + 1
+            if listed > MAX_CPU_ID + 1:
+                raise CPUSetParseError(
+                    f"invalid cpulist {shown}: it names more than {MAX_CPU_ID + 1} CPUs "
+                    "(its ranges repeat ids)"
                 )
             ids.update(range(lo, hi + 1))
         return cls(ids)

@@ -448,9 +448,13 @@ def book_in_claim_order(
     claims: Iterable[C],
     *,
     booked: Callable[[C], Assignment] = lambda claim: claim.assignment,
+    stale: Container[str] = (),
 ) -> tuple[list[C], list[tuple[C, str]]]:
     """Apply `claims` to `state`, earliest first (`claim_order`); `booked(claim)` is what
-    is applied (the claim's assignment, or the part the caller enforces).
+    is applied (the claim's assignment, or the part the caller enforces). The claims of
+    the pods in `stale` (keys) come after all others: each shows a decision older than
+    one its pod has shown before (a signed assignment written back after the operator
+    decided the pod again), whose resources may be another pod's since.
 
     Returns (the claims booked, then the claims that overlap one booked before them,
     each with the `OverlapError` text naming the holder), both in claim order. An
@@ -458,7 +462,7 @@ def book_in_claim_order(
     """
     kept: list[C] = []
     overlapping: list[tuple[C, str]] = []
-    for claim in sorted(claims, key=claim_order):
+    for claim in sorted(claims, key=lambda claim: (claim.key in stale, claim_order(claim))):
         try:
             state.apply(claim.key, booked(claim))
         except OverlapError as exc:

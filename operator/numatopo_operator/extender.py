@@ -30,6 +30,7 @@ went wrong, is JSON in the verb's shape, never a traceback (`json_answers`).
 
 from __future__ import annotations
 
+import asyncio
 import functools
 import itertools
 import json
@@ -70,6 +71,13 @@ Ints = npt.NDArray[np.int64]
 MAX_EXTENDER_PRIORITY = 10
 
 RUNTIME_KEY: web.AppKey[Runtime] = web.AppKey("runtime", Runtime)
+# kube-scheduler sends a body at once (8 MiB at most, `extender_wire`): a caller still
+# sending after this is refused, and holds its connection no longer.
+BODY_SECONDS = 10.0
+# How long a connection waits for a request head, the first or the next: above Go's
+# idle-connection timeout (90 s, kube-scheduler's transport), so that kube-scheduler,
+# not the extender, closes an idle connection, and never as it sends a request on it.
+IDLE_SECONDS = 100.0
 # A filter answer for 5,000 nodes holds thousands of entries: no spaces after separators.
 _dumps = functools.partial(json.dumps, separators=(",", ":"))
 MEMO_KEY: web.AppKey[CycleMemo] = web.AppKey("memo", CycleMemo)
@@ -363,9 +371,12 @@ async def priorities(
 
 async def _read(request: web.Request) -> Mapping[str, Any]:
     try:
-        body = await request.read()
+        async with asyncio.timeout(BODY_SECONDS):
+            body = await request.read()
     except web.HTTPRequestEntityTooLarge:
         raise BadArgsError(f"request body is larger than {wire.MAX_BODY_BYTES} bytes") from None
+    except TimeoutError:
+        raise BadArgsError(f"request body not received within {BODY_SECONDS:g} s") from None
     return wire.parse_body(body)
 
 

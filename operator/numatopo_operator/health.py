@@ -5,6 +5,10 @@
           (`handover`); a standby is Ready too, so rolling updates and disruption
           budgets progress (the extender Service selects the holder by its label)
 /metrics  Prometheus text format
+
+A connection gets `HEAD_SECONDS` for each request head, and is closed after as long
+idle: the port is plain HTTP, so a slow or silent client holds no more than a socket
+for that long (as the node processes' metrics port, `numatopo_exporter.daemon.metrics`).
 """
 
 from __future__ import annotations
@@ -14,6 +18,8 @@ from aiohttp import web
 from numatopo_operator.runtime import Runtime
 
 RUNTIME_KEY: web.AppKey[Runtime] = web.AppKey("runtime", Runtime)
+# Probes and Prometheus send a whole head at once; what repeats a scrape reconnects.
+HEAD_SECONDS = 10.0
 
 
 async def _healthz(request: web.Request) -> web.Response:

@@ -87,6 +87,11 @@ class Ledger:
         self._journal: dict[str, _Journaled] | None = None
         # key -> the highest decision sequence taken back from it (`displace`)
         self._void: dict[str, int] = {}
+        # key -> (uid, node, seq) of the newest decision observed on that pod, and the
+        # pods showing an older one again: a signed assignment written back after a
+        # later decision verifies, but what it names may be another pod's since.
+        self._newest: dict[str, tuple[str, str, int]] = {}
+        self._stale: set[str] = set()
         # One `Tables` per hardware shape, shared by the records of that shape.
         self._shapes = TableCache()
 
@@ -356,6 +361,7 @@ class Ledger:
         if previous_node is not None and previous_node != node:
             self.forget(key)
         self._note(key, booking)
+        self._see_decision(booking)
         found = self._record(node)
         _saw_seq(found, booking.assignment.seq)
         flight = found.inflight.get(key)
@@ -382,6 +388,17 @@ class Ledger:
             else:
                 return []
         return self._rebuild(found)
+
+    def _see_decision(self, booking: Booking) -> None:
+        """Mark the pod stale while it shows an older decision than one it showed before
+        on this node: its claim then comes after every other (`book_in_claim_order`)."""
+        key, seq = booking.key, booking.assignment.seq
+        newest = self._newest.get(key)
+        if newest is not None and newest[:2] == (booking.uid, booking.node) and seq < newest[2]:
+            self._stale.add(key)
+            return
+        self._newest[key] = (booking.uid, booking.node, seq)
+        self._stale.discard(key)
 
     def observe_absent(self, key: str) -> None:
         """The pod shows no assignment (any more); an in-flight one stays reserved.
@@ -476,7 +493,10 @@ class Ledger:
         """
         self._note(key, _Ended(uid))
         if uid:
-            self._void.pop(key, None)  # the pod itself ended: nothing of it can come back
+            # The pod itself ended: nothing of it can come back.
+            self._void.pop(key, None)
+            self._newest.pop(key, None)
+            self._stale.discard(key)
         node = self._node_of.pop(key, None)
         if node is None:
             return None
@@ -557,7 +577,7 @@ class Ledger:
             tables=found.shape,
             names=found.names,
         )
-        _, overlapping = book_in_claim_order(state, found.observed.values())
+        _, overlapping = book_in_claim_order(state, found.observed.values(), stale=self._stale)
         untrusted = {booking.key: why for booking, why in overlapping}
         flights = found.inflight
         # In-flight decisions replace what their pods held (a realigned pod's old GPUs

@@ -56,9 +56,17 @@ class Servers:
         self._runners: list[web.AppRunner] = []
 
     async def _start(
-        self, app: web.Application, port: int, tls: extender_tls.RotatingContext | None = None
+        self,
+        app: web.Application,
+        port: int,
+        tls: extender_tls.RotatingContext | None = None,
+        *,
+        idle_seconds: float,
     ) -> int:
-        runner = web.AppRunner(app, access_log=None)
+        # aiohttp waits for a request head as long as for the next request of an idle
+        # connection (its `keepalive_timeout`, an hour by default): a client that sends
+        # half a head would hold its socket that long. This bounds both.
+        runner = web.AppRunner(app, access_log=None, keepalive_timeout=idle_seconds)
         await runner.setup()
         host, context = self.runtime.settings.listen_host, tls.listening if tls else None
         site = web.TCPSite(runner, host, port, ssl_context=context)
@@ -72,9 +80,14 @@ class Servers:
         extender has neither TLS files nor the explicit plain-HTTP switch."""
         settings = self.runtime.settings
         self.extender_tls = extender_tls.extender_context(settings)
-        self.metrics_port = await self._start(health.build_app(self.runtime), settings.metrics_port)
+        self.metrics_port = await self._start(
+            health.build_app(self.runtime), settings.metrics_port, idle_seconds=health.HEAD_SECONDS
+        )
         self.extender_port = await self._start(
-            extender.build_app(self.runtime), settings.extender_port, self.extender_tls
+            extender.build_app(self.runtime),
+            settings.extender_port,
+            self.extender_tls,
+            idle_seconds=extender.IDLE_SECONDS,
         )
 
     async def stop(self) -> None:

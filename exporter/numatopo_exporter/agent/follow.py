@@ -136,8 +136,10 @@ def in_flight(
     found: list[InFlight] = []
     for pod in pods:
         assignment = pod.assignment
-        if assignment is None or pod.node_name != node_name or pod.finished or pod.deleting:
+        if assignment is None or pod.finished or pod.deleting:
             continue
+        if pod.node_name != node_name or assignment.node != node_name:
+            continue  # an assignment for another node names GPUs another pod may hold here
         uid, key, created = pod.uid, pod.key, pod.created
         spec = pod.body.get("spec") or {}
         inits = list(spec.get("initContainers") or [])

@@ -176,7 +176,11 @@ class AgentLoop:
             self.metrics.failures.labels(reason="NoCgroupHierarchy").inc()
             return
         accepted, refused = select_assignments(
-            self.pods.views(), node_name=self.node_name, online=online, verifier=self.verifier
+            self.pods.views(),
+            node_name=self.node_name,
+            online=online,
+            verifier=self.verifier,
+            newest=self.pods.newest_seqs,
         )
         outcomes = {entry.uid: enforce.locate(hierarchy, entry) for entry in accepted}
         for entry in accepted:

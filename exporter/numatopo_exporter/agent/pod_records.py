@@ -50,6 +50,9 @@ class PodRecords:
     """Containers assigned GPUs the kubelet has not given yet, for the steering plugin's
     answer: replaced whole (never changed in place), since the steering plugin reads it
     from another thread."""
+    newest_seqs: dict[str, int] = field(default_factory=dict, init=False)
+    """Pod uid -> the highest decision sequence of a signed assignment it showed
+    (`pods.select_assignments` keeps it): an older one shown again is stale."""
     _records: dict[str, PodRecord] = field(default_factory=dict, init=False)
     _held: Holdings = field(default_factory=dict, init=False)
 
@@ -85,6 +88,7 @@ class PodRecords:
             self.publish_in_flight()
 
     def drop(self, uid: str) -> None:
+        self.newest_seqs.pop(uid, None)
         record = self._records.pop(uid, None)
         if record is not None and record.gpu_claims:
             self.publish_in_flight()
@@ -95,6 +99,7 @@ class PodRecords:
         present = {v.uid for v in listed}
         for uid in [u for u in self._records if u not in present]:
             del self._records[uid]
+            self.newest_seqs.pop(uid, None)
         for view in listed:
             self.take(view)
         self.publish_in_flight()
@@ -111,8 +116,13 @@ class PodRecords:
         claims: tuple[InFlight, ...] = ()
         if view.assignment is not None:
             claims = tuple(follow.in_flight([view], self.node_name, self.is_gpu))
-            if claims and pods.unsigned(view, view.assignment, self.verifier):
-                claims = ()  # steering the kubelet by a forged assignment would hand out GPUs
+            if claims and (
+                pods.unsigned(view, view.assignment, self.verifier)
+                or view.assignment.seq < self.newest_seqs.get(view.uid, -1)
+            ):
+                # Steering the kubelet by a forged or stale assignment would hand out
+                # GPUs the operator booked for another pod since.
+                claims = ()
         record.gpu_claims = claims
         return bool(claims) or bool(before)
 

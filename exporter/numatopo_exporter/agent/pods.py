@@ -4,7 +4,8 @@ The `numatopo.io/assignment` annotation is written by the operator, which never
 double-books, and signs it for the pod (`numatopo_engine.signing`): an assignment whose
 signature does not verify with a trusted key (hand-written, edited, or copied from
 another pod) is refused before anything else, so it never books and never wins claim
-order. A stale one may still claim CPUs another pod already holds. Claims are then
+order. A pod's own older assignment shown again after a newer one (signed, but stale)
+comes after every other claim (`select_assignments`' `newest`). Claims are then
 ordered by the engine's `state.claim_order` (decision sequence, then pod UID), as the
 operator's ledger orders them: the earlier decision is enforced and the later one
 refused, as the kubelet would refuse a conflicting CPU request.
@@ -120,15 +121,27 @@ def unsigned(pod: PodView, assignment: Assignment, verifier: Verifier) -> str:
 
 
 def select_assignments(
-    pods: Iterable[PodView], *, node_name: str, online: planning.Cpuset, verifier: Verifier
+    pods: Iterable[PodView],
+    *,
+    node_name: str,
+    online: planning.Cpuset,
+    verifier: Verifier,
+    newest: dict[str, int] | None = None,
 ) -> tuple[list[PodAssignment], list[Refusal]]:
     """The pods of `node_name` to enforce, and the ones refused (invalid, not signed for
     the pod by the operator, not possible on this machine, overlapping, or taking the
     last shared CPU).
 
+    `newest` (pod uid -> the highest decision sequence its signed assignment showed,
+    kept by the caller and updated here): a pod showing an older one again is stale,
+    and its claim comes after every other (`state.book_in_claim_order`), as in the
+    operator's ledger.
+
     Pods without the annotation and finished pods are in neither list. Accepted pods are
     in `state.claim_order`; refusals come in the order found.
     """
+    newest = {} if newest is None else newest
+    stale: set[str] = set()
     candidates: list[PodAssignment] = []
     refused: list[Refusal] = []
     for pod in pods:
@@ -149,6 +162,10 @@ def select_assignments(
         if problem_text := unsigned(pod, assignment, verifier):
             refused.append(Refusal(uid, key, UNSIGNED, problem_text, text, body))
             continue
+        if assignment.seq < newest.get(uid, -1):
+            stale.add(key)
+        else:
+            newest[uid] = assignment.seq
         # Checked per pod before planning: a CPU or memory node this machine lacks would
         # otherwise make the planner widen kubepods, fail, and fail every pod with it.
         if problem_text := _check_on_node(assignment, online):
@@ -161,7 +178,10 @@ def select_assignments(
         )
     topology = NumatopologySpec(numa_nodes=[NumaNode(id=0, cpus=online.cpus)])
     accepted, overlapping = state.book_in_claim_order(
-        state.NodeState(topology), candidates, booked=lambda entry: _cpu_only(entry.assignment)
+        state.NodeState(topology),
+        candidates,
+        booked=lambda entry: _cpu_only(entry.assignment),
+        stale=stale,
     )
     for entry, why in overlapping:
         refused.append(entry.refused("AssignmentOverlaps", why))

@@ -205,3 +205,32 @@ async def test_a_hand_written_assignment_with_a_made_up_seq_is_not_enforced(
     assert "1" == node.cpus(cgroup(UID_B, CID_B))
     assert ("True", "CpusetsApplied") == condition(cluster, "b")
     assert ("False", pods.UNSIGNED) == condition(cluster, "a")
+
+
+async def test_an_older_signed_decision_shown_again_never_takes_a_later_pods_cpus(
+    cluster: kmock.KubernetesEmulator, client: NodeClient, cgroup_tree: CgroupTree
+) -> None:
+    """The assignment guard off (a trial): pod a, decided on CPU 1 (seq 1) and then on
+    the shared CPUs (seq 3), has its first signed assignment written back once pod b (seq 4) holds
+    CPU 1. It verifies (it was signed for a), but a showed a later decision before: b
+    keeps CPU 1, and a's old claim is the one refused."""
+    node = Pods(client, cgroup_tree)
+    await node.add("a", UID_A, CID_A, claim("1", seq=1), created="2024-01-01T00:00:00Z")
+    await node.reconcile()
+    first = node.bodies[UID_A]["metadata"]["annotations"]["numatopo.io/assignment"]
+    path = pod_path("default", "a")
+    later = signing_keys.signed_annotation(node.bodies[UID_A], claim("0", seq=3, exclusive=False))
+    await client.patch(path, {"metadata": {"annotations": {"numatopo.io/assignment": later}}})
+    await node.reconcile()
+    await node.add("b", UID_B, CID_B, claim("1", seq=4), created="2024-01-02T00:00:00Z")
+    await node.reconcile()
+    assert ("0", "1") == (node.cpus(cgroup(UID_A, CID_A)), node.cpus(cgroup(UID_B, CID_B)))
+    assert ("True", "CpusetsApplied") == condition(cluster, "a")
+
+    await client.patch(path, {"metadata": {"annotations": {"numatopo.io/assignment": first}}})
+    await node.reconcile()
+
+    assert "1" == node.cpus(cgroup(UID_B, CID_B))
+    assert "1" != node.cpus(cgroup(UID_A, CID_A))
+    assert ("True", "CpusetsApplied") == condition(cluster, "b")
+    assert ("False", "AssignmentOverlaps") == condition(cluster, "a")
