@@ -236,6 +236,13 @@ class DraHolds:
         self._joined[node] = (topology, joined)
         return joined
 
+    def device_classes(self) -> list[api.DeviceClass]:
+        """The watched DeviceClasses that read as the model (read once per change)."""
+        generation = self._class_generation
+        if self._read_classes[0] != generation:
+            self._read_classes = (generation, [c for c in map(_class, self.classes.values()) if c])
+        return self._read_classes[1]
+
     def extended(
         self, node: str, topology: NumatopologySpec | None
     ) -> dict[DeviceId, tuple[str, ...]]:
@@ -249,9 +256,7 @@ class DraHolds:
         cached = self._extended.get(node)
         if cached is not None and cached[0] is joined and cached[1] == generation:
             return cached[2]
-        if self._read_classes[0] != generation:
-            self._read_classes = (generation, [c for c in map(_class, self.classes.values()) if c])
-        names = extended_names(joined, self._read_classes[1])
+        names = extended_names(joined, self.device_classes())
         self._extended[node] = (joined, generation, names)
         return names
 

@@ -13,11 +13,18 @@ module. One device several classes select is a device of each of their resources
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
+from typing import Any
 
 from numatopo_engine.dra.api import DeviceClass
+from numatopo_engine.dra.claims import PodClaim
 from numatopo_engine.dra.join import DeviceId, DeviceKind, DraNode
+from numatopo_engine.dra.pods import extended_claim_status
 from numatopo_engine.dra.selectors import SelectorRefusedError, Selectors
+
+IMPLICIT_PREFIX = "deviceclass.resource.kubernetes.io/"
+EXTENDED_ENTRY = "for its extended resources"
+"""The name of the pod's claim entry for them (messages say "claim for its ...")."""
 
 
 def named_classes(classes: Iterable[DeviceClass]) -> dict[str, DeviceClass]:
@@ -61,3 +68,39 @@ def extended_names(
         for ident in chosen:
             names.setdefault(ident, []).append(resource)
     return {ident: tuple(found) for ident, found in names.items()}
+
+
+def served(resource: str, classes: Iterable[DeviceClass]) -> bool:
+    """Whether a DeviceClass serves extended resource `resource`: one names it, or it is
+    the implicit name of one."""
+    listed = list(classes)
+    implicit = {IMPLICIT_PREFIX + c.metadata.name for c in listed}
+    return resource in implicit or resource in named_classes(listed)
+
+
+def asked_served(pod: Mapping[str, Any], classes: Iterable[DeviceClass]) -> list[str]:
+    """The extended resources the pod's containers ask that a DeviceClass serves."""
+    listed = list(classes)
+    spec = pod.get("spec") or {}
+    asked: set[str] = set()
+    for container in [*(spec.get("initContainers") or []), *(spec.get("containers") or [])]:
+        resources = container.get("resources") or {}
+        asked |= {
+            str(r) for r in {**(resources.get("requests") or {}), **(resources.get("limits") or {})}
+        }
+    return sorted(r for r in asked if served(r, listed))
+
+
+def extended_claim(pod: Mapping[str, Any]) -> PodClaim | None:
+    """The claim kube-scheduler made for the pod's extended resources, as an entry of its
+    claims: each request's devices to the container its mapping names. None: none."""
+    status = extended_claim_status(pod)
+    if not status:
+        return None
+    pairs = tuple(
+        (str(m.get("requestName")), str(m.get("containerName")))
+        for m in status.get("requestMappings") or ()
+        if isinstance(m, Mapping)
+    )
+    containers = tuple(dict.fromkeys(container for _, container in pairs))
+    return PodClaim(EXTENDED_ENTRY, str(status["resourceClaimName"]), containers, pairs)

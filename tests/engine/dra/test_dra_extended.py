@@ -15,8 +15,14 @@ from dra_objects import claim as claim_body
 from dra_objects import request as request_body
 from numatopo_engine.dra import api
 from numatopo_engine.dra.claims import PodClaim, decide_claims
-from numatopo_engine.dra.extended import extended_names
+from numatopo_engine.dra.extended import (
+    EXTENDED_ENTRY,
+    asked_served,
+    extended_claim,
+    extended_names,
+)
 from numatopo_engine.dra.join import DeviceId, DraNode, join_node
+from numatopo_engine.dra.pods import devices_from_claims
 from numatopo_engine.model import Numatopology, NumatopologySpec
 from numatopo_engine.pod_request import request_from_pod
 from numatopo_engine.resources import ResourceNames
@@ -133,3 +139,53 @@ def test_a_claim_on_a_class_naming_a_resource_is_decided() -> None:
     )
     (allocation,) = decided.allocations.values()
     assert len(allocation.devices.results) == 2
+
+
+def extended_pod(resource: str, status: bool) -> dict[str, Any]:
+    """A pod asking 2 of `resource` and no claim; `status`: kube-scheduler named its
+    claim for them (PreBind), schema-valid for 1.34."""
+    amounts = {"cpu": "8", "memory": "16Gi", resource: "2"}
+    pod: dict[str, Any] = {
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "metadata": {"name": "train", "namespace": "default", "uid": "u1"},
+        "spec": {"containers": [
+            {"name": "main", "image": "busybox",
+             "resources": {"requests": amounts, "limits": amounts}}]},
+    }  # fmt: skip
+    if status:
+        mapping = {"containerName": "main", "resourceName": resource, "requestName": "r0"}
+        pod["status"] = {"extendedResourceClaimStatus": {
+            "resourceClaimName": "train-extended-resources-abcde",
+            "requestMappings": [mapping]}}  # fmt: skip
+    kubernetes_validate.validate(pod, "1.34.0", strict=True)
+    return pod
+
+
+def test_the_extended_resources_a_pod_asks_that_classes_serve() -> None:
+    """Explicit names and the implicit `deviceclass.resource.kubernetes.io/<class>`;
+    not a name no class has."""
+    served = classes(
+        device_class("gpu.nvidia.com", GPU_CLASS_SELECTOR, extended="example.com/gpu"),
+        device_class("rdma.dra.net", RDMA_CLASS_SELECTOR),
+    )
+    implicit = "deviceclass.resource.kubernetes.io/rdma.dra.net"
+    assert asked_served(extended_pod("example.com/gpu", False), served) == ["example.com/gpu"]
+    assert asked_served(extended_pod(implicit, False), served) == [implicit]
+    assert asked_served(extended_pod("example.com/fpga", False), served) == []
+    assert asked_served(extended_pod("deviceclass.resource.kubernetes.io/x", False), served) == []
+
+
+def test_the_claim_kube_scheduler_made_is_one_of_the_pods_claims() -> None:
+    """Its devices go to the container each request maps to, and the pod's devices come
+    from claims (the agent does not compare them with device plugins') unless a
+    container asks a device-plugin resource too."""
+    pod = extended_pod("example.com/gpu", True)
+    assert extended_claim(pod) == PodClaim(
+        EXTENDED_ENTRY, "train-extended-resources-abcde", ("main",), (("r0", "main"),)
+    )
+    assert extended_claim(extended_pod("example.com/gpu", False)) is None
+    is_device = ResourceNames().is_gpu
+    assert devices_from_claims(pod, is_device)
+    assert not devices_from_claims(extended_pod("example.com/gpu", False), is_device)
+    assert not devices_from_claims(extended_pod("nvidia.com/gpu", True), is_device)
