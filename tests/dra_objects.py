@@ -141,15 +141,23 @@ def _slice(name: str, driver: str, node: str, devices: list[dict[str, Any]]) -> 
 
 
 def device_class(
-    name: str, selector: str, config: list[dict[str, Any]] | None = None
+    name: str,
+    selector: str,
+    config: list[dict[str, Any]] | None = None,
+    *,
+    extended: str | None = None,
+    created: str = "2025-09-01T10:00:00Z",
 ) -> dict[str, Any]:
+    """`extended`: the class's `extendedResourceName` (KEP-5004)."""
     spec: dict[str, Any] = {"selectors": [{"cel": {"expression": selector}}]}
     if config:
         spec["config"] = config
+    if extended:
+        spec["extendedResourceName"] = extended
     return {
         "apiVersion": "resource.k8s.io/v1",
         "kind": "DeviceClass",
-        "metadata": {"name": name, "uid": f"uid-class-{name}"},
+        "metadata": {"name": name, "uid": f"uid-class-{name}", "creationTimestamp": created},
         "spec": spec,
     }
 

@@ -14,7 +14,8 @@ import time
 from numatopo_engine import annotations as keys
 from numatopo_engine.annotations import Assignment, State
 from numatopo_engine.dra.allocated import Claimed, NotFollowedError, claimed_devices
-from numatopo_engine.dra.claims import pod_claims
+from numatopo_engine.dra.claims import PodClaim, pod_claims
+from numatopo_engine.dra.extended import EXTENDED_ENTRY, asked_served, extended_claim
 from numatopo_engine.errors import InvalidRequestError, OverlapError, UnsatisfiableError
 from numatopo_engine.model import NumatopologySpec
 from numatopo_engine.relaxed_allocation import allocate_around
@@ -42,7 +43,7 @@ async def _claimed(
     joined = runtime.dra_holds.joined(node, topology)
     if joined is None:
         raise NotFollowedError(f"node {node} publishes no DRA devices")
-    entries = pod_claims(pod)
+    entries = _entries(runtime, pod)
     claims = {}
     for entry in entries:
         if entry.claim is None:
@@ -53,10 +54,24 @@ async def _claimed(
     return claimed_devices(topology, request, entries, claims, joined)
 
 
-def _own_holds(pod: RawPod) -> set[str]:
+def _asks_extended(runtime: Runtime, pod: RawPod) -> bool:
+    """Whether the pod asks an extended resource a DeviceClass serves (KEP-5004)."""
+    return bool(asked_served(pod, runtime.dra_holds.device_classes()))
+
+
+def _entries(runtime: Runtime, pod: RawPod) -> list[PodClaim]:
+    """The pod's claims, and kube-scheduler's for its extended resources DRA serves (its
+    `claim` None while the pod's status names none)."""
+    extended = extended_claim(pod)
+    if extended is None and _asks_extended(runtime, pod):
+        extended = PodClaim(EXTENDED_ENTRY, None, ())
+    return [*pod_claims(pod), *([extended] if extended else [])]
+
+
+def _own_holds(runtime: Runtime, pod: RawPod) -> set[str]:
     """The hold keys of the pod's own claims (`dra_holds`)."""
     namespace = PodView.of(pod).namespace
-    return {f"{HELD}{namespace}/{e.claim}" for e in pod_claims(pod) if e.claim}
+    return {f"{HELD}{namespace}/{e.claim}" for e in _entries(runtime, pod) if e.claim}
 
 
 def _not_followed(runtime: Runtime, pod: RawPod, node: str, message: str) -> None:
@@ -100,15 +115,19 @@ async def _around(
 
 
 async def decide(runtime: Runtime, pod: RawPod, request: PodRequest, node: str) -> Outcome | None:
-    """The pod's decision on `node` around its claims' devices, booked; None when its
-    devices do not come from claims, or they cannot be followed (said in an Event):
-    then it is decided from its requests."""
-    if not from_claims(runtime, pod):
+    """The pod's decision on `node` around its claims' devices (kube-scheduler's claim
+    for the extended resources DRA serves it included), booked; None when its devices do
+    not come from claims, or they cannot be followed (said in an Event): then it is
+    decided from its requests."""
+    extended_only = not from_claims(runtime, pod)
+    if extended_only and not _asks_extended(runtime, pod):
         return None
     ledger = runtime.ledger
     topology = ledger.topology(node)
     if topology is None or runtime.stale_reason(node) is not None:
         return None  # nothing can be decided there; the caller says why
+    if extended_only and runtime.dra_holds.joined(node, topology) is None:
+        return None  # no DRA device there: a device plugin serves its extended resources
     try:
         claimed = await _claimed(runtime, pod, request, node, topology)
     except NotFollowedError as exc:
@@ -123,7 +142,7 @@ async def decide(runtime: Runtime, pod: RawPod, request: PodRequest, node: str) 
         if ledger.node_of(request.key) == node and held and request.key in held.assignments:
             mine = held.assignments[request.key]
             return Outcome(State.ASSIGNED, translate.assigned_message(mine), mine)
-        outcome = await _around(runtime, request.key, node, claimed, _own_holds(pod))
+        outcome = await _around(runtime, request.key, node, claimed, _own_holds(runtime, pod))
     runtime.metrics.latency.labels("bind").observe(time.perf_counter() - started)
     return outcome
 
@@ -175,7 +194,7 @@ async def follow_member(runtime: Runtime, pod: PodView, node: str) -> None:
         booked = held.assignments.get(key) if held is not None else None
         if booked is None or ledger.node_of(key) != node or _follows(booked, claimed):
             return
-        outcome = await _around(runtime, key, node, claimed, _own_holds(pod))
+        outcome = await _around(runtime, key, node, claimed, _own_holds(runtime, pod))
     runtime.metrics.latency.labels("bind").observe(time.perf_counter() - started)
     if outcome is None or outcome.assignment is None:
         why = outcome.message if outcome is not None else f"node {node} has no usable state"

@@ -58,9 +58,9 @@ def read_claims(
 ) -> tuple[list[PodClaim], dict[str, Any]] | None:
     """The claims and the classes, as watched, of a pod whose devices come from its
     claims alone; None for another pod, or when a claim is missing or unreadable."""
-    if not from_claims(runtime, pod):
-        return None
     entries = pod_claims(pod)
+    if not from_claims(runtime, pod) or not entries:
+        return None  # no claim of its own (kube-scheduler's for extended resources aside)
     namespace = PodView.of(pod).namespace
     claims: dict[str, api.ResourceClaim] = {}
     try:

@@ -22,6 +22,7 @@ from numatopo_engine.annotations import Assignment, ContainerAssignment
 from numatopo_engine.cpuset import CPUSet
 from numatopo_engine.dra import api
 from numatopo_engine.dra.allocated import results_of
+from numatopo_engine.dra.extended import extended_names
 from numatopo_engine.dra.join import DeviceId, DraNode, dra_devices, join_node
 from numatopo_engine.model import DraDevices, NumatopologySpec, UnhealthyDevices
 from numatopo_engine.state import NodeState
@@ -101,6 +102,11 @@ class DraHolds:
     reported: dict[str, UnhealthyDevices] = field(default_factory=dict)
     """node -> the devices its agent reported unhealthy (`status.unhealthy`)."""
     _joined: dict[str, tuple[NumatopologySpec, DraNode]] = field(default_factory=dict)
+    _class_generation: int = 0  # counts the DeviceClass events: `extended` is kept per one
+    _read_classes: tuple[int, list[api.DeviceClass]] = (-1, [])
+    _extended: dict[str, tuple[DraNode, int, dict[DeviceId, tuple[str, ...]]]] = field(
+        default_factory=dict
+    )
     _on_node: dict[str, set[str]] = field(default_factory=dict)  # node -> slice names
     _pools: dict[tuple[str, str], dict[str, int]] = field(default_factory=dict)
     """(driver, pool) -> node -> how many of its slices name that node."""
@@ -199,16 +205,18 @@ class DraHolds:
         return old
 
     def class_seen(self, deleted: bool, raw: Mapping[str, Any]) -> set[str]:
-        """A DeviceClass's event (no node's holds depend on it)."""
+        """A DeviceClass's event (no node's holds depend on it; `extended` may)."""
         name = str((raw.get("metadata") or {}).get("name"))
         if deleted:
             self.classes.pop(name, None)
         else:
             self.classes[name] = raw
+        self._class_generation += 1
         return set()
 
     def classes_listed(self, items: Iterable[Mapping[str, Any]]) -> set[str]:
         self.classes = {str((raw.get("metadata") or {}).get("name")): raw for raw in items}
+        self._class_generation += 1
         return set()
 
     # -- what the ledger books -----------------------------------------------------------
@@ -227,6 +235,30 @@ class DraHolds:
         joined = join_node(node, topology, local)
         self._joined[node] = (topology, joined)
         return joined
+
+    def device_classes(self) -> list[api.DeviceClass]:
+        """The watched DeviceClasses that read as the model (read once per change)."""
+        generation = self._class_generation
+        if self._read_classes[0] != generation:
+            self._read_classes = (generation, [c for c in map(_class, self.classes.values()) if c])
+        return self._read_classes[1]
+
+    def extended(
+        self, node: str, topology: NumatopologySpec | None
+    ) -> dict[DeviceId, tuple[str, ...]]:
+        """The node's GPUs and NICs that DeviceClasses serve as extended resources ->
+        those resources (`numatopo_engine.dra.extended`); the same object until the
+        node's join or a class changes."""
+        joined = self.joined(node, topology)
+        if joined is None:
+            return {}
+        generation = self._class_generation
+        cached = self._extended.get(node)
+        if cached is not None and cached[0] is joined and cached[1] == generation:
+            return cached[2]
+        names = extended_names(joined, self.device_classes())
+        self._extended[node] = (joined, generation, names)
+        return names
 
     def status_of(self, node: str, topology: NumatopologySpec | None) -> DraDevices | None:
         """`status.dra` of the node: its GPUs, NICs and CPUs that DRA drivers publish."""
@@ -284,4 +316,13 @@ def _slice(raw: Mapping[str, Any]) -> api.ResourceSlice | None:
     except pydantic.ValidationError as exc:
         name = (raw.get("metadata") or {}).get("name")
         logger.warning("ResourceSlice %s is unreadable; its devices are not joined: %s", name, exc)
+        return None
+
+
+def _class(raw: Mapping[str, Any]) -> api.DeviceClass | None:
+    try:
+        return api.DeviceClass.model_validate(raw)
+    except pydantic.ValidationError as exc:
+        name = (raw.get("metadata") or {}).get("name")
+        logger.warning("DeviceClass %s is unreadable; it names no extended resource: %s", name, exc)
         return None

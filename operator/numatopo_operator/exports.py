@@ -15,12 +15,13 @@ import enum
 import hashlib
 import logging
 import time
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
 from pydantic import ValidationError
 
-from numatopo_engine.dra.join import DraNode
+from numatopo_engine.dra.join import DeviceId, DraNode
 from numatopo_engine.exports import (
     MANAGED_BY,
     DeviceNames,
@@ -64,23 +65,33 @@ class ExportFormat(enum.StrEnum):
         return NodeResourceTopology if self is ExportFormat.NRT else VolcanoNumatopology
 
     def build(
-        self, node: str, spec: NumatopologySpec, state: NodeState, dra: DraNode | None = None
+        self,
+        node: str,
+        spec: NumatopologySpec,
+        state: NodeState,
+        dra: DraNode | None = None,
+        extended: Mapping[DeviceId, tuple[str, ...]] | None = None,
     ) -> NodeResourceTopology | VolcanoNumatopology:
         """The object of `node`; with `dra` (its joined ResourceSlices) the NRT counts the
-        DRA devices under their driver and pool (`dra_names`)."""
+        DRA devices under the extended resources their classes serve them as
+        (`extended`), the others under their driver and pool (`dra_names`)."""
         if self is ExportFormat.NRT:
-            return node_resource_topology(node, spec, state, dra_names(dra))
+            return node_resource_topology(node, spec, state, dra_names(dra, extended or {}))
         return volcano_numatopology(node, spec, state)
 
 
-def dra_names(dra: DraNode | None) -> DeviceNames | None:
-    """`<driver>/<pool>` (as `status.dra` sums them up) for each GPU and NIC of the node a
-    DRA driver publishes: devices requested through ResourceClaims, which no device
-    plugin advertises under the spec's resource name."""
+def dra_names(
+    dra: DraNode | None, extended: Mapping[DeviceId, tuple[str, ...]]
+) -> DeviceNames | None:
+    """For each GPU and NIC of the node a DRA driver publishes, the extended resources
+    DeviceClasses serve it as (`numatopo_engine.dra.extended`: what a pod asks to get it
+    without a claim), else `<driver>/<pool>` (as `status.dra` sums them up): names no
+    device plugin advertises, unlike the spec's resource name."""
     if dra is None:
         return None
-    gpus = {d.gpu: f"{d.id.driver}/{d.id.pool}" for d in dra.devices if d.gpu is not None}
-    nics = {d.nic: f"{d.id.driver}/{d.id.pool}" for d in dra.devices if d.nic is not None}
+    names = {d.id: extended.get(d.id) or (f"{d.id.driver}/{d.id.pool}",) for d in dra.devices}
+    gpus = {d.gpu: names[d.id] for d in dra.devices if d.gpu is not None}
+    nics = {d.nic: names[d.id] for d in dra.devices if d.nic is not None}
     return DeviceNames(gpus, nics) if gpus or nics else None
 
 
@@ -120,11 +131,11 @@ class ExportWriter:
     """node -> digest of the object last written (so an unchanged object is not written
     again). A digest, not the object: a Volcano object of a 208-CPU node is ~60 KB of
     Python dicts, too much to keep for thousands of nodes."""
-    seen: dict[str, tuple[NumatopologySpec, NodeState, int, DraNode | None]] = field(
+    seen: dict[str, tuple[NumatopologySpec, NodeState, int, DraNode | None, object]] = field(
         default_factory=dict
     )
-    """node -> (topology, state, version, joined slices) of its last write: unchanged
-    ones are skipped."""
+    """node -> (topology, state, version, joined slices, extended names) of its last
+    write: unchanged ones are skipped."""
     failing: dict[str, Backoff] = field(default_factory=dict)
     swept: bool = False
 
@@ -232,20 +243,16 @@ class ExportWriter:
             node, topology, state = record.name, record.topology, record.state
             if topology is None or state is None:
                 continue
-            dra = runtime.dra_holds.joined(node, topology)  # cached: new when slices change
+            # Both cached: new when the node's slices (or the DeviceClasses) change.
+            dra = runtime.dra_holds.joined(node, topology)
+            extended = runtime.dra_holds.extended(node, topology)
+            mark = (topology, state, state.version, dra, extended)
             last = self.seen.get(node)
-            if (
-                last
-                and last[0] is topology
-                and last[1] is state
-                and last[2] == state.version
-                and last[3] is dra
-            ):
+            if last and last[2] == mark[2] and all(last[i] is mark[i] for i in (0, 1, 3, 4)):
                 continue
             if not self._due(node):
                 continue
-            mark = (topology, state, state.version, dra)
-            built = self.format.build(node, topology, state, dra)
+            built = self.format.build(node, topology, state, dra, extended)
             digest = content_digest(built)
             # One node's translation at a time between turns of the loop (a 64-NUMA
             # node takes tens of ms): Lease renewals and watches never wait for a pass.

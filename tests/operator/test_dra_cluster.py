@@ -379,6 +379,47 @@ async def test_nrt_counts_what_dra_pods_and_other_claims_hold(
     await wait(freed, what="NRT available once the claims are deallocated")
 
 
+async def test_nrt_counts_gpus_a_device_class_serves_under_its_extended_resource(
+    cluster: Cluster, start_operator: Any, wait: Any
+) -> None:
+    """KEP-5004: a DeviceClass naming `example.com/gpu` (the resource pods ask in their
+    containers to get its devices) puts the node's GPUs under that name in the NRT,
+    where NodeResourceTopologyMatch compares container requests; what a claim holds is
+    not available. The name taken off the class: back under driver and pool."""
+    register_foreign(cluster.api)
+    await build(cluster)
+    named = device_class("a100", GPU_CLASS_SELECTOR, extended="example.com/gpu")
+    kubernetes_validate.validate(named, "1.34.0", strict=True)
+    await cluster.create("/apis/resource.k8s.io/v1/deviceclasses", named)
+    await cluster.create(CLAIMS, claim("theirs", [request("gpu", "a100", 1)]))
+    await start_operator(**FAST, export_nrt=True)
+    await hold(cluster, "theirs", [("gpu", "gpu-7")])
+    seventh = spec().gpus[7].numa
+    gpus = {n: sum(g.numa == n for g in spec().gpus) - (n == seventh) for n in (0, 1)}
+
+    def named_gpus(resource: str) -> bool:
+        nrt = nrts(cluster).get(NODE)
+        try:
+            return nrt is not None and all(
+                available(nrt, f"node-{n}", resource) == gpus[n] for n in (0, 1)
+            )
+        except KeyError:
+            return False
+
+    await wait(lambda: named_gpus("example.com/gpu"), what="NRT GPUs under example.com/gpu")
+    nrt = nrts(cluster)[NODE]
+    assert nrt_errors(nrt) == []
+    names = {r["name"] for zone in nrt["zones"] for r in zone["resources"]}
+    assert {n for n in names if "/" in n} == {"example.com/gpu", f"dra.net/{NODE}"}, names
+
+    async with cluster.api.patch(
+        "/apis/resource.k8s.io/v1/deviceclasses/a100",
+        json={"spec": {"extendedResourceName": None}},
+    ) as response:
+        assert response.status < 300, await response.text()
+    await wait(lambda: named_gpus(GPU_POOL), what="NRT GPUs under their driver and pool again")
+
+
 async def test_claims_go_only_to_nodes_the_pods_node_filters_allow(
     cluster: Cluster, start_operator: Any, wait: Any
 ) -> None:

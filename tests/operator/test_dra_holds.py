@@ -9,7 +9,15 @@ from typing import Any
 
 import kubernetes_validate
 
-from dra_objects import claim, gpu_slice, nic_slice, request
+from dra_objects import (
+    GPU_CLASS_SELECTOR,
+    RDMA_CLASS_SELECTOR,
+    claim,
+    device_class,
+    gpu_slice,
+    nic_slice,
+    request,
+)
 from numatopo_engine.annotations import Assignment, ContainerAssignment
 from numatopo_engine.model import Numatopology, NumatopologySpec
 from numatopo_operator.dra_holds import DraHolds
@@ -130,3 +138,24 @@ def test_a_slice_gone_takes_its_holds_and_joins_with_it() -> None:
     holds.sync(ledger, NODE)
     assert booked(ledger) == {3}
     assert holds.joined("elsewhere", spec()) is None
+
+
+def test_extended_names_follow_the_device_classes() -> None:
+    """The GPUs a DeviceClass naming an extended resource selects carry its name, kept
+    (the same object: the export writer skips unchanged nodes by identity) until a class
+    changes; a class renamed or deleted takes its name off them."""
+    _, holds = setup()
+    named = device_class("gpu.nvidia.com", GPU_CLASS_SELECTOR, extended="example.com/gpu")
+    kubernetes_validate.validate(named, "1.34.0", strict=True)
+    assert holds.extended(NODE, spec()) == {}
+    holds.classes_listed([named, device_class("rdma.dra.net", RDMA_CLASS_SELECTOR)])
+    found = holds.extended(NODE, spec())
+    assert {d.device: n for d, n in found.items()} == {
+        f"gpu-{i}": ("example.com/gpu",) for i in range(8)
+    }
+    assert holds.extended(NODE, spec()) is found
+    renamed = device_class("gpu.nvidia.com", GPU_CLASS_SELECTOR, extended="example.com/a100")
+    holds.class_seen(False, renamed)
+    assert set(holds.extended(NODE, spec()).values()) == {("example.com/a100",)}
+    holds.class_seen(True, renamed)
+    assert holds.extended(NODE, spec()) == {}

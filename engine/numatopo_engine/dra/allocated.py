@@ -10,8 +10,10 @@ pinned GPUs and NICs).
 
 A device goes to the container that uses its claim (the first naming it in
 `resources.claims`; the first app container when none does), as `decide_claims` hands
-them out. What cannot be read that way raises `NotFollowedError`, and the pod is
-decided from its requests as before.
+them out; a device of the claim kube-scheduler made for the pod's extended resources
+goes to the container its request maps to (`extended.extended_claim`). What cannot be
+read that way raises `NotFollowedError`, and the pod is decided from its requests as
+before.
 """
 
 from __future__ import annotations
@@ -53,8 +55,15 @@ class Claimed:
 
 
 def results_of(raw: Mapping[str, Any]) -> tuple[DeviceId, ...] | None:
-    """The devices a claim's `status.allocation` names; None when it is not allocated.
-    Read field by field: whatever else the allocator wrote, these name the devices."""
+    """The devices a claim's `status.allocation` names; None when it is not allocated."""
+    results = _requests_results(raw)
+    return None if results is None else tuple(device for _, device in results)
+
+
+def _requests_results(raw: Mapping[str, Any]) -> list[tuple[str, DeviceId]] | None:
+    """(request, device) per result of a claim's `status.allocation`; None when it is not
+    allocated. Read field by field: whatever else the allocator wrote, these name the
+    devices."""
     allocation = (raw.get("status") or {}).get("allocation")
     if not isinstance(allocation, Mapping):
         return None
@@ -64,8 +73,8 @@ def results_of(raw: Mapping[str, Any]) -> tuple[DeviceId, ...] | None:
             continue
         driver, pool, device = (result.get(k) for k in ("driver", "pool", "device"))
         if isinstance(driver, str) and isinstance(pool, str) and isinstance(device, str):
-            found.append(DeviceId(driver, pool, device))
-    return tuple(found)
+            found.append((str(result.get("request")), DeviceId(driver, pool, device)))
+    return found
 
 
 def claimed_devices(
@@ -89,11 +98,12 @@ def claimed_devices(
         raw = claims.get(entry.claim or "")
         if raw is None:
             raise NotFollowedError(f"claim {entry.claim or entry.name} does not exist yet")
-        results = results_of(raw)
+        results = _requests_results(raw)
         if results is None:
             raise NotFollowedError(f"claim {entry.claim} is not allocated yet")
-        container = entry.containers[0] if entry.containers else base.containers[0].name
-        for found in results:
+        default = entry.containers[0] if entry.containers else base.containers[0].name
+        for request, found in results:
+            container = dict(entry.requests).get(request, default)
             device = by_id.get(found)
             if device is None:
                 where = "publishes no such device" if (found.driver, found.pool) in pools else (

@@ -51,6 +51,8 @@ class Metadata(_Read):
     namespace: str | None = None
     uid: str = ""
     resource_version: str = ""
+    creation_timestamp: str = ""
+    """RFC 3339 at second resolution, as the API server writes it: orders by time as text."""
     finalizers: list[str] = Field(default_factory=list)
 
 
@@ -241,6 +243,9 @@ class DeviceClassConfiguration(_Wire):
 class DeviceClassSpec(_Read):
     selectors: list[DeviceSelector] = Field(default_factory=list)
     config: list[DeviceClassConfiguration] = Field(default_factory=list)
+    extended_resource_name: Annotated[str, Field(min_length=1, max_length=253)] | None = None
+    """KEP-5004 (alpha in 1.34, gate DRAExtendedResource): pods asking this extended
+    resource in their containers get devices of this class (`dra.extended`)."""
 
 
 class DeviceClass(_Object):

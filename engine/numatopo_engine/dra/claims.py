@@ -52,11 +52,14 @@ class UndecidedError(Exception):
 @dataclass(frozen=True, slots=True)
 class PodClaim:
     """One entry of `pod.spec.resourceClaims`, with the claim it names (None: the claim
-    from its template does not exist yet)."""
+    from its template does not exist yet); or the claim kube-scheduler made for the
+    pod's extended resources (`extended.extended_claim`)."""
 
     name: str
     claim: str | None
     containers: tuple[str, ...]  # containers naming it in resources.claims, spec order
+    requests: tuple[tuple[str, str], ...] = ()
+    """(request, container): a device of that request goes to that container."""
 
 
 @dataclass(frozen=True, slots=True)

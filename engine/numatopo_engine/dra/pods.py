@@ -7,13 +7,21 @@ from collections.abc import Callable, Mapping
 from typing import Any
 
 
+def extended_claim_status(pod: Mapping[str, Any]) -> Mapping[str, Any]:
+    """`status.extendedResourceClaimStatus` (KEP-5004: the claim kube-scheduler made for
+    the extended resources DRA serves the pod; `extended.extended_claim`); {}: none."""
+    found = (pod.get("status") or {}).get("extendedResourceClaimStatus")
+    return found if isinstance(found, Mapping) and found.get("resourceClaimName") else {}
+
+
 def devices_from_claims(pod: Mapping[str, Any], is_device: Callable[[str], bool]) -> bool:
     """Whether the pod's GPUs and NICs come from its ResourceClaims alone: it references
-    claims and no container asks a device-plugin resource (`is_device`). Such a pod
-    holds exactly its claims' allocated devices (mode Allocated), so what the kubelet's
-    device plugins gave (nothing) is not compared with its assignment."""
+    claims (or DRA serves its extended resources) and no container asks a device-plugin
+    resource (`is_device`). Such a pod holds exactly its claims' allocated devices (mode
+    Allocated), so what the kubelet's device plugins gave (nothing) is not compared with
+    its assignment."""
     spec = pod.get("spec") or {}
-    if not spec.get("resourceClaims"):
+    if not spec.get("resourceClaims") and not extended_claim_status(pod):
         return False
     for container in [*(spec.get("initContainers") or []), *(spec.get("containers") or [])]:
         resources = container.get("resources") or {}

@@ -3,10 +3,10 @@ what numatopo has not booked (`available`); the amounts, and what the ledger doe
 see and so does not subtract: docs/DESIGN.md, "Exports". Devices without a NUMA node
 belong to no zone.
 
-Devices a DRA driver publishes are counted under the name the caller gives them
-(`DeviceNames`: `<driver>/<pool>`) instead of the spec's resource: no device plugin
-advertises them, so the spec's name would promise a device-plugin pod devices the
-kubelet cannot give it.
+Devices a DRA driver publishes are counted under the names the caller gives them
+(`DeviceNames`: the extended resources DeviceClasses serve them as, else
+`<driver>/<pool>`) instead of the spec's resource: no device plugin advertises them, so
+the spec's name would promise a device-plugin pod devices the kubelet cannot give it.
 """
 
 from __future__ import annotations
@@ -41,12 +41,14 @@ class NumaZone:
 
 @dataclass(frozen=True, slots=True)
 class DeviceNames:
-    """Resource names that replace the spec's for some devices."""
+    """Resource names that replace the spec's for some devices. A device with several
+    names is counted under each: each count says what a pod asking that name can get,
+    and a device booked is not available under any of them."""
 
-    gpus: Mapping[int, str] = field(default_factory=dict)
-    """Whole GPU (`spec.gpus[].index`, not in MIG mode) -> its resource name."""
-    nics: Mapping[str, str] = field(default_factory=dict)
-    """NIC (`spec.nics[].name`) -> its resource name."""
+    gpus: Mapping[int, tuple[str, ...]] = field(default_factory=dict)
+    """Whole GPU (`spec.gpus[].index`, not in MIG mode) -> its resource names."""
+    nics: Mapping[str, tuple[str, ...]] = field(default_factory=dict)
+    """NIC (`spec.nics[].name`) -> its resource names."""
 
 
 def _device_counts(
@@ -58,19 +60,20 @@ def _device_counts(
     counts: dict[tuple[int, str], list[int]] = {}
     free_gpus, free_nics = state.free_gpus(), state.free_nics()
     devices = [
-        (d.numa, d.resource if d.parent is not None else names.gpus.get(d.index, d.resource),
+        (d.numa, (d.resource,) if d.parent is not None else names.gpus.get(d.index, (d.resource,)),
          d.index in free_gpus)
         for d in schedulable_devices(spec)
     ]  # fmt: skip
     devices += [
-        (n.numa, names.nics.get(n.name, n.resource), n.name in free_nics) for n in spec.nics
+        (n.numa, names.nics.get(n.name, (n.resource,)), n.name in free_nics) for n in spec.nics
     ]
-    for numa, resource, free in devices:
+    for numa, resources, free in devices:
         if numa is None:
             continue
-        slot = counts.setdefault((numa, resource), [0, 0])
-        slot[0] += 1
-        slot[1] += int(free)
+        for resource in resources:
+            slot = counts.setdefault((numa, resource), [0, 0])
+            slot[0] += 1
+            slot[1] += int(free)
     return counts
 
 

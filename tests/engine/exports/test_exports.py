@@ -176,7 +176,7 @@ def test_devices_a_dra_driver_publishes_are_counted_under_the_name_given() -> No
     dra_gpus = [g.index for g in spec.gpus][:4]
     nic = spec.nics[0]
     names = DeviceNames(
-        gpus=dict.fromkeys(dra_gpus, "gpu.nvidia.com/p4d"), nics={nic.name: "dra.net/p4d"}
+        gpus=dict.fromkeys(dra_gpus, ("gpu.nvidia.com/p4d",)), nics={nic.name: ("dra.net/p4d",)}
     )
     state = booked(spec, {"a/b": ContainerAssignment(gpu_indices=dra_gpus[:1])})
 
@@ -194,6 +194,29 @@ def test_devices_a_dra_driver_publishes_are_counted_under_the_name_given() -> No
     assert counted[nic.resource][0] == sum(n.resource == nic.resource for n in spec.nics) - 1
     gpu_zone = resources(nrt, f"node-{spec.gpus[dra_gpus[0]].numa}")
     assert "gpu.nvidia.com/p4d" in gpu_zone
+    assert [] == nrt_errors(nrt)
+
+
+def test_a_device_with_several_names_is_counted_under_each() -> None:
+    """GPUs two DeviceClasses serve as extended resources (all as `example.com/gpu`, the
+    first four also as `example.com/gpu-low`): each name counts the GPUs a pod asking it
+    can get, and a booked GPU is available under neither."""
+    spec = load("aws-p4d.json")
+    both = ("example.com/gpu", "example.com/gpu-low")
+    names = DeviceNames(gpus={g.index: both if g.index < 4 else both[:1] for g in spec.gpus})
+    state = booked(spec, {"a/b": ContainerAssignment(gpu_indices=[0])})
+
+    nrt = node_resource_topology("p4d", spec, state, names).to_wire()
+
+    counted: dict[str, list[int]] = {}
+    for zone in nrt["zones"]:
+        for r in zone["resources"]:
+            slot = counted.setdefault(r["name"], [0, 0])
+            slot[0] += int(r["capacity"])
+            slot[1] += int(r["available"])
+    assert counted["example.com/gpu"] == [8, 7]
+    assert counted["example.com/gpu-low"] == [4, 3]
+    assert "nvidia.com/gpu" not in counted
     assert [] == nrt_errors(nrt)
 
 

@@ -1,0 +1,106 @@
+"""Extended resources that DRA serves (KEP-5004, alpha in Kubernetes 1.34, feature gate
+DRAExtendedResource): a DeviceClass may name an extended resource
+(`spec.extendedResourceName`); every class also has the implicit name
+`deviceclass.resource.kubernetes.io/<class>`. A pod asking such a resource in a
+container, on a node where no device plugin advertises it, gets devices of that class:
+kube-scheduler allocates them and creates a ResourceClaim for the pod, named in the
+pod's `status.extendedResourceClaimStatus`.
+
+Several classes naming one resource: the scheduler serves it from the class created
+last (of classes created in the same second, the name sorted first), and so does this
+module. One device several classes select is a device of each of their resources.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping
+from typing import Any
+
+from numatopo_engine.dra.api import DeviceClass
+from numatopo_engine.dra.claims import PodClaim
+from numatopo_engine.dra.join import DeviceId, DeviceKind, DraNode
+from numatopo_engine.dra.pods import extended_claim_status
+from numatopo_engine.dra.selectors import SelectorRefusedError, Selectors
+
+IMPLICIT_PREFIX = "deviceclass.resource.kubernetes.io/"
+EXTENDED_ENTRY = "for its extended resources"
+"""The name of the pod's claim entry for them (messages say "claim for its ...")."""
+
+
+def named_classes(classes: Iterable[DeviceClass]) -> dict[str, DeviceClass]:
+    """Each extended resource the classes name -> the class the scheduler serves it from."""
+    by_name: dict[str, list[DeviceClass]] = {}
+    for device_class in classes:
+        if device_class.spec.extended_resource_name:
+            by_name.setdefault(device_class.spec.extended_resource_name, []).append(device_class)
+    # max() keeps the first of equal keys: sorted by name first, ties go to the first name.
+    return {
+        resource: max(
+            sorted(group, key=lambda c: c.metadata.name),
+            key=lambda c: c.metadata.creation_timestamp,
+        )
+        for resource, group in by_name.items()
+    }
+
+
+def extended_names(
+    node: DraNode, classes: Iterable[DeviceClass]
+) -> dict[DeviceId, tuple[str, ...]]:
+    """Each GPU and NIC of `node` that a class naming an extended resource selects ->
+    those resources, sorted. A class with fields numatopo does not model, or whose
+    selectors it cannot evaluate on a device as the scheduler would
+    (`selectors.SelectorRefusedError`), names none of its devices: which devices a pod
+    asking its resource gets is not known."""
+    selectors = Selectors()
+    names: dict[DeviceId, list[str]] = {}
+    for resource, device_class in sorted(named_classes(classes).items()):
+        if device_class.extras() or device_class.spec.extras():
+            continue
+        chosen: list[DeviceId] = []
+        try:
+            for device in node.devices:
+                if device.kind in (DeviceKind.GPU, DeviceKind.NIC) and selectors.matches(
+                    device_class.spec.selectors, device.id.driver, device.device, str(device.id)
+                ):
+                    chosen.append(device.id)
+        except SelectorRefusedError:
+            continue
+        for ident in chosen:
+            names.setdefault(ident, []).append(resource)
+    return {ident: tuple(found) for ident, found in names.items()}
+
+
+def served(resource: str, classes: Iterable[DeviceClass]) -> bool:
+    """Whether a DeviceClass serves extended resource `resource`: one names it, or it is
+    the implicit name of one."""
+    listed = list(classes)
+    implicit = {IMPLICIT_PREFIX + c.metadata.name for c in listed}
+    return resource in implicit or resource in named_classes(listed)
+
+
+def asked_served(pod: Mapping[str, Any], classes: Iterable[DeviceClass]) -> list[str]:
+    """The extended resources the pod's containers ask that a DeviceClass serves."""
+    listed = list(classes)
+    spec = pod.get("spec") or {}
+    asked: set[str] = set()
+    for container in [*(spec.get("initContainers") or []), *(spec.get("containers") or [])]:
+        resources = container.get("resources") or {}
+        asked |= {
+            str(r) for r in {**(resources.get("requests") or {}), **(resources.get("limits") or {})}
+        }
+    return sorted(r for r in asked if served(r, listed))
+
+
+def extended_claim(pod: Mapping[str, Any]) -> PodClaim | None:
+    """The claim kube-scheduler made for the pod's extended resources, as an entry of its
+    claims: each request's devices to the container its mapping names. None: none."""
+    status = extended_claim_status(pod)
+    if not status:
+        return None
+    pairs = tuple(
+        (str(m.get("requestName")), str(m.get("containerName")))
+        for m in status.get("requestMappings") or ()
+        if isinstance(m, Mapping)
+    )
+    containers = tuple(dict.fromkeys(container for _, container in pairs))
+    return PodClaim(EXTENDED_ENTRY, str(status["resourceClaimName"]), containers, pairs)
