@@ -15,15 +15,13 @@ from numatopo_engine import annotations as keys
 from numatopo_engine.annotations import Assignment, State
 from numatopo_engine.dra.allocated import Claimed, NotFollowedError, claimed_devices
 from numatopo_engine.dra.claims import pod_claims
-from numatopo_engine.errors import InvalidRequestError, OverlapError, UnsatisfiableError
+from numatopo_engine.errors import InvalidRequestError
 from numatopo_engine.model import NumatopologySpec
-from numatopo_engine.relaxed_allocation import allocate_around
 from numatopo_engine.request import PodRequest
 from numatopo_operator import assigning, pod_view, pod_writes, translate
 from numatopo_operator.assigning import Outcome
 from numatopo_operator.dra_extender import from_claims
 from numatopo_operator.dra_holds import HELD
-from numatopo_operator.errors import NodeBusyError
 from numatopo_operator.pod_view import PodView
 from numatopo_operator.runtime import Runtime
 from numatopo_operator.translate import RawPod
@@ -79,24 +77,13 @@ async def _around(
     for hold in own:
         state.release(hold)
     state.release(key)  # a group member's group booking: this decision replaces it
-    try:
-        assignment, relaxed = await runtime.in_engine_thread(
-            allocate_around, topology, claimed.around(state), claimed.request,
-            node, engine=runtime.decisions, pinned=claimed.gpus, pinned_nics=claimed.nics,
-        )  # fmt: skip
-    except InvalidRequestError as exc:
-        return Outcome(State.INVALID, translate.invalid_message(exc))
-    except UnsatisfiableError as exc:
-        return Outcome(State.UNSATISFIABLE, translate.unsatisfiable_message(node, exc.reason))
-    if relaxed:
-        logger.warning("%s holds claimed devices on %s; placed best-effort around them: %s",
-                       key, node, relaxed)  # fmt: skip
-    assignment = assignment.model_copy(update={"seq": ledger.next_seq(node)})
-    try:
-        ledger.reserve(node, key, assignment, over=own)
-    except (KeyError, OverlapError) as exc:
-        raise NodeBusyError(f"node {node} changed while deciding for {key}: {exc}") from None
-    return Outcome(State.ASSIGNED, translate.assigned_message(assignment), assignment)
+    outcome = await assigning.engine_outcome(
+        runtime, topology, claimed.around(state), claimed.request, node,
+        pinned=claimed.gpus, pinned_nics=claimed.nics, holds=f"claimed devices on {node}",
+    )  # fmt: skip
+    if outcome.assignment is None:
+        return outcome
+    return assigning.book(runtime, node, key, outcome.assignment, over=own)
 
 
 async def decide(runtime: Runtime, pod: RawPod, request: PodRequest, node: str) -> Outcome | None:
@@ -119,10 +106,9 @@ async def decide(runtime: Runtime, pod: RawPod, request: PodRequest, node: str) 
         return None
     started = time.perf_counter()
     async with ledger.lock(node):
-        held = ledger.state(node)
-        if ledger.node_of(request.key) == node and held and request.key in held.assignments:
-            mine = held.assignments[request.key]
-            return Outcome(State.ASSIGNED, translate.assigned_message(mine), mine)
+        held = assigning.held_outcome(runtime, node, request.key)
+        if held is not None:
+            return held
         outcome = await _around(runtime, request.key, node, claimed, _own_holds(pod))
     runtime.metrics.latency.labels("bind").observe(time.perf_counter() - started)
     return outcome
