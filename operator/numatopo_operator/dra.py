@@ -109,9 +109,8 @@ _tasks: set[asyncio.Future[None]] = set()
 
 async def _settle(runtime: Runtime, pod: PodView) -> bool:
     """True when the pod must wait (claims not there yet, nothing fits now)."""
-    key = pod_view.pod_key(pod)
-    ref = assigning.pod_ref(pod)
-    if keys.GROUP_PLACEMENT in ((pod.get("metadata") or {}).get("annotations") or {}):
+    key, ref = pod.key, pod.ref
+    if keys.GROUP_PLACEMENT in pod.annotations:
         return await _member(runtime, pod)
     if translate.state_of(pod) == State.ASSIGNED:
         return await _resume(runtime, pod)

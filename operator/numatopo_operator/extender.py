@@ -1,31 +1,17 @@
 """The kube-scheduler extender: `POST /filter`, `/prioritize`, `/bind` (aiohttp, I/O).
 
 The JSON is exactly kube-scheduler's (k8s.io/kube-scheduler/extender/v1, Go field
-names, no JSON tags): ExtenderArgs {Pod, Nodes, NodeNames} in; ExtenderFilterResult
-{Nodes, NodeNames, FailedNodes, FailedAndUnresolvableNodes, Error}, HostPriorityList
-[{Host, Score}] and, for ExtenderBindingArgs {PodName, PodNamespace, PodUID, Node},
-ExtenderBindingResult {Error} out. Keys are read case-insensitively, as Go does.
-
-A scheduler profile uses it like this (node-cache-capable: node names, not objects):
-
-    extenders:
-      - urlPrefix: http://numatopo-operator.numatopo.svc:8888
-        filterVerb: filter
-        prioritizeVerb: prioritize
-        bindVerb: bind
-        weight: 1
-        nodeCacheCapable: true
+names, no JSON tags, keys read case-insensitively as Go does); the scheduler profile
+that calls it (node-cache-capable: node names, not objects) is the chart's
+`templates/scheduler-config.yaml`.
 
 Per node, `filter` says why it cannot take the pod: Unsatisfiable (preemption may help)
 goes to FailedNodes; no Numatopology, a stale one, or an invalid pod goes to
 FailedAndUnresolvableNodes. Only the active replica answers: the Service selects the
 pod it labels (`leadership.ACTIVE_LABEL`), and any other replica reached during a
-handover answers with an Error (the scheduler retries the pod) and never binds.
-
-Anyone who reaches the port is answered as carefully as kube-scheduler: every body is
-checked before use (`extender_wire`: size, depth, shape, Kubernetes names), `bind`
-binds only what the scheduler profile would (`bind_guard`), and every answer, whatever
-went wrong, is JSON in the verb's shape, never a traceback (`json_answers`).
+handover answers with an Error (the scheduler retries the pod) and never binds. How
+every body is checked and every answer kept JSON: docs/DESIGN.md, "The scheduler
+extender".
 """
 
 from __future__ import annotations

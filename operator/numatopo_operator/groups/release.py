@@ -359,14 +359,11 @@ async def release(runtime: Runtime, views: Sequence[MemberView]) -> dict[str, st
             try:
                 if operations:
                     await runtime.kube.patch_pod_spec(namespace, name, operations)
-            except KubeNotFoundError:
-                raise
-            except KubeError:
-                if attempt == 2:
+                break
+            except KubeError as exc:
+                if attempt == 2 or isinstance(exc, KubeNotFoundError):
                     raise
                 body = await runtime.kube.get_pod(namespace, name)
-                continue
-            break
         text = (
             group_members.placement_text(view.body)
             or runtime.groups.plans.get(view.key, ("", ""))[1]
