@@ -216,7 +216,6 @@ async def node_refusal(runtime: Runtime, pod: RawPod, node: str) -> str:
     view = runtime.groups.node_view(node) if runtime.settings.groups else None
     if view is not None:
         shown = view.as_node(node)
-        shown["metadata"]["labels"].setdefault(HOSTNAME_LABEL, node)
     else:
         try:
             shown = await runtime.kube.get_node(node)
