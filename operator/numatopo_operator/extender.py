@@ -33,11 +33,8 @@ from aiohttp import web
 
 from numatopo_engine import allocation, pod_request
 from numatopo_engine.errors import InvalidRequestError
-from numatopo_engine.model import NumatopologySpec
 from numatopo_engine.packing import WorkloadMix
 from numatopo_engine.request import PodRequest
-from numatopo_engine.state import NodeState
-from numatopo_engine.topology_tables import shape_key
 from numatopo_operator import bind_guard, dra_extender, translate
 from numatopo_operator import extender_wire as wire
 from numatopo_operator.errors import KubeError, NodeBusyError, NotActiveError
@@ -59,12 +56,6 @@ RUNTIME_KEY: web.AppKey[Runtime] = web.AppKey("runtime", Runtime)
 # A filter answer for 5,000 nodes holds thousands of entries: no spaces after separators.
 _dumps = functools.partial(json.dumps, separators=(",", ":"))
 MEMO_KEY: web.AppKey[CycleMemo] = web.AppKey("memo", CycleMemo)
-
-
-# Per-node messages do not repeat the node's name (it is the key): kube-scheduler's
-# "0/N nodes are available: ..." counts nodes per distinct message, so a name in each
-# would make every message unique and the pod's Event list thousands of them.
-NO_NUMATOPOLOGY = translate.NO_NUMATOPOLOGY
 
 
 @dataclass
@@ -96,29 +87,6 @@ class Candidates:
     without: str | None = None
     """The pod whose own bookings the states already leave out (`judge_candidates`
     leaves out those of the pod it judges, where they are not)."""
-
-    @classmethod
-    def of(
-        cls,
-        nodes: Iterable[tuple[str, NumatopologySpec | None, NodeState | None]],
-        stale: Mapping[str, str],
-        mix: WorkloadMix | None = None,
-    ) -> Candidates:
-        """Candidates from (node, topology, state) triples and the stale ones' reasons,
-        grouped by hardware shape as `allocation.group_by_shape` does."""
-        groups: dict[str, ShapeCandidates] = {}
-        unresolvable: dict[str, str] = {}
-        for node, topology, state in nodes:
-            if topology is None or state is None:
-                unresolvable[node] = NO_NUMATOPOLOGY
-            elif node in stale:
-                unresolvable[node] = stale[node]
-            else:
-                key = state.shape_key if state.topology is topology else shape_key(topology)
-                group = groups.setdefault(key, (topology, [], []))
-                group[1].append(node)
-                group[2].append(state)
-        return cls(groups, unresolvable, mix or WorkloadMix())
 
 
 def candidates(runtime: Runtime, nodes: Iterable[str], without: str | None = None) -> Candidates:
