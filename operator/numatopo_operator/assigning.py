@@ -34,7 +34,6 @@ from numatopo_operator import pod_writes, realigning, translate
 from numatopo_operator.errors import KubeError, KubeNotFoundError, NodeBusyError, NotActiveError
 from numatopo_operator.pod_view import PodView
 from numatopo_operator.runtime import Runtime
-from numatopo_operator.translate import RawPod
 
 logger = logging.getLogger(__name__)
 
@@ -54,10 +53,6 @@ class Outcome:
             State.UNSATISFIABLE: translate.UNSATISFIABLE,
             State.INVALID: translate.INVALID,
         }[self.state]
-
-
-def pod_ref(pod: RawPod) -> dict[str, str]:
-    return PodView.of(pod).ref
 
 
 def _gated(runtime: Runtime, request: PodRequest, node: str) -> bool:
@@ -225,7 +220,6 @@ async def _write(runtime: Runtime, pod: PodView, outcome: Outcome) -> None:
     if record.written == outcome.state:
         return
     record.written = outcome.state
-    ref = pod_ref(pod)
     reason = "" if outcome.state == State.ASSIGNED else outcome.message
     try:
         await pod_writes.write_outcome(runtime, pod, outcome.state, outcome.assignment, reason)
@@ -234,9 +228,8 @@ async def _write(runtime: Runtime, pod: PodView, outcome: Outcome) -> None:
         runtime.ledger.cancel(key)
         raise
     _count(runtime, outcome)
-    runtime.events.post(
-        ref, warning=outcome.state != State.ASSIGNED, reason=outcome.reason, message=outcome.message
-    )
+    warning = outcome.state != State.ASSIGNED
+    runtime.events.post(pod.ref, warning=warning, reason=outcome.reason, message=outcome.message)
 
 
 def _count(runtime: Runtime, outcome: Outcome) -> None:
@@ -329,14 +322,13 @@ async def mark_invalid(
     runtime.check_may_write()
     record = runtime.pods.of(pod.key)
     record.written = State.INVALID
-    ref = pod_ref(pod)
     try:
         await pod_writes.write_invalid(runtime, pod, why)
     except KubeError:
         record.written = None
         raise
     _count(runtime, Outcome(State.INVALID, why))
-    runtime.events.post(ref, warning=True, reason=event_reason, message=why)
+    runtime.events.post(pod.ref, warning=True, reason=event_reason, message=why)
 
 
 def _problem(runtime: Runtime, key: str) -> tuple[str, str] | None:
@@ -438,7 +430,7 @@ async def bind_pod(
     """The extender's bind: assignment first, then the Binding; '' or the error text.
     A failed Binding takes the assignment back: no pod holds one for a node it is not on."""
     key = pod.key
-    ref = pod_ref(pod)
+    ref = pod.ref
     held_on = runtime.ledger.node_of(key)
     if held_on is not None and held_on != node:
         runtime.ledger.forget(key)  # a stale attempt for another node: never ran there

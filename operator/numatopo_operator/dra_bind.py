@@ -18,13 +18,12 @@ from numatopo_engine.dra.claims import pod_claims
 from numatopo_engine.errors import InvalidRequestError
 from numatopo_engine.model import NumatopologySpec
 from numatopo_engine.request import PodRequest
-from numatopo_operator import assigning, pod_view, pod_writes, translate
+from numatopo_operator import assigning, pod_writes, translate
 from numatopo_operator.assigning import Outcome
 from numatopo_operator.dra_extender import from_claims
 from numatopo_operator.dra_holds import HELD
 from numatopo_operator.pod_view import PodView
 from numatopo_operator.runtime import Runtime
-from numatopo_operator.translate import RawPod
 
 logger = logging.getLogger(__name__)
 
@@ -32,11 +31,10 @@ NOT_FOLLOWED = "DRAClaimsNotFollowed"
 
 
 async def _claimed(
-    runtime: Runtime, pod: RawPod, request: PodRequest, node: str, topology: NumatopologySpec
+    runtime: Runtime, pod: PodView, request: PodRequest, node: str, topology: NumatopologySpec
 ) -> Claimed:
     """What the pod's claims, read afresh, give its containers on `node`; raises
     `NotFollowedError`."""
-    ref = assigning.pod_ref(pod)
     joined = runtime.dra_holds.joined(node, topology)
     if joined is None:
         raise NotFollowedError(f"node {node} publishes no DRA devices")
@@ -45,22 +43,20 @@ async def _claimed(
     for entry in entries:
         if entry.claim is None:
             continue  # its template's claim is not created yet: `claimed_devices` says so
-        raw = await runtime.kube.get_resource_claim(ref["namespace"], entry.claim)
+        raw = await runtime.kube.get_resource_claim(pod.namespace, entry.claim)
         if raw is not None:
             claims[entry.claim] = raw
     return claimed_devices(topology, request, entries, claims, joined)
 
 
-def _own_holds(pod: RawPod) -> set[str]:
+def _own_holds(pod: PodView) -> set[str]:
     """The hold keys of the pod's own claims (`dra_holds`)."""
-    namespace = PodView.of(pod).namespace
-    return {f"{HELD}{namespace}/{e.claim}" for e in pod_claims(pod) if e.claim}
+    return {f"{HELD}{pod.namespace}/{e.claim}" for e in pod_claims(pod) if e.claim}
 
 
-def _not_followed(runtime: Runtime, pod: RawPod, node: str, message: str) -> None:
-    logger.warning("binding %s to %s: %s", pod_view.pod_key(pod), node, message)
-    ref = assigning.pod_ref(pod)
-    runtime.events.post(ref, warning=True, reason=NOT_FOLLOWED, message=message)
+def _not_followed(runtime: Runtime, pod: PodView, node: str, message: str) -> None:
+    logger.warning("binding %s to %s: %s", pod.key, node, message)
+    runtime.events.post(pod.ref, warning=True, reason=NOT_FOLLOWED, message=message)
 
 
 async def _around(
@@ -86,7 +82,7 @@ async def _around(
     return assigning.book(runtime, node, key, outcome.assignment, over=own)
 
 
-async def decide(runtime: Runtime, pod: RawPod, request: PodRequest, node: str) -> Outcome | None:
+async def decide(runtime: Runtime, pod: PodView, request: PodRequest, node: str) -> Outcome | None:
     """The pod's decision on `node` around its claims' devices, booked; None when its
     devices do not come from claims, or they cannot be followed (said in an Event):
     then it is decided from its requests."""
@@ -172,7 +168,6 @@ async def follow_member(runtime: Runtime, pod: PodView, node: str) -> None:
     except Exception:
         ledger.cancel(key)  # the group's booking stands again
         raise
-    ref = assigning.pod_ref(pod)
     message = f"group member follows its claims' devices: {outcome.message}"
     logger.info("%s: %s", key, message)
-    runtime.events.post(ref, warning=False, reason=translate.ASSIGNED, message=message)
+    runtime.events.post(pod.ref, warning=False, reason=translate.ASSIGNED, message=message)
