@@ -11,7 +11,6 @@ from numatopo_kube.client import (
     KubeClient,
     Listing,
     Permission,
-    PodRef,
     WatchEvent,
 )
 from numatopo_kube.errors import (
@@ -40,6 +39,5 @@ __all__ = [
     "KubeUnavailableError",
     "Listing",
     "Permission",
-    "PodRef",
     "WatchEvent",
 ]

@@ -84,7 +84,6 @@ WATCH_TIMEOUT_SECONDS = 300
 EVENT_MESSAGE_CHARS = 1000
 
 Body = dict[str, Any]
-PodRef = Mapping[str, str]  # namespace, name, uid
 Permission = tuple[str, str, str]  # (API group, resource[/subresource], verb)
 
 P = ParamSpec("P")

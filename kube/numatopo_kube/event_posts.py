@@ -35,9 +35,9 @@ class EventPosts:
     `count_dropped` is called with each number of Events dropped (a metric's `inc`),
     and `metric` names that metric in the log line; `process` says who stopped. Each
     poster runs under `supervise.keep_running`: an unexpected error of one post is
-    logged, counted (`crashed`) and ends no poster for good. With one
-    poster every Event is posted in the order it was queued; with more, Events about
-    one object may overtake each other.
+    logged, counted (`crashed`) and ends no poster for good. With one poster every
+    Event is posted in the order it was queued; with more, Events about one object may
+    overtake each other.
     """
 
     def __init__(

@@ -1,13 +1,7 @@
 """Long-running loops that outlive their own bugs: `keep_running` (shared by the node side
-and the operator; docs/operations.md, "Background tasks").
-
-A background task nobody awaits ends silently when its loop raises: the process goes on
-serving, with whatever that loop kept current going stale (statuses no longer written,
-a watch no longer followed). Each such loop runs under `keep_running`, which logs the
-error with its traceback, counts it (`crashed`), backs off and runs the loop again. The
-loops handle the errors they expect (the API's) themselves; what reaches this is a bug
-or a case nobody foresaw, and starting the loop over from what is kept outside it is the
-one answer that fits them all.
+and the operator; why: docs/DESIGN.md and docs/operations.md, "Background tasks"). What
+reaches it is a bug or a case nobody foresaw (each loop handles the API's errors
+itself), and starting the loop over from what is kept outside it fits them all.
 """
 
 from __future__ import annotations

@@ -21,18 +21,19 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Collection
 from dataclasses import dataclass
 
 from numatopo_engine.annotations import Assignment, State
 from numatopo_engine.errors import InvalidRequestError, OverlapError, UnsatisfiableError
+from numatopo_engine.model import NumatopologySpec
 from numatopo_engine.relaxed_allocation import allocate_around
 from numatopo_engine.request import PodRequest
+from numatopo_engine.state import NodeState
 from numatopo_operator import pod_writes, realigning, translate
 from numatopo_operator.errors import KubeError, KubeNotFoundError, NodeBusyError, NotActiveError
 from numatopo_operator.pod_view import PodView
 from numatopo_operator.runtime import Runtime
-from numatopo_operator.translate import RawPod
 
 logger = logging.getLogger(__name__)
 
@@ -54,10 +55,6 @@ class Outcome:
         }[self.state]
 
 
-def pod_ref(pod: RawPod) -> dict[str, str]:
-    return PodView.of(pod).ref
-
-
 def _gated(runtime: Runtime, request: PodRequest, node: str) -> bool:
     """Whether the pod needs its steered node's GPU admission slot (`gpu_admissions`)."""
     wants_gpus = any(c.gpus for c in (*request.containers, *request.init_containers))
@@ -74,7 +71,7 @@ def read_request(runtime: Runtime, pod: PodView) -> PodRequest:
 DECIDE_ATTEMPTS = 3
 
 
-def _held(runtime: Runtime, node: str, key: str) -> Outcome | None:
+def held_outcome(runtime: Runtime, node: str, key: str) -> Outcome | None:
     """The pod's own booking on `node`, as an outcome; None when it holds none there."""
     state = runtime.ledger.state(node)
     if state is None or runtime.ledger.node_of(key) != node:
@@ -83,6 +80,51 @@ def _held(runtime: Runtime, node: str, key: str) -> Outcome | None:
     if held is None:
         return None
     return Outcome(State.ASSIGNED, translate.assigned_message(held), held)
+
+
+def book(
+    runtime: Runtime, node: str, key: str, assignment: Assignment, *, over: Collection[str] = ()
+) -> Outcome:
+    """Book `assignment` in flight with the node's next sequence (`Ledger.reserve`, under
+    the node's lock); `NodeBusyError` when the node changed so that it no longer fits."""
+    ledger = runtime.ledger
+    try:
+        assignment = assignment.model_copy(update={"seq": ledger.next_seq(node)})
+        ledger.reserve(node, key, assignment, over=over)
+    except (KeyError, OverlapError) as exc:
+        raise NodeBusyError(f"node {node} changed while deciding for {key}: {exc}") from None
+    return Outcome(State.ASSIGNED, translate.assigned_message(assignment), assignment)
+
+
+async def engine_outcome(
+    runtime: Runtime,
+    topology: NumatopologySpec,
+    state: NodeState,
+    request: PodRequest,
+    node: str,
+    *,
+    pinned: dict[str, list[int]],
+    pinned_nics: dict[str, list[str]] | None,
+    holds: str,
+) -> Outcome:
+    """The engine's answer on `state`, in its thread, around the devices the pod holds
+    (`holds` names them when the policy could not hold around them); an `Assigned`
+    outcome is not booked yet and has no message."""
+    try:
+        # Without pins this is `allocate` itself; with them, `relaxed` may say why
+        # the policy could not hold around the devices the pod holds.
+        assignment, relaxed = await runtime.in_engine_thread(
+            allocate_around, topology, state, request, node,
+            engine=runtime.decisions, pinned=pinned, pinned_nics=pinned_nics,
+        )  # fmt: skip
+    except InvalidRequestError as exc:
+        return Outcome(State.INVALID, translate.invalid_message(exc))
+    except UnsatisfiableError as exc:
+        return Outcome(State.UNSATISFIABLE, translate.unsatisfiable_message(node, exc.reason))
+    if relaxed:
+        logger.warning("%s holds %s; placed best-effort around them: %s",
+                       request.key, holds, relaxed)  # fmt: skip
+    return Outcome(State.ASSIGNED, "", assignment)
 
 
 async def decide(
@@ -109,25 +151,18 @@ async def decide(
     under the same key, freeing the written ones in the ledger only."""
     ledger = runtime.ledger
     async with ledger.lock(node):
-        held = _held(runtime, node, request.key)
+        held = held_outcome(runtime, node, request.key)
         if held is not None:
             return held
         started = time.perf_counter()
         outcome = await _engine_outcome(runtime, request, node, pinned, pinned_nics)
         if outcome is None:
             return None
-        held = _held(runtime, node, request.key)
+        held = held_outcome(runtime, node, request.key)
         if held is not None:
             return held
         if outcome.assignment is not None:
-            try:
-                assignment = outcome.assignment.model_copy(update={"seq": ledger.next_seq(node)})
-                ledger.reserve(node, request.key, assignment)
-            except (KeyError, OverlapError) as exc:
-                raise NodeBusyError(
-                    f"node {node} kept changing while deciding for {request.key}: {exc}"
-                ) from None
-            outcome = Outcome(State.ASSIGNED, translate.assigned_message(assignment), assignment)
+            outcome = book(runtime, node, request.key, outcome.assignment)
         runtime.metrics.latency.labels(path).observe(time.perf_counter() - started)
     return outcome
 
@@ -154,24 +189,12 @@ async def _engine_outcome(
         # Every booking and release bumps it (the ledger's frozen copies rely on it too):
         # a decision made while it moved may have used what is no longer free.
         before = live.version
-        try:
-            # Without pins this is `allocate` itself; with them, `relaxed` may say why
-            # the policy could not hold around the GPUs the pod holds.
-            assignment, relaxed = await runtime.in_engine_thread(
-                allocate_around, topology, frozen, request, node,
-                engine=runtime.decisions, pinned=pinned or {}, pinned_nics=pinned_nics,
-            )  # fmt: skip
-            if relaxed:
-                logger.warning("%s holds GPUs %s; placed best-effort around them: %s",
-                               request.key, pinned, relaxed)  # fmt: skip
-        except InvalidRequestError as exc:
-            return Outcome(State.INVALID, translate.invalid_message(exc))
-        except UnsatisfiableError as exc:
-            outcome = Outcome(
-                State.UNSATISFIABLE, translate.unsatisfiable_message(node, exc.reason)
-            )
-        else:
-            outcome = Outcome(State.ASSIGNED, "", assignment)
+        outcome = await engine_outcome(
+            runtime, topology, frozen, request, node,
+            pinned=pinned or {}, pinned_nics=pinned_nics, holds=f"GPUs {pinned}",
+        )  # fmt: skip
+        if outcome.state == State.INVALID:
+            return outcome
         changed = (
             ledger.topology(node) is not topology
             or ledger.state(node) is not live
@@ -197,7 +220,6 @@ async def _write(runtime: Runtime, pod: PodView, outcome: Outcome) -> None:
     if record.written == outcome.state:
         return
     record.written = outcome.state
-    ref = pod_ref(pod)
     reason = "" if outcome.state == State.ASSIGNED else outcome.message
     try:
         await pod_writes.write_outcome(runtime, pod, outcome.state, outcome.assignment, reason)
@@ -206,9 +228,8 @@ async def _write(runtime: Runtime, pod: PodView, outcome: Outcome) -> None:
         runtime.ledger.cancel(key)
         raise
     _count(runtime, outcome)
-    runtime.events.post(
-        ref, warning=outcome.state != State.ASSIGNED, reason=outcome.reason, message=outcome.message
-    )
+    warning = outcome.state != State.ASSIGNED
+    runtime.events.post(pod.ref, warning=warning, reason=outcome.reason, message=outcome.message)
 
 
 def _count(runtime: Runtime, outcome: Outcome) -> None:
@@ -301,14 +322,13 @@ async def mark_invalid(
     runtime.check_may_write()
     record = runtime.pods.of(pod.key)
     record.written = State.INVALID
-    ref = pod_ref(pod)
     try:
         await pod_writes.write_invalid(runtime, pod, why)
     except KubeError:
         record.written = None
         raise
     _count(runtime, Outcome(State.INVALID, why))
-    runtime.events.post(ref, warning=True, reason=event_reason, message=why)
+    runtime.events.post(pod.ref, warning=True, reason=event_reason, message=why)
 
 
 def _problem(runtime: Runtime, key: str) -> tuple[str, str] | None:
@@ -410,7 +430,7 @@ async def bind_pod(
     """The extender's bind: assignment first, then the Binding; '' or the error text.
     A failed Binding takes the assignment back: no pod holds one for a node it is not on."""
     key = pod.key
-    ref = pod_ref(pod)
+    ref = pod.ref
     held_on = runtime.ledger.node_of(key)
     if held_on is not None and held_on != node:
         runtime.ledger.forget(key)  # a stale attempt for another node: never ran there

@@ -1,8 +1,5 @@
-"""The one rule for the operator's long-running tasks: `supervised` (docs/operations.md,
-"Background tasks"). Each loop handles the API errors it expects; anything else it
-raises is logged with its traceback, counted in `numatopo_task_restarts_total{task}`,
-and the loop is run again after a backoff (`numatopo_kube.supervise`), never left dead
-while the process serves on with what it kept current going stale."""
+"""The one rule for the operator's long-running tasks: `supervised`, `numatopo_kube.supervise`
+counted in `numatopo_task_restarts_total{task}` (docs/operations.md, "Background tasks")."""
 
 from __future__ import annotations
 

@@ -91,9 +91,8 @@ async def settle(runtime: Runtime, pod: PodView) -> None:
 
 def _again(runtime: Runtime, pod: PodView) -> None:
     async def again() -> None:
-        ref = assigning.pod_ref(pod)
         try:
-            fresh = await runtime.kube.get_pod(ref["namespace"], ref["name"])
+            fresh = await runtime.kube.get_pod(pod.namespace, pod.name)
         except KubeError:
             return
         if is_gated(fresh) and runtime.deciding:
@@ -109,9 +108,8 @@ _tasks: set[asyncio.Future[None]] = set()
 
 async def _settle(runtime: Runtime, pod: PodView) -> bool:
     """True when the pod must wait (claims not there yet, nothing fits now)."""
-    key = pod_view.pod_key(pod)
-    ref = assigning.pod_ref(pod)
-    if keys.GROUP_PLACEMENT in ((pod.get("metadata") or {}).get("annotations") or {}):
+    key, ref = pod.key, pod.ref
+    if keys.GROUP_PLACEMENT in pod.annotations:
         return await _member(runtime, pod)
     if translate.state_of(pod) == State.ASSIGNED:
         return await _resume(runtime, pod)
@@ -217,7 +215,6 @@ async def node_refusal(runtime: Runtime, pod: RawPod, node: str) -> str:
     view = runtime.groups.node_view(node) if runtime.settings.groups else None
     if view is not None:
         shown = view.as_node(node)
-        shown["metadata"]["labels"].setdefault(HOSTNAME_LABEL, node)
     else:
         try:
             shown = await runtime.kube.get_node(node)
@@ -240,9 +237,8 @@ def book_claims(state: NodeState, node: DraNode, claims: list[api.ResourceClaim]
 async def _write(
     runtime: Runtime, pod: PodView, decision: ClaimDecision, claims: Mapping[str, api.ResourceClaim]
 ) -> None:
-    ref = assigning.pod_ref(pod)
     await pod_writes.write_outcome(runtime, pod, State.ASSIGNED, decision.assignment)
-    await _write_claims(runtime, ref, decision.allocations, claims)
+    await _write_claims(runtime, pod.ref, decision.allocations, claims)
     await _release(runtime, pod, decision.assignment, decision.allocations)
 
 
@@ -276,14 +272,14 @@ async def _write_claims(
 
 async def _release(
     runtime: Runtime,
-    pod: RawPod,
+    pod: PodView,
     assignment: Assignment,
     allocations: Mapping[str, api.AllocationResult],
     *,
     resumed: str = "",
 ) -> None:
     """The gate removed and the node selected, last: then the scheduler may take it."""
-    ref, node = assigning.pod_ref(pod), assignment.node
+    ref, node = pod.ref, assignment.node
     runtime.check_may_write()
     await runtime.kube.patch_pod_spec(
         ref["namespace"], ref["name"], group_members.release_operations(pod, node, keys.DRA_GATE)
@@ -301,7 +297,7 @@ async def _resume(runtime: Runtime, pod: PodView) -> bool:
     or the API failed, before the claims or the release). Complete it with the devices
     the assignment names, or, where the claims can no longer hold them, take it back
     (and the claims it allocated) so the pod is decided afresh. True: look again."""
-    ref = assigning.pod_ref(pod)
+    ref = pod.ref
     fresh = PodView.of(await runtime.kube.get_pod(ref["namespace"], ref["name"]))
     if not is_gated(fresh) or translate.state_of(fresh) != State.ASSIGNED:
         return False  # released meanwhile (an old event of a write that completed)
@@ -350,7 +346,7 @@ async def _member(runtime: Runtime, pod: PodView) -> bool:
     devices its plan named (the planner counted them: `groups.claim_demands`), then the
     gate is removed. Where the plan named none, or they cannot satisfy the claims now,
     the claims are left to kube-scheduler on that node. True: look again."""
-    ref = assigning.pod_ref(pod)
+    ref = pod.ref
     scheduler = "kube-scheduler allocates this group member's claims on its planned node"
     try:
         booking = translate.booking_from_pod(pod, runtime.verifier)
@@ -440,11 +436,11 @@ async def _allocations(
 
 
 async def _roll_back(
-    runtime: Runtime, pod: RawPod, claims: Mapping[str, api.ResourceClaim], why: str
+    runtime: Runtime, pod: PodView, claims: Mapping[str, api.ResourceClaim], why: str
 ) -> bool:
     """Take the pod's assignment back, and the allocations written for it, so the pod is
     decided afresh (said in a Warning Event)."""
-    ref = assigning.pod_ref(pod)
+    ref = pod.ref
     for name, claim in claims.items():
         if claim.status.allocation is None or not _reserved_for(claim, ref["uid"]):
             continue
@@ -455,7 +451,7 @@ async def _roll_back(
              "status": {"allocation": None, "reservedFor": []}},
         )  # fmt: skip
     await pod_writes.write_taken_back(runtime, ref["namespace"], ref["name"])
-    runtime.ledger.cancel(pod_view.pod_key(pod))
+    runtime.ledger.cancel(pod.key)
     message = f"numatopo took back this pod's unfinished DRA decision and decides again: {why}"
     logger.warning("DRA pod %s: %s", ref["name"], message)
     runtime.events.post(ref, warning=True, reason=ROLLED_BACK, message=message)
@@ -470,7 +466,7 @@ def _selected(pod: RawPod) -> str:
 
 async def _leave(runtime: Runtime, pod: PodView, why: str) -> bool:
     """Remove only the gate: the scheduler allocates the claims as it would without us."""
-    ref = assigning.pod_ref(pod)
+    ref = pod.ref
     operations = [
         op
         for op in group_members.release_operations(pod, _selected(pod), keys.DRA_GATE)

@@ -16,18 +16,15 @@ from numatopo_engine.annotations import Assignment, State
 from numatopo_engine.dra.allocated import Claimed, NotFollowedError, claimed_devices
 from numatopo_engine.dra.claims import PodClaim, pod_claims
 from numatopo_engine.dra.extended import EXTENDED_ENTRY, asked_served, extended_claim
-from numatopo_engine.errors import InvalidRequestError, OverlapError, UnsatisfiableError
+from numatopo_engine.errors import InvalidRequestError
 from numatopo_engine.model import NumatopologySpec
-from numatopo_engine.relaxed_allocation import allocate_around
 from numatopo_engine.request import PodRequest
-from numatopo_operator import assigning, pod_view, pod_writes, translate
+from numatopo_operator import assigning, pod_writes, translate
 from numatopo_operator.assigning import Outcome
 from numatopo_operator.dra_extender import from_claims
 from numatopo_operator.dra_holds import HELD
-from numatopo_operator.errors import NodeBusyError
 from numatopo_operator.pod_view import PodView
 from numatopo_operator.runtime import Runtime
-from numatopo_operator.translate import RawPod
 
 logger = logging.getLogger(__name__)
 
@@ -35,11 +32,10 @@ NOT_FOLLOWED = "DRAClaimsNotFollowed"
 
 
 async def _claimed(
-    runtime: Runtime, pod: RawPod, request: PodRequest, node: str, topology: NumatopologySpec
+    runtime: Runtime, pod: PodView, request: PodRequest, node: str, topology: NumatopologySpec
 ) -> Claimed:
     """What the pod's claims, read afresh, give its containers on `node`; raises
     `NotFollowedError`."""
-    ref = assigning.pod_ref(pod)
     joined = runtime.dra_holds.joined(node, topology)
     if joined is None:
         raise NotFollowedError(f"node {node} publishes no DRA devices")
@@ -48,18 +44,18 @@ async def _claimed(
     for entry in entries:
         if entry.claim is None:
             continue  # its template's claim is not created yet: `claimed_devices` says so
-        raw = await runtime.kube.get_resource_claim(ref["namespace"], entry.claim)
+        raw = await runtime.kube.get_resource_claim(pod.namespace, entry.claim)
         if raw is not None:
             claims[entry.claim] = raw
     return claimed_devices(topology, request, entries, claims, joined)
 
 
-def _asks_extended(runtime: Runtime, pod: RawPod) -> bool:
+def _asks_extended(runtime: Runtime, pod: PodView) -> bool:
     """Whether the pod asks an extended resource a DeviceClass serves (KEP-5004)."""
     return bool(asked_served(pod, runtime.dra_holds.device_classes()))
 
 
-def _entries(runtime: Runtime, pod: RawPod) -> list[PodClaim]:
+def _entries(runtime: Runtime, pod: PodView) -> list[PodClaim]:
     """The pod's claims, and kube-scheduler's for its extended resources DRA serves (its
     `claim` None while the pod's status names none)."""
     extended = extended_claim(pod)
@@ -68,16 +64,14 @@ def _entries(runtime: Runtime, pod: RawPod) -> list[PodClaim]:
     return [*pod_claims(pod), *([extended] if extended else [])]
 
 
-def _own_holds(runtime: Runtime, pod: RawPod) -> set[str]:
+def _own_holds(runtime: Runtime, pod: PodView) -> set[str]:
     """The hold keys of the pod's own claims (`dra_holds`)."""
-    namespace = PodView.of(pod).namespace
-    return {f"{HELD}{namespace}/{e.claim}" for e in _entries(runtime, pod) if e.claim}
+    return {f"{HELD}{pod.namespace}/{e.claim}" for e in _entries(runtime, pod) if e.claim}
 
 
-def _not_followed(runtime: Runtime, pod: RawPod, node: str, message: str) -> None:
-    logger.warning("binding %s to %s: %s", pod_view.pod_key(pod), node, message)
-    ref = assigning.pod_ref(pod)
-    runtime.events.post(ref, warning=True, reason=NOT_FOLLOWED, message=message)
+def _not_followed(runtime: Runtime, pod: PodView, node: str, message: str) -> None:
+    logger.warning("binding %s to %s: %s", pod.key, node, message)
+    runtime.events.post(pod.ref, warning=True, reason=NOT_FOLLOWED, message=message)
 
 
 async def _around(
@@ -94,27 +88,16 @@ async def _around(
     for hold in own:
         state.release(hold)
     state.release(key)  # a group member's group booking: this decision replaces it
-    try:
-        assignment, relaxed = await runtime.in_engine_thread(
-            allocate_around, topology, claimed.around(state), claimed.request,
-            node, engine=runtime.decisions, pinned=claimed.gpus, pinned_nics=claimed.nics,
-        )  # fmt: skip
-    except InvalidRequestError as exc:
-        return Outcome(State.INVALID, translate.invalid_message(exc))
-    except UnsatisfiableError as exc:
-        return Outcome(State.UNSATISFIABLE, translate.unsatisfiable_message(node, exc.reason))
-    if relaxed:
-        logger.warning("%s holds claimed devices on %s; placed best-effort around them: %s",
-                       key, node, relaxed)  # fmt: skip
-    assignment = assignment.model_copy(update={"seq": ledger.next_seq(node)})
-    try:
-        ledger.reserve(node, key, assignment, over=own)
-    except (KeyError, OverlapError) as exc:
-        raise NodeBusyError(f"node {node} changed while deciding for {key}: {exc}") from None
-    return Outcome(State.ASSIGNED, translate.assigned_message(assignment), assignment)
+    outcome = await assigning.engine_outcome(
+        runtime, topology, claimed.around(state), claimed.request, node,
+        pinned=claimed.gpus, pinned_nics=claimed.nics, holds=f"claimed devices on {node}",
+    )  # fmt: skip
+    if outcome.assignment is None:
+        return outcome
+    return assigning.book(runtime, node, key, outcome.assignment, over=own)
 
 
-async def decide(runtime: Runtime, pod: RawPod, request: PodRequest, node: str) -> Outcome | None:
+async def decide(runtime: Runtime, pod: PodView, request: PodRequest, node: str) -> Outcome | None:
     """The pod's decision on `node` around its claims' devices (kube-scheduler's claim
     for the extended resources DRA serves it included), booked; None when its devices do
     not come from claims, or they cannot be followed (said in an Event): then it is
@@ -138,10 +121,9 @@ async def decide(runtime: Runtime, pod: RawPod, request: PodRequest, node: str) 
         return None
     started = time.perf_counter()
     async with ledger.lock(node):
-        held = ledger.state(node)
-        if ledger.node_of(request.key) == node and held and request.key in held.assignments:
-            mine = held.assignments[request.key]
-            return Outcome(State.ASSIGNED, translate.assigned_message(mine), mine)
+        held = assigning.held_outcome(runtime, node, request.key)
+        if held is not None:
+            return held
         outcome = await _around(runtime, request.key, node, claimed, _own_holds(runtime, pod))
     runtime.metrics.latency.labels("bind").observe(time.perf_counter() - started)
     return outcome
@@ -205,7 +187,6 @@ async def follow_member(runtime: Runtime, pod: PodView, node: str) -> None:
     except Exception:
         ledger.cancel(key)  # the group's booking stands again
         raise
-    ref = assigning.pod_ref(pod)
     message = f"group member follows its claims' devices: {outcome.message}"
     logger.info("%s: %s", key, message)
-    runtime.events.post(ref, warning=False, reason=translate.ASSIGNED, message=message)
+    runtime.events.post(pod.ref, warning=False, reason=translate.ASSIGNED, message=message)

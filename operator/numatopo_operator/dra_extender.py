@@ -55,7 +55,7 @@ def from_claims(runtime: Runtime, pod: Mapping[str, Any]) -> bool:
 
 def read_claims(
     runtime: Runtime, pod: Mapping[str, Any]
-) -> tuple[list[PodClaim], dict[str, Any]] | None:
+) -> tuple[list[PodClaim], dict[str, api.ResourceClaim], dict[str, api.DeviceClass]] | None:
     """The claims and the classes, as watched, of a pod whose devices come from its
     claims alone; None for another pod, or when a claim is missing or unreadable."""
     entries = pod_claims(pod)
@@ -75,7 +75,7 @@ def read_claims(
         }
     except pydantic.ValidationError:
         return None
-    return entries, {"claims": claims, "classes": classes}
+    return entries, claims, classes
 
 
 async def judge_claims(
@@ -85,7 +85,7 @@ async def judge_claims(
     read = read_claims(runtime, pod)
     if read is None:
         return None
-    entries, found = read
+    entries, claims, classes = read
     verdicts = ClaimVerdicts()
     nodes = []
     stale = runtime.stale_nodes()
@@ -106,7 +106,7 @@ async def judge_claims(
             own = state.copy()
             own.release(request.key)
         nodes.append((name, topology, own, joined))
-    inputs = _Inputs(request, entries, found["claims"], found["classes"], nodes)
+    inputs = _Inputs(request, entries, claims, classes, nodes)
     try:
         return await runtime.in_engine_thread(_judge, inputs, verdicts, runtime.decisions)
     except UndecidedError:

@@ -1,31 +1,17 @@
 """The kube-scheduler extender: `POST /filter`, `/prioritize`, `/bind` (aiohttp, I/O).
 
 The JSON is exactly kube-scheduler's (k8s.io/kube-scheduler/extender/v1, Go field
-names, no JSON tags): ExtenderArgs {Pod, Nodes, NodeNames} in; ExtenderFilterResult
-{Nodes, NodeNames, FailedNodes, FailedAndUnresolvableNodes, Error}, HostPriorityList
-[{Host, Score}] and, for ExtenderBindingArgs {PodName, PodNamespace, PodUID, Node},
-ExtenderBindingResult {Error} out. Keys are read case-insensitively, as Go does.
-
-A scheduler profile uses it like this (node-cache-capable: node names, not objects):
-
-    extenders:
-      - urlPrefix: http://numatopo-operator.numatopo.svc:8888
-        filterVerb: filter
-        prioritizeVerb: prioritize
-        bindVerb: bind
-        weight: 1
-        nodeCacheCapable: true
+names, no JSON tags, keys read case-insensitively as Go does); the scheduler profile
+that calls it (node-cache-capable: node names, not objects) is the chart's
+`templates/scheduler-config.yaml`.
 
 Per node, `filter` says why it cannot take the pod: Unsatisfiable (preemption may help)
 goes to FailedNodes; no Numatopology, a stale one, or an invalid pod goes to
 FailedAndUnresolvableNodes. Only the active replica answers: the Service selects the
 pod it labels (`leadership.ACTIVE_LABEL`), and any other replica reached during a
-handover answers with an Error (the scheduler retries the pod) and never binds.
-
-Anyone who reaches the port is answered as carefully as kube-scheduler: every body is
-checked before use (`extender_wire`: size, depth, shape, Kubernetes names), `bind`
-binds only what the scheduler profile would (`bind_guard`), and every answer, whatever
-went wrong, is JSON in the verb's shape, never a traceback (`json_answers`).
+handover answers with an Error (the scheduler retries the pod) and never binds. How
+every body is checked and every answer kept JSON: docs/DESIGN.md, "The scheduler
+extender".
 """
 
 from __future__ import annotations
@@ -48,11 +34,8 @@ from aiohttp import web
 
 from numatopo_engine import allocation, pod_request
 from numatopo_engine.errors import InvalidRequestError
-from numatopo_engine.model import NumatopologySpec
 from numatopo_engine.packing import WorkloadMix
 from numatopo_engine.request import PodRequest
-from numatopo_engine.state import NodeState
-from numatopo_engine.topology_tables import shape_key
 from numatopo_operator import bind_guard, dra_extender, translate
 from numatopo_operator import extender_wire as wire
 from numatopo_operator.errors import KubeError, NodeBusyError, NotActiveError
@@ -81,12 +64,6 @@ IDLE_SECONDS = 100.0
 # A filter answer for 5,000 nodes holds thousands of entries: no spaces after separators.
 _dumps = functools.partial(json.dumps, separators=(",", ":"))
 MEMO_KEY: web.AppKey[CycleMemo] = web.AppKey("memo", CycleMemo)
-
-
-# Per-node messages do not repeat the node's name (it is the key): kube-scheduler's
-# "0/N nodes are available: ..." counts nodes per distinct message, so a name in each
-# would make every message unique and the pod's Event list thousands of them.
-NO_NUMATOPOLOGY = translate.NO_NUMATOPOLOGY
 
 
 @dataclass
@@ -118,29 +95,6 @@ class Candidates:
     without: str | None = None
     """The pod whose own bookings the states already leave out (`judge_candidates`
     leaves out those of the pod it judges, where they are not)."""
-
-    @classmethod
-    def of(
-        cls,
-        nodes: Iterable[tuple[str, NumatopologySpec | None, NodeState | None]],
-        stale: Mapping[str, str],
-        mix: WorkloadMix | None = None,
-    ) -> Candidates:
-        """Candidates from (node, topology, state) triples and the stale ones' reasons,
-        grouped by hardware shape as `allocation.group_by_shape` does."""
-        groups: dict[str, ShapeCandidates] = {}
-        unresolvable: dict[str, str] = {}
-        for node, topology, state in nodes:
-            if topology is None or state is None:
-                unresolvable[node] = NO_NUMATOPOLOGY
-            elif node in stale:
-                unresolvable[node] = stale[node]
-            else:
-                key = state.shape_key if state.topology is topology else shape_key(topology)
-                group = groups.setdefault(key, (topology, [], []))
-                group[1].append(node)
-                group[2].append(state)
-        return cls(groups, unresolvable, mix or WorkloadMix())
 
 
 def candidates(runtime: Runtime, nodes: Iterable[str], without: str | None = None) -> Candidates:

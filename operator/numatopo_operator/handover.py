@@ -167,12 +167,10 @@ def judging_order(pod: RawPod | PodView) -> tuple[bool, bool, str]:
 
 
 async def take_over(runtime: Runtime, *, relist: bool = True) -> None:
-    """Steps 2-4 of the module docstring; cancelled when this replica loses the Lease.
-
-    `relist=False` for a replica that is the Lease's first holder ever (it created the
-    Lease, or runs standalone): nobody wrote a decision it could have missed. Without a
-    list (that, or the watch caught up), the pods judged are the annotated ones the
-    feed keeps (`PodRecord.annotated`)."""
+    """Steps 2-4 of the module docstring (`relist=False`: the Lease's first holder);
+    cancelled when this replica loses the Lease. Without a list (that, or the watch
+    caught up), the pods judged are the annotated ones the feed keeps
+    (`PodRecord.annotated`)."""
     if relist and await _caught_up(runtime):
         relist = False
     if relist:

@@ -20,9 +20,6 @@ lease_duration`:
   still holds the Lease ends such a pause; what was deferred meanwhile is judged then
   (`handover.judge`).
 
-After `kill -9` of the holder the standby acquires `lease_duration` after it saw the
-last renewal, catches up (`handover`) and decides; `docs/operations.md` has the numbers.
-
 The extender Service selects on `ACTIVE_LABEL`: the holder labels its own pod once it
 holds the Lease and unlabels the previous holder's (a replica killed with -9 cannot); a
 replica that loses the Lease unlabels itself after it stopped deciding. A call reaching

@@ -33,7 +33,7 @@ from numatopo_operator import (
 from numatopo_operator.background import supervised
 from numatopo_operator.groups import status as group_status
 from numatopo_operator.groups import worker as group_worker
-from numatopo_operator.loop_lag import measure_loop_lag
+from numatopo_operator.metrics import Metrics
 from numatopo_operator.no_diffbase import NoDiffBase
 from numatopo_operator.runtime import Runtime
 from numatopo_operator.settings import OperatorSettings
@@ -110,6 +110,22 @@ async def freeze_listed_heap(runtime: Runtime) -> None:
     logger.info(
         "start-up lists are in: %d objects left out of garbage collection", gc.get_freeze_count()
     )
+
+
+# How often the loop's lag is sampled (`numatopo_event_loop_lag_seconds`).
+LOOP_LAG_PERIOD_SECONDS = 0.5
+
+
+async def measure_loop_lag(metrics: Metrics, period: float = LOOP_LAG_PERIOD_SECONDS) -> None:
+    """Forever: sleep `period`, record how much later than that the loop woke us. A long
+    GC pause, a big list parsed on the loop or a handler that blocks delays the watches,
+    the Lease renewals and the extender's answers: a timer late by L says the loop was
+    held for about L."""
+    loop = asyncio.get_running_loop()
+    while True:
+        started = loop.time()
+        await asyncio.sleep(period)
+        metrics.loop_lag.set(max(0.0, loop.time() - started - period))
 
 
 @contextlib.asynccontextmanager

@@ -56,16 +56,6 @@ class NodeRecord:
         """Whether the kubelet here takes numatopo's GPUs (its agent says Steered)."""
         return self.gpu_mode == GpuMode.STEERED.value
 
-    @property
-    def row(self) -> bytes | None:
-        """The packed row the engine last laid out for the bookings handed out now (the
-        frozen copy's); None before any, or once the bookings changed."""
-        frozen = self.frozen
-        if frozen is None or frozen[0] is not self.state or frozen[1] != frozen[0].version:
-            return None
-        cached = frozen[2].row_cache
-        return cached[1] if cached is not None else None
-
     def stale_reason(self, limit: float, now: float | None = None) -> str | None:
         """Why nothing may be placed here now: its exporter says so, or its heartbeat
         is older than `limit` seconds (0: no bound); None when it is current."""

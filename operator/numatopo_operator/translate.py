@@ -18,7 +18,10 @@ from numatopo_engine.signing import PodIdentity, Verifier
 from numatopo_operator.errors import BookingError
 from numatopo_operator.pod_view import PodView
 
-# The extender's word for a candidate without a Numatopology (`extender`, `dra_extender`).
+# The extender's word for a candidate without a Numatopology. Per-node messages do not
+# repeat the node's name (it is the key): kube-scheduler's "0/N nodes are available:
+# ..." counts nodes per distinct message, so a name in each would make every message
+# unique and the pod's Event list thousands of them.
 NO_NUMATOPOLOGY = "no Numatopology for the node (is the numatopo exporter running there?)"
 
 RawPod = Mapping[str, Any]

@@ -16,9 +16,6 @@ class WaitingPods:
         self._by_node: dict[str, dict[str, PodView]] = {}
         self._node_of: dict[str, str] = {}
 
-    def __len__(self) -> int:
-        return len(self._node_of)
-
     def observe(self, pod: PodView) -> None:
         """The pod as seen now: kept when it waits on a node, dropped when not."""
         key = pod.key

@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 from importlib import resources
 
+from extender_candidates import candidates_of
 from extender_scores import extender_scores
 from numatopo_engine.allocation import Engine, allocate, evaluate, mix_hosts, score_many
 from numatopo_engine.annotations import PolicyName
@@ -13,7 +14,7 @@ from numatopo_engine.errors import UnsatisfiableError
 from numatopo_engine.simulation import NodeRow, PodRow, parse_topology_map
 from numatopo_engine.simulation.cluster import build_cluster
 from numatopo_engine.simulation.strategies import engine_request, trace_mix
-from numatopo_operator.extender import Candidates, judge_candidates
+from numatopo_operator.extender import judge_candidates
 
 ROWS = [
     NodeRow("g2-a", 96000, 393216, 8, "G2"),
@@ -32,7 +33,7 @@ def test_prioritize_ranks_with_the_host_counts_of_the_nodes_it_judges():
     nodes = [(n.name, n.shape.spec, n.state) for n in cluster.nodes]
     request = engine_request(one, PolicyName.BEST_EFFORT)
 
-    ranks = judge_candidates(request, Candidates.of(nodes, {}, mix)).ranks
+    ranks = judge_candidates(request, candidates_of(nodes, {}, mix)).ranks
 
     hosts = mix_hosts(((spec, [state]) for _, spec, state in nodes if state), mix)
     expected = {
@@ -66,8 +67,8 @@ def test_a_long_lived_engine_judges_a_changing_fleet_as_a_fresh_one():
         nodes = [(n.name, n.shape.spec, n.state) for n in cluster.nodes]
         for pod in pods:
             request = engine_request(pod, PolicyName.BEST_EFFORT)
-            kept = judge_candidates(request, Candidates.of(nodes, {}, mix), engine)
-            fresh = judge_candidates(request, Candidates.of(nodes, {}, mix))
+            kept = judge_candidates(request, candidates_of(nodes, {}, mix), engine)
+            fresh = judge_candidates(request, candidates_of(nodes, {}, mix))
             assert (fresh.ranks, fresh.scores, fresh.failed, fresh.unresolvable) == (
                 kept.ranks,
                 kept.scores,

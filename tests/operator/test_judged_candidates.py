@@ -4,6 +4,7 @@ the heartbeat limit, and the judged pod's own booking left out of a copy only.""
 
 from __future__ import annotations
 
+from extender_candidates import candidates_of
 from numatopo_engine import allocation
 from numatopo_engine.model import NumatopologySpec
 from numatopo_engine.pod_request import request_from_pod
@@ -79,9 +80,7 @@ def test_the_judged_pod_is_left_out_of_a_copy_and_judged_as_a_hand_built_fleet_i
     assert judged["d"] is ledger.frozen_state("d")
 
     released = extender.Candidates(groups, refused, without=booked.key)
-    by_hand = extender.Candidates.of(
-        [(n, ledger.topology(n), ledger.frozen_state(n)) for n in nodes], {}
-    )
+    by_hand = candidates_of([(n, ledger.topology(n), ledger.frozen_state(n)) for n in nodes], {})
     fresh, scanned = (
         extender.judge_candidates(booked, taken, allocation.Engine())
         for taken in (released, by_hand)

@@ -111,9 +111,9 @@ def _claimers(
             if pending is not None:
                 raise ClaimsPendingError(f"member {view.key}'s claim {pending} does not exist yet")
             continue
-        entries, bodies = read
-        shape = _shape(member, entries, bodies["claims"], bodies["classes"])
-        found.append(_Claimer(index, entries, bodies["claims"], bodies["classes"], shape))
+        entries, claims, classes = read
+        shape = _shape(member, entries, claims, classes)
+        found.append(_Claimer(index, entries, claims, classes, shape))
     return found
 
 

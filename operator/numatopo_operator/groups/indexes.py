@@ -16,7 +16,11 @@ import kopf
 import pydantic
 
 from numatopo_engine.model import GROUP, VERSION
-from numatopo_engine.network_topology import NETWORK_TOPOLOGY_PLURAL, NetworkTopologySpec
+from numatopo_engine.network_topology import (
+    HOSTNAME_LABEL,
+    NETWORK_TOPOLOGY_PLURAL,
+    NetworkTopologySpec,
+)
 
 # Kubernetes' own words for a node that must not get new pods.
 UNSCHEDULABLE_TAINTS = frozenset(
@@ -39,9 +43,10 @@ class NodeView:
     taints: tuple[Mapping[str, Any], ...] = ()
 
     def as_node(self, name: str) -> dict[str, Any]:
-        """The Node fields kube-scheduler's node filters read (`node_rules.refusal`)."""
+        """The Node fields kube-scheduler's node filters read (`node_rules.refusal`), with
+        the hostname label the kubelet sets where the view has none."""
         return {
-            "metadata": {"name": name, "labels": dict(self.labels)},
+            "metadata": {"name": name, "labels": {HOSTNAME_LABEL: name, **self.labels}},
             "spec": {"unschedulable": not self.schedulable, "taints": list(self.taints)},
         }
 

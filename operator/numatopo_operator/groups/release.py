@@ -30,7 +30,7 @@ from numatopo_engine.domains import (
 )
 from numatopo_engine.errors import InvalidRequestError, OverlapError, UnsatisfiableError
 from numatopo_engine.groups import GroupSpec
-from numatopo_engine.network_topology import HOSTNAME_LABEL, NetworkTopologySpec
+from numatopo_engine.network_topology import NetworkTopologySpec
 from numatopo_operator import pod_writes, translate
 from numatopo_operator.errors import KubeError, KubeNotFoundError, NodeBusyError
 from numatopo_operator.groups import members as group_members
@@ -126,8 +126,7 @@ def _candidates(runtime: Runtime, members: Sequence[MemberView]) -> dict[str, No
         view = group_state.node_view(node)
         if view is not None and not view.schedulable:
             continue
-        shown = view.as_node(node) if view is not None else NodeView({}, True).as_node(node)
-        shown["metadata"]["labels"].setdefault(HOSTNAME_LABEL, node)
+        shown = (view or NodeView({}, True)).as_node(node)
         if any(node_rules.refusal(spec, shown) for spec in terms):
             continue
         found[node] = NodeCandidate(topology, state)
@@ -238,18 +237,6 @@ async def _each(
     return done, errors[0] if errors else None
 
 
-async def _write_plan(
-    runtime: Runtime, view: MemberView, assignment: Assignment, record: PlacementRecord
-) -> None:
-    text = record.to_annotation()
-    await pod_writes.write_outcome(
-        runtime, PodView.of(view.body), State.ASSIGNED, assignment, placement=text
-    )
-    group_state = runtime.groups
-    group_state.plans[view.key] = (assignment.node, text)
-    group_state.book.expect(view.key, Expectation(placement=text, gated=True))
-
-
 @dataclass(frozen=True, slots=True)
 class Placed:
     """A plan written: where, and in which order."""
@@ -274,15 +261,19 @@ async def _write_all(
     planned = _now()
 
     async def write(view: MemberView) -> None:
-        record = PlacementRecord(
+        text = PlacementRecord(
             group=spec.name,
             level=level,
             domain=path[-1] if path else None,
             path=list(path) if level is not None else None,
             rank=view.rank,
             planned=planned,
-        )
-        await _write_plan(runtime, view, booked[view.key], record)
+        ).to_annotation()
+        assignment = booked[view.key]
+        pod = PodView.of(view.body)
+        await pod_writes.write_outcome(runtime, pod, State.ASSIGNED, assignment, placement=text)
+        runtime.groups.plans[view.key] = (assignment.node, text)
+        runtime.groups.book.expect(view.key, Expectation(placement=text, gated=True))
 
     written, error = await _each(views, write)
     if error is not None:
@@ -359,14 +350,11 @@ async def release(runtime: Runtime, views: Sequence[MemberView]) -> dict[str, st
             try:
                 if operations:
                     await runtime.kube.patch_pod_spec(namespace, name, operations)
-            except KubeNotFoundError:
-                raise
-            except KubeError:
-                if attempt == 2:
+                break
+            except KubeError as exc:
+                if attempt == 2 or isinstance(exc, KubeNotFoundError):
                     raise
                 body = await runtime.kube.get_pod(namespace, name)
-                continue
-            break
         text = (
             group_members.placement_text(view.body)
             or runtime.groups.plans.get(view.key, ("", ""))[1]
