@@ -693,9 +693,7 @@ class _PodRun:
             blocks={},
         )
 
-    def providers(
-        self, cpus: int, gpus: int, memory: Mapping[str, int]
-    ) -> list[list[Hint] | None]:
+    def providers(self, cpus: int, gpus: int, memory: Mapping[str, int]) -> list[list[Hint] | None]:
         """The providers' hints; the memory manager's one list once per memory type it
         is asked for (`GetTopologyHints` returns a map keyed by type), or no preference
         when it has none (an empty map)."""
@@ -916,9 +914,7 @@ class PodOutcome:
     assignments: dict[int, int]
 
 
-def admit_pod(
-    node: Node, containers: Sequence[Container], policy: str, scope: str
-) -> PodOutcome:
+def admit_pod(node: Node, containers: Sequence[Container], policy: str, scope: str) -> PodOutcome:
     """The admission of a pod (init containers first in `containers`, in spec order)."""
     ordered = [c for c in containers if c.init] + [c for c in containers if not c.init]
     run = _PodRun.start(node, ordered)
