@@ -13,7 +13,11 @@ Written from the Kubernetes sources (1.26+ semantics), independently of numatopo
 - pkg/kubelet/cm/devicemanager/topology_hints.go: `generateDeviceTopologyHints`.
 - pkg/kubelet/cm/memorymanager/policy_static.go: `calculateHints`, `Allocate` with
   `getDefaultHint`, `extendTopologyManagerHint`, `findBestHint` and
-  `isAffinityViolatingNUMAAllocations`.
+  `isAffinityViolatingNUMAAllocations`; for a pod's containers in turn
+  `updateMachineState`, `getPodReusableMemory`, `updatePodReusableMemory` and
+  `updateInitContainersMemoryBlocks`, with memorymanager/state's `Block` (a container's
+  NUMA affinity and size per memory type) and `MemoryTable` (`Reserved`/`Free` per
+  NUMA node and type).
 
 Masks are plain ints, bit i = NUMA node i; `None` is the kubelet's nil mask.
 Nothing here is tuned for speed: every function enumerates what the kubelet enumerates.
