@@ -296,13 +296,14 @@ def test_an_app_container_reuses_huge_pages_over_two_numa_nodes(policy: str, sco
 
 
 @pytest.mark.parametrize("scope", SCOPES)
-def test_a_sidecar_between_takes_the_room_the_reused_memory_left(scope: str) -> None:
-    """init0 (5Gi, 2Gi of pages) on NUMA 0-1 fills NUMA 0 up to 5Gi; the sidecar
-    after it (2Gi, 1Gi of pages) reuses it (a sidecar is no regular init container:
-    `updatePodReusableMemory` spends init0's amount on it); app0 then reuses the
-    rest (3Gi, 1Gi of pages) and books 4Gi more. The kubelet's Reserved per node is
-    NUMA 0 full and the remainder on NUMA 1; init0's blocks shrink by the sidecar's
-    and app0's sizes."""
+def test_a_sidecar_reuses_the_init_containers_bytes_on_its_mask(scope: str) -> None:
+    """init0 (7Gi, 4Gi of each page size) gets NUMA 0-1 and fills NUMA 0 first (6Gi,
+    3Gi of pages). The sidecar after it (2Gi, 1Gi of pages) lands on the same mask and
+    reuses init0's bytes there: a sidecar is no regular init container, so
+    `updatePodReusableMemory` spends the reusable amount on it and it books nothing.
+    app0 (7Gi, 4Gi of pages) reuses what is left (5Gi, 3Gi of pages) and books the
+    difference on NUMA 1, NUMA 0 being full. init0's blocks shrink by the sidecar's
+    and app0's sizes to nothing; the sidecar's and app0's hold their whole requests."""
     spec = two_nodes_with_pages()
     state = NodeState(spec)
     containers = [
@@ -317,6 +318,8 @@ def test_a_sidecar_between_takes_the_room_the_reused_memory_left(scope: str) -> 
     assert kubelet.memory == {"init0": 0b11, "sidecar": 0b11, "app0": 0b11}
     assert kubelet.reserved["memory"] == {0: 6 * GiB, 1: 3 * GiB}
     assert kubelet.reserved["hugepages-2Mi"] == {0: 3 * GiB, 1: 2 * GiB}
+    assert [b.size for b in kubelet.blocks["init0"]] == [0, 0, 0]
+    assert [b.size for b in kubelet.blocks["sidecar"]] == [2 * GiB, GiB, GiB]
 
 
 @pytest.mark.parametrize("scope", SCOPES)
