@@ -1060,7 +1060,9 @@ def _fill_reusing(  # noqa: PLR0917 (the fill's inputs, one container's)
     """`_fill`, the reusable devices and memory taken first, as the kubelet's managers
     take them (`devicesToAllocate`, `getPodReusableMemory`); with reusable CPUs in the
     mask, its CPUs chosen among the free and reusable ones alike (`allocateCPUs`,
-    `_aligned_reusing`)."""
+    `_aligned_reusing`). A regular init container's CPUs are spread over the mask's
+    NUMA nodes that way too, not next to its GPUs nor by numatopo's own packing: the
+    NUMA nodes they land on bind the later containers' hints (`cpusToReuse`)."""
     tables, free = filler.tables, filler.free
     numa_ids = set(bits(choice.mask))
     aligned_cpus: list[int] = []
@@ -1068,7 +1070,7 @@ def _fill_reusing(  # noqa: PLR0917 (the fill's inputs, one container's)
         need.cpu_mode is CpuMode.EXCLUSIVE
         and need.cpus
         and not need.full_cores
-        and any(tables.cpu_numa[c] in numa_ids for c in reusable.cpus)
+        and (regular_init or any(tables.cpu_numa[c] in numa_ids for c in reusable.cpus))
     ):
         aligned_cpus = _aligned_reusing(tables, free.cpus, reusable.cpus, numa_ids, need.cpus)
     reused_nics = sorted(
@@ -1099,13 +1101,14 @@ def _fill_reusing(  # noqa: PLR0917 (the fill's inputs, one container's)
 def _aligned_reusing(
     tables: Tables, pool: set[int], reusable: set[int], numa_ids: set[int], count: int
 ) -> list[int]:
-    """The CPUs inside `numa_ids` a container with reusable CPUs there gets, as the CPU
-    manager's `allocateCPUs` takes them: from the free and reusable ones together (`pool`
-    holds both), as many as the mask has up to `count`, spread over its NUMA nodes by
-    the packed `takeByTopology` (NUMA nodes wholly in the pool first when the request
-    is that big, then the node with the fewest CPUs in the pool first; ties by id).
-    Within a node the reusable ones go first, packed by core (the kubelet takes by core
-    there; the node, which is what binds the later containers' hints, is the same)."""
+    """The CPUs inside `numa_ids` a regular init container, or a container with reusable
+    CPUs there, gets, as the CPU manager's `allocateCPUs` takes them: from the free and
+    reusable ones together (`pool` holds both), as many as the mask has up to `count`,
+    spread over its NUMA nodes by the packed `takeByTopology` (NUMA nodes wholly in the
+    pool first when the request is that big, then the node with the fewest CPUs in the
+    pool first; ties by id). Within a node the reusable ones go first, packed by core
+    (the kubelet takes by core there; the node, which is what binds the later
+    containers' hints, is the same)."""
     per_numa: dict[int, set[int]] = {n: set() for n in sorted(numa_ids)}
     for cpu in pool:
         numa = tables.cpu_numa.get(cpu)

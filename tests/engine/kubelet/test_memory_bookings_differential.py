@@ -36,7 +36,7 @@ from numatopo_engine import NodeState, allocate
 from numatopo_engine.annotations import Assignment, ContainerAssignment, PolicyName
 from numatopo_engine.cpuset import CPUSet
 from numatopo_engine.errors import UnsatisfiableError
-from numatopo_engine.model import NumatopologySpec
+from numatopo_engine.model import Gpu, NumatopologySpec
 from numatopo_engine.quantity import page_bytes
 
 POLICIES = ("none", "best-effort", "restricted", "single-numa-node")
@@ -375,3 +375,64 @@ def test_the_kubelets_init_container_reuse_tables(
     after = state.copy()
     after.apply("ns/last", placed.assignment)
     assert after.free_hugepages(0, "1Gi") == (8 - reserved) * GiB
+
+
+def four_small_nodes(memory_gib: list[int], pages_on: int) -> NumatopologySpec:
+    """Four NUMA nodes of 2 CPUs (CPU 0 reserved), the given memory, one 1Gi huge page on
+    NUMA `pages_on`."""
+    spec = uneven_node([2, 2, 2, 2], memory_gib)
+    numa_nodes = [
+        n.model_copy(update={"hugepages": {"1Gi": int(n.id == pages_on)}}) for n in spec.numa_nodes
+    ]
+    return spec.model_copy(update={"numa_nodes": numa_nodes})
+
+
+def test_an_init_containers_cpus_take_a_wholly_free_numa_node_first() -> None:
+    """Best-effort, scope container. init0 (2 CPUs, 9.5Gi) gets NUMA 0-1 (its memory
+    needs both). The CPU manager's packed `takeByTopology` takes a NUMA node whose CPUs
+    are all free when the request is that big: NUMA 1 (CPUs 2-3; NUMA 0's CPU 0 is
+    reserved). app0's CPU hints must then hold NUMA 1, its 1Gi page is on NUMA 2 only,
+    and the memory manager books it on NUMA 2. numatopo took CPUs 1-2 (fewest free
+    first), which bound app0 to NUMA 0 as well, and its memory went to NUMA 2-3
+    (found by the property)."""
+    spec = four_small_nodes([1, 9, 1, 8], pages_on=2)
+    state = NodeState(spec)
+    containers = [
+        Container("init0", cpus=2, memory=19 * HALF, init=True),
+        Container("app0", cpus=1, memory=HALF, hugepages={"hugepages-1Gi": GiB}),
+    ]
+
+    kubelet = check(spec, state, containers, "best-effort", "container")
+    placed = allocate(spec, state, engine_request(containers, "best-effort", "container"), "n")
+
+    assert kubelet.memory == {"init0": 0b0011, "app0": 0b0100}
+    assert placed.assignment.containers["init0"].cpus == CPUSet.parse("2-3")
+
+
+def test_an_init_containers_cpu_is_not_taken_next_to_its_gpu() -> None:
+    """Best-effort, scope container; NUMA 0 holds another pod's single-node memory, the
+    GPU is on NUMA 2. init0 (1 CPU, 14.5Gi, the GPU) gets NUMA 1-2. The CPU manager
+    knows nothing of GPUs: NUMA 1 and 2 have 2 free CPUs each, so it takes NUMA 1's
+    (CPU 2). The sidecar's CPU hints must then hold NUMA 1, its merged hint is NUMA 1,
+    whose free memory (none) does not hold its 512Mi, and the memory manager extends it
+    to NUMA 1-2, where it reuses init0's memory: the pod reserves 14.5Gi there, not
+    15Gi. numatopo took the CPU next to the GPU (CPU 4, NUMA 2) as it does for app
+    containers, and the sidecar booked 512Mi more on NUMA 2 (found by the property)."""
+    spec = four_small_nodes([1, 1, 14, 13], pages_on=3)
+    spec = spec.model_copy(update={"gpus": [Gpu(index=0, numa=2)]})
+    state = NodeState(spec)
+    other = ContainerAssignment(cpus=CPUSet.parse("1"), mems=CPUSet.parse("0"), memory={"0": GiB})
+    state.apply("ns/other", Assignment(node="n", containers={"c": other}))
+    containers = [
+        Container("init0", cpus=1, memory=29 * HALF, gpus=1, init=True),
+        Container("sidecar", cpus=1, memory=HALF, init=True, restartable=True),
+        Container("app0", cpus=1, memory=HALF, hugepages={"hugepages-1Gi": GiB}),
+    ]
+
+    kubelet = check(spec, state, containers, "best-effort", "container")
+    placed = allocate(spec, state, engine_request(containers, "best-effort", "container"), "n")
+
+    assert kubelet.masks["sidecar"] == 0b0010
+    assert kubelet.memory == {"init0": 0b0110, "sidecar": 0b0110, "app0": 0b1000}
+    assert kubelet.reserved["memory"] == {1: GiB, 2: 27 * HALF, 3: HALF}
+    assert placed.assignment.containers["init0"].cpus == CPUSet.parse("2")
