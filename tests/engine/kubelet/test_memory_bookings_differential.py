@@ -436,3 +436,26 @@ def test_an_init_containers_cpu_is_not_taken_next_to_its_gpu() -> None:
     assert kubelet.memory == {"init0": 0b0110, "sidecar": 0b0110, "app0": 0b1000}
     assert kubelet.reserved["memory"] == {1: GiB, 2: 27 * HALF, 3: HALF}
     assert placed.assignment.containers["init0"].cpus == CPUSet.parse("2")
+
+
+def test_a_sidecars_spilled_cpus_take_the_numa_node_with_fewest_free_cpus_first() -> None:
+    """Best-effort, scope container; NUMA 0-3 hold 2, 3, 4 and 2 CPUs (CPU 0
+    reserved), the GPU is on NUMA 3. The sidecar (4 CPUs, the GPU) gets NUMA 0, which
+    has one free CPU; the CPU manager takes the other three from the rest as its packed
+    `takeByTopology` does: NUMA 3 whole (the wholly free node with the fewest CPUs, and
+    the request is that big), then one CPU of NUMA 1. app0 then finds NUMA 1 and 2 with
+    free CPUs and gets NUMA 1 (the lower of two preferred masks). numatopo took NUMA 1
+    whole (best fit), which sent app0 and its memory to NUMA 2 (found by the property)."""
+    spec = uneven_node([2, 3, 4, 2], [1, 1, 1, 1])
+    spec = spec.model_copy(update={"gpus": [Gpu(index=0, numa=3)]})
+    state = NodeState(spec)
+    containers = [
+        Container("sidecar", cpus=4, memory=HALF, gpus=1, init=True, restartable=True),
+        Container("app0", cpus=1, memory=HALF),
+    ]
+
+    kubelet = check(spec, state, containers, "best-effort", "container")
+    placed = allocate(spec, state, engine_request(containers, "best-effort", "container"), "n")
+
+    assert kubelet.memory == {"sidecar": 0b0001, "app0": 0b0010}
+    assert placed.assignment.containers["sidecar"].cpus == CPUSet.parse("1-2,9-10")
