@@ -17,7 +17,8 @@ numatopo writes that the kubelet's state determines is therefore:
 - the memory groups `NodeState` derives: the nodes' `Cells`.
 
 How the pod's bytes on a node are split among its containers is numatopo's own (the
-kubelet has no such record), so only the sums are compared.
+kubelet has no such record), so only the sums are compared. Where an earlier container's
+CPUs land shows here too: the later containers' hints read it, and their masks follow.
 """
 
 from __future__ import annotations
@@ -30,7 +31,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from reference import Container, PodOutcome, admit_pod, bits_of, mask_of
 from test_decisions_differential import kubelet_view, specs
-from test_init_containers_differential import SCOPES, engine_request, uneven_node
+from test_init_containers_differential import SCOPES, engine_request, reusing_scenarios, uneven_node
+from test_init_containers_differential import scenarios as init_container_scenarios
 
 from numatopo_engine import NodeState, allocate
 from numatopo_engine.annotations import Assignment, ContainerAssignment, PolicyName
@@ -250,6 +252,13 @@ def test_memory_and_huge_pages_booked_per_numa_node_match_the_kubelet(scenario) 
 @settings(max_examples=400, deadline=None)
 @given(spanning_scenarios())
 def test_reuse_over_several_numa_nodes_books_what_the_kubelet_books(scenario) -> None:
+    check(*scenario)
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.one_of(init_container_scenarios(), reusing_scenarios()))
+def test_the_init_container_properties_book_what_the_kubelet_books(scenario) -> None:
+    """`test_init_containers_differential`'s pods (memory only), their bookings too."""
     check(*scenario)
 
 
