@@ -885,9 +885,12 @@ def _one_container_at_a_time(
     scores: list[int] = []
     order = [*request.init_containers, *request.containers]
     inits = {c.name for c in request.init_containers if not c.restartable}
-    for container in order:
+    for index, container in enumerate(order):
         need = _container_need(container, options, tables)
         regular_init = container.name in inits
+        # Where this container's CPUs land, the next containers' CPU hints read: as
+        # reusable ones (a regular init container's) or as taken (scope `container`).
+        read_later = regular_init or (pod_hint is None and index < len(order) - 1)
         only = pins.get(container.name)
         nic_pool = nic_pins.pool(container.name, regular_init=regular_init)
         free.cpus |= reusable.cpus
@@ -916,8 +919,9 @@ def _one_container_at_a_time(
         if memory is not None:
             choice = choice._replace(memory_mask=memory or choice.memory_mask)
             filled = _fill_reusing(
-                filler, need, choice, reusable, only, nic_pool, regular_init=regular_init
-            )
+                filler, need, choice, reusable, only, nic_pool, regular_init=regular_init,
+                kubelet_cpus=read_later,
+            )  # fmt: skip
         free.cpus -= reusable.cpus
         free.gpus -= reusable.gpus
         free.nics -= reusable.nics
@@ -1056,11 +1060,16 @@ def _fill_reusing(  # noqa: PLR0917 (the fill's inputs, one container's)
     nic_pool: frozenset[int] | None,
     *,
     regular_init: bool,
+    kubelet_cpus: bool,
 ) -> _Entry | Shortfall:
     """`_fill`, the reusable devices and memory taken first, as the kubelet's managers
     take them (`devicesToAllocate`, `getPodReusableMemory`); with reusable CPUs in the
     mask, its CPUs chosen among the free and reusable ones alike (`allocateCPUs`,
-    `_aligned_reusing`)."""
+    `_aligned_reusing`). `kubelet_cpus`: the later containers' CPU hints read where
+    this one's CPUs land, so all of them are spread over NUMA nodes as the CPU manager
+    spreads them, inside the mask and then, for what does not fit there, outside it
+    (`allocateCPUs`' `remainingCPUs`), not next to its GPUs nor by numatopo's own
+    packing."""
     tables, free = filler.tables, filler.free
     numa_ids = set(bits(choice.mask))
     aligned_cpus: list[int] = []
@@ -1068,9 +1077,15 @@ def _fill_reusing(  # noqa: PLR0917 (the fill's inputs, one container's)
         need.cpu_mode is CpuMode.EXCLUSIVE
         and need.cpus
         and not need.full_cores
-        and any(tables.cpu_numa[c] in numa_ids for c in reusable.cpus)
+        and (kubelet_cpus or any(tables.cpu_numa[c] in numa_ids for c in reusable.cpus))
     ):
         aligned_cpus = _aligned_reusing(tables, free.cpus, reusable.cpus, numa_ids, need.cpus)
+        if kubelet_cpus and len(aligned_cpus) < need.cpus:
+            others = set(tables.numa_ids) - numa_ids
+            aligned_cpus += _aligned_reusing(
+                tables, free.cpus - set(aligned_cpus), reusable.cpus, others,
+                need.cpus - len(aligned_cpus),
+            )  # fmt: skip
     reused_nics = sorted(
         x
         for x in reusable.nics
@@ -1099,13 +1114,14 @@ def _fill_reusing(  # noqa: PLR0917 (the fill's inputs, one container's)
 def _aligned_reusing(
     tables: Tables, pool: set[int], reusable: set[int], numa_ids: set[int], count: int
 ) -> list[int]:
-    """The CPUs inside `numa_ids` a container with reusable CPUs there gets, as the CPU
-    manager's `allocateCPUs` takes them: from the free and reusable ones together (`pool`
-    holds both), as many as the mask has up to `count`, spread over its NUMA nodes by
-    the packed `takeByTopology` (NUMA nodes wholly in the pool first when the request
-    is that big, then the node with the fewest CPUs in the pool first; ties by id).
-    Within a node the reusable ones go first, packed by core (the kubelet takes by core
-    there; the node, which is what binds the later containers' hints, is the same)."""
+    """The CPUs inside `numa_ids` a container gets as the CPU manager's `allocateCPUs`
+    takes them (see `_fill_reusing` for which containers): from the free and
+    reusable ones together (`pool` holds both), as many as the mask has up to `count`,
+    spread over its NUMA nodes by the packed `takeByTopology` (NUMA nodes wholly in the
+    pool first when the request is that big, then the node with the fewest CPUs in the
+    pool first; ties by id). Within a node the reusable ones go first, packed by core
+    (the kubelet takes by core there; the node, which is what binds the later
+    containers' hints, is the same)."""
     per_numa: dict[int, set[int]] = {n: set() for n in sorted(numa_ids)}
     for cpu in pool:
         numa = tables.cpu_numa.get(cpu)

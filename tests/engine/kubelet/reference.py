@@ -13,7 +13,11 @@ Written from the Kubernetes sources (1.26+ semantics), independently of numatopo
 - pkg/kubelet/cm/devicemanager/topology_hints.go: `generateDeviceTopologyHints`.
 - pkg/kubelet/cm/memorymanager/policy_static.go: `calculateHints`, `Allocate` with
   `getDefaultHint`, `extendTopologyManagerHint`, `findBestHint` and
-  `isAffinityViolatingNUMAAllocations`.
+  `isAffinityViolatingNUMAAllocations`; for a pod's containers in turn
+  `updateMachineState`, `getPodReusableMemory`, `updatePodReusableMemory` and
+  `updateInitContainersMemoryBlocks`, with memorymanager/state's `Block` (a container's
+  NUMA affinity and size per memory type) and `MemoryTable` (`Reserved`/`Free` per
+  NUMA node and type).
 
 Masks are plain ints, bit i = NUMA node i; `None` is the kubelet's nil mask.
 Nothing here is tuned for speed: every function enumerates what the kubelet enumerates.
@@ -22,7 +26,7 @@ Nothing here is tuned for speed: every function enumerates what the kubelet enum
 from __future__ import annotations
 
 import itertools
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 
 POLICIES = ("none", "best-effort", "restricted", "single-numa-node")
@@ -572,6 +576,23 @@ class Container:
     gpus: int = 0
     init: bool = False
     restartable: bool = False  # an init container with restartPolicy Always (sidecar)
+    hugepages: Mapping[str, int] = field(default_factory=dict)  # "hugepages-2Mi" -> bytes
+
+    def memory_request(self) -> dict[str, int]:
+        """`getRequestedResources`: the memory types it asks for, memory first."""
+        out = {"memory": self.memory} if self.memory > 0 else {}
+        out.update({k: v for k, v in sorted(self.hugepages.items()) if v > 0})
+        return out
+
+
+@dataclass
+class Block:
+    """memorymanager/state `Block`: one memory type of one container, its NUMA affinity
+    (the memory manager's mask, all of it) and its size; no per-node split."""
+
+    mask: int
+    kind: str
+    size: int
 
 
 def cpu_hints_reusing(
@@ -640,33 +661,46 @@ def device_hints_reusing(
 
 @dataclass
 class _PodRun:
-    """The managers' state while one pod is admitted."""
+    """The managers' state while one pod is admitted. Memory is the static memory
+    manager's: per type ("memory", "hugepages-<size>"), the machine state's `Free` per
+    NUMA node and what this pod added to its `Reserved`; `Cells` and
+    `NumberOfAssignments`; the pod's `initContainersReusableMemory` (type -> mask ->
+    bytes) and every container's memory blocks."""
 
     node: Node
+    inits: tuple[Container, ...]  # pod.Spec.InitContainers, in spec order
     available_cpus: dict[int, int]
     reusable_cpus: dict[int, int]
     gpu_free: list[bool]
     gpu_reusable: list[bool]
-    free: dict[int, int]
+    free: dict[str, dict[int, int]]
+    reserved: dict[str, dict[int, int]]
     groups: dict[int, tuple[int, ...]]
     assignments: dict[int, int]
-    reusable_memory: dict[int, int]  # memory mask -> bytes
+    reusable_memory: dict[str, dict[int, int]]
+    blocks: dict[str, list[Block]]
 
     @classmethod
-    def start(cls, node: Node) -> _PodRun:
+    def start(cls, node: Node, containers: Sequence[Container] = ()) -> _PodRun:
         return cls(
             node=node,
+            inits=tuple(c for c in containers if c.init),
             available_cpus=dict(node.available_cpus_per_numa),
             reusable_cpus=dict.fromkeys(node.numa_ids, 0),
             gpu_free=list(node.gpu_available),
             gpu_reusable=[False] * len(node.gpus),
-            free=dict(node.free.get("memory", {})),
+            free={kind: dict(per_numa) for kind, per_numa in node.free.items()},
+            reserved={},
             groups=dict(node.groups),
             assignments=dict(node.assignments),
             reusable_memory={},
+            blocks={},
         )
 
-    def providers(self, cpus: int, gpus: int, memory: int) -> list[list[Hint] | None]:
+    def providers(self, cpus: int, gpus: int, memory: Mapping[str, int]) -> list[list[Hint] | None]:
+        """The providers' hints; the memory manager's one list once per memory type it
+        is asked for (`GetTopologyHints` returns a map keyed by type), or no preference
+        when it has none (an empty map)."""
         node = self.node
         out: list[list[Hint] | None] = [
             cpu_hints_reusing(
@@ -674,12 +708,16 @@ class _PodRun:
             ),
             device_hints_reusing(node.gpus, self.gpu_free, self.gpu_reusable, gpus, node.numa_ids),
         ]
-        if memory > 0:
+        request = {k: v for k, v in memory.items() if v > 0}
+        if request:
             hints = memory_hints(
-                node.allocatable, {"memory": self.free}, self.groups, self.assignments,
-                {"memory": memory}, node.numa_ids, {"memory": self.reusable_memory},
+                node.allocatable, self.free, self.groups, self.assignments, request,
+                node.numa_ids, self.reusable_memory,
             )  # fmt: skip
-            out.append(list(hints) if hints else None)
+            if hints:
+                out.extend(list(hints) for _ in request)
+            else:
+                out.append(None)
         return out
 
     def allocate(self, container: Container, mask: int | None, preferred: bool) -> int | None:
@@ -690,33 +728,82 @@ class _PodRun:
             return None
         if not self._take_gpus(container.gpus, mask, regular_init):
             return None
-        if container.memory <= 0:
+        request = container.memory_request()
+        if not request:
             return 0
         node = self.node
         chosen = memory_affinity(
-            mask, preferred, node.allocatable, {"memory": self.free}, self.groups,
-            self.assignments, {"memory": container.memory}, node.numa_ids,
-            {"memory": self.reusable_memory},
+            mask, preferred, node.allocatable, self.free, self.groups, self.assignments,
+            request, node.numa_ids, self.reusable_memory,
         )  # fmt: skip
         if chosen is None:
             return None
-        reused = min(self.reusable_memory.get(chosen, 0), container.memory)
-        left = container.memory - reused
-        for n in bits_of(chosen):  # updateMachineState: NUMA id order
-            take = min(left, self.free[n])
-            self.free[n] -= take
-            left -= take
-        group = tuple(bits_of(chosen))
-        for n in group:
-            self.assignments[n] = self.assignments.get(n, 0) + 1
-            self.groups[n] = group
-        if regular_init:
-            self.reusable_memory[chosen] = max(
-                self.reusable_memory.get(chosen, 0), container.memory
-            )
-        elif chosen in self.reusable_memory:
-            self.reusable_memory[chosen] = max(0, self.reusable_memory[chosen] - container.memory)
+        # Allocate: every block holds the whole request on the whole mask; the machine
+        # state books only what `getPodReusableMemory` does not cover.
+        blocks: list[Block] = []
+        for kind, size in request.items():
+            blocks.append(Block(chosen, kind, size))
+            reusable = self.reusable_memory.get(kind, {}).get(chosen, 0)
+            self._update_machine_state(bits_of(chosen), kind, max(0, size - reusable))
+        self._update_pod_reusable_memory(regular_init, blocks)
+        self.blocks[container.name] = blocks
+        self._update_init_containers_memory_blocks(container, blocks)
         return chosen
+
+    def _update_machine_state(self, nodes: list[int], kind: str, size: int) -> None:
+        """`updateMachineState`, called once per memory type: every node of the mask
+        gets one more assignment and the mask as its Cells, even when nothing is left
+        to book; the bytes fill the nodes in NUMA id order, each node's `Free` used up
+        before the next."""
+        free = self.free.setdefault(kind, {})
+        reserved = self.reserved.setdefault(kind, {})
+        for n in nodes:
+            self.assignments[n] = self.assignments.get(n, 0) + 1
+            self.groups[n] = tuple(nodes)
+            if size == 0 or free.get(n, 0) <= 0:
+                continue
+            take = min(size, free[n])
+            free[n] -= take
+            reserved[n] = reserved.get(n, 0) + take
+            size -= take
+
+    def _update_pod_reusable_memory(self, regular_init: bool, blocks: Sequence[Block]) -> None:
+        """`updatePodReusableMemory`: a regular init container raises the reusable
+        amount of each (mask, type) to its block's size; any other container (an app
+        container, a sidecar: `isRegularInitContainer` is false for both) lowers it by
+        its block's size, down to 0."""
+        for block in blocks:
+            per_mask = self.reusable_memory.setdefault(block.kind, {})
+            held = per_mask.get(block.mask, 0)
+            if regular_init:
+                per_mask[block.mask] = max(held, block.size)
+            elif held:
+                per_mask[block.mask] = 0 if block.size >= held else held - block.size
+
+    def _update_init_containers_memory_blocks(
+        self, container: Container, blocks: Sequence[Block]
+    ) -> None:
+        """`updateInitContainersMemoryBlocks`: each block's size is taken off the blocks
+        of the same type and the very same mask of the regular init containers before
+        this container in spec order, first come first, so that the pod's blocks add up
+        to what its memory reserves (the kubelet's own comment says the per-container
+        sizes then say little about who holds what)."""
+        for block in blocks:
+            left = block.size
+            for init in self.inits:
+                if init.name == container.name or left == 0:
+                    break
+                if init.restartable:
+                    continue
+                for held in self.blocks.get(init.name, []):
+                    if held.size == 0 or held.kind != block.kind or held.mask != block.mask:
+                        continue
+                    if held.size > left:
+                        held.size -= left
+                        left = 0
+                    else:
+                        left -= held.size
+                        held.size = 0
 
     def _take_cpus(self, count: int, mask: int | None, regular_init: bool) -> bool:
         """`allocateCPUs`: from the available and reusable CPUs together, those inside
@@ -785,53 +872,96 @@ def _packed(
     return taken
 
 
-def pod_request(containers: Sequence[Container]) -> tuple[int, int, int]:
-    """The pod's (CPUs, memory, GPUs) as scope pod asks them: per resource, the larger of
-    the largest init container (with the sidecars started before it) and the app
-    containers with every sidecar."""
-    totals = []
-    for kind in ("cpus", "memory", "gpus"):
-        sidecars = 0
-        largest_init = 0
-        for c in containers:
-            if not c.init:
-                continue
-            if c.restartable:
-                sidecars += getattr(c, kind)
-            else:
-                largest_init = max(largest_init, sidecars + getattr(c, kind))
-        apps = sidecars + sum(getattr(c, kind) for c in containers if not c.init)
-        totals.append(max(largest_init, apps))
-    return totals[0], totals[1], totals[2]
+def _pod_total(containers: Sequence[Container], amount: Callable[[Container], int]) -> int:
+    """One resource as scope pod asks it (`getPodRequestedResources`): the larger of the
+    largest init container (with the sidecars started before it) and the app containers
+    with every sidecar."""
+    sidecars = 0
+    largest_init = 0
+    for c in containers:
+        if not c.init:
+            continue
+        if c.restartable:
+            sidecars += amount(c)
+        else:
+            largest_init = max(largest_init, sidecars + amount(c))
+    apps = sidecars + sum(amount(c) for c in containers if not c.init)
+    return max(largest_init, apps)
+
+
+def pod_request(containers: Sequence[Container]) -> tuple[int, dict[str, int], int]:
+    """The pod's (CPUs, memory types, GPUs) as scope pod asks them."""
+    kinds = sorted({k for c in containers for k in c.memory_request()}, key=lambda k: k != "memory")
+    memory = {k: _pod_total(containers, lambda c, k=k: c.memory_request().get(k, 0)) for k in kinds}
+    return (
+        _pod_total(containers, lambda c: c.cpus),
+        memory,
+        _pod_total(containers, lambda c: c.gpus),
+    )
+
+
+@dataclass
+class PodOutcome:
+    """What the kubelet's managers make of a pod: admission, the Topology Manager's mask
+    per container (None = nil hint), the memory manager's mask per container asking
+    memory, each container's memory blocks (after `updateInitContainersMemoryBlocks`),
+    and per memory type and NUMA node what the pod reserved and what is left `Free`,
+    with the nodes' `Cells` and `NumberOfAssignments` after it."""
+
+    admit: bool
+    masks: dict[str, int | None]
+    memory: dict[str, int]
+    blocks: dict[str, list[Block]]
+    reserved: dict[str, dict[int, int]]
+    free: dict[str, dict[int, int]]
+    groups: dict[int, tuple[int, ...]]
+    assignments: dict[int, int]
+
+
+def admit_pod(node: Node, containers: Sequence[Container], policy: str, scope: str) -> PodOutcome:
+    """The admission of a pod (init containers first in `containers`, in spec order)."""
+    ordered = [c for c in containers if c.init] + [c for c in containers if not c.init]
+    run = _PodRun.start(node, ordered)
+    masks: dict[str, int | None] = {}
+    memory: dict[str, int] = {}
+
+    def outcome(admit: bool) -> PodOutcome:
+        return PodOutcome(
+            admit, masks, memory, run.blocks, run.reserved, run.free, run.groups,
+            run.assignments,
+        )  # fmt: skip
+
+    if scope == "pod":
+        cpus, pod_memory_request, gpus = pod_request(ordered)
+        mask, preferred, admit = merge(
+            run.providers(cpus, gpus, pod_memory_request), list(node.numa_ids), policy,
+            node.distances,
+        )  # fmt: skip
+        if not admit:
+            return outcome(False)
+    for container in ordered:
+        if scope == "container":
+            mask, preferred, admit = merge(
+                run.providers(container.cpus, container.gpus, container.memory_request()),
+                list(node.numa_ids), policy, node.distances,
+            )  # fmt: skip
+            if not admit:
+                return outcome(False)
+        masks[container.name] = mask
+        got = run.allocate(container, mask, preferred)
+        if got is None:
+            return outcome(False)
+        if got:
+            memory[container.name] = got
+    return outcome(True)
 
 
 def decide_pod(
     node: Node, containers: Sequence[Container], policy: str, scope: str
 ) -> tuple[bool, dict[str, int | None]]:
-    """Admission of a pod (init containers first in `containers`, in spec order) and the
-    Topology Manager's mask per container."""
-    run = _PodRun.start(node)
-    ordered = [c for c in containers if c.init] + [c for c in containers if not c.init]
-    masks: dict[str, int | None] = {}
-    if scope == "pod":
-        cpus, memory, gpus = pod_request(ordered)
-        mask, preferred, admit = merge(
-            run.providers(cpus, gpus, memory), list(node.numa_ids), policy, node.distances
-        )
-        if not admit:
-            return False, masks
-    for container in ordered:
-        if scope == "container":
-            mask, preferred, admit = merge(
-                run.providers(container.cpus, container.gpus, container.memory),
-                list(node.numa_ids), policy, node.distances,
-            )  # fmt: skip
-            if not admit:
-                return False, masks
-        masks[container.name] = mask
-        if run.allocate(container, mask, preferred) is None:
-            return False, masks
-    return True, masks
+    """Admission of a pod and the Topology Manager's mask per container."""
+    done = admit_pod(node, containers, policy, scope)
+    return done.admit, done.masks
 
 
 def pod_memory(
@@ -840,7 +970,7 @@ def pod_memory(
     """Scope `pod` without init containers: admission, and the memory manager's NUMA
     nodes per container (0 for a container without memory), each container allocated
     in turn with the pod's merged hint (`scope_pod.go`)."""
-    run = _PodRun.start(node)
+    run = _PodRun.start(node, containers)
     cpus, memory, gpus = pod_request(containers)
     mask, preferred, admit = merge(
         run.providers(cpus, gpus, memory), list(node.numa_ids), policy, node.distances

@@ -20,6 +20,7 @@ from numatopo_engine.annotations import PolicyName
 from numatopo_engine.cpuset import CPUSet
 from numatopo_engine.errors import UnsatisfiableError
 from numatopo_engine.model import Cpu, Gpu, NumaNode, NumatopologySpec
+from numatopo_engine.quantity import page_bytes
 
 GiB = 2**30
 
@@ -63,12 +64,19 @@ def requests(max_cpus: int, max_memory: int) -> st.SearchStrategy[tuple[int, int
 
 
 def kubelet_view(spec: NumatopologySpec, state: NodeState) -> Node:
-    """The machine state the kubelet's CPU, device and memory managers would hold."""
+    """The machine state the kubelet's CPU, device and memory managers would hold (memory
+    and huge pages as the memory manager's types "memory" and "hugepages-<size>")."""
     numa_ids = tuple(n.id for n in spec.numa_nodes)
     numa_of_cpu = {c.id: c.numa for c in spec.cpus}
     exclusive: set[int] = set()
     taken_gpus: set[int] = set()
-    used = dict.fromkeys(numa_ids, 0)
+    sizes = sorted({size for n in spec.numa_nodes for size in n.hugepages})
+    allocatable = {"memory": {n.id: n.memory_bytes for n in spec.numa_nodes}}
+    for size in sizes:
+        allocatable[f"hugepages-{size}"] = {
+            n.id: n.hugepages.get(size, 0) * page_bytes(size) for n in spec.numa_nodes
+        }
+    used = {kind: dict.fromkeys(numa_ids, 0) for kind in allocatable}
     groups: dict[int, tuple[int, ...]] = {}
     assignments = dict.fromkeys(numa_ids, 0)
     for assignment in state.assignments.values():
@@ -77,8 +85,11 @@ def kubelet_view(spec: NumatopologySpec, state: NodeState) -> Node:
                 exclusive |= set(container.cpus.ids)
             taken_gpus |= set(container.gpu_indices)
             for numa, size in container.memory.items():
-                used[int(numa)] += size
-            if container.memory:
+                used["memory"][int(numa)] += size
+            for numa, pages in container.hugepages.items():
+                for page, size in pages.items():
+                    used[f"hugepages-{page}"][int(numa)] += size
+            if container.memory or container.hugepages:
                 group = tuple(sorted(container.mems.ids))
                 for numa in group:
                     assignments[numa] += 1
@@ -90,15 +101,17 @@ def kubelet_view(spec: NumatopologySpec, state: NodeState) -> Node:
         all_cpus[numa] += 1
         if cpu not in reserved and cpu not in exclusive:
             available[numa] += 1
-    allocatable = {n.id: n.memory_bytes for n in spec.numa_nodes}
     return Node(
         numa_ids=numa_ids,
         cpus_per_numa=all_cpus,
         available_cpus_per_numa=available,
         gpus=tuple(g.numa for g in spec.gpus),
         gpu_available=tuple(g.index not in taken_gpus for g in spec.gpus),
-        allocatable={"memory": allocatable},
-        free={"memory": {n: allocatable[n] - used[n] for n in numa_ids}},
+        allocatable=allocatable,
+        free={
+            kind: {n: per_numa[n] - used[kind][n] for n in numa_ids}
+            for kind, per_numa in allocatable.items()
+        },
         groups=groups,
         assignments=assignments,
     )

@@ -11,8 +11,6 @@ of an admitted aligned placement.
 
 from __future__ import annotations
 
-from dataclasses import replace
-
 import pytest
 from helpers import GiB, busy, pod, small_node
 from hypothesis import given, settings
@@ -37,6 +35,7 @@ def engine_request(containers: list[Container], policy: str, scope: str, name: s
         return ContainerRequest(
             name=c.name, cpu_milli=c.cpus * 1000, memory_bytes=c.memory, gpus=c.gpus,
             restartable=c.restartable,
+            hugepages={k.removeprefix("hugepages-"): v for k, v in c.hugepages.items()},
         )  # fmt: skip
 
     return pod(
@@ -448,52 +447,3 @@ def test_reused_memory_on_a_real_two_socket_machine() -> None:
     assert placed.assignment.containers["app0"].memory == {"0": 16 * GiB}
     booked = sum(sum(c.memory.values()) for c in placed.assignment.containers.values())
     assert booked == 16 * GiB
-
-
-@pytest.mark.parametrize("scope", SCOPES)
-@pytest.mark.parametrize(
-    ("inits", "apps", "reserved"),
-    [((1, 2), (3, 4), 7), ((4, 3), (2, 1), 4), ((7, 4), (4, 3), 7), ((7, 4), (5, 2), 7)],
-    ids=["1+2,3+4", "4+3,2+1", "7+4,4+3", "7+4,5+2"],
-)
-def test_the_kubelets_init_container_reuse_tables(
-    inits: tuple[int, int], apps: tuple[int, int], reserved: int, scope: str
-) -> None:
-    """The kubelet's `TestStaticPolicyAllocateWithInitContainers` (memory manager
-    policy_static_test.go): one NUMA node with 7.5Gi of memory and 8Gi of 1Gi huge pages
-    allocatable, no Topology Manager hint (policy `none`), two init containers then two
-    app containers, each asking as much of both, allocated in turn; each reuses what
-    the init containers booked, so the node ends with the larger of the largest init
-    container and the app containers' sum reserved, of each. The reference checks the
-    memory. In the last two rows the app containers find 512Mi of memory (1Gi of pages)
-    free and fit only by reuse; numatopo refused them."""
-    spec = uneven_node([5], [8])
-    numa = spec.numa_nodes[0].model_copy(update={"hugepages": {"1Gi": 8}})
-    spec = spec.model_copy(update={"numa_nodes": [numa]})
-    state = NodeState(spec)
-    system = ContainerAssignment(
-        cpus=CPUSet.parse("1"), mems=CPUSet.parse("0"), memory={"0": GiB // 2}
-    )
-    state.apply("ns/system", Assignment(node="n", containers={"c": system}))
-    pod_containers = [
-        *(Container(f"init{i}", cpus=1, memory=m * GiB, init=True) for i, m in enumerate(inits)),
-        *(Container(f"app{i}", cpus=1, memory=m * GiB) for i, m in enumerate(apps)),
-    ]
-    request = engine_request(pod_containers, "none", scope)
-    with_pages = [replace(c, hugepages={"1Gi": c.memory_bytes}) for c in request.containers]
-    with_inits = [replace(c, hugepages={"1Gi": c.memory_bytes}) for c in request.init_containers]
-    request = replace(request, containers=tuple(with_pages), init_containers=tuple(with_inits))
-
-    placed = allocate(spec, state, request, "n")
-
-    containers = placed.assignment.containers
-    for i, m in enumerate(apps):
-        assert containers[f"app{i}"].memory == {"0": m * GiB}
-        assert containers[f"app{i}"].hugepages == {"0": {"1Gi": m * GiB}}
-    assert sum(sum(c.memory.values()) for c in containers.values()) == reserved * GiB
-    pages = sum(s.get("1Gi", 0) for c in containers.values() for s in c.hugepages.values())
-    assert pages == reserved * GiB
-    after = state.copy()
-    after.apply("ns/last", placed.assignment)
-    assert after.free_hugepages(0, "1Gi") == (8 - reserved) * GiB
-    check(spec, state, pod_containers, "none", scope)
