@@ -87,10 +87,11 @@ def _number(row: Mapping[str, str | None], column: str, where: str) -> int:
     return int(number)
 
 
-def _check_columns(row: Mapping[str | None, object], needed: Sequence[str], what: str) -> None:
+def _check_columns(row: Mapping[str, str | None], needed: Sequence[str], what: str) -> None:
     missing = [c for c in needed if c not in row]
     if missing:
-        found = sorted(c for c in row if c is not None)
+        # csv.DictReader files the cells past the header under the key None.
+        found = sorted(c for c in row if isinstance(c, str))
         raise TraceError(f"{what}: missing column(s) {', '.join(missing)}; found {found}")
 
 
@@ -101,8 +102,8 @@ def _numbered(
     (blank lines and quoted line breaks move it); other rows count from line 2."""
     if isinstance(rows, csv.DictReader):
         try:
-            for row in rows:
-                yield f"{source} line {rows.line_num}", row
+            for read in rows:
+                yield f"{source} line {rows.line_num}", read
         except csv.Error as exc:
             raise TraceError(f"{source} line {rows.line_num}: not CSV ({exc})") from None
     else:

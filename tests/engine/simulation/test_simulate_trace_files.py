@@ -137,6 +137,11 @@ def test_bad_cells_are_refused_with_file_line_and_column(tmp_path: Path, capsys,
         pytest.param(
             lines("p,1", header="name,cpu"), "missing column(s) cpu_milli, memory_mib", id="wrong"
         ),
+        pytest.param(
+            lines("p,1,2,3", header="name,cpu"),
+            "missing column(s) cpu_milli, memory_mib, num_gpu, gpu_milli; found ['cpu', 'name']",
+            id="wrong-and-cells-past-the-header",
+        ),
         pytest.param(b"name,cpu_milli\n\xff\xfe\n", "pods.csv: not UTF-8 text", id="not-utf8"),
     ],
 )
