@@ -136,7 +136,10 @@ def parse_node_rows(
 def _gpu_milli(row: Mapping[str, str | None], num_gpu: int, where: str) -> int:
     """The share of each GPU the pod asks, after refusing what the replay cannot book."""
     if not num_gpu:
-        # A CPU-only pod's share is moot (pandas writes the missing value as a blank).
+        # A CPU-only pod's share is moot (pandas writes the missing value as a blank), but
+        # a cell that is there must still be a number.
+        if (row.get("gpu_milli") or "").strip():
+            _number(row, "gpu_milli", where)
         return 0
     milli = _number(row, "gpu_milli", where)
     if milli > GPU_MILLI:

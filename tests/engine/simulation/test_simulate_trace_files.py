@@ -119,6 +119,7 @@ def test_a_quoted_line_break_does_not_shift_the_line_numbers(tmp_path: Path, cap
         pytest.param("p,8000,16384,1,0,,LS,Running,1", "is 0 with num_gpu 1", id="gpu-no-share"),
         pytest.param("p,8000,16384,1,,,LS,Running,1", "'gpu_milli' is empty", id="gpu-blank-share"),
         pytest.param("p,8000", "column 'num_gpu' is empty", id="short-row"),
+        pytest.param("p,8000,16384,0,x,,BE,Running,1", "'gpu_milli' is 'x'", id="cpu-pod-share"),
     ],
 )
 def test_bad_cells_are_refused_with_file_line_and_column(tmp_path: Path, capsys, row, message):
@@ -199,3 +200,19 @@ def test_duplicate_pod_names_are_separate_pods(tmp_path: Path, capsys):
 
     placed = [(s["placed"], s["failed"], s["alloc_pct_final"]) for s in out["strategies"]]
     assert (0, [(3, 1, 100.0)] * 2) == (code, placed)
+
+
+def test_a_pod_wider_than_every_node_fails_counted(tmp_path: Path, capsys):
+    text = lines(PODS[0], "wide,8000,16384,12,1000,,LS,Running,2")
+    code = simulate(tmp_path, text)
+    out = json.loads(capsys.readouterr().out)
+
+    assert (0, [(1, 1)] * 2) == (code, [(s["placed"], s["failed"]) for s in out["strategies"]])
+
+
+def test_a_model_the_topology_map_does_not_name_gets_its_default_layout(tmp_path: Path, capsys):
+    nodes = "sn,cpu_milli,memory_mib,gpu,model\nn0,96000,393216,4,H100X\n"
+    code = simulate(tmp_path, lines(PODS[0], PODS[2]), nodes=nodes)
+    out = json.loads(capsys.readouterr().out)
+
+    assert (0, [2, 2]) == (code, [s["placed"] for s in out["strategies"]])
