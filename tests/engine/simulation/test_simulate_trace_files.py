@@ -216,3 +216,24 @@ def test_a_model_the_topology_map_does_not_name_gets_its_default_layout(tmp_path
     out = json.loads(capsys.readouterr().out)
 
     assert (0, [2, 2]) == (code, [s["placed"] for s in out["strategies"]])
+
+
+@pytest.mark.parametrize(
+    ("nodes", "extra", "message"),
+    [
+        pytest.param("n1,64000,262144,0,\n", [], "no GPUs on the nodes:", id="cpu-nodes"),
+        pytest.param(
+            "n1,64000,262144,0,\nn2,64000,262144,0,\nn0,96000,393216,8,G2\n",
+            ["--sample-nodes", "1", "--seed", "1"],
+            "no GPUs on the nodes (the 1 drawn by --sample-nodes)",
+            id="a-sample-of-cpu-nodes",
+        ),
+    ],
+)
+def test_a_cluster_without_gpus_is_refused(tmp_path: Path, capsys, nodes, extra, message):
+    """Allocation shares of no GPUs read 100000 % before."""
+    code = simulate(
+        tmp_path, lines(*PODS), *extra, nodes="sn,cpu_milli,memory_mib,gpu,model\n" + nodes
+    )
+
+    assert (2, True) == (code, message in capsys.readouterr().err)

@@ -148,6 +148,11 @@ def _run(args: argparse.Namespace) -> SimulationResult:
         topology_map = read_topology_map(args.topology_map)
     if args.sample_nodes:
         nodes = sample_nodes(nodes, args.sample_nodes, seed=args.seed)
+    if not any(n.gpus for n in nodes):
+        # Every figure is a share of the cluster's GPUs: without any they would be divisions
+        # by nothing (an all_node sample can draw only CPU nodes).
+        drawn = f" (the {len(nodes)} drawn by --sample-nodes)" if args.sample_nodes else ""
+        raise InputError(f"no GPUs on the nodes{drawn}: the replay measures GPU allocation")
     arrival = Arrival(args.arrival)
     pods = parse_pod_rows(
         csv_rows(open_text(args.trace, DEFAULT_TRACE)),
