@@ -20,8 +20,7 @@ Topology-aware:
                 node states; the highest engine score wins, then the least
                 fragmentation growth, then node-list order. Other pods (GPU shares,
                 CPU-only): a partly used node before an untouched one, then the least
-                fragmentation growth, then node-list order; CPU-only pods take nodes
-                without GPUs first
+                fragmentation growth, then node-list order
 
 Why numatopo ranks that way: the engine score settles alignment (NUMA span, link
 bandwidth) and packs GPUs inside NUMA nodes, which keeps whole NUMA nodes and NVLink
@@ -367,18 +366,7 @@ class Numatopo(Strategy):
                 if self.fragmentation is None
                 else self.fragmentation.growth(candidates, pod)
             )
-            # A CPU-only pod on a GPU node takes CPUs its GPUs' pods will need; fragmentation
-            # sees that only once a request no longer fits, so nodes without GPUs go first.
-            cpu_only = not pod.num_gpu
-            index = min(
-                candidates,
-                key=lambda i: (
-                    cpu_only and bool(nodes[i].gpu_free),
-                    nodes[i].untouched(),
-                    growth[i],
-                    i,
-                ),
-            )
+            index = min(candidates, key=lambda i: (nodes[i].untouched(), growth[i], i))
             return self._share(index, nodes[index], pod)
         request = engine_request(pod, self.policy)
         ranks, reason = rank_nodes(self.engine, cluster, candidates, request, self.mix)

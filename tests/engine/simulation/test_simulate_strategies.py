@@ -96,17 +96,6 @@ def test_a_pod_that_fits_nowhere_fails_and_marks_the_first_failure(topology_map)
     )
 
 
-def test_numatopo_keeps_cpu_only_pods_off_gpu_nodes_while_cpu_nodes_have_room(topology_map):
-    """The all_node list's CPU-only nodes: CPU-only pods there leave the GPU node's CPUs to
-    the 7-GPU pod, although the GPU node is the one already in use."""
-    gpu_box, cpu_box = NodeRow("g", 32000, 262144, 8, "V100M32"), NodeRow("c", 32000, 262144, 0, "")
-    cpu_pods = [PodRow(f"cpu{i}", 8000, 1024, 0, 0) for i in range(3)]
-    pods = [PodRow("share", 1000, 1024, 1, 500), *cpu_pods, PodRow("seven", 8000, 16384, 7, 1000)]
-    result = simulate([gpu_box, cpu_box], pods, topology_map, strategies=["numatopo"], seed=3)
-
-    assert (5, 0) == (only(result).placed, only(result).failed)
-
-
 @pytest.fixture(scope="module")
 def sampled(trace_nodes, trace_pods, topology_map):
     """100 real nodes and their share of the real trace, every strategy."""
