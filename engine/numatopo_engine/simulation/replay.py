@@ -41,7 +41,12 @@ def book_placement(cluster: Cluster, pod: PodRow, placed: Placement) -> None:
     node = cluster.nodes[placed.node]
     if node.state is not None:
         if placed.assignment is not None:
-            node.state.apply(f"simulate/{pod.name}", placed.assignment)
+            key, copy = f"simulate/{pod.name}", len(node.state.assignments)
+            while key in node.state.assignments:
+                # Names repeat (pods of several namespaces, a trace's own copies), and applying
+                # under a held key would replace that pod, freeing what it still holds.
+                key, copy = f"simulate/{pod.name}#{copy}", copy + 1
+            node.state.apply(key, placed.assignment)
         elif pod.fractional and node.gpu_free[placed.gpus[0]] == GPU_MILLI:
             # A GPU that starts being shared is no longer whole: the engine must not hand it out.
             share = ContainerAssignment(gpu_indices=list(placed.gpus))

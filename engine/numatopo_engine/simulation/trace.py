@@ -3,7 +3,9 @@
 Node list columns: `sn,cpu_milli,memory_mib,gpu,model`. Pod list columns:
 `name,cpu_milli,memory_mib,num_gpu,gpu_milli,gpu_spec,qos,pod_phase,creation_time,...`.
 A pod with `num_gpu == 1` and `gpu_milli < 1000` shares one GPU with other pods
-("fractional"); every other GPU pod takes `num_gpu` whole GPUs.
+("fractional"); every other GPU pod takes `num_gpu` whole GPUs. Rows the replay could
+only misread are refused (`TraceError`, naming the line and column): a GPU pod without a
+GPU share, a share of several GPUs, blank or non-finite numbers.
 
 `build_workload` follows the FGD simulator's "arrived workload" method, so our
 allocation curves compare with its published ones: the pod list is scaled to
@@ -14,9 +16,11 @@ creation-time order. Pods are never deleted: they keep arriving until the end.
 
 from __future__ import annotations
 
+import csv
 import enum
+import math
 import random
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, replace
 
 NODE_COLUMNS = ("sn", "cpu_milli", "memory_mib", "gpu", "model")
@@ -68,68 +72,122 @@ class PodRow:
         return self.num_gpu * self.gpu_milli
 
 
-def _int(row: Mapping[str, str], column: str, where: str) -> int:
+def _number(row: Mapping[str, str | None], column: str, where: str) -> int:
     text = (row.get(column) or "").strip()
+    if not text:
+        raise TraceError(f"{where}: column {column!r} is empty")
     try:
-        value = int(float(text))
+        number = float(text)
     except ValueError:
         raise TraceError(f"{where}: column {column!r} is {text!r}, not a number") from None
-    if value < 0:
-        raise TraceError(f"{where}: column {column!r} is negative ({value})")
-    return value
+    if not math.isfinite(number):
+        raise TraceError(f"{where}: column {column!r} is {text!r}, not a finite number")
+    if number < 0:
+        raise TraceError(f"{where}: column {column!r} is negative ({text})")
+    return int(number)
 
 
-def _check_columns(row: Mapping[str, str], needed: Sequence[str], what: str) -> None:
+def _check_columns(row: Mapping[str, str | None], needed: Sequence[str], what: str) -> None:
     missing = [c for c in needed if c not in row]
     if missing:
-        raise TraceError(f"{what}: missing column(s) {', '.join(missing)}; found {sorted(row)}")
+        # csv.DictReader files the cells past the header under the key None.
+        found = sorted(c for c in row if isinstance(c, str))
+        raise TraceError(f"{what}: missing column(s) {', '.join(missing)}; found {found}")
 
 
-def parse_node_rows(rows: Iterable[Mapping[str, str]]) -> list[NodeRow]:
-    """Node-list rows -> `NodeRow`s; nodes without GPUs are kept (CPU-only pods use them)."""
+def _numbered(
+    rows: Iterable[Mapping[str, str | None]], source: str
+) -> Iterator[tuple[str, Mapping[str, str | None]]]:
+    """Each row with where it is (`<source> line N`). A `csv.DictReader` knows its line
+    (blank lines and quoted line breaks move it); other rows count from line 2."""
+    if isinstance(rows, csv.DictReader):
+        try:
+            for read in rows:
+                yield f"{source} line {rows.line_num}", read
+        except csv.Error as exc:
+            raise TraceError(f"{source} line {rows.line_num}: not CSV ({exc})") from None
+    else:
+        for number, row in enumerate(rows, start=2):
+            yield f"{source} line {number}", row
+
+
+def parse_node_rows(
+    rows: Iterable[Mapping[str, str | None]], *, source: str = "node list"
+) -> list[NodeRow]:
+    """Node-list rows -> `NodeRow`s; nodes without GPUs are kept (CPU-only pods use them).
+    `source` (the file) starts every error message."""
     out: list[NodeRow] = []
-    for number, row in enumerate(rows, start=2):
-        _check_columns(row, NODE_COLUMNS, "node list")
-        where = f"node list line {number}"
+    for where, row in _numbered(rows, source):
+        _check_columns(row, NODE_COLUMNS, source)
         out.append(
             NodeRow(
-                name=row["sn"].strip(),
-                cpu_milli=_int(row, "cpu_milli", where),
-                memory_mib=_int(row, "memory_mib", where),
-                gpus=_int(row, "gpu", where),
+                name=(row.get("sn") or "").strip(),
+                cpu_milli=_number(row, "cpu_milli", where),
+                memory_mib=_number(row, "memory_mib", where),
+                gpus=_number(row, "gpu", where),
                 model=(row.get("model") or "").strip(),
             )
         )
     if not out:
-        raise TraceError("node list: no rows")
+        raise TraceError(f"{source}: no rows")
     return out
 
 
-def parse_pod_rows(rows: Iterable[Mapping[str, str]]) -> list[PodRow]:
-    """Pod-list rows -> `PodRow`s in file order."""
+def _gpu_milli(row: Mapping[str, str | None], num_gpu: int, where: str) -> int:
+    """The share of each GPU the pod asks, after refusing what the replay cannot book."""
+    if not num_gpu:
+        # A CPU-only pod's share is moot (pandas writes the missing value as a blank), but
+        # a cell that is there must still be a number.
+        if (row.get("gpu_milli") or "").strip():
+            _number(row, "gpu_milli", where)
+        return 0
+    milli = _number(row, "gpu_milli", where)
+    if milli > GPU_MILLI:
+        raise TraceError(f"{where}: column 'gpu_milli' is {milli}, more than one GPU (1000)")
+    if milli == 0:
+        raise TraceError(
+            f"{where}: column 'gpu_milli' is 0 with num_gpu {num_gpu} (a GPU pod asks 1..1000)"
+        )
+    if num_gpu > 1 and milli < GPU_MILLI:
+        # Booked as whole GPUs it would count as less than it holds; only one GPU is shared.
+        raise TraceError(
+            f"{where}: column 'gpu_milli' is {milli} with num_gpu {num_gpu}: only a "
+            "one-GPU pod may share its GPU (gpu_milli 1000 for several GPUs)"
+        )
+    return milli
+
+
+def parse_pod_rows(
+    rows: Iterable[Mapping[str, str | None]],
+    *,
+    source: str = "pod list",
+    need_creation_time: bool = False,
+) -> list[PodRow]:
+    """Pod-list rows -> `PodRow`s in file order. `source` (the file) starts every error
+    message; `need_creation_time` refuses a row without one (creation-time arrival)."""
     out: list[PodRow] = []
-    for number, row in enumerate(rows, start=2):
-        _check_columns(row, POD_COLUMNS, "pod list")
-        where = f"pod list line {number}"
-        num_gpu = _int(row, "num_gpu", where)
-        gpu_milli = _int(row, "gpu_milli", where)
-        if gpu_milli > GPU_MILLI:
-            raise TraceError(f"{where}: gpu_milli {gpu_milli} is more than one GPU (1000)")
-        spec = (row.get("gpu_spec") or "").strip()
+    needed = (*POD_COLUMNS, "creation_time") if need_creation_time else POD_COLUMNS
+    for where, row in _numbered(rows, source):
+        _check_columns(row, needed, source)
+        num_gpu = _number(row, "num_gpu", where)
         created = (row.get("creation_time") or "").strip()
+        spec = (row.get("gpu_spec") or "").strip()
+        models = (m.strip() for m in spec.split("|"))
         out.append(
             PodRow(
-                name=row["name"].strip(),
-                cpu_milli=_int(row, "cpu_milli", where),
-                memory_mib=_int(row, "memory_mib", where),
+                name=(row.get("name") or "").strip(),
+                cpu_milli=_number(row, "cpu_milli", where),
+                memory_mib=_number(row, "memory_mib", where),
                 num_gpu=num_gpu,
-                gpu_milli=gpu_milli if num_gpu else 0,
-                gpu_spec=tuple(s for s in spec.split("|") if s and s != "nan"),
-                creation_time=_int(row, "creation_time", where) if created else 0,
+                gpu_milli=_gpu_milli(row, num_gpu, where),
+                gpu_spec=tuple(m for m in models if m and m != "nan"),
+                creation_time=(
+                    _number(row, "creation_time", where) if created or need_creation_time else 0
+                ),
             )
         )
     if not out:
-        raise TraceError("pod list: no rows")
+        raise TraceError(f"{source}: no rows")
     return out
 
 

@@ -7,6 +7,7 @@ from __future__ import annotations
 import argparse
 import csv
 import importlib.util
+import io
 import json
 import sys
 from collections.abc import Callable, Sequence
@@ -47,18 +48,33 @@ def open_text(path: Path | None, sample: str) -> str:
     if path is None:
         return resources.files(SAMPLES).joinpath(sample).read_text(encoding="utf-8")
     try:
-        return path.read_text(encoding="utf-8")
+        # utf-8-sig: spreadsheet exports start with a byte-order mark, which is no column name.
+        return path.read_text(encoding="utf-8-sig")
     except OSError as exc:
         raise InputError(f"cannot read {path}: {exc.strerror or exc}") from None
+    except UnicodeDecodeError as exc:
+        raise InputError(f"{path}: not UTF-8 text (byte {exc.start})") from None
 
 
-def csv_rows(text: str) -> list[dict[str, str]]:
-    return list(csv.DictReader(text.splitlines()))
+def csv_rows(text: str) -> csv.DictReader[str]:
+    """The rows of a CSV file, read as they are parsed (so errors name their line), under
+    header names without surrounding blanks."""
+    # newline="": line breaks inside quoted fields stay in the field, and CRLF is one break.
+    rows = csv.DictReader(io.StringIO(text, newline=""))
+    if rows.fieldnames is not None:
+        rows.fieldnames = [name.strip() for name in rows.fieldnames]
+    return rows
+
+
+def source_name(path: Path | None, sample: str) -> str:
+    """How errors name a CSV file: its path, or the shipped sample's name."""
+    return str(path) if path is not None else sample
 
 
 def read_nodes(path: Path | None) -> list[NodeRow]:
     """The node list CSV (`--nodes`; the shipped one when None)."""
-    return parse_node_rows(csv_rows(open_text(path, DEFAULT_NODES)))
+    text = open_text(path, DEFAULT_NODES)
+    return parse_node_rows(csv_rows(text), source=source_name(path, DEFAULT_NODES))
 
 
 def read_topology_map(path: Path | None) -> TopologyMap:

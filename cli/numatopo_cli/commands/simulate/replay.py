@@ -20,6 +20,7 @@ from numatopo_cli.commands.simulate.files import (
     read_topology_map,
     replay_with_plot,
     save_figure,
+    source_name,
     strategy_names,
 )
 from numatopo_cli.progress import progress_bar
@@ -147,13 +148,23 @@ def _run(args: argparse.Namespace) -> SimulationResult:
         topology_map = read_topology_map(args.topology_map)
     if args.sample_nodes:
         nodes = sample_nodes(nodes, args.sample_nodes, seed=args.seed)
-    pods = parse_pod_rows(csv_rows(open_text(args.trace, DEFAULT_TRACE)))
+    if not any(n.gpus for n in nodes):
+        # Every figure is a share of the cluster's GPUs: without any they would be divisions
+        # by nothing (an all_node sample can draw only CPU nodes).
+        drawn = f" (the {len(nodes)} drawn by --sample-nodes)" if args.sample_nodes else ""
+        raise InputError(f"no GPUs on the nodes{drawn}: the replay measures GPU allocation")
+    arrival = Arrival(args.arrival)
+    pods = parse_pod_rows(
+        csv_rows(open_text(args.trace, DEFAULT_TRACE)),
+        source=source_name(args.trace, DEFAULT_TRACE),
+        need_creation_time=arrival is Arrival.CREATION,
+    )
     workload = build_workload(
         pods,
         capacity_gpu_milli=sum(n.gpus for n in nodes) * GPU_MILLI,
         tune=args.tune,
         seed=args.seed,
-        arrival=Arrival(args.arrival),
+        arrival=arrival,
     )
     if args.limit:
         workload = workload[: args.limit]
