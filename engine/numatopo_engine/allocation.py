@@ -878,7 +878,7 @@ def _one_container_at_a_time(
     refuses with `TopologyAffinityError` is refused. An app container or sidecar removes
     what it reused from the reusable set; a regular init container adds what it got.
     """
-    engine, tables, free, options = filler
+    _, tables, free, options = filler
     reusable = _Reusable()
     entries: dict[str, _Entry] = {}
     union = memory_mask = 0
@@ -897,17 +897,9 @@ def _one_container_at_a_time(
         free.gpus |= reusable.gpus
         free.nics |= reusable.nics
         if pod_hint is None:
-            bound = _bound_numa(tables, need, reusable)
-            plan = _binding(
-                engine.plan(tables, need, options, floor=floor, closest=closest), need, *bound
+            decided = _container_choice(
+                filler, need, reusable, only, nic_pool, floor=floor, closest=closest
             )
-            plan = reusing_memory(plan, reusable.memory)
-            working = free
-            if only is not None or nic_pool is not None:
-                working = free.copy()
-                working.gpus &= set(free.gpus if only is None else only)
-                working.nics &= free.nics if nic_pool is None else nic_pool
-            decided = _choice_on(engine, tables, plan, working)
             if isinstance(decided, Shortfall):
                 return decided
             choice = decided
@@ -937,6 +929,31 @@ def _one_container_at_a_time(
         scores.append(choice.score)
     _drop_handed_on(entries, [c.name for c in order])
     return _Plan(union, min(scores, default=100), entries)
+
+
+def _container_choice(
+    filler: _Filler,
+    need: Need,
+    reusable: _Reusable,
+    only: Sequence[int] | None,
+    nic_pool: frozenset[int] | None,
+    *,
+    floor: int,
+    closest: bool,
+) -> _Choice | Shortfall:
+    """One container's own hint under scope `container`: its plan bound to the NUMA nodes
+    of the reusable devices it asks, its memory hints counting reuse, chosen over the free
+    devices it may have (`only`: its pinned GPUs; `nic_pool`: its NICs)."""
+    engine, tables, free, options = filler
+    bound = _bound_numa(tables, need, reusable)
+    plan = _binding(engine.plan(tables, need, options, floor=floor, closest=closest), need, *bound)
+    plan = reusing_memory(plan, reusable.memory)
+    working = free
+    if only is not None or nic_pool is not None:
+        working = free.copy()
+        working.gpus &= set(free.gpus if only is None else only)
+        working.nics &= free.nics if nic_pool is None else nic_pool
+    return _choice_on(engine, tables, plan, working)
 
 
 def _choice_on(
