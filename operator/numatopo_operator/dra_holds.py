@@ -14,7 +14,7 @@ from __future__ import annotations
 import logging
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, TypeVar
 
 import pydantic
 
@@ -310,19 +310,23 @@ class DraHolds:
         return {node for pool in pools for node in self._pools.get(pool, {})}
 
 
-def _slice(raw: Mapping[str, Any]) -> api.ResourceSlice | None:
+_M = TypeVar("_M", bound=pydantic.BaseModel)
+
+
+def _read(model: type[_M], raw: Mapping[str, Any], unread: str) -> _M | None:
+    """`raw` as `model`; None, with a warning saying what is lost (`unread`), when it does
+    not read."""
     try:
-        return api.ResourceSlice.model_validate(raw)
+        return model.model_validate(raw)
     except pydantic.ValidationError as exc:
         name = (raw.get("metadata") or {}).get("name")
-        logger.warning("ResourceSlice %s is unreadable; its devices are not joined: %s", name, exc)
+        logger.warning("%s %s is unreadable; %s: %s", model.__name__, name, unread, exc)
         return None
+
+
+def _slice(raw: Mapping[str, Any]) -> api.ResourceSlice | None:
+    return _read(api.ResourceSlice, raw, "its devices are not joined")
 
 
 def _class(raw: Mapping[str, Any]) -> api.DeviceClass | None:
-    try:
-        return api.DeviceClass.model_validate(raw)
-    except pydantic.ValidationError as exc:
-        name = (raw.get("metadata") or {}).get("name")
-        logger.warning("DeviceClass %s is unreadable; it names no extended resource: %s", name, exc)
-        return None
+    return _read(api.DeviceClass, raw, "it names no extended resource")

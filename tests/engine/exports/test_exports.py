@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import random
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -61,6 +62,17 @@ def resources(nrt: dict[str, object], zone: str) -> dict[str, tuple[str, str, st
     return {
         r["name"]: (r["capacity"], r["allocatable"], r["available"]) for r in found["resources"]
     }
+
+
+def counted_by_name(nrt: dict[str, Any]) -> dict[str, list[int]]:
+    """[capacity, available] of each resource name, summed over the zones."""
+    counted: dict[str, list[int]] = {}
+    for zone in nrt["zones"]:
+        for r in zone["resources"]:
+            slot = counted.setdefault(r["name"], [0, 0])
+            slot[0] += int(r["capacity"])
+            slot[1] += int(r["available"])
+    return counted
 
 
 def booked(spec: NumatopologySpec, pods: dict[str, ContainerAssignment]) -> NodeState:
@@ -182,12 +194,7 @@ def test_devices_a_dra_driver_publishes_are_counted_under_the_name_given() -> No
 
     nrt = node_resource_topology("p4d", spec, state, names).to_wire()
 
-    counted: dict[str, list[int]] = {}
-    for zone in nrt["zones"]:
-        for r in zone["resources"]:
-            slot = counted.setdefault(r["name"], [0, 0])
-            slot[0] += int(r["capacity"])
-            slot[1] += int(r["available"])
+    counted = counted_by_name(nrt)
     assert counted["gpu.nvidia.com/p4d"] == [4, 3]
     assert counted["nvidia.com/gpu"] == [len(spec.gpus) - 4, len(spec.gpus) - 4]
     assert counted["dra.net/p4d"] == [1, 1]
@@ -208,12 +215,7 @@ def test_a_device_with_several_names_is_counted_under_each() -> None:
 
     nrt = node_resource_topology("p4d", spec, state, names).to_wire()
 
-    counted: dict[str, list[int]] = {}
-    for zone in nrt["zones"]:
-        for r in zone["resources"]:
-            slot = counted.setdefault(r["name"], [0, 0])
-            slot[0] += int(r["capacity"])
-            slot[1] += int(r["available"])
+    counted = counted_by_name(nrt)
     assert counted["example.com/gpu"] == [8, 7]
     assert counted["example.com/gpu-low"] == [4, 3]
     assert "nvidia.com/gpu" not in counted
