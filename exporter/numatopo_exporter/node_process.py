@@ -1,6 +1,5 @@
-"""What the two DaemonSet processes, `numatopo exporter` and `numatopo agent`, share:
-their common flags, the Node read at start, and how they start (exit 2 with one
-line on a bad start)."""
+"""What the two DaemonSet processes, `numatopo exporter` and `numatopo agent`, share: their common
+flags, the Node read at start, and how they start (exit 2 with one line on a bad start)."""
 
 from __future__ import annotations
 

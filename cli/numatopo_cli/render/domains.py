@@ -1,9 +1,8 @@
 """`numatopo domains` views: the domain tree as a table and as an SVG picture. Pure.
 
-Both show, per domain (and per node with `nodes=True`), how many nodes and GPUs it has
-and how many GPUs are free; the table ends with each level's domain fragmentation
-(`numatopo_engine.domains`). A group placement, when given, marks its nodes with the
-ranks they hold.
+Both show, per domain (and per node with `nodes=True`), how many nodes and GPUs it has and how many
+GPUs are free; the table ends with each level's domain fragmentation (`numatopo_engine.domains`). A
+group placement, when given, marks its nodes with the ranks they hold.
 """
 
 from __future__ import annotations

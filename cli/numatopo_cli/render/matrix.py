@@ -1,9 +1,8 @@
 """The GPU/NIC connection matrix, laid out like `nvidia-smi topo -m`. Pure.
 
-Cells, closest first: `X` (self), `NV#` (# bonded NVLinks) or `XGMI`, then the PCIe
-path classes PIX < PXB < PHB < NODE < SYS. A pair the spec says nothing about is `SYS`
-when the two devices sit on different known NUMA nodes (that is what SYS means) and
-`-` otherwise.
+Cells, closest first: `X` (self), `NV#` (# bonded NVLinks) or `XGMI`, then the PCIe path classes PIX
+< PXB < PHB < NODE < SYS. A pair the spec says nothing about is `SYS` when the two devices sit on
+different known NUMA nodes (that is what SYS means) and `-` otherwise.
 """
 
 from __future__ import annotations

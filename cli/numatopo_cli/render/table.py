@@ -1,6 +1,5 @@
-"""The `numatopo inspect` summary a person reads: node, kubelet policies, one row per
-NUMA node, SLIT distances, the GPU/NIC matrix, the DRA devices (given ResourceSlices)
-and the notices. Pure."""
+"""The `numatopo inspect` summary a person reads: node, kubelet policies, one row per NUMA node,
+SLIT distances, the GPU/NIC matrix, the DRA devices (given ResourceSlices) and the notices. Pure."""
 
 from __future__ import annotations
 

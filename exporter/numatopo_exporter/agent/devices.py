@@ -138,9 +138,8 @@ class KubeletDevices:
         records: PodRecords,
         outcome: pods.PodOutcome,
     ) -> None:
-        """Record what the pod's containers hold (`numatopo.io/observed`) and hold back
-        `Aligned` (in `outcome`) while its GPUs are not the assigned ones, or cannot be
-        known."""
+        """Record what the pod's containers hold (`numatopo.io/observed`) and hold back `Aligned`
+        (in `outcome`) while its GPUs are not the assigned ones, or cannot be known."""
         assignment = entry.assignment
         resources = self.resources
         if devices_from_claims(entry.body, lambda r: resources.is_gpu(r) or resources.is_nic(r)):

@@ -1,8 +1,7 @@
 """What the agent tells the pod (pure): the `numatopo.io/Aligned` condition and state.
 
-`numatopo.io/Aligned` is True once every container of the pod runs on exactly its
-assigned cpuset, so it can serve as a readiness gate
-(`spec.readinessGates: [{conditionType: numatopo.io/Aligned}]`).
+`numatopo.io/Aligned` is True once every container of the pod runs on exactly its assigned cpuset,
+so it can serve as a readiness gate (`spec.readinessGates: [{conditionType: numatopo.io/Aligned}]`).
 
 The agent writes its own condition and nothing else of `status.conditions`: the
 kubelet writes `Ready` & co. into the same list, and the agent's copy of the pod may be
@@ -15,10 +14,9 @@ older than the kubelet's last write. So the patch never carries another conditio
   * there is no list: a strategic-merge patch holding only our condition; the API
     server merges `conditions` by its merge key `type`.
 
-Why not a strategic-merge patch (or server-side apply) always: both are right on a real
-API server, but the API emulator the tests run against (kmock) merges lists by
-replacing them, which would hide the very overwrite this avoids. A JSON patch
-(RFC 6902) means the same on both.
+Why not a strategic-merge patch (or server-side apply) always: both are right on a real API server,
+but the API emulator the tests run against (kmock) merges lists by replacing them, which would hide
+the very overwrite this avoids. A JSON patch (RFC 6902) means the same on both.
 """
 
 from __future__ import annotations

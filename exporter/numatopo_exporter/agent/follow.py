@@ -1,10 +1,9 @@
 """Follow: compare the GPUs and NICs a container really holds with its assignment (pure).
 
-The kubelet's device manager, not numatopo, hands out devices; what it gave
-(PodResources) goes into `numatopo.io/observed` with, per container, whether it matches,
-and the operator decides again around a mismatch (docs/DESIGN.md, "GPUs: steered,
-followed or unverified"). RDMA NICs are compared only where their device IDs name the
-node's NICs (`nic_names`; a shared pool's IDs name none).
+The kubelet's device manager, not numatopo, hands out devices; what it gave (PodResources) goes into
+`numatopo.io/observed` with, per container, whether it matches, and the operator decides again
+around a mismatch (docs/DESIGN.md, "GPUs: steered, followed or unverified"). RDMA NICs are compared
+only where their device IDs name the node's NICs (`nic_names`; a shared pool's IDs name none).
 
 Only app containers and sidecars are compared: a regular init container has finished
 before they run, and when an app container reuses some of an init container's GPUs
@@ -46,10 +45,9 @@ def observe(
     is_nic: Callable[[str], bool] = lambda _: False,
     nics: Sequence[Nic] = (),
 ) -> Observed | None:
-    """What the pod's `containers` hold, compared with `assignment` (NICs by the node's
-    `nics`); None while the kubelet has not allocated them yet (the pod unlisted, or a
-    container assigned GPUs holding none: PodResources lists a pod before its admission
-    has finished)."""
+    """What the pod's `containers` hold, compared with `assignment` (NICs by the node's `nics`);
+    None while the kubelet has not allocated them yet (the pod unlisted, or a container assigned
+    GPUs holding none: PodResources lists a pod before its admission has finished)."""
     if held is None:
         return None
     observed: dict[str, ObservedContainer] = {}
@@ -125,13 +123,12 @@ def in_flight(
     steering plugin's answer, in the kubelet's admission order (`steering.choice`). The
     agent leaves out those PodResources already lists with devices.
 
-    A regular init container runs before the containers after it and hands its GPUs
-    on: the kubelet gives the next container asking for GPUs (a sidecar, an app
-    container, another init container) the init container's GPUs first and asks the
-    plugin only for the rest, naming those as must-include. So an init container
-    asking `k` GPUs is steered to the first `k` GPUs that next container will hold;
-    that container then ends up with exactly its own. When it asks fewer than `k`, the
-    kubelet hands it a random part of them: unsteerable, left to Follow.
+    A regular init container runs before the containers after it and hands its GPUs on: the kubelet
+    gives the next container asking for GPUs (a sidecar, an app container, another init container)
+    the init container's GPUs first and asks the plugin only for the rest, naming those as
+    must-include. So an init container asking `k` GPUs is steered to the first `k` GPUs that next
+    container will hold; that container then ends up with exactly its own. When it asks fewer than
+    `k`, the kubelet hands it a random part of them: unsteerable, left to Follow.
     """
     found: list[InFlight] = []
     for pod in pods:

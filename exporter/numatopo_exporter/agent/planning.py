@@ -1,8 +1,7 @@
 """From assignments to ordered cpuset writes (pure).
 
-The kernel (cgroup v1) refuses a cpuset that is not a subset of its parent's (EINVAL)
-and a parent cpuset that no longer covers a child's (EBUSY). So the writes go in two
-phases:
+The kernel (cgroup v1) refuses a cpuset that is not a subset of its parent's (EINVAL) and a parent
+cpuset that no longer covers a child's (EBUSY). So the writes go in two phases:
 
   1. widen, parents before children: every cgroup that needs something it lacks gets
      `observed | desired` (it keeps what its children still use);
@@ -130,13 +129,12 @@ def desire_cpusets(
 ) -> dict[PurePosixPath, Target]:
     """Targets for every container cgroup on the node, plus the ancestors to widen.
 
-    `exclusive_targets` are containers with exclusive CPUs; `numa_targets` containers
-    with `exclusive: false` (a NUMA node's CPUs), which are cut to the shared pool so
-    that they never run on another container's exclusive CPUs. `exclusive` is the union
-    of every exclusive assignment on the node, running or not. Every other container
-    gets the SHARED pool (its memory nodes are left alone). Ancestors (pod,
-    QoS tier, kubepods) are only ever widened, never narrowed: the kubelet owns them.
-    Cgroups nested inside a container (found in `observed`) are narrowed into their
+    `exclusive_targets` are containers with exclusive CPUs; `numa_targets` containers with
+    `exclusive: false` (a NUMA node's CPUs), which are cut to the shared pool so that they never run
+    on another container's exclusive CPUs. `exclusive` is the union of every exclusive assignment on
+    the node, running or not. Every other container gets the SHARED pool (its memory nodes are left
+    alone). Ancestors (pod, QoS tier, kubepods) are only ever widened, never narrowed: the kubelet
+    owns them. Cgroups nested inside a container (found in `observed`) are narrowed into their
     container's new cpuset first, or the kernel would refuse to narrow the container.
     """
     shared = online.cpus - exclusive

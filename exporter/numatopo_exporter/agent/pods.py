@@ -1,19 +1,17 @@
 """Which assignments on this node to enforce (pure: pod views in, decisions out).
 
-The `numatopo.io/assignment` annotation is written by the operator, which never
-double-books, and signs it for the pod (`numatopo_engine.signing`): an assignment whose
-signature does not verify with a trusted key (hand-written, edited, or copied from
-another pod) is refused before anything else, so it never books and never wins claim
-order. A pod's own older assignment shown again after a newer one (signed, but stale)
-comes after every other claim (`select_assignments`' `newest`). Claims are then
-ordered by the engine's `state.claim_order` (decision sequence, then pod UID), as the
-operator's ledger orders them: the earlier decision is enforced and the later one
-refused, as the kubelet would refuse a conflicting CPU request.
+The `numatopo.io/assignment` annotation is written by the operator, which never double-books, and
+signs it for the pod (`numatopo_engine.signing`): an assignment whose signature does not verify with
+a trusted key (hand-written, edited, or copied from another pod) is refused before anything else, so
+it never books and never wins claim order. A pod's own older assignment shown again after a newer
+one (signed, but stale) comes after every other claim (`select_assignments`' `newest`). Claims are
+then ordered by the engine's `state.claim_order` (decision sequence, then pod UID), as the
+operator's ledger orders them: the earlier decision is enforced and the later one refused, as the
+kubelet would refuse a conflicting CPU request.
 
-Each assignment is also checked against this machine before anything is written
-(its CPUs online, its memory nodes present with memory), and claims that would leave
-no CPU at all for the shared pool are refused, latest decision first, so that one bad
-assignment costs only its own pod.
+Each assignment is also checked against this machine before anything is written (its CPUs online,
+its memory nodes present with memory), and claims that would leave no CPU at all for the shared pool
+are refused, latest decision first, so that one bad assignment costs only its own pod.
 """
 
 from __future__ import annotations
@@ -128,14 +126,12 @@ def select_assignments(
     verifier: Verifier,
     newest: dict[str, int] | None = None,
 ) -> tuple[list[PodAssignment], list[Refusal]]:
-    """The pods of `node_name` to enforce, and the ones refused (invalid, not signed for
-    the pod by the operator, not possible on this machine, overlapping, or taking the
-    last shared CPU).
+    """The pods of `node_name` to enforce, and the ones refused (invalid, not signed for the pod by
+    the operator, not possible on this machine, overlapping, or taking the last shared CPU).
 
-    `newest` (pod uid -> the highest decision sequence its signed assignment showed,
-    kept by the caller and updated here): a pod showing an older one again is stale,
-    and its claim comes after every other (`state.book_in_claim_order`), as in the
-    operator's ledger.
+    `newest` (pod uid -> the highest decision sequence its signed assignment showed, kept by the
+    caller and updated here): a pod showing an older one again is stale, and its claim comes after
+    every other (`state.book_in_claim_order`), as in the operator's ledger.
 
     Pods without the annotation and finished pods are in neither list. Accepted pods are
     in `state.claim_order`; refusals come in the order found.

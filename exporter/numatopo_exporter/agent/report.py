@@ -1,6 +1,5 @@
-"""Report: verify each pod's cpusets by reading them back, and tell the pod (its
-`Aligned` condition and state annotation) and the cluster (Events, queued to be posted
-off the pass; metrics).
+"""Report: verify each pod's cpusets by reading them back, and tell the pod (its `Aligned` condition
+and state annotation) and the cluster (Events, queued to be posted off the pass; metrics).
 
 What was enforced and announced is kept in the pod's record, so only news is an Event:
 a first enforcement, a restart re-enforced, a drift corrected, a new failure.

@@ -1,9 +1,8 @@
 """The exporter loop: scan, publish, wait for a reason to do it again (I/O).
 
-Reasons to scan again: a debounced udev event, or the periodic resync. Reason to
-publish again without scanning: the object was edited or deleted (watch). Failures of
-either step are logged, counted and retried with capped exponential backoff; nothing
-short of cancellation ends `run()`.
+Reasons to scan again: a debounced udev event, or the periodic resync. Reason to publish again
+without scanning: the object was edited or deleted (watch). Failures of either step are logged,
+counted and retried with capped exponential backoff; nothing short of cancellation ends `run()`.
 """
 
 from __future__ import annotations

@@ -1,9 +1,8 @@
 """Kernel device events that change the topology, turned into debounced rescans (I/O).
 
-A GPU falling off the bus, a CPU taken offline or a memory block onlined each emits a
-uevent; hot-plugging one device often emits dozens (functions, bridges, drivers
-binding), so events are debounced: the rescan runs once the burst has been quiet for
-`debounce_seconds`.
+A GPU falling off the bus, a CPU taken offline or a memory block onlined each emits a uevent;
+hot-plugging one device often emits dozens (functions, bridges, drivers binding), so events are
+debounced: the rescan runs once the burst has been quiet for `debounce_seconds`.
 """
 
 from __future__ import annotations

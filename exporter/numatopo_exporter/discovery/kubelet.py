@@ -9,12 +9,11 @@ chosen by topology when it starts; which ones is written nowhere, so the set sta
 empty and a notice gives the count. When the checkpoint exists, its `policyName` is
 the policy the kubelet actually runs (flags can override the file), so it wins.
 
-A missing file at the usual place is normal (a kubelet configured by flags, a node
-without the static CPU manager): defaults plus a notice. A file the caller named that
-is missing, or any file that exists but does not parse, is an error naming the file.
-A named absolute path is a host path (under the root); a relative one is a file on
-the machine running numatopo, relative to its working directory (`numatopo inspect
---hwloc-xml node.xml --kubelet-config config.yaml`).
+A missing file at the usual place is normal (a kubelet configured by flags, a node without the
+static CPU manager): defaults plus a notice. A file the caller named that is missing, or any file
+that exists but does not parse, is an error naming the file. A named absolute path is a host path
+(under the root); a relative one is a file on the machine running numatopo, relative to its working
+directory (`numatopo inspect --hwloc-xml node.xml --kubelet-config config.yaml`).
 
 In the chart each file is mounted alone, so a file the kubelet renames over is seen as
 its old copy (`st_nlink == 0`); what that means for `policyName`: docs/operations.md,

@@ -8,12 +8,11 @@ A recording is a JSON file:
                "nvmlDeviceGetNvLinkState": {"0,17": 1},
                "nvmlDeviceGetNumaNodeId": {"3": {"nvmlError": "NotSupported"}}}}
 
-Each call is keyed by its arguments, with a device handle written as its index (a MIG
-device's as `<GPU index>:mig<slot>`, what nvmlDeviceGetMigDeviceHandleByIndex answers). A
-struct is stored as a dict of its fields, bytes as text, an NVML error by its
-pynvml class name without the `NVMLError_` prefix. A call NVML answers with
-NVMLError_NotSupported for a link number or a feature a device does not have need not be
-listed: a replay answers unrecorded calls that way.
+Each call is keyed by its arguments, with a device handle written as its index (a MIG device's as
+`<GPU index>:mig<slot>`, what nvmlDeviceGetMigDeviceHandleByIndex answers). A struct is stored as a
+dict of its fields, bytes as text, an NVML error by its pynvml class name without the `NVMLError_`
+prefix. A call NVML answers with NVMLError_NotSupported for a link number or a feature a device does
+not have need not be listed: a replay answers unrecorded calls that way.
 
 `nvml.record` runs the reader through a `Recorder`; the replay is a test double
 (`tests/nvml_replay.py`), so nothing here imports the reader.

@@ -34,24 +34,22 @@ Rules
 * `distances` are keyed by node id; the kernel writes the row in increasing node id order.
 * Huge pages are keyed by size with the largest binary unit that divides it:
   2048 kB -> "2Mi", 1048576 kB -> "1Gi", 64 kB -> "64Ki".
-* Accelerators (`gpus[]`) are the PCI functions an accelerator rule matches by vendor,
-  class and device id (`numatopo_engine.accelerators`: NVIDIA, AMD, Intel GPUs, Habana
-  Gaudi, Huawei Ascend by default, more by configuration); each gets its rule's vendor
-  name and resource, and `model` "vendor:device" (NVML names NVIDIA GPUs better).
-  `index` is the position in PCI bus-id order within the vendor (what
-  CUDA_DEVICE_ORDER=PCI_BUS_ID and nvidia-smi use). The model wants unique indices, so
-  on a mixed node vendors are numbered one after another in rule order.
+* Accelerators (`gpus[]`) are the PCI functions an accelerator rule matches by vendor, class and
+  device id (`numatopo_engine.accelerators`: NVIDIA, AMD, Intel GPUs, Habana Gaudi, Huawei Ascend by
+  default, more by configuration); each gets its rule's vendor name and resource, and `model`
+  "vendor:device" (NVML names NVIDIA GPUs better). `index` is the position in PCI bus-id order
+  within the vendor (what CUDA_DEVICE_ORDER=PCI_BUS_ID and nvidia-smi use). The model wants unique
+  indices, so on a mixed node vendors are numbered one after another in rule order.
 * `gpu_paths` (every GPU pair) and `pci_paths` (every GPU x NIC) use the PCIe path
   class defined in pci.py.
 
 Broken input
-------------
-CPU and NUMA files are the core of the spec; guessing there would place pods on the
-wrong cores, so an unreadable or unparsable file (garbage in a cpulist, a directory
-where a file should be, a dangling symlink, a truncated number) raises a
-`DiscoveryError` naming the file. A missing optional file (`distance`, `hugepages`,
-`meminfo` on old kernels) leaves that field empty. A PCI or RDMA device that cannot
-be read is skipped with a logged warning: one bad device must not hide the node.
+------------ CPU and NUMA files are the core of the spec; guessing there would place pods on the
+wrong cores, so an unreadable or unparsable file (garbage in a cpulist, a directory where a file
+should be, a dangling symlink, a truncated number) raises a `DiscoveryError` naming the file. A
+missing optional file (`distance`, `hugepages`, `meminfo` on old kernels) leaves that field empty. A
+PCI or RDMA device that cannot be read is skipped with a logged warning: one bad device must not
+hide the node.
 """
 
 from __future__ import annotations

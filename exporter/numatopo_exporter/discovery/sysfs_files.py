@@ -26,8 +26,7 @@ def read_text(path: str) -> str:
 def read_optional(path: str) -> str | None:
     """The file's text, or None when it does not exist (an older kernel, another arch).
 
-    A path that exists but cannot be read (a directory, a dangling symlink, EIO) is
-    still an error.
+    A path that exists but cannot be read (a directory, a dangling symlink, EIO) is still an error.
     """
     try:
         return _read(path)
