@@ -1,7 +1,8 @@
 """PCI devices from sysfs: where they sit, and how far apart two are.
 
 Where a device sits
-------------------- `/sys/bus/pci/devices/<bus id>` is a symlink into the device tree, e.g.
+-------------------
+`/sys/bus/pci/devices/<bus id>` is a symlink into the device tree, e.g.
 
     /sys/devices/pci0000:00/0000:00:01.0/0000:01:00.0/0000:02:00.0/0000:03:00.0
                  ^host bridge ^root port  ^switch up   ^switch down ^the device

@@ -44,12 +44,12 @@ Rules
   class defined in pci.py.
 
 Broken input
------------- CPU and NUMA files are the core of the spec; guessing there would place pods on the
-wrong cores, so an unreadable or unparsable file (garbage in a cpulist, a directory where a file
-should be, a dangling symlink, a truncated number) raises a `DiscoveryError` naming the file. A
-missing optional file (`distance`, `hugepages`, `meminfo` on old kernels) leaves that field empty. A
-PCI or RDMA device that cannot be read is skipped with a logged warning: one bad device must not
-hide the node.
+------------
+CPU and NUMA files are the core of the spec; guessing there would place pods on the wrong cores, so
+an unreadable or unparsable file (garbage in a cpulist, a directory where a file should be, a
+dangling symlink, a truncated number) raises a `DiscoveryError` naming the file. A missing optional
+file (`distance`, `hugepages`, `meminfo` on old kernels) leaves that field empty. A PCI or RDMA
+device that cannot be read is skipped with a logged warning: one bad device must not hide the node.
 """
 
 from __future__ import annotations
