@@ -13,10 +13,11 @@ Output on stdout, `-o json` (the default; `numatopo_cli.reports.assign.AssignRep
   {"apiVersion": "cli.numatopo.io/v1", "kind": "AssignReport",
    "fits": true, "assignment": {...}, "score": N}            exit 0
   {"apiVersion": ..., "kind": ..., "fits": false, "reason": "..."}   exit 1
-`-o text` prints the same as a short summary. Invalid input (an unreadable or malformed file, a node
-that does not validate, a pod with invalid annotations or resources, allocations that double-book
-the node) prints nothing on stdout and `numatopo assign: error: <what and where>` on stderr, exit 2:
-such a pod must be fixed, it would not fit on any node.
+`-o text` prints the same as a short summary. Invalid input (an unreadable or
+malformed file, a node that does not validate, a pod with invalid annotations or
+resources, allocations that double-book the node) prints nothing on stdout and
+`numatopo assign: error: <what and where>` on stderr, exit 2: such a pod must be
+fixed, it would not fit on any node.
 """
 
 from __future__ import annotations

@@ -1,10 +1,11 @@
 """`numatopo domains`: the network domains of a cluster, their nodes and free GPUs.
 
-Input: a cluster file (`--cluster F.json`: node shapes, node labels, what each node's pods hold;
-format in `numatopo_engine.simulation.leafspine`, and `numatopo simulate --multi-node
---write-cluster F.json` writes one), or `--generate BxSxLxN` for an empty leaf/spine cluster of the
-Alibaba node list's 8-GPU shapes. Levels come from a NetworkTopology object (`--network-topology
-F.yaml`) or `--levels a,b,c` (widest first); a generated cluster defaults to its own three levels.
+Input: a cluster file (`--cluster F.json`: node shapes, node labels, what each node's
+pods hold; format in `numatopo_engine.simulation.leafspine`, and `numatopo simulate
+--multi-node --write-cluster F.json` writes one), or `--generate BxSxLxN` for an empty
+leaf/spine cluster of the Alibaba node list's 8-GPU shapes. Levels come from a
+NetworkTopology object (`--network-topology F.yaml`) or `--levels a,b,c` (widest
+first); a generated cluster defaults to its own three levels.
 
 `--place N` asks numatopo's engine where a group of N pods (`--gpus` and `--cpus`
 each) would go, under `--required`/`--preferred` LEVEL and `--strategy`, and marks its

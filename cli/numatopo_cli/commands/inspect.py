@@ -1,10 +1,11 @@
 """`numatopo inspect`: discover a node (or read saved topology files) and print it.
 
-Output is a readable summary (`-o table`), or the `Numatopology` object itself (`-o json|yaml`),
-which is the `NODE.json` that `numatopo assign` reads. `--svg` also draws the node. `--sample NAME`
-reads one of the real machines shipped with numatopo, for trying it without a cluster or a GPU.
-`--resource-slices FILE` (`kubectl get resourceslices -o json`) says which GPUs and NICs DRA drivers
-publish for the node, by driver and pool, as the operator writes it into `status.dra`.
+Output is a readable summary (`-o table`), or the `Numatopology` object itself
+(`-o json|yaml`), which is the `NODE.json` that `numatopo assign` reads. `--svg` also
+draws the node. `--sample NAME` reads one of the real machines shipped with numatopo,
+for trying it without a cluster or a GPU. `--resource-slices FILE` (`kubectl get
+resourceslices -o json`) says which GPUs and NICs DRA drivers publish for the node, by
+driver and pool, as the operator writes it into `status.dra`.
 """
 
 from __future__ import annotations

@@ -3,7 +3,7 @@ SLIT distances, the GPU/NIC matrix, the DRA devices (given ResourceSlices) and t
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 
 from numatopo_cli.render import matrix, text
 from numatopo_engine.model import DraDevices, Gpu, Numatopology, NumatopologySpec, Policies
@@ -40,6 +40,11 @@ def render_table(
         lines.append("")
         lines += [text.paint("notice:", "33", color=color) + " " + notice for notice in notices]
     return "\n".join(lines) + "\n"
+
+
+def _bold_header(color: bool) -> Callable[[int, int, str], str]:
+    """The `align_rows` style that paints the header row bold."""
+    return lambda row, _column, cell: text.paint(cell, "1", color=color) if row == 0 else cell
 
 
 def _summary(spec: NumatopologySpec) -> list[str]:
@@ -100,11 +105,7 @@ def _numa_rows(spec: NumatopologySpec, *, color: bool) -> list[str]:
                 text.format_ids(nics),
             ]
         )
-    return text.align_rows(
-        rows,
-        right=(2,),
-        style=lambda row, _column, cell: text.paint(cell, "1", color=color) if row == 0 else cell,
-    )
+    return text.align_rows(rows, right=(2,), style=_bold_header(color))
 
 
 def _accelerator_rows(spec: NumatopologySpec, *, color: bool) -> list[str]:
@@ -125,10 +126,7 @@ def _accelerator_rows(spec: NumatopologySpec, *, color: bool) -> list[str]:
                 _mig_summary(gpu),
             ]
         )
-    return text.align_rows(
-        rows,
-        style=lambda row, _column, cell: text.paint(cell, "1", color=color) if row == 0 else cell,
-    )
+    return text.align_rows(rows, style=_bold_header(color))
 
 
 def _dra_rows(dra: DraDevices, *, color: bool) -> list[str]:
@@ -143,10 +141,7 @@ def _dra_rows(dra: DraDevices, *, color: bool) -> list[str]:
             else f"CPU {device.cpu}"
         )
         rows.append([joined, device.driver, device.pool, device.device])
-    return text.align_rows(
-        rows,
-        style=lambda row, _column, cell: text.paint(cell, "1", color=color) if row == 0 else cell,
-    )
+    return text.align_rows(rows, style=_bold_header(color))
 
 
 def _mig_summary(gpu: Gpu) -> str:

@@ -12,10 +12,8 @@ _BINARY_UNITS = ("B", "KiB", "MiB", "GiB", "TiB", "PiB")
 
 
 def format_bytes(size_bytes: int) -> str:
-    """`1081172697088` -> `1007 GiB`; 0 (not reported) -> `-`.
-
-    Three significant digits at most: a summary, not an inventory.
-    """
+    """`1081172697088` -> `1007 GiB` (at most three significant digits: a summary, not an
+    inventory); 0 (not reported) -> `-`."""
     if size_bytes <= 0:
         return UNKNOWN
     value = float(size_bytes)
@@ -98,10 +96,7 @@ def align_rows(
     style: Callable[[int, int, str], str] | None = None,
 ) -> list[str]:
     """Pad cells into aligned columns (left-aligned, except column indices in `right`).
-
-    `style(row, column, text)` may wrap a cell in terminal colour codes; widths are
-    measured on the plain text so colour never breaks the alignment.
-    """
+    `style(row, column, text)` may colour a cell; widths are measured on the plain text."""
     if not rows:
         return []
     right_columns = set(right)

@@ -1,25 +1,23 @@
 """NVIDIA GPUs, NVLinks and PCIe path classes from the driver, through NVML (pynvml).
 
-Tested by replaying recorded data (`nvml_recording` writes it; the replay is
-`tests/nvml_replay.py`): a real H200 node's recording (one GPU, NUMA node and NVLink
-NotSupported) and synthetic ones for NVLink, NVSwitch and MIG.
-Record a real machine with `python -m numatopo_exporter.discovery.nvml --record OUT.json`
-and drop the file into `tests/fixtures/nvml/` to make it part of the suite.
+Tested by replaying recordings (`nvml_recording` writes them, `tests/nvml_replay.py` replays them):
+a real H200 node's (one GPU, NUMA node and NVLink NotSupported) and synthetic ones for NVLink,
+NVSwitch and MIG. `python -m numatopo_exporter.discovery.nvml --record OUT.json` records a machine;
+a file dropped into `tests/fixtures/nvml/` joins the suite.
 
 What is read, per GPU (NVML index order = PCI bus order):
-  uuid, PCI bus id (normalised to `0000:18:00.0`), name, total memory, MIG mode,
-  NUMA node (`nvmlDeviceGetNumaNodeId`: only coherent platforms such as Grace
-  answer it; elsewhere None and the merge takes the node from sysfs),
-  every NVLink that is up and the PCI device at its other end, and
-  `nvmlDeviceGetTopologyCommonAncestor` for every GPU pair (-> `gpuPaths`).
+  uuid, PCI bus id (normalised to `0000:18:00.0`), name, total memory, MIG mode, NUMA node
+  (`nvmlDeviceGetNumaNodeId`: only coherent platforms such as Grace answer it; elsewhere None and
+  the merge takes the node from sysfs), every NVLink that is up and the PCI device at its other end,
+  and `nvmlDeviceGetTopologyCommonAncestor` for every GPU pair (-> `gpuPaths`).
 
-NVLinks that end at another GPU of this node are direct links. NVLinks that end at
-an NVIDIA device that is not one of our GPUs end at an NVSwitch; GPUs reaching
-switches are joined all-to-all (`nvlink_fabric.pair_links`). NVLinks to other
-vendors' devices (IBM POWER9 NPUs: a CPU link) are not GPU pairs and are skipped.
+NVLinks that end at another GPU of this node are direct links. NVLinks that end at an NVIDIA device
+that is not one of our GPUs end at an NVSwitch; GPUs reaching switches are joined all-to-all
+(`nvlink_fabric.pair_links`). NVLinks to other vendors' devices (IBM POWER9 NPUs: a CPU link) are
+not GPU pairs and are skipped.
 
-A GPU whose calls fail is still listed with what could be read, plus a notice: one
-sick GPU (Xid 79, "GPU has fallen off the bus") must not hide the other seven.
+A GPU whose calls fail is still listed with what could be read, plus a notice: one sick GPU (Xid
+79, "GPU has fallen off the bus") must not hide the other seven.
 """
 
 from __future__ import annotations
@@ -81,8 +79,8 @@ class _Session:
         self.notices: list[str] = []
 
     def call(self, where: str, name: str, *args: Any, quiet: bool = False) -> Any:
-        """NVML's `name(*args)`, or None when it fails; a notice (`where: name: error`)
-        unless the feature is simply absent."""
+        """NVML's `name(*args)`, or None when it fails; a notice (`where: name: error`) unless
+        `quiet` and the feature is simply absent."""
         try:
             return getattr(self.nvml, name)(*args)
         except self.nvml.NVMLError as exc:

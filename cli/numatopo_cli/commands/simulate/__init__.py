@@ -1,10 +1,11 @@
 """`numatopo simulate`: replay a GPU-cluster trace under several placement strategies.
 
-Defaults replay the Alibaba PAI GPU trace 2023 (`openb_pod_list_default.csv` on the 1,213-node
-`openb_node_list_gpu_node.csv`, shipped with numatopo) the way the FGD simulator does (workload
-scaled to 1.3x the cluster's GPUs, shuffled arrival, seed 42), with every strategy. `-o json` keys:
-docs/operations.md ("-o json"); their meanings: `numatopo_engine.simulation.metrics`. `--multi-node`
-replays multi-node jobs on a leaf/spine cluster instead (`gangs`).
+Defaults replay the Alibaba PAI GPU trace 2023 (`openb_pod_list_default.csv` on the
+1,213-node `openb_node_list_gpu_node.csv`, shipped with numatopo) the way the FGD
+simulator does (workload scaled to 1.3x the cluster's GPUs, shuffled arrival, seed
+42), with every strategy. `-o json` keys: docs/operations.md ("-o json"); their
+meanings: `numatopo_engine.simulation.metrics`. `--multi-node` replays multi-node jobs
+on a leaf/spine cluster instead (`gangs`).
 """
 
 from __future__ import annotations
