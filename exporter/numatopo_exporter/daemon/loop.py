@@ -100,8 +100,6 @@ class ExporterLoop:
                 self.backoff.reset()
             timeout = self.resync_seconds if succeeded else self.backoff.next_delay()
             try:
-                # asyncio.timeout, not wait_for: on 3.11 wait_for can swallow a
-                # cancellation that races with its timeout.
                 async with asyncio.timeout(timeout):
                     await self._wake.wait()
             except TimeoutError:

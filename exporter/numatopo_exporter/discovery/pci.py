@@ -74,26 +74,18 @@ def path_class(a: PciDevice, b: PciDevice, numa_a: int | None, numa_b: int | Non
     chain_a = (*a.bridges, a.bus_id)
     chain_b = (*b.bridges, b.bus_id)
     common = 0
-    for x, y in zip(chain_a, chain_b, strict=False):
-        if x != y:
-            break
+    while common < min(len(chain_a), len(chain_b)) and chain_a[common] == chain_b[common]:
         common += 1
     if common == 0:
         return PathType.PHB
-    # Bridges strictly between the common bridge and each device.
-    hops_a = len(chain_a) - common - 1
-    hops_b = len(chain_b) - common - 1
-    if max(hops_a, hops_b) <= 1:
-        return PathType.PIX
-    return PathType.PXB
+    # hops: the bridges strictly between the common bridge and each device.
+    hops = max(len(chain_a), len(chain_b)) - common - 1
+    return PathType.PIX if hops <= 1 else PathType.PXB
 
 
 class PciTree:
-    """The PCI devices of one sysfs tree; attributes are read on demand and cached.
-
-    Only the directory listing and the symlinks are read up front: the sysfs reader
-    needs the class code of every device but the locality of only a few (GPUs, NICs).
-    """
+    """The PCI devices of one sysfs tree: the listing and symlinks read up front, attributes on
+    demand and cached (the class code of every device is read, the locality of a few)."""
 
     def __init__(self, sys_dir: str) -> None:
         self._devices_dir = os.path.join(sys_dir, "devices")
@@ -156,10 +148,8 @@ class PciTree:
         bus = os.path.basename(device.host_bridge)[3:]
         affinity = os.path.join(device.host_bridge, "pci_bus", bus, "cpulistaffinity")
         local = read_cpus(affinity, os.path.join(os.path.dirname(affinity), "cpuaffinity"))
-        if local is not None:
-            found = _node_holding(local, numa_cpus)
-            if found is not None:
-                return found
+        if local is not None and (found := _node_holding(local, numa_cpus)) is not None:
+            return found
         if len(numa_cpus) == 1:
             return next(iter(numa_cpus))
         return None

@@ -16,32 +16,30 @@ What is read
 
 Rules
 -----
-* NUMA node ids are the kernel's (they need not be 0..N-1); a node may have memory and
-  no CPUs. Without `devices/system/node/node*` (older kernels, some arches) the machine
-  is one NUMA node 0 holding every CPU and /proc/meminfo's memory.
-* `NumaNode.cpus` holds online CPUs only. An offline CPU is still listed in `cpus` with
-  `online: false`; its NUMA node comes from the `nodeN/cpuM` link, its socket is that
-  of the node's online CPUs when they share one (else 0), and it is its own core.
-* A CPU is on the NUMA node whose `cpulist` (or `cpuM` link) names it, never on a
-  guessed one. The CPUs of an offline or absent node are in no node's list: they are
-  published in `cpus` without `numa`, in no `NumaNode.cpus` (so never handed out, as
-  the kubelet, whose topology leaves them out, never does), and named in `ignored`
-  (the exporter's `Degraded` condition). lstopo attaches them to no NUMA node either.
-* `Cpu.core` is the lowest CPU id among the thread siblings, unique node-wide. A CPU's
-  siblings get their core and socket from the first sibling read, so each core's files
-  are read once. `physical_package_id` -1 (POWER, some ARM) numbers sockets by the
-  distinct `core_siblings` groups, lowest CPU first, as hwloc does.
+* NUMA node ids are the kernel's (they need not be 0..N-1); a node may have memory and no CPUs.
+  Without `devices/system/node/node*` (older kernels, some arches) the machine is one NUMA node 0
+  holding every CPU and /proc/meminfo's memory.
+* `NumaNode.cpus` holds online CPUs only. An offline CPU is listed in `cpus` with `online: false`,
+  on the NUMA node of its `nodeN/cpuM` link, in the socket the node's online CPUs share (else 0),
+  as its own core.
+* A CPU is on the NUMA node whose `cpulist` (or `cpuM` link) names it, never on a guessed one. An
+  offline or absent node's CPUs are in `cpus` without `numa` and in no `NumaNode.cpus`, so never
+  handed out (the kubelet's topology leaves them out too; lstopo puts them in no NUMA node), and
+  named in `ignored` (the exporter's `Degraded` condition).
+* `Cpu.core` is the lowest CPU id among the thread siblings, unique node-wide; a core's files are
+  read once, for its first sibling. `physical_package_id` -1 (POWER, some ARM) numbers sockets by
+  the distinct `core_siblings` groups, lowest CPU first, as hwloc does.
 * `distances` are keyed by node id; the kernel writes the row in increasing node id order.
-* Huge pages are keyed by size with the largest binary unit that divides it:
-  2048 kB -> "2Mi", 1048576 kB -> "1Gi", 64 kB -> "64Ki".
+* Huge pages are keyed by size with the largest binary unit that divides it: 2048 kB -> "2Mi",
+  1048576 kB -> "1Gi", 64 kB -> "64Ki".
 * Accelerators (`gpus[]`) are the PCI functions an accelerator rule matches by vendor, class and
   device id (`numatopo_engine.accelerators`: NVIDIA, AMD, Intel GPUs, Habana Gaudi, Huawei Ascend by
   default, more by configuration); each gets its rule's vendor name and resource, and `model`
   "vendor:device" (NVML names NVIDIA GPUs better). `index` is the position in PCI bus-id order
   within the vendor (what CUDA_DEVICE_ORDER=PCI_BUS_ID and nvidia-smi use). The model wants unique
   indices, so on a mixed node vendors are numbered one after another in rule order.
-* `gpu_paths` (every GPU pair) and `pci_paths` (every GPU x NIC) use the PCIe path
-  class defined in pci.py.
+* `gpu_paths` (every GPU pair) and `pci_paths` (every GPU x NIC) use the PCIe path class defined in
+  pci.py.
 
 Broken input
 ------------
@@ -176,12 +174,9 @@ def hugepage_size_key(size_kib: int) -> str:
 
 
 def _online_cpus(cpu_dir: str, cpu_ids: list[int], ignored: list[str]) -> frozenset[int]:
-    """`cpu/online` when the kernel has it, else each `cpuN/online` (absent = online).
-
-    An empty file says nothing: an empty `cpu/online` falls back to the per-CPU files,
-    an empty `cpuN/online` counts as online, as hwloc counts a CPU it cannot read as
-    offline as online (only an explicit 0 takes a CPU away).
-    """
+    """`cpu/online` when the kernel has it, else each `cpuN/online` (absent = online). An empty
+    file says nothing: an empty `cpu/online` falls back to the per-CPU files, an empty `cpuN/online`
+    counts as online, as hwloc counts it (only an explicit 0 takes a CPU away)."""
     listed = os.path.join(cpu_dir, "online")
     if os.path.lexists(listed):
         if whole := read_text(listed):
@@ -355,9 +350,7 @@ def _read_numa_nodes(
         )
     nodes = _unless_overlapping(nodes, ignored)
     if orphans := known.difference(*(node.cpus for node in nodes)):
-        # The CPUs of an offline or absent node: lstopo attaches them to no node, and
-        # the kubelet (cadvisor) leaves them out of its topology. Guessing a node would
-        # hand them out as local to memory and devices they are not local to.
+        # See "Rules": guessing a node would hand them out as local to what they are not.
         ignored.append(
             f"CPUs {CPUSet(orphans)} are in no NUMA node's cpulist (node offline or "
             "absent); published without a NUMA node, never handed out"
@@ -366,13 +359,10 @@ def _read_numa_nodes(
 
 
 def _unless_overlapping(nodes: list[_RawNode], ignored: list[str]) -> list[_RawNode]:
-    """`nodes`, or one node holding them all when some CPU is claimed by two of them.
-
-    The kernel puts each CPU on exactly one node; a CPU in two cpulists comes from
-    broken firmware tables (SRAT/SLIT), and then no node's CPU list can be trusted.
-    Like lstopo, publish the machine as one NUMA node with every CPU and all memory:
-    less to align with, but nothing wrong to place on.
-    """
+    """`nodes`, or one node holding them all when some CPU is claimed by two of them: a CPU in two
+    cpulists comes from broken firmware tables (SRAT/SLIT), and then no cpulist can be trusted.
+    Like lstopo, publish one NUMA node with every CPU and all memory: less to align with, but
+    nothing wrong to place on."""
     owner: dict[int, int] = {}
     shared: set[int] = set()
     for node in nodes:
@@ -438,12 +428,9 @@ def _size_order(key: str) -> int:
 
 
 def _distance_columns(node_dir: str, ids: list[int]) -> list[int]:
-    """The node ids a `distance` row has one entry for.
-
-    The present `nodeN` directories, normally. Some kernels and firmware write one
-    entry per *possible* node, offline and absent ones included: a row longer than the
-    directories then matches `node/online` or `node/possible`.
-    """
+    """The node ids a `distance` row has one entry for: the present `nodeN` directories, normally.
+    Some kernels and firmware write one entry per *possible* node, offline and absent ones
+    included: a row longer than the directories then matches `node/online` or `node/possible`."""
     for name in ("online", "possible"):
         path = os.path.join(node_dir, name)
         text = read_optional(path)
@@ -459,8 +446,8 @@ def _distance_columns(node_dir: str, ids: list[int]) -> list[int]:
 
 
 def _distances(path: str, ids: list[int], columns: list[int]) -> dict[str, int] | None:
-    """The row of `path` keyed by node id; None when it is empty or its length matches
-    neither the present nodes nor `columns`."""
+    """The row of `path` keyed by node id; None when it is empty or its length matches neither
+    the present nodes nor `columns`."""
     text = read_text(path)
     fields = text.split()
     if not all(f.isdigit() for f in fields):
