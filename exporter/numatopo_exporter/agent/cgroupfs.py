@@ -7,13 +7,11 @@
      (a cpuset mount point itself, or a test cgroup inside one)
 The driver is systemd when `kubepods.slice` exists under the hierarchy, else cgroupfs.
 
-On v2 an empty `cpuset.cpus` means "inherit from the parent", so what a cgroup
-effectively has is read from `cpuset.cpus.effective` in that case.
+On v2 an empty `cpuset.cpus` means "inherit from the parent": `cpuset.cpus.effective` is read then.
 
-A cgroup removed while the agent works on it (the container exited) raises
-`CgroupGoneError`, never reads as an empty cpuset: the directory is gone (ENOENT,
-or ENODEV from a file of a removed cgroup), or an empty read turns out to come from a
-directory that no longer exists. Callers skip it; there is nothing left to enforce.
+A cgroup removed while the agent works on it (the container exited) raises `CgroupGoneError`, never
+reads as an empty cpuset: the directory is gone (ENOENT, or ENODEV from a file of a removed cgroup),
+or an empty read comes from a directory that no longer exists. Callers skip it: nothing to enforce.
 """
 
 from __future__ import annotations
@@ -161,17 +159,12 @@ def detect_hierarchy(cgroup_root: Path) -> Hierarchy:
             "or cpuset/cpuset.cpus for v1); check --cgroup-root"
         )
     systemd = (root / "kubepods.slice").is_dir()
-    return Hierarchy(
-        root=root,
-        version=version,
-        driver=cgroups.Driver.SYSTEMD if systemd else cgroups.Driver.CGROUPFS,
-    )
+    return Hierarchy(root, version, cgroups.Driver.SYSTEMD if systemd else cgroups.Driver.CGROUPFS)
 
 
 def _gone(exc: OSError, directory: Path) -> bool:
-    # ENODEV: a file of a cgroup removed while open. ENOENT only counts when the
-    # directory itself went away: a missing file in a live cgroup (v2 with the cpuset
-    # controller off) is a real error.
+    # ENODEV: a file of a cgroup removed while open. ENOENT only counts when the directory itself
+    # went away: a missing file in a live cgroup (v2 with the cpuset controller off) is an error.
     return exc.errno == errno.ENODEV or (exc.errno == errno.ENOENT and not directory.is_dir())
 
 

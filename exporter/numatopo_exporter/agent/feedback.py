@@ -3,16 +3,16 @@
 `numatopo.io/Aligned` is True once every container of the pod runs on exactly its assigned cpuset,
 so it can serve as a readiness gate (`spec.readinessGates: [{conditionType: numatopo.io/Aligned}]`).
 
-The agent writes its own condition and nothing else of `status.conditions`: the
-kubelet writes `Ready` & co. into the same list, and the agent's copy of the pod may be
-older than the kubelet's last write. So the patch never carries another condition:
+The agent writes its own condition and nothing else of `status.conditions`: the kubelet writes
+`Ready` & co. into the same list, and the agent's copy of the pod may be older than the kubelet's
+last write. So the patch never carries another condition:
 
-  * the condition exists (at index i in the agent's copy): a JSON patch that first
-    tests `/status/conditions/i/type` is still ours, then replaces entry i. If the
-    list was reordered meanwhile, the test fails and the caller retries on a fresh copy.
+  * the condition exists (at index i in the agent's copy): a JSON patch that first tests
+    `/status/conditions/i/type` is still ours, then replaces entry i. If the list was reordered
+    meanwhile, the test fails and the caller retries on a fresh copy.
   * the list exists without it: a JSON patch appending to the list (`/-`).
-  * there is no list: a strategic-merge patch holding only our condition; the API
-    server merges `conditions` by its merge key `type`.
+  * there is no list: a strategic-merge patch holding only our condition; the API server merges
+    `conditions` by its merge key `type`.
 
 Why not a strategic-merge patch (or server-side apply) always: both are right on a real API server,
 but the API emulator the tests run against (kmock) merges lists by replacing them, which would hide
@@ -80,11 +80,9 @@ def plan_status_patch(condition: dict[str, Any], pod: dict[str, Any]) -> StatusP
 def plan_condition(
     pod: dict[str, Any], *, aligned: bool, reason: str, message: str, now: str
 ) -> dict[str, Any] | None:
-    """The `Aligned` condition to write; None when nothing a reader relies on changed.
-
-    A failure's message alone does not cause a write (its details vary from pass to
-    pass); a success's does, since it names the cpusets applied.
-    """
+    """The `Aligned` condition to write; None when nothing a reader relies on changed: a
+    failure's message alone causes no write (its details vary from pass to pass), a success's
+    does (it names the cpusets applied)."""
     old = current_condition(pod)
     status = "True" if aligned else "False"
     if (
@@ -109,10 +107,8 @@ def plan_condition(
 def plan_pod_patches(
     pod: dict[str, Any], *, aligned: bool, reason: str, message: str, now: str
 ) -> tuple[StatusPatch | None, dict[str, Any] | None]:
-    """(status patch, metadata patch) to report the outcome; None where nothing changes.
-
-    The state annotation becomes `Enforced` or `EnforcementFailed`.
-    """
+    """(status patch, metadata patch) to report the outcome, the state annotation becoming
+    `Enforced` or `EnforcementFailed`; None where nothing changes."""
     condition = plan_condition(pod, aligned=aligned, reason=reason, message=message, now=now)
     status_patch = None if condition is None else plan_status_patch(condition, pod)
     state = State.ENFORCED if aligned else State.ENFORCEMENT_FAILED

@@ -1,7 +1,6 @@
-"""Node status: whether the agent enforces on this node (the kubelet's CPU manager), the
-node's GPU guarantee and the devices the kubelet cannot hand out, published on the
-node's Numatopology status under the agent's own field manager (API I/O).
-"""
+"""Node status: whether the agent enforces on this node (the kubelet's CPU manager), the node's GPU
+guarantee and the devices the kubelet cannot hand out, published on the node's Numatopology status
+under the agent's own field manager (API I/O)."""
 
 from __future__ import annotations
 
@@ -25,11 +24,9 @@ logger = logging.getLogger("numatopo.agent")
 
 
 def kubelet_verdict(kubelet_state: Path | None) -> tuple[str, str]:
-    """(reason, message) of the `Enforcing` condition, from the kubelet's checkpoint.
-
-    A static kubelet writes exclusive cpusets itself and rewrites them on every
-    reconcile (10 s): two writers would fight forever, so the agent stands aside.
-    """
+    """(reason, message) of the `Enforcing` condition, from the kubelet's checkpoint. A static
+    kubelet writes exclusive cpusets itself and rewrites them on every reconcile (10 s): two
+    writers would fight forever, so the agent stands aside."""
     if kubelet_state is None:
         return AGENT_ENFORCING, "numatopo-agent writes the cpusets of assigned pods"
     try:
@@ -53,9 +50,9 @@ def kubelet_verdict(kubelet_state: Path | None) -> tuple[str, str]:
 def gpu_mode(
     *, steered: bool, follows: bool, unverified: str, dra_gpus: bool = False
 ) -> tuple[GpuMode, str, str]:
-    """(mode, reason, message) of the node's GPU guarantee: Allocated where the node's
-    GPUs are DRA devices (`status.dra`), Steered while the steering plugin is registered,
-    Followed while PodResources is read, else none (`unverified` says why)."""
+    """(mode, reason, message) of the node's GPU guarantee: Allocated where the node's GPUs are DRA
+    devices (`status.dra`), Steered while the steering plugin is registered, Followed while
+    PodResources is read, else none (`unverified` says why)."""
     if dra_gpus:
         return (
             GpuMode.ALLOCATED,
@@ -95,9 +92,9 @@ class NodeStatus:
     async def stand_aside(
         self, mode: tuple[GpuMode, str, str], unhealthy: UnhealthyDevices | None, now: float
     ) -> bool:
-        """Whether to stand aside this pass: the kubelet's CPU manager is static, or its
-        state cannot be read. Reported with the node's GPU `mode` (conditions, `gpuMode`)
-        when either changes; a Node Event when the agent stands aside."""
+        """Whether to stand aside this pass: the kubelet's CPU manager is static, or its state
+        cannot be read. Reported with the node's GPU `mode` (conditions, `gpuMode`) when either
+        changes; a Node Event when the agent stands aside."""
         verdict = kubelet_verdict(self.kubelet_state)
         static = verdict[0] != AGENT_ENFORCING
         published = (verdict, mode, unhealthy)
@@ -140,9 +137,9 @@ class NodeStatus:
         if unhealthy is not None:
             status["unhealthy"] = unhealthy.to_wire()
         try:
-            # Only our own fields, under our own field manager, all in one apply (an
-            # apply drops what the same manager applied before and left out): the
-            # exporter's conditions in the same list are merged by type, never touched.
+            # Our own fields under our own field manager, all in one apply (an apply drops what
+            # the same manager applied before and left out); the exporter's conditions in the
+            # same list are merged by type, never touched.
             await self.client.apply_numatopology_status(
                 self.node_name, status, field_manager=COMPONENT
             )

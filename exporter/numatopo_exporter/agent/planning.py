@@ -3,17 +3,16 @@
 The kernel (cgroup v1) refuses a cpuset that is not a subset of its parent's (EINVAL) and a parent
 cpuset that no longer covers a child's (EBUSY). So the writes go in two phases:
 
-  1. widen, parents before children: every cgroup that needs something it lacks gets
-     `observed | desired` (it keeps what its children still use);
-  2. narrow, children before parents: every cgroup whose value is not yet the
-     desired one gets `desired`.
+  1. widen, parents before children: every cgroup that lacks something gets `observed | desired`
+     (it keeps what its children still use);
+  2. narrow, children before parents: every cgroup not yet at `desired` gets it.
 
-After each single write every child is still a subset of its parent, and once both
-phases ran every cgroup holds its desired value. Planning again then yields no writes.
+After each single write every child is still a subset of its parent; after both phases every
+cgroup holds its desired value, and planning again yields no writes.
 
-Pools (the kubelet's words): EXCLUSIVE CPUs belong to one container with an exclusive
-assignment; the SHARED pool is every online CPU that is not exclusive, and every
-other container on the node (including the pod sandboxes) runs on it.
+Pools (the kubelet's words): EXCLUSIVE CPUs belong to one container with an exclusive assignment;
+the SHARED pool is every online CPU that is not exclusive, and every other container on the node
+(pod sandboxes included) runs on it.
 """
 
 from __future__ import annotations
@@ -67,10 +66,9 @@ def _nearest_ancestor(
 def _check(
     file: CpusetFile, want: dict[PurePosixPath, CPUSet], have: dict[PurePosixPath, CPUSet]
 ) -> None:
-    # 1. Only existing cgroups can be written.
-    # 2. A cgroup with tasks needs at least one CPU and one memory node.
-    # 3. Once done, every cgroup must be a subset of its nearest known ancestor
-    #    (what the kernel would otherwise refuse mid-way, or leave inconsistent).
+    # Only existing cgroups can be written; a cgroup with tasks needs a CPU and a memory node;
+    # once done, every cgroup must be a subset of its nearest known ancestor (what the kernel
+    # would otherwise refuse mid-way, or leave inconsistent).
     for path, value in sorted(want.items()):
         if path not in have:
             raise PlanError(f"cgroup {path} does not exist")
@@ -94,10 +92,10 @@ def plan_writes(
 ) -> list[CpusetWrite]:
     """The writes that take `observed` to `desired`, in a safe order; [] when converged.
 
-    `observed` must hold every cgroup named in `desired` and their ancestors and other
-    children that constrain them. Sorted by: phase (widen, then narrow), depth (top
-    first when widening, bottom first when narrowing), path, file (cpus before mems).
-    Raises `PlanError` when the end state would break the subset rule.
+    `observed` must hold every cgroup named in `desired` and their ancestors and other children
+    that constrain them. Sorted by: phase (widen, then narrow), depth (top first when widening,
+    bottom first when narrowing), path, file (cpus before mems). Raises `PlanError` when the end
+    state would break the subset rule.
     """
     widen: list[CpusetWrite] = []
     narrow: list[CpusetWrite] = []
@@ -178,13 +176,10 @@ def desire_cpusets(
 def _narrow_descendants(
     containers: Mapping[PurePosixPath, Target], observed: Mapping[PurePosixPath, Cpuset]
 ) -> dict[PurePosixPath, Target]:
-    """Targets for cgroups nested inside container cgroups (a process manager's).
-
-    The kernel refuses to narrow a cgroup below what a child still uses (EBUSY), so each
-    nested cgroup that has something its container will lose is narrowed too: it keeps
-    what it has inside the new bound, or gets the whole bound when nothing is left.
-    Worked top-down, so each level is bounded by its parent's new value.
-    """
+    """Targets for cgroups nested inside container cgroups (a process manager's). The kernel
+    refuses to narrow a cgroup below what a child still uses (EBUSY), so each nested cgroup that
+    has something its container will lose is narrowed too, top-down, within its parent's new
+    value: it keeps what it has inside that bound, or gets the whole bound when nothing is left."""
     bounds: dict[PurePosixPath, Target] = dict(containers)
     nested: dict[PurePosixPath, Target] = {}
     for path in sorted(observed, key=lambda p: (len(p.parts), str(p))):

@@ -29,7 +29,7 @@ from typing import Any, Protocol, TextIO
 from pydantic import ValidationError
 
 from numatopo_engine.model import API_VERSION, KIND, NumatopologySpec
-from numatopo_exporter.agent.feedback import now_text
+from numatopo_exporter.agent.feedback import MESSAGE_LIMIT, now_text
 from numatopo_exporter.node_process import check_node, watch_own_numatopology
 from numatopo_kube import KubeClient
 from numatopo_kube.backoff import Backoff
@@ -38,8 +38,6 @@ FIELD_MANAGER = "numatopo-exporter"
 HASH_ANNOTATION = "numatopo.io/spec-hash"
 EXPORTED = "Exported"
 DEGRADED = "Degraded"
-# Condition messages are for people; the API server takes more, `kubectl` shows less.
-_MESSAGE_LIMIT = 1000
 
 logger = logging.getLogger("numatopo.exporter")
 
@@ -64,8 +62,8 @@ def build_object(*, node_name: str, node_uid: str | None, spec: NumatopologySpec
 
 
 def published_hash(obj: dict[str, Any], *, node_uid: str | None) -> str | None:
-    """The hash of the spec stored in `obj`; None if it is not a valid spec or not owned
-    by the node (both mean: publish again)."""
+    """The hash of the spec stored in `obj`; None if it is not a valid spec or not owned by the
+    node (both mean: publish again)."""
     if node_uid is not None:
         owners = obj.get("metadata", {}).get("ownerReferences") or []
         if not any(o.get("kind") == "Node" and o.get("uid") == node_uid for o in owners):
@@ -93,8 +91,7 @@ def _condition(
 def plan_exported_condition(
     conditions: list[dict[str, Any]], *, digest: str, scanned_at: float, now: float
 ) -> dict[str, Any] | None:
-    """The `Exported` condition for spec `digest`, or None when the stored condition
-    already says exactly that."""
+    """The `Exported` condition for spec `digest`; None when the stored one already says that."""
     old = next((c for c in conditions if c.get("type") == EXPORTED), None)
     if old is not None and old.get("status") == "True" and digest in str(old.get("message")):
         return None
@@ -107,18 +104,15 @@ def plan_exported_condition(
 def degraded_condition(
     conditions: list[dict[str, Any]], *, ignored: Sequence[str], now: float
 ) -> dict[str, Any]:
-    """`Degraded`: True naming what discovery ignored to publish the rest, else False.
-
-    Always present (False when all input was read), so that `kubectl wait` and alerts
-    can tell "read cleanly" from "not reported yet".
-    """
+    """`Degraded`: True naming what discovery ignored to publish the rest, else False; always
+    present, so that `kubectl wait` and alerts can tell "read cleanly" from "not reported yet"."""
     old = next((c for c in conditions if c.get("type") == DEGRADED), None)
     status, reason = ("True", "IgnoredInput") if ignored else ("False", "AllInputRead")
     message = "published what could be read; ignored: " + "; ".join(ignored)
     if not ignored:
         message = "discovery used every topology input it found"
-    elif len(message) > _MESSAGE_LIMIT:
-        message = message[: _MESSAGE_LIMIT - 25] + " ... (see exporter log)"
+    elif len(message) > MESSAGE_LIMIT:
+        message = message[: MESSAGE_LIMIT - 25] + " ... (see exporter log)"
     return _condition(old, type_=DEGRADED, status=status, reason=reason, message=message, now=now)
 
 
@@ -133,9 +127,9 @@ def plan_status(
 ) -> dict[str, Any] | None:
     """The status fields the exporter owns, to apply; None when nothing would change.
 
-    `heartbeat` is the new beat after a scan, or None (a republish: no beat due). Every
-    apply carries all the exporter's fields, beat included: with server-side apply a
-    field the manager owned and leaves out is removed.
+    `heartbeat` is the new beat after a scan, or None (a republish: no beat due). Every apply
+    carries all the exporter's fields, beat included: with server-side apply a field the manager
+    owned and leaves out is removed.
     """
     conditions = [c for c in stored.get("conditions") or [] if isinstance(c, dict)]
     exported = plan_exported_condition(conditions, digest=digest, scanned_at=scanned_at, now=now)
@@ -158,9 +152,8 @@ class Sink(Protocol):
     async def publish(
         self, spec: NumatopologySpec, *, scanned_at: float, ignored: Sequence[str] = ()
     ) -> bool:
-        """Make the published spec equal `spec`; True if something was written.
-
-        `ignored` names the input discovery left out to publish the rest (Degraded)."""
+        """Make the published spec equal `spec` (`ignored`: the input discovery left out to
+        publish the rest, for Degraded); True if something was written."""
         ...
 
 

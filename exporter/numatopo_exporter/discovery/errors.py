@@ -18,8 +18,8 @@ class DiscoveryError(Exception):
 
 
 class SourceUnavailableError(DiscoveryError):
-    """An optional source is absent (no NVIDIA driver, no kubelet config); not an error
-    for the node as a whole: the other sources are still published."""
+    """An optional source is absent (no NVIDIA driver, no kubelet config): the others are still
+    published."""
 
 
 def read_saved(path: Path, what: str, parse: Callable[[bytes], Parsed]) -> Parsed:

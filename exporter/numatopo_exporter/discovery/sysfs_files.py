@@ -1,10 +1,9 @@
 """Reading single sysfs/procfs files, with every failure turned into a `DiscoveryError`.
 
-The sysfs reader runs on every resync of every node, so these helpers work on plain
-`str` paths and `os` calls (no `pathlib` objects in the hot loops), read each file
-once, and never raise anything but `DiscoveryError` for bad input: an `OSError`
-(missing file, a directory where a file should be, a dangling symlink, EIO from a
-driver) or unparsable content both come out as a message that names the file.
+An `OSError` (missing file, a directory where a file should be, a dangling symlink, EIO from a
+driver) and unparsable content both come out as a message that names the file. The sysfs reader
+runs on every resync of every node, so these work on plain `str` paths and `os` calls (no
+`pathlib` objects in the hot loops) and read each file once.
 """
 
 from __future__ import annotations
@@ -24,10 +23,8 @@ def read_text(path: str) -> str:
 
 
 def read_optional(path: str) -> str | None:
-    """The file's text, or None when it does not exist (an older kernel, another arch).
-
-    A path that exists but cannot be read (a directory, a dangling symlink, EIO) is still an error.
-    """
+    """The file's text, or None when it does not exist (an older kernel, another arch); one that
+    exists but cannot be read (a directory, a dangling symlink, EIO) is still an error."""
     try:
         return _read(path)
     except FileNotFoundError:
@@ -65,11 +62,8 @@ def parse_cpulist(text: str, path: str) -> CPUSet:
 
 
 def read_cpus(list_path: str, mask_path: str) -> CPUSet | None:
-    """The list-format file if it exists, else the mask-format one, else None.
-
-    Newer kernels write both (`cpulist` and `cpumap`, `thread_siblings_list` and
-    `thread_siblings`); older ones only the mask.
-    """
+    """The list-format file (`cpulist`, `thread_siblings_list`) if it exists, else the mask-format
+    one older kernels write alone (`cpumap`, `thread_siblings`), else None."""
     text = read_optional(list_path)
     if text is not None:
         return _parse_cpus(text, list_path, mask=False)
