@@ -1,6 +1,5 @@
-"""Follow: what the kubelet gave (PodResources), which devices it cannot hand out, and
-each pod's devices checked against its assignment (I/O: the kubelet's socket, the API).
-"""
+"""Follow: what the kubelet gave (PodResources), which devices it cannot hand out, and each pod's
+devices checked against its assignment (I/O: the kubelet's socket, the API)."""
 
 from __future__ import annotations
 
@@ -46,8 +45,8 @@ class KubeletDevices:
     unreadable: str | None = field(default=None, init=False)
     """Why PodResources cannot be read (None while it can)."""
     unhealthy: UnhealthyDevices | None = field(default=None, init=False)
-    """The devices the kubelet cannot hand out (`status.unhealthy`); None until known.
-    Kept while PodResources or the Numatopology cannot be read."""
+    """The devices the kubelet cannot hand out (`status.unhealthy`); None until known, kept while
+    PodResources or the Numatopology cannot be read."""
     _spec: tuple[NumatopologySpec, float, dict[str, set[str]]] | None = field(
         default=None, init=False
     )
@@ -61,8 +60,8 @@ class KubeletDevices:
         return self.unreadable or "Follow is off (no PodResources socket)"
 
     async def read_holdings(self) -> Holdings | None:
-        """What PodResources lists now; None when Follow is off or the API unreadable
-        (logged when that changes)."""
+        """What PodResources lists now; None when Follow is off or it is unreadable (logged when
+        that changes)."""
         if self.socket is None:
             return None
         try:
@@ -109,17 +108,16 @@ class KubeletDevices:
         self.unhealthy = found
 
     def take_numatopology(self, body: Mapping[str, Any]) -> bool:
-        """The node's Numatopology as its watch delivered it: its spec replaces the one
-        read (kept for the allocatable listing it was read with) and `status.dra` says
-        whether the GPUs are DRA devices. Whether either changed."""
+        """Take the node's Numatopology as its watch delivered it: its spec replaces the one read
+        (kept for the allocatable listing it was read with), `status.dra` says whether the GPUs
+        are DRA devices. Whether either changed."""
         dra_gpus = _lists_dra_gpus(body)
         changed = dra_gpus != self.dra_gpus
         self.dra_gpus = dra_gpus
         known = self._spec
         raw = body.get("spec") or {}
         if known is not None and raw != self._watched_spec:
-            # Most events are status writes (the operator's free counts, the exporter's
-            # heartbeat): the spec is validated again only when it changed.
+            # Most events are status writes (free counts, heartbeats): validate a changed spec only.
             self._watched_spec = raw
             try:
                 spec = NumatopologySpec.model_validate(raw)
@@ -192,8 +190,8 @@ class KubeletDevices:
             logger.warning("writing %s of %s: %s", OBSERVED, key, exc)
 
     def _count_mismatch(self, entry: pods.PodAssignment, records: PodRecords, words: str) -> None:
-        """Count and log a mismatch once per assignment (the pod stays mismatched for as
-        long as the operator takes to decide again)."""
+        """Count and log a mismatch once per assignment (it lasts until the operator decides
+        again)."""
         record = records.get(entry.uid)
         if record is not None and record.mismatch_seq == entry.assignment.seq:
             return
@@ -204,7 +202,6 @@ class KubeletDevices:
 
 
 def _lists_dra_gpus(body: Mapping[str, Any]) -> bool:
-    """Whether the Numatopology's `status.dra` lists GPUs (the node's GPUs are DRA
-    devices: mode Allocated)."""
+    """Whether `status.dra` lists GPUs (the node's GPUs are DRA devices: mode Allocated)."""
     dra = ((body.get("status") or {}).get("dra") or {}).get("devices") or []
     return any(isinstance(d, Mapping) and d.get("gpu") is not None for d in dra)

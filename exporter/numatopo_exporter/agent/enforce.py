@@ -1,8 +1,6 @@
-"""Enforce: find the accepted pods' container cgroups, plan their cpusets, write them
-(I/O: the cgroup filesystem; the plan itself is `planning`'s, pure).
-
-One pass reads every cgroup afresh, so a restart of the agent loses nothing; what was
-written, planned and refused goes to `report` for the pods' verdicts.
+"""Enforce: find the accepted pods' container cgroups, plan their cpusets, write them (I/O: the
+cgroup filesystem; the plan itself is `planning`'s, pure). What was written, planned and refused
+goes to `report` for the pods' verdicts.
 """
 
 from __future__ import annotations
@@ -57,8 +55,8 @@ def write_cpusets(
     outcomes: dict[str, pods.PodOutcome],
     metrics: AgentMetrics,
 ) -> CgroupPass:
-    """Plan every container's cpuset (exclusive ones, NUMA pools, the shared rest) and
-    write what differs; a plan that cannot be made fails every accepted pod."""
+    """Plan every container's cpuset (exclusive ones, NUMA pools, the shared rest) and write what
+    differs; a plan that cannot be made fails every accepted pod."""
     exclusive_targets, numa_targets, exclusive = _targets(accepted, outcomes)
     done = CgroupPass()
     try:
@@ -123,10 +121,10 @@ def _observe(
 ) -> dict[PurePosixPath, planning.Cpuset]:
     """What each container cgroup, its ancestors and the cgroups nested in it have.
 
-    A container whose cgroup (or a nested one) vanished while being read is left
-    out: it exited, and its replacement comes with a pod event. One that cannot be
-    read is left out too, with the error in `errors` for its pod's report; an
-    unreadable ancestor raises (nothing under it can be planned).
+    A container whose cgroup (or a nested one) vanished while being read is left out: it exited,
+    and its replacement comes with a pod event. One that cannot be read is left out too, with the
+    error in `errors` for its pod's report; an unreadable ancestor raises (nothing under it can be
+    planned).
     """
     observed: dict[PurePosixPath, planning.Cpuset] = {}
     for path in containers:

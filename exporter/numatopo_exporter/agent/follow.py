@@ -5,9 +5,8 @@ The kubelet's device manager, not numatopo, hands out devices; what it gave (Pod
 around a mismatch (docs/DESIGN.md, "GPUs: steered, followed or unverified"). RDMA NICs are compared
 only where their device IDs name the node's NICs (`nic_names`; a shared pool's IDs name none).
 
-Only app containers and sidecars are compared: a regular init container has finished
-before they run, and when an app container reuses some of an init container's GPUs
-(the kubelet's rule) it is the app container's GPUs that count.
+Only app containers and sidecars are compared: a regular init container has finished before they
+run, and GPUs an app container reuses from one (the kubelet's rule) count as the app container's.
 """
 
 from __future__ import annotations
@@ -84,8 +83,8 @@ def _same_nics(assigned: Sequence[str], held_ids: Sequence[str], nics: Sequence[
 
 
 def _assigned_devices(assigned: ContainerAssignment | None) -> tuple[list[str], list[int]]:
-    """The names and indices of the devices a container was assigned: whole GPUs, then
-    MIG devices (the plugin names those by their MIG UUID)."""
+    """The names and indices of the devices a container was assigned: whole GPUs, then MIG
+    devices (the plugin names those by their MIG UUID)."""
     if assigned is None:
         return [], []
     whole = assigned.gpus or [""] * len(assigned.gpu_indices)
@@ -99,8 +98,7 @@ def gpu_words(
     is_gpu: Callable[[str], bool],
     is_nic: Callable[[str], bool] = lambda _: False,
 ) -> str:
-    """`container x holds GPUs [...] but was assigned [...]` for each mismatch, with
-    its NICs when it holds NIC devices."""
+    """`container x holds GPUs [...] but was assigned [...]` per mismatch, with NICs if any."""
     parts = []
     for name in observed.mismatched:
         found = observed.containers[name]
@@ -119,9 +117,9 @@ def gpu_words(
 def in_flight(
     pods: Iterable[PodView], node_name: str, is_gpu: Callable[[str], bool] = lambda _: True
 ) -> list[InFlight]:
-    """The containers of this node's pods that were assigned GPUs: the candidates of the
-    steering plugin's answer, in the kubelet's admission order (`steering.choice`). The
-    agent leaves out those PodResources already lists with devices.
+    """The containers of this node's pods that were assigned GPUs: the candidates of the steering
+    plugin's answer, in the kubelet's admission order (`steering.choice`). The agent leaves out
+    those PodResources already lists with devices.
 
     A regular init container runs before the containers after it and hands its GPUs on: the kubelet
     gives the next container asking for GPUs (a sidecar, an app container, another init container)
@@ -146,8 +144,7 @@ def in_flight(
             c.container: c for c in containers_in_flight(uid, key, created, names, assignment)
         }
         regular = {str(c.get("name")) for c in inits if c.get("restartPolicy") != "Always"}
-        # Back to front: each regular init container is steered to what the next GPU
-        # container after it (in admission order) will hold.
+        # Back to front: a regular init container is steered to what the next GPU container holds.
         following: InFlight | None = None
         for order in range(len(names) - 1, -1, -1):
             name = names[order]

@@ -1,9 +1,9 @@
 """The agent loop: watch this node's pods, enforce their cpusets, report (I/O).
 
-A pass runs on every pod event (an assignment appears, a container restarts with a
-new id, a pod ends) and every `resync_seconds` (someone rewrote a cpuset: drift). Each
-pass reads the cgroups afresh, so a restart of the agent loses nothing. The parts it
-runs: docs/DESIGN.md, "Node agent (enforcement)".
+A pass runs on every pod event (an assignment appears, a container restarts with a new id, a pod
+ends) and every `resync_seconds` (someone rewrote a cpuset: drift). Each pass reads the cgroups
+afresh, so a restart of the agent loses nothing. The parts it runs: docs/DESIGN.md, "Node agent
+(enforcement)".
 """
 
 from __future__ import annotations
@@ -58,18 +58,18 @@ class AgentLoop:
     """While backing off after an API error, probe this often, to be back promptly."""
     clock: Callable[[], float] = time.time
     pod_resources_socket: Path | None = None
-    """The kubelet's PodResources socket (Follow); None: GPUs are not checked, and
-    pods holding GPUs are never reported `Aligned`."""
+    """The kubelet's PodResources socket (Follow); None: GPUs are not checked, and pods holding
+    GPUs are never reported `Aligned`."""
     resources: ResourceNames = field(default_factory=ResourceNames)
     """Which extended resources are GPUs (patterns, as the operator's `--gpu-resource`)."""
     steered: Callable[[], bool] | None = None
     """Whether the steering device plugin is registered with the kubelet (Steer)."""
     verifier: Verifier = field(default_factory=Verifier)
-    """The operator's public keys: only assignments they verify are enforced or steered
-    to. The default trusts none (nothing is enforced)."""
+    """The operator's public keys: only assignments they verify are enforced or steered to (by
+    default none: nothing is enforced)."""
     spec_refresh_seconds: float = 300.0
-    """Read the node's Numatopology spec (to name the kubelet's device IDs) at least this
-    often; also whenever the kubelet's allocatable devices change."""
+    """Read the node's Numatopology spec (to name the kubelet's device IDs) at least this often,
+    and whenever the kubelet's allocatable devices change."""
 
     pods: PodRecords = field(init=False)
     """This node's pods by UID, as the watch last showed them, with what is known of each."""
@@ -78,8 +78,8 @@ class AgentLoop:
     node_status: NodeStatus = field(init=False)
     reporter: PodReporter = field(init=False)
     events: EventPosts = field(init=False)
-    """The pass's Events, posted beside it (`run`): an Events API that is slow or
-    gone holds up no pod's cpusets or status."""
+    """The pass's Events, posted beside it (`run`): an Events API that is slow or gone holds up
+    no pod's cpusets or status."""
     _wake: asyncio.Event = field(default_factory=asyncio.Event, init=False)
 
     def __post_init__(self) -> None:
@@ -118,8 +118,8 @@ class AgentLoop:
         await watch.run()
 
     async def watch_numatopology(self) -> None:
-        """Follow the node's own Numatopology: a new `status.dra` (or spec) wakes a pass
-        at once (the periodic re-read in `read_health` stays, for a watch that is down)."""
+        """Follow the node's own Numatopology: a new `status.dra` (or spec) wakes a pass at once
+        (the periodic re-read in `read_health` stays, for a watch that is down)."""
 
         def seen(event_type: str, numatopology: Mapping[str, Any]) -> None:
             if event_type in ("ADDED", "MODIFIED") and self.devices.take_numatopology(numatopology):
@@ -139,16 +139,12 @@ class AgentLoop:
             asyncio.create_task(keep_running(n, loop, crashed=crashed(task=n).inc, log=logger))
             for n, loop in watches.items()
         ]
-        # Beside the watches, the poster of the Events the passes queue: posted inside a
-        # pass, an Event the API holds would hold up every pod after it.
         watchers.append(asyncio.create_task(self.events.run(self.client)))
         try:
             await self.synced.wait()
             while True:
                 self._wake.clear()
                 await self.reconcile()
-                # asyncio.timeout, not wait_for: on 3.11 wait_for can swallow a
-                # cancellation that races with its timeout, and the loop never ends.
                 with contextlib.suppress(TimeoutError):
                     async with asyncio.timeout(self.resync_seconds):
                         await self._wake.wait()
@@ -160,8 +156,8 @@ class AgentLoop:
             await asyncio.gather(*watchers, return_exceptions=True)
 
     async def reconcile(self) -> None:
-        """One pass: stand aside for a static (or unknown) kubelet, else select, enforce,
-        verify, report."""
+        """One pass: stand aside for a static (or unknown) kubelet, else select, enforce, verify,
+        report."""
         holdings = await self.devices.read_holdings()
         self.pods.publish_in_flight(holdings)
         if holdings is not None:
@@ -192,8 +188,8 @@ class AgentLoop:
             await self.reporter.report_refusal(refusal)
 
     async def publish_node_status(self, *, follows: bool = False) -> bool:
-        """Publish the node's Enforcing verdict and GPU mode (when they changed); whether
-        the agent stands aside this pass."""
+        """Publish the node's Enforcing verdict and GPU mode (when they changed); whether the
+        agent stands aside this pass."""
         mode = gpu_mode(
             steered=self.steered is not None and self.steered(),
             follows=follows,

@@ -1,6 +1,6 @@
-"""What the agent knows about each pod on its node: one record per pod, by UID, with the
-pod as the watch last showed it and every fact kept between passes (docs/DESIGN.md,
-"Node agent (enforcement)"). The agent's memory is bounded by the pods on its node.
+"""What the agent knows about each pod on its node: one record per pod, by UID, with the pod as
+the watch last showed it and every fact kept between passes (docs/DESIGN.md, "Node agent
+(enforcement)"). The agent's memory is bounded by the pods on its node.
 """
 
 from __future__ import annotations
@@ -47,12 +47,11 @@ class PodRecords:
     is_gpu: Callable[[str], bool]
     verifier: Verifier
     in_flight: tuple[InFlight, ...] = field(default=(), init=False)
-    """Containers assigned GPUs the kubelet has not given yet, for the steering plugin's
-    answer: replaced whole (never changed in place), since the steering plugin reads it
-    from another thread."""
+    """Containers assigned GPUs the kubelet has not given yet, for the steering plugin's answer:
+    replaced whole, never changed in place, since the plugin reads it from another thread."""
     newest_seqs: dict[str, int] = field(default_factory=dict, init=False)
-    """Pod uid -> the highest decision sequence of a signed assignment it showed
-    (`pods.select_assignments` keeps it): an older one shown again is stale."""
+    """Pod uid -> the highest decision sequence of a signed assignment it showed (kept by
+    `pods.select_assignments`): an older one shown again is stale."""
     _records: dict[str, PodRecord] = field(default_factory=dict, init=False)
     _held: Holdings = field(default_factory=dict, init=False)
 
@@ -105,8 +104,8 @@ class PodRecords:
         self.publish_in_flight()
 
     def _update_claims(self, record: PodRecord) -> bool:
-        """Work out the pod's GPU containers again when its assignment or phase changed;
-        whether they changed."""
+        """Work out the pod's GPU containers again if its assignment or phase changed; whether
+        they changed."""
         view = record.view
         basis = (view.annotation, view.phase)
         if basis == record.claims_for:
@@ -120,15 +119,15 @@ class PodRecords:
                 pods.unsigned(view, view.assignment, self.verifier)
                 or view.assignment.seq < self.newest_seqs.get(view.uid, -1)
             ):
-                # Steering the kubelet by a forged or stale assignment would hand out
-                # GPUs the operator booked for another pod since.
+                # Steering by a forged or stale assignment would hand out GPUs the operator
+                # booked for another pod since.
                 claims = ()
         record.gpu_claims = claims
         return bool(claims) or bool(before)
 
     def publish_in_flight(self, holdings: Holdings | None = None) -> None:
-        """Publish `in_flight`: the GPU containers of the pods that PodResources did not
-        list with devices yet (as of the last `holdings` given)."""
+        """Publish `in_flight`: the GPU containers of the pods that PodResources did not list with
+        devices yet (as of the last `holdings` given)."""
         if holdings is not None:
             self._held = holdings
         held = self._held

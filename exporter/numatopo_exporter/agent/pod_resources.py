@@ -1,9 +1,9 @@
 """The kubelet's PodResources API: which devices each container really holds (I/O).
 
-The kubelet serves it on a unix socket (`/var/lib/kubelet/pod-resources/kubelet.sock`).
-Mount the directory, not the socket: a kubelet restart replaces the socket file, and a
-mount of the old file would point at nothing. One `List` per agent pass; a fresh
-channel each time, so a restarted kubelet is simply dialled again.
+The kubelet serves it on a unix socket (`/var/lib/kubelet/pod-resources/kubelet.sock`). Mount the
+directory, not the socket: a kubelet restart replaces the socket file, and a mount of the old file
+would point at nothing. One `List` per agent pass, on a fresh channel, so a restarted kubelet is
+simply dialled again.
 """
 
 from __future__ import annotations
@@ -40,8 +40,7 @@ async def list_holdings(socket: Path, *, timeout: float = 2.0) -> Holdings:
 
 
 async def list_allocatable(socket: Path, *, timeout: float = 2.0) -> dict[str, set[str]]:
-    """Resource name -> the device plugin IDs the kubelet can hand out (its healthy
-    devices; `GetAllocatableResources`)."""
+    """Resource name -> the device plugin IDs the kubelet can hand out (its healthy devices)."""
     request = podresources_pb2.AllocatableResourcesRequest()
     response = await _call(socket, "GetAllocatableResources", request, timeout)
     found: dict[str, set[str]] = {}

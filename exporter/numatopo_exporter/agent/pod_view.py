@@ -1,7 +1,6 @@
-"""One pod as the agent reads it (pure), built once per watch event: every part of the
-agent asks the view, never the raw body (docs/DESIGN.md, "Node agent (enforcement)").
-The body stays on the view for what only the API needs (patch planning against its
-conditions, Events about it, its container specs).
+"""One pod as the agent reads it (pure), built once per watch event: every part of the agent asks
+the view, never the raw body (docs/DESIGN.md, "Node agent (enforcement)"). The body stays on the
+view for what only the API needs (patch planning against its conditions, Events, container specs).
 """
 
 from __future__ import annotations

@@ -58,8 +58,8 @@ class PodAssignment:
 
 @dataclass
 class PodOutcome:
-    """One accepted pod in this pass: its container cgroups and their targets, and what
-    keeps it from `Aligned` so far."""
+    """One accepted pod in this pass: its container cgroups and their targets, and what keeps it
+    from `Aligned` so far."""
 
     paths: dict[PurePosixPath, planning.Target] = field(default_factory=dict)
     problems: list[str] = field(default_factory=list)
@@ -81,8 +81,7 @@ class Refusal:
 
 
 def _cpu_only(assignment: Assignment) -> Assignment:
-    # The agent enforces CPUs and memory nodes only, so only CPU double-booking
-    # concerns it; GPUs and memory bytes are the operator's to check.
+    # The agent enforces CPUs and memory nodes only: GPUs and memory bytes are the operator's.
     return assignment.model_copy(
         update={
             "containers": {
@@ -131,10 +130,9 @@ def select_assignments(
 
     `newest` (pod uid -> the highest decision sequence its signed assignment showed, kept by the
     caller and updated here): a pod showing an older one again is stale, and its claim comes after
-    every other (`state.book_in_claim_order`), as in the operator's ledger.
-
-    Pods without the annotation and finished pods are in neither list. Accepted pods are
-    in `state.claim_order`; refusals come in the order found.
+    every other (`state.book_in_claim_order`), as in the operator's ledger. Pods without the
+    annotation and finished pods are in neither list; accepted pods come in `state.claim_order`,
+    refusals in the order found.
     """
     newest = {} if newest is None else newest
     stale: set[str] = set()
@@ -162,8 +160,8 @@ def select_assignments(
             stale.add(key)
         else:
             newest[uid] = assignment.seq
-        # Checked per pod before planning: a CPU or memory node this machine lacks would
-        # otherwise make the planner widen kubepods, fail, and fail every pod with it.
+        # Checked per pod before planning: a CPU or memory node this machine lacks would otherwise
+        # make the planner widen kubepods, fail, and fail every pod with it.
         if problem_text := _check_on_node(assignment, online):
             refused.append(Refusal(uid, key, "AssignmentNotOnNode", problem_text, text, body))
             continue
@@ -189,10 +187,9 @@ def select_assignments(
 def _keep_a_shared_cpu(
     accepted: list[PodAssignment], refused: list[Refusal], online: planning.Cpuset
 ) -> None:
-    """Refuse accepted claims, latest decision first, until their exclusive CPUs leave at
-    least one online CPU for the shared pool."""
-    # The shared pool (sandboxes, every container without exclusive CPUs) needs at least
-    # one CPU. Giving up the latest decisions first keeps what already runs enforced.
+    """Refuse accepted claims, latest decision first (what already runs stays enforced), until
+    their exclusive CPUs leave the shared pool (sandboxes, every container without exclusive CPUs)
+    at least one online CPU."""
     exclusive = CPUSet(cpu for entry in accepted for cpu in _exclusive_cpus(entry.assignment))
     while accepted and exclusive and not (online.cpus - exclusive):
         latest = max((e for e in accepted if _exclusive_cpus(e.assignment)), key=state.claim_order)
@@ -204,6 +201,5 @@ def _keep_a_shared_cpu(
             "nothing would be left for the shared pool"
         )
         refused.append(latest.refused("SharedPoolExhausted", message))
-        # Accepted claims never share an exclusive CPU (overlaps are refused first), so
-        # the pool gets back exactly what the refused claim held.
+        # Accepted claims share no exclusive CPU: the pool gets back exactly what this one held.
         exclusive = exclusive - taken

@@ -1,5 +1,5 @@
-"""Watch: list, then watch, this node's pods into the pod records, each event made a
-`PodView` once (API I/O; docs/DESIGN.md, "Node agent (enforcement)")."""
+"""Watch: list, then watch, this node's pods into the pod records, each event made a `PodView`
+once (API I/O; docs/DESIGN.md, "Node agent (enforcement)")."""
 
 from __future__ import annotations
 
@@ -61,9 +61,9 @@ class PodWatch:
             await self._wait_for_api(self.backoff.next_delay(), selector=selector)
 
     async def _wait_for_api(self, seconds: float, *, selector: dict[str, str]) -> None:
-        """Sleep up to `seconds` (the backoff), but end as soon as a cheap probe (a list
-        of at most one of this node's pods) succeeds: after an outage the agent is back
-        within `probe_seconds`, not after the next backoff step (up to a minute)."""
+        """Sleep up to `seconds` (the backoff), but end as soon as a cheap probe (a list of at most
+        one of this node's pods) succeeds: after an outage the agent is back within
+        `probe_seconds`, not after the next backoff step (up to a minute)."""
         deadline = asyncio.get_running_loop().time() + seconds
         while (left := deadline - asyncio.get_running_loop().time()) > 0:
             await asyncio.sleep(min(self.probe_seconds, left))
