@@ -1,29 +1,27 @@
 """`nvidia-smi topo -m` text -> `NumatopologySpec`.
 
-The matrix is what people paste into issues and runbooks, so the reader accepts it
-the way it travels: inside markdown fences, after a `$ nvidia-smi topo -m` prompt,
-with prose around it and the legend below. It reads
+The matrix is what people paste into issues and runbooks, so the reader accepts it the way it
+travels: inside markdown fences, after a `$ nvidia-smi topo -m` prompt, with prose around it and
+the legend below. It reads
 
     header   GPU0..GPUn, NIC columns (NIC0.. or mlx5_*), `CPU Affinity`,
              `NUMA Affinity` (drivers >= ~450), `GPU NUMA ID` (drivers >= ~535)
     rows     one per GPU, then one per NIC (NIC rows carry no affinity columns)
     legend   `NIC Legend:` lines `NIC0: mlx5_0` give NIC columns their device names
 
-Current drivers underline the header with terminal escape codes (`ESC[4m` ... `ESC[0m`)
-even when stdout is a file or a pipe; they are removed before reading.
-
-Cells: `X` (self), `NV#` (# bonded NVLinks), `PIX`, `PXB`, `PHB`, `NODE`, `SYS`, and
-`SOC`, the pre-2017 name of `SYS`.
+Current drivers underline the header with terminal escape codes (`ESC[4m` ... `ESC[0m`) even when
+stdout is a file or a pipe; they are removed before reading. Cells: `X` (self), `NV#` (# bonded
+NVLinks), `PIX`, `PXB`, `PHB`, `NODE`, `SYS`, and `SOC`, the pre-2017 name of `SYS`.
 
 What the text cannot say, and what this reader does about it:
-  * GPU models are not printed, so NVLink bandwidth uses the Volta-to-Hopper rate of
-    25 GB/s per link per direction (`nvlink_speed`): NV18 -> 450 GB/s, NV12 -> 300.
-  * Without a NUMA Affinity column (old drivers) or where it says N/A, each distinct
-    CPU Affinity set is taken as one NUMA node, numbered by its lowest CPU.
-  * Per-CPU rows (core, socket) are not derivable: `spec.cpus` stays empty and each
-    NUMA node's `cpus` is the union of its GPUs' CPU affinities.
-  * A NIC's NUMA node is that of the GPUs it reaches without crossing sockets
-    (a PIX/PXB/PHB/NODE cell); a NIC that is SYS to every GPU stays unknown.
+  * GPU models are not printed, so NVLink bandwidth uses the Volta-to-Hopper rate of 25 GB/s per
+    link per direction (`nvlink_speed`): NV18 -> 450 GB/s, NV12 -> 300.
+  * Without a NUMA Affinity column (old drivers) or where it says N/A, each distinct CPU Affinity
+    set is taken as one NUMA node, numbered by its lowest CPU.
+  * Per-CPU rows (core, socket) are not derivable: `spec.cpus` stays empty and each NUMA node's
+    `cpus` is the union of its GPUs' CPU affinities.
+  * A NIC's NUMA node is that of the GPUs it reaches without crossing sockets (a PIX/PXB/PHB/NODE
+    cell); a NIC that is SYS to every GPU stays unknown.
   * The PCIe path of an NVLink-connected GPU pair is not printed: no `gpuPaths` entry.
 """
 
@@ -110,21 +108,15 @@ def parse_nvidia_smi_topo(text: str) -> NumatopologySpec:
     gpus = [Gpu(index=index[name], numa=numa[name]) for name in gpu_columns]
     links: list[GpuLink] = []
     paths: list[GpuPath] = []
+    gbps = link_gbps()  # the text names no GPU model
     for i, a in enumerate(gpu_columns):
         for b in gpu_columns[i + 1 :]:
             lo, hi = sorted((index[a], index[b]))
             cell = cells[a][b]
             if nvlink := _NVLINK_CELL.match(cell):
-                count = int(nvlink[1])
-                links.append(
-                    GpuLink(
-                        a=lo,
-                        b=hi,
-                        type=LinkType.NVLINK,
-                        links=count,
-                        bandwidth_g_bps=count * link_gbps(),
-                    )
-                )
+                n = int(nvlink[1])
+                link = GpuLink(a=lo, b=hi, type=LinkType.NVLINK, links=n, bandwidth_g_bps=n * gbps)
+                links.append(link)
             else:
                 paths.append(GpuPath(a=lo, b=hi, path=_path(cell, a, b)))
 
