@@ -1,8 +1,6 @@
-"""The `numatopo` console script: one entry point, one module per subcommand (the node
-processes' are their own `serve` modules).
-
-Exit codes: 0 success, 1 a negative answer (e.g. the pod does not fit), 2 invalid input
-or a failure the user can act on (message on stderr, never a traceback).
+"""The `numatopo` console script: one entry point, one module per subcommand (the node processes'
+are their own `serve` modules). Exit codes: 0 success, 1 a negative answer (e.g. the pod does not
+fit), 2 invalid input or a failure the user can act on (message on stderr, never a traceback).
 """
 
 from __future__ import annotations
@@ -12,9 +10,9 @@ import importlib
 import sys
 from collections.abc import Sequence
 
-# Subcommand modules, imported lazily so `numatopo crd` does not pay for kopf or pynvml,
-# nor `numatopo agent` (a node process with a memory budget) for the operator's modules.
-# Each has HELP, add_arguments(parser) and run(args); its docstring is its description.
+# Subcommand modules, imported lazily so `numatopo crd` does not pay for kopf or pynvml, nor
+# `numatopo agent` (a node process with a memory budget) for the operator's modules. Each has
+# HELP, add_arguments(parser) and run(args); its docstring is its description.
 COMMANDS = {
     "inspect": "numatopo_cli.commands.inspect",
     "assign": "numatopo_cli.commands.assign",

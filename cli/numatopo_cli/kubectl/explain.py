@@ -1,9 +1,9 @@
 """`kubectl numatopo explain POD`: why a pod is where it is, node by node.
 
 The pod is judged exactly as the operator's extender judges it in a scheduling cycle
-(`ClusterView.judge`: kube-scheduler's node filters, then `extender.judge_candidates`
-on the bookings the operator would hold); here the per-node answers are grouped by
-reason and counted, as kube-scheduler counts them in "0/N nodes are available".
+(`ClusterView.judge`: kube-scheduler's node filters, then `extender.judge_candidates` on the
+bookings the operator would hold); the per-node answers are grouped by reason and counted, as
+kube-scheduler counts them in "0/N nodes are available".
 """
 
 from __future__ import annotations

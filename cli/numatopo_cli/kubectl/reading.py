@@ -42,10 +42,8 @@ class Access:
 
 
 async def verifier_from(access: Access, kube: KubeClient) -> tuple[Verifier | None, str]:
-    """The operator's trusted keys and a note for stderr ('' when they were found).
-
-    None: no keys could be read, so assignments are taken as written (the note says so).
-    """
+    """The operator's trusted keys and a note for stderr ('' when they were found); None: no keys
+    could be read, so assignments are taken as written (the note says so)."""
     if access.trusted_keys:
         try:
             return Verifier.from_pem(Path(access.trusted_keys).read_bytes()), ""

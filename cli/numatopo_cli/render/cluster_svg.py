@@ -1,9 +1,7 @@
-"""A self-contained SVG of a cluster: one card per node, NUMA by NUMA, free of total.
-
-`kubectl numatopo nodes --svg`. Where `svg.render_svg` draws one node's hardware, this
-draws what is free on every node: per NUMA node a CPU bar (free share filled), one
-square per GPU (filled: free) and the NIC count; a stale node's card is hatched grey
-and says why. Pure: the report in, SVG text out.
+"""A self-contained SVG of a cluster (`kubectl numatopo nodes --svg`): one card per node, NUMA by
+NUMA, free of total. Where `svg.render_svg` draws one node's hardware, this draws what is free on
+every node: per NUMA node a CPU bar (free share filled), one square per GPU (filled: free) and the
+NIC count; a stale node's card is hatched grey and says why. Pure: the report in, SVG text out.
 """
 
 from __future__ import annotations

@@ -1,8 +1,7 @@
-"""The `-o json` formats of the `numatopo` commands: one pydantic model each, the one
-definition (the kubectl plugin's are in `numatopo_cli.kubectl.reports`). Their rules
-(stable, every field written, null where it has no value) and fields: docs/operations.md
-("`-o json`"); a test holds the two together.
-"""
+"""The `-o json` formats of the `numatopo` commands: one pydantic model each, the one definition
+(the kubectl plugin's are in `numatopo_cli.kubectl.reports`). Their rules (stable, every field
+written, null where it has no value) and fields: docs/operations.md ("`-o json`"), held together
+by a test."""
 
 from __future__ import annotations
 
@@ -14,9 +13,9 @@ API_VERSION = "cli.numatopo.io/v1"
 
 
 class Report(BaseModel):
-    # extra="forbid": a dict with a key the model does not know is refused, so nothing
-    # reaches the output around the model. The schema in serialization mode lists
-    # fields with defaults as required too: every field is always written.
+    # extra="forbid": a key the model does not know is refused, so nothing reaches the output
+    # around the model. The serialization schema lists fields with defaults as required too:
+    # every field is always written.
     model_config = ConfigDict(
         populate_by_name=True,
         frozen=True,

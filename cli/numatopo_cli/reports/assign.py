@@ -1,7 +1,6 @@
-"""`numatopo assign -o json`: the assignment, or why the pod does not fit. Unlike the
-other reports, a field without a value is left out rather than written as null: that is
-the shape the answer had before it was versioned, and readers test for the key.
-"""
+"""`numatopo assign -o json`: the assignment, or why the pod does not fit. Unlike the other
+reports, a field without a value is left out rather than written as null: that is the shape the
+answer had before it was versioned, and readers test for the key."""
 
 from __future__ import annotations
 

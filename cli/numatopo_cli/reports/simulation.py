@@ -1,7 +1,6 @@
-"""`numatopo simulate -o json` (one report per replay kind). The keys are snake_case, as
-the replay's JSON had them before it was versioned (docs/operations.md); the fields are
-the engine's own result's (a dataclass; its strategies' entries too).
-"""
+"""`numatopo simulate -o json` (one report per replay kind). The keys are snake_case, as the
+replay's JSON had them before it was versioned (docs/operations.md); the fields are the engine's
+own result's (a dataclass; its strategies' entries too)."""
 
 from __future__ import annotations
 
@@ -24,9 +23,9 @@ class MigPoolReport(Report):
 
 
 def _report_of(result: type, kind: str, *, mig_pool: bool = False) -> type[Report]:
-    """The report of an engine result: `apiVersion` and `kind`, then every field of the
-    result as it is typed there (the one definition), all of them required; `migPool`
-    (with `mig_pool`) stands before the strategies, where it always did."""
+    """The report of an engine result: `apiVersion` and `kind`, then every field of the result as
+    it is typed there (the one definition), all required; `migPool` (with `mig_pool`) stands
+    before the strategies, where it always did."""
     hints = get_type_hints(result)
     fields: dict[str, Any] = {
         "api_version": (str, Field(default=API_VERSION, alias="apiVersion")),

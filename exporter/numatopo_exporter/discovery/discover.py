@@ -9,8 +9,8 @@ Does I/O through the readers it calls. Two modes:
   live     sysfs under `--sysfs-root`, then NVML (unless switched off), then the
            kubelet's config and CPU manager state under the same root.
 
-Optional sources that are absent (no NVIDIA driver, no kubelet) become notices, not
-errors: the CPU and PCI topology is still worth printing and publishing.
+Optional sources that are absent (no NVIDIA driver, no kubelet) become notices, not errors: the
+CPU and PCI topology is still worth printing and publishing.
 """
 
 from __future__ import annotations
@@ -52,8 +52,8 @@ class DiscoverOptions:
     node_name: str | None = None
     """The Kubernetes node name; None = let the caller decide (hostname, sample name)."""
     accelerators: tuple[AcceleratorRule, ...] = DEFAULT_ACCELERATORS
-    """Which PCI functions are accelerators, and their resource names (`--accelerator`
-    rules first, then the defaults)."""
+    """Which PCI functions are accelerators, and their resource names (`--accelerator` rules
+    first, then the defaults)."""
 
     @property
     def offline(self) -> bool:
@@ -67,14 +67,14 @@ class Discovery:
     spec: NumatopologySpec
     notices: list[str] = field(default_factory=list)
     ignored: list[str] = field(default_factory=list)
-    """Input the readers left out to publish the rest (broken firmware tables, files
-    that make no sense); also in `notices`. The exporter publishes it as `Degraded`."""
+    """Input the readers left out to publish the rest (broken firmware tables, files that make no
+    sense); also in `notices`. The exporter publishes it as `Degraded`."""
 
 
 @dataclass(frozen=True)
 class Readers:
-    """The sources `discover` calls; tests replace some with fakes. (pynvml itself is
-    imported only when `read_nvml` runs.)"""
+    """The sources `discover` calls; tests replace some with fakes (pynvml is imported only when
+    `read_nvml` runs)."""
 
     sysfs: Callable[[HostRoot, Sequence[AcceleratorRule]], NumatopologySpec | SysfsReading] = (
         read_sysfs_checked
@@ -90,11 +90,8 @@ class Readers:
 
 
 def discover(options: DiscoverOptions, *, readers: Readers | None = None) -> Discovery:
-    """Read the node (or the saved files) that `options` names.
-
-    Raises `DiscoveryError` (message names the file) when a required input is missing or
-    unreadable; optional sources that are absent are reported in `Discovery.notices`.
-    """
+    """Read the node (or the saved files) that `options` names; `DiscoveryError` (naming the
+    file) when a required input is missing or unreadable, absent optional sources in `notices`."""
     readers = readers or Readers()
     notices: list[str] = []
     ignored: list[str] = []
@@ -187,12 +184,10 @@ def _apply_kubelet(
 def merge_offline(
     hwloc: NumatopologySpec, topo: NumatopologySpec
 ) -> tuple[NumatopologySpec, list[str]]:
-    """Merge a spec read from `nvidia-smi topo -m` into one read from hwloc XML.
-
-    hwloc is trusted for CPUs, NUMA nodes, GPUs' PCI identity and NICs; nvidia-smi topo
-    for GPU links, GPU-GPU paths and GPU-NIC paths. GPUs are matched by index; a GPU or
-    NIC only one side knows is kept. Returns the spec and notices about mismatches.
-    """
+    """A spec read from `nvidia-smi topo -m` merged into one read from hwloc XML, and notices
+    about mismatches: hwloc is trusted for CPUs, NUMA nodes, GPUs' PCI identity and NICs,
+    nvidia-smi topo for GPU links, GPU-GPU and GPU-NIC paths. GPUs are matched by index; a GPU or
+    NIC only one side knows is kept."""
     notices: list[str] = []
     hwloc_gpus = {gpu.index: gpu for gpu in hwloc.gpus}
     topo_gpus = {gpu.index: gpu for gpu in topo.gpus}

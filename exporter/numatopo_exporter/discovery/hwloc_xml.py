@@ -20,9 +20,9 @@ What is read from the object tree:
   NVLinkBandwidth (distances2hetero): GPU pairs and GPU-to-NVSwitch links
              (see `nvlink_fabric`); links = bandwidth / per-link rate of the model.
 
-Locality of an I/O object is the nodeset of its nearest non-I/O ancestor; the PCIe
-path class of two devices comes from their lowest common ancestor (`_path_class`),
-for every GPU pair (NVLinked pairs too: their PCIe path still exists) and GPU/NIC pair.
+Locality of an I/O object is the nodeset of its nearest non-I/O ancestor; the PCIe path class of
+two devices comes from their lowest common ancestor (`_path_class`), for every GPU pair (NVLinked
+pairs too: their PCIe path still exists) and GPU/NIC pair.
 """
 
 from __future__ import annotations
@@ -339,11 +339,9 @@ def _is_host_bridge(obj: _Obj) -> bool:
 
 
 def _switches_on(chain: list[_Obj]) -> set[int]:
-    """Upstream ports of the PCIe switches a device-to-ancestor chain passes through.
-
-    Below a root port (a bridge whose parent is a host bridge) bridges alternate:
-    a switch's upstream port, then its downstream ports, then the next switch.
-    """
+    """Upstream ports of the PCIe switches a device-to-ancestor chain passes through: below a
+    root port (a bridge whose parent is a host bridge) bridges alternate, a switch's upstream
+    port, then its downstream ports, then the next switch."""
     found: set[int] = set()
     for bridge in chain:
         if bridge.type != "Bridge" or _is_host_bridge(bridge):

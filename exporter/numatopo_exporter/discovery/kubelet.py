@@ -3,11 +3,11 @@
     /var/lib/kubelet/config.yaml        KubeletConfiguration (kubelet.config.k8s.io/v1beta1)
     /var/lib/kubelet/cpu_manager_state  the CPU manager's checkpoint (JSON)
 
-Reserved CPUs are `reservedSystemCPUs` when set. With the static CPU manager and no
-explicit list the kubelet reserves ceil(kubeReserved.cpu + systemReserved.cpu) CPUs,
-chosen by topology when it starts; which ones is written nowhere, so the set stays
-empty and a notice gives the count. When the checkpoint exists, its `policyName` is
-the policy the kubelet actually runs (flags can override the file), so it wins.
+Reserved CPUs are `reservedSystemCPUs` when set. With the static CPU manager and no explicit list
+the kubelet reserves ceil(kubeReserved.cpu + systemReserved.cpu) CPUs, chosen by topology when it
+starts; which ones is written nowhere, so the set stays empty and a notice gives the count. The
+checkpoint's `policyName`, when it exists, is the policy the kubelet runs (flags can override the
+file), so it wins.
 
 A missing file at the usual place is normal (a kubelet configured by flags, a node without the
 static CPU manager): defaults plus a notice. A file the caller named that is missing, or any file
@@ -15,9 +15,9 @@ that exists but does not parse, is an error naming the file. A named absolute pa
 (under the root); a relative one is a file on the machine running numatopo, relative to its working
 directory (`numatopo inspect --hwloc-xml node.xml --kubelet-config config.yaml`).
 
-In the chart each file is mounted alone, so a file the kubelet renames over is seen as
-its old copy (`st_nlink == 0`); what that means for `policyName`: docs/operations.md,
-"Node pods: what they mount".
+In the chart each file is mounted alone, so a file the kubelet renames over is seen as its old
+copy (`st_nlink == 0`); what that means for `policyName`: docs/operations.md, "Node pods: what
+they mount".
 """
 
 from __future__ import annotations
@@ -124,10 +124,10 @@ def _load_config(path: Path, notices: list[str]) -> dict[str, Any]:
 def read_cpu_manager_policy(path: Path) -> str | None:
     """`policyName` of the CPU manager checkpoint at `path`; None when there is none.
 
-    Only a missing file means "no checkpoint". One that cannot be read, does not parse
-    (garbage, or cut short by a kubelet killed mid-write), is not an object or names no
-    policy raises `DiscoveryError`: the kubelet may well run `static` then, and the agent
-    must not write cpusets until it knows.
+    Only a missing file means "no checkpoint". One that cannot be read, does not parse (garbage,
+    or cut short by a kubelet killed mid-write), is not an object or names no policy raises
+    `DiscoveryError`: the kubelet may well run `static` then, and the agent must not write cpusets
+    until it knows.
     """
     try:
         text, replaced = _read_mounted(path)
@@ -156,8 +156,7 @@ def read_cpu_manager_policy(path: Path) -> str | None:
 
 
 def _read_mounted(path: Path) -> tuple[str, bool]:
-    """The file's text, and whether the host has replaced it since it was mounted (the
-    copy seen here has no link left)."""
+    """The file's text, and whether the host replaced it since it was mounted (no link left)."""
     with path.open(encoding="utf-8") as file:
         text = file.read()
         return text, os.fstat(file.fileno()).st_nlink == 0

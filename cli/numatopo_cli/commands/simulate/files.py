@@ -1,6 +1,6 @@
-"""What `numatopo simulate` (both replays) and `numatopo domains` read and write: the node
-list, trace and topology map (the shipped samples by default), Numatopology files, and
-the figure; and the steps both replays take alike (`--scorer`, a run with its plot)."""
+"""What `numatopo simulate` (both replays) and `numatopo domains` read and write: the node list,
+trace and topology map (the shipped samples by default), Numatopology files, and the figure; and
+the steps both replays take alike (`--scorer`, a run with its plot)."""
 
 from __future__ import annotations
 

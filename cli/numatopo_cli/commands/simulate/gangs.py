@@ -1,11 +1,10 @@
-"""`numatopo simulate --multi-node`: multi-node jobs on a synthetic leaf/spine cluster;
-`-o json` is `numatopo_cli.reports.simulation.GangSimulationReport`.
+"""`numatopo simulate --multi-node`: multi-node jobs on a synthetic leaf/spine cluster; `-o json`
+is `numatopo_cli.reports.simulation.GangSimulationReport`.
 
-The cluster (`--layout BLOCKSxSPINESxLEAVESxNODES`) is built from the 8-GPU node shapes
-of the node list (`--nodes`, default the shipped Alibaba list, laid out by
-`--topology-map`) or from Numatopology JSON files (`--topology-dir`, one shape each).
-Job sizes follow a Helios cluster's GPU-demand CDF (`--sizes`); see
-`numatopo_engine.simulation.gangs` for the model, the strategies and the metrics.
+The cluster (`--layout BLOCKSxSPINESxLEAVESxNODES`) is built from the 8-GPU node shapes of the
+node list (`--nodes`, default the shipped Alibaba list, laid out by `--topology-map`) or from
+Numatopology JSON files (`--topology-dir`, one shape each). Job sizes follow a Helios cluster's
+GPU-demand CDF (`--sizes`); the model, strategies and metrics: `numatopo_engine.simulation.gangs`.
 """
 
 from __future__ import annotations
