@@ -311,7 +311,9 @@ def _draw_numa(canvas: _Canvas, column: _Column, spec: NumatopologySpec, top: fl
 
 
 def _draw_gpu(canvas: _Canvas, gpu: Gpu, x: float, top: float) -> None:
-    lines = [short for short in (text.short_model(gpu), _gpu_facts(gpu)) if short]
+    facts = [text.format_bytes(gpu.memory_bytes)] if gpu.memory_bytes else []
+    facts += [text.short_pci(gpu)] if gpu.pci_bus_id else []
+    lines = [short for short in (text.short_model(gpu), " \u00b7 ".join(facts)) if short]
     canvas.add(f'<g class="gpu" id="gpu{gpu.index}">')
     canvas.add(
         f'<rect x="{x:.1f}" y="{top:.1f}" width="{GPU_WIDTH}" height="{GPU_HEIGHT}" rx="6"/>'
@@ -323,13 +325,6 @@ def _draw_gpu(canvas: _Canvas, gpu: Gpu, x: float, top: float) -> None:
         shown = _fit(line, GPU_WIDTH - 8, 11)
         canvas.text(centre, baseline + 16 * offset, shown, "small", anchor="middle")
     canvas.add("</g>")
-
-
-def _gpu_facts(gpu: Gpu) -> str:
-    facts = [text.format_bytes(gpu.memory_bytes)] if gpu.memory_bytes else []
-    if gpu.pci_bus_id:
-        facts.append(text.short_pci(gpu))
-    return " \u00b7 ".join(facts)
 
 
 def _draw_nic(canvas: _Canvas, nic: Nic, nic_index: int, x: float, top: float) -> None:

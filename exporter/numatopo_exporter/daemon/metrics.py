@@ -1,12 +1,12 @@
 """Prometheus metrics of the exporter, and the HTTP endpoint both node processes serve.
 
-Each process owns a `CollectorRegistry` (never the global one), so tests can build as
-many daemons as they like and read their counters without interference.
+Each process owns a `CollectorRegistry` (never the global one), so tests can build as many daemons
+as they like and read their counters without interference.
 
-The endpoint answers two GETs (`/metrics`, `/healthz`) on asyncio's own server: an HTTP
-framework would cost a node process ~10 MiB of its 80 MiB budget for that
-(`benchmarks/bench_agent_memory.py`). One request per connection, the request head
-bounded in size and time, so a slow or endless client holds no more than a socket.
+The endpoint answers two GETs (`/metrics`, `/healthz`) on asyncio's own server: an HTTP framework
+would cost a node process ~10 MiB of its 80 MiB budget (`benchmarks/bench_agent_memory.py`). One
+request per connection, the request head bounded in size and time, so a slow or endless client
+holds no more than a socket.
 """
 
 from __future__ import annotations
@@ -73,8 +73,8 @@ class MetricsServer:
 
     async def cleanup(self) -> None:
         self.server.close()
-        # Python 3.11's server leaves open connections be: a client still sending its
-        # request would keep its socket past the process's own end.
+        # Python 3.11's server leaves open connections be: a client still sending its request
+        # would keep its socket past the process's own end.
         for writer in list(self.connections):
             writer.close()
         with contextlib.suppress(TimeoutError):

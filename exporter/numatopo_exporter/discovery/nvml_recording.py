@@ -14,8 +14,7 @@ dict of its fields, bytes as text, an NVML error by its pynvml class name withou
 prefix. A call NVML answers with NVMLError_NotSupported for a link number or a feature a device does
 not have need not be listed: a replay answers unrecorded calls that way.
 
-`nvml.record` runs the reader through a `Recorder`; the replay is a test double
-(`tests/nvml_replay.py`), so nothing here imports the reader.
+`nvml.record` runs the reader through a `Recorder`; a test double replays (`tests/nvml_replay.py`).
 """
 
 from __future__ import annotations

@@ -302,8 +302,10 @@ def _read_numa_nodes(
     node_dir = os.path.join(sys_dir, "devices", "system", "node")
     entries = list_dir(node_dir)
     ids = sorted(int(m.group(1)) for m in map(_NODE.match, entries) if m)
-    if not ids:
-        return [_single_node(sys_dir, proc_dir, cpu_ids)]
+    if not ids:  # see "Rules": one NUMA node 0
+        hugepages = _hugepages(os.path.join(sys_dir, "kernel", "mm", "hugepages"))
+        memory = _proc_memtotal(proc_dir)
+        return [_RawNode(0, frozenset(cpu_ids), memory, hugepages, distances={"0": 10})]
     known = frozenset(cpu_ids)
     columns = _distance_columns(node_dir, ids)
     nodes: list[_RawNode] = []
@@ -385,14 +387,6 @@ def _unless_overlapping(nodes: list[_RawNode], ignored: list[str]) -> list[_RawN
         f"(a firmware bug); published as one NUMA node {merged.id} with all CPUs and memory"
     )
     return [merged]
-
-
-def _single_node(sys_dir: str, proc_dir: str, cpu_ids: list[int]) -> _RawNode:
-    memory = _proc_memtotal(proc_dir)
-    hugepages = _hugepages(os.path.join(sys_dir, "kernel", "mm", "hugepages"))
-    return _RawNode(
-        id=0, cpus=frozenset(cpu_ids), memory_bytes=memory, hugepages=hugepages, distances={"0": 10}
-    )
 
 
 def _proc_memtotal(proc_dir: str) -> int:
