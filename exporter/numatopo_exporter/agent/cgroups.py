@@ -50,8 +50,8 @@ class ContainerId:
 
 
 def parse_container_id(text: str) -> ContainerId | None:
-    """`containerd://abc…` / `cri-o://abc…` from `status.containerStatuses[].containerID`;
-    None when the container has not started yet (empty) or the id is malformed."""
+    """`containerd://abc…` / `cri-o://abc…` from `status.containerStatuses[].containerID`; None
+    when the container has not started yet (empty) or the id is malformed."""
     runtime, sep, ident = text.partition("://")
     if not sep or not runtime or not ident or not ident.isalnum():
         return None
@@ -89,11 +89,9 @@ def parse_pod_dir(name: str, driver: Driver) -> str | None:
 
 
 def container_dir_names(container: ContainerId, driver: Driver) -> list[str]:
-    """Directory names the container's cgroup may have, most likely first.
-
-    The runtime in the id (`containerd://`) usually tells the naming, but every known
-    form is listed: the match is on the exact name, so a wrong guess costs nothing.
-    """
+    """Directory names the container's cgroup may have, most likely first (the runtime in the
+    id, `containerd://`, usually tells; every known form is listed, as a wrong guess costs
+    nothing: the match is on the exact name)."""
     ident = container.id
     if driver is Driver.SYSTEMD:
         names = {

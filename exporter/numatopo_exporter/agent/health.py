@@ -8,10 +8,9 @@ the steering plugin in between, its ListAndWatch relays NVIDIA's, so the same li
 Per resource of the spec's devices:
 
 * listed, and some of its IDs name devices of this node: the devices none names are unhealthy;
-* listed, and none of its IDs names a device here (a shared RDMA pool, IDs of another
-  scheme): no verdict, every device counts;
-* not listed at all: none is healthy (its plugin is down, or never registered), so all
-  of them are unhealthy.
+* listed, and none of its IDs names a device here (a shared RDMA pool, IDs of another scheme): no
+  verdict, every device counts;
+* not listed at all (its plugin is down, or never registered): all of them are unhealthy.
 """
 
 from __future__ import annotations
@@ -29,8 +28,7 @@ T = TypeVar("T", int, str)  # a device index or a NIC name
 def unhealthy_devices(
     spec: NumatopologySpec, allocatable: Mapping[str, Collection[str]]
 ) -> UnhealthyDevices:
-    """The devices of `spec` the kubelet's `allocatable` listing (resource -> device
-    plugin IDs) does not offer."""
+    """The devices of `spec` the kubelet's `allocatable` listing (resource -> IDs) leaves out."""
     gpus = _unhealthy(
         allocatable,
         [(d.resource, d.index) for d in schedulable_devices(spec)],
@@ -47,8 +45,8 @@ def _unhealthy(
     mine: Sequence[tuple[str, T]],
     names: Callable[[str], Sequence[T] | None],
 ) -> list[T]:
-    """Per resource of `mine` ((resource, device) pairs), the devices its listed IDs do
-    not name; none when it has no verdict (listed, but no ID names anything here)."""
+    """Per resource of `mine` ((resource, device) pairs), the devices its listed IDs do not name;
+    none when it has no verdict (listed, but no ID names anything here)."""
     found: list[T] = []
     for resource in sorted({r for r, _ in mine}):
         listed: set[T] = set()

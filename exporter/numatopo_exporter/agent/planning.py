@@ -128,12 +128,11 @@ def desire_cpusets(
     """Targets for every container cgroup on the node, plus the ancestors to widen.
 
     `exclusive_targets` are containers with exclusive CPUs; `numa_targets` containers with
-    `exclusive: false` (a NUMA node's CPUs), which are cut to the shared pool so that they never run
-    on another container's exclusive CPUs. `exclusive` is the union of every exclusive assignment on
+    `exclusive: false` (a NUMA node's CPUs), cut to the shared pool so that they never run on
+    another container's exclusive CPUs. `exclusive` is the union of every exclusive assignment on
     the node, running or not. Every other container gets the SHARED pool (its memory nodes are left
-    alone). Ancestors (pod, QoS tier, kubepods) are only ever widened, never narrowed: the kubelet
-    owns them. Cgroups nested inside a container (found in `observed`) are narrowed into their
-    container's new cpuset first, or the kernel would refuse to narrow the container.
+    alone). Ancestors (pod, QoS tier, kubepods) are only widened, never narrowed: the kubelet owns
+    them. Cgroups nested in a container are narrowed with it (`_narrow_descendants`).
     """
     shared = online.cpus - exclusive
     if not shared:

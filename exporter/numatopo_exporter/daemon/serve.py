@@ -25,8 +25,8 @@ logger = logging.getLogger("numatopo.exporter")
 
 
 def make_discovery_scan(options: DiscoverOptions) -> Callable[[], Discovery]:
-    """The exporter's scan: live discovery (sysfs, NVML, kubelet) of `options`, with what
-    it ignored (the exporter's `Degraded` condition)."""
+    """The exporter's scan: live discovery (sysfs, NVML, kubelet) of `options`, with what it
+    ignored (the exporter's `Degraded` condition)."""
 
     def scan() -> Discovery:
         found = discover(options)
@@ -57,11 +57,8 @@ async def serve(
     scan: Callable[[], NumatopologySpec | Discovery] | None = None,
     udev_monitor: Any = None,
 ) -> int:
-    """Run the exporter that `args` describe until cancelled (or once, with --oneshot).
-
-    `scan` and `udev_monitor` replace live discovery and the kernel's netlink socket
-    (tests); None means the real ones.
-    """
+    """Run the exporter that `args` describe until cancelled (or once, with --oneshot); `scan`
+    and `udev_monitor` (tests) replace live discovery and the kernel's netlink socket."""
     scan = scan or make_discovery_scan(scan_options(args))
     exporter_metrics = metrics.ExporterMetrics()
     async with contextlib.AsyncExitStack() as stack:

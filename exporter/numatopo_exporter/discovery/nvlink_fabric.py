@@ -15,11 +15,9 @@ from collections.abc import Mapping
 def pair_links(
     direct: Mapping[tuple[int, int], int], via_switch: Mapping[int, int]
 ) -> dict[tuple[int, int], int]:
-    """Links per GPU pair `(a, b)`, a < b: direct links plus the switched share.
-
-    `direct[(a, b)]` counts the links of GPU `a` that end at GPU `b`, as seen from `a`; both ends
-    normally report the same number, and the larger wins when one end could not be read.
-    """
+    """Links per GPU pair `(a, b)`, a < b: direct links plus the switched share. `direct[(a, b)]`
+    counts the links of GPU `a` that end at GPU `b`, as seen from `a`; both ends normally report
+    the same number, and the larger wins when one end could not be read."""
     pairs: dict[tuple[int, int], int] = {}
     for (a, b), count in direct.items():
         if count > 0 and a != b:
