@@ -1,8 +1,7 @@
 """Report: verify each pod's cpusets by reading them back, and tell the pod (its `Aligned` condition
-and state annotation) and the cluster (Events, queued to be posted off the pass; metrics).
-
-What was enforced and announced is kept in the pod's record, so only news is an Event:
-a first enforcement, a restart re-enforced, a drift corrected, a new failure.
+and state annotation) and the cluster (Events, queued to be posted off the pass; metrics). What was
+enforced and announced is kept in the pod's record, so only news is an Event: a first enforcement,
+a restart re-enforced, a drift corrected, a new failure.
 """
 
 from __future__ import annotations
@@ -72,8 +71,8 @@ class PodReporter:
             if record is not None:
                 record.enforced = None
             return
-        # What the kernel now has (read back), not what the assignment says: a
-        # NUMA-pool container runs on that node's shared CPUs only.
+        # What the kernel has (read back), not the assignment: a NUMA-pool container runs on its
+        # node's shared CPUs only.
         summary = ", ".join(
             f"{entry.container_at(p)}: cpus {c.cpus or '-'} mems {c.mems or '-'}"
             for p, c in sorted(applied.items())
@@ -107,8 +106,8 @@ class PodReporter:
         done: CgroupPass,
         applied: dict[PurePosixPath, planning.Cpuset],
     ) -> list[str]:
-        """Verify against what was planned (a NUMA-pool container is cut to the shared
-        pool), reading the files back rather than trusting the writes."""
+        """Verify against what was planned (a NUMA-pool container is cut to the shared pool),
+        reading the files back rather than trusting the writes."""
         problems: list[str] = []
         for path in outcome.paths:
             target = done.desired.get(path, outcome.paths[path])
@@ -133,8 +132,8 @@ class PodReporter:
     def _news(
         self, entry: pods.PodAssignment, summary: str, *, touched: bool
     ) -> tuple[str, str] | None:
-        """Remember the pod as enforced; the Event (reason, message) that says what is
-        new, counted in the metrics, or None."""
+        """Remember the pod as enforced; the Event (reason, message) that says what is new,
+        counted in the metrics, or None."""
         record = self.records.get(entry.uid)
         previous = record.enforced if record is not None else None
         ids = frozenset(str(c.container_id) for c in entry.running)
@@ -217,8 +216,8 @@ class PodReporter:
         message: str,
         now: str,
     ) -> None:
-        """Write the `Aligned` condition; when the patch no longer fits the pod (its
-        conditions moved since the cached copy), plan it again on a fresh copy, once."""
+        """Write the `Aligned` condition; when the patch no longer fits the pod (its conditions
+        moved since the cached copy), plan it again on a fresh copy, once."""
         meta = pod.get("metadata", {})
         namespace, name = str(meta.get("namespace")), str(meta.get("name"))
         try:
