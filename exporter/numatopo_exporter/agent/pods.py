@@ -3,15 +3,13 @@
 The `numatopo.io/assignment` annotation is written by the operator, which never double-books, and
 signs it for the pod (`numatopo_engine.signing`): an assignment whose signature does not verify with
 a trusted key (hand-written, edited, or copied from another pod) is refused before anything else, so
-it never books and never wins claim order. A pod's own older assignment shown again after a newer
-one (signed, but stale) comes after every other claim (`select_assignments`' `newest`). Claims are
-then ordered by the engine's `state.claim_order` (decision sequence, then pod UID), as the
+it never books and never wins claim order. Claims are then ordered by the engine's
+`state.claim_order` (decision sequence, then pod UID; a pod's stale assignment last), as the
 operator's ledger orders them: the earlier decision is enforced and the later one refused, as the
-kubelet would refuse a conflicting CPU request.
-
-Each assignment is also checked against this machine before anything is written (its CPUs online,
-its memory nodes present with memory), and claims that would leave no CPU at all for the shared pool
-are refused, latest decision first, so that one bad assignment costs only its own pod.
+kubelet would refuse a conflicting CPU request. Each assignment is also checked against this
+machine before anything is written (its CPUs online, its memory nodes present with memory), and
+claims that would leave the shared pool no CPU are refused, so that one bad assignment costs only
+its own pod.
 """
 
 from __future__ import annotations

@@ -18,7 +18,7 @@ What is read from the object tree:
   OSDev      OpenFabrics devices (mlx5_0, ...) are the NICs; Network devices under
              the same PCI function are their netdevs.
   NVLinkBandwidth (distances2hetero): GPU pairs and GPU-to-NVSwitch links
-             (see `nvlink_fabric`); links = bandwidth / per-link rate of the model.
+             (see `nvlink`); links = bandwidth / per-link rate of the model.
 
 Locality of an I/O object is the nodeset of its nearest non-I/O ancestor; the PCIe path class of
 two devices comes from their lowest common ancestor (`_path_class`), for every GPU pair (NVLinked
@@ -48,8 +48,7 @@ from numatopo_engine.model import (
     PciPath,
 )
 from numatopo_exporter.discovery.errors import DiscoveryError, read_saved
-from numatopo_exporter.discovery.nvlink_fabric import pair_links
-from numatopo_exporter.discovery.nvlink_speed import link_gbps
+from numatopo_exporter.discovery.nvlink import link_gbps, pair_links
 from numatopo_exporter.discovery.sysfs import hugepage_size_key
 
 SOURCE = "hwloc-xml"

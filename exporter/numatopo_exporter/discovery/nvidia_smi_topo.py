@@ -15,7 +15,7 @@ NVLinks), `PIX`, `PXB`, `PHB`, `NODE`, `SYS`, and `SOC`, the pre-2017 name of `S
 
 What the text cannot say, and what this reader does about it:
   * GPU models are not printed, so NVLink bandwidth uses the Volta-to-Hopper rate of 25 GB/s per
-    link per direction (`nvlink_speed`): NV18 -> 450 GB/s, NV12 -> 300.
+    link per direction (`nvlink`): NV18 -> 450 GB/s, NV12 -> 300.
   * Without a NUMA Affinity column (old drivers) or where it says N/A, each distinct CPU Affinity
     set is taken as one NUMA node, numbered by its lowest CPU.
   * Per-CPU rows (core, socket) are not derivable: `spec.cpus` stays empty and each NUMA node's
@@ -44,7 +44,7 @@ from numatopo_engine.model import (
     PciPath,
 )
 from numatopo_exporter.discovery.errors import DiscoveryError, read_saved
-from numatopo_exporter.discovery.nvlink_speed import link_gbps
+from numatopo_exporter.discovery.nvlink import link_gbps
 
 SOURCE = "nvidia-smi-topo"
 

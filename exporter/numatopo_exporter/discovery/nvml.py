@@ -13,7 +13,7 @@ What is read, per GPU (NVML index order = PCI bus order):
 
 NVLinks that end at another GPU of this node are direct links. NVLinks that end at an NVIDIA device
 that is not one of our GPUs end at an NVSwitch; GPUs reaching switches are joined all-to-all
-(`nvlink_fabric.pair_links`). NVLinks to other vendors' devices (IBM POWER9 NPUs: a CPU link) are
+(`nvlink.pair_links`). NVLinks to other vendors' devices (IBM POWER9 NPUs: a CPU link) are
 not GPU pairs and are skipped.
 
 A GPU whose calls fail is still listed with what could be read, plus a notice: one sick GPU (Xid
@@ -31,8 +31,7 @@ from typing import Any
 
 from numatopo_engine.model import Gpu, GpuLink, GpuPath, LinkType, PathType
 from numatopo_exporter.discovery.errors import SourceUnavailableError
-from numatopo_exporter.discovery.nvlink_fabric import pair_links
-from numatopo_exporter.discovery.nvlink_speed import link_gbps
+from numatopo_exporter.discovery.nvlink import link_gbps, pair_links
 from numatopo_exporter.discovery.nvml_mig import nvml_text, read_mig_devices
 from numatopo_exporter.discovery.nvml_recording import Recorder
 from numatopo_exporter.discovery.pci_address import normalize_bus_id
