@@ -1,6 +1,6 @@
 """Pure: fold the NVML and kubelet readings into the spec read from sysfs (or hwloc).
 
-GPUs are matched by PCI bus id, in the one form `pci_address` defines (NVML prints
+GPUs are matched by PCI bus id, in the one form `pci.normalize_bus_id` defines (NVML prints
 `00000000:18:00.0`, sysfs `0000:18:00.0`). For a matched GPU NVML wins on what the driver knows
 better (index, uuid, model, memory, MIG mode, NUMA on coherent platforms) and sysfs fills what NVML
 lacks (the NUMA node on x86). GPU indices become NVML's, so `pciPaths` and `gpuPaths` of the base
@@ -16,7 +16,7 @@ from numatopo_exporter.discovery.kubelet import SOURCE as KUBELET_SOURCE
 from numatopo_exporter.discovery.kubelet import KubeletReading
 from numatopo_exporter.discovery.nvml import SOURCE as NVML_SOURCE
 from numatopo_exporter.discovery.nvml import GpuReading
-from numatopo_exporter.discovery.pci_address import normalize_bus_id
+from numatopo_exporter.discovery.pci import normalize_bus_id
 
 
 def _bus(bus_id: str) -> str:

@@ -34,7 +34,7 @@ from numatopo_exporter.discovery.errors import SourceUnavailableError
 from numatopo_exporter.discovery.nvlink import link_gbps, pair_links
 from numatopo_exporter.discovery.nvml_mig import nvml_text, read_mig_devices
 from numatopo_exporter.discovery.nvml_recording import Recorder
-from numatopo_exporter.discovery.pci_address import normalize_bus_id
+from numatopo_exporter.discovery.pci import normalize_bus_id
 
 SOURCE = "nvml"
 NO_DRIVER = "no NVIDIA driver (libnvidia-ml.so not loadable): GPU topology from NVML skipped"

@@ -1,4 +1,4 @@
-"""PCI devices from sysfs: where they sit, and how far apart two are.
+"""PCI devices from sysfs: where they sit, and how far apart two are; bus ids in one form.
 
 Where a device sits
 -------------------
@@ -49,6 +49,27 @@ from numatopo_exporter.discovery.sysfs_files import list_dir, read_cpus, read_op
 
 _BUS_ID = re.compile(r"^[0-9a-f]{4,}:[0-9a-f]{2}:[0-9a-f]{2}\.[0-7]$")
 _HOST_BRIDGE = re.compile(r"^pci[0-9a-f]{4,}:[0-9a-f]{2}$")
+_ANY_BUS_ID = re.compile(
+    r"^(?:(?P<domain>[0-9a-f]{1,8}):)?"
+    r"(?P<bus>[0-9a-f]{1,2}):(?P<dev>[0-9a-f]{1,2})\.(?P<fn>[0-7])$"
+)
+
+
+def normalize_bus_id(bus_id: str) -> str:
+    """`00000000:1A:00.0` -> `0000:1a:00.0`; ValueError for anything that is no PCI address.
+
+    NVML prints `00000000:18:00.0` (8-digit domain, upper case hex), sysfs, hwloc and NCCL
+    `0000:18:00.0`; some tools drop the domain. The model keeps the kernel's form: 4-digit domain,
+    lower case.
+    """
+    text = bus_id.strip().lower()
+    match = _ANY_BUS_ID.match(text)
+    if match is None:
+        raise ValueError(f"{bus_id!r} is not a PCI address (expected DDDD:BB:DD.F)")
+    domain = int(match["domain"] or "0", 16)
+    if domain > 0xFFFF:
+        raise ValueError(f"{bus_id!r}: PCI domain {domain:#x} is above 0xffff")
+    return f"{domain:04x}:{int(match['bus'], 16):02x}:{int(match['dev'], 16):02x}.{match['fn']}"
 
 
 @dataclass(frozen=True, slots=True)

@@ -15,7 +15,7 @@ from numatopo_exporter.discovery.hostroot import HostRoot
 from numatopo_exporter.discovery.kubelet import read_kubelet
 from numatopo_exporter.discovery.merge import merge_gpu_reading, merge_kubelet
 from numatopo_exporter.discovery.nvml import GpuReading, read_nvml
-from numatopo_exporter.discovery.pci_address import normalize_bus_id
+from numatopo_exporter.discovery.pci import normalize_bus_id
 from nvml_replay import ReplayNvml
 
 FIXTURES = Path(__file__).resolve().parents[2] / "fixtures"
