@@ -102,8 +102,7 @@ def _inspect(args: argparse.Namespace) -> tuple[Numatopology, list[str]]:
 
 
 def _read_slices(path: Path) -> list[ResourceSlice]:
-    """ResourceSlices from a file: a List (`kubectl get resourceslices -o json|yaml`) or
-    one slice."""
+    """ResourceSlices from JSON or YAML: a List (`kubectl get resourceslices`) or one slice."""
     try:
         loaded = yaml.safe_load(path.read_text(encoding="utf-8"))
     except (OSError, yaml.YAMLError) as error:

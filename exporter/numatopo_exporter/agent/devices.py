@@ -190,8 +190,7 @@ class KubeletDevices:
             logger.warning("writing %s of %s: %s", OBSERVED, key, exc)
 
     def _count_mismatch(self, entry: pods.PodAssignment, records: PodRecords, words: str) -> None:
-        """Count and log a mismatch once per assignment (it lasts until the operator decides
-        again)."""
+        """Count and log a mismatch once per assignment (it lasts until the operator re-plans)."""
         record = records.get(entry.uid)
         if record is not None and record.mismatch_seq == entry.assignment.seq:
             return

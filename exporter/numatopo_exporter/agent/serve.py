@@ -141,7 +141,6 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     add(
         "--trusted-keys-file",
         type=Path,
-        default=None,
         help=f"PEM public keys or certificates of the operator's signing keys (default: the "
         f"variable {TRUSTED_KEYS_ENV}); only assignments they verify are enforced",
     )
