@@ -1,12 +1,11 @@
 """Which PCI functions are accelerators numatopo places, and under which resource name (pure).
 
-One table (`DEFAULT_ACCELERATORS`, listed in docs/DESIGN.md, "Accelerators of any vendor")
-serves every reader (sysfs, hwloc XML) and the engine's default resource patterns. The
-first matching rule wins; configured rules (`--accelerator`, chart
-`exporter.accelerators`) are tried first, so they override a default for the same
-devices. Each default id is checked against a public source
-(tests/fixtures/sysfs/accelerators/README.md); Intel and Huawei rules list device ids
-because those vendors ship other functions in the same classes.
+One table (`DEFAULT_ACCELERATORS`, listed in docs/DESIGN.md, "Accelerators of any vendor") serves
+every reader (sysfs, hwloc XML) and the engine's default resource patterns. The first matching rule
+wins; configured rules (`--accelerator`, chart `exporter.accelerators`) are tried first, so they
+override a default for the same devices. Each default id is checked against a public source
+(tests/fixtures/sysfs/accelerators/README.md); Intel and Huawei rules list device ids because those
+vendors ship other functions in the same classes.
 
 Configuration syntax, one rule per string (ids in hex, `0x` optional):
 

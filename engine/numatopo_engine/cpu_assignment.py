@@ -10,9 +10,9 @@ An accumulator takes, while the request is at least that big:
 4. single threads, only with `smt: any`: threads of partly used cores first (so a
    request never breaks a whole core it does not need), in the same NUMA order, by id.
 
-With `smt: full-cores` only step 1-3 apply, to cores whose every thread is free, and
-the request must be a multiple of the threads per core (checked by the caller, who
-can say why). All ties go to the lowest id, so the result is deterministic.
+With `smt: full-cores` only step 1-3 apply, to cores whose every thread is free, and the request
+must be a multiple of the threads per core (checked by the caller, who can say why). All ties go to
+the lowest id, so the result is deterministic.
 """
 
 from __future__ import annotations

@@ -17,8 +17,8 @@ needs, per resource, the larger of
     containers started before it.
 The engine sizes pods by it (`allocation`); this module only reads the containers.
 
-Everything the manifest gets wrong raises `InvalidRequestError` with a `field` such
-as `containers[train].resources.limits.nvidia.com/gpu`; nothing else escapes.
+Everything the manifest gets wrong raises `InvalidRequestError` with a `field` such as
+`containers[train].resources.limits.nvidia.com/gpu`; nothing else escapes.
 """
 
 from __future__ import annotations
@@ -34,11 +34,11 @@ from numatopo_engine.quantity import QuantityError, page_bytes, parse_bytes, par
 from numatopo_engine.request import ContainerRequest, PodRequest
 from numatopo_engine.resources import DEFAULT_RESOURCES, ResourceNames
 
-# Far above any node (the largest have 8-16 GPUs and a few hundred RDMA VFs) yet small
-# enough that a typo such as "1e12" is refused instead of being searched for.
+# Far above any node (the largest have 8-16 GPUs and a few hundred RDMA VFs) yet small enough that a
+# typo such as "1e12" is refused instead of being searched for.
 MAX_DEVICES = 10**6
-# Real quantities are a dozen characters; the limit also keeps hostile strings away
-# from the quantity regular expression, which backtracks quadratically on long input.
+# Real quantities are a dozen characters; the limit also keeps hostile strings away from the
+# quantity regular expression, which backtracks quadratically on long input.
 MAX_QUANTITY_CHARS = 64
 HUGEPAGES_PREFIX = "hugepages-"
 

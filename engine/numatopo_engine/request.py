@@ -23,8 +23,8 @@ class ContainerRequest:
     gpu_resource: str | None = None
     nics: int = 0
     nic_resource: str | None = None
-    # An init container with `restartPolicy: Always` (a "sidecar", KEP-753): it keeps
-    # running beside the app containers, so it counts towards the app containers' sum.
+    # An init container with `restartPolicy: Always` (a "sidecar", KEP-753): it keeps running beside
+    # the app containers, so it counts towards the app containers' sum.
     restartable: bool = False
 
     @property
@@ -49,9 +49,9 @@ class TopologyOptions:
 class PodRequest:
     """A pod's app containers, init containers and options.
 
-    Init containers run one at a time before the app containers; like the kubelet, the
-    engine sizes the pod as max(largest init container, sum of app containers) per
-    resource, and lets init containers reuse what the app containers get.
+    Init containers run one at a time before the app containers; like the kubelet, the engine sizes
+    the pod as max(largest init container, sum of app containers) per resource, and lets init
+    containers reuse what the app containers get.
     """
 
     namespace: str

@@ -14,13 +14,13 @@ pack   = how full the touched NUMA nodes are after the placement, for each kind 
          higher than breaking a fully free one, which keeps whole NUMA nodes and NVLink
          cliques free for the next large job.
 
-Weights: with GPUs, w_span=30, w_links=40, w_pack=30: link type drives GPU placement,
-so on an NVSwitch machine a pod spanning both NUMA nodes with full bandwidth still
-scores 85, not a failure; without GPUs, w_span=60, w_links=0, w_pack=40.
+Weights: with GPUs, w_span=30, w_links=40, w_pack=30: link type drives GPU placement, so on an
+NVSwitch machine a pod spanning both NUMA nodes with full bandwidth still scores 85, not a failure;
+without GPUs, w_span=60, w_links=0, w_pack=40.
 
-`decision` computes these terms for every node of a shape at once (`_compose`); the
-scalar formula for one placement (`placement_score`, `compose_score`) is a test oracle
-in `tests/engine/allocation/score_oracle.py`, which the vectorised score is compared with.
+`decision` computes these terms for every node of a shape at once (`_compose`); the scalar formula
+for one placement (`placement_score`, `compose_score`) is a test oracle in
+`tests/engine/allocation/score_oracle.py`, which the vectorised score is compared with.
 """
 
 from __future__ import annotations

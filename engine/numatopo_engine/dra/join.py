@@ -1,5 +1,5 @@
-"""ResourceSlices joined with a node's Numatopology: each DRA device as a GPU or NIC of
-the model (so its NUMA node, PCIe paths and links are known), or as unjoined.
+"""ResourceSlices joined with a node's Numatopology: each DRA device as a GPU or NIC of the model
+(so its NUMA node, PCIe paths and links are known), or as unjoined.
 
 Evidence, strongest first, per device:
   1. the standard attribute `resource.kubernetes.io/pciBusID` against `gpus[].pciBusId`
@@ -185,8 +185,8 @@ def _candidate(
 def _complete_pools(
     slices: Iterable[ResourceSlice],
 ) -> tuple[dict[tuple[str, str], list[ResourceSlice]], list[str]]:
-    """Slices by (driver, pool), newest generation only; pools missing slices of it apart
-    (the allocator does not allocate from an incomplete pool either)."""
+    """Slices by (driver, pool), newest generation only; pools missing slices of it apart (the
+    allocator does not allocate from an incomplete pool either)."""
     pools: dict[tuple[str, str], list[ResourceSlice]] = {}
     for piece in slices:
         pools.setdefault((piece.spec.driver, piece.spec.pool.name), []).append(piece)

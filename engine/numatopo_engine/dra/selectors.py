@@ -1,5 +1,4 @@
-"""Device selectors (CEL) judged as the scheduler's structured allocator judges them, or
-not at all.
+"""Device selectors (CEL) judged as the scheduler's structured allocator judges them, or not at all.
 
 The allocator (k8s.io/dynamic-resource-allocation/structured) evaluates every selector
 of the request's DeviceClass, then the request's own, against `device` =
@@ -43,8 +42,8 @@ class SelectorRefusedError(Exception):
 
 
 def device_activation(driver: str, device: Device) -> dict[str, Any]:
-    """The `device` variable of a selector, as a JSON value (version attributes left out;
-    `_check` refuses expressions that could read them)."""
+    """The `device` variable of a selector, as a JSON value (version attributes left out; `_check`
+    refuses expressions that could read them)."""
     attributes: dict[str, dict[str, Any]] = {}
     for name, value in device.attributes.items():
         domain, _, ident = name.rpartition("/")

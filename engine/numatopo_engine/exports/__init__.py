@@ -7,8 +7,8 @@
 `zones`    what both are made of: per NUMA node, what exists, what may be allocated and
            what numatopo's ledger has not booked
 
-Each takes a node's `NumatopologySpec` and its `NodeState` (the operator's ledger) and
-returns a pydantic model, the one definition of that wire format here.
+Each takes a node's `NumatopologySpec` and its `NodeState` (the operator's ledger) and returns a
+pydantic model, the one definition of that wire format here.
 """
 
 from numatopo_engine.exports.nrt import NodeResourceTopology, node_resource_topology

@@ -1,13 +1,12 @@
-"""A MIG node pool for `numatopo simulate` (pure): some nodes split every GPU into MIG
-devices, and the trace's small GPU-sharing pods ask for one such device.
+"""A MIG node pool for `numatopo simulate` (pure): some nodes split every GPU into MIG devices, and
+the trace's small GPU-sharing pods ask for one such device.
 
-`--mig-pool SHARE:PROFILE[:MODEL,...]` picks SHARE of the nodes of the given trace GPU
-models (default `G3`, the model the default topology map lays out as 8x A100 on NVSwitch)
-by the run's seed, and splits each of their GPUs into as many PROFILE devices as fit in
-its 7 slices (A100/H100 80GB profiles: 1g.10gb x7, 2g.20gb x3, 3g.40gb x2, 4g.40gb x1,
-7g.80gb x1). The replay sees such a node as one with that many devices, each on its GPU's
-NUMA node and without NVLinks (MIG turns them off), under the model name
-`<model>/mig-<profile>`.
+`--mig-pool SHARE:PROFILE[:MODEL,...]` picks SHARE of the nodes of the given trace GPU models
+(default `G3`, the model the default topology map lays out as 8x A100 on NVSwitch) by the run's
+seed, and splits each of their GPUs into as many PROFILE devices as fit in its 7 slices (A100/H100
+80GB profiles: 1g.10gb x7, 2g.20gb x3, 3g.40gb x2, 4g.40gb x1, 7g.80gb x1). The replay sees such a
+node as one with that many devices, each on its GPU's NUMA node and without NVLinks (MIG turns them
+off), under the model name `<model>/mig-<profile>`.
 
 The mapping of the trace's pods:
   * a fractional pod (one GPU, a share below 1000 milli) whose share fits the profile's
@@ -18,8 +17,8 @@ The mapping of the trace's pods:
     mode is never handed out whole nor shared;
   * CPU-only pods go anywhere, as before.
 
-So on pool nodes a "GPU" of the replay's counters is one MIG device: GPU counts and
-allocation rates of a run with a pool count MIG devices there, not GPUs.
+So on pool nodes a "GPU" of the replay's counters is one MIG device: GPU counts and allocation rates
+of a run with a pool count MIG devices there, not GPUs.
 """
 
 from __future__ import annotations

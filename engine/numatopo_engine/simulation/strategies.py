@@ -22,18 +22,17 @@ Topology-aware:
                 CPU-only): a partly used node before an untouched one, then the least
                 fragmentation growth, then node-list order
 
-Why numatopo ranks that way: the engine score settles alignment (NUMA span, link
-bandwidth) and packs GPUs inside NUMA nodes, which keeps whole NUMA nodes and NVLink
-sets free; fragmentation then decides between equally good nodes with what the rest
-of the workload will need (CPUs and memory next to free GPUs, whole GPUs, GPU shares),
-which is what strands GPUs on a full cluster. Untouched nodes stay untouched as long
-as pods that share GPUs or need none can go elsewhere: they are what the largest
-requests need.
+Why numatopo ranks that way: the engine score settles alignment (NUMA span, link bandwidth) and
+packs GPUs inside NUMA nodes, which keeps whole NUMA nodes and NVLink sets free; fragmentation then
+decides between equally good nodes with what the rest of the workload will need (CPUs and memory
+next to free GPUs, whole GPUs, GPU shares), which is what strands GPUs on a full cluster. Untouched
+nodes stay untouched as long as pods that share GPUs or need none can go elsewhere: they are what
+the largest requests need.
 
-Whole CPUs are exclusive only for pods whose CPU request is an integer (the static
-CPU manager's rule); other pods run on the shared pool. Fractional-GPU pods share a
-GPU (best fit on the GPU's free share) in every strategy; no topology is claimed for
-them: the engine does not model GPU sharing.
+Whole CPUs are exclusive only for pods whose CPU request is an integer (the static CPU manager's
+rule); other pods run on the shared pool. Fractional-GPU pods share a GPU (best fit on the GPU's
+free share) in every strategy; no topology is claimed for them: the engine does not model GPU
+sharing.
 """
 
 from __future__ import annotations
@@ -89,8 +88,8 @@ def _all_numas(node: SimNode) -> frozenset[int]:
 def _take_cpus(node: SimNode, mask: int, need: int) -> dict[int, int]:
     """`need` exclusive CPUs: from the NUMA nodes of `mask` first (fullest first), then others.
 
-    The kubelet's CPU manager does the same when the merged hint is narrower than what
-    the pod needs: alignment is a preference for the allocator, not a limit.
+    The kubelet's CPU manager does the same when the merged hint is narrower than what the pod
+    needs: alignment is a preference for the allocator, not a limit.
     """
     free = node.numa_free_cpus
     taken: dict[int, int] = {}
@@ -220,11 +219,10 @@ def rank_nodes(
     request: PodRequest,
     mix: WorkloadMix,
 ) -> tuple[npt.NDArray[np.float64], str]:
-    """The production node rank (`allocation.score_many(...).rank`) of each candidate, -1
-    where the engine refuses it, and one refusal's reason; the candidates are the nodes
-    judged together (`allocation.mix_hosts`), as the extender's are. Nodes of one
-    hardware shape in the same state are ranked once: the rank is a function of the
-    node's row."""
+    """The production node rank (`allocation.score_many(...).rank`) of each candidate, -1 where the
+    engine refuses it, and one refusal's reason; the candidates are the nodes judged together
+    (`allocation.mix_hosts`), as the extender's are. Nodes of one hardware shape in the same state
+    are ranked once: the rank is a function of the node's row."""
     nodes = cluster.nodes
     ranks = np.full(len(candidates), -1.0)
     groups: dict[str, tuple[SimNode, dict[bytes, list[int]]]] = {}
@@ -279,8 +277,8 @@ class Strategy:
 
 
 class CountOnly(Strategy):
-    """The node by counts alone (`random`, `first-fit`, `best-fit`), then what the kubelet
-    with policy `none` does on it."""
+    """The node by counts alone (`random`, `first-fit`, `best-fit`), then what the kubelet with
+    policy `none` does on it."""
 
     def __init__(self, seed: int, *, name: str) -> None:
         super().__init__(seed)
@@ -337,8 +335,8 @@ class KubeletAdmission(Strategy):
 
 
 class Numatopo(Strategy):
-    """The production node rank for whole-GPU pods, FGD on counts for the rest (see the
-    module docstring)."""
+    """The production node rank for whole-GPU pods, FGD on counts for the rest (see the module
+    docstring)."""
 
     name = "numatopo"
 
@@ -349,8 +347,8 @@ class Numatopo(Strategy):
         self.mix = WorkloadMix()
 
     def start(self, cluster: Cluster, workload: Sequence[PodRow]) -> None:
-        # FGD's premise: the mix of requests is known from the cluster's history; the
-        # replayed workload stands for it (in production the operator learns it).
+        # FGD's premise: the mix of requests is known from the cluster's history; the replayed
+        # workload stands for it (in production the operator learns it).
         self.fragmentation = Fragmentation(workload, cluster)
         self.mix = trace_mix(workload)
 
