@@ -3,25 +3,23 @@
 Every caller reaches `decide_rows`; one node is one row. docs/DESIGN.md ("The allocation engine")
 states the rules; per node, as (nodes x masks) array expressions:
 
-1. Hint providers as the kubelet's (`hints` for the inputs); `smt: full-cores` counts
-   only wholly free whole cores, `cpu: numa` hints over the shared CPUs. A memory
-   provider with no hint at all states no preference, and refuses when it allocates;
-   its hints count memory the pod's init containers left on exactly that mask
-   (`reusing_memory`).
-2. The Topology Manager's merge and admission (`topology_manager`, same answers).
-   Under `none` CPUs and devices are still placed aligned where they can be.
-3. The memory manager's own nodes: the merged mask if its free memory holds the
-   request, else its best hint containing the mask (under `none`, which hands it no
-   hint: its own best hint, wherever the merged mask is, as the kubelet books it);
-   refused when there is none, when that hint is not preferred while the merged one
-   is, or when a multi-node mask mixes memory groups.
-4. numatopo's checks beyond the kubelet (`max-numa-nodes`, `gpu-links: required`, the
-   last shared CPU), then the node score (`scoring`).
+1. Hint providers as the kubelet's (`hints` for the inputs); `smt: full-cores` counts only wholly
+   free whole cores, `cpu: numa` hints over the shared CPUs. A memory provider with no hint at all
+   states no preference, and refuses when it allocates; its hints count memory the pod's init
+   containers left on exactly that mask (`reusing_memory`).
+2. The Topology Manager's merge and admission (`topology_manager`, same answers). Under `none` CPUs
+   and devices are still placed aligned where they can be.
+3. The memory manager's own nodes: the merged mask if its free memory holds the request, else its
+   best hint containing the mask (under `none`, which hands it no hint: its own best hint, as the
+   kubelet books it); refused when there is none, when that hint is not preferred while the merged
+   one is, or when a multi-node mask mixes memory groups.
+4. numatopo's checks beyond the kubelet (`max-numa-nodes`, `gpu-links: required`, the last shared
+   CPU), then the node score (`scoring`).
 
 The GPU set and the non-preferred merge run per node, for the nodes that need them. Masks are every
-subset of the NUMA nodes up to `FULL_SEARCH` of them; larger machines (where the kubelet's Topology
-Manager refuses to run) are searched over the NUMA nodes holding something asked for, by increasing
-width within a budget, and there a non-preferred placement is the narrowest mask that holds it all.
+subset of up to `FULL_SEARCH` NUMA nodes; larger machines (where the kubelet's Topology Manager
+refuses to run) are searched over the NUMA nodes holding something asked for, by increasing width
+within a budget, and there a non-preferred placement is the narrowest mask that holds it all.
 """
 
 from __future__ import annotations
@@ -491,9 +489,9 @@ def _device_hint_inputs(
 
 @dataclass(slots=True)
 class Decided:
-    """`decide_rows`' answers, per row: `score` (-1 refused), `kind` of refusal (None when
-    admitted), and for admitted rows the merged mask, the memory manager's mask (as indices into the
-    plan's masks: `mask(i)` / `memory_mask(i)` give bit n = NUMA id n) and the GPUs."""
+    """`decide_rows`' answers per row: `score` (-1 refused), `kind` of refusal (None admitted), and
+    for admitted rows the merged and memory masks (plan indices; `mask(i)`, `memory_mask(i)` give
+    the NUMA bits) and the GPUs."""
 
     plan: Plan
     score: Ints
@@ -520,11 +518,9 @@ def decide_rows(
     *,
     unit_memory: bool = True,
 ) -> Decided:
-    """Decide `plan`'s unit on every row (node) of `rows` (see the module docstring); `mix` is the
-    workload the rank's packing term measures fragmentation against. Every answer of a row depends
-    on that row alone (and the plan and mix). `unit_memory=False` skips step 3, for a caller that
-    asks the memory manager container by container: the unit's total then need not fit its memory at
-    once."""
+    """Decide `plan`'s unit on every row (node) of `rows`, each answer from that row, the plan and
+    `mix` (the workload the packing term measures against) alone. `unit_memory=False` skips step 3,
+    for a caller that asks the memory manager container by container."""
     count = rows.shape[0]
     kind: list[Kind | None] = [None] * count
     refused = np.zeros(count, dtype=bool)
@@ -616,11 +612,10 @@ class _MemoryHints(NamedTuple):
 
 
 def reusing_memory(plan: Plan, reusable: Mapping[tuple[int, str], int]) -> Plan:
-    """`plan` for a container that may reuse memory its pod's regular init containers booked:
-    `reusable` holds, per (memory mask, bit n = NUMA id n; kind: "memory" or a huge page size), the
-    bytes it may take there (`getPodReusableMemory`). The memory provider lists a mask when its free
-    memory with what is reusable on exactly that mask holds the request (`calculateHints`); the
-    node-wide totals allow for the most any one mask offers."""
+    """`plan` for a container that may reuse the bytes `reusable` holds per (NUMA mask, kind:
+    "memory" or a huge page size) (`getPodReusableMemory`): the memory provider lists a mask whose
+    free memory with what is reusable on exactly it holds the request (`calculateHints`); node-wide
+    totals allow for the most any one mask offers."""
     offered = {key: amount for key, amount in reusable.items() if amount > 0}
     if not offered:
         return plan
@@ -842,10 +837,8 @@ class RankTerms:
 def node_ranks(
     terms: RankTerms, scores: Ints, mix: WorkloadMix | None, hosts: Hosts | None
 ) -> Floats:
-    """The node rank (`packing`) of each row, -1 where refused (`scores` < 0): alignment, then
-    fragmentation growth under `mix`, each of its shapes weighed by how scarce its hosts are among
-    the nodes judged together (`hosts`; without them, its share); without a mix, the best-fit fill.
-    """
+    """The node rank (`packing`) of each row, -1 where refused (`scores` < 0); `hosts` weighs the
+    mix's shapes by scarcity (without them, by share)."""
     if not mix:
         rank = node_rank(terms.alignment, terms.fill)
     else:
@@ -953,10 +946,9 @@ def _best_bandwidth(plan: Plan, memo: GpuMemo) -> float:
 
 
 def _gpu_choice(plan: Plan, free_bits: int, in_mask: int, memo: GpuMemo) -> tuple[int, ...] | None:
-    """The unit's GPUs in the device manager's order (`devicesToAllocate` with `filterByAffinity`):
-    the best set of those on the mask's NUMA nodes; when they are too few, all of them, then the
-    rest from those on other NUMA nodes, and only then from those on no NUMA node (its `noAffinity`
-    set, taken last). None: `gpu-links: required` finds no set."""
+    """The unit's GPUs in the device manager's order (`devicesToAllocate`, `filterByAffinity`): the
+    best set on the mask's NUMA nodes, else all of those, then others, those on no NUMA node
+    (`noAffinity`) last. None: `gpu-links: required` finds no set."""
     need = plan.need
     tables = plan.tables
     mode = plan.options.gpu_links

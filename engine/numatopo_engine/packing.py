@@ -15,9 +15,8 @@ stranded. Shapes this hardware can never host strand every free GPU, as in FGD: 
 ones cannot go anyway are cheap.
 
 Scarcity (`Hosts`): a shape's share is multiplied by N / h, h of the N nodes judged together able to
-host a copy now. Without it every node of a shape looks alike to its own growth, and the last hosts
-of a rare big shape went to pods that fit anywhere (measured: a 50 % multi-GPU mix first failed at
-33 % of GPUs allocated, best-fit at 44 %).
+host a copy now; without it the last hosts of a rare big shape go to pods that fit anywhere
+(docs/packing.md, "The rank", has the measurements behind this and `GROWTH_WEIGHT`).
 
 Not counted: memory, GPU shares; shared-pool CPUs (`cpu: numa`) bound a copy's fit per NUMA node but
 book nothing. The rank (`node_rank`): alignment first (the score's span and link terms, 0..100
@@ -41,10 +40,6 @@ Bools = npt.NDArray[np.bool_]
 
 _BIG = 1 << 40
 
-# Fragmentation growth weighs 3x the fill. Measured on node samples of the default trace (seeds 42,
-# 43): at 100x the fill, 0.2-0.3 points fewer GPUs at 100 % arrived (400 nodes); at 1x or 0.5x, the
-# first failure 1 point earlier on 100 nodes; the fill first (the rank before) broke up the last
-# hosts of 8-GPU 120-CPU pods.
 GROWTH_WEIGHT = 3.0
 # Packing stays below one rank step, so it never outweighs alignment.
 PACK_SPAN = 0.999
@@ -65,9 +60,8 @@ def cpu_bucket(cpus: int) -> int:
 
 @dataclass(frozen=True, slots=True, order=True)
 class Shape:
-    """One kind of request: whole GPUs and CPUs (CPUs as `cpu_bucket` rounds them), exclusive (each
-    copy books its CPUs) or from the NUMA node's shared pool (a copy needs that many free there, and
-    books none)."""
+    """One kind of request: whole GPUs and CPUs (`cpu_bucket`ed), exclusive or from the NUMA node's
+    shared pool (a copy needs that many free there, and books none)."""
 
     gpus: int
     cpus: int
@@ -141,9 +135,8 @@ def weigh(shape: Shape) -> float:
 
 @dataclass(frozen=True, slots=True)
 class Hosts:
-    """The rank's cluster-level input: of the `nodes` judged together (one scheduling cycle's
-    candidates), how many can host each shape of `mix` now (`counts`, aligned as `shape_copies`
-    counts). Taking one of the last hosts of a shape costs more."""
+    """The rank's cluster-level input: of the `nodes` judged together (one cycle's candidates), how
+    many can host each shape of `mix` now (`counts`, as `shape_copies` counts)."""
 
     mix: WorkloadMix
     nodes: int
@@ -166,9 +159,8 @@ def usable_gpus(
     *,
     numa_cpu_capacity: int | None = None,
 ) -> tuple[Ints, Ints]:
-    """`fragmentation`'s weight-free terms: per row its free GPUs, and per (row, shape) the GPUs
-    copies of the shape would use. A row's terms depend on the row alone, so they can be kept while
-    the weights (`Hosts`) change from one cycle to the next."""
+    """`fragmentation`'s weight-free terms, which depend on the row alone (kept while `Hosts`
+    changes): per row its free GPUs, per (row, shape) the GPUs copies of the shape would use."""
     copies = shape_copies(gpus, cpus, numa_gpu_capacity, mix, numa_cpu_capacity=numa_cpu_capacity)
     return gpus.sum(axis=1), copies * _arrays(mix)[0]
 
