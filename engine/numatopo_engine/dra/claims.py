@@ -1,15 +1,11 @@
 """A pod's ResourceClaims decided on one node with the engine, as claim allocations.
 
-Each request of a claim becomes GPUs or NICs of the container that uses the claim (the first
-container naming it in `resources.claims`; the first app container for a claim no container names),
-and the engine places them as it places device-plugin GPUs and NICs: GPU sets by link bandwidth,
-NICs by PCIe path to them, CPUs and memory on their NUMA nodes. The engine only sees the devices the
-request may have: every other GPU or NIC is booked away in a copy of the node's state. A
-`matchAttribute` constraint is honoured by deciding once per value the attribute takes (the best
-decision wins), each time with only the devices of that value.
-
-What numatopo cannot judge as the scheduler's allocator would raises `UndecidedError`: the operator
-then leaves the claim to the scheduler (see docs/DESIGN.md, "GPUs on DRA clusters").
+Each request of a claim becomes GPUs or NICs of the container that uses the claim (the first naming
+it in `resources.claims`, else the first app container), placed as device-plugin ones are, with
+every device the request may not have booked away in a copy of the node's state. A `matchAttribute`
+constraint is decided once per value (the best decision wins). What numatopo cannot judge as the
+scheduler's allocator would raises `UndecidedError`, leaving the claim to the scheduler
+(docs/DESIGN.md, "GPUs on DRA clusters").
 """
 
 from __future__ import annotations
@@ -69,7 +65,7 @@ class ClaimDecision:
 
 
 def pod_claims(pod: Mapping[str, Any]) -> list[PodClaim]:
-    """The pod's claims: direct ones by name, template ones by the name kube-controller- manager
+    """The pod's claims: direct ones by name, template ones by the name kube-controller-manager
     recorded in `status.resourceClaimStatuses` (None until it has)."""
     spec = pod.get("spec") or {}
     generated = {
@@ -416,12 +412,10 @@ def claim_demand(  # noqa: PLR0917 (the decision's inputs)
     classes: Mapping[str, DeviceClass],
     node: DraNode,
 ) -> ClaimDemand:
-    """What the pod's claims ask of `node`, without deciding where: one planner placing several pods
-    at once (a group) counts them as their requests. Every matchAttribute variant asks the same
-    counts; the devices are those of any variant. Raises `UndecidedError` as `decide_claims` does
-    (no device of `node` numatopo can place matches a request, among others), `UnsatisfiableError`
-    when `node` has too few devices a request may have (in any one set a matchAttribute constraint
-    allows), free or not."""
+    """What the pod's claims ask of `node`, without deciding where (a group's planner counts them as
+    requests); the devices are those of any matchAttribute variant (all ask the same counts). Raises
+    `UndecidedError` as `decide_claims` does, `UnsatisfiableError` when `node` has too few devices a
+    request may have (in any one variant), free or not."""
     per_claim = _claim_variants(
         base, pod_claims_, claims, classes, node, missing="does not exist yet", checked=True
     )
@@ -477,11 +471,10 @@ def allocations_for(  # noqa: PLR0917 (the decision's inputs)
     classes: Mapping[str, DeviceClass],
     node: DraNode,
 ) -> dict[str, AllocationResult]:
-    """Claim name -> its allocation, from the devices `assignment` (written by `decide_claims`) gave
-    the containers: what a write that stopped between the pod's assignment and its claims' status
-    had still to write. Raises `UndecidedError` when a claim cannot be judged, `UnsatisfiableError`
-    when the assignment's devices do not satisfy the claims as they are now (then the assignment is
-    taken back)."""
+    """Claim name -> its allocation from the devices `assignment` gave the containers, for a write
+    that stopped before the claims' status. Raises `UndecidedError` when a claim cannot be judged,
+    `UnsatisfiableError` when the devices no longer satisfy the claims (the caller takes the
+    assignment back)."""
     per_claim = _claim_variants(
         base, pod_claims_, claims, classes, node, missing="does not exist", checked=False
     )
