@@ -13,10 +13,8 @@ from typing import NamedTuple
 
 
 def book_bytes(free: dict[int, int], numa_ids: Iterable[int], amount: int) -> dict[int, int] | None:
-    """Bytes to book per NUMA node (and take them from `free`), or None if they do not fit.
-
-    In NUMA id order, each node filled before the next, as the kubelet's static memory manager books
-    a multi-node placement (`updateMachineState`)."""
+    """Bytes to book per NUMA node (taken from `free`) in the module's order (`updateMachineState`),
+    or None if they do not fit."""
     if amount <= 0:
         return {}
     order = sorted(numa_ids)
@@ -53,23 +51,21 @@ def memory_manager_mask(
     tm_preferred: bool,
     reusable: Mapping[tuple[int, str], int] | None = None,
 ) -> int | None:
-    """The NUMA nodes (a mask, bit n = NUMA id n) the kubelet's static memory manager gives a
-    container, or None where its `Allocate` fails (`memorymanager/policy_static.go`):
+    """The NUMA nodes (a mask) the kubelet's static memory manager gives a container, or None where
+    its `Allocate` fails (`memorymanager/policy_static.go`):
 
-    * a nil Topology Manager hint (policy `none`; `single-numa-node` when the winner is
-      every node) is replaced by the manager's own best hint (`getDefaultHint`): an
-      error when it has none, or when the Topology Manager's hint was preferred and
-      that one is not;
-    * a hint whose free memory does not hold the request (`isAffinitySatisfyRequest`,
-      which knows nothing of reusable init container memory) is extended to the best
-      own hint containing it (`extendTopologyManagerHint`), with the same errors;
-    * a multi-node result sharing a node with memory of another group, or with
-      single-node memory, is refused (`isAffinityViolatingNUMAAllocations`).
+    * a nil Topology Manager hint (policy `none`; `single-numa-node` when the winner is every
+      node) is replaced by the manager's own best hint (`getDefaultHint`): an error when it has
+      none, or when the Topology Manager's hint was preferred and that one is not;
+    * a hint whose free memory does not hold the request (`isAffinitySatisfyRequest`, blind to
+      reusable memory) is extended to the best own hint containing it
+      (`extendTopologyManagerHint`), with the same errors;
+    * a multi-node result sharing a node with memory of another group, or with single-node
+      memory, is refused (`isAffinityViolatingNUMAAllocations`).
 
     "Best" is `findBestHint`: preferred first, then the narrowest (fewer nodes, then the lower
-    mask). `reusable`: per (mask, kind) the bytes the pod's init containers booked on exactly that
-    mask that this container may reuse (`getPodReusableMemory`); the manager's own hints count them
-    as free there, the check of the hint's free memory does not."""
+    mask). `reusable`: per (mask, kind) the bytes of init containers on exactly that mask this
+    container may reuse (`getPodReusableMemory`), free to the manager's own hints."""
     kinds = {k: v for k, v in request.items() if v > 0}
     if not kinds:
         return tm_mask

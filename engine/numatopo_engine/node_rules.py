@@ -5,12 +5,12 @@ never put it where kube-scheduler itself would not. These are the filters that j
 node's own fields, with k8s.io/kubernetes' semantics (plain dicts in, as the API server serves
 them):
 
-  NodeUnschedulable  a cordoned node (`spec.unschedulable`) takes only a pod tolerating
-                     the taint `node.kubernetes.io/unschedulable:NoSchedule`
+  NodeUnschedulable  a cordoned node (`spec.unschedulable`) takes only a pod tolerating the
+                     taint `node.kubernetes.io/unschedulable:NoSchedule`
   TaintToleration    every `NoSchedule` and `NoExecute` taint of the node is tolerated
                      (`PreferNoSchedule` is a preference, never a refusal)
-  NodeAffinity       `spec.nodeSelector` (each label equal) and the required node
-                     affinity (any term whose expressions and fields all match)
+  NodeAffinity       `spec.nodeSelector` (each label equal) and the required node affinity
+                     (any term whose expressions and fields all match)
 
 Not here: what needs other objects (resources fit, host ports, volumes, inter-pod affinity, topology
 spread). Anything malformed counts against the pod: a toleration that cannot be read tolerates

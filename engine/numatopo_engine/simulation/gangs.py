@@ -16,15 +16,13 @@ mean 1; the arrival rate makes the offered load `load` x the cluster's GPUs. Job
 in strict FIFO order (a gang scheduler's head-of-line: a big job is not starved by small ones behind
 it); after every arrival and departure the head of the queue is placed while it fits.
 
-Strategies (each on a fresh copy of the cluster, all with the production engine's
-`allocate` for every pod's NUMA-aligned assignment):
+Strategies (each on a fresh copy of the cluster, all with the engine's `allocate` per pod):
   numatopo        `place_group`: the narrowest domain that fits, the least domain
                   fragmentation, ranks along the tree
-  required-only   the first domain of the required level (tree order) whose nodes
-                  hold the group, nodes taken first-fit by name inside it: honours the
-                  constraint, nothing more
-  blind           a topology-blind gang: all or nothing, nodes first-fit by name over
-                  the whole cluster (node names do not follow the network)
+  required-only   the first domain of the required level (tree order) whose nodes hold the
+                  group, nodes first-fit by name inside it: the constraint, nothing more
+  blind           all or nothing, nodes first-fit by name over the whole cluster (node
+                  names do not follow the network)
 
 Group options (`GroupOptions`: a preferred level, a cap of members per domain of a level, slices of
 n consecutive ranks) are declared by numatopo's multi-node jobs only; every strategy is measured on
@@ -60,8 +58,7 @@ from numatopo_engine.request import ContainerRequest, PodRequest, TopologyOption
 from numatopo_engine.simulation.leafspine import ClusterFile
 from numatopo_engine.simulation.metrics import milliseconds
 
-# Cumulative % of GPU jobs with at most this many GPUs (see the module docstring); 128 stands for ">
-# 64".
+# Cumulative % of GPU jobs with at most this many GPUs (module docstring); 128 stands for "> 64".
 HELIOS_GPU_CDF: Mapping[str, tuple[tuple[int, float], ...]] = {
     "venus": (
         (1, 51.8), (2, 57.4), (4, 64.8), (8, 90.0), (12, 90.0), (16, 94.1), (24, 95.0),
