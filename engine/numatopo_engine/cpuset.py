@@ -75,11 +75,8 @@ class CPUSet:
 
     @classmethod
     def parse(cls, cpulist: str) -> CPUSet:
-        """Parse `0-3,8,10-11`; an empty or blank string is the empty set.
-
-        Tolerates what sysfs writes (a trailing newline); rejects anything else with a message
-        naming the bad part.
-        """
+        """Parse `0-3,8,10-11` (blank: the empty set; a trailing newline as sysfs writes it);
+        anything else is refused with a message naming the bad part."""
         text = cpulist.strip()
         if not text:
             return cls()
@@ -114,13 +111,9 @@ class CPUSet:
 
     @classmethod
     def parsed_shared(cls, cpulist: str) -> CPUSet:
-        """`parse`, the set shared with every earlier parse of the same text.
-
-        A set of a few CPUs is a 216-byte hash table: the operator parses one or two in every
-        annotated pod's assignment, and the NUMA nodes' sets in every node's spec, and the texts
-        repeat (the same CPUs on every node of a shape, `0` and `1` as the NUMA nodes of most). A
-        CPUSet is immutable, so one object serves every reader.
-        """
+        """`parse`, the (immutable) set shared with every earlier parse of the same text: a small
+        set is a 216-byte hash table, and the operator's texts repeat (every pod's assignment, every
+        node's NUMA sets, alike across a shape)."""
         found = _PARSED.get(cpulist)
         if found is None:
             found = cls.parse(cpulist)

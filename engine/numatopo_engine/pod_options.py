@@ -125,12 +125,9 @@ def _user_values(raw: Mapping[object, object]) -> dict[str, str]:
 def exclusive_cpu_problem(
     containers: Sequence[ContainerRequest], init_containers: Sequence[ContainerRequest]
 ) -> str | None:
-    """Why the pod cannot have exclusive CPUs, or None when it can.
-
-    Every app container and every restartable (sidecar) init container must request a whole number
-    of CPUs, at least one. A regular init container must request whole CPUs or none: it runs before
-    the app containers, on CPUs booked for them.
-    """
+    """Why the pod cannot have exclusive CPUs, or None: every app and sidecar container must ask a
+    whole number of CPUs, at least one; a regular init container whole CPUs or none (it runs on CPUs
+    booked for the app containers)."""
     for container in [*containers, *[c for c in init_containers if c.restartable]]:
         if container.integer_cpus is None:
             return _cpu_complaint(container, init=container.restartable)
@@ -152,13 +149,10 @@ def options_from_annotations(
     containers: Sequence[ContainerRequest],
     init_containers: Sequence[ContainerRequest] = (),
 ) -> TopologyOptions:
-    """Validate the `numatopo.io/*` annotations of a pod whose containers are given.
-
-    Raises `InvalidRequestError` (field = the annotation key) for unknown annotations, non-string or
-    misspelt values, out-of-range counts and contradictions (`cpu: exclusive` with fractional CPU
-    requests, `smt: full-cores` without exclusive CPUs, `max-numa-nodes` above 1 with
-    `single-numa-node`).
-    """
+    """Validate the `numatopo.io/*` annotations of a pod whose containers are given; raises
+    `InvalidRequestError` (field = the annotation key) for unknown annotations, non-string or
+    misspelt values, out-of-range counts and contradictions (`cpu: exclusive` with fractional CPUs,
+    `smt: full-cores` without exclusive CPUs, `max-numa-nodes` above 1 with `single-numa-node`)."""
     values = _user_values(raw)
     policy = choice(values, keys.POLICY, PolicyName, PolicyName.NONE)
     scope = choice(values, keys.SCOPE, Scope, Scope.POD)

@@ -1,23 +1,16 @@
 """Read a Pod manifest (a plain dict, as the API returns it) into a `PodRequest` (pure).
 
 What is read, per container and init container:
-  cpu            millicores: `requests`, else `limits` (the API server defaults a
-                 missing request to the limit)
+  cpu            millicores: `requests`, else `limits` (the API server defaults a missing
+                 request to the limit)
   memory         bytes, the same way
   hugepages-<s>  bytes per page size `s` ("2Mi", "1Gi"); requests must equal limits
-  GPUs, NICs     counts of the extended resources `ResourceNames` matches; whole
-                 numbers only, requests must equal limits (both as the API server
-                 enforces for extended resources); one GPU and one NIC resource per pod
+  GPUs, NICs     counts of the extended resources `ResourceNames` matches; whole numbers,
+                 requests equal to limits (as the API server enforces for extended
+                 resources); one GPU and one NIC resource per pod
 
-How init containers count (the kubelet's rule, KEP-753 "sidecar containers"): a pod
-needs, per resource, the larger of
-  - the sum over app containers plus the sum over restartable init containers
-    (`restartPolicy: Always`, which keep running beside the app containers), and
-  - for each regular init container: its request plus the restartable init
-    containers started before it.
-The engine sizes pods by it (`allocation`); this module only reads the containers.
-
-Everything the manifest gets wrong raises `InvalidRequestError` with a `field` such as
+The engine sizes pods from these (`allocation`, with the kubelet's KEP-753 rule for init and sidecar
+containers). Everything the manifest gets wrong raises `InvalidRequestError` with a `field` such as
 `containers[train].resources.limits.nvidia.com/gpu`; nothing else escapes.
 """
 
@@ -59,10 +52,8 @@ def wants_topology(pod: object) -> bool:
 def request_from_pod(
     pod: Mapping[str, Any], resources: ResourceNames = DEFAULT_RESOURCES
 ) -> PodRequest:
-    """The validated request of `pod`; raises `InvalidRequestError` naming the bad field.
-
-    A pod without `numatopo.io/policy` is read with policy `none`.
-    """
+    """The validated request of `pod` (policy `none` without `numatopo.io/policy`); raises
+    `InvalidRequestError` naming the bad field."""
     pod_map = _mapping(pod, "pod", required=True)
     kind = pod_map.get("kind", "Pod")
     if kind != "Pod":

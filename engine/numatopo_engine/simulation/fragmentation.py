@@ -78,12 +78,8 @@ def node_state(node: SimNode) -> State:
 
 
 def state_after(state: State, pod: PodRow) -> State:
-    """A node's state once `pod` is placed there, on the GPUs any strategy here would give it.
-
-    A share goes to the tightest GPU that holds it (`SimNode.pick_shared_gpu`); on counts every free
-    whole GPU is alike, so taking the first ones says how the node's fragmentation changes whichever
-    ones the engine then picks.
-    """
+    """A node's state once `pod` is placed there: a share on the tightest GPU that holds it, whole
+    GPUs the first free ones (on counts every free whole GPU is alike)."""
     cpu, memory, gpus = state
     free = list(gpus)
     if pod.fractional:
@@ -96,11 +92,8 @@ def state_after(state: State, pod: PodRow) -> State:
 
 
 class Fragmentation:
-    """Fragmentation of the cluster's nodes against a workload's GPU request types.
-
-    Call `booked(cluster, index)` after every placement so the host counts behind the weights stay
-    current.
-    """
+    """Fragmentation of the cluster's nodes against a workload's GPU request types; `booked` after
+    every placement keeps the weights' host counts current."""
 
     def __init__(self, workload: Sequence[PodRow], cluster: Cluster) -> None:
         popularity = Counter(RequestType.of(p) for p in workload if p.total_gpu_milli > 0)

@@ -206,11 +206,8 @@ def build_workload(
     seed: int,
     arrival: Arrival = Arrival.SHUFFLED,
 ) -> list[PodRow]:
-    """Scale `pods` to `tune` x capacity of GPU requests, then order their arrival.
-
-    `tune <= 0` keeps the pod list as it is. Appended copies are named `<name>-tuned-<n>`, as the
-    FGD simulator names them.
-    """
+    """Scale `pods` to `tune` x capacity of GPU requests (`tune <= 0`: as they are; copies named
+    `<name>-tuned-<n>`, as the FGD simulator names them), then order their arrival."""
     rng = random.Random(seed)
     workload = list(pods)
     if tune > 0 and capacity_gpu_milli > 0:
