@@ -775,6 +775,9 @@ def _nic_pins(
 
 
 def _sized(request: PodRequest, tables: Tables) -> _Sizing:
+    """The pod's needs by the kubelet's rule (KEP-753): per resource, the larger of the sum over app
+    containers and sidecars and, per regular init container, its request plus the sidecars started
+    before it."""
     options = request.options
     sidecars = tuple(c for c in request.init_containers if c.restartable)
     apps = request.containers + sidecars

@@ -9,9 +9,9 @@ What is read, per container and init container:
                  requests equal to limits (as the API server enforces for extended
                  resources); one GPU and one NIC resource per pod
 
-The engine sizes pods from these (`allocation`, with the kubelet's KEP-753 rule for init and sidecar
-containers). Everything the manifest gets wrong raises `InvalidRequestError` with a `field` such as
-`containers[train].resources.limits.nvidia.com/gpu`; nothing else escapes.
+The engine sizes pods from these (`allocation._sized`: the kubelet's KEP-753 rule for init and
+sidecar containers). Everything the manifest gets wrong raises `InvalidRequestError` with a `field`
+such as `containers[train].resources.limits.nvidia.com/gpu`; nothing else escapes.
 """
 
 from __future__ import annotations
