@@ -61,12 +61,11 @@ class Writer(enum.StrEnum):
     NODE_AGENT = "node-agent"  # the node pods' account, on the pod's own node only
 
 
-# The annotations the node side or the operator trusts, one place: the chart's admission policies
-# hold exactly these (tests/chart/test_admission_policies.py checks it). The assignment books CPUs
-# and GPUs; group-placement says which group plan a member belongs to; observed makes the operator
-# re-decide a pod around the GPUs it names. `state` and `reason` are not here: they speak only of
-# their own pod (a user removes `state` to ask for a fresh decision), and nothing decides another
-# pod's fate by them.
+# The annotations the node side or the operator trusts (the chart's admission policies hold exactly
+# these: tests/chart/test_admission_policies.py): the assignment books CPUs and GPUs,
+# group-placement names a member's group plan, observed makes the operator re-decide a pod around
+# its GPUs. Not `state` and `reason`: they speak only of their own pod (a user removes `state` to
+# ask for a fresh decision).
 TRUSTED_WRITERS: dict[str, Writer] = {
     ASSIGNMENT: Writer.OPERATOR,
     GROUP_PLACEMENT: Writer.OPERATOR,
@@ -140,10 +139,9 @@ class ContainerAssignment(WireModel):
     )
 
 
-# The most CPU and memory node ids an assignment may name, over all its containers: 60 containers
-# sharing 4,096 CPUs each. Read before its CPU lists are, as anyone who may write the annotation
-# could list every id of 65,536 again in each of thousands of containers (a minute of the reader's
-# CPU); this many read in ~40 ms.
+# The most CPU and memory node ids an assignment may name over all its containers (60 containers of
+# 4,096 CPUs each, read in ~40 ms), checked before the lists are read: whoever may write the
+# annotation could list all 65,536 ids in each of thousands of containers (a CPU-minute).
 MAX_ASSIGNED_IDS = 1 << 18
 
 

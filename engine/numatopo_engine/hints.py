@@ -85,12 +85,9 @@ class FreeView:
         )
 
     def join_group(self, numa_ids: list[int]) -> None:
-        """Record that memory was placed over `numa_ids`: each of its nodes' group becomes this one,
-        as the memory manager's `updateMachineState` sets `Cells` to the latest mask (a single-node
-        booking on a node of a multi-node group leaves that node single). The containers of the pod
-        being placed come in the kubelet's order, so the latest wins here; `state.join_group` marks
-        a conflict between the pods already booked instead, whose order the kubelet saw and the
-        state does not."""
+        """Record that memory was placed over `numa_ids`: the latest mask wins, as in the memory
+        manager's `updateMachineState` (the pod's containers come in the kubelet's order; for booked
+        pods, whose order is unknown, `state.join_group` marks a conflict instead)."""
         group = sum(1 << n for n in numa_ids)
         for numa_id in numa_ids:
             self.groups[numa_id] = group

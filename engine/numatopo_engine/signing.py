@@ -1,12 +1,10 @@
 """Signed assignments: whoever can write a pod's annotations cannot forge a claim (pure).
 
-Claim order (`state.claim_order`) is read from the assignment itself, and anyone who may edit a pod
-may edit its annotations. So the operator signs every assignment it writes, over the pod it is for
-(uid and namespace/name) and the whole assignment but the signature (node, decision sequence, CPUs,
-GPUs...), with an Ed25519 key only it holds. The node agent and the operator's ledger book an
-assignment only when the signature verifies with a trusted public key: a copy on another pod fails
-(another uid), a hand-written or edited one has no valid signature, and neither books nor wins claim
-order.
+Claim order (`state.claim_order`) is read from the assignment, which anyone who may edit a pod may
+edit. So the operator signs every assignment it writes, over its pod (uid and namespace/name) and
+the whole assignment but the signature, with an Ed25519 key only it holds; the node agent and the
+ledger book one only when it verifies with a trusted public key. A copy on another pod (another uid)
+or a hand-written or edited one neither books nor wins claim order.
 
 The signature is `ed25519:<key id>:<base64url>` in `Assignment.sig`; the key id (the first 16 hex
 digits of the SHA-256 of the raw public key) picks the verifying key, so a verifier can trust the

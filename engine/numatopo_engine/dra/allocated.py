@@ -2,16 +2,13 @@
 
 For the extender's `/bind` of a pod kube-scheduler schedules (no `numatopo.io/dra` gate): its
 DynamicResources plugin writes each claim's `status.allocation` in PreBind, before the extender
-binds, so the devices are chosen by then. `claimed_devices` reads them back through the node's join
-as the GPUs, NICs and CPUs each container holds, and the pod's request with those counts; the
-operator then decides CPUs and memory around exactly those devices, as Follow does for device-plugin
-GPUs a container holds (the engine's pinned GPUs and NICs).
+binds. `claimed_devices` reads those devices back through the node's join as each container's GPUs,
+NICs and CPUs, and the pod's request with those counts; the operator then decides CPUs and memory
+around them, as Follow does (the engine's pinned GPUs and NICs).
 
-A device goes to the container that uses its claim (the first naming it in `resources.claims`; the
-first app container when none does), as `decide_claims` hands them out; a device of the claim
-kube-scheduler made for the pod's extended resources goes to the container its request maps to
-(`extended.extended_claim`). What cannot be read that way raises `NotFollowedError`, and the pod is
-decided from its requests as before.
+Devices go to containers as `decide_claims` hands them out; those of the claim kube-scheduler made
+for extended resources to the container its request maps to (`extended.extended_claim`). What cannot
+be read that way raises `NotFollowedError`, and the pod is decided from its requests.
 """
 
 from __future__ import annotations

@@ -17,8 +17,8 @@ from pydantic.alias_generators import to_camel
 
 API_VERSION = "resource.k8s.io/v1"
 DELETE_PROTECTION = "resource.kubernetes.io/delete-protection"
-"""The finalizer the scheduler puts on a claim before allocating it; kube-controller-
-manager's resourceclaim controller removes it when it deallocates the claim."""
+"""The finalizer the scheduler puts on a claim before allocating it; kube-controller-manager's
+resourceclaim controller removes it when it deallocates the claim."""
 
 # resource.k8s.io/v1 limits (types.go): names are DNS labels/subdomains, at most 32 devices per
 # request and per allocation.

@@ -178,11 +178,8 @@ def build_node_spec(node: NodeRow, layout: Layout) -> NumatopologySpec:
 
 
 class LinkTable:
-    """Direct-link bandwidth between a node's GPUs, and the best any k of them can reach.
-
-    "Aggregate bandwidth" of a GPU set is the sum of its pairs' direct-link GB/s; a set is
-    best-bandwidth when no other k-subset of the node's GPUs beats it.
-    """
+    """Direct-link bandwidth between a node's GPUs, and the best aggregate (sum over pairs of
+    direct-link GB/s) any k of them reach."""
 
     def __init__(self, spec: NumatopologySpec) -> None:
         self.gpu_count = len(spec.gpus)

@@ -9,16 +9,13 @@ node as one with that many devices, each on its GPU's NUMA node and without NVLi
 off), under the model name `<model>/mig-<profile>`.
 
 The mapping of the trace's pods:
-  * a fractional pod (one GPU, a share below 1000 milli) whose share fits the profile's
-    compute share (`slices / 7`: 1g = 142 milli, 2g = 285, 3g = 428, 4g = 571, 7g = 1000)
-    asks for one MIG device of the pool (`nvidia.com/mig-<profile>: 1`): a whole device,
-    on pool nodes only;
-  * every other GPU pod (whole GPUs, larger shares) stays off the pool: a GPU in MIG
-    mode is never handed out whole nor shared;
-  * CPU-only pods go anywhere, as before.
+  * a fractional pod (one GPU, a share below 1000 milli) whose share fits the profile's compute
+    share (`slices / 7`: 1g = 142 milli, 2g = 285, 3g = 428, 4g = 571, 7g = 1000) asks for one
+    MIG device (`nvidia.com/mig-<profile>: 1`), on pool nodes only;
+  * every other GPU pod stays off the pool: a GPU in MIG mode is never handed out whole nor shared;
+  * CPU-only pods go anywhere.
 
-So on pool nodes a "GPU" of the replay's counters is one MIG device: GPU counts and allocation rates
-of a run with a pool count MIG devices there, not GPUs.
+So on pool nodes a "GPU" of the replay's counters (GPU counts, allocation rates) is a MIG device.
 """
 
 from __future__ import annotations
