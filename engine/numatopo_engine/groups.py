@@ -57,11 +57,8 @@ class GroupSpec:
 
 
 def group_of(metadata: Mapping[str, Any]) -> GroupSpec | None:
-    """The group a pod belongs to, or None when it names none.
-
-    Raises `InvalidRequestError` for a bad value, for group settings without a group name, for a
-    group without a size, and for both required and preferred levels.
-    """
+    """The group a pod belongs to, or None; raises `InvalidRequestError` for a bad value, group
+    settings without a group name, a group without a size, or both required and preferred levels."""
     annotations = _strings(metadata, "annotations")
     labels = _strings(metadata, "labels")
     name = annotations.get(keys.GROUP)
@@ -112,11 +109,8 @@ def group_of(metadata: Mapping[str, Any]) -> GroupSpec | None:
 
 
 def rank_of(metadata: Mapping[str, Any]) -> int | None:
-    """The member's rank (see the module docstring), or None when nothing gives one.
-
-    A rank annotation or label that is present but not a whole number raises `InvalidRequestError`:
-    guessing would put the member out of order silently.
-    """
+    """The member's rank, or None when nothing gives one; one present but not a whole number raises
+    `InvalidRequestError` (a guess would put the member out of order silently)."""
     annotations = _strings(metadata, "annotations")
     labels = _strings(metadata, "labels")
     for source, key in (

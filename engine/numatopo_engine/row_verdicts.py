@@ -1,12 +1,10 @@
 """Verdicts kept per node row: a long-lived engine decides each distinct row once per plan.
 
-A row (`hints.row_of`) is all that `decision.decide_rows` reads of a node, and every answer of a row
-depends on that row, the plan (hardware shape, request, options) and the workload mix alone. A
-scheduling cycle over 500 candidates of a fleet mostly sees rows it has seen: the next replica of a
-job, on nodes that did not change since the last cycle, or nodes of one shape in the same state
-(empty ones). `RowVerdicts` keeps, per row content, the score, the refusal's summary (and what words
-its detail when read) and the rank's row terms; what depends on the nodes judged together (the
-rank's `Hosts` weights) is applied per call (`decision.node_ranks`), never kept.
+A row (`hints.row_of`) is all that `decision.decide_rows` reads of a node, and its answers depend on
+the row, the plan and the workload mix alone; a cycle over 500 candidates mostly sees rows it has
+seen (unchanged nodes, nodes of one shape in the same state). `RowVerdicts` keeps, per row content,
+the score, the refusal's summary (and what words its detail) and the rank's row terms; the `Hosts`
+weights, which depend on the nodes judged together, are applied per call (`decision.node_ranks`).
 """
 
 from __future__ import annotations
@@ -99,8 +97,8 @@ class RowVerdicts:
         codes = np.full(len(rows), ADMITTED, dtype=np.int64)
         for index in np.flatnonzero(decided.score < 0).tolist():
             why = decided.kind[index]
-            # One summary per kind of refusal (per first resource short), as before: the words
-            # kube-scheduler counts nodes by.
+            # One summary per kind of refusal (per first resource short): kube-scheduler counts
+            # nodes by these words.
             key: object = int(decided.short[index]) if why is Kind.SHORT else why
             code = self._summary_of.get(key)
             if code is None:

@@ -2,10 +2,9 @@
 has not booked (`available`); the amounts, and what the ledger does not see and so does not
 subtract: docs/DESIGN.md, "Exports". Devices without a NUMA node belong to no zone.
 
-Devices a DRA driver publishes are counted under the names the caller gives them (`DeviceNames`: the
-extended resources DeviceClasses serve them as, else `<driver>/<pool>`) instead of the spec's
-resource: no device plugin advertises them, so the spec's name would promise a device-plugin pod
-devices the kubelet cannot give it.
+DRA devices are counted under the names the caller gives them (`DeviceNames`: the extended resources
+DeviceClasses serve them as, else `<driver>/<pool>`): under the spec's resource they would promise a
+device-plugin pod devices the kubelet cannot give it.
 """
 
 from __future__ import annotations

@@ -1,10 +1,9 @@
 """Realistic fleets: many nodes of a few hardware shapes, each node with its own names.
 
-On a real cluster every node has its own name and its exporter publishes the GPU UUIDs NVML reports
-(`GPU-xxxxxxxx-xxxx-xxxx-xxxx-xxxxxxxxxxxx`), MIG device UUIDs and PCI bus ids; a few hardware
-shapes are shared by hundreds of nodes. Benchmarks, `numatopo simulate` and tests build their nodes
-here, so that none of them measures or checks a fleet whose nodes share names (which hides anything
-keyed by a node's identity).
+On a real cluster every node publishes its own name, GPU and MIG UUIDs (as NVML reports them) and
+PCI bus ids, while a few hardware shapes are shared by hundreds of nodes. Benchmarks, `numatopo
+simulate` and tests build their nodes here, so none measures a fleet whose nodes share names (which
+hides anything keyed by a node's identity).
 
 Names are deterministic from (seed, node name). Bus ids keep the shape's PCI addresses where it
 lists them (nodes of one model share a board layout) and otherwise count up from bus 0x07 in GPU

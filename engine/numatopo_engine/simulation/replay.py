@@ -34,9 +34,8 @@ class SimulationResult:
 
 
 def book_placement(cluster: Cluster, pod: PodRow, placed: Placement) -> None:
-    """Book `placed` on its node: the cluster's counts, and the devices the engine hands out there
-    (a whole GPU that starts being shared is no longer whole). A strategy's own state follows
-    through its `booked`."""
+    """Book `placed` on its node: the cluster's counts and the engine's devices (a strategy's own
+    state follows through its `booked`)."""
     node = cluster.nodes[placed.node]
     if node.state is not None:
         if placed.assignment is not None:
@@ -66,11 +65,9 @@ def simulate(
     clock: Callable[[], float] | None = None,
     progress: Progress | None = None,
 ) -> SimulationResult:
-    """Replay `workload` (already in arrival order) on `nodes` under each strategy.
-
-    Node hardware comes from `specs` (by node name) or else from `topology_map`. `progress(done,
-    total)` is called every few hundred pods, counted over all strategies.
-    """
+    """Replay `workload` (in arrival order) on `nodes` under each strategy, hardware from `specs`
+    (by node name) or `topology_map`; `progress(done, total)` every few hundred pods, all strategies
+    counted."""
     result = SimulationResult(
         nodes=len(nodes),
         gpus=sum(n.gpus for n in nodes),
