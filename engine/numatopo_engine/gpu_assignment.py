@@ -22,8 +22,7 @@ from itertools import combinations
 from numatopo_engine.annotations import GpuLinksMode
 from numatopo_engine.topology_tables import Tables
 
-# Exhaustive up to 16 candidates: the largest single-node GPU systems (DGX-2, HGX-2) have 16, and
-# C(16, 8) combinations are still cheap enough once memoised.
+# The largest single-node GPU systems (DGX-2, HGX-2) have 16; C(16, 8) sets are cheap once memoised.
 EXACT_LIMIT = 16
 
 
@@ -47,9 +46,8 @@ def choose_gpus(
     mode: GpuLinksMode,
     memo: GpuMemo | None = None,
 ) -> tuple[int, ...] | None:
-    """The best `count` GPUs among `candidates`, or None when no set qualifies; `memo`, when given,
-    is the caller's (the choice depends on the hardware shape and arguments only, so one memo serves
-    every shape)."""
+    """The best `count` GPUs among `candidates`, or None when no set qualifies; `memo`: the caller's
+    (keyed by shape and arguments, so one serves every shape)."""
     if memo is None:
         return _search(tables, sorted(candidates), count, mode)
     key = (tables.key, candidates, count, mode.value)

@@ -1,12 +1,11 @@
 """`allocate_around`: a pod that already holds devices is placed around them, under its own policy
 when that can hold, else `best-effort` (pure).
 
-A running container's GPUs (and RDMA NICs) are where the kubelet put them: a new decision cannot
-move them, only the CPUs, memory and NICs around them. When the pod's policy cannot hold with those
-devices (`single-numa-node` with its GPUs on two NUMA nodes), refusing would leave the pod running
-with nothing aligned at all; placing it `best-effort` around them aligns what still can be, and the
-reason it could not hold is handed back so the caller can say so. A pod without pins, or whose
-policy is already `best-effort` or `none`, gets exactly what `allocation.allocate` gives.
+A running container's GPUs (and RDMA NICs) are where the kubelet put them: a new decision can only
+place the CPUs, memory and NICs around them. When the pod's policy cannot hold with those devices
+(`single-numa-node` with GPUs on two NUMA nodes), refusing would leave it running with nothing
+aligned, so it is placed `best-effort` and the reason handed back. A pod without pins, or already
+`best-effort` or `none`, gets exactly what `allocation.allocate` gives.
 """
 
 from __future__ import annotations

@@ -47,12 +47,8 @@ class TopologyOptions:
 
 @dataclass(frozen=True, slots=True)
 class PodRequest:
-    """A pod's app containers, init containers and options.
-
-    Init containers run one at a time before the app containers; like the kubelet, the engine sizes
-    the pod as max(largest init container, sum of app containers) per resource, and lets init
-    containers reuse what the app containers get.
-    """
+    """A pod's app containers, init containers (sized and reused as `allocation._sized` says) and
+    options."""
 
     namespace: str
     name: str

@@ -15,10 +15,10 @@ def extended_claim_status(pod: Mapping[str, Any]) -> Mapping[str, Any]:
 
 
 def devices_from_claims(pod: Mapping[str, Any], is_device: Callable[[str], bool]) -> bool:
-    """Whether the pod's GPUs and NICs come from its ResourceClaims alone: it references claims (or
-    DRA serves its extended resources) and no container asks a device-plugin resource (`is_device`).
-    Such a pod holds exactly its claims' allocated devices (mode Allocated), so what the kubelet's
-    device plugins gave (nothing) is not compared with its assignment."""
+    """Whether the pod's GPUs and NICs come from its ResourceClaims alone (it references claims, or
+    DRA serves its extended resources, and asks no device-plugin resource): then it holds exactly
+    its claims' devices, and what device plugins gave (nothing) is not compared with its assignment.
+    """
     spec = pod.get("spec") or {}
     if not spec.get("resourceClaims") and not extended_claim_status(pod):
         return False

@@ -80,9 +80,8 @@ class VolcanoNumatopology(ForeignObject):
 
 
 def _cpu_detail(spec: NumatopologySpec) -> dict[str, CpuInfo]:
-    """Every online CPU's NUMA node, socket and core. A spec without per-CPU rows (a reader that
-    sees NUMA nodes only) gives each CPU a core of its own on a socket numbered as its NUMA node:
-    numaaware then counts no SMT siblings."""
+    """Every online CPU's NUMA node, socket and core; without per-CPU rows, a core of its own on a
+    socket numbered as its NUMA node (numaaware then counts no SMT siblings)."""
     online = spec.online_cpus()
     rows = {cpu.id: cpu for cpu in spec.cpus if cpu.online and cpu.id in online}
     detail: dict[str, CpuInfo] = {}
