@@ -1,11 +1,10 @@
 """The `resource.k8s.io/v1` objects numatopo reads and writes: only the fields it uses.
 
-Read objects keep what is not modelled (`extra="allow"`) so `unsupported` can name it: a request,
-device or slice that carries a field these models do not know may mean something numatopo cannot
-honour (taints, counters, admin access, prioritized lists), so whatever carries one is left to the
-scheduler. Written parts (`AllocationResult`, `ResourceClaimConsumerReference`) forbid unknown
-fields. Field names are the Go API's JSON names (kubernetes
-staging/src/k8s.io/api/resource/v1/types.go).
+Read objects keep what is not modelled (`extra="allow"`) so `unsupported` can name it: an unknown
+field may mean something numatopo cannot honour (taints, counters, admin access, prioritized lists),
+so whatever carries one is left to the scheduler. Written parts (`AllocationResult`,
+`ResourceClaimConsumerReference`) forbid unknown fields. Field names are the Go API's JSON names
+(kubernetes staging/src/k8s.io/api/resource/v1/types.go).
 """
 
 from __future__ import annotations
