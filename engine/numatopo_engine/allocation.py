@@ -654,8 +654,7 @@ def _decide(
 
 def _unit_total(request: PodRequest) -> bool:
     """Scope `pod`: whether the pod's total (reuse counted) must fit the memory manager at once:
-    with init containers a merged hint holds it, but `none` merges none (each container's own hint).
-    """
+    with init containers a merged hint holds it, but `none` merges none (each container's own)."""
     return bool(request.init_containers) and request.options.policy is not PolicyName.NONE
 
 

@@ -106,8 +106,8 @@ class DomainTree:
         return path
 
     def spanned(self, level: str, nodes: Iterable[str]) -> int | None:
-        """How many domains of `level` hold `nodes` (a node without that level's label counts as one
-        of its own; the hostname level counts nodes); None for a label that is no level here."""
+        """How many domains of `level` hold `nodes` (a node without its label counts as one); None
+        for a label that is no level here."""
         if level not in self.depth:
             return len(set(nodes)) if level == NODE_LEVEL else None
         index = self.depth[level]
@@ -117,7 +117,7 @@ class DomainTree:
         })  # fmt: skip
 
     def hops(self, a: str, b: str) -> int:
-        """See the module docstring."""
+        """Hops between two nodes (docs/DESIGN.md, "The domain tree")."""
         if a == b:
             return 0
         common = 0
@@ -143,9 +143,8 @@ class NodeCandidate:
 
 @dataclass(frozen=True)
 class Anchor:
-    """One domain a group must stay inside: `level` a level of the tree, or `NODE_LEVEL` for one
-    node; `path` its label values widest first (`DomainTree.node_path` for one node). The path, not
-    the value alone: leaves under two spines may share a value."""
+    """One domain a group must stay inside: `level` (or `NODE_LEVEL`) and its full `path` (leaves
+    under two spines may share a value; `DomainTree.node_path` for one node)."""
 
     level: str
     path: Path
@@ -235,14 +234,9 @@ def place_group(
     mix: WorkloadMix | None = None,
     engine: Engine | None = None,
 ) -> GroupPlacement:
-    """Place every member inside one domain, or raise UnsatisfiableError (nothing placed).
-
-    The rules (levels tried, domain choice, counting, strategies, rank order) are docs/DESIGN.md's
-    "Placement". `anchor` keeps the group inside that one domain, named by its full path (recovery:
-    a lost member goes back where its group runs). Members may be fewer than `spec.size` (re-placing
-    lost members). Members' assignments are `allocate`d on copies of their nodes' states: `nodes`
-    are not changed.
-    """
+    """Place every member inside one domain (docs/DESIGN.md, "Placement"), on copies of the nodes'
+    states, or raise UnsatisfiableError. `anchor` keeps the group inside that domain (a lost member
+    goes back where its group runs; members may then be fewer than `spec.size`)."""
     if not members:
         raise ValueError("place_group: no members")
     if len({m.key for m in members}) != len(members):
@@ -386,8 +380,8 @@ class _Placer:
         return list(range(narrowest, top - 1, -1)), anywhere
 
     def _count(self) -> None:
-        """Which nodes hold a member (`score_many`), and at most how many (`bound`, from free
-        counts); exact counts come later, per domain looked at (`_copies`)."""
+        """Which nodes hold a member (`score_many`), and at most how many from free counts (exact
+        counts: `_copies`, per domain looked at)."""
         engine, request = self.engine, self.largest
         names = list(self.nodes)
         shapes = group_by_shape((self.nodes[n].topology, self.nodes[n].state) for n in names)
@@ -441,11 +435,9 @@ class _Placer:
         return most
 
     def _at_level(self, index: int, strategy: _Mode) -> GroupPlacement | None:
-        """The best domain of level `index` that holds the group, placed; None if none.
-
-        Domains are ranked by fragmentation growth first, which needs no node counts; nodes are
-        counted exactly only in the domains of the best growth still left, so one fitting domain is
-        usually all that is counted."""
+        """The best domain of level `index` that holds the group, placed; None if none. Ranked by
+        fragmentation growth first (no node counts needed), so exact counts are usually taken in one
+        fitting domain only."""
         totals = self._gpu_totals()
         ranked: list[tuple[float, int, Path, list[str]]] = []
         short: list[tuple[int, Path, list[str]]] = []  # upper bound already short
@@ -458,8 +450,7 @@ class _Placer:
         ranked.sort(key=lambda r: r[:2])
         best = (0, "")
         if self.prefer is not None and index < self.prefer and len(ranked) > 1:
-            # Wider than the preferred level: as few of its domains as any domain here allows first,
-            # then the usual ranking.
+            # Wider than the preferred level: fewest of its domains first, then the usual ranking.
             steered = []
             for growth, order, path, inside in ranked:
                 chosen = self._select(index, path, inside, strategy)
@@ -507,15 +498,13 @@ class _Placer:
         return self._realise(_Choice(None, ANYWHERE, chosen))
 
     def _anywhere(self, every: bool = False) -> list[str]:
-        """Every candidate node (holding a member, unless `every`), tree order, then the unlabelled
-        ones by name."""
+        """Every candidate node (holding a member, unless `every`), tree order, unlabelled last."""
         keep = self.nodes if every else self.bound
         unlabelled = sorted(n for n in keep if n not in self.tree.paths)
         return [n for n in self.tree.order if n in keep] + unlabelled
 
     def _domains(self, index: int, every: bool = False) -> list[tuple[Path, list[str]]]:
-        """The domains of level `index` inside the anchor, with their candidate nodes (those holding
-        a member, unless `every`), in tree order."""
+        """The domains of level `index` inside the anchor with their candidate nodes, tree order."""
         tree, anchor = self.tree, self.anchor
         keep = self.nodes if every else self.bound
         if index == self.node_index:
@@ -571,8 +560,8 @@ class _Placer:
                 return self._pick(index, path, units)[1] or None
             return _even(list(units), units, need)
         assert mode is _Mode.BALANCED
-        # Consolidated's counts of sub-domains and nodes, with the lowest cap per node that keeps
-        # them, then members as even as the caps allow.
+        # Consolidated's counts, with the lowest cap per node that keeps them, then members as even
+        # as the caps allow.
         cost, picked = self._pick(index, path, copies)
         if not picked:
             return None
@@ -594,8 +583,7 @@ class _Placer:
     def _pick(
         self, index: int | None, path: Path, units: Mapping[str, int]
     ) -> tuple[Cost, list[tuple[str, int]]]:
-        """`fewest_domains.fewest` inside domain `path` (one node at the node level), nodes in tree
-        order; ((), []) when the units do not reach the need."""
+        """`fewest_domains.fewest` inside domain `path`; ((), []) when the units fall short."""
         need = self.need
         if index is not None and index == self.node_index:
             node = path[-1]
@@ -614,8 +602,7 @@ class _Placer:
         return cost, picked
 
     def _part_growth(self, part: str | Path, members: int) -> float:
-        """What taking `members` from one node or one domain adds to its fragmentation sum (the
-        module docstring's (2aF - a²)/G)."""
+        """The module docstring's (2aF - a²)/G for `members` taken from a node or domain."""
         if isinstance(part, str):
             candidate = self.nodes[part]
             free, size = candidate.state.free_gpu_count(), len(candidate.topology.gpus)
@@ -646,9 +633,8 @@ class _Placer:
     def _growth(
         self, index: int, path: Path, totals: Mapping[tuple[int, Path], tuple[int, int]]
     ) -> float:
-        """How much the group taken from `path` grows the fragmentation of its level and every wider
-        one (the module docstring's (2aF - a²)/G, summed; one node's own term first at the node
-        level)."""
+        """`_part_growth` summed over `path`'s level and every wider one (one node's own term first
+        at the node level)."""
         taken = self.need * _gpus_of(self.largest)
         terms: list[tuple[int, int]] = []
         depth = index + 1
@@ -737,8 +723,8 @@ def first_fit(
     members: Sequence[Member],
     engine: Engine,
 ) -> dict[str, Assignment] | None:
-    """A topology-blind gang: members in rank order, each on the first node (in `order`) whose
-    engine `allocate` takes it; all or nothing (states are copied, not changed)."""
+    """A topology-blind gang, all or nothing: each member (rank order) on the first node in `order`
+    that `allocate` takes it on (states copied)."""
     states: dict[str, NodeState] = {}
     found: dict[str, Assignment] = {}
     names = list(order)
@@ -768,8 +754,7 @@ def first_fit(
 
 
 def _even(nodes: Sequence[str], caps: Mapping[str, int], need: int) -> list[tuple[str, int]]:
-    """`need` members over `nodes` (each at most its cap) as evenly as the caps allow, in the order
-    of `nodes`; nodes left with none are dropped."""
+    """`need` members over `nodes` as evenly as their caps allow; nodes left with none dropped."""
     given: dict[str, int] = {}
     left = need
     for count, node in enumerate(sorted(nodes, key=lambda n: caps[n])):
@@ -780,8 +765,8 @@ def _even(nodes: Sequence[str], caps: Mapping[str, int], need: int) -> list[tupl
 
 
 def _amounts(request: PodRequest) -> tuple[int, int, int]:
-    """GPUs, exclusive CPUs and memory bytes the app containers ask for: no more than the pod takes,
-    so free amounts divided by them bound how many copies fit."""
+    """GPUs, exclusive CPUs and memory bytes the app containers ask (no more than the pod takes, so
+    they bound how many copies fit)."""
     gpus = _gpus_of(request)
     whole = [c.integer_cpus for c in request.containers]
     exclusive = request.options.cpu is CpuMode.EXCLUSIVE and all(w is not None for w in whole)

@@ -48,21 +48,16 @@ def fewest(
     most_per: tuple[int, int] | None = None,
     slices: tuple[int, int] | None = None,
 ) -> tuple[Cost, list[tuple[str, int]]] | None:
-    """The least-cost choice of `need` members inside domain `root` (see the module docstring): its
-    cost vector and (node, members) in tree order; None when the units of the domain's nodes add up
-    to less than `need`.
+    """The least-cost choice of `need` members inside domain `root`: its cost vector and (node,
+    members) in tree order; None when the nodes' units fall short.
 
-    `units`: node -> members it can take (nodes not listed take none); `loose`: extra nodes directly
-    under `root` (nodes without labels, for the root `()`); `tie`: per node (wholly free nodes
-    broken, minus its rank), the last tie-breaks; `growth`: what taking an amount of members from a
-    node or a domain (by path) adds to fragmentation. `first`: a level index (`len(tree.levels)`:
-    the nodes) whose count is compared before every other (a preferred level: as few of its domains
-    as possible). `most_per`: (level index, n), at most n members in any one domain of that level
-    (the node level included). `slices`: (level index, n), below a `root` wider than that level
-    every domain of it (every node, for the node level) takes a multiple of n members and nodes
-    outside its domains take none, so that members numbered in tree order fall in whole slices of n
-    per domain.
-    """
+    `units`: node -> members it can take; `loose`: extra nodes directly under `root` (unlabelled
+    ones, for the root `()`); `tie`: per node (wholly free nodes broken, -rank), the last
+    tie-breaks; `growth`: the fragmentation an amount taken from a node or domain (by path) adds.
+    `first`: a level index (`len(tree.levels)`: nodes) whose count is compared before all others.
+    `most_per`: (level index, n), at most n members per domain of that level. `slices`: (level
+    index, n), every domain of that level below `root` takes a multiple of n and nodes outside its
+    domains none, so members numbered in tree order fall in whole slices per domain."""
     if need <= 0:
         return None
     search = _Knapsack(tree, root, units, need, loose, tie, growth, first, most_per, slices)

@@ -113,9 +113,8 @@ def _free_text(s: Shortfall) -> list[str]:
 
 
 class Refusal:
-    """One node's "does not fit": the `summary` at once, the detailed `reason` and the structured
-    `shortfall` when read (a bulk decision refuses thousands of nodes whose details nobody reads).
-    """
+    """One node's "does not fit": the `summary` at once, the `reason` and `shortfall` only when read
+    (a bulk decision refuses thousands of nodes whose details nobody reads)."""
 
     __slots__ = ("_make", "_reason", "_shortfall", "summary")
 

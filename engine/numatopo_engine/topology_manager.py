@@ -22,13 +22,9 @@ from collections.abc import Callable, Iterable
 def best_non_preferred(
     produced: Iterable[int], target: int, key: Callable[[int], tuple[float, ...]]
 ) -> int | None:
-    """The winner among non-preferred merged masks (`HintMerger.compare`).
-
-    The kubelet walks the permutations keeping a current best; the walk always ends at the same
-    mask, which this computes directly: a mask exactly `target` wide (the widest of the providers'
-    narrowest hints) if there is one; else the widest below it; else the narrowest above it; ties by
-    `key`. Empty masks never win.
-    """
+    """The winner among non-preferred merged masks (`HintMerger.compare`), where the kubelet's walk
+    always ends: a mask exactly `target` wide (the widest of the providers' narrowest hints), else
+    the widest below it, else the narrowest above; ties by `key`; empty masks never win."""
     masks = [m for m in produced if m]
     if not masks:
         return None

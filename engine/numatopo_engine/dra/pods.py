@@ -17,8 +17,7 @@ def extended_claim_status(pod: Mapping[str, Any]) -> Mapping[str, Any]:
 def devices_from_claims(pod: Mapping[str, Any], is_device: Callable[[str], bool]) -> bool:
     """Whether the pod's GPUs and NICs come from its ResourceClaims alone (it references claims, or
     DRA serves its extended resources, and asks no device-plugin resource): then it holds exactly
-    its claims' devices, and what device plugins gave (nothing) is not compared with its assignment.
-    """
+    its claims' devices, and what device plugins gave (nothing) is not compared with it."""
     spec = pod.get("spec") or {}
     if not spec.get("resourceClaims") and not extended_claim_status(pod):
         return False
