@@ -1,17 +1,13 @@
 """Choosing which GPUs inside the chosen NUMA mask: maximise direct-link bandwidth.
 
 The score of a GPU set is the sum of `gpuLinks[].bandwidthGBps` over its pairs (the link count when
-no bandwidth is known); NVSwitch systems list every pair, so every set of a size scores the same
-there and the lowest indices win. Ties between sets of equal bandwidth go to the set with the least
-bandwidth to the free GPUs left behind (the "cut"): taking the GPUs least tied to the rest keeps the
-best-linked remaining GPUs together for the next job. Then the lowest indices.
+no bandwidth is known); on NVSwitch systems, which list every pair, the lowest indices win. Ties go
+to the set with the least bandwidth to the free GPUs left behind (the "cut"), keeping the
+best-linked remaining GPUs together for the next job; then the lowest indices. `gpu-links: required`
+only accepts sets whose every pair has a direct link; `ignore` takes the lowest free indices.
 
-`gpu-links: required` only accepts sets whose every pair has a direct link; `ignore` takes the
-lowest free indices.
-
-The search is exact over combinations for up to `EXACT_LIMIT` candidates (C(16, 8) = 12870 sets) and
-greedy above; results are memoised per hardware shape (`Tables.key`) by candidate set, since a
-cluster of identical nodes sees the same few free sets over and over.
+The search is exact up to `EXACT_LIMIT` candidates and greedy above; results are memoised per
+hardware shape (`Tables.key`) by candidate set, as identical nodes see the same few free sets.
 """
 
 from __future__ import annotations

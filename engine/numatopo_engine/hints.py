@@ -1,9 +1,8 @@
 """What a request needs and what a node has free, in the shapes the decision reads.
 
 `Need` is one placement unit's request in engine units; `FreeView` is what is free on a node as
-plain sets (a working copy the fill step takes from); a node's *row* is the same as integers per
-NUMA node (`row_of`), laid out by `RowLayout` so that the rows of many nodes of one hardware shape
-stack into one matrix for the vectorised decision.
+plain sets (the fill step's working copy); a node's *row* is the same as integers (`row_of`), laid
+out by `RowLayout` so the rows of a shape's nodes stack into one matrix for the vectorised decision.
 
 Memory groups are the kubelet memory manager's bookkeeping (`machineState[n].Cells`): a NUMA node
 holding memory of a container that spans NUMA nodes `G` is in group `G`; one holding single-node

@@ -5,9 +5,9 @@ such a resource in a container, on a node where no device plugin advertises it, 
 class: kube-scheduler allocates them and creates a ResourceClaim for the pod, named in the pod's
 `status.extendedResourceClaimStatus`.
 
-Several classes naming one resource: the scheduler serves it from the class created last (of classes
-created in the same second, the name sorted first), and so does this module. One device several
-classes select is a device of each of their resources.
+Of several classes naming one resource, the scheduler (and this module) serves it from the class
+created last (in the same second: the name sorted first). A device several classes select is a
+device of each of their resources.
 """
 
 from __future__ import annotations
