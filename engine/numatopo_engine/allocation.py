@@ -94,8 +94,7 @@ class Engine:
         self.gpu_memo: GpuMemo = {}
         self.free_columns: dict[str, FreeColumns] = {}
         self.verdicts: dict[tuple[object, ...], RowVerdicts] = {}
-        # The last request sized, per threads per core: one cycle's shape groups share the request
-        # object (held strongly, so never mistaken for another's).
+        # The last request (held strongly: never mistaken for another) sized per threads per core.
         self.sized: tuple[PodRequest | None, dict[int, _Sizing | NumatopoError]] = (None, {})
         self.max_rows = rows
         self._rows_kept = 0
@@ -1350,8 +1349,7 @@ def _fill(
         entry.nics = sorted(nics)
         free.nics.difference_update(nics)
     if need.cpu_mode is CpuMode.EXCLUSIVE and need.cpus:
-        # Within a mask wider than the GPUs' NUMA nodes (best-effort, or memory spread by the memory
-        # manager), the CPUs next to the container's GPUs come first.
+        # Within a mask wider than the GPUs' NUMA nodes, the CPUs next to the GPUs come first.
         near = sorted({n for g in entry.gpus if (n := tables.gpu_numa.get(g)) is not None}
                       & set(numa_ids))  # fmt: skip
         cpus = None

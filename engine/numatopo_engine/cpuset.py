@@ -82,8 +82,7 @@ class CPUSet:
             return cls()
         shown = _shown(cpulist)
         ids: set[int] = set()
-        # A list can come from whoever writes an annotation: its work is bounded by the ids it
-        # names, at most every id once (the kernel never repeats one).
+        # Whoever writes an annotation writes a list: its work is bounded by the ids, each once.
         listed = 0
         for chunk in text.split(","):
             part = chunk.strip()
@@ -185,8 +184,7 @@ class CPUSet:
     def isdisjoint(self, other: CPUSet) -> bool:
         return self._ids.isdisjoint(other._ids)
 
-    # pydantic integration: a CPUSet field accepts a cpulist string (or a CPUSet or a list of ints
-    # from Python) and always serialises as the cpulist string.
+    # A pydantic CPUSet field takes a cpulist (or a CPUSet or ints) and serialises as a cpulist.
     @classmethod
     def __get_pydantic_core_schema__(
         cls, source: type[Any], handler: GetCoreSchemaHandler

@@ -83,8 +83,7 @@ def _resolve(node: Any, defs: dict[str, Any]) -> Any:
             out[key] = value
     if out.get("type") == "number" and isinstance(out.get("default"), int):
         out["default"] = float(out["default"])
-    # Kubernetes applies defaults server-side; we let the model own defaults instead, so stored
-    # objects look exactly like what the exporter wrote.
+    # The model owns defaults (not the API server), so stored objects are what the exporter wrote.
     out.pop("default", None)
     return out
 

@@ -476,8 +476,7 @@ def _device_hint_inputs(
         for i, key_numa in _matching_keys(keys, resource):
             if key_numa is not None:
                 by_numa.setdefault(key_numa, []).append(column(i))
-        # A request naming no resource counts every resource name of the kind: one column per name,
-        # summed per NUMA node.
+        # A request naming no resource counts every name of the kind, one column each, summed.
         depth = max(len(c) for c in by_numa.values())
         columns = np.array(
             [by_numa.get(n, []) + [layout.zero] * (depth - len(by_numa.get(n, []))) for n in ids],

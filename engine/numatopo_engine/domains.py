@@ -44,8 +44,7 @@ class DomainTree:
         self.levels = tuple(levels)
         self.paths = dict(paths)
         self.depth = {label: index for index, label in enumerate(self.levels)}
-        # Without a hostname level each node is its own domain one level below the narrowest
-        # (DESIGN: the hostname level is optional, the node level is not).
+        # Without a hostname level each node is its own domain one level below the narrowest.
         self.implicit_nodes = not self.levels or self.levels[-1] != HOSTNAME_LABEL
         self.order = sorted(self.paths, key=lambda n: (self.paths[n], n))
         self.position = {node: index for index, node in enumerate(self.order)}
@@ -560,8 +559,7 @@ class _Placer:
                 return self._pick(index, path, units)[1] or None
             return _even(list(units), units, need)
         assert mode is _Mode.BALANCED
-        # Consolidated's counts, with the lowest cap per node that keeps them, then members as even
-        # as the caps allow.
+        # Consolidated's counts with the lowest cap per node keeping them, then members evened out.
         cost, picked = self._pick(index, path, copies)
         if not picked:
             return None

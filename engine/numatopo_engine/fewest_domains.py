@@ -115,8 +115,7 @@ class _Knapsack:
 
     def node_table(self, node: str, most: int, depth: int) -> list[_Entry | None]:
         width, first = self.width, self.first
-        # A node of no domain of the first level (its labels stop above it) counts as one such
-        # domain of its own.
+        # A node of no domain of the first level (labels stop above it) is one such domain itself.
         alone = first is not None and (first == width or depth <= first)
         cap = self.limit if self.limit_level == width else most
         held = min(self.units.get(node, 0), most, cap)

@@ -23,8 +23,7 @@ class ContainerRequest:
     gpu_resource: str | None = None
     nics: int = 0
     nic_resource: str | None = None
-    # An init container with `restartPolicy: Always` (a "sidecar", KEP-753): it keeps running beside
-    # the app containers, so it counts towards the app containers' sum.
+    # `restartPolicy: Always` (a sidecar, KEP-753): runs beside app containers, counts with them.
     restartable: bool = False
 
     @property

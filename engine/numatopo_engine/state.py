@@ -100,8 +100,7 @@ class NodeState:
         self._memory_booked = 0
         self._summary: tuple[int, frozenset[int], FreeSignature] | None = None
         self._groups: tuple[int, dict[int, int]] | None = None
-        # The decision's row of this state (`hints.row_of`) and the layout it follows; dropped by
-        # every change.
+        # The decision's row of this state (`hints.row_of`) and its layout; dropped by every change.
         self.row_cache: tuple[object, bytes] | None = None
         # The shape's tables as the caller built them (an engine uses them as its own).
         self.tables = tables

@@ -216,8 +216,7 @@ def build_workload(
         while total > target and workload:
             total -= workload.pop(rng.randrange(len(workload))).total_gpu_milli
         copies = 0
-        # Pods without GPU requests never move the total: they alone cannot end the loop (asked
-        # once: `pods` does not change).
+        # Pods without GPU requests never move the total, so they alone cannot end the loop.
         asks_gpus = any(p.total_gpu_milli for p in pods)
         while asks_gpus:
             source = pods[rng.randrange(len(pods))]
