@@ -1,22 +1,16 @@
 """Packing: the expected GPU fragmentation of a node under a workload mix (FGD-style,
 topology-aware), and the node rank that chooses between nodes (docs/DESIGN.md, "The allocation
-engine", step 4).
+engine", step 4; docs/packing.md, "The rank", for the measurements behind the weights).
 
-After Weng et al., "Beware of Fragmentation" (USENIX ATC '23): a node's fragmentation is the free
-GPU capacity a pod drawn from the workload could not use. Per request shape of the mix (`Shape`:
-whole GPUs k and CPUs c) the usable GPUs are those copies of the shape can take *aligned*, as the
-engine places them: per NUMA node (sum of min(free GPUs // k, free CPUs // c)) when the shape fits
-one NUMA node of the hardware, so four free GPUs split 2 + 2 host no aligned 4-GPU copy; node-wide
-otherwise.
+After Weng et al., "Beware of Fragmentation" (USENIX ATC '23). Per request shape of the mix
+(`Shape`: whole GPUs k and CPUs c) the usable GPUs are those copies of the shape can take *aligned*:
+per NUMA node (sum of min(free GPUs // k, free CPUs // c)) when the shape fits one NUMA node of the
+hardware (four free GPUs split 2 + 2 host no 4-GPU copy), node-wide otherwise.
 
 fragmentation(node) = sum over shapes of weight x (free GPUs - k x copies): the expected free GPUs
-stranded for the next pod. Counting copies also sees 3 free GPUs left for a 2-GPU mix as one
-stranded. Shapes this hardware can never host strand every free GPU, as in FGD: small pods where big
-ones cannot go anyway are cheap.
-
-Scarcity (`Hosts`): a shape's share is multiplied by N / h, h of the N nodes judged together able to
-host a copy now; without it the last hosts of a rare big shape go to pods that fit anywhere
-(docs/packing.md, "The rank", has the measurements behind this and `GROWTH_WEIGHT`).
+stranded for the next pod (3 free GPUs under a 2-GPU mix strand one; shapes the hardware can never
+host strand every free GPU, as in FGD). A shape's weight is its share x N / h, h of the N nodes
+judged together able to host a copy now (`Hosts`), so the last hosts of a rare big shape cost more.
 
 Not counted: memory, GPU shares; shared-pool CPUs (`cpu: numa`) bound a copy's fit per NUMA node but
 book nothing. The rank (`node_rank`): alignment first (the score's span and link terms, 0..100
