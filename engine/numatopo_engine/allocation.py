@@ -414,8 +414,7 @@ def _refused_alone(
 def _grouped_refusals(
     verdicts: RowVerdicts, codes: npt.NDArray[np.int64], confirmed: Mapping[int, Refusal]
 ) -> list[tuple[npt.NDArray[np.intp], str]]:
-    """The refused nodes' indices by summary: the plan's (`codes`, -1 where it fits) and
-    `confirmed`'s."""
+    """The refused nodes' indices by summary: the plan's (`codes`) and `confirmed`'s."""
     refused: list[tuple[npt.NDArray[np.intp], str]] = []
     # A plan that refused no row yet (no summary kept) refuses none of these.
     at = (codes >= 0).nonzero()[0] if verdicts.summaries else codes[:0]
@@ -697,8 +696,7 @@ def _check_held(
 
 
 def _check_pins(pins: Pinned, sizing: _Sizing, tables: Tables, state: NodeState) -> None:
-    """Pinned GPUs must be what the containers ask for, and free (the caller released the pod's own
-    booking)."""
+    """Pinned GPUs must be what the containers ask for, and free (the pod's own released)."""
     if not pins:
         return
     _check_held(
@@ -945,8 +943,7 @@ def _merged_preferred(decided: Decided, row: npt.NDArray[np.int64]) -> bool:
 def _memory_of(
     filler: _Filler, need: Need, choice: _Choice, reusable: Mapping[tuple[int, str], int]
 ) -> int | None:
-    """The memory manager's NUMA nodes for one container, reusable memory counted; 0 when it asks
-    none, None when the manager refuses."""
+    """The memory manager's mask for one container, reuse counted (0: no memory; None: refused)."""
     _, tables, free, options = filler
     if not need.has_memory:
         return 0
@@ -972,8 +969,7 @@ def _memory_of(
 def _bound_numa(
     tables: Tables, need: Need, reusable: _Reusable
 ) -> tuple[set[int], set[int], set[int]]:
-    """The NUMA nodes of the reusable CPUs, devices and NICs of the kinds the container asks, which
-    its hints must hold."""
+    """The NUMA nodes of the reusable CPUs, GPUs and NICs the container's hints must hold."""
     cpus = (
         {tables.cpu_numa[c] for c in reusable.cpus}
         if need.cpu_mode is CpuMode.EXCLUSIVE and need.cpus
@@ -1180,8 +1176,7 @@ def _release_reused_memory(
 
 
 def _keep_for_reuse(reusable: _Reusable, entry: _Entry, need: Need) -> None:
-    """A regular init container's CPUs, devices and memory become reusable (memory: the largest
-    booked per mask and kind)."""
+    """A regular init container's CPUs, devices and memory (largest per mask) become reusable."""
     if need.cpu_mode is CpuMode.EXCLUSIVE:
         reusable.cpus.update(entry.cpus)
     reusable.gpus.update(entry.gpus)
@@ -1194,8 +1189,7 @@ def _keep_for_reuse(reusable: _Reusable, entry: _Entry, need: Need) -> None:
 
 
 def _drop_handed_on(entries: dict[str, _Entry], order: Sequence[str]) -> None:
-    """Devices an init container handed on appear on the later container only, so the pod's
-    assignment books each once."""
+    """Devices an init container handed on stay on the later container only (booked once)."""
     later_gpus: set[int] = set()
     later_nics: set[int] = set()
     for name in reversed(order):
@@ -1377,8 +1371,7 @@ def _fill(
 def _take_cpus(
     tables: Tables, free: set[int], numa_ids: list[int], count: int, *, full_cores: bool
 ) -> list[int] | None:
-    """`count` CPUs, as many as fit inside `numa_ids` first (the CPU manager's aligned CPUs), the
-    rest from the other NUMA nodes."""
+    """`count` CPUs, as many as fit inside `numa_ids` first, the rest from other NUMA nodes."""
     inside = take_cpus(tables, free, numa_ids, count, full_cores=full_cores)
     if inside is not None:
         return inside

@@ -159,8 +159,7 @@ def crd_manifest() -> dict[str, Any]:
 
 
 def network_topology_crd_manifest() -> dict[str, Any]:
-    """The NetworkTopology CustomResourceDefinition object (DOMAINS: those of the narrowest
-    level)."""
+    """The NetworkTopology CRD object (DOMAINS: those of the narrowest level)."""
     columns = [
         {"name": "LEVELS", "type": "string", "jsonPath": ".spec.levels[*].nodeLabel"},
         {"name": "DOMAINS", "type": "integer", "jsonPath": ".status.domains[-1:].count"},

@@ -362,8 +362,7 @@ def _hardware_amounts(
 
 
 def _mean_distances(tables: Tables, ids: tuple[int, ...], member: Ints) -> npt.NDArray[np.float64]:
-    """Mean SLIT distance over every ordered pair of a mask's nodes, the diagonal too
-    (`NUMADistances.CalculateAverageFor`)."""
+    """Mean SLIT distance over all ordered pairs of a mask's nodes (`CalculateAverageFor`)."""
     matrix = np.array(
         [[tables.distances.get((a, b), LOCAL_DISTANCE) for b in ids] for a in ids], dtype=np.float64
     ).reshape(len(ids), len(ids))
@@ -430,8 +429,7 @@ def _cpu_hint_inputs(
 def _memory_hint_inputs(
     tables: Tables, layout: RowLayout, need: Need
 ) -> tuple[tuple[Wanted, ...], list[Ints], list[dict[int, int]]]:
-    """The memory provider's wanted sizes, row columns and capacities: memory and each huge page
-    size, one hint list."""
+    """The memory provider's wanted sizes, row columns and capacities (memory, huge pages)."""
     ids = layout.numa_ids
     wanted: list[Wanted] = []
     columns: list[Ints] = []
@@ -670,8 +668,7 @@ def _per_position(rows: Ints, columns: Ints) -> Ints:
 
 
 def _groups_allow(plan: Plan, rows: Ints) -> Bools:
-    """Per (row, mask): each node of the mask holds no pod memory, or holds it for exactly this
-    group (a single node: its own)."""
+    """Per (row, mask): each node holds no pod memory, or holds it for exactly this group."""
     groups = rows[:, [plan.layout.group(p) for p in range(len(plan.ids))]]
     count = rows.shape[0]
     if not groups.any() or len(plan.ids) >= 63:

@@ -34,8 +34,7 @@ def _key(name: str) -> str:
 
 
 def same_gpu(device_id: str, gpu_name: str, gpu_index: int | None) -> bool:
-    """Whether the plugin's `device_id` is the GPU an assignment names (`gpu_name`, a UUID or PCI
-    bus id, and its index)."""
+    """Whether the plugin's `device_id` is the GPU `gpu_name` (UUID or bus id) at `gpu_index`."""
     key = _key(device_id)
     if gpu_name and key == _key(gpu_name):
         return True

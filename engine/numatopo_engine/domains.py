@@ -160,8 +160,7 @@ class GroupPlacement:
 
 
 def describe_domain(level: str | None, path: Path) -> str:
-    """`level=value`, and the wider values when there are any (`…=l0 under s1`): a value alone may
-    name domains under several parents."""
+    """`level=value`, with the wider values (`…=l0 under s1`): a value may recur under parents."""
     if level is None or not path:
         return "anywhere"
     text = f"{level}={path[-1]}"
@@ -763,8 +762,7 @@ def _even(nodes: Sequence[str], caps: Mapping[str, int], need: int) -> list[tupl
 
 
 def _amounts(request: PodRequest) -> tuple[int, int, int]:
-    """GPUs, exclusive CPUs and memory bytes the app containers ask (no more than the pod takes, so
-    they bound how many copies fit)."""
+    """GPUs, exclusive CPUs and memory bytes the app containers ask: what bounds copies."""
     gpus = _gpus_of(request)
     whole = [c.integer_cpus for c in request.containers]
     exclusive = request.options.cpu is CpuMode.EXCLUSIVE and all(w is not None for w in whole)

@@ -224,16 +224,10 @@ class NodeState:
             return summary
         topology = self.topology
         cpus = self._online.ids - topology.reserved_cpus.ids - self._cpu_owner.keys()
-        cpu_mask = 0
-        for cpu in cpus:
-            cpu_mask |= 1 << cpu
-        gpu_mask = 0
-        for gpu in self.free_gpus():
-            gpu_mask |= 1 << gpu
         nodes = sorted(topology.numa_nodes, key=lambda n: n.id)
         signature = FreeSignature(
-            cpu_mask=cpu_mask,
-            gpu_mask=gpu_mask,
+            cpu_mask=sum(1 << cpu for cpu in cpus),
+            gpu_mask=sum(1 << gpu for gpu in self.free_gpus()),
             nics=self.free_nics(),
             memory=tuple((n.id, self.free_memory(n.id)) for n in nodes),
             hugepages=tuple(
