@@ -13,8 +13,7 @@ from typing import NamedTuple
 
 
 def book_bytes(free: dict[int, int], numa_ids: Iterable[int], amount: int) -> dict[int, int] | None:
-    """Bytes to book per NUMA node (taken from `free`) in the module's order (`updateMachineState`),
-    or None if they do not fit."""
+    """Bytes to book per NUMA node in the module's order (taken from `free`), or None."""
     if amount <= 0:
         return {}
     order = sorted(numa_ids)

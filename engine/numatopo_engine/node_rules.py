@@ -39,8 +39,7 @@ _NODE_NAME_FIELD = "metadata.name"
 
 
 def _strings(obj: object, *names: str) -> tuple[str, ...] | None:
-    """The named fields of an object ('' where absent), or None when it is not an object or a field
-    is not a string."""
+    """The named fields of an object ('' where absent); None for a non-object or non-string."""
     if not isinstance(obj, Mapping):
         return None
     found: list[str] = []
@@ -77,8 +76,7 @@ def _list(obj: object) -> Sequence[Any] | None:
 
 
 def untolerated_taint(tolerations: object, taints: object) -> object | None:
-    """The first `NoSchedule`/`NoExecute` taint no toleration tolerates; None when every one is
-    tolerated. Unreadable taints count as untolerated."""
+    """The first `NoSchedule`/`NoExecute` taint (unreadable ones too) nothing tolerates, or None."""
     found_taints, found_tolerations = _list(taints), _list(tolerations) or []
     if found_taints is None:
         return "(unreadable taints)"
@@ -123,8 +121,7 @@ def _int64(text: str) -> int | None:
 
 
 def _label_requirement(expression: object) -> tuple[str, str, list[str]] | None:
-    """(key, operator, values) of a `matchExpressions` entry, or None when `labels.NewRequirement`
-    would refuse it."""
+    """(key, operator, values) of a `matchExpressions` entry; None if `NewRequirement` refuses."""
     if not isinstance(expression, Mapping):
         return None
     key, operator = expression.get("key"), expression.get("operator")

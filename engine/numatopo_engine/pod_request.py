@@ -52,8 +52,7 @@ def wants_topology(pod: object) -> bool:
 def request_from_pod(
     pod: Mapping[str, Any], resources: ResourceNames = DEFAULT_RESOURCES
 ) -> PodRequest:
-    """The validated request of `pod` (policy `none` without `numatopo.io/policy`); raises
-    `InvalidRequestError` naming the bad field."""
+    """`pod`'s validated request (policy `none` without one); raises `InvalidRequestError`."""
     pod_map = _mapping(pod, "pod", required=True)
     kind = pod_map.get("kind", "Pod")
     if kind != "Pod":

@@ -46,8 +46,7 @@ class TopologyOptions:
 
 @dataclass(frozen=True, slots=True)
 class PodRequest:
-    """A pod's app containers, init containers (sized and reused as `allocation._sized` says) and
-    options."""
+    """A pod's app and init containers (sized as `allocation._sized` says) and options."""
 
     namespace: str
     name: str

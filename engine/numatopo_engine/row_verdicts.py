@@ -61,8 +61,7 @@ class RowVerdicts:
         return np.array(found, dtype=np.intp)
 
     def known_slots(self, states: Sequence[NodeState], layout: RowLayout) -> Slots | None:
-        """The slot of each state's row when every one is laid out (`layout`, cached on the state)
-        and seen: a warm cycle's case; None otherwise."""
+        """Each state's slot when every row is laid out and seen (a warm cycle), else None."""
         get = self.slot_of.get
         # `cached_rows` and the look-up in one pass: a warm cycle's per-node cost.
         found = [

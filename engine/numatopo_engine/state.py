@@ -55,8 +55,7 @@ def shared_floor(topology: NumatopologySpec) -> int:
 
 
 class NodeState:
-    """Mutable bookkeeping of one node's allocations, keyed by pod (`namespace/name`), with the
-    node's shape (`shape_key`) and device names (`names`)."""
+    """One node's allocations by pod (`namespace/name`), with its `shape_key` and `names`."""
 
     # The two attributes the extender reads of ~500 states a cycle are slots (read without a dict
     # look-up); the rest live in the instance dict.

@@ -105,8 +105,7 @@ def shape_key(spec: NumatopologySpec) -> str:
 
 
 class TableCache:
-    """Tables per shape, owned by the caller (an `Engine`): one build per hardware shape, the `size`
-    most recently used kept."""
+    """Tables built once per hardware shape, the `size` most recently used kept."""
 
     def __init__(self, size: int = DEFAULT_SHAPES) -> None:
         self.size = max(1, size)

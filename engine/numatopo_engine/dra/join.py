@@ -94,8 +94,7 @@ class DraNode:
 
 
 def attribute(device: Device, driver: str, name: str) -> DeviceAttribute | None:
-    """A device attribute by qualified name; an unqualified name is in the driver's domain
-    (types.go: QualifiedName)."""
+    """A device attribute by qualified name (unqualified: in the driver's domain)."""
     qualified = name if "/" in name else f"{driver}/{name}"
     found = device.attributes.get(qualified)
     if found is None and qualified.startswith(f"{driver}/"):

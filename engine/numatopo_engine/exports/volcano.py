@@ -122,8 +122,7 @@ def _pod_allocation(key: str, assignment: Assignment, spec: NumatopologySpec) ->
 def volcano_numatopology(
     node: str, spec: NumatopologySpec, state: NodeState
 ) -> VolcanoNumatopology:
-    """Volcano's Numatopology of `node`: `spec`'s CPUs, with what `state` (the ledger's bookings)
-    leaves allocatable."""
+    """Volcano's Numatopology of `node`: `spec`'s CPUs, what `state` leaves allocatable."""
     online = spec.online_cpus()
     reserved = spec.reserved_cpus & online
     policies = {

@@ -78,8 +78,7 @@ def _device_counts(
 def numa_zones(
     spec: NumatopologySpec, state: NodeState, names: DeviceNames | None = None
 ) -> list[NumaZone]:
-    """Every NUMA node of `spec`, by id, with what `state` leaves available (devices under `names`
-    where it names them)."""
+    """Every NUMA node of `spec` with what `state` leaves available (devices under `names`)."""
     free = state.free_cpus()
     devices = _device_counts(spec, state, names or DeviceNames())
     zones = []

@@ -72,8 +72,7 @@ def build_fleet(
     weights: Sequence[float] | None = None,
     prefix: str = "node",
 ) -> list[FleetNode]:
-    """`count` nodes over `shapes` (in turn, or drawn by `weights`), each with its own name and
-    names (`identify`)."""
+    """`count` nodes over `shapes` (in turn, or by `weights`), each `identify`d by its name."""
     pick = random.Random(seed)
     nodes: list[FleetNode] = []
     for index in range(count):

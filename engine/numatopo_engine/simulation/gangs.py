@@ -155,8 +155,7 @@ class GangStrategyResult:
 
 @dataclass(frozen=True)
 class GroupOptions:
-    """What numatopo's multi-node jobs declare beyond the required level (module docstring); levels
-    by label."""
+    """What numatopo's multi-node jobs declare beyond the required level; levels by label."""
 
     preferred: str | None = None
     most_per_domain: tuple[str, int] | None = None
@@ -262,8 +261,7 @@ class _Run:
             self.kept.append(self._keeps(job, where))
 
     def _keeps(self, job: GangJob, where: Sequence[str]) -> bool:
-        """Whether the ranks' nodes keep the cap per domain and, where the job is sliced, its slices
-        whole in one domain each."""
+        """Whether the ranks' nodes keep the cap per domain and slices whole in one domain."""
 
         def domain(node: str, level: str) -> object:
             return node if level == HOSTNAME_LABEL else self.tree.domain_of(node, level)

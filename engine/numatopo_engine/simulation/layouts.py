@@ -178,8 +178,7 @@ def build_node_spec(node: NodeRow, layout: Layout) -> NumatopologySpec:
 
 
 class LinkTable:
-    """Direct-link bandwidth between a node's GPUs, and the best aggregate (sum over pairs of
-    direct-link GB/s) any k of them reach."""
+    """Direct-link GB/s between a node's GPUs, and the best sum over pairs any k reach."""
 
     def __init__(self, spec: NumatopologySpec) -> None:
         self.gpu_count = len(spec.gpus)

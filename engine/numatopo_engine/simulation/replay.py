@@ -34,8 +34,7 @@ class SimulationResult:
 
 
 def book_placement(cluster: Cluster, pod: PodRow, placed: Placement) -> None:
-    """Book `placed` on its node: the cluster's counts and the engine's devices (a strategy's own
-    state follows through its `booked`)."""
+    """Book `placed` on its node's counts and engine state (strategies follow in `booked`)."""
     node = cluster.nodes[placed.node]
     if node.state is not None:
         if placed.assignment is not None:

@@ -259,8 +259,7 @@ class Strategy:
 
 
 class CountOnly(Strategy):
-    """The node by counts alone (`random`, `first-fit`, `best-fit`), then what the kubelet with
-    policy `none` does on it."""
+    """The node by counts alone, then what the kubelet with policy `none` does on it."""
 
     def __init__(self, seed: int, *, name: str) -> None:
         super().__init__(seed)
@@ -317,8 +316,7 @@ class KubeletAdmission(Strategy):
 
 
 class Numatopo(Strategy):
-    """The production node rank for whole-GPU pods, FGD on counts for the rest (see the module
-    docstring)."""
+    """The production node rank for whole-GPU pods, FGD on counts for the rest."""
 
     name = "numatopo"
 
