@@ -771,9 +771,9 @@ def _nic_pins(
 
 
 def _sized(request: PodRequest, tables: Tables) -> _Sizing:
-    """The pod's needs by the kubelet's rule (KEP-753): per resource, the larger of the sum over app
-    containers and sidecars and, per regular init container, its request plus the sidecars started
-    before it."""
+    """The pod's needs by the kubelet's rule (KEP-753): per resource, the larger of the app
+    containers' and sidecars' sum and each regular init container's request plus the sidecars before
+    it."""
     options = request.options
     sidecars = tuple(c for c in request.init_containers if c.restartable)
     apps = request.containers + sidecars
@@ -916,8 +916,7 @@ def _choice_on(
 
 def _merged_preferred(decided: Decided, row: npt.NDArray[np.int64]) -> bool:
     """Whether the winning mask of a node's only row is preferred: always under `restricted` and
-    `single-numa-node`, never under `none`; under `best-effort` when every provider with a hint
-    lists it as preferred."""
+    `single-numa-node`, never under `none`, else when every provider with a hint prefers it."""
     plan = decided.plan
     policy = plan.options.policy
     if policy is PolicyName.NONE:

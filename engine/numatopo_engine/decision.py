@@ -515,9 +515,8 @@ def decide_rows(
     *,
     unit_memory: bool = True,
 ) -> Decided:
-    """Decide `plan`'s unit on every row (node) of `rows`, each answer from that row, the plan and
-    `mix` (the workload the packing term measures against) alone. `unit_memory=False` skips step 3,
-    for a caller that asks the memory manager container by container."""
+    """Decide `plan`'s unit on every row (node) of `rows`, each from that row, the plan and `mix`
+    alone; `unit_memory=False` skips step 3 (the caller asks memory container by container)."""
     count = rows.shape[0]
     kind: list[Kind | None] = [None] * count
     refused = np.zeros(count, dtype=bool)
@@ -942,9 +941,8 @@ def _best_bandwidth(plan: Plan, memo: GpuMemo) -> float:
 
 
 def _gpu_choice(plan: Plan, free_bits: int, in_mask: int, memo: GpuMemo) -> tuple[int, ...] | None:
-    """The unit's GPUs in the device manager's order (`devicesToAllocate`, `filterByAffinity`): the
-    best set on the mask's NUMA nodes, else all of those, then others, those on no NUMA node
-    (`noAffinity`) last. None: `gpu-links: required` finds no set."""
+    """The unit's GPUs in the device manager's order (`devicesToAllocate`): the best set on the
+    mask's NUMA nodes, else all those, then others, `noAffinity` last; None for no required set."""
     need = plan.need
     tables = plan.tables
     mode = plan.options.gpu_links

@@ -58,9 +58,8 @@ def device_ids_for(
 
 
 def gpu_indices(device_ids: Iterable[str], gpus: Iterable[Gpu]) -> list[int] | None:
-    """The node's device indices the plugin's `device_ids` name, in their order: a whole GPU's
-    index, or a MIG device's (matched by its `MIG-...` UUID, the ID NVIDIA's plugin gives MIG
-    devices); None when one names neither (another resource, or a topology out of date)."""
+    """The node's device indices (a whole GPU's, or a MIG device's by its `MIG-...` UUID) the
+    plugin's `device_ids` name, in order; None when one names neither (or the topology is stale)."""
     known = list(gpus)
     mig = [(m.uuid, m.index) for g in known for m in g.mig_devices or () if m.uuid]
     found: list[int] = []

@@ -39,9 +39,8 @@ def allocate_around(
     pinned: allocation.Pinned,
     pinned_nics: allocation.PinnedNics | None = None,
 ) -> tuple[Assignment, str]:
-    """(the assignment, why the pod's own policy could not hold: '' when it did). Raises
-    UnsatisfiableError when even `best-effort` around the pins does not fit, or when there are no
-    pins (or nothing to relax) and the policy does not."""
+    """(the assignment, why the pod's own policy could not hold: '' when it did); raises
+    UnsatisfiableError when nothing fits, relaxed or not."""
     try:
         decision = allocation.allocate(
             topology, state, request, node, engine=engine, pinned=pinned,

@@ -200,9 +200,8 @@ class NodeState:
         return self._summarise()[2]
 
     def memory_groups(self) -> dict[int, int]:
-        """Per NUMA id holding pod memory, its memory-manager group: the mask (bit n = NUMA id n) of
-        the `mems` of the containers whose memory it holds; -1 where two containers disagree. Cached
-        until the next change."""
+        """Per NUMA id holding pod memory, its group: its containers' `mems` mask, -1 where two
+        disagree; cached until the next change."""
         cached = self._groups
         if cached is not None and cached[0] == self.version:
             return cached[1]

@@ -140,9 +140,8 @@ def _pci_rank(
 def _cpu_places(
     spec: NumatopologySpec, online_by_numa: dict[int, frozenset[int]]
 ) -> tuple[dict[int, int], dict[int, int], dict[int, int]]:
-    """Per online CPU: its NUMA node, core and socket. A NUMA node's cpulist is authoritative for
-    what is online; rows in spec.cpus add core/socket detail. CPUs without a row are their own core
-    on socket = NUMA id."""
+    """Per online CPU (the NUMA nodes' cpulists say which): its NUMA node, core and socket from
+    spec.cpus, else its own core on socket = NUMA id."""
     cpu_numa: dict[int, int] = {}
     cpu_core: dict[int, int] = {}
     cpu_socket: dict[int, int] = {}

@@ -219,9 +219,8 @@ def _nics_of(requests: Sequence[_Request]) -> frozenset[str]:
 def restricted_to(
     state: NodeState, gpus: Set[int], nics: Set[str], cpus: Set[int] | None = None
 ) -> NodeState:
-    """A copy of `state` with every free GPU not in `gpus` and NIC not in `nics` booked away (MIG
-    GPUs kept: their instances are no claim's), and, unless `cpus` is None, every free CPU not in
-    it."""
+    """A copy of `state` with every free GPU (but MIG ones), NIC and, unless `cpus` is None, CPU not
+    in `gpus`, `nics`, `cpus` booked away."""
     mig = {g.index for g in state.topology.gpus if g.mig_mode}
     away = ContainerAssignment(
         gpu_indices=sorted(g for g in state.free_gpus() - gpus if g not in mig),
@@ -265,9 +264,8 @@ def claiming(
     gpu_resources: Set[str],
     nic_resources: Set[str],
 ) -> ContainerRequest:
-    """`container` asking the `gpus`, `nics` and `cpus` its claims hold (devices of `gpu_resources`
-    and `nic_resources`), as the engine counts device-plugin ones; `error` when its own request
-    contradicts them."""
+    """`container` asking the devices and CPUs its claims hold as the engine counts device-plugin
+    ones; `error` when its own request contradicts them."""
     if cpus:
         # dra-driver-cpu's CPUs are the container's exclusive CPUs: its own CPU request, if any,
         # must ask as many (KEP-5517 maps claimed CPUs onto it).

@@ -94,9 +94,8 @@ def topology_policy(policy: str, scope: str) -> str:
 def node_resource_topology(
     node: str, spec: NumatopologySpec, state: NodeState, names: DeviceNames | None = None
 ) -> NodeResourceTopology:
-    """The NodeResourceTopology of `node`: `spec`'s NUMA nodes, with what `state` (the ledger's
-    bookings) leaves available; devices under `names` where it names them (DRA devices,
-    `zones.DeviceNames`)."""
+    """The NodeResourceTopology of `node`: `spec`'s NUMA nodes with what `state` leaves available,
+    devices under `names` (`zones.DeviceNames`) where it names them."""
     # Plain dicts, validated by the model in one pass (a 64-NUMA node has 4,096 costs).
     zones = [
         {

@@ -52,9 +52,8 @@ class DeviceNames:
 def _device_counts(
     spec: NumatopologySpec, state: NodeState, names: DeviceNames
 ) -> dict[tuple[int, str], list[int]]:
-    """(NUMA id, resource) -> [devices, free devices], for the devices numatopo hands out (whole
-    GPUs, MIG devices under their own resource, NICs) that have a NUMA node. A GPU in MIG mode
-    counts only as its MIG devices, as the device plugin advertises it."""
+    """(NUMA id, resource) -> [devices, free devices] of the handed-out devices on a NUMA node (a
+    GPU in MIG mode only as its MIG devices, as the device plugin advertises it)."""
     counts: dict[tuple[int, str], list[int]] = {}
     free_gpus, free_nics = state.free_gpus(), state.free_nics()
     devices = [

@@ -64,9 +64,8 @@ def simulate(
     clock: Callable[[], float] | None = None,
     progress: Progress | None = None,
 ) -> SimulationResult:
-    """Replay `workload` (in arrival order) on `nodes` under each strategy, hardware from `specs`
-    (by node name) or `topology_map`; `progress(done, total)` every few hundred pods, all strategies
-    counted."""
+    """Replay `workload` (in arrival order) on `nodes` (hardware from `specs` or `topology_map`)
+    under each strategy; `progress(done, total)` every few hundred pods."""
     result = SimulationResult(
         nodes=len(nodes),
         gpus=sum(n.gpus for n in nodes),
