@@ -771,9 +771,8 @@ def _nic_pins(
 
 
 def _sized(request: PodRequest, tables: Tables) -> _Sizing:
-    """The pod's needs by the kubelet's rule (KEP-753): per resource, the larger of the app
-    containers' and sidecars' sum and each regular init container's request plus the sidecars before
-    it."""
+    """The pod's needs (KEP-753): per resource, the larger of the app containers' and sidecars' sum
+    and each regular init container's request plus the sidecars before it."""
     options = request.options
     sidecars = tuple(c for c in request.init_containers if c.restartable)
     apps = request.containers + sidecars
