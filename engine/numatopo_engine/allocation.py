@@ -17,6 +17,8 @@ the held NICs. Memo tables live in an `Engine` the caller owns; nothing here mut
 
 from __future__ import annotations
 
+import functools
+import operator
 from collections.abc import Callable, Container, Hashable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from typing import NamedTuple, cast
@@ -1240,51 +1242,40 @@ def _container_need(c: ContainerRequest, options: TopologyOptions, tables: Table
 
 
 def _sum_needs(needs: Sequence[Need], options: TopologyOptions) -> Need:
-    total = Need(
+    empty = Need(
         cpu_mode=options.cpu,
         full_cores=options.smt is SmtMode.FULL_CORES and options.cpu is CpuMode.EXCLUSIVE,
     )
-    for need in needs:
-        total = _add_needs(total, need)
-    return total
+    return functools.reduce(_add_needs, needs, empty)
 
 
 def _add_needs(a: Need, b: Need) -> Need:
-    pages = dict(a.hugepages)
-    for size, amount in b.hugepages:
-        pages[size] = pages.get(size, 0) + amount
-    return Need(
-        cpus=a.cpus + b.cpus,
-        cpu_mode=a.cpu_mode,
-        full_cores=a.full_cores,
-        memory_bytes=a.memory_bytes + b.memory_bytes,
-        hugepages=tuple(sorted((s, v) for s, v in pages.items() if v)),
-        gpus=a.gpus + b.gpus,
-        gpu_resource=a.gpu_resource or b.gpu_resource,
-        nics=a.nics + b.nics,
-        nic_resource=a.nic_resource or b.nic_resource,
-    )
+    return _combine(a, b, operator.add)
 
 
 def _excess(init_needs: Sequence[Need], apps: Need) -> Need:
     """What the largest init container needs beyond the app containers' sum, per resource."""
     if not init_needs:
         return Need(cpu_mode=apps.cpu_mode, full_cores=apps.full_cores)
-    app_pages = dict(apps.hugepages)
-    pages: dict[str, int] = {}
-    for need in init_needs:
-        for size, amount in need.hugepages:
-            pages[size] = max(pages.get(size, 0), amount - app_pages.get(size, 0))
+    largest = functools.reduce(lambda x, y: _combine(x, y, max), init_needs)
+    return _combine(largest, apps, lambda x, y: max(0, x - y))
+
+
+def _combine(a: Need, b: Need, amounts: Callable[[int, int], int]) -> Need:
+    """`a` and `b` resource by resource (`amounts`), with `a`'s CPU mode and either's resources."""
+    pages = dict(a.hugepages)
+    for size, amount in b.hugepages:
+        pages[size] = amounts(pages.get(size, 0), amount)
     return Need(
-        cpus=max(0, max(n.cpus for n in init_needs) - apps.cpus),
-        cpu_mode=apps.cpu_mode,
-        full_cores=apps.full_cores,
-        memory_bytes=max(0, max(n.memory_bytes for n in init_needs) - apps.memory_bytes),
+        cpus=amounts(a.cpus, b.cpus),
+        cpu_mode=a.cpu_mode,
+        full_cores=a.full_cores,
+        memory_bytes=amounts(a.memory_bytes, b.memory_bytes),
         hugepages=tuple(sorted((s, v) for s, v in pages.items() if v > 0)),
-        gpus=max(0, max(n.gpus for n in init_needs) - apps.gpus),
-        gpu_resource=next((n.gpu_resource for n in init_needs if n.gpu_resource), None),
-        nics=max(0, max(n.nics for n in init_needs) - apps.nics),
-        nic_resource=next((n.nic_resource for n in init_needs if n.nic_resource), None),
+        gpus=amounts(a.gpus, b.gpus),
+        gpu_resource=a.gpu_resource or b.gpu_resource,
+        nics=amounts(a.nics, b.nics),
+        nic_resource=a.nic_resource or b.nic_resource,
     )
 
 

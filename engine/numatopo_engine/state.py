@@ -222,10 +222,12 @@ class NodeState:
             return summary
         topology = self.topology
         cpus = self._online.ids - topology.reserved_cpus.ids - self._cpu_owner.keys()
+        cpu_mask = sum(1 << cpu for cpu in cpus)
+        gpu_mask = sum(1 << gpu for gpu in self.free_gpus())
         nodes = sorted(topology.numa_nodes, key=lambda n: n.id)
         signature = FreeSignature(
-            cpu_mask=sum(1 << cpu for cpu in cpus),
-            gpu_mask=sum(1 << gpu for gpu in self.free_gpus()),
+            cpu_mask=cpu_mask,
+            gpu_mask=gpu_mask,
             nics=self.free_nics(),
             memory=tuple((n.id, self.free_memory(n.id)) for n in nodes),
             hugepages=tuple(
