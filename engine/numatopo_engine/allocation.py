@@ -276,9 +276,8 @@ def evaluate_many(
     checked: bool = True,
     engine: Engine | None = None,
 ) -> list[int | Refusal]:
-    """`evaluate` on each of `states` (nodes of `topology`'s shape): the score, or a `Refusal` with
-    the UnsatisfiableError's text. Raises InvalidRequestError where `evaluate` would, ValueError for
-    a state of another shape (unless `checked=False`, for states from `group_by_shape`)."""
+    """`evaluate` on each of `states`: the score or a `Refusal`. Raises InvalidRequestError where
+    `evaluate` would, ValueError for a state of another shape (unless `checked=False`)."""
     scored = score_many(topology, states, request, checked=checked, engine=engine)
     outcomes: list[int | Refusal] = scored.scores.tolist()
     for refused, _ in scored.refused:

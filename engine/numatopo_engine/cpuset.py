@@ -110,9 +110,8 @@ class CPUSet:
 
     @classmethod
     def parsed_shared(cls, cpulist: str) -> CPUSet:
-        """`parse`, the (immutable) set shared with every earlier parse of the same text: a small
-        set is a 216-byte hash table, and the operator's texts repeat (every pod's assignment, every
-        node's NUMA sets, alike across a shape)."""
+        """`parse`, the (immutable) set shared with earlier parses of the same text: a small set is
+        a 216-byte hash table, and the operator's texts repeat across pods and nodes."""
         found = _PARSED.get(cpulist)
         if found is None:
             found = cls.parse(cpulist)

@@ -433,9 +433,8 @@ class _Placer:
         return most
 
     def _at_level(self, index: int, strategy: _Mode) -> GroupPlacement | None:
-        """The best domain of level `index` that holds the group, placed; None if none. Ranked by
-        fragmentation growth first (no node counts needed), so exact counts are usually taken in one
-        fitting domain only."""
+        """The best domain of level `index` that holds the group, placed, or None; ranked by growth
+        first (no node counts needed), so usually one fitting domain is counted exactly."""
         totals = self._gpu_totals()
         ranked: list[tuple[float, int, Path, list[str]]] = []
         short: list[tuple[int, Path, list[str]]] = []  # upper bound already short

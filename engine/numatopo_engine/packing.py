@@ -203,9 +203,8 @@ def _arrays(mix: WorkloadMix) -> tuple[Ints, Ints, Bools, Floats]:
 
 
 def pack_of_growth(growth: Floats, fill: Floats) -> Floats:
-    """Packing in (0, 1): less fragmentation growth and a fuller touched NUMA node (weighed by
-    `GROWTH_WEIGHT`). The growth, in (scarcity-weighed) GPUs, goes through a falling arctangent,
-    which separates large growths too (a logistic would round them all to 0)."""
+    """Packing in (0, 1): less growth (weighed `GROWTH_WEIGHT` to the touched NUMA node's fill),
+    through a falling arctangent, which separates large growths (a logistic rounds them to 0)."""
     less = 0.5 - np.arctan(growth) / np.pi
     return np.asarray((GROWTH_WEIGHT * less + fill) / (1.0 + GROWTH_WEIGHT), dtype=np.float64)
 

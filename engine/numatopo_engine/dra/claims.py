@@ -441,9 +441,8 @@ def _claim_variants(
     missing: str,
     checked: bool,
 ) -> list[tuple[ResourceClaim, list[list[_Request]]]]:
-    """Each of the pod's claims with the request variants `node` offers it (one `Selectors` for them
-    all). `checked`: refuse claims numatopo does not decide (`unsupported`); a resumed write was
-    checked when it was decided."""
+    """Each of the pod's claims with the request variants `node` offers it; `checked`: refuse what
+    `unsupported` names (a resumed write was checked when decided)."""
     if not base.containers:
         raise UndecidedError("the pod has no containers")
     selectors = Selectors()

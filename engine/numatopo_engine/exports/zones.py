@@ -39,9 +39,8 @@ class NumaZone:
 
 @dataclass(frozen=True, slots=True)
 class DeviceNames:
-    """Resource names that replace the spec's for some devices. A device with several names is
-    counted under each: each count says what a pod asking that name can get, and a device booked is
-    not available under any of them."""
+    """Resource names that replace the spec's for some devices; one with several is counted under
+    each (what a pod asking that name can get), and once booked is available under none."""
 
     gpus: Mapping[int, tuple[str, ...]] = field(default_factory=dict)
     """Whole GPU (`spec.gpus[].index`, not in MIG mode) -> its resource names."""

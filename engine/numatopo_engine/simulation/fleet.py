@@ -43,9 +43,8 @@ def gpu_uuid(rng: random.Random, prefix: str = "GPU") -> str:
 def identify(
     spec: NumatopologySpec, name: str, *, seed: int = 0, nic_names: bool = False
 ) -> NumatopologySpec:
-    """`spec` (a hardware shape) as node `name` would publish it: its own GPU and MIG UUIDs and bus
-    ids; with `nic_names`, NICs renamed per node as well (keeping their order by name), which real
-    fleets rarely do but which names must survive."""
+    """`spec` (a hardware shape) as node `name` would publish it, with its own GPU and MIG UUIDs and
+    bus ids, and with `nic_names` its own NIC names (in the same order: rare, but names survive)."""
     rng = _rng(seed, name)
     wire: dict[str, Any] = spec.to_wire()
     for number, gpu in enumerate(wire.get("gpus", ())):
