@@ -276,8 +276,8 @@ def evaluate_many(
     checked: bool = True,
     engine: Engine | None = None,
 ) -> list[int | Refusal]:
-    """`evaluate` on each of `states`: the score or a `Refusal`. Raises InvalidRequestError where
-    `evaluate` would, ValueError for a state of another shape (unless `checked=False`)."""
+    """`evaluate` on each of `states`: the score or a `Refusal` (its error's text). Raises
+    InvalidRequestError as `evaluate` does, ValueError for another shape's state (if `checked`)."""
     scored = score_many(topology, states, request, checked=checked, engine=engine)
     outcomes: list[int | Refusal] = scored.scores.tolist()
     for refused, _ in scored.refused:
@@ -697,7 +697,7 @@ def _check_held(
 
 
 def _check_pins(pins: Pinned, sizing: _Sizing, tables: Tables, state: NodeState) -> None:
-    """Pinned GPUs must be what the containers ask for, and free (the pod's own released)."""
+    """Pinned GPUs must be what the containers ask for, and free (the caller released the pod's)."""
     if not pins:
         return
     _check_held(
@@ -822,10 +822,10 @@ def _one_container_at_a_time(
     pod_hint: _Choice | None = None,
 ) -> _Plan | Shortfall:
     """Every container in the kubelet's order (init containers and sidecars, then app containers),
-    each seeing what the earlier ones took: decided alone (scope `container`) or with `pod_hint`
-    (scope `pod` with init containers). Memory and reuse as docs/DESIGN.md, "The allocation engine"
-    (init containers) tells; app containers and sidecars spend the reusable set, regular init
-    containers add to it."""
+    each seeing what the earlier ones took: decided alone (scope `container`, `scope_container.go`)
+    or with `pod_hint` (scope `pod`, `scope_pod.go`). Memory and reuse as docs/DESIGN.md, "The
+    allocation engine" (init containers) tells; app containers and sidecars spend the reusable set,
+    regular init containers add to it."""
     _, tables, free, options = filler
     reusable = _Reusable()
     entries: dict[str, _Entry] = {}

@@ -362,7 +362,8 @@ def _hardware_amounts(
 
 
 def _mean_distances(tables: Tables, ids: tuple[int, ...], member: Ints) -> npt.NDArray[np.float64]:
-    """Mean SLIT distance over all ordered pairs of a mask's nodes (`CalculateAverageFor`)."""
+    """Mean SLIT distance over all ordered pairs of a mask's nodes, self-pairs too (the kubelet's
+    `CalculateAverageFor`)."""
     matrix = np.array(
         [[tables.distances.get((a, b), LOCAL_DISTANCE) for b in ids] for a in ids], dtype=np.float64
     ).reshape(len(ids), len(ids))
