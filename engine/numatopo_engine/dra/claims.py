@@ -219,8 +219,8 @@ def _nics_of(requests: Sequence[_Request]) -> frozenset[str]:
 def restricted_to(
     state: NodeState, gpus: Set[int], nics: Set[str], cpus: Set[int] | None = None
 ) -> NodeState:
-    """A copy of `state` with every free GPU (but MIG ones), NIC and, unless `cpus` is None, CPU not
-    in `gpus`, `nics`, `cpus` booked away."""
+    """A copy of `state` with every free GPU, NIC and (unless `cpus` is None) CPU not in `gpus`,
+    `nics`, `cpus` booked away, but MIG GPUs (their instances are no claim's)."""
     mig = {g.index for g in state.topology.gpus if g.mig_mode}
     away = ContainerAssignment(
         gpu_indices=sorted(g for g in state.free_gpus() - gpus if g not in mig),
