@@ -1,10 +1,9 @@
 """Device plugin IDs <-> the GPUs of an assignment and of a topology (pure).
 
-A device plugin names each device with an opaque ID. NVIDIA's plugin uses the GPU UUID
-(`--device-id-strategy=uuid`, the default), or the GPU's index (`index`), and with time-slicing it
-adds a replica suffix (`GPU-...::3`). An assignment names its GPUs by UUID (or PCI bus id) and by
-numatopo index, so either strategy maps back. One rule, used by the steering answer (assigned ->
-device IDs) and by Follow (held IDs -> assigned or not).
+NVIDIA's device plugin names a GPU by its UUID (`--device-id-strategy=uuid`, the default) or index
+(`index`), with a replica suffix under time-slicing (`GPU-...::3`); an assignment names its GPUs by
+UUID (or PCI bus id) and index, so either maps back. One rule serves the steering answer (assigned
+-> device IDs) and Follow (held IDs -> assigned or not).
 
 RDMA plugins name a NIC by what they were configured with: the SR-IOV plugin by PCI address, others
 by the RDMA device or netdev name. An ID names a NIC when it is one of those; a shared-device pool's
