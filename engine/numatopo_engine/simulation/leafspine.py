@@ -68,9 +68,8 @@ class ClusterFile(WireModel):
         self, progress: Callable[[int, int], None] | None = None, *, named: bool = False
     ) -> dict[str, NodeCandidate]:
         """Each node's hardware and state; raises ValueError naming a node whose assignments
-        double-book something. `progress(done, total)`: nodes read. `named`: each node its own GPU
-        UUIDs and bus ids (`fleet.identify`), as on a real cluster, for a generated cluster (a
-        cluster file's shapes name nothing per node)."""
+        double-book. `progress(done, total)`: nodes read. `named`: each node its own names
+        (`fleet.identify`), as on a real cluster (a file's shapes name nothing per node)."""
         out: dict[str, NodeCandidate] = {}
         total = len(self.nodes)
         for done, node in enumerate(self.nodes):

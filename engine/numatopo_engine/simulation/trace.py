@@ -7,10 +7,10 @@ pod takes `num_gpu` whole GPUs. Rows the replay could only misread are refused (
 the line and column): a GPU pod without a GPU share, a share of several GPUs, blank or non-finite
 numbers.
 
-`build_workload` follows the FGD simulator's "arrived workload" method, so our allocation curves
-compare with its published ones: the pod list is scaled to `tune` x the cluster's GPU capacity
-(random pods dropped, or random copies of pods appended, seeded), then the arrival order is shuffled
-(seeded) or kept in creation-time order. Pods are never deleted: they keep arriving until the end.
+`build_workload` follows the FGD simulator's "arrived workload" method, so our curves compare with
+its published ones: the pod list is scaled to `tune` x the cluster's GPU capacity (seeded random
+pods dropped or copies appended), then shuffled (seeded) or kept in creation-time order. Pods are
+never deleted.
 """
 
 from __future__ import annotations
