@@ -26,7 +26,7 @@ from __future__ import annotations
 
 import random
 from collections import Counter
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from itertools import product
 
@@ -124,30 +124,23 @@ def _fits_in(node: SimNode, pod: PodRow, mask: int) -> bool:
 
 def _provider_hints(node: SimNode, pod: PodRow) -> list[list[tuple[int, bool]]]:
     """The kubelet's per-resource hints: (mask, preferred) for GPUs and exclusive CPUs."""
-    links = node.shape.links
+    links, masks = node.shape.links, _masks(node)
+
+    def per_numa(gpus: Iterable[int]) -> list[int]:
+        counts = Counter(links.gpu_numa[g] for g in gpus)
+        return [counts[n] for n in range(len(node.numa_free_cpus))]
+
+    def held(mask: int, counts: Sequence[int]) -> int:
+        return sum(counts[n] for n in bits(mask))
+
     providers: list[list[tuple[int, bool]]] = []
-    masks = _masks(node)
-    k = pod.whole_gpus
-    if k:
-        free = node.free_whole_gpus()
-
-        def gpus_in(mask: int, pool: list[int]) -> int:
-            return sum(1 for g in pool if mask >> links.gpu_numa[g] & 1)
-
-        hardware = list(range(links.gpu_count))
-        narrowest = min((width(m) for m in masks if gpus_in(m, hardware) >= k), default=0)
-        providers.append([(m, width(m) == narrowest) for m in masks if gpus_in(m, free) >= k])
-    need = exclusive_need(pod)
-    if need:
-        total = node.shape.numa_cpus
-
-        def cpus_in(mask: int, counts: list[int] | tuple[int, ...]) -> int:
-            return sum(counts[n] for n in bits(mask))
-
-        narrowest = min((width(m) for m in masks if cpus_in(m, total) >= need), default=0)
-        providers.append(
-            [(m, width(m) == narrowest) for m in masks if cpus_in(m, node.numa_free_cpus) >= need]
-        )
+    for need, hardware, free in (
+        (pod.whole_gpus, per_numa(range(links.gpu_count)), per_numa(node.free_whole_gpus())),
+        (exclusive_need(pod), node.shape.numa_cpus, node.numa_free_cpus),
+    ):
+        if need:
+            narrowest = min((width(m) for m in masks if held(m, hardware) >= need), default=0)
+            providers.append([(m, width(m) == narrowest) for m in masks if held(m, free) >= need])
     return providers
 
 
