@@ -401,8 +401,7 @@ def _refused_alone(
     scores: npt.NDArray[np.int64],
     ranks: npt.NDArray[np.float64],
 ) -> dict[int, Refusal]:
-    """By index, the nodes `scores` admits that refuse the pod container by container, marked
-    refused in the caller's `scores` and `ranks`."""
+    """The nodes `scores` admits that refuse the pod container by container, marked refused."""
     refused: dict[int, Refusal] = {}
     for index in np.flatnonzero(scores >= 0).tolist():
         outcome = _decide(engine, topology, states[index], request, build=False)
@@ -446,8 +445,7 @@ def _everywhere(refusal: Refusal, count: int) -> ShapeScores:
 def _one_by_one(
     engine: Engine, topology: NumatopologySpec, states: Sequence[NodeState], request: PodRequest
 ) -> ShapeScores:
-    """Each node decided alone (scope `container`, memory per container, unreadable rows); the rank
-    is the score (no packing term)."""
+    """Each node decided alone; the rank is the score (no packing term)."""
     scores = np.full(len(states), REFUSED, dtype=np.int64)
     refusals: dict[int, Refusal] = {}
     by_summary: dict[str, list[int]] = {}
@@ -476,8 +474,7 @@ class ShapeGroup(NamedTuple):
 
 
 def group_by_shape(nodes: Iterable[tuple[NumatopologySpec, NodeState]]) -> list[ShapeGroup]:
-    """`nodes` grouped per hardware shape (whatever their names), first seen first, as
-    `evaluate_many(..., checked=False)` takes them."""
+    """`nodes` grouped per hardware shape, first seen first (for `checked=False` calls)."""
     groups: dict[str, ShapeGroup] = {}
     for position, (topology, state) in enumerate(nodes):
         key = state.shape_key if state.topology is topology else shape_key(topology)
@@ -675,8 +672,7 @@ def _check_held(
     known: Container[Hashable],
     free: Container[Hashable],
 ) -> None:
-    """Each app container's held devices of `kind` are as many as it asks, known, free, and held by
-    it alone."""
+    """Each app container holds as many devices of `kind` as it asks: known, free, its alone."""
     seen: set[Hashable] = set()
     for name, devices in held.items():
         count = wanted.get(name)
@@ -1376,8 +1372,7 @@ def _take_cpus(
 
 
 def _book_memory(free: FreeView, need: Need, entry: _Entry, numa_ids: list[int]) -> str | None:
-    """Book memory and huge pages over `numa_ids` in id order, as the memory manager does; the
-    reason when they do not fit (the decision checked they do)."""
+    """Book memory and huge pages over `numa_ids` in id order; the reason when they do not fit."""
     for kind, amount in [("memory", need.memory_bytes), *need.hugepages]:
         memory = kind == "memory"
         view = free.memory if memory else {n: free.hugepages.get((n, kind), 0) for n in numa_ids}

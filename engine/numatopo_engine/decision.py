@@ -204,8 +204,7 @@ def _gpus_in_masks(
 
 @dataclass(frozen=True, slots=True)
 class FreeColumns:
-    """Where a row holds the free exclusive CPUs and whole GPUs of each NUMA position (what the
-    rank's fragmentation reads; request-independent)."""
+    """Where a row holds each NUMA position's free exclusive CPUs and whole GPUs (the rank's)."""
 
     cpu: Ints  # per position: the row column of its free plain CPUs
     gpu_count: Ints  # row columns of free GPU counts (any resource, on a NUMA node)
@@ -304,8 +303,7 @@ def _bounded_masks(
     positions: list[int],
     position_of: dict[int, int],
 ) -> tuple[list[int], int]:
-    """Masks of up to the width bound over `positions` (trimmed to the best-equipped ones when a
-    width has more than `MASK_BUDGET`), and all of `positions` together."""
+    """Masks up to the width bound over `positions` (best-equipped first), and all of them."""
     if options.policy is PolicyName.SINGLE_NUMA_NODE:
         width = 1
     else:

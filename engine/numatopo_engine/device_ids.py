@@ -43,8 +43,7 @@ def same_gpu(device_id: str, gpu_name: str, gpu_index: int | None) -> bool:
 def device_ids_for(
     gpu_names: Sequence[str], gpu_indices: Sequence[int], available: Iterable[str]
 ) -> list[str] | None:
-    """The IDs in `available` that are the assigned GPUs, one per GPU in assignment order; None when
-    one of them is not in `available`."""
+    """The IDs in `available` of the assigned GPUs, in assignment order; None if one is missing."""
     pool = list(available)
     chosen: list[str] = []
     for position, name in enumerate(gpu_names):

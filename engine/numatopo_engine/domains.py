@@ -97,8 +97,7 @@ class DomainTree:
         return self.members[self.depth[level]]
 
     def node_path(self, node: str) -> Path:
-        """The node's own domain at the node level: its path, then its name unless the tree's last
-        level is the hostname."""
+        """The node's path, then its name unless the tree's last level is the hostname."""
         path = self.paths.get(node, ())
         if self.implicit_nodes or len(path) < len(self.levels):
             return (*path, node)

@@ -121,8 +121,7 @@ def _holds(table: Mapping[str, Mapping[int, int]], kinds: Mapping[str, int], mas
 
 
 def _may_join(groups: Mapping[int, int], mask: int, *, single: bool) -> bool:
-    """A single node must not be part of a multi-node group; a multi-node mask may hold only nodes
-    without memory or nodes of exactly that group."""
+    """A single node joins no multi-node group; a wider mask, only memoryless or its group's."""
     nodes = [n for n in range(mask.bit_length()) if mask >> n & 1]
     if single:
         group = groups.get(nodes[0], 0)

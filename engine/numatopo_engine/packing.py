@@ -137,8 +137,7 @@ class Hosts:
     counts: tuple[int, ...]
 
     def weights(self) -> Floats:
-        """Per shape: its share of the mix times nodes / hosts (its share where no node hosts it:
-        every node strands it alike)."""
+        """Per shape: its mix share times nodes / hosts (just the share where nothing hosts it)."""
         share = _arrays(self.mix)[3]
         hosts = np.array(self.counts, dtype=np.float64)
         scale = np.where(hosts > 0, self.nodes / np.maximum(hosts, 1.0), 1.0)

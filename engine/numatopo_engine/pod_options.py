@@ -58,8 +58,7 @@ def _closest(word: str, allowed: Sequence[str]) -> str:
 
 
 def choice(values: Mapping[str, str], key: str, kind: type[_E], default: _E) -> _E:
-    """`values[key]` as a member of `kind` (`default` when absent); raises InvalidRequestError
-    naming the allowed words and the closest one."""
+    """`values[key]` as a `kind` (`default` when absent); InvalidRequestError names the closest."""
     if key not in values:
         return default
     text = values[key]

@@ -287,8 +287,7 @@ def claiming(
 
 
 def _match(requests: Sequence[_Request], chosen: list[DraDevice]) -> list[list[DraDevice]] | None:
-    """Hand the chosen devices of one container to its requests (each request only devices it may
-    have); None when no way does."""
+    """Hand one container's chosen devices to its requests (each only what it may have), or None."""
     slots = [r for r in requests for _ in range(r.count)]
     taken: list[DraDevice | None] = [None] * len(slots)
 
@@ -358,8 +357,7 @@ def decide_claims(  # noqa: PLR0917 (the decision's inputs)
     *,
     engine: Engine | None = None,
 ) -> ClaimDecision:
-    """Decide the pod's claims on `node`. Raises `UndecidedError` (leave it to the scheduler) or
-    `UnsatisfiableError` (not on this node now)."""
+    """Decide the pod's claims on `node`; raises `UndecidedError` or `UnsatisfiableError`."""
     engine = engine or Engine()
     per_claim = _claim_variants(
         base, pod_claims_, claims, classes, node, missing="does not exist yet", checked=True
@@ -491,8 +489,7 @@ def _allocations(
     classes: Mapping[str, DeviceClass],
     node: DraNode,
 ) -> dict[str, AllocationResult] | None:
-    """Claim name -> its allocation from the devices `assignment` gave the containers; None when
-    they do not satisfy `requests`."""
+    """Claim name -> its allocation from `assignment`'s devices; None if `requests` are unmet."""
     split = _split(assignment, requests, node)
     if split is None:
         return None

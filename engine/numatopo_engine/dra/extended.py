@@ -69,8 +69,7 @@ def extended_names(
 
 
 def served(resource: str, classes: Iterable[DeviceClass]) -> bool:
-    """Whether a DeviceClass serves extended resource `resource`: one names it, or it is the
-    implicit name of one."""
+    """Whether a DeviceClass serves `resource`: it names it, or it is the class's implicit name."""
     listed = list(classes)
     implicit = {IMPLICIT_PREFIX + c.metadata.name for c in listed}
     return resource in implicit or resource in named_classes(listed)
