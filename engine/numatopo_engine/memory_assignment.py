@@ -121,7 +121,7 @@ def _holds(table: Mapping[str, Mapping[int, int]], kinds: Mapping[str, int], mas
 
 
 def _may_join(groups: Mapping[int, int], mask: int, *, single: bool) -> bool:
-    """A single node joins no multi-node group; a wider mask, only memoryless or its group's."""
+    """A single node joins no multi-node group; a wider mask only nodes of it or without memory."""
     nodes = [n for n in range(mask.bit_length()) if mask >> n & 1]
     if single:
         group = groups.get(nodes[0], 0)
