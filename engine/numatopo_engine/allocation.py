@@ -372,8 +372,7 @@ def _row_slots(
     mix: WorkloadMix | None,
     warm_only: bool,
 ) -> npt.NDArray[np.intp] | None:
-    """Each state's slot in `verdicts`, deciding only rows not seen under this plan; None for rows
-    that do not fit the plan's width (decide node by node)."""
+    """Each state's slot in `verdicts`, unseen rows decided; None for rows of another width."""
     layout = engine.layout_of(tables, warm_only=warm_only)
     slots = verdicts.known_slots(states, layout)
     if slots is not None:
@@ -1097,8 +1096,7 @@ def _aligned_reusing(
 
 
 def _gpus_reusing(filler: _Filler, need: Need, choice: _Choice, reusable: _Reusable) -> list[int]:
-    """The reusable GPUs first, then the best of the decision's (the pod's set under scope `pod`),
-    then of the aligned free ones, then any."""
+    """The reusable GPUs, then the best of the decision's, of the aligned free ones, then any."""
     tables, free = filler.tables, filler.free
     if not need.gpus:
         return []

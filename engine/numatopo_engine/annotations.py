@@ -216,8 +216,7 @@ class ObservedContainer(WireModel):
 
 
 class Observed(WireModel):
-    """The `numatopo.io/observed` annotation (JSON), version 1, written by the node agent once the
-    kubelet has allocated the pod's devices."""
+    """The `numatopo.io/observed` annotation (JSON), version 1, by the node agent."""
 
     v: Literal[1] = 1
     seq: NonNegativeInt = Field(

@@ -643,8 +643,7 @@ def reusing_memory(plan: Plan, reusable: Mapping[tuple[int, str], int]) -> Plan:
 
 
 def _preferred_anywhere(plan: Plan, sat: list[Bools], count: int) -> Bools:
-    """(rows x masks): every provider lists the mask as preferred (no memory hint at all is "no
-    preference" to the Topology Manager)."""
+    """(rows x masks): every provider prefers the mask (no memory hint at all: no preference)."""
     preferred_any: Bools = np.ones((count, len(plan.masks)), dtype=bool)
     if plan.options.policy is PolicyName.SINGLE_NUMA_NODE:
         preferred_any &= plan.counts == 1

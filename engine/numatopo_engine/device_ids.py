@@ -81,8 +81,7 @@ def gpu_indices(device_ids: Iterable[str], gpus: Iterable[Gpu]) -> list[int] | N
 
 
 def nic_names(device_ids: Iterable[str], nics: Iterable[Nic]) -> list[str] | None:
-    """The node's NIC names the plugin's `device_ids` name, in their order (each NIC once); None
-    when one names no NIC (a shared pool's IDs, or a topology out of date)."""
+    """The NICs the plugin's `device_ids` name, in order, once each; None if one names none."""
     known = {
         _key(alias): nic.name
         for nic in nics

@@ -403,8 +403,7 @@ class _Placer:
                 self.rank[node] = float(scored.rank[index])
 
     def _copies(self, node: str) -> int:
-        """Members the node holds, allocated one after another on a copy of its state (once per
-        hardware shape and free state)."""
+        """Members the node holds, on a copy of its state (once per free shape)."""
         found = self.copies.get(node)
         if found is not None:
             return found

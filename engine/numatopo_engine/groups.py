@@ -109,8 +109,7 @@ def group_of(metadata: Mapping[str, Any]) -> GroupSpec | None:
 
 
 def rank_of(metadata: Mapping[str, Any]) -> int | None:
-    """The member's rank, or None when nothing gives one; one present but not a whole number raises
-    `InvalidRequestError` (a guess would put the member out of order silently)."""
+    """The member's rank, or None; a rank that is no whole number raises `InvalidRequestError`."""
     annotations = _strings(metadata, "annotations")
     labels = _strings(metadata, "labels")
     for source, key in (

@@ -129,8 +129,7 @@ def weigh(shape: Shape) -> float:
 
 @dataclass(frozen=True, slots=True)
 class Hosts:
-    """The rank's cluster-level input: of the `nodes` judged together (one cycle's candidates), how
-    many can host each shape of `mix` now (`counts`, as `shape_copies` counts)."""
+    """How many of the `nodes` judged together can host each shape of `mix` now (`counts`)."""
 
     mix: WorkloadMix
     nodes: int

@@ -113,8 +113,7 @@ def _free_text(s: Shortfall) -> list[str]:
 
 
 class Refusal:
-    """One node's "does not fit": the `summary` at once, the `reason` and `shortfall` only when read
-    (a bulk decision refuses thousands of nodes whose details nobody reads)."""
+    """One node's "does not fit": `summary` at once, `reason` and `shortfall` when read."""
 
     __slots__ = ("_make", "_reason", "_shortfall", "summary")
 

@@ -56,8 +56,7 @@ DEFAULT_RESOURCES = ResourceNames()
 
 
 def accelerator_word(resource: str | None) -> str:
-    """How refusals name what a pod asked for: "GPUs" for GPU resources (or none named), else the
-    resource itself (`nvidia.com/mig-3g.40gb`, `habana.ai/gaudi`)."""
+    """How refusals name what a pod asked: "GPUs" for GPU resources or none, else the name."""
     if resource is None or resource in ("nvidia.com/gpu", "amd.com/gpu"):
         return "GPUs"
     return resource

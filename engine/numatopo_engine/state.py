@@ -383,8 +383,7 @@ def _device_problems(
     owners: Mapping[K, str],
     seen: set[K],
 ) -> list[str]:
-    """Why devices of one kind cannot go to a container: absent, held, or given twice (`seen`, the
-    ones this assignment gave already, grows by `asked`)."""
+    """Why devices of one kind cannot go to a container: absent, held, or given twice."""
     problems: list[str] = []
     for device in asked:
         owner = owners.get(device)

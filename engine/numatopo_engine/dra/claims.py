@@ -65,8 +65,7 @@ class ClaimDecision:
 
 
 def pod_claims(pod: Mapping[str, Any]) -> list[PodClaim]:
-    """The pod's claims: direct ones by name, template ones by the name kube-controller-manager
-    recorded in `status.resourceClaimStatuses` (None until it has)."""
+    """Direct claims by name; template ones by `status.resourceClaimStatuses` (None before)."""
     spec = pod.get("spec") or {}
     generated = {
         s.get("name"): s.get("resourceClaimName")
@@ -164,8 +163,7 @@ def _eligible(
 
 
 def _variants(claim: ResourceClaim, requests: list[_Request]) -> list[list[_Request]]:
-    """The requests once per combination of values of the claim's matchAttributes, each with only
-    the devices holding those values."""
+    """The requests once per value combination of the matchAttributes, with matching devices."""
     constraints = claim.spec.devices.constraints
     if not constraints:
         return [requests]

@@ -85,8 +85,7 @@ def zone_name(numa: int) -> str:
 
 
 def topology_policy(policy: str, scope: str) -> str:
-    """The one-word policy of `topologyPolicies` (e.g. `SingleNUMANodeContainerLevel`); `None` for
-    the none policy and for anything it has no word for, as NFD does."""
+    """The `topologyPolicies` word (`SingleNUMANodeContainerLevel`...); "None" if NFD has none."""
     word, level = _POLICY_WORDS.get(policy), _SCOPE_WORDS.get(scope)
     return word + level if word and level else "None"
 

@@ -113,8 +113,7 @@ def _numbered(
 def parse_node_rows(
     rows: Iterable[Mapping[str, str | None]], *, source: str = "node list"
 ) -> list[NodeRow]:
-    """Node-list rows -> `NodeRow`s; nodes without GPUs are kept (CPU-only pods use them). `source`
-    (the file) starts every error message."""
+    """Node-list rows -> `NodeRow`s, GPU-less nodes kept; errors start with `source`."""
     out: list[NodeRow] = []
     for where, row in _numbered(rows, source):
         _check_columns(row, NODE_COLUMNS, source)
