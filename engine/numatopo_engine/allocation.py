@@ -1187,12 +1187,11 @@ def _drop_handed_on(entries: dict[str, _Entry], order: Sequence[str]) -> None:
     later_nics: set[int] = set()
     for name in reversed(order):
         entry = entries[name]
-        kept = [g for g in entry.gpus if g not in later_gpus]
-        later_gpus.update(entry.gpus)
-        entry.gpus = kept
-        mine = [x for x in entry.nics if x not in later_nics]
-        later_nics.update(entry.nics)
-        entry.nics = mine
+        gpus, nics = entry.gpus, entry.nics
+        entry.gpus = [g for g in gpus if g not in later_gpus]
+        entry.nics = [x for x in nics if x not in later_nics]
+        later_gpus.update(gpus)
+        later_nics.update(nics)
         entry.memory = {n: v for n, v in entry.memory.items() if v}
         entry.hugepages = {
             n: {s: v for s, v in sizes.items() if v}

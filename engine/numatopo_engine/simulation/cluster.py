@@ -68,9 +68,6 @@ class SimNode:
     def free_whole_gpus(self) -> list[int]:
         return [i for i, milli in enumerate(self.gpu_free) if milli == GPU_MILLI]
 
-    def free_gpu_milli(self) -> int:
-        return sum(self.gpu_free)
-
     def pick_shared_gpu(self, milli: int) -> int:
         return tightest_share(self.gpu_free, milli)
 
@@ -129,7 +126,7 @@ class Cluster:
         node = self.nodes[index]
         left = (
             0.5 * (node.free_cpu_milli - pod.cpu_milli) / self.max_cpu_milli
-            + 0.5 * (node.free_gpu_milli() - pod.total_gpu_milli) / self.max_gpu_milli
+            + 0.5 * (sum(node.gpu_free) - pod.total_gpu_milli) / self.max_gpu_milli
         )
         return int((1.0 - left) * 100)
 
