@@ -79,8 +79,7 @@ DEFAULT_ROWS = 1 << 16
 
 
 class NotWarmError(Exception):
-    """A `warm_only` call met something it would have to build first: the caller asks again where
-    building may take its time (the extender, in the engine thread)."""
+    """A `warm_only` call met something to build: ask again where that may take time."""
 
 
 class Engine:

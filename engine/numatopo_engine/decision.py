@@ -678,8 +678,7 @@ def _groups_allow(plan: Plan, rows: Ints) -> Bools:
 
 
 def _non_preferred(plan: Plan, sat: Sequence[Bools], providers: Sequence[_Provider]) -> int | None:
-    """The non-preferred winner for one node (`topology_manager.best_non_preferred` on the masks the
-    per-resource hints AND to), as an index into the plan's masks."""
+    """The non-preferred winner (`best_non_preferred` on the masks the hints AND to), by index."""
     if not plan.full:
         # Beyond the kubelet's reach: the narrowest mask every resource fits.
         fits = np.ones(len(plan.masks), dtype=bool)
@@ -814,8 +813,7 @@ def _finish(
 
 @dataclass(frozen=True, slots=True)
 class RankTerms:
-    """Per row, the node rank (`packing`) but for its cluster-level weights (`Hosts`), so that a
-    row's terms can be kept while the nodes judged with it change."""
+    """Per row, the node rank's terms but its `Hosts` weights, kept as the nodes judged change."""
 
     alignment: Floats  # the score's span and link terms, 0..1
     fill: Floats  # the score's pack term (best fit)
