@@ -1,17 +1,12 @@
 """Signed assignments: whoever can write a pod's annotations cannot forge a claim (pure).
 
-Claim order (`state.claim_order`) is read from the assignment, which anyone who may edit a pod may
-edit. So the operator signs every assignment it writes, over its pod (uid and namespace/name) and
-the whole assignment but the signature, with an Ed25519 key only it holds; the node agent and the
-ledger book one only when it verifies with a trusted public key. A copy on another pod (another uid)
-or a hand-written or edited one neither books nor wins claim order.
-
-The signature is `ed25519:<key id>:<base64url>` in `Assignment.sig`; the key id (the first 16 hex
-digits of the SHA-256 of the raw public key) picks the verifying key, so a verifier can trust the
-current key and the previous one while keys rotate. Keys come as PEM: a private key for the signer;
-public keys or X.509 certificates (only their public key is used: the chart carries the public half
-in a self-signed certificate, Helm cannot derive it otherwise) for the verifier. Reading the PEM
-from a file or the environment is the callers' I/O.
+Why, over what, and what an unverified assignment is: docs/DESIGN.md, "Pod annotations" (`sig`). The
+signature is `ed25519:<key id>:<base64url>` in `Assignment.sig`; the key id (the first 16 hex digits
+of the SHA-256 of the raw public key) picks the verifying key, so a verifier can trust the current
+key and the previous one while keys rotate. Keys come as PEM: a private key for the signer; public
+keys or X.509 certificates (only their public key is used: the chart carries the public half in a
+self-signed certificate, Helm cannot derive it otherwise) for the verifier. Reading the PEM from a
+file or the environment is the callers' I/O.
 """
 
 from __future__ import annotations

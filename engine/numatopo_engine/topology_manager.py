@@ -9,9 +9,8 @@ one, every merged hint is non-preferred and the winner depends only on the set o
 produce, built pairwise (at most 2^N values): `best_non_preferred`, which `decision` takes. The
 scalar merge is a test oracle (`tests/engine/kubelet/merge_oracle.py`).
 
-Policies (`policy_*.go`): `best-effort` admits whatever wins; `restricted` only a preferred winner;
-`single-numa-node` first drops every hint that is not a preferred single NUMA node, then admits only
-a preferred winner; `none` merges nothing.
+Policies (`policy_*.go`) admit as DESIGN says; `single-numa-node` first drops every hint that is not
+a preferred single NUMA node; `none` merges nothing.
 """
 
 from __future__ import annotations
