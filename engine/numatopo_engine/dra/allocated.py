@@ -1,14 +1,8 @@
-"""A pod's claims as already allocated, read as the devices of its containers (pure).
-
-For the extender's `/bind` of a pod kube-scheduler schedules (no `numatopo.io/dra` gate): its
-DynamicResources plugin writes each claim's `status.allocation` in PreBind, before the extender
-binds. `claimed_devices` reads those devices back through the node's join as each container's GPUs,
-NICs and CPUs, and the pod's request with those counts; the operator then decides CPUs and memory
-around them, as Follow does (the engine's pinned GPUs and NICs).
-
-Devices go to containers as `decide_claims` hands them out; those of the claim kube-scheduler made
-for extended resources to the container its request maps to (`extended.extended_claim`). What cannot
-be read that way raises `NotFollowedError`, and the pod is decided from its requests.
+"""A pod's claims as kube-scheduler allocated them (in PreBind), read as the devices of its
+containers for the extender's `/bind` (pure): docs/DESIGN.md, "GPUs on DRA clusters", "Its bind
+follows the claims". Devices go to containers as `decide_claims` hands them out, those of the claim
+made for extended resources as its mapping says (`extended.extended_claim`); what cannot be read
+that way raises `NotFollowedError`, and the pod is decided from its requests.
 """
 
 from __future__ import annotations

@@ -1,11 +1,7 @@
-"""A pod's ResourceClaims decided on one node with the engine, as claim allocations.
-
-Each request of a claim becomes GPUs or NICs of the container that uses the claim (the first naming
-it in `resources.claims`, else the first app container), placed as device-plugin ones are, with
-every device the request may not have booked away in a copy of the node's state. A `matchAttribute`
-constraint is decided once per value (the best decision wins). What numatopo cannot judge as the
-scheduler's allocator would raises `UndecidedError`, leaving the claim to the scheduler
-(docs/DESIGN.md, "GPUs on DRA clusters").
+"""A pod's ResourceClaims decided on one node with the engine, as claim allocations (docs/DESIGN.md,
+"GPUs on DRA clusters", Decide). A claim's devices go to the first container naming it in
+`resources.claims`, else to the first app container. What numatopo cannot judge as the scheduler's
+allocator would raises `UndecidedError`, leaving the claim to the scheduler ("Fail safe").
 """
 
 from __future__ import annotations

@@ -1,13 +1,7 @@
-"""Extended resources that DRA serves (KEP-5004, alpha in Kubernetes 1.34, feature gate
-DRAExtendedResource): a DeviceClass may name an extended resource (`spec.extendedResourceName`);
-every class also has the implicit name `deviceclass.resource.kubernetes.io/<class>`. A pod asking
-such a resource in a container, on a node where no device plugin advertises it, gets devices of that
-class: kube-scheduler allocates them and creates a ResourceClaim for the pod, named in the pod's
-`status.extendedResourceClaimStatus`.
-
-Of several classes naming one resource, the scheduler (and this module) serves it from the class
-created last (in the same second: the name sorted first). A device several classes select is a
-device of each of their resources.
+"""Extended resources that DRA serves (KEP-5004): which devices a DeviceClass serves under its
+`spec.extendedResourceName` or its implicit `deviceclass.resource.kubernetes.io/<class>`, and the
+claim kube-scheduler made for a pod asking one; the rules (the class created last serves a name, a
+device several classes select counts under each): docs/DESIGN.md, "Extended resources DRA serves".
 """
 
 from __future__ import annotations
