@@ -1,9 +1,7 @@
-"""Other schedulers' views of a node, translated from numatopo's (pure).
+"""Other schedulers' views of a node, translated from numatopo's (pure; docs/DESIGN.md, "Exports").
 
-`nrt`      the NodeResourceTopology (`topology.node.k8s.io/v1alpha2`) that NFD's
-           topology-updater writes and scheduler-plugins' NodeResourceTopologyMatch reads
-`volcano`  the Numatopology (`nodeinfo.volcano.sh/v1alpha1`) that Volcano's numaaware
-           plugin reads
+`nrt`      the NodeResourceTopology scheduler-plugins' NodeResourceTopologyMatch reads
+`volcano`  the Numatopology Volcano's numaaware plugin reads
 `zones`    what both are made of: per NUMA node, what exists, what may be allocated and
            what numatopo's ledger has not booked
 

@@ -1,10 +1,6 @@
 """`NodeResourceTopology` (`topology.node.k8s.io/v1alpha2`), as NFD's topology-updater writes it and
-scheduler-plugins' NodeResourceTopologyMatch reads it.
-
-One zone per NUMA node, named `node-<id>`, of type `Node`; its costs are the SLIT distances to every
-NUMA node, named by zone. Amounts are quantities (strings), as the API server stores them. The
-kubelet's Topology Manager policy and scope are the object's attributes; `topologyPolicies`
-(deprecated upstream, still read by older scheduler-plugins) says the same in one word.
+scheduler-plugins' NodeResourceTopologyMatch reads it (zones, costs, attributes: docs/DESIGN.md,
+"Exports"). Amounts are quantities (strings), as the API server stores them.
 """
 
 from __future__ import annotations

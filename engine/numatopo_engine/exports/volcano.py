@@ -1,8 +1,7 @@
 """Volcano's `Numatopology` (`nodeinfo.volcano.sh/v1alpha1`), as its numaaware plugin reads it (the
-object Volcano's resource-exporter writes otherwise). The fields and amounts: docs/DESIGN.md,
-"Exports". Only `cpu` is in `numares`: numaaware parses every entry as a CPU list. `podAllocations`
-lists the pods numatopo placed, so that numaaware stops holding CPUs for a pod it scheduled once the
-pod shows up here.
+object Volcano's resource-exporter writes otherwise; fields and amounts: docs/DESIGN.md, "Exports").
+`podAllocations` lists the pods numatopo placed, so that numaaware stops holding CPUs for a pod it
+scheduled once the pod shows up here.
 """
 
 from __future__ import annotations
