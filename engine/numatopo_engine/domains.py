@@ -1,14 +1,6 @@
-"""Network domains, their fragmentation, and all-or-nothing placement of pod groups.
-
-docs/DESIGN.md ("The domain tree", "Placement") defines the tree (a node's domain at level k is the
-path of its label values at levels 0..k; the node is the narrowest level, `NODE_LEVEL`), hops, and
-domain fragmentation:
-
-    frag(level) = sum over its domains d of  (F_d / F) * (1 - F_d / G_d)
-
-Taking `a` GPUs from domain d changes the sum's numerator by (2·a·F_d - a²) / G_d - a, so among
-domains that fit, the one that leaves the least fragmentation is the one with the smallest (2·a·F_d
-- a²) / G_d: a busy domain before an empty one, an exact fit first.
+"""Network domains, their fragmentation, and all-or-nothing placement of pod groups: the tree
+(paths, `NODE_LEVEL`, hops), frag(level) and the growth (2·a·F_d - a²) / G_d that ranks domains are
+docs/DESIGN.md's "The domain tree" and "Placement".
 """
 
 from __future__ import annotations
@@ -205,7 +197,7 @@ def domain_utilization(
 
 
 def domain_fragmentation(tree: DomainTree, nodes: Mapping[str, NodeCandidate]) -> dict[str, float]:
-    """Per level, its domain fragmentation (module docstring); 0.0 with no free GPU."""
+    """Per level, its domain fragmentation; 0.0 with no free GPU."""
     weighted = dict.fromkeys(tree.levels, 0.0)
     free_of = dict.fromkeys(tree.levels, 0)
     for (index, _), (free, size) in _gpu_totals(tree, nodes).items():
@@ -596,7 +588,7 @@ class _Placer:
         return cost, picked
 
     def _part_growth(self, part: str | Path, members: int) -> float:
-        """The module docstring's (2aF - a²)/G for `members` taken from a node or domain."""
+        """DESIGN's growth (2aF - a²)/G for `members` taken from a node or domain."""
         if isinstance(part, str):
             candidate = self.nodes[part]
             free, size = candidate.state.free_gpu_count(), len(candidate.topology.gpus)
