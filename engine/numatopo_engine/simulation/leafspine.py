@@ -8,12 +8,9 @@ hardware shape (a rack is bought whole); shapes are drawn per leaf in proportion
 `ip-10-A-B-C` in a shuffled order, as EC2 names them: a scheduler that walks nodes by name does not
 walk them in network order by accident.
 
-The cluster file (`ClusterFile`, JSON; `numatopo domains --cluster`, written by `numatopo simulate
---multi-node --write-cluster`):
-
-    {"shapes": {"<shape>": <NumatopologySpec>},
-     "nodes": [{"name": "...", "shape": "<shape>", "labels": {"<key>": "<value>"},
-                "assignments": {"<namespace/pod>": <numatopo.io/assignment JSON>}}]}
+The cluster file (`ClusterFile`; `numatopo domains --cluster`, written by `numatopo simulate
+--multi-node --write-cluster`): docs/DESIGN.md, "Offline: `numatopo domains`, `numatopo simulate
+--multi-node`".
 """
 
 from __future__ import annotations
