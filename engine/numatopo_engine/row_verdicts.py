@@ -1,10 +1,7 @@
-"""Verdicts kept per node row: a long-lived engine decides each distinct row once per plan.
-
-A row (`hints.row_of`) is all that `decision.decide_rows` reads of a node, and its answers depend on
-the row, the plan and the workload mix alone; a cycle over 500 candidates mostly sees rows it has
-seen (unchanged nodes, nodes of one shape in the same state). `RowVerdicts` keeps, per row content,
-the score, the refusal's summary (and what words its detail) and the rank's row terms; the `Hosts`
-weights, which depend on the nodes judged together, are applied per call (`decision.node_ranks`).
+"""Verdicts kept per node row: a long-lived engine decides each distinct row once per plan
+(docs/DESIGN.md, "The allocation engine", step 2). `RowVerdicts` keeps, per row content, the score,
+the refusal's summary (and what words its detail) and the rank's row terms; the `Hosts` weights,
+which depend on the nodes judged together, are applied per call (`decision.node_ranks`).
 """
 
 from __future__ import annotations

@@ -6,8 +6,7 @@ can hold it: `{nil, not preferred}`). The kubelet walks the cross product of the
 in the number of providers; the same winner comes without it. A preferred merge needs one mask every
 provider lists as preferred, so the preferred winner is the best mask of that intersection. Without
 one, every merged hint is non-preferred and the winner depends only on the set of masks the ANDs can
-produce, built pairwise (at most 2^N values): `best_non_preferred`, which `decision` takes. The
-scalar merge is a test oracle (`tests/engine/kubelet/merge_oracle.py`).
+produce, built pairwise (at most 2^N values): `best_non_preferred`, which `decision` takes.
 
 Policies (`policy_*.go`) admit as DESIGN says; `single-numa-node` first drops every hint that is not
 a preferred single NUMA node; `none` merges nothing.
