@@ -25,8 +25,7 @@ GPU_LINKS = PREFIX + "gpu-links"
 MAX_NUMA_NODES = PREFIX + "max-numa-nodes"
 ASSIGNMENT = PREFIX + "assignment"
 STATE = PREFIX + "state"
-# Why a pod is `Unsatisfiable` or `Invalid`. Written in the same patch as `STATE`, so no crash can
-# leave a pod with a verdict and no reason; Events are posted from it.
+# Why a pod is `Unsatisfiable` or `Invalid`, written with `STATE` (DESIGN.md, "Pod annotations").
 REASON = PREFIX + "reason"
 # What the node agent saw the kubelet give each container (PodResources): the devices it really
 # holds, compared with the assignment of sequence `seq`.
@@ -61,11 +60,8 @@ class Writer(enum.StrEnum):
     NODE_AGENT = "node-agent"  # the node pods' account, on the pod's own node only
 
 
-# The annotations the node side or the operator trusts (the chart's admission policies hold exactly
-# these: tests/chart/test_admission_policies.py): the assignment books CPUs and GPUs,
-# group-placement names a member's group plan, observed makes the operator re-decide a pod around
-# its GPUs. Not `state` and `reason`: they speak only of their own pod (a user removes `state` to
-# ask for a fresh decision).
+# What the node side or the operator trusts, and who alone writes it (docs/operations.md,
+# "Annotations and claims"); the chart's admission policies hold exactly these (tests/chart).
 TRUSTED_WRITERS: dict[str, Writer] = {
     ASSIGNMENT: Writer.OPERATOR,
     GROUP_PLACEMENT: Writer.OPERATOR,
@@ -139,9 +135,8 @@ class ContainerAssignment(WireModel):
     )
 
 
-# The most CPU and memory node ids an assignment may name over all its containers (60 containers of
-# 4,096 CPUs each, read in ~40 ms), checked before the lists are read: whoever may write the
-# annotation could list all 65,536 ids in each of thousands of containers (a CPU-minute).
+# The most ids all of an assignment's CPU lists may name, counted before any is read
+# (docs/operations.md, "Annotations and claims"); this many read in ~40 ms.
 MAX_ASSIGNED_IDS = 1 << 18
 
 
