@@ -1,12 +1,12 @@
 """numatopo's engine: the topology model, cpusets, the annotation contract and allocation.
 
-Everything here is pure: functions take domain values and return new ones. No file,
-network or Kubernetes access, no clocks, no global state. The exporter, the operator,
-the simulator and the CLI are the callers; they import from this facade.
+Everything here is pure: functions take domain values and return new ones. No file, network or
+Kubernetes access, no clocks, no global state. The exporter, the operator, the simulator and the CLI
+are the callers; they import from this facade.
 
-Allocation (and numpy under it) loads on first use: the node agent reads annotations,
-models and cpusets from here and never decides, and numpy alone is ~13 MiB of its
-memory budget (`benchmarks/bench_agent_memory.py`).
+Allocation (and numpy under it) loads on first use: the node agent reads annotations, models and
+cpusets from here and never decides, and numpy alone is ~13 MiB of its memory budget
+(`benchmarks/bench_agent_memory.py`).
 """
 
 import typing

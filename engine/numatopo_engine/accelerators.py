@@ -1,16 +1,9 @@
 """Which PCI functions are accelerators numatopo places, and under which resource name (pure).
 
-One table (`DEFAULT_ACCELERATORS`, listed in docs/DESIGN.md, "Accelerators of any vendor")
-serves every reader (sysfs, hwloc XML) and the engine's default resource patterns. The
-first matching rule wins; configured rules (`--accelerator`, chart
-`exporter.accelerators`) are tried first, so they override a default for the same
-devices. Each default id is checked against a public source
-(tests/fixtures/sysfs/accelerators/README.md); Intel and Huawei rules list device ids
+The one rule table (`DEFAULT_ACCELERATORS`), how configured rules override it, and their syntax:
+docs/DESIGN.md, "Accelerators of any vendor and MIG devices". Each default id is checked against a
+public source (tests/fixtures/sysfs/accelerators/README.md); Intel and Huawei rules list device ids
 because those vendors ship other functions in the same classes.
-
-Configuration syntax, one rule per string (ids in hex, `0x` optional):
-
-    vendor=0x1d17,class=1200,name=zhaoxin,resource=example.com/npu[,devices=0x3d00:0x3d01]
 """
 
 from __future__ import annotations

@@ -1,26 +1,24 @@
 """The allocation engine's entry points: a pod request and a node's state in, a decision out.
 
-Every caller goes through `decision.decide_rows`, per placement unit: the pod under
-scope `pod`; each container in turn under scope `container`, or for a pod with init
-containers (`_one_container_at_a_time`; docs/DESIGN.md, "The allocation engine", for
-init containers, sidecars and reuse). `allocate` then fills the chosen mask with
-concrete resources (`gpu_assignment`, `nic_assignment`, `cpu_assignment`, memory in
-NUMA id order as the memory manager books it); a `best-effort` or `none` placement
-the mask does not hold is topped up from outside it, as the kubelet's managers do.
-`evaluate` is the same decision without the fill.
+Every caller decides with `decision.decide_rows` per placement unit: the pod under scope `pod`, each
+container in turn under scope `container` or with init containers (`_one_container_at_a_time`;
+docs/DESIGN.md, "The allocation engine"). `allocate` then fills the chosen mask with concrete
+resources (`gpu_assignment`, `nic_assignment`, `cpu_assignment`, memory in NUMA id order as the
+memory manager books it), topping a `best-effort` or `none` placement up from outside the mask as
+the kubelet's managers do; `evaluate` decides without the fill.
 
-Pinned devices (Follow, `numatopo.io/observed`; DRA bind): `pinned={container: GPU
-indices}` gives those containers exactly those GPUs, the only GPUs free to the decision,
-so every GPU container must be pinned (the kubelet allocates every container's devices
-at admission). `pinned_nics={container: NIC names}` does the same for RDMA NICs; when
-every NIC container is pinned, the held NICs are the only ones the NIC hint counts.
-
-Memo tables live in an `Engine` the caller owns; nothing here mutates the caller's
+Pinned devices (Follow, `numatopo.io/observed`; DRA bind): `pinned={container: GPU indices}` gives
+those containers exactly those GPUs, the only GPUs free to the decision, so every GPU container must
+be pinned (the kubelet allocates every container's devices at admission); `pinned_nics={container:
+NIC names}` likewise for RDMA NICs, and when every NIC container is pinned the NIC hint counts only
+the held NICs. Memo tables live in an `Engine` the caller owns; nothing here mutates the caller's
 `NodeState` (the caller applies `decision.assignment` with `state.apply`).
 """
 
 from __future__ import annotations
 
+import functools
+import operator
 from collections.abc import Callable, Container, Hashable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from typing import NamedTuple, cast
@@ -74,27 +72,21 @@ from numatopo_engine.topology_tables import (
 )
 
 REFUSED = -1
-# Node rows whose verdicts an `Engine` keeps (`RowVerdicts`), all plans together: a
-# few times the candidates of a cycle times the request kinds in flight. Measured about
-# 0.45 KB per row kept (5 pod kinds over the 5,000-node bench fleet: 14,295 distinct
-# rows, 6 MiB), so under 30 MiB at the bound.
+# Node rows whose verdicts an `Engine` keeps, all plans together: a few times a cycle's candidates
+# times the request kinds in flight. About 0.45 KB a row (the 5,000-node bench fleet, 5 pod kinds:
+# 14,295 rows, 6 MiB), so under 30 MiB.
 DEFAULT_ROWS = 1 << 16
 
 
 class NotWarmError(Exception):
-    """A `warm_only` call met something it would have to build first (hardware tables, a
-    row layout, a plan, a node's row or its verdict): the caller asks again where
-    building may take its time (the extender, in the engine thread)."""
+    """A `warm_only` call met something to build: ask again where that may take time."""
 
 
 class Engine:
-    """The memo tables of one caller (an extender, a simulation): hardware tables per
-    shape, row layouts, decision plans per request, GPU set choices. Every memo is
-    keyed by content (the shape's key, the request), never by a node's names or an
-    object's id, and bounded: `shapes` hardware shapes are kept (the least recently
-    used dropped first), and the verdicts of at most `rows` node rows (`RowVerdicts`,
-    all dropped at once past that), so answers never depend on what is cached. One
-    Engine per thread (the operator decides on one engine thread)."""
+    """The memo tables of one caller (an extender, a simulation), one Engine per thread. Every memo
+    is keyed by content, never by a node's names or an object's id, and bounded (`shapes` hardware
+    shapes, least recently used dropped first; verdicts of at most `rows` node rows, all dropped
+    past that), so answers never depend on what is cached."""
 
     def __init__(self, shapes: int = DEFAULT_SHAPES, rows: int = DEFAULT_ROWS) -> None:
         self.tables = TableCache(shapes)
@@ -103,8 +95,7 @@ class Engine:
         self.gpu_memo: GpuMemo = {}
         self.free_columns: dict[str, FreeColumns] = {}
         self.verdicts: dict[tuple[object, ...], RowVerdicts] = {}
-        # The last request sized, and its sizing per threads per core: the shape groups
-        # of one cycle share the request object (a strong reference: never another's).
+        # The last request (held strongly: never mistaken for another) sized per threads per core.
         self.sized: tuple[PodRequest | None, dict[int, _Sizing | NumatopoError]] = (None, {})
         self.max_rows = rows
         self._rows_kept = 0
@@ -112,10 +103,8 @@ class Engine:
     def tables_of(
         self, topology: NumatopologySpec, state: NodeState | None = None, *, warm_only: bool = False
     ) -> Tables:
-        """The shape's tables; `state`, a node state of `topology`, saves working out
-        the shape key (a state keeps it), or the tables (a ledger's state holds them).
-        `warm_only`: nothing is built, only the tables `state` holds, else `NotWarmError`
-        (and so for every `warm_only` below)."""
+        """The shape's tables, from `state` (a node state of `topology`) where it holds them or its
+        shape key. `warm_only`, here and below: nothing is built, else `NotWarmError`."""
         if warm_only and (state is None or state.topology is not topology or state.tables is None):
             raise NotWarmError("no hardware tables at hand")
         if state is None or state.topology is not topology:
@@ -161,8 +150,7 @@ class Engine:
         mix: WorkloadMix | None,
         warm_only: bool = False,
     ) -> RowVerdicts:
-        """The verdicts kept for this plan under `mix` (the rank's row terms depend on it);
-        `warm_only`: `NotWarmError` where none are kept yet."""
+        """The verdicts kept for this plan under `mix` (the rank's row terms depend on it)."""
         key = (tables.key, need, options, floor, closest, mix or None)
         found = self.verdicts.get(key)
         if found is None and warm_only:
@@ -242,12 +230,8 @@ def allocate(
     pinned: Pinned | None = None,
     pinned_nics: PinnedNics | None = None,
 ) -> Decision:
-    """Place `request` on the node; raises UnsatisfiableError naming what did not fit where.
-
-    `pinned` fixes the GPUs of the containers it names, `pinned_nics` their NICs (see
-    the module docstring); a pinned device that is not free, or a count unlike the
-    container's request, is UnsatisfiableError too.
-    """
+    """Place `request` on the node; raises UnsatisfiableError naming what did not fit where, or a
+    pinned device (module docstring) that is not free or unlike the container's request."""
     engine = engine or Engine()
     outcome = _admitted(_decide(
         engine, topology, state, request, build=True, pinned=pinned or {},
@@ -291,11 +275,8 @@ def evaluate_many(
     checked: bool = True,
     engine: Engine | None = None,
 ) -> list[int | Refusal]:
-    """`evaluate` on each of `states` (nodes of `topology`'s hardware shape): the score,
-    or a `Refusal` whose `reason` is the text `evaluate`'s UnsatisfiableError carries.
-    Raises InvalidRequestError where `evaluate` would, and ValueError when a state is
-    of another hardware shape (`checked=False` skips that check, for states grouped by
-    `group_by_shape`)."""
+    """`evaluate` on each of `states`: the score or a `Refusal` (its error's text). Raises
+    InvalidRequestError as `evaluate` does, ValueError for another shape's state (if `checked`)."""
     scored = score_many(topology, states, request, checked=checked, engine=engine)
     outcomes: list[int | Refusal] = scored.scores.tolist()
     for refused, _ in scored.refused:
@@ -326,16 +307,11 @@ def score_many(
     hosts: Hosts | None = None,
     warm_only: bool = False,
 ) -> ShapeScores:
-    """`evaluate_many` as arrays: refusals grouped by their summary, and the node rank
-    (`packing`: alignment, then fragmentation growth under `mix`, the workload's request
-    shapes, each weighed by how scarce its hosts are among the nodes judged together,
-    `hosts` from `mix_hosts`; without a mix, the best-fit fill). This is the one node
-    score the extender's prioritize and `numatopo simulate` choose nodes by.
+    """`evaluate_many` as arrays, refusals grouped by summary, with the node rank (`packing`, under
+    `mix` and the `hosts` from `mix_hosts`) that the extender and `numatopo simulate` choose by.
 
-    `warm_only`: answer only from what `engine` keeps (every node's row laid out and its
-    verdict under this plan known), else `NotWarmError` before anything is built; the
-    same answers as without it. Such a call takes about a microsecond per node, so the
-    extender may make it on its event loop."""
+    `warm_only`: the same answers from what `engine` keeps, else `NotWarmError` before anything is
+    built; about a microsecond per node, so the extender may call it on its event loop."""
     engine = engine or Engine()
     first = states[0] if states else None
     tables = engine.tables_of(topology, first, warm_only=warm_only)
@@ -370,10 +346,8 @@ def score_many(
     scores = verdicts.score[slots]
     codes = verdicts.summary[slots]
     ranks = verdicts.ranks(slots, hosts)
-    # Init containers, and several containers asking memory under `none` or
-    # `best-effort`, are admitted one by one (`_one_container_at_a_time`): the pod's
-    # hint may hold the total yet leave a container no memory the memory manager
-    # accepts. The nodes the total fits are confirmed container by container.
+    # With memory decided per container (`_memory_per_container`) the pod's hint may hold the total
+    # yet leave a container no memory the memory manager accepts: confirm one by one.
     confirmed: dict[int, Refusal] = {}
     if one_at_a_time:
         scores, ranks = scores.copy(), ranks.copy()
@@ -397,9 +371,7 @@ def _row_slots(
     mix: WorkloadMix | None,
     warm_only: bool,
 ) -> npt.NDArray[np.intp] | None:
-    """Each state's slot in `verdicts`. Each distinct row is decided once; a long-lived
-    engine keeps the verdicts, so rows it has seen under this plan are looked up, not
-    decided again. None: rows that do not fit the plan's width (decide node by node)."""
+    """Each state's slot in `verdicts`, unseen rows decided; None for rows of another width."""
     layout = engine.layout_of(tables, warm_only=warm_only)
     slots = verdicts.known_slots(states, layout)
     if slots is not None:
@@ -427,8 +399,7 @@ def _refused_alone(
     scores: npt.NDArray[np.int64],
     ranks: npt.NDArray[np.float64],
 ) -> dict[int, Refusal]:
-    """The nodes `scores` admits that refuse the pod container by container (refused in
-    `scores` and `ranks`, which the caller owns), by index."""
+    """The nodes `scores` admits that refuse the pod container by container, marked refused."""
     refused: dict[int, Refusal] = {}
     for index in np.flatnonzero(scores >= 0).tolist():
         outcome = _decide(engine, topology, states[index], request, build=False)
@@ -441,8 +412,7 @@ def _refused_alone(
 def _grouped_refusals(
     verdicts: RowVerdicts, codes: npt.NDArray[np.int64], confirmed: Mapping[int, Refusal]
 ) -> list[tuple[npt.NDArray[np.intp], str]]:
-    """The refused nodes' indices grouped by refusal summary: the plan's (`codes`, one
-    per node, -1 where it fits) and those refused container by container."""
+    """The refused nodes' indices by summary: the plan's (`codes`) and `confirmed`'s."""
     refused: list[tuple[npt.NDArray[np.intp], str]] = []
     # A plan that refused no row yet (no summary kept) refuses none of these.
     at = (codes >= 0).nonzero()[0] if verdicts.summaries else codes[:0]
@@ -473,9 +443,7 @@ def _everywhere(refusal: Refusal, count: int) -> ShapeScores:
 def _one_by_one(
     engine: Engine, topology: NumatopologySpec, states: Sequence[NodeState], request: PodRequest
 ) -> ShapeScores:
-    """Scope `container`, a pod whose memory is decided container by container
-    (`_memory_per_container`, without init containers), and unreadable rows: each node
-    decided unit by unit; the rank is the score (no packing term)."""
+    """Each node decided alone; the rank is the score (no packing term)."""
     scores = np.full(len(states), REFUSED, dtype=np.int64)
     refusals: dict[int, Refusal] = {}
     by_summary: dict[str, list[int]] = {}
@@ -504,9 +472,7 @@ class ShapeGroup(NamedTuple):
 
 
 def group_by_shape(nodes: Iterable[tuple[NumatopologySpec, NodeState]]) -> list[ShapeGroup]:
-    """`nodes` (topology, state) per hardware shape (equal hardware, whatever the nodes'
-    names), in first-seen order: what `evaluate_many(group.topology, group.states,
-    request, checked=False)` takes."""
+    """`nodes` grouped per hardware shape, first seen first (for `checked=False` calls)."""
     groups: dict[str, ShapeGroup] = {}
     for position, (topology, state) in enumerate(nodes):
         key = state.shape_key if state.topology is topology else shape_key(topology)
@@ -525,10 +491,8 @@ def mix_hosts(
     engine: Engine | None = None,
     warm_only: bool = False,
 ) -> Hosts:
-    """How many of the nodes in `groups` ((topology, states) per hardware shape: the
-    nodes one scheduling decision judges) can host each shape of `mix` now: the
-    rank's cluster-level input (`score_many(..., hosts=)`). Unreadable rows host none.
-    `warm_only`: from rows already laid out, else `NotWarmError` (see `score_many`)."""
+    """How many of the nodes one decision judges (`groups`, per hardware shape) can host each shape
+    of `mix` now, for `score_many(..., hosts=)`; unreadable rows host none."""
     engine = engine or Engine()
     counts = np.zeros(len(mix.shapes), dtype=np.int64)
     nodes = 0
@@ -602,8 +566,7 @@ class _Choice(NamedTuple):
 
 
 class _Filler(NamedTuple):
-    """What one decision fills from: the engine's memo tables, the hardware, what is
-    free (taken from as containers are filled) and the pod's options."""
+    """What one decision fills from; `free` shrinks as containers are filled."""
 
     engine: Engine
     tables: Tables
@@ -651,8 +614,6 @@ def _decide(
         return _one_container_at_a_time(
             filler, request, pins=pins, nic_pins=nic_pins, floor=floor, closest=closest
         )
-    # Without init containers, a pod whose containers the memory manager places one by
-    # one is admitted by their memory alone (`_one_container_at_a_time`).
     per_container = _memory_per_container(request, sizing)
     plan = engine.plan(tables, sizing.total, options, floor=floor, closest=closest)
     unit_memory = _unit_total(request) or not per_container
@@ -660,8 +621,7 @@ def _decide(
     if isinstance(choice, Shortfall):
         return choice
     if per_container:
-        # Admission depends on each container's memory (see the function), so the
-        # score path fills too.
+        # Admission depends on each container's memory, so the score path fills too.
         return _one_container_at_a_time(
             filler, request, pins=pins, nic_pins=nic_pins, floor=floor, closest=closest,
             pod_hint=choice,
@@ -687,22 +647,15 @@ def _decide(
 
 
 def _unit_total(request: PodRequest) -> bool:
-    """Scope `pod`: whether the pod's total (init containers' reuse counted) must fit
-    the memory manager at once. With init containers the topology manager merges the
-    pod's memory hint for that total, so it must; under `none` no hint is merged and
-    the memory manager picks each container's own default hint, so only the
-    containers one by one count."""
+    """Scope `pod`: whether the pod's total (reuse counted) must fit the memory manager at once:
+    with init containers a merged hint holds it, but `none` merges none (each container's own)."""
     return bool(request.init_containers) and request.options.policy is not PolicyName.NONE
 
 
 def _memory_per_container(request: PodRequest, sizing: _Sizing) -> bool:
-    """Scope `pod`: whether the memory manager's per-container choice can differ from
-    the pod's. It allocates each container in turn with the pod's hint, checking and
-    extending that hint for the container's own request (`Allocate`). With a preferred
-    hint (`restricted`, `single-numa-node`) that holding the total holds each part,
-    and one container's choice is the pod's; under `none` (its own best hint per
-    container) and `best-effort` (a hint it may extend) several containers asking
-    memory each choose, and init containers reuse memory, so each is decided alone."""
+    """Scope `pod`: whether the memory manager's per-container choice (`Allocate` extends the pod's
+    hint per container) can differ from the pod's: with init containers (reuse), or several memory
+    containers under `none` or `best-effort`; a preferred hint holding the total holds each part."""
     if request.init_containers:
         return True
     if request.options.policy not in (PolicyName.NONE, PolicyName.BEST_EFFORT):
@@ -717,8 +670,7 @@ def _check_held(
     known: Container[Hashable],
     free: Container[Hashable],
 ) -> None:
-    """The devices of `kind` each app container holds for real (`held`) are as many as
-    it asks for (`wanted`), known on the node, free, and held by one container only."""
+    """Each app container holds as many devices of `kind` as it asks: known, free, its alone."""
     seen: set[Hashable] = set()
     for name, devices in held.items():
         count = wanted.get(name)
@@ -739,8 +691,7 @@ def _check_held(
 
 
 def _check_pins(pins: Pinned, sizing: _Sizing, tables: Tables, state: NodeState) -> None:
-    """Pinned GPUs must be what the pinned containers ask for, and free (the caller
-    released the pod's own booking and settled anyone else's)."""
+    """Pinned GPUs must be what the containers ask for, and free (the caller released the pod's)."""
     if not pins:
         return
     _check_held(
@@ -754,8 +705,7 @@ def _check_pins(pins: Pinned, sizing: _Sizing, tables: Tables, state: NodeState)
 
 
 def _sized_by(engine: Engine, request: PodRequest, tables: Tables) -> _Sizing:
-    """`_sized`, kept by the engine for the last request: of the hardware it reads the
-    threads per core only."""
+    """`_sized`, kept per threads per core (all it reads of the hardware) for the last request."""
     last, sizings = engine.sized
     if last is not request:
         sizings = {}
@@ -785,8 +735,8 @@ class _NicPins:
     all_pinned: bool = False  # every container asking NICs holds pinned ones
 
     def pool(self, name: str, *, regular_init: bool = False) -> frozenset[int] | None:
-        """The NICs container `name` may take; None: any free one. A regular init
-        container may take held ones (the container after it reuses them)."""
+        """The NICs container `name` may take, None for any free one (so for a regular init
+        container: the container after it reuses them)."""
         if not self.by_container or regular_init:
             return None
         return self.by_container.get(name, self.everything - self.held)
@@ -816,6 +766,8 @@ def _nic_pins(
 
 
 def _sized(request: PodRequest, tables: Tables) -> _Sizing:
+    """The pod's needs (KEP-753): per resource, the larger of the app containers' and sidecars' sum
+    and each regular init container's request plus the sidecars before it."""
     options = request.options
     sidecars = tuple(c for c in request.init_containers if c.restartable)
     apps = request.containers + sidecars
@@ -842,10 +794,8 @@ def _init_totals(request: PodRequest, options: TopologyOptions, tables: Tables) 
 
 @dataclass(slots=True)
 class _Reusable:
-    """What a pod's regular init containers hold that its later containers take first
-    (scope `container`): the kubelet's `cpusToReuse` (CPU manager), `devicesToReuse`
-    (device manager) and `initContainersReusableMemory` (memory manager, per memory
-    mask and kind: "memory" or a huge page size)."""
+    """What regular init containers hold that later containers take first: the kubelet's
+    `cpusToReuse`, `devicesToReuse`, `initContainersReusableMemory` (per mask and kind)."""
 
     cpus: set[int] = field(default_factory=set)
     gpus: set[int] = field(default_factory=set)
@@ -865,19 +815,11 @@ def _one_container_at_a_time(
     closest: bool,
     pod_hint: _Choice | None = None,
 ) -> _Plan | Shortfall:
-    """Scope `container`: every container decided alone, in the kubelet's order (init
-    containers and sidecars in spec order, then the app containers), each seeing what
-    the earlier ones took (`scope_container.go`). Scope `pod` with init containers
-    (`pod_hint`: the pod's decision): the same order, each allocated with the pod's hint
-    (`scope_pod.go`). Memory is the memory manager's per container
-    (`memory_manager_mask`): its hints count the memory the init containers booked on
-    exactly that mask as free (`calculateHints`), so under scope `pod` an app container
-    asking more than the pod's NUMA nodes have left after them extends the pod's hint
-    to that same mask and reuses the memory there. Reuse binds (docs/DESIGN.md):
-    an init container on NUMA 0 ties the app container to NUMA 0, and a pod the kubelet
-    refuses with `TopologyAffinityError` is refused. An app container or sidecar removes
-    what it reused from the reusable set; a regular init container adds what it got.
-    """
+    """Every container in the kubelet's order (init containers and sidecars, then app containers),
+    each seeing what the earlier ones took: decided alone (scope `container`, `scope_container.go`)
+    or with `pod_hint` (scope `pod`, `scope_pod.go`). Memory and reuse as docs/DESIGN.md, "The
+    allocation engine" (init containers) tells; app containers and sidecars spend the reusable set,
+    regular init containers add to it."""
     _, tables, free, options = filler
     reusable = _Reusable()
     entries: dict[str, _Entry] = {}
@@ -888,8 +830,7 @@ def _one_container_at_a_time(
     for index, container in enumerate(order):
         need = _container_need(container, options, tables)
         regular_init = container.name in inits
-        # Where this container's CPUs land, the next containers' CPU hints read: as
-        # reusable ones (a regular init container's) or as taken (scope `container`).
+        # The next containers' CPU hints read where this one's CPUs land (`_fill_reusing`).
         read_later = regular_init or (pod_hint is None and index < len(order) - 1)
         only = pins.get(container.name)
         nic_pool = nic_pins.pool(container.name, regular_init=regular_init)
@@ -941,9 +882,8 @@ def _container_choice(
     floor: int,
     closest: bool,
 ) -> _Choice | Shortfall:
-    """One container's own hint under scope `container`: its plan bound to the NUMA nodes
-    of the reusable devices it asks, its memory hints counting reuse, chosen over the free
-    devices it may have (`only`: its pinned GPUs; `nic_pool`: its NICs)."""
+    """One container's own hint under scope `container`, bound by and counting what it reuses, over
+    the devices it may have (`only`: its pinned GPUs)."""
     engine, tables, free, options = filler
     bound = _bound_numa(tables, need, reusable)
     plan = _binding(engine.plan(tables, need, options, floor=floor, closest=closest), need, *bound)
@@ -969,10 +909,8 @@ def _choice_on(
 
 
 def _merged_preferred(decided: Decided, row: npt.NDArray[np.int64]) -> bool:
-    """Whether the winning mask of `row` (a node's only row) is preferred: `restricted`
-    and `single-numa-node` admit nothing else; under `best-effort` it is when every
-    provider lists it as a preferred hint (a memory provider without any hint states
-    no preference); `none` merges nothing."""
+    """Whether the winning mask of a node's only row is preferred: always under `restricted` and
+    `single-numa-node`, never under `none`, else when every provider with a hint prefers it."""
     plan = decided.plan
     policy = plan.options.policy
     if policy is PolicyName.NONE:
@@ -998,9 +936,7 @@ def _merged_preferred(decided: Decided, row: npt.NDArray[np.int64]) -> bool:
 def _memory_of(
     filler: _Filler, need: Need, choice: _Choice, reusable: Mapping[tuple[int, str], int]
 ) -> int | None:
-    """The memory manager's NUMA nodes for one container (`memory_manager_mask`), the
-    init containers' memory reusable on a mask counted there; 0 when it asks no memory,
-    None when the manager refuses."""
+    """The memory manager's mask for one container, reuse counted (0: no memory; None: refused)."""
     _, tables, free, options = filler
     if not need.has_memory:
         return 0
@@ -1026,8 +962,7 @@ def _memory_of(
 def _bound_numa(
     tables: Tables, need: Need, reusable: _Reusable
 ) -> tuple[set[int], set[int], set[int]]:
-    """The NUMA nodes the container's CPU, device and NIC hints must hold: those of the
-    reusable ones it asks a kind of (a device on no NUMA node binds nothing)."""
+    """The NUMA nodes of the reusable CPUs, GPUs and NICs the container's hints must hold."""
     cpus = (
         {tables.cpu_numa[c] for c in reusable.cpus}
         if need.cpu_mode is CpuMode.EXCLUSIVE and need.cpus
@@ -1051,9 +986,8 @@ def _bound_numa(
 
 
 def _binding(plan: Plan, need: Need, cpus: set[int], gpus: set[int], nics: set[int]) -> Plan:
-    """`plan` with the CPU, device and NIC providers listing only masks that hold the
-    NUMA nodes given for them (`generateCPUTopologyHints`, `generateDeviceTopologyHints`
-    with reusable CPUs and devices); their narrowest width is unchanged."""
+    """`plan` with the CPU, device and NIC providers' hints bound to those NUMA nodes (the kubelet's
+    hint generators with reusable ones); their narrowest width unchanged."""
     if not (cpus or gpus or nics):
         return plan
     device = accelerator_word(need.gpu_resource)
@@ -1079,14 +1013,10 @@ def _fill_reusing(  # noqa: PLR0917 (the fill's inputs, one container's)
     regular_init: bool,
     kubelet_cpus: bool,
 ) -> _Entry | Shortfall:
-    """`_fill`, the reusable devices and memory taken first, as the kubelet's managers
-    take them (`devicesToAllocate`, `getPodReusableMemory`); with reusable CPUs in the
-    mask, its CPUs chosen among the free and reusable ones alike (`allocateCPUs`,
-    `_aligned_reusing`). `kubelet_cpus`: the later containers' CPU hints read where
-    this one's CPUs land, so all of them are spread over NUMA nodes as the CPU manager
-    spreads them, inside the mask and then, for what does not fit there, outside it
-    (`allocateCPUs`' `remainingCPUs`), not next to its GPUs nor by numatopo's own
-    packing."""
+    """`_fill`, the reusable devices and memory taken first as the kubelet's managers take them.
+    CPUs come from free and reusable ones alike, spread as the CPU manager's `allocateCPUs` spreads
+    them (`_aligned_reusing`), when reusable ones are in the mask or `kubelet_cpus` (later
+    containers' hints read where they land): then also outside the mask for what does not fit."""
     tables, free = filler.tables, filler.free
     numa_ids = set(bits(choice.mask))
     aligned_cpus: list[int] = []
@@ -1131,14 +1061,10 @@ def _fill_reusing(  # noqa: PLR0917 (the fill's inputs, one container's)
 def _aligned_reusing(
     tables: Tables, pool: set[int], reusable: set[int], numa_ids: set[int], count: int
 ) -> list[int]:
-    """The CPUs inside `numa_ids` a container gets as the CPU manager's `allocateCPUs`
-    takes them (see `_fill_reusing` for which containers): from the free and
-    reusable ones together (`pool` holds both), as many as the mask has up to `count`,
-    spread over its NUMA nodes by the packed `takeByTopology` (NUMA nodes wholly in the
-    pool first when the request is that big, then the node with the fewest CPUs in the
-    pool first; ties by id). Within a node the reusable ones go first, packed by core
-    (the kubelet takes by core there; the node, which is what binds the later
-    containers' hints, is the same)."""
+    """Up to `count` CPUs of `pool` (free and reusable) inside `numa_ids`, spread over NUMA nodes as
+    the packed `takeByTopology` does: nodes wholly in the pool first when the request is that big,
+    then fewest in the pool first, ties by id. Within a node reusable ones go first, packed by core
+    (the node, which binds later hints, is the kubelet's)."""
     per_numa: dict[int, set[int]] = {n: set() for n in sorted(numa_ids)}
     for cpu in pool:
         numa = tables.cpu_numa.get(cpu)
@@ -1148,8 +1074,7 @@ def _aligned_reusing(
     taken: dict[int, int] = {}
     for numa in sorted(per_numa, key=lambda n: (len(per_numa[n]), n)):
         size = len(per_numa[numa])
-        # Wholly free: every online CPU of the node, reserved ones counted (the kubelet's
-        # topology sees them), is in the pool.
+        # Wholly free: every online CPU (reserved ones too: the kubelet's topology sees them).
         if size and size == tables.numa_online.get(numa, 0) and left >= size:
             taken[numa] = size
             left -= size
@@ -1170,8 +1095,7 @@ def _aligned_reusing(
 
 
 def _gpus_reusing(filler: _Filler, need: Need, choice: _Choice, reusable: _Reusable) -> list[int]:
-    """The reusable GPUs first, then the best of the decision's (the pod's set under
-    scope `pod`), then of the aligned free ones, then any."""
+    """The reusable GPUs, then the best of the decision's, of the aligned free ones, then any."""
     tables, free = filler.tables, filler.free
     if not need.gpus:
         return []
@@ -1211,12 +1135,10 @@ def _best_gpus(filler: _Filler, pool: frozenset[int], count: int) -> tuple[int, 
 def _release_reused_memory(
     free: FreeView, need: Need, memory_mask: int, reusable: _Reusable, *, spend: bool
 ) -> None:
-    """Give back to `free` the init containers' memory this container reuses: what they
-    booked on exactly its NUMA nodes, up to its request; their entries shrink by as much
-    (the kubelet's `updateInitContainersMemoryBlocks`), so the pod books it once.
-    `spend`: an app container or sidecar uses the reusable amount up; a regular init
-    container leaves it whole (`updatePodReusableMemory` only ever raises it for one,
-    so a later container may reuse the same bytes again)."""
+    """Give back to `free` what init containers booked on exactly this container's NUMA nodes, up to
+    its request, shrinking their entries (`updateInitContainersMemoryBlocks`) so the pod books it
+    once. `spend`: false for a regular init container, whose later peers may reuse the same bytes
+    (`updatePodReusableMemory` only raises it)."""
     kinds = [("memory", need.memory_bytes), *need.hugepages]
     for kind, amount in kinds:
         key = (memory_mask, kind)
@@ -1246,8 +1168,7 @@ def _release_reused_memory(
 
 
 def _keep_for_reuse(reusable: _Reusable, entry: _Entry, need: Need) -> None:
-    """A regular init container's CPUs, devices and memory become reusable; memory per
-    (mask, kind) is the largest any init container booked there."""
+    """A regular init container's CPUs, devices and memory (largest per mask) become reusable."""
     if need.cpu_mode is CpuMode.EXCLUSIVE:
         reusable.cpus.update(entry.cpus)
     reusable.gpus.update(entry.gpus)
@@ -1260,18 +1181,16 @@ def _keep_for_reuse(reusable: _Reusable, entry: _Entry, need: Need) -> None:
 
 
 def _drop_handed_on(entries: dict[str, _Entry], order: Sequence[str]) -> None:
-    """Devices an init container handed on appear on the later container only, so the
-    pod's assignment books each once."""
+    """Devices an init container handed on stay on the later container only (booked once)."""
     later_gpus: set[int] = set()
     later_nics: set[int] = set()
     for name in reversed(order):
         entry = entries[name]
-        kept = [g for g in entry.gpus if g not in later_gpus]
-        later_gpus.update(entry.gpus)
-        entry.gpus = kept
-        mine = [x for x in entry.nics if x not in later_nics]
-        later_nics.update(entry.nics)
-        entry.nics = mine
+        gpus, nics = entry.gpus, entry.nics
+        entry.gpus = [g for g in gpus if g not in later_gpus]
+        entry.nics = [x for x in nics if x not in later_nics]
+        later_gpus.update(gpus)
+        later_nics.update(nics)
         entry.memory = {n: v for n, v in entry.memory.items() if v}
         entry.hugepages = {
             n: {s: v for s, v in sizes.items() if v}
@@ -1314,51 +1233,40 @@ def _container_need(c: ContainerRequest, options: TopologyOptions, tables: Table
 
 
 def _sum_needs(needs: Sequence[Need], options: TopologyOptions) -> Need:
-    total = Need(
+    empty = Need(
         cpu_mode=options.cpu,
         full_cores=options.smt is SmtMode.FULL_CORES and options.cpu is CpuMode.EXCLUSIVE,
     )
-    for need in needs:
-        total = _add_needs(total, need)
-    return total
+    return functools.reduce(_add_needs, needs, empty)
 
 
 def _add_needs(a: Need, b: Need) -> Need:
-    pages = dict(a.hugepages)
-    for size, amount in b.hugepages:
-        pages[size] = pages.get(size, 0) + amount
-    return Need(
-        cpus=a.cpus + b.cpus,
-        cpu_mode=a.cpu_mode,
-        full_cores=a.full_cores,
-        memory_bytes=a.memory_bytes + b.memory_bytes,
-        hugepages=tuple(sorted((s, v) for s, v in pages.items() if v)),
-        gpus=a.gpus + b.gpus,
-        gpu_resource=a.gpu_resource or b.gpu_resource,
-        nics=a.nics + b.nics,
-        nic_resource=a.nic_resource or b.nic_resource,
-    )
+    return _combine(a, b, operator.add)
 
 
 def _excess(init_needs: Sequence[Need], apps: Need) -> Need:
     """What the largest init container needs beyond the app containers' sum, per resource."""
     if not init_needs:
         return Need(cpu_mode=apps.cpu_mode, full_cores=apps.full_cores)
-    app_pages = dict(apps.hugepages)
-    pages: dict[str, int] = {}
-    for need in init_needs:
-        for size, amount in need.hugepages:
-            pages[size] = max(pages.get(size, 0), amount - app_pages.get(size, 0))
+    largest = functools.reduce(lambda x, y: _combine(x, y, max), init_needs)
+    return _combine(largest, apps, lambda x, y: max(0, x - y))
+
+
+def _combine(a: Need, b: Need, amounts: Callable[[int, int], int]) -> Need:
+    """`a` and `b` resource by resource (`amounts`), with `a`'s CPU mode and either's resources."""
+    pages = dict(a.hugepages)
+    for size, amount in b.hugepages:
+        pages[size] = amounts(pages.get(size, 0), amount)
     return Need(
-        cpus=max(0, max(n.cpus for n in init_needs) - apps.cpus),
-        cpu_mode=apps.cpu_mode,
-        full_cores=apps.full_cores,
-        memory_bytes=max(0, max(n.memory_bytes for n in init_needs) - apps.memory_bytes),
+        cpus=amounts(a.cpus, b.cpus),
+        cpu_mode=a.cpu_mode,
+        full_cores=a.full_cores,
+        memory_bytes=amounts(a.memory_bytes, b.memory_bytes),
         hugepages=tuple(sorted((s, v) for s, v in pages.items() if v > 0)),
-        gpus=max(0, max(n.gpus for n in init_needs) - apps.gpus),
-        gpu_resource=next((n.gpu_resource for n in init_needs if n.gpu_resource), None),
-        nics=max(0, max(n.nics for n in init_needs) - apps.nics),
-        nic_resource=next((n.nic_resource for n in init_needs if n.nic_resource), None),
+        gpus=amounts(a.gpus, b.gpus),
+        gpu_resource=a.gpu_resource or b.gpu_resource,
+        nics=amounts(a.nics, b.nics),
+        nic_resource=a.nic_resource or b.nic_resource,
     )
 
 
@@ -1371,9 +1279,8 @@ def _fill(
     pinned: Sequence[int] | None = None,
     nic_pool: frozenset[int] | None = None,
 ) -> _Entry | Shortfall:
-    """Concrete resources for one container: inside `choice.mask` first, the rest (of a
-    placement the policy admits unaligned) from outside it; taken out of `free`; its
-    NICs only from `nic_pool` when given."""
+    """Concrete resources for one container, taken out of `free`: inside `choice.mask` first, the
+    rest of an unaligned placement outside it; NICs only from `nic_pool` when given."""
     _, tables, free, options = filler
     mask = choice.mask
     numa_ids = bits(mask)
@@ -1416,8 +1323,7 @@ def _fill(
         entry.nics = sorted(nics)
         free.nics.difference_update(nics)
     if need.cpu_mode is CpuMode.EXCLUSIVE and need.cpus:
-        # Within a mask wider than the GPUs' NUMA nodes (best-effort, or memory spread
-        # by the memory manager), the CPUs next to the container's GPUs come first.
+        # Within a mask wider than the GPUs' NUMA nodes, the CPUs next to the GPUs come first.
         near = sorted({n for g in entry.gpus if (n := tables.gpu_numa.get(g)) is not None}
                       & set(numa_ids))  # fmt: skip
         cpus = None
@@ -1445,8 +1351,7 @@ def _fill(
 def _take_cpus(
     tables: Tables, free: set[int], numa_ids: list[int], count: int, *, full_cores: bool
 ) -> list[int] | None:
-    """`count` CPUs, as many as fit inside `numa_ids` first (the CPU manager's aligned
-    CPUs), the rest from the other NUMA nodes."""
+    """`count` CPUs, as many as fit inside `numa_ids` first, the rest from other NUMA nodes."""
     inside = take_cpus(tables, free, numa_ids, count, full_cores=full_cores)
     if inside is not None:
         return inside
@@ -1463,8 +1368,7 @@ def _take_cpus(
 
 
 def _book_memory(free: FreeView, need: Need, entry: _Entry, numa_ids: list[int]) -> str | None:
-    """Book memory and huge pages over `numa_ids` in id order, as the memory manager
-    does; the reason when they do not fit (the decision checked they do)."""
+    """Book memory and huge pages over `numa_ids` in id order; the reason when they do not fit."""
     for kind, amount in [("memory", need.memory_bytes), *need.hugepages]:
         memory = kind == "memory"
         view = free.memory if memory else {n: free.hugepages.get((n, kind), 0) for n in numa_ids}

@@ -1,7 +1,7 @@
 """The pod annotation contract: keys, allowed values, and the assignment wire format.
 
-Users write `numatopo.io/policy` (opt-in) and the optional knobs below; the operator
-writes `numatopo.io/assignment` and `numatopo.io/state`. See DESIGN.md, "Pod annotations".
+Users write `numatopo.io/policy` (opt-in) and the optional knobs below; the operator writes
+`numatopo.io/assignment` and `numatopo.io/state`. See DESIGN.md, "Pod annotations".
 `TRUSTED_WRITERS` says which annotations something else acts on, and who alone may write them.
 """
 
@@ -25,11 +25,10 @@ GPU_LINKS = PREFIX + "gpu-links"
 MAX_NUMA_NODES = PREFIX + "max-numa-nodes"
 ASSIGNMENT = PREFIX + "assignment"
 STATE = PREFIX + "state"
-# Why a pod is `Unsatisfiable` or `Invalid`. Written in the same patch as `STATE`, so no
-# crash can leave a pod with a verdict and no reason; Events are posted from it.
+# Why a pod is `Unsatisfiable` or `Invalid`, written with `STATE` (DESIGN.md, "Pod annotations").
 REASON = PREFIX + "reason"
-# What the node agent saw the kubelet give each container (PodResources): the devices
-# it really holds, compared with the assignment of sequence `seq`.
+# What the node agent saw the kubelet give each container (PodResources): the devices it really
+# holds, compared with the assignment of sequence `seq`.
 OBSERVED = PREFIX + "observed"
 
 USER_ANNOTATIONS = (POLICY, SCOPE, CPU, SMT, GPU_LINKS, MAX_NUMA_NODES)
@@ -61,12 +60,8 @@ class Writer(enum.StrEnum):
     NODE_AGENT = "node-agent"  # the node pods' account, on the pod's own node only
 
 
-# The annotations the node side or the operator trusts, one place: the chart's admission
-# policies hold exactly these (tests/chart/test_admission_policies.py checks it). The
-# assignment books CPUs and GPUs; group-placement says which group plan a member belongs
-# to; observed makes the operator re-decide a pod around the GPUs it names. `state` and
-# `reason` are not here: they speak only of their own pod (a user removes `state` to ask
-# for a fresh decision), and nothing decides another pod's fate by them.
+# What the node side or the operator trusts, and who alone writes it (docs/operations.md,
+# "Annotations and claims"); the chart's admission policies hold exactly these (tests/chart).
 TRUSTED_WRITERS: dict[str, Writer] = {
     ASSIGNMENT: Writer.OPERATOR,
     GROUP_PLACEMENT: Writer.OPERATOR,
@@ -140,10 +135,8 @@ class ContainerAssignment(WireModel):
     )
 
 
-# The most CPU and memory node ids an assignment may name, over all its containers:
-# 60 containers sharing 4,096 CPUs each. Read before its CPU lists are, as anyone who
-# may write the annotation could list every id of 65,536 again in each of thousands
-# of containers (a minute of the reader's CPU); this many read in ~40 ms.
+# The most ids all of an assignment's CPU lists may name, counted before any is read
+# (docs/operations.md, "Annotations and claims"); this many read in ~40 ms.
 MAX_ASSIGNED_IDS = 1 << 18
 
 
@@ -218,8 +211,7 @@ class ObservedContainer(WireModel):
 
 
 class Observed(WireModel):
-    """The `numatopo.io/observed` annotation (JSON), version 1, written by the node agent
-    once the kubelet has allocated the pod's devices."""
+    """The `numatopo.io/observed` annotation (JSON), version 1, by the node agent."""
 
     v: Literal[1] = 1
     seq: NonNegativeInt = Field(

@@ -4,15 +4,15 @@ An accumulator takes, while the request is at least that big:
 
 1. whole NUMA nodes (every allocatable CPU of the node free), lowest id first;
 2. whole sockets, likewise;
-3. whole physical cores (every thread free), packed: NUMA nodes that can hold the
-   rest of the request on their own come first, smallest first (best fit), then the
-   others largest first (fewest nodes touched); cores by id within a node;
-4. single threads, only with `smt: any`: threads of partly used cores first (so a
-   request never breaks a whole core it does not need), in the same NUMA order, by id.
+3. whole physical cores (every thread free), packed: NUMA nodes that can hold the rest of the
+   request on their own first, smallest first (best fit), then the others largest first (fewest
+   nodes touched); cores by id within a node;
+4. single threads, only with `smt: any`: threads of partly used cores first (never breaking a
+   whole core it does not need), in the same NUMA order, by id.
 
-With `smt: full-cores` only step 1-3 apply, to cores whose every thread is free, and
-the request must be a multiple of the threads per core (checked by the caller, who
-can say why). All ties go to the lowest id, so the result is deterministic.
+With `smt: full-cores` only step 1-3 apply, to cores whose every thread is free, and the request
+must be a multiple of the threads per core (checked by the caller, who can say why). All ties go to
+the lowest id, so the result is deterministic.
 """
 
 from __future__ import annotations

@@ -1,8 +1,8 @@
 """`CPUSet`: a set of logical CPU ids that reads and prints the kernel's list format.
 
-The kernel writes CPU and NUMA-node sets as comma-separated ranges (`0-3,8-11`), in
-sysfs (`cpulist`, `local_cpulist`, `online`), in cgroup `cpuset.cpus`, and in kubelet
-state files. Every set that crosses a wire in numatopo uses that format.
+The kernel writes CPU and NUMA-node sets as comma-separated ranges (`0-3,8-11`), in sysfs
+(`cpulist`, `local_cpulist`, `online`), in cgroup `cpuset.cpus`, and in kubelet state files. Every
+set that crosses a wire in numatopo uses that format.
 """
 
 from __future__ import annotations
@@ -16,15 +16,15 @@ from pydantic import GetCoreSchemaHandler, GetJsonSchemaHandler
 from pydantic.json_schema import JsonSchemaValue
 from pydantic_core import core_schema
 
-# Far above any real machine (Linux NR_CPUS tops out at 8192), low enough that a typo
-# such as "0-40000000" is refused instead of allocating a huge set.
+# Far above any real machine (Linux NR_CPUS tops out at 8192), low enough that a typo such as
+# "0-40000000" is refused instead of allocating a huge set.
 MAX_CPU_ID = 65535
 
 CPULIST_PATTERN = r"^\s*(\d+(-\d+)?(,\d+(-\d+)?)*)?\s*$"
 
 
-# A CPU id as the kernel writes it: ASCII digits (`str.isdigit` takes other scripts'
-# digits too, and superscripts that `int` refuses); ten digits read any id refused above.
+# A CPU id as the kernel writes it: ASCII digits (`str.isdigit` takes other scripts' digits too, and
+# superscripts that `int` refuses); ten digits read any id refused above.
 _ID = re.compile(r"[0-9]{1,10}")
 # How much of a refused list a message quotes (messages become Events and annotations).
 SHOWN_CHARS = 60
@@ -34,8 +34,8 @@ _RANGE = re.compile(r"([0-9]{1,10})(?:-([0-9]{1,10}))?")
 
 
 def ids_named(cpulist: str) -> int:
-    """How many ids `cpulist` names, counting repeats: what reading it costs, found
-    without reading it (a list that does not parse costs what its ranges name)."""
+    """How many ids `cpulist` names, counting repeats: what reading it costs, found without reading
+    it (a list that does not parse costs what its ranges name)."""
     named = 0
     for found in _RANGE.finditer(cpulist):
         lo, hi = found.group(1), found.group(2)
@@ -75,18 +75,14 @@ class CPUSet:
 
     @classmethod
     def parse(cls, cpulist: str) -> CPUSet:
-        """Parse `0-3,8,10-11`; an empty or blank string is the empty set.
-
-        Tolerates what sysfs writes (a trailing newline); rejects anything else with a
-        message naming the bad part.
-        """
+        """Parse `0-3,8,10-11` (blank: the empty set; a trailing newline as sysfs writes it);
+        anything else is refused with a message naming the bad part."""
         text = cpulist.strip()
         if not text:
             return cls()
         shown = _shown(cpulist)
         ids: set[int] = set()
-        # A list can come from whoever writes an annotation: its work is bounded by the
-        # ids it names, at most every id once (the kernel never repeats one).
+        # Whoever writes an annotation writes a list: its work is bounded by the ids, each once.
         listed = 0
         for chunk in text.split(","):
             part = chunk.strip()
@@ -114,13 +110,8 @@ class CPUSet:
 
     @classmethod
     def parsed_shared(cls, cpulist: str) -> CPUSet:
-        """`parse`, the set shared with every earlier parse of the same text.
-
-        A set of a few CPUs is a 216-byte hash table: the operator parses one or two in
-        every annotated pod's assignment, and the NUMA nodes' sets in every node's spec,
-        and the texts repeat (the same CPUs on every node of a shape, `0` and `1` as the
-        NUMA nodes of most). A CPUSet is immutable, so one object serves every reader.
-        """
+        """`parse`, the (immutable) set shared with earlier parses of the same text: a small set is
+        a 216-byte hash table, and the operator's texts repeat across pods and nodes."""
         found = _PARSED.get(cpulist)
         if found is None:
             found = cls.parse(cpulist)
@@ -192,8 +183,7 @@ class CPUSet:
     def isdisjoint(self, other: CPUSet) -> bool:
         return self._ids.isdisjoint(other._ids)
 
-    # pydantic integration: a CPUSet field accepts a cpulist string (or a CPUSet or a
-    # list of ints from Python) and always serialises as the cpulist string.
+    # A pydantic CPUSet field takes a cpulist (or a CPUSet or ints) and serialises as a cpulist.
     @classmethod
     def __get_pydantic_core_schema__(
         cls, source: type[Any], handler: GetCoreSchemaHandler

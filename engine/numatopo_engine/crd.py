@@ -1,9 +1,9 @@
-"""Build the `Numatopology` and `NetworkTopology` CustomResourceDefinitions from the
-pydantic models.
+"""Build the `Numatopology` and `NetworkTopology` CustomResourceDefinitions from the pydantic
+models.
 
-The CRD's OpenAPI schema must be *structural* (Kubernetes rejects `$ref`, `anyOf` with
-types, `const`, `title`...), so the pydantic JSON schema is rewritten here: references
-inlined, `Optional[X]` turned into `nullable: true`, literals into one-value enums.
+The CRD's OpenAPI schema must be *structural* (Kubernetes rejects `$ref`, `anyOf` with types,
+`const`, `title`...), so the pydantic JSON schema is rewritten here: references inlined,
+`Optional[X]` turned into `nullable: true`, literals into one-value enums.
 """
 
 from __future__ import annotations
@@ -75,16 +75,15 @@ def _resolve(node: Any, defs: dict[str, Any]) -> Any:
         elif key == "properties":
             out[key] = {name: _resolve(sub, defs) for name, sub in value.items()}
         elif key in ("items", "additionalProperties"):
-            # `additionalProperties: false` is not allowed next to `properties`; the API
-            # server prunes unknown fields of a structural schema anyway.
+            # `additionalProperties: false` is not allowed next to `properties`; the API server
+            # prunes unknown fields of a structural schema anyway.
             if isinstance(value, dict):
                 out[key] = _resolve(value, defs)
         elif key in _KEPT:
             out[key] = value
     if out.get("type") == "number" and isinstance(out.get("default"), int):
         out["default"] = float(out["default"])
-    # Kubernetes applies defaults server-side; we let the model own defaults instead,
-    # so stored objects look exactly like what the exporter wrote.
+    # The model owns defaults (not the API server), so stored objects are what the exporter wrote.
     out.pop("default", None)
     return out
 
@@ -160,8 +159,7 @@ def crd_manifest() -> dict[str, Any]:
 
 
 def network_topology_crd_manifest() -> dict[str, Any]:
-    """The NetworkTopology CustomResourceDefinition object (DOMAINS: those of the
-    narrowest level)."""
+    """The NetworkTopology CRD object (DOMAINS: those of the narrowest level)."""
     columns = [
         {"name": "LEVELS", "type": "string", "jsonPath": ".spec.levels[*].nodeLabel"},
         {"name": "DOMAINS", "type": "integer", "jsonPath": ".status.domains[-1:].count"},

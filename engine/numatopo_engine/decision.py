@@ -1,28 +1,25 @@
 """The one decision path: where a placement unit goes on each of many nodes of one shape.
 
-Every caller reaches `decide_rows`; one node is one row. docs/DESIGN.md ("The
-allocation engine") states the rules; per node, as (nodes x masks) array expressions:
+Every caller reaches `decide_rows`; one node is one row. docs/DESIGN.md ("The allocation engine")
+states the rules; per node, as (nodes x masks) array expressions:
 
-1. Hint providers as the kubelet's (`hints` for the inputs); `smt: full-cores` counts
-   only wholly free whole cores, `cpu: numa` hints over the shared CPUs. A memory
-   provider with no hint at all states no preference, and refuses when it allocates;
-   its hints count memory the pod's init containers left on exactly that mask
-   (`reusing_memory`).
-2. The Topology Manager's merge and admission (`topology_manager`, same answers).
-   Under `none` CPUs and devices are still placed aligned where they can be.
-3. The memory manager's own nodes: the merged mask if its free memory holds the
-   request, else its best hint containing the mask (under `none`, which hands it no
-   hint: its own best hint, wherever the merged mask is, as the kubelet books it);
-   refused when there is none, when that hint is not preferred while the merged one
-   is, or when a multi-node mask mixes memory groups.
-4. numatopo's checks beyond the kubelet (`max-numa-nodes`, `gpu-links: required`, the
-   last shared CPU), then the node score (`scoring`).
+1. Hint providers as the kubelet's (`hints` for the inputs); `smt: full-cores` counts only wholly
+   free whole cores, `cpu: numa` hints over the shared CPUs. A memory provider with no hint at all
+   states no preference, and refuses when it allocates; its hints count memory the pod's init
+   containers left on exactly that mask (`reusing_memory`).
+2. The Topology Manager's merge and admission (`topology_manager`, same answers). Under `none` CPUs
+   and devices are still placed aligned where they can be.
+3. The memory manager's own nodes: the merged mask if its free memory holds the request, else its
+   best hint containing the mask (under `none`, which hands it no hint: its own best hint, as the
+   kubelet books it); refused when there is none, when that hint is not preferred while the merged
+   one is, or when a multi-node mask mixes memory groups.
+4. numatopo's checks beyond the kubelet (`max-numa-nodes`, `gpu-links: required`, the last shared
+   CPU), then the node score (`scoring`).
 
-The GPU set and the non-preferred merge run per node, for the nodes that need them.
-Masks are every subset of the NUMA nodes up to `FULL_SEARCH` of them; larger machines
-(where the kubelet's Topology Manager refuses to run) are searched over the NUMA nodes
-holding something asked for, by increasing width within a budget, and there a
-non-preferred placement is the narrowest mask that holds it all.
+The GPU set and the non-preferred merge run per node, for the nodes that need them. Masks are every
+subset of up to `FULL_SEARCH` NUMA nodes; larger machines (where the kubelet's Topology Manager
+refuses to run) are searched over the NUMA nodes holding something asked for, by increasing width
+within a budget, and there a non-preferred placement is the narrowest mask that holds it all.
 """
 
 from __future__ import annotations
@@ -184,8 +181,8 @@ def make_plan(
 def _gpus_in_masks(
     tables: Tables, need: Need, ids: tuple[int, ...], masks: list[int]
 ) -> tuple[int, list[int], list[int]]:
-    """The bitmask of the GPUs of the requested resource; per mask, the bitmask of those
-    in it, and how many GPUs (any resource) are in it or on no NUMA node."""
+    """The bitmask of the GPUs of the requested resource; per mask, the bitmask of those in it, and
+    how many GPUs (any resource) are in it or on no NUMA node."""
     matching = 0
     for gpu, resource in tables.gpu_resource.items():
         if need.gpu_resource in (None, resource):
@@ -207,8 +204,7 @@ def _gpus_in_masks(
 
 @dataclass(frozen=True, slots=True)
 class FreeColumns:
-    """Where a row holds the free exclusive CPUs and whole GPUs of each NUMA position
-    (what the rank's fragmentation reads; request-independent)."""
+    """Where a row holds each NUMA position's free exclusive CPUs and whole GPUs (the rank's)."""
 
     cpu: Ints  # per position: the row column of its free plain CPUs
     gpu_count: Ints  # row columns of free GPU counts (any resource, on a NUMA node)
@@ -307,8 +303,7 @@ def _bounded_masks(
     positions: list[int],
     position_of: dict[int, int],
 ) -> tuple[list[int], int]:
-    """Masks of up to the width bound over `positions` (trimmed to the best-equipped
-    ones when a width has more than `MASK_BUDGET`), and all of `positions` together."""
+    """Masks up to the width bound over `positions` (best-equipped first), and all of them."""
     if options.policy is PolicyName.SINGLE_NUMA_NODE:
         width = 1
     else:
@@ -321,8 +316,8 @@ def _bounded_masks(
         cpus = tables.cpu_capacity.get(numa, 0)
         return (-(gpus * 1000 + cpus + tables.memory_capacity.get(numa, 0) / 2**40), position)
 
-    # No mask narrower than a resource's hardware minimum can hold it, and a placement
-    # wider than one past the widest minimum is never worth searching here.
+    # No mask narrower than a resource's hardware minimum can hold it, and a placement wider than
+    # one past the widest minimum is never worth searching here.
     widest = 1
     for asked, amounts in _hardware_amounts(tables, need, id_of, positions):
         held, used = 0, 0
@@ -365,8 +360,8 @@ def _hardware_amounts(
 
 
 def _mean_distances(tables: Tables, ids: tuple[int, ...], member: Ints) -> npt.NDArray[np.float64]:
-    """Mean SLIT distance over every ordered pair of a mask's nodes, the diagonal too
-    (`NUMADistances.CalculateAverageFor`)."""
+    """Mean SLIT distance over all ordered pairs of a mask's nodes, self-pairs too (the kubelet's
+    `CalculateAverageFor`)."""
     matrix = np.array(
         [[tables.distances.get((a, b), LOCAL_DISTANCE) for b in ids] for a in ids], dtype=np.float64
     ).reshape(len(ids), len(ids))
@@ -424,8 +419,8 @@ def _cpu_hint_inputs(
     if need.exclusive_cpus:
         return columns, dict(tables.numa_online)
     if need.cpus and need.cpu_mode is CpuMode.NUMA:
-        # numatopo's own: fractional CPUs on the shared CPUs of the chosen NUMA nodes
-        # (the kubelet gives no CPU hint for them, and pins them nowhere).
+        # numatopo's own: fractional CPUs on the shared CPUs of the chosen NUMA nodes (the kubelet
+        # gives no CPU hint for them, and pins them nowhere).
         return columns, {n: len(c) for n, c in tables.numa_allocatable.items()}
     return None
 
@@ -433,8 +428,7 @@ def _cpu_hint_inputs(
 def _memory_hint_inputs(
     tables: Tables, layout: RowLayout, need: Need
 ) -> tuple[tuple[Wanted, ...], list[Ints], list[dict[int, int]]]:
-    """The memory provider's wanted sizes, row columns and capacities: memory and each
-    huge page size, one hint list."""
+    """The memory provider's wanted sizes, row columns and capacities (memory, huge pages)."""
     ids = layout.numa_ids
     wanted: list[Wanted] = []
     columns: list[Ints] = []
@@ -459,8 +453,8 @@ def _memory_hint_inputs(
 def _device_hint_inputs(
     tables: Tables, layout: RowLayout, need: Need
 ) -> list[tuple[Wanted, Ints, dict[int, int]]]:
-    """Per device kind asked (GPUs, NICs) whose devices have a NUMA node (else it gives
-    no preference): wanted, (positions x names) row columns, devices per NUMA id."""
+    """Per device kind asked (GPUs, NICs) whose devices have a NUMA node (else it gives no
+    preference): wanted, (positions x names) row columns, devices per NUMA id."""
     ids = layout.numa_ids
     gpu_places = [(n, tables.gpu_resource[g]) for g, n in tables.gpu_numa.items()]
     nic_places = [(n, tables.nic_resource[x]) for x, n in tables.nic_numa.items()]
@@ -479,8 +473,7 @@ def _device_hint_inputs(
         for i, key_numa in _matching_keys(keys, resource):
             if key_numa is not None:
                 by_numa.setdefault(key_numa, []).append(column(i))
-        # A request naming no resource counts every resource name of the kind: one
-        # column per name, summed per NUMA node.
+        # A request naming no resource counts every name of the kind, one column each, summed.
         depth = max(len(c) for c in by_numa.values())
         columns = np.array(
             [by_numa.get(n, []) + [layout.zero] * (depth - len(by_numa.get(n, []))) for n in ids],
@@ -492,10 +485,9 @@ def _device_hint_inputs(
 
 @dataclass(slots=True)
 class Decided:
-    """`decide_rows`' answers, per row: `score` (-1 refused), `kind` of refusal (None
-    when admitted), and for admitted rows the merged mask, the memory manager's mask
-    (as indices into the plan's masks: `mask(i)` / `memory_mask(i)` give bit n = NUMA
-    id n) and the GPUs."""
+    """`decide_rows`' answers per row: `score` (-1 refused), `kind` of refusal (None admitted), and
+    for admitted rows the merged and memory masks (plan indices; `mask(i)`, `memory_mask(i)` give
+    the NUMA bits) and the GPUs."""
 
     plan: Plan
     score: Ints
@@ -522,11 +514,8 @@ def decide_rows(
     *,
     unit_memory: bool = True,
 ) -> Decided:
-    """Decide `plan`'s unit on every row (node) of `rows` (see the module docstring);
-    `mix` is the workload the rank's packing term measures fragmentation against.
-    Every answer of a row depends on that row alone (and the plan and mix).
-    `unit_memory=False` skips step 3, for a caller that asks the memory manager
-    container by container: the unit's total then need not fit its memory at once."""
+    """Decide `plan`'s unit on every row (node) of `rows`, each from that row, the plan and `mix`
+    alone; `unit_memory=False` skips step 3 (the caller asks memory container by container)."""
     count = rows.shape[0]
     kind: list[Kind | None] = [None] * count
     refused = np.zeros(count, dtype=bool)
@@ -618,12 +607,10 @@ class _MemoryHints(NamedTuple):
 
 
 def reusing_memory(plan: Plan, reusable: Mapping[tuple[int, str], int]) -> Plan:
-    """`plan` for a container that may reuse memory its pod's regular init containers
-    booked: `reusable` holds, per (memory mask, bit n = NUMA id n; kind: "memory" or a
-    huge page size), the bytes it may take there (`getPodReusableMemory`). The memory
-    provider lists a mask when its free memory with what is reusable on exactly that
-    mask holds the request (`calculateHints`); the node-wide totals allow for the most
-    any one mask offers."""
+    """`plan` for a container that may reuse the bytes `reusable` holds per (NUMA mask, kind:
+    "memory" or a huge page size) (`getPodReusableMemory`): the memory provider lists a mask whose
+    free memory with what is reusable on exactly it holds the request (`calculateHints`); node-wide
+    totals allow for the most any one mask offers."""
     offered = {key: amount for key, amount in reusable.items() if amount > 0}
     if not offered:
         return plan
@@ -656,8 +643,7 @@ def reusing_memory(plan: Plan, reusable: Mapping[tuple[int, str], int]) -> Plan:
 
 
 def _preferred_anywhere(plan: Plan, sat: list[Bools], count: int) -> Bools:
-    """(rows x masks): every provider lists the mask as preferred (no memory hint at
-    all is "no preference" to the Topology Manager)."""
+    """(rows x masks): every provider prefers the mask (no memory hint at all: no preference)."""
     preferred_any: Bools = np.ones((count, len(plan.masks)), dtype=bool)
     if plan.options.policy is PolicyName.SINGLE_NUMA_NODE:
         preferred_any &= plan.counts == 1
@@ -679,8 +665,7 @@ def _per_position(rows: Ints, columns: Ints) -> Ints:
 
 
 def _groups_allow(plan: Plan, rows: Ints) -> Bools:
-    """Per (row, mask): each node of the mask holds no pod memory, or holds it for
-    exactly this group (a single node: its own)."""
+    """Per (row, mask): each node holds no pod memory, or holds it for exactly this group."""
     groups = rows[:, [plan.layout.group(p) for p in range(len(plan.ids))]]
     count = rows.shape[0]
     if not groups.any() or len(plan.ids) >= 63:
@@ -693,8 +678,7 @@ def _groups_allow(plan: Plan, rows: Ints) -> Bools:
 
 
 def _non_preferred(plan: Plan, sat: Sequence[Bools], providers: Sequence[_Provider]) -> int | None:
-    """The non-preferred winner for one node (`topology_manager.best_non_preferred` on
-    the masks the per-resource hints AND to), as an index into the plan's masks."""
+    """The non-preferred winner (`best_non_preferred` on the masks the hints AND to), by index."""
     if not plan.full:
         # Beyond the kubelet's reach: the narrowest mask every resource fits.
         fits = np.ones(len(plan.masks), dtype=bool)
@@ -829,13 +813,12 @@ def _finish(
 
 @dataclass(frozen=True, slots=True)
 class RankTerms:
-    """Per row, the node rank (`packing`) but for its cluster-level weights (`Hosts`),
-    so that a row's terms can be kept while the nodes judged with it change."""
+    """Per row, the node rank's terms but its `Hosts` weights, kept as the nodes judged change."""
 
     alignment: Floats  # the score's span and link terms, 0..1
     fill: Floats  # the score's pack term (best fit)
-    # Under a mix (`packing.usable_gpus`, before and after the placement): free GPUs
-    # per row, GPUs the mix's copies use per (row, shape); empty without a mix.
+    # Under a mix (`packing.usable_gpus`, before and after the placement): free GPUs per row, GPUs
+    # the mix's copies use per (row, shape); empty without a mix.
     free_before: Ints
     used_before: Ints
     free_after: Ints
@@ -845,10 +828,8 @@ class RankTerms:
 def node_ranks(
     terms: RankTerms, scores: Ints, mix: WorkloadMix | None, hosts: Hosts | None
 ) -> Floats:
-    """The node rank (`packing`) of each row, -1 where refused (`scores` < 0):
-    alignment, then fragmentation growth under `mix`, each of its shapes weighed by
-    how scarce its hosts are among the nodes judged together (`hosts`; without them,
-    its share); without a mix, the best-fit fill."""
+    """The node rank (`packing`) of each row, -1 where refused (`scores` < 0); `hosts` weighs the
+    mix's shapes by scarcity (without them, by share)."""
     if not mix:
         rank = node_rank(terms.alignment, terms.fill)
     else:
@@ -936,8 +917,8 @@ def _mean_fill(fills: list[Floats], like: Floats) -> Floats:
 
 def _compose(span: Floats, links: Floats, fills: list[Floats], *, with_gpus: bool) -> Ints:
     """The `scoring` formula over arrays, term by term in the order of its scalar oracle
-    (`compose_score` in tests/engine/allocation/score_oracle.py), so every float is
-    the same IEEE double (`rint` rounds half to even, as `round` does). NaN: no fill."""
+    (`compose_score` in tests/engine/allocation/score_oracle.py), so every float is the same IEEE
+    double (`rint` rounds half to even, as `round` does). NaN: no fill."""
     pack = _mean_fill(fills, span)
     w_span, w_links, w_pack = GPU_WEIGHTS if with_gpus else CPU_WEIGHTS
     total = w_span * span + w_links * links + w_pack * pack
@@ -956,11 +937,8 @@ def _best_bandwidth(plan: Plan, memo: GpuMemo) -> float:
 
 
 def _gpu_choice(plan: Plan, free_bits: int, in_mask: int, memo: GpuMemo) -> tuple[int, ...] | None:
-    """The unit's GPUs in the device manager's order (`devicesToAllocate` with
-    `filterByAffinity`): the best set of those on the mask's NUMA nodes; when they are
-    too few, all of them, then the rest from those on other NUMA nodes, and only then
-    from those on no NUMA node (its `noAffinity` set, taken last). None:
-    `gpu-links: required` finds no set."""
+    """The unit's GPUs in the device manager's order (`devicesToAllocate`): the best set on the
+    mask's NUMA nodes, else all those, then others, `noAffinity` last; None for no required set."""
     need = plan.need
     tables = plan.tables
     mode = plan.options.gpu_links

@@ -1,15 +1,13 @@
 """Device plugin IDs <-> the GPUs of an assignment and of a topology (pure).
 
-A device plugin names each device with an opaque ID. NVIDIA's plugin uses the GPU UUID
-(`--device-id-strategy=uuid`, the default), or the GPU's index (`index`), and with
-time-slicing it adds a replica suffix (`GPU-...::3`). An assignment names its GPUs by
-UUID (or PCI bus id) and by numatopo index, so either strategy maps back. One rule,
-used by the steering answer (assigned -> device IDs) and by Follow (held IDs ->
-assigned or not).
+NVIDIA's device plugin names a GPU by its UUID (`--device-id-strategy=uuid`, the default) or index
+(`index`), with a replica suffix under time-slicing (`GPU-...::3`); an assignment names its GPUs by
+UUID (or PCI bus id) and index, so either maps back. One rule serves the steering answer (assigned
+-> device IDs) and Follow (held IDs -> assigned or not).
 
-RDMA plugins name a NIC by what they were configured with: the SR-IOV plugin by PCI
-address, others by the RDMA device or netdev name. An ID names a NIC when it is one of
-those; a shared-device pool's IDs (`rdma/hca_shared_devices_a`) name none.
+RDMA plugins name a NIC by what they were configured with: the SR-IOV plugin by PCI address, others
+by the RDMA device or netdev name. An ID names a NIC when it is one of those; a shared-device pool's
+IDs (`rdma/hca_shared_devices_a`) name none.
 """
 
 from __future__ import annotations
@@ -35,8 +33,7 @@ def _key(name: str) -> str:
 
 
 def same_gpu(device_id: str, gpu_name: str, gpu_index: int | None) -> bool:
-    """Whether the plugin's `device_id` is the GPU an assignment names (`gpu_name`, a
-    UUID or PCI bus id, and its index)."""
+    """Whether the plugin's `device_id` is the GPU `gpu_name` (UUID or bus id) at `gpu_index`."""
     key = _key(device_id)
     if gpu_name and key == _key(gpu_name):
         return True
@@ -46,8 +43,7 @@ def same_gpu(device_id: str, gpu_name: str, gpu_index: int | None) -> bool:
 def device_ids_for(
     gpu_names: Sequence[str], gpu_indices: Sequence[int], available: Iterable[str]
 ) -> list[str] | None:
-    """The IDs in `available` that are the assigned GPUs, one per GPU in assignment
-    order; None when one of them is not in `available`."""
+    """The IDs in `available` of the assigned GPUs, in assignment order; None if one is missing."""
     pool = list(available)
     chosen: list[str] = []
     for position, name in enumerate(gpu_names):
@@ -60,10 +56,8 @@ def device_ids_for(
 
 
 def gpu_indices(device_ids: Iterable[str], gpus: Iterable[Gpu]) -> list[int] | None:
-    """The node's device indices the plugin's `device_ids` name, in their order: a whole
-    GPU's index, or a MIG device's (matched by its `MIG-...` UUID, the ID NVIDIA's
-    plugin gives MIG devices); None when one names neither (another resource, or a
-    topology out of date)."""
+    """The node's device indices (a whole GPU's, or a MIG device's by its `MIG-...` UUID) the
+    plugin's `device_ids` name, in order; None when one names neither (or the topology is stale)."""
     known = list(gpus)
     mig = [(m.uuid, m.index) for g in known for m in g.mig_devices or () if m.uuid]
     found: list[int] = []
@@ -87,8 +81,7 @@ def gpu_indices(device_ids: Iterable[str], gpus: Iterable[Gpu]) -> list[int] | N
 
 
 def nic_names(device_ids: Iterable[str], nics: Iterable[Nic]) -> list[str] | None:
-    """The node's NIC names the plugin's `device_ids` name, in their order (each NIC
-    once); None when one names no NIC (a shared pool's IDs, or a topology out of date)."""
+    """The NICs the plugin's `device_ids` name, in order, once each; None if one names none."""
     known = {
         _key(alias): nic.name
         for nic in nics

@@ -1,11 +1,6 @@
-"""The accelerators a node hands out: whole GPUs and MIG devices (pure).
-
-A GPU in MIG mode is never handed out whole: its MIG devices are, each on the GPU's NUMA
-node and PCIe position, under their own resource (`nvidia.com/mig-3g.40gb`). A GPU whose
-MIG mode is on but whose MIG devices are unknown hands out nothing. Whole GPUs and MIG
-devices share one index space (`MigDevice.index` never repeats a GPU index), so the
-engine books both by index; assignments list whole GPUs in `gpuIndices` and MIG devices
-in `migIndices`.
+"""The accelerators a node hands out: whole GPUs and MIG devices in one index space (pure;
+docs/DESIGN.md, "Accelerators of any vendor and MIG devices"). A GPU whose MIG mode is on but whose
+MIG devices are unknown hands out nothing.
 """
 
 from __future__ import annotations

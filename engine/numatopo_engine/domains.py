@@ -1,14 +1,6 @@
-"""Network domains, their fragmentation, and all-or-nothing placement of pod groups.
-
-docs/DESIGN.md ("The domain tree", "Placement") defines the tree (a node's domain at
-level k is the path of its label values at levels 0..k; the node is the narrowest
-level, `NODE_LEVEL`), hops, and domain fragmentation:
-
-    frag(level) = sum over its domains d of  (F_d / F) * (1 - F_d / G_d)
-
-Taking `a` GPUs from domain d changes the sum's numerator by (2·a·F_d - a²) / G_d - a,
-so among domains that fit, the one that leaves the least fragmentation is the one with
-the smallest (2·a·F_d - a²) / G_d: a busy domain before an empty one, an exact fit first.
+"""Network domains, their fragmentation, and all-or-nothing placement of pod groups: the tree
+(paths, `NODE_LEVEL`, hops), frag(level) and the growth (2·a·F_d - a²) / G_d that ranks domains are
+docs/DESIGN.md's "The domain tree" and "Placement".
 """
 
 from __future__ import annotations
@@ -44,15 +36,14 @@ class DomainTree:
         self.levels = tuple(levels)
         self.paths = dict(paths)
         self.depth = {label: index for index, label in enumerate(self.levels)}
-        # Without a hostname level each node is its own domain one level below the
-        # narrowest (DESIGN: the hostname level is optional, the node level is not).
+        # Without a hostname level each node is its own domain one level below the narrowest.
         self.implicit_nodes = not self.levels or self.levels[-1] != HOSTNAME_LABEL
         self.order = sorted(self.paths, key=lambda n: (self.paths[n], n))
         self.position = {node: index for index, node in enumerate(self.order)}
         # Per level: domain path -> its nodes, in tree order.
         self.members: list[dict[Path, list[str]]] = [{} for _ in self.levels]
-        # Per domain (the root `()` included): its child domains and the nodes whose
-        # path ends at it (no label of the next level), both in tree order.
+        # Per domain (the root `()` included): its child domains and the nodes whose path ends at it
+        # (no label of the next level), both in tree order.
         self.children: dict[Path, list[Path]] = {ANYWHERE: []}
         self.direct: dict[Path, list[str]] = {ANYWHERE: []}
         for node in self.order:
@@ -98,17 +89,15 @@ class DomainTree:
         return self.members[self.depth[level]]
 
     def node_path(self, node: str) -> Path:
-        """The node's own domain at the node level: its path, then its name unless the
-        tree's last level is the hostname."""
+        """The node's path, then its name unless the tree's last level is the hostname."""
         path = self.paths.get(node, ())
         if self.implicit_nodes or len(path) < len(self.levels):
             return (*path, node)
         return path
 
     def spanned(self, level: str, nodes: Iterable[str]) -> int | None:
-        """How many domains of `level` hold `nodes` (a node without that level's label
-        counts as one of its own; the hostname level counts nodes); None for a label
-        that is no level here."""
+        """How many domains of `level` hold `nodes` (a node without its label counts as one); None
+        for a label that is no level here."""
         if level not in self.depth:
             return len(set(nodes)) if level == NODE_LEVEL else None
         index = self.depth[level]
@@ -118,7 +107,7 @@ class DomainTree:
         })  # fmt: skip
 
     def hops(self, a: str, b: str) -> int:
-        """See the module docstring."""
+        """Hops between two nodes (docs/DESIGN.md, "The domain tree")."""
         if a == b:
             return 0
         common = 0
@@ -144,9 +133,8 @@ class NodeCandidate:
 
 @dataclass(frozen=True)
 class Anchor:
-    """One domain a group must stay inside: `level` a level of the tree, or `NODE_LEVEL`
-    for one node; `path` its label values widest first (`DomainTree.node_path` for one
-    node). The path, not the value alone: leaves under two spines may share a value."""
+    """One domain a group must stay inside: `level` (or `NODE_LEVEL`) and its full `path` (leaves
+    under two spines may share a value; `DomainTree.node_path` for one node)."""
 
     level: str
     path: Path
@@ -163,8 +151,7 @@ class GroupPlacement:
 
 
 def describe_domain(level: str | None, path: Path) -> str:
-    """`level=value`, and the wider values when there are any (`…=l0 under s1`): a
-    value alone may name domains under several parents."""
+    """`level=value`, with the wider values (`…=l0 under s1`): a value may recur under parents."""
     if level is None or not path:
         return "anywhere"
     text = f"{level}={path[-1]}"
@@ -199,8 +186,8 @@ def _gpu_totals(
 def domain_utilization(
     tree: DomainTree, nodes: Mapping[str, NodeCandidate]
 ) -> dict[tuple[str, str], float]:
-    """(level, domain value) -> the share of its GPUs in use (domains without GPUs left
-    out; domains of one level sharing a value under different parents are summed)."""
+    """(level, domain value) -> the share of its GPUs in use (domains without GPUs left out; domains
+    of one level sharing a value under different parents are summed)."""
     merged: dict[tuple[str, str], tuple[int, int]] = {}
     for (index, path), (free, size) in _gpu_totals(tree, nodes).items():
         key = (tree.levels[index], path[-1])
@@ -210,7 +197,7 @@ def domain_utilization(
 
 
 def domain_fragmentation(tree: DomainTree, nodes: Mapping[str, NodeCandidate]) -> dict[str, float]:
-    """Per level, its domain fragmentation (module docstring); 0.0 with no free GPU."""
+    """Per level, its domain fragmentation; 0.0 with no free GPU."""
     weighted = dict.fromkeys(tree.levels, 0.0)
     free_of = dict.fromkeys(tree.levels, 0)
     for (index, _), (free, size) in _gpu_totals(tree, nodes).items():
@@ -236,14 +223,9 @@ def place_group(
     mix: WorkloadMix | None = None,
     engine: Engine | None = None,
 ) -> GroupPlacement:
-    """Place every member inside one domain, or raise UnsatisfiableError (nothing placed).
-
-    The rules (levels tried, domain choice, counting, strategies, rank order) are
-    docs/DESIGN.md's "Placement". `anchor` keeps the group inside that one domain,
-    named by its full path (recovery: a lost member goes back where its group runs).
-    Members may be fewer than `spec.size` (re-placing lost members). Members' assignments
-    are `allocate`d on copies of their nodes' states: `nodes` are not changed.
-    """
+    """Place every member inside one domain (docs/DESIGN.md, "Placement"), on copies of the nodes'
+    states, or raise UnsatisfiableError. `anchor` keeps the group inside that domain (a lost member
+    goes back where its group runs; members may then be fewer than `spec.size`)."""
     if not members:
         raise ValueError("place_group: no members")
     if len({m.key for m in members}) != len(members):
@@ -387,8 +369,8 @@ class _Placer:
         return list(range(narrowest, top - 1, -1)), anywhere
 
     def _count(self) -> None:
-        """Which nodes hold a member (`score_many`), and at most how many (`bound`, from
-        free counts); exact counts come later, per domain looked at (`_copies`)."""
+        """Which nodes hold a member (`score_many`), and at most how many from free counts (exact
+        counts: `_copies`, per domain looked at)."""
         engine, request = self.engine, self.largest
         names = list(self.nodes)
         shapes = group_by_shape((self.nodes[n].topology, self.nodes[n].state) for n in names)
@@ -413,8 +395,7 @@ class _Placer:
                 self.rank[node] = float(scored.rank[index])
 
     def _copies(self, node: str) -> int:
-        """Members the node holds, allocated one after another on a copy of its state
-        (once per hardware shape and free state)."""
+        """Members the node holds, on a copy of its state (once per free shape)."""
         found = self.copies.get(node)
         if found is not None:
             return found
@@ -442,11 +423,8 @@ class _Placer:
         return most
 
     def _at_level(self, index: int, strategy: _Mode) -> GroupPlacement | None:
-        """The best domain of level `index` that holds the group, placed; None if none.
-
-        Domains are ranked by fragmentation growth first, which needs no node counts;
-        nodes are counted exactly only in the domains of the best growth still left,
-        so one fitting domain is usually all that is counted."""
+        """The best domain of level `index` that holds the group, placed, or None; ranked by growth
+        first (no node counts needed), so usually one fitting domain is counted exactly."""
         totals = self._gpu_totals()
         ranked: list[tuple[float, int, Path, list[str]]] = []
         short: list[tuple[int, Path, list[str]]] = []  # upper bound already short
@@ -459,8 +437,7 @@ class _Placer:
         ranked.sort(key=lambda r: r[:2])
         best = (0, "")
         if self.prefer is not None and index < self.prefer and len(ranked) > 1:
-            # Wider than the preferred level: as few of its domains as any domain here
-            # allows first, then the usual ranking.
+            # Wider than the preferred level: fewest of its domains first, then the usual ranking.
             steered = []
             for growth, order, path, inside in ranked:
                 chosen = self._select(index, path, inside, strategy)
@@ -508,15 +485,13 @@ class _Placer:
         return self._realise(_Choice(None, ANYWHERE, chosen))
 
     def _anywhere(self, every: bool = False) -> list[str]:
-        """Every candidate node (holding a member, unless `every`), tree order, then
-        the unlabelled ones by name."""
+        """Every candidate node (holding a member, unless `every`), tree order, unlabelled last."""
         keep = self.nodes if every else self.bound
         unlabelled = sorted(n for n in keep if n not in self.tree.paths)
         return [n for n in self.tree.order if n in keep] + unlabelled
 
     def _domains(self, index: int, every: bool = False) -> list[tuple[Path, list[str]]]:
-        """The domains of level `index` inside the anchor, with their candidate nodes
-        (those holding a member, unless `every`), in tree order."""
+        """The domains of level `index` inside the anchor with their candidate nodes, tree order."""
         tree, anchor = self.tree, self.anchor
         keep = self.nodes if every else self.bound
         if index == self.node_index:
@@ -572,8 +547,7 @@ class _Placer:
                 return self._pick(index, path, units)[1] or None
             return _even(list(units), units, need)
         assert mode is _Mode.BALANCED
-        # Consolidated's counts of sub-domains and nodes, with the lowest cap per node
-        # that keeps them, then members as even as the caps allow.
+        # Consolidated's counts with the lowest cap per node keeping them, then members evened out.
         cost, picked = self._pick(index, path, copies)
         if not picked:
             return None
@@ -595,8 +569,7 @@ class _Placer:
     def _pick(
         self, index: int | None, path: Path, units: Mapping[str, int]
     ) -> tuple[Cost, list[tuple[str, int]]]:
-        """`fewest_domains.fewest` inside domain `path` (one node at the node level),
-        nodes in tree order; ((), []) when the units do not reach the need."""
+        """`fewest_domains.fewest` inside domain `path`; ((), []) when the units fall short."""
         need = self.need
         if index is not None and index == self.node_index:
             node = path[-1]
@@ -615,8 +588,7 @@ class _Placer:
         return cost, picked
 
     def _part_growth(self, part: str | Path, members: int) -> float:
-        """What taking `members` from one node or one domain adds to its fragmentation
-        sum (the module docstring's (2aF - a²)/G)."""
+        """DESIGN's growth (2aF - a²)/G for `members` taken from a node or domain."""
         if isinstance(part, str):
             candidate = self.nodes[part]
             free, size = candidate.state.free_gpu_count(), len(candidate.topology.gpus)
@@ -647,9 +619,8 @@ class _Placer:
     def _growth(
         self, index: int, path: Path, totals: Mapping[tuple[int, Path], tuple[int, int]]
     ) -> float:
-        """How much the group taken from `path` grows the fragmentation of its level
-        and every wider one (the module docstring's (2aF - a²)/G, summed; one node's
-        own term first at the node level)."""
+        """`_part_growth` summed over `path`'s level and every wider one (one node's own term first
+        at the node level)."""
         taken = self.need * _gpus_of(self.largest)
         terms: list[tuple[int, int]] = []
         depth = index + 1
@@ -738,8 +709,8 @@ def first_fit(
     members: Sequence[Member],
     engine: Engine,
 ) -> dict[str, Assignment] | None:
-    """A topology-blind gang: members in rank order, each on the first node (in `order`)
-    whose engine `allocate` takes it; all or nothing (states are copied, not changed)."""
+    """A topology-blind gang, all or nothing: each member (rank order) on the first node in `order`
+    that `allocate` takes it on (states copied)."""
     states: dict[str, NodeState] = {}
     found: dict[str, Assignment] = {}
     names = list(order)
@@ -769,8 +740,7 @@ def first_fit(
 
 
 def _even(nodes: Sequence[str], caps: Mapping[str, int], need: int) -> list[tuple[str, int]]:
-    """`need` members over `nodes` (each at most its cap) as evenly as the caps allow, in
-    the order of `nodes`; nodes left with none are dropped."""
+    """`need` members over `nodes` as evenly as their caps allow; nodes left with none dropped."""
     given: dict[str, int] = {}
     left = need
     for count, node in enumerate(sorted(nodes, key=lambda n: caps[n])):
@@ -781,8 +751,7 @@ def _even(nodes: Sequence[str], caps: Mapping[str, int], need: int) -> list[tupl
 
 
 def _amounts(request: PodRequest) -> tuple[int, int, int]:
-    """GPUs, exclusive CPUs and memory bytes the app containers ask for: no more than
-    the pod takes, so free amounts divided by them bound how many copies fit."""
+    """GPUs, exclusive CPUs and memory bytes the app containers ask: what bounds copies."""
     gpus = _gpus_of(request)
     whole = [c.integer_cpus for c in request.containers]
     exclusive = request.options.cpu is CpuMode.EXCLUSIVE and all(w is not None for w in whole)

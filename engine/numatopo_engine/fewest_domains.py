@@ -1,18 +1,17 @@
 """Inside one domain: which nodes take how many members (pure, exact).
 
-The lexicographic minimum, over every set of nodes whose capacities ("units": members
-each node can take) cover the need, of the cost vector
+The lexicographic minimum, over every set of nodes whose capacities ("units": members each node can
+take) cover the need, of the cost vector
 
     (domains used at level d+1, ..., domains used at the narrowest level, nodes,
      units left unused, fragmentation growth, wholly free nodes broken, -rank)
 
-(docs/DESIGN.md, "Nodes inside the chosen domain", says why a greedy is not enough).
-Method: a knapsack over each domain's children, bottom up. A domain's table holds, for
-every amount up to min(need, its units), the least cost of hosting that many members
-inside it; a parent combines its children's tables one child at a time, adding 1 at
-the child's level for every child used. Cost vectors add component-wise and the
-lexicographic order is compatible with addition, so optimal parts combine into an
-optimum. Time: the sum over domains of need x the domain's children's units.
+(docs/DESIGN.md, "Nodes inside the chosen domain", says why a greedy is not enough). Method: a
+knapsack over each domain's children, bottom up. A domain's table holds, for every amount up to
+min(need, its units), the least cost of hosting that many members inside it; a parent combines its
+children's tables one child at a time, adding 1 at the child's level for every child used. Cost
+vectors add component-wise and the lexicographic order is compatible with addition, so optimal parts
+combine into an optimum. Time: the sum over domains of need x the domain's children's units.
 """
 
 from __future__ import annotations
@@ -49,22 +48,16 @@ def fewest(
     most_per: tuple[int, int] | None = None,
     slices: tuple[int, int] | None = None,
 ) -> tuple[Cost, list[tuple[str, int]]] | None:
-    """The least-cost choice of `need` members inside domain `root` (see the module
-    docstring): its cost vector and (node, members) in tree order; None when the units
-    of the domain's nodes add up to less than `need`.
+    """The least-cost choice of `need` members inside domain `root`: its cost vector and (node,
+    members) in tree order; None when the nodes' units fall short.
 
-    `units`: node -> members it can take (nodes not listed take none); `loose`: extra
-    nodes directly under `root` (nodes without labels, for the root `()`); `tie`: per
-    node (wholly free nodes broken, minus its rank), the last tie-breaks; `growth`: what
-    taking an amount of members from a node or a domain (by path) adds to fragmentation.
-    `first`: a level index (`len(tree.levels)`: the nodes) whose count is compared before
-    every other (a preferred level: as few of its domains as possible). `most_per`:
-    (level index, n), at most n members in any one domain of that level (the node
-    level included). `slices`: (level index, n), below a `root` wider than that level
-    every domain of it (every node, for the node level) takes a multiple of n members
-    and nodes outside its domains take none, so that members numbered in tree order
-    fall in whole slices of n per domain.
-    """
+    `units`: node -> members it can take; `loose`: extra nodes directly under `root` (unlabelled
+    ones, for the root `()`); `tie`: per node (wholly free nodes broken, -rank), the last
+    tie-breaks; `growth`: the fragmentation an amount taken from a node or domain (by path) adds.
+    `first`: a level index (`len(tree.levels)`: nodes) whose count is compared before all others.
+    `most_per`: (level index, n), at most n members per domain of that level. `slices`: (level
+    index, n), every domain of that level below `root` takes a multiple of n and nodes outside its
+    domains none, so members numbered in tree order fall in whole slices per domain."""
     if need <= 0:
         return None
     search = _Knapsack(tree, root, units, need, loose, tie, growth, first, most_per, slices)
@@ -79,9 +72,9 @@ def fewest(
 
 
 class _Knapsack:
-    """One `fewest` search. A cost vector holds the first level's count again, the level
-    counts, nodes, units left unused, fragmentation growth, free nodes broken and -rank;
-    `_SHIFT` skips the leading one."""
+    """One `fewest` search. A cost vector holds the first level's count again, the level counts,
+    nodes, units left unused, fragmentation growth, free nodes broken and -rank; `_SHIFT` skips the
+    leading one."""
 
     def __init__(  # noqa: PLR0917 (fewest's arguments, passed on once)
         self,
@@ -122,8 +115,7 @@ class _Knapsack:
 
     def node_table(self, node: str, most: int, depth: int) -> list[_Entry | None]:
         width, first = self.width, self.first
-        # A node of no domain of the first level (its labels stop above it) counts
-        # as one such domain of its own.
+        # A node of no domain of the first level (labels stop above it) is one such domain itself.
         alone = first is not None and (first == width or depth <= first)
         cap = self.limit if self.limit_level == width else most
         held = min(self.units.get(node, 0), most, cap)

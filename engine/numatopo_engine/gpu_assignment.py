@@ -1,19 +1,13 @@
 """Choosing which GPUs inside the chosen NUMA mask: maximise direct-link bandwidth.
 
-The score of a GPU set is the sum of `gpuLinks[].bandwidthGBps` over its pairs (the
-link count when no bandwidth is known); NVSwitch systems list every pair, so every set
-of a size scores the same there and the lowest indices win. Ties between sets of equal
-bandwidth go to the set with the least bandwidth to the free GPUs left behind (the
-"cut"): taking the GPUs least tied to the rest keeps the best-linked remaining GPUs
-together for the next job. Then the lowest indices.
+The score of a GPU set is the sum of `gpuLinks[].bandwidthGBps` over its pairs (the link count when
+no bandwidth is known); on NVSwitch systems, which list every pair, the lowest indices win. Ties go
+to the set with the least bandwidth to the free GPUs left behind (the "cut"), keeping the
+best-linked remaining GPUs together for the next job; then the lowest indices. `gpu-links: required`
+only accepts sets whose every pair has a direct link; `ignore` takes the lowest free indices.
 
-`gpu-links: required` only accepts sets whose every pair has a direct link;
-`ignore` takes the lowest free indices.
-
-The search is exact over combinations for up to `EXACT_LIMIT` candidates (C(16, 8) =
-12870 sets) and greedy above; results are memoised per hardware shape (`Tables.key`) by
-candidate set, since a cluster of identical nodes sees the same few free sets over and
-over.
+The search is exact up to `EXACT_LIMIT` candidates and greedy above; results are memoised per
+hardware shape (`Tables.key`) by candidate set, as identical nodes see the same few free sets.
 """
 
 from __future__ import annotations
@@ -24,8 +18,7 @@ from itertools import combinations
 from numatopo_engine.annotations import GpuLinksMode
 from numatopo_engine.topology_tables import Tables
 
-# Exhaustive up to 16 candidates: the largest single-node GPU systems (DGX-2, HGX-2)
-# have 16, and C(16, 8) combinations are still cheap enough once memoised.
+# The largest single-node GPU systems (DGX-2, HGX-2) have 16; C(16, 8) sets are cheap once memoised.
 EXACT_LIMIT = 16
 
 
@@ -49,9 +42,8 @@ def choose_gpus(
     mode: GpuLinksMode,
     memo: GpuMemo | None = None,
 ) -> tuple[int, ...] | None:
-    """The best `count` GPUs among `candidates`, or None when no set qualifies; `memo`,
-    when given, is the caller's (the choice depends on the hardware shape and arguments
-    only, so one memo serves every shape)."""
+    """The best `count` GPUs among `candidates`, or None when no set qualifies; `memo`: the caller's
+    (keyed by shape and arguments, so one serves every shape)."""
     if memo is None:
         return _search(tables, sorted(candidates), count, mode)
     key = (tables.key, candidates, count, mode.value)
@@ -92,8 +84,8 @@ def _search(
                     unlinked = True
         if unlinked:
             continue
-        # Bandwidth from the set to everything else: each GPU's row total minus its
-        # links inside the set (counted twice in the sum of rows).
+        # Bandwidth from the set to everything else: each GPU's row total minus its links inside the
+        # set (counted twice in the sum of rows).
         cut = sum(row_totals[i] for i in combo) - 2 * inner
         key = (-inner, cut, combo)
         if best is None or key < best:

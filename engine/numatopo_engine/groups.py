@@ -1,7 +1,7 @@
 """Read a pod's group membership and rank from its metadata (pure).
 
-The annotations, labels and rank sources are docs/DESIGN.md's "Pod contract"; every
-bad value raises `InvalidRequestError` whose `field` is the key.
+The annotations, labels and rank sources are docs/DESIGN.md's "Pod contract"; every bad value raises
+`InvalidRequestError` whose `field` is the key.
 """
 
 from __future__ import annotations
@@ -22,8 +22,8 @@ MIN_AVAILABLE = "scheduling.x-k8s.io/min-available"
 JOB_COMPLETION_INDEX = "batch.kubernetes.io/job-completion-index"
 POD_INDEX_LABEL = "apps.kubernetes.io/pod-index"
 
-# Far above any training job (the largest run tens of thousands of GPUs, 8 per pod),
-# small enough that a typo is refused instead of waited for forever.
+# Far above any training job (the largest run tens of thousands of GPUs, 8 per pod), small enough
+# that a typo is refused instead of waited for forever.
 MAX_GROUP_SIZE = 100_000
 _RANK = re.compile(r"^[0-9]{1,9}$")
 _STATEFUL_ORDINAL = re.compile(r"-([0-9]{1,9})$")
@@ -57,11 +57,8 @@ class GroupSpec:
 
 
 def group_of(metadata: Mapping[str, Any]) -> GroupSpec | None:
-    """The group a pod belongs to, or None when it names none.
-
-    Raises `InvalidRequestError` for a bad value, for group settings without a group
-    name, for a group without a size, and for both required and preferred levels.
-    """
+    """The group a pod belongs to, or None; raises `InvalidRequestError` for a bad value, group
+    settings without a group name, a group without a size, or both required and preferred levels."""
     annotations = _strings(metadata, "annotations")
     labels = _strings(metadata, "labels")
     name = annotations.get(keys.GROUP)
@@ -112,11 +109,7 @@ def group_of(metadata: Mapping[str, Any]) -> GroupSpec | None:
 
 
 def rank_of(metadata: Mapping[str, Any]) -> int | None:
-    """The member's rank (see the module docstring), or None when nothing gives one.
-
-    A rank annotation or label that is present but not a whole number raises
-    `InvalidRequestError`: guessing would put the member out of order silently.
-    """
+    """The member's rank, or None; a rank that is no whole number raises `InvalidRequestError`."""
     annotations = _strings(metadata, "annotations")
     labels = _strings(metadata, "labels")
     for source, key in (

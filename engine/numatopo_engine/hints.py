@@ -1,14 +1,13 @@
 """What a request needs and what a node has free, in the shapes the decision reads.
 
-`Need` is one placement unit's request in engine units; `FreeView` is what is free on
-a node as plain sets (a working copy the fill step takes from); a node's *row* is the
-same as integers per NUMA node (`row_of`), laid out by `RowLayout` so that the rows of
-many nodes of one hardware shape stack into one matrix for the vectorised decision.
+`Need` is one placement unit's request in engine units; `FreeView` is what is free on a node as
+plain sets (the fill step's working copy); a node's *row* is the same as integers (`row_of`), laid
+out by `RowLayout` so the rows of a shape's nodes stack into one matrix for the vectorised decision.
 
-Memory groups are the kubelet memory manager's bookkeeping (`machineState[n].Cells`):
-a NUMA node holding memory of a container that spans NUMA nodes `G` is in group `G`;
-one holding single-node memory is in its own group. The manager never lets a node of
-one group serve a placement of another (`memorymanager/policy_static.go`).
+Memory groups are the kubelet memory manager's bookkeeping (`machineState[n].Cells`): a NUMA node
+holding memory of a container that spans NUMA nodes `G` is in group `G`; one holding single-node
+memory is in its own group. The manager never lets a node of one group serve a placement of another
+(`memorymanager/policy_static.go`).
 """
 
 from __future__ import annotations
@@ -85,23 +84,20 @@ class FreeView:
         )
 
     def join_group(self, numa_ids: list[int]) -> None:
-        """Record that memory was placed over `numa_ids`: each of its nodes' group becomes
-        this one, as the memory manager's `updateMachineState` sets `Cells` to the latest
-        mask (a single-node booking on a node of a multi-node group leaves that node
-        single). The containers of the pod being placed come in the kubelet's order, so
-        the latest wins here; `state.join_group` marks a conflict between the pods
-        already booked instead, whose order the kubelet saw and the state does not."""
+        """Record that memory was placed over `numa_ids`: the latest mask wins, as in the memory
+        manager's `updateMachineState` (the pod's containers come in the kubelet's order; for booked
+        pods, whose order is unknown, `state.join_group` marks a conflict instead)."""
         group = sum(1 << n for n in numa_ids)
         for numa_id in numa_ids:
             self.groups[numa_id] = group
 
 
 class RowLayout(NamedTuple):
-    """Columns of a node's row, for one hardware shape. Per NUMA node (`numa_ids` order):
-    free allocatable CPUs, free CPUs of wholly free whole cores, free memory bytes, the
-    memory group (as a mask of NUMA *positions*); then free huge page bytes per
-    `hugepages` key; free devices per `gpu_keys` / `nic_keys` key (NUMA id or None,
-    resource); the free GPU bitmask (-1 when an index is 63 or more); a zero column."""
+    """Columns of a node's row, for one hardware shape. Per NUMA node (`numa_ids` order): free
+    allocatable CPUs, free CPUs of wholly free whole cores, free memory bytes, the memory group (as
+    a mask of NUMA *positions*); then free huge page bytes per `hugepages` key; free devices per
+    `gpu_keys` / `nic_keys` key (NUMA id or None, resource); the free GPU bitmask (-1 when an index
+    is 63 or more); a zero column."""
 
     numa_ids: tuple[int, ...]
     hugepages: tuple[tuple[int, str], ...]

@@ -1,10 +1,10 @@
 """Kubernetes object names, as the API server validates them (pure).
 
-A name that reaches a URL path must be one the API server could have given an object:
-anything else (`..`, `/`, `%`, NUL, a lone surrogate, an upper-case letter) is refused
-before it is used, by the extender (names from the network) and again by the client
-layer (any caller). The rules are apimachinery's `validation.IsDNS1123Label` and
-`IsDNS1123Subdomain`: pod and node names are subdomains, namespaces are labels.
+A name that reaches a URL path must be one the API server could have given an object: anything else
+(`..`, `/`, `%`, NUL, a lone surrogate, an upper-case letter) is refused before it is used, by the
+extender (names from the network) and again by the client layer (any caller). The rules are
+apimachinery's `validation.IsDNS1123Label` and `IsDNS1123Subdomain`: pod and node names are
+subdomains, namespaces are labels.
 """
 
 from __future__ import annotations
@@ -45,8 +45,8 @@ def is_uid(uid: object) -> bool:
 
 
 def name_problem(what: str, name: object, *, label: bool = False) -> str:
-    """'' when `name` is a valid subdomain (a label with `label`), else why not, with the
-    name shown escaped (`ascii`), so that no control character or surrogate is echoed."""
+    """'' when `name` is a valid subdomain (a label with `label`), else why not, with the name shown
+    escaped (`ascii`), so that no control character or surrogate is echoed."""
     if is_label(name) if label else is_subdomain(name):
         return ""
     if not isinstance(name, str) or not name:
@@ -61,8 +61,8 @@ def name_problem(what: str, name: object, *, label: bool = False) -> str:
 
 
 def is_qualified_name(key: object) -> bool:
-    """A label key (`IsQualifiedName`): `[prefix/]name`, the prefix a DNS-1123 subdomain,
-    the name at most 63 of letters, digits, `-_.`, alphanumeric at both ends."""
+    """A label key (`IsQualifiedName`): `[prefix/]name`, the prefix a DNS-1123 subdomain, the name
+    at most 63 of letters, digits, `-_.`, alphanumeric at both ends."""
     if not isinstance(key, str):
         return False
     prefix, slash, name = key.rpartition("/")

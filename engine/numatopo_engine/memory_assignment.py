@@ -1,8 +1,8 @@
 """Booking memory and huge pages on the memory manager's NUMA nodes.
 
-The request is booked in NUMA id order, each node filled before the next, as the
-kubelet's static memory manager books it; `cpuset.mems` lists every node of the
-placement (its memory group), so the kernel may spill there under pressure.
+The request is booked in NUMA id order, each node filled before the next, as the kubelet's static
+memory manager books it; `cpuset.mems` lists every node of the placement (its memory group), so the
+kernel may spill there under pressure.
 """
 
 from __future__ import annotations
@@ -13,10 +13,7 @@ from typing import NamedTuple
 
 
 def book_bytes(free: dict[int, int], numa_ids: Iterable[int], amount: int) -> dict[int, int] | None:
-    """Bytes to book per NUMA node (and take them from `free`), or None if they do not fit.
-
-    In NUMA id order, each node filled before the next, as the kubelet's static memory
-    manager books a multi-node placement (`updateMachineState`)."""
+    """Bytes to book per NUMA node in the module's order (taken from `free`), or None."""
     if amount <= 0:
         return {}
     order = sorted(numa_ids)
@@ -36,9 +33,9 @@ def book_bytes(free: dict[int, int], numa_ids: Iterable[int], amount: int) -> di
 
 
 class MemoryView(NamedTuple):
-    """What the static memory manager reads for one container: per kind ("memory" or a
-    huge page size), the allocatable and free bytes per NUMA id, and the memory groups
-    (NUMA id -> group mask, bit n = NUMA id n; -1 where two groups meet)."""
+    """What the static memory manager reads for one container: per kind ("memory" or a huge page
+    size), the allocatable and free bytes per NUMA id, and the memory groups (NUMA id -> group mask,
+    bit n = NUMA id n; -1 where two groups meet)."""
 
     numa_ids: tuple[int, ...]
     allocatable: Mapping[str, Mapping[int, int]]
@@ -53,25 +50,21 @@ def memory_manager_mask(
     tm_preferred: bool,
     reusable: Mapping[tuple[int, str], int] | None = None,
 ) -> int | None:
-    """The NUMA nodes (a mask, bit n = NUMA id n) the kubelet's static memory manager
-    gives a container, or None where its `Allocate` fails
-    (`memorymanager/policy_static.go`):
+    """The NUMA nodes (a mask) the kubelet's static memory manager gives a container, or None where
+    its `Allocate` fails (`memorymanager/policy_static.go`):
 
-    * a nil Topology Manager hint (policy `none`; `single-numa-node` when the winner is
-      every node) is replaced by the manager's own best hint (`getDefaultHint`): an
-      error when it has none, or when the Topology Manager's hint was preferred and
-      that one is not;
-    * a hint whose free memory does not hold the request (`isAffinitySatisfyRequest`,
-      which knows nothing of reusable init container memory) is extended to the best
-      own hint containing it (`extendTopologyManagerHint`), with the same errors;
-    * a multi-node result sharing a node with memory of another group, or with
-      single-node memory, is refused (`isAffinityViolatingNUMAAllocations`).
+    * a nil Topology Manager hint (policy `none`; `single-numa-node` when the winner is every
+      node) is replaced by the manager's own best hint (`getDefaultHint`): an error when it has
+      none, or when the Topology Manager's hint was preferred and that one is not;
+    * a hint whose free memory does not hold the request (`isAffinitySatisfyRequest`, blind to
+      reusable memory) is extended to the best own hint containing it
+      (`extendTopologyManagerHint`), with the same errors;
+    * a multi-node result sharing a node with memory of another group, or with single-node
+      memory, is refused (`isAffinityViolatingNUMAAllocations`).
 
-    "Best" is `findBestHint`: preferred first, then the narrowest (fewer nodes, then
-    the lower mask). `reusable`: per (mask, kind) the bytes the pod's init containers
-    booked on exactly that mask that this container may reuse
-    (`getPodReusableMemory`); the manager's own hints count them as free there, the
-    check of the hint's free memory does not."""
+    "Best" is `findBestHint`: preferred first, then the narrowest (fewer nodes, then the lower
+    mask). `reusable`: per (mask, kind) the bytes of init containers on exactly that mask this
+    container may reuse (`getPodReusableMemory`), free to the manager's own hints."""
     kinds = {k: v for k, v in request.items() if v > 0}
     if not kinds:
         return tm_mask
@@ -100,10 +93,9 @@ def memory_manager_mask(
 def _own_hints(
     view: MemoryView, kinds: Mapping[str, int], reusable: Mapping[tuple[int, str], int]
 ) -> list[tuple[int, bool]]:
-    """`calculateHints`: (mask, preferred) for every mask whose nodes may serve the
-    request together and whose free bytes, with those reusable on exactly that mask,
-    hold it; preferred when as narrow as the narrowest mask whose allocatable bytes
-    hold it."""
+    """`calculateHints`: (mask, preferred) for every mask whose nodes may serve the request together
+    and whose free bytes, with those reusable on exactly that mask, hold it; preferred when as
+    narrow as the narrowest mask whose allocatable bytes hold it."""
     ids = view.numa_ids
     found: list[int] = []
     narrowest = len(ids)
@@ -129,8 +121,7 @@ def _holds(table: Mapping[str, Mapping[int, int]], kinds: Mapping[str, int], mas
 
 
 def _may_join(groups: Mapping[int, int], mask: int, *, single: bool) -> bool:
-    """A single node must not be part of a multi-node group; a multi-node mask may hold
-    only nodes without memory or nodes of exactly that group."""
+    """A single node joins no multi-node group; a wider mask only nodes of it or without memory."""
     nodes = [n for n in range(mask.bit_length()) if mask >> n & 1]
     if single:
         group = groups.get(nodes[0], 0)

@@ -1,17 +1,15 @@
 """The `Numatopology` object: one node's hardware topology (spec) and what is free (status).
 
-This module is the one definition of the wire format: the CRD schema
-(`numatopo crd`, `crds/numatopology.yaml`), `numatopo inspect -o json|yaml` and the
-`NODE.json` read by `numatopo assign` are all generated from or validated by it.
+The one definition of the wire format: the CRD schema (`numatopo crd`, `crds/numatopology.yaml`),
+`numatopo inspect -o json|yaml` and the `NODE.json` `numatopo assign` reads.
 
 Glossary (as in the kubelet's CPU manager):
   CPU     a logical CPU (hardware thread), the unit of `cpuset.cpus`
-  core    a physical core; its `core` id is the lowest logical CPU id among its
-          threads, so it is unique across the whole node (sysfs core_id is only
-          unique within a package)
+  core    a physical core; its `core` id is the lowest logical CPU id among its threads, so
+          it is unique across the whole node (sysfs core_id is only unique within a package)
   socket  a physical package (`physical_package_id`)
-  NUMA    a NUMA node as the kernel numbers it (ids need not be 0..N-1; a node may
-          have memory and no CPUs)
+  NUMA    a NUMA node as the kernel numbers it (ids need not be 0..N-1; a node may have
+          memory and no CPUs)
 """
 
 from __future__ import annotations
@@ -32,8 +30,8 @@ KIND = "Numatopology"
 NonNegInt = Annotated[int, Field(ge=0)]
 
 
-# Distinct sets of named fields `WireModel.model_post_init` shares at most (each wire
-# type has a few: the fields its writers fill); past it the table starts again.
+# Distinct sets of named fields `WireModel.model_post_init` shares at most (each wire type has a
+# few: the fields its writers fill); past it the table starts again.
 FIELDS_SETS_KEPT = 1024
 _FIELDS_SETS: dict[frozenset[str], set[str]] = {}
 
@@ -46,10 +44,9 @@ class WireModel(BaseModel):
     )
 
     def model_post_init(self, context: Any, /) -> None:
-        # pydantic gives every instance a set of the fields its input named: 728 bytes
-        # for a ContainerAssignment, twice the rest of it. The operator keeps an
-        # assignment per annotated pod (50,000 at 5,000 nodes) and models per device of
-        # every node; instances that named the same fields share one set. Models are
+        # pydantic gives every instance a set of the fields its input named: 728 bytes for a
+        # ContainerAssignment, twice the rest of it, kept per annotated pod (50,000 at 5,000 nodes)
+        # and per device of every node. Instances naming the same fields share one set; models are
         # frozen, so pydantic never adds to it (a copy gets a set of its own).
         fields = self.__pydantic_fields_set__
         key = frozenset(fields)
@@ -128,8 +125,7 @@ MIG_RESOURCE_PREFIX = "nvidia.com/mig-"
 
 
 # A MIG device sits on its GPU's NUMA node and PCIe position and has no NVLink (MIG turns
-# peer-to-peer off); NVIDIA's device plugin (`--mig-strategy=mixed`) advertises it as
-# `nvidia.com/mig-<profile>`.
+# peer-to-peer off); NVIDIA's device plugin (`--mig-strategy=mixed`) advertises `nvidia.com/mig-*`.
 class MigDevice(WireModel):
     """One MIG device (GPU instance + compute instance) of a GPU in MIG mode."""
 
@@ -376,8 +372,8 @@ class NumatopologyStatus(WireModel):
             "Keyed by type: each node-side writer (exporter, agent) server-side applies "
             "only its own conditions under its own field manager, so none removes another's."
         ),
-        # A map list lets the API server merge applied entries by `type` and track an
-        # owner per entry; an atomic list would make the last writer drop the others'.
+        # A map list lets the API server merge applied entries by `type` and track an owner per
+        # entry; an atomic list would make the last writer drop the others'.
         json_schema_extra={"x-kubernetes-list-type": "map", "x-kubernetes-list-map-keys": ["type"]},
     )
     free: list[FreeNuma] = Field(default_factory=list)

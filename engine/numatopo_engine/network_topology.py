@@ -1,15 +1,14 @@
 """The `NetworkTopology` object: how nodes group into network domains (the wire format).
 
-A topology is a list of levels, widest first, each named by a node label key, in the
-shape of Kueue's Topology, KAI's topology and Volcano's HyperNodes: for example
-`topology.k8s.aws/network-node-layer-1..3` (AWS EC2 instance topology), a rack or leaf
-switch label, `nvidia.com/gpu.clique` (an NVLink multi-node domain such as an NVL72
-rack). Nodes with equal values of a level's label (and of every wider level's) form
-one domain of that level. An optional last level `kubernetes.io/hostname` makes each
-node its own domain.
+A topology is a list of levels, widest first, each named by a node label key, in the shape of
+Kueue's Topology, KAI's topology and Volcano's HyperNodes: for example
+`topology.k8s.aws/network-node-layer-1..3` (AWS EC2 instance topology), a rack or leaf switch label,
+`nvidia.com/gpu.clique` (an NVLink multi-node domain such as an NVL72 rack). Nodes with equal values
+of a level's label (and of every wider level's) form one domain of that level. An optional last
+level `kubernetes.io/hostname` makes each node its own domain.
 
-Cluster-scoped, `numatopo.io/v1alpha1`, plural `networktopologies`, short name
-`nettopo`. The operator writes `status`; the CRD YAML is generated from these models.
+Cluster-scoped, `numatopo.io/v1alpha1`, plural `networktopologies`, short name `nettopo`. The
+operator writes `status`; the CRD YAML is generated from these models.
 """
 
 from __future__ import annotations

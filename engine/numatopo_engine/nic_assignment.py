@@ -1,9 +1,9 @@
-"""Choosing NICs: the closest PCIe path to the container's GPUs, then NUMA match, then name
-(NICs are positions in the node's name order, `topology_tables`).
+"""Choosing NICs: the closest PCIe path to the container's GPUs, then NUMA match, then name (NICs
+are positions in the node's name order, `topology_tables`).
 
-A NIC's distance to a GPU set is its best (lowest-ranked) path to any GPU of the set,
-PIX < PXB < PHB < NODE < SYS, as `spec.pciPaths` lists them; a pair without a listed
-path ranks after SYS. Without GPUs every NIC is equally far and NUMA match decides.
+A NIC's distance to a GPU set is its best (lowest-ranked) path to any GPU of the set, PIX < PXB <
+PHB < NODE < SYS, as `spec.pciPaths` lists them; a pair without a listed path ranks after SYS.
+Without GPUs every NIC is equally far and NUMA match decides.
 """
 
 from __future__ import annotations

@@ -1,21 +1,20 @@
 """Whether kube-scheduler's own node filters let a pod onto a node (pure).
 
-Whatever binds a pod in kube-scheduler's place (the extender's `/bind`, a group's
-placement) must never put it where kube-scheduler itself would not. These are the
-filters that judge a pod against a node's own fields, with k8s.io/kubernetes'
-semantics (plain dicts in, as the API server serves them):
+Whatever binds a pod in kube-scheduler's place (the extender's `/bind`, a group's placement) must
+never put it where kube-scheduler itself would not. These are the filters that judge a pod against a
+node's own fields, with k8s.io/kubernetes' semantics (plain dicts in, as the API server serves
+them):
 
-  NodeUnschedulable  a cordoned node (`spec.unschedulable`) takes only a pod tolerating
-                     the taint `node.kubernetes.io/unschedulable:NoSchedule`
+  NodeUnschedulable  a cordoned node (`spec.unschedulable`) takes only a pod tolerating the
+                     taint `node.kubernetes.io/unschedulable:NoSchedule`
   TaintToleration    every `NoSchedule` and `NoExecute` taint of the node is tolerated
                      (`PreferNoSchedule` is a preference, never a refusal)
-  NodeAffinity       `spec.nodeSelector` (each label equal) and the required node
-                     affinity (any term whose expressions and fields all match)
+  NodeAffinity       `spec.nodeSelector` (each label equal) and the required node affinity
+                     (any term whose expressions and fields all match)
 
-Not here: what needs other objects (resources fit, host ports, volumes, inter-pod
-affinity, topology spread). Anything malformed counts against the pod: a toleration that
-cannot be read tolerates nothing, an affinity term that cannot be read matches nothing
-(as `LazyErrorNodeSelector` does).
+Not here: what needs other objects (resources fit, host ports, volumes, inter-pod affinity, topology
+spread). Anything malformed counts against the pod: a toleration that cannot be read tolerates
+nothing, an affinity term that cannot be read matches nothing (as `LazyErrorNodeSelector` does).
 """
 
 from __future__ import annotations
@@ -40,8 +39,7 @@ _NODE_NAME_FIELD = "metadata.name"
 
 
 def _strings(obj: object, *names: str) -> tuple[str, ...] | None:
-    """The named fields of an object ('' where absent), or None when it is not an object
-    or a field is not a string."""
+    """The named fields of an object ('' where absent); None for a non-object or non-string."""
     if not isinstance(obj, Mapping):
         return None
     found: list[str] = []
@@ -54,9 +52,9 @@ def _strings(obj: object, *names: str) -> tuple[str, ...] | None:
 
 
 def tolerates(toleration: object, taint: object) -> bool:
-    """k8s.io/api/core/v1 `Toleration.ToleratesTaint`: an empty effect matches every
-    effect, an empty key every key; `Exists` ignores the value, `Equal` (or no
-    operator) wants it equal. Any other operator tolerates nothing."""
+    """k8s.io/api/core/v1 `Toleration.ToleratesTaint`: an empty effect matches every effect, an
+    empty key every key; `Exists` ignores the value, `Equal` (or no operator) wants it equal. Any
+    other operator tolerates nothing."""
     wants = _strings(toleration, "key", "operator", "value", "effect")
     has = _strings(taint, "key", "value", "effect")
     if wants is None or has is None:
@@ -78,8 +76,7 @@ def _list(obj: object) -> Sequence[Any] | None:
 
 
 def untolerated_taint(tolerations: object, taints: object) -> object | None:
-    """The first `NoSchedule`/`NoExecute` taint no toleration tolerates; None when every
-    one is tolerated. Unreadable taints count as untolerated."""
+    """The first `NoSchedule`/`NoExecute` taint (unreadable ones too) nothing tolerates, or None."""
     found_taints, found_tolerations = _list(taints), _list(tolerations) or []
     if found_taints is None:
         return "(unreadable taints)"
@@ -124,8 +121,7 @@ def _int64(text: str) -> int | None:
 
 
 def _label_requirement(expression: object) -> tuple[str, str, list[str]] | None:
-    """(key, operator, values) of a `matchExpressions` entry, or None when
-    `labels.NewRequirement` would refuse it."""
+    """(key, operator, values) of a `matchExpressions` entry; None if `NewRequirement` refuses."""
     if not isinstance(expression, Mapping):
         return None
     key, operator = expression.get("key"), expression.get("operator")
@@ -166,8 +162,8 @@ def _label_matches(key: str, operator: str, values: list[str], labels: Mapping[s
 
 
 def _field_requirement(expression: object) -> tuple[str, str, str] | None:
-    """(key, operator, value) of a `matchFields` entry: `In` or `NotIn` with exactly one
-    value (`nodeSelectorRequirementsAsFieldSelector`), else None."""
+    """(key, operator, value) of a `matchFields` entry: `In` or `NotIn` with exactly one value
+    (`nodeSelectorRequirementsAsFieldSelector`), else None."""
     if not isinstance(expression, Mapping):
         return None
     key, operator = expression.get("key"), expression.get("operator")
@@ -202,9 +198,9 @@ def _term_matches(term: Mapping[str, Any], labels: Mapping[str, str], name: str)
 
 
 def matches_required_affinity(affinity: object, node: Mapping[str, Any]) -> bool:
-    """`spec.affinity.nodeAffinity.requiredDuringSchedulingIgnoredDuringExecution`: none
-    matches every node; else some non-empty term matches (the terms are ORed, a term's
-    requirements ANDed, an empty term matches nothing, no terms match nothing)."""
+    """`spec.affinity.nodeAffinity.requiredDuringSchedulingIgnoredDuringExecution`: none matches
+    every node; else some non-empty term matches (the terms are ORed, a term's requirements ANDed,
+    an empty term matches nothing, no terms match nothing)."""
     if affinity is None:
         return True
     if not isinstance(affinity, Mapping):
@@ -238,8 +234,8 @@ def _taint_text(taint: object) -> str:
 
 
 def refusal(pod_spec: Mapping[str, Any], node: Mapping[str, Any]) -> str:
-    """'' when kube-scheduler's node filters let the pod (its `spec`) onto `node` (a Node
-    object), else why not, in kube-scheduler's order of these filters."""
+    """'' when kube-scheduler's node filters let the pod (its `spec`) onto `node` (a Node object),
+    else why not, in kube-scheduler's order of these filters."""
     spec = node.get("spec")
     spec = spec if isinstance(spec, Mapping) else {}
     tolerations = pod_spec.get("tolerations")

@@ -1,10 +1,9 @@
 """NUMA affinity masks as plain ints: bit `n` set = NUMA node `n` is in the mask.
 
-The order is the kubelet's (`bitmask.IsNarrowerThan`): a mask is narrower than another
-when it has fewer bits set, and among masks of equal width the one with the lower
-integer value comes first. `sort_key` gives that total order. (With
-`prefer-closest-numa-nodes` the kubelet breaks ties between equally wide masks by mean
-SLIT distance: `decision._mean_distances`.)
+The order is the kubelet's (`bitmask.IsNarrowerThan`): a mask is narrower than another when it has
+fewer bits set, and among masks of equal width the one with the lower integer value comes first.
+`sort_key` gives that total order. (With `prefer-closest-numa-nodes` the kubelet breaks ties between
+equally wide masks by mean SLIT distance: `decision._mean_distances`.)
 """
 
 from __future__ import annotations

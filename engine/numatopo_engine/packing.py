@@ -1,28 +1,21 @@
 """Packing: the expected GPU fragmentation of a node under a workload mix (FGD-style,
-topology-aware), and the node rank that chooses between nodes (docs/DESIGN.md, "The
-allocation engine", step 4).
+topology-aware), and the node rank that chooses between nodes (docs/DESIGN.md, "The allocation
+engine", step 4; docs/packing.md, "The rank", for the measurements behind the weights).
 
-After Weng et al., "Beware of Fragmentation" (USENIX ATC '23): a node's fragmentation
-is the free GPU capacity a pod drawn from the workload could not use. Per request shape
-of the mix (`Shape`: whole GPUs k and CPUs c) the usable GPUs are those copies of the
-shape can take *aligned*, as the engine places them: per NUMA node (sum of min(free
-GPUs // k, free CPUs // c)) when the shape fits one NUMA node of the hardware, so four
-free GPUs split 2 + 2 host no aligned 4-GPU copy; node-wide otherwise.
+After Weng et al., "Beware of Fragmentation" (USENIX ATC '23). Per request shape of the mix
+(`Shape`: whole GPUs k and CPUs c) the usable GPUs are those copies of the shape can take *aligned*:
+per NUMA node (sum of min(free GPUs // k, free CPUs // c)) when the shape fits one NUMA node of the
+hardware (four free GPUs split 2 + 2 host no 4-GPU copy), node-wide otherwise.
 
-fragmentation(node) = sum over shapes of weight x (free GPUs - k x copies): the expected
-free GPUs stranded for the next pod. Counting copies also sees 3 free GPUs left for a
-2-GPU mix as one stranded. Shapes this hardware can never host strand every free GPU,
-as in FGD: small pods where big ones cannot go anyway are cheap.
+fragmentation(node) = sum over shapes of weight x (free GPUs - k x copies): the expected free GPUs
+stranded for the next pod (3 free GPUs under a 2-GPU mix strand one; shapes the hardware can never
+host strand every free GPU, as in FGD). A shape's weight is its share x N / h, h of the N nodes
+judged together able to host a copy now (`Hosts`), so the last hosts of a rare big shape cost more.
 
-Scarcity (`Hosts`): a shape's share is multiplied by N / h, h of the N nodes judged
-together able to host a copy now. Without it every node of a shape looks alike to its
-own growth, and the last hosts of a rare big shape went to pods that fit anywhere
-(measured: a 50 % multi-GPU mix first failed at 33 % of GPUs allocated, best-fit at 44 %).
-
-Not counted: memory, GPU shares; shared-pool CPUs (`cpu: numa`) bound a copy's fit per
-NUMA node but book nothing. The rank (`node_rank`): alignment first (the score's span
-and link terms, 0..100 rounded), then packing in (0, 1), the growth weighing
-`GROWTH_WEIGHT` times the touched NUMA nodes' fill.
+Not counted: memory, GPU shares; shared-pool CPUs (`cpu: numa`) bound a copy's fit per NUMA node but
+book nothing. The rank (`node_rank`): alignment first (the score's span and link terms, 0..100
+rounded), then packing in (0, 1), the growth weighing `GROWTH_WEIGHT` times the touched NUMA nodes'
+fill.
 """
 
 from __future__ import annotations
@@ -41,10 +34,6 @@ Bools = npt.NDArray[np.bool_]
 
 _BIG = 1 << 40
 
-# Fragmentation growth weighs 3x the fill. Measured on node samples of the default
-# trace (seeds 42, 43): at 100x the fill, 0.2-0.3 points fewer GPUs at 100 % arrived
-# (400 nodes); at 1x or 0.5x, the first failure 1 point earlier on 100 nodes; the fill
-# first (the rank before) broke up the last hosts of 8-GPU 120-CPU pods.
 GROWTH_WEIGHT = 3.0
 # Packing stays below one rank step, so it never outweighs alignment.
 PACK_SPAN = 0.999
@@ -55,8 +44,7 @@ class MixError(ValueError):
 
 
 def cpu_bucket(cpus: int) -> int:
-    """CPUs rounded up to 1, 2, 4, 8, then a multiple of 8: few shapes, a need never
-    understated."""
+    """CPUs rounded up to 1, 2, 4, 8, then a multiple of 8: few shapes, a need never understated."""
     if cpus <= 0:
         return 0
     if cpus <= 8:
@@ -66,9 +54,8 @@ def cpu_bucket(cpus: int) -> int:
 
 @dataclass(frozen=True, slots=True, order=True)
 class Shape:
-    """One kind of request: whole GPUs and CPUs (CPUs as `cpu_bucket` rounds them),
-    exclusive (each copy books its CPUs) or from the NUMA node's shared pool (a copy
-    needs that many free there, and books none)."""
+    """One kind of request: whole GPUs and CPUs (`cpu_bucket`ed), exclusive or from the NUMA node's
+    shared pool (a copy needs that many free there, and books none)."""
 
     gpus: int
     cpus: int
@@ -105,8 +92,8 @@ class WorkloadMix:
 
     @classmethod
     def parse(cls, text: str) -> WorkloadMix:
-        """`GPUSxCPUS[p]:WEIGHT` items, comma-separated (`1x8:60,8x64p:40`; `p`: CPUs
-        from the shared pool, not exclusive); '' is no mix. Weights as given."""
+        """`GPUSxCPUS[p]:WEIGHT` items, comma-separated (`1x8:60,8x64p:40`; `p`: CPUs from the
+        shared pool, not exclusive); '' is no mix. Weights as given."""
         counts: dict[Shape, float] = {}
         for item in (part.strip() for part in text.split(",")):
             if not item:
@@ -142,17 +129,14 @@ def weigh(shape: Shape) -> float:
 
 @dataclass(frozen=True, slots=True)
 class Hosts:
-    """The rank's cluster-level input: of the `nodes` judged together (one scheduling
-    cycle's candidates), how many can host each shape of `mix` now (`counts`, aligned
-    as `shape_copies` counts). Taking one of the last hosts of a shape costs more."""
+    """How many of the `nodes` judged together can host each shape of `mix` now (`counts`)."""
 
     mix: WorkloadMix
     nodes: int
     counts: tuple[int, ...]
 
     def weights(self) -> Floats:
-        """Per shape: its share of the mix times nodes / hosts (its share where no node
-        hosts it: every node strands it alike)."""
+        """Per shape: its mix share times nodes / hosts (just the share where nothing hosts it)."""
         share = _arrays(self.mix)[3]
         hosts = np.array(self.counts, dtype=np.float64)
         scale = np.where(hosts > 0, self.nodes / np.maximum(hosts, 1.0), 1.0)
@@ -167,9 +151,8 @@ def usable_gpus(
     *,
     numa_cpu_capacity: int | None = None,
 ) -> tuple[Ints, Ints]:
-    """`fragmentation`'s weight-free terms: per row its free GPUs, and per (row, shape)
-    the GPUs copies of the shape would use. A row's terms depend on the row alone, so
-    they can be kept while the weights (`Hosts`) change from one cycle to the next."""
+    """`fragmentation`'s weight-free terms, which depend on the row alone (kept while `Hosts`
+    changes): per row its free GPUs, per (row, shape) the GPUs copies of the shape would use."""
     copies = shape_copies(gpus, cpus, numa_gpu_capacity, mix, numa_cpu_capacity=numa_cpu_capacity)
     return gpus.sum(axis=1), copies * _arrays(mix)[0]
 
@@ -188,9 +171,9 @@ def shape_copies(
     *,
     numa_cpu_capacity: int | None = None,
 ) -> Ints:
-    """(rows x shapes) copies of each shape of `mix` the free GPUs and CPUs hold aligned:
-    per NUMA node where one NUMA node of this hardware holds the shape's GPUs (and CPUs,
-    when `numa_cpu_capacity` is given), else node-wide."""
+    """(rows x shapes) copies of each shape of `mix` the free GPUs and CPUs hold aligned: per NUMA
+    node where one NUMA node of this hardware holds the shape's GPUs (and CPUs, when
+    `numa_cpu_capacity` is given), else node-wide."""
     k, c, exclusive, _ = _arrays(mix)
     aligned = k <= numa_gpu_capacity
     if numa_cpu_capacity is not None:
@@ -218,9 +201,8 @@ def _arrays(mix: WorkloadMix) -> tuple[Ints, Ints, Bools, Floats]:
 
 
 def pack_of_growth(growth: Floats, fill: Floats) -> Floats:
-    """Packing in (0, 1): less fragmentation growth and a fuller touched NUMA node
-    (weighed by `GROWTH_WEIGHT`). The growth, in (scarcity-weighed) GPUs, goes through a falling
-    arctangent, which separates large growths too (a logistic would round them all to 0)."""
+    """Packing in (0, 1): less growth (weighed `GROWTH_WEIGHT` to the touched NUMA node's fill),
+    through a falling arctangent, which separates large growths (a logistic rounds them to 0)."""
     less = 0.5 - np.arctan(growth) / np.pi
     return np.asarray((GROWTH_WEIGHT * less + fill) / (1.0 + GROWTH_WEIGHT), dtype=np.float64)
 

@@ -1,13 +1,13 @@
 """Validate a pod's `numatopo.io/*` annotations into `TopologyOptions` (pure).
 
 Annotations are user input typed by hand into YAML, so every problem becomes an
-`InvalidRequestError` whose `field` is the annotation key and whose message says what
-was wrong, what is allowed, and (for a misspelt word) the closest allowed one. Values
-are echoed back shortened, so a 10,000-character value cannot flood an Event.
+`InvalidRequestError` whose `field` is the annotation key and whose message says what was wrong,
+what is allowed, and (for a misspelt word) the closest allowed one. Values are echoed back
+shortened, so a 10,000-character value cannot flood an Event.
 
-Defaults (DESIGN.md, "Pod annotations"): scope `pod`; smt `any`; gpu-links
-`preferred`; max-numa-nodes unset (the policy decides); cpu `exclusive` when the pod
-could ask for it explicitly (see `exclusive_cpu_problem`), else `numa`.
+Defaults (DESIGN.md, "Pod annotations"): scope `pod`; smt `any`; gpu-links `preferred`;
+max-numa-nodes unset (the policy decides); cpu `exclusive` when the pod could ask for it explicitly
+(see `exclusive_cpu_problem`), else `numa`.
 """
 
 from __future__ import annotations
@@ -25,8 +25,8 @@ from numatopo_engine.request import ContainerRequest, TopologyOptions
 
 # Long enough to recognise any sensible value, short enough for one line of an Event.
 ECHO_CHARS = 60
-# kubelet's Topology Manager refuses machines above 8 NUMA nodes by default; 1024 is
-# Linux's largest NODES_SHIFT (10), so no real machine needs more.
+# kubelet's Topology Manager refuses machines above 8 NUMA nodes by default; 1024 is Linux's largest
+# NODES_SHIFT (10), so no real machine needs more.
 MAX_NUMA_NODES_LIMIT = 1024
 # Written by the operator, not the user: present on every placed pod, never validated here.
 OPERATOR_ANNOTATIONS = (
@@ -58,8 +58,7 @@ def _closest(word: str, allowed: Sequence[str]) -> str:
 
 
 def choice(values: Mapping[str, str], key: str, kind: type[_E], default: _E) -> _E:
-    """`values[key]` as a member of `kind` (`default` when absent); raises
-    InvalidRequestError naming the allowed words and the closest one."""
+    """`values[key]` as a `kind` (`default` when absent); InvalidRequestError names the closest."""
     if key not in values:
         return default
     text = values[key]
@@ -125,12 +124,9 @@ def _user_values(raw: Mapping[object, object]) -> dict[str, str]:
 def exclusive_cpu_problem(
     containers: Sequence[ContainerRequest], init_containers: Sequence[ContainerRequest]
 ) -> str | None:
-    """Why the pod cannot have exclusive CPUs, or None when it can.
-
-    Every app container and every restartable (sidecar) init container must request a
-    whole number of CPUs, at least one. A regular init container must request whole
-    CPUs or none: it runs before the app containers, on CPUs booked for them.
-    """
+    """Why the pod cannot have exclusive CPUs, or None: every app and sidecar container must ask a
+    whole number of CPUs, at least one; a regular init container whole CPUs or none (it runs on CPUs
+    booked for the app containers)."""
     for container in [*containers, *[c for c in init_containers if c.restartable]]:
         if container.integer_cpus is None:
             return _cpu_complaint(container, init=container.restartable)
@@ -152,13 +148,10 @@ def options_from_annotations(
     containers: Sequence[ContainerRequest],
     init_containers: Sequence[ContainerRequest] = (),
 ) -> TopologyOptions:
-    """Validate the `numatopo.io/*` annotations of a pod whose containers are given.
-
-    Raises `InvalidRequestError` (field = the annotation key) for unknown annotations,
-    non-string or misspelt values, out-of-range counts and contradictions
-    (`cpu: exclusive` with fractional CPU requests, `smt: full-cores` without exclusive
-    CPUs, `max-numa-nodes` above 1 with `single-numa-node`).
-    """
+    """Validate the `numatopo.io/*` annotations of a pod whose containers are given; raises
+    `InvalidRequestError` (field = the annotation key) for unknown annotations, non-string or
+    misspelt values, out-of-range counts and contradictions (`cpu: exclusive` with fractional CPUs,
+    `smt: full-cores` without exclusive CPUs, `max-numa-nodes` above 1 with `single-numa-node`)."""
     values = _user_values(raw)
     policy = choice(values, keys.POLICY, PolicyName, PolicyName.NONE)
     scope = choice(values, keys.SCOPE, Scope, Scope.POD)

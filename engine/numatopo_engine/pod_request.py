@@ -1,24 +1,17 @@
 """Read a Pod manifest (a plain dict, as the API returns it) into a `PodRequest` (pure).
 
 What is read, per container and init container:
-  cpu            millicores: `requests`, else `limits` (the API server defaults a
-                 missing request to the limit)
+  cpu            millicores: `requests`, else `limits` (the API server defaults a missing
+                 request to the limit)
   memory         bytes, the same way
   hugepages-<s>  bytes per page size `s` ("2Mi", "1Gi"); requests must equal limits
-  GPUs, NICs     counts of the extended resources `ResourceNames` matches; whole
-                 numbers only, requests must equal limits (both as the API server
-                 enforces for extended resources); one GPU and one NIC resource per pod
+  GPUs, NICs     counts of the extended resources `ResourceNames` matches; whole numbers,
+                 requests equal to limits (as the API server enforces for extended
+                 resources); one GPU and one NIC resource per pod
 
-How init containers count (the kubelet's rule, KEP-753 "sidecar containers"): a pod
-needs, per resource, the larger of
-  - the sum over app containers plus the sum over restartable init containers
-    (`restartPolicy: Always`, which keep running beside the app containers), and
-  - for each regular init container: its request plus the restartable init
-    containers started before it.
-The engine sizes pods by it (`allocation`); this module only reads the containers.
-
-Everything the manifest gets wrong raises `InvalidRequestError` with a `field` such
-as `containers[train].resources.limits.nvidia.com/gpu`; nothing else escapes.
+The engine sizes pods from these (`allocation._sized`: the kubelet's KEP-753 rule for init and
+sidecar containers). Everything the manifest gets wrong raises `InvalidRequestError` with a `field`
+such as `containers[train].resources.limits.nvidia.com/gpu`; nothing else escapes.
 """
 
 from __future__ import annotations
@@ -34,11 +27,11 @@ from numatopo_engine.quantity import QuantityError, page_bytes, parse_bytes, par
 from numatopo_engine.request import ContainerRequest, PodRequest
 from numatopo_engine.resources import DEFAULT_RESOURCES, ResourceNames
 
-# Far above any node (the largest have 8-16 GPUs and a few hundred RDMA VFs) yet small
-# enough that a typo such as "1e12" is refused instead of being searched for.
+# Far above any node (the largest have 8-16 GPUs and a few hundred RDMA VFs) yet small enough that a
+# typo such as "1e12" is refused instead of being searched for.
 MAX_DEVICES = 10**6
-# Real quantities are a dozen characters; the limit also keeps hostile strings away
-# from the quantity regular expression, which backtracks quadratically on long input.
+# Real quantities are a dozen characters; the limit also keeps hostile strings away from the
+# quantity regular expression, which backtracks quadratically on long input.
 MAX_QUANTITY_CHARS = 64
 HUGEPAGES_PREFIX = "hugepages-"
 
@@ -59,10 +52,7 @@ def wants_topology(pod: object) -> bool:
 def request_from_pod(
     pod: Mapping[str, Any], resources: ResourceNames = DEFAULT_RESOURCES
 ) -> PodRequest:
-    """The validated request of `pod`; raises `InvalidRequestError` naming the bad field.
-
-    A pod without `numatopo.io/policy` is read with policy `none`.
-    """
+    """`pod`'s validated request (policy `none` without one); raises `InvalidRequestError`."""
     pod_map = _mapping(pod, "pod", required=True)
     kind = pod_map.get("kind", "Pod")
     if kind != "Pod":

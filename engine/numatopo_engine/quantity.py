@@ -59,8 +59,7 @@ def parse_bytes(text: str | int | float) -> int:
 
 
 def page_bytes(size: str, *, longest: int = 16) -> int:
-    """Bytes per page of a huge page size ("2Mi"); 0 for no page size. Keys longer than
-    `longest` are none (and never reach the quantity regular expression)."""
+    """Bytes per page size ("2Mi"), else 0; keys over `longest` never reach the quantity regex."""
     try:
         return parse_bytes(size) if len(size) <= longest else 0
     except QuantityError:

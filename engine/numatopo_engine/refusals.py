@@ -1,10 +1,10 @@
 """Why a pod does not fit a node: structured data, worded in one function.
 
-A `Shortfall` says what kind of refusal it is, which resource, and the amounts per NUMA
-node; `word` is the only place that turns one into text. kube-scheduler counts nodes
-per identical reason ("3000 node(s) single-numa-node: no NUMA node has 4 nvidia.com/gpu
-free"), so every text has a `summary` without any node's own numbers, and the detailed
-`reason` (with per-NUMA free amounts) for Events and `numatopo assign`.
+A `Shortfall` says what kind of refusal it is, which resource, and the amounts per NUMA node; `word`
+is the only place that turns one into text. kube-scheduler counts nodes per identical reason ("3000
+node(s) single-numa-node: no NUMA node has 4 nvidia.com/gpu free"), so every text has a `summary`
+without any node's own numbers, and the detailed `reason` (with per-NUMA free amounts) for Events
+and `numatopo assign`.
 """
 
 from __future__ import annotations
@@ -52,8 +52,8 @@ class Shortfall:
 
 
 def word(s: Shortfall, *, detail: bool = True) -> str:
-    """The text of `s`; without `detail`, the same text without its closing part in
-    parentheses, which holds every amount that is this node's own (`summary`)."""
+    """The text of `s`; without `detail`, the same text without its closing part in parentheses,
+    which holds every amount that is this node's own (`summary`)."""
     asked = " and ".join(w.text() for w in s.wanted) or "nothing"
     if s.kind is Kind.REQUEST:
         return s.note
@@ -113,9 +113,7 @@ def _free_text(s: Shortfall) -> list[str]:
 
 
 class Refusal:
-    """One node's "does not fit": the `summary` at once, the detailed `reason` and the
-    structured `shortfall` when read (a bulk decision refuses thousands of nodes whose
-    details nobody reads)."""
+    """One node's "does not fit": `summary` at once, `reason` and `shortfall` when read."""
 
     __slots__ = ("_make", "_reason", "_shortfall", "summary")
 

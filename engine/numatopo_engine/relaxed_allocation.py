@@ -1,12 +1,10 @@
-"""`allocate_around`: a pod that already holds devices is placed around them, under its
-own policy when that can hold, else `best-effort` (pure).
+"""`allocate_around`: a pod that already holds devices is placed around them, under its own policy
+when that can hold, else `best-effort` (pure).
 
-A running container's GPUs (and RDMA NICs) are where the kubelet put them: a new
-decision cannot move them, only the CPUs, memory and NICs around them. When the pod's
-policy cannot hold with those devices (`single-numa-node` with its GPUs on two NUMA
-nodes), refusing would leave the pod running with nothing aligned at all; placing it
-`best-effort` around them aligns what still can be, and the reason it could not hold
-is handed back so the caller can say so. A pod without pins, or whose policy is already
+A running container's GPUs (and RDMA NICs) are where the kubelet put them: a new decision can only
+place the CPUs, memory and NICs around them. When the pod's policy cannot hold with those devices
+(`single-numa-node` with GPUs on two NUMA nodes), refusing would leave it running with nothing
+aligned, so it is placed `best-effort` and the reason handed back. A pod without pins, or already
 `best-effort` or `none`, gets exactly what `allocation.allocate` gives.
 """
 
@@ -41,9 +39,8 @@ def allocate_around(
     pinned: allocation.Pinned,
     pinned_nics: allocation.PinnedNics | None = None,
 ) -> tuple[Assignment, str]:
-    """(the assignment, why the pod's own policy could not hold: '' when it did).
-    Raises UnsatisfiableError when even `best-effort` around the pins does not fit, or
-    when there are no pins (or nothing to relax) and the policy does not."""
+    """(the assignment, why the pod's own policy could not hold: '' when it did); raises
+    UnsatisfiableError when nothing fits, relaxed or not."""
     try:
         decision = allocation.allocate(
             topology, state, request, node, engine=engine, pinned=pinned,

@@ -23,8 +23,7 @@ class ContainerRequest:
     gpu_resource: str | None = None
     nics: int = 0
     nic_resource: str | None = None
-    # An init container with `restartPolicy: Always` (a "sidecar", KEP-753): it keeps
-    # running beside the app containers, so it counts towards the app containers' sum.
+    # `restartPolicy: Always` (a sidecar, KEP-753): runs beside app containers, counts with them.
     restartable: bool = False
 
     @property
@@ -47,12 +46,7 @@ class TopologyOptions:
 
 @dataclass(frozen=True, slots=True)
 class PodRequest:
-    """A pod's app containers, init containers and options.
-
-    Init containers run one at a time before the app containers; like the kubelet, the
-    engine sizes the pod as max(largest init container, sum of app containers) per
-    resource, and lets init containers reuse what the app containers get.
-    """
+    """A pod's app and init containers (sized as `allocation._sized` says) and options."""
 
     namespace: str
     name: str

@@ -1,9 +1,8 @@
 """Which Kubernetes resource names count as GPUs and as RDMA NICs (pure).
 
-Device plugins advertise devices as extended resources (`nvidia.com/gpu`,
-`amd.com/gpu`, `rdma/ib`, `rdma/hca_shared_devices_a`, ...). The names differ per
-cluster, so they are configuration: fnmatch-style patterns, matched case-sensitively
-because Kubernetes resource names are.
+Device plugins advertise devices as extended resources (`nvidia.com/gpu`, `amd.com/gpu`, `rdma/ib`,
+`rdma/hca_shared_devices_a`, ...). The names differ per cluster, so they are configuration:
+fnmatch-style patterns, matched case-sensitively because Kubernetes resource names are.
 """
 
 from __future__ import annotations
@@ -45,9 +44,8 @@ class ResourceNames:
 
 @functools.cache
 def _matcher(patterns: tuple[str, ...]) -> Callable[[str], bool]:
-    """Whether a name matches any of `patterns`, as `fnmatch.fnmatchcase` says, in one
-    compiled expression: every resource of every container of every pod event is asked,
-    and one `fnmatchcase` per default pattern cost a tenth of a decision's CPU."""
+    """Whether a name matches any of `patterns` (`fnmatchcase`), in one compiled expression: every
+    resource of every pod event is asked, and a call per pattern cost a tenth of a decision."""
     if not patterns:
         return lambda _: False
     either = re.compile("|".join(f"(?:{fnmatch.translate(p)})" for p in patterns))
@@ -58,8 +56,7 @@ DEFAULT_RESOURCES = ResourceNames()
 
 
 def accelerator_word(resource: str | None) -> str:
-    """How refusals name what a pod asked for: "GPUs" for GPU resources (or none named),
-    else the resource itself (`nvidia.com/mig-3g.40gb`, `habana.ai/gaudi`)."""
+    """How refusals name what a pod asked: "GPUs" for GPU resources or none, else the name."""
     if resource is None or resource in ("nvidia.com/gpu", "amd.com/gpu"):
         return "GPUs"
     return resource

@@ -1,13 +1,7 @@
-"""Verdicts kept per node row: a long-lived engine decides each distinct row once per plan.
-
-A row (`hints.row_of`) is all that `decision.decide_rows` reads of a node, and every
-answer of a row depends on that row, the plan (hardware shape, request, options) and
-the workload mix alone. A scheduling cycle over 500 candidates of a fleet mostly
-sees rows it has seen: the next replica of a job, on nodes that did not change since
-the last cycle, or nodes of one shape in the same state (empty ones). `RowVerdicts`
-keeps, per row content, the score, the refusal's summary (and what words its detail
-when read) and the rank's row terms; what depends on the nodes judged together (the
-rank's `Hosts` weights) is applied per call (`decision.node_ranks`), never kept.
+"""Verdicts kept per node row: a long-lived engine decides each distinct row once per plan
+(docs/DESIGN.md, "The allocation engine", step 2). `RowVerdicts` keeps, per row content, the score,
+the refusal's summary (and what words its detail) and the rank's row terms; the `Hosts` weights,
+which depend on the nodes judged together, are applied per call (`decision.node_ranks`).
 """
 
 from __future__ import annotations
@@ -51,8 +45,8 @@ class RowVerdicts:
         return len(self._decided)
 
     def slots(self, rows: Sequence[bytes], decide: Callable[[Ints], Decided]) -> Slots:
-        """The slot of each row (packed `width` int64 values); rows not seen yet are
-        decided first, each distinct one once, in one call of `decide`."""
+        """The slot of each row (packed `width` int64 values); rows not seen yet are decided first,
+        each distinct one once, in one call of `decide`."""
         width = self.width
         slot_of = self.slot_of
         found = [slot_of.get(row, ADMITTED) for row in rows]
@@ -64,8 +58,7 @@ class RowVerdicts:
         return np.array(found, dtype=np.intp)
 
     def known_slots(self, states: Sequence[NodeState], layout: RowLayout) -> Slots | None:
-        """The slot of each state's row when every one is laid out (`layout`, cached on
-        the state) and seen: a warm cycle's case; None otherwise."""
+        """Each state's slot when every row is laid out and seen (a warm cycle), else None."""
         get = self.slot_of.get
         # `cached_rows` and the look-up in one pass: a warm cycle's per-node cost.
         found = [
@@ -100,8 +93,8 @@ class RowVerdicts:
         codes = np.full(len(rows), ADMITTED, dtype=np.int64)
         for index in np.flatnonzero(decided.score < 0).tolist():
             why = decided.kind[index]
-            # One summary per kind of refusal (per first resource short), as before:
-            # the words kube-scheduler counts nodes by.
+            # One summary per kind of refusal (per first resource short): kube-scheduler counts
+            # nodes by these words.
             key: object = int(decided.short[index]) if why is Kind.SHORT else why
             code = self._summary_of.get(key)
             if code is None:

@@ -1,20 +1,12 @@
 """Signed assignments: whoever can write a pod's annotations cannot forge a claim (pure).
 
-Claim order (`state.claim_order`) is read from the assignment itself, and anyone who may
-edit a pod may edit its annotations. So the operator signs every assignment it writes,
-over the pod it is for (uid and namespace/name) and the whole assignment but the
-signature (node, decision sequence, CPUs, GPUs...), with an Ed25519 key only it holds.
-The node agent and the operator's ledger book an assignment only when the signature
-verifies with a trusted public key: a copy on another pod fails (another uid), a
-hand-written or edited one has no valid signature, and neither books nor wins claim order.
-
-The signature is `ed25519:<key id>:<base64url>` in `Assignment.sig`; the key id (the
-first 16 hex digits of the SHA-256 of the raw public key) picks the verifying key, so a
-verifier can trust the current key and the previous one while keys rotate. Keys come as
-PEM: a private key for the signer; public keys or X.509 certificates (only their public
-key is used: the chart carries the public half in a self-signed certificate, Helm cannot
-derive it otherwise) for the verifier. Reading the PEM from a file or the environment is
-the callers' I/O.
+Why, over what, and what an unverified assignment is: docs/DESIGN.md, "Pod annotations" (`sig`). The
+signature is `ed25519:<key id>:<base64url>` in `Assignment.sig`; the key id (the first 16 hex digits
+of the SHA-256 of the raw public key) picks the verifying key, so a verifier can trust the current
+key and the previous one while keys rotate. Keys come as PEM: a private key for the signer; public
+keys or X.509 certificates (only their public key is used: the chart carries the public half in a
+self-signed certificate, Helm cannot derive it otherwise) for the verifier. Reading the PEM from a
+file or the environment is the callers' I/O.
 """
 
 from __future__ import annotations
@@ -56,8 +48,8 @@ def key_id(public: Ed25519PublicKey) -> str:
 
 
 def canonical(assignment: Assignment, pod: PodIdentity) -> bytes:
-    """The signed bytes: the pod and the assignment without `sig`, as sorted, compact JSON,
-    so that the writer's and the reader's (parsed again) forms agree byte for byte."""
+    """The signed bytes: the pod and the assignment without `sig`, as sorted, compact JSON, so that
+    the writer's and the reader's (parsed again) forms agree byte for byte."""
     content = assignment.model_dump(mode="json", by_alias=True, exclude={"sig"})
     body = {"pod": {"uid": pod.uid, "key": pod.key}, "assignment": content}
     return DOMAIN + json.dumps(body, sort_keys=True, separators=(",", ":")).encode()
@@ -97,8 +89,8 @@ class Signer:
 
 @dataclass(frozen=True)
 class Verifier:
-    """The trusted public keys, by key id. `accept_unsigned` (an explicit insecure mode,
-    for a cluster without keys) takes every assignment as it is."""
+    """The trusted public keys, by key id. `accept_unsigned` (an explicit insecure mode, for a
+    cluster without keys) takes every assignment as it is."""
 
     keys: dict[str, Ed25519PublicKey] = field(default_factory=dict)
     accept_unsigned: bool = False
@@ -109,8 +101,8 @@ class Verifier:
 
     @classmethod
     def from_pem(cls, pem: bytes) -> Verifier:
-        """Every `PUBLIC KEY` and `CERTIFICATE` block of a PEM bundle; raises SigningKeyError
-        when one is not Ed25519 or none is there."""
+        """Every `PUBLIC KEY` and `CERTIFICATE` block of a PEM bundle; raises SigningKeyError when
+        one is not Ed25519 or none is there."""
         found: list[Ed25519PublicKey] = []
         for block in _PEM_BLOCK.finditer(pem):
             kind, text = block.group(1), block.group(0)

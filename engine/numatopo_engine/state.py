@@ -6,9 +6,9 @@ The pools, as the kubelet's static CPU policy names them:
   SHARED      online - RESERVED - EXCLUSIVE: where everything else runs
 A container with `exclusive: false` (cpu mode `numa`) runs on SHARED CPUs and books none.
 
-The kubelet's pool of non-exclusive CPUs (its "default cpuset") is RESERVED + SHARED, and
-it never hands out the last CPU of it: a node whose reserved CPUs are all offline or
-absent must keep one allocatable CPU unassigned (`shared_floor`).
+The kubelet's pool of non-exclusive CPUs (its "default cpuset") is RESERVED + SHARED, and it never
+hands out the last CPU of it: a node whose reserved CPUs are all offline or absent must keep one
+allocatable CPU unassigned (`shared_floor`).
 """
 
 from __future__ import annotations
@@ -26,9 +26,8 @@ from numatopo_engine.topology_tables import NodeNames, Tables, node_names, shape
 
 
 class FreeSignature(NamedTuple):
-    """Everything free on a node, as plain values: equal signatures on the same topology
-    give equal answers from every `free_*` query. A tuple, so memos hash it in C.
-    """
+    """Everything free on a node: equal signatures on one topology, equal `free_*` answers. A tuple,
+    so memos hash it in C."""
 
     cpu_mask: int  # bit c set: CPU c is allocatable and held exclusively by no one
     gpu_mask: int  # bit i set: device index i (whole GPU or MIG device) is free
@@ -38,8 +37,8 @@ class FreeSignature(NamedTuple):
 
 
 def join_group(groups: dict[int, int], numa_ids: Iterable[int]) -> None:
-    """Record in `groups` (NUMA id -> group mask, -1 on a conflict) that memory was
-    placed over `numa_ids` together, as the kubelet's memory manager records Cells."""
+    """Record in `groups` (NUMA id -> group mask, -1 on a conflict) that memory was placed over
+    `numa_ids` together, as the kubelet's memory manager records Cells."""
     ids = list(numa_ids)
     group = 0
     for numa_id in ids:
@@ -50,24 +49,16 @@ def join_group(groups: dict[int, int], numa_ids: Iterable[int]) -> None:
 
 
 def shared_floor(topology: NumatopologySpec) -> int:
-    """How many allocatable CPUs no exclusive assignment may take on this node: 0 or 1.
-
-    The kubelet's static policy keeps at least one CPU in the pool that every
-    non-exclusive container runs on (online CPUs minus exclusive ones). Reserved CPUs
-    are never given exclusively, so an online reserved CPU keeps that pool non-empty on
-    its own; without one, the last free allocatable CPU must stay shared.
-    """
+    """How many allocatable CPUs no exclusive assignment may take on this node (module docstring): 0
+    with an online reserved CPU, else 1."""
     return 0 if topology.reserved_cpus.ids & topology.online_cpus().ids else 1
 
 
 class NodeState:
-    """Mutable bookkeeping of one node's allocations, keyed by pod (`namespace/name`).
+    """One node's allocations by pod (`namespace/name`), with its `shape_key` and `names`."""
 
-    It is the node's own: it knows the node's shape (`shape_key`, what decides) and
-    names (`names`, what assignments call its devices), both from its topology."""
-
-    # The two attributes the extender reads of ~500 states a cycle are slots (read
-    # without a dict look-up); the rest live in the instance dict.
+    # The two attributes the extender reads of ~500 states a cycle are slots (read without a dict
+    # look-up); the rest live in the instance dict.
     __slots__ = ("__dict__", "row_cache", "version")
 
     def __init__(
@@ -79,10 +70,8 @@ class NodeState:
         tables: Tables | None = None,
         names: NodeNames | None = None,
     ) -> None:
-        """`unhealthy_*`: devices the kubelet cannot hand out now (the node agent's
-        `status.unhealthy`): never free, yet a pod already holding one keeps it.
-        `tables` and `names`, when the caller holds them for `topology` (`build_tables`,
-        `node_names`), are used instead of working them out again."""
+        """`unhealthy_*`: devices the kubelet cannot hand out now (`status.unhealthy`): never free,
+        yet a pod holding one keeps it. `tables`, `names`: the caller's, saving their building."""
         self.topology = topology
         self.assignments: dict[str, Assignment] = {}
         self._cpu_owner: dict[int, str] = {}
@@ -100,10 +89,9 @@ class NodeState:
         self._nic_ids = frozenset(n.name for n in topology.nics)
         self._sick_gpus = frozenset(unhealthy_gpus) & self._gpu_ids
         self._sick_nics = frozenset(unhealthy_nics) & self._nic_ids
-        # O(1) counters for count-level filters, and a change counter that lets callers
-        # (and `_summary`) cache anything derived from what is free. `version` is bumped
-        # by every booking and release: equal versions of one state, equal answers. A
-        # plain attribute, not a property: the extender reads it for ~500 nodes a cycle.
+        # O(1) counters for count-level filters, and `version`, bumped by every booking and release
+        # (equal versions, equal answers) for caches of what is free; a plain attribute: the
+        # extender reads it for ~500 nodes a cycle.
         self.version = 0
         self._allocatable_count = len(self._online.ids - topology.reserved_cpus.ids)
         self.shared_floor = shared_floor(topology)
@@ -111,8 +99,7 @@ class NodeState:
         self._memory_booked = 0
         self._summary: tuple[int, frozenset[int], FreeSignature] | None = None
         self._groups: tuple[int, dict[int, int]] | None = None
-        # The decision's row of this state (`hints.row_of`) and the layout it follows;
-        # dropped by every change.
+        # The decision's row of this state (`hints.row_of`) and its layout; dropped by every change.
         self.row_cache: tuple[object, bytes] | None = None
         # The shape's tables as the caller built them (an engine uses them as its own).
         self.tables = tables
@@ -213,9 +200,8 @@ class NodeState:
         return self._summarise()[2]
 
     def memory_groups(self) -> dict[int, int]:
-        """Per NUMA id holding pod memory, its memory-manager group: the mask (bit n = NUMA
-        id n) of the `mems` of the containers whose memory it holds; -1 where two
-        containers disagree. Cached until the next change."""
+        """Per NUMA id holding pod memory, its group: its containers' `mems` mask, -1 where two
+        disagree; cached until the next change."""
         cached = self._groups
         if cached is not None and cached[0] == self.version:
             return cached[1]
@@ -236,12 +222,8 @@ class NodeState:
             return summary
         topology = self.topology
         cpus = self._online.ids - topology.reserved_cpus.ids - self._cpu_owner.keys()
-        cpu_mask = 0
-        for cpu in cpus:
-            cpu_mask |= 1 << cpu
-        gpu_mask = 0
-        for gpu in self.free_gpus():
-            gpu_mask |= 1 << gpu
+        cpu_mask = sum(1 << cpu for cpu in cpus)
+        gpu_mask = sum(1 << gpu for gpu in self.free_gpus())
         nodes = sorted(topology.numa_nodes, key=lambda n: n.id)
         signature = FreeSignature(
             cpu_mask=cpu_mask,
@@ -401,8 +383,7 @@ def _device_problems(
     owners: Mapping[K, str],
     seen: set[K],
 ) -> list[str]:
-    """Why devices of one kind cannot go to a container: absent, held, or given twice
-    (`seen`, the ones this assignment gave already, grows by `asked`)."""
+    """Why devices of one kind cannot go to a container: absent, held, or given twice."""
     problems: list[str] = []
     for device in asked:
         owner = owners.get(device)
@@ -432,14 +413,9 @@ C = TypeVar("C", bound=Claim)
 
 def claim_order(claim: Claim) -> tuple[int, str, str]:
     """Which of several pods claiming the same CPU or GPU keeps it: the earlier decision
-    (`Assignment.seq`; 0, the earliest, for one decided before sequences existed), then
-    the lower pod uid, then the key (for claims read without a uid).
-
-    Creation time is deliberately not the order: a pod created earlier but assigned
-    later would otherwise take CPUs away from a pod that already runs on them. The
-    operator's ledger and the node agent both decide by this, so the pod the operator
-    books is the pod the agent enforces.
-    """
+    (`Assignment.seq`, 0 before sequences existed), then the lower pod uid, then the key. Not
+    creation time: a pod created earlier but assigned later would take CPUs from one running on
+    them. The ledger and the node agent both order by this, so they book the same pod."""
     return claim.assignment.seq, claim.uid, claim.key
 
 
@@ -450,16 +426,10 @@ def book_in_claim_order(
     booked: Callable[[C], Assignment] = lambda claim: claim.assignment,
     stale: Container[str] = (),
 ) -> tuple[list[C], list[tuple[C, str]]]:
-    """Apply `claims` to `state`, earliest first (`claim_order`); `booked(claim)` is what
-    is applied (the claim's assignment, or the part the caller enforces). The claims of
-    the pods in `stale` (keys) come after all others: each shows a decision older than
-    one its pod has shown before (a signed assignment written back after the operator
-    decided the pod again), whose resources may be another pod's since.
-
-    Returns (the claims booked, then the claims that overlap one booked before them,
-    each with the `OverlapError` text naming the holder), both in claim order. An
-    overlapping claim books nothing.
-    """
+    """Apply `booked(claim)` of each of `claims` to `state` in `claim_order`, the pods in `stale`
+    last (a decision older than one the pod showed before, whose resources may be another's since).
+    Returns the claims booked and the overlapping ones (booking nothing) with the `OverlapError`
+    text, both in claim order."""
     kept: list[C] = []
     overlapping: list[tuple[C, str]] = []
     for claim in sorted(claims, key=lambda claim: (claim.key in stale, claim_order(claim))):
@@ -473,6 +443,5 @@ def book_in_claim_order(
 
 
 def cached_rows(states: Iterable[NodeState], layout: object) -> list[bytes | None]:
-    """Each state's decision row under `layout` as kept on it (`row_cache`); None where
-    none is kept for that layout (never laid out, or changed since)."""
+    """Each state's decision row under `layout` as kept on it (`row_cache`), else None."""
     return [c[1] if (c := s.row_cache) is not None and c[0] is layout else None for s in states]

@@ -1,19 +1,17 @@
 """Per-shape lookup tables the allocation hot path reads instead of the pydantic spec.
 
-A node's *shape* is what decides: CPUs per core and NUMA node, GPU-to-NUMA, links,
-PCIe paths, memory. Its *names* (node name, GPU and MIG UUIDs, PCI bus ids, NIC names)
-are the node's identity and decide nothing: `Tables` holds the shape only, so every
-node of one hardware shape shares one `Tables` whatever its names, and the names are
-attached when an assignment is written, from that node's own spec (`node_names`).
-NICs are positions in the shape: position i is the node's i-th NIC in name order, so
-a choice that breaks ties by position breaks them as by name on every node.
+A node's *shape* decides (CPUs per core and NUMA node, GPU-to-NUMA, links, PCIe paths, memory); its
+*names* (node name, GPU and MIG UUIDs, PCI bus ids, NIC names) decide nothing. `Tables` holds the
+shape only, shared by every node of that shape; names are attached from the node's own spec when an
+assignment is written (`node_names`). NIC position i is the node's i-th NIC in name order, so ties
+broken by position are broken as by name on every node.
 
-A caller's `TableCache` builds tables once per shape, keyed by `shape_key` (a digest
-of the identity-free spec), and keeps a bounded number of them: an evicted shape is
-built again, never mistaken for another. Tables hold hardware facts only, never memos.
+A caller's `TableCache` builds tables once per shape, keyed by `shape_key` (a digest of the
+identity-free spec), and keeps a bounded number (an evicted shape is built again, never mistaken for
+another). Tables hold hardware facts only, never memos.
 
-Pools, in the kubelet's words: *allocatable* CPUs are online and not reserved; only
-they are ever handed out or counted as capacity.
+Pools, in the kubelet's words: *allocatable* CPUs are online and not reserved; only they are ever
+handed out or counted as capacity.
 """
 
 from __future__ import annotations
@@ -107,8 +105,7 @@ def shape_key(spec: NumatopologySpec) -> str:
 
 
 class TableCache:
-    """Tables per shape, owned by the caller (an `Engine`): one build per hardware shape,
-    the `size` most recently used kept."""
+    """Tables built once per hardware shape, the `size` most recently used kept."""
 
     def __init__(self, size: int = DEFAULT_SHAPES) -> None:
         self.size = max(1, size)
@@ -143,9 +140,8 @@ def _pci_rank(
 def _cpu_places(
     spec: NumatopologySpec, online_by_numa: dict[int, frozenset[int]]
 ) -> tuple[dict[int, int], dict[int, int], dict[int, int]]:
-    """Per online CPU: its NUMA node, core and socket. A NUMA node's cpulist is
-    authoritative for what is online; rows in spec.cpus add core/socket detail. CPUs
-    without a row are their own core on socket = NUMA id."""
+    """Per online CPU (the NUMA nodes' cpulists say which): its NUMA node, core and socket from
+    spec.cpus, else its own core on socket = NUMA id."""
     cpu_numa: dict[int, int] = {}
     cpu_core: dict[int, int] = {}
     cpu_socket: dict[int, int] = {}
@@ -180,9 +176,8 @@ def build_tables(spec: NumatopologySpec, key: str | None = None) -> Tables:
     for cpu_id in allocatable:
         socket_allocatable.setdefault(cpu_socket[cpu_id], set()).add(cpu_id)
     cpu_bearing = tuple(n for n in numa_ids if numa_allocatable[n])
-    # Memory-only NUMA nodes (CXL expanders, GPU HBM on Grace systems, HBM flat mode)
-    # are not where a pod's ordinary memory should be bound; they serve pod memory only
-    # on a machine that has no CPU-bearing node at all.
+    # Memory-only NUMA nodes (CXL expanders, Grace GPU HBM, HBM flat mode) serve pod memory only on
+    # a machine with no CPU-bearing node.
     memory_numa_ids = cpu_bearing or numa_ids
     numa_hugepages = {
         (node.id, size): pages * parse_bytes(size)

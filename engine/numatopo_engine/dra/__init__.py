@@ -1,5 +1,5 @@
-"""Dynamic Resource Allocation (`resource.k8s.io/v1`): DRA devices read as topology, and
-the claims of a pod decided on it (pure; the operator does the I/O).
+"""Dynamic Resource Allocation (`resource.k8s.io/v1`): DRA devices read as topology, and the claims
+of a pod decided on it (pure; the operator does the I/O).
 
   api        the wire models of the objects read and written (only the fields used)
   join       ResourceSlices joined with a node's Numatopology: each device as a GPU/NIC

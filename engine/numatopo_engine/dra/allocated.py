@@ -1,19 +1,8 @@
-"""A pod's claims as already allocated, read as the devices of its containers (pure).
-
-For the extender's `/bind` of a pod kube-scheduler schedules (no `numatopo.io/dra` gate):
-its DynamicResources plugin writes each claim's `status.allocation` in PreBind, before
-the extender binds, so the devices are chosen by then. `claimed_devices` reads them back
-through the node's join as the GPUs, NICs and CPUs each container holds, and the pod's
-request with those counts; the operator then decides CPUs and memory around exactly
-those devices, as Follow does for device-plugin GPUs a container holds (the engine's
-pinned GPUs and NICs).
-
-A device goes to the container that uses its claim (the first naming it in
-`resources.claims`; the first app container when none does), as `decide_claims` hands
-them out; a device of the claim kube-scheduler made for the pod's extended resources
-goes to the container its request maps to (`extended.extended_claim`). What cannot be
-read that way raises `NotFollowedError`, and the pod is decided from its requests as
-before.
+"""A pod's claims as kube-scheduler allocated them (in PreBind), read as the devices of its
+containers for the extender's `/bind` (pure): docs/DESIGN.md, "GPUs on DRA clusters", "Its bind
+follows the claims". Devices go to containers as `decide_claims` hands them out, those of the claim
+made for extended resources as its mapping says (`extended.extended_claim`); what cannot be read
+that way raises `NotFollowedError`, and the pod is decided from its requests.
 """
 
 from __future__ import annotations
@@ -46,8 +35,8 @@ class Claimed:
     cpus: dict[str, CPUSet] = field(default_factory=dict)
 
     def around(self, state: NodeState) -> NodeState:
-        """`state` with, where claims hold CPUs, every other free CPU booked away: the
-        claimed CPUs are the only ones the decision may give (the driver pins them)."""
+        """`state` with, where claims hold CPUs, every other free CPU booked away: the claimed CPUs
+        are the only ones the decision may give (the driver pins them)."""
         if not self.cpus:
             return state
         claimed = set().union(*self.cpus.values())
@@ -61,9 +50,8 @@ def results_of(raw: Mapping[str, Any]) -> tuple[DeviceId, ...] | None:
 
 
 def _requests_results(raw: Mapping[str, Any]) -> list[tuple[str, DeviceId]] | None:
-    """(request, device) per result of a claim's `status.allocation`; None when it is not
-    allocated. Read field by field: whatever else the allocator wrote, these name the
-    devices."""
+    """(request, device) per result of a claim's `status.allocation`; None when it is not allocated.
+    Read field by field: whatever else the allocator wrote, these name the devices."""
     allocation = (raw.get("status") or {}).get("allocation")
     if not isinstance(allocation, Mapping):
         return None
@@ -84,9 +72,9 @@ def claimed_devices(
     claims: Mapping[str, Mapping[str, Any]],
     node: DraNode,
 ) -> Claimed:
-    """The devices the pod's allocated `claims` (name -> raw claim) give its containers
-    on `node`. Raises `NotFollowedError` when a claim is missing or not allocated, names
-    a device `node` does not publish, or the claims and requests do not add up."""
+    """The devices the pod's allocated `claims` (name -> raw claim) give its containers on `node`.
+    Raises `NotFollowedError` when a claim is missing or not allocated, names a device `node` does
+    not publish, or the claims and requests do not add up."""
     if not base.containers:
         raise NotFollowedError("the pod has no containers")
     by_id = node.by_id()

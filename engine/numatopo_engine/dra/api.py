@@ -1,11 +1,10 @@
 """The `resource.k8s.io/v1` objects numatopo reads and writes: only the fields it uses.
 
-Read objects keep what is not modelled (`extra="allow"`) so `unsupported` can name it: a
-request, device or slice that carries a field these models do not know may mean
-something numatopo cannot honour (taints, counters, admin access, prioritized lists), so
-whatever carries one is left to the scheduler. Written parts (`AllocationResult`,
-`ResourceClaimConsumerReference`) forbid unknown fields. Field names are the Go API's
-JSON names (kubernetes staging/src/k8s.io/api/resource/v1/types.go).
+Read objects keep what is not modelled (`extra="allow"`) so `unsupported` can name it: an unknown
+field may mean something numatopo cannot honour (taints, counters, admin access, prioritized lists),
+so whatever carries one is left to the scheduler. Written parts (`AllocationResult`,
+`ResourceClaimConsumerReference`) forbid unknown fields. Field names are the Go API's JSON names
+(kubernetes staging/src/k8s.io/api/resource/v1/types.go).
 """
 
 from __future__ import annotations
@@ -17,11 +16,11 @@ from pydantic.alias_generators import to_camel
 
 API_VERSION = "resource.k8s.io/v1"
 DELETE_PROTECTION = "resource.kubernetes.io/delete-protection"
-"""The finalizer the scheduler puts on a claim before allocating it; kube-controller-
-manager's resourceclaim controller removes it when it deallocates the claim."""
+"""The finalizer the scheduler puts on a claim before allocating it; kube-controller-manager's
+resourceclaim controller removes it when it deallocates the claim."""
 
-# resource.k8s.io/v1 limits (types.go): names are DNS labels/subdomains, at most 32
-# devices per request and per allocation.
+# resource.k8s.io/v1 limits (types.go): names are DNS labels/subdomains, at most 32 devices per
+# request and per allocation.
 AllocationResultsMaxSize = 32
 Name = Annotated[str, Field(min_length=1, max_length=253)]
 
@@ -92,8 +91,8 @@ class DeviceCapacity(_Read):
 
 
 class Device(_Read):
-    """One device of a slice. Extras (taints, consumesCounters, bindingConditions, a
-    per-device node...) make it a device numatopo does not hand out."""
+    """One device of a slice. Extras (taints, consumesCounters, bindingConditions, a per-device
+    node...) make it a device numatopo does not hand out."""
 
     name: Name
     attributes: dict[str, DeviceAttribute] = Field(default_factory=dict)

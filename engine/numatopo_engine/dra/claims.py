@@ -1,17 +1,7 @@
-"""A pod's ResourceClaims decided on one node with the engine, as claim allocations.
-
-Each request of a claim becomes GPUs or NICs of the container that uses the claim (the
-first container naming it in `resources.claims`; the first app container for a claim no
-container names), and the engine places them as it places device-plugin GPUs and NICs:
-GPU sets by link bandwidth, NICs by PCIe path to them, CPUs and memory on their NUMA
-nodes. The engine only sees the devices the request may have: every other GPU or NIC is
-booked away in a copy of the node's state. A `matchAttribute` constraint is honoured by
-deciding once per value the attribute takes (the best decision wins), each time with
-only the devices of that value.
-
-What numatopo cannot judge as the scheduler's allocator would raises `UndecidedError`: the
-operator then leaves the claim to the scheduler (see docs/DESIGN.md, "GPUs on DRA
-clusters").
+"""A pod's ResourceClaims decided on one node with the engine, as claim allocations (docs/DESIGN.md,
+"GPUs on DRA clusters", Decide). A claim's devices go to the first container naming it in
+`resources.claims`, else to the first app container. What numatopo cannot judge as the scheduler's
+allocator would raises `UndecidedError`, leaving the claim to the scheduler ("Fail safe").
 """
 
 from __future__ import annotations
@@ -51,9 +41,9 @@ class UndecidedError(Exception):
 
 @dataclass(frozen=True, slots=True)
 class PodClaim:
-    """One entry of `pod.spec.resourceClaims`, with the claim it names (None: the claim
-    from its template does not exist yet); or the claim kube-scheduler made for the
-    pod's extended resources (`extended.extended_claim`)."""
+    """One entry of `pod.spec.resourceClaims`, with the claim it names (None: the claim from its
+    template does not exist yet); or the claim kube-scheduler made for the pod's extended resources
+    (`extended.extended_claim`)."""
 
     name: str
     claim: str | None
@@ -71,8 +61,7 @@ class ClaimDecision:
 
 
 def pod_claims(pod: Mapping[str, Any]) -> list[PodClaim]:
-    """The pod's claims: direct ones by name, template ones by the name kube-controller-
-    manager recorded in `status.resourceClaimStatuses` (None until it has)."""
+    """Direct claims by name; template ones by `status.resourceClaimStatuses` (None before)."""
     spec = pod.get("spec") or {}
     generated = {
         s.get("name"): s.get("resourceClaimName")
@@ -170,8 +159,7 @@ def _eligible(
 
 
 def _variants(claim: ResourceClaim, requests: list[_Request]) -> list[list[_Request]]:
-    """The requests once per combination of values of the claim's matchAttributes, each
-    with only the devices holding those values."""
+    """The requests once per value combination of the matchAttributes, with matching devices."""
     constraints = claim.spec.devices.constraints
     if not constraints:
         return [requests]
@@ -207,8 +195,8 @@ def _value(device: DraDevice, name: str) -> object:
 
 
 def _restricted(state: NodeState, requests: Sequence[_Request]) -> NodeState:
-    """A copy of `state` with every free GPU and NIC no request may have booked away, and
-    every free CPU no CPU request may have where some request asks CPUs."""
+    """A copy of `state` with every free GPU and NIC no request may have booked away, and every free
+    CPU no CPU request may have where some request asks CPUs."""
     cpus = {d.cpu for r in requests for d in r.eligible if d.cpu is not None}
     asks_cpus = any(r.kind is DeviceKind.CPU for r in requests)
     return restricted_to(state, _gpus_of(requests), _nics_of(requests), cpus if asks_cpus else None)
@@ -225,9 +213,8 @@ def _nics_of(requests: Sequence[_Request]) -> frozenset[str]:
 def restricted_to(
     state: NodeState, gpus: Set[int], nics: Set[str], cpus: Set[int] | None = None
 ) -> NodeState:
-    """A copy of `state` with every free GPU not in `gpus` and NIC not in `nics` booked
-    away (MIG GPUs kept: their instances are no claim's), and, unless `cpus` is None,
-    every free CPU not in it."""
+    """A copy of `state` with every free GPU, NIC and (unless `cpus` is None) CPU not in `gpus`,
+    `nics`, `cpus` booked away, but MIG GPUs (their instances are no claim's)."""
     mig = {g.index for g in state.topology.gpus if g.mig_mode}
     away = ContainerAssignment(
         gpu_indices=sorted(g for g in state.free_gpus() - gpus if g not in mig),
@@ -271,12 +258,11 @@ def claiming(
     gpu_resources: Set[str],
     nic_resources: Set[str],
 ) -> ContainerRequest:
-    """`container` asking the `gpus`, `nics` and `cpus` its claims hold (devices of
-    `gpu_resources` and `nic_resources`), as the engine counts device-plugin ones;
-    `error` when its own request contradicts them."""
+    """`container` asking the devices and CPUs its claims hold as the engine counts device-plugin
+    ones; `error` when its own request contradicts them."""
     if cpus:
-        # dra-driver-cpu's CPUs are the container's exclusive CPUs: its own CPU
-        # request, if any, must ask as many (KEP-5517 maps claimed CPUs onto it).
+        # dra-driver-cpu's CPUs are the container's exclusive CPUs: its own CPU request, if any,
+        # must ask as many (KEP-5517 maps claimed CPUs onto it).
         if container.cpu_milli not in (0, cpus * 1000):
             raise error(
                 f"container {container.name} asks {container.cpu_milli}m CPU and claims {cpus} CPUs"
@@ -295,8 +281,7 @@ def claiming(
 
 
 def _match(requests: Sequence[_Request], chosen: list[DraDevice]) -> list[list[DraDevice]] | None:
-    """Hand the chosen devices of one container to its requests (each request only
-    devices it may have); None when no way does."""
+    """Hand one container's chosen devices to its requests (each only what it may have), or None."""
     slots = [r for r in requests for _ in range(r.count)]
     taken: list[DraDevice | None] = [None] * len(slots)
 
@@ -327,8 +312,8 @@ def _allocation(
     classes: Mapping[str, DeviceClass],
     node: str,
 ) -> AllocationResult:
-    """The allocation as the allocator writes it: results in request order, then the
-    classes' configs (FromClass, once per class) and the claim's (FromClaim)."""
+    """The allocation as the allocator writes it: results in request order, then the classes'
+    configs (FromClass, once per class) and the claim's (FromClaim)."""
     results = [
         DeviceRequestAllocationResult(
             request=r.name, driver=d.id.driver, pool=d.id.pool, device=d.id.device
@@ -366,8 +351,7 @@ def decide_claims(  # noqa: PLR0917 (the decision's inputs)
     *,
     engine: Engine | None = None,
 ) -> ClaimDecision:
-    """Decide the pod's claims on `node`. Raises `UndecidedError` (leave it to the scheduler)
-    or `UnsatisfiableError` (not on this node now)."""
+    """Decide the pod's claims on `node`; raises `UndecidedError` or `UnsatisfiableError`."""
     engine = engine or Engine()
     per_claim = _claim_variants(
         base, pod_claims_, claims, classes, node, missing="does not exist yet", checked=True
@@ -418,13 +402,10 @@ def claim_demand(  # noqa: PLR0917 (the decision's inputs)
     classes: Mapping[str, DeviceClass],
     node: DraNode,
 ) -> ClaimDemand:
-    """What the pod's claims ask of `node`, without deciding where: one planner placing
-    several pods at once (a group) counts them as their requests. Every matchAttribute
-    variant asks the same counts; the devices are those of any variant. Raises
-    `UndecidedError` as `decide_claims` does (no device of `node` numatopo can place
-    matches a request, among others), `UnsatisfiableError` when `node` has too few
-    devices a request may have (in any one set a matchAttribute constraint allows), free
-    or not."""
+    """What the pod's claims ask of `node`, without deciding where (a group's planner counts them as
+    requests); the devices are those of any matchAttribute variant (all ask the same counts). Raises
+    `UndecidedError` as `decide_claims` does, `UnsatisfiableError` when `node` has too few devices a
+    request may have (in any one variant), free or not."""
     per_claim = _claim_variants(
         base, pod_claims_, claims, classes, node, missing="does not exist yet", checked=True
     )
@@ -452,9 +433,8 @@ def _claim_variants(
     missing: str,
     checked: bool,
 ) -> list[tuple[ResourceClaim, list[list[_Request]]]]:
-    """Each of the pod's claims with the request variants `node` offers it (one
-    `Selectors` for them all). `checked`: refuse claims numatopo does not decide
-    (`unsupported`); a resumed write was checked when it was decided."""
+    """Each of the pod's claims with the request variants `node` offers it; `checked`: refuse what
+    `unsupported` names (a resumed write was checked when decided)."""
     if not base.containers:
         raise UndecidedError("the pod has no containers")
     selectors = Selectors()
@@ -480,11 +460,10 @@ def allocations_for(  # noqa: PLR0917 (the decision's inputs)
     classes: Mapping[str, DeviceClass],
     node: DraNode,
 ) -> dict[str, AllocationResult]:
-    """Claim name -> its allocation, from the devices `assignment` (written by
-    `decide_claims`) gave the containers: what a write that stopped between the pod's
-    assignment and its claims' status had still to write. Raises `UndecidedError` when
-    a claim cannot be judged, `UnsatisfiableError` when the assignment's devices do not
-    satisfy the claims as they are now (then the assignment is taken back)."""
+    """Claim name -> its allocation from the devices `assignment` gave the containers, for a write
+    that stopped before the claims' status. Raises `UndecidedError` when a claim cannot be judged,
+    `UnsatisfiableError` when the devices no longer satisfy the claims (the caller takes the
+    assignment back)."""
     per_claim = _claim_variants(
         base, pod_claims_, claims, classes, node, missing="does not exist", checked=False
     )
@@ -504,8 +483,7 @@ def _allocations(
     classes: Mapping[str, DeviceClass],
     node: DraNode,
 ) -> dict[str, AllocationResult] | None:
-    """Claim name -> its allocation from the devices `assignment` gave the containers;
-    None when they do not satisfy `requests`."""
+    """Claim name -> its allocation from `assignment`'s devices; None if `requests` are unmet."""
     split = _split(assignment, requests, node)
     if split is None:
         return None

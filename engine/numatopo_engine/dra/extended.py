@@ -1,14 +1,7 @@
-"""Extended resources that DRA serves (KEP-5004, alpha in Kubernetes 1.34, feature gate
-DRAExtendedResource): a DeviceClass may name an extended resource
-(`spec.extendedResourceName`); every class also has the implicit name
-`deviceclass.resource.kubernetes.io/<class>`. A pod asking such a resource in a
-container, on a node where no device plugin advertises it, gets devices of that class:
-kube-scheduler allocates them and creates a ResourceClaim for the pod, named in the
-pod's `status.extendedResourceClaimStatus`.
-
-Several classes naming one resource: the scheduler serves it from the class created
-last (of classes created in the same second, the name sorted first), and so does this
-module. One device several classes select is a device of each of their resources.
+"""Extended resources that DRA serves (KEP-5004): which devices a DeviceClass serves under its
+`spec.extendedResourceName` or its implicit `deviceclass.resource.kubernetes.io/<class>`, and the
+claim kube-scheduler made for a pod asking one; the rules (the class created last serves a name, a
+device several classes select counts under each): docs/DESIGN.md, "Extended resources DRA serves".
 """
 
 from __future__ import annotations
@@ -46,11 +39,10 @@ def named_classes(classes: Iterable[DeviceClass]) -> dict[str, DeviceClass]:
 def extended_names(
     node: DraNode, classes: Iterable[DeviceClass]
 ) -> dict[DeviceId, tuple[str, ...]]:
-    """Each GPU and NIC of `node` that a class naming an extended resource selects ->
-    those resources, sorted. A class with fields numatopo does not model, or whose
-    selectors it cannot evaluate on a device as the scheduler would
-    (`selectors.SelectorRefusedError`), names none of its devices: which devices a pod
-    asking its resource gets is not known."""
+    """Each GPU and NIC of `node` that a class naming an extended resource selects -> those
+    resources, sorted. A class with fields numatopo does not model, or whose selectors it cannot
+    evaluate on a device as the scheduler would (`selectors.SelectorRefusedError`), names none of
+    its devices: which devices a pod asking its resource gets is not known."""
     selectors = Selectors()
     names: dict[DeviceId, list[str]] = {}
     for resource, device_class in sorted(named_classes(classes).items()):
@@ -71,8 +63,7 @@ def extended_names(
 
 
 def served(resource: str, classes: Iterable[DeviceClass]) -> bool:
-    """Whether a DeviceClass serves extended resource `resource`: one names it, or it is
-    the implicit name of one."""
+    """Whether a DeviceClass serves `resource`: it names it, or it is the class's implicit name."""
     listed = list(classes)
     implicit = {IMPLICIT_PREFIX + c.metadata.name for c in listed}
     return resource in implicit or resource in named_classes(listed)
@@ -92,8 +83,8 @@ def asked_served(pod: Mapping[str, Any], classes: Iterable[DeviceClass]) -> list
 
 
 def extended_claim(pod: Mapping[str, Any]) -> PodClaim | None:
-    """The claim kube-scheduler made for the pod's extended resources, as an entry of its
-    claims: each request's devices to the container its mapping names. None: none."""
+    """The claim kube-scheduler made for the pod's extended resources, as an entry of its claims:
+    each request's devices to the container its mapping names. None: none."""
     status = extended_claim_status(pod)
     if not status:
         return None

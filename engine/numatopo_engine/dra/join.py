@@ -1,23 +1,9 @@
-"""ResourceSlices joined with a node's Numatopology: each DRA device as a GPU or NIC of
-the model (so its NUMA node, PCIe paths and links are known), or as unjoined.
+"""ResourceSlices joined with a node's Numatopology: each DRA device as a GPU, NIC or CPU of the
+model (so its NUMA node, PCIe paths and links are known), or as unjoined.
 
-Evidence, strongest first, per device:
-  1. the standard attribute `resource.kubernetes.io/pciBusID` against `gpus[].pciBusId`
-     and `nics[].pciBusId`
-  2. a driver's own PCI address: `pciBusID`, `pcieBusID` (NVIDIA's GPU driver),
-     `pciAddress` (dranet), in the driver's domain
-  3. identities: a GPU `uuid` (NVIDIA's driver) against `gpus[].uuid`; a NIC's
-     `rdmaDevName` / `ifName` (dranet) against `nics[].name` / `nics[].netdevs`
-  4. last, only when the node's spec knows no PCI address and no UUID of any GPU (a spec
-     read from `nvidia-smi topo -m`): NVIDIA's `index` against `gpus[].index`
-CPUs: a device of `dra-driver-cpu` (driver `dra.cpu`) in its individual mode, one device
-per logical CPU (kubernetes-sigs/dra-driver-cpu, pkg/device/builder.go and
-attributes.go: devices `cpudevNNN`, attributes `dra.cpu/cpuID`, `coreID`, `socketID`,
-and the standard `resource.kubernetes.io/numaNode`), is the CPU of `cpus[]` with that
-id, when the NUMA node it states (if any) is the spec's. Its grouped devices (a socket,
-NUMA node or the machine as one device with consumable capacity) are not joined.
-A device that two pieces of evidence put on different rows, or that two devices claim,
-is left unjoined: numatopo never hands out a device it cannot place.
+The evidence, strongest first, and `dra-driver-cpu`'s CPUs: docs/DESIGN.md, "GPUs on DRA clusters"
+(Join; CPUs from `dra-driver-cpu`). A driver's own attribute names are read in its domain. A device
+that two devices claim is left unjoined: numatopo never hands out a device it cannot place.
 """
 
 from __future__ import annotations
@@ -94,8 +80,7 @@ class DraNode:
 
 
 def attribute(device: Device, driver: str, name: str) -> DeviceAttribute | None:
-    """A device attribute by qualified name; an unqualified name is in the driver's domain
-    (types.go: QualifiedName)."""
+    """A device attribute by qualified name (unqualified: in the driver's domain)."""
     qualified = name if "/" in name else f"{driver}/{name}"
     found = device.attributes.get(qualified)
     if found is None and qualified.startswith(f"{driver}/"):
@@ -185,8 +170,8 @@ def _candidate(
 def _complete_pools(
     slices: Iterable[ResourceSlice],
 ) -> tuple[dict[tuple[str, str], list[ResourceSlice]], list[str]]:
-    """Slices by (driver, pool), newest generation only; pools missing slices of it apart
-    (the allocator does not allocate from an incomplete pool either)."""
+    """Slices by (driver, pool), newest generation only; pools missing slices of it apart (the
+    allocator does not allocate from an incomplete pool either)."""
     pools: dict[tuple[str, str], list[ResourceSlice]] = {}
     for piece in slices:
         pools.setdefault((piece.spec.driver, piece.spec.pool.name), []).append(piece)

@@ -1,5 +1,5 @@
-"""Where a pod's devices come from, read from the pod alone (light: the node agent
-imports it, without the engine's numpy or CEL)."""
+"""Where a pod's devices come from, read from the pod alone (light: the node agent imports it,
+without the engine's numpy or CEL)."""
 
 from __future__ import annotations
 
@@ -8,18 +8,16 @@ from typing import Any
 
 
 def extended_claim_status(pod: Mapping[str, Any]) -> Mapping[str, Any]:
-    """`status.extendedResourceClaimStatus` (KEP-5004: the claim kube-scheduler made for
-    the extended resources DRA serves the pod; `extended.extended_claim`); {}: none."""
+    """`status.extendedResourceClaimStatus` (KEP-5004: the claim kube-scheduler made for the
+    extended resources DRA serves the pod; `extended.extended_claim`); {}: none."""
     found = (pod.get("status") or {}).get("extendedResourceClaimStatus")
     return found if isinstance(found, Mapping) and found.get("resourceClaimName") else {}
 
 
 def devices_from_claims(pod: Mapping[str, Any], is_device: Callable[[str], bool]) -> bool:
-    """Whether the pod's GPUs and NICs come from its ResourceClaims alone: it references
-    claims (or DRA serves its extended resources) and no container asks a device-plugin
-    resource (`is_device`). Such a pod holds exactly its claims' allocated devices (mode
-    Allocated), so what the kubelet's device plugins gave (nothing) is not compared with
-    its assignment."""
+    """Whether the pod's GPUs and NICs come from its ResourceClaims alone (it references claims, or
+    DRA serves its extended resources, and asks no device-plugin resource): then it holds exactly
+    its claims' devices, and what device plugins gave (nothing) is not compared with it."""
     spec = pod.get("spec") or {}
     if not spec.get("resourceClaims") and not extended_claim_status(pod):
         return False

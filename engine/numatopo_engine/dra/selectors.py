@@ -1,19 +1,11 @@
-"""Device selectors (CEL) judged as the scheduler's structured allocator judges them, or
-not at all.
+"""Device selectors (CEL) judged as the scheduler's structured allocator judges them, or not at all.
 
-The allocator (k8s.io/dynamic-resource-allocation/structured) evaluates every selector
-of the request's DeviceClass, then the request's own, against `device` =
-{driver, attributes[domain][id], capacity[domain][id]}; a device matches when all are
-true, and a runtime error (a missing attribute, say) fails the whole allocation on that
-node. numatopo evaluates them with cel-python, which is not Kubernetes' cel-go: so it
-only evaluates what both read alike, and refuses the rest, leaving the claim to the
-scheduler:
-  - functions and macros only from `ALLOWED_FUNCTIONS` (no `matches`: RE2 is not
-    Python's `re`; no Kubernetes extensions such as `semver()`, `quantity()`);
-  - no `capacity` (quantities are a cel-go type) and no version attributes (semver
-    values in cel-go, strings here);
-  - any evaluation error, on any candidate device, refuses the request (the allocator
-    would fail the node, numatopo cannot tell how).
+The allocator (k8s.io/dynamic-resource-allocation/structured) evaluates the DeviceClass's selectors,
+then the request's, against `device` = {driver, attributes[domain][id], capacity[domain][id]}; a
+device matches when all are true. numatopo evaluates with cel-python, not cel-go, so only the subset
+both read alike (`ALLOWED_FUNCTIONS`; no `capacity`, no version attributes: semver values in cel-go,
+strings here), and any evaluation error refuses the request (docs/DESIGN.md, "GPUs on DRA
+clusters", "Fail safe").
 """
 
 from __future__ import annotations
@@ -43,8 +35,8 @@ class SelectorRefusedError(Exception):
 
 
 def device_activation(driver: str, device: Device) -> dict[str, Any]:
-    """The `device` variable of a selector, as a JSON value (version attributes left out;
-    `_check` refuses expressions that could read them)."""
+    """The `device` variable of a selector, as a JSON value (version attributes left out; `_check`
+    refuses expressions that could read them)."""
     attributes: dict[str, dict[str, Any]] = {}
     for name, value in device.attributes.items():
         domain, _, ident = name.rpartition("/")

@@ -1,11 +1,6 @@
-"""`NodeResourceTopology` (`topology.node.k8s.io/v1alpha2`), as NFD's topology-updater
-writes it and scheduler-plugins' NodeResourceTopologyMatch reads it.
-
-One zone per NUMA node, named `node-<id>`, of type `Node`; its costs are the SLIT
-distances to every NUMA node, named by zone. Amounts are quantities (strings), as the
-API server stores them. The kubelet's Topology Manager policy and scope are the
-object's attributes; `topologyPolicies` (deprecated upstream, still read by older
-scheduler-plugins) says the same in one word.
+"""`NodeResourceTopology` (`topology.node.k8s.io/v1alpha2`), as NFD's topology-updater writes it and
+scheduler-plugins' NodeResourceTopologyMatch reads it (zones, costs, attributes: docs/DESIGN.md,
+"Exports"). Amounts are quantities (strings), as the API server stores them.
 """
 
 from __future__ import annotations
@@ -86,8 +81,7 @@ def zone_name(numa: int) -> str:
 
 
 def topology_policy(policy: str, scope: str) -> str:
-    """The one-word policy of `topologyPolicies` (e.g. `SingleNUMANodeContainerLevel`);
-    `None` for the none policy and for anything it has no word for, as NFD does."""
+    """The `topologyPolicies` word (`SingleNUMANodeContainerLevel`...); "None" if NFD has none."""
     word, level = _POLICY_WORDS.get(policy), _SCOPE_WORDS.get(scope)
     return word + level if word and level else "None"
 
@@ -95,9 +89,8 @@ def topology_policy(policy: str, scope: str) -> str:
 def node_resource_topology(
     node: str, spec: NumatopologySpec, state: NodeState, names: DeviceNames | None = None
 ) -> NodeResourceTopology:
-    """The NodeResourceTopology of `node`: `spec`'s NUMA nodes, with what `state` (the
-    ledger's bookings) leaves available; devices under `names` where it names them (DRA
-    devices, `zones.DeviceNames`)."""
+    """The NodeResourceTopology of `node`: `spec`'s NUMA nodes with what `state` leaves available,
+    devices under `names` (`zones.DeviceNames`) where it names them."""
     # Plain dicts, validated by the model in one pass (a 64-NUMA node has 4,096 costs).
     zones = [
         {

@@ -1,8 +1,7 @@
-"""Volcano's `Numatopology` (`nodeinfo.volcano.sh/v1alpha1`), as its numaaware plugin
-reads it (the object Volcano's resource-exporter writes otherwise). The fields and
-amounts: docs/DESIGN.md, "Exports". Only `cpu` is in `numares`: numaaware parses every
-entry as a CPU list. `podAllocations` lists the pods numatopo placed, so that numaaware
-stops holding CPUs for a pod it scheduled once the pod shows up here.
+"""Volcano's `Numatopology` (`nodeinfo.volcano.sh/v1alpha1`), as its numaaware plugin reads it (the
+object Volcano's resource-exporter writes otherwise; fields and amounts: docs/DESIGN.md, "Exports").
+`podAllocations` lists the pods numatopo placed, so that numaaware stops holding CPUs for a pod it
+scheduled once the pod shows up here.
 """
 
 from __future__ import annotations
@@ -80,9 +79,8 @@ class VolcanoNumatopology(ForeignObject):
 
 
 def _cpu_detail(spec: NumatopologySpec) -> dict[str, CpuInfo]:
-    """Every online CPU's NUMA node, socket and core. A spec without per-CPU rows (a
-    reader that sees NUMA nodes only) gives each CPU a core of its own on a socket
-    numbered as its NUMA node: numaaware then counts no SMT siblings."""
+    """Every online CPU's NUMA node, socket and core; without per-CPU rows, a core of its own on a
+    socket numbered as its NUMA node (numaaware then counts no SMT siblings)."""
     online = spec.online_cpus()
     rows = {cpu.id: cpu for cpu in spec.cpus if cpu.online and cpu.id in online}
     detail: dict[str, CpuInfo] = {}
@@ -123,8 +121,7 @@ def _pod_allocation(key: str, assignment: Assignment, spec: NumatopologySpec) ->
 def volcano_numatopology(
     node: str, spec: NumatopologySpec, state: NodeState
 ) -> VolcanoNumatopology:
-    """Volcano's Numatopology of `node`: `spec`'s CPUs, with what `state` (the ledger's
-    bookings) leaves allocatable."""
+    """Volcano's Numatopology of `node`: `spec`'s CPUs, what `state` leaves allocatable."""
     online = spec.online_cpus()
     reserved = spec.reserved_cpus & online
     policies = {

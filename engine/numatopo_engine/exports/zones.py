@@ -1,12 +1,10 @@
-"""Per NUMA node: what exists (`capacity`), what may be allocated (`allocatable`), and
-what numatopo has not booked (`available`); the amounts, and what the ledger does not
-see and so does not subtract: docs/DESIGN.md, "Exports". Devices without a NUMA node
-belong to no zone.
+"""Per NUMA node: what exists (`capacity`), what may be allocated (`allocatable`), and what numatopo
+has not booked (`available`); the amounts, and what the ledger does not see and so does not
+subtract: docs/DESIGN.md, "Exports". Devices without a NUMA node belong to no zone.
 
-Devices a DRA driver publishes are counted under the names the caller gives them
-(`DeviceNames`: the extended resources DeviceClasses serve them as, else
-`<driver>/<pool>`) instead of the spec's resource: no device plugin advertises them, so
-the spec's name would promise a device-plugin pod devices the kubelet cannot give it.
+DRA devices are counted under the names the caller gives them (`DeviceNames`: the extended resources
+DeviceClasses serve them as, else `<driver>/<pool>`): under the spec's resource they would promise a
+device-plugin pod devices the kubelet cannot give it.
 """
 
 from __future__ import annotations
@@ -41,9 +39,8 @@ class NumaZone:
 
 @dataclass(frozen=True, slots=True)
 class DeviceNames:
-    """Resource names that replace the spec's for some devices. A device with several
-    names is counted under each: each count says what a pod asking that name can get,
-    and a device booked is not available under any of them."""
+    """Resource names that replace the spec's for some devices; one with several is counted under
+    each (what a pod asking that name can get), and once booked is available under none."""
 
     gpus: Mapping[int, tuple[str, ...]] = field(default_factory=dict)
     """Whole GPU (`spec.gpus[].index`, not in MIG mode) -> its resource names."""
@@ -54,9 +51,8 @@ class DeviceNames:
 def _device_counts(
     spec: NumatopologySpec, state: NodeState, names: DeviceNames
 ) -> dict[tuple[int, str], list[int]]:
-    """(NUMA id, resource) -> [devices, free devices], for the devices numatopo hands out
-    (whole GPUs, MIG devices under their own resource, NICs) that have a NUMA node. A GPU
-    in MIG mode counts only as its MIG devices, as the device plugin advertises it."""
+    """(NUMA id, resource) -> [devices, free devices] of the handed-out devices on a NUMA node (a
+    GPU in MIG mode only as its MIG devices, as the device plugin advertises it)."""
     counts: dict[tuple[int, str], list[int]] = {}
     free_gpus, free_nics = state.free_gpus(), state.free_nics()
     devices = [
@@ -80,8 +76,7 @@ def _device_counts(
 def numa_zones(
     spec: NumatopologySpec, state: NodeState, names: DeviceNames | None = None
 ) -> list[NumaZone]:
-    """Every NUMA node of `spec`, by id, with what `state` leaves available (devices
-    under `names` where it names them)."""
+    """Every NUMA node of `spec` with what `state` leaves available (devices under `names`)."""
     free = state.free_cpus()
     devices = _device_counts(spec, state, names or DeviceNames())
     zones = []

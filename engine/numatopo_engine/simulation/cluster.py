@@ -1,11 +1,9 @@
 """The simulated cluster: per-node counters every strategy books into.
 
-Counters are what a topology-blind scheduler sees (free CPU milli, memory, GPUs and
-each GPU's free share), plus the whole CPUs still free on each NUMA node, which the
-topology-aware strategies and the kubelet's admission need. The `numatopo` strategy
-additionally keeps the engine's own `NodeState` per node (`SimNode.state`), of the node's
-own spec: its shape with its own GPU UUIDs and bus ids (`fleet.identify`), as each node
-of a real cluster publishes them.
+Counters are what a topology-blind scheduler sees (free CPU milli, memory, GPUs and each GPU's free
+share), plus the whole CPUs still free per NUMA node (for the topology-aware strategies and the
+kubelet's admission). The `numatopo` strategy also keeps the engine's `NodeState` per node
+(`SimNode.state`), of the node's own spec (`fleet.identify`).
 """
 
 from __future__ import annotations
@@ -70,9 +68,6 @@ class SimNode:
     def free_whole_gpus(self) -> list[int]:
         return [i for i, milli in enumerate(self.gpu_free) if milli == GPU_MILLI]
 
-    def free_gpu_milli(self) -> int:
-        return sum(self.gpu_free)
-
     def pick_shared_gpu(self, milli: int) -> int:
         return tightest_share(self.gpu_free, milli)
 
@@ -131,7 +126,7 @@ class Cluster:
         node = self.nodes[index]
         left = (
             0.5 * (node.free_cpu_milli - pod.cpu_milli) / self.max_cpu_milli
-            + 0.5 * (node.free_gpu_milli() - pod.total_gpu_milli) / self.max_gpu_milli
+            + 0.5 * (sum(node.gpu_free) - pod.total_gpu_milli) / self.max_gpu_milli
         )
         return int((1.0 - left) * 100)
 
@@ -143,11 +138,8 @@ def build_cluster(
     specs: Mapping[str, NumatopologySpec] | None = None,
     with_engine_state: bool = False,
 ) -> Cluster:
-    """One `SimNode` per row; specs are built once per (model, GPUs, CPUs, memory) shape.
-
-    A node named in `specs` uses that spec (e.g. read from `numatopo inspect -o json`)
-    instead of the topology map's layout.
-    """
+    """One `SimNode` per row, specs built once per (model, GPUs, CPUs, memory) shape; a node named
+    in `specs` (e.g. from `numatopo inspect -o json`) uses that spec instead of the map's layout."""
     given = specs or {}
     shapes: dict[tuple[str, int, int, int], NodeShape] = {}
     nodes: list[SimNode] = []

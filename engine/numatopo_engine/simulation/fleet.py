@@ -1,14 +1,13 @@
 """Realistic fleets: many nodes of a few hardware shapes, each node with its own names.
 
-On a real cluster every node has its own name and its exporter publishes the GPU UUIDs
-NVML reports (`GPU-xxxxxxxx-xxxx-xxxx-xxxx-xxxxxxxxxxxx`), MIG device UUIDs and PCI bus
-ids; a few hardware shapes are shared by hundreds of nodes. Benchmarks, `numatopo
-simulate` and tests build their nodes here, so that none of them measures or checks a
-fleet whose nodes share names (which hides anything keyed by a node's identity).
+On a real cluster every node publishes its own name, GPU and MIG UUIDs (as NVML reports them) and
+PCI bus ids, while a few hardware shapes are shared by hundreds of nodes. Benchmarks, `numatopo
+simulate` and tests build their nodes here, so none measures a fleet whose nodes share names (which
+hides anything keyed by a node's identity).
 
-Names are deterministic from (seed, node name). Bus ids keep the shape's PCI
-addresses where it lists them (nodes of one model share a board layout) and otherwise
-count up from bus 0x07 in GPU index order, as NVML lists GPUs.
+Names are deterministic from (seed, node name). Bus ids keep the shape's PCI addresses where it
+lists them (nodes of one model share a board layout) and otherwise count up from bus 0x07 in GPU
+index order, as NVML lists GPUs.
 """
 
 from __future__ import annotations
@@ -44,9 +43,8 @@ def gpu_uuid(rng: random.Random, prefix: str = "GPU") -> str:
 def identify(
     spec: NumatopologySpec, name: str, *, seed: int = 0, nic_names: bool = False
 ) -> NumatopologySpec:
-    """`spec` (a hardware shape) as node `name` would publish it: its own GPU and MIG
-    UUIDs and bus ids; with `nic_names`, NICs renamed per node as well (keeping their
-    order by name), which real fleets rarely do but which names must survive."""
+    """`spec` (a hardware shape) as node `name` would publish it, with its own GPU and MIG UUIDs and
+    bus ids, and with `nic_names` its own NIC names (in the same order: rare, but names survive)."""
     rng = _rng(seed, name)
     wire: dict[str, Any] = spec.to_wire()
     for number, gpu in enumerate(wire.get("gpus", ())):
@@ -73,8 +71,7 @@ def build_fleet(
     weights: Sequence[float] | None = None,
     prefix: str = "node",
 ) -> list[FleetNode]:
-    """`count` nodes over `shapes` (in turn, or drawn by `weights`), each with its own
-    name and names (`identify`)."""
+    """`count` nodes over `shapes` (in turn, or by `weights`), each `identify`d by its name."""
     pick = random.Random(seed)
     nodes: list[FleetNode] = []
     for index in range(count):

@@ -1,22 +1,21 @@
 """GPU fragmentation of a node, measured against the workload's GPU requests (FGD-style).
 
-After Weng et al., "Beware of Fragmentation" (USENIX ATC '23): a node's fragmentation
-for one request type is the GPU share on it that this type could not use, either all
-of the node's free GPU share (the type does not fit: too few CPUs, too little memory,
-too few whole GPUs, no GPU with enough share left) or, when it fits, the share on GPUs
-too depleted to serve it (a partly used GPU for a whole-GPU request; a GPU with less
-than `gpu_milli` left for a shared one). The node's fragmentation is the weighted sum
-over the types; a scheduler places each pod where that sum grows least.
+After Weng et al., "Beware of Fragmentation" (USENIX ATC '23): a node's fragmentation for one
+request type is the GPU share on it that this type could not use, either all of the node's free GPU
+share (the type does not fit: too few CPUs, too little memory, too few whole GPUs, no GPU with
+enough share left) or, when it fits, the share on GPUs too depleted to serve it (a partly used GPU
+for a whole-GPU request; a GPU with less than `gpu_milli` left for a shared one). The node's
+fragmentation is the weighted sum over the types; a scheduler places each pod where that sum grows
+least.
 
-Weights. FGD weighs a type by its popularity in the workload. Here that popularity is
-divided by how many nodes can host the type right now, rounded down to a power of two:
-losing the last few nodes able to run a rare large request (an 8-GPU pod with 120
-CPUs fits only on the biggest boxes) strands more than losing one of hundreds of
-nodes a 1-GPU pod fits on. The power-of-two rounding keeps the weights, and so the
-cached node values, unchanged until a host count halves or doubles.
+Weights. FGD weighs a type by its popularity in the workload. Here that popularity is divided by how
+many nodes can host the type right now, rounded down to a power of two: losing the last few nodes
+able to run a rare large request (an 8-GPU pod with 120 CPUs fits only on the biggest boxes) strands
+more than losing one of hundreds of nodes a 1-GPU pod fits on. The power-of-two rounding keeps the
+weights, and so the cached node values, unchanged until a host count halves or doubles.
 
-Requests without GPUs never use a GPU, so every free GPU is a fragment to them on
-every node; they change no comparison between nodes and are left out.
+Requests without GPUs never use a GPU, so every free GPU is a fragment to them on every node; they
+change no comparison between nodes and are left out.
 """
 
 from __future__ import annotations
@@ -79,12 +78,8 @@ def node_state(node: SimNode) -> State:
 
 
 def state_after(state: State, pod: PodRow) -> State:
-    """A node's state once `pod` is placed there, on the GPUs any strategy here would give it.
-
-    A share goes to the tightest GPU that holds it (`SimNode.pick_shared_gpu`); on
-    counts every free whole GPU is alike, so taking the first ones says how the
-    node's fragmentation changes whichever ones the engine then picks.
-    """
+    """A node's state once `pod` is placed there: a share on the tightest GPU that holds it, whole
+    GPUs the first free ones (on counts every free whole GPU is alike)."""
     cpu, memory, gpus = state
     free = list(gpus)
     if pod.fractional:
@@ -97,11 +92,8 @@ def state_after(state: State, pod: PodRow) -> State:
 
 
 class Fragmentation:
-    """Fragmentation of the cluster's nodes against a workload's GPU request types.
-
-    Call `booked(cluster, index)` after every placement so the host counts behind the
-    weights stay current.
-    """
+    """Fragmentation of the cluster's nodes against a workload's GPU request types; `booked` after
+    every placement keeps the weights' host counts current."""
 
     def __init__(self, workload: Sequence[PodRow], cluster: Cluster) -> None:
         popularity = Counter(RequestType.of(p) for p in workload if p.total_gpu_milli > 0)

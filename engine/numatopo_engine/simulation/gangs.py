@@ -1,36 +1,32 @@
 """Multi-node jobs (gangs) arriving and leaving on a leaf/spine cluster, placed three ways.
 
-Job sizes (GPUs per job) follow the GPU-demand CDF of SenseTime's Helios clusters:
-Hu et al., "Characterization and Prediction of Deep Learning Workloads in Large-Scale
-GPU Datacenters", SC '21, the job GPU-demand CDF ("Fraction of Jobs (%)" over "GPU
-Number", one curve per cluster). The points below were read off the vector paths of
-that figure as the authors' artifact draws it (S-Lab-System-Group/HeliosArtifact,
-`analysis/3_job characterization/job_cdf_gpunum.pdf`, commit bdaae10), at the x
-positions the artifact evaluates: 1, 2, 4, 8, 12, 16, 24, 32, 40, 48, 56, 64 GPUs and
-"> 64" (read as 128 GPUs here). A job's GPU count is the upper edge of the bucket its
-draw falls in. GPU jobs only (the CDF counts jobs with at least one GPU).
+Job sizes (GPUs per job) follow the GPU-demand CDF of SenseTime's Helios clusters: Hu et al.,
+"Characterization and Prediction of Deep Learning Workloads in Large-Scale GPU Datacenters", SC '21,
+the job GPU-demand CDF ("Fraction of Jobs (%)" over "GPU Number", one curve per cluster). The points
+below were read off the vector paths of that figure as the authors' artifact draws it
+(S-Lab-System-Group/HeliosArtifact, `analysis/3_job characterization/job_cdf_gpunum.pdf`, commit
+bdaae10), at the x positions the artifact evaluates: 1, 2, 4, 8, 12, 16, 24, 32, 40, 48, 56, 64 GPUs
+and "> 64" (read as 128 GPUs here). A job's GPU count is the upper edge of the bucket its draw falls
+in. GPU jobs only (the CDF counts jobs with at least one GPU).
 
-A job of at most one node's GPUs is one pod; a larger one is ceil(GPUs / node GPUs)
-pods of a whole node's GPUs each (multi-node training takes whole nodes), a group
-that must share one domain of `required` (default: the spine level). Arrivals are a
-Poisson process, run times exponential with mean 1; the arrival rate makes the
-offered load `load` x the cluster's GPUs. Jobs wait in one queue in strict FIFO order
-(a gang scheduler's head-of-line: a big job is not starved by small ones behind it);
-after every arrival and departure the head of the queue is placed while it fits.
+A job of at most one node's GPUs is one pod; a larger one is ceil(GPUs / node GPUs) pods of a whole
+node's GPUs each (multi-node training takes whole nodes), a group that must share one domain of
+`required` (default: the spine level). Arrivals are a Poisson process, run times exponential with
+mean 1; the arrival rate makes the offered load `load` x the cluster's GPUs. Jobs wait in one queue
+in strict FIFO order (a gang scheduler's head-of-line: a big job is not starved by small ones behind
+it); after every arrival and departure the head of the queue is placed while it fits.
 
-Strategies (each on a fresh copy of the cluster, all with the production engine's
-`allocate` for every pod's NUMA-aligned assignment):
+Strategies (each on a fresh copy of the cluster, all with the engine's `allocate` per pod):
   numatopo        `place_group`: the narrowest domain that fits, the least domain
                   fragmentation, ranks along the tree
-  required-only   the first domain of the required level (tree order) whose nodes
-                  hold the group, nodes taken first-fit by name inside it: honours the
-                  constraint, nothing more
-  blind           a topology-blind gang: all or nothing, nodes first-fit by name over
-                  the whole cluster (node names do not follow the network)
+  required-only   the first domain of the required level (tree order) whose nodes hold the
+                  group, nodes first-fit by name inside it: the constraint, nothing more
+  blind           all or nothing, nodes first-fit by name over the whole cluster (node
+                  names do not follow the network)
 
-Group options (`GroupOptions`: a preferred level, a cap of members per domain of a
-level, slices of n consecutive ranks) are declared by numatopo's multi-node jobs only;
-every strategy is measured on them.
+Group options (`GroupOptions`: a preferred level, a cap of members per domain of a level, slices of
+n consecutive ranks) are declared by numatopo's multi-node jobs only; every strategy is measured on
+them.
 
 Measured: the keys of `numatopo simulate --multi-node -o json` (docs/operations.md).
 """
@@ -62,8 +58,7 @@ from numatopo_engine.request import ContainerRequest, PodRequest, TopologyOption
 from numatopo_engine.simulation.leafspine import ClusterFile
 from numatopo_engine.simulation.metrics import milliseconds
 
-# Cumulative % of GPU jobs with at most this many GPUs (see the module docstring);
-# 128 stands for "> 64".
+# Cumulative % of GPU jobs with at most this many GPUs (module docstring); 128 stands for "> 64".
 HELIOS_GPU_CDF: Mapping[str, tuple[tuple[int, float], ...]] = {
     "venus": (
         (1, 51.8), (2, 57.4), (4, 64.8), (8, 90.0), (12, 90.0), (16, 94.1), (24, 95.0),
@@ -112,8 +107,8 @@ def draw_jobs(
     load: float,
     seed: int,
 ) -> list[GangJob]:
-    """`count` jobs (module docstring): sizes from `cdf`, Poisson arrivals, exponential
-    run times of mean 1, arrival rate giving `load` x `cluster_gpus` of offered load."""
+    """`count` jobs (module docstring): sizes from `cdf`, Poisson arrivals, exponential run times of
+    mean 1, arrival rate giving `load` x `cluster_gpus` of offered load."""
     if not cdf or cdf[-1][1] < 100.0:
         raise ValueError("the size CDF must end at 100 %")
     if node_gpus <= 0 or cluster_gpus <= 0 or not load > 0:
@@ -160,8 +155,7 @@ class GangStrategyResult:
 
 @dataclass(frozen=True)
 class GroupOptions:
-    """What numatopo's multi-node jobs declare beyond the required level (module
-    docstring); levels by label."""
+    """What numatopo's multi-node jobs declare beyond the required level; levels by label."""
 
     preferred: str | None = None
     most_per_domain: tuple[str, int] | None = None
@@ -267,8 +261,7 @@ class _Run:
             self.kept.append(self._keeps(job, where))
 
     def _keeps(self, job: GangJob, where: Sequence[str]) -> bool:
-        """Whether the ranks' nodes keep the cap per domain and, where the job is sliced,
-        its slices whole in one domain each."""
+        """Whether the ranks' nodes keep the cap per domain and slices whole in one domain."""
 
         def domain(node: str, level: str) -> object:
             return node if level == HOSTNAME_LABEL else self.tree.domain_of(node, level)
@@ -356,8 +349,8 @@ def simulate_gangs(
         if name not in PLACERS:
             raise ValueError(f"unknown strategy {name!r}; choose from {', '.join(GANG_STRATEGIES)}")
     candidates = cluster.candidates()
-    # A job that does not fit the empty cluster would stop the FIFO queue for good: it is
-    # left out for every strategy (asked once per job shape, with the engine).
+    # A job that does not fit the empty cluster would stop the FIFO queue for good: it is left out
+    # for every strategy (asked once per job shape, with the engine).
     probe = _Run(cluster, tree, required, lambda: 0.0, options)
     fits: dict[tuple[int, int], bool] = {}
     for job in jobs:

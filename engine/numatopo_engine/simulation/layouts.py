@@ -1,8 +1,7 @@
 """Node hardware for the simulated cluster: a GPU model + GPU count -> a real layout.
 
-The trace names GPU models and counts but not how GPUs, sockets and NVLinks are
-wired. A topology map (`--topology-map`, JSON; the default ships with the CLI)
-names a layout per model and GPU count:
+The trace names GPU models and counts but not how GPUs, sockets and NVLinks are wired. A topology
+map (`--topology-map`, JSON; the default ships with the CLI) names a layout per model and GPU count:
 
     {"layouts": {"<name>": {"gpuNuma": [0, 0, 1, 1] | "split",
                             "nvlinks": [[a, b, links], ...], "gbpsPerLink": 25,
@@ -10,11 +9,11 @@ names a layout per model and GPU count:
      "models": {"<model>": {"<gpu count>": "<layout>", "default": "<layout>"}},
      "default": "<layout>"}
 
-`build_node_spec` turns a node row and its layout into a `NumatopologySpec`: two
-sockets = two NUMA nodes (one for a node with a single CPU), CPUs numbered as Linux
-does (first threads of every core, then their hyper-thread siblings; no HT when a
-socket's CPU count is odd), memory split evenly. "split" puts the first half of the
-GPUs on NUMA node 0 and the rest on node 1, as 2-socket PCIe servers wire them.
+`build_node_spec` turns a node row and its layout into a `NumatopologySpec`: two sockets = two NUMA
+nodes (one for a node with a single CPU), CPUs numbered as Linux does (first threads of every core,
+then their hyper-thread siblings; no HT when a socket's CPU count is odd), memory split evenly.
+"split" puts the first half of the GPUs on NUMA node 0 and the rest on node 1, as 2-socket PCIe
+servers wire them.
 """
 
 from __future__ import annotations
@@ -179,11 +178,7 @@ def build_node_spec(node: NodeRow, layout: Layout) -> NumatopologySpec:
 
 
 class LinkTable:
-    """Direct-link bandwidth between a node's GPUs, and the best any k of them can reach.
-
-    "Aggregate bandwidth" of a GPU set is the sum of its pairs' direct-link GB/s; a
-    set is best-bandwidth when no other k-subset of the node's GPUs beats it.
-    """
+    """Direct-link GB/s between a node's GPUs, and the best sum over pairs any k reach."""
 
     def __init__(self, spec: NumatopologySpec) -> None:
         self.gpu_count = len(spec.gpus)

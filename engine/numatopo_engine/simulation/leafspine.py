@@ -1,20 +1,16 @@
 """Synthetic leaf/spine clusters of real node shapes, and the cluster file that holds one.
 
-The tree has the shape of AWS's EC2 instance topology (three network layers named by
-node labels `topology.k8s.aws/network-node-layer-1..3`, widest first): `blocks`
-network blocks, each of `spines` spines, each of `leaves` leaf switches, each of
-`nodes` nodes. Every leaf holds nodes of one hardware shape (a rack is bought whole);
-shapes are drawn per leaf in proportion to their weights (`shapes_from_rows`: how many
-nodes of that model and GPU count a node list has). Node names are `ip-10-A-B-C` in a
-shuffled order, as EC2 names them: a scheduler that walks nodes by name does not walk
-them in network order by accident.
+The tree has the shape of AWS's EC2 instance topology (three network layers named by node labels
+`topology.k8s.aws/network-node-layer-1..3`, widest first): `blocks` network blocks, each of `spines`
+spines, each of `leaves` leaf switches, each of `nodes` nodes. Every leaf holds nodes of one
+hardware shape (a rack is bought whole); shapes are drawn per leaf in proportion to their weights
+(`shapes_from_rows`: how many nodes of that model and GPU count a node list has). Node names are
+`ip-10-A-B-C` in a shuffled order, as EC2 names them: a scheduler that walks nodes by name does not
+walk them in network order by accident.
 
-The cluster file (`ClusterFile`, JSON; `numatopo domains --cluster`, written by
-`numatopo simulate --multi-node --write-cluster`):
-
-    {"shapes": {"<shape>": <NumatopologySpec>},
-     "nodes": [{"name": "...", "shape": "<shape>", "labels": {"<key>": "<value>"},
-                "assignments": {"<namespace/pod>": <numatopo.io/assignment JSON>}}]}
+The cluster file (`ClusterFile`; `numatopo domains --cluster`, written by `numatopo simulate
+--multi-node --write-cluster`): docs/DESIGN.md, "Offline: `numatopo domains`, `numatopo simulate
+--multi-node`".
 """
 
 from __future__ import annotations
@@ -68,10 +64,9 @@ class ClusterFile(WireModel):
     def candidates(
         self, progress: Callable[[int, int], None] | None = None, *, named: bool = False
     ) -> dict[str, NodeCandidate]:
-        """Each node's hardware and state; raises ValueError naming a node whose
-        assignments double-book something. `progress(done, total)`: nodes read.
-        `named`: each node its own GPU UUIDs and bus ids (`fleet.identify`), as on a real
-        cluster, for a generated cluster (a cluster file's shapes name nothing per node)."""
+        """Each node's hardware and state; raises ValueError naming a node whose assignments
+        double-book. `progress(done, total)`: nodes read. `named`: each node its own names
+        (`fleet.identify`), as on a real cluster (a file's shapes name nothing per node)."""
         out: dict[str, NodeCandidate] = {}
         total = len(self.nodes)
         for done, node in enumerate(self.nodes):
@@ -124,8 +119,8 @@ class NodeShapeWeight:
 def shapes_from_rows(
     rows: Sequence[NodeRow], topology_map: TopologyMap, *, gpus: int
 ) -> list[NodeShapeWeight]:
-    """Node shapes of the rows with `gpus` GPUs: per GPU model, its most common CPU and
-    memory size laid out by the topology map, weighed by how many rows have the model."""
+    """Node shapes of the rows with `gpus` GPUs: per GPU model, its most common CPU and memory size
+    laid out by the topology map, weighed by how many rows have the model."""
     by_model: dict[str, Counter[tuple[int, int]]] = {}
     for row in rows:
         if row.gpus == gpus:

@@ -1,6 +1,5 @@
-"""Per-strategy metrics of one replay (the keys of `numatopo simulate -o json`, each
-defined in docs/operations.md). Shares are fractions in [0, 1], null when there is
-nothing to divide.
+"""Per-strategy metrics of one replay (the keys of `numatopo simulate -o json`, each defined in
+docs/operations.md). Shares are fractions in [0, 1], null when there is nothing to divide.
 """
 
 from __future__ import annotations

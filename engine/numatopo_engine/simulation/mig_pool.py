@@ -1,25 +1,20 @@
-"""A MIG node pool for `numatopo simulate` (pure): some nodes split every GPU into MIG
-devices, and the trace's small GPU-sharing pods ask for one such device.
+"""A MIG node pool for `numatopo simulate` (pure): some nodes split every GPU into MIG devices, and
+the trace's small GPU-sharing pods ask for one such device.
 
-`--mig-pool SHARE:PROFILE[:MODEL,...]` picks SHARE of the nodes of the given trace GPU
-models (default `G3`, the model the default topology map lays out as 8x A100 on NVSwitch)
-by the run's seed, and splits each of their GPUs into as many PROFILE devices as fit in
-its 7 slices (A100/H100 80GB profiles: 1g.10gb x7, 2g.20gb x3, 3g.40gb x2, 4g.40gb x1,
-7g.80gb x1). The replay sees such a node as one with that many devices, each on its GPU's
-NUMA node and without NVLinks (MIG turns them off), under the model name
-`<model>/mig-<profile>`.
+`--mig-pool SHARE:PROFILE[:MODEL,...]` picks SHARE of the nodes of the given trace GPU models
+(default `G3`: 8x A100 on NVSwitch in the default map) by the run's seed, and splits each of their
+GPUs into as many PROFILE devices as fit in its 7 slices (A100/H100 80GB: 1g.10gb x7, 2g.20gb x3,
+3g.40gb x2, 4g.40gb x1, 7g.80gb x1): devices on their GPU's NUMA node, without NVLinks (MIG turns
+them off), under the model name `<model>/mig-<profile>`.
 
 The mapping of the trace's pods:
-  * a fractional pod (one GPU, a share below 1000 milli) whose share fits the profile's
-    compute share (`slices / 7`: 1g = 142 milli, 2g = 285, 3g = 428, 4g = 571, 7g = 1000)
-    asks for one MIG device of the pool (`nvidia.com/mig-<profile>: 1`): a whole device,
-    on pool nodes only;
-  * every other GPU pod (whole GPUs, larger shares) stays off the pool: a GPU in MIG
-    mode is never handed out whole nor shared;
-  * CPU-only pods go anywhere, as before.
+  * a fractional pod (one GPU, a share below 1000 milli) whose share fits the profile's compute
+    share (`slices / 7`: 1g = 142 milli, 2g = 285, 3g = 428, 4g = 571, 7g = 1000) asks for one
+    MIG device (`nvidia.com/mig-<profile>: 1`), on pool nodes only;
+  * every other GPU pod stays off the pool: a GPU in MIG mode is never handed out whole nor shared;
+  * CPU-only pods go anywhere.
 
-So on pool nodes a "GPU" of the replay's counters is one MIG device: GPU counts and
-allocation rates of a run with a pool count MIG devices there, not GPUs.
+So on pool nodes a "GPU" of the replay's counters (GPU counts, allocation rates) is a MIG device.
 """
 
 from __future__ import annotations

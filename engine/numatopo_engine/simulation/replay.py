@@ -1,9 +1,8 @@
 """Replay a workload on a simulated cluster, once per strategy.
 
-Each strategy gets a fresh cluster and its own seeded random stream, so its result
-does not depend on which other strategies run beside it. Time is read only through
-the injected `clock` (the engine stays free of clocks); without one, decision times
-read 0.
+Each strategy gets a fresh cluster and its own seeded random stream, so its result does not depend
+on which other strategies run beside it. Time is read only through the injected `clock` (the engine
+stays free of clocks); without one, decision times read 0.
 """
 
 from __future__ import annotations
@@ -35,9 +34,7 @@ class SimulationResult:
 
 
 def book_placement(cluster: Cluster, pod: PodRow, placed: Placement) -> None:
-    """Book `placed` on its node: the cluster's counts, and the devices the engine hands
-    out there (a whole GPU that starts being shared is no longer whole). A strategy's
-    own state follows through its `booked`."""
+    """Book `placed` on its node's counts and engine state (strategies follow in `booked`)."""
     node = cluster.nodes[placed.node]
     if node.state is not None:
         if placed.assignment is not None:
@@ -67,11 +64,8 @@ def simulate(
     clock: Callable[[], float] | None = None,
     progress: Progress | None = None,
 ) -> SimulationResult:
-    """Replay `workload` (already in arrival order) on `nodes` under each strategy.
-
-    Node hardware comes from `specs` (by node name) or else from `topology_map`.
-    `progress(done, total)` is called every few hundred pods, counted over all strategies.
-    """
+    """Replay `workload` (in arrival order) on `nodes` (hardware from `specs` or `topology_map`)
+    under each strategy; `progress(done, total)` every few hundred pods."""
     result = SimulationResult(
         nodes=len(nodes),
         gpus=sum(n.gpus for n in nodes),

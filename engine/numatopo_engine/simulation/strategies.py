@@ -1,46 +1,32 @@
 """Placement strategies compared by `numatopo simulate`.
 
-Count-only (what a default cluster does: kube-scheduler on counts, kubelet policy
-`none`, so the device plugin hands out any free GPUs and CPUs come from the shared
-pool spanning every NUMA node):
+Count-only (a default cluster: kube-scheduler on counts, kubelet policy `none`, so the device plugin
+hands out any free GPUs and CPUs come from the shared pool spanning every NUMA node):
   random        a random node that fits (FGD's Random)
   first-fit     the first node, in node-list order, that fits
-  best-fit      FGD's BestFit score (free CPU and GPU left after placing, 50/50),
-                ties broken at random as kube-scheduler does
+  best-fit      FGD's BestFit score (free CPU and GPU left after placing, 50/50), ties broken
+                at random as kube-scheduler does
 Topology-aware:
-  volcano-numa  Volcano numaaware-style: the node where CPUs + GPUs fit in the fewest
-                NUMA nodes (then best-fit); GPUs taken in that NUMA set, no link choice
+  volcano-numa  Volcano numaaware-style: the node where CPUs + GPUs fit in the fewest NUMA
+                nodes (then best-fit); GPUs taken in that NUMA set, no link choice
   kubelet-restricted / kubelet-single-numa
-                best-fit node choice, then the kubelet Topology Manager's admission on
-                that node (hint merge as the kubelet does it); a pod it cannot align
-                is rejected after placement and counts as an admission failure
-  numatopo      whole-GPU pods: the engine (`allocation.evaluate`) scores the nodes
-                that pass the count filter, visited by least growth of GPU
-                fragmentation (`fragmentation`) and capped at `candidates` distinct
-                node states; the highest engine score wins, then the least
-                fragmentation growth, then node-list order. Other pods (GPU shares,
-                CPU-only): a partly used node before an untouched one, then the least
-                fragmentation growth, then node-list order
+                best-fit node choice, then the kubelet Topology Manager's admission there; a
+                pod it cannot align counts as an admission failure
+  numatopo      whole-GPU pods: the production node rank (`rank_nodes`) of the nodes that
+                pass the count filter; other pods (GPU shares, CPU-only): a partly used node
+                before an untouched one, then the least fragmentation growth, then node-list
+                order, keeping untouched nodes for the largest requests
 
-Why numatopo ranks that way: the engine score settles alignment (NUMA span, link
-bandwidth) and packs GPUs inside NUMA nodes, which keeps whole NUMA nodes and NVLink
-sets free; fragmentation then decides between equally good nodes with what the rest
-of the workload will need (CPUs and memory next to free GPUs, whole GPUs, GPU shares),
-which is what strands GPUs on a full cluster. Untouched nodes stay untouched as long
-as pods that share GPUs or need none can go elsewhere: they are what the largest
-requests need.
-
-Whole CPUs are exclusive only for pods whose CPU request is an integer (the static
-CPU manager's rule); other pods run on the shared pool. Fractional-GPU pods share a
-GPU (best fit on the GPU's free share) in every strategy; no topology is claimed for
-them: the engine does not model GPU sharing.
+Whole CPUs are exclusive only for pods whose CPU request is an integer (the static CPU manager's
+rule); other pods run on the shared pool. Fractional-GPU pods share a GPU (best fit on the GPU's
+free share) in every strategy, with no topology claimed: the engine does not model GPU sharing.
 """
 
 from __future__ import annotations
 
 import random
 from collections import Counter
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from itertools import product
 
@@ -87,11 +73,8 @@ def _all_numas(node: SimNode) -> frozenset[int]:
 
 
 def _take_cpus(node: SimNode, mask: int, need: int) -> dict[int, int]:
-    """`need` exclusive CPUs: from the NUMA nodes of `mask` first (fullest first), then others.
-
-    The kubelet's CPU manager does the same when the merged hint is narrower than what
-    the pod needs: alignment is a preference for the allocator, not a limit.
-    """
+    """`need` exclusive CPUs: from the NUMA nodes of `mask` first (fullest first), then others, as
+    the CPU manager does when the merged hint is narrower than the need."""
     free = node.numa_free_cpus
     taken: dict[int, int] = {}
     for numa in sorted(range(len(free)), key=lambda n: (not mask >> n & 1, -free[n])):
@@ -141,30 +124,23 @@ def _fits_in(node: SimNode, pod: PodRow, mask: int) -> bool:
 
 def _provider_hints(node: SimNode, pod: PodRow) -> list[list[tuple[int, bool]]]:
     """The kubelet's per-resource hints: (mask, preferred) for GPUs and exclusive CPUs."""
-    links = node.shape.links
+    links, masks = node.shape.links, _masks(node)
+
+    def per_numa(gpus: Iterable[int]) -> list[int]:
+        counts = Counter(links.gpu_numa[g] for g in gpus)
+        return [counts[n] for n in range(len(node.numa_free_cpus))]
+
+    def held(mask: int, counts: Sequence[int]) -> int:
+        return sum(counts[n] for n in bits(mask))
+
     providers: list[list[tuple[int, bool]]] = []
-    masks = _masks(node)
-    k = pod.whole_gpus
-    if k:
-        free = node.free_whole_gpus()
-
-        def gpus_in(mask: int, pool: list[int]) -> int:
-            return sum(1 for g in pool if mask >> links.gpu_numa[g] & 1)
-
-        hardware = list(range(links.gpu_count))
-        narrowest = min((width(m) for m in masks if gpus_in(m, hardware) >= k), default=0)
-        providers.append([(m, width(m) == narrowest) for m in masks if gpus_in(m, free) >= k])
-    need = exclusive_need(pod)
-    if need:
-        total = node.shape.numa_cpus
-
-        def cpus_in(mask: int, counts: list[int] | tuple[int, ...]) -> int:
-            return sum(counts[n] for n in bits(mask))
-
-        narrowest = min((width(m) for m in masks if cpus_in(m, total) >= need), default=0)
-        providers.append(
-            [(m, width(m) == narrowest) for m in masks if cpus_in(m, node.numa_free_cpus) >= need]
-        )
+    for need, hardware, free in (
+        (pod.whole_gpus, per_numa(range(links.gpu_count)), per_numa(node.free_whole_gpus())),
+        (exclusive_need(pod), node.shape.numa_cpus, node.numa_free_cpus),
+    ):
+        if need:
+            narrowest = min((width(m) for m in masks if held(m, hardware) >= need), default=0)
+            providers.append([(m, width(m) == narrowest) for m in masks if held(m, free) >= need])
     return providers
 
 
@@ -220,11 +196,8 @@ def rank_nodes(
     request: PodRequest,
     mix: WorkloadMix,
 ) -> tuple[npt.NDArray[np.float64], str]:
-    """The production node rank (`allocation.score_many(...).rank`) of each candidate, -1
-    where the engine refuses it, and one refusal's reason; the candidates are the nodes
-    judged together (`allocation.mix_hosts`), as the extender's are. Nodes of one
-    hardware shape in the same state are ranked once: the rank is a function of the
-    node's row."""
+    """The production node rank (`allocation.score_many(...).rank`) of each candidate, judged
+    together as the extender's are, -1 where refused, and one refusal's reason."""
     nodes = cluster.nodes
     ranks = np.full(len(candidates), -1.0)
     groups: dict[str, tuple[SimNode, dict[bytes, list[int]]]] = {}
@@ -279,8 +252,7 @@ class Strategy:
 
 
 class CountOnly(Strategy):
-    """The node by counts alone (`random`, `first-fit`, `best-fit`), then what the kubelet
-    with policy `none` does on it."""
+    """The node by counts alone, then what the kubelet with policy `none` does on it."""
 
     def __init__(self, seed: int, *, name: str) -> None:
         super().__init__(seed)
@@ -337,8 +309,7 @@ class KubeletAdmission(Strategy):
 
 
 class Numatopo(Strategy):
-    """The production node rank for whole-GPU pods, FGD on counts for the rest (see the
-    module docstring)."""
+    """The production node rank for whole-GPU pods, FGD on counts for the rest."""
 
     name = "numatopo"
 
@@ -349,8 +320,8 @@ class Numatopo(Strategy):
         self.mix = WorkloadMix()
 
     def start(self, cluster: Cluster, workload: Sequence[PodRow]) -> None:
-        # FGD's premise: the mix of requests is known from the cluster's history; the
-        # replayed workload stands for it (in production the operator learns it).
+        # FGD's premise: the mix of requests is known from the cluster's history; the replayed
+        # workload stands for it (in production the operator learns it).
         self.fragmentation = Fragmentation(workload, cluster)
         self.mix = trace_mix(workload)
 

@@ -1,17 +1,16 @@
 """Rows of an Alibaba `cluster-trace-gpu-v2023` (openb) trace, and the workload replayed.
 
 Node list columns: `sn,cpu_milli,memory_mib,gpu,model`. Pod list columns:
-`name,cpu_milli,memory_mib,num_gpu,gpu_milli,gpu_spec,qos,pod_phase,creation_time,...`.
-A pod with `num_gpu == 1` and `gpu_milli < 1000` shares one GPU with other pods
-("fractional"); every other GPU pod takes `num_gpu` whole GPUs. Rows the replay could
-only misread are refused (`TraceError`, naming the line and column): a GPU pod without a
-GPU share, a share of several GPUs, blank or non-finite numbers.
+`name,cpu_milli,memory_mib,num_gpu,gpu_milli,gpu_spec,qos,pod_phase,creation_time,...`. A pod with
+`num_gpu == 1` and `gpu_milli < 1000` shares one GPU with other pods ("fractional"); every other GPU
+pod takes `num_gpu` whole GPUs. Rows the replay could only misread are refused (`TraceError`, naming
+the line and column): a GPU pod without a GPU share, a share of several GPUs, blank or non-finite
+numbers.
 
-`build_workload` follows the FGD simulator's "arrived workload" method, so our
-allocation curves compare with its published ones: the pod list is scaled to
-`tune` x the cluster's GPU capacity (random pods dropped, or random copies of pods
-appended, seeded), then the arrival order is shuffled (seeded) or kept in
-creation-time order. Pods are never deleted: they keep arriving until the end.
+`build_workload` follows the FGD simulator's "arrived workload" method, so our curves compare with
+its published ones: the pod list is scaled to `tune` x the cluster's GPU capacity (seeded random
+pods dropped or copies appended), then shuffled (seeded) or kept in creation-time order. Pods are
+never deleted.
 """
 
 from __future__ import annotations
@@ -98,8 +97,8 @@ def _check_columns(row: Mapping[str, str | None], needed: Sequence[str], what: s
 def _numbered(
     rows: Iterable[Mapping[str, str | None]], source: str
 ) -> Iterator[tuple[str, Mapping[str, str | None]]]:
-    """Each row with where it is (`<source> line N`). A `csv.DictReader` knows its line
-    (blank lines and quoted line breaks move it); other rows count from line 2."""
+    """Each row with where it is (`<source> line N`). A `csv.DictReader` knows its line (blank lines
+    and quoted line breaks move it); other rows count from line 2."""
     if isinstance(rows, csv.DictReader):
         try:
             for read in rows:
@@ -114,8 +113,7 @@ def _numbered(
 def parse_node_rows(
     rows: Iterable[Mapping[str, str | None]], *, source: str = "node list"
 ) -> list[NodeRow]:
-    """Node-list rows -> `NodeRow`s; nodes without GPUs are kept (CPU-only pods use them).
-    `source` (the file) starts every error message."""
+    """Node-list rows -> `NodeRow`s, GPU-less nodes kept; errors start with `source`."""
     out: list[NodeRow] = []
     for where, row in _numbered(rows, source):
         _check_columns(row, NODE_COLUMNS, source)
@@ -136,8 +134,8 @@ def parse_node_rows(
 def _gpu_milli(row: Mapping[str, str | None], num_gpu: int, where: str) -> int:
     """The share of each GPU the pod asks, after refusing what the replay cannot book."""
     if not num_gpu:
-        # A CPU-only pod's share is moot (pandas writes the missing value as a blank), but
-        # a cell that is there must still be a number.
+        # A CPU-only pod's share is moot (pandas writes the missing value as a blank), but a cell
+        # that is there must still be a number.
         if (row.get("gpu_milli") or "").strip():
             _number(row, "gpu_milli", where)
         return 0
@@ -163,8 +161,8 @@ def parse_pod_rows(
     source: str = "pod list",
     need_creation_time: bool = False,
 ) -> list[PodRow]:
-    """Pod-list rows -> `PodRow`s in file order. `source` (the file) starts every error
-    message; `need_creation_time` refuses a row without one (creation-time arrival)."""
+    """Pod-list rows -> `PodRow`s in file order. `source` (the file) starts every error message;
+    `need_creation_time` refuses a row without one (creation-time arrival)."""
     out: list[PodRow] = []
     needed = (*POD_COLUMNS, "creation_time") if need_creation_time else POD_COLUMNS
     for where, row in _numbered(rows, source):
@@ -207,11 +205,8 @@ def build_workload(
     seed: int,
     arrival: Arrival = Arrival.SHUFFLED,
 ) -> list[PodRow]:
-    """Scale `pods` to `tune` x capacity of GPU requests, then order their arrival.
-
-    `tune <= 0` keeps the pod list as it is. Appended copies are named
-    `<name>-tuned-<n>`, as the FGD simulator names them.
-    """
+    """Scale `pods` to `tune` x capacity of GPU requests (`tune <= 0`: as they are; copies named
+    `<name>-tuned-<n>`, as the FGD simulator names them), then order their arrival."""
     rng = random.Random(seed)
     workload = list(pods)
     if tune > 0 and capacity_gpu_milli > 0:
@@ -220,8 +215,7 @@ def build_workload(
         while total > target and workload:
             total -= workload.pop(rng.randrange(len(workload))).total_gpu_milli
         copies = 0
-        # Pods without GPU requests never move the total: they alone cannot end the loop
-        # (asked once: `pods` does not change).
+        # Pods without GPU requests never move the total, so they alone cannot end the loop.
         asks_gpus = any(p.total_gpu_milli for p in pods)
         while asks_gpus:
             source = pods[rng.randrange(len(pods))]
