@@ -1,11 +1,10 @@
 """Events posted off the caller's path: a bounded queue and its posters (I/O).
 
-An Event only tells a person what happened; what a process decided or did is already
-in the objects it wrote. So a slow, refusing or hanging Events API must never hold up
-that work: `post` queues and returns at once, `run` posts. What cannot wait (a full
-queue) or is still waiting when the process stops is dropped, counted and logged,
-never silently. The operator's and the agent's queues: docs/operations.md, "Status
-freshness" and "Node agent: when it refuses, and what it reports".
+An Event only tells a person what happened (the outcome is in the objects written), so a
+slow, refusing or hanging Events API never holds up the work: `post` queues and returns at
+once, `run` posts. What finds the queue full or is still queued when the process stops is
+dropped, counted and logged. The operator's and the agent's queues: docs/operations.md,
+"Status freshness" and "Node agent: when it refuses, and what it reports".
 """
 
 from __future__ import annotations
@@ -32,12 +31,10 @@ class _Event:
 class EventPosts:
     """The Events waiting to be posted (`post`), and their posters (`run`).
 
-    `count_dropped` is called with each number of Events dropped (a metric's `inc`),
-    and `metric` names that metric in the log line; `process` says who stopped. Each
-    poster runs under `supervise.keep_running`: an unexpected error of one post is
-    logged, counted (`crashed`) and ends no poster for good. With one poster every
-    Event is posted in the order it was queued; with more, Events about one object may
-    overtake each other.
+    `count_dropped` gets each number of Events dropped (a metric's `inc`), `metric` names
+    it in the log line, `process` says who stopped. Posters run under
+    `supervise.keep_running` (an unexpected error is logged, counted by `crashed`, and ends
+    none for good). One poster posts in queue order; with more, Events may overtake.
     """
 
     def __init__(
@@ -72,8 +69,8 @@ class EventPosts:
         return self._queue.qsize() + self._posting
 
     async def run(self, kube: KubeClient) -> None:
-        """Forever: post the queued Events, `posters` at a time. On stop, what is still
-        queued is dropped (and counted)."""
+        """Forever: post the queued Events, `posters` at a time; on stop, drop (and count)
+        what is left."""
         try:
             posters = (
                 keep_running("events poster", lambda: self._poster(kube), crashed=self._crashed)
