@@ -18,7 +18,8 @@ from numatopo_engine.model import Cpu, NumatopologySpec, UnhealthyDevices
 
 
 def heartbeat_of(body: kopf.Body) -> float | None:
-    """`status.heartbeat` as Unix seconds; None when absent or unreadable (never stale)."""
+    """`status.heartbeat` as Unix seconds; None when absent (an exporter older than the
+    field: never called stale for it) or unreadable."""
     text = (body.get("status") or {}).get("heartbeat")
     if not isinstance(text, str) or not text:
         return None
