@@ -56,7 +56,8 @@ class RetryQueue(Generic[T]):
     def discard(self, key: str) -> None:
         """The pod has its answer, or is gone: no more retries (and the backoff resets)."""
         if self._entries.pop(key, None) is not None:
-            # Its heap places go now, not when due: nothing keeps a gone pod's key.
+            # Its heap places go now, not when due (nothing keeps a gone pod's key; the
+            # queue is short: pods that wait).
             self._heap = [found for found in self._heap if found[1] != key]
             heapq.heapify(self._heap)
 
