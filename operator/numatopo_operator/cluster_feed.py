@@ -3,10 +3,10 @@
 (I/O; the parsing is `indexes` and `groups.indexes`).
 
 Why not kopf indexes, and the first list before `Runtime.indexed`: docs/DESIGN.md,
-"Kubernetes client". A Numatopology whose `metadata.generation` is that of the spec last
-parsed has only a new status (every status PATCH the holder writes comes back so: a
-burst on 300 nodes parsed 300 specs again, a tenth of the operator's CPU), so its spec
-is not parsed again; one without a generation (an emulator's) is parsed every time.
+"Kubernetes client". A Numatopology of the `metadata.generation` last parsed has only a new
+status (as every status PATCH of the holder's comes back: a burst on 300 nodes re-parsed
+300 specs, a tenth of the operator's CPU), so its spec is kept; one without a generation
+(an emulator's) is parsed every time.
 """
 
 from __future__ import annotations
@@ -46,8 +46,7 @@ def _generation(body: Body) -> int | None:
 
 
 class _Kind:
-    """One kind followed; `known` is name -> resourceVersion last handed over: what
-    tells a replay from a change."""
+    """One kind followed; `known`: name -> resourceVersion last handed over (a replay or not)."""
 
     def __init__(self, runtime: Runtime) -> None:
         self.runtime = runtime
@@ -91,8 +90,8 @@ class _Topologies(_Kind):
         super().__init__(runtime)
         self.workers = list_watch.KeyedWorkers()
         self.parsed: dict[str, tuple[int, NumatopologySpec]] = {}
-        """node -> (generation, its spec as parsed): what a status-only change reuses. The
-        spec is the ledger's own object where the two are equal (nothing held twice)."""
+        """node -> (generation, parsed spec) a status-only change reuses; the ledger's own
+        object where equal (nothing held twice)."""
 
     def _hand_over(self, node: str, reading: indexes.TopologyReading | None) -> None:
         follow_up = handlers.topology_seen(self.runtime, node, reading, logger)
