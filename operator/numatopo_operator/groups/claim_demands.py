@@ -74,10 +74,9 @@ def _shape(
     )
 
 
-# (shape, node) -> (the node's joined slices it was judged on, what was found): a group
-# waiting for room is planned again and again, and each judgement evaluates CEL
-# selectors on every device (~8 ms a node on a p4d). A new join (slices or spec
-# changed) is judged afresh.
+# (shape, node) -> (the joined slices judged on, what was found): a group waiting for room
+# is planned again and again, each judgement evaluating CEL selectors on every device
+# (~8 ms a node on a p4d). A new join (slices or spec changed) is judged afresh.
 _judged: dict[tuple[str, str], tuple[DraNode, ClaimDemand | str]] = {}
 MAX_JUDGED = 8192
 
@@ -87,8 +86,7 @@ class ClaimsPendingError(Exception):
 
 
 def _pending_claim(runtime: Runtime, pod: Mapping[str, Any]) -> str | None:
-    """The first claim of a pod whose devices come from its claims alone that is not
-    created (a template's, until kube-controller-manager makes it) or not watched yet."""
+    """The first claim of a claims-only pod not created (a template's) or not watched yet."""
     if not from_claims(runtime, pod):
         return None
     namespace = PodView.of(pod).namespace
@@ -101,8 +99,8 @@ def _pending_claim(runtime: Runtime, pod: Mapping[str, Any]) -> str | None:
 def _claimers(
     runtime: Runtime, views: Sequence[MemberView], members: Sequence[Member]
 ) -> list[_Claimer]:
-    """The members whose devices come from their claims, read as watched. Raises
-    `ClaimsPendingError` while one of their claims is not there."""
+    """The members whose devices come from their claims, as watched; `ClaimsPendingError`
+    while one of their claims is not there."""
     found = []
     for index, (view, member) in enumerate(zip(views, members, strict=True)):
         read = read_claims(runtime, view.body)
