@@ -361,10 +361,6 @@ def priorities_body(hosts: Sequence[str], scores: Sequence[int]) -> bytes:
     return _json_of(list(map(wire.HostPriorityRow, hosts, scores)))
 
 
-def _json_bytes(body: bytes) -> web.Response:
-    return web.Response(body=body, content_type="application/json")
-
-
 def _filter_error(error: str) -> web.Response:
     """An ExtenderFilterResult passing no node; kube-scheduler retries on an Error."""
     return _json(
@@ -386,7 +382,7 @@ async def _filter(request: web.Request) -> web.Response:
         if error:
             raise BadArgsError(error)
         result = await filter_result(runtime, args, request.app[MEMO_KEY])
-        return _json_bytes(filter_body(result))
+        return web.Response(body=filter_body(result), content_type="application/json")
     except BadArgsError as exc:
         return _filter_error(str(exc))
 
@@ -401,7 +397,7 @@ async def _prioritize(request: web.Request) -> web.Response:
     try:
         args = await _read(request)
         hosts, scores = await priorities(runtime, args, request.app[MEMO_KEY])
-        return _json_bytes(priorities_body(hosts, scores))
+        return web.Response(body=priorities_body(hosts, scores), content_type="application/json")
     except BadArgsError as exc:
         return _json({"Error": str(exc)}, status=400)
 

@@ -14,7 +14,7 @@ from typing import Any
 import kopf
 import pydantic
 
-from numatopo_engine.model import Cpu, NumatopologySpec, UnhealthyDevices
+from numatopo_engine.model import NumatopologySpec, UnhealthyDevices
 
 
 def heartbeat_of(body: kopf.Body) -> float | None:
@@ -94,10 +94,6 @@ _PARTS: dict[str, dict[object, object]] = {name: {} for name in SHARED_PARTS}
 PARTS_KEPT = 256
 
 
-def _cpu_rows(cpus: list[Cpu]) -> tuple[tuple[int, int, int, int | None, bool], ...]:
-    return tuple((c.id, c.core, c.socket, c.numa, c.online) for c in cpus)
-
-
 def shared_parts(spec: NumatopologySpec) -> NumatopologySpec:
     """The spec with every part equal to another node's (`SHARED_PARTS`) that node's frozen
     object: one parse per hardware shape (docs/DESIGN.md, "Memory at cluster size"). A
@@ -106,7 +102,9 @@ def shared_parts(spec: NumatopologySpec) -> NumatopologySpec:
     update: dict[str, object] = {}
     for name, table in _PARTS.items():
         value = getattr(spec, name)
-        key: object = _cpu_rows(spec.cpus) if name == "cpus" else repr(value)
+        key: object = repr(value)
+        if name == "cpus":
+            key = tuple((c.id, c.core, c.socket, c.numa, c.online) for c in spec.cpus)
         shared = table.get(key)
         if shared is None:
             if len(table) >= PARTS_KEPT:

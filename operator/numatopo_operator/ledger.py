@@ -107,18 +107,6 @@ class Ledger:
         found = self._nodes.get(node)
         return found.state if found is not None else None
 
-    def candidates(
-        self, nodes: Iterable[str]
-    ) -> Iterator[tuple[str, NumatopologySpec | None, NodeState | None]]:
-        """(node, topology, state) for each of `nodes`, in one pass."""
-        records = self._nodes
-        for node in nodes:
-            found = records.get(node)
-            if found is None:
-                yield node, None, None
-            else:
-                yield node, found.topology, found.state
-
     def frozen_state(self, node: str) -> NodeState | None:
         """A copy of `state(node)` no later booking changes, for the engine thread; holders
         must not change it. The same copy is handed out while the bookings stay, so a cycle
@@ -129,7 +117,7 @@ class Ledger:
     def frozen_candidates(
         self, nodes: Iterable[str]
     ) -> Iterator[tuple[str, NumatopologySpec | None, NodeState | None]]:
-        """`candidates`, with `frozen_state` copies instead of the live states."""
+        """(node, topology, `frozen_state`) for each of `nodes`, in one pass."""
         records = self._nodes
         for node in nodes:
             found = records.get(node)

@@ -153,10 +153,6 @@ def _asked(demand: ClaimDemand) -> tuple[Any, Any]:
     return demand.request.containers, demand.request.init_containers
 
 
-def _undecided(found: ClaimDemand | str) -> bool:
-    return isinstance(found, str) and found.startswith(UNDECIDED)
-
-
 async def count_claims(
     runtime: Runtime,
     views: Sequence[MemberView],
@@ -183,7 +179,8 @@ async def count_claims(
     for claimer in claimers:
         per_node = demands[claimer.shape]
         found = {n: d for n, d in sorted(per_node.items()) if isinstance(d, ClaimDemand)}
-        if not found and per_node and not any(_undecided(d) for d in per_node.values()):
+        undecided = any(isinstance(d, str) and d.startswith(UNDECIDED) for d in per_node.values())
+        if not found and per_node and not undecided:
             # Judged on every node publishing devices, and too few anywhere: planned by
             # its CPUs alone it would sit Pending where the scheduler cannot allocate.
             for node in kept:

@@ -28,6 +28,8 @@ from numatopo_operator.translate import RawPod
 
 # The scheduling gate group members are created with (users put it in the pod template).
 GATE = keys.GROUP
+# The hostname label as one JSON Pointer segment (RFC 6901).
+_HOSTNAME_POINTER = HOSTNAME_LABEL.replace("~", "~0").replace("/", "~1")
 
 
 class PlacementRecord(WireModel):
@@ -336,7 +338,7 @@ def release_operations(pod: RawPod, node: str, gate: str = GATE) -> list[dict[st
             )
         operations.append({"op": "test", "path": "/spec/nodeSelector", "value": dict(selector)})
         operations.append(
-            {"op": "add", "path": "/spec/nodeSelector/" + _pointer(HOSTNAME_LABEL), "value": node}
+            {"op": "add", "path": "/spec/nodeSelector/" + _HOSTNAME_POINTER, "value": node}
         )
     gates = _gates(pod)
     for index, found in enumerate(gates):
@@ -347,8 +349,3 @@ def release_operations(pod: RawPod, node: str, gate: str = GATE) -> list[dict[st
             operations.append({"op": "remove", "path": f"/spec/schedulingGates/{index}"})
             break
     return operations
-
-
-def _pointer(key: str) -> str:
-    """A key as one JSON Pointer segment (RFC 6901)."""
-    return key.replace("~", "~0").replace("/", "~1")

@@ -71,11 +71,10 @@ async def write_network_statuses(runtime: Runtime) -> None:
         topologies = group_release.known_topologies(runtime) if runtime.deciding else {}
         if not topologies:
             continue
-        ledger = runtime.ledger
         nodes = {
-            node: NodeCandidate(topology, state)
-            for node, topology, state in ledger.candidates(ledger.nodes())
-            if topology is not None and state is not None
+            found.name: NodeCandidate(found.topology, found.state)
+            for found in runtime.ledger.records()
+            if found.topology is not None and found.state is not None
         }
         # Nothing to do when unchanged (Node labels are not versioned: FULL_SECONDS). The
         # states are held, not their ids: a rebuilt state may reuse a freed id.
