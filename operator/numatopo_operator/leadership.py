@@ -1,27 +1,21 @@
-"""Which replica decides: a `coordination.k8s.io/v1` Lease, as client-go's leaderelection.
+"""Which replica decides: a `coordination.k8s.io/v1` Lease, as client-go's leaderelection
+(docs/operations.md, "Operator: leadership, failover, retries, staleness").
 
-Three durations (settings; defaults 4 s / 3 s / 1 s), `retry_period < renew_deadline <
-lease_duration`:
-
-- A standby reads the Lease `STANDBY_READS_PER_PERIOD` times per `retry_period` and counts
-  the lease duration from when *it saw* the record change (its own monotonic clock, never
-  the holder's `renewTime`: clock skew does not matter), so it takes over close to the
-  lease's end (read once a period, up to a period late). It acquires once that much time
-  passed without a renewal, or at once when the Lease is free (released on shutdown), by a
-  patch conditioned on the `resourceVersion` read, then read back: one standby wins.
-- The holder renews every `retry_period`; `Runtime.lease.renewed_at` is when the last
-  successful renewal was *sent*. It decides and writes only while that is less than
-  `renew_deadline` ago (`Runtime.lease_fresh`, checked before every write). Fencing by
-  expiry: a standby saw that renewal no earlier than it was sent and waits `lease_duration`
-  from then, so a holder cut off is silent for `lease_duration - renew_deadline` (1 s by
-  default) before anyone may take over. A late renewal that still holds the Lease ends such
-  a pause; what was deferred meanwhile is judged then (`handover.judge`).
+Settings: `retry_period < renew_deadline < lease_duration`. A standby reads the Lease
+`STANDBY_READS_PER_PERIOD` times per `retry_period` and counts the lease duration from when
+*it saw* the record change (its own monotonic clock, never the holder's `renewTime`: clock
+skew does not matter). It acquires once that passed without a renewal, or at once when the
+Lease is free, by a patch conditioned on the `resourceVersion` read, then read back: one
+standby wins. The holder renews every `retry_period` and decides and writes only while its
+last successful renewal was *sent* (`Runtime.lease.renewed_at`) less than `renew_deadline`
+ago (`Runtime.lease_fresh`, checked before every write). Fencing by expiry: a standby saw
+that renewal no earlier than it was sent and waits `lease_duration` from then, so a holder
+cut off is silent for `lease_duration - renew_deadline` before anyone may take over. A late
+renewal still holding the Lease ends such a pause (`handover.judge` then).
 
 The extender Service selects on `ACTIVE_LABEL`: the holder labels its own pod and unlabels
-the previous holder's (a replica killed with -9 cannot); one that loses the Lease unlabels
-itself after it stopped deciding. A call reaching a non-holder gets an Error the scheduler
-retries; it never binds. Every replica is Ready (rolling updates progress); a dead one
-fails its readiness probe.
+the previous holder's (one killed with -9 cannot); one that loses the Lease unlabels itself
+after it stopped deciding. A non-holder answers the extender an Error and never binds.
 """
 
 from __future__ import annotations
