@@ -617,8 +617,7 @@ class KubeClient:
 
     @api_call(("", "pods/binding", "create"))
     async def create_binding(self, namespace: str, name: str, uid: str, node: str) -> None:
-        """Bind the pod to `node` as kube-scheduler does (the uid guards against a new pod
-        of the same name)."""
+        """Bind the pod to `node` as kube-scheduler does (the uid guards against a namesake)."""
         _path_names(namespace, name, node)
         metadata = {"name": name, "namespace": namespace, **({"uid": uid} if uid else {})}
         binding = _PodBinding(  # type: ignore[call-overload]
@@ -735,8 +734,7 @@ class KubeClient:
 
     @api_call(("coordination.k8s.io", "leases", "create"))
     async def create_lease(self, namespace: str, name: str, spec: Mapping[str, object]) -> Body:
-        """Create the Lease held as `spec` says; `KubeConflictError` if another replica
-        created it first."""
+        """Create the Lease as `spec` says; `KubeConflictError` if another replica was first."""
         _path_names(namespace, name)
         lease = _Lease({"metadata": {"name": name, "namespace": namespace}, "spec": dict(spec)})
         return await self._create(f"create lease {namespace}/{name}", lease)
@@ -785,8 +783,7 @@ class KubeClient:
     async def _apply_global(
         self, resource: Any, wanted: Body, field_manager: str, *, force: bool
     ) -> Body:
-        """Server-side apply of cluster-scoped `wanted`; `force` takes over fields another
-        manager owns (else a 409)."""
+        """Server-side apply of cluster-scoped `wanted`; `force` takes others' fields (else 409)."""
         kind, name = str(wanted["kind"]), str(wanted["metadata"]["name"])
         try:
             return await self._patch(
@@ -976,8 +973,7 @@ class KubeClient:
         (volcano.GROUP, "numatopologies", "create"),
     )
     async def apply_volcano_numatopology(self, body: Body, *, field_manager: str) -> Body:
-        """Server-side apply of a Volcano Numatopology, not forced (Volcano's own
-        resource-exporter writing the same object is a 409 conflict)."""
+        """Server-side apply of a Volcano Numatopology, not forced (its resource-exporter: 409)."""
         return await self._apply_global(_VolcanoNumatopology, body, field_manager, force=False)
 
     @api_call((volcano.GROUP, "numatopologies", "delete"))

@@ -69,8 +69,7 @@ class EventPosts:
         return self._queue.qsize() + self._posting
 
     async def run(self, kube: KubeClient) -> None:
-        """Forever: post the queued Events, `posters` at a time; on stop, drop (and count)
-        what is left."""
+        """Forever: post queued Events, `posters` at a time; on stop, drop (and count) the rest."""
         try:
             posters = (
                 keep_running("events poster", lambda: self._poster(kube), crashed=self._crashed)

@@ -29,8 +29,7 @@ _decode_status = msgspec.json.Decoder(dict[str, object]).decode
 
 
 class WriteTransport:
-    """Sends a write and reads its status; the body is parsed only for an error (these
-    callers never use the stored object)."""
+    """Sends a write, reads its status; parses the body only on an error (callers never use it)."""
 
     def __init__(self, config: SingleConfig, *, timeout_seconds: float) -> None:
         self.server = config.cluster.server.rstrip("/")
@@ -55,8 +54,7 @@ class WriteTransport:
     async def send(
         self, what: str, method: str, path: str, body: object, *, content_type: str
     ) -> None:
-        """`method` `path` with JSON `body`; a `KubeError` named after `what` on a refusal
-        or no connection."""
+        """`method` `path` with JSON `body`; a `KubeError` named `what` on refusal or no answer."""
         url = self.server + path
         data = _encode(body)
         headers = {"Content-Type": content_type, "Accept": "application/json"}

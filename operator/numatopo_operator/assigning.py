@@ -297,8 +297,7 @@ async def assign_bound_pod(runtime: Runtime, pod: PodView) -> State | None:
 async def mark_invalid(
     runtime: Runtime, pod: PodView, why: str, *, event_reason: str = translate.INVALID
 ) -> None:
-    """`state: Invalid` with `why`, for a pod whose own assignment cannot be used (kept as
-    written, booked nowhere); written once."""
+    """`state: Invalid` with `why` for a pod whose own assignment is unusable; written once."""
     current, has_reason = _said(runtime, pod)
     known = runtime.pods.get(pod.key)
     latest = known.annotated if known is not None else None
@@ -353,8 +352,7 @@ async def judge_pod(runtime: Runtime, pod: PodView) -> bool:
 
 
 async def settle(runtime: Runtime, pod: PodView) -> None:
-    """`judge_pod`, the pod kept in the retry queue after a failed or fenced write, or
-    while it waits. Never raises (a handler boundary)."""
+    """`judge_pod`, requeued after a failed or fenced write or while waiting; never raises."""
     key = pod.key
     retries = runtime.retries
     again = True

@@ -76,8 +76,7 @@ class ClusterView:
         return [pod for pod in self.pods if translate.pod_node(pod) == node]
 
     def judge(self, pod: RawPod) -> Judgement:
-        """`pod` on every node: kube-scheduler's node filters first, as before the extender
-        is called, then `judge_candidates`."""
+        """`pod` on every node: kube-scheduler's node filters first, then `judge_candidates`."""
         runtime = self.runtime
         spec = pod.get("spec") or {}
         scheduler: dict[str, str] = {}
@@ -106,8 +105,7 @@ class ClusterView:
         return Judgement(candidates, verdicts, scheduler)
 
     async def judge_group(self, pod: RawPod) -> GroupJudgement | None:
-        """The group worker's domain search for the group's unplanned members; None when
-        the pod names no group."""
+        """The group worker's search for the group's unplanned members; None without a group."""
         try:
             spec = group_of(pod.get("metadata") or {})
         except InvalidRequestError as exc:

@@ -68,8 +68,7 @@ def holds_on(node: DraNode, claims: Mapping[str, Iterable[DeviceId]]) -> dict[st
 
 
 def book_holds(state: NodeState, holds: Mapping[str, Assignment]) -> None:
-    """Book in `state` each hold's GPUs and NICs that are still free (pods come first:
-    book them before)."""
+    """Book each hold's still-free devices in `state` (pods come first: book them before)."""
     for key, hold in sorted(holds.items()):
         free_gpus, free_nics = state.free_gpus(), state.free_nics()
         free_cpus = state.free_cpus()
@@ -314,8 +313,7 @@ _M = TypeVar("_M", bound=pydantic.BaseModel)
 
 
 def _read(model: type[_M], raw: Mapping[str, Any], unread: str) -> _M | None:
-    """`raw` as `model`; None, with a warning saying what is lost (`unread`), when it does
-    not read."""
+    """`raw` as `model`; None when unreadable, with a warning of what is lost (`unread`)."""
     try:
         return model.model_validate(raw)
     except pydantic.ValidationError as exc:

@@ -47,8 +47,7 @@ class NotActiveError(OperatorError):
 
 
 class NodeBusyError(OperatorError):
-    """The node kept changing while the engine decided and the last decision no longer
-    fits: nothing was booked; decide again later."""
+    """The node kept changing while the engine decided: nothing booked; decide again later."""
 
 
 @contextlib.contextmanager
@@ -57,8 +56,7 @@ def kept_serving(
     what: str,
     metrics: Metrics | None = None,
 ) -> Iterator[None]:
-    """A handler's outermost boundary: log any error (a bug with its traceback) and carry
-    on; the next event for the object gets a fresh try."""
+    """Handler boundary: log any error (bugs with traceback) and carry on; next event retries."""
     try:
         yield
     except KubeNotFoundError as exc:

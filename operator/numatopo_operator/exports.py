@@ -69,8 +69,7 @@ class ExportFormat(enum.StrEnum):
         dra: DraNode | None = None,
         extended: Mapping[DeviceId, tuple[str, ...]] | None = None,
     ) -> NodeResourceTopology | VolcanoNumatopology:
-        """The object of `node`; with `dra` (its joined ResourceSlices) the NRT counts DRA
-        devices under their names (`dra_names`)."""
+        """`node`'s object; with `dra` (joined slices), the NRT names DRA devices by `dra_names`."""
         if self is ExportFormat.NRT:
             return node_resource_topology(node, spec, state, dra_names(dra, extended or {}))
         return volcano_numatopology(node, spec, state)
@@ -111,8 +110,7 @@ _SWEEP = ""
 
 
 def content_digest(built: NodeResourceTopology | VolcanoNumatopology) -> bytes:
-    """An object's content identity: its JSON (in field order: equal objects, equal
-    digests) hashed to 16 bytes."""
+    """An object's JSON (field order: equal objects, equal digests) hashed to 16 bytes."""
     wire = built.model_dump_json(by_alias=True, exclude_none=True).encode()
     return hashlib.blake2b(wire, digest_size=16).digest()
 

@@ -78,8 +78,7 @@ class Verdicts:
 
 @dataclass(frozen=True, slots=True)
 class Candidates:
-    """What `judge_candidates` reads of the operator: taken on the event loop, then read
-    in the engine thread while the loop goes on changing the ledger."""
+    """What `judge_candidates` reads: taken on the loop, read in the engine thread."""
 
     groups: Mapping[str, ShapeCandidates]
     """Those that may take a pod, by shape (`Ledger.judged_candidates`), first-seen order."""

@@ -45,8 +45,7 @@ class CycleMemo:
         self._ranks: OrderedDict[str, tuple[Ranks, Scores]] = OrderedDict()
 
     def request(self, pod: Mapping[str, Any], resources: ResourceNames) -> PodRequest:
-        """`pod_request.request_from_pod`, once per pod content; its `InvalidRequestError`
-        is raised, never kept (such a pod is rare)."""
+        """`pod_request.request_from_pod` once per pod content; errors raised, not kept (rare)."""
         uid = pod_uid(pod)
         found = self._requests.get(uid)
         if (

@@ -40,8 +40,7 @@ class GpuAdmissions:
         return True
 
     async def wait_and_take(self, node: str, key: str) -> bool:
-        """Take the slot, waiting while another holds it; False when that one's time ran
-        out (taken all the same)."""
+        """Take the slot once free; False when the holder's time ran out (taken all the same)."""
         while not self.take(node, key):
             held = self._held[node]
             event = self._freed.setdefault(node, asyncio.Event())

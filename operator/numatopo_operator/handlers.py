@@ -187,8 +187,7 @@ async def network_topology_changed(*, memo: Runtime, **kwargs: Any) -> None:
 
 
 def build_registry(*, groups: bool = True) -> kopf.OperatorRegistry:
-    """A registry (not kopf's global one) with the login and, with `groups`, the
-    NetworkTopology index group placement reads."""
+    """A registry (not kopf's global) with the login and, with `groups`, NetworkTopologies."""
     registry = kopf.OperatorRegistry()
     if groups:
         group_indexes.register(registry)

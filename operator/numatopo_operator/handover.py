@@ -64,8 +64,7 @@ JUDGE_SLICE_SECONDS = 0.02
 
 
 def listed_bookings(runtime: Runtime, pods: Iterable[RawPod]) -> list[Booking]:
-    """The bookings of listed pods, as the watch would observe them; an unreadable
-    assignment books nothing (and is reported as on the watch)."""
+    """Listed pods' bookings, as on the watch (an unreadable assignment: none, reported)."""
     bookings: list[Booking] = []
     for pod in pods:
         view = PodView.of(pod)

@@ -71,8 +71,7 @@ async def _list(kind: Followed) -> str | None:
 
 
 async def follow(kind: Followed) -> None:
-    """List and watch `kind` until cancelled; any error but the API's ends it (its
-    supervisor runs it again, listing from a known state)."""
+    """List and watch `kind` until cancelled; a non-API error ends it for its supervisor."""
     backoff = Backoff(RETRY_SECONDS, RETRY_MAX_SECONDS)
     while True:
         try:

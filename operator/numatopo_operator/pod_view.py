@@ -115,8 +115,7 @@ class PodView(Mapping[str, Any]):
 
     @cached_property
     def assignment_read(self) -> Assignment | str | None:
-        """`numatopo.io/assignment` parsed (once per event); a string says why it is not
-        one; None: there is none."""
+        """`numatopo.io/assignment` parsed once; a string says why it is none; None: absent."""
         text = self.annotations.get(keys.ASSIGNMENT)
         if text is None:
             return None

@@ -23,8 +23,7 @@ async def write_outcome(
     *,
     placement: str | None = None,
 ) -> None:
-    """`state`, `reason` and `assignment` (signed here) in one patch, with a group member's
-    `placement` record."""
+    """`state`, `reason`, signed `assignment` and a member's `placement` in one patch."""
     runtime.check_may_write()
     signed = runtime.signed(pod, assignment) if assignment is not None else None
     patch: dict[str, str | None] = translate.outcome_annotations(state, signed, reason)

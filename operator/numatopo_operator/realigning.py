@@ -250,8 +250,7 @@ def _keeps(  # noqa: PLR0917 (the two claims and what reads the other's devices)
 def _real_devices(
     observed: Observed | None, topology: NumatopologySpec, resources: ResourceNames
 ) -> _Devices | None:
-    """The GPUs and NICs an observation says its pod holds; None without one, or when it
-    names GPUs this node lacks."""
+    """The GPUs and NICs an observation says its pod holds; None without one or on unknown GPUs."""
     if observed is None:
         return None
     try:

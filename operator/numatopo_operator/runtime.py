@@ -141,8 +141,7 @@ class Runtime:
         return self.signer.sign(assignment, PodIdentity(pod.uid, pod.key))
 
     def forget_pod(self, key: str, *, uid: str = "") -> str | None:
-        """Pod `key` (of `uid`) ended or was deleted: nothing of it is kept anywhere;
-        returns the node it held a booking on, if any."""
+        """Pod `key` (of `uid`) ended: nothing of it is kept; returns the node it was booked on."""
         self.pods.forget(key)
         self.waiting.forget(key)
         self.retries.discard(key)

@@ -99,8 +99,7 @@ def _pending_claim(runtime: Runtime, pod: Mapping[str, Any]) -> str | None:
 def _claimers(
     runtime: Runtime, views: Sequence[MemberView], members: Sequence[Member]
 ) -> list[_Claimer]:
-    """The members whose devices come from their claims, as watched; `ClaimsPendingError`
-    while one of their claims is not there."""
+    """Claims-only members, as watched; `ClaimsPendingError` while a claim of theirs is missing."""
     found = []
     for index, (view, member) in enumerate(zip(views, members, strict=True)):
         read = read_claims(runtime, view.body)

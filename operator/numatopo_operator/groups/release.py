@@ -157,8 +157,7 @@ async def _place(
     tree: DomainTree,
     anchors: Sequence[Anchor | None] = (None,),
 ) -> tuple[GroupPlacement, Anchor | None]:
-    """The engine's placement of `views` and the first of `anchors` it fits; else
-    GroupUnplaceableError with the engine's reason."""
+    """The placement of `views` at the first of `anchors` that fits; else GroupUnplaceableError."""
     try:
         counted = await count_claims(
             runtime, views, _members(runtime, views), _candidates(runtime, views)
@@ -251,8 +250,7 @@ async def _write_all(
     level: str | None,
     path: Sequence[str],
 ) -> dict[str, str]:
-    """Book and write every member's plan (member key -> node); on a failure, take back
-    what was written and re-raise."""
+    """Book and write every member's plan (key -> node); on failure, take back and re-raise."""
     booked = _book(runtime, placement.assignments)
     planned = _now()
 
@@ -287,8 +285,7 @@ async def _write_all(
 
 
 async def search(runtime: Runtime, spec: GroupSpec, views: Sequence[MemberView]) -> GroupPlacement:
-    """Where the group would go now (nothing written; `kubectl numatopo explain`), else
-    GroupUnplaceableError."""
+    """Where the group would go now, nothing written (`explain`); else GroupUnplaceableError."""
     placement, _ = await _place(runtime, spec, views, setting(runtime, spec))
     return placement
 
@@ -501,8 +498,7 @@ async def recover(
     *,
     around: Around | None = None,
 ) -> Recovered:
-    """Plan replacements of a running group's members, next to their neighbouring ranks
-    and in its domain where they fit."""
+    """Plan replacements of a running group's members next to their neighbours, in its domain."""
     tree = setting(runtime, spec)
     anchors = replacement_anchors(tree, spec, anchor, running_node, around)
     placement, kept = await _place(runtime, spec, views, tree, anchors)

@@ -61,8 +61,7 @@ def _status_patch(status: NetworkTopologyStatus) -> dict[str, object]:
 
 
 async def write_network_statuses(runtime: Runtime) -> None:
-    """Forever: every debounce period, the status of each NetworkTopology that changed,
-    and the utilization gauges."""
+    """Forever: each debounce period, write changed NetworkTopology statuses and the gauges."""
     written: dict[str, dict[str, object]] = {}
     seen: tuple[object, ...] = ()
     computed_at = 0.0

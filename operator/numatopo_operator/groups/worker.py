@@ -287,8 +287,7 @@ def _report_invalid(runtime: Runtime) -> None:
 
 
 async def settle_group(runtime: Runtime, group: str) -> None:
-    """`advance`, the group kept in the retry queue while it needs another look. Never
-    raises (the worker's boundary)."""
+    """`advance`, requeued while it needs another look; never raises (the worker's boundary)."""
     group_state = runtime.groups
     again = True
     try:
