@@ -1,38 +1,32 @@
 """Taking over as the active replica: make the ledger current, then judge (I/O).
 
-A standby follows the pods as the holder does (`pod_feed`; kopf peering is off: the Lease
-decides), but its watch may lag behind the writes of the holder it replaces. On every
-acquisition of the Lease (`leadership` clears `Runtime.ledger_current` first, and again when
-the Lease is lost):
+A standby follows the pods as the holder does (`pod_feed`; the Lease decides, not kopf
+peering), but its watch may lag behind the holder it replaces. On each acquisition
+(`leadership` clears `Runtime.ledger_current` then, and when the Lease is lost):
 
-1. No grace period: the previous holder stopped writing `renew_deadline` after its last
-   renewal, at least `lease_duration - renew_deadline` before we could acquire the Lease
-   (fencing by expiry, see `leadership`), so its writes have landed.
-2. Once `pod_feed` has listed, one of: the Lease's first holder ever (it created the Lease,
-   or runs standalone) does nothing more (`take_over(relist=False)`); else the watch catches
-   up (`catch_up`: a token written on our own pod and seen on our watch within
-   `CATCH_UP_SECONDS` proves every earlier pod write was handed over; needs our pod in a
-   watched namespace); else `Ledger.begin_resync`, a LIST of the annotated pods (slim
-   views), `Ledger.end_resync` with their bookings, retried until it succeeds.
+1. No grace period: fencing by expiry (`leadership`) has the previous holder silent at
+   least `lease_duration - renew_deadline` before we could acquire: its writes have landed.
+2. Once `pod_feed` has listed: the Lease's first holder ever (it created the Lease, or runs
+   standalone) does nothing more (`take_over(relist=False)`); else the watch catches up
+   (`catch_up`: our token, written on our own pod and seen on our watch within
+   `CATCH_UP_SECONDS`, proves every earlier pod write was handed over; needs our pod in a
+   watched namespace); else `Ledger.begin_resync`, a LIST of the annotated pods,
+   `Ledger.end_resync` with their bookings, retried until it succeeds.
 3. Set `Runtime.ledger_current`: decisions resume (until then the assigner skips pods, the
-   extender answers "not ready, retry", and `/readyz` says so).
-4. Judge every annotated pod (listed, or deferred while the gate was closed,
-   `PodRecord.deferred`) in `judging_order` (`assigning.judge_pod`): a pod that changed
-   while no replica decided gets its answer, a waiting pod is decided, a valid assignment
-   is left. A moment without a fresh Lease defers what is left (`judge`).
+   extender answers "not ready, retry", `/readyz` says so).
+4. Judge every annotated pod (listed, or deferred meanwhile: `PodRecord.deferred`) in
+   `judging_order` (`assigning.judge_pod`); a moment without a fresh Lease defers the rest.
 
-Why no booking is lost or double-booked. A caught-up watch hands over pod writes in the
-order they were stored, so every write before our token (fencing puts all of the previous
-holder's there) was handed over, deletions included. After a list, take a pod P whose
-assignment exists when step 3 opens the gate: written before the list was served, the list
-has it, and only a journaled end of that very pod (same uid) removes it; written after, the
-watch delivers it (during the list the journal keeps it over the list's older answer). Only
-a previous holder still writing after our list could reach us later, which fencing forbids
-(a write on the wire longer than `lease_duration - renew_deadline` remains a window, as
-with any lease). A release before `begin_resync` is older than the list (which no longer
-shows the pod, or shows it finished); one during the list is journaled as an end and wins;
-one after applies to the rebuilt ledger. Pods that vanished while we stood by are not in
-the list, so their bookings go. In-flight reservations (our writes not yet seen) are kept.
+Why no booking is lost or double-booked. A caught-up watch handed over every write stored
+before our token, all of the previous holder's among them (fencing), deletions included.
+After a list, take a pod P assigned when step 3 opens the gate: written before the list was
+served, the list has it, and only a journaled end of that very pod (same uid) removes it;
+written after, the watch delivers it (during the list the journal keeps it over the list's
+older answer). Only a previous holder writing after our list could reach us later, which
+fencing forbids (bar a write on the wire longer than `lease_duration - renew_deadline`, as
+with any lease). A release before `begin_resync` is older than the list; one during it is
+journaled as an end and wins; one after applies to the rebuilt ledger. Pods that vanished
+while we stood by are not listed: their bookings go. In-flight reservations are kept.
 """
 
 from __future__ import annotations
