@@ -61,11 +61,6 @@ def _gated(runtime: Runtime, request: PodRequest, node: str) -> bool:
     return wants_gpus and runtime.steered(node)
 
 
-def read_request(runtime: Runtime, pod: PodView) -> PodRequest:
-    """The engine's view of the pod; raises `InvalidRequestError`."""
-    return pod.request(runtime.settings.resources)
-
-
 # A decision takes up to half a second on a 64-NUMA node; the node's free resources
 # changing under each of this many in a row would take a storm of pods ending there.
 DECIDE_ATTEMPTS = 3
@@ -253,7 +248,7 @@ async def assign_bound_pod(runtime: Runtime, pod: PodView) -> State | None:
     if node is None or not translate.is_waiting(pod) or runtime.ledger.holds(key):
         return None
     try:
-        request = read_request(runtime, pod)
+        request = pod.request(runtime.settings.resources)
     except InvalidRequestError as exc:
         outcome: Outcome | None = Outcome(State.INVALID, translate.invalid_message(exc))
     else:
@@ -420,7 +415,7 @@ async def bind_pod(
     outcome: Outcome | None = None
     if translate.is_waiting(pod.with_node(node)) and held_on != node:
         try:
-            request = read_request(runtime, pod)
+            request = pod.request(runtime.settings.resources)
         except InvalidRequestError as exc:
             _count(runtime, Outcome(State.INVALID, ""))
             return translate.invalid_message(exc)

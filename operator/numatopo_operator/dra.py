@@ -123,7 +123,7 @@ async def _settle(runtime: Runtime, pod: PodView) -> bool:
     if claims is None:
         return True
     try:
-        base = assigning.read_request(runtime, pod)
+        base = pod.request(runtime.settings.resources)
         decision = await _decide(runtime, pod, base, entries, claims)
     except InvalidRequestError as exc:
         return await _leave(runtime, pod, f"invalid request: {exc}")
@@ -417,7 +417,7 @@ async def _allocations(
     if topology is None:
         raise UndecidedError(f"node {assignment.node} has no Numatopology")
     joined = join_node(assignment.node, topology, slices)
-    base = assigning.read_request(runtime, pod)
+    base = pod.request(runtime.settings.resources)
     found = allocations_for(assignment, base, entries, claims, classes, joined)
     mine = {c.key for c in claims.values()}
     ours = {DeviceId(r.driver, r.pool, r.device) for a in found.values() for r in a.devices.results}
