@@ -1,15 +1,14 @@
-"""`KubeClient`: the typed calls numatopo makes to the Kubernetes API, over lightkube.
-docs/DESIGN.md ("Kubernetes client") has how it connects (a rotated service-account token
-is read again on 401), its errors, and why `lean_writes` (the operator) sends the per-pod
-writes over `write_transport`. Objects are plain dicts (generic resources): no model
-parsing, no unknown field dropped.
+"""`KubeClient`: the typed calls numatopo makes to the Kubernetes API, over lightkube, on
+plain dicts (generic resources: no model parsing, no unknown field dropped). docs/DESIGN.md,
+"Kubernetes client": connecting (a rotated service-account token is read again on 401), the
+errors, and why `lean_writes` (the operator) sends per-pod writes over `write_transport`.
 
-One retry policy: idempotent calls (GETs, merge patches, server-side apply) are retried
-with growing pauses on 429, 5xx or no connection, a `Retry-After` (API Priority and
-Fairness) stretching the pause up to a cap that keeps a bind within the scheduler's
-extender timeout. Creates never are: after a lost answer a second POST fails as "already
-exists" though the first worked (a Binding would read "already bound"). Each helper
-declares its RBAC permissions (`@api_call`), which the chart's RBAC test reads.
+One retry policy: idempotent calls (GETs, merge patches, server-side apply) are retried with
+growing pauses on 429, 5xx or no connection, a `Retry-After` (API Priority and Fairness)
+stretching a pause up to a cap that keeps a bind within the scheduler's extender timeout.
+Creates never are: after a lost answer a second POST fails as "already exists" though the
+first worked (a Binding: "already bound"). Each helper declares its RBAC permissions
+(`@api_call`), which the chart's RBAC test reads.
 """
 
 from __future__ import annotations
@@ -426,10 +425,9 @@ class KubeClient:
         keep: Callable[[Body], Body | None] = dict,
         **options: Any,
     ) -> Listing:
-        """Every object as `keep` makes it while its page is read (None: left out), so a
-        caller keeping little never holds the whole answer. A continue token expired
-        between pages (410) restarts from the first page (`keep` sees objects again): the
-        answer never mixes two snapshots."""
+        """Every object as `keep` makes it while its page is read (None: left out): a caller
+        keeping little never holds the whole answer. A continue token expired between pages
+        (410) lists again from the start (`keep` sees objects again): no mixed snapshots."""
         for restart in range(LIST_RESTARTS + 1):
 
             async def pages() -> Listing:
@@ -504,9 +502,8 @@ class KubeClient:
         page_size: int = LIST_PAGE_SIZE,
         keep: Callable[[Body], Body | None] = dict,
     ) -> Listing:
-        """Every pod in `namespaces` (all when empty) matching `field_selector`, each as
-        `keep` makes it (`_list`). The version is the last namespace's list's: give none
-        when watching after a list of several."""
+        """Every pod in `namespaces` (all when empty) matching `field_selector`, as `keep`
+        makes it; the version is the last namespace's (none to watch after several)."""
         found = Listing()
         for namespace in namespaces:
             _path_names(namespace)
@@ -592,9 +589,8 @@ class KubeClient:
 
     @api_call(("", "pods", "patch"))
     async def patch_pod_spec(self, namespace: str, name: str, operations: list[Body]) -> None:
-        """A JSON patch of the pod, guarded by `test` operations (removing one scheduling
-        gate of several). Not retried: after a lost answer the guard fails; the caller
-        reads the pod again."""
+        """A JSON patch guarded by `test` operations (removing one scheduling gate of
+        several); not retried: after a lost answer the guard fails (the caller reads again)."""
         what = f"patch pod {namespace}/{name} spec"
         await self._patch(
             what, _Pod, name, operations, namespace=namespace, patch_type=PatchType.JSON
@@ -821,12 +817,11 @@ class KubeClient:
     async def apply_numatopology_status(
         self, name: str, status: Body, *, field_manager: str
     ) -> Body:
-        """Server-side apply `status` (the fields `field_manager` owns) to
-        `Numatopology/<name>`'s status; returns the stored object (an absent one is a 404).
-        The exporter and the agent write conditions of one object: `conditions` is a map
-        list keyed by `type`, so the server merges by type and keeps others' entries (no
-        read-modify-write race). Forced: each type has one writer, so a conflict can only
-        be an older version of it (or a hand edit)."""
+        """Server-side apply `status` (the fields `field_manager` owns) to `Numatopology/<name>`
+        (a 404 when absent); returns the stored object. The exporter and the agent write
+        conditions of one object: a map list keyed by `type`, merged by type keeping others'
+        entries (no read-modify-write race). Forced: each type has one writer, so a conflict
+        is an older version of it (or a hand edit)."""
         body = {"apiVersion": API_VERSION, "kind": KIND, "metadata": {"name": name}}
         body["status"] = status
         return await self._patch(
@@ -905,8 +900,7 @@ class KubeClient:
 
     @api_call(("resource.k8s.io", "resourceclaims", "patch"))
     async def patch_resource_claim(self, namespace: str, name: str, patch: Body) -> Body:
-        """A merge patch of the claim (its finalizers), conditional with
-        `metadata.resourceVersion`; not retried (the caller reads the claim again)."""
+        """A merge patch (finalizers), conditional with `metadata.resourceVersion`; not retried."""
         return await self._patch(
             f"patch resourceclaim {namespace}/{name}",
             _ResourceClaim,
@@ -917,8 +911,7 @@ class KubeClient:
 
     @api_call(("resource.k8s.io", "resourceclaims/status", "patch"))
     async def patch_resource_claim_status(self, namespace: str, name: str, patch: Body) -> Body:
-        """A merge patch of the claim's status (allocation, reservedFor) as the scheduler
-        writes it, conditional with `metadata.resourceVersion`."""
+        """The claim's status merge patch (allocation, reservedFor), conditional likewise."""
         what = f"patch resourceclaim {namespace}/{name} status"
         return await self._patch(what, _ResourceClaim.Status, name, patch, namespace=namespace)
 
@@ -950,8 +943,7 @@ class KubeClient:
         (nrt.GROUP, "noderesourcetopologies", "create"),
     )
     async def apply_node_resource_topology(self, body: Body, *, field_manager: str) -> Body:
-        """Server-side apply of a NodeResourceTopology, not forced: fields another writer
-        (NFD's topology-updater) owns are a 409, never silently taken over."""
+        """Server-side apply of a NodeResourceTopology, not forced: NFD's fields are a 409."""
         return await self._apply_global(_NodeResourceTopology, body, field_manager, force=False)
 
     @api_call((nrt.GROUP, "noderesourcetopologies", "delete"))
