@@ -1,5 +1,4 @@
 """The kube-scheduler extender: `POST /filter`, `/prioritize`, `/bind` (aiohttp, I/O).
-
 The JSON is kube-scheduler's (k8s.io/kube-scheduler/extender/v1, Go field names, keys read
 case-insensitively as Go does); the scheduler profile that calls it (node-cache-capable:
 node names, not objects) is the chart's `templates/scheduler-config.yaml`. Per node,
@@ -92,8 +91,7 @@ class Candidates:
 
 
 def candidates(runtime: Runtime, nodes: Iterable[str], without: str | None = None) -> Candidates:
-    """The candidates' topologies and bookings now (on the loop, no I/O), pod `without`'s
-    own left out. Staleness is judged of the candidates only (~500 of 5,000 nodes)."""
+    """The candidates' topologies and bookings now (on the loop), pod `without`'s left out."""
     groups, unresolvable = runtime.ledger.judged_candidates(
         nodes, runtime.settings.heartbeat_max_age_seconds, time.time(), without=without
     )
@@ -186,8 +184,7 @@ def judge_candidates(
 
 
 def _without_own(key: str, group: ShapeCandidates) -> ShapeCandidates:
-    """The group without pod `key`'s own bookings (an earlier attempt must not count); the
-    states are shared, so the few that hold it are copied."""
+    """The group without pod `key`'s bookings (no earlier attempt counts), copying the few."""
     topology, where, states = group
     if not any(map(operator.contains, map(_ASSIGNMENTS, states), itertools.repeat(key))):
         return group

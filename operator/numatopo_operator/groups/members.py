@@ -278,8 +278,7 @@ def _settings(spec: GroupSpec) -> str:
 
 
 def next_step(specs: Mapping[str, GroupSpec], members: Iterable[MemberView]) -> Step:
-    """The next thing to do for a group, from its live members.
-
+    """The next thing to do for a group, from its live members:
     - Nothing gated: IDLE (members without the gate are scheduled one by one).
     - Some member released (the group runs): gated members with a complete plan are
       RELEASEd, the others RECOVERed next to the running ones (a Job recreated a member

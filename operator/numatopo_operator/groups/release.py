@@ -60,8 +60,8 @@ def known_topologies(runtime: Runtime) -> dict[str, NetworkTopologySpec]:
 def choose_topology(
     runtime: Runtime, spec: GroupSpec
 ) -> tuple[str | None, NetworkTopologySpec | None]:
-    """(name, spec) of the group's NetworkTopology: the one it names, else the only one,
-    else `default`; (None, None) when none applies and it names no level (spreads anywhere)."""
+    """(name, spec) of the group's NetworkTopology: the one it names, the only one, or
+    `default`; (None, None) when none applies and it names no level (spreads anywhere)."""
     known = known_topologies(runtime)
     if spec.topology is not None:
         chosen = known.get(spec.topology)
@@ -218,8 +218,7 @@ WRITE_CONCURRENCY = 16
 async def _each(
     views: Sequence[MemberView], write: Callable[[MemberView], Awaitable[None]]
 ) -> tuple[list[MemberView], BaseException | None]:
-    """`write(view)` for every view, `WRITE_CONCURRENCY` at a time; the views written and
-    the first error (all are awaited: nothing is left in flight)."""
+    """`write` each view, `WRITE_CONCURRENCY` at once, all awaited: (views written, first error)."""
     gate = asyncio.Semaphore(WRITE_CONCURRENCY)
 
     async def one(view: MemberView) -> None:
@@ -514,8 +513,8 @@ async def recover(
 
 
 def preferred_note(runtime: Runtime, spec: GroupSpec, nodes: Iterable[str]) -> str:
-    """Whether the members share one domain of the preferred level, else how many they
-    span ("" without a preferred level, or when it is no level)."""
+    """Whether the members share one domain of the preferred level, else how many they span;
+    "" without a preferred level (or when it is no level)."""
     if spec.preferred is None:
         return ""
     count = setting(runtime, spec).spanned(spec.preferred, nodes)
