@@ -63,8 +63,7 @@ class KubeForbiddenError(KubeError):
 
 
 class KubeInvalidNameError(KubeError):
-    """Not a valid Kubernetes name (`numatopo_engine.kube_names`), kept out of URL paths
-    (where `..` or `/` would name another object). Never retried."""
+    """Not a valid Kubernetes name (`kube_names`), kept out of URL paths (`..`, `/`); no retry."""
 
     def __init__(self, message: str) -> None:
         super().__init__(0, "InvalidName", message)

@@ -29,13 +29,10 @@ class _Event:
 
 
 class EventPosts:
-    """The Events waiting to be posted (`post`), and their posters (`run`).
-
-    `count_dropped` gets each number of Events dropped (a metric's `inc`), `metric` names
-    it in the log line, `process` says who stopped. Posters run under
-    `supervise.keep_running` (an unexpected error is logged, counted by `crashed`, and ends
-    none for good). One poster posts in queue order; with more, Events may overtake.
-    """
+    """The Events waiting to be posted (`post`), and their posters (`run`). `count_dropped`
+    gets each number dropped (a metric's `inc`), `metric` names it in the log, `process` who
+    stopped. Posters run under `supervise.keep_running` (an error is logged, counted by
+    `crashed`, ends none for good); one posts in queue order, more may reorder Events."""
 
     def __init__(
         self,

@@ -326,8 +326,7 @@ def _problem(runtime: Runtime, key: str) -> tuple[str, str] | None:
 
 
 async def judge_pod(runtime: Runtime, pod: PodView) -> bool:
-    """Bring one pod to its answer; True when it must be looked at again (it waits for
-    room, its node's Numatopology, or a decision in flight)."""
+    """Bring one pod to its answer; True when it must be looked at again (waits, or in flight)."""
     if pod.ended:
         return False
     key = pod.key

@@ -107,8 +107,7 @@ FollowUp = Callable[[], Awaitable[None]]
 
 @dataclass
 class KeyedWorkers:
-    """One worker per key: a key's follow-ups run in the order given, a newer one
-    replacing any not started yet; other keys' run meanwhile."""
+    """One worker per key: its follow-ups in order, a newer one replacing one not started yet."""
 
     pending: dict[str, FollowUp] = field(default_factory=dict)
     workers: dict[str, asyncio.Task[None]] = field(default_factory=dict)

@@ -73,8 +73,7 @@ class Servers:
         return int(sockets[0].getsockname()[1]) if sockets else port
 
     async def start(self) -> None:
-        """`extender_tls.ExtenderTlsError` (before opening any port) without TLS files or
-        the explicit plain-HTTP switch."""
+        """`ExtenderTlsError` before any port opens, without TLS files or the plain-HTTP switch."""
         settings = self.runtime.settings
         self.extender_tls = extender_tls.extender_context(settings)
         self.metrics_port = await self._start(

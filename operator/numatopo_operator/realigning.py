@@ -173,8 +173,7 @@ async def realign(
 async def _write_realigned(
     runtime: Runtime, pod: PodView, realigned: Assignment, *, held: str, reason: str
 ) -> None:
-    """Write the booked realignment (dropped if that fails), then a Normal Event, and a
-    Warning with `reason` when the policy was relaxed."""
+    """Write the booked realignment (dropped on failure), a Normal Event, a Warning if relaxed."""
     try:
         await pod_writes.write_outcome(runtime, pod, State.ASSIGNED, realigned, reason)
     except Exception:

@@ -208,8 +208,7 @@ class Runtime:
             raise NotActiveError("this replica does not hold a fresh lease; not writing")
 
     def stale_reason(self, node: str, now: float | None = None) -> str | None:
-        """Why nothing may be placed on `node` now (its exporter says so, or its heartbeat
-        is too old); None when current or without any heartbeat."""
+        """Why nothing may go on `node` now (stale, or heartbeat too old); None if current."""
         return self.ledger.stale_reason(node, self.settings.heartbeat_max_age_seconds, now)
 
     def stale_nodes(self) -> dict[str, str]:

@@ -83,8 +83,7 @@ def reason_of(pod: RawPod) -> str:
 
 
 def needs_rejudging(pod: RawPod) -> bool:
-    """A refusal without its reason (a replica died in between, or an older version wrote
-    it only as an Event): judged again to get one."""
+    """A refusal without its reason (a replica died in between, an older version): judged again."""
     return state_of(pod) in (State.UNSATISFIABLE, State.INVALID) and not reason_of(pod)
 
 

@@ -90,8 +90,7 @@ def _where(level: str | None, path: Sequence[str] | None) -> str:
 
 
 def _one_slice(spec: GroupSpec, chosen: list[MemberView]) -> list[MemberView]:
-    """With slices, the lowest-ranked slice's replacements only (each slice has its own
-    domain); the others follow in the next step."""
+    """With slices, only the lowest-ranked slice's replacements (each slice has its own domain)."""
     if spec.slice is None or chosen[0].rank is None:
         return chosen
     piece = spec.slice[1]
