@@ -113,7 +113,7 @@ async def engine_outcome(
     except InvalidRequestError as exc:
         return Outcome(State.INVALID, translate.invalid_message(exc))
     except UnsatisfiableError as exc:
-        return Outcome(State.UNSATISFIABLE, translate.unsatisfiable_message(node, exc.reason))
+        return Outcome(State.UNSATISFIABLE, f"does not fit on {node}: {exc.reason}")
     if relaxed:
         logger.warning("%s holds %s; placed best-effort around them: %s",
                        request.key, holds, relaxed)  # fmt: skip

@@ -183,10 +183,6 @@ def assigned_message(assignment: Assignment) -> str:
     return f"NUMA {numa} on {assignment.node} ({assignment.policy}): " + "; ".join(parts)
 
 
-def unsatisfiable_message(node: str, reason: str) -> str:
-    return f"does not fit on {node}: {reason}"
-
-
 def invalid_message(error: InvalidRequestError) -> str:
     return (
         f"invalid topology request: {error} "
