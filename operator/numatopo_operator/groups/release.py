@@ -317,21 +317,15 @@ async def void(runtime: Runtime, views: Sequence[MemberView]) -> None:
         raise error
 
 
-def _plan_of(runtime: Runtime, view: MemberView) -> str | None:
-    """The node of the member's plan: this process's own write, else its assignment."""
-    mine = runtime.groups.plans.get(view.key)
-    if mine is not None:
-        return mine[0]
-    return group_members.planned_node(view.body)
-
-
 async def release(runtime: Runtime, views: Sequence[MemberView]) -> dict[str, str]:
     """Phase 2 (member key -> node): nodeSelector and gate in one guarded JSON patch each,
     read again and retried once when the guard fails."""
     released: dict[str, str] = {}
 
     async def write(view: MemberView) -> None:
-        node = _plan_of(runtime, view)
+        # The node of the member's plan: this process's own write, else its assignment.
+        mine = runtime.groups.plans.get(view.key)
+        node = mine[0] if mine is not None else group_members.planned_node(view.body)
         if node is None:
             raise GroupUnplaceableError(f"member {view.key} has no planned node to release onto")
         namespace, _, name = view.key.partition("/")
