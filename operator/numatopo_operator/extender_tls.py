@@ -1,14 +1,13 @@
 """The extender's TLS: mutual authentication of kube-scheduler, with certificates that
-rotate without a restart (I/O: reads the certificate files).
+rotate without a restart (I/O: reads the certificate files; docs/operations.md, "Scheduler
+to extender: mutual TLS").
 
 kube-scheduler cannot send an extender a token, but its `extenders[].tlsConfig` can present
 a client certificate: the extender serves HTTPS only, to clients whose certificate chains
-to `extender_client_ca`, a CA that signs the scheduler's and nothing else. Rotation (the
-files are usually a Secret the kubelet swaps atomically): each handshake stats them
-(microseconds) and, when one changed, hands the connection a new context from OpenSSL's
-server-name callback, which runs before the certificate is picked or the client's
-verified. A set that does not load (key and certificate of two rotations) keeps the
-previous context, logged.
+to `extender_client_ca`, a CA that signs the scheduler's and nothing else. Each handshake
+stats the files; a change hands the connection a new context from OpenSSL's server-name
+callback, which runs before the certificate is picked or the client's verified. A set that
+does not load keeps the previous context, logged.
 """
 
 from __future__ import annotations

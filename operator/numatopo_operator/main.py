@@ -93,11 +93,9 @@ class Servers:
 
 
 async def freeze_listed_heap(runtime: Runtime) -> None:
-    """Once everything is listed, keep the collector from scanning it again: a full
-    collection walks the Numatopologies' millions of small objects holding the GIL (235 ms
-    for 1,000 nodes, a loop stall whenever one is triggered). What is listed at start-up
-    lives as long as the process, and what of it is dropped is still freed by reference
-    counting (acyclic)."""
+    """Once everything is listed, keep the collector from scanning it again: a full collection
+    walks its millions of objects holding the GIL (235 ms for 1,000 nodes). It lives as long
+    as the process; what of it is dropped is still freed by reference counting (acyclic)."""
     await runtime.indexed.wait()
     gc.freeze()
     logger.info(
