@@ -464,9 +464,8 @@ class KubeClient:
                 ):
                     yield WatchEvent(type=str(kind), object=dict(item))
             except (ValueError, TypeError) as exc:
-                # lightkube parses every watched object (timestamps among them): one it
-                # cannot read ends the watch as a retriable error the watcher backs off
-                # from, never a bare exception silently ending a watcher task.
+                # One watched object lightkube cannot parse ends the watch as a retriable
+                # error, never a bare exception silently ending the watcher's task.
                 raise error_for(
                     0, "UnreadableObject", f"{what}: unreadable object: {exc}"
                 ) from None

@@ -172,8 +172,7 @@ async def _engine_outcome(
             return None
         if runtime.stale_reason(node) is not None:
             return None
-        # Every booking and release bumps it: a decision made while it moved may have
-        # used what is no longer free.
+        # Every booking and release bumps it: a decision meanwhile may use what was taken.
         before = live.version
         outcome = await engine_outcome(
             runtime, topology, frozen, request, node,
@@ -264,8 +263,7 @@ async def assign_bound_pod(runtime: Runtime, pod: PodView) -> State | None:
             if topology is not None
             else ({}, {})
         )
-        # A pod holding GPUs or NICs (it ran, then lost its assignment) is decided
-        # around them; if that cannot be, as any other pod.
+        # A pod holding GPUs or NICs (it ran, lost its assignment): decided around them first.
         outcome = await decide(
             runtime, request, node, path="assigner", pinned=pins, pinned_nics=nic_pins
         )

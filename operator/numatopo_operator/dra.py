@@ -75,8 +75,7 @@ async def settle(runtime: Runtime, pod: PodView) -> None:
         logger.warning("DRA pod %s: %s; retried", key, exc)
         waits = True
     except Exception:
-        # A gated pod may get no next event to bring it back: looked at again as one
-        # that waits (counted as a restart).
+        # No next event may bring a gated pod back: retried as one that waits (a restart).
         logger.exception("DRA pod %s: deciding failed; retried", key)
         runtime.metrics.task_restarts.labels("DRA pod decision").inc()
         waits = True

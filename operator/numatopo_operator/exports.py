@@ -188,8 +188,7 @@ class ExportWriter:
             listing = await kube.list_node_resource_topologies(label_selector=MANAGED_LABEL)
         else:
             listing = await kube.list_volcano_numatopologies(label_selector=MANAGED_LABEL)
-        # Checked here too: a server that ignores the selector must not make us delete
-        # objects someone else wrote.
+        # Checked here too: a server ignoring the selector must not make us delete others'.
         return [
             item
             for item in listing.items
@@ -243,8 +242,7 @@ class ExportWriter:
                 continue
             built = self.format.build(node, topology, state, dra, extended)
             digest = content_digest(built)
-            # One node's translation (tens of ms at 64 NUMA) per turn of the loop: Lease
-            # renewals and watches never wait for a pass.
+            # One node's translation (tens of ms at 64 NUMA) per loop turn: renewals never wait.
             await asyncio.sleep(0)
             if self.written.get(node) == digest:
                 self.seen[node] = mark

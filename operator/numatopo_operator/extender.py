@@ -53,9 +53,8 @@ RUNTIME_KEY: web.AppKey[Runtime] = web.AppKey("runtime", Runtime)
 # kube-scheduler sends a body at once (8 MiB at most): a caller still sending after this
 # is refused, and holds its connection no longer.
 BODY_SECONDS = 10.0
-# How long a connection waits for a request head, the first or the next: above Go's
-# idle-connection timeout (90 s, kube-scheduler's transport), so that kube-scheduler,
-# not the extender, closes an idle connection, and never as it sends a request on it.
+# How long a connection waits for a request head (first or next): above Go's idle timeout
+# (90 s, kube-scheduler's), so kube-scheduler closes idle connections, never mid-request.
 IDLE_SECONDS = 100.0
 # A filter answer for 5,000 nodes holds thousands of entries: no spaces after separators.
 _dumps = functools.partial(json.dumps, separators=(",", ":"))
@@ -331,8 +330,7 @@ def _json(data: object, *, status: int = 200) -> web.Response:
     return web.json_response(dumps=_dumps, data=data, status=status)
 
 
-# The big answers (a filter result names every candidate) are written by msgspec's
-# encoder, in C: UTF-8, no spaces, keys in the order given.
+# Big answers (a filter result names every candidate): msgspec's C encoder, no spaces.
 _encode = msgspec.json.Encoder().encode
 
 
@@ -340,8 +338,7 @@ def _json_of(data: object) -> bytes:
     try:
         return _encode(data)
     except UnicodeEncodeError:
-        # A lone surrogate (a name only Python's parser let in, `extender_wire`): the
-        # escapes `json.dumps` writes for it.
+        # A lone surrogate (only Python's parser lets one in): the escapes `json.dumps` writes.
         return _dumps(msgspec.to_builtins(data)).encode()
 
 

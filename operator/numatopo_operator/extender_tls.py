@@ -89,8 +89,7 @@ class RotatingContext:
         return fresh
 
     def _pick(self, connection: ssl.SSLObject, _server_name: str | None, _: object) -> None:
-        # During the handshake: the swapped context gives this connection the new
-        # certificate and client CA store.
+        # In the handshake: the swapped context gives this connection the new files.
         connection.context = self.refresh()
 
 

@@ -25,9 +25,8 @@ from pydantic import BaseModel, ConfigDict
 
 from numatopo_engine import kube_names
 
-# ExtenderArgs for 5,000 nodes of 253-character names is 1.2 MiB, a pod at most ~1.5 MiB
-# (etcd's limit): both extremes fit three times over (test_extender_attacks.py). Node
-# objects instead of names (no nodeCacheCapable) fit for a few hundred nodes.
+# 5,000 node names of 253 characters are 1.2 MiB, a pod ~1.5 MiB at most (etcd): both fit
+# three times over (test_extender_attacks.py); Node objects fit for a few hundred nodes.
 MAX_BODY_BYTES = 8 << 20
 # A Pod nests under 20 levels; Python's parser hits its recursion limit near 1,000.
 MAX_DEPTH = 100

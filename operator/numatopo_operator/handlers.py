@@ -61,8 +61,7 @@ def observe_topology(memo: Runtime, node: str, reading: indexes.TopologyReading 
     memo.ledger.see_freshness(
         node, stale=reading.stale, heartbeat=reading.heartbeat, gpu_mode=reading.gpu_mode
     )
-    # The ledger's spec object when equal: the DRA join, cached per spec object, is not
-    # compared again.
+    # The ledger's spec object when equal: its DRA join (cached per object) is kept.
     known = memo.ledger.topology(node)
     spec = known if known is not None and known == reading.spec else reading.spec
     unhealthy = memo.dra_holds.unhealthy(node, spec, reading.unhealthy)

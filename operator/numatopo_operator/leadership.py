@@ -180,8 +180,7 @@ class Elector:
                 await asyncio.sleep(self._pause(started))
         except Exception:
             # Fail safe: an elector not running renews nothing, so stop answering as the
-            # holder now, not when fencing runs out; the supervisor runs it again as a
-            # standby.
+            # holder now, not when fencing runs out; it runs again as a standby.
             if self.holding:
                 await self._lose("its Lease elector failed")
             raise

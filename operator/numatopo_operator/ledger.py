@@ -78,9 +78,8 @@ class Ledger:
         self._journal: dict[str, _Journaled] | None = None
         # key -> the highest decision sequence taken back from it (`displace`)
         self._void: dict[str, int] = {}
-        # key -> (uid, node, seq) of the newest decision seen on the pod, and the pods
-        # showing an older one again: a signed assignment written back after a later
-        # decision verifies, but what it names may be another pod's since.
+        # key -> (uid, node, seq) of the newest decision seen on the pod; pods showing an
+        # older one again (written back, it verifies, but what it names may be others' now).
         self._newest: dict[str, tuple[str, str, int]] = {}
         self._stale: set[str] = set()
         # One `Tables` per hardware shape, shared by the records of that shape.

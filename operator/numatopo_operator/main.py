@@ -182,8 +182,7 @@ async def serve(
     )
     try:
         async with _background(runtime, identity=identity):
-            # kopf peering stays off: every replica watches (a standby's ledger stays warm)
-            # and the Lease alone says which one decides (`leadership`).
+            # kopf peering off: every replica watches (warm standbys); the Lease alone decides.
             await kopf.operator(
                 registry=handlers.build_registry(groups=settings.groups),
                 settings=kopf_settings,
