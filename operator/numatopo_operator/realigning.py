@@ -1,24 +1,20 @@
-"""Follow, the operator's half: decide a pod again around the GPUs it really holds (I/O).
+"""Follow, the operator's half: decide a pod again around the GPUs it really holds (I/O;
+docs/DESIGN.md, "GPUs: steered, followed or unverified" and "Pod annotations").
 
-The node agent writes `numatopo.io/observed` once the kubelet has given the pod's
-containers their devices. When a container holds other GPUs than its assignment names, its
-CPUs, memory and NICs sit next to the wrong GPUs: the pod is decided again with each
-container's GPUs (and the RDMA NICs its devices name: a shared pool's IDs name none)
-pinned to the real ones (`allocate_around`), booked under a new sequence and written; the
-agent enforces it and reports `Aligned` once all agree.
-
-The real devices win over a claim on paper: a pod whose assignment names one of them is
-displaced (assignment taken back, decided afresh) when admitted and its own observation
-says it holds other GPUs, or when not admitted yet and later in `state.claim_order`. It is
-never displaced when admitted with its observation naming those GPUs or none reported yet
-(two containers never hold one GPU, so the observation is wrong or forged: a tenant may
-write `observed` on their own pod where the chart's admission guard is off), nor when not
-admitted with an earlier claim: the realignment then waits (retried). No GPU is booked
-twice: the displaced booking is released before the realigned one is reserved, under the
-node's lock, and a booking whose write is in flight is displaced only once the watch shows
-it (its take-back could land first). A policy that cannot hold with those GPUs
-(`single-numa-node`, GPUs on two NUMA nodes) is relaxed to `best-effort` around them, said
-in the reason and a Warning Event: the pod already runs.
+When a container holds other GPUs than its assignment names (`numatopo.io/observed`), the
+pod is decided again with each container's GPUs (and the RDMA NICs its devices name; a
+shared pool's IDs name none) pinned (`allocate_around`), booked under a new sequence and
+written; the agent enforces it and reports `Aligned`. A pod whose assignment names those
+devices is displaced (taken back, decided afresh) when admitted with its own observation
+saying it holds other GPUs, or when not admitted and later in `state.claim_order`. Never
+when admitted with its observation naming those GPUs or none yet (two containers never hold
+one GPU: the observation is wrong or forged, as a tenant may write `observed` where the
+chart's admission guard is off), nor when not admitted with an earlier claim: the
+realignment then waits (retried). The displaced booking is released before the realigned
+one is reserved, under the node's lock; one whose write is in flight only once the watch
+shows it (its take-back could land first). A policy that cannot hold with those GPUs
+(`single-numa-node` over two NUMA nodes) is relaxed to `best-effort` around them, said in
+the reason and a Warning Event: the pod already runs.
 """
 
 from __future__ import annotations
