@@ -129,13 +129,11 @@ async def decide(
     pinned: dict[str, list[int]] | None = None,
     pinned_nics: dict[str, list[str]] | None = None,
 ) -> Outcome | None:
-    """The engine's outcome for `request` on `node`, an `Assigned` one booked in flight;
-    None without a current Numatopology. Serialised per node; the engine works on a frozen
-    copy (the loop keeps turning), decides again if the watch changed what is free, and
-    `reserve` checks against the live state: nothing is booked twice. A pod already booked
-    there when the lock is ours or the engine is done (judged twice at once: its event and
-    its retry) keeps that booking, the one being written; a second would book other
-    devices under the same key, freeing the written ones in the ledger only."""
+    """The engine's outcome for `request` on `node`, an `Assigned` one booked in flight; None
+    without a current Numatopology. Serialised per node; the engine works on a frozen copy,
+    decides again if the watch changed what is free, and `reserve` checks the live state:
+    nothing is booked twice. A pod booked there already (judged twice at once: event and
+    retry) keeps the booking being written; a second would free it in the ledger only."""
     ledger = runtime.ledger
     async with ledger.lock(node):
         held = held_outcome(runtime, node, request.key)

@@ -78,10 +78,9 @@ class ExportFormat(enum.StrEnum):
 def dra_names(
     dra: DraNode | None, extended: Mapping[DeviceId, tuple[str, ...]]
 ) -> DeviceNames | None:
-    """For each GPU and NIC of the node a DRA driver publishes, the extended resources
-    DeviceClasses serve it as (`numatopo_engine.dra.extended`: what a pod asks to get it
-    without a claim), else `<driver>/<pool>` (as `status.dra` sums them up): names no
-    device plugin advertises, unlike the spec's resource name."""
+    """For each GPU and NIC a DRA driver publishes, the extended resources DeviceClasses
+    serve it as (what a pod asks to get it without a claim), else `<driver>/<pool>` (as
+    `status.dra` sums them up): names no device plugin advertises."""
     if dra is None:
         return None
     names = {d.id: extended.get(d.id) or (f"{d.id.driver}/{d.id.pool}",) for d in dra.devices}

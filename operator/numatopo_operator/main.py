@@ -41,10 +41,9 @@ logger = logging.getLogger(__name__)
 
 
 class Servers:
-    """The two HTTP servers, ports known once `start()` returned (0 = any). The extender
-    serves HTTPS with client certificates (`extender_tls`) unless plain HTTP was asked for
-    by name; metrics and probes stay plain HTTP for the kubelet and Prometheus (the chart's
-    NetworkPolicy limits who else may reach them)."""
+    """The two HTTP servers, ports known once `start()` returned (0 = any): the extender's
+    HTTPS with client certificates (`extender_tls`) unless plain HTTP is asked by name;
+    metrics and probes plain HTTP (the chart's NetworkPolicy limits who may reach them)."""
 
     def __init__(self, runtime: Runtime) -> None:
         self.runtime = runtime

@@ -39,8 +39,8 @@ def pod_key(pod: Mapping[str, Any]) -> str:
 
 @dataclass(frozen=True, eq=False)
 class PodView(Mapping[str, Any]):
-    """One pod as one event showed it (`body`), each fact read on first use and kept; build
-    it once per event and pass it on. It reads as the body where a manifest is wanted."""
+    """One pod as one event showed it (`body`, which it reads as), each fact read on first
+    use and kept: build it once per event and pass it on."""
 
     body: Mapping[str, Any]
 
