@@ -83,7 +83,8 @@ def reason_of(pod: RawPod) -> str:
 
 
 def needs_rejudging(pod: RawPod) -> bool:
-    """A refusal without its reason (a replica died in between, an older version): judged again."""
+    """A refusal without its reason (a replica died in between, or an older version wrote it
+    only as an Event): judged again to get one."""
     return state_of(pod) in (State.UNSATISFIABLE, State.INVALID) and not reason_of(pod)
 
 
@@ -109,8 +110,8 @@ def is_waiting(pod: RawPod) -> bool:
 
 def booking_from_pod(pod: RawPod, verifier: Verifier) -> Booking | None:
     """The pod's booking, None without an assignment or once finished. `BookingError` when
-    the annotation is no valid assignment, names another node, or is not signed for this
-    pod by the operator (`verifier`): a copied or hand-written one is no claim."""
+    the annotation is no valid assignment, names another node, or is not signed for this pod
+    by the operator (`verifier`): a copied or hand-written one is no claim, whatever its seq."""
     view = PodView.of(pod)
     if view.finished:
         return None
