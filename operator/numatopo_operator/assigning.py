@@ -133,7 +133,8 @@ async def decide(
     without a current Numatopology. Serialised per node; the engine works on a frozen copy,
     decides again if the watch changed what is free, and `reserve` checks the live state:
     nothing is booked twice. A pod booked there already (judged twice at once: event and
-    retry) keeps the booking being written; a second would free it in the ledger only."""
+    retry) keeps the booking being written: a second would book other devices under its
+    key, freeing the written ones in the ledger only."""
     ledger = runtime.ledger
     async with ledger.lock(node):
         held = held_outcome(runtime, node, request.key)
