@@ -183,7 +183,8 @@ def judge_candidates(
 
 
 def _without_own(key: str, group: ShapeCandidates) -> ShapeCandidates:
-    """The group without pod `key`'s bookings (no earlier attempt counts), copying the few."""
+    """The group without pod `key`'s bookings (no earlier attempt counts): the few shared
+    states holding it are copied."""
     topology, where, states = group
     if not any(map(operator.contains, map(_ASSIGNMENTS, states), itertools.repeat(key))):
         return group
@@ -201,8 +202,8 @@ _ASSIGNMENTS = operator.attrgetter("assignments")
 
 
 def rank_scores(ranks: Floats) -> Ints:
-    """Node ranks as extender scores by their order: the best 10, each lower distinct rank
-    one less, down to 1 (0 is for nodes that do not fit). 11 steps carry the order of the
+    """Node ranks as extender scores by their order: the best gets 10, each lower distinct
+    rank one less, down to 1 (0: nodes that do not fit). 11 steps carry the order of the
     best nodes, which is what kube-scheduler's choice needs."""
     distinct = np.unique(ranks)  # ascending
     below = len(distinct) - 1 - np.searchsorted(distinct, ranks)  # distinct ranks above
