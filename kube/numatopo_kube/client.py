@@ -792,7 +792,7 @@ class KubeClient:
                 force=force,
             )
         except KubeNotFoundError:
-            pass  # an emulator's 404 for applying an absent object: create it
+            pass  # a real API server creates on apply; simpler ones answer 404: create it
         return await self._create(
             f"create {kind}/{name}", resource(wanted), field_manager=field_manager
         )
