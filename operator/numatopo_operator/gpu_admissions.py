@@ -61,6 +61,3 @@ class GpuAdmissions:
                 event = self._freed.pop(node, None)
                 if event is not None:
                     event.set()
-
-    def __len__(self) -> int:
-        return sum(1 for node in self._held if self.holder(node) is not None)
