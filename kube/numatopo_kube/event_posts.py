@@ -1,9 +1,6 @@
-"""Events posted off the caller's path: a bounded queue and its posters (I/O).
-
-An Event only tells a person what happened (the outcome is in the objects written), so a
-slow, refusing or hanging Events API never holds up the work: `post` queues and returns at
-once, `run` posts. What finds the queue full or is still queued when the process stops is
-dropped, counted and logged. The operator's and the agent's queues: docs/operations.md,
+"""Events posted off the caller's path: a bounded queue and its posters (I/O). An Event only
+tells a person what happened (the outcome is in the objects written), so `post` queues and
+returns at once and `run` posts; what is dropped, counted and logged: docs/operations.md,
 "Status freshness" and "Node agent: when it refuses, and what it reports".
 """
 

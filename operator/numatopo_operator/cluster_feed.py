@@ -1,12 +1,9 @@
 """Every Numatopology, and with groups every Node, from a list and a watch of our own
-(`list_watch`), handed to `handlers.topology_seen` and the group worker's Node views
-(I/O; the parsing is `indexes` and `groups.indexes`).
-
-Why not kopf indexes, and the first list before `Runtime.indexed`: docs/DESIGN.md,
-"Kubernetes client". A Numatopology of the `metadata.generation` last parsed has only a new
-status (as every status PATCH of the holder's comes back: a burst on 300 nodes re-parsed
-300 specs, a tenth of the operator's CPU), so its spec is kept; one without a generation
-(an emulator's) is parsed every time.
+(`list_watch`), handed to `handlers.topology_seen` and the group worker's Node views (I/O;
+the parsing is `indexes` and `groups.indexes`). Why not kopf indexes, the first list before
+`Runtime.indexed`, and the spec kept for a Numatopology of the generation last parsed (a
+status-only change, as every status PATCH of the holder's comes back; one without a
+generation, an emulator's, is parsed every time): docs/DESIGN.md, "Kubernetes client".
 """
 
 from __future__ import annotations

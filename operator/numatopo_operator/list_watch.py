@@ -1,9 +1,9 @@
 """One kind of object followed by a list, then a watch from its resourceVersion (I/O), for
-`cluster_feed` (Numatopologies, Nodes) and `dra_feed`. 410 Gone lists again, the new list
-replacing what was known (what it lacks ended unwatched); another API error backs off,
-then watches from the last version, or lists again; anything else ends `follow` for its
-supervisor to run again. `KeyedWorkers` runs an event's API-bound follow-up, one task per
-object, so it never holds up the watch whose next events it may need (`pod_feed`'s too).
+`cluster_feed` and `dra_feed` (docs/DESIGN.md, "Kubernetes client"): 410 Gone lists again,
+the new list replacing what was known; another API error backs off, then watches from the
+last version seen; anything else ends `follow` for its supervisor to run again.
+`KeyedWorkers` runs an event's API-bound follow-up, one task per object, so it never holds
+up the watch whose next events it may need (`pod_feed`'s too).
 """
 
 from __future__ import annotations

@@ -1,12 +1,10 @@
-"""Every pod, from a list and a watch of our own, handed to `handlers.pod_seen` (I/O).
-
-Pods are no kopf resource: kopf's per-object copies and bookkeeping cost ~1.4 ms of CPU a
-pod and held every body. Per namespace given (all when none): (1) a paginated LIST, each
-pod handed over as its slim view as its page is read; (2) a WATCH from its
-resourceVersion; (3) on 410 Gone a LIST again, the pods it lacks handed over as deleted. A
-pod seen again with the uid and resourceVersion last seen is skipped. Lists run one at a
-time with `handover`'s (`Runtime.pod_lists`), so the resync journal sees no other list's
-pods as newer than its own.
+"""Every pod, from a list and a watch of our own, handed to `handlers.pod_seen` (I/O; why
+not kopf: docs/DESIGN.md, "Kubernetes client"). Per namespace given (all when none): (1) a
+paginated LIST, each pod handed over as its slim view as its page is read; (2) a WATCH from
+its resourceVersion; (3) on 410 Gone a LIST again, the pods it lacks handed over as
+deleted. A pod seen again with the uid and resourceVersion last seen is skipped. Lists run
+one at a time with `handover`'s (`Runtime.pod_lists`), so the resync journal sees no other
+list's pods as newer than its own.
 """
 
 from __future__ import annotations

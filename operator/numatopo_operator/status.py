@@ -1,13 +1,9 @@
-"""`Numatopology.status`: what is free per NUMA node, written debounced.
-
-`free_status` is pure; `write_statuses` writes one status per node and debounce period,
-however many decisions marked it dirty. During a burst (nodes changed in this period and
-the one before) writes wait for a quiet period, at most `BURST_HOLD_PERIODS`, rather than
-compete with its decisions (`docs/operations.md`, "Status freshness"). A status is written
-only when it differs from the object's, as watched (`Runtime.statuses`) or as we wrote it
-since: a new holder rewrites only wrong ones, and a watched change (another's write, ours
-out of order) marks the node dirty again. Only the fields numatopo owns
-(`indexes.OWNED_STATUS`) are merge-patched: the exporter's `conditions` stay.
+"""`Numatopology.status`: what is free per NUMA node, written debounced (`free_status` is
+pure; when `write_statuses` writes, bursts included: docs/operations.md, "Status
+freshness"). A status is written only when it differs from the object's, as watched
+(`Runtime.statuses`) or as we wrote it since: a new holder rewrites only wrong ones, and a
+watched change (another's write, ours out of order) marks the node dirty again. Only the
+fields numatopo owns (`indexes.OWNED_STATUS`) are merge-patched: `conditions` stay.
 """
 
 from __future__ import annotations
