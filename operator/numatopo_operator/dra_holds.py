@@ -1,9 +1,7 @@
 """What DRA holds (pure): the devices every allocated ResourceClaim names, as GPUs and NICs
-of the node's model (its ResourceSlices joined with its Numatopology,
-`numatopo_engine.dra.join`), kept current from the watches (`dra_feed`) and booked in the
-ledger (`Ledger.set_dra_holds`). Every allocated claim counts, reserved or not, as the
-scheduler's allocator counts it (in use until deallocated or deleted); a claim numatopo
-decided is booked by its pod's assignment too, and a hold books only what no pod took.
+of the node's model (`numatopo_engine.dra.join`), kept current from the watches
+(`dra_feed`) and booked in the ledger (`Ledger.set_dra_holds`); every allocated claim
+counts, and pods come first: docs/DESIGN.md, "GPUs on DRA clusters", step 4.
 """
 
 from __future__ import annotations

@@ -24,10 +24,9 @@ booked on the node (observed, listed or reserved). The mark never goes down, eve
 pod ends, so a replica never hands out a sequence twice; one taking over starts from the
 highest on a live pod, all the node agent compares (it orders the claims of live pods).
 
-DRA holds (`set_dra_holds`): what ResourceClaims' allocations hold on a node, mapped to
-GPUs, NICs and CPUs by `dra_holds`. Pods come first: a hold books only what no pod's booking
-took, so claims numatopo decided add nothing and a pod never becomes untrusted because of a
-hold. Holds are no pods (`pods_on`, `holds` leave them out).
+DRA holds (`set_dra_holds`; docs/DESIGN.md, "GPUs on DRA clusters", step 4): a hold books
+only what no pod's booking took, so a pod is never untrusted because of one; holds are no
+pods (`pods_on`, `holds` leave them out).
 
 `lock(node)` makes the engine call and the reservation one critical section. The engine
 thread never sees live states (the loop changes them meanwhile): it gets `frozen_state`
