@@ -1,14 +1,8 @@
-"""What the extender keeps from one call to the next for the same pod (pure, bounded).
-
-kube-scheduler calls `filter` then `prioritize` with the same Pod object, and sends a pod
-it could not place again unchanged until it changes. So per pod (by uid, the least
-recently used dropped past `size`):
-
-  * its `PodRequest`, parsed once and used only for a pod equal in every field to the one
-    it was parsed from (a new resourceVersion parses again): never stale, and the same
-    object lets the engine keep its sizing (`Engine.sized`);
-  * filter's node ranks and scores, taken by the prioritize call that follows (a rank is
-    advice: bind decides again on the live ledger).
+"""What the extender keeps from one call to the next for the same pod (pure, bounded;
+docs/DESIGN.md, "The scheduler extender"): per pod (by uid, least recently used dropped past
+`size`) its `PodRequest`, used only for a pod equal in every field to the one it was parsed
+from (a new resourceVersion parses again; the same object lets the engine keep its sizing,
+`Engine.sized`), and filter's node ranks and scores for the prioritize call that follows.
 """
 
 from __future__ import annotations

@@ -1,11 +1,8 @@
-"""One GPU pod in flight per steered node (pure state, asyncio waits).
-
-No device-plugin RPC names the pod being admitted: the steering plugin answers
-`GetPreferredAllocation(available, mustInclude, size)` with the in-flight container of that
-size whose GPUs are available, certain only with one GPU pod in flight on the node. So on a
-`Steered` node a second GPU pod waits (in the bind, or the retry queue) until the first is
-seen admitted or gone, or a timeout passes (a kubelet that never admits it must not stop
-the node); steering may then guess wrong, and Follow heals.
+"""One GPU pod in flight per steered node (pure state, asyncio waits; why: docs/DESIGN.md,
+"GPUs: steered, followed or unverified"). A second GPU pod on a `Steered` node waits (in the
+bind, or the retry queue) until the first is seen admitted or gone, or a timeout passes (a
+kubelet that never admits it must not stop the node); steering may then guess wrong, and
+Follow heals.
 """
 
 from __future__ import annotations

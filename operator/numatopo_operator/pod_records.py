@@ -1,7 +1,6 @@
 """`PodRecords`: what the operator remembers of each pod between its events, one record per
-pod, so a pod that ends is forgotten by one deletion (pure). Only pods with something to
-remember have one (annotated, a write in flight, a problem told); bookings are the
-ledger's, pods waiting for room `WaitingPods`'.
+pod, so a pod that ends is forgotten by one deletion (pure; docs/DESIGN.md, "The operator's
+records"). Only pods with something to remember have one; bookings are the ledger's.
 """
 
 from __future__ import annotations
