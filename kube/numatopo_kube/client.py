@@ -1,19 +1,14 @@
-"""`KubeClient`: the typed calls numatopo makes to the Kubernetes API, over lightkube.
-docs/DESIGN.md ("Kubernetes client") has how it connects (a rotated service-account token
-is read again on 401), its errors, and why `lean_writes` (the operator) sends the per-pod
-writes over `write_transport` while the node processes keep lightkube.
+"""`KubeClient`: the typed calls numatopo makes to the Kubernetes API, over lightkube, on
+plain dicts (generic resources: no model parsing, no unknown field dropped). docs/DESIGN.md,
+"Kubernetes client": connecting (a rotated service-account token is read again on 401), the
+errors, and why `lean_writes` (the operator) sends per-pod writes over `write_transport`.
 
-Every object is a plain dict: lightkube's generic resources skip its typed models, so a
-list of a few thousand pods costs no model parsing and no unknown field is dropped.
-
-Retries, one policy for every caller: idempotent calls (GETs, merge patches, server-side
-apply: sending one twice leaves the object as sending it once) are retried a few times,
-with growing pauses, on 429, 5xx or no connection; a `Retry-After` (API Priority and
-Fairness sends it with 429) stretches the pause, capped so that a bind still answers
-within the scheduler's extender timeout. Creates are never retried: after a lost answer
-a second POST fails as "already exists" although the first one worked (a Binding would
-read as "already bound"). Each helper declares its RBAC permissions (`@api_call`); the
-chart's RBAC test reads `API_CALLS` and the call sites in the components.
+One retry policy: idempotent calls (GETs, merge patches, server-side apply) are retried with
+growing pauses on 429, 5xx or no connection, a `Retry-After` (API Priority and Fairness)
+stretching a pause up to a cap that keeps a bind within the scheduler's extender timeout.
+Creates never are: after a lost answer a second POST fails as "already exists" though the
+first worked (a Binding: "already bound"). Each helper declares its RBAC permissions
+(`@api_call`), which the chart's RBAC test reads.
 """
 
 from __future__ import annotations
@@ -66,19 +61,18 @@ _PATCH_TYPES = {kind.value: kind for kind in PatchType}
 
 SERVICE_ACCOUNT = Path("/var/run/secrets/kubernetes.io/serviceaccount")
 REQUEST_TIMEOUT_SECONDS = 30.0
-# Pauses before each retry of an idempotent call. Short on purpose: the extender's bind
-# runs within the scheduler's extender timeout (10 s by default), so all retries of one
-# call must stay well below it.
+# Pauses before each retry of an idempotent call: all of one call's retries stay well
+# below the scheduler's extender timeout (10 s by default), which a bind runs within.
 RETRY_DELAYS_SECONDS = (0.2, 0.5, 1.0)
-# The most we wait for one `Retry-After`: three of these still fit in the scheduler's
-# 10 s extender timeout, and a server asking for minutes is better failed fast.
+# The most we wait for one `Retry-After`: three still fit in the extender timeout, and a
+# server asking for minutes is better failed fast.
 RETRY_AFTER_CAP_SECONDS = 2.0
 # Objects per page when listing: bounded memory per answer on large clusters.
 LIST_PAGE_SIZE = 500
 # How often a list restarts from its first page when its continue token expired (410).
 LIST_RESTARTS = 3
-# The API server ends a watch after this many seconds and lightkube resumes it from the
-# last version seen: a silently dead connection is noticed within this time.
+# The API server ends a watch after this long and lightkube resumes it from the last
+# version seen: a silently dead connection is noticed within this time.
 WATCH_TIMEOUT_SECONDS = 300
 # The API server rejects Event messages above 1 KiB on some versions; cut ours below that.
 EVENT_MESSAGE_CHARS = 1000
@@ -91,7 +85,6 @@ T = TypeVar("T")
 
 logger = logging.getLogger(__name__)
 
-# Generic resources: plain dicts in and out (see the module docstring).
 _Pod: Any = create_namespaced_resource("", "v1", "Pod", "pods")
 _Node: Any = create_global_resource("", "v1", "Node", "nodes")
 _Event: Any = create_namespaced_resource("", "v1", "Event", "events")
@@ -125,8 +118,8 @@ _NETWORK_TOPOLOGIES = f"/apis/{GROUP}/{VERSION}/{NETWORK_TOPOLOGY_PLURAL}"
 
 
 class _PodBinding(GenericNamespacedStatus):
-    """POST pods/<name>/binding with a plain-dict answer: the API server answers a
-    `Status`, which lightkube's typed `PodBinding` would fail to read as a Binding."""
+    """POST pods/<name>/binding, answered as a plain dict: the API server answers a
+    `Status`, which lightkube's `PodBinding` would fail to read as a Binding."""
 
     _api_info = ApiInfo(
         resource=ResourceDef("", "v1", "Binding"),
@@ -179,9 +172,8 @@ def _translated(what: str) -> Iterator[None]:
             retry_after=parse_retry_after(exc.response.headers.get("Retry-After")),
         ) from None
     except (httpx2.HTTPStatusError, KeyError) as raised:
-        # An answer that is not a JSON `Status`. lightkube reads its Content-Type header
-        # unguarded, so an error answer without one (a proxy's, an emulator's) surfaces
-        # as a KeyError raised while handling the status error: translate that one.
+        # An answer that is not a JSON `Status`: lightkube reads its Content-Type unguarded,
+        # so one without it (a proxy's) surfaces as a KeyError raised while handling it.
         failed = raised if isinstance(raised, httpx2.HTTPStatusError) else raised.__context__
         if not isinstance(failed, httpx2.HTTPStatusError):
             raise
@@ -203,8 +195,8 @@ def _translated(what: str) -> Iterator[None]:
 
 
 def _path_names(namespace: str | None, *names: str) -> None:
-    """Refuse a namespace or name no API object can have before lightkube puts it in a URL
-    path (`/pods/../../apis/...` would address another object with our credentials)."""
+    """Refuse a namespace or name no API object can have before it goes into a URL path
+    (`/pods/../../apis/...` would address another object with our credentials)."""
     problem = (
         "" if namespace is None else kube_names.name_problem("namespace", namespace, label=True)
     )
@@ -324,8 +316,8 @@ class KubeClient:
 
                     self._writes = WriteTransport(config, timeout_seconds=self._timeout)
         except (OSError, TypeError, ValueError) as exc:
-            # lightkube loads the TLS credentials here: a certificate without its key, PEM
-            # that is not PEM, a missing file (ssl.SSLError is an OSError).
+            # TLS credentials load here: a certificate without its key, bad PEM, a missing
+            # file (ssl.SSLError is an OSError).
             raise KubeConfigError(
                 f"{self.server}: cannot load the TLS credentials: {type(exc).__name__}: {exc}"
             ) from None
@@ -346,9 +338,8 @@ class KubeClient:
         namespace: str | None = None,
         path: str,
     ) -> None:
-        """A merge patch of `resource` `name` (or, with no name, the create of `body`),
-        over `write_transport` with `lean_writes`, else over lightkube; the PATCH is
-        idempotent (retried), the create not."""
+        """A merge patch of `name` (retried), or without a name the create of `body` (not),
+        over `write_transport` with `lean_writes`, else lightkube."""
         writes = self._writes
         if writes is not None:
             method, content_type = ("PATCH", MERGE_PATCH) if name else ("POST", "application/json")
@@ -434,10 +425,9 @@ class KubeClient:
         keep: Callable[[Body], Body | None] = dict,
         **options: Any,
     ) -> Listing:
-        """Every object, page by page, each as `keep` makes it while its page is read
-        (None: left out), so a caller that keeps little never holds the whole answer. A
-        continue token that expired between pages (410) restarts the list from its first
-        page, so the answer never mixes two snapshots (`keep` then sees objects again)."""
+        """Every object as `keep` makes it while its page is read (None: left out): a caller
+        keeping little never holds the whole answer. A continue token expired between pages
+        (410) lists again from the start (`keep` sees objects again): no mixed snapshots."""
         for restart in range(LIST_RESTARTS + 1):
 
             async def pages() -> Listing:
@@ -449,9 +439,8 @@ class KubeClient:
                         items.append(kept)
                     read += 1
                     if read % LIST_PAGE_SIZE == 0:
-                        # A server may answer in fewer, larger pages than asked (kmock
-                        # gives 30,000 pods in one): `keep` of a whole such page held
-                        # the loop for seconds, past the Lease's renew deadline.
+                        # A server may answer in larger pages than asked (30,000 pods in
+                        # one): `keep` of one would hold the loop past the renew deadline.
                         await asyncio.sleep(0)
                 try:
                     version: str | None = iterable.resourceVersion
@@ -475,10 +464,8 @@ class KubeClient:
                 ):
                     yield WatchEvent(type=str(kind), object=dict(item))
             except (ValueError, TypeError) as exc:
-                # lightkube parses every watched object (metadata timestamps among them):
-                # one it cannot read ends the watch as a named, retriable error that the
-                # watcher's loop logs and backs off from, never as a bare exception that
-                # silently ends a watcher task while the process runs on a stale cache.
+                # One watched object lightkube cannot parse ends the watch as a retriable
+                # error, never a bare exception silently ending the watcher's task.
                 raise error_for(
                     0, "UnreadableObject", f"{what}: unreadable object: {exc}"
                 ) from None
@@ -496,8 +483,7 @@ class KubeClient:
 
     @api_call(("", "nodes", "watch"))
     def watch_nodes(self, *, resource_version: str | None = None) -> AsyncIterator[WatchEvent]:
-        """Node events from `resource_version` on, until an error (raised; 410 when that
-        version is too old to resume from) ends them."""
+        """Node events from `resource_version` on, until an error (410: too old) ends them."""
         return self._watch("watch nodes", _Node, resource_version=resource_version)
 
     # -- pods --------------------------------------------------------------------------
@@ -515,10 +501,8 @@ class KubeClient:
         page_size: int = LIST_PAGE_SIZE,
         keep: Callable[[Body], Body | None] = dict,
     ) -> Listing:
-        """Every pod in `namespaces` (all namespaces when empty) matching `field_selector`
-        (e.g. `{"spec.nodeName": node}`), each as `keep` makes it as its page is read
-        (None: left out). The version to watch from is that of the last namespace's
-        list: give none when watching after a list of several."""
+        """Every pod in `namespaces` (all when empty) matching `field_selector`, as `keep`
+        makes it; the version is the last namespace's (none to watch after several)."""
         found = Listing()
         for namespace in namespaces:
             _path_names(namespace)
@@ -537,8 +521,7 @@ class KubeClient:
 
     @api_call(("", "pods", "create"))
     async def create_pod(self, namespace: str, body: Body) -> Body:
-        """Create a pod (`numatopo selftest`'s example pod). Not retried: a create that
-        timed out may have been stored."""
+        """Create a pod (`numatopo selftest`'s example pod); not retried."""
         _path_names(namespace, str((body.get("metadata") or {}).get("name", "")))
         pod = _Pod({**body, "metadata": {**body["metadata"], "namespace": namespace}})
         return await self._create(f"create pod {namespace}/{body['metadata']['name']}", pod)
@@ -567,7 +550,7 @@ class KubeClient:
         resource_version: str | None = None,
     ) -> AsyncIterator[WatchEvent]:
         """Pod events in `namespace` ("*": all) from `resource_version` on, until an error
-        (raised; 410 when that version is too old to resume from) ends them."""
+        (410: too old) ends them."""
         if namespace != "*":
             _path_names(namespace)
         return self._watch(
@@ -605,10 +588,8 @@ class KubeClient:
 
     @api_call(("", "pods", "patch"))
     async def patch_pod_spec(self, namespace: str, name: str, operations: list[Body]) -> None:
-        """A JSON patch of the pod (a list of operations, guarded by `test` ones): what a
-        merge patch cannot say, such as removing one scheduling gate of several. Not
-        retried: after a lost answer the guard no longer holds and the second attempt
-        fails; the caller reads the pod again and decides."""
+        """A JSON patch guarded by `test` operations (removing one scheduling gate of
+        several); not retried: after a lost answer the guard fails (the caller reads again)."""
         what = f"patch pod {namespace}/{name} spec"
         await self._patch(
             what, _Pod, name, operations, namespace=namespace, patch_type=PatchType.JSON
@@ -622,9 +603,8 @@ class KubeClient:
     async def patch_pod_status(
         self, namespace: str, name: str, patch: Body | list[Body], *, content_type: str
     ) -> None:
-        """A JSON patch (a list of operations, guarded by `test` ones) or a strategic
-        merge patch of the pod's status. Not retried: a JSON patch that adds to a list
-        would add twice after a lost answer."""
+        """A guarded JSON patch or a strategic merge patch of the pod's status. Not retried:
+        a JSON patch adding to a list would add twice after a lost answer."""
         if content_type not in (JSON_PATCH, STRATEGIC_MERGE_PATCH):
             raise ValueError(f"pod status patches are JSON or strategic, not {content_type}")
         what, kind = f"patch pod {namespace}/{name} status", _PATCH_TYPES[content_type]
@@ -632,8 +612,7 @@ class KubeClient:
 
     @api_call(("", "pods/binding", "create"))
     async def create_binding(self, namespace: str, name: str, uid: str, node: str) -> None:
-        """Bind the pod to `node`, as kube-scheduler does (the uid guards against a new pod
-        of the same name)."""
+        """Bind the pod to `node` as kube-scheduler does (the uid guards against a namesake)."""
         _path_names(namespace, name, node)
         metadata = {"name": name, "namespace": namespace, **({"uid": uid} if uid else {})}
         binding = _PodBinding(  # type: ignore[call-overload]
@@ -656,11 +635,8 @@ class KubeClient:
         self, about: Mapping[str, str], *, warning: bool, reason: str, message: str
     ) -> bool:
         """A core/v1 Event about `about` (namespace, name, uid; kind and apiVersion default
-        to a Pod's), named as client-go names them (`<name>.<hex time>`).
-
-        Best-effort: False (and a log line) when the API refuses it. An Event only tells
-        a person what happened; annotations and conditions already hold the outcome.
-        """
+        to a Pod's), named as client-go does (`<name>.<hex time>`). Best-effort: False (and
+        a log line) when refused; annotations and conditions already hold the outcome."""
         now = datetime.datetime.now(datetime.UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
         name, namespace = about.get("name", ""), about.get("namespace") or "default"
         if len(message) > EVENT_MESSAGE_CHARS:
@@ -746,16 +722,14 @@ class KubeClient:
 
     @api_call(("coordination.k8s.io", "leases", "get"))
     async def get_lease(self, namespace: str, name: str) -> Body:
-        """The Lease object; `KubeNotFoundError` when it does not exist yet. Not retried:
-        the leadership loop asks again on its own clock."""
+        """The Lease; `KubeNotFoundError` when absent. Not retried: leadership asks again."""
         return await self._get(
             f"lease {namespace}/{name}", _Lease, name, namespace, idempotent=False
         )
 
     @api_call(("coordination.k8s.io", "leases", "create"))
     async def create_lease(self, namespace: str, name: str, spec: Mapping[str, object]) -> Body:
-        """Create the Lease held as `spec` says; `KubeConflictError` if another replica
-        created it first."""
+        """Create the Lease as `spec` says; `KubeConflictError` if another replica was first."""
         _path_names(namespace, name)
         lease = _Lease({"metadata": {"name": name, "namespace": namespace}, "spec": dict(spec)})
         return await self._create(f"create lease {namespace}/{name}", lease)
@@ -769,9 +743,8 @@ class KubeClient:
         *,
         resource_version: str | None,
     ) -> Body:
-        """Merge `spec` into the Lease's. With `resource_version`, the API server applies it
-        only to that version of the object (409 otherwise): the compare-and-swap that
-        makes two replicas unable to acquire one Lease at once."""
+        """Merge `spec` into the Lease's, with `resource_version` only into that version
+        (else 409): the compare-and-swap that keeps two replicas from acquiring at once."""
         metadata = {"resourceVersion": resource_version} if resource_version else {}
         body = {"metadata": metadata, "spec": dict(spec)}
         return await self._patch(
@@ -805,8 +778,7 @@ class KubeClient:
     async def _apply_global(
         self, resource: Any, wanted: Body, field_manager: str, *, force: bool
     ) -> Body:
-        """Server-side apply of the whole cluster-scoped object `wanted`; `force` takes over
-        fields another manager owns (else that is a 409 conflict)."""
+        """Server-side apply of cluster-scoped `wanted`; `force` takes others' fields (else 409)."""
         kind, name = str(wanted["kind"]), str(wanted["metadata"]["name"])
         try:
             return await self._patch(
@@ -820,9 +792,7 @@ class KubeClient:
                 force=force,
             )
         except KubeNotFoundError:
-            # A real API server creates on apply; simpler servers (and emulators) answer
-            # 404 for a PATCH of an absent object, so create it the classic way.
-            pass
+            pass  # a real API server creates on apply; simpler ones answer 404: create it
         return await self._create(
             f"create {kind}/{name}", resource(wanted), field_manager=field_manager
         )
@@ -830,8 +800,7 @@ class KubeClient:
     async def _delete(
         self, what: str, resource: Any, name: str, namespace: str | None = None
     ) -> bool:
-        """Delete one object (names checked first); False when there was none (a retried
-        delete may find it gone)."""
+        """Delete one object; False when there was none (a retry may find it gone)."""
         _path_names(namespace, name)
         try:
             await self._call(
@@ -847,16 +816,11 @@ class KubeClient:
     async def apply_numatopology_status(
         self, name: str, status: Body, *, field_manager: str
     ) -> Body:
-        """Server-side apply `status` (only the fields `field_manager` owns) to the status
-        subresource of `Numatopology/<name>`; returns the stored object.
-
-        The exporter and the agent write conditions of the same object. `conditions` is a
-        map list keyed by `type` in the CRD, so the API server merges each applied entry
-        by its type and keeps the entries other managers own: no GET, no resourceVersion
-        check, no read-modify-write race. `force`: each condition type has one writer,
-        so a conflict can only be an older version of the same process (or a hand edit).
-        A status subresource cannot create the object: an absent one is a 404.
-        """
+        """Server-side apply `status` (the fields `field_manager` owns) to `Numatopology/<name>`
+        (a 404 when absent); returns the stored object. The exporter and the agent write
+        conditions of one object: a map list keyed by `type`, merged by type keeping others'
+        entries (no read-modify-write race). Forced: each type has one writer, so a conflict
+        is an older version of it (or a hand edit)."""
         body = {"apiVersion": API_VERSION, "kind": KIND, "metadata": {"name": name}}
         body["status"] = status
         return await self._patch(
@@ -935,8 +899,7 @@ class KubeClient:
 
     @api_call(("resource.k8s.io", "resourceclaims", "patch"))
     async def patch_resource_claim(self, namespace: str, name: str, patch: Body) -> Body:
-        """A merge patch of the claim (its finalizers); carry `metadata.resourceVersion`
-        to make it conditional. Not retried: the caller reads the claim again."""
+        """A merge patch (finalizers), conditional with `metadata.resourceVersion`; not retried."""
         return await self._patch(
             f"patch resourceclaim {namespace}/{name}",
             _ResourceClaim,
@@ -947,8 +910,7 @@ class KubeClient:
 
     @api_call(("resource.k8s.io", "resourceclaims/status", "patch"))
     async def patch_resource_claim_status(self, namespace: str, name: str, patch: Body) -> Body:
-        """A merge patch of the claim's status subresource (allocation, reservedFor), as
-        the scheduler writes it; carry `metadata.resourceVersion` to make it conditional."""
+        """The claim's status merge patch (allocation, reservedFor), conditional likewise."""
         what = f"patch resourceclaim {namespace}/{name} status"
         return await self._patch(what, _ResourceClaim.Status, name, patch, namespace=namespace)
 
@@ -963,8 +925,8 @@ class KubeClient:
     def watch_numatopologies(
         self, *, name: str | None = None, resource_version: str | None = None
     ) -> AsyncIterator[WatchEvent]:
-        """Numatopology events (only `name`'s where the server honours field selectors)
-        from `resource_version` on (None: from now), until an error ends them."""
+        """Numatopology events (only `name`'s where field selectors are honoured) from
+        `resource_version` on (None: now), until an error ends them."""
         return self._watch(
             f"watch {KIND}",
             _Numatopology,
@@ -980,8 +942,7 @@ class KubeClient:
         (nrt.GROUP, "noderesourcetopologies", "create"),
     )
     async def apply_node_resource_topology(self, body: Body, *, field_manager: str) -> Body:
-        """Server-side apply of a NodeResourceTopology, not forced: fields another writer
-        (NFD's topology-updater) owns are a 409 conflict, never silently taken over."""
+        """Server-side apply of a NodeResourceTopology, not forced: NFD's fields are a 409."""
         return await self._apply_global(_NodeResourceTopology, body, field_manager, force=False)
 
     @api_call((nrt.GROUP, "noderesourcetopologies", "delete"))
@@ -1003,8 +964,7 @@ class KubeClient:
         (volcano.GROUP, "numatopologies", "create"),
     )
     async def apply_volcano_numatopology(self, body: Body, *, field_manager: str) -> Body:
-        """Server-side apply of a Volcano Numatopology, not forced (Volcano's own
-        resource-exporter writing the same object is a 409 conflict)."""
+        """Server-side apply of a Volcano Numatopology, not forced (its resource-exporter: 409)."""
         return await self._apply_global(_VolcanoNumatopology, body, field_manager, force=False)
 
     @api_call((volcano.GROUP, "numatopologies", "delete"))

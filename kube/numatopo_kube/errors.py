@@ -63,8 +63,7 @@ class KubeForbiddenError(KubeError):
 
 
 class KubeInvalidNameError(KubeError):
-    """A name or namespace that is not a valid Kubernetes name (`numatopo_engine.kube_names`):
-    it never reaches a URL path, where `..` or `/` would name another object. Never retried."""
+    """Not a valid Kubernetes name (`kube_names`), kept out of URL paths (`..`, `/`); no retry."""
 
     def __init__(self, message: str) -> None:
         super().__init__(0, "InvalidName", message)
@@ -89,8 +88,7 @@ def error_for(
 
 
 def parse_retry_after(header: str | None) -> float | None:
-    """Seconds from a `Retry-After` header (delta-seconds or an HTTP date); None if absent
-    or unreadable."""
+    """Seconds from a `Retry-After` (delta-seconds or HTTP date); None if absent or unreadable."""
     if header is None:
         return None
     text = header.strip()

@@ -1,11 +1,7 @@
-"""Events posted off the caller's path: a bounded queue and its posters (I/O).
-
-An Event only tells a person what happened; what a process decided or did is already
-in the objects it wrote. So a slow, refusing or hanging Events API must never hold up
-that work: `post` queues and returns at once, `run` posts. What cannot wait (a full
-queue) or is still waiting when the process stops is dropped, counted and logged,
-never silently. The operator's and the agent's queues: docs/operations.md, "Status
-freshness" and "Node agent: when it refuses, and what it reports".
+"""Events posted off the caller's path: a bounded queue and its posters (I/O). An Event only
+tells a person what happened (the outcome is in the objects written), so `post` queues and
+returns at once and `run` posts; what is dropped, counted and logged: docs/operations.md,
+"Status freshness" and "Node agent: when it refuses, and what it reports".
 """
 
 from __future__ import annotations
@@ -30,15 +26,10 @@ class _Event:
 
 
 class EventPosts:
-    """The Events waiting to be posted (`post`), and their posters (`run`).
-
-    `count_dropped` is called with each number of Events dropped (a metric's `inc`),
-    and `metric` names that metric in the log line; `process` says who stopped. Each
-    poster runs under `supervise.keep_running`: an unexpected error of one post is
-    logged, counted (`crashed`) and ends no poster for good. With one poster every
-    Event is posted in the order it was queued; with more, Events about one object may
-    overtake each other.
-    """
+    """The Events waiting to be posted (`post`), and their posters (`run`). `count_dropped`
+    gets each number dropped (a metric's `inc`), `metric` names it in the log, `process` who
+    stopped. Posters run under `supervise.keep_running` (an error is logged, counted by
+    `crashed`, ends none for good); one posts in queue order, more may reorder Events."""
 
     def __init__(
         self,
@@ -72,8 +63,7 @@ class EventPosts:
         return self._queue.qsize() + self._posting
 
     async def run(self, kube: KubeClient) -> None:
-        """Forever: post the queued Events, `posters` at a time. On stop, what is still
-        queued is dropped (and counted)."""
+        """Forever: post queued Events, `posters` at a time; on stop, drop (and count) the rest."""
         try:
             posters = (
                 keep_running("events poster", lambda: self._poster(kube), crashed=self._crashed)

@@ -1,8 +1,7 @@
-"""Long-running loops that outlive their own bugs: `keep_running` (shared by the node side
-and the operator; why: docs/DESIGN.md and docs/operations.md, "Background tasks"). What
-reaches it is a bug or a case nobody foresaw (each loop handles the API's errors
-itself), and starting the loop over from what is kept outside it fits them all.
-"""
+"""Long-running loops that outlive their own bugs: `keep_running`, for the node side and
+the operator (why: docs/DESIGN.md and docs/operations.md, "Background tasks"). Loops handle
+the API's errors themselves; what reaches here is a bug, and starting over from what is
+kept outside the loop fits them all."""
 
 from __future__ import annotations
 
@@ -28,9 +27,8 @@ async def keep_running(
     backoff: Backoff | None = None,
     log: logging.Logger = logger,
 ) -> None:
-    """Run `loop()` until it returns or the task is cancelled; after each exception it
-    raises, log it (traceback included), call `crashed` (a metric), wait `backoff`'s
-    delay and run it again."""
+    """Run `loop()` until it returns or is cancelled; after each exception, log it (with
+    traceback), call `crashed` (a metric), wait `backoff`'s delay and run it again."""
     backoff = backoff or Backoff(1.0, 60.0)
     while True:
         started = time.monotonic()

@@ -1,11 +1,9 @@
 """`WriteTransport`: the writes the operator sends for every decided pod, over aiohttp.
 
-Why (0.1 ms of CPU a write instead of lightkube's 0.8) and what it shares with the
-lightkube client: docs/DESIGN.md, "Kubernetes client". lightkube's own helpers make the
-TLS context (cluster CA, client certificate, insecure-skip-verify) and the auth flow,
-which runs here once per request as under httpx (a token file read again after a 401,
-an `exec` plugin run again); retries stay `KubeClient._call`'s. The session is made on
-the first request, on the loop that sends it, and closed with the client.
+Why, and what it shares with the lightkube client: docs/DESIGN.md, "Kubernetes client".
+lightkube's helpers make the TLS context (cluster CA, client certificate,
+insecure-skip-verify) and the auth flow, run once per request as under httpx; retries stay
+`KubeClient._call`'s. The session is made on the first request, on the loop that sends it.
 """
 
 from __future__ import annotations
@@ -31,8 +29,7 @@ _decode_status = msgspec.json.Decoder(dict[str, object]).decode
 
 
 class WriteTransport:
-    """Sends one write and reads its answer's status; the answer's body is not parsed
-    unless it is an error (these callers never use the stored object)."""
+    """Sends a write, reads its status; parses the body only on an error (callers never use it)."""
 
     def __init__(self, config: SingleConfig, *, timeout_seconds: float) -> None:
         self.server = config.cluster.server.rstrip("/")
@@ -57,8 +54,7 @@ class WriteTransport:
     async def send(
         self, what: str, method: str, path: str, body: object, *, content_type: str
     ) -> None:
-        """`method` `path` with `body` (JSON); a `KubeError` named after `what` when the
-        server refuses it or cannot be reached."""
+        """`method` `path` with JSON `body`; a `KubeError` named `what` on refusal or no answer."""
         url = self.server + path
         data = _encode(body)
         headers = {"Content-Type": content_type, "Accept": "application/json"}
@@ -75,9 +71,8 @@ class WriteTransport:
     async def _authenticated(
         self, auth: httpx2.Auth, method: str, url: str, data: bytes, headers: dict[str, str]
     ) -> tuple[int, _Answer]:
-        """The request with the header lightkube's auth flow sets on it (Authorization),
-        sent again when the flow asks after a 401 (a token file read again, an `exec`
-        plugin run again)."""
+        """The request with the Authorization lightkube's auth flow sets, sent again when
+        the flow asks after a 401 (a token file read again, an `exec` plugin run again)."""
         flow = auth.async_auth_flow(httpx2.Request(method, url))
         try:
             request = await flow.__anext__()
@@ -121,8 +116,8 @@ class _Answer(NamedTuple):
 
 
 def _refusal(what: str, status: int, answer: _Answer) -> KubeError:
-    """The error a refusal maps to, worded as the lightkube path words it: the API
-    server's `Status` reason and message when the answer is one, else its first bytes."""
+    """The error a refusal maps to, worded as on the lightkube path: the `Status` reason
+    and message when the answer is one, else its first bytes."""
     retry_after = parse_retry_after(answer.retry_after)
     try:
         parsed = _decode_status(answer.body)

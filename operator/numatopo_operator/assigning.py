@@ -1,19 +1,19 @@
 """Deciding and writing: pod -> engine -> ledger reservation -> annotations -> Event (I/O).
 
-Two callers share it: the assigner (a pod some scheduler already bound) and the
-extender's bind (a pod our scheduler profile is binding now). Engine errors stop here
-and become outcomes: `InvalidRequestError` -> `state: Invalid`, `UnsatisfiableError` ->
-`state: Unsatisfiable` (each with its `numatopo.io/reason` and a Warning Event), a
-decision -> `numatopo.io/assignment` (with the node's next decision sequence) and
-`state: Assigned`, then a Normal Event. State and reason go in one patch, so a replica
-killed after it leaves nothing half-said. An outcome equal to the pod's current state
-(with its reason) is not written again: no Event storms when a waiting pod is retried.
+Two callers: the assigner (a pod some scheduler already bound) and the extender's bind (a
+pod our scheduler profile is binding now). Engine errors become outcomes:
+`InvalidRequestError` -> `state: Invalid`, `UnsatisfiableError` -> `state: Unsatisfiable`
+(each with its `numatopo.io/reason` and a Warning Event), a decision ->
+`numatopo.io/assignment` (with the node's next decision sequence), `state: Assigned` and a
+Normal Event. State and reason go in one patch, so a replica killed after it leaves nothing
+half-said; an outcome equal to the pod's current state (and reason) is not written again,
+so a retried waiting pod makes no Event storm.
 
 `judge_pod` is the one entry for "look at this pod": an unreadable or overlapping
-assignment becomes `Invalid` with its reason (left as written, booking nothing), a
-waiting pod is decided. `settle` adds the retry queue (`run_retries`). Every write is
-fenced (`Runtime.check_may_write`): a replica that could not renew its Lease stops
-writing before a standby may take over.
+assignment becomes `Invalid` (left as written, booking nothing), a waiting pod is decided.
+`settle` adds the retry queue (`run_retries`). Every write is fenced
+(`Runtime.check_may_write`): a replica that could not renew its Lease stops writing before
+a standby may take over.
 """
 
 from __future__ import annotations
@@ -61,11 +61,6 @@ def _gated(runtime: Runtime, request: PodRequest, node: str) -> bool:
     return wants_gpus and runtime.steered(node)
 
 
-def read_request(runtime: Runtime, pod: PodView) -> PodRequest:
-    """The engine's view of the pod; raises `InvalidRequestError`."""
-    return pod.request(runtime.settings.resources)
-
-
 # A decision takes up to half a second on a 64-NUMA node; the node's free resources
 # changing under each of this many in a row would take a storm of pods ending there.
 DECIDE_ATTEMPTS = 3
@@ -85,8 +80,8 @@ def held_outcome(runtime: Runtime, node: str, key: str) -> Outcome | None:
 def book(
     runtime: Runtime, node: str, key: str, assignment: Assignment, *, over: Collection[str] = ()
 ) -> Outcome:
-    """Book `assignment` in flight with the node's next sequence (`Ledger.reserve`, under
-    the node's lock); `NodeBusyError` when the node changed so that it no longer fits."""
+    """Book `assignment` in flight with the node's next sequence (under the node's lock);
+    `NodeBusyError` when the node changed so that it no longer fits."""
     ledger = runtime.ledger
     try:
         assignment = assignment.model_copy(update={"seq": ledger.next_seq(node)})
@@ -108,11 +103,9 @@ async def engine_outcome(
     holds: str,
 ) -> Outcome:
     """The engine's answer on `state`, in its thread, around the devices the pod holds
-    (`holds` names them when the policy could not hold around them); an `Assigned`
-    outcome is not booked yet and has no message."""
+    (`holds` names them in the log when the policy could not hold around them, as
+    `relaxed` says); an `Assigned` outcome is not booked yet and has no message."""
     try:
-        # Without pins this is `allocate` itself; with them, `relaxed` may say why
-        # the policy could not hold around the devices the pod holds.
         assignment, relaxed = await runtime.in_engine_thread(
             allocate_around, topology, state, request, node,
             engine=runtime.decisions, pinned=pinned, pinned_nics=pinned_nics,
@@ -120,7 +113,7 @@ async def engine_outcome(
     except InvalidRequestError as exc:
         return Outcome(State.INVALID, translate.invalid_message(exc))
     except UnsatisfiableError as exc:
-        return Outcome(State.UNSATISFIABLE, translate.unsatisfiable_message(node, exc.reason))
+        return Outcome(State.UNSATISFIABLE, f"does not fit on {node}: {exc.reason}")
     if relaxed:
         logger.warning("%s holds %s; placed best-effort around them: %s",
                        request.key, holds, relaxed)  # fmt: skip
@@ -136,19 +129,12 @@ async def decide(
     pinned: dict[str, list[int]] | None = None,
     pinned_nics: dict[str, list[str]] | None = None,
 ) -> Outcome | None:
-    """Run the engine for `request` on `node` and reserve the result in the ledger.
-
-    None when `node` has no current Numatopology. Serialised per node; an `Assigned`
-    outcome is booked in flight until its annotation is seen, with the node's next
-    sequence. The engine runs in its thread on a frozen copy of the bookings, so the
-    loop keeps turning; if the watch changed what is free meanwhile, the decision is
-    made again, and `reserve` checks the result against the live state whatever
-    happened: nothing is ever booked twice.
-
-    A pod booked on the node by the time the lock is ours, or the engine is done (the
-    same pod judged twice at once: its event and its retry), keeps that booking: the
-    first decision is the one being written, and a second would book other devices
-    under the same key, freeing the written ones in the ledger only."""
+    """The engine's outcome for `request` on `node`, an `Assigned` one booked in flight; None
+    without a current Numatopology. Serialised per node; the engine works on a frozen copy,
+    decides again if the watch changed what is free, and `reserve` checks the live state:
+    nothing is booked twice. A pod booked there already (judged twice at once: event and
+    retry) keeps the booking being written: a second would book other devices under its
+    key, freeing the written ones in the ledger only."""
     ledger = runtime.ledger
     async with ledger.lock(node):
         held = held_outcome(runtime, node, request.key)
@@ -174,9 +160,8 @@ async def _engine_outcome(
     pinned: dict[str, list[int]] | None,
     pinned_nics: dict[str, list[str]] | None,
 ) -> Outcome | None:
-    """The engine's answer on what is free on `node` now, asked again (up to
-    `DECIDE_ATTEMPTS` times) while the node changes under it; None when nothing can be
-    decided there (no current Numatopology, or a new spec every time)."""
+    """The engine's answer on what is free on `node`, asked again (`DECIDE_ATTEMPTS`) while
+    the node changes under it; None without a current Numatopology or a new spec each time."""
     ledger = runtime.ledger
     outcome: Outcome | None = None
     for attempt in range(1, DECIDE_ATTEMPTS + 1):
@@ -186,8 +171,7 @@ async def _engine_outcome(
             return None
         if runtime.stale_reason(node) is not None:
             return None
-        # Every booking and release bumps it (the ledger's frozen copies rely on it too):
-        # a decision made while it moved may have used what is no longer free.
+        # Every booking and release bumps it: a decision meanwhile may use what was taken.
         before = live.version
         outcome = await engine_outcome(
             runtime, topology, frozen, request, node,
@@ -212,9 +196,8 @@ async def _engine_outcome(
 
 
 async def _write(runtime: Runtime, pod: PodView, outcome: Outcome) -> None:
-    """Patch the pod's annotations (state and reason together), then queue its Event
-    (`event_posts`). A failed or fenced patch frees the booking. Two retries of one pod
-    may decide concurrently; only the first writes a state."""
+    """Patch the pod's state and reason, then queue its Event; a failed or fenced patch
+    frees the booking. Of two retries deciding at once, only the first writes."""
     key = pod.key
     record = runtime.pods.of(key)
     if record.written == outcome.state:
@@ -242,10 +225,9 @@ def _count(runtime: Runtime, outcome: Outcome) -> None:
 
 
 def _said(runtime: Runtime, pod: PodView) -> tuple[str | None, bool]:
-    """(the pod's state as far as we know, whether a reason goes with it): what we wrote
-    and have not seen back yet wins over the (maybe older) body; once seen back, the
-    newest body the watch delivered wins over the one this decision started from (a
-    retry, a re-drive or a queued follow-up may hold one from before our write)."""
+    """(the pod's state as far as we know, whether a reason goes with it): our write not
+    seen back yet wins over the body; once seen, the newest body the watch delivered wins
+    over this decision's (a retry or follow-up may hold one from before our write)."""
     record = runtime.pods.get(pod.key)
     if record is not None:
         if record.written is not None:
@@ -258,14 +240,13 @@ def _said(runtime: Runtime, pod: PodView) -> tuple[str | None, bool]:
 
 
 async def assign_bound_pod(runtime: Runtime, pod: PodView) -> State | None:
-    """Decide for a pod already bound to its node; returns the state it is in now (None:
-    it waits). Skips pods the ledger books already (a decision in flight), and nodes
-    without a current Numatopology (logged; retried when it appears, or later)."""
+    """Decide for a pod bound to its node; returns its state now (None: it waits). Skips
+    pods booked already (in flight) and nodes without a current Numatopology (logged)."""
     key, node = pod.key, pod.node
     if node is None or not translate.is_waiting(pod) or runtime.ledger.holds(key):
         return None
     try:
-        request = read_request(runtime, pod)
+        request = pod.request(runtime.settings.resources)
     except InvalidRequestError as exc:
         outcome: Outcome | None = Outcome(State.INVALID, translate.invalid_message(exc))
     else:
@@ -281,8 +262,7 @@ async def assign_bound_pod(runtime: Runtime, pod: PodView) -> State | None:
             if topology is not None
             else ({}, {})
         )
-        # A pod that already holds GPUs or NICs (it ran, then lost its assignment) is
-        # decided around them; if that cannot be, as any other pod.
+        # A pod holding GPUs or NICs (it ran, lost its assignment): decided around them first.
         outcome = await decide(
             runtime, request, node, path="assigner", pinned=pins, pinned_nics=nic_pins
         )
@@ -309,8 +289,7 @@ async def assign_bound_pod(runtime: Runtime, pod: PodView) -> State | None:
 async def mark_invalid(
     runtime: Runtime, pod: PodView, why: str, *, event_reason: str = translate.INVALID
 ) -> None:
-    """`state: Invalid` with `why` as its reason, for a pod whose own assignment cannot
-    be used (kept as the user wrote it, booked nowhere); written once."""
+    """`state: Invalid` with `why` for a pod whose own assignment is unusable; written once."""
     current, has_reason = _said(runtime, pod)
     known = runtime.pods.get(pod.key)
     latest = known.annotated if known is not None else None
@@ -344,8 +323,7 @@ def _problem(runtime: Runtime, key: str) -> tuple[str, str] | None:
 
 
 async def judge_pod(runtime: Runtime, pod: PodView) -> bool:
-    """Bring one pod to its answer; True when it must be looked at again later (it still
-    waits for room, for its node's Numatopology, or for a decision in flight)."""
+    """Bring one pod to its answer; True when it must be looked at again (waits, or in flight)."""
     if pod.ended:
         return False
     key = pod.key
@@ -365,9 +343,7 @@ async def judge_pod(runtime: Runtime, pod: PodView) -> bool:
 
 
 async def settle(runtime: Runtime, pod: PodView) -> None:
-    """`judge_pod`, keeping the pod in the retry queue while it needs another look: after a
-    write that failed (past the client's quick retries) or was fenced, or while it waits.
-    Never raises: this is a handler boundary."""
+    """`judge_pod`, requeued after a failed or fenced write or while waiting; never raises."""
     key = pod.key
     retries = runtime.retries
     again = True
@@ -414,9 +390,7 @@ async def run_retries(runtime: Runtime) -> None:
                 await settle(runtime, pod)
                 judged += 1
         finally:
-            # A renewal came late while earlier ones were judged, or the loop failed or
-            # was cancelled: every pod not judged yet stays due (for when this replica
-            # decides again, or the supervisor runs the loop again).
+            # A late renewal, a failure or a cancellation: pods not judged yet stay due.
             retries.put_back(key for key, _ in due_now[judged:])
 
 
@@ -427,8 +401,8 @@ Decider = Callable[[Runtime, PodView, PodRequest, str], Awaitable[Outcome | None
 async def bind_pod(
     runtime: Runtime, pod: PodView, node: str, *, first: Decider | None = None
 ) -> str:
-    """The extender's bind: assignment first, then the Binding; '' or the error text.
-    A failed Binding takes the assignment back: no pod holds one for a node it is not on."""
+    """The extender's bind: assignment, then Binding; '' or the error text. A failed
+    Binding takes the assignment back (no pod holds one for a node it is not on)."""
     key = pod.key
     ref = pod.ref
     held_on = runtime.ledger.node_of(key)
@@ -437,7 +411,7 @@ async def bind_pod(
     outcome: Outcome | None = None
     if translate.is_waiting(pod.with_node(node)) and held_on != node:
         try:
-            request = read_request(runtime, pod)
+            request = pod.request(runtime.settings.resources)
         except InvalidRequestError as exc:
             _count(runtime, Outcome(State.INVALID, ""))
             return translate.invalid_message(exc)
@@ -487,10 +461,9 @@ async def bind_pod(
 
 
 async def _bound_after_all(runtime: Runtime, pod: PodView, node: str, exc: Exception) -> bool:
-    """Whether a Binding whose answer was lost (no answer, a timeout, a 5xx) or refused
-    as a conflict went through anyway: the API server may commit it and fail to say so,
-    and taking the assignment of a pod running on `node` back would free its CPUs and
-    GPUs for the next pod. Asked of the pod itself; when that fails too, not bound."""
+    """Whether a Binding whose answer was lost (timeout, 5xx) or was a 409 went through
+    anyway (the API server may commit and fail to say so; taking back a running pod's
+    assignment would free its CPUs and GPUs). Asked of the pod; if that fails, not bound."""
     if not isinstance(exc, KubeError) or not (exc.transient or exc.status == 409):
         return False
     try:

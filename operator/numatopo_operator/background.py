@@ -16,6 +16,5 @@ logger = logging.getLogger(__name__)
 def supervised(
     metrics: Metrics, name: str, loop: Callable[[], Awaitable[None]]
 ) -> Coroutine[Any, Any, None]:
-    """`loop()`, run again after each unexpected error it raises, until it returns or is
-    cancelled; `name` is the `task` label of the restarts counted."""
+    """`loop()` run again after each unexpected error, restarts counted as task `name`."""
     return keep_running(name, loop, crashed=metrics.task_restarts.labels(name).inc, log=logger)

@@ -1,9 +1,9 @@
 """What the extender's `/bind` checks before it binds anything (I/O: reads the pod and the node).
 
-`/bind` writes a Binding with the operator's own rights, so it binds only what
-kube-scheduler's profile would have bound itself (the checks: docs/operations.md,
-"Security"). Only then does `assigning.bind_pod` decide (claimed devices: `dra_bind`)
-and write the assignment and the Binding, whose uid keeps a pod replaced since unbound.
+`/bind` writes a Binding with the operator's rights, so it binds only what kube-scheduler's
+profile would have bound itself (docs/operations.md, "Security"). Only then does
+`assigning.bind_pod` decide (claimed devices: `dra_bind`) and write the assignment and the
+Binding, whose uid keeps a pod replaced since unbound.
 """
 
 from __future__ import annotations
@@ -33,8 +33,7 @@ def _spec(pod: Mapping[str, Any]) -> Mapping[str, Any]:
 
 
 def pod_refusal(pod: Mapping[str, Any], scheduler_name: str) -> str:
-    """'' when kube-scheduler's profile `scheduler_name` could be binding `pod` now, else
-    why not (pure)."""
+    """'' when profile `scheduler_name` could be binding `pod` now, else why not (pure)."""
     metadata = pod.get("metadata")
     metadata = metadata if isinstance(metadata, Mapping) else {}
     spec, status = _spec(pod), pod.get("status")
@@ -54,15 +53,11 @@ def pod_refusal(pod: Mapping[str, Any], scheduler_name: str) -> str:
 
 
 async def bind_checked(runtime: Runtime, args: BindingArgs) -> str:
-    """Bind the pod `args` names if every check passes: '' when bound, else why not.
-    Raises `KubeError` when the API cannot be asked.
-
-    One bind of a pod at a time: kube-scheduler binds a pod again once its extender
-    timeout passed, while the first bind may still run (waiting for a steered node's GPU
-    slot, or a slow API). The second would find the pod booked, not yet bound, and bind
-    it before its assignment is written; the first's Binding is then refused and takes
-    the assignment of a bound pod back. Refused instead: the scheduler retries the pod,
-    which it finds bound, or free again."""
+    """Bind the pod `args` names if every check passes: '' when bound, else why not;
+    `KubeError` when the API cannot be asked. One bind of a pod at a time: kube-scheduler
+    binds again after its extender timeout while the first may still run (a steered node's
+    GPU slot, a slow API); the second would bind the pod before its assignment is written
+    and the first, refused, take a bound pod's assignment back. The scheduler retries."""
     key = args.key
     if key in runtime.binding:
         return f"pod {key}: another bind of it is still running; try again"

@@ -1,10 +1,8 @@
 """`CatchUp`: proof that this replica's pod watch has handed over every pod write stored
-before a moment of its choosing.
-
-A new holder writes a fresh token on its own pod (`handover`) and waits until the pod
-feed hands that pod over carrying it. A watch delivers events in the order the API
-server stored them, so every pod write stored before the token, the replaced holder's
-decisions among them, was handed over too: no list of pods is needed.
+before a moment of its choosing: a new holder writes a fresh token on its own pod
+(`handover`) and waits for the feed to hand it over. A watch delivers events in stored
+order, so every earlier pod write (the replaced holder's decisions among them) was handed
+over too: no list of pods is needed.
 """
 
 from __future__ import annotations

@@ -1,12 +1,9 @@
 """Every Numatopology, and with groups every Node, from a list and a watch of our own
-(`list_watch`), handed to `handlers.topology_seen` and the group worker's Node views
-(I/O; the parsing is `indexes` and `groups.indexes`).
-
-Why not kopf indexes, and the first list before `Runtime.indexed`: docs/DESIGN.md,
-"Kubernetes client". A Numatopology whose `metadata.generation` is that of the spec last
-parsed has only a new status (every status PATCH the holder writes comes back so: a
-burst on 300 nodes parsed 300 specs again, a tenth of the operator's CPU), so its spec
-is not parsed again; one without a generation (an emulator's) is parsed every time.
+(`list_watch`), handed to `handlers.topology_seen` and the group worker's Node views (I/O;
+the parsing is `indexes` and `groups.indexes`). Why not kopf indexes, the first list before
+`Runtime.indexed`, and the spec kept for a Numatopology of the generation last parsed (a
+status-only change, as every status PATCH of the holder's comes back; one without a
+generation, an emulator's, is parsed every time): docs/DESIGN.md, "Kubernetes client".
 """
 
 from __future__ import annotations
@@ -46,8 +43,7 @@ def _generation(body: Body) -> int | None:
 
 
 class _Kind:
-    """One kind followed; `known` is name -> resourceVersion last handed over: what
-    tells a replay from a change."""
+    """One kind followed; `known`: name -> resourceVersion last handed over (a replay or not)."""
 
     def __init__(self, runtime: Runtime) -> None:
         self.runtime = runtime
@@ -91,8 +87,8 @@ class _Topologies(_Kind):
         super().__init__(runtime)
         self.workers = list_watch.KeyedWorkers()
         self.parsed: dict[str, tuple[int, NumatopologySpec]] = {}
-        """node -> (generation, its spec as parsed): what a status-only change reuses. The
-        spec is the ledger's own object where the two are equal (nothing held twice)."""
+        """node -> (generation, parsed spec) a status-only change reuses; the ledger's own
+        object where equal (nothing held twice)."""
 
     def _hand_over(self, node: str, reading: indexes.TopologyReading | None) -> None:
         follow_up = handlers.topology_seen(self.runtime, node, reading, logger)

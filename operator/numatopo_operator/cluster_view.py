@@ -1,12 +1,11 @@
 """The operator's view of the cluster, rebuilt from one list of pods and Numatopologies.
 
-`kubectl numatopo` and `numatopo selftest` answer "what would the operator say now?"
-from outside it, never with a second implementation of its decisions: the lists go
-through the very paths that feed a running operator (`handlers.observe_topology`,
-`handover.listed_bookings` into `Ledger.end_resync` as a new holder does, the mix
-learner), and a pod is judged by the extender's `judge_candidates`. A snapshot:
-signatures are checked with the keys given (none: every assignment is taken as
-written, which `signatures_checked` says).
+`kubectl numatopo` and `numatopo selftest` answer "what would the operator say now?" from
+outside it, with no second implementation of its decisions: the lists go through the paths
+that feed a running operator (`handlers.observe_topology`, `handover.listed_bookings` into
+`Ledger.end_resync` as a new holder does, the mix learner), and the extender's
+`judge_candidates` judges. Signatures are checked with the keys given (none: every
+assignment is taken as written, as `signatures_checked` says).
 """
 
 from __future__ import annotations
@@ -42,8 +41,7 @@ class Judgement:
     candidates: list[str]
     verdicts: extender.Verdicts
     scheduler: dict[str, str] = field(default_factory=dict)
-    """Nodes kube-scheduler's own filters keep from the pod (taints, selector, affinity):
-    node -> why; the extender never sees these."""
+    """node -> why kube-scheduler's own filters keep the pod off (the extender never sees)."""
     invalid: str = ""
     """Why the pod's request cannot be read ('' when it can): no node is judged then."""
 
@@ -78,8 +76,7 @@ class ClusterView:
         return [pod for pod in self.pods if translate.pod_node(pod) == node]
 
     def judge(self, pod: RawPod) -> Judgement:
-        """`pod` on every node: kube-scheduler's node filters first (as the scheduler does
-        before it calls the extender), then the extender's `judge_candidates`."""
+        """`pod` on every node: kube-scheduler's node filters first, then `judge_candidates`."""
         runtime = self.runtime
         spec = pod.get("spec") or {}
         scheduler: dict[str, str] = {}
@@ -108,8 +105,7 @@ class ClusterView:
         return Judgement(candidates, verdicts, scheduler)
 
     async def judge_group(self, pod: RawPod) -> GroupJudgement | None:
-        """The domain search for the pod's group's members not planned yet
-        (`group_release.search`, the group worker's own); None when it names no group."""
+        """The group worker's search for the group's unplanned members; None without a group."""
         try:
             spec = group_of(pod.get("metadata") or {})
         except InvalidRequestError as exc:

@@ -1,9 +1,8 @@
-"""GPUs on DRA clusters: the ResourceClaims of a pod gated `numatopo.io/dra`, allocated
-by numatopo, then the pod released onto their node (I/O; the decision is
-`numatopo_engine.dra`). docs/DESIGN.md, "GPUs on DRA clusters", gives the order of the
-writes, how a write stopped half-way is resumed or rolled back (`DRARolledBack`), group
-members' claims, and what is left to the scheduler (`DRALeftToScheduler`).
-"""
+"""GPUs on DRA clusters: the ResourceClaims of a pod gated `numatopo.io/dra` allocated by
+numatopo, then the pod released onto their node (I/O; the decision is
+`numatopo_engine.dra`). docs/DESIGN.md, "GPUs on DRA clusters": the order of the writes,
+resuming or rolling back a write stopped half-way (`DRARolledBack`), group members' claims,
+what is left to the scheduler (`DRALeftToScheduler`)."""
 
 from __future__ import annotations
 
@@ -55,8 +54,7 @@ _busy: set[str] = set()
 
 
 async def settle_pod(runtime: Runtime, pod: PodView) -> None:
-    """A pod's decision, whichever path it takes: a pod held by the DRA gate has its
-    claims decided (`settle`), any other is judged by `assigning.settle`."""
+    """`settle` for a pod held by the DRA gate, `assigning.settle` for any other."""
     if is_gated(pod):
         await settle(runtime, pod)
     else:
@@ -77,8 +75,7 @@ async def settle(runtime: Runtime, pod: PodView) -> None:
         logger.warning("DRA pod %s: %s; retried", key, exc)
         waits = True
     except Exception:
-        # A bug or a case nobody foresaw: a gated pod may get no next event to bring it
-        # back, so it is looked at again as one that waits (counted as a restart).
+        # No next event may bring a gated pod back: retried as one that waits (a restart).
         logger.exception("DRA pod %s: deciding failed; retried", key)
         runtime.metrics.task_restarts.labels("DRA pod decision").inc()
         waits = True
@@ -125,7 +122,7 @@ async def _settle(runtime: Runtime, pod: PodView) -> bool:
     if claims is None:
         return True
     try:
-        base = assigning.read_request(runtime, pod)
+        base = pod.request(runtime.settings.resources)
         decision = await _decide(runtime, pod, base, entries, claims)
     except InvalidRequestError as exc:
         return await _leave(runtime, pod, f"invalid request: {exc}")
@@ -209,9 +206,9 @@ async def _decide(
 
 
 async def node_refusal(runtime: Runtime, pod: RawPod, node: str) -> str:
-    """Why kube-scheduler's own node filters (`node_rules`) keep `pod` off `node` (''
-    when they do not): sent there by its nodeSelector, it would stay Pending. The Node as
-    group placement's index holds it, else as read now."""
+    """Why kube-scheduler's node filters (`node_rules`) keep `pod` off `node` ('' if not):
+    sent there by its nodeSelector, it would stay Pending. The Node from group placement's
+    index, else read now."""
     view = runtime.groups.node_view(node) if runtime.settings.groups else None
     if view is not None:
         shown = view.as_node(node)
@@ -224,9 +221,8 @@ async def node_refusal(runtime: Runtime, pod: RawPod, node: str) -> str:
 
 
 def book_claims(state: NodeState, node: DraNode, claims: list[api.ResourceClaim]) -> NodeState:
-    """`state` with what allocated claims hold on `node` as this decision's fresh list of
-    claims says (it replaces the watched holds the ledger booked): devices of other
-    pods and other schedulers are never handed out twice."""
+    """`state` with the holds of this decision's fresh list of claims on `node` instead of
+    the watched ones: other pods' and schedulers' devices are never handed out twice."""
     for key in [k for k in state.assignments if k.startswith(HELD)]:
         state.release(key)
     held = {c.key: allocated_devices(c.model_dump(mode="json", by_alias=True)) for c in claims}
@@ -293,10 +289,9 @@ async def _release(
 
 
 async def _resume(runtime: Runtime, pod: PodView) -> bool:
-    """A gated pod with its assignment: the write stopped after it (the operator ended,
-    or the API failed, before the claims or the release). Complete it with the devices
-    the assignment names, or, where the claims can no longer hold them, take it back
-    (and the claims it allocated) so the pod is decided afresh. True: look again."""
+    """A gated pod with its assignment: the write stopped before the claims or the
+    release. Complete it with the assignment's devices, or, where the claims can no longer
+    hold them, take it back (and its allocations) to decide afresh. True: look again."""
     ref = pod.ref
     fresh = PodView.of(await runtime.kube.get_pod(ref["namespace"], ref["name"]))
     if not is_gated(fresh) or translate.state_of(fresh) != State.ASSIGNED:
@@ -342,10 +337,9 @@ async def _resume(runtime: Runtime, pod: PodView) -> bool:
 
 
 async def _member(runtime: Runtime, pod: PodView) -> bool:
-    """A group member released onto its planned node: its claims are allocated the
-    devices its plan named (the planner counted them: `groups.claim_demands`), then the
-    gate is removed. Where the plan named none, or they cannot satisfy the claims now,
-    the claims are left to kube-scheduler on that node. True: look again."""
+    """A group member released onto its planned node: its claims get the devices its plan
+    named (`groups.claim_demands` counted them), then the gate goes. Where it named none or
+    they no longer satisfy the claims, kube-scheduler allocates there. True: look again."""
     ref = pod.ref
     scheduler = "kube-scheduler allocates this group member's claims on its planned node"
     try:
@@ -387,9 +381,8 @@ async def _member(runtime: Runtime, pod: PodView) -> bool:
 async def _fetched_claims(
     runtime: Runtime, namespace: str, entries: list[PodClaim]
 ) -> dict[str, api.ResourceClaim] | None:
-    """The pod's claims as the API has them now, by name, in the pod's order; None while
-    one is not there yet (kube-controller-manager has not created a template's claim).
-    UndecidedError names a claim that cannot be read."""
+    """The pod's claims now, by name, in the pod's order; None while one is not created
+    yet (a template's); UndecidedError names an unreadable one."""
     if any(e.claim is None for e in entries):
         return None
     claims: dict[str, api.ResourceClaim] = {}
@@ -416,14 +409,14 @@ async def _allocations(
     entries: Any,
     claims: Mapping[str, api.ResourceClaim],
 ) -> dict[str, api.AllocationResult]:
-    """The claims' allocations from the devices of the pod's assignment, as they are
-    now: the devices another claim holds since make it `UnsatisfiableError`."""
+    """The claims' allocations from the assignment's devices; `UnsatisfiableError` when
+    another claim holds one of them now."""
     slices, classes = await _slices_and_classes(runtime)
     topology = runtime.ledger.topology(assignment.node)
     if topology is None:
         raise UndecidedError(f"node {assignment.node} has no Numatopology")
     joined = join_node(assignment.node, topology, slices)
-    base = assigning.read_request(runtime, pod)
+    base = pod.request(runtime.settings.resources)
     found = allocations_for(assignment, base, entries, claims, classes, joined)
     mine = {c.key for c in claims.values()}
     ours = {DeviceId(r.driver, r.pool, r.device) for a in found.values() for r in a.devices.results}
@@ -438,8 +431,7 @@ async def _allocations(
 async def _roll_back(
     runtime: Runtime, pod: PodView, claims: Mapping[str, api.ResourceClaim], why: str
 ) -> bool:
-    """Take the pod's assignment back, and the allocations written for it, so the pod is
-    decided afresh (said in a Warning Event)."""
+    """Take back the pod's assignment and its allocations, to decide afresh (a Warning)."""
     ref = pod.ref
     for name, claim in claims.items():
         if claim.status.allocation is None or not _reserved_for(claim, ref["uid"]):

@@ -165,7 +165,7 @@ async def follow_member(runtime: Runtime, pod: PodView, node: str) -> None:
         _not_followed(runtime, pod, node, f"{kept}: nothing can be decided there: {stale}")
         return
     try:
-        request = assigning.read_request(runtime, pod)
+        request = pod.request(runtime.settings.resources)
         claimed = await _claimed(runtime, pod, request, node, topology)
     except (InvalidRequestError, NotFollowedError) as exc:
         _not_followed(runtime, pod, node, f"{kept}, not next to its claims' devices: {exc}")

@@ -1,11 +1,10 @@
 """The extender's judgement of a DRA pod: each candidate node by its claims' devices.
 
 A pod whose GPUs and NICs come from ResourceClaims alone asks no device-plugin resource:
-judged by its requests, every node with CPUs would fit. Here each candidate is judged as
-a DRA decision would be (docs/DESIGN.md, "GPUs on DRA clusters", "The extender"), from
-the watched copies (`Runtime.dra_holds`): no API call per scheduling cycle. What numatopo
-cannot judge as the allocator would, a claim that does not exist yet, or an unreadable
-one: None, and the extender judges the pod by its requests.
+judged by its requests, every node with CPUs would fit. Each candidate is judged as a DRA
+decision would be (docs/DESIGN.md, "GPUs on DRA clusters", "The extender"), from the
+watched copies (`Runtime.dra_holds`, no API call per cycle). What numatopo cannot judge as
+the allocator would, or a claim missing or unreadable: None (judged by its requests).
 """
 
 from __future__ import annotations
@@ -56,8 +55,8 @@ def from_claims(runtime: Runtime, pod: Mapping[str, Any]) -> bool:
 def read_claims(
     runtime: Runtime, pod: Mapping[str, Any]
 ) -> tuple[list[PodClaim], dict[str, api.ResourceClaim], dict[str, api.DeviceClass]] | None:
-    """The claims and the classes, as watched, of a pod whose devices come from its
-    claims alone; None for another pod, or when a claim is missing or unreadable."""
+    """The watched claims and classes of a pod whose devices come from its claims alone;
+    None for another pod, or a claim missing or unreadable."""
     entries = pod_claims(pod)
     if not from_claims(runtime, pod) or not entries:
         return None  # no claim of its own (kube-scheduler's for extended resources aside)

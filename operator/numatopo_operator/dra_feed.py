@@ -1,10 +1,8 @@
-"""Every ResourceClaim, ResourceSlice and DeviceClass, followed by `list_watch` into
-`Runtime.dra_holds` and from there into the ledger (I/O; the bookkeeping is
-`dra_holds`); the extender judges DRA pods by the same copies (`dra_extender`).
-
-Where the API does not serve `resource.k8s.io/v1` (404: a cluster without DRA) it asks
-again rarely and holds nothing. Every node whose holds change is booked again at once;
-pods and groups waiting on a node a claim freed are judged again.
+"""Every ResourceClaim, ResourceSlice and DeviceClass, followed (`list_watch`) into
+`Runtime.dra_holds` and the ledger (I/O); the extender judges DRA pods by the same copies
+(`dra_extender`). A cluster without `resource.k8s.io/v1` (404) is asked again rarely.
+Nodes whose holds change are booked again at once; pods and groups waiting on a node a
+claim freed are judged again.
 """
 
 from __future__ import annotations
@@ -31,8 +29,7 @@ Listed = Callable[[Iterable[Mapping[str, Any]]], set[str]]
 
 
 async def _booked(runtime: Runtime, nodes: set[str]) -> None:
-    """Book the holds of `nodes` again; judge again the pods and groups waiting where a
-    claim freed devices (a hold that grew frees nothing)."""
+    """Book `nodes`' holds again; judge again what waits where a claim freed devices."""
     freed = []
     for node in sorted(nodes):
         runtime.ledger.mark_dirty(node)  # `status.dra` may change with the slices
@@ -77,22 +74,12 @@ def _followed(
 async def follow_dra(runtime: Runtime) -> None:
     """Follow claims, slices and classes until cancelled."""
     kube, holds = runtime.kube, runtime.dra_holds
-
-    def claims_watch(version: str | None) -> AsyncIterator[WatchEvent]:
-        return kube.watch_resource_claims(resource_version=version)
-
-    def slices_watch(version: str | None) -> AsyncIterator[WatchEvent]:
-        return kube.watch_resource_slices(resource_version=version)
-
-    def classes_watch(version: str | None) -> AsyncIterator[WatchEvent]:
-        return kube.watch_device_classes(resource_version=version)
-
     kinds = [
         _followed(
             runtime,
             "ResourceSlices",
             kube.list_resource_slices,
-            slices_watch,
+            lambda version: kube.watch_resource_slices(resource_version=version),
             listed=holds.slices_listed,
             seen=holds.slice_seen,
         ),
@@ -100,7 +87,7 @@ async def follow_dra(runtime: Runtime) -> None:
             runtime,
             "ResourceClaims",
             kube.list_resource_claims,
-            claims_watch,
+            lambda version: kube.watch_resource_claims(resource_version=version),
             listed=holds.claims_listed,
             seen=holds.claim_seen,
         ),
@@ -108,7 +95,7 @@ async def follow_dra(runtime: Runtime) -> None:
             runtime,
             "DeviceClasses",
             kube.list_device_classes,
-            classes_watch,
+            lambda version: kube.watch_device_classes(resource_version=version),
             listed=holds.classes_listed,
             seen=holds.class_seen,
         ),

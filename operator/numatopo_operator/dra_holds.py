@@ -1,12 +1,7 @@
-"""What DRA holds: the devices every allocated ResourceClaim names, as the GPUs and NICs
-of the node's model (its ResourceSlices joined with its Numatopology,
-`numatopo_engine.dra.join`), kept current from the watches (`dra_feed`) and booked in
-the ledger (`Ledger.set_dra_holds`). Pure: no I/O.
-
-Every allocated claim counts, reserved or not, as the scheduler's allocator counts it:
-an allocated device is in use until the claim is deallocated or deleted. Devices of a
-claim numatopo decided are booked by its pod's assignment too; the ledger books a hold
-only on what no pod took.
+"""What DRA holds (pure): the devices every allocated ResourceClaim names, as GPUs and NICs
+of the node's model (`numatopo_engine.dra.join`), kept current from the watches
+(`dra_feed`) and booked in the ledger (`Ledger.set_dra_holds`); every allocated claim
+counts, and pods come first: docs/DESIGN.md, "GPUs on DRA clusters", step 4.
 """
 
 from __future__ import annotations
@@ -40,9 +35,8 @@ HOLDER = "dra"
 
 
 def allocated_devices(raw: Mapping[str, Any]) -> tuple[DeviceId, ...]:
-    """The devices a claim's `status.allocation` names (none when it is not allocated),
-    read field by field (`results_of`): a claim holds its devices whatever else it says,
-    even fields numatopo does not model."""
+    """The devices a claim's `status.allocation` names (none when unallocated), read field
+    by field (`results_of`): a claim holds them whatever else it says, modelled or not."""
     return tuple(sorted(set(results_of(raw) or ())))
 
 
@@ -68,8 +62,7 @@ def holds_on(node: DraNode, claims: Mapping[str, Iterable[DeviceId]]) -> dict[st
 
 
 def book_holds(state: NodeState, holds: Mapping[str, Assignment]) -> None:
-    """Book in `state` each hold's GPUs and NICs that are still free (pods come first:
-    book them before)."""
+    """Book each hold's still-free devices in `state` (pods come first: book them before)."""
     for key, hold in sorted(holds.items()):
         free_gpus, free_nics = state.free_gpus(), state.free_nics()
         free_cpus = state.free_cpus()
@@ -246,9 +239,8 @@ class DraHolds:
     def extended(
         self, node: str, topology: NumatopologySpec | None
     ) -> dict[DeviceId, tuple[str, ...]]:
-        """The node's GPUs and NICs that DeviceClasses serve as extended resources ->
-        those resources (`numatopo_engine.dra.extended`); the same object until the
-        node's join or a class changes."""
+        """The node's GPUs and NICs DeviceClasses serve as extended resources -> those
+        (`numatopo_engine.dra.extended`); the same object until the join or a class changes."""
         joined = self.joined(node, topology)
         if joined is None:
             return {}
@@ -268,9 +260,8 @@ class DraHolds:
     def unhealthy(
         self, node: str, topology: NumatopologySpec, reported: UnhealthyDevices
     ) -> UnhealthyDevices:
-        """What the agent `reported` the kubelet cannot hand out, less the DRA devices:
-        the kubelet's device plugins do not list those at all (DRA drivers hand them
-        out), which says nothing of their health."""
+        """What the agent `reported` the kubelet cannot hand out, less the DRA devices (no
+        device plugin lists those, which says nothing of their health)."""
         self.reported[node] = reported
         joined = self.joined(node, topology)
         if joined is None:
@@ -282,8 +273,8 @@ class DraHolds:
         )
 
     def sync(self, ledger: Ledger, node: str) -> bool:
-        """Book in `ledger` what claims hold on `node` now, and the devices the agent
-        reported unhealthy less the DRA ones; True when the holds changed."""
+        """Book what claims hold on `node` now, and the unhealthy devices less DRA ones, in
+        `ledger`; True when the holds changed."""
         topology = ledger.topology(node)
         if topology is not None and node in self.reported:
             unhealthy = self.unhealthy(node, topology, self.reported[node])
@@ -314,8 +305,7 @@ _M = TypeVar("_M", bound=pydantic.BaseModel)
 
 
 def _read(model: type[_M], raw: Mapping[str, Any], unread: str) -> _M | None:
-    """`raw` as `model`; None, with a warning saying what is lost (`unread`), when it does
-    not read."""
+    """`raw` as `model`; None when unreadable, with a warning of what is lost (`unread`)."""
     try:
         return model.model_validate(raw)
     except pydantic.ValidationError as exc:

@@ -4,10 +4,9 @@ OperatorError
 ├── BookingError (ValueError)   a pod's `numatopo.io/assignment` cannot be read
 └── NotActiveError              this replica does not hold a fresh Lease (`leadership`)
 
-Kubernetes API errors are `numatopo_kube`'s (`KubeError` and its subclasses, re-exported
-here). Engine errors (`InvalidRequestError`, `UnsatisfiableError`) are outcomes, not
-failures: they become `numatopo.io/state` values and Events, never exceptions past
-`assigning`.
+API errors are `numatopo_kube`'s (re-exported here). Engine errors (`InvalidRequestError`,
+`UnsatisfiableError`) are outcomes: `numatopo.io/state` values and Events, never
+exceptions past `assigning`.
 """
 
 from __future__ import annotations
@@ -48,8 +47,7 @@ class NotActiveError(OperatorError):
 
 
 class NodeBusyError(OperatorError):
-    """The node's bookings kept changing while the engine decided, and the last decision
-    no longer fits them: nothing was booked; decide again later."""
+    """The node kept changing while the engine decided: nothing booked; decide again later."""
 
 
 @contextlib.contextmanager
@@ -58,9 +56,7 @@ def kept_serving(
     what: str,
     metrics: Metrics | None = None,
 ) -> Iterator[None]:
-    """The outermost boundary of a handler: log any error with context and carry on
-    (API errors are expected now and then; anything else is a bug, logged with its
-    traceback); the next event for the object gets a fresh try."""
+    """Handler boundary: log any error (bugs with traceback) and carry on; next event retries."""
     try:
         yield
     except KubeNotFoundError as exc:

@@ -1,11 +1,8 @@
 """Exports: each node's NodeResourceTopology and Volcano Numatopology, kept current (I/O;
-the objects are built by the pure `numatopo_engine.exports`).
-
-docs/DESIGN.md, "Exports", has the rules of writing: the holder only, with a fresh
-Lease, from its ledger; coalesced per period like `status`; not forced. At the start of
-each term the writer lists what numatopo wrote: objects of unknown nodes are deleted,
-and the list says what each object holds, so a new holder writes only those that differ
-from its ledger (not a storm of applies at takeover on a large cluster).
+built by the pure `numatopo_engine.exports`). The rules of writing (the holder only, with a
+fresh Lease, from its ledger, coalesced per period, not forced): docs/DESIGN.md, "Exports".
+Each term starts with a list of what numatopo wrote: unknown nodes' objects are deleted,
+and a new holder writes only objects that differ from its ledger (no storm at takeover).
 """
 
 from __future__ import annotations
@@ -72,9 +69,7 @@ class ExportFormat(enum.StrEnum):
         dra: DraNode | None = None,
         extended: Mapping[DeviceId, tuple[str, ...]] | None = None,
     ) -> NodeResourceTopology | VolcanoNumatopology:
-        """The object of `node`; with `dra` (its joined ResourceSlices) the NRT counts the
-        DRA devices under the extended resources their classes serve them as
-        (`extended`), the others under their driver and pool (`dra_names`)."""
+        """`node`'s object; with `dra` (joined slices), the NRT names DRA devices by `dra_names`."""
         if self is ExportFormat.NRT:
             return node_resource_topology(node, spec, state, dra_names(dra, extended or {}))
         return volcano_numatopology(node, spec, state)
@@ -83,10 +78,9 @@ class ExportFormat(enum.StrEnum):
 def dra_names(
     dra: DraNode | None, extended: Mapping[DeviceId, tuple[str, ...]]
 ) -> DeviceNames | None:
-    """For each GPU and NIC of the node a DRA driver publishes, the extended resources
-    DeviceClasses serve it as (`numatopo_engine.dra.extended`: what a pod asks to get it
-    without a claim), else `<driver>/<pool>` (as `status.dra` sums them up): names no
-    device plugin advertises, unlike the spec's resource name."""
+    """For each GPU and NIC a DRA driver publishes, the extended resources DeviceClasses
+    serve it as (what a pod asks to get it without a claim), else `<driver>/<pool>` (as
+    `status.dra` sums them up): names no device plugin advertises."""
     if dra is None:
         return None
     names = {d.id: extended.get(d.id) or (f"{d.id.driver}/{d.id.pool}",) for d in dra.devices}
@@ -115,8 +109,7 @@ _SWEEP = ""
 
 
 def content_digest(built: NodeResourceTopology | VolcanoNumatopology) -> bytes:
-    """What identifies an object's content: its JSON (pydantic's serializer, in field
-    order, so equal objects give equal digests) hashed to 16 bytes."""
+    """An object's JSON (field order: equal objects, equal digests) hashed to 16 bytes."""
     wire = built.model_dump_json(by_alias=True, exclude_none=True).encode()
     return hashlib.blake2b(wire, digest_size=16).digest()
 
@@ -128,9 +121,8 @@ class ExportWriter:
     runtime: Runtime
     format: ExportFormat
     written: dict[str, bytes] = field(default_factory=dict)
-    """node -> digest of the object last written (so an unchanged object is not written
-    again). A digest, not the object: a Volcano object of a 208-CPU node is ~60 KB of
-    Python dicts, too much to keep for thousands of nodes."""
+    """node -> digest of the object last written (an unchanged one is not written again);
+    not the object: a 208-CPU node's Volcano object is ~60 KB of dicts."""
     seen: dict[str, tuple[NumatopologySpec, NodeState, int, DraNode | None, object]] = field(
         default_factory=dict
     )
@@ -140,8 +132,7 @@ class ExportWriter:
     swept: bool = False
 
     def forget(self) -> None:
-        """This replica stopped deciding: the next term starts from a fresh sweep (another
-        replica may have written meanwhile)."""
+        """Stopped deciding: the next term starts with a fresh sweep (another may write)."""
         self.written.clear()
         self.seen.clear()
         self.failing.clear()
@@ -156,8 +147,7 @@ class ExportWriter:
         default = ("unavailable" if exc.transient else "refused", "")
         reason, hint = next((f for k, f in _FAILURES.items() if isinstance(exc, k)), default)
         self.runtime.metrics.export_errors.labels(self.format.value, reason).inc()
-        # The first failure of a node is a warning; its repeats (every retry of a node
-        # another writer owns, say) are counted, and logged at debug level only.
+        # A node's first failure is a warning; repeats are counted, logged at debug only.
         level = logging.WARNING if backoff.attempts == 1 else logging.DEBUG
         what, hint = self.format.kind + (f"/{node}" if node else ""), f"; {hint}" if hint else ""
         logger.log(level, "%s %s failed (again in %.1f s)%s: %s", doing, what, pause, hint, exc)
@@ -181,9 +171,8 @@ class ExportWriter:
             await kube.delete_volcano_numatopology(node)
 
     def _held(self, item: dict[str, Any]) -> bytes:
-        """The digest of a listed object as `content_digest` gives it for what we build: only the
-        metadata we write counts (the server adds uid, versions, managed fields); an
-        object that does not read as our model holds nothing we would write (b"")."""
+        """A listed object's `content_digest` over the metadata we write only (the server
+        adds uid, versions, managed fields); b"" when it does not read as our model."""
         metadata = item.get("metadata") or {}
         ours = {"name": metadata.get("name"), "labels": metadata.get("labels") or {}}
         try:
@@ -198,8 +187,7 @@ class ExportWriter:
             listing = await kube.list_node_resource_topologies(label_selector=MANAGED_LABEL)
         else:
             listing = await kube.list_volcano_numatopologies(label_selector=MANAGED_LABEL)
-        # Checked here too: a server that ignores the selector must not make us delete
-        # objects someone else wrote.
+        # Checked here too: a server ignoring the selector must not make us delete others'.
         return [
             item
             for item in listing.items
@@ -208,8 +196,8 @@ class ExportWriter:
         ]
 
     async def _sweep(self, known: set[str]) -> None:
-        """Take what the objects numatopo wrote hold now as last written (an equal one is
-        not written again); those of nodes without a Numatopology now are deleted."""
+        """Take what numatopo's listed objects hold as last written (an equal one is not
+        written again); those of nodes without a Numatopology are deleted."""
         if not self._due(_SWEEP):
             return
         try:
@@ -236,8 +224,7 @@ class ExportWriter:
         if not self.swept:
             await self._sweep(nodes)
             if not self.swept:
-                # Without the list, nothing of this format can be written either (no
-                # CRD, no RBAC, no API): one call per back-off, not one per node.
+                # No list (no CRD, RBAC or API): one call per back-off, not one per node.
                 return
         for record in records:
             node, topology, state = record.name, record.topology, record.state
@@ -254,8 +241,7 @@ class ExportWriter:
                 continue
             built = self.format.build(node, topology, state, dra, extended)
             digest = content_digest(built)
-            # One node's translation at a time between turns of the loop (a 64-NUMA
-            # node takes tens of ms): Lease renewals and watches never wait for a pass.
+            # One node's translation (tens of ms at 64 NUMA) per loop turn: renewals never wait.
             await asyncio.sleep(0)
             if self.written.get(node) == digest:
                 self.seen[node] = mark

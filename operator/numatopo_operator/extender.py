@@ -1,17 +1,13 @@
 """The kube-scheduler extender: `POST /filter`, `/prioritize`, `/bind` (aiohttp, I/O).
-
-The JSON is exactly kube-scheduler's (k8s.io/kube-scheduler/extender/v1, Go field
-names, no JSON tags, keys read case-insensitively as Go does); the scheduler profile
-that calls it (node-cache-capable: node names, not objects) is the chart's
-`templates/scheduler-config.yaml`.
-
-Per node, `filter` says why it cannot take the pod: Unsatisfiable (preemption may help)
-goes to FailedNodes; no Numatopology, a stale one, or an invalid pod goes to
-FailedAndUnresolvableNodes. Only the active replica answers: the Service selects the
-pod it labels (`leadership.ACTIVE_LABEL`), and any other replica reached during a
-handover answers with an Error (the scheduler retries the pod) and never binds. How
-every body is checked and every answer kept JSON: docs/DESIGN.md, "The scheduler
-extender".
+The JSON is kube-scheduler's (k8s.io/kube-scheduler/extender/v1, Go field names, keys read
+case-insensitively as Go does); the scheduler profile that calls it (node-cache-capable:
+node names, not objects) is the chart's `templates/scheduler-config.yaml`. Per node,
+`filter` says why it cannot take the pod: Unsatisfiable (preemption may help) goes to
+FailedNodes; no or a stale Numatopology, or an invalid pod, to FailedAndUnresolvableNodes.
+Only the active replica answers: the Service selects the pod it labels
+(`leadership.ACTIVE_LABEL`); another reached during a handover answers an Error (the
+scheduler retries) and never binds. Body checks and JSON answers: docs/DESIGN.md, "The
+scheduler extender".
 """
 
 from __future__ import annotations
@@ -54,12 +50,11 @@ Ints = npt.NDArray[np.int64]
 MAX_EXTENDER_PRIORITY = 10
 
 RUNTIME_KEY: web.AppKey[Runtime] = web.AppKey("runtime", Runtime)
-# kube-scheduler sends a body at once (8 MiB at most, `extender_wire`): a caller still
-# sending after this is refused, and holds its connection no longer.
+# kube-scheduler sends a body at once (8 MiB at most): a caller still sending after this
+# is refused, and holds its connection no longer.
 BODY_SECONDS = 10.0
-# How long a connection waits for a request head, the first or the next: above Go's
-# idle-connection timeout (90 s, kube-scheduler's transport), so that kube-scheduler,
-# not the extender, closes an idle connection, and never as it sends a request on it.
+# How long a connection waits for a request head (first or next): above Go's idle timeout
+# (90 s, kube-scheduler's), so kube-scheduler closes idle connections, never mid-request.
 IDLE_SECONDS = 100.0
 # A filter answer for 5,000 nodes holds thousands of entries: no spaces after separators.
 _dumps = functools.partial(json.dumps, separators=(",", ":"))
@@ -76,32 +71,26 @@ class Verdicts:
     failed: dict[str, str] = field(default_factory=dict)
     """Nodes where it does not fit now (preemption may help): node -> what did not fit."""
     unresolvable: dict[str, str] = field(default_factory=dict)
-    """Nodes that cannot take it whatever is evicted: no or a stale Numatopology (the
-    exporter says so, or its heartbeat is too old)."""
+    """Nodes that cannot take it whatever is evicted: no or a stale Numatopology."""
 
 
 @dataclass(frozen=True, slots=True)
 class Candidates:
-    """What `judge_candidates` reads of the operator: taken on the event loop, then read
-    in the engine thread while the loop goes on changing the ledger."""
+    """What `judge_candidates` reads: taken on the loop, read in the engine thread."""
 
     groups: Mapping[str, ShapeCandidates]
-    """The candidates that may take a pod, by hardware shape (`Ledger.judged_candidates`:
-    `Ledger.frozen_state` copies), in first-seen order."""
+    """Those that may take a pod, by shape (`Ledger.judged_candidates`), first-seen order."""
     unresolvable: Mapping[str, str]
-    """The candidates that can take nothing now (no or a stale Numatopology): why."""
+    """Those that can take nothing now (no or a stale Numatopology): why."""
     mix: WorkloadMix = field(default_factory=WorkloadMix)
     """The workload mix the rank packs for (learned or pinned, `workload_mix`)."""
     without: str | None = None
-    """The pod whose own bookings the states already leave out (`judge_candidates`
-    leaves out those of the pod it judges, where they are not)."""
+    """The pod whose own bookings the states leave out already (else `judge_candidates`
+    leaves out those of the pod it judges)."""
 
 
 def candidates(runtime: Runtime, nodes: Iterable[str], without: str | None = None) -> Candidates:
-    """The candidates' topologies and bookings as they are now (on the loop, no I/O),
-    those of pod `without` left out (the pod to judge)."""
-    # Staleness of the candidates only: a cycle judges ~500 of a 5,000-node cluster,
-    # and every node has a heartbeat to age.
+    """The candidates' topologies and bookings now (on the loop), pod `without`'s left out."""
     groups, unresolvable = runtime.ledger.judged_candidates(
         nodes, runtime.settings.heartbeat_max_age_seconds, time.time(), without=without
     )
@@ -109,15 +98,11 @@ def candidates(runtime: Runtime, nodes: Iterable[str], without: str | None = Non
 
 
 async def judge_off_loop(runtime: Runtime, request: PodRequest, nodes: Iterable[str]) -> Verdicts:
-    """The pod on each of `nodes` (`judge_candidates`), in the engine thread: a cold
-    cycle over 5,000 nodes builds per-shape tables for hundreds of milliseconds, which
-    on the loop would hold up every watch. A verdict is advice (bind decides again on
-    the live ledger), so the bookings it was judged on may change meanwhile.
-
-    A warm cycle (every candidate's row and its verdict kept: the next replicas of a
-    job) is answered on the loop when the engine thread is idle: it builds nothing and
-    takes about a millisecond for 500 nodes, less than the hop there and back costs
-    the process. Anything to build sends it to the engine thread after all."""
+    """The pod on each of `nodes` (`judge_candidates`), in the engine thread: a cold cycle
+    builds per-shape tables for hundreds of milliseconds, which would hold up every watch.
+    A verdict is advice (bind decides again), so the bookings may change meanwhile. A warm
+    cycle (every row and verdict kept: a job's next replicas) is answered on the loop while
+    the engine thread is idle: it builds nothing (~1 ms for 500 nodes, less than the hop)."""
     taken = candidates(runtime, nodes, request.key)
     with runtime.engine_if_idle() as idle:
         if idle:
@@ -131,8 +116,7 @@ async def judge_off_loop(runtime: Runtime, request: PodRequest, nodes: Iterable[
 async def judge_pod(
     runtime: Runtime, pod: Mapping[str, Any], request: PodRequest, nodes: Sequence[str]
 ) -> Verdicts:
-    """A pod whose devices come from ResourceClaims by its claims' devices
-    (`dra_extender`), any other by its requests (`judge_off_loop`)."""
+    """A pod with ResourceClaims by its claims' devices (`dra_extender`), else by requests."""
     if (pod.get("spec") or {}).get("resourceClaims"):
         found = await dra_extender.judge_claims(runtime, pod, request, nodes)
         if found is not None:
@@ -149,14 +133,10 @@ def judge_candidates(
     *,
     warm_only: bool = False,
 ) -> Verdicts:
-    """The pod on each candidate (no I/O; reads only `taken`).
-
-    A scheduling cycle runs this over every candidate node, so the nodes are grouped by
-    hardware shape and each group is decided in bulk (`allocation.score_many`, which
-    decides each distinct node row once and keeps the verdicts in `engine`): per-node
-    work here is a few dict and list operations. `warm_only`: from what `engine` keeps
-    alone, else `allocation.NotWarmError` (the same verdicts either way).
-    """
+    """The pod on each candidate (no I/O; reads only `taken`). Each shape's group is decided
+    in bulk (`allocation.score_many`: each distinct row once, verdicts kept in `engine`), so
+    per-node work here is a few dict and list operations. `warm_only`: from what `engine`
+    keeps alone, else `allocation.NotWarmError` (the same verdicts either way)."""
     verdicts = Verdicts()
     failed, unresolvable = verdicts.failed, verdicts.unresolvable
     unresolvable.update(taken.unresolvable)
@@ -169,8 +149,7 @@ def judge_candidates(
         ((t, states) for t, _, states in groups), taken.mix, engine=engine, warm_only=warm_only
     )
     explain = logger.isEnabledFor(logging.DEBUG)
-    # Every node scored and its rank (-1 where refused), groups one after the other:
-    # the verdicts are made from these at once, at the end.
+    # Every node scored and its rank (-1 where refused), made verdicts at the end.
     judged: list[str] = []
     ranks: list[Floats] = []
     for topology, where, states in groups:
@@ -204,8 +183,8 @@ def judge_candidates(
 
 
 def _without_own(key: str, group: ShapeCandidates) -> ShapeCandidates:
-    """The group with each node's bookings minus pod `key`'s own: an earlier attempt
-    must not count (the states are shared, so the few that hold it are copied)."""
+    """The group without pod `key`'s bookings (no earlier attempt counts): the few shared
+    states holding it are copied."""
     topology, where, states = group
     if not any(map(operator.contains, map(_ASSIGNMENTS, states), itertools.repeat(key))):
         return group
@@ -223,10 +202,9 @@ _ASSIGNMENTS = operator.attrgetter("assignments")
 
 
 def rank_scores(ranks: Floats) -> Ints:
-    """Node ranks as extender scores (0..10) by their order, in the same order: the best
-    rank gets 10, each lower distinct rank one less, down to 1 (0 is left for nodes that
-    do not fit). The scale has 11 steps, fewer than the rank's distinctions, so it carries
-    the order of the best nodes, which is what kube-scheduler's choice needs."""
+    """Node ranks as extender scores by their order: the best gets 10, each lower distinct
+    rank one less, down to 1 (0: nodes that do not fit). 11 steps carry the order of the
+    best nodes, which is what kube-scheduler's choice needs."""
     distinct = np.unique(ranks)  # ascending
     below = len(distinct) - 1 - np.searchsorted(distinct, ranks)  # distinct ranks above
     return np.maximum(1, MAX_EXTENDER_PRIORITY - below)
@@ -284,13 +262,9 @@ async def filter_result(
 async def priorities(
     runtime: Runtime, args: Mapping[str, Any], memo: CycleMemo
 ) -> tuple[list[str], list[int]]:
-    """HostPriorityList, as its hosts and their scores in the same order: the node score
-    (0..10) per candidate, 0 where it does not fit: the order of the node ranks
-    (`rank_scores`) over the nodes of this call.
-
-    Ranks from the filter call for the same pod are reused: a rank is advice (bind
-    decides again), so the few milliseconds between the two calls cannot make it wrong.
-    """
+    """HostPriorityList as hosts and scores (`rank_scores` over this call's nodes, 0 where
+    it does not fit). The filter call's ranks for the pod are reused: a rank is advice
+    (bind decides again), so the milliseconds between the calls cannot make it wrong."""
     pod = wire.pod(args)
     names, _ = wire.node_names(args)
     planned = group_members.planned_node(pod)
@@ -357,8 +331,7 @@ def _json(data: object, *, status: int = 200) -> web.Response:
     return web.json_response(dumps=_dumps, data=data, status=status)
 
 
-# The big answers (a filter result names every candidate) are written by msgspec's
-# encoder, in C: UTF-8, no spaces, keys in the order given.
+# Big answers (a filter result names every candidate): msgspec's C encoder, no spaces.
 _encode = msgspec.json.Encoder().encode
 
 
@@ -366,8 +339,7 @@ def _json_of(data: object) -> bytes:
     try:
         return _encode(data)
     except UnicodeEncodeError:
-        # A lone surrogate (a name only Python's parser let in, `extender_wire`): the
-        # escapes `json.dumps` writes for it.
+        # A lone surrogate (only Python's parser lets one in): the escapes `json.dumps` writes.
         return _dumps(msgspec.to_builtins(data)).encode()
 
 
@@ -383,13 +355,8 @@ def priorities_body(hosts: Sequence[str], scores: Sequence[int]) -> bytes:
     return _json_of(list(map(wire.HostPriorityRow, hosts, scores)))
 
 
-def _json_bytes(body: bytes) -> web.Response:
-    return web.Response(body=body, content_type="application/json")
-
-
 def _filter_error(error: str) -> web.Response:
-    """An ExtenderFilterResult that passes no node and says why (kube-scheduler reads a
-    non-empty Error as the extender failing, and retries the pod)."""
+    """An ExtenderFilterResult passing no node; kube-scheduler retries on an Error."""
     return _json(
         {
             "Nodes": None,
@@ -409,7 +376,7 @@ async def _filter(request: web.Request) -> web.Response:
         if error:
             raise BadArgsError(error)
         result = await filter_result(runtime, args, request.app[MEMO_KEY])
-        return _json_bytes(filter_body(result))
+        return web.Response(body=filter_body(result), content_type="application/json")
     except BadArgsError as exc:
         return _filter_error(str(exc))
 
@@ -424,7 +391,7 @@ async def _prioritize(request: web.Request) -> web.Response:
     try:
         args = await _read(request)
         hosts, scores = await priorities(runtime, args, request.app[MEMO_KEY])
-        return _json_bytes(priorities_body(hosts, scores))
+        return web.Response(body=priorities_body(hosts, scores), content_type="application/json")
     except BadArgsError as exc:
         return _json({"Error": str(exc)}, status=400)
 
@@ -467,9 +434,8 @@ _ERROR_ANSWERS = {
 async def json_answers(
     request: web.Request, handler: Callable[[web.Request], Awaitable[web.StreamResponse]]
 ) -> web.StreamResponse:
-    """Every answer is JSON, and none carries a traceback: aiohttp's own refusals (an
-    unknown path, a GET on a verb) keep their status with a JSON body; an unexpected
-    exception is logged here and answered with an Error naming only its type."""
+    """Every answer is JSON, none a traceback: aiohttp's refusals (unknown path, a GET)
+    keep their status; an unexpected exception is logged, answered by its type only."""
     try:
         return await handler(request)
     except web.HTTPException as exc:

@@ -1,15 +1,8 @@
-"""What the extender keeps from one call to the next for the same pod (pure, bounded).
-
-kube-scheduler calls `filter` and then `prioritize` with the same Pod object, and sends
-a pod it could not place again unchanged until it changes. So per pod (by uid, the
-least recently used dropped past `size`):
-
-  * its `PodRequest`, parsed once: kept with the pod object it was parsed from and
-    used only for a pod equal to that one in every field (any change, a new
-    resourceVersion included, parses it again), so a stale request is never used.
-    The same request object also lets the engine keep its sizing (`Engine.sized`);
-  * filter's node ranks and their scores, taken by the prioritize call that follows
-    (a rank is advice: bind decides again on the live ledger).
+"""What the extender keeps from one call to the next for the same pod (pure, bounded;
+docs/DESIGN.md, "The scheduler extender"): per pod (by uid, least recently used dropped past
+`size`) its `PodRequest`, used only for a pod equal in every field to the one it was parsed
+from (a new resourceVersion parses again; the same object lets the engine keep its sizing,
+`Engine.sized`), and filter's node ranks and scores for the prioritize call that follows.
 """
 
 from __future__ import annotations
@@ -46,8 +39,7 @@ class CycleMemo:
         self._ranks: OrderedDict[str, tuple[Ranks, Scores]] = OrderedDict()
 
     def request(self, pod: Mapping[str, Any], resources: ResourceNames) -> PodRequest:
-        """`pod_request.request_from_pod(pod, resources)`, parsed once per pod content;
-        raises its `InvalidRequestError` (never kept: such a pod is rare)."""
+        """`pod_request.request_from_pod` once per pod content; errors raised, not kept (rare)."""
         uid = pod_uid(pod)
         found = self._requests.get(uid)
         if (

@@ -1,16 +1,13 @@
 """The extender's TLS: mutual authentication of kube-scheduler, with certificates that
-rotate without a restart (I/O: reads the certificate files).
+rotate without a restart (I/O: reads the certificate files; docs/operations.md, "Scheduler
+to extender: mutual TLS").
 
-kube-scheduler cannot send a token to an extender, but its `extenders[].tlsConfig` can
-present a client certificate: so the extender serves HTTPS only, to clients whose
-certificate chains to `extender_client_ca`, a CA that signs the scheduler's and nothing
-else.
-
-Rotation: the files are usually a mounted Secret, swapped atomically by the kubelet.
-Each handshake stats them (microseconds) and, when one changed, builds a new context
-and hands it to that connection from OpenSSL's server-name callback, which runs before
-the server picks its certificate or verifies the client's. A set that does not load (a
-key from one rotation, a certificate from the next) keeps the previous context, logged.
+kube-scheduler cannot send an extender a token, but its `extenders[].tlsConfig` can present
+a client certificate: the extender serves HTTPS only, to clients whose certificate chains
+to `extender_client_ca`, a CA that signs the scheduler's and nothing else. Each handshake
+stats the files; a change hands the connection a new context from OpenSSL's server-name
+callback, which runs before the certificate is picked or the client's verified. A set that
+does not load keeps the previous context, logged.
 """
 
 from __future__ import annotations
@@ -26,8 +23,7 @@ logger = logging.getLogger(__name__)
 
 
 class ExtenderTlsError(RuntimeError):
-    """The extender cannot serve: no TLS material and no explicit plain-HTTP opt-out, or
-    files that do not load."""
+    """No TLS material and no explicit plain-HTTP opt-out, or files that do not load."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -93,8 +89,7 @@ class RotatingContext:
         return fresh
 
     def _pick(self, connection: ssl.SSLObject, _server_name: str | None, _: object) -> None:
-        # Runs on the event loop during the handshake: swapping the context gives this
-        # connection the new certificate and the new client CA store.
+        # In the handshake: the swapped context gives this connection the new files.
         connection.context = self.refresh()
 
 

@@ -1,17 +1,15 @@
 """What the extender reads off the network, checked before any of it is used (pure).
 
-kube-scheduler sends UTF-8 JSON objects of a known shape; anything else is answered with
-an Error naming what was wrong (never an exception):
+kube-scheduler sends UTF-8 JSON objects of a known shape (keys read case-insensitively, as
+Go's encoding/json does); anything else is answered with an Error naming what was wrong:
 
 - a body above `MAX_BODY_BYTES`, not UTF-8, nested deeper than `MAX_DEPTH`, not JSON or
   not an object is refused before (or while) it is parsed;
 - ExtenderArgs must hold a Pod object whose `metadata` and `spec` are objects, and its
   candidates as a list of names (`NodeNames`) or of Node objects with string names;
-- ExtenderBindingArgs must name a pod (DNS-1123 subdomain), its namespace (a label),
-  its uid and a node (a subdomain): nothing with `/`, `..`, NUL or a surrogate ever
-  reaches a URL (`numatopo_kube` refuses such names again).
-
-Keys are read case-insensitively, as Go's encoding/json does.
+- ExtenderBindingArgs must name a pod (DNS-1123 subdomain), its namespace (a label), its
+  uid and a node (a subdomain): nothing with `/`, `..`, NUL or a surrogate ever reaches a
+  URL (`numatopo_kube` refuses such names again).
 """
 
 from __future__ import annotations
@@ -27,14 +25,10 @@ from pydantic import BaseModel, ConfigDict
 
 from numatopo_engine import kube_names
 
-# Measured (tests/operator/test_extender_attacks.py): ExtenderArgs with 5,000 node
-# names of 58 characters and an 8-GPU pod with its managedFields is 0.3 MiB; with 5,000
-# names of the longest kind (253 characters) 1.2 MiB. A pod is at most ~1.5 MiB (etcd's
-# request limit), so even both extremes together fit three times over. Node objects
-# instead of names (a profile without nodeCacheCapable) fit for a few hundred nodes.
+# 5,000 node names of 253 characters are 1.2 MiB, a pod ~1.5 MiB at most (etcd): both fit
+# three times over (test_extender_attacks.py); Node objects fit for a few hundred nodes.
 MAX_BODY_BYTES = 8 << 20
-# The deepest a Pod gets (affinity terms, managedFields) is under 20 levels; Python's
-# parser would hit its recursion limit near 1,000.
+# A Pod nests under 20 levels; Python's parser hits its recursion limit near 1,000.
 MAX_DEPTH = 100
 
 # Everything but quotes and brackets: what the depth check drops first.
@@ -44,8 +38,8 @@ _STEPS[[ord("["), ord("{")]] = 1
 _STEPS[[ord("]"), ord("}")]] = -1
 
 
-# msgspec's parser first: the same objects as `json.loads` at a third of the time (a
-# filter body holds hundreds of names); a body it refuses goes to `_python_parsed`.
+# msgspec first: the same objects as `json.loads` at a third of the time; what it refuses
+# goes to `_python_parsed`.
 _decode = msgspec.json.Decoder().decode
 
 
@@ -54,10 +48,9 @@ class BadArgsError(ValueError):
 
 
 def _nests_too_deep(body: bytes) -> bool:
-    """Whether the body's arrays and objects nest deeper than `MAX_DEPTH`, brackets inside
-    strings left out: linear and in C (no regex per string, never a recursive walk).
-    Escaped backslashes go first, then escaped quotes, so every quote left opens or
-    closes a string."""
+    """Whether arrays and objects nest deeper than `MAX_DEPTH` (brackets inside strings
+    left out), linear and in C. Escaped backslashes go first, then escaped quotes, so every
+    quote left opens or closes a string."""
     if body.count(b"[") + body.count(b"{") <= MAX_DEPTH:
         return False  # it cannot nest deeper than it opens, inside strings or not
     unescaped = body.replace(b"\\\\", b"").replace(b'\\"', b"")
@@ -87,9 +80,9 @@ def parse_body(body: bytes) -> Mapping[str, Any]:
 
 
 def _python_parsed(text: str) -> Any:
-    """`json.loads(text)`, for what msgspec refuses: Python's parser reads a few things
-    msgspec does not (NaN, lone surrogate escapes), which the checks after it refuse
-    where they matter, with the field's name; and its messages say what is wrong."""
+    """`json.loads(text)` for what msgspec refuses: it reads a few things msgspec does not
+    (NaN, lone surrogate escapes; later checks refuse them where they matter, by field),
+    and its messages say what is wrong."""
     try:
         return json.loads(text)
     except RecursionError:
@@ -158,8 +151,7 @@ class BindingArgs:
 
 
 def binding_args(body: Mapping[str, Any]) -> BindingArgs:
-    """ExtenderBindingArgs {PodName, PodNamespace, PodUID, Node}; `BadArgsError` naming
-    the first field that is missing or not a valid name."""
+    """ExtenderBindingArgs; `BadArgsError` naming the first field missing or invalid."""
     namespace, name, uid, node = (
         field(body, key) for key in ("PodNamespace", "PodName", "PodUID", "Node")
     )
@@ -179,8 +171,7 @@ def binding_args(body: Mapping[str, Any]) -> BindingArgs:
 
 
 class HostPriority(BaseModel):
-    """One entry of kube-scheduler's HostPriorityList (prioritize's answer): a node and
-    its extender score (0..10)."""
+    """One entry of HostPriorityList (prioritize's answer): a node and its score (0..10)."""
 
     model_config = ConfigDict(extra="forbid", strict=True)
 
@@ -188,9 +179,8 @@ class HostPriority(BaseModel):
     Score: int
 
 
-# `HostPriority` as a msgspec Struct with the same fields, for writing the answer: an
-# answer lists hundreds of hosts, and msgspec builds and encodes these in C, where a
-# dict per host costs about twice as much (measured in the extender under load).
+# `HostPriority` as a msgspec Struct for writing the answer (hundreds of hosts): built and
+# encoded in C, half what a dict per host costs.
 HostPriorityRow: type[msgspec.Struct] = msgspec.defstruct(
     "HostPriorityRow",
     [(name, info.annotation) for name, info in HostPriority.model_fields.items()],

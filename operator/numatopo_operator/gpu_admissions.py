@@ -1,12 +1,8 @@
-"""One GPU pod in flight per steered node (pure state, asyncio waits).
-
-No device-plugin RPC names the pod being admitted: numatopo's steering plugin answers
-`GetPreferredAllocation(available, mustInclude, size)` with the in-flight container of
-that size whose assigned GPUs are available, a guess certain only while at most one GPU
-pod is in flight on the node. So on a `Steered` node a second GPU pod waits (in the
-bind, or the retry queue) until the first is seen admitted or gone, or a bounded
-timeout passes: a kubelet that never admits the first must not stop the node forever.
-After a timeout steering may guess wrong; Follow then heals.
+"""One GPU pod in flight per steered node (pure state, asyncio waits; why: docs/DESIGN.md,
+"GPUs: steered, followed or unverified"). A second GPU pod on a `Steered` node waits (in the
+bind, or the retry queue) until the first is seen admitted or gone, or a timeout passes (a
+kubelet that never admits it must not stop the node); steering may then guess wrong, and
+Follow heals.
 """
 
 from __future__ import annotations
@@ -41,8 +37,7 @@ class GpuAdmissions:
         return True
 
     async def wait_and_take(self, node: str, key: str) -> bool:
-        """Take the slot, waiting while another pod holds it; False when that pod's time
-        ran out first (taken all the same: the node is not stopped forever)."""
+        """Take the slot once free; False when the holder's time ran out (taken all the same)."""
         while not self.take(node, key):
             held = self._held[node]
             event = self._freed.setdefault(node, asyncio.Event())
@@ -63,6 +58,3 @@ class GpuAdmissions:
                 event = self._freed.pop(node, None)
                 if event is not None:
                     event.set()
-
-    def __len__(self) -> int:
-        return sum(1 for node in self._held if self.holder(node) is not None)

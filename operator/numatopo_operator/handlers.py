@@ -1,11 +1,8 @@
-"""kopf's handlers (`build_registry`: the login, NetworkTopologies), and the logic
-`pod_feed` and `cluster_feed` call (`pod_seen`, `topology_seen`); each is thin.
-
-Pods, Numatopologies and Nodes are listed and watched by the feeds, not kopf
-(docs/DESIGN.md, "Kubernetes client"), and each event is handed here. The pod's own
-`numatopo.io/state` says whether it was decided, so handling is idempotent. Retries are
-driven by the events that can change an answer, not by timers: a pod waiting for a
-Numatopology is retried when it appears, an Unsatisfiable pod when a pod on its node
+"""kopf's handlers (`build_registry`: the login, NetworkTopologies), and the thin logic the
+feeds call for each event (`pod_seen`, `topology_seen`; docs/DESIGN.md, "Kubernetes
+client"). The pod's own `numatopo.io/state` says whether it was decided, so handling is
+idempotent. Retries follow the events that can change an answer, not timers: a pod waiting
+for a Numatopology is retried when it appears, an Unsatisfiable pod when a pod on its node
 releases CPUs or GPUs; what no event re-drives waits in the retry queue
 (`assigning.settle`). The ledger is fed here and nowhere else on the watch side
 (`_observe_pod`, `observe_topology`, deleted objects included).
@@ -35,9 +32,8 @@ logger = logging.getLogger(__name__)
 
 
 async def login(*, memo: Runtime, logger: Logger, **kwargs: Any) -> kopf.ConnectionInfo:
-    """Fixed credentials if given, else the pod's service account, else `KUBECONFIG`, for
-    kopf's watches; our own client (`memo.kube`) connects from the same sources by
-    itself, again at each re-login."""
+    """Fixed credentials, else the service account, else `KUBECONFIG`, for kopf's watches;
+    `memo.kube` connects from the same sources by itself, again at each re-login."""
     info = (
         memo.connection
         or kopf.login_with_service_account(logger=logger, **kwargs)
@@ -59,15 +55,13 @@ def observe_topology(memo: Runtime, node: str, reading: indexes.TopologyReading 
         memo.dra_holds.reported.pop(node, None)
         return
     if memo.statuses.get(node) != reading.status:
-        # Someone else's write, or one of ours seen out of order: the holder compares it
-        # with the ledger again (and writes only if they differ).
+        # Another's write, or ours seen out of order: compared with the ledger again.
         memo.statuses[node] = reading.status
         memo.ledger.mark_dirty(node)
     memo.ledger.see_freshness(
         node, stale=reading.stale, heartbeat=reading.heartbeat, gpu_mode=reading.gpu_mode
     )
-    # The spec as the ledger holds it when unchanged: one comparison per event, and the
-    # DRA join (cached per spec object) is not compared again.
+    # The ledger's spec object when equal: its DRA join (cached per object) is kept.
     known = memo.ledger.topology(node)
     spec = known if known is not None and known == reading.spec else reading.spec
     unhealthy = memo.dra_holds.unhealthy(node, spec, reading.unhealthy)
@@ -95,8 +89,8 @@ def _observe_pod(memo: Runtime, pod: PodView) -> None:
 
 
 async def _report_others(memo: Runtime, pod: PodView, logger: Logger) -> None:
-    """Mark Invalid, once each, the other bookings on this pod's node that now overlap
-    earlier claims (their own events may never come again)."""
+    """Mark Invalid, once each, the other bookings on the node now overlapping earlier
+    claims (their own events may never come again)."""
     key = pod.key
     node = memo.ledger.node_of(key) or pod.node
     if node is None:
@@ -119,9 +113,8 @@ def pod_seen(
     memo: Runtime, type: str | None, body: dict[str, Any], logger: Logger
 ) -> FollowUp | None:
     """The bookkeeping of one pod as `pod_feed` saw it (`type`: the watch event's, None
-    for a listed pod), done at once, in watch order. Returns what is left to do while
-    this replica decides (API calls), run in the pod's own worker: a decision that waits
-    on the API never holds up the watch whose next events it may be waiting for."""
+    when listed), at once, in watch order. Returns what is left while deciding (API calls)
+    for the pod's own worker: it never holds up the watch whose events it may await."""
     pod = PodView(body)
     key = pod.key
     with kept_serving(logger, f"pod {key}", memo.metrics):
@@ -168,9 +161,9 @@ async def _decide(memo: Runtime, pod: PodView, logger: Logger) -> None:
 def topology_seen(
     memo: Runtime, node: str, reading: indexes.TopologyReading | None, logger: Logger
 ) -> FollowUp | None:
-    """A node's Numatopology as `cluster_feed` read it now (None: deleted or invalid),
-    into the ledger at once. Returns what is left to do while this replica decides (the
-    pods waiting on the node judged again), run in the node's own worker."""
+    """A node's Numatopology as `cluster_feed` read it (None: deleted or invalid), into the
+    ledger at once; returns, while deciding, the re-judging of its waiting pods for the
+    node's own worker."""
     with kept_serving(logger, f"Numatopology/{node}", memo.metrics):
         observe_topology(memo, node, reading)
         if reading is None:
@@ -193,9 +186,7 @@ async def network_topology_changed(*, memo: Runtime, **kwargs: Any) -> None:
 
 
 def build_registry(*, groups: bool = True) -> kopf.OperatorRegistry:
-    """A registry with kopf's part of the operator (none on kopf's global one): the
-    login, and with `groups` the NetworkTopology index group placement reads (a few
-    objects; Numatopologies and Nodes are `cluster_feed`'s)."""
+    """A registry (not kopf's global) with the login and, with `groups`, NetworkTopologies."""
     registry = kopf.OperatorRegistry()
     if groups:
         group_indexes.register(registry)

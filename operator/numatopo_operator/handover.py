@@ -1,40 +1,32 @@
 """Taking over as the active replica: make the ledger current, then judge (I/O).
 
-A standby follows the pods as the holder does (`pod_feed`; kopf peering is off: the
-Lease decides), but its watch may lag behind the writes of the holder it replaces.
-On every acquisition of the Lease (`leadership` clears `Runtime.ledger_current` first,
-and again when the Lease is lost):
+A standby follows the pods as the holder does (`pod_feed`; the Lease decides, not kopf
+peering), but its watch may lag behind the holder it replaces. On each acquisition
+(`leadership` clears `Runtime.ledger_current` then, and when the Lease is lost):
 
-1. No grace period: the previous holder stopped writing `renew_deadline` after its last
-   renewal, at least `lease_duration - renew_deadline` before we could acquire the
-   Lease (fencing by expiry, see `leadership`), so its writes have landed.
-2. Once `pod_feed` has listed, one of: the Lease's first holder ever (it created the
-   Lease, or runs standalone) does nothing more (`take_over(relist=False)`); else the
-   watch catches up (`catch_up`: a token written on our own pod and seen on our watch
-   within `CATCH_UP_SECONDS` proves every earlier pod write was handed over; needs our
-   pod in a watched namespace); else `Ledger.begin_resync`, a LIST of the annotated pods
-   (slim views), `Ledger.end_resync` with their bookings, retried until it succeeds.
-3. Set `Runtime.ledger_current`: decisions resume (until then the assigner skips pods,
-   the extender answers "not ready, retry", and `/readyz` says so).
-4. Judge every annotated pod (those listed, and those deferred while the gate was
-   closed, `PodRecord.deferred`) in `judging_order` (`assigning.judge_pod`): a pod that
-   changed while no replica decided gets its answer, a waiting pod is decided, a valid
-   assignment is left. A moment without a fresh Lease defers what is left (`judge`).
+1. No grace period: fencing by expiry (`leadership`) has the previous holder silent at
+   least `lease_duration - renew_deadline` before we could acquire: its writes have landed.
+2. Once `pod_feed` has listed: the Lease's first holder ever (it created the Lease, or runs
+   standalone) does nothing more (`take_over(relist=False)`); else the watch catches up
+   (`catch_up`: our token, written on our own pod and seen on our watch within
+   `CATCH_UP_SECONDS`, proves every earlier pod write was handed over; needs our pod in a
+   watched namespace); else `Ledger.begin_resync`, a LIST of the annotated pods,
+   `Ledger.end_resync` with their bookings, retried until it succeeds.
+3. Set `Runtime.ledger_current`: decisions resume (until then the assigner skips pods, the
+   extender answers "not ready, retry", `/readyz` says so).
+4. Judge every annotated pod (listed, or deferred meanwhile: `PodRecord.deferred`) in
+   `judging_order` (`assigning.judge_pod`); a moment without a fresh Lease defers the rest.
 
-Why no booking is lost or double-booked. After a caught-up watch: the watch hands over
-pod writes in the order they were stored, so every write before our token (fencing puts
-all of the previous holder's there) was handed over, deletions included. After a list:
-take a pod P whose assignment exists when step 3 opens the gate. If its annotation was
-written before the list was served, the list has it, and only a journaled end of that
-very pod (same uid) removes it. If after, the watch delivers it: during the list the
-journal keeps it over the list's older answer; after, the ledger observes it as usual.
-Only a previous holder still writing after our list could reach us later, which fencing
-forbids (a write on the wire longer than `lease_duration - renew_deadline` remains a
-window, as with any lease). A release is not lost either: one before `begin_resync` is
-older than the list (which no longer shows the pod, or shows it finished); one during
-the list is journaled as an end and wins; one after applies to the rebuilt ledger.
-Pods that vanished while we stood by are not in the list, so their bookings go.
-In-flight reservations (our writes not yet seen) are kept across the resync.
+Why no booking is lost or double-booked. A caught-up watch handed over every write stored
+before our token, all of the previous holder's among them (fencing), deletions included.
+After a list, take a pod P assigned when step 3 opens the gate: written before the list was
+served, the list has it, and only a journaled end of that very pod (same uid) removes it;
+written after, the watch delivers it (during the list the journal keeps it over the list's
+older answer). Only a previous holder writing after our list could reach us later, which
+fencing forbids (bar a write on the wire longer than `lease_duration - renew_deadline`, as
+with any lease). A release before `begin_resync` is older than the list; one during it is
+journaled as an end and wins; one after applies to the rebuilt ledger. Pods that vanished
+while we stood by are not listed: their bookings go. In-flight reservations are kept.
 """
 
 from __future__ import annotations
@@ -66,8 +58,7 @@ JUDGE_SLICE_SECONDS = 0.02
 
 
 def listed_bookings(runtime: Runtime, pods: Iterable[RawPod]) -> list[Booking]:
-    """The bookings of listed pods, as the index would observe them one by one; a pod
-    whose assignment cannot be read books nothing (and is reported as the index does)."""
+    """Listed pods' bookings, as on the watch (an unreadable assignment: none, reported)."""
     bookings: list[Booking] = []
     for pod in pods:
         view = PodView.of(pod)
@@ -82,9 +73,8 @@ def listed_bookings(runtime: Runtime, pods: Iterable[RawPod]) -> list[Booking]:
 
 
 async def _resync(runtime: Runtime) -> list[dict[str, Any]]:
-    """One list of pods applied to the ledger; returns the pods. Retried until it works.
-    Not before `pod_feed` has listed once: the watch side's first pass would otherwise
-    be journaled as newer than this list."""
+    """One list of pods applied to the ledger, retried until it works; returns the pods.
+    Waits for `pod_feed`'s first list, which would otherwise be journaled as newer."""
     await runtime.pods_listed.wait()
     while True:
         async with runtime.pod_lists:
@@ -95,8 +85,7 @@ async def _resync(runtime: Runtime) -> list[dict[str, Any]]:
 
 
 def _annotated(pod: dict[str, Any]) -> dict[str, Any] | None:
-    """The slim view of a pod that carries a numatopo annotation; None for any other
-    (it books nothing and is not judged: not kept while the list is read)."""
+    """The slim view of a pod with a numatopo annotation; None (not kept) for any other."""
     return slim_pod(pod) if translate.is_annotated(PodView(pod)) else None
 
 
@@ -123,9 +112,8 @@ async def _listed(runtime: Runtime) -> list[dict[str, Any]] | None:
 
 
 async def _caught_up(runtime: Runtime) -> bool:
-    """Step 2 without a list (`catch_up`): True once the pod feed handed over the token
-    written on our own pod now; False where that cannot be done (no pod of our own, or
-    one the feed does not watch) or does not happen within `CATCH_UP_SECONDS`."""
+    """Step 2 without a list (`catch_up`): True once the feed handed over our token; False
+    without a watched pod of our own, or when it does not come in `CATCH_UP_SECONDS`."""
     settings = runtime.settings
     namespace, name = settings.pod_namespace, settings.pod_name
     if namespace is None or name is None:
@@ -152,12 +140,10 @@ async def _caught_up(runtime: Runtime) -> bool:
 
 
 def judging_order(pod: RawPod | PodView) -> tuple[bool, bool, str]:
-    """The order of step 4: pods that wait first, since they are what is held up, while a
-    valid assignment is left as it is (at 10,000 assigned pods, judging them all first
-    took most of a minute). Among those that wait, the ones never answered go before
-    those the previous holder found no room for (judged again, but their retries go on
-    anyway): a new pod is not held up behind every refused one (50 refusals took 2 s at
-    1,000 nodes on a loaded machine). Oldest first within each group."""
+    """Step 4's order: waiting pods first (they are what is held up; a valid assignment is
+    left as it is), those never answered before those the previous holder refused (their
+    retries go on anyway), so a new pod does not wait behind every refusal; oldest first.
+    Timings: docs/operations.md, "After a takeover"."""
     metadata = pod.get("metadata") or {}
     return (
         not translate.is_waiting(pod),
@@ -167,10 +153,8 @@ def judging_order(pod: RawPod | PodView) -> tuple[bool, bool, str]:
 
 
 async def take_over(runtime: Runtime, *, relist: bool = True) -> None:
-    """Steps 2-4 of the module docstring (`relist=False`: the Lease's first holder);
-    cancelled when this replica loses the Lease. Without a list (that, or the watch
-    caught up), the pods judged are the annotated ones the feed keeps
-    (`PodRecord.annotated`)."""
+    """Steps 2-4 (`relist=False`: the Lease's first holder); cancelled when the Lease is
+    lost. Without a list, the pods judged are those the feed keeps (`PodRecord.annotated`)."""
     if relist and await _caught_up(runtime):
         relist = False
     if relist:
@@ -193,17 +177,11 @@ async def take_over(runtime: Runtime, *, relist: bool = True) -> None:
 async def judge(runtime: Runtime, pods: dict[str, PodView] | None = None) -> None:
     """Step 4: judge `pods` (key -> view) and every deferred pod, in `judging_order`.
 
-    A renewal sent after the renew deadline (the loop held up, at 1,000 nodes by the
-    start-up lists) stops the replica deciding until its answer, while it still holds
-    the Lease. What is not judged yet is then deferred again, not dropped: pods pass
-    here once (their events do not come again), and dropping them left every waiting
-    pod of a start-up undecided for good. `leadership` calls this again when that late
-    renewal succeeds; a lost Lease cancels it (the next holder judges).
-
-    Valid assignments are judged without an API call, so the pass never suspended: at
-    10,000 assigned pods it held the loop 0.13-0.24 s on an idle 2-core machine, while
-    the pod watch, the Lease renewal and the extender waited. It lets them run every
-    `JUDGE_SLICE_SECONDS`."""
+    A renewal sent after the renew deadline stops the replica deciding until its answer,
+    while it still holds the Lease: what is not judged yet is deferred again, never dropped
+    (pods pass here once). `leadership` calls this again when that late renewal succeeds;
+    a lost Lease cancels it. Valid assignments need no API call, so the pass yields every
+    `JUDGE_SLICE_SECONDS` to the watches, the renewal and the extender."""
     pending = dict(pods or {})
     while True:
         pending.update(runtime.pods.take_deferred())  # newer than what was listed

@@ -6,9 +6,9 @@
           budgets progress (the extender Service selects the holder by its label)
 /metrics  Prometheus text format
 
-A connection gets `HEAD_SECONDS` for each request head, and is closed after as long
-idle: the port is plain HTTP, so a slow or silent client holds no more than a socket
-for that long (as the node processes' metrics port, `numatopo_exporter.daemon.metrics`).
+A connection gets `HEAD_SECONDS` per request head and is closed after as long idle: a slow
+client of this plain-HTTP port holds a socket no longer (as the node processes' metrics
+port, `numatopo_exporter.daemon.metrics`).
 """
 
 from __future__ import annotations

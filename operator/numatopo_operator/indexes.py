@@ -1,9 +1,6 @@
-"""Numatopology readings by node (pure): what `cluster_feed` takes from each object it
-lists or watches (and `cluster_view` from a list of its own).
-
-These functions only parse; they never touch the ledger (the handlers feed it, where
-its inputs can be read in one place). They return `{}` for an object that gives no
-reading (an invalid spec): the node is then dropped from the ledger.
+"""Numatopology readings by node (pure): what `cluster_feed` takes from each object it lists
+or watches (and `cluster_view` from a list of its own). Parsing only: the handlers feed the
+ledger. An object that gives no reading (an invalid spec) reads `{}`: the node is dropped.
 """
 
 from __future__ import annotations
@@ -17,12 +14,12 @@ from typing import Any
 import kopf
 import pydantic
 
-from numatopo_engine.model import Cpu, NumatopologySpec, UnhealthyDevices
+from numatopo_engine.model import NumatopologySpec, UnhealthyDevices
 
 
 def heartbeat_of(body: kopf.Body) -> float | None:
-    """`status.heartbeat` as Unix seconds; None when absent or unreadable (an exporter
-    older than the field writes none: such a node is never called stale for it)."""
+    """`status.heartbeat` as Unix seconds; None when absent (an exporter older than the
+    field: never called stale for it) or unreadable."""
     text = (body.get("status") or {}).get("heartbeat")
     if not isinstance(text, str) or not text:
         return None
@@ -49,9 +46,8 @@ def stale_reason(body: kopf.Body) -> str | None:
     return None
 
 
-# The fields of a Numatopology's status that the operator writes (`status.free_status`,
-# and `dra` where DRA drivers publish the node's devices); the exporter and the agent
-# write the others (conditions, heartbeat, gpuMode, unhealthy).
+# The status fields the operator writes (`status.free_status`, and `dra` where DRA drivers
+# publish devices); the exporter and the agent write the others.
 OWNED_STATUS = ("free", "freeCPUs", "freeGPUs", "pods", "dra")
 
 
@@ -98,21 +94,17 @@ _PARTS: dict[str, dict[object, object]] = {name: {} for name in SHARED_PARTS}
 PARTS_KEPT = 256
 
 
-def _cpu_rows(cpus: list[Cpu]) -> tuple[tuple[int, int, int, int | None, bool], ...]:
-    return tuple((c.id, c.core, c.socket, c.numa, c.online) for c in cpus)
-
-
 def shared_parts(spec: NumatopologySpec) -> NumatopologySpec:
-    """The spec with every part equal to another node's (`SHARED_PARTS`) that node's
-    object: nodes of one hardware shape hold one parse of it (docs/DESIGN.md, "Memory at
-    cluster size"; the CPU rows and CPU sets were half of the operator's memory at 1,000
-    nodes). Specs are frozen, so one object serves them all. A part's key is its repr
-    (every field of every model in it: unequal parts never meet); the CPU rows' is the
-    tuple of their fields (the repr of 208 rows cost 0.33 ms a node, the tuple 0.02 ms)."""
+    """The spec with every part equal to another node's (`SHARED_PARTS`) that node's frozen
+    object: one parse per hardware shape (docs/DESIGN.md, "Memory at cluster size"). A
+    part's key is its repr (every field: unequal parts never meet); the CPU rows' the tuple
+    of their fields (a 208-row repr cost 0.33 ms a node, the tuple 0.02 ms)."""
     update: dict[str, object] = {}
     for name, table in _PARTS.items():
         value = getattr(spec, name)
-        key: object = _cpu_rows(spec.cpus) if name == "cpus" else repr(value)
+        key: object = repr(value)
+        if name == "cpus":
+            key = tuple((c.id, c.core, c.socket, c.numa, c.online) for c in spec.cpus)
         shared = table.get(key)
         if shared is None:
             if len(table) >= PARTS_KEPT:
@@ -139,8 +131,7 @@ def numatopologies(
 def reading_with(
     body: kopf.Body, spec: NumatopologySpec, logger: logging.Logger | logging.LoggerAdapter[Any]
 ) -> TopologyReading:
-    """The object's reading with `spec` as its spec (parsed by `numatopologies`, or kept
-    from an earlier event of the same spec: `cluster_feed`)."""
+    """The object's reading with `spec` (parsed, or kept from an earlier event: `cluster_feed`)."""
     status = body.get("status") or {}
     try:
         unhealthy = UnhealthyDevices.model_validate(status.get("unhealthy") or {})

@@ -1,30 +1,21 @@
-"""Which replica decides: a `coordination.k8s.io/v1` Lease, as client-go's leaderelection.
+"""Which replica decides: a `coordination.k8s.io/v1` Lease, as client-go's leaderelection
+(docs/operations.md, "Operator: leadership, failover, retries, staleness").
 
-Three durations (settings; defaults 4 s / 3 s / 1 s), `retry_period < renew_deadline <
-lease_duration`:
+Settings: `retry_period < renew_deadline < lease_duration`. A standby reads the Lease
+`STANDBY_READS_PER_PERIOD` times per `retry_period` and counts the lease duration from when
+*it saw* the record change (its own monotonic clock, never the holder's `renewTime`: clock
+skew does not matter). It acquires once that passed without a renewal, or at once when the
+Lease is free, by a patch conditioned on the `resourceVersion` read, then read back: one
+standby wins. The holder renews every `retry_period` and decides and writes only while its
+last successful renewal was *sent* (`Runtime.lease.renewed_at`) less than `renew_deadline`
+ago (`Runtime.lease_fresh`, checked before every write). Fencing by expiry: a standby saw
+that renewal no earlier than it was sent and waits `lease_duration` from then, so a holder
+cut off is silent for `lease_duration - renew_deadline` before anyone may take over. A late
+renewal still holding the Lease ends such a pause (`handover.judge` then).
 
-- A standby reads the Lease `STANDBY_READS_PER_PERIOD` times per `retry_period` and
-  counts the lease duration from when *it saw* the record change (its own monotonic
-  clock, never the holder's `renewTime`: clock skew does not matter). It acquires the
-  Lease once that much time passed without a renewal, or at once when the Lease is free
-  (a holder that shut down released it). Reading more often than the holder renews
-  keeps that moment close to the last renewal (read once a period, it took over up to
-  a period late). Acquiring is a patch conditioned on the `resourceVersion` read, then
-  read back: of two standbys only one wins.
-- The holder renews every `retry_period`; `Runtime.lease.renewed_at` is when the last
-  successful renewal was *sent*. It decides and writes only while that is less than
-  `renew_deadline` ago (`Runtime.lease_fresh`, checked before every write). Fencing by
-  expiry: a standby saw that renewal no earlier than it was sent and waits
-  `lease_duration` from then, so a holder cut off is silent for `lease_duration -
-  renew_deadline` (1 s by default) before anyone may take over. A late renewal that
-  still holds the Lease ends such a pause; what was deferred meanwhile is judged then
-  (`handover.judge`).
-
-The extender Service selects on `ACTIVE_LABEL`: the holder labels its own pod once it
-holds the Lease and unlabels the previous holder's (a replica killed with -9 cannot); a
-replica that loses the Lease unlabels itself after it stopped deciding. A call reaching
-a non-holder anyway gets an Error the scheduler retries; it never binds. Every replica
-is Ready (rolling updates progress); a dead one fails its readiness probe.
+The extender Service selects on `ACTIVE_LABEL`: the holder labels its own pod and unlabels
+the previous holder's (one killed with -9 cannot); one that loses the Lease unlabels itself
+after it stopped deciding. A non-holder answers the extender an Error and never binds.
 """
 
 from __future__ import annotations
@@ -62,8 +53,8 @@ def _now_text() -> str:
 
 
 def lease_identity(pod_name: str | None) -> str:
-    """`<pod>_<random>`: unique per process (a restarted container never mistakes the
-    Lease its predecessor held for its own), and it names the pod to unlabel."""
+    """`<pod>_<random>`: names the pod to unlabel, unique per process (a restarted
+    container never mistakes its predecessor's Lease for its own)."""
     return f"{pod_name or socket.gethostname()}_{secrets.token_hex(4)}"
 
 
@@ -75,11 +66,8 @@ def pod_of_identity(identity: str) -> str | None:
 
 def label_patch(*, active: bool, labelled: bool | None) -> dict[str, str | None] | None:
     """The label merge patch that makes our pod say `active`, or None when it already does.
-
-    `labelled` is what we last wrote successfully; None means unknown (at start, after a
-    failed write): then the patch is sent either way, because a restarted container finds
-    its pod still labelled by the process before it.
-    """
+    `labelled`: what we last wrote; None (unknown: at start, after a failed write) sends it
+    either way, since a restarted container finds its pod labelled by its predecessor."""
     if labelled is not None and labelled == active:
         return None
     return {ACTIVE_LABEL: ACTIVE_VALUE if active else None}
@@ -179,9 +167,6 @@ class Elector:
             while True:
                 started = time.monotonic()
                 try:
-                    # asyncio.timeout, never wait_for: on 3.11 wait_for swallows a
-                    # cancellation that arrives as the call finishes, and this loop would
-                    # then outlive shutdown (seen as a replica that never stops).
                     async with asyncio.timeout(self.deadline):
                         await self._step()
                 except TimeoutError:
@@ -194,10 +179,8 @@ class Elector:
                     await self._lose("could not renew the Lease within the renew deadline")
                 await asyncio.sleep(self._pause(started))
         except Exception:
-            # Fail safe: a replica whose elector is not running renews nothing, so it
-            # stops answering as the holder now (events cleared, label taken away), not
-            # when its fencing runs out. Its supervisor runs this again, as a standby
-            # that takes the Lease back if no other replica did meanwhile.
+            # Fail safe: an elector not running renews nothing, so stop answering as the
+            # holder now, not when fencing runs out; it runs again as a standby.
             if self.holding:
                 await self._lose("its Lease elector failed")
             raise
@@ -207,9 +190,8 @@ class Elector:
                 await asyncio.gather(self._taking_over, return_exceptions=True)
 
     def _pause(self, started: float) -> float:
-        """Until the next attempt: one retry period for the holder; for a standby a
-        fraction of it, or less when the Lease it watches expires sooner (it takes over
-        as soon as it may)."""
+        """Until the next attempt: a retry period for the holder; for a standby a fraction
+        of it, or less when the Lease expires sooner (it takes over as soon as it may)."""
         now = time.monotonic()
         if self.holding:
             return max(started + self.period - now, 0.01)
@@ -251,8 +233,8 @@ class Elector:
         sent = time.monotonic()
         spec = self._spec(acquire=True, transitions=transitions + 1)
         await kube.patch_lease(self.namespace, self.name, spec, resource_version=self._version)
-        # Read back: an API server without the resourceVersion precondition (or a
-        # racing standby) must not leave two replicas believing they hold it.
+        # Read back: a server ignoring the precondition (or a racing standby) must not
+        # leave two replicas believing they hold it.
         check = await kube.get_lease(self.namespace, self.name)
         self._observe(check)
         if _record(check)[0] == self.identity:
@@ -289,11 +271,9 @@ class Elector:
             self._resume_judging(time.monotonic() - previous)
 
     def _resume_judging(self, since: float) -> None:
-        """A renewal sent past the renew deadline still held the Lease (nobody else can
-        have written it: the patch was conditioned on our last version), so the ledger
-        is current and deciding resumes. What was seen while it was not deciding was
-        deferred (`handover.judge`): judged now, unless the take-over still runs and
-        judges it before it ends."""
+        """A renewal sent past the renew deadline still held the Lease (conditioned on our
+        last version: nobody else wrote it), so the ledger is current and deciding resumes;
+        what was deferred meanwhile is judged now, unless the take-over still runs."""
         logger.warning(
             "the Lease was renewed %.1f s after the previous renewal was sent, past the "
             "renew deadline (%.1f s): this replica did not decide meanwhile; it does again",
@@ -332,9 +312,8 @@ class Elector:
                 await self._unlabel(stale)
 
     def _take_over(self, *, relist: bool) -> Callable[[], Awaitable[None]]:
-        """`handover.take_over`, as its supervisor runs it: a try after one that failed
-        starts from a ledger not current and a fresh list (a holder whose take-over
-        ended half-way would hold the Lease and never decide)."""
+        """`handover.take_over` for its supervisor: a try after a failed one starts from a
+        ledger not current and a fresh list (else a holder would never decide)."""
 
         async def attempt() -> None:
             nonlocal relist
@@ -347,8 +326,7 @@ class Elector:
         return attempt
 
     async def _unlabel(self, pod: str) -> None:
-        """Take the label from the previous holder's pod: a replica killed with -9 never
-        removed it, and the Service would keep sending it calls."""
+        """Take the label from the previous holder's pod (one killed with -9 kept it)."""
         assert self.label is not None
         try:
             await self.runtime.kube.patch_pod_labels(
@@ -373,8 +351,8 @@ class Elector:
             await self.label.sync(runtime, active=False)
 
     async def release(self) -> None:
-        """On shutdown: stop deciding, then hand the Lease back (no holder, 1 s), so a
-        standby takes over at its next try instead of after the lease duration."""
+        """On shutdown: stop deciding, hand the Lease back (no holder, 1 s): a standby takes
+        over at its next try, not after the lease duration."""
         was_holding = self.holding and self.name is not None
         self.runtime.active.clear()
         self.runtime.ledger_current.clear()
@@ -395,8 +373,8 @@ class Elector:
 
 
 async def stand_down(runtime: Runtime, elector: Elector | None, label: PodLabel | None) -> None:
-    """On shutdown: stop answering as the holder, release the Lease, then take the label
-    away, so the Service stops sending calls here before the process is gone."""
+    """On shutdown: stop answering, release the Lease, then remove the label, so the
+    Service stops sending calls here before the process is gone."""
     if elector is not None:
         await elector.release()
     runtime.active.clear()

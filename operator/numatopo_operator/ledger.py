@@ -2,44 +2,35 @@
 
 Glossary:
   observed   a booking read from a pod's `numatopo.io/assignment` on the watch stream
-  in-flight  an assignment this operator decided and is writing (or has written) but
-             has not yet seen on the watch stream; it stays reserved until the pod's
-             annotation is observed, the write fails, or the pod goes away, so two quick
-             decisions on one node can never hand out the same CPU or GPU
-  untrusted  an observed booking that overlaps one earlier in `claim_order` (the
-             engine's rule, the node agent's too); it books nothing and is reported once
+  in-flight  an assignment this operator decided and is writing (or wrote) but has not yet
+             seen on the watch; reserved until the annotation is observed, the write fails
+             or the pod goes, so two quick decisions on a node never hand out one CPU/GPU
+  untrusted  an observed booking that overlaps one earlier in `claim_order` (the engine's
+             rule, the node agent's too); it books nothing and is reported once
 
-Its inputs: `handlers` on every watch event (topologies, observed bookings and ends),
-`handover` with a fresh list of pods, and `assigning` (reservations). Nothing here
-survives a restart, by design: the operator lists every pod before its first decision
-(`handover`) and this ledger is rebuilt from them.
+Fed by `handlers` (watch events), `handover` (a fresh list of pods) and `assigning`
+(reservations). Nothing survives a restart, by design: the operator lists every pod before
+its first decision and the ledger is rebuilt from them.
 
-A resync (`begin_resync` ... `end_resync`) replaces the observed bookings with those of
-a fresh list of pods, for a replica that takes over after standing by (see `handover`,
-which argues why no booking is lost). While the list is on its way, the watch stream
-keeps feeding this ledger, and what it says per pod is also journaled; at the end each
-pod's booking is the list's, except that a booking seen on the stream during the list
-wins (it may be newer), and so does an end seen on the stream (a pod that ended never
-books again). A "no assignment" seen on the stream does not undo a listed booking: of
-two answers in unknown order, the one that books is the one that cannot double-book.
-In-flight bookings are kept as they are.
+A resync (`begin_resync` ... `end_resync`, for a replica taking over; `handover` argues why
+no booking is lost) replaces the observed bookings with a fresh list's. The watch keeps
+feeding the ledger meanwhile and is journaled per pod; at the end a booking or an end seen
+on the watch during the list wins over the list (newer; an ended pod never books again). A
+"no assignment" seen on the watch does not undo a listed booking: of two answers in unknown
+order, the one that books cannot double-book. In-flight bookings are kept.
 
-Decision sequence: `next_seq(node)` is one more than the highest `Assignment.seq` this
-ledger has seen booked on the node (observed, listed or reserved). The mark never goes
-down, not even when that pod ends, so one replica never hands out a sequence twice; a
-replica taking over starts from the highest sequence still on a live pod, which is all
-the node agent compares (it orders the claims of live pods).
+Decision sequence: `next_seq(node)` is one more than the highest `Assignment.seq` seen
+booked on the node (observed, listed or reserved). The mark never goes down, even when that
+pod ends, so a replica never hands out a sequence twice; one taking over starts from the
+highest on a live pod, all the node agent compares (it orders the claims of live pods).
 
-Devices that DRA holds (`set_dra_holds`): what ResourceClaims' allocations hold on a
-node, as `dra_holds` maps them to GPUs, NICs and CPUs. Pods come first: a hold books
-only the devices no pod's booking (observed or in-flight) took, so the claims numatopo
-decided (whose pods book the same devices) add nothing, and a pod never becomes
-untrusted because of a hold. Holds are no pods (`pods_on`, `holds` leave them out).
+DRA holds (`set_dra_holds`; docs/DESIGN.md, "GPUs on DRA clusters", step 4): a hold books
+only what no pod's booking took, so a pod is never untrusted because of one; holds are no
+pods (`pods_on`, `holds` leave them out).
 
-Decisions for one node are serialised by `lock(node)`: the engine call and the
-reservation form one critical section. The engine runs in a thread of its own, never
-on this ledger's live states (the event loop changes them meanwhile): it gets
-`frozen_state` copies, and only `reserve`, on the loop, books against the live state.
+`lock(node)` makes the engine call and the reservation one critical section. The engine
+thread never sees live states (the loop changes them meanwhile): it gets `frozen_state`
+copies, and only `reserve`, on the loop, books against the live state.
 """
 
 from __future__ import annotations
@@ -77,8 +68,7 @@ _Journaled = Booking | _Ended | str
 
 
 class Ledger:
-    """One `NodeRecord` per node, its `NodeState` kept in step with observed bookings and
-    in-flight ones."""
+    """One `NodeRecord` per node, its `NodeState` in step with observed and in-flight bookings."""
 
     def __init__(self) -> None:
         self._nodes: dict[str, NodeRecord] = {}
@@ -87,9 +77,8 @@ class Ledger:
         self._journal: dict[str, _Journaled] | None = None
         # key -> the highest decision sequence taken back from it (`displace`)
         self._void: dict[str, int] = {}
-        # key -> (uid, node, seq) of the newest decision observed on that pod, and the
-        # pods showing an older one again: a signed assignment written back after a
-        # later decision verifies, but what it names may be another pod's since.
+        # key -> (uid, node, seq) of the newest decision seen on the pod; pods showing an
+        # older one again (written back, it verifies, but what it names may be others' now).
         self._newest: dict[str, tuple[str, str, int]] = {}
         self._stale: set[str] = set()
         # One `Tables` per hardware shape, shared by the records of that shape.
@@ -116,34 +105,17 @@ class Ledger:
         found = self._nodes.get(node)
         return found.state if found is not None else None
 
-    def candidates(
-        self, nodes: Iterable[str]
-    ) -> Iterator[tuple[str, NumatopologySpec | None, NodeState | None]]:
-        """(node, topology, state) for each of `nodes`: one pass for the extender, which
-        asks this for thousands of nodes per scheduling cycle."""
-        records = self._nodes
-        for node in nodes:
-            found = records.get(node)
-            if found is None:
-                yield node, None, None
-            else:
-                yield node, found.topology, found.state
-
     def frozen_state(self, node: str) -> NodeState | None:
-        """A copy of `state(node)` that no later booking changes, for the engine thread.
-
-        The same copy is handed out while the node's bookings stay as they are, so a
-        scheduling cycle over thousands of nodes copies only those that changed since
-        the last one (and what the engine cached on a copy, its row, stays warm).
-        Holders must not change it.
-        """
+        """A copy of `state(node)` no later booking changes, for the engine thread; holders
+        must not change it. The same copy is handed out while the bookings stay, so a cycle
+        copies only changed nodes (and the engine's row cached on a copy stays warm)."""
         found = self._nodes.get(node)
         return _frozen(found) if found is not None else None
 
     def frozen_candidates(
         self, nodes: Iterable[str]
     ) -> Iterator[tuple[str, NumatopologySpec | None, NodeState | None]]:
-        """`candidates`, with `frozen_state` copies instead of the live states."""
+        """(node, topology, `frozen_state`) for each of `nodes`, in one pass."""
         records = self._nodes
         for node in nodes:
             found = records.get(node)
@@ -161,13 +133,10 @@ class Ledger:
         self, nodes: Iterable[str], limit: float, now: float, *, without: str | None = None
     ) -> tuple[dict[str, ShapeCandidates], dict[str, str]]:
         """`frozen_candidates` grouped by hardware shape (key -> topology, nodes, frozen
-        states, in first-seen order: what the engine decides in bulk), and the nodes
-        that may take nothing now, in the order given: no topology, or stale
-        (`NodeRecord.stale_reason` under `limit` at `now`). One pass over the records:
-        the extender asks this of ~500 nodes per scheduling cycle.
-
-        `without`: a pod whose own bookings are left out (a copy of each state holding
-        it, released): the pod being judged again must not count an earlier attempt."""
+        states, in first-seen order: what the engine decides in bulk), and the nodes that
+        may take nothing now, in the order given: no topology, or stale
+        (`NodeRecord.stale_reason` under `limit` at `now`). `without`: a pod whose own
+        bookings are released on a copy (a pod judged again must not count its last try)."""
         records = self._nodes
         groups: dict[str, ShapeCandidates] = {}
         refused: dict[str, str] = {}
@@ -182,8 +151,7 @@ class Ledger:
             if found is None:
                 refused[node] = NO_NUMATOPOLOGY
                 continue
-            # `_frozen`'s unchanged case inline, the usual one: a node without a
-            # topology has no state, so no frozen copy either.
+            # `_frozen`'s unchanged case inline (no topology: no state, no frozen copy).
             frozen = found.frozen
             if frozen is None or frozen[0] is not found.state or frozen[0].version != frozen[1]:
                 if found.topology is None or found.shape is None:
@@ -192,8 +160,7 @@ class Ledger:
                 _frozen(found)
                 frozen = found.frozen
                 assert frozen is not None, "a record with a topology has a state"
-            # Heartbeats older than `old` go to `stale_reason`, which words (and decides)
-            # exactly.
+            # Heartbeats older than `old` go to `stale_reason`, which decides exactly.
             if found.stale is not None or ((beat := found.heartbeat) is not None and beat < old):
                 why = found.stale_reason(limit, now)
                 if why is not None:
@@ -326,7 +293,7 @@ class Ledger:
         return found.unhealthy if found is not None else UnhealthyDevices()
 
     def drop_topology(self, node: str) -> None:
-        """The node's Numatopology is gone: keep the bookings, decide nothing there."""
+        """The Numatopology is gone: keep the bookings, decide nothing there."""
         found = self._nodes.get(node)
         if found is None:
             return
@@ -349,11 +316,8 @@ class Ledger:
     # -- bookings -------------------------------------------------------------------
 
     def observe(self, booking: Booking) -> list[str]:
-        """Book what a pod's annotation says; returns keys that became untrusted.
-
-        Of two pods claiming one CPU or GPU, the earlier in `claim_order` (decision
-        sequence, then uid) keeps it; the other is untrusted until the first one goes.
-        """
+        """Book what a pod's annotation says; returns keys that became untrusted (of two
+        pods claiming one CPU or GPU, the later in `claim_order` until the first goes)."""
         key, node = booking.key, booking.node
         if booking.assignment.seq <= self._void.get(key, -1):
             return []  # taken back (`displace`); an event from before that write
@@ -366,9 +330,8 @@ class Ledger:
         _saw_seq(found, booking.assignment.seq)
         flight = found.inflight.get(key)
         if flight is not None and booking.assignment.seq < flight.seq:
-            # An event older than our own write of a newer decision for this pod (a
-            # realignment): the write is what stands; the old booking is what stands
-            # again only if the write fails (`cancel`).
+            # An event older than our write of a newer decision (a realignment): the
+            # write stands; the old booking again only if the write fails (`cancel`).
             found.observed[key] = booking
             return []
         if found.observed.get(key) == booking and flight is None:
@@ -390,8 +353,8 @@ class Ledger:
         return self._rebuild(found)
 
     def _see_decision(self, booking: Booking) -> None:
-        """Mark the pod stale while it shows an older decision than one it showed before
-        on this node: its claim then comes after every other (`book_in_claim_order`)."""
+        """The pod is stale while it shows an older decision than it showed on this node
+        before: its claim then comes after every other (`book_in_claim_order`)."""
         key, seq = booking.key, booking.assignment.seq
         newest = self._newest.get(key)
         if newest is not None and newest[:2] == (booking.uid, booking.node) and seq < newest[2]:
@@ -401,11 +364,8 @@ class Ledger:
         self._stale.discard(key)
 
     def observe_absent(self, key: str) -> None:
-        """The pod shows no assignment (any more); an in-flight one stays reserved.
-
-        An event that predates our own write carries no annotation yet: that must not
-        free what we just reserved. Only `forget` and `cancel` drop in-flight bookings.
-        """
+        """The pod shows no assignment; an in-flight one stays reserved (an event older
+        than our write must not free it: only `forget` and `cancel` drop in-flight ones)."""
         self._note(key, _ABSENT)
         node = self._node_of.get(key)
         if node is None or key not in self._nodes[node].observed:
@@ -419,12 +379,9 @@ class Ledger:
     def reserve(
         self, node: str, key: str, assignment: Assignment, *, over: Collection[str] = ()
     ) -> None:
-        """Book a decision before it is written. Call under `lock(node)`.
-
-        `over`: DRA hold keys whose devices are the pod's own (its claims, allocated by
-        kube-scheduler before its bind): the pod takes them, the holds keep the rest.
-        Raises `OverlapError` if it clashes with a booking (the engine would be wrong).
-        """
+        """Book a decision before it is written, under `lock(node)`; `OverlapError` if it
+        clashes with a booking (an engine bug). `over`: DRA hold keys whose devices are the
+        pod's own (its claims, allocated before its bind): it takes them, holds keep the rest."""
         found = self._nodes.get(node)
         if found is None or found.state is None:
             raise KeyError(f"no Numatopology for node {node!r}")
@@ -442,9 +399,8 @@ class Ledger:
         self._dirty.add(node)
 
     def reserve_all(self, node: str, decisions: Mapping[str, Assignment]) -> None:
-        """Book several decisions at once, each replacing what its pod holds now (a
-        realignment and the pods it displaces). All or nothing: raises `OverlapError`
-        and books none when they clash with each other or with anyone else."""
+        """Book decisions each replacing what its pod holds (a realignment and the pods it
+        displaces); all or nothing: `OverlapError` and none booked on any clash."""
         found = self._nodes.get(node)
         if found is None or found.state is None:
             raise KeyError(f"no Numatopology for node {node!r}")
@@ -461,9 +417,9 @@ class Ledger:
         self._dirty.add(node)
 
     def displace(self, key: str) -> None:
-        """Free what pod `key` holds because its assignment was taken back (another pod
-        holds its GPUs for real, or its Binding failed). Events still showing that
-        assignment, or an older one, book nothing: they predate the write that removed it."""
+        """Free what pod `key` holds, its assignment taken back (another pod holds its GPUs
+        for real, or its Binding failed); events still showing it or an older one book
+        nothing (they predate the write that removed it)."""
         node = self._node_of.get(key)
         seqs = [self._void.get(key, -1)]
         if node is not None:
@@ -487,10 +443,8 @@ class Ledger:
         self._release(found, key)
 
     def forget(self, key: str, *, uid: str = "") -> str | None:
-        """The pod ended or was deleted: free all it held at once. Returns its node.
-
-        `uid` says which pod of that name ended, so a resync does not drop a newer one.
-        """
+        """The pod ended or was deleted: free all it held; returns its node. `uid`: which
+        pod of that name ended, so a resync does not drop a newer one."""
         self._note(key, _Ended(uid))
         if uid:
             # The pod itself ended: nothing of it can come back.
@@ -517,9 +471,8 @@ class Ledger:
         self._journal = None
 
     def end_resync(self, listed: Iterable[Booking]) -> list[str]:
-        """Make the observed bookings those of `listed` (every booked pod of a list that
-        was requested after `begin_resync`), corrected by the journal; returns keys that
-        became untrusted."""
+        """The observed bookings become `listed`'s (a list requested after `begin_resync`),
+        corrected by the journal; returns keys that became untrusted."""
         journal, self._journal = self._journal or {}, None
         bookings = {booking.key: booking for booking in listed}
         for key, seen in journal.items():
@@ -559,8 +512,8 @@ class Ledger:
         if found.untrusted.pop(key, None) is None:
             state.release(key)
         if found.untrusted or found.dra_holds:
-            # What the pod held may be exactly what an untrusted booking overlapped, or
-            # what a claim still holds (its claim is deallocated later, if at all).
+            # What it held may be what an untrusted booking overlapped, or what a claim
+            # still holds (deallocated later, if at all).
             self._rebuild(found)
 
     def _rebuild(self, found: NodeRecord) -> list[str]:
@@ -581,7 +534,7 @@ class Ledger:
         untrusted = {booking.key: why for booking, why in overlapping}
         flights = found.inflight
         # In-flight decisions replace what their pods held (a realigned pod's old GPUs
-        # may be what another in-flight decision took): release all of them first.
+        # may be another in-flight decision's): release them all first.
         for key in flights:
             state.release(key)
             untrusted.pop(key, None)

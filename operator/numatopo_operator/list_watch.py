@@ -1,12 +1,9 @@
-"""One kind of object followed by a list, then a watch from that list's resourceVersion
-(I/O); `cluster_feed` follows Numatopologies and Nodes with it, `dra_feed` the DRA kinds.
-
-410 Gone (the version was compacted away) lists again, and the new list replaces what
-was known: what it lacks ended while nobody watched. Any other API error backs off
-(`Backoff`), then watches from the last version seen, or lists again; anything else
-ends `follow`, and its supervisor (`background`) runs it again. `KeyedWorkers`
-runs what an event leaves to do that waits on the API, one task per object, so such a
-wait never holds up the watch whose next events it may need (`pod_feed`'s pods too).
+"""One kind of object followed by a list, then a watch from its resourceVersion (I/O), for
+`cluster_feed` and `dra_feed` (docs/DESIGN.md, "Kubernetes client"): 410 Gone lists again,
+the new list replacing what was known; another API error backs off, then watches from the
+last version seen; anything else ends `follow` for its supervisor to run again.
+`KeyedWorkers` runs an event's API-bound follow-up, one task per object, so it never holds
+up the watch whose next events it may need (`pod_feed`'s too).
 """
 
 from __future__ import annotations
@@ -38,11 +35,10 @@ class Followed:
     listed: Callable[[list[Body]], Awaitable[None]]
     """Every object of a list: it replaces what was known (`in_turns` between objects)."""
     seen: Callable[[str, Body], Awaitable[None] | None]
-    """One watch event: its type (ADDED, MODIFIED, DELETED) and object; what it returns
-    is awaited before the next event is read."""
+    """One watch event's type and object; what it returns is awaited before the next."""
     absent_retry_seconds: float | None = None
-    """Where the API does not serve the kind (a list answered 404: DRA on a cluster
-    without it), how long until it is asked again; None: a failure like any other."""
+    """After a list answered 404 (the kind not served: DRA on a cluster without it), the
+    pause before asking again; None: a failure like any other."""
 
 
 async def _watch(kind: Followed, version: str | None, backoff: Backoff) -> None:
@@ -66,9 +62,8 @@ async def _watch(kind: Followed, version: str | None, backoff: Backoff) -> None:
 
 
 async def _list(kind: Followed) -> str | None:
-    """One list handed over; returns the version to watch from. The list's bodies are
-    dropped on return: kept while the watch runs (that is, for good) they were 45 MiB
-    of decoded Numatopologies per 1,000 nodes."""
+    """One list handed over; the version to watch from. Its bodies are dropped on return
+    (kept for the watch, they were 45 MiB of Numatopologies per 1,000 nodes)."""
     answer = await kind.listing()
     await kind.listed(answer.items)
     logger.info("listed %d %s", len(answer.items), kind.name)
@@ -76,8 +71,7 @@ async def _list(kind: Followed) -> str | None:
 
 
 async def follow(kind: Followed) -> None:
-    """List and watch `kind` until cancelled. Any error but the API's ends it: run
-    under a supervisor (`background`), it lists again from a known state."""
+    """List and watch `kind` until cancelled; a non-API error ends it for its supervisor."""
     backoff = Backoff(RETRY_SECONDS, RETRY_MAX_SECONDS)
     while True:
         try:
@@ -100,8 +94,8 @@ TURN_EVERY = 50
 
 
 async def in_turns(items: list[Body], take: Callable[[Body], None]) -> None:
-    """`take` each item, letting the loop turn every `TURN_EVERY`: parsing 2,000
-    Numatopologies in one go held the loop for seconds, past the Lease's renew deadline."""
+    """`take` each item, letting the loop turn every `TURN_EVERY` (2,000 Numatopologies in
+    one go held it past the Lease's renew deadline)."""
     for done, item in enumerate(items, 1):
         take(item)
         if done % TURN_EVERY == 0:
@@ -113,8 +107,7 @@ FollowUp = Callable[[], Awaitable[None]]
 
 @dataclass
 class KeyedWorkers:
-    """One worker per key: a key's follow-ups run in the order given, a newer one
-    replacing any not started yet; other keys' run meanwhile."""
+    """One worker per key: its follow-ups in order, a newer one replacing one not started yet."""
 
     pending: dict[str, FollowUp] = field(default_factory=dict)
     workers: dict[str, asyncio.Task[None]] = field(default_factory=dict)
@@ -140,9 +133,9 @@ STOP_GRACE_SECONDS = 2.0
 
 
 async def stop_all(tasks: Iterable[asyncio.Task[Any]]) -> None:
-    """Cancel each task that no one cancelled yet, and wait for them all to end. Never
-    twice: when kopf stops it cancels every task begun since it started, and a second
-    cancel cut an HTTP request's cleanup short, leaving its pool connections open."""
+    """Cancel each task not cancelled yet, and wait for all to end. Never twice within the
+    grace (kopf cancels every task on stop): a second cancel cut an HTTP request's cleanup
+    short, leaving its pool connections open."""
     tasks = list(tasks)
     for task in tasks:
         if not task.cancelling():
@@ -151,7 +144,6 @@ async def stop_all(tasks: Iterable[asyncio.Task[Any]]) -> None:
         return
     _, going_on = await asyncio.wait(tasks, timeout=STOP_GRACE_SECONDS)
     for task in going_on:
-        # One that took the first cancel and went on (a library may absorb it) would
-        # hold the operator's exit for good: past the grace, it is cancelled again.
+        # One that absorbed the first cancel would hold the exit for good.
         task.cancel()
     await asyncio.gather(*tasks, return_exceptions=True)

@@ -1,8 +1,6 @@
 """Running the operator: kopf, the extender, probes/metrics and the status writer (I/O).
-
-`serve()` runs everything in the current event loop until `stop_flag` is set (tests
-run it in a task); `run()` is the process entry point used by `numatopo operator`.
-"""
+`serve()` runs everything in the current loop until `stop_flag` is set (tests run it in a
+task); `run()` is `numatopo operator`'s process entry point."""
 
 from __future__ import annotations
 
@@ -43,10 +41,9 @@ logger = logging.getLogger(__name__)
 
 
 class Servers:
-    """The two HTTP servers; the ports are known once `start()` returned (0 = any). The
-    extender serves HTTPS with client certificates (`extender_tls`) unless plain HTTP
-    was asked for by name; metrics and probes stay plain HTTP (the kubelet's probes and
-    Prometheus reach them; the chart's NetworkPolicy limits who else may)."""
+    """The two HTTP servers, ports known once `start()` returned (0 = any): the extender's
+    HTTPS with client certificates (`extender_tls`) unless plain HTTP is asked by name;
+    metrics and probes plain HTTP (the chart's NetworkPolicy limits who may reach them)."""
 
     def __init__(self, runtime: Runtime) -> None:
         self.runtime = runtime
@@ -63,9 +60,8 @@ class Servers:
         *,
         idle_seconds: float,
     ) -> int:
-        # aiohttp waits for a request head as long as for the next request of an idle
-        # connection (its `keepalive_timeout`, an hour by default): a client that sends
-        # half a head would hold its socket that long. This bounds both.
+        # aiohttp waits for a request head as long as for an idle connection's next
+        # request (`keepalive_timeout`, an hour by default): this bounds both.
         runner = web.AppRunner(app, access_log=None, keepalive_timeout=idle_seconds)
         await runner.setup()
         host, context = self.runtime.settings.listen_host, tls.listening if tls else None
@@ -76,8 +72,7 @@ class Servers:
         return int(sockets[0].getsockname()[1]) if sockets else port
 
     async def start(self) -> None:
-        """Raises `extender_tls.ExtenderTlsError` (before opening any port) when the
-        extender has neither TLS files nor the explicit plain-HTTP switch."""
+        """`ExtenderTlsError` before any port opens, without TLS files or the plain-HTTP switch."""
         settings = self.runtime.settings
         self.extender_tls = extender_tls.extender_context(settings)
         self.metrics_port = await self._start(
@@ -97,14 +92,9 @@ class Servers:
 
 
 async def freeze_listed_heap(runtime: Runtime) -> None:
-    """Once everything is listed, keep the collector from scanning it again.
-
-    A cluster's Numatopologies parse into millions of small objects, and a full
-    collection walks them all holding the GIL: 235 ms for 1,000 nodes, a stall of the
-    loop whenever one is triggered (a cold scheduling cycle does). What is listed at
-    start-up lives as long as the process; `gc.freeze` leaves it out of later
-    collections (what of it is dropped is still freed by reference counting: these
-    objects are acyclic)."""
+    """Once everything is listed, keep the collector from scanning it again: a full collection
+    walks its millions of objects holding the GIL (235 ms for 1,000 nodes). It lives as long
+    as the process; what of it is dropped is still freed by reference counting (acyclic)."""
     await runtime.indexed.wait()
     gc.freeze()
     logger.info(
@@ -117,10 +107,8 @@ LOOP_LAG_PERIOD_SECONDS = 0.5
 
 
 async def measure_loop_lag(metrics: Metrics, period: float = LOOP_LAG_PERIOD_SECONDS) -> None:
-    """Forever: sleep `period`, record how much later than that the loop woke us. A long
-    GC pause, a big list parsed on the loop or a handler that blocks delays the watches,
-    the Lease renewals and the extender's answers: a timer late by L says the loop was
-    held for about L."""
+    """Forever: sleep `period`, record how much later the loop woke us: a timer late by L
+    says the loop (the watches, Lease renewals, extender answers) was held for about L."""
     loop = asyncio.get_running_loop()
     while True:
         started = loop.time()
@@ -193,9 +181,7 @@ async def serve(
     )
     try:
         async with _background(runtime, identity=identity):
-            # kopf peering stays off: every replica watches (a standby's ledger stays
-            # warm) and the Lease alone says which one decides (`leadership`). kopf is
-            # left the login and the few NetworkTopologies; the feeds follow the rest.
+            # kopf peering off: every replica watches (warm standbys); the Lease alone decides.
             await kopf.operator(
                 registry=handlers.build_registry(groups=settings.groups),
                 settings=kopf_settings,
@@ -211,9 +197,8 @@ async def serve(
 
 
 class PerEventAtDebug(logging.Filter):
-    """Lines logged once per watch event or API call (kopf's "Handler ... succeeded.",
-    each HTTP request of our client) go out only at DEBUG: at the size of a cluster
-    they are thousands a second, formatted and written while the loop waits."""
+    """Lines logged per watch event or API call (kopf's "Handler ... succeeded.", our
+    client's HTTP requests) go out only at DEBUG: at cluster size, thousands a second."""
 
     def filter(self, record: logging.LogRecord) -> bool:
         if record.levelno != logging.INFO:

@@ -1,11 +1,9 @@
 """`NoDiffBase`: kopf's diff base for an operator with no change handlers (I/O-free).
 
-For its on.create/update/delete/resume handlers kopf deep-copies every watched body
-into an "essence", then once per progress storage (three copies of a Numatopology with
-its hundreds of CPU rows per status write): a fifth of the operator's CPU during a burst
-at 1,000 nodes. numatopo's event and index handlers never read that diff, so the
-essence here is empty and nothing is stored on objects. A change handler added later
-needs kopf's own storage back (a test checks there is none).
+For change handlers kopf deep-copies every watched body into an "essence", then once per
+progress storage (a fifth of the operator's CPU in a 1,000-node burst). numatopo's event
+and index handlers never read that diff, so the essence is empty and nothing is stored on
+objects; a change handler added later needs kopf's storage back (a test checks for none).
 """
 
 from __future__ import annotations

@@ -26,8 +26,7 @@ class NodeRecord:
     names: NodeNames | None = None
     unhealthy: UnhealthyDevices = field(default_factory=UnhealthyDevices)
     state: NodeState | None = None
-    """What is booked (observed and in flight, untrusted ones left out); None without
-    a topology."""
+    """What is booked (observed, in flight; not untrusted); None without a topology."""
     untrusted: dict[str, str] = field(default_factory=dict)
     """Pods whose bookings overlap earlier claims: key -> why."""
     observed: dict[str, Booking] = field(default_factory=dict)
@@ -35,8 +34,7 @@ class NodeRecord:
     inflight: dict[str, Assignment] = field(default_factory=dict)
     """Decisions written (or being written) here, not yet seen on the watch stream."""
     dra_holds: dict[str, Assignment] = field(default_factory=dict)
-    """What ResourceClaims' allocations hold here (hold key -> devices); each books only
-    the devices no pod took (`Ledger.set_dra_holds`)."""
+    """Hold key -> what a ResourceClaim's allocation holds here (`Ledger.set_dra_holds`)."""
     seq: int = 0
     """The highest decision sequence seen booked here; never goes down."""
     stale: str | None = None
@@ -48,8 +46,7 @@ class NodeRecord:
     lock: asyncio.Lock = field(default_factory=asyncio.Lock)
     """Serialises decisions on the node (the engine call and the reservation)."""
     frozen: tuple[NodeState, int, NodeState, str] | None = None
-    """(live state, its version, the copy handed out for it, its shape key):
-    `Ledger.frozen_state`."""
+    """(live state, its version, the copy handed out, its shape key): `Ledger.frozen_state`."""
 
     @property
     def steered(self) -> bool:
@@ -57,8 +54,8 @@ class NodeRecord:
         return self.gpu_mode == GpuMode.STEERED.value
 
     def stale_reason(self, limit: float, now: float | None = None) -> str | None:
-        """Why nothing may be placed here now: its exporter says so, or its heartbeat
-        is older than `limit` seconds (0: no bound); None when it is current."""
+        """Why nothing may be placed here now (its exporter says so, or its heartbeat is
+        older than `limit` seconds, 0: no bound); None when current."""
         if self.stale is not None:
             return self.stale
         beat = self.heartbeat

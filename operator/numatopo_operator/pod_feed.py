@@ -1,13 +1,10 @@
-"""Every pod, from a list and a watch of our own, handed to `handlers.pod_seen` (I/O).
-
-Pods are no kopf resource: kopf's per-object copies and bookkeeping cost about 1.4 ms
-of CPU per pod (most of a minute before a 30,000-pod replica's first decision) and held
-every body. Per namespace given (all when none): (1) a paginated LIST, each pod handed
-over as its slim view as its page is read; (2) a WATCH from its resourceVersion; (3) on
-410 Gone a LIST again, the pods it lacks handed over as deleted. A pod seen again with
-the uid and resourceVersion last seen is skipped. Lists are taken under
-`Runtime.pod_lists`, one at a time with `handover`'s, so the ledger's resync journal sees
-no other list's pods as newer than its own.
+"""Every pod, from a list and a watch of our own, handed to `handlers.pod_seen` (I/O; why
+not kopf: docs/DESIGN.md, "Kubernetes client"). Per namespace given (all when none): (1) a
+paginated LIST, each pod handed over as its slim view as its page is read; (2) a WATCH from
+its resourceVersion; (3) on 410 Gone a LIST again, the pods it lacks handed over as
+deleted. A pod seen again with the uid and resourceVersion last seen is skipped. Lists run
+one at a time with `handover`'s (`Runtime.pod_lists`), so the resync journal sees no other
+list's pods as newer than its own.
 """
 
 from __future__ import annotations
@@ -58,13 +55,10 @@ class _Feed:
         follow_up = handlers.pod_seen(self.runtime, type, pod, logger)
         if follow_up is None:
             return
-        # One worker per pod, as kopf had: a pod's decisions run in the order its events
-        # came, a newer one replacing any not started yet; other pods' run meanwhile.
         self.workers.run(f"pod {key}", follow_up)
 
     async def relist(self) -> str | None:
-        """Steps 1 and 3: returns the version to watch from. Each pod is handed over as
-        its page is read and nothing of the list is kept, whatever the cluster's size."""
+        """Steps 1 and 3; the version to watch from. Nothing of the list is kept."""
         runtime = self.runtime
         namespaces = () if self.namespace == "*" else (self.namespace,)
         listed: set[str] = set()
@@ -117,8 +111,7 @@ async def follow_pods(runtime: Runtime) -> None:
     """Run the feeds until cancelled; `Runtime.pods_listed` is set once each has listed."""
     feeds = [_Feed(runtime, namespace) for namespace in runtime.settings.namespaces or ("*",)]
     listed = [asyncio.Event() for _ in feeds]
-    # Anything else a feed raises ends the feed's list and watch: its supervisor
-    # (`background`) lists again, from a known state, after a backoff.
+    # Anything else a feed raises ends it: its supervisor lists again after a backoff.
     tasks = [
         asyncio.create_task(
             supervised(runtime.metrics, f"pod feed in {feed.namespace}", partial(feed.run, done)),

@@ -1,9 +1,6 @@
-"""`PodRecords`: what the operator remembers of each pod between its events, one record
-per pod, so that a pod that ends is forgotten by one deletion (pure).
-
-Only pods that give the operator something to remember have a record (an annotated
-pod, a write in flight, a problem told); the bookings themselves are the ledger's, and
-the pods waiting for room are `WaitingPods`' (by node, for the re-drive).
+"""`PodRecords`: what the operator remembers of each pod between its events, one record per
+pod, so a pod that ends is forgotten by one deletion (pure; docs/DESIGN.md, "The operator's
+records"). Only pods with something to remember have one; bookings are the ledger's.
 """
 
 from __future__ import annotations
@@ -17,22 +14,19 @@ from numatopo_operator.pod_view import PodView
 @dataclass(slots=True)
 class PodRecord:
     annotated: PodView | None = None
-    """The pod as last seen while it carries a numatopo annotation: what a first holder
-    judges without a list of its own (`handover`)."""
+    """The pod as last seen with a numatopo annotation: what a first holder judges."""
     deferred: PodView | None = None
-    """The pod as last seen while this replica was active but not deciding (its ledger
-    not yet current, or its Lease renewal late; an annotated or DRA-gated pod):
-    `handover.judge` judges it once it decides."""
+    """An annotated or DRA-gated pod as last seen while active but not deciding (ledger not
+    current, a late renewal): `handover.judge` judges it once deciding."""
     written: str | None = None
-    """The state we wrote on the pod and have not yet seen on the watch stream. Like an
-    in-flight booking, so a retry from an older snapshot does not write twice."""
+    """The state we wrote and have not seen on the watch yet (as an in-flight booking): a
+    retry from an older snapshot does not write twice."""
     unreadable: str | None = None
     """Why its `numatopo.io/assignment` cannot be read (None: it can, or it has none)."""
     reported: set[str] = field(default_factory=set)
     """Problems already posted as Events about it, so each is posted once."""
     unsatisfiable: str | None = None
-    """Why its DRA claims did not fit, as last told in an Event: told again only when
-    the reason changes, not on every retry (`dra`)."""
+    """Why its DRA claims did not fit, as last told: told again only when it changes."""
 
 
 class PodRecords:

@@ -1,10 +1,9 @@
 """`PodView`: one pod event, read once; `slim_pod`: the part of a pod numatopo keeps (pure).
 
-docs/DESIGN.md, "The operator's records", says who builds views and why each fact is
-worked out once; the rules "which pod is this" (`key`) and "has it ended" (`finished`,
-`ended`) are written here and nowhere else. A pod as the API serves it is mostly what
-numatopo never reads (managed fields, volumes, each container's command, environment,
-probes): at 150,000 pods gigabytes, which the slim view leaves out.
+docs/DESIGN.md, "The operator's records", says who builds views and why each fact is worked
+out once; "which pod is this" (`key`) and "has it ended" (`finished`, `ended`) are ruled
+here only. The slim view leaves out what numatopo never reads (managed fields, volumes,
+commands, environment, probes): most of a pod, gigabytes at 150,000 pods.
 """
 
 from __future__ import annotations
@@ -40,9 +39,8 @@ def pod_key(pod: Mapping[str, Any]) -> str:
 
 @dataclass(frozen=True, eq=False)
 class PodView(Mapping[str, Any]):
-    """One pod as one event showed it (`body`, as the API or kopf gave it), each fact
-    read on first use and kept. Build it once per event and pass it on; it reads as the
-    body itself where a manifest is wanted."""
+    """One pod as one event showed it (`body`, which it reads as), each fact read on first
+    use and kept: build it once per event and pass it on."""
 
     body: Mapping[str, Any]
 
@@ -117,8 +115,7 @@ class PodView(Mapping[str, Any]):
 
     @cached_property
     def assignment_read(self) -> Assignment | str | None:
-        """The pod's `numatopo.io/assignment`, parsed (the one parse of this event); a
-        string says why it is not an assignment; None: the pod has none."""
+        """`numatopo.io/assignment` parsed once; a string says why it is none; None: absent."""
         text = self.annotations.get(keys.ASSIGNMENT)
         if text is None:
             return None
@@ -142,8 +139,7 @@ class PodView(Mapping[str, Any]):
 
     @cached_property
     def observed(self) -> Observed | None:
-        """What the node agent saw the kubelet give the pod (`numatopo.io/observed`), if
-        readable."""
+        """What the agent saw the kubelet give the pod (`numatopo.io/observed`), if readable."""
         text = self.annotations.get(keys.OBSERVED)
         if not isinstance(text, str):
             return None
@@ -153,9 +149,8 @@ class PodView(Mapping[str, Any]):
             return None
 
     def request(self, resources: ResourceNames) -> PodRequest:
-        """The engine's reading of the pod (`pod_request.request_from_pod`), read once per
-        event for the resource names given: the workload mix and the decision both ask
-        for a new pod's. Raises `InvalidRequestError` each time asked, as the reading did."""
+        """`pod_request.request_from_pod`, once per event for the resource names given (the
+        workload mix and the decision both ask); `InvalidRequestError` each time asked."""
         kept = self.__dict__.get("_request")
         if kept is None or kept[0] is not resources:
             try:
@@ -188,18 +183,16 @@ SHARED_MAX = 64
 
 
 def _shared(value: Any) -> Any:
-    """One string for every pod that has it: the namespace, the node, the phase, a
-    policy, a container's name and its quantities repeat across thousands of pods,
-    and each decoded page gives every pod its own copy. Longer values (an assignment,
-    a signature) are one pod's own and are kept as they are."""
+    """One string for every pod that has it: namespaces, nodes, phases, policies, container
+    names and quantities repeat across thousands of pods, each decoded page giving every
+    pod its own copy. Longer values (an assignment, a signature) are one pod's own."""
     # `type(...) is str`: `sys.intern` takes no subclass (a StrEnum from Python callers).
     return sys.intern(value) if type(value) is str and len(value) <= SHARED_MAX else value
 
 
 def _compact(found: Any) -> Any:
-    """`found` rebuilt with shared keys and short values (`_shared`), dicts and lists
-    new: nothing of the decoded page stays referenced from a kept view but its long
-    strings."""
+    """`found` rebuilt, new dicts and lists, keys and short values `_shared`: nothing of the
+    decoded page stays referenced from a kept view but its long strings."""
     if isinstance(found, Mapping):
         return {_shared(k): _compact(v) for k, v in found.items()}
     if isinstance(found, list):

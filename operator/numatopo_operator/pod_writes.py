@@ -23,8 +23,7 @@ async def write_outcome(
     *,
     placement: str | None = None,
 ) -> None:
-    """`state` with its `reason` and, when given, `assignment` (signed here) in one
-    patch; `placement`: the group placement record that goes with a group member's."""
+    """`state`, `reason`, signed `assignment` and a member's `placement` in one patch."""
     runtime.check_may_write()
     signed = runtime.signed(pod, assignment) if assignment is not None else None
     patch: dict[str, str | None] = translate.outcome_annotations(state, signed, reason)
@@ -44,9 +43,9 @@ async def write_invalid(runtime: Runtime, pod: PodView, reason: str) -> None:
 async def write_taken_back(
     runtime: Runtime, namespace: str, name: str, *, placement: bool = False, fenced: bool = True
 ) -> None:
-    """Remove the pod's decision (and its group placement record with `placement`): it is
-    decided afresh. `fenced=False` only for what this replica itself just wrote (a
-    Binding that failed after it): a removal clashes with no other replica's decision."""
+    """Remove the pod's decision (with `placement`, its group record) to decide afresh.
+    `fenced=False` only for this replica's own fresh write (a failed Binding after it): a
+    removal clashes with no other replica's decision."""
     if fenced:
         runtime.check_may_write()
     patch: Mapping[str, str | None] = translate.removal_annotations()

@@ -1,25 +1,20 @@
-"""Follow, the operator's half: decide a pod again around the GPUs it really holds (I/O).
+"""Follow, the operator's half: decide a pod again around the GPUs it really holds (I/O;
+docs/DESIGN.md, "GPUs: steered, followed or unverified" and "Pod annotations").
 
-The node agent writes `numatopo.io/observed` once the kubelet has given the pod's
-containers their devices. When a container holds other GPUs than its assignment names,
-its CPUs, memory and NICs sit next to the wrong GPUs: the pod is decided again with
-each container's GPUs (and the RDMA NICs its devices name: a shared pool's IDs name
-none) pinned to the real ones (`allocate_around`), booked under a new decision
-sequence and written; the agent enforces it and reports `Aligned` once all agree.
-
-The real devices win over a claim on paper: a pod whose assignment names one of them
-is displaced (its assignment taken back, so it is decided afresh and followed in turn)
-when the kubelet has admitted it and its own observation says it holds other GPUs, or
-when it is not admitted yet and later in claim order (`state.claim_order`). It is never
-displaced when admitted with its own observation naming those GPUs or none reported yet
-(two containers never hold one GPU, so the observation is wrong or forged: a tenant may
-write `observed` on their own pod where the chart's admission guard is off), nor when
-not admitted with an earlier claim: the realignment then waits (retried). No GPU is
-booked twice: the displaced booking is released before the realigned one is reserved,
-all under the node's lock, and a booking whose write is still in flight is displaced
-only once the watch shows it (its take-back could otherwise land first). A policy that
-cannot hold with those GPUs (`single-numa-node`, GPUs on two NUMA nodes) is relaxed to
-`best-effort` around them, said in the reason and a Warning Event: the pod already runs.
+When a container holds other GPUs than its assignment names (`numatopo.io/observed`), the
+pod is decided again with each container's GPUs (and the RDMA NICs its devices name; a
+shared pool's IDs name none) pinned (`allocate_around`), booked under a new sequence and
+written; the agent enforces it and reports `Aligned`. A pod whose assignment names those
+devices is displaced (taken back, decided afresh) when admitted with its own observation
+saying it holds other GPUs, or when not admitted and later in `state.claim_order`. Never
+when admitted with its observation naming those GPUs or none yet (two containers never hold
+one GPU: the observation is wrong or forged, as a tenant may write `observed` where the
+chart's admission guard is off), nor when not admitted with an earlier claim: the
+realignment then waits (retried). The displaced booking is released before the realigned
+one is reserved, under the node's lock; one whose write is in flight only once the watch
+shows it (its take-back could land first). A policy that cannot hold with those GPUs
+(`single-numa-node` over two NUMA nodes) is relaxed to `best-effort` around them, said in
+the reason and a Warning Event: the pod already runs.
 """
 
 from __future__ import annotations
@@ -49,9 +44,8 @@ GPUS_NOT_ALIGNABLE = "NumatopoGPUsNotAlignable"
 
 
 def mismatch(pod: PodView) -> tuple[Assignment, Observed] | None:
-    """(assignment, observation) when the agent saw the pod's current assignment and
-    some of its containers hold other GPUs; None otherwise (also when unreadable: the
-    agent rewrites a broken observation)."""
+    """(assignment, observation) when the agent saw the current assignment and containers
+    hold other GPUs; None otherwise (also unreadable: the agent rewrites a broken one)."""
     if pod.finished:
         return None
     assignment, observed = pod.assignment, pod.observed
@@ -65,8 +59,7 @@ def mismatch(pod: PodView) -> tuple[Assignment, Observed] | None:
 def pins(
     observed: Observed, topology: NumatopologySpec, resources: ResourceNames
 ) -> dict[str, list[int]]:
-    """Container -> the node's GPU indices it holds; raises ValueError when a held
-    device names no GPU of the node."""
+    """Container -> the node's GPU indices it holds; ValueError for a device naming none."""
     pinned: dict[str, list[int]] = {}
     for name, container in sorted(observed.containers.items()):
         ids = container.gpu_ids(resources.is_gpu)
@@ -85,8 +78,7 @@ def pins(
 def nic_pins(
     observed: Observed, topology: NumatopologySpec, resources: ResourceNames
 ) -> dict[str, list[str]]:
-    """Container -> the names of the node's NICs it holds; a container whose NIC
-    devices name no NIC (a shared pool's IDs) holds none that can be pinned."""
+    """Container -> the node's NICs it holds (a shared pool's IDs name none)."""
     pinned: dict[str, list[str]] = {}
     for name, container in sorted(observed.containers.items()):
         ids = [d for r, found in container.devices.items() if resources.is_nic(r) for d in found]
@@ -99,13 +91,10 @@ def nic_pins(
 async def realign(
     runtime: Runtime, pod: PodView, assignment: Assignment, observed: Observed
 ) -> bool:
-    """Decide `pod` again with its GPUs pinned to those it holds, and write it; True when
-    it must be looked at again (another pod's earlier or admitted claim holds the GPUs).
-
-    Raises KubeError / NotActiveError / NodeBusyError for the retry queue; a pod that
-    cannot be realigned (its GPUs unknown here, or no room next to them) is logged, told
-    in an Event, counted, and left as it is.
-    """
+    """Decide `pod` again around the GPUs it holds and write it; True when it must be looked
+    at again (another pod's earlier or admitted claim holds them). Raises KubeError,
+    NotActiveError, NodeBusyError for the retry queue; a pod that cannot be realigned (GPUs
+    unknown here, no room next to them) is logged, told, counted and left as it is."""
     key, node = pod.key, assignment.node
     ref = pod.ref
     ledger = runtime.ledger
@@ -130,8 +119,8 @@ async def realign(
         )
         displaced = _holders(live.assignments, key, wanted)
         if any(ledger.in_flight(other) for other in displaced):
-            # A decision still being written: a take-back sent now could land before it,
-            # leaving that pod assigned the GPUs but booked nowhere. Displaced once seen.
+            # A take-back sent now could land before that write, leaving the pod assigned
+            # the GPUs but booked nowhere. Displaced once seen.
             return True
         resources = runtime.settings.resources
         kept = [
@@ -180,8 +169,7 @@ async def realign(
 async def _write_realigned(
     runtime: Runtime, pod: PodView, realigned: Assignment, *, held: str, reason: str
 ) -> None:
-    """Write the booked realignment (its booking is dropped if that fails), then tell it:
-    a Normal Event, and a Warning with `reason` when the policy was relaxed."""
+    """Write the booked realignment (dropped on failure), a Normal Event, a Warning if relaxed."""
     try:
         await pod_writes.write_outcome(runtime, pod, State.ASSIGNED, realigned, reason)
     except Exception:
@@ -236,9 +224,9 @@ def _keeps(  # noqa: PLR0917 (the two claims and what reads the other's devices)
     topology: NumatopologySpec,
     resources: ResourceNames,
 ) -> str:
-    """Why `other` keeps the devices `wanted` it is booked for against `mine`'s
-    observation ('' when it is displaced: the rules in the module docstring; pods that
-    took each other's GPUs on paper must all be able to move)."""
+    """Why `other` keeps the `wanted` devices it is booked for against `mine` ('' when it
+    is displaced, by the module docstring's rules: pods that took each other's GPUs on
+    paper must all be able to move)."""
     held = ledger.booking(other)
     if held is None:
         return f"{other}'s decision is still being written"  # `realign` waits for it first
@@ -257,8 +245,7 @@ def _keeps(  # noqa: PLR0917 (the two claims and what reads the other's devices)
 def _real_devices(
     observed: Observed | None, topology: NumatopologySpec, resources: ResourceNames
 ) -> _Devices | None:
-    """The GPUs and NICs an observation says its pod holds; None when there is none,
-    or it names GPUs this node does not have."""
+    """The GPUs and NICs an observation says its pod holds; None without one or on unknown GPUs."""
     if observed is None:
         return None
     try:
@@ -270,8 +257,7 @@ def _real_devices(
 
 
 async def _displace(runtime: Runtime, other: str, node: str, by: str) -> None:
-    """Take `other`'s assignment back (the GPUs it names are held by `by` for real): it
-    waits again and is decided afresh on its next event."""
+    """Take `other`'s assignment back (`by` holds its GPUs for real): decided afresh next."""
     namespace, name = other.split("/", 1)
     await pod_writes.write_taken_back(runtime, namespace, name)
     runtime.ledger.displace(other)
@@ -289,9 +275,8 @@ async def _displace(runtime: Runtime, other: str, node: str, by: str) -> None:
 def pins_of_pod(
     pod: PodView, topology: NumatopologySpec, resources: ResourceNames
 ) -> tuple[dict[str, list[int]], dict[str, list[str]]]:
-    """The GPUs and NICs the pod's containers hold for real, as its `observed`
-    annotation says (whatever assignment it was compared with); nothing when there is
-    none, it is unreadable, or it names GPUs the node does not have."""
+    """The GPUs and NICs the containers hold as `observed` says (whatever assignment it was
+    compared with); nothing without one, unreadable, or naming GPUs the node lacks."""
     observed = pod.observed
     if observed is None or pod.finished:
         return {}, {}

@@ -1,9 +1,8 @@
 """The retry queue: pods to judge again, each at its own time, with bounded backoff (pure).
 
-Events re-drive most pods, but not all: a write refused after the client's quick
-retries, a pod on a node whose exporter went quiet. Such a pod is kept here with its
-last body and judged again after `base * 2**attempts` seconds (at most `cap`) until its
-answer needs nothing more (`discard`): it gets one once the API or the node recovers.
+Events re-drive most pods, not all (a write refused past the client's quick retries, a
+node whose exporter went quiet): such a pod is kept with its last body and judged again
+after `base * 2**attempts` seconds (at most `cap`) until `discard`.
 """
 
 from __future__ import annotations
@@ -39,8 +38,7 @@ class RetryQueue(Generic[T]):
         return key in self._entries
 
     def schedule(self, key: str, pod: T, now: float) -> float:
-        """Judge `key` again later: the pause doubles with each consecutive attempt.
-        Returns the pause chosen."""
+        """Judge `key` again later; returns the pause, doubling with each attempt."""
         entry = self._entries.get(key)
         if entry is None:
             entry = self._entries[key] = _Entry(Backoff(self.base, self.cap), pod)
@@ -58,8 +56,8 @@ class RetryQueue(Generic[T]):
     def discard(self, key: str) -> None:
         """The pod has its answer, or is gone: no more retries (and the backoff resets)."""
         if self._entries.pop(key, None) is not None:
-            # Nothing keeps the key of a pod that is gone (the queue is short: pods that
-            # wait), so its places in the heap go too rather than when they come due.
+            # Its heap places go now, not when due (nothing keeps a gone pod's key; the
+            # queue is short: pods that wait).
             self._heap = [found for found in self._heap if found[1] != key]
             heapq.heapify(self._heap)
 
@@ -74,9 +72,8 @@ class RetryQueue(Generic[T]):
         return None
 
     def pop_due(self, now: float) -> list[tuple[str, T]]:
-        """The pods due at `now`, earliest first; they stay queued (with their attempt
-        count) until `schedule`, `discard` or `put_back` says what comes next: one of
-        them that none of the three is called for is never due again."""
+        """The pods due at `now`, earliest first, queued (attempts kept) until `schedule`,
+        `discard` or `put_back`: without one of those it is never due again."""
         found: list[tuple[str, T]] = []
         while (due := self.next_due()) is not None and due <= now:
             _, key = heapq.heappop(self._heap)

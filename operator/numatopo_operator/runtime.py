@@ -1,10 +1,9 @@
 """`Runtime`: the operator's long-lived parts, handed to every handler as kopf's `memo`.
 
-kopf gives each object a shallow copy of the memo (`copy.copy`, when it first sees the
-object), so every field here is a shared object that changes in place, never a value
-rebound later: a copy made before the rebinding would keep the old value for as long as
-kopf remembers that object. The dataclass is frozen so that such a rebinding fails where
-it is written rather than silently in the handlers.
+kopf gives each object a shallow copy of the memo (`copy.copy`, when it first sees it), so
+every field is a shared object changed in place, never rebound: a copy made before would
+keep the old value as long as kopf remembers that object. Frozen, so a rebinding fails
+where it is written rather than silently in the handlers.
 """
 
 from __future__ import annotations
@@ -48,12 +47,11 @@ T = TypeVar("T")
 
 
 # One thread for the whole process: the engine's memos and per-shape tables are plain
-# module-level dicts, safe only while one thread at a time decides (as on the loop
-# before), whichever `Runtime` asks; and decisions queue in arrival order, as there.
+# module-level dicts, safe only while one thread at a time decides, whichever `Runtime`
+# asks; decisions queue in arrival order.
 ENGINE_THREAD = ThreadPoolExecutor(max_workers=1, thread_name_prefix="numatopo-engine")
-# Held by whoever works with the engine's memos: the engine thread for each of its jobs,
-# and an event loop that judges a warm scheduling cycle itself (`engine_if_idle`), so
-# the two never run at once.
+# Held by whoever works with the engine's memos: the engine thread for each job, and a
+# loop judging a warm scheduling cycle itself (`engine_if_idle`), so never both at once.
 ENGINE_LOCK = threading.Lock()
 
 
@@ -67,8 +65,8 @@ class LeaseTerm:
     """Our hold on the Lease, one object for every copy of the memo."""
 
     renewed_at: float | None = None
-    """`time.monotonic()` when the last successful renewal of our Lease was sent; None
-    while we hold none. Fencing: writes stop `renew_deadline_seconds` after it."""
+    """`time.monotonic()` when our last successful renewal was sent; None while we hold
+    none. Fencing: writes stop `renew_deadline_seconds` after it."""
 
 
 @dataclass(frozen=True, eq=False)
@@ -81,82 +79,58 @@ class Runtime:
     metrics: Metrics = field(default_factory=Metrics)
     connection: kopf.ConnectionInfo | None = None
     """Fixed credentials (an explicit API URL, tests); None logs in from the environment."""
-
     gpu_admissions: GpuAdmissions = field(init=False)
     """One GPU pod in flight per steered node (`gpu_admissions`)."""
-
     workload: MixLearner = field(init=False)
     """The request shapes of the GPU pods seen (`workload_mix`): what the node rank packs for."""
-
     retries: RetryQueue[PodView] = field(init=False)
     """Pods to judge again later (a failed write, a pod still waiting)."""
-
     groups: GroupState = field(init=False)
     """Groups placed across nodes (`group_worker`): their members, plans and retries."""
-
     lease: LeaseTerm = field(default_factory=LeaseTerm)
     """When our Lease was last renewed (`leadership` updates it in place)."""
-
     pods: PodRecords = field(default_factory=PodRecords)
     """What is remembered of each pod between its events, one record per pod."""
-
     redriven: dict[str, object] = field(default_factory=dict)
     """node -> the topology its waiting pods were last retried against."""
-
     waiting: WaitingPods = field(default_factory=WaitingPods)
     """Pods bound to a node that wait for a decision (kept by the pod handler)."""
-
     dra_holds: DraHolds = field(default_factory=DraHolds)
-    """Allocated ResourceClaims and ResourceSlices as watched (`dra_feed`): what DRA
-    holds on each node, booked in the ledger."""
-
+    """Allocated ResourceClaims and ResourceSlices as watched (`dra_feed`): what DRA holds
+    on each node, booked in the ledger."""
     statuses: dict[str, Mapping[str, object]] = field(default_factory=dict)
-    """node -> what its Numatopology's status holds of the fields numatopo writes, as
-    last watched or written (`status`): a new holder writes only the nodes that differ."""
-
+    """node -> the fields numatopo writes in its Numatopology's status, as last watched or
+    written (`status`): a new holder writes only the nodes that differ."""
     indexed: asyncio.Event = field(default_factory=asyncio.Event)
     """Set once `cluster_feed`'s first list gave every Numatopology to the ledger."""
-
     pods_listed: asyncio.Event = field(default_factory=asyncio.Event)
     """Set once `pod_feed` has listed every pod (and the Numatopologies are in)."""
-
     catch_up: CatchUp = field(default_factory=CatchUp)
     """The token a new holder awaits on its pod watch (`catch_up`, `handover`)."""
-
     pod_lists: asyncio.Lock = field(default_factory=asyncio.Lock)
     """Held while a list of pods is applied (`pod_feed`, `handover`): one at a time."""
-
     ledger_current: asyncio.Event = field(default_factory=asyncio.Event)
-    """Set once the ledger was rebuilt from a fresh list of pods since this replica last
-    became active; cleared on every change of role (see `handover`). kopf does not gate
-    its indexes again when it resumes a paused replica, so `indexed` alone would let a
-    replica decide against the bookings it had before it stood by."""
-
+    """Set once the ledger is current (`handover`) since this replica last became active;
+    cleared on every change of role: `indexed` alone would let a replica decide against
+    the bookings it had before it stood by."""
     active: asyncio.Event = field(default_factory=asyncio.Event)
     """Set while this replica is the one that decides (always, when standalone)."""
-
     role_known: asyncio.Event = field(default_factory=asyncio.Event)
-    """Set once this replica knows whether it is the holder (the Lease was read once; at
-    once when standalone): until then it is not Ready."""
-
+    """Set once this replica knows whether it holds the Lease (read once; at once when
+    standalone): until then it is not Ready."""
     binding: set[str] = field(default_factory=set)
     """Pods (namespace/name) whose extender `/bind` runs now (`bind_guard`): one at a time."""
-
     engine: ThreadPoolExecutor = ENGINE_THREAD
-    """Where engine calls run (`in_engine_thread`), so that a 64-NUMA decision or a
-    5,000-node filter does not hold up kopf's watches and the Lease renewals."""
-
+    """Where engine calls run (`in_engine_thread`): a 64-NUMA decision or a 5,000-node
+    filter must not hold up the watches and the Lease renewals."""
     decisions: allocation.Engine = field(default_factory=allocation.Engine)
-    """The engine's memo tables; the operator reads and writes them only under
-    `ENGINE_LOCK`: in the engine thread, or on the loop inside `engine_if_idle`."""
-
+    """The engine's memo tables, used only under `ENGINE_LOCK` (in the engine thread, or
+    on the loop inside `engine_if_idle`)."""
     signer: Signer | None = None
-    """Signs every assignment written (`signed`); `main.run` refuses to start without
-    one (`signing_keys.load_keys`). None: no assignment can be written."""
-
+    """Signs every assignment written (`signed`); `main.run` refuses to start without one
+    (`signing_keys.load_keys`). None: no assignment can be written."""
     verifier: Verifier = field(default_factory=Verifier)
     """Whose signatures make an assignment a claim; empty: none does."""
-
     events: EventPosts = field(init=False)
     """The Events of decisions, posted off the decision's path (`event_posts`)."""
 
@@ -167,8 +141,7 @@ class Runtime:
         return self.signer.sign(assignment, PodIdentity(pod.uid, pod.key))
 
     def forget_pod(self, key: str, *, uid: str = "") -> str | None:
-        """Pod `key` (of `uid`) ended or was deleted: nothing of it is kept anywhere.
-        Returns the node it held a booking on, if any."""
+        """Pod `key` (of `uid`) ended: nothing of it is kept; returns the node it was booked on."""
         self.pods.forget(key)
         self.waiting.forget(key)
         self.retries.discard(key)
@@ -199,19 +172,18 @@ class Runtime:
             object.__setattr__(self, name, part)  # frozen: set once, here
 
     async def in_engine_thread(self, work: Callable[P, T], *args: P.args, **kwargs: P.kwargs) -> T:
-        """`work(*args, **kwargs)` in the engine thread. Give it only values the event loop
-        will not change meanwhile (`Ledger.frozen_state` copies, never live states). The
-        GIL goes back to the loop every switch interval (5 ms): `bench_loop_lag.py`."""
+        """`work(*args, **kwargs)` in the engine thread, given only values the loop will
+        not change meanwhile (`Ledger.frozen_state` copies, never live states). The GIL
+        goes back to the loop every switch interval (5 ms): `bench_loop_lag.py`."""
         loop = asyncio.get_running_loop()
         job = functools.partial(work, *args, **kwargs)
         return await loop.run_in_executor(self.engine, _exclusive, job)
 
     @contextlib.contextmanager
     def engine_if_idle(self) -> Iterator[bool]:
-        """True, with the engine's memos held until the block ends, when no engine job
-        runs now; else False (nothing held). For work of about a millisecond that builds
-        nothing (`allocation.NotWarmError`), where the hop to the engine thread costs a
-        fair part of that. Never await inside the block: the engine thread waits."""
+        """True, with the engine's memos held until the block ends, when no engine job runs
+        now; else False. For ~1 ms work that builds nothing (`allocation.NotWarmError`),
+        where the hop to the engine thread costs a fair part. Never await inside it."""
         taken = ENGINE_LOCK.acquire(blocking=False)
         try:
             yield taken
@@ -236,8 +208,7 @@ class Runtime:
             raise NotActiveError("this replica does not hold a fresh lease; not writing")
 
     def stale_reason(self, node: str, now: float | None = None) -> str | None:
-        """Why nothing may be placed on `node` now: its exporter says so, or its heartbeat is
-        older than the bound; None when it is current (or has no heartbeat at all)."""
+        """Why nothing may go on `node` now (stale, or heartbeat too old); None if current."""
         return self.ledger.stale_reason(node, self.settings.heartbeat_max_age_seconds, now)
 
     def stale_nodes(self) -> dict[str, str]:
@@ -246,8 +217,7 @@ class Runtime:
 
     @property
     def deciding(self) -> bool:
-        """True when this replica may decide: it is active with a fresh lease and its ledger
-        is complete and current."""
+        """Active with a fresh lease, its ledger complete and current."""
         return (
             self.indexed.is_set()
             and self.active.is_set()

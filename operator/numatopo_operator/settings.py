@@ -28,114 +28,76 @@ class OperatorSettings:
 
     gpu_resources: tuple[str, ...] = DEFAULT_GPU_PATTERNS
     """Patterns of extended resources counted as GPUs (`NUMATOPO_GPU_RESOURCES`, comma list)."""
-
     nic_resources: tuple[str, ...] = ("rdma/*",)
     """Patterns of extended resources counted as RDMA NICs (`NUMATOPO_NIC_RESOURCES`)."""
-
     scheduler_name: str = "numatopo-scheduler"
-    """The kube-scheduler profile that calls the extender: `/bind` binds only pods whose
-    `spec.schedulerName` is this (`bind_guard`)."""
-
+    """The kube-scheduler profile calling the extender: `/bind` binds only its pods."""
     listen_host: str = "0.0.0.0"  # a pod serves its probes on every interface
     """Address the extender, metrics and health servers bind to."""
-
     extender_port: int = 8888
     """Port of the scheduler extender (`/filter`, `/prioritize`, `/bind`); 0 picks a free one."""
-
     metrics_port: int = 8080
     """Port of `/metrics`, `/healthz` (liveness) and `/readyz` (readiness); 0 = a free one."""
-
     extender_tls_cert: str = ""
     """PEM certificate chain the extender serves HTTPS with (`extender_tls`)."""
-
     extender_tls_key: str = ""
     """PEM private key of `extender_tls_cert`."""
-
     extender_client_ca: str = ""
-    """PEM CA bundle a client certificate must chain to: the CA of kube-scheduler's
-    certificate only. The three files are re-read when they change (rotation)."""
-
+    """PEM CA client certificates chain to (kube-scheduler's only); all 3 re-read on change."""
     extender_insecure_plain_http: bool = False
     """Serve the extender as plain HTTP without client authentication: whoever reaches
     the port can bind any pending pod to any node. For test clusters; logged loudly."""
-
     lease_name: str | None = None
-    """`coordination.k8s.io/v1` Lease the replicas compete for; only its holder decides.
-    None runs standalone (one replica, always deciding)."""
-
+    """Lease the replicas compete for (its holder decides); None: standalone, always deciding."""
     lease_namespace: str | None = None
     """Namespace of the Lease; None means `pod_namespace` (else `default`)."""
-
     lease_duration_seconds: float = 4.0
     """How long a standby waits, after it last saw the Lease renewed, before taking it."""
-
     renew_deadline_seconds: float = 3.0
     """The holder stops deciding and writing when it could not renew for this long. Below
     `lease_duration_seconds`, so a holder cut off is silent before anyone may take over."""
-
     retry_period_seconds: float = 1.0
     """Pause between attempts to renew (the holder) or to acquire (a standby)."""
-
     heartbeat_max_age_seconds: float = 900.0
-    """A Numatopology whose `status.heartbeat` is older than this is stale: nothing is placed
-    on it. Default: three of the exporter's 300 s resyncs. 0 turns the check off; a
-    Numatopology without a heartbeat (an exporter older than the field) is never stale."""
-
+    """A Numatopology with an older `status.heartbeat` is stale (nothing placed on it); three
+    300 s exporter resyncs; 0: no check. One without a heartbeat is never stale."""
     retry_base_seconds: float = 0.5
-    """First pause before a pod whose write failed, or that waits, is judged again; it
-    doubles per attempt."""
-
+    """First pause before a pod (a failed write, or waiting) is judged again; doubles per try."""
     retry_max_seconds: float = 30.0
     """The longest pause between two attempts for one pod."""
-
     namespaces: tuple[str, ...] = ()
     """Namespaces whose pods are placed; empty means cluster-wide."""
-
     pod_name: str | None = None
     """This replica's own pod (set from the downward API): the active replica labels it
     so that the extender Service reaches only that pod. None (outside a pod): no label."""
-
     pod_namespace: str | None = None
     """The namespace of `pod_name`."""
-
     gpu_admission_timeout_seconds: float = 8.0
-    """On a node whose GPUs are steered, a second GPU pod waits until the first is seen
-    admitted, at most this long (`gpu_admissions`). Below the scheduler's extender
-    `httpTimeout` (10 s in the chart), so a waiting bind still answers in time."""
-
+    """How long a second GPU pod on a steered node waits for the first's admission at most
+    (`gpu_admissions`); below the chart's extender `httpTimeout` (10 s): binds answer in time."""
     status_debounce_seconds: float = 2.0
-    """Numatopology status is written at most once per this many seconds per node, so a
-    burst of 50 pods costs one status write, not 50."""
-
+    """At most one Numatopology status write per node per this period (a 50-pod burst: one)."""
     workload_mix: str = ""
     """Pins the workload mix the node rank packs for (`NUMATOPO_WORKLOAD_MIX`, e.g.
     `1x8:60,8x64:40`: GPUSxCPUS:WEIGHT, `p` after the CPUs for shared-pool CPUs); empty:
     learned from the GPU pods seen (`workload_mix`)."""
-
     workload_mix_half_life_seconds: float = 21600.0
     """Half-life of a pod's weight in the learned mix (6 h); at most 30 days."""
-
     export_nrt: bool = False
     """Write each node's NodeResourceTopology (`topology.node.k8s.io/v1alpha2`, read by
     scheduler-plugins' NodeResourceTopologyMatch) from the ledger (`exports`)."""
-
     export_volcano: bool = False
     """Write each node's Volcano Numatopology (`nodeinfo.volcano.sh/v1alpha1`, read by
     Volcano's numaaware plugin) from the ledger (`exports`)."""
-
     groups: bool = True
-    """Place groups of gated pods all-or-nothing across nodes (`groups`): watches Nodes
-    (their labels) and NetworkTopologies. Off: pods with the `numatopo.io/group`
-    scheduling gate are left gated (and no Node is watched)."""
-
+    """Place gated pod groups all-or-nothing across nodes (`groups`), watching Nodes and
+    NetworkTopologies; off: pods gated `numatopo.io/group` stay gated, no Node is watched."""
     signing_key_file: str = ""
     """PEM file of the Ed25519 private key the operator signs assignments with
     (`numatopo_engine.signing`); required to run (the chart mounts its Secret)."""
-
     trusted_keys_file: str = ""
     """PEM file of further public keys (or certificates) whose signatures still count: the
     previous key while keys rotate. Empty: only the signing key's own public half."""
-
     resources: ResourceNames = field(init=False)
 
     def __post_init__(self) -> None:

@@ -12,9 +12,8 @@ logger = logging.getLogger(__name__)
 
 
 def load_keys(settings: OperatorSettings) -> tuple[Signer, Verifier]:
-    """(signer, verifier) from `signing_key_file` and `trusted_keys_file`; raises
-    SettingsError saying what is missing or wrong: the operator never writes an
-    assignment the node agents would not enforce."""
+    """(signer, verifier) from `signing_key_file` and `trusted_keys_file`; SettingsError
+    saying what is missing or wrong (never an assignment the agents would not enforce)."""
     if not settings.signing_key_file:
         raise SettingsError(
             "no signing key: set NUMATOPO_SIGNING_KEY_FILE (--signing-key-file) to a PEM "
@@ -32,10 +31,9 @@ def load_keys(settings: OperatorSettings) -> tuple[Signer, Verifier]:
         except SigningKeyError as exc:
             raise SettingsError(f"trusted keys {settings.trusted_keys_file}: {exc}") from None
         if signer.key_id not in trusted.keys:
-            # The chart gives the agents this same file: with a key brought in a Secret
-            # of one's own (`signing.trustedKeys`), a public half copied from another key
-            # makes every agent refuse every assignment. Run by hand, the file may hold
-            # only previous keys, so this is said, not refused.
+            # The chart gives the agents this file: a public half copied from another key
+            # (`signing.trustedKeys`) makes every agent refuse every assignment. By hand
+            # it may hold only previous keys, so this is said, not refused.
             logger.warning(
                 "the signing key's public half (key id %s) is not among the trusted keys in "
                 "%s: node agents that trust only that file refuse every assignment this "

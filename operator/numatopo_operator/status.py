@@ -1,16 +1,9 @@
-"""`Numatopology.status`: what is free per NUMA node, written debounced.
-
-`free_status` is pure; `write_statuses` writes it: one write per node and debounce
-period, however many decisions marked it dirty. While a burst goes on (nodes changed in
-this period and the one before) the writes wait for a quiet period, at most
-`BURST_HOLD_PERIODS`, so they come after the burst instead of competing with its
-decisions (`docs/operations.md`, "Status freshness").
-
-A status is written only when it differs from what the object holds, as watched
-(`Runtime.statuses`, fed by `handlers`) or as we wrote it since: a new holder rewrites
-only the nodes whose status is wrong. A watched status that changes (someone else's
-write, or ours seen out of order) marks the node dirty again. Only the fields numatopo
-owns (`indexes.OWNED_STATUS`) are merge-patched: the exporter's `conditions` stay.
+"""`Numatopology.status`: what is free per NUMA node, written debounced (`free_status` is
+pure; when `write_statuses` writes, bursts included: docs/operations.md, "Status
+freshness"). A status is written only when it differs from the object's, as watched
+(`Runtime.statuses`) or as we wrote it since: a new holder rewrites only wrong ones, and a
+watched change (another's write, ours out of order) marks the node dirty again. Only the
+fields numatopo owns (`indexes.OWNED_STATUS`) are merge-patched: `conditions` stay.
 """
 
 from __future__ import annotations
@@ -57,8 +50,7 @@ def aligned_free_gpus(status: dict[str, object]) -> int:
 
 
 async def write_statuses(runtime: Runtime) -> None:
-    """Forever: every debounce period, write the status of each node that changed, unless
-    a burst goes on (see the module's docstring)."""
+    """Forever: every debounce period, write each changed node's status, unless in a burst."""
     pending: set[str] = set()
     changed_before = False
     held = 0
@@ -77,16 +69,15 @@ async def write_statuses(runtime: Runtime) -> None:
             nodes, pending = sorted(pending), set()
             await _write_nodes(runtime, nodes)
     finally:
-        # Held back by a burst when the loop ended (a bug, run again: `background`):
-        # the loop that follows writes them.
+        # Held back by a burst when the loop failed: the next run writes them.
         for node in pending:
             runtime.ledger.mark_dirty(node)
 
 
 async def _write_nodes(runtime: Runtime, nodes: list[str]) -> None:
-    """Write each of `nodes` whose status differs. On an unexpected error, the nodes not
-    reached yet stay dirty and the error goes on to the task's supervisor; the node that
-    raised it is left until it changes again, so that one node's bug holds up no other."""
+    """Write each of `nodes` whose status differs. On an unexpected error the nodes not
+    reached stay dirty and it goes on to the supervisor; the node that raised it waits
+    until it changes again, so one node's bug holds up no other."""
     position = 0
     try:
         for position, node in enumerate(nodes):

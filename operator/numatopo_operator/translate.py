@@ -1,8 +1,7 @@
 """Pod manifests <-> engine values, annotation patches and Event texts (pure, no I/O).
 
-What the operator reads of a pod, it reads from its `PodView` (`pod_view`: one per
-event, each annotation parsed once); what it decides becomes Event texts here. A
-`RawPod` is the JSON of a Pod as the API (or kopf's `Body`) gives it.
+Pods are read through their `PodView` (one per event, each annotation parsed once). A
+`RawPod` is a Pod's JSON as the API (or kopf's `Body`) gives it.
 """
 
 from __future__ import annotations
@@ -18,10 +17,9 @@ from numatopo_engine.signing import PodIdentity, Verifier
 from numatopo_operator.errors import BookingError
 from numatopo_operator.pod_view import PodView
 
-# The extender's word for a candidate without a Numatopology. Per-node messages do not
-# repeat the node's name (it is the key): kube-scheduler's "0/N nodes are available:
-# ..." counts nodes per distinct message, so a name in each would make every message
-# unique and the pod's Event list thousands of them.
+# The extender's word for a candidate without a Numatopology. Per-node messages never name
+# the node: kube-scheduler's "0/N nodes are available: ..." counts nodes per distinct
+# message, and a name in each would list thousands of them in the pod's Event.
 NO_NUMATOPOLOGY = "no Numatopology for the node (is the numatopo exporter running there?)"
 
 RawPod = Mapping[str, Any]
@@ -58,11 +56,10 @@ def is_finished(pod: RawPod) -> bool:
 
 
 def is_admitted(pod: RawPod) -> bool:
-    """Whether the kubelet has admitted the pod, so its devices are given: the node agent
-    observed them for the current assignment, or the kubelet has reported on the pod
-    (it does only after admission: start time, container statuses, a phase past
-    Pending). An event without an assignment says nothing: it may predate our own
-    write (a pod whose decision is taken back frees its slot where that happens)."""
+    """Whether the kubelet has admitted the pod (its devices are given): it reported on the
+    pod (only after admission: start time, container statuses, a phase past Pending), or
+    the agent observed the current assignment. An event without an assignment says
+    nothing: it may predate our write (a pod whose decision is taken back frees its slot)."""
     view = PodView.of(pod)
     status = view.status
     if status.get("startTime") or status.get("containerStatuses"):
@@ -86,8 +83,8 @@ def reason_of(pod: RawPod) -> str:
 
 
 def needs_rejudging(pod: RawPod) -> bool:
-    """A refusal without its reason: a replica died between the two, or an older version
-    (which posted the reason only as an Event) decided it. Judged again to get one."""
+    """A refusal without its reason (a replica died in between, or an older version wrote it
+    only as an Event): judged again to get one."""
     return state_of(pod) in (State.UNSATISFIABLE, State.INVALID) and not reason_of(pod)
 
 
@@ -98,9 +95,8 @@ def is_annotated(pod: RawPod) -> bool:
 
 
 def is_waiting(pod: RawPod) -> bool:
-    """A running pod that asks for a policy and has no assignment yet (none, or it did not
-    fit). `Invalid` pods are not waiting (only a person can fix them, as the Event says),
-    unless they have no reason yet (`needs_rejudging`)."""
+    """A running pod that asks for a policy and has no assignment yet; `Invalid` pods are
+    not waiting (a person fixes them), unless they have no reason yet (`needs_rejudging`)."""
     view = PodView.of(pod)
     annotations = view.annotations
     return (
@@ -113,10 +109,9 @@ def is_waiting(pod: RawPod) -> bool:
 
 
 def booking_from_pod(pod: RawPod, verifier: Verifier) -> Booking | None:
-    """The pod's booking, or None if it holds nothing (no assignment, or it has finished).
-    Raises `BookingError` when the annotation is not a valid assignment, names another
-    node than the pod's, or is not signed for this pod by the operator (`verifier`): a
-    copied or hand-written assignment is no claim, whatever its `seq`."""
+    """The pod's booking, None without an assignment or once finished. `BookingError` when
+    the annotation is no valid assignment, names another node, or is not signed for this pod
+    by the operator (`verifier`): a copied or hand-written one is no claim, whatever its seq."""
     view = PodView.of(pod)
     if view.finished:
         return None
@@ -143,9 +138,8 @@ def booking_from_pod(pod: RawPod, verifier: Verifier) -> Booking | None:
 def outcome_annotations(
     state: State, assignment: Assignment | None = None, reason: str = ""
 ) -> dict[str, str | None]:
-    """The merge-patch of annotations for a decision; None removes a stale assignment.
-    State and reason travel in one patch: a replica that dies after it leaves nothing
-    half-said. Only a signed assignment is written: an unsigned one is enforced nowhere."""
+    """A decision's annotation merge patch (None removes a stale assignment), state and
+    reason in one; only a signed assignment is written (an unsigned one is enforced nowhere)."""
     if assignment is not None and assignment.sig is None:
         raise ValueError("an assignment is written only signed (Runtime.signed)")
     return {
@@ -156,8 +150,7 @@ def outcome_annotations(
 
 
 def invalid_annotations(reason: str) -> dict[str, str | None]:
-    """`Invalid` with its reason, leaving the pod's own assignment annotation as written
-    (it books nothing; a person fixes or removes it)."""
+    """`Invalid` with its reason; the pod's own assignment stays as written (books nothing)."""
     return {keys.STATE: State.INVALID.value, keys.REASON: reason}
 
 
@@ -189,10 +182,6 @@ def assigned_message(assignment: Assignment) -> str:
             got.append(f"memory NUMA {container.mems}")
         parts.append(f"{name}: " + (", ".join(got) or "nothing placed"))
     return f"NUMA {numa} on {assignment.node} ({assignment.policy}): " + "; ".join(parts)
-
-
-def unsatisfiable_message(node: str, reason: str) -> str:
-    return f"does not fit on {node}: {reason}"
 
 
 def invalid_message(error: InvalidRequestError) -> str:

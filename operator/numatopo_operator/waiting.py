@@ -1,8 +1,7 @@
 """`WaitingPods`: the pods that wait for a decision, by the node they are bound to.
 
-Kept by the pod handler (`translate.is_waiting`), and read when a node's capacity
-changes (a pod there ends, its Numatopology appears or changes) to retry them. Not a kopf
-index: its start-up gate costs time that grows with the square of the pods listed.
+Kept by the pod handler (`translate.is_waiting`), read to retry them when a node's
+capacity changes. Not a kopf index: its start-up gate costs time quadratic in the pods.
 """
 
 from __future__ import annotations

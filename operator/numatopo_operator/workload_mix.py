@@ -1,9 +1,7 @@
 """The workload mix the node rank packs for: a decayed histogram of the request shapes
-(whole GPUs, CPUs) of the GPU pods the operator sees (pure bookkeeping, no I/O).
-
-Each pod counts once, when first seen, weighted by its GPUs and by 2^(age / half-life)
-so that old requests fade. Nothing is persisted: every live pod is seen again when the
-pods are listed. `NUMATOPO_WORKLOAD_MIX` pins the mix instead (`WorkloadMix.parse`).
+(whole GPUs, CPUs) of the GPU pods seen (pure). Each pod counts once, when first seen,
+weighted by its GPUs and by 2^(age / half-life) so old requests fade; nothing is persisted
+(a list shows every live pod again). `NUMATOPO_WORKLOAD_MIX` pins it (`WorkloadMix.parse`).
 """
 
 from __future__ import annotations
@@ -19,8 +17,7 @@ from numatopo_engine.resources import ResourceNames
 from numatopo_operator.pod_view import PodView
 from numatopo_operator.translate import RawPod
 
-# Keys of pods already counted are kept up to this many (then the oldest are dropped:
-# a pod seen again after that counts again, which only refreshes its weight).
+# Counted pods' keys kept at most (past it the oldest go: counted again, only refreshed).
 SEEN_LIMIT = 100_000
 # Weights are kept relative to a reference time moved forward before 2^age overflows.
 _REBASE_AFTER = 512.0
@@ -79,8 +76,7 @@ class MixLearner:
             self.observe(key, shape_of_pod(pod, resources))
 
     def forget(self, key: str) -> None:
-        """A pod gone: its key may be counted again if it ever comes back (its weight stays,
-        fading with age)."""
+        """A pod gone: counted again if it comes back (its weight stays, fading)."""
         self.seen.pop(key, None)
 
     def _rebase(self, exponent: float) -> None:

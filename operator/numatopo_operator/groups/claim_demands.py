@@ -74,10 +74,9 @@ def _shape(
     )
 
 
-# (shape, node) -> (the node's joined slices it was judged on, what was found): a group
-# waiting for room is planned again and again, and each judgement evaluates CEL
-# selectors on every device (~8 ms a node on a p4d). A new join (slices or spec
-# changed) is judged afresh.
+# (shape, node) -> (the joined slices judged on, what was found): a group waiting for room
+# is planned again and again, each judgement evaluating CEL selectors on every device
+# (~8 ms a node on a p4d). A new join (slices or spec changed) is judged afresh.
 _judged: dict[tuple[str, str], tuple[DraNode, ClaimDemand | str]] = {}
 MAX_JUDGED = 8192
 
@@ -87,8 +86,7 @@ class ClaimsPendingError(Exception):
 
 
 def _pending_claim(runtime: Runtime, pod: Mapping[str, Any]) -> str | None:
-    """The first claim of a pod whose devices come from its claims alone that is not
-    created (a template's, until kube-controller-manager makes it) or not watched yet."""
+    """The first claim of a claims-only pod not created (a template's) or not watched yet."""
     if not from_claims(runtime, pod):
         return None
     namespace = PodView.of(pod).namespace
@@ -101,8 +99,7 @@ def _pending_claim(runtime: Runtime, pod: Mapping[str, Any]) -> str | None:
 def _claimers(
     runtime: Runtime, views: Sequence[MemberView], members: Sequence[Member]
 ) -> list[_Claimer]:
-    """The members whose devices come from their claims, read as watched. Raises
-    `ClaimsPendingError` while one of their claims is not there."""
+    """Claims-only members, as watched; `ClaimsPendingError` while a claim of theirs is missing."""
     found = []
     for index, (view, member) in enumerate(zip(views, members, strict=True)):
         read = read_claims(runtime, view.body)
@@ -155,10 +152,6 @@ def _asked(demand: ClaimDemand) -> tuple[Any, Any]:
     return demand.request.containers, demand.request.init_containers
 
 
-def _undecided(found: ClaimDemand | str) -> bool:
-    return isinstance(found, str) and found.startswith(UNDECIDED)
-
-
 async def count_claims(
     runtime: Runtime,
     views: Sequence[MemberView],
@@ -185,7 +178,8 @@ async def count_claims(
     for claimer in claimers:
         per_node = demands[claimer.shape]
         found = {n: d for n, d in sorted(per_node.items()) if isinstance(d, ClaimDemand)}
-        if not found and per_node and not any(_undecided(d) for d in per_node.values()):
+        undecided = any(isinstance(d, str) and d.startswith(UNDECIDED) for d in per_node.values())
+        if not found and per_node and not undecided:
             # Judged on every node publishing devices, and too few anywhere: planned by
             # its CPUs alone it would sit Pending where the scheduler cannot allocate.
             for node in kept:

@@ -1,8 +1,8 @@
 """What groups read of Nodes and NetworkTopologies, by name (pure).
 
-Node views are kept by `cluster_feed`, NetworkTopologies by a kopf index (a few
-objects); the group worker reads both live (`GroupState.attach`). Only what placement
-needs is kept per Node, so a Node's frequent status updates change nothing here.
+Node views are `cluster_feed`'s, NetworkTopologies a kopf index's; the group worker reads
+both live (`GroupState.attach`). Only what placement needs is kept: a Node's frequent
+status updates change nothing here.
 """
 
 from __future__ import annotations
@@ -38,13 +38,11 @@ class NodeView:
 
     labels: Mapping[str, str]
     schedulable: bool
-    """False when cordoned, not Ready, or tainted as such: a replacement member must not
-    be planned onto the node that just failed."""
+    """False when cordoned, not Ready, or tainted so (no replacement onto a failed node)."""
     taints: tuple[Mapping[str, Any], ...] = ()
 
     def as_node(self, name: str) -> dict[str, Any]:
-        """The Node fields kube-scheduler's node filters read (`node_rules.refusal`), with
-        the hostname label the kubelet sets where the view has none."""
+        """The fields `node_rules.refusal` reads, with the kubelet's hostname label."""
         return {
             "metadata": {"name": name, "labels": {HOSTNAME_LABEL: name, **self.labels}},
             "spec": {"unschedulable": not self.schedulable, "taints": list(self.taints)},

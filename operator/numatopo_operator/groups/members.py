@@ -1,11 +1,10 @@
 """Group bookkeeping: which live pods form which group, and what a group needs next (pure).
 
-A member is a pod that names a group (`numatopo_engine.groups.group_of`); only members
-gated `numatopo.io/group` (`GATE`) are placed (docs/DESIGN.md, "Groups across nodes").
-`next_step` turns the members of one group into the one thing to do next;
-`group_release` does it. What the watch has not shown yet is overlaid from
-`Expectation`s: after the operator writes a plan, a void or a release, the next step is
-computed from what it wrote, not from an older event of the pod.
+A member is a pod that names a group (`numatopo_engine.groups.group_of`); only members gated
+`numatopo.io/group` (`GATE`) are placed (docs/DESIGN.md, "Groups across nodes"). `next_step`
+turns a group's members into the one thing to do next; `group_release` does it. After the
+operator writes a plan, a void or a release, `Expectation`s overlay what the watch has not
+shown yet, so the next step follows what it wrote, not an older event of the pod.
 """
 
 from __future__ import annotations
@@ -29,6 +28,8 @@ from numatopo_operator.translate import RawPod
 
 # The scheduling gate group members are created with (users put it in the pod template).
 GATE = keys.GROUP
+# The hostname label as one JSON Pointer segment (RFC 6901).
+_HOSTNAME_POINTER = HOSTNAME_LABEL.replace("~", "~0").replace("/", "~1")
 
 
 class PlacementRecord(WireModel):
@@ -91,9 +92,8 @@ def _assigned_node(pod: RawPod) -> str | None:
 
 
 def planned_node(pod: RawPod) -> str | None:
-    """The node a released group member was planned for (its assignment's node); None
-    for any other pod. The extender lets such a pod pass on that node only: its plan is
-    part of its group's, and deciding it again elsewhere would break the group."""
+    """The node a released group member was planned for (its assignment's); None for any
+    other pod. The extender passes it there only: elsewhere would break its group's plan."""
     if placement_text(pod) is None:
         return None
     return _assigned_node(pod)
@@ -278,8 +278,7 @@ def _settings(spec: GroupSpec) -> str:
 
 
 def next_step(specs: Mapping[str, GroupSpec], members: Iterable[MemberView]) -> Step:
-    """The next thing to do for a group, from its live members.
-
+    """The next thing to do for a group, from its live members:
     - Nothing gated: IDLE (members without the gate are scheduled one by one).
     - Some member released (the group runs): gated members with a complete plan are
       RELEASEd, the others RECOVERed next to the running ones (a Job recreated a member
@@ -321,9 +320,9 @@ class ReleaseError(ValueError):
 
 
 def release_operations(pod: RawPod, node: str, gate: str = GATE) -> list[dict[str, Any]]:
-    """The JSON patch of phase 2: `nodeSelector[kubernetes.io/hostname] = node` added and
-    the gate removed, both guarded by `test`s of what was read (only these changes are
-    allowed on a gated pod). [] when the pod is already released onto `node`."""
+    """Phase 2's JSON patch: `nodeSelector[kubernetes.io/hostname] = node` added and the
+    gate removed, guarded by `test`s of what was read (the only changes allowed on a gated
+    pod); [] when already released onto `node`."""
     operations: list[dict[str, Any]] = []
     selector = _spec(pod).get("nodeSelector")
     if not isinstance(selector, Mapping) or not selector:
@@ -338,7 +337,7 @@ def release_operations(pod: RawPod, node: str, gate: str = GATE) -> list[dict[st
             )
         operations.append({"op": "test", "path": "/spec/nodeSelector", "value": dict(selector)})
         operations.append(
-            {"op": "add", "path": "/spec/nodeSelector/" + _pointer(HOSTNAME_LABEL), "value": node}
+            {"op": "add", "path": "/spec/nodeSelector/" + _HOSTNAME_POINTER, "value": node}
         )
     gates = _gates(pod)
     for index, found in enumerate(gates):
@@ -349,8 +348,3 @@ def release_operations(pod: RawPod, node: str, gate: str = GATE) -> list[dict[st
             operations.append({"op": "remove", "path": f"/spec/schedulingGates/{index}"})
             break
     return operations
-
-
-def _pointer(key: str) -> str:
-    """A key as one JSON Pointer segment (RFC 6901)."""
-    return key.replace("~", "~0").replace("/", "~1")

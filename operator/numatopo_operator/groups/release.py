@@ -1,8 +1,7 @@
-"""The two phases of a group placement, and their undoing (I/O; docs/DESIGN.md,
-"Groups across nodes: the operator protocol"): `plan` (phase 1), `release` (phase 2),
-`void` (a partial plan taken back), `recover` (replacement members of a running group
-placed next to it). Every write is fenced (`Runtime.check_may_write`).
-"""
+"""The two phases of a group placement and their undoing (I/O; docs/DESIGN.md, "Groups
+across nodes: the operator protocol"): `plan` (phase 1), `release` (phase 2), `void` (a
+partial plan taken back), `recover` (replacements placed next to a running group). Every
+write is fenced (`Runtime.check_may_write`)."""
 
 from __future__ import annotations
 
@@ -61,9 +60,8 @@ def known_topologies(runtime: Runtime) -> dict[str, NetworkTopologySpec]:
 def choose_topology(
     runtime: Runtime, spec: GroupSpec
 ) -> tuple[str | None, NetworkTopologySpec | None]:
-    """(name, spec) of the NetworkTopology the group is placed with: the one it names,
-    else the only one, else the one named `default`; (None, None) when none applies
-    and the group names no level (it may spread anywhere)."""
+    """(name, spec) of the group's NetworkTopology: the one it names, the only one, or
+    `default`; (None, None) when none applies and it names no level (spreads anywhere)."""
     known = known_topologies(runtime)
     if spec.topology is not None:
         chosen = known.get(spec.topology)
@@ -113,9 +111,9 @@ def _node_terms(members: Sequence[MemberView]) -> list[Mapping[str, Any]]:
 
 
 def _candidates(runtime: Runtime, members: Sequence[MemberView]) -> dict[str, NodeCandidate]:
-    """Nodes a member may go to now: a current Numatopology, schedulable, and let through
-    by kube-scheduler's own node filters (`node_rules`) for every member: a released
-    member is bound there by its nodeSelector whatever the scheduler would say."""
+    """Nodes a member may go to now: a current Numatopology, schedulable, and passing
+    kube-scheduler's node filters (`node_rules`) for every member (a released member is
+    bound by its nodeSelector whatever the scheduler would say)."""
     terms = _node_terms(members)
     found: dict[str, NodeCandidate] = {}
     ledger, group_state = runtime.ledger, runtime.groups
@@ -159,9 +157,7 @@ async def _place(
     tree: DomainTree,
     anchors: Sequence[Anchor | None] = (None,),
 ) -> tuple[GroupPlacement, Anchor | None]:
-    """The engine's placement of `views` (in its thread) and the anchor it kept to,
-    trying `anchors` in order; raises GroupUnplaceableError with the engine's reason
-    when none fits."""
+    """The placement of `views` at the first of `anchors` that fits; else GroupUnplaceableError."""
     try:
         counted = await count_claims(
             runtime, views, _members(runtime, views), _candidates(runtime, views)
@@ -189,8 +185,7 @@ def _now() -> str:
 
 
 def _book(runtime: Runtime, assignments: Mapping[str, Assignment]) -> dict[str, Assignment]:
-    """Reserve every assignment in the ledger, or none (raises NodeBusyError). Runs
-    without awaiting, so no other decision on the loop interleaves."""
+    """Reserve every assignment, or none (NodeBusyError); no await, so nothing interleaves."""
     ledger = runtime.ledger
     by_node: dict[str, dict[str, Assignment]] = {}
     for key, assignment in assignments.items():
@@ -223,8 +218,7 @@ WRITE_CONCURRENCY = 16
 async def _each(
     views: Sequence[MemberView], write: Callable[[MemberView], Awaitable[None]]
 ) -> tuple[list[MemberView], BaseException | None]:
-    """`write(view)` for every view, `WRITE_CONCURRENCY` at a time; returns the views
-    written and the first error (the others are still awaited: nothing is left in flight)."""
+    """`write` each view, `WRITE_CONCURRENCY` at once, all awaited: (views written, first error)."""
     gate = asyncio.Semaphore(WRITE_CONCURRENCY)
 
     async def one(view: MemberView) -> None:
@@ -255,8 +249,7 @@ async def _write_all(
     level: str | None,
     path: Sequence[str],
 ) -> dict[str, str]:
-    """Book and write the plan of every member in `views`; on any failure, take back
-    what was written and re-raise. Returns member key -> node."""
+    """Book and write every member's plan (key -> node); on failure, take back and re-raise."""
     booked = _book(runtime, placement.assignments)
     planned = _now()
 
@@ -291,8 +284,7 @@ async def _write_all(
 
 
 async def search(runtime: Runtime, spec: GroupSpec, views: Sequence[MemberView]) -> GroupPlacement:
-    """Where the whole group would go now (nothing written); raises
-    GroupUnplaceableError when it does not fit. `kubectl numatopo explain` asks this."""
+    """Where the group would go now, nothing written (`explain`); else GroupUnplaceableError."""
     placement, _ = await _place(runtime, spec, views, setting(runtime, spec))
     return placement
 
@@ -325,21 +317,15 @@ async def void(runtime: Runtime, views: Sequence[MemberView]) -> None:
         raise error
 
 
-def _plan_of(runtime: Runtime, view: MemberView) -> str | None:
-    """The node of the member's plan: this process's own write, else its assignment."""
-    mine = runtime.groups.plans.get(view.key)
-    if mine is not None:
-        return mine[0]
-    return group_members.planned_node(view.body)
-
-
 async def release(runtime: Runtime, views: Sequence[MemberView]) -> dict[str, str]:
-    """Phase 2 for `views`: nodeSelector and gate in one guarded JSON patch each (read
-    again and retried once when the guard fails). Returns member key -> node."""
+    """Phase 2 (member key -> node): nodeSelector and gate in one guarded JSON patch each,
+    read again and retried once when the guard fails."""
     released: dict[str, str] = {}
 
     async def write(view: MemberView) -> None:
-        node = _plan_of(runtime, view)
+        # The node of the member's plan: this process's own write, else its assignment.
+        mine = runtime.groups.plans.get(view.key)
+        node = mine[0] if mine is not None else group_members.planned_node(view.body)
         if node is None:
             raise GroupUnplaceableError(f"member {view.key} has no planned node to release onto")
         namespace, _, name = view.key.partition("/")
@@ -372,10 +358,9 @@ async def release(runtime: Runtime, views: Sequence[MemberView]) -> dict[str, st
 def recorded_domain(
     tree: DomainTree, record: PlacementRecord, running_node: str | None
 ) -> Anchor | None:
-    """The domain a running group's record names, by its full path; None when it names
-    none, or one that cannot be told from the others. Records older than paths name
-    `level=domain` only: the domain of that level around a running member, else the
-    only one of that value."""
+    """The domain a running group's record names by its path; None for none or an
+    ambiguous one. Records older than paths name `level=domain` only: that level's domain
+    around a running member, else the only one of that value."""
     level = record.level
     if level is None or record.domain is None:
         return None
@@ -414,14 +399,12 @@ def replacement_anchors(
     running_node: str | None,
     around: Around | None = None,
 ) -> list[Anchor | None]:
-    """Where a replacement may go, best first: next to its neighbouring ranks (their
-    nodes, then their domains narrowest first, inside the group's domain), the group's
-    recorded domain, then each wider domain around it (its path's prefixes, up to the
-    required level), then anywhere allowed (None: the engine still keeps to one domain
-    of a required level). With slices, only domains inside the slice's domain (that of
-    a running member of the same slice), that domain last. Raises
-    GroupUnplaceableError when the group has a required level and its recorded domain
-    cannot be found: a guess could leave it."""
+    """Where a replacement may go, best first: next to its neighbouring ranks (their nodes,
+    then their domains narrowest first, inside the group's domain), the recorded domain,
+    each wider one around it up to the required level, then anywhere allowed (None: the
+    engine still keeps to one domain of a required level). With slices, only domains inside
+    the slice's (a running mate's), that one last. GroupUnplaceableError when a group with
+    a required level has a recorded domain that cannot be found: a guess could leave it."""
     found: list[Anchor | None] = [None]
     recorded = None
     if record is not None and record.level is not None:
@@ -508,8 +491,7 @@ async def recover(
     *,
     around: Around | None = None,
 ) -> Recovered:
-    """Plan replacement members of a running group, next to their neighbouring ranks
-    and in its domain when they fit there."""
+    """Plan replacements of a running group's members next to their neighbours, in its domain."""
     tree = setting(runtime, spec)
     anchors = replacement_anchors(tree, spec, anchor, running_node, around)
     placement, kept = await _place(runtime, spec, views, tree, anchors)
@@ -525,8 +507,8 @@ async def recover(
 
 
 def preferred_note(runtime: Runtime, spec: GroupSpec, nodes: Iterable[str]) -> str:
-    """For a group with a preferred level: whether its members share one domain of it,
-    else how many they span ("" without a preferred level, or when it is no level)."""
+    """Whether the members share one domain of the preferred level, else how many they span;
+    "" without a preferred level (or when it is no level)."""
     if spec.preferred is None:
         return ""
     count = setting(runtime, spec).spanned(spec.preferred, nodes)

@@ -1,9 +1,7 @@
 """`GroupState`: the group worker's long-lived parts, one field of `Runtime` (pure).
-
-Handlers only record what changed here (`dirty`, then `kick`); the one worker task
-(`group_worker.run_groups`) does all group work, one group at a time, so two groups are
-never planned against the same free GPUs at once.
-"""
+Handlers only record changes (`dirty`, then `kick`); the one worker task
+(`group_worker.run_groups`) works one group at a time, so two groups are never planned
+against the same free GPUs."""
 
 from __future__ import annotations
 
@@ -47,8 +45,7 @@ class GroupState:
         self.retries = RetryQueue(self.retry_base_seconds, self.retry_max_seconds)
 
     def attach(self, indexes: Mapping[str, Any]) -> None:
-        """Keep the live index objects: kopf's (handlers get them as keyword arguments),
-        `cluster_feed`'s Node views."""
+        """Keep the live indexes: kopf's (handlers' keyword arguments), `cluster_feed`'s."""
         if self.nodes is None and "node_views" in indexes:
             self.nodes = indexes["node_views"]
         if self.topologies is None and "network_topologies" in indexes:

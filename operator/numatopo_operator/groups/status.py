@@ -1,10 +1,9 @@
 """`NetworkTopology.status` and the domain metrics, written by the deciding replica.
 
-`network_status` is pure: per level the number of domains, the free GPUs of the tree
-(planned group members are booked), and the largest free domain: the narrowest level's
-domain with the most free GPUs (what the next big group can count on).
-`write_network_statuses` writes the ones that changed every status debounce period (a
-merge patch: conditions stay) and sets the domain gauges.
+`network_status` (pure): per level the number of domains, the tree's free GPUs (planned
+members booked), and the largest free domain (the narrowest level's with the most free
+GPUs: what the next big group can count on). `write_network_statuses` writes changed ones
+every debounce period (a merge patch: conditions stay) and sets the domain gauges.
 """
 
 from __future__ import annotations
@@ -62,8 +61,7 @@ def _status_patch(status: NetworkTopologyStatus) -> dict[str, object]:
 
 
 async def write_network_statuses(runtime: Runtime) -> None:
-    """Forever: every debounce period, the status of each NetworkTopology that changed,
-    and the utilization gauges."""
+    """Forever: each debounce period, write changed NetworkTopology statuses and the gauges."""
     written: dict[str, dict[str, object]] = {}
     seen: tuple[object, ...] = ()
     computed_at = 0.0
@@ -72,15 +70,13 @@ async def write_network_statuses(runtime: Runtime) -> None:
         topologies = group_release.known_topologies(runtime) if runtime.deciding else {}
         if not topologies:
             continue
-        ledger = runtime.ledger
         nodes = {
-            node: NodeCandidate(topology, state)
-            for node, topology, state in ledger.candidates(ledger.nodes())
-            if topology is not None and state is not None
+            found.name: NodeCandidate(found.topology, found.state)
+            for found in runtime.ledger.records()
+            if found.topology is not None and found.state is not None
         }
-        # Bookings, nodes and topologies as they are: nothing to do when unchanged (Node
-        # labels change rarely and are not versioned: looked at every FULL_SECONDS). The
-        # states themselves are held, not their ids: a rebuilt state may reuse a freed id.
+        # Nothing to do when unchanged (Node labels are not versioned: FULL_SECONDS). The
+        # states are held, not their ids: a rebuilt state may reuse a freed id.
         now = time.monotonic()
         signature = (
             tuple((n, c.state, c.state.version) for n, c in nodes.items()),

@@ -1,12 +1,11 @@
 """The group worker: one task that brings every group to its next state (I/O).
 
-Handlers feed `GroupState` (`observe_pod`, `capacity_changed`) and kick the worker; the
-worker takes each changed or due group in turn and calls `advance`, which runs
-`group_members.next_step` and carries the step out (`group_release`) until the group waits
-for something (members, room) or is placed. Only the replica that decides works, and
-a replica that takes over looks at every group once (restart recovery: partial plans
-are voided, complete ones released). The Events it posts on members (each text once per
-pod) are listed in docs/operations.md, "Group members ... get these Events".
+Handlers feed `GroupState` (`observe_pod`, `capacity_changed`) and kick the worker, which
+`advance`s each changed or due group: `group_members.next_step`, carried out by
+`group_release`, until the group waits (members, room) or is placed. Only the deciding
+replica works; one taking over looks at every group once (partial plans voided, complete
+ones released). Its Events (each text once per pod): docs/operations.md, "Group members ...
+get these Events".
 """
 
 from __future__ import annotations
@@ -91,8 +90,7 @@ def _where(level: str | None, path: Sequence[str] | None) -> str:
 
 
 def _one_slice(spec: GroupSpec, chosen: list[MemberView]) -> list[MemberView]:
-    """With slices, the replacements of the lowest-ranked slice only (each slice has its
-    own domain); the others follow in the next step."""
+    """With slices, only the lowest-ranked slice's replacements (each slice has its own domain)."""
     if spec.slice is None or chosen[0].rank is None:
         return chosen
     piece = spec.slice[1]
@@ -288,8 +286,7 @@ def _report_invalid(runtime: Runtime) -> None:
 
 
 async def settle_group(runtime: Runtime, group: str) -> None:
-    """`advance`, keeping the group in the retry queue while it needs another look.
-    Never raises: this is the worker's boundary."""
+    """`advance`, requeued while it needs another look; never raises (the worker's boundary)."""
     group_state = runtime.groups
     again = True
     try:
