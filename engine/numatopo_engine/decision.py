@@ -549,7 +549,7 @@ def decide_rows(
             hints = [ok[i] for ok in sat]
             pattern = b"".join(h.tobytes() for h in hints)
             if pattern not in winners:
-                winners[pattern] = _non_preferred(plan, hints, plan.providers)
+                winners[pattern] = _non_preferred(plan, hints)
             index = winners[pattern]
             if index is None:
                 refuse(np.arange(count) == i, Kind.ALIGNMENT)
@@ -560,10 +560,7 @@ def decide_rows(
         refuse(plan.counts[chosen] > bound, Kind.MAX_NUMA_NODES)
     memory_index = chosen.copy()
     if memory is not None and unit_memory:
-        memory_index, memory_refused = _memory_choice(
-            plan, chosen=chosen, preferred=has_preferred, memory_sat=memory.sat,
-            free_ok=memory.free_ok, groups_allow=memory.groups_allow,
-        )  # fmt: skip
+        memory_index, memory_refused = _memory_choice(plan, memory, chosen, has_preferred)
         refuse(memory_refused, Kind.MEMORY)
     return _finish(
         plan, rows, memo, chosen=chosen, memory_index=memory_index, refused=refused,
@@ -677,7 +674,7 @@ def _groups_allow(plan: Plan, rows: Ints) -> Bools:
     return np.asarray(np.all(fine | (plan.member[None, :, :] == 0), axis=2))
 
 
-def _non_preferred(plan: Plan, sat: Sequence[Bools], providers: Sequence[_Provider]) -> int | None:
+def _non_preferred(plan: Plan, sat: Sequence[Bools]) -> int | None:
     """The non-preferred winner (`best_non_preferred` on the masks the hints AND to), by index."""
     if not plan.full:
         # Beyond the kubelet's reach: the narrowest mask every resource fits.
@@ -689,7 +686,7 @@ def _non_preferred(plan: Plan, sat: Sequence[Bools], providers: Sequence[_Provid
     listed: list[Ints] = []
     narrowest: list[int] = []
     masks = np.array(plan.masks, dtype=np.int64)
-    for ok, provider in zip(sat, providers, strict=True):
+    for ok, provider in zip(sat, plan.providers, strict=True):
         if not ok.any():
             if provider.memory:
                 continue  # no memory hint: no preference
@@ -712,13 +709,7 @@ def _non_preferred(plan: Plan, sat: Sequence[Bools], providers: Sequence[_Provid
 
 
 def _memory_choice(
-    plan: Plan,
-    *,
-    chosen: Ints,
-    preferred: Bools,
-    memory_sat: Bools,
-    free_ok: list[Bools],
-    groups_allow: Bools,
+    plan: Plan, memory: _MemoryHints, chosen: Ints, preferred: Bools
 ) -> tuple[Ints, Bools]:
     """The memory manager's mask per row (an index), and where it refuses."""
     count = chosen.shape[0]
@@ -727,19 +718,19 @@ def _memory_choice(
     refused = np.zeros(count, dtype=bool)
     result = chosen.copy()
     if plan.options.policy is PolicyName.NONE:
-        has: Bools = np.asarray(memory_sat.any(axis=1), dtype=bool)
-        result = np.argmin(np.where(memory_sat, order, _BIG), axis=1)
+        has: Bools = np.asarray(memory.sat.any(axis=1), dtype=bool)
+        result = np.argmin(np.where(memory.sat, order, _BIG), axis=1)
         return result, ~has
     rows_index = np.arange(count)
     holds = np.ones(count, dtype=bool)
-    for fits in free_ok:
+    for fits in memory.free_ok:
         holds &= fits[rows_index, chosen]
     multi = plan.counts[chosen] > 1
-    allowed = groups_allow[rows_index, chosen]
+    allowed = memory.groups_allow[rows_index, chosen]
     refused |= holds & multi & ~allowed
     for i in np.flatnonzero(~holds).tolist():
         within = plan.member[int(chosen[i])]
-        inside = (plan.member >= within).all(axis=1) & memory_sat[i]
+        inside = (plan.member >= within).all(axis=1) & memory.sat[i]
         if not inside.any():
             refused[i] = True
             continue
@@ -1002,19 +993,13 @@ def _per_numa(
         amounts.extend(_per_position(row[None, :], c)[0] for c in provider.columns)
     if not shown:
         return (), ()
+    tables = plan.tables
     free = tuple(
         (numa, tuple(int(a[p]) for a in amounts))
         for p, numa in enumerate(plan.ids)
-        if any(int(a[p]) for a in amounts) or _has_capacity(plan, p)
+        if any(int(a[p]) for a in amounts)
+        or tables.cpu_capacity.get(numa)
+        or tables.memory_capacity.get(numa)
+        or numa in tables.gpu_numa.values()
     )
     return tuple(shown), free
-
-
-def _has_capacity(plan: Plan, position: int) -> bool:
-    numa = plan.ids[position]
-    tables = plan.tables
-    return bool(
-        tables.cpu_capacity.get(numa)
-        or tables.memory_capacity.get(numa)
-        or any(n == numa for n in tables.gpu_numa.values())
-    )

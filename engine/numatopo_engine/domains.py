@@ -230,9 +230,7 @@ def place_group(
         raise ValueError("place_group: no members")
     if len({m.key for m in members}) != len(members):
         raise ValueError("place_group: member keys must be unique")
-    return _Placer(
-        tree, member_order(members), nodes, spec=spec, anchor=anchor, mix=mix, engine=engine
-    ).run()
+    return _Placer(tree, member_order(members), nodes, spec, anchor, mix, engine or Engine()).run()
 
 
 class _Mode(enum.Enum):
@@ -251,25 +249,18 @@ class _Choice:
     nodes: list[tuple[str, int]]  # (node, members) in tree order
 
 
+@dataclass
 class _Placer:
-    def __init__(
-        self,
-        tree: DomainTree,
-        ordered: list[Member],
-        nodes: Mapping[str, NodeCandidate],
-        *,
-        spec: GroupSpec,
-        anchor: Anchor | None,
-        mix: WorkloadMix | None,
-        engine: Engine | None,
-    ) -> None:
-        self.tree = tree
-        self.ordered = ordered
-        self.nodes = nodes
-        self.spec = spec
-        self.anchor = anchor
-        self.mix = mix
-        self.engine = engine or Engine()
+    tree: DomainTree
+    ordered: list[Member]
+    nodes: Mapping[str, NodeCandidate]
+    spec: GroupSpec
+    anchor: Anchor | None
+    mix: WorkloadMix | None
+    engine: Engine
+
+    def __post_init__(self) -> None:
+        ordered, tree, spec = self.ordered, self.tree, self.spec
         self.need = len(ordered)
         self.largest = max(ordered, key=lambda m: _size_key(m.request)).request
         self.uniform = len({_request_key(m.request) for m in ordered}) == 1
