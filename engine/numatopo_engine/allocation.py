@@ -313,17 +313,15 @@ def score_many(
     `warm_only`: the same answers from what `engine` keeps, else `NotWarmError` before anything is
     built; about a microsecond per node, so the extender may call it on its event loop."""
     engine = engine or Engine()
-    first = states[0] if states else None
-    tables = engine.tables_of(topology, first, warm_only=warm_only)
+    tables = engine.tables_of(topology, states[0] if states else None, warm_only=warm_only)
     for state in states if checked else ():
         if state.topology is not topology and state.shape_key != tables.key:
             raise ValueError("evaluate_many: every state must be of the topology's hardware")
     options = request.options
-    count = len(states)
     try:
         sizing = _sized_by(engine, request, tables)
     except UnsatisfiableError as exc:
-        return _everywhere(Refusal.text(exc.reason), count)
+        return _everywhere(Refusal.text(exc.reason), len(states))
     one_at_a_time = _memory_per_container(request, sizing)
     if (
         options.scope is Scope.CONTAINER

@@ -144,6 +144,9 @@ def make_plan(
     allocatable = np.array([len(tables.numa_allocatable[n]) for n in ids], dtype=np.int64)
     free = free_columns(tables, layout)
     whole_cols = np.array([layout.whole(p) for p in range(len(ids))], dtype=np.int64)
+    gpu_bits = [
+        sum(1 << g for g, n in tables.gpu_numa.items() if n == numa and g < 63) for numa in ids
+    ]
     return Plan(
         tables=tables,
         layout=layout,
@@ -168,13 +171,7 @@ def make_plan(
         gpu_all_in_mask=np.array(gpu_all, dtype=np.int64),
         gpu_matching=gpu_matching,
         position_of=position_of,
-        position_gpu_bits=np.array(
-            [
-                sum(1 << g for g, n in tables.gpu_numa.items() if n == numa and g < 63)
-                for numa in ids
-            ],
-            dtype=np.int64,
-        ),
+        position_gpu_bits=np.array(gpu_bits, dtype=np.int64),
     )
 
 
@@ -258,28 +255,22 @@ def _matching_keys(
 def _totals(
     layout: RowLayout, need: Need, cpu_cols: Ints, whole_cols: Ints
 ) -> tuple[tuple[str, int, Ints], ...]:
-    out: list[tuple[str, int, Ints]] = []
+    out: list[tuple[str, int, Ints | list[int]]] = []
     if need.cpus and need.cpu_mode is not CpuMode.NONE:
-        columns = whole_cols if need.full_cores else cpu_cols
-        out.append(("CPUs", need.cpus, columns))
-
-    def array(values: list[int]) -> Ints:
-        return np.array(values, dtype=np.int64)
-
+        out.append(("CPUs", need.cpus, whole_cols if need.full_cores else cpu_cols))
     if need.memory_bytes:
-        memory = array([layout.memory(p) for p in range(layout.n)])
-        out.append(("memory", need.memory_bytes, memory))
+        out.append(("memory", need.memory_bytes, [layout.memory(p) for p in range(layout.n)]))
     for size, amount in need.hugepages:
         if amount:
             picked = [layout.hugepage(i) for i, (_, s) in enumerate(layout.hugepages) if s == size]
-            out.append((f"hugepages-{size}", amount, array(picked)))
+            out.append((f"hugepages-{size}", amount, picked))
     if need.gpus:
         picked = [layout.gpu(i) for i, _ in _matching_keys(layout.gpu_keys, need.gpu_resource)]
-        out.append((accelerator_word(need.gpu_resource), need.gpus, array(picked)))
+        out.append((accelerator_word(need.gpu_resource), need.gpus, picked))
     if need.nics:
         picked = [layout.nic(i) for i, _ in _matching_keys(layout.nic_keys, need.nic_resource)]
-        out.append(("NICs", need.nics, array(picked)))
-    return tuple(out)
+        out.append(("NICs", need.nics, picked))
+    return tuple((name, asked, np.asarray(cols, dtype=np.int64)) for name, asked, cols in out)
 
 
 def _candidate_positions(tables: Tables, need: Need, position_of: dict[int, int]) -> list[int]:
@@ -678,9 +669,7 @@ def _non_preferred(plan: Plan, sat: Sequence[Bools]) -> int | None:
     """The non-preferred winner (`best_non_preferred` on the masks the hints AND to), by index."""
     if not plan.full:
         # Beyond the kubelet's reach: the narrowest mask every resource fits.
-        fits = np.ones(len(plan.masks), dtype=bool)
-        for ok in sat:
-            fits &= ok
+        fits = np.ones(len(plan.masks), dtype=bool) & np.all(sat, axis=0)
         found = np.flatnonzero(fits)
         return int(found[np.argmin(plan.rank[found])]) if found.size else None
     listed: list[Ints] = []
@@ -802,8 +791,7 @@ def _finish(
     return Decided(plan, scores, kind, chosen, memory_index, gpus, pairs, short, terms)
 
 
-@dataclass(frozen=True, slots=True)
-class RankTerms:
+class RankTerms(NamedTuple):
     """Per row, the node rank's terms but its `Hosts` weights, kept as the nodes judged change."""
 
     alignment: Floats  # the score's span and link terms, 0..1

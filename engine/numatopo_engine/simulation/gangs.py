@@ -39,7 +39,7 @@ import math
 import random
 from collections import Counter
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import InitVar, dataclass, field
 from itertools import pairwise
 
 from numatopo_engine.allocation import Engine
@@ -187,35 +187,31 @@ class GangResult:
 Placer = Callable[["_Run", GangJob, list[Member]], dict[str, Assignment] | None]
 
 
+@dataclass
 class _Run:
     """One strategy's replay: its own node states, queue and measurements."""
 
-    def __init__(
-        self,
-        cluster: ClusterFile,
-        tree: DomainTree,
-        required: str,
-        clock: Clock,
-        options: GroupOptions = GroupOptions(),
-    ) -> None:
-        self.tree = tree
-        self.options = options
-        self.in_preferred: list[bool] = []
-        self.kept: list[bool] = []
+    cluster: InitVar[ClusterFile]
+    tree: DomainTree
+    required: str
+    clock: Clock
+    options: GroupOptions = GroupOptions()
+    engine: Engine = field(default_factory=Engine)
+    hops: list[float] = field(default_factory=list)
+    waits: list[float] = field(default_factory=list)
+    multi_waits: list[float] = field(default_factory=list)
+    one_leaf: list[bool] = field(default_factory=list)
+    in_required: list[bool] = field(default_factory=list)
+    in_preferred: list[bool] = field(default_factory=list)
+    kept: list[bool] = field(default_factory=list)
+    fragmentation: list[float] = field(default_factory=list)
+    times: list[float] = field(default_factory=list)
+
+    def __post_init__(self, cluster: ClusterFile) -> None:
         self.nodes = cluster.candidates(named=True)
         self.by_name = sorted(self.nodes)
-        self.required = required
-        self.clock = clock
-        self.engine = Engine()
-        self.leaf = tree.levels[-1]
-        self.leaf_size = max((len(n) for n in tree.members[-1].values()), default=0)
-        self.hops: list[float] = []
-        self.waits: list[float] = []
-        self.multi_waits: list[float] = []
-        self.one_leaf: list[bool] = []
-        self.in_required: list[bool] = []
-        self.fragmentation: list[float] = []
-        self.times: list[float] = []
+        self.leaf = self.tree.levels[-1]
+        self.leaf_size = max((len(n) for n in self.tree.members[-1].values()), default=0)
 
     def members(self, job: GangJob, policy: PolicyName) -> list[Member]:
         options = TopologyOptions(policy=policy)
