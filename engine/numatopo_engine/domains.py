@@ -158,11 +158,6 @@ def describe_domain(level: str | None, path: Path) -> str:
     return text + (f" under {'/'.join(path[:-1])}" if len(path) > 1 else "")
 
 
-def member_order(members: Sequence[Member]) -> list[Member]:
-    """Ranked members by rank, then the unranked by key."""
-    return sorted(members, key=lambda m: (m.rank is None, m.rank or 0, m.key))
-
-
 # -- metrics ------------------------------------------------------------------------
 
 
@@ -230,7 +225,9 @@ def place_group(
         raise ValueError("place_group: no members")
     if len({m.key for m in members}) != len(members):
         raise ValueError("place_group: member keys must be unique")
-    return _Placer(tree, member_order(members), nodes, spec, anchor, mix, engine or Engine()).run()
+    # Ranked members by rank, then the unranked by key.
+    ordered = sorted(members, key=lambda m: (m.rank is None, m.rank or 0, m.key))
+    return _Placer(tree, ordered, nodes, spec, anchor, mix, engine or Engine()).run()
 
 
 class _Mode(enum.Enum):

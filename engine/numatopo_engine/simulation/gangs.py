@@ -33,7 +33,6 @@ Measured: the keys of `numatopo simulate --multi-node -o json` (docs/operations.
 
 from __future__ import annotations
 
-import functools
 import heapq
 import math
 import random
@@ -370,19 +369,11 @@ def simulate_gangs(
     total = len(jobs) * len(strategies)
     for step, name in enumerate(strategies):
         run = _Run(cluster, tree, required, clock or (lambda: 0.0), options)
-        arrived = (
-            None
-            if progress is None
-            else functools.partial(_counted, progress, step * len(jobs), total)
-        )
-        result.strategies.append(_replay(run, name, jobs, policy, arrived))
+        counted = (progress, step * len(jobs), total) if progress is not None else None
+        result.strategies.append(_replay(run, name, jobs, policy, counted))
     if progress is not None:
         progress(total, total)
     return result
-
-
-def _counted(progress: Callable[[int, int], None], base: int, total: int, count: int) -> None:
-    progress(base + count, total)
 
 
 def _replay(
@@ -390,8 +381,9 @@ def _replay(
     name: str,
     jobs: Sequence[GangJob],
     policy: PolicyName,
-    arrived: Callable[[int], None] | None = None,
+    progress: tuple[Callable[[int, int], None], int, int] | None = None,
 ) -> GangStrategyResult:
+    """One strategy's replay; `progress`: (the callback, arrivals before this run, in all)."""
     placer = PLACERS[name]
     events: list[tuple[float, int, int]] = [(job.arrival, 1, job.index) for job in jobs]
     heapq.heapify(events)
@@ -408,8 +400,9 @@ def _replay(
         else:
             queue.append(by_index[index])
             arrivals += 1
-            if arrived is not None:
-                arrived(arrivals)
+            if progress is not None:
+                report, before, total = progress
+                report(before + arrivals, total)
         while queue and queue[0].index != blocked:
             job = queue[0]
             started = run.clock()
