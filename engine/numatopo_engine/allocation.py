@@ -313,17 +313,15 @@ def score_many(
     `warm_only`: the same answers from what `engine` keeps, else `NotWarmError` before anything is
     built; about a microsecond per node, so the extender may call it on its event loop."""
     engine = engine or Engine()
-    first = states[0] if states else None
-    tables = engine.tables_of(topology, first, warm_only=warm_only)
+    tables = engine.tables_of(topology, states[0] if states else None, warm_only=warm_only)
     for state in states if checked else ():
         if state.topology is not topology and state.shape_key != tables.key:
             raise ValueError("evaluate_many: every state must be of the topology's hardware")
     options = request.options
-    count = len(states)
     try:
         sizing = _sized_by(engine, request, tables)
     except UnsatisfiableError as exc:
-        return _everywhere(Refusal.text(exc.reason), count)
+        return _everywhere(Refusal.text(exc.reason), len(states))
     one_at_a_time = _memory_per_container(request, sizing)
     if (
         options.scope is Scope.CONTAINER
@@ -424,11 +422,14 @@ def _grouped_refusals(
         else:
             for code in distinct:
                 refused.append((at[found == code], verdicts.summaries[code]))
-    by_summary: dict[str, list[int]] = {}
-    for index, why in confirmed.items():
-        by_summary.setdefault(why.summary, []).append(index)
-    refused += [(np.array(ix, dtype=np.intp), text) for text, ix in by_summary.items()]
-    return refused
+    return refused + _by_summary(confirmed)
+
+
+def _by_summary(refusals: Mapping[int, Refusal]) -> list[tuple[npt.NDArray[np.intp], str]]:
+    grouped: dict[str, list[int]] = {}
+    for index, why in refusals.items():
+        grouped.setdefault(why.summary, []).append(index)
+    return [(np.array(ix, dtype=np.intp), text) for text, ix in grouped.items()]
 
 
 def _everywhere(refusal: Refusal, count: int) -> ShapeScores:
@@ -446,16 +447,15 @@ def _one_by_one(
     """Each node decided alone; the rank is the score (no packing term)."""
     scores = np.full(len(states), REFUSED, dtype=np.int64)
     refusals: dict[int, Refusal] = {}
-    by_summary: dict[str, list[int]] = {}
     for index, state in enumerate(states):
         plan = _decide(engine, topology, state, request, build=False)
         if isinstance(plan, Shortfall):
-            why = refusals[index] = Refusal.of(plan)
-            by_summary.setdefault(why.summary, []).append(index)
+            refusals[index] = Refusal.of(plan)
         else:
             scores[index] = plan.score
-    refused = [(np.array(ix, dtype=np.intp), text) for text, ix in by_summary.items()]
-    return ShapeScores(scores, refused, refusals.__getitem__, scores.astype(np.float64))
+    return ShapeScores(
+        scores, _by_summary(refusals), refusals.__getitem__, scores.astype(np.float64)
+    )
 
 
 def _prefers_closest(topology: NumatopologySpec) -> bool:
@@ -572,6 +572,10 @@ class _Filler(NamedTuple):
     tables: Tables
     free: FreeView
     options: TopologyOptions
+    floor: int  # `NodeState.shared_floor`
+    closest: bool  # `prefer-closest-numa-nodes`
+    pins: Pinned
+    nic_pins: _NicPins
 
 
 class _Sizing(NamedTuple):
@@ -607,13 +611,10 @@ def _decide(
         free.gpus &= {g for gpus in pins.values() for g in gpus}
     if nic_pins.all_pinned:
         free.nics &= nic_pins.held
-    floor = state.shared_floor
-    closest = _prefers_closest(topology)
-    filler = _Filler(engine, tables, free, options)
+    floor, closest = state.shared_floor, _prefers_closest(topology)
+    filler = _Filler(engine, tables, free, options, floor, closest, pins, nic_pins)
     if options.scope is not Scope.POD:
-        return _one_container_at_a_time(
-            filler, request, pins=pins, nic_pins=nic_pins, floor=floor, closest=closest
-        )
+        return _one_container_at_a_time(filler, request)
     per_container = _memory_per_container(request, sizing)
     plan = engine.plan(tables, sizing.total, options, floor=floor, closest=closest)
     unit_memory = _unit_total(request) or not per_container
@@ -622,10 +623,7 @@ def _decide(
         return choice
     if per_container:
         # Admission depends on each container's memory, so the score path fills too.
-        return _one_container_at_a_time(
-            filler, request, pins=pins, nic_pins=nic_pins, floor=floor, closest=closest,
-            pod_hint=choice,
-        )  # fmt: skip
+        return _one_container_at_a_time(filler, request, pod_hint=choice)
     entries: dict[str, _Entry] = {}
     if not build:
         return _Plan(choice.mask, choice.score, entries)
@@ -806,21 +804,14 @@ class _Reusable:
 
 
 def _one_container_at_a_time(
-    filler: _Filler,
-    request: PodRequest,
-    *,
-    pins: Pinned,
-    nic_pins: _NicPins,
-    floor: int,
-    closest: bool,
-    pod_hint: _Choice | None = None,
+    filler: _Filler, request: PodRequest, pod_hint: _Choice | None = None
 ) -> _Plan | Shortfall:
     """Every container in the kubelet's order (init containers and sidecars, then app containers),
     each seeing what the earlier ones took: decided alone (scope `container`, `scope_container.go`)
     or with `pod_hint` (scope `pod`, `scope_pod.go`). Memory and reuse as docs/DESIGN.md, "The
     allocation engine" (init containers) tells; app containers and sidecars spend the reusable set,
     regular init containers add to it."""
-    _, tables, free, options = filler
+    _, tables, free, options, _, _, pins, nic_pins = filler
     reusable = _Reusable()
     entries: dict[str, _Entry] = {}
     union = memory_mask = 0
@@ -838,9 +829,7 @@ def _one_container_at_a_time(
         free.gpus |= reusable.gpus
         free.nics |= reusable.nics
         if pod_hint is None:
-            decided = _container_choice(
-                filler, need, reusable, only, nic_pool, floor=floor, closest=closest
-            )
+            decided = _container_choice(filler, need, reusable, only, nic_pool)
             if isinstance(decided, Shortfall):
                 return decided
             choice = decided
@@ -878,13 +867,10 @@ def _container_choice(
     reusable: _Reusable,
     only: Sequence[int] | None,
     nic_pool: frozenset[int] | None,
-    *,
-    floor: int,
-    closest: bool,
 ) -> _Choice | Shortfall:
     """One container's own hint under scope `container`, bound by and counting what it reuses, over
     the devices it may have (`only`: its pinned GPUs)."""
-    engine, tables, free, options = filler
+    engine, tables, free, options, floor, closest, _, _ = filler
     bound = _bound_numa(tables, need, reusable)
     plan = _binding(engine.plan(tables, need, options, floor=floor, closest=closest), need, *bound)
     plan = reusing_memory(plan, reusable.memory)
@@ -937,7 +923,7 @@ def _memory_of(
     filler: _Filler, need: Need, choice: _Choice, reusable: Mapping[tuple[int, str], int]
 ) -> int | None:
     """The memory manager's mask for one container, reuse counted (0: no memory; None: refused)."""
-    _, tables, free, options = filler
+    _, tables, free, options, *_ = filler
     if not need.has_memory:
         return 0
     if len(tables.numa_ids) > FULL_SEARCH:
@@ -1126,7 +1112,7 @@ def _gpus_reusing(filler: _Filler, need: Need, choice: _Choice, reusable: _Reusa
 
 def _best_gpus(filler: _Filler, pool: frozenset[int], count: int) -> tuple[int, ...] | None:
     """The best `count` of `pool` under the pod's `gpu-links`, else any `count` of them."""
-    engine, tables, _, options = filler
+    engine, tables, _, options, *_ = filler
     return choose_gpus(tables, pool, count, options.gpu_links, engine.gpu_memo) or choose_gpus(
         tables, pool, count, GpuLinksMode.IGNORE
     )
@@ -1281,7 +1267,7 @@ def _fill(
 ) -> _Entry | Shortfall:
     """Concrete resources for one container, taken out of `free`: inside `choice.mask` first, the
     rest of an unaligned placement outside it; NICs only from `nic_pool` when given."""
-    _, tables, free, options = filler
+    _, tables, free, options, *_ = filler
     mask = choice.mask
     numa_ids = bits(mask)
     entry = _Entry(mask=mask, exclusive=need.cpu_mode is CpuMode.EXCLUSIVE)

@@ -144,6 +144,9 @@ def make_plan(
     allocatable = np.array([len(tables.numa_allocatable[n]) for n in ids], dtype=np.int64)
     free = free_columns(tables, layout)
     whole_cols = np.array([layout.whole(p) for p in range(len(ids))], dtype=np.int64)
+    gpu_bits = [
+        sum(1 << g for g, n in tables.gpu_numa.items() if n == numa and g < 63) for numa in ids
+    ]
     return Plan(
         tables=tables,
         layout=layout,
@@ -168,13 +171,7 @@ def make_plan(
         gpu_all_in_mask=np.array(gpu_all, dtype=np.int64),
         gpu_matching=gpu_matching,
         position_of=position_of,
-        position_gpu_bits=np.array(
-            [
-                sum(1 << g for g, n in tables.gpu_numa.items() if n == numa and g < 63)
-                for numa in ids
-            ],
-            dtype=np.int64,
-        ),
+        position_gpu_bits=np.array(gpu_bits, dtype=np.int64),
     )
 
 
@@ -258,28 +255,22 @@ def _matching_keys(
 def _totals(
     layout: RowLayout, need: Need, cpu_cols: Ints, whole_cols: Ints
 ) -> tuple[tuple[str, int, Ints], ...]:
-    out: list[tuple[str, int, Ints]] = []
+    out: list[tuple[str, int, Ints | list[int]]] = []
     if need.cpus and need.cpu_mode is not CpuMode.NONE:
-        columns = whole_cols if need.full_cores else cpu_cols
-        out.append(("CPUs", need.cpus, columns))
-
-    def array(values: list[int]) -> Ints:
-        return np.array(values, dtype=np.int64)
-
+        out.append(("CPUs", need.cpus, whole_cols if need.full_cores else cpu_cols))
     if need.memory_bytes:
-        memory = array([layout.memory(p) for p in range(layout.n)])
-        out.append(("memory", need.memory_bytes, memory))
+        out.append(("memory", need.memory_bytes, [layout.memory(p) for p in range(layout.n)]))
     for size, amount in need.hugepages:
         if amount:
             picked = [layout.hugepage(i) for i, (_, s) in enumerate(layout.hugepages) if s == size]
-            out.append((f"hugepages-{size}", amount, array(picked)))
+            out.append((f"hugepages-{size}", amount, picked))
     if need.gpus:
         picked = [layout.gpu(i) for i, _ in _matching_keys(layout.gpu_keys, need.gpu_resource)]
-        out.append((accelerator_word(need.gpu_resource), need.gpus, array(picked)))
+        out.append((accelerator_word(need.gpu_resource), need.gpus, picked))
     if need.nics:
         picked = [layout.nic(i) for i, _ in _matching_keys(layout.nic_keys, need.nic_resource)]
-        out.append(("NICs", need.nics, array(picked)))
-    return tuple(out)
+        out.append(("NICs", need.nics, picked))
+    return tuple((name, asked, np.asarray(cols, dtype=np.int64)) for name, asked, cols in out)
 
 
 def _candidate_positions(tables: Tables, need: Need, position_of: dict[int, int]) -> list[int]:
@@ -549,7 +540,7 @@ def decide_rows(
             hints = [ok[i] for ok in sat]
             pattern = b"".join(h.tobytes() for h in hints)
             if pattern not in winners:
-                winners[pattern] = _non_preferred(plan, hints, plan.providers)
+                winners[pattern] = _non_preferred(plan, hints)
             index = winners[pattern]
             if index is None:
                 refuse(np.arange(count) == i, Kind.ALIGNMENT)
@@ -560,10 +551,7 @@ def decide_rows(
         refuse(plan.counts[chosen] > bound, Kind.MAX_NUMA_NODES)
     memory_index = chosen.copy()
     if memory is not None and unit_memory:
-        memory_index, memory_refused = _memory_choice(
-            plan, chosen=chosen, preferred=has_preferred, memory_sat=memory.sat,
-            free_ok=memory.free_ok, groups_allow=memory.groups_allow,
-        )  # fmt: skip
+        memory_index, memory_refused = _memory_choice(plan, memory, chosen, has_preferred)
         refuse(memory_refused, Kind.MEMORY)
     return _finish(
         plan, rows, memo, chosen=chosen, memory_index=memory_index, refused=refused,
@@ -677,19 +665,17 @@ def _groups_allow(plan: Plan, rows: Ints) -> Bools:
     return np.asarray(np.all(fine | (plan.member[None, :, :] == 0), axis=2))
 
 
-def _non_preferred(plan: Plan, sat: Sequence[Bools], providers: Sequence[_Provider]) -> int | None:
+def _non_preferred(plan: Plan, sat: Sequence[Bools]) -> int | None:
     """The non-preferred winner (`best_non_preferred` on the masks the hints AND to), by index."""
     if not plan.full:
         # Beyond the kubelet's reach: the narrowest mask every resource fits.
-        fits = np.ones(len(plan.masks), dtype=bool)
-        for ok in sat:
-            fits &= ok
+        fits = np.ones(len(plan.masks), dtype=bool) & np.all(sat, axis=0)
         found = np.flatnonzero(fits)
         return int(found[np.argmin(plan.rank[found])]) if found.size else None
     listed: list[Ints] = []
     narrowest: list[int] = []
     masks = np.array(plan.masks, dtype=np.int64)
-    for ok, provider in zip(sat, providers, strict=True):
+    for ok, provider in zip(sat, plan.providers, strict=True):
         if not ok.any():
             if provider.memory:
                 continue  # no memory hint: no preference
@@ -712,13 +698,7 @@ def _non_preferred(plan: Plan, sat: Sequence[Bools], providers: Sequence[_Provid
 
 
 def _memory_choice(
-    plan: Plan,
-    *,
-    chosen: Ints,
-    preferred: Bools,
-    memory_sat: Bools,
-    free_ok: list[Bools],
-    groups_allow: Bools,
+    plan: Plan, memory: _MemoryHints, chosen: Ints, preferred: Bools
 ) -> tuple[Ints, Bools]:
     """The memory manager's mask per row (an index), and where it refuses."""
     count = chosen.shape[0]
@@ -727,19 +707,19 @@ def _memory_choice(
     refused = np.zeros(count, dtype=bool)
     result = chosen.copy()
     if plan.options.policy is PolicyName.NONE:
-        has: Bools = np.asarray(memory_sat.any(axis=1), dtype=bool)
-        result = np.argmin(np.where(memory_sat, order, _BIG), axis=1)
+        has: Bools = np.asarray(memory.sat.any(axis=1), dtype=bool)
+        result = np.argmin(np.where(memory.sat, order, _BIG), axis=1)
         return result, ~has
     rows_index = np.arange(count)
     holds = np.ones(count, dtype=bool)
-    for fits in free_ok:
+    for fits in memory.free_ok:
         holds &= fits[rows_index, chosen]
     multi = plan.counts[chosen] > 1
-    allowed = groups_allow[rows_index, chosen]
+    allowed = memory.groups_allow[rows_index, chosen]
     refused |= holds & multi & ~allowed
     for i in np.flatnonzero(~holds).tolist():
         within = plan.member[int(chosen[i])]
-        inside = (plan.member >= within).all(axis=1) & memory_sat[i]
+        inside = (plan.member >= within).all(axis=1) & memory.sat[i]
         if not inside.any():
             refused[i] = True
             continue
@@ -811,8 +791,7 @@ def _finish(
     return Decided(plan, scores, kind, chosen, memory_index, gpus, pairs, short, terms)
 
 
-@dataclass(frozen=True, slots=True)
-class RankTerms:
+class RankTerms(NamedTuple):
     """Per row, the node rank's terms but its `Hosts` weights, kept as the nodes judged change."""
 
     alignment: Floats  # the score's span and link terms, 0..1
@@ -1002,19 +981,13 @@ def _per_numa(
         amounts.extend(_per_position(row[None, :], c)[0] for c in provider.columns)
     if not shown:
         return (), ()
+    tables = plan.tables
     free = tuple(
         (numa, tuple(int(a[p]) for a in amounts))
         for p, numa in enumerate(plan.ids)
-        if any(int(a[p]) for a in amounts) or _has_capacity(plan, p)
+        if any(int(a[p]) for a in amounts)
+        or tables.cpu_capacity.get(numa)
+        or tables.memory_capacity.get(numa)
+        or numa in tables.gpu_numa.values()
     )
     return tuple(shown), free
-
-
-def _has_capacity(plan: Plan, position: int) -> bool:
-    numa = plan.ids[position]
-    tables = plan.tables
-    return bool(
-        tables.cpu_capacity.get(numa)
-        or tables.memory_capacity.get(numa)
-        or any(n == numa for n in tables.gpu_numa.values())
-    )

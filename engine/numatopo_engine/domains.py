@@ -158,11 +158,6 @@ def describe_domain(level: str | None, path: Path) -> str:
     return text + (f" under {'/'.join(path[:-1])}" if len(path) > 1 else "")
 
 
-def member_order(members: Sequence[Member]) -> list[Member]:
-    """Ranked members by rank, then the unranked by key."""
-    return sorted(members, key=lambda m: (m.rank is None, m.rank or 0, m.key))
-
-
 # -- metrics ------------------------------------------------------------------------
 
 
@@ -230,9 +225,9 @@ def place_group(
         raise ValueError("place_group: no members")
     if len({m.key for m in members}) != len(members):
         raise ValueError("place_group: member keys must be unique")
-    return _Placer(
-        tree, member_order(members), nodes, spec=spec, anchor=anchor, mix=mix, engine=engine
-    ).run()
+    # Ranked members by rank, then the unranked by key.
+    ordered = sorted(members, key=lambda m: (m.rank is None, m.rank or 0, m.key))
+    return _Placer(tree, ordered, nodes, spec, anchor, mix, engine or Engine()).run()
 
 
 class _Mode(enum.Enum):
@@ -251,25 +246,18 @@ class _Choice:
     nodes: list[tuple[str, int]]  # (node, members) in tree order
 
 
+@dataclass
 class _Placer:
-    def __init__(
-        self,
-        tree: DomainTree,
-        ordered: list[Member],
-        nodes: Mapping[str, NodeCandidate],
-        *,
-        spec: GroupSpec,
-        anchor: Anchor | None,
-        mix: WorkloadMix | None,
-        engine: Engine | None,
-    ) -> None:
-        self.tree = tree
-        self.ordered = ordered
-        self.nodes = nodes
-        self.spec = spec
-        self.anchor = anchor
-        self.mix = mix
-        self.engine = engine or Engine()
+    tree: DomainTree
+    ordered: list[Member]
+    nodes: Mapping[str, NodeCandidate]
+    spec: GroupSpec
+    anchor: Anchor | None
+    mix: WorkloadMix | None
+    engine: Engine
+
+    def __post_init__(self) -> None:
+        ordered, tree, spec = self.ordered, self.tree, self.spec
         self.need = len(ordered)
         self.largest = max(ordered, key=lambda m: _size_key(m.request)).request
         self.uniform = len({_request_key(m.request) for m in ordered}) == 1
@@ -425,7 +413,6 @@ class _Placer:
     def _at_level(self, index: int, strategy: _Mode) -> GroupPlacement | None:
         """The best domain of level `index` that holds the group, placed, or None; ranked by growth
         first (no node counts needed), so usually one fitting domain is counted exactly."""
-        totals = self._gpu_totals()
         ranked: list[tuple[float, int, Path, list[str]]] = []
         short: list[tuple[int, Path, list[str]]] = []  # upper bound already short
         for order, (path, inside) in enumerate(self._domains(index)):
@@ -433,7 +420,7 @@ class _Placer:
             if bound < self.need:
                 short.append((bound, path, inside))
                 continue
-            ranked.append((self._growth(index, path, totals), order, path, inside))
+            ranked.append((self._growth(index, path), order, path, inside))
         ranked.sort(key=lambda r: r[:2])
         best = (0, "")
         if self.prefer is not None and index < self.prefer and len(ranked) > 1:
@@ -616,20 +603,16 @@ class _Placer:
             self._totals = _gpu_totals(self.tree, self.nodes)
         return self._totals
 
-    def _growth(
-        self, index: int, path: Path, totals: Mapping[tuple[int, Path], tuple[int, int]]
-    ) -> float:
-        """`_part_growth` summed over `path`'s level and every wider one (one node's own term first
-        at the node level)."""
-        taken = self.need * _gpus_of(self.largest)
-        terms: list[tuple[int, int]] = []
+    def _growth(self, index: int, path: Path) -> float:
+        """`_part_growth` of the group summed over `path`'s level and every wider one (one node's
+        own term first at the node level)."""
+        parts: list[str | Path] = []
         depth = index + 1
         if index == self.node_index:
-            candidate = self.nodes[path[-1]]
-            terms.append((candidate.state.free_gpu_count(), len(candidate.topology.gpus)))
+            parts.append(path[-1])
             depth = len(path) - 1
-        terms += [totals.get((level, path[: level + 1]), (0, 0)) for level in range(depth)][::-1]
-        return sum((2 * taken * free - taken * taken) / size for free, size in terms if size)
+        parts += [path[: level + 1] for level in range(depth)][::-1]
+        return sum(self._part_growth(part, self.need) for part in parts)
 
     def _broken(self, chosen: Sequence[tuple[str, int]]) -> int:
         """Wholly free nodes the choice would take from."""

@@ -17,6 +17,7 @@ combine into an optimum. Time: the sum over domains of need x the domain's child
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
 from operator import add
 from typing import Protocol
 
@@ -71,34 +72,32 @@ def fewest(
     return top[0], out
 
 
+@dataclass
 class _Knapsack:
     """One `fewest` search. A cost vector holds the first level's count again, the level counts,
     nodes, units left unused, fragmentation growth, free nodes broken and -rank; `_SHIFT` skips the
     leading one."""
 
-    def __init__(  # noqa: PLR0917 (fewest's arguments, passed on once)
-        self,
-        tree: Tree,
-        root: Path,
-        units: Mapping[str, int],
-        need: int,
-        loose: Sequence[str],
-        tie: Callable[[str], tuple[float, float]],
-        growth: Callable[[str | Path, int], float],
-        first: int | None,
-        most_per: tuple[int, int] | None,
-        slices: tuple[int, int] | None,
-    ) -> None:
-        self.tree, self.root, self.units, self.loose = tree, root, units, loose
-        self.tie, self.growth, self.first = tie, growth, first
-        self.width = len(tree.levels)
+    tree: Tree
+    root: Path
+    units: Mapping[str, int]
+    need: int
+    loose: Sequence[str]
+    tie: Callable[[str], tuple[float, float]]
+    growth: Callable[[str | Path, int], float]
+    first: int | None
+    most_per: tuple[int, int] | None
+    slices: tuple[int, int] | None
+    tables: dict[object, list[_Entry | None]] = field(default_factory=dict)
+    sums: dict[Path, int] = field(default_factory=dict)
+
+    def __post_init__(self) -> None:
+        self.width = len(self.tree.levels)
         self.size = self.width + 6
-        self.limit_level, self.limit = most_per if most_per is not None else (-1, need)
-        self.slice_level, self.piece = slices if slices is not None else (-1, 1)
-        if slices is None or len(root) > self.slice_level:
+        self.limit_level, self.limit = self.most_per or (-1, self.need)
+        self.slice_level, self.piece = self.slices or (-1, 1)
+        if self.slices is None or len(self.root) > self.slice_level:
             self.slice_level = -1  # the root lies inside one domain of the slice level
-        self.tables: dict[object, list[_Entry | None]] = {}
-        self.sums: dict[Path, int] = {}
 
     def whole(self, level: int, amount: int) -> bool:
         return level != self.slice_level or amount % self.piece == 0

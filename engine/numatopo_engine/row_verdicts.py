@@ -72,12 +72,7 @@ class RowVerdicts:
         if not self.mix:
             return self.rank[slots]
         assert self.terms is not None, "ranks of slots that were filled"
-        t = self.terms
-        gathered = RankTerms(
-            t.alignment[slots], t.fill[slots],
-            *(a[slots] if a.size else a for a in (
-                t.free_before, t.used_before, t.free_after, t.used_after)),
-        )  # fmt: skip
+        gathered = RankTerms._make(a[slots] if a.size else a for a in self.terms)
         return node_ranks(gathered, self.score[slots], self.mix, hosts)
 
     def refusal(self, slot: int) -> Refusal:
@@ -114,9 +109,4 @@ class RowVerdicts:
 
 
 def _joined(a: RankTerms, b: RankTerms) -> RankTerms:
-    return RankTerms(
-        np.concatenate((a.alignment, b.alignment)), np.concatenate((a.fill, b.fill)),
-        np.concatenate((a.free_before, b.free_before)),
-        np.concatenate((a.used_before, b.used_before)),
-        np.concatenate((a.free_after, b.free_after)), np.concatenate((a.used_after, b.used_after)),
-    )  # fmt: skip
+    return RankTerms(*(np.concatenate(pair) for pair in zip(a, b, strict=True)))

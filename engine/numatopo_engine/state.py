@@ -263,12 +263,9 @@ class NodeState:
             return None
         self.version += 1
         self.row_cache = None
-        for cpu in [c for c, owner in self._cpu_owner.items() if owner == key]:
-            del self._cpu_owner[cpu]
-        for gpu in [g for g, owner in self._gpu_owner.items() if owner == key]:
-            del self._gpu_owner[gpu]
-        for nic in [n for n, owner in self._nic_owner.items() if owner == key]:
-            del self._nic_owner[nic]
+        self._cpu_owner = {c: owner for c, owner in self._cpu_owner.items() if owner != key}
+        self._gpu_owner = {g: owner for g, owner in self._gpu_owner.items() if owner != key}
+        self._nic_owner = {n: owner for n, owner in self._nic_owner.items() if owner != key}
         for container in assignment.containers.values():
             self._count_memory(container, -1)
         return assignment

@@ -353,9 +353,7 @@ def decide_claims(  # noqa: PLR0917 (the decision's inputs)
 ) -> ClaimDecision:
     """Decide the pod's claims on `node`; raises `UndecidedError` or `UnsatisfiableError`."""
     engine = engine or Engine()
-    per_claim = _claim_variants(
-        base, pod_claims_, claims, classes, node, missing="does not exist yet", checked=True
-    )
+    per_claim = _claim_variants(base, pod_claims_, claims, classes, node, checked=True)
     best: tuple[Decision, list[_Request]] | None = None
     refusal: UnsatisfiableError | None = None
     combos = itertools.product(*(variants for _, variants in per_claim))
@@ -406,9 +404,7 @@ def claim_demand(  # noqa: PLR0917 (the decision's inputs)
     requests); the devices are those of any matchAttribute variant (all ask the same counts). Raises
     `UndecidedError` as `decide_claims` does, `UnsatisfiableError` when `node` has too few devices a
     request may have (in any one variant), free or not."""
-    per_claim = _claim_variants(
-        base, pod_claims_, claims, classes, node, missing="does not exist yet", checked=True
-    )
+    per_claim = _claim_variants(base, pod_claims_, claims, classes, node, checked=True)
     possible = []
     for claim, variants in per_claim:
         enough = [v for v in variants if all(len(r.eligible) >= r.count for r in v)]
@@ -430,11 +426,10 @@ def _claim_variants(
     classes: Mapping[str, DeviceClass],
     node: DraNode,
     *,
-    missing: str,
     checked: bool,
 ) -> list[tuple[ResourceClaim, list[list[_Request]]]]:
     """Each of the pod's claims with the request variants `node` offers it; `checked`: refuse what
-    `unsupported` names (a resumed write was checked when decided)."""
+    `unsupported` names (a resumed write, unchecked, was checked when decided)."""
     if not base.containers:
         raise UndecidedError("the pod has no containers")
     selectors = Selectors()
@@ -442,7 +437,8 @@ def _claim_variants(
     for entry in pod_claims_:
         claim = claims.get(entry.claim or "")
         if claim is None:
-            raise UndecidedError(f"claim {entry.name} {missing}")
+            # A claim a resumed write names existed when it was decided.
+            raise UndecidedError(f"claim {entry.name} does not exist{' yet' if checked else ''}")
         why = unsupported(claim) if checked else None
         if why is not None:
             raise UndecidedError(f"claim {claim.key}: {why}")
@@ -464,9 +460,7 @@ def allocations_for(  # noqa: PLR0917 (the decision's inputs)
     that stopped before the claims' status. Raises `UndecidedError` when a claim cannot be judged,
     `UnsatisfiableError` when the devices no longer satisfy the claims (the caller takes the
     assignment back)."""
-    per_claim = _claim_variants(
-        base, pod_claims_, claims, classes, node, missing="does not exist", checked=False
-    )
+    per_claim = _claim_variants(base, pod_claims_, claims, classes, node, checked=False)
     combos = itertools.product(*(variants for _, variants in per_claim))
     for combo in itertools.islice(combos, MAX_VARIANTS):
         requests = [r for claim_requests in combo for r in claim_requests]

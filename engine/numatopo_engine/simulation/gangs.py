@@ -33,13 +33,12 @@ Measured: the keys of `numatopo simulate --multi-node -o json` (docs/operations.
 
 from __future__ import annotations
 
-import functools
 import heapq
 import math
 import random
 from collections import Counter
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import InitVar, dataclass, field
 from itertools import pairwise
 
 from numatopo_engine.allocation import Engine
@@ -187,35 +186,31 @@ class GangResult:
 Placer = Callable[["_Run", GangJob, list[Member]], dict[str, Assignment] | None]
 
 
+@dataclass
 class _Run:
     """One strategy's replay: its own node states, queue and measurements."""
 
-    def __init__(
-        self,
-        cluster: ClusterFile,
-        tree: DomainTree,
-        required: str,
-        clock: Clock,
-        options: GroupOptions = GroupOptions(),
-    ) -> None:
-        self.tree = tree
-        self.options = options
-        self.in_preferred: list[bool] = []
-        self.kept: list[bool] = []
+    cluster: InitVar[ClusterFile]
+    tree: DomainTree
+    required: str
+    clock: Clock
+    options: GroupOptions = GroupOptions()
+    engine: Engine = field(default_factory=Engine)
+    hops: list[float] = field(default_factory=list)
+    waits: list[float] = field(default_factory=list)
+    multi_waits: list[float] = field(default_factory=list)
+    one_leaf: list[bool] = field(default_factory=list)
+    in_required: list[bool] = field(default_factory=list)
+    in_preferred: list[bool] = field(default_factory=list)
+    kept: list[bool] = field(default_factory=list)
+    fragmentation: list[float] = field(default_factory=list)
+    times: list[float] = field(default_factory=list)
+
+    def __post_init__(self, cluster: ClusterFile) -> None:
         self.nodes = cluster.candidates(named=True)
         self.by_name = sorted(self.nodes)
-        self.required = required
-        self.clock = clock
-        self.engine = Engine()
-        self.leaf = tree.levels[-1]
-        self.leaf_size = max((len(n) for n in tree.members[-1].values()), default=0)
-        self.hops: list[float] = []
-        self.waits: list[float] = []
-        self.multi_waits: list[float] = []
-        self.one_leaf: list[bool] = []
-        self.in_required: list[bool] = []
-        self.fragmentation: list[float] = []
-        self.times: list[float] = []
+        self.leaf = self.tree.levels[-1]
+        self.leaf_size = max((len(n) for n in self.tree.members[-1].values()), default=0)
 
     def members(self, job: GangJob, policy: PolicyName) -> list[Member]:
         options = TopologyOptions(policy=policy)
@@ -374,19 +369,11 @@ def simulate_gangs(
     total = len(jobs) * len(strategies)
     for step, name in enumerate(strategies):
         run = _Run(cluster, tree, required, clock or (lambda: 0.0), options)
-        arrived = (
-            None
-            if progress is None
-            else functools.partial(_counted, progress, step * len(jobs), total)
-        )
-        result.strategies.append(_replay(run, name, jobs, policy, arrived))
+        counted = (progress, step * len(jobs), total) if progress is not None else None
+        result.strategies.append(_replay(run, name, jobs, policy, counted))
     if progress is not None:
         progress(total, total)
     return result
-
-
-def _counted(progress: Callable[[int, int], None], base: int, total: int, count: int) -> None:
-    progress(base + count, total)
 
 
 def _replay(
@@ -394,8 +381,9 @@ def _replay(
     name: str,
     jobs: Sequence[GangJob],
     policy: PolicyName,
-    arrived: Callable[[int], None] | None = None,
+    progress: tuple[Callable[[int, int], None], int, int] | None = None,
 ) -> GangStrategyResult:
+    """One strategy's replay; `progress`: (the callback, arrivals before this run, in all)."""
     placer = PLACERS[name]
     events: list[tuple[float, int, int]] = [(job.arrival, 1, job.index) for job in jobs]
     heapq.heapify(events)
@@ -412,8 +400,9 @@ def _replay(
         else:
             queue.append(by_index[index])
             arrivals += 1
-            if arrived is not None:
-                arrived(arrivals)
+            if progress is not None:
+                report, before, total = progress
+                report(before + arrivals, total)
         while queue and queue[0].index != blocked:
             job = queue[0]
             started = run.clock()
