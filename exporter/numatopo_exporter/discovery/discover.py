@@ -1,16 +1,10 @@
 """Choose the topology sources for one node, read them, and combine them into one spec.
 
-Does I/O through the readers it calls. Two modes:
-
-  offline  `--hwloc-xml` and/or `--nvidia-smi-topo` name saved files: the spec comes
-           from them alone (hwloc for CPUs, NUMA nodes and PCI devices; nvidia-smi topo
-           for GPU links and GPU-NIC paths; with both, the second is merged into the
-           first by GPU index).
-  live     sysfs under `--sysfs-root`, then NVML (unless switched off), then the
-           kubelet's config and CPU manager state under the same root.
-
-Optional sources that are absent (no NVIDIA driver, no kubelet) become notices, not errors: the
-CPU and PCI topology is still worth printing and publishing.
+Offline, `--hwloc-xml` and/or `--nvidia-smi-topo` name saved files and the spec comes from them
+alone (`merge_offline` when both). Live: sysfs under `--sysfs-root`, then NVML (unless switched
+off), then the kubelet's config and CPU manager state under the same root. An absent optional source
+(no NVIDIA driver, no kubelet) is a notice, not an error: the CPU and PCI topology is still worth
+printing and publishing.
 """
 
 from __future__ import annotations
