@@ -1,12 +1,10 @@
 """Follow: compare the GPUs and NICs a container really holds with its assignment (pure).
 
-The kubelet's device manager, not numatopo, hands out devices; what it gave (PodResources) goes into
-`numatopo.io/observed` with, per container, whether it matches, and the operator decides again
-around a mismatch (docs/DESIGN.md, "GPUs: steered, followed or unverified"). RDMA NICs are compared
-only where their device IDs name the node's NICs (`nic_names`; a shared pool's IDs name none).
-
-Only app containers and sidecars are compared: a regular init container has finished before they
-run, and GPUs an app container reuses from one (the kubelet's rule) count as the app container's.
+What the kubelet gave (PodResources) goes into `numatopo.io/observed`, per container with whether it
+matches (docs/DESIGN.md, "GPUs: steered, followed or unverified"). RDMA NICs are compared only where
+their device IDs name the node's NICs (`nic_names`; a shared pool's IDs name none). Only app
+containers and sidecars are compared: a regular init container has finished before they run, and
+GPUs an app container reuses from one (the kubelet's rule) count as the app container's.
 """
 
 from __future__ import annotations
