@@ -1,16 +1,16 @@
 """Publishing `Numatopology/<node>`: the object to write (pure) and the publisher (API I/O).
 
-  1. Every publish GETs the object and compares the hash of the spec stored there with the scanned
-     one's: hashing what is stored, not remembering what was sent, also catches a hand edit or a
-     deletion, so a resync repairs both without a watch (the watch only makes the repair prompt).
-  2. Only when they differ: server-side apply of the whole object (field manager
-     `numatopo-exporter`, forced: this process owns the spec), with an ownerReference to the Node
-     so that it is garbage-collected with its node.
-  3. Server-side apply of the status with only the exporter's fields, its conditions (`Exported`,
-     `Degraded`) and `heartbeat` (each writer applies only its own: docs/DESIGN.md, "The CRD"),
-     when a condition would change or after a new scan (the heartbeat: every resync). A republish
-     that finds nothing new (the watch saw our own write, or the operator's) writes nothing, which
-     matters on large clusters.
+1. Every publish GETs the object and compares the hash of the spec stored there with the scanned
+   one's: hashing what is stored, not remembering what was sent, also catches a hand edit or a
+   deletion, so a resync repairs both without a watch (the watch only makes the repair prompt).
+2. Only when they differ: server-side apply of the whole object (field manager
+   `numatopo-exporter`, forced: this process owns the spec), with an ownerReference to the Node
+   so that it is garbage-collected with its node.
+3. Server-side apply of the status with only the exporter's fields, its conditions (`Exported`,
+   `Degraded`) and `heartbeat` (each writer applies only its own: docs/DESIGN.md, "The CRD"),
+   when a condition would change or after a new scan (the heartbeat: every resync). A republish
+   that finds nothing new (the watch saw our own write, or the operator's) writes nothing, which
+   matters on large clusters.
 """
 
 from __future__ import annotations

@@ -9,9 +9,11 @@ printing and publishing.
 
 from __future__ import annotations
 
+import argparse
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 from pydantic import ValidationError
 
@@ -48,6 +50,19 @@ class DiscoverOptions:
     accelerators: tuple[AcceleratorRule, ...] = DEFAULT_ACCELERATORS
     """Which PCI functions are accelerators, and their resource names (`--accelerator` rules
     first, then the defaults)."""
+
+    @classmethod
+    def from_args(cls, args: argparse.Namespace, **changes: Any) -> DiscoverOptions:
+        """The live-node flags `numatopo exporter` and `numatopo inspect` share, with `changes`."""
+        return cls(
+            sysfs_root=args.sysfs_root,
+            use_nvml=not args.no_nvml,
+            kubelet_config=args.kubelet_config,
+            kubelet_state=args.kubelet_state,
+            node_name=args.node_name,
+            accelerators=(*args.accelerators, *DEFAULT_ACCELERATORS),
+            **changes,
+        )
 
     @property
     def offline(self) -> bool:
