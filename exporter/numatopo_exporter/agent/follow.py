@@ -116,16 +116,15 @@ def in_flight(
     pods: Iterable[PodView], node_name: str, is_gpu: Callable[[str], bool] = lambda _: True
 ) -> list[InFlight]:
     """The containers of this node's pods that were assigned GPUs: the candidates of the steering
-    plugin's answer, in the kubelet's admission order (`steering.choice`). The agent leaves out
+    plugin's answer, in the kubelet's admission order (`steering.choice`); the agent leaves out
     those PodResources already lists with devices.
 
     A regular init container runs before the containers after it and hands its GPUs on: the kubelet
     gives the next container asking for GPUs (a sidecar, an app container, another init container)
     the init container's GPUs first and asks the plugin only for the rest, naming those as
     must-include. So an init container asking `k` GPUs is steered to the first `k` GPUs that next
-    container will hold; that container then ends up with exactly its own. When it asks fewer than
-    `k`, the kubelet hands it a random part of them: unsteerable, left to Follow.
-    """
+    container will hold, which then ends up with exactly its own; when it asks fewer than `k`, the
+    kubelet hands it a random part of them: unsteerable, left to Follow."""
     found: list[InFlight] = []
     for pod in pods:
         assignment = pod.assignment

@@ -34,7 +34,6 @@ class PodReporter:
     metrics: AgentMetrics
     clock: Callable[[], float]
     events: EventPosts
-    """Where its Events wait to be posted: never on the pass's path."""
 
     async def report(
         self,

@@ -10,8 +10,7 @@ It needs no driver (GPU models, UUIDs and NVLinks come from NVML) and reads
     class/infiniband/<name>/{device, ports/1/link_layer, device/net/*}
     /proc/meminfo, kernel/mm/hugepages/*   only on a machine without NUMA directories
 
-Rules
------
+Rules:
 * NUMA node ids are the kernel's (not always 0..N-1); a node may have memory and no CPUs. Without
   `devices/system/node/node*` (older kernels, some arches) the machine is one NUMA node 0 holding
   every CPU and /proc/meminfo's memory.
@@ -33,13 +32,11 @@ Rules
   are numbered one after another in rule order.
 * `gpu_paths` (every GPU pair) and `pci_paths` (every GPU x NIC) use pci.py's PCIe path class.
 
-Broken input
-------------
-Guessing CPU and NUMA facts would place pods on the wrong cores, so an unreadable or unparsable CPU
-or NUMA file (garbage in a cpulist, a directory where a file should be, a dangling symlink, a
-truncated number) raises a `DiscoveryError` naming the file. A missing optional file (`distance`,
-`hugepages`, `meminfo` on old kernels) leaves that field empty. A PCI or RDMA device that cannot be
-read is skipped with a logged warning: one bad device must not hide the node.
+Broken input: guessing CPU and NUMA facts would place pods on the wrong cores, so an unreadable or
+unparsable CPU or NUMA file (garbage in a cpulist, a directory where a file should be, a dangling
+symlink, a truncated number) raises a `DiscoveryError` naming the file. A missing optional file
+(`distance`, `hugepages`, `meminfo` on old kernels) leaves that field empty. A PCI or RDMA device
+that cannot be read is skipped with a logged warning: one bad device must not hide the node.
 """
 
 from __future__ import annotations
