@@ -125,14 +125,10 @@ def _observe(
     `errors` for its pod's report; an unreadable ancestor raises (nothing under it is plannable)."""
     observed: dict[PurePosixPath, planning.Cpuset] = {}
     for path in containers:
-        found: dict[PurePosixPath, planning.Cpuset] = {}
         try:
-            for cgroup in hierarchy.ancestors(path):
-                if cgroup not in observed:
-                    found[cgroup] = hierarchy.read(cgroup)
+            found = {c: hierarchy.read(c) for c in hierarchy.ancestors(path) if c not in observed}
             try:
-                for cgroup in [path, *hierarchy.descendants(path)]:
-                    found[cgroup] = hierarchy.read(cgroup)
+                found |= {c: hierarchy.read(c) for c in [path, *hierarchy.descendants(path)]}
             except cgroupfs.CgroupGoneError:
                 raise
             except cgroupfs.CgroupError as exc:

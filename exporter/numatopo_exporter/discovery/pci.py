@@ -146,15 +146,11 @@ class PciTree:
 
     def _find_numa(self, device: PciDevice, numa_cpus: Mapping[int, CPUSet]) -> int | None:
         # The device first, then each bridge above it, nearest first.
-        directories = [device.path]
-        parent = os.path.dirname(device.path)
-        for _ in device.bridges:
-            directories.append(parent)
-            parent = os.path.dirname(parent)
-        for directory in directories:
-            found = _numa_of_directory(directory, numa_cpus)
-            if found is not None:
+        directory = device.path
+        for _ in range(len(device.bridges) + 1):
+            if (found := _numa_of_directory(directory, numa_cpus)) is not None:
                 return found
+            directory = os.path.dirname(directory)
         bus = os.path.basename(device.host_bridge)[3:]
         affinity = os.path.join(device.host_bridge, "pci_bus", bus, "cpulistaffinity")
         local = read_cpus(affinity, os.path.join(os.path.dirname(affinity), "cpuaffinity"))
