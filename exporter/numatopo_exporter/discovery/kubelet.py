@@ -14,9 +14,8 @@ naming it. A named absolute path is a host path (under the root); a relative one
 running numatopo (`numatopo inspect --hwloc-xml node.xml --kubelet-config config.yaml`).
 
 In the chart each file is mounted alone, so a file the kubelet renames over is seen as its old copy
-(`st_nlink == 0`); what that means for `policyName`: docs/operations.md, "Node pods: what they
-mount".
-"""
+(`st_nlink == 0`), with what follows for `policyName`: docs/operations.md, "Node pods: what they
+mount"."""
 
 from __future__ import annotations
 
