@@ -29,7 +29,7 @@ from numatopo_engine.dra.api import ResourceSlice
 from numatopo_engine.dra.join import dra_devices, join_node
 from numatopo_engine.model import Numatopology, NumatopologyStatus, ObjectMeta
 from numatopo_exporter.discovery import discover
-from numatopo_exporter.discovery.accelerator_flag import accelerator_rules, add_accelerator_flag
+from numatopo_exporter.discovery.accelerator_flag import add_accelerator_flag
 from numatopo_exporter.discovery.errors import DiscoveryError
 
 PROG = "numatopo inspect"
@@ -77,22 +77,13 @@ def _format_sample_list() -> str:
     return "\n".join(lines) + "\n"
 
 
-def _options(args: argparse.Namespace, sample_file: Path | None) -> discover.DiscoverOptions:
-    return discover.DiscoverOptions(
-        sysfs_root=args.sysfs_root,
-        hwloc_xml=args.hwloc_xml,
-        nvidia_smi_topo=sample_file or args.nvidia_smi_topo,
-        use_nvml=not args.no_nvml,
-        kubelet_config=args.kubelet_config,
-        kubelet_state=args.kubelet_state,
-        node_name=args.node_name,
-        accelerators=accelerator_rules(args),
-    )
-
-
 def _inspect(args: argparse.Namespace) -> tuple[Numatopology, list[str]]:
     with nullcontext() if args.sample is None else sample_path(args.sample) as path:
-        found = discover.discover(_options(args, path))
+        topo = path or args.nvidia_smi_topo
+        options = discover.DiscoverOptions.from_args(
+            args, hwloc_xml=args.hwloc_xml, nvidia_smi_topo=topo
+        )
+        found = discover.discover(options)
     name = args.node_name or args.sample or socket.gethostname()
     topology = Numatopology(metadata=ObjectMeta(name=name), spec=found.spec)
     if args.resource_slices is not None:

@@ -1,10 +1,10 @@
 """The `kubectl-numatopo` console script: `kubectl numatopo nodes|explain|top`.
 
-A kubectl plugin by krew's conventions: an executable named `kubectl-numatopo` on the PATH, its help
-written as `kubectl numatopo ...`, kubectl's own flag names where they mean the same
-(`--kubeconfig`, `-n/--namespace`, `-o/--output`). It reads the cluster through numatopo's one
-client layer and answers with the operator's own code (`numatopo_operator.cluster_view`). Exit codes
-as `numatopo`'s: 0 success, 2 a failure the user can act on (one line on stderr, never a traceback).
+A kubectl plugin by krew's conventions: an executable `kubectl-numatopo` on the PATH, its help
+written as `kubectl numatopo ...`, kubectl's flag names where they mean the same (`--kubeconfig`,
+`-n/--namespace`, `-o/--output`). It reads the cluster through numatopo's one client layer and
+answers with the operator's own code (`numatopo_operator.cluster_view`). Exit codes: 0 success, 2 a
+failure the user can act on (one line on stderr, never a traceback).
 """
 
 from __future__ import annotations

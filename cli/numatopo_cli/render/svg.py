@@ -1,17 +1,11 @@
 """A self-contained SVG diagram of one node. Pure: spec in, SVG text out, no dependency.
 
-Layout, top to bottom:
-
-  title      node name, sources, counts
-  sockets    one box per socket holding its NUMA nodes (CPUs, cores, memory)
-  NICs       under the NUMA node they hang off
-  GPUs       under their NUMA node; devices of unknown NUMA get a column of their own
-  links      an "NVSwitch" bar joined to every GPU when every GPU pair has the same
-             direct link (28 crossing lines say less than one bar), else one arc per
-             linked pair; line width grows with bandwidth (or link count)
-  legend
-
-GPU-NIC pairs on the same PCIe switch (PIX) are thin dashed lines, PXB dotted.
+Top to bottom: the title (node name, sources, counts); one box per socket holding its NUMA nodes
+(CPUs, cores, memory); NICs, then GPUs, under their NUMA node (devices of unknown NUMA get a column
+of their own); the GPU links, as an "NVSwitch" bar joined to every GPU when every GPU pair has the
+same direct link (28 crossing lines say less than one bar), else one arc per linked pair, wider
+with bandwidth (or link count); the legend. GPU-NIC pairs on the same PCIe switch (PIX) are thin
+dashed lines, PXB dotted.
 """
 
 from __future__ import annotations

@@ -1,13 +1,9 @@
 """The cpuset hierarchy on disk (I/O): detect it, find container cgroups, read and write.
 
-`--cgroup-root` is where cgroups are mounted (`/sys/fs/cgroup`). Detection, in order:
-  1. `<root>/cgroup.controllers` exists          -> cgroup v2, hierarchy at <root>
-  2. `<root>/cpuset/cpuset.cpus` exists           -> cgroup v1, hierarchy at <root>/cpuset
-  3. `<root>/cpuset.cpus` exists                  -> cgroup v1, hierarchy at <root>
-     (a cpuset mount point itself, or a test cgroup inside one)
-The driver is systemd when `kubepods.slice` exists under the hierarchy, else cgroupfs.
-
-On v2 an empty `cpuset.cpus` means "inherit from the parent": `cpuset.cpus.effective` is read then.
+Under `--cgroup-root` (`/sys/fs/cgroup`) the hierarchy is cgroup v2 at the root when it has
+`cgroup.controllers`, else v1 at `cpuset/` or at the root itself (a cpuset mount point, or a test
+cgroup inside one); its driver is systemd when it holds `kubepods.slice`, else cgroupfs. On v2 an
+empty `cpuset.cpus` means "inherit from the parent": `cpuset.cpus.effective` is read then.
 
 A cgroup removed while the agent works on it (the container exited) raises `CgroupGoneError`, never
 reads as an empty cpuset: the directory is gone (ENOENT, or ENODEV from a file of a removed cgroup),

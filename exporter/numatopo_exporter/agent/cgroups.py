@@ -1,7 +1,7 @@
 """Where the kubelet puts pod and container cgroups (pure: names and paths only).
 
-Paths are relative to the root of the cpuset hierarchy (`/sys/fs/cgroup/cpuset` on
-cgroup v1, `/sys/fs/cgroup` on v2). The kubelet's two cgroup drivers name them:
+Paths are relative to the root of the cpuset hierarchy (`/sys/fs/cgroup/cpuset` on cgroup v1,
+`/sys/fs/cgroup` on v2). The kubelet's two cgroup drivers name pod cgroups
 
   tier        cgroupfs driver                  systemd driver
   Guaranteed  kubepods/pod<uid>                kubepods.slice/kubepods-pod<uid_>.slice
@@ -9,15 +9,9 @@ cgroup v1, `/sys/fs/cgroup` on v2). The kubelet's two cgroup drivers name them:
                                                  kubepods-burstable-pod<uid_>.slice
   BestEffort  kubepods/besteffort/pod<uid>     (same with besteffort)
 
-where <uid_> is the pod UID with dashes turned into underscores (systemd reserves `-`
-for nesting). Below the pod, one cgroup per container (and one for the sandbox):
-
-  runtime      cgroupfs driver   systemd driver
-  containerd   <id>              cri-containerd-<id>.scope
-  CRI-O        crio-<id>         crio-<id>.scope
-  docker       <id>              docker-<id>.scope
-
-CRI-O also creates `crio-conmon-<id>.scope` for its monitor process: never a container.
+where <uid_> is the pod UID with dashes turned into underscores (systemd reserves `-` for nesting).
+Below the pod is one cgroup per container (`container_dir_names`) and one for the sandbox; CRI-O's
+`crio-conmon-<id>.scope`, for its monitor process, is never a container.
 """
 
 from __future__ import annotations

@@ -119,23 +119,16 @@ def _targets(
 def _observe(
     hierarchy: cgroupfs.Hierarchy, containers: list[PurePosixPath], errors: dict[PurePosixPath, str]
 ) -> dict[PurePosixPath, planning.Cpuset]:
-    """What each container cgroup, its ancestors and the cgroups nested in it have.
-
-    A container whose cgroup (or a nested one) vanished while being read is left out: it exited,
-    and its replacement comes with a pod event. One that cannot be read is left out too, with the
-    error in `errors` for its pod's report; an unreadable ancestor raises (nothing under it can be
-    planned).
-    """
+    """What each container cgroup, its ancestors and the cgroups nested in it have. A container
+    whose cgroup (or a nested one) vanished while being read is left out: it exited, and its
+    replacement comes with a pod event. One that cannot be read is left out too, its error in
+    `errors` for its pod's report; an unreadable ancestor raises (nothing under it is plannable)."""
     observed: dict[PurePosixPath, planning.Cpuset] = {}
     for path in containers:
-        found: dict[PurePosixPath, planning.Cpuset] = {}
         try:
-            for cgroup in hierarchy.ancestors(path):
-                if cgroup not in observed:
-                    found[cgroup] = hierarchy.read(cgroup)
+            found = {c: hierarchy.read(c) for c in hierarchy.ancestors(path) if c not in observed}
             try:
-                for cgroup in [path, *hierarchy.descendants(path)]:
-                    found[cgroup] = hierarchy.read(cgroup)
+                found |= {c: hierarchy.read(c) for c in [path, *hierarchy.descendants(path)]}
             except cgroupfs.CgroupGoneError:
                 raise
             except cgroupfs.CgroupError as exc:

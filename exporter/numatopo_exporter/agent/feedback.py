@@ -3,20 +3,17 @@
 `numatopo.io/Aligned` is True once every container of the pod runs on exactly its assigned cpuset,
 so it can serve as a readiness gate (`spec.readinessGates: [{conditionType: numatopo.io/Aligned}]`).
 
-The agent writes its own condition and nothing else of `status.conditions`: the kubelet writes
-`Ready` & co. into the same list, and the agent's copy of the pod may be older than the kubelet's
-last write. So the patch never carries another condition:
+The kubelet writes `Ready` & co. into the same `status.conditions`, and the agent's copy of the pod
+may be older than its last write, so the agent's patch never carries another condition:
+  * the condition at index i of the agent's copy: a JSON patch that tests that
+    `/status/conditions/i/type` is still ours, then replaces entry i (if the list was reordered
+    meanwhile, the test fails and the caller retries on a fresh copy);
+  * a list without it: a JSON patch appending to the list (`/-`);
+  * no list: a strategic-merge patch holding only our condition (merged by its key `type`).
 
-  * the condition exists (at index i in the agent's copy): a JSON patch that first tests
-    `/status/conditions/i/type` is still ours, then replaces entry i. If the list was reordered
-    meanwhile, the test fails and the caller retries on a fresh copy.
-  * the list exists without it: a JSON patch appending to the list (`/-`).
-  * there is no list: a strategic-merge patch holding only our condition; the API server merges
-    `conditions` by its merge key `type`.
-
-Why not a strategic-merge patch (or server-side apply) always: both are right on a real API server,
-but the API emulator the tests run against (kmock) merges lists by replacing them, which would hide
-the very overwrite this avoids. A JSON patch (RFC 6902) means the same on both.
+Not a strategic-merge patch (or server-side apply) always: right on a real API server, but the API
+emulator the tests run against (kmock) merges lists by replacing them, hiding the very overwrite
+this avoids. A JSON patch (RFC 6902) means the same on both.
 """
 
 from __future__ import annotations

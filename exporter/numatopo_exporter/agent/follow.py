@@ -1,12 +1,10 @@
 """Follow: compare the GPUs and NICs a container really holds with its assignment (pure).
 
-The kubelet's device manager, not numatopo, hands out devices; what it gave (PodResources) goes into
-`numatopo.io/observed` with, per container, whether it matches, and the operator decides again
-around a mismatch (docs/DESIGN.md, "GPUs: steered, followed or unverified"). RDMA NICs are compared
-only where their device IDs name the node's NICs (`nic_names`; a shared pool's IDs name none).
-
-Only app containers and sidecars are compared: a regular init container has finished before they
-run, and GPUs an app container reuses from one (the kubelet's rule) count as the app container's.
+What the kubelet gave (PodResources) goes into `numatopo.io/observed`, per container with whether it
+matches (docs/DESIGN.md, "GPUs: steered, followed or unverified"). RDMA NICs are compared only where
+their device IDs name the node's NICs (`nic_names`; a shared pool's IDs name none). Only app
+containers and sidecars are compared: a regular init container has finished before they run, and
+GPUs an app container reuses from one (the kubelet's rule) count as the app container's.
 """
 
 from __future__ import annotations
@@ -118,16 +116,15 @@ def in_flight(
     pods: Iterable[PodView], node_name: str, is_gpu: Callable[[str], bool] = lambda _: True
 ) -> list[InFlight]:
     """The containers of this node's pods that were assigned GPUs: the candidates of the steering
-    plugin's answer, in the kubelet's admission order (`steering.choice`). The agent leaves out
+    plugin's answer, in the kubelet's admission order (`steering.choice`); the agent leaves out
     those PodResources already lists with devices.
 
     A regular init container runs before the containers after it and hands its GPUs on: the kubelet
     gives the next container asking for GPUs (a sidecar, an app container, another init container)
     the init container's GPUs first and asks the plugin only for the rest, naming those as
     must-include. So an init container asking `k` GPUs is steered to the first `k` GPUs that next
-    container will hold; that container then ends up with exactly its own. When it asks fewer than
-    `k`, the kubelet hands it a random part of them: unsteerable, left to Follow.
-    """
+    container will hold, which then ends up with exactly its own; when it asks fewer than `k`, the
+    kubelet hands it a random part of them: unsteerable, left to Follow."""
     found: list[InFlight] = []
     for pod in pods:
         assignment = pod.assignment

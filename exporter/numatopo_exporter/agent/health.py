@@ -1,17 +1,7 @@
-"""Which devices of the node the kubelet cannot hand out now (pure).
-
-The kubelet's PodResources `GetAllocatableResources` lists the healthy devices of every registered
-device plugin, by the plugin's IDs: a device its plugin reports `Unhealthy` (ListAndWatch) is left
-out, and so is every device of a plugin that is gone (the kubelet marks all of them unhealthy). With
-the steering plugin in between, its ListAndWatch relays NVIDIA's, so the same listing holds.
-
-Per resource of the spec's devices:
-
-* listed, and some of its IDs name devices of this node: the devices none names are unhealthy;
-* listed, and none of its IDs names a device here (a shared RDMA pool, IDs of another scheme): no
-  verdict, every device counts;
-* not listed at all (its plugin is down, or never registered): all of them are unhealthy.
-"""
+"""Which devices of the node the kubelet cannot hand out now (pure): PodResources'
+`GetAllocatableResources` listing judged by the rule of docs/DESIGN.md, "The CRD", "Device health"
+(per resource: the devices its listed IDs leave out; no verdict when no ID names a device here; all
+of them when the resource is not listed)."""
 
 from __future__ import annotations
 

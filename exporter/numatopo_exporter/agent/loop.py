@@ -72,7 +72,6 @@ class AgentLoop:
     and whenever the kubelet's allocatable devices change."""
 
     pods: PodRecords = field(init=False)
-    """This node's pods by UID, as the watch last showed them, with what is known of each."""
     synced: asyncio.Event = field(default_factory=asyncio.Event, init=False)
     devices: KubeletDevices = field(init=False)
     node_status: NodeStatus = field(init=False)

@@ -83,7 +83,6 @@ class NodeStatus:
     node_name: str
     kubelet_state: Path | None
     events: EventPosts
-    """Where its Node Event waits to be posted: never on the pass's path."""
     _standing_aside: tuple[str, str] | None = field(default=None, init=False)
     """The last (reason, message) reported in the `Enforcing` condition."""
     _published: tuple[object, ...] | None = field(default=None, init=False)

@@ -1,14 +1,12 @@
 """From assignments to ordered cpuset writes (pure).
 
 The kernel (cgroup v1) refuses a cpuset that is not a subset of its parent's (EINVAL) and a parent
-cpuset that no longer covers a child's (EBUSY). So the writes go in two phases:
-
-  1. widen, parents before children: every cgroup that lacks something gets `observed | desired`
-     (it keeps what its children still use);
-  2. narrow, children before parents: every cgroup not yet at `desired` gets it.
-
-After each single write every child is still a subset of its parent; after both phases every
-cgroup holds its desired value, and planning again yields no writes.
+cpuset that no longer covers a child's (EBUSY), so the writes go in two phases:
+  1. widen, parents before children: a cgroup lacking something gets `observed | desired` (it keeps
+     what its children still use);
+  2. narrow, children before parents: a cgroup not yet at `desired` gets it.
+After each single write every child is still a subset of its parent; after both, every cgroup holds
+its desired value, and planning again yields no writes.
 
 Pools (the kubelet's words): EXCLUSIVE CPUs belong to one container with an exclusive assignment;
 the SHARED pool is every online CPU that is not exclusive, and every other container on the node
@@ -90,13 +88,9 @@ def _check(
 def plan_writes(
     desired: Mapping[PurePosixPath, Target], observed: Mapping[PurePosixPath, Cpuset]
 ) -> list[CpusetWrite]:
-    """The writes that take `observed` to `desired`, in a safe order; [] when converged.
-
-    `observed` must hold every cgroup named in `desired` and their ancestors and other children
-    that constrain them. Sorted by: phase (widen, then narrow), depth (top first when widening,
-    bottom first when narrowing), path, file (cpus before mems). Raises `PlanError` when the end
-    state would break the subset rule.
-    """
+    """The writes that take `observed` to `desired` in the module's order; [] when converged.
+    `observed` must hold every cgroup `desired` names, their ancestors and the other children that
+    constrain them. `PlanError` when the end state would break the subset rule."""
     widen: list[CpusetWrite] = []
     narrow: list[CpusetWrite] = []
     files: tuple[tuple[CpusetFile, str], ...] = (("cpuset.cpus", "cpus"), ("cpuset.mems", "mems"))
@@ -126,14 +120,12 @@ def desire_cpusets(
     observed: Mapping[PurePosixPath, Cpuset],
 ) -> dict[PurePosixPath, Target]:
     """Targets for every container cgroup on the node, plus the ancestors to widen.
-
-    `exclusive_targets` are containers with exclusive CPUs; `numa_targets` containers with
+    `exclusive_targets`: containers with exclusive CPUs; `numa_targets`: containers with
     `exclusive: false` (a NUMA node's CPUs), cut to the shared pool so that they never run on
-    another container's exclusive CPUs. `exclusive` is the union of every exclusive assignment on
-    the node, running or not. Every other container gets the SHARED pool (its memory nodes are left
-    alone). Ancestors (pod, QoS tier, kubepods) are only widened, never narrowed: the kubelet owns
-    them. Cgroups nested in a container are narrowed with it (`_narrow_descendants`).
-    """
+    another's exclusive CPUs; `exclusive`: every exclusive assignment on the node, running or not.
+    Every other container gets the SHARED pool (memory nodes left alone). Ancestors (pod, QoS tier,
+    kubepods) are only widened, never narrowed: the kubelet owns them. Cgroups nested in a
+    container are narrowed with it (`_narrow_descendants`)."""
     shared = online.cpus - exclusive
     if not shared:
         raise PlanError(

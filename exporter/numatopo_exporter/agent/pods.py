@@ -1,15 +1,12 @@
 """Which assignments on this node to enforce (pure: pod views in, decisions out).
 
-The `numatopo.io/assignment` annotation is written by the operator, which never double-books, and
-signs it for the pod (`numatopo_engine.signing`): an assignment whose signature does not verify with
-a trusted key (hand-written, edited, or copied from another pod) is refused before anything else, so
-it never books and never wins claim order. Claims are then ordered by the engine's
-`state.claim_order` (decision sequence, then pod UID; a pod's stale assignment last), as the
-operator's ledger orders them: the earlier decision is enforced and the later one refused, as the
-kubelet would refuse a conflicting CPU request. Each assignment is also checked against this
-machine before anything is written (its CPUs online, its memory nodes present with memory), and
-claims that would leave the shared pool no CPU are refused, so that one bad assignment costs only
-its own pod.
+An assignment is a claim only when the operator's signature for the pod verifies with a trusted key;
+claims are then booked in the engine's `state.claim_order`, as the operator's ledger books them
+(docs/DESIGN.md, "Pod annotations": `seq` and `sig`): the earlier decision is enforced and the later
+one refused, as the kubelet would refuse a conflicting CPU request. Each assignment is also checked
+against this machine before anything is written (its CPUs online, its memory nodes present with
+memory), and claims that would leave the shared pool no CPU are refused, so that one bad assignment
+costs only its own pod.
 """
 
 from __future__ import annotations
@@ -123,15 +120,11 @@ def select_assignments(
     verifier: Verifier,
     newest: dict[str, int] | None = None,
 ) -> tuple[list[PodAssignment], list[Refusal]]:
-    """The pods of `node_name` to enforce, and the ones refused (invalid, not signed for the pod by
-    the operator, not possible on this machine, overlapping, or taking the last shared CPU).
-
-    `newest` (pod uid -> the highest decision sequence its signed assignment showed, kept by the
-    caller and updated here): a pod showing an older one again is stale, and its claim comes after
-    every other (`state.book_in_claim_order`), as in the operator's ledger. Pods without the
-    annotation and finished pods are in neither list; accepted pods come in `state.claim_order`,
-    refusals in the order found.
-    """
+    """The pods of `node_name` to enforce, in `state.claim_order`, and those refused (invalid, not
+    signed for the pod by the operator, not possible on this machine, overlapping, or taking the
+    last shared CPU), in the order found; pods without the annotation and finished pods are in
+    neither. `newest` (pod uid -> the highest `seq` its signed assignment showed; kept by the
+    caller, updated here) makes a pod showing an older one again stale: its claim comes last."""
     newest = {} if newest is None else newest
     stale: set[str] = set()
     candidates: list[PodAssignment] = []

@@ -27,18 +27,6 @@ _EVENT_REASONS = frozenset({GPU_MISMATCH, GPUS_UNVERIFIED})
 logger = logging.getLogger("numatopo.agent")
 
 
-def about(regarding: dict[str, Any], *, kind: str) -> dict[str, str]:
-    """What an Event is about (`KubeClient.post_event`), from the object's body."""
-    meta = regarding.get("metadata") or {}
-    return {
-        "apiVersion": str(regarding.get("apiVersion") or "v1"),
-        "kind": str(regarding.get("kind") or kind),
-        "namespace": str(meta.get("namespace") or ""),
-        "name": str(meta.get("name") or ""),
-        "uid": str(meta.get("uid") or ""),
-    }
-
-
 @dataclass
 class PodReporter:
     client: KubeClient
@@ -46,7 +34,6 @@ class PodReporter:
     metrics: AgentMetrics
     clock: Callable[[], float]
     events: EventPosts
-    """Where its Events wait to be posted: never on the pass's path."""
 
     async def report(
         self,
@@ -241,8 +228,9 @@ class PodReporter:
             )
 
     def event(
-        self, regarding: dict[str, Any], reason: str, message: str, *, warning: bool = False
+        self, pod: dict[str, Any], reason: str, message: str, *, warning: bool = False
     ) -> None:
-        self.events.post(
-            about(regarding, kind="Pod"), reason=reason, message=message, warning=warning
-        )
+        meta = pod.get("metadata") or {}
+        regarding = {"apiVersion": "v1", "kind": "Pod"}
+        regarding |= {k: str(meta.get(k) or "") for k in ("namespace", "name", "uid")}
+        self.events.post(regarding, reason=reason, message=message, warning=warning)

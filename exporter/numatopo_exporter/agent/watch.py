@@ -34,7 +34,6 @@ class PodWatch:
     records: PodRecords
     backoff: Backoff
     probe_seconds: float
-    """While backing off after an API error, probe this often, to be back promptly."""
     synced: asyncio.Event
     """Set once the first listing is in the records."""
     changed: asyncio.Event

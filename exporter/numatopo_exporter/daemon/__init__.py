@@ -1,8 +1,3 @@
-"""The exporter daemon: keeps `Numatopology/<node>` equal to what discovery reads.
-
-publishing.py  the object to publish (pure) and the publisher (API I/O through numatopo_kube)
-udev.py        kernel device events (pyudev) that trigger a rescan
-metrics.py     Prometheus metrics of both node processes and their HTTP endpoint
-loop.py        the loop: scan on udev / resync / object change, publish, back off
-               (numatopo_kube.backoff)
-"""
+"""The exporter daemon: keeps `Numatopology/<node>` equal to what discovery reads. `loop` scans on a
+udev event (`udev`), a resync or an object change and publishes (`publishing`), backing off
+(`numatopo_kube.backoff`); `metrics` serves both node processes' metrics."""

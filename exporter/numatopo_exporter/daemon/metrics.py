@@ -1,12 +1,10 @@
 """Prometheus metrics of the exporter, and the HTTP endpoint both node processes serve.
 
-Each process owns a `CollectorRegistry` (never the global one), so tests can build as many daemons
-as they like and read their counters without interference.
-
-The endpoint answers two GETs (`/metrics`, `/healthz`) on asyncio's own server: an HTTP framework
-would cost a node process ~10 MiB of its 80 MiB budget (`benchmarks/bench_agent_memory.py`). One
-request per connection, the request head bounded in size and time, so a slow or endless client
-holds no more than a socket.
+Each process owns a `CollectorRegistry` (never the global one), so tests can build many daemons and
+read their counters without interference. The endpoint answers two GETs (`/metrics`, `/healthz`) on
+asyncio's own server: an HTTP framework would cost a node process ~10 MiB of its 80 MiB budget
+(`benchmarks/bench_agent_memory.py`). One request per connection, its head bounded in size and
+time, so a slow or endless client holds no more than a socket.
 """
 
 from __future__ import annotations

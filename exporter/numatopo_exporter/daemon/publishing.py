@@ -1,20 +1,16 @@
 """Publishing `Numatopology/<node>`: the object to write (pure) and the publisher (API I/O).
 
-How the exporter writes (and why):
-  1. GET the object on every publish; compare the hash of the spec *found there* with
-     the hash of the spec just scanned. Hashing what is stored, rather than remembering
-     what was sent, also catches a hand edit (`kubectl edit`) or a deletion, so a resync
-     repairs both without a watch; the watch only makes the repair prompt.
-  2. Only when the hashes differ: server-side apply (field manager `numatopo-exporter`,
-     forced: this process owns the spec) of the whole object, with an ownerReference to
-     the Node so the object is garbage-collected with its node.
-  3. Server-side apply of the status subresource with only what the exporter owns: its
-     conditions (`Exported`, `Degraded`) and `heartbeat`, same field manager. The agent
-     applies its own condition under `numatopo-agent`; `conditions` is a map list keyed
-     by type, so neither write removes the other's (no read-modify-write of the list).
-     Written when a condition would change, or after a new scan (the heartbeat: every
-     resync). A republish that finds nothing new (the watch saw our own write, or the
-     operator's) makes no write at all, which matters on large clusters.
+1. Every publish GETs the object and compares the hash of the spec stored there with the scanned
+   one's: hashing what is stored, not remembering what was sent, also catches a hand edit or a
+   deletion, so a resync repairs both without a watch (the watch only makes the repair prompt).
+2. Only when they differ: server-side apply of the whole object (field manager
+   `numatopo-exporter`, forced: this process owns the spec), with an ownerReference to the Node
+   so that it is garbage-collected with its node.
+3. Server-side apply of the status with only the exporter's fields, its conditions (`Exported`,
+   `Degraded`) and `heartbeat` (each writer applies only its own: docs/DESIGN.md, "The CRD"),
+   when a condition would change or after a new scan (the heartbeat: every resync). A republish
+   that finds nothing new (the watch saw our own write, or the operator's) writes nothing, which
+   matters on large clusters.
 """
 
 from __future__ import annotations
@@ -125,12 +121,9 @@ def plan_status(
     heartbeat: str | None,
     now: float,
 ) -> dict[str, Any] | None:
-    """The status fields the exporter owns, to apply; None when nothing would change.
-
-    `heartbeat` is the new beat after a scan, or None (a republish: no beat due). Every apply
-    carries all the exporter's fields, beat included: with server-side apply a field the manager
-    owned and leaves out is removed.
-    """
+    """The status fields the exporter owns, to apply; None when nothing would change. `heartbeat`
+    is the new beat after a scan, or None (a republish: no beat due). Every apply carries all the
+    exporter's fields, beat included: server-side apply removes a field its manager leaves out."""
     conditions = [c for c in stored.get("conditions") or [] if isinstance(c, dict)]
     exported = plan_exported_condition(conditions, digest=digest, scanned_at=scanned_at, now=now)
     degraded = degraded_condition(conditions, ignored=ignored, now=now)

@@ -15,7 +15,7 @@ from typing import Any
 from numatopo_engine.model import NumatopologySpec
 from numatopo_exporter.daemon import metrics, publishing, udev
 from numatopo_exporter.daemon.loop import ExporterLoop, ScanError
-from numatopo_exporter.discovery.accelerator_flag import accelerator_rules, add_accelerator_flag
+from numatopo_exporter.discovery.accelerator_flag import add_accelerator_flag
 from numatopo_exporter.discovery.discover import DiscoverOptions, Discovery, discover
 from numatopo_exporter.node_process import add_node_flags, check_node, start
 from numatopo_kube import KubeClient, KubeError
@@ -40,17 +40,6 @@ def make_discovery_scan(options: DiscoverOptions) -> Callable[[], Discovery]:
     return scan
 
 
-def scan_options(args: argparse.Namespace) -> DiscoverOptions:
-    return DiscoverOptions(
-        sysfs_root=args.sysfs_root,
-        use_nvml=not args.no_nvml,
-        node_name=args.node_name,
-        kubelet_config=args.kubelet_config,
-        kubelet_state=args.kubelet_state,
-        accelerators=accelerator_rules(args),
-    )
-
-
 async def serve(
     args: argparse.Namespace,
     *,
@@ -59,7 +48,7 @@ async def serve(
 ) -> int:
     """Run the exporter that `args` describe until cancelled (or once, with --oneshot); `scan`
     and `udev_monitor` (tests) replace live discovery and the kernel's netlink socket."""
-    scan = scan or make_discovery_scan(scan_options(args))
+    scan = scan or make_discovery_scan(DiscoverOptions.from_args(args))
     exporter_metrics = metrics.ExporterMetrics()
     async with contextlib.AsyncExitStack() as stack:
         sink: publishing.Sink

@@ -1,9 +1,4 @@
-"""Topology sources. Each reader turns one kind of input into the same model.
-
-sysfs.py            /sys of a live node or a gathered tree   -> NumatopologySpec
-nvml.py             NVIDIA driver (pynvml)                   -> GpuReading
-hwloc_xml.py        `lstopo --of xml` output                 -> NumatopologySpec
-nvidia_smi_topo.py  `nvidia-smi topo -m` text                -> NumatopologySpec
-kubelet.py          kubelet config + cpu_manager_state       -> KubeletReading
-merge.py            pure: combine readings into one spec
+"""Topology sources, each reader turning one kind of input into the same model (`sysfs`, `nvml`,
+`hwloc_xml`, `nvidia_smi_topo`, `kubelet`; README, "`numatopo inspect`"); `discover` chooses them
+and `merge` (pure) combines their readings into one spec.
 """

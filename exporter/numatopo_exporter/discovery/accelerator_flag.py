@@ -4,12 +4,7 @@ from __future__ import annotations
 
 import argparse
 
-from numatopo_engine.accelerators import (
-    DEFAULT_ACCELERATORS,
-    AcceleratorRule,
-    AcceleratorRuleError,
-    parse_rule,
-)
+from numatopo_engine.accelerators import AcceleratorRule, AcceleratorRuleError, parse_rule
 
 
 def _rule(text: str) -> AcceleratorRule:
@@ -31,8 +26,3 @@ def add_accelerator_flag(parser: argparse.ArgumentParser | argparse._ArgumentGro
         "rules (repeatable): vendor=0x1da3,class=0x1200,name=habana,resource=habana.ai/gaudi"
         "[,devices=0x1020:0x1060]",
     )
-
-
-def accelerator_rules(args: argparse.Namespace) -> tuple[AcceleratorRule, ...]:
-    """The configured rules, then the defaults: the first match wins."""
-    return (*args.accelerators, *DEFAULT_ACCELERATORS)

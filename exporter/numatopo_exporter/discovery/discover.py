@@ -1,23 +1,19 @@
 """Choose the topology sources for one node, read them, and combine them into one spec.
 
-Does I/O through the readers it calls. Two modes:
-
-  offline  `--hwloc-xml` and/or `--nvidia-smi-topo` name saved files: the spec comes
-           from them alone (hwloc for CPUs, NUMA nodes and PCI devices; nvidia-smi topo
-           for GPU links and GPU-NIC paths; with both, the second is merged into the
-           first by GPU index).
-  live     sysfs under `--sysfs-root`, then NVML (unless switched off), then the
-           kubelet's config and CPU manager state under the same root.
-
-Optional sources that are absent (no NVIDIA driver, no kubelet) become notices, not errors: the
-CPU and PCI topology is still worth printing and publishing.
+Offline, `--hwloc-xml` and/or `--nvidia-smi-topo` name saved files and the spec comes from them
+alone (`merge_offline` when both). Live: sysfs under `--sysfs-root`, then NVML (unless switched
+off), then the kubelet's config and CPU manager state under the same root. An absent optional source
+(no NVIDIA driver, no kubelet) is a notice, not an error: the CPU and PCI topology is still worth
+printing and publishing.
 """
 
 from __future__ import annotations
 
+import argparse
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 from pydantic import ValidationError
 
@@ -54,6 +50,19 @@ class DiscoverOptions:
     accelerators: tuple[AcceleratorRule, ...] = DEFAULT_ACCELERATORS
     """Which PCI functions are accelerators, and their resource names (`--accelerator` rules
     first, then the defaults)."""
+
+    @classmethod
+    def from_args(cls, args: argparse.Namespace, **changes: Any) -> DiscoverOptions:
+        """The live-node flags `numatopo exporter` and `numatopo inspect` share, with `changes`."""
+        return cls(
+            sysfs_root=args.sysfs_root,
+            use_nvml=not args.no_nvml,
+            kubelet_config=args.kubelet_config,
+            kubelet_state=args.kubelet_state,
+            node_name=args.node_name,
+            accelerators=(*args.accelerators, *DEFAULT_ACCELERATORS),
+            **changes,
+        )
 
     @property
     def offline(self) -> bool:

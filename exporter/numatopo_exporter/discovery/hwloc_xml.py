@@ -1,28 +1,24 @@
 """`lstopo --of xml` (hwloc 2.x, and the old 1.x distances) -> `NumatopologySpec`.
 
 What is read from the object tree:
-  NUMANode   os_index, local_memory, huge pages (every `page_type` but the smallest,
-             which is the base page), and its CPUs. hwloc gives a memory node the
-             cpuset of the CPUs near it, so on KNL (MCDRAM beside DDR) or with Optane
-             PMem nodes several nodes share one cpuset; like the kernel, each CPU is
-             given to the lowest-numbered node that covers it and the others stay
-             CPU-less (memory-only nodes).
-  PU         one `Cpu` row: core = lowest PU os_index in its Core (hwloc 1.x
-             Core os_index is per package, like sysfs core_id), socket = its
-             Package (`Socket` in 1.x) os_index.
-  distances  `distances2` of type NUMANode (os or gp indexing) named NUMALatency or
-             unnamed; the 1.x `<distances latency_base=...>` form is scaled by its base.
-  PCIDev     GPUs: NVIDIA display/3D class, or any display/accelerator-class device
-             that carries a compute OS device (CUDA, OpenCL, NVML, RSMI). Numbered in
-             PCI bus order, which is NVML's and CUDA_DEVICE_ORDER=PCI_BUS_ID's order.
-  OSDev      OpenFabrics devices (mlx5_0, ...) are the NICs; Network devices under
-             the same PCI function are their netdevs.
-  NVLinkBandwidth (distances2hetero): GPU pairs and GPU-to-NVSwitch links
-             (see `nvlink`); links = bandwidth / per-link rate of the model.
+  NUMANode   os_index, local_memory, huge pages (every `page_type` but the smallest: the base page)
+             and its CPUs. hwloc gives a memory node the cpuset of the CPUs near it, so on KNL
+             (MCDRAM beside DDR) or with Optane PMem several nodes share one cpuset; like the
+             kernel, each CPU goes to the lowest-numbered node covering it (others stay CPU-less).
+  PU         one `Cpu`: core = lowest PU os_index in its Core (1.x Core os_index is per package,
+             like sysfs core_id), socket = its Package (1.x `Socket`) os_index.
+  distances  `distances2` of type NUMANode (os or gp indexing), named NUMALatency or unnamed; the
+             1.x `<distances latency_base=...>` form scaled by its base.
+  PCIDev     GPUs: what a default accelerator rule matches (an AMD display function only with a
+             compute OS device under it), in PCI bus order (NVML's, CUDA_DEVICE_ORDER=PCI_BUS_ID's).
+  OSDev      OpenFabrics devices (mlx5_0, ...) are the NICs, Network devices under the same PCI
+             function their netdevs.
+  NVLinkBandwidth (distances2hetero): GPU pairs and GPU-to-NVSwitch links (`nvlink`); links =
+             bandwidth / the model's per-link rate.
 
-Locality of an I/O object is the nodeset of its nearest non-I/O ancestor; the PCIe path class of
-two devices comes from their lowest common ancestor (`_path_class`), for every GPU pair (NVLinked
-pairs too: their PCIe path still exists) and GPU/NIC pair.
+An I/O object's locality is the nodeset of its nearest non-I/O ancestor; the PCIe path class of two
+devices comes from their lowest common ancestor, for every GPU pair (NVLinked ones too: their PCIe
+path exists) and GPU/NIC pair.
 """
 
 from __future__ import annotations

@@ -4,21 +4,18 @@
     /var/lib/kubelet/cpu_manager_state  the CPU manager's checkpoint (JSON)
 
 Reserved CPUs are `reservedSystemCPUs` when set. With the static CPU manager and no explicit list
-the kubelet reserves ceil(kubeReserved.cpu + systemReserved.cpu) CPUs, chosen by topology when it
-starts; which ones is written nowhere, so the set stays empty and a notice gives the count. The
-checkpoint's `policyName`, when it exists, is the policy the kubelet runs (flags can override the
-file), so it wins.
+the kubelet reserves ceil(kubeReserved.cpu + systemReserved.cpu) CPUs, chosen by topology at its
+start and written nowhere: the set stays empty and a notice gives the count. The checkpoint's
+`policyName`, when there is one, wins: it is the policy the kubelet runs (flags override the file).
 
-A missing file at the usual place is normal (a kubelet configured by flags, a node without the
-static CPU manager): defaults plus a notice. A file the caller named that is missing, or any file
-that exists but does not parse, is an error naming the file. A named absolute path is a host path
-(under the root); a relative one is a file on the machine running numatopo, relative to its working
-directory (`numatopo inspect --hwloc-xml node.xml --kubelet-config config.yaml`).
+A missing file at the usual place is normal (a kubelet configured by flags, no static CPU manager):
+defaults plus a notice. A named file that is missing, or any file that does not parse, is an error
+naming it. A named absolute path is a host path (under the root); a relative one is on the machine
+running numatopo (`numatopo inspect --hwloc-xml node.xml --kubelet-config config.yaml`).
 
-In the chart each file is mounted alone, so a file the kubelet renames over is seen as its old
-copy (`st_nlink == 0`); what that means for `policyName`: docs/operations.md, "Node pods: what
-they mount".
-"""
+In the chart each file is mounted alone, so a file the kubelet renames over is seen as its old copy
+(`st_nlink == 0`), with what follows for `policyName`: docs/operations.md, "Node pods: what they
+mount"."""
 
 from __future__ import annotations
 
@@ -122,13 +119,10 @@ def _load_config(path: Path, notices: list[str]) -> dict[str, Any]:
 
 
 def read_cpu_manager_policy(path: Path) -> str | None:
-    """`policyName` of the CPU manager checkpoint at `path`; None when there is none.
-
-    Only a missing file means "no checkpoint". One that cannot be read, does not parse (garbage,
-    or cut short by a kubelet killed mid-write), is not an object or names no policy raises
-    `DiscoveryError`: the kubelet may well run `static` then, and the agent must not write cpusets
-    until it knows.
-    """
+    """`policyName` of the CPU manager checkpoint at `path`; None only when the file is missing.
+    One that cannot be read, does not parse (garbage, or cut short by a kubelet killed mid-write),
+    is not an object or names no policy raises `DiscoveryError`: the kubelet may well run `static`
+    then, and the agent must not write cpusets until it knows."""
     try:
         text, replaced = _read_mounted(path)
     except FileNotFoundError:

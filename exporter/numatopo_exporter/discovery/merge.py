@@ -1,12 +1,11 @@
 """Pure: fold the NVML and kubelet readings into the spec read from sysfs (or hwloc).
 
-GPUs are matched by PCI bus id, in the one form `pci.normalize_bus_id` defines (NVML prints
-`00000000:18:00.0`, sysfs `0000:18:00.0`). For a matched GPU NVML wins on what the driver knows
-better (index, uuid, model, memory, MIG mode, NUMA on coherent platforms) and sysfs fills what NVML
-lacks (the NUMA node on x86). GPU indices become NVML's, so `pciPaths` and `gpuPaths` of the base
-are renumbered; GPU links come from NVML, the only source that sees NVLinks on a live node. A base
-GPU that NVML does not list (another vendor, or a device the driver did not bind) is kept under a
-fresh index after NVML's.
+GPUs are matched by PCI bus id, in the one form `pci.normalize_bus_id` defines. For a matched GPU
+NVML wins on what the driver knows better (index, uuid, model, memory, MIG mode, NUMA on coherent
+platforms) and sysfs fills what NVML lacks (the NUMA node on x86). GPU indices become NVML's, so
+`pciPaths` and `gpuPaths` of the base are renumbered; GPU links come from NVML, the only source that
+sees NVLinks on a live node. A base GPU that NVML does not list (another vendor, or a device the
+driver did not bind) is kept under a fresh index after NVML's.
 """
 
 from __future__ import annotations

@@ -1,28 +1,24 @@
 """`nvidia-smi topo -m` text -> `NumatopologySpec`.
 
-The matrix is what people paste into issues and runbooks, so the reader accepts it the way it
-travels: inside markdown fences, after a `$ nvidia-smi topo -m` prompt, with prose around it and
-the legend below. It reads
+The matrix is read as it travels in issues and runbooks: inside markdown fences, after a
+`$ nvidia-smi topo -m` prompt, with prose around it and the legend below. It has
 
     header   GPU0..GPUn, NIC columns (NIC0.. or mlx5_*), `CPU Affinity`,
              `NUMA Affinity` (drivers >= ~450), `GPU NUMA ID` (drivers >= ~535)
     rows     one per GPU, then one per NIC (NIC rows carry no affinity columns)
     legend   `NIC Legend:` lines `NIC0: mlx5_0` give NIC columns their device names
 
-Current drivers underline the header with terminal escape codes (`ESC[4m` ... `ESC[0m`) even when
-stdout is a file or a pipe; they are removed before reading. Cells: `X` (self), `NV#` (# bonded
-NVLinks), `PIX`, `PXB`, `PHB`, `NODE`, `SYS`, and `SOC`, the pre-2017 name of `SYS`.
-
-What the text cannot say, and what this reader does about it:
-  * GPU models are not printed, so NVLink bandwidth uses the Volta-to-Hopper rate of 25 GB/s per
-    link per direction (`nvlink`): NV18 -> 450 GB/s, NV12 -> 300.
+Current drivers underline the header with terminal escape codes even into a file or a pipe; they
+are removed. Cells: `X` (self), `NV#` (# bonded NVLinks), `PIX`, `PXB`, `PHB`, `NODE`, `SYS`, and
+`SOC` (`SYS` before 2017). What the text cannot say:
+  * GPU models: NVLink bandwidth uses 25 GB/s per link and direction (`nvlink`): NV18 -> 450 GB/s.
   * Without a NUMA Affinity column (old drivers) or where it says N/A, each distinct CPU Affinity
-    set is taken as one NUMA node, numbered by its lowest CPU.
-  * Per-CPU rows (core, socket) are not derivable: `spec.cpus` stays empty and each NUMA node's
-    `cpus` is the union of its GPUs' CPU affinities.
+    set is one NUMA node (if the sets are disjoint), numbered in order of their lowest CPU.
+  * Per-CPU rows (core, socket): `spec.cpus` stays empty, and a NUMA node's `cpus` is the union
+    of its GPUs' CPU affinities.
   * A NIC's NUMA node is that of the GPUs it reaches without crossing sockets (a PIX/PXB/PHB/NODE
     cell); a NIC that is SYS to every GPU stays unknown.
-  * The PCIe path of an NVLink-connected GPU pair is not printed: no `gpuPaths` entry.
+  * The PCIe path of an NVLinked GPU pair: it has no `gpuPaths` entry.
 """
 
 from __future__ import annotations

@@ -1,11 +1,8 @@
-"""NVLink, as every GPU reader counts it: how many GB/s one link carries, and GPU pairs from link
-endpoints, NVSwitch fabrics included.
+"""NVLink as every GPU reader counts it: GB/s per link, and GPU pairs from link ends (NVSwitch too).
 
-Convention used everywhere in numatopo: `bandwidthGBps` is the *unidirectional* bandwidth of the
-bonded links, in GB/s (10^9 bytes): `links x per-link GB/s per direction`. NVIDIA's marketing
-figures are bidirectional (H100: "900 GB/s" = 18 links x 25 GB/s x 2 directions), twice ours.
-
-Per-link, per-direction rates (NVIDIA architecture whitepapers):
+Everywhere in numatopo `bandwidthGBps` is the *unidirectional* bandwidth of the bonded links in
+GB/s (10^9 bytes): links x per-link GB/s per direction. NVIDIA's figures are bidirectional (H100:
+"900 GB/s" = 18 links x 25 GB/s x 2), twice ours. Per link and direction (NVIDIA whitepapers):
 
     NVLink 1  Pascal P100          20 GB/s
     NVLink 2  Volta V100           25 GB/s
@@ -13,14 +10,12 @@ Per-link, per-direction rates (NVIDIA architecture whitepapers):
     NVLink 4  Hopper H100/H200/GH  25 GB/s  (H100: 18 links = 450 GB/s)
     NVLink 5  Blackwell B100/B200  50 GB/s  (B200: 18 links = 900 GB/s)
 
-An unknown model (`nvidia-smi topo -m` prints no model names) gets 25 GB/s, right for every
-generation from Volta to Hopper.
+An unknown model (`nvidia-smi topo -m` prints none) gets 25 GB/s, right from Volta to Hopper.
 
-On NVSwitch machines (DGX-2, HGX A100/H100) no NVLink of a GPU ends at another GPU: every link ends
-at a switch, and the switches connect every GPU to every other at full rate. NVML and hwloc both
-report it that way. `nvidia-smi topo -m` prints the pair view (NV12 / NV18 for all 28 pairs of 8
-GPUs), and that is what the model stores, so a GPU that reaches switches with `n` links is joined to
-every other such GPU with `min(n_a, n_b)` links: the narrower side limits the pair.
+On NVSwitch machines (DGX-2, HGX A100/H100) every NVLink of a GPU ends at a switch, and the switches
+join every GPU to every other at full rate; NVML and hwloc report it so. The model stores the pair
+view `nvidia-smi topo -m` prints (NV18 for all 28 pairs of 8 GPUs): a GPU reaching switches with `n`
+links is joined to every other such GPU with `min(n_a, n_b)` links (the narrower side limits).
 """
 
 from __future__ import annotations

@@ -1,20 +1,17 @@
 """NVIDIA GPUs, NVLinks and PCIe path classes from the driver, through NVML (pynvml).
 
-Tested by replaying recordings (`nvml_recording` writes them, `tests/nvml_replay.py` replays them):
-a real H200 node's (one GPU, NUMA node and NVLink NotSupported) and synthetic ones for NVLink,
-NVSwitch and MIG. `python -m numatopo_exporter.discovery.nvml --record OUT.json` records a machine;
-a file dropped into `tests/fixtures/nvml/` joins the suite.
+Tested by replaying recordings (`nvml_recording`; `tests/nvml_replay.py`): a real H200 node's (one
+GPU, NUMA node and NVLink NotSupported) and synthetic ones for NVLink, NVSwitch and MIG. `python -m
+numatopo_exporter.discovery.nvml --record OUT.json` records a machine; a file dropped into
+`tests/fixtures/nvml/` joins the suite.
 
-What is read, per GPU (NVML index order = PCI bus order):
-  uuid, PCI bus id (normalised to `0000:18:00.0`), name, total memory, MIG mode, NUMA node
-  (`nvmlDeviceGetNumaNodeId`: only coherent platforms such as Grace answer it; elsewhere None and
-  the merge takes the node from sysfs), every NVLink that is up and the PCI device at its other end,
-  and `nvmlDeviceGetTopologyCommonAncestor` for every GPU pair (-> `gpuPaths`).
-
-NVLinks that end at another GPU of this node are direct links. NVLinks that end at an NVIDIA device
-that is not one of our GPUs end at an NVSwitch; GPUs reaching switches are joined all-to-all
-(`nvlink.pair_links`). NVLinks to other vendors' devices (IBM POWER9 NPUs: a CPU link) are
-not GPU pairs and are skipped.
+Per GPU (NVML index order = PCI bus order): uuid, PCI bus id (normalised), name, total memory, MIG
+mode, NUMA node (`nvmlDeviceGetNumaNodeId`: only coherent platforms such as Grace answer; elsewhere
+None, and the merge takes sysfs's), each NVLink that is up and the PCI device at its other end, and
+`nvmlDeviceGetTopologyCommonAncestor` for every GPU pair (-> `gpuPaths`). An NVLink ending at a GPU
+of this node is a direct link; at another NVIDIA device, an NVSwitch (GPUs reaching switches are
+joined all-to-all, `nvlink.pair_links`); at another vendor's device (IBM POWER9 NPUs: a CPU link),
+no GPU pair.
 
 A GPU whose calls fail is still listed with what could be read, plus a notice: one sick GPU (Xid
 79, "GPU has fallen off the bus") must not hide the other seven.

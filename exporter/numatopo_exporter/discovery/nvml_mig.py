@@ -1,18 +1,9 @@
 """The MIG devices of a GPU in MIG mode, through NVML (I/O through the caller's session).
 
-Per GPU whose current MIG mode is enabled:
-
-    nvmlDeviceGetMaxMigDeviceCount(gpu)              -> slots to look at
-    nvmlDeviceGetMigDeviceHandleByIndex(gpu, slot)   -> a MIG device (NotFound: empty slot)
-    nvmlDeviceGetUUID / GetName / GetMemoryInfo(mig) -> MIG-<uuid>, "... MIG 3g.40gb", bytes
-    nvmlDeviceGetGpuInstanceId / GetComputeInstanceId(mig)
-    nvmlDeviceGetAttributes(mig)                     -> slice counts and memory, the profile
-                                                        when the name does not carry it
-
-The profile is what `nvidia-smi` prints and the device plugin puts in the resource name
-(`3g.40gb`; `1c.3g.40gb` for a compute instance smaller than its GPU instance). NVML's
-device name ends in it ("NVIDIA A100-SXM4-80GB MIG 3g.40gb"); without that, it is built
-from the attributes: `<gpu slices>g.<memory GiB, rounded up>gb`.
+A MIG device's profile is what `nvidia-smi` prints and the device plugin puts in the resource name
+(`3g.40gb`; `1c.3g.40gb` for a compute instance smaller than its GPU instance). NVML's device name
+ends in it ("NVIDIA A100-SXM4-80GB MIG 3g.40gb"); without that, it is built from
+`nvmlDeviceGetAttributes`: `<gpu slices>g.<memory GiB, rounded up>gb`.
 """
 
 from __future__ import annotations

@@ -13,8 +13,6 @@ Each call is keyed by its arguments, with a device handle written as its index (
 dict of its fields, bytes as text, an NVML error by its pynvml class name without the `NVMLError_`
 prefix. A call NVML answers with NVMLError_NotSupported for a link number or a feature a device does
 not have need not be listed: a replay answers unrecorded calls that way.
-
-`nvml.record` runs the reader through a `Recorder`; a test double replays (`tests/nvml_replay.py`).
 """
 
 from __future__ import annotations

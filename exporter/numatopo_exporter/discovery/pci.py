@@ -1,36 +1,29 @@
 """PCI devices from sysfs: where they sit, and how far apart two are; bus ids in one form.
 
-Where a device sits
--------------------
-`/sys/bus/pci/devices/<bus id>` is a symlink into the device tree, e.g.
+`/sys/bus/pci/devices/<bus id>` links into the device tree, e.g.
 
     /sys/devices/pci0000:00/0000:00:01.0/0000:01:00.0/0000:02:00.0/0000:03:00.0
                  ^host bridge ^root port  ^switch up   ^switch down ^the device
 
-so the path itself is the chain of bridges from the host bridge (the CPU's PCIe root
-complex, `pci<domain>:<bus>`) down to the device. Nothing else is read to place it.
+so the path alone is the chain of bridges from the host bridge (the CPU's PCIe root complex,
+`pci<domain>:<bus>`) down to the device.
 
-NUMA locality of a device (first answer wins)
----------------------------------------------
+A device's NUMA node is the first answer of
 1. its `numa_node`, when >= 0 and a NUMA node we know;
 2. its `local_cpulist` (or the `local_cpus` mask), when those CPUs all lie in one NUMA node;
-3. the same two steps for each bridge above it, walking up, then the host bridge's
+3. the same two for each bridge above it, walking up, then the host bridge's
    `pci_bus/<domain:bus>/cpulistaffinity`;
 4. the only NUMA node, on a machine that has one; otherwise unknown (None).
 
-PCIe path class between two devices (`nvidia-smi topo -m` names, narrowest first)
---------------------------------------------------------------------------------
-Let C be the deepest bridge both chains pass through, and hops(X) the number of
-bridges strictly between C and device X.
+PCIe path class of two devices (`nvidia-smi topo -m` names, narrowest first), with C the deepest
+bridge both chains pass through and hops(X) the bridges strictly between C and device X:
 
-    PIX   C exists and hops <= 1 for both: the two hang off the same bridge, or off two
-          downstream ports of the same PCIe switch (sysfs shows a switch as an upstream
-          port bridge with one downstream port bridge per slot; `nvidia-smi` and NVML's
-          NVML_TOPOLOGY_SINGLE call that "a single PCIe switch")
-    PXB   C exists but one device is deeper below it (nested switches), so the traffic
-          crosses several bridges without reaching the host bridge
-    PHB   no common bridge but the same host bridge `pci<domain>:<bus>`: the traffic
-          turns around in the CPU's root complex
+    PIX   C exists and hops <= 1 for both: the same bridge, or two downstream ports of one PCIe
+          switch (sysfs shows a switch as an upstream port bridge with one downstream port bridge
+          per slot; nvidia-smi and NVML_TOPOLOGY_SINGLE call that "a single PCIe switch")
+    PXB   C exists but one device is deeper below it (nested switches): several bridges crossed,
+          never the host bridge
+    PHB   no common bridge, the same host bridge: the traffic turns in the CPU's root complex
     NODE  different host bridges, both devices on the same (known) NUMA node
     SYS   different host bridges on different NUMA nodes, or a locality is unknown
 """
@@ -56,12 +49,8 @@ _ANY_BUS_ID = re.compile(
 
 
 def normalize_bus_id(bus_id: str) -> str:
-    """`00000000:1A:00.0` -> `0000:1a:00.0`; ValueError for anything that is no PCI address.
-
-    NVML prints `00000000:18:00.0` (8-digit domain, upper case hex), sysfs, hwloc and NCCL
-    `0000:18:00.0`; some tools drop the domain. The model keeps the kernel's form: 4-digit domain,
-    lower case.
-    """
+    """`00000000:1A:00.0` (NVML's form) -> `0000:1a:00.0` (the kernel's, as sysfs, hwloc and NCCL
+    print it and the model keeps); no domain means 0; ValueError for what is no PCI address."""
     text = bus_id.strip().lower()
     match = _ANY_BUS_ID.match(text)
     if match is None:
@@ -157,15 +146,11 @@ class PciTree:
 
     def _find_numa(self, device: PciDevice, numa_cpus: Mapping[int, CPUSet]) -> int | None:
         # The device first, then each bridge above it, nearest first.
-        directories = [device.path]
-        parent = os.path.dirname(device.path)
-        for _ in device.bridges:
-            directories.append(parent)
-            parent = os.path.dirname(parent)
-        for directory in directories:
-            found = _numa_of_directory(directory, numa_cpus)
-            if found is not None:
+        directory = device.path
+        for _ in range(len(device.bridges) + 1):
+            if (found := _numa_of_directory(directory, numa_cpus)) is not None:
                 return found
+            directory = os.path.dirname(directory)
         bus = os.path.basename(device.host_bridge)[3:]
         affinity = os.path.join(device.host_bridge, "pci_bus", bus, "cpulistaffinity")
         local = read_cpus(affinity, os.path.join(os.path.dirname(affinity), "cpuaffinity"))

@@ -1,11 +1,7 @@
 """The sysfs reader: NUMA nodes, CPUs, GPUs and RDMA NICs of a node from `/sys` (+ `/proc`).
 
-`read_sysfs(root)` reads the tree under `root` (`/` on bare metal, `/host` in the
-DaemonSet, a gathered tree in tests) and returns a `NumatopologySpec` with
-`sources=["sysfs"]`. It needs no driver: GPU models, UUIDs and NVLinks come from NVML.
+It needs no driver (GPU models, UUIDs and NVLinks come from NVML) and reads
 
-What is read
-------------
     devices/system/node/nodeN/{cpulist|cpumap, cpuM links, meminfo, distance,
                                hugepages/hugepages-<size>kB/nr_hugepages}
     devices/system/cpu/{online|cpuN/online}, cpuN/topology/{physical_package_id,
@@ -14,40 +10,33 @@ What is read
     class/infiniband/<name>/{device, ports/1/link_layer, device/net/*}
     /proc/meminfo, kernel/mm/hugepages/*   only on a machine without NUMA directories
 
-Rules
------
-* NUMA node ids are the kernel's (they need not be 0..N-1); a node may have memory and no CPUs.
-  Without `devices/system/node/node*` (older kernels, some arches) the machine is one NUMA node 0
-  holding every CPU and /proc/meminfo's memory.
-* `NumaNode.cpus` holds online CPUs only. An offline CPU is listed in `cpus` with `online: false`,
-  on the NUMA node of its `nodeN/cpuM` link, in the socket the node's online CPUs share (else 0),
-  as its own core.
-* A CPU is on the NUMA node whose `cpulist` (or `cpuM` link) names it, never on a guessed one. An
-  offline or absent node's CPUs are in `cpus` without `numa` and in no `NumaNode.cpus`, so never
-  handed out (the kubelet's topology leaves them out too; lstopo puts them in no NUMA node), and
-  named in `ignored` (the exporter's `Degraded` condition).
+Rules:
+* NUMA node ids are the kernel's (not always 0..N-1); a node may have memory and no CPUs. Without
+  `devices/system/node/node*` (older kernels, some arches) the machine is one NUMA node 0 holding
+  every CPU and /proc/meminfo's memory.
+* `NumaNode.cpus` holds online CPUs only. An offline CPU is in `cpus` with `online: false`, on the
+  NUMA node of its `nodeN/cpuM` link, in the one socket of that node's online CPUs (else 0), as its
+  own core.
+* A CPU is on the NUMA node whose `cpulist` (or `cpuM` link) names it, never a guessed one. CPUs of
+  an offline or absent node are in `cpus` without `numa`, in no `NumaNode.cpus` (never handed out;
+  the kubelet and lstopo leave them out too), and named in `ignored` (the exporter's `Degraded`).
 * `Cpu.core` is the lowest CPU id among the thread siblings, unique node-wide; a core's files are
   read once, for its first sibling. `physical_package_id` -1 (POWER, some ARM) numbers sockets by
   the distinct `core_siblings` groups, lowest CPU first, as hwloc does.
-* `distances` are keyed by node id; the kernel writes the row in increasing node id order.
-* Huge pages are keyed by size with the largest binary unit that divides it: 2048 kB -> "2Mi",
-  1048576 kB -> "1Gi", 64 kB -> "64Ki".
-* Accelerators (`gpus[]`) are the PCI functions an accelerator rule matches by vendor, class and
-  device id (`numatopo_engine.accelerators`: NVIDIA, AMD, Intel GPUs, Habana Gaudi, Huawei Ascend by
-  default, more by configuration); each gets its rule's vendor name and resource, and `model`
-  "vendor:device" (NVML names NVIDIA GPUs better). `index` is the position in PCI bus-id order
-  within the vendor (what CUDA_DEVICE_ORDER=PCI_BUS_ID and nvidia-smi use). The model wants unique
-  indices, so on a mixed node vendors are numbered one after another in rule order.
-* `gpu_paths` (every GPU pair) and `pci_paths` (every GPU x NIC) use the PCIe path class defined in
-  pci.py.
+* `distances` are keyed by node id (the kernel writes a row in increasing node id order); huge pages
+  by `hugepage_size_key`.
+* Accelerators (`gpus[]`) are the PCI functions an accelerator rule (`numatopo_engine.accelerators`)
+  matches by vendor, class and device id; each gets its rule's vendor and resource, and `model`
+  "vendor:device" (NVML names NVIDIA GPUs better). `index` is the PCI bus-id order within a vendor
+  (CUDA_DEVICE_ORDER=PCI_BUS_ID's and nvidia-smi's); indices are unique, so on a mixed node vendors
+  are numbered one after another in rule order.
+* `gpu_paths` (every GPU pair) and `pci_paths` (every GPU x NIC) use pci.py's PCIe path class.
 
-Broken input
-------------
-CPU and NUMA files are the core of the spec; guessing there would place pods on the wrong cores, so
-an unreadable or unparsable file (garbage in a cpulist, a directory where a file should be, a
-dangling symlink, a truncated number) raises a `DiscoveryError` naming the file. A missing optional
-file (`distance`, `hugepages`, `meminfo` on old kernels) leaves that field empty. A PCI or RDMA
-device that cannot be read is skipped with a logged warning: one bad device must not hide the node.
+Broken input: guessing CPU and NUMA facts would place pods on the wrong cores, so an unreadable or
+unparsable CPU or NUMA file (garbage in a cpulist, a directory where a file should be, a dangling
+symlink, a truncated number) raises a `DiscoveryError` naming the file. A missing optional file
+(`distance`, `hugepages`, `meminfo` on old kernels) leaves that field empty. A PCI or RDMA device
+that cannot be read is skipped with a logged warning: one bad device must not hide the node.
 """
 
 from __future__ import annotations

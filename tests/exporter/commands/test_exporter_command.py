@@ -14,7 +14,8 @@ import pytest
 
 from numatopo_cli.main import build_parser, main
 from numatopo_engine.model import NumatopologySpec
-from numatopo_exporter.daemon.serve import make_discovery_scan, scan_options, serve
+from numatopo_exporter.daemon.serve import make_discovery_scan, serve
+from numatopo_exporter.discovery.discover import DiscoverOptions
 
 from ..daemon.conftest import NODE, NODE_UID, FakeDevice, FakeMonitor, unplug_pci
 from .conftest import TREE, main_in_thread
@@ -134,7 +135,7 @@ async def test_a_burst_of_uevents_is_one_rescan_of_the_running_exporter(
             "--resync-seconds=3600",
         ]
     )
-    real_scan = make_discovery_scan(scan_options(args))
+    real_scan = make_discovery_scan(DiscoverOptions.from_args(args))
     scans: list[NumatopologySpec] = []
 
     def scan() -> NumatopologySpec:
