@@ -47,7 +47,7 @@ async def _claimed(
         raw = await runtime.kube.get_resource_claim(pod.namespace, entry.claim)
         if raw is not None:
             claims[entry.claim] = raw
-    return claimed_devices(topology, request, entries, claims, joined)
+    return claimed_devices(topology, request, entries, claims, joined, uid=pod.uid)
 
 
 def _asks_extended(runtime: Runtime, pod: PodView) -> bool:
