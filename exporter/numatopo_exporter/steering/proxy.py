@@ -86,6 +86,10 @@ CALL_FAILED = (grpc.aio.AioRpcError, VendorGoneError)
 logger = logging.getLogger("numatopo.steering")
 
 UNHEALTHY = "Unhealthy"
+MAX_OFFERED_IDS = 16384
+"""The most device IDs (offered and must-include, all containers) one preferred
+allocation is steered for: a node's GPUs times their time-slicing replicas is far
+fewer, and the answer is computed on the event loop the agent runs on."""
 
 
 @dataclass(frozen=True)
@@ -581,6 +585,11 @@ class Steerer:
         return None
 
     async def _steer(self, request: pb.PreferredAllocationRequest, deadline: float) -> list[Answer]:
+        asked = request.container_requests
+        offered = sum(len(c.available_deviceIDs) + len(c.must_include_deviceIDs) for c in asked)
+        if offered > MAX_OFFERED_IDS:
+            why = f"{offered} device IDs offered, more than the {MAX_OFFERED_IDS} numatopo reads"
+            return [Answer(None, None, why) for _ in asked]
         found = await self._candidates(deadline)
         if isinstance(found, str):
             return [Answer(None, None, found) for _ in request.container_requests]

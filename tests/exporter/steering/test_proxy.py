@@ -170,6 +170,40 @@ async def test_failing_vendor_or_candidates_are_no_error_for_the_kubelet(node: N
         await kubelet.stop()
 
 
+async def test_odd_and_huge_requests_are_answered_in_time_and_the_proxy_goes_on(
+    node: Node,
+) -> None:
+    """What only a broken or hostile kubelet sends: duplicate and unknown IDs, sizes of
+    nothing or more than offered, must-include IDs not offered, and 200,000 IDs in one
+    request. Each gets an answer (the vendor's, where numatopo has none) within a
+    second, and the proxy steers the next request as before. Before, must-include IDs
+    were matched against the offered ones pairwise on the event loop: the huge request
+    held it for tens of seconds."""
+    async with steered(node, [flight("a", 1.0, [2, 3])]) as (kubelet, vendor, steerer):
+        replicas = [f"{u}::{r}" for r in range(1000) for u in UUIDS]
+
+        async def timed(available: list[str], size: int, must: Sequence[str] = ()) -> list[str]:
+            began = time.monotonic()
+            ids = await kubelet.preferred(available, size, must)
+            assert time.monotonic() - began < 1.0, (len(available), len(must))
+            return ids
+
+        huge = [f"x{n}" for n in range(100_000)]
+        assert await timed(huge, 2, [f"y{n}" for n in range(100_000)]) == vendor.preferred_ids
+        assert await timed(replicas, 2, [f"y{n}" for n in range(8000)]) == vendor.preferred_ids
+        for size in (0, -1, 3, 2**31 - 1):
+            assert await timed(UUIDS, size) == vendor.preferred_ids
+        assert await timed(["bogus", UUIDS[2], "bogus", UUIDS[2]], 2) == vendor.preferred_ids
+        # Time-sliced replicas, each offered twice: one replica of each assigned GPU.
+        assert await timed(replicas + replicas, 2) == [f"{UUIDS[2]}::0", f"{UUIDS[3]}::0"]
+
+        await kubelet.allocate(huge)
+        assert list(vendor.allocations[-1].container_requests[0].devices_ids) == huge
+        assert await timed(UUIDS, 2) == [UUIDS[2], UUIDS[3]]
+        assert sample(steerer.metrics, "numatopo_steering_answers_total",
+                      {"outcome": "vendor"}) == 7  # fmt: skip
+
+
 async def test_registers_again_after_the_kubelet_restarts(node: Node) -> None:
     async with steered(node) as (kubelet, vendor, steerer):
         before = (
