@@ -380,7 +380,8 @@ class Steerer:
                 f"device plugin API {request.version!r} is not supported; {API_VERSION} is",
             )
         name = request.endpoint
-        if not name or "/" in name or name in {".", "..", self.config.own_endpoint}:
+        # Our own sockets are no vendor's: numatopo would dial itself.
+        if not name or "/" in name or name in {".", "..", self.config.own_endpoint, KUBELET_SOCKET}:
             await abort(context, grpc.StatusCode.INVALID_ARGUMENT, f"bad endpoint name {name!r}")
         socket = next((d / name for d in self.config.vendor_dirs if (d / name).exists()), None)
         if socket is None:

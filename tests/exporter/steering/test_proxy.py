@@ -283,8 +283,28 @@ async def test_only_the_steered_resource_may_register(node: Node) -> None:
             assert refused.value.code() == grpc.StatusCode.INVALID_ARGUMENT
             assert "nvidia.com/gpu" in (refused.value.details() or "")
             assert not steerer.status().vendor_registered
+            # Endpoints naming numatopo's own sockets (it would dial itself), or outside
+            # the two folders.
+            for endpoint in ("kubelet.sock", steerer.own_socket.name, "../k/amd.sock", ".."):
+                with pytest.raises(grpc.aio.AioRpcError) as refused:
+                    await _register_endpoint(steerer, endpoint)
+                assert refused.value.code() == grpc.StatusCode.INVALID_ARGUMENT, endpoint
+            assert not steerer.status().vendor_registered
         finally:
             await vendor.stop()
+
+
+async def _register_endpoint(steerer: Steerer, endpoint: str) -> None:
+    async with grpc.aio.insecure_channel(f"unix:{steerer.registration_socket}") as channel:
+        register = channel.unary_unary(
+            "/v1beta1.Registration/Register",
+            request_serializer=pb.RegisterRequest.SerializeToString,
+            response_deserializer=pb.Empty.FromString,
+        )
+        await register(
+            pb.RegisterRequest(version="v1beta1", endpoint=endpoint, resource_name=RESOURCE),
+            timeout=5,
+        )
 
 
 def test_own_endpoint_is_named_for_the_resource() -> None:
