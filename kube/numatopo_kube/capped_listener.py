@@ -50,27 +50,30 @@ class CappedListener(socket.socket):
         self._on_shut = on_shut
         self._shut_count = 0
         self._logged = -LOG_EVERY_SECONDS
-        self._open: dict[socket.socket, bool] = {}
-        """Each connection still open, in the order accepted -> whether it made a request."""
+        self._open: dict[int, socket.socket] = {}
+        """Each connection still open by its file descriptor, in the order accepted."""
+        self._asked: set[int] = set()
+        """The descriptors of those that made a request."""
 
     def accept(self) -> tuple[socket.socket, object]:
         connection, address = super().accept()
-        self._open = {c: asked for c, asked in self._open.items() if c.fileno() != -1}
-        self._open[connection] = False
+        for closed in [d for d, c in self._open.items() if c.fileno() == -1]:
+            del self._open[closed]  # its transport closed it: the number may come again
+            self._asked.discard(closed)
+        self._open[connection.fileno()] = connection
         while len(self._open) > self.limit:
-            idle = (c for c, asked in self._open.items() if not asked)
+            idle = (d for d in self._open if d not in self._asked)
             self._shut(next(idle, next(iter(self._open))))
         return connection, address
 
     def asked(self, descriptor: int) -> None:
         """The connection on file descriptor `descriptor` made a request."""
-        for connection in self._open:
-            if connection.fileno() == descriptor:
-                self._open[connection] = True
-                return
+        if descriptor in self._open:
+            self._asked.add(descriptor)
 
-    def _shut(self, connection: socket.socket) -> None:
-        del self._open[connection]
+    def _shut(self, descriptor: int) -> None:
+        connection = self._open.pop(descriptor)
+        self._asked.discard(descriptor)
         with contextlib.suppress(OSError):
             connection.shutdown(socket.SHUT_RDWR)
         self._shut_count += 1

@@ -15,7 +15,9 @@ from collections.abc import AsyncIterator, Awaitable, Callable
 
 import kopf
 from aiohttp import web
+from aiohttp.typedefs import Handler, Middleware
 
+from numatopo_kube.capped_listener import CappedListener
 from numatopo_operator import (
     assigning,
     cluster_feed,
@@ -42,6 +44,28 @@ from numatopo_operator.signing_keys import load_keys
 logger = logging.getLogger(__name__)
 
 
+METRICS_CONNECTIONS = 64
+"""Prometheus and the kubelet's probes hold a few."""
+EXTENDER_CONNECTIONS = 128
+"""kube-scheduler holds a few (one per call in flight, kept idle for 90 s); past the
+bound the oldest that made no request goes first (`CappedListener`)."""
+
+
+def _asking(listener: CappedListener) -> Middleware:
+    """Marks each connection that made a request (on the extender's port: one that
+    completed the mutual-TLS handshake) as kept before those that have not."""
+
+    @web.middleware
+    async def asking(request: web.Request, handler: Handler) -> web.StreamResponse:
+        transport = request.transport
+        found = transport.get_extra_info("socket") if transport is not None else None
+        if found is not None:
+            listener.asked(found.fileno())
+        return await handler(request)
+
+    return asking
+
+
 class Servers:
     """The two HTTP servers; the ports are known once `start()` returned (0 = any). The
     extender serves HTTPS with client certificates (`extender_tls`) unless plain HTTP
@@ -62,18 +86,25 @@ class Servers:
         tls: extender_tls.RotatingContext | None = None,
         *,
         idle_seconds: float,
+        limit: int,
+        server: str,
     ) -> int:
         # aiohttp waits for a request head as long as for the next request of an idle
         # connection (its `keepalive_timeout`, an hour by default): a client that sends
         # half a head would hold its socket that long. This bounds both.
+        shut = self.runtime.metrics.connections_shut.labels(server=server).inc
+        listener = CappedListener(self.runtime.settings.listen_host, port, limit, shut)
+        app.middlewares.insert(0, _asking(listener))
         runner = web.AppRunner(app, access_log=None, keepalive_timeout=idle_seconds)
-        await runner.setup()
-        host, context = self.runtime.settings.listen_host, tls.listening if tls else None
-        site = web.TCPSite(runner, host, port, ssl_context=context)
-        await site.start()
+        try:
+            await runner.setup()
+            site = web.SockSite(runner, listener, ssl_context=tls.listening if tls else None)
+            await site.start()
+        except BaseException:
+            listener.close()
+            raise
         self._runners.append(runner)
-        sockets = getattr(site._server, "sockets", None) or []
-        return int(sockets[0].getsockname()[1]) if sockets else port
+        return int(listener.getsockname()[1])
 
     async def start(self) -> None:
         """Raises `extender_tls.ExtenderTlsError` (before opening any port) when the
@@ -81,13 +112,19 @@ class Servers:
         settings = self.runtime.settings
         self.extender_tls = extender_tls.extender_context(settings)
         self.metrics_port = await self._start(
-            health.build_app(self.runtime), settings.metrics_port, idle_seconds=health.HEAD_SECONDS
+            health.build_app(self.runtime),
+            settings.metrics_port,
+            idle_seconds=health.HEAD_SECONDS,
+            limit=METRICS_CONNECTIONS,
+            server="metrics",
         )
         self.extender_port = await self._start(
             extender.build_app(self.runtime),
             settings.extender_port,
             self.extender_tls,
             idle_seconds=extender.IDLE_SECONDS,
+            limit=EXTENDER_CONNECTIONS,
+            server="extender",
         )
 
     async def stop(self) -> None:
