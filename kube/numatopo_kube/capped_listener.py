@@ -32,7 +32,7 @@ class CappedListener(socket.socket):
 
     def __init__(self, host: str, port: int, limit: int, on_shut: Callable[[], None]) -> None:
         family, kind, proto, _, address = socket.getaddrinfo(
-            host, port, type=socket.SOCK_STREAM, flags=socket.AI_PASSIVE
+            host or None, port, type=socket.SOCK_STREAM, flags=socket.AI_PASSIVE
         )[0]
         super().__init__(family, kind, proto)
         try:
