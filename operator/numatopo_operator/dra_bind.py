@@ -19,6 +19,7 @@ from numatopo_engine.dra.extended import EXTENDED_ENTRY, asked_served, extended_
 from numatopo_engine.errors import InvalidRequestError
 from numatopo_engine.model import NumatopologySpec
 from numatopo_engine.request import PodRequest
+from numatopo_kube import KubeInvalidNameError
 from numatopo_operator import assigning, pod_writes, translate
 from numatopo_operator.assigning import Outcome
 from numatopo_operator.dra_extender import from_claims
@@ -44,7 +45,10 @@ async def _claimed(
     for entry in entries:
         if entry.claim is None:
             continue  # its template's claim is not created yet: `claimed_devices` says so
-        raw = await runtime.kube.get_resource_claim(pod.namespace, entry.claim)
+        try:
+            raw = await runtime.kube.get_resource_claim(pod.namespace, entry.claim)
+        except KubeInvalidNameError as exc:  # a pod status written by hand: no claim's
+            raise NotFollowedError(exc.message) from None
         if raw is not None:
             claims[entry.claim] = raw
     return claimed_devices(topology, request, entries, claims, joined, uid=pod.uid)

@@ -244,3 +244,36 @@ async def test_bind_does_not_follow_a_claim_that_is_not_the_pods(
     held = running.runtime.ledger.state(NODE)
     assert f"numatopo.io/dra-claim:default/{SPECIAL}" in held.assignments
     assert free(cluster)[0] == 6
+
+
+async def test_bind_of_a_pod_whose_status_names_no_valid_claim(
+    cluster: Cluster, start_operator: Any, wait: Any
+) -> None:
+    """A status naming `../x` (a path, no claim name): nothing is read from the API
+    server, the Event says why, and the pod is decided from its requests. Before, every
+    /bind of the pod failed with the client layer's refusal of the name."""
+    await build(cluster)
+    named = device_class("a100", GPU_CLASS_SELECTOR, extended="example.com/gpu")
+    await cluster.create("/apis/resource.k8s.io/v1/deviceclasses", named)
+    await cluster.create_pod(asking("train", "example.com/gpu", 2))
+    bindings = cluster.emulate_binding()
+    running = await start_operator(**FAST)
+    await wait(lambda: NODE in set(running.runtime.ledger.nodes()), what="node known")
+    forged = {"extendedResourceClaimStatus": {"resourceClaimName": "../x", "requestMappings": [
+        {"containerName": "main", "resourceName": "example.com/gpu",
+         "requestName": SPECIAL_REQUEST}]}}  # fmt: skip
+    async with cluster.api.patch(
+        "/api/v1/namespaces/default/pods/train/status", json={"status": forged}
+    ) as response:
+        assert response.status < 300, await response.text()
+
+    status, result = await running.post("/bind", cluster.binding_args("train", NODE))
+
+    assert (status, result) == (200, {"Error": ""})
+    assert len(bindings) == 1
+    await wait(
+        lambda: "DRAClaimsNotFollowed" in {r for r, _ in cluster.events_for("train")},
+        what="the Event posted",
+    )
+    said = [m for r, m in cluster.events_for("train") if r == "DRAClaimsNotFollowed"]
+    assert "'../x' is not a valid name" in said[0], said
