@@ -273,6 +273,59 @@ async def test_a_gone_vendor_leaves_its_devices_unhealthy_until_it_is_back(node:
         assert steerer.status().steering
 
 
+class GarbledVendor(FakeVendor):
+    """Lists its devices once, then sends bytes that are no device list."""
+
+    async def start(self) -> None:
+        async def lists(request: bytes, context: object) -> AsyncIterator[bytes]:
+            yield self.listed.SerializeToString()
+            yield b"\xff\xff\xff\xff not a ListAndWatchResponse"
+            await asyncio.Event().wait()
+
+        async def options(request: bytes, context: object) -> bytes:
+            return self.options().SerializeToString()
+
+        self._server = grpc.aio.server()
+        handlers = {
+            "ListAndWatch": grpc.unary_stream_rpc_method_handler(lists),
+            "GetDevicePluginOptions": grpc.unary_unary_rpc_method_handler(options),
+        }
+        self._server.add_generic_rpc_handlers(
+            (grpc.method_handlers_generic_handler("v1beta1.DevicePlugin", handlers),)
+        )
+        self._server.add_insecure_port(f"unix:{self.socket}")
+        await self._server.start()
+
+
+async def test_a_device_list_that_does_not_parse_is_not_passed_on(
+    node: Node, caplog: pytest.LogCaptureFixture
+) -> None:
+    """The kubelet would end a stream that sends it: it keeps the vendor's last readable
+    list, Unhealthy, as for a vendor that is gone, and numatopo's endpoint stays
+    registered. Before, the bytes went to the kubelet and the node read as steered."""
+    kubelet = FakeKubelet(node.kubelet_dir)
+    vendor = GarbledVendor(node.kubelet_dir)
+    await kubelet.start()
+    try:
+        async with Steerer(tuple, node.config()) as steerer:
+            await vendor.start()
+            await vendor.register(steerer.registration_socket)
+            await eventually(
+                lambda: (
+                    kubelet.lists
+                    and all(d.health == "Unhealthy" for d in kubelet.lists[-1].devices)
+                )
+            )
+            assert [d.ID for d in kubelet.lists[-1].devices] == UUIDS
+            assert not steerer.status().steering
+            assert "listed devices in no readable form" in caplog.text
+            await asyncio.sleep(0.3)
+            assert len(kubelet.registrations) == 1
+    finally:
+        await vendor.stop()
+        await kubelet.stop()
+
+
 async def test_only_the_steered_resource_may_register(node: Node) -> None:
     vendor = FakeVendor(node.kubelet_dir, "amd.sock")
     async with Steerer(tuple, node.config()) as steerer:
