@@ -47,21 +47,28 @@ logger = logging.getLogger(__name__)
 METRICS_CONNECTIONS = 64
 """Prometheus and the kubelet's probes hold a few."""
 EXTENDER_CONNECTIONS = 128
-"""kube-scheduler holds a few (one per call in flight, kept idle for 90 s); past the
-bound the oldest that made no request goes first (`CappedListener`)."""
+"""kube-scheduler holds one per call in flight, kept idle for 90 s; at the bound the
+oldest that made no request goes first, and one serving a request never
+(`CappedListener`)."""
 
 
 def _asking(listener: CappedListener) -> Middleware:
-    """Marks each connection that made a request (on the extender's port: one that
-    completed the mutual-TLS handshake) as kept before those that have not."""
+    """Tells `listener` when a request runs on a connection: one that made a request (on
+    the extender's port: one past mutual TLS) goes after those that made none, and one
+    serving a request is not cut there."""
 
     @web.middleware
     async def asking(request: web.Request, handler: Handler) -> web.StreamResponse:
         transport = request.transport
         found = transport.get_extra_info("socket") if transport is not None else None
-        if found is not None:
-            listener.asked(found.fileno())
-        return await handler(request)
+        if found is None:
+            return await handler(request)
+        descriptor = found.fileno()
+        listener.started(descriptor)
+        try:
+            return await handler(request)
+        finally:
+            listener.finished(descriptor)
 
     return asking
 
@@ -93,7 +100,9 @@ class Servers:
         # connection (its `keepalive_timeout`, an hour by default): a client that sends
         # half a head would hold its socket that long. This bounds both.
         shut = self.runtime.metrics.connections_shut.labels(server=server).inc
-        listener = CappedListener(self.runtime.settings.listen_host, port, limit, shut)
+        listener = CappedListener(
+            self.runtime.settings.listen_host, port, limit, shut, keep_busy=tls is not None
+        )
         app.middlewares.insert(0, _asking(listener))
         runner = web.AppRunner(app, access_log=None, keepalive_timeout=idle_seconds)
         try:
