@@ -47,7 +47,7 @@ async def _claimed(
             continue  # its template's claim is not created yet: `claimed_devices` says so
         try:
             raw = await runtime.kube.get_resource_claim(pod.namespace, entry.claim)
-        except KubeInvalidNameError as exc:  # a pod status written by hand: no claim's
+        except KubeInvalidNameError as exc:  # no claim has such a name: a status by hand
             raise NotFollowedError(exc.message) from None
         if raw is not None:
             claims[entry.claim] = raw
