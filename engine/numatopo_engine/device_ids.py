@@ -44,11 +44,15 @@ def device_ids_for(
     gpu_names: Sequence[str], gpu_indices: Sequence[int], available: Iterable[str]
 ) -> list[str] | None:
     """The IDs in `available` of the assigned GPUs, in assignment order; None if one is missing."""
-    pool = list(available)
+    # Each ID keyed once, not once per GPU: a kubelet may offer thousands (replicas).
+    keyed = [(d, _key(d)) for d in dict.fromkeys(available)]
     chosen: list[str] = []
     for position, name in enumerate(gpu_names):
         index = gpu_indices[position] if position < len(gpu_indices) else None
-        found = next((d for d in pool if d not in chosen and same_gpu(d, name, index)), None)
+        wanted = {_key(name)} if name else set()
+        if index is not None:
+            wanted.add(str(index))
+        found = next((d for d, key in keyed if key in wanted and d not in chosen), None)
         if found is None:
             return None
         chosen.append(found)

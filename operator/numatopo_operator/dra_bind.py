@@ -19,6 +19,7 @@ from numatopo_engine.dra.extended import EXTENDED_ENTRY, asked_served, extended_
 from numatopo_engine.errors import InvalidRequestError
 from numatopo_engine.model import NumatopologySpec
 from numatopo_engine.request import PodRequest
+from numatopo_kube import KubeInvalidNameError
 from numatopo_operator import assigning, pod_writes, translate
 from numatopo_operator.assigning import Outcome
 from numatopo_operator.dra_extender import from_claims
@@ -44,10 +45,13 @@ async def _claimed(
     for entry in entries:
         if entry.claim is None:
             continue  # its template's claim is not created yet: `claimed_devices` says so
-        raw = await runtime.kube.get_resource_claim(pod.namespace, entry.claim)
+        try:
+            raw = await runtime.kube.get_resource_claim(pod.namespace, entry.claim)
+        except KubeInvalidNameError as exc:  # no claim has such a name: a status by hand
+            raise NotFollowedError(exc.message) from None
         if raw is not None:
             claims[entry.claim] = raw
-    return claimed_devices(topology, request, entries, claims, joined)
+    return claimed_devices(topology, request, entries, claims, joined, uid=pod.uid)
 
 
 def _asks_extended(runtime: Runtime, pod: PodView) -> bool:

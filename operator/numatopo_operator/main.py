@@ -13,7 +13,9 @@ from collections.abc import AsyncIterator, Awaitable, Callable
 
 import kopf
 from aiohttp import web
+from aiohttp.typedefs import Handler, Middleware
 
+from numatopo_kube.capped_listener import CappedListener
 from numatopo_operator import (
     assigning,
     cluster_feed,
@@ -40,6 +42,35 @@ from numatopo_operator.signing_keys import load_keys
 logger = logging.getLogger(__name__)
 
 
+METRICS_CONNECTIONS = 64
+"""Prometheus and the kubelet's probes hold a few."""
+EXTENDER_CONNECTIONS = 128
+"""kube-scheduler holds one per call in flight, kept idle for 90 s; at the bound the
+oldest that made no request goes first, and one serving a request never
+(`CappedListener`)."""
+
+
+def _asking(listener: CappedListener) -> Middleware:
+    """Tells `listener` when a request runs on a connection: one that made a request (on
+    the extender's port: one past mutual TLS) goes after those that made none, and one
+    serving a request is not cut there."""
+
+    @web.middleware
+    async def asking(request: web.Request, handler: Handler) -> web.StreamResponse:
+        transport = request.transport
+        found = transport.get_extra_info("socket") if transport is not None else None
+        if found is None:
+            return await handler(request)
+        descriptor = found.fileno()
+        listener.started(descriptor)
+        try:
+            return await handler(request)
+        finally:
+            listener.finished(descriptor)
+
+    return asking
+
+
 class Servers:
     """The two HTTP servers, ports known once `start()` returned (0 = any): the extender's
     HTTPS with client certificates (`extender_tls`) unless plain HTTP is asked by name;
@@ -59,30 +90,45 @@ class Servers:
         tls: extender_tls.RotatingContext | None = None,
         *,
         idle_seconds: float,
+        limit: int,
+        server: str,
     ) -> int:
         # aiohttp waits for a request head as long as for an idle connection's next
         # request (`keepalive_timeout`, an hour by default): this bounds both.
+        shut = self.runtime.metrics.connections_shut.labels(server=server).inc
+        listener = CappedListener(
+            self.runtime.settings.listen_host, port, limit, shut, keep_busy=tls is not None
+        )
+        app.middlewares.insert(0, _asking(listener))
         runner = web.AppRunner(app, access_log=None, keepalive_timeout=idle_seconds)
-        await runner.setup()
-        host, context = self.runtime.settings.listen_host, tls.listening if tls else None
-        site = web.TCPSite(runner, host, port, ssl_context=context)
-        await site.start()
+        try:
+            await runner.setup()
+            site = web.SockSite(runner, listener, ssl_context=tls.listening if tls else None)
+            await site.start()
+        except BaseException:
+            listener.close()
+            raise
         self._runners.append(runner)
-        sockets = getattr(site._server, "sockets", None) or []
-        return int(sockets[0].getsockname()[1]) if sockets else port
+        return int(listener.getsockname()[1])
 
     async def start(self) -> None:
         """`ExtenderTlsError` before any port opens, without TLS files or the plain-HTTP switch."""
         settings = self.runtime.settings
         self.extender_tls = extender_tls.extender_context(settings)
         self.metrics_port = await self._start(
-            health.build_app(self.runtime), settings.metrics_port, idle_seconds=health.HEAD_SECONDS
+            health.build_app(self.runtime),
+            settings.metrics_port,
+            idle_seconds=health.HEAD_SECONDS,
+            limit=METRICS_CONNECTIONS,
+            server="metrics",
         )
         self.extender_port = await self._start(
             extender.build_app(self.runtime),
             settings.extender_port,
             self.extender_tls,
             idle_seconds=extender.IDLE_SECONDS,
+            limit=EXTENDER_CONNECTIONS,
+            server="extender",
         )
 
     async def stop(self) -> None:

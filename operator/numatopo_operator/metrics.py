@@ -90,6 +90,12 @@ class Metrics:
             "numatopo_event_loop_lag_seconds",
             "How late the operator's event loop last woke a timer.",
         )
+        self.connections_shut = counter(
+            "numatopo_http_connections_shut",
+            "Connections shut down because the port held its limit of open ones, by "
+            "server (extender, metrics).",
+            ["server"],
+        )
 
     def _group_metrics(self) -> None:
         """Group placements and the network domains they fill."""

@@ -202,3 +202,78 @@ async def test_bind_says_when_the_extended_resources_claim_is_missing_or_unalloc
     assert len(bindings) == 2
     await wait(lambda: len(said()) == 2, what="the second Event posted")
     assert f"claim {SPECIAL} is not allocated yet" in said()[1]
+
+
+async def test_bind_does_not_follow_a_claim_that_is_not_the_pods(
+    cluster: Cluster, start_operator: Any, wait: Any
+) -> None:
+    """Pod `thief`'s status names the claim kube-scheduler made for pod `victim` (owned
+    by and reserved for it, GPUs 4 and 5), as a tenant able to write pod status could:
+    the claim is not followed (the Event says why), `thief` is decided from its
+    requests, and the victim's GPUs stay held for it. Before, `thief` was given GPUs 4
+    and 5 and booked over the victim's hold."""
+    await build(cluster)
+    named = device_class("a100", GPU_CLASS_SELECTOR, extended="example.com/gpu")
+    await cluster.create("/apis/resource.k8s.io/v1/deviceclasses", named)
+    await cluster.create_pod(asking("victim", "example.com/gpu", 2))
+    await cluster.create_pod(asking("thief", "example.com/gpu", 2))
+    bindings = cluster.emulate_binding()
+    running = await start_operator(**FAST)
+    await prebind_extended(cluster, "victim", "a100", "example.com/gpu", NUMA1_GPUS)
+    await wait(lambda: free(cluster)[0] == 6, what="the victim's GPUs booked as a hold")
+    forged = {"extendedResourceClaimStatus": {"resourceClaimName": SPECIAL, "requestMappings": [
+        {"containerName": "main", "resourceName": "example.com/gpu",
+         "requestName": SPECIAL_REQUEST}]}}  # fmt: skip
+    async with cluster.api.patch(
+        "/api/v1/namespaces/default/pods/thief/status", json={"status": forged}
+    ) as response:
+        assert response.status < 300, await response.text()
+
+    status, result = await running.post("/bind", cluster.binding_args("thief", NODE))
+
+    assert (status, result) == (200, {"Error": ""})
+    assert [b["target"]["name"] for b in bindings] == [NODE]
+    main = json.loads(cluster.annotations("thief")[keys.ASSIGNMENT])["containers"]["main"]
+    assert not set(main.get("gpuIndices", [])) & set(NUMA1_GPUS), main
+    await wait(
+        lambda: "DRAClaimsNotFollowed" in {r for r, _ in cluster.events_for("thief")},
+        what="the Event posted",
+    )
+    said = [m for r, m in cluster.events_for("thief") if r == "DRAClaimsNotFollowed"]
+    assert f"claim {SPECIAL} is not owned by this pod" in said[0], said
+    held = running.runtime.ledger.state(NODE)
+    assert f"numatopo.io/dra-claim:default/{SPECIAL}" in held.assignments
+    assert free(cluster)[0] == 6
+
+
+async def test_bind_of_a_pod_whose_status_names_no_valid_claim(
+    cluster: Cluster, start_operator: Any, wait: Any
+) -> None:
+    """A status naming `../x` (a path, no claim name): nothing is read from the API
+    server, the Event says why, and the pod is decided from its requests. Before, every
+    /bind of the pod failed with the client layer's refusal of the name."""
+    await build(cluster)
+    named = device_class("a100", GPU_CLASS_SELECTOR, extended="example.com/gpu")
+    await cluster.create("/apis/resource.k8s.io/v1/deviceclasses", named)
+    await cluster.create_pod(asking("train", "example.com/gpu", 2))
+    bindings = cluster.emulate_binding()
+    running = await start_operator(**FAST)
+    await wait(lambda: NODE in set(running.runtime.ledger.nodes()), what="node known")
+    forged = {"extendedResourceClaimStatus": {"resourceClaimName": "../x", "requestMappings": [
+        {"containerName": "main", "resourceName": "example.com/gpu",
+         "requestName": SPECIAL_REQUEST}]}}  # fmt: skip
+    async with cluster.api.patch(
+        "/api/v1/namespaces/default/pods/train/status", json={"status": forged}
+    ) as response:
+        assert response.status < 300, await response.text()
+
+    status, result = await running.post("/bind", cluster.binding_args("train", NODE))
+
+    assert (status, result) == (200, {"Error": ""})
+    assert len(bindings) == 1
+    await wait(
+        lambda: "DRAClaimsNotFollowed" in {r for r, _ in cluster.events_for("train")},
+        what="the Event posted",
+    )
+    said = [m for r, m in cluster.events_for("train") if r == "DRAClaimsNotFollowed"]
+    assert "'../x' is not a valid name" in said[0], said

@@ -8,6 +8,7 @@ them against the emulator, and real TLS clients call it.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import datetime
 import ipaddress
 import json
@@ -28,7 +29,7 @@ from cryptography.hazmat.primitives import hashes, serialization  # noqa: E402
 from cryptography.hazmat.primitives.asymmetric import ec  # noqa: E402
 from cryptography.x509.oid import ExtendedKeyUsageOID, NameOID  # noqa: E402
 
-from numatopo_operator import extender_tls  # noqa: E402
+from numatopo_operator import extender_tls, main  # noqa: E402
 from numatopo_operator.settings import OperatorSettings  # noqa: E402
 
 NODE = "h100-a"
@@ -309,6 +310,66 @@ async def test_half_rotated_files_keep_the_previous_certificate(operator, pki, p
     )
 
     assert (200, der(pki.server)) == (status, seen)
+
+
+def _keep_alive_filter(tls: ssl.SSLSocket, body: dict) -> int:
+    """POST /filter on an open connection, kept open: the answer's status."""
+    payload = json.dumps(body).encode()
+    tls.sendall(
+        f"POST /filter HTTP/1.1\r\nHost: {HOSTNAME}\r\nContent-Type: application/json\r\n"
+        f"Content-Length: {len(payload)}\r\n\r\n".encode()
+        + payload
+    )
+    answer = b""
+    while b"\r\n\r\n" not in answer:
+        chunk = tls.recv(65536)
+        if not chunk:
+            raise ConnectionError("the server closed the connection")
+        answer += chunk
+    head, _, text = answer.partition(b"\r\n\r\n")
+    length = next(
+        int(line.split(b":")[1]) for line in head.split(b"\r\n")
+        if line.lower().startswith(b"content-length:")
+    )  # fmt: skip
+    while len(text) < length:
+        text += tls.recv(65536)
+    return int(head.split()[1])
+
+
+async def test_a_flood_of_silent_connections_is_shut_and_the_scheduler_kept(
+    operator, pki, pod, tmp_path
+):
+    """The scheduler holds a connection it made a request on; then 300 more connections
+    than the port's limit open and send nothing (each TLS handshake waiting holds about
+    300 KiB for 60 s: 1,500 took 455 MiB, an operator's whole memory limit). The oldest
+    silent ones are ended at once, the scheduler's connection still answers, and so does
+    a new one."""
+    limit, extra = main.EXTENDER_CONNECTIONS, 300
+    context = pki.client_context(pki.client, tmp_path)
+    port = operator.servers.extender_port
+    raw = socket.create_connection(("127.0.0.1", port), timeout=20)
+    kept = context.wrap_socket(raw, server_hostname=HOSTNAME)
+    silent: list[tuple[asyncio.StreamReader, asyncio.StreamWriter]] = []
+    try:
+        assert await asyncio.to_thread(_keep_alive_filter, kept, filter_args(pod)) == 200
+        for _ in range(limit + extra):
+            silent.append(await asyncio.open_connection("127.0.0.1", port))
+        async with asyncio.timeout(10):  # the handshake deadline is 60 s
+            for reader, _ in silent[:extra]:
+                with contextlib.suppress(ConnectionResetError):
+                    assert await reader.read() == b""
+        assert await asyncio.to_thread(_keep_alive_filter, kept, filter_args(pod)) == 200
+        status, _, _ = await call_filter(operator, context, filter_args(pod))
+        assert status == 200
+        shut = operator.runtime.metrics.registry.get_sample_value(
+            "numatopo_http_connections_shut_total", {"server": "extender"}
+        )
+        # The scheduler's connection takes one of the places; the new call's shut one more.
+        assert shut == extra + 2, shut
+    finally:
+        kept.close()
+        for _, writer in silent:
+            writer.close()
 
 
 def test_without_tls_files_the_extender_does_not_start() -> None:

@@ -9,7 +9,7 @@ import asyncio
 import json
 import time
 
-from numatopo_operator import extender, health
+from numatopo_operator import extender, health, main
 
 # Timers of a loaded machine fire late; an hour is what the deadlines replace.
 LATE = 10.0
@@ -90,3 +90,28 @@ async def test_a_body_that_never_comes_is_an_error_once_its_deadline_passed(env)
         assert head.startswith(b"HTTP/1.1 200 "), head
         assert error == json.loads(body)["Error"]
         assert extender.BODY_SECONDS - 1 <= took
+
+
+async def test_connections_that_asked_once_and_stay_open_do_not_keep_a_probe_out(env):
+    """As many connections as the metrics port holds, each asking `/healthz` once and
+    kept open (keep-alive): the kubelet's next probe still gets in, the oldest of them
+    shut down for it."""
+    running = await env.start_operator()
+    port = running.servers.metrics_port
+    held = []
+    try:
+        for _ in range(main.METRICS_CONNECTIONS):
+            reader, writer = await asyncio.open_connection("127.0.0.1", port)
+            writer.write(b"GET /healthz HTTP/1.1\r\nHost: x\r\n\r\n")
+            async with asyncio.timeout(LATE):
+                assert (await reader.readuntil(b"ok\n")).startswith(b"HTTP/1.1 200 ")
+            held.append((reader, writer))
+
+        assert (200, "ok\n") == await running.get("/healthz")
+
+        oldest, _ = held[0]
+        async with asyncio.timeout(LATE):
+            assert await oldest.read() == b""
+    finally:
+        for _, writer in held:
+            writer.close()

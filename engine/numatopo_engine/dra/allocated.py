@@ -14,6 +14,7 @@ from typing import Any
 
 from numatopo_engine.cpuset import CPUSet
 from numatopo_engine.dra.claims import PodClaim, claiming, restricted_to
+from numatopo_engine.dra.extended import EXTENDED_ENTRY
 from numatopo_engine.dra.join import DeviceId, DraNode
 from numatopo_engine.model import NumatopologySpec
 from numatopo_engine.request import PodRequest
@@ -65,16 +66,41 @@ def _requests_results(raw: Mapping[str, Any]) -> list[tuple[str, DeviceId]] | No
     return found
 
 
+def _not_the_pods(entry: PodClaim, raw: Mapping[str, Any], uid: str) -> str | None:
+    """Why claim `raw` is not the pod's (uid `uid`) to follow; None when it is. By bind
+    time kube-scheduler's PreBind has reserved every claim of the pod for it, and the
+    claim it made for the pod's extended resources is owned by the pod (controller
+    reference): a pod status naming another pod's claim is not followed, so it never
+    takes that pod's devices. A pod without a uid has no claim."""
+    if not uid:
+        return f"claim {entry.claim} is not reserved for this pod (it has no uid)"
+    if entry.name == EXTENDED_ENTRY and not any(
+        isinstance(ref, Mapping)
+        and ref.get("kind") == "Pod"
+        and ref.get("controller") is True
+        and ref.get("uid") == uid
+        for ref in (raw.get("metadata") or {}).get("ownerReferences") or ()
+    ):
+        return f"claim {entry.claim} is not owned by this pod"
+    reserved = (raw.get("status") or {}).get("reservedFor") or ()
+    if not any(isinstance(c, Mapping) and c.get("uid") == uid for c in reserved):
+        return f"claim {entry.claim} is not reserved for this pod"
+    return None
+
+
 def claimed_devices(
     topology: NumatopologySpec,
     base: PodRequest,
     entries: Sequence[PodClaim],
     claims: Mapping[str, Mapping[str, Any]],
     node: DraNode,
+    *,
+    uid: str,
 ) -> Claimed:
-    """The devices the pod's allocated `claims` (name -> raw claim) give its containers on `node`.
-    Raises `NotFollowedError` when a claim is missing or not allocated, names a device `node` does
-    not publish, or the claims and requests do not add up."""
+    """The devices the pod's (uid `uid`) allocated `claims` (name -> raw claim) give its containers
+    on `node`. Raises `NotFollowedError` when a claim is missing, not allocated or not the pod's
+    (`_not_the_pods`), names a device `node` does not publish, or the claims and requests do not
+    add up."""
     if not base.containers:
         raise NotFollowedError("the pod has no containers")
     by_id = node.by_id()
@@ -89,6 +115,9 @@ def claimed_devices(
         results = _requests_results(raw)
         if results is None:
             raise NotFollowedError(f"claim {entry.claim} is not allocated yet")
+        refused = _not_the_pods(entry, raw, uid)
+        if refused is not None:
+            raise NotFollowedError(refused)
         default = entry.containers[0] if entry.containers else base.containers[0].name
         for request, found in results:
             container = dict(entry.requests).get(request, default)

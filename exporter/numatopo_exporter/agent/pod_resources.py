@@ -17,6 +17,9 @@ import grpc
 from numatopo_exporter.kubelet_api import podresources_pb2, podresources_pb2_grpc
 
 DEFAULT_SOCKET = Path("/var/lib/kubelet/pod-resources/kubelet.sock")
+MAX_ANSWER_BYTES = 16 * 1024 * 1024
+"""What the kubelet's own PodResources client accepts (gRPC's default, 4 MiB, is less
+than a node of tenant pods with many containers lists)."""
 
 Holdings = Mapping[tuple[str, str], Mapping[str, Mapping[str, list[str]]]]
 """(namespace, pod name) -> container -> resource name -> device plugin IDs."""
@@ -27,12 +30,15 @@ class PodResourcesError(Exception):
 
 
 async def list_holdings(socket: Path, *, timeout: float = 2.0) -> Holdings:
-    """Every pod's devices, per container and resource, as the kubelet lists them."""
+    """Every listed pod's devices, per container holding any and resource, as the
+    kubelet lists them."""
     response = await _call(socket, "List", podresources_pb2.ListPodResourcesRequest(), timeout)
     holdings: dict[tuple[str, str], dict[str, dict[str, list[str]]]] = {}
     for pod in response.pod_resources:
         containers = holdings.setdefault((pod.namespace, pod.name), {})
         for container in pod.containers:
+            if not container.devices:
+                continue  # a listing's many containers cost nothing after it is read
             held = containers.setdefault(container.name, {})
             for devices in container.devices:
                 held.setdefault(devices.resource_name, []).extend(devices.device_ids)
@@ -52,7 +58,8 @@ async def list_allocatable(socket: Path, *, timeout: float = 2.0) -> dict[str, s
 async def _call(socket: Path, method: str, request: Any, timeout: float) -> Any:
     if not socket.exists():
         raise PodResourcesError(f"no PodResources socket at {socket}")
-    async with grpc.aio.insecure_channel(f"unix://{socket}") as channel:
+    options = [("grpc.max_receive_message_length", MAX_ANSWER_BYTES)]
+    async with grpc.aio.insecure_channel(f"unix://{socket}", options=options) as channel:
         stub = podresources_pb2_grpc.PodResourcesListerStub(channel)  # type: ignore[no-untyped-call]
         try:
             return await getattr(stub, method)(request, timeout=timeout)

@@ -17,8 +17,12 @@ from functools import partial
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
 from prometheus_client.exposition import CONTENT_TYPE_LATEST, generate_latest
 
+from numatopo_kube.capped_listener import CappedListener
+
 HEAD_LIMIT = 8192  # bytes of request line and headers
 HEAD_SECONDS = 10.0
+MAX_CONNECTIONS = 64
+"""Prometheus and the kubelet's probes hold a few; `CappedListener` says why a bound."""
 
 
 @dataclass
@@ -93,7 +97,19 @@ async def start_metrics_server(
             running.connections.discard(writer)
             writer.close()
 
-    running = MetricsServer(await asyncio.start_server(answer, host, port, limit=HEAD_LIMIT))
+    shut = Counter(
+        "numatopo_http_connections_shut_total",
+        "Connections shut down because the port held its limit of open ones.",
+        ["server"],
+        registry=registry,
+    ).labels(server="metrics")
+    listener = CappedListener(host, port, MAX_CONNECTIONS, shut.inc)
+    try:
+        server = await asyncio.start_server(answer, sock=listener, limit=HEAD_LIMIT)
+    except BaseException:
+        listener.close()
+        raise
+    running = MetricsServer(server)
     return running
 
 

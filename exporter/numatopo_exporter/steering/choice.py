@@ -76,7 +76,8 @@ def answer(
     """The preferred allocation for one container request of `size` devices."""
     if size <= 0:
         return Answer(None, None, f"nothing to choose: {size} devices asked")
-    pool = list(available) + [m for m in must_include if m not in available]
+    offered = set(available)
+    pool = list(available) + [m for m in dict.fromkeys(must_include) if m not in offered]
     skipped = 0
     for candidate in sorted(candidates, key=InFlight.order):
         if candidate.key in consumed or len(candidate.gpus) != size:

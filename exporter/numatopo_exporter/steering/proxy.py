@@ -45,6 +45,8 @@ What ends and what numatopo does
 * The vendor's stream ends: the last devices it listed are reported Unhealthy
   until it is back (so the kubelet admits no pod onto GPUs nobody can allocate),
   then its own list again.
+  So does a list from it that does not parse (passed on, the kubelet would end its
+  stream and drop numatopo's endpoint).
 Registration retries with capped backoff; failures are logged and counted, never
 fatal.
 """
@@ -64,6 +66,7 @@ from pathlib import Path
 from typing import Any
 
 import grpc
+from google.protobuf.message import DecodeError
 
 from numatopo_exporter.kubelet_api import deviceplugin_pb2 as pb
 from numatopo_exporter.steering.choice import Answer, InFlight, answer
@@ -86,6 +89,10 @@ CALL_FAILED = (grpc.aio.AioRpcError, VendorGoneError)
 logger = logging.getLogger("numatopo.steering")
 
 UNHEALTHY = "Unhealthy"
+MAX_OFFERED_IDS = 16384
+"""The most device IDs (offered and must-include, all containers) one preferred
+allocation is steered for: a node's GPUs times their time-slicing replicas is far
+fewer, and the answer is computed on the event loop the agent runs on."""
 
 
 @dataclass(frozen=True)
@@ -376,7 +383,8 @@ class Steerer:
                 f"device plugin API {request.version!r} is not supported; {API_VERSION} is",
             )
         name = request.endpoint
-        if not name or "/" in name or name in {".", "..", self.config.own_endpoint}:
+        # Our own sockets are no vendor's: numatopo would dial itself.
+        if not name or "/" in name or name in {".", "..", self.config.own_endpoint, KUBELET_SOCKET}:
             await abort(context, grpc.StatusCode.INVALID_ARGUMENT, f"bad endpoint name {name!r}")
         socket = next((d / name for d in self.config.vendor_dirs if (d / name).exists()), None)
         if socket is None:
@@ -420,16 +428,22 @@ class Steerer:
             self._vendor_announced = generation
             self._register_wanted.set()
         try:
-            async for raw in vendor.list_and_watch():
-                if not self._vendor_healthy:
-                    logger.info("steering: vendor device stream open at %s", vendor.socket)
-                self._vendor_healthy = True
-                backoff.reset()
-                self._devices = raw
-                await self._publish(raw)
+            async with contextlib.aclosing(vendor.list_and_watch()) as lists:
+                async for raw in lists:
+                    # Read, not rewritten: what does not parse would end the kubelet's
+                    # stream and the kubelet drop numatopo's endpoint; it ends the vendor's.
+                    pb.ListAndWatchResponse.FromString(raw)
+                    if not self._vendor_healthy:
+                        logger.info("steering: vendor device stream open at %s", vendor.socket)
+                    self._vendor_healthy = True
+                    backoff.reset()
+                    self._devices = raw
+                    await self._publish(raw)
         except grpc.aio.AioRpcError as error:
             if generation == self._vendor_generation:
                 self._error(f"vendor device stream at {vendor.socket}: {error.code()}")
+        except DecodeError:
+            self._error(f"vendor at {vendor.socket} listed devices in no readable form")
         if generation == self._vendor_generation and self._vendor_healthy:
             self._vendor_healthy = False
             self.metrics.vendor_missing.inc()
@@ -581,6 +595,11 @@ class Steerer:
         return None
 
     async def _steer(self, request: pb.PreferredAllocationRequest, deadline: float) -> list[Answer]:
+        asked = request.container_requests
+        offered = sum(len(c.available_deviceIDs) + len(c.must_include_deviceIDs) for c in asked)
+        if offered > MAX_OFFERED_IDS:
+            why = f"{offered} device IDs offered, more than the {MAX_OFFERED_IDS} numatopo reads"
+            return [Answer(None, None, why) for _ in asked]
         found = await self._candidates(deadline)
         if isinstance(found, str):
             return [Answer(None, None, found) for _ in request.container_requests]

@@ -11,7 +11,7 @@ decides on (`GetDevicePluginOptions`, `GetPreferredAllocation`, `Register`) are 
 from __future__ import annotations
 
 import asyncio
-from collections.abc import AsyncIterator, Awaitable, Callable
+from collections.abc import AsyncGenerator, AsyncIterator, Awaitable, Callable
 from pathlib import Path
 from typing import Any, NoReturn, Protocol, TypeVar
 
@@ -158,7 +158,7 @@ class VendorClient:
         )
         return await self._answer(lambda: call(pb.Empty(), timeout=timeout))
 
-    async def list_and_watch(self) -> AsyncIterator[bytes]:
+    async def list_and_watch(self) -> AsyncGenerator[bytes, None]:
         """The vendor's device lists as it sends them; ends when its stream does, or
         when this client's connection is closed under it."""
         call = self._channel.unary_stream(_method(_PLUGIN, "ListAndWatch"))

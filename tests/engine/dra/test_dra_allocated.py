@@ -4,12 +4,15 @@ extender's bind), on the AWS p4d topology with NVIDIA- and dranet-shaped slices.
 
 from __future__ import annotations
 
+from typing import Any
+
 import pytest
 
 from dra_objects import claim, gpu_slice, nic_slice, request
 from numatopo_engine.dra import api
 from numatopo_engine.dra.allocated import NotFollowedError, claimed_devices
-from numatopo_engine.dra.claims import allocations_for, pod_claims
+from numatopo_engine.dra.claims import PodClaim, allocations_for, pod_claims
+from numatopo_engine.dra.extended import EXTENDED_ENTRY
 from numatopo_engine.dra.join import DraNode, join_node
 from numatopo_engine.errors import UnsatisfiableError
 from numatopo_engine.pod_request import request_from_pod
@@ -61,12 +64,15 @@ def test_an_assignment_gives_back_the_allocations_it_was_decided_with() -> None:
         allocations_for(short, base, pod_claims(raw_pod), claims, classes, node)
 
 
-def _allocated(name: str, devices: list[str]) -> dict[str, object]:
+def _allocated(name: str, devices: list[str], uid: str = "u1") -> dict[str, Any]:
+    """Claim `name` as kube-scheduler leaves it by bind time: allocated `devices`,
+    reserved for the pod with uid `uid`."""
     body = claim(name, [request("gpu", "gpu.nvidia.com", len(devices))])
     results = [
         {"request": "gpu", "driver": "gpu.nvidia.com", "pool": NODE, "device": d} for d in devices
     ]
-    body["status"] = {"allocation": {"devices": {"results": results}}}
+    consumer = {"resource": "pods", "name": "train", "uid": uid}
+    body["status"] = {"allocation": {"devices": {"results": results}}, "reservedFor": [consumer]}
     return body
 
 
@@ -80,6 +86,7 @@ def test_allocated_claims_pin_their_devices_on_the_container_using_them() -> Non
         pod_claims(raw_pod),
         {"c": _allocated("c", ["gpu-5", "gpu-4"])},
         _node(),
+        uid="u1",
     )
     assert held.gpus == {"main": [4, 5]}
     (main,) = held.request.containers
@@ -87,7 +94,43 @@ def test_allocated_claims_pin_their_devices_on_the_container_using_them() -> Non
 
     unallocated = claim("c", [request("gpu", "gpu.nvidia.com", 2)])
     with pytest.raises(NotFollowedError, match="not allocated yet"):
-        claimed_devices(spec, base, pod_claims(raw_pod), {"c": unallocated}, _node())
+        claimed_devices(spec, base, pod_claims(raw_pod), {"c": unallocated}, _node(), uid="u1")
     elsewhere = _allocated("c", ["gpu-9"])
     with pytest.raises(NotFollowedError, match="publishes no such device"):
-        claimed_devices(spec, base, pod_claims(raw_pod), {"c": elsewhere}, _node())
+        claimed_devices(spec, base, pod_claims(raw_pod), {"c": elsewhere}, _node(), uid="u1")
+
+
+def test_a_claim_that_is_not_the_pods_is_not_followed() -> None:
+    """By bind time every claim of the pod is reserved for it, and kube-scheduler's claim
+    for its extended resources is owned by it: a claim reserved for another pod only, or
+    a status naming another pod's extended-resources claim, gives this pod nothing."""
+    spec = p4d()
+    raw_pod = pod({"c": "c"})
+    base = request_from_pod(raw_pod, ResourceNames())
+    others = _allocated("c", ["gpu-4", "gpu-5"], uid="u2")
+    with pytest.raises(NotFollowedError, match="claim c is not reserved for this pod"):
+        claimed_devices(spec, base, pod_claims(raw_pod), {"c": others}, _node(), uid="u1")
+    # A pod without a uid matches no reservation.
+    with pytest.raises(NotFollowedError, match="not reserved for this pod"):
+        claimed_devices(
+            spec,
+            base,
+            pod_claims(raw_pod),
+            {"c": _allocated("c", ["gpu-4"], uid="")},
+            _node(),
+            uid="",
+        )
+
+    extended = [PodClaim(EXTENDED_ENTRY, "x", ("main",), (("gpu", "main"),))]
+    special = _allocated("x", ["gpu-4", "gpu-5"])
+    owner = {"apiVersion": "v1", "kind": "Pod", "name": "victim", "uid": "u2", "controller": True}
+    special["metadata"]["ownerReferences"] = [owner]
+    with pytest.raises(NotFollowedError, match="claim x is not owned by this pod"):
+        claimed_devices(spec, base, extended, {"x": special}, _node(), uid="u1")
+    # Owned, but not as its controller: not the scheduler's claim for this pod either.
+    special["metadata"]["ownerReferences"] = [{**owner, "uid": "u1", "controller": False}]
+    with pytest.raises(NotFollowedError, match="not owned by this pod"):
+        claimed_devices(spec, base, extended, {"x": special}, _node(), uid="u1")
+    special["metadata"]["ownerReferences"] = [{**owner, "name": "train", "uid": "u1"}]
+    held = claimed_devices(spec, base, extended, {"x": special}, _node(), uid="u1")
+    assert held.gpus == {"main": [4, 5]}

@@ -5,10 +5,18 @@ its request holds nothing but its own socket."""
 from __future__ import annotations
 
 import asyncio
+import contextlib
 
 import aiohttp
+import pytest
 
-from numatopo_exporter.daemon.metrics import ExporterMetrics, start_metrics_server
+from metric_samples import sample
+from numatopo_exporter.daemon.metrics import (
+    HEAD_SECONDS,
+    MAX_CONNECTIONS,
+    ExporterMetrics,
+    start_metrics_server,
+)
 
 
 async def test_metrics_and_healthz_are_served_and_the_rest_refused() -> None:
@@ -49,4 +57,35 @@ async def test_a_stalled_client_does_not_stop_others() -> None:
         writer.close()
         stalled.close()
     finally:
+        await server.cleanup()
+
+
+async def test_silent_connections_past_the_limit_are_shut_oldest_first() -> None:
+    """100 more connections than the limit, each sending nothing: the oldest 100 are
+    ended at once (before, each was held until its 10 s head deadline: a client opening
+    them faster ran the process out of file descriptors), the newest are still open, and
+    a request made now is answered."""
+    metrics = ExporterMetrics()
+    server = await start_metrics_server(metrics.registry, host="127.0.0.1", port=0)
+    extra = 100
+    silent = []
+    try:
+        for _ in range(MAX_CONNECTIONS + extra):
+            silent.append(await asyncio.open_connection("127.0.0.1", server.port))
+        async with asyncio.timeout(HEAD_SECONDS / 2):
+            for reader, _ in silent[:extra]:
+                with contextlib.suppress(ConnectionResetError):
+                    assert await reader.read() == b""
+        newest, _ = silent[-1]
+        with pytest.raises(TimeoutError):
+            async with asyncio.timeout(0.5):
+                await newest.read()
+        url = f"http://127.0.0.1:{server.port}/healthz"
+        async with aiohttp.ClientSession() as session, session.get(url) as response:
+            assert (response.status, await response.text()) == (200, "ok")
+        labels = {"server": "metrics"}
+        assert sample(metrics, "numatopo_http_connections_shut_total", labels) == extra + 1
+    finally:
+        for _, writer in silent:
+            writer.close()
         await server.cleanup()

@@ -170,6 +170,40 @@ async def test_failing_vendor_or_candidates_are_no_error_for_the_kubelet(node: N
         await kubelet.stop()
 
 
+async def test_odd_and_huge_requests_are_answered_in_time_and_the_proxy_goes_on(
+    node: Node,
+) -> None:
+    """What only a broken or hostile kubelet sends: duplicate and unknown IDs, sizes of
+    nothing or more than offered, must-include IDs not offered, and 200,000 IDs in one
+    request. Each gets an answer (the vendor's, where numatopo has none) within a
+    second, and the proxy steers the next request as before. Before, must-include IDs
+    were matched against the offered ones pairwise on the event loop: the huge request
+    held it for tens of seconds."""
+    async with steered(node, [flight("a", 1.0, [2, 3])]) as (kubelet, vendor, steerer):
+        replicas = [f"{u}::{r}" for r in range(1000) for u in UUIDS]
+
+        async def timed(available: list[str], size: int, must: Sequence[str] = ()) -> list[str]:
+            began = time.monotonic()
+            ids = await kubelet.preferred(available, size, must)
+            assert time.monotonic() - began < 1.0, (len(available), len(must))
+            return ids
+
+        huge = [f"x{n}" for n in range(100_000)]
+        assert await timed(huge, 2, [f"y{n}" for n in range(100_000)]) == vendor.preferred_ids
+        assert await timed(replicas, 2, [f"y{n}" for n in range(8000)]) == vendor.preferred_ids
+        for size in (0, -1, 3, 2**31 - 1):
+            assert await timed(UUIDS, size) == vendor.preferred_ids
+        assert await timed(["bogus", UUIDS[2], "bogus", UUIDS[2]], 2) == vendor.preferred_ids
+        # Time-sliced replicas, each offered twice: one replica of each assigned GPU.
+        assert await timed(replicas + replicas, 2) == [f"{UUIDS[2]}::0", f"{UUIDS[3]}::0"]
+
+        await kubelet.allocate(huge)
+        assert list(vendor.allocations[-1].container_requests[0].devices_ids) == huge
+        assert await timed(UUIDS, 2) == [UUIDS[2], UUIDS[3]]
+        assert sample(steerer.metrics, "numatopo_steering_answers_total",
+                      {"outcome": "vendor"}) == 7  # fmt: skip
+
+
 async def test_registers_again_after_the_kubelet_restarts(node: Node) -> None:
     async with steered(node) as (kubelet, vendor, steerer):
         before = (
@@ -239,6 +273,59 @@ async def test_a_gone_vendor_leaves_its_devices_unhealthy_until_it_is_back(node:
         assert steerer.status().steering
 
 
+class GarbledVendor(FakeVendor):
+    """Lists its devices once, then sends bytes that are no device list."""
+
+    async def start(self) -> None:
+        async def lists(request: bytes, context: object) -> AsyncIterator[bytes]:
+            yield self.listed.SerializeToString()
+            yield b"\xff\xff\xff\xff not a ListAndWatchResponse"
+            await asyncio.Event().wait()
+
+        async def options(request: bytes, context: object) -> bytes:
+            return self.options().SerializeToString()
+
+        self._server = grpc.aio.server()
+        handlers = {
+            "ListAndWatch": grpc.unary_stream_rpc_method_handler(lists),
+            "GetDevicePluginOptions": grpc.unary_unary_rpc_method_handler(options),
+        }
+        self._server.add_generic_rpc_handlers(
+            (grpc.method_handlers_generic_handler("v1beta1.DevicePlugin", handlers),)
+        )
+        self._server.add_insecure_port(f"unix:{self.socket}")
+        await self._server.start()
+
+
+async def test_a_device_list_that_does_not_parse_is_not_passed_on(
+    node: Node, caplog: pytest.LogCaptureFixture
+) -> None:
+    """The kubelet would end a stream that sends it: it keeps the vendor's last readable
+    list, Unhealthy, as for a vendor that is gone, and numatopo's endpoint stays
+    registered. Before, the bytes went to the kubelet and the node read as steered."""
+    kubelet = FakeKubelet(node.kubelet_dir)
+    vendor = GarbledVendor(node.kubelet_dir)
+    await kubelet.start()
+    try:
+        async with Steerer(tuple, node.config()) as steerer:
+            await vendor.start()
+            await vendor.register(steerer.registration_socket)
+            await eventually(
+                lambda: (
+                    kubelet.lists
+                    and all(d.health == "Unhealthy" for d in kubelet.lists[-1].devices)
+                )
+            )
+            assert [d.ID for d in kubelet.lists[-1].devices] == UUIDS
+            assert not steerer.status().steering
+            assert "listed devices in no readable form" in caplog.text
+            await asyncio.sleep(0.3)
+            assert len(kubelet.registrations) == 1
+    finally:
+        await vendor.stop()
+        await kubelet.stop()
+
+
 async def test_only_the_steered_resource_may_register(node: Node) -> None:
     vendor = FakeVendor(node.kubelet_dir, "amd.sock")
     async with Steerer(tuple, node.config()) as steerer:
@@ -249,8 +336,28 @@ async def test_only_the_steered_resource_may_register(node: Node) -> None:
             assert refused.value.code() == grpc.StatusCode.INVALID_ARGUMENT
             assert "nvidia.com/gpu" in (refused.value.details() or "")
             assert not steerer.status().vendor_registered
+            # Endpoints naming numatopo's own sockets (it would dial itself), or outside
+            # the two folders.
+            for endpoint in ("kubelet.sock", steerer.own_socket.name, "../k/amd.sock", ".."):
+                with pytest.raises(grpc.aio.AioRpcError) as refused:
+                    await _register_endpoint(steerer, endpoint)
+                assert refused.value.code() == grpc.StatusCode.INVALID_ARGUMENT, endpoint
+            assert not steerer.status().vendor_registered
         finally:
             await vendor.stop()
+
+
+async def _register_endpoint(steerer: Steerer, endpoint: str) -> None:
+    async with grpc.aio.insecure_channel(f"unix:{steerer.registration_socket}") as channel:
+        register = channel.unary_unary(
+            "/v1beta1.Registration/Register",
+            request_serializer=pb.RegisterRequest.SerializeToString,
+            response_deserializer=pb.Empty.FromString,
+        )
+        await register(
+            pb.RegisterRequest(version="v1beta1", endpoint=endpoint, resource_name=RESOURCE),
+            timeout=5,
+        )
 
 
 def test_own_endpoint_is_named_for_the_resource() -> None:
