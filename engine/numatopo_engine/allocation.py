@@ -891,32 +891,7 @@ def _choice_on(
     if decided.score[0] < 0:
         return shortfall(plan, decided, 0, row[0])
     return _Choice(decided.mask(0), decided.memory_mask(0), int(decided.score[0]),
-                   decided.gpus[0], _merged_preferred(decided, row[0]))  # fmt: skip
-
-
-def _merged_preferred(decided: Decided, row: npt.NDArray[np.int64]) -> bool:
-    """Whether the winning mask of a node's only row is preferred: always under `restricted` and
-    `single-numa-node`, never under `none`, else when every provider with a hint prefers it."""
-    plan = decided.plan
-    policy = plan.options.policy
-    if policy is PolicyName.NONE:
-        return False
-    if policy is not PolicyName.BEST_EFFORT:
-        return True
-    chosen = int(decided.chosen[0])
-    for provider in plan.providers:
-        hints = provider.holds.copy()
-        for wanted, (columns, asked) in enumerate(
-            zip(provider.columns, provider.needs, strict=True)
-        ):
-            picked = row[columns]
-            per_position = picked.sum(axis=1) if picked.ndim == 2 else picked
-            hints &= (plan.member @ per_position) + provider.reused(wanted) >= asked
-        if provider.memory and not hints.any():
-            continue
-        if not (bool(hints[chosen]) and bool(provider.pref[chosen])):
-            return False
-    return True
+                   decided.gpus[0], bool(decided.preferred[0]))  # fmt: skip
 
 
 def _memory_of(

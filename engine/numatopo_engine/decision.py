@@ -489,6 +489,9 @@ class Decided:
     pair: list[tuple[int, int] | None]
     short: Ints  # SHORT rows: the index of the first resource short in `plan.totals`
     terms: RankTerms  # the node rank's row terms (`node_ranks`); meaningless where refused
+    # The Topology Manager's merged hint is preferred (the memory manager reads it); `none`
+    # merges no hint.
+    preferred: Bools
 
     def mask(self, row: int) -> int:
         return _to_ids(self.plan.masks[int(self.chosen[row])], self.plan.ids)
@@ -553,9 +556,10 @@ def decide_rows(
     if memory is not None and unit_memory:
         memory_index, memory_refused = _memory_choice(plan, memory, chosen, has_preferred)
         refuse(memory_refused, Kind.MEMORY)
+    merged_preferred = has_preferred & (plan.options.policy is not PolicyName.NONE)
     return _finish(
         plan, rows, memo, chosen=chosen, memory_index=memory_index, refused=refused,
-        kind=kind, short=short, mix=mix,
+        kind=kind, short=short, mix=mix, preferred=merged_preferred,
     )  # fmt: skip
 
 
@@ -741,6 +745,7 @@ def _finish(
     kind: list[Kind | None],
     short: Ints,
     mix: WorkloadMix | None,
+    preferred: Bools,
 ) -> Decided:
     count = rows.shape[0]
     need = plan.need
@@ -788,7 +793,7 @@ def _finish(
     scores = _compose(span, links, fills, with_gpus=bool(need.gpus))
     scores[refused] = -1
     terms = _rank_terms(plan, rows, span, links, fills, chosen=chosen, gpus=gpus, mix=mix)
-    return Decided(plan, scores, kind, chosen, memory_index, gpus, pairs, short, terms)
+    return Decided(plan, scores, kind, chosen, memory_index, gpus, pairs, short, terms, preferred)
 
 
 class RankTerms(NamedTuple):
