@@ -251,12 +251,8 @@ class Ledger:
     def stale_nodes(self, limit: float) -> dict[str, str]:
         """Every node `stale_reason` refuses now: node -> why (one pass)."""
         now = time.time()
-        found = {}
-        for node, record in self._nodes.items():
-            why = record.stale_reason(limit, now)
-            if why is not None:
-                found[node] = why
-        return found
+        found = ((node, record.stale_reason(limit, now)) for node, record in self._nodes.items())
+        return {node: why for node, why in found if why is not None}
 
     def see_freshness(
         self, node: str, *, stale: str | None, heartbeat: float | None, gpu_mode: str | None
