@@ -821,12 +821,8 @@ class KubeClient:
         conditions of one object: a map list keyed by `type`, merged by type keeping others'
         entries (no read-modify-write race). Forced: each type has one writer, so a conflict
         is an older version of it (or a hand edit)."""
-        body = {
-            "apiVersion": API_VERSION,
-            "kind": KIND,
-            "metadata": {"name": name},
-            "status": status,
-        }
+        body = {"apiVersion": API_VERSION, "kind": KIND, "metadata": {"name": name}}
+        body["status"] = status
         return await self._patch(
             f"apply {KIND}/{name} status",
             _Numatopology.Status,
