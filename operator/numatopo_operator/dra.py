@@ -239,8 +239,8 @@ async def _write_claims(
     claims: Mapping[str, api.ResourceClaim],
 ) -> None:
     """Each claim's finalizer, then its allocation reserved for the pod."""
-    consumer = api.ResourceClaimConsumerReference(name=ref["name"], uid=ref["uid"]).to_wire()
     for name, allocation in allocations.items():
+        consumer = api.ResourceClaimConsumerReference(name=ref["name"], uid=ref["uid"]).to_wire()
         claim = claims[name]
         finalizers = claim.metadata.finalizers
         version = claim.metadata.resource_version
@@ -322,6 +322,7 @@ async def _resume(runtime: Runtime, pod: PodView) -> bool:
         allocations = await _allocations(runtime, fresh, assignment, entries, claims, pending)
     except (InvalidRequestError, UndecidedError, UnsatisfiableError) as exc:
         return await _roll_back(runtime, fresh, claims, str(exc))
+    await _write_claims(runtime, ref, {n: allocations[n] for n in pending}, pending)
     logger.info("DRA pod %s: resuming its write (%d claims left)", ref["name"], len(pending))
     await _release(runtime, fresh, assignment, allocations, resumed=" (resumed)")
     return False
@@ -361,8 +362,9 @@ async def _member(runtime: Runtime, pod: PodView) -> bool:
         allocations = await _allocations(runtime, pod, assignment, entries, claims, pending)
     except (InvalidRequestError, UndecidedError, UnsatisfiableError) as exc:
         return await _leave(runtime, pod, f"{scheduler}: the plan's devices: {exc}")
-    mine = {n: allocations[n] for n in pending}
-    await _release(runtime, pod, assignment, mine, resumed=" (its group's plan)")
+    allocations = {n: allocations[n] for n in pending}
+    await _write_claims(runtime, ref, allocations, pending)
+    await _release(runtime, pod, assignment, allocations, resumed=" (its group's plan)")
     return False
 
 
@@ -398,8 +400,8 @@ async def _allocations(  # noqa: PLR0917 (the pod, its decision and its claims)
     claims: Mapping[str, api.ResourceClaim],
     pending: Mapping[str, api.ResourceClaim],
 ) -> dict[str, api.AllocationResult]:
-    """The claims' allocations from the assignment's devices, the `pending` ones written ({}
-    when none is); `UnsatisfiableError` when another claim holds one of them now."""
+    """The claims' allocations from the assignment's devices ({} when none is `pending`);
+    `UnsatisfiableError` when another claim holds one of them now."""
     if not pending:
         return {}
     slices, classes = await _slices_and_classes(runtime)
@@ -416,7 +418,6 @@ async def _allocations(  # noqa: PLR0917 (the pod, its decision and its claims)
         if taken and claim_key(raw) not in mine:
             shown = ", ".join(sorted(d.device for d in taken))
             raise UnsatisfiableError(f"claim {claim_key(raw)} holds {shown} now")
-    await _write_claims(runtime, pod.ref, {n: found[n] for n in pending}, pending)
     return found
 
 
