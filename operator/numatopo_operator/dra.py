@@ -137,7 +137,9 @@ async def _settle(runtime: Runtime, pod: PodView) -> bool:
     if decision is None:
         return True
     try:
-        await _write(runtime, pod, decision, claims)
+        await pod_writes.write_outcome(runtime, pod, State.ASSIGNED, decision.assignment)
+        await _write_claims(runtime, ref, decision.allocations, claims)
+        await _release(runtime, pod, decision.assignment, decision.allocations)
     except BaseException:
         runtime.ledger.cancel(key)
         raise
@@ -230,14 +232,6 @@ def book_claims(state: NodeState, node: DraNode, claims: list[api.ResourceClaim]
     return state
 
 
-async def _write(
-    runtime: Runtime, pod: PodView, decision: ClaimDecision, claims: Mapping[str, api.ResourceClaim]
-) -> None:
-    await pod_writes.write_outcome(runtime, pod, State.ASSIGNED, decision.assignment)
-    await _write_claims(runtime, pod.ref, decision.allocations, claims)
-    await _release(runtime, pod, decision.assignment, decision.allocations)
-
-
 async def _write_claims(
     runtime: Runtime,
     ref: Mapping[str, str],
@@ -245,8 +239,8 @@ async def _write_claims(
     claims: Mapping[str, api.ResourceClaim],
 ) -> None:
     """Each claim's finalizer, then its allocation reserved for the pod."""
-    consumer = api.ResourceClaimConsumerReference(name=ref["name"], uid=ref["uid"]).to_wire()
     for name, allocation in allocations.items():
+        consumer = api.ResourceClaimConsumerReference(name=ref["name"], uid=ref["uid"]).to_wire()
         claim = claims[name]
         finalizers = claim.metadata.finalizers
         version = claim.metadata.resource_version
@@ -321,16 +315,14 @@ async def _resume(runtime: Runtime, pod: PodView) -> bool:
             return await _roll_back(
                 runtime, fresh, claims, f"claim {entry.claim} is allocated to another consumer"
             )
-    node, assignment = booking.node, booking.assignment
-    allocations: dict[str, api.AllocationResult] = {}
-    if pending:
-        if runtime.ledger.topology(node) is None:
-            return True
-        try:
-            allocations = await _allocations(runtime, fresh, assignment, entries, claims)
-        except (InvalidRequestError, UndecidedError, UnsatisfiableError) as exc:
-            return await _roll_back(runtime, fresh, claims, str(exc))
-        await _write_claims(runtime, ref, {n: allocations[n] for n in pending}, pending)
+    assignment = booking.assignment
+    if pending and runtime.ledger.topology(assignment.node) is None:
+        return True
+    try:
+        allocations = await _allocations(runtime, fresh, assignment, entries, claims, pending)
+    except (InvalidRequestError, UndecidedError, UnsatisfiableError) as exc:
+        return await _roll_back(runtime, fresh, claims, str(exc))
+    await _write_claims(runtime, ref, {n: allocations[n] for n in pending}, pending)
     logger.info("DRA pod %s: resuming its write (%d claims left)", ref["name"], len(pending))
     await _release(runtime, fresh, assignment, allocations, resumed=" (resumed)")
     return False
@@ -366,14 +358,12 @@ async def _member(runtime: Runtime, pod: PodView) -> bool:
         return await _leave(runtime, pod, f"{scheduler}: its plan names no device")
     if runtime.ledger.topology(assignment.node) is None:
         return True
-    allocations: dict[str, api.AllocationResult] = {}
-    if pending:
-        try:
-            allocations = await _allocations(runtime, pod, assignment, entries, claims)
-        except (InvalidRequestError, UndecidedError, UnsatisfiableError) as exc:
-            return await _leave(runtime, pod, f"{scheduler}: the plan's devices: {exc}")
-        allocations = {n: allocations[n] for n in pending}
-        await _write_claims(runtime, ref, allocations, pending)
+    try:
+        allocations = await _allocations(runtime, pod, assignment, entries, claims, pending)
+    except (InvalidRequestError, UndecidedError, UnsatisfiableError) as exc:
+        return await _leave(runtime, pod, f"{scheduler}: the plan's devices: {exc}")
+    allocations = {n: allocations[n] for n in pending}
+    await _write_claims(runtime, ref, allocations, pending)
     await _release(runtime, pod, assignment, allocations, resumed=" (its group's plan)")
     return False
 
@@ -402,15 +392,18 @@ def _reserved_for(claim: api.ResourceClaim, uid: str) -> bool:
     return any(c.uid == uid for c in claim.status.reserved_for)
 
 
-async def _allocations(
+async def _allocations(  # noqa: PLR0917 (the pod, its decision and its claims)
     runtime: Runtime,
     pod: PodView,
     assignment: Assignment,
     entries: Any,
     claims: Mapping[str, api.ResourceClaim],
+    pending: Mapping[str, api.ResourceClaim],
 ) -> dict[str, api.AllocationResult]:
-    """The claims' allocations from the assignment's devices; `UnsatisfiableError` when
-    another claim holds one of them now."""
+    """The claims' allocations from the assignment's devices ({} when none is `pending`);
+    `UnsatisfiableError` when another claim holds one of them now."""
+    if not pending:
+        return {}
     slices, classes = await _slices_and_classes(runtime)
     topology = runtime.ledger.topology(assignment.node)
     if topology is None:

@@ -25,6 +25,7 @@ from numatopo_engine.model import NumatopologySpec
 from numatopo_engine.request import PodRequest
 from numatopo_engine.state import NodeState
 from numatopo_operator import translate
+from numatopo_operator.ledger import released
 from numatopo_operator.pod_view import PodView
 from numatopo_operator.runtime import Runtime
 
@@ -99,12 +100,8 @@ async def judge_claims(
         if joined is None or not joined.devices:
             verdicts.unresolvable[name] = "the node publishes no DRA devices"
             continue
-        own = state
-        if request.key in state.assignments:
-            # The node's bookings minus the pod's own: an earlier attempt must not count.
-            own = state.copy()
-            own.release(request.key)
-        nodes.append((name, topology, own, joined))
+        # The node's bookings minus the pod's own: an earlier attempt must not count.
+        nodes.append((name, topology, released(state, request.key), joined))
     inputs = _Inputs(request, entries, claims, classes, nodes)
     try:
         return await runtime.in_engine_thread(_judge, inputs, verdicts, runtime.decisions)

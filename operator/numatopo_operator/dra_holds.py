@@ -165,10 +165,7 @@ class DraHolds:
         nodes = set(self._on_node)
         self.slices, self._on_node, self._pools = {}, {}, {}
         for raw in items:
-            read = _slice(raw)
-            if read is not None and read.spec.node_name:
-                self._add(read)
-                nodes.add(read.spec.node_name)
+            nodes |= self.slice_seen(False, raw)
         self._joined.clear()
         return nodes
 

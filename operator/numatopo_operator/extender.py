@@ -38,7 +38,7 @@ from numatopo_operator.errors import KubeError, NodeBusyError, NotActiveError
 from numatopo_operator.extender_memo import CycleMemo, pod_uid
 from numatopo_operator.extender_wire import BadArgsError
 from numatopo_operator.groups import members as group_members
-from numatopo_operator.ledger import ShapeCandidates
+from numatopo_operator.ledger import ShapeCandidates, released
 from numatopo_operator.runtime import Runtime
 
 logger = logging.getLogger(__name__)
@@ -188,14 +188,7 @@ def _without_own(key: str, group: ShapeCandidates) -> ShapeCandidates:
     topology, where, states = group
     if not any(map(operator.contains, map(_ASSIGNMENTS, states), itertools.repeat(key))):
         return group
-    released = []
-    for state in states:
-        own = state
-        if key in state.assignments:
-            own = state.copy()
-            own.release(key)
-        released.append(own)
-    return topology, where, released
+    return topology, where, [released(state, key) for state in states]
 
 
 _ASSIGNMENTS = operator.attrgetter("assignments")

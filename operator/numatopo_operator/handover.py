@@ -73,42 +73,36 @@ def listed_bookings(runtime: Runtime, pods: Iterable[RawPod]) -> list[Booking]:
 
 
 async def _resync(runtime: Runtime) -> list[dict[str, Any]]:
-    """One list of pods applied to the ledger, retried until it works; returns the pods.
-    Waits for `pod_feed`'s first list, which would otherwise be journaled as newer."""
+    """One list of the annotated pods (their slim views) applied to the ledger, retried
+    until it works; returns the pods. Waits for `pod_feed`'s first list, which would
+    otherwise be journaled as newer."""
     await runtime.pods_listed.wait()
+    ledger, namespaces = runtime.ledger, runtime.settings.namespaces
     while True:
         async with runtime.pod_lists:
-            pods = await _listed(runtime)
-        if pods is not None:
-            return pods
+            ledger.begin_resync()
+            try:
+                listing = await runtime.kube.list_pods(namespaces=namespaces, keep=_annotated)
+            except KubeError as exc:
+                ledger.abort_resync()
+                level = logging.DEBUG if exc.reason == "NotLoggedIn" else logging.WARNING
+                logger.log(level, "cannot list pods to rebuild the ledger (retrying): %s", exc)
+            except BaseException:
+                ledger.abort_resync()
+                raise
+            else:
+                untrusted = ledger.end_resync(listed_bookings(runtime, listing.items))
+                if untrusted:
+                    logger.warning(
+                        "bookings that overlap earlier claims after the resync: %s", untrusted
+                    )
+                return listing.items
         await asyncio.sleep(LIST_RETRY_SECONDS)
 
 
 def _annotated(pod: dict[str, Any]) -> dict[str, Any] | None:
     """The slim view of a pod with a numatopo annotation; None (not kept) for any other."""
     return slim_pod(pod) if translate.is_annotated(PodView(pod)) else None
-
-
-async def _listed(runtime: Runtime) -> list[dict[str, Any]] | None:
-    """One try of `_resync`'s list, under `Runtime.pod_lists`; None when it failed."""
-    ledger = runtime.ledger
-    ledger.begin_resync()
-    try:
-        pods = (
-            await runtime.kube.list_pods(namespaces=runtime.settings.namespaces, keep=_annotated)
-        ).items
-    except KubeError as exc:
-        ledger.abort_resync()
-        level = logging.DEBUG if exc.reason == "NotLoggedIn" else logging.WARNING
-        logger.log(level, "cannot list pods to rebuild the ledger (retrying): %s", exc)
-        return None
-    except BaseException:
-        ledger.abort_resync()
-        raise
-    untrusted = ledger.end_resync(listed_bookings(runtime, pods))
-    if untrusted:
-        logger.warning("bookings that overlap earlier claims after the resync: %s", untrusted)
-    return pods
 
 
 async def _caught_up(runtime: Runtime) -> bool:

@@ -115,11 +115,6 @@ def _record(lease: dict[str, Any]) -> tuple[str, str, int]:
     )
 
 
-def _version(lease: dict[str, Any]) -> str | None:
-    found = (lease.get("metadata") or {}).get("resourceVersion")
-    return found if isinstance(found, str) and found else None
-
-
 class Elector:
     """The leadership loop of one replica (see the module docstring)."""
 
@@ -243,8 +238,8 @@ class Elector:
             await self._acquired(sent, previous=holder, first=first)
 
     def _observe(self, lease: dict[str, Any]) -> None:
-        record = _record(lease)
-        self._version = _version(lease)
+        record, version = _record(lease), (lease.get("metadata") or {}).get("resourceVersion")
+        self._version = version if isinstance(version, str) and version else None
         if record != self._seen:
             self._seen, self._seen_at = record, time.monotonic()
 

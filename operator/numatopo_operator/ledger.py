@@ -166,10 +166,7 @@ class Ledger:
                 if why is not None:
                     refused[node] = why
                     continue
-            state = frozen[2]
-            if found is own and without in state.assignments:
-                state = state.copy()
-                state.release(without)
+            state = released(frozen[2], without) if found is own and without else frozen[2]
             group = groups.get(frozen[3])
             if group is None:
                 group = groups[frozen[3]] = (state.topology, [], [])
@@ -215,11 +212,10 @@ class Ledger:
     def pods_on(self, node: str) -> int:
         """Pods booked on `node` (observed or in-flight, untrusted ones excluded)."""
         found = self._nodes.get(node)
-        state = found.state if found is not None else None
-        if found is None or state is None:
+        if found is None or found.state is None:
             return 0
-        holds = found.dra_holds
-        return len(state.assignments) - sum(1 for key in holds if key in state.assignments)
+        booked = found.state.assignments
+        return len(booked) - sum(1 for key in found.dra_holds if key in booked)
 
     def dra_holds(self, node: str) -> Mapping[str, Assignment]:
         """What ResourceClaims hold on `node` (`set_dra_holds`), booked or not."""
@@ -251,12 +247,8 @@ class Ledger:
     def stale_nodes(self, limit: float) -> dict[str, str]:
         """Every node `stale_reason` refuses now: node -> why (one pass)."""
         now = time.time()
-        found = {}
-        for node, record in self._nodes.items():
-            why = record.stale_reason(limit, now)
-            if why is not None:
-                found[node] = why
-        return found
+        found = ((node, record.stale_reason(limit, now)) for node, record in self._nodes.items())
+        return {node: why for node, why in found if why is not None}
 
     def see_freshness(
         self, node: str, *, stale: str | None, heartbeat: float | None, gpu_mode: str | None
@@ -548,6 +540,15 @@ class Ledger:
         found.untrusted = untrusted
         self._dirty.add(found.name)
         return sorted(set(untrusted) - before)
+
+
+def released(state: NodeState, key: str) -> NodeState:
+    """`state`, or a copy of it without pod `key`'s booking where it holds one."""
+    if key not in state.assignments:
+        return state
+    copy = state.copy()
+    copy.release(key)
+    return copy
 
 
 def _saw_seq(found: NodeRecord, seq: int) -> None:

@@ -123,24 +123,16 @@ def _split(text: str) -> tuple[str, ...]:
     return tuple(part.strip() for part in text.split(",") if part.strip())
 
 
-def _port(name: str, text: str) -> int:
+def _number(name: str, text: str, *, most: float = 3600.0, port: bool = False) -> float:
+    """A port number (`port`), else a number of seconds, in 0..`most`."""
+    what, unit = ("a port number", "") if port else ("a number of seconds", " seconds")
     try:
-        port = int(text)
+        number = int(text) if port else float(text)
     except ValueError:
-        raise SettingsError(f"{name}: {text!r} is not a port number") from None
-    if not 0 <= port <= 65535:
-        raise SettingsError(f"{name}: {port} is outside 0..65535")
-    return port
-
-
-def _seconds(name: str, text: str, *, most: float = 3600.0) -> float:
-    try:
-        seconds = float(text)
-    except ValueError:
-        raise SettingsError(f"{name}: {text!r} is not a number of seconds") from None
-    if not 0 <= seconds <= most:
-        raise SettingsError(f"{name}: {seconds} is outside 0..{most:g} seconds")
-    return seconds
+        raise SettingsError(f"{name}: {text!r} is not {what}") from None
+    if not 0 <= number <= most:
+        raise SettingsError(f"{name}: {number} is outside 0..{most:g}{unit}")
+    return number
 
 
 def _switch(name: str, value: str | bool, *, empty: bool = True) -> bool:
@@ -173,15 +165,15 @@ def _apply(
         if name in ("gpu_resources", "nic_resources", "namespaces"):
             changes[name] = _split(text)
         elif name in ("extender_port", "metrics_port"):
-            changes[name] = _port(label, text)
+            changes[name] = _number(label, text, most=65535, port=True)
         elif name == "groups":
             changes[name] = _switch(label, text, empty=False)
         elif name == "workload_mix_half_life_seconds":
-            changes[name] = _seconds(label, text, most=MAX_HALF_LIFE_SECONDS)
+            changes[name] = _number(label, text, most=MAX_HALF_LIFE_SECONDS)
             if not changes[name]:
                 raise SettingsError(f"{label}: must be more than 0")
         elif name.endswith("_seconds"):
-            changes[name] = _seconds(label, text)
+            changes[name] = _number(label, text)
         elif name == "workload_mix":
             try:
                 WorkloadMix.parse(text)

@@ -153,6 +153,7 @@ class GroupBook:
         self.invalid: dict[str, str] = {}
         """Pods whose group annotations cannot be read: pod key -> why."""
         self.expected: dict[str, Expectation] = {}
+        """What the operator wrote on a member and the watch has not shown yet: pod key -> it."""
 
     def observe(self, body: Mapping[str, Any]) -> set[str]:
         """Take the pod's current body; returns the groups it changed (0, 1 or 2)."""
@@ -210,9 +211,6 @@ class GroupBook:
         members.pop(key, None)
         if not members:
             self._members.pop(group, None)
-
-    def expect(self, key: str, expectation: Expectation) -> None:
-        self.expected[key] = expectation
 
     def groups(self) -> list[str]:
         return sorted(self._members)

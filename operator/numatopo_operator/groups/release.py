@@ -72,8 +72,7 @@ def choose_topology(
             )
         return spec.topology, chosen
     if len(known) == 1:
-        name, chosen = next(iter(known.items()))
-        return name, chosen
+        return next(iter(known.items()))
     if "default" in known:
         return "default", known["default"]
     if spec.required is None and spec.preferred is None:
@@ -266,7 +265,7 @@ async def _write_all(
         pod = PodView.of(view.body)
         await pod_writes.write_outcome(runtime, pod, State.ASSIGNED, assignment, placement=text)
         runtime.groups.plans[view.key] = (assignment.node, text)
-        runtime.groups.book.expect(view.key, Expectation(placement=text, gated=True))
+        runtime.groups.book.expected[view.key] = Expectation(placement=text, gated=True)
 
     written, error = await _each(views, write)
     if error is not None:
@@ -307,7 +306,7 @@ async def void(runtime: Runtime, views: Sequence[MemberView]) -> None:
         with contextlib.suppress(KubeNotFoundError):  # gone: its deletion frees it
             await pod_writes.write_taken_back(runtime, namespace, name, placement=True)
         runtime.groups.plans.pop(view.key, None)
-        runtime.groups.book.expect(view.key, Expectation(placement=None, gated=True))
+        runtime.groups.book.expected[view.key] = Expectation(placement=None, gated=True)
         runtime.ledger.cancel(view.key)
         runtime.ledger.forget(view.key)
 
@@ -345,7 +344,7 @@ async def release(runtime: Runtime, views: Sequence[MemberView]) -> dict[str, st
             group_members.placement_text(view.body)
             or runtime.groups.plans.get(view.key, ("", ""))[1]
         )
-        runtime.groups.book.expect(view.key, Expectation(placement=text or None, gated=False))
+        runtime.groups.book.expected[view.key] = Expectation(placement=text or None, gated=False)
         runtime.groups.plans.pop(view.key, None)
         released[view.key] = node
 

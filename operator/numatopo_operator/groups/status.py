@@ -53,13 +53,6 @@ def network_status(tree: DomainTree, nodes: Mapping[str, NodeCandidate]) -> Netw
     )
 
 
-def _status_patch(status: NetworkTopologyStatus) -> dict[str, object]:
-    wire = status.to_wire()
-    wire.pop("conditions", None)
-    wire.setdefault("largestFreeDomain", None)
-    return wire
-
-
 async def write_network_statuses(runtime: Runtime) -> None:
     """Forever: each debounce period, write changed NetworkTopology statuses and the gauges."""
     written: dict[str, dict[str, object]] = {}
@@ -96,8 +89,10 @@ async def write_network_statuses(runtime: Runtime) -> None:
                 utilization.labels(name, level, domain).set(ratio)
             for level, ratio in domain_fragmentation(tree, nodes).items():
                 fragmentation.labels(name, level).set(ratio)
-            status = network_status(tree, nodes)
-            patch = _status_patch(status)
+            # Not `conditions` (others'); a `largestFreeDomain` gone is nulled.
+            patch = network_status(tree, nodes).to_wire()
+            patch.pop("conditions", None)
+            patch.setdefault("largestFreeDomain", None)
             if written.get(name) == patch:
                 continue
             if not runtime.lease_fresh():

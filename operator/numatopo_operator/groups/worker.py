@@ -76,10 +76,15 @@ def _tell(
     """Queue the Event for each member that has not had this one yet."""
     for view in views:
         said = f"{view.key} {reason}" + ("" if once_per_pod else f" {message}")
-        if said in runtime.groups.said:
-            continue
+        _say(runtime, said, PodView.of(view.body).ref, reason, message, warning=warning)
+
+
+def _say(
+    runtime: Runtime, said: str, ref: Mapping[str, str], reason: str, message: str, *, warning: bool
+) -> None:
+    """Queue the Event unless `said` (its pod key first) was said already."""
+    if said not in runtime.groups.said:
         runtime.groups.said.add(said)
-        ref = PodView.of(view.body).ref
         runtime.events.post(ref, warning=warning, reason=reason, message=message)
 
 
@@ -272,17 +277,10 @@ def _unsatisfiable(
 
 def _report_invalid(runtime: Runtime) -> None:
     """Members whose group annotations cannot be read: one Warning each."""
-    group_state = runtime.groups
-    for key, why in sorted(group_state.book.invalid.items()):
-        said = f"{key} {INVALID} {why}"
-        if said in group_state.said:
-            continue
-        group_state.said.add(said)
+    for key, why in sorted(runtime.groups.book.invalid.items()):
         namespace, _, name = key.partition("/")
-        runtime.events.post(
-            {"namespace": namespace, "name": name}, warning=True, reason=INVALID,
-            message=f"invalid group annotations: {why}",
-        )  # fmt: skip
+        ref, message = {"namespace": namespace, "name": name}, f"invalid group annotations: {why}"
+        _say(runtime, f"{key} {INVALID} {why}", ref, INVALID, message, warning=True)
 
 
 async def settle_group(runtime: Runtime, group: str) -> None:
