@@ -288,6 +288,8 @@ async def _resume(runtime: Runtime, pod: PodView) -> bool:
     hold them, take it back (and its allocations) to decide afresh. True: look again."""
     ref = pod.ref
     fresh = PodView.of(await runtime.kube.get_pod(ref["namespace"], ref["name"]))
+    if fresh.uid != ref["uid"]:
+        return False  # replaced by a namesake: its claims are reserved by its own events
     if not is_gated(fresh) or translate.state_of(fresh) != State.ASSIGNED:
         return False  # released meanwhile (an old event of a write that completed)
     try:
