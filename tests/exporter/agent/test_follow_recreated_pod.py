@@ -191,3 +191,22 @@ async def test_the_successor_is_steered_while_its_predecessor_is_still_listed(
 
 def in_flight(agent: AgentLoop) -> list[tuple[str, str, tuple[str, ...]]]:
     return [(c.pod_uid, c.container, c.gpus) for c in agent.pods.in_flight]
+
+
+def test_only_the_kubelets_report_on_a_pod_makes_it_admitted() -> None:
+    """What the scheduler and the agent write on a pending pod (conditions) says nothing of
+    the kubelet; a start time or container statuses (even waiting, with no id yet) do."""
+    body = new_pod(running=False)
+    body["status"]["conditions"] = [
+        {"type": "PodScheduled", "status": "True"},
+        {"type": "numatopo.io/Aligned", "status": "False", "reason": "GPUMismatch"},
+    ]
+    assert not PodView.of(body).admitted
+
+    body["status"]["startTime"] = "2026-01-01T00:00:01Z"
+    assert PodView.of(body).admitted
+
+    del body["status"]["startTime"]
+    waiting = {"name": "main", "state": {"waiting": {"reason": "ContainerCreating"}}}
+    body["status"]["initContainerStatuses"] = [waiting]
+    assert PodView.of(body).admitted
