@@ -19,7 +19,7 @@ from numatopo_exporter.agent import follow, health, pods
 from numatopo_exporter.agent.metrics import AgentMetrics
 from numatopo_exporter.agent.pod_records import PodRecords
 from numatopo_exporter.agent.pod_resources import (
-    Holdings,
+    Listing,
     PodResourcesError,
     list_allocatable,
     list_holdings,
@@ -59,9 +59,9 @@ class KubeletDevices:
     def why_unverified(self) -> str:
         return self.unreadable or "Follow is off (no PodResources socket)"
 
-    async def read_holdings(self) -> Holdings | None:
-        """What PodResources lists now; None when Follow is off or it is unreadable (logged when
-        that changes)."""
+    async def read_holdings(self, admitted: frozenset[str]) -> Listing | None:
+        """What PodResources lists now, for the pods seen `admitted` before asking; None when
+        Follow is off or it is unreadable (logged when that changes)."""
         if self.socket is None:
             return None
         try:
@@ -74,7 +74,7 @@ class KubeletDevices:
         if self.unreadable is not None:
             logger.info("PodResources readable again at %s", self.socket)
         self.unreadable = None
-        return holdings
+        return Listing(holdings, admitted)
 
     async def read_health(self) -> None:
         """`unhealthy`: the node's devices the kubelet does not list as allocatable."""
@@ -132,7 +132,7 @@ class KubeletDevices:
     async def check(
         self,
         entry: pods.PodAssignment,
-        holdings: Holdings | None,
+        listing: Listing | None,
         records: PodRecords,
         outcome: pods.PodOutcome,
     ) -> None:
@@ -148,7 +148,7 @@ class KubeletDevices:
         )
         if not with_gpus and not any(c.nics for c in assignment.containers.values()):
             return
-        if holdings is None:
+        if listing is None:
             if not with_gpus:
                 return  # NICs alone are followed where PodResources is read
             outcome.problems.append(
@@ -156,17 +156,18 @@ class KubeletDevices:
             )
             outcome.reason = outcome.reason or GPUS_UNVERIFIED
             return
-        namespace, _, name = entry.key.partition("/")
         observed = follow.observe(
             assignment,
-            holdings.get((namespace, name)),
+            listing.held_by(entry.uid, entry.key),
             containers=follow.running_container_names(entry.body),
             is_gpu=self.resources.is_gpu,
             is_nic=self.resources.is_nic,
             nics=self._spec[0].nics if self._spec is not None else (),
         )
         if observed is None:
-            outcome.pending = True  # not admitted yet: reported once the kubelet has chosen
+            # Not admitted yet, or the listing may be a predecessor's: reported once the kubelet
+            # has chosen, from a listing read after its report on this pod.
+            outcome.pending = True
             return
         if entry.observed != observed:
             await self._write_observed(entry.key, observed)

@@ -157,11 +157,12 @@ class AgentLoop:
     async def reconcile(self) -> None:
         """One pass: stand aside for a static (or unknown) kubelet, else select, enforce, verify,
         report."""
-        holdings = await self.devices.read_holdings()
-        self.pods.publish_in_flight(holdings)
-        if holdings is not None:
+        # Taken before the listing is asked for: only those pods' entries are surely theirs.
+        listing = await self.devices.read_holdings(self.pods.admitted())
+        self.pods.publish_in_flight(listing)
+        if listing is not None:
             await self.devices.read_health()
-        if await self.publish_node_status(follows=holdings is not None):
+        if await self.publish_node_status(follows=listing is not None):
             return
         try:
             hierarchy = cgroupfs.detect_hierarchy(self.cgroup_root)
@@ -179,7 +180,7 @@ class AgentLoop:
         )
         outcomes = {entry.uid: enforce.locate(hierarchy, entry) for entry in accepted}
         for entry in accepted:
-            await self.devices.check(entry, holdings, self.pods, outcomes[entry.uid])
+            await self.devices.check(entry, listing, self.pods, outcomes[entry.uid])
         done = enforce.write_cpusets(hierarchy, online, accepted, outcomes, self.metrics)
         for entry in accepted:
             await self.reporter.report(hierarchy, entry, outcomes[entry.uid], done)

@@ -10,7 +10,7 @@ from dataclasses import dataclass, field
 
 from numatopo_engine.signing import Verifier
 from numatopo_exporter.agent import follow, pods
-from numatopo_exporter.agent.pod_resources import Holdings
+from numatopo_exporter.agent.pod_resources import Listing
 from numatopo_exporter.agent.pod_view import PodView
 from numatopo_exporter.steering.choice import InFlight
 
@@ -53,7 +53,7 @@ class PodRecords:
     """Pod uid -> the highest decision sequence of a signed assignment it showed (kept by
     `pods.select_assignments`): an older one shown again is stale."""
     _records: dict[str, PodRecord] = field(default_factory=dict, init=False)
-    _held: Holdings = field(default_factory=dict, init=False)
+    _listing: Listing = field(default_factory=lambda: Listing({}, frozenset()), init=False)
 
     def __len__(self) -> int:
         return len(self._records)
@@ -66,6 +66,10 @@ class PodRecords:
 
     def views(self) -> list[PodView]:
         return [record.view for record in self._records.values()]
+
+    def admitted(self) -> frozenset[str]:
+        """The UIDs of the pods seen admitted by the kubelet (`Listing.admitted`)."""
+        return frozenset(uid for uid, record in self._records.items() if record.view.admitted)
 
     # -- taking watch events -------------------------------------------------------------
 
@@ -125,16 +129,17 @@ class PodRecords:
         record.gpu_claims = claims
         return bool(claims) or bool(before)
 
-    def publish_in_flight(self, holdings: Holdings | None = None) -> None:
+    def publish_in_flight(self, listing: Listing | None = None) -> None:
         """Publish `in_flight`: the GPU containers of the pods that PodResources did not list with
-        devices yet (as of the last `holdings` given)."""
-        if holdings is not None:
-            self._held = holdings
-        held = self._held
+        devices yet (as of the last `listing` given; an entry that may be a predecessor's
+        does not count)."""
+        if listing is not None:
+            self._listing = listing
+        known = self._listing
 
         def holds_devices(claim: InFlight) -> bool:
-            namespace, _, name = claim.pod_key.partition("/")
-            return any((held.get((namespace, name)) or {}).get(claim.container, {}).values())
+            held = known.held_by(claim.pod_uid, claim.pod_key) or {}
+            return any((held.get(claim.container) or {}).values())
 
         self.in_flight = tuple(
             claim

@@ -9,6 +9,7 @@ simply dialled again.
 from __future__ import annotations
 
 from collections.abc import Mapping
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -23,6 +24,30 @@ than a node of tenant pods with many containers lists)."""
 
 Holdings = Mapping[tuple[str, str], Mapping[str, Mapping[str, list[str]]]]
 """(namespace, pod name) -> container -> resource name -> device plugin IDs."""
+
+
+@dataclass(frozen=True)
+class Listing:
+    """One `List` answer, and the pods it can speak for.
+
+    PodResources names a pod by namespace and name, never by UID, so a pod deleted and created
+    again under its name (a StatefulSet's, a Job's re-created by hand) is listed with its
+    predecessor's devices until the kubelet has let the predecessor go. The kubelet takes the new
+    pod in only after that (it removes a pod before it adds one of the same name), and reports on
+    a pod only once it has admitted it (`PodView.admitted`): an entry is the pod's own when the
+    listing was read after the agent had seen that report for the pod's UID."""
+
+    holdings: Holdings
+    admitted: frozenset[str]
+    """The UIDs of the pods the agent had seen admitted when the `List` was sent."""
+
+    def held_by(self, uid: str, key: str) -> Mapping[str, Mapping[str, list[str]]] | None:
+        """What the pod (`uid`, `namespace/name`) holds per container; None when unlisted, or
+        when this listing may still show its predecessor."""
+        if uid not in self.admitted:
+            return None
+        namespace, _, name = key.partition("/")
+        return self.holdings.get((namespace, name))
 
 
 class PodResourcesError(Exception):

@@ -35,6 +35,11 @@ class PodView:
     qos: cgroups.QosClass | None
     running: tuple[RunningContainer, ...]
     """Containers with a running state and a parseable id, by name."""
+    admitted: bool
+    """The kubelet has reported on this pod (a start time, container statuses). The API
+    server empties the status of a pod it creates, and the kubelet reports only on a pod it
+    has admitted, with the devices given: the status is this UID's, never a predecessor's of
+    the same name."""
     annotation: str | None
     """The raw `numatopo.io/assignment` text, to notice a changed assignment."""
     assignment: Assignment | None
@@ -65,6 +70,7 @@ class PodView:
             deleting=bool(meta.get("deletionTimestamp")),
             qos=_qos(status),
             running=_running(status),
+            admitted=_admitted(status),
             annotation=text,
             assignment=assignment,
             invalid=invalid,
@@ -110,6 +116,11 @@ def _running(status: dict[str, Any]) -> tuple[RunningContainer, ...]:
         if parsed is not None and "running" in (container.get("state") or {}):
             out.append(RunningContainer(name=str(container.get("name")), container_id=parsed))
     return tuple(sorted(out, key=lambda c: c.name))
+
+
+def _admitted(status: dict[str, Any]) -> bool:
+    statuses = ("containerStatuses", "initContainerStatuses")
+    return bool(status.get("startTime")) or any(status.get(s) for s in statuses)
 
 
 def _qos(status: dict[str, Any]) -> cgroups.QosClass | None:
