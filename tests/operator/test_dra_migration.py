@@ -15,29 +15,31 @@ from __future__ import annotations
 import json
 from typing import Any
 
-from dra_objects import GPU_CLASS_SELECTOR, device_class, nic_slice
+from dra_objects import GPU_CLASS_SELECTOR, claim, device_class, nic_slice, request
 from foreign_schemas import nrt_errors
 from numatopo_engine import annotations as keys
 from numatopo_engine.cpuset import CPUSet
 
 from .conftest import Cluster, numatopology
 from .test_dra_bind import NUMA1_GPUS, asking, prebind_extended
-from .test_dra_cluster import FAST, NODE, build, free, spec
+from .test_dra_cluster import CLAIMS, FAST, NODE, build, free, hold, spec
 from .test_exports_cluster import nrts, register_foreign
 
 GPU = "nvidia.com/gpu"
 PLUGIN_NODE = "plugin-node"
 NOT_FOLLOWED = "DRAClaimsNotFollowed"
+LOW_GPUS = GPU_CLASS_SELECTOR + ' && device.attributes["gpu.nvidia.com"].index < 4'
 
 
-async def mixed(cluster: Cluster) -> None:
-    """The two nodes, and class `nvidia` serving `nvidia.com/gpu` where no plugin does."""
+async def mixed(cluster: Cluster, selector: str = GPU_CLASS_SELECTOR) -> None:
+    """The two nodes, and class `nvidia` (its devices: `selector`) serving
+    `nvidia.com/gpu` where no plugin does."""
     await build(cluster)
     await cluster.create_node(PLUGIN_NODE)
     await cluster.patch_node(PLUGIN_NODE, {"status": {"allocatable": {GPU: "8", "cpu": "96"}}})
     await cluster.create_numatopology(numatopology(PLUGIN_NODE, spec()))
     await cluster.create("/apis/resource.k8s.io/v1/resourceslices", nic_slice(PLUGIN_NODE, spec()))
-    nvidia = device_class("nvidia", GPU_CLASS_SELECTOR, extended=GPU)
+    nvidia = device_class("nvidia", selector, extended=GPU)
     await cluster.create("/apis/resource.k8s.io/v1/deviceclasses", nvidia)
 
 
@@ -125,3 +127,32 @@ async def test_bind_on_the_plugin_node_decides_from_requests_without_an_event(
     assert len(main["gpuIndices"]) == 2
     await wait(lambda: "NumatopoAssigned" in reasons(cluster, "train"), what="assigned Event")
     assert NOT_FOLLOWED not in reasons(cluster, "train"), cluster.events_for("train")
+
+
+async def test_the_filter_counts_the_dra_gpus_the_class_serves_on_the_dra_node(
+    cluster: Cluster, start_operator: Any, wait: Any
+) -> None:
+    """Class `nvidia` serves `nvidia.com/gpu` from p4d-a's GPUs 0-3 only; another claim
+    holds GPUs 0 and 1. A pod asking 4 cannot get them there through kube-scheduler's
+    claim (2 left), though 6 of the node's GPUs are free: the filter fails p4d-a and
+    passes the plugin node, judged as before. Asking 2, both pass."""
+    await mixed(cluster, LOW_GPUS)
+    await cluster.create(CLAIMS, claim("theirs", [request("gpu", "gpu.nvidia.com", 2)]))
+    running = await start_operator(**FAST)
+    await hold(cluster, "theirs", [("gpu", "gpu-0"), ("gpu", "gpu-1")])
+    await wait(lambda: free(cluster)[0] == 6, what="theirs booked on p4d-a")
+    await wait(lambda: PLUGIN_NODE in set(running.runtime.ledger.nodes()), what="node known")
+    await wait(lambda: "nvidia" in running.runtime.dra_holds.classes, what="class watched")
+    nodes = [NODE, PLUGIN_NODE]
+
+    await cluster.create_pod(asking("four", GPU, 4))
+    status, result = await running.post("/filter", {"Pod": cluster.pod("four"), "NodeNames": nodes})
+
+    assert status == 200
+    assert result["NodeNames"] == [PLUGIN_NODE]
+    assert set(result["FailedNodes"]) == {NODE}
+
+    await cluster.create_pod(asking("two", GPU, 2))
+    status, result = await running.post("/filter", {"Pod": cluster.pod("two"), "NodeNames": nodes})
+    assert status == 200
+    assert sorted(result["NodeNames"]) == sorted(nodes)

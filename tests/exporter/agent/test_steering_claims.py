@@ -84,7 +84,9 @@ def test_a_pod_whose_gpus_dra_serves_steers_nothing() -> None:
     body = pending(gpu_claim(node=NODE, seq=1, gpu=3))
     mapping = {"containerName": "main", "resourceName": GPU, "requestName": "container-0-request-0"}
     body["status"]["extendedResourceClaimStatus"] = {
-        "resourceClaimName": "train-extended-resources-x7k2q", "requestMappings": [mapping]}  # fmt: skip
+        "resourceClaimName": "train-extended-resources-x7k2q",
+        "requestMappings": [mapping],
+    }
     found = records()
     found.take(PodView.of(body))
 
