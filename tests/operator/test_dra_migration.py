@@ -13,10 +13,15 @@ claim it creates in PreBind and maps per container in `status.extendedResourceCl
 from __future__ import annotations
 
 import json
+from pathlib import Path
 from typing import Any
+
+import pytest
 
 from dra_objects import GPU_CLASS_SELECTOR, claim, device_class, nic_slice, request
 from foreign_schemas import nrt_errors
+from kubelet_harness import Harness
+from node_agent import aligned, cgroup_tree, running_agent
 from numatopo_engine import annotations as keys
 from numatopo_engine.cpuset import CPUSet
 
@@ -156,3 +161,49 @@ async def test_the_filter_counts_the_dra_gpus_the_class_serves_on_the_dra_node(
     status, result = await running.post("/filter", {"Pod": cluster.pod("two"), "NodeNames": nodes})
     assert status == 200
     assert sorted(result["NodeNames"]) == sorted(nodes)
+
+
+@pytest.mark.timeout(90)
+async def test_the_agent_pins_a_pod_whose_nvidia_gpus_dra_serves_without_following_it(
+    cluster: Cluster, start_operator: Any, wait: Any, tmp_path: Path
+) -> None:
+    """The real agent on the DRA node (its kubelet's device plugins list no GPU) with the
+    pod `/bind` placed next to the claim's GPUs 4 and 5: its GPUs come from the claim,
+    so the agent pins its CPUs and reports Aligned, never waiting for device-plugin GPUs
+    (read as the device plugin's, the pod stayed unverified: no plugin lists them)."""
+    cid = "e5b1e5b1e5b1e5b1"
+    await mixed(cluster)
+    await cluster.create_pod(asking("train", GPU, 2))
+    uid = cluster.pod("train")["metadata"]["uid"]
+    cluster.emulate_binding()
+    running = await start_operator(**FAST)
+    await prebind_extended(cluster, "train", "nvidia", GPU, NUMA1_GPUS)
+    await wait(lambda: free(cluster)[0] == 6, what="the claim's GPUs booked as a hold")
+    status, result = await running.post("/bind", cluster.binding_args("train", NODE))
+    assert (status, result) == (200, {"Error": ""})
+    first = json.loads(cluster.annotations("train")[keys.ASSIGNMENT])
+
+    async with (
+        Harness() as kubelet,
+        running_agent(str(cluster.api.url), NODE, tmp_path, kubelet.pod_resources_socket),
+    ):
+        cgroup_tree(tmp_path, uid, cid, cpus="0-95")
+        container = {"name": "main", "containerID": f"containerd://{cid}", "state": {"running": {}}}
+        running_status = {
+            "phase": "Running", "qosClass": "Guaranteed", "containerStatuses": [container]
+        }  # fmt: skip
+        await cluster.patch_pod("train", {"status": running_status})
+        await wait(
+            lambda: aligned(cluster, "train") == ("True", "CpusetsApplied"),
+            what="Aligned: the CPUs pinned beside the claimed GPUs",
+            timeout=20,
+        )
+
+    final = json.loads(cluster.annotations("train")[keys.ASSIGNMENT])
+    assert final["seq"] == first["seq"], "never realigned: the claim is the guarantee"
+    assert sorted(final["containers"]["main"]["gpuIndices"]) == NUMA1_GPUS
+    written = (tmp_path / "kubepods" / f"pod{uid}" / cid / "cpuset.cpus").read_text().strip()
+    assert CPUSet.parse(written) == CPUSet.parse(final["containers"]["main"]["cpus"])
+    said = reasons(cluster, "train")
+    assert not said & {"GPUMismatch", "GPUsUnverified", "NumatopoRealigned", NOT_FOLLOWED}, said
+    assert keys.OBSERVED not in cluster.annotations("train")
