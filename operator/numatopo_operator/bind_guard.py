@@ -88,5 +88,6 @@ async def _bind_checked(runtime: Runtime, args: BindingArgs) -> str:
     refused = node_rules.refusal(_spec(pod), node)
     if refused:
         return f"pod {args.key} cannot go to node {args.node}: {refused}"
-    await dra_bind.follow_member(runtime, pod, args.node)
-    return await assigning.bind_pod(runtime, pod, args.node, first=dra_bind.decide)
+    plugin = dra_bind.plugin_served(node)
+    await dra_bind.follow_member(runtime, pod, args.node, plugin=plugin)
+    return await assigning.bind_pod(runtime, pod, args.node, first=dra_bind.decider(plugin))

@@ -8,20 +8,24 @@ claims cannot be followed (`DRAClaimsNotFollowed`).
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 import time
+from collections.abc import Collection, Mapping
+from typing import Any
 
 from numatopo_engine import annotations as keys
 from numatopo_engine.annotations import Assignment, State
 from numatopo_engine.dra.allocated import Claimed, NotFollowedError, claimed_devices
 from numatopo_engine.dra.claims import PodClaim, pod_claims
 from numatopo_engine.dra.extended import EXTENDED_ENTRY, asked_served, extended_claim
+from numatopo_engine.dra.pods import dra_served
 from numatopo_engine.errors import InvalidRequestError
 from numatopo_engine.model import NumatopologySpec
 from numatopo_engine.request import PodRequest
 from numatopo_kube import KubeInvalidNameError
 from numatopo_operator import assigning, pod_writes, translate
-from numatopo_operator.assigning import Outcome
+from numatopo_operator.assigning import Decider, Outcome
 from numatopo_operator.dra_extender import from_claims
 from numatopo_operator.dra_holds import HELD
 from numatopo_operator.pod_view import PodView
@@ -32,15 +36,59 @@ logger = logging.getLogger(__name__)
 NOT_FOLLOWED = "DRAClaimsNotFollowed"
 
 
+def plugin_served(node: Mapping[str, Any]) -> frozenset[str]:
+    """The resources the Node's `status.allocatable` lists: where it lists an extended resource
+    a DeviceClass also serves, kube-scheduler has a device plugin serve it on that node (its
+    DynamicResources plugin maps to DRA only the names the node's allocatable lacks)."""
+    status = node.get("status")
+    allocatable = status.get("allocatable") if isinstance(status, Mapping) else None
+    return frozenset(map(str, allocatable)) if isinstance(allocatable, Mapping) else frozenset()
+
+
+def decider(plugin: Collection[str]) -> Decider:
+    """`decide` on a node whose allocatable lists `plugin` (`plugin_served`)."""
+
+    async def decide_there(
+        runtime: Runtime, pod: PodView, request: PodRequest, node: str
+    ) -> Outcome | None:
+        return await decide(runtime, pod, request, node, plugin=plugin)
+
+    return decide_there
+
+
+def _from_plugins_only(pod: PodView, request: PodRequest) -> PodRequest:
+    """`request` less the GPUs and NICs DRA serves its containers through kube-scheduler's claim
+    (`dra_served`; the claim's devices replace them): an extended resource of a device-plugin
+    name (`nvidia.com/gpu`) reads as device-plugin GPUs until then."""
+    served = dra_served(pod)
+    if not served:
+        return request
+    containers = []
+    for container in request.containers:
+        kept = container
+        if (kept.name, kept.gpu_resource) in served:
+            kept = dataclasses.replace(kept, gpus=0, gpu_resource=None)
+        if (kept.name, kept.nic_resource) in served:
+            kept = dataclasses.replace(kept, nics=0, nic_resource=None)
+        containers.append(kept)
+    return dataclasses.replace(request, containers=tuple(containers))
+
+
 async def _claimed(
-    runtime: Runtime, pod: PodView, request: PodRequest, node: str, topology: NumatopologySpec
+    runtime: Runtime,
+    pod: PodView,
+    request: PodRequest,
+    node: str,
+    topology: NumatopologySpec,
+    *,
+    plugin: Collection[str],
 ) -> Claimed:
     """What the pod's claims, read afresh, give its containers on `node`; raises
     `NotFollowedError`."""
     joined = runtime.dra_holds.joined(node, topology)
     if joined is None:
         raise NotFollowedError(f"node {node} publishes no DRA devices")
-    entries = _entries(runtime, pod)
+    entries = _entries(runtime, pod, plugin)
     claims = {}
     for entry in entries:
         if entry.claim is None:
@@ -51,26 +99,33 @@ async def _claimed(
             raise NotFollowedError(exc.message) from None
         if raw is not None:
             claims[entry.claim] = raw
-    return claimed_devices(topology, request, entries, claims, joined, uid=pod.uid)
+    base = _from_plugins_only(pod, request)
+    return claimed_devices(topology, base, entries, claims, joined, uid=pod.uid)
 
 
-def _asks_extended(runtime: Runtime, pod: PodView) -> bool:
-    """Whether the pod asks an extended resource a DeviceClass serves (KEP-5004)."""
-    return bool(asked_served(pod, runtime.dra_holds.device_classes()))
+def _asks_extended(runtime: Runtime, pod: PodView, plugin: Collection[str]) -> bool:
+    """Whether DRA serves the pod an extended resource (KEP-5004) on a node whose allocatable
+    lists `plugin`: its status names kube-scheduler's claim for them, or it asks one a
+    DeviceClass serves that no device plugin serves there."""
+    if extended_claim(pod) is not None:
+        return True
+    asked = asked_served(pod, runtime.dra_holds.device_classes())
+    return any(resource not in plugin for resource in asked)
 
 
-def _entries(runtime: Runtime, pod: PodView) -> list[PodClaim]:
+def _entries(runtime: Runtime, pod: PodView, plugin: Collection[str]) -> list[PodClaim]:
     """The pod's claims, and kube-scheduler's for its extended resources DRA serves (its
-    `claim` None while the pod's status names none)."""
+    `claim` None while the pod's status names none) on a node whose allocatable lists
+    `plugin`."""
     extended = extended_claim(pod)
-    if extended is None and _asks_extended(runtime, pod):
+    if extended is None and _asks_extended(runtime, pod, plugin):
         extended = PodClaim(EXTENDED_ENTRY, None, ())
     return [*pod_claims(pod), *([extended] if extended else [])]
 
 
-def _own_holds(runtime: Runtime, pod: PodView) -> set[str]:
+def _own_holds(runtime: Runtime, pod: PodView, plugin: Collection[str]) -> set[str]:
     """The hold keys of the pod's own claims (`dra_holds`)."""
-    return {f"{HELD}{pod.namespace}/{e.claim}" for e in _entries(runtime, pod) if e.claim}
+    return {f"{HELD}{pod.namespace}/{e.claim}" for e in _entries(runtime, pod, plugin) if e.claim}
 
 
 def _not_followed(runtime: Runtime, pod: PodView, node: str, message: str) -> None:
@@ -101,13 +156,20 @@ async def _around(
     return assigning.book(runtime, node, key, outcome.assignment, over=own)
 
 
-async def decide(runtime: Runtime, pod: PodView, request: PodRequest, node: str) -> Outcome | None:
-    """The pod's decision on `node` around its claims' devices (kube-scheduler's claim
-    for the extended resources DRA serves it included), booked; None when its devices do
-    not come from claims, or they cannot be followed (said in an Event): then it is
-    decided from its requests."""
+async def decide(
+    runtime: Runtime,
+    pod: PodView,
+    request: PodRequest,
+    node: str,
+    *,
+    plugin: Collection[str] = frozenset(),
+) -> Outcome | None:
+    """The pod's decision on `node` (whose allocatable lists `plugin`, `plugin_served`)
+    around its claims' devices (kube-scheduler's claim for the extended resources DRA
+    serves it included), booked; None when its devices do not come from claims, or they
+    cannot be followed (said in an Event): then it is decided from its requests."""
     extended_only = not from_claims(runtime, pod)
-    if extended_only and not _asks_extended(runtime, pod):
+    if extended_only and not _asks_extended(runtime, pod, plugin):
         return None
     ledger = runtime.ledger
     topology = ledger.topology(node)
@@ -116,7 +178,7 @@ async def decide(runtime: Runtime, pod: PodView, request: PodRequest, node: str)
     if extended_only and runtime.dra_holds.joined(node, topology) is None:
         return None  # no DRA device there: a device plugin serves its extended resources
     try:
-        claimed = await _claimed(runtime, pod, request, node, topology)
+        claimed = await _claimed(runtime, pod, request, node, topology, plugin=plugin)
     except NotFollowedError as exc:
         _not_followed(runtime, pod, node, (
             "numatopo places this pod's CPUs and memory from its requests, not next to "
@@ -128,7 +190,8 @@ async def decide(runtime: Runtime, pod: PodView, request: PodRequest, node: str)
         held = assigning.held_outcome(runtime, node, request.key)
         if held is not None:
             return held
-        outcome = await _around(runtime, request.key, node, claimed, _own_holds(runtime, pod))
+        own = _own_holds(runtime, pod, plugin)
+        outcome = await _around(runtime, request.key, node, claimed, own)
     runtime.metrics.latency.labels("bind").observe(time.perf_counter() - started)
     return outcome
 
@@ -149,7 +212,9 @@ def _follows(assignment: Assignment, claimed: Claimed) -> bool:
     return set(claimed.gpus) | set(claimed.nics) <= set(containers)
 
 
-async def follow_member(runtime: Runtime, pod: PodView, node: str) -> None:
+async def follow_member(
+    runtime: Runtime, pod: PodView, node: str, *, plugin: Collection[str] = frozenset()
+) -> None:
     """A group member whose devices come from its claims, booked on `node` by its group:
     its assignment replaced by one around the devices the claims were allocated there
     (the placement record untouched). Nothing for any other pod, or when it names those
@@ -170,7 +235,7 @@ async def follow_member(runtime: Runtime, pod: PodView, node: str) -> None:
         return
     try:
         request = pod.request(runtime.settings.resources)
-        claimed = await _claimed(runtime, pod, request, node, topology)
+        claimed = await _claimed(runtime, pod, request, node, topology, plugin=plugin)
     except (InvalidRequestError, NotFollowedError) as exc:
         _not_followed(runtime, pod, node, f"{kept}, not next to its claims' devices: {exc}")
         return
@@ -180,7 +245,7 @@ async def follow_member(runtime: Runtime, pod: PodView, node: str) -> None:
         booked = held.assignments.get(key) if held is not None else None
         if booked is None or ledger.node_of(key) != node or _follows(booked, claimed):
             return
-        outcome = await _around(runtime, key, node, claimed, _own_holds(runtime, pod))
+        outcome = await _around(runtime, key, node, claimed, _own_holds(runtime, pod, plugin))
     runtime.metrics.latency.labels("bind").observe(time.perf_counter() - started)
     if outcome is None or outcome.assignment is None:
         why = outcome.message if outcome is not None else f"node {node} has no usable state"

@@ -9,7 +9,7 @@ the allocator would, or a claim missing or unreadable: None (judged by its reque
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Mapping, Sequence, Set
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -17,7 +17,13 @@ import pydantic
 
 from numatopo_engine import allocation
 from numatopo_engine.dra import api
-from numatopo_engine.dra.claims import PodClaim, UndecidedError, decide_claims, pod_claims
+from numatopo_engine.dra.claims import (
+    PodClaim,
+    UndecidedError,
+    decide_claims,
+    pod_claims,
+    restricted_to,
+)
 from numatopo_engine.dra.join import DraNode
 from numatopo_engine.dra.pods import devices_from_claims
 from numatopo_engine.errors import UnsatisfiableError
@@ -119,3 +125,22 @@ def _judge(inputs: _Inputs, verdicts: ClaimVerdicts, engine: allocation.Engine) 
             continue
         verdicts.ranks[name] = float(decision.score)
     return verdicts
+
+
+def extended_state(runtime: Runtime, node: str, state: NodeState, resources: Set[str]) -> NodeState:
+    """`state` of `node` with its free GPUs that no DeviceClass serving one of `resources`
+    (extended resources the pod asks) selects booked away, where such a class selects any
+    GPU there (DRA serves the name on that node, KEP-5004; elsewhere `state` itself): a
+    pod asking `nvidia.com/gpu` gets only those through kube-scheduler's claim."""
+    topology = runtime.ledger.topology(node)
+    joined = runtime.dra_holds.joined(node, topology)
+    if joined is None:
+        return state
+    names = runtime.dra_holds.extended(node, topology)
+    served = {
+        d.gpu for d in joined.devices if d.gpu is not None and resources & set(names.get(d.id, ()))
+    }
+    free = state.free_gpus()
+    if not served or free <= served:
+        return state
+    return restricted_to(state, served, state.free_nics())

@@ -20,7 +20,7 @@ import logging
 import operator
 import time
 from collections.abc import Awaitable, Callable, Iterable, Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 import msgspec
@@ -103,7 +103,7 @@ async def judge_off_loop(runtime: Runtime, request: PodRequest, nodes: Iterable[
     A verdict is advice (bind decides again), so the bookings may change meanwhile. A warm
     cycle (every row and verdict kept: a job's next replicas) is answered on the loop while
     the engine thread is idle: it builds nothing (~1 ms for 500 nodes, less than the hop)."""
-    taken = candidates(runtime, nodes, request.key)
+    taken = _extended_served(runtime, request, candidates(runtime, nodes, request.key))
     with runtime.engine_if_idle() as idle:
         if idle:
             try:
@@ -124,6 +124,23 @@ async def judge_pod(
             scores = dict(zip(found.ranks, rank_scores(rank).tolist(), strict=True))
             return Verdicts(scores, found.ranks, found.failed, found.unresolvable)
     return await judge_off_loop(runtime, request, nodes)
+
+
+def _extended_served(runtime: Runtime, request: PodRequest, taken: Candidates) -> Candidates:
+    """`taken` with, on each node where a DeviceClass serves a GPU resource the pod asks
+    (KEP-5004: `nvidia.com/gpu` from a DRA driver), the free GPUs it does not select booked
+    away (`dra_extender.extended_state`): what kube-scheduler's claim can get there."""
+    asked = {c.gpu_resource for c in request.containers if c.gpus and c.gpu_resource}
+    if not asked or not runtime.dra_holds.slices:
+        return taken
+    groups = {}
+    for shape, (topology, where, states) in taken.groups.items():
+        narrowed = [
+            dra_extender.extended_state(runtime, node, state, asked)
+            for node, state in zip(where, states, strict=True)
+        ]
+        groups[shape] = (topology, where, narrowed)
+    return replace(taken, groups=groups)
 
 
 def judge_candidates(

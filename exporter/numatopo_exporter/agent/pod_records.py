@@ -8,6 +8,7 @@ from __future__ import annotations
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field
 
+from numatopo_engine.dra.pods import devices_from_claims
 from numatopo_engine.signing import Verifier
 from numatopo_exporter.agent import follow, pods
 from numatopo_exporter.agent.pod_resources import Listing
@@ -117,7 +118,10 @@ class PodRecords:
         before = record.gpu_claims
         record.claims_for = basis
         claims: tuple[InFlight, ...] = ()
-        if view.assignment is not None:
+        # A pod whose GPUs come from its claims (kube-scheduler's for `nvidia.com/gpu` served by
+        # DRA included) never reaches a device plugin: steering another pod's request by it
+        # would hand that pod the claimed GPUs.
+        if view.assignment is not None and not devices_from_claims(view.body, self.is_gpu):
             claims = tuple(follow.in_flight([view], self.node_name, self.is_gpu))
             if claims and (
                 pods.unsigned(view, view.assignment, self.verifier)

@@ -188,4 +188,11 @@ def test_the_claim_kube_scheduler_made_is_one_of_the_pods_claims() -> None:
     is_device = ResourceNames().is_gpu
     assert devices_from_claims(pod, is_device)
     assert not devices_from_claims(extended_pod("example.com/gpu", False), is_device)
-    assert not devices_from_claims(extended_pod("nvidia.com/gpu", True), is_device)
+    # The mapping, not the name, says where devices come from: `nvidia.com/gpu` mapped to the
+    # claim (a node where DRA serves it while others run the device plugin) is the claim's...
+    assert devices_from_claims(extended_pod("nvidia.com/gpu", True), is_device)
+    # ...and a device-plugin name the claim does not map is the device plugin's.
+    both = extended_pod("example.com/gpu", True)
+    both["spec"]["containers"][0]["resources"]["limits"]["nvidia.com/gpu"] = 1
+    both["spec"]["containers"][0]["resources"]["requests"]["nvidia.com/gpu"] = 1
+    assert not devices_from_claims(both, is_device)

@@ -75,3 +75,19 @@ def test_an_older_decision_shown_again_steers_nothing() -> None:
     found.take(PodView.of(pending(gpu_claim(node=NODE, seq=1, gpu=3))))
 
     assert () == found.in_flight
+
+
+def test_a_pod_whose_gpus_dra_serves_steers_nothing() -> None:
+    """kube-scheduler's claim serves the pod's `nvidia.com/gpu` (a node where DRA serves
+    the name, KEP-5004): no device plugin gives it GPUs, so a device-plugin pod's request
+    steered by its entry would get the claimed GPU."""
+    body = pending(gpu_claim(node=NODE, seq=1, gpu=3))
+    mapping = {"containerName": "main", "resourceName": GPU, "requestName": "container-0-request-0"}
+    body["status"]["extendedResourceClaimStatus"] = {
+        "resourceClaimName": "train-extended-resources-x7k2q",
+        "requestMappings": [mapping],
+    }
+    found = records()
+    found.take(PodView.of(body))
+
+    assert () == found.in_flight

@@ -1,0 +1,209 @@
+"""KEP-5004's migration: `nvidia.com/gpu` served by the device plugin on some nodes and
+by a DRA driver on others, end to end with the real operator over HTTP against kmock's
+emulator. DeviceClass `nvidia` names `nvidia.com/gpu`; node p4d-a publishes its GPUs
+and NICs in ResourceSlices and its Node's allocatable has no `nvidia.com/gpu`; node
+`plugin-node` (the same p4d) has it in its allocatable (the device plugin runs there)
+and publishes only its NICs through DRA (dranet).
+
+kube-scheduler's rule, per node and per resource (DynamicResources'
+`filterExtendedResources`): a name the node's allocatable lists is the device plugin's
+there, the same name included; any other a DeviceClass serves is DRA's, through the
+claim it creates in PreBind and maps per container in `status.extendedResourceClaimStatus`."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from dra_objects import GPU_CLASS_SELECTOR, claim, device_class, nic_slice, request
+from foreign_schemas import nrt_errors
+from kubelet_harness import Harness
+from node_agent import aligned, cgroup_tree, running_agent
+from numatopo_engine import annotations as keys
+from numatopo_engine.cpuset import CPUSet
+
+from .conftest import Cluster, numatopology
+from .test_dra_bind import NUMA1_GPUS, asking, prebind_extended
+from .test_dra_cluster import CLAIMS, FAST, NODE, build, free, hold, spec
+from .test_exports_cluster import nrts, register_foreign
+
+GPU = "nvidia.com/gpu"
+PLUGIN_NODE = "plugin-node"
+NOT_FOLLOWED = "DRAClaimsNotFollowed"
+LOW_GPUS = GPU_CLASS_SELECTOR + ' && device.attributes["gpu.nvidia.com"].index < 4'
+
+
+async def mixed(cluster: Cluster, selector: str = GPU_CLASS_SELECTOR) -> None:
+    """The two nodes, and class `nvidia` (its devices: `selector`) serving
+    `nvidia.com/gpu` where no plugin does."""
+    await build(cluster)
+    await cluster.create_node(PLUGIN_NODE)
+    await cluster.patch_node(PLUGIN_NODE, {"status": {"allocatable": {GPU: "8", "cpu": "96"}}})
+    await cluster.create_numatopology(numatopology(PLUGIN_NODE, spec()))
+    await cluster.create("/apis/resource.k8s.io/v1/resourceslices", nic_slice(PLUGIN_NODE, spec()))
+    nvidia = device_class("nvidia", selector, extended=GPU)
+    await cluster.create("/apis/resource.k8s.io/v1/deviceclasses", nvidia)
+
+
+def reasons(cluster: Cluster, pod: str) -> set[str]:
+    return {r for r, _ in cluster.events_for(pod)}
+
+
+async def test_nrt_counts_nvidia_gpu_once_per_node_from_its_source(
+    cluster: Cluster, start_operator: Any, wait: Any
+) -> None:
+    """Each node's NRT has `nvidia.com/gpu` once per zone, 4 + 4: the DRA node's GPUs
+    under the name the class serves them as (not also under the spec's, nor under driver
+    and pool), the plugin node's as the device plugin advertises them."""
+    register_foreign(cluster.api)
+    await mixed(cluster)
+    await start_operator(**FAST, export_nrt=True)
+    await wait(lambda: {NODE, PLUGIN_NODE} <= set(nrts(cluster)), what="both NRTs written")
+
+    for node in (NODE, PLUGIN_NODE):
+        nrt = nrts(cluster)[node]
+        assert nrt_errors(nrt) == []
+        counted = []
+        for zone in nrt["zones"]:
+            names = [r["name"] for r in zone["resources"]]
+            assert len(names) == len(set(names)), (node, names)
+            counted += [int(r["capacity"]) for r in zone["resources"] if r["name"] == GPU]
+        assert counted == [4, 4], (node, counted)
+        names = {r["name"] for zone in nrt["zones"] for r in zone["resources"]}
+        assert f"gpu.nvidia.com/{node}" not in names
+        assert f"dra.net/{node}" in names  # the NICs, DRA's on both
+
+
+async def test_bind_on_the_dra_node_follows_the_claim_for_nvidia_gpu(
+    cluster: Cluster, start_operator: Any, wait: Any
+) -> None:
+    """The pod asks `nvidia.com/gpu: 2`; on p4d-a kube-scheduler's claim for it holds GPUs
+    4 and 5 (NUMA 1): the assignment names them, CPUs and memory on NUMA 1, booked once,
+    no Event. Read as device-plugin GPUs beside the claim, the pod was decided from its
+    requests: two more GPUs booked for it, its CPUs away from the claimed GPUs."""
+    await mixed(cluster)
+    await cluster.create_pod(asking("train", GPU, 2))
+    bindings = cluster.emulate_binding()
+    running = await start_operator(**FAST)
+    await prebind_extended(cluster, "train", "nvidia", GPU, NUMA1_GPUS)
+    await wait(lambda: free(cluster)[0] == 6, what="the claim's GPUs booked as a hold")
+
+    status, result = await running.post("/bind", cluster.binding_args("train", NODE))
+
+    assert (status, result) == (200, {"Error": ""})
+    assert [b["target"]["name"] for b in bindings] == [NODE]
+    main = json.loads(cluster.annotations("train")[keys.ASSIGNMENT])["containers"]["main"]
+    numa1 = next(n for n in spec().numa_nodes if n.id == 1).cpus
+    assert sorted(main["gpuIndices"]) == NUMA1_GPUS
+    assert set(CPUSet.parse(main["cpus"])) <= set(numa1), main["cpus"]
+    assert main["mems"] == "1"
+    await wait(lambda: "NumatopoAssigned" in reasons(cluster, "train"), what="assigned Event")
+    assert free(cluster)[0] == 6
+    assert NOT_FOLLOWED not in reasons(cluster, "train"), cluster.events_for("train")
+
+
+async def test_bind_on_the_plugin_node_decides_from_requests_without_an_event(
+    cluster: Cluster, start_operator: Any, wait: Any
+) -> None:
+    """The same pod bound to the plugin node (which publishes DRA NICs, so DRA devices,
+    but has `nvidia.com/gpu` in its allocatable): kube-scheduler made no claim; numatopo
+    decides its 2 GPUs from its requests, as for any device-plugin pod, and says
+    nothing of claims."""
+    await mixed(cluster)
+    await cluster.create_pod(asking("train", GPU, 2))
+    bindings = cluster.emulate_binding()
+    running = await start_operator(**FAST)
+    await wait(lambda: PLUGIN_NODE in set(running.runtime.ledger.nodes()), what="node known")
+    await wait(
+        lambda: running.runtime.dra_holds.joined(
+            PLUGIN_NODE, running.runtime.ledger.topology(PLUGIN_NODE)
+        ) is not None,
+        what="its NICs joined",
+    )  # fmt: skip
+
+    status, result = await running.post("/bind", cluster.binding_args("train", PLUGIN_NODE))
+
+    assert (status, result) == (200, {"Error": ""})
+    assert [b["target"]["name"] for b in bindings] == [PLUGIN_NODE]
+    main = json.loads(cluster.annotations("train")[keys.ASSIGNMENT])["containers"]["main"]
+    assert len(main["gpuIndices"]) == 2
+    await wait(lambda: "NumatopoAssigned" in reasons(cluster, "train"), what="assigned Event")
+    assert NOT_FOLLOWED not in reasons(cluster, "train"), cluster.events_for("train")
+
+
+async def test_the_filter_counts_the_dra_gpus_the_class_serves_on_the_dra_node(
+    cluster: Cluster, start_operator: Any, wait: Any
+) -> None:
+    """Class `nvidia` serves `nvidia.com/gpu` from p4d-a's GPUs 0-3 only; another claim
+    holds GPUs 0 and 1. A pod asking 4 cannot get them there through kube-scheduler's
+    claim (2 left), though 6 of the node's GPUs are free: the filter fails p4d-a and
+    passes the plugin node, judged as before. Asking 2, both pass."""
+    await mixed(cluster, LOW_GPUS)
+    await cluster.create(CLAIMS, claim("theirs", [request("gpu", "gpu.nvidia.com", 2)]))
+    running = await start_operator(**FAST)
+    await hold(cluster, "theirs", [("gpu", "gpu-0"), ("gpu", "gpu-1")])
+    await wait(lambda: free(cluster)[0] == 6, what="theirs booked on p4d-a")
+    await wait(lambda: PLUGIN_NODE in set(running.runtime.ledger.nodes()), what="node known")
+    await wait(lambda: "nvidia" in running.runtime.dra_holds.classes, what="class watched")
+    nodes = [NODE, PLUGIN_NODE]
+
+    await cluster.create_pod(asking("four", GPU, 4))
+    status, result = await running.post("/filter", {"Pod": cluster.pod("four"), "NodeNames": nodes})
+
+    assert status == 200
+    assert result["NodeNames"] == [PLUGIN_NODE]
+    assert set(result["FailedNodes"]) == {NODE}
+
+    await cluster.create_pod(asking("two", GPU, 2))
+    status, result = await running.post("/filter", {"Pod": cluster.pod("two"), "NodeNames": nodes})
+    assert status == 200
+    assert sorted(result["NodeNames"]) == sorted(nodes)
+
+
+@pytest.mark.timeout(90)
+async def test_the_agent_pins_a_pod_whose_nvidia_gpus_dra_serves_without_following_it(
+    cluster: Cluster, start_operator: Any, wait: Any, tmp_path: Path
+) -> None:
+    """The real agent on the DRA node (its kubelet's device plugins list no GPU) with the
+    pod `/bind` placed next to the claim's GPUs 4 and 5: its GPUs come from the claim,
+    so the agent pins its CPUs and reports Aligned, never waiting for device-plugin GPUs
+    (read as the device plugin's, the pod stayed unverified: no plugin lists them)."""
+    cid = "e5b1e5b1e5b1e5b1"
+    await mixed(cluster)
+    await cluster.create_pod(asking("train", GPU, 2))
+    uid = cluster.pod("train")["metadata"]["uid"]
+    cluster.emulate_binding()
+    running = await start_operator(**FAST)
+    await prebind_extended(cluster, "train", "nvidia", GPU, NUMA1_GPUS)
+    await wait(lambda: free(cluster)[0] == 6, what="the claim's GPUs booked as a hold")
+    status, result = await running.post("/bind", cluster.binding_args("train", NODE))
+    assert (status, result) == (200, {"Error": ""})
+    first = json.loads(cluster.annotations("train")[keys.ASSIGNMENT])
+
+    async with (
+        Harness() as kubelet,
+        running_agent(str(cluster.api.url), NODE, tmp_path, kubelet.pod_resources_socket),
+    ):
+        cgroup_tree(tmp_path, uid, cid, cpus="0-95")
+        container = {"name": "main", "containerID": f"containerd://{cid}", "state": {"running": {}}}
+        running_status = {
+            "phase": "Running", "qosClass": "Guaranteed", "containerStatuses": [container]
+        }  # fmt: skip
+        await cluster.patch_pod("train", {"status": running_status})
+        await wait(
+            lambda: aligned(cluster, "train") == ("True", "CpusetsApplied"),
+            what="Aligned: the CPUs pinned beside the claimed GPUs",
+            timeout=20,
+        )
+
+    final = json.loads(cluster.annotations("train")[keys.ASSIGNMENT])
+    assert final["seq"] == first["seq"], "never realigned: the claim is the guarantee"
+    assert sorted(final["containers"]["main"]["gpuIndices"]) == NUMA1_GPUS
+    written = (tmp_path / "kubepods" / f"pod{uid}" / cid / "cpuset.cpus").read_text().strip()
+    assert CPUSet.parse(written) == CPUSet.parse(final["containers"]["main"]["cpus"])
+    said = reasons(cluster, "train")
+    assert not said & {"GPUMismatch", "GPUsUnverified", "NumatopoRealigned", NOT_FOLLOWED}, said
+    assert keys.OBSERVED not in cluster.annotations("train")
