@@ -207,3 +207,101 @@ async def test_the_agent_pins_a_pod_whose_nvidia_gpus_dra_serves_without_followi
     said = reasons(cluster, "train")
     assert not said & {"GPUMismatch", "GPUsUnverified", "NumatopoRealigned", NOT_FOLLOWED}, said
     assert keys.OBSERVED not in cluster.annotations("train")
+
+
+HIGH_GPUS = GPU_CLASS_SELECTOR + ' && device.attributes["gpu.nvidia.com"].index >= 6'
+
+
+def gates(cluster: Cluster, name: str) -> list[str]:
+    return [g["name"] for g in cluster.pod(name)["spec"].get("schedulingGates") or []]
+
+
+async def member(cluster: Cluster, name: str, size: int, gpus: int = 2) -> None:
+    """A group member asking `gpus` of `nvidia.com/gpu` (no claim of its own)."""
+    pod = asking(name, GPU, gpus)
+    pod["metadata"].setdefault("annotations", {}).update(
+        {keys.GROUP: "g", keys.GROUP_SIZE: str(size), keys.POLICY: "best-effort"}
+    )
+    pod["spec"]["schedulingGates"] = [{"name": keys.GROUP}]
+    await cluster.create_pod(pod)
+
+
+def planned_gpus(cluster: Cluster, name: str) -> list[int]:
+    assignment = json.loads(cluster.annotations(name)[keys.ASSIGNMENT])
+    return sorted(assignment["containers"]["main"]["gpuIndices"])
+
+
+async def test_a_group_plan_on_the_dra_node_names_only_gpus_the_class_serves(
+    cluster: Cluster, start_operator: Any, wait: Any
+) -> None:
+    """Class `nvidia` serves `nvidia.com/gpu` from p4d-a's GPUs 6 and 7 only (the only
+    node): a one-member group asking 2 is planned onto exactly those, the GPUs
+    kube-scheduler's claim can get there (planned by its request alone, it took two of
+    the eight free)."""
+    await build(cluster)
+    await cluster.create(
+        "/apis/resource.k8s.io/v1/deviceclasses", device_class("nvidia", HIGH_GPUS, extended=GPU)
+    )
+    await member(cluster, "m0", 1)
+    await start_operator(**FAST)
+
+    await wait(lambda: not gates(cluster, "m0"), what="m0 released")
+    assert cluster.pod("m0")["spec"]["nodeSelector"] == {"kubernetes.io/hostname": NODE}
+    assert planned_gpus(cluster, "m0") == [6, 7]
+
+
+async def test_a_group_waits_where_the_class_serves_fewer_gpus_than_its_members_ask(
+    cluster: Cluster, start_operator: Any, wait: Any
+) -> None:
+    """The same class (GPUs 6 and 7): two members asking 2 each do not both fit on p4d-a
+    through kube-scheduler's claims, though its eight GPUs are free; the group waits,
+    gated, and says so. Planned by their requests, both went there and one member's
+    claim could never be allocated."""
+    await build(cluster)
+    await cluster.create(
+        "/apis/resource.k8s.io/v1/deviceclasses", device_class("nvidia", HIGH_GPUS, extended=GPU)
+    )
+    for rank in range(2):
+        await member(cluster, f"m{rank}", 2)
+    await start_operator(**FAST)
+
+    unsatisfiable = "GroupUnsatisfiable"
+    await wait(lambda: unsatisfiable in reasons(cluster, "m0"), what="the group waits")
+    assert gates(cluster, "m0") == gates(cluster, "m1") == [keys.GROUP]
+    assert keys.ASSIGNMENT not in cluster.annotations("m0")
+
+
+async def test_a_member_asking_nvidia_gpu_follows_kube_schedulers_claim_at_bind(
+    cluster: Cluster, start_operator: Any, wait: Any
+) -> None:
+    """The group planned m0 (2 `nvidia.com/gpu`, class `nvidia` serving all eight GPUs)
+    away from GPUs 4 and 5; kube-scheduler's claim for its extended resource then got
+    those (NUMA 1). Its bind replaces the group's assignment by one naming them, CPUs and
+    memory on NUMA 1, under the same placement record. Kept as planned, the pod's CPUs
+    sat away from the GPUs it holds."""
+    await mixed(cluster)
+    await cluster.patch_node(PLUGIN_NODE, {"spec": {"unschedulable": True}})
+    await member(cluster, "m0", 1)
+    bindings = cluster.emulate_binding()
+    running = await start_operator(**FAST)
+    await wait(lambda: not gates(cluster, "m0"), what="m0 released")
+    assert cluster.pod("m0")["spec"]["nodeSelector"] == {"kubernetes.io/hostname": NODE}
+    planned = planned_gpus(cluster, "m0")
+    assert len(planned) == 2
+    assert not set(planned) & set(NUMA1_GPUS), planned
+    placement = cluster.annotations("m0")[keys.GROUP_PLACEMENT]
+    await prebind_extended(cluster, "m0", "nvidia", GPU, NUMA1_GPUS)
+    await wait(lambda: free(cluster)[0] == 4, what="the claim's GPUs booked as a hold")
+
+    status, result = await running.post("/bind", cluster.binding_args("m0", NODE))
+
+    assert (status, result) == (200, {"Error": ""})
+    assert [b["target"]["name"] for b in bindings] == [NODE]
+    main = json.loads(cluster.annotations("m0")[keys.ASSIGNMENT])["containers"]["main"]
+    numa1 = next(n for n in spec().numa_nodes if n.id == 1).cpus
+    assert sorted(main["gpuIndices"]) == NUMA1_GPUS
+    assert set(CPUSet.parse(main["cpus"])) <= set(numa1), main["cpus"]
+    assert main["mems"] == "1"
+    assert cluster.annotations("m0")[keys.GROUP_PLACEMENT] == placement
+    assert NOT_FOLLOWED not in reasons(cluster, "m0"), cluster.events_for("m0")
+    await wait(lambda: free(cluster)[0] == 6, what="booked once, the plan's GPUs free again")

@@ -55,13 +55,20 @@ def _device_counts(
     GPU in MIG mode only as its MIG devices, as the device plugin advertises it)."""
     counts: dict[tuple[int, str], list[int]] = {}
     free_gpus, free_nics = state.free_gpus(), state.free_nics()
+    # A name DRA serves some device as on this node is DRA's there (kube-scheduler sends it to
+    # the class's claim where no device plugin lists it): a device left under its spec's name
+    # (its driver does not publish it) is none a pod asking that name can get.
+    served = {r for found in (*names.gpus.values(), *names.nics.values()) for r in found}
     devices = [
         (d.numa, (d.resource,) if d.parent is not None else names.gpus.get(d.index, (d.resource,)),
          d.index in free_gpus)
         for d in schedulable_devices(spec)
+        if d.parent is not None or d.index in names.gpus or d.resource not in served
     ]  # fmt: skip
     devices += [
-        (n.numa, names.nics.get(n.name, (n.resource,)), n.name in free_nics) for n in spec.nics
+        (n.numa, names.nics.get(n.name, (n.resource,)), n.name in free_nics)
+        for n in spec.nics
+        if n.name in names.nics or n.resource not in served
     ]
     for numa, resources, free in devices:
         if numa is None:

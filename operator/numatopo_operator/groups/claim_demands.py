@@ -28,7 +28,7 @@ from numatopo_engine.dra.claims import (
 )
 from numatopo_engine.dra.join import DraNode
 from numatopo_engine.errors import UnsatisfiableError
-from numatopo_operator.dra_extender import from_claims, read_claims
+from numatopo_operator.dra_extender import extended_state, from_claims, read_claims
 from numatopo_operator.groups.members import MemberView
 from numatopo_operator.pod_view import PodView
 from numatopo_operator.runtime import Runtime
@@ -162,7 +162,7 @@ async def count_claims(
     them (restricted to the devices the claims may have, where that is safe)."""
     claimers = _claimers(runtime, views, members)
     if not claimers:
-        return Counted(list(members), dict(nodes), {})
+        return Counted(list(members), _extended_served(runtime, members, dict(nodes), {}), {})
     joined: dict[str, tuple[NodeCandidate, DraNode]] = {}
     for node, candidate in nodes.items():
         dra_node = runtime.dra_holds.joined(node, candidate.topology)
@@ -214,6 +214,9 @@ async def count_claims(
     others = [m.request for i, m in enumerate(counted) if i not in changed]
     restrict_gpus = not any(c.gpus for r in others for c in (*r.containers, *r.init_containers))
     restrict_nics = not any(c.nics for r in others for c in (*r.containers, *r.init_containers))
+    if not restrict_gpus:
+        others_only = [m for i, m in enumerate(counted) if i not in changed]
+        kept = _extended_served(runtime, others_only, kept, gpus)
     if changed and (restrict_gpus or restrict_nics):
         for node, candidate in kept.items():
             state = candidate.state
@@ -226,3 +229,32 @@ async def count_claims(
                 ),
             )
     return Counted(counted, kept, left_out)
+
+
+def _extended_served(
+    runtime: Runtime,
+    members: Sequence[Member],
+    nodes: dict[str, NodeCandidate],
+    claimed: Mapping[str, set[int]],
+) -> dict[str, NodeCandidate]:
+    """`nodes` with, where a DeviceClass serves a GPU resource `members` ask (KEP-5004:
+    `nvidia.com/gpu` from a DRA driver), the free GPUs it does not select booked away, the
+    extender's rule (`dra_extender.extended_state`): kube-scheduler's claim for a member gets
+    only those there. GPUs `claimed` (other members' claims may have them) stay free."""
+    asked = {
+        c.gpu_resource
+        for m in members
+        for c in (*m.request.containers, *m.request.init_containers)
+        if c.gpus and c.gpu_resource
+    }
+    if not asked or not runtime.dra_holds.slices:
+        return nodes
+    out = {}
+    for node, candidate in nodes.items():
+        state = candidate.state
+        served = extended_state(runtime, node, state, asked)
+        if served is not state:
+            allowed = served.free_gpus() | (claimed.get(node, set()) & state.free_gpus())
+            state = restricted_to(state, allowed, state.free_nics())
+        out[node] = NodeCandidate(candidate.topology, state)
+    return out

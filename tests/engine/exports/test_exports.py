@@ -222,6 +222,27 @@ def test_a_device_with_several_names_is_counted_under_each() -> None:
     assert [] == nrt_errors(nrt)
 
 
+def test_a_name_dra_serves_on_the_node_counts_only_the_devices_it_serves() -> None:
+    """A DeviceClass serves `nvidia.com/gpu` (the spec's name) from the six GPUs the driver
+    publishes; GPUs 6 and 7 it does not publish. On that node kube-scheduler serves the
+    name through DRA alone (no device plugin lists it), so the NRT counts 6 under it, 5
+    available, not 8: the two unpublished GPUs no pod asking it can get. The NICs,
+    named by no class, keep the spec's names."""
+    spec = load("aws-p4d.json")
+    gpu = spec.gpus[0].resource
+    names = DeviceNames(gpus={g.index: (gpu,) for g in spec.gpus if g.index < 6})
+    state = booked(spec, {"a/b": ContainerAssignment(gpu_indices=[0])})
+
+    nrt = node_resource_topology("p4d", spec, state, names).to_wire()
+
+    counted = counted_by_name(nrt)
+    assert counted[gpu] == [6, 5]
+    assert counted[spec.nics[0].resource][0] == sum(
+        n.resource == spec.nics[0].resource for n in spec.nics
+    )
+    assert [] == nrt_errors(nrt)
+
+
 @pytest.mark.parametrize(
     ("policy", "scope", "word"),
     [
