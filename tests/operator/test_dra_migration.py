@@ -18,7 +18,7 @@ from typing import Any
 
 import pytest
 
-from dra_objects import GPU_CLASS_SELECTOR, claim, device_class, nic_slice, request
+from dra_objects import GPU_CLASS_SELECTOR, claim, device_class, gpu_slice, nic_slice, request
 from foreign_schemas import nrt_errors
 from kubelet_harness import Harness
 from node_agent import aligned, cgroup_tree, running_agent
@@ -207,6 +207,46 @@ async def test_the_agent_pins_a_pod_whose_nvidia_gpus_dra_serves_without_followi
     said = reasons(cluster, "train")
     assert not said & {"GPUMismatch", "GPUsUnverified", "NumatopoRealigned", NOT_FOLLOWED}, said
     assert keys.OBSERVED not in cluster.annotations("train")
+
+
+async def test_gpus_the_driver_does_not_publish_count_under_no_name_on_the_dra_node(
+    cluster: Cluster, start_operator: Any, wait: Any
+) -> None:
+    """p4d-a's driver publishes GPUs 0-5, not 6 and 7 (NUMA 1), all served as
+    `nvidia.com/gpu` by class `nvidia`: its NRT counts the name 4 + 2, not 4 + 4 (the
+    unpublished two left under the spec's name, the same one, promised GPUs no pod asking
+    it gets there), and the filter passes the node for 6 GPUs, fails it for 7
+    (best-effort: the GPUs span both NUMA nodes)."""
+    register_foreign(cluster.api)
+    await cluster.create_node(NODE)
+    await cluster.create_numatopology(numatopology(NODE, spec()))
+    published = gpu_slice(NODE, spec())
+    published["spec"]["devices"] = published["spec"]["devices"][:6]
+    for body in (published, nic_slice(NODE, spec())):
+        await cluster.create("/apis/resource.k8s.io/v1/resourceslices", body)
+    await cluster.create(
+        "/apis/resource.k8s.io/v1/deviceclasses",
+        device_class("nvidia", GPU_CLASS_SELECTOR, extended=GPU),
+    )
+    running = await start_operator(**FAST, export_nrt=True)
+    await wait(lambda: NODE in nrts(cluster), what="the NRT written")
+
+    def counted() -> list[int]:
+        zones = nrts(cluster)[NODE]["zones"]
+        return [int(r["capacity"]) for z in zones for r in z["resources"] if r["name"] == GPU]
+
+    await wait(lambda: counted() == [4, 2], what="nvidia.com/gpu counted 4 + 2")
+    assert nrt_errors(nrts(cluster)[NODE]) == []
+    await wait(lambda: "nvidia" in running.runtime.dra_holds.classes, what="class watched")
+    for asked, passes in ((6, True), (7, False)):
+        pod = asking(f"p{asked}", GPU, asked)
+        pod["metadata"]["annotations"][keys.POLICY] = "best-effort"
+        await cluster.create_pod(pod)
+        status, result = await running.post(
+            "/filter", {"Pod": cluster.pod(f"p{asked}"), "NodeNames": [NODE]}
+        )
+        assert status == 200
+        assert (result["NodeNames"] == [NODE]) is passes, (asked, result)
 
 
 HIGH_GPUS = GPU_CLASS_SELECTOR + ' && device.attributes["gpu.nvidia.com"].index >= 6'
