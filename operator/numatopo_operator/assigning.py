@@ -449,7 +449,9 @@ async def bind_pod(
         runtime.metrics.decisions.labels("bind_failed").inc()
         runtime.gpu_admissions.admitted(key)
         if outcome is not None:
-            await pod_writes.write_taken_back(runtime, pod.namespace, pod.name, fenced=False)
+            await pod_writes.write_taken_back(
+                runtime, pod.namespace, pod.name, uid=pod.uid, fenced=False
+            )
             # Free now, not when the watch shows it: a bind again soon after must decide
             # and write afresh, neither trusting this booking nor skipping its write.
             runtime.ledger.displace(key)
