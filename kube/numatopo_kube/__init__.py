@@ -20,6 +20,7 @@ from numatopo_kube.errors import (
     KubeForbiddenError,
     KubeInvalidNameError,
     KubeNotFoundError,
+    KubePodReplacedError,
     KubeUnavailableError,
 )
 
@@ -36,6 +37,7 @@ __all__ = [
     "KubeForbiddenError",
     "KubeInvalidNameError",
     "KubeNotFoundError",
+    "KubePodReplacedError",
     "KubeUnavailableError",
     "Listing",
     "Permission",

@@ -46,6 +46,7 @@ from numatopo_kube.errors import (
     KubeError,
     KubeInvalidNameError,
     KubeNotFoundError,
+    KubePodReplacedError,
     error_for,
     parse_retry_after,
 )
@@ -204,6 +205,17 @@ def _path_names(namespace: str | None, *names: str) -> None:
         problem = problem or kube_names.name_problem("name", name)
     if problem:
         raise KubeInvalidNameError(problem)
+
+
+def _uid_precondition(uid: str) -> Body:
+    """`metadata.uid` for a merge patch: the API server refuses the patch (409) unless the
+    stored object has that uid, so a late write cannot land on a namesake."""
+    return {"uid": uid} if uid else {}
+
+
+def _uid_test(uid: str) -> list[Body]:
+    """The same precondition as a JSON patch's first operation."""
+    return [{"op": "test", "path": "/metadata/uid", "value": uid}] if uid else []
 
 
 def _load_config(api_url: str, environ: Mapping[str, str], service_account: Path) -> SingleConfig:
@@ -561,23 +573,46 @@ class KubeClient:
             resource_version=resource_version,
         )
 
-    async def _merge_pod_metadata(self, namespace: str, name: str, metadata: Body) -> None:
+    async def _merge_pod_metadata(
+        self, namespace: str, name: str, metadata: Body, *, uid: str = ""
+    ) -> None:
         _path_names(namespace, name)
-        await self._write(
-            f"patch pod {namespace}/{name}",
-            _Pod,
-            {"metadata": metadata},
-            name=name,
-            namespace=namespace,
-            path=f"/api/v1/namespaces/{namespace}/pods/{name}",
+        await self._replaced_when_refused(
+            namespace,
+            name,
+            uid,
+            self._write(
+                f"patch pod {namespace}/{name}",
+                _Pod,
+                {"metadata": {**metadata, **_uid_precondition(uid)}},
+                name=name,
+                namespace=namespace,
+                path=f"/api/v1/namespaces/{namespace}/pods/{name}",
+            ),
         )
+
+    async def _replaced_when_refused(
+        self, namespace: str, name: str, uid: str, write: Awaitable[object]
+    ) -> None:
+        """Await a pod write; with `uid`, the API server's refusal of that precondition (409:
+        this merge patch sends no resourceVersion, so the uid is the one thing that can
+        conflict) as `KubePodReplacedError`."""
+        try:
+            await write
+        except KubeError as exc:
+            if not uid or exc.status != 409:
+                raise
+            raise KubePodReplacedError(
+                exc.status, exc.reason, f"pod {namespace}/{name} (uid {uid}) is gone: {exc}"
+            ) from None
 
     @api_call(("", "pods", "patch"))
     async def patch_pod_annotations(
-        self, namespace: str, name: str, annotations: Mapping[str, str | None]
+        self, namespace: str, name: str, annotations: Mapping[str, str | None], *, uid: str = ""
     ) -> None:
-        """Merge `annotations` into the pod's; a None value removes that key."""
-        await self._merge_pod_metadata(namespace, name, {"annotations": dict(annotations)})
+        """Merge `annotations` into the pod's; a None value removes that key. With `uid`,
+        only into that pod: a namesake created since is refused (`KubePodReplacedError`)."""
+        await self._merge_pod_metadata(namespace, name, {"annotations": dict(annotations)}, uid=uid)
 
     @api_call(("", "pods", "patch"))
     async def patch_pod_labels(
@@ -586,14 +621,30 @@ class KubeClient:
         """Merge `labels` into the pod's; a None value removes that key."""
         await self._merge_pod_metadata(namespace, name, {"labels": dict(labels)})
 
-    @api_call(("", "pods", "patch"))
-    async def patch_pod_spec(self, namespace: str, name: str, operations: list[Body]) -> None:
+    @api_call(("", "pods", "patch"), ("", "pods", "get"))
+    async def patch_pod_spec(
+        self, namespace: str, name: str, operations: list[Body], *, uid: str = ""
+    ) -> None:
         """A JSON patch guarded by `test` operations (removing one scheduling gate of
-        several); not retried: after a lost answer the guard fails (the caller reads again)."""
+        several); not retried: after a lost answer the guard fails (the caller reads again).
+        With `uid`, a `test` of it goes first; when the patch is refused and the pod read
+        back is gone or another, `KubePodReplacedError`."""
         what = f"patch pod {namespace}/{name} spec"
-        await self._patch(
-            what, _Pod, name, operations, namespace=namespace, patch_type=PatchType.JSON
-        )
+        guarded = [*_uid_test(uid), *operations]
+        try:
+            await self._patch(
+                what, _Pod, name, guarded, namespace=namespace, patch_type=PatchType.JSON
+            )
+        except KubeError as exc:
+            # A failed `test` answers 422 whichever one failed: only a read tells the uid's.
+            if not uid or isinstance(exc, KubeNotFoundError) or exc.transient:
+                raise
+            found = await self._get_or_none(f"pod {namespace}/{name}", _Pod, name, namespace)
+            if found is not None and (found.get("metadata") or {}).get("uid") == uid:
+                raise
+            raise KubePodReplacedError(
+                exc.status, exc.reason, f"pod {namespace}/{name} (uid {uid}) is gone: {exc}"
+            ) from None
 
     @api_call(("", "pods/status", "get"))
     async def get_pod_status(self, namespace: str, name: str) -> Body:
@@ -601,14 +652,34 @@ class KubeClient:
 
     @api_call(("", "pods/status", "patch"))
     async def patch_pod_status(
-        self, namespace: str, name: str, patch: Body | list[Body], *, content_type: str
+        self,
+        namespace: str,
+        name: str,
+        patch: Body | list[Body],
+        *,
+        content_type: str,
+        uid: str = "",
     ) -> None:
         """A guarded JSON patch or a strategic merge patch of the pod's status. Not retried:
-        a JSON patch adding to a list would add twice after a lost answer."""
+        a JSON patch adding to a list would add twice after a lost answer. With `uid`, only
+        that pod's (`KubePodReplacedError` when refused for it; strategic patches only)."""
         if content_type not in (JSON_PATCH, STRATEGIC_MERGE_PATCH):
             raise ValueError(f"pod status patches are JSON or strategic, not {content_type}")
         what, kind = f"patch pod {namespace}/{name} status", _PATCH_TYPES[content_type]
-        await self._patch(what, _Pod.Status, name, patch, namespace=namespace, patch_type=kind)
+        body: Body | list[Body]
+        if isinstance(patch, list):
+            body = [*_uid_test(uid), *patch]
+        else:
+            body = {
+                **patch,
+                "metadata": {**(patch.get("metadata") or {}), **_uid_precondition(uid)},
+            }
+        await self._replaced_when_refused(
+            namespace,
+            name,
+            uid if not isinstance(patch, list) else "",
+            self._patch(what, _Pod.Status, name, body, namespace=namespace, patch_type=kind),
+        )
 
     @api_call(("", "pods/binding", "create"))
     async def create_binding(self, namespace: str, name: str, uid: str, node: str) -> None:

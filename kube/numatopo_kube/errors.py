@@ -54,6 +54,11 @@ class KubeNotFoundError(KubeError):
     """The object (or the resource) does not exist."""
 
 
+class KubePodReplacedError(KubeNotFoundError):
+    """A write guarded by the pod's uid was refused: that pod is gone, and the name may now
+    be a namesake's (a pod re-created under it), which the write must not touch."""
+
+
 class KubeConflictError(KubeError):
     """The object changed or already exists."""
 

@@ -349,8 +349,11 @@ async def settle(runtime: Runtime, pod: PodView) -> None:
     again = True
     try:
         again = await judge_pod(runtime, pod)
-    except KubeNotFoundError:
-        again = False  # the pod is gone; its deletion frees what it held
+    except KubeNotFoundError as exc:
+        # The pod is gone (or re-created: a write for its uid refused); its deletion frees
+        # what it held, a namesake is judged from its own events.
+        logger.debug("pod %s: %s", key, exc)
+        again = False
     except (KubeError, NotActiveError, NodeBusyError) as exc:
         pause = retries.schedule(key, pod, time.monotonic())
         logger.warning("pod %s: %s; judged again in %.1f s", key, exc, pause)
@@ -449,7 +452,9 @@ async def bind_pod(
         runtime.metrics.decisions.labels("bind_failed").inc()
         runtime.gpu_admissions.admitted(key)
         if outcome is not None:
-            await pod_writes.write_taken_back(runtime, pod.namespace, pod.name, fenced=False)
+            await pod_writes.write_taken_back(
+                runtime, pod.namespace, pod.name, uid=pod.uid, fenced=False
+            )
             # Free now, not when the watch shows it: a bind again soon after must decide
             # and write afresh, neither trusting this booking nor skipping its write.
             runtime.ledger.displace(key)

@@ -272,7 +272,10 @@ async def _release(
     ref, node = pod.ref, assignment.node
     runtime.check_may_write()
     await runtime.kube.patch_pod_spec(
-        ref["namespace"], ref["name"], group_members.release_operations(pod, node, keys.DRA_GATE)
+        ref["namespace"],
+        ref["name"],
+        group_members.release_operations(pod, node, keys.DRA_GATE),
+        uid=ref["uid"],
     )
     devices = ", ".join(
         f"{r.request}={r.device}" for a in allocations.values() for r in a.devices.results
@@ -437,7 +440,7 @@ async def _roll_back(
             {"metadata": {"resourceVersion": claim.metadata.resource_version},
              "status": {"allocation": None, "reservedFor": []}},
         )  # fmt: skip
-    await pod_writes.write_taken_back(runtime, ref["namespace"], ref["name"])
+    await pod_writes.write_taken_back(runtime, ref["namespace"], ref["name"], uid=ref["uid"])
     runtime.ledger.cancel(pod.key)
     message = f"numatopo took back this pod's unfinished DRA decision and decides again: {why}"
     logger.warning("DRA pod %s: %s", ref["name"], message)
@@ -460,7 +463,7 @@ async def _leave(runtime: Runtime, pod: PodView, why: str) -> bool:
         if "schedulingGates" in op["path"]
     ]
     runtime.check_may_write()
-    await runtime.kube.patch_pod_spec(ref["namespace"], ref["name"], operations)
+    await runtime.kube.patch_pod_spec(ref["namespace"], ref["name"], operations, uid=ref["uid"])
     runtime.events.post(
         ref, warning=True, reason=LEFT,
         message=f"numatopo leaves this pod's ResourceClaims to the scheduler: {why}",

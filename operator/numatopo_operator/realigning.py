@@ -259,7 +259,9 @@ def _real_devices(
 async def _displace(runtime: Runtime, other: str, node: str, by: str) -> None:
     """Take `other`'s assignment back (`by` holds its GPUs for real): decided afresh next."""
     namespace, name = other.split("/", 1)
-    await pod_writes.write_taken_back(runtime, namespace, name)
+    held = runtime.ledger.booking(other)
+    uid = held.uid if held is not None else ""
+    await pod_writes.write_taken_back(runtime, namespace, name, uid=uid)
     runtime.ledger.displace(other)
     record = runtime.pods.get(other)
     if record is not None:
@@ -267,7 +269,7 @@ async def _displace(runtime: Runtime, other: str, node: str, by: str) -> None:
     message = f"its assignment named GPUs that {by} holds on {node}; it is decided again"
     logger.warning("%s: %s", other, message)
     runtime.events.post(
-        {"namespace": namespace, "name": name, "uid": ""},
+        {"namespace": namespace, "name": name, "uid": uid},
         warning=True, reason=DISPLACED, message=message,
     )  # fmt: skip
 

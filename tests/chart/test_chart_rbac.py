@@ -73,8 +73,9 @@ CODE_CALLS: dict[str, dict[str, set[Permission]]] = {
         f"{HELPER}.list_volcano_numatopologies": {
             ("nodeinfo.volcano.sh", "numatopologies", "list")
         },
-        # Groups: phase 2 of a group placement (nodeSelector added, gate removed).
-        f"{HELPER}.patch_pod_spec": {("", "pods", "patch")},
+        # Groups: phase 2 of a group placement (nodeSelector added, gate removed); the
+        # pod read back when a patch guarded by its uid is refused.
+        f"{HELPER}.patch_pod_spec": {("", "pods", "patch"), ("", "pods", "get")},
         f"{HELPER}.patch_networktopology_status": {
             ("numatopo.io", "networktopologies/status", "patch")
         },

@@ -32,6 +32,7 @@ from numatopo_operator import main
 from numatopo_operator.runtime import Runtime
 from numatopo_operator.settings import OperatorSettings
 from numatopo_operator.signing_keys import load_keys
+from uid_preconditions import UidPreconditions
 
 TOPO = Path(__file__).resolve().parents[1] / "fixtures" / "topo"
 H100_TEXT = TOPO / "h100-sxm-8gpu-nvswitch_stas00_ht.txt"
@@ -323,7 +324,8 @@ def register_resources(api: kmock.KubernetesEmulator) -> None:
 
 @pytest.fixture
 async def cluster() -> AsyncIterator[Cluster]:
-    async with kmock.KubernetesEmulator() as api, kmock.Server(api):
+    # The API server's uid precondition on patches: a late write meets a namesake as it would.
+    async with UidPreconditions() as api, kmock.Server(api):
         register_resources(api)
         yield Cluster(api)
 

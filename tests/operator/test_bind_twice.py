@@ -89,9 +89,9 @@ async def test_a_pod_bound_twice_at_once_is_assigned_and_bound_once(
     events: list[str] = []
     patch = runtime.kube.patch_pod_annotations
 
-    async def patch_and_watch(namespace: str, name: str, annotations: Any) -> None:
+    async def patch_and_watch(namespace: str, name: str, annotations: Any, uid: str) -> None:
         patches.append(dict(annotations))
-        await patch(namespace, name, annotations)
+        await patch(namespace, name, annotations, uid=uid)
         handlers.pod_seen(runtime, "MODIFIED", cluster.pod(name), logger)
 
     def post(about: Any, *, warning: bool, reason: str, message: str) -> None:
@@ -146,8 +146,8 @@ async def test_a_pod_bound_again_after_a_failed_binding_is_assigned_first(
     lagged: list[dict[str, Any]] = []
     patch = runtime.kube.patch_pod_annotations
 
-    async def patch_and_watch(namespace: str, name: str, annotations: Any) -> None:
-        await patch(namespace, name, annotations)
+    async def patch_and_watch(namespace: str, name: str, annotations: Any, uid: str) -> None:
+        await patch(namespace, name, annotations, uid=uid)
         shown = cluster.pod(name)
         if lagging == "both" or annotations.get(keys.STATE) is None:
             lagged.append(shown)  # the watch shows it later

@@ -24,7 +24,7 @@ from numatopo_exporter.agent.pod_resources import (
     list_allocatable,
     list_holdings,
 )
-from numatopo_kube import KubeClient, KubeError
+from numatopo_kube import KubeClient, KubeError, KubePodReplacedError
 
 GPU_MISMATCH = "GPUMismatch"
 GPUS_UNVERIFIED = "GPUsUnverified"
@@ -170,7 +170,7 @@ class KubeletDevices:
             outcome.pending = True
             return
         if entry.observed != observed:
-            await self._write_observed(entry.key, observed)
+            await self._write_observed(entry.key, entry.uid, observed)
         if observed.mismatched:
             words = follow.gpu_words(
                 observed, assignment, self.resources.is_gpu, self.resources.is_nic
@@ -181,12 +181,15 @@ class KubeletDevices:
             )
             outcome.reason = GPU_MISMATCH
 
-    async def _write_observed(self, key: str, observed: Observed) -> None:
+    async def _write_observed(self, key: str, uid: str, observed: Observed) -> None:
         namespace, _, name = key.partition("/")
         try:
             await self.client.patch_pod_annotations(
-                namespace, name, {OBSERVED: observed.to_annotation()}
+                namespace, name, {OBSERVED: observed.to_annotation()}, uid=uid
             )
+        except KubePodReplacedError as exc:
+            # What the kubelet gave the pod `uid` says nothing about the pod now named so.
+            logger.info("not writing %s to a namesake of %s: %s", OBSERVED, key, exc)
         except KubeError as exc:
             logger.warning("writing %s of %s: %s", OBSERVED, key, exc)
 

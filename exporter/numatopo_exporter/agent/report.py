@@ -7,7 +7,7 @@ a restart re-enforced, a drift corrected, a new failure.
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from pathlib import PurePosixPath
 from typing import Any
@@ -18,7 +18,7 @@ from numatopo_exporter.agent.enforce import CgroupPass
 from numatopo_exporter.agent.feedback import StatusPatch, now_text
 from numatopo_exporter.agent.metrics import AgentMetrics
 from numatopo_exporter.agent.pod_records import Enforced, PodRecords
-from numatopo_kube import KubeClient, KubeError
+from numatopo_kube import KubeClient, KubeError, KubePodReplacedError
 from numatopo_kube.event_posts import EventPosts
 
 # Reasons that are their own Event reason (others are announced as EnforcementFailed).
@@ -188,8 +188,10 @@ class PodReporter:
                 )
             if meta_patch is not None:
                 await self.client.patch_pod_annotations(
-                    namespace, name, meta_patch["metadata"]["annotations"]
+                    namespace, name, meta_patch["metadata"]["annotations"], uid=_uid(pod)
                 )
+        except KubePodReplacedError as exc:
+            logger.info("not reporting to a namesake of pod %s/%s: %s", namespace, name, exc)
         except KubeError as exc:
             logger.warning("reporting to pod %s/%s: %s", namespace, name, exc)
 
@@ -206,10 +208,10 @@ class PodReporter:
         """Write the `Aligned` condition; when the patch no longer fits the pod (its conditions
         moved since the cached copy), plan it again on a fresh copy, once."""
         meta = pod.get("metadata", {})
-        namespace, name = str(meta.get("namespace")), str(meta.get("name"))
+        namespace, name, uid = str(meta.get("namespace")), str(meta.get("name")), _uid(pod)
         try:
             await self.client.patch_pod_status(
-                namespace, name, patch.body, content_type=patch.content_type
+                namespace, name, patch.body, content_type=patch.content_type, uid=uid
             )
             return
         except KubeError as exc:
@@ -218,13 +220,15 @@ class PodReporter:
             if exc.not_found or exc.status == 0:
                 raise
         fresh = await self.client.get_pod_status(namespace, name)
+        if uid and _uid(fresh) != uid:
+            raise KubePodReplacedError(409, "Conflict", f"pod {namespace}/{name} was re-created")
         condition = feedback.plan_condition(
             fresh, aligned=aligned, reason=reason, message=message, now=now
         )
         if condition is not None:
             again = feedback.plan_status_patch(condition, fresh)
             await self.client.patch_pod_status(
-                namespace, name, again.body, content_type=again.content_type
+                namespace, name, again.body, content_type=again.content_type, uid=uid
             )
 
     def event(
@@ -234,3 +238,9 @@ class PodReporter:
         regarding = {"apiVersion": "v1", "kind": "Pod"}
         regarding |= {k: str(meta.get(k) or "") for k in ("namespace", "name", "uid")}
         self.events.post(regarding, reason=reason, message=message, warning=warning)
+
+
+def _uid(pod: Mapping[str, Any]) -> str:
+    """The uid the agent read the pod with: its writes are for that pod only."""
+    uid = (pod.get("metadata") or {}).get("uid")
+    return uid if isinstance(uid, str) else ""

@@ -124,6 +124,12 @@ class MemberView:
     def planned(self) -> bool:
         return self.record is not None and self.problem is None
 
+    @property
+    def uid(self) -> str:
+        """The uid it was read with: writes for it are refused by a namesake."""
+        uid = (self.body.get("metadata") or {}).get("uid")
+        return uid if isinstance(uid, str) else ""
+
 
 def _view(key: str, body: Mapping[str, Any], expected: Expectation | None) -> MemberView:
     gated = is_gated(body) if expected is None else expected.gated

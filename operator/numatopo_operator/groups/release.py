@@ -304,7 +304,9 @@ async def void(runtime: Runtime, views: Sequence[MemberView]) -> None:
         namespace, _, name = view.key.partition("/")
         runtime.check_may_write()
         with contextlib.suppress(KubeNotFoundError):  # gone: its deletion frees it
-            await pod_writes.write_taken_back(runtime, namespace, name, placement=True)
+            await pod_writes.write_taken_back(
+                runtime, namespace, name, uid=view.uid, placement=True
+            )
         runtime.groups.plans.pop(view.key, None)
         runtime.groups.book.expected[view.key] = Expectation(placement=None, gated=True)
         runtime.ledger.cancel(view.key)
@@ -334,7 +336,7 @@ async def release(runtime: Runtime, views: Sequence[MemberView]) -> dict[str, st
             runtime.check_may_write()
             try:
                 if operations:
-                    await runtime.kube.patch_pod_spec(namespace, name, operations)
+                    await runtime.kube.patch_pod_spec(namespace, name, operations, uid=view.uid)
                 break
             except KubeError as exc:
                 if attempt == 2 or isinstance(exc, KubeNotFoundError):

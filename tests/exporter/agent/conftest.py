@@ -14,14 +14,25 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
+import kmock
 import pytest
 
 import signing_keys
 from numatopo_exporter.agent.loop import AgentLoop
+from uid_preconditions import UidPreconditions
 
 from ..conftest import NODE, NodeClient
 
 CPUSET_MOUNT = Path("/sys/fs/cgroup/cpuset")
+
+
+@pytest.fixture
+def kmock_options(kmock_options: dict[str, Any]) -> dict[str, Any]:
+    """The agent's API emulator refuses a patch for another uid, as the API server does
+    (`uid_preconditions`); a test that names its own emulator class keeps it."""
+    if kmock_options.get("cls") is kmock.KubernetesEmulator:
+        return {**kmock_options, "cls": UidPreconditions}
+    return kmock_options
 
 
 class CgroupTree:

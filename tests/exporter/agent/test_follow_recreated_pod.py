@@ -210,3 +210,32 @@ def test_only_the_kubelets_report_on_a_pod_makes_it_admitted() -> None:
     waiting = {"name": "main", "state": {"waiting": {"reason": "ContainerCreating"}}}
     body["status"]["initContainerStatuses"] = [waiting]
     assert PodView.of(body).admitted
+
+
+THIRD = "7e300000-0000-4000-8000-000000000003"
+
+
+async def test_what_the_kubelet_gave_a_deleted_pod_is_not_written_on_its_namesake(
+    cluster: kmock.KubernetesEmulator, client: NodeClient, file_cgroups: CgroupTree
+) -> None:
+    """The agent's view still has the running successor when the API already has a third
+    `web-0` (its deletion and the namesake's creation not delivered yet). Its `observed` and
+    its condition carry the successor's uid, which the API server takes as a precondition
+    (the emulator refuses as it does, `uid_preconditions`): the namesake is left as created."""
+    async with node_with_predecessor(cluster, client, file_cgroups) as node:
+        await node.replace_predecessor()
+        await client.request("DELETE", pod_path("default", "web-0"))
+        namesake = new_pod(running=False)
+        namesake["metadata"].update(uid=THIRD, annotations={})
+        await client.create("/api/v1/namespaces/default/pods", namesake)
+        created = await client.get(pod_path("default", "web-0"))
+
+        await node.agent.reconcile()
+
+        after = await client.get(pod_path("default", "web-0"))
+        assert after["metadata"]["uid"] == THIRD
+        assert OBSERVED not in (after["metadata"].get("annotations") or {}), (
+            "the successor's devices written on its namesake"
+        )
+        assert after["metadata"].get("annotations") == created["metadata"].get("annotations")
+        assert after.get("status") == created.get("status")
