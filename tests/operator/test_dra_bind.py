@@ -66,16 +66,7 @@ async def test_bind_places_cpus_next_to_the_devices_the_scheduler_allocated(
     await allocate(cluster, "pair", "train", NUMA1_GPUS)
     await wait(lambda: free(cluster)[0] == 6, what="the claim's GPUs booked as a hold")
 
-    status, result = await running.post("/bind", cluster.binding_args("train", NODE))
-
-    assert (status, result) == (200, {"Error": ""})
-    assert [b["target"]["name"] for b in bindings] == [NODE]
-    assignment = json.loads(cluster.annotations("train")[keys.ASSIGNMENT])
-    main = assignment["containers"]["main"]
-    numa1 = next(n for n in spec().numa_nodes if n.id == 1).cpus
-    assert sorted(main["gpuIndices"]) == NUMA1_GPUS
-    assert set(CPUSet.parse(main["cpus"])) <= set(numa1), main["cpus"]
-    assert main["mems"] == "1"
+    await bound_beside_numa1(cluster, running, "train", bindings)
     # Its GPUs are booked once (the pod's, not also the hold's), the other six free.
     await wait(lambda: free(cluster)[0] == 6, what="six GPUs free")
     assert "default/train" in running.runtime.ledger.state(NODE).assignments
@@ -122,6 +113,20 @@ def asking(name: str, resource: str, count: int) -> dict[str, Any]:
     return pod
 
 
+async def bound_beside_numa1(cluster: Cluster, running: Any, pod: str, bindings: Any) -> None:
+    """/bind of `pod` answers success, binds it to NODE, and its assignment names the GPUs of
+    NUMA 1 with CPUs and memory there."""
+    status, result = await running.post("/bind", cluster.binding_args(pod, NODE))
+
+    assert (status, result) == (200, {"Error": ""})
+    assert [b["target"]["name"] for b in bindings] == [NODE]
+    main = json.loads(cluster.annotations(pod)[keys.ASSIGNMENT])["containers"]["main"]
+    numa1 = next(n for n in spec().numa_nodes if n.id == 1).cpus
+    assert sorted(main["gpuIndices"]) == NUMA1_GPUS
+    assert set(CPUSet.parse(main["cpus"])) <= set(numa1), main["cpus"]
+    assert main["mems"] == "1"
+
+
 async def prebind_extended(
     cluster: Cluster, pod: str, device_class: str, resource: str, gpus: list[int] | None
 ) -> None:
@@ -162,15 +167,7 @@ async def test_bind_follows_the_claim_kube_scheduler_made_for_an_extended_resour
     await prebind_extended(cluster, "train", "a100", "example.com/gpu", NUMA1_GPUS)
     await wait(lambda: free(cluster)[0] == 6, what="the claim's GPUs booked as a hold")
 
-    status, result = await running.post("/bind", cluster.binding_args("train", NODE))
-
-    assert (status, result) == (200, {"Error": ""})
-    assert [b["target"]["name"] for b in bindings] == [NODE]
-    main = json.loads(cluster.annotations("train")[keys.ASSIGNMENT])["containers"]["main"]
-    numa1 = next(n for n in spec().numa_nodes if n.id == 1).cpus
-    assert sorted(main["gpuIndices"]) == NUMA1_GPUS
-    assert set(CPUSet.parse(main["cpus"])) <= set(numa1), main["cpus"]
-    assert main["mems"] == "1"
+    await bound_beside_numa1(cluster, running, "train", bindings)
     await wait(lambda: free(cluster)[0] == 6, what="six GPUs free")
     assert "DRAClaimsNotFollowed" not in {r for r, _ in cluster.events_for("train")}
 

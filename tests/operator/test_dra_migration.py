@@ -26,7 +26,7 @@ from numatopo_engine import annotations as keys
 from numatopo_engine.cpuset import CPUSet
 
 from .conftest import Cluster, numatopology
-from .test_dra_bind import NUMA1_GPUS, asking, prebind_extended
+from .test_dra_bind import NUMA1_GPUS, asking, bound_beside_numa1, prebind_extended
 from .test_dra_cluster import CLAIMS, FAST, NODE, build, free, hold, spec
 from .test_exports_cluster import nrts, register_foreign
 
@@ -91,15 +91,7 @@ async def test_bind_on_the_dra_node_follows_the_claim_for_nvidia_gpu(
     await prebind_extended(cluster, "train", "nvidia", GPU, NUMA1_GPUS)
     await wait(lambda: free(cluster)[0] == 6, what="the claim's GPUs booked as a hold")
 
-    status, result = await running.post("/bind", cluster.binding_args("train", NODE))
-
-    assert (status, result) == (200, {"Error": ""})
-    assert [b["target"]["name"] for b in bindings] == [NODE]
-    main = json.loads(cluster.annotations("train")[keys.ASSIGNMENT])["containers"]["main"]
-    numa1 = next(n for n in spec().numa_nodes if n.id == 1).cpus
-    assert sorted(main["gpuIndices"]) == NUMA1_GPUS
-    assert set(CPUSet.parse(main["cpus"])) <= set(numa1), main["cpus"]
-    assert main["mems"] == "1"
+    await bound_beside_numa1(cluster, running, "train", bindings)
     await wait(lambda: "NumatopoAssigned" in reasons(cluster, "train"), what="assigned Event")
     assert free(cluster)[0] == 6
     assert NOT_FOLLOWED not in reasons(cluster, "train"), cluster.events_for("train")
@@ -333,15 +325,7 @@ async def test_a_member_asking_nvidia_gpu_follows_kube_schedulers_claim_at_bind(
     await prebind_extended(cluster, "m0", "nvidia", GPU, NUMA1_GPUS)
     await wait(lambda: free(cluster)[0] == 4, what="the claim's GPUs booked as a hold")
 
-    status, result = await running.post("/bind", cluster.binding_args("m0", NODE))
-
-    assert (status, result) == (200, {"Error": ""})
-    assert [b["target"]["name"] for b in bindings] == [NODE]
-    main = json.loads(cluster.annotations("m0")[keys.ASSIGNMENT])["containers"]["main"]
-    numa1 = next(n for n in spec().numa_nodes if n.id == 1).cpus
-    assert sorted(main["gpuIndices"]) == NUMA1_GPUS
-    assert set(CPUSet.parse(main["cpus"])) <= set(numa1), main["cpus"]
-    assert main["mems"] == "1"
+    await bound_beside_numa1(cluster, running, "m0", bindings)
     assert cluster.annotations("m0")[keys.GROUP_PLACEMENT] == placement
     assert NOT_FOLLOWED not in reasons(cluster, "m0"), cluster.events_for("m0")
     await wait(lambda: free(cluster)[0] == 6, what="booked once, the plan's GPUs free again")
