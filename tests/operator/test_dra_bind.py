@@ -88,11 +88,7 @@ async def test_bind_says_when_a_claim_is_not_allocated_and_decides_as_before(
     assert len(bindings) == 1
     assignment = json.loads(cluster.annotations("train")[keys.ASSIGNMENT])
     assert assignment["containers"]["main"].get("gpuIndices", []) == []
-    await wait(  # posted off the answer's path
-        lambda: "DRAClaimsNotFollowed" in {r for r, _ in cluster.events_for("train")},
-        what="the Event posted",
-    )
-    said = [m for r, m in cluster.events_for("train") if r == "DRAClaimsNotFollowed"]
+    said = await not_followed(cluster, wait, "train")
     assert said, cluster.events_for("train")
     assert "claim later is not allocated yet" in said[0]
 
@@ -142,14 +138,30 @@ async def prebind_extended(
     await cluster.create(CLAIMS, body)
     if gpus is not None:
         await allocate(cluster, SPECIAL, pod, gpus, request_name=SPECIAL_REQUEST)
+    await extended_claim_status(cluster, pod, SPECIAL, resource)
+    kubernetes_validate.validate(cluster.pod(pod), "1.34.0", strict=True)
+
+
+async def extended_claim_status(cluster: Cluster, pod: str, claim_name: str, resource: str) -> None:
+    """Write the pod's `status.extendedResourceClaimStatus` naming `claim_name` for its
+    container's `resource` (as kube-scheduler's PreBind does, or as a forger would)."""
     mapping = {"containerName": "main", "resourceName": resource, "requestName": SPECIAL_REQUEST}
     status = {"extendedResourceClaimStatus": {
-        "resourceClaimName": SPECIAL, "requestMappings": [mapping]}}  # fmt: skip
+        "resourceClaimName": claim_name, "requestMappings": [mapping]}}  # fmt: skip
     async with cluster.api.patch(
         f"/api/v1/namespaces/default/pods/{pod}/status", json={"status": status}
     ) as response:
         assert response.status < 300, await response.text()
-    kubernetes_validate.validate(cluster.pod(pod), "1.34.0", strict=True)
+
+
+async def not_followed(cluster: Cluster, wait: Any, pod: str) -> list[str]:
+    """The messages of the pod's `DRAClaimsNotFollowed` Events, once one is posted (they are
+    posted off the answer's path)."""
+    await wait(
+        lambda: "DRAClaimsNotFollowed" in {r for r, _ in cluster.events_for(pod)},
+        what="the Event posted",
+    )
+    return [m for r, m in cluster.events_for(pod) if r == "DRAClaimsNotFollowed"]
 
 
 async def test_bind_follows_the_claim_kube_scheduler_made_for_an_extended_resource(
@@ -218,13 +230,7 @@ async def test_bind_does_not_follow_a_claim_that_is_not_the_pods(
     running = await start_operator(**FAST)
     await prebind_extended(cluster, "victim", "a100", "example.com/gpu", NUMA1_GPUS)
     await wait(lambda: free(cluster)[0] == 6, what="the victim's GPUs booked as a hold")
-    forged = {"extendedResourceClaimStatus": {"resourceClaimName": SPECIAL, "requestMappings": [
-        {"containerName": "main", "resourceName": "example.com/gpu",
-         "requestName": SPECIAL_REQUEST}]}}  # fmt: skip
-    async with cluster.api.patch(
-        "/api/v1/namespaces/default/pods/thief/status", json={"status": forged}
-    ) as response:
-        assert response.status < 300, await response.text()
+    await extended_claim_status(cluster, "thief", SPECIAL, "example.com/gpu")
 
     status, result = await running.post("/bind", cluster.binding_args("thief", NODE))
 
@@ -232,11 +238,7 @@ async def test_bind_does_not_follow_a_claim_that_is_not_the_pods(
     assert [b["target"]["name"] for b in bindings] == [NODE]
     main = json.loads(cluster.annotations("thief")[keys.ASSIGNMENT])["containers"]["main"]
     assert not set(main.get("gpuIndices", [])) & set(NUMA1_GPUS), main
-    await wait(
-        lambda: "DRAClaimsNotFollowed" in {r for r, _ in cluster.events_for("thief")},
-        what="the Event posted",
-    )
-    said = [m for r, m in cluster.events_for("thief") if r == "DRAClaimsNotFollowed"]
+    said = await not_followed(cluster, wait, "thief")
     assert f"claim {SPECIAL} is not owned by this pod" in said[0], said
     held = running.runtime.ledger.state(NODE)
     assert f"numatopo.io/dra-claim:default/{SPECIAL}" in held.assignments
@@ -256,21 +258,11 @@ async def test_bind_of_a_pod_whose_status_names_no_valid_claim(
     bindings = cluster.emulate_binding()
     running = await start_operator(**FAST)
     await wait(lambda: NODE in set(running.runtime.ledger.nodes()), what="node known")
-    forged = {"extendedResourceClaimStatus": {"resourceClaimName": "../x", "requestMappings": [
-        {"containerName": "main", "resourceName": "example.com/gpu",
-         "requestName": SPECIAL_REQUEST}]}}  # fmt: skip
-    async with cluster.api.patch(
-        "/api/v1/namespaces/default/pods/train/status", json={"status": forged}
-    ) as response:
-        assert response.status < 300, await response.text()
+    await extended_claim_status(cluster, "train", "../x", "example.com/gpu")
 
     status, result = await running.post("/bind", cluster.binding_args("train", NODE))
 
     assert (status, result) == (200, {"Error": ""})
     assert len(bindings) == 1
-    await wait(
-        lambda: "DRAClaimsNotFollowed" in {r for r, _ in cluster.events_for("train")},
-        what="the Event posted",
-    )
-    said = [m for r, m in cluster.events_for("train") if r == "DRAClaimsNotFollowed"]
+    said = await not_followed(cluster, wait, "train")
     assert "'../x' is not a valid name" in said[0], said
