@@ -9,7 +9,7 @@ the allocator would, or a claim missing or unreadable: None (judged by its reque
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence, Set
+from collections.abc import Iterable, Mapping, Sequence, Set
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -125,6 +125,19 @@ def _judge(inputs: _Inputs, verdicts: ClaimVerdicts, engine: allocation.Engine) 
             continue
         verdicts.ranks[name] = float(decision.score)
     return verdicts
+
+
+def extended_asked(runtime: Runtime, requests: Iterable[PodRequest]) -> set[str]:
+    """The GPU resources `requests` ask by name (containers and init containers) that a
+    DeviceClass may serve (KEP-5004); none where no driver publishes ResourceSlices."""
+    if not runtime.dra_holds.slices:
+        return set()
+    return {
+        c.gpu_resource
+        for r in requests
+        for c in (*r.containers, *r.init_containers)
+        if c.gpus and c.gpu_resource
+    }
 
 
 def extended_state(runtime: Runtime, node: str, state: NodeState, resources: Set[str]) -> NodeState:

@@ -130,8 +130,8 @@ def _extended_served(runtime: Runtime, request: PodRequest, taken: Candidates) -
     """`taken` with, on each node where a DeviceClass serves a GPU resource the pod asks
     (KEP-5004: `nvidia.com/gpu` from a DRA driver), the free GPUs it does not select booked
     away (`dra_extender.extended_state`): what kube-scheduler's claim can get there."""
-    asked = {c.gpu_resource for c in request.containers if c.gpus and c.gpu_resource}
-    if not asked or not runtime.dra_holds.slices:
+    asked = dra_extender.extended_asked(runtime, [request])
+    if not asked:
         return taken
     groups = {}
     for shape, (topology, where, states) in taken.groups.items():

@@ -149,6 +149,18 @@ async def test_the_filter_counts_the_dra_gpus_the_class_serves_on_the_dra_node(
     assert result["NodeNames"] == [PLUGIN_NODE]
     assert set(result["FailedNodes"]) == {NODE}
 
+    # The same 4 asked by an init container (its GPUs come from the same claim): narrowed too.
+    setup = asking("setup-four", GPU, 4)
+    main = setup["spec"]["containers"][0]
+    setup["spec"]["initContainers"] = [{**main, "name": "setup"}]
+    main["resources"] = {k: {r: v for r, v in amounts.items() if r != GPU}
+                         for k, amounts in main["resources"].items()}  # fmt: skip
+    await cluster.create_pod(setup)
+    body = {"Pod": cluster.pod("setup-four"), "NodeNames": nodes}
+    status, result = await running.post("/filter", body)
+    assert status == 200
+    assert result["NodeNames"] == [PLUGIN_NODE]
+
     await cluster.create_pod(asking("two", GPU, 2))
     status, result = await running.post("/filter", {"Pod": cluster.pod("two"), "NodeNames": nodes})
     assert status == 200

@@ -28,7 +28,12 @@ from numatopo_engine.dra.claims import (
 )
 from numatopo_engine.dra.join import DraNode
 from numatopo_engine.errors import UnsatisfiableError
-from numatopo_operator.dra_extender import extended_state, from_claims, read_claims
+from numatopo_operator.dra_extender import (
+    extended_asked,
+    extended_state,
+    from_claims,
+    read_claims,
+)
 from numatopo_operator.groups.members import MemberView
 from numatopo_operator.pod_view import PodView
 from numatopo_operator.runtime import Runtime
@@ -241,13 +246,8 @@ def _extended_served(
     `nvidia.com/gpu` from a DRA driver), the free GPUs it does not select booked away, the
     extender's rule (`dra_extender.extended_state`): kube-scheduler's claim for a member gets
     only those there. GPUs `claimed` (other members' claims may have them) stay free."""
-    asked = {
-        c.gpu_resource
-        for m in members
-        for c in (*m.request.containers, *m.request.init_containers)
-        if c.gpus and c.gpu_resource
-    }
-    if not asked or not runtime.dra_holds.slices:
+    asked = extended_asked(runtime, (m.request for m in members))
+    if not asked:
         return nodes
     out = {}
     for node, candidate in nodes.items():
