@@ -666,14 +666,11 @@ class KubeClient:
         if content_type not in (JSON_PATCH, STRATEGIC_MERGE_PATCH):
             raise ValueError(f"pod status patches are JSON or strategic, not {content_type}")
         what, kind = f"patch pod {namespace}/{name} status", _PATCH_TYPES[content_type]
-        body: Body | list[Body]
+        body: Body | list[Body] = patch
         if isinstance(patch, list):
             body = [*_uid_test(uid), *patch]
-        else:
-            body = {
-                **patch,
-                "metadata": {**(patch.get("metadata") or {}), **_uid_precondition(uid)},
-            }
+        elif uid:
+            body = {**patch, "metadata": {**(patch.get("metadata") or {}), "uid": uid}}
         await self._replaced_when_refused(
             namespace,
             name,
