@@ -81,6 +81,19 @@ def pins(observed: Observed, topology: NumatopologySpec, resources: ResourceName
     return gpus, nics
 
 
+def held_pins(
+    observed: Observed | None, topology: NumatopologySpec, resources: ResourceNames
+) -> Pins | None:
+    """The `pins` an observation says (whatever assignment it was compared with); None
+    without one, or where it names GPUs the node lacks."""
+    if observed is None:
+        return None
+    try:
+        return pins(observed, topology, resources)
+    except ValueError:
+        return None
+
+
 async def realign(
     runtime: Runtime, pod: PodView, assignment: Assignment, observed: Observed
 ) -> bool:
@@ -107,9 +120,7 @@ async def realign(
         wanted = _Devices.of((pinned, pinned_nics))
         displaced = _holders(live.assignments, key, wanted)
         if any(ledger.in_flight(other) for other in displaced):
-            # A take-back sent now could land before that write, leaving the pod assigned
-            # the GPUs but booked nowhere. Displaced once seen.
-            return True
+            return True  # displaced once the watch shows its write (module docstring)
         kept = [
             why
             for other in displaced
@@ -223,27 +234,15 @@ def _keeps(  # noqa: PLR0917 (the two claims and what reads the other's devices)
     if held is None:
         return f"{other}'s decision is still being written"  # `realign` waits for it first
     if held.admitted:
-        real = _real_devices(held.observed, topology, resources)
+        real = held_pins(held.observed, topology, resources)
         if real is None:
             return f"{other} is admitted and has not reported the devices it holds yet"
-        if both := real.shared(wanted):
+        if both := _Devices.of(real).shared(wanted):
             return f"{other} is admitted and holds {both} itself"
         return ""
     if claim_order(held) < claim_order(mine):
         return f"{other} holds them under an earlier claim (seq {held.assignment.seq})"
     return ""
-
-
-def _real_devices(
-    observed: Observed | None, topology: NumatopologySpec, resources: ResourceNames
-) -> _Devices | None:
-    """The GPUs and NICs an observation says its pod holds; None without one or on unknown GPUs."""
-    if observed is None:
-        return None
-    try:
-        return _Devices.of(pins(observed, topology, resources))
-    except ValueError:
-        return None
 
 
 async def _displace(runtime: Runtime, other: str, node: str, by: str) -> None:
@@ -262,18 +261,6 @@ async def _displace(runtime: Runtime, other: str, node: str, by: str) -> None:
         {"namespace": namespace, "name": name, "uid": uid},
         warning=True, reason=DISPLACED, message=message,
     )  # fmt: skip
-
-
-def pins_of_pod(pod: PodView, topology: NumatopologySpec, resources: ResourceNames) -> Pins:
-    """The GPUs and NICs the containers hold as `observed` says (whatever assignment it was
-    compared with); nothing without one, unreadable, or naming GPUs the node lacks."""
-    observed = pod.observed
-    if observed is None or pod.finished:
-        return {}, {}
-    try:
-        return pins(observed, topology, resources)
-    except ValueError:
-        return {}, {}
 
 
 def _refuse(runtime: Runtime, ref: dict[str, str], seq: int, message: str) -> None:
