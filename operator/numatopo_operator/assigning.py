@@ -256,12 +256,9 @@ async def assign_bound_pod(runtime: Runtime, pod: PodView) -> State | None:
                 key, runtime.gpu_admissions.holder(node), node,
             )  # fmt: skip
             return None
-        topology = runtime.ledger.topology(node)
-        pins, nic_pins = (
-            realigning.pins_of_pod(pod, topology, runtime.settings.resources)
-            if topology is not None
-            else ({}, {})
-        )
+        topology, resources = runtime.ledger.topology(node), runtime.settings.resources
+        held = realigning.held_pins(pod.observed, topology, resources) if topology else None
+        pins, nic_pins = held or ({}, {})
         # A pod holding GPUs or NICs (it ran, lost its assignment): decided around them first.
         outcome = await decide(
             runtime, request, node, path="assigner", pinned=pins, pinned_nics=nic_pins
@@ -401,9 +398,7 @@ Decider = Callable[[Runtime, PodView, PodRequest, str], Awaitable[Outcome | None
 """A bind's own decision for some pods (`dra_bind.decide`); None: decide as any pod."""
 
 
-async def bind_pod(
-    runtime: Runtime, pod: PodView, node: str, *, first: Decider | None = None
-) -> str:
+async def bind_pod(runtime: Runtime, pod: PodView, node: str, *, first: Decider) -> str:
     """The extender's bind: assignment, then Binding; '' or the error text. A failed
     Binding takes the assignment back (no pod holds one for a node it is not on)."""
     key = pod.key
@@ -426,7 +421,7 @@ async def bind_pod(
                 "in time; steering may not tell them apart (Follow heals it)", key, node,
             )  # fmt: skip
         try:
-            outcome = await first(runtime, pod, request, node) if first else None
+            outcome = await first(runtime, pod, request, node)
             outcome = outcome or await decide(runtime, request, node, path="bind")
         except BaseException:
             runtime.gpu_admissions.admitted(key)  # nothing of it is in flight

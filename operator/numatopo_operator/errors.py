@@ -54,7 +54,7 @@ class NodeBusyError(OperatorError):
 def kept_serving(
     logger: logging.Logger | logging.LoggerAdapter[logging.Logger],
     what: str,
-    metrics: Metrics | None = None,
+    metrics: Metrics,
 ) -> Iterator[None]:
     """Handler boundary: log any error (bugs with traceback) and carry on; next event retries."""
     try:
@@ -65,5 +65,4 @@ def kept_serving(
         logger.warning("%s: the API refused: %s", what, exc)
     except Exception:
         logger.exception("%s: unexpected error; continuing with other objects", what)
-        if metrics is not None:
-            metrics.handler_errors.inc()
+        metrics.handler_errors.inc()

@@ -249,13 +249,7 @@ async def filter_result(
             verdicts = await judge_pod(runtime, pod, request, names)
             passed = list(filter(verdicts.scores.__contains__, names))
             runtime.metrics.latency.labels("filter").observe(time.perf_counter() - started)
-    result: dict[str, Any] = {
-        "Nodes": None,
-        "NodeNames": None,
-        "FailedNodes": verdicts.failed,
-        "FailedAndUnresolvableNodes": verdicts.unresolvable,
-        "Error": "",
-    }
+    result = _filter_answer(verdicts)
     if objects is None:
         result["NodeNames"] = passed
     else:
@@ -365,17 +359,20 @@ def priorities_body(hosts: Sequence[str], scores: Sequence[int]) -> bytes:
     return _json_of(list(map(wire.HostPriorityRow, hosts, scores)))
 
 
+def _filter_answer(verdicts: Verdicts, error: str = "") -> dict[str, Any]:
+    """An ExtenderFilterResult passing no node (yet) and failing those of `verdicts`."""
+    return {
+        "Nodes": None,
+        "NodeNames": None,
+        "FailedNodes": verdicts.failed,
+        "FailedAndUnresolvableNodes": verdicts.unresolvable,
+        "Error": error,
+    }
+
+
 def _filter_error(error: str) -> web.Response:
     """An ExtenderFilterResult passing no node; kube-scheduler retries on an Error."""
-    return _json(
-        {
-            "Nodes": None,
-            "NodeNames": None,
-            "FailedNodes": {},
-            "FailedAndUnresolvableNodes": {},
-            "Error": error,
-        }
-    )
+    return _json(_filter_answer(Verdicts(), error))
 
 
 async def _filter(request: web.Request) -> web.Response:

@@ -335,9 +335,7 @@ class Elector:
     async def _lose(self, why: str) -> None:
         runtime = self.runtime
         logger.warning("this replica (%s) stops deciding: %s", self.identity, why)
-        runtime.active.clear()
-        runtime.ledger_current.clear()
-        runtime.lease.renewed_at = None
+        self._stop_deciding()
         runtime.metrics.lease_holder.set(0)
         if self._taking_over is not None:
             self._taking_over.cancel()
@@ -345,40 +343,31 @@ class Elector:
         if self.label is not None:
             await self.label.sync(runtime, active=False)
 
-    async def release(self) -> None:
-        """On shutdown: stop deciding, hand the Lease back (no holder, 1 s): a standby takes
-        over at its next try, not after the lease duration."""
-        was_holding = self.holding and self.name is not None
+    def _stop_deciding(self) -> None:
         self.runtime.active.clear()
         self.runtime.ledger_current.clear()
         self.runtime.lease.renewed_at = None
-        if not was_holding:
+
+    async def stand_down(self) -> None:
+        """On shutdown: stop answering, hand the Lease back (no holder, 1 s: a standby
+        takes over at its next try, not after the lease duration), then remove the label,
+        so the Service stops sending calls here before the process is gone."""
+        held = self.name if self.holding else None
+        self._stop_deciding()
+        if held is not None:
+            free = {"holderIdentity": None, "leaseDurationSeconds": 1, "renewTime": _now_text()}
+            try:
+                async with asyncio.timeout(SHUTDOWN_SECONDS):
+                    await self.runtime.kube.patch_lease(
+                        self.namespace, held, free, resource_version=self._version
+                    )
+            except (KubeError, TimeoutError) as exc:
+                logger.warning("could not release Lease %s/%s: %s", self.namespace, held, exc)
+        if self.label is None:
             return
-        assert self.name is not None
+        self.label.labelled = None  # whatever we last wrote, remove it
         try:
             async with asyncio.timeout(SHUTDOWN_SECONDS):
-                await self.runtime.kube.patch_lease(
-                    self.namespace,
-                    self.name,
-                    {"holderIdentity": None, "leaseDurationSeconds": 1, "renewTime": _now_text()},
-                    resource_version=self._version,
-                )
-        except (KubeError, TimeoutError) as exc:
-            logger.warning("could not release Lease %s/%s: %s", self.namespace, self.name, exc)
-
-
-async def stand_down(runtime: Runtime, elector: Elector | None, label: PodLabel | None) -> None:
-    """On shutdown: stop answering, release the Lease, then remove the label, so the
-    Service stops sending calls here before the process is gone."""
-    if elector is not None:
-        await elector.release()
-    runtime.active.clear()
-    runtime.ledger_current.clear()
-    if label is None:
-        return
-    label.labelled = None  # whatever we last wrote, remove it
-    try:
-        async with asyncio.timeout(SHUTDOWN_SECONDS):
-            await label.sync(runtime, active=False)
-    except TimeoutError:
-        logger.warning("gave up removing label %s on shutdown", ACTIVE_LABEL)
+                await self.label.sync(self.runtime, active=False)
+        except TimeoutError:
+            logger.warning("gave up removing label %s on shutdown", ACTIVE_LABEL)

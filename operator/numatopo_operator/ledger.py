@@ -486,8 +486,7 @@ class Ledger:
             self._node_of.update(dict.fromkeys(found.inflight, node))
         untrusted: list[str] = []
         for found in list(self._nodes.values()):
-            if found.topology is not None:
-                untrusted += self._rebuild(found)
+            untrusted += self._rebuild(found)
         return sorted(untrusted)
 
     # -- internals --------------------------------------------------------------------

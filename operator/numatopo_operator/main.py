@@ -197,7 +197,7 @@ async def _background(runtime: Runtime, *, identity: str) -> AsyncIterator[None]
         yield
     finally:
         await list_watch.stop_all(tasks)
-        await leadership.stand_down(runtime, elector, label)
+        await elector.stand_down()
 
 
 async def serve(

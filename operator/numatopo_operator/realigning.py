@@ -56,36 +56,42 @@ def mismatch(pod: PodView) -> tuple[Assignment, Observed] | None:
     return assignment, observed
 
 
-def pins(
-    observed: Observed, topology: NumatopologySpec, resources: ResourceNames
-) -> dict[str, list[int]]:
-    """Container -> the node's GPU indices it holds; ValueError for a device naming none."""
-    pinned: dict[str, list[int]] = {}
+Pins = tuple[dict[str, list[int]], dict[str, list[str]]]
+
+
+def pins(observed: Observed, topology: NumatopologySpec, resources: ResourceNames) -> Pins:
+    """Container -> the node's GPU indices it holds, and container -> the node's NICs it
+    holds (a shared pool's IDs name none); ValueError for a device naming no GPU."""
+    gpus: dict[str, list[int]] = {}
+    nics: dict[str, list[str]] = {}
     for name, container in sorted(observed.containers.items()):
         ids = container.gpu_ids(resources.is_gpu)
-        if not ids:
-            continue
-        indices = gpu_indices(ids, topology.gpus)
-        if indices is None:
-            raise ValueError(
-                f"container {name} holds devices {ids} that name no GPU of this node's "
-                "Numatopology (is the exporter's GPU list current?)"
-            )
-        pinned[name] = indices
-    return pinned
-
-
-def nic_pins(
-    observed: Observed, topology: NumatopologySpec, resources: ResourceNames
-) -> dict[str, list[str]]:
-    """Container -> the node's NICs it holds (a shared pool's IDs name none)."""
-    pinned: dict[str, list[str]] = {}
-    for name, container in sorted(observed.containers.items()):
-        ids = [d for r, found in container.devices.items() if resources.is_nic(r) for d in found]
-        names = nic_names(ids, topology.nics) if ids else None
+        if ids:
+            indices = gpu_indices(ids, topology.gpus)
+            if indices is None:
+                raise ValueError(
+                    f"container {name} holds devices {ids} that name no GPU of this node's "
+                    "Numatopology (is the exporter's GPU list current?)"
+                )
+            gpus[name] = indices
+        found = [d for r, held in container.devices.items() if resources.is_nic(r) for d in held]
+        names = nic_names(found, topology.nics) if found else None
         if names:
-            pinned[name] = names
-    return pinned
+            nics[name] = names
+    return gpus, nics
+
+
+def held_pins(
+    observed: Observed | None, topology: NumatopologySpec, resources: ResourceNames
+) -> Pins | None:
+    """The `pins` an observation says (whatever assignment it was compared with); None
+    without one, or where it names GPUs the node lacks."""
+    if observed is None:
+        return None
+    try:
+        return pins(observed, topology, resources)
+    except ValueError:
+        return None
 
 
 async def realign(
@@ -96,8 +102,7 @@ async def realign(
     NotActiveError, NodeBusyError for the retry queue; a pod that cannot be realigned (GPUs
     unknown here, no room next to them) is logged, told, counted and left as it is."""
     key, node = pod.key, assignment.node
-    ref = pod.ref
-    ledger = runtime.ledger
+    ref, ledger, resources = pod.ref, runtime.ledger, runtime.settings.resources
     async with ledger.lock(node):
         topology, live = ledger.topology(node), ledger.state(node)
         if topology is None or live is None:
@@ -106,23 +111,16 @@ async def realign(
         if current is None or current.seq != assignment.seq:
             return False  # already decided again (in flight), or booked nowhere yet
         try:
-            request = pod_request.request_from_pod(pod, runtime.settings.resources)
-            pinned = pins(observed, topology, runtime.settings.resources)
-            pinned_nics = nic_pins(observed, topology, runtime.settings.resources)
+            request = pod_request.request_from_pod(pod, resources)
+            pinned, pinned_nics = pins(observed, topology, resources)
         except (InvalidRequestError, ValueError) as exc:
             _refuse(runtime, ref, assignment.seq, f"cannot realign {key}: {exc}")
             return False
         mine = translate.Booking(key, node, current, ref["uid"])
-        wanted = _Devices(
-            {g for gpus in pinned.values() for g in gpus},
-            {n for nics in pinned_nics.values() for n in nics},
-        )
+        wanted = _Devices.of((pinned, pinned_nics))
         displaced = _holders(live.assignments, key, wanted)
         if any(ledger.in_flight(other) for other in displaced):
-            # A take-back sent now could land before that write, leaving the pod assigned
-            # the GPUs but booked nowhere. Displaced once seen.
-            return True
-        resources = runtime.settings.resources
+            return True  # displaced once the watch shows its write (module docstring)
         kept = [
             why
             for other in displaced
@@ -147,9 +145,7 @@ async def realign(
                 engine=runtime.decisions, pinned=pinned, pinned_nics=pinned_nics,
             )  # fmt: skip
         except UnsatisfiableError as exc:
-            decision, relaxed = None, exc.reason
-        if decision is None:
-            why = f"cannot realign {key} around GPUs {pinned}: {relaxed}"
+            why = f"cannot realign {key} around GPUs {pinned}: {exc.reason}"
             _refuse(runtime, ref, assignment.seq, why)
             return False
         realigned = decision.model_copy(update={"seq": ledger.next_seq(node)})
@@ -194,6 +190,13 @@ class _Devices:
     gpus: set[int]
     nics: set[str]
 
+    @classmethod
+    def of(cls, pinned: Pins) -> _Devices:
+        gpus, nics = pinned
+        return cls(
+            {g for held in gpus.values() for g in held}, {n for held in nics.values() for n in held}
+        )
+
     def shared(self, other: _Devices) -> str:
         """What of `other` is also here, in words ('' for nothing)."""
         gpus, nics = sorted(self.gpus & other.gpus), sorted(self.nics & other.nics)
@@ -231,29 +234,15 @@ def _keeps(  # noqa: PLR0917 (the two claims and what reads the other's devices)
     if held is None:
         return f"{other}'s decision is still being written"  # `realign` waits for it first
     if held.admitted:
-        real = _real_devices(held.observed, topology, resources)
+        real = held_pins(held.observed, topology, resources)
         if real is None:
             return f"{other} is admitted and has not reported the devices it holds yet"
-        if both := real.shared(wanted):
+        if both := _Devices.of(real).shared(wanted):
             return f"{other} is admitted and holds {both} itself"
         return ""
     if claim_order(held) < claim_order(mine):
         return f"{other} holds them under an earlier claim (seq {held.assignment.seq})"
     return ""
-
-
-def _real_devices(
-    observed: Observed | None, topology: NumatopologySpec, resources: ResourceNames
-) -> _Devices | None:
-    """The GPUs and NICs an observation says its pod holds; None without one or on unknown GPUs."""
-    if observed is None:
-        return None
-    try:
-        gpus = {g for found in pins(observed, topology, resources).values() for g in found}
-    except ValueError:
-        return None
-    nics = {n for found in nic_pins(observed, topology, resources).values() for n in found}
-    return _Devices(gpus, nics)
 
 
 async def _displace(runtime: Runtime, other: str, node: str, by: str) -> None:
@@ -272,20 +261,6 @@ async def _displace(runtime: Runtime, other: str, node: str, by: str) -> None:
         {"namespace": namespace, "name": name, "uid": uid},
         warning=True, reason=DISPLACED, message=message,
     )  # fmt: skip
-
-
-def pins_of_pod(
-    pod: PodView, topology: NumatopologySpec, resources: ResourceNames
-) -> tuple[dict[str, list[int]], dict[str, list[str]]]:
-    """The GPUs and NICs the containers hold as `observed` says (whatever assignment it was
-    compared with); nothing without one, unreadable, or naming GPUs the node lacks."""
-    observed = pod.observed
-    if observed is None or pod.finished:
-        return {}, {}
-    try:
-        return pins(observed, topology, resources), nic_pins(observed, topology, resources)
-    except ValueError:
-        return {}, {}
 
 
 def _refuse(runtime: Runtime, ref: dict[str, str], seq: int, message: str) -> None:

@@ -82,12 +82,6 @@ def reason_of(pod: RawPod) -> str:
     return found if isinstance(found, str) else ""
 
 
-def needs_rejudging(pod: RawPod) -> bool:
-    """A refusal without its reason (a replica died in between, or an older version wrote it
-    only as an Event): judged again to get one."""
-    return state_of(pod) in (State.UNSATISFIABLE, State.INVALID) and not reason_of(pod)
-
-
 def is_annotated(pod: RawPod) -> bool:
     """Whether the pod carries any numatopo annotation: one a new holder judges."""
     annotations = PodView.of(pod).annotations
@@ -96,13 +90,14 @@ def is_annotated(pod: RawPod) -> bool:
 
 def is_waiting(pod: RawPod) -> bool:
     """A running pod that asks for a policy and has no assignment yet; `Invalid` pods are
-    not waiting (a person fixes them), unless they have no reason yet (`needs_rejudging`)."""
+    not waiting (a person fixes them), unless they have no reason yet (a replica died in
+    between, or an older version wrote it only as an Event): judged again to get one."""
     view = PodView.of(pod)
     annotations = view.annotations
     return (
         keys.POLICY in annotations
         and keys.ASSIGNMENT not in annotations
-        and (annotations.get(keys.STATE) != State.INVALID or needs_rejudging(view))
+        and (annotations.get(keys.STATE) != State.INVALID or not reason_of(view))
         and view.node is not None
         and not view.ended
     )
