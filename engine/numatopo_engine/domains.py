@@ -8,7 +8,7 @@ from __future__ import annotations
 import enum
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
-from itertools import groupby, pairwise
+from itertools import groupby, islice, pairwise
 
 import numpy as np
 
@@ -362,7 +362,7 @@ class _Placer:
         engine, request = self.engine, self.largest
         names = list(self.nodes)
         shapes = group_by_shape((self.nodes[n].topology, self.nodes[n].state) for n in names)
-        gpus, cpus, memory = _amounts(request)
+        amounts = _amounts(request)
         for shape in shapes:
             scored = score_many(
                 shape.topology, shape.states, request, checked=False, engine=engine, mix=self.mix
@@ -372,14 +372,9 @@ class _Placer:
             for index in np.flatnonzero(scored.scores >= 0).tolist():
                 node = names[shape.positions[index]]
                 state = shape.states[index]
-                bound = self.need
-                if gpus:
-                    bound = min(bound, state.free_gpu_count() // gpus)
-                if cpus:
-                    bound = min(bound, state.free_cpu_count() // cpus)
-                if memory:
-                    bound = min(bound, state.free_memory_total() // memory)
-                self.bound[node] = max(1, bound)
+                left = (state.free_gpu_count(), state.free_cpu_count(), state.free_memory_total())
+                fits = [free // asked for free, asked in zip(left, amounts, strict=True) if asked]
+                self.bound[node] = max(1, min([self.need, *fits]))
                 self.rank[node] = float(scored.rank[index])
 
     def _copies(self, node: str) -> int:
@@ -625,18 +620,10 @@ class _Placer:
         found: dict[str, Assignment] = {}
         members = iter(self.ordered)
         for node, count in choice.nodes:
-            candidate = self.nodes[node]
-            state = candidate.state.copy()
-            for _ in range(count):
-                member = next(members)
-                try:
-                    decision = allocate(
-                        candidate.topology, state, member.request, node, engine=self.engine
-                    )
-                except UnsatisfiableError:
-                    return None
-                state.apply(member.key, decision.assignment)
-                found[member.key] = decision.assignment
+            placed = first_fit(self.nodes, [node], list(islice(members, count)), self.engine)
+            if placed is None:
+                return None
+            found.update(placed)
         return self._placement(choice.level, choice.path, found)
 
     def _placement(

@@ -214,19 +214,16 @@ class _Run:
 
     def members(self, job: GangJob, policy: PolicyName) -> list[Member]:
         options = TopologyOptions(policy=policy)
-        cpus = self._cpus_per_pod(job)
+        # CPUs in proportion to GPUs: half the node's CPUs per GPU, rounded down, at least 1.
+        sample = next(iter(self.nodes.values())).topology
+        per_gpu = max(1, len(sample.online_cpus()) // max(1, len(sample.gpus)) // 2)
+        cpus = max(1, per_gpu * job.gpus_per_pod)
         container = ContainerRequest(name="main", cpu_milli=cpus * 1000, gpus=job.gpus_per_pod)
         out = []
         for rank in range(job.pods):
             request = PodRequest(NAMESPACE, f"{job.name}-{rank}", (container,), options=options)
             out.append(Member(request.key, rank, request))
         return out
-
-    def _cpus_per_pod(self, job: GangJob) -> int:
-        """CPUs in proportion to GPUs: the node's CPUs per GPU, rounded down, at least 1."""
-        sample = next(iter(self.nodes.values())).topology
-        per_gpu = max(1, len(sample.online_cpus()) // max(1, len(sample.gpus)) // 2)
-        return max(1, per_gpu * job.gpus_per_pod)
 
     def book(self, found: Mapping[str, Assignment]) -> None:
         for key, assignment in found.items():
@@ -295,14 +292,10 @@ def _numatopo(run: _Run, job: GangJob, members: list[Member]) -> dict[str, Assig
 def _required_only(run: _Run, job: GangJob, members: list[Member]) -> dict[str, Assignment] | None:
     if job.pods == 1:
         return first_fit(run.nodes, run.by_name, members, run.engine)
-    gpus = job.gpus_per_pod
     for inside in run.tree.domains(run.required).values():
-        free = sum(run.nodes[n].state.free_gpu_count() // gpus for n in inside if n in run.nodes)
-        if free < job.pods:
-            continue
-        found = first_fit(
-            run.nodes, sorted(n for n in inside if n in run.nodes), members, run.engine
-        )
+        known = sorted(n for n in inside if n in run.nodes)
+        free = sum(run.nodes[n].state.free_gpu_count() // job.gpus_per_pod for n in known)
+        found = first_fit(run.nodes, known, members, run.engine) if free >= job.pods else None
         if found is not None:
             return found
     return None
