@@ -228,13 +228,14 @@ def rank_nodes(
 
 
 class Strategy:
-    """Chooses a node (and the devices on it) for one pod, or says why not."""
+    """Chooses a node (and the devices on it) for one pod, or says why not; `name` is its
+    `STRATEGIES` name, `policy` the engine's (the numatopo strategy asks with it)."""
 
-    name = ""
-
-    def __init__(self, seed: int) -> None:
+    def __init__(self, name: str, seed: int, policy: PolicyName) -> None:
+        self.name = name
         self.rng = random.Random(seed)
         self.engine = Engine()
+        self.policy = policy
 
     def start(self, cluster: Cluster, workload: Sequence[PodRow]) -> None:
         """Called once before the replay, with the fresh cluster and the whole workload."""
@@ -254,10 +255,6 @@ class Strategy:
 class CountOnly(Strategy):
     """The node by counts alone, then what the kubelet with policy `none` does on it."""
 
-    def __init__(self, seed: int, *, name: str) -> None:
-        super().__init__(seed)
-        self.name = name
-
     def place(self, cluster: Cluster, pod: PodRow, candidates: list[int]) -> Outcome:
         if self.name == "random":
             index = self.rng.choice(candidates)
@@ -274,8 +271,6 @@ class CountOnly(Strategy):
 
 
 class VolcanoNuma(Strategy):
-    name = "volcano-numa"
-
     def place(self, cluster: Cluster, pod: PodRow, candidates: list[int]) -> Outcome:
         ranked: list[tuple[int, int, int, int]] = []  # (NUMA nodes spanned, -best-fit, index, mask)
         for index in candidates:
@@ -293,16 +288,12 @@ class VolcanoNuma(Strategy):
 class KubeletAdmission(Strategy):
     """Topology-blind best-fit, then the kubelet's Topology Manager admission."""
 
-    def __init__(self, seed: int, *, single_numa: bool) -> None:
-        super().__init__(seed)
-        self.single_numa = single_numa
-        self.name = "kubelet-single-numa" if single_numa else "kubelet-restricted"
-
     def place(self, cluster: Cluster, pod: PodRow, candidates: list[int]) -> Outcome:
         index = self.best_fit_node(cluster, pod, candidates)
         node = cluster.nodes[index]
         all_mask = (1 << len(node.numa_free_cpus)) - 1
-        merged = merge_hints(_provider_hints(node, pod), all_mask, single_numa=self.single_numa)
+        single = self.name == "kubelet-single-numa"
+        merged = merge_hints(_provider_hints(node, pod), all_mask, single_numa=single)
         if merged is None or not merged[1]:
             return Rejection(True, f"TopologyAffinityError on {node.name}")
         return _aligned(index, node, pod, merged[0], self.rng)
@@ -311,11 +302,8 @@ class KubeletAdmission(Strategy):
 class Numatopo(Strategy):
     """The production node rank for whole-GPU pods, FGD on counts for the rest."""
 
-    name = "numatopo"
-
-    def __init__(self, seed: int, *, policy: PolicyName) -> None:
-        super().__init__(seed)
-        self.policy = policy
+    def __init__(self, name: str, seed: int, policy: PolicyName) -> None:
+        super().__init__(name, seed, policy)
         self.fragmentation: Fragmentation | None = None
         self.mix = WorkloadMix()
 
@@ -371,25 +359,20 @@ class Numatopo(Strategy):
         return Placement(index, gpus, _all_numas(node))
 
 
-STRATEGIES = (
-    "numatopo",
-    "random",
-    "first-fit",
-    "best-fit",
-    "volcano-numa",
-    "kubelet-restricted",
-    "kubelet-single-numa",
-)
+_KINDS: Mapping[str, type[Strategy]] = {
+    "numatopo": Numatopo,
+    "random": CountOnly,
+    "first-fit": CountOnly,
+    "best-fit": CountOnly,
+    "volcano-numa": VolcanoNuma,
+    "kubelet-restricted": KubeletAdmission,
+    "kubelet-single-numa": KubeletAdmission,
+}
+STRATEGIES = tuple(_KINDS)
 
 
 def make_strategy(name: str, *, seed: int, policy: PolicyName = PolicyName.BEST_EFFORT) -> Strategy:
     """A fresh strategy with its own random stream, so each strategy replays the same way alone."""
-    if name in ("random", "first-fit", "best-fit"):
-        return CountOnly(seed, name=name)
-    if name == "volcano-numa":
-        return VolcanoNuma(seed)
-    if name in ("kubelet-restricted", "kubelet-single-numa"):
-        return KubeletAdmission(seed, single_numa=name == "kubelet-single-numa")
-    if name == "numatopo":
-        return Numatopo(seed, policy=policy)
-    raise ValueError(f"unknown strategy {name!r}; choose from {', '.join(STRATEGIES)}")
+    if name not in _KINDS:
+        raise ValueError(f"unknown strategy {name!r}; choose from {', '.join(STRATEGIES)}")
+    return _KINDS[name](name, seed, policy)
