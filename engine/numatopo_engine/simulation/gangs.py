@@ -77,7 +77,6 @@ HELIOS_GPU_CDF: Mapping[str, tuple[tuple[int, float], ...]] = {
     ),
 }  # fmt: skip
 
-GANG_STRATEGIES = ("numatopo", "required-only", "blind")
 NAMESPACE = "sim"
 
 Clock = Callable[[], float]
@@ -310,6 +309,7 @@ PLACERS: Mapping[str, Placer] = {
     "required-only": _required_only,
     "blind": _blind,
 }
+GANG_STRATEGIES = tuple(PLACERS)
 
 
 def simulate_gangs(
@@ -383,7 +383,7 @@ def _replay(
     by_index = {job.index: job for job in jobs}
     queue: list[GangJob] = []
     running: dict[int, dict[str, Assignment]] = {}
-    placed = arrivals = 0
+    arrivals = 0
     blocked: int | None = None  # the head that did not fit; nothing was freed since
     while events:
         now, kind, index = heapq.heappop(events)
@@ -408,17 +408,15 @@ def _replay(
             run.book(found)
             running[job.index] = found
             run.record(job, found, now)
-            placed += 1
             heapq.heappush(events, (now + job.duration, 0, job.index))
         run.fragmentation.append(domain_fragmentation(run.tree, run.nodes)[run.leaf])
-    multi = [job for job in jobs if job.pods > 1]
     place_ms_mean, place_ms_p99 = milliseconds(run.times)
     return GangStrategyResult(
         strategy=name,
         jobs=len(jobs),
-        placed=placed,
+        placed=len(run.waits),
         waiting=len(queue),
-        multi_node_jobs=len(multi),
+        multi_node_jobs=sum(job.pods > 1 for job in jobs),
         multi_node_placed=len(run.multi_waits),
         mean_wait=_mean(run.waits) or 0.0,
         multi_node_mean_wait=_mean(run.multi_waits) or 0.0,

@@ -26,11 +26,10 @@ from typing import Any
 
 from numatopo_engine.cpuset import CPUSet
 from numatopo_engine.model import Cpu, Gpu, GpuLink, GpuPath, NumaNode, NumatopologySpec, PathType
-from numatopo_engine.simulation.trace import NodeRow
+from numatopo_engine.simulation.trace import MIB, NodeRow
 
 # SLIT distances of a typical 2-socket Xeon (local 10, remote 21).
 REMOTE_DISTANCE = 21
-MIB = 1 << 20
 
 
 class TopologyMapError(ValueError):

@@ -40,10 +40,8 @@ from numatopo_engine.packing import WorkloadMix
 from numatopo_engine.request import ContainerRequest, PodRequest, TopologyOptions
 from numatopo_engine.simulation.cluster import Cluster, SimNode
 from numatopo_engine.simulation.fragmentation import Fragmentation
-from numatopo_engine.simulation.trace import PodRow
+from numatopo_engine.simulation.trace import MIB, PodRow
 from numatopo_engine.state import NodeState
-
-MIB = 1 << 20
 
 
 @dataclass(frozen=True, slots=True)
