@@ -133,15 +133,9 @@ def _eligible(
             raise UndecidedError(
                 f"DeviceClass {exact.device_class_name} uses fields numatopo does not know"
             )
-        matching: list[DraDevice] = []
+        classed = device_class.spec.selectors
         try:
-            for device in node.devices:
-                driver = device.id.driver
-                key = str(device.id)
-                if selectors.matches(device_class.spec.selectors, driver, device.device, key) and (
-                    selectors.matches(exact.selectors, driver, device.device, key)
-                ):
-                    matching.append(device)
+            matching = [d for d in node.devices if selectors.matches(d, classed, exact.selectors)]
         except SelectorRefusedError as exc:
             raise UndecidedError(
                 f"claim {claim.key} request {request.name}: a selector {exc}"
