@@ -8,6 +8,7 @@ from __future__ import annotations
 import enum
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
+from functools import cached_property
 from itertools import groupby, islice, pairwise
 
 import numpy as np
@@ -239,13 +240,6 @@ class _Mode(enum.Enum):
     SPREAD = "spread"  # every node of the domain, members as even as the nodes allow
 
 
-@dataclass(frozen=True)
-class _Choice:
-    level: int | None  # level index of the domain (`len(levels)`: one node), None: anywhere
-    path: Path
-    nodes: list[tuple[str, int]]  # (node, members) in tree order
-
-
 @dataclass
 class _Placer:
     tree: DomainTree
@@ -272,7 +266,6 @@ class _Placer:
         self.rank: dict[str, float] = {}
         self.refusals: dict[str, int] = {}
         self.tried: list[str] = []
-        self._totals: dict[tuple[int, Path], tuple[int, int]] | None = None
 
     # -- the search ----------------------------------------------------------------
 
@@ -439,7 +432,7 @@ class _Placer:
                 fitting.append((self._broken(chosen), order, path, chosen))
             fitting.sort(key=lambda f: f[:2])
             for _, _, path, chosen in fitting:
-                found = self._realise(_Choice(index, path, chosen))
+                found = self._realise(index, path, chosen)
                 if found is not None:
                     return found
         if short:
@@ -464,7 +457,7 @@ class _Placer:
             held = sum(self._copies(n) for n in inside)
             self.tried.append(f"anywhere (the cluster holds {held} of {self.need})")
             return None
-        return self._realise(_Choice(None, ANYWHERE, chosen))
+        return self._realise(None, ANYWHERE, chosen)
 
     def _anywhere(self, every: bool = False) -> list[str]:
         """Every candidate node (holding a member, unless `every`), tree order, unlabelled last."""
@@ -575,7 +568,7 @@ class _Placer:
             candidate = self.nodes[part]
             free, size = candidate.state.free_gpu_count(), len(candidate.topology.gpus)
         else:
-            free, size = self._gpu_totals().get((len(part) - 1, part), (0, 0))
+            free, size = self._totals.get((len(part) - 1, part), (0, 0))
         taken = members * _gpus_of(self.largest)
         return (2 * taken * free - taken * taken) / size if size else 0.0
 
@@ -593,10 +586,9 @@ class _Placer:
 
     # -- ranking domains ------------------------------------------------------------
 
-    def _gpu_totals(self) -> dict[tuple[int, Path], tuple[int, int]]:
-        if self._totals is None:
-            self._totals = _gpu_totals(self.tree, self.nodes)
-        return self._totals
+    @cached_property
+    def _totals(self) -> dict[tuple[int, Path], tuple[int, int]]:
+        return _gpu_totals(self.tree, self.nodes)
 
     def _growth(self, index: int, path: Path) -> float:
         """`_part_growth` of the group summed over `path`'s level and every wider one (one node's
@@ -615,16 +607,19 @@ class _Placer:
 
     # -- allocating -------------------------------------------------------------------
 
-    def _realise(self, choice: _Choice) -> GroupPlacement | None:
-        """Allocate every member on its chosen node; None when one does not fit."""
+    def _realise(
+        self, index: int | None, path: Path, chosen: Sequence[tuple[str, int]]
+    ) -> GroupPlacement | None:
+        """Allocate the members on the chosen (node, members) in domain `path` of level `index`
+        (None: anywhere); None when one does not fit."""
         found: dict[str, Assignment] = {}
         members = iter(self.ordered)
-        for node, count in choice.nodes:
+        for node, count in chosen:
             placed = first_fit(self.nodes, [node], list(islice(members, count)), self.engine)
             if placed is None:
                 return None
             found.update(placed)
-        return self._placement(choice.level, choice.path, found)
+        return self._placement(index, path, found)
 
     def _placement(
         self, index: int | None, path: Path, found: dict[str, Assignment]

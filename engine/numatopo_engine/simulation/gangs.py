@@ -336,7 +336,6 @@ def simulate_gangs(
     for name in strategies:
         if name not in PLACERS:
             raise ValueError(f"unknown strategy {name!r}; choose from {', '.join(GANG_STRATEGIES)}")
-    candidates = cluster.candidates()
     # A job that does not fit the empty cluster would stop the FIFO queue for good: it is left out
     # for every strategy (asked once per job shape, with the engine).
     probe = _Run(cluster, tree, required, lambda: 0.0, options)
@@ -349,8 +348,8 @@ def simulate_gangs(
     jobs = [job for job in jobs if fits[(job.pods, job.gpus_per_pod)]]
     histogram = Counter(job.gpus for job in jobs)
     result = GangResult(
-        nodes=len(candidates),
-        gpus=sum(len(c.topology.gpus) for c in candidates.values()),
+        nodes=len(probe.nodes),
+        gpus=sum(len(c.topology.gpus) for c in probe.nodes.values()),
         levels=list(levels),
         jobs=len(jobs),
         sizes=sizes,
