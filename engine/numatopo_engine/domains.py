@@ -413,13 +413,14 @@ class _Placer:
         best = (0, "")
         if self.prefer is not None and index < self.prefer and len(ranked) > 1:
             # Wider than the preferred level: fewest of its domains first, then the usual ranking.
-            steered = []
+            steered, preferred = [], self.spec.preferred or NODE_LEVEL
             for growth, order, path, inside in ranked:
                 chosen = self._select(index, path, inside, strategy)
                 if chosen is None:
                     best = max(best, (sum(self._copies(n) for n in inside), path[-1]))
                     continue
-                steered.append((self.spread_over(chosen), growth, self._broken(chosen), order))
+                spread = self.tree.spanned(preferred, (n for n, _ in chosen)) or 0
+                steered.append((spread, growth, self._broken(chosen), order))
             steered.sort()
             ranked = [r for key in steered for r in ranked if r[1] == key[3]]
         for _, alike in groupby(ranked, key=lambda r: r[0]):  # runs of equal growth
@@ -571,10 +572,6 @@ class _Placer:
             free, size = self._totals.get((len(part) - 1, part), (0, 0))
         taken = members * _gpus_of(self.largest)
         return (2 * taken * free - taken * taken) / size if size else 0.0
-
-    def spread_over(self, chosen: Sequence[tuple[str, int]]) -> int:
-        """How many domains of the preferred level the chosen nodes lie in."""
-        return self.tree.spanned(self.spec.preferred or NODE_LEVEL, (n for n, _ in chosen)) or 0
 
     def _tie(self, node: str) -> tuple[float, float]:
         return float(self._is_free(node)), -self.rank.get(node, 0.0)

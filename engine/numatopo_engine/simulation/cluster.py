@@ -67,9 +67,6 @@ class SimNode:
     def free_whole_gpus(self) -> list[int]:
         return [i for i, milli in enumerate(self.gpu_free) if milli == GPU_MILLI]
 
-    def pick_shared_gpu(self, milli: int) -> int:
-        return tightest_share(self.gpu_free, milli)
-
 
 def tightest_share(gpu_free: Sequence[int], milli: int) -> int:
     """Best fit for a GPU share: the GPU with the least free share that still holds it."""

@@ -38,7 +38,7 @@ from numatopo_engine.annotations import Assignment, CpuMode, GpuLinksMode, Polic
 from numatopo_engine.numamask import bits, sort_key, width
 from numatopo_engine.packing import WorkloadMix
 from numatopo_engine.request import ContainerRequest, PodRequest, TopologyOptions
-from numatopo_engine.simulation.cluster import Cluster, SimNode
+from numatopo_engine.simulation.cluster import Cluster, SimNode, tightest_share
 from numatopo_engine.simulation.fragmentation import Fragmentation
 from numatopo_engine.simulation.trace import MIB, PodRow
 from numatopo_engine.state import NodeState
@@ -89,7 +89,7 @@ def _aligned(
     """GPUs (any, no link choice) and exclusive CPUs taken inside `mask`."""
     numas = set(bits(mask))
     if pod.fractional:
-        gpus: tuple[int, ...] = (node.pick_shared_gpu(pod.gpu_milli),)
+        gpus: tuple[int, ...] = (tightest_share(node.gpu_free, pod.gpu_milli),)
     else:
         free = node.free_whole_gpus()
         inside = [g for g in free if node.shape.links.gpu_numa[g] in numas]
@@ -262,7 +262,7 @@ class CountOnly(Strategy):
             index = self.best_fit_node(cluster, pod, candidates)
         node = cluster.nodes[index]
         if pod.fractional:
-            gpus: tuple[int, ...] = (node.pick_shared_gpu(pod.gpu_milli),)
+            gpus: tuple[int, ...] = (tightest_share(node.gpu_free, pod.gpu_milli),)
         else:
             gpus = tuple(sorted(self.rng.sample(node.free_whole_gpus(), pod.whole_gpus)))
         return Placement(index, gpus, _all_numas(node))
@@ -353,7 +353,7 @@ class Numatopo(Strategy):
         return Placement(index, tuple(sorted(gpus)), frozenset(cpu_numas), exclusive, assignment)
 
     def _share(self, index: int, node: SimNode, pod: PodRow) -> Placement:
-        gpus = (node.pick_shared_gpu(pod.gpu_milli),) if pod.fractional else ()
+        gpus = (tightest_share(node.gpu_free, pod.gpu_milli),) if pod.fractional else ()
         return Placement(index, gpus, _all_numas(node))
 
 
