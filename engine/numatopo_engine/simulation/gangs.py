@@ -346,7 +346,6 @@ def simulate_gangs(
             fits[shape] = _numatopo(probe, job, probe.members(job, policy)) is not None
     too_big = [job for job in jobs if not fits[(job.pods, job.gpus_per_pod)]]
     jobs = [job for job in jobs if fits[(job.pods, job.gpus_per_pod)]]
-    histogram = Counter(job.gpus for job in jobs)
     result = GangResult(
         nodes=len(probe.nodes),
         gpus=sum(len(c.topology.gpus) for c in probe.nodes.values()),
@@ -355,7 +354,7 @@ def simulate_gangs(
         sizes=sizes,
         load=load,
         seed=seed,
-        size_histogram=dict(sorted(histogram.items())),
+        size_histogram=dict(sorted(Counter(job.gpus for job in jobs).items())),
         too_big=len(too_big),
     )
     total = len(jobs) * len(strategies)

@@ -324,7 +324,8 @@ class Numatopo(Strategy):
                 else self.fragmentation.growth(candidates, pod)
             )
             index = min(candidates, key=lambda i: (nodes[i].untouched(), growth[i], i))
-            return self._share(index, nodes[index], pod)
+            gpus = (tightest_share(nodes[index].gpu_free, pod.gpu_milli),) if pod.fractional else ()
+            return Placement(index, gpus, _all_numas(nodes[index]))
         request = engine_request(pod, self.policy)
         ranks, reason = rank_nodes(self.engine, cluster, candidates, request, self.mix)
         best = int(np.argmax(ranks))
@@ -351,10 +352,6 @@ class Numatopo(Strategy):
             else:
                 cpu_numas.update(container.mems.ids or assignment.numa_nodes)
         return Placement(index, tuple(sorted(gpus)), frozenset(cpu_numas), exclusive, assignment)
-
-    def _share(self, index: int, node: SimNode, pod: PodRow) -> Placement:
-        gpus = (tightest_share(node.gpu_free, pod.gpu_milli),) if pod.fractional else ()
-        return Placement(index, gpus, _all_numas(node))
 
 
 _KINDS: Mapping[str, type[Strategy]] = {
