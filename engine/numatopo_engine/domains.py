@@ -8,7 +8,8 @@ from __future__ import annotations
 import enum
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
-from itertools import groupby, pairwise
+from functools import cached_property
+from itertools import groupby, islice, pairwise
 
 import numpy as np
 
@@ -239,13 +240,6 @@ class _Mode(enum.Enum):
     SPREAD = "spread"  # every node of the domain, members as even as the nodes allow
 
 
-@dataclass(frozen=True)
-class _Choice:
-    level: int | None  # level index of the domain (`len(levels)`: one node), None: anywhere
-    path: Path
-    nodes: list[tuple[str, int]]  # (node, members) in tree order
-
-
 @dataclass
 class _Placer:
     tree: DomainTree
@@ -272,7 +266,6 @@ class _Placer:
         self.rank: dict[str, float] = {}
         self.refusals: dict[str, int] = {}
         self.tried: list[str] = []
-        self._totals: dict[tuple[int, Path], tuple[int, int]] | None = None
 
     # -- the search ----------------------------------------------------------------
 
@@ -362,7 +355,7 @@ class _Placer:
         engine, request = self.engine, self.largest
         names = list(self.nodes)
         shapes = group_by_shape((self.nodes[n].topology, self.nodes[n].state) for n in names)
-        gpus, cpus, memory = _amounts(request)
+        amounts = _amounts(request)
         for shape in shapes:
             scored = score_many(
                 shape.topology, shape.states, request, checked=False, engine=engine, mix=self.mix
@@ -372,14 +365,9 @@ class _Placer:
             for index in np.flatnonzero(scored.scores >= 0).tolist():
                 node = names[shape.positions[index]]
                 state = shape.states[index]
-                bound = self.need
-                if gpus:
-                    bound = min(bound, state.free_gpu_count() // gpus)
-                if cpus:
-                    bound = min(bound, state.free_cpu_count() // cpus)
-                if memory:
-                    bound = min(bound, state.free_memory_total() // memory)
-                self.bound[node] = max(1, bound)
+                left = (state.free_gpu_count(), state.free_cpu_count(), state.free_memory_total())
+                fits = [free // asked for free, asked in zip(left, amounts, strict=True) if asked]
+                self.bound[node] = max(1, min([self.need, *fits]))
                 self.rank[node] = float(scored.rank[index])
 
     def _copies(self, node: str) -> int:
@@ -425,13 +413,14 @@ class _Placer:
         best = (0, "")
         if self.prefer is not None and index < self.prefer and len(ranked) > 1:
             # Wider than the preferred level: fewest of its domains first, then the usual ranking.
-            steered = []
+            steered, preferred = [], self.spec.preferred or NODE_LEVEL
             for growth, order, path, inside in ranked:
                 chosen = self._select(index, path, inside, strategy)
                 if chosen is None:
                     best = max(best, (sum(self._copies(n) for n in inside), path[-1]))
                     continue
-                steered.append((self.spread_over(chosen), growth, self._broken(chosen), order))
+                spread = self.tree.spanned(preferred, (n for n, _ in chosen)) or 0
+                steered.append((spread, growth, self._broken(chosen), order))
             steered.sort()
             ranked = [r for key in steered for r in ranked if r[1] == key[3]]
         for _, alike in groupby(ranked, key=lambda r: r[0]):  # runs of equal growth
@@ -444,7 +433,7 @@ class _Placer:
                 fitting.append((self._broken(chosen), order, path, chosen))
             fitting.sort(key=lambda f: f[:2])
             for _, _, path, chosen in fitting:
-                found = self._realise(_Choice(index, path, chosen))
+                found = self._realise(index, path, chosen)
                 if found is not None:
                     return found
         if short:
@@ -469,7 +458,7 @@ class _Placer:
             held = sum(self._copies(n) for n in inside)
             self.tried.append(f"anywhere (the cluster holds {held} of {self.need})")
             return None
-        return self._realise(_Choice(None, ANYWHERE, chosen))
+        return self._realise(None, ANYWHERE, chosen)
 
     def _anywhere(self, every: bool = False) -> list[str]:
         """Every candidate node (holding a member, unless `every`), tree order, unlabelled last."""
@@ -580,13 +569,9 @@ class _Placer:
             candidate = self.nodes[part]
             free, size = candidate.state.free_gpu_count(), len(candidate.topology.gpus)
         else:
-            free, size = self._gpu_totals().get((len(part) - 1, part), (0, 0))
+            free, size = self._totals.get((len(part) - 1, part), (0, 0))
         taken = members * _gpus_of(self.largest)
         return (2 * taken * free - taken * taken) / size if size else 0.0
-
-    def spread_over(self, chosen: Sequence[tuple[str, int]]) -> int:
-        """How many domains of the preferred level the chosen nodes lie in."""
-        return self.tree.spanned(self.spec.preferred or NODE_LEVEL, (n for n, _ in chosen)) or 0
 
     def _tie(self, node: str) -> tuple[float, float]:
         return float(self._is_free(node)), -self.rank.get(node, 0.0)
@@ -598,10 +583,9 @@ class _Placer:
 
     # -- ranking domains ------------------------------------------------------------
 
-    def _gpu_totals(self) -> dict[tuple[int, Path], tuple[int, int]]:
-        if self._totals is None:
-            self._totals = _gpu_totals(self.tree, self.nodes)
-        return self._totals
+    @cached_property
+    def _totals(self) -> dict[tuple[int, Path], tuple[int, int]]:
+        return _gpu_totals(self.tree, self.nodes)
 
     def _growth(self, index: int, path: Path) -> float:
         """`_part_growth` of the group summed over `path`'s level and every wider one (one node's
@@ -620,24 +604,19 @@ class _Placer:
 
     # -- allocating -------------------------------------------------------------------
 
-    def _realise(self, choice: _Choice) -> GroupPlacement | None:
-        """Allocate every member on its chosen node; None when one does not fit."""
+    def _realise(
+        self, index: int | None, path: Path, chosen: Sequence[tuple[str, int]]
+    ) -> GroupPlacement | None:
+        """Allocate the members on the chosen (node, members) in domain `path` of level `index`
+        (None: anywhere); None when one does not fit."""
         found: dict[str, Assignment] = {}
         members = iter(self.ordered)
-        for node, count in choice.nodes:
-            candidate = self.nodes[node]
-            state = candidate.state.copy()
-            for _ in range(count):
-                member = next(members)
-                try:
-                    decision = allocate(
-                        candidate.topology, state, member.request, node, engine=self.engine
-                    )
-                except UnsatisfiableError:
-                    return None
-                state.apply(member.key, decision.assignment)
-                found[member.key] = decision.assignment
-        return self._placement(choice.level, choice.path, found)
+        for node, count in chosen:
+            placed = first_fit(self.nodes, [node], list(islice(members, count)), self.engine)
+            if placed is None:
+                return None
+            found.update(placed)
+        return self._placement(index, path, found)
 
     def _placement(
         self, index: int | None, path: Path, found: dict[str, Assignment]

@@ -13,17 +13,16 @@ operator writes `status`; the CRD YAML is generated from these models.
 
 from __future__ import annotations
 
-from typing import Annotated, ClassVar, Literal
+from typing import ClassVar, Literal
 
 from pydantic import Field, field_validator
 
 from numatopo_engine.kube_names import is_qualified_name
-from numatopo_engine.model import Condition, ObjectMeta, WireModel
+from numatopo_engine.model import Condition, NonNegInt, ObjectMeta, WireModel
 
 HOSTNAME_LABEL = "kubernetes.io/hostname"
 NETWORK_TOPOLOGY_KIND = "NetworkTopology"
 NETWORK_TOPOLOGY_PLURAL = "networktopologies"
-NonNegInt = Annotated[int, Field(ge=0)]
 
 
 class NetworkTopologyLevel(WireModel):

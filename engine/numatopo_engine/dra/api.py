@@ -80,10 +80,7 @@ class DeviceAttribute(_Wire):
 
     @property
     def value(self) -> bool | int | str:
-        for value in (self.flag, self.number, self.string, self.version):
-            if value is not None:
-                return value
-        raise AssertionError("validated to hold one value")
+        return next(v for v in (self.flag, self.number, self.string, self.version) if v is not None)
 
 
 class DeviceCapacity(_Read):

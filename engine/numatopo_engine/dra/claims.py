@@ -133,15 +133,9 @@ def _eligible(
             raise UndecidedError(
                 f"DeviceClass {exact.device_class_name} uses fields numatopo does not know"
             )
-        matching: list[DraDevice] = []
+        classed = device_class.spec.selectors
         try:
-            for device in node.devices:
-                driver = device.id.driver
-                key = str(device.id)
-                if selectors.matches(device_class.spec.selectors, driver, device.device, key) and (
-                    selectors.matches(exact.selectors, driver, device.device, key)
-                ):
-                    matching.append(device)
+            matching = [d for d in node.devices if selectors.matches(d, classed, exact.selectors)]
         except SelectorRefusedError as exc:
             raise UndecidedError(
                 f"claim {claim.key} request {request.name}: a selector {exc}"
@@ -354,7 +348,7 @@ def decide_claims(  # noqa: PLR0917 (the decision's inputs)
     """Decide the pod's claims on `node`; raises `UndecidedError` or `UnsatisfiableError`."""
     engine = engine or Engine()
     per_claim = _claim_variants(base, pod_claims_, claims, classes, node, checked=True)
-    best: tuple[Decision, list[_Request]] | None = None
+    best: tuple[Decision, list[_Request], dict[tuple[str, str], list[DraDevice]]] | None = None
     refusal: UnsatisfiableError | None = None
     combos = itertools.product(*(variants for _, variants in per_claim))
     for combo in itertools.islice(combos, MAX_VARIANTS):
@@ -367,15 +361,15 @@ def decide_claims(  # noqa: PLR0917 (the decision's inputs)
         except UnsatisfiableError as exc:
             refusal = refusal or exc
             continue
-        if _split(decision.assignment, requests, node) is None:
+        picked = _split(decision.assignment, requests, node)
+        if picked is None:
             continue
         if best is None or decision.score > best[0].score:
-            best = (decision, requests)
+            best = (decision, requests, picked)
     if best is None:
         raise refusal or UnsatisfiableError("no devices the claims may have fit together")
-    decision, requests = best
-    allocations = _allocations(decision.assignment, per_claim, requests, classes, node)
-    assert allocations is not None
+    decision, requests, picked = best
+    allocations = _allocations(per_claim, picked, requests, classes, node.node)
     return ClaimDecision(node.node, decision.assignment, allocations, decision.score)
 
 
@@ -464,26 +458,23 @@ def allocations_for(  # noqa: PLR0917 (the decision's inputs)
     combos = itertools.product(*(variants for _, variants in per_claim))
     for combo in itertools.islice(combos, MAX_VARIANTS):
         requests = [r for claim_requests in combo for r in claim_requests]
-        found = _allocations(assignment, per_claim, requests, classes, node)
-        if found is not None:
-            return found
+        picked = _split(assignment, requests, node)
+        if picked is not None:
+            return _allocations(per_claim, picked, requests, classes, node.node)
     raise UnsatisfiableError("the assignment's devices do not satisfy the claims")
 
 
 def _allocations(
-    assignment: Assignment,
     per_claim: Sequence[tuple[ResourceClaim, object]],
+    picked: Mapping[tuple[str, str], list[DraDevice]],
     requests: Sequence[_Request],
     classes: Mapping[str, DeviceClass],
-    node: DraNode,
-) -> dict[str, AllocationResult] | None:
-    """Claim name -> its allocation from `assignment`'s devices; None if `requests` are unmet."""
-    split = _split(assignment, requests, node)
-    if split is None:
-        return None
+    node: str,
+) -> dict[str, AllocationResult]:
+    """Claim name -> its allocation of the devices `_split` picked for `requests`."""
     return {
         claim.metadata.name: _allocation(
-            claim, split, [r for r in requests if r.claim == claim.key], classes, node.node
+            claim, picked, [r for r in requests if r.claim == claim.key], classes, node
         )
         for claim, _ in per_claim
     }

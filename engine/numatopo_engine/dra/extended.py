@@ -48,13 +48,9 @@ def extended_names(
     for resource, device_class in sorted(named_classes(classes).items()):
         if device_class.extras() or device_class.spec.extras():
             continue
-        chosen: list[DeviceId] = []
+        devices = [d for d in node.devices if d.kind in (DeviceKind.GPU, DeviceKind.NIC)]
         try:
-            for device in node.devices:
-                if device.kind in (DeviceKind.GPU, DeviceKind.NIC) and selectors.matches(
-                    device_class.spec.selectors, device.id.driver, device.device, str(device.id)
-                ):
-                    chosen.append(device.id)
+            chosen = [d.id for d in devices if selectors.matches(d, device_class.spec.selectors)]
         except SelectorRefusedError:
             continue
         for ident in chosen:

@@ -18,7 +18,7 @@ from numatopo_engine.dra.api import Device, DeviceAttribute, ResourceSlice
 from numatopo_engine.model import NumatopologySpec
 
 STANDARD_DOMAIN = "resource.kubernetes.io"
-_PCI_ATTRIBUTES = ("pciBusID", "pcieBusID", "pciAddress")
+_PCI_ATTRIBUTES = (f"{STANDARD_DOMAIN}/pciBusID", "pciBusID", "pcieBusID", "pciAddress")
 _NIC_NAMES = ("rdmaDevName", "ifName")
 
 
@@ -109,8 +109,7 @@ def _text(device: Device, driver: str, name: str) -> str | None:
 
 
 def _bus_ids(device: Device, driver: str) -> list[str]:
-    found = [_text(device, driver, f"{STANDARD_DOMAIN}/pciBusID")]
-    found += [_text(device, driver, name) for name in _PCI_ATTRIBUTES]
+    found = [_text(device, driver, name) for name in _PCI_ATTRIBUTES]
     return [normal_bus_id(t) for t in found if t]
 
 

@@ -10,6 +10,7 @@ clusters", "Fail safe").
 
 from __future__ import annotations
 
+import itertools
 import re
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
@@ -22,6 +23,7 @@ from celpy.celparser import CELParseError
 from celpy.evaluation import CELEvalError
 
 from numatopo_engine.dra.api import Device, DeviceSelector
+from numatopo_engine.dra.join import DraDevice
 
 ALLOWED_FUNCTIONS = frozenset(
     {"startsWith", "endsWith", "contains", "size", "has", "exists", "all", "exists_one"}
@@ -77,12 +79,12 @@ class Selectors:
 
     memo: dict[tuple[str, str, str], bool] = field(default_factory=dict)
 
-    def matches(
-        self, selectors: Iterable[DeviceSelector], driver: str, device: Device, key: str
-    ) -> bool:
-        """Whether `device` passes every selector; raises SelectorRefusedError."""
+    def matches(self, joined: DraDevice, *selectors: Iterable[DeviceSelector]) -> bool:
+        """Whether the device passes every selector of each list, in order; raises
+        SelectorRefusedError."""
+        device, driver, key = joined.device, joined.id.driver, str(joined.id)
         versions = [n.rpartition("/")[2] for n, v in device.attributes.items() if v.version]
-        for selector in selectors:
+        for selector in itertools.chain.from_iterable(selectors):
             expression = selector.cel.expression
             memo_key = (expression, driver, key)
             if memo_key not in self.memo:

@@ -16,7 +16,6 @@ from numatopo_engine.state import NodeState
 
 GROUP = "topology.node.k8s.io"
 VERSION = "v1alpha2"
-API_VERSION = f"{GROUP}/{VERSION}"
 KIND = "NodeResourceTopology"
 
 # Their attribute names (NFD's topology-updater), read by NodeResourceTopologyMatch.

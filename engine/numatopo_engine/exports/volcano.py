@@ -20,7 +20,6 @@ from numatopo_engine.state import NodeState
 
 GROUP = "nodeinfo.volcano.sh"
 VERSION = "v1alpha1"
-API_VERSION = f"{GROUP}/{VERSION}"
 KIND = "Numatopology"
 
 # Their policy keys (nodeinfo/v1alpha1 PolicyName).
@@ -87,11 +86,8 @@ def _cpu_detail(spec: NumatopologySpec) -> dict[str, CpuInfo]:
     for node in sorted(spec.numa_nodes, key=lambda n: n.id):
         for cpu_id in node.cpus:
             row = rows.get(cpu_id)
-            detail[str(cpu_id)] = (
-                CpuInfo(numa=node.id, socket=row.socket, core=row.core)
-                if row is not None
-                else CpuInfo(numa=node.id, socket=node.id, core=cpu_id)
-            )
+            socket, core = (row.socket, row.core) if row is not None else (node.id, cpu_id)
+            detail[str(cpu_id)] = CpuInfo(numa=node.id, socket=socket, core=core)
     return dict(sorted(detail.items(), key=lambda item: int(item[0])))
 
 

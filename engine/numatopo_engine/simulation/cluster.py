@@ -29,7 +29,6 @@ class NodeShape:
 
     spec: NumatopologySpec
     links: LinkTable
-    layout: str
     numa_cpus: tuple[int, ...]
 
 
@@ -68,9 +67,6 @@ class SimNode:
     def free_whole_gpus(self) -> list[int]:
         return [i for i, milli in enumerate(self.gpu_free) if milli == GPU_MILLI]
 
-    def pick_shared_gpu(self, milli: int) -> int:
-        return tightest_share(self.gpu_free, milli)
-
 
 def tightest_share(gpu_free: Sequence[int], milli: int) -> int:
     """Best fit for a GPU share: the GPU with the least free share that still holds it."""
@@ -83,7 +79,6 @@ class Cluster:
     total_gpu_milli: int
     max_cpu_milli: int
     max_gpu_milli: int
-    max_gpus_per_numa: int
     used_gpu_milli: int = 0
     model_index: dict[str, frozenset[int]] = field(default_factory=dict)
 
@@ -150,16 +145,14 @@ def build_cluster(
             key = (f"spec:{row.name}", 0, 0, 0)
         if key not in shapes:
             if row.name in given:
-                spec, layout_name = given[row.name], "topology-dir"
+                spec = given[row.name]
             elif topology_map is not None:
-                layout = topology_map.layout_for(row.model, row.gpus)
-                spec, layout_name = build_node_spec(row, layout), layout.name
+                spec = build_node_spec(row, topology_map.layout_for(row.model, row.gpus))
             else:
                 raise TopologyMapError(f"node {row.name}: no spec given and no topology map")
             shapes[key] = NodeShape(
                 spec=spec,
                 links=LinkTable(spec),
-                layout=layout_name,
                 numa_cpus=tuple(len(n.cpus) for n in spec.numa_nodes),
             )
         shape = shapes[key]
@@ -183,6 +176,5 @@ def build_cluster(
         total_gpu_milli=sum(r.gpus for r in rows) * GPU_MILLI,
         max_cpu_milli=max((r.cpu_milli for r in rows), default=1) or 1,
         max_gpu_milli=max((r.gpus for r in rows), default=1) * GPU_MILLI or GPU_MILLI,
-        max_gpus_per_numa=max((s.links.max_gpus_per_numa for s in shapes.values()), default=0),
         model_index={m: frozenset(ix) for m, ix in model_index.items()},
     )

@@ -25,8 +25,8 @@ class FleetNode(NamedTuple):
     spec: NumatopologySpec  # the node's own: its shape with its names
 
 
-def node_name(index: int, prefix: str = "node") -> str:
-    return f"{prefix}-{index:05d}"
+def node_name(index: int) -> str:
+    return f"node-{index:05d}"
 
 
 def _rng(seed: int, name: str) -> random.Random:
@@ -69,7 +69,6 @@ def build_fleet(
     *,
     seed: int = 0,
     weights: Sequence[float] | None = None,
-    prefix: str = "node",
 ) -> list[FleetNode]:
     """`count` nodes over `shapes` (in turn, or by `weights`), each `identify`d by its name."""
     pick = random.Random(seed)
@@ -79,6 +78,6 @@ def build_fleet(
             shape = shapes[index % len(shapes)]
         else:
             shape = pick.choices(shapes, weights=weights)[0]
-        name = node_name(index, prefix)
+        name = node_name(index)
         nodes.append(FleetNode(name, identify(shape, name, seed=seed)))
     return nodes

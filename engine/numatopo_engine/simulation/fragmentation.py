@@ -21,7 +21,7 @@ change no comparison between nodes and are left out.
 from __future__ import annotations
 
 from collections import Counter
-from collections.abc import Iterable, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass
 
 from numatopo_engine.numamask import bits
@@ -145,15 +145,11 @@ class Fragmentation:
             cached = self._cache[state] = _unusable(self.types, self.weights, state)
         return cached
 
-    def growth(self, candidates: Iterable[int], pod: PodRow) -> dict[int, float]:
-        """By node index: how much placing `pod` there adds to the node's fragmentation."""
-        by_state: dict[State, float] = {}
-        out: dict[int, float] = {}
-        for index in candidates:
-            state = self.states[index]
-            grown = by_state.get(state)
-            if grown is None:
-                grown = self.of_state(state_after(state, pod)) - self.of_state(state)
-                by_state[state] = grown
-            out[index] = grown
-        return out
+    def growth(self, candidates: Sequence[int], pod: PodRow) -> dict[int, float]:
+        """By node index: how much placing `pod` there adds to the node's fragmentation (nodes in
+        one state judged once)."""
+        states = {self.states[index] for index in candidates}
+        grown = {
+            state: self.of_state(state_after(state, pod)) - self.of_state(state) for state in states
+        }
+        return {index: grown[self.states[index]] for index in candidates}

@@ -77,7 +77,6 @@ HELIOS_GPU_CDF: Mapping[str, tuple[tuple[int, float], ...]] = {
     ),
 }  # fmt: skip
 
-GANG_STRATEGIES = ("numatopo", "required-only", "blind")
 NAMESPACE = "sim"
 
 Clock = Callable[[], float]
@@ -214,19 +213,16 @@ class _Run:
 
     def members(self, job: GangJob, policy: PolicyName) -> list[Member]:
         options = TopologyOptions(policy=policy)
-        cpus = self._cpus_per_pod(job)
+        # CPUs in proportion to GPUs: half the node's CPUs per GPU, rounded down, at least 1.
+        sample = next(iter(self.nodes.values())).topology
+        per_gpu = max(1, len(sample.online_cpus()) // max(1, len(sample.gpus)) // 2)
+        cpus = max(1, per_gpu * job.gpus_per_pod)
         container = ContainerRequest(name="main", cpu_milli=cpus * 1000, gpus=job.gpus_per_pod)
         out = []
         for rank in range(job.pods):
             request = PodRequest(NAMESPACE, f"{job.name}-{rank}", (container,), options=options)
             out.append(Member(request.key, rank, request))
         return out
-
-    def _cpus_per_pod(self, job: GangJob) -> int:
-        """CPUs in proportion to GPUs: the node's CPUs per GPU, rounded down, at least 1."""
-        sample = next(iter(self.nodes.values())).topology
-        per_gpu = max(1, len(sample.online_cpus()) // max(1, len(sample.gpus)) // 2)
-        return max(1, per_gpu * job.gpus_per_pod)
 
     def book(self, found: Mapping[str, Assignment]) -> None:
         for key, assignment in found.items():
@@ -295,14 +291,10 @@ def _numatopo(run: _Run, job: GangJob, members: list[Member]) -> dict[str, Assig
 def _required_only(run: _Run, job: GangJob, members: list[Member]) -> dict[str, Assignment] | None:
     if job.pods == 1:
         return first_fit(run.nodes, run.by_name, members, run.engine)
-    gpus = job.gpus_per_pod
     for inside in run.tree.domains(run.required).values():
-        free = sum(run.nodes[n].state.free_gpu_count() // gpus for n in inside if n in run.nodes)
-        if free < job.pods:
-            continue
-        found = first_fit(
-            run.nodes, sorted(n for n in inside if n in run.nodes), members, run.engine
-        )
+        known = sorted(n for n in inside if n in run.nodes)
+        free = sum(run.nodes[n].state.free_gpu_count() // job.gpus_per_pod for n in known)
+        found = first_fit(run.nodes, known, members, run.engine) if free >= job.pods else None
         if found is not None:
             return found
     return None
@@ -317,6 +309,7 @@ PLACERS: Mapping[str, Placer] = {
     "required-only": _required_only,
     "blind": _blind,
 }
+GANG_STRATEGIES = tuple(PLACERS)
 
 
 def simulate_gangs(
@@ -343,7 +336,6 @@ def simulate_gangs(
     for name in strategies:
         if name not in PLACERS:
             raise ValueError(f"unknown strategy {name!r}; choose from {', '.join(GANG_STRATEGIES)}")
-    candidates = cluster.candidates()
     # A job that does not fit the empty cluster would stop the FIFO queue for good: it is left out
     # for every strategy (asked once per job shape, with the engine).
     probe = _Run(cluster, tree, required, lambda: 0.0, options)
@@ -354,16 +346,15 @@ def simulate_gangs(
             fits[shape] = _numatopo(probe, job, probe.members(job, policy)) is not None
     too_big = [job for job in jobs if not fits[(job.pods, job.gpus_per_pod)]]
     jobs = [job for job in jobs if fits[(job.pods, job.gpus_per_pod)]]
-    histogram = Counter(job.gpus for job in jobs)
     result = GangResult(
-        nodes=len(candidates),
-        gpus=sum(len(c.topology.gpus) for c in candidates.values()),
+        nodes=len(probe.nodes),
+        gpus=sum(len(c.topology.gpus) for c in probe.nodes.values()),
         levels=list(levels),
         jobs=len(jobs),
         sizes=sizes,
         load=load,
         seed=seed,
-        size_histogram=dict(sorted(histogram.items())),
+        size_histogram=dict(sorted(Counter(job.gpus for job in jobs).items())),
         too_big=len(too_big),
     )
     total = len(jobs) * len(strategies)
@@ -390,7 +381,7 @@ def _replay(
     by_index = {job.index: job for job in jobs}
     queue: list[GangJob] = []
     running: dict[int, dict[str, Assignment]] = {}
-    placed = arrivals = 0
+    arrivals = 0
     blocked: int | None = None  # the head that did not fit; nothing was freed since
     while events:
         now, kind, index = heapq.heappop(events)
@@ -415,17 +406,15 @@ def _replay(
             run.book(found)
             running[job.index] = found
             run.record(job, found, now)
-            placed += 1
             heapq.heappush(events, (now + job.duration, 0, job.index))
         run.fragmentation.append(domain_fragmentation(run.tree, run.nodes)[run.leaf])
-    multi = [job for job in jobs if job.pods > 1]
     place_ms_mean, place_ms_p99 = milliseconds(run.times)
     return GangStrategyResult(
         strategy=name,
         jobs=len(jobs),
-        placed=placed,
+        placed=len(run.waits),
         waiting=len(queue),
-        multi_node_jobs=len(multi),
+        multi_node_jobs=sum(job.pods > 1 for job in jobs),
         multi_node_placed=len(run.multi_waits),
         mean_wait=_mean(run.waits) or 0.0,
         multi_node_mean_wait=_mean(run.multi_waits) or 0.0,

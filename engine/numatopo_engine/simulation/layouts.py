@@ -26,11 +26,10 @@ from typing import Any
 
 from numatopo_engine.cpuset import CPUSet
 from numatopo_engine.model import Cpu, Gpu, GpuLink, GpuPath, NumaNode, NumatopologySpec, PathType
-from numatopo_engine.simulation.trace import NodeRow
+from numatopo_engine.simulation.trace import MIB, NodeRow
 
 # SLIT distances of a typical 2-socket Xeon (local 10, remote 21).
 REMOTE_DISTANCE = 21
-MIB = 1 << 20
 
 
 class TopologyMapError(ValueError):
@@ -155,12 +154,10 @@ def build_node_spec(node: NodeRow, layout: Layout) -> NumatopologySpec:
         Gpu(index=i, numa=min(layout.numa_of(i, node.gpus), sockets - 1), model=node.model)
         for i in range(node.gpus)
     ]
-    links: list[GpuLink] = []
-    if layout.gpus == node.gpus:
-        links = [
-            GpuLink(a=a, b=b, links=n, bandwidth_g_bps=n * layout.gbps_per_link)
-            for a, b, n in layout.nvlinks
-        ]
+    nvlinks = layout.nvlinks if layout.gpus == node.gpus else ()  # written for that GPU count
+    links = [
+        GpuLink(a=a, b=b, links=n, bandwidth_g_bps=n * layout.gbps_per_link) for a, b, n in nvlinks
+    ]
     linked = {(x.a, x.b) for x in links}
     paths = [
         GpuPath(a=a.index, b=b.index, path=PathType.NODE if a.numa == b.numa else PathType.SYS)

@@ -13,7 +13,7 @@ from numatopo_engine.simulation.strategies import Outcome, Placement
 from numatopo_engine.simulation.trace import PodRow
 
 
-def _share(part: int, whole: int) -> float | None:
+def _share(part: float, whole: int) -> float | None:
     return part / whole if whole else None
 
 
@@ -114,7 +114,7 @@ class Recorder:
         r.single_numa_share = _share(self.single, r.multi_gpu_pods)
         r.alignable_single_numa_share = _share(self.alignable_single, r.alignable_multi_gpu_pods)
         r.best_bandwidth_share = _share(self.best_bw, r.multi_gpu_pods)
-        r.mean_link_gbps = self.link_gbps / r.multi_gpu_pods if r.multi_gpu_pods else None
+        r.mean_link_gbps = _share(self.link_gbps, r.multi_gpu_pods)
         r.cpu_gpu_colocated_share = _share(self.colocated, r.whole_gpu_pods)
         r.decision_ms_mean, r.decision_ms_p99 = milliseconds(self.times)
         r.curve = _curve(self.points, total)

@@ -38,12 +38,10 @@ from numatopo_engine.annotations import Assignment, CpuMode, GpuLinksMode, Polic
 from numatopo_engine.numamask import bits, sort_key, width
 from numatopo_engine.packing import WorkloadMix
 from numatopo_engine.request import ContainerRequest, PodRequest, TopologyOptions
-from numatopo_engine.simulation.cluster import Cluster, SimNode
+from numatopo_engine.simulation.cluster import Cluster, SimNode, tightest_share
 from numatopo_engine.simulation.fragmentation import Fragmentation
-from numatopo_engine.simulation.trace import PodRow
+from numatopo_engine.simulation.trace import MIB, PodRow
 from numatopo_engine.state import NodeState
-
-MIB = 1 << 20
 
 
 @dataclass(frozen=True, slots=True)
@@ -91,7 +89,7 @@ def _aligned(
     """GPUs (any, no link choice) and exclusive CPUs taken inside `mask`."""
     numas = set(bits(mask))
     if pod.fractional:
-        gpus: tuple[int, ...] = (node.pick_shared_gpu(pod.gpu_milli),)
+        gpus: tuple[int, ...] = (tightest_share(node.gpu_free, pod.gpu_milli),)
     else:
         free = node.free_whole_gpus()
         inside = [g for g in free if node.shape.links.gpu_numa[g] in numas]
@@ -228,13 +226,14 @@ def rank_nodes(
 
 
 class Strategy:
-    """Chooses a node (and the devices on it) for one pod, or says why not."""
+    """Chooses a node (and the devices on it) for one pod, or says why not; `name` is its
+    `STRATEGIES` name, `policy` the engine's (the numatopo strategy asks with it)."""
 
-    name = ""
-
-    def __init__(self, seed: int) -> None:
+    def __init__(self, name: str, seed: int, policy: PolicyName) -> None:
+        self.name = name
         self.rng = random.Random(seed)
         self.engine = Engine()
+        self.policy = policy
 
     def start(self, cluster: Cluster, workload: Sequence[PodRow]) -> None:
         """Called once before the replay, with the fresh cluster and the whole workload."""
@@ -254,10 +253,6 @@ class Strategy:
 class CountOnly(Strategy):
     """The node by counts alone, then what the kubelet with policy `none` does on it."""
 
-    def __init__(self, seed: int, *, name: str) -> None:
-        super().__init__(seed)
-        self.name = name
-
     def place(self, cluster: Cluster, pod: PodRow, candidates: list[int]) -> Outcome:
         if self.name == "random":
             index = self.rng.choice(candidates)
@@ -267,15 +262,13 @@ class CountOnly(Strategy):
             index = self.best_fit_node(cluster, pod, candidates)
         node = cluster.nodes[index]
         if pod.fractional:
-            gpus: tuple[int, ...] = (node.pick_shared_gpu(pod.gpu_milli),)
+            gpus: tuple[int, ...] = (tightest_share(node.gpu_free, pod.gpu_milli),)
         else:
             gpus = tuple(sorted(self.rng.sample(node.free_whole_gpus(), pod.whole_gpus)))
         return Placement(index, gpus, _all_numas(node))
 
 
 class VolcanoNuma(Strategy):
-    name = "volcano-numa"
-
     def place(self, cluster: Cluster, pod: PodRow, candidates: list[int]) -> Outcome:
         ranked: list[tuple[int, int, int, int]] = []  # (NUMA nodes spanned, -best-fit, index, mask)
         for index in candidates:
@@ -293,16 +286,12 @@ class VolcanoNuma(Strategy):
 class KubeletAdmission(Strategy):
     """Topology-blind best-fit, then the kubelet's Topology Manager admission."""
 
-    def __init__(self, seed: int, *, single_numa: bool) -> None:
-        super().__init__(seed)
-        self.single_numa = single_numa
-        self.name = "kubelet-single-numa" if single_numa else "kubelet-restricted"
-
     def place(self, cluster: Cluster, pod: PodRow, candidates: list[int]) -> Outcome:
         index = self.best_fit_node(cluster, pod, candidates)
         node = cluster.nodes[index]
         all_mask = (1 << len(node.numa_free_cpus)) - 1
-        merged = merge_hints(_provider_hints(node, pod), all_mask, single_numa=self.single_numa)
+        single = self.name == "kubelet-single-numa"
+        merged = merge_hints(_provider_hints(node, pod), all_mask, single_numa=single)
         if merged is None or not merged[1]:
             return Rejection(True, f"TopologyAffinityError on {node.name}")
         return _aligned(index, node, pod, merged[0], self.rng)
@@ -311,11 +300,8 @@ class KubeletAdmission(Strategy):
 class Numatopo(Strategy):
     """The production node rank for whole-GPU pods, FGD on counts for the rest."""
 
-    name = "numatopo"
-
-    def __init__(self, seed: int, *, policy: PolicyName) -> None:
-        super().__init__(seed)
-        self.policy = policy
+    def __init__(self, name: str, seed: int, policy: PolicyName) -> None:
+        super().__init__(name, seed, policy)
         self.fragmentation: Fragmentation | None = None
         self.mix = WorkloadMix()
 
@@ -338,7 +324,8 @@ class Numatopo(Strategy):
                 else self.fragmentation.growth(candidates, pod)
             )
             index = min(candidates, key=lambda i: (nodes[i].untouched(), growth[i], i))
-            return self._share(index, nodes[index], pod)
+            gpus = (tightest_share(nodes[index].gpu_free, pod.gpu_milli),) if pod.fractional else ()
+            return Placement(index, gpus, _all_numas(nodes[index]))
         request = engine_request(pod, self.policy)
         ranks, reason = rank_nodes(self.engine, cluster, candidates, request, self.mix)
         best = int(np.argmax(ranks))
@@ -366,30 +353,21 @@ class Numatopo(Strategy):
                 cpu_numas.update(container.mems.ids or assignment.numa_nodes)
         return Placement(index, tuple(sorted(gpus)), frozenset(cpu_numas), exclusive, assignment)
 
-    def _share(self, index: int, node: SimNode, pod: PodRow) -> Placement:
-        gpus = (node.pick_shared_gpu(pod.gpu_milli),) if pod.fractional else ()
-        return Placement(index, gpus, _all_numas(node))
 
-
-STRATEGIES = (
-    "numatopo",
-    "random",
-    "first-fit",
-    "best-fit",
-    "volcano-numa",
-    "kubelet-restricted",
-    "kubelet-single-numa",
-)
+_KINDS: Mapping[str, type[Strategy]] = {
+    "numatopo": Numatopo,
+    "random": CountOnly,
+    "first-fit": CountOnly,
+    "best-fit": CountOnly,
+    "volcano-numa": VolcanoNuma,
+    "kubelet-restricted": KubeletAdmission,
+    "kubelet-single-numa": KubeletAdmission,
+}
+STRATEGIES = tuple(_KINDS)
 
 
 def make_strategy(name: str, *, seed: int, policy: PolicyName = PolicyName.BEST_EFFORT) -> Strategy:
     """A fresh strategy with its own random stream, so each strategy replays the same way alone."""
-    if name in ("random", "first-fit", "best-fit"):
-        return CountOnly(seed, name=name)
-    if name == "volcano-numa":
-        return VolcanoNuma(seed)
-    if name in ("kubelet-restricted", "kubelet-single-numa"):
-        return KubeletAdmission(seed, single_numa=name == "kubelet-single-numa")
-    if name == "numatopo":
-        return Numatopo(seed, policy=policy)
-    raise ValueError(f"unknown strategy {name!r}; choose from {', '.join(STRATEGIES)}")
+    if name not in _KINDS:
+        raise ValueError(f"unknown strategy {name!r}; choose from {', '.join(STRATEGIES)}")
+    return _KINDS[name](name, seed, policy)

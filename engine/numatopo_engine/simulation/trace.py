@@ -25,8 +25,9 @@ from dataclasses import dataclass, replace
 NODE_COLUMNS = ("sn", "cpu_milli", "memory_mib", "gpu", "model")
 POD_COLUMNS = ("name", "cpu_milli", "memory_mib", "num_gpu", "gpu_milli")
 
-# One whole GPU in the trace's unit.
+# One whole GPU in the trace's unit; the bytes of its memory unit.
 GPU_MILLI = 1000
+MIB = 1 << 20
 
 
 class TraceError(ValueError):
