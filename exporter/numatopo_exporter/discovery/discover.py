@@ -205,26 +205,17 @@ def merge_offline(
             f"the hwloc XML lists {len(hwloc_gpus)} GPUs and nvidia-smi topo "
             f"{len(topo_gpus)}; GPUs only one of them knows are kept as they are"
         )
+    known_numa = {node.id for node in hwloc.numa_nodes}
     gpus = []
     for index in sorted(set(hwloc_gpus) | set(topo_gpus)):
-        base, extra = hwloc_gpus.get(index), topo_gpus.get(index)
-        if base is None:
-            assert extra is not None
-            gpus.append(extra)
-            continue
-        if extra is not None and base.numa is None and extra.numa is not None:
-            base = base.model_copy(update={"numa": extra.numa})
-        gpus.append(base)
+        gpu = hwloc_gpus[index] if index in hwloc_gpus else topo_gpus[index]
+        numa = gpu.numa if gpu.numa is not None or index not in topo_gpus else topo_gpus[index].numa
+        # nvidia-smi topo's NUMA ids must not invent nodes hwloc does not have.
+        if numa is not None and known_numa and numa not in known_numa:
+            numa = None
+        gpus.append(gpu.model_copy(update={"numa": numa}))
     nic_names = {nic.name for nic in hwloc.nics}
     nics = list(hwloc.nics) + [nic for nic in topo.nics if nic.name not in nic_names]
-    known_numa = {node.id for node in hwloc.numa_nodes}
-    gpus = [
-        gpu
-        if gpu.numa is None or not known_numa or gpu.numa in known_numa
-        # nvidia-smi topo's NUMA ids must not invent nodes hwloc does not have.
-        else gpu.model_copy(update={"numa": None})
-        for gpu in gpus
-    ]
     merged = NumatopologySpec.model_validate(
         {
             **hwloc.model_dump(by_alias=False),
