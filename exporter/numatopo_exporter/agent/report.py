@@ -16,8 +16,8 @@ from numatopo_exporter.agent import cgroupfs, feedback, planning, pods
 from numatopo_exporter.agent.devices import GPU_MISMATCH, GPUS_UNVERIFIED
 from numatopo_exporter.agent.enforce import CgroupPass
 from numatopo_exporter.agent.feedback import StatusPatch, now_text
-from numatopo_exporter.agent.metrics import AgentMetrics
 from numatopo_exporter.agent.pod_records import Enforced, PodRecords
+from numatopo_exporter.metrics import AgentMetrics
 from numatopo_kube import KubeClient, KubeError, KubePodReplacedError
 from numatopo_kube.event_posts import EventPosts
 

@@ -6,12 +6,12 @@ numatopo_exporter.discovery.nvml --record OUT.json` records a machine; a file dr
 `tests/fixtures/nvml/` joins the suite.
 
 Per GPU (NVML index order = PCI bus order): uuid, PCI bus id (normalised), name, total memory, MIG
-mode and devices, NUMA node (`nvmlDeviceGetNumaNodeId`: only coherent platforms such as Grace answer; elsewhere
-None, and the merge takes sysfs's), each NVLink that is up and the PCI device at its other end, and
-`nvmlDeviceGetTopologyCommonAncestor` for every GPU pair (-> `gpuPaths`). An NVLink ending at a GPU
-of this node is a direct link; at another NVIDIA device, an NVSwitch (GPUs reaching switches are
-joined all-to-all, `nvlink.pair_links`); at another vendor's device (IBM POWER9 NPUs: a CPU link),
-no GPU pair.
+mode and devices, NUMA node (`nvmlDeviceGetNumaNodeId`: only coherent platforms such as Grace
+answer; elsewhere None, and the merge takes sysfs's), each NVLink that is up and the PCI device at
+its other end, and `nvmlDeviceGetTopologyCommonAncestor` for every GPU pair (-> `gpuPaths`). An
+NVLink ending at a GPU of this node is a direct link; at another NVIDIA device, an NVSwitch (GPUs
+reaching switches are joined all-to-all, `nvlink.pair_links`); at another vendor's device (IBM
+POWER9 NPUs: a CPU link), no GPU pair.
 
 A GPU whose calls fail is still listed with what could be read, plus a notice: one sick GPU (Xid
 79, "GPU has fallen off the bus") must not hide the other seven.

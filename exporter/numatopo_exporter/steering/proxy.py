@@ -69,8 +69,8 @@ import grpc
 from google.protobuf.message import DecodeError
 
 from numatopo_exporter.kubelet_api import deviceplugin_pb2 as pb
+from numatopo_exporter.metrics import SteeringMetrics
 from numatopo_exporter.steering.choice import Answer, InFlight, answer
-from numatopo_exporter.steering.metrics import SteeringMetrics
 from numatopo_exporter.steering.rpc import (
     API_VERSION,
     KUBELET_SOCKET,
