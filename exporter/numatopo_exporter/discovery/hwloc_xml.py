@@ -170,14 +170,13 @@ def _build(root: ET.Element, objects: list[_Obj]) -> NumatopologySpec:
     gpu_objs = sorted(
         (o for o in objects if _accelerator(o) is not None), key=lambda o: o.attrib["pci_busid"]
     )
-    gpu_index = {id(o): i for i, o in enumerate(gpu_objs)}
     gpus = [_gpu(i, o) for i, o in enumerate(gpu_objs)]
     nic_objs = [o for o in objects if _is_openfabrics(o)]
     nics = [_nic(o) for o in nic_objs]
 
     pci_paths = [
-        PciPath(gpu=gpu_index[id(g)], nic=n.attrib.get("name", ""), path=_path_class(g, n))
-        for g in gpu_objs
+        PciPath(gpu=i, nic=n.attrib.get("name", ""), path=_path_class(g, n))
+        for i, g in enumerate(gpu_objs)
         for n in nic_objs
         if n.parent is not None
     ]
