@@ -15,7 +15,7 @@ from types import SimpleNamespace
 from typing import Any
 
 from numatopo_engine.model import Gpu, NumatopologySpec
-from numatopo_exporter.discovery.merge import merge_gpu_reading
+from numatopo_exporter.discovery.discover import merge_gpu_reading
 from numatopo_exporter.discovery.nvml import profile_from, read_nvml, record
 from nvml_replay import ReplayNvml
 
