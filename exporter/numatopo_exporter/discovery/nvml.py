@@ -10,7 +10,7 @@ mode and devices, NUMA node (`nvmlDeviceGetNumaNodeId`: only coherent platforms 
 answer; elsewhere None, and the merge takes sysfs's), each NVLink that is up and the PCI device at
 its other end, and `nvmlDeviceGetTopologyCommonAncestor` for every GPU pair (-> `gpuPaths`). An
 NVLink ending at a GPU of this node is a direct link; at another NVIDIA device, an NVSwitch (GPUs
-reaching switches are joined all-to-all, `nvlink.pair_links`); at another vendor's device (IBM
+reaching switches are joined all-to-all, `nvlink.nvlinks`); at another vendor's device (IBM
 POWER9 NPUs: a CPU link), no GPU pair.
 
 A GPU whose calls fail is still listed with what could be read, plus a notice: one sick GPU (Xid
@@ -28,9 +28,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from numatopo_engine.model import Gpu, GpuLink, GpuPath, LinkType, MigDevice, PathType
+from numatopo_engine.model import Gpu, GpuLink, GpuPath, MigDevice, PathType
 from numatopo_exporter.discovery.errors import SourceUnavailableError
-from numatopo_exporter.discovery.nvlink import link_gbps, pair_links
+from numatopo_exporter.discovery.nvlink import nvlinks
 from numatopo_exporter.discovery.nvml_recording import Recorder
 from numatopo_exporter.discovery.pci import normalize_bus_id
 
@@ -163,11 +163,7 @@ def _read(s: _Session) -> GpuReading:
                 direct[key] = direct.get(key, 0) + 1
             elif vendor == NVIDIA_VENDOR_ID:
                 via_switch[index] = via_switch.get(index, 0) + 1
-    model = {g.index: g.model for g in gpus}
-    links = [
-        GpuLink(a=a, b=b, type=LinkType.NVLINK, links=n, bandwidth_g_bps=n * link_gbps(model[a]))
-        for (a, b), n in pair_links(direct, via_switch).items()
-    ]
+    links = nvlinks(direct, via_switch, {g.index: g.model for g in gpus})
 
     paths: list[GpuPath] = []
     ordered = sorted(handles)
