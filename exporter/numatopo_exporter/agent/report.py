@@ -154,13 +154,12 @@ class PodReporter:
     async def report_refusal(self, refusal: pods.Refusal) -> None:
         record = self.records.get(refusal.uid)
         announced = (refusal.reason, refusal.annotation)
-        if record is not None:
-            record.enforced = None
         if record is None or record.reported != announced:
-            if record is not None:
-                record.reported = announced
             self.metrics.failures.labels(reason=refusal.reason).inc()
             self.event(refusal.body, refusal.reason, refusal.message, warning=True)
+        if record is not None:
+            record.enforced = None
+            record.reported = announced
         await self.feedback(
             refusal.body, aligned=False, reason=refusal.reason, message=refusal.message
         )
