@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from numatopo_exporter.daemon.metrics import Registry
+from numatopo_exporter.metrics import Registry
 
 
 def sample(metrics: Registry, name: str, labels: dict[str, str] | None = None) -> float:

@@ -7,9 +7,7 @@ import json
 import re
 from typing import Any
 
-from numatopo_exporter.agent.metrics import AgentMetrics
-from numatopo_exporter.daemon.metrics import ExporterMetrics
-from numatopo_exporter.steering.metrics import SteeringMetrics
+from numatopo_exporter.metrics import AgentMetrics, ExporterMetrics, SteeringMetrics
 from numatopo_operator.metrics import Metrics
 
 from .conftest import RELEASE, Find, Render

@@ -16,7 +16,6 @@ from numatopo_engine.dra.pods import devices_from_claims
 from numatopo_engine.model import NumatopologySpec, UnhealthyDevices
 from numatopo_engine.resources import ResourceNames
 from numatopo_exporter.agent import follow, health, pods
-from numatopo_exporter.agent.metrics import AgentMetrics
 from numatopo_exporter.agent.pod_records import PodRecords
 from numatopo_exporter.agent.pod_resources import (
     Listing,
@@ -24,6 +23,7 @@ from numatopo_exporter.agent.pod_resources import (
     list_allocatable,
     list_holdings,
 )
+from numatopo_exporter.metrics import AgentMetrics
 from numatopo_kube import KubeClient, KubeError, KubePodReplacedError
 
 GPU_MISMATCH = "GPUMismatch"

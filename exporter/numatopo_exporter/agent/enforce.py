@@ -11,7 +11,7 @@ from pathlib import PurePosixPath
 
 from numatopo_engine.cpuset import CPUSet
 from numatopo_exporter.agent import cgroupfs, planning, pods
-from numatopo_exporter.agent.metrics import AgentMetrics
+from numatopo_exporter.metrics import AgentMetrics
 
 logger = logging.getLogger("numatopo.agent")
 

@@ -21,13 +21,13 @@ from numatopo_engine.resources import ResourceNames
 from numatopo_engine.signing import Verifier
 from numatopo_exporter.agent import cgroupfs, enforce
 from numatopo_exporter.agent.devices import KubeletDevices
-from numatopo_exporter.agent.metrics import AgentMetrics
 from numatopo_exporter.agent.node_status import NodeStatus, gpu_mode
 from numatopo_exporter.agent.pod_records import PodRecords
 from numatopo_exporter.agent.pods import select_assignments
 from numatopo_exporter.agent.report import PodReporter
 from numatopo_exporter.agent.watch import PodWatch
 from numatopo_exporter.discovery import kubelet
+from numatopo_exporter.metrics import AgentMetrics
 from numatopo_exporter.node_process import watch_own_numatopology
 from numatopo_kube import KubeClient
 from numatopo_kube.backoff import Backoff

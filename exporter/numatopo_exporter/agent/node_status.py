@@ -27,10 +27,8 @@ def kubelet_verdict(kubelet_state: Path | None) -> tuple[str, str]:
     """(reason, message) of the `Enforcing` condition, from the kubelet's checkpoint. A static
     kubelet writes exclusive cpusets itself and rewrites them on every reconcile (10 s): two
     writers would fight forever, so the agent stands aside."""
-    if kubelet_state is None:
-        return AGENT_ENFORCING, "numatopo-agent writes the cpusets of assigned pods"
     try:
-        policy = kubelet.read_cpu_manager_policy(kubelet_state)
+        policy = None if kubelet_state is None else kubelet.read_cpu_manager_policy(kubelet_state)
     except DiscoveryError as exc:
         # Unknown is not `none`: the kubelet may be static, and writing would fight it.
         return (

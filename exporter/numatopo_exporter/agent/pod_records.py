@@ -56,9 +56,6 @@ class PodRecords:
     _records: dict[str, PodRecord] = field(default_factory=dict, init=False)
     _listing: Listing = field(default_factory=lambda: Listing({}, frozenset()), init=False)
 
-    def __len__(self) -> int:
-        return len(self._records)
-
     def __iter__(self) -> Iterator[PodRecord]:
         return iter(list(self._records.values()))
 

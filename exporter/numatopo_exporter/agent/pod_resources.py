@@ -19,8 +19,7 @@ from numatopo_exporter.kubelet_api import podresources_pb2, podresources_pb2_grp
 
 DEFAULT_SOCKET = Path("/var/lib/kubelet/pod-resources/kubelet.sock")
 MAX_ANSWER_BYTES = 16 * 1024 * 1024
-"""What the kubelet's own PodResources client accepts (gRPC's default, 4 MiB, is less
-than a node of tenant pods with many containers lists)."""
+"""What the kubelet's own PodResources client accepts (docs/DESIGN.md, "GPUs: steered, ...")."""
 
 Holdings = Mapping[tuple[str, str], Mapping[str, Mapping[str, list[str]]]]
 """(namespace, pod name) -> container -> resource name -> device plugin IDs."""
@@ -28,14 +27,10 @@ Holdings = Mapping[tuple[str, str], Mapping[str, Mapping[str, list[str]]]]
 
 @dataclass(frozen=True)
 class Listing:
-    """One `List` answer, and the pods it can speak for.
-
-    PodResources names a pod by namespace and name, never by UID, so a pod deleted and created
-    again under its name (a StatefulSet's, a Job's re-created by hand) is listed with its
-    predecessor's devices until the kubelet has let the predecessor go. The kubelet takes the new
-    pod in only after that (it removes a pod before it adds one of the same name), and reports on
-    a pod only once it has admitted it (`PodView.admitted`): an entry is the pod's own when the
-    listing was read after the agent had seen that report for the pod's UID."""
+    """One `List` answer, and the pods it can speak for: PodResources names pods by namespace and
+    name, so an entry is a pod's own only in a listing read after the agent saw the kubelet report
+    on the pod's UID (`PodView.admitted`; docs/DESIGN.md, "GPUs: steered, followed or
+    unverified", Followed)."""
 
     holdings: Holdings
     admitted: frozenset[str]

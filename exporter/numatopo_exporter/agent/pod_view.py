@@ -36,10 +36,8 @@ class PodView:
     running: tuple[RunningContainer, ...]
     """Containers with a running state and a parseable id, by name."""
     admitted: bool
-    """The kubelet has reported on this pod (a start time, container statuses). The API
-    server empties the status of a pod it creates, and the kubelet reports only on a pod it
-    has admitted, with the devices given: the status is this UID's, never a predecessor's of
-    the same name."""
+    """The kubelet has reported on this pod (a start time, container statuses), which it does
+    only once it has admitted this UID (the API server empties the status of a new pod)."""
     annotation: str | None
     """The raw `numatopo.io/assignment` text, to notice a changed assignment."""
     assignment: Assignment | None

@@ -16,8 +16,8 @@ from numatopo_exporter.agent import cgroupfs, feedback, planning, pods
 from numatopo_exporter.agent.devices import GPU_MISMATCH, GPUS_UNVERIFIED
 from numatopo_exporter.agent.enforce import CgroupPass
 from numatopo_exporter.agent.feedback import StatusPatch, now_text
-from numatopo_exporter.agent.metrics import AgentMetrics
 from numatopo_exporter.agent.pod_records import Enforced, PodRecords
+from numatopo_exporter.metrics import AgentMetrics
 from numatopo_kube import KubeClient, KubeError, KubePodReplacedError
 from numatopo_kube.event_posts import EventPosts
 
@@ -154,13 +154,12 @@ class PodReporter:
     async def report_refusal(self, refusal: pods.Refusal) -> None:
         record = self.records.get(refusal.uid)
         announced = (refusal.reason, refusal.annotation)
-        if record is not None:
-            record.enforced = None
         if record is None or record.reported != announced:
-            if record is not None:
-                record.reported = announced
             self.metrics.failures.labels(reason=refusal.reason).inc()
             self.event(refusal.body, refusal.reason, refusal.message, warning=True)
+        if record is not None:
+            record.enforced = None
+            record.reported = announced
         await self.feedback(
             refusal.body, aligned=False, reason=refusal.reason, message=refusal.message
         )

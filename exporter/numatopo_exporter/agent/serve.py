@@ -10,15 +10,13 @@ from pathlib import Path
 
 from numatopo_engine.resources import ResourceNames
 from numatopo_engine.signing import SigningKeyError, Verifier
+from numatopo_exporter import metrics
 from numatopo_exporter.agent import cgroupfs
 from numatopo_exporter.agent.loop import AgentLoop
-from numatopo_exporter.agent.metrics import AgentMetrics
 from numatopo_exporter.agent.node_status import COMPONENT
 from numatopo_exporter.agent.pod_resources import DEFAULT_SOCKET
-from numatopo_exporter.daemon import metrics
 from numatopo_exporter.discovery import kubelet
 from numatopo_exporter.node_process import add_node_flags, check_node, start
-from numatopo_exporter.steering.metrics import SteeringMetrics
 from numatopo_exporter.steering.proxy import Steerer, SteeringConfig
 from numatopo_kube import KubeClient, KubeError
 
@@ -26,7 +24,7 @@ from numatopo_kube import KubeClient, KubeError
 async def serve(args: argparse.Namespace) -> int:
     """Run the agent that `args` describe until cancelled."""
     client = KubeClient.connect(args.api_url, component=COMPONENT, host=args.node_name)
-    agent_metrics = AgentMetrics()
+    agent_metrics = metrics.AgentMetrics()
     patterns = tuple(p.strip() for p in args.gpu_resources.split(",") if p.strip())
     async with client, contextlib.AsyncExitStack() as stack:
         await check_node(client, args.node_name)
@@ -50,7 +48,7 @@ async def serve(args: argparse.Namespace) -> int:
                     steering_dir=args.steer_socket_dir,
                     answer_deadline_seconds=args.steer_answer_deadline_seconds,
                 ),
-                metrics=SteeringMetrics(agent_metrics.registry),
+                metrics=metrics.SteeringMetrics(agent_metrics.registry),
             )
             await stack.enter_async_context(steerer)
             loop.steered = lambda: steerer.status().steering

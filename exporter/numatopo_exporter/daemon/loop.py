@@ -14,10 +14,10 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from numatopo_engine.model import NumatopologySpec
-from numatopo_exporter.daemon.metrics import ExporterMetrics
 from numatopo_exporter.daemon.publishing import Sink
 from numatopo_exporter.discovery.discover import Discovery
 from numatopo_exporter.discovery.errors import DiscoveryError
+from numatopo_exporter.metrics import ExporterMetrics
 from numatopo_kube import KubeError
 from numatopo_kube.backoff import Backoff
 

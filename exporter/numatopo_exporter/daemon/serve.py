@@ -13,7 +13,8 @@ from pathlib import Path
 from typing import Any
 
 from numatopo_engine.model import NumatopologySpec
-from numatopo_exporter.daemon import metrics, publishing, udev
+from numatopo_exporter import metrics
+from numatopo_exporter.daemon import publishing, udev
 from numatopo_exporter.daemon.loop import ExporterLoop, ScanError
 from numatopo_exporter.discovery.accelerator_flag import add_accelerator_flag
 from numatopo_exporter.discovery.discover import DiscoverOptions, Discovery, discover

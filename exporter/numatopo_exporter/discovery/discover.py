@@ -18,14 +18,16 @@ from typing import Any
 from pydantic import ValidationError
 
 from numatopo_engine.accelerators import DEFAULT_ACCELERATORS, AcceleratorRule
-from numatopo_engine.model import NumatopologySpec
+from numatopo_engine.model import Gpu, GpuPath, NumatopologySpec
 from numatopo_exporter.discovery.errors import DiscoveryError, SourceUnavailableError
 from numatopo_exporter.discovery.hostroot import HostRoot
 from numatopo_exporter.discovery.hwloc_xml import read_hwloc_xml
+from numatopo_exporter.discovery.kubelet import SOURCE as KUBELET_SOURCE
 from numatopo_exporter.discovery.kubelet import KubeletReading, read_kubelet
-from numatopo_exporter.discovery.merge import merge_gpu_reading, merge_kubelet
 from numatopo_exporter.discovery.nvidia_smi_topo import read_nvidia_smi_topo
+from numatopo_exporter.discovery.nvml import SOURCE as NVML_SOURCE
 from numatopo_exporter.discovery.nvml import GpuReading, read_nvml
+from numatopo_exporter.discovery.pci import normalize_bus_id
 from numatopo_exporter.discovery.sysfs import SysfsReading, read_sysfs_checked
 
 
@@ -78,6 +80,81 @@ class Discovery:
     ignored: list[str] = field(default_factory=list)
     """Input the readers left out to publish the rest (broken firmware tables, files that make no
     sense); also in `notices`. The exporter publishes it as `Degraded`."""
+
+
+def _bus(bus_id: str) -> str:
+    try:
+        return normalize_bus_id(bus_id)
+    except ValueError:
+        return bus_id.strip().lower()
+
+
+def _add_source(sources: list[str], source: str) -> list[str]:
+    return sources if source in sources else [*sources, source]
+
+
+def merge_gpu_reading(base: NumatopologySpec, reading: GpuReading) -> NumatopologySpec:
+    """`base` with its GPUs replaced and enriched by NVML's, links from NVML.
+
+    GPUs are matched by PCI bus id, in the one form `pci.normalize_bus_id` defines. For a matched
+    GPU NVML wins on what the driver knows better (index, uuid, model, memory, MIG mode, NUMA on
+    coherent platforms) and sysfs fills what NVML lacks (the NUMA node on x86). GPU indices become
+    NVML's, so `pciPaths` and `gpuPaths` of the base are renumbered; GPU links come from NVML, the
+    only source that sees NVLinks on a live node. A base GPU that NVML does not list (another
+    vendor, or a device the driver did not bind) is kept under a fresh index after NVML's."""
+    base_by_bus = {_bus(g.pci_bus_id): g for g in base.gpus if g.pci_bus_id}
+    renumber: dict[int, int] = {}
+    gpus: list[Gpu] = []
+    for gpu in reading.gpus:
+        bus = _bus(gpu.pci_bus_id) if gpu.pci_bus_id else ""
+        known = base_by_bus.get(bus)
+        update: dict[str, object] = {"pci_bus_id": bus}
+        if known is not None:
+            renumber[known.index] = gpu.index
+            if gpu.numa is None:
+                update["numa"] = known.numa
+        gpus.append(gpu.model_copy(update=update))
+
+    # After every NVML index, MIG devices' included: one index space (`devices`).
+    taken = [g.index for g in reading.gpus] + [
+        m.index for g in reading.gpus for m in g.mig_devices or ()
+    ]
+    next_index = max(taken, default=-1) + 1
+    for gpu in base.gpus:
+        if gpu.index not in renumber:
+            renumber[gpu.index] = next_index
+            gpus.append(gpu.model_copy(update={"index": next_index}))
+            next_index += 1
+
+    pci_paths = [p.model_copy(update={"gpu": renumber[p.gpu]}) for p in base.pci_paths]
+    nvml_pairs = {(p.a, p.b) for p in reading.gpu_paths}
+    gpu_paths = list(reading.gpu_paths)
+    for path in base.gpu_paths:
+        a, b = sorted((renumber[path.a], renumber[path.b]))
+        if (a, b) not in nvml_pairs:
+            gpu_paths.append(GpuPath(a=a, b=b, path=path.path))
+    return NumatopologySpec.model_validate(
+        base.model_copy(
+            update={
+                "gpus": sorted(gpus, key=lambda g: g.index),
+                "gpu_links": sorted(reading.gpu_links, key=lambda x: (x.a, x.b)),
+                "gpu_paths": sorted(gpu_paths, key=lambda x: (x.a, x.b)),
+                "pci_paths": sorted(pci_paths, key=lambda x: (x.gpu, x.nic)),
+                "sources": _add_source(base.sources, NVML_SOURCE),
+            }
+        ).model_dump()
+    )
+
+
+def merge_kubelet(base: NumatopologySpec, reading: KubeletReading) -> NumatopologySpec:
+    """`base` with the kubelet's policies and reserved CPUs."""
+    return base.model_copy(
+        update={
+            "policies": reading.policies,
+            "reserved_cpus": reading.reserved_cpus,
+            "sources": _add_source(base.sources, KUBELET_SOURCE),
+        }
+    )
 
 
 @dataclass(frozen=True)
@@ -205,26 +282,17 @@ def merge_offline(
             f"the hwloc XML lists {len(hwloc_gpus)} GPUs and nvidia-smi topo "
             f"{len(topo_gpus)}; GPUs only one of them knows are kept as they are"
         )
+    known_numa = {node.id for node in hwloc.numa_nodes}
     gpus = []
     for index in sorted(set(hwloc_gpus) | set(topo_gpus)):
-        base, extra = hwloc_gpus.get(index), topo_gpus.get(index)
-        if base is None:
-            assert extra is not None
-            gpus.append(extra)
-            continue
-        if extra is not None and base.numa is None and extra.numa is not None:
-            base = base.model_copy(update={"numa": extra.numa})
-        gpus.append(base)
+        gpu = hwloc_gpus[index] if index in hwloc_gpus else topo_gpus[index]
+        numa = gpu.numa if gpu.numa is not None or index not in topo_gpus else topo_gpus[index].numa
+        # nvidia-smi topo's NUMA ids must not invent nodes hwloc does not have.
+        if numa is not None and known_numa and numa not in known_numa:
+            numa = None
+        gpus.append(gpu.model_copy(update={"numa": numa}))
     nic_names = {nic.name for nic in hwloc.nics}
     nics = list(hwloc.nics) + [nic for nic in topo.nics if nic.name not in nic_names]
-    known_numa = {node.id for node in hwloc.numa_nodes}
-    gpus = [
-        gpu
-        if gpu.numa is None or not known_numa or gpu.numa in known_numa
-        # nvidia-smi topo's NUMA ids must not invent nodes hwloc does not have.
-        else gpu.model_copy(update={"numa": None})
-        for gpu in gpus
-    ]
     merged = NumatopologySpec.model_validate(
         {
             **hwloc.model_dump(by_alias=False),

@@ -36,7 +36,6 @@ from numatopo_engine.model import (
     Gpu,
     GpuLink,
     GpuPath,
-    LinkType,
     Nic,
     NumaNode,
     NumatopologySpec,
@@ -44,7 +43,7 @@ from numatopo_engine.model import (
     PciPath,
 )
 from numatopo_exporter.discovery.errors import DiscoveryError, read_saved
-from numatopo_exporter.discovery.nvlink import link_gbps, pair_links
+from numatopo_exporter.discovery.nvlink import link_gbps, nvlinks
 from numatopo_exporter.discovery.sysfs import hugepage_size_key
 
 SOURCE = "hwloc-xml"
@@ -170,34 +169,26 @@ def _build(root: ET.Element, objects: list[_Obj]) -> NumatopologySpec:
     gpu_objs = sorted(
         (o for o in objects if _accelerator(o) is not None), key=lambda o: o.attrib["pci_busid"]
     )
-    gpu_index = {id(o): i for i, o in enumerate(gpu_objs)}
     gpus = [_gpu(i, o) for i, o in enumerate(gpu_objs)]
     nic_objs = [o for o in objects if _is_openfabrics(o)]
     nics = [_nic(o) for o in nic_objs]
 
     pci_paths = [
-        PciPath(gpu=gpu_index[id(g)], nic=n.attrib.get("name", ""), path=_path_class(g, n))
-        for g in gpu_objs
+        PciPath(gpu=i, nic=n.attrib.get("name", ""), path=_path_class(g, n))
+        for i, g in enumerate(gpu_objs)
         for n in nic_objs
         if n.parent is not None
     ]
-    link_counts = _nvlink_pairs(root, objects, gpu_objs, gpus)
     gpu_paths = [
         GpuPath(a=i, b=j, path=_path_class(gpu_objs[i], gpu_objs[j]))
         for i in range(len(gpu_objs))
         for j in range(i + 1, len(gpu_objs))
     ]
-    gpu_links = [
-        GpuLink(
-            a=a, b=b, type=LinkType.NVLINK, links=n, bandwidth_g_bps=n * link_gbps(gpus[a].model)
-        )
-        for (a, b), n in link_counts.items()
-    ]
     return NumatopologySpec(
         numa_nodes=numa_nodes,
         cpus=cpus,
         gpus=gpus,
-        gpu_links=gpu_links,
+        gpu_links=_nvlinks(root, objects, gpu_objs, gpus),
         gpu_paths=gpu_paths,
         nics=nics,
         pci_paths=pci_paths,
@@ -368,14 +359,14 @@ def _path_class(a: _Obj, b: _Obj) -> PathType:
     return PathType.NODE if numa_a is not None and numa_a == numa_b else PathType.SYS
 
 
-def _nvlink_pairs(
+def _nvlinks(
     root: ET.Element, objects: list[_Obj], gpu_objs: list[_Obj], gpus: list[Gpu]
-) -> dict[tuple[int, int], int]:
+) -> list[GpuLink]:
     matrix = next(
         (m for m in root.findall("distances2hetero") if m.get("name") == "NVLinkBandwidth"), None
     )
     if matrix is None:
-        return {}
+        return []
     by_ref = {f"{o.type}:{o.attrib.get('gp_index')}": o for o in objects}
     gpu_of = {}
     for index, gpu in enumerate(gpu_objs):
@@ -405,4 +396,4 @@ def _nvlink_pairs(
             ):
                 via_switch[a] = via_switch.get(a, 0) + links
             # anything else (a Package: POWER's CPU NVLink) is no GPU pair
-    return pair_links(direct, via_switch)
+    return nvlinks(direct, via_switch, {g.index: g.model for g in gpus})

@@ -52,12 +52,10 @@ def read_kubelet(
     root: HostRoot, config: Path | None = None, state: Path | None = None
 ) -> KubeletReading:
     """Read both files under `root`; `config`/`state` name files overriding the defaults."""
-    config_file = _locate(root, config, CONFIG_PATH)
-    state_file = _locate(root, state, STATE_PATH)
+    config_file = _locate(root, config, CONFIG_PATH, "kubelet config")
+    state_file = _locate(root, state, STATE_PATH, "CPU manager checkpoint")
     notices: list[str] = []
 
-    _require(config_file, config, "kubelet config")
-    _require(state_file, state, "CPU manager checkpoint")
     settings = _load_config(config_file, notices)
     policies = Policies(
         cpu_manager_policy=_string(settings, "cpuManagerPolicy", "none", config_file),
@@ -79,16 +77,13 @@ def read_kubelet(
     return KubeletReading(policies=policies, reserved_cpus=reserved, notices=notices)
 
 
-def _locate(root: HostRoot, named: Path | None, default: Path) -> Path:
-    if named is not None and not named.is_absolute():
-        return named
-    return root.join(named or default)
-
-
-def _require(path: Path, named: Path | None, what: str) -> None:
-    """A file the user named must exist: a typo must not read as "no kubelet here"."""
+def _locate(root: HostRoot, named: Path | None, default: Path, what: str) -> Path:
+    """The `what` file to read; one the user named must exist: a typo must not read as "no
+    kubelet here"."""
+    path = named if named is not None and not named.is_absolute() else root.join(named or default)
     if named is not None and not path.exists():
         raise DiscoveryError(f"no such {what} file", path)
+    return path
 
 
 def _load_config(path: Path, notices: list[str]) -> dict[str, Any]:

@@ -214,9 +214,7 @@ def _gpu_numa(
     gpus: list[str], affinity: dict[str, CPUSet | None], extras: dict[str, dict[str, str]]
 ) -> dict[str, int | None]:
     printed = {g: extras[g].get("NUMA Affinity", "N/A") for g in gpus}
-    if all(v.isdigit() for v in printed.values()):
-        return {g: int(v) for g, v in printed.items()}
-    # No usable NUMA column: one node per distinct CPU affinity set, if they are disjoint.
+    # Where the NUMA column is unusable: one node per distinct CPU affinity set, if disjoint.
     distinct = sorted({a for a in affinity.values() if a}, key=lambda s: s.sorted()[0])
     disjoint = all(x.isdisjoint(y) for i, x in enumerate(distinct) for y in distinct[i + 1 :])
     out: dict[str, int | None] = {}

@@ -22,6 +22,8 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 
+from numatopo_engine.model import GpuLink, LinkType
+
 DEFAULT_LINK_GBPS = 25.0
 
 # The first marker found in the upper-cased model name wins (GB200 has B200 in it); every other
@@ -35,12 +37,13 @@ def link_gbps(model: str = "") -> float:
     return next((rate for marker, rate in _GENERATIONS if marker in upper), DEFAULT_LINK_GBPS)
 
 
-def pair_links(
-    direct: Mapping[tuple[int, int], int], via_switch: Mapping[int, int]
-) -> dict[tuple[int, int], int]:
-    """Links per GPU pair `(a, b)`, a < b: direct links plus the switched share. `direct[(a, b)]`
-    counts the links of GPU `a` that end at GPU `b`, as seen from `a`; both ends normally report
-    the same number, and the larger wins when one end could not be read."""
+def nvlinks(
+    direct: Mapping[tuple[int, int], int], via_switch: Mapping[int, int], models: Mapping[int, str]
+) -> list[GpuLink]:
+    """The NVLinks of each GPU pair `(a, b)`, a < b: direct links plus the switched share, at the
+    rate of `a`'s model (`models`: GPU index -> name). `direct[(a, b)]` counts the links of GPU `a`
+    that end at GPU `b`, as seen from `a`; both ends normally report the same number, and the
+    larger wins when one end could not be read."""
     pairs: dict[tuple[int, int], int] = {}
     for (a, b), count in direct.items():
         if count > 0 and a != b:
@@ -50,4 +53,7 @@ def pair_links(
     for i, a in enumerate(switched):
         for b in switched[i + 1 :]:
             pairs[(a, b)] = pairs.get((a, b), 0) + min(via_switch[a], via_switch[b])
-    return dict(sorted(pairs.items()))
+    return [
+        GpuLink(a=a, b=b, type=LinkType.NVLINK, links=n, bandwidth_g_bps=n * link_gbps(models[a]))
+        for (a, b), n in sorted(pairs.items())
+    ]

@@ -6,12 +6,12 @@ numatopo_exporter.discovery.nvml --record OUT.json` records a machine; a file dr
 `tests/fixtures/nvml/` joins the suite.
 
 Per GPU (NVML index order = PCI bus order): uuid, PCI bus id (normalised), name, total memory, MIG
-mode, NUMA node (`nvmlDeviceGetNumaNodeId`: only coherent platforms such as Grace answer; elsewhere
-None, and the merge takes sysfs's), each NVLink that is up and the PCI device at its other end, and
-`nvmlDeviceGetTopologyCommonAncestor` for every GPU pair (-> `gpuPaths`). An NVLink ending at a GPU
-of this node is a direct link; at another NVIDIA device, an NVSwitch (GPUs reaching switches are
-joined all-to-all, `nvlink.pair_links`); at another vendor's device (IBM POWER9 NPUs: a CPU link),
-no GPU pair.
+mode and devices, NUMA node (`nvmlDeviceGetNumaNodeId`: only coherent platforms such as Grace
+answer; elsewhere None, and the merge takes sysfs's), each NVLink that is up and the PCI device at
+its other end, and `nvmlDeviceGetTopologyCommonAncestor` for every GPU pair (-> `gpuPaths`). An
+NVLink ending at a GPU of this node is a direct link; at another NVIDIA device, an NVSwitch (GPUs
+reaching switches are joined all-to-all, `nvlink.nvlinks`); at another vendor's device (IBM
+POWER9 NPUs: a CPU link), no GPU pair.
 
 A GPU whose calls fail is still listed with what could be read, plus a notice: one sick GPU (Xid
 79, "GPU has fallen off the bus") must not hide the other seven.
@@ -21,15 +21,16 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import math
+import re
 import sys
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from numatopo_engine.model import Gpu, GpuLink, GpuPath, LinkType, PathType
+from numatopo_engine.model import Gpu, GpuLink, GpuPath, MigDevice, PathType
 from numatopo_exporter.discovery.errors import SourceUnavailableError
-from numatopo_exporter.discovery.nvlink import link_gbps, pair_links
-from numatopo_exporter.discovery.nvml_mig import nvml_text, read_mig_devices
+from numatopo_exporter.discovery.nvlink import nvlinks
 from numatopo_exporter.discovery.nvml_recording import Recorder
 from numatopo_exporter.discovery.pci import normalize_bus_id
 
@@ -55,6 +56,7 @@ _TOPOLOGY_LEVELS = {
     40: PathType.NODE,
     50: PathType.SYS,
 }
+_NAME_PROFILE = re.compile(r"\bMIG\s+(?P<profile>(?:\d+c\.)?\d+g\.\d+gb(?:\+[a-z]+)?)\s*$")
 
 
 @dataclass(frozen=True)
@@ -161,11 +163,7 @@ def _read(s: _Session) -> GpuReading:
                 direct[key] = direct.get(key, 0) + 1
             elif vendor == NVIDIA_VENDOR_ID:
                 via_switch[index] = via_switch.get(index, 0) + 1
-    model = {g.index: g.model for g in gpus}
-    links = [
-        GpuLink(a=a, b=b, type=LinkType.NVLINK, links=n, bandwidth_g_bps=n * link_gbps(model[a]))
-        for (a, b), n in pair_links(direct, via_switch).items()
-    ]
+    links = nvlinks(direct, via_switch, {g.index: g.model for g in gpus})
 
     paths: list[GpuPath] = []
     ordered = sorted(handles)
@@ -199,6 +197,68 @@ def _read_gpu(s: _Session, index: int, handle: Any) -> Gpu:
         resource="nvidia.com/gpu",
         mig_mode=None if mig is None else bool(mig[0] == _FEATURE_ENABLED),
     )
+
+
+def profile_from(name: str, attributes: Any) -> str | None:
+    """The MIG profile (what `nvidia-smi` prints and the device plugin puts in the resource name:
+    `3g.40gb`; `1c.3g.40gb` for a compute instance smaller than its GPU instance) from NVML's device
+    name ("NVIDIA A100-SXM4-80GB MIG 3g.40gb"), else from `nvmlDeviceGetAttributes`
+    (`<gpu slices>g.<memory GiB, rounded up>gb`); None if neither says."""
+    found = _NAME_PROFILE.search(name)
+    if found:
+        return found["profile"]
+    if attributes is None:
+        return None
+    slices = int(getattr(attributes, "gpuInstanceSliceCount", 0) or 0)
+    compute = int(getattr(attributes, "computeInstanceSliceCount", 0) or 0)
+    memory_mb = int(getattr(attributes, "memorySizeMB", 0) or 0)
+    if not slices or not memory_mb:
+        return None
+    profile = f"{slices}g.{math.ceil(memory_mb / 1024)}gb"
+    return f"{compute}c.{profile}" if 0 < compute < slices else profile
+
+
+def read_mig_devices(s: _Session, index: int, handle: Any, first: int) -> list[MigDevice]:
+    """The MIG devices of GPU `index`, numbered from device index `first`."""
+    nvml = s.nvml
+    where = f"GPU {index}"
+    slots = s.call(where, "nvmlDeviceGetMaxMigDeviceCount", handle)
+    found: list[MigDevice] = []
+    for slot in range(int(slots or 0)):
+        here = f"{where} MIG slot {slot}"
+        try:
+            mig = nvml.nvmlDeviceGetMigDeviceHandleByIndex(handle, slot)
+        except nvml.NVMLError as exc:
+            if not isinstance(exc, nvml.NVMLError_NotFound):  # NotFound: an empty slot
+                s.notices.append(f"{here}: nvmlDeviceGetMigDeviceHandleByIndex: {exc}")
+            continue
+        name = nvml_text(s.call(here, "nvmlDeviceGetName", mig))
+        attributes = s.call(here, "nvmlDeviceGetAttributes", mig, quiet=True)
+        profile = profile_from(name, attributes)
+        if profile is None:
+            s.notices.append(f"{here}: MIG device skipped: no profile in its name {name!r}")
+            continue
+        memory = s.call(here, "nvmlDeviceGetMemoryInfo", mig)
+        gpu_instance = s.call(here, "nvmlDeviceGetGpuInstanceId", mig, quiet=True)
+        compute_instance = s.call(here, "nvmlDeviceGetComputeInstanceId", mig, quiet=True)
+        found.append(
+            MigDevice(
+                index=first + len(found),
+                profile=profile,
+                uuid=nvml_text(s.call(here, "nvmlDeviceGetUUID", mig)),
+                gpu_instance=gpu_instance if isinstance(gpu_instance, int) else None,
+                compute_instance=compute_instance if isinstance(compute_instance, int) else None,
+                memory_bytes=int(getattr(memory, "total", 0) or 0),
+            )
+        )
+    return found
+
+
+def nvml_text(value: str | bytes | None) -> str:
+    """A string NVML returned (bytes from older pynvml releases) as text."""
+    if isinstance(value, bytes):
+        return value.decode("utf-8", errors="replace")
+    return value or ""
 
 
 def _active_link_ends(

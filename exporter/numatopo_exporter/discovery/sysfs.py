@@ -56,7 +56,7 @@ from numatopo_exporter.discovery.hostroot import HostRoot
 from numatopo_exporter.discovery.pci import PciDevice, PciTree, path_class
 from numatopo_exporter.discovery.sysfs_files import (
     list_dir,
-    parse_cpulist,
+    parse_cpus,
     read_cpus,
     read_int,
     read_optional,
@@ -169,7 +169,7 @@ def _online_cpus(cpu_dir: str, cpu_ids: list[int], ignored: list[str]) -> frozen
     listed = os.path.join(cpu_dir, "online")
     if os.path.lexists(listed):
         if whole := read_text(listed):
-            return parse_cpulist(whole, listed).ids
+            return parse_cpus(whole, listed).ids
         ignored.append(f"{listed} is empty; read each cpuN/online instead")
     online: set[int] = set()
     unknown: set[int] = set()
@@ -420,7 +420,7 @@ def _distance_columns(node_dir: str, ids: list[int]) -> list[int]:
         if not text:
             continue
         try:
-            listed = sorted(parse_cpulist(text, path).ids)
+            listed = sorted(parse_cpus(text, path).ids)
         except DiscoveryError:
             continue
         if len(listed) > len(ids) and set(ids) <= set(listed):

@@ -56,24 +56,20 @@ def read_int(path: str, *, base: int = 10) -> int:
         raise DiscoveryError(f"expected an integer, found {text[:40]!r}", path) from None
 
 
-def parse_cpulist(text: str, path: str) -> CPUSet:
-    """`text`, already read from `path`, in the kernel list format."""
-    return _parse_cpus(text, path, mask=False)
-
-
 def read_cpus(list_path: str, mask_path: str) -> CPUSet | None:
     """The list-format file (`cpulist`, `thread_siblings_list`) if it exists, else the mask-format
     one older kernels write alone (`cpumap`, `thread_siblings`), else None."""
     text = read_optional(list_path)
     if text is not None:
-        return _parse_cpus(text, list_path, mask=False)
+        return parse_cpus(text, list_path)
     text = read_optional(mask_path)
     if text is not None:
-        return _parse_cpus(text, mask_path, mask=True)
+        return parse_cpus(text, mask_path, mask=True)
     return None
 
 
-def _parse_cpus(text: str, path: str, *, mask: bool) -> CPUSet:
+def parse_cpus(text: str, path: str, *, mask: bool = False) -> CPUSet:
+    """`text`, already read from `path`, in the kernel list (or `mask`) format."""
     try:
         return CPUSet.parse_mask(text) if mask else CPUSet.parse(text)
     except CPUSetParseError as exc:

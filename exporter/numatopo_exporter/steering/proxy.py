@@ -69,8 +69,8 @@ import grpc
 from google.protobuf.message import DecodeError
 
 from numatopo_exporter.kubelet_api import deviceplugin_pb2 as pb
+from numatopo_exporter.metrics import SteeringMetrics
 from numatopo_exporter.steering.choice import Answer, InFlight, answer
-from numatopo_exporter.steering.metrics import SteeringMetrics
 from numatopo_exporter.steering.rpc import (
     API_VERSION,
     KUBELET_SOCKET,
@@ -184,8 +184,8 @@ class Steerer:
     _pending_candidates: concurrent.futures.Future[Sequence[InFlight]] | None = field(
         default=None, init=False
     )
-    _own_server: Any = field(default=None, init=False)
-    _registration_server: Any = field(default=None, init=False)
+    _servers: dict[Path, Any] = field(default_factory=dict, init=False)
+    """The running server of each socket numatopo serves (its own, the Registration one)."""
     _identities: dict[Path, tuple[int, int] | None] = field(default_factory=dict, init=False)
     _tasks: list[asyncio.Task[None]] = field(default_factory=list, init=False)
     _stopping: bool = field(default=False, init=False)
@@ -206,8 +206,8 @@ class Steerer:
     async def start(self) -> None:
         self.config.steering_dir.mkdir(parents=True, exist_ok=True)
         self.config.kubelet_dir.mkdir(parents=True, exist_ok=True)
-        await self._serve_own()
-        await self._serve_registration()
+        await self._serve(self.own_socket)
+        await self._serve(self.registration_socket)
         self._identities[self.kubelet_socket] = _identity(self.kubelet_socket)
         self._tasks = [
             asyncio.create_task(self._registration_loop(), name="steering-register"),
@@ -227,10 +227,9 @@ class Steerer:
             task.cancel()
         await asyncio.gather(*self._tasks, return_exceptions=True)
         self._tasks = []
-        for server in (self._own_server, self._registration_server):
-            if server is not None:
-                await server.stop(None)
-        self._own_server = self._registration_server = None
+        for server in self._servers.values():
+            await server.stop(None)
+        self._servers.clear()
         if self._vendor is not None:
             await self._vendor.close()
             self._vendor = None
@@ -260,19 +259,16 @@ class Steerer:
 
     # -- sockets ------------------------------------------------------------------
 
-    async def _serve_own(self) -> None:
-        if self._own_server is not None:
-            await self._own_server.stop(None)
-        self._own_server = await serve_device_plugin(self.own_socket, self)
-        self._identities[self.own_socket] = _identity(self.own_socket)
-
-    async def _serve_registration(self) -> None:
-        if self._registration_server is not None:
-            await self._registration_server.stop(None)
-        self._registration_server = await serve_registration(
-            self.registration_socket, self._on_vendor_register
-        )
-        self._identities[self.registration_socket] = _identity(self.registration_socket)
+    async def _serve(self, socket: Path) -> None:
+        """Serve `socket` (`own_socket` or `registration_socket`) anew."""
+        old = self._servers.get(socket)
+        if old is not None:
+            await old.stop(None)
+        if socket == self.own_socket:
+            self._servers[socket] = await serve_device_plugin(socket, self)
+        else:
+            self._servers[socket] = await serve_registration(socket, self._on_vendor_register)
+        self._identities[socket] = _identity(socket)
 
     async def _socket_loop(self) -> None:
         while True:
@@ -283,15 +279,12 @@ class Steerer:
                 self._error(f"checking sockets: {error!r}")
 
     async def _check_sockets(self) -> None:
-        if _identity(self.own_socket) != self._identities.get(self.own_socket):
-            logger.info("steering: %s deleted or replaced; serving it again", self.own_socket)
-            await self._serve_own()
-            self._register_wanted.set()
-        if _identity(self.registration_socket) != self._identities.get(self.registration_socket):
-            logger.info(
-                "steering: %s deleted or replaced; serving it again", self.registration_socket
-            )
-            await self._serve_registration()
+        for socket in (self.own_socket, self.registration_socket):
+            if _identity(socket) != self._identities.get(socket):
+                logger.info("steering: %s deleted or replaced; serving it again", socket)
+                await self._serve(socket)
+                if socket == self.own_socket:
+                    self._register_wanted.set()
         vendor = self._vendor
         if vendor is not None:
             seen = _identity(vendor.socket)
@@ -318,7 +311,7 @@ class Steerer:
                     # in the kubelet's directory) and the vendor watches only our
                     # registration socket: re-creating it makes the vendor start over.
                     logger.info("steering: %s is gone; restarting the vendor", vendor.socket)
-                    await self._serve_registration()
+                    await self._serve(self.registration_socket)
 
     # -- registration with the kubelet --------------------------------------------
 

@@ -12,10 +12,12 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import AsyncGenerator, AsyncIterator, Awaitable, Callable
+from operator import methodcaller
 from pathlib import Path
 from typing import Any, NoReturn, Protocol, TypeVar
 
 import grpc
+from google.protobuf.message import Message
 
 from numatopo_exporter.kubelet_api import deviceplugin_pb2 as pb
 
@@ -27,9 +29,11 @@ Context = Any
 """`grpc.aio.ServicerContext`; grpc ships no type information."""
 
 T = TypeVar("T")
+M = TypeVar("M", bound=Message)
 
 _REGISTRATION = pb.DESCRIPTOR.services_by_name["Registration"].full_name
 _PLUGIN = pb.DESCRIPTOR.services_by_name["DevicePlugin"].full_name
+_SERIALIZE = methodcaller("SerializeToString")
 
 
 def _method(service: str, name: str) -> str:
@@ -73,23 +77,32 @@ async def _serve(path: Path, service: str, methods: dict[str, Any]) -> Any:
     return server
 
 
+def _parsed(answer: Callable[..., Awaitable[Message]], request: type[Message]) -> Any:
+    """A handler for `answer`, which takes and returns messages (the others pass bytes)."""
+    return grpc.unary_unary_rpc_method_handler(
+        answer, request_deserializer=request.FromString, response_serializer=_SERIALIZE
+    )
+
+
+def _unary(channel: Any, service: str, name: str, reply: type[M]) -> Callable[..., Awaitable[M]]:
+    """The call `name` of `service` on `channel`, taking and returning messages."""
+    call: Callable[..., Awaitable[M]] = channel.unary_unary(
+        _method(service, name),
+        request_serializer=_SERIALIZE,
+        response_deserializer=reply.FromString,
+    )
+    return call
+
+
 async def serve_device_plugin(path: Path, handlers: DevicePluginHandlers) -> Any:
     """The kubelet-facing device-plugin server on `path`."""
     return await _serve(
         path,
         _PLUGIN,
         {
-            "GetDevicePluginOptions": grpc.unary_unary_rpc_method_handler(
-                handlers.options,
-                request_deserializer=pb.Empty.FromString,
-                response_serializer=pb.DevicePluginOptions.SerializeToString,
-            ),
+            "GetDevicePluginOptions": _parsed(handlers.options, pb.Empty),
             "ListAndWatch": grpc.unary_stream_rpc_method_handler(handlers.list_and_watch),
-            "GetPreferredAllocation": grpc.unary_unary_rpc_method_handler(
-                handlers.preferred,
-                request_deserializer=pb.PreferredAllocationRequest.FromString,
-                response_serializer=pb.PreferredAllocationResponse.SerializeToString,
-            ),
+            "GetPreferredAllocation": _parsed(handlers.preferred, pb.PreferredAllocationRequest),
             "Allocate": grpc.unary_unary_rpc_method_handler(handlers.allocate),
             "PreStartContainer": grpc.unary_unary_rpc_method_handler(handlers.pre_start),
         },
@@ -100,23 +113,14 @@ async def serve_registration(
     path: Path, on_register: Callable[[pb.RegisterRequest, Context], Awaitable[pb.Empty]]
 ) -> Any:
     """The server answering `Registration.Register` on `path`."""
-    register_handler = grpc.unary_unary_rpc_method_handler(
-        on_register,
-        request_deserializer=pb.RegisterRequest.FromString,
-        response_serializer=pb.Empty.SerializeToString,
-    )
-    return await _serve(path, _REGISTRATION, {"Register": register_handler})
+    return await _serve(path, _REGISTRATION, {"Register": _parsed(on_register, pb.RegisterRequest)})
 
 
 async def register(socket: Path, request: pb.RegisterRequest, timeout: float) -> None:
     """Register with the Registration service on `socket` (the kubelet's); raises
     `grpc.aio.AioRpcError` when it refuses or cannot be reached in `timeout`."""
     async with grpc.aio.insecure_channel(unix_target(socket)) as channel:
-        call = channel.unary_unary(
-            _method(_REGISTRATION, "Register"),
-            request_serializer=pb.RegisterRequest.SerializeToString,
-            response_deserializer=pb.Empty.FromString,
-        )
+        call = _unary(channel, _REGISTRATION, "Register", pb.Empty)
         await call(request, timeout=timeout, wait_for_ready=True)
 
 
@@ -151,11 +155,7 @@ class VendorClient:
         await self._channel.close()
 
     async def options(self, timeout: float) -> pb.DevicePluginOptions:
-        call = self._channel.unary_unary(
-            _method(_PLUGIN, "GetDevicePluginOptions"),
-            request_serializer=pb.Empty.SerializeToString,
-            response_deserializer=pb.DevicePluginOptions.FromString,
-        )
+        call = _unary(self._channel, _PLUGIN, "GetDevicePluginOptions", pb.DevicePluginOptions)
         return await self._answer(lambda: call(pb.Empty(), timeout=timeout))
 
     async def list_and_watch(self) -> AsyncGenerator[bytes, None]:
@@ -180,10 +180,8 @@ class VendorClient:
     async def preferred(
         self, request: pb.PreferredAllocationRequest, timeout: float
     ) -> pb.PreferredAllocationResponse:
-        call = self._channel.unary_unary(
-            _method(_PLUGIN, "GetPreferredAllocation"),
-            request_serializer=pb.PreferredAllocationRequest.SerializeToString,
-            response_deserializer=pb.PreferredAllocationResponse.FromString,
+        call = _unary(
+            self._channel, _PLUGIN, "GetPreferredAllocation", pb.PreferredAllocationResponse
         )
         return await self._answer(lambda: call(request, timeout=timeout))
 

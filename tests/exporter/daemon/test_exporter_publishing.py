@@ -13,7 +13,6 @@ import pytest
 from metric_samples import sample
 from numatopo_engine.model import Gpu, NumaNode, NumatopologySpec
 from numatopo_exporter.daemon.loop import ExporterLoop
-from numatopo_exporter.daemon.metrics import ExporterMetrics
 from numatopo_exporter.daemon.publishing import (
     HASH_ANNOTATION,
     PrintingSink,
@@ -22,6 +21,7 @@ from numatopo_exporter.daemon.publishing import (
     plan_status,
     spec_hash,
 )
+from numatopo_exporter.metrics import ExporterMetrics
 from numatopo_kube.backoff import Backoff
 
 from ..conftest import NodeClient, numatopology_path

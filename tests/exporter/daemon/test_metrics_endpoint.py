@@ -11,7 +11,7 @@ import aiohttp
 import pytest
 
 from metric_samples import sample
-from numatopo_exporter.daemon.metrics import (
+from numatopo_exporter.metrics import (
     HEAD_SECONDS,
     MAX_CONNECTIONS,
     ExporterMetrics,

@@ -9,7 +9,7 @@ import aiohttp
 import pytest
 
 from numatopo_exporter.daemon import udev
-from numatopo_exporter.daemon.metrics import ExporterMetrics, start_metrics_server
+from numatopo_exporter.metrics import ExporterMetrics, start_metrics_server
 
 from .conftest import FakeDevice, FakeMonitor
 

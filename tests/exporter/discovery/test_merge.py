@@ -11,9 +11,9 @@ import pytest
 
 from numatopo_engine.cpuset import CPUSet
 from numatopo_engine.model import Gpu, GpuPath, Nic, NumaNode, NumatopologySpec, PathType, PciPath
+from numatopo_exporter.discovery.discover import merge_gpu_reading, merge_kubelet
 from numatopo_exporter.discovery.hostroot import HostRoot
 from numatopo_exporter.discovery.kubelet import read_kubelet
-from numatopo_exporter.discovery.merge import merge_gpu_reading, merge_kubelet
 from numatopo_exporter.discovery.nvml import GpuReading, read_nvml
 from numatopo_exporter.discovery.pci import normalize_bus_id
 from nvml_replay import ReplayNvml

@@ -15,9 +15,8 @@ from types import SimpleNamespace
 from typing import Any
 
 from numatopo_engine.model import Gpu, NumatopologySpec
-from numatopo_exporter.discovery.merge import merge_gpu_reading
-from numatopo_exporter.discovery.nvml import read_nvml, record
-from numatopo_exporter.discovery.nvml_mig import profile_from
+from numatopo_exporter.discovery.discover import merge_gpu_reading
+from numatopo_exporter.discovery.nvml import profile_from, read_nvml, record
 from nvml_replay import ReplayNvml
 
 NVML = Path(__file__).resolve().parents[2] / "fixtures" / "nvml"

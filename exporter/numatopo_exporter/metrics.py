@@ -1,4 +1,5 @@
-"""Prometheus metrics of the exporter, and the HTTP endpoint both node processes serve.
+"""Prometheus metrics of the node processes (exporter, agent, steering proxy), and the HTTP
+endpoint both processes serve.
 
 Each process owns a `CollectorRegistry` (never the global one), so tests can build many daemons and
 read their counters without interference. The endpoint answers two GETs (`/metrics`, `/healthz`) on
@@ -59,6 +60,75 @@ class ExporterMetrics(Registry):
         self.last_scan = gauge(
             "numatopo_exporter_last_scan_timestamp_seconds",
             "Unix time of the last successful scan.",
+        )
+
+
+@dataclass
+class AgentMetrics(Registry):
+    def __post_init__(self) -> None:
+        counter = partial(Counter, registry=self.registry)
+        self.enforcements = counter(
+            "numatopo_agent_enforcements_total",
+            "Pods whose cpusets were brought to their assignment (first time or restart).",
+        )
+        self.drift_corrections = counter(
+            "numatopo_agent_drift_corrections_total",
+            "Pods whose cpusets had drifted from an enforced assignment and were rewritten.",
+        )
+        self.failures = counter(
+            "numatopo_agent_failures_total",
+            "Pods that could not be enforced, by reason.",
+            ["reason"],
+        )
+        self.task_restarts = counter(
+            "numatopo_agent_task_restarts_total",
+            "Watches (pods, the node's Numatopology) that failed with an unexpected error "
+            "and were run again, by task.",
+            ["task"],
+        )
+        self.writes = counter(
+            "numatopo_agent_cpuset_writes_total", "Single cpuset.cpus / cpuset.mems writes."
+        )
+        self.gpu_mismatches = counter(
+            "numatopo_agent_gpu_mismatches_total",
+            "Assignments whose containers were given other GPUs by the kubelet than "
+            "assigned (Follow); the operator re-aligns each.",
+        )
+        self.events_dropped = counter(
+            "numatopo_agent_events_dropped_total",
+            "Events not posted: their queue was full, or the agent stopped first.",
+        )
+        self.latency = Histogram(
+            "numatopo_agent_assignment_to_enforced_seconds",
+            "From the assignment first seen on the watch stream to its cpusets written.",
+            buckets=(0.01, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30),
+            registry=self.registry,
+        )
+
+
+@dataclass
+class SteeringMetrics(Registry):
+    """The steering proxy's, on the registry the caller passes (the agent's, so they are served
+    beside its own)."""
+
+    def __post_init__(self) -> None:
+        counter = partial(Counter, registry=self.registry)
+        self.answers = counter(
+            "numatopo_steering_answers_total",
+            "Preferred allocations answered, per container request, by whose choice: "
+            "steered (the assignment's GPUs), vendor (its own preference), kubelet "
+            "(empty answer: the kubelet chooses).",
+            ["outcome"],
+        )
+        self.registrations = counter(
+            "numatopo_steering_registrations_total",
+            "Registrations with the kubelet, by result.",
+            ["result"],
+        )
+        self.vendor_missing = counter(
+            "numatopo_steering_vendor_missing_total",
+            "Times the vendor plugin's device stream ended (devices reported Unhealthy "
+            "until it is back).",
         )
 
 
