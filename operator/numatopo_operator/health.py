@@ -8,7 +8,7 @@
 
 A connection gets `HEAD_SECONDS` per request head and is closed after as long idle: a slow
 client of this plain-HTTP port holds a socket no longer (as the node processes' metrics
-port, `numatopo_exporter.daemon.metrics`).
+port, `numatopo_exporter.metrics`).
 """
 
 from __future__ import annotations
