@@ -117,11 +117,8 @@ async def _settle(runtime: Runtime, pod: PodView) -> bool:
         return await _leave(runtime, pod, "the pod references no ResourceClaim")
     try:
         claims = await _fetched_claims(runtime, ref["namespace"], entries)
-    except UndecidedError as exc:
-        return await _leave(runtime, pod, str(exc))
-    if claims is None:
-        return True
-    try:
+        if claims is None:
+            return True
         base = pod.request(runtime.settings.resources)
         decision = await _decide(runtime, pod, base, entries, claims)
     except InvalidRequestError as exc:

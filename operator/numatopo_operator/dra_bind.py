@@ -12,6 +12,7 @@ import dataclasses
 import logging
 import time
 from collections.abc import Collection, Mapping
+from functools import partial
 from typing import Any
 
 from numatopo_engine import annotations as keys
@@ -47,13 +48,7 @@ def plugin_served(node: Mapping[str, Any]) -> frozenset[str]:
 
 def decider(plugin: Collection[str]) -> Decider:
     """`decide` on a node whose allocatable lists `plugin` (`plugin_served`)."""
-
-    async def decide_there(
-        runtime: Runtime, pod: PodView, request: PodRequest, node: str
-    ) -> Outcome | None:
-        return await decide(runtime, pod, request, node, plugin=plugin)
-
-    return decide_there
+    return partial(decide, plugin=plugin)
 
 
 def _from_plugins_only(pod: PodView, request: PodRequest) -> PodRequest:

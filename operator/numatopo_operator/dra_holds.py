@@ -153,7 +153,7 @@ class DraHolds:
         old = self._remove(name)
         nodes = {old.spec.node_name} if old is not None and old.spec.node_name else set()
         if not deleted:
-            read = _slice(raw)
+            read = _read(api.ResourceSlice, raw, "its devices are not joined")
             if read is not None and read.spec.node_name:
                 self._add(read)
                 nodes.add(read.spec.node_name)
@@ -230,7 +230,11 @@ class DraHolds:
         """The watched DeviceClasses that read as the model (read once per change)."""
         generation = self._class_generation
         if self._read_classes[0] != generation:
-            self._read_classes = (generation, [c for c in map(_class, self.classes.values()) if c])
+            read = (
+                _read(api.DeviceClass, raw, "it names no extended resource")
+                for raw in self.classes.values()
+            )
+            self._read_classes = (generation, [c for c in read if c])
         return self._read_classes[1]
 
     def extended(
@@ -309,11 +313,3 @@ def _read(model: type[_M], raw: Mapping[str, Any], unread: str) -> _M | None:
         name = (raw.get("metadata") or {}).get("name")
         logger.warning("%s %s is unreadable; %s: %s", model.__name__, name, unread, exc)
         return None
-
-
-def _slice(raw: Mapping[str, Any]) -> api.ResourceSlice | None:
-    return _read(api.ResourceSlice, raw, "its devices are not joined")
-
-
-def _class(raw: Mapping[str, Any]) -> api.DeviceClass | None:
-    return _read(api.DeviceClass, raw, "it names no extended resource")

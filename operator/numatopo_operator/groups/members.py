@@ -74,18 +74,6 @@ def placement_text(pod: RawPod) -> str | None:
     return text if isinstance(text, str) else None
 
 
-def read_placement(text: str | None) -> PlacementRecord | None:
-    """The record, or None when there is none; raises ValueError when unreadable."""
-    if text is None:
-        return None
-    try:
-        return PlacementRecord.model_validate_json(text)
-    except pydantic.ValidationError as exc:
-        raise ValueError(
-            f"{keys.GROUP_PLACEMENT} is unreadable: {exc.errors()[0]['msg']}"
-        ) from None
-
-
 def _assigned_node(pod: RawPod) -> str | None:
     assignment = PodView.of(pod).assignment  # a member's view parses it once
     return assignment.node if assignment is not None else None
@@ -137,15 +125,13 @@ def _view(key: str, body: Mapping[str, Any], expected: Expectation | None) -> Me
     problem: str | None = None
     record: PlacementRecord | None = None
     try:
-        record = read_placement(text)
-    except ValueError as exc:
-        problem = str(exc)
+        record = PlacementRecord.model_validate_json(text) if text is not None else None
+    except pydantic.ValidationError as exc:
+        problem = f"{keys.GROUP_PLACEMENT} is unreadable: {exc.errors()[0]['msg']}"
     if record is not None and expected is None and _assigned_node(body) is None:
         problem = f"{keys.GROUP_PLACEMENT} without a readable {keys.ASSIGNMENT}"
-    try:
-        rank = rank_of(PodView.of(body).metadata)
-    except InvalidRequestError:
-        rank = None  # `GroupBook.observe` refuses the member before it gets here
+    # `GroupBook.observe` keeps only members whose rank reads.
+    rank = rank_of(PodView.of(body).metadata)
     return MemberView(key, body, rank, gated, record, problem)
 
 

@@ -149,7 +149,7 @@ async def advance(runtime: Runtime, group: str) -> bool:
         if step.kind is StepKind.PLAN:
             group_state.complete_since.setdefault(group, time.monotonic())
             try:
-                placed = await group_release.plan(runtime, spec, chosen)
+                placement = await group_release.plan(runtime, spec, chosen)
             except GroupInvalidError as exc:
                 _invalid(runtime, chosen, str(exc))
                 return False
@@ -159,10 +159,10 @@ async def advance(runtime: Runtime, group: str) -> bool:
                 _unsatisfiable(runtime, group, chosen, message)
                 return True
             group_state.waiting_for_room.discard(group)
+            nodes = {key: assignment.node for key, assignment in placement.assignments.items()}
             logger.info(
-                "group %s planned in %s: %s", group,
-                _where(placed.placement.level, placed.placement.path),
-                _nodes_text(placed.nodes, placed.placement.order),
+                "group %s planned in %s: %s", group, _where(placement.level, placement.path),
+                _nodes_text(nodes, placement.order),
             )  # fmt: skip
             continue
         if step.kind is StepKind.RELEASE:
