@@ -157,7 +157,7 @@ async def decide(
     request: PodRequest,
     node: str,
     *,
-    plugin: Collection[str] = frozenset(),
+    plugin: Collection[str],
 ) -> Outcome | None:
     """The pod's decision on `node` (whose allocatable lists `plugin`, `plugin_served`)
     around its claims' devices (kube-scheduler's claim for the extended resources DRA
@@ -208,7 +208,7 @@ def _follows(assignment: Assignment, claimed: Claimed) -> bool:
 
 
 async def follow_member(
-    runtime: Runtime, pod: PodView, node: str, *, plugin: Collection[str] = frozenset()
+    runtime: Runtime, pod: PodView, node: str, *, plugin: Collection[str]
 ) -> None:
     """A group member whose devices come from its claims, booked on `node` by its group:
     its assignment replaced by one around the devices the claims were allocated there

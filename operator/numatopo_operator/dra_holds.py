@@ -121,16 +121,12 @@ class DraHolds:
 
     def claims_listed(self, items: Iterable[Mapping[str, Any]]) -> set[str]:
         """A fresh list replaces every claim; returns the nodes that may have changed."""
-        before = self.claims
-        self.claims, self.bodies, self._by_pool = {}, {}, {}
-        for raw in items:
-            self.bodies[claim_key(raw)] = raw
-            self._set_claim(claim_key(raw), allocated_devices(raw))
+        listed = {claim_key(raw): raw for raw in items}
         nodes: set[str] = set()
-        for key in before.keys() | self.claims.keys():
-            old, new = before.get(key, ()), self.claims.get(key, ())
-            if old != new:
-                nodes |= self._nodes_of(old) | self._nodes_of(new)
+        for key in self.bodies.keys() - listed.keys():
+            nodes |= self.claim_seen(True, self.bodies[key])
+        for raw in listed.values():
+            nodes |= self.claim_seen(False, raw)
         return nodes
 
     def _set_claim(self, key: str, devices: tuple[DeviceId, ...]) -> tuple[DeviceId, ...]:

@@ -177,12 +177,7 @@ class GroupBook:
         self._members.setdefault(spec.key, {})[key] = body
         self._group_of[key] = spec.key
         self._specs[key] = spec
-        expected = self.expected.get(key)
-        if (
-            expected is not None
-            and expected.placement == placement_text(body)
-            and expected.gated == is_gated(body)
-        ):
+        if self.expected.get(key) == Expectation(placement_text(body), is_gated(body)):
             del self.expected[key]
         touched.add(spec.key)
         return touched
@@ -234,7 +229,6 @@ class StepKind(enum.Enum):
 class Step:
     kind: StepKind
     keys: tuple[str, ...] = ()
-    seen: int = 0
     reason: str = ""
     anchor: PlacementRecord | None = None
     """RECOVER: where the running members' group is."""
@@ -301,7 +295,7 @@ def next_step(specs: Mapping[str, GroupSpec], members: Iterable[MemberView]) -> 
             return Step(StepKind.VOID, tuple(v.key for v in planned), spec=spec)
         return Step(StepKind.RELEASE, tuple(v.key for v in planned), spec=spec)
     if len(gated) < spec.size:
-        return Step(StepKind.WAIT, tuple(v.key for v in gated), seen=len(gated), spec=spec)
+        return Step(StepKind.WAIT, tuple(v.key for v in gated), spec=spec)
     return Step(StepKind.PLAN, tuple(v.key for v in gated), spec=spec)
 
 

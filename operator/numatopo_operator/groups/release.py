@@ -177,10 +177,6 @@ async def _place(
     raise GroupUnplaceableError(f"{reason} ({len(nodes)} usable nodes{left_out})")
 
 
-def _now() -> str:
-    return datetime.datetime.now(datetime.UTC).isoformat(timespec="microseconds")
-
-
 def _book(runtime: Runtime, assignments: Mapping[str, Assignment]) -> dict[str, Assignment]:
     """Reserve every assignment, or none (NodeBusyError); no await, so nothing interleaves."""
     ledger = runtime.ledger
@@ -239,7 +235,7 @@ async def _write_all(
 ) -> None:
     """Book and write every member's plan; on failure, take back and re-raise."""
     booked = _book(runtime, placement.assignments)
-    planned = _now()
+    planned = datetime.datetime.now(datetime.UTC).isoformat(timespec="microseconds")
 
     async def write(view: MemberView) -> None:
         text = PlacementRecord(

@@ -136,7 +136,7 @@ async def advance(runtime: Runtime, group: str) -> bool:
                 group_state.first_seen.setdefault(view.key, time.monotonic())
             _tell(
                 runtime, chosen, WAITING,
-                f"group {group}: {step.seen} of {spec.size} members seen; nothing is placed "
+                f"group {group}: {len(step.keys)} of {spec.size} members seen; nothing is placed "
                 "until all are there",
                 once_per_pod=True,
             )  # fmt: skip
