@@ -140,8 +140,8 @@ class GroupBook:
 
     def __init__(self) -> None:
         self._members: dict[str, dict[str, Mapping[str, Any]]] = {}
-        self._group_of: dict[str, str] = {}
         self._specs: dict[str, GroupSpec] = {}
+        """Member key -> the group settings it declares (its group's key among them)."""
         self.invalid: dict[str, str] = {}
         """Pods whose group annotations cannot be read: pod key -> why."""
         self.expected: dict[str, Expectation] = {}
@@ -152,7 +152,7 @@ class GroupBook:
         view = PodView.of(body)
         key = view.key
         touched: set[str] = set()
-        previous = self._group_of.get(key)
+        previous = self._specs[key].key if key in self._specs else None
         spec: GroupSpec | None = None
         self.invalid.pop(key, None)
         if not view.ended:
@@ -175,7 +175,6 @@ class GroupBook:
         if spec is None:
             return touched
         self._members.setdefault(spec.key, {})[key] = body
-        self._group_of[key] = spec.key
         self._specs[key] = spec
         if self.expected.get(key) == Expectation(placement_text(body), is_gated(body)):
             del self.expected[key]
@@ -186,18 +185,15 @@ class GroupBook:
         """The pod is gone; returns its group."""
         self.invalid.pop(key, None)
         self.expected.pop(key, None)
-        group = self._group_of.get(key)
-        if group is not None:
-            self._drop(key)
-        return group
+        return self._drop(key) if key in self._specs else None
 
-    def _drop(self, key: str) -> None:
-        group = self._group_of.pop(key)
-        self._specs.pop(key, None)
+    def _drop(self, key: str) -> str:
+        group = self._specs.pop(key).key
         members = self._members.get(group, {})
         members.pop(key, None)
         if not members:
             self._members.pop(group, None)
+        return group
 
     def groups(self) -> list[str]:
         return sorted(self._members)

@@ -424,14 +424,9 @@ def _inside(anchor: Anchor, outer: Anchor) -> bool:
 def _next_to(tree: DomainTree, nodes: Mapping[int, str], rank: int) -> list[Anchor]:
     """The nodes of ranks rank-1 and rank+1, then their domains, narrowest first."""
     near = [nodes[r] for r in (rank - 1, rank + 1) if r in nodes and nodes[r] in tree.paths]
-    out = [
-        Anchor(NODE_LEVEL, tree.node_path(n))
-        for n in near
-        if tree.implicit_nodes or len(tree.paths[n]) == len(tree.levels)
-    ]
-    wider = [level for level in reversed(tree.levels) if level != NODE_LEVEL]
-    domains = (_domain_of(tree, level, node) for level in wider for node in near)
-    return out + [anchor for anchor in domains if anchor is not None]
+    levels = [NODE_LEVEL, *(level for level in reversed(tree.levels) if level != NODE_LEVEL)]
+    domains = (_domain_of(tree, level, node) for level in levels for node in near)
+    return [anchor for anchor in domains if anchor is not None]
 
 
 def _slice_domain(tree: DomainTree, spec: GroupSpec, around: Around | None) -> Anchor | None:

@@ -213,17 +213,13 @@ async def _recover(
     group, group_state, metrics = spec.key, runtime.groups, runtime.metrics
     for view in chosen:
         group_state.first_seen.setdefault(view.key, time.monotonic())
-    running = next(
-        (planned_node(v.body) for v in views if not v.gated and v.record is not None), None
-    )
+    group_mates = [v for v in views if not v.gated and v.record is not None]
+    running = planned_node(group_mates[0].body) if group_mates else None
     chosen = _one_slice(spec, chosen)
     ranks = {
         v.rank: node
-        for v in views
-        if not v.gated
-        and v.record is not None
-        and v.rank is not None
-        and (node := planned_node(v.body)) is not None
+        for v in group_mates
+        if v.rank is not None and (node := planned_node(v.body)) is not None
     }
     around = group_release.Around(ranks, tuple(v.rank for v in chosen if v.rank is not None))
     try:
