@@ -74,17 +74,13 @@ def placement_text(pod: RawPod) -> str | None:
     return text if isinstance(text, str) else None
 
 
-def _assigned_node(pod: RawPod) -> str | None:
-    assignment = PodView.of(pod).assignment  # a member's view parses it once
-    return assignment.node if assignment is not None else None
-
-
 def planned_node(pod: RawPod) -> str | None:
     """The node a released group member was planned for (its assignment's); None for any
     other pod. The extender passes it there only: elsewhere would break its group's plan."""
     if placement_text(pod) is None:
         return None
-    return _assigned_node(pod)
+    assignment = PodView.of(pod).assignment  # a member's view parses it once
+    return assignment.node if assignment is not None else None
 
 
 @dataclass(frozen=True, slots=True)
@@ -128,7 +124,7 @@ def _view(key: str, body: Mapping[str, Any], expected: Expectation | None) -> Me
         record = PlacementRecord.model_validate_json(text) if text is not None else None
     except pydantic.ValidationError as exc:
         problem = f"{keys.GROUP_PLACEMENT} is unreadable: {exc.errors()[0]['msg']}"
-    if record is not None and expected is None and _assigned_node(body) is None:
+    if record is not None and expected is None and planned_node(body) is None:
         problem = f"{keys.GROUP_PLACEMENT} without a readable {keys.ASSIGNMENT}"
     # `GroupBook.observe` keeps only members whose rank reads.
     rank = rank_of(PodView.of(body).metadata)

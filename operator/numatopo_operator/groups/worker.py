@@ -127,8 +127,7 @@ async def advance(runtime: Runtime, group: str) -> bool:
             group_state.waiting_for_room.discard(group)
             return False
         if step.kind is StepKind.INVALID:
-            _invalid(runtime, chosen, step.reason)
-            return False
+            return _invalid(runtime, chosen, step.reason)
         assert spec is not None
         if step.kind is StepKind.WAIT:
             group_state.complete_since.pop(group, None)
@@ -151,13 +150,11 @@ async def advance(runtime: Runtime, group: str) -> bool:
             try:
                 placement = await group_release.plan(runtime, spec, chosen)
             except GroupInvalidError as exc:
-                _invalid(runtime, chosen, str(exc))
-                return False
+                return _invalid(runtime, chosen, str(exc))
             except GroupUnplaceableError as exc:
                 message = f"group {group} ({len(chosen)} members) does not fit: {exc}"
                 logger.info("%s", message)
-                _unsatisfiable(runtime, group, chosen, message)
-                return True
+                return _unsatisfiable(runtime, group, chosen, message)
             group_state.waiting_for_room.discard(group)
             nodes = {key: assignment.node for key, assignment in placement.assignments.items()}
             logger.info(
@@ -227,12 +224,10 @@ async def _recover(
             runtime, spec, chosen, anchor, running, around=around
         )
     except GroupInvalidError as exc:
-        _invalid(runtime, chosen, str(exc))
-        return False
+        return _invalid(runtime, chosen, str(exc))
     except GroupUnplaceableError as exc:
         message = f"replacement member of running group {group} does not fit: {exc}"
-        _unsatisfiable(runtime, group, chosen, message)
-        return True
+        return _unsatisfiable(runtime, group, chosen, message)
     group_state.waiting_for_room.discard(group)
     released = await group_release.release(runtime, chosen)
     where = _where(recovered.level, recovered.path)
@@ -257,18 +252,21 @@ async def _recover(
     return None
 
 
-def _invalid(runtime: Runtime, members: Sequence[MemberView], reason: str) -> None:
+def _invalid(runtime: Runtime, members: Sequence[MemberView], reason: str) -> bool:
+    """Counted and told; False (`advance`'s answer): only a person can fix it."""
     runtime.metrics.group_decisions.labels("invalid").inc()
     _tell(runtime, members, INVALID, reason, warning=True)
+    return False
 
 
 def _unsatisfiable(
     runtime: Runtime, group: str, members: Sequence[MemberView], message: str
-) -> None:
-    """Counted, told, and the group retried when room frees up (`waiting_for_room`)."""
+) -> bool:
+    """Counted and told; True (`advance`'s answer: retried), and at once when room frees up."""
     runtime.metrics.group_decisions.labels("unsatisfiable").inc()
     runtime.groups.waiting_for_room.add(group)
     _tell(runtime, members, UNSATISFIABLE, message, warning=True)
+    return True
 
 
 def _report_invalid(runtime: Runtime) -> None:
