@@ -210,12 +210,9 @@ def _follows(assignment: Assignment, claimed: Claimed) -> bool:
 async def follow_member(
     runtime: Runtime, pod: PodView, node: str, *, plugin: Collection[str]
 ) -> None:
-    """A group member whose devices come from its claims, booked on `node` by its group:
-    its assignment replaced by one around the devices the claims were allocated there
-    (the placement record untouched). Nothing for any other pod, or when it names those
-    devices already; where they cannot be followed it keeps its group's assignment and a
-    `DRAClaimsNotFollowed` Event says so. Raises `KubeError`, `NotActiveError`,
-    `NodeBusyError` (the bind fails and is retried)."""
+    """A group member whose devices come from its claims, booked on `node` by its group,
+    follows them (docs/DESIGN.md, "GPUs on DRA clusters", the member without the DRA gate).
+    Raises `KubeError`, `NotActiveError`, `NodeBusyError` (the bind fails and is retried)."""
     key, ledger = pod.key, runtime.ledger
     if keys.GROUP_PLACEMENT not in pod.annotations or not from_claims(runtime, pod):
         return

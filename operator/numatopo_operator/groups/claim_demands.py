@@ -61,24 +61,6 @@ class _Claimer:
     """What the demand depends on: members of one template share it (computed once)."""
 
 
-def _shape(
-    member: Member,
-    entries: Sequence[PodClaim],
-    claims: Mapping[str, api.ResourceClaim],
-    classes: Mapping[str, api.DeviceClass],
-) -> str:
-    specs = [
-        (e.name, e.containers, claims[e.claim].spec.model_dump(mode="json") if e.claim else None)
-        for e in entries
-    ]
-    kinds = {name: c.spec.model_dump(mode="json") for name, c in sorted(classes.items())}
-    return (
-        repr(member.request.containers)
-        + repr(member.request.init_containers)
-        + json.dumps([specs, kinds], sort_keys=True, default=str)
-    )
-
-
 # (shape, node) -> (the joined slices judged on, what was found): a group waiting for room
 # is planned again and again, each judgement evaluating CEL selectors on every device
 # (~8 ms a node on a p4d). A new join (slices or spec changed) is judged afresh.
@@ -114,7 +96,17 @@ def _claimers(
                 raise ClaimsPendingError(f"member {view.key}'s claim {pending} does not exist yet")
             continue
         entries, claims, classes = read
-        shape = _shape(member, entries, claims, classes)
+        specs = [
+            (
+                e.name,
+                e.containers,
+                claims[e.claim].spec.model_dump(mode="json") if e.claim else None,
+            )
+            for e in entries
+        ]
+        kinds = {name: c.spec.model_dump(mode="json") for name, c in sorted(classes.items())}
+        asked = repr(member.request.containers) + repr(member.request.init_containers)
+        shape = asked + json.dumps([specs, kinds], sort_keys=True, default=str)
         found.append(_Claimer(index, entries, claims, classes, shape))
     return found
 

@@ -382,12 +382,8 @@ def replacement_anchors(
     running_node: str | None,
     around: Around | None = None,
 ) -> list[Anchor | None]:
-    """Where a replacement may go, best first: next to its neighbouring ranks (their nodes,
-    then their domains narrowest first, inside the group's domain), the recorded domain,
-    each wider one around it up to the required level, then anywhere allowed (None: the
-    engine still keeps to one domain of a required level). With slices, only domains inside
-    the slice's (a running mate's), that one last. GroupUnplaceableError when a group with
-    a required level has a recorded domain that cannot be found: a guess could leave it."""
+    """Where a replacement may go, best first (docs/DESIGN.md, "Groups across nodes: the
+    operator protocol", "Member recovery"); None: anywhere the engine allows."""
     found: list[Anchor | None] = [None]
     recorded = None
     if record is not None and record.level is not None:
