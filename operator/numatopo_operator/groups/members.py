@@ -111,8 +111,7 @@ class MemberView:
     @property
     def uid(self) -> str:
         """The uid it was read with: writes for it are refused by a namesake."""
-        uid = (self.body.get("metadata") or {}).get("uid")
-        return uid if isinstance(uid, str) else ""
+        return PodView.of(self.body).uid
 
 
 def _view(key: str, body: Mapping[str, Any], expected: Expectation | None) -> MemberView:
@@ -318,9 +317,8 @@ def release_operations(pod: RawPod, node: str, gate: str = GATE) -> list[dict[st
     gates = _gates(pod)
     for index, found in enumerate(gates):
         if isinstance(found, Mapping) and found.get("name") == gate:
-            operations.append(
-                {"op": "test", "path": f"/spec/schedulingGates/{index}", "value": dict(found)}
-            )
-            operations.append({"op": "remove", "path": f"/spec/schedulingGates/{index}"})
+            path = f"/spec/schedulingGates/{index}"
+            operations.append({"op": "test", "path": path, "value": dict(found)})
+            operations.append({"op": "remove", "path": path})
             break
     return operations

@@ -103,11 +103,11 @@ def _one_slice(spec: GroupSpec, chosen: list[MemberView]) -> list[MemberView]:
     return [v for v in chosen if v.rank is not None and v.rank // piece == first]
 
 
-def _record_path(record: PlacementRecord | None) -> Sequence[str] | None:
-    """The recorded domain's path; the value alone for records older than paths."""
+def _recorded_where(record: PlacementRecord | None) -> str:
+    """The recorded domain; its value alone for records older than paths."""
     if record is None or record.domain is None:
-        return None
-    return record.path if record.path is not None else [record.domain]
+        return _where(None, None)
+    return _where(record.level, record.path if record.path is not None else [record.domain])
 
 
 def _nodes_text(nodes: Mapping[str, str], order: Sequence[str]) -> str:
@@ -185,13 +185,12 @@ async def _release(
     if since is not None:  # not known after a restart between the phases
         metrics.group_placement.observe(group_release.elapsed(since))
     metrics.group_decisions.labels("placed").inc()
-    level = record.level if record is not None else None
     planned = {v.key: node for v in views if (node := planned_node(v.body)) is not None}
     placed_on = planned | released
     note = group_release.preferred_note(runtime, spec, placed_on.values())
     _tell(
         runtime, chosen, PLACED,
-        f"group {group}: {len(views)} members placed in {_where(level, _record_path(record))}, "
+        f"group {group}: {len(views)} members placed in {_recorded_where(record)}, "
         f"by rank: {_nodes_text(placed_on, [v.key for v in views])}{note}",
     )  # fmt: skip
     for view in chosen:
