@@ -205,24 +205,18 @@ async def count_claims(
             gpus.setdefault(node, set()).update(demand.gpus)
             nics.setdefault(node, set()).update(demand.nics)
     others = [m for i, m in enumerate(counted) if i not in changed]
-    asked_by_others = [
-        c for m in others for c in (*m.request.containers, *m.request.init_containers)
-    ]
-    restrict_gpus = not any(c.gpus for c in asked_by_others)
-    restrict_nics = not any(c.nics for c in asked_by_others)
+    theirs = [c for m in others for c in (*m.request.containers, *m.request.init_containers)]
+    restrict_gpus = not any(c.gpus for c in theirs)
+    restrict_nics = not any(c.nics for c in theirs)
     if not restrict_gpus:
         kept = _extended_served(runtime, others, kept, gpus)
     if changed and (restrict_gpus or restrict_nics):
         for node, candidate in kept.items():
             state = candidate.state
-            kept[node] = NodeCandidate(
-                candidate.topology,
-                restricted_to(
-                    state,
-                    gpus.get(node, set()) if restrict_gpus else state.free_gpus(),
-                    nics.get(node, set()) if restrict_nics else state.free_nics(),
-                ),
-            )
+            allowed_gpus = gpus.get(node, set()) if restrict_gpus else state.free_gpus()
+            allowed_nics = nics.get(node, set()) if restrict_nics else state.free_nics()
+            restricted = restricted_to(state, allowed_gpus, allowed_nics)
+            kept[node] = NodeCandidate(candidate.topology, restricted)
     return Counted(counted, kept, left_out)
 
 

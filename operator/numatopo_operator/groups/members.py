@@ -253,16 +253,11 @@ def _settings(spec: GroupSpec) -> str:
 
 
 def next_step(specs: Mapping[str, GroupSpec], members: Iterable[MemberView]) -> Step:
-    """The next thing to do for a group, from its live members:
-    - Nothing gated: IDLE (members without the gate are scheduled one by one).
-    - Some member released (the group runs): gated members with a complete plan are
-      RELEASEd, the others RECOVERed next to the running ones (a Job recreated a member
-      after a node failure, or phase 2 stopped half-way).
-    - Nothing released, every gated member planned by one plan, at least `size` of
-      them: RELEASE them all (phase 2; also after a restart between the phases).
-    - Nothing released and some planned while others are not, or plans differ, or fewer
-      than `size` planned: VOID the planned ones (a half-placed group never keeps GPUs).
-    - Nothing planned: PLAN once `size` gated members exist, else WAIT."""
+    """The next thing to do for a group, from its live members alone (docs/DESIGN.md,
+    "Groups across nodes: the operator protocol"): once a member is released, gated ones
+    with a complete plan are RELEASEd, the others RECOVERed next to the running ones;
+    before, one complete plan of at least `size` is RELEASEd, any other plan VOIDed, and
+    with none the group is PLANned once `size` gated members exist."""
     views = list(members)
     gated = [v for v in views if v.gated]
     if not gated:

@@ -483,15 +483,14 @@ async def recover(
 def preferred_note(runtime: Runtime, spec: GroupSpec, nodes: Iterable[str]) -> str:
     """Whether the members share one domain of the preferred level, else how many they span;
     "" without a preferred level (or when it is no level)."""
-    if spec.preferred is None:
-        return ""
-    count = setting(runtime, spec).spanned(spec.preferred, nodes)
+    preferred = spec.preferred
+    count = setting(runtime, spec).spanned(preferred, nodes) if preferred is not None else None
     if count is None:
         return ""
     if count == 1:
-        return f"; inside one domain of the preferred level {spec.preferred}"
+        return f"; inside one domain of the preferred level {preferred}"
     return (
-        f"; across {count} domains of the preferred level {spec.preferred}, the fewest "
+        f"; across {count} domains of the preferred level {preferred}, the fewest "
         "possible (no one domain of it holds the group now)"
     )
 
