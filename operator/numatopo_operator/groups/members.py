@@ -309,11 +309,16 @@ def release_operations(pod: RawPod, node: str, gate: str = GATE) -> list[dict[st
         operations.append(
             {"op": "add", "path": "/spec/nodeSelector/" + _HOSTNAME_POINTER, "value": node}
         )
-    gates = _gates(pod)
-    for index, found in enumerate(gates):
+    return operations + gate_removal(pod, gate)
+
+
+def gate_removal(pod: RawPod, gate: str) -> list[dict[str, Any]]:
+    """The JSON patch that removes `gate`, guarded by a `test` of it as read ([] without it)."""
+    for index, found in enumerate(_gates(pod)):
         if isinstance(found, Mapping) and found.get("name") == gate:
             path = f"/spec/schedulingGates/{index}"
-            operations.append({"op": "test", "path": path, "value": dict(found)})
-            operations.append({"op": "remove", "path": path})
-            break
-    return operations
+            return [
+                {"op": "test", "path": path, "value": dict(found)},
+                {"op": "remove", "path": path},
+            ]
+    return []
