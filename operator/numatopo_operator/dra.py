@@ -27,7 +27,6 @@ from numatopo_engine.dra.claims import (
 )
 from numatopo_engine.dra.join import DeviceId, DraNode, join_node
 from numatopo_engine.errors import InvalidRequestError, OverlapError, UnsatisfiableError
-from numatopo_engine.network_topology import HOSTNAME_LABEL
 from numatopo_engine.state import NodeState
 from numatopo_operator import assigning, pod_view, pod_writes, translate
 from numatopo_operator.dra_holds import HELD, allocated_devices, book_holds, claim_key, holds_on
@@ -117,11 +116,8 @@ async def _settle(runtime: Runtime, pod: PodView) -> bool:
         return await _leave(runtime, pod, "the pod references no ResourceClaim")
     try:
         claims = await _fetched_claims(runtime, ref["namespace"], entries)
-    except UndecidedError as exc:
-        return await _leave(runtime, pod, str(exc))
-    if claims is None:
-        return True
-    try:
+        if claims is None:
+            return True
         base = pod.request(runtime.settings.resources)
         decision = await _decide(runtime, pod, base, entries, claims)
     except InvalidRequestError as exc:
@@ -448,20 +444,10 @@ async def _roll_back(
     return True
 
 
-def _selected(pod: RawPod) -> str:
-    """The node the pod selects itself (a group member: its plan's), else ''."""
-    selector = (pod.get("spec") or {}).get("nodeSelector")
-    return str(selector.get(HOSTNAME_LABEL, "")) if isinstance(selector, Mapping) else ""
-
-
 async def _leave(runtime: Runtime, pod: PodView, why: str) -> bool:
     """Remove only the gate: the scheduler allocates the claims as it would without us."""
     ref = pod.ref
-    operations = [
-        op
-        for op in group_members.release_operations(pod, _selected(pod), keys.DRA_GATE)
-        if "schedulingGates" in op["path"]
-    ]
+    operations = group_members.gate_removal(pod, keys.DRA_GATE)
     runtime.check_may_write()
     await runtime.kube.patch_pod_spec(ref["namespace"], ref["name"], operations, uid=ref["uid"])
     runtime.events.post(

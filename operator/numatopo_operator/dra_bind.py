@@ -12,6 +12,7 @@ import dataclasses
 import logging
 import time
 from collections.abc import Collection, Mapping
+from functools import partial
 from typing import Any
 
 from numatopo_engine import annotations as keys
@@ -47,13 +48,7 @@ def plugin_served(node: Mapping[str, Any]) -> frozenset[str]:
 
 def decider(plugin: Collection[str]) -> Decider:
     """`decide` on a node whose allocatable lists `plugin` (`plugin_served`)."""
-
-    async def decide_there(
-        runtime: Runtime, pod: PodView, request: PodRequest, node: str
-    ) -> Outcome | None:
-        return await decide(runtime, pod, request, node, plugin=plugin)
-
-    return decide_there
+    return partial(decide, plugin=plugin)
 
 
 def _from_plugins_only(pod: PodView, request: PodRequest) -> PodRequest:
@@ -162,7 +157,7 @@ async def decide(
     request: PodRequest,
     node: str,
     *,
-    plugin: Collection[str] = frozenset(),
+    plugin: Collection[str],
 ) -> Outcome | None:
     """The pod's decision on `node` (whose allocatable lists `plugin`, `plugin_served`)
     around its claims' devices (kube-scheduler's claim for the extended resources DRA
@@ -213,14 +208,11 @@ def _follows(assignment: Assignment, claimed: Claimed) -> bool:
 
 
 async def follow_member(
-    runtime: Runtime, pod: PodView, node: str, *, plugin: Collection[str] = frozenset()
+    runtime: Runtime, pod: PodView, node: str, *, plugin: Collection[str]
 ) -> None:
-    """A group member whose devices come from its claims, booked on `node` by its group:
-    its assignment replaced by one around the devices the claims were allocated there
-    (the placement record untouched). Nothing for any other pod, or when it names those
-    devices already; where they cannot be followed it keeps its group's assignment and a
-    `DRAClaimsNotFollowed` Event says so. Raises `KubeError`, `NotActiveError`,
-    `NodeBusyError` (the bind fails and is retried)."""
+    """A group member whose devices come from its claims, booked on `node` by its group,
+    follows them (docs/DESIGN.md, "GPUs on DRA clusters", the member without the DRA gate).
+    Raises `KubeError`, `NotActiveError`, `NodeBusyError` (the bind fails and is retried)."""
     key, ledger = pod.key, runtime.ledger
     if keys.GROUP_PLACEMENT not in pod.annotations or not from_claims(runtime, pod):
         return

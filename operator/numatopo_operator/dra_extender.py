@@ -15,7 +15,6 @@ from typing import Any
 
 import pydantic
 
-from numatopo_engine import allocation
 from numatopo_engine.dra import api
 from numatopo_engine.dra.claims import (
     PodClaim,
@@ -24,10 +23,8 @@ from numatopo_engine.dra.claims import (
     pod_claims,
     restricted_to,
 )
-from numatopo_engine.dra.join import DraNode
 from numatopo_engine.dra.pods import devices_from_claims
 from numatopo_engine.errors import UnsatisfiableError
-from numatopo_engine.model import NumatopologySpec
 from numatopo_engine.request import PodRequest
 from numatopo_engine.state import NodeState
 from numatopo_operator import translate
@@ -42,15 +39,6 @@ class ClaimVerdicts:
     """The decision's score where the claims fit."""
     failed: dict[str, str] = field(default_factory=dict)
     unresolvable: dict[str, str] = field(default_factory=dict)
-
-
-@dataclass(frozen=True)
-class _Inputs:
-    request: PodRequest
-    entries: Sequence[PodClaim]
-    claims: Mapping[str, api.ResourceClaim]
-    classes: Mapping[str, api.DeviceClass]
-    nodes: Sequence[tuple[str, NumatopologySpec, NodeState, DraNode]]
 
 
 def from_claims(runtime: Runtime, pod: Mapping[str, Any]) -> bool:
@@ -108,23 +96,24 @@ async def judge_claims(
             continue
         # The node's bookings minus the pod's own: an earlier attempt must not count.
         nodes.append((name, topology, released(state, request.key), joined))
-    inputs = _Inputs(request, entries, claims, classes, nodes)
+    engine = runtime.decisions
+
+    def judge() -> ClaimVerdicts:
+        for name, topology, state, joined in nodes:
+            try:
+                decision = decide_claims(
+                    topology, state, request, entries, claims, classes, joined, engine=engine
+                )
+            except UnsatisfiableError as exc:
+                verdicts.failed[name] = str(exc)
+                continue
+            verdicts.ranks[name] = float(decision.score)
+        return verdicts
+
     try:
-        return await runtime.in_engine_thread(_judge, inputs, verdicts, runtime.decisions)
+        return await runtime.in_engine_thread(judge)
     except UndecidedError:
         return None
-
-
-def _judge(inputs: _Inputs, verdicts: ClaimVerdicts, engine: allocation.Engine) -> ClaimVerdicts:
-    asked = (inputs.request, inputs.entries, inputs.claims, inputs.classes)
-    for name, topology, state, joined in inputs.nodes:
-        try:
-            decision = decide_claims(topology, state, *asked, joined, engine=engine)
-        except UnsatisfiableError as exc:
-            verdicts.failed[name] = str(exc)
-            continue
-        verdicts.ranks[name] = float(decision.score)
-    return verdicts
 
 
 def extended_asked(runtime: Runtime, requests: Iterable[PodRequest]) -> set[str]:

@@ -121,16 +121,12 @@ class DraHolds:
 
     def claims_listed(self, items: Iterable[Mapping[str, Any]]) -> set[str]:
         """A fresh list replaces every claim; returns the nodes that may have changed."""
-        before = self.claims
-        self.claims, self.bodies, self._by_pool = {}, {}, {}
-        for raw in items:
-            self.bodies[claim_key(raw)] = raw
-            self._set_claim(claim_key(raw), allocated_devices(raw))
+        listed = {claim_key(raw): raw for raw in items}
         nodes: set[str] = set()
-        for key in before.keys() | self.claims.keys():
-            old, new = before.get(key, ()), self.claims.get(key, ())
-            if old != new:
-                nodes |= self._nodes_of(old) | self._nodes_of(new)
+        for key in self.bodies.keys() - listed.keys():
+            nodes |= self.claim_seen(True, self.bodies[key])
+        for raw in listed.values():
+            nodes |= self.claim_seen(False, raw)
         return nodes
 
     def _set_claim(self, key: str, devices: tuple[DeviceId, ...]) -> tuple[DeviceId, ...]:
@@ -153,7 +149,7 @@ class DraHolds:
         old = self._remove(name)
         nodes = {old.spec.node_name} if old is not None and old.spec.node_name else set()
         if not deleted:
-            read = _slice(raw)
+            read = _read(api.ResourceSlice, raw, "its devices are not joined")
             if read is not None and read.spec.node_name:
                 self._add(read)
                 nodes.add(read.spec.node_name)
@@ -230,7 +226,11 @@ class DraHolds:
         """The watched DeviceClasses that read as the model (read once per change)."""
         generation = self._class_generation
         if self._read_classes[0] != generation:
-            self._read_classes = (generation, [c for c in map(_class, self.classes.values()) if c])
+            read = (
+                _read(api.DeviceClass, raw, "it names no extended resource")
+                for raw in self.classes.values()
+            )
+            self._read_classes = (generation, [c for c in read if c])
         return self._read_classes[1]
 
     def extended(
@@ -309,11 +309,3 @@ def _read(model: type[_M], raw: Mapping[str, Any], unread: str) -> _M | None:
         name = (raw.get("metadata") or {}).get("name")
         logger.warning("%s %s is unreadable; %s: %s", model.__name__, name, unread, exc)
         return None
-
-
-def _slice(raw: Mapping[str, Any]) -> api.ResourceSlice | None:
-    return _read(api.ResourceSlice, raw, "its devices are not joined")
-
-
-def _class(raw: Mapping[str, Any]) -> api.DeviceClass | None:
-    return _read(api.DeviceClass, raw, "it names no extended resource")

@@ -61,24 +61,6 @@ class _Claimer:
     """What the demand depends on: members of one template share it (computed once)."""
 
 
-def _shape(
-    member: Member,
-    entries: Sequence[PodClaim],
-    claims: Mapping[str, api.ResourceClaim],
-    classes: Mapping[str, api.DeviceClass],
-) -> str:
-    specs = [
-        (e.name, e.containers, claims[e.claim].spec.model_dump(mode="json") if e.claim else None)
-        for e in entries
-    ]
-    kinds = {name: c.spec.model_dump(mode="json") for name, c in sorted(classes.items())}
-    return (
-        repr(member.request.containers)
-        + repr(member.request.init_containers)
-        + json.dumps([specs, kinds], sort_keys=True, default=str)
-    )
-
-
 # (shape, node) -> (the joined slices judged on, what was found): a group waiting for room
 # is planned again and again, each judgement evaluating CEL selectors on every device
 # (~8 ms a node on a p4d). A new join (slices or spec changed) is judged afresh.
@@ -114,7 +96,17 @@ def _claimers(
                 raise ClaimsPendingError(f"member {view.key}'s claim {pending} does not exist yet")
             continue
         entries, claims, classes = read
-        shape = _shape(member, entries, claims, classes)
+        specs = [
+            (
+                e.name,
+                e.containers,
+                claims[e.claim].spec.model_dump(mode="json") if e.claim else None,
+            )
+            for e in entries
+        ]
+        kinds = {name: c.spec.model_dump(mode="json") for name, c in sorted(classes.items())}
+        asked = repr(member.request.containers) + repr(member.request.init_containers)
+        shape = asked + json.dumps([specs, kinds], sort_keys=True, default=str)
         found.append(_Claimer(index, entries, claims, classes, shape))
     return found
 
@@ -181,58 +173,50 @@ async def count_claims(
     nics: dict[str, set[str]] = {}
     changed: set[int] = set()
     for claimer in claimers:
-        per_node = demands[claimer.shape]
+        per_node, member = demands[claimer.shape], members[claimer.index]
         found = {n: d for n, d in sorted(per_node.items()) if isinstance(d, ClaimDemand)}
         undecided = any(isinstance(d, str) and d.startswith(UNDECIDED) for d in per_node.values())
-        if not found and per_node and not undecided:
-            # Judged on every node publishing devices, and too few anywhere: planned by
-            # its CPUs alone it would sit Pending where the scheduler cannot allocate.
-            for node in kept:
-                there = per_node.get(node, "it publishes no DRA devices")
-                left_out[node] = f"member {members[claimer.index].key}'s claims: {there}"
-            kept = {}
-            continue
-        if not found:
+        if not found and (undecided or not per_node):
             why = next((d for d in per_node.values() if isinstance(d, str)), "no DRA devices")
             logger.info(
                 "group member %s: its claims are not counted (%s); kube-scheduler allocates "
-                "them on the planned node", members[claimer.index].key, why,
+                "them on the planned node", member.key, why,
             )  # fmt: skip
             continue
-        asked = _asked(next(iter(found.values())))
-        member = members[claimer.index]
-        # The containers' counts only: a demand judged once per shape names the pod it
-        # was judged for, and the member keeps its own name and options.
-        request = dataclasses.replace(member.request, containers=asked[0], init_containers=asked[1])
-        counted[claimer.index] = Member(member.key, member.rank, request)
-        changed.add(claimer.index)
+        # Judged on every node publishing devices: planned by its CPUs alone where they
+        # do not fit (anywhere, where none), it would sit Pending: such nodes are left out.
+        asked = _asked(next(iter(found.values()))) if found else None
+        if asked is not None:
+            # The containers' counts only: a demand judged once per shape names the pod
+            # it was judged for, and the member keeps its own name and options.
+            request = dataclasses.replace(
+                member.request, containers=asked[0], init_containers=asked[1]
+            )
+            counted[claimer.index] = Member(member.key, member.rank, request)
+            changed.add(claimer.index)
         for node in list(kept):
             demand = found.get(node)
             if demand is None or _asked(demand) != asked:
                 kept.pop(node)
                 there = per_node.get(node, "it publishes no DRA devices")
                 why = there if isinstance(there, str) else "they ask other devices there"
-                left_out[node] = f"member {members[claimer.index].key}'s claims: {why}"
+                left_out[node] = f"member {member.key}'s claims: {why}"
                 continue
             gpus.setdefault(node, set()).update(demand.gpus)
             nics.setdefault(node, set()).update(demand.nics)
-    others = [m.request for i, m in enumerate(counted) if i not in changed]
-    restrict_gpus = not any(c.gpus for r in others for c in (*r.containers, *r.init_containers))
-    restrict_nics = not any(c.nics for r in others for c in (*r.containers, *r.init_containers))
+    others = [m for i, m in enumerate(counted) if i not in changed]
+    theirs = [c for m in others for c in (*m.request.containers, *m.request.init_containers)]
+    restrict_gpus = not any(c.gpus for c in theirs)
+    restrict_nics = not any(c.nics for c in theirs)
     if not restrict_gpus:
-        others_only = [m for i, m in enumerate(counted) if i not in changed]
-        kept = _extended_served(runtime, others_only, kept, gpus)
+        kept = _extended_served(runtime, others, kept, gpus)
     if changed and (restrict_gpus or restrict_nics):
         for node, candidate in kept.items():
             state = candidate.state
-            kept[node] = NodeCandidate(
-                candidate.topology,
-                restricted_to(
-                    state,
-                    gpus.get(node, set()) if restrict_gpus else state.free_gpus(),
-                    nics.get(node, set()) if restrict_nics else state.free_nics(),
-                ),
-            )
+            allowed_gpus = gpus.get(node, set()) if restrict_gpus else state.free_gpus()
+            allowed_nics = nics.get(node, set()) if restrict_nics else state.free_nics()
+            restricted = restricted_to(state, allowed_gpus, allowed_nics)
+            kept[node] = NodeCandidate(candidate.topology, restricted)
     return Counted(counted, kept, left_out)
 
 

@@ -74,29 +74,13 @@ def placement_text(pod: RawPod) -> str | None:
     return text if isinstance(text, str) else None
 
 
-def read_placement(text: str | None) -> PlacementRecord | None:
-    """The record, or None when there is none; raises ValueError when unreadable."""
-    if text is None:
-        return None
-    try:
-        return PlacementRecord.model_validate_json(text)
-    except pydantic.ValidationError as exc:
-        raise ValueError(
-            f"{keys.GROUP_PLACEMENT} is unreadable: {exc.errors()[0]['msg']}"
-        ) from None
-
-
-def _assigned_node(pod: RawPod) -> str | None:
-    assignment = PodView.of(pod).assignment  # a member's view parses it once
-    return assignment.node if assignment is not None else None
-
-
 def planned_node(pod: RawPod) -> str | None:
     """The node a released group member was planned for (its assignment's); None for any
     other pod. The extender passes it there only: elsewhere would break its group's plan."""
     if placement_text(pod) is None:
         return None
-    return _assigned_node(pod)
+    assignment = PodView.of(pod).assignment  # a member's view parses it once
+    return assignment.node if assignment is not None else None
 
 
 @dataclass(frozen=True, slots=True)
@@ -127,8 +111,7 @@ class MemberView:
     @property
     def uid(self) -> str:
         """The uid it was read with: writes for it are refused by a namesake."""
-        uid = (self.body.get("metadata") or {}).get("uid")
-        return uid if isinstance(uid, str) else ""
+        return PodView.of(self.body).uid
 
 
 def _view(key: str, body: Mapping[str, Any], expected: Expectation | None) -> MemberView:
@@ -137,15 +120,13 @@ def _view(key: str, body: Mapping[str, Any], expected: Expectation | None) -> Me
     problem: str | None = None
     record: PlacementRecord | None = None
     try:
-        record = read_placement(text)
-    except ValueError as exc:
-        problem = str(exc)
-    if record is not None and expected is None and _assigned_node(body) is None:
+        record = PlacementRecord.model_validate_json(text) if text is not None else None
+    except pydantic.ValidationError as exc:
+        problem = f"{keys.GROUP_PLACEMENT} is unreadable: {exc.errors()[0]['msg']}"
+    if record is not None and expected is None and planned_node(body) is None:
         problem = f"{keys.GROUP_PLACEMENT} without a readable {keys.ASSIGNMENT}"
-    try:
-        rank = rank_of(PodView.of(body).metadata)
-    except InvalidRequestError:
-        rank = None  # `GroupBook.observe` refuses the member before it gets here
+    # `GroupBook.observe` keeps only members whose rank reads.
+    rank = rank_of(PodView.of(body).metadata)
     return MemberView(key, body, rank, gated, record, problem)
 
 
@@ -154,8 +135,8 @@ class GroupBook:
 
     def __init__(self) -> None:
         self._members: dict[str, dict[str, Mapping[str, Any]]] = {}
-        self._group_of: dict[str, str] = {}
         self._specs: dict[str, GroupSpec] = {}
+        """Member key -> the group settings it declares (its group's key among them)."""
         self.invalid: dict[str, str] = {}
         """Pods whose group annotations cannot be read: pod key -> why."""
         self.expected: dict[str, Expectation] = {}
@@ -166,7 +147,7 @@ class GroupBook:
         view = PodView.of(body)
         key = view.key
         touched: set[str] = set()
-        previous = self._group_of.get(key)
+        previous = self._specs[key].key if key in self._specs else None
         spec: GroupSpec | None = None
         self.invalid.pop(key, None)
         if not view.ended:
@@ -189,14 +170,8 @@ class GroupBook:
         if spec is None:
             return touched
         self._members.setdefault(spec.key, {})[key] = body
-        self._group_of[key] = spec.key
         self._specs[key] = spec
-        expected = self.expected.get(key)
-        if (
-            expected is not None
-            and expected.placement == placement_text(body)
-            and expected.gated == is_gated(body)
-        ):
+        if self.expected.get(key) == Expectation(placement_text(body), is_gated(body)):
             del self.expected[key]
         touched.add(spec.key)
         return touched
@@ -205,18 +180,15 @@ class GroupBook:
         """The pod is gone; returns its group."""
         self.invalid.pop(key, None)
         self.expected.pop(key, None)
-        group = self._group_of.get(key)
-        if group is not None:
-            self._drop(key)
-        return group
+        return self._drop(key) if key in self._specs else None
 
-    def _drop(self, key: str) -> None:
-        group = self._group_of.pop(key)
-        self._specs.pop(key, None)
+    def _drop(self, key: str) -> str:
+        group = self._specs.pop(key).key
         members = self._members.get(group, {})
         members.pop(key, None)
         if not members:
             self._members.pop(group, None)
+        return group
 
     def groups(self) -> list[str]:
         return sorted(self._members)
@@ -248,7 +220,6 @@ class StepKind(enum.Enum):
 class Step:
     kind: StepKind
     keys: tuple[str, ...] = ()
-    seen: int = 0
     reason: str = ""
     anchor: PlacementRecord | None = None
     """RECOVER: where the running members' group is."""
@@ -282,16 +253,11 @@ def _settings(spec: GroupSpec) -> str:
 
 
 def next_step(specs: Mapping[str, GroupSpec], members: Iterable[MemberView]) -> Step:
-    """The next thing to do for a group, from its live members:
-    - Nothing gated: IDLE (members without the gate are scheduled one by one).
-    - Some member released (the group runs): gated members with a complete plan are
-      RELEASEd, the others RECOVERed next to the running ones (a Job recreated a member
-      after a node failure, or phase 2 stopped half-way).
-    - Nothing released, every gated member planned by one plan, at least `size` of
-      them: RELEASE them all (phase 2; also after a restart between the phases).
-    - Nothing released and some planned while others are not, or plans differ, or fewer
-      than `size` planned: VOID the planned ones (a half-placed group never keeps GPUs).
-    - Nothing planned: PLAN once `size` gated members exist, else WAIT."""
+    """The next thing to do for a group, from its live members alone (docs/DESIGN.md,
+    "Groups across nodes: the operator protocol"): once a member is released, gated ones
+    with a complete plan are RELEASEd, the others RECOVERed next to the running ones;
+    before, one complete plan of at least `size` is RELEASEd, any other plan VOIDed, and
+    with none the group is PLANned once `size` gated members exist."""
     views = list(members)
     gated = [v for v in views if v.gated]
     if not gated:
@@ -315,7 +281,7 @@ def next_step(specs: Mapping[str, GroupSpec], members: Iterable[MemberView]) -> 
             return Step(StepKind.VOID, tuple(v.key for v in planned), spec=spec)
         return Step(StepKind.RELEASE, tuple(v.key for v in planned), spec=spec)
     if len(gated) < spec.size:
-        return Step(StepKind.WAIT, tuple(v.key for v in gated), seen=len(gated), spec=spec)
+        return Step(StepKind.WAIT, tuple(v.key for v in gated), spec=spec)
     return Step(StepKind.PLAN, tuple(v.key for v in gated), spec=spec)
 
 
@@ -343,12 +309,16 @@ def release_operations(pod: RawPod, node: str, gate: str = GATE) -> list[dict[st
         operations.append(
             {"op": "add", "path": "/spec/nodeSelector/" + _HOSTNAME_POINTER, "value": node}
         )
-    gates = _gates(pod)
-    for index, found in enumerate(gates):
+    return operations + gate_removal(pod, gate)
+
+
+def gate_removal(pod: RawPod, gate: str) -> list[dict[str, Any]]:
+    """The JSON patch that removes `gate`, guarded by a `test` of it as read ([] without it)."""
+    for index, found in enumerate(_gates(pod)):
         if isinstance(found, Mapping) and found.get("name") == gate:
-            operations.append(
-                {"op": "test", "path": f"/spec/schedulingGates/{index}", "value": dict(found)}
-            )
-            operations.append({"op": "remove", "path": f"/spec/schedulingGates/{index}"})
-            break
-    return operations
+            path = f"/spec/schedulingGates/{index}"
+            return [
+                {"op": "test", "path": path, "value": dict(found)},
+                {"op": "remove", "path": path},
+            ]
+    return []

@@ -57,11 +57,9 @@ def known_topologies(runtime: Runtime) -> dict[str, NetworkTopologySpec]:
     return {name: spec for name, spec in found.items() if spec is not None}
 
 
-def choose_topology(
-    runtime: Runtime, spec: GroupSpec
-) -> tuple[str | None, NetworkTopologySpec | None]:
-    """(name, spec) of the group's NetworkTopology: the one it names, the only one, or
-    `default`; (None, None) when none applies and it names no level (spreads anywhere)."""
+def choose_topology(runtime: Runtime, spec: GroupSpec) -> NetworkTopologySpec | None:
+    """The group's NetworkTopology: the one it names, the only one, or `default`; None
+    when none applies and it names no level (spreads anywhere)."""
     known = known_topologies(runtime)
     if spec.topology is not None:
         chosen = known.get(spec.topology)
@@ -70,13 +68,13 @@ def choose_topology(
                 f"NetworkTopology {spec.topology!r} (named by {keys.TOPOLOGY}) does not exist "
                 f"or is invalid; known: {', '.join(sorted(known)) or 'none'}"
             )
-        return spec.topology, chosen
+        return chosen
     if len(known) == 1:
-        return next(iter(known.items()))
+        return next(iter(known.values()))
     if "default" in known:
-        return "default", known["default"]
+        return known["default"]
     if spec.required is None and spec.preferred is None:
-        return None, None
+        return None
     raise GroupUnplaceableError(
         f"group {spec.key} names a level ({spec.required or spec.preferred}) but "
         + (
@@ -145,7 +143,7 @@ def _members(runtime: Runtime, views: Sequence[MemberView]) -> list[Member]:
 
 def setting(runtime: Runtime, spec: GroupSpec) -> DomainTree:
     """The domain tree of the NetworkTopology the group is placed with (`choose_topology`)."""
-    _, topology = choose_topology(runtime, spec)
+    topology = choose_topology(runtime, spec)
     return domain_tree(runtime, topology.labels if topology is not None else [])
 
 
@@ -177,10 +175,6 @@ async def _place(
             return placement, anchor
     left_out = "".join(f"; {node}: {why}" for node, why in sorted(counted.left_out.items())[:3])
     raise GroupUnplaceableError(f"{reason} ({len(nodes)} usable nodes{left_out})")
-
-
-def _now() -> str:
-    return datetime.datetime.now(datetime.UTC).isoformat(timespec="microseconds")
 
 
 def _book(runtime: Runtime, assignments: Mapping[str, Assignment]) -> dict[str, Assignment]:
@@ -230,15 +224,6 @@ async def _each(
     return done, errors[0] if errors else None
 
 
-@dataclass(frozen=True, slots=True)
-class Placed:
-    """A plan written: where, and in which order."""
-
-    placement: GroupPlacement
-    nodes: dict[str, str]
-    """member key -> node."""
-
-
 async def _write_all(
     runtime: Runtime,
     spec: GroupSpec,
@@ -247,10 +232,10 @@ async def _write_all(
     *,
     level: str | None,
     path: Sequence[str],
-) -> dict[str, str]:
-    """Book and write every member's plan (key -> node); on failure, take back and re-raise."""
+) -> None:
+    """Book and write every member's plan; on failure, take back and re-raise."""
     booked = _book(runtime, placement.assignments)
-    planned = _now()
+    planned = datetime.datetime.now(datetime.UTC).isoformat(timespec="microseconds")
 
     async def write(view: MemberView) -> None:
         text = PlacementRecord(
@@ -279,7 +264,6 @@ async def _write_all(
         except Exception as exc:  # the next pass voids what is left
             logger.warning("taking back a failed plan of %s: %s", spec.key, exc)
         raise error
-    return {key: assignment.node for key, assignment in booked.items()}
 
 
 async def search(runtime: Runtime, spec: GroupSpec, views: Sequence[MemberView]) -> GroupPlacement:
@@ -288,13 +272,11 @@ async def search(runtime: Runtime, spec: GroupSpec, views: Sequence[MemberView])
     return placement
 
 
-async def plan(runtime: Runtime, spec: GroupSpec, views: Sequence[MemberView]) -> Placed:
+async def plan(runtime: Runtime, spec: GroupSpec, views: Sequence[MemberView]) -> GroupPlacement:
     """Phase 1 for the whole group; raises GroupUnplaceableError when it does not fit."""
     placement = await search(runtime, spec, views)
-    nodes = await _write_all(
-        runtime, spec, views, placement, level=placement.level, path=placement.path
-    )
-    return Placed(placement, nodes)
+    await _write_all(runtime, spec, views, placement, level=placement.level, path=placement.path)
+    return placement
 
 
 async def void(runtime: Runtime, views: Sequence[MemberView]) -> None:
@@ -376,9 +358,9 @@ def recorded_domain(
     if record.path is not None:
         path = tuple(record.path)
         return Anchor(level, path) if len(path) == index + 1 else None
-    around = tree.paths.get(running_node or "", ())
-    if len(around) > index and around[index] == record.domain:
-        return Anchor(level, around[: index + 1])
+    around = _domain_of(tree, level, running_node or "")
+    if around is not None and around.path[-1] == record.domain:
+        return around
     same = [p for p in tree.members[index] if p[-1] == record.domain]
     return Anchor(level, same[0]) if len(same) == 1 else None
 
@@ -400,12 +382,8 @@ def replacement_anchors(
     running_node: str | None,
     around: Around | None = None,
 ) -> list[Anchor | None]:
-    """Where a replacement may go, best first: next to its neighbouring ranks (their nodes,
-    then their domains narrowest first, inside the group's domain), the recorded domain,
-    each wider one around it up to the required level, then anywhere allowed (None: the
-    engine still keeps to one domain of a required level). With slices, only domains inside
-    the slice's (a running mate's), that one last. GroupUnplaceableError when a group with
-    a required level has a recorded domain that cannot be found: a guess could leave it."""
+    """Where a replacement may go, best first (docs/DESIGN.md, "Groups across nodes: the
+    operator protocol", "Member recovery"); None: anywhere the engine allows."""
     found: list[Anchor | None] = [None]
     recorded = None
     if record is not None and record.level is not None:
@@ -442,17 +420,9 @@ def _inside(anchor: Anchor, outer: Anchor) -> bool:
 def _next_to(tree: DomainTree, nodes: Mapping[int, str], rank: int) -> list[Anchor]:
     """The nodes of ranks rank-1 and rank+1, then their domains, narrowest first."""
     near = [nodes[r] for r in (rank - 1, rank + 1) if r in nodes and nodes[r] in tree.paths]
-    out = [
-        Anchor(NODE_LEVEL, tree.node_path(n))
-        for n in near
-        if tree.implicit_nodes or len(tree.paths[n]) == len(tree.levels)
-    ]
-    for index in range(len(tree.levels) - 1, -1, -1):
-        for node in near:
-            path = tree.paths[node]
-            if len(path) > index and tree.levels[index] != NODE_LEVEL:
-                out.append(Anchor(tree.levels[index], path[: index + 1]))
-    return out
+    levels = [NODE_LEVEL, *(level for level in reversed(tree.levels) if level != NODE_LEVEL)]
+    domains = (_domain_of(tree, level, node) for level in levels for node in near)
+    return [anchor for anchor in domains if anchor is not None]
 
 
 def _slice_domain(tree: DomainTree, spec: GroupSpec, around: Around | None) -> Anchor | None:
@@ -462,19 +432,22 @@ def _slice_domain(tree: DomainTree, spec: GroupSpec, around: Around | None) -> A
     level, piece = spec.slice
     first = around.ranks[0] - around.ranks[0] % piece
     mates = [around.nodes[r] for r in range(first, first + piece) if r in around.nodes]
-    for node in mates:
-        if level == NODE_LEVEL and tree.implicit_nodes:
-            return Anchor(level, tree.node_path(node))
-        index = tree.depth.get(level)
-        path = tree.paths.get(node, ())
-        if index is not None and len(path) > index:
-            return Anchor(level, path[: index + 1])
+    return next(filter(None, (_domain_of(tree, level, node) for node in mates)), None)
+
+
+def _domain_of(tree: DomainTree, level: str, node: str) -> Anchor | None:
+    """The domain of `level` holding `node` (the node itself at an implicit node level)."""
+    if level == NODE_LEVEL and tree.implicit_nodes:
+        return Anchor(level, tree.node_path(node))
+    index = tree.depth.get(level)
+    path = tree.paths.get(node, ())
+    if index is not None and len(path) > index:
+        return Anchor(level, path[: index + 1])
     return None
 
 
 @dataclass(frozen=True, slots=True)
 class Recovered:
-    nodes: dict[str, str]
     stayed: bool
     """Whether every replacement landed inside the group's recorded domain."""
     level: str | None
@@ -503,22 +476,21 @@ async def recover(
     level, path = (kept.level, kept.path) if kept else (placement.level, placement.path)
     if stayed and recorded is not None:
         level, path = recorded.level, recorded.path
-    written = await _write_all(runtime, spec, views, placement, level=level, path=path)
-    return Recovered(written, stayed, level, path, recorded)
+    await _write_all(runtime, spec, views, placement, level=level, path=path)
+    return Recovered(stayed, level, path, recorded)
 
 
 def preferred_note(runtime: Runtime, spec: GroupSpec, nodes: Iterable[str]) -> str:
     """Whether the members share one domain of the preferred level, else how many they span;
     "" without a preferred level (or when it is no level)."""
-    if spec.preferred is None:
-        return ""
-    count = setting(runtime, spec).spanned(spec.preferred, nodes)
+    preferred = spec.preferred
+    count = setting(runtime, spec).spanned(preferred, nodes) if preferred is not None else None
     if count is None:
         return ""
     if count == 1:
-        return f"; inside one domain of the preferred level {spec.preferred}"
+        return f"; inside one domain of the preferred level {preferred}"
     return (
-        f"; across {count} domains of the preferred level {spec.preferred}, the fewest "
+        f"; across {count} domains of the preferred level {preferred}, the fewest "
         "possible (no one domain of it holds the group now)"
     )
 

@@ -103,11 +103,11 @@ def _one_slice(spec: GroupSpec, chosen: list[MemberView]) -> list[MemberView]:
     return [v for v in chosen if v.rank is not None and v.rank // piece == first]
 
 
-def _record_path(record: PlacementRecord | None) -> Sequence[str] | None:
-    """The recorded domain's path; the value alone for records older than paths."""
+def _recorded_where(record: PlacementRecord | None) -> str:
+    """The recorded domain; its value alone for records older than paths."""
     if record is None or record.domain is None:
-        return None
-    return record.path if record.path is not None else [record.domain]
+        return _where(None, None)
+    return _where(record.level, record.path if record.path is not None else [record.domain])
 
 
 def _nodes_text(nodes: Mapping[str, str], order: Sequence[str]) -> str:
@@ -127,8 +127,7 @@ async def advance(runtime: Runtime, group: str) -> bool:
             group_state.waiting_for_room.discard(group)
             return False
         if step.kind is StepKind.INVALID:
-            _invalid(runtime, chosen, step.reason)
-            return False
+            return _invalid(runtime, chosen, step.reason)
         assert spec is not None
         if step.kind is StepKind.WAIT:
             group_state.complete_since.pop(group, None)
@@ -136,7 +135,7 @@ async def advance(runtime: Runtime, group: str) -> bool:
                 group_state.first_seen.setdefault(view.key, time.monotonic())
             _tell(
                 runtime, chosen, WAITING,
-                f"group {group}: {step.seen} of {spec.size} members seen; nothing is placed "
+                f"group {group}: {len(step.keys)} of {spec.size} members seen; nothing is placed "
                 "until all are there",
                 once_per_pod=True,
             )  # fmt: skip
@@ -149,20 +148,18 @@ async def advance(runtime: Runtime, group: str) -> bool:
         if step.kind is StepKind.PLAN:
             group_state.complete_since.setdefault(group, time.monotonic())
             try:
-                placed = await group_release.plan(runtime, spec, chosen)
+                placement = await group_release.plan(runtime, spec, chosen)
             except GroupInvalidError as exc:
-                _invalid(runtime, chosen, str(exc))
-                return False
+                return _invalid(runtime, chosen, str(exc))
             except GroupUnplaceableError as exc:
                 message = f"group {group} ({len(chosen)} members) does not fit: {exc}"
                 logger.info("%s", message)
-                _unsatisfiable(runtime, group, chosen, message)
-                return True
+                return _unsatisfiable(runtime, group, chosen, message)
             group_state.waiting_for_room.discard(group)
+            nodes = {key: assignment.node for key, assignment in placement.assignments.items()}
             logger.info(
-                "group %s planned in %s: %s", group,
-                _where(placed.placement.level, placed.placement.path),
-                _nodes_text(placed.nodes, placed.placement.order),
+                "group %s planned in %s: %s", group, _where(placement.level, placement.path),
+                _nodes_text(nodes, placement.order),
             )  # fmt: skip
             continue
         if step.kind is StepKind.RELEASE:
@@ -188,13 +185,12 @@ async def _release(
     if since is not None:  # not known after a restart between the phases
         metrics.group_placement.observe(group_release.elapsed(since))
     metrics.group_decisions.labels("placed").inc()
-    level = record.level if record is not None else None
     planned = {v.key: node for v in views if (node := planned_node(v.body)) is not None}
     placed_on = planned | released
     note = group_release.preferred_note(runtime, spec, placed_on.values())
     _tell(
         runtime, chosen, PLACED,
-        f"group {group}: {len(views)} members placed in {_where(level, _record_path(record))}, "
+        f"group {group}: {len(views)} members placed in {_recorded_where(record)}, "
         f"by rank: {_nodes_text(placed_on, [v.key for v in views])}{note}",
     )  # fmt: skip
     for view in chosen:
@@ -213,17 +209,13 @@ async def _recover(
     group, group_state, metrics = spec.key, runtime.groups, runtime.metrics
     for view in chosen:
         group_state.first_seen.setdefault(view.key, time.monotonic())
-    running = next(
-        (planned_node(v.body) for v in views if not v.gated and v.record is not None), None
-    )
+    group_mates = [v for v in views if not v.gated and v.record is not None]
+    running = planned_node(group_mates[0].body) if group_mates else None
     chosen = _one_slice(spec, chosen)
     ranks = {
         v.rank: node
-        for v in views
-        if not v.gated
-        and v.record is not None
-        and v.rank is not None
-        and (node := planned_node(v.body)) is not None
+        for v in group_mates
+        if v.rank is not None and (node := planned_node(v.body)) is not None
     }
     around = group_release.Around(ranks, tuple(v.rank for v in chosen if v.rank is not None))
     try:
@@ -231,12 +223,10 @@ async def _recover(
             runtime, spec, chosen, anchor, running, around=around
         )
     except GroupInvalidError as exc:
-        _invalid(runtime, chosen, str(exc))
-        return False
+        return _invalid(runtime, chosen, str(exc))
     except GroupUnplaceableError as exc:
         message = f"replacement member of running group {group} does not fit: {exc}"
-        _unsatisfiable(runtime, group, chosen, message)
-        return True
+        return _unsatisfiable(runtime, group, chosen, message)
     group_state.waiting_for_room.discard(group)
     released = await group_release.release(runtime, chosen)
     where = _where(recovered.level, recovered.path)
@@ -261,18 +251,21 @@ async def _recover(
     return None
 
 
-def _invalid(runtime: Runtime, members: Sequence[MemberView], reason: str) -> None:
+def _invalid(runtime: Runtime, members: Sequence[MemberView], reason: str) -> bool:
+    """Counted and told; False (`advance`'s answer): only a person can fix it."""
     runtime.metrics.group_decisions.labels("invalid").inc()
     _tell(runtime, members, INVALID, reason, warning=True)
+    return False
 
 
 def _unsatisfiable(
     runtime: Runtime, group: str, members: Sequence[MemberView], message: str
-) -> None:
-    """Counted, told, and the group retried when room frees up (`waiting_for_room`)."""
+) -> bool:
+    """Counted and told; True (`advance`'s answer: retried), and at once when room frees up."""
     runtime.metrics.group_decisions.labels("unsatisfiable").inc()
     runtime.groups.waiting_for_room.add(group)
     _tell(runtime, members, UNSATISFIABLE, message, warning=True)
+    return True
 
 
 def _report_invalid(runtime: Runtime) -> None:
