@@ -11,7 +11,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from xml.sax.saxutils import escape
 
-from numatopo_cli.render.text import align_rows
+from numatopo_cli.render.text import Column, align_rows, column_rows
 from numatopo_engine.domains import (
     ANYWHERE,
     DomainTree,
@@ -74,6 +74,17 @@ def domain_rows(
     return rows
 
 
+COLUMNS: tuple[Column[Row], ...] = (
+    ("DOMAIN", lambda row: "  " * row.depth + row.name),
+    ("LEVEL", lambda row: row.level),
+    ("NODES", lambda row: str(row.nodes)),
+    ("GPUS", lambda row: str(row.gpus)),
+    ("FREE", lambda row: str(row.free)),
+    ("USED", lambda row: f"{100 * (1 - row.free / row.gpus):.0f}%" if row.gpus else "-"),
+    ("RANKS", lambda row: _ranks(row.ranks)),
+)
+
+
 def render_table(
     tree: DomainTree,
     candidates: Mapping[str, NodeCandidate],
@@ -82,22 +93,7 @@ def render_table(
     placement: GroupPlacement | None = None,
 ) -> str:
     rows = domain_rows(tree, candidates, nodes=nodes, placement=placement)
-    header = ("DOMAIN", "LEVEL", "NODES", "GPUS", "FREE", "USED", "RANKS")
-    table = [header]
-    for row in rows:
-        used = f"{100 * (1 - row.free / row.gpus):.0f}%" if row.gpus else "-"
-        table.append(
-            (
-                "  " * row.depth + row.name,
-                row.level,
-                str(row.nodes),
-                str(row.gpus),
-                str(row.free),
-                used,
-                _ranks(row.ranks),
-            )
-        )
-    lines = align_rows(table, right=range(2, 6))
+    lines = align_rows(column_rows(COLUMNS, rows), right=range(2, 6))
     fragmentation = domain_fragmentation(tree, candidates)
     lines.append("")
     lines += [f"fragmentation {level}: {value:.3f}" for level, value in fragmentation.items()]

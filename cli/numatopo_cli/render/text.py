@@ -3,10 +3,15 @@
 from __future__ import annotations
 
 from collections.abc import Callable, Iterable, Sequence
+from typing import TypeVar
 
 from numatopo_engine.model import Gpu, GpuLink, LinkType, Nic, NumatopologySpec
 
 UNKNOWN = "-"
+
+T = TypeVar("T")
+Column = tuple[str, Callable[[T], str]]
+"""A table column: its header, and its cell for one item."""
 
 _BINARY_UNITS = ("B", "KiB", "MiB", "GiB", "TiB", "PiB")
 
@@ -113,6 +118,11 @@ def align_rows(
             cells.append(padding + shown if column in right_columns else shown + padding)
         lines.append((" " * gap).join(cells).rstrip())
     return lines
+
+
+def column_rows(columns: Sequence[Column[T]], items: Iterable[T]) -> list[list[str]]:
+    """The header row of `columns`, then one row of their cells per item (for `align_rows`)."""
+    return [[name for name, _ in columns], *([cell(item) for _, cell in columns] for item in items)]
 
 
 def paint(text: str, code: str, *, color: bool) -> str:

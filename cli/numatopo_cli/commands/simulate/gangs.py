@@ -25,7 +25,7 @@ from numatopo_cli.commands.simulate.files import (
     strategy_names,
 )
 from numatopo_cli.progress import progress_bar
-from numatopo_cli.render.text import align_rows, percent
+from numatopo_cli.render.text import Column, align_rows, column_rows, percent
 from numatopo_cli.reports.simulation import gang_report
 from numatopo_engine.annotations import PolicyName
 from numatopo_engine.network_topology import HOSTNAME_LABEL
@@ -33,6 +33,7 @@ from numatopo_engine.simulation.gangs import (
     GANG_STRATEGIES,
     HELIOS_GPU_CDF,
     GangResult,
+    GangStrategyResult,
     GroupOptions,
     draw_jobs,
     simulate_gangs,
@@ -139,28 +140,23 @@ def _level_count(flag: str, text: str | None) -> tuple[str, int] | None:
     return levels[name], int(count)
 
 
+COLUMNS: tuple[Column[GangStrategyResult], ...] = (
+    ("STRATEGY", lambda s: s.strategy),
+    ("PLACED", lambda s: f"{s.placed}/{s.jobs}"),
+    ("MULTI-NODE", lambda s: f"{s.multi_node_placed}/{s.multi_node_jobs}"),
+    ("ONE-LEAF", lambda s: percent(s.one_leaf_share)),
+    ("IN-REQUIRED", lambda s: percent(s.required_domain_share)),
+    ("HOPS", lambda s: "-" if s.mean_neighbour_hops is None else f"{s.mean_neighbour_hops:.2f}"),
+    ("LEAF-FRAG", lambda s: f"{s.leaf_fragmentation:.3f}"),
+    ("WAIT", lambda s: f"{s.mean_wait:.3f}"),
+    ("MULTI-WAIT", lambda s: f"{s.multi_node_mean_wait:.3f}"),
+    ("MS/JOB", lambda s: f"{s.place_ms_mean:.1f}"),
+    ("P99-MS", lambda s: f"{s.place_ms_p99:.1f}"),
+)
+
+
 def render_table(result: GangResult) -> str:
-    header = (
-        "STRATEGY", "PLACED", "MULTI-NODE", "ONE-LEAF", "IN-REQUIRED", "HOPS", "LEAF-FRAG",
-        "WAIT", "MULTI-WAIT", "MS/JOB", "P99-MS",
-    )  # fmt: skip
-    rows = [header] + [
-        (
-            s.strategy,
-            f"{s.placed}/{s.jobs}",
-            f"{s.multi_node_placed}/{s.multi_node_jobs}",
-            percent(s.one_leaf_share),
-            percent(s.required_domain_share),
-            "-" if s.mean_neighbour_hops is None else f"{s.mean_neighbour_hops:.2f}",
-            f"{s.leaf_fragmentation:.3f}",
-            f"{s.mean_wait:.3f}",
-            f"{s.multi_node_mean_wait:.3f}",
-            f"{s.place_ms_mean:.1f}",
-            f"{s.place_ms_p99:.1f}",
-        )
-        for s in result.strategies
-    ]
-    lines = align_rows(rows) + _options_lines(result)
+    lines = align_rows(column_rows(COLUMNS, result.strategies)) + _options_lines(result)
     summary = (
         f"{result.nodes} nodes, {result.gpus} GPUs, levels {' > '.join(result.levels)}; "
         f"{result.jobs} jobs sized by {result.sizes} (GPUs: jobs "
