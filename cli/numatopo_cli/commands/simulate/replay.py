@@ -13,14 +13,12 @@ from numatopo_cli.commands.simulate.files import (
     DEFAULT_TRACE,
     InputError,
     csv_rows,
-    open_text,
     pyplot,
     read_nodes,
     read_topology_dir,
     read_topology_map,
     replay_with_plot,
     save_figure,
-    source_name,
     strategy_names,
 )
 from numatopo_cli.progress import progress_bar
@@ -140,11 +138,8 @@ def _run(args: argparse.Namespace) -> SimulationResult:
         drawn = f" (the {len(nodes)} drawn by --sample-nodes)" if args.sample_nodes else ""
         raise InputError(f"no GPUs on the nodes{drawn}: the replay measures GPU allocation")
     arrival = Arrival(args.arrival)
-    pods = parse_pod_rows(
-        csv_rows(open_text(args.trace, DEFAULT_TRACE)),
-        source=source_name(args.trace, DEFAULT_TRACE),
-        need_creation_time=arrival is Arrival.CREATION,
-    )
+    rows, source = csv_rows(args.trace, DEFAULT_TRACE)
+    pods = parse_pod_rows(rows, source=source, need_creation_time=arrival is Arrival.CREATION)
     workload = build_workload(
         pods,
         capacity_gpu_milli=sum(n.gpus for n in nodes) * GPU_MILLI,
