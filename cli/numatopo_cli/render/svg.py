@@ -361,9 +361,9 @@ def _draw_links(
     canvas: _Canvas, spec: NumatopologySpec, boxes: dict[int, float], gpu_bottom: float
 ) -> float:
     """Draw the GPU links under the GPU row; return the lowest y drawn."""
-    weights = _link_weight(spec.gpu_links)
     if _is_all_to_all(spec):
-        return _draw_switch(canvas, spec, boxes, gpu_bottom, weights)
+        return _draw_switch(canvas, spec, boxes, gpu_bottom)
+    weights = _link_weight(spec.gpu_links)
     centre = {index: x + GPU_WIDTH / 2 for index, x in boxes.items()}
     attach = _attach_points(spec.gpu_links, centre)
     lowest = gpu_bottom
@@ -402,17 +402,13 @@ def _attach_points(links: list[GpuLink], centre: dict[int, float]) -> dict[tuple
 
 
 def _draw_switch(
-    canvas: _Canvas,
-    spec: NumatopologySpec,
-    boxes: dict[int, float],
-    gpu_bottom: float,
-    weights: dict[tuple[int, int], float],
+    canvas: _Canvas, spec: NumatopologySpec, boxes: dict[int, float], gpu_bottom: float
 ) -> float:
     link = spec.gpu_links[0]
     left = min(boxes.values()) - 8
     right = max(boxes.values()) + GPU_WIDTH + 8
     bar_top = gpu_bottom + ROW_GAP
-    stroke = _stroke(max(weights.values()))
+    stroke = _stroke(1.0)  # every link is as strong as the strongest
     css = "nvlink" if link.type is LinkType.NVLINK else "xgmi"
     for x in boxes.values():
         centre = x + GPU_WIDTH / 2
