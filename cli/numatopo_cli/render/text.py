@@ -96,11 +96,10 @@ def numa_ids(spec: NumatopologySpec) -> list[int]:
 def align_rows(
     rows: Sequence[Sequence[str]],
     *,
-    gap: int = 2,
     right: Iterable[int] = (),
     style: Callable[[int, int, str], str] | None = None,
 ) -> list[str]:
-    """Pad cells into aligned columns (left-aligned, except column indices in `right`).
+    """Pad cells into columns two spaces apart (left-aligned but the indices in `right`).
     `style(row, column, text)` may colour a cell; widths are measured on the plain text."""
     if not rows:
         return []
@@ -116,7 +115,7 @@ def align_rows(
             padding = " " * (widths[column] - len(cell))
             shown = style(row_index, column, cell) if style else cell
             cells.append(padding + shown if column in right_columns else shown + padding)
-        lines.append((" " * gap).join(cells).rstrip())
+        lines.append("  ".join(cells).rstrip())
     return lines
 
 
