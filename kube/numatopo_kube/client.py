@@ -501,7 +501,6 @@ class KubeClient:
         *,
         namespaces: Sequence[str] = (),
         field_selector: Mapping[str, str] | None = None,
-        page_size: int = LIST_PAGE_SIZE,
         keep: Callable[[Body], Body | None] = dict,
     ) -> Listing:
         """Every pod in `namespaces` (all when empty) matching `field_selector`, as `keep`
@@ -515,7 +514,7 @@ class KubeClient:
                 _Pod,
                 namespace=namespace,
                 keep=keep,
-                chunk_size=page_size,
+                chunk_size=LIST_PAGE_SIZE,
                 fields=dict(field_selector) if field_selector else None,
             )
             found.items += listing.items
