@@ -45,42 +45,40 @@ LEVEL_NAMES = {"block": LEVELS[0], "spine": LEVELS[1], "leaf": LEVELS[2]}
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
-    group = parser.add_argument_group("multi-node jobs (--multi-node)")
-    group.add_argument(
+    add = parser.add_argument_group("multi-node jobs (--multi-node)").add_argument
+    add(
         "--multi-node", action="store_true", help="simulate multi-node jobs on a leaf/spine cluster"
     )
-    group.add_argument(
+    add(
         "--layout", default="2x2x4x8", metavar="BxSxLxN",
         help="blocks x spines per block x leaves per spine x nodes per leaf (default 2x2x4x8)",
     )  # fmt: skip
-    group.add_argument("--jobs", type=int, default=1000, help="jobs that arrive (default 1000)")
-    group.add_argument(
-        "--load", type=float, default=0.9, help="offered load, share of the GPUs (default 0.9)"
-    )
-    group.add_argument(
+    add("--jobs", type=int, default=1000, help="jobs that arrive (default 1000)")
+    add("--load", type=float, default=0.9, help="offered load, share of the GPUs (default 0.9)")
+    add(
         "--sizes", default="venus", choices=sorted(HELIOS_GPU_CDF),
         help="the Helios cluster whose job GPU-demand CDF sizes the jobs (default venus)",
     )  # fmt: skip
-    group.add_argument(
+    add(
         "--required", default="spine", choices=sorted(LEVEL_NAMES),
         help="the level a multi-node job must share one domain of (default spine)",
     )  # fmt: skip
-    group.add_argument(
+    add(
         "--preferred", choices=sorted(LEVEL_NAMES),
         help="numatopo's multi-node jobs prefer one domain of this level instead of "
         "requiring --required (numatopo.io/topology-preferred)",
     )  # fmt: skip
-    group.add_argument(
+    add(
         "--max-per-domain", metavar="LEVEL=N",
         help="numatopo's multi-node jobs take at most N pods per domain of LEVEL (block, "
         "spine, leaf or node; numatopo.io/max-members-per-domain)",
     )  # fmt: skip
-    group.add_argument(
+    add(
         "--slice", metavar="LEVEL=N",
         help="numatopo's multi-node jobs whose pod count N divides are slices of N "
         "consecutive ranks, each in one domain of LEVEL (numatopo.io/slice)",
     )  # fmt: skip
-    group.add_argument(
+    add(
         "--write-cluster", type=Path, metavar="F.json",
         help="write the generated (empty) cluster file, for `numatopo domains --cluster`",
     )  # fmt: skip
