@@ -61,9 +61,7 @@ class CappedListener(socket.socket):
     def accept(self) -> tuple[socket.socket, object]:
         connection, address = super().accept()
         for closed in [d for d, c in self._open.items() if c.fileno() == -1]:
-            del self._open[closed]  # its transport closed it: the number may come again
-            self._asked.discard(closed)
-            self._busy.pop(closed, None)
+            self._forget(closed)  # its transport closed it: the number may come again
         while len(self._open) >= self.limit:
             victim = self._victim()
             if victim is None:
