@@ -1,18 +1,7 @@
 """A listening socket that holds at most a given number of connections open (for the
-asyncio servers of the operator and the node processes).
-
-Each accepted connection costs a file descriptor, and one on a TLS port about 300 KiB
-until its handshake ends (asyncio's 256 KiB buffer and the TLS state), for up to 60 s.
-A client opening connections and sending nothing would run a process out of either:
-1,500 of them took 455 MiB. The socket below counts what it accepts (asyncio's servers
-call its `accept`); at `limit` open connections it shuts one of them down to make room,
-so its server reads its end at once and frees it. Which one: the oldest that has not
-made a request yet, else the oldest with no request running, else (`keep_busy` off)
-the oldest; with `keep_busy` on and every one serving a request, the new connection
-itself. Shutting down, not closing, leaves the descriptor to its transport, which
-closes it. So a new connection gets in (a flood only shortens how long idle ones are
-kept), and on the extender's port, where only kube-scheduler gets past mutual TLS to
-make requests, its connections go after a flood's, and a request is never cut.
+asyncio servers of the operator and the node processes). Why, and which connection it shuts
+down at the bound: docs/operations.md, "Security" (each port's bound) and docs/DESIGN.md.
+Shutting down, not closing, leaves the descriptor to its transport, which closes it.
 """
 
 from __future__ import annotations
@@ -72,9 +61,7 @@ class CappedListener(socket.socket):
     def accept(self) -> tuple[socket.socket, object]:
         connection, address = super().accept()
         for closed in [d for d, c in self._open.items() if c.fileno() == -1]:
-            del self._open[closed]  # its transport closed it: the number may come again
-            self._asked.discard(closed)
-            self._busy.pop(closed, None)
+            self._forget(closed)  # its transport closed it: the number may come again
         while len(self._open) >= self.limit:
             victim = self._victim()
             if victim is None:

@@ -1,14 +1,9 @@
 """`KubeClient`: the typed calls numatopo makes to the Kubernetes API, over lightkube, on
 plain dicts (generic resources: no model parsing, no unknown field dropped). docs/DESIGN.md,
 "Kubernetes client": connecting (a rotated service-account token is read again on 401), the
-errors, and why `lean_writes` (the operator) sends per-pod writes over `write_transport`.
-
-One retry policy: idempotent calls (GETs, merge patches, server-side apply) are retried with
-growing pauses on 429, 5xx or no connection, a `Retry-After` (API Priority and Fairness)
-stretching a pause up to a cap that keeps a bind within the scheduler's extender timeout.
-Creates never are: after a lost answer a second POST fails as "already exists" though the
-first worked (a Binding: "already bound"). Each helper declares its RBAC permissions
-(`@api_call`), which the chart's RBAC test reads.
+errors, the one retry policy (`_call`), the RBAC permissions each helper declares
+(`@api_call`, read by the chart's RBAC test), and why `lean_writes` (the operator) sends
+per-pod writes over `write_transport`.
 """
 
 from __future__ import annotations
@@ -303,15 +298,9 @@ class KubeClient:
         client._open(_load_config(api_url, environ, service_account))
         return client
 
-    async def reconnect(
-        self,
-        api_url: str = "",
-        *,
-        environ: Mapping[str, str] = os.environ,
-        service_account: Path = SERVICE_ACCOUNT,
-    ) -> None:
+    async def reconnect(self, api_url: str = "") -> None:
         """Talk to the server `connect` would choose from now on."""
-        config = _load_config(api_url, environ, service_account)
+        config = _load_config(api_url, os.environ, SERVICE_ACCOUNT)
         await self.close()
         self._open(config)
 
@@ -390,7 +379,8 @@ class KubeClient:
         )
 
     async def _create(self, what: str, obj: Any, **options: Any) -> Body:
-        """Create `obj`; never retried (see the module docstring)."""
+        """Create `obj`; never retried: after a lost answer a second POST fails as "already
+        exists" though the first worked (a Binding: "already bound")."""
         return dict(await self._call(what, lambda: self.lightkube.create(obj, **options)))
 
     async def close(self) -> None:
@@ -412,7 +402,8 @@ class KubeClient:
     async def _call(
         self, what: str, call: Callable[[], Awaitable[T]], *, idempotent: bool = False
     ) -> T:
-        """`call()`; an idempotent one is retried on transient failures."""
+        """`call()`; an idempotent one (GETs, merge patches, server-side apply) is retried on
+        429, 5xx or no connection, a `Retry-After` stretching a pause up to the cap."""
         delays = self._retry_delays if idempotent else ()
         for attempt in range(len(delays) + 1):
             try:
@@ -433,7 +424,7 @@ class KubeClient:
         what: str,
         resource: Any,
         *,
-        namespace: str | None,
+        namespace: str | None = None,
         keep: Callable[[Body], Body | None] = dict,
         **options: Any,
     ) -> Listing:
@@ -491,7 +482,7 @@ class KubeClient:
     @api_call(("", "nodes", "list"))
     async def list_nodes(self) -> Listing:
         """Every Node."""
-        return await self._list("list nodes", _Node, namespace=None, chunk_size=LIST_PAGE_SIZE)
+        return await self._list("list nodes", _Node, chunk_size=LIST_PAGE_SIZE)
 
     @api_call(("", "nodes", "watch"))
     def watch_nodes(self, *, resource_version: str | None = None) -> AsyncIterator[WatchEvent]:
@@ -510,7 +501,6 @@ class KubeClient:
         *,
         namespaces: Sequence[str] = (),
         field_selector: Mapping[str, str] | None = None,
-        page_size: int = LIST_PAGE_SIZE,
         keep: Callable[[Body], Body | None] = dict,
     ) -> Listing:
         """Every pod in `namespaces` (all when empty) matching `field_selector`, as `keep`
@@ -524,7 +514,7 @@ class KubeClient:
                 _Pod,
                 namespace=namespace,
                 keep=keep,
-                chunk_size=page_size,
+                chunk_size=LIST_PAGE_SIZE,
                 fields=dict(field_selector) if field_selector else None,
             )
             found.items += listing.items
@@ -589,18 +579,28 @@ class KubeClient:
                 namespace=namespace,
                 path=f"/api/v1/namespaces/{namespace}/pods/{name}",
             ),
+            read_back=False,
         )
 
     async def _replaced_when_refused(
-        self, namespace: str, name: str, uid: str, write: Awaitable[object]
+        self, namespace: str, name: str, uid: str, write: Awaitable[object], *, read_back: bool
     ) -> None:
-        """Await a pod write; with `uid`, the API server's refusal of that precondition (409:
-        this merge patch sends no resourceVersion, so the uid is the one thing that can
-        conflict) as `KubePodReplacedError`."""
+        """Await a pod write; with `uid`, its refusal for another pod as `KubePodReplacedError`:
+        a merge patch's 409 (it sends no resourceVersion, so the uid is the one thing that can
+        conflict), or with `read_back` (a JSON patch: a failed `test` answers 422 whichever one
+        failed) a refusal after which the pod read back is gone or another."""
         try:
             await write
         except KubeError as exc:
-            if not uid or exc.status != 409:
+            if not uid:
+                raise
+            if read_back:
+                if isinstance(exc, KubeNotFoundError) or exc.transient:
+                    raise
+                found = await self._get_or_none(f"pod {namespace}/{name}", _Pod, name, namespace)
+                if found is not None and (found.get("metadata") or {}).get("uid") == uid:
+                    raise
+            elif exc.status != 409:
                 raise
             raise KubePodReplacedError(
                 exc.status, exc.reason, f"pod {namespace}/{name} (uid {uid}) is gone: {exc}"
@@ -631,20 +631,10 @@ class KubeClient:
         back is gone or another, `KubePodReplacedError`."""
         what = f"patch pod {namespace}/{name} spec"
         guarded = [*_uid_test(uid), *operations]
-        try:
-            await self._patch(
-                what, _Pod, name, guarded, namespace=namespace, patch_type=PatchType.JSON
-            )
-        except KubeError as exc:
-            # A failed `test` answers 422 whichever one failed: only a read tells the uid's.
-            if not uid or isinstance(exc, KubeNotFoundError) or exc.transient:
-                raise
-            found = await self._get_or_none(f"pod {namespace}/{name}", _Pod, name, namespace)
-            if found is not None and (found.get("metadata") or {}).get("uid") == uid:
-                raise
-            raise KubePodReplacedError(
-                exc.status, exc.reason, f"pod {namespace}/{name} (uid {uid}) is gone: {exc}"
-            ) from None
+        patch = self._patch(
+            what, _Pod, name, guarded, namespace=namespace, patch_type=PatchType.JSON
+        )
+        await self._replaced_when_refused(namespace, name, uid, patch, read_back=True)
 
     @api_call(("", "pods/status", "get"))
     async def get_pod_status(self, namespace: str, name: str) -> Body:
@@ -676,6 +666,7 @@ class KubeClient:
             name,
             uid if not isinstance(patch, list) else "",
             self._patch(what, _Pod.Status, name, body, namespace=namespace, patch_type=kind),
+            read_back=False,
         )
 
     @api_call(("", "pods/binding", "create"))
@@ -829,9 +820,7 @@ class KubeClient:
     @api_call(("numatopo.io", "numatopologies", "list"))
     async def list_numatopologies(self) -> Listing:
         """Every Numatopology."""
-        return await self._list(
-            f"list {KIND}", _Numatopology, namespace=None, chunk_size=LIST_PAGE_SIZE
-        )
+        return await self._list(f"list {KIND}", _Numatopology, chunk_size=LIST_PAGE_SIZE)
 
     @api_call(
         # server-side apply: patch, and create when the object does not exist yet
@@ -932,7 +921,7 @@ class KubeClient:
     @api_call(("numatopo.io", "networktopologies", "list"))
     async def list_network_topologies(self) -> Listing:
         """Every NetworkTopology (`kubectl numatopo explain`'s group search)."""
-        return await self._list("list networktopologies", _NetworkTopology, namespace=None)
+        return await self._list("list networktopologies", _NetworkTopology)
 
     @api_call(("resource.k8s.io", "resourceclaims", "list"))
     async def list_resource_claims(self) -> Listing:
@@ -959,11 +948,11 @@ class KubeClient:
 
     @api_call(("resource.k8s.io", "resourceslices", "list"))
     async def list_resource_slices(self) -> Listing:
-        return await self._list("list resourceslices", _ResourceSlice, namespace=None)
+        return await self._list("list resourceslices", _ResourceSlice)
 
     @api_call(("resource.k8s.io", "deviceclasses", "list"))
     async def list_device_classes(self) -> Listing:
-        return await self._list("list deviceclasses", _DeviceClass, namespace=None)
+        return await self._list("list deviceclasses", _DeviceClass)
 
     @api_call(("resource.k8s.io", "resourceclaims", "patch"))
     async def patch_resource_claim(self, namespace: str, name: str, patch: Body) -> Body:
@@ -1022,7 +1011,6 @@ class KubeClient:
         return await self._list(
             f"list {nrt.KIND}",
             _NodeResourceTopology,
-            namespace=None,
             chunk_size=LIST_PAGE_SIZE,
             labels=dict(label_selector),
         )
@@ -1046,7 +1034,6 @@ class KubeClient:
         return await self._list(
             f"list {volcano.GROUP} {volcano.KIND}",
             _VolcanoNumatopology,
-            namespace=None,
             chunk_size=LIST_PAGE_SIZE,
             labels=dict(label_selector),
         )

@@ -1,14 +1,6 @@
-"""The errors of every Kubernetes call numatopo makes: lightkube's and httpx's exceptions
-never leave this package.
-
-KubeError                  the API refused a call, or could not be asked (status 0)
-├── KubeConfigError        no usable credentials (kubeconfig, service account, URL)
-├── KubeNotFoundError      404: the object (or the resource) does not exist
-├── KubeConflictError      409: the object changed or already exists
-├── KubeForbiddenError     403: the service account lacks an RBAC rule
-├── KubeInvalidNameError   a name no API object can have: refused before any URL is built
-└── KubeUnavailableError   worth the same call again: 429, 5xx, no connection
-"""
+"""The errors of every Kubernetes call numatopo makes, one class per kind of refusal under
+`KubeError` (`error_for` maps an answer's status to its class): lightkube's and httpx's
+exceptions never leave this package."""
 
 from __future__ import annotations
 

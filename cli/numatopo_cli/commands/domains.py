@@ -18,7 +18,6 @@ from __future__ import annotations
 import argparse
 import json
 import sys
-from dataclasses import asdict
 from pathlib import Path
 from typing import Any
 
@@ -28,7 +27,7 @@ from pydantic import ValidationError
 from numatopo_cli.commands.simulate.files import InputError, node_shapes, whole_number
 from numatopo_cli.progress import progress_bar
 from numatopo_cli.render import domains as view
-from numatopo_cli.reports.domains import DomainRow, DomainsReport, GroupPlacementRow
+from numatopo_cli.reports.domains import DomainsReport, GroupPlacementRow
 from numatopo_engine.annotations import PolicyName
 from numatopo_engine.domains import (
     DomainTree,
@@ -127,7 +126,6 @@ def _report(
     nodes: bool,
     placement: GroupPlacement | None,
 ) -> DomainsReport:
-    rows = view.domain_rows(tree, candidates, nodes=nodes, placement=placement)
     placed = None
     if placement is not None:
         placed = GroupPlacementRow(
@@ -138,7 +136,7 @@ def _report(
         )
     return DomainsReport(
         levels=list(tree.levels),
-        domains=[DomainRow.model_validate(asdict(row)) for row in rows],
+        domains=view.domain_rows(tree, candidates, nodes=nodes, placement=placement),
         fragmentation={
             level: round(value, 4)
             for level, value in domain_fragmentation(tree, candidates).items()

@@ -17,7 +17,6 @@ import socket
 import sys
 from collections.abc import Iterator
 from contextlib import contextmanager, nullcontext
-from dataclasses import dataclass
 from importlib import resources
 from pathlib import Path
 
@@ -36,30 +35,22 @@ PROG = "numatopo inspect"
 SAMPLE_SUFFIX = ".txt"
 
 
-@dataclass(frozen=True)
-class Sample:
-    """A saved `nvidia-smi topo -m` of a real machine, shipped as package data."""
-
-    name: str
-    summary: str
-
-
-def list_samples() -> list[Sample]:
-    """The embedded samples, by name; `summary` is the file's `# system:` line."""
-    found = []
+def list_samples() -> dict[str, str]:
+    """The embedded samples (saved `nvidia-smi topo -m` of real machines) by name, each with
+    its file's `# system:` line."""
+    found = {}
     for entry in resources.files("numatopo_cli").joinpath("samples").iterdir():
         if entry.name.endswith(SAMPLE_SUFFIX):
             lines = entry.read_text(encoding="utf-8").splitlines()
             system = next((line for line in lines if line.startswith("# system:")), "")
-            summary = system.removeprefix("# system:").strip()
-            found.append(Sample(name=entry.name.removesuffix(SAMPLE_SUFFIX), summary=summary))
-    return sorted(found, key=lambda sample: sample.name)
+            found[entry.name.removesuffix(SAMPLE_SUFFIX)] = system.removeprefix("# system:").strip()
+    return dict(sorted(found.items()))
 
 
 @contextmanager
 def sample_path(name: str) -> Iterator[Path]:
     """A file system path to the sample `name` (unpacked if numatopo runs from a zip)."""
-    names = [sample.name for sample in list_samples()]
+    names = list(list_samples())
     if name not in names:
         raise DiscoveryError(
             f"unknown sample {name!r}; available: {', '.join(names)} (see --sample list)"
@@ -71,9 +62,9 @@ def sample_path(name: str) -> Iterator[Path]:
 
 def _format_sample_list() -> str:
     samples = list_samples()
-    width = max(len(sample.name) for sample in samples)
+    width = max(map(len, samples))
     lines = ["Samples (real machines; try `numatopo inspect --sample NAME`):"]
-    lines += [f"  {sample.name.ljust(width)}  {sample.summary}" for sample in samples]
+    lines += [f"  {name.ljust(width)}  {summary}" for name, summary in samples.items()]
     return "\n".join(lines) + "\n"
 
 

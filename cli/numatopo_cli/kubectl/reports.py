@@ -5,17 +5,14 @@ from __future__ import annotations
 
 from typing import Literal
 
-from pydantic import ConfigDict, Field
-from pydantic.alias_generators import to_camel
+from pydantic import Field
 
-from numatopo_cli.reports import Report
+from numatopo_cli.reports import CamelReport
 
 API_VERSION = "kubectl.numatopo.io/v1"
 
 
-class _Report(Report):
-    model_config = ConfigDict(alias_generator=to_camel)
-
+class _Report(CamelReport):
     # The plugin's main prints it: no newline of its own.
     def to_json(self) -> str:
         return self.model_dump_json(by_alias=True, indent=2)

@@ -15,17 +15,11 @@ from numatopo_operator.cluster_view import ClusterView
 
 def _booking(key: str, node: str, assignment: Assignment) -> BookingRow:
     containers = assignment.containers.values()
-    exclusive = CPUSet()
-    cpus = 0
-    for container in containers:
-        cpus += len(container.cpus)
-        if container.exclusive:
-            exclusive |= container.cpus
     return BookingRow(
         pod=key,
         node=node,
-        cpus=cpus,
-        exclusive_cpus=str(exclusive),
+        cpus=sum(len(c.cpus) for c in containers),
+        exclusive_cpus=str(CPUSet(cpu for c in containers if c.exclusive for cpu in c.cpus)),
         gpus=sorted({i for c in containers for i in c.gpu_indices}),
         nics=sorted({n for c in containers for n in c.nics}),
         memory_bytes=sum(sum(c.memory.values()) for c in containers),

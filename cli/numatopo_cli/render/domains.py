@@ -7,11 +7,12 @@ group placement, when given, marks its nodes with the ranks they hold.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from xml.sax.saxutils import escape
 
-from numatopo_cli.render.text import align_rows
+from numatopo_cli.render.text import Column, align_rows, column_rows
+from numatopo_cli.reports.domains import DomainRow
 from numatopo_engine.domains import (
     ANYWHERE,
     DomainTree,
@@ -24,54 +25,55 @@ from numatopo_engine.domains import (
 Path = tuple[str, ...]
 
 
-@dataclass(frozen=True)
-class Row:
-    depth: int  # 0 for the widest level; nodes one below their deepest domain
-    level: str  # the level label, or "node"
-    name: str  # the domain value or the node name
-    nodes: int
-    gpus: int
-    free: int
-    ranks: tuple[int, ...] = ()  # ranks of the placed group held here (nodes only)
-
-
 def domain_rows(
     tree: DomainTree,
     candidates: Mapping[str, NodeCandidate],
     *,
     nodes: bool,
     placement: GroupPlacement | None = None,
-) -> list[Row]:
-    """Rows in tree order: each domain, then (with `nodes`) its nodes."""
+) -> list[DomainRow]:
+    """Rows in tree order: each domain (depth 0 for the widest level), then (with `nodes`) its
+    nodes (level "node", one below their deepest domain, with the ranks they hold)."""
     ranks = _ranks_by_node(placement)
-    rows: list[Row] = []
+    rows: list[DomainRow] = []
 
-    def counts(inside: list[str]) -> tuple[int, int, int]:
+    def row(depth: int, level: str, name: str, inside: list[str], held: list[int]) -> DomainRow:
         known = [candidates[n] for n in inside if n in candidates]
         gpus = sum(len(c.topology.gpus) for c in known)
-        return len(inside), gpus, sum(c.state.free_gpu_count() for c in known)
-
-    def node_row(node: str, depth: int) -> Row:
-        _, gpus, free = counts([node])
-        return Row(depth, "node", node, 1, gpus, free, tuple(ranks.get(node, ())))
+        free = sum(c.state.free_gpu_count() for c in known)
+        return DomainRow(
+            depth=depth, level=level, name=name, nodes=len(inside), gpus=gpus, free=free, ranks=held
+        )
 
     def walk(domain: Path) -> None:
         for child in tree.children.get(domain, []):
-            inside = tree.members[len(child) - 1][child]
-            rows.append(
-                Row(len(child) - 1, tree.levels[len(child) - 1], child[-1], *counts(inside))
-            )
+            depth = len(child) - 1
+            rows.append(row(depth, tree.levels[depth], child[-1], tree.members[depth][child], []))
             walk(child)
         if nodes and domain != ANYWHERE:
-            rows.extend(node_row(n, len(domain)) for n in tree.direct.get(domain, []))
+            rows.extend(
+                row(len(domain), "node", n, [n], ranks.get(n, []))
+                for n in tree.direct.get(domain, [])
+            )
 
     walk(ANYWHERE)
     loose = [*tree.direct.get(ANYWHERE, []), *sorted(n for n in candidates if n not in tree.paths)]
     if loose:
-        rows.append(Row(0, "(no domain)", "-", *counts(loose)))
+        rows.append(row(0, "(no domain)", "-", loose, []))
         if nodes:
-            rows.extend(node_row(n, 1) for n in loose)
+            rows.extend(row(1, "node", n, [n], ranks.get(n, [])) for n in loose)
     return rows
+
+
+COLUMNS: tuple[Column[DomainRow], ...] = (
+    ("DOMAIN", lambda row: "  " * row.depth + row.name),
+    ("LEVEL", lambda row: row.level),
+    ("NODES", lambda row: str(row.nodes)),
+    ("GPUS", lambda row: str(row.gpus)),
+    ("FREE", lambda row: str(row.free)),
+    ("USED", lambda row: f"{100 * (1 - row.free / row.gpus):.0f}%" if row.gpus else "-"),
+    ("RANKS", lambda row: _ranks(row.ranks)),
+)
 
 
 def render_table(
@@ -82,22 +84,7 @@ def render_table(
     placement: GroupPlacement | None = None,
 ) -> str:
     rows = domain_rows(tree, candidates, nodes=nodes, placement=placement)
-    header = ("DOMAIN", "LEVEL", "NODES", "GPUS", "FREE", "USED", "RANKS")
-    table = [header]
-    for row in rows:
-        used = f"{100 * (1 - row.free / row.gpus):.0f}%" if row.gpus else "-"
-        table.append(
-            (
-                "  " * row.depth + row.name,
-                row.level,
-                str(row.nodes),
-                str(row.gpus),
-                str(row.free),
-                used,
-                _ranks(row.ranks),
-            )
-        )
-    lines = align_rows(table, right=range(2, 6))
+    lines = align_rows(column_rows(COLUMNS, rows), right=range(2, 6))
     fragmentation = domain_fragmentation(tree, candidates)
     lines.append("")
     lines += [f"fragmentation {level}: {value:.3f}" for level, value in fragmentation.items()]
@@ -111,7 +98,7 @@ def render_table(
     return "\n".join(lines) + "\n"
 
 
-def _ranks(ranks: tuple[int, ...]) -> str:
+def _ranks(ranks: Sequence[int]) -> str:
     if not ranks:
         return ""
     if list(ranks) == list(range(ranks[0], ranks[-1] + 1)) and len(ranks) > 2:
@@ -158,7 +145,6 @@ def render_svg(
     candidates: Mapping[str, NodeCandidate],
     *,
     placement: GroupPlacement | None = None,
-    title: str = "",
 ) -> str:
     """Nested boxes, widest level outside; a square per node, darker the more of its
     GPUs are in use, with the ranks of `placement` written on it."""
@@ -171,7 +157,7 @@ def render_svg(
     root = _layout(tree, unlabelled, cell, ANYWHERE, "")
     width = root.width + 2 * MARGIN
     height = root.height + 2 * MARGIN + 30
-    heading = title or f"{len(candidates)} nodes, levels: {' > '.join(tree.levels)}"
+    heading = f"{len(candidates)} nodes, levels: {' > '.join(tree.levels)}"
     return (
         f'<svg xmlns="http://www.w3.org/2000/svg" width="{width:.0f}" height="{height:.0f}" '
         f'viewBox="0 0 {width:.0f} {height:.0f}">'
@@ -204,7 +190,7 @@ def _node_cell(
     if held:
         parts.append(
             f'<text class="rank" x="{x + CELL / 2:.0f}" y="{y + CELL / 2 + 4:.0f}" '
-            f'text-anchor="middle">{escape(_ranks(tuple(held)))}</text>'
+            f'text-anchor="middle">{escape(_ranks(held))}</text>'
         )
     return "".join(parts)
 

@@ -47,6 +47,11 @@ BAR_HEIGHT = 28
 LEGEND_HEIGHT = 64
 MIN_WIDTH = 760
 CHAR_WIDTH = 0.64  # average glyph width per px of font size in a sans-serif face
+# The y of the horizontal bands every node has, top down.
+TOP = MARGIN + TITLE_HEIGHT
+NUMA_TOP = TOP + SOCKET_LABEL
+SOCKET_BOTTOM = NUMA_TOP + NUMA_HEIGHT + SOCKET_PAD
+NIC_TOP = SOCKET_BOTTOM + ROW_GAP
 
 STYLE = """
 text { font-family: 'DejaVu Sans', Helvetica, Arial, sans-serif; fill: #1f2937; }
@@ -104,7 +109,13 @@ def render_svg(topology: Numatopology) -> str:
     spec = topology.spec
     columns = _columns(spec)
     sockets = _place_columns(columns)
-    rows = _Rows.for_spec(spec, has_nics=any(column.nics for column in columns))
+    # The rows below the sockets: NICs if any, then GPUs.
+    has_nics = any(column.nics for column in columns)
+    gpu_top = NIC_TOP + (NIC_HEIGHT + ROW_GAP if has_nics else 0)
+    gpu_bottom = gpu_top + GPU_HEIGHT
+    devices_bottom = NIC_TOP + NIC_HEIGHT if has_nics else SOCKET_BOTTOM
+    if spec.gpus:
+        devices_bottom = gpu_bottom
     gpu_boxes: dict[int, float] = {}
     nic_boxes: dict[str, float] = {}
     for column in columns:
@@ -116,40 +127,40 @@ def render_svg(topology: Numatopology) -> str:
     for column in columns:
         if column.gpus or column.nics:
             # A pale band carries the NUMA box down over its devices.
-            band_top = rows.numa_top + NUMA_HEIGHT - 8
+            band_top = NUMA_TOP + NUMA_HEIGHT - 8
             canvas.add(
                 f'<rect class="band" x="{column.x:.1f}" y="{band_top:.1f}" '
-                f'width="{column.width:.1f}" height="{rows.devices_bottom + 14 - band_top:.1f}" '
+                f'width="{column.width:.1f}" height="{devices_bottom + 14 - band_top:.1f}" '
                 'rx="8"/>'
             )
     for socket_id, (left, right) in sockets.items():
         canvas.add(
-            f'<rect class="socket" x="{left:.1f}" y="{rows.top:.1f}" width="{right - left:.1f}" '
-            f'height="{rows.socket_bottom - rows.top:.1f}" rx="10"/>'
+            f'<rect class="socket" x="{left:.1f}" y="{TOP:.1f}" width="{right - left:.1f}" '
+            f'height="{SOCKET_BOTTOM - TOP:.1f}" rx="10"/>'
         )
-        canvas.text(left + 10, rows.top + 16, f"Socket {socket_id}", "socket-label")
+        canvas.text(left + 10, TOP + 16, f"Socket {socket_id}", "socket-label")
     for column in columns:
-        _draw_numa(canvas, column, spec, rows.numa_top)
+        _draw_numa(canvas, column, spec, NUMA_TOP)
 
-    links_bottom = rows.gpu_bottom
+    links_bottom: float = gpu_bottom
     if spec.gpu_links:
-        links_bottom = _draw_links(canvas, spec, gpu_boxes, rows.gpu_bottom)
+        links_bottom = _draw_links(canvas, spec, gpu_boxes, gpu_bottom)
     for path in spec.pci_paths:
         if path.path in (PathType.PIX, PathType.PXB) and path.nic in nic_boxes:
             nic_x = nic_boxes[path.nic] + NIC_WIDTH / 2
             gpu_x = gpu_boxes[path.gpu] + GPU_WIDTH / 2
             canvas.add(
                 f'<line class="{path.path.value.lower()}" x1="{nic_x:.1f}" '
-                f'y1="{rows.nic_top + NIC_HEIGHT:.1f}" x2="{gpu_x:.1f}" y2="{rows.gpu_top:.1f}"/>'
+                f'y1="{NIC_TOP + NIC_HEIGHT:.1f}" x2="{gpu_x:.1f}" y2="{gpu_top:.1f}"/>'
             )
     for nic_index, nic in enumerate(spec.nics):
-        _draw_nic(canvas, nic, nic_index, nic_boxes[nic.name], rows.nic_top)
+        _draw_nic(canvas, nic, nic_index, nic_boxes[nic.name], NIC_TOP)
     for gpu in spec.gpus:
-        _draw_gpu(canvas, gpu, gpu_boxes[gpu.index], rows.gpu_top)
+        _draw_gpu(canvas, gpu, gpu_boxes[gpu.index], gpu_top)
 
     right_edge = max((column.x + column.width for column in columns), default=MARGIN)
     width = max(MIN_WIDTH, right_edge + SOCKET_PAD + MARGIN)
-    legend_top = max(links_bottom, rows.devices_bottom, rows.socket_bottom) + 36
+    legend_top = max(links_bottom, devices_bottom, SOCKET_BOTTOM) + 36
     height = legend_top + LEGEND_HEIGHT + MARGIN
 
     _draw_legend(canvas, legend_top)
@@ -164,33 +175,6 @@ def render_svg(topology: Numatopology) -> str:
         + "\n".join(canvas.parts)
         + "\n</svg>\n"
     )
-
-
-@dataclass(frozen=True)
-class _Rows:
-    """The y coordinates of the horizontal bands of the drawing."""
-
-    top: float
-    numa_top: float
-    socket_bottom: float
-    nic_top: float
-    gpu_top: float
-    gpu_bottom: float
-    devices_bottom: float
-
-    @classmethod
-    def for_spec(cls, spec: NumatopologySpec, *, has_nics: bool) -> _Rows:
-        top = MARGIN + TITLE_HEIGHT
-        numa_top = top + SOCKET_LABEL
-        socket_bottom = numa_top + NUMA_HEIGHT + SOCKET_PAD
-        nic_top = socket_bottom + ROW_GAP
-        gpu_top = nic_top + (NIC_HEIGHT + ROW_GAP if has_nics else 0)
-        gpu_bottom = gpu_top + GPU_HEIGHT
-        if spec.gpus:
-            devices_bottom = gpu_bottom
-        else:
-            devices_bottom = nic_top + NIC_HEIGHT if has_nics else socket_bottom
-        return cls(top, numa_top, socket_bottom, nic_top, gpu_top, gpu_bottom, devices_bottom)
 
 
 def _columns(spec: NumatopologySpec) -> list[_Column]:
@@ -361,9 +345,9 @@ def _draw_links(
     canvas: _Canvas, spec: NumatopologySpec, boxes: dict[int, float], gpu_bottom: float
 ) -> float:
     """Draw the GPU links under the GPU row; return the lowest y drawn."""
-    weights = _link_weight(spec.gpu_links)
     if _is_all_to_all(spec):
-        return _draw_switch(canvas, spec, boxes, gpu_bottom, weights)
+        return _draw_switch(canvas, spec, boxes, gpu_bottom)
+    weights = _link_weight(spec.gpu_links)
     centre = {index: x + GPU_WIDTH / 2 for index, x in boxes.items()}
     attach = _attach_points(spec.gpu_links, centre)
     lowest = gpu_bottom
@@ -402,17 +386,13 @@ def _attach_points(links: list[GpuLink], centre: dict[int, float]) -> dict[tuple
 
 
 def _draw_switch(
-    canvas: _Canvas,
-    spec: NumatopologySpec,
-    boxes: dict[int, float],
-    gpu_bottom: float,
-    weights: dict[tuple[int, int], float],
+    canvas: _Canvas, spec: NumatopologySpec, boxes: dict[int, float], gpu_bottom: float
 ) -> float:
     link = spec.gpu_links[0]
     left = min(boxes.values()) - 8
     right = max(boxes.values()) + GPU_WIDTH + 8
     bar_top = gpu_bottom + ROW_GAP
-    stroke = _stroke(max(weights.values()))
+    stroke = _stroke(1.0)  # every link is as strong as the strongest
     css = "nvlink" if link.type is LinkType.NVLINK else "xgmi"
     for x in boxes.values():
         centre = x + GPU_WIDTH / 2

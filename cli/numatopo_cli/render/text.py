@@ -3,10 +3,15 @@
 from __future__ import annotations
 
 from collections.abc import Callable, Iterable, Sequence
+from typing import TypeVar
 
 from numatopo_engine.model import Gpu, GpuLink, LinkType, Nic, NumatopologySpec
 
 UNKNOWN = "-"
+
+T = TypeVar("T")
+Column = tuple[str, Callable[[T], str]]
+"""A table column: its header, and its cell for one item."""
 
 _BINARY_UNITS = ("B", "KiB", "MiB", "GiB", "TiB", "PiB")
 
@@ -91,11 +96,10 @@ def numa_ids(spec: NumatopologySpec) -> list[int]:
 def align_rows(
     rows: Sequence[Sequence[str]],
     *,
-    gap: int = 2,
     right: Iterable[int] = (),
     style: Callable[[int, int, str], str] | None = None,
 ) -> list[str]:
-    """Pad cells into aligned columns (left-aligned, except column indices in `right`).
+    """Pad cells into columns two spaces apart (left-aligned but the indices in `right`).
     `style(row, column, text)` may colour a cell; widths are measured on the plain text."""
     if not rows:
         return []
@@ -111,8 +115,13 @@ def align_rows(
             padding = " " * (widths[column] - len(cell))
             shown = style(row_index, column, cell) if style else cell
             cells.append(padding + shown if column in right_columns else shown + padding)
-        lines.append((" " * gap).join(cells).rstrip())
+        lines.append("  ".join(cells).rstrip())
     return lines
+
+
+def column_rows(columns: Sequence[Column[T]], items: Iterable[T]) -> list[list[str]]:
+    """The header row of `columns`, then one row of their cells per item (for `align_rows`)."""
+    return [[name for name, _ in columns], *([cell(item) for _, cell in columns] for item in items)]
 
 
 def paint(text: str, code: str, *, color: bool) -> str:

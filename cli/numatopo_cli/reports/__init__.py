@@ -6,8 +6,9 @@ by a test."""
 from __future__ import annotations
 
 from pydantic import BaseModel, ConfigDict
+from pydantic.alias_generators import to_camel
 
-__all__ = ["API_VERSION", "Report"]
+__all__ = ["API_VERSION", "CamelReport", "Report"]
 
 API_VERSION = "cli.numatopo.io/v1"
 
@@ -25,3 +26,9 @@ class Report(BaseModel):
 
     def to_json(self) -> str:
         return self.model_dump_json(by_alias=True, indent=2) + "\n"
+
+
+class CamelReport(Report):
+    """A report whose keys are camelCase."""
+
+    model_config = ConfigDict(alias_generator=to_camel)

@@ -5,17 +5,10 @@ from __future__ import annotations
 
 from typing import Literal
 
-from pydantic import ConfigDict, Field
-from pydantic.alias_generators import to_camel
-
-from numatopo_cli.reports import API_VERSION, Report
+from numatopo_cli.reports import API_VERSION, CamelReport
 
 
-class _Camel(Report):
-    model_config = ConfigDict(alias_generator=to_camel)
-
-
-class DomainRow(_Camel):
+class DomainRow(CamelReport):
     depth: int
     level: str
     name: str
@@ -25,15 +18,15 @@ class DomainRow(_Camel):
     ranks: list[int]
 
 
-class GroupPlacementRow(_Camel):
+class GroupPlacementRow(CamelReport):
     domain: str
     members: int
     nodes: int
     neighbour_hops: float
 
 
-class DomainsReport(_Camel):
-    api_version: str = Field(default=API_VERSION, alias="apiVersion")
+class DomainsReport(CamelReport):
+    api_version: str = API_VERSION
     kind: Literal["DomainsReport"] = "DomainsReport"
     levels: list[str]
     domains: list[DomainRow]

@@ -25,7 +25,7 @@ import ssl
 import sys
 import time
 import uuid
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any
 
 import aiohttp
@@ -66,13 +66,13 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 @dataclass
 class Report:
-    lines: list[str] = field(default_factory=list)
+    checks: int = 0
     failed: int = 0
 
     def check(self, ok: bool, what: str, detail: str) -> bool:
+        self.checks += 1
         self.failed += not ok
-        self.lines.append(f"{'PASS' if ok else 'FAIL'}  {what}: {detail}")
-        print(self.lines[-1], flush=True)
+        print(f"{'PASS' if ok else 'FAIL'}  {what}: {detail}", flush=True)
         return ok
 
 
@@ -260,6 +260,5 @@ def run(args: argparse.Namespace) -> int:
     except (KubeConfigError, KubeError) as exc:
         print(f"numatopo selftest: {exc}", file=sys.stderr)
         return 2
-    total = len(report.lines)
-    print(f"{total - report.failed} of {total} checks passed")
+    print(f"{report.checks - report.failed} of {report.checks} checks passed")
     return 1 if report.failed else 0

@@ -56,25 +56,21 @@ def open_text(path: Path | None, sample: str) -> str:
         raise InputError(f"{path}: not UTF-8 text (byte {exc.start})") from None
 
 
-def csv_rows(text: str) -> csv.DictReader[str]:
-    """The rows of a CSV file, read as they are parsed (so errors name their line), under
-    header names without surrounding blanks."""
+def csv_rows(path: Path | None, sample: str) -> tuple[csv.DictReader[str], str]:
+    """The rows of a CSV file (`path`, else the shipped `sample`), read as they are parsed (so
+    errors name their line), under header names without surrounding blanks; and the file's
+    name for errors."""
     # newline="": line breaks inside quoted fields stay in the field, and CRLF is one break.
-    rows = csv.DictReader(io.StringIO(text, newline=""))
+    rows = csv.DictReader(io.StringIO(open_text(path, sample), newline=""))
     if rows.fieldnames is not None:
         rows.fieldnames = [name.strip() for name in rows.fieldnames]
-    return rows
-
-
-def source_name(path: Path | None, sample: str) -> str:
-    """How errors name a CSV file: its path, or the shipped sample's name."""
-    return str(path) if path is not None else sample
+    return rows, str(path) if path is not None else sample
 
 
 def read_nodes(path: Path | None) -> list[NodeRow]:
     """The node list CSV (`--nodes`; the shipped one when None)."""
-    text = open_text(path, DEFAULT_NODES)
-    return parse_node_rows(csv_rows(text), source=source_name(path, DEFAULT_NODES))
+    rows, source = csv_rows(path, DEFAULT_NODES)
+    return parse_node_rows(rows, source=source)
 
 
 def read_topology_map(path: Path | None) -> TopologyMap:

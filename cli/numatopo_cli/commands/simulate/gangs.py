@@ -25,7 +25,7 @@ from numatopo_cli.commands.simulate.files import (
     strategy_names,
 )
 from numatopo_cli.progress import progress_bar
-from numatopo_cli.render.text import align_rows, percent
+from numatopo_cli.render.text import Column, align_rows, column_rows, percent
 from numatopo_cli.reports.simulation import gang_report
 from numatopo_engine.annotations import PolicyName
 from numatopo_engine.network_topology import HOSTNAME_LABEL
@@ -33,6 +33,7 @@ from numatopo_engine.simulation.gangs import (
     GANG_STRATEGIES,
     HELIOS_GPU_CDF,
     GangResult,
+    GangStrategyResult,
     GroupOptions,
     draw_jobs,
     simulate_gangs,
@@ -44,42 +45,40 @@ LEVEL_NAMES = {"block": LEVELS[0], "spine": LEVELS[1], "leaf": LEVELS[2]}
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
-    group = parser.add_argument_group("multi-node jobs (--multi-node)")
-    group.add_argument(
+    add = parser.add_argument_group("multi-node jobs (--multi-node)").add_argument
+    add(
         "--multi-node", action="store_true", help="simulate multi-node jobs on a leaf/spine cluster"
     )
-    group.add_argument(
+    add(
         "--layout", default="2x2x4x8", metavar="BxSxLxN",
         help="blocks x spines per block x leaves per spine x nodes per leaf (default 2x2x4x8)",
     )  # fmt: skip
-    group.add_argument("--jobs", type=int, default=1000, help="jobs that arrive (default 1000)")
-    group.add_argument(
-        "--load", type=float, default=0.9, help="offered load, share of the GPUs (default 0.9)"
-    )
-    group.add_argument(
+    add("--jobs", type=int, default=1000, help="jobs that arrive (default 1000)")
+    add("--load", type=float, default=0.9, help="offered load, share of the GPUs (default 0.9)")
+    add(
         "--sizes", default="venus", choices=sorted(HELIOS_GPU_CDF),
         help="the Helios cluster whose job GPU-demand CDF sizes the jobs (default venus)",
     )  # fmt: skip
-    group.add_argument(
+    add(
         "--required", default="spine", choices=sorted(LEVEL_NAMES),
         help="the level a multi-node job must share one domain of (default spine)",
     )  # fmt: skip
-    group.add_argument(
+    add(
         "--preferred", choices=sorted(LEVEL_NAMES),
         help="numatopo's multi-node jobs prefer one domain of this level instead of "
         "requiring --required (numatopo.io/topology-preferred)",
     )  # fmt: skip
-    group.add_argument(
+    add(
         "--max-per-domain", metavar="LEVEL=N",
         help="numatopo's multi-node jobs take at most N pods per domain of LEVEL (block, "
         "spine, leaf or node; numatopo.io/max-members-per-domain)",
     )  # fmt: skip
-    group.add_argument(
+    add(
         "--slice", metavar="LEVEL=N",
         help="numatopo's multi-node jobs whose pod count N divides are slices of N "
         "consecutive ranks, each in one domain of LEVEL (numatopo.io/slice)",
     )  # fmt: skip
-    group.add_argument(
+    add(
         "--write-cluster", type=Path, metavar="F.json",
         help="write the generated (empty) cluster file, for `numatopo domains --cluster`",
     )  # fmt: skip
@@ -139,28 +138,23 @@ def _level_count(flag: str, text: str | None) -> tuple[str, int] | None:
     return levels[name], int(count)
 
 
+COLUMNS: tuple[Column[GangStrategyResult], ...] = (
+    ("STRATEGY", lambda s: s.strategy),
+    ("PLACED", lambda s: f"{s.placed}/{s.jobs}"),
+    ("MULTI-NODE", lambda s: f"{s.multi_node_placed}/{s.multi_node_jobs}"),
+    ("ONE-LEAF", lambda s: percent(s.one_leaf_share)),
+    ("IN-REQUIRED", lambda s: percent(s.required_domain_share)),
+    ("HOPS", lambda s: "-" if s.mean_neighbour_hops is None else f"{s.mean_neighbour_hops:.2f}"),
+    ("LEAF-FRAG", lambda s: f"{s.leaf_fragmentation:.3f}"),
+    ("WAIT", lambda s: f"{s.mean_wait:.3f}"),
+    ("MULTI-WAIT", lambda s: f"{s.multi_node_mean_wait:.3f}"),
+    ("MS/JOB", lambda s: f"{s.place_ms_mean:.1f}"),
+    ("P99-MS", lambda s: f"{s.place_ms_p99:.1f}"),
+)
+
+
 def render_table(result: GangResult) -> str:
-    header = (
-        "STRATEGY", "PLACED", "MULTI-NODE", "ONE-LEAF", "IN-REQUIRED", "HOPS", "LEAF-FRAG",
-        "WAIT", "MULTI-WAIT", "MS/JOB", "P99-MS",
-    )  # fmt: skip
-    rows = [header] + [
-        (
-            s.strategy,
-            f"{s.placed}/{s.jobs}",
-            f"{s.multi_node_placed}/{s.multi_node_jobs}",
-            percent(s.one_leaf_share),
-            percent(s.required_domain_share),
-            "-" if s.mean_neighbour_hops is None else f"{s.mean_neighbour_hops:.2f}",
-            f"{s.leaf_fragmentation:.3f}",
-            f"{s.mean_wait:.3f}",
-            f"{s.multi_node_mean_wait:.3f}",
-            f"{s.place_ms_mean:.1f}",
-            f"{s.place_ms_p99:.1f}",
-        )
-        for s in result.strategies
-    ]
-    lines = align_rows(rows) + _options_lines(result)
+    lines = align_rows(column_rows(COLUMNS, result.strategies)) + _options_lines(result)
     summary = (
         f"{result.nodes} nodes, {result.gpus} GPUs, levels {' > '.join(result.levels)}; "
         f"{result.jobs} jobs sized by {result.sizes} (GPUs: jobs "

@@ -13,18 +13,16 @@ from numatopo_cli.commands.simulate.files import (
     DEFAULT_TRACE,
     InputError,
     csv_rows,
-    open_text,
     pyplot,
     read_nodes,
     read_topology_dir,
     read_topology_map,
     replay_with_plot,
     save_figure,
-    source_name,
     strategy_names,
 )
 from numatopo_cli.progress import progress_bar
-from numatopo_cli.render.text import align_rows, percent
+from numatopo_cli.render.text import Column, align_rows, column_rows, percent
 from numatopo_cli.reports.simulation import simulation_report
 from numatopo_engine.annotations import PolicyName
 from numatopo_engine.model import NumatopologySpec
@@ -32,6 +30,7 @@ from numatopo_engine.simulation import (
     STRATEGIES,
     Arrival,
     SimulationResult,
+    StrategyResult,
     TopologyMapError,
     TraceError,
     build_workload,
@@ -42,38 +41,23 @@ from numatopo_engine.simulation import (
 from numatopo_engine.simulation.mig_pool import MigPoolError, apply_mig_pool
 from numatopo_engine.simulation.trace import GPU_MILLI
 
+COLUMNS: tuple[Column[StrategyResult], ...] = (
+    ("STRATEGY", lambda s: s.strategy),
+    ("PLACED", lambda s: str(s.placed)),
+    ("FAILED", lambda s: str(s.failed)),
+    ("ADMIT-FAIL", lambda s: str(s.admission_failures)),
+    ("ALLOC@1ST-FAIL", lambda s: f"{s.alloc_pct_at_first_failure:.1f}%"),
+    ("ALLOC-END", lambda s: f"{s.alloc_pct_final:.1f}%"),
+    ("1-NUMA(ALIGNABLE)", lambda s: percent(s.alignable_single_numa_share)),
+    ("BEST-LINKS", lambda s: percent(s.best_bandwidth_share)),
+    ("LINK-GB/S", lambda s: "-" if s.mean_link_gbps is None else f"{s.mean_link_gbps:.1f}"),
+    ("CPU-GPU-NUMA", lambda s: percent(s.cpu_gpu_colocated_share)),
+    ("MS/POD", lambda s: f"{s.decision_ms_mean:.2f}"),
+)
+
 
 def render_table(result: SimulationResult) -> str:
-    header = (
-        "STRATEGY",
-        "PLACED",
-        "FAILED",
-        "ADMIT-FAIL",
-        "ALLOC@1ST-FAIL",
-        "ALLOC-END",
-        "1-NUMA(ALIGNABLE)",
-        "BEST-LINKS",
-        "LINK-GB/S",
-        "CPU-GPU-NUMA",
-        "MS/POD",
-    )
-    rows = [header] + [
-        (
-            s.strategy,
-            str(s.placed),
-            str(s.failed),
-            str(s.admission_failures),
-            f"{s.alloc_pct_at_first_failure:.1f}%",
-            f"{s.alloc_pct_final:.1f}%",
-            percent(s.alignable_single_numa_share),
-            percent(s.best_bandwidth_share),
-            "-" if s.mean_link_gbps is None else f"{s.mean_link_gbps:.1f}",
-            percent(s.cpu_gpu_colocated_share),
-            f"{s.decision_ms_mean:.2f}",
-        )
-        for s in result.strategies
-    ]
-    lines = align_rows(rows)
+    lines = align_rows(column_rows(COLUMNS, result.strategies))
     summary = (
         f"{result.nodes} nodes, {result.gpus} GPUs; {result.pods} pods arrived "
         f"({result.multi_gpu_pods} multi-GPU, {result.fractional_pods} fractional-GPU shared "
@@ -154,11 +138,8 @@ def _run(args: argparse.Namespace) -> SimulationResult:
         drawn = f" (the {len(nodes)} drawn by --sample-nodes)" if args.sample_nodes else ""
         raise InputError(f"no GPUs on the nodes{drawn}: the replay measures GPU allocation")
     arrival = Arrival(args.arrival)
-    pods = parse_pod_rows(
-        csv_rows(open_text(args.trace, DEFAULT_TRACE)),
-        source=source_name(args.trace, DEFAULT_TRACE),
-        need_creation_time=arrival is Arrival.CREATION,
-    )
+    rows, source = csv_rows(args.trace, DEFAULT_TRACE)
+    pods = parse_pod_rows(rows, source=source, need_creation_time=arrival is Arrival.CREATION)
     workload = build_workload(
         pods,
         capacity_gpu_milli=sum(n.gpus for n in nodes) * GPU_MILLI,
