@@ -5,7 +5,6 @@ ledger. An object that gives no reading (an invalid spec) reads `{}`: the node i
 
 from __future__ import annotations
 
-import datetime
 import logging
 from collections.abc import Mapping
 from dataclasses import dataclass, field
@@ -15,6 +14,7 @@ import kopf
 import pydantic
 
 from numatopo_engine.model import NumatopologySpec, UnhealthyDevices
+from numatopo_kube.timestamps import unix_seconds
 
 
 def heartbeat_of(body: kopf.Body) -> float | None:
@@ -23,13 +23,7 @@ def heartbeat_of(body: kopf.Body) -> float | None:
     text = (body.get("status") or {}).get("heartbeat")
     if not isinstance(text, str) or not text:
         return None
-    try:
-        moment = datetime.datetime.fromisoformat(text.replace("Z", "+00:00"))
-    except ValueError:
-        return None
-    if moment.tzinfo is None:
-        moment = moment.replace(tzinfo=datetime.UTC)
-    return moment.timestamp()
+    return unix_seconds(text)
 
 
 def stale_reason(body: kopf.Body) -> str | None:

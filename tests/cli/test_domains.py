@@ -145,3 +145,15 @@ def test_bad_cluster_file(run: Run, tmp_path: Path, cluster: Path) -> None:
     code, _, err = run(["domains", "--cluster", bad, "--levels", RACK])
     assert code == 2
     assert "r1-a" in err
+
+
+@pytest.mark.parametrize("flag", ["--cluster", "--network-topology"])
+def test_files_that_are_not_text(run: Run, tmp_path: Path, cluster: Path, flag: str) -> None:
+    binary = tmp_path / "binary"
+    binary.write_bytes(b"\xff\xfe\x00garbage")
+    args = {"--cluster": ["--cluster", binary, "--levels", RACK],
+            "--network-topology": ["--cluster", cluster, "--network-topology", binary]}  # fmt: skip
+    code, _, err = run(["domains", *args[flag]])
+    assert code == 2
+    assert f"{flag}" in err
+    assert "Traceback" not in err

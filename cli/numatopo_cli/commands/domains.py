@@ -62,7 +62,7 @@ def _levels(args: argparse.Namespace) -> list[str]:
             return NetworkTopology.model_validate(raw).spec.labels
         except OSError as exc:
             raise InputError(f"--network-topology: {exc.strerror or exc}") from None
-        except yaml.YAMLError as exc:
+        except (yaml.YAMLError, UnicodeDecodeError) as exc:
             raise InputError(f"--network-topology: not YAML ({exc})") from None
         except ValidationError as exc:
             raise InputError(f"--network-topology: not a NetworkTopology ({_first(exc)})") from None

@@ -19,7 +19,6 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import datetime
 import json
 import ssl
 import sys
@@ -34,6 +33,7 @@ from numatopo_engine import annotations as keys
 from numatopo_engine.model import GROUP
 from numatopo_engine.network_topology import NETWORK_TOPOLOGY_PLURAL
 from numatopo_kube import KubeClient, KubeConfigError, KubeError
+from numatopo_kube.timestamps import unix_seconds
 from numatopo_operator import translate
 from numatopo_operator.cluster_view import replay
 
@@ -109,11 +109,8 @@ async def _numatopologies(kube: KubeClient, report: Report) -> None:
 
 
 def _age(stamp: str) -> float | None:
-    try:
-        moment = datetime.datetime.fromisoformat(stamp.replace("Z", "+00:00"))
-    except ValueError:
-        return None
-    return time.time() - moment.timestamp()
+    moment = unix_seconds(stamp)
+    return None if moment is None else time.time() - moment
 
 
 async def _lease(kube: KubeClient, report: Report, lease: str) -> None:

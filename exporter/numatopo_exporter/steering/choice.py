@@ -25,10 +25,10 @@ from __future__ import annotations
 import math
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
-from datetime import datetime
 
 from numatopo_engine.annotations import Assignment
 from numatopo_engine.device_ids import device_ids_for
+from numatopo_kube.timestamps import unix_seconds
 
 
 @dataclass(frozen=True)
@@ -133,7 +133,5 @@ def _seconds(created: str | float) -> float:
     # so a malformed timestamp cannot jump the queue.
     if isinstance(created, int | float):
         return float(created)
-    try:
-        return datetime.fromisoformat(created.replace("Z", "+00:00")).timestamp()
-    except ValueError:
-        return math.inf
+    seconds = unix_seconds(created)
+    return math.inf if seconds is None else seconds
