@@ -771,23 +771,24 @@ def _sized(request: PodRequest, tables: Tables) -> _Sizing:
     apps = request.containers + sidecars
     inits = tuple(c for c in request.init_containers if not c.restartable)
     needs = {c.name: _container_need(c, options, tables) for c in apps}
-    init_needs = _init_totals(request, options, tables)
-    pod_need = _sum_needs(list(needs.values()), options)
-    excess = _excess(init_needs, pod_need)
-    return _Sizing(apps, inits, needs, init_needs, excess, _add_needs(pod_need, excess))
-
-
-def _init_totals(request: PodRequest, options: TopologyOptions, tables: Tables) -> list[Need]:
-    """Each regular init container's need plus the sidecars already running beside it."""
-    running = _sum_needs([], options)
-    totals: list[Need] = []
+    empty = Need(
+        cpu_mode=options.cpu,
+        full_cores=options.smt is SmtMode.FULL_CORES and options.cpu is CpuMode.EXCLUSIVE,
+    )
+    running = empty  # the sidecars started so far
+    init_needs: list[Need] = []
     for container in request.init_containers:
         need = _container_need(container, options, tables)
         if container.restartable:
-            running = _add_needs(running, need)
+            running = _combine(running, need)
         else:
-            totals.append(_add_needs(running, need))
-    return totals
+            init_needs.append(_combine(running, need))
+    pod_need = functools.reduce(_combine, needs.values(), empty)
+    excess = empty  # what the largest init container needs beyond the app containers
+    if init_needs:
+        largest = functools.reduce(lambda x, y: _combine(x, y, max), init_needs)
+        excess = _combine(largest, pod_need, lambda x, y: max(0, x - y))
+    return _Sizing(apps, inits, needs, init_needs, excess, _combine(pod_need, excess))
 
 
 @dataclass(slots=True)
@@ -929,21 +930,15 @@ def _bound_numa(
         if need.cpu_mode is CpuMode.EXCLUSIVE and need.cpus
         else set()
     )
-    gpus = {
-        n
-        for g in reusable.gpus
-        if need.gpus
-        and need.gpu_resource in (None, tables.gpu_resource[g])
-        and (n := tables.gpu_numa[g]) is not None
-    }
-    nics = {
-        n
-        for x in reusable.nics
-        if need.nics
-        and need.nic_resource in (None, tables.nic_resource[x])
-        and (n := tables.nic_numa[x]) is not None
-    }
-    return cpus, gpus, nics
+    gpus = _matching(reusable.gpus, need.gpu_resource, tables.gpu_resource) if need.gpus else []
+    nics = _matching(reusable.nics, need.nic_resource, tables.nic_resource) if need.nics else []
+    gpu_numa = {n for g in gpus if (n := tables.gpu_numa[g]) is not None}
+    return cpus, gpu_numa, {n for x in nics if (n := tables.nic_numa[x]) is not None}
+
+
+def _matching(devices: Iterable[int], wanted: str | None, resource: Mapping[int, str]) -> list[int]:
+    """Those of `devices` (GPUs or NICs) of the resource `wanted` (any when None), ascending."""
+    return sorted(d for d in devices if wanted in (None, resource[d]))
 
 
 def _binding(plan: Plan, need: Need, cpus: set[int], gpus: set[int], nics: set[int]) -> Plan:
@@ -994,12 +989,11 @@ def _fill_reusing(  # noqa: PLR0917 (the fill's inputs, one container's)
                 tables, free.cpus - set(aligned_cpus), reusable.cpus, others,
                 need.cpus - len(aligned_cpus),
             )  # fmt: skip
-    reused_nics = sorted(
+    reused_nics = [
         x
-        for x in reusable.nics
-        if need.nic_resource in (None, tables.nic_resource[x])
-        and (nic_pool is None or x in nic_pool)
-    )[: need.nics]
+        for x in _matching(reusable.nics, need.nic_resource, tables.nic_resource)
+        if nic_pool is None or x in nic_pool
+    ][: need.nics]
     gpus = list(pinned) if pinned else _gpus_reusing(filler, need, choice, reusable)
     _release_reused_memory(free, need, choice.memory_mask, reusable, spend=not regular_init)
     rest = replace(need, cpus=need.cpus - len(aligned_cpus), nics=need.nics - len(reused_nics))
@@ -1060,10 +1054,7 @@ def _gpus_reusing(filler: _Filler, need: Need, choice: _Choice, reusable: _Reusa
     tables, free = filler.tables, filler.free
     if not need.gpus:
         return []
-    matching = sorted(
-        g for g in reusable.gpus if need.gpu_resource in (None, tables.gpu_resource[g])
-    )
-    picked = matching[: need.gpus]
+    picked = _matching(reusable.gpus, need.gpu_resource, tables.gpu_resource)[: need.gpus]
     missing = need.gpus - len(picked)
     if not missing:
         return picked
@@ -1072,9 +1063,7 @@ def _gpus_reusing(filler: _Filler, need: Need, choice: _Choice, reusable: _Reusa
     if chosen is not None:
         return picked + list(chosen)
     numa_ids = set(bits(choice.mask))
-    others = [
-        g for g in free.gpus - reusable.gpus if need.gpu_resource in (None, tables.gpu_resource[g])
-    ]
+    others = _matching(free.gpus - reusable.gpus, need.gpu_resource, tables.gpu_resource)
     aligned = frozenset(g for g in others if tables.gpu_numa[g] in numa_ids)
     if len(aligned) >= missing:
         return picked + list(_best_gpus(filler, aligned, missing) or ())
@@ -1193,27 +1182,7 @@ def _container_need(c: ContainerRequest, options: TopologyOptions, tables: Table
     )
 
 
-def _sum_needs(needs: Sequence[Need], options: TopologyOptions) -> Need:
-    empty = Need(
-        cpu_mode=options.cpu,
-        full_cores=options.smt is SmtMode.FULL_CORES and options.cpu is CpuMode.EXCLUSIVE,
-    )
-    return functools.reduce(_add_needs, needs, empty)
-
-
-def _add_needs(a: Need, b: Need) -> Need:
-    return _combine(a, b, operator.add)
-
-
-def _excess(init_needs: Sequence[Need], apps: Need) -> Need:
-    """What the largest init container needs beyond the app containers' sum, per resource."""
-    if not init_needs:
-        return Need(cpu_mode=apps.cpu_mode, full_cores=apps.full_cores)
-    largest = functools.reduce(lambda x, y: _combine(x, y, max), init_needs)
-    return _combine(largest, apps, lambda x, y: max(0, x - y))
-
-
-def _combine(a: Need, b: Need, amounts: Callable[[int, int], int]) -> Need:
+def _combine(a: Need, b: Need, amounts: Callable[[int, int], int] = operator.add) -> Need:
     """`a` and `b` resource by resource (`amounts`), with `a`'s CPU mode and either's resources."""
     pages = dict(a.hugepages)
     for size, amount in b.hugepages:
@@ -1267,9 +1236,8 @@ def _fill(
     if need.nics:
         matching = [
             n
-            for n in free.nics
-            if (need.nic_resource is None or tables.nic_resource[n] == need.nic_resource)
-            and (nic_pool is None or n in nic_pool)
+            for n in _matching(free.nics, need.nic_resource, tables.nic_resource)
+            if nic_pool is None or n in nic_pool
         ]
         inside = [n for n in matching if (numa := tables.nic_numa[n]) is None or numa in numa_ids]
         nics = choose_nics(tables, inside, min(need.nics, len(inside)), gpus=entry.gpus,
@@ -1366,15 +1334,8 @@ def _add_init_entries(
             entry.cpus = sorted((app_cpus + shared)[: need.cpus])
         asks = (excess.cpus, excess.memory_bytes, excess.hugepages, excess.gpus, excess.nics)
         if index == largest and any(asks):
-            extra_need = Need(
-                gpus=excess.gpus, gpu_resource=excess.gpu_resource, nics=excess.nics,
-                nic_resource=excess.nic_resource, memory_bytes=excess.memory_bytes,
-                hugepages=excess.hugepages, cpu_mode=CpuMode.NONE,
-            )  # fmt: skip
-            pool = sorted(
-                g for g in free.gpus
-                if excess.gpu_resource is None or tables.gpu_resource[g] == excess.gpu_resource
-            )  # fmt: skip
+            extra_need = replace(excess, cpus=0, cpu_mode=CpuMode.NONE, full_cores=False)
+            pool = _matching(free.gpus, excess.gpu_resource, tables.gpu_resource)
             place = _Choice(union, memory_mask or union, 0, ())
             extra = _fill(filler, extra_need, choice=place, gpu_pool=pool)
             if isinstance(extra, Shortfall):
