@@ -18,14 +18,14 @@ the lowest id, so the result is deterministic.
 from __future__ import annotations
 
 from collections import Counter
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Container, Iterable
 
 from numatopo_engine.topology_tables import Tables
 
 Take = Callable[[Iterable[int]], None]
 
 
-def free_whole_core_cpus(tables: Tables, free: set[int], numa_ids: set[int]) -> set[int]:
+def free_whole_core_cpus(tables: Tables, free: set[int], numa_ids: Container[int]) -> set[int]:
     """Threads of the cores in `numa_ids` whose every thread is allocatable and free."""
     out: set[int] = set()
     tpc = tables.threads_per_core

@@ -35,6 +35,7 @@ import numpy as np
 import numpy.typing as npt
 
 from numatopo_engine.annotations import CpuMode, GpuLinksMode, PolicyName
+from numatopo_engine.cpu_assignment import free_whole_core_cpus
 from numatopo_engine.gpu_assignment import GpuMemo, choose_gpus, first_unlinked_pair, set_bandwidth
 from numatopo_engine.hints import Need, RowLayout
 from numatopo_engine.numamask import LOCAL_DISTANCE, bits
@@ -398,13 +399,9 @@ def _cpu_hint_inputs(
     """The CPU provider's row columns per position and its capacity per NUMA id."""
     positions = range(len(layout.numa_ids))
     if need.exclusive_cpus and need.full_cores:
-        capacity: dict[int, int] = {}
-        tpc = tables.threads_per_core
-        for core in tables.whole_cores:
-            threads = tables.core_threads[core]
-            if len(threads) == tpc:
-                numa = tables.cpu_numa[threads[0]]
-                capacity[numa] = capacity.get(numa, 0) + tpc
+        # Whole cores of the hardware: as if every CPU were free.
+        cores = free_whole_core_cpus(tables, set(tables.cpu_numa), layout.numa_ids)
+        capacity = Counter(tables.cpu_numa[c] for c in cores)
         return np.array([layout.whole(p) for p in positions], dtype=np.int64), capacity
     columns = np.array([layout.cpu(p) for p in positions], dtype=np.int64)
     if need.exclusive_cpus:
@@ -873,19 +870,12 @@ def _rank_terms(
                 take = min(left, int(free_cpus[i, position]))
                 taken_cpus[i, position] = take
                 left -= take
-    capacity = plan.free.numa_gpu_capacity
-    cpu_capacity = plan.free.numa_cpu_capacity
-    free_before, used_before = usable_gpus(
-        free_gpus, free_cpus, capacity, mix, numa_cpu_capacity=cpu_capacity
-    )
-    free_after, used_after = usable_gpus(
-        np.maximum(free_gpus - taken_gpus, 0),
-        np.maximum(free_cpus - taken_cpus, 0),
-        capacity,
-        mix,
-        numa_cpu_capacity=cpu_capacity,
-    )
-    return RankTerms(alignment, fill, free_before, used_before, free_after, used_after)
+    capacity, cpu_capacity = plan.free.numa_gpu_capacity, plan.free.numa_cpu_capacity
+    before = usable_gpus(free_gpus, free_cpus, capacity, mix, numa_cpu_capacity=cpu_capacity)
+    gpus_after = np.maximum(free_gpus - taken_gpus, 0)
+    cpus_after = np.maximum(free_cpus - taken_cpus, 0)
+    after = usable_gpus(gpus_after, cpus_after, capacity, mix, numa_cpu_capacity=cpu_capacity)
+    return RankTerms(alignment, fill, *before, *after)
 
 
 def _mean_fill(fills: list[Floats], like: Floats) -> Floats:

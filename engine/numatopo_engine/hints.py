@@ -12,10 +12,12 @@ memory is in its own group. The manager never lets a node of one group serve a p
 
 from __future__ import annotations
 
+from collections import Counter
 from dataclasses import dataclass, field
 from typing import NamedTuple
 
 from numatopo_engine.annotations import CpuMode
+from numatopo_engine.cpu_assignment import free_whole_core_cpus
 from numatopo_engine.state import NodeState
 from numatopo_engine.topology_tables import Tables
 
@@ -162,12 +164,7 @@ def row_of(tables: Tables, layout: RowLayout, free: FreeView) -> list[int]:
     numa_ids = layout.numa_ids
     position = {n: i for i, n in enumerate(numa_ids)}
     cpus = [len(free.cpus & tables.numa_allocatable[n]) for n in numa_ids]
-    whole = dict.fromkeys(numa_ids, 0)
-    tpc = tables.threads_per_core
-    for core in tables.whole_cores:
-        threads = tables.core_threads[core]
-        if len(threads) == tpc and all(t in free.cpus for t in threads):
-            whole[tables.cpu_numa[threads[0]]] += tpc
+    whole = Counter(tables.cpu_numa[c] for c in free_whole_core_cpus(tables, free.cpus, numa_ids))
     groups = []
     for n in numa_ids:
         group = free.groups.get(n, 0)
