@@ -942,20 +942,17 @@ def shortfall(plan: Plan, decided: Decided, index: int, row: Ints) -> Shortfall:
     why = decided.kind[index]
     assert why is not None, "only refused rows have a shortfall"
     policy = plan.options.policy.value
-    if why is Kind.SHORT:
-        for resource, asked, columns in plan.totals:
-            have = int(row[columns].sum())
-            if have < asked:
-                shown, free = _per_numa(plan, row)
-                return Shortfall(
-                    why, policy, plan.wanted, resource=resource, total=have, free=free,
-                    free_of=shown,
-                )  # fmt: skip
     if why is Kind.SHARED_POOL:
         return Shortfall(why, policy, plan.wanted, bound=int(row[plan.free.cpu].sum()))
     if why is Kind.GPU_LINKS:
         return Shortfall(why, policy, plan.wanted, pair=decided.pair[index])
     shown, free = _per_numa(plan, row)
+    if why is Kind.SHORT:
+        resource, _, columns = plan.totals[int(decided.short[index])]
+        total = int(row[columns].sum())
+        return Shortfall(
+            why, policy, plan.wanted, resource=resource, total=total, free=free, free_of=shown
+        )
     width = None
     if why is Kind.MAX_NUMA_NODES:
         width = decided.mask(index).bit_count()
