@@ -17,6 +17,7 @@ the held NICs. Memo tables live in an `Engine` the caller owns; nothing here mut
 
 from __future__ import annotations
 
+import copy
 import functools
 import operator
 from collections.abc import Callable, Container, Hashable, Iterable, Mapping, Sequence
@@ -877,7 +878,7 @@ def _container_choice(
     plan = reusing_memory(plan, reusable.memory)
     working = free
     if only is not None or nic_pool is not None:
-        working = free.copy()
+        working = copy.deepcopy(free)
         working.gpus &= set(free.gpus if only is None else only)
         working.nics &= free.nics if nic_pool is None else nic_pool
     return _choice_on(engine, tables, plan, working)
@@ -1239,17 +1240,11 @@ def _fill(
             for n in _matching(free.nics, need.nic_resource, tables.nic_resource)
             if nic_pool is None or n in nic_pool
         ]
-        inside = [n for n in matching if (numa := tables.nic_numa[n]) is None or numa in numa_ids]
-        nics = choose_nics(tables, inside, min(need.nics, len(inside)), gpus=entry.gpus,
-                           numa_ids=set(numa_ids)) or []  # fmt: skip
-        if len(nics) < need.nics:
-            outside = [n for n in matching if n not in nics]
-            nics += choose_nics(tables, outside, need.nics - len(nics), gpus=entry.gpus,
-                                numa_ids=set(numa_ids)) or []  # fmt: skip
-        if len(nics) < need.nics:
+        nics = choose_nics(tables, matching, need.nics, gpus=entry.gpus, numa_ids=set(numa_ids))
+        if nics is None:
             return Shortfall(Kind.REQUEST, policy, (), note=f"{need.nics} NICs requested, "
                              f"{len(matching)} free")  # fmt: skip
-        entry.nics = sorted(nics)
+        entry.nics = nics
         free.nics.difference_update(nics)
     if need.cpu_mode is CpuMode.EXCLUSIVE and need.cpus:
         # Within a mask wider than the GPUs' NUMA nodes, the CPUs next to the GPUs come first.

@@ -75,16 +75,6 @@ class FreeView:
             groups=dict(state.memory_groups()),
         )
 
-    def copy(self) -> FreeView:
-        return FreeView(
-            cpus=set(self.cpus),
-            gpus=set(self.gpus),
-            nics=set(self.nics),
-            memory=dict(self.memory),
-            hugepages=dict(self.hugepages),
-            groups=dict(self.groups),
-        )
-
     def join_group(self, numa_ids: list[int]) -> None:
         """Record that memory was placed over `numa_ids`: the latest mask wins, as in the memory
         manager's `updateMachineState` (the pod's containers come in the kubelet's order; for booked
