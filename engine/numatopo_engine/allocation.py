@@ -412,18 +412,11 @@ def _grouped_refusals(
     verdicts: RowVerdicts, codes: npt.NDArray[np.int64], confirmed: Mapping[int, Refusal]
 ) -> list[tuple[npt.NDArray[np.intp], str]]:
     """The refused nodes' indices by summary: the plan's (`codes`) and `confirmed`'s."""
-    refused: list[tuple[npt.NDArray[np.intp], str]] = []
     # A plan that refused no row yet (no summary kept) refuses none of these.
     at = (codes >= 0).nonzero()[0] if verdicts.summaries else codes[:0]
-    if at.size:
-        found = codes[at]
-        distinct = dict.fromkeys(found.tolist())
-        if len(distinct) == 1:  # the usual case: one thing lacking
-            refused.append((at, verdicts.summaries[next(iter(distinct))]))
-        else:
-            for code in distinct:
-                refused.append((at[found == code], verdicts.summaries[code]))
-    return refused + _by_summary(confirmed)
+    found = codes[at]
+    by_plan = [(at[found == c], verdicts.summaries[c]) for c in dict.fromkeys(found.tolist())]
+    return by_plan + _by_summary(confirmed)
 
 
 def _by_summary(refusals: Mapping[int, Refusal]) -> list[tuple[npt.NDArray[np.intp], str]]:
