@@ -181,22 +181,14 @@ def _gpus_in_masks(
 ) -> tuple[int, list[int], list[int]]:
     """The bitmask of the GPUs of the requested resource; per mask, the bitmask of those in it, and
     how many GPUs (any resource) are in it or on no NUMA node."""
-    matching = 0
-    for gpu, resource in tables.gpu_resource.items():
-        if need.gpu_resource in (None, resource):
-            matching |= 1 << gpu
+    matching = sum(1 << g for g, r in tables.gpu_resource.items() if need.gpu_resource in (None, r))
     in_mask: list[int] = []
     every: list[int] = []
     for m in masks:
         inside = {ids[p] for p in range(len(ids)) if m >> p & 1}
-        bits_in = total = 0
-        for gpu, numa in tables.gpu_numa.items():
-            if numa is None or numa in inside:
-                total += 1
-                if matching >> gpu & 1:
-                    bits_in |= 1 << gpu
-        in_mask.append(bits_in)
-        every.append(total)
+        held = [g for g, numa in tables.gpu_numa.items() if numa is None or numa in inside]
+        in_mask.append(sum(1 << g for g in held if matching >> g & 1))
+        every.append(len(held))
     return matching, in_mask, every
 
 

@@ -22,6 +22,7 @@ from numatopo_engine.cpuset import CPUSet
 from numatopo_engine.devices import schedulable_devices
 from numatopo_engine.errors import OverlapError
 from numatopo_engine.model import NumatopologySpec
+from numatopo_engine.numamask import make_mask
 from numatopo_engine.quantity import page_bytes, parse_bytes
 from numatopo_engine.topology_tables import NodeNames, Tables, node_names, shape_key
 
@@ -41,9 +42,7 @@ def join_group(groups: dict[int, int], numa_ids: Iterable[int]) -> None:
     """Record in `groups` (NUMA id -> group mask, -1 on a conflict) that memory was placed over
     `numa_ids` together, as the kubelet's memory manager records Cells."""
     ids = list(numa_ids)
-    group = 0
-    for numa_id in ids:
-        group |= 1 << numa_id
+    group = make_mask(ids)
     for numa_id in ids:
         held = groups.get(numa_id, 0)
         groups[numa_id] = group if held in (0, group) else -1
