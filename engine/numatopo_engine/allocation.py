@@ -279,11 +279,7 @@ def evaluate_many(
     """`evaluate` on each of `states`: the score or a `Refusal` (its error's text). Raises
     InvalidRequestError as `evaluate` does, ValueError for another shape's state (if `checked`)."""
     scored = score_many(topology, states, request, checked=checked, engine=engine)
-    outcomes: list[int | Refusal] = scored.scores.tolist()
-    for refused, _ in scored.refused:
-        for index in refused.tolist():
-            outcomes[index] = scored.refusal(index)
-    return outcomes
+    return [scored.refusal(i) if s < 0 else s for i, s in enumerate(scored.scores.tolist())]
 
 
 class ShapeScores(NamedTuple):
@@ -630,9 +626,7 @@ def _decide(
         if isinstance(filled, Shortfall):
             return filled
         entries[container.name] = filled
-    filled_inits = _add_init_entries(
-        filler, sizing, entries, union=choice.mask, memory_mask=choice.memory_mask
-    )
+    filled_inits = _add_init_entries(filler, sizing, entries, choice)
     if isinstance(filled_inits, Shortfall):
         return filled_inits
     return _Plan(choice.mask, choice.score, entries)
@@ -1303,29 +1297,27 @@ def _book_memory(free: FreeView, need: Need, entry: _Entry, numa_ids: list[int])
 
 
 def _add_init_entries(
-    filler: _Filler, sizing: _Sizing, entries: dict[str, _Entry], *, union: int, memory_mask: int
+    filler: _Filler, sizing: _Sizing, entries: dict[str, _Entry], choice: _Choice
 ) -> Shortfall | None:
     tables, free = filler.tables, filler.free
     inits, init_needs, excess = sizing.inits, sizing.init_needs, sizing.excess
     if not inits:
         return None
     app_cpus = [c for e in entries.values() if e.exclusive for c in e.cpus]
-    numa_ids = bits(union)
     largest = max(
         range(len(init_needs)),
         key=lambda i: (init_needs[i].gpus, init_needs[i].cpus, init_needs[i].memory_bytes, -i),
     )
-    shared = sorted(c for c in free.cpus if tables.cpu_numa[c] in numa_ids)
+    shared = sorted(c for c in free.cpus if choice.mask >> tables.cpu_numa[c] & 1)
     for index, (container, need) in enumerate(zip(inits, init_needs, strict=True)):
-        entry = _Entry(mask=union, exclusive=False)
+        entry = _Entry(mask=choice.mask, exclusive=False)
         if need.cpu_mode is not CpuMode.NONE and need.cpus:
             entry.cpus = sorted((app_cpus + shared)[: need.cpus])
         asks = (excess.cpus, excess.memory_bytes, excess.hugepages, excess.gpus, excess.nics)
         if index == largest and any(asks):
             extra_need = replace(excess, cpus=0, cpu_mode=CpuMode.NONE, full_cores=False)
             pool = _matching(free.gpus, excess.gpu_resource, tables.gpu_resource)
-            place = _Choice(union, memory_mask or union, 0, ())
-            extra = _fill(filler, extra_need, choice=place, gpu_pool=pool)
+            extra = _fill(filler, extra_need, choice=choice, gpu_pool=pool)
             if isinstance(extra, Shortfall):
                 return extra
             entry.gpus, entry.nics = extra.gpus, extra.nics

@@ -216,11 +216,10 @@ class NodeState:
         summary = self._summary
         if summary is not None and summary[0] == self.version:
             return summary
-        topology = self.topology
         cpus = self._allocatable - self._cpu_owner.keys()
         cpu_mask = sum(1 << cpu for cpu in cpus)
         gpu_mask = sum(1 << gpu for gpu in self.free_gpus())
-        nodes = sorted(topology.numa_nodes, key=lambda n: n.id)
+        nodes = sorted(self.topology.numa_nodes, key=lambda n: n.id)
         signature = FreeSignature(
             cpu_mask=cpu_mask,
             gpu_mask=gpu_mask,
@@ -233,8 +232,7 @@ class NodeState:
                 if pages
             ),
         )
-        summary = (self.version, frozenset(cpus), signature)
-        self._summary = summary
+        self._summary = summary = (self.version, frozenset(cpus), signature)
         return summary
 
     # -- changes ---------------------------------------------------------------
