@@ -1008,11 +1008,7 @@ def _aligned_reusing(
     the packed `takeByTopology` does: nodes wholly in the pool first when the request is that big,
     then fewest in the pool first, ties by id. Within a node reusable ones go first, packed by core
     (the node, which binds later hints, is the kubelet's)."""
-    per_numa: dict[int, set[int]] = {n: set() for n in sorted(numa_ids)}
-    for cpu in pool:
-        numa = tables.cpu_numa.get(cpu)
-        if numa in per_numa:
-            per_numa[numa].add(cpu)
+    per_numa = {n: {c for c in pool if tables.cpu_numa.get(c) == n} for n in sorted(numa_ids)}
     left = min(count, sum(len(cpus) for cpus in per_numa.values()))
     taken: dict[int, int] = {}
     for numa in sorted(per_numa, key=lambda n: (len(per_numa[n]), n)):

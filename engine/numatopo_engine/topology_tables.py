@@ -87,12 +87,11 @@ def shape_key(spec: NumatopologySpec) -> str:
         gpu.pop("pciBusId", None)
         for device in gpu.get("migDevices") or ():
             device.pop("uuid", None)
-    nics = []
-    for nic in wire.get("nics", ()):
+    nics = wire.get("nics", ())
+    for nic in nics:
         nic["name"] = position[nic["name"]]
         nic.pop("pciBusId", None)
         nic.pop("netdevs", None)
-        nics.append(nic)
     wire["nics"] = sorted(nics, key=lambda n: int(n["name"]))
     paths = wire.get("pciPaths", ())
     for path in paths:
