@@ -134,9 +134,8 @@ class Engine:
                 self.gpu_memo.clear()
                 self.verdicts.clear()
                 self._rows_kept = 0
-            layout = self.layout_of(tables)
             plan = self.plans[key] = make_plan(
-                tables, layout, need, options, floor=floor, prefer_closest=closest
+                tables, self.layout_of(tables), need, options, floor=floor, prefer_closest=closest
             )
         return plan
 
@@ -860,8 +859,9 @@ def _container_choice(
     """One container's own hint under scope `container`, bound by and counting what it reuses, over
     the devices it may have (`only`: its pinned GPUs)."""
     engine, tables, free, options, floor, closest, _, _ = filler
-    bound = _bound_numa(tables, need, reusable)
-    plan = _binding(engine.plan(tables, need, options, floor=floor, closest=closest), need, *bound)
+    plan = _binding(
+        engine.plan(tables, need, options, floor=floor, closest=closest), need, reusable
+    )
     plan = reusing_memory(plan, reusable.memory)
     working = free
     if only is not None or nic_pool is not None:
@@ -909,37 +909,30 @@ def _memory_of(
     return memory_manager_mask(view, request, hint, choice.preferred, reusable)
 
 
-def _bound_numa(
-    tables: Tables, need: Need, reusable: _Reusable
-) -> tuple[set[int], set[int], set[int]]:
-    """The NUMA nodes of the reusable CPUs, GPUs and NICs the container's hints must hold."""
-    cpus = (
-        {tables.cpu_numa[c] for c in reusable.cpus}
-        if need.cpu_mode is CpuMode.EXCLUSIVE and need.cpus
-        else set()
-    )
-    gpus = _matching(reusable.gpus, need.gpu_resource, tables.gpu_resource) if need.gpus else []
-    nics = _matching(reusable.nics, need.nic_resource, tables.nic_resource) if need.nics else []
-    gpu_numa = {n for g in gpus if (n := tables.gpu_numa[g]) is not None}
-    return cpus, gpu_numa, {n for x in nics if (n := tables.nic_numa[x]) is not None}
-
-
 def _matching(devices: Iterable[int], wanted: str | None, resource: Mapping[int, str]) -> list[int]:
     """Those of `devices` (GPUs or NICs) of the resource `wanted` (any when None), ascending."""
     return sorted(d for d in devices if wanted in (None, resource[d]))
 
 
-def _binding(plan: Plan, need: Need, cpus: set[int], gpus: set[int], nics: set[int]) -> Plan:
-    """`plan` with the CPU, device and NIC providers' hints bound to those NUMA nodes (the kubelet's
-    hint generators with reusable ones); their narrowest width unchanged."""
-    if not (cpus or gpus or nics):
+def _binding(plan: Plan, need: Need, reusable: _Reusable) -> Plan:
+    """`plan` with the CPU, device and NIC providers' hints bound to the NUMA nodes of the reusable
+    CPUs, GPUs and NICs the container takes (the kubelet's hint generators with reusable ones);
+    their narrowest width unchanged."""
+    tables = plan.tables
+    exclusive = need.cpu_mode is CpuMode.EXCLUSIVE and need.cpus
+    cpus = {tables.cpu_numa[c] for c in reusable.cpus} if exclusive else set()
+    gpus = _matching(reusable.gpus, need.gpu_resource, tables.gpu_resource) if need.gpus else []
+    nics = _matching(reusable.nics, need.nic_resource, tables.nic_resource) if need.nics else []
+    gpu_numa = {n for g in gpus if (n := tables.gpu_numa[g]) is not None}
+    nic_numa = {n for x in nics if (n := tables.nic_numa[x]) is not None}
+    if not (cpus or gpu_numa or nic_numa):
         return plan
     device = accelerator_word(need.gpu_resource)
     providers = []
     for provider in plan.providers:
         name = provider.wanted[0].resource if provider.wanted and not provider.memory else ""
         # A later key wins: CPUs before the device's word before NICs.
-        numa = {"NICs": nics, device: gpus, "CPUs": cpus}.get(name, set())
+        numa = {"NICs": nic_numa, device: gpu_numa, "CPUs": cpus}.get(name, set())
         positions = [plan.position_of[n] for n in numa if n in plan.position_of]
         bound = provider.holds & plan.member[:, positions].all(axis=1)
         providers.append(replace(provider, holds=bound) if numa else provider)
