@@ -802,7 +802,7 @@ def _one_container_at_a_time(
     _, tables, free, options, _, _, pins, nic_pins = filler
     reusable = _Reusable()
     entries: dict[str, _Entry] = {}
-    union = memory_mask = 0
+    union = 0
     scores: list[int] = []
     order = [*request.init_containers, *request.containers]
     inits = {c.name for c in request.init_containers if not c.restartable}
@@ -843,7 +843,6 @@ def _one_container_at_a_time(
             # Reused CPUs run the later containers; the init container holds none alone.
             filled.exclusive = False
         union |= choice.mask
-        memory_mask |= choice.memory_mask
         scores.append(choice.score)
     _drop_handed_on(entries, [c.name for c in order])
     return _Plan(union, min(scores, default=100), entries)

@@ -288,10 +288,9 @@ def _bounded_masks(
     position_of: dict[int, int],
 ) -> tuple[list[int], int]:
     """Masks up to the width bound over `positions` (best-equipped first), and all of them."""
+    width = options.max_numa_nodes or DEFAULT_MAX_WIDTH
     if options.policy is PolicyName.SINGLE_NUMA_NODE:
         width = 1
-    else:
-        width = options.max_numa_nodes or DEFAULT_MAX_WIDTH
     id_of = {p: n for n, p in position_of.items()}
 
     def equipped(position: int) -> tuple[float, int]:
