@@ -17,6 +17,7 @@ the held NICs. Memo tables live in an `Engine` the caller owns; nothing here mut
 
 from __future__ import annotations
 
+import copy
 import functools
 import operator
 from collections.abc import Callable, Container, Hashable, Iterable, Mapping, Sequence
@@ -133,9 +134,8 @@ class Engine:
                 self.gpu_memo.clear()
                 self.verdicts.clear()
                 self._rows_kept = 0
-            layout = self.layout_of(tables)
             plan = self.plans[key] = make_plan(
-                tables, layout, need, options, floor=floor, prefer_closest=closest
+                tables, self.layout_of(tables), need, options, floor=floor, prefer_closest=closest
             )
         return plan
 
@@ -278,11 +278,7 @@ def evaluate_many(
     """`evaluate` on each of `states`: the score or a `Refusal` (its error's text). Raises
     InvalidRequestError as `evaluate` does, ValueError for another shape's state (if `checked`)."""
     scored = score_many(topology, states, request, checked=checked, engine=engine)
-    outcomes: list[int | Refusal] = scored.scores.tolist()
-    for refused, _ in scored.refused:
-        for index in refused.tolist():
-            outcomes[index] = scored.refusal(index)
-    return outcomes
+    return [scored.refusal(i) if s < 0 else s for i, s in enumerate(scored.scores.tolist())]
 
 
 class ShapeScores(NamedTuple):
@@ -411,18 +407,11 @@ def _grouped_refusals(
     verdicts: RowVerdicts, codes: npt.NDArray[np.int64], confirmed: Mapping[int, Refusal]
 ) -> list[tuple[npt.NDArray[np.intp], str]]:
     """The refused nodes' indices by summary: the plan's (`codes`) and `confirmed`'s."""
-    refused: list[tuple[npt.NDArray[np.intp], str]] = []
     # A plan that refused no row yet (no summary kept) refuses none of these.
     at = (codes >= 0).nonzero()[0] if verdicts.summaries else codes[:0]
-    if at.size:
-        found = codes[at]
-        distinct = dict.fromkeys(found.tolist())
-        if len(distinct) == 1:  # the usual case: one thing lacking
-            refused.append((at, verdicts.summaries[next(iter(distinct))]))
-        else:
-            for code in distinct:
-                refused.append((at[found == code], verdicts.summaries[code]))
-    return refused + _by_summary(confirmed)
+    found = codes[at]
+    by_plan = [(at[found == c], verdicts.summaries[c]) for c in dict.fromkeys(found.tolist())]
+    return by_plan + _by_summary(confirmed)
 
 
 def _by_summary(refusals: Mapping[int, Refusal]) -> list[tuple[npt.NDArray[np.intp], str]]:
@@ -636,9 +625,7 @@ def _decide(
         if isinstance(filled, Shortfall):
             return filled
         entries[container.name] = filled
-    filled_inits = _add_init_entries(
-        filler, sizing, entries, union=choice.mask, memory_mask=choice.memory_mask
-    )
+    filled_inits = _add_init_entries(filler, sizing, entries, choice)
     if isinstance(filled_inits, Shortfall):
         return filled_inits
     return _Plan(choice.mask, choice.score, entries)
@@ -771,23 +758,24 @@ def _sized(request: PodRequest, tables: Tables) -> _Sizing:
     apps = request.containers + sidecars
     inits = tuple(c for c in request.init_containers if not c.restartable)
     needs = {c.name: _container_need(c, options, tables) for c in apps}
-    init_needs = _init_totals(request, options, tables)
-    pod_need = _sum_needs(list(needs.values()), options)
-    excess = _excess(init_needs, pod_need)
-    return _Sizing(apps, inits, needs, init_needs, excess, _add_needs(pod_need, excess))
-
-
-def _init_totals(request: PodRequest, options: TopologyOptions, tables: Tables) -> list[Need]:
-    """Each regular init container's need plus the sidecars already running beside it."""
-    running = _sum_needs([], options)
-    totals: list[Need] = []
+    empty = Need(
+        cpu_mode=options.cpu,
+        full_cores=options.smt is SmtMode.FULL_CORES and options.cpu is CpuMode.EXCLUSIVE,
+    )
+    running = empty  # the sidecars started so far
+    init_needs: list[Need] = []
     for container in request.init_containers:
         need = _container_need(container, options, tables)
         if container.restartable:
-            running = _add_needs(running, need)
+            running = _combine(running, need)
         else:
-            totals.append(_add_needs(running, need))
-    return totals
+            init_needs.append(_combine(running, need))
+    pod_need = functools.reduce(_combine, needs.values(), empty)
+    excess = empty  # what the largest init container needs beyond the app containers
+    if init_needs:
+        largest = functools.reduce(lambda x, y: _combine(x, y, max), init_needs)
+        excess = _combine(largest, pod_need, lambda x, y: max(0, x - y))
+    return _Sizing(apps, inits, needs, init_needs, excess, _combine(pod_need, excess))
 
 
 @dataclass(slots=True)
@@ -814,7 +802,7 @@ def _one_container_at_a_time(
     _, tables, free, options, _, _, pins, nic_pins = filler
     reusable = _Reusable()
     entries: dict[str, _Entry] = {}
-    union = memory_mask = 0
+    union = 0
     scores: list[int] = []
     order = [*request.init_containers, *request.containers]
     inits = {c.name for c in request.init_containers if not c.restartable}
@@ -855,7 +843,6 @@ def _one_container_at_a_time(
             # Reused CPUs run the later containers; the init container holds none alone.
             filled.exclusive = False
         union |= choice.mask
-        memory_mask |= choice.memory_mask
         scores.append(choice.score)
     _drop_handed_on(entries, [c.name for c in order])
     return _Plan(union, min(scores, default=100), entries)
@@ -871,12 +858,13 @@ def _container_choice(
     """One container's own hint under scope `container`, bound by and counting what it reuses, over
     the devices it may have (`only`: its pinned GPUs)."""
     engine, tables, free, options, floor, closest, _, _ = filler
-    bound = _bound_numa(tables, need, reusable)
-    plan = _binding(engine.plan(tables, need, options, floor=floor, closest=closest), need, *bound)
+    plan = _binding(
+        engine.plan(tables, need, options, floor=floor, closest=closest), need, reusable
+    )
     plan = reusing_memory(plan, reusable.memory)
     working = free
     if only is not None or nic_pool is not None:
-        working = free.copy()
+        working = copy.deepcopy(free)
         working.gpus &= set(free.gpus if only is None else only)
         working.nics &= free.nics if nic_pool is None else nic_pool
     return _choice_on(engine, tables, plan, working)
@@ -920,43 +908,30 @@ def _memory_of(
     return memory_manager_mask(view, request, hint, choice.preferred, reusable)
 
 
-def _bound_numa(
-    tables: Tables, need: Need, reusable: _Reusable
-) -> tuple[set[int], set[int], set[int]]:
-    """The NUMA nodes of the reusable CPUs, GPUs and NICs the container's hints must hold."""
-    cpus = (
-        {tables.cpu_numa[c] for c in reusable.cpus}
-        if need.cpu_mode is CpuMode.EXCLUSIVE and need.cpus
-        else set()
-    )
-    gpus = {
-        n
-        for g in reusable.gpus
-        if need.gpus
-        and need.gpu_resource in (None, tables.gpu_resource[g])
-        and (n := tables.gpu_numa[g]) is not None
-    }
-    nics = {
-        n
-        for x in reusable.nics
-        if need.nics
-        and need.nic_resource in (None, tables.nic_resource[x])
-        and (n := tables.nic_numa[x]) is not None
-    }
-    return cpus, gpus, nics
+def _matching(devices: Iterable[int], wanted: str | None, resource: Mapping[int, str]) -> list[int]:
+    """Those of `devices` (GPUs or NICs) of the resource `wanted` (any when None), ascending."""
+    return sorted(d for d in devices if wanted in (None, resource[d]))
 
 
-def _binding(plan: Plan, need: Need, cpus: set[int], gpus: set[int], nics: set[int]) -> Plan:
-    """`plan` with the CPU, device and NIC providers' hints bound to those NUMA nodes (the kubelet's
-    hint generators with reusable ones); their narrowest width unchanged."""
-    if not (cpus or gpus or nics):
+def _binding(plan: Plan, need: Need, reusable: _Reusable) -> Plan:
+    """`plan` with the CPU, device and NIC providers' hints bound to the NUMA nodes of the reusable
+    CPUs, GPUs and NICs the container takes (the kubelet's hint generators with reusable ones);
+    their narrowest width unchanged."""
+    tables = plan.tables
+    exclusive = need.cpu_mode is CpuMode.EXCLUSIVE and need.cpus
+    cpus = {tables.cpu_numa[c] for c in reusable.cpus} if exclusive else set()
+    gpus = _matching(reusable.gpus, need.gpu_resource, tables.gpu_resource) if need.gpus else []
+    nics = _matching(reusable.nics, need.nic_resource, tables.nic_resource) if need.nics else []
+    gpu_numa = {n for g in gpus if (n := tables.gpu_numa[g]) is not None}
+    nic_numa = {n for x in nics if (n := tables.nic_numa[x]) is not None}
+    if not (cpus or gpu_numa or nic_numa):
         return plan
     device = accelerator_word(need.gpu_resource)
     providers = []
     for provider in plan.providers:
         name = provider.wanted[0].resource if provider.wanted and not provider.memory else ""
         # A later key wins: CPUs before the device's word before NICs.
-        numa = {"NICs": nics, device: gpus, "CPUs": cpus}.get(name, set())
+        numa = {"NICs": nic_numa, device: gpu_numa, "CPUs": cpus}.get(name, set())
         positions = [plan.position_of[n] for n in numa if n in plan.position_of]
         bound = provider.holds & plan.member[:, positions].all(axis=1)
         providers.append(replace(provider, holds=bound) if numa else provider)
@@ -994,12 +969,11 @@ def _fill_reusing(  # noqa: PLR0917 (the fill's inputs, one container's)
                 tables, free.cpus - set(aligned_cpus), reusable.cpus, others,
                 need.cpus - len(aligned_cpus),
             )  # fmt: skip
-    reused_nics = sorted(
+    reused_nics = [
         x
-        for x in reusable.nics
-        if need.nic_resource in (None, tables.nic_resource[x])
-        and (nic_pool is None or x in nic_pool)
-    )[: need.nics]
+        for x in _matching(reusable.nics, need.nic_resource, tables.nic_resource)
+        if nic_pool is None or x in nic_pool
+    ][: need.nics]
     gpus = list(pinned) if pinned else _gpus_reusing(filler, need, choice, reusable)
     _release_reused_memory(free, need, choice.memory_mask, reusable, spend=not regular_init)
     rest = replace(need, cpus=need.cpus - len(aligned_cpus), nics=need.nics - len(reused_nics))
@@ -1026,11 +1000,7 @@ def _aligned_reusing(
     the packed `takeByTopology` does: nodes wholly in the pool first when the request is that big,
     then fewest in the pool first, ties by id. Within a node reusable ones go first, packed by core
     (the node, which binds later hints, is the kubelet's)."""
-    per_numa: dict[int, set[int]] = {n: set() for n in sorted(numa_ids)}
-    for cpu in pool:
-        numa = tables.cpu_numa.get(cpu)
-        if numa in per_numa:
-            per_numa[numa].add(cpu)
+    per_numa = {n: {c for c in pool if tables.cpu_numa.get(c) == n} for n in sorted(numa_ids)}
     left = min(count, sum(len(cpus) for cpus in per_numa.values()))
     taken: dict[int, int] = {}
     for numa in sorted(per_numa, key=lambda n: (len(per_numa[n]), n)):
@@ -1060,10 +1030,7 @@ def _gpus_reusing(filler: _Filler, need: Need, choice: _Choice, reusable: _Reusa
     tables, free = filler.tables, filler.free
     if not need.gpus:
         return []
-    matching = sorted(
-        g for g in reusable.gpus if need.gpu_resource in (None, tables.gpu_resource[g])
-    )
-    picked = matching[: need.gpus]
+    picked = _matching(reusable.gpus, need.gpu_resource, tables.gpu_resource)[: need.gpus]
     missing = need.gpus - len(picked)
     if not missing:
         return picked
@@ -1072,9 +1039,7 @@ def _gpus_reusing(filler: _Filler, need: Need, choice: _Choice, reusable: _Reusa
     if chosen is not None:
         return picked + list(chosen)
     numa_ids = set(bits(choice.mask))
-    others = [
-        g for g in free.gpus - reusable.gpus if need.gpu_resource in (None, tables.gpu_resource[g])
-    ]
+    others = _matching(free.gpus - reusable.gpus, need.gpu_resource, tables.gpu_resource)
     aligned = frozenset(g for g in others if tables.gpu_numa[g] in numa_ids)
     if len(aligned) >= missing:
         return picked + list(_best_gpus(filler, aligned, missing) or ())
@@ -1193,27 +1158,7 @@ def _container_need(c: ContainerRequest, options: TopologyOptions, tables: Table
     )
 
 
-def _sum_needs(needs: Sequence[Need], options: TopologyOptions) -> Need:
-    empty = Need(
-        cpu_mode=options.cpu,
-        full_cores=options.smt is SmtMode.FULL_CORES and options.cpu is CpuMode.EXCLUSIVE,
-    )
-    return functools.reduce(_add_needs, needs, empty)
-
-
-def _add_needs(a: Need, b: Need) -> Need:
-    return _combine(a, b, operator.add)
-
-
-def _excess(init_needs: Sequence[Need], apps: Need) -> Need:
-    """What the largest init container needs beyond the app containers' sum, per resource."""
-    if not init_needs:
-        return Need(cpu_mode=apps.cpu_mode, full_cores=apps.full_cores)
-    largest = functools.reduce(lambda x, y: _combine(x, y, max), init_needs)
-    return _combine(largest, apps, lambda x, y: max(0, x - y))
-
-
-def _combine(a: Need, b: Need, amounts: Callable[[int, int], int]) -> Need:
+def _combine(a: Need, b: Need, amounts: Callable[[int, int], int] = operator.add) -> Need:
     """`a` and `b` resource by resource (`amounts`), with `a`'s CPU mode and either's resources."""
     pages = dict(a.hugepages)
     for size, amount in b.hugepages:
@@ -1267,21 +1212,14 @@ def _fill(
     if need.nics:
         matching = [
             n
-            for n in free.nics
-            if (need.nic_resource is None or tables.nic_resource[n] == need.nic_resource)
-            and (nic_pool is None or n in nic_pool)
+            for n in _matching(free.nics, need.nic_resource, tables.nic_resource)
+            if nic_pool is None or n in nic_pool
         ]
-        inside = [n for n in matching if (numa := tables.nic_numa[n]) is None or numa in numa_ids]
-        nics = choose_nics(tables, inside, min(need.nics, len(inside)), gpus=entry.gpus,
-                           numa_ids=set(numa_ids)) or []  # fmt: skip
-        if len(nics) < need.nics:
-            outside = [n for n in matching if n not in nics]
-            nics += choose_nics(tables, outside, need.nics - len(nics), gpus=entry.gpus,
-                                numa_ids=set(numa_ids)) or []  # fmt: skip
-        if len(nics) < need.nics:
+        nics = choose_nics(tables, matching, need.nics, gpus=entry.gpus, numa_ids=set(numa_ids))
+        if nics is None:
             return Shortfall(Kind.REQUEST, policy, (), note=f"{need.nics} NICs requested, "
                              f"{len(matching)} free")  # fmt: skip
-        entry.nics = sorted(nics)
+        entry.nics = nics
         free.nics.difference_update(nics)
     if need.cpu_mode is CpuMode.EXCLUSIVE and need.cpus:
         # Within a mask wider than the GPUs' NUMA nodes, the CPUs next to the GPUs come first.
@@ -1347,36 +1285,27 @@ def _book_memory(free: FreeView, need: Need, entry: _Entry, numa_ids: list[int])
 
 
 def _add_init_entries(
-    filler: _Filler, sizing: _Sizing, entries: dict[str, _Entry], *, union: int, memory_mask: int
+    filler: _Filler, sizing: _Sizing, entries: dict[str, _Entry], choice: _Choice
 ) -> Shortfall | None:
     tables, free = filler.tables, filler.free
     inits, init_needs, excess = sizing.inits, sizing.init_needs, sizing.excess
     if not inits:
         return None
     app_cpus = [c for e in entries.values() if e.exclusive for c in e.cpus]
-    numa_ids = bits(union)
     largest = max(
         range(len(init_needs)),
         key=lambda i: (init_needs[i].gpus, init_needs[i].cpus, init_needs[i].memory_bytes, -i),
     )
-    shared = sorted(c for c in free.cpus if tables.cpu_numa[c] in numa_ids)
+    shared = sorted(c for c in free.cpus if choice.mask >> tables.cpu_numa[c] & 1)
     for index, (container, need) in enumerate(zip(inits, init_needs, strict=True)):
-        entry = _Entry(mask=union, exclusive=False)
+        entry = _Entry(mask=choice.mask, exclusive=False)
         if need.cpu_mode is not CpuMode.NONE and need.cpus:
             entry.cpus = sorted((app_cpus + shared)[: need.cpus])
         asks = (excess.cpus, excess.memory_bytes, excess.hugepages, excess.gpus, excess.nics)
         if index == largest and any(asks):
-            extra_need = Need(
-                gpus=excess.gpus, gpu_resource=excess.gpu_resource, nics=excess.nics,
-                nic_resource=excess.nic_resource, memory_bytes=excess.memory_bytes,
-                hugepages=excess.hugepages, cpu_mode=CpuMode.NONE,
-            )  # fmt: skip
-            pool = sorted(
-                g for g in free.gpus
-                if excess.gpu_resource is None or tables.gpu_resource[g] == excess.gpu_resource
-            )  # fmt: skip
-            place = _Choice(union, memory_mask or union, 0, ())
-            extra = _fill(filler, extra_need, choice=place, gpu_pool=pool)
+            extra_need = replace(excess, cpus=0, cpu_mode=CpuMode.NONE, full_cores=False)
+            pool = _matching(free.gpus, excess.gpu_resource, tables.gpu_resource)
+            extra = _fill(filler, extra_need, choice=choice, gpu_pool=pool)
             if isinstance(extra, Shortfall):
                 return extra
             entry.gpus, entry.nics = extra.gpus, extra.nics

@@ -18,14 +18,14 @@ the lowest id, so the result is deterministic.
 from __future__ import annotations
 
 from collections import Counter
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Container, Iterable
 
 from numatopo_engine.topology_tables import Tables
 
 Take = Callable[[Iterable[int]], None]
 
 
-def free_whole_core_cpus(tables: Tables, free: set[int], numa_ids: set[int]) -> set[int]:
+def free_whole_core_cpus(tables: Tables, free: set[int], numa_ids: Container[int]) -> set[int]:
     """Threads of the cores in `numa_ids` whose every thread is allocatable and free."""
     out: set[int] = set()
     tpc = tables.threads_per_core
@@ -67,9 +67,9 @@ def take_cpus(
         if len(whole) <= count - len(taken) and whole <= pool:
             take(sorted(whole))
     if len(taken) < count:
-        _take_cores(tables, pool, count - len(taken), numa_set, take)
+        _take_cores(tables, pool, count - len(taken), take)
     if len(taken) < count and not full_cores:
-        _take_threads(tables, pool, count - len(taken), numa_set, take)
+        _take_threads(tables, pool, count - len(taken), take)
     if len(taken) < count:
         return None
     return sorted(taken)
@@ -83,16 +83,10 @@ def _numa_order(available: dict[int, int], remaining: int) -> dict[int, int]:
     return {numa_id: rank for rank, numa_id in enumerate(sorted(available, key=key))}
 
 
-def _take_cores(
-    tables: Tables, pool: set[int], remaining: int, numa_set: set[int], take: Take
-) -> None:
-    cores = [
-        core
-        for core in tables.whole_cores
-        if all(t in pool for t in tables.core_threads[core])
-        and tables.cpu_numa[tables.core_threads[core][0]] in numa_set
-    ]
-    available: dict[int, int] = dict.fromkeys(numa_set, 0)
+def _take_cores(tables: Tables, pool: set[int], remaining: int, take: Take) -> None:
+    # `pool` holds CPUs of the mask only, so these cores are the mask's.
+    cores = [c for c in tables.whole_cores if all(t in pool for t in tables.core_threads[c])]
+    available: Counter[int] = Counter()
     for core in cores:
         available[tables.cpu_numa[tables.core_threads[core][0]]] += len(tables.core_threads[core])
     order = _numa_order(available, remaining)
@@ -106,12 +100,8 @@ def _take_cores(
             return
 
 
-def _take_threads(
-    tables: Tables, pool: set[int], remaining: int, numa_set: set[int], take: Take
-) -> None:
-    available: dict[int, int] = dict.fromkeys(numa_set, 0)
-    for cpu in pool:
-        available[tables.cpu_numa[cpu]] += 1
+def _take_threads(tables: Tables, pool: set[int], remaining: int, take: Take) -> None:
+    available = Counter(tables.cpu_numa[cpu] for cpu in pool)
     free_on_core = Counter(tables.cpu_core[cpu] for cpu in pool)
     order = _numa_order(available, remaining)
     ranked = sorted(

@@ -17,9 +17,6 @@ from numatopo_engine.network_topology import (
     NetworkTopology,
 )
 
-PLURAL = "numatopologies"
-SHORT_NAMES = ["numatopo", "ntp"]
-
 # Keys of the JSON Schema dialect that a structural OpenAPI v3 schema keeps.
 _KEPT = {
     "type",
@@ -155,7 +152,7 @@ def crd_manifest() -> dict[str, Any]:
         {"name": "AGE", "type": "date", "jsonPath": ".metadata.creationTimestamp"},
     ]
     schema = structural_schema(Numatopology, NUMATOPOLOGY_DESCRIPTION)
-    return _manifest(KIND, PLURAL, SHORT_NAMES, columns, schema)
+    return _manifest(KIND, Numatopology.plural, ["numatopo", "ntp"], columns, schema)
 
 
 def network_topology_crd_manifest() -> dict[str, Any]:

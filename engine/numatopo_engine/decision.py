@@ -35,6 +35,7 @@ import numpy as np
 import numpy.typing as npt
 
 from numatopo_engine.annotations import CpuMode, GpuLinksMode, PolicyName
+from numatopo_engine.cpu_assignment import free_whole_core_cpus
 from numatopo_engine.gpu_assignment import GpuMemo, choose_gpus, first_unlinked_pair, set_bandwidth
 from numatopo_engine.hints import Need, RowLayout
 from numatopo_engine.numamask import LOCAL_DISTANCE, bits
@@ -180,22 +181,14 @@ def _gpus_in_masks(
 ) -> tuple[int, list[int], list[int]]:
     """The bitmask of the GPUs of the requested resource; per mask, the bitmask of those in it, and
     how many GPUs (any resource) are in it or on no NUMA node."""
-    matching = 0
-    for gpu, resource in tables.gpu_resource.items():
-        if need.gpu_resource in (None, resource):
-            matching |= 1 << gpu
+    matching = sum(1 << g for g, r in tables.gpu_resource.items() if need.gpu_resource in (None, r))
     in_mask: list[int] = []
     every: list[int] = []
     for m in masks:
         inside = {ids[p] for p in range(len(ids)) if m >> p & 1}
-        bits_in = total = 0
-        for gpu, numa in tables.gpu_numa.items():
-            if numa is None or numa in inside:
-                total += 1
-                if matching >> gpu & 1:
-                    bits_in |= 1 << gpu
-        in_mask.append(bits_in)
-        every.append(total)
+        held = [g for g, numa in tables.gpu_numa.items() if numa is None or numa in inside]
+        in_mask.append(sum(1 << g for g in held if matching >> g & 1))
+        every.append(len(held))
     return matching, in_mask, every
 
 
@@ -295,10 +288,9 @@ def _bounded_masks(
     position_of: dict[int, int],
 ) -> tuple[list[int], int]:
     """Masks up to the width bound over `positions` (best-equipped first), and all of them."""
+    width = options.max_numa_nodes or DEFAULT_MAX_WIDTH
     if options.policy is PolicyName.SINGLE_NUMA_NODE:
         width = 1
-    else:
-        width = options.max_numa_nodes or DEFAULT_MAX_WIDTH
     id_of = {p: n for n, p in position_of.items()}
 
     def equipped(position: int) -> tuple[float, int]:
@@ -398,13 +390,9 @@ def _cpu_hint_inputs(
     """The CPU provider's row columns per position and its capacity per NUMA id."""
     positions = range(len(layout.numa_ids))
     if need.exclusive_cpus and need.full_cores:
-        capacity: dict[int, int] = {}
-        tpc = tables.threads_per_core
-        for core in tables.whole_cores:
-            threads = tables.core_threads[core]
-            if len(threads) == tpc:
-                numa = tables.cpu_numa[threads[0]]
-                capacity[numa] = capacity.get(numa, 0) + tpc
+        # Whole cores of the hardware: as if every CPU were free.
+        cores = free_whole_core_cpus(tables, set(tables.cpu_numa), layout.numa_ids)
+        capacity = Counter(tables.cpu_numa[c] for c in cores)
         return np.array([layout.whole(p) for p in positions], dtype=np.int64), capacity
     columns = np.array([layout.cpu(p) for p in positions], dtype=np.int64)
     if need.exclusive_cpus:
@@ -873,19 +861,12 @@ def _rank_terms(
                 take = min(left, int(free_cpus[i, position]))
                 taken_cpus[i, position] = take
                 left -= take
-    capacity = plan.free.numa_gpu_capacity
-    cpu_capacity = plan.free.numa_cpu_capacity
-    free_before, used_before = usable_gpus(
-        free_gpus, free_cpus, capacity, mix, numa_cpu_capacity=cpu_capacity
-    )
-    free_after, used_after = usable_gpus(
-        np.maximum(free_gpus - taken_gpus, 0),
-        np.maximum(free_cpus - taken_cpus, 0),
-        capacity,
-        mix,
-        numa_cpu_capacity=cpu_capacity,
-    )
-    return RankTerms(alignment, fill, free_before, used_before, free_after, used_after)
+    capacity, cpu_capacity = plan.free.numa_gpu_capacity, plan.free.numa_cpu_capacity
+    before = usable_gpus(free_gpus, free_cpus, capacity, mix, numa_cpu_capacity=cpu_capacity)
+    gpus_after = np.maximum(free_gpus - taken_gpus, 0)
+    cpus_after = np.maximum(free_cpus - taken_cpus, 0)
+    after = usable_gpus(gpus_after, cpus_after, capacity, mix, numa_cpu_capacity=cpu_capacity)
+    return RankTerms(alignment, fill, *before, *after)
 
 
 def _mean_fill(fills: list[Floats], like: Floats) -> Floats:
@@ -952,20 +933,17 @@ def shortfall(plan: Plan, decided: Decided, index: int, row: Ints) -> Shortfall:
     why = decided.kind[index]
     assert why is not None, "only refused rows have a shortfall"
     policy = plan.options.policy.value
-    if why is Kind.SHORT:
-        for resource, asked, columns in plan.totals:
-            have = int(row[columns].sum())
-            if have < asked:
-                shown, free = _per_numa(plan, row)
-                return Shortfall(
-                    why, policy, plan.wanted, resource=resource, total=have, free=free,
-                    free_of=shown,
-                )  # fmt: skip
     if why is Kind.SHARED_POOL:
         return Shortfall(why, policy, plan.wanted, bound=int(row[plan.free.cpu].sum()))
     if why is Kind.GPU_LINKS:
         return Shortfall(why, policy, plan.wanted, pair=decided.pair[index])
     shown, free = _per_numa(plan, row)
+    if why is Kind.SHORT:
+        resource, _, columns = plan.totals[int(decided.short[index])]
+        total = int(row[columns].sum())
+        return Shortfall(
+            why, policy, plan.wanted, resource=resource, total=total, free=free, free_of=shown
+        )
     width = None
     if why is Kind.MAX_NUMA_NODES:
         width = decided.mask(index).bit_count()

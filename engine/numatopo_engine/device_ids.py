@@ -63,21 +63,14 @@ def gpu_indices(device_ids: Iterable[str], gpus: Iterable[Gpu]) -> list[int] | N
     """The node's device indices (a whole GPU's, or a MIG device's by its `MIG-...` UUID) the
     plugin's `device_ids` name, in order; None when one names neither (or the topology is stale)."""
     known = list(gpus)
-    mig = [(m.uuid, m.index) for g in known for m in g.mig_devices or () if m.uuid]
+    # (name, index an ID may also be, the device index it names): GPUs first, then MIG devices.
+    aliases = [
+        (name, at, g.index) for g in known for name, at in ((g.uuid, g.index), (g.pci_bus_id, None))
+    ]
+    aliases += [(m.uuid, None, m.index) for g in known for m in g.mig_devices or () if m.uuid]
     found: list[int] = []
     for device_id in device_ids:
-        gpu = next(
-            (
-                g
-                for g in known
-                if same_gpu(device_id, g.uuid, g.index) or same_gpu(device_id, g.pci_bus_id, None)
-            ),
-            None,
-        )
-        if gpu is not None:
-            found.append(gpu.index)
-            continue
-        index = next((i for uuid, i in mig if same_gpu(device_id, uuid, None)), None)
+        index = next((i for name, at, i in aliases if same_gpu(device_id, name, at)), None)
         if index is None:
             return None
         found.append(index)

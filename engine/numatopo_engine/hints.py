@@ -12,10 +12,12 @@ memory is in its own group. The manager never lets a node of one group serve a p
 
 from __future__ import annotations
 
+from collections import Counter
 from dataclasses import dataclass, field
 from typing import NamedTuple
 
 from numatopo_engine.annotations import CpuMode
+from numatopo_engine.cpu_assignment import free_whole_core_cpus
 from numatopo_engine.state import NodeState
 from numatopo_engine.topology_tables import Tables
 
@@ -71,16 +73,6 @@ class FreeView:
                 if tables.numa_hugepages.get((n, size))
             },
             groups=dict(state.memory_groups()),
-        )
-
-    def copy(self) -> FreeView:
-        return FreeView(
-            cpus=set(self.cpus),
-            gpus=set(self.gpus),
-            nics=set(self.nics),
-            memory=dict(self.memory),
-            hugepages=dict(self.hugepages),
-            groups=dict(self.groups),
         )
 
     def join_group(self, numa_ids: list[int]) -> None:
@@ -161,35 +153,24 @@ def row_of(tables: Tables, layout: RowLayout, free: FreeView) -> list[int]:
     """`free` as the integers `layout` names (see `RowLayout`)."""
     numa_ids = layout.numa_ids
     position = {n: i for i, n in enumerate(numa_ids)}
-    cpus = [len(free.cpus & tables.numa_allocatable[n]) for n in numa_ids]
-    whole = dict.fromkeys(numa_ids, 0)
-    tpc = tables.threads_per_core
-    for core in tables.whole_cores:
-        threads = tables.core_threads[core]
-        if len(threads) == tpc and all(t in free.cpus for t in threads):
-            whole[tables.cpu_numa[threads[0]]] += tpc
+    whole = Counter(tables.cpu_numa[c] for c in free_whole_core_cpus(tables, free.cpus, numa_ids))
     groups = []
     for n in numa_ids:
         group = free.groups.get(n, 0)
         if group > 0:
             group = sum(1 << position[m] for m in range(group.bit_length()) if group >> m & 1)
         groups.append(group)
-    gpu_counts = dict.fromkeys(layout.gpu_keys, 0)
-    gpu_bits = 0
-    for gpu in free.gpus:
-        gpu_counts[(tables.gpu_numa[gpu], tables.gpu_resource[gpu])] += 1
-        gpu_bits |= 1 << gpu
-    nic_counts = dict.fromkeys(layout.nic_keys, 0)
-    for nic in free.nics:
-        nic_counts[(tables.nic_numa[nic], tables.nic_resource[nic])] += 1
+    gpu_counts = Counter((tables.gpu_numa[g], tables.gpu_resource[g]) for g in free.gpus)
+    nic_counts = Counter((tables.nic_numa[x], tables.nic_resource[x]) for x in free.nics)
+    gpu_bits = sum(1 << g for g in free.gpus)
     return [
-        *cpus,
+        *(len(free.cpus & tables.numa_allocatable[n]) for n in numa_ids),
         *(whole[n] for n in numa_ids),
         *(free.memory.get(n, 0) for n in numa_ids),
         *groups,
         *(free.hugepages.get(key, 0) for key in layout.hugepages),
-        *gpu_counts.values(),
-        *nic_counts.values(),
+        *(gpu_counts[key] for key in layout.gpu_keys),
+        *(nic_counts[key] for key in layout.nic_keys),
         gpu_bits if gpu_bits < 1 << 63 else -1,
         0,
     ]

@@ -90,18 +90,16 @@ def untolerated_taint(tolerations: object, taints: object) -> object | None:
     return None
 
 
-def _labels(node: Mapping[str, Any]) -> Mapping[str, str]:
+def _metadata(node: Mapping[str, Any], key: str) -> object:
     metadata = node.get("metadata")
-    labels = metadata.get("labels") if isinstance(metadata, Mapping) else None
+    return metadata.get(key) if isinstance(metadata, Mapping) else None
+
+
+def _labels(node: Mapping[str, Any]) -> Mapping[str, str]:
+    labels = _metadata(node, "labels")
     if not isinstance(labels, Mapping):
         return {}
     return {k: v for k, v in labels.items() if isinstance(k, str) and isinstance(v, str)}
-
-
-def _node_name(node: Mapping[str, Any]) -> str:
-    metadata = node.get("metadata")
-    name = metadata.get("name") if isinstance(metadata, Mapping) else None
-    return name if isinstance(name, str) else ""
 
 
 def matches_node_selector(selector: object, labels: Mapping[str, str]) -> bool:
@@ -201,22 +199,20 @@ def matches_required_affinity(affinity: object, node: Mapping[str, Any]) -> bool
     """`spec.affinity.nodeAffinity.requiredDuringSchedulingIgnoredDuringExecution`: none matches
     every node; else some non-empty term matches (the terms are ORed, a term's requirements ANDed,
     an empty term matches nothing, no terms match nothing)."""
-    if affinity is None:
-        return True
-    if not isinstance(affinity, Mapping):
-        return False
-    node_affinity = affinity.get("nodeAffinity")
-    if node_affinity is None:
-        return True
-    if not isinstance(node_affinity, Mapping):
-        return False
-    required = node_affinity.get("requiredDuringSchedulingIgnoredDuringExecution")
+    required: object = affinity
+    for key in ("nodeAffinity", "requiredDuringSchedulingIgnoredDuringExecution"):
+        if required is None:
+            return True
+        if not isinstance(required, Mapping):
+            return False
+        required = required.get(key)
     if required is None:
         return True
     terms = _list(required.get("nodeSelectorTerms")) if isinstance(required, Mapping) else None
     if terms is None:
         return False
-    labels, name = _labels(node), _node_name(node)
+    name = _metadata(node, "name")
+    labels, name = _labels(node), name if isinstance(name, str) else ""
     return any(
         isinstance(term, Mapping)
         and bool(term.get("matchExpressions") or term.get("matchFields"))  # else selects nothing

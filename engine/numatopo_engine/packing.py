@@ -11,11 +11,6 @@ fragmentation(node) = sum over shapes of weight x (free GPUs - k x copies): the 
 stranded for the next pod (3 free GPUs under a 2-GPU mix strand one; shapes the hardware can never
 host strand every free GPU, as in FGD). A shape's weight is its share x N / h, h of the N nodes
 judged together able to host a copy now (`Hosts`), so the last hosts of a rare big shape cost more.
-
-Not counted: memory, GPU shares; shared-pool CPUs (`cpu: numa`) bound a copy's fit per NUMA node but
-book nothing. The rank (`node_rank`): alignment first (the score's span and link terms, 0..100
-rounded), then packing in (0, 1), the growth weighing `GROWTH_WEIGHT` times the touched NUMA nodes'
-fill.
 """
 
 from __future__ import annotations

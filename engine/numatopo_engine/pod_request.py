@@ -159,7 +159,7 @@ def _container(raw: object, *, key: str, index: int, resources: ResourceNames) -
                     reading.path(side, resource),
                     f"{pod_options.echo(size)} is not a page size (expected e.g. hugepages-2Mi)",
                 )
-            hugepages[size] = reading.equal_pair(resource, parse_bytes)
+            hugepages[size] = reading.request(resource, parse_bytes, equal=True)
         elif resources.is_gpu(resource):
             gpus[resource] = reading.device_count(resource)
         elif resources.is_nic(resource):
@@ -210,10 +210,17 @@ class _Reading:
                 where, f"{pod_options.echo(text)} is not a valid quantity ({exc})"
             ) from None
 
-    def request(self, resource: str, parse: _Parser) -> int:
-        """The request, defaulting to the limit; a request above the limit is invalid."""
+    def request(self, resource: str, parse: _Parser, *, equal: bool = False) -> int:
+        """The request, defaulting to the limit; one above the limit (with `equal`: other than the
+        limit) is invalid."""
         requested = self.parse("requests", resource, parse)
         limit = self.parse("limits", resource, parse)
+        if requested is not None and limit is not None and equal and requested != limit:
+            raise InvalidRequestError(
+                self.path("requests", resource),
+                f"{self.requests[resource]} differs from the limit {self.limits[resource]}; "
+                f"{pod_options.shorten(resource)} requests must equal limits",
+            )
         if requested is not None and limit is not None and requested > limit:
             raise InvalidRequestError(
                 self.path("requests", resource),
@@ -221,20 +228,8 @@ class _Reading:
             )
         return requested if requested is not None else limit or 0
 
-    def equal_pair(self, resource: str, parse: _Parser) -> int:
-        """A resource whose request, when given, must equal its limit."""
-        requested = self.parse("requests", resource, parse)
-        limit = self.parse("limits", resource, parse)
-        if requested is not None and limit is not None and requested != limit:
-            raise InvalidRequestError(
-                self.path("requests", resource),
-                f"{self.requests[resource]} differs from the limit {self.limits[resource]}; "
-                f"{pod_options.shorten(resource)} requests must equal limits",
-            )
-        return limit if limit is not None else requested or 0
-
     def device_count(self, resource: str) -> int:
-        milli = self.equal_pair(resource, parse_milli)
+        milli = self.request(resource, parse_milli, equal=True)
         side = "limits" if resource in self.limits else "requests"
         if milli % 1000:
             raise InvalidRequestError(

@@ -41,19 +41,16 @@ def allocate_around(
 ) -> tuple[Assignment, str]:
     """(the assignment, why the pod's own policy could not hold: '' when it did); raises
     UnsatisfiableError when nothing fits, relaxed or not."""
+
+    def place(asked: PodRequest) -> Assignment:
+        return allocation.allocate(
+            topology, state, asked, node, engine=engine, pinned=pinned, pinned_nics=pinned_nics
+        ).assignment
+
     try:
-        decision = allocation.allocate(
-            topology, state, request, node, engine=engine, pinned=pinned,
-            pinned_nics=pinned_nics,
-        )  # fmt: skip
+        return place(request), ""
     except UnsatisfiableError as exc:
         if not (pinned or pinned_nics) or request.options.policy in _NOT_RELAXED:
             raise
         why = exc.reason
-    else:
-        return decision.assignment, ""
-    decision = allocation.allocate(
-        topology, state, relaxed(request), node, engine=engine, pinned=pinned,
-        pinned_nics=pinned_nics,
-    )  # fmt: skip
-    return decision.assignment, why
+    return place(relaxed(request)), why

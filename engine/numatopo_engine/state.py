@@ -13,6 +13,7 @@ allocatable CPU unassigned (`shared_floor`).
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Callable, Container, Iterable, Mapping
 from typing import NamedTuple, Protocol, TypeVar
 
@@ -21,6 +22,7 @@ from numatopo_engine.cpuset import CPUSet
 from numatopo_engine.devices import schedulable_devices
 from numatopo_engine.errors import OverlapError
 from numatopo_engine.model import NumatopologySpec
+from numatopo_engine.numamask import make_mask
 from numatopo_engine.quantity import page_bytes, parse_bytes
 from numatopo_engine.topology_tables import NodeNames, Tables, node_names, shape_key
 
@@ -40,9 +42,7 @@ def join_group(groups: dict[int, int], numa_ids: Iterable[int]) -> None:
     """Record in `groups` (NUMA id -> group mask, -1 on a conflict) that memory was placed over
     `numa_ids` together, as the kubelet's memory manager records Cells."""
     ids = list(numa_ids)
-    group = 0
-    for numa_id in ids:
-        group |= 1 << numa_id
+    group = make_mask(ids)
     for numa_id in ids:
         held = groups.get(numa_id, 0)
         groups[numa_id] = group if held in (0, group) else -1
@@ -93,7 +93,7 @@ class NodeState:
         # (equal versions, equal answers) for caches of what is free; a plain attribute: the
         # extender reads it for ~500 nodes a cycle.
         self.version = 0
-        self._allocatable_count = len(self._online.ids - topology.reserved_cpus.ids)
+        self._allocatable = self._online.ids - topology.reserved_cpus.ids
         self.shared_floor = shared_floor(topology)
         self._memory_capacity = sum(n.memory_bytes for n in topology.numa_nodes)
         self._memory_booked = 0
@@ -103,8 +103,10 @@ class NodeState:
         self.row_cache: tuple[object, bytes] | None = None
         # The shape's tables as the caller built them (an engine uses them as its own).
         self.tables = tables
-        self._shape_key: str | None = tables.key if tables is not None else None
-        self._names: NodeNames | None = names
+        if tables is not None:
+            self.shape_key = tables.key
+        if names is not None:
+            self.names = names
 
     @classmethod
     def rebuild(
@@ -161,25 +163,19 @@ class NodeState:
         pages = self.topology.numa_node(numa).hugepages.get(size, 0)
         return pages * parse_bytes(size) - self._hugepages.get((numa, size), 0)
 
-    @property
+    @functools.cached_property
     def shape_key(self) -> str:
-        """`topology_tables.shape_key` of this node's topology (computed once)."""
-        key = self._shape_key
-        if key is None:
-            key = self._shape_key = shape_key(self.topology)
-        return key
+        """`topology_tables.shape_key` of this node's topology."""
+        return shape_key(self.topology)
 
-    @property
+    @functools.cached_property
     def names(self) -> NodeNames:
-        """What this node's assignments call its GPUs and NICs (computed once)."""
-        names = self._names
-        if names is None:
-            names = self._names = node_names(self.topology)
-        return names
+        """What this node's assignments call its GPUs and NICs."""
+        return node_names(self.topology)
 
     def free_cpu_count(self) -> int:
         """`len(free_cpus())` in O(1)."""
-        return self._allocatable_count - len(self._cpu_owner)
+        return len(self._allocatable) - len(self._cpu_owner)
 
     def free_gpu_count(self) -> int:
         """`len(free_gpus())`, in O(1) while every device is healthy."""
@@ -220,11 +216,10 @@ class NodeState:
         summary = self._summary
         if summary is not None and summary[0] == self.version:
             return summary
-        topology = self.topology
-        cpus = self._online.ids - topology.reserved_cpus.ids - self._cpu_owner.keys()
+        cpus = self._allocatable - self._cpu_owner.keys()
         cpu_mask = sum(1 << cpu for cpu in cpus)
         gpu_mask = sum(1 << gpu for gpu in self.free_gpus())
-        nodes = sorted(topology.numa_nodes, key=lambda n: n.id)
+        nodes = sorted(self.topology.numa_nodes, key=lambda n: n.id)
         signature = FreeSignature(
             cpu_mask=cpu_mask,
             gpu_mask=gpu_mask,
@@ -237,8 +232,7 @@ class NodeState:
                 if pages
             ),
         )
-        summary = (self.version, frozenset(cpus), signature)
-        self._summary = summary
+        self._summary = summary = (self.version, frozenset(cpus), signature)
         return summary
 
     # -- changes ---------------------------------------------------------------
@@ -279,40 +273,34 @@ class NodeState:
         hugepages: dict[tuple[int, str], int] = {}
         numa_ids = {n.id for n in self.topology.numa_nodes}
         for cname, container in sorted(assignment.containers.items()):
-            if container.exclusive:
-                for cpu in container.cpus:
-                    owner = self._cpu_owner.get(cpu)
-                    if cpu not in self._online:
-                        problems.append(f"container {cname}: CPU {cpu} is not online")
-                    elif cpu in self.topology.reserved_cpus:
-                        problems.append(f"container {cname}: CPU {cpu} is reserved")
-                    elif owner is not None:
-                        problems.append(f"container {cname}: CPU {cpu} is held by {owner}")
-                    elif cpu in cpus_seen:
-                        problems.append(f"container {cname}: CPU {cpu} is given twice")
-                    cpus_seen.add(cpu)
             where = f"container {cname}: "
+            if container.exclusive:
+                problems += _device_problems(
+                    where + "CPU",
+                    container.cpus,
+                    self._cpu_owner,
+                    cpus_seen,
+                    (self._online, "is not online"),
+                    (self._allocatable, "is reserved"),
+                )
             split = [g for g in container.gpu_indices if g in self._in_mig_mode]
             problems += [
                 f"{where}GPU {g} is in MIG mode (only its MIG devices are handed out)"
                 for g in split
             ]
+            whole = [g for g in container.gpu_indices if g not in self._in_mig_mode]
             problems += _device_problems(
-                where + "GPU",
-                [g for g in container.gpu_indices if g not in self._in_mig_mode],
-                self._whole_gpu_ids,
-                self._gpu_owner,
-                gpus_seen,
+                where + "GPU", whole, self._gpu_owner, gpus_seen, (self._whole_gpu_ids, _ABSENT)
             )
             problems += _device_problems(
                 where + "MIG device",
                 container.mig_indices,
-                self._mig_ids,
                 self._gpu_owner,
                 gpus_seen,
+                (self._mig_ids, _ABSENT),
             )
             problems += _device_problems(
-                where + "NIC", container.nics, self._nic_ids, self._nic_owner, nics_seen
+                where + "NIC", container.nics, self._nic_owner, nics_seen, (self._nic_ids, _ABSENT)
             )
             for numa_text, amount in container.memory.items():
                 if amount < 0:
@@ -370,22 +358,25 @@ class NodeState:
                 self._hugepages[slot] = self._hugepages.get(slot, 0) + sign * amount
 
 
-K = TypeVar("K", int, str)  # a GPU index or a NIC name
+K = TypeVar("K", int, str)  # a CPU id, a GPU index or a NIC name
+_ABSENT = "does not exist"
 
 
 def _device_problems(
     what: str,
     asked: Iterable[K],
-    known: Container[K],
     owners: Mapping[K, str],
     seen: set[K],
+    *pools: tuple[Container[K], str],
 ) -> list[str]:
-    """Why devices of one kind cannot go to a container: absent, held, or given twice."""
+    """Why CPUs or devices of one kind cannot go to a container: outside one of `pools` (the
+    first such pool's words), held, or given twice."""
     problems: list[str] = []
     for device in asked:
         owner = owners.get(device)
-        if device not in known:
-            problems.append(f"{what} {device} does not exist")
+        outside = next((why for pool, why in pools if device not in pool), None)
+        if outside is not None:
+            problems.append(f"{what} {device} {outside}")
         elif owner is not None:
             problems.append(f"{what} {device} is held by {owner}")
         elif device in seen:

@@ -39,7 +39,6 @@ class Tables:
     numa_ids: tuple[int, ...]
     cpu_numa: dict[int, int]
     cpu_core: dict[int, int]
-    cpu_socket: dict[int, int]
     core_threads: dict[int, tuple[int, ...]]  # allocatable threads of each core, ascending
     whole_cores: frozenset[int]  # cores with every online thread allocatable
     numa_allocatable: dict[int, frozenset[int]]  # allocatable CPUs per NUMA node
@@ -88,12 +87,11 @@ def shape_key(spec: NumatopologySpec) -> str:
         gpu.pop("pciBusId", None)
         for device in gpu.get("migDevices") or ():
             device.pop("uuid", None)
-    nics = []
-    for nic in wire.get("nics", ()):
+    nics = wire.get("nics", ())
+    for nic in nics:
         nic["name"] = position[nic["name"]]
         nic.pop("pciBusId", None)
         nic.pop("netdevs", None)
-        nics.append(nic)
     wire["nics"] = sorted(nics, key=lambda n: int(n["name"]))
     paths = wire.get("pciPaths", ())
     for path in paths:
@@ -206,7 +204,6 @@ def build_tables(spec: NumatopologySpec, key: str | None = None) -> Tables:
         numa_ids=numa_ids,
         cpu_numa=cpu_numa,
         cpu_core=cpu_core,
-        cpu_socket=cpu_socket,
         core_threads={core: tuple(threads) for core, threads in core_threads_sets.items()},
         whole_cores=frozenset(
             core for core, threads in core_threads_sets.items() if len(threads) == all_threads[core]
