@@ -96,14 +96,6 @@ class PodLabel:
             self.labelled = active
 
 
-def own_pod(runtime: Runtime) -> PodLabel | None:
-    """Our pod, from the downward API settings; None outside a pod (nothing to label)."""
-    settings = runtime.settings
-    if settings.pod_name is None or settings.pod_namespace is None:
-        return None
-    return PodLabel(settings.pod_namespace, settings.pod_name)
-
-
 def _record(lease: dict[str, Any]) -> tuple[str, str, int]:
     """What changes with every renewal or acquisition: (holder, renewTime, transitions)."""
     spec = lease.get("spec") or {}

@@ -71,6 +71,10 @@ class PodView(Mapping[str, Any]):
         return _mapping(self.body.get("status"))
 
     @cached_property
+    def spec(self) -> Mapping[str, Any]:
+        return _mapping(self.body.get("spec"))
+
+    @cached_property
     def key(self) -> str:
         return pod_key(self.body)
 
@@ -91,7 +95,7 @@ class PodView(Mapping[str, Any]):
     @cached_property
     def node(self) -> str | None:
         """The node the pod is bound to, or None while it is pending."""
-        node = _mapping(self.body.get("spec")).get("nodeName")
+        node = self.spec.get("nodeName")
         return node if isinstance(node, str) and node else None
 
     @cached_property
@@ -164,7 +168,7 @@ class PodView(Mapping[str, Any]):
 
     def with_node(self, node: str) -> PodView:
         """The same pod as if bound to `node` (the extender's bind, before the Binding)."""
-        return PodView({**self.body, "spec": {**_mapping(self.body.get("spec")), "nodeName": node}})
+        return PodView({**self.body, "spec": {**self.spec, "nodeName": node}})
 
 
 _METADATA = ("namespace", "labels", "annotations", "ownerReferences")
