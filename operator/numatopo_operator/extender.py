@@ -403,27 +403,20 @@ async def _prioritize(request: web.Request) -> web.Response:
         return _json({"Error": str(exc)}, status=400)
 
 
-async def _bind_error(runtime: Runtime, body: Mapping[str, Any]) -> str:
-    """'' once the pod is bound with its assignment, else why not."""
-    args = wire.binding_args(body)
-    error = _not_deciding(runtime)
-    if error:
-        return error
-    try:
-        return await bind_guard.bind_checked(runtime, args)
-    except (KubeError, NotActiveError, NodeBusyError) as exc:
-        return f"binding {args.key} to {args.node}: {exc}"
-
-
 def _bind_answer(error: str) -> web.Response:
     return _json({"Error": error})
 
 
 async def _bind(request: web.Request) -> web.Response:
+    """'' once the pod is bound with its assignment, else why not, as the Error."""
+    runtime = request.app[RUNTIME_KEY]
     try:
-        error = await _bind_error(request.app[RUNTIME_KEY], await _read(request))
+        args = wire.binding_args(await _read(request))
+        error = _not_deciding(runtime) or await bind_guard.bind_checked(runtime, args)
     except BadArgsError as exc:
         error = str(exc)
+    except (KubeError, NotActiveError, NodeBusyError) as exc:
+        error = f"binding {args.key} to {args.node}: {exc}"
     if error:
         logger.warning("bind refused: %s", error)
     return _bind_answer(error)
