@@ -121,11 +121,6 @@ class Ledger:
             found = records.get(node)
             if found is None or found.topology is None:
                 yield node, None, None
-                continue
-            # `_frozen`'s unchanged case inline: a cycle asks this of ~500 nodes.
-            frozen, live = found.frozen, found.state
-            if frozen is not None and frozen[0] is live and frozen[1] == frozen[0].version:
-                yield node, found.topology, frozen[2]
             else:
                 yield node, found.topology, _frozen(found)
 
@@ -273,8 +268,7 @@ class Ledger:
         if found.topology == topology and found.unhealthy == sick:
             return []
         if found.topology != topology:
-            key = shape_key(topology)
-            found.shape = self._shapes.get(topology, key)
+            found.shape = self._shapes.get(topology, shape_key(topology))
             found.names = node_names(topology)
         found.topology = topology
         found.unhealthy = sick
