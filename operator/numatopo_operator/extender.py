@@ -231,11 +231,8 @@ async def filter_result(
     if planned is not None:
         # A released group member: its node is part of its group's plan.
         passed = [node for node in names if node == planned]
-        verdicts.unresolvable = {
-            node: f"planned for another node with its group ({planned})"
-            for node in names
-            if node != planned
-        }
+        why = f"planned for another node with its group ({planned})"
+        verdicts.unresolvable = dict.fromkeys((node for node in names if node != planned), why)
     elif not pod_request.wants_topology(pod):
         passed = list(names)
     else:

@@ -208,10 +208,10 @@ def _picked(found: Mapping[str, Any], names: tuple[str, ...]) -> dict[str, Any]:
     return {name: _compact(found[name]) for name in names if name in found}
 
 
-def _containers(found: object) -> list[Any]:
+def _containers(found: object, names: tuple[str, ...]) -> list[Any]:
     if not isinstance(found, list):
         return []
-    return [_picked(c, _CONTAINER) if isinstance(c, Mapping) else c for c in found]
+    return [_picked(c, names) if isinstance(c, Mapping) else c for c in found]
 
 
 def slim_pod(pod: Mapping[str, Any]) -> dict[str, Any]:
@@ -231,15 +231,13 @@ def slim_pod(pod: Mapping[str, Any]) -> dict[str, Any]:
         kept = {_shared(k): _compact(v) for k, v in spec.items() if k not in _SPEC_DROPPED}
         for name in _CONTAINER_LISTS:
             if name in spec:
-                kept[name] = _containers(spec[name])
+                kept[name] = _containers(spec[name], _CONTAINER)
         view["spec"] = kept
     status = pod.get("status")
     if isinstance(status, Mapping):
         kept = _picked(status, _STATUS)
         statuses = status.get("containerStatuses")
         if isinstance(statuses, list) and statuses:
-            kept["containerStatuses"] = [
-                _picked(s, ("name",)) if isinstance(s, Mapping) else s for s in statuses
-            ]
+            kept["containerStatuses"] = _containers(statuses, ("name",))
         view["status"] = kept
     return view
