@@ -292,8 +292,7 @@ class Ledger:
     def set_dra_holds(self, node: str, holds: Mapping[str, Assignment]) -> None:
         """What ResourceClaims' allocations hold on `node` now (key -> devices), all of
         them: holds not given are freed. Each books the devices no pod took."""
-        found = self._nodes.get(node)
-        if (found.dra_holds if found is not None else {}) == holds:
+        if self.dra_holds(node) == holds:
             return
         found = self._record(node)
         found.dra_holds = dict(holds)
