@@ -402,7 +402,6 @@ async def bind_pod(runtime: Runtime, pod: PodView, node: str, *, first: Decider)
     """The extender's bind: assignment, then Binding; '' or the error text. A failed
     Binding takes the assignment back (no pod holds one for a node it is not on)."""
     key = pod.key
-    ref = pod.ref
     held_on = runtime.ledger.node_of(key)
     if held_on is not None and held_on != node:
         runtime.ledger.forget(key)  # a stale attempt for another node: never ran there
@@ -439,7 +438,7 @@ async def bind_pod(runtime: Runtime, pod: PodView, node: str, *, first: Decider)
             return str(exc)
     try:
         runtime.check_may_write()
-        await runtime.kube.create_binding(ref["namespace"], ref["name"], ref["uid"], node)
+        await runtime.kube.create_binding(pod.namespace, pod.name, pod.uid, node)
     except (KubeError, NotActiveError) as exc:
         if await _bound_after_all(runtime, pod, node, exc):
             logger.info("binding %s to %s: %s, but the pod is bound there", key, node, exc)
@@ -455,7 +454,7 @@ async def bind_pod(runtime: Runtime, pod: PodView, node: str, *, first: Decider)
             runtime.ledger.displace(key)
             runtime.pods.of(key).written = None
         message = f"binding to {node} failed: {exc}"
-        runtime.events.post(ref, warning=True, reason=translate.BIND_FAILED, message=message)
+        runtime.events.post(pod.ref, warning=True, reason=translate.BIND_FAILED, message=message)
         return f"binding {key} to {node} failed: {exc}"
     return ""
 

@@ -27,21 +27,15 @@ def not_ours(args: BindingArgs) -> str:
     return f"pod {args.key} with uid {args.uid} is not a pending pod of this scheduler"
 
 
-def _spec(pod: Mapping[str, Any]) -> Mapping[str, Any]:
-    spec = pod.get("spec")
-    return spec if isinstance(spec, Mapping) else {}
-
-
 def pod_refusal(pod: Mapping[str, Any], scheduler_name: str) -> str:
     """'' when profile `scheduler_name` could be binding `pod` now, else why not (pure)."""
-    metadata = pod.get("metadata")
-    metadata = metadata if isinstance(metadata, Mapping) else {}
-    spec, status = _spec(pod), pod.get("status")
-    if metadata.get("deletionTimestamp"):
+    view = PodView.of(pod)
+    spec = view.spec
+    if view.deleting:
         return "it is being deleted"
     if spec.get("nodeName"):
         return "it is bound to a node already"
-    phase = status.get("phase") if isinstance(status, Mapping) else None
+    phase = view.status.get("phase")
     if phase != "Pending":
         return f"it is {phase or 'in no phase'}, not Pending"
     if spec.get("schedulingGates"):
@@ -85,7 +79,7 @@ async def _bind_checked(runtime: Runtime, args: BindingArgs) -> str:
         node = await runtime.kube.get_node(args.node)
     except KubeNotFoundError:
         return f"pod {args.key} cannot go to node {args.node}: there is no such node"
-    refused = node_rules.refusal(_spec(pod), node)
+    refused = node_rules.refusal(pod.spec, node)
     if refused:
         return f"pod {args.key} cannot go to node {args.node}: {refused}"
     plugin = dra_bind.plugin_served(node)

@@ -84,10 +84,9 @@ class ClusterView:
         for name in self.node_names():
             node = self.nodes.get(name)
             if node is not None:
-                shown = {**node, "metadata": dict(node.get("metadata") or {})}
-                labels = dict(shown["metadata"].get("labels") or {})
-                labels.setdefault(HOSTNAME_LABEL, name)
-                shown["metadata"]["labels"] = labels
+                metadata = node.get("metadata") or {}
+                labels = {HOSTNAME_LABEL: name, **(metadata.get("labels") or {})}
+                shown = {**node, "metadata": {**metadata, "labels": labels}}
                 why = node_rules.refusal(spec, shown)
                 if why:
                     scheduler[name] = why

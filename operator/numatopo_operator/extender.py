@@ -231,11 +231,8 @@ async def filter_result(
     if planned is not None:
         # A released group member: its node is part of its group's plan.
         passed = [node for node in names if node == planned]
-        verdicts.unresolvable = {
-            node: f"planned for another node with its group ({planned})"
-            for node in names
-            if node != planned
-        }
+        why = f"planned for another node with its group ({planned})"
+        verdicts.unresolvable = dict.fromkeys((node for node in names if node != planned), why)
     elif not pod_request.wants_topology(pod):
         passed = list(names)
     else:
@@ -403,27 +400,20 @@ async def _prioritize(request: web.Request) -> web.Response:
         return _json({"Error": str(exc)}, status=400)
 
 
-async def _bind_error(runtime: Runtime, body: Mapping[str, Any]) -> str:
-    """'' once the pod is bound with its assignment, else why not."""
-    args = wire.binding_args(body)
-    error = _not_deciding(runtime)
-    if error:
-        return error
-    try:
-        return await bind_guard.bind_checked(runtime, args)
-    except (KubeError, NotActiveError, NodeBusyError) as exc:
-        return f"binding {args.key} to {args.node}: {exc}"
-
-
 def _bind_answer(error: str) -> web.Response:
     return _json({"Error": error})
 
 
 async def _bind(request: web.Request) -> web.Response:
+    """'' once the pod is bound with its assignment, else why not, as the Error."""
+    runtime = request.app[RUNTIME_KEY]
     try:
-        error = await _bind_error(request.app[RUNTIME_KEY], await _read(request))
+        args = wire.binding_args(await _read(request))
+        error = _not_deciding(runtime) or await bind_guard.bind_checked(runtime, args)
     except BadArgsError as exc:
         error = str(exc)
+    except (KubeError, NotActiveError, NodeBusyError) as exc:
+        error = f"binding {args.key} to {args.node}: {exc}"
     if error:
         logger.warning("bind refused: %s", error)
     return _bind_answer(error)

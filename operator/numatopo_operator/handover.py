@@ -149,9 +149,7 @@ def judging_order(pod: RawPod | PodView) -> tuple[bool, bool, str]:
 async def take_over(runtime: Runtime, *, relist: bool = True) -> None:
     """Steps 2-4 (`relist=False`: the Lease's first holder); cancelled when the Lease is
     lost. Without a list, the pods judged are those the feed keeps (`PodRecord.annotated`)."""
-    if relist and await _caught_up(runtime):
-        relist = False
-    if relist:
+    if relist and not await _caught_up(runtime):
         pods: list[RawPod] = list(await _resync(runtime))
         logger.info(
             "ledger rebuilt from %d listed pods (%d booked)", len(pods), len(runtime.ledger)

@@ -96,14 +96,6 @@ class PodLabel:
             self.labelled = active
 
 
-def own_pod(runtime: Runtime) -> PodLabel | None:
-    """Our pod, from the downward API settings; None outside a pod (nothing to label)."""
-    settings = runtime.settings
-    if settings.pod_name is None or settings.pod_namespace is None:
-        return None
-    return PodLabel(settings.pod_namespace, settings.pod_name)
-
-
 def _record(lease: dict[str, Any]) -> tuple[str, str, int]:
     """What changes with every renewal or acquisition: (holder, renewTime, transitions)."""
     spec = lease.get("spec") or {}
@@ -300,11 +292,19 @@ class Elector:
             supervised(runtime.metrics, "take-over", self._take_over(relist=not first)),
             name="numatopo take-over",
         )
-        if self.label is not None:
-            await self.label.sync(runtime, active=True)
-            stale = pod_of_identity(previous)
-            if stale is not None and stale != self.label.name:
-                await self._unlabel(stale)
+        if self.label is None:
+            return
+        await self.label.sync(runtime, active=True)
+        # Take the label from the previous holder's pod (one killed with -9 kept it).
+        stale = pod_of_identity(previous)
+        if stale is None or stale == self.label.name:
+            return
+        try:
+            await runtime.kube.patch_pod_labels(self.label.namespace, stale, {ACTIVE_LABEL: None})
+        except KubeNotFoundError:
+            pass
+        except KubeError as exc:
+            logger.warning("cannot remove label %s from pod %s: %s", ACTIVE_LABEL, stale, exc)
 
     def _take_over(self, *, relist: bool) -> Callable[[], Awaitable[None]]:
         """`handover.take_over` for its supervisor: a try after a failed one starts from a
@@ -319,18 +319,6 @@ class Elector:
                 relist = True
 
         return attempt
-
-    async def _unlabel(self, pod: str) -> None:
-        """Take the label from the previous holder's pod (one killed with -9 kept it)."""
-        assert self.label is not None
-        try:
-            await self.runtime.kube.patch_pod_labels(
-                self.label.namespace, pod, {ACTIVE_LABEL: None}
-            )
-        except KubeNotFoundError:
-            pass
-        except KubeError as exc:
-            logger.warning("cannot remove label %s from pod %s: %s", ACTIVE_LABEL, pod, exc)
 
     async def _lose(self, why: str) -> None:
         runtime = self.runtime

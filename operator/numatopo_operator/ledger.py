@@ -121,11 +121,6 @@ class Ledger:
             found = records.get(node)
             if found is None or found.topology is None:
                 yield node, None, None
-                continue
-            # `_frozen`'s unchanged case inline: a cycle asks this of ~500 nodes.
-            frozen, live = found.frozen, found.state
-            if frozen is not None and frozen[0] is live and frozen[1] == frozen[0].version:
-                yield node, found.topology, frozen[2]
             else:
                 yield node, found.topology, _frozen(found)
 
@@ -273,8 +268,7 @@ class Ledger:
         if found.topology == topology and found.unhealthy == sick:
             return []
         if found.topology != topology:
-            key = shape_key(topology)
-            found.shape = self._shapes.get(topology, key)
+            found.shape = self._shapes.get(topology, shape_key(topology))
             found.names = node_names(topology)
         found.topology = topology
         found.unhealthy = sick
@@ -298,8 +292,7 @@ class Ledger:
     def set_dra_holds(self, node: str, holds: Mapping[str, Assignment]) -> None:
         """What ResourceClaims' allocations hold on `node` now (key -> devices), all of
         them: holds not given are freed. Each books the devices no pod took."""
-        found = self._nodes.get(node)
-        if (found.dra_holds if found is not None else {}) == holds:
+        if self.dra_holds(node) == holds:
             return
         found = self._record(node)
         found.dra_holds = dict(holds)

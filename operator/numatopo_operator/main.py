@@ -164,7 +164,9 @@ async def measure_loop_lag(metrics: Metrics, period: float = LOOP_LAG_PERIOD_SEC
 
 @contextlib.asynccontextmanager
 async def _background(runtime: Runtime, *, identity: str) -> AsyncIterator[None]:
-    label = leadership.own_pod(runtime)
+    # Our pod, from the downward API settings; None outside a pod (nothing to label).
+    namespace, name = runtime.settings.pod_namespace, runtime.settings.pod_name
+    label = None if namespace is None or name is None else leadership.PodLabel(namespace, name)
     if label is None:
         logger.warning(
             "NUMATOPO_POD_NAME/NUMATOPO_POD_NAMESPACE are not set: this replica cannot label "

@@ -71,6 +71,10 @@ class PodView(Mapping[str, Any]):
         return _mapping(self.body.get("status"))
 
     @cached_property
+    def spec(self) -> Mapping[str, Any]:
+        return _mapping(self.body.get("spec"))
+
+    @cached_property
     def key(self) -> str:
         return pod_key(self.body)
 
@@ -91,7 +95,7 @@ class PodView(Mapping[str, Any]):
     @cached_property
     def node(self) -> str | None:
         """The node the pod is bound to, or None while it is pending."""
-        node = _mapping(self.body.get("spec")).get("nodeName")
+        node = self.spec.get("nodeName")
         return node if isinstance(node, str) and node else None
 
     @cached_property
@@ -164,7 +168,7 @@ class PodView(Mapping[str, Any]):
 
     def with_node(self, node: str) -> PodView:
         """The same pod as if bound to `node` (the extender's bind, before the Binding)."""
-        return PodView({**self.body, "spec": {**_mapping(self.body.get("spec")), "nodeName": node}})
+        return PodView({**self.body, "spec": {**self.spec, "nodeName": node}})
 
 
 _METADATA = ("namespace", "labels", "annotations", "ownerReferences")
@@ -204,10 +208,10 @@ def _picked(found: Mapping[str, Any], names: tuple[str, ...]) -> dict[str, Any]:
     return {name: _compact(found[name]) for name in names if name in found}
 
 
-def _containers(found: object) -> list[Any]:
+def _containers(found: object, names: tuple[str, ...]) -> list[Any]:
     if not isinstance(found, list):
         return []
-    return [_picked(c, _CONTAINER) if isinstance(c, Mapping) else c for c in found]
+    return [_picked(c, names) if isinstance(c, Mapping) else c for c in found]
 
 
 def slim_pod(pod: Mapping[str, Any]) -> dict[str, Any]:
@@ -227,15 +231,13 @@ def slim_pod(pod: Mapping[str, Any]) -> dict[str, Any]:
         kept = {_shared(k): _compact(v) for k, v in spec.items() if k not in _SPEC_DROPPED}
         for name in _CONTAINER_LISTS:
             if name in spec:
-                kept[name] = _containers(spec[name])
+                kept[name] = _containers(spec[name], _CONTAINER)
         view["spec"] = kept
     status = pod.get("status")
     if isinstance(status, Mapping):
         kept = _picked(status, _STATUS)
         statuses = status.get("containerStatuses")
         if isinstance(statuses, list) and statuses:
-            kept["containerStatuses"] = [
-                _picked(s, ("name",)) if isinstance(s, Mapping) else s for s in statuses
-            ]
+            kept["containerStatuses"] = _containers(statuses, ("name",))
         view["status"] = kept
     return view

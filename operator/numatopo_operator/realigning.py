@@ -22,7 +22,6 @@ from __future__ import annotations
 import dataclasses
 import logging
 
-from numatopo_engine import pod_request
 from numatopo_engine.annotations import Assignment, Observed, State
 from numatopo_engine.device_ids import gpu_indices, nic_names
 from numatopo_engine.errors import InvalidRequestError, OverlapError, UnsatisfiableError
@@ -102,7 +101,7 @@ async def realign(
     NotActiveError, NodeBusyError for the retry queue; a pod that cannot be realigned (GPUs
     unknown here, no room next to them) is logged, told, counted and left as it is."""
     key, node = pod.key, assignment.node
-    ref, ledger, resources = pod.ref, runtime.ledger, runtime.settings.resources
+    ledger, resources = runtime.ledger, runtime.settings.resources
     async with ledger.lock(node):
         topology, live = ledger.topology(node), ledger.state(node)
         if topology is None or live is None:
@@ -111,12 +110,12 @@ async def realign(
         if current is None or current.seq != assignment.seq:
             return False  # already decided again (in flight), or booked nowhere yet
         try:
-            request = pod_request.request_from_pod(pod, resources)
+            request = pod.request(resources)
             pinned, pinned_nics = pins(observed, topology, resources)
         except (InvalidRequestError, ValueError) as exc:
-            _refuse(runtime, ref, assignment.seq, f"cannot realign {key}: {exc}")
+            _refuse(runtime, pod, assignment.seq, f"cannot realign {key}: {exc}")
             return False
-        mine = translate.Booking(key, node, current, ref["uid"])
+        mine = translate.Booking(key, node, current, pod.uid)
         wanted = _Devices.of((pinned, pinned_nics))
         displaced = _holders(live.assignments, key, wanted)
         if any(ledger.in_flight(other) for other in displaced):
@@ -128,7 +127,7 @@ async def realign(
         ]
         if kept:
             _refuse(
-                runtime, ref, assignment.seq,
+                runtime, pod, assignment.seq,
                 f"not realigning {key} around GPUs {pinned}: " + "; ".join(kept),
             )  # fmt: skip
             return True
@@ -146,7 +145,7 @@ async def realign(
             )  # fmt: skip
         except UnsatisfiableError as exc:
             why = f"cannot realign {key} around GPUs {pinned}: {exc.reason}"
-            _refuse(runtime, ref, assignment.seq, why)
+            _refuse(runtime, pod, assignment.seq, why)
             return False
         realigned = decision.model_copy(update={"seq": ledger.next_seq(node)})
         try:
@@ -177,10 +176,9 @@ async def _write_realigned(
         + translate.assigned_message(realigned)
     )
     logger.info("%s: %s", pod.key, message)
-    ref = pod.ref
-    runtime.events.post(ref, warning=False, reason=REALIGNED, message=message)
+    runtime.events.post(pod.ref, warning=False, reason=REALIGNED, message=message)
     if reason:
-        runtime.events.post(ref, warning=True, reason=GPUS_NOT_ALIGNABLE, message=reason)
+        runtime.events.post(pod.ref, warning=True, reason=GPUS_NOT_ALIGNABLE, message=reason)
 
 
 @dataclasses.dataclass(frozen=True, slots=True)
@@ -263,10 +261,10 @@ async def _displace(runtime: Runtime, other: str, node: str, by: str) -> None:
     )  # fmt: skip
 
 
-def _refuse(runtime: Runtime, ref: dict[str, str], seq: int, message: str) -> None:
+def _refuse(runtime: Runtime, pod: PodView, seq: int, message: str) -> None:
     """Told once per pod and decision: every later event of the pod finds it unchanged."""
-    if not runtime.pods.tell_once(f"{ref['namespace']}/{ref['name']}", f"realign {seq} {message}"):
+    if not runtime.pods.tell_once(pod.key, f"realign {seq} {message}"):
         return
     logger.warning("%s", message)
     runtime.metrics.realignments.labels("failed").inc()
-    runtime.events.post(ref, warning=True, reason=GPUS_NOT_ALIGNABLE, message=message)
+    runtime.events.post(pod.ref, warning=True, reason=GPUS_NOT_ALIGNABLE, message=message)
