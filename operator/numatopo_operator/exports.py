@@ -156,6 +156,20 @@ class ExportWriter:
         backoff = self.failing.get(node)
         return backoff is None or time.monotonic() >= backoff.due
 
+    async def _apply(self, body: dict[str, Any]) -> None:
+        kube = self.runtime.kube
+        if self.format is ExportFormat.NRT:
+            await kube.apply_node_resource_topology(body, field_manager=COMPONENT)
+        else:
+            await kube.apply_volcano_numatopology(body, field_manager=COMPONENT)
+
+    async def _delete(self, node: str) -> None:
+        kube = self.runtime.kube
+        if self.format is ExportFormat.NRT:
+            await kube.delete_node_resource_topology(node)
+        else:
+            await kube.delete_volcano_numatopology(node)
+
     def _held(self, item: dict[str, Any]) -> bytes:
         """A listed object's `content_digest` over the metadata we write only (the server
         adds uid, versions, managed fields); b"" when it does not read as our model."""
@@ -168,9 +182,11 @@ class ExportWriter:
 
     async def _listed(self) -> list[dict[str, Any]]:
         """The objects of this format that numatopo wrote."""
-        kube, nrt = self.runtime.kube, self.format is ExportFormat.NRT
-        listed = kube.list_node_resource_topologies if nrt else kube.list_volcano_numatopologies
-        listing = await listed(label_selector=MANAGED_LABEL)
+        kube = self.runtime.kube
+        if self.format is ExportFormat.NRT:
+            listing = await kube.list_node_resource_topologies(label_selector=MANAGED_LABEL)
+        else:
+            listing = await kube.list_volcano_numatopologies(label_selector=MANAGED_LABEL)
         # Checked here too: a server ignoring the selector must not make us delete others'.
         return [
             item
@@ -203,9 +219,6 @@ class ExportWriter:
     async def sync(self) -> None:
         """Write every node that changed since its last write; delete the ones gone."""
         ledger, runtime = self.runtime.ledger, self.runtime
-        kube, nrt = runtime.kube, self.format is ExportFormat.NRT
-        apply = kube.apply_node_resource_topology if nrt else kube.apply_volcano_numatopology
-        delete = kube.delete_node_resource_topology if nrt else kube.delete_volcano_numatopology
         records = list(ledger.records())
         nodes = {record.name for record in records}
         if not self.swept:
@@ -236,7 +249,7 @@ class ExportWriter:
             if not runtime.lease_fresh():
                 return  # fenced: the next holder writes it
             try:
-                await apply(built.to_wire(), field_manager=COMPONENT)
+                await self._apply(built.to_wire())
             except KubeError as exc:
                 self._failed(node, exc, "writing")
                 if isinstance(exc, KubeNotFoundError):
@@ -253,7 +266,7 @@ class ExportWriter:
             if not runtime.lease_fresh():
                 return
             try:
-                await delete(node)
+                await self._delete(node)
             except KubeError as exc:
                 self._failed(node, exc, "deleting")
                 continue
