@@ -36,6 +36,19 @@ def aligned(cluster: Any, name: str) -> tuple[str, str] | None:
     return None
 
 
+async def runs_and_aligns(cluster: Any, name: str, cid: str, wait: Any) -> None:
+    """The kubelet reports `name` running its one Guaranteed container `main` (id `cid`);
+    then the agent's `Aligned` must turn True (CpusetsApplied): its CPUs pinned."""
+    container = {"name": "main", "containerID": f"containerd://{cid}", "state": {"running": {}}}
+    status = {"phase": "Running", "qosClass": "Guaranteed", "containerStatuses": [container]}
+    await cluster.patch_pod(name, {"status": status})
+    await wait(
+        lambda: aligned(cluster, name) == ("True", "CpusetsApplied"),
+        what="Aligned: the CPUs pinned beside the claimed GPUs",
+        timeout=20,
+    )
+
+
 @contextlib.asynccontextmanager
 async def running_agent(
     api_url: str, node: str, cgroup_root: Path, pod_resources_socket: Path

@@ -18,7 +18,7 @@ import pytest
 
 from dra_objects import claim, gpu_slice, nic_slice, request
 from kubelet_harness import Harness
-from node_agent import aligned, cgroup_tree, running_agent
+from node_agent import cgroup_tree, running_agent, runs_and_aligns
 from numatopo_engine import annotations as keys
 from numatopo_engine.cpuset import CPUSet
 
@@ -66,23 +66,7 @@ async def test_the_agent_pins_cpus_next_to_the_claimed_gpus(
         # kube-scheduler binds it; the kubelet runs it (its cgroup, its container).
         cgroup_tree(tmp_path, uid, CID, cpus="0-95")
         await cluster.patch_pod("train", {"spec": {"nodeName": NODE}})
-        running = {
-            "phase": "Running",
-            "qosClass": "Guaranteed",
-            "containerStatuses": [
-                {
-                    "name": "main",
-                    "containerID": f"containerd://{CID}",
-                    "state": {"running": {}},
-                }
-            ],
-        }
-        await cluster.patch_pod("train", {"status": running})
-        await wait(
-            lambda: aligned(cluster, "train") == ("True", "CpusetsApplied"),
-            what="Aligned: the CPUs pinned beside the claimed GPUs",
-            timeout=20,
-        )
+        await runs_and_aligns(cluster, "train", CID, wait)
 
     final = json.loads(cluster.annotations("train")[keys.ASSIGNMENT])
     assert final["seq"] == first["seq"], "never realigned: the claim is the guarantee"

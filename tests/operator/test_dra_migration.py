@@ -21,7 +21,7 @@ import pytest
 from dra_objects import GPU_CLASS_SELECTOR, claim, device_class, gpu_slice, nic_slice, request
 from foreign_schemas import nrt_errors
 from kubelet_harness import Harness
-from node_agent import aligned, cgroup_tree, running_agent
+from node_agent import cgroup_tree, running_agent, runs_and_aligns
 from numatopo_engine import annotations as keys
 from numatopo_engine.cpuset import CPUSet
 
@@ -192,16 +192,7 @@ async def test_the_agent_pins_a_pod_whose_nvidia_gpus_dra_serves_without_followi
         running_agent(str(cluster.api.url), NODE, tmp_path, kubelet.pod_resources_socket),
     ):
         cgroup_tree(tmp_path, uid, cid, cpus="0-95")
-        container = {"name": "main", "containerID": f"containerd://{cid}", "state": {"running": {}}}
-        running_status = {
-            "phase": "Running", "qosClass": "Guaranteed", "containerStatuses": [container]
-        }  # fmt: skip
-        await cluster.patch_pod("train", {"status": running_status})
-        await wait(
-            lambda: aligned(cluster, "train") == ("True", "CpusetsApplied"),
-            what="Aligned: the CPUs pinned beside the claimed GPUs",
-            timeout=20,
-        )
+        await runs_and_aligns(cluster, "train", cid, wait)
 
     final = json.loads(cluster.annotations("train")[keys.ASSIGNMENT])
     assert final["seq"] == first["seq"], "never realigned: the claim is the guarantee"
