@@ -27,7 +27,7 @@ from numatopo_exporter.discovery.kubelet import KubeletReading, read_kubelet
 from numatopo_exporter.discovery.nvidia_smi_topo import read_nvidia_smi_topo
 from numatopo_exporter.discovery.nvml import SOURCE as NVML_SOURCE
 from numatopo_exporter.discovery.nvml import GpuReading, read_nvml
-from numatopo_exporter.discovery.pci import normalize_bus_id
+from numatopo_exporter.discovery.pci import bus_id_key
 from numatopo_exporter.discovery.sysfs import SysfsReading, read_sysfs_checked
 
 
@@ -82,13 +82,6 @@ class Discovery:
     sense); also in `notices`. The exporter publishes it as `Degraded`."""
 
 
-def _bus(bus_id: str) -> str:
-    try:
-        return normalize_bus_id(bus_id)
-    except ValueError:
-        return bus_id.strip().lower()
-
-
 def _add_source(sources: list[str], source: str) -> list[str]:
     return sources if source in sources else [*sources, source]
 
@@ -96,17 +89,17 @@ def _add_source(sources: list[str], source: str) -> list[str]:
 def merge_gpu_reading(base: NumatopologySpec, reading: GpuReading) -> NumatopologySpec:
     """`base` with its GPUs replaced and enriched by NVML's, links from NVML.
 
-    GPUs are matched by PCI bus id, in the one form `pci.normalize_bus_id` defines. For a matched
+    GPUs are matched by PCI bus id, in the one form `pci.bus_id_key` defines. For a matched
     GPU NVML wins on what the driver knows better (index, uuid, model, memory, MIG mode, NUMA on
     coherent platforms) and sysfs fills what NVML lacks (the NUMA node on x86). GPU indices become
     NVML's, so `pciPaths` and `gpuPaths` of the base are renumbered; GPU links come from NVML, the
     only source that sees NVLinks on a live node. A base GPU that NVML does not list (another
     vendor, or a device the driver did not bind) is kept under a fresh index after NVML's."""
-    base_by_bus = {_bus(g.pci_bus_id): g for g in base.gpus if g.pci_bus_id}
+    base_by_bus = {bus_id_key(g.pci_bus_id): g for g in base.gpus if g.pci_bus_id}
     renumber: dict[int, int] = {}
     gpus: list[Gpu] = []
     for gpu in reading.gpus:
-        bus = _bus(gpu.pci_bus_id) if gpu.pci_bus_id else ""
+        bus = bus_id_key(gpu.pci_bus_id)
         known = base_by_bus.get(bus)
         update: dict[str, object] = {"pci_bus_id": bus}
         if known is not None:

@@ -32,7 +32,7 @@ from numatopo_engine.model import Gpu, GpuLink, GpuPath, MigDevice, PathType
 from numatopo_exporter.discovery.errors import SourceUnavailableError
 from numatopo_exporter.discovery.nvlink import nvlinks
 from numatopo_exporter.discovery.nvml_recording import Recorder
-from numatopo_exporter.discovery.pci import normalize_bus_id
+from numatopo_exporter.discovery.pci import bus_id_key
 
 SOURCE = "nvml"
 NO_DRIVER = "no NVIDIA driver (libnvidia-ml.so not loadable): GPU topology from NVML skipped"
@@ -125,11 +125,7 @@ def _error_text(exc: BaseException) -> str:
 
 
 def _bus_id(info: Any) -> str:
-    raw = nvml_text(getattr(info, "busId", ""))
-    try:
-        return normalize_bus_id(raw)
-    except ValueError:
-        return raw
+    return bus_id_key(nvml_text(getattr(info, "busId", "")))
 
 
 def _read(s: _Session) -> GpuReading:

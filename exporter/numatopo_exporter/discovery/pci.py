@@ -61,6 +61,15 @@ def normalize_bus_id(bus_id: str) -> str:
     return f"{domain:04x}:{int(match['bus'], 16):02x}:{int(match['dev'], 16):02x}.{match['fn']}"
 
 
+def bus_id_key(bus_id: str) -> str:
+    """`normalize_bus_id`, or the text stripped and lower-cased when it is no PCI address: the
+    form two sources' bus ids are matched in."""
+    try:
+        return normalize_bus_id(bus_id)
+    except ValueError:
+        return bus_id.strip().lower()
+
+
 @dataclass(frozen=True, slots=True)
 class PciDevice:
     """One PCI function and where it sits in the device tree."""
