@@ -99,13 +99,13 @@ def read_sysfs_checked(
 def _read(
     root: HostRoot, ignored: list[str], accelerators: Sequence[AcceleratorRule]
 ) -> NumatopologySpec:
-    sys_dir = str(root.sys())
+    sys_dir = str(root.path / "sys")
     cpu_dir = os.path.join(sys_dir, "devices", "system", "cpu")
     cpu_ids = sorted(int(m.group(1)) for m in map(_CPU.match, list_dir(cpu_dir)) if m)
     if not cpu_ids:
         raise DiscoveryError("no cpuN directories: not a sysfs tree?", cpu_dir)
     online = _online_cpus(cpu_dir, cpu_ids, ignored)
-    nodes = _read_numa_nodes(sys_dir, str(root.proc()), cpu_ids, ignored)
+    nodes = _read_numa_nodes(sys_dir, str(root.path / "proc"), cpu_ids, ignored)
     cpus = _read_cpus(cpu_dir, cpu_ids, online, nodes, ignored)
     numa_nodes = [
         NumaNode(
