@@ -121,31 +121,25 @@ def _read(
     pci = PciTree(sys_dir)
     for bus_id, why in pci.skipped.items():
         logger.warning("PCI device %s skipped: %s", bus_id, why)
-    gpus, gpu_devices = _read_gpus(pci, online_by_node, accelerators)
-    nics, nic_devices = _read_nics(sys_dir, pci, online_by_node)
+    gpus = _read_gpus(pci, online_by_node, accelerators)
+    nics = _read_nics(sys_dir, pci, online_by_node)
     gpu_paths = [
-        GpuPath(
-            a=a.index,
-            b=b.index,
-            path=path_class(gpu_devices[a.index], gpu_devices[b.index], a.numa, b.numa),
-        )
-        for a, b in combinations(gpus, 2)
+        GpuPath(a=a.index, b=b.index, path=path_class(a_device, b_device, a.numa, b.numa))
+        for (a, a_device), (b, b_device) in combinations(gpus, 2)
     ]
     pci_paths = [
         PciPath(
-            gpu=gpu.index,
-            nic=nic.name,
-            path=path_class(gpu_devices[gpu.index], nic_devices[nic.name], gpu.numa, nic.numa),
+            gpu=gpu.index, nic=nic.name, path=path_class(gpu_device, nic_device, gpu.numa, nic.numa)
         )
-        for gpu in gpus
-        for nic in nics
+        for gpu, gpu_device in gpus
+        for nic, nic_device in nics
     ]
     return NumatopologySpec(
         numa_nodes=numa_nodes,
         cpus=cpus,
-        gpus=gpus,
+        gpus=[gpu for gpu, _ in gpus],
         gpu_paths=gpu_paths,
-        nics=nics,
+        nics=[nic for nic, _ in nics],
         pci_paths=pci_paths,
         sources=["sysfs"],
     )
@@ -447,7 +441,7 @@ def _distances(path: str, ids: list[int], columns: list[int]) -> dict[str, int] 
 
 def _read_gpus(
     pci: PciTree, numa_cpus: Mapping[int, CPUSet], rules: Sequence[AcceleratorRule]
-) -> tuple[list[Gpu], dict[int, PciDevice]]:
+) -> list[tuple[Gpu, PciDevice]]:
     by_vendor: dict[str, list[tuple[str, AcceleratorRule, int | None]]] = {}
     # Bridges, NICs and storage are most functions: their vendor files need no reading.
     base_classes = {c >> 8 for rule in rules for c in rule.classes}
@@ -463,8 +457,7 @@ def _read_gpus(
             continue
         if rule is not None:
             by_vendor.setdefault(rule.vendor, []).append((bus_id, rule, device_id))
-    gpus: list[Gpu] = []
-    devices: dict[int, PciDevice] = {}
+    gpus: list[tuple[Gpu, PciDevice]] = []
     # Vendors in rule order (NVIDIA first with the defaults), bus-id order within one.
     for vendor_name in dict.fromkeys(r.vendor for r in rules):
         for bus_id, rule, device_id in by_vendor.get(vendor_name, []):
@@ -473,19 +466,16 @@ def _read_gpus(
             except DiscoveryError as exc:
                 logger.warning("accelerator %s: NUMA locality unknown: %s", bus_id, exc)
                 numa = None
-            index = len(gpus)
-            gpus.append(
-                Gpu(
-                    index=index,
-                    pci_bus_id=bus_id,
-                    numa=numa,
-                    vendor=vendor_name,
-                    model="" if device_id is None else f"{rule.vendor_id:04x}:{device_id:04x}",
-                    resource=rule.resource,
-                )
+            gpu = Gpu(
+                index=len(gpus),
+                pci_bus_id=bus_id,
+                numa=numa,
+                vendor=vendor_name,
+                model="" if device_id is None else f"{rule.vendor_id:04x}:{device_id:04x}",
+                resource=rule.resource,
             )
-            devices[index] = pci.devices[bus_id]
-    return gpus, devices
+            gpus.append((gpu, pci.devices[bus_id]))
+    return gpus
 
 
 def _device_id(pci: PciTree, bus_id: str) -> int | None:
@@ -498,10 +488,9 @@ def _device_id(pci: PciTree, bus_id: str) -> int | None:
 
 def _read_nics(
     sys_dir: str, pci: PciTree, numa_cpus: Mapping[int, CPUSet]
-) -> tuple[list[Nic], dict[str, PciDevice]]:
+) -> list[tuple[Nic, PciDevice]]:
     class_dir = os.path.join(sys_dir, "class", "infiniband")
-    nics: list[Nic] = []
-    devices: dict[str, PciDevice] = {}
+    nics: list[tuple[Nic, PciDevice]] = []
     for name in sorted(list_dir(class_dir)):
         link = os.path.join(class_dir, name, "device")
         bus_id = os.path.basename(os.path.realpath(link)) if os.path.lexists(link) else ""
@@ -516,8 +505,6 @@ def _read_nics(
         except DiscoveryError as exc:
             logger.warning("RDMA device %s skipped: %s", name, exc)
             continue
-        nics.append(
-            Nic(name=name, pci_bus_id=bus_id, numa=numa, link_layer=layer or "", netdevs=netdevs)
-        )
-        devices[name] = pci.devices[bus_id]
-    return nics, devices
+        nic = Nic(name=name, pci_bus_id=bus_id, numa=numa, link_layer=layer or "", netdevs=netdevs)
+        nics.append((nic, pci.devices[bus_id]))
+    return nics
