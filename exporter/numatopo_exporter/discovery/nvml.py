@@ -25,6 +25,7 @@ import math
 import re
 import sys
 from dataclasses import dataclass, field
+from itertools import combinations
 from pathlib import Path
 from typing import Any
 
@@ -162,15 +163,13 @@ def _read(s: _Session) -> GpuReading:
     links = nvlinks(direct, via_switch, {g.index: g.model for g in gpus})
 
     paths: list[GpuPath] = []
-    ordered = sorted(handles)
-    for i, a in enumerate(ordered):
-        for b in ordered[i + 1 :]:
-            level = s.call(
-                f"GPUs {a}-{b}", "nvmlDeviceGetTopologyCommonAncestor", handles[a], handles[b],
-                quiet=True,
-            )  # fmt: skip
-            if level in _TOPOLOGY_LEVELS:
-                paths.append(GpuPath(a=a, b=b, path=_TOPOLOGY_LEVELS[level]))
+    for a, b in combinations(sorted(handles), 2):
+        level = s.call(
+            f"GPUs {a}-{b}", "nvmlDeviceGetTopologyCommonAncestor", handles[a], handles[b],
+            quiet=True,
+        )  # fmt: skip
+        if level in _TOPOLOGY_LEVELS:
+            paths.append(GpuPath(a=a, b=b, path=_TOPOLOGY_LEVELS[level]))
     return GpuReading(gpus=gpus, gpu_links=links, gpu_paths=paths, notices=s.notices)
 
 
