@@ -168,17 +168,15 @@ def _online_cpus(cpu_dir: str, cpu_ids: list[int], ignored: list[str]) -> frozen
     online: set[int] = set()
     unknown: set[int] = set()
     for cpu in cpu_ids:
-        text = read_optional(os.path.join(cpu_dir, f"cpu{cpu}", "online"))
+        path = os.path.join(cpu_dir, f"cpu{cpu}", "online")
+        text = read_optional(path)
         if text is None or text == "1":
             online.add(cpu)
         elif text == "":
             online.add(cpu)
             unknown.add(cpu)
         elif text != "0":
-            raise DiscoveryError(
-                f"expected 0 or 1, found {text[:40]!r}",
-                os.path.join(cpu_dir, f"cpu{cpu}", "online"),
-            )
+            raise DiscoveryError(f"expected 0 or 1, found {text[:40]!r}", path)
     if unknown:
         ignored.append(
             f"cpuN/online is empty for CPUs {CPUSet(unknown)} under {cpu_dir}; counted online"
@@ -390,11 +388,10 @@ def _hugepages(directory: str) -> dict[str, int]:
         match = _HUGEPAGES.match(name)
         if match is None:
             continue
-        count = read_int(os.path.join(directory, name, "nr_hugepages"))
+        path = os.path.join(directory, name, "nr_hugepages")
+        count = read_int(path)
         if count < 0:
-            raise DiscoveryError(
-                f"negative page count {count}", os.path.join(directory, name, "nr_hugepages")
-            )
+            raise DiscoveryError(f"negative page count {count}", path)
         counts[hugepage_size_key(int(match.group(1)))] = count
     return dict(sorted(counts.items(), key=lambda item: _size_order(item[0])))
 
