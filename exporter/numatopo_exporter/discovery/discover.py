@@ -82,10 +82,6 @@ class Discovery:
     sense); also in `notices`. The exporter publishes it as `Degraded`."""
 
 
-def _add_source(sources: list[str], source: str) -> list[str]:
-    return sources if source in sources else [*sources, source]
-
-
 def merge_gpu_reading(base: NumatopologySpec, reading: GpuReading) -> NumatopologySpec:
     """`base` with its GPUs replaced and enriched by NVML's, links from NVML.
 
@@ -133,7 +129,7 @@ def merge_gpu_reading(base: NumatopologySpec, reading: GpuReading) -> Numatopolo
                 "gpu_links": sorted(reading.gpu_links, key=lambda x: (x.a, x.b)),
                 "gpu_paths": sorted(gpu_paths, key=lambda x: (x.a, x.b)),
                 "pci_paths": sorted(pci_paths, key=lambda x: (x.gpu, x.nic)),
-                "sources": _add_source(base.sources, NVML_SOURCE),
+                "sources": list(dict.fromkeys([*base.sources, NVML_SOURCE])),
             }
         ).model_dump()
     )
@@ -145,7 +141,7 @@ def merge_kubelet(base: NumatopologySpec, reading: KubeletReading) -> Numatopolo
         update={
             "policies": reading.policies,
             "reserved_cpus": reading.reserved_cpus,
-            "sources": _add_source(base.sources, KUBELET_SOURCE),
+            "sources": list(dict.fromkeys([*base.sources, KUBELET_SOURCE])),
         }
     )
 
