@@ -33,16 +33,13 @@ from numatopo_exporter.discovery.sysfs import SysfsReading, read_sysfs_checked
 
 @dataclass(frozen=True)
 class DiscoverOptions:
-    """What `numatopo inspect` (or the exporter) was asked to read."""
+    """What `numatopo inspect` (or the exporter) was asked to read (the flags of the module
+    docstring; `sysfs_root` is a `HostRoot`'s)."""
 
     sysfs_root: Path = Path("/")
-    """Where the node's `/` is mounted: `/` on the node, `/host` in the DaemonSet."""
     hwloc_xml: Path | None = None
-    """An `lstopo --of xml` file: offline analysis instead of the live node."""
     nvidia_smi_topo: Path | None = None
-    """A saved `nvidia-smi topo -m` output: offline analysis instead of the live node."""
     use_nvml: bool = True
-    """Ask the NVIDIA driver for GPUs and NVLinks (live mode only)."""
     kubelet_config: Path | None = None
     """The kubelet config file; None = the usual places under `sysfs_root`."""
     kubelet_state: Path | None = None

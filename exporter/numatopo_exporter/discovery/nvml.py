@@ -62,7 +62,7 @@ _NAME_PROFILE = re.compile(r"\bMIG\s+(?P<profile>(?:\d+c\.)?\d+g\.\d+gb(?:\+[a-z
 
 @dataclass(frozen=True)
 class GpuReading:
-    """What NVML says about this node's GPUs; `merge.merge_gpu_reading` folds it in."""
+    """What NVML says about this node's GPUs; `discover.merge_gpu_reading` folds it in."""
 
     gpus: list[Gpu] = field(default_factory=list)
     gpu_links: list[GpuLink] = field(default_factory=list)

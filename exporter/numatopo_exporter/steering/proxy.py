@@ -98,8 +98,7 @@ class SteeringConfig:
 
     @property
     def vendor_dirs(self) -> tuple[Path, ...]:
-        """Where a registered endpoint name is looked for, in order (NVIDIA's plugin
-        serves in the kubelet's directory whatever socket it registers with)."""
+        """Where a registered endpoint name is looked for, in order (see NVIDIA's above)."""
         return (self.steering_dir, self.kubelet_dir)
 
 
