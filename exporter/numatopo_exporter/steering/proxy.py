@@ -98,7 +98,7 @@ class SteeringConfig:
 
     @property
     def vendor_dirs(self) -> tuple[Path, ...]:
-        """Where a registered endpoint name is looked for, in order (see NVIDIA's above)."""
+        """Where a registered endpoint name is looked for, in order (why: the module docstring)."""
         return (self.steering_dir, self.kubelet_dir)
 
 
