@@ -250,7 +250,7 @@ def _package_id(path: str) -> int | None:
 
 def _siblings(topology: str, name: str) -> set[int]:
     """`<name>_list` (kernel list) or, on older kernels, `<name>` (hex mask)."""
-    found = read_cpus(os.path.join(topology, f"{name}_list"), os.path.join(topology, name))
+    found = read_cpus(topology, f"{name}_list", name)
     return set() if found is None else set(found.ids)
 
 
@@ -295,7 +295,7 @@ def _read_numa_nodes(
         directory = os.path.join(node_dir, f"node{numa}")
         names = list_dir(directory)
         linked = {int(m.group(1)) for m in map(_CPU.match, names) if m}
-        found = read_cpus(os.path.join(directory, "cpulist"), os.path.join(directory, "cpumap"))
+        found = read_cpus(directory, "cpulist", "cpumap")
         if found is None:
             raise DiscoveryError(
                 "is missing (and so is cpumap)", os.path.join(directory, "cpulist")
