@@ -90,15 +90,6 @@ def read_sysfs_checked(
 ) -> SysfsReading:
     """`read_sysfs`, also saying what it ignored (each item is logged as a warning too)."""
     ignored: list[str] = []
-    spec = _read(root, ignored, accelerators)
-    for item in ignored:
-        logger.warning("%s", item)
-    return SysfsReading(spec=spec, ignored=ignored)
-
-
-def _read(
-    root: HostRoot, ignored: list[str], accelerators: Sequence[AcceleratorRule]
-) -> NumatopologySpec:
     sys_dir = str(root.path / "sys")
     cpu_dir = os.path.join(sys_dir, "devices", "system", "cpu")
     cpu_ids = sorted(int(m.group(1)) for m in map(_CPU.match, list_dir(cpu_dir)) if m)
@@ -134,7 +125,7 @@ def _read(
         for gpu, gpu_device in gpus
         for nic, nic_device in nics
     ]
-    return NumatopologySpec(
+    spec = NumatopologySpec(
         numa_nodes=numa_nodes,
         cpus=cpus,
         gpus=[gpu for gpu, _ in gpus],
@@ -143,6 +134,9 @@ def _read(
         pci_paths=pci_paths,
         sources=["sysfs"],
     )
+    for item in ignored:
+        logger.warning("%s", item)
+    return SysfsReading(spec=spec, ignored=ignored)
 
 
 def hugepage_size_key(size_kib: int) -> str:
