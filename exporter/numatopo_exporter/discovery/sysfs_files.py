@@ -47,11 +47,11 @@ def _read(path: str) -> str:
         raise DiscoveryError("is not text (non-ASCII bytes)", path) from None
 
 
-def read_int(path: str, *, base: int = 10) -> int:
-    """A file holding one integer (`core_id`, `numa_node`; base 16 for `0x10de`)."""
+def read_int(path: str) -> int:
+    """A file holding one integer (`nr_hugepages`)."""
     text = read_text(path)
     try:
-        return int(text, base)
+        return int(text)
     except ValueError:
         raise DiscoveryError(f"expected an integer, found {text[:40]!r}", path) from None
 
