@@ -65,9 +65,8 @@ logger = logging.getLogger("numatopo.steering")
 
 UNHEALTHY = "Unhealthy"
 MAX_OFFERED_IDS = 16384
-"""The most device IDs (offered and must-include, all containers) one preferred
-allocation is steered for: a node's GPUs times their time-slicing replicas is far
-fewer, and the answer is computed on the event loop the agent runs on."""
+"""The most device IDs one preferred allocation is steered for (why: docs/operations.md,
+"Steering GPUs")."""
 
 
 @dataclass(frozen=True)
