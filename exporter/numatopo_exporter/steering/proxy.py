@@ -17,7 +17,7 @@ kubelet's directory (`nvidia-gpu.sock`, registered as the bare file name: hence
 `vendor_dirs`, and numatopo's endpoint name differs from it). It restarts its plugins
 when that Registration socket is created again (inotify on its directory, which must
 exist first: `start` creates it; the plugin restarts until then), not when the kubelet
-restarts (hence `restart_vendor_on_kubelet_restart`).
+restarts and wipes the plugin's socket (hence `restart_vendor_on_kubelet_restart`).
 
 Whatever ends (the vendor registering again, the kubelet's or the vendor's stream, a
 socket deleted or replaced, seen by polling inode and ctime) is handled where it is
@@ -280,9 +280,7 @@ class Steerer:
                     and vendor is not None
                     and not vendor.socket.exists()
                 ):
-                    # The kubelet wiped the vendor's socket too (NVIDIA's plugin serves
-                    # in the kubelet's directory) and the vendor watches only our
-                    # registration socket: re-creating it makes the vendor start over.
+                    # The kubelet wiped the vendor's socket too (module docstring).
                     logger.info("steering: %s is gone; restarting the vendor", vendor.socket)
                     await self._serve(self.registration_socket)
 
