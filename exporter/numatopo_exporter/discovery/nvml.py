@@ -130,17 +130,14 @@ def _bus_id(info: Any) -> str:
 
 
 def _read(s: _Session) -> GpuReading:
-    nvml = s.nvml
     count = s.call("", "nvmlDeviceGetCount") or 0
     handles: dict[int, Any] = {}
     gpus: list[Gpu] = []
     for index in range(count):
         handle = s.call(f"GPU {index}", "nvmlDeviceGetHandleByIndex", index)
-        if handle is None:
-            gpus.append(Gpu(index=index))
-            continue
-        handles[index] = handle
-        gpus.append(_read_gpu(s, index, handle))
+        if handle is not None:
+            handles[index] = handle
+        gpus.append(Gpu(index=index) if handle is None else _read_gpu(s, index, handle))
     # MIG devices take the device indices after the GPUs', in GPU then slot order.
     next_index = count
     for position, gpu in enumerate(gpus):
@@ -150,7 +147,7 @@ def _read(s: _Session) -> GpuReading:
             gpus[position] = gpu.model_copy(update={"mig_devices": devices})
 
     by_bus = {g.pci_bus_id: g.index for g in gpus if g.pci_bus_id}
-    max_links = int(getattr(nvml, "NVML_NVLINK_MAX_LINKS", NVLINK_MAX_LINKS))
+    max_links = int(getattr(s.nvml, "NVML_NVLINK_MAX_LINKS", NVLINK_MAX_LINKS))
     direct: dict[tuple[int, int], int] = {}
     via_switch: dict[int, int] = {}
     for index, handle in handles.items():

@@ -200,8 +200,7 @@ def _read_cpus(
             # Some VMs and arches publish no topology: each CPU is its own core.
             core_of[cpu], socket_of[cpu] = cpu, 0
             continue
-        siblings = _siblings(topology, "thread_siblings") & known & online
-        siblings |= {cpu}
+        siblings = (_siblings(topology, "thread_siblings") & known & online) | {cpu}
         socket = _package_id(os.path.join(topology, "physical_package_id"))
         if socket is None:
             unknown_package.add(cpu)
@@ -294,8 +293,7 @@ def _read_numa_nodes(
             raise DiscoveryError(
                 "is missing (and so is cpumap)", os.path.join(directory, "cpulist")
             )
-        listed = found.ids
-        node = _RawNode(id=numa, cpus=frozenset((listed | linked) & known))
+        node = _RawNode(id=numa, cpus=frozenset((found.ids | linked) & known))
         if "meminfo" in names:
             node.memory_bytes = _memtotal(os.path.join(directory, "meminfo"))
         elif len(ids) == 1:

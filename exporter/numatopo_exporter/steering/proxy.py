@@ -510,8 +510,7 @@ class Steerer:
     async def _preferred(
         self, request: pb.PreferredAllocationRequest
     ) -> pb.PreferredAllocationResponse:
-        loop = asyncio.get_running_loop()
-        deadline = loop.time() + self.config.answer_deadline_seconds
+        deadline = asyncio.get_running_loop().time() + self.config.answer_deadline_seconds
         vendor = self._vendor
         asked_vendor: asyncio.Task[pb.PreferredAllocationResponse] | None = None
         if vendor is not None and self._vendor_options.get_preferred_allocation_available:
