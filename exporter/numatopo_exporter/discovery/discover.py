@@ -33,8 +33,8 @@ from numatopo_exporter.discovery.sysfs import SysfsReading, read_sysfs_checked
 
 @dataclass(frozen=True)
 class DiscoverOptions:
-    """What `numatopo inspect` (or the exporter) was asked to read (the flags of the module
-    docstring; `sysfs_root` is a `HostRoot`'s)."""
+    """What `numatopo inspect` (or the exporter) was asked to read: the flags the module
+    docstring names (`sysfs_root` is a `HostRoot`'s path)."""
 
     sysfs_root: Path = Path("/")
     hwloc_xml: Path | None = None

@@ -58,7 +58,7 @@ _TERMINAL_STYLE = re.compile(r"\x1b\[[0-9;]*m")
 @dataclass
 class _Matrix:
     """The table as printed: the device column names and, per row label, its cells by column
-    (`extras`: its affinity columns')."""
+    name (`extras`: those of the affinity columns)."""
 
     columns: list[str]
     cells: dict[str, dict[str, str]] = field(default_factory=dict)
