@@ -27,22 +27,19 @@ from numatopo_exporter.discovery.kubelet import KubeletReading, read_kubelet
 from numatopo_exporter.discovery.nvidia_smi_topo import read_nvidia_smi_topo
 from numatopo_exporter.discovery.nvml import SOURCE as NVML_SOURCE
 from numatopo_exporter.discovery.nvml import GpuReading, read_nvml
-from numatopo_exporter.discovery.pci import normalize_bus_id
+from numatopo_exporter.discovery.pci import bus_id_key
 from numatopo_exporter.discovery.sysfs import SysfsReading, read_sysfs_checked
 
 
 @dataclass(frozen=True)
 class DiscoverOptions:
-    """What `numatopo inspect` (or the exporter) was asked to read."""
+    """What `numatopo inspect` (or the exporter) was asked to read: the flags the module
+    docstring names (`sysfs_root` is a `HostRoot`'s path)."""
 
     sysfs_root: Path = Path("/")
-    """Where the node's `/` is mounted: `/` on the node, `/host` in the DaemonSet."""
     hwloc_xml: Path | None = None
-    """An `lstopo --of xml` file: offline analysis instead of the live node."""
     nvidia_smi_topo: Path | None = None
-    """A saved `nvidia-smi topo -m` output: offline analysis instead of the live node."""
     use_nvml: bool = True
-    """Ask the NVIDIA driver for GPUs and NVLinks (live mode only)."""
     kubelet_config: Path | None = None
     """The kubelet config file; None = the usual places under `sysfs_root`."""
     kubelet_state: Path | None = None
@@ -82,31 +79,20 @@ class Discovery:
     sense); also in `notices`. The exporter publishes it as `Degraded`."""
 
 
-def _bus(bus_id: str) -> str:
-    try:
-        return normalize_bus_id(bus_id)
-    except ValueError:
-        return bus_id.strip().lower()
-
-
-def _add_source(sources: list[str], source: str) -> list[str]:
-    return sources if source in sources else [*sources, source]
-
-
 def merge_gpu_reading(base: NumatopologySpec, reading: GpuReading) -> NumatopologySpec:
     """`base` with its GPUs replaced and enriched by NVML's, links from NVML.
 
-    GPUs are matched by PCI bus id, in the one form `pci.normalize_bus_id` defines. For a matched
+    GPUs are matched by PCI bus id, in the one form `pci.bus_id_key` defines. For a matched
     GPU NVML wins on what the driver knows better (index, uuid, model, memory, MIG mode, NUMA on
     coherent platforms) and sysfs fills what NVML lacks (the NUMA node on x86). GPU indices become
     NVML's, so `pciPaths` and `gpuPaths` of the base are renumbered; GPU links come from NVML, the
     only source that sees NVLinks on a live node. A base GPU that NVML does not list (another
     vendor, or a device the driver did not bind) is kept under a fresh index after NVML's."""
-    base_by_bus = {_bus(g.pci_bus_id): g for g in base.gpus if g.pci_bus_id}
+    base_by_bus = {bus_id_key(g.pci_bus_id): g for g in base.gpus if g.pci_bus_id}
     renumber: dict[int, int] = {}
     gpus: list[Gpu] = []
     for gpu in reading.gpus:
-        bus = _bus(gpu.pci_bus_id) if gpu.pci_bus_id else ""
+        bus = bus_id_key(gpu.pci_bus_id)
         known = base_by_bus.get(bus)
         update: dict[str, object] = {"pci_bus_id": bus}
         if known is not None:
@@ -140,7 +126,7 @@ def merge_gpu_reading(base: NumatopologySpec, reading: GpuReading) -> Numatopolo
                 "gpu_links": sorted(reading.gpu_links, key=lambda x: (x.a, x.b)),
                 "gpu_paths": sorted(gpu_paths, key=lambda x: (x.a, x.b)),
                 "pci_paths": sorted(pci_paths, key=lambda x: (x.gpu, x.nic)),
-                "sources": _add_source(base.sources, NVML_SOURCE),
+                "sources": list(dict.fromkeys([*base.sources, NVML_SOURCE])),
             }
         ).model_dump()
     )
@@ -152,7 +138,7 @@ def merge_kubelet(base: NumatopologySpec, reading: KubeletReading) -> Numatopolo
         update={
             "policies": reading.policies,
             "reserved_cpus": reading.reserved_cpus,
-            "sources": _add_source(base.sources, KUBELET_SOURCE),
+            "sources": list(dict.fromkeys([*base.sources, KUBELET_SOURCE])),
         }
     )
 

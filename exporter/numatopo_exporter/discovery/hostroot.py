@@ -12,12 +12,6 @@ class HostRoot:
 
     path: Path = Path("/")
 
-    def sys(self, *parts: str) -> Path:
-        return self.path.joinpath("sys", *parts)
-
-    def proc(self, *parts: str) -> Path:
-        return self.path.joinpath("proc", *parts)
-
     def join(self, absolute: str | Path) -> Path:
         """Map an absolute host path (e.g. /var/lib/kubelet/config.yaml) under the root."""
         return self.path.joinpath(str(absolute).lstrip("/"))

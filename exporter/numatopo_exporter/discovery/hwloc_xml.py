@@ -54,7 +54,6 @@ _GZIP_MAGIC = b"\x1f\x8b"
 _UNSAFE_PROLOG = re.compile(rb"<!ENTITY|<!DOCTYPE[^>\[]*\[", re.IGNORECASE)
 _PCI_TYPE = re.compile(r"^(?P<cls>[0-9a-f]{4}) \[(?P<vendor>[0-9a-f]{4}):(?P<device>[0-9a-f]{4})\]")
 _COMPUTE_OSDEV = re.compile(r"^(cuda|opencl|nvml|rsmi|ze)\d", re.IGNORECASE)
-_AMD = 0x1002
 _OSDEV_NETWORK, _OSDEV_OPENFABRICS = "2", "3"  # hwloc 2.x hwloc_obj_osdev_type_t values
 
 
@@ -262,7 +261,7 @@ def _accelerator(obj: _Obj) -> AcceleratorRule | None:
     rule = match_accelerator(
         DEFAULT_ACCELERATORS, int(vendor, 16), int(cls, 16) << 8, int(device, 16)
     )
-    if rule is None or rule.vendor_id != _AMD or not cls.startswith("03"):
+    if rule is None or rule.vendor != "amd" or not cls.startswith("03"):
         return rule
     # An AMD display function counts only with a compute device under it (rsmi, opencl):
     # Radeon display chips without a driver loaded are not schedulable GPUs.

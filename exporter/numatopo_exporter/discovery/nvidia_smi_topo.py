@@ -57,11 +57,12 @@ _TERMINAL_STYLE = re.compile(r"\x1b\[[0-9;]*m")
 
 @dataclass
 class _Matrix:
-    """The table as printed: column names and, per row label, its cells."""
+    """The table as printed: the device column names and, per row label, its cells by column
+    name (`extras`: those of the affinity columns)."""
 
     columns: list[str]
-    extras: list[str]
-    rows: dict[str, list[str]] = field(default_factory=dict)
+    cells: dict[str, dict[str, str]] = field(default_factory=dict)
+    extras: dict[str, dict[str, str]] = field(default_factory=dict)
     legend: dict[str, str] = field(default_factory=dict)
 
 
@@ -79,18 +80,12 @@ def parse_nvidia_smi_topo(text: str) -> NumatopologySpec:
     matrix = _find_matrix(_TERMINAL_STYLE.sub("", text))
     gpu_columns = [c for c in matrix.columns if _GPU_COLUMN.match(c)]
     nic_columns = [c for c in matrix.columns if not _GPU_COLUMN.match(c)]
-    if missing := [c for c in gpu_columns if c not in matrix.rows]:
+    if missing := [c for c in gpu_columns if c not in matrix.cells]:
         raise DiscoveryError(
             f"nvidia-smi topo -m output is truncated: the header names {len(gpu_columns)} GPUs "
             f"but there is no row for {', '.join(missing)}"
         )
-    cells = {
-        row: dict(zip(matrix.columns, values, strict=False)) for row, values in matrix.rows.items()
-    }
-    extras = {
-        row: dict(zip(matrix.extras, values[len(matrix.columns) :], strict=False))
-        for row, values in matrix.rows.items()
-    }
+    cells, extras = matrix.cells, matrix.extras
     index = {name: int(name.removeprefix("GPU")) for name in gpu_columns}
     for row, row_cells in cells.items():
         if row_cells.get(row) != "X":
@@ -157,7 +152,7 @@ def _find_matrix(text: str) -> _Matrix:
         # A header starts with GPU0 like the first row does, but is not followed by X.
         if tokens[:1] == ["GPU0"] and tokens[1:2] != ["X"]:
             matrix = _read_table(tokens, lines[number + 1 :])
-            if matrix.rows:
+            if matrix.cells:
                 return matrix
     raise DiscoveryError(
         "not nvidia-smi topo -m output: no matrix header starting with GPU0 "
@@ -170,7 +165,7 @@ def _read_table(header: list[str], body: list[str]) -> _Matrix:
     extras = [t for t in header if t in _AFFINITY_COLUMNS]
     if header[: len(devices)] != devices:
         raise DiscoveryError(f"unexpected nvidia-smi topo -m header: {' '.join(header)!r}")
-    matrix = _Matrix(columns=devices, extras=extras)
+    matrix = _Matrix(columns=devices)
     reading_legend = False
     for line in body:
         tokens = line.split()
@@ -183,7 +178,8 @@ def _read_table(header: list[str], body: list[str]) -> _Matrix:
                     f"nvidia-smi topo -m row {tokens[0]} is truncated: "
                     f"{len(row)} cells for {len(devices)} columns"
                 )
-            matrix.rows[tokens[0]] = row
+            matrix.cells[tokens[0]] = dict(zip(devices, row, strict=False))
+            matrix.extras[tokens[0]] = dict(zip(extras, row[len(devices) :], strict=False))
         elif line.strip().startswith("NIC Legend"):
             reading_legend = True
         elif reading_legend and (entry := _LEGEND_ENTRY.match(line)):

@@ -25,6 +25,7 @@ import math
 import re
 import sys
 from dataclasses import dataclass, field
+from itertools import combinations
 from pathlib import Path
 from typing import Any
 
@@ -32,7 +33,7 @@ from numatopo_engine.model import Gpu, GpuLink, GpuPath, MigDevice, PathType
 from numatopo_exporter.discovery.errors import SourceUnavailableError
 from numatopo_exporter.discovery.nvlink import nvlinks
 from numatopo_exporter.discovery.nvml_recording import Recorder
-from numatopo_exporter.discovery.pci import normalize_bus_id
+from numatopo_exporter.discovery.pci import bus_id_key
 
 SOURCE = "nvml"
 NO_DRIVER = "no NVIDIA driver (libnvidia-ml.so not loadable): GPU topology from NVML skipped"
@@ -61,7 +62,7 @@ _NAME_PROFILE = re.compile(r"\bMIG\s+(?P<profile>(?:\d+c\.)?\d+g\.\d+gb(?:\+[a-z
 
 @dataclass(frozen=True)
 class GpuReading:
-    """What NVML says about this node's GPUs; `merge.merge_gpu_reading` folds it in."""
+    """What NVML says about this node's GPUs; `discover.merge_gpu_reading` folds it in."""
 
     gpus: list[Gpu] = field(default_factory=list)
     gpu_links: list[GpuLink] = field(default_factory=list)
@@ -125,25 +126,18 @@ def _error_text(exc: BaseException) -> str:
 
 
 def _bus_id(info: Any) -> str:
-    raw = nvml_text(getattr(info, "busId", ""))
-    try:
-        return normalize_bus_id(raw)
-    except ValueError:
-        return raw
+    return bus_id_key(nvml_text(getattr(info, "busId", "")))
 
 
 def _read(s: _Session) -> GpuReading:
-    nvml = s.nvml
     count = s.call("", "nvmlDeviceGetCount") or 0
     handles: dict[int, Any] = {}
     gpus: list[Gpu] = []
     for index in range(count):
         handle = s.call(f"GPU {index}", "nvmlDeviceGetHandleByIndex", index)
-        if handle is None:
-            gpus.append(Gpu(index=index))
-            continue
-        handles[index] = handle
-        gpus.append(_read_gpu(s, index, handle))
+        if handle is not None:
+            handles[index] = handle
+        gpus.append(Gpu(index=index) if handle is None else _read_gpu(s, index, handle))
     # MIG devices take the device indices after the GPUs', in GPU then slot order.
     next_index = count
     for position, gpu in enumerate(gpus):
@@ -153,7 +147,7 @@ def _read(s: _Session) -> GpuReading:
             gpus[position] = gpu.model_copy(update={"mig_devices": devices})
 
     by_bus = {g.pci_bus_id: g.index for g in gpus if g.pci_bus_id}
-    max_links = int(getattr(nvml, "NVML_NVLINK_MAX_LINKS", NVLINK_MAX_LINKS))
+    max_links = int(getattr(s.nvml, "NVML_NVLINK_MAX_LINKS", NVLINK_MAX_LINKS))
     direct: dict[tuple[int, int], int] = {}
     via_switch: dict[int, int] = {}
     for index, handle in handles.items():
@@ -166,15 +160,13 @@ def _read(s: _Session) -> GpuReading:
     links = nvlinks(direct, via_switch, {g.index: g.model for g in gpus})
 
     paths: list[GpuPath] = []
-    ordered = sorted(handles)
-    for i, a in enumerate(ordered):
-        for b in ordered[i + 1 :]:
-            level = s.call(
-                f"GPUs {a}-{b}", "nvmlDeviceGetTopologyCommonAncestor", handles[a], handles[b],
-                quiet=True,
-            )  # fmt: skip
-            if level in _TOPOLOGY_LEVELS:
-                paths.append(GpuPath(a=a, b=b, path=_TOPOLOGY_LEVELS[level]))
+    for a, b in combinations(sorted(handles), 2):
+        level = s.call(
+            f"GPUs {a}-{b}", "nvmlDeviceGetTopologyCommonAncestor", handles[a], handles[b],
+            quiet=True,
+        )  # fmt: skip
+        if level in _TOPOLOGY_LEVELS:
+            paths.append(GpuPath(a=a, b=b, path=_TOPOLOGY_LEVELS[level]))
     return GpuReading(gpus=gpus, gpu_links=links, gpu_paths=paths, notices=s.notices)
 
 

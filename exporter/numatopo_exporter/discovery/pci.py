@@ -61,6 +61,15 @@ def normalize_bus_id(bus_id: str) -> str:
     return f"{domain:04x}:{int(match['bus'], 16):02x}:{int(match['dev'], 16):02x}.{match['fn']}"
 
 
+def bus_id_key(bus_id: str) -> str:
+    """`normalize_bus_id`, or the text stripped and lower-cased when it is no PCI address: the
+    form two sources' bus ids are matched in."""
+    try:
+        return normalize_bus_id(bus_id)
+    except ValueError:
+        return bus_id.strip().lower()
+
+
 @dataclass(frozen=True, slots=True)
 class PciDevice:
     """One PCI function and where it sits in the device tree."""
@@ -152,8 +161,8 @@ class PciTree:
                 return found
             directory = os.path.dirname(directory)
         bus = os.path.basename(device.host_bridge)[3:]
-        affinity = os.path.join(device.host_bridge, "pci_bus", bus, "cpulistaffinity")
-        local = read_cpus(affinity, os.path.join(os.path.dirname(affinity), "cpuaffinity"))
+        pci_bus = os.path.join(device.host_bridge, "pci_bus", bus)
+        local = read_cpus(pci_bus, "cpulistaffinity", "cpuaffinity")
         if local is not None and (found := _node_holding(local, numa_cpus)) is not None:
             return found
         if len(numa_cpus) == 1:
@@ -173,9 +182,7 @@ def _numa_of_directory(directory: str, numa_cpus: Mapping[int, CPUSet]) -> int |
             ) from None
         if numa >= 0 and numa in numa_cpus:
             return numa
-    local = read_cpus(
-        os.path.join(directory, "local_cpulist"), os.path.join(directory, "local_cpus")
-    )
+    local = read_cpus(directory, "local_cpulist", "local_cpus")
     return None if local is None else _node_holding(local, numa_cpus)
 
 

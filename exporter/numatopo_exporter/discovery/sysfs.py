@@ -90,22 +90,13 @@ def read_sysfs_checked(
 ) -> SysfsReading:
     """`read_sysfs`, also saying what it ignored (each item is logged as a warning too)."""
     ignored: list[str] = []
-    spec = _read(root, ignored, accelerators)
-    for item in ignored:
-        logger.warning("%s", item)
-    return SysfsReading(spec=spec, ignored=ignored)
-
-
-def _read(
-    root: HostRoot, ignored: list[str], accelerators: Sequence[AcceleratorRule]
-) -> NumatopologySpec:
-    sys_dir = str(root.sys())
+    sys_dir = str(root.path / "sys")
     cpu_dir = os.path.join(sys_dir, "devices", "system", "cpu")
     cpu_ids = sorted(int(m.group(1)) for m in map(_CPU.match, list_dir(cpu_dir)) if m)
     if not cpu_ids:
         raise DiscoveryError("no cpuN directories: not a sysfs tree?", cpu_dir)
     online = _online_cpus(cpu_dir, cpu_ids, ignored)
-    nodes = _read_numa_nodes(sys_dir, str(root.proc()), cpu_ids, ignored)
+    nodes = _read_numa_nodes(sys_dir, str(root.path / "proc"), cpu_ids, ignored)
     cpus = _read_cpus(cpu_dir, cpu_ids, online, nodes, ignored)
     numa_nodes = [
         NumaNode(
@@ -121,34 +112,31 @@ def _read(
     pci = PciTree(sys_dir)
     for bus_id, why in pci.skipped.items():
         logger.warning("PCI device %s skipped: %s", bus_id, why)
-    gpus, gpu_devices = _read_gpus(pci, online_by_node, accelerators)
-    nics, nic_devices = _read_nics(sys_dir, pci, online_by_node)
+    gpus = _read_gpus(pci, online_by_node, accelerators)
+    nics = _read_nics(sys_dir, pci, online_by_node)
     gpu_paths = [
-        GpuPath(
-            a=a.index,
-            b=b.index,
-            path=path_class(gpu_devices[a.index], gpu_devices[b.index], a.numa, b.numa),
-        )
-        for a, b in combinations(gpus, 2)
+        GpuPath(a=a.index, b=b.index, path=path_class(a_device, b_device, a.numa, b.numa))
+        for (a, a_device), (b, b_device) in combinations(gpus, 2)
     ]
     pci_paths = [
         PciPath(
-            gpu=gpu.index,
-            nic=nic.name,
-            path=path_class(gpu_devices[gpu.index], nic_devices[nic.name], gpu.numa, nic.numa),
+            gpu=gpu.index, nic=nic.name, path=path_class(gpu_device, nic_device, gpu.numa, nic.numa)
         )
-        for gpu in gpus
-        for nic in nics
+        for gpu, gpu_device in gpus
+        for nic, nic_device in nics
     ]
-    return NumatopologySpec(
+    spec = NumatopologySpec(
         numa_nodes=numa_nodes,
         cpus=cpus,
-        gpus=gpus,
+        gpus=[gpu for gpu, _ in gpus],
         gpu_paths=gpu_paths,
-        nics=nics,
+        nics=[nic for nic, _ in nics],
         pci_paths=pci_paths,
         sources=["sysfs"],
     )
+    for item in ignored:
+        logger.warning("%s", item)
+    return SysfsReading(spec=spec, ignored=ignored)
 
 
 def hugepage_size_key(size_kib: int) -> str:
@@ -174,17 +162,15 @@ def _online_cpus(cpu_dir: str, cpu_ids: list[int], ignored: list[str]) -> frozen
     online: set[int] = set()
     unknown: set[int] = set()
     for cpu in cpu_ids:
-        text = read_optional(os.path.join(cpu_dir, f"cpu{cpu}", "online"))
+        path = os.path.join(cpu_dir, f"cpu{cpu}", "online")
+        text = read_optional(path)
         if text is None or text == "1":
             online.add(cpu)
         elif text == "":
             online.add(cpu)
             unknown.add(cpu)
         elif text != "0":
-            raise DiscoveryError(
-                f"expected 0 or 1, found {text[:40]!r}",
-                os.path.join(cpu_dir, f"cpu{cpu}", "online"),
-            )
+            raise DiscoveryError(f"expected 0 or 1, found {text[:40]!r}", path)
     if unknown:
         ignored.append(
             f"cpuN/online is empty for CPUs {CPUSet(unknown)} under {cpu_dir}; counted online"
@@ -214,8 +200,7 @@ def _read_cpus(
             # Some VMs and arches publish no topology: each CPU is its own core.
             core_of[cpu], socket_of[cpu] = cpu, 0
             continue
-        siblings = _siblings(topology, "thread_siblings") & known & online
-        siblings |= {cpu}
+        siblings = (_siblings(topology, "thread_siblings") & known & online) | {cpu}
         socket = _package_id(os.path.join(topology, "physical_package_id"))
         if socket is None:
             unknown_package.add(cpu)
@@ -258,7 +243,7 @@ def _package_id(path: str) -> int | None:
 
 def _siblings(topology: str, name: str) -> set[int]:
     """`<name>_list` (kernel list) or, on older kernels, `<name>` (hex mask)."""
-    found = read_cpus(os.path.join(topology, f"{name}_list"), os.path.join(topology, name))
+    found = read_cpus(topology, f"{name}_list", name)
     return set() if found is None else set(found.ids)
 
 
@@ -303,13 +288,12 @@ def _read_numa_nodes(
         directory = os.path.join(node_dir, f"node{numa}")
         names = list_dir(directory)
         linked = {int(m.group(1)) for m in map(_CPU.match, names) if m}
-        found = read_cpus(os.path.join(directory, "cpulist"), os.path.join(directory, "cpumap"))
+        found = read_cpus(directory, "cpulist", "cpumap")
         if found is None:
             raise DiscoveryError(
                 "is missing (and so is cpumap)", os.path.join(directory, "cpulist")
             )
-        listed = found.ids
-        node = _RawNode(id=numa, cpus=frozenset((listed | linked) & known))
+        node = _RawNode(id=numa, cpus=frozenset((found.ids | linked) & known))
         if "meminfo" in names:
             node.memory_bytes = _memtotal(os.path.join(directory, "meminfo"))
         elif len(ids) == 1:
@@ -396,11 +380,10 @@ def _hugepages(directory: str) -> dict[str, int]:
         match = _HUGEPAGES.match(name)
         if match is None:
             continue
-        count = read_int(os.path.join(directory, name, "nr_hugepages"))
+        path = os.path.join(directory, name, "nr_hugepages")
+        count = read_int(path)
         if count < 0:
-            raise DiscoveryError(
-                f"negative page count {count}", os.path.join(directory, name, "nr_hugepages")
-            )
+            raise DiscoveryError(f"negative page count {count}", path)
         counts[hugepage_size_key(int(match.group(1)))] = count
     return dict(sorted(counts.items(), key=lambda item: _size_order(item[0])))
 
@@ -447,7 +430,7 @@ def _distances(path: str, ids: list[int], columns: list[int]) -> dict[str, int] 
 
 def _read_gpus(
     pci: PciTree, numa_cpus: Mapping[int, CPUSet], rules: Sequence[AcceleratorRule]
-) -> tuple[list[Gpu], dict[int, PciDevice]]:
+) -> list[tuple[Gpu, PciDevice]]:
     by_vendor: dict[str, list[tuple[str, AcceleratorRule, int | None]]] = {}
     # Bridges, NICs and storage are most functions: their vendor files need no reading.
     base_classes = {c >> 8 for rule in rules for c in rule.classes}
@@ -463,8 +446,7 @@ def _read_gpus(
             continue
         if rule is not None:
             by_vendor.setdefault(rule.vendor, []).append((bus_id, rule, device_id))
-    gpus: list[Gpu] = []
-    devices: dict[int, PciDevice] = {}
+    gpus: list[tuple[Gpu, PciDevice]] = []
     # Vendors in rule order (NVIDIA first with the defaults), bus-id order within one.
     for vendor_name in dict.fromkeys(r.vendor for r in rules):
         for bus_id, rule, device_id in by_vendor.get(vendor_name, []):
@@ -473,19 +455,16 @@ def _read_gpus(
             except DiscoveryError as exc:
                 logger.warning("accelerator %s: NUMA locality unknown: %s", bus_id, exc)
                 numa = None
-            index = len(gpus)
-            gpus.append(
-                Gpu(
-                    index=index,
-                    pci_bus_id=bus_id,
-                    numa=numa,
-                    vendor=vendor_name,
-                    model="" if device_id is None else f"{rule.vendor_id:04x}:{device_id:04x}",
-                    resource=rule.resource,
-                )
+            gpu = Gpu(
+                index=len(gpus),
+                pci_bus_id=bus_id,
+                numa=numa,
+                vendor=vendor_name,
+                model="" if device_id is None else f"{rule.vendor_id:04x}:{device_id:04x}",
+                resource=rule.resource,
             )
-            devices[index] = pci.devices[bus_id]
-    return gpus, devices
+            gpus.append((gpu, pci.devices[bus_id]))
+    return gpus
 
 
 def _device_id(pci: PciTree, bus_id: str) -> int | None:
@@ -498,10 +477,9 @@ def _device_id(pci: PciTree, bus_id: str) -> int | None:
 
 def _read_nics(
     sys_dir: str, pci: PciTree, numa_cpus: Mapping[int, CPUSet]
-) -> tuple[list[Nic], dict[str, PciDevice]]:
+) -> list[tuple[Nic, PciDevice]]:
     class_dir = os.path.join(sys_dir, "class", "infiniband")
-    nics: list[Nic] = []
-    devices: dict[str, PciDevice] = {}
+    nics: list[tuple[Nic, PciDevice]] = []
     for name in sorted(list_dir(class_dir)):
         link = os.path.join(class_dir, name, "device")
         bus_id = os.path.basename(os.path.realpath(link)) if os.path.lexists(link) else ""
@@ -516,8 +494,6 @@ def _read_nics(
         except DiscoveryError as exc:
             logger.warning("RDMA device %s skipped: %s", name, exc)
             continue
-        nics.append(
-            Nic(name=name, pci_bus_id=bus_id, numa=numa, link_layer=layer or "", netdevs=netdevs)
-        )
-        devices[name] = pci.devices[bus_id]
-    return nics, devices
+        nic = Nic(name=name, pci_bus_id=bus_id, numa=numa, link_layer=layer or "", netdevs=netdevs)
+        nics.append((nic, pci.devices[bus_id]))
+    return nics

@@ -47,18 +47,19 @@ def _read(path: str) -> str:
         raise DiscoveryError("is not text (non-ASCII bytes)", path) from None
 
 
-def read_int(path: str, *, base: int = 10) -> int:
-    """A file holding one integer (`core_id`, `numa_node`; base 16 for `0x10de`)."""
+def read_int(path: str) -> int:
+    """A file holding one integer (`nr_hugepages`)."""
     text = read_text(path)
     try:
-        return int(text, base)
+        return int(text)
     except ValueError:
         raise DiscoveryError(f"expected an integer, found {text[:40]!r}", path) from None
 
 
-def read_cpus(list_path: str, mask_path: str) -> CPUSet | None:
-    """The list-format file (`cpulist`, `thread_siblings_list`) if it exists, else the mask-format
-    one older kernels write alone (`cpumap`, `thread_siblings`), else None."""
+def read_cpus(directory: str, list_name: str, mask_name: str) -> CPUSet | None:
+    """The list-format file of `directory` (`cpulist`, `thread_siblings_list`) if it exists, else
+    the mask-format one older kernels write alone (`cpumap`, `thread_siblings`), else None."""
+    list_path, mask_path = os.path.join(directory, list_name), os.path.join(directory, mask_name)
     text = read_optional(list_path)
     if text is not None:
         return parse_cpus(text, list_path)

@@ -106,8 +106,7 @@ def containers_in_flight(
     assignment: Assignment,
 ) -> list[InFlight]:
     """The candidates of one pod: its containers with GPUs assigned, in admission
-    order. `container_names` are the init containers then the app containers, in spec
-    order, as the kubelet admits them."""
+    order (`container_names`, as `InFlight.container_order` counts them)."""
     found: list[InFlight] = []
     for position, name in enumerate(container_names):
         given = assignment.containers.get(name)

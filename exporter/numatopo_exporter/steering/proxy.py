@@ -10,45 +10,20 @@ numatopo's Registration socket in `steering_dir`, a directory the kubelet does n
 Operator version mounts the host's `/` at `/host` on the plugin container, and that
 inotify through that mount sees the socket re-created.
 
-NVIDIA's device plugin behind numatopo
---------------------------------------
-Read from NVIDIA/k8s-device-plugin (cmd/nvidia-device-plugin/main.go,
-internal/plugin/server.go), v0.17.0 and later:
+NVIDIA's device plugin (NVIDIA/k8s-device-plugin v0.17.0 and later:
+cmd/nvidia-device-plugin/main.go, internal/plugin/server.go) registers with the socket
+`--kubelet-socket` (env `KUBELET_SOCKET`) names, but always serves its own in the
+kubelet's directory (`nvidia-gpu.sock`, registered as the bare file name: hence
+`vendor_dirs`, and numatopo's endpoint name differs from it). It restarts its plugins
+when that Registration socket is created again (inotify on its directory, which must
+exist first: `start` creates it; the plugin restarts until then), not when the kubelet
+restarts and wipes the plugin's socket (hence `restart_vendor_on_kubelet_restart`).
 
-* `--kubelet-socket` (env `KUBELET_SOCKET`) names the Registration socket it
-  registers with. Point it at `/var/lib/numatopo/device-plugins/kubelet.sock`.
-* Its own socket does NOT follow that flag: it always serves
-  `/var/lib/kubelet/device-plugins/nvidia-<name>.sock` (`nvidia-gpu.sock`) and
-  registers the bare file name as its endpoint. So numatopo looks for a vendor's
-  endpoint first in its own directory, then in the kubelet's (`vendor_dirs`), and
-  its own endpoint name must differ from NVIDIA's (it does: `numatopo-...`).
-* It restarts its plugins when the kubelet socket it was given is created again
-  (inotify on that socket's directory), not when the kubelet restarts. A kubelet
-  restart deletes NVIDIA's socket in the kubelet's directory; so when numatopo sees
-  the kubelet restart and the vendor's socket gone, it re-creates its own
-  Registration socket, which makes NVIDIA's plugin restart, serve again and
-  register again (`restart_vendor_on_kubelet_restart`).
-* The directory `/var/lib/numatopo/device-plugins` must exist before the plugin
-  starts (it watches it); numatopo creates it, and the plugin restarts until then.
-
-What ends and what numatopo does
---------------------------------
-* The vendor registers (again): numatopo dials it, reads its options, registers
-  with the kubelet again (the vendor's earlier stream to the kubelet, ending after
-  numatopo registered, makes the kubelet drop numatopo's endpoint).
-* The kubelet's `ListAndWatch` stream to numatopo ends while it runs: the kubelet
-  dropped the endpoint; register again.
-* numatopo's socket or the kubelet's `kubelet.sock` is deleted or replaced (checked
-  every `poll_seconds`; inode and ctime): serve the socket again, register again.
-* The vendor's socket is deleted or replaced (same poll): its connection is dropped
-  and dialled again, so a stream that does not end by itself is not waited on.
-* The vendor's stream ends: the last devices it listed are reported Unhealthy
-  until it is back (so the kubelet admits no pod onto GPUs nobody can allocate),
-  then its own list again.
-  So does a list from it that does not parse (passed on, the kubelet would end its
-  stream and drop numatopo's endpoint).
-Registration retries with capped backoff; failures are logged and counted, never
-fatal.
+Whatever ends (the vendor registering again, the kubelet's or the vendor's stream, a
+socket deleted or replaced, seen by polling inode and ctime) is handled where it is
+noticed (`_watch_vendor`, `list_and_watch`, `_check_sockets`), never fatally: a vendor
+gone leaves its last device list published Unhealthy until it is back, and
+registration retries with capped backoff.
 """
 
 from __future__ import annotations
@@ -90,9 +65,8 @@ logger = logging.getLogger("numatopo.steering")
 
 UNHEALTHY = "Unhealthy"
 MAX_OFFERED_IDS = 16384
-"""The most device IDs (offered and must-include, all containers) one preferred
-allocation is steered for: a node's GPUs times their time-slicing replicas is far
-fewer, and the answer is computed on the event loop the agent runs on."""
+"""The most device IDs one preferred allocation is steered for (why: docs/operations.md,
+"Steering GPUs")."""
 
 
 @dataclass(frozen=True)
@@ -123,8 +97,7 @@ class SteeringConfig:
 
     @property
     def vendor_dirs(self) -> tuple[Path, ...]:
-        """Where a registered endpoint name is looked for, in order (NVIDIA's plugin
-        serves in the kubelet's directory whatever socket it registers with)."""
+        """Where a registered endpoint name is looked for, in order (why: the module docstring)."""
         return (self.steering_dir, self.kubelet_dir)
 
 
@@ -307,9 +280,7 @@ class Steerer:
                     and vendor is not None
                     and not vendor.socket.exists()
                 ):
-                    # The kubelet wiped the vendor's socket too (NVIDIA's plugin serves
-                    # in the kubelet's directory) and the vendor watches only our
-                    # registration socket: re-creating it makes the vendor start over.
+                    # The kubelet wiped the vendor's socket too (module docstring).
                     logger.info("steering: %s is gone; restarting the vendor", vendor.socket)
                     await self._serve(self.registration_socket)
 
@@ -539,8 +510,7 @@ class Steerer:
     async def _preferred(
         self, request: pb.PreferredAllocationRequest
     ) -> pb.PreferredAllocationResponse:
-        loop = asyncio.get_running_loop()
-        deadline = loop.time() + self.config.answer_deadline_seconds
+        deadline = asyncio.get_running_loop().time() + self.config.answer_deadline_seconds
         vendor = self._vendor
         asked_vendor: asyncio.Task[pb.PreferredAllocationResponse] | None = None
         if vendor is not None and self._vendor_options.get_preferred_allocation_available:
