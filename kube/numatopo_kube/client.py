@@ -203,8 +203,8 @@ def _path_names(namespace: str | None, *names: str) -> None:
 
 
 def _uid_precondition(uid: str) -> Body:
-    """`metadata.uid` for a merge patch: the API server refuses the patch (409) unless the
-    stored object has that uid, so a late write cannot land on a namesake."""
+    """`metadata.uid` for a merge patch (refused with 409 unless the stored object has that
+    uid) or a Binding: a late write cannot land on a namesake."""
     return {"uid": uid} if uid else {}
 
 
@@ -673,7 +673,7 @@ class KubeClient:
     async def create_binding(self, namespace: str, name: str, uid: str, node: str) -> None:
         """Bind the pod to `node` as kube-scheduler does (the uid guards against a namesake)."""
         _path_names(namespace, name, node)
-        metadata = {"name": name, "namespace": namespace, **({"uid": uid} if uid else {})}
+        metadata = {"name": name, "namespace": namespace, **_uid_precondition(uid)}
         binding = _PodBinding(  # type: ignore[call-overload]
             {
                 "apiVersion": "v1",
@@ -682,10 +682,8 @@ class KubeClient:
                 "target": {"apiVersion": "v1", "kind": "Node", "name": node},
             }
         )
-        await self._call(
-            f"bind pod {namespace}/{name} to {node}",
-            lambda: self.lightkube.create(binding, name, namespace=namespace),
-        )
+        what = f"bind pod {namespace}/{name} to {node}"
+        await self._create(what, binding, name=name, namespace=namespace)
 
     # -- events ------------------------------------------------------------------------
 
@@ -957,13 +955,8 @@ class KubeClient:
     @api_call(("resource.k8s.io", "resourceclaims", "patch"))
     async def patch_resource_claim(self, namespace: str, name: str, patch: Body) -> Body:
         """A merge patch (finalizers), conditional with `metadata.resourceVersion`; not retried."""
-        return await self._patch(
-            f"patch resourceclaim {namespace}/{name}",
-            _ResourceClaim,
-            name,
-            patch,
-            namespace=namespace,
-        )
+        what = f"patch resourceclaim {namespace}/{name}"
+        return await self._patch(what, _ResourceClaim, name, patch, namespace=namespace)
 
     @api_call(("resource.k8s.io", "resourceclaims/status", "patch"))
     async def patch_resource_claim_status(self, namespace: str, name: str, patch: Body) -> Body:
