@@ -108,9 +108,6 @@ _VolcanoNumatopology: Any = create_global_resource(
 _NetworkTopology: Any = create_global_resource(
     GROUP, VERSION, NETWORK_TOPOLOGY_KIND, NETWORK_TOPOLOGY_PLURAL
 )
-# The collections the hot writes (`WriteTransport`) address by path.
-_NUMATOPOLOGIES = f"/apis/{GROUP}/{VERSION}/{Numatopology.plural}"
-_NETWORK_TOPOLOGIES = f"/apis/{GROUP}/{VERSION}/{NETWORK_TOPOLOGY_PLURAL}"
 
 
 class _PodBinding(GenericNamespacedStatus):
@@ -892,19 +889,19 @@ class KubeClient:
     @api_call(("numatopo.io", "numatopologies/status", "patch"))
     async def patch_numatopology_status(self, name: str, status: Mapping[str, object]) -> None:
         """Merge `status` into `Numatopology/<name>.status` (others' fields stay)."""
-        await self._merge_status(_Numatopology, _NUMATOPOLOGIES, KIND, name, status)
+        await self._merge_status(_Numatopology, KIND, Numatopology.plural, name, status)
 
     async def _merge_status(
-        self, resource: Any, collection: str, kind: str, name: str, status: Mapping[str, object]
+        self, resource: Any, kind: str, plural: str, name: str, status: Mapping[str, object]
     ) -> None:
-        """A merge patch of the cluster-scoped object's status subresource."""
+        """A merge patch of the cluster-scoped numatopo.io object's status subresource."""
         _path_names(None, name)
         await self._write(
             f"patch {kind}/{name} status",
             resource.Status,
             {"status": dict(status)},
             name=name,
-            path=f"{collection}/{name}/status",
+            path=f"/apis/{GROUP}/{VERSION}/{plural}/{name}/status",
         )
 
     # -- dynamic resource allocation (resource.k8s.io/v1) -------------------------------
@@ -968,7 +965,7 @@ class KubeClient:
     async def patch_networktopology_status(self, name: str, status: Mapping[str, object]) -> None:
         """Merge `status` into `NetworkTopology/<name>.status` (others' fields stay)."""
         await self._merge_status(
-            _NetworkTopology, _NETWORK_TOPOLOGIES, NETWORK_TOPOLOGY_KIND, name, status
+            _NetworkTopology, NETWORK_TOPOLOGY_KIND, NETWORK_TOPOLOGY_PLURAL, name, status
         )
 
     @api_call(("numatopo.io", "numatopologies", "watch"))

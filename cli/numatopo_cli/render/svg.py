@@ -110,10 +110,9 @@ def render_svg(topology: Numatopology) -> str:
     columns = _columns(spec)
     sockets = _place_columns(columns)
     # The rows below the sockets: NICs if any, then GPUs.
-    has_nics = any(column.nics for column in columns)
-    gpu_top = NIC_TOP + (NIC_HEIGHT + ROW_GAP if has_nics else 0)
+    gpu_top = NIC_TOP + (NIC_HEIGHT + ROW_GAP if spec.nics else 0)
     gpu_bottom = gpu_top + GPU_HEIGHT
-    devices_bottom = NIC_TOP + NIC_HEIGHT if has_nics else SOCKET_BOTTOM
+    devices_bottom = NIC_TOP + NIC_HEIGHT if spec.nics else SOCKET_BOTTOM
     if spec.gpus:
         devices_bottom = gpu_bottom
     gpu_boxes: dict[int, float] = {}
