@@ -53,7 +53,6 @@ APPLY = PatchType.APPLY.value
 JSON_PATCH = PatchType.JSON.value
 MERGE_PATCH = PatchType.MERGE.value
 STRATEGIC_MERGE_PATCH = PatchType.STRATEGIC.value
-_PATCH_TYPES = {kind.value: kind for kind in PatchType}
 
 SERVICE_ACCOUNT = Path("/var/run/secrets/kubernetes.io/serviceaccount")
 REQUEST_TIMEOUT_SECONDS = 30.0
@@ -652,7 +651,7 @@ class KubeClient:
         that pod's (`KubePodReplacedError` when refused for it; strategic patches only)."""
         if content_type not in (JSON_PATCH, STRATEGIC_MERGE_PATCH):
             raise ValueError(f"pod status patches are JSON or strategic, not {content_type}")
-        what, kind = f"patch pod {namespace}/{name} status", _PATCH_TYPES[content_type]
+        what, kind = f"patch pod {namespace}/{name} status", PatchType(content_type)
         body: Body | list[Body] = patch
         if isinstance(patch, list):
             body = [*_uid_test(uid), *patch]
