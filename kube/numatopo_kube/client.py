@@ -230,14 +230,12 @@ def _load_config(api_url: str, environ: Mapping[str, str], service_account: Path
         )
     path = Path(kubeconfig)
     try:
-        config = KubeConfig.from_file(path).get()
+        config = _single(KubeConfig.from_file(path), path)
     except yaml.YAMLError as exc:
         problem = " ".join(str(exc).split())  # PyYAML's message spans lines
         raise KubeConfigError(f"{path}: not a kubeconfig (invalid YAML: {problem})") from None
     except (lightkube.ConfigError, OSError, TypeError, KeyError, AttributeError) as exc:
         raise KubeConfigError(f"{path}: not a usable kubeconfig: {exc}") from None
-    if config is None:
-        raise KubeConfigError(f"{path}: no current-context (try `kubectl config use-context`)")
     if not config.cluster.server.startswith(("http://", "https://")):
         raise KubeConfigError(
             f"{path}: the cluster's server {config.cluster.server!r} is not an http(s) URL"
@@ -983,7 +981,6 @@ class KubeClient:
     # -- exported formats (operator, when turned on) -----------------------------------
 
     @api_call(
-        # server-side apply: patch, and create when the object does not exist yet
         (nrt.GROUP, "noderesourcetopologies", "patch"),
         (nrt.GROUP, "noderesourcetopologies", "create"),
     )

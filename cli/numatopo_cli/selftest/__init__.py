@@ -93,8 +93,7 @@ async def _numatopologies(kube: KubeClient, report: Report) -> None:
     view = replay([], topologies, nodes=nodes)
     runtime = view.runtime
     published = set(runtime.ledger.nodes())
-    stale = {node: runtime.stale_reason(node) for node in published}
-    bad = {node: why for node, why in stale.items() if why}
+    bad = {node: why for node in published if (why := runtime.stale_reason(node))}
     report.check(
         bool(published) and not bad,
         "Numatopologies fresh",
