@@ -65,11 +65,11 @@ def node_row(view: ClusterView, node: str, now: float) -> NodeRow:
     )
 
 
-def nodes_report(view: ClusterView, now: float | None = None) -> NodesReport:
-    moment = time.time() if now is None else now
+def nodes_report(view: ClusterView) -> NodesReport:
+    now = time.time()
     return NodesReport(
         signatures_checked=view.signatures_checked,
-        nodes=[node_row(view, node, moment) for node in view.node_names()],
+        nodes=[node_row(view, node, now) for node in view.node_names()],
     )
 
 
