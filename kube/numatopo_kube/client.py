@@ -475,7 +475,6 @@ class KubeClient:
 
     @api_call(("", "nodes", "list"))
     async def list_nodes(self) -> Listing:
-        """Every Node."""
         return await self._list("list nodes", _Node, chunk_size=LIST_PAGE_SIZE)
 
     @api_call(("", "nodes", "watch"))
@@ -524,7 +523,6 @@ class KubeClient:
 
     @api_call(("", "pods", "delete"))
     async def delete_pod(self, namespace: str, name: str) -> bool:
-        """Delete a pod; False when it was not there."""
         return await self._delete(f"pod {namespace}/{name}", _Pod, name, namespace)
 
     @api_call(("", "pods", "list"))
@@ -811,7 +809,6 @@ class KubeClient:
 
     @api_call(("numatopo.io", "numatopologies", "list"))
     async def list_numatopologies(self) -> Listing:
-        """Every Numatopology."""
         return await self._list(f"list {KIND}", _Numatopology, chunk_size=LIST_PAGE_SIZE)
 
     @api_call(

@@ -13,8 +13,7 @@ from numatopo_operator.cluster_view import ClusterView
 
 
 def _numa_rows(spec: NumatopologySpec, state: NodeState) -> list[NumaRow]:
-    free_cpus = state.free_cpus()
-    free_gpus, free_nics = state.free_gpus(), state.free_nics()
+    free_cpus, free_gpus, free_nics = state.free_cpus(), state.free_gpus(), state.free_nics()
     usable = [gpu for gpu in spec.gpus if not gpu.mig_mode]
     rows = []
     for numa in spec.numa_nodes:

@@ -59,12 +59,11 @@ def render_matrix(spec: NumatopologySpec, *, color: bool = False) -> list[str]:
         numa = device[2]
         affinity = [numa_cpus.get(numa, text.UNKNOWN), text.UNKNOWN if numa is None else str(numa)]
         rows.append([label, *(between(device, other) for other in devices), *affinity])
-    size = len(labels)
 
     def style(row: int, column: int, cell: str) -> str:
         if row == 0 or column == 0:
             return text.paint(cell, "1", color=color)
-        if column > size:
+        if column > len(labels):
             return cell
         if cell == SELF:
             return text.paint(cell, "2", color=color)

@@ -69,11 +69,10 @@ class Report:
     checks: int = 0
     failed: int = 0
 
-    def check(self, ok: bool, what: str, detail: str) -> bool:
+    def check(self, ok: bool, what: str, detail: str) -> None:
         self.checks += 1
         self.failed += not ok
         print(f"{'PASS' if ok else 'FAIL'}  {what}: {detail}", flush=True)
-        return ok
 
 
 async def _crds(kube: KubeClient, report: Report) -> None:
