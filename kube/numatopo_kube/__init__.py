@@ -10,7 +10,6 @@ from numatopo_kube.client import (
     STRATEGIC_MERGE_PATCH,
     KubeClient,
     Listing,
-    Permission,
     WatchEvent,
 )
 from numatopo_kube.errors import (
@@ -40,6 +39,5 @@ __all__ = [
     "KubePodReplacedError",
     "KubeUnavailableError",
     "Listing",
-    "Permission",
     "WatchEvent",
 ]

@@ -53,7 +53,6 @@ APPLY = PatchType.APPLY.value
 JSON_PATCH = PatchType.JSON.value
 MERGE_PATCH = PatchType.MERGE.value
 STRATEGIC_MERGE_PATCH = PatchType.STRATEGIC.value
-_PATCH_TYPES = {kind.value: kind for kind in PatchType}
 
 SERVICE_ACCOUNT = Path("/var/run/secrets/kubernetes.io/serviceaccount")
 REQUEST_TIMEOUT_SECONDS = 30.0
@@ -108,9 +107,6 @@ _VolcanoNumatopology: Any = create_global_resource(
 _NetworkTopology: Any = create_global_resource(
     GROUP, VERSION, NETWORK_TOPOLOGY_KIND, NETWORK_TOPOLOGY_PLURAL
 )
-# The collections the hot writes (`WriteTransport`) address by path.
-_NUMATOPOLOGIES = f"/apis/{GROUP}/{VERSION}/{Numatopology.plural}"
-_NETWORK_TOPOLOGIES = f"/apis/{GROUP}/{VERSION}/{NETWORK_TOPOLOGY_PLURAL}"
 
 
 class _PodBinding(GenericNamespacedStatus):
@@ -203,8 +199,8 @@ def _path_names(namespace: str | None, *names: str) -> None:
 
 
 def _uid_precondition(uid: str) -> Body:
-    """`metadata.uid` for a merge patch: the API server refuses the patch (409) unless the
-    stored object has that uid, so a late write cannot land on a namesake."""
+    """`metadata.uid` for a merge patch (refused with 409 unless the stored object has that
+    uid) or a Binding: a late write cannot land on a namesake."""
     return {"uid": uid} if uid else {}
 
 
@@ -234,14 +230,12 @@ def _load_config(api_url: str, environ: Mapping[str, str], service_account: Path
         )
     path = Path(kubeconfig)
     try:
-        config = KubeConfig.from_file(path).get()
+        config = _single(KubeConfig.from_file(path), path)
     except yaml.YAMLError as exc:
         problem = " ".join(str(exc).split())  # PyYAML's message spans lines
         raise KubeConfigError(f"{path}: not a kubeconfig (invalid YAML: {problem})") from None
     except (lightkube.ConfigError, OSError, TypeError, KeyError, AttributeError) as exc:
         raise KubeConfigError(f"{path}: not a usable kubeconfig: {exc}") from None
-    if config is None:
-        raise KubeConfigError(f"{path}: no current-context (try `kubectl config use-context`)")
     if not config.cluster.server.startswith(("http://", "https://")):
         raise KubeConfigError(
             f"{path}: the cluster's server {config.cluster.server!r} is not an http(s) URL"
@@ -481,7 +475,6 @@ class KubeClient:
 
     @api_call(("", "nodes", "list"))
     async def list_nodes(self) -> Listing:
-        """Every Node."""
         return await self._list("list nodes", _Node, chunk_size=LIST_PAGE_SIZE)
 
     @api_call(("", "nodes", "watch"))
@@ -530,7 +523,6 @@ class KubeClient:
 
     @api_call(("", "pods", "delete"))
     async def delete_pod(self, namespace: str, name: str) -> bool:
-        """Delete a pod; False when it was not there."""
         return await self._delete(f"pod {namespace}/{name}", _Pod, name, namespace)
 
     @api_call(("", "pods", "list"))
@@ -655,7 +647,7 @@ class KubeClient:
         that pod's (`KubePodReplacedError` when refused for it; strategic patches only)."""
         if content_type not in (JSON_PATCH, STRATEGIC_MERGE_PATCH):
             raise ValueError(f"pod status patches are JSON or strategic, not {content_type}")
-        what, kind = f"patch pod {namespace}/{name} status", _PATCH_TYPES[content_type]
+        what, kind = f"patch pod {namespace}/{name} status", PatchType(content_type)
         body: Body | list[Body] = patch
         if isinstance(patch, list):
             body = [*_uid_test(uid), *patch]
@@ -673,7 +665,7 @@ class KubeClient:
     async def create_binding(self, namespace: str, name: str, uid: str, node: str) -> None:
         """Bind the pod to `node` as kube-scheduler does (the uid guards against a namesake)."""
         _path_names(namespace, name, node)
-        metadata = {"name": name, "namespace": namespace, **({"uid": uid} if uid else {})}
+        metadata = {"name": name, "namespace": namespace, **_uid_precondition(uid)}
         binding = _PodBinding(  # type: ignore[call-overload]
             {
                 "apiVersion": "v1",
@@ -682,10 +674,8 @@ class KubeClient:
                 "target": {"apiVersion": "v1", "kind": "Node", "name": node},
             }
         )
-        await self._call(
-            f"bind pod {namespace}/{name} to {node}",
-            lambda: self.lightkube.create(binding, name, namespace=namespace),
-        )
+        what = f"bind pod {namespace}/{name} to {node}"
+        await self._create(what, binding, name=name, namespace=namespace)
 
     # -- events ------------------------------------------------------------------------
 
@@ -819,7 +809,6 @@ class KubeClient:
 
     @api_call(("numatopo.io", "numatopologies", "list"))
     async def list_numatopologies(self) -> Listing:
-        """Every Numatopology."""
         return await self._list(f"list {KIND}", _Numatopology, chunk_size=LIST_PAGE_SIZE)
 
     @api_call(
@@ -894,19 +883,19 @@ class KubeClient:
     @api_call(("numatopo.io", "numatopologies/status", "patch"))
     async def patch_numatopology_status(self, name: str, status: Mapping[str, object]) -> None:
         """Merge `status` into `Numatopology/<name>.status` (others' fields stay)."""
-        await self._merge_status(_Numatopology, _NUMATOPOLOGIES, KIND, name, status)
+        await self._merge_status(_Numatopology, KIND, Numatopology.plural, name, status)
 
     async def _merge_status(
-        self, resource: Any, collection: str, kind: str, name: str, status: Mapping[str, object]
+        self, resource: Any, kind: str, plural: str, name: str, status: Mapping[str, object]
     ) -> None:
-        """A merge patch of the cluster-scoped object's status subresource."""
+        """A merge patch of the cluster-scoped numatopo.io object's status subresource."""
         _path_names(None, name)
         await self._write(
             f"patch {kind}/{name} status",
             resource.Status,
             {"status": dict(status)},
             name=name,
-            path=f"{collection}/{name}/status",
+            path=f"/apis/{GROUP}/{VERSION}/{plural}/{name}/status",
         )
 
     # -- dynamic resource allocation (resource.k8s.io/v1) -------------------------------
@@ -957,13 +946,8 @@ class KubeClient:
     @api_call(("resource.k8s.io", "resourceclaims", "patch"))
     async def patch_resource_claim(self, namespace: str, name: str, patch: Body) -> Body:
         """A merge patch (finalizers), conditional with `metadata.resourceVersion`; not retried."""
-        return await self._patch(
-            f"patch resourceclaim {namespace}/{name}",
-            _ResourceClaim,
-            name,
-            patch,
-            namespace=namespace,
-        )
+        what = f"patch resourceclaim {namespace}/{name}"
+        return await self._patch(what, _ResourceClaim, name, patch, namespace=namespace)
 
     @api_call(("resource.k8s.io", "resourceclaims/status", "patch"))
     async def patch_resource_claim_status(self, namespace: str, name: str, patch: Body) -> Body:
@@ -975,7 +959,7 @@ class KubeClient:
     async def patch_networktopology_status(self, name: str, status: Mapping[str, object]) -> None:
         """Merge `status` into `NetworkTopology/<name>.status` (others' fields stay)."""
         await self._merge_status(
-            _NetworkTopology, _NETWORK_TOPOLOGIES, NETWORK_TOPOLOGY_KIND, name, status
+            _NetworkTopology, NETWORK_TOPOLOGY_KIND, NETWORK_TOPOLOGY_PLURAL, name, status
         )
 
     @api_call(("numatopo.io", "numatopologies", "watch"))
@@ -994,7 +978,6 @@ class KubeClient:
     # -- exported formats (operator, when turned on) -----------------------------------
 
     @api_call(
-        # server-side apply: patch, and create when the object does not exist yet
         (nrt.GROUP, "noderesourcetopologies", "patch"),
         (nrt.GROUP, "noderesourcetopologies", "create"),
     )

@@ -53,8 +53,8 @@ class InputError(Exception):
     """A problem with what the user passed; the message names the file and the place."""
 
 
-def load_document(path: Path) -> Any:
-    """One JSON or YAML document from `path`."""
+def load_document(path: Path, shape: type, expected: str) -> Any:
+    """The one JSON or YAML document in `path`, which must be a `shape` (`expected` names it)."""
     try:
         text = path.read_text(encoding="utf-8")
     except UnicodeDecodeError:
@@ -63,26 +63,27 @@ def load_document(path: Path) -> Any:
         raise InputError(f"{path}: cannot read: {exc.strerror or exc}") from None
     if path.suffix == ".json":
         try:
-            return json.loads(text)
+            document = json.loads(text)
         except json.JSONDecodeError as exc:
             raise InputError(f"{path}: invalid JSON: {exc}") from None
-    try:
-        documents = [d for d in yaml.safe_load_all(text) if d is not None]
-    except yaml.YAMLError as exc:
-        problem = " ".join(str(exc).split())  # PyYAML's message spans lines
-        raise InputError(f"{path}: invalid YAML: {problem}") from None
-    if len(documents) != 1:
-        raise InputError(f"{path}: expected one document, found {len(documents)}")
-    return documents[0]
+    else:
+        try:
+            documents = [d for d in yaml.safe_load_all(text) if d is not None]
+        except yaml.YAMLError as exc:
+            problem = " ".join(str(exc).split())  # PyYAML's message spans lines
+            raise InputError(f"{path}: invalid YAML: {problem}") from None
+        if len(documents) != 1:
+            raise InputError(f"{path}: expected one document, found {len(documents)}")
+        document = documents[0]
+    if not isinstance(document, shape):
+        got = "nothing" if document is None else type(document).__name__
+        raise InputError(f"{path}: expected {expected}, got {got}")
+    return document
 
 
 def read_topology(path: Path) -> tuple[NumatopologySpec, str | None]:
     """The node's spec and, for a whole `Numatopology` object, its name."""
-    document = load_document(path)
-    if not isinstance(document, Mapping):
-        raise InputError(
-            f"{path}: expected a Numatopology object or its spec, got {_kind(document)}"
-        )
+    document = load_document(path, Mapping, "a Numatopology object or its spec")
     try:
         if "spec" in document or "kind" in document:
             node = Numatopology.model_validate(document)
@@ -94,9 +95,7 @@ def read_topology(path: Path) -> tuple[NumatopologySpec, str | None]:
 
 def read_allocated(path: Path) -> list[tuple[str, Assignment]]:
     """(pod key, assignment) pairs; an entry without a pod is keyed `allocated[i]`."""
-    document = load_document(path)
-    if not isinstance(document, list):
-        raise InputError(f"{path}: expected a list of assignments, got {_kind(document)}")
+    document = load_document(path, list, "a list of assignments")
     entries: list[tuple[str, Assignment]] = []
     for index, item in enumerate(document):
         where = f"{path}: [{index}]"
@@ -122,9 +121,7 @@ def read_allocated(path: Path) -> list[tuple[str, Assignment]]:
 
 
 def read_pod(path: Path, resources: ResourceNames) -> PodRequest:
-    document = load_document(path)
-    if not isinstance(document, Mapping):
-        raise InputError(f"{path}: expected a Pod manifest, got {_kind(document)}")
+    document = load_document(path, Mapping, "a Pod manifest")
     if not wants_topology(document):
         print(
             f"{PROG}: note: {path} has no numatopo.io/policy annotation; deciding with policy none",
@@ -144,10 +141,6 @@ def _validation_summary(exc: pydantic.ValidationError) -> str:
     ]
     more = len(errors) - MAX_VALIDATION_ERRORS
     return "; ".join(parts) + (f"; and {more} more" if more > 0 else "")
-
-
-def _kind(document: object) -> str:
-    return "nothing" if document is None else type(document).__name__
 
 
 def decide(

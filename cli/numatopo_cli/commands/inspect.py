@@ -60,14 +60,6 @@ def sample_path(name: str) -> Iterator[Path]:
         yield path
 
 
-def _format_sample_list() -> str:
-    samples = list_samples()
-    width = max(map(len, samples))
-    lines = ["Samples (real machines; try `numatopo inspect --sample NAME`):"]
-    lines += [f"  {name.ljust(width)}  {summary}" for name, summary in samples.items()]
-    return "\n".join(lines) + "\n"
-
-
 def _inspect(args: argparse.Namespace) -> tuple[Numatopology, list[str]]:
     with nullcontext() if args.sample is None else sample_path(args.sample) as path:
         topo = path or args.nvidia_smi_topo
@@ -98,7 +90,11 @@ def _read_slices(path: Path) -> list[ResourceSlice]:
 
 def run(args: argparse.Namespace) -> int:
     if args.sample == "list":
-        sys.stdout.write(_format_sample_list())
+        samples = list_samples()
+        width = max(map(len, samples))
+        lines = ["Samples (real machines; try `numatopo inspect --sample NAME`):"]
+        lines += [f"  {name.ljust(width)}  {summary}" for name, summary in samples.items()]
+        sys.stdout.write("\n".join(lines) + "\n")
         return 0
     try:
         topology, notices = _inspect(args)

@@ -15,8 +15,7 @@ def run(args: argparse.Namespace) -> int:
     from numatopo_operator import main, settings
 
     try:
-        configured = settings.from_args(args, os.environ)
-        return main.run(configured)
+        return main.run(settings.from_args(args, os.environ))
     except settings.SettingsError as exc:
         sys.stderr.write(f"numatopo operator: {exc}\n")
         return 2

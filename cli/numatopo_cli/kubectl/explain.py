@@ -52,7 +52,6 @@ def explain_report(
     """The pod judged node by node; `group` is its group's domain search
     (`ClusterView.judge_group`), when it names a group."""
     annotations = (pod.get("metadata") or {}).get("annotations") or {}
-    wants = pod_request.wants_topology(pod)
     judged = view.judge(pod)
     verdicts = judged.verdicts
     refusals = _groups("scheduler", judged.scheduler)
@@ -80,7 +79,7 @@ def explain_report(
         node_name=translate.pod_node(pod) or "",
         state=str(annotations.get(keys.STATE, "")),
         reason=str(annotations.get(keys.REASON, "")),
-        wants_topology=wants,
+        wants_topology=pod_request.wants_topology(pod),
         signatures_checked=view.signatures_checked,
         nodes=len(judged.candidates) + len(judged.scheduler),
         fits=fits,

@@ -18,7 +18,7 @@ from pathlib import Path
 from numatopo_cli.kubectl import explain, nodes, top
 from numatopo_cli.kubectl.reading import Access, read_cluster
 from numatopo_cli.render.cluster_svg import render_cluster_svg
-from numatopo_kube import KubeConfigError, KubeError, KubeNotFoundError
+from numatopo_kube import KubeError, KubeNotFoundError
 
 PROG = "kubectl numatopo"
 
@@ -93,7 +93,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     except KubeNotFoundError as exc:
         print(f"{PROG}: not found: {exc}", file=sys.stderr)
         return 2
-    except (KubeConfigError, KubeError, OSError) as exc:
+    except (KubeError, OSError) as exc:
         print(f"{PROG}: {exc}", file=sys.stderr)
         return 2
     except BrokenPipeError:

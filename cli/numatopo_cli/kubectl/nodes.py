@@ -13,8 +13,7 @@ from numatopo_operator.cluster_view import ClusterView
 
 
 def _numa_rows(spec: NumatopologySpec, state: NodeState) -> list[NumaRow]:
-    free_cpus = state.free_cpus()
-    free_gpus, free_nics = state.free_gpus(), state.free_nics()
+    free_cpus, free_gpus, free_nics = state.free_cpus(), state.free_gpus(), state.free_nics()
     usable = [gpu for gpu in spec.gpus if not gpu.mig_mode]
     rows = []
     for numa in spec.numa_nodes:
@@ -65,11 +64,11 @@ def node_row(view: ClusterView, node: str, now: float) -> NodeRow:
     )
 
 
-def nodes_report(view: ClusterView, now: float | None = None) -> NodesReport:
-    moment = time.time() if now is None else now
+def nodes_report(view: ClusterView) -> NodesReport:
+    now = time.time()
     return NodesReport(
         signatures_checked=view.signatures_checked,
-        nodes=[node_row(view, node, moment) for node in view.node_names()],
+        nodes=[node_row(view, node, now) for node in view.node_names()],
     )
 
 

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import os
-from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -27,18 +26,13 @@ class Access:
     trusted_keys: str = ""
     """A PEM file of trusted public keys; overrides the ConfigMap."""
 
-    def environ(self) -> Mapping[str, str]:
+    def client(self) -> KubeClient:
         environ = dict(os.environ)
         if self.kubeconfig:
             # An explicit --kubeconfig wins over a pod's service account, as in kubectl.
             environ.pop("KUBERNETES_SERVICE_HOST", None)
             environ["KUBECONFIG"] = self.kubeconfig
-        return environ
-
-    def client(self) -> KubeClient:
-        return KubeClient.connect(
-            self.api_url, environ=self.environ(), component="kubectl-numatopo"
-        )
+        return KubeClient.connect(self.api_url, environ=environ, component="kubectl-numatopo")
 
 
 async def verifier_from(access: Access, kube: KubeClient) -> tuple[Verifier | None, str]:

@@ -26,8 +26,8 @@ def _booking(key: str, node: str, assignment: Assignment) -> BookingRow:
     )
 
 
-def top_report(view: ClusterView, node: str | None = None, now: float | None = None) -> TopReport:
-    moment = time.time() if now is None else now
+def top_report(view: ClusterView, node: str | None) -> TopReport:
+    now = time.time()
     ledger = view.runtime.ledger
     names = [node] if node is not None else view.node_names()
     bookings: list[BookingRow] = []
@@ -52,7 +52,7 @@ def top_report(view: ClusterView, node: str | None = None, now: float | None = N
     ]
     return TopReport(
         signatures_checked=view.signatures_checked,
-        nodes=[node_row(view, name, moment) for name in names],
+        nodes=[node_row(view, name, now) for name in names],
         namespaces=namespaces,
         bookings=bookings,
     )

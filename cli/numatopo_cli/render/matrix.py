@@ -7,8 +7,6 @@ different known NUMA nodes (that is what SYS means) and `-` otherwise.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-
 from numatopo_cli.render import text
 from numatopo_engine.model import NumatopologySpec, PathType
 
@@ -19,32 +17,27 @@ SELF = "X"
 _CELL_COLORS = {"PIX": "36", "PXB": "36", "PHB": "33", "NODE": "33", "SYS": "31"}
 
 
-@dataclass(frozen=True)
-class Matrix:
-    """Row/column labels (`GPU0`.., `NIC0`..), the square of cells, and per-row affinity."""
-
-    labels: list[str]
-    cells: list[list[str]]
-    cpu_affinity: list[str]
-    numa_affinity: list[str]
-    nic_names: list[str]
-
-
-def build_matrix(spec: NumatopologySpec) -> Matrix:
-    """The matrix for the spec's GPUs (by index) then NICs (in spec order)."""
+def render_matrix(spec: NumatopologySpec, *, color: bool = False) -> list[str]:
+    """The matrix of the spec's GPUs (by index) then NICs (in spec order), each row with its
+    CPU and NUMA affinity, as lines of text, a legend and the NIC names; empty without
+    GPUs/NICs."""
     gpus = sorted(spec.gpus, key=lambda gpu: gpu.index)
     links = {(link.a, link.b): text.link_label(link) for link in spec.gpu_links}
     gpu_paths = {(path.a, path.b): path.path.value for path in spec.gpu_paths}
     nic_paths = {(path.gpu, path.nic): path.path.value for path in spec.pci_paths}
-    numa_cpus = {node.id: str(node.cpus) or text.UNKNOWN for node in spec.numa_nodes}
+    numa_cpus: dict[int | None, str] = {
+        node.id: str(node.cpus) or text.UNKNOWN for node in spec.numa_nodes
+    }
 
     # (kind, key, numa): key is the GPU index or the NIC name.
     devices: list[tuple[str, int | str, int | None]] = [
         ("GPU", gpu.index, gpu.numa) for gpu in gpus
     ] + [("NIC", nic.name, nic.numa) for nic in spec.nics]
+    if not devices:
+        return []
     labels = [f"GPU{gpu.index}" for gpu in gpus] + [f"NIC{i}" for i in range(len(spec.nics))]
 
-    def cell(a: tuple[str, int | str, int | None], b: tuple[str, int | str, int | None]) -> str:
+    def between(a: tuple[str, int | str, int | None], b: tuple[str, int | str, int | None]) -> str:
         if a is b:
             return SELF
         found: str | None = None
@@ -61,37 +54,16 @@ def build_matrix(spec: NumatopologySpec) -> Matrix:
             return PathType.SYS.value
         return text.UNKNOWN
 
-    cells = [[cell(a, b) for b in devices] for a in devices]
-    return Matrix(
-        labels=labels,
-        cells=cells,
-        cpu_affinity=[
-            numa_cpus.get(numa, text.UNKNOWN) if numa is not None else text.UNKNOWN
-            for _, _, numa in devices
-        ],
-        numa_affinity=[text.UNKNOWN if numa is None else str(numa) for _, _, numa in devices],
-        nic_names=[nic.name for nic in spec.nics],
-    )
-
-
-def render_matrix(spec: NumatopologySpec, *, color: bool = False) -> list[str]:
-    """The matrix as lines of text, a legend and the NIC names; empty without GPUs/NICs."""
-    matrix = build_matrix(spec)
-    if not matrix.labels:
-        return []
-    header = ["", *matrix.labels, "CPU Affinity", "NUMA Affinity"]
-    rows = [header] + [
-        [label, *row, cpus, numa]
-        for label, row, cpus, numa in zip(
-            matrix.labels, matrix.cells, matrix.cpu_affinity, matrix.numa_affinity, strict=True
-        )
-    ]
-    size = len(matrix.labels)
+    rows = [["", *labels, "CPU Affinity", "NUMA Affinity"]]
+    for label, device in zip(labels, devices, strict=True):
+        numa = device[2]
+        affinity = [numa_cpus.get(numa, text.UNKNOWN), text.UNKNOWN if numa is None else str(numa)]
+        rows.append([label, *(between(device, other) for other in devices), *affinity])
 
     def style(row: int, column: int, cell: str) -> str:
         if row == 0 or column == 0:
             return text.paint(cell, "1", color=color)
-        if column > size:
+        if column > len(labels):
             return cell
         if cell == SELF:
             return text.paint(cell, "2", color=color)
@@ -110,7 +82,7 @@ def render_matrix(spec: NumatopologySpec, *, color: bool = False) -> list[str]:
         "  SYS  = across the link between NUMA nodes (QPI/UPI)",
         f"  {text.UNKNOWN}    = not reported by the sources",
     ]
-    if matrix.nic_names:
+    if spec.nics:
         lines += ["", "NIC Legend:", ""]
-        lines += [f"  NIC{i}: {name}" for i, name in enumerate(matrix.nic_names)]
+        lines += [f"  NIC{i}: {nic.name}" for i, nic in enumerate(spec.nics)]
     return lines

@@ -110,10 +110,9 @@ def render_svg(topology: Numatopology) -> str:
     columns = _columns(spec)
     sockets = _place_columns(columns)
     # The rows below the sockets: NICs if any, then GPUs.
-    has_nics = any(column.nics for column in columns)
-    gpu_top = NIC_TOP + (NIC_HEIGHT + ROW_GAP if has_nics else 0)
+    gpu_top = NIC_TOP + (NIC_HEIGHT + ROW_GAP if spec.nics else 0)
     gpu_bottom = gpu_top + GPU_HEIGHT
-    devices_bottom = NIC_TOP + NIC_HEIGHT if has_nics else SOCKET_BOTTOM
+    devices_bottom = NIC_TOP + NIC_HEIGHT if spec.nics else SOCKET_BOTTOM
     if spec.gpus:
         devices_bottom = gpu_bottom
     gpu_boxes: dict[int, float] = {}
@@ -335,17 +334,14 @@ def _stroke(weight: float) -> float:
     return 1.2 + 3.8 * weight
 
 
-def _is_all_to_all(spec: NumatopologySpec) -> bool:
-    count = len(spec.gpus)
-    kinds = {(link.type, link.links) for link in spec.gpu_links}
-    return count >= 3 and len(spec.gpu_links) == count * (count - 1) // 2 and len(kinds) == 1
-
-
 def _draw_links(
     canvas: _Canvas, spec: NumatopologySpec, boxes: dict[int, float], gpu_bottom: float
 ) -> float:
     """Draw the GPU links under the GPU row; return the lowest y drawn."""
-    if _is_all_to_all(spec):
+    count = len(spec.gpus)
+    kinds = {(link.type, link.links) for link in spec.gpu_links}
+    if count >= 3 and len(spec.gpu_links) == count * (count - 1) // 2 and len(kinds) == 1:
+        # Every pair of GPUs has the same direct link.
         return _draw_switch(canvas, spec, boxes, gpu_bottom)
     weights = _link_weight(spec.gpu_links)
     centre = {index: x + GPU_WIDTH / 2 for index, x in boxes.items()}

@@ -84,7 +84,6 @@ def _policies(spec: NumatopologySpec) -> str:
 
 def _numa_rows(spec: NumatopologySpec, *, color: bool) -> list[str]:
     nodes = {node.id: node for node in spec.numa_nodes}
-    has_cpu_rows = bool(spec.cpus)
     rows = [["NUMA", "CPUS", "CORES", "MEMORY", "HUGEPAGES", "GPUS", "NICS"]]
     numa_keys: list[int | None] = list(text.numa_ids(spec))
     if any(gpu.numa is None for gpu in spec.gpus) or any(nic.numa is None for nic in spec.nics):
@@ -98,7 +97,7 @@ def _numa_rows(spec: NumatopologySpec, *, color: bool) -> list[str]:
             [
                 text.UNKNOWN if numa is None else str(numa),
                 str(node.cpus) or text.UNKNOWN if node else text.UNKNOWN,
-                str(len(cores)) if has_cpu_rows and numa is not None else text.UNKNOWN,
+                str(len(cores)) if spec.cpus and numa is not None else text.UNKNOWN,
                 text.format_bytes(node.memory_bytes) if node else text.UNKNOWN,
                 text.format_hugepages(node.hugepages) if node else text.UNKNOWN,
                 text.format_ids(gpus),

@@ -101,8 +101,6 @@ def align_rows(
 ) -> list[str]:
     """Pad cells into columns two spaces apart (left-aligned but the indices in `right`).
     `style(row, column, text)` may colour a cell; widths are measured on the plain text."""
-    if not rows:
-        return []
     right_columns = set(right)
     widths = [0] * max(len(row) for row in rows)
     for row in rows:

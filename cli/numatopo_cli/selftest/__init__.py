@@ -32,7 +32,7 @@ import aiohttp
 from numatopo_engine import annotations as keys
 from numatopo_engine.model import GROUP
 from numatopo_engine.network_topology import NETWORK_TOPOLOGY_PLURAL
-from numatopo_kube import KubeClient, KubeConfigError, KubeError
+from numatopo_kube import KubeClient, KubeError
 from numatopo_kube.timestamps import unix_seconds
 from numatopo_operator import translate
 from numatopo_operator.cluster_view import replay
@@ -69,11 +69,10 @@ class Report:
     checks: int = 0
     failed: int = 0
 
-    def check(self, ok: bool, what: str, detail: str) -> bool:
+    def check(self, ok: bool, what: str, detail: str) -> None:
         self.checks += 1
         self.failed += not ok
         print(f"{'PASS' if ok else 'FAIL'}  {what}: {detail}", flush=True)
-        return ok
 
 
 async def _crds(kube: KubeClient, report: Report) -> None:
@@ -93,8 +92,7 @@ async def _numatopologies(kube: KubeClient, report: Report) -> None:
     view = replay([], topologies, nodes=nodes)
     runtime = view.runtime
     published = set(runtime.ledger.nodes())
-    stale = {node: runtime.stale_reason(node) for node in published}
-    bad = {node: why for node, why in stale.items() if why}
+    bad = {node: why for node in published if (why := runtime.stale_reason(node))}
     report.check(
         bool(published) and not bad,
         "Numatopologies fresh",
@@ -108,11 +106,6 @@ async def _numatopologies(kube: KubeClient, report: Report) -> None:
         print(f"note  {len(missing)} Nodes have no Numatopology (no exporter there): {shown}")
 
 
-def _age(stamp: str) -> float | None:
-    moment = unix_seconds(stamp)
-    return None if moment is None else time.time() - moment
-
-
 async def _lease(kube: KubeClient, report: Report, lease: str) -> None:
     namespace, _, name = lease.partition("/")
     try:
@@ -122,7 +115,8 @@ async def _lease(kube: KubeClient, report: Report, lease: str) -> None:
         return
     holder = str(spec.get("holderIdentity") or "")
     duration = float(spec.get("leaseDurationSeconds") or 15)
-    age = _age(str(spec.get("renewTime") or ""))
+    renewed = unix_seconds(str(spec.get("renewTime") or ""))
+    age = None if renewed is None else time.time() - renewed
     fresh = bool(holder) and age is not None and age <= duration + LEASE_SLACK_SECONDS
     detail = f"held by {holder or 'nobody'}" + ("" if age is None else f", renewed {age:.0f} s ago")
     report.check(fresh, f"active operator (Lease {lease})", detail)
@@ -254,7 +248,7 @@ async def _checks(args: argparse.Namespace) -> Report:
 def run(args: argparse.Namespace) -> int:
     try:
         report = asyncio.run(_checks(args))
-    except (KubeConfigError, KubeError) as exc:
+    except KubeError as exc:
         print(f"numatopo selftest: {exc}", file=sys.stderr)
         return 2
     print(f"{report.checks - report.failed} of {report.checks} checks passed")
