@@ -11,6 +11,7 @@ import io
 from pathlib import Path
 from typing import Any
 
+import pytest
 import yaml
 
 from numatopo_cli import main as cli
@@ -129,3 +130,20 @@ async def test_each_broken_part_fails_its_check(env: Env, pki: Pki, tmp_path: Pa
     ], out
     assert "is stale" in out
     assert "PASS  CRD numatopologies.numatopo.io" in out
+
+
+def test_a_timeout_that_ends_before_the_first_look_is_refused(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    # A wait of 0 s used to skip the loop and crash on an unset result (UnboundLocalError).
+    for text, error in [
+        ("0", "0 is not a positive number of seconds"),
+        ("-5", "-5 is not a positive number of seconds"),
+        ("inf", "inf is not a positive number of seconds"),
+        ("nan", "nan is not a positive number of seconds"),
+        ("soon", "'soon' is not a number of seconds"),
+    ]:
+        with pytest.raises(SystemExit) as exit_:
+            cli.main(["selftest", "--timeout-seconds", text])
+        assert exit_.value.code == 2
+        assert f"argument --timeout-seconds: {error}" in capsys.readouterr().err

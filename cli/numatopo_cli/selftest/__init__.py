@@ -20,6 +20,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import json
+import math
 import ssl
 import sys
 import time
@@ -61,7 +62,18 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     add("--example-scheduler", default="numatopo-scheduler")
     add("--example-node", default="", help="bind the example pod here (skips the scheduler)")
     add("--example-until", choices=["Assigned", "Aligned"], default="Aligned")
-    add("--timeout-seconds", type=float, default=120.0)
+    add("--timeout-seconds", type=_seconds, default=120.0, help="how long the example pod may take")
+
+
+def _seconds(text: str) -> float:
+    # 0 or less would end the wait before the pod was looked at once.
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a number of seconds") from None
+    if not 0 < value < math.inf:
+        raise argparse.ArgumentTypeError(f"{text} is not a positive number of seconds")
+    return value
 
 
 @dataclass
