@@ -423,12 +423,16 @@ class KubeClient:
         **options: Any,
     ) -> Listing:
         """Every object as `keep` makes it while its page is read (None: left out): a caller
-        keeping little never holds the whole answer. A continue token expired between pages
-        (410) lists again from the start (`keep` sees objects again): no mixed snapshots."""
+        keeping little never holds the whole answer, and pages of `LIST_PAGE_SIZE` keep the
+        API server from building one answer of every object of a large cluster. A continue
+        token expired between pages (410) lists again from the start (`keep` sees objects
+        again): no mixed snapshots."""
         for restart in range(LIST_RESTARTS + 1):
 
             async def pages() -> Listing:
-                iterable = self.lightkube.list(resource, namespace=namespace, **options)
+                iterable = self.lightkube.list(
+                    resource, namespace=namespace, chunk_size=LIST_PAGE_SIZE, **options
+                )
                 items: list[Body] = []
                 read = 0
                 async for item in iterable:
@@ -475,7 +479,7 @@ class KubeClient:
 
     @api_call(("", "nodes", "list"))
     async def list_nodes(self) -> Listing:
-        return await self._list("list nodes", _Node, chunk_size=LIST_PAGE_SIZE)
+        return await self._list("list nodes", _Node)
 
     @api_call(("", "nodes", "watch"))
     def watch_nodes(self, *, resource_version: str | None = None) -> AsyncIterator[WatchEvent]:
@@ -507,7 +511,6 @@ class KubeClient:
                 _Pod,
                 namespace=namespace,
                 keep=keep,
-                chunk_size=LIST_PAGE_SIZE,
                 fields=dict(field_selector) if field_selector else None,
             )
             found.items += listing.items
@@ -809,7 +812,7 @@ class KubeClient:
 
     @api_call(("numatopo.io", "numatopologies", "list"))
     async def list_numatopologies(self) -> Listing:
-        return await self._list(f"list {KIND}", _Numatopology, chunk_size=LIST_PAGE_SIZE)
+        return await self._list(f"list {KIND}", _Numatopology)
 
     @api_call(
         # server-side apply: patch, and create when the object does not exist yet
@@ -994,7 +997,6 @@ class KubeClient:
         return await self._list(
             f"list {nrt.KIND}",
             _NodeResourceTopology,
-            chunk_size=LIST_PAGE_SIZE,
             labels=dict(label_selector),
         )
 
@@ -1017,6 +1019,5 @@ class KubeClient:
         return await self._list(
             f"list {volcano.GROUP} {volcano.KIND}",
             _VolcanoNumatopology,
-            chunk_size=LIST_PAGE_SIZE,
             labels=dict(label_selector),
         )

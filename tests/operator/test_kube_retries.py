@@ -247,3 +247,31 @@ async def test_an_unreadable_object_in_a_watch_is_a_named_retriable_error(cluste
         await kube.close()
 
     assert caught.value.transient
+
+
+# Each list call and its arguments; the set is checked against the client's `list_*` methods.
+LISTS = {
+    "list_nodes": {},
+    "list_pods": {},
+    "list_numatopologies": {},
+    "list_network_topologies": {},
+    "list_resource_claims": {},
+    "list_resource_slices": {},
+    "list_device_classes": {},
+    "list_node_resource_topologies": {"label_selector": {"app": "numatopo"}},
+    "list_volcano_numatopologies": {"label_selector": {"app": "numatopo"}},
+}
+
+
+async def test_every_list_is_read_in_pages(cluster, client):
+    """One answer holding every ResourceClaim or pod of a large cluster costs the API server
+    and this process its whole size at once: each list asks for pages."""
+    assert set(LISTS) == {name for name in dir(KubeClient) if name.startswith("list_")}
+    for name, arguments in LISTS.items():
+        with contextlib.suppress(KubeError):  # the emulator may not serve every kind
+            await getattr(client, name)(**arguments)
+
+    lists = [r for r in cluster.api if r.method.upper() == "GET"]
+    limits = {r.url.path: r.params.get("limit") for r in lists}
+    assert len(limits) >= len(LISTS), sorted(limits)
+    assert {str(LIST_PAGE_SIZE)} == set(limits.values()), limits
