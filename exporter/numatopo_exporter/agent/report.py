@@ -128,27 +128,23 @@ class PodReporter:
             # A recovered pod's next failure is news again, even for the same reason.
             record.reported = None
             record.enforced = Enforced(entry.annotation, ids)
-        drift = ("DriftCorrected", f"cpusets had been changed; restored ({summary})")
-        if previous is None and feedback.already_enforced(entry.body, message=summary):
-            # Enforced and reported before this agent (re)started: only a drift is news.
-            if touched:
-                self.metrics.drift_corrections.inc()
-                return drift
+        # Enforced and reported before this agent (re)started: only a drift is news.
+        fresh = previous is None and not feedback.already_enforced(entry.body, message=summary)
+        reassigned = previous is not None and previous.annotation != entry.annotation
+        if fresh or (reassigned and touched):
+            self.metrics.enforcements.inc()
+            now = self.clock()
+            seen = record.first_seen if record is not None else None
+            self.metrics.latency.observe(max(0.0, now - (seen if seen is not None else now)))
+            return ("Enforced", f"cpusets applied ({summary})")
+        if reassigned:
             return None
-        if previous is None or previous.annotation != entry.annotation:
-            if touched or previous is None:
-                self.metrics.enforcements.inc()
-                now = self.clock()
-                seen = record.first_seen if record is not None else None
-                self.metrics.latency.observe(max(0.0, now - (seen if seen is not None else now)))
-                return ("Enforced", f"cpusets applied ({summary})")
-            return None
-        if previous.container_ids != ids:
+        if previous is not None and previous.container_ids != ids:
             self.metrics.enforcements.inc()
             return ("Reenforced", f"a container restarted; cpusets applied again ({summary})")
         if touched:
             self.metrics.drift_corrections.inc()
-            return drift
+            return ("DriftCorrected", f"cpusets had been changed; restored ({summary})")
         return None
 
     async def report_refusal(self, refusal: pods.Refusal) -> None:
