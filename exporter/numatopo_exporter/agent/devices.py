@@ -15,14 +15,9 @@ from numatopo_engine.annotations import OBSERVED, Observed
 from numatopo_engine.dra.pods import devices_from_claims
 from numatopo_engine.model import NumatopologySpec, UnhealthyDevices
 from numatopo_engine.resources import ResourceNames
-from numatopo_exporter.agent import follow, health, pods
+from numatopo_exporter.agent import follow, health, pod_resources, pods
 from numatopo_exporter.agent.pod_records import PodRecords
-from numatopo_exporter.agent.pod_resources import (
-    Listing,
-    PodResourcesError,
-    list_allocatable,
-    list_holdings,
-)
+from numatopo_exporter.agent.pod_resources import Listing, PodResourcesError
 from numatopo_exporter.metrics import AgentMetrics
 from numatopo_kube import KubeClient, KubeError, KubePodReplacedError
 
@@ -65,7 +60,7 @@ class KubeletDevices:
         if self.socket is None:
             return None
         try:
-            holdings = await list_holdings(self.socket)
+            holdings = await pod_resources.list_holdings(self.socket)
         except PodResourcesError as exc:
             if self.unreadable != str(exc):
                 logger.warning("cannot verify GPUs: %s", exc)
@@ -80,7 +75,7 @@ class KubeletDevices:
         """`unhealthy`: the node's devices the kubelet does not list as allocatable."""
         assert self.socket is not None
         try:
-            allocatable = await list_allocatable(self.socket)
+            allocatable = await pod_resources.list_allocatable(self.socket)
         except PodResourcesError as exc:
             logger.warning("cannot read the kubelet's allocatable devices: %s", exc)
             return

@@ -143,8 +143,7 @@ def in_flight(
         regular = {str(c.get("name")) for c in inits if c.get("restartPolicy") != "Always"}
         # Back to front: a regular init container is steered to what the next GPU container holds.
         following: InFlight | None = None
-        for order in range(len(names) - 1, -1, -1):
-            name = names[order]
+        for order, name in reversed(list(enumerate(names))):
             if name not in regular:
                 following = claims.get(name) or following
                 continue
@@ -164,9 +163,7 @@ def in_flight(
     return found
 
 
-def _gpu_count(container: Mapping[str, Any] | None, is_gpu: Callable[[str], bool]) -> int:
-    if container is None:
-        return 0
+def _gpu_count(container: Mapping[str, Any], is_gpu: Callable[[str], bool]) -> int:
     resources = container.get("resources") or {}
     asked = resources.get("limits") or resources.get("requests") or {}
     total = 0

@@ -116,7 +116,6 @@ class NodeStatus:
         now: str,
     ) -> bool:
         """Apply the status; False when it should be tried again."""
-        static = verdict[0] != AGENT_ENFORCING
         conditions = [
             {
                 "type": kind,
@@ -126,7 +125,7 @@ class NodeStatus:
                 "lastTransitionTime": now,
             }
             for kind, holds, (reason, message) in (
-                (ENFORCING, not static, verdict),
+                (ENFORCING, verdict[0] == AGENT_ENFORCING, verdict),
                 (GPU_ASSIGNMENT, mode[0] is not GpuMode.NONE, mode[1:]),
             )
         ]

@@ -32,10 +32,7 @@ def make_discovery_scan(options: DiscoverOptions) -> Callable[[], Discovery]:
     def scan() -> Discovery:
         found = discover(options)
         for notice in found.notices:
-            if notice in found.ignored:
-                logger.warning("%s", notice)
-            else:
-                logger.info("%s", notice)
+            logger.log(logging.WARNING if notice in found.ignored else logging.INFO, "%s", notice)
         return found
 
     return scan
