@@ -1,4 +1,5 @@
-"""Follow: compare the GPUs and NICs a container really holds with its assignment (pure).
+"""Follow: compare the GPUs and NICs a container really holds with its assignment, and tell the
+node's devices the kubelet cannot hand out (pure).
 
 What the kubelet gave (PodResources) goes into `numatopo.io/observed`, per container with whether it
 matches (docs/DESIGN.md, "GPUs: steered, followed or unverified"). RDMA NICs are compared only where
@@ -11,11 +12,12 @@ from __future__ import annotations
 
 from collections.abc import Callable, Collection, Iterable, Mapping, Sequence
 from itertools import zip_longest
-from typing import Any
+from typing import Any, TypeVar
 
 from numatopo_engine.annotations import Assignment, ContainerAssignment, Observed, ObservedContainer
-from numatopo_engine.device_ids import device_ids_for, nic_names
-from numatopo_engine.model import Nic
+from numatopo_engine.device_ids import device_ids_for, gpu_indices, nic_names
+from numatopo_engine.devices import schedulable_devices
+from numatopo_engine.model import Nic, NumatopologySpec, UnhealthyDevices
 from numatopo_engine.quantity import QuantityError, parse_milli
 from numatopo_exporter.agent.pod_view import PodView
 from numatopo_exporter.steering.choice import InFlight, containers_in_flight
@@ -174,3 +176,41 @@ def _gpu_count(container: Mapping[str, Any], is_gpu: Callable[[str], bool]) -> i
             except QuantityError:
                 continue
     return total
+
+
+T = TypeVar("T", int, str)  # a device index or a NIC name
+
+
+def unhealthy_devices(
+    spec: NumatopologySpec, allocatable: Mapping[str, Collection[str]]
+) -> UnhealthyDevices:
+    """The devices of `spec` the kubelet's `allocatable` listing (PodResources'
+    `GetAllocatableResources`: resource -> IDs) leaves out, by the rule of docs/DESIGN.md, "The
+    CRD", "Device health" (per resource: the devices its listed IDs leave out; no verdict when no
+    ID names a device here; all of them when the resource is not listed)."""
+    gpus = _unhealthy(
+        allocatable,
+        [(d.resource, d.index) for d in schedulable_devices(spec)],
+        lambda i: gpu_indices([i], spec.gpus),
+    )
+    nics = _unhealthy(
+        allocatable, [(n.resource, n.name) for n in spec.nics], lambda i: nic_names([i], spec.nics)
+    )
+    return UnhealthyDevices(gpus=sorted(gpus), nics=nics)
+
+
+def _unhealthy(
+    allocatable: Mapping[str, Collection[str]],
+    mine: Sequence[tuple[str, T]],
+    names: Callable[[str], Sequence[T] | None],
+) -> list[T]:
+    """Per resource of `mine` ((resource, device) pairs), the devices its listed IDs do not name;
+    none when it has no verdict (listed, but no ID names anything here)."""
+    found: list[T] = []
+    for resource in sorted({r for r, _ in mine}):
+        listed: set[T] = set()
+        for device_id in allocatable.get(resource, ()):
+            listed.update(names(device_id) or ())
+        if listed or resource not in allocatable:
+            found += sorted(d for r, d in mine if r == resource and d not in listed)
+    return found
