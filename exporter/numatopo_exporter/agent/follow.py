@@ -185,9 +185,7 @@ def unhealthy_devices(
     spec: NumatopologySpec, allocatable: Mapping[str, Collection[str]]
 ) -> UnhealthyDevices:
     """The devices of `spec` the kubelet's `allocatable` listing (PodResources'
-    `GetAllocatableResources`: resource -> IDs) leaves out, by the rule of docs/DESIGN.md, "The
-    CRD", "Device health" (per resource: the devices its listed IDs leave out; no verdict when no
-    ID names a device here; all of them when the resource is not listed)."""
+    `GetAllocatableResources`: resource -> IDs) leaves out (docs/DESIGN.md, "Device health")."""
     gpus = _unhealthy(
         allocatable,
         [(d.resource, d.index) for d in schedulable_devices(spec)],

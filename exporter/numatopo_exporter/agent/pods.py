@@ -102,7 +102,7 @@ def _check_on_node(assignment: Assignment, online: planning.Cpuset) -> str:
     return "; ".join(problems)
 
 
-def _exclusive_cpus(assignment: Assignment) -> CPUSet:
+def exclusive_cpus(assignment: Assignment) -> CPUSet:
     return CPUSet(cpu for c in assignment.containers.values() if c.exclusive for cpu in c.cpus)
 
 
@@ -156,9 +156,7 @@ def select_assignments(
             refused.append(Refusal(uid, "AssignmentNotOnNode", problem_text, text, body))
             continue
         candidates.append(
-            PodAssignment(
-                uid, key, pod.qos, assignment, text, pod.running, body, observed=pod.observed
-            )
+            PodAssignment(uid, key, pod.qos, assignment, text, pod.running, body, pod.observed)
         )
     topology = NumatopologySpec(numa_nodes=[NumaNode(id=0, cpus=online.cpus)])
     accepted, overlapping = state.book_in_claim_order(
@@ -180,11 +178,11 @@ def _keep_a_shared_cpu(
     """Refuse accepted claims, latest decision first (what already runs stays enforced), until
     their exclusive CPUs leave the shared pool (sandboxes, every container without exclusive CPUs)
     at least one online CPU."""
-    exclusive = CPUSet(cpu for entry in accepted for cpu in _exclusive_cpus(entry.assignment))
+    exclusive = CPUSet(cpu for entry in accepted for cpu in exclusive_cpus(entry.assignment))
     while accepted and exclusive and not (online.cpus - exclusive):
-        latest = max((e for e in accepted if _exclusive_cpus(e.assignment)), key=state.claim_order)
+        latest = max((e for e in accepted if exclusive_cpus(e.assignment)), key=state.claim_order)
         accepted.remove(latest)
-        taken = _exclusive_cpus(latest.assignment)
+        taken = exclusive_cpus(latest.assignment)
         message = (
             f"exclusive CPUs of this pod ({taken}) together with "
             f"those of earlier pods would take every online CPU ({online.cpus}); "

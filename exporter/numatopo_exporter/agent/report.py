@@ -16,7 +16,7 @@ from numatopo_exporter.agent import cgroupfs, feedback, planning, pods
 from numatopo_exporter.agent.devices import GPU_MISMATCH, GPUS_UNVERIFIED
 from numatopo_exporter.agent.enforce import CgroupPass
 from numatopo_exporter.agent.feedback import StatusPatch, now_text
-from numatopo_exporter.agent.pod_records import Enforced, PodRecords
+from numatopo_exporter.agent.pod_records import Enforced, PodRecord, PodRecords
 from numatopo_exporter.metrics import AgentMetrics
 from numatopo_kube import KubeClient, KubeError, KubePodReplacedError
 from numatopo_kube.event_posts import EventPosts
@@ -65,7 +65,7 @@ class PodReporter:
             for p, c in sorted(applied.items())
         )
         touched = any(p in done.written for p in outcome.paths)
-        event = self._news(entry, summary, touched=touched)
+        event = self._news(entry, record, summary, touched=touched)
         if event is not None:
             self.event(entry.body, *event)
         await self.feedback(entry.body, aligned=True, reason="CpusetsApplied", message=summary)
@@ -117,11 +117,10 @@ class PodReporter:
         return problems
 
     def _news(
-        self, entry: pods.PodAssignment, summary: str, *, touched: bool
+        self, entry: pods.PodAssignment, record: PodRecord | None, summary: str, *, touched: bool
     ) -> tuple[str, str] | None:
-        """Remember the pod as enforced; the Event (reason, message) that says what is new,
-        counted in the metrics, or None."""
-        record = self.records.get(entry.uid)
+        """Remember the pod as enforced (in its `record`); the Event (reason, message) that says
+        what is new, counted in the metrics, or None."""
         previous = record.enforced if record is not None else None
         ids = frozenset(str(c.container_id) for c in entry.running)
         if record is not None:
@@ -164,7 +163,7 @@ class PodReporter:
         self, pod: dict[str, Any], *, aligned: bool, reason: str, message: str
     ) -> None:
         now = now_text(self.clock())
-        status_patch, meta_patch = feedback.plan_pod_patches(
+        status_patch, annotations = feedback.plan_pod_patches(
             pod, aligned=aligned, reason=reason, message=message, now=now
         )
         meta = pod.get("metadata", {})
@@ -181,10 +180,8 @@ class PodReporter:
                 await self._patch_condition(
                     pod, status_patch, aligned=aligned, reason=reason, message=message, now=now
                 )
-            if meta_patch is not None:
-                await self.client.patch_pod_annotations(
-                    namespace, name, meta_patch["metadata"]["annotations"], uid=_uid(pod)
-                )
+            if annotations is not None:
+                await self.client.patch_pod_annotations(namespace, name, annotations, uid=_uid(pod))
         except KubePodReplacedError as exc:
             logger.info("not reporting to a namesake of pod %s/%s: %s", namespace, name, exc)
         except KubeError as exc:

@@ -58,13 +58,12 @@ def build_object(*, node_name: str, node_uid: str | None, spec: NumatopologySpec
     return {"apiVersion": API_VERSION, "kind": KIND, "metadata": metadata, "spec": spec.to_wire()}
 
 
-def published_hash(obj: dict[str, Any], *, node_uid: str | None) -> str | None:
+def published_hash(obj: dict[str, Any], *, node_uid: str) -> str | None:
     """The hash of the spec stored in `obj`; None if it is not a valid spec or not owned by the
     node (both mean: publish again)."""
-    if node_uid is not None:
-        owners = obj.get("metadata", {}).get("ownerReferences") or []
-        if not any(o.get("kind") == "Node" and o.get("uid") == node_uid for o in owners):
-            return None
+    owners = obj.get("metadata", {}).get("ownerReferences") or []
+    if not any(o.get("kind") == "Node" and o.get("uid") == node_uid for o in owners):
+        return None
     try:
         return spec_hash(NumatopologySpec.model_validate(obj.get("spec") or {}))
     except ValidationError:
@@ -129,14 +128,13 @@ def plan_status(
     exported = plan_exported_condition(conditions, digest=digest, scanned_at=scanned_at, now=now)
     degraded = degraded_condition(conditions, ignored=ignored, now=now)
     old_degraded = next((c for c in conditions if c.get("type") == DEGRADED), None)
-    stored_beat = str(stored.get("heartbeat") or "")
     if exported is None and degraded == old_degraded and heartbeat is None:
         return None
     if exported is None:
         exported = next(c for c in conditions if c.get("type") == EXPORTED)
     return {
         "conditions": [exported, degraded],
-        "heartbeat": heartbeat or stored_beat or now_text(now),
+        "heartbeat": heartbeat or str(stored.get("heartbeat") or "") or now_text(now),
     }
 
 
