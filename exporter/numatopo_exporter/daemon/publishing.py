@@ -128,17 +128,18 @@ def plan_status(
     exported = plan_exported_condition(conditions, digest=digest, scanned_at=scanned_at, now=now)
     degraded = degraded_condition(conditions, ignored=ignored, now=now)
     old_degraded = next((c for c in conditions if c.get("type") == DEGRADED), None)
+    stored_beat = str(stored.get("heartbeat") or "")
     if exported is None and degraded == old_degraded and heartbeat is None:
         return None
     if exported is None:
         exported = next(c for c in conditions if c.get("type") == EXPORTED)
     return {
         "conditions": [exported, degraded],
-        "heartbeat": heartbeat or str(stored.get("heartbeat") or "") or now_text(now),
+        "heartbeat": heartbeat or stored_beat or now_text(now),
     }
 
 
-@dataclass
+@dataclass(eq=False)
 class PrintingSink:
     """`--no-publish`: print the object that would be applied, once per distinct spec."""
 
@@ -160,7 +161,7 @@ class PrintingSink:
         return True
 
 
-@dataclass
+@dataclass(eq=False)
 class Publisher:
     """Keeps `Numatopology/<node_name>` equal to the last scan, through `client`."""
 
