@@ -1,4 +1,2 @@
-"""The node agent: makes the operator's CPU assignments true in the kernel's cpusets.
-
-Its modules, one line each: docs/DESIGN.md, "Node agent (enforcement)".
-"""
+"""The node agent: makes the operator's CPU assignments true in the kernel's cpusets (its
+modules, one line each: docs/DESIGN.md, "Node agent (enforcement)")."""

@@ -40,7 +40,6 @@ class CgroupGoneError(CgroupError):
 @dataclass(frozen=True)
 class ContainerCgroup:
     path: PurePosixPath
-    pod_uid: str
 
 
 @dataclass(frozen=True)
@@ -75,14 +74,14 @@ class Hierarchy:
     def list_containers(self) -> list[ContainerCgroup]:
         """Every container (and sandbox) cgroup of every pod, sorted by path."""
         found: list[ContainerCgroup] = []
-        for tier in cgroups.tier_dirs(self.driver):
+        for qos in cgroups.QosClass:
+            tier = cgroups.tier_dir(self.driver, qos)
             for pod_name in _subdirs(self.dir(tier)):
-                uid = cgroups.parse_pod_dir(pod_name, self.driver)
-                if uid is None:
+                if cgroups.parse_pod_dir(pod_name, self.driver) is None:
                     continue
                 for name in _subdirs(self.dir(tier / pod_name)):
                     if "conmon" not in name:
-                        found.append(ContainerCgroup(tier / pod_name / name, uid))
+                        found.append(ContainerCgroup(tier / pod_name / name))
         return sorted(found, key=lambda c: str(c.path))
 
     def descendants(self, path: PurePosixPath) -> list[PurePosixPath]:

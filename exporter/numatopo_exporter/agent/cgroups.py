@@ -52,7 +52,8 @@ def parse_container_id(text: str) -> ContainerId | None:
     return ContainerId(runtime=runtime, id=ident)
 
 
-def _tier_dir(driver: Driver, qos: QosClass) -> PurePosixPath:
+def tier_dir(driver: Driver, qos: QosClass) -> PurePosixPath:
+    """The directory that holds the pod cgroups of `qos` (Guaranteed: kubepods itself)."""
     top = PurePosixPath("kubepods.slice" if driver is Driver.SYSTEMD else "kubepods")
     if qos is QosClass.GUARANTEED:
         return top
@@ -60,16 +61,11 @@ def _tier_dir(driver: Driver, qos: QosClass) -> PurePosixPath:
     return top / (f"kubepods-{tier}.slice" if driver is Driver.SYSTEMD else tier)
 
 
-def tier_dirs(driver: Driver) -> list[PurePosixPath]:
-    """The directories that hold pod cgroups: kubepods itself (Guaranteed), then the tiers."""
-    return [_tier_dir(driver, qos) for qos in QosClass]
-
-
 def pod_dir(driver: Driver, qos: QosClass, pod_uid: str) -> PurePosixPath:
     if driver is Driver.CGROUPFS:
-        return _tier_dir(driver, qos) / f"pod{pod_uid}"
+        return tier_dir(driver, qos) / f"pod{pod_uid}"
     prefix = "kubepods" if qos is QosClass.GUARANTEED else f"kubepods-{qos.value.lower()}"
-    return _tier_dir(driver, qos) / f"{prefix}-pod{pod_uid.replace('-', '_')}.slice"
+    return tier_dir(driver, qos) / f"{prefix}-pod{pod_uid.replace('-', '_')}.slice"
 
 
 def parse_pod_dir(name: str, driver: Driver) -> str | None:

@@ -15,14 +15,9 @@ from numatopo_engine.annotations import OBSERVED, Observed
 from numatopo_engine.dra.pods import devices_from_claims
 from numatopo_engine.model import NumatopologySpec, UnhealthyDevices
 from numatopo_engine.resources import ResourceNames
-from numatopo_exporter.agent import follow, health, pods
+from numatopo_exporter.agent import follow, pod_resources, pods
 from numatopo_exporter.agent.pod_records import PodRecords
-from numatopo_exporter.agent.pod_resources import (
-    Listing,
-    PodResourcesError,
-    list_allocatable,
-    list_holdings,
-)
+from numatopo_exporter.agent.pod_resources import Listing, PodResourcesError
 from numatopo_exporter.metrics import AgentMetrics
 from numatopo_kube import KubeClient, KubeError, KubePodReplacedError
 
@@ -65,7 +60,7 @@ class KubeletDevices:
         if self.socket is None:
             return None
         try:
-            holdings = await list_holdings(self.socket)
+            holdings = await pod_resources.list_holdings(self.socket)
         except PodResourcesError as exc:
             if self.unreadable != str(exc):
                 logger.warning("cannot verify GPUs: %s", exc)
@@ -80,7 +75,7 @@ class KubeletDevices:
         """`unhealthy`: the node's devices the kubelet does not list as allocatable."""
         assert self.socket is not None
         try:
-            allocatable = await list_allocatable(self.socket)
+            allocatable = await pod_resources.list_allocatable(self.socket)
         except PodResourcesError as exc:
             logger.warning("cannot read the kubelet's allocatable devices: %s", exc)
             return
@@ -100,7 +95,7 @@ class KubeletDevices:
                 return  # the exporter has not published it yet
             self.dra_gpus = _lists_dra_gpus(body)
             known = self._spec = (spec, self.clock(), allocatable)
-        found = health.unhealthy_devices(known[0], allocatable)
+        found = follow.unhealthy_devices(known[0], allocatable)
         if found != self.unhealthy:
             logger.info(
                 "devices the kubelet cannot hand out: GPUs %s, NICs %s", found.gpus, found.nics
@@ -172,9 +167,7 @@ class KubeletDevices:
         if entry.observed != observed:
             await self._write_observed(entry.key, entry.uid, observed)
         if observed.mismatched:
-            words = follow.gpu_words(
-                observed, assignment, self.resources.is_gpu, self.resources.is_nic
-            )
+            words = follow.gpu_words(observed, assignment, resources.is_gpu, resources.is_nic)
             self._count_mismatch(entry, records, words)
             outcome.problems.append(
                 f"{words}; the operator re-aligns CPUs and memory to the GPUs held"

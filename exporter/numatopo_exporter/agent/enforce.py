@@ -57,7 +57,7 @@ def write_cpusets(
 ) -> CgroupPass:
     """Plan every container's cpuset (exclusive ones, NUMA pools, the shared rest) and write what
     differs; a plan that cannot be made fails every accepted pod."""
-    exclusive_targets, numa_targets, exclusive = _targets(accepted, outcomes)
+    exclusive_targets, numa_targets = _targets(accepted, outcomes)
     done = CgroupPass()
     try:
         containers = [c.path for c in hierarchy.list_containers()]
@@ -68,7 +68,7 @@ def write_cpusets(
             containers=containers,
             exclusive_targets=exclusive_targets,
             numa_targets=numa_targets,
-            exclusive=exclusive,
+            exclusive=CPUSet(c for e in accepted for c in pods.exclusive_cpus(e.assignment)),
             observed=observed,
         )
         writes = planning.plan_writes(done.desired, observed)
@@ -99,21 +99,18 @@ def write_cpusets(
 
 def _targets(
     accepted: list[pods.PodAssignment], outcomes: dict[str, pods.PodOutcome]
-) -> tuple[dict[PurePosixPath, planning.Target], dict[PurePosixPath, planning.Target], CPUSet]:
-    """(exclusive containers' targets, NUMA-pool containers' targets, all exclusive CPUs)."""
+) -> tuple[dict[PurePosixPath, planning.Target], dict[PurePosixPath, planning.Target]]:
+    """(exclusive containers' targets, NUMA-pool containers' targets)."""
     exclusive_targets: dict[PurePosixPath, planning.Target] = {}
     numa_targets: dict[PurePosixPath, planning.Target] = {}
-    exclusive = CPUSet()
     for entry in accepted:
         paths = outcomes[entry.uid].paths
         for name, container in entry.assignment.containers.items():
-            if container.exclusive:
-                exclusive = exclusive | container.cpus
             target_map = exclusive_targets if container.exclusive else numa_targets
             for path in paths:
                 if path.name and entry.container_at(path) == name:
                     target_map[path] = paths[path]
-    return exclusive_targets, numa_targets, exclusive
+    return exclusive_targets, numa_targets
 
 
 def _observe(

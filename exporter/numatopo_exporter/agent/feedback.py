@@ -103,17 +103,16 @@ def plan_condition(
 
 def plan_pod_patches(
     pod: dict[str, Any], *, aligned: bool, reason: str, message: str, now: str
-) -> tuple[StatusPatch | None, dict[str, Any] | None]:
-    """(status patch, metadata patch) to report the outcome, the state annotation becoming
+) -> tuple[StatusPatch | None, dict[str, str] | None]:
+    """(status patch, annotations to set) to report the outcome, the state annotation becoming
     `Enforced` or `EnforcementFailed`; None where nothing changes."""
     condition = plan_condition(pod, aligned=aligned, reason=reason, message=message, now=now)
     status_patch = None if condition is None else plan_status_patch(condition, pod)
     state = State.ENFORCED if aligned else State.ENFORCEMENT_FAILED
     annotations = (pod.get("metadata") or {}).get("annotations") or {}
-    meta_patch = None
-    if annotations.get(STATE) != state.value:
-        meta_patch = {"metadata": {"annotations": {STATE: state.value}}}
-    return status_patch, meta_patch
+    if annotations.get(STATE) == state.value:
+        return status_patch, None
+    return status_patch, {STATE: state.value}
 
 
 def already_enforced(pod: dict[str, Any], *, message: str) -> bool:

@@ -1,4 +1,5 @@
-"""Follow: compare the GPUs and NICs a container really holds with its assignment (pure).
+"""Follow: compare the GPUs and NICs a container really holds with its assignment, and tell the
+node's devices the kubelet cannot hand out (pure).
 
 What the kubelet gave (PodResources) goes into `numatopo.io/observed`, per container with whether it
 matches (docs/DESIGN.md, "GPUs: steered, followed or unverified"). RDMA NICs are compared only where
@@ -11,11 +12,12 @@ from __future__ import annotations
 
 from collections.abc import Callable, Collection, Iterable, Mapping, Sequence
 from itertools import zip_longest
-from typing import Any
+from typing import Any, TypeVar
 
 from numatopo_engine.annotations import Assignment, ContainerAssignment, Observed, ObservedContainer
-from numatopo_engine.device_ids import device_ids_for, nic_names
-from numatopo_engine.model import Nic
+from numatopo_engine.device_ids import device_ids_for, gpu_indices, nic_names
+from numatopo_engine.devices import schedulable_devices
+from numatopo_engine.model import Nic, NumatopologySpec, UnhealthyDevices
 from numatopo_engine.quantity import QuantityError, parse_milli
 from numatopo_exporter.agent.pod_view import PodView
 from numatopo_exporter.steering.choice import InFlight, containers_in_flight
@@ -143,8 +145,7 @@ def in_flight(
         regular = {str(c.get("name")) for c in inits if c.get("restartPolicy") != "Always"}
         # Back to front: a regular init container is steered to what the next GPU container holds.
         following: InFlight | None = None
-        for order in range(len(names) - 1, -1, -1):
-            name = names[order]
+        for order, name in reversed(list(enumerate(names))):
             if name not in regular:
                 following = claims.get(name) or following
                 continue
@@ -164,9 +165,7 @@ def in_flight(
     return found
 
 
-def _gpu_count(container: Mapping[str, Any] | None, is_gpu: Callable[[str], bool]) -> int:
-    if container is None:
-        return 0
+def _gpu_count(container: Mapping[str, Any], is_gpu: Callable[[str], bool]) -> int:
     resources = container.get("resources") or {}
     asked = resources.get("limits") or resources.get("requests") or {}
     total = 0
@@ -177,3 +176,39 @@ def _gpu_count(container: Mapping[str, Any] | None, is_gpu: Callable[[str], bool
             except QuantityError:
                 continue
     return total
+
+
+T = TypeVar("T", int, str)  # a device index or a NIC name
+
+
+def unhealthy_devices(
+    spec: NumatopologySpec, allocatable: Mapping[str, Collection[str]]
+) -> UnhealthyDevices:
+    """The devices of `spec` the kubelet's `allocatable` listing (PodResources'
+    `GetAllocatableResources`: resource -> IDs) leaves out (docs/DESIGN.md, "Device health")."""
+    gpus = _unhealthy(
+        allocatable,
+        [(d.resource, d.index) for d in schedulable_devices(spec)],
+        lambda i: gpu_indices([i], spec.gpus),
+    )
+    nics = _unhealthy(
+        allocatable, [(n.resource, n.name) for n in spec.nics], lambda i: nic_names([i], spec.nics)
+    )
+    return UnhealthyDevices(gpus=sorted(gpus), nics=nics)
+
+
+def _unhealthy(
+    allocatable: Mapping[str, Collection[str]],
+    mine: Sequence[tuple[str, T]],
+    names: Callable[[str], Sequence[T] | None],
+) -> list[T]:
+    """Per resource of `mine` ((resource, device) pairs), the devices its listed IDs do not name;
+    none when it has no verdict (listed, but no ID names anything here)."""
+    found: list[T] = []
+    for resource in sorted({r for r, _ in mine}):
+        listed: set[T] = set()
+        for device_id in allocatable.get(resource, ()):
+            listed.update(names(device_id) or ())
+        if listed or resource not in allocatable:
+            found += sorted(d for r, d in mine if r == resource and d not in listed)
+    return found

@@ -13,7 +13,7 @@ import contextlib
 import logging
 import time
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
@@ -124,8 +124,7 @@ class AgentLoop:
             if event_type in ("ADDED", "MODIFIED") and self.devices.take_numatopology(numatopology):
                 self._wake.set()
 
-        backoff = self.backoff
-        again = Backoff(backoff.initial_seconds, backoff.maximum_seconds, backoff.factor)
+        again = replace(self.backoff)  # a fresh one (no attempts), configured alike
         await watch_own_numatopology(self.client, self.node_name, again, seen, logger)
 
     async def run(self) -> None:

@@ -81,8 +81,6 @@ class NodeStatus:
     node_name: str
     kubelet_state: Path | None
     events: EventPosts
-    _standing_aside: tuple[str, str] | None = field(default=None, init=False)
-    """The last (reason, message) reported in the `Enforcing` condition."""
     _published: tuple[object, ...] | None = field(default=None, init=False)
     """The last node status applied (Enforcing verdict, GPU mode and its message)."""
 
@@ -97,12 +95,10 @@ class NodeStatus:
         published = (verdict, mode, unhealthy)
         if published == self._published:
             return static
-        announce = verdict != self._standing_aside
-        self._standing_aside = verdict
+        announce = self._published is None or verdict != self._published[0]
         self._published = published
         if not await self._apply(verdict, mode, unhealthy, now_text(now)):
-            self._standing_aside = None  # try again next time
-            self._published = None
+            self._published = None  # try again next time
         if static and announce:
             node = {"apiVersion": "v1", "kind": "Node", "name": self.node_name}
             self.events.post(node, reason=verdict[0], message=verdict[1], warning=True)
@@ -116,7 +112,6 @@ class NodeStatus:
         now: str,
     ) -> bool:
         """Apply the status; False when it should be tried again."""
-        static = verdict[0] != AGENT_ENFORCING
         conditions = [
             {
                 "type": kind,
@@ -126,7 +121,7 @@ class NodeStatus:
                 "lastTransitionTime": now,
             }
             for kind, holds, (reason, message) in (
-                (ENFORCING, not static, verdict),
+                (ENFORCING, verdict[0] == AGENT_ENFORCING, verdict),
                 (GPU_ASSIGNMENT, mode[0] is not GpuMode.NONE, mode[1:]),
             )
         ]

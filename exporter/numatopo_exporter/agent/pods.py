@@ -48,7 +48,7 @@ class PodAssignment:
         return next((c.name for c in self.running if c.container_id.id in path.name), "")
 
     def refused(self, reason: str, message: str) -> Refusal:
-        return Refusal(self.uid, self.key, reason, message, self.annotation, self.body)
+        return Refusal(self.uid, reason, message, self.annotation, self.body)
 
 
 @dataclass
@@ -68,7 +68,6 @@ class Refusal:
     """A pod whose assignment is not enforced, and why (for its Event)."""
 
     uid: str
-    key: str
     reason: str
     message: str
     annotation: str
@@ -103,7 +102,7 @@ def _check_on_node(assignment: Assignment, online: planning.Cpuset) -> str:
     return "; ".join(problems)
 
 
-def _exclusive_cpus(assignment: Assignment) -> CPUSet:
+def exclusive_cpus(assignment: Assignment) -> CPUSet:
     return CPUSet(cpu for c in assignment.containers.values() if c.exclusive for cpu in c.cpus)
 
 
@@ -136,16 +135,16 @@ def select_assignments(
         uid, key, body = pod.uid, pod.key, pod.body
         assignment = pod.assignment
         if assignment is None:
-            refused.append(Refusal(uid, key, "InvalidAssignment", pod.invalid, text, body))
+            refused.append(Refusal(uid, "InvalidAssignment", pod.invalid, text, body))
             continue
         if assignment.node != node_name:
             message = (
                 f"the assignment is for node {assignment.node!r}, the pod runs on {node_name!r}"
             )
-            refused.append(Refusal(uid, key, "WrongNode", message, text, body))
+            refused.append(Refusal(uid, "WrongNode", message, text, body))
             continue
         if problem_text := unsigned(pod, assignment, verifier):
-            refused.append(Refusal(uid, key, UNSIGNED, problem_text, text, body))
+            refused.append(Refusal(uid, UNSIGNED, problem_text, text, body))
             continue
         if assignment.seq < newest.get(uid, -1):
             stale.add(key)
@@ -154,12 +153,10 @@ def select_assignments(
         # Checked per pod before planning: a CPU or memory node this machine lacks would otherwise
         # make the planner widen kubepods, fail, and fail every pod with it.
         if problem_text := _check_on_node(assignment, online):
-            refused.append(Refusal(uid, key, "AssignmentNotOnNode", problem_text, text, body))
+            refused.append(Refusal(uid, "AssignmentNotOnNode", problem_text, text, body))
             continue
         candidates.append(
-            PodAssignment(
-                uid, key, pod.qos, assignment, text, pod.running, body, observed=pod.observed
-            )
+            PodAssignment(uid, key, pod.qos, assignment, text, pod.running, body, pod.observed)
         )
     topology = NumatopologySpec(numa_nodes=[NumaNode(id=0, cpus=online.cpus)])
     accepted, overlapping = state.book_in_claim_order(
@@ -181,11 +178,11 @@ def _keep_a_shared_cpu(
     """Refuse accepted claims, latest decision first (what already runs stays enforced), until
     their exclusive CPUs leave the shared pool (sandboxes, every container without exclusive CPUs)
     at least one online CPU."""
-    exclusive = CPUSet(cpu for entry in accepted for cpu in _exclusive_cpus(entry.assignment))
+    exclusive = CPUSet(cpu for entry in accepted for cpu in exclusive_cpus(entry.assignment))
     while accepted and exclusive and not (online.cpus - exclusive):
-        latest = max((e for e in accepted if _exclusive_cpus(e.assignment)), key=state.claim_order)
+        latest = max((e for e in accepted if exclusive_cpus(e.assignment)), key=state.claim_order)
         accepted.remove(latest)
-        taken = _exclusive_cpus(latest.assignment)
+        taken = exclusive_cpus(latest.assignment)
         message = (
             f"exclusive CPUs of this pod ({taken}) together with "
             f"those of earlier pods would take every online CPU ({online.cpus}); "

@@ -16,7 +16,7 @@ from numatopo_exporter.agent import cgroupfs, feedback, planning, pods
 from numatopo_exporter.agent.devices import GPU_MISMATCH, GPUS_UNVERIFIED
 from numatopo_exporter.agent.enforce import CgroupPass
 from numatopo_exporter.agent.feedback import StatusPatch, now_text
-from numatopo_exporter.agent.pod_records import Enforced, PodRecords
+from numatopo_exporter.agent.pod_records import Enforced, PodRecord, PodRecords
 from numatopo_exporter.metrics import AgentMetrics
 from numatopo_kube import KubeClient, KubeError, KubePodReplacedError
 from numatopo_kube.event_posts import EventPosts
@@ -65,7 +65,7 @@ class PodReporter:
             for p, c in sorted(applied.items())
         )
         touched = any(p in done.written for p in outcome.paths)
-        event = self._news(entry, summary, touched=touched)
+        event = self._news(entry, record, summary, touched=touched)
         if event is not None:
             self.event(entry.body, *event)
         await self.feedback(entry.body, aligned=True, reason="CpusetsApplied", message=summary)
@@ -117,38 +117,33 @@ class PodReporter:
         return problems
 
     def _news(
-        self, entry: pods.PodAssignment, summary: str, *, touched: bool
+        self, entry: pods.PodAssignment, record: PodRecord | None, summary: str, *, touched: bool
     ) -> tuple[str, str] | None:
-        """Remember the pod as enforced; the Event (reason, message) that says what is new,
-        counted in the metrics, or None."""
-        record = self.records.get(entry.uid)
+        """Remember the pod as enforced (in its `record`); the Event (reason, message) that says
+        what is new, counted in the metrics, or None."""
         previous = record.enforced if record is not None else None
         ids = frozenset(str(c.container_id) for c in entry.running)
         if record is not None:
             # A recovered pod's next failure is news again, even for the same reason.
             record.reported = None
             record.enforced = Enforced(entry.annotation, ids)
-        drift = ("DriftCorrected", f"cpusets had been changed; restored ({summary})")
-        if previous is None and feedback.already_enforced(entry.body, message=summary):
-            # Enforced and reported before this agent (re)started: only a drift is news.
-            if touched:
-                self.metrics.drift_corrections.inc()
-                return drift
+        # Enforced and reported before this agent (re)started: only a drift is news.
+        fresh = previous is None and not feedback.already_enforced(entry.body, message=summary)
+        reassigned = previous is not None and previous.annotation != entry.annotation
+        if fresh or (reassigned and touched):
+            self.metrics.enforcements.inc()
+            now = self.clock()
+            seen = record.first_seen if record is not None else None
+            self.metrics.latency.observe(max(0.0, now - (seen if seen is not None else now)))
+            return ("Enforced", f"cpusets applied ({summary})")
+        if reassigned:
             return None
-        if previous is None or previous.annotation != entry.annotation:
-            if touched or previous is None:
-                self.metrics.enforcements.inc()
-                now = self.clock()
-                seen = record.first_seen if record is not None else None
-                self.metrics.latency.observe(max(0.0, now - (seen if seen is not None else now)))
-                return ("Enforced", f"cpusets applied ({summary})")
-            return None
-        if previous.container_ids != ids:
+        if previous is not None and previous.container_ids != ids:
             self.metrics.enforcements.inc()
             return ("Reenforced", f"a container restarted; cpusets applied again ({summary})")
         if touched:
             self.metrics.drift_corrections.inc()
-            return drift
+            return ("DriftCorrected", f"cpusets had been changed; restored ({summary})")
         return None
 
     async def report_refusal(self, refusal: pods.Refusal) -> None:
@@ -168,7 +163,7 @@ class PodReporter:
         self, pod: dict[str, Any], *, aligned: bool, reason: str, message: str
     ) -> None:
         now = now_text(self.clock())
-        status_patch, meta_patch = feedback.plan_pod_patches(
+        status_patch, annotations = feedback.plan_pod_patches(
             pod, aligned=aligned, reason=reason, message=message, now=now
         )
         meta = pod.get("metadata", {})
@@ -185,10 +180,8 @@ class PodReporter:
                 await self._patch_condition(
                     pod, status_patch, aligned=aligned, reason=reason, message=message, now=now
                 )
-            if meta_patch is not None:
-                await self.client.patch_pod_annotations(
-                    namespace, name, meta_patch["metadata"]["annotations"], uid=_uid(pod)
-                )
+            if annotations is not None:
+                await self.client.patch_pod_annotations(namespace, name, annotations, uid=_uid(pod))
         except KubePodReplacedError as exc:
             logger.info("not reporting to a namesake of pod %s/%s: %s", namespace, name, exc)
         except KubeError as exc:

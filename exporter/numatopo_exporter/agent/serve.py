@@ -100,10 +100,6 @@ def run(args: argparse.Namespace) -> int:
     )
 
 
-def _optional_path(text: str) -> Path | None:
-    return Path(text) if text else None
-
-
 HELP = "enforce CPU assignments in cgroup cpusets (DaemonSet)"
 
 
@@ -124,7 +120,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     add("--resync-seconds", type=float, default=10.0, help="drift check period (default 10)")
     add(
         "--pod-resources-socket",
-        type=_optional_path,
+        type=lambda text: Path(text) if text else None,
         default=DEFAULT_SOCKET,
         help="the kubelet's PodResources socket, read to follow the GPUs the kubelet really "
         "gives (default %(default)s; an empty value turns Follow off: GPU pods are then "

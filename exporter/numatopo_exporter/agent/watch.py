@@ -40,7 +40,6 @@ class PodWatch:
     """Set on every listing and every event that changed the records."""
 
     async def run(self) -> None:
-        """List, then watch, this node's pods; relist after any error. Runs until cancelled."""
         selector = {"spec.nodeName": self.node_name}
         while True:
             try:

@@ -20,7 +20,8 @@ import json
 import logging
 import sys
 from collections.abc import Callable, Mapping, Sequence
-from typing import Any, Protocol, TextIO
+from dataclasses import dataclass, field
+from typing import Any, TextIO
 
 from pydantic import ValidationError
 
@@ -57,13 +58,12 @@ def build_object(*, node_name: str, node_uid: str | None, spec: NumatopologySpec
     return {"apiVersion": API_VERSION, "kind": KIND, "metadata": metadata, "spec": spec.to_wire()}
 
 
-def published_hash(obj: dict[str, Any], *, node_uid: str | None) -> str | None:
+def published_hash(obj: dict[str, Any], *, node_uid: str) -> str | None:
     """The hash of the spec stored in `obj`; None if it is not a valid spec or not owned by the
     node (both mean: publish again)."""
-    if node_uid is not None:
-        owners = obj.get("metadata", {}).get("ownerReferences") or []
-        if not any(o.get("kind") == "Node" and o.get("uid") == node_uid for o in owners):
-            return None
+    owners = obj.get("metadata", {}).get("ownerReferences") or []
+    if not any(o.get("kind") == "Node" and o.get("uid") == node_uid for o in owners):
+        return None
     try:
         return spec_hash(NumatopologySpec.model_validate(obj.get("spec") or {}))
     except ValidationError:
@@ -139,25 +139,14 @@ def plan_status(
     }
 
 
-class Sink(Protocol):
-    """Where a scanned spec goes: the API (`Publisher`) or stdout (`PrintingSink`)."""
-
-    async def publish(
-        self, spec: NumatopologySpec, *, scanned_at: float, ignored: Sequence[str] = ()
-    ) -> bool:
-        """Make the published spec equal `spec` (`ignored`: the input discovery left out to
-        publish the rest, for Degraded); True if something was written."""
-        ...
-
-
+@dataclass(eq=False)
 class PrintingSink:
     """`--no-publish`: print the object that would be applied, once per distinct spec."""
 
-    def __init__(self, *, node_name: str, out: TextIO | None = None) -> None:
-        self.node_name = node_name
-        # sys.stdout as it is now, not at import: callers (and tests) may redirect it.
-        self.out = sys.stdout if out is None else out
-        self._last: str | None = None
+    node_name: str
+    out: TextIO = field(default_factory=lambda: sys.stdout)
+    """sys.stdout as it is when made, not at import: callers (and tests) may redirect it."""
+    _last: str | None = field(default=None, init=False)
 
     async def publish(
         self, spec: NumatopologySpec, *, scanned_at: float, ignored: Sequence[str] = ()
@@ -172,16 +161,15 @@ class PrintingSink:
         return True
 
 
+@dataclass(eq=False)
 class Publisher:
     """Keeps `Numatopology/<node_name>` equal to the last scan, through `client`."""
 
-    def __init__(self, client: KubeClient, *, node_name: str, clock: Callable[[], float]) -> None:
-        self.client = client
-        self.node_name = node_name
-        self.clock = clock
-        self._node_uid: str | None = None
-        self._beat_scanned_at: float | None = None
-        self.path = f"{KIND}/{node_name}"
+    client: KubeClient
+    node_name: str
+    clock: Callable[[], float]
+    _node_uid: str | None = field(default=None, init=False)
+    _beat_scanned_at: float | None = field(default=None, init=False)
 
     async def node_uid(self) -> str:
         if self._node_uid is None:
@@ -192,6 +180,8 @@ class Publisher:
     async def publish(
         self, spec: NumatopologySpec, *, scanned_at: float, ignored: Sequence[str] = ()
     ) -> bool:
+        """Make the published spec equal `spec` (`ignored`: the input discovery left out to
+        publish the rest, for Degraded); True if something was written."""
         uid = await self.node_uid()
         digest = spec_hash(spec)
         current = await self.client.get_numatopology(self.node_name)
@@ -200,7 +190,7 @@ class Publisher:
             wanted = build_object(node_name=self.node_name, node_uid=uid, spec=spec)
             current = await self.client.apply_numatopology(wanted, field_manager=FIELD_MANAGER)
             wrote = True
-            logger.info("published %s spec %s", self.path, digest)
+            logger.info("published %s/%s spec %s", KIND, self.node_name, digest)
         now = self.clock()
         # A beat per scan, not per publish: the watch's republish after our own write
         # must not write again (that would be a write loop).
@@ -229,3 +219,7 @@ class Publisher:
                 on_change()
 
         await watch_own_numatopology(self.client, self.node_name, backoff, seen, logger)
+
+
+Sink = PrintingSink | Publisher
+"""Where a scanned spec goes: stdout (`--no-publish`) or the API."""

@@ -32,10 +32,7 @@ def make_discovery_scan(options: DiscoverOptions) -> Callable[[], Discovery]:
     def scan() -> Discovery:
         found = discover(options)
         for notice in found.notices:
-            if notice in found.ignored:
-                logger.warning("%s", notice)
-            else:
-                logger.info("%s", notice)
+            logger.log(logging.WARNING if notice in found.ignored else logging.INFO, "%s", notice)
         return found
 
     return scan
@@ -53,7 +50,6 @@ async def serve(
     exporter_metrics = metrics.ExporterMetrics()
     async with contextlib.AsyncExitStack() as stack:
         sink: publishing.Sink
-        publisher: publishing.Publisher | None = None
         if args.no_publish:
             sink = publishing.PrintingSink(node_name=args.node_name)
         else:
@@ -62,8 +58,7 @@ async def serve(
             )
             await stack.enter_async_context(client)
             await check_node(client, args.node_name)
-            publisher = publishing.Publisher(client, node_name=args.node_name, clock=time.time)
-            sink = publisher
+            sink = publishing.Publisher(client, node_name=args.node_name, clock=time.time)
         loop = ExporterLoop(
             scan=scan,
             sink=sink,
@@ -92,12 +87,9 @@ async def serve(
                 "no udev events (%s); relying on the %ss resync", exc, args.resync_seconds
             )
         tasks = [asyncio.create_task(loop.run())]
-        if publisher is not None:
-            tasks.append(
-                asyncio.create_task(
-                    publisher.watch(loop.request_republish, backoff=Backoff(1.0, 60.0))
-                )
-            )
+        if isinstance(sink, publishing.Publisher):
+            watch_object = sink.watch(loop.request_republish, backoff=Backoff(1.0, 60.0))
+            tasks.append(asyncio.create_task(watch_object))
         try:
             await asyncio.gather(*tasks)
         finally:

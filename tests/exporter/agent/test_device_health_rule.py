@@ -1,11 +1,11 @@
-"""`health.unhealthy_devices`: the kubelet's allocatable listing -> the spec's devices it
+"""`follow.unhealthy_devices`: the kubelet's allocatable listing -> the spec's devices it
 does not offer, per resource (listed and understood / listed in another ID scheme /
 not listed)."""
 
 from __future__ import annotations
 
 from numatopo_engine.model import Gpu, MigDevice, Nic, NumatopologySpec
-from numatopo_exporter.agent.health import unhealthy_devices
+from numatopo_exporter.agent.follow import unhealthy_devices
 
 SPEC = NumatopologySpec(
     gpus=[
