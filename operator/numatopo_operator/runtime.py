@@ -32,11 +32,10 @@ from numatopo_operator.gpu_admissions import GpuAdmissions
 from numatopo_operator.groups.state import GroupState
 from numatopo_operator.ledger import Ledger
 from numatopo_operator.metrics import Metrics
-from numatopo_operator.pod_records import PodRecords
+from numatopo_operator.pod_records import PodRecords, WaitingPods
 from numatopo_operator.pod_view import PodView
 from numatopo_operator.retrying import RetryQueue
 from numatopo_operator.settings import OperatorSettings, SettingsError
-from numatopo_operator.waiting import WaitingPods
 from numatopo_operator.workload_mix import MixLearner
 
 # The source of the operator's Events.
