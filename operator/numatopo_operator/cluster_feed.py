@@ -11,9 +11,7 @@ from __future__ import annotations
 import asyncio
 import logging
 from functools import partial
-from typing import Any, cast
-
-import kopf
+from typing import Any
 
 from numatopo_engine.model import NumatopologySpec
 from numatopo_operator import handlers, indexes, list_watch
@@ -24,11 +22,6 @@ from numatopo_operator.runtime import Runtime
 logger = logging.getLogger(__name__)
 
 Body = dict[str, Any]
-
-
-def _kopf_body(body: Body) -> kopf.Body:
-    """The object as the parsing functions (once kopf index functions) read it."""
-    return kopf.Body(cast(kopf.RawBody, body))
 
 
 def _name_and_version(body: Body) -> tuple[str, str]:
@@ -100,10 +93,10 @@ class _Topologies(_Kind):
         node, generation = _name_and_version(body)[0], _generation(body)
         kept = self.parsed.get(node)
         if generation is not None and kept is not None and kept[0] == generation:
-            self._hand_over(node, indexes.reading_with(_kopf_body(body), kept[1], logger))
+            self._hand_over(node, indexes.reading_with(indexes.kopf_body(body), kept[1], logger))
             return
         # An invalid spec gives no reading: the node is decided on no more.
-        reading = indexes.numatopologies(body=_kopf_body(body), logger=logger).get(node)
+        reading = indexes.numatopologies(body=indexes.kopf_body(body), logger=logger).get(node)
         self._hand_over(node, reading)
         if generation is None or reading is None:
             self.parsed.pop(node, None)
@@ -127,7 +120,7 @@ class _Nodes(_Kind):
 
     def _read(self, body: Body) -> None:
         if self._changed(body):
-            for name, view in group_indexes.node_views(body=_kopf_body(body)).items():
+            for name, view in group_indexes.node_views(body=indexes.kopf_body(body)).items():
                 self.views[name] = [view]
 
     def _gone(self, name: str) -> None:

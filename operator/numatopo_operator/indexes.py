@@ -8,13 +8,18 @@ from __future__ import annotations
 import logging
 from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, cast
 
 import kopf
 import pydantic
 
 from numatopo_engine.model import NumatopologySpec, UnhealthyDevices
 from numatopo_kube.timestamps import unix_seconds
+
+
+def kopf_body(raw: Mapping[str, Any]) -> kopf.Body:
+    """A listed or watched object as the parsing functions (once kopf index functions) read it."""
+    return kopf.Body(cast(kopf.RawBody, raw))
 
 
 def heartbeat_of(body: kopf.Body) -> float | None:
