@@ -309,9 +309,9 @@ async def mark_invalid(
 
 def _problem(runtime: Runtime, key: str) -> tuple[str, str] | None:
     """(why, Event reason) when the pod's own assignment cannot be trusted."""
-    unreadable = runtime.pods.unreadable(key)
-    if unreadable is not None:
-        return unreadable, translate.INVALID
+    record = runtime.pods.get(key)
+    if record is not None and record.unreadable is not None:
+        return record.unreadable, translate.INVALID
     node = runtime.ledger.node_of(key)
     overlap = runtime.ledger.untrusted(node).get(key) if node is not None else None
     if overlap is not None:

@@ -52,10 +52,6 @@ class PodRecords:
         """The pod ended or was deleted."""
         self._by_key.pop(key, None)
 
-    def unreadable(self, key: str) -> str | None:
-        found = self._by_key.get(key)
-        return found.unreadable if found is not None else None
-
     def tell_once(self, key: str, problem: str) -> bool:
         """True the first time `problem` is told about pod `key` (then it is kept)."""
         found = self.of(key)
