@@ -422,11 +422,9 @@ async def bind_pod(runtime: Runtime, pod: PodView, node: str, *, first: Decider)
         try:
             outcome = await first(runtime, pod, request, node)
             outcome = outcome or await decide(runtime, request, node, path="bind")
-        except BaseException:
-            runtime.gpu_admissions.admitted(key)  # nothing of it is in flight
-            raise
-        if outcome is None or outcome.state != State.ASSIGNED:
-            runtime.gpu_admissions.admitted(key)
+        finally:
+            if outcome is None or outcome.state != State.ASSIGNED:
+                runtime.gpu_admissions.admitted(key)  # nothing of it is in flight
         if outcome is None:
             return runtime.stale_reason(node) or f"no Numatopology for node {node}"
         if outcome.state != State.ASSIGNED:
