@@ -309,9 +309,9 @@ async def mark_invalid(
 
 def _problem(runtime: Runtime, key: str) -> tuple[str, str] | None:
     """(why, Event reason) when the pod's own assignment cannot be trusted."""
-    unreadable = runtime.pods.unreadable(key)
-    if unreadable is not None:
-        return unreadable, translate.INVALID
+    record = runtime.pods.get(key)
+    if record is not None and record.unreadable is not None:
+        return record.unreadable, translate.INVALID
     node = runtime.ledger.node_of(key)
     overlap = runtime.ledger.untrusted(node).get(key) if node is not None else None
     if overlap is not None:
@@ -422,11 +422,9 @@ async def bind_pod(runtime: Runtime, pod: PodView, node: str, *, first: Decider)
         try:
             outcome = await first(runtime, pod, request, node)
             outcome = outcome or await decide(runtime, request, node, path="bind")
-        except BaseException:
-            runtime.gpu_admissions.admitted(key)  # nothing of it is in flight
-            raise
-        if outcome is None or outcome.state != State.ASSIGNED:
-            runtime.gpu_admissions.admitted(key)
+        finally:
+            if outcome is None or outcome.state != State.ASSIGNED:
+                runtime.gpu_admissions.admitted(key)  # nothing of it is in flight
         if outcome is None:
             return runtime.stale_reason(node) or f"no Numatopology for node {node}"
         if outcome.state != State.ASSIGNED:

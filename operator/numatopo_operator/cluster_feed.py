@@ -11,9 +11,7 @@ from __future__ import annotations
 import asyncio
 import logging
 from functools import partial
-from typing import Any, cast
-
-import kopf
+from typing import Any
 
 from numatopo_engine.model import NumatopologySpec
 from numatopo_operator import handlers, indexes, list_watch
@@ -24,11 +22,6 @@ from numatopo_operator.runtime import Runtime
 logger = logging.getLogger(__name__)
 
 Body = dict[str, Any]
-
-
-def _kopf_body(body: Body) -> kopf.Body:
-    """The object as the parsing functions (once kopf index functions) read it."""
-    return kopf.Body(cast(kopf.RawBody, body))
 
 
 def _name_and_version(body: Body) -> tuple[str, str]:
@@ -48,12 +41,12 @@ class _Kind:
         self.runtime = runtime
         self.known: dict[str, str] = {}
 
-    def _changed(self, body: Body) -> bool:
+    def _take(self, body: Body) -> None:
+        """`_read` the object unless it is the version last handed over (a replay)."""
         name, version = _name_and_version(body)
-        if version and self.known.get(name) == version:
-            return False
-        self.known[name] = version
-        return True
+        if not version or self.known.get(name) != version:
+            self.known[name] = version
+            self._read(body)
 
     def _read(self, body: Body) -> None:
         raise NotImplementedError
@@ -65,7 +58,7 @@ class _Kind:
         raise NotImplementedError
 
     async def listed(self, items: list[Body]) -> None:
-        await list_watch.in_turns(items, self._read)
+        await list_watch.in_turns(items, self._take)
         listed = {_name_and_version(body)[0] for body in items}
         for name in [name for name in self.known if name not in listed]:
             del self.known[name]
@@ -74,7 +67,7 @@ class _Kind:
 
     def seen(self, type: str, body: Body) -> None:
         if type != "DELETED":
-            self._read(body)
+            self._take(body)
             return
         name = _name_and_version(body)[0]
         self.known.pop(name, None)
@@ -95,15 +88,13 @@ class _Topologies(_Kind):
             self.workers.run(f"Numatopology/{node}", follow_up)
 
     def _read(self, body: Body) -> None:
-        if not self._changed(body):
-            return
         node, generation = _name_and_version(body)[0], _generation(body)
         kept = self.parsed.get(node)
         if generation is not None and kept is not None and kept[0] == generation:
-            self._hand_over(node, indexes.reading_with(_kopf_body(body), kept[1], logger))
+            self._hand_over(node, indexes.reading_with(indexes.kopf_body(body), kept[1], logger))
             return
         # An invalid spec gives no reading: the node is decided on no more.
-        reading = indexes.numatopologies(body=_kopf_body(body), logger=logger).get(node)
+        reading = indexes.numatopologies(body=indexes.kopf_body(body), logger=logger).get(node)
         self._hand_over(node, reading)
         if generation is None or reading is None:
             self.parsed.pop(node, None)
@@ -126,9 +117,8 @@ class _Nodes(_Kind):
         self.views: dict[str, list[group_indexes.NodeView]] = {}
 
     def _read(self, body: Body) -> None:
-        if self._changed(body):
-            for name, view in group_indexes.node_views(body=_kopf_body(body)).items():
-                self.views[name] = [view]
+        for name, view in group_indexes.node_views(body=indexes.kopf_body(body)).items():
+            self.views[name] = [view]
 
     def _gone(self, name: str) -> None:
         self.views.pop(name, None)

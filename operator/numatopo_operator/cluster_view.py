@@ -13,9 +13,7 @@ from __future__ import annotations
 import logging
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
-from typing import Any, cast
-
-import kopf
+from typing import Any
 
 from numatopo_engine import node_rules, pod_request
 from numatopo_engine.domains import GroupPlacement
@@ -27,6 +25,7 @@ from numatopo_operator import extender, handlers, handover, indexes, pod_view, t
 from numatopo_operator.groups import indexes as group_indexes
 from numatopo_operator.groups import release as group_release
 from numatopo_operator.groups.members import GroupBook
+from numatopo_operator.indexes import kopf_body
 from numatopo_operator.runtime import Runtime
 from numatopo_operator.settings import OperatorSettings
 from numatopo_operator.translate import RawPod
@@ -139,7 +138,7 @@ def replay(
         settings or OperatorSettings(), verifier=verifier or Verifier(accept_unsigned=True)
     )
     for body in numatopologies:
-        readings = indexes.numatopologies(body=_body(body), logger=logger)
+        readings = indexes.numatopologies(body=kopf_body(body), logger=logger)
         for node, reading in readings.items():
             handlers.observe_topology(runtime, node, reading)
     live = [pod for pod in pods if not translate.is_finished(pod)]
@@ -151,15 +150,11 @@ def replay(
     # The group worker's inputs, through kopf's index functions as in the operator.
     node_views: dict[str, list[group_indexes.NodeView]] = {}
     for listed in named.values():
-        for name, view in group_indexes.node_views(body=_body(listed)).items():
+        for name, view in group_indexes.node_views(body=kopf_body(listed)).items():
             node_views[name] = [view]
     topologies: dict[str, list[Any]] = {}
     for body in network_topologies:
-        for name, spec in group_indexes.network_topologies(body=_body(body), logger=logger).items():
-            topologies[name] = [spec]
+        found = group_indexes.network_topologies(body=kopf_body(body), logger=logger)
+        topologies.update((name, [spec]) for name, spec in found.items())
     runtime.groups.attach({"node_views": node_views, "network_topologies": topologies})
     return ClusterView(runtime, named, live, checked)
-
-
-def _body(raw: Mapping[str, Any]) -> kopf.Body:
-    return kopf.Body(cast(kopf.RawBody, dict(raw)))

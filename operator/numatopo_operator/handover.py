@@ -8,7 +8,7 @@ peering), but its watch may lag behind the holder it replaces. On each acquisiti
    least `lease_duration - renew_deadline` before we could acquire: its writes have landed.
 2. Once `pod_feed` has listed: the Lease's first holder ever (it created the Lease, or runs
    standalone) does nothing more (`take_over(relist=False)`); else the watch catches up
-   (`catch_up`: our token, written on our own pod and seen on our watch within
+   (`CatchUp`: our token, written on our own pod and seen on our watch within
    `CATCH_UP_SECONDS`, proves every earlier pod write was handed over; needs our pod in a
    watched namespace); else `Ledger.begin_resync`, a LIST of the annotated pods,
    `Ledger.end_resync` with their bookings, retried until it succeeds.
@@ -40,10 +40,9 @@ from typing import Any
 
 from numatopo_engine import annotations as keys
 from numatopo_operator import dra, translate
-from numatopo_operator.catch_up import CAUGHT_UP
 from numatopo_operator.errors import BookingError, KubeError
 from numatopo_operator.pod_view import PodView, slim_pod
-from numatopo_operator.runtime import Runtime
+from numatopo_operator.runtime import CAUGHT_UP, Runtime
 from numatopo_operator.translate import Booking, RawPod
 
 logger = logging.getLogger(__name__)
@@ -106,7 +105,7 @@ def _annotated(pod: dict[str, Any]) -> dict[str, Any] | None:
 
 
 async def _caught_up(runtime: Runtime) -> bool:
-    """Step 2 without a list (`catch_up`): True once the feed handed over our token; False
+    """Step 2 without a list (`CatchUp`): True once the feed handed over our token; False
     without a watched pod of our own, or when it does not come in `CATCH_UP_SECONDS`."""
     settings = runtime.settings
     namespace, name = settings.pod_namespace, settings.pod_name

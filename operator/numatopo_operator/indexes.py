@@ -8,13 +8,18 @@ from __future__ import annotations
 import logging
 from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, cast
 
 import kopf
 import pydantic
 
 from numatopo_engine.model import NumatopologySpec, UnhealthyDevices
 from numatopo_kube.timestamps import unix_seconds
+
+
+def kopf_body(raw: Mapping[str, Any]) -> kopf.Body:
+    """A listed or watched object as the parsing functions (once kopf index functions) read it."""
+    return kopf.Body(cast(kopf.RawBody, raw))
 
 
 def heartbeat_of(body: kopf.Body) -> float | None:
@@ -45,12 +50,6 @@ def stale_reason(body: kopf.Body) -> str | None:
 OWNED_STATUS = ("free", "freeCPUs", "freeGPUs", "pods", "dra")
 
 
-def owned_status(body: kopf.Body) -> dict[str, object]:
-    """What the object's status says of `OWNED_STATUS`, as stored (absent ones left out)."""
-    found = body.get("status") or {}
-    return {name: found[name] for name in OWNED_STATUS if name in found}
-
-
 @dataclass(frozen=True, slots=True)
 class TopologyReading:
     """What the operator takes from one Numatopology: its spec, and whether it is current."""
@@ -63,7 +62,8 @@ class TopologyReading:
     gpu_mode: str | None = None
     """`status.gpuMode`, as the node agent reports it."""
     status: Mapping[str, object] = field(default_factory=dict)
-    """`owned_status` of the object: what a holder compares with before it writes."""
+    """`OWNED_STATUS` fields of the object's status, as stored (absent ones left out): what a
+    holder compares with before it writes."""
     unhealthy: UnhealthyDevices = field(default_factory=UnhealthyDevices)
     """`status.unhealthy`, as the node agent reports it (empty when absent)."""
 
@@ -137,6 +137,5 @@ def reading_with(
         unhealthy = UnhealthyDevices()
     mode = status.get("gpuMode")
     gpu_mode = mode if isinstance(mode, str) else None
-    return TopologyReading(
-        spec, stale_reason(body), heartbeat_of(body), gpu_mode, owned_status(body), unhealthy
-    )
+    owned = {name: status[name] for name in OWNED_STATUS if name in status}
+    return TopologyReading(spec, stale_reason(body), heartbeat_of(body), gpu_mode, owned, unhealthy)

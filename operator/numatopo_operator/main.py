@@ -34,7 +34,6 @@ from numatopo_operator.background import supervised
 from numatopo_operator.groups import status as group_status
 from numatopo_operator.groups import worker as group_worker
 from numatopo_operator.metrics import Metrics
-from numatopo_operator.no_diffbase import NoDiffBase
 from numatopo_operator.runtime import Runtime
 from numatopo_operator.settings import OperatorSettings
 from numatopo_operator.signing_keys import load_keys
@@ -215,7 +214,7 @@ async def serve(
     kopf_settings = kopf_settings or kopf.OperatorSettings()
     # We post our own Events (named, one per outcome); kopf's would repeat our log lines.
     kopf_settings.posting.enabled = False
-    kopf_settings.persistence.diffbase_storage = NoDiffBase()
+    kopf_settings.persistence.diffbase_storage = handlers.NoDiffBase()
     identity = leadership.lease_identity(settings.pod_name)
     await servers.start()
     logger.info(

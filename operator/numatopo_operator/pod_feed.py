@@ -53,9 +53,8 @@ class _Feed:
             self.known[key] = stamp
             self.runtime.catch_up.observe(key, pod)
         follow_up = handlers.pod_seen(self.runtime, type, pod, logger)
-        if follow_up is None:
-            return
-        self.workers.run(f"pod {key}", follow_up)
+        if follow_up is not None:
+            self.workers.run(f"pod {key}", follow_up)
 
     async def relist(self) -> str | None:
         """Steps 1 and 3; the version to watch from. Nothing of the list is kept."""

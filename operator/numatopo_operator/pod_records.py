@@ -1,6 +1,7 @@
 """`PodRecords`: what the operator remembers of each pod between its events, one record per
 pod, so a pod that ends is forgotten by one deletion (pure; docs/DESIGN.md, "The operator's
 records"). Only pods with something to remember have one; bookings are the ledger's.
+`WaitingPods`: the pods that wait for a decision, by the node they are bound to.
 """
 
 from __future__ import annotations
@@ -8,6 +9,7 @@ from __future__ import annotations
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 
+from numatopo_operator import translate
 from numatopo_operator.pod_view import PodView
 
 
@@ -50,10 +52,6 @@ class PodRecords:
         """The pod ended or was deleted."""
         self._by_key.pop(key, None)
 
-    def unreadable(self, key: str) -> str | None:
-        found = self._by_key.get(key)
-        return found.unreadable if found is not None else None
-
     def tell_once(self, key: str, problem: str) -> bool:
         """True the first time `problem` is told about pod `key` (then it is kept)."""
         found = self.of(key)
@@ -73,3 +71,39 @@ class PodRecords:
             if found.deferred is not None:
                 taken[key], found.deferred = found.deferred, None
         return taken
+
+
+class WaitingPods:
+    """Kept by the pod handler (`translate.is_waiting`), read to retry them when a node's
+    capacity changes. Not a kopf index: its start-up gate costs time quadratic in the pods."""
+
+    def __init__(self) -> None:
+        self._by_node: dict[str, dict[str, PodView]] = {}
+        self._node_of: dict[str, str] = {}
+
+    def observe(self, pod: PodView) -> None:
+        """The pod as seen now: kept when it waits on a node, dropped when not."""
+        key = pod.key
+        node = pod.node if translate.is_waiting(pod) else None
+        if node is None:
+            self.forget(key)
+            return
+        previous = self._node_of.get(key)
+        if previous is not None and previous != node:
+            self.forget(key)
+        self._node_of[key] = node
+        self._by_node.setdefault(node, {})[key] = pod
+
+    def forget(self, key: str) -> None:
+        node = self._node_of.pop(key, None)
+        if node is None:
+            return
+        pods = self._by_node.get(node, {})
+        pods.pop(key, None)
+        if not pods:
+            self._by_node.pop(node, None)
+
+    def on(self, node: str) -> list[PodView]:
+        """The pods waiting on `node`, oldest first."""
+        pods = self._by_node.get(node, {}).values()
+        return sorted(pods, key=lambda pod: pod.metadata.get("creationTimestamp", ""))

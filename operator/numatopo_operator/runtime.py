@@ -16,15 +16,14 @@ import time
 from collections.abc import Callable, Iterator, Mapping
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
-from typing import ParamSpec, TypeVar
+from typing import Any, ParamSpec, TypeVar
 
 import kopf
 
 from numatopo_engine import allocation
-from numatopo_engine.annotations import Assignment
+from numatopo_engine.annotations import PREFIX, Assignment
 from numatopo_engine.signing import PodIdentity, Signer, Verifier
 from numatopo_kube import KubeClient
-from numatopo_operator.catch_up import CatchUp
 from numatopo_operator.dra_holds import DraHolds
 from numatopo_operator.errors import NotActiveError
 from numatopo_operator.event_posts import EventPosts
@@ -32,11 +31,10 @@ from numatopo_operator.gpu_admissions import GpuAdmissions
 from numatopo_operator.groups.state import GroupState
 from numatopo_operator.ledger import Ledger
 from numatopo_operator.metrics import Metrics
-from numatopo_operator.pod_records import PodRecords
+from numatopo_operator.pod_records import PodRecords, WaitingPods
 from numatopo_operator.pod_view import PodView
 from numatopo_operator.retrying import RetryQueue
 from numatopo_operator.settings import OperatorSettings, SettingsError
-from numatopo_operator.waiting import WaitingPods
 from numatopo_operator.workload_mix import MixLearner
 
 # The source of the operator's Events.
@@ -67,6 +65,36 @@ class LeaseTerm:
     renewed_at: float | None = None
     """`time.monotonic()` when our last successful renewal was sent; None while we hold
     none. Fencing: writes stop `renew_deadline_seconds` after it."""
+
+
+# On the operator's own pod only: the token of its latest catch-up.
+CAUGHT_UP = PREFIX + "caught-up"
+
+
+@dataclass
+class CatchUp:
+    """Proof that this replica's pod watch has handed over every pod write stored before a
+    moment of its choosing: a new holder writes a fresh token on its own pod (`handover`)
+    and waits for the feed to hand it over. A watch delivers events in stored order, so
+    every earlier pod write (the replaced holder's decisions among them) was handed over
+    too: no list of pods is needed."""
+
+    key: str = ""
+    """The pod (namespace/name) whose token is awaited; '' while none is."""
+    token: str = ""
+    seen: asyncio.Event = field(default_factory=asyncio.Event)
+
+    def expect(self, key: str, token: str) -> None:
+        self.key, self.token = key, token
+        self.seen.clear()
+
+    def observe(self, key: str, pod: Mapping[str, Any]) -> None:
+        """A pod as the feed hands it over: the awaited one with the token sets `seen`."""
+        if not self.token or key != self.key:
+            return
+        annotations = (pod.get("metadata") or {}).get("annotations") or {}
+        if annotations.get(CAUGHT_UP) == self.token:
+            self.seen.set()
 
 
 @dataclass(frozen=True, eq=False)
@@ -106,7 +134,7 @@ class Runtime:
     pods_listed: asyncio.Event = field(default_factory=asyncio.Event)
     """Set once `pod_feed` has listed every pod (and the Numatopologies are in)."""
     catch_up: CatchUp = field(default_factory=CatchUp)
-    """The token a new holder awaits on its pod watch (`catch_up`, `handover`)."""
+    """The token a new holder awaits on its pod watch (`CatchUp`, `handover`)."""
     pod_lists: asyncio.Lock = field(default_factory=asyncio.Lock)
     """Held while a list of pods is applied (`pod_feed`, `handover`): one at a time."""
     ledger_current: asyncio.Event = field(default_factory=asyncio.Event)

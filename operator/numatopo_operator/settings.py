@@ -157,7 +157,7 @@ def _apply(
         if text is None:
             continue
         label = f"{source} {name}"
-        if name in ("export_nrt", "export_volcano", "extender_insecure_plain_http"):
+        if name in _SWITCHES:
             changes[name] = _switch(label, text)
             continue
         if isinstance(text, bool):
@@ -272,13 +272,13 @@ _HELP = {
     "trusted-keys-file": "PEM file of previous public keys (or certificates) still trusted "
     "while keys rotate",
 }
-_SWITCHES = ("extender-insecure-plain-http", "export-nrt", "export-volcano")
+_SWITCHES = ("extender_insecure_plain_http", "export_nrt", "export_volcano")
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     """Flags for every field, in `_HELP`."""
     for flag, text in _HELP.items():
-        if flag in _SWITCHES:
+        if flag.replace("-", "_") in _SWITCHES:
             parser.add_argument(f"--{flag}", action=argparse.BooleanOptionalAction, help=text)
         else:
             parser.add_argument(f"--{flag}", help=text)

@@ -1,4 +1,4 @@
-"""kopf's diff base is left empty (`no_diffbase`): right only while no handler of the
+"""kopf's diff base is left empty (`handlers.NoDiffBase`): right only while no handler of the
 operator asks kopf what changed (on.create/update/delete/resume, on.field)."""
 
 from __future__ import annotations
@@ -6,8 +6,7 @@ from __future__ import annotations
 import kopf
 import pytest
 
-from numatopo_operator.handlers import build_registry
-from numatopo_operator.no_diffbase import NoDiffBase
+from numatopo_operator.handlers import NoDiffBase, build_registry
 
 
 @pytest.mark.parametrize("groups", [True, False])

@@ -19,7 +19,7 @@ import pytest
 from numatopo_engine import allocation
 from numatopo_engine.pod_request import request_from_pod
 from numatopo_operator import handlers, indexes
-from numatopo_operator.node_record import NodeRecord
+from numatopo_operator.ledger import NodeRecord
 from numatopo_operator.runtime import Runtime
 from numatopo_operator.settings import OperatorSettings
 
