@@ -16,7 +16,7 @@ import pydantic
 from numatopo_engine.annotations import Assignment, ContainerAssignment
 from numatopo_engine.cpuset import CPUSet
 from numatopo_engine.dra import api
-from numatopo_engine.dra.allocated import results_of
+from numatopo_engine.dra.allocated import allocation_results
 from numatopo_engine.dra.extended import extended_names
 from numatopo_engine.dra.join import DeviceId, DraNode, dra_devices, join_node
 from numatopo_engine.model import DraDevices, NumatopologySpec, UnhealthyDevices
@@ -36,8 +36,8 @@ HOLDER = "dra"
 
 def allocated_devices(raw: Mapping[str, Any]) -> tuple[DeviceId, ...]:
     """The devices a claim's `status.allocation` names (none when unallocated), read field
-    by field (`results_of`): a claim holds them whatever else it says, modelled or not."""
-    return tuple(sorted(set(results_of(raw) or ())))
+    by field (`allocation_results`): a claim holds them whatever else it says, modelled or not."""
+    return tuple(sorted({device for _, device in allocation_results(raw) or ()}))
 
 
 def claim_key(raw: Mapping[str, Any]) -> str:

@@ -108,11 +108,6 @@ def _text(device: Device, driver: str, name: str) -> str | None:
     return found.string if found is not None else None
 
 
-def _bus_ids(device: Device, driver: str) -> list[str]:
-    found = [_text(device, driver, name) for name in _PCI_ATTRIBUTES]
-    return [normal_bus_id(t) for t in found if t]
-
-
 CPU_DRIVER = "dra.cpu"
 _NUMA_NODE = f"{STANDARD_DOMAIN}/numaNode"
 
@@ -141,7 +136,7 @@ def _candidate(
         return _cpu_candidate(device, spec)
     gpu_bus = {normal_bus_id(g.pci_bus_id): g.index for g in spec.gpus if g.pci_bus_id}
     nic_bus = {normal_bus_id(n.pci_bus_id): n.name for n in spec.nics if n.pci_bus_id}
-    buses = _bus_ids(device, driver)
+    buses = [normal_bus_id(t) for name in _PCI_ATTRIBUTES if (t := _text(device, driver, name))]
     for bus in buses:
         if bus in gpu_bus:
             return DeviceKind.GPU, gpu_bus[bus], f"PCI {bus}"
