@@ -117,12 +117,10 @@ def claimed_devices(
             container = dict(entry.requests).get(request, default)
             device = by_id.get(found)
             if device is None:
-                where = "publishes no such device" if (found.driver, found.pool) in pools else (
-                    "does not publish its pool"
-                )  # fmt: skip
+                known = (found.driver, found.pool) in pools
+                where = "publishes no such device" if known else "does not publish its pool"
                 raise NotFollowedError(
-                    f"claim {entry.claim} holds {found.driver}/{found.pool}/{found.device}; "
-                    f"node {node.node} {where}"
+                    f"claim {entry.claim} holds {found}; node {node.node} {where}"
                 )
             if device.gpu is not None and device.gpu not in gpus.get(container, []):
                 gpus.setdefault(container, []).append(device.gpu)

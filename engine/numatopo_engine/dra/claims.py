@@ -327,9 +327,7 @@ def decide_claims(  # noqa: PLR0917 (the decision's inputs)
             refusal = refusal or exc
             continue
         picked = _split(decision.assignment, requests, node)
-        if picked is None:
-            continue
-        if best is None or decision.score > best[0].score:
+        if picked is not None and (best is None or decision.score > best[0].score):
             best = (decision, requests, picked)
     if best is None:
         raise refusal or UnsatisfiableError("no devices the claims may have fit together")
@@ -490,6 +488,4 @@ def _split(
             return None
         for request, devices in zip(mine, matched, strict=True):
             picked[(request.claim, request.name)] = devices
-    if len(picked) != len(requests):
-        return None
-    return picked
+    return picked if len(picked) == len(requests) else None

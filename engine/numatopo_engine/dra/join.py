@@ -121,11 +121,8 @@ def _cpu_candidate(device: Device, spec: NumatopologySpec) -> tuple[DeviceKind, 
         return DeviceKind.OTHER, None, f"CPU {ident.number} is no CPU of a NUMA node of the node"
     numa = attribute(device, CPU_DRIVER, _NUMA_NODE)
     if numa is not None and numa.number != row.numa:
-        return (
-            DeviceKind.OTHER,
-            None,
-            f"CPU {ident.number}: NUMA node {numa.number}, not {row.numa}",
-        )
+        why = f"CPU {ident.number}: NUMA node {numa.number}, not {row.numa}"
+        return DeviceKind.OTHER, None, why
     return DeviceKind.CPU, row.id, f"cpuID {row.id}"
 
 
@@ -145,10 +142,9 @@ def _candidate(
     if buses:
         return DeviceKind.OTHER, None, f"PCI {buses[0]} is no GPU or NIC of the node"
     uuid = _text(device, driver, "uuid")
-    if uuid:
-        for gpu in spec.gpus:
-            if gpu.uuid and gpu.uuid == uuid:
-                return DeviceKind.GPU, gpu.index, f"uuid {uuid}"
+    for gpu in spec.gpus if uuid else ():
+        if gpu.uuid == uuid:
+            return DeviceKind.GPU, gpu.index, f"uuid {uuid}"
     for name in _NIC_NAMES:
         value = _text(device, driver, name)
         for nic in spec.nics if value else ():
