@@ -161,9 +161,7 @@ def _variants(claim: ResourceClaim, requests: list[_Request]) -> list[list[_Requ
     for index, constraint in enumerate(constraints):
         name = constraint.match_attribute or ""
         covered = [r for r in requests if not constraint.requests or r.name in constraint.requests]
-        values = {
-            _value(d, name) for r in covered for d in r.eligible if _value(d, name) is not None
-        }
+        values = {_value(d, name) for r in covered for d in r.eligible} - {None}
         choices.append([(index, v) for v in sorted(values, key=repr)])
     variants = []
     for combo in itertools.islice(itertools.product(*choices), MAX_VARIANTS):
