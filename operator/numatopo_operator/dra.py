@@ -237,9 +237,8 @@ async def _write_claims(
     """Each claim's finalizer, then its allocation reserved for the pod."""
     for name, allocation in allocations.items():
         consumer = api.ResourceClaimConsumerReference(name=ref["name"], uid=ref["uid"]).to_wire()
-        claim = claims[name]
-        finalizers = claim.metadata.finalizers
-        version = claim.metadata.resource_version
+        metadata = claims[name].metadata
+        finalizers, version = metadata.finalizers, metadata.resource_version
         if api.DELETE_PROTECTION not in finalizers:
             runtime.check_may_write()
             patched = await runtime.kube.patch_resource_claim(
@@ -267,12 +266,8 @@ async def _release(
     """The gate removed and the node selected, last: then the scheduler may take it."""
     ref, node = pod.ref, assignment.node
     runtime.check_may_write()
-    await runtime.kube.patch_pod_spec(
-        ref["namespace"],
-        ref["name"],
-        group_members.release_operations(pod, node, keys.DRA_GATE),
-        uid=ref["uid"],
-    )
+    operations = group_members.release_operations(pod, node, keys.DRA_GATE)
+    await runtime.kube.patch_pod_spec(ref["namespace"], ref["name"], operations, uid=ref["uid"])
     devices = ", ".join(
         f"{r.request}={r.device}" for a in allocations.values() for r in a.devices.results
     )

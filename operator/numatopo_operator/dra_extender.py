@@ -49,20 +49,23 @@ def from_claims(runtime: Runtime, pod: Mapping[str, Any]) -> bool:
 
 def read_claims(
     runtime: Runtime, pod: Mapping[str, Any]
-) -> tuple[list[PodClaim], dict[str, api.ResourceClaim], dict[str, api.DeviceClass]] | None:
+) -> tuple[list[PodClaim], dict[str, api.ResourceClaim], dict[str, api.DeviceClass]] | str | None:
     """The watched claims and classes of a pod whose devices come from its claims alone;
-    None for another pod, or a claim missing or unreadable."""
+    None for another pod or a claim unreadable; the first claim not created (a template's)
+    or not watched yet, by name."""
     entries = pod_claims(pod)
     if not from_claims(runtime, pod) or not entries:
         return None  # no claim of its own (kube-scheduler's for extended resources aside)
-    namespace = PodView.of(pod).namespace
-    claims: dict[str, api.ResourceClaim] = {}
+    namespace, watched = PodView.of(pod).namespace, runtime.dra_holds.bodies
+    for entry in entries:
+        if entry.claim is None or f"{namespace}/{entry.claim}" not in watched:
+            return entry.claim or entry.name
     try:
-        for entry in entries:
-            body = runtime.dra_holds.bodies.get(f"{namespace}/{entry.claim}")
-            if entry.claim is None or body is None:
-                return None
-            claims[entry.claim] = api.ResourceClaim.model_validate(body)
+        claims = {
+            e.claim: api.ResourceClaim.model_validate(watched[f"{namespace}/{e.claim}"])
+            for e in entries
+            if e.claim is not None
+        }
         classes = {
             name: api.DeviceClass.model_validate(body)
             for name, body in runtime.dra_holds.classes.items()
@@ -77,7 +80,7 @@ async def judge_claims(
 ) -> ClaimVerdicts | None:
     """The DRA pod on each of `names`; None: not a pod judged by its claims here."""
     read = read_claims(runtime, pod)
-    if read is None:
+    if not isinstance(read, tuple):
         return None
     entries, claims, classes = read
     verdicts = ClaimVerdicts()

@@ -24,9 +24,6 @@ logger = logging.getLogger(__name__)
 ABSENT_RETRY_SECONDS = 300.0
 """How often a cluster that does not serve resource.k8s.io/v1 is asked again."""
 
-Seen = Callable[[bool, Mapping[str, Any]], set[str]]
-Listed = Callable[[Iterable[Mapping[str, Any]]], set[str]]
-
 
 async def _booked(runtime: Runtime, nodes: set[str]) -> None:
     """Book `nodes`' holds again; judge again what waits where a claim freed devices."""
@@ -35,8 +32,7 @@ async def _booked(runtime: Runtime, nodes: set[str]) -> None:
         runtime.ledger.mark_dirty(node)  # `status.dra` may change with the slices
         before = dict(runtime.ledger.dra_holds(node))
         if runtime.dra_holds.sync(runtime.ledger, node) and any(
-            key not in runtime.ledger.dra_holds(node) or runtime.ledger.dra_holds(node)[key] != hold
-            for key, hold in before.items()
+            runtime.ledger.dra_holds(node).get(key) != hold for key, hold in before.items()
         ):
             freed.append(node)
     if not runtime.deciding:
@@ -55,8 +51,8 @@ def _followed(
     listing: Callable[[], Awaitable[Listing]],
     watching: Callable[[str | None], AsyncIterator[WatchEvent]],
     *,
-    listed: Listed,
-    seen: Seen,
+    listed: Callable[[Iterable[Mapping[str, Any]]], set[str]],
+    seen: Callable[[bool, Mapping[str, Any]], set[str]],
 ) -> list_watch.Followed:
     """One kind, every node whose holds its list or events change booked again."""
 

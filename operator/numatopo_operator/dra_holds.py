@@ -7,6 +7,7 @@ counts, and pods come first: docs/DESIGN.md, "GPUs on DRA clusters", step 4.
 from __future__ import annotations
 
 import logging
+from collections import Counter
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, TypeVar
@@ -16,7 +17,7 @@ import pydantic
 from numatopo_engine.annotations import Assignment, ContainerAssignment
 from numatopo_engine.cpuset import CPUSet
 from numatopo_engine.dra import api
-from numatopo_engine.dra.allocated import results_of
+from numatopo_engine.dra.allocated import allocation_results
 from numatopo_engine.dra.extended import extended_names
 from numatopo_engine.dra.join import DeviceId, DraNode, dra_devices, join_node
 from numatopo_engine.model import DraDevices, NumatopologySpec, UnhealthyDevices
@@ -36,8 +37,8 @@ HOLDER = "dra"
 
 def allocated_devices(raw: Mapping[str, Any]) -> tuple[DeviceId, ...]:
     """The devices a claim's `status.allocation` names (none when unallocated), read field
-    by field (`results_of`): a claim holds them whatever else it says, modelled or not."""
-    return tuple(sorted(set(results_of(raw) or ())))
+    by field (`allocation_results`): a claim holds them whatever else it says, modelled or not."""
+    return tuple(sorted({device for _, device in allocation_results(raw) or ()}))
 
 
 def claim_key(raw: Mapping[str, Any]) -> str:
@@ -64,8 +65,7 @@ def holds_on(node: DraNode, claims: Mapping[str, Iterable[DeviceId]]) -> dict[st
 def book_holds(state: NodeState, holds: Mapping[str, Assignment]) -> None:
     """Book each hold's still-free devices in `state` (pods come first: book them before)."""
     for key, hold in sorted(holds.items()):
-        free_gpus, free_nics = state.free_gpus(), state.free_nics()
-        free_cpus = state.free_cpus()
+        free_gpus, free_nics, free_cpus = state.free_gpus(), state.free_nics(), state.free_cpus()
         containers = {
             name: container.model_copy(
                 update={
@@ -101,7 +101,7 @@ class DraHolds:
         default_factory=dict
     )
     _on_node: dict[str, set[str]] = field(default_factory=dict)  # node -> slice names
-    _pools: dict[tuple[str, str], dict[str, int]] = field(default_factory=dict)
+    _pools: dict[tuple[str, str], Counter[str]] = field(default_factory=dict)
     """(driver, pool) -> node -> how many of its slices name that node."""
     _by_pool: dict[tuple[str, str], set[str]] = field(default_factory=dict)
     """(driver, pool) -> the allocated claims naming a device of it."""
@@ -169,9 +169,7 @@ class DraHolds:
         node = read.spec.node_name or ""
         self.slices[read.metadata.name] = read
         self._on_node.setdefault(node, set()).add(read.metadata.name)
-        pool = (read.spec.driver, read.spec.pool.name)
-        nodes = self._pools.setdefault(pool, {})
-        nodes[node] = nodes.get(node, 0) + 1
+        self._pools.setdefault((read.spec.driver, read.spec.pool.name), Counter())[node] += 1
 
     def _remove(self, name: str) -> api.ResourceSlice | None:
         old = self.slices.pop(name, None)
@@ -182,10 +180,10 @@ class DraHolds:
         if not self._on_node.get(node):
             self._on_node.pop(node, None)
         pool = (old.spec.driver, old.spec.pool.name)
-        nodes = self._pools.get(pool, {})
-        nodes[node] = nodes.get(node, 1) - 1
+        nodes = self._pools.get(pool, Counter())
+        nodes[node] -= 1
         if nodes[node] <= 0:
-            nodes.pop(node, None)
+            del nodes[node]
         if not nodes:
             self._pools.pop(pool, None)
         return old

@@ -131,13 +131,6 @@ class ExportWriter:
     failing: dict[str, Backoff] = field(default_factory=dict)
     swept: bool = False
 
-    def forget(self) -> None:
-        """Stopped deciding: the next term starts with a fresh sweep (another may write)."""
-        self.written.clear()
-        self.seen.clear()
-        self.failing.clear()
-        self.swept = False
-
     def _failed(self, node: str, exc: KubeError, doing: str) -> None:
         settings = self.runtime.settings
         backoff = self.failing.setdefault(
@@ -291,8 +284,8 @@ async def write_exports(runtime: Runtime) -> None:
     while True:
         await asyncio.sleep(runtime.settings.status_debounce_seconds)
         if not runtime.deciding:
-            for writer in writers:
-                writer.forget()
+            # The next term starts afresh, with a sweep (another may write meanwhile).
+            writers = [ExportWriter(runtime, writer.format) for writer in writers]
             continue
         for writer in writers:
             try:

@@ -44,13 +44,7 @@ class Claimed:
         return restricted_to(state, state.free_gpus(), state.free_nics(), claimed)
 
 
-def results_of(raw: Mapping[str, Any]) -> tuple[DeviceId, ...] | None:
-    """The devices a claim's `status.allocation` names; None when it is not allocated."""
-    results = _requests_results(raw)
-    return None if results is None else tuple(device for _, device in results)
-
-
-def _requests_results(raw: Mapping[str, Any]) -> list[tuple[str, DeviceId]] | None:
+def allocation_results(raw: Mapping[str, Any]) -> list[tuple[str, DeviceId]] | None:
     """(request, device) per result of a claim's `status.allocation`; None when it is not allocated.
     Read field by field: whatever else the allocator wrote, these name the devices."""
     allocation = (raw.get("status") or {}).get("allocation")
@@ -112,7 +106,7 @@ def claimed_devices(
         raw = claims.get(entry.claim or "")
         if raw is None:
             raise NotFollowedError(f"claim {entry.claim or entry.name} does not exist yet")
-        results = _requests_results(raw)
+        results = allocation_results(raw)
         if results is None:
             raise NotFollowedError(f"claim {entry.claim} is not allocated yet")
         refused = _not_the_pods(entry, raw, uid)
@@ -123,12 +117,10 @@ def claimed_devices(
             container = dict(entry.requests).get(request, default)
             device = by_id.get(found)
             if device is None:
-                where = "publishes no such device" if (found.driver, found.pool) in pools else (
-                    "does not publish its pool"
-                )  # fmt: skip
+                known = (found.driver, found.pool) in pools
+                where = "publishes no such device" if known else "does not publish its pool"
                 raise NotFollowedError(
-                    f"claim {entry.claim} holds {found.driver}/{found.pool}/{found.device}; "
-                    f"node {node.node} {where}"
+                    f"claim {entry.claim} holds {found}; node {node.node} {where}"
                 )
             if device.gpu is not None and device.gpu not in gpus.get(container, []):
                 gpus.setdefault(container, []).append(device.gpu)

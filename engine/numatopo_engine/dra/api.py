@@ -14,7 +14,6 @@ from typing import Annotated, Any, Literal
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 from pydantic.alias_generators import to_camel
 
-API_VERSION = "resource.k8s.io/v1"
 DELETE_PROTECTION = "resource.kubernetes.io/delete-protection"
 """The finalizer the scheduler puts on a claim before allocating it; kube-controller-manager's
 resourceclaim controller removes it when it deallocates the claim."""

@@ -161,9 +161,7 @@ def _variants(claim: ResourceClaim, requests: list[_Request]) -> list[list[_Requ
     for index, constraint in enumerate(constraints):
         name = constraint.match_attribute or ""
         covered = [r for r in requests if not constraint.requests or r.name in constraint.requests]
-        values = {
-            _value(d, name) for r in covered for d in r.eligible if _value(d, name) is not None
-        }
+        values = {_value(d, name) for r in covered for d in r.eligible} - {None}
         choices.append([(index, v) for v in sorted(values, key=repr)])
     variants = []
     for combo in itertools.islice(itertools.product(*choices), MAX_VARIANTS):
@@ -299,41 +297,6 @@ def _match(requests: Sequence[_Request], chosen: list[DraDevice]) -> list[list[D
     return out
 
 
-def _allocation(
-    claim: ResourceClaim,
-    picked: Mapping[tuple[str, str], list[DraDevice]],
-    requests: Sequence[_Request],
-    classes: Mapping[str, DeviceClass],
-    node: str,
-) -> AllocationResult:
-    """The allocation as the allocator writes it: results in request order, then the classes'
-    configs (FromClass, once per class) and the claim's (FromClaim)."""
-    results = [
-        DeviceRequestAllocationResult(
-            request=r.name, driver=d.id.driver, pool=d.id.pool, device=d.id.device
-        )
-        for r in requests
-        for d in picked[(r.claim, r.name)]
-    ]
-    config: list[DeviceAllocationConfiguration] = []
-    by_class: dict[str, list[str]] = {}
-    for r in requests:
-        by_class.setdefault(r.class_name, []).append(r.name)
-    for class_name, names in by_class.items():
-        config += [
-            DeviceAllocationConfiguration(source="FromClass", requests=names, opaque=c.opaque)
-            for c in classes[class_name].spec.config
-        ]
-    config += [
-        DeviceAllocationConfiguration(source="FromClaim", requests=c.requests, opaque=c.opaque)
-        for c in claim.spec.devices.config
-    ]
-    return AllocationResult(
-        devices=DeviceAllocationResult(results=results, config=config or None),
-        node_selector=node_selector_for(node),
-    )
-
-
 def decide_claims(  # noqa: PLR0917 (the decision's inputs)
     topology: NumatopologySpec,
     state: NodeState,
@@ -362,9 +325,7 @@ def decide_claims(  # noqa: PLR0917 (the decision's inputs)
             refusal = refusal or exc
             continue
         picked = _split(decision.assignment, requests, node)
-        if picked is None:
-            continue
-        if best is None or decision.score > best[0].score:
+        if picked is not None and (best is None or decision.score > best[0].score):
             best = (decision, requests, picked)
     if best is None:
         raise refusal or UnsatisfiableError("no devices the claims may have fit together")
@@ -471,13 +432,37 @@ def _allocations(
     classes: Mapping[str, DeviceClass],
     node: str,
 ) -> dict[str, AllocationResult]:
-    """Claim name -> its allocation of the devices `_split` picked for `requests`."""
-    return {
-        claim.metadata.name: _allocation(
-            claim, picked, [r for r in requests if r.claim == claim.key], classes, node
+    """Claim name -> its allocation of the devices `_split` picked for `requests`, as the allocator
+    writes it: results in request order, then the classes' configs (FromClass, once per class) and
+    the claim's (FromClaim)."""
+    allocations = {}
+    for claim, _ in per_claim:
+        mine = [r for r in requests if r.claim == claim.key]
+        results = [
+            DeviceRequestAllocationResult(
+                request=r.name, driver=d.id.driver, pool=d.id.pool, device=d.id.device
+            )
+            for r in mine
+            for d in picked[(r.claim, r.name)]
+        ]
+        config: list[DeviceAllocationConfiguration] = []
+        by_class: dict[str, list[str]] = {}
+        for r in mine:
+            by_class.setdefault(r.class_name, []).append(r.name)
+        for class_name, names in by_class.items():
+            config += [
+                DeviceAllocationConfiguration(source="FromClass", requests=names, opaque=c.opaque)
+                for c in classes[class_name].spec.config
+            ]
+        config += [
+            DeviceAllocationConfiguration(source="FromClaim", requests=c.requests, opaque=c.opaque)
+            for c in claim.spec.devices.config
+        ]
+        allocations[claim.metadata.name] = AllocationResult(
+            devices=DeviceAllocationResult(results=results, config=config or None),
+            node_selector=node_selector_for(node),
         )
-        for claim, _ in per_claim
-    }
+    return allocations
 
 
 def _split(
@@ -501,6 +486,4 @@ def _split(
             return None
         for request, devices in zip(mine, matched, strict=True):
             picked[(request.claim, request.name)] = devices
-    if len(picked) != len(requests):
-        return None
-    return picked
+    return picked if len(picked) == len(requests) else None

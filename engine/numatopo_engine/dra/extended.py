@@ -58,16 +58,11 @@ def extended_names(
     return {ident: tuple(found) for ident, found in names.items()}
 
 
-def served(resource: str, classes: Iterable[DeviceClass]) -> bool:
-    """Whether a DeviceClass serves `resource`: it names it, or it is the class's implicit name."""
-    listed = list(classes)
-    implicit = {IMPLICIT_PREFIX + c.metadata.name for c in listed}
-    return resource in implicit or resource in named_classes(listed)
-
-
 def asked_served(pod: Mapping[str, Any], classes: Iterable[DeviceClass]) -> list[str]:
-    """The extended resources the pod's containers ask that a DeviceClass serves."""
+    """The extended resources the pod's containers ask that a DeviceClass serves: one names it,
+    or it is the class's implicit name."""
     listed = list(classes)
+    served = {IMPLICIT_PREFIX + c.metadata.name for c in listed} | named_classes(listed).keys()
     spec = pod.get("spec") or {}
     asked: set[str] = set()
     for container in [*(spec.get("initContainers") or []), *(spec.get("containers") or [])]:
@@ -75,7 +70,7 @@ def asked_served(pod: Mapping[str, Any], classes: Iterable[DeviceClass]) -> list
         asked |= {
             str(r) for r in {**(resources.get("requests") or {}), **(resources.get("limits") or {})}
         }
-    return sorted(r for r in asked if served(r, listed))
+    return sorted(asked & served)
 
 
 def extended_claim(pod: Mapping[str, Any]) -> PodClaim | None:

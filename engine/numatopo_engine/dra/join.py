@@ -108,11 +108,6 @@ def _text(device: Device, driver: str, name: str) -> str | None:
     return found.string if found is not None else None
 
 
-def _bus_ids(device: Device, driver: str) -> list[str]:
-    found = [_text(device, driver, name) for name in _PCI_ATTRIBUTES]
-    return [normal_bus_id(t) for t in found if t]
-
-
 CPU_DRIVER = "dra.cpu"
 _NUMA_NODE = f"{STANDARD_DOMAIN}/numaNode"
 
@@ -126,11 +121,8 @@ def _cpu_candidate(device: Device, spec: NumatopologySpec) -> tuple[DeviceKind, 
         return DeviceKind.OTHER, None, f"CPU {ident.number} is no CPU of a NUMA node of the node"
     numa = attribute(device, CPU_DRIVER, _NUMA_NODE)
     if numa is not None and numa.number != row.numa:
-        return (
-            DeviceKind.OTHER,
-            None,
-            f"CPU {ident.number}: NUMA node {numa.number}, not {row.numa}",
-        )
+        why = f"CPU {ident.number}: NUMA node {numa.number}, not {row.numa}"
+        return DeviceKind.OTHER, None, why
     return DeviceKind.CPU, row.id, f"cpuID {row.id}"
 
 
@@ -141,7 +133,7 @@ def _candidate(
         return _cpu_candidate(device, spec)
     gpu_bus = {normal_bus_id(g.pci_bus_id): g.index for g in spec.gpus if g.pci_bus_id}
     nic_bus = {normal_bus_id(n.pci_bus_id): n.name for n in spec.nics if n.pci_bus_id}
-    buses = _bus_ids(device, driver)
+    buses = [normal_bus_id(t) for name in _PCI_ATTRIBUTES if (t := _text(device, driver, name))]
     for bus in buses:
         if bus in gpu_bus:
             return DeviceKind.GPU, gpu_bus[bus], f"PCI {bus}"
@@ -150,10 +142,9 @@ def _candidate(
     if buses:
         return DeviceKind.OTHER, None, f"PCI {buses[0]} is no GPU or NIC of the node"
     uuid = _text(device, driver, "uuid")
-    if uuid:
-        for gpu in spec.gpus:
-            if gpu.uuid and gpu.uuid == uuid:
-                return DeviceKind.GPU, gpu.index, f"uuid {uuid}"
+    for gpu in spec.gpus if uuid else ():
+        if gpu.uuid == uuid:
+            return DeviceKind.GPU, gpu.index, f"uuid {uuid}"
     for name in _NIC_NAMES:
         value = _text(device, driver, name)
         for nic in spec.nics if value else ():

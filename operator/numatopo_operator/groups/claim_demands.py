@@ -23,19 +23,12 @@ from numatopo_engine.dra.claims import (
     PodClaim,
     UndecidedError,
     claim_demand,
-    pod_claims,
     restricted_to,
 )
 from numatopo_engine.dra.join import DraNode
 from numatopo_engine.errors import UnsatisfiableError
-from numatopo_operator.dra_extender import (
-    extended_asked,
-    extended_state,
-    from_claims,
-    read_claims,
-)
+from numatopo_operator.dra_extender import extended_asked, extended_state, read_claims
 from numatopo_operator.groups.members import MemberView
-from numatopo_operator.pod_view import PodView
 from numatopo_operator.runtime import Runtime
 
 logger = logging.getLogger(__name__)
@@ -72,17 +65,6 @@ class ClaimsPendingError(Exception):
     """A member's claim is not there yet: planned now, its devices would not be counted."""
 
 
-def _pending_claim(runtime: Runtime, pod: Mapping[str, Any]) -> str | None:
-    """The first claim of a claims-only pod not created (a template's) or not watched yet."""
-    if not from_claims(runtime, pod):
-        return None
-    namespace = PodView.of(pod).namespace
-    for entry in pod_claims(pod):
-        if entry.claim is None or f"{namespace}/{entry.claim}" not in runtime.dra_holds.bodies:
-            return entry.claim or entry.name
-    return None
-
-
 def _claimers(
     runtime: Runtime, views: Sequence[MemberView], members: Sequence[Member]
 ) -> list[_Claimer]:
@@ -90,10 +72,9 @@ def _claimers(
     found = []
     for index, (view, member) in enumerate(zip(views, members, strict=True)):
         read = read_claims(runtime, view.body)
+        if isinstance(read, str):
+            raise ClaimsPendingError(f"member {view.key}'s claim {read} does not exist yet")
         if read is None:
-            pending = _pending_claim(runtime, view.body)
-            if pending is not None:
-                raise ClaimsPendingError(f"member {view.key}'s claim {pending} does not exist yet")
             continue
         entries, claims, classes = read
         specs = [

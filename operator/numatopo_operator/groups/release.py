@@ -10,7 +10,6 @@ import contextlib
 import datetime
 import json
 import logging
-import time
 from collections.abc import Awaitable, Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -220,8 +219,7 @@ async def _each(
 
     outcomes = await asyncio.gather(*(one(v) for v in views), return_exceptions=True)
     done = [v for v, outcome in zip(views, outcomes, strict=True) if outcome is None]
-    errors = [o for o in outcomes if isinstance(o, BaseException)]
-    return done, errors[0] if errors else None
+    return done, next((o for o in outcomes if isinstance(o, BaseException)), None)
 
 
 async def _write_all(
@@ -350,8 +348,7 @@ def recorded_domain(
     if level == NODE_LEVEL and tree.implicit_nodes:
         if record.path is not None:
             return Anchor(level, tuple(record.path))
-        node = record.domain
-        return Anchor(level, tree.node_path(node)) if node in tree.paths else None
+        return _domain_of(tree, level, record.domain) if record.domain in tree.paths else None
     index = tree.depth.get(level)
     if index is None:
         return None
@@ -493,7 +490,3 @@ def preferred_note(runtime: Runtime, spec: GroupSpec, nodes: Iterable[str]) -> s
         f"; across {count} domains of the preferred level {preferred}, the fewest "
         "possible (no one domain of it holds the group now)"
     )
-
-
-def elapsed(since: float | None) -> float:
-    return 0.0 if since is None else max(time.monotonic() - since, 0.0)

@@ -79,16 +79,15 @@ async def write_network_statuses(runtime: Runtime) -> None:
         if signature == seen and now - computed_at < FULL_SECONDS:
             continue
         seen, computed_at = signature, now
-        utilization = runtime.metrics.domain_utilization
-        fragmentation = runtime.metrics.domain_fragmentation
-        utilization.clear()
-        fragmentation.clear()
+        metrics = runtime.metrics
+        metrics.domain_utilization.clear()
+        metrics.domain_fragmentation.clear()
         for name, spec in sorted(topologies.items()):
             tree = group_release.domain_tree(runtime, spec.labels)
             for (level, domain), ratio in domain_utilization(tree, nodes).items():
-                utilization.labels(name, level, domain).set(ratio)
+                metrics.domain_utilization.labels(name, level, domain).set(ratio)
             for level, ratio in domain_fragmentation(tree, nodes).items():
-                fragmentation.labels(name, level).set(ratio)
+                metrics.domain_fragmentation.labels(name, level).set(ratio)
             # Not `conditions` (others'); a `largestFreeDomain` gone is nulled.
             patch = network_status(tree, nodes).to_wire()
             patch.pop("conditions", None)

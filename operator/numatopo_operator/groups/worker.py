@@ -183,7 +183,7 @@ async def _release(
     record = next((v.record for v in chosen if v.record is not None), None)
     since = group_state.complete_since.pop(group, None)
     if since is not None:  # not known after a restart between the phases
-        metrics.group_placement.observe(group_release.elapsed(since))
+        metrics.group_placement.observe(time.monotonic() - since)
     metrics.group_decisions.labels("placed").inc()
     planned = {v.key: node for v in views if (node := planned_node(v.body)) is not None}
     placed_on = planned | released
@@ -239,7 +239,8 @@ async def _recover(
             f"(no room there), in {where}"
         )
     for view in chosen:
-        took = group_release.elapsed(group_state.first_seen.pop(view.key, None))
+        now = time.monotonic()
+        took = now - group_state.first_seen.pop(view.key, now)
         metrics.group_recovery.observe(took)
         metrics.group_decisions.labels("recovered").inc()
         _tell(
@@ -278,7 +279,6 @@ def _report_invalid(runtime: Runtime) -> None:
 
 async def settle_group(runtime: Runtime, group: str) -> None:
     """`advance`, requeued while it needs another look; never raises (the worker's boundary)."""
-    group_state = runtime.groups
     again = True
     try:
         again = await advance(runtime, group)
@@ -290,9 +290,9 @@ async def settle_group(runtime: Runtime, group: str) -> None:
         logger.exception("group %s: unexpected error; looked at again later", group)
         runtime.metrics.handler_errors.inc()
     if again:
-        group_state.retries.schedule(group, {}, time.monotonic())
+        runtime.groups.retries.schedule(group, {}, time.monotonic())
     else:
-        group_state.retries.discard(group)
+        runtime.groups.retries.discard(group)
 
 
 async def run_groups(runtime: Runtime) -> None:
