@@ -90,11 +90,12 @@ class ReplacingEmulator(UidPreconditions):
     """Replaces `web-0` with a namesake (no policy, nothing numatopo would decide for) just
     before the operator's first assignment write for it is applied: the write is late."""
 
-    replaced: bool = False
+    replacing: bool = False  # set first: a second write on its way replaces nothing more
+    replaced: bool = False  # set once the namesake exists, for the test to wait on
 
     async def _handle(self, request: Any) -> aiohttp.web.StreamResponse:
-        if not self.replaced and _assigns(request, "web-0"):
-            self.replaced = True
+        if not self.replacing and _assigns(request, "web-0"):
+            self.replacing = True
             base = f"{str(self.url).rstrip('/')}/api/v1/namespaces/default/pods"
             namesake = make_pod("web-0", policy=None)
             async with aiohttp.ClientSession() as session:
@@ -102,6 +103,7 @@ class ReplacingEmulator(UidPreconditions):
                     assert response.status < 300, await response.text()
                 async with session.post(base, json=namesake) as response:
                     assert response.status < 300, await response.text()
+            self.replaced = True
         return await super()._handle(request)
 
 
