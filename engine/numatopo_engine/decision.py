@@ -641,13 +641,11 @@ def _non_preferred(plan: Plan, sat: Sequence[Bools]) -> int | None:
     narrowest: list[int] = []
     masks = np.array(plan.masks, dtype=np.int64)
     for ok, provider in zip(sat, plan.providers, strict=True):
-        if not ok.any():
-            if provider.memory:
-                continue  # no memory hint: no preference
+        if ok.any():
+            listed.append(masks[ok])
+            narrowest.append(int(plan.counts[ok].min()))
+        elif not provider.memory:  # no memory hint: no preference
             listed.append(np.array([plan.every], dtype=np.int64))
-            continue
-        listed.append(masks[ok])
-        narrowest.append(int(plan.counts[ok].min()))
     produced = np.zeros(1 << len(plan.ids), dtype=bool)
     produced[plan.every] = True
     for values in listed:
