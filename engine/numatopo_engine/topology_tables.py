@@ -171,10 +171,9 @@ def build_tables(spec: NumatopologySpec, key: str | None = None) -> Tables:
     socket_allocatable: dict[int, set[int]] = {}
     for cpu_id in allocatable:
         socket_allocatable.setdefault(cpu_socket[cpu_id], set()).add(cpu_id)
-    cpu_bearing = tuple(n for n in numa_ids if numa_allocatable[n])
     # Memory-only NUMA nodes (CXL expanders, Grace GPU HBM, HBM flat mode) serve pod memory only on
     # a machine with no CPU-bearing node.
-    memory_numa_ids = cpu_bearing or numa_ids
+    memory_numa_ids = tuple(n for n in numa_ids if numa_allocatable[n]) or numa_ids
     numa_hugepages = {
         (node.id, size): pages * parse_bytes(size)
         for node in spec.numa_nodes
