@@ -187,9 +187,6 @@ class Assignment(WireModel):
         ),
     )
 
-    def to_annotation(self) -> str:
-        return self.model_dump_json(by_alias=True, exclude_none=True)
-
 
 class ObservedContainer(WireModel):
     """The devices one container holds, as the kubelet's PodResources API lists them."""
@@ -222,6 +219,3 @@ class Observed(WireModel):
     @property
     def mismatched(self) -> list[str]:
         return sorted(name for name, c in self.containers.items() if not c.matches)
-
-    def to_annotation(self) -> str:
-        return self.model_dump_json(by_alias=True, exclude_none=True)

@@ -17,29 +17,15 @@ from numatopo_engine.network_topology import (
     NetworkTopology,
 )
 
-# Keys of the JSON Schema dialect that a structural OpenAPI v3 schema keeps.
+# Keys of the JSON Schema dialect that a structural OpenAPI v3 schema keeps; not `default`: the
+# model owns defaults (not the API server), so stored objects are what the exporter wrote.
 _KEPT = {
-    "type",
-    "description",
-    "properties",
-    "required",
-    "items",
-    "additionalProperties",
-    "enum",
-    "minimum",
-    "maximum",
-    "pattern",
-    "format",
-    "minItems",
-    "maxItems",
-    "minLength",
-    "maxLength",
+    "type", "description", "properties", "required", "items", "additionalProperties", "enum",
+    "minimum", "maximum", "pattern", "format", "minItems", "maxItems", "minLength", "maxLength",
     "nullable",
-    "default",
     # Kubernetes' own extensions: how server-side apply merges lists and maps.
-    "x-kubernetes-list-type",
-    "x-kubernetes-list-map-keys",
-}
+    "x-kubernetes-list-type", "x-kubernetes-list-map-keys",
+}  # fmt: skip
 
 
 def _resolve(node: Any, defs: dict[str, Any]) -> Any:
@@ -78,10 +64,6 @@ def _resolve(node: Any, defs: dict[str, Any]) -> Any:
                 out[key] = _resolve(value, defs)
         elif key in _KEPT:
             out[key] = value
-    if out.get("type") == "number" and isinstance(out.get("default"), int):
-        out["default"] = float(out["default"])
-    # The model owns defaults (not the API server), so stored objects are what the exporter wrote.
-    out.pop("default", None)
     return out
 
 

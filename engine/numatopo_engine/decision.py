@@ -68,17 +68,12 @@ _BIG = np.iinfo(np.int64).max // 4
 class _Provider:
     wanted: tuple[Wanted, ...]
     columns: tuple[Ints, ...]  # per wanted: (NUMA positions, k) row columns, summed
-    needs: tuple[int, ...]
     narrowest: int  # the kubelet's minAffinitySize
     pref: Bools  # per mask: preferred (width == narrowest)
     holds: Bools  # per mask: the hardware holds it (memory: every size; else all True)
     memory: bool
     # Memory only, per wanted: bytes per mask reusable on exactly that mask (`reusing_memory`).
     reuse: tuple[Ints, ...] = ()
-
-    def reused(self, index: int) -> Ints | int:
-        """What wanted `index` may reuse per mask, added to the mask's free amount."""
-        return self.reuse[index] if self.reuse else 0
 
 
 @dataclass(frozen=True, slots=True)
@@ -122,19 +117,17 @@ def make_plan(
 ) -> Plan:
     ids = layout.numa_ids
     position_of = {n: p for p, n in enumerate(ids)}
-    positions = _candidate_positions(tables, need, position_of)
     full = len(ids) <= FULL_SEARCH
     if full:
         masks = list(range(1, 1 << len(ids)))
         every = masks[-1]
     else:
-        masks, every = _bounded_masks(tables, need, options, positions, position_of)
+        masks, every = _bounded_masks(tables, need, options, ids)
     member = np.array(
         [[m >> p & 1 for p in range(len(ids))] for m in masks], dtype=np.int64
     ).reshape(len(masks), len(ids))
     counts = member.sum(axis=1)
-    single = options.policy is PolicyName.SINGLE_NUMA_NODE
-    closest = prefer_closest and not single
+    closest = prefer_closest and options.policy is not PolicyName.SINGLE_NUMA_NODE
     distance = _mean_distances(tables, ids, member) if closest else np.zeros(len(masks))
     by_value = np.array(masks, dtype=np.int64) if len(ids) < 63 else np.arange(len(masks))
     # A permutation's argsort is its inverse: each mask's place in the order.
@@ -144,7 +137,6 @@ def make_plan(
     gpu_matching, gpu_in_mask, gpu_all = _gpus_in_masks(tables, need, ids, masks)
     allocatable = np.array([len(tables.numa_allocatable[n]) for n in ids], dtype=np.int64)
     free = free_columns(tables, layout)
-    whole_cols = np.array([layout.whole(p) for p in range(len(ids))], dtype=np.int64)
     gpu_bits = [
         sum(1 << g for g, n in tables.gpu_numa.items() if n == numa and g < 63) for numa in ids
     ]
@@ -163,7 +155,7 @@ def make_plan(
         narrow_rank=narrow_rank,
         every=every,
         providers=providers,
-        totals=_totals(layout, need, free.cpu, whole_cols),
+        totals=_totals(layout, need),
         free=free,
         floor=floor,
         narrowest=max((p.narrowest for p in providers), default=1),
@@ -209,16 +201,13 @@ class FreeColumns:
 
 def free_columns(tables: Tables, layout: RowLayout) -> FreeColumns:
     ids = layout.numa_ids
-    position_of = {n: p for p, n in enumerate(ids)}
-    located = [(i, position_of[n]) for i, (n, _) in enumerate(layout.gpu_keys) if n is not None]
-    onehot = np.zeros((len(located), len(ids)), dtype=np.int64)
-    for row, (_, position) in enumerate(located):
-        onehot[row, position] = 1
+    located = [(i, n) for i, (n, _) in enumerate(layout.gpu_keys) if n is not None]
+    onehot = [[int(n == numa) for numa in ids] for _, n in located]
     per_numa = Counter(n for n in tables.gpu_numa.values() if n is not None)
     return FreeColumns(
         cpu=np.array([layout.cpu(p) for p in range(len(ids))], dtype=np.int64),
         gpu_count=np.array([layout.gpu(i) for i, _ in located], dtype=np.int64),
-        gpu_onehot=onehot,
+        gpu_onehot=np.array(onehot, dtype=np.int64).reshape(len(located), len(ids)),
         numa_gpu_capacity=max(per_numa.values(), default=0),
         numa_cpu_capacity=max((len(tables.numa_allocatable[n]) for n in ids), default=0),
     )
@@ -245,12 +234,11 @@ def _matching_keys(
     return [(i, n) for i, (n, r) in enumerate(keys) if resource in (None, r)]
 
 
-def _totals(
-    layout: RowLayout, need: Need, cpu_cols: Ints, whole_cols: Ints
-) -> tuple[tuple[str, int, Ints], ...]:
-    out: list[tuple[str, int, Ints | list[int]]] = []
+def _totals(layout: RowLayout, need: Need) -> tuple[tuple[str, int, Ints], ...]:
+    out: list[tuple[str, int, list[int]]] = []
     if need.cpus and need.cpu_mode is not CpuMode.NONE:
-        out.append(("CPUs", need.cpus, whole_cols if need.full_cores else cpu_cols))
+        column = layout.whole if need.full_cores else layout.cpu
+        out.append(("CPUs", need.cpus, [column(p) for p in range(layout.n)]))
     if need.memory_bytes:
         out.append(("memory", need.memory_bytes, [layout.memory(p) for p in range(layout.n)]))
     for size, amount in need.hugepages:
@@ -266,35 +254,32 @@ def _totals(
     return tuple((name, asked, np.asarray(cols, dtype=np.int64)) for name, asked, cols in out)
 
 
-def _candidate_positions(tables: Tables, need: Need, position_of: dict[int, int]) -> list[int]:
-    ids: set[int] = set()
+def _candidate_positions(tables: Tables, need: Need, ids: tuple[int, ...]) -> list[int]:
+    found: set[int] = set()
     if need.cpus and need.cpu_mode is not CpuMode.NONE:
-        ids.update(n for n, c in tables.cpu_capacity.items() if c)
+        found.update(n for n, c in tables.cpu_capacity.items() if c)
     if need.has_memory:
-        ids.update(n for n, c in tables.memory_capacity.items() if c)
-        ids.update(n for (n, _), c in tables.numa_hugepages.items() if c)
+        found.update(n for n, c in tables.memory_capacity.items() if c)
+        found.update(n for (n, _), c in tables.numa_hugepages.items() if c)
     if need.gpus:
-        ids.update(n for n in tables.gpu_numa.values() if n is not None)
+        found.update(n for n in tables.gpu_numa.values() if n is not None)
     if need.nics:
-        ids.update(n for n in tables.nic_numa.values() if n is not None)
-    return sorted(position_of[n] for n in ids)
+        found.update(n for n in tables.nic_numa.values() if n is not None)
+    return [p for p, n in enumerate(ids) if n in found]
 
 
 def _bounded_masks(
-    tables: Tables,
-    need: Need,
-    options: TopologyOptions,
-    positions: list[int],
-    position_of: dict[int, int],
+    tables: Tables, need: Need, options: TopologyOptions, ids: tuple[int, ...]
 ) -> tuple[list[int], int]:
-    """Masks up to the width bound over `positions` (best-equipped first), and all of them."""
+    """Masks up to the width bound over the positions of the NUMA nodes holding something asked
+    for (best-equipped first), and all of them."""
+    positions = _candidate_positions(tables, need, ids)
     width = options.max_numa_nodes or DEFAULT_MAX_WIDTH
     if options.policy is PolicyName.SINGLE_NUMA_NODE:
         width = 1
-    id_of = {p: n for n, p in position_of.items()}
 
     def equipped(position: int) -> tuple[float, int]:
-        numa = id_of[position]
+        numa = ids[position]
         gpus = sum(1 for n in tables.gpu_numa.values() if n == numa)
         cpus = tables.cpu_capacity.get(numa, 0)
         return (-(gpus * 1000 + cpus + tables.memory_capacity.get(numa, 0) / 2**40), position)
@@ -302,7 +287,7 @@ def _bounded_masks(
     # No mask narrower than a resource's hardware minimum can hold it, and a placement wider than
     # one past the widest minimum is never worth searching here.
     widest = 1
-    for asked, amounts in _hardware_amounts(tables, need, id_of, positions):
+    for asked, amounts in _hardware_amounts(tables, need, [ids[p] for p in positions]):
         held, used = 0, 0
         for amount in sorted(amounts, reverse=True):
             if held >= asked:
@@ -325,12 +310,9 @@ def _bounded_masks(
     return masks, every
 
 
-def _hardware_amounts(
-    tables: Tables, need: Need, id_of: dict[int, int], positions: list[int]
-) -> list[tuple[int, list[int]]]:
-    """(asked, capacity per candidate position) for each NUMA-bound resource."""
+def _hardware_amounts(tables: Tables, need: Need, numa: list[int]) -> list[tuple[int, list[int]]]:
+    """(asked, capacity per NUMA node of `numa`) for each NUMA-bound resource."""
     out: list[tuple[int, list[int]]] = []
-    numa = [id_of[p] for p in positions]
     if need.cpus and need.cpu_mode is not CpuMode.NONE:
         out.append((need.cpus, [tables.numa_online.get(n, 0) for n in numa]))
     if need.memory_bytes:
@@ -369,8 +351,8 @@ def _providers(
             holds &= (member @ np.array([capacity.get(n, 0) for n in ids], np.int64)) >= w.amount
         narrowest = int(counts[holds].min()) if holds.any() else len(ids)
         return _Provider(
-            wanted, tuple(columns), tuple(w.amount for w in wanted), narrowest,
-            counts == narrowest, holds if memory else everything, memory,
+            wanted, tuple(columns), narrowest, counts == narrowest,
+            holds if memory else everything, memory,
         )  # fmt: skip
 
     providers: list[_Provider] = []
@@ -448,15 +430,11 @@ def _device_hint_inputs(
         located = Counter(p for p, kind in places if p is not None and resource in (None, kind))
         if not located:
             continue
-        by_numa: dict[int, list[int]] = {}
-        for i, key_numa in _matching_keys(keys, resource):
-            if key_numa is not None:
-                by_numa.setdefault(key_numa, []).append(column(i))
+        by_numa = [[column(i) for i, k in _matching_keys(keys, resource) if k == n] for n in ids]
         # A request naming no resource counts every name of the kind, one column each, summed.
-        depth = max(len(c) for c in by_numa.values())
+        depth = max(len(c) for c in by_numa)
         columns = np.array(
-            [by_numa.get(n, []) + [layout.zero] * (depth - len(by_numa.get(n, []))) for n in ids],
-            dtype=np.int64,
+            [c + [layout.zero] * (depth - len(c)) for c in by_numa], dtype=np.int64
         ).reshape(len(ids), depth)
         out.append((Wanted(name, count), columns, located))
     return out
@@ -519,10 +497,8 @@ def decide_rows(
     sat, memory = _hints(plan, rows)
     preferred_any = _preferred_anywhere(plan, sat, count)
     has_preferred: Bools = np.asarray(preferred_any.any(axis=1), dtype=bool)
-    best = np.argmin(np.where(preferred_any, plan.rank, _BIG), axis=1)
-    chosen = best.copy()
-    aligned_only = plan.options.policy in (PolicyName.RESTRICTED, PolicyName.SINGLE_NUMA_NODE)
-    if aligned_only:
+    chosen = np.argmin(np.where(preferred_any, plan.rank, _BIG), axis=1)
+    if plan.options.policy in (PolicyName.RESTRICTED, PolicyName.SINGLE_NUMA_NODE):
         refuse(~has_preferred, Kind.ALIGNMENT)
     else:
         # Nodes with the same hints have the same winner: decide each pattern once.
@@ -560,9 +536,8 @@ def _hints(plan: Plan, rows: Ints) -> tuple[list[Bools], _MemoryHints | None]:
     memory_free_ok: list[Bools] = []
     for provider in plan.providers:
         ok = np.broadcast_to(provider.holds, (count, len(plan.masks))).copy()
-        for index, (columns, asked) in enumerate(
-            zip(provider.columns, provider.needs, strict=True)
-        ):
+        for index, columns in enumerate(provider.columns):
+            asked = provider.wanted[index].amount
             free = _per_position(rows, columns) @ member_t
             fits = free >= asked
             if provider.memory:
@@ -600,16 +575,14 @@ def reusing_memory(plan: Plan, reusable: Mapping[tuple[int, str], int]) -> Plan:
     def kind_of(resource: str) -> str:
         return resource if resource == "memory" else resource.removeprefix("hugepages-")
 
-    providers = []
-    for provider in plan.providers:
+    providers = list(plan.providers)
+    for i, provider in enumerate(providers):
         if provider.memory and any(w.resource in names for w in provider.wanted):
             reuse = tuple(
                 np.array([offered.get((m, kind_of(w.resource)), 0) for m in per_mask], np.int64)
                 for w in provider.wanted
             )
-            providers.append(replace(provider, reuse=reuse))
-        else:
-            providers.append(provider)
+            providers[i] = replace(provider, reuse=reuse)
     most: dict[str, int] = {}
     for (_, kind), amount in offered.items():
         most[kind] = max(most.get(kind, 0), amount)
@@ -668,13 +641,11 @@ def _non_preferred(plan: Plan, sat: Sequence[Bools]) -> int | None:
     narrowest: list[int] = []
     masks = np.array(plan.masks, dtype=np.int64)
     for ok, provider in zip(sat, plan.providers, strict=True):
-        if not ok.any():
-            if provider.memory:
-                continue  # no memory hint: no preference
+        if ok.any():
+            listed.append(masks[ok])
+            narrowest.append(int(plan.counts[ok].min()))
+        elif not provider.memory:  # no memory hint: no preference
             listed.append(np.array([plan.every], dtype=np.int64))
-            continue
-        listed.append(masks[ok])
-        narrowest.append(int(plan.counts[ok].min()))
     produced = np.zeros(1 << len(plan.ids), dtype=bool)
     produced[plan.every] = True
     for values in listed:
@@ -696,19 +667,15 @@ def _memory_choice(
     count = chosen.shape[0]
     provider = next(p for p in plan.providers if p.memory)
     order = np.where(provider.pref, 0, _BIG // 2) + plan.narrow_rank
-    refused = np.zeros(count, dtype=bool)
-    result = chosen.copy()
     if plan.options.policy is PolicyName.NONE:
         has: Bools = np.asarray(memory.sat.any(axis=1), dtype=bool)
-        result = np.argmin(np.where(memory.sat, order, _BIG), axis=1)
-        return result, ~has
+        return np.argmin(np.where(memory.sat, order, _BIG), axis=1), ~has
     rows_index = np.arange(count)
     holds = np.ones(count, dtype=bool)
     for fits in memory.free_ok:
         holds &= fits[rows_index, chosen]
-    multi = plan.counts[chosen] > 1
-    allowed = memory.groups_allow[rows_index, chosen]
-    refused |= holds & multi & ~allowed
+    refused = holds & (plan.counts[chosen] > 1) & ~memory.groups_allow[rows_index, chosen]
+    result = chosen.copy()
     for i in np.flatnonzero(~holds).tolist():
         within = plan.member[int(chosen[i])]
         inside = (plan.member >= within).all(axis=1) & memory.sat[i]
@@ -769,18 +736,17 @@ def _finish(
                 free_in = (free_bits & plan.gpu_in_mask[index]).bit_count()
                 gpu_fill[i] = min(1.0, (total - free_in + len(chosen_gpus)) / total)
     span = np.minimum(1.0, plan.narrowest / plan.counts[chosen])
-    fills: list[Floats] = []
-    if need.gpus:
-        fills.append(gpu_fill)
+    fills: list[Floats] = [gpu_fill] if need.gpus else []
     exclusive = need.exclusive_cpus
     if exclusive:
         capacity = plan.cpu_capacity[chosen]
         free_in = (rows[:, plan.free.cpu] * plan.member[chosen]).sum(axis=1)
         used = (capacity - free_in + exclusive) / np.maximum(capacity, 1)
         fills.append(np.where(capacity > 0, np.minimum(1.0, used), np.nan))
-    scores = _compose(span, links, fills, with_gpus=bool(need.gpus))
+    pack = _mean_fill(fills, span)
+    scores = _compose(span, links, pack, with_gpus=bool(need.gpus))
     scores[refused] = -1
-    terms = _rank_terms(plan, rows, span, links, fills, chosen=chosen, gpus=gpus, mix=mix)
+    terms = _rank_terms(plan, rows, span, links, pack, chosen=chosen, gpus=gpus, mix=mix)
     return Decided(plan, scores, kind, chosen, memory_index, gpus, pairs, short, terms, preferred)
 
 
@@ -818,7 +784,7 @@ def _rank_terms(
     rows: Ints,
     span: Floats,
     links: Floats,
-    fills: list[Floats],
+    fill: Floats,
     *,
     chosen: Ints,
     gpus: list[tuple[int, ...]],
@@ -828,24 +794,15 @@ def _rank_terms(
     need = plan.need
     w_span, w_links, _ = GPU_WEIGHTS if need.gpus else CPU_WEIGHTS
     alignment = (w_span * span + w_links * links) / (w_span + w_links)
-    fill = _mean_fill(fills, span)
     if not mix:
         none = np.zeros((0, 0), dtype=np.int64)
         return RankTerms(alignment, fill, none, none, none, none)
     free_gpus, free_cpus = plan.free.per_numa(rows)
     taken_gpus = np.zeros_like(free_gpus)
     if need.gpus:
-        bits_of: dict[tuple[int, ...], int] = {}
-        taken = np.zeros(len(gpus), dtype=np.int64)
-        for i, chosen_gpus in enumerate(gpus):
-            if chosen_gpus:
-                found = bits_of.get(chosen_gpus)
-                if found is None:
-                    found = bits_of[chosen_gpus] = sum(1 << g for g in chosen_gpus)
-                taken[i] = found
-        taken_gpus = np.bitwise_count(taken[:, None] & plan.position_gpu_bits[None, :]).astype(
-            np.int64
-        )
+        bits_of = {chosen_gpus: sum(1 << g for g in chosen_gpus) for chosen_gpus in set(gpus)}
+        taken = np.array([bits_of[chosen_gpus] for chosen_gpus in gpus], dtype=np.int64)
+        taken_gpus = np.bitwise_count(taken[:, None] & plan.position_gpu_bits).astype(np.int64)
     taken_cpus = np.zeros_like(free_cpus)
     exclusive = need.exclusive_cpus
     if exclusive:
@@ -855,9 +812,8 @@ def _rank_terms(
         for i in np.flatnonzero(~single).tolist():
             # Spread over the mask's NUMA nodes, fullest (most free) first.
             left = exclusive
-            for position in sorted(
-                np.flatnonzero(member[i]).tolist(), key=lambda p: -free_cpus[i, p]
-            ):
+            fullest = sorted(np.flatnonzero(member[i]).tolist(), key=lambda p: -free_cpus[i, p])
+            for position in fullest:
                 take = min(left, int(free_cpus[i, position]))
                 taken_cpus[i, position] = take
                 left -= take
@@ -870,7 +826,7 @@ def _rank_terms(
 
 
 def _mean_fill(fills: list[Floats], like: Floats) -> Floats:
-    """The score's pack term as an array (1.0 where there is no fill)."""
+    """The score's pack term as an array: the mean of `fills` (NaN: none), else 1.0."""
     total = np.zeros_like(like)
     count = np.zeros_like(like)
     for fill in fills:
@@ -880,11 +836,10 @@ def _mean_fill(fills: list[Floats], like: Floats) -> Floats:
     return np.where(count > 0, total / np.maximum(count, 1), 1.0)
 
 
-def _compose(span: Floats, links: Floats, fills: list[Floats], *, with_gpus: bool) -> Ints:
+def _compose(span: Floats, links: Floats, pack: Floats, *, with_gpus: bool) -> Ints:
     """The `scoring` formula over arrays, term by term in the order of its scalar oracle
     (`compose_score` in tests/engine/allocation/score_oracle.py), so every float is the same IEEE
-    double (`rint` rounds half to even, as `round` does). NaN: no fill."""
-    pack = _mean_fill(fills, span)
+    double (`rint` rounds half to even, as `round` does); `pack` is `_mean_fill`'s."""
     w_span, w_links, w_pack = GPU_WEIGHTS if with_gpus else CPU_WEIGHTS
     total = w_span * span + w_links * links + w_pack * pack
     rounded = np.clip(np.rint(100 * total / (w_span + w_links + w_pack)), 0, 100)
@@ -944,9 +899,7 @@ def shortfall(plan: Plan, decided: Decided, index: int, row: Ints) -> Shortfall:
         return Shortfall(
             why, policy, plan.wanted, resource=resource, total=total, free=free, free_of=shown
         )
-    width = None
-    if why is Kind.MAX_NUMA_NODES:
-        width = decided.mask(index).bit_count()
+    width = decided.mask(index).bit_count() if why is Kind.MAX_NUMA_NODES else None
     return Shortfall(
         why, policy, tuple(shown) or plan.wanted, free=free, free_of=shown,
         bound=plan.options.max_numa_nodes, width=width,

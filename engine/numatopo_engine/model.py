@@ -61,6 +61,10 @@ class WireModel(BaseModel):
         """The JSON-ready dict as Kubernetes stores it (aliases, no unset optionals)."""
         return self.model_dump(mode="json", by_alias=True, exclude_none=True)
 
+    def to_annotation(self) -> str:
+        """The same as compact JSON text, as an annotation holds it."""
+        return self.model_dump_json(by_alias=True, exclude_none=True)
+
 
 class PathType(enum.StrEnum):
     """PCIe path between two devices, narrowest first, as `nvidia-smi topo -m` names it."""

@@ -143,14 +143,10 @@ def _label_requirement(expression: object) -> tuple[str, str, list[str]] | None:
 def _label_matches(key: str, operator: str, values: list[str], labels: Mapping[str, str]) -> bool:
     """`labels.Requirement.Matches`."""
     present = key in labels
-    if operator == "In":
-        return present and labels[key] in values
-    if operator == "NotIn":
-        return not present or labels[key] not in values
-    if operator == "Exists":
-        return present
-    if operator == "DoesNotExist":
-        return not present
+    if operator in ("In", "NotIn"):
+        return (present and labels[key] in values) == (operator == "In")
+    if operator in ("Exists", "DoesNotExist"):
+        return present == (operator == "Exists")
     if not present:
         return False
     have, bound = _int64(labels[key]), _int64(values[0])

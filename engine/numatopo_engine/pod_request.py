@@ -16,7 +16,7 @@ such as `containers[train].resources.limits.nvidia.com/gpu`; nothing else escape
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -40,12 +40,8 @@ _Parser = Callable[[str], int]
 
 def wants_topology(pod: object) -> bool:
     """True when the pod opted in with a `numatopo.io/policy` annotation (any value)."""
-    if not isinstance(pod, Mapping):
-        return False
-    metadata = pod.get("metadata")
-    if not isinstance(metadata, Mapping):
-        return False
-    found = metadata.get("annotations")
+    metadata = pod.get("metadata") if isinstance(pod, Mapping) else None
+    found = metadata.get("annotations") if isinstance(metadata, Mapping) else None
     return isinstance(found, Mapping) and keys.POLICY in found
 
 
@@ -164,8 +160,8 @@ def _container(raw: object, *, key: str, index: int, resources: ResourceNames) -
             gpus[resource] = reading.device_count(resource)
         elif resources.is_nic(resource):
             nics[resource] = reading.device_count(resource)
-    gpu_resource, gpu_count = _single_device(gpus, "GPUs", where)
-    nic_resource, nic_count = _single_device(nics, "NICs", where)
+    gpu_resource, gpu_count = _single_device(gpus, "GPU", where)
+    nic_resource, nic_count = _single_device(nics, "NIC", where)
     return ContainerRequest(
         name=name,
         cpu_milli=reading.request("cpu", parse_milli),
@@ -245,13 +241,19 @@ class _Reading:
 
 def _single_device(counts: Mapping[str, int], what: str, where: str) -> tuple[str | None, int]:
     asked = {name: count for name, count in counts.items() if count}
-    if len(asked) > 1:
-        names = " and ".join(sorted(pod_options.shorten(n) for n in asked))
-        raise InvalidRequestError(
-            f"{where}.resources",
-            f"asks for {what} under both {names}; a container may use one {what[:-1]} resource",
-        )
+    _one_resource(asked, what, f"{where}.resources", "asks", "container")
     return next(iter(asked.items()), (None, 0))
+
+
+def _one_resource(names: Iterable[str], what: str, field: str, who: str, holder: str) -> None:
+    """Refuse `what`s asked under more than one resource name of `names` by one `holder`."""
+    listed = sorted(pod_options.shorten(n) for n in names)
+    if len(listed) > 1:
+        raise InvalidRequestError(
+            field,
+            f"{who} for {what}s under both {' and '.join(listed)}; a {holder} may use one {what} "
+            "resource",
+        )
 
 
 def _check_unique_names(containers: Sequence[ContainerRequest]) -> None:
@@ -271,10 +273,4 @@ def _check_one_device_resource(containers: Sequence[ContainerRequest]) -> None:
         ("GPU", {c.gpu_resource for c in containers if c.gpu_resource}),
         ("NIC", {c.nic_resource for c in containers if c.nic_resource}),
     ):
-        if len(names) > 1:
-            listed = " and ".join(sorted(pod_options.shorten(n) for n in names))
-            raise InvalidRequestError(
-                "spec.containers",
-                f"containers ask for {what}s under both {listed}; a pod may use one {what} "
-                "resource",
-            )
+        _one_resource(names, what, "spec.containers", "containers ask", "pod")

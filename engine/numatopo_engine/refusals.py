@@ -143,10 +143,6 @@ class Refusal:
         return self._shortfall
 
     @property
-    def kind(self) -> Kind:
-        return self.shortfall.kind
-
-    @property
     def reason(self) -> str:
         if self._reason is None:
             self._reason = word(self.shortfall)

@@ -157,26 +157,23 @@ def _cpu_places(
 def build_tables(spec: NumatopologySpec, key: str | None = None) -> Tables:
     numa_ids = tuple(sorted(n.id for n in spec.numa_nodes))
     known = set(numa_ids)
-    reserved = spec.reserved_cpus.ids
     online_by_numa = {n.id: n.cpus.ids for n in spec.numa_nodes}
     cpu_numa, cpu_core, cpu_socket = _cpu_places(spec, online_by_numa)
-    online = frozenset().union(*online_by_numa.values()) if online_by_numa else frozenset()
-    allocatable = {c for c in online if c not in reserved}
+    online = spec.online_cpus().ids
+    allocatable = online - spec.reserved_cpus.ids
     core_threads_sets: dict[int, list[int]] = {}
     for cpu_id in sorted(allocatable):
         core_threads_sets.setdefault(cpu_core[cpu_id], []).append(cpu_id)
     all_threads = Counter(cpu_core[cpu_id] for cpu_id in online)
-    threads_per_core = max(all_threads.values(), default=1)
     numa_allocatable = {
         n: frozenset(c for c in online_by_numa[n] if c in allocatable) for n in numa_ids
     }
     socket_allocatable: dict[int, set[int]] = {}
     for cpu_id in allocatable:
         socket_allocatable.setdefault(cpu_socket[cpu_id], set()).add(cpu_id)
-    cpu_bearing = tuple(n for n in numa_ids if numa_allocatable[n])
     # Memory-only NUMA nodes (CXL expanders, Grace GPU HBM, HBM flat mode) serve pod memory only on
     # a machine with no CPU-bearing node.
-    memory_numa_ids = cpu_bearing or numa_ids
+    memory_numa_ids = tuple(n for n in numa_ids if numa_allocatable[n]) or numa_ids
     numa_hugepages = {
         (node.id, size): pages * parse_bytes(size)
         for node in spec.numa_nodes
@@ -210,7 +207,7 @@ def build_tables(spec: NumatopologySpec, key: str | None = None) -> Tables:
         ),
         numa_allocatable=numa_allocatable,
         socket_allocatable={s: frozenset(c) for s, c in socket_allocatable.items()},
-        threads_per_core=threads_per_core,
+        threads_per_core=max(all_threads.values(), default=1),
         memory_numa_ids=memory_numa_ids,
         memory_capacity={n.id: n.memory_bytes for n in spec.numa_nodes if n.id in memory_numa_ids},
         cpu_capacity={n: len(c) for n, c in numa_allocatable.items() if c},
