@@ -20,12 +20,26 @@ from numatopo_engine.network_topology import (
 # Keys of the JSON Schema dialect that a structural OpenAPI v3 schema keeps; not `default`: the
 # model owns defaults (not the API server), so stored objects are what the exporter wrote.
 _KEPT = {
-    "type", "description", "properties", "required", "items", "additionalProperties", "enum",
-    "minimum", "maximum", "pattern", "format", "minItems", "maxItems", "minLength", "maxLength",
+    "type",
+    "description",
+    "properties",
+    "required",
+    "items",
+    "additionalProperties",
+    "enum",
+    "minimum",
+    "maximum",
+    "pattern",
+    "format",
+    "minItems",
+    "maxItems",
+    "minLength",
+    "maxLength",
     "nullable",
     # Kubernetes' own extensions: how server-side apply merges lists and maps.
-    "x-kubernetes-list-type", "x-kubernetes-list-map-keys",
-}  # fmt: skip
+    "x-kubernetes-list-type",
+    "x-kubernetes-list-map-keys",
+}
 
 
 def _resolve(node: Any, defs: dict[str, Any]) -> Any:
