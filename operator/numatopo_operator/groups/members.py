@@ -50,9 +50,6 @@ class PlacementRecord(WireModel):
     rank: int | None = Field(default=None, description="The member's rank, if it has one.")
     planned: str = Field(description="When the plan was made (ISO 8601): names the plan.")
 
-    def to_annotation(self) -> str:
-        return self.model_dump_json(by_alias=True, exclude_none=True)
-
 
 def _spec(pod: RawPod) -> Mapping[str, Any]:
     found = pod.get("spec")
