@@ -10,7 +10,7 @@ from typing import ClassVar, Literal
 from pydantic import Field
 
 from numatopo_engine.exports.wire import ForeignObject, ForeignWire
-from numatopo_engine.exports.zones import MANAGED_BY, DeviceNames, numa_zones
+from numatopo_engine.exports.zones import MANAGED_LABEL, DeviceNames, numa_zones
 from numatopo_engine.model import NumatopologySpec, ObjectMeta
 from numatopo_engine.state import NodeState
 
@@ -114,7 +114,7 @@ def node_resource_topology(
     policies = spec.policies
     return NodeResourceTopology.model_validate(
         {
-            "metadata": {"name": node, "labels": {"app.kubernetes.io/managed-by": MANAGED_BY}},
+            "metadata": {"name": node, "labels": MANAGED_LABEL},
             "topologyPolicies": [
                 topology_policy(policies.topology_manager_policy, policies.topology_manager_scope)
             ],

@@ -14,7 +14,7 @@ from pydantic import Field
 from numatopo_engine.annotations import Assignment
 from numatopo_engine.devices import schedulable_devices
 from numatopo_engine.exports.wire import ForeignObject, ForeignWire
-from numatopo_engine.exports.zones import MANAGED_BY
+from numatopo_engine.exports.zones import MANAGED_LABEL
 from numatopo_engine.model import NumatopologySpec, ObjectMeta
 from numatopo_engine.state import NodeState
 
@@ -125,7 +125,7 @@ def volcano_numatopology(
         TOPOLOGY_MANAGER_POLICY: spec.policies.topology_manager_policy,
     }
     return VolcanoNumatopology(
-        metadata=ObjectMeta(name=node, labels={"app.kubernetes.io/managed-by": MANAGED_BY}),
+        metadata=ObjectMeta(name=node, labels=MANAGED_LABEL),
         spec=VolcanoSpec(
             policies=policies,
             res_reserved={"cpu": str(len(reserved))} if reserved else {},
