@@ -18,8 +18,9 @@ from typing import Any, TypeVar
 from pydantic import ValidationError
 
 from numatopo_engine.model import Numatopology, NumatopologySpec
-from numatopo_engine.simulation import NodeRow, TopologyMap, parse_node_rows, parse_topology_map
+from numatopo_engine.simulation.layouts import TopologyMap, parse_topology_map
 from numatopo_engine.simulation.leafspine import NodeShapeWeight, shapes_from_rows
+from numatopo_engine.simulation.trace import NodeRow, parse_node_rows
 
 SAMPLES = "numatopo_cli.samples.simulate"
 DEFAULT_NODES = "openb_node_list_gpu_node.csv"

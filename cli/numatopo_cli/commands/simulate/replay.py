@@ -26,20 +26,19 @@ from numatopo_cli.render.text import Column, align_rows, column_rows, percent
 from numatopo_cli.reports.simulation import simulation_report
 from numatopo_engine.annotations import PolicyName
 from numatopo_engine.model import NumatopologySpec
-from numatopo_engine.simulation import (
-    STRATEGIES,
+from numatopo_engine.simulation.layouts import TopologyMapError
+from numatopo_engine.simulation.metrics import StrategyResult
+from numatopo_engine.simulation.mig_pool import MigPoolError, apply_mig_pool
+from numatopo_engine.simulation.replay import SimulationResult, simulate
+from numatopo_engine.simulation.strategies import STRATEGIES
+from numatopo_engine.simulation.trace import (
+    GPU_MILLI,
     Arrival,
-    SimulationResult,
-    StrategyResult,
-    TopologyMapError,
     TraceError,
     build_workload,
     parse_pod_rows,
     sample_nodes,
-    simulate,
 )
-from numatopo_engine.simulation.mig_pool import MigPoolError, apply_mig_pool
-from numatopo_engine.simulation.trace import GPU_MILLI
 
 COLUMNS: tuple[Column[StrategyResult], ...] = (
     ("STRATEGY", lambda s: s.strategy),
