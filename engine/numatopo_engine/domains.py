@@ -497,8 +497,6 @@ class _Placer:
     ) -> list[tuple[str, int]] | None:
         """The nodes (tree order) and members per node inside domain `path`, or None."""
         need = self.need
-        if sum(self.bound[n] for n in inside) < need:
-            return None
         copies = {n: self._copies(n) for n in inside}
         if sum(copies.values()) < need:
             return None
