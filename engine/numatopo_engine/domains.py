@@ -682,8 +682,8 @@ def first_fit(
                         nodes[node].topology, state, member.request, node, engine=engine
                     )
                 except UnsatisfiableError:
-                    decision = None
-                if decision is not None:
+                    pass
+                else:
                     if node not in states:
                         state = states[node] = state.copy()
                     state.apply(member.key, decision.assignment)

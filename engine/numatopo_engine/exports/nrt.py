@@ -18,11 +18,6 @@ GROUP = "topology.node.k8s.io"
 VERSION = "v1alpha2"
 KIND = "NodeResourceTopology"
 
-# Their attribute names (NFD's topology-updater), read by NodeResourceTopologyMatch.
-POLICY_ATTRIBUTE = "topologyManagerPolicy"
-SCOPE_ATTRIBUTE = "topologyManagerScope"
-ZONE_TYPE = "Node"
-
 _POLICY_WORDS = {
     "single-numa-node": "SingleNUMANode",
     "restricted": "Restricted",
@@ -94,7 +89,7 @@ def node_resource_topology(
     zones = [
         {
             "name": zone_name(zone.numa),
-            "type": ZONE_TYPE,
+            "type": "Node",
             "costs": [
                 {"name": zone_name(other), "value": distance}
                 for other, distance in sorted(zone.distances.items())
@@ -118,9 +113,10 @@ def node_resource_topology(
             "topologyPolicies": [
                 topology_policy(policies.topology_manager_policy, policies.topology_manager_scope)
             ],
+            # Their attribute names (NFD's topology-updater), read by NodeResourceTopologyMatch.
             "attributes": [
-                {"name": POLICY_ATTRIBUTE, "value": policies.topology_manager_policy},
-                {"name": SCOPE_ATTRIBUTE, "value": policies.topology_manager_scope},
+                {"name": "topologyManagerPolicy", "value": policies.topology_manager_policy},
+                {"name": "topologyManagerScope", "value": policies.topology_manager_scope},
             ],
             "zones": zones,
         }

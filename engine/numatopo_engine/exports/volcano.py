@@ -22,10 +22,6 @@ GROUP = "nodeinfo.volcano.sh"
 VERSION = "v1alpha1"
 KIND = "Numatopology"
 
-# Their policy keys (nodeinfo/v1alpha1 PolicyName).
-CPU_MANAGER_POLICY = "CPUManagerPolicy"
-TOPOLOGY_MANAGER_POLICY = "TopologyManagerPolicy"
-
 
 class NumaResource(ForeignWire):
     """`numares` entry: `allocatable` is a cpulist ("0-3,8"), `capacity` a count."""
@@ -120,14 +116,13 @@ def volcano_numatopology(
     """Volcano's Numatopology of `node`: `spec`'s CPUs, what `state` leaves allocatable."""
     online = spec.online_cpus()
     reserved = spec.reserved_cpus & online
-    policies = {
-        CPU_MANAGER_POLICY: spec.policies.cpu_manager_policy,
-        TOPOLOGY_MANAGER_POLICY: spec.policies.topology_manager_policy,
-    }
     return VolcanoNumatopology(
         metadata=ObjectMeta(name=node, labels=MANAGED_LABEL),
         spec=VolcanoSpec(
-            policies=policies,
+            policies={  # their keys: nodeinfo/v1alpha1 PolicyName
+                "CPUManagerPolicy": spec.policies.cpu_manager_policy,
+                "TopologyManagerPolicy": spec.policies.topology_manager_policy,
+            },
             res_reserved={"cpu": str(len(reserved))} if reserved else {},
             numares={"cpu": NumaResource(allocatable=str(state.free_cpus()), capacity=len(online))},
             cpu_detail=_cpu_detail(spec),
