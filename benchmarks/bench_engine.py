@@ -65,9 +65,9 @@ from numatopo_engine.annotations import PolicyName  # noqa: E402
 from numatopo_engine.errors import UnsatisfiableError  # noqa: E402
 from numatopo_engine.model import Numatopology, NumatopologySpec  # noqa: E402
 from numatopo_engine.request import ContainerRequest, PodRequest, TopologyOptions  # noqa: E402
-from numatopo_engine.simulation import parse_node_rows, parse_topology_map  # noqa: E402
 from numatopo_engine.simulation.fleet import identify, node_name  # noqa: E402
-from numatopo_engine.simulation.layouts import build_node_spec  # noqa: E402
+from numatopo_engine.simulation.layouts import build_node_spec, parse_topology_map  # noqa: E402
+from numatopo_engine.simulation.trace import parse_node_rows  # noqa: E402
 from numatopo_engine.state import NodeState  # noqa: E402
 
 SHAPES = ("dgx1-v100", "h100-nvswitch", "pcie-8gpu", "aws-p4d")

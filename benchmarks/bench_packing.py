@@ -46,15 +46,15 @@ from typing import Any
 REPO = Path(__file__).resolve().parent.parent
 sys.path[:0] = [str(REPO / "engine")]
 
-from numatopo_engine.simulation import (  # noqa: E402
+from numatopo_engine.simulation.layouts import parse_topology_map  # noqa: E402
+from numatopo_engine.simulation.replay import simulate  # noqa: E402
+from numatopo_engine.simulation.trace import (  # noqa: E402
     NodeRow,
     PodRow,
     build_workload,
     parse_node_rows,
     parse_pod_rows,
-    parse_topology_map,
     sample_nodes,
-    simulate,
 )
 
 DATA = REPO.parent / "shared" / "data" / "alibaba-gpu-v2023"

@@ -14,14 +14,14 @@ import time
 from importlib import resources
 
 from numatopo_cli.progress import progress_bar
-from numatopo_engine.simulation import (
-    STRATEGIES,
+from numatopo_engine.simulation.layouts import parse_topology_map
+from numatopo_engine.simulation.replay import simulate
+from numatopo_engine.simulation.strategies import STRATEGIES
+from numatopo_engine.simulation.trace import (
     build_workload,
     parse_node_rows,
     parse_pod_rows,
-    parse_topology_map,
     sample_nodes,
-    simulate,
 )
 
 SAMPLES = resources.files("numatopo_cli.samples.simulate")

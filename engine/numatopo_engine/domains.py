@@ -5,11 +5,11 @@ docs/DESIGN.md's "The domain tree" and "Placement".
 
 from __future__ import annotations
 
-import enum
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from functools import cached_property
 from itertools import groupby, islice, pairwise
+from typing import Literal
 
 import numpy as np
 
@@ -231,13 +231,9 @@ def place_group(
     return _Placer(tree, ordered, nodes, spec, anchor, mix, engine or Engine()).run()
 
 
-class _Mode(enum.Enum):
-    """How nodes are chosen inside a domain: the strategies, and distributed's fallback."""
-
-    CONSOLIDATED = "consolidated"
-    DISTRIBUTED = "distributed"
-    BALANCED = "balanced"
-    SPREAD = "spread"  # every node of the domain, members as even as the nodes allow
+# How nodes are chosen inside a domain: the strategies, and distributed's fallback "spread" (every
+# node of the domain, members as even as the nodes allow).
+_Mode = Strategy | Literal["spread"]
 
 
 @dataclass
@@ -272,13 +268,13 @@ class _Placer:
     def run(self) -> GroupPlacement:
         levels, anywhere = self._levels()
         self._count()
-        passes = [_Mode(self.spec.strategy.value)]
+        passes: list[_Mode] = [self.spec.strategy]
         if self.spec.strategy is Strategy.DISTRIBUTED:
-            passes.append(_Mode.SPREAD)  # no domain has a node per member
+            passes.append("spread")  # no domain has a node per member
         for strategy in passes:
             self.tried = []
             for index in levels:
-                if strategy is _Mode.SPREAD and index == self.node_index:
+                if strategy == "spread" and index == self.node_index:
                     continue  # spreading over one node is no spread
                 found = self._at_level(index, strategy)
                 if found is not None:
@@ -501,18 +497,16 @@ class _Placer:
     ) -> list[tuple[str, int]] | None:
         """The nodes (tree order) and members per node inside domain `path`, or None."""
         need = self.need
-        if sum(self.bound[n] for n in inside) < need:
-            return None
         copies = {n: self._copies(n) for n in inside}
         if sum(copies.values()) < need:
             return None
-        if mode is _Mode.CONSOLIDATED:
+        if mode is Strategy.CONSOLIDATED:
             return self._pick(index, path, copies)[1] or None
-        if mode is _Mode.DISTRIBUTED:
+        if mode is Strategy.DISTRIBUTED:
             if len(copies) < need:
                 return None
             return self._pick(index, path, dict.fromkeys(copies, 1))[1] or None
-        if mode is _Mode.SPREAD:
+        if mode == "spread":
             cap = next(
                 q
                 for q in range(-(-need // len(copies)), need + 1)
@@ -522,7 +516,7 @@ class _Placer:
             if self.most_per or self.slices:  # caps and slices decide who takes what
                 return self._pick(index, path, units)[1] or None
             return _even(list(units), units, need)
-        assert mode is _Mode.BALANCED
+        assert mode is Strategy.BALANCED
         # Consolidated's counts with the lowest cap per node keeping them, then members evened out.
         cost, picked = self._pick(index, path, copies)
         if not picked:
@@ -688,8 +682,8 @@ def first_fit(
                         nodes[node].topology, state, member.request, node, engine=engine
                     )
                 except UnsatisfiableError:
-                    decision = None
-                if decision is not None:
+                    pass
+                else:
                     if node not in states:
                         state = states[node] = state.copy()
                     state.apply(member.key, decision.assignment)

@@ -19,14 +19,9 @@ from typing import Any
 from pydantic import ValidationError
 
 from numatopo_engine.dra.join import DeviceId, DraNode
-from numatopo_engine.exports import (
-    MANAGED_BY,
-    DeviceNames,
-    NodeResourceTopology,
-    VolcanoNumatopology,
-    node_resource_topology,
-    volcano_numatopology,
-)
+from numatopo_engine.exports.nrt import NodeResourceTopology, node_resource_topology
+from numatopo_engine.exports.volcano import VolcanoNumatopology, volcano_numatopology
+from numatopo_engine.exports.zones import MANAGED_BY, MANAGED_LABEL, DeviceNames
 from numatopo_engine.model import NumatopologySpec
 from numatopo_engine.state import NodeState
 from numatopo_kube.backoff import Backoff
@@ -39,8 +34,6 @@ from numatopo_operator.errors import (
 from numatopo_operator.runtime import COMPONENT, Runtime
 
 logger = logging.getLogger(__name__)
-
-MANAGED_LABEL = {"app.kubernetes.io/managed-by": MANAGED_BY}
 
 
 class ExportFormat(enum.StrEnum):

@@ -11,9 +11,10 @@ from extender_scores import extender_scores
 from numatopo_engine.allocation import Engine, allocate, evaluate, mix_hosts, score_many
 from numatopo_engine.annotations import PolicyName
 from numatopo_engine.errors import UnsatisfiableError
-from numatopo_engine.simulation import NodeRow, PodRow, parse_topology_map
 from numatopo_engine.simulation.cluster import build_cluster
+from numatopo_engine.simulation.layouts import parse_topology_map
 from numatopo_engine.simulation.strategies import engine_request, trace_mix
+from numatopo_engine.simulation.trace import NodeRow, PodRow
 from numatopo_operator.extender import judge_candidates
 
 ROWS = [

@@ -152,7 +152,20 @@ def render_svg(
     unlabelled = sorted(n for n in candidates if n not in tree.paths)
 
     def cell(node: str, x: float, y: float) -> str:
-        return _node_cell(node, candidates.get(node), ranks.get(node), x, y)
+        candidate, held = candidates.get(node), ranks.get(node)
+        gpus = len(candidate.topology.gpus) if candidate else 0
+        free = candidate.state.free_gpu_count() if candidate else 0
+        parts = [
+            f'<rect class="node" x="{x:.0f}" y="{y:.0f}" width="{CELL}" height="{CELL}" '
+            f'fill="{_colour(free, gpus)}"><title>{escape(node)}: {free}/{gpus} GPUs free'
+            "</title></rect>"
+        ]
+        if held:
+            parts.append(
+                f'<text class="rank" x="{x + CELL / 2:.0f}" y="{y + CELL / 2 + 4:.0f}" '
+                f'text-anchor="middle">{escape(_ranks(held))}</text>'
+            )
+        return "".join(parts)
 
     root = _layout(tree, unlabelled, cell, ANYWHERE, "")
     width = root.width + 2 * MARGIN
@@ -175,24 +188,6 @@ def _ranks_by_node(placement: GroupPlacement | None) -> dict[str, list[int]]:
         for rank, key in enumerate(placement.order):
             ranks.setdefault(placement.assignments[key].node, []).append(rank)
     return ranks
-
-
-def _node_cell(
-    node: str, candidate: NodeCandidate | None, held: list[int] | None, x: float, y: float
-) -> str:
-    gpus = len(candidate.topology.gpus) if candidate else 0
-    free = candidate.state.free_gpu_count() if candidate else 0
-    parts = [
-        f'<rect class="node" x="{x:.0f}" y="{y:.0f}" width="{CELL}" height="{CELL}" '
-        f'fill="{_colour(free, gpus)}"><title>{escape(node)}: {free}/{gpus} GPUs free'
-        "</title></rect>"
-    ]
-    if held:
-        parts.append(
-            f'<text class="rank" x="{x + CELL / 2:.0f}" y="{y + CELL / 2 + 4:.0f}" '
-            f'text-anchor="middle">{escape(_ranks(held))}</text>'
-        )
-    return "".join(parts)
 
 
 def _layout(

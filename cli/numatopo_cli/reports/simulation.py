@@ -11,8 +11,8 @@ from typing import Any, Literal, get_type_hints
 from pydantic import Field, create_model
 
 from numatopo_cli.reports import API_VERSION, Report
-from numatopo_engine.simulation import SimulationResult
 from numatopo_engine.simulation.gangs import GangResult
+from numatopo_engine.simulation.replay import SimulationResult
 
 
 class MigPoolReport(Report):

@@ -8,18 +8,3 @@
 Each takes a node's `NumatopologySpec` and its `NodeState` (the operator's ledger) and returns a
 pydantic model, the one definition of that wire format here.
 """
-
-from numatopo_engine.exports.nrt import NodeResourceTopology, node_resource_topology
-from numatopo_engine.exports.volcano import VolcanoNumatopology, volcano_numatopology
-from numatopo_engine.exports.zones import MANAGED_BY, DeviceNames, NumaZone, numa_zones
-
-__all__ = [
-    "MANAGED_BY",
-    "DeviceNames",
-    "NodeResourceTopology",
-    "NumaZone",
-    "VolcanoNumatopology",
-    "node_resource_topology",
-    "numa_zones",
-    "volcano_numatopology",
-]

@@ -10,18 +10,13 @@ from typing import ClassVar, Literal
 from pydantic import Field
 
 from numatopo_engine.exports.wire import ForeignObject, ForeignWire
-from numatopo_engine.exports.zones import MANAGED_BY, DeviceNames, numa_zones
+from numatopo_engine.exports.zones import MANAGED_LABEL, DeviceNames, numa_zones
 from numatopo_engine.model import NumatopologySpec, ObjectMeta
 from numatopo_engine.state import NodeState
 
 GROUP = "topology.node.k8s.io"
 VERSION = "v1alpha2"
 KIND = "NodeResourceTopology"
-
-# Their attribute names (NFD's topology-updater), read by NodeResourceTopologyMatch.
-POLICY_ATTRIBUTE = "topologyManagerPolicy"
-SCOPE_ATTRIBUTE = "topologyManagerScope"
-ZONE_TYPE = "Node"
 
 _POLICY_WORDS = {
     "single-numa-node": "SingleNUMANode",
@@ -94,7 +89,7 @@ def node_resource_topology(
     zones = [
         {
             "name": zone_name(zone.numa),
-            "type": ZONE_TYPE,
+            "type": "Node",
             "costs": [
                 {"name": zone_name(other), "value": distance}
                 for other, distance in sorted(zone.distances.items())
@@ -114,13 +109,14 @@ def node_resource_topology(
     policies = spec.policies
     return NodeResourceTopology.model_validate(
         {
-            "metadata": {"name": node, "labels": {"app.kubernetes.io/managed-by": MANAGED_BY}},
+            "metadata": {"name": node, "labels": MANAGED_LABEL},
             "topologyPolicies": [
                 topology_policy(policies.topology_manager_policy, policies.topology_manager_scope)
             ],
+            # Their attribute names (NFD's topology-updater), read by NodeResourceTopologyMatch.
             "attributes": [
-                {"name": POLICY_ATTRIBUTE, "value": policies.topology_manager_policy},
-                {"name": SCOPE_ATTRIBUTE, "value": policies.topology_manager_scope},
+                {"name": "topologyManagerPolicy", "value": policies.topology_manager_policy},
+                {"name": "topologyManagerScope", "value": policies.topology_manager_scope},
             ],
             "zones": zones,
         }

@@ -14,17 +14,13 @@ from pydantic import Field
 from numatopo_engine.annotations import Assignment
 from numatopo_engine.devices import schedulable_devices
 from numatopo_engine.exports.wire import ForeignObject, ForeignWire
-from numatopo_engine.exports.zones import MANAGED_BY
+from numatopo_engine.exports.zones import MANAGED_LABEL
 from numatopo_engine.model import NumatopologySpec, ObjectMeta
 from numatopo_engine.state import NodeState
 
 GROUP = "nodeinfo.volcano.sh"
 VERSION = "v1alpha1"
 KIND = "Numatopology"
-
-# Their policy keys (nodeinfo/v1alpha1 PolicyName).
-CPU_MANAGER_POLICY = "CPUManagerPolicy"
-TOPOLOGY_MANAGER_POLICY = "TopologyManagerPolicy"
 
 
 class NumaResource(ForeignWire):
@@ -120,14 +116,13 @@ def volcano_numatopology(
     """Volcano's Numatopology of `node`: `spec`'s CPUs, what `state` leaves allocatable."""
     online = spec.online_cpus()
     reserved = spec.reserved_cpus & online
-    policies = {
-        CPU_MANAGER_POLICY: spec.policies.cpu_manager_policy,
-        TOPOLOGY_MANAGER_POLICY: spec.policies.topology_manager_policy,
-    }
     return VolcanoNumatopology(
-        metadata=ObjectMeta(name=node, labels={"app.kubernetes.io/managed-by": MANAGED_BY}),
+        metadata=ObjectMeta(name=node, labels=MANAGED_LABEL),
         spec=VolcanoSpec(
-            policies=policies,
+            policies={  # their keys: nodeinfo/v1alpha1 PolicyName
+                "CPUManagerPolicy": spec.policies.cpu_manager_policy,
+                "TopologyManagerPolicy": spec.policies.topology_manager_policy,
+            },
             res_reserved={"cpu": str(len(reserved))} if reserved else {},
             numares={"cpu": NumaResource(allocatable=str(state.free_cpus()), capacity=len(online))},
             cpu_detail=_cpu_detail(spec),

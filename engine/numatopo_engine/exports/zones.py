@@ -19,6 +19,7 @@ from numatopo_engine.state import NodeState
 
 MANAGED_BY = "numatopo"
 """`app.kubernetes.io/managed-by` on every exported object: how numatopo finds its own."""
+MANAGED_LABEL = {"app.kubernetes.io/managed-by": MANAGED_BY}
 
 
 @dataclass(frozen=True, slots=True)

@@ -34,6 +34,7 @@ Measured: the keys of `numatopo simulate --multi-node -o json` (docs/operations.
 from __future__ import annotations
 
 import heapq
+import itertools
 import math
 import random
 from collections import Counter
@@ -344,24 +345,24 @@ def simulate_gangs(
         shape = (job.pods, job.gpus_per_pod)
         if shape not in fits:
             fits[shape] = _numatopo(probe, job, probe.members(job, policy)) is not None
-    too_big = [job for job in jobs if not fits[(job.pods, job.gpus_per_pod)]]
-    jobs = [job for job in jobs if fits[(job.pods, job.gpus_per_pod)]]
+    kept = [job for job in jobs if fits[(job.pods, job.gpus_per_pod)]]
     result = GangResult(
         nodes=len(probe.nodes),
         gpus=sum(len(c.topology.gpus) for c in probe.nodes.values()),
         levels=list(levels),
-        jobs=len(jobs),
+        jobs=len(kept),
         sizes=sizes,
         load=load,
         seed=seed,
-        size_histogram=dict(sorted(Counter(job.gpus for job in jobs).items())),
-        too_big=len(too_big),
+        size_histogram=dict(sorted(Counter(job.gpus for job in kept).items())),
+        too_big=len(jobs) - len(kept),
     )
-    total = len(jobs) * len(strategies)
-    for step, name in enumerate(strategies):
+    total = len(kept) * len(strategies)
+    arrivals = itertools.count(1)
+    arrived = (lambda: progress(next(arrivals), total)) if progress is not None else None
+    for name in strategies:
         run = _Run(cluster, tree, required, clock or (lambda: 0.0), options)
-        counted = (progress, step * len(jobs), total) if progress is not None else None
-        result.strategies.append(_replay(run, name, jobs, policy, counted))
+        result.strategies.append(_replay(run, name, kept, policy, arrived))
     if progress is not None:
         progress(total, total)
     return result
@@ -372,16 +373,15 @@ def _replay(
     name: str,
     jobs: Sequence[GangJob],
     policy: PolicyName,
-    progress: tuple[Callable[[int, int], None], int, int] | None = None,
+    arrived: Callable[[], None] | None = None,
 ) -> GangStrategyResult:
-    """One strategy's replay; `progress`: (the callback, arrivals before this run, in all)."""
+    """One strategy's replay; `arrived()` after each job's arrival."""
     placer = PLACERS[name]
     events: list[tuple[float, int, int]] = [(job.arrival, 1, job.index) for job in jobs]
     heapq.heapify(events)
     by_index = {job.index: job for job in jobs}
     queue: list[GangJob] = []
     running: dict[int, dict[str, Assignment]] = {}
-    arrivals = 0
     blocked: int | None = None  # the head that did not fit; nothing was freed since
     while events:
         now, kind, index = heapq.heappop(events)
@@ -390,10 +390,8 @@ def _replay(
             blocked = None
         else:
             queue.append(by_index[index])
-            arrivals += 1
-            if progress is not None:
-                report, before, total = progress
-                report(before + arrivals, total)
+            if arrived is not None:
+                arrived()
         while queue and queue[0].index != blocked:
             job = queue[0]
             started = run.clock()

@@ -115,7 +115,7 @@ def parse_topology_map(data: Mapping[str, Any]) -> TopologyMap:
     return TopologyMap(layouts, models, default)
 
 
-def _cpus(cpu_count: int) -> tuple[list[NumaNode], list[Cpu], int]:
+def _cpus(cpu_count: int, memory: int) -> tuple[list[NumaNode], list[Cpu]]:
     sockets = 2 if cpu_count >= 2 else 1
     per_socket = cpu_count // sockets
     threads = 2 if per_socket % 2 == 0 and per_socket >= 2 else 1
@@ -133,25 +133,19 @@ def _cpus(cpu_count: int) -> tuple[list[NumaNode], list[Cpu], int]:
         NumaNode(
             id=s,
             cpus=CPUSet(members[s]),
+            memory_bytes=memory // sockets + (memory % sockets if s == 0 else 0),
             distances={str(o): (10 if o == s else REMOTE_DISTANCE) for o in range(sockets)},
         )
         for s in range(sockets)
     ]
-    return numa, cpus, sockets
+    return numa, cpus
 
 
 def build_node_spec(node: NodeRow, layout: Layout) -> NumatopologySpec:
     """The Numatopology spec of one trace node laid out as `layout` says."""
-    numa, cpus, sockets = _cpus(max(1, node.cpu_milli // 1000))
-    memory = node.memory_mib * MIB
-    numa = [
-        n.model_copy(
-            update={"memory_bytes": memory // sockets + (memory % sockets if i == 0 else 0)}
-        )
-        for i, n in enumerate(numa)
-    ]
+    numa, cpus = _cpus(max(1, node.cpu_milli // 1000), node.memory_mib * MIB)
     gpus = [
-        Gpu(index=i, numa=min(layout.numa_of(i, node.gpus), sockets - 1), model=node.model)
+        Gpu(index=i, numa=min(layout.numa_of(i, node.gpus), len(numa) - 1), model=node.model)
         for i in range(node.gpus)
     ]
     nvlinks = layout.nvlinks if layout.gpus == node.gpus else ()  # written for that GPU count

@@ -104,10 +104,6 @@ class LeafSpine:
             )
         return cls(*(int(p) for p in parts))
 
-    @property
-    def size(self) -> int:
-        return self.blocks * self.spines * self.leaves * self.nodes
-
 
 @dataclass(frozen=True)
 class NodeShapeWeight:
@@ -141,7 +137,8 @@ def generate(layout: LeafSpine, shapes: Sequence[NodeShapeWeight], *, seed: int)
     if not shapes:
         raise ValueError("generate: no node shapes")
     rng = random.Random(seed)
-    names = [f"ip-10-{i >> 16 & 255}-{i >> 8 & 255}-{i & 255}" for i in range(1, layout.size + 1)]
+    size = layout.blocks * layout.spines * layout.leaves * layout.nodes
+    names = [f"ip-10-{i >> 16 & 255}-{i >> 8 & 255}-{i & 255}" for i in range(1, size + 1)]
     rng.shuffle(names)
     weights = [s.weight for s in shapes]
     nodes: list[ClusterNode] = []

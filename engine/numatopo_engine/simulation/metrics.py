@@ -56,6 +56,7 @@ class Recorder:
     def __init__(self, strategy: str, cluster: Cluster) -> None:
         self.result = StrategyResult(strategy)
         self.cluster = cluster
+        self.total = cluster.total_gpu_milli or 1
         self.arrived_milli = 0
         self.points: list[tuple[int, int]] = []
         self.times: list[float] = []
@@ -67,7 +68,6 @@ class Recorder:
 
     def record(self, pod: PodRow, outcome: Outcome, seconds: float) -> None:
         r = self.result
-        total = self.cluster.total_gpu_milli or 1
         r.pods += 1
         self.arrived_milli += pod.total_gpu_milli
         self.times.append(seconds)
@@ -78,8 +78,8 @@ class Recorder:
             r.failed += 1
             r.admission_failures += outcome.admission
             if r.first_failure_arrived_pct is None:
-                r.first_failure_arrived_pct = 100 * self.arrived_milli / total
-                r.alloc_pct_at_first_failure = 100 * self.cluster.used_gpu_milli / total
+                r.first_failure_arrived_pct = 100 * self.arrived_milli / self.total
+                r.alloc_pct_at_first_failure = 100 * self.cluster.used_gpu_milli / self.total
         self.points.append((self.arrived_milli, self.cluster.used_gpu_milli))
 
     def _alignment(self, pod: PodRow, placed: Placement) -> None:
@@ -107,8 +107,7 @@ class Recorder:
 
     def finish(self) -> StrategyResult:
         r = self.result
-        total = self.cluster.total_gpu_milli or 1
-        r.alloc_pct_final = 100 * self.cluster.used_gpu_milli / total
+        r.alloc_pct_final = 100 * self.cluster.used_gpu_milli / self.total
         if r.first_failure_arrived_pct is None:
             r.alloc_pct_at_first_failure = r.alloc_pct_final
         r.single_numa_share = _share(self.single, r.multi_gpu_pods)
@@ -117,7 +116,7 @@ class Recorder:
         r.mean_link_gbps = _share(self.link_gbps, r.multi_gpu_pods)
         r.cpu_gpu_colocated_share = _share(self.colocated, r.whole_gpu_pods)
         r.decision_ms_mean, r.decision_ms_p99 = milliseconds(self.times)
-        r.curve = _curve(self.points, total)
+        r.curve = _curve(self.points, self.total)
         return r
 
 

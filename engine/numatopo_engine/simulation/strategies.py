@@ -300,10 +300,8 @@ class KubeletAdmission(Strategy):
 class Numatopo(Strategy):
     """The production node rank for whole-GPU pods, FGD on counts for the rest."""
 
-    def __init__(self, name: str, seed: int, policy: PolicyName) -> None:
-        super().__init__(name, seed, policy)
-        self.fragmentation: Fragmentation | None = None
-        self.mix = WorkloadMix()
+    fragmentation: Fragmentation  # set by `start`, as `mix`
+    mix: WorkloadMix
 
     def start(self, cluster: Cluster, workload: Sequence[PodRow]) -> None:
         # FGD's premise: the mix of requests is known from the cluster's history; the replayed
@@ -312,17 +310,12 @@ class Numatopo(Strategy):
         self.mix = trace_mix(workload)
 
     def booked(self, cluster: Cluster, placed: Placement) -> None:
-        if self.fragmentation is not None:
-            self.fragmentation.booked(cluster, placed.node)
+        self.fragmentation.booked(cluster, placed.node)
 
     def place(self, cluster: Cluster, pod: PodRow, candidates: list[int]) -> Outcome:
         nodes = cluster.nodes
         if not pod.whole_gpus:
-            growth = (
-                dict.fromkeys(candidates, 0.0)
-                if self.fragmentation is None
-                else self.fragmentation.growth(candidates, pod)
-            )
+            growth = self.fragmentation.growth(candidates, pod)
             index = min(candidates, key=lambda i: (nodes[i].untouched(), growth[i], i))
             gpus = (tightest_share(nodes[index].gpu_free, pod.gpu_milli),) if pod.fractional else ()
             return Placement(index, gpus, _all_numas(nodes[index]))

@@ -19,8 +19,9 @@ import csv
 import enum
 import math
 import random
-from collections.abc import Iterable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, replace
+from typing import TypeVar
 
 NODE_COLUMNS = ("sn", "cpu_milli", "memory_mib", "gpu", "model")
 POD_COLUMNS = ("name", "cpu_milli", "memory_mib", "num_gpu", "gpu_milli")
@@ -28,6 +29,8 @@ POD_COLUMNS = ("name", "cpu_milli", "memory_mib", "num_gpu", "gpu_milli")
 # One whole GPU in the trace's unit; the bytes of its memory unit.
 GPU_MILLI = 1000
 MIB = 1 << 20
+
+_Row = TypeVar("_Row")
 
 
 class TraceError(ValueError):
@@ -87,49 +90,49 @@ def _number(row: Mapping[str, str | None], column: str, where: str) -> int:
     return int(number)
 
 
-def _check_columns(row: Mapping[str, str | None], needed: Sequence[str], what: str) -> None:
-    missing = [c for c in needed if c not in row]
-    if missing:
-        # csv.DictReader files the cells past the header under the key None.
-        found = sorted(c for c in row if isinstance(c, str))
-        raise TraceError(f"{what}: missing column(s) {', '.join(missing)}; found {found}")
-
-
-def _numbered(
-    rows: Iterable[Mapping[str, str | None]], source: str
-) -> Iterator[tuple[str, Mapping[str, str | None]]]:
-    """Each row with where it is (`<source> line N`). A `csv.DictReader` knows its line (blank lines
-    and quoted line breaks move it); other rows count from line 2."""
-    if isinstance(rows, csv.DictReader):
-        try:
-            for read in rows:
-                yield f"{source} line {rows.line_num}", read
-        except csv.Error as exc:
-            raise TraceError(f"{source} line {rows.line_num}: not CSV ({exc})") from None
-    else:
+def _parsed(
+    rows: Iterable[Mapping[str, str | None]],
+    source: str,
+    needed: Sequence[str],
+    parse: Callable[[Mapping[str, str | None], str], _Row],
+) -> list[_Row]:
+    """`parse(row, where)` of each row, `where` saying where it is (`<source> line N`: a
+    `csv.DictReader` knows its line, which blank lines and quoted line breaks move; other rows count
+    from line 2); errors start with `source`."""
+    out: list[_Row] = []
+    reader = rows if isinstance(rows, csv.DictReader) else None
+    try:
         for number, row in enumerate(rows, start=2):
-            yield f"{source} line {number}", row
+            missing = [c for c in needed if c not in row]
+            if missing:
+                # csv.DictReader files the cells past the header under the key None.
+                found = sorted(c for c in row if isinstance(c, str))
+                raise TraceError(f"{source}: missing column(s) {', '.join(missing)}; found {found}")
+            line = number if reader is None else reader.line_num
+            out.append(parse(row, f"{source} line {line}"))
+    except csv.Error as exc:
+        assert reader is not None  # only a csv reader raises it
+        raise TraceError(f"{source} line {reader.line_num}: not CSV ({exc})") from None
+    if not out:
+        raise TraceError(f"{source}: no rows")
+    return out
 
 
 def parse_node_rows(
     rows: Iterable[Mapping[str, str | None]], *, source: str = "node list"
 ) -> list[NodeRow]:
     """Node-list rows -> `NodeRow`s, GPU-less nodes kept; errors start with `source`."""
-    out: list[NodeRow] = []
-    for where, row in _numbered(rows, source):
-        _check_columns(row, NODE_COLUMNS, source)
-        out.append(
-            NodeRow(
-                name=(row.get("sn") or "").strip(),
-                cpu_milli=_number(row, "cpu_milli", where),
-                memory_mib=_number(row, "memory_mib", where),
-                gpus=_number(row, "gpu", where),
-                model=(row.get("model") or "").strip(),
-            )
+
+    def node(row: Mapping[str, str | None], where: str) -> NodeRow:
+        return NodeRow(
+            name=(row.get("sn") or "").strip(),
+            cpu_milli=_number(row, "cpu_milli", where),
+            memory_mib=_number(row, "memory_mib", where),
+            gpus=_number(row, "gpu", where),
+            model=(row.get("model") or "").strip(),
         )
-    if not out:
-        raise TraceError(f"{source}: no rows")
-    return out
+
+    return _parsed(rows, source, NODE_COLUMNS, node)
 
 
 def _gpu_milli(row: Mapping[str, str | None], num_gpu: int, where: str) -> int:
@@ -164,30 +167,26 @@ def parse_pod_rows(
 ) -> list[PodRow]:
     """Pod-list rows -> `PodRow`s in file order. `source` (the file) starts every error message;
     `need_creation_time` refuses a row without one (creation-time arrival)."""
-    out: list[PodRow] = []
     needed = (*POD_COLUMNS, "creation_time") if need_creation_time else POD_COLUMNS
-    for where, row in _numbered(rows, source):
-        _check_columns(row, needed, source)
+
+    def pod(row: Mapping[str, str | None], where: str) -> PodRow:
         num_gpu = _number(row, "num_gpu", where)
         created = (row.get("creation_time") or "").strip()
         spec = (row.get("gpu_spec") or "").strip()
         models = (m.strip() for m in spec.split("|"))
-        out.append(
-            PodRow(
-                name=(row.get("name") or "").strip(),
-                cpu_milli=_number(row, "cpu_milli", where),
-                memory_mib=_number(row, "memory_mib", where),
-                num_gpu=num_gpu,
-                gpu_milli=_gpu_milli(row, num_gpu, where),
-                gpu_spec=tuple(m for m in models if m and m != "nan"),
-                creation_time=(
-                    _number(row, "creation_time", where) if created or need_creation_time else 0
-                ),
-            )
+        return PodRow(
+            name=(row.get("name") or "").strip(),
+            cpu_milli=_number(row, "cpu_milli", where),
+            memory_mib=_number(row, "memory_mib", where),
+            num_gpu=num_gpu,
+            gpu_milli=_gpu_milli(row, num_gpu, where),
+            gpu_spec=tuple(m for m in models if m and m != "nan"),
+            creation_time=(
+                _number(row, "creation_time", where) if created or need_creation_time else 0
+            ),
         )
-    if not out:
-        raise TraceError(f"{source}: no rows")
-    return out
+
+    return _parsed(rows, source, needed, pod)
 
 
 def sample_nodes(nodes: Sequence[NodeRow], count: int, *, seed: int) -> list[NodeRow]:

@@ -20,8 +20,9 @@ from numatopo_engine.annotations import Assignment, ContainerAssignment, PolicyN
 from numatopo_engine.cpuset import CPUSet
 from numatopo_engine.devices import schedulable_devices
 from numatopo_engine.errors import UnsatisfiableError
-from numatopo_engine.exports import DeviceNames, node_resource_topology, volcano_numatopology
-from numatopo_engine.exports.nrt import topology_policy
+from numatopo_engine.exports.nrt import node_resource_topology, topology_policy
+from numatopo_engine.exports.volcano import volcano_numatopology
+from numatopo_engine.exports.zones import DeviceNames
 from numatopo_engine.model import Numatopology, NumatopologySpec
 from numatopo_engine.request import ContainerRequest, PodRequest, TopologyOptions
 from numatopo_engine.state import NodeState

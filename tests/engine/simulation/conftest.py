@@ -9,14 +9,8 @@ from pathlib import Path
 
 import pytest
 
-from numatopo_engine.simulation import (
-    NodeRow,
-    PodRow,
-    TopologyMap,
-    parse_node_rows,
-    parse_pod_rows,
-    parse_topology_map,
-)
+from numatopo_engine.simulation.layouts import TopologyMap, parse_topology_map
+from numatopo_engine.simulation.trace import NodeRow, PodRow, parse_node_rows, parse_pod_rows
 
 ALIBABA = Path(__file__).resolve().parents[2] / "fixtures" / "alibaba"
 

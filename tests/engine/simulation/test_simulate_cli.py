@@ -76,7 +76,8 @@ def test_a_malformed_topology_map_is_explained(tmp_path: Path, capsys):
 def test_topology_dir_nodes_replace_the_node_list(tmp_path: Path, capsys, topology_map):
     """Numatopology JSON files (as `inspect -o json` prints) are the cluster."""
     from numatopo_engine.model import Numatopology, ObjectMeta
-    from numatopo_engine.simulation import NodeRow, build_node_spec
+    from numatopo_engine.simulation.layouts import build_node_spec
+    from numatopo_engine.simulation.trace import NodeRow
 
     row = NodeRow("dgx", 96000, 786432, 8, "V100M32")
     spec = build_node_spec(row, topology_map.layout_for("V100M32", 8))

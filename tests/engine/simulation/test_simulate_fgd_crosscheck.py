@@ -17,8 +17,8 @@ from pathlib import Path
 
 import pytest
 
-from numatopo_engine.simulation import build_workload, simulate
-from numatopo_engine.simulation.trace import GPU_MILLI
+from numatopo_engine.simulation.replay import simulate
+from numatopo_engine.simulation.trace import GPU_MILLI, build_workload
 
 ALIBABA = Path(__file__).resolve().parents[2] / "fixtures" / "alibaba"
 TOLERANCE_PCT = 2.0

@@ -4,10 +4,10 @@ from __future__ import annotations
 
 import pytest
 
-from numatopo_engine.simulation import NodeRow, PodRow
 from numatopo_engine.simulation.cluster import build_cluster
 from numatopo_engine.simulation.fragmentation import Fragmentation, RequestType
 from numatopo_engine.simulation.strategies import Placement, make_strategy
+from numatopo_engine.simulation.trace import NodeRow, PodRow
 
 G2_BOX = NodeRow("g2", 96000, 393216, 8, "G2")
 G3_BOX = NodeRow("g3", 128000, 786432, 8, "G3")

@@ -4,13 +4,13 @@ from __future__ import annotations
 
 import pytest
 
-from numatopo_engine.simulation import (
-    NodeRow,
+from numatopo_engine.simulation.layouts import (
+    LinkTable,
     TopologyMapError,
     build_node_spec,
     parse_topology_map,
 )
-from numatopo_engine.simulation.layouts import LinkTable
+from numatopo_engine.simulation.trace import NodeRow
 
 
 def spec_of(topology_map, model: str, gpus: int, cpu_milli: int = 96000):

@@ -9,14 +9,15 @@ from pathlib import Path
 import pytest
 
 from numatopo_cli.main import main
-from numatopo_engine.simulation import NodeRow, PodRow, TopologyMap
 from numatopo_engine.simulation.cluster import build_cluster
+from numatopo_engine.simulation.layouts import TopologyMap
 from numatopo_engine.simulation.mig_pool import (
     MigPool,
     MigPoolError,
     apply_mig_pool,
     parse_mig_pool,
 )
+from numatopo_engine.simulation.trace import NodeRow, PodRow
 
 NODES = [NodeRow(f"g3-{i}", 96_000, 786_432, 8, "G3") for i in range(4)] + [
     NodeRow(f"t4-{i}", 32_000, 131_072, 2, "T4") for i in range(2)

@@ -10,7 +10,6 @@ import pytest
 from numatopo_engine.allocation import Engine, allocate, mix_hosts, score_many
 from numatopo_engine.annotations import PolicyName
 from numatopo_engine.packing import Shape, WorkloadMix, node_rank, stranded, usable_gpus
-from numatopo_engine.simulation import NodeRow, PodRow
 from numatopo_engine.simulation.cluster import build_cluster
 from numatopo_engine.simulation.replay import book_placement
 from numatopo_engine.simulation.strategies import (
@@ -19,6 +18,7 @@ from numatopo_engine.simulation.strategies import (
     make_strategy,
     trace_mix,
 )
+from numatopo_engine.simulation.trace import NodeRow, PodRow
 
 SHAPES = [
     NodeRow("v100", 96000, 786432, 8, "V100M32"),

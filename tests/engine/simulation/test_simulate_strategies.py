@@ -4,8 +4,9 @@ from __future__ import annotations
 
 import pytest
 
-from numatopo_engine.simulation import NodeRow, PodRow, simulate
+from numatopo_engine.simulation.replay import simulate
 from numatopo_engine.simulation.strategies import merge_hints
+from numatopo_engine.simulation.trace import NodeRow, PodRow
 
 V100_BOX = NodeRow("v100", 96000, 786432, 8, "V100M32")
 T4_BOX = NodeRow("t4", 104000, 524288, 2, "T4")
@@ -99,7 +100,7 @@ def test_a_pod_that_fits_nowhere_fails_and_marks_the_first_failure(topology_map)
 @pytest.fixture(scope="module")
 def sampled(trace_nodes, trace_pods, topology_map):
     """100 real nodes and their share of the real trace, every strategy."""
-    from numatopo_engine.simulation import build_workload, sample_nodes
+    from numatopo_engine.simulation.trace import build_workload, sample_nodes
 
     nodes = sample_nodes(trace_nodes, 100, seed=42)
     workload = build_workload(
@@ -127,7 +128,7 @@ def test_numatopo_packs_no_worse_than_count_only_baselines_on_a_trace_sample(sam
 
 
 def test_replay_is_deterministic_for_a_seed(sampled, trace_nodes, trace_pods, topology_map):
-    from numatopo_engine.simulation import build_workload, sample_nodes
+    from numatopo_engine.simulation.trace import build_workload, sample_nodes
 
     _, first = sampled
     nodes = sample_nodes(trace_nodes, 100, seed=42)

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from numatopo_engine.simulation import (
+from numatopo_engine.simulation.trace import (
     Arrival,
     PodRow,
     TraceError,

@@ -16,8 +16,9 @@ from pathlib import Path
 from numatopo_cli.commands.simulate import gangs, replay
 from numatopo_cli.commands.simulate.files import whole_number
 from numatopo_engine.annotations import PolicyName
-from numatopo_engine.simulation import STRATEGIES, Arrival
 from numatopo_engine.simulation.mig_pool import MigPool, MigPoolError, parse_mig_pool
+from numatopo_engine.simulation.strategies import STRATEGIES
+from numatopo_engine.simulation.trace import Arrival
 
 __all__ = ["HELP", "add_arguments", "run"]
 

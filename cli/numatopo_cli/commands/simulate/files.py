@@ -18,8 +18,9 @@ from typing import Any, TypeVar
 from pydantic import ValidationError
 
 from numatopo_engine.model import Numatopology, NumatopologySpec
-from numatopo_engine.simulation import NodeRow, TopologyMap, parse_node_rows, parse_topology_map
+from numatopo_engine.simulation.layouts import TopologyMap, parse_topology_map
 from numatopo_engine.simulation.leafspine import NodeShapeWeight, shapes_from_rows
+from numatopo_engine.simulation.trace import NodeRow, parse_node_rows
 
 SAMPLES = "numatopo_cli.samples.simulate"
 DEFAULT_NODES = "openb_node_list_gpu_node.csv"
@@ -160,14 +161,15 @@ def strategy_names(
     return list(dict.fromkeys(names))
 
 
-def replay_with_plot(
+def run_replay(
     args: argparse.Namespace,
     replay: Callable[[argparse.Namespace], Result],
     plot: Callable[[Result, Path], None],
     errors: tuple[type[Exception], ...],
-) -> Result | None:
-    """`replay(args)`, and its figure with `--plot` (whose target is checked first); None
-    once `errors` (input the user can fix) are printed, for exit status 2."""
+    show: Callable[[Result], str],
+) -> int:
+    """`replay(args)`, its figure with `--plot` (whose target is checked first) and `show(result)`
+    on stdout: exit status 0; 2 once `errors` (input the user can fix) are printed."""
     try:
         # Fail before a minute of replay, not after it, when the plot cannot be written.
         if args.plot is not None and importlib.util.find_spec("matplotlib") is None:
@@ -181,5 +183,6 @@ def replay_with_plot(
             plot(result, args.plot)
     except errors as exc:
         print(f"numatopo simulate: {exc}", file=sys.stderr)
-        return None
-    return result
+        return 2
+    sys.stdout.write(show(result))
+    return 0

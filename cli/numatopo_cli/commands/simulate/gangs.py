@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import sys
 import time
 from pathlib import Path
 
@@ -20,7 +19,7 @@ from numatopo_cli.commands.simulate.files import (
     node_shapes,
     pyplot,
     read_topology_dir,
-    replay_with_plot,
+    run_replay,
     save_figure,
     strategy_names,
 )
@@ -213,11 +212,7 @@ def write_plot(result: GangResult, path: Path) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    result = replay_with_plot(args, simulate_from_args, write_plot, (InputError, ValueError))
-    if result is None:
-        return 2
-    if args.output == "json":
-        sys.stdout.write(gang_report(result).to_json())
-    else:
-        sys.stdout.write(render_table(result))
-    return 0
+    def show(result: GangResult) -> str:
+        return gang_report(result).to_json() if args.output == "json" else render_table(result)
+
+    return run_replay(args, simulate_from_args, write_plot, (InputError, ValueError), show)

@@ -4,7 +4,6 @@ placement strategies; `-o json` is `numatopo_cli.reports.simulation.SimulationRe
 from __future__ import annotations
 
 import argparse
-import sys
 import time
 from collections.abc import Mapping
 from pathlib import Path
@@ -17,7 +16,7 @@ from numatopo_cli.commands.simulate.files import (
     read_nodes,
     read_topology_dir,
     read_topology_map,
-    replay_with_plot,
+    run_replay,
     save_figure,
     strategy_names,
 )
@@ -26,20 +25,19 @@ from numatopo_cli.render.text import Column, align_rows, column_rows, percent
 from numatopo_cli.reports.simulation import simulation_report
 from numatopo_engine.annotations import PolicyName
 from numatopo_engine.model import NumatopologySpec
-from numatopo_engine.simulation import (
-    STRATEGIES,
+from numatopo_engine.simulation.layouts import TopologyMapError
+from numatopo_engine.simulation.metrics import StrategyResult
+from numatopo_engine.simulation.mig_pool import MigPoolError, apply_mig_pool
+from numatopo_engine.simulation.replay import SimulationResult, simulate
+from numatopo_engine.simulation.strategies import STRATEGIES
+from numatopo_engine.simulation.trace import (
+    GPU_MILLI,
     Arrival,
-    SimulationResult,
-    StrategyResult,
-    TopologyMapError,
     TraceError,
     build_workload,
     parse_pod_rows,
     sample_nodes,
-    simulate,
 )
-from numatopo_engine.simulation.mig_pool import MigPoolError, apply_mig_pool
-from numatopo_engine.simulation.trace import GPU_MILLI
 
 COLUMNS: tuple[Column[StrategyResult], ...] = (
     ("STRATEGY", lambda s: s.strategy),
@@ -172,17 +170,17 @@ def _run(args: argparse.Namespace) -> SimulationResult:
 
 
 def run(args: argparse.Namespace) -> int:
-    result = replay_with_plot(args, _run, write_plot, (InputError, TraceError, TopologyMapError))
-    if result is None:
-        return 2
-    mig = getattr(args, "mig_summary", None)
-    if args.output == "json":
-        sys.stdout.write(simulation_report(result, mig).to_json())
-    else:
-        if mig is not None:
-            sys.stdout.write(
-                f"MIG pool: {mig['nodes']} nodes split into {mig['devices']} {mig['resource']} "
-                f"devices (counted as GPUs below); {mig['pods']} fractional pods ask for one\n"
-            )
-        sys.stdout.write(render_table(result))
-    return 0
+    def show(result: SimulationResult) -> str:
+        mig = getattr(args, "mig_summary", None)
+        if args.output == "json":
+            return simulation_report(result, mig).to_json()
+        if mig is None:
+            return render_table(result)
+        return (
+            f"MIG pool: {mig['nodes']} nodes split into {mig['devices']} {mig['resource']} "
+            f"devices (counted as GPUs below); {mig['pods']} fractional pods ask for one\n"
+            + render_table(result)
+        )
+
+    errors = (InputError, TraceError, TopologyMapError)
+    return run_replay(args, _run, write_plot, errors, show)
