@@ -517,8 +517,8 @@ class _Entry:
     mask: int = 0
     gpus: list[int] = field(default_factory=list)
     nics: list[int] = field(default_factory=list)  # positions (`topology_tables`)
-    memory: dict[int, int] = field(default_factory=dict)
-    hugepages: dict[int, dict[str, int]] = field(default_factory=dict)
+    # kind ("memory" or a huge page size) -> NUMA id -> bytes; zeros are not written out
+    booked: dict[str, dict[int, int]] = field(default_factory=dict)
 
 
 @dataclass(slots=True)
@@ -532,6 +532,11 @@ def _wire(entry: _Entry, tables: Tables, names: NodeNames) -> ContainerAssignmen
     # Whole GPUs and MIG devices are one index space in the engine, two lists on the wire.
     whole = [g for g in entry.gpus if g not in tables.mig_parent]
     mig = [g for g in entry.gpus if g in tables.mig_parent]
+    pages: dict[int, dict[str, int]] = {}
+    for kind, booked in sorted(entry.booked.items()):
+        for numa, amount in booked.items():
+            if kind != "memory" and amount:
+                pages.setdefault(numa, {})[kind] = amount
     return ContainerAssignment(
         cpus=CPUSet(entry.cpus),
         exclusive=entry.exclusive,
@@ -541,8 +546,8 @@ def _wire(entry: _Entry, tables: Tables, names: NodeNames) -> ContainerAssignmen
         mig=[names.gpu_name[g] for g in mig],
         mig_indices=mig,
         nics=[names.nic_name[n] for n in sorted(entry.nics)],
-        memory={str(n): v for n, v in sorted(entry.memory.items())},
-        hugepages={str(n): dict(sorted(s.items())) for n, s in sorted(entry.hugepages.items())},
+        memory={str(n): v for n, v in sorted(entry.booked.get("memory", {}).items()) if v},
+        hugepages={str(n): pages[n] for n in sorted(pages)},
     )
 
 
@@ -569,9 +574,7 @@ class _Filler(NamedTuple):
 
 class _Sizing(NamedTuple):
     apps: tuple[ContainerRequest, ...]  # app containers and sidecars
-    inits: tuple[ContainerRequest, ...]  # regular init containers
     needs: dict[str, Need]  # per app container
-    init_needs: list[Need]  # per regular init container, with the sidecars beside it
     excess: Need  # what the largest init container needs beyond the app containers
     total: Need  # the pod's total: app containers + that excess
 
@@ -625,9 +628,6 @@ def _decide(
         if isinstance(filled, Shortfall):
             return filled
         entries[container.name] = filled
-    filled_inits = _add_init_entries(filler, sizing, entries, choice)
-    if isinstance(filled_inits, Shortfall):
-        return filled_inits
     return _Plan(choice.mask, choice.score, entries)
 
 
@@ -756,7 +756,6 @@ def _sized(request: PodRequest, tables: Tables) -> _Sizing:
     options = request.options
     sidecars = tuple(c for c in request.init_containers if c.restartable)
     apps = request.containers + sidecars
-    inits = tuple(c for c in request.init_containers if not c.restartable)
     needs = {c.name: _container_need(c, options, tables) for c in apps}
     empty = Need(
         cpu_mode=options.cpu,
@@ -775,7 +774,7 @@ def _sized(request: PodRequest, tables: Tables) -> _Sizing:
     if init_needs:
         largest = functools.reduce(lambda x, y: _combine(x, y, max), init_needs)
         excess = _combine(largest, pod_need, lambda x, y: max(0, x - y))
-    return _Sizing(apps, inits, needs, init_needs, excess, _combine(pod_need, excess))
+    return _Sizing(apps, needs, excess, _combine(pod_need, excess))
 
 
 @dataclass(slots=True)
@@ -899,11 +898,9 @@ def _memory_of(
     ):
         hint = None
     allocatable: dict[str, dict[int, int]] = {"memory": dict(tables.memory_capacity)}
-    available: dict[str, dict[int, int]] = {"memory": dict(free.memory)}
     for size, _ in need.hugepages:
         allocatable[size] = {n: v for (n, s), v in tables.numa_hugepages.items() if s == size}
-        available[size] = {n: v for (n, s), v in free.hugepages.items() if s == size}
-    view = MemoryView(tables.numa_ids, allocatable, available, free.groups)
+    view = MemoryView(tables.numa_ids, allocatable, free.memory, free.groups)
     request = {"memory": need.memory_bytes, **dict(need.hugepages)}
     return memory_manager_mask(view, request, hint, choice.preferred, reusable)
 
@@ -969,11 +966,8 @@ def _fill_reusing(  # noqa: PLR0917 (the fill's inputs, one container's)
                 tables, free.cpus - set(aligned_cpus), reusable.cpus, others,
                 need.cpus - len(aligned_cpus),
             )  # fmt: skip
-    reused_nics = [
-        x
-        for x in _matching(reusable.nics, need.nic_resource, tables.nic_resource)
-        if nic_pool is None or x in nic_pool
-    ][: need.nics]
+    pooled = reusable.nics if nic_pool is None else reusable.nics & nic_pool
+    reused_nics = _matching(pooled, need.nic_resource, tables.nic_resource)[: need.nics]
     gpus = list(pinned) if pinned else _gpus_reusing(filler, need, choice, reusable)
     _release_reused_memory(free, need, choice.memory_mask, reusable, spend=not regular_init)
     rest = replace(need, cpus=need.cpus - len(aligned_cpus), nics=need.nics - len(reused_nics))
@@ -1074,21 +1068,17 @@ def _release_reused_memory(
         if spend:
             reusable.memory[key] -= reuse
         left = reuse
+        freed = free.memory.setdefault(kind, {})
         for holder in reusable.holders.get(key, []):
-            booked = holder.memory if kind == "memory" else {
-                n: sizes.get(kind, 0) for n, sizes in holder.hugepages.items()}  # fmt: skip
+            booked = holder.booked.get(kind, {})
             # Booked in NUMA id order, so given back from the highest id.
             for numa in sorted(booked, reverse=True):
                 back = min(left, booked[numa])
                 if not back:
                     continue
                 left -= back
-                if kind == "memory":
-                    holder.memory[numa] -= back
-                    free.memory[numa] = free.memory.get(numa, 0) + back
-                else:
-                    holder.hugepages[numa][kind] -= back
-                    free.hugepages[(numa, kind)] = free.hugepages.get((numa, kind), 0) + back
+                booked[numa] -= back
+                freed[numa] = freed.get(numa, 0) + back
             if not left:
                 break
 
@@ -1117,12 +1107,6 @@ def _drop_handed_on(entries: dict[str, _Entry], order: Sequence[str]) -> None:
         entry.nics = [x for x in nics if x not in later_nics]
         later_gpus.update(gpus)
         later_nics.update(nics)
-        entry.memory = {n: v for n, v in entry.memory.items() if v}
-        entry.hugepages = {
-            n: {s: v for s, v in sizes.items() if v}
-            for n, sizes in entry.hugepages.items()
-            if any(sizes.values())
-        }
 
 
 def _container_need(c: ContainerRequest, options: TopologyOptions, tables: Tables) -> Need:
@@ -1210,11 +1194,8 @@ def _fill(
             gpu_pool.remove(gpu)
             free.gpus.discard(gpu)
     if need.nics:
-        matching = [
-            n
-            for n in _matching(free.nics, need.nic_resource, tables.nic_resource)
-            if nic_pool is None or n in nic_pool
-        ]
+        pooled = free.nics if nic_pool is None else free.nics & nic_pool
+        matching = _matching(pooled, need.nic_resource, tables.nic_resource)
         nics = choose_nics(tables, matching, need.nics, gpus=entry.gpus, numa_ids=set(numa_ids))
         if nics is None:
             return Shortfall(Kind.REQUEST, policy, (), note=f"{need.nics} NICs requested, "
@@ -1269,46 +1250,10 @@ def _take_cpus(
 def _book_memory(free: FreeView, need: Need, entry: _Entry, numa_ids: list[int]) -> str | None:
     """Book memory and huge pages over `numa_ids` in id order; the reason when they do not fit."""
     for kind, amount in [("memory", need.memory_bytes), *need.hugepages]:
-        memory = kind == "memory"
-        view = free.memory if memory else {n: free.hugepages.get((n, kind), 0) for n in numa_ids}
-        booked = book_bytes(view, numa_ids, amount)
+        booked = book_bytes(free.memory.get(kind, {}), numa_ids, amount)
         if booked is None:
-            name, where = kind if memory else f"hugepages-{kind}", ",".join(map(str, numa_ids))
+            name = kind if kind == "memory" else f"hugepages-{kind}"
+            where = ",".join(map(str, numa_ids))
             return f"{name}: {format_bytes(amount)} requested, less free on NUMA {where}"
-        if memory:
-            entry.memory = booked
-            continue
-        for numa_id, taken in booked.items():
-            free.hugepages[(numa_id, kind)] -= taken
-            entry.hugepages.setdefault(numa_id, {})[kind] = taken
-    return None
-
-
-def _add_init_entries(
-    filler: _Filler, sizing: _Sizing, entries: dict[str, _Entry], choice: _Choice
-) -> Shortfall | None:
-    tables, free = filler.tables, filler.free
-    inits, init_needs, excess = sizing.inits, sizing.init_needs, sizing.excess
-    if not inits:
-        return None
-    app_cpus = [c for e in entries.values() if e.exclusive for c in e.cpus]
-    largest = max(
-        range(len(init_needs)),
-        key=lambda i: (init_needs[i].gpus, init_needs[i].cpus, init_needs[i].memory_bytes, -i),
-    )
-    shared = sorted(c for c in free.cpus if choice.mask >> tables.cpu_numa[c] & 1)
-    for index, (container, need) in enumerate(zip(inits, init_needs, strict=True)):
-        entry = _Entry(mask=choice.mask, exclusive=False)
-        if need.cpu_mode is not CpuMode.NONE and need.cpus:
-            entry.cpus = sorted((app_cpus + shared)[: need.cpus])
-        asks = (excess.cpus, excess.memory_bytes, excess.hugepages, excess.gpus, excess.nics)
-        if index == largest and any(asks):
-            extra_need = replace(excess, cpus=0, cpu_mode=CpuMode.NONE, full_cores=False)
-            pool = _matching(free.gpus, excess.gpu_resource, tables.gpu_resource)
-            extra = _fill(filler, extra_need, choice=choice, gpu_pool=pool)
-            if isinstance(extra, Shortfall):
-                return extra
-            entry.gpus, entry.nics = extra.gpus, extra.nics
-            entry.memory, entry.hugepages = extra.memory, extra.hugepages
-        entries[container.name] = entry
+        entry.booked[kind] = booked
     return None
