@@ -17,7 +17,6 @@ the held NICs. Memo tables live in an `Engine` the caller owns; nothing here mut
 
 from __future__ import annotations
 
-import copy
 import functools
 import operator
 from collections.abc import Callable, Container, Hashable, Iterable, Mapping, Sequence
@@ -337,14 +336,13 @@ def score_many(
     slots = _row_slots(engine, tables, verdicts, states, mix=mix, warm_only=warm_only)
     if slots is None:
         return _one_by_one(engine, topology, states, request)
-    scores = verdicts.score[slots]
+    scores = verdicts.score[slots]  # gathered: copies, not the kept verdicts
     codes = verdicts.summary[slots]
     ranks = verdicts.ranks(slots, hosts)
     # With memory decided per container (`_memory_per_container`) the pod's hint may hold the total
     # yet leave a container no memory the memory manager accepts: confirm one by one.
     confirmed: dict[int, Refusal] = {}
     if one_at_a_time:
-        scores, ranks = scores.copy(), ranks.copy()
         confirmed = _refused_alone(engine, topology, states, request, scores=scores, ranks=ranks)
     refused = _grouped_refusals(verdicts, codes, confirmed)
 
@@ -654,8 +652,9 @@ def _check_held(
     wanted: Mapping[str, int],
     known: Container[Hashable],
     free: Container[Hashable],
-) -> None:
-    """Each app container holds as many devices of `kind` as it asks: known, free, its alone."""
+) -> list[str]:
+    """Each app container holds as many devices of `kind` as it asks: known, free, its alone.
+    Returns the app containers asking for some that hold none."""
     seen: set[Hashable] = set()
     for name, devices in held.items():
         count = wanted.get(name)
@@ -673,16 +672,16 @@ def _check_held(
                     f"container {name} holds {kind} {device}, which is booked by another pod"
                 )
             seen.add(device)
+    return [name for name, count in wanted.items() if count and name not in held]
 
 
 def _check_pins(pins: Pinned, sizing: _Sizing, tables: Tables, state: NodeState) -> None:
     """Pinned GPUs must be what the containers ask for, and free (the caller released the pod's)."""
     if not pins:
         return
-    _check_held(
+    unpinned = _check_held(
         "GPU", pins, {c.name: c.gpus for c in sizing.apps}, tables.gpu_resource, state.free_gpus()
     )
-    unpinned = [c.name for c in sizing.apps if c.gpus and c.name not in pins]
     if unpinned:
         raise UnsatisfiableError(
             f"GPUs pinned for some containers but not for {', '.join(unpinned)}"
@@ -734,14 +733,13 @@ def _nic_pins(
     if not pinned:
         return _NicPins()
     names = state.names if state.topology is topology else node_names(topology)
-    _check_held(
+    unpinned = _check_held(
         "NIC", pinned, {c.name: c.nics for c in sizing.apps}, names.nic_position,
         state.free_nics(),
     )  # fmt: skip
     by_container = {
         name: frozenset(names.nic_position[n] for n in nics) for name, nics in pinned.items()
     }
-    unpinned = [c.name for c in sizing.apps if c.nics and c.name not in by_container]
     return _NicPins(
         by_container=by_container,
         held=frozenset(p for held in by_container.values() for p in held),
@@ -816,12 +814,11 @@ def _one_container_at_a_time(
         free.gpus |= reusable.gpus
         free.nics |= reusable.nics
         if pod_hint is None:
-            decided = _container_choice(filler, need, reusable, only, nic_pool)
-            if isinstance(decided, Shortfall):
-                return decided
-            choice = decided
+            choice = _container_choice(filler, need, reusable, only, nic_pool)
         else:
             choice = pod_hint._replace(gpus=tuple(g for g in pod_hint.gpus if g in free.gpus))
+        if isinstance(choice, Shortfall):
+            return choice
         memory = _memory_of(filler, need, choice, reusable.memory)
         in_bytes = tuple(w for w in wanted_of(need) if w.in_bytes)
         filled: _Entry | Shortfall = Shortfall(Kind.MEMORY, options.policy.value, in_bytes)
@@ -861,11 +858,11 @@ def _container_choice(
         engine.plan(tables, need, options, floor=floor, closest=closest), need, reusable
     )
     plan = reusing_memory(plan, reusable.memory)
-    working = free
-    if only is not None or nic_pool is not None:
-        working = copy.deepcopy(free)
-        working.gpus &= set(free.gpus if only is None else only)
-        working.nics &= free.nics if nic_pool is None else nic_pool
+    working = replace(
+        free,
+        gpus=free.gpus if only is None else free.gpus & set(only),
+        nics=free.nics if nic_pool is None else free.nics & nic_pool,
+    )
     return _choice_on(engine, tables, plan, working)
 
 
@@ -1166,8 +1163,8 @@ def _fill(
     *,
     choice: _Choice,
     gpu_pool: list[int],
-    pinned: Sequence[int] | None = None,
-    nic_pool: frozenset[int] | None = None,
+    pinned: Sequence[int] | None,
+    nic_pool: frozenset[int] | None,
 ) -> _Entry | Shortfall:
     """Concrete resources for one container, taken out of `free`: inside `choice.mask` first, the
     rest of an unaligned placement outside it; NICs only from `nic_pool` when given."""
@@ -1176,23 +1173,21 @@ def _fill(
     numa_ids = bits(mask)
     entry = _Entry(mask=mask, exclusive=need.cpu_mode is CpuMode.EXCLUSIVE)
     policy = options.policy.value
-    picked: Sequence[int] | None = None
     if pinned:
         if not set(pinned) <= set(gpu_pool):
             return Shortfall(Kind.REQUEST, policy, (), note=f"pinned GPUs {list(pinned)} "
                              f"are not all in the pod's set {sorted(gpu_pool)}")  # fmt: skip
-        picked = pinned
+        entry.gpus = list(pinned)
     elif need.gpus:
         picked = _best_gpus(filler, frozenset(gpu_pool), need.gpus)
         if picked is None:
             asked = accelerator_word(need.gpu_resource)
             return Shortfall(Kind.REQUEST, policy, (), note=f"{need.gpus} {asked} requested, "
                              f"{len(gpu_pool)} left of the pod's set")  # fmt: skip
-    if picked:
         entry.gpus = list(picked)
-        for gpu in picked:
-            gpu_pool.remove(gpu)
-            free.gpus.discard(gpu)
+    for gpu in entry.gpus:
+        gpu_pool.remove(gpu)
+        free.gpus.discard(gpu)
     if need.nics:
         pooled = free.nics if nic_pool is None else free.nics & nic_pool
         matching = _matching(pooled, need.nic_resource, tables.nic_resource)
@@ -1232,11 +1227,8 @@ def _take_cpus(
     tables: Tables, free: set[int], numa_ids: list[int], count: int, *, full_cores: bool
 ) -> list[int] | None:
     """`count` CPUs, as many as fit inside `numa_ids` first, the rest from other NUMA nodes."""
-    inside = take_cpus(tables, free, numa_ids, count, full_cores=full_cores)
-    if inside is not None:
-        return inside
     others = [n for n in tables.numa_ids if n not in numa_ids]
-    for taken in range(count - 1, -1, -1):
+    for taken in range(count, -1, -1):
         first = take_cpus(tables, free, numa_ids, taken, full_cores=full_cores)
         if first is None:
             continue

@@ -274,8 +274,9 @@ class NodeState:
         cpus_seen: set[int] = set()
         gpus_seen: set[int] = set()
         nics_seen: set[str] = set()
-        memory: dict[int, int] = {}
-        hugepages: dict[tuple[int, str], int] = {}
+        # (NUMA id, None for memory or the huge page size) -> bytes booked
+        memory: dict[tuple[int, str | None], int] = {}
+        hugepages: dict[tuple[int, str | None], int] = {}
         numa_ids = {n.id for n in self.topology.numa_nodes}
         for cname, container in sorted(assignment.containers.items()):
             where = f"container {cname}: "
@@ -311,30 +312,24 @@ class NodeState:
                 if amount < 0:
                     # A negative booking would hand memory back to everyone else.
                     problems.append(f"container {cname}: memory {amount} bytes is negative")
-                memory[int(numa_text)] = memory.get(int(numa_text), 0) + amount
+                slot: tuple[int, str | None] = (int(numa_text), None)
+                memory[slot] = memory.get(slot, 0) + amount
             for numa_text, sizes in container.hugepages.items():
                 for size, amount in sizes.items():
                     if amount < 0:
                         problems.append(f"container {cname}: hugepages {amount} bytes is negative")
                     slot = (int(numa_text), size)
                     hugepages[slot] = hugepages.get(slot, 0) + amount
-        for numa, amount in sorted(memory.items()):
+        for (numa, page), amount in [*sorted(memory.items()), *sorted(hugepages.items())]:
+            name = "memory" if page is None else f"hugepages-{page}"
             if numa not in numa_ids:
-                problems.append(f"memory booked on unknown NUMA node {numa}")
-            elif amount > self.free_memory(numa):
-                problems.append(
-                    f"memory on NUMA {numa}: {amount} bytes booked, {self.free_memory(numa)} free"
-                )
-        for (numa, size), amount in sorted(hugepages.items()):
-            if numa not in numa_ids:
-                problems.append(f"hugepages-{size} booked on unknown NUMA node {numa}")
-            elif not page_bytes(size):
-                problems.append(f"hugepages-{size[:16]}: not a page size (expected e.g. 2Mi, 1Gi)")
-            elif amount > self.free_hugepages(numa, size):
-                problems.append(
-                    f"hugepages-{size} on NUMA {numa}: {amount} bytes booked, "
-                    f"{self.free_hugepages(numa, size)} free"
-                )
+                problems.append(f"{name} booked on unknown NUMA node {numa}")
+            elif page is not None and not page_bytes(page):
+                problems.append(f"hugepages-{page[:16]}: not a page size (expected e.g. 2Mi, 1Gi)")
+            else:
+                free = self.free_memory(numa) if page is None else self.free_hugepages(numa, page)
+                if amount > free:
+                    problems.append(f"{name} on NUMA {numa}: {amount} bytes booked, {free} free")
         if problems:
             raise OverlapError(f"assignment of {key} rejected: " + "; ".join(problems))
 
