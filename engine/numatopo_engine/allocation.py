@@ -810,9 +810,6 @@ def _one_container_at_a_time(
         read_later = regular_init or (pod_hint is None and index < len(order) - 1)
         only = pins.get(container.name)
         nic_pool = nic_pins.pool(container.name, regular_init=regular_init)
-        free.cpus |= reusable.cpus
-        free.gpus |= reusable.gpus
-        free.nics |= reusable.nics
         if pod_hint is None:
             choice = _container_choice(filler, need, reusable, only, nic_pool)
         else:
@@ -820,17 +817,14 @@ def _one_container_at_a_time(
         if isinstance(choice, Shortfall):
             return choice
         memory = _memory_of(filler, need, choice, reusable.memory)
-        in_bytes = tuple(w for w in wanted_of(need) if w.in_bytes)
-        filled: _Entry | Shortfall = Shortfall(Kind.MEMORY, options.policy.value, in_bytes)
-        if memory is not None:
-            choice = choice._replace(memory_mask=memory or choice.memory_mask)
-            filled = _fill_reusing(
-                filler, need, choice, reusable, only, nic_pool, regular_init=regular_init,
-                kubelet_cpus=read_later,
-            )  # fmt: skip
-        free.cpus -= reusable.cpus
-        free.gpus -= reusable.gpus
-        free.nics -= reusable.nics
+        if memory is None:
+            in_bytes = tuple(w for w in wanted_of(need) if w.in_bytes)
+            return Shortfall(Kind.MEMORY, options.policy.value, in_bytes)
+        choice = choice._replace(memory_mask=memory or choice.memory_mask)
+        filled = _fill_reusing(
+            filler, need, choice, reusable, only, nic_pool, regular_init=regular_init,
+            kubelet_cpus=read_later,
+        )  # fmt: skip
         if isinstance(filled, Shortfall):
             return filled
         entries[container.name] = filled
@@ -838,6 +832,10 @@ def _one_container_at_a_time(
             _keep_for_reuse(reusable, filled, need)
             # Reused CPUs run the later containers; the init container holds none alone.
             filled.exclusive = False
+            # Free to every later container: what is left of them stays free.
+            free.cpus |= reusable.cpus
+            free.gpus |= reusable.gpus
+            free.nics |= reusable.nics
         union |= choice.mask
         scores.append(choice.score)
     _drop_handed_on(entries, [c.name for c in order])
@@ -1056,8 +1054,7 @@ def _release_reused_memory(
     its request, shrinking their entries (`updateInitContainersMemoryBlocks`) so the pod books it
     once. `spend`: false for a regular init container, whose later peers may reuse the same bytes
     (`updatePodReusableMemory` only raises it)."""
-    kinds = [("memory", need.memory_bytes), *need.hugepages]
-    for kind, amount in kinds:
+    for kind, amount in [("memory", need.memory_bytes), *need.hugepages]:
         key = (memory_mask, kind)
         reuse = min(reusable.memory.get(key, 0), amount)
         if reuse <= 0:

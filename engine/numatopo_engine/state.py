@@ -87,8 +87,8 @@ class NodeState:
         self._in_mig_mode = frozenset(g.index for g in topology.gpus if g.mig_mode)
         self._gpu_ids = self._whole_gpu_ids | self._mig_ids
         self._nic_ids = frozenset(n.name for n in topology.nics)
-        self._sick_gpus = frozenset(unhealthy_gpus) & self._gpu_ids
-        self._sick_nics = frozenset(unhealthy_nics) & self._nic_ids
+        self.unhealthy_gpus = frozenset(unhealthy_gpus) & self._gpu_ids
+        self.unhealthy_nics = frozenset(unhealthy_nics) & self._nic_ids
         # O(1) counters for count-level filters, and `version`, bumped by every booking and release
         # (equal versions, equal answers) for caches of what is free; a plain attribute: the
         # extender reads it for ~500 nodes a cycle.
@@ -141,19 +141,11 @@ class NodeState:
         return self._online - self.topology.reserved_cpus - CPUSet(self._cpu_owner)
 
     def free_gpus(self) -> frozenset[int]:
-        return self._gpu_ids - self._gpu_owner.keys() - self._sick_gpus
+        return self._gpu_ids - self._gpu_owner.keys() - self.unhealthy_gpus
 
     def free_nics(self) -> frozenset[str]:
         # `frozenset - dict.keys()` is a (mutable, unhashable) set: signatures hash this.
-        return self._nic_ids.difference(self._nic_owner, self._sick_nics)
-
-    @property
-    def unhealthy_gpus(self) -> frozenset[int]:
-        return self._sick_gpus
-
-    @property
-    def unhealthy_nics(self) -> frozenset[str]:
-        return self._sick_nics
+        return self._nic_ids.difference(self._nic_owner, self.unhealthy_nics)
 
     def free_memory(self, numa: int) -> int:
         return self.topology.numa_node(numa).memory_bytes - self._memory.get(numa, 0)
@@ -184,7 +176,7 @@ class NodeState:
 
     def free_gpu_count(self) -> int:
         """`len(free_gpus())`, in O(1) while every device is healthy."""
-        if self._sick_gpus:
+        if self.unhealthy_gpus:
             return len(self.free_gpus())
         return len(self._gpu_ids) - len(self._gpu_owner)
 
