@@ -17,7 +17,6 @@ the held NICs. Memo tables live in an `Engine` the caller owns; nothing here mut
 
 from __future__ import annotations
 
-import copy
 import functools
 import operator
 from collections.abc import Callable, Container, Hashable, Iterable, Mapping, Sequence
@@ -337,14 +336,13 @@ def score_many(
     slots = _row_slots(engine, tables, verdicts, states, mix=mix, warm_only=warm_only)
     if slots is None:
         return _one_by_one(engine, topology, states, request)
-    scores = verdicts.score[slots]
+    scores = verdicts.score[slots]  # gathered: copies, not the kept verdicts
     codes = verdicts.summary[slots]
     ranks = verdicts.ranks(slots, hosts)
     # With memory decided per container (`_memory_per_container`) the pod's hint may hold the total
     # yet leave a container no memory the memory manager accepts: confirm one by one.
     confirmed: dict[int, Refusal] = {}
     if one_at_a_time:
-        scores, ranks = scores.copy(), ranks.copy()
         confirmed = _refused_alone(engine, topology, states, request, scores=scores, ranks=ranks)
     refused = _grouped_refusals(verdicts, codes, confirmed)
 
@@ -517,8 +515,8 @@ class _Entry:
     mask: int = 0
     gpus: list[int] = field(default_factory=list)
     nics: list[int] = field(default_factory=list)  # positions (`topology_tables`)
-    memory: dict[int, int] = field(default_factory=dict)
-    hugepages: dict[int, dict[str, int]] = field(default_factory=dict)
+    # kind ("memory" or a huge page size) -> NUMA id -> bytes; zeros are not written out
+    booked: dict[str, dict[int, int]] = field(default_factory=dict)
 
 
 @dataclass(slots=True)
@@ -532,6 +530,11 @@ def _wire(entry: _Entry, tables: Tables, names: NodeNames) -> ContainerAssignmen
     # Whole GPUs and MIG devices are one index space in the engine, two lists on the wire.
     whole = [g for g in entry.gpus if g not in tables.mig_parent]
     mig = [g for g in entry.gpus if g in tables.mig_parent]
+    pages: dict[int, dict[str, int]] = {}
+    for kind, booked in sorted(entry.booked.items()):
+        for numa, amount in booked.items():
+            if kind != "memory" and amount:
+                pages.setdefault(numa, {})[kind] = amount
     return ContainerAssignment(
         cpus=CPUSet(entry.cpus),
         exclusive=entry.exclusive,
@@ -541,8 +544,8 @@ def _wire(entry: _Entry, tables: Tables, names: NodeNames) -> ContainerAssignmen
         mig=[names.gpu_name[g] for g in mig],
         mig_indices=mig,
         nics=[names.nic_name[n] for n in sorted(entry.nics)],
-        memory={str(n): v for n, v in sorted(entry.memory.items())},
-        hugepages={str(n): dict(sorted(s.items())) for n, s in sorted(entry.hugepages.items())},
+        memory={str(n): v for n, v in sorted(entry.booked.get("memory", {}).items()) if v},
+        hugepages={str(n): pages[n] for n in sorted(pages)},
     )
 
 
@@ -569,9 +572,7 @@ class _Filler(NamedTuple):
 
 class _Sizing(NamedTuple):
     apps: tuple[ContainerRequest, ...]  # app containers and sidecars
-    inits: tuple[ContainerRequest, ...]  # regular init containers
     needs: dict[str, Need]  # per app container
-    init_needs: list[Need]  # per regular init container, with the sidecars beside it
     excess: Need  # what the largest init container needs beyond the app containers
     total: Need  # the pod's total: app containers + that excess
 
@@ -625,9 +626,6 @@ def _decide(
         if isinstance(filled, Shortfall):
             return filled
         entries[container.name] = filled
-    filled_inits = _add_init_entries(filler, sizing, entries, choice)
-    if isinstance(filled_inits, Shortfall):
-        return filled_inits
     return _Plan(choice.mask, choice.score, entries)
 
 
@@ -654,8 +652,9 @@ def _check_held(
     wanted: Mapping[str, int],
     known: Container[Hashable],
     free: Container[Hashable],
-) -> None:
-    """Each app container holds as many devices of `kind` as it asks: known, free, its alone."""
+) -> list[str]:
+    """Each app container holds as many devices of `kind` as it asks: known, free, its alone.
+    Returns the app containers asking for some that hold none."""
     seen: set[Hashable] = set()
     for name, devices in held.items():
         count = wanted.get(name)
@@ -673,16 +672,16 @@ def _check_held(
                     f"container {name} holds {kind} {device}, which is booked by another pod"
                 )
             seen.add(device)
+    return [name for name, count in wanted.items() if count and name not in held]
 
 
 def _check_pins(pins: Pinned, sizing: _Sizing, tables: Tables, state: NodeState) -> None:
     """Pinned GPUs must be what the containers ask for, and free (the caller released the pod's)."""
     if not pins:
         return
-    _check_held(
+    unpinned = _check_held(
         "GPU", pins, {c.name: c.gpus for c in sizing.apps}, tables.gpu_resource, state.free_gpus()
     )
-    unpinned = [c.name for c in sizing.apps if c.gpus and c.name not in pins]
     if unpinned:
         raise UnsatisfiableError(
             f"GPUs pinned for some containers but not for {', '.join(unpinned)}"
@@ -734,14 +733,13 @@ def _nic_pins(
     if not pinned:
         return _NicPins()
     names = state.names if state.topology is topology else node_names(topology)
-    _check_held(
+    unpinned = _check_held(
         "NIC", pinned, {c.name: c.nics for c in sizing.apps}, names.nic_position,
         state.free_nics(),
     )  # fmt: skip
     by_container = {
         name: frozenset(names.nic_position[n] for n in nics) for name, nics in pinned.items()
     }
-    unpinned = [c.name for c in sizing.apps if c.nics and c.name not in by_container]
     return _NicPins(
         by_container=by_container,
         held=frozenset(p for held in by_container.values() for p in held),
@@ -756,7 +754,6 @@ def _sized(request: PodRequest, tables: Tables) -> _Sizing:
     options = request.options
     sidecars = tuple(c for c in request.init_containers if c.restartable)
     apps = request.containers + sidecars
-    inits = tuple(c for c in request.init_containers if not c.restartable)
     needs = {c.name: _container_need(c, options, tables) for c in apps}
     empty = Need(
         cpu_mode=options.cpu,
@@ -775,7 +772,7 @@ def _sized(request: PodRequest, tables: Tables) -> _Sizing:
     if init_needs:
         largest = functools.reduce(lambda x, y: _combine(x, y, max), init_needs)
         excess = _combine(largest, pod_need, lambda x, y: max(0, x - y))
-    return _Sizing(apps, inits, needs, init_needs, excess, _combine(pod_need, excess))
+    return _Sizing(apps, needs, excess, _combine(pod_need, excess))
 
 
 @dataclass(slots=True)
@@ -813,28 +810,21 @@ def _one_container_at_a_time(
         read_later = regular_init or (pod_hint is None and index < len(order) - 1)
         only = pins.get(container.name)
         nic_pool = nic_pins.pool(container.name, regular_init=regular_init)
-        free.cpus |= reusable.cpus
-        free.gpus |= reusable.gpus
-        free.nics |= reusable.nics
         if pod_hint is None:
-            decided = _container_choice(filler, need, reusable, only, nic_pool)
-            if isinstance(decided, Shortfall):
-                return decided
-            choice = decided
+            choice = _container_choice(filler, need, reusable, only, nic_pool)
         else:
             choice = pod_hint._replace(gpus=tuple(g for g in pod_hint.gpus if g in free.gpus))
+        if isinstance(choice, Shortfall):
+            return choice
         memory = _memory_of(filler, need, choice, reusable.memory)
-        in_bytes = tuple(w for w in wanted_of(need) if w.in_bytes)
-        filled: _Entry | Shortfall = Shortfall(Kind.MEMORY, options.policy.value, in_bytes)
-        if memory is not None:
-            choice = choice._replace(memory_mask=memory or choice.memory_mask)
-            filled = _fill_reusing(
-                filler, need, choice, reusable, only, nic_pool, regular_init=regular_init,
-                kubelet_cpus=read_later,
-            )  # fmt: skip
-        free.cpus -= reusable.cpus
-        free.gpus -= reusable.gpus
-        free.nics -= reusable.nics
+        if memory is None:
+            in_bytes = tuple(w for w in wanted_of(need) if w.in_bytes)
+            return Shortfall(Kind.MEMORY, options.policy.value, in_bytes)
+        choice = choice._replace(memory_mask=memory or choice.memory_mask)
+        filled = _fill_reusing(
+            filler, need, choice, reusable, only, nic_pool, regular_init=regular_init,
+            kubelet_cpus=read_later,
+        )  # fmt: skip
         if isinstance(filled, Shortfall):
             return filled
         entries[container.name] = filled
@@ -842,6 +832,10 @@ def _one_container_at_a_time(
             _keep_for_reuse(reusable, filled, need)
             # Reused CPUs run the later containers; the init container holds none alone.
             filled.exclusive = False
+            # Free to every later container: what is left of them stays free.
+            free.cpus |= reusable.cpus
+            free.gpus |= reusable.gpus
+            free.nics |= reusable.nics
         union |= choice.mask
         scores.append(choice.score)
     _drop_handed_on(entries, [c.name for c in order])
@@ -862,11 +856,11 @@ def _container_choice(
         engine.plan(tables, need, options, floor=floor, closest=closest), need, reusable
     )
     plan = reusing_memory(plan, reusable.memory)
-    working = free
-    if only is not None or nic_pool is not None:
-        working = copy.deepcopy(free)
-        working.gpus &= set(free.gpus if only is None else only)
-        working.nics &= free.nics if nic_pool is None else nic_pool
+    working = replace(
+        free,
+        gpus=free.gpus if only is None else free.gpus & set(only),
+        nics=free.nics if nic_pool is None else free.nics & nic_pool,
+    )
     return _choice_on(engine, tables, plan, working)
 
 
@@ -899,11 +893,9 @@ def _memory_of(
     ):
         hint = None
     allocatable: dict[str, dict[int, int]] = {"memory": dict(tables.memory_capacity)}
-    available: dict[str, dict[int, int]] = {"memory": dict(free.memory)}
     for size, _ in need.hugepages:
         allocatable[size] = {n: v for (n, s), v in tables.numa_hugepages.items() if s == size}
-        available[size] = {n: v for (n, s), v in free.hugepages.items() if s == size}
-    view = MemoryView(tables.numa_ids, allocatable, available, free.groups)
+    view = MemoryView(tables.numa_ids, allocatable, free.memory, free.groups)
     request = {"memory": need.memory_bytes, **dict(need.hugepages)}
     return memory_manager_mask(view, request, hint, choice.preferred, reusable)
 
@@ -969,11 +961,8 @@ def _fill_reusing(  # noqa: PLR0917 (the fill's inputs, one container's)
                 tables, free.cpus - set(aligned_cpus), reusable.cpus, others,
                 need.cpus - len(aligned_cpus),
             )  # fmt: skip
-    reused_nics = [
-        x
-        for x in _matching(reusable.nics, need.nic_resource, tables.nic_resource)
-        if nic_pool is None or x in nic_pool
-    ][: need.nics]
+    pooled = reusable.nics if nic_pool is None else reusable.nics & nic_pool
+    reused_nics = _matching(pooled, need.nic_resource, tables.nic_resource)[: need.nics]
     gpus = list(pinned) if pinned else _gpus_reusing(filler, need, choice, reusable)
     _release_reused_memory(free, need, choice.memory_mask, reusable, spend=not regular_init)
     rest = replace(need, cpus=need.cpus - len(aligned_cpus), nics=need.nics - len(reused_nics))
@@ -1065,8 +1054,7 @@ def _release_reused_memory(
     its request, shrinking their entries (`updateInitContainersMemoryBlocks`) so the pod books it
     once. `spend`: false for a regular init container, whose later peers may reuse the same bytes
     (`updatePodReusableMemory` only raises it)."""
-    kinds = [("memory", need.memory_bytes), *need.hugepages]
-    for kind, amount in kinds:
+    for kind, amount in [("memory", need.memory_bytes), *need.hugepages]:
         key = (memory_mask, kind)
         reuse = min(reusable.memory.get(key, 0), amount)
         if reuse <= 0:
@@ -1074,21 +1062,17 @@ def _release_reused_memory(
         if spend:
             reusable.memory[key] -= reuse
         left = reuse
+        freed = free.memory.setdefault(kind, {})
         for holder in reusable.holders.get(key, []):
-            booked = holder.memory if kind == "memory" else {
-                n: sizes.get(kind, 0) for n, sizes in holder.hugepages.items()}  # fmt: skip
+            booked = holder.booked.get(kind, {})
             # Booked in NUMA id order, so given back from the highest id.
             for numa in sorted(booked, reverse=True):
                 back = min(left, booked[numa])
                 if not back:
                     continue
                 left -= back
-                if kind == "memory":
-                    holder.memory[numa] -= back
-                    free.memory[numa] = free.memory.get(numa, 0) + back
-                else:
-                    holder.hugepages[numa][kind] -= back
-                    free.hugepages[(numa, kind)] = free.hugepages.get((numa, kind), 0) + back
+                booked[numa] -= back
+                freed[numa] = freed.get(numa, 0) + back
             if not left:
                 break
 
@@ -1117,12 +1101,6 @@ def _drop_handed_on(entries: dict[str, _Entry], order: Sequence[str]) -> None:
         entry.nics = [x for x in nics if x not in later_nics]
         later_gpus.update(gpus)
         later_nics.update(nics)
-        entry.memory = {n: v for n, v in entry.memory.items() if v}
-        entry.hugepages = {
-            n: {s: v for s, v in sizes.items() if v}
-            for n, sizes in entry.hugepages.items()
-            if any(sizes.values())
-        }
 
 
 def _container_need(c: ContainerRequest, options: TopologyOptions, tables: Tables) -> Need:
@@ -1182,8 +1160,8 @@ def _fill(
     *,
     choice: _Choice,
     gpu_pool: list[int],
-    pinned: Sequence[int] | None = None,
-    nic_pool: frozenset[int] | None = None,
+    pinned: Sequence[int] | None,
+    nic_pool: frozenset[int] | None,
 ) -> _Entry | Shortfall:
     """Concrete resources for one container, taken out of `free`: inside `choice.mask` first, the
     rest of an unaligned placement outside it; NICs only from `nic_pool` when given."""
@@ -1192,29 +1170,24 @@ def _fill(
     numa_ids = bits(mask)
     entry = _Entry(mask=mask, exclusive=need.cpu_mode is CpuMode.EXCLUSIVE)
     policy = options.policy.value
-    picked: Sequence[int] | None = None
     if pinned:
         if not set(pinned) <= set(gpu_pool):
             return Shortfall(Kind.REQUEST, policy, (), note=f"pinned GPUs {list(pinned)} "
                              f"are not all in the pod's set {sorted(gpu_pool)}")  # fmt: skip
-        picked = pinned
+        entry.gpus = list(pinned)
     elif need.gpus:
         picked = _best_gpus(filler, frozenset(gpu_pool), need.gpus)
         if picked is None:
             asked = accelerator_word(need.gpu_resource)
             return Shortfall(Kind.REQUEST, policy, (), note=f"{need.gpus} {asked} requested, "
                              f"{len(gpu_pool)} left of the pod's set")  # fmt: skip
-    if picked:
         entry.gpus = list(picked)
-        for gpu in picked:
-            gpu_pool.remove(gpu)
-            free.gpus.discard(gpu)
+    for gpu in entry.gpus:
+        gpu_pool.remove(gpu)
+        free.gpus.discard(gpu)
     if need.nics:
-        matching = [
-            n
-            for n in _matching(free.nics, need.nic_resource, tables.nic_resource)
-            if nic_pool is None or n in nic_pool
-        ]
+        pooled = free.nics if nic_pool is None else free.nics & nic_pool
+        matching = _matching(pooled, need.nic_resource, tables.nic_resource)
         nics = choose_nics(tables, matching, need.nics, gpus=entry.gpus, numa_ids=set(numa_ids))
         if nics is None:
             return Shortfall(Kind.REQUEST, policy, (), note=f"{need.nics} NICs requested, "
@@ -1251,11 +1224,8 @@ def _take_cpus(
     tables: Tables, free: set[int], numa_ids: list[int], count: int, *, full_cores: bool
 ) -> list[int] | None:
     """`count` CPUs, as many as fit inside `numa_ids` first, the rest from other NUMA nodes."""
-    inside = take_cpus(tables, free, numa_ids, count, full_cores=full_cores)
-    if inside is not None:
-        return inside
     others = [n for n in tables.numa_ids if n not in numa_ids]
-    for taken in range(count - 1, -1, -1):
+    for taken in range(count, -1, -1):
         first = take_cpus(tables, free, numa_ids, taken, full_cores=full_cores)
         if first is None:
             continue
@@ -1269,46 +1239,10 @@ def _take_cpus(
 def _book_memory(free: FreeView, need: Need, entry: _Entry, numa_ids: list[int]) -> str | None:
     """Book memory and huge pages over `numa_ids` in id order; the reason when they do not fit."""
     for kind, amount in [("memory", need.memory_bytes), *need.hugepages]:
-        memory = kind == "memory"
-        view = free.memory if memory else {n: free.hugepages.get((n, kind), 0) for n in numa_ids}
-        booked = book_bytes(view, numa_ids, amount)
+        booked = book_bytes(free.memory.get(kind, {}), numa_ids, amount)
         if booked is None:
-            name, where = kind if memory else f"hugepages-{kind}", ",".join(map(str, numa_ids))
+            name = kind if kind == "memory" else f"hugepages-{kind}"
+            where = ",".join(map(str, numa_ids))
             return f"{name}: {format_bytes(amount)} requested, less free on NUMA {where}"
-        if memory:
-            entry.memory = booked
-            continue
-        for numa_id, taken in booked.items():
-            free.hugepages[(numa_id, kind)] -= taken
-            entry.hugepages.setdefault(numa_id, {})[kind] = taken
-    return None
-
-
-def _add_init_entries(
-    filler: _Filler, sizing: _Sizing, entries: dict[str, _Entry], choice: _Choice
-) -> Shortfall | None:
-    tables, free = filler.tables, filler.free
-    inits, init_needs, excess = sizing.inits, sizing.init_needs, sizing.excess
-    if not inits:
-        return None
-    app_cpus = [c for e in entries.values() if e.exclusive for c in e.cpus]
-    largest = max(
-        range(len(init_needs)),
-        key=lambda i: (init_needs[i].gpus, init_needs[i].cpus, init_needs[i].memory_bytes, -i),
-    )
-    shared = sorted(c for c in free.cpus if choice.mask >> tables.cpu_numa[c] & 1)
-    for index, (container, need) in enumerate(zip(inits, init_needs, strict=True)):
-        entry = _Entry(mask=choice.mask, exclusive=False)
-        if need.cpu_mode is not CpuMode.NONE and need.cpus:
-            entry.cpus = sorted((app_cpus + shared)[: need.cpus])
-        asks = (excess.cpus, excess.memory_bytes, excess.hugepages, excess.gpus, excess.nics)
-        if index == largest and any(asks):
-            extra_need = replace(excess, cpus=0, cpu_mode=CpuMode.NONE, full_cores=False)
-            pool = _matching(free.gpus, excess.gpu_resource, tables.gpu_resource)
-            extra = _fill(filler, extra_need, choice=choice, gpu_pool=pool)
-            if isinstance(extra, Shortfall):
-                return extra
-            entry.gpus, entry.nics = extra.gpus, extra.nics
-            entry.memory, entry.hugepages = extra.memory, extra.hugepages
-        entries[container.name] = entry
+        entry.booked[kind] = booked
     return None

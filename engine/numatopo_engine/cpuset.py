@@ -23,14 +23,11 @@ MAX_CPU_ID = 65535
 CPULIST_PATTERN = r"^\s*(\d+(-\d+)?(,\d+(-\d+)?)*)?\s*$"
 
 
-# A CPU id as the kernel writes it: ASCII digits (`str.isdigit` takes other scripts' digits too, and
-# superscripts that `int` refuses); ten digits read any id refused above.
-_ID = re.compile(r"[0-9]{1,10}")
+# A CPU id or range as the kernel writes it: ASCII digits (`str.isdigit` takes other scripts' digits
+# too, and superscripts that `int` refuses); ten digits read any id refused above.
+_RANGE = re.compile(r"([0-9]{1,10})(?:-([0-9]{1,10}))?")
 # How much of a refused list a message quotes (messages become Events and annotations).
 SHOWN_CHARS = 60
-
-
-_RANGE = re.compile(r"([0-9]{1,10})(?:-([0-9]{1,10}))?")
 
 
 def ids_named(cpulist: str) -> int:
@@ -86,13 +83,13 @@ class CPUSet:
         listed = 0
         for chunk in text.split(","):
             part = chunk.strip()
-            lo_text, dash, hi_text = part.partition("-")
-            if not _ID.fullmatch(lo_text) or (dash and not _ID.fullmatch(hi_text)):
+            found = _RANGE.fullmatch(part)
+            if found is None:
                 raise CPUSetParseError(
                     f"invalid cpulist {shown}: {_shown(part)} is not N or N-M "
                     "(expected the kernel list format, e.g. '0-3,8-11')"
                 )
-            lo, hi = int(lo_text), int(hi_text) if dash else int(lo_text)
+            lo, hi = int(found[1]), int(found[2] or found[1])
             if hi < lo:
                 raise CPUSetParseError(f"invalid cpulist {shown}: range {part!r} is reversed")
             if hi > MAX_CPU_ID:

@@ -52,8 +52,7 @@ class FreeView:
     cpus: set[int]  # allocatable CPUs held exclusively by no one (the shared pool)
     gpus: set[int]
     nics: set[int]  # NIC positions (`topology_tables`): names decide nothing
-    memory: dict[int, int]
-    hugepages: dict[tuple[int, str], int]
+    memory: dict[str, dict[int, int]]  # kind ("memory" or a huge page size) -> NUMA id -> bytes
     # NUMA id -> group mask, -1: two groups (`state.join_group`)
     groups: dict[int, int] = field(default_factory=dict)
 
@@ -62,16 +61,15 @@ class FreeView:
         signature = state.free_signature()
         free_memory = dict(signature.memory)
         position = state.names.nic_position
+        memory = {"memory": {n: free_memory[n] for n in tables.memory_numa_ids}}
+        for n, size, amount in signature.hugepages:
+            if tables.numa_hugepages.get((n, size)):
+                memory.setdefault(size, {})[n] = amount
         return cls(
             cpus=set(state.free_cpu_ids()),
             gpus=set(state.free_gpus()),
             nics={position[name] for name in signature.nics},
-            memory={n: free_memory[n] for n in tables.memory_numa_ids},
-            hugepages={
-                (n, size): amount
-                for n, size, amount in signature.hugepages
-                if tables.numa_hugepages.get((n, size))
-            },
+            memory=memory,
             groups=dict(state.memory_groups()),
         )
 
@@ -166,9 +164,9 @@ def row_of(tables: Tables, layout: RowLayout, free: FreeView) -> list[int]:
     return [
         *(len(free.cpus & tables.numa_allocatable[n]) for n in numa_ids),
         *(whole[n] for n in numa_ids),
-        *(free.memory.get(n, 0) for n in numa_ids),
+        *(free.memory["memory"].get(n, 0) for n in numa_ids),
         *groups,
-        *(free.hugepages.get(key, 0) for key in layout.hugepages),
+        *(free.memory.get(size, {}).get(n, 0) for n, size in layout.hugepages),
         *(gpu_counts[key] for key in layout.gpu_keys),
         *(nic_counts[key] for key in layout.nic_keys),
         gpu_bits if gpu_bits < 1 << 63 else -1,

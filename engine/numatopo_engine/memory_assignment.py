@@ -48,7 +48,7 @@ def memory_manager_mask(
     request: Mapping[str, int],
     tm_mask: int | None,
     tm_preferred: bool,
-    reusable: Mapping[tuple[int, str], int] | None = None,
+    reusable: Mapping[tuple[int, str], int],
 ) -> int | None:
     """The NUMA nodes (a mask) the kubelet's static memory manager gives a container, or None where
     its `Allocate` fails (`memorymanager/policy_static.go`):
@@ -68,23 +68,17 @@ def memory_manager_mask(
     kinds = {k: v for k, v in request.items() if v > 0}
     if not kinds:
         return tm_mask
-    own = _own_hints(view, kinds, reusable or {})
-    mask, preferred = tm_mask, tm_preferred
-    if mask is None:
-        if not own:
-            return None
-        best, best_preferred = _best(own)
-        if preferred and not best_preferred:
-            return None
-        mask, preferred = best, best_preferred
-    if not _holds(view.free, kinds, mask):
-        containing = [(m, p) for m, p in own if m & mask == mask]
+    own = _own_hints(view, kinds, reusable)
+    mask = tm_mask
+    # A nil hint takes the best own hint (as if every one contained it), which then needs no
+    # extension: it is the best own hint containing itself.
+    if mask is None or not _holds(view.free, kinds, mask):
+        containing = [(m, p) for m, p in own if mask is None or m & mask == mask]
         if not containing:
             return None
-        extended, extended_preferred = _best(containing)
-        if preferred and not extended_preferred:
+        mask, preferred = _best(containing)
+        if tm_preferred and not preferred:
             return None
-        mask = extended
     if mask.bit_count() > 1 and not _may_join(view.groups, mask, single=False):
         return None
     return mask

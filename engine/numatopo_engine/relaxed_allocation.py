@@ -23,12 +23,6 @@ from numatopo_engine.state import NodeState
 _NOT_RELAXED = frozenset({PolicyName.BEST_EFFORT, PolicyName.NONE})
 
 
-def relaxed(request: PodRequest) -> PodRequest:
-    """`request` under `best-effort`, all else as it is."""
-    options = dataclasses.replace(request.options, policy=PolicyName.BEST_EFFORT)
-    return dataclasses.replace(request, options=options)
-
-
 def allocate_around(
     topology: NumatopologySpec,
     state: NodeState,
@@ -53,4 +47,5 @@ def allocate_around(
         if not (pinned or pinned_nics) or request.options.policy in _NOT_RELAXED:
             raise
         why = exc.reason
-    return place(relaxed(request)), why
+    options = dataclasses.replace(request.options, policy=PolicyName.BEST_EFFORT)
+    return place(dataclasses.replace(request, options=options)), why

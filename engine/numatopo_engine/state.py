@@ -87,8 +87,8 @@ class NodeState:
         self._in_mig_mode = frozenset(g.index for g in topology.gpus if g.mig_mode)
         self._gpu_ids = self._whole_gpu_ids | self._mig_ids
         self._nic_ids = frozenset(n.name for n in topology.nics)
-        self._sick_gpus = frozenset(unhealthy_gpus) & self._gpu_ids
-        self._sick_nics = frozenset(unhealthy_nics) & self._nic_ids
+        self.unhealthy_gpus = frozenset(unhealthy_gpus) & self._gpu_ids
+        self.unhealthy_nics = frozenset(unhealthy_nics) & self._nic_ids
         # O(1) counters for count-level filters, and `version`, bumped by every booking and release
         # (equal versions, equal answers) for caches of what is free; a plain attribute: the
         # extender reads it for ~500 nodes a cycle.
@@ -141,19 +141,11 @@ class NodeState:
         return self._online - self.topology.reserved_cpus - CPUSet(self._cpu_owner)
 
     def free_gpus(self) -> frozenset[int]:
-        return self._gpu_ids - self._gpu_owner.keys() - self._sick_gpus
+        return self._gpu_ids - self._gpu_owner.keys() - self.unhealthy_gpus
 
     def free_nics(self) -> frozenset[str]:
         # `frozenset - dict.keys()` is a (mutable, unhashable) set: signatures hash this.
-        return self._nic_ids.difference(self._nic_owner, self._sick_nics)
-
-    @property
-    def unhealthy_gpus(self) -> frozenset[int]:
-        return self._sick_gpus
-
-    @property
-    def unhealthy_nics(self) -> frozenset[str]:
-        return self._sick_nics
+        return self._nic_ids.difference(self._nic_owner, self.unhealthy_nics)
 
     def free_memory(self, numa: int) -> int:
         return self.topology.numa_node(numa).memory_bytes - self._memory.get(numa, 0)
@@ -184,7 +176,7 @@ class NodeState:
 
     def free_gpu_count(self) -> int:
         """`len(free_gpus())`, in O(1) while every device is healthy."""
-        if self._sick_gpus:
+        if self.unhealthy_gpus:
             return len(self.free_gpus())
         return len(self._gpu_ids) - len(self._gpu_owner)
 
@@ -274,8 +266,9 @@ class NodeState:
         cpus_seen: set[int] = set()
         gpus_seen: set[int] = set()
         nics_seen: set[str] = set()
-        memory: dict[int, int] = {}
-        hugepages: dict[tuple[int, str], int] = {}
+        # (NUMA id, None for memory or the huge page size) -> bytes booked
+        memory: dict[tuple[int, str | None], int] = {}
+        hugepages: dict[tuple[int, str | None], int] = {}
         numa_ids = {n.id for n in self.topology.numa_nodes}
         for cname, container in sorted(assignment.containers.items()):
             where = f"container {cname}: "
@@ -311,30 +304,24 @@ class NodeState:
                 if amount < 0:
                     # A negative booking would hand memory back to everyone else.
                     problems.append(f"container {cname}: memory {amount} bytes is negative")
-                memory[int(numa_text)] = memory.get(int(numa_text), 0) + amount
+                slot: tuple[int, str | None] = (int(numa_text), None)
+                memory[slot] = memory.get(slot, 0) + amount
             for numa_text, sizes in container.hugepages.items():
                 for size, amount in sizes.items():
                     if amount < 0:
                         problems.append(f"container {cname}: hugepages {amount} bytes is negative")
                     slot = (int(numa_text), size)
                     hugepages[slot] = hugepages.get(slot, 0) + amount
-        for numa, amount in sorted(memory.items()):
+        for (numa, page), amount in [*sorted(memory.items()), *sorted(hugepages.items())]:
+            name = "memory" if page is None else f"hugepages-{page}"
             if numa not in numa_ids:
-                problems.append(f"memory booked on unknown NUMA node {numa}")
-            elif amount > self.free_memory(numa):
-                problems.append(
-                    f"memory on NUMA {numa}: {amount} bytes booked, {self.free_memory(numa)} free"
-                )
-        for (numa, size), amount in sorted(hugepages.items()):
-            if numa not in numa_ids:
-                problems.append(f"hugepages-{size} booked on unknown NUMA node {numa}")
-            elif not page_bytes(size):
-                problems.append(f"hugepages-{size[:16]}: not a page size (expected e.g. 2Mi, 1Gi)")
-            elif amount > self.free_hugepages(numa, size):
-                problems.append(
-                    f"hugepages-{size} on NUMA {numa}: {amount} bytes booked, "
-                    f"{self.free_hugepages(numa, size)} free"
-                )
+                problems.append(f"{name} booked on unknown NUMA node {numa}")
+            elif page is not None and not page_bytes(page):
+                problems.append(f"hugepages-{page[:16]}: not a page size (expected e.g. 2Mi, 1Gi)")
+            else:
+                free = self.free_memory(numa) if page is None else self.free_hugepages(numa, page)
+                if amount > free:
+                    problems.append(f"{name} on NUMA {numa}: {amount} bytes booked, {free} free")
         if problems:
             raise OverlapError(f"assignment of {key} rejected: " + "; ".join(problems))
 
