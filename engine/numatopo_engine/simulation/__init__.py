@@ -10,4 +10,7 @@ Pure: the CLI reads the files and passes rows in. Modules:
   metrics        what is measured; the JSON keys are documented there
   replay         `simulate()`: one fresh cluster per strategy
   mig_pool       `--mig-pool`: some nodes split into MIG devices, small shared pods mapped there
+  leafspine      synthetic leaf/spine clusters of real node shapes, and their cluster file
+  gangs          `simulate --multi-node`: multi-node jobs placed on such a cluster
+  fleet          many nodes of a few shapes, each with its own node name and GPU UUIDs
 """
