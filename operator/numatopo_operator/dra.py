@@ -168,6 +168,8 @@ async def _decide(
         except pydantic.ValidationError as exc:
             # Its devices cannot be booked: deciding anyway could hand them out twice.
             raise UndecidedError(f"an allocated claim is unreadable: {exc}") from None
+    # Read once, not once per node: a cluster's claims times its DRA nodes added up.
+    held = {c.key: allocated_devices(c.model_dump(mode="json", by_alias=True)) for c in others}
     key = pod_view.pod_key(pod)
     best: ClaimDecision | None = None
     refusal: UnsatisfiableError | None = None
@@ -182,7 +184,7 @@ async def _decide(
         if refused:
             refusal = refusal or UnsatisfiableError(f"node {node}: {refused}")
             continue
-        trial = book_claims(state.copy(), joined, others)
+        trial = book_claims(state.copy(), joined, held)
         try:
             found = decide_claims(
                 topology, trial, base, entries, claims, classes, joined, engine=runtime.decisions
@@ -218,12 +220,14 @@ async def node_refusal(runtime: Runtime, pod: RawPod, node: str) -> str:
     return node_rules.refusal(pod.get("spec") or {}, shown)
 
 
-def book_claims(state: NodeState, node: DraNode, claims: list[api.ResourceClaim]) -> NodeState:
-    """`state` with the holds of this decision's fresh list of claims on `node` instead of
-    the watched ones: other pods' and schedulers' devices are never handed out twice."""
+def book_claims(
+    state: NodeState, node: DraNode, held: Mapping[str, tuple[DeviceId, ...]]
+) -> NodeState:
+    """`state` with the holds of this decision's fresh list of claims (claim key -> the
+    devices it holds) on `node` instead of the watched ones: other pods' and schedulers'
+    devices are never handed out twice."""
     for key in [k for k in state.assignments if k.startswith(HELD)]:
         state.release(key)
-    held = {c.key: allocated_devices(c.model_dump(mode="json", by_alias=True)) for c in claims}
     book_holds(state, holds_on(node, held))
     return state
 
